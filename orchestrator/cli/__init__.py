@@ -1,0 +1,54 @@
+"""The operator CLI `orchestrator`. Each command group lives in its own module with `register()`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from orchestrator import __version__
+from orchestrator.cli import db
+from orchestrator.cli.common import CommandFailed, Handler
+from orchestrator.errors import OrchestratorError
+from orchestrator.settings import SettingsError
+
+__all__ = ["build_parser", "main"]
+
+GROUPS = (db,)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="orchestrator",
+        description="Run and operate agent-driven condition tasks.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for group in GROUPS:
+        group.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Handler | None = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return 2
+    try:
+        return handler(args)
+    except SettingsError as exc:
+        print(f"orchestrator: {exc}", file=sys.stderr)
+        return 2
+    except CommandFailed as exc:
+        print(f"orchestrator: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except OrchestratorError as exc:
+        print(f"orchestrator: {exc.code}: {exc.message}", file=sys.stderr)
+        for detail in exc.details:
+            print(f"  - {detail.get('code', '')}: {detail.get('message', '')}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,133 @@
+"""Settings from the environment (and an optional `.env`), validated once at start-up."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+__all__ = ["SettingsError", "Settings", "get_settings", "load_settings"]
+
+DEFAULT_HOME = ".orchestrator"
+
+
+def _env(name: str) -> AliasChoices:
+    """The environment name exactly as the seeds fix it (no ORCH_ prefix)."""
+    return AliasChoices(name)
+
+
+class SettingsError(Exception):
+    """A setting has a value the orchestrator cannot run with; the message is one line."""
+
+
+class Settings(BaseSettings):
+    """Every knob of the orchestrator. Unset Redis and database mean the embedded default."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="ORCH_", env_file=".env", extra="ignore", populate_by_name=True
+    )
+
+    home: Path = Field(default=Path(DEFAULT_HOME), description="Folder for embedded state.")
+    database_url: str | None = Field(default=None, description="SQLAlchemy URL of the store.")
+    redis_url: str | None = Field(default=None, description="Redis URL; unset = embedded mode.")
+    lease_seconds: float = Field(default=120.0, gt=0)
+    lease_renew_seconds: float = Field(default=40.0, gt=0)
+    sweep_seconds: float = Field(default=15.0, gt=0)
+    queued_stale_seconds: float = Field(default=60.0, gt=0)
+    max_recoveries: int = Field(default=3, ge=1)
+    max_rounds: int = Field(default=5, ge=1)
+    max_turns: int = Field(default=30, ge=1)
+    api_token: str | None = None
+    model: str = Field(default="scripted:scripts", description="scripted:DIR or openai:...")
+    retention_days: int = Field(default=30, ge=0)
+    db_pool_size: int = Field(default=5, ge=1)
+    db_max_overflow: int = Field(default=5, ge=0)
+    gateway_spec: Path | None = None
+    gateway_base_url: str | None = None
+    gateway_timeout_seconds: float = Field(default=10.0, gt=0)
+    enable_command_tool: bool = False
+
+    agent_internal_token: str | None = Field(
+        default=None, validation_alias=_env("AGENT_INTERNAL_TOKEN")
+    )
+    data_cleanup_enable: bool = Field(default=True, validation_alias=_env("DATA_CLEANUP_ENABLE"))
+    llm_max_tools: int = Field(default=0, ge=0, validation_alias=_env("LLM_MAX_TOOLS"))
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        try:
+            url = make_url(value)
+        except ArgumentError as exc:
+            raise ValueError(f"not a database URL: {exc}") from None
+        if url.get_backend_name() not in {"postgresql", "sqlite"}:
+            raise ValueError("only postgresql+psycopg:// and sqlite:// URLs are supported")
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _check_redis_url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        if not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return value
+
+    @model_validator(mode="after")
+    def _check_lease_timing(self) -> Settings:
+        if self.lease_renew_seconds >= self.lease_seconds:
+            raise ValueError(
+                "invalid setting ORCH_LEASE_RENEW_SECONDS: must be below ORCH_LEASE_SECONDS "
+                f"({self.lease_renew_seconds:g} >= {self.lease_seconds:g})"
+            )
+        return self
+
+    @property
+    def embedded(self) -> bool:
+        """True when no Redis is configured: file broker and SQL leases."""
+        return self.redis_url is None
+
+    @property
+    def store_url(self) -> str:
+        """The database URL in force: the configured one or the embedded SQLite file."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.home / 'orchestrator.db').resolve()}"
+
+
+_ENV_NAMES = {
+    "agent_internal_token": "AGENT_INTERNAL_TOKEN",
+    "data_cleanup_enable": "DATA_CLEANUP_ENABLE",
+    "llm_max_tools": "LLM_MAX_TOOLS",
+}
+
+
+def _env_name(field: str) -> str:
+    if field.isupper():
+        return field
+    return _ENV_NAMES.get(field, f"ORCH_{field.upper()}")
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read and validate the settings; any problem becomes one `SettingsError` line."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = [str(part) for part in first.get("loc", ())]
+        message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+        if loc:
+            raise SettingsError(f"invalid setting {_env_name(loc[0])}: {message}") from None
+        raise SettingsError(message) from None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once."""
+    return load_settings()

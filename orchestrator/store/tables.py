@@ -1,0 +1,303 @@
+"""The schema: one SQLAlchemy Core table per record of DESIGN section 2.
+
+The constraints carry the invariants; Alembic migrations in `alembic/versions` build exactly this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sqlalchemy import (
+    Boolean,
+    CheckConstraint,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+from orchestrator.domain import vocabulary as v
+from orchestrator.store.types import JSONDocument, UTCDateTime
+
+__all__ = [
+    "actions",
+    "collaboration_messages",
+    "evidence",
+    "executions",
+    "invocation_receipts",
+    "leases",
+    "metadata",
+    "plan_revisions",
+    "recovery_snapshots",
+    "reports",
+    "sessions",
+    "tasks",
+]
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+ID = 36  # uuid4 as text
+NAME = 64
+
+
+def one_of(column: str, values: Iterable[str], name: str | None = None) -> CheckConstraint:
+    """A CHECK that `column` holds one of `values`."""
+    listed = ", ".join(f"'{value}'" for value in values)
+    return CheckConstraint(f"{column} IN ({listed})", name=name or column)
+
+
+tasks = Table(
+    "tasks",
+    metadata,
+    Column("task_id", String(ID), primary_key=True),
+    Column("task_type", String(NAME), nullable=False),
+    Column("title", String(200), nullable=False),
+    Column("context", JSONDocument, nullable=False),
+    Column("sample_input", JSONDocument, nullable=True),
+    Column("trigger_id", String(128), nullable=False),
+    Column("origin", String(24), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("generation", Integer, nullable=False),
+    Column("session_id", String(ID), nullable=True),
+    Column("failure_code", String(NAME), nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("recoveries", Integer, nullable=False, server_default="0"),
+    Column("rounds", Integer, nullable=False, server_default="0"),
+    Column("queued_at", UTCDateTime, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    UniqueConstraint("trigger_id"),
+    one_of("status", v.TASK_STATUSES),
+    one_of("origin", v.TASK_ORIGINS),
+    CheckConstraint("generation >= 1", name="generation_positive"),
+    Index(None, "status", "updated_at"),
+    Index(None, "created_at"),
+)
+
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("session_id", String(ID), primary_key=True),
+    Column("purpose", String(24), nullable=False),
+    Column(
+        "task_id", String(ID), ForeignKey("tasks.task_id", ondelete="CASCADE"), nullable=True
+    ),
+    Column("generation", Integer, nullable=True),
+    Column("owner", String(128), nullable=False),
+    Column("title", String(200), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    one_of("purpose", v.SESSION_PURPOSES),
+    CheckConstraint(
+        "purpose = 'ordinary_chat' OR task_id IS NOT NULL", name="task_sessions_name_task"
+    ),
+    Index(None, "purpose", "created_at", "session_id"),
+    Index(None, "task_id"),
+)
+
+executions = Table(
+    "executions",
+    metadata,
+    Column("task_id", String(ID), ForeignKey("tasks.task_id", ondelete="CASCADE"), nullable=False),
+    Column("generation", Integer, nullable=False),
+    Column("session_id", String(ID), nullable=False),
+    Column("celery_task_id", String(NAME), nullable=True),
+    Column("worker", String(255), nullable=True),
+    Column("lease_token", String(NAME), nullable=True),
+    Column("lease_expires_at", UTCDateTime, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("started_at", UTCDateTime, nullable=True),
+    Column("ended_at", UTCDateTime, nullable=True),
+    Column("outcome", String(16), nullable=True),
+    Column("failure_code", String(NAME), nullable=True),
+    Column("reason", Text, nullable=True),
+    PrimaryKeyConstraint("task_id", "generation"),
+    one_of("outcome", v.EXECUTION_OUTCOMES),
+    CheckConstraint("generation >= 1", name="generation_positive"),
+    Index(None, "outcome", "lease_expires_at"),
+)
+
+plan_revisions = Table(
+    "plan_revisions",
+    metadata,
+    Column(
+        "session_id",
+        String(ID),
+        ForeignKey("sessions.session_id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("revision", Integer, nullable=False),
+    Column("request_id", String(128), nullable=False),
+    Column("schema_version", String(32), nullable=False),
+    Column("title", String(200), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("nodes", JSONDocument, nullable=False),
+    Column("edges", JSONDocument, nullable=False),
+    Column("content_digest", String(64), nullable=False),
+    Column("task_id", String(ID), nullable=True),
+    Column("generation", Integer, nullable=True),
+    Column("updated_at", UTCDateTime, nullable=False),
+    PrimaryKeyConstraint("session_id", "revision"),
+    UniqueConstraint("session_id", "request_id"),
+    CheckConstraint("revision >= 1", name="revision_positive"),
+    Index(None, "task_id", "generation"),
+)
+
+reports = Table(
+    "reports",
+    metadata,
+    Column("report_id", String(ID), primary_key=True),
+    Column("task_id", String(ID), ForeignKey("tasks.task_id", ondelete="CASCADE"), nullable=False),
+    Column("generation", Integer, nullable=False),
+    Column(
+        "session_id",
+        String(ID),
+        ForeignKey("sessions.session_id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("summary", Text, nullable=False),
+    Column("findings", JSONDocument, nullable=False),
+    Column("evidence_refs", JSONDocument, nullable=False),
+    Column("outcome", String(16), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    one_of("outcome", v.REPORT_OUTCOMES),
+    Index(None, "task_id", "generation", "created_at"),
+)
+
+evidence = Table(
+    "evidence",
+    metadata,
+    Column("evidence_id", String(ID), primary_key=True),
+    Column("task_id", String(ID), ForeignKey("tasks.task_id", ondelete="CASCADE"), nullable=False),
+    Column("generation", Integer, nullable=False),
+    Column(
+        "session_id",
+        String(ID),
+        ForeignKey("sessions.session_id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("source", String(128), nullable=False),
+    Column("queried_at", UTCDateTime, nullable=False),
+    Column("content_ref", String(255), nullable=False),
+    Column("origin", String(24), nullable=False),
+    Column("truncated", Boolean, nullable=False),
+    Column("summary", Text, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    one_of("origin", v.EVIDENCE_ORIGINS),
+    Index(None, "task_id", "generation"),
+)
+
+actions = Table(
+    "actions",
+    metadata,
+    Column("action_id", String(ID), primary_key=True),
+    Column("task_id", String(ID), ForeignKey("tasks.task_id", ondelete="CASCADE"), nullable=False),
+    Column("generation", Integer, nullable=False),
+    Column(
+        "session_id",
+        String(ID),
+        ForeignKey("sessions.session_id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("node_id", String(NAME), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("payload", JSONDocument, nullable=False),
+    Column("status", String(24), nullable=False),
+    Column("decided_by", String(128), nullable=True),
+    Column("decided_at", UTCDateTime, nullable=True),
+    Column("note", Text, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    one_of("kind", v.ACTION_KINDS),
+    one_of("status", v.ACTION_STATUSES),
+    CheckConstraint(
+        "status = 'pending_approval' OR status = 'superseded' OR decided_by IS NOT NULL",
+        name="decision_has_decider",
+    ),
+    Index(None, "status", "created_at"),
+    Index(None, "task_id", "generation"),
+)
+
+invocation_receipts = Table(
+    "invocation_receipts",
+    metadata,
+    Column("invocation_id", String(ID), primary_key=True),
+    Column("owner", String(128), nullable=False),
+    Column(
+        "session_id",
+        String(ID),
+        ForeignKey("sessions.session_id", ondelete="CASCADE"),
+        nullable=True,
+    ),
+    Column("tool_name", String(128), nullable=False),
+    Column("identity_key", String(255), nullable=False),
+    Column("args_digest", String(64), nullable=False),
+    Column("claim_token", String(NAME), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("summary", String(200), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    UniqueConstraint("owner", "identity_key"),
+    one_of("status", v.RECEIPT_STATUSES),
+    Index(None, "status", "updated_at"),
+    Index(None, "owner", "tool_name", "args_digest"),
+    Index(None, "session_id"),
+)
+
+collaboration_messages = Table(
+    "collaboration_messages",
+    metadata,
+    Column("message_id", String(ID), primary_key=True),
+    Column(
+        "session_id",
+        String(ID),
+        ForeignKey("sessions.session_id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("role", String(8), nullable=False),
+    Column("text", Text, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    one_of("role", v.MESSAGE_ROLES),
+    Index(None, "session_id", "created_at"),
+)
+
+recovery_snapshots = Table(
+    "recovery_snapshots",
+    metadata,
+    Column(
+        "session_id",
+        String(ID),
+        ForeignKey("sessions.session_id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("messages", JSONDocument, nullable=False),
+    Column("receipts", JSONDocument, nullable=False),
+    Column("unknown_calls", JSONDocument, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+#: The embedded lease back end: one row a lease name, fenced by its token.
+leases = Table(
+    "leases",
+    metadata,
+    Column("name", String(128), primary_key=True),
+    Column("token", String(NAME), nullable=False),
+    Column("holder", String(255), nullable=False),
+    Column("acquired_at", UTCDateTime, nullable=False),
+    Column("renewed_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+    Index(None, "expires_at"),
+)

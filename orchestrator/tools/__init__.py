@@ -1,0 +1,1 @@
+"""Agent tools, one module per family, all built on `orchestrator.tools.base`."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from logging.config import fileConfig
 
 from alembic import context
+
 from orchestrator.store.db import make_engine
 from orchestrator.store.tables import metadata
 

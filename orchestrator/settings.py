@@ -10,7 +10,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-__all__ = ["SettingsError", "Settings", "get_settings", "load_settings"]
+__all__ = ["Settings", "SettingsError", "get_settings", "load_settings"]
 
 DEFAULT_HOME = ".orchestrator"
 

@@ -16,7 +16,6 @@ __all__ = ["CommandFailed", "Handler", "add_json_flag", "load", "print_json"]
 Handler = Callable[[argparse.Namespace], int]
 
 
-
 class CommandFailed(Exception):
     """A command cannot do what was asked; the message is printed as one line."""
 

@@ -93,9 +93,7 @@ sessions = Table(
     metadata,
     Column("session_id", String(ID), primary_key=True),
     Column("purpose", String(24), nullable=False),
-    Column(
-        "task_id", String(ID), ForeignKey("tasks.task_id", ondelete="CASCADE"), nullable=True
-    ),
+    Column("task_id", String(ID), ForeignKey("tasks.task_id", ondelete="CASCADE"), nullable=True),
     Column("generation", Integer, nullable=True),
     Column("owner", String(128), nullable=False),
     Column("title", String(200), nullable=False),

@@ -1,0 +1,121 @@
+"""Shared fixtures: real Postgres and Redis servers, fresh migrated databases per test.
+
+A missing server binary skips the tests that need it locally, and fails them when `CI` is set.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from orchestrator.store import Database
+from orchestrator.store.migrations import upgrade
+from tests.services import PostgresServer, RedisServer, ServiceMissing
+
+_STARTED: dict[str, str] = {}
+
+
+def _unavailable(message: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"{message} (CI is set, so a missing service fails the run)", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A real Postgres server for the whole session, with a migrated template database."""
+    server = PostgresServer()
+    try:
+        server.start()
+    except ServiceMissing as exc:
+        server.stop()
+        _unavailable(str(exc))
+    _STARTED["Postgres"] = server.version
+    with server.connect() as conn:
+        conn.execute("CREATE DATABASE orch_template")
+    upgrade(server.url("orch_template"))
+    with server.connect() as conn:
+        conn.execute("ALTER DATABASE orch_template WITH IS_TEMPLATE true")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_url(postgres: PostgresServer) -> Iterator[str]:
+    """A fresh database migrated to head, dropped after the test."""
+    name = postgres.create_database(template="orch_template")
+    yield postgres.url(name)
+    postgres.drop_database(name)
+
+
+@pytest.fixture
+def pg_empty_url(postgres: PostgresServer) -> Iterator[str]:
+    """A fresh empty database (no schema), dropped after the test."""
+    name = postgres.create_database()
+    yield postgres.url(name)
+    postgres.drop_database(name)
+
+
+@pytest.fixture(scope="session")
+def _sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("sqlite-template") / "template.db"
+    upgrade(f"sqlite:///{path}")
+    return path
+
+
+@pytest.fixture
+def sqlite_url(_sqlite_template: Path, tmp_path: Path) -> str:
+    """A fresh SQLite file migrated to head."""
+    path = tmp_path / "store.db"
+    shutil.copyfile(_sqlite_template, path)
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest) -> str:
+    """The same test against both stores."""
+    fixture = "sqlite_url" if request.param == "sqlite" else "pg_url"
+    return str(request.getfixturevalue(fixture))
+
+
+@pytest.fixture
+def db(store_url: str) -> Iterator[Database]:
+    database = Database.from_url(store_url)
+    yield database
+    database.dispose()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """A real redis-server for the whole session (no persistence)."""
+    server = RedisServer()
+    try:
+        server.start()
+    except ServiceMissing as exc:
+        _unavailable(str(exc))
+    _STARTED["Redis"] = server.version
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """The session's Redis, emptied for this test."""
+    if redis_server.process is None or redis_server.process.poll() is not None:
+        redis_server.start()
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushall()
+    client.close()
+    return redis_server.url
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _STARTED:
+        listed = ", ".join(f"{name} {version}" for name, version in sorted(_STARTED.items()))
+        terminalreporter.write_line(f"real services used by this run: {listed}")

@@ -1,0 +1,185 @@
+"""Real Postgres and Redis servers for the tests, started from the local binaries.
+
+Each server lives in a temporary folder on a free loopback port and is stopped at the end of
+the session. Postgres refuses to run as root, so under root it runs as the `postgres` user.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+__all__ = ["PostgresServer", "RedisServer", "ServiceMissing", "free_port"]
+
+PG_INSTALL_HINT = "install it with `apt-get install postgresql` (Debian) to run these tests"
+REDIS_INSTALL_HINT = "install it with `apt-get install redis-server` (Debian) to run these tests"
+
+
+class ServiceMissing(Exception):
+    """A server binary the tests need is not installed."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _pg_bin(name: str) -> str:
+    found = shutil.which(name)
+    if found:
+        return found
+    candidates = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)
+    if candidates:
+        return candidates[0]
+    raise ServiceMissing(f"Postgres binary `{name}` not found; {PG_INSTALL_HINT}")
+
+
+def _as_root() -> bool:
+    return os.geteuid() == 0
+
+
+@dataclass
+class PostgresServer:
+    """A throwaway Postgres cluster: `initdb`, `pg_ctl start`, trust auth on loopback."""
+
+    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="orch-pg-")))
+    port: int = field(default_factory=free_port)
+    version: str = ""
+    _counter: int = 0
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    def _run(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        command = list(argv)
+        if _as_root():
+            command = ["runuser", "-u", "postgres", "--", *command]
+        return subprocess.run(command, check=True, capture_output=True, text=True, timeout=120)
+
+    def start(self) -> None:
+        initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
+        if _as_root():
+            shutil.chown(self.root, "postgres", "postgres")
+        self._run(initdb, "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
+        options = (
+            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
+            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
+            "-c max_connections=300 -c shared_buffers=64MB"
+        )
+        self._run(
+            pg_ctl, "-D", str(self.data), "-o", options, "-l", str(self.root / "log"), "-w", "start"
+        )
+        with self.connect() as conn:
+            row = conn.execute("SHOW server_version").fetchone()
+            self.version = str(row[0]) if row else "?"
+
+    def stop(self) -> None:
+        try:
+            self._run(_pg_bin("pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop")
+        except (subprocess.CalledProcessError, ServiceMissing):
+            pass
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
+
+    def connect(self, database: str = "postgres") -> psycopg.Connection[tuple[object, ...]]:
+        return psycopg.connect(
+            host="127.0.0.1", port=self.port, user="postgres", dbname=database, autocommit=True
+        )
+
+    def create_database(self, template: str | None = None) -> str:
+        """A new empty database (or a copy of `template`); returns its name."""
+        self._counter += 1
+        name = f"t{os.getpid()}_{self._counter}"
+        clause = f" TEMPLATE {template}" if template else ""
+        with self.connect() as conn:
+            conn.execute(f"CREATE DATABASE {name}{clause}")  # type: ignore[arg-type]
+        return name
+
+    def drop_database(self, name: str) -> None:
+        with self.connect() as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")  # type: ignore[arg-type]
+
+
+@dataclass
+class RedisServer:
+    """A throwaway redis-server without persistence: a restart loses every key."""
+
+    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="orch-redis-")))
+    port: int = field(default_factory=free_port)
+    version: str = ""
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise ServiceMissing(f"`redis-server` not found; {REDIS_INSTALL_HINT}")
+        self.process = subprocess.Popen(
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.root),
+                "--daemonize",
+                "no",
+                "--logfile",
+                str(self.root / "log"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        import redis
+
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                client = redis.Redis.from_url(self.url)
+                info = client.info("server")
+                self.version = str(info.get("redis_version", "?"))
+                client.close()
+                return
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+            self.process = None
+
+    def restart(self) -> None:
+        """Kill the server and start it again on the same port, empty (its data is lost)."""
+        self.stop()
+        self.start()
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)

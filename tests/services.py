@@ -6,6 +6,7 @@ the session. Postgres refuses to run as root, so under root it runs as the `post
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -85,10 +86,8 @@ class PostgresServer:
             self.version = str(row[0]) if row else "?"
 
     def stop(self) -> None:
-        try:
+        with contextlib.suppress(subprocess.CalledProcessError, ServiceMissing):
             self._run(_pg_bin("pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop")
-        except (subprocess.CalledProcessError, ServiceMissing):
-            pass
         shutil.rmtree(self.root, ignore_errors=True)
 
     def url(self, database: str = "postgres") -> str:

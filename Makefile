@@ -1,0 +1,30 @@
+# One command set for people and CI: `make demo`, `make test`, `make lint`.
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(VENV)/bin
+
+.PHONY: test lint format services clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+services:
+	@scripts/ensure-services.sh
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+format: $(BIN)/.installed
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+test: $(BIN)/.installed services lint
+	$(BIN)/pytest
+
+clean:
+	rm -rf .orchestrator .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The tests start their own Postgres and Redis from the local binaries; this makes sure the
+# binaries exist. As root it installs Debian's packages; otherwise it says how.
+set -euo pipefail
+
+have_postgres() {
+  command -v initdb >/dev/null 2>&1 || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null
+}
+have_redis() { command -v redis-server >/dev/null 2>&1; }
+
+missing=()
+have_postgres || missing+=(postgresql)
+have_redis || missing+=(redis-server)
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "installing ${missing[*]} (Debian packages) for the tests"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "missing for the integration tests: ${missing[*]}" >&2
+  echo "install with: sudo apt-get install ${missing[*]}" >&2
+  echo "(locally those tests are skipped; with CI set they fail)" >&2
+fi

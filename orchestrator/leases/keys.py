@@ -1,0 +1,27 @@
+"""Every Redis key the orchestrator uses, in one place, all under the `orch:` prefix.
+
+One module keeps the key space reviewable (what can collide, what `SCAN orch:*` returns) and lets
+a shared Redis host several things without guessing at names spread through the code.
+"""
+
+from __future__ import annotations
+
+__all__ = ["LEASE_PREFIX", "PREFIX", "lease_key", "lease_name"]
+
+PREFIX = "orch:"
+
+#: One string key per lease: `orch:lease:<name>`, value `token|acquired_ms|renewed_ms|holder`.
+LEASE_PREFIX = f"{PREFIX}lease:"
+
+
+def lease_key(name: str) -> str:
+    """The Redis key of the lease called `name`."""
+    return f"{LEASE_PREFIX}{name}"
+
+
+def lease_name(key: str | bytes) -> str:
+    """The lease name back from its key (for scans)."""
+    text = key.decode() if isinstance(key, bytes) else key
+    if not text.startswith(LEASE_PREFIX):
+        raise ValueError(f"not a lease key: {text!r}")
+    return text[len(LEASE_PREFIX) :]

@@ -1,0 +1,166 @@
+"""Leases in Redis: `SET NX PX` to take one, token-comparing Lua scripts to renew and release.
+
+Expiry is Redis's own (`PX`, server side), so a worker's clock never decides who holds a lease.
+Each lease is one string key (see `keys.py`) holding `token|acquired_ms|renewed_ms|holder`;
+the timestamps are the client's wall clock in UTC and are informational only.
+Needs Redis 7.0 or later (`SET ... NX GET`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+
+from orchestrator.leases.base import (
+    LeaseBackend,
+    LeaseBackendUnavailable,
+    LeaseInfo,
+    check_holder,
+    check_name,
+    new_token,
+    ttl_milliseconds,
+)
+from orchestrator.leases.keys import lease_key
+
+__all__ = ["RedisLeaseBackend", "connect_redis"]
+
+T = TypeVar("T")
+
+# A renewal must fail fast enough for the heartbeat to notice within one renew interval, so a
+# few short retries replace redis-py's default exponential backoff of up to ten seconds.
+SOCKET_TIMEOUT_SECONDS = 2.0
+RETRIES = 2
+
+# KEYS[1] lease key; ARGV[1] token, ARGV[2] ttl ms, ARGV[3] renewed-at ms.
+# Token compare and re-set in one script: renewal is one round trip and cannot race a takeover.
+_RENEW = """
+local value = redis.call('GET', KEYS[1])
+if not value then return 0 end
+local token, acquired, _, holder = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
+if token ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], token .. '|' .. acquired .. '|' .. ARGV[3] .. '|' .. holder,
+           'PX', ARGV[2])
+return 1
+"""
+
+# KEYS[1] lease key; ARGV[1] token.
+_RELEASE = """
+local value = redis.call('GET', KEYS[1])
+if not value then return 0 end
+if string.match(value, '^([^|]*)|') ~= ARGV[1] then return 0 end
+return redis.call('DEL', KEYS[1])
+"""
+
+# KEYS[1] lease key. Value and remaining time read atomically, in one round trip.
+_GET = """
+local value = redis.call('GET', KEYS[1])
+if not value then return false end
+return {value, redis.call('PTTL', KEYS[1])}
+"""
+
+
+def connect_redis(url: str) -> redis.Redis:
+    """A client for `url` with short timeouts and a bounded retry, suited to lease heartbeats."""
+    return redis.Redis.from_url(
+        url,
+        socket_timeout=SOCKET_TIMEOUT_SECONDS,
+        socket_connect_timeout=SOCKET_TIMEOUT_SECONDS,
+        retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), RETRIES),
+        health_check_interval=30,
+    )
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _from_ms(value: bytes | str) -> datetime:
+    return datetime.fromtimestamp(int(value) / 1000, UTC)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class RedisLeaseBackend(LeaseBackend):
+    """Leases on a Redis server; the client is thread-safe, so one instance serves a process."""
+
+    def __init__(self, client: redis.Redis, *, owns_client: bool = False) -> None:
+        self._client = client
+        self._owns_client = owns_client
+        # Registered once: the Script objects run EVALSHA and reload themselves after a restart.
+        self._renew = client.register_script(_RENEW)
+        self._release = client.register_script(_RELEASE)
+        self._get = client.register_script(_GET)
+
+    @classmethod
+    def from_url(cls, url: str) -> RedisLeaseBackend:
+        return cls(connect_redis(url), owns_client=True)
+
+    def acquire(self, name: str, holder: str, ttl_seconds: float) -> str | None:
+        check_name(name)
+        check_holder(holder)
+        ttl_ms = ttl_milliseconds(ttl_seconds)
+        token = new_token()
+        now = _now_ms()
+        value = f"{token}|{now}|{now}|{holder}"
+        # GET makes the SET retry-safe: if a first attempt succeeded but its reply was lost, the
+        # retry finds our own token instead of reporting the lease as taken by someone else.
+        previous = self._call(
+            lambda: self._client.set(lease_key(name), value, nx=True, px=ttl_ms, get=True)
+        )
+        if previous is None or _text(previous).split("|", 1)[0] == token:
+            return token
+        return None
+
+    def renew(self, name: str, token: str, ttl_seconds: float) -> bool:
+        check_name(name)
+        ttl_ms = ttl_milliseconds(ttl_seconds)
+        result = self._call(
+            lambda: self._renew(keys=[lease_key(name)], args=[token, ttl_ms, _now_ms()])
+        )
+        return bool(result)
+
+    def release(self, name: str, token: str) -> bool:
+        check_name(name)
+        # A retry after a lost reply answers False although the first attempt released it; the
+        # lease is free either way, which is all a releasing holder needs.
+        result = self._call(lambda: self._release(keys=[lease_key(name)], args=[token]))
+        return bool(result)
+
+    def get(self, name: str) -> LeaseInfo | None:
+        check_name(name)
+        reply = self._call(lambda: self._get(keys=[lease_key(name)]))
+        if not reply:
+            return None
+        raw, remaining_ms = reply
+        token, acquired, renewed, holder = _text(raw).split("|", 3)
+        # PTTL is the server's own countdown; anchoring it to our clock gives the real deadline.
+        expires_at = datetime.now(UTC) + timedelta(milliseconds=max(int(remaining_ms), 0))
+        return LeaseInfo(
+            name=name,
+            holder=holder,
+            token=token,
+            acquired_at=_from_ms(acquired),
+            renewed_at=_from_ms(renewed),
+            expires_at=expires_at,
+        )
+
+    def close(self) -> None:
+        if self._owns_client:
+            self._client.close()
+
+    @staticmethod
+    def _call(operation: Callable[[], T]) -> T:
+        try:
+            return operation()
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            raise LeaseBackendUnavailable(f"Redis did not answer the lease call: {exc}") from exc

@@ -1,0 +1,157 @@
+"""Leases in the store's `leases` table: the embedded back end, on SQLite or Postgres.
+
+One row a lease. Taking one is a single upsert that only overwrites a row whose lease expired;
+renew and release compare the token in their WHERE clause, so each call is one statement.
+
+Clock: on Postgres every comparison and timestamp uses the server's `statement_timestamp()`, so
+a fleet of workers with drifting clocks still agrees on who holds a lease; SQLite has no server,
+so there it is this process's UTC wall clock (every SQLite user runs on the same machine).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from sqlalchemy import ColumnElement, Interval, delete, func, literal, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import InterfaceError, OperationalError
+
+from orchestrator.leases.base import (
+    LeaseBackend,
+    LeaseBackendUnavailable,
+    LeaseInfo,
+    check_holder,
+    check_name,
+    new_token,
+    ttl_milliseconds,
+)
+from orchestrator.store.db import Database
+from orchestrator.store.tables import leases
+from orchestrator.store.types import UTCDateTime, utcnow
+
+__all__ = ["SqlLeaseBackend"]
+
+T = TypeVar("T")
+
+
+class SqlLeaseBackend(LeaseBackend):
+    """Leases kept in the store. The `Database` belongs to the caller; `close()` leaves it open."""
+
+    def __init__(self, database: Database) -> None:
+        if database.dialect not in {"postgresql", "sqlite"}:
+            raise ValueError(f"no SQL lease back end for {database.dialect}")
+        self._database = database
+        self._postgres = database.dialect == "postgresql"
+
+    def _clock(
+        self, ttl_seconds: float | None = None
+    ) -> tuple[ColumnElement[Any], ColumnElement[Any]]:
+        """`now` and `now + ttl` as SQL expressions, from the one clock this dialect uses."""
+        ttl = timedelta(0)
+        if ttl_seconds is not None:
+            ttl = timedelta(milliseconds=ttl_milliseconds(ttl_seconds))
+        if self._postgres:
+            now: ColumnElement[Any] = func.statement_timestamp(type_=UTCDateTime)
+            # Typed as an interval: left to infer, SQLAlchemy would bind it as a timestamp.
+            return now, now + literal(ttl, Interval())
+        wall = utcnow()
+        return literal(wall, UTCDateTime), literal(wall + ttl, UTCDateTime)
+
+    def acquire(self, name: str, holder: str, ttl_seconds: float) -> str | None:
+        check_name(name)
+        check_holder(holder)
+        now, expires = self._clock(ttl_seconds)
+        token = new_token()
+        insert = (postgresql.insert if self._postgres else sqlite.insert)(leases)
+        taking = insert.values(
+            name=name,
+            token=token,
+            holder=holder,
+            acquired_at=now,
+            renewed_at=now,
+            expires_at=expires,
+        )
+        # The WHERE is checked against the row as it is once the conflict is locked (Postgres)
+        # or under the writer lock (SQLite), so of many racing takers exactly one gets a row back.
+        statement = taking.on_conflict_do_update(
+            index_elements=[leases.c.name],
+            set_={
+                column: taking.excluded[column]
+                for column in ("token", "holder", "acquired_at", "renewed_at", "expires_at")
+            },
+            where=leases.c.expires_at <= now,
+        ).returning(leases.c.token)
+
+        def run() -> str | None:
+            with self._database.transaction() as conn:
+                row = conn.execute(statement).one_or_none()
+            return None if row is None else str(row.token)
+
+        return self._call(run)
+
+    def renew(self, name: str, token: str, ttl_seconds: float) -> bool:
+        check_name(name)
+        now, expires = self._clock(ttl_seconds)
+        statement = (
+            update(leases)
+            .where(leases.c.name == name, leases.c.token == token, leases.c.expires_at > now)
+            .values(renewed_at=now, expires_at=expires)
+        )
+
+        def run() -> bool:
+            with self._database.transaction() as conn:
+                return conn.execute(statement).rowcount == 1
+
+        return self._call(run)
+
+    def release(self, name: str, token: str) -> bool:
+        check_name(name)
+        now, _ = self._clock()
+        # Our own expired row goes too (it would only wait for the next taker), but the answer
+        # is True only for a live lease, as in Redis where an expired key is already gone.
+        statement = (
+            delete(leases)
+            .where(leases.c.name == name, leases.c.token == token)
+            .returning((leases.c.expires_at > now).label("live"))
+        )
+
+        def run() -> bool:
+            with self._database.transaction() as conn:
+                row = conn.execute(statement).one_or_none()
+            return row is not None and bool(row.live)
+
+        return self._call(run)
+
+    def get(self, name: str) -> LeaseInfo | None:
+        check_name(name)
+        now, _ = self._clock()
+        statement = select(leases).where(leases.c.name == name, leases.c.expires_at > now)
+
+        def run() -> LeaseInfo | None:
+            with self._database.transaction(readonly=True) as conn:
+                row = conn.execute(statement).one_or_none()
+            if row is None:
+                return None
+            return LeaseInfo(
+                name=row.name,
+                holder=row.holder,
+                token=row.token,
+                acquired_at=row.acquired_at,
+                renewed_at=row.renewed_at,
+                expires_at=row.expires_at,
+            )
+
+        return self._call(run)
+
+    def close(self) -> None:
+        """Nothing to free: the database is the caller's."""
+
+    @staticmethod
+    def _call(operation: Callable[[], T]) -> T:
+        try:
+            return operation()
+        except (OperationalError, InterfaceError) as exc:
+            message = f"the store did not answer the lease call: {exc}"
+            raise LeaseBackendUnavailable(message) from exc

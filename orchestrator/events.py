@@ -1,0 +1,190 @@
+"""Plan events across processes: a committed revision wakes the streams that watch its session.
+
+The store is the event log: a stream sends the revisions above the last one it sent, so nothing
+uncommitted is ever shown, a reconnect replays from `Last-Event-ID`, and a lost wake-up only
+delays an event. Wake-ups travel over Redis pub/sub when Redis is configured; in embedded mode
+streams poll the store (which every process shares) and same-process publishes wake them at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Final, Protocol
+
+import redis
+import redis.asyncio as aioredis
+
+from orchestrator.settings import Settings
+
+__all__ = [
+    "PLAN_CHANNEL_PREFIX",
+    "CompositeNotifier",
+    "NullNotifier",
+    "PlanHub",
+    "PlanNotifier",
+    "RedisNotifier",
+    "make_notifier",
+]
+
+log = logging.getLogger(__name__)
+
+#: Redis channel of a session's plan wake-ups: prefix + session_id; the message is the revision.
+PLAN_CHANNEL_PREFIX: Final = "orch:plans:"
+EMBEDDED_POLL_SECONDS: Final = 0.5
+# With Redis a poll is only the safety net for a wake-up lost while a subscriber reconnected.
+REDIS_POLL_SECONDS: Final = 5.0
+
+
+class PlanNotifier(Protocol):
+    """Told once after a revision committed; must never raise (the write already happened)."""
+
+    def notify(self, session_id: str, revision: int) -> None: ...
+
+
+class NullNotifier:
+    """Embedded processes without streams: the pollers of other processes find the revision."""
+
+    def notify(self, session_id: str, revision: int) -> None:
+        return None
+
+
+class RedisNotifier:
+    """Publishes a wake-up on the session's channel; a Redis failure is logged, not raised."""
+
+    def __init__(self, url: str) -> None:
+        self._client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+
+    def notify(self, session_id: str, revision: int) -> None:
+        try:
+            self._client.publish(f"{PLAN_CHANNEL_PREFIX}{session_id}", str(revision))
+        except redis.RedisError as exc:
+            log.warning("plan wake-up for session %s not published: %s", session_id, exc)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class CompositeNotifier:
+    """Tells several notifiers, in order."""
+
+    def __init__(self, notifiers: Sequence[PlanNotifier]) -> None:
+        self._notifiers = tuple(notifiers)
+
+    def notify(self, session_id: str, revision: int) -> None:
+        for notifier in self._notifiers:
+            notifier.notify(session_id, revision)
+
+
+def make_notifier(settings: Settings) -> PlanNotifier:
+    """The notifier a publishing process (a worker, the CLI) uses under `settings`."""
+    if settings.redis_url:
+        return RedisNotifier(settings.redis_url)
+    return NullNotifier()
+
+
+class PlanHub:
+    """The waiting side, one per API process: streams wait here for their session's wake-up."""
+
+    def __init__(self, redis_url: str | None = None, poll_seconds: float | None = None) -> None:
+        self.redis_url = redis_url
+        default = REDIS_POLL_SECONDS if redis_url else EMBEDDED_POLL_SECONDS
+        self.poll_seconds = poll_seconds if poll_seconds is not None else default
+        self._waiters: dict[str, set[asyncio.Event]] = {}
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._listener: asyncio.Task[None] | None = None
+        self.subscribed = asyncio.Event()
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        if self.redis_url:
+            self._listener = asyncio.create_task(self._listen(self.redis_url))
+
+    async def stop(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listener
+            self._listener = None
+        self.wake_all()
+
+    def notify(self, session_id: str, revision: int) -> None:
+        """A `PlanNotifier` for publishes made in this process (from any thread)."""
+        self.wake(session_id)
+
+    def wake(self, session_id: str) -> None:
+        with self._lock:
+            events = list(self._waiters.get(session_id, ()))
+        self._set(events)
+
+    def wake_all(self) -> None:
+        with self._lock:
+            events = [event for group in self._waiters.values() for event in group]
+        self._set(events)
+
+    def _set(self, events: list[asyncio.Event]) -> None:
+        loop = self._loop
+        if not events or loop is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        for event in events:
+            if running is loop:
+                event.set()
+            else:
+                loop.call_soon_threadsafe(event.set)
+
+    async def wait(self, session_id: str, at_most: float) -> bool:
+        """Until a wake-up for the session or min(at_most, poll interval); True when woken."""
+        event = asyncio.Event()
+        with self._lock:
+            self._waiters.setdefault(session_id, set()).add(event)
+        try:
+            async with asyncio.timeout(min(at_most, self.poll_seconds)):
+                await event.wait()
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            with self._lock:
+                group = self._waiters.get(session_id)
+                if group is not None:
+                    group.discard(event)
+                    if not group:
+                        del self._waiters[session_id]
+
+    async def _listen(self, url: str) -> None:
+        backoff = 0.2
+        while True:
+            client = aioredis.Redis.from_url(url)
+            pubsub = client.pubsub()
+            try:
+                await pubsub.psubscribe(f"{PLAN_CHANNEL_PREFIX}*")
+                self.subscribed.set()
+                self.wake_all()  # anything published while we were not subscribed
+                backoff = 0.2
+                async for message in pubsub.listen():
+                    if message.get("type") != "pmessage":
+                        continue
+                    channel = message["channel"]
+                    if isinstance(channel, bytes):
+                        channel = channel.decode("utf-8", "replace")
+                    self.wake(str(channel).removeprefix(PLAN_CHANNEL_PREFIX))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # any Redis trouble: streams fall back to polling meanwhile
+                self.subscribed.clear()
+                log.warning("plan wake-up subscription lost (%s); retrying", exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+                with contextlib.suppress(Exception):
+                    await client.aclose()

@@ -1,0 +1,214 @@
+"""publish_execution_plan and the plan readers (seed 004, DESIGN invariants 1-6).
+
+One publish is one transaction: fence check, session row lock, request_id look-up, rules against
+the previous revision, insert of revision n+1. Only after the commit is the event sent (once, and
+only for a new revision) and the caller's `after_commit` hook run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection
+
+from orchestrator.domain import plans as rules
+from orchestrator.errors import ConflictError, NotFound
+from orchestrator.events import NullNotifier, PlanNotifier
+from orchestrator.store import plans as store
+from orchestrator.store import sessions as session_store
+from orchestrator.store.db import Database
+from orchestrator.store.fencing import check_fence
+from orchestrator.store.plans import PlanRecord
+from orchestrator.store.types import utcnow
+from orchestrator.tools.base import Fence
+
+__all__ = ["AfterCommit", "PlanService", "PublishResult", "SessionPlans", "publish_txn"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """The stored revision; `created` is False when an identical request_id was replayed."""
+
+    plan: PlanRecord
+    created: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.plan.to_dict()
+
+
+#: Run after the publish committed (new revision or replay); executions renew their lease here.
+AfterCommit = Callable[[PublishResult], None]
+
+
+@dataclass(frozen=True)
+class SessionPlans:
+    """What a stream's first `state` event needs: is the session's execution running, the plan."""
+
+    session_id: str
+    running: bool
+    latest: PlanRecord | None
+
+
+def publish_txn(
+    conn: Connection,
+    session_id: str,
+    payload: Any,
+    *,
+    fence: Fence | None = None,
+    now: datetime | None = None,
+) -> PublishResult:
+    """The publish inside the caller's transaction; the caller notifies after its commit."""
+    draft, problems = rules.parse_plan(payload)
+    if fence is not None:
+        check_fence(conn, fence)
+    # Every publisher of a session queues on its row, so max(revision) + 1 stays gapless.
+    session = session_store.get_session(conn, session_id, lock=True)
+    if session is None:
+        problems.insert(
+            0,
+            {"code": "unknown_session", "message": f"session {session_id} does not exist"},
+        )
+        rules.raise_problems(problems)
+        raise AssertionError("unreachable")  # pragma: no cover
+    if fence is not None and session.task_id != fence.task_id:
+        raise ConflictError(
+            f"session {session_id} does not belong to task {fence.task_id}",
+            code="session_mismatch",
+        )
+    request_id = payload.get("request_id") if isinstance(payload, dict) else None
+    if isinstance(request_id, str):
+        stored = store.get_by_request_id(conn, session_id, request_id)
+        if stored is not None:
+            if draft is not None and draft.digest == stored.content_digest:
+                return PublishResult(stored, created=False)
+            message = (
+                f"request_id {request_id} was already used for revision {stored.revision} "
+                "with other content; use a new request_id for a new revision"
+            )
+            raise ConflictError(
+                message,
+                code="request_id_conflict",
+                details=[{"code": "request_id_conflict", "message": message}],
+            )
+    previous = store.latest_revision(conn, session_id)
+    nodes = draft.nodes if draft is not None else _raw_nodes(payload)
+    problems += rules.check_update(nodes, previous.nodes if previous else None)
+    rules.raise_problems(problems)
+    assert draft is not None  # no problem was found, so the draft exists
+    record = PlanRecord(
+        session_id=session_id,
+        revision=(previous.revision if previous else 0) + 1,
+        request_id=draft.request_id,
+        schema_version=rules.SCHEMA_VERSION,
+        title=draft.title,
+        reason=draft.reason,
+        nodes=draft.nodes,
+        edges=draft.edges,
+        content_digest=draft.digest,
+        task_id=fence.task_id if fence else session.task_id,
+        generation=fence.generation if fence else session.generation,
+        updated_at=now or utcnow(),
+    )
+    store.insert_revision(conn, record)
+    return PublishResult(record, created=True)
+
+
+def _raw_nodes(payload: Any) -> list[Any]:
+    nodes = payload.get("nodes") if isinstance(payload, dict) else None
+    return nodes if isinstance(nodes, list) else []
+
+
+class PlanService:
+    """Plans over one `Database`; `notifier` hears of every new revision after its commit."""
+
+    def __init__(
+        self,
+        db: Database,
+        notifier: PlanNotifier | None = None,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.db = db
+        self.notifier: PlanNotifier = notifier or NullNotifier()
+        self.clock = clock
+
+    def publish_execution_plan(
+        self,
+        session_id: str,
+        payload: Any,
+        *,
+        fence: Fence | None = None,
+        after_commit: AfterCommit | None = None,
+    ) -> PublishResult:
+        """Validate and store a new revision, or return the stored one for a replayed request_id.
+
+        Raises `ValidationFailed` (every problem in `details`), `ConflictError`
+        (`request_id_conflict`, `session_mismatch`) or `StaleGeneration`; then nothing was written.
+        """
+        with self.db.transaction() as conn:
+            result = publish_txn(conn, session_id, payload, fence=fence, now=self.clock())
+        if result.created:
+            self.notify(result.plan)
+        if after_commit is not None:
+            after_commit(result)
+        return result
+
+    def notify(self, plan: PlanRecord) -> None:
+        """Wake the streams of the plan's session; never raises (the revision is committed)."""
+        try:
+            self.notifier.notify(plan.session_id, plan.revision)
+        except Exception:
+            log.exception("plan wake-up for session %s failed", plan.session_id)
+
+    def _session_or_404(self, conn: Connection, session_id: str) -> session_store.SessionRecord:
+        session = session_store.get_session(conn, session_id)
+        if session is None:
+            raise NotFound(f"session {session_id} does not exist")
+        return session
+
+    def history(self, session_id: str) -> dict[str, Any]:
+        """`{"session_id", "latest", "revisions": [summaries, oldest first]}`."""
+        with self.db.transaction(readonly=True) as conn:
+            self._session_or_404(conn, session_id)
+            latest = store.latest_revision(conn, session_id)
+            summaries = store.list_summaries(conn, session_id)
+        return {
+            "session_id": session_id,
+            "latest": latest.to_dict() if latest else None,
+            "revisions": summaries,
+        }
+
+    def revision(self, session_id: str, revision: int) -> PlanRecord:
+        with self.db.transaction(readonly=True) as conn:
+            self._session_or_404(conn, session_id)
+            record = store.get_revision(conn, session_id, revision)
+        if record is None:
+            raise NotFound(f"session {session_id} has no plan revision {revision}")
+        return record
+
+    def latest(self, session_id: str) -> PlanRecord | None:
+        with self.db.transaction(readonly=True) as conn:
+            self._session_or_404(conn, session_id)
+            return store.latest_revision(conn, session_id)
+
+    def state(self, session_id: str) -> SessionPlans:
+        """The snapshot a stream opens with."""
+        with self.db.transaction(readonly=True) as conn:
+            session = self._session_or_404(conn, session_id)
+            running = session_store.session_running(conn, session)
+            latest = store.latest_revision(conn, session_id)
+        return SessionPlans(session_id, running, latest)
+
+    def revisions_after(self, session_id: str, after: int, limit: int = 100) -> list[PlanRecord]:
+        """Committed revisions above `after`, oldest first."""
+        with self.db.transaction(readonly=True) as conn:
+            return store.revisions_after(conn, session_id, after, limit)
+
+    def latest_number(self, session_id: str) -> int:
+        with self.db.transaction(readonly=True) as conn:
+            return store.latest_revision_number(conn, session_id)

@@ -1,0 +1,170 @@
+"""Plan revisions: one row per accepted publish, in their own table (never in message history)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Row, func, insert, select
+
+from orchestrator.domain.plans import status_counts
+from orchestrator.store.tables import plan_revisions
+
+__all__ = [
+    "PlanRecord",
+    "get_by_request_id",
+    "get_revision",
+    "insert_revision",
+    "latest_revision",
+    "latest_revision_number",
+    "list_summaries",
+    "revisions_after",
+]
+
+_SUMMARY = (
+    plan_revisions.c.revision,
+    plan_revisions.c.updated_at,
+    plan_revisions.c.title,
+    plan_revisions.c.reason,
+    plan_revisions.c.nodes,
+)
+
+
+@dataclass(frozen=True)
+class PlanRecord:
+    """One stored revision of a session's execution plan."""
+
+    session_id: str
+    revision: int
+    request_id: str
+    schema_version: str
+    title: str
+    reason: str
+    nodes: list[dict[str, Any]]
+    edges: list[dict[str, Any]]
+    content_digest: str
+    task_id: str | None
+    generation: int | None
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Row[Any]) -> PlanRecord:
+        return cls(
+            session_id=row.session_id,
+            revision=row.revision,
+            request_id=row.request_id,
+            schema_version=row.schema_version,
+            title=row.title,
+            reason=row.reason,
+            nodes=list(row.nodes),
+            edges=list(row.edges),
+            content_digest=row.content_digest,
+            task_id=row.task_id,
+            generation=row.generation,
+            updated_at=row.updated_at,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The revision as the API, the stream and the agent tool show it."""
+        return {
+            "schema_version": self.schema_version,
+            "session_id": self.session_id,
+            "revision": self.revision,
+            "request_id": self.request_id,
+            "title": self.title,
+            "reason": self.reason,
+            "nodes": self.nodes,
+            "edges": self.edges,
+            "status_counts": status_counts(self.nodes),
+            "task_id": self.task_id,
+            "generation": self.generation,
+            "updated_at": self.updated_at.isoformat(),
+        }
+
+
+def insert_revision(conn: Connection, record: PlanRecord) -> None:
+    conn.execute(
+        insert(plan_revisions).values(
+            session_id=record.session_id,
+            revision=record.revision,
+            request_id=record.request_id,
+            schema_version=record.schema_version,
+            title=record.title,
+            reason=record.reason,
+            nodes=record.nodes,
+            edges=record.edges,
+            content_digest=record.content_digest,
+            task_id=record.task_id,
+            generation=record.generation,
+            updated_at=record.updated_at,
+        )
+    )
+
+
+def latest_revision(conn: Connection, session_id: str) -> PlanRecord | None:
+    row = conn.execute(
+        select(plan_revisions)
+        .where(plan_revisions.c.session_id == session_id)
+        .order_by(plan_revisions.c.revision.desc())
+        .limit(1)
+    ).one_or_none()
+    return PlanRecord.from_row(row) if row is not None else None
+
+
+def latest_revision_number(conn: Connection, session_id: str) -> int:
+    """The highest revision of the session, 0 when it has none (cheap: the primary key)."""
+    value = conn.execute(
+        select(func.max(plan_revisions.c.revision)).where(plan_revisions.c.session_id == session_id)
+    ).scalar_one_or_none()
+    return int(value or 0)
+
+
+def get_revision(conn: Connection, session_id: str, revision: int) -> PlanRecord | None:
+    row = conn.execute(
+        select(plan_revisions).where(
+            plan_revisions.c.session_id == session_id, plan_revisions.c.revision == revision
+        )
+    ).one_or_none()
+    return PlanRecord.from_row(row) if row is not None else None
+
+
+def get_by_request_id(conn: Connection, session_id: str, request_id: str) -> PlanRecord | None:
+    row = conn.execute(
+        select(plan_revisions).where(
+            plan_revisions.c.session_id == session_id, plan_revisions.c.request_id == request_id
+        )
+    ).one_or_none()
+    return PlanRecord.from_row(row) if row is not None else None
+
+
+def revisions_after(
+    conn: Connection, session_id: str, after: int, limit: int = 100
+) -> list[PlanRecord]:
+    """Revisions above `after`, oldest first: what a stream has not sent yet."""
+    rows = conn.execute(
+        select(plan_revisions)
+        .where(plan_revisions.c.session_id == session_id, plan_revisions.c.revision > after)
+        .order_by(plan_revisions.c.revision)
+        .limit(limit)
+    )
+    return [PlanRecord.from_row(row) for row in rows]
+
+
+def list_summaries(conn: Connection, session_id: str) -> list[dict[str, Any]]:
+    """Every revision of the session, oldest first, without nodes and edges (only their counts)."""
+    rows = conn.execute(
+        select(*_SUMMARY)
+        .where(plan_revisions.c.session_id == session_id)
+        .order_by(plan_revisions.c.revision)
+    )
+    return [
+        {
+            "revision": row.revision,
+            "updated_at": row.updated_at.isoformat(),
+            "title": row.title,
+            "reason": row.reason,
+            "status_counts": status_counts(row.nodes),
+        }
+        for row in rows
+    ]

@@ -1,0 +1,125 @@
+"""Sessions: insert, read, lock, and list by purpose or task with a keyset cursor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Row, and_, insert, or_, select
+
+from orchestrator.store.tables import sessions, tasks
+
+__all__ = [
+    "SessionRecord",
+    "get_session",
+    "insert_session",
+    "list_sessions",
+    "session_running",
+    "task_exists",
+]
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    """One session row."""
+
+    session_id: str
+    purpose: str
+    task_id: str | None
+    generation: int | None
+    owner: str
+    title: str
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Row[Any]) -> SessionRecord:
+        return cls(
+            session_id=row.session_id,
+            purpose=row.purpose,
+            task_id=row.task_id,
+            generation=row.generation,
+            owner=row.owner,
+            title=row.title,
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "purpose": self.purpose,
+            "task_id": self.task_id,
+            "generation": self.generation,
+            "owner": self.owner,
+            "title": self.title,
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.updated_at.isoformat(),
+        }
+
+
+def insert_session(conn: Connection, record: SessionRecord) -> None:
+    conn.execute(
+        insert(sessions).values(
+            session_id=record.session_id,
+            purpose=record.purpose,
+            task_id=record.task_id,
+            generation=record.generation,
+            owner=record.owner,
+            title=record.title,
+            created_at=record.created_at,
+            updated_at=record.updated_at,
+        )
+    )
+
+
+def get_session(conn: Connection, session_id: str, *, lock: bool = False) -> SessionRecord | None:
+    """The session, or None; `lock` takes its row lock (FOR UPDATE) until the transaction ends."""
+    query = select(sessions).where(sessions.c.session_id == session_id)
+    if lock:
+        query = query.with_for_update()
+    row = conn.execute(query).one_or_none()
+    return SessionRecord.from_row(row) if row is not None else None
+
+
+def task_exists(conn: Connection, task_id: str) -> bool:
+    return (
+        conn.execute(select(tasks.c.task_id).where(tasks.c.task_id == task_id)).first() is not None
+    )
+
+
+def session_running(conn: Connection, session: SessionRecord) -> bool:
+    """True while the session's task runs with this session as its current one."""
+    if session.task_id is None:
+        return False
+    row = conn.execute(
+        select(tasks.c.status, tasks.c.session_id).where(tasks.c.task_id == session.task_id)
+    ).one_or_none()
+    return row is not None and row.status == "running" and row.session_id == session.session_id
+
+
+def list_sessions(
+    conn: Connection,
+    *,
+    purpose: str | None,
+    task_id: str | None,
+    limit: int,
+    after: tuple[datetime, str] | None = None,
+) -> list[SessionRecord]:
+    """Newest first; `after` is the (created_at, session_id) of the last row already seen."""
+    query = select(sessions)
+    if purpose is not None:
+        query = query.where(sessions.c.purpose == purpose)
+    if task_id is not None:
+        query = query.where(sessions.c.task_id == task_id)
+    if after is not None:
+        created_at, session_id = after
+        query = query.where(
+            or_(
+                sessions.c.created_at < created_at,
+                and_(sessions.c.created_at == created_at, sessions.c.session_id < session_id),
+            )
+        )
+    query = query.order_by(sessions.c.created_at.desc(), sessions.c.session_id.desc()).limit(limit)
+    return [SessionRecord.from_row(row) for row in conn.execute(query)]

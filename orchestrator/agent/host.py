@@ -1,0 +1,276 @@
+"""The tool host: the boundary between the model's tool calls and the tools.
+
+It validates arguments before anything runs, refuses unknown tools, keeps read-only callers
+(sub-agents) away from every write, puts each write behind a durable receipt claimed before the
+side effect, maps what happened to `succeeded`/`failed`/`pending`/`unknown`, and pages large
+results through the in-memory cache. `StaleGeneration` and cancellation propagate to the caller.
+No Celery, FastAPI or executions code is imported here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pydantic import ValidationError
+
+from orchestrator.agent.receipted import run_write
+from orchestrator.domain.fingerprints import (
+    NonCanonical,
+    fingerprint,
+    identity_key,
+    refuse_non_finite,
+)
+from orchestrator.errors import OrchestratorError, StaleGeneration
+from orchestrator.store.receipts import ReceiptLedger
+from orchestrator.tools.base import (
+    Effect,
+    Tool,
+    ToolCall,
+    ToolCancelled,
+    ToolContext,
+    ToolResult,
+)
+from orchestrator.tools.results import PREVIEW_CHARS, ResultCache
+
+__all__ = ["ToolHost"]
+
+_STATUSES = frozenset({"succeeded", "failed", "pending", "unknown"})
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A call that passed validation: what runs, and (for writes) its receipt identity."""
+
+    call: ToolCall
+    tool: Tool
+    args: Any
+    effect: Effect
+    digest: str | None = None
+    identity: str | None = None
+
+    @property
+    def unit_key(self) -> tuple[str, ...]:
+        # Identical writes of one turn share one unit (and one receipt); every other call is
+        # its own unit, keyed by its position so two reads with one id still both run.
+        if self.identity is not None and self.digest is not None:
+            return ("write", self.identity, self.digest)
+        return ("call", str(id(self)))
+
+
+class ToolHost:
+    """Runs the tool calls of one model turn; one `ToolResult` per call, in call order."""
+
+    def __init__(
+        self,
+        tools: Sequence[Tool],
+        *,
+        ledger: ReceiptLedger | None,
+        results: ResultCache | None = None,
+        max_workers: int = 8,
+        preview_chars: int = PREVIEW_CHARS,
+    ) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            if tool.name in self._tools:
+                raise ValueError(f"two tools are named {tool.name!r}")
+            self._tools[tool.name] = tool
+        self.ledger = ledger
+        self.results = results
+        self.max_workers = max(1, max_workers)
+        self.preview_chars = preview_chars
+
+    @property
+    def tools(self) -> dict[str, Tool]:
+        return dict(self._tools)
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """The definitions to send to the model, in registration order."""
+        return [tool.schema() for tool in self._tools.values()]
+
+    def run_turn(self, ctx: ToolContext, calls: Sequence[ToolCall]) -> list[ToolResult]:
+        """Run every call of one turn (concurrently when there are several) and return results.
+
+        Raises `StaleGeneration` when the store refuses this generation's writes, and
+        `ToolCancelled` when the round was cancelled; receipts are recorded before either.
+        """
+        results: list[ToolResult | None] = [None] * len(calls)
+        units: dict[tuple[str, ...], list[int]] = {}
+        prepared: dict[tuple[str, ...], _Prepared] = {}
+        for index, call in enumerate(calls):
+            outcome = self._prepare(ctx, call)
+            if isinstance(outcome, ToolResult):
+                results[index] = outcome
+                continue
+            units.setdefault(outcome.unit_key, []).append(index)
+            prepared.setdefault(outcome.unit_key, outcome)
+
+        ordered = list(units)
+        if len(ordered) == 1:
+            done = {ordered[0]: self._run_unit(ctx, prepared[ordered[0]])}
+        elif ordered:
+            done = self._run_concurrently(ctx, [(key, prepared[key]) for key in ordered])
+        else:
+            done = {}
+        for key, indexes in units.items():
+            for index in indexes:
+                results[index] = done[key]
+        return [result for result in results if result is not None]
+
+    # -- preparation ------------------------------------------------------------------------
+
+    def _prepare(self, ctx: ToolContext, call: ToolCall) -> _Prepared | ToolResult:
+        tool = self._tools.get(call.name)
+        if tool is None:
+            return ToolResult.failed(
+                f"unknown tool {call.name!r}; nothing was run", code="unknown_tool"
+            )
+        try:
+            args = tool.normalize(tool.arguments.model_validate(call.arguments))
+        except ValidationError as exc:
+            return ToolResult.failed(
+                "invalid arguments; nothing was run: " + _validation_text(exc),
+                code="invalid_arguments",
+            )
+        except OrchestratorError as exc:
+            return ToolResult.failed(
+                f"invalid arguments; nothing was run: {exc.message}", code="invalid_arguments"
+            )
+        effect = tool.effect_for(args)
+        if ctx.readonly and effect != "read":
+            # Seed 000: sub-agents are read-only at the host boundary, whatever identity they
+            # inherit; a sensitive original value is not readable either.
+            return ToolResult.failed(
+                f"{call.name} ({effect}) is not allowed for a read-only agent; hand it to the "
+                "main agent",
+                code="readonly",
+            )
+        if effect != "write":
+            return _Prepared(call, tool, args, effect)
+        if self.ledger is None:
+            return ToolResult.failed(
+                "write tools need the receipt ledger, which is not configured; nothing was run",
+                code="receipt_unavailable",
+            )
+        try:
+            digest = _digest(args)
+        except NonCanonical as exc:
+            return ToolResult.failed(
+                f"invalid arguments; nothing was run: {exc}", code="invalid_arguments"
+            )
+        if tool.identity == "intent":
+            identity = identity_key("intent", ctx.session_id, ctx.round_id, tool.name, digest)
+        else:
+            identity = identity_key("call", ctx.session_id, call.id)
+        return _Prepared(call, tool, args, effect, digest, identity)
+
+    # -- execution --------------------------------------------------------------------------
+
+    def _run_concurrently(
+        self, ctx: ToolContext, units: list[tuple[tuple[str, ...], _Prepared]]
+    ) -> dict[tuple[str, ...], ToolResult]:
+        futures: list[tuple[tuple[str, ...], Future[ToolResult]]] = []
+        workers = min(self.max_workers, len(units))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tool") as pool:
+            for key, unit in units:
+                futures.append((key, pool.submit(self._run_unit, ctx, unit)))
+        # Every unit has finished (and recorded its receipt) before anything propagates.
+        done: dict[tuple[str, ...], ToolResult] = {}
+        raised: list[BaseException] = []
+        for key, future in futures:
+            error = future.exception()
+            if error is not None:
+                raised.append(error)
+            else:
+                done[key] = future.result()
+        if raised:
+            stale = [error for error in raised if isinstance(error, StaleGeneration)]
+            raise stale[0] if stale else raised[0]
+        return done
+
+    def _run_unit(self, ctx: ToolContext, unit: _Prepared) -> ToolResult:
+        if ctx.cancel is not None and ctx.cancel.is_set():
+            raise ToolCancelled("the round was cancelled before the call started")
+        if unit.effect == "write":
+            assert self.ledger is not None
+            assert unit.digest is not None
+            assert unit.identity is not None
+            result = run_write(
+                self.ledger,
+                ctx,
+                unit.tool,
+                unit.args,
+                digest=unit.digest,
+                identity=unit.identity,
+            )
+        else:
+            result = self._run_read(ctx, unit)
+        return self._page(ctx, unit, result)
+
+    @staticmethod
+    def _run_read(ctx: ToolContext, unit: _Prepared) -> ToolResult:
+        try:
+            result = unit.tool.run(ctx, unit.args)
+        except (StaleGeneration, ToolCancelled):
+            raise
+        except OrchestratorError as exc:
+            return ToolResult.failed(exc.message, code=exc.code)
+        except Exception as exc:
+            return ToolResult.failed(
+                f"{unit.tool.name} failed: {type(exc).__name__}", code="tool_error"
+            )
+        if not isinstance(result, ToolResult) or result.status not in _STATUSES:
+            return ToolResult.failed(
+                f"{unit.tool.name} returned no valid result", code="tool_error"
+            )
+        return result
+
+    # -- large results ----------------------------------------------------------------------
+
+    def _page(self, ctx: ToolContext, unit: _Prepared, result: ToolResult) -> ToolResult:
+        if result.payload is None or not unit.tool.pageable:
+            return result
+        text = _as_text(result.payload)
+        if len(text) <= self.preview_chars:
+            return result
+        preview: dict[str, Any] = {
+            "truncated": True,
+            "preview": text[: self.preview_chars],
+            "total_chars": len(text),
+        }
+        if unit.effect == "sensitive_read":
+            preview["note"] = "sensitive results are not kept for paging; narrow the query"
+        elif self.results is None:
+            preview["note"] = "large results cannot be paged here; narrow the query"
+        else:
+            stored = self.results.put(ctx, text)
+            if stored.result_id is None:
+                preview["note"] = stored.reason
+            else:
+                preview["result_id"] = stored.result_id
+                preview["next_offset"] = self.preview_chars
+                preview["note"] = "read the rest with read_tool_result(result_id, offset)"
+        return replace(result, payload=preview)
+
+
+def _digest(args: Any) -> str:
+    # Validated and normalised arguments: pydantic filled defaults and coerced types first.
+    refuse_non_finite(args.model_dump(mode="python"))
+    return fingerprint(args.model_dump(mode="json"))
+
+
+def _as_text(payload: Any) -> str:
+    if isinstance(payload, str):
+        return payload
+    return json.dumps(payload, ensure_ascii=False, default=str)
+
+
+def _validation_text(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors(include_url=False, include_input=False)[:10]:
+        location = ".".join(str(part) for part in error["loc"]) or "(arguments)"
+        parts.append(f"{location}: {error['msg']}")
+    return "; ".join(parts)

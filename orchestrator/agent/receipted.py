@@ -1,0 +1,246 @@
+"""One write call behind a durable receipt (seed 000, 写工具的持久执行记录).
+
+Order: look for an identical earlier write still `running`/`unknown` (verify it read-only, never
+resend), claim the identity (commit before the side effect), run, record the outcome with the
+claim token. The model cannot set a receipt's status; only the host's observations do.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from orchestrator.domain.outcomes import (
+    OUTCOMES,
+    Outcome,
+    default_outcome,
+    model_message,
+    receipt_status,
+    summary_for,
+    tool_status,
+)
+from orchestrator.errors import ConflictError, StaleGeneration
+from orchestrator.store.receipts import Receipt, ReceiptLedger
+from orchestrator.tools.base import Tool, ToolCancelled, ToolContext, ToolResult
+
+__all__ = ["run_write"]
+
+log = logging.getLogger(__name__)
+
+_VALID = frozenset({"succeeded", "failed", "pending", "unknown"})
+
+
+def run_write(
+    ledger: ReceiptLedger,
+    ctx: ToolContext,
+    tool: Tool,
+    args: Any,
+    *,
+    digest: str,
+    identity: str,
+) -> ToolResult:
+    """Run a validated write at most once for its identity and return the host's verdict."""
+    # A task's owner spans all its generations and sessions: a generation recovered after a
+    # crash must find the write its predecessor left unresolved. A chat looks at its session.
+    # Ordinary tools (identity = call id) are not merged across calls: running the same
+    # diagnostic twice is two intents.
+    if tool.identity == "intent":
+        scope = None if ctx.task_id is not None else ctx.session_id
+        try:
+            previous = ledger.find_unresolved(
+                owner=ctx.owner,
+                tool_name=tool.name,
+                args_digest=digest,
+                session_id=scope,
+                exclude_identity=identity,
+            )
+        except StaleGeneration:
+            raise
+        except Exception:
+            log.exception("receipt lookup failed for %s", tool.name)
+            return _store_down()
+        if previous is not None:
+            return _verify_previous(ledger, ctx, tool, args, previous)
+
+    try:
+        claim = ledger.claim(
+            owner=ctx.owner,
+            session_id=ctx.session_id,
+            tool_name=tool.name,
+            identity_key=identity,
+            args_digest=digest,
+            fence=ctx.fence,
+        )
+    except StaleGeneration:
+        raise
+    except ConflictError as exc:
+        if exc.code == "invocation_conflict":
+            return ToolResult.failed(
+                "this call id was already used with other arguments; it was not run",
+                code="invocation_conflict",
+            )
+        log.warning("receipt claim refused for %s: %s", tool.name, exc.code)
+        return _store_down()
+    except Exception:
+        log.exception("receipt claim failed for %s", tool.name)
+        return _store_down()
+    receipt = claim.receipt
+    if not claim.granted:
+        return _existing(ledger, ctx, tool, args, receipt)
+
+    outcome, result = _execute(ledger, ctx, tool, args, receipt)
+    try:
+        recorded = ledger.finish(
+            receipt.invocation_id,
+            receipt.claim_token,
+            status=receipt_status(outcome),
+            summary=summary_for(outcome),
+            fence=ctx.fence,
+        )
+    except StaleGeneration:
+        raise
+    except Exception:
+        log.exception("recording the outcome of %s failed", receipt.invocation_id)
+        recorded = False
+    if not recorded:
+        # The receipt stays as it is (`running`, or what a cold start made of it): the host
+        # cannot show the outcome, so the model is told it is unknown.
+        return ToolResult(
+            status="unknown",
+            payload=result.payload,
+            message=model_message("record_failed"),
+            invocation_id=receipt.invocation_id,
+            code="record_failed",
+            outcome="record_failed",
+        )
+    return ToolResult(
+        status=tool_status(outcome),
+        payload=result.payload,
+        message=result.message or model_message(outcome),
+        invocation_id=receipt.invocation_id,
+        code=result.code,
+        outcome=outcome,
+    )
+
+
+def _execute(
+    ledger: ReceiptLedger, ctx: ToolContext, tool: Tool, args: Any, receipt: Receipt
+) -> tuple[Outcome, ToolResult]:
+    try:
+        result = tool.run(ctx, args)
+    except StaleGeneration:
+        raise
+    except ToolCancelled:
+        _record_quietly(ledger, ctx, receipt, "cancelled")
+        raise
+    except Exception as exc:
+        log.warning("write tool %s raised %s", tool.name, type(exc).__name__)
+        return "raised", ToolResult(status="unknown", message=model_message("raised"))
+    except BaseException:
+        # Interpreter shutdown, KeyboardInterrupt: the effect may have happened.
+        _record_quietly(ledger, ctx, receipt, "cancelled")
+        raise
+    if not isinstance(result, ToolResult) or result.status not in _VALID:
+        return "indeterminate", ToolResult(status="unknown")
+    if result.outcome in OUTCOMES:
+        outcome: Outcome = result.outcome
+        if tool_status(outcome) == result.status:
+            return outcome, result
+    return default_outcome(result.status), result
+
+
+def _record_quietly(
+    ledger: ReceiptLedger, ctx: ToolContext, receipt: Receipt, outcome: Outcome
+) -> None:
+    try:
+        ledger.finish(
+            receipt.invocation_id,
+            receipt.claim_token,
+            status=receipt_status(outcome),
+            summary=summary_for(outcome),
+            fence=ctx.fence,
+        )
+    except Exception:  # already propagating a cancellation; the cold start will fence it
+        log.exception("recording the cancellation of %s failed", receipt.invocation_id)
+
+
+def _existing(
+    ledger: ReceiptLedger, ctx: ToolContext, tool: Tool, args: Any, receipt: Receipt
+) -> ToolResult:
+    """The identity was already claimed (this round, or the same call id): never run again."""
+    if receipt.status in ("running", "unknown"):
+        return _verify_previous(ledger, ctx, tool, args, receipt)
+    messages = {
+        "succeeded": "This identical call already succeeded in this round; it was not run again "
+        "(its output is not kept).",
+        "pending": "This identical call was already submitted in this round and is not finished; "
+        "it was not submitted again.",
+        "failed": "This identical call already failed in this round; it was not run again. "
+        "Change the arguments or start a new round.",
+    }
+    return ToolResult(
+        status=receipt.status,  # type: ignore[arg-type]
+        message=messages[receipt.status],
+        invocation_id=receipt.invocation_id,
+        code="already_claimed",
+    )
+
+
+def _verify_previous(
+    ledger: ReceiptLedger, ctx: ToolContext, tool: Tool, args: Any, previous: Receipt
+) -> ToolResult:
+    """An identical write is unresolved: read back if the tool can, never send it again."""
+    try:
+        verdict = tool.verify(ctx, args)
+    except (StaleGeneration, ToolCancelled):
+        raise
+    except Exception as exc:
+        log.warning("verifier of %s raised %s", tool.name, type(exc).__name__)
+        verdict = None
+    if verdict is True:
+        try:
+            resolved = ledger.resolve_verified(
+                previous.invocation_id, previous.claim_token, fence=ctx.fence
+            )
+            if not resolved:
+                fresh = ledger.get(previous.invocation_id)
+                resolved = fresh is not None and fresh.status == "succeeded"
+        except StaleGeneration:
+            raise
+        except Exception:
+            log.exception("recording the verification of %s failed", previous.invocation_id)
+            resolved = False
+        if resolved:
+            return ToolResult(
+                status="succeeded",
+                message=model_message("verified"),
+                invocation_id=previous.invocation_id,
+                code="verified",
+                outcome="verified",
+            )
+    how = {
+        True: "the read-back matched but could not be recorded",
+        False: "a read-only read-back does not show the intended value",
+        None: "no automatic read-only verification is available for this call",
+    }[verdict]
+    return ToolResult(
+        status="unknown",
+        message=(
+            f"An identical earlier write ({previous.invocation_id}) is {previous.status}: its "
+            f"outcome is unknown and it was not sent again; {how}. Check the actual state with a "
+            "read-only query or get_tool_execution before deciding anything."
+        ),
+        payload={
+            "previous_invocation_id": previous.invocation_id,
+            "previous_status": previous.status,
+        },
+        invocation_id=previous.invocation_id,
+        code="verify_first",
+    )
+
+
+def _store_down() -> ToolResult:
+    return ToolResult.failed(
+        "the receipt could not be claimed, so nothing was run; try again later",
+        code="receipt_unavailable",
+    )

@@ -1,0 +1,206 @@
+"""What happened to a call → the status the model sees and the status its receipt keeps.
+
+Seed 000: a validation error before the call and an explicit rejection are `failed`; a transport
+break after sending, a timeout or an unreadable response are `unknown`; a confirmed asynchronous
+submission is `pending`, which is not done. Receipts keep one of the fixed host texts below, never
+tool output, so nothing a backend or a model wrote can reach the ledger.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+__all__ = [
+    "OUTCOMES",
+    "SUMMARIES",
+    "UNRESOLVED",
+    "Outcome",
+    "ReceiptStatus",
+    "Status",
+    "default_outcome",
+    "model_message",
+    "receipt_status",
+    "summary_for",
+    "tool_status",
+]
+
+Status = Literal["succeeded", "failed", "pending", "unknown"]
+ReceiptStatus = Literal["running", "succeeded", "failed", "pending", "unknown"]
+Outcome = Literal[
+    "succeeded",  # the tool confirmed the effect
+    "submitted",  # an asynchronous job was confirmed submitted; it is not finished
+    "invalid_arguments",  # refused by validation before anything was sent
+    "not_sent",  # the request provably never left (connection refused, pool exhausted)
+    "rejected",  # an explicit refusal by the target (HTTP 4xx, a business "no")
+    "transport_broken",  # the connection broke after the request may have been sent
+    "timed_out",  # no answer in time after sending
+    "unreadable_response",  # an answer came but cannot be read
+    "server_error",  # the target answered 5xx: it may have applied part of the write
+    "raised",  # the tool raised while executing
+    "indeterminate",  # the tool itself could not confirm how it ended
+    "cancelled",  # the round was cancelled while the call ran
+    "record_failed",  # the effect ran but its outcome could not be recorded
+    "verified",  # a read-only read-back matched the intended value
+    "recovered",  # a cold start found the call still running
+]
+
+OUTCOMES: Final[tuple[Outcome, ...]] = (
+    "succeeded",
+    "submitted",
+    "invalid_arguments",
+    "not_sent",
+    "rejected",
+    "transport_broken",
+    "timed_out",
+    "unreadable_response",
+    "server_error",
+    "raised",
+    "indeterminate",
+    "cancelled",
+    "record_failed",
+    "verified",
+    "recovered",
+)
+
+#: Receipt states from which a write must be verified, never replayed (seed: 运行中或未知).
+UNRESOLVED: Final[tuple[ReceiptStatus, ...]] = ("running", "unknown")
+
+_RECEIPT: Final[dict[Outcome, ReceiptStatus]] = {
+    "succeeded": "succeeded",
+    "verified": "succeeded",
+    "submitted": "pending",
+    "invalid_arguments": "failed",
+    "not_sent": "failed",
+    "rejected": "failed",
+    "transport_broken": "unknown",
+    "timed_out": "unknown",
+    "unreadable_response": "unknown",
+    "server_error": "unknown",
+    "raised": "unknown",
+    "indeterminate": "unknown",
+    "cancelled": "unknown",
+    "recovered": "unknown",
+    # The ledger could not be written: the row stays as it was (`running`) and the next cold
+    # start turns it into `unknown`; the model is told `unknown` now.
+    "record_failed": "running",
+}
+
+#: The fixed host texts a receipt's `summary` may hold. Nothing else is ever stored there.
+SUMMARIES: Final[dict[str, str]] = {
+    "claimed": "Claimed by the host; the call is running.",
+    "succeeded": "The call succeeded.",
+    "verified": "A read-only read-back matched the intended value; not sent again.",
+    "submitted": "An asynchronous job was submitted; it is not finished.",
+    "invalid_arguments": "Refused before sending: the arguments are invalid.",
+    "not_sent": "Failed before sending: the target could not be reached.",
+    "rejected": "The target explicitly rejected the call.",
+    "transport_broken": "The connection broke after sending; the outcome is unknown.",
+    "timed_out": "No answer in time after sending; the outcome is unknown.",
+    "unreadable_response": "The answer could not be read; the outcome is unknown.",
+    "server_error": "The target reported a server error; the outcome is unknown.",
+    "raised": "The tool raised an error while running; the outcome is unknown.",
+    "indeterminate": "The tool could not confirm how the call ended; the outcome is unknown.",
+    "cancelled": "Cancelled while running; the outcome is unknown.",
+    "recovered": "Still running at a cold start; the outcome is unknown.",
+    "record_failed": "The outcome could not be recorded; it is unknown.",
+}
+
+_MESSAGES: Final[dict[Outcome, str]] = {
+    "succeeded": "The call succeeded.",
+    "verified": (
+        "An identical earlier write was left unresolved; a read-only read-back shows the "
+        "intended value is in place, so it was not sent again."
+    ),
+    "submitted": (
+        "The asynchronous job was submitted and is not finished; do not submit it again, "
+        "check its progress with a read-only query."
+    ),
+    "invalid_arguments": "The arguments are invalid; nothing was sent. Fix them and call again.",
+    "not_sent": "The target could not be reached; nothing was sent.",
+    "rejected": "The target rejected the call; nothing was changed by it.",
+    "transport_broken": (
+        "The connection broke after the request was sent: the outcome is unknown. Verify with "
+        "a read-only query or get_tool_execution before any retry."
+    ),
+    "timed_out": (
+        "No answer in time after the request was sent: the outcome is unknown. Verify with a "
+        "read-only query or get_tool_execution before any retry."
+    ),
+    "unreadable_response": (
+        "The answer could not be read: the outcome is unknown. Verify with a read-only query "
+        "before any retry."
+    ),
+    "server_error": (
+        "The target reported a server error: the write may be partly applied and the outcome "
+        "is unknown. Verify with a read-only query before any retry."
+    ),
+    "raised": (
+        "The tool failed while running: the outcome is unknown. Verify with a read-only query "
+        "before any retry."
+    ),
+    "indeterminate": (
+        "The tool could not confirm how the call ended: the outcome is unknown. Verify with a "
+        "read-only query before any retry."
+    ),
+    "cancelled": "The call was cancelled while running: the outcome is unknown.",
+    "record_failed": (
+        "The outcome could not be recorded, so it is unknown. Verify with a read-only query "
+        "before any retry."
+    ),
+    "recovered": (
+        "The call was still running when the host restarted: the outcome is unknown. Verify "
+        "with a read-only query or get_tool_execution before any retry."
+    ),
+}
+
+_UNKNOWN_FOR_READS: Final = frozenset(
+    {
+        "transport_broken",
+        "timed_out",
+        "unreadable_response",
+        "server_error",
+        "raised",
+        "indeterminate",
+        "record_failed",
+        "recovered",
+    }
+)
+
+_DEFAULT: Final[dict[Status, Outcome]] = {
+    "succeeded": "succeeded",
+    "failed": "rejected",
+    "pending": "submitted",
+    "unknown": "indeterminate",
+}
+
+
+def receipt_status(outcome: Outcome) -> ReceiptStatus:
+    """The status a write's receipt records for `outcome`."""
+    return _RECEIPT[outcome]
+
+
+def tool_status(outcome: Outcome, *, writes: bool = True) -> Status:
+    """The status the model sees for `outcome`.
+
+    A read has no side effect to be unsure about, so what would be `unknown` for a write is a
+    plain `failed` for a read; a cancelled read is `failed` too (nothing can have happened).
+    """
+    if not writes and (outcome in _UNKNOWN_FOR_READS or outcome == "cancelled"):
+        return "failed"
+    status = _RECEIPT[outcome]
+    return "unknown" if status == "running" else status
+
+
+def summary_for(outcome: Outcome | Literal["claimed"]) -> str:
+    """The fixed host text for a receipt in this state."""
+    return SUMMARIES[outcome]
+
+
+def model_message(outcome: Outcome) -> str:
+    """The fixed host text the model reads beside the status."""
+    return _MESSAGES[outcome]
+
+
+def default_outcome(status: Status) -> Outcome:
+    """The outcome to record when a tool gave a status but no (consistent) outcome."""
+    return _DEFAULT[status]

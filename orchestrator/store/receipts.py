@@ -1,0 +1,356 @@
+"""The invocation receipt ledger: claim before a side effect, finish with the claim token.
+
+A receipt never holds raw arguments or output: only the owner, session, tool name, an identity
+key, the SHA-256 of the canonical arguments, a claim token, a status and a fixed host summary.
+Claims are `INSERT ... ON CONFLICT DO NOTHING` on `(owner, identity_key)` followed by a read back,
+so concurrent claimers (threads, processes, workers) agree on one grant and one token.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Row, delete, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from orchestrator.domain.outcomes import UNRESOLVED, summary_for
+from orchestrator.errors import ConflictError, ValidationFailed
+from orchestrator.store.db import Database
+from orchestrator.store.fencing import check_fence
+from orchestrator.store.tables import invocation_receipts as r
+from orchestrator.store.types import utcnow
+from orchestrator.tools.base import Fence
+
+__all__ = [
+    "Claim",
+    "CleanupResult",
+    "Receipt",
+    "ReceiptLedger",
+    "new_token",
+]
+
+#: Statuses an owner's orphaned receipts may be deleted in after the retention period.
+#: `running` and `unknown` are recovery boundaries and are never deleted for age (seed 000).
+_FINISHED = ("succeeded", "failed", "pending")
+_STATUSES = frozenset({"running", "succeeded", "failed", "pending", "unknown"})
+
+
+def new_token() -> str:
+    """A fresh claim token."""
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """One stored receipt."""
+
+    invocation_id: str
+    owner: str
+    session_id: str | None
+    tool_name: str
+    identity_key: str
+    args_digest: str
+    claim_token: str
+    status: str
+    summary: str
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Row[Any]) -> Receipt:
+        return cls(**{key: row._mapping[key] for key in cls.__dataclass_fields__})
+
+    def public(self) -> dict[str, Any]:
+        """What operators and the model may see: no token, no digest, no identity."""
+        return {
+            "invocation_id": self.invocation_id,
+            "owner": self.owner,
+            "session_id": self.session_id,
+            "tool_name": self.tool_name,
+            "status": self.status,
+            "summary": self.summary,
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.updated_at.isoformat(),
+        }
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The answer to a claim: `granted` only for the one caller that inserted the row."""
+
+    granted: bool
+    receipt: Receipt
+
+
+@dataclass(frozen=True)
+class CleanupResult:
+    """What one cleanup pass did."""
+
+    enabled: bool
+    reason: str
+    deleted: int
+    batches: int
+    cutoff: datetime | None
+
+
+class ReceiptLedger:
+    """Receipts in the store. Each public method is one transaction."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    # -- claim -------------------------------------------------------------------------------
+
+    def claim(
+        self,
+        *,
+        owner: str,
+        session_id: str | None,
+        tool_name: str,
+        identity_key: str,
+        args_digest: str,
+        fence: Fence | None = None,
+    ) -> Claim:
+        """Claim `identity_key` for `owner`; the side effect may run only if `granted`.
+
+        The same identity with another tool or digest raises `ConflictError`
+        (`invocation_conflict`): the same call id with other arguments is refused, not run.
+        """
+        if len(args_digest) != 64:
+            raise ValidationFailed("args_digest must be a SHA-256 hex digest")
+        with self.db.transaction() as conn:
+            if fence is not None:
+                check_fence(conn, fence)
+            return self._claim_txn(
+                conn,
+                owner=owner,
+                session_id=session_id,
+                tool_name=tool_name,
+                identity_key=identity_key,
+                args_digest=args_digest,
+            )
+
+    def _claim_txn(
+        self,
+        conn: Connection,
+        *,
+        owner: str,
+        session_id: str | None,
+        tool_name: str,
+        identity_key: str,
+        args_digest: str,
+    ) -> Claim:
+        now = utcnow()
+        invocation_id = str(uuid.uuid4())
+        values = {
+            "invocation_id": invocation_id,
+            "owner": owner,
+            "session_id": session_id,
+            "tool_name": tool_name,
+            "identity_key": identity_key,
+            "args_digest": args_digest,
+            "claim_token": new_token(),
+            "status": "running",
+            "summary": summary_for("claimed"),
+            "created_at": now,
+            "updated_at": now,
+        }
+        insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+        statement = (
+            insert(r)
+            .values(**values)
+            .on_conflict_do_nothing(index_elements=["owner", "identity_key"])
+            .returning(r.c.invocation_id)
+        )
+        inserted = conn.execute(statement).scalar_one_or_none()
+        row = conn.execute(
+            select(r).where(r.c.owner == owner, r.c.identity_key == identity_key)
+        ).one()
+        receipt = Receipt.from_row(row)
+        if receipt.tool_name != tool_name or receipt.args_digest != args_digest:
+            raise ConflictError(
+                "this call's identity is already claimed with other arguments or another tool; "
+                "it was not run",
+                code="invocation_conflict",
+                details=[{"code": "invocation_conflict", "invocation_id": receipt.invocation_id}],
+            )
+        return Claim(granted=inserted == invocation_id, receipt=receipt)
+
+    # -- finish and resolve -------------------------------------------------------------------
+
+    def finish(
+        self,
+        invocation_id: str,
+        token: str,
+        *,
+        status: str,
+        summary: str,
+        fence: Fence | None = None,
+    ) -> bool:
+        """Record the outcome of a granted claim; False when the token no longer matches.
+
+        Only a `running` receipt held with `token` changes: after a cold start the token is new,
+        so a finisher from before the restart changes nothing.
+        """
+        self._check_status(status)
+        with self.db.transaction() as conn:
+            if fence is not None:
+                check_fence(conn, fence)
+            result = conn.execute(
+                update(r)
+                .where(
+                    r.c.invocation_id == invocation_id,
+                    r.c.claim_token == token,
+                    r.c.status == "running",
+                )
+                .values(status=status, summary=summary, updated_at=utcnow())
+            )
+            return result.rowcount == 1
+
+    def resolve_verified(
+        self, invocation_id: str, observed_token: str, *, fence: Fence | None = None
+    ) -> bool:
+        """Turn an unresolved receipt into `succeeded` after a matching read-only read-back.
+
+        The token observed before verifying must still be in place, and the token rotates, so
+        a late finisher of the original call cannot overwrite the verified state.
+        """
+        with self.db.transaction() as conn:
+            if fence is not None:
+                check_fence(conn, fence)
+            result = conn.execute(
+                update(r)
+                .where(
+                    r.c.invocation_id == invocation_id,
+                    r.c.claim_token == observed_token,
+                    r.c.status.in_(UNRESOLVED),
+                )
+                .values(
+                    status="succeeded",
+                    summary=summary_for("verified"),
+                    claim_token=new_token(),
+                    updated_at=utcnow(),
+                )
+            )
+            return result.rowcount == 1
+
+    def cold_start(self) -> int:
+        """Every `running` receipt becomes `unknown` with a fresh token, in one statement.
+
+        Nothing is replayed: an unknown write waits for a read-only verification.
+        """
+        with self.db.transaction() as conn:
+            result = conn.execute(
+                update(r)
+                .where(r.c.status == "running")
+                .values(
+                    status="unknown",
+                    summary=summary_for("recovered"),
+                    claim_token=f"cold-{new_token()}",
+                    updated_at=utcnow(),
+                )
+            )
+            return int(result.rowcount)
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def get(self, invocation_id: str) -> Receipt | None:
+        with self.db.transaction(readonly=True) as conn:
+            row = conn.execute(select(r).where(r.c.invocation_id == invocation_id)).one_or_none()
+        return None if row is None else Receipt.from_row(row)
+
+    def find_unresolved(
+        self,
+        *,
+        owner: str,
+        tool_name: str,
+        args_digest: str,
+        session_id: str | None = None,
+        exclude_identity: str | None = None,
+    ) -> Receipt | None:
+        """The latest identical write of `owner` still `running` or `unknown`, if any.
+
+        For a task the owner spans all its generations and sessions (`session_id=None`); a chat
+        passes its session so one conversation does not block another.
+        """
+        query = select(r).where(
+            r.c.owner == owner,
+            r.c.tool_name == tool_name,
+            r.c.args_digest == args_digest,
+            r.c.status.in_(UNRESOLVED),
+        )
+        if session_id is not None:
+            query = query.where(r.c.session_id == session_id)
+        if exclude_identity is not None:
+            query = query.where(r.c.identity_key != exclude_identity)
+        query = query.order_by(r.c.created_at.desc(), r.c.invocation_id).limit(1)
+        with self.db.transaction(readonly=True) as conn:
+            row = conn.execute(query).one_or_none()
+        return None if row is None else Receipt.from_row(row)
+
+    def list_for_owner(self, owner: str, limit: int = 100) -> Sequence[Receipt]:
+        with self.db.transaction(readonly=True) as conn:
+            rows = conn.execute(
+                select(r).where(r.c.owner == owner).order_by(r.c.created_at).limit(limit)
+            ).all()
+        return [Receipt.from_row(row) for row in rows]
+
+    # -- retention ----------------------------------------------------------------------------
+
+    def delete_orphans(
+        self,
+        *,
+        retention_days: int,
+        enabled: bool = True,
+        batch_size: int = 500,
+        now: datetime | None = None,
+    ) -> CleanupResult:
+        """Delete finished receipts without a session older than the retention, in batches.
+
+        Receipts with a session go with it (foreign key `ON DELETE CASCADE`). `running` and
+        `unknown` are never deleted for age. Disabled, or a retention of 0, deletes nothing.
+        """
+        if not enabled:
+            return CleanupResult(False, "DATA_CLEANUP_ENABLE is false", 0, 0, None)
+        if retention_days <= 0:
+            return CleanupResult(False, "retention of 0 days disables cleanup", 0, 0, None)
+        if batch_size < 1:
+            raise ValidationFailed("batch_size must be at least 1")
+        cutoff = (now or utcnow()) - timedelta(days=retention_days)
+        deleted = batches = 0
+        while True:
+            # One short transaction a batch: a long cleanup never holds locks that claims wait on.
+            with self.db.transaction() as conn:
+                ids = (
+                    conn.execute(
+                        select(r.c.invocation_id)
+                        .where(
+                            r.c.session_id.is_(None),
+                            r.c.status.in_(_FINISHED),
+                            r.c.updated_at < cutoff,
+                        )
+                        .order_by(r.c.updated_at)
+                        .limit(batch_size)
+                    )
+                    .scalars()
+                    .all()
+                )
+                if not ids:
+                    break
+                result = conn.execute(
+                    delete(r).where(r.c.invocation_id.in_(ids), r.c.status.in_(_FINISHED))
+                )
+                deleted += int(result.rowcount)
+                batches += 1
+            if len(ids) < batch_size:
+                break
+        return CleanupResult(True, "deleted orphaned finished receipts", deleted, batches, cutoff)
+
+    @staticmethod
+    def _check_status(status: str) -> None:
+        if status not in _STATUSES:
+            raise ValidationFailed(f"not a receipt status: {status!r}")

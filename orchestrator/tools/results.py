@@ -1,0 +1,189 @@
+"""Large tool results: kept in memory per session graph, paged by Unicode character offset.
+
+Seed 000 (工具结果与大结果续读): above the preview size the full text stays in this process only,
+under a 32-character `result_id`; at most 1 MiB a result, 8 results and 4 MiB a graph, 15 minutes.
+Over capacity, after a graph rebuild or a process exit the id is invalid and says so. Another
+session cannot read it, and a result read with higher clearance cannot be read after the
+reader's clearance dropped. Never written to disk or to logs.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import Field
+
+from orchestrator.tools.base import Tool, ToolArguments, ToolContext, ToolResult
+
+__all__ = [
+    "MAX_PAGE",
+    "PREVIEW_CHARS",
+    "ReadToolResult",
+    "ResultCache",
+    "Stored",
+    "clearance_of",
+]
+
+PREVIEW_CHARS = 4000
+MAX_PAGE = 16000
+MAX_RESULT_BYTES = 1024 * 1024
+MAX_RESULTS_PER_GRAPH = 8
+MAX_BYTES_PER_GRAPH = 4 * 1024 * 1024
+TTL_SECONDS = 15 * 60
+
+
+def clearance_of(ctx: ToolContext) -> int:
+    """The reader's clearance: `ctx.extras["clearance"]` (an int, higher = more privileged)."""
+    value = ctx.extras.get("clearance", 0)
+    return value if isinstance(value, int) else 0
+
+
+@dataclass(frozen=True)
+class Stored:
+    """The answer to `put`: an id when the text was kept, else why not."""
+
+    result_id: str | None
+    total_chars: int
+    reason: str | None = None
+
+
+@dataclass
+class _Entry:
+    owner: str
+    clearance: int
+    text: str
+    size: int
+    expires_at: float
+
+
+class ResultCache:
+    """All session graphs' large results of this process; thread-safe."""
+
+    def __init__(
+        self,
+        *,
+        ttl_seconds: float = TTL_SECONDS,
+        max_result_bytes: int = MAX_RESULT_BYTES,
+        max_results: int = MAX_RESULTS_PER_GRAPH,
+        max_graph_bytes: int = MAX_BYTES_PER_GRAPH,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ttl_seconds = ttl_seconds
+        self.max_result_bytes = max_result_bytes
+        self.max_results = max_results
+        self.max_graph_bytes = max_graph_bytes
+        self._clock = clock
+        self._lock = threading.Lock()
+        # session id -> result id -> entry, oldest first (eviction order)
+        self._graphs: dict[str, OrderedDict[str, _Entry]] = {}
+
+    def put(self, ctx: ToolContext, text: str) -> Stored:
+        """Keep `text` for the session graph of `ctx`; evicts the oldest results when full."""
+        size = len(text.encode("utf-8"))
+        if size > self.max_result_bytes:
+            return Stored(None, len(text), "the full result is larger than 1 MiB; narrow the query")
+        result_id = secrets.token_hex(16)  # 32 characters
+        now = self._clock()
+        with self._lock:
+            graph = self._graphs.setdefault(ctx.session_id, OrderedDict())
+            self._expire(graph, now)
+            while graph and (
+                len(graph) >= self.max_results
+                or sum(e.size for e in graph.values()) + size > self.max_graph_bytes
+            ):
+                graph.popitem(last=False)
+            graph[result_id] = _Entry(
+                owner=ctx.owner,
+                clearance=clearance_of(ctx),
+                text=text,
+                size=size,
+                expires_at=now + self.ttl_seconds,
+            )
+        return Stored(result_id, len(text))
+
+    def read(self, ctx: ToolContext, result_id: str, offset: int, limit: int) -> dict[str, Any]:
+        """A page `[offset, offset+limit)` of a kept result; `LookupError` if it is not readable.
+
+        A result of another session, of another owner, or kept at a higher clearance than the
+        reader's reads as invalid, exactly like an expired one: its existence is not disclosed.
+        """
+        with self._lock:
+            graph = self._graphs.get(ctx.session_id)
+            entry = None
+            if graph is not None:
+                self._expire(graph, self._clock())
+                entry = graph.get(result_id)
+            if entry is None or entry.owner != ctx.owner or clearance_of(ctx) < entry.clearance:
+                raise LookupError(
+                    "result_id is invalid: it expired, was evicted for capacity, its session "
+                    "graph was rebuilt or the process restarted, or it is not readable here; "
+                    "run the original query again, narrower if possible"
+                )
+            text = entry.text
+        total = len(text)
+        if offset > total:
+            raise IndexError(f"offset {offset} is past the end ({total} characters)")
+        page = text[offset : offset + limit]
+        end = offset + len(page)
+        return {
+            "result_id": result_id,
+            "offset": offset,
+            "content": page,
+            "next_offset": end if end < total else None,
+            "total_chars": total,
+        }
+
+    def drop_graph(self, session_id: str) -> None:
+        """Forget every result of a session graph (graph rebuilt or released)."""
+        with self._lock:
+            self._graphs.pop(session_id, None)
+
+    def count(self, session_id: str) -> int:
+        with self._lock:
+            graph = self._graphs.get(session_id)
+            if graph is None:
+                return 0
+            self._expire(graph, self._clock())
+            return len(graph)
+
+    @staticmethod
+    def _expire(graph: OrderedDict[str, _Entry], now: float) -> None:
+        for key in [key for key, entry in graph.items() if entry.expires_at <= now]:
+            del graph[key]
+
+
+class ReadToolResultArgs(ToolArguments):
+    result_id: str = Field(min_length=32, max_length=32, description="id from a preview")
+    offset: int = Field(default=0, ge=0, description="Unicode character offset to start at")
+    limit: int = Field(default=MAX_PAGE, ge=1, le=MAX_PAGE, description="characters to read")
+
+
+class ReadToolResult(Tool):
+    """`read_tool_result`: page through a large result without running the tool again."""
+
+    name = "read_tool_result"
+    description = (
+        "Read more of a large tool result by its result_id, from a Unicode character offset "
+        f"(at most {MAX_PAGE} characters a call). Use next_offset from the previous page."
+    )
+    effect = "read"
+    arguments = ReadToolResultArgs
+
+    def __init__(self, cache: ResultCache) -> None:
+        self.cache = cache
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        assert isinstance(args, ReadToolResultArgs)
+        try:
+            page = self.cache.read(ctx, args.result_id, args.offset, args.limit)
+        except LookupError as exc:
+            return ToolResult.failed(str(exc), code="result_invalid")
+        except IndexError as exc:
+            return ToolResult.failed(str(exc), code="offset_out_of_range")
+        return ToolResult.ok(page)

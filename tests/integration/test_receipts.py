@@ -1,0 +1,293 @@
+"""The receipt ledger on Postgres and SQLite: one grant per identity, token fencing, retention."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from datetime import timedelta
+from typing import Any, ClassVar
+
+import pytest
+from sqlalchemy import delete, update
+
+from orchestrator.agent.host import ToolHost
+from orchestrator.domain.fingerprints import fingerprint, identity_key
+from orchestrator.errors import ConflictError, StaleGeneration
+from orchestrator.store import Database
+from orchestrator.store.receipts import Claim, ReceiptLedger
+from orchestrator.store.tables import invocation_receipts, sessions
+from orchestrator.store.types import utcnow
+from orchestrator.tools.base import Tool, ToolArguments, ToolCall, ToolContext, ToolResult
+from tests.integration.receipt_rows import chat_session, dump_database, running_task, supersede
+
+DIGEST = fingerprint({"value": 1})
+OTHER_DIGEST = fingerprint({"value": 2})
+CLAIMERS = 16
+
+
+def _claim(ledger: ReceiptLedger, session_id: str | None, **overrides: Any) -> Claim:
+    values: dict[str, Any] = {
+        "owner": "alice",
+        "session_id": session_id,
+        "tool_name": "call_api",
+        "identity_key": identity_key("intent", "s", "r1", "call_api", DIGEST),
+        "args_digest": DIGEST,
+    }
+    values.update(overrides)
+    return ReceiptLedger(ledger.db).claim(**values)
+
+
+def test_sixteen_threads_one_grant_same_token(db: Database) -> None:
+    session_id = chat_session(db)
+    ledger = ReceiptLedger(db)
+    barrier = threading.Barrier(CLAIMERS)
+    claims: list[Claim] = []
+    lock = threading.Lock()
+
+    def claimer() -> None:
+        barrier.wait()
+        claim = _claim(ledger, session_id)
+        with lock:
+            claims.append(claim)
+
+    threads = [threading.Thread(target=claimer) for _ in range(CLAIMERS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(claims) == CLAIMERS
+    assert sum(claim.granted for claim in claims) == 1
+    assert len({claim.receipt.claim_token for claim in claims}) == 1
+    assert len({claim.receipt.invocation_id for claim in claims}) == 1
+
+
+def _claim_in_process(url: str, session_id: str, barrier: Any, out: Any) -> None:
+    database = Database.from_url(url)
+    try:
+        barrier.wait()
+        claim = _claim(ReceiptLedger(database), session_id)
+        out.put((claim.granted, claim.receipt.claim_token, claim.receipt.invocation_id))
+    finally:
+        database.dispose()
+
+
+@pytest.mark.slow
+def test_sixteen_processes_one_grant_same_token(db: Database, store_url: str) -> None:
+    session_id = chat_session(db)
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(CLAIMERS)
+    out = context.Queue()
+    processes = [
+        context.Process(target=_claim_in_process, args=(store_url, session_id, barrier, out))
+        for _ in range(CLAIMERS)
+    ]
+    for process in processes:
+        process.start()
+    seen = [out.get(timeout=60) for _ in range(CLAIMERS)]
+    for process in processes:
+        process.join(timeout=60)
+        assert process.exitcode == 0
+    assert sum(granted for granted, _, _ in seen) == 1
+    assert len({token for _, token, _ in seen}) == 1
+    assert len({invocation for _, _, invocation in seen}) == 1
+
+
+def test_same_identity_other_digest_or_tool_is_a_conflict(db: Database) -> None:
+    session_id = chat_session(db)
+    ledger = ReceiptLedger(db)
+    first = _claim(ledger, session_id)
+    assert first.granted
+    with pytest.raises(ConflictError) as digest_conflict:
+        _claim(ledger, session_id, args_digest=OTHER_DIGEST)
+    assert digest_conflict.value.code == "invocation_conflict"
+    with pytest.raises(ConflictError) as tool_conflict:
+        _claim(ledger, session_id, tool_name="execute_command")
+    assert tool_conflict.value.code == "invocation_conflict"
+    assert len(ledger.list_for_owner("alice")) == 1
+
+
+def test_owners_and_sessions_are_isolated(db: Database) -> None:
+    alice = chat_session(db, "alice")
+    alice_other = chat_session(db, "alice")
+    bob = chat_session(db, "bob")
+    ledger = ReceiptLedger(db)
+    assert _claim(ledger, alice).granted
+    assert _claim(ledger, bob, owner="bob").granted
+    # One identity key, two owners: two grants, two tokens.
+    assert len(ledger.list_for_owner("alice")) == 1
+    assert len(ledger.list_for_owner("bob")) == 1
+    found = ledger.find_unresolved(
+        owner="alice", tool_name="call_api", args_digest=DIGEST, session_id=alice
+    )
+    assert found is not None
+    assert found.session_id == alice
+    assert (
+        ledger.find_unresolved(
+            owner="alice", tool_name="call_api", args_digest=DIGEST, session_id=alice_other
+        )
+        is None
+    )
+    assert ledger.find_unresolved(owner="carol", tool_name="call_api", args_digest=DIGEST) is None
+
+
+def test_cold_start_fences_the_old_finisher(db: Database) -> None:
+    session_id = chat_session(db)
+    ledger = ReceiptLedger(db)
+    claim = _claim(ledger, session_id)
+    second = _claim(ledger, session_id, identity_key="intent:other")
+    assert ledger.cold_start() == 2
+    after = ledger.get(claim.receipt.invocation_id)
+    assert after is not None
+    assert after.status == "unknown"
+    assert after.claim_token != claim.receipt.claim_token
+    assert not ledger.finish(
+        claim.receipt.invocation_id, claim.receipt.claim_token, status="succeeded", summary="x"
+    )
+    assert not ledger.finish(
+        second.receipt.invocation_id, second.receipt.claim_token, status="failed", summary="x"
+    )
+    still = ledger.get(claim.receipt.invocation_id)
+    assert still is not None
+    assert still.status == "unknown"
+    assert ledger.cold_start() == 0
+
+
+def test_unknown_is_never_claimed_again(db: Database) -> None:
+    session_id = chat_session(db)
+    ledger = ReceiptLedger(db)
+    first = _claim(ledger, session_id)
+    ledger.cold_start()
+    again = _claim(ledger, session_id)
+    assert not again.granted
+    assert again.receipt.invocation_id == first.receipt.invocation_id
+    assert again.receipt.status == "unknown"
+
+
+def test_pending_survives_a_restart(db: Database, store_url: str) -> None:
+    session_id = chat_session(db)
+    ledger = ReceiptLedger(db)
+    claim = _claim(ledger, session_id)
+    assert ledger.finish(
+        claim.receipt.invocation_id, claim.receipt.claim_token, status="pending", summary="s"
+    )
+    db.dispose()
+    restarted = ReceiptLedger(Database.from_url(store_url))
+    try:
+        assert restarted.cold_start() == 0
+        receipt = restarted.get(claim.receipt.invocation_id)
+        assert receipt is not None
+        assert receipt.status == "pending"
+        again = _claim(restarted, session_id)
+        assert not again.granted
+        assert again.receipt.status == "pending"
+    finally:
+        restarted.db.dispose()
+
+
+def test_claim_and_finish_of_a_superseded_generation_are_refused(db: Database) -> None:
+    task_id, session_id, fence = running_task(db)
+    ledger = ReceiptLedger(db)
+    owner = f"task:{task_id}"
+    claim = _claim(ledger, session_id, owner=owner, fence=fence)
+    assert claim.granted
+    supersede(db, fence)
+    with pytest.raises(StaleGeneration):
+        ledger.finish(
+            claim.receipt.invocation_id,
+            claim.receipt.claim_token,
+            status="succeeded",
+            summary="s",
+            fence=fence,
+        )
+    with pytest.raises(StaleGeneration):
+        _claim(ledger, session_id, owner=owner, identity_key="intent:new", fence=fence)
+    assert [r.status for r in ledger.list_for_owner(owner)] == ["running"]
+
+
+def _age(db: Database, invocation_id: str, days: int) -> None:
+    with db.transaction() as conn:
+        conn.execute(
+            update(invocation_receipts)
+            .where(invocation_receipts.c.invocation_id == invocation_id)
+            .values(updated_at=utcnow() - timedelta(days=days))
+        )
+
+
+def _orphan(ledger: ReceiptLedger, key: str, status: str, days: int) -> str:
+    claim = _claim(ledger, None, owner="background", identity_key=key)
+    if status != "running":
+        ledger.finish(
+            claim.receipt.invocation_id, claim.receipt.claim_token, status=status, summary="s"
+        )
+    _age(ledger.db, claim.receipt.invocation_id, days)
+    return claim.receipt.invocation_id
+
+
+@pytest.mark.parametrize(
+    ("enabled", "days", "expect_deleted"),
+    [(True, 30, True), (True, 0, False), (False, 30, False)],
+    ids=["enabled", "zero-days", "disabled"],
+)
+def test_cleanup_matrix(db: Database, enabled: bool, days: int, expect_deleted: bool) -> None:
+    ledger = ReceiptLedger(db)
+    old = {s: _orphan(ledger, f"k-old-{s}", s, 40) for s in ("succeeded", "failed", "pending")}
+    recent = _orphan(ledger, "k-recent", "succeeded", 5)
+    keep_unknown = _orphan(ledger, "k-unknown", "running", 400)
+    ledger.cold_start()
+    _age(db, keep_unknown, 400)
+    keep_running = _orphan(ledger, "k-running", "running", 400)
+    session_id = chat_session(db)
+    in_session = _claim(ledger, session_id, owner="alice").receipt.invocation_id
+    _age(db, in_session, 400)
+
+    result = ledger.delete_orphans(retention_days=days, enabled=enabled, batch_size=2)
+
+    assert result.enabled is expect_deleted
+    assert result.deleted == (3 if expect_deleted else 0)
+    for invocation_id in old.values():
+        assert (ledger.get(invocation_id) is None) is expect_deleted
+    for invocation_id in (recent, keep_unknown, keep_running, in_session):
+        assert ledger.get(invocation_id) is not None
+    if expect_deleted:
+        assert result.batches == 2  # 3 rows in batches of 2
+    # Receipts go with their session.
+    with db.transaction() as conn:
+        conn.execute(delete(sessions).where(sessions.c.session_id == session_id))
+    assert ledger.get(in_session) is None
+
+
+SENTINEL = "sentinel-secret-9f2c1e"
+
+
+class _Args(ToolArguments):
+    name: str
+    password: str
+    retries: int = 3
+
+
+class _SecretWrite(Tool):
+    name = "set_credentials"
+    description = "writes a credential"
+    effect = "write"
+    identity: ClassVar[Any] = "intent"
+    arguments = _Args
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        return ToolResult.ok({"echo": args.password})
+
+
+def test_a_secret_in_arguments_never_reaches_the_database(db: Database) -> None:
+    session_id = chat_session(db)
+    host = ToolHost([_SecretWrite()], ledger=ReceiptLedger(db))
+    ctx = ToolContext(owner="alice", session_id=session_id, round_id="r1")
+    arguments = {"name": "svc", "password": SENTINEL}
+    results = host.run_turn(ctx, [ToolCall("c1", "set_credentials", arguments)])
+    assert results[0].status == "succeeded"
+    assert results[0].invocation_id is not None
+    receipt = ReceiptLedger(db).get(results[0].invocation_id)
+    assert receipt is not None
+    assert receipt.args_digest == fingerprint({"name": "svc", "password": SENTINEL, "retries": 3})
+    dump = dump_database(db)
+    assert results[0].invocation_id in dump  # the dump does contain the receipt
+    assert SENTINEL not in dump
+    assert "svc" not in dump

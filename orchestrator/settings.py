@@ -49,6 +49,9 @@ class Settings(BaseSettings):
     gateway_spec: Path | None = None
     gateway_base_url: str | None = None
     gateway_timeout_seconds: float = Field(default=10.0, gt=0)
+    # Retries only when the request provably never left (connection refused); a retry after
+    # the request may have been sent is never automatic (seed 000).
+    gateway_connect_retries: int = Field(default=0, ge=0, le=5)
     enable_command_tool: bool = False
 
     agent_internal_token: str | None = Field(

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Final, Protocol
 
 import redis
@@ -27,6 +27,7 @@ __all__ = [
     "PlanHub",
     "PlanNotifier",
     "RedisNotifier",
+    "Subscription",
     "make_notifier",
 ]
 
@@ -86,6 +87,26 @@ def make_notifier(settings: Settings) -> PlanNotifier:
     return NullNotifier()
 
 
+class Subscription:
+    """One stream's wake-up flag; it stays set until cleared, so a wake-up is never missed."""
+
+    def __init__(self, poll_seconds: float) -> None:
+        self.event = asyncio.Event()
+        self.poll_seconds = poll_seconds
+
+    def clear(self) -> None:
+        self.event.clear()
+
+    async def wait(self, at_most: float) -> bool:
+        """Until woken or min(at_most, poll interval) passed; True when woken."""
+        try:
+            async with asyncio.timeout(max(0.0, min(at_most, self.poll_seconds))):
+                await self.event.wait()
+        except TimeoutError:
+            return False
+        return True
+
+
 class PlanHub:
     """The waiting side, one per API process: streams wait here for their session's wake-up."""
 
@@ -140,22 +161,19 @@ class PlanHub:
             else:
                 loop.call_soon_threadsafe(event.set)
 
-    async def wait(self, session_id: str, at_most: float) -> bool:
-        """Until a wake-up for the session or min(at_most, poll interval); True when woken."""
-        event = asyncio.Event()
+    @contextlib.contextmanager
+    def subscribe(self, session_id: str) -> Iterator[Subscription]:
+        """Register for the session's wake-ups; clear, read the store, then wait: none is lost."""
+        subscription = Subscription(self.poll_seconds)
         with self._lock:
-            self._waiters.setdefault(session_id, set()).add(event)
+            self._waiters.setdefault(session_id, set()).add(subscription.event)
         try:
-            async with asyncio.timeout(min(at_most, self.poll_seconds)):
-                await event.wait()
-            return True
-        except TimeoutError:
-            return False
+            yield subscription
         finally:
             with self._lock:
                 group = self._waiters.get(session_id)
                 if group is not None:
-                    group.discard(event)
+                    group.discard(subscription.event)
                     if not group:
                         del self._waiters[session_id]
 

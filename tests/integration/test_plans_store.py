@@ -161,7 +161,7 @@ def test_history_rules_refuse_and_write_nothing(
             session_id, plan("r2", [node("a", "completed", evidence="changed")])
         )
     codes = [detail["code"] for detail in caught.value.details]
-    assert codes == ["node_removed", "completed_node_changed"]
+    assert codes == ["completed_node_changed", "node_removed"]
     assert count_revisions(db) == 1
     assert recorder.calls == [(session_id, 1)]
 

@@ -1,0 +1,138 @@
+"""The FastAPI application factory: services on the app state, routers, one error envelope.
+
+Every error leaves as `{"error": {"code", "message", "details"}}`; invalid input is a 422, never
+a 500, and an unexpected failure is a 500 envelope without a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from orchestrator import __version__
+from orchestrator.api import auth, plans, sessions, stream
+from orchestrator.errors import OrchestratorError, Unauthorized
+from orchestrator.events import CompositeNotifier, PlanHub, PlanNotifier, RedisNotifier
+from orchestrator.services.plans import PlanService
+from orchestrator.services.sessions import SessionService
+from orchestrator.settings import Settings, load_settings
+from orchestrator.store.db import Database
+
+__all__ = ["INTERNAL_PREFIX", "INTERNAL_ROUTERS", "PUBLIC_ROUTERS", "create_app"]
+
+log = logging.getLogger(__name__)
+
+#: Routers behind ORCH_API_TOKEN (when set). Add a resource by appending its router here.
+PUBLIC_ROUTERS: list[APIRouter] = [sessions.router, plans.router, stream.router]
+#: Routers of the trusted tool bridge, mounted under INTERNAL_PREFIX behind AGENT_INTERNAL_TOKEN.
+INTERNAL_ROUTERS: list[APIRouter] = [plans.internal_router]
+INTERNAL_PREFIX = "/api/v1/internal"
+
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+
+
+def _envelope(
+    status: int, code: str, message: str, details: list[Any] | None = None
+) -> JSONResponse:
+    body = {"error": {"code": code, "message": message, "details": details or []}}
+    return JSONResponse(body, status_code=status)
+
+
+async def _orchestrator_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, OrchestratorError)
+    response = JSONResponse(exc.to_dict(), status_code=exc.http_status)
+    if isinstance(exc, Unauthorized):
+        response.headers["WWW-Authenticate"] = "Bearer"
+    return response
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    details = []
+    for error in exc.errors():
+        kind = str(error.get("type", ""))
+        code = "invalid_json" if kind == "json_invalid" else "invalid_request"
+        where = ".".join(str(part) for part in error.get("loc", ()))
+        # The input itself is never echoed: it may be large or hold secrets.
+        details.append({"code": code, "message": str(error.get("msg", "")), "field": where})
+    if not details:
+        details = [{"code": "invalid_request", "message": "the request is not valid"}]
+    return _envelope(422, details[0]["code"], "the request is not valid", details)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    return _envelope(exc.status_code, code, str(exc.detail))
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
+    return _envelope(500, "internal_error", "the server failed unexpectedly; see its log")
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    db: Database | None = None,
+    hub: PlanHub | None = None,
+    keepalive_seconds: float = 10.0,
+    public_routers: Sequence[APIRouter] | None = None,
+    internal_routers: Sequence[APIRouter] | None = None,
+) -> FastAPI:
+    """The API for `settings` (read from the environment when None)."""
+    settings = settings or load_settings()
+    owns_db = db is None
+    database = db or Database.from_url(
+        settings.store_url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow
+    )
+    plan_hub = hub or PlanHub(settings.redis_url)
+    redis_notifier = RedisNotifier(settings.redis_url) if settings.redis_url else None
+    notifier: PlanNotifier = (
+        CompositeNotifier([plan_hub, redis_notifier]) if redis_notifier else plan_hub
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await plan_hub.start()
+        try:
+            yield
+        finally:
+            await plan_hub.stop()
+            if redis_notifier is not None:
+                redis_notifier.close()
+            if owns_db:
+                database.dispose()
+
+    app = FastAPI(title="condition-orchestrator", version=__version__, lifespan=lifespan)
+    app.state.settings = settings
+    app.state.db = database
+    app.state.hub = plan_hub
+    app.state.plans = PlanService(database, notifier)
+    app.state.sessions = SessionService(database)
+    app.state.keepalive_seconds = keepalive_seconds
+
+    app.add_exception_handler(OrchestratorError, _orchestrator_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)
+
+    public = [Depends(auth.require_api_token)]
+    for router in PUBLIC_ROUTERS if public_routers is None else public_routers:
+        app.include_router(router, dependencies=public)
+    internal = [Depends(auth.require_internal_token)]
+    for router in INTERNAL_ROUTERS if internal_routers is None else internal_routers:
+        app.include_router(router, prefix=INTERNAL_PREFIX, dependencies=internal)
+
+    @app.get("/healthz", include_in_schema=False)
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app

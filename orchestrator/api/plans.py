@@ -1,0 +1,76 @@
+"""Execution plans: the public readers and the internal bridge's publish."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Body, Depends, Path, Response
+
+from orchestrator.api.deps import get_plans
+from orchestrator.errors import ValidationFailed
+from orchestrator.services.plans import PlanService
+from orchestrator.tools.base import Fence
+
+__all__ = ["internal_router", "router"]
+
+router = APIRouter(prefix="/api/v1/sessions", tags=["plans"])
+internal_router = APIRouter(prefix="/sessions", tags=["internal"])
+
+
+@router.get("/{session_id}/execution-plans")
+def plan_history(session_id: str, plans: PlanService = Depends(get_plans)) -> dict[str, Any]:
+    """The latest revision in full and a summary of every revision, oldest first."""
+    return plans.history(session_id)
+
+
+@router.get("/{session_id}/execution-plans/{revision}")
+def plan_revision(
+    session_id: str,
+    revision: int = Path(ge=1),
+    plans: PlanService = Depends(get_plans),
+) -> dict[str, Any]:
+    """One revision as stored; unknown session or revision is a 404."""
+    return plans.revision(session_id, revision).to_dict()
+
+
+def _fence(raw: Any) -> Fence:
+    """The optional `fence` of a bridge publish: an execution proves it is the live generation."""
+    if (
+        isinstance(raw, dict)
+        and set(raw) == {"task_id", "generation", "lease_token"}
+        and isinstance(raw["task_id"], str)
+        and isinstance(raw["generation"], int)
+        and not isinstance(raw["generation"], bool)
+        and isinstance(raw["lease_token"], str)
+    ):
+        return Fence(raw["task_id"], raw["generation"], raw["lease_token"])
+    message = "fence must be {task_id: string, generation: integer, lease_token: string}"
+    raise ValidationFailed(
+        message,
+        code="invalid_type",
+        details=[{"code": "invalid_type", "message": message, "field": "fence"}],
+    )
+
+
+@internal_router.post("/{session_id}/execution-plans", status_code=201)
+def publish_plan(
+    session_id: str,
+    response: Response,
+    payload: dict[str, Any] = Body(),
+    plans: PlanService = Depends(get_plans),
+) -> dict[str, Any]:
+    """publish_execution_plan for an agent outside the worker: 201 new, 200 replayed."""
+    body = dict(payload)
+    fence = _fence(body.pop("fence")) if "fence" in body else None
+    result = plans.publish_execution_plan(session_id, body, fence=fence)
+    if not result.created:
+        response.status_code = 200
+    return result.to_dict()
+
+
+@internal_router.get("/{session_id}/execution-plans")
+def internal_plan_history(
+    session_id: str, plans: PlanService = Depends(get_plans)
+) -> dict[str, Any]:
+    """The same view as the public reader, for an agent that must keep every node."""
+    return plans.history(session_id)

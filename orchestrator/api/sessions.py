@@ -1,0 +1,57 @@
+"""Sessions by purpose: ordinary chats are listed by default, task sessions only when asked."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.api.deps import get_sessions
+from orchestrator.services.sessions import MAX_LIMIT, SessionService
+
+__all__ = ["CreateSession", "router"]
+
+router = APIRouter(prefix="/api/v1/sessions", tags=["sessions"])
+
+
+class CreateSession(BaseModel):
+    """Body of `POST /api/v1/sessions`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    purpose: str
+    title: str = Field(min_length=1, max_length=200)
+    task_id: str | None = Field(default=None, max_length=36)
+    owner: str = Field(default="api", min_length=1, max_length=128)
+
+
+@router.post("", status_code=201)
+def create_session(
+    body: CreateSession, service: SessionService = Depends(get_sessions)
+) -> dict[str, Any]:
+    record = service.create_session(
+        purpose=body.purpose, title=body.title, owner=body.owner, task_id=body.task_id
+    )
+    return record.to_dict()
+
+
+@router.get("")
+def list_sessions(
+    purpose: str | None = None,
+    task_id: str | None = None,
+    limit: int = Query(default=50, ge=1, le=MAX_LIMIT),
+    cursor: str | None = Query(default=None, max_length=512),
+    service: SessionService = Depends(get_sessions),
+) -> dict[str, Any]:
+    """Newest first; only `ordinary_chat` unless `purpose` or `task_id` asks for others."""
+    page = service.list_sessions(purpose=purpose, task_id=task_id, limit=limit, cursor=cursor)
+    return {
+        "sessions": [record.to_dict() for record in page.items],
+        "next_cursor": page.next_cursor,
+    }
+
+
+@router.get("/{session_id}")
+def get_session(session_id: str, service: SessionService = Depends(get_sessions)) -> dict[str, Any]:
+    return service.get_session(session_id).to_dict()

@@ -1,0 +1,52 @@
+"""`orchestrator api [--host] [--port]`: serve the HTTP API with uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+from typing import Any
+
+from orchestrator.cli.common import CommandFailed, load
+
+__all__ = ["is_loopback", "register"]
+
+
+def register(commands: Any) -> None:
+    api = commands.add_parser("api", help="serve the HTTP API (uvicorn)")
+    api.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback)")
+    api.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
+    api.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
+    api.set_defaults(handler=_serve)
+
+
+def is_loopback(host: str) -> bool:
+    """True for `localhost` and loopback addresses only (not 0.0.0.0, not a LAN address)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _serve(args: argparse.Namespace) -> int:
+    settings = load()
+    if not settings.api_token and not is_loopback(args.host):
+        raise CommandFailed(
+            f"refusing to listen on {args.host} without ORCH_API_TOKEN; "
+            "set a token or listen on 127.0.0.1",
+            exit_code=2,
+        )
+    import uvicorn
+
+    from orchestrator.api import create_app
+
+    uvicorn.run(
+        create_app(settings),
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        # Streams never end by themselves; do not let them hold a shutdown for ever.
+        timeout_graceful_shutdown=3,
+    )
+    return 0

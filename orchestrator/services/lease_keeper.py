@@ -110,8 +110,9 @@ class LeaseKeeper:
 
     def _lose(self, why: str) -> None:
         if not self.lost.is_set():
-            log.warning("generation %s of task %s stops: %s", self.fence.generation,
-                        self.fence.task_id, why)
+            log.warning(
+                "generation %s of task %s stops: %s", self.fence.generation, self.fence.task_id, why
+            )
             self.lost.set()
 
     def _beat(self) -> None:

@@ -1,0 +1,90 @@
+"""The agent loop of one round: ask the model, run its tool calls, feed the results back."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from orchestrator.agent.model import Model
+from orchestrator.tools.base import ToolCall, ToolContext, ToolResult
+
+__all__ = ["LeaseLost", "RoundEnd", "TurnRunner", "run_round"]
+
+
+class LeaseLost(Exception):
+    """The execution can no longer be sure it holds its lease; it must stop writing at once."""
+
+
+class TurnRunner(Protocol):
+    def schemas(self) -> list[dict[str, Any]]: ...
+
+    def run_turn(self, ctx: ToolContext, calls: list[ToolCall]) -> list[ToolResult]: ...
+
+
+@dataclass(frozen=True)
+class RoundEnd:
+    why: Literal["final_answer", "turn_budget"]
+    turns: int
+    final_text: str | None
+
+
+def run_round(
+    model: Model,
+    host: TurnRunner,
+    ctx: ToolContext,
+    *,
+    brief: str,
+    max_turns: int,
+    stop: threading.Event,
+) -> RoundEnd:
+    """Run turns until the model answers without tool calls or the turn budget runs out.
+
+    Raises `LeaseLost` as soon as `stop` is set; `StaleGeneration` from a refused write
+    propagates from the host unchanged. Either way nothing more is written by this round.
+    """
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": _SYSTEM},
+        {"role": "user", "content": brief},
+    ]
+    tools = host.schemas()
+    for turn_number in range(1, max_turns + 1):
+        _check(stop)
+        turn = model.next_turn(messages, tools, stop)
+        _check(stop)
+        messages.append(
+            {
+                "role": "assistant",
+                "content": turn.content,
+                "tool_calls": [
+                    {"id": c.id, "name": c.name, "arguments": c.arguments} for c in turn.tool_calls
+                ],
+            }
+        )
+        if turn.final:
+            return RoundEnd("final_answer", turn_number, turn.content)
+        results = host.run_turn(ctx, list(turn.tool_calls))
+        for call, result in zip(turn.tool_calls, results, strict=True):
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": call.id,
+                    "content": json.dumps(result.to_message(), default=str, ensure_ascii=False),
+                }
+            )
+    return RoundEnd("turn_budget", max_turns, None)
+
+
+def _check(stop: threading.Event) -> None:
+    if stop.is_set():
+        raise LeaseLost("the lease may have run out; this generation stops writing")
+
+
+_SYSTEM = (
+    "You investigate a condition task. Read the task context first, publish an execution plan "
+    "with publish_execution_plan and keep its node statuses true, query only the data sources "
+    "you are given, propose work orders or commands only as actions that a human approves, and "
+    "end the round with save_report. A completed node needs evidence; a truncated query result "
+    "cannot support a claim about its whole range."
+)

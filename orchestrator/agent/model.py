@@ -1,0 +1,140 @@
+"""The model interface (one call → text and/or tool calls) and the scripted model.
+
+The scripted model is a public interface: with `ORCH_MODEL=scripted:DIR`, a task of type T runs
+the script `DIR/T.json`, a list of turns, each one model response:
+
+    {"turns": [
+      {"delay_s": 0.5, "tool_calls": [{"id": "c1", "name": "read_task_context", "arguments": {}}]},
+      {"content": "final answer"}
+    ]}
+
+`delay_s` is the model's thinking time before the turn. A new generation starts from turn one.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from orchestrator.tools.base import ToolCall
+
+__all__ = ["Model", "ModelError", "ModelTurn", "ScriptedModel", "load_model"]
+
+
+class ModelError(Exception):
+    """The model cannot go on (a broken script, an unreachable service); the round fails."""
+
+
+@dataclass(frozen=True)
+class ModelTurn:
+    content: str | None
+    tool_calls: tuple[ToolCall, ...]
+
+    @property
+    def final(self) -> bool:
+        return not self.tool_calls
+
+
+class Model(ABC):
+    """One model conversation for one round."""
+
+    @abstractmethod
+    def next_turn(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        stop: threading.Event,
+    ) -> ModelTurn:
+        """The next response; returns early (final, empty) when `stop` is set."""
+
+    def check_tools(self, tool_names: Sequence[str]) -> None:  # noqa: B027 - optional hook
+        """Raise `ModelError` if the model will call tools the host does not have."""
+
+
+class _ScriptCall(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(min_length=1, max_length=128)
+    name: str = Field(min_length=1, max_length=128)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class _ScriptTurn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    delay_s: float = Field(default=0.0, ge=0, le=3600)
+    content: str | None = None
+    tool_calls: list[_ScriptCall] = Field(default_factory=list)
+
+
+class _Script(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    turns: list[_ScriptTurn] = Field(min_length=1)
+
+
+class ScriptedModel(Model):
+    """Plays a script of turns; when it runs out, the round ends with a final answer."""
+
+    def __init__(self, turns: Sequence[_ScriptTurn], name: str = "script") -> None:
+        self._turns = list(turns)
+        self._next = 0
+        self.name = name
+
+    @classmethod
+    def from_file(cls, path: Path) -> ScriptedModel:
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ModelError(f"no script for this task type: {path} does not exist") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ModelError(f"script {path} is not readable JSON: {exc}") from None
+        try:
+            script = _Script.model_validate(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise ModelError(f"script {path} is malformed at {where}: {first['msg']}") from None
+        return cls(script.turns, name=path.name)
+
+    def check_tools(self, tool_names: Sequence[str]) -> None:
+        known = set(tool_names)
+        for number, turn in enumerate(self._turns, start=1):
+            for call in turn.tool_calls:
+                if call.name not in known:
+                    raise ModelError(
+                        f"script {self.name} turn {number} calls unknown tool {call.name!r}"
+                    )
+
+    def next_turn(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        stop: threading.Event,
+    ) -> ModelTurn:
+        if self._next >= len(self._turns):
+            return ModelTurn(content=None, tool_calls=())
+        turn = self._turns[self._next]
+        self._next += 1
+        if turn.delay_s and stop.wait(turn.delay_s):
+            return ModelTurn(content=None, tool_calls=())
+        calls = tuple(ToolCall(c.id, c.name, dict(c.arguments)) for c in turn.tool_calls)
+        return ModelTurn(content=turn.content, tool_calls=calls)
+
+
+def load_model(spec: str, task_type: str) -> Model:
+    """The model named by `ORCH_MODEL` for one round of a task of `task_type`."""
+    kind, _, target = spec.partition(":")
+    if kind == "scripted" and target:
+        if not _safe_name(task_type):
+            raise ModelError(f"task type {task_type!r} cannot name a script file")
+        return ScriptedModel.from_file(Path(target) / f"{task_type}.json")
+    raise ModelError(f"unsupported ORCH_MODEL {spec!r}; use scripted:DIR")
+
+
+def _safe_name(name: str) -> bool:
+    return bool(name) and all(ch.isalnum() or ch in "_-." for ch in name) and ".." not in name

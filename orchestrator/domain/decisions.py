@@ -1,0 +1,63 @@
+"""The state decision at the end of a round, from the current generation's plan and report only."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Decision", "RoundFacts", "decide"]
+
+_DONE = frozenset({"completed", "skipped", "cancelled"})
+
+
+@dataclass(frozen=True)
+class RoundFacts:
+    """What a round left in the store: only the current generation's latest plan and report."""
+
+    plan_nodes: Sequence[Mapping[str, Any]] | None
+    report_outcome: str | None
+    pending_actions: int
+    rounds_done: int  # rounds already ended `continue` before this one
+    max_rounds: int
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The task status to set, the outcome of the ending execution, and why."""
+
+    task_status: str
+    outcome: str
+    reason: str
+    failure_code: str | None = None
+
+    @property
+    def queues_next(self) -> bool:
+        return self.outcome == "continue"
+
+
+def decide(facts: RoundFacts) -> Decision:
+    """The decision table of the executions issue; a round without a report never completes."""
+    if facts.report_outcome == "failed":
+        return Decision("failed", "failed", "the report declared the task failed", "report_failed")
+    nodes = list(facts.plan_nodes or [])
+    if facts.pending_actions > 0:
+        return Decision("waiting", "waiting", f"{facts.pending_actions} action(s) await approval")
+    # A skipped or cancelled human node no longer applies; any other unfinished one is awaited.
+    open_human = [n["id"] for n in nodes if n.get("actor") == "human" and n["status"] not in _DONE]
+    if open_human:
+        return Decision(
+            "waiting", "waiting", "human node(s) not completed: " + ", ".join(open_human)
+        )
+    if facts.report_outcome is not None and nodes and all(n["status"] in _DONE for n in nodes):
+        return Decision("completed", "completed", "every plan node is done and a report was saved")
+    if facts.rounds_done + 1 >= facts.max_rounds:
+        return Decision(
+            "failed",
+            "failed",
+            f"the task did not finish within {facts.max_rounds} rounds",
+            "round_limit",
+        )
+    if facts.report_outcome is None:
+        return Decision("queued", "continue", "the round saved no report")
+    return Decision("queued", "continue", "plan nodes remain open")

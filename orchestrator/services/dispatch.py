@@ -1,0 +1,35 @@
+"""How a queued generation is woken: a `Dispatcher` sends the wake-up (Celery in production)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+__all__ = ["Dispatcher", "RecordingDispatcher", "safe_dispatch"]
+
+log = logging.getLogger(__name__)
+
+
+class Dispatcher(Protocol):
+    def dispatch(self, task_id: str, generation: int) -> None:
+        """Send a wake-up for `generation` of `task_id`; may raise if the broker is down."""
+
+
+class RecordingDispatcher:
+    """Keeps wake-ups in a list: for tests and for commands that must not start work."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, int]] = []
+
+    def dispatch(self, task_id: str, generation: int) -> None:
+        self.sent.append((task_id, generation))
+
+
+def safe_dispatch(dispatcher: Dispatcher, task_id: str, generation: int) -> bool:
+    """Dispatch after a commit; a broker failure is logged, and the sweeper republishes later."""
+    try:
+        dispatcher.dispatch(task_id, generation)
+    except Exception:
+        log.exception("wake-up of task %s generation %s not sent", task_id, generation)
+        return False
+    return True

@@ -1,0 +1,208 @@
+"""One execution generation: lease, claim, agent round, state decision, all fenced.
+
+Celery delivery is a wake-up, not an order: a message for a generation that is not the task's
+queued one, or whose lease someone else holds, returns without starting an agent.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy import update
+
+from orchestrator.agent.host import ToolHost
+from orchestrator.agent.loop import LeaseLost, run_round
+from orchestrator.agent.model import ModelError, load_model
+from orchestrator.domain.decisions import Decision, RoundFacts, decide
+from orchestrator.errors import StaleGeneration
+from orchestrator.leases import LeaseBackend
+from orchestrator.services.dispatch import Dispatcher, safe_dispatch
+from orchestrator.services.lease_keeper import LeaseKeeper, lease_name
+from orchestrator.services.plans import PlanService
+from orchestrator.settings import Settings
+from orchestrator.store import plans as plan_store
+from orchestrator.store import reports as report_store
+from orchestrator.store import tasks as task_store
+from orchestrator.store.db import Database
+from orchestrator.store.fencing import check_fence
+from orchestrator.store.receipts import ReceiptLedger
+from orchestrator.store.records import TaskRecord
+from orchestrator.store.tables import tasks
+from orchestrator.store.types import utcnow
+from orchestrator.tools.base import Fence, Tool, ToolContext
+from orchestrator.tools.plans import PublishExecutionPlan
+from orchestrator.tools.tasks import ReadTaskContext, SaveReport
+
+__all__ = ["ExecutionService", "RunResult", "finish_generation"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What one delivery did: `ran` is False when it started no agent."""
+
+    ran: bool
+    detail: str
+    outcome: str | None = None
+
+
+class ExecutionService:
+    def __init__(
+        self,
+        settings: Settings,
+        db: Database,
+        leases: LeaseBackend,
+        plans: PlanService,
+        dispatcher: Dispatcher,
+        ledger: ReceiptLedger | None = None,
+    ) -> None:
+        self.settings = settings
+        self.db = db
+        self.leases = leases
+        self.plans = plans
+        self.dispatcher = dispatcher
+        self.ledger = ledger
+
+    def run(
+        self, task_id: str, generation: int, *, worker: str, celery_task_id: str | None = None
+    ) -> RunResult:
+        """Run `generation` of `task_id` if, and only if, it is the task's queued generation."""
+        with self.db.transaction(readonly=True) as conn:
+            task = task_store.get_task(conn, task_id)
+        if task is None:
+            return RunResult(False, "no such task")
+        if task.generation != generation or task.status != "queued":
+            return RunResult(False, f"task is at generation {task.generation} ({task.status})")
+        ttl = self.settings.lease_seconds
+        token = self.leases.acquire(lease_name(task_id), worker, ttl)
+        if token is None:
+            return RunResult(False, "another worker holds the task's lease")
+        with self.db.transaction() as conn:
+            claimed = task_store.claim_generation(
+                conn,
+                task_id,
+                generation,
+                lease_token=token,
+                worker=worker,
+                celery_task_id=celery_task_id,
+                lease_expires_at=utcnow() + timedelta(seconds=ttl),
+            )
+        if not claimed:
+            self.leases.release(lease_name(task_id), token)
+            return RunResult(False, "the generation was claimed, superseded or cancelled first")
+        fence = Fence(task_id, generation, token)
+        keeper = LeaseKeeper(
+            self.leases, self.db, fence, ttl=ttl, renew_every=self.settings.lease_renew_seconds
+        )
+        keeper.start()
+        try:
+            return self._round(task, fence, keeper)
+        finally:
+            keeper.close()
+
+    def _round(self, task: TaskRecord, fence: Fence, keeper: LeaseKeeper) -> RunResult:
+        with self.db.transaction(readonly=True) as conn:
+            execution = task_store.get_execution(conn, fence.task_id, fence.generation)
+        assert execution is not None
+        ctx = ToolContext(
+            owner=f"task:{task.task_id}",
+            session_id=execution.session_id,
+            round_id=f"{task.task_id}:{fence.generation}",
+            task_id=task.task_id,
+            generation=fence.generation,
+            fence=fence,
+        )
+        host = ToolHost(self._tools(keeper), ledger=self.ledger)
+        try:
+            model = load_model(self.settings.model, task.task_type)
+            model.check_tools(list(host.tools))
+            end = run_round(
+                model,
+                host,
+                ctx,
+                brief=f"Condition task {task.task_id} ({task.task_type}): {task.title}",
+                max_turns=self.settings.max_turns,
+                stop=keeper.lost,
+            )
+        except (LeaseLost, StaleGeneration) as exc:
+            log.warning("generation %s of %s stopped: %s", fence.generation, task.task_id, exc)
+            return RunResult(True, f"stopped without writing: {exc}")
+        except ModelError as exc:
+            decision = Decision("failed", "failed", str(exc), "model_error")
+            return self._finish(task, fence, keeper, decision)
+        except Exception as exc:
+            log.exception("round of task %s failed", task.task_id)
+            decision = Decision("failed", "failed", f"agent error: {exc}", "agent_error")
+            return self._finish(task, fence, keeper, decision)
+        with self.db.transaction(readonly=True) as conn:
+            plan = plan_store.latest_revision(conn, execution.session_id)
+            report = report_store.latest_report(conn, task.task_id, fence.generation)
+            pending = report_store.count_pending_actions(conn, task.task_id, fence.generation)
+            rounds_done = task_store.get_task(conn, task.task_id).rounds  # type: ignore[union-attr]
+        decision = decide(
+            RoundFacts(
+                plan_nodes=plan.nodes if plan else None,
+                report_outcome=report["outcome"] if report else None,
+                pending_actions=pending,
+                rounds_done=rounds_done,
+                max_rounds=self.settings.max_rounds,
+            )
+        )
+        if decision.queues_next and end.why == "turn_budget":
+            decision = Decision("queued", "continue", "the turn budget of the round ran out")
+        return self._finish(task, fence, keeper, decision)
+
+    def _finish(
+        self, task: TaskRecord, fence: Fence, keeper: LeaseKeeper, decision: Decision
+    ) -> RunResult:
+        try:
+            keeper.check()
+            next_generation = finish_generation(self.db, fence, decision)
+        except (LeaseLost, StaleGeneration) as exc:
+            return RunResult(True, f"stopped before its decision: {exc}")
+        if next_generation is not None:
+            safe_dispatch(self.dispatcher, task.task_id, next_generation)
+        return RunResult(True, decision.reason, decision.outcome)
+
+    def _tools(self, keeper: LeaseKeeper) -> list[Tool]:
+        return [
+            ReadTaskContext(self.db),
+            PublishExecutionPlan(self.plans, keeper),
+            SaveReport(self.db, keeper),
+        ]
+
+
+def finish_generation(db: Database, fence: Fence, decision: Decision) -> int | None:
+    """End the fenced generation with `decision`; returns the next generation when one is queued."""
+    with db.transaction() as conn:
+        check_fence(conn, fence)
+        task = task_store.get_task(conn, fence.task_id, lock=True)
+        assert task is not None
+        task_store.end_generation(
+            conn,
+            fence.task_id,
+            fence.generation,
+            outcome=decision.outcome,
+            reason=decision.reason,
+            failure_code=decision.failure_code,
+        )
+        if decision.queues_next:
+            return task_store.requeue_generation(
+                conn, task, from_statuses=("running",), recoveries=0, rounds=task.rounds + 1
+            )
+        conn.execute(
+            update(tasks)
+            .where(tasks.c.task_id == fence.task_id, tasks.c.generation == fence.generation)
+            .values(
+                status=decision.task_status,
+                failure_code=decision.failure_code,
+                last_error=decision.reason if decision.task_status == "failed" else None,
+                recoveries=0,
+                rounds=task.rounds + 1,
+                updated_at=utcnow(),
+            )
+        )
+    return None

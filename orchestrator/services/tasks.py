@@ -1,0 +1,201 @@
+"""Triggers and operator commands on tasks: trigger, list, explain, requeue, cancel."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import update
+
+from orchestrator.domain.vocabulary import TASK_STATUSES, TERMINAL_TASK_STATUSES
+from orchestrator.errors import InvalidTransition, NotFound, ValidationFailed
+from orchestrator.leases import LeaseBackend
+from orchestrator.services.dispatch import Dispatcher, safe_dispatch
+from orchestrator.services.lease_keeper import lease_name
+from orchestrator.store import plans as plan_store
+from orchestrator.store import reports as report_store
+from orchestrator.store import tasks as task_store
+from orchestrator.store.db import Database
+from orchestrator.store.receipts import ReceiptLedger
+from orchestrator.store.records import TaskRecord
+from orchestrator.store.tables import tasks
+from orchestrator.store.types import utcnow
+
+__all__ = ["TaskService", "Trigger", "TriggerResult"]
+
+_ID_PATTERN = r"^[A-Za-z0-9_.:-]+$"
+
+
+class Trigger(BaseModel):
+    """What the business backend sends to start a task."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task_type: str = Field(min_length=1, max_length=64, pattern=_ID_PATTERN)
+    title: str = Field(min_length=1, max_length=200)
+    context: dict[str, Any] = Field(default_factory=dict)
+    trigger_id: str | None = Field(default=None, min_length=1, max_length=128)
+    sample_input: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class TriggerResult:
+    task: TaskRecord
+    created: bool
+
+
+class TaskService:
+    def __init__(
+        self,
+        db: Database,
+        dispatcher: Dispatcher,
+        leases: LeaseBackend | None = None,
+        ledger: ReceiptLedger | None = None,
+    ) -> None:
+        self.db = db
+        self.dispatcher = dispatcher
+        self.leases = leases
+        self.ledger = ledger
+
+    def trigger(self, trigger: Trigger) -> TriggerResult:
+        """Create and queue a task; the same `trigger_id` again returns the same task."""
+        trigger_id = trigger.trigger_id or f"auto:{_new_uuid()}"
+        with self.db.transaction() as conn:
+            existing = task_store.task_by_trigger(conn, trigger_id)
+            if existing is not None:
+                return TriggerResult(existing, created=False)
+            task = task_store.insert_task(
+                conn,
+                task_store.NewTask(
+                    task_type=trigger.task_type,
+                    title=trigger.title,
+                    context=trigger.context,
+                    trigger_id=trigger_id,
+                    sample_input=trigger.sample_input,
+                ),
+            )
+        safe_dispatch(self.dispatcher, task.task_id, task.generation)
+        return TriggerResult(task, created=True)
+
+    def get(self, task_id: str) -> TaskRecord:
+        with self.db.transaction(readonly=True) as conn:
+            task = task_store.get_task(conn, task_id)
+        if task is None:
+            raise NotFound(f"task {task_id} does not exist")
+        return task
+
+    def list_tasks(self, *, status: str | None = None, limit: int = 50) -> list[TaskRecord]:
+        if status is not None and status not in TASK_STATUSES:
+            raise ValidationFailed(
+                f"unknown status {status!r}; one of {', '.join(TASK_STATUSES)}",
+                code="invalid_status",
+            )
+        with self.db.transaction(readonly=True) as conn:
+            return task_store.list_tasks(conn, status=status, limit=limit)
+
+    def requeue(self, task_id: str, reason: str) -> TaskRecord:
+        """A new generation now; a running one is superseded and fenced out."""
+        with self.db.transaction() as conn:
+            task = task_store.get_task(conn, task_id, lock=True)
+            if task is None:
+                raise NotFound(f"task {task_id} does not exist")
+            task_store.end_generation(
+                conn,
+                task_id,
+                task.generation,
+                outcome="superseded",
+                reason=f"requeued by an operator: {reason}",
+            )
+            task_store.supersede_pending_actions(conn, task_id, "superseded by a requeue")
+            nxt = task_store.requeue_generation(
+                conn, task, from_statuses=TASK_STATUSES, recoveries=0, rounds=0
+            )
+            assert nxt is not None  # the row lock keeps the generation ours
+        safe_dispatch(self.dispatcher, task_id, nxt)
+        return self.get(task_id)
+
+    def cancel(self, task_id: str, reason: str = "cancelled by an operator") -> TaskRecord:
+        """Fence the live generation and mark the task cancelled."""
+        with self.db.transaction() as conn:
+            task = task_store.get_task(conn, task_id, lock=True)
+            if task is None:
+                raise NotFound(f"task {task_id} does not exist")
+            if task.status in TERMINAL_TASK_STATUSES:
+                raise InvalidTransition(f"task {task_id} is already {task.status}")
+            task_store.end_generation(
+                conn, task_id, task.generation, outcome="cancelled", reason=reason
+            )
+            task_store.supersede_pending_actions(conn, task_id, "the task was cancelled")
+            conn.execute(
+                update(tasks)
+                .where(tasks.c.task_id == task_id)
+                .values(status="cancelled", last_error=reason, updated_at=utcnow())
+            )
+        return self.get(task_id)
+
+    def explain(self, task_id: str) -> dict[str, Any]:
+        """The operator's view of one task: generations, lease, plan, report, what is pending."""
+        with self.db.transaction(readonly=True) as conn:
+            task = task_store.get_task(conn, task_id)
+            if task is None:
+                raise NotFound(f"task {task_id} does not exist")
+            executions = task_store.list_executions(conn, task_id)
+            plan = plan_store.latest_revision(conn, task.session_id) if task.session_id else None
+            report = report_store.latest_report(conn, task_id, task.generation)
+            pending = report_store.pending_actions_of(conn, task_id)
+        view = task_view(task)
+        view.update(
+            {
+                "lease": self._lease(task),
+                "executions": [execution.to_dict() for execution in executions],
+                "plan": plan.to_dict() if plan else None,
+                "report": report,
+                "pending_actions": pending,
+                "unknown_receipts": self._unknown_receipts(task_id),
+            }
+        )
+        return view
+
+    def _lease(self, task: TaskRecord) -> dict[str, Any] | None:
+        if self.leases is None or task.status != "running":
+            return None
+        info = self.leases.get(lease_name(task.task_id))
+        if info is None:
+            return None
+        return {
+            "holder": info.holder,
+            "expires_at": info.expires_at,
+            "last_renewed_at": info.renewed_at,
+        }
+
+    def _unknown_receipts(self, task_id: str) -> list[dict[str, Any]]:
+        if self.ledger is None:
+            return []
+        receipts = self.ledger.list_for_owner(f"task:{task_id}")
+        return [r.public() for r in receipts if r.status == "unknown"]
+
+
+def task_view(task: TaskRecord) -> dict[str, Any]:
+    """The fields of a task that list and show print."""
+    return {
+        "task_id": task.task_id,
+        "task_type": task.task_type,
+        "title": task.title,
+        "status": task.status,
+        "failure_code": task.failure_code if task.status == "failed" else None,
+        "last_error": task.last_error,
+        "origin": task.origin,
+        "trigger_id": task.trigger_id,
+        "generation": task.generation,
+        "session_id": task.session_id,
+        "rounds": task.rounds,
+        "recoveries": task.recoveries,
+        "created_at": task.created_at,
+        "updated_at": task.updated_at,
+    }
+
+
+def _new_uuid() -> str:
+    return str(uuid.uuid4())

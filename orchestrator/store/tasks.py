@@ -1,0 +1,328 @@
+"""Tasks and their execution generations: every state change is a compare-and-set on the row.
+
+Functions take a `Connection`; the service that calls them owns the transaction, so a check and
+the write it guards always commit together.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, and_, func, insert, select, update
+
+from orchestrator.store.records import ExecutionRecord, TaskRecord
+from orchestrator.store.sessions import SessionRecord, insert_session
+from orchestrator.store.tables import actions, executions, tasks
+from orchestrator.store.types import utcnow
+
+__all__ = [
+    "NewTask",
+    "claim_generation",
+    "end_generation",
+    "expired_executions",
+    "get_execution",
+    "get_task",
+    "insert_task",
+    "list_executions",
+    "list_tasks",
+    "mirror_lease",
+    "open_generation",
+    "requeue_generation",
+    "stale_queued",
+    "supersede_pending_actions",
+    "task_by_trigger",
+    "touch_queued",
+]
+
+
+@dataclass(frozen=True)
+class NewTask:
+    task_type: str
+    title: str
+    context: dict[str, Any]
+    trigger_id: str
+    sample_input: dict[str, Any] | None = None
+
+
+def _new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def get_task(conn: Connection, task_id: str, *, lock: bool = False) -> TaskRecord | None:
+    query = select(tasks).where(tasks.c.task_id == task_id)
+    if lock:
+        query = query.with_for_update()
+    row = conn.execute(query).one_or_none()
+    return TaskRecord.from_row(row) if row is not None else None
+
+
+def task_by_trigger(conn: Connection, trigger_id: str) -> TaskRecord | None:
+    row = conn.execute(select(tasks).where(tasks.c.trigger_id == trigger_id)).one_or_none()
+    return TaskRecord.from_row(row) if row is not None else None
+
+
+def insert_task(conn: Connection, new: NewTask) -> TaskRecord:
+    """A queued task at generation 1 with its session and execution row."""
+    now = utcnow()
+    task_id = _new_id()
+    conn.execute(
+        insert(tasks).values(
+            task_id=task_id,
+            task_type=new.task_type,
+            title=new.title,
+            context=new.context,
+            sample_input=new.sample_input,
+            trigger_id=new.trigger_id,
+            origin="peripheral_sample" if new.sample_input is not None else "live",
+            status="queued",
+            generation=1,
+            recoveries=0,
+            rounds=0,
+            queued_at=now,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+    open_generation(conn, task_id, 1, new.title, now)
+    task = get_task(conn, task_id)
+    assert task is not None
+    return task
+
+
+def open_generation(
+    conn: Connection, task_id: str, generation: int, title: str, now: datetime
+) -> str:
+    """The session and execution row of a new generation; points the task at the session."""
+    session_id = _new_id()
+    insert_session(
+        conn,
+        SessionRecord(
+            session_id=session_id,
+            purpose="task_execution",
+            task_id=task_id,
+            generation=generation,
+            owner=f"task:{task_id}",
+            title=f"{title} (generation {generation})",
+            created_at=now,
+            updated_at=now,
+        ),
+    )
+    conn.execute(
+        insert(executions).values(
+            task_id=task_id, generation=generation, session_id=session_id, created_at=now
+        )
+    )
+    conn.execute(update(tasks).where(tasks.c.task_id == task_id).values(session_id=session_id))
+    return session_id
+
+
+def claim_generation(
+    conn: Connection,
+    task_id: str,
+    generation: int,
+    *,
+    lease_token: str,
+    worker: str,
+    celery_task_id: str | None,
+    lease_expires_at: datetime,
+) -> bool:
+    """queued → running for exactly this generation; False when anything else is the case."""
+    now = utcnow()
+    moved = conn.execute(
+        update(tasks)
+        .where(
+            tasks.c.task_id == task_id,
+            tasks.c.generation == generation,
+            tasks.c.status == "queued",
+        )
+        .values(status="running", updated_at=now)
+    ).rowcount
+    if moved != 1:
+        return False
+    conn.execute(
+        update(executions)
+        .where(
+            executions.c.task_id == task_id,
+            executions.c.generation == generation,
+            executions.c.outcome.is_(None),
+        )
+        .values(
+            lease_token=lease_token,
+            worker=worker,
+            celery_task_id=celery_task_id,
+            started_at=now,
+            lease_expires_at=lease_expires_at,
+        )
+    )
+    return True
+
+
+def mirror_lease(
+    conn: Connection, task_id: str, generation: int, lease_token: str, expires_at: datetime
+) -> bool:
+    """Record a renewal in the store (the sweeper's index); False when the generation is over."""
+    return (
+        conn.execute(
+            update(executions)
+            .where(
+                executions.c.task_id == task_id,
+                executions.c.generation == generation,
+                executions.c.lease_token == lease_token,
+                executions.c.outcome.is_(None),
+            )
+            .values(lease_expires_at=expires_at)
+        ).rowcount
+        == 1
+    )
+
+
+def end_generation(
+    conn: Connection,
+    task_id: str,
+    generation: int,
+    *,
+    outcome: str,
+    reason: str,
+    failure_code: str | None = None,
+) -> bool:
+    """Close one generation's execution row if it is still open."""
+    return (
+        conn.execute(
+            update(executions)
+            .where(
+                executions.c.task_id == task_id,
+                executions.c.generation == generation,
+                executions.c.outcome.is_(None),
+            )
+            .values(outcome=outcome, reason=reason, failure_code=failure_code, ended_at=utcnow())
+        ).rowcount
+        == 1
+    )
+
+
+def requeue_generation(
+    conn: Connection,
+    task: TaskRecord,
+    *,
+    from_statuses: tuple[str, ...],
+    recoveries: int,
+    rounds: int,
+) -> int | None:
+    """Compare-and-set generation n → n+1 (queued); None when someone else moved the task first."""
+    now = utcnow()
+    nxt = task.generation + 1
+    moved = conn.execute(
+        update(tasks)
+        .where(
+            tasks.c.task_id == task.task_id,
+            tasks.c.generation == task.generation,
+            tasks.c.status.in_(from_statuses),
+        )
+        .values(
+            generation=nxt,
+            status="queued",
+            queued_at=now,
+            updated_at=now,
+            recoveries=recoveries,
+            rounds=rounds,
+            failure_code=None,
+        )
+    ).rowcount
+    if moved != 1:
+        return None
+    open_generation(conn, task.task_id, nxt, task.title, now)
+    return nxt
+
+
+def supersede_pending_actions(conn: Connection, task_id: str, note: str) -> int:
+    return int(
+        conn.execute(
+            update(actions)
+            .where(actions.c.task_id == task_id, actions.c.status == "pending_approval")
+            .values(status="superseded", note=note)
+        ).rowcount
+    )
+
+
+def get_execution(conn: Connection, task_id: str, generation: int) -> ExecutionRecord | None:
+    row = conn.execute(
+        select(executions).where(
+            executions.c.task_id == task_id, executions.c.generation == generation
+        )
+    ).one_or_none()
+    return ExecutionRecord.from_row(row) if row is not None else None
+
+
+def list_executions(conn: Connection, task_id: str) -> list[ExecutionRecord]:
+    rows = conn.execute(
+        select(executions).where(executions.c.task_id == task_id).order_by(executions.c.generation)
+    )
+    return [ExecutionRecord.from_row(row) for row in rows]
+
+
+def expired_executions(conn: Connection, now: datetime, limit: int) -> list[ExecutionRecord]:
+    """Running generations whose mirrored lease ran out: an index range scan, oldest first."""
+    rows = conn.execute(
+        select(executions)
+        .where(executions.c.outcome.is_(None), executions.c.lease_expires_at < now)
+        .order_by(executions.c.lease_expires_at)
+        .limit(limit)
+    )
+    return [ExecutionRecord.from_row(row) for row in rows]
+
+
+def stale_queued(conn: Connection, before: datetime, limit: int) -> list[TaskRecord]:
+    """Queued tasks whose wake-up message may be gone."""
+    rows = conn.execute(
+        select(tasks)
+        .where(tasks.c.status == "queued", tasks.c.queued_at < before)
+        .order_by(tasks.c.queued_at)
+        .limit(limit)
+    )
+    return [TaskRecord.from_row(row) for row in rows]
+
+
+def touch_queued(conn: Connection, task: TaskRecord) -> bool:
+    """Claim one republish of a stale queued task (compare-and-set on `queued_at`)."""
+    return (
+        conn.execute(
+            update(tasks)
+            .where(
+                tasks.c.task_id == task.task_id,
+                tasks.c.generation == task.generation,
+                tasks.c.status == "queued",
+                tasks.c.queued_at == task.queued_at,
+            )
+            .values(queued_at=utcnow())
+        ).rowcount
+        == 1
+    )
+
+
+def list_tasks(
+    conn: Connection,
+    *,
+    status: str | None,
+    limit: int,
+    after: tuple[datetime, str] | None = None,
+) -> list[TaskRecord]:
+    """Newest first; `after` is the (created_at, task_id) of the last row already seen."""
+    query = select(tasks)
+    if status is not None:
+        query = query.where(tasks.c.status == status)
+    if after is not None:
+        created_at, task_id = after
+        query = query.where(
+            (tasks.c.created_at < created_at)
+            | and_(tasks.c.created_at == created_at, tasks.c.task_id < task_id)
+        )
+    query = query.order_by(tasks.c.created_at.desc(), tasks.c.task_id.desc()).limit(limit)
+    return [TaskRecord.from_row(row) for row in conn.execute(query)]
+
+
+def count_tasks_by_status(conn: Connection) -> dict[str, int]:
+    rows = conn.execute(select(tasks.c.status, func.count()).group_by(tasks.c.status))
+    return {str(status): int(count) for status, count in rows}

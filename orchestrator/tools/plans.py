@@ -1,0 +1,59 @@
+"""`publish_execution_plan` for an execution: the plan service, fenced, renewing the lease."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from orchestrator.errors import ConflictError, StaleGeneration, ValidationFailed
+from orchestrator.services.lease_keeper import LeaseKeeper
+from orchestrator.services.plans import PlanService
+from orchestrator.tools.base import Tool, ToolArguments, ToolContext, ToolResult
+
+__all__ = ["PublishExecutionPlan"]
+
+
+class _PlanArguments(ToolArguments):
+    # Loose on purpose: the plan service reports every rule break at once with stable codes.
+    request_id: Any = None
+    title: Any = None
+    reason: Any = None
+    nodes: list[Any] = Field(default_factory=list)
+    edges: list[Any] = Field(default_factory=list)
+
+
+class PublishExecutionPlan(Tool):
+    name = "publish_execution_plan"
+    description = (
+        "Publish the whole execution plan (nodes and edges) as a new revision. Keep every node "
+        "of the previous revision; a completed node needs evidence, failed and waiting need a "
+        "reason. The same request_id with the same content returns the stored revision."
+    )
+    effect = "internal_write"
+    arguments = _PlanArguments
+
+    def __init__(self, plans: PlanService, keeper: LeaseKeeper) -> None:
+        self.plans = plans
+        self.keeper = keeper
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        assert isinstance(args, _PlanArguments)
+        self.keeper.check()
+        payload = args.model_dump()
+        try:
+            result = self.plans.publish_execution_plan(
+                ctx.session_id,
+                payload,
+                fence=ctx.fence,
+                after_commit=self._renew,
+            )
+        except StaleGeneration:
+            raise
+        except (ValidationFailed, ConflictError) as exc:
+            # A refused publish wrote nothing; the model must fix the plan and publish again.
+            return ToolResult.failed(exc.message, code=exc.code, payload={"details": exc.details})
+        return ToolResult.ok(result.plan.to_dict())
+
+    def _renew(self, _result: object) -> None:
+        self.keeper.renew_now()

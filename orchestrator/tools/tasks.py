@@ -1,0 +1,110 @@
+"""Task tools of an execution: `read_task_context` and `save_report`."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from orchestrator.errors import NotFound
+from orchestrator.services.lease_keeper import LeaseKeeper
+from orchestrator.store import plans as plan_store
+from orchestrator.store import reports as report_store
+from orchestrator.store import tasks as task_store
+from orchestrator.store.db import Database
+from orchestrator.store.fencing import check_fence
+from orchestrator.tools.base import Tool, ToolArguments, ToolContext, ToolResult
+
+__all__ = ["ReadTaskContext", "SaveReport"]
+
+
+class _NoArguments(ToolArguments):
+    pass
+
+
+class ReadTaskContext(Tool):
+    name = "read_task_context"
+    description = (
+        "The task's context, its origin, the current generation, and what the previous "
+        "generation left: its last plan, report and evidence."
+    )
+    effect = "read"
+    arguments = _NoArguments
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        if ctx.task_id is None or ctx.generation is None:
+            return ToolResult.failed("this session does not belong to a task", code="no_task")
+        with self.db.transaction(readonly=True) as conn:
+            task = task_store.get_task(conn, ctx.task_id)
+            if task is None:
+                raise NotFound(f"task {ctx.task_id} does not exist")
+            previous: dict[str, Any] | None = None
+            if ctx.generation > 1:
+                before = task_store.get_execution(conn, ctx.task_id, ctx.generation - 1)
+                if before is not None:
+                    plan = plan_store.latest_revision(conn, before.session_id)
+                    previous = {
+                        "generation": before.generation,
+                        "outcome": before.outcome,
+                        "reason": before.reason,
+                        "plan": plan.to_dict() if plan else None,
+                        "report": report_store.latest_report(conn, ctx.task_id, before.generation),
+                        "evidence": report_store.evidence_of(conn, ctx.task_id, before.generation),
+                    }
+        payload: dict[str, Any] = {
+            "task_id": task.task_id,
+            "task_type": task.task_type,
+            "title": task.title,
+            "context": task.context,
+            "origin": task.origin,
+            "generation": ctx.generation,
+            "session_id": ctx.session_id,
+            "previous_generation": previous,
+        }
+        if task.sample_input is not None:
+            # Seed 004: a fixed synthetic input must say so; it is never a live query result.
+            payload["sample_input"] = {"origin": "peripheral_sample", "data": task.sample_input}
+        return ToolResult.ok(payload)
+
+
+class _ReportArguments(ToolArguments):
+    summary: str = Field(min_length=1, max_length=4000)
+    findings: list[Any] = Field(default_factory=list, max_length=100)
+    evidence_refs: list[str] = Field(default_factory=list, max_length=100)
+    outcome: Literal["completed", "waiting", "failed", "continue"]
+
+
+class SaveReport(Tool):
+    name = "save_report"
+    description = (
+        "Save this round's report, last, after every plan and action proposal: a summary, "
+        "findings, evidence references and the outcome you declare."
+    )
+    effect = "internal_write"
+    arguments = _ReportArguments
+
+    def __init__(self, db: Database, keeper: LeaseKeeper) -> None:
+        self.db = db
+        self.keeper = keeper
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        assert isinstance(args, _ReportArguments)
+        if ctx.fence is None:
+            return ToolResult.failed("only a task execution can save a report", code="no_task")
+        self.keeper.check()
+        with self.db.transaction() as conn:
+            check_fence(conn, ctx.fence)
+            report = report_store.insert_report(
+                conn,
+                ctx.fence,
+                ctx.session_id,
+                summary=args.summary,
+                findings=args.findings,
+                evidence_refs=args.evidence_refs,
+                outcome=args.outcome,
+            )
+        self.keeper.renew_now()
+        return ToolResult.ok(report)

@@ -1,0 +1,73 @@
+"""The state decision table, case by case."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from orchestrator.domain.decisions import RoundFacts, decide
+
+
+def node(node_id: str, status: str, actor: str = "agent") -> dict[str, Any]:
+    return {"id": node_id, "status": status, "actor": actor}
+
+
+def facts(
+    nodes: list[dict[str, Any]] | None,
+    report: str | None,
+    pending: int = 0,
+    rounds_done: int = 0,
+    max_rounds: int = 5,
+) -> RoundFacts:
+    return RoundFacts(nodes, report, pending, rounds_done, max_rounds)
+
+
+def test_report_failed_fails_the_task_whatever_the_plan() -> None:
+    decision = decide(facts([node("a", "completed")], "failed", pending=2))
+    assert (decision.task_status, decision.outcome) == ("failed", "failed")
+
+
+def test_pending_approvals_wait() -> None:
+    decision = decide(facts([node("a", "completed")], "completed", pending=1))
+    assert (decision.task_status, decision.outcome) == ("waiting", "waiting")
+
+
+@pytest.mark.parametrize("status", ["pending", "running", "waiting", "failed"])
+def test_unfinished_human_node_waits_even_when_the_agent_says_completed(status: str) -> None:
+    nodes = [node("a", "completed"), node("sample", status, actor="human")]
+    decision = decide(facts(nodes, "completed"))
+    assert decision.task_status == "waiting"
+    assert "sample" in decision.reason
+
+
+def test_all_nodes_done_and_report_saved_completes() -> None:
+    nodes = [node("a", "completed"), node("b", "skipped"), node("c", "cancelled", "human")]
+    decision = decide(facts(nodes, "completed"))
+    assert (decision.task_status, decision.outcome) == ("completed", "completed")
+
+
+def test_a_round_without_a_report_never_completes() -> None:
+    decision = decide(facts([node("a", "completed")], None))
+    assert (decision.task_status, decision.outcome) == ("queued", "continue")
+
+
+def test_no_plan_never_completes() -> None:
+    assert decide(facts(None, "completed")).outcome == "continue"
+    assert decide(facts([], "completed")).outcome == "continue"
+
+
+def test_open_agent_nodes_continue() -> None:
+    decision = decide(facts([node("a", "completed"), node("b", "running")], "continue"))
+    assert decision.queues_next
+
+
+def test_round_limit_fails_instead_of_continuing() -> None:
+    decision = decide(facts([node("a", "running")], "continue", rounds_done=4, max_rounds=5))
+    assert (decision.task_status, decision.failure_code) == ("failed", "round_limit")
+    assert decide(facts([node("a", "running")], "continue", rounds_done=3)).queues_next
+
+
+def test_round_limit_does_not_block_completion() -> None:
+    decision = decide(facts([node("a", "completed")], "completed", rounds_done=4, max_rounds=5))
+    assert decision.task_status == "completed"

@@ -1,0 +1,351 @@
+"""The plans and sessions HTTP API on both stores: auth, envelopes, reads, the internal bridge."""
+
+from __future__ import annotations
+
+import uuid
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import func, insert, select
+
+from orchestrator.api import create_app
+from orchestrator.settings import load_settings
+from orchestrator.store import Database
+from orchestrator.store.tables import plan_revisions, tasks
+from orchestrator.store.types import utcnow
+
+with warnings.catch_warnings():
+    # Starlette asks for `httpx2`, which is not a dependency; plain httpx still works.
+    warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
+    from fastapi.testclient import TestClient
+
+PUBLIC = {"Authorization": "Bearer public-token"}
+INTERNAL = {"Authorization": "Bearer internal-token"}
+
+
+def node(node_id: str, status: str = "pending", **extra: Any) -> dict[str, Any]:
+    return {"id": node_id, "title": f"step {node_id}", "actor": "agent", "status": status, **extra}
+
+
+def plan(request_id: str, nodes: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {"request_id": request_id, "title": "plan", "reason": "", "nodes": nodes, **extra}
+
+
+@pytest.fixture
+def client(store_url: str, tmp_path: Path) -> Iterator[TestClient]:
+    settings = load_settings(
+        database_url=store_url,
+        home=tmp_path,
+        api_token="public-token",
+        agent_internal_token="internal-token",
+        redis_url=None,
+    )
+    with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def session_id(client: TestClient) -> str:
+    response = client.post(
+        "/api/v1/sessions", json={"purpose": "ordinary_chat", "title": "chat"}, headers=PUBLIC
+    )
+    assert response.status_code == 201, response.text
+    return str(response.json()["session_id"])
+
+
+def publish(client: TestClient, session_id: str, body: Any, **kwargs: Any) -> Any:
+    return client.post(
+        f"/api/v1/internal/sessions/{session_id}/execution-plans",
+        json=body,
+        headers=INTERNAL,
+        **kwargs,
+    )
+
+
+def revision_count(client: TestClient) -> int:
+    db: Database = client.app.state.db  # type: ignore[attr-defined]
+    with db.transaction(readonly=True) as conn:
+        return int(conn.execute(select(func.count()).select_from(plan_revisions)).scalar_one())
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Authorization": "Bearer wrong"}, PUBLIC, {"Authorization": "internal-token"}],
+)
+def test_internal_bridge_refuses_missing_or_wrong_token(
+    client: TestClient, session_id: str, headers: dict[str, str]
+) -> None:
+    response = client.post(
+        f"/api/v1/internal/sessions/{session_id}/execution-plans",
+        json=plan("r1", [node("a")]),
+        headers=headers,
+    )
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "unauthorized"
+    assert "internal-token" not in response.text
+    assert revision_count(client) == 0
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/sessions",
+        "/api/v1/sessions/x/execution-plans",
+        "/api/v1/sessions/x/execution-plans/1",
+        "/api/v1/agent/chat/session/x/stream",
+    ],
+)
+def test_public_reads_need_the_api_token_when_it_is_set(client: TestClient, path: str) -> None:
+    for headers in ({}, {"Authorization": "Bearer nope"}, INTERNAL):
+        response = client.get(path, headers=headers)
+        assert response.status_code == 401, path
+        assert response.json()["error"]["code"] == "unauthorized"
+
+
+def test_publish_then_read_latest_history_and_one_revision(
+    client: TestClient, session_id: str
+) -> None:
+    first = publish(client, session_id, plan("r1", [node("a")]))
+    assert first.status_code == 201, first.text
+    body = first.json()
+    assert (body["revision"], body["schema_version"]) == (1, "execution-plan@1")
+    assert body["status_counts"]["pending"] == 1
+    second = publish(
+        client,
+        session_id,
+        plan(
+            "r2",
+            [node("a", "completed", evidence="turbidity 0.3 NTU"), node("b"), node("c")],
+            edges=[{"from": "a", "to": "b"}, {"from": "a", "to": "c", "label": "if high"}],
+        ),
+    )
+    assert second.status_code == 201, second.text
+    history = client.get(f"/api/v1/sessions/{session_id}/execution-plans", headers=PUBLIC).json()
+    assert history["session_id"] == session_id
+    assert history["latest"]["revision"] == 2
+    assert [r["revision"] for r in history["revisions"]] == [1, 2]
+    assert set(history["revisions"][0]) == {
+        "revision",
+        "updated_at",
+        "title",
+        "reason",
+        "status_counts",
+    }
+    one = client.get(f"/api/v1/sessions/{session_id}/execution-plans/1", headers=PUBLIC)
+    assert one.status_code == 200
+    assert [n["id"] for n in one.json()["nodes"]] == ["a"]
+
+
+def test_replay_is_200_with_the_same_revision_and_conflict_is_409(
+    client: TestClient, session_id: str
+) -> None:
+    assert publish(client, session_id, plan("r1", [node("a")])).status_code == 201
+    replay = publish(client, session_id, plan("r1", [node("a")]))
+    assert replay.status_code == 200
+    assert replay.json()["revision"] == 1
+    conflict = publish(client, session_id, plan("r1", [node("b")]))
+    assert conflict.status_code == 409
+    assert conflict.json()["error"]["code"] == "request_id_conflict"
+    assert revision_count(client) == 1
+
+
+def test_unknown_revision_and_session_are_404(client: TestClient, session_id: str) -> None:
+    for path in (
+        f"/api/v1/sessions/{session_id}/execution-plans/7",
+        "/api/v1/sessions/nope/execution-plans",
+        "/api/v1/sessions/nope/execution-plans/1",
+        "/api/v1/agent/chat/session/nope/stream",
+        "/api/v1/no-such-route",
+    ):
+        response = client.get(path, headers=PUBLIC)
+        assert response.status_code == 404, path
+        assert response.json()["error"]["code"] == "not_found"
+
+
+def test_validation_envelope_lists_every_problem(client: TestClient, session_id: str) -> None:
+    body = plan(
+        "r1",
+        [node("a", "completed"), node("a", "waiting"), node("b", actor="robot")],
+        edges=[{"from": "a", "to": "zz"}, {"from": "b", "to": "b"}],
+    )
+    response = publish(client, session_id, body)
+    assert response.status_code == 422
+    error = response.json()["error"]
+    codes = [detail["code"] for detail in error["details"]]
+    assert error["code"] == codes[0]
+    for code in (
+        "evidence_required",
+        "reason_required",
+        "invalid_actor",
+        "duplicate_node_id",
+        "dangling_edge",
+        "self_loop",
+    ):
+        assert code in codes
+    assert revision_count(client) == 0
+
+
+def test_unknown_session_publish_is_422(client: TestClient) -> None:
+    response = publish(client, "nope", plan("r1", [node("a")]))
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "unknown_session"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"{not json", b"[]", b'"text"', b"", b'{"request_id": 5, "nodes": "x", "edges": {}}'],
+)
+def test_malformed_json_and_wrong_types_are_422_envelopes(
+    client: TestClient, session_id: str, raw: bytes
+) -> None:
+    response = client.post(
+        f"/api/v1/internal/sessions/{session_id}/execution-plans",
+        content=raw,
+        headers={**INTERNAL, "Content-Type": "application/json"},
+    )
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["code"]
+    assert error["details"]
+    assert revision_count(client) == 0
+
+
+def test_bad_fence_on_the_bridge_is_422(client: TestClient, session_id: str) -> None:
+    body = plan("r1", [node("a")], fence={"task_id": "t", "generation": "one"})
+    response = publish(client, session_id, body)
+    assert response.status_code == 422
+    assert response.json()["error"]["details"][0]["field"] == "fence"
+
+
+def test_stale_fence_on_the_bridge_is_409(client: TestClient, session_id: str) -> None:
+    body = plan("r1", [node("a")], fence={"task_id": "t", "generation": 1, "lease_token": "x"})
+    response = publish(client, session_id, body)
+    assert response.status_code == 409
+    assert response.json()["error"]["code"] == "stale_generation"
+    assert revision_count(client) == 0
+
+
+def test_sessions_list_ordinary_chats_unless_asked(client: TestClient, session_id: str) -> None:
+    db: Database = client.app.state.db  # type: ignore[attr-defined]
+    task_id = str(uuid.uuid4())
+    with db.transaction() as conn:
+        conn.execute(
+            insert(tasks).values(
+                task_id=task_id,
+                task_type="wq",
+                title="t",
+                context={},
+                trigger_id=task_id,
+                origin="live",
+                status="queued",
+                generation=1,
+                created_at=utcnow(),
+                updated_at=utcnow(),
+            )
+        )
+    collab = client.post(
+        "/api/v1/sessions",
+        json={"purpose": "task_collaboration", "title": "ask", "task_id": task_id},
+        headers=PUBLIC,
+    )
+    assert collab.status_code == 201, collab.text
+    default = client.get("/api/v1/sessions", headers=PUBLIC).json()["sessions"]
+    assert [s["session_id"] for s in default] == [session_id]
+    by_purpose = client.get(
+        "/api/v1/sessions", params={"purpose": "task_collaboration"}, headers=PUBLIC
+    ).json()["sessions"]
+    assert [s["session_id"] for s in by_purpose] == [collab.json()["session_id"]]
+    by_task = client.get("/api/v1/sessions", params={"task_id": task_id}, headers=PUBLIC).json()
+    assert [s["purpose"] for s in by_task["sessions"]] == ["task_collaboration"]
+    orphan = client.post(
+        "/api/v1/sessions", json={"purpose": "task_execution", "title": "x"}, headers=PUBLIC
+    )
+    assert orphan.status_code == 422
+    assert orphan.json()["error"]["code"] == "task_required"
+    too_many = client.get("/api/v1/sessions", params={"limit": 201}, headers=PUBLIC)
+    assert too_many.status_code == 422
+    assert too_many.json()["error"]["code"] == "invalid_request"
+
+
+def test_sessions_pagination_walks_every_session_once(client: TestClient) -> None:
+    created = {
+        client.post(
+            "/api/v1/sessions", json={"purpose": "ordinary_chat", "title": f"c{i}"}, headers=PUBLIC
+        ).json()["session_id"]
+        for i in range(7)
+    }
+    seen: list[str] = []
+    cursor = None
+    while True:
+        params: dict[str, Any] = {"limit": 3, **({"cursor": cursor} if cursor else {})}
+        page = client.get("/api/v1/sessions", params=params, headers=PUBLIC).json()
+        seen += [s["session_id"] for s in page["sessions"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert sorted(seen) == sorted(created)
+    assert len(seen) == 7
+    bad = client.get("/api/v1/sessions", params={"cursor": "garbage!"}, headers=PUBLIC)
+    assert bad.status_code == 422
+    assert bad.json()["error"]["code"] == "invalid_cursor"
+
+
+_ids = st.sampled_from(["a", "b", "c", "d", "e", "bad id", ""])
+_nodes = st.lists(
+    st.fixed_dictionaries(
+        {
+            "id": _ids,
+            "title": st.sampled_from(["t", "", "x" * 201]),
+            "actor": st.sampled_from(["agent", "human", "robot"]),
+            "status": st.sampled_from(["pending", "completed", "waiting", "done"]),
+        },
+        optional={"evidence": st.sampled_from(["", "seen"]), "reason": st.just("why")},
+    ),
+    max_size=6,
+)
+_edges = st.lists(st.fixed_dictionaries({"from": _ids, "to": _ids}), max_size=6)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(nodes=_nodes, edges=_edges)
+def test_random_publishes_never_500_and_refusals_write_nothing(
+    client: TestClient, session_id: str, nodes: list[dict[str, Any]], edges: list[dict[str, Any]]
+) -> None:
+    before = revision_count(client)
+    response = publish(
+        client, session_id, {"request_id": str(uuid.uuid4()), "title": "p", "nodes": nodes,
+                             "edges": edges}
+    )  # fmt: skip
+    assert response.status_code in (201, 422), response.text
+    assert revision_count(client) == before + (1 if response.status_code == 201 else 0)
+
+
+def test_an_unexpected_failure_is_a_500_envelope_without_traceback(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    from fastapi import APIRouter
+
+    boom = APIRouter()
+
+    @boom.get("/boom")
+    def explode() -> None:
+        raise RuntimeError("secret internals")
+
+    settings = load_settings(database_url=sqlite_url, home=tmp_path, api_token=None)
+    with TestClient(
+        create_app(settings, public_routers=[boom]), raise_server_exceptions=False
+    ) as c:
+        response = c.get("/boom")
+    assert response.status_code == 500
+    assert response.json()["error"]["code"] == "internal_error"
+    assert "secret internals" not in response.text
+    assert "Traceback" not in response.text

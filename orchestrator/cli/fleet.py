@@ -1,0 +1,91 @@
+"""`orchestrator worker`, `orchestrator sweeper` and `orchestrator recover`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+from types import FrameType
+from typing import Any
+
+from orchestrator.cli.common import add_json_flag, load, print_json
+from orchestrator.runtime import build_runtime
+
+__all__ = ["register"]
+
+
+def register(commands: Any) -> None:
+    worker = commands.add_parser("worker", help="run a Celery worker of the fleet")
+    worker.add_argument("--concurrency", type=int, default=None, help="worker processes")
+    worker.add_argument("--beat", action="store_true", help="also run the periodic sweep")
+    worker.add_argument("--loglevel", default="INFO")
+    worker.set_defaults(handler=_worker)
+
+    sweeper = commands.add_parser("sweeper", help="requeue expired generations, in a loop")
+    sweeper.add_argument("--once", action="store_true", help="one sweep, then exit")
+    sweeper.set_defaults(handler=_sweeper)
+
+    recover = commands.add_parser("recover", help="one sweep now, printing what it requeued")
+    add_json_flag(recover)
+    recover.set_defaults(handler=_recover)
+
+
+def _worker(args: argparse.Namespace) -> int:
+    load()  # a bad setting stops here with one line, before Celery starts
+    from workers.celery_app import app
+
+    argv = ["worker", "--loglevel", args.loglevel, "--without-gossip", "--without-mingle"]
+    if args.concurrency:
+        argv += ["--concurrency", str(args.concurrency)]
+    if args.beat:
+        argv.append("--beat")
+    app.worker_main(argv)
+    return 0
+
+
+def _sweeper(args: argparse.Namespace) -> int:
+    settings = load()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    rt = build_runtime(settings)
+    stop = threading.Event()
+
+    def _stop(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    print(
+        f"sweeping every {settings.sweep_seconds:g}s (lease {settings.lease_seconds:g}s)",
+        flush=True,
+    )
+    try:
+        while True:
+            for line in rt.sweeper.sweep().lines():
+                print(line, flush=True)
+            if args.once or stop.wait(settings.sweep_seconds):
+                return 0
+    finally:
+        rt.close()
+
+
+def _recover(args: argparse.Namespace) -> int:
+    rt = build_runtime(load())
+    try:
+        report = rt.sweeper.sweep()
+    finally:
+        rt.close()
+    if args.json:
+        print_json(
+            {
+                "requeued": [
+                    {"task_id": t, "lost_generation": g, "generation": n}
+                    for t, g, n in report.requeued
+                ],
+                "parked": [{"task_id": t, "generation": g} for t, g in report.parked],
+                "republished": [{"task_id": t, "generation": g} for t, g in report.republished],
+            }
+        )
+    else:
+        print("\n".join(report.lines()) or "nothing to recover")
+    return 0

@@ -1,0 +1,205 @@
+"""`orchestrator tasks trigger|list|show|requeue|cancel`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from orchestrator.cli.common import CommandFailed, add_json_flag, load, print_json
+from orchestrator.domain.vocabulary import TASK_STATUSES
+from orchestrator.runtime import Runtime, build_runtime
+from orchestrator.services.tasks import Trigger, task_view
+
+__all__ = ["register"]
+
+
+def register(commands: Any) -> None:
+    group = commands.add_parser("tasks", help="trigger and operate condition tasks")
+    actions = group.add_subparsers(dest="tasks_command", metavar="ACTION", required=True)
+
+    trigger = actions.add_parser("trigger", help="create and queue a task")
+    trigger.add_argument("--type", dest="task_type", required=True, help="task type (script name)")
+    trigger.add_argument("--title", required=True)
+    trigger.add_argument("--context-file", type=Path, help="JSON object with the task context")
+    trigger.add_argument("--sample-input-file", type=Path, help="fixed peripheral sample input")
+    trigger.add_argument("--trigger-id", help="idempotency key; the same id returns the same task")
+    add_json_flag(trigger)
+    trigger.set_defaults(handler=_trigger)
+
+    listing = actions.add_parser("list", help="tasks, newest first")
+    listing.add_argument("--status", choices=TASK_STATUSES)
+    listing.add_argument("--limit", type=int, default=50)
+    add_json_flag(listing)
+    listing.set_defaults(handler=_list)
+
+    show = actions.add_parser("show", help="explain one task: generations, lease, plan, report")
+    show.add_argument("task_id")
+    add_json_flag(show)
+    show.set_defaults(handler=_show)
+
+    requeue = actions.add_parser("requeue", help="start a new generation (fences a running one)")
+    requeue.add_argument("task_id")
+    requeue.add_argument("--reason", required=True)
+    add_json_flag(requeue)
+    requeue.set_defaults(handler=_requeue)
+
+    cancel = actions.add_parser("cancel", help="fence the live generation and cancel the task")
+    cancel.add_argument("task_id")
+    cancel.add_argument("--reason", default="cancelled by an operator")
+    add_json_flag(cancel)
+    cancel.set_defaults(handler=_cancel)
+
+
+def _runtime() -> Runtime:
+    return build_runtime(load())
+
+
+def _json_file(path: Path | None, what: str) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CommandFailed(f"cannot read {what} {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise CommandFailed(f"{what} {path} is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise CommandFailed(f"{what} {path} must hold a JSON object")
+    return value
+
+
+def _trigger(args: argparse.Namespace) -> int:
+    try:
+        trigger = Trigger(
+            task_type=args.task_type,
+            title=args.title,
+            context=_json_file(args.context_file, "context file") or {},
+            trigger_id=args.trigger_id,
+            sample_input=_json_file(args.sample_input_file, "sample input file"),
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        raise CommandFailed(f"invalid {field}: {first['msg']}", exit_code=2) from None
+    rt = _runtime()
+    try:
+        result = rt.tasks.trigger(trigger)
+    finally:
+        rt.close()
+    view = task_view(result.task) | {"created": result.created}
+    if args.json:
+        print_json(view)
+    else:
+        verb = "queued" if result.created else "already exists:"
+        print(
+            f"{verb} task {result.task.task_id} ({result.task.status}, "
+            f"generation {result.task.generation})"
+        )
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    rt = _runtime()
+    try:
+        found = rt.tasks.list_tasks(status=args.status, limit=args.limit)
+    finally:
+        rt.close()
+    if args.json:
+        print_json([task_view(task) for task in found])
+        return 0
+    if not found:
+        print("no tasks")
+        return 0
+    print(f"{'TASK':36}  {'STATUS':9}  {'GEN':>3}  {'TYPE':20}  TITLE")
+    for task in found:
+        print(
+            f"{task.task_id:36}  {task.status:9}  {task.generation:>3}  "
+            f"{task.task_type[:20]:20}  {task.title}"
+        )
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    rt = _runtime()
+    try:
+        view = rt.tasks.explain(args.task_id)
+    finally:
+        rt.close()
+    if args.json:
+        print_json(view)
+    else:
+        print(render_explain(view))
+    return 0
+
+
+def _requeue(args: argparse.Namespace) -> int:
+    rt = _runtime()
+    try:
+        task = rt.tasks.requeue(args.task_id, args.reason)
+    finally:
+        rt.close()
+    if args.json:
+        print_json(task_view(task))
+    else:
+        print(f"requeued task {task.task_id} as generation {task.generation}")
+    return 0
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    rt = _runtime()
+    try:
+        task = rt.tasks.cancel(args.task_id, args.reason)
+    finally:
+        rt.close()
+    if args.json:
+        print_json(task_view(task))
+    else:
+        print(f"cancelled task {task.task_id} (generation {task.generation} fenced)")
+    return 0
+
+
+def render_explain(view: dict[str, Any]) -> str:
+    """The explain view as a readable page."""
+    lines = [
+        f"task {view['task_id']}  {view['title']}",
+        f"  type {view['task_type']}, origin {view['origin']}, trigger {view['trigger_id']}",
+        f"  status {view['status']}"
+        + (f" ({view['failure_code']})" if view["failure_code"] else "")
+        + f", generation {view['generation']}, session {view['session_id']}",
+    ]
+    if view.get("last_error"):
+        lines.append(f"  last error: {view['last_error']}")
+    lease = view.get("lease")
+    if lease:
+        lines.append(f"  lease held by {lease['holder']} until {_time(lease['expires_at'])}")
+    lines.append("  generations:")
+    for ex in view["executions"]:
+        outcome = ex["outcome"] or ("running" if ex["started_at"] else "queued")
+        lines.append(
+            f"    {ex['generation']:>3}  {outcome:10}  {ex['worker'] or '-':24}  "
+            f"{ex['reason'] or ''}"
+        )
+    plan = view.get("plan")
+    if plan:
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(plan["status_counts"].items()) if v)
+        lines.append(f"  plan revision {plan['revision']}: {plan['title']} ({counts})")
+    else:
+        lines.append("  plan: none yet for this generation")
+    report = view.get("report")
+    if report:
+        lines.append(f"  report ({report['outcome']}): {report['summary']}")
+    if view["pending_actions"]:
+        lines.append(f"  pending approvals: {len(view['pending_actions'])}")
+        for action in view["pending_actions"]:
+            lines.append(f"    {action['action_id']}  {action['kind']}  node {action['node_id']}")
+    if view["unknown_receipts"]:
+        lines.append(f"  write receipts with unknown outcome: {len(view['unknown_receipts'])}")
+    return "\n".join(lines)
+
+
+def _time(value: Any) -> str:
+    return value.isoformat(timespec="seconds") if hasattr(value, "isoformat") else str(value)

@@ -1,0 +1,76 @@
+"""The composition root: settings in, services out. Every process builds one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from orchestrator.events import make_notifier
+from orchestrator.leases import LeaseBackend, make_lease_backend
+from orchestrator.services.dispatch import Dispatcher
+from orchestrator.services.executions import ExecutionService
+from orchestrator.services.plans import PlanService
+from orchestrator.services.sweeper import Sweeper
+from orchestrator.services.tasks import TaskService
+from orchestrator.settings import Settings
+from orchestrator.store.db import Database
+from orchestrator.store.receipts import ReceiptLedger
+
+__all__ = ["Runtime", "build_runtime", "celery_dispatcher"]
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    db: Database
+    leases: LeaseBackend
+    dispatcher: Dispatcher
+
+    @cached_property
+    def plans(self) -> PlanService:
+        return PlanService(self.db, make_notifier(self.settings))
+
+    @cached_property
+    def ledger(self) -> ReceiptLedger:
+        return ReceiptLedger(self.db)
+
+    @cached_property
+    def tasks(self) -> TaskService:
+        return TaskService(self.db, self.dispatcher, self.leases, self.ledger)
+
+    @cached_property
+    def executions(self) -> ExecutionService:
+        return ExecutionService(
+            self.settings, self.db, self.leases, self.plans, self.dispatcher, self.ledger
+        )
+
+    @cached_property
+    def sweeper(self) -> Sweeper:
+        return Sweeper(self.settings, self.db, self.leases, self.dispatcher)
+
+    def cold_start(self) -> int:
+        """Receipts left `running` by generations that are no longer live become `unknown`."""
+        return self.ledger.cold_start()
+
+    def close(self) -> None:
+        self.leases.close()
+        self.db.dispose()
+
+
+def celery_dispatcher(settings: Settings) -> Dispatcher:
+    """The production dispatcher (imports Celery only when asked for)."""
+    from workers.celery_app import CeleryDispatcher, make_celery
+
+    return CeleryDispatcher(make_celery(settings))
+
+
+def build_runtime(settings: Settings, *, dispatcher: Dispatcher | None = None) -> Runtime:
+    db = Database.from_url(
+        settings.store_url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow
+    )
+    return Runtime(
+        settings=settings,
+        db=db,
+        leases=make_lease_backend(settings, db),
+        dispatcher=dispatcher or celery_dispatcher(settings),
+    )

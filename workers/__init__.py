@@ -1,0 +1,1 @@
+"""The Celery side: the app, its configuration, and thin tasks that call the services."""

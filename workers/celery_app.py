@@ -1,0 +1,83 @@
+"""The Celery app: Redis broker when configured, Kombu's filesystem transport when embedded.
+
+Delivery is a wake-up, not an order: acks late, a lost worker's message is rejected back, one
+message prefetched at a time, and a visibility timeout longer than any run. The execution
+service decides whether a delivered message may start an agent.
+
+`celery -A workers.celery_app worker` works as well as `orchestrator worker`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from celery import Celery
+
+from orchestrator.settings import Settings, get_settings
+from workers.constants import QUEUE, RUN_GENERATION, SWEEP
+
+__all__ = ["CeleryDispatcher", "app", "make_celery"]
+
+#: Longer than any round may run; a redelivery before that would be a second wake-up only.
+VISIBILITY_TIMEOUT_SECONDS = 6 * 3600
+
+
+def broker_folder(settings: Settings) -> Path:
+    return (settings.home / "broker").resolve()
+
+
+def make_celery(settings: Settings) -> Celery:
+    celery = Celery("orchestrator", include=["workers.tasks"])
+    options: dict[str, Any] = {"visibility_timeout": VISIBILITY_TIMEOUT_SECONDS}
+    if settings.redis_url:
+        broker = settings.redis_url
+    else:
+        folder = broker_folder(settings)
+        for sub in ("queue", "processed"):
+            (folder / sub).mkdir(parents=True, exist_ok=True)
+        broker = "filesystem://"
+        options.update(
+            data_folder_in=str(folder / "queue"),
+            data_folder_out=str(folder / "queue"),
+            processed_folder=str(folder / "processed"),
+            store_processed=False,
+            polling_interval=0.1,
+        )
+    celery.conf.update(
+        broker_url=broker,
+        broker_transport_options=options,
+        broker_connection_retry_on_startup=True,
+        task_default_queue=QUEUE,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_ignore_result=True,
+        task_serializer="json",
+        accept_content=["json"],
+        worker_prefetch_multiplier=1,
+        worker_hijack_root_logger=False,
+        worker_enable_remote_control=settings.redis_url is not None,
+        worker_send_task_events=False,
+        beat_schedule={
+            "sweep": {
+                "task": SWEEP,
+                "schedule": settings.sweep_seconds,
+                "options": {"expires": settings.sweep_seconds},
+            },
+        },
+    )
+    celery.conf.task_routes = {RUN_GENERATION: {"queue": QUEUE}, SWEEP: {"queue": QUEUE}}
+    return celery
+
+
+class CeleryDispatcher:
+    """Sends the wake-up of one generation to the worker fleet."""
+
+    def __init__(self, celery: Celery) -> None:
+        self.celery = celery
+
+    def dispatch(self, task_id: str, generation: int) -> None:
+        self.celery.send_task(RUN_GENERATION, args=[task_id, generation], queue=QUEUE)
+
+
+app = make_celery(get_settings())

@@ -1,0 +1,51 @@
+"""Thin Celery tasks: take ids, call a service. One runtime per worker process."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import Any
+
+from celery.signals import worker_ready
+
+from orchestrator.runtime import Runtime, build_runtime
+from orchestrator.settings import get_settings
+from workers.celery_app import CeleryDispatcher, app
+from workers.constants import RUN_GENERATION, SWEEP
+
+__all__ = ["run_generation", "sweep"]
+
+log = logging.getLogger(__name__)
+
+_runtime: tuple[int, Runtime] | None = None
+
+
+def runtime() -> Runtime:
+    """The runtime of this process; rebuilt after a fork so no connection crosses processes."""
+    global _runtime
+    if _runtime is None or _runtime[0] != os.getpid():
+        _runtime = (os.getpid(), build_runtime(get_settings(), dispatcher=CeleryDispatcher(app)))
+    return _runtime[1]
+
+
+@app.task(name=RUN_GENERATION, bind=True)
+def run_generation(self: Any, task_id: str, generation: int) -> str:
+    worker = f"{self.request.hostname or socket.gethostname()}:{os.getpid()}"
+    result = runtime().executions.run(
+        task_id, generation, worker=worker, celery_task_id=self.request.id
+    )
+    log.info("task %s generation %s: %s", task_id, generation, result.detail)
+    return result.detail
+
+
+@app.task(name=SWEEP)
+def sweep() -> list[str]:
+    return runtime().sweeper.sweep().lines()
+
+
+@worker_ready.connect
+def _cold_start(**_: Any) -> None:
+    marked = runtime().cold_start()
+    if marked:
+        log.warning("cold start: %d running receipt(s) of dead generations are now unknown", marked)

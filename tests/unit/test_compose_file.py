@@ -1,0 +1,156 @@
+"""The fleet files: docker-compose.yml read as YAML, and `docker compose config` when installed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = ROOT / "docker-compose.yml"
+APPS = ("migrate", "api", "worker", "sweeper")
+LONG_RUNNING = ("api", "worker", "sweeper")
+
+
+def _compose() -> dict[str, Any]:
+    loaded = yaml.safe_load(COMPOSE.read_text())
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def _services() -> dict[str, dict[str, Any]]:
+    services = _compose()["services"]
+    assert isinstance(services, dict)
+    return services
+
+
+def _command(service: dict[str, Any]) -> list[str]:
+    command = service["command"]
+    return command.split() if isinstance(command, str) else [str(part) for part in command]
+
+
+def test_every_role_of_the_fleet_is_a_service() -> None:
+    assert set(_services()) == {"postgres", "redis", *APPS}
+
+
+def test_backing_services_have_health_checks() -> None:
+    services = _services()
+    assert services["postgres"]["image"].startswith("postgres:15")
+    assert services["redis"]["image"].startswith("redis:7")
+    for name in ("postgres", "redis"):
+        check = services[name]["healthcheck"]
+        assert check["test"], name
+        assert check["retries"] >= 1, name
+    assert "pg_isready" in " ".join(services["postgres"]["healthcheck"]["test"])
+    assert "ping" in services["redis"]["healthcheck"]["test"]
+
+
+def test_redis_keeps_its_data_and_never_evicts() -> None:
+    command = _command(_services()["redis"])
+    assert command[0] == "redis-server"
+    flags = dict(zip(command[1::2], command[2::2], strict=True))
+    assert flags["--appendonly"] == "yes"
+    # An evicted lease key would let a second worker start the same task.
+    assert flags["--maxmemory-policy"] == "noeviction"
+
+
+def test_migrate_runs_once_after_postgres_is_healthy() -> None:
+    migrate = _services()["migrate"]
+    assert _command(migrate) == ["db", "upgrade"]
+    assert migrate["restart"] == "no"
+    assert migrate["depends_on"]["postgres"]["condition"] == "service_healthy"
+
+
+def test_apps_wait_for_healthy_services_and_a_finished_migration() -> None:
+    services = _services()
+    for name in LONG_RUNNING:
+        depends = services[name]["depends_on"]
+        assert depends["postgres"]["condition"] == "service_healthy", name
+        assert depends["redis"]["condition"] == "service_healthy", name
+        assert depends["migrate"]["condition"] == "service_completed_successfully", name
+
+
+def test_apps_run_the_orchestrator_image_against_postgres_and_redis() -> None:
+    services = _services()
+    assert _command(services["api"]) == ["api", "--host", "0.0.0.0", "--port", "8000"]
+    assert _command(services["worker"]) == ["worker"]
+    assert _command(services["sweeper"]) == ["sweeper"]
+    images = {services[name]["image"] for name in APPS}
+    assert len(images) == 1
+    for name in APPS:
+        environment = services[name]["environment"]
+        assert environment["ORCH_DATABASE_URL"].startswith("postgresql+psycopg://"), name
+        assert "@postgres:5432/" in environment["ORCH_DATABASE_URL"], name
+        assert environment["ORCH_REDIS_URL"] == "redis://redis:6379/0", name
+
+
+def test_api_requires_its_token_from_the_environment() -> None:
+    api = _services()["api"]
+    # `${VAR:?message}`: compose refuses to start anything while the token is unset.
+    assert api["environment"]["ORCH_API_TOKEN"].startswith("${ORCH_API_TOKEN:?")
+    assert "healthz" in " ".join(api["healthcheck"]["test"])
+    for name in ("worker", "sweeper", "migrate"):
+        assert "ORCH_API_TOKEN" not in _services()[name]["environment"], name
+
+
+def test_worker_can_be_scaled() -> None:
+    worker = _services()["worker"]
+    # Either would make `--scale worker=N` fail: names and host ports must be unique.
+    assert "container_name" not in worker
+    assert "ports" not in worker
+
+
+def test_dockerfile_builds_the_package_with_the_cli_as_entrypoint() -> None:
+    lines = [
+        line.strip()
+        for line in (ROOT / "Dockerfile").read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    assert lines[0] == "FROM python:3.11-slim"
+    assert 'ENTRYPOINT ["orchestrator"]' in lines
+    assert any("pip install" in line and "-e ." in line for line in lines)
+    assert any(line.startswith("USER ") and line != "USER root" for line in lines)
+
+
+def test_dockerignore_keeps_state_and_secrets_out_of_the_image() -> None:
+    ignored = set((ROOT / ".dockerignore").read_text().split())
+    assert {".git", ".venv", ".env", ".orchestrator"} <= ignored
+
+
+def _docker_compose_works() -> bool:
+    """True when a docker client with the compose plugin is installed and answers."""
+    if shutil.which("docker") is None:
+        return False
+    try:
+        probe = subprocess.run(
+            ["docker", "compose", "version"], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0
+
+
+def test_docker_compose_accepts_the_file() -> None:
+    # The YAML checks always run; `docker compose config` only where the plugin exists (it needs
+    # no daemon), so this test never skips and never passes on an unreadable file.
+    assert _compose()["services"]
+    if not _docker_compose_works():
+        return
+    env = {key: value for key, value in os.environ.items() if not key.startswith("ORCH_")}
+    command = ["docker", "compose", "-f", str(COMPOSE), "config", "-q"]
+    accepted = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**env, "ORCH_API_TOKEN": "test-token"},
+        cwd=ROOT,
+    )
+    assert accepted.returncode == 0, accepted.stderr
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
+    assert refused.returncode != 0
+    assert "ORCH_API_TOKEN" in refused.stderr

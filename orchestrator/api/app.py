@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from orchestrator import __version__
-from orchestrator.api import auth, plans, sessions, stream
+from orchestrator.api import auth, plans, sessions, stream, tasks
 from orchestrator.errors import OrchestratorError, Unauthorized
 from orchestrator.events import CompositeNotifier, PlanHub, PlanNotifier, RedisNotifier
 from orchestrator.services.plans import PlanService
@@ -30,7 +30,12 @@ __all__ = ["INTERNAL_PREFIX", "INTERNAL_ROUTERS", "PUBLIC_ROUTERS", "create_app"
 log = logging.getLogger(__name__)
 
 #: Routers behind ORCH_API_TOKEN (when set). Add a resource by appending its router here.
-PUBLIC_ROUTERS: list[APIRouter] = [sessions.router, plans.router, stream.router]
+PUBLIC_ROUTERS: list[APIRouter] = [
+    sessions.router,
+    plans.router,
+    stream.router,
+    tasks.router,
+]
 #: Routers of the trusted tool bridge, mounted under INTERNAL_PREFIX behind AGENT_INTERNAL_TOKEN.
 INTERNAL_ROUTERS: list[APIRouter] = [plans.internal_router]
 INTERNAL_PREFIX = "/api/v1/internal"

@@ -1,0 +1,90 @@
+"""Triggers and operator commands over HTTP: `/api/v1/tasks`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.domain.vocabulary import TASK_STATUSES
+from orchestrator.errors import ValidationFailed
+from orchestrator.leases import make_lease_backend
+from orchestrator.runtime import celery_dispatcher
+from orchestrator.services.tasks import TaskService, Trigger, task_view
+from orchestrator.store.receipts import ReceiptLedger
+
+__all__ = ["get_task_service", "router"]
+
+router = APIRouter(prefix="/api/v1/tasks", tags=["tasks"])
+
+
+def get_task_service(request: Request) -> TaskService:
+    """One TaskService per app, built on first use (the dispatcher needs the broker settings)."""
+    service: TaskService | None = getattr(request.app.state, "tasks", None)
+    if service is None:
+        settings = request.app.state.settings
+        db = request.app.state.db
+        service = TaskService(
+            db, celery_dispatcher(settings), make_lease_backend(settings, db), ReceiptLedger(db)
+        )
+        request.app.state.tasks = service
+    return service
+
+
+class RequeueBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(min_length=1, max_length=500)
+
+
+class CancelBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(default="cancelled by an operator", min_length=1, max_length=500)
+
+
+@router.post("", status_code=201)
+def trigger_task(
+    body: Trigger, response: Response, service: TaskService = Depends(get_task_service)
+) -> dict[str, Any]:
+    """Create and queue a task; the same `trigger_id` again answers 200 with the same task."""
+    result = service.trigger(body)
+    if not result.created:
+        response.status_code = 200
+    return task_view(result.task) | {"created": result.created}
+
+
+@router.get("")
+def list_tasks(
+    status: str | None = Query(default=None),
+    limit: int = Query(default=50, ge=1, le=200),
+    service: TaskService = Depends(get_task_service),
+) -> dict[str, Any]:
+    if status is not None and status not in TASK_STATUSES:
+        raise ValidationFailed(
+            f"unknown status {status!r}",
+            code="invalid_status",
+            details=[{"code": "invalid_status", "message": f"one of {', '.join(TASK_STATUSES)}"}],
+        )
+    return {"tasks": [task_view(task) for task in service.list_tasks(status=status, limit=limit)]}
+
+
+@router.get("/{task_id}")
+def show_task(task_id: str, service: TaskService = Depends(get_task_service)) -> dict[str, Any]:
+    return service.explain(task_id)
+
+
+@router.post("/{task_id}/requeue")
+def requeue_task(
+    task_id: str, body: RequeueBody, service: TaskService = Depends(get_task_service)
+) -> dict[str, Any]:
+    return task_view(service.requeue(task_id, body.reason))
+
+
+@router.post("/{task_id}/cancel")
+def cancel_task(
+    task_id: str,
+    body: CancelBody | None = None,
+    service: TaskService = Depends(get_task_service),
+) -> dict[str, Any]:
+    reason = body.reason if body is not None else "cancelled by an operator"
+    return task_view(service.cancel(task_id, reason))

@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from orchestrator.cli import build_parser
+
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 APPS = ("migrate", "api", "worker", "sweeper")
@@ -86,6 +88,13 @@ def test_apps_run_the_orchestrator_image_against_postgres_and_redis() -> None:
         assert environment["ORCH_DATABASE_URL"].startswith("postgresql+psycopg://"), name
         assert "@postgres:5432/" in environment["ORCH_DATABASE_URL"], name
         assert environment["ORCH_REDIS_URL"] == "redis://redis:6379/0", name
+
+
+def test_every_app_command_is_one_the_cli_accepts() -> None:
+    parser = build_parser()
+    for name in APPS:
+        arguments = parser.parse_args(_command(_services()[name]))
+        assert callable(getattr(arguments, "handler", None)), name
 
 
 def test_api_requires_its_token_from_the_environment() -> None:

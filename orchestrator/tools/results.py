@@ -174,6 +174,7 @@ class ReadToolResult(Tool):
     )
     effect = "read"
     arguments = ReadToolResultArgs
+    pageable = False  # its pages (up to 16,000 characters) are the paging
 
     def __init__(self, cache: ResultCache) -> None:
         self.cache = cache

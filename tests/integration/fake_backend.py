@@ -1,0 +1,210 @@
+"""A local HTTP business backend for the gateway tests: it counts requests and can misbehave.
+
+Modes per path (set `backend.mode[path]`): `ok`; `drop` (apply the write, then close the
+connection without answering: the request was sent, the outcome is unknown to the client);
+`drop_before_apply` (close without applying); `slow` (answer after `slow_seconds`).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = ["SPEC", "Backend", "running_backend"]
+
+SPEC: dict[str, Any] = {
+    "openapi": "3.0.3",
+    "info": {"title": "utility backend"},
+    "paths": {
+        "/settings/{key}": {
+            "parameters": [
+                {"name": "key", "in": "path", "required": True, "schema": {"type": "string"}}
+            ],
+            "get": {"operationId": "getSetting", "summary": "read a setting"},
+            "put": {
+                "operationId": "putSetting",
+                "summary": "replace a setting",
+                "x-verify-with": "getSetting",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {"schema": {"$ref": "#/components/schemas/Setting"}}
+                    },
+                },
+            },
+        },
+        "/secrets/{key}": {
+            "parameters": [
+                {"name": "key", "in": "path", "required": True, "schema": {"type": "string"}}
+            ],
+            "get": {"operationId": "getSecret", "x-effect": "sensitive_read"},
+        },
+        "/orders": {
+            "post": {
+                "operationId": "createOrder",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "required": ["item", "quantity"],
+                                "properties": {
+                                    "item": {"type": "string", "minLength": 1},
+                                    "quantity": {"type": "integer", "minimum": 1},
+                                    "priority": {
+                                        "type": "string",
+                                        "enum": ["low", "high"],
+                                        "default": "low",
+                                    },
+                                },
+                            }
+                        }
+                    },
+                },
+            }
+        },
+        "/jobs": {
+            "post": {
+                "operationId": "startJob",
+                "parameters": [{"name": "kind", "in": "query", "schema": {"type": "string"}}],
+            }
+        },
+        "/report": {
+            "get": {
+                "operationId": "bigReport",
+                "parameters": [
+                    {"name": "size", "in": "query", "schema": {"type": "integer", "default": 10}}
+                ],
+            }
+        },
+    },
+    "components": {
+        "schemas": {
+            "Setting": {
+                "type": "object",
+                "required": ["value"],
+                "properties": {"value": {"type": "integer"}, "unit": {"type": "string"}},
+            }
+        }
+    },
+}
+
+
+class Backend:
+    def __init__(self) -> None:
+        self.requests: Counter[tuple[str, str]] = Counter()
+        self.settings: dict[str, Any] = {}
+        self.mode: dict[str, str] = {}
+        self.slow_seconds = 2.0
+        self.lock = threading.Lock()
+        self.server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        host, port = self.server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def count(self, method: str, path: str) -> int:
+        with self.lock:
+            return self.requests[(method, path)]
+
+
+def _handler(backend: Backend) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet
+            return
+
+        def _body(self) -> Any:
+            length = int(self.headers.get("content-length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            return json.loads(raw) if raw else None
+
+        def _reply(self, status: int, payload: Any) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _drop(self) -> None:
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+        def _handle(self, method: str) -> None:
+            path = self.path.split("?")[0]
+            body = self._body() if method in ("PUT", "POST") else None
+            with backend.lock:
+                backend.requests[(method, path)] += 1
+            mode = backend.mode.get(path, "ok")
+            if mode == "drop_before_apply":
+                self._drop()
+                return
+            if mode == "slow":
+                time.sleep(backend.slow_seconds)
+            if path.startswith("/settings/"):
+                key = path.removeprefix("/settings/")
+                if method == "PUT":
+                    backend.settings[key] = body
+                    if mode == "drop":
+                        self._drop()
+                        return
+                    self._reply(200, body)
+                elif key in backend.settings:
+                    self._reply(200, backend.settings[key])
+                else:
+                    self._reply(404, {"error": "no such setting"})
+            elif path == "/orders":
+                if mode == "drop":
+                    self._drop()
+                    return
+                if body["quantity"] > 10:
+                    self._reply(422, {"error": "quantity above the limit"})
+                else:
+                    self._reply(201, {"order": 1, "error": "this field is business data"})
+            elif path == "/jobs":
+                self._reply(202, {"job": "j-1", "state": "queued"})
+            elif path == "/secrets/db":
+                self._reply(200, {"password": "x" * 5000})
+            elif path == "/report":
+                self._reply(200, {"rows": ["é" * 100] * 100})
+            else:
+                self._reply(404, {"error": "unknown path"})
+
+        def do_GET(self) -> None:
+            self._handle("GET")
+
+        def do_PUT(self) -> None:
+            self._handle("PUT")
+
+        def do_POST(self) -> None:
+            self._handle("POST")
+
+    return Handler
+
+
+@contextmanager
+def running_backend() -> Iterator[Backend]:
+    backend = Backend()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(backend))
+    server.daemon_threads = True
+    backend.server = server
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield backend
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

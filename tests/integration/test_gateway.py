@@ -1,0 +1,251 @@
+"""`call_api` through the tool host against a local backend that counts requests."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from orchestrator.agent.host import ToolHost
+from orchestrator.store import Database
+from orchestrator.store.receipts import ReceiptLedger
+from orchestrator.tools.base import ToolCall, ToolContext, ToolResult
+from orchestrator.tools.gateway import CallApi, DescribeApiOperation
+from orchestrator.tools.openapi import parse_spec
+from orchestrator.tools.results import ReadToolResult, ResultCache
+from tests.integration.fake_backend import SPEC, Backend, running_backend
+from tests.integration.receipt_rows import chat_session, running_task, supersede
+
+
+@pytest.fixture
+def backend() -> Iterator[Backend]:
+    with running_backend() as server:
+        yield server
+
+
+def _host(db: Database, base_url: str, timeout: float = 5.0) -> ToolHost:
+    spec = parse_spec(SPEC)
+    cache = ResultCache()
+    tools = [
+        CallApi(spec, base_url, timeout_seconds=timeout),
+        DescribeApiOperation(spec),
+        ReadToolResult(cache),
+    ]
+    return ToolHost(tools, ledger=ReceiptLedger(db), results=cache)
+
+
+def _call(call_id: str, operation_id: str, **arguments: Any) -> ToolCall:
+    return ToolCall(call_id, "call_api", {"operation_id": operation_id, "arguments": arguments})
+
+
+def _put(call_id: str, value: Any = 5) -> ToolCall:
+    return _call(call_id, "putSetting", key="pressure", body={"value": value})
+
+
+def _receipt_status(db: Database, result: ToolResult) -> str:
+    assert result.invocation_id is not None
+    receipt = ReceiptLedger(db).get(result.invocation_id)
+    assert receipt is not None
+    return receipt.status
+
+
+def test_three_identical_parallel_writes_send_one_request(db: Database, backend: Backend) -> None:
+    host = _host(db, backend.url)
+    ctx = ToolContext(owner="alice", session_id=chat_session(db), round_id="r1")
+    # "5" and 5 are one intent once the schema has coerced the type.
+    results = host.run_turn(ctx, [_put("a"), _put("b", "5"), _put("c")])
+    assert backend.count("PUT", "/settings/pressure") == 1
+    assert [r.status for r in results] == ["succeeded"] * 3
+    assert len({r.invocation_id for r in results}) == 1
+    assert _receipt_status(db, results[0]) == "succeeded"
+    # The same intent later in the same round is not sent again either.
+    again = host.run_turn(ctx, [_put("d")])
+    assert again[0].status == "succeeded"
+    assert again[0].invocation_id == results[0].invocation_id
+    assert backend.count("PUT", "/settings/pressure") == 1
+    # A new round (a new user request) may run a finished write again.
+    next_round = ToolContext(owner="alice", session_id=ctx.session_id, round_id="r2")
+    assert host.run_turn(next_round, [_put("e")])[0].status == "succeeded"
+    assert backend.count("PUT", "/settings/pressure") == 2
+
+
+def test_a_4xx_is_failed_and_the_business_error_field_is_not_the_status(
+    db: Database, backend: Backend
+) -> None:
+    host = _host(db, backend.url)
+    ctx = ToolContext(owner="alice", session_id=chat_session(db), round_id="r1")
+    rejected, created = host.run_turn(
+        ctx,
+        [
+            _call("a", "createOrder", body={"item": "pump", "quantity": 50}),
+            _call("b", "createOrder", body={"item": "pump", "quantity": "2"}),
+        ],
+    )
+    assert rejected.status == "failed"
+    assert rejected.payload["http_status"] == 422
+    assert _receipt_status(db, rejected) == "failed"
+    assert created.status == "succeeded"  # its body has an "error" field: business data only
+    assert created.payload["body"]["error"] == "this field is business data"
+    assert backend.count("POST", "/orders") == 2
+
+
+def test_invalid_arguments_send_nothing_and_claim_nothing(db: Database, backend: Backend) -> None:
+    host = _host(db, backend.url)
+    ctx = ToolContext(owner="alice", session_id=chat_session(db), round_id="r1")
+    results = host.run_turn(
+        ctx,
+        [
+            _call("a", "createOrder", body={"item": "", "quantity": 1}),
+            _call("b", "createOrder", body={"item": "x", "quantity": 1, "colour": "red"}),
+            _call("c", "noSuchOperation"),
+            _call("d", "putSetting", key="pressure", body={"value": float("nan")}),
+        ],
+    )
+    assert [r.status for r in results] == ["failed"] * 4
+    assert all(r.code == "invalid_arguments" for r in results)
+    assert sum(backend.requests.values()) == 0
+    assert ReceiptLedger(db).list_for_owner("alice") == []
+
+
+def test_a_dropped_connection_after_sending_is_unknown(db: Database, backend: Backend) -> None:
+    backend.mode["/orders"] = "drop"
+    host = _host(db, backend.url)
+    ctx = ToolContext(owner="alice", session_id=chat_session(db), round_id="r1")
+    result = host.run_turn(ctx, [_call("a", "createOrder", body={"item": "x", "quantity": 1})])[0]
+    assert result.status == "unknown"
+    assert _receipt_status(db, result) == "unknown"
+    assert backend.count("POST", "/orders") == 1
+    # A later round does not send it again: no verifier for a list append, it stays unknown.
+    later = ToolContext(owner="alice", session_id=ctx.session_id, round_id="r2")
+    again = host.run_turn(later, [_call("b", "createOrder", body={"item": "x", "quantity": 1})])
+    assert again[0].status == "unknown"
+    assert again[0].code == "verify_first"
+    assert again[0].invocation_id == result.invocation_id
+    assert backend.count("POST", "/orders") == 1
+
+
+def test_a_timeout_after_sending_is_unknown(db: Database, backend: Backend) -> None:
+    backend.mode["/settings/pressure"] = "slow"
+    host = _host(db, backend.url, timeout=0.3)
+    ctx = ToolContext(owner="alice", session_id=chat_session(db), round_id="r1")
+    result = host.run_turn(ctx, [_put("a")])[0]
+    assert result.status == "unknown"
+    assert _receipt_status(db, result) == "unknown"
+
+
+def test_nothing_listening_is_failed_not_unknown(db: Database) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    host = _host(db, f"http://127.0.0.1:{port}")
+    ctx = ToolContext(owner="alice", session_id=chat_session(db), round_id="r1")
+    result = host.run_turn(ctx, [_put("a")])[0]
+    assert result.status == "failed"
+    assert _receipt_status(db, result) == "failed"
+
+
+def test_read_back_turns_unknown_into_succeeded_without_resending(
+    db: Database, backend: Backend
+) -> None:
+    backend.mode["/settings/pressure"] = "drop"  # applied, then the answer is lost
+    host = _host(db, backend.url)
+    session_id = chat_session(db)
+    first = host.run_turn(ToolContext("alice", session_id, "r1"), [_put("a", 7)])[0]
+    assert first.status == "unknown"
+    backend.mode["/settings/pressure"] = "ok"
+    second = host.run_turn(ToolContext("alice", session_id, "r2"), [_put("b", 7)])[0]
+    assert second.status == "succeeded"
+    assert second.code == "verified"
+    assert second.invocation_id == first.invocation_id
+    assert _receipt_status(db, first) == "succeeded"
+    assert backend.count("PUT", "/settings/pressure") == 1
+    assert backend.count("GET", "/settings/pressure") == 1
+
+
+def test_an_unmatched_read_back_stays_unknown_and_is_not_resent(
+    db: Database, backend: Backend
+) -> None:
+    backend.mode["/settings/pressure"] = "drop_before_apply"
+    host = _host(db, backend.url)
+    session_id = chat_session(db)
+    first = host.run_turn(ToolContext("alice", session_id, "r1"), [_put("a", 7)])[0]
+    assert first.status == "unknown"
+    backend.mode["/settings/pressure"] = "ok"
+    second = host.run_turn(ToolContext("alice", session_id, "r2"), [_put("b", 7)])[0]
+    assert second.status == "unknown"
+    assert second.code == "verify_first"
+    assert _receipt_status(db, first) == "unknown"
+    assert backend.count("PUT", "/settings/pressure") == 1
+
+
+def test_next_generation_verifies_its_predecessors_unknown_write(
+    db: Database, backend: Backend
+) -> None:
+    backend.mode["/settings/pressure"] = "drop"
+    host = _host(db, backend.url)
+    task_id, session_id, fence = running_task(db)
+    owner = f"task:{task_id}"
+    gen1 = ToolContext(owner, session_id, "g1-r1", task_id=task_id, generation=1, fence=fence)
+    assert host.run_turn(gen1, [_put("a", 9)])[0].status == "unknown"
+    new_session, new_fence = supersede(db, fence)
+    backend.mode["/settings/pressure"] = "ok"
+    gen2 = ToolContext(owner, new_session, "g2-r1", task_id=task_id, generation=2, fence=new_fence)
+    result = host.run_turn(gen2, [_put("b", 9)])[0]
+    assert result.status == "succeeded"
+    assert result.code == "verified"
+    assert backend.count("PUT", "/settings/pressure") == 1
+
+
+def test_202_is_pending_and_not_submitted_twice(db: Database, backend: Backend) -> None:
+    host = _host(db, backend.url)
+    ctx = ToolContext(owner="alice", session_id=chat_session(db), round_id="r1")
+    first = host.run_turn(ctx, [_call("a", "startJob", kind="flush")])[0]
+    second = host.run_turn(ctx, [_call("b", "startJob", kind="flush")])[0]
+    assert first.status == second.status == "pending"
+    assert _receipt_status(db, first) == "pending"
+    assert backend.count("POST", "/jobs") == 1
+
+
+def test_read_only_agents_cannot_write_or_read_sensitive(db: Database, backend: Backend) -> None:
+    host = _host(db, backend.url)
+    ctx = ToolContext("alice", chat_session(db), "r1", readonly=True)
+    write, secret, read = host.run_turn(
+        ctx, [_put("a"), _call("b", "getSecret", key="db"), _call("c", "getSetting", key="x")]
+    )
+    assert write.code == secret.code == "readonly"
+    assert read.status == "failed"  # 404 on a read: failed, not unknown
+    assert read.payload["http_status"] == 404
+    assert backend.count("PUT", "/settings/pressure") == 0
+    assert backend.count("GET", "/secrets/db") == 0
+
+
+def test_large_reads_are_paged_but_sensitive_ones_are_not(db: Database, backend: Backend) -> None:
+    host = _host(db, backend.url)
+    ctx = ToolContext("alice", chat_session(db), "r1")
+    big, secret = host.run_turn(ctx, [_call("a", "bigReport"), _call("b", "getSecret", key="db")])
+    assert big.status == "succeeded"
+    assert big.payload["truncated"] is True
+    assert "result_id" in big.payload
+    assert "result_id" not in secret.payload
+    assert len(secret.payload["preview"]) == 4000
+    full = ""
+    offset: int | None = 0
+    while offset is not None:
+        page = host.run_turn(
+            ctx,
+            [
+                ToolCall(
+                    "p",
+                    "read_tool_result",
+                    {"result_id": big.payload["result_id"], "offset": offset},
+                )
+            ],
+        )[0]
+        assert page.status == "succeeded"
+        full += page.payload["content"]
+        offset = page.payload["next_offset"]
+    assert len(full) == big.payload["total_chars"]
+    assert full.startswith(big.payload["preview"])
+    assert "é" * 100 in full

@@ -1,0 +1,334 @@
+"""Plan validation: one test per code, many problems at once, and a property test against a
+separate, deliberately naive reference checker."""
+
+from __future__ import annotations
+
+import string
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orchestrator.domain.plans import (
+    CODES,
+    check_update,
+    content_digest,
+    find_cycle,
+    parse_plan,
+    status_counts,
+    validate_plan,
+)
+from orchestrator.errors import ValidationFailed
+
+
+def node(node_id: str, status: str = "pending", **extra: Any) -> dict[str, Any]:
+    return {"id": node_id, "title": f"step {node_id}", "actor": "agent", "status": status, **extra}
+
+
+def plan(nodes: list[Any], edges: list[Any] | None = None, **extra: Any) -> dict[str, Any]:
+    return {"request_id": "req-1", "title": "plan", "reason": "", "nodes": nodes,
+            "edges": edges or [], **extra}  # fmt: skip
+
+
+def refused(payload: Any, previous: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    with pytest.raises(ValidationFailed) as caught:
+        validate_plan(payload, previous)
+    error = caught.value
+    assert error.http_status == 422
+    assert error.code == error.details[0]["code"]
+    return error.details
+
+
+def codes(payload: Any, previous: list[dict[str, Any]] | None = None) -> list[str]:
+    return [detail["code"] for detail in refused(payload, previous)]
+
+
+def test_a_valid_plan_with_parallel_and_conditional_branches_passes() -> None:
+    draft = validate_plan(
+        plan(
+            [node("a", "completed", evidence="ph 7.2"), node("b"), node("c"), node("d")],
+            [
+                {"from": "a", "to": "b"},
+                {"from": "a", "to": "c", "label": "if turbid"},
+                {"from": "b", "to": "d"},
+                {"from": "c", "to": "d"},
+            ],
+        )
+    )
+    assert [n["id"] for n in draft.nodes] == ["a", "b", "c", "d"]
+    assert draft.edges[1]["label"] == "if turbid"
+
+
+def test_too_many_nodes() -> None:
+    assert codes(plan([node(f"n{i}") for i in range(41)])) == ["too_many_nodes"]
+    validate_plan(plan([node(f"n{i}") for i in range(40)]))
+
+
+def test_too_many_edges() -> None:
+    nodes = [node(f"n{i}") for i in range(40)]
+    edges = [{"from": f"n{i}", "to": f"n{j}"} for i in range(40) for j in range(i + 1, 40)]
+    assert codes(plan(nodes, edges[:81])) == ["too_many_edges"]
+    validate_plan(plan(nodes, edges[:80]))
+
+
+def test_empty_plan() -> None:
+    assert codes(plan([])) == ["empty_plan"]
+
+
+def test_duplicate_node_id_is_reported_once_per_id() -> None:
+    details = refused(plan([node("a"), node("a"), node("a"), node("b")]))
+    assert [(d["code"], d["node_id"]) for d in details] == [("duplicate_node_id", "a")]
+
+
+def test_dangling_edge_names_the_edge() -> None:
+    details = refused(plan([node("a")], [{"from": "a", "to": "ghost"}]))
+    assert details[0]["code"] == "dangling_edge"
+    assert details[0]["edge"] == {"index": 0, "from": "a", "to": "ghost"}
+
+
+def test_self_loop() -> None:
+    assert codes(plan([node("a")], [{"from": "a", "to": "a"}])) == ["self_loop"]
+
+
+def test_cycle_names_the_nodes_of_one_cycle() -> None:
+    edges = [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}, {"from": "c", "to": "a"}]
+    details = refused(plan([node("a"), node("b"), node("c"), node("d")], edges))
+    assert [d["code"] for d in details] == ["cycle"]
+    cycle = details[0]["node_ids"]
+    assert cycle[0] == cycle[-1]
+    assert sorted(cycle[:-1]) == ["a", "b", "c"]
+
+
+def test_invalid_status() -> None:
+    assert codes(plan([node("a", "done")])) == ["invalid_status"]
+
+
+def test_invalid_actor() -> None:
+    assert codes(plan([node("a", actor="robot")])) == ["invalid_actor"]
+
+
+@pytest.mark.parametrize("evidence", [None, "", "   "])
+def test_evidence_required_for_completed(evidence: str | None) -> None:
+    extra = {} if evidence is None else {"evidence": evidence}
+    assert codes(plan([node("a", "completed", **extra)])) == ["evidence_required"]
+
+
+@pytest.mark.parametrize("status", ["failed", "waiting"])
+def test_reason_required_for_failed_and_waiting(status: str) -> None:
+    assert codes(plan([node("a", status)])) == ["reason_required"]
+    validate_plan(plan([node("a", status, reason="sampler on site at 14:00")]))
+
+
+def test_node_removed() -> None:
+    previous = [node("a"), node("b")]
+    details = refused(plan([node("a")]), previous)
+    assert [(d["code"], d["node_id"]) for d in details] == [("node_removed", "b")]
+    validate_plan(plan([node("a"), node("b", "skipped")]), previous)
+
+
+def test_completed_node_changed_title_or_evidence() -> None:
+    previous = [node("a", "completed", evidence="ph 7.2")]
+    assert codes(plan([node("a", "completed", evidence="ph 6.0")]), previous) == [
+        "completed_node_changed"
+    ]
+    retitled = node("a", "completed", evidence="ph 7.2", title="other")
+    assert codes(plan([retitled]), previous) == ["completed_node_changed"]
+    review = node("a-review", "pending", description="recheck ph")
+    validate_plan(plan([node("a", "completed", evidence="ph 7.2"), review]), previous)
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        (plan([node("x" * 65)]), "id"),
+        (plan([node("has space")]), "id"),
+        (plan([node("a", title="t" * 201)]), "title"),
+        (plan([node("a", description="d" * 2001)]), "description"),
+        (plan([node("a", "completed", evidence="e" * 2001)]), "evidence"),
+        (plan([node("a", "failed", reason="r" * 2001)]), "reason"),
+        (plan([node("a")], title="t" * 201), "title"),
+        (plan([node("a")], reason="r" * 2001), "reason"),
+        (plan([node("a")], request_id="r" * 129), "request_id"),
+    ],
+)
+def test_field_too_long(payload: dict[str, Any], field: str) -> None:
+    details = refused(payload)
+    assert [(d["code"], d["field"]) for d in details] == [("field_too_long", field)]
+
+
+def test_limits_themselves_are_accepted() -> None:
+    validate_plan(
+        plan(
+            [node("x" * 64, "completed", title="t" * 200, description="d" * 2000,
+                  evidence="e" * 2000)],
+            reason="r" * 2000,
+        )
+    )  # fmt: skip
+
+
+def test_wrong_types_missing_and_unknown_fields() -> None:
+    assert codes("not an object") == ["invalid_type"]
+    assert codes({"title": "p", "nodes": [node("a")]}) == ["missing_field"]
+    assert codes(plan([node("a")], nodes_extra=1)) == ["unknown_field"]
+    assert codes(plan([node("a", colour="red")])) == ["unknown_field"]
+    assert codes(plan([node("a", title=5)])) == ["invalid_type"]
+    assert codes(plan("abc")) == ["invalid_type"]  # type: ignore[arg-type]
+    assert codes(plan([7])) == ["invalid_type"]
+
+
+def test_several_problems_are_reported_at_once() -> None:
+    payload = plan(
+        [node("a", "completed"), node("a", "waiting"), node("b", actor="robot"), node("c", "?")]
+        + [node(f"n{i}") for i in range(40)],
+        [{"from": "a", "to": "ghost"}, {"from": "b", "to": "b"}, {"from": "n1", "to": "n2"},
+         {"from": "n2", "to": "n1"}],
+    )  # fmt: skip
+    found = codes(payload, previous=[node("gone"), node("n3", "completed", evidence="x")])
+    assert found[0] == "too_many_nodes"
+    assert set(found) == {
+        "too_many_nodes",
+        "evidence_required",
+        "reason_required",
+        "invalid_actor",
+        "invalid_status",
+        "duplicate_node_id",
+        "dangling_edge",
+        "self_loop",
+        "cycle",
+        "node_removed",
+        "completed_node_changed",
+    }
+    assert set(found) <= set(CODES)
+
+
+def test_status_counts_list_every_status() -> None:
+    counts = status_counts([node("a", "completed"), node("b"), node("c")])
+    assert counts == {
+        "pending": 2,
+        "running": 0,
+        "waiting": 0,
+        "completed": 1,
+        "failed": 0,
+        "skipped": 0,
+        "cancelled": 0,
+    }
+
+
+def test_digest_depends_on_content_not_key_order() -> None:
+    a = validate_plan(plan([node("a")]))
+    b = validate_plan({"edges": [], "nodes": [{"status": "pending", "actor": "agent",
+                       "title": "step a", "id": "a"}], "reason": "", "title": "plan",
+                       "request_id": "other"})  # fmt: skip
+    c = validate_plan(plan([node("a", description="more")]))
+    assert a.digest == b.digest
+    assert a.digest != c.digest
+    assert a.digest == content_digest(a.title, a.reason, a.nodes, a.edges)
+
+
+def test_check_update_without_history_is_empty() -> None:
+    assert check_update([node("a")], None) == []
+    assert find_cycle(["a", "b"], [("a", "b")]) is None
+
+
+# --- property: the validator agrees with a naive reference checker ---------------------------
+
+_ID_CHARS = set(string.ascii_letters + string.digits + "_.:-")
+_STATUSES = ["pending", "running", "waiting", "completed", "failed", "skipped", "cancelled", "x"]
+
+
+def reference_codes(payload: dict[str, Any]) -> set[str]:
+    """What a plain reading of the rules says is wrong (structure only, no history)."""
+    found: set[str] = set()
+    nodes, edges = payload["nodes"], payload["edges"]
+    if not nodes:
+        found.add("empty_plan")
+    if len(nodes) > 40:
+        found.add("too_many_nodes")
+    if len(edges) > 80:
+        found.add("too_many_edges")
+    ids = [n["id"] for n in nodes]
+    if len(set(ids)) != len(ids):
+        found.add("duplicate_node_id")
+    for n in nodes:
+        ok_id = len(n["id"]) <= 64 and all(ch in _ID_CHARS for ch in n["id"])
+        if not ok_id or len(n["title"]) > 200:
+            found.add("field_too_long")
+        if not n["id"]:
+            found.add("missing_field")
+        if not n["title"].strip():
+            found.add("missing_field")
+        if n["actor"] not in ("agent", "human"):
+            found.add("invalid_actor")
+        if n["status"] not in _STATUSES[:-1]:
+            found.add("invalid_status")
+        if n["status"] == "completed" and not n.get("evidence", "").strip():
+            found.add("evidence_required")
+        if n["status"] in ("failed", "waiting") and not n.get("reason", "").strip():
+            found.add("reason_required")
+    good = []
+    for e in edges:
+        if e["from"] not in ids or e["to"] not in ids:
+            found.add("dangling_edge")
+        if e["from"] == e["to"]:
+            found.add("self_loop")
+        elif e["from"] in ids and e["to"] in ids:
+            good.append((e["from"], e["to"]))
+    # Kahn: repeatedly remove nodes without incoming edges; anything left sits on a cycle.
+    remaining, links = set(ids), set(good)
+    while True:
+        sources = {v for v in remaining if not any(t == v for _, t in links)}
+        if not sources:
+            break
+        remaining -= sources
+        links = {(f, t) for f, t in links if f not in sources}
+    if remaining:
+        found.add("cycle")
+    return found
+
+
+@st.composite
+def plans(draw: st.DrawFn) -> dict[str, Any]:
+    """Random plans, from clean to messy: each field goes wrong with a per-plan probability."""
+    rate = draw(st.sampled_from([0, 1, 4, 20]))  # out of 40
+
+    def pick(clean: Any, messy: list[Any]) -> Any:
+        return draw(st.sampled_from(messy)) if draw(st.integers(0, 39)) < rate else clean
+
+    count = draw(st.one_of(st.integers(0, 8), st.integers(38, 43)))
+    pool = [f"n{i}" for i in range(count)]
+    nodes = []
+    for i in range(count):
+        status = pick(draw(st.sampled_from(_STATUSES[:-1])), ["x"])
+        item = {
+            "id": pick(pool[i], ["n0", "bad id", "x" * 65, "", "naïve"]),
+            "title": pick("t", [" ", "y" * 201]),
+            "actor": pick(draw(st.sampled_from(["agent", "human"])), ["robot"]),
+            "status": status,
+        }
+        if status == "completed" or draw(st.booleans()):
+            item["evidence"] = pick("seen", ["", "  "])
+        if status in ("failed", "waiting") or draw(st.booleans()):
+            item["reason"] = pick("why", [" "])
+        nodes.append(item)
+    targets = [*pool, "ghost"]
+    edges = []
+    if pool:
+        index = st.integers(0, count - 1)
+        for a, b in draw(st.lists(st.tuples(index, index), max_size=pick(8, [85]))):
+            lo, hi = sorted((a, b))
+            if lo == hi and draw(st.integers(0, 39)) >= rate:
+                continue
+            edges.append({"from": pool[lo], "to": pool[hi]})
+    for _ in range(pick(0, [1, 2])):
+        edges.append({"from": draw(st.sampled_from(targets)), "to": draw(st.sampled_from(targets))})
+    return {"request_id": "r", "title": "p", "reason": "", "nodes": nodes, "edges": edges}
+
+
+@settings(max_examples=400, deadline=None)
+@given(payload=plans())
+def test_accepted_exactly_when_the_reference_says_valid(payload: dict[str, Any]) -> None:
+    expected = reference_codes(payload)
+    draft, problems = parse_plan(payload)
+    assert {p["code"] for p in problems} == expected
+    assert (draft is not None) == (not expected)

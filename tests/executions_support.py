@@ -1,0 +1,113 @@
+"""Helpers for execution tests: scripts written on the fly, runtimes over a real store."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from orchestrator.runtime import Runtime, build_runtime
+from orchestrator.services.dispatch import RecordingDispatcher
+from orchestrator.settings import Settings, load_settings
+
+__all__ = [
+    "node",
+    "plan_call",
+    "report_call",
+    "runtime_for",
+    "wait_for",
+    "write_script",
+]
+
+
+def node(node_id: str, status: str, *, actor: str = "agent", evidence: str = "") -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "id": node_id,
+        "title": f"Step {node_id}",
+        "actor": actor,
+        "description": f"do {node_id}",
+        "evidence": evidence or ("seen" if status == "completed" else ""),
+        "status": status,
+    }
+    if status in ("failed", "waiting"):
+        body["reason"] = "because"
+    return body
+
+
+def plan_call(call_id: str, request_id: str, nodes: list[dict[str, Any]]) -> dict[str, Any]:
+    edges = [{"from": a["id"], "to": b["id"]} for a, b in zip(nodes, nodes[1:], strict=False)]
+    return {
+        "id": call_id,
+        "name": "publish_execution_plan",
+        "arguments": {
+            "request_id": request_id,
+            "title": "Investigation",
+            "reason": f"update {request_id}",
+            "nodes": nodes,
+            "edges": edges,
+        },
+    }
+
+
+def report_call(call_id: str, outcome: str) -> dict[str, Any]:
+    return {
+        "id": call_id,
+        "name": "save_report",
+        "arguments": {"summary": f"round ended {outcome}", "findings": [], "outcome": outcome},
+    }
+
+
+def write_script(folder: Path, task_type: str, turns: list[dict[str, Any]]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{task_type}.json").write_text(json.dumps({"turns": turns}), encoding="utf-8")
+
+
+def completing_turns(delay_s: float = 0.0) -> list[dict[str, Any]]:
+    """A round that reads, plans, works for `delay_s`, completes and reports."""
+    return [
+        {"tool_calls": [{"id": "c1", "name": "read_task_context", "arguments": {}}]},
+        {"tool_calls": [plan_call("c2", "r1", [node("a", "running"), node("b", "pending")])]},
+        {
+            "delay_s": delay_s,
+            "tool_calls": [plan_call("c3", "r2", [node("a", "completed"), node("b", "completed")])],
+        },
+        {"tool_calls": [report_call("c4", "completed")]},
+        {"content": "done"},
+    ]
+
+
+def settings_for(store_url: str, scripts: Path, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "database_url": store_url,
+        "model": f"scripted:{scripts}",
+        "lease_seconds": 3,
+        "lease_renew_seconds": 1,
+        "sweep_seconds": 1,
+        "queued_stale_seconds": 2,
+    }
+    values.update(overrides)
+    return load_settings(**values)
+
+
+def runtime_for(
+    store_url: str, scripts: Path, **overrides: Any
+) -> tuple[Runtime, RecordingDispatcher]:
+    dispatcher = RecordingDispatcher()
+    return build_runtime(settings_for(store_url, scripts, **overrides), dispatcher=dispatcher), (
+        dispatcher
+    )
+
+
+def wait_for(
+    predicate: Callable[[], Any], timeout: float, interval: float = 0.1, what: str = "condition"
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)

@@ -1,0 +1,131 @@
+"""Recovery: expired leases requeue once, racing sweepers agree, caps park, lost wake-ups return."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from orchestrator.runtime import Runtime
+from orchestrator.services.lease_keeper import lease_name
+from orchestrator.services.sweeper import SweepReport
+from orchestrator.services.tasks import Trigger
+from orchestrator.store import tasks as task_store
+from orchestrator.store.types import utcnow
+from tests.executions_support import runtime_for
+
+TTL = 0.5
+
+
+def abandon(rt: Runtime, task_id: str, generation: int) -> None:
+    """Claim a generation as a worker would, then die: the lease is never renewed."""
+    token = rt.leases.acquire(lease_name(task_id), "doomed-worker", TTL)
+    assert token is not None
+    with rt.db.transaction() as conn:
+        assert task_store.claim_generation(
+            conn,
+            task_id,
+            generation,
+            lease_token=token,
+            worker="doomed-worker",
+            celery_task_id=None,
+            lease_expires_at=utcnow() + timedelta(seconds=TTL),
+        )
+
+
+def new_task(rt: Runtime, n: int = 0) -> str:
+    return rt.tasks.trigger(Trigger(task_type="simple", title=f"t{n}")).task.task_id
+
+
+@pytest.fixture
+def rt(store_url: str, tmp_path: Path) -> Runtime:
+    runtime, _ = runtime_for(store_url, tmp_path, max_recoveries=3)
+    yield runtime  # type: ignore[misc]
+    runtime.close()
+
+
+def test_an_expired_lease_is_requeued_as_the_next_generation(rt: Runtime) -> None:
+    task_id = new_task(rt)
+    abandon(rt, task_id, 1)
+    assert rt.sweeper.sweep().requeued == []  # still inside its lease
+    time.sleep(TTL + 0.2)
+    report = rt.sweeper.sweep()
+    assert report.requeued == [(task_id, 1, 2)]
+    view = rt.tasks.explain(task_id)
+    assert (view["status"], view["generation"]) == ("queued", 2)
+    assert [e["outcome"] for e in view["executions"]] == ["lost", None]
+    assert rt.sweeper.sweep().requeued == []  # handled once
+
+
+def test_a_held_lease_with_a_stale_mirror_is_not_requeued(rt: Runtime) -> None:
+    task_id = new_task(rt)
+    abandon(rt, task_id, 1)
+    with rt.db.transaction(readonly=True) as conn:
+        execution = task_store.get_execution(conn, task_id, 1)
+    assert execution is not None and execution.lease_token is not None
+    # The worker renewed in the lease back end, but its mirror write did not land.
+    assert rt.leases.renew(lease_name(task_id), execution.lease_token, 30)
+    time.sleep(TTL + 0.2)
+    assert rt.sweeper.sweep().requeued == []
+    assert rt.tasks.get(task_id).status == "running"
+
+
+def test_two_sweepers_racing_requeue_each_expiry_once(
+    rt: Runtime, store_url: str, tmp_path: Path
+) -> None:
+    other, _ = runtime_for(store_url, tmp_path, max_recoveries=3)
+    try:
+        task_ids = [new_task(rt, n) for n in range(20)]
+        for task_id in task_ids:
+            abandon(rt, task_id, 1)
+        time.sleep(TTL + 0.2)
+        reports: list[SweepReport] = []
+        barrier = threading.Barrier(2)
+
+        def sweep(runtime: Runtime) -> None:
+            barrier.wait()
+            reports.append(runtime.sweeper.sweep())
+
+        threads = [threading.Thread(target=sweep, args=(r,)) for r in (rt, other)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        requeued = [entry for report in reports for entry in report.requeued]
+        assert sorted(requeued) == sorted((t, 1, 2) for t in task_ids)
+        for task_id in task_ids:
+            view = rt.tasks.explain(task_id)
+            assert [e["generation"] for e in view["executions"]] == [1, 2]
+    finally:
+        other.close()
+
+
+def test_the_recovery_cap_parks_the_task_as_failed(rt: Runtime) -> None:
+    task_id = new_task(rt)
+    for generation in (1, 2, 3):
+        abandon(rt, task_id, generation)
+        time.sleep(TTL + 0.2)
+        rt.sweeper.sweep()
+    task = rt.tasks.get(task_id)
+    assert (task.status, task.failure_code, task.generation) == ("failed", "recovery_limit", 3)
+    view = rt.tasks.explain(task_id)
+    assert [e["outcome"] for e in view["executions"]] == ["lost", "lost", "lost"]
+
+
+def test_a_queued_task_whose_wakeup_was_lost_is_republished_once(
+    store_url: str, tmp_path: Path
+) -> None:
+    rt, dispatcher = runtime_for(store_url, tmp_path, queued_stale_seconds=0.3)
+    try:
+        task_id = new_task(rt)
+        assert dispatcher.sent == [(task_id, 1)]
+        assert rt.sweeper.sweep().republished == []
+        time.sleep(0.4)
+        assert rt.sweeper.sweep().republished == [(task_id, 1)]
+        assert rt.sweeper.sweep().republished == []  # not again until it is stale again
+        assert dispatcher.sent == [(task_id, 1), (task_id, 1)]
+    finally:
+        rt.close()

@@ -38,6 +38,7 @@ Outcome = Literal[
     "server_error",  # the target answered 5xx: it may have applied part of the write
     "raised",  # the tool raised while executing
     "indeterminate",  # the tool itself could not confirm how it ended
+    "command_failed",  # a command exited non-zero, or was stopped at its timeout (confirmed)
     "cancelled",  # the round was cancelled while the call ran
     "record_failed",  # the effect ran but its outcome could not be recorded
     "verified",  # a read-only read-back matched the intended value
@@ -56,6 +57,7 @@ OUTCOMES: Final[tuple[Outcome, ...]] = (
     "server_error",
     "raised",
     "indeterminate",
+    "command_failed",
     "cancelled",
     "record_failed",
     "verified",
@@ -78,6 +80,7 @@ _RECEIPT: Final[dict[Outcome, ReceiptStatus]] = {
     "server_error": "unknown",
     "raised": "unknown",
     "indeterminate": "unknown",
+    "command_failed": "failed",
     "cancelled": "unknown",
     "recovered": "unknown",
     # The ledger could not be written: the row stays as it was (`running`) and the next cold
@@ -100,6 +103,7 @@ SUMMARIES: Final[dict[str, str]] = {
     "server_error": "The target reported a server error; the outcome is unknown.",
     "raised": "The tool raised an error while running; the outcome is unknown.",
     "indeterminate": "The tool could not confirm how the call ended; the outcome is unknown.",
+    "command_failed": "The command exited non-zero or was stopped at its timeout.",
     "cancelled": "Cancelled while running; the outcome is unknown.",
     "recovered": "Still running at a cold start; the outcome is unknown.",
     "record_failed": "The outcome could not be recorded; it is unknown.",
@@ -141,6 +145,10 @@ _MESSAGES: Final[dict[Outcome, str]] = {
     "indeterminate": (
         "The tool could not confirm how the call ended: the outcome is unknown. Verify with a "
         "read-only query before any retry."
+    ),
+    "command_failed": (
+        "The command failed (non-zero exit, or stopped at its timeout); what it already did "
+        "is not undone."
     ),
     "cancelled": "The call was cancelled while running: the outcome is unknown.",
     "record_failed": (

@@ -1,0 +1,87 @@
+"""Real fleet processes for acceptance tests: `orchestrator worker` and `orchestrator sweeper`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+__all__ = ["Fleet", "ORCHESTRATOR"]
+
+ORCHESTRATOR = str(Path(sys.executable).with_name("orchestrator"))
+
+
+@dataclass
+class Fleet:
+    """Starts, kills and finally stops the processes of one test; logs go to `folder`."""
+
+    env: dict[str, str]
+    folder: Path
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    _logs: list[IO[bytes]] = field(default_factory=list)
+
+    def _start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        merged = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+        merged.update(self.env)
+        log = (self.folder / f"{name}-{len(self.processes)}.log").open("wb")
+        process = subprocess.Popen(
+            [ORCHESTRATOR, *args],
+            env=merged,
+            cwd=self.folder,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: a kill takes the pool children too
+        )
+        self.processes.append(process)
+        self._logs.append(log)
+        return process
+
+    def worker(self, concurrency: int = 2) -> subprocess.Popen[bytes]:
+        return self._start(
+            "worker", "worker", "--concurrency", str(concurrency), "--loglevel", "INFO"
+        )
+
+    def sweeper(self) -> subprocess.Popen[bytes]:
+        return self._start("sweeper", "sweeper")
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        merged = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+        merged.update(self.env)
+        return subprocess.run(
+            [ORCHESTRATOR, *args],
+            env=merged,
+            cwd=self.folder,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    @staticmethod
+    def kill(process: subprocess.Popen[bytes]) -> None:
+        """SIGKILL the whole process group, as a dead machine would."""
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait(timeout=10)
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                try:
+                    os.killpg(process.pid, signal.SIGTERM)
+                    process.wait(timeout=10)
+                except (ProcessLookupError, subprocess.TimeoutExpired):
+                    self.kill(process)
+        for log in self._logs:
+            log.close()
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {path.name}\n{path.read_text(errors='replace')[-4000:]}"
+            for path in sorted(self.folder.glob("*.log"))
+        )

@@ -1,0 +1,165 @@
+"""Real workers on Redis and Postgres: SIGKILL recovery, duplicate delivery, Redis data loss."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.errors import StaleGeneration
+from orchestrator.runtime import Runtime
+from orchestrator.services.tasks import Trigger
+from orchestrator.store import tasks as task_store
+from orchestrator.tools.base import Fence
+from tests.acceptance.fleet import Fleet
+from tests.executions_support import (
+    completing_turns,
+    node,
+    plan_call,
+    runtime_for,
+    wait_for,
+    write_script,
+)
+from tests.services import RedisServer
+from workers.celery_app import CeleryDispatcher, make_celery
+
+LEASE, SWEEP = 3.0, 1.0
+
+
+@pytest.fixture
+def scripts(tmp_path: Path) -> Path:
+    return tmp_path / "scripts"
+
+
+@pytest.fixture
+def fleet(pg_url: str, redis_url: str, scripts: Path, tmp_path: Path) -> Iterator[Fleet]:
+    env = {
+        "ORCH_DATABASE_URL": pg_url,
+        "ORCH_REDIS_URL": redis_url,
+        "ORCH_MODEL": f"scripted:{scripts}",
+        "ORCH_LEASE_SECONDS": str(LEASE),
+        "ORCH_LEASE_RENEW_SECONDS": "1",
+        "ORCH_SWEEP_SECONDS": str(SWEEP),
+        "ORCH_QUEUED_STALE_SECONDS": "3",
+        "ORCH_HOME": str(tmp_path / "home"),
+    }
+    running = Fleet(env, tmp_path)
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def rt(pg_url: str, redis_url: str, scripts: Path) -> Iterator[Runtime]:
+    settings_overrides: dict[str, Any] = {"redis_url": redis_url}
+    runtime, _ = runtime_for(pg_url, scripts, **settings_overrides)
+    runtime.dispatcher = CeleryDispatcher(make_celery(runtime.settings))
+    yield runtime
+    runtime.close()
+
+
+def execution(rt: Runtime, task_id: str, generation: int) -> Any:
+    with rt.db.transaction(readonly=True) as conn:
+        return task_store.get_execution(conn, task_id, generation)
+
+
+def test_sigkilled_worker_is_replaced_by_generation_two_within_lease_plus_sweep(
+    fleet: Fleet, rt: Runtime, scripts: Path
+) -> None:
+    write_script(scripts, "slow", completing_turns(delay_s=6.0))
+    doomed = fleet.worker(concurrency=1)
+    fleet.sweeper()
+    task_id = rt.tasks.trigger(Trigger(task_type="slow", title="kill me")).task.task_id
+    wait_for(
+        lambda: rt.plans.latest(rt.tasks.get(task_id).session_id or ""),
+        30,
+        what="generation 1's first plan revision",
+    )
+    first = execution(rt, task_id, 1)
+    Fleet.kill(doomed)
+    killed_at = time.monotonic()
+    fleet.worker(concurrency=1)
+    wait_for(
+        lambda: (e := execution(rt, task_id, 2)) is not None and e.started_at,
+        30,
+        what="generation 2 to start",
+    )
+    recovered_in = time.monotonic() - killed_at
+    assert recovered_in <= LEASE + SWEEP + 1 + 2, (recovered_in, fleet.logs())  # +2: worker boot
+    wait_for(lambda: rt.tasks.get(task_id).status == "completed", 30, what="completion")
+    view = rt.tasks.explain(task_id)
+    assert [e["outcome"] for e in view["executions"]] == ["lost", "completed"]
+    # The dead generation's late write is refused, whoever sends it.
+    late = plan_call("late", "late", [node("x", "running")])["arguments"]
+    with pytest.raises(StaleGeneration):
+        rt.plans.publish_execution_plan(
+            first.session_id, late, fence=Fence(task_id, 1, first.lease_token)
+        )
+
+
+def test_a_message_delivered_twice_starts_one_agent(
+    fleet: Fleet, rt: Runtime, scripts: Path
+) -> None:
+    write_script(scripts, "slow", completing_turns(delay_s=1.0))
+    fleet.worker(concurrency=2)
+    task_id = rt.tasks.trigger(Trigger(task_type="slow", title="twice")).task.task_id
+    rt.dispatcher.dispatch(task_id, 1)  # the broker hands the same wake-up out again
+    wait_for(lambda: rt.tasks.get(task_id).status == "completed", 30, what="completion")
+    time.sleep(1.0)
+    view = rt.tasks.explain(task_id)
+    assert len(view["executions"]) == 1
+    assert view["plan"]["revision"] == 2  # one agent published r1 and r2, nobody else
+    logs = fleet.logs()
+    assert logs.count("generation 1: every plan node is done") == 1, logs
+
+
+def test_redis_losing_its_data_mid_round_never_yields_two_live_generations(
+    fleet: Fleet, rt: Runtime, scripts: Path, redis_server: RedisServer
+) -> None:
+    write_script(scripts, "slow", completing_turns(delay_s=4.0))
+    fleet.worker(concurrency=2)
+    fleet.sweeper()
+    task_ids = [
+        rt.tasks.trigger(Trigger(task_type="slow", title=f"t{n}")).task.task_id for n in range(3)
+    ]
+    wait_for(
+        lambda: any(rt.tasks.get(t).status == "running" for t in task_ids),
+        30,
+        what="a round to run",
+    )
+    violations: list[str] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            for task_id in task_ids:
+                with rt.db.transaction(readonly=True) as conn:
+                    live = [
+                        e.generation
+                        for e in task_store.list_executions(conn, task_id)
+                        if e.outcome is None and e.started_at is not None
+                    ]
+                if len(live) > 1:
+                    violations.append(f"{task_id}: live generations {live}")
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        redis_server.restart()  # every key is gone: leases, queued messages, unacked ones
+        wait_for(
+            lambda: all(rt.tasks.get(t).status == "completed" for t in task_ids),
+            90,
+            interval=0.5,
+            what="every task to finish after Redis lost its data",
+        )
+    finally:
+        stop.set()
+        watcher.join(timeout=10)
+    assert violations == []
+    for task_id in task_ids:
+        outcomes = [e["outcome"] for e in rt.tasks.explain(task_id)["executions"]]
+        assert outcomes.count("completed") == 1, outcomes

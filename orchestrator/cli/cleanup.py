@@ -1,0 +1,41 @@
+"""`orchestrator cleanup`: one retention pass over the receipts; prints what it deleted."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from orchestrator.cli.common import add_json_flag, load, print_json
+from orchestrator.services.cleanup import run_cleanup
+from orchestrator.store.db import Database
+
+__all__ = ["register"]
+
+
+def register(commands: Any) -> None:
+    cleanup = commands.add_parser(
+        "cleanup", help="delete expired orphan receipts (never running or unknown ones)"
+    )
+    cleanup.add_argument("--batch-size", type=int, default=500, help="rows per transaction")
+    add_json_flag(cleanup)
+    cleanup.set_defaults(handler=_cleanup)
+
+
+def _cleanup(args: argparse.Namespace) -> int:
+    settings = load()
+    db = Database.from_url(settings.store_url)
+    try:
+        report = run_cleanup(db, settings, batch_size=max(1, args.batch_size))
+    finally:
+        db.dispose()
+    if args.json:
+        print_json(report.to_dict())
+    elif not report.enabled:
+        print(f"cleanup disabled: {report.reason}; deleted nothing")
+    else:
+        print(
+            f"deleted {report.receipts_deleted} invocation receipts older than "
+            f"{report.retention_days} days (before {report.cutoff:%Y-%m-%d %H:%M:%S} UTC) "
+            f"in {report.batches} batches; running and unknown receipts are kept"
+        )
+    return 0

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from sqlalchemy import func, insert, select
 
 from orchestrator.api import create_app
@@ -18,6 +17,8 @@ from orchestrator.settings import load_settings
 from orchestrator.store import Database
 from orchestrator.store.tables import plan_revisions, tasks
 from orchestrator.store.types import utcnow
+from tests.unit.test_plan_validation import plans as random_plans
+from tests.unit.test_plan_validation import reference_codes
 
 with warnings.catch_warnings():
     # Starlette asks for `httpx2`, which is not a dependency; plain httpx still works.
@@ -295,38 +296,25 @@ def test_sessions_pagination_walks_every_session_once(client: TestClient) -> Non
     assert bad.json()["error"]["code"] == "invalid_cursor"
 
 
-_ids = st.sampled_from(["a", "b", "c", "d", "e", "bad id", ""])
-_nodes = st.lists(
-    st.fixed_dictionaries(
-        {
-            "id": _ids,
-            "title": st.sampled_from(["t", "", "x" * 201]),
-            "actor": st.sampled_from(["agent", "human", "robot"]),
-            "status": st.sampled_from(["pending", "completed", "waiting", "done"]),
-        },
-        optional={"evidence": st.sampled_from(["", "seen"]), "reason": st.just("why")},
-    ),
-    max_size=6,
-)
-_edges = st.lists(st.fixed_dictionaries({"from": _ids, "to": _ids}), max_size=6)
-
-
 @settings(
-    max_examples=40,
+    max_examples=30,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
-@given(nodes=_nodes, edges=_edges)
-def test_random_publishes_never_500_and_refusals_write_nothing(
-    client: TestClient, session_id: str, nodes: list[dict[str, Any]], edges: list[dict[str, Any]]
+@given(payload=random_plans())
+def test_random_publishes_match_the_reference_never_500_and_refusals_write_nothing(
+    client: TestClient, payload: dict[str, Any]
 ) -> None:
+    session = client.post(
+        "/api/v1/sessions", json={"purpose": "ordinary_chat", "title": "p"}, headers=PUBLIC
+    ).json()["session_id"]
     before = revision_count(client)
-    response = publish(
-        client, session_id, {"request_id": str(uuid.uuid4()), "title": "p", "nodes": nodes,
-                             "edges": edges}
-    )  # fmt: skip
-    assert response.status_code in (201, 422), response.text
-    assert revision_count(client) == before + (1 if response.status_code == 201 else 0)
+    response = publish(client, session, payload)
+    expected = reference_codes(payload)
+    assert response.status_code == (422 if expected else 201), response.text
+    if expected:
+        assert {d["code"] for d in response.json()["error"]["details"]} == expected
+    assert revision_count(client) == before + (0 if expected else 1)
 
 
 def test_an_unexpected_failure_is_a_500_envelope_without_traceback(

@@ -1,0 +1,82 @@
+"""Plan wake-ups: Redis pub/sub across clients, same-process wake-ups, and the SSE generator."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from orchestrator.api.stream import _events
+from orchestrator.events import PlanHub, RedisNotifier
+from orchestrator.services.plans import PlanService
+from orchestrator.services.sessions import SessionService
+from orchestrator.store import Database
+
+
+def test_a_redis_publish_wakes_a_subscriber_long_before_the_poll(redis_url: str) -> None:
+    async def scenario() -> tuple[bool, float, bool]:
+        hub = PlanHub(redis_url, poll_seconds=30)
+        await hub.start()
+        notifier = RedisNotifier(redis_url)
+        try:
+            await asyncio.wait_for(hub.subscribed.wait(), 10)
+            with hub.subscribe("s1") as mine, hub.subscribe("s2") as other:
+                started = time.monotonic()
+                await asyncio.to_thread(notifier.notify, "s1", 1)
+                woken = await mine.wait(10)
+                elapsed = time.monotonic() - started
+                other_woken = await other.wait(0.3)
+            return woken, elapsed, other_woken
+        finally:
+            notifier.close()
+            await hub.stop()
+
+    woken, elapsed, other_woken = asyncio.run(scenario())
+    assert woken
+    assert elapsed < 2
+    assert not other_woken
+
+
+def test_a_wake_up_before_the_wait_is_not_lost() -> None:
+    async def scenario() -> bool:
+        hub = PlanHub(None, poll_seconds=30)
+        await hub.start()
+        try:
+            with hub.subscribe("s") as subscription:
+                subscription.clear()
+                await asyncio.to_thread(hub.notify, "s", 1)  # from another thread, before waiting
+                return await subscription.wait(2)
+        finally:
+            await hub.stop()
+
+    assert asyncio.run(scenario())
+
+
+def test_stream_sends_state_revisions_and_keep_alives(sqlite_url: str) -> None:
+    db = Database.from_url(sqlite_url)
+    hub = PlanHub(None, poll_seconds=0.1)
+    plans = PlanService(db, hub)
+    session_id = SessionService(db).create_session(purpose="ordinary_chat", title="c").session_id
+    body = {"request_id": "r1", "title": "p", "nodes": [
+        {"id": "a", "title": "a", "actor": "agent", "status": "pending"}]}  # fmt: skip
+
+    async def scenario() -> list[bytes]:
+        await hub.start()
+        chunks: list[bytes] = []
+        stream = _events(plans, hub, plans.state(session_id), None, keepalive=0.3)
+        try:
+            chunks.append(await anext(stream))
+            await asyncio.to_thread(plans.publish_execution_plan, session_id, body)
+            chunks.append(await anext(stream))
+            chunks.append(await anext(stream))  # idle: a keep-alive comment comes next
+        finally:
+            await stream.aclose()
+            await hub.stop()
+        return chunks
+
+    try:
+        state, plan, keepalive = asyncio.run(scenario())
+    finally:
+        db.dispose()
+    assert state.startswith(b"event: state\n")
+    assert plan.startswith(b"event: execution_plan\nid: 1\ndata: {")
+    assert keepalive == b": keep-alive\n\n"

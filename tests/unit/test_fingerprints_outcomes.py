@@ -1,0 +1,106 @@
+"""Canonical fingerprints and the outcome → status mapping (pure)."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from orchestrator.domain import outcomes
+from orchestrator.domain.fingerprints import (
+    NonCanonical,
+    canonical_json,
+    fingerprint,
+    identity_key,
+)
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def test_canonical_form_is_sorted_compact_utf8() -> None:
+    assert canonical_json({"b": 1, "a": "é", "c": [1, {"y": 2, "x": None}]}) == (
+        '{"a":"é","b":1,"c":[1,{"x":null,"y":2}]}'
+    )
+    expected = hashlib.sha256('{"a":"é","b":1}'.encode()).hexdigest()
+    assert fingerprint({"b": 1, "a": "é"}) == expected
+
+
+@given(st.dictionaries(st.text(max_size=8), json_values, max_size=6))
+def test_key_order_never_changes_the_fingerprint(value: dict[str, object]) -> None:
+    reordered = dict(reversed(list(value.items())))
+    assert fingerprint(reordered) == fingerprint(value)
+    assert len(fingerprint(value)) == 64
+
+
+@pytest.mark.parametrize(
+    "value", [math.nan, {"a": [1, math.inf]}, {"a": {"b": -math.inf}}, [{"x": float("nan")}]]
+)
+def test_nan_and_infinity_are_refused(value: object) -> None:
+    with pytest.raises(NonCanonical):
+        fingerprint(value)
+
+
+def test_non_json_values_are_refused() -> None:
+    with pytest.raises(NonCanonical):
+        fingerprint({"a": object()})
+
+
+def test_identity_keys_have_a_fixed_length_and_separate_their_parts() -> None:
+    long = identity_key("intent", "s" * 500, "r", "tool", "d" * 64)
+    assert len(long) == len("intent:") + 64
+    assert identity_key("call", "ab", "c") != identity_key("call", "a", "bc")
+    assert identity_key("call", "s", "c") != identity_key("intent", "s", "c")
+    with pytest.raises(ValueError, match="kind"):
+        identity_key("a:b", "x")
+
+
+def test_the_seed_rules_of_the_mapping() -> None:
+    expected = {
+        "invalid_arguments": "failed",
+        "not_sent": "failed",
+        "rejected": "failed",
+        "command_failed": "failed",
+        "transport_broken": "unknown",
+        "timed_out": "unknown",
+        "unreadable_response": "unknown",
+        "server_error": "unknown",
+        "raised": "unknown",
+        "cancelled": "unknown",
+        "recovered": "unknown",
+        "record_failed": "unknown",
+        "submitted": "pending",
+        "succeeded": "succeeded",
+        "verified": "succeeded",
+    }
+    for outcome, status in expected.items():
+        assert outcomes.tool_status(outcome) == status, outcome  # type: ignore[arg-type]
+    # A failed record leaves the receipt as it was: still running, until a cold start.
+    assert outcomes.receipt_status("record_failed") == "running"
+    assert outcomes.receipt_status("cancelled") == "unknown"
+
+
+def test_reads_are_never_unknown() -> None:
+    for outcome in outcomes.OUTCOMES:
+        assert outcomes.tool_status(outcome, writes=False) != "unknown"
+
+
+def test_every_outcome_has_a_fixed_text_that_fits_the_receipt() -> None:
+    for outcome in outcomes.OUTCOMES:
+        assert outcomes.model_message(outcome)
+        assert len(outcomes.summary_for(outcome)) <= 200  # the summary column
+    assert outcomes.default_outcome("unknown") in outcomes.OUTCOMES
+    for status in ("succeeded", "failed", "pending", "unknown"):
+        assert outcomes.tool_status(outcomes.default_outcome(status)) == status  # type: ignore[arg-type]

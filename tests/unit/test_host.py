@@ -1,0 +1,219 @@
+"""The tool host with fake tools, no store: validation, read-only boundary, errors, paging."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, ClassVar
+
+import pytest
+from pydantic import Field
+
+from orchestrator.agent.host import ToolHost
+from orchestrator.errors import NotFound, StaleGeneration, ValidationFailed
+from orchestrator.tools.base import (
+    Effect,
+    Tool,
+    ToolArguments,
+    ToolCall,
+    ToolCancelled,
+    ToolContext,
+    ToolResult,
+)
+from orchestrator.tools.results import ReadToolResult, ResultCache
+
+CTX = ToolContext(owner="alice", session_id="s1", round_id="r1")
+
+
+class EchoArgs(ToolArguments):
+    text: str = Field(max_length=100_000)
+    times: int = 1
+
+
+class Echo(Tool):
+    name = "echo"
+    description = "echo"
+    arguments = EchoArgs
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        self.calls += 1
+        return ToolResult.ok(args.text * args.times)
+
+
+class Scripted(Tool):
+    """Does what its argument says: raise, return garbage, or wait at a barrier."""
+
+    name = "scripted"
+    description = "scripted"
+    arguments = EchoArgs
+    effect_map: ClassVar[dict[str, Effect]] = {
+        "write": "write",
+        "sensitive": "sensitive_read",
+        "internal": "internal_write",  # type: ignore[dict-item]
+    }
+
+    def __init__(self) -> None:
+        self.barrier = threading.Barrier(2, timeout=5)
+        self.ran: list[str] = []
+
+    def effect_for(self, args: Any) -> Effect:
+        return self.effect_map.get(args.text, "read")
+
+    def normalize(self, args: Any) -> Any:
+        if args.text == "refuse":
+            raise ValidationFailed("refused by the tool's own rule")
+        return args
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        self.ran.append(args.text)
+        if args.text == "boom":
+            raise RuntimeError("secret detail")
+        if args.text == "missing":
+            raise NotFound("no such thing")
+        if args.text == "stale":
+            raise StaleGeneration("superseded")
+        if args.text == "cancel":
+            raise ToolCancelled("cancelled")
+        if args.text == "garbage":
+            return "not a result"  # type: ignore[return-value]
+        if args.text == "barrier":
+            self.barrier.wait()
+        return ToolResult.ok(args.text)
+
+
+def _calls(*texts: str) -> list[ToolCall]:
+    return [ToolCall(f"c{i}", "scripted", {"text": text}) for i, text in enumerate(texts)]
+
+
+def test_unknown_tools_and_invalid_arguments_run_nothing() -> None:
+    echo = Echo()
+    host = ToolHost([echo], ledger=None)
+    results = host.run_turn(
+        CTX,
+        [
+            ToolCall("a", "nope", {}),
+            ToolCall("b", "echo", {"text": "x", "extra": 1}),
+            ToolCall("c", "echo", {"times": 2}),
+            ToolCall("d", "echo", {"text": "x", "times": "2"}),
+        ],
+    )
+    assert [r.code for r in results[:3]] == [
+        "unknown_tool",
+        "invalid_arguments",
+        "invalid_arguments",
+    ]
+    assert results[3].status == "succeeded"
+    assert results[3].payload == "xx"  # "2" was coerced by the model's schema
+    assert echo.calls == 1
+
+
+def test_the_tools_own_validation_refuses_before_running() -> None:
+    tool = Scripted()
+    result = ToolHost([tool], ledger=None).run_turn(CTX, _calls("refuse"))[0]
+    assert result.code == "invalid_arguments"
+    assert tool.ran == []
+
+
+def test_read_only_callers_reach_reads_only() -> None:
+    tool = Scripted()
+    host = ToolHost([tool], ledger=None)
+    readonly = ToolContext("alice", "s1", "r1", readonly=True)
+    results = host.run_turn(readonly, _calls("write", "sensitive", "internal", "plain"))
+    assert [r.code for r in results[:3]] == ["readonly"] * 3
+    assert results[3].status == "succeeded"
+    assert tool.ran == ["plain"]
+
+
+def test_writes_without_a_ledger_are_refused() -> None:
+    tool = Scripted()
+    result = ToolHost([tool], ledger=None).run_turn(CTX, _calls("write"))[0]
+    assert result.status == "failed"
+    assert result.code == "receipt_unavailable"
+    assert tool.ran == []
+
+
+def test_tool_errors_become_failed_results_without_details() -> None:
+    host = ToolHost([Scripted()], ledger=None)
+    boom, missing, garbage = host.run_turn(CTX, _calls("boom", "missing", "garbage"))
+    assert boom.status == "failed"
+    assert boom.code == "tool_error"
+    assert "secret detail" not in (boom.message or "")
+    assert (missing.status, missing.code) == ("failed", "not_found")
+    assert garbage.code == "tool_error"
+
+
+def test_calls_of_one_turn_run_concurrently_in_order() -> None:
+    host = ToolHost([Scripted()], ledger=None)
+    # Both calls wait for each other at a barrier: serial execution would time out.
+    results = host.run_turn(CTX, _calls("barrier", "x", "barrier"))
+    assert [r.payload for r in results] == ["barrier", "x", "barrier"]
+
+
+def test_stale_generation_propagates_after_the_others_finished() -> None:
+    tool = Scripted()
+    host = ToolHost([tool], ledger=None)
+    with pytest.raises(StaleGeneration):
+        host.run_turn(CTX, _calls("cancel", "stale", "x"))
+    assert sorted(tool.ran) == ["cancel", "stale", "x"]
+
+
+def test_cancellation_propagates() -> None:
+    host = ToolHost([Scripted()], ledger=None)
+    with pytest.raises(ToolCancelled):
+        host.run_turn(CTX, _calls("cancel"))
+    event = threading.Event()
+    event.set()
+    tool = Scripted()
+    with pytest.raises(ToolCancelled):
+        ToolHost([tool], ledger=None).run_turn(
+            ToolContext("alice", "s1", "r1", cancel=event), _calls("x")
+        )
+    assert tool.ran == []
+
+
+def test_large_results_are_paged_by_character_offset() -> None:
+    cache = ResultCache()
+    host = ToolHost([Echo(), ReadToolResult(cache)], ledger=None, results=cache)
+    text = "ä€𝄞" * 3000  # multi-byte characters: offsets count characters, not bytes
+    result = host.run_turn(CTX, [ToolCall("a", "echo", {"text": text})])[0]
+    preview = result.payload
+    assert preview["truncated"] is True
+    assert preview["preview"] == text[:4000]
+    assert preview["next_offset"] == 4000
+    assert len(preview["result_id"]) == 32
+    page = host.run_turn(
+        CTX,
+        [
+            ToolCall(
+                "b",
+                "read_tool_result",
+                {"result_id": preview["result_id"], "offset": 4000, "limit": 10},
+            )
+        ],
+    )[0]
+    assert page.payload["content"] == text[4000:4010]
+    assert page.payload["next_offset"] == 4010
+    # Another session, another owner, a lower clearance: the id reads as invalid.
+    for other in (
+        ToolContext("alice", "s2", "r1"),
+        ToolContext("bob", "s1", "r1"),
+    ):
+        denied = host.run_turn(
+            other, [ToolCall("c", "read_tool_result", {"result_id": preview["result_id"]})]
+        )[0]
+        assert denied.code == "result_invalid"
+
+
+def test_without_a_cache_large_results_are_truncated_with_a_note() -> None:
+    host = ToolHost([Echo()], ledger=None)
+    result = host.run_turn(CTX, [ToolCall("a", "echo", {"text": "x" * 5000})])[0]
+    assert result.payload["truncated"] is True
+    assert "result_id" not in result.payload
+    assert "narrow" in result.payload["note"]
+
+
+def test_two_tools_with_one_name_are_refused() -> None:
+    with pytest.raises(ValueError, match="echo"):
+        ToolHost([Echo(), Echo()], ledger=None)

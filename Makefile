@@ -3,13 +3,16 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: test lint format services clean
+.PHONY: demo test lint format services clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
+
+demo: $(BIN)/.installed
+	$(BIN)/orchestrator demo
 
 services:
 	@scripts/ensure-services.sh

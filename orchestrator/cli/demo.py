@@ -1,0 +1,186 @@
+"""`orchestrator demo`: a real worker killed mid-round, the sweeper's recovery, the finished task.
+
+Everything runs as real processes on the configured store (the embedded SQLite default when
+nothing is configured), with short lease settings that the demo prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+from orchestrator.cli.common import CommandFailed, load
+from orchestrator.cli.plans import render_tree
+from orchestrator.demo import DEMO_CONTEXT, DEMO_TASK_TYPE, SCRIPTS
+from orchestrator.runtime import Runtime, build_runtime
+from orchestrator.services.tasks import Trigger
+from orchestrator.settings import load_settings
+from orchestrator.store import migrations
+from orchestrator.store import plans as plan_store
+from orchestrator.store import tasks as task_store
+
+__all__ = ["register"]
+
+DEMO_SETTINGS = {
+    "ORCH_LEASE_SECONDS": "3",
+    "ORCH_LEASE_RENEW_SECONDS": "1",
+    "ORCH_SWEEP_SECONDS": "1",
+    "ORCH_MODEL": f"scripted:{SCRIPTS}",
+}
+
+T = TypeVar("T")
+
+
+def register(commands: Any) -> None:
+    demo = commands.add_parser("demo", help="watch a worker die mid-round and the task recover")
+    demo.add_argument("--timeout", type=float, default=50.0, help="give up after this many seconds")
+    demo.set_defaults(handler=_demo)
+
+
+class _Processes:
+    def __init__(self, folder: Path, env: dict[str, str]) -> None:
+        self.folder = folder
+        self.env = env
+        self.running: list[tuple[subprocess.Popen[bytes], IO[bytes]]] = []
+
+    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        log = (self.folder / f"{name}.log").open("ab")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", *args],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.running.append((process, log))
+        return process
+
+    @staticmethod
+    def kill(process: subprocess.Popen[bytes]) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+    def stop_all(self) -> None:
+        for process, log in self.running:
+            if process.poll() is None:
+                try:
+                    os.killpg(process.pid, signal.SIGTERM)
+                    process.wait(timeout=10)
+                except (ProcessLookupError, subprocess.TimeoutExpired):
+                    self.kill(process)
+            log.close()
+
+
+def _wait(predicate: Callable[[], T | None], deadline: float, what: str) -> T:
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise CommandFailed(
+                f"demo: timed out waiting for {what}; logs are in .orchestrator/demo"
+            )
+        time.sleep(0.1)
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    os.environ.update({k: v for k, v in DEMO_SETTINGS.items() if k not in os.environ})
+    settings = load()
+    folder = (settings.home / "demo").resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    migrations.upgrade(settings.store_url)
+    _say("condition-orchestrator demo")
+    _say(f"  store: {settings.store_url}")
+    _say(f"  broker: {settings.redis_url or 'Kombu filesystem transport in ' + str(settings.home)}")
+    _say(
+        f"  demo lease settings: lease {settings.lease_seconds:g}s, renewed every "
+        f"{settings.lease_renew_seconds:g}s, sweep every {settings.sweep_seconds:g}s "
+        "(production defaults: 120s, 40s, 15s)"
+    )
+    env = dict(os.environ)
+    processes = _Processes(folder, env)
+    rt = build_runtime(load_settings())
+    started = time.monotonic()
+    deadline = started + args.timeout
+    try:
+        worker = processes.start("worker-1", "worker", "--concurrency", "1", "--loglevel", "INFO")
+        processes.start("sweeper", "sweeper")
+        _say(f"started worker-1 (pid {worker.pid}) and a sweeper")
+        task = rt.tasks.trigger(
+            Trigger(
+                task_type=DEMO_TASK_TYPE,
+                title="Brown water at 12 Mill Lane",
+                context=DEMO_CONTEXT,
+                trigger_id=f"demo-{uuid.uuid4().hex[:12]}",
+            )
+        ).task
+        _say(f"triggered task {task.task_id} ({DEMO_TASK_TYPE})")
+        _wait(lambda: _revision(rt, task.task_id, 1) >= 1, deadline, "generation 1 to plan")
+        _say("generation 1 is running and published its first plan; killing worker-1 (SIGKILL)")
+        processes.kill(worker)
+        killed = time.monotonic()
+        processes.start("worker-2", "worker", "--concurrency", "1", "--loglevel", "INFO")
+        _say("started worker-2; waiting for the lease to run out and the sweeper to requeue")
+        _wait(lambda: _started(rt, task.task_id, 2), deadline, "generation 2 to start")
+        _say(f"generation 2 started {time.monotonic() - killed:.1f}s after the kill")
+        final = _wait(lambda: _finished(rt, task.task_id), deadline, "the task to finish")
+        _say(f"task finished as {final} in {time.monotonic() - started:.1f}s\n")
+        _summary(rt, task.task_id)
+    finally:
+        processes.stop_all()
+        rt.close()
+    _say("\nlook again with: orchestrator tasks list; orchestrator tasks show " + task.task_id)
+    return 0
+
+
+def _revision(rt: Runtime, task_id: str, generation: int) -> int:
+    with rt.db.transaction(readonly=True) as conn:
+        execution = task_store.get_execution(conn, task_id, generation)
+        if execution is None:
+            return 0
+        return plan_store.latest_revision_number(conn, execution.session_id)
+
+
+def _started(rt: Runtime, task_id: str, generation: int) -> bool:
+    with rt.db.transaction(readonly=True) as conn:
+        execution = task_store.get_execution(conn, task_id, generation)
+    return execution is not None and execution.started_at is not None
+
+
+def _finished(rt: Runtime, task_id: str) -> str | None:
+    status = rt.tasks.get(task_id).status
+    return status if status in ("completed", "failed", "waiting", "cancelled") else None
+
+
+def _summary(rt: Runtime, task_id: str) -> None:
+    view = rt.tasks.explain(task_id)
+    _say("generations:")
+    for ex in view["executions"]:
+        _say(f"  {ex['generation']}  {ex['outcome'] or 'running':10} {ex['reason'] or ''}")
+        with rt.db.transaction(readonly=True) as conn:
+            summaries = plan_store.list_summaries(conn, ex["session_id"])
+        for summary in summaries:
+            counts = ", ".join(f"{k} {v}" for k, v in summary["status_counts"].items() if v)
+            _say(f"     plan revision {summary['revision']}: {summary['reason']} ({counts})")
+    plan = view["plan"]
+    if plan:
+        _say(f"\nlatest plan of generation {view['generation']} (revision {plan['revision']}):")
+        for line in render_tree(plan["nodes"], plan["edges"]):
+            _say("  " + line)
+    if view["report"]:
+        _say(f"\nreport: {view['report']['summary']}")
+    _say(f"\nfinal status: {view['status']}")

@@ -1,0 +1,38 @@
+"""`orchestrator demo` on a fresh folder with nothing configured: kill, recover, finish."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from tests.acceptance.fleet import ORCHESTRATOR
+
+
+def test_demo_recovers_from_a_killed_worker_and_completes(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    result = subprocess.run(
+        [ORCHESTRATOR, "demo"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "lease 3s, renewed every 1s, sweep every 1s" in out
+    assert "killing worker-1 (SIGKILL)" in out
+    recovered = re.search(r"generation 2 started ([\d.]+)s after the kill", out)
+    assert recovered is not None, out
+    assert float(recovered.group(1)) <= 3 + 1 + 1
+    assert re.search(r"^  1  lost ", out, re.MULTILINE), out
+    assert re.search(r"^  2  completed ", out, re.MULTILINE), out
+    assert "final status: completed" in out
+    # The embedded store keeps what happened for the operator commands.
+    listed = subprocess.run(
+        [ORCHESTRATOR, "tasks", "list", "--json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert '"status": "completed"' in listed.stdout
+    assert (tmp_path / ".orchestrator" / "orchestrator.db").is_file()

@@ -8,12 +8,24 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Final
 
-from orchestrator.domain.vocabulary import NODE_ACTORS, NODE_STATUSES
+from orchestrator.domain.plan_fields import (
+    ID_PATTERN,
+    MAX_ID,
+    MAX_REQUEST_ID,
+    MAX_TEXT,
+    MAX_TITLE,
+    Collector,
+    Problem,
+    parse_edge,
+    parse_node,
+    problem,
+)
+from orchestrator.domain.vocabulary import NODE_STATUSES
 from orchestrator.errors import ValidationFailed
 
 __all__ = [
@@ -40,11 +52,6 @@ __all__ = [
 SCHEMA_VERSION: Final = "execution-plan@1"
 MAX_NODES: Final = 40
 MAX_EDGES: Final = 80
-MAX_ID: Final = 64
-MAX_REQUEST_ID: Final = 128  # the width of plan_revisions.request_id
-MAX_TITLE: Final = 200
-MAX_TEXT: Final = 2000
-ID_PATTERN: Final = re.compile(r"[A-Za-z0-9_.:-]+")
 
 #: Every code a refused publish can carry; stable, the agent and the UI match on them.
 CODES: Final = (
@@ -70,14 +77,6 @@ CODES: Final = (
 )
 
 _PLAN_FIELDS: Final = frozenset({"request_id", "title", "reason", "nodes", "edges"})
-# `action_id` is written back once an action proposed for the node exists (DESIGN invariant 10).
-_NODE_FIELDS: Final = frozenset(
-    {"id", "title", "actor", "description", "evidence", "status", "reason", "action_id"}
-)
-_EDGE_FIELDS: Final = frozenset({"from", "to", "label"})
-_NEEDS_REASON: Final = frozenset({"failed", "waiting"})
-
-Problem = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -90,126 +89,9 @@ class PlanDraft:
     nodes: list[dict[str, Any]]
     edges: list[dict[str, Any]]
 
-    @property
+    @cached_property
     def digest(self) -> str:
         return content_digest(self.title, self.reason, self.nodes, self.edges)
-
-
-def _problem(code: str, message: str, **where: Any) -> Problem:
-    found: Problem = {"code": code, "message": message}
-    found.update({key: value for key, value in where.items() if value is not None})
-    return found
-
-
-class _Collector:
-    """Reads fields of JSON objects, recording a problem for each one that is wrong."""
-
-    def __init__(self) -> None:
-        self.problems: list[Problem] = []
-
-    def add(self, code: str, message: str, **where: Any) -> None:
-        self.problems.append(_problem(code, message, **where))
-
-    def text(
-        self,
-        obj: Mapping[str, Any],
-        key: str,
-        label: str,
-        limit: int,
-        where: Mapping[str, Any],
-        *,
-        required: bool = False,
-        pattern: re.Pattern[str] | None = None,
-    ) -> str | None:
-        """The string at `key` ("" when optional and absent), or None after recording why not."""
-        value = obj.get(key)
-        problem: tuple[str, str] | None = None
-        if value is None:
-            if not required:
-                return ""
-            problem = ("missing_field", f"{label} is required")
-        elif not isinstance(value, str):
-            problem = ("invalid_type", f"{label} must be a string")
-        elif required and not value.strip():
-            problem = ("missing_field", f"{label} must not be empty")
-        elif len(value) > limit:
-            problem = ("field_too_long", f"{label} is {len(value)} characters, at most {limit}")
-        elif pattern is not None and not pattern.fullmatch(value):
-            # The issue files the id format under the same code as its length.
-            problem = ("field_too_long", f"{label} must be 1-{limit} characters of [A-Za-z0-9_.:-]")
-        if problem is None:
-            return str(value)
-        self.add(*problem, field=key, **where)
-        return None
-
-    def unknown(
-        self, obj: Mapping[str, Any], allowed: frozenset[str], label: str, **where: Any
-    ) -> None:
-        for key in sorted(set(obj) - allowed, key=str):
-            self.add("unknown_field", f"{label} has no field {key!r}", field=str(key), **where)
-
-
-def _parse_node(c: _Collector, index: int, raw: Any) -> dict[str, Any] | None:
-    if not isinstance(raw, Mapping):
-        c.add("invalid_type", f"nodes[{index}] must be an object", index=index)
-        return None
-    raw_id = raw.get("id")
-    where = {"node_id": raw_id if isinstance(raw_id, str) else None, "index": index}
-    node_id = c.text(
-        raw, "id", f"nodes[{index}].id", MAX_ID, where, required=True, pattern=ID_PATTERN
-    )
-    label = f"node {node_id!r}" if node_id else f"nodes[{index}]"
-    c.unknown(raw, _NODE_FIELDS, label, **where)
-    title = c.text(raw, "title", f"{label} title", MAX_TITLE, where, required=True)
-    description = c.text(raw, "description", f"{label} description", MAX_TEXT, where)
-    evidence = c.text(raw, "evidence", f"{label} evidence", MAX_TEXT, where)
-    reason = c.text(raw, "reason", f"{label} reason", MAX_TEXT, where)
-    action_id = c.text(raw, "action_id", f"{label} action_id", MAX_ID, where, pattern=ID_PATTERN)
-    actor, status = raw.get("actor"), raw.get("status")
-    ok = True
-    if not isinstance(actor, str) or actor not in NODE_ACTORS:
-        c.add("invalid_actor", f"{label} actor must be one of {', '.join(NODE_ACTORS)}", **where)
-        ok = False
-    if not isinstance(status, str) or status not in NODE_STATUSES:
-        c.add(
-            "invalid_status", f"{label} status must be one of {', '.join(NODE_STATUSES)}", **where
-        )
-        ok = False
-    elif status == "completed" and isinstance(evidence, str) and not evidence.strip():
-        c.add("evidence_required", f"{label} is completed, so it needs evidence", **where)
-        ok = False
-    elif status in _NEEDS_REASON and isinstance(reason, str) and not reason.strip():
-        c.add("reason_required", f"{label} is {status}, so it needs a reason", **where)
-        ok = False
-    if not ok or None in (node_id, title, description, evidence, reason, action_id):
-        return None
-    node: dict[str, Any] = {
-        "id": node_id,
-        "title": title,
-        "actor": actor,
-        "description": description,
-        "evidence": evidence,
-        "status": status,
-        "reason": reason or None,
-    }
-    if action_id:
-        node["action_id"] = action_id
-    return node
-
-
-def _parse_edge(c: _Collector, index: int, raw: Any) -> dict[str, Any] | None:
-    if not isinstance(raw, Mapping):
-        c.add("invalid_type", f"edges[{index}] must be an object", index=index)
-        return None
-    where = {"edge": {"index": index, "from": raw.get("from"), "to": raw.get("to")}}
-    label = f"edges[{index}]"
-    c.unknown(raw, _EDGE_FIELDS, label, **where)
-    source = c.text(raw, "from", f"{label}.from", MAX_ID, where, required=True)
-    target = c.text(raw, "to", f"{label}.to", MAX_ID, where, required=True)
-    text = c.text(raw, "label", f"{label}.label", MAX_TITLE, where)
-    if source is None or target is None or text is None:
-        return None
-    return {"from": source, "to": target, "label": text or None}
 
 
 def find_cycle(node_ids: Sequence[str], edges: Sequence[tuple[str, str]]) -> list[str] | None:
@@ -241,7 +123,7 @@ def find_cycle(node_ids: Sequence[str], edges: Sequence[tuple[str, str]]) -> lis
 
 def parse_plan(payload: Any) -> tuple[PlanDraft | None, list[Problem]]:
     """Check everything that needs no history; a draft only when no problem was found."""
-    c = _Collector()
+    c = Collector()
     if not isinstance(payload, Mapping):
         c.add("invalid_type", "the plan must be a JSON object")
         return None, c.problems
@@ -270,10 +152,10 @@ def parse_plan(payload: Any) -> tuple[PlanDraft | None, list[Problem]]:
     if len(raw_edges) > MAX_EDGES:
         c.add("too_many_edges", f"{len(raw_edges)} edges, at most {MAX_EDGES} are allowed")
 
-    nodes = [_parse_node(c, index, raw) for index, raw in enumerate(raw_nodes)]
+    nodes = [parse_node(c, index, raw) for index, raw in enumerate(raw_nodes)]
     seen: dict[str, int] = {}  # id -> how often; insertion order keeps reports stable
     for raw in raw_nodes:
-        node_id = raw.get("id") if isinstance(raw, Mapping) else None
+        node_id = raw.get("id") if isinstance(raw, dict) else None
         if not isinstance(node_id, str):
             continue
         seen[node_id] = seen.get(node_id, 0) + 1
@@ -282,13 +164,17 @@ def parse_plan(payload: Any) -> tuple[PlanDraft | None, list[Problem]]:
                 "duplicate_node_id", f"node id {node_id!r} is used more than once", node_id=node_id
             )
 
-    edges = [_parse_edge(c, index, raw) for index, raw in enumerate(raw_edges)]
+    edges = [parse_edge(c, index, raw) for index, raw in enumerate(raw_edges)]
     links: list[tuple[str, str]] = []
     for index, edge in enumerate(edges):
         if edge is None:
             continue
-        ref = {"index": index, "from": edge["from"], "to": edge["to"]}
-        missing = [end for end in (edge["from"], edge["to"]) if end not in seen]
+        source, target = edge["from"], edge["to"]
+        if source != target and source in seen and target in seen:
+            links.append((source, target))  # the common case, without building a report
+            continue
+        ref = {"index": index, "from": source, "to": target}
+        missing = [end for end in (source, target) if end not in seen]
         for end in dict.fromkeys(missing):
             c.add("dangling_edge", f"edges[{index}] names unknown node {end!r}", edge=ref)
         if edge["from"] == edge["to"]:
@@ -321,13 +207,13 @@ def check_update(
     if not previous:
         return []
     problems: list[Problem] = []
-    current = {node.get("id"): node for node in nodes if isinstance(node, Mapping)}
+    current = {node.get("id"): node for node in nodes if isinstance(node, dict)}
     for old in previous:
         node_id = old["id"]
         new = current.get(node_id)
         if new is None:
             problems.append(
-                _problem(
+                problem(
                     "node_removed",
                     f"node {node_id!r} of the previous revision is missing; "
                     "mark it skipped or cancelled instead",
@@ -339,7 +225,7 @@ def check_update(
             or (new.get("evidence") or "") != (old.get("evidence") or "")
         ):
             problems.append(
-                _problem(
+                problem(
                     "completed_node_changed",
                     f"node {node_id!r} was completed; its title and evidence cannot change "
                     "(add a review node and say why in reason)",

@@ -7,6 +7,7 @@ from functools import cached_property
 
 from orchestrator.events import make_notifier
 from orchestrator.leases import LeaseBackend, make_lease_backend
+from orchestrator.services.actions import ActionService
 from orchestrator.services.dispatch import Dispatcher
 from orchestrator.services.executions import ExecutionService
 from orchestrator.services.plans import PlanService
@@ -29,6 +30,10 @@ class Runtime:
     @cached_property
     def plans(self) -> PlanService:
         return PlanService(self.db, make_notifier(self.settings))
+
+    @cached_property
+    def actions(self) -> ActionService:
+        return ActionService(self.db, self.plans)
 
     @cached_property
     def ledger(self) -> ReceiptLedger:

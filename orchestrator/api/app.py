@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from orchestrator import __version__
-from orchestrator.api import auth, plans, sessions, stream, tasks
+from orchestrator.api import actions, auth, plans, sessions, stream, tasks
 from orchestrator.errors import OrchestratorError, Unauthorized
 from orchestrator.events import CompositeNotifier, PlanHub, PlanNotifier, RedisNotifier
 from orchestrator.services.plans import PlanService
@@ -35,6 +35,7 @@ PUBLIC_ROUTERS: list[APIRouter] = [
     plans.router,
     stream.router,
     tasks.router,
+    actions.router,
 ]
 #: Routers of the trusted tool bridge, mounted under INTERNAL_PREFIX behind AGENT_INTERNAL_TOKEN.
 INTERNAL_ROUTERS: list[APIRouter] = [plans.internal_router]

@@ -7,14 +7,14 @@ import sys
 from collections.abc import Sequence
 
 from orchestrator import __version__
-from orchestrator.cli import api, cleanup, db, demo, fleet, invocations, plans, tasks
+from orchestrator.cli import actions, api, cleanup, db, demo, fleet, invocations, plans, tasks
 from orchestrator.cli.common import CommandFailed, Handler
 from orchestrator.errors import OrchestratorError
 from orchestrator.settings import SettingsError
 
 __all__ = ["build_parser", "main"]
 
-GROUPS = (demo, db, tasks, fleet, api, plans, invocations, cleanup)
+GROUPS = (demo, db, tasks, actions, fleet, api, plans, invocations, cleanup)
 
 
 def build_parser() -> argparse.ArgumentParser:

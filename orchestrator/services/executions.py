@@ -18,6 +18,7 @@ from orchestrator.agent.model import ModelError, load_model
 from orchestrator.domain.decisions import Decision, RoundFacts, decide
 from orchestrator.errors import StaleGeneration
 from orchestrator.leases import LeaseBackend
+from orchestrator.services.actions import ActionService
 from orchestrator.services.dispatch import Dispatcher, safe_dispatch
 from orchestrator.services.lease_keeper import LeaseKeeper, lease_name
 from orchestrator.services.plans import PlanService
@@ -31,6 +32,7 @@ from orchestrator.store.receipts import ReceiptLedger
 from orchestrator.store.records import TaskRecord
 from orchestrator.store.tables import tasks
 from orchestrator.store.types import utcnow
+from orchestrator.tools.actions import ProposeAction
 from orchestrator.tools.base import Fence, Tool, ToolContext
 from orchestrator.tools.plans import PublishExecutionPlan
 from orchestrator.tools.tasks import ReadTaskContext, SaveReport
@@ -171,6 +173,7 @@ class ExecutionService:
         return [
             ReadTaskContext(self.db),
             PublishExecutionPlan(self.plans, keeper),
+            ProposeAction(ActionService(self.db, self.plans), keeper),
             SaveReport(self.db, keeper),
         ]
 

@@ -7,6 +7,7 @@ write tools through durable receipts, and always hands the model a `ToolResult` 
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -16,16 +17,27 @@ from pydantic import BaseModel, ConfigDict
 __all__ = [
     "Effect",
     "Fence",
+    "Identity",
     "Tool",
     "ToolArguments",
     "ToolCall",
+    "ToolCancelled",
     "ToolContext",
     "ToolResult",
     "ToolStatus",
 ]
 
 ToolStatus = Literal["succeeded", "failed", "pending", "unknown"]
-Effect = Literal["read", "write", "sensitive_read"]
+# `internal_write`: a fenced write to the orchestrator's own store (plans, reports, actions);
+# idempotent there, so it needs no receipt, and a read-only agent may not call it.
+Effect = Literal["read", "write", "sensitive_read", "internal_write"]
+#: How the host deduplicates a write: `intent` = one identity per (owner, session, round, tool,
+#: canonical arguments), for business writes; `call` = the tool-call id, for ordinary tools.
+Identity = Literal["intent", "call"]
+
+
+class ToolCancelled(BaseException):  # like CancelledError: not caught as an Exception
+    """The round was cancelled while a tool ran; the host records `unknown` and re-raises."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +70,8 @@ class ToolContext:
     fence: Fence | None = None
     readonly: bool = False  # sub-agents: no write reaches the host boundary
     extras: dict[str, Any] = field(default_factory=dict)
+    #: Set by the agent loop to cancel the round; long-running tools poll it.
+    cancel: threading.Event | None = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +83,9 @@ class ToolResult:
     message: str | None = None
     invocation_id: str | None = None
     code: str | None = None
+    #: What happened, as an `orchestrator.domain.outcomes.Outcome` (host-side, never shown);
+    #: lets the host record the precise fixed summary on the receipt.
+    outcome: str | None = None
 
     @classmethod
     def ok(cls, payload: Any = None, message: str | None = None) -> ToolResult:
@@ -105,6 +122,22 @@ class Tool(ABC):
     description: ClassVar[str]
     effect: ClassVar[Effect] = "read"
     arguments: ClassVar[type[ToolArguments]]
+    identity: ClassVar[Identity] = "call"
+    #: False for tools whose results must not be cached for paging (e.g. the pager itself).
+    pageable: ClassVar[bool] = True
+
+    def effect_for(self, args: Any) -> Effect:
+        """The effect of this call; multi-operation tools (the API gateway) decide per call."""
+        return self.effect
+
+    def normalize(self, args: Any) -> Any:
+        """Validate beyond the pydantic model and fill defaults; raise `ValidationFailed`."""
+        return args
+
+    def verify(self, ctx: ToolContext, args: Any) -> bool | None:
+        """Read-only read-back of a write: True = the intended state is in place, False = it is
+        not, None = cannot tell (no verifier, sensitive, list append...)."""
+        return None
 
     @abstractmethod
     def run(self, ctx: ToolContext, args: Any) -> ToolResult:

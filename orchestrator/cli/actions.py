@@ -1,0 +1,68 @@
+"""`orchestrator actions list|approve|reject`: only a human carries an action forward."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+from typing import Any
+
+from orchestrator.cli.common import add_json_flag, load, print_json
+from orchestrator.domain.vocabulary import ACTION_STATUSES
+from orchestrator.runtime import build_runtime
+from orchestrator.services.dispatch import RecordingDispatcher
+
+__all__ = ["register"]
+
+
+def register(commands: Any) -> None:
+    group = commands.add_parser("actions", help="proposed work orders and commands")
+    actions = group.add_subparsers(dest="actions_command", metavar="ACTION", required=True)
+
+    listing = actions.add_parser("list", help="actions (default: those awaiting approval)")
+    listing.add_argument("--status", choices=ACTION_STATUSES, default="pending_approval")
+    listing.add_argument("--all", action="store_true", help="every status")
+    listing.add_argument("--task", dest="task_id")
+    add_json_flag(listing)
+    listing.set_defaults(handler=_list)
+
+    for verb in ("approve", "reject"):
+        decide = actions.add_parser(verb, help=f"{verb} a pending action")
+        decide.add_argument("action_id")
+        decide.add_argument("--by", default=None, help="who decides (default: your user name)")
+        decide.add_argument("--note")
+        add_json_flag(decide)
+        decide.set_defaults(handler=_decide, approve=verb == "approve")
+
+
+def _list(args: argparse.Namespace) -> int:
+    rt = build_runtime(load(), dispatcher=RecordingDispatcher())
+    try:
+        found = rt.actions.list(status=None if args.all else args.status, task_id=args.task_id)
+    finally:
+        rt.close()
+    if args.json:
+        print_json([action.to_dict() for action in found])
+        return 0
+    if not found:
+        print("no actions")
+    for action in found:
+        print(
+            f"{action.action_id}  {action.status:16}  {action.kind:10}  task {action.task_id}"
+            f"  node {action.node_id}"
+        )
+    return 0
+
+
+def _decide(args: argparse.Namespace) -> int:
+    rt = build_runtime(load(), dispatcher=RecordingDispatcher())
+    try:
+        action = rt.actions.decide(
+            args.action_id, approve=args.approve, by=args.by or getpass.getuser(), note=args.note
+        )
+    finally:
+        rt.close()
+    if args.json:
+        print_json(action.to_dict())
+    else:
+        print(f"action {action.action_id} {action.status} by {action.decided_by}")
+    return 0

@@ -1,0 +1,100 @@
+"""Actions: work orders and commands the agent proposes and only a human approves or rejects."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Row, insert, select, update
+
+from orchestrator.store.tables import actions
+from orchestrator.store.types import utcnow
+from orchestrator.tools.base import Fence
+
+__all__ = ["ActionRecord", "decide_action", "get_action", "insert_action", "list_actions"]
+
+
+@dataclass(frozen=True)
+class ActionRecord:
+    action_id: str
+    task_id: str
+    generation: int
+    session_id: str
+    node_id: str
+    kind: str
+    payload: dict[str, Any]
+    status: str
+    decided_by: str | None
+    decided_at: datetime | None
+    note: str | None
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Row[Any]) -> ActionRecord:
+        return cls(**{name: getattr(row, name) for name in cls.__dataclass_fields__})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+def insert_action(
+    conn: Connection,
+    fence: Fence,
+    session_id: str,
+    node_id: str,
+    kind: str,
+    payload: dict[str, Any],
+) -> ActionRecord:
+    action_id = str(uuid.uuid4())
+    conn.execute(
+        insert(actions).values(
+            action_id=action_id,
+            task_id=fence.task_id,
+            generation=fence.generation,
+            session_id=session_id,
+            node_id=node_id,
+            kind=kind,
+            payload=payload,
+            status="pending_approval",
+            created_at=utcnow(),
+        )
+    )
+    record = get_action(conn, action_id)
+    assert record is not None
+    return record
+
+
+def get_action(conn: Connection, action_id: str, *, lock: bool = False) -> ActionRecord | None:
+    query = select(actions).where(actions.c.action_id == action_id)
+    if lock:
+        query = query.with_for_update()
+    row = conn.execute(query).one_or_none()
+    return ActionRecord.from_row(row) if row is not None else None
+
+
+def decide_action(
+    conn: Connection, action_id: str, status: str, decided_by: str, note: str | None
+) -> bool:
+    """pending_approval → `status`; False when the action was decided or superseded first."""
+    return (
+        conn.execute(
+            update(actions)
+            .where(actions.c.action_id == action_id, actions.c.status == "pending_approval")
+            .values(status=status, decided_by=decided_by, decided_at=utcnow(), note=note)
+        ).rowcount
+        == 1
+    )
+
+
+def list_actions(
+    conn: Connection, *, status: str | None, task_id: str | None, limit: int
+) -> list[ActionRecord]:
+    query = select(actions)
+    if status is not None:
+        query = query.where(actions.c.status == status)
+    if task_id is not None:
+        query = query.where(actions.c.task_id == task_id)
+    query = query.order_by(actions.c.created_at.desc(), actions.c.action_id).limit(limit)
+    return [ActionRecord.from_row(row) for row in conn.execute(query)]

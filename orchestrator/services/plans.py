@@ -82,28 +82,31 @@ def publish_txn(
             code="session_mismatch",
         )
     request_id = payload.get("request_id") if isinstance(payload, dict) else None
-    if isinstance(request_id, str):
-        stored = store.get_by_request_id(conn, session_id, request_id)
-        if stored is not None:
-            if draft is not None and draft.digest == stored.content_digest:
-                return PublishResult(stored, created=False)
-            message = (
-                f"request_id {request_id} was already used for revision {stored.revision} "
-                "with other content; use a new request_id for a new revision"
-            )
-            raise ConflictError(
-                message,
-                code="request_id_conflict",
-                details=[{"code": "request_id_conflict", "message": message}],
-            )
-    previous = store.latest_revision(conn, session_id)
+    context = store.publish_context(
+        conn, session_id, request_id if isinstance(request_id, str) else None
+    )
+    if context.same_request is not None:
+        revision, digest = context.same_request
+        if draft is not None and draft.digest == digest:
+            stored = store.get_revision(conn, session_id, revision)
+            assert stored is not None  # read under the session lock a moment ago
+            return PublishResult(stored, created=False)
+        message = (
+            f"request_id {request_id} was already used for revision {revision} "
+            "with other content; use a new request_id for a new revision"
+        )
+        raise ConflictError(
+            message,
+            code="request_id_conflict",
+            details=[{"code": "request_id_conflict", "message": message}],
+        )
     nodes = draft.nodes if draft is not None else _raw_nodes(payload)
-    problems += rules.check_update(nodes, previous.nodes if previous else None)
+    problems += rules.check_update(nodes, context.latest_nodes)
     rules.raise_problems(problems)
     assert draft is not None  # no problem was found, so the draft exists
     record = PlanRecord(
         session_id=session_id,
-        revision=(previous.revision if previous else 0) + 1,
+        revision=context.latest_revision + 1,
         request_id=draft.request_id,
         schema_version=rules.SCHEMA_VERSION,
         title=draft.title,

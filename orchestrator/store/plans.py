@@ -6,19 +6,21 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, func, insert, select
+from sqlalchemy import Connection, Row, func, insert, or_, select
 
 from orchestrator.domain.plans import status_counts
 from orchestrator.store.tables import plan_revisions
 
 __all__ = [
     "PlanRecord",
+    "PublishContext",
     "get_by_request_id",
     "get_revision",
     "insert_revision",
     "latest_revision",
     "latest_revision_number",
     "list_summaries",
+    "publish_context",
     "revisions_after",
 ]
 
@@ -81,6 +83,36 @@ class PlanRecord:
             "generation": self.generation,
             "updated_at": self.updated_at.isoformat(),
         }
+
+
+@dataclass(frozen=True)
+class PublishContext:
+    """What a publish needs from the store, read in one query."""
+
+    latest_revision: int  # 0 when the session has no plan yet
+    latest_nodes: list[dict[str, Any]] | None
+    same_request: tuple[int, str] | None  # (revision, content_digest) stored under request_id
+
+
+def publish_context(conn: Connection, session_id: str, request_id: str | None) -> PublishContext:
+    """The latest revision's nodes and any revision stored under `request_id`, in one round trip."""
+    t = plan_revisions
+    latest = select(func.max(t.c.revision)).where(t.c.session_id == session_id).scalar_subquery()
+    wanted = t.c.revision == latest
+    if request_id is not None:
+        wanted = or_(wanted, t.c.request_id == request_id)
+    rows = conn.execute(
+        select(t.c.revision, t.c.request_id, t.c.content_digest, t.c.nodes).where(
+            t.c.session_id == session_id, wanted
+        )
+    ).all()
+    top = max(rows, key=lambda row: row.revision, default=None)
+    same = next((row for row in rows if row.request_id == request_id), None)
+    return PublishContext(
+        latest_revision=top.revision if top is not None else 0,
+        latest_nodes=list(top.nodes) if top is not None else None,
+        same_request=(same.revision, same.content_digest) if same is not None else None,
+    )
 
 
 def insert_revision(conn: Connection, record: PlanRecord) -> None:

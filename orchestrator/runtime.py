@@ -16,6 +16,7 @@ from orchestrator.services.tasks import TaskService
 from orchestrator.settings import Settings
 from orchestrator.store.db import Database
 from orchestrator.store.receipts import ReceiptLedger
+from orchestrator.store.recovery import orphan_running_receipts
 
 __all__ = ["Runtime", "build_runtime", "celery_dispatcher"]
 
@@ -55,7 +56,8 @@ class Runtime:
 
     def cold_start(self) -> int:
         """Receipts left `running` by generations that are no longer live become `unknown`."""
-        return self.ledger.cold_start()
+        with self.db.transaction() as conn:
+            return orphan_running_receipts(conn)
 
     def close(self) -> None:
         self.leases.close()

@@ -20,6 +20,7 @@ from orchestrator.settings import Settings
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database
 from orchestrator.store.records import ExecutionRecord
+from orchestrator.store.recovery import orphan_running_receipts
 from orchestrator.store.tables import tasks
 from orchestrator.store.types import utcnow
 
@@ -103,6 +104,7 @@ class Sweeper:
                 return  # another sweeper, or the generation itself, got there first
             if task.generation != execution.generation or task.status != "running":
                 return
+            orphan_running_receipts(conn, owner=f"task:{task.task_id}")
             recoveries = task.recoveries + 1
             if recoveries >= self.settings.max_recoveries:
                 conn.execute(

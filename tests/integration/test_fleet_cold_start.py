@@ -1,0 +1,84 @@
+"""Cold start in a fleet: a worker start orphans only the receipts of generations that are gone."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from orchestrator.runtime import Runtime
+from orchestrator.services.lease_keeper import lease_name
+from orchestrator.services.tasks import Trigger
+from orchestrator.store import tasks as task_store
+from orchestrator.store.receipts import ReceiptLedger
+from orchestrator.store.types import utcnow
+from orchestrator.tools.base import Fence
+from tests.executions_support import runtime_for
+from tests.integration.test_sweeper import TTL, abandon
+
+
+@pytest.fixture
+def rt(store_url: str, tmp_path: Path) -> Iterator[Runtime]:
+    runtime, _ = runtime_for(store_url, tmp_path)
+    yield runtime
+    runtime.close()
+
+
+def running_receipt(rt: Runtime, task_id: str, key: str) -> str:
+    with rt.db.transaction(readonly=True) as conn:
+        execution = task_store.get_execution(conn, task_id, 1)
+    assert execution is not None
+    assert execution.lease_token is not None
+    claim = ReceiptLedger(rt.db).claim(
+        owner=f"task:{task_id}",
+        session_id=execution.session_id,
+        tool_name="call_api",
+        identity_key=key,
+        args_digest="d" * 64,
+        fence=Fence(task_id, 1, execution.lease_token),
+    )
+    assert claim.granted
+    return claim.receipt.invocation_id
+
+
+def status(rt: Runtime, invocation_id: str) -> str:
+    receipt = ReceiptLedger(rt.db).get(invocation_id)
+    assert receipt is not None
+    return receipt.status
+
+
+def test_a_worker_start_leaves_live_generations_alone(rt: Runtime) -> None:
+    live = rt.tasks.trigger(Trigger(task_type="x", title="live")).task.task_id
+    dead = rt.tasks.trigger(Trigger(task_type="x", title="dead")).task.task_id
+    abandon(rt, dead, 1)
+    live_ttl = 30.0
+    token = rt.leases.acquire(lease_name(live), "alive", live_ttl)
+    assert token is not None
+    with rt.db.transaction() as conn:
+        assert task_store.claim_generation(
+            conn,
+            live,
+            1,
+            lease_token=token,
+            worker="alive",
+            celery_task_id=None,
+            lease_expires_at=utcnow() + timedelta(seconds=live_ttl),
+        )
+    live_id = running_receipt(rt, live, "k-live")
+    dead_id = running_receipt(rt, dead, "k-dead")
+    time.sleep(TTL + 0.2)
+    assert rt.cold_start() == 1
+    assert status(rt, live_id) == "running"
+    assert status(rt, dead_id) == "unknown"
+
+
+def test_the_sweeper_orphans_the_lost_generations_receipts(rt: Runtime) -> None:
+    task_id = rt.tasks.trigger(Trigger(task_type="x", title="t")).task.task_id
+    abandon(rt, task_id, 1)
+    invocation_id = running_receipt(rt, task_id, "k")
+    time.sleep(TTL + 0.2)
+    assert rt.sweeper.sweep().requeued == [(task_id, 1, 2)]
+    assert status(rt, invocation_id) == "unknown"

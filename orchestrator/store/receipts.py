@@ -19,6 +19,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from orchestrator.domain.outcomes import UNRESOLVED, summary_for
 from orchestrator.errors import ConflictError, ValidationFailed
+from orchestrator.store import fastclaim
 from orchestrator.store.db import Database
 from orchestrator.store.fencing import check_fence
 from orchestrator.store.tables import invocation_receipts as r
@@ -122,6 +123,14 @@ class ReceiptLedger:
         """
         if len(args_digest) != 64:
             raise ValidationFailed("args_digest must be a SHA-256 hex digest")
+        if fence is None and self.db.dialect == "postgresql":
+            return self._claim_single_statement(
+                owner=owner,
+                session_id=session_id,
+                tool_name=tool_name,
+                identity_key=identity_key,
+                args_digest=args_digest,
+            )
         with self.db.transaction() as conn:
             if fence is not None:
                 check_fence(conn, fence)
@@ -134,9 +143,8 @@ class ReceiptLedger:
                 args_digest=args_digest,
             )
 
-    def _claim_txn(
+    def _claim_single_statement(
         self,
-        conn: Connection,
         *,
         owner: str,
         session_id: str | None,
@@ -144,10 +152,18 @@ class ReceiptLedger:
         identity_key: str,
         args_digest: str,
     ) -> Claim:
+        """Postgres without a fence: insert-or-read in one autocommit statement (`fastclaim`)."""
+        values = self._new_row(owner, session_id, tool_name, identity_key, args_digest)
+        row = fastclaim.claim_row(self.db.engine, values)
+        return self._decide(Receipt(**row), values["invocation_id"], tool_name, args_digest)
+
+    @staticmethod
+    def _new_row(
+        owner: str, session_id: str | None, tool_name: str, identity_key: str, args_digest: str
+    ) -> dict[str, Any]:
         now = utcnow()
-        invocation_id = str(uuid.uuid4())
-        values = {
-            "invocation_id": invocation_id,
+        return {
+            "invocation_id": str(uuid.uuid4()),
             "owner": owner,
             "session_id": session_id,
             "tool_name": tool_name,
@@ -159,18 +175,9 @@ class ReceiptLedger:
             "created_at": now,
             "updated_at": now,
         }
-        insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-        statement = (
-            insert(r)
-            .values(**values)
-            .on_conflict_do_nothing(index_elements=["owner", "identity_key"])
-            .returning(r.c.invocation_id)
-        )
-        inserted = conn.execute(statement).scalar_one_or_none()
-        row = conn.execute(
-            select(r).where(r.c.owner == owner, r.c.identity_key == identity_key)
-        ).one()
-        receipt = Receipt.from_row(row)
+
+    @staticmethod
+    def _decide(receipt: Receipt, invocation_id: str, tool_name: str, args_digest: str) -> Claim:
         if receipt.tool_name != tool_name or receipt.args_digest != args_digest:
             raise ConflictError(
                 "this call's identity is already claimed with other arguments or another tool; "
@@ -178,7 +185,31 @@ class ReceiptLedger:
                 code="invocation_conflict",
                 details=[{"code": "invocation_conflict", "invocation_id": receipt.invocation_id}],
             )
-        return Claim(granted=inserted == invocation_id, receipt=receipt)
+        return Claim(granted=receipt.invocation_id == invocation_id, receipt=receipt)
+
+    def _claim_txn(
+        self,
+        conn: Connection,
+        *,
+        owner: str,
+        session_id: str | None,
+        tool_name: str,
+        identity_key: str,
+        args_digest: str,
+    ) -> Claim:
+        values = self._new_row(owner, session_id, tool_name, identity_key, args_digest)
+        insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+        statement = (
+            insert(r)
+            .values(**values)
+            .on_conflict_do_nothing(index_elements=["owner", "identity_key"])
+            .returning(r.c.invocation_id)
+        )
+        conn.execute(statement)
+        row = conn.execute(
+            select(r).where(r.c.owner == owner, r.c.identity_key == identity_key)
+        ).one()
+        return self._decide(Receipt.from_row(row), values["invocation_id"], tool_name, args_digest)
 
     # -- finish and resolve -------------------------------------------------------------------
 

@@ -42,7 +42,7 @@ class Settings(BaseSettings):
     max_rounds: int = Field(default=5, ge=1)
     max_turns: int = Field(default=30, ge=1)
     api_token: str | None = None
-    model: str = Field(default="scripted:scripts", description="scripted:DIR or openai:...")
+    model: str = Field(default="scripted:scripts", description="scripted:DIR (see the README)")
     retention_days: int = Field(default=30, ge=0)
     db_pool_size: int = Field(default=5, ge=1)
     db_max_overflow: int = Field(default=5, ge=0)

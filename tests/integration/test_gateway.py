@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -249,3 +250,15 @@ def test_large_reads_are_paged_but_sensitive_ones_are_not(db: Database, backend:
     assert len(full) == big.payload["total_chars"]
     assert full.startswith(big.payload["preview"])
     assert "é" * 100 in full
+
+
+def test_no_claim_no_request_when_the_store_is_down(tmp_path: Path, backend: Backend) -> None:
+    unmigrated = Database.from_url(f"sqlite:///{tmp_path / 'empty.db'}")
+    try:
+        host = _host(unmigrated, backend.url)
+        result = host.run_turn(ToolContext("alice", "s1", "r1"), [_put("a")])[0]
+    finally:
+        unmigrated.dispose()
+    assert result.status == "failed"
+    assert result.code == "receipt_unavailable"
+    assert sum(backend.requests.values()) == 0

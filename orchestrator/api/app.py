@@ -14,6 +14,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException
 
 from orchestrator import __version__
@@ -41,6 +42,7 @@ PUBLIC_ROUTERS: list[APIRouter] = [
 INTERNAL_ROUTERS: list[APIRouter] = [plans.internal_router]
 INTERNAL_PREFIX = "/api/v1/internal"
 
+_BODY_PARSE_FAILED = "There was an error parsing the body"
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
 
 
@@ -75,8 +77,18 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
+    if exc.status_code == 400 and exc.detail == _BODY_PARSE_FAILED:
+        # FastAPI's answer to a body it cannot decode (bad UTF-8, JSON nested too deep).
+        detail = {"code": "invalid_json", "message": "the body is not valid JSON"}
+        return _envelope(422, "invalid_json", "the request is not valid", [detail])
     code = _HTTP_CODES.get(exc.status_code, "http_error")
     return _envelope(exc.status_code, code, str(exc.detail))
+
+
+async def _data_error(request: Request, exc: Exception) -> JSONResponse:
+    # The store refused a value of the request (a NUL character for Postgres, say): bad input.
+    detail = {"code": "invalid_request", "message": "a value of the request cannot be stored"}
+    return _envelope(422, "invalid_request", "the request is not valid", [detail])
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -128,6 +140,7 @@ def create_app(
     app.add_exception_handler(OrchestratorError, _orchestrator_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(DataError, _data_error)
     app.add_exception_handler(Exception, _unexpected)
 
     public = [Depends(auth.require_api_token)]

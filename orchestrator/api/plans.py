@@ -26,7 +26,7 @@ def plan_history(session_id: str, plans: PlanService = Depends(get_plans)) -> di
 @router.get("/{session_id}/execution-plans/{revision}")
 def plan_revision(
     session_id: str,
-    revision: int = Path(ge=1),
+    revision: int = Path(ge=1, le=2**31 - 1),
     plans: PlanService = Depends(get_plans),
 ) -> dict[str, Any]:
     """One revision as stored; unknown session or revision is a 404."""

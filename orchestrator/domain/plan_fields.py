@@ -74,6 +74,7 @@ class Collector:
             and len(value) <= limit
             and (pattern is None or pattern.fullmatch(value))
             and (not required or value.strip())
+            and "\x00" not in value
         ):
             return value
         found: tuple[str, str] | None = None
@@ -87,6 +88,9 @@ class Collector:
             found = ("missing_field", f"{label} must not be empty")
         elif len(value) > limit:
             found = ("field_too_long", f"{label} is {len(value)} characters, at most {limit}")
+        elif "\x00" in value:
+            # Postgres text cannot hold NUL; refusing it keeps both stores alike.
+            found = ("invalid_character", f"{label} contains a NUL character")
         elif pattern is not None and not pattern.fullmatch(value):
             # The issue files the id format under the same code as its length.
             found = ("field_too_long", f"{label} must be 1-{limit} characters of [A-Za-z0-9_.:-]")
@@ -104,7 +108,7 @@ class Collector:
 
 
 def _short(value: Any, limit: int) -> bool:
-    return value is None or (type(value) is str and len(value) <= limit)
+    return value is None or (type(value) is str and len(value) <= limit and "\x00" not in value)
 
 
 def _an_id(value: Any) -> bool:
@@ -119,9 +123,9 @@ def _clean_node(raw: Any) -> dict[str, Any] | None:
     evidence, reason, action_id = raw.get("evidence"), raw.get("reason"), raw.get("action_id")
     if not (
         _an_id(raw.get("id"))
+        and _short(title, MAX_TITLE)
         and type(title) is str
         and title.strip()
-        and len(title) <= MAX_TITLE
         and type(actor) is str
         and actor in NODE_ACTORS
         and type(status) is str
@@ -158,6 +162,8 @@ def _clean_edge(raw: Any) -> dict[str, Any] | None:
         and type(target) is str
         and 0 < len(source.strip()) <= len(source) <= MAX_ID
         and 0 < len(target.strip()) <= len(target) <= MAX_ID
+        and "\x00" not in source
+        and "\x00" not in target
         and _short(label, MAX_TITLE)
     ):
         return {"from": source, "to": target, "label": label or None}

@@ -61,6 +61,7 @@ CODES: Final = (
     "missing_field",
     "unknown_field",
     "field_too_long",
+    "invalid_character",
     "empty_plan",
     "too_many_nodes",
     "too_many_edges",

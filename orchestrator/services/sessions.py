@@ -59,6 +59,9 @@ def create_session_txn(
         raise _fail("field_too_long", f"title must be 1-{MAX_TITLE} characters", "title")
     if not owner or len(owner) > MAX_OWNER:
         raise _fail("field_too_long", f"owner must be 1-{MAX_OWNER} characters", "owner")
+    if "\x00" in title or "\x00" in owner:
+        # Postgres text cannot hold NUL; refusing it keeps both stores alike.
+        raise _fail("invalid_character", "title and owner cannot contain NUL", "title")
     if purpose != "ordinary_chat" and task_id is None:
         raise _fail(
             "task_required", f"a {purpose} session belongs to a task: give task_id", "task_id"

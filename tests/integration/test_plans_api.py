@@ -216,6 +216,37 @@ def test_malformed_json_and_wrong_types_are_422_envelopes(
     assert revision_count(client) == 0
 
 
+@pytest.mark.parametrize(
+    "raw", [b"[" * 100_000 + b"]" * 100_000, b'{"request_id": "\xff"}'], ids=["deep", "utf8"]
+)
+def test_undecodable_bodies_are_422_invalid_json(
+    client: TestClient, session_id: str, raw: bytes
+) -> None:
+    response = client.post(
+        f"/api/v1/internal/sessions/{session_id}/execution-plans",
+        content=raw,
+        headers={**INTERNAL, "Content-Type": "application/json"},
+    )
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "invalid_json"
+
+
+def test_values_a_store_cannot_hold_are_422_not_500(client: TestClient, session_id: str) -> None:
+    huge = client.get(
+        f"/api/v1/sessions/{session_id}/execution-plans/99999999999999999999", headers=PUBLIC
+    )
+    assert huge.status_code == 422
+    nul_title = client.post(
+        "/api/v1/sessions", json={"purpose": "ordinary_chat", "title": "a\u0000b"}, headers=PUBLIC
+    )
+    assert nul_title.status_code == 422
+    nul_path = client.get("/api/v1/sessions/a%00b/execution-plans", headers=PUBLIC)
+    assert nul_path.status_code in (404, 422)
+    nul_plan = publish(client, session_id, plan("r1", [node("a", title="x\u0000")]))
+    assert nul_plan.status_code == 422
+    assert nul_plan.json()["error"]["code"] == "invalid_character"
+
+
 def test_bad_fence_on_the_bridge_is_422(client: TestClient, session_id: str) -> None:
     body = plan("r1", [node("a")], fence={"task_id": "t", "generation": "one"})
     response = publish(client, session_id, body)

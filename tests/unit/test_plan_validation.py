@@ -177,6 +177,14 @@ def test_wrong_types_missing_and_unknown_fields() -> None:
     assert codes(plan([7])) == ["invalid_type"]
 
 
+def test_nul_characters_are_refused_on_every_store() -> None:
+    assert codes(plan([node("a", title="a\x00b")])) == ["invalid_character"]
+    assert codes(plan([node("a"), node("b")], [{"from": "a", "to": "b", "label": "\x00"}])) == [
+        "invalid_character"
+    ]
+    assert codes(plan([node("a")], reason="\x00")) == ["invalid_character"]
+
+
 def test_several_problems_are_reported_at_once() -> None:
     payload = plan(
         [node("a", "completed"), node("a", "waiting"), node("b", actor="robot"), node("c", "?")]

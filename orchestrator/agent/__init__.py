@@ -1,0 +1,1 @@
+"""The agent runtime: the loop, model clients and the tool host."""

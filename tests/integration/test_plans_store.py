@@ -309,3 +309,19 @@ def test_concurrent_replays_of_one_request_id_store_one_revision(pg_url: str) ->
         assert recorder.calls == [(session_id, 1)]
     finally:
         db.dispose()
+
+
+def test_state_is_running_only_for_the_current_session_of_a_running_task(db: Database) -> None:
+    task_id = add_task(db, status="running")
+    sessions = SessionService(db)
+    current = sessions.create_session(purpose="task_execution", title="run", task_id=task_id)
+    older = sessions.create_session(purpose="task_execution", title="old", task_id=task_id)
+    chat = sessions.create_session(purpose="ordinary_chat", title="chat")
+    add_execution(db, task_id, 1, current.session_id, "tok")
+    plans = PlanService(db)
+    assert plans.state(current.session_id).running
+    assert not plans.state(older.session_id).running
+    assert not plans.state(chat.session_id).running
+    with db.transaction() as conn:
+        conn.execute(update(tasks).where(tasks.c.task_id == task_id).values(status="waiting"))
+    assert not plans.state(current.session_id).running

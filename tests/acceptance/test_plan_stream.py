@@ -187,9 +187,9 @@ def test_state_first_then_revisions_from_another_process(api: Api, env: dict[str
 
         started = time.monotonic()
         assert publish_elsewhere(env, session_id, plan("r1", ["a"])) == 1
-        # Within 2 s: the embedded poll is 0.5 s; with Redis the 5 s fallback poll is too slow,
-        # so only the pub/sub wake-up passes.
-        event = stream.next(timeout=2)
+        # Promptly: the embedded poll is 0.5 s, Redis wakes at once (its 5 s fallback poll
+        # would usually miss this; tests/integration/test_plan_events.py proves the pub/sub).
+        event = stream.next(timeout=3)
         assert (event["event"], event["id"]) == ("execution_plan", "1")
         assert event["data"]["revision"] == 1
         assert event["data"]["schema_version"] == "execution-plan@1"

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from orchestrator.agent.receipted import run_write
 from orchestrator.domain.fingerprints import (
     NonCanonical,
+    canonical_json,
     fingerprint,
     identity_key,
     refuse_non_finite,
@@ -100,7 +101,16 @@ class ToolHost:
         results: list[ToolResult | None] = [None] * len(calls)
         units: dict[tuple[str, ...], list[int]] = {}
         prepared: dict[tuple[str, ...], _Prepared] = {}
+        seen_ids: dict[str, str] = {}
         for index, call in enumerate(calls):
+            if _reused_id(seen_ids, call):
+                # Seed 000: the same call id with other arguments is refused, not run.
+                results[index] = ToolResult.failed(
+                    f"call id {call.id!r} was already used in this turn with other arguments; "
+                    "it was not run",
+                    code="invocation_conflict",
+                )
+                continue
             outcome = self._prepare(ctx, call)
             if isinstance(outcome, ToolResult):
                 results[index] = outcome
@@ -260,6 +270,16 @@ def _digest(args: Any) -> str:
     # Validated and normalised arguments: pydantic filled defaults and coerced types first.
     refuse_non_finite(args.model_dump(mode="python"))
     return fingerprint(args.model_dump(mode="json"))
+
+
+def _reused_id(seen: dict[str, str], call: ToolCall) -> bool:
+    """True when `call.id` already came with another tool or other arguments in this turn."""
+    try:
+        signature = call.name + "\x1f" + canonical_json(call.arguments)
+    except NonCanonical:
+        signature = call.name + "\x1f" + repr(call.arguments)
+    first = seen.setdefault(call.id, signature)
+    return first != signature
 
 
 def _as_text(payload: Any) -> str:

@@ -2,7 +2,9 @@
 
 Modes per path (set `backend.mode[path]`): `ok`; `drop` (apply the write, then close the
 connection without answering: the request was sent, the outcome is unknown to the client);
-`drop_before_apply` (close without applying); `slow` (answer after `slow_seconds`).
+`drop_before_apply` (close without applying); `slow` (answer after `slow_seconds`); `hold`
+(apply the write, set `backend.held`, then keep the client waiting until `backend.release` is
+set, and drop the connection: for killing a worker while its request is in flight).
 """
 
 from __future__ import annotations
@@ -104,6 +106,8 @@ class Backend:
         self.settings: dict[str, Any] = {}
         self.mode: dict[str, str] = {}
         self.slow_seconds = 2.0
+        self.held = threading.Event()
+        self.release = threading.Event()
         self.lock = threading.Lock()
         self.server: ThreadingHTTPServer | None = None
 
@@ -157,6 +161,11 @@ def _handler(backend: Backend) -> type[BaseHTTPRequestHandler]:
                 key = path.removeprefix("/settings/")
                 if method == "PUT":
                     backend.settings[key] = body
+                    if mode == "hold":
+                        backend.held.set()
+                        backend.release.wait(timeout=60)
+                        self._drop()
+                        return
                     if mode == "drop":
                         self._drop()
                         return

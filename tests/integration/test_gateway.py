@@ -262,3 +262,23 @@ def test_no_claim_no_request_when_the_store_is_down(tmp_path: Path, backend: Bac
     assert result.status == "failed"
     assert result.code == "receipt_unavailable"
     assert sum(backend.requests.values()) == 0
+
+
+def test_a_held_request_is_seen_by_the_backend_before_any_answer(
+    db: Database, backend: Backend
+) -> None:
+    import threading
+
+    backend.mode["/settings/pressure"] = "hold"
+    host = _host(db, backend.url)
+    ctx = ToolContext("alice", chat_session(db), "r1")
+    results: list[ToolResult] = []
+    worker = threading.Thread(target=lambda: results.extend(host.run_turn(ctx, [_put("a")])))
+    worker.start()
+    assert backend.held.wait(timeout=10)
+    # In flight: the receipt is claimed and running before the outcome is known.
+    receipts = ReceiptLedger(db).list_for_owner("alice")
+    assert [r.status for r in receipts] == ["running"]
+    backend.release.set()
+    worker.join(timeout=10)
+    assert results[0].status == "unknown"

@@ -217,3 +217,19 @@ def test_without_a_cache_large_results_are_truncated_with_a_note() -> None:
 def test_two_tools_with_one_name_are_refused() -> None:
     with pytest.raises(ValueError, match="echo"):
         ToolHost([Echo(), Echo()], ledger=None)
+
+
+def test_one_call_id_with_other_arguments_is_refused() -> None:
+    echo = Echo()
+    host = ToolHost([echo], ledger=None)
+    first, same, other = host.run_turn(
+        CTX,
+        [
+            ToolCall("a", "echo", {"text": "x"}),
+            ToolCall("a", "echo", {"text": "x"}),
+            ToolCall("a", "echo", {"text": "y"}),
+        ],
+    )
+    assert first.status == same.status == "succeeded"
+    assert other.code == "invocation_conflict"
+    assert echo.calls == 2

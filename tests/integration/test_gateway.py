@@ -282,3 +282,46 @@ def test_a_held_request_is_seen_by_the_backend_before_any_answer(
     backend.release.set()
     worker.join(timeout=10)
     assert results[0].status == "unknown"
+
+
+def test_a_superseded_generation_sends_nothing_and_stops(db: Database, backend: Backend) -> None:
+    from orchestrator.errors import StaleGeneration
+
+    host = _host(db, backend.url)
+    task_id, session_id, fence = running_task(db)
+    supersede(db, fence)
+    ctx = ToolContext(f"task:{task_id}", session_id, "g1", task_id=task_id, fence=fence)
+    with pytest.raises(StaleGeneration):
+        host.run_turn(ctx, [_put("a")])
+    assert sum(backend.requests.values()) == 0
+    assert ReceiptLedger(db).list_for_owner(f"task:{task_id}") == []
+
+
+def test_superseded_while_in_flight_leaves_the_receipt_running(
+    db: Database, backend: Backend
+) -> None:
+    import threading
+
+    from orchestrator.errors import StaleGeneration
+
+    backend.mode["/settings/pressure"] = "hold"
+    host = _host(db, backend.url)
+    task_id, session_id, fence = running_task(db)
+    ctx = ToolContext(f"task:{task_id}", session_id, "g1", task_id=task_id, fence=fence)
+    raised: list[BaseException] = []
+
+    def turn() -> None:
+        try:
+            host.run_turn(ctx, [_put("a")])
+        except StaleGeneration as exc:
+            raised.append(exc)
+
+    worker = threading.Thread(target=turn)
+    worker.start()
+    assert backend.held.wait(timeout=10)
+    supersede(db, fence)
+    backend.release.set()
+    worker.join(timeout=10)
+    assert len(raised) == 1
+    receipts = ReceiptLedger(db).list_for_owner(f"task:{task_id}")
+    assert [r.status for r in receipts] == ["running"]  # a cold start makes it unknown

@@ -291,3 +291,30 @@ def test_a_secret_in_arguments_never_reaches_the_database(db: Database) -> None:
     assert results[0].invocation_id in dump  # the dump does contain the receipt
     assert SENTINEL not in dump
     assert "svc" not in dump
+
+
+class _RestartsMidCall(_SecretWrite):
+    """A write during which the host restarts: the cold start fences its finisher."""
+
+    name = "restarting_write"
+
+    def __init__(self, ledger: ReceiptLedger) -> None:
+        self.ledger = ledger
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        self.ledger.cold_start()
+        return ToolResult.ok("done")
+
+
+def test_an_outcome_that_cannot_be_recorded_is_unknown(db: Database) -> None:
+    ledger = ReceiptLedger(db)
+    host = ToolHost([_RestartsMidCall(ledger)], ledger=ledger)
+    ctx = ToolContext("alice", chat_session(db), "r1")
+    arguments = {"name": "svc", "password": "p"}
+    result = host.run_turn(ctx, [ToolCall("c1", "restarting_write", arguments)])[0]
+    assert result.status == "unknown"
+    assert result.code == "record_failed"
+    assert result.invocation_id is not None
+    receipt = ledger.get(result.invocation_id)
+    assert receipt is not None
+    assert receipt.status == "unknown"  # what the cold start made of it, not "succeeded"

@@ -325,3 +325,34 @@ def test_superseded_while_in_flight_leaves_the_receipt_running(
     assert len(raised) == 1
     receipts = ReceiptLedger(db).list_for_owner(f"task:{task_id}")
     assert [r.status for r in receipts] == ["running"]  # a cold start makes it unknown
+
+
+def test_gateway_tools_from_a_yaml_spec_and_settings(tmp_path: Path, backend: Backend) -> None:
+    import yaml
+
+    from orchestrator.settings import load_settings
+    from orchestrator.tools.gateway import gateway_tools
+
+    assert gateway_tools(load_settings(home=tmp_path)) == []
+    spec_file = tmp_path / "backend.yaml"
+    spec_file.write_text(yaml.safe_dump(SPEC))
+    settings = load_settings(
+        home=tmp_path,
+        gateway_spec=spec_file,
+        gateway_base_url=backend.url,
+        gateway_timeout_seconds=2,
+    )
+    tools = gateway_tools(settings)
+    assert [tool.name for tool in tools] == ["call_api", "describe_api_operation"]
+    host = ToolHost(tools, ledger=None)
+    read, described = host.run_turn(
+        ToolContext("alice", "s1", "r1"),
+        [
+            _call("a", "getSetting", key="missing"),
+            ToolCall("b", "describe_api_operation", {"operation_id": "createOrder"}),
+        ],
+    )
+    assert read.payload["http_status"] == 404
+    assert described.payload["effect"] == "write"
+    assert "quantity" in str(described.payload["arguments"])
+    assert "putSetting (write)" in host.schemas()[0]["description"]

@@ -1,0 +1,94 @@
+"""OpenAPI operations → effects, verifiers and argument models (pure)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from orchestrator.errors import ValidationFailed
+from orchestrator.tools.gateway import CallApi, CallApiArgs
+from orchestrator.tools.openapi import SpecError, parse_spec
+from tests.integration.fake_backend import SPEC
+
+
+def _spec(**changes: Any) -> dict[str, Any]:
+    spec = copy.deepcopy(SPEC)
+    for path, value in changes.items():
+        node = spec
+        *parents, last = path.split("|")
+        for part in parents:
+            node = node[part]
+        node[last] = value
+    return spec
+
+
+def test_effects_come_from_x_effect_or_the_method() -> None:
+    operations = parse_spec(SPEC).operations
+    assert operations["getSetting"].effect == "read"
+    assert operations["putSetting"].effect == "write"
+    assert operations["putSetting"].verify_with == "getSetting"
+    assert operations["getSecret"].effect == "sensitive_read"
+    assert operations["createOrder"].effect == "write"
+
+
+def test_arguments_are_coerced_defaulted_and_strict() -> None:
+    model = parse_spec(SPEC).operations["createOrder"].model
+    values = model.model_validate({"body": {"item": "pump", "quantity": "3"}})
+    dumped = values.model_dump(mode="json", by_alias=True, exclude_none=True)
+    assert dumped == {"body": {"item": "pump", "quantity": 3, "priority": "low"}}
+    for bad in (
+        {"body": {"item": "pump", "quantity": 0}},
+        {"body": {"item": "pump", "quantity": 1, "priority": "urgent"}},
+        {"body": {"item": "pump", "quantity": 1, "colour": "red"}},
+        {"body": {"item": "pump"}},
+        {},
+        {"body": {"item": "pump", "quantity": 1}, "extra": 1},
+    ):
+        with pytest.raises(ValidationError):
+            model.model_validate(bad)
+
+
+def test_normalized_arguments_make_one_intent() -> None:
+    tool = CallApi(parse_spec(SPEC), "http://127.0.0.1:1")
+    one = tool.normalize(
+        CallApiArgs(operation_id="createOrder", arguments={"body": {"quantity": "2", "item": "a"}})
+    )
+    two = tool.normalize(
+        CallApiArgs(
+            operation_id="createOrder",
+            arguments={"body": {"item": "a", "quantity": 2, "priority": "low"}},
+        )
+    )
+    assert one == two
+    with pytest.raises(ValidationFailed, match="unknown operation_id"):
+        tool.normalize(CallApiArgs(operation_id="nope"))
+    with pytest.raises(ValidationFailed, match="quantity"):
+        tool.normalize(CallApiArgs(operation_id="createOrder", arguments={"body": {"item": "a"}}))
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"paths|/orders|post|x-verify-with": "getSetting"}, "only for a PUT"),
+        ({"paths|/settings/{key}|put|x-verify-with": "nothing"}, "names no operation"),
+        ({"paths|/settings/{key}|put|x-verify-with": "getSecret"}, "plain read"),
+        ({"paths|/orders|post|x-effect": "delete"}, "x-effect"),
+        ({"paths|/jobs|post|operationId": "getSetting"}, "used twice"),
+        ({"openapi": "2.0"}, "OpenAPI 3"),
+    ],
+)
+def test_specs_the_gateway_cannot_honour_are_refused(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        parse_spec(_spec(**changes))
+
+
+def test_sensitive_writes_are_never_verified() -> None:
+    spec = _spec(**{"paths|/settings/{key}|put|x-sensitive": True})
+    tool = CallApi(parse_spec(spec), "http://127.0.0.1:1")
+    args = tool.normalize(
+        CallApiArgs(operation_id="putSetting", arguments={"key": "k", "body": {"value": 1}})
+    )
+    assert tool.verify(None, args) is None  # type: ignore[arg-type]

@@ -60,7 +60,10 @@ async def _events(
         "execution_plans": [latest.to_dict()] if latest else [],
     }
     yield sse_event("state", snapshot)
-    last = after if after is not None else (latest.revision if latest else 0)
+    newest = latest.revision if latest else 0
+    # An id above the newest revision is not one of ours (revisions are never removed): resume
+    # from the newest rather than stay silent until the session catches up with it.
+    last = newest if after is None else min(after, newest)
     sent_at = time.monotonic()
     with hub.subscribe(session_id) as subscription:
         while True:

@@ -80,3 +80,30 @@ def test_stream_sends_state_revisions_and_keep_alives(sqlite_url: str) -> None:
     assert state.startswith(b"event: state\n")
     assert plan.startswith(b"event: execution_plan\nid: 1\ndata: {")
     assert keepalive == b": keep-alive\n\n"
+
+
+def test_an_event_id_from_elsewhere_resumes_from_the_newest_revision(sqlite_url: str) -> None:
+    db = Database.from_url(sqlite_url)
+    hub = PlanHub(None, poll_seconds=0.1)
+    plans = PlanService(db, hub)
+    session_id = SessionService(db).create_session(purpose="ordinary_chat", title="c").session_id
+    node = {"id": "a", "title": "a", "actor": "agent", "status": "pending"}
+
+    async def scenario() -> list[bytes]:
+        await hub.start()
+        stream = _events(plans, hub, plans.state(session_id), 99, keepalive=5)
+        try:
+            chunks = [await anext(stream)]
+            body = {"request_id": "r1", "title": "p", "nodes": [node]}
+            await asyncio.to_thread(plans.publish_execution_plan, session_id, body)
+            chunks.append(await asyncio.wait_for(anext(stream), 5))
+        finally:
+            await stream.aclose()
+            await hub.stop()
+        return chunks
+
+    try:
+        _, first = asyncio.run(scenario())
+    finally:
+        db.dispose()
+    assert first.startswith(b"event: execution_plan\nid: 1\n")

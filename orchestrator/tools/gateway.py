@@ -16,7 +16,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import Field, ValidationError
 
-from orchestrator.domain.fingerprints import NonCanonical, fingerprint
+from orchestrator.domain.fingerprints import NonCanonical, fingerprint, refuse_non_finite
 from orchestrator.domain.outcomes import Outcome, model_message, tool_status
 from orchestrator.errors import ValidationFailed
 from orchestrator.settings import Settings
@@ -92,6 +92,10 @@ class CallApi(Tool):
     def normalize(self, args: Any) -> CallApiArgs:
         """Validate against the operation's parameters and body; fill defaults, coerce types."""
         operation = self.operation(args)
+        try:
+            refuse_non_finite(args.arguments)
+        except NonCanonical as exc:
+            raise ValidationFailed(f"{operation.operation_id}: {exc}") from None
         try:
             values = operation.model.model_validate(args.arguments)
         except ValidationError as exc:

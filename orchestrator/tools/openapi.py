@@ -235,7 +235,8 @@ def _base_type(schema: dict[str, Any], components: dict[str, Any], where: str, d
     if kind == "integer":
         return _annotated(int, constraints)
     if kind == "number":
-        return _annotated(float, constraints)
+        # NaN and infinity have no JSON form; pydantic would quietly dump them as null.
+        return _annotated(float, {"allow_inf_nan": False, **constraints})
     if kind == "boolean":
         return bool
     if kind == "array":

@@ -92,3 +92,18 @@ def test_sensitive_writes_are_never_verified() -> None:
         CallApiArgs(operation_id="putSetting", arguments={"key": "k", "body": {"value": 1}})
     )
     assert tool.verify(None, args) is None  # type: ignore[arg-type]
+
+
+def test_nan_is_refused_even_where_a_number_is_allowed() -> None:
+    spec = _spec(**{"components|schemas|Setting|properties|value": {"type": "number"}})
+    tool = CallApi(parse_spec(spec), "http://127.0.0.1:1")
+    model = tool.spec.operations["putSetting"].model
+    with pytest.raises(ValidationError):
+        model.model_validate({"key": "k", "body": {"value": float("nan")}})
+    with pytest.raises(ValidationFailed, match="canonical"):
+        tool.normalize(
+            CallApiArgs(
+                operation_id="putSetting",
+                arguments={"key": "k", "body": {"value": float("inf")}},
+            )
+        )

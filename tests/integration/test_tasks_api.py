@@ -1,0 +1,145 @@
+"""The tasks API: triggers, the explain view, operator commands, and errors that are never 500."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from orchestrator.api.app import create_app
+from orchestrator.api.tasks import get_task_service
+from orchestrator.services.dispatch import RecordingDispatcher
+from orchestrator.services.tasks import TaskService
+from orchestrator.settings import load_settings
+from orchestrator.store.db import Database
+
+
+@pytest.fixture
+def dispatcher() -> RecordingDispatcher:
+    return RecordingDispatcher()
+
+
+@pytest.fixture
+def client(store_url: str, tmp_path: Path, dispatcher: RecordingDispatcher) -> Iterator[TestClient]:
+    settings = load_settings(database_url=store_url, home=tmp_path / "home")
+    db = Database.from_url(store_url)
+    app = create_app(settings, db=db)
+    app.dependency_overrides[get_task_service] = lambda: TaskService(db, dispatcher)
+    with TestClient(app, raise_server_exceptions=False) as test_client:
+        yield test_client
+    db.dispose()
+
+
+def trigger(client: TestClient, **body: Any) -> Any:
+    payload = {"task_type": "water_quality", "title": "Brown water", "context": {"a": 1}}
+    payload.update(body)
+    return client.post("/api/v1/tasks", json=payload)
+
+
+def test_trigger_queues_generation_one_and_wakes_a_worker(
+    client: TestClient, dispatcher: RecordingDispatcher
+) -> None:
+    response = trigger(client, trigger_id="t-1")
+    assert response.status_code == 201
+    body = response.json()
+    assert (body["status"], body["generation"], body["origin"]) == ("queued", 1, "live")
+    assert dispatcher.sent == [(body["task_id"], 1)]
+
+
+def test_the_same_trigger_id_answers_200_with_the_same_task(
+    client: TestClient, dispatcher: RecordingDispatcher
+) -> None:
+    first = trigger(client, trigger_id="t-2").json()
+    again = trigger(client, trigger_id="t-2")
+    assert again.status_code == 200
+    assert again.json()["task_id"] == first["task_id"]
+    assert len(dispatcher.sent) == 1
+
+
+def test_a_sample_input_marks_the_task_as_peripheral_sample(client: TestClient) -> None:
+    body = trigger(client, sample_input={"turbidity": 4.1}).json()
+    assert body["origin"] == "peripheral_sample"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"task_type": "x"},
+        {"task_type": "x", "title": "t", "surprise": 1},
+        {"task_type": "x", "title": 5},
+        {"task_type": "../etc", "title": "t"},
+        {"task_type": "x", "title": "t", "context": [1, 2]},
+        {"task_type": "x", "title": "t", "trigger_id": ""},
+    ],
+)
+def test_bad_triggers_are_422_and_write_nothing(client: TestClient, body: dict[str, Any]) -> None:
+    response = client.post("/api/v1/tasks", json=body)
+    assert response.status_code == 422
+    assert response.json()["error"]["code"]
+    assert client.get("/api/v1/tasks").json()["tasks"] == []
+
+
+def test_malformed_json_is_422(client: TestClient) -> None:
+    response = client.post(
+        "/api/v1/tasks", content=b"{not json", headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 422
+    assert "error" in response.json()
+
+
+def test_explain_view_has_every_field(client: TestClient) -> None:
+    task_id = trigger(client).json()["task_id"]
+    view = client.get(f"/api/v1/tasks/{task_id}").json()
+    for field in (
+        "task_id",
+        "task_type",
+        "title",
+        "status",
+        "failure_code",
+        "generation",
+        "session_id",
+        "lease",
+        "executions",
+        "plan",
+        "report",
+        "pending_actions",
+        "unknown_receipts",
+    ):
+        assert field in view, field
+    assert view["executions"][0]["generation"] == 1
+    assert view["executions"][0]["outcome"] is None
+    assert view["lease"] is None
+
+
+def test_requeue_and_cancel(client: TestClient, dispatcher: RecordingDispatcher) -> None:
+    task_id = trigger(client).json()["task_id"]
+    requeued = client.post(f"/api/v1/tasks/{task_id}/requeue", json={"reason": "retry"})
+    assert requeued.status_code == 200
+    assert requeued.json()["generation"] == 2
+    assert dispatcher.sent[-1] == (task_id, 2)
+    assert client.post(f"/api/v1/tasks/{task_id}/requeue", json={}).status_code == 422
+    cancelled = client.post(f"/api/v1/tasks/{task_id}/cancel")
+    assert cancelled.json()["status"] == "cancelled"
+    again = client.post(f"/api/v1/tasks/{task_id}/cancel")
+    assert (again.status_code, again.json()["error"]["code"]) == (409, "invalid_transition")
+    view = client.get(f"/api/v1/tasks/{task_id}").json()
+    assert [e["outcome"] for e in view["executions"]] == ["superseded", "cancelled"]
+
+
+def test_list_filters_by_status(client: TestClient) -> None:
+    task_id = trigger(client).json()["task_id"]
+    client.post(f"/api/v1/tasks/{task_id}/cancel")
+    trigger(client)
+    assert len(client.get("/api/v1/tasks", params={"status": "cancelled"}).json()["tasks"]) == 1
+    assert len(client.get("/api/v1/tasks").json()["tasks"]) == 2
+    bad = client.get("/api/v1/tasks", params={"status": "sleeping"})
+    assert (bad.status_code, bad.json()["error"]["code"]) == (422, "invalid_status")
+
+
+@pytest.mark.parametrize("path", ["/api/v1/tasks/nope", "/api/v1/tasks/nope/cancel"])
+def test_unknown_task_is_404(client: TestClient, path: str) -> None:
+    response = client.get(path) if path.endswith("nope") else client.post(path)
+    assert (response.status_code, response.json()["error"]["code"]) == (404, "not_found")

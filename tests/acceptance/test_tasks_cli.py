@@ -1,0 +1,102 @@
+"""`orchestrator tasks ...` as real processes on the embedded default."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.acceptance.fleet import ORCHESTRATOR
+
+
+@pytest.fixture
+def run(tmp_path: Path):  # type: ignore[no-untyped-def]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+
+    def _run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [ORCHESTRATOR, *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    assert _run("db", "upgrade").returncode == 0
+    return _run
+
+
+def test_trigger_list_show_requeue_cancel(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "ctx.json").write_text('{"district": "north"}')
+    made = run(
+        "tasks",
+        "trigger",
+        "--type",
+        "leak",
+        "--title",
+        "Leak",
+        "--context-file",
+        "ctx.json",
+        "--trigger-id",
+        "k1",
+        "--json",
+    )
+    assert made.returncode == 0, made.stderr
+    task = json.loads(made.stdout)
+    assert (task["status"], task["created"]) == ("queued", True)
+    again = run("tasks", "trigger", "--type", "leak", "--title", "Leak", "--trigger-id", "k1")
+    assert again.returncode == 0
+    assert "already exists" in again.stdout
+
+    listed = run("tasks", "list")
+    assert task["task_id"] in listed.stdout
+
+    shown = json.loads(run("tasks", "show", task["task_id"], "--json").stdout)
+    assert shown["executions"][0]["generation"] == 1
+    page = run("tasks", "show", task["task_id"]).stdout
+    assert "generations:" in page
+
+    requeued = run("tasks", "requeue", task["task_id"], "--reason", "fresh look")
+    assert "generation 2" in requeued.stdout
+    assert run("tasks", "cancel", task["task_id"]).returncode == 0
+    twice = run("tasks", "cancel", task["task_id"])
+    assert twice.returncode == 1
+    assert "invalid_transition" in twice.stderr
+    assert "Traceback" not in twice.stderr
+
+
+def test_unknown_task_is_one_line_and_exit_1(run) -> None:  # type: ignore[no-untyped-def]
+    result = run("tasks", "show", "no-such-task")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "orchestrator: not_found: task no-such-task does not exist"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--context-file", "missing.json"), "cannot read context file"),
+        (("--context-file", "bad.json"), "is not JSON"),
+        (("--context-file", "list.json"), "must hold a JSON object"),
+    ],
+)
+def test_bad_trigger_input_is_a_clear_line(run, tmp_path: Path, args, needle) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "bad.json").write_text("{oops")
+    (tmp_path / "list.json").write_text("[1]")
+    result = run("tasks", "trigger", "--type", "leak", "--title", "Leak", *args)
+    assert result.returncode != 0
+    assert needle in result.stderr
+    assert "Traceback" not in result.stderr
+    assert "no tasks" in run("tasks", "list").stdout
+
+
+def test_bad_task_type_is_refused_before_anything_is_written(run) -> None:  # type: ignore[no-untyped-def]
+    result = run("tasks", "trigger", "--type", "../../etc/passwd", "--title", "x")
+    assert result.returncode == 2
+    assert "task_type" in result.stderr
+    assert "no tasks" in run("tasks", "list").stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import Callable
@@ -37,7 +38,7 @@ def node(node_id: str, status: str, *, actor: str = "agent", evidence: str = "")
 
 
 def plan_call(call_id: str, request_id: str, nodes: list[dict[str, Any]]) -> dict[str, Any]:
-    edges = [{"from": a["id"], "to": b["id"]} for a, b in zip(nodes, nodes[1:], strict=False)]
+    edges = [{"from": a["id"], "to": b["id"]} for a, b in itertools.pairwise(nodes)]
     return {
         "id": call_id,
         "name": "publish_execution_plan",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -10,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-__all__ = ["Fleet", "ORCHESTRATOR"]
+__all__ = ["ORCHESTRATOR", "Fleet"]
 
 ORCHESTRATOR = str(Path(sys.executable).with_name("orchestrator"))
 
@@ -63,10 +64,8 @@ class Fleet:
     @staticmethod
     def kill(process: subprocess.Popen[bytes]) -> None:
         """SIGKILL the whole process group, as a dead machine would."""
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         process.wait(timeout=10)
 
     def stop(self) -> None:

@@ -65,7 +65,8 @@ def test_a_held_lease_with_a_stale_mirror_is_not_requeued(rt: Runtime) -> None:
     abandon(rt, task_id, 1)
     with rt.db.transaction(readonly=True) as conn:
         execution = task_store.get_execution(conn, task_id, 1)
-    assert execution is not None and execution.lease_token is not None
+    assert execution is not None
+    assert execution.lease_token is not None
     # The worker renewed in the lease back end, but its mirror write did not land.
     assert rt.leases.renew(lease_name(task_id), execution.lease_token, 30)
     time.sleep(TTL + 0.2)

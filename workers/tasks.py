@@ -18,6 +18,10 @@ __all__ = ["run_generation", "sweep"]
 
 log = logging.getLogger(__name__)
 
+#: How many renewal periods a wake-up waits for a superseded generation to let go of the lease;
+#: after that the sweeper's republishing of stale queued tasks takes over.
+MAX_LEASE_WAITS = 5
+
 _runtime: tuple[int, Runtime] | None = None
 
 
@@ -36,6 +40,8 @@ def run_generation(self: Any, task_id: str, generation: int) -> str:
         task_id, generation, worker=worker, celery_task_id=self.request.id
     )
     log.info("task %s generation %s: %s", task_id, generation, result.detail)
+    if result.retry_after is not None and self.request.retries < MAX_LEASE_WAITS:
+        raise self.retry(countdown=result.retry_after, max_retries=MAX_LEASE_WAITS)
     return result.detail
 
 

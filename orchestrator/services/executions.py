@@ -49,6 +49,7 @@ class RunResult:
     ran: bool
     detail: str
     outcome: str | None = None
+    retry_after: float | None = None  # wake again later: a superseded holder is still stopping
 
 
 class ExecutionService:
@@ -81,7 +82,13 @@ class ExecutionService:
         ttl = self.settings.lease_seconds
         token = self.leases.acquire(lease_name(task_id), worker, ttl)
         if token is None:
-            return RunResult(False, "another worker holds the task's lease")
+            # The previous generation's worker holds it until it notices it was superseded
+            # (at its next renewal or write); this wake-up comes back after one renewal period.
+            return RunResult(
+                False,
+                "another worker holds the task's lease",
+                retry_after=self.settings.lease_renew_seconds,
+            )
         with self.db.transaction() as conn:
             claimed = task_store.claim_generation(
                 conn,

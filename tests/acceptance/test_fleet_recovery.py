@@ -163,3 +163,24 @@ def test_redis_losing_its_data_mid_round_never_yields_two_live_generations(
     for task_id in task_ids:
         outcomes = [e["outcome"] for e in rt.tasks.explain(task_id)["executions"]]
         assert outcomes.count("completed") == 1, outcomes
+
+
+def test_requeue_of_a_running_task_hands_over_as_soon_as_the_old_generation_lets_go(
+    fleet: Fleet, rt: Runtime, scripts: Path
+) -> None:
+    write_script(scripts, "slow", completing_turns(delay_s=5.0))
+    fleet.worker(concurrency=2)  # no sweeper: the hand-over must not depend on republishing
+    task_id = rt.tasks.trigger(Trigger(task_type="slow", title="requeue me")).task.task_id
+    wait_for(lambda: rt.tasks.get(task_id).status == "running", 30, what="generation 1 to run")
+    requeued_at = time.monotonic()
+    assert rt.tasks.requeue(task_id, "operator wants a fresh look").generation == 2
+    wait_for(
+        lambda: (e := execution(rt, task_id, 2)) is not None and e.started_at,
+        15,
+        what="generation 2 to start",
+    )
+    # The old worker notices at its next renewal (1 s); the wake-up retries after one period.
+    assert time.monotonic() - requeued_at <= 4.0, fleet.logs()
+    wait_for(lambda: rt.tasks.get(task_id).status == "completed", 30, what="completion")
+    outcomes = [e["outcome"] for e in rt.tasks.explain(task_id)["executions"]]
+    assert outcomes == ["superseded", "completed"]

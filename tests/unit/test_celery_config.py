@@ -1,0 +1,35 @@
+"""The Celery configuration that makes delivery a wake-up, not an order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from orchestrator.settings import load_settings
+from workers.celery_app import VISIBILITY_TIMEOUT_SECONDS, make_celery
+from workers.constants import QUEUE, RUN_GENERATION, SWEEP
+
+
+def test_acks_late_reject_on_lost_worker_and_one_message_at_a_time(tmp_path: Path) -> None:
+    conf = make_celery(load_settings(home=tmp_path, redis_url="redis://127.0.0.1:1/0")).conf
+    assert conf.task_acks_late is True
+    assert conf.task_reject_on_worker_lost is True
+    assert conf.worker_prefetch_multiplier == 1
+    assert conf.broker_url == "redis://127.0.0.1:1/0"
+    timeout = conf.broker_transport_options["visibility_timeout"]
+    assert timeout == VISIBILITY_TIMEOUT_SECONDS
+    assert timeout > 3600  # longer than any round may run
+    assert conf.task_routes[RUN_GENERATION]["queue"] == QUEUE
+
+
+def test_beat_sweeps_every_sweep_interval(tmp_path: Path) -> None:
+    conf = make_celery(load_settings(home=tmp_path, sweep_seconds=7)).conf
+    entry = conf.beat_schedule["sweep"]
+    assert (entry["task"], entry["schedule"]) == (SWEEP, 7)
+
+
+def test_embedded_mode_uses_the_filesystem_transport_under_home(tmp_path: Path) -> None:
+    conf = make_celery(load_settings(home=tmp_path)).conf
+    assert conf.broker_url == "filesystem://"
+    folder = Path(conf.broker_transport_options["data_folder_in"])
+    assert folder.is_dir()
+    assert folder.is_relative_to(tmp_path.resolve())

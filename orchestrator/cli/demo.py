@@ -51,9 +51,10 @@ class _Processes:
         self.folder = folder
         self.env = env
         self.running: list[tuple[subprocess.Popen[bytes], IO[bytes]]] = []
+        self.logs: dict[int, Path] = {}
 
     def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
-        log = (self.folder / f"{name}.log").open("ab")
+        log = (self.folder / f"{name}.log").open("wb")
         process = subprocess.Popen(
             [sys.executable, "-m", "orchestrator", *args],
             env=self.env,
@@ -62,7 +63,12 @@ class _Processes:
             start_new_session=True,
         )
         self.running.append((process, log))
+        self.logs[process.pid] = self.folder / f"{name}.log"
         return process
+
+    def ready(self, process: subprocess.Popen[bytes]) -> bool:
+        """True once the Celery worker says it is ready to take wake-ups."""
+        return " ready." in self.logs[process.pid].read_text(errors="replace")
 
     @staticmethod
     def kill(process: subprocess.Popen[bytes]) -> None:
@@ -130,11 +136,13 @@ def _demo(args: argparse.Namespace) -> int:
         ).task
         _say(f"triggered task {task.task_id} ({DEMO_TASK_TYPE})")
         _wait(lambda: _revision(rt, task.task_id, 1) >= 1, deadline, "generation 1 to plan")
-        _say("generation 1 is running and published its first plan; killing worker-1 (SIGKILL)")
+        _say("generation 1 is running on worker-1 and published its first plan")
+        standby = processes.start("worker-2", "worker", "--concurrency", "1", "--loglevel", "INFO")
+        _wait(lambda: processes.ready(standby), deadline, "worker-2 to be ready")
+        _say(f"worker-2 (pid {standby.pid}) is ready; killing worker-1 with SIGKILL mid-round")
         processes.kill(worker)
         killed = time.monotonic()
-        processes.start("worker-2", "worker", "--concurrency", "1", "--loglevel", "INFO")
-        _say("started worker-2; waiting for the lease to run out and the sweeper to requeue")
+        _say("waiting for the lease to run out and the sweeper to requeue the task")
         _wait(lambda: _started(rt, task.task_id, 2), deadline, "generation 2 to start")
         _say(f"generation 2 started {time.monotonic() - killed:.1f}s after the kill")
         final = _wait(lambda: _finished(rt, task.task_id), deadline, "the task to finish")

@@ -24,11 +24,13 @@ class Fleet:
     folder: Path
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     _logs: list[IO[bytes]] = field(default_factory=list)
+    _paths: dict[int, Path] = field(default_factory=dict)
 
     def _start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
         merged = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
         merged.update(self.env)
-        log = (self.folder / f"{name}-{len(self.processes)}.log").open("wb")
+        path = self.folder / f"{name}-{len(self.processes)}.log"
+        log = path.open("wb")
         process = subprocess.Popen(
             [ORCHESTRATOR, *args],
             env=merged,
@@ -39,7 +41,12 @@ class Fleet:
         )
         self.processes.append(process)
         self._logs.append(log)
+        self._paths[process.pid] = path
         return process
+
+    def ready(self, process: subprocess.Popen[bytes]) -> bool:
+        """True once a Celery worker says it is ready to take wake-ups."""
+        return " ready." in self._paths[process.pid].read_text(errors="replace")
 
     def worker(self, concurrency: int = 2) -> subprocess.Popen[bytes]:
         return self._start(

@@ -18,7 +18,7 @@ def test_demo_recovers_from_a_killed_worker_and_completes(tmp_path: Path) -> Non
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert "lease 3s, renewed every 1s, sweep every 1s" in out
-    assert "killing worker-1 (SIGKILL)" in out
+    assert "killing worker-1 with SIGKILL mid-round" in out
     recovered = re.search(r"generation 2 started ([\d.]+)s after the kill", out)
     assert recovered is not None, out
     assert float(recovered.group(1)) <= 3 + 1 + 1

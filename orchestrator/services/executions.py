@@ -90,7 +90,7 @@ class ExecutionService:
                 retry_after=self.settings.lease_renew_seconds,
             )
         with self.db.transaction() as conn:
-            claimed = task_store.claim_generation(
+            session_id = task_store.claim_generation(
                 conn,
                 task_id,
                 generation,
@@ -99,7 +99,7 @@ class ExecutionService:
                 celery_task_id=celery_task_id,
                 lease_expires_at=utcnow() + timedelta(seconds=ttl),
             )
-        if not claimed:
+        if session_id is None:
             self.leases.release(lease_name(task_id), token)
             return RunResult(False, "the generation was claimed, superseded or cancelled first")
         fence = Fence(task_id, generation, token)
@@ -108,17 +108,16 @@ class ExecutionService:
         )
         keeper.start()
         try:
-            return self._round(task, fence, keeper)
+            return self._round(task, session_id, fence, keeper)
         finally:
             keeper.close()
 
-    def _round(self, task: TaskRecord, fence: Fence, keeper: LeaseKeeper) -> RunResult:
-        with self.db.transaction(readonly=True) as conn:
-            execution = task_store.get_execution(conn, fence.task_id, fence.generation)
-        assert execution is not None
+    def _round(
+        self, task: TaskRecord, session_id: str, fence: Fence, keeper: LeaseKeeper
+    ) -> RunResult:
         ctx = ToolContext(
             owner=f"task:{task.task_id}",
-            session_id=execution.session_id,
+            session_id=session_id,
             round_id=f"{task.task_id}:{fence.generation}",
             task_id=task.task_id,
             generation=fence.generation,
@@ -147,7 +146,7 @@ class ExecutionService:
             decision = Decision("failed", "failed", f"agent error: {exc}", "agent_error")
             return self._finish(task, fence, keeper, decision)
         with self.db.transaction(readonly=True) as conn:
-            plan = plan_store.latest_revision(conn, execution.session_id)
+            plan = plan_store.latest_revision(conn, session_id)
             report = report_store.latest_report(conn, task.task_id, fence.generation)
             pending = report_store.count_pending_actions(conn, task.task_id, fence.generation)
             rounds_done = task_store.get_task(conn, task.task_id).rounds  # type: ignore[union-attr]

@@ -50,6 +50,7 @@ class LeaseKeeper:
         self._closed = threading.Event()
         self._lock = threading.Lock()
         self._valid_until = time.monotonic() + ttl
+        self._mirrored_at = time.monotonic()  # the claim wrote the first mirror
         self._thread = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
 
     @property
@@ -59,8 +60,12 @@ class LeaseKeeper:
     def start(self) -> None:
         self._thread.start()
 
-    def renew_now(self) -> bool:
-        """Renew the lease and mirror its expiry in the store; False (and `lost`) on refusal."""
+    def renew_now(self, *, mirror: bool = True) -> bool:
+        """Renew the lease, and mirror its expiry in the store; False (and `lost`) on refusal.
+
+        `mirror=False` (renewals on writes) skips the store write when the mirror is fresh: the
+        sweeper asks the lease back end before it requeues, so a mirror that lags is safe.
+        """
         if self.lost.is_set():
             return False
         with self._lock:
@@ -75,6 +80,9 @@ class LeaseKeeper:
                 self._lose("the lease renewal was refused")
                 return False
             self._valid_until = sent_at + self.ttl
+            if not mirror and sent_at - self._mirrored_at < self.renew_every / 2:
+                return True
+            self._mirrored_at = sent_at
             with self.db.transaction() as conn:
                 still_live = task_store.mirror_lease(
                     conn,

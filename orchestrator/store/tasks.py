@@ -65,30 +65,30 @@ def task_by_trigger(conn: Connection, trigger_id: str) -> TaskRecord | None:
 
 
 def insert_task(conn: Connection, new: NewTask) -> TaskRecord:
-    """A queued task at generation 1 with its session and execution row."""
+    """A queued task at generation 1 with its session and execution row (four statements)."""
     now = utcnow()
-    task_id = _new_id()
-    conn.execute(
-        insert(tasks).values(
-            task_id=task_id,
-            task_type=new.task_type,
-            title=new.title,
-            context=new.context,
-            sample_input=new.sample_input,
-            trigger_id=new.trigger_id,
-            origin="peripheral_sample" if new.sample_input is not None else "live",
-            status="queued",
-            generation=1,
-            recoveries=0,
-            rounds=0,
-            queued_at=now,
-            created_at=now,
-            updated_at=now,
-        )
+    task = TaskRecord(
+        task_id=_new_id(),
+        task_type=new.task_type,
+        title=new.title,
+        context=new.context,
+        sample_input=new.sample_input,
+        trigger_id=new.trigger_id,
+        origin="peripheral_sample" if new.sample_input is not None else "live",
+        status="queued",
+        generation=1,
+        session_id=_new_id(),
+        failure_code=None,
+        last_error=None,
+        recoveries=0,
+        rounds=0,
+        queued_at=now,
+        created_at=now,
+        updated_at=now,
     )
-    open_generation(conn, task_id, 1, new.title, now)
-    task = get_task(conn, task_id)
-    assert task is not None
+    conn.execute(insert(tasks).values(task.to_dict()))
+    assert task.session_id is not None
+    _insert_generation(conn, task.task_id, 1, task.title, task.session_id, now)
     return task
 
 
@@ -97,6 +97,14 @@ def open_generation(
 ) -> str:
     """The session and execution row of a new generation; points the task at the session."""
     session_id = _new_id()
+    _insert_generation(conn, task_id, generation, title, session_id, now)
+    conn.execute(update(tasks).where(tasks.c.task_id == task_id).values(session_id=session_id))
+    return session_id
+
+
+def _insert_generation(
+    conn: Connection, task_id: str, generation: int, title: str, session_id: str, now: datetime
+) -> None:
     insert_session(
         conn,
         SessionRecord(
@@ -115,8 +123,6 @@ def open_generation(
             task_id=task_id, generation=generation, session_id=session_id, created_at=now
         )
     )
-    conn.execute(update(tasks).where(tasks.c.task_id == task_id).values(session_id=session_id))
-    return session_id
 
 
 def claim_generation(
@@ -128,8 +134,8 @@ def claim_generation(
     worker: str,
     celery_task_id: str | None,
     lease_expires_at: datetime,
-) -> bool:
-    """queued → running for exactly this generation; False when anything else is the case."""
+) -> str | None:
+    """queued → running for exactly this generation: its session id, or None if not queued."""
     now = utcnow()
     moved = conn.execute(
         update(tasks)
@@ -141,8 +147,8 @@ def claim_generation(
         .values(status="running", updated_at=now)
     ).rowcount
     if moved != 1:
-        return False
-    conn.execute(
+        return None
+    session_id = conn.execute(
         update(executions)
         .where(
             executions.c.task_id == task_id,
@@ -156,8 +162,9 @@ def claim_generation(
             started_at=now,
             lease_expires_at=lease_expires_at,
         )
-    )
-    return True
+        .returning(executions.c.session_id)
+    ).scalar_one()
+    return str(session_id)
 
 
 def mirror_lease(

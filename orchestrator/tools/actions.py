@@ -46,7 +46,7 @@ class ProposeAction(Tool):
             raise
         except (ValidationFailed, ConflictError) as exc:
             return ToolResult.failed(exc.message, code=exc.code)
-        self.keeper.renew_now()
+        self.keeper.renew_now(mirror=False)
         return ToolResult(
             status="pending",
             payload={

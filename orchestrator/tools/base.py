@@ -7,6 +7,7 @@ write tools through durable receipts, and always hands the model a `ToolResult` 
 
 from __future__ import annotations
 
+import functools
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -148,5 +149,11 @@ class Tool(ABC):
         return {
             "name": self.name,
             "description": self.description,
-            "parameters": self.arguments.model_json_schema(),
+            "parameters": _arguments_schema(self.arguments),
         }
+
+
+@functools.cache
+def _arguments_schema(model: type[ToolArguments]) -> dict[str, Any]:
+    # Building a JSON schema costs about a millisecond; an argument model never changes.
+    return model.model_json_schema()

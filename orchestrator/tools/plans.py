@@ -56,4 +56,4 @@ class PublishExecutionPlan(Tool):
         return ToolResult.ok(result.plan.to_dict())
 
     def _renew(self, _result: object) -> None:
-        self.keeper.renew_now()
+        self.keeper.renew_now(mirror=False)

@@ -106,5 +106,5 @@ class SaveReport(Tool):
                 evidence_refs=args.evidence_refs,
                 outcome=args.outcome,
             )
-        self.keeper.renew_now()
+        self.keeper.renew_now(mirror=False)
         return ToolResult.ok(report)

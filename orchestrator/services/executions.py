@@ -35,7 +35,9 @@ from orchestrator.store.types import utcnow
 from orchestrator.tools.actions import ProposeAction
 from orchestrator.tools.base import Fence, Tool, ToolContext
 from orchestrator.tools.plans import PublishExecutionPlan
+from orchestrator.tools.results import ResultCache
 from orchestrator.tools.tasks import ReadTaskContext, SaveReport
+from orchestrator.tools.toolsets import receipt_tools
 
 __all__ = ["ExecutionService", "RunResult", "finish_generation"]
 
@@ -67,7 +69,11 @@ class ExecutionService:
         self.leases = leases
         self.plans = plans
         self.dispatcher = dispatcher
-        self.ledger = ledger
+        self.ledger = ledger or ReceiptLedger(db)
+        # One large-result cache per process; results are kept per session graph inside it.
+        self.results = ResultCache()
+        # The business-backend gateway, the command tool (when enabled) and the receipt readers.
+        self.receipt_tools = receipt_tools(settings, self.ledger, self.results)
 
     def run(
         self, task_id: str, generation: int, *, worker: str, celery_task_id: str | None = None
@@ -123,7 +129,7 @@ class ExecutionService:
             generation=fence.generation,
             fence=fence,
         )
-        host = ToolHost(self._tools(keeper), ledger=self.ledger)
+        host = ToolHost(self._tools(keeper), ledger=self.ledger, results=self.results)
         try:
             model = load_model(self.settings.model, task.task_type)
             model.check_tools(list(host.tools))
@@ -181,6 +187,7 @@ class ExecutionService:
             PublishExecutionPlan(self.plans, keeper),
             ProposeAction(ActionService(self.db, self.plans), keeper),
             SaveReport(self.db, keeper),
+            *self.receipt_tools,
         ]
 
 

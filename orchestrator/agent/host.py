@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from orchestrator.agent.loop import LeaseLost
 from orchestrator.agent.receipted import run_write
 from orchestrator.domain.fingerprints import (
     NonCanonical,
@@ -83,6 +84,9 @@ class ToolHost:
         self.results = results
         self.max_workers = max(1, max_workers)
         self.preview_chars = preview_chars
+        # Call ids already seen per (session, round): a reused id with other arguments is
+        # refused in any later turn of the round, not only within one turn.
+        self._seen_ids: dict[tuple[str, str], dict[str, str]] = {}
 
     @property
     def tools(self) -> dict[str, Tool]:
@@ -101,12 +105,12 @@ class ToolHost:
         results: list[ToolResult | None] = [None] * len(calls)
         units: dict[tuple[str, ...], list[int]] = {}
         prepared: dict[tuple[str, ...], _Prepared] = {}
-        seen_ids: dict[str, str] = {}
+        seen_ids = self._seen_ids.setdefault((ctx.session_id, ctx.round_id), {})
         for index, call in enumerate(calls):
             if _reused_id(seen_ids, call):
                 # Seed 000: the same call id with other arguments is refused, not run.
                 results[index] = ToolResult.failed(
-                    f"call id {call.id!r} was already used in this turn with other arguments; "
+                    f"call id {call.id!r} was already used in this round with other arguments; "
                     "it was not run",
                     code="invocation_conflict",
                 )
@@ -224,7 +228,7 @@ class ToolHost:
     def _run_read(ctx: ToolContext, unit: _Prepared) -> ToolResult:
         try:
             result = unit.tool.run(ctx, unit.args)
-        except (StaleGeneration, ToolCancelled):
+        except (StaleGeneration, ToolCancelled, LeaseLost):
             raise
         except OrchestratorError as exc:
             return ToolResult.failed(exc.message, code=exc.code)
@@ -273,7 +277,7 @@ def _digest(args: Any) -> str:
 
 
 def _reused_id(seen: dict[str, str], call: ToolCall) -> bool:
-    """True when `call.id` already came with another tool or other arguments in this turn."""
+    """True when `call.id` already came with another tool or other arguments in this round."""
     try:
         signature = call.name + "\x1f" + canonical_json(call.arguments)
     except NonCanonical:

@@ -7,17 +7,21 @@ queued one, or whose lease someone else holds, returns without starting an agent
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import timedelta
+from functools import partial
 
+from redis.exceptions import RedisError
 from sqlalchemy import update
+from sqlalchemy.exc import DBAPIError
 
 from orchestrator.agent.host import ToolHost
 from orchestrator.agent.loop import LeaseLost, run_round
 from orchestrator.agent.model import ModelError, load_model
 from orchestrator.domain.decisions import Decision, RoundFacts, decide
 from orchestrator.errors import StaleGeneration
-from orchestrator.leases import LeaseBackend
+from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable
 from orchestrator.services.actions import ActionService
 from orchestrator.services.dispatch import Dispatcher, safe_dispatch
 from orchestrator.services.lease_keeper import LeaseKeeper, lease_name
@@ -33,15 +37,25 @@ from orchestrator.store.records import TaskRecord
 from orchestrator.store.tables import tasks
 from orchestrator.store.types import utcnow
 from orchestrator.tools.actions import ProposeAction
-from orchestrator.tools.base import Fence, Tool, ToolContext
+from orchestrator.tools.base import Fence, Tool, ToolCancelled, ToolContext
 from orchestrator.tools.plans import PublishExecutionPlan
 from orchestrator.tools.results import ResultCache
 from orchestrator.tools.tasks import ReadTaskContext, SaveReport
 from orchestrator.tools.toolsets import receipt_tools
 
-__all__ = ["ExecutionService", "RunResult", "finish_generation"]
+__all__ = [
+    "DecisionRule",
+    "ExecutionService",
+    "RunResult",
+    "decide_round",
+    "finish_generation",
+    "fixed",
+]
 
 log = logging.getLogger(__name__)
+
+#: Errors of the store or the lease back end: the generation stops and recovery takes over.
+_INFRASTRUCTURE = (DBAPIError, RedisError, LeaseBackendUnavailable)
 
 
 @dataclass(frozen=True)
@@ -79,24 +93,14 @@ class ExecutionService:
         self, task_id: str, generation: int, *, worker: str, celery_task_id: str | None = None
     ) -> RunResult:
         """Run `generation` of `task_id` if, and only if, it is the task's queued generation."""
-        with self.db.transaction(readonly=True) as conn:
-            task = task_store.get_task(conn, task_id)
-        if task is None:
-            return RunResult(False, "no such task")
-        if task.generation != generation or task.status != "queued":
-            return RunResult(False, f"task is at generation {task.generation} ({task.status})")
         ttl = self.settings.lease_seconds
+        # The lease first, then the compare-and-set claim: a wake-up for a generation that is
+        # not queued any more takes the lease for a moment and gives it back unused.
         token = self.leases.acquire(lease_name(task_id), worker, ttl)
         if token is None:
-            # The previous generation's worker holds it until it notices it was superseded
-            # (at its next renewal or write); this wake-up comes back after one renewal period.
-            return RunResult(
-                False,
-                "another worker holds the task's lease",
-                retry_after=self.settings.lease_renew_seconds,
-            )
+            return self._not_acquired(task_id, generation)
         with self.db.transaction() as conn:
-            session_id = task_store.claim_generation(
+            claimed = task_store.claim_generation(
                 conn,
                 task_id,
                 generation,
@@ -105,9 +109,10 @@ class ExecutionService:
                 celery_task_id=celery_task_id,
                 lease_expires_at=utcnow() + timedelta(seconds=ttl),
             )
-        if session_id is None:
+        if claimed is None:
             self.leases.release(lease_name(task_id), token)
-            return RunResult(False, "the generation was claimed, superseded or cancelled first")
+            return RunResult(False, self._why_not_queued(task_id, generation))
+        task, session_id = claimed
         fence = Fence(task_id, generation, token)
         keeper = LeaseKeeper(
             self.leases, self.db, fence, ttl=ttl, renew_every=self.settings.lease_renew_seconds
@@ -117,6 +122,33 @@ class ExecutionService:
             return self._round(task, session_id, fence, keeper)
         finally:
             keeper.close()
+            self.results.drop_graph(session_id)
+
+    def _not_acquired(self, task_id: str, generation: int) -> RunResult:
+        with self.db.transaction(readonly=True) as conn:
+            task = task_store.get_task(conn, task_id)
+        if task is None or task.generation != generation or task.status != "queued":
+            return RunResult(False, self._describe(task))
+        # The previous generation's worker holds it until it notices it was superseded
+        # (at its next renewal or write); this wake-up comes back later.
+        return RunResult(
+            False,
+            "another worker holds the task's lease",
+            retry_after=self.settings.lease_renew_seconds,
+        )
+
+    def _why_not_queued(self, task_id: str, generation: int) -> str:
+        with self.db.transaction(readonly=True) as conn:
+            task = task_store.get_task(conn, task_id)
+        if task is not None and task.generation == generation and task.status == "queued":
+            return "the generation's execution was closed first"
+        return self._describe(task)
+
+    @staticmethod
+    def _describe(task: TaskRecord | None) -> str:
+        if task is None:
+            return "no such task"
+        return f"task is at generation {task.generation} ({task.status})"
 
     def _round(
         self, task: TaskRecord, session_id: str, fence: Fence, keeper: LeaseKeeper
@@ -128,6 +160,8 @@ class ExecutionService:
             task_id=task.task_id,
             generation=fence.generation,
             fence=fence,
+            # Lease lost, generation fenced (requeue, cancel): long-running tools stop too.
+            cancel=keeper.lost,
         )
         host = ToolHost(self._tools(keeper), ledger=self.ledger, results=self.results)
         try:
@@ -141,42 +175,44 @@ class ExecutionService:
                 max_turns=self.settings.max_turns,
                 stop=keeper.lost,
             )
-        except (LeaseLost, StaleGeneration) as exc:
+        except (LeaseLost, StaleGeneration, ToolCancelled) as exc:
             log.warning("generation %s of %s stopped: %s", fence.generation, task.task_id, exc)
             return RunResult(True, f"stopped without writing: {exc}")
         except ModelError as exc:
-            decision = Decision("failed", "failed", str(exc), "model_error")
-            return self._finish(task, fence, keeper, decision)
+            return self._finish(
+                task, fence, keeper, fixed(Decision("failed", "failed", str(exc), "model_error"))
+            )
+        except _INFRASTRUCTURE as exc:
+            # Not the task's fault: leave the generation open; its lease runs out and the
+            # sweeper requeues it as the next generation.
+            log.warning("generation %s of %s stopped: %s", fence.generation, task.task_id, exc)
+            return RunResult(True, f"stopped on an infrastructure error: {type(exc).__name__}")
         except Exception as exc:
             log.exception("round of task %s failed", task.task_id)
             decision = Decision("failed", "failed", f"agent error: {exc}", "agent_error")
-            return self._finish(task, fence, keeper, decision)
-        with self.db.transaction(readonly=True) as conn:
-            plan = plan_store.latest_revision(conn, session_id)
-            report = report_store.latest_report(conn, task.task_id, fence.generation)
-            pending = report_store.count_pending_actions(conn, task.task_id, fence.generation)
-            rounds_done = task_store.get_task(conn, task.task_id).rounds  # type: ignore[union-attr]
-        decision = decide(
-            RoundFacts(
-                plan_nodes=plan.nodes if plan else None,
-                report_outcome=report["outcome"] if report else None,
-                pending_actions=pending,
-                rounds_done=rounds_done,
+            return self._finish(task, fence, keeper, fixed(decision))
+        return self._finish(
+            task,
+            fence,
+            keeper,
+            partial(
+                decide_round,
                 max_rounds=self.settings.max_rounds,
-            )
+                turn_budget_spent=end.why == "turn_budget",
+            ),
         )
-        if decision.queues_next and end.why == "turn_budget":
-            decision = Decision("queued", "continue", "the turn budget of the round ran out")
-        return self._finish(task, fence, keeper, decision)
 
     def _finish(
-        self, task: TaskRecord, fence: Fence, keeper: LeaseKeeper, decision: Decision
+        self, task: TaskRecord, fence: Fence, keeper: LeaseKeeper, rule: DecisionRule
     ) -> RunResult:
         try:
             keeper.check()
-            next_generation = finish_generation(self.db, fence, decision)
+            decision, next_generation = finish_generation(self.db, fence, rule)
         except (LeaseLost, StaleGeneration) as exc:
             return RunResult(True, f"stopped before its decision: {exc}")
+        except _INFRASTRUCTURE as exc:
+            log.warning("generation %s of %s stopped: %s", fence.generation, task.task_id, exc)
+            return RunResult(True, f"stopped before its decision: {type(exc).__name__}")
         if next_generation is not None:
             safe_dispatch(self.dispatcher, task.task_id, next_generation)
         return RunResult(True, decision.reason, decision.outcome)
@@ -191,12 +227,48 @@ class ExecutionService:
         ]
 
 
-def finish_generation(db: Database, fence: Fence, decision: Decision) -> int | None:
-    """End the fenced generation with `decision`; returns the next generation when one is queued."""
+#: Decides the round from what the generation left in the store.
+DecisionRule = Callable[[RoundFacts], Decision]
+
+
+def fixed(decision: Decision) -> DecisionRule:
+    """A rule that ignores the facts (the round failed before it could be judged)."""
+    return lambda _facts: decision
+
+
+def decide_round(facts: RoundFacts, *, max_rounds: int, turn_budget_spent: bool) -> Decision:
+    """The decision table, and a round whose turn budget ran out continues rather than fails."""
+    decision = decide(replace(facts, max_rounds=max_rounds))
+    if decision.queues_next and turn_budget_spent:
+        return Decision("queued", "continue", "the turn budget of the round ran out")
+    return decision
+
+
+def finish_generation(
+    db: Database, fence: Fence, rule: DecisionRule
+) -> tuple[Decision, int | None]:
+    """End the fenced generation as `rule` decides from its latest plan and report.
+
+    The facts are read in the transaction that applies the decision, with the task row locked,
+    so an approval or a requeue cannot slip in between. Returns the decision and the next
+    generation when one is queued.
+    """
     with db.transaction() as conn:
         check_fence(conn, fence)
         task = task_store.get_task(conn, fence.task_id, lock=True)
         assert task is not None
+        plan = plan_store.latest_revision(conn, task.session_id) if task.session_id else None
+        report = report_store.latest_report(conn, fence.task_id, fence.generation)
+        pending = report_store.count_pending_actions(conn, fence.task_id, fence.generation)
+        decision = rule(
+            RoundFacts(
+                plan_nodes=plan.nodes if plan else None,
+                report_outcome=report["outcome"] if report else None,
+                pending_actions=pending,
+                rounds_done=task.rounds,
+                max_rounds=0,
+            )
+        )
         task_store.end_generation(
             conn,
             fence.task_id,
@@ -206,9 +278,10 @@ def finish_generation(db: Database, fence: Fence, decision: Decision) -> int | N
             failure_code=decision.failure_code,
         )
         if decision.queues_next:
-            return task_store.requeue_generation(
+            nxt = task_store.requeue_generation(
                 conn, task, from_statuses=("running",), recoveries=0, rounds=task.rounds + 1
             )
+            return decision, nxt
         conn.execute(
             update(tasks)
             .where(tasks.c.task_id == fence.task_id, tasks.c.generation == fence.generation)
@@ -221,4 +294,4 @@ def finish_generation(db: Database, fence: Fence, decision: Decision) -> int | N
                 updated_at=utcnow(),
             )
         )
-    return None
+    return decision, None

@@ -63,9 +63,6 @@ class TaskService:
         """Create and queue a task; the same `trigger_id` again returns the same task."""
         trigger_id = trigger.trigger_id or f"auto:{_new_uuid()}"
         with self.db.transaction() as conn:
-            existing = task_store.task_by_trigger(conn, trigger_id)
-            if existing is not None:
-                return TriggerResult(existing, created=False)
             task = task_store.insert_task(
                 conn,
                 task_store.NewTask(
@@ -76,6 +73,11 @@ class TaskService:
                     sample_input=trigger.sample_input,
                 ),
             )
+        if task is None:
+            with self.db.transaction(readonly=True) as conn:
+                existing = task_store.task_by_trigger(conn, trigger_id)
+            assert existing is not None  # trigger ids are never deleted on their own
+            return TriggerResult(existing, created=False)
         safe_dispatch(self.dispatcher, task.task_id, task.generation)
         return TriggerResult(task, created=True)
 

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, and_, func, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 
 from orchestrator.store.records import ExecutionRecord, TaskRecord
 from orchestrator.store.sessions import SessionRecord, insert_session
@@ -31,6 +32,7 @@ __all__ = [
     "mirror_lease",
     "open_generation",
     "requeue_generation",
+    "session_title",
     "stale_queued",
     "supersede_pending_actions",
     "task_by_trigger",
@@ -45,6 +47,10 @@ class NewTask:
     context: dict[str, Any]
     trigger_id: str
     sample_input: dict[str, Any] | None = None
+
+
+#: `sessions.title` is String(200).
+SESSION_TITLE_MAX = 200
 
 
 def _new_id() -> str:
@@ -64,8 +70,12 @@ def task_by_trigger(conn: Connection, trigger_id: str) -> TaskRecord | None:
     return TaskRecord.from_row(row) if row is not None else None
 
 
-def insert_task(conn: Connection, new: NewTask) -> TaskRecord:
-    """A queued task at generation 1 with its session and execution row (four statements)."""
+def insert_task(conn: Connection, new: NewTask) -> TaskRecord | None:
+    """A queued task at generation 1 with its session and execution row (three statements).
+
+    None when a task with the same trigger id exists: the unique constraint decides, so two
+    concurrent triggers with one id create one task.
+    """
     now = utcnow()
     task = TaskRecord(
         task_id=_new_id(),
@@ -86,7 +96,15 @@ def insert_task(conn: Connection, new: NewTask) -> TaskRecord:
         created_at=now,
         updated_at=now,
     )
-    conn.execute(insert(tasks).values(task.to_dict()))
+    dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    created = conn.execute(
+        dialect_insert(tasks)
+        .values(task.to_dict())
+        .on_conflict_do_nothing(index_elements=["trigger_id"])
+        .returning(tasks.c.task_id)
+    ).first()
+    if created is None:
+        return None
     assert task.session_id is not None
     _insert_generation(conn, task.task_id, 1, task.title, task.session_id, now)
     return task
@@ -113,7 +131,7 @@ def _insert_generation(
             task_id=task_id,
             generation=generation,
             owner=f"task:{task_id}",
-            title=f"{title} (generation {generation})",
+            title=session_title(title, generation),
             created_at=now,
             updated_at=now,
         ),
@@ -125,6 +143,12 @@ def _insert_generation(
     )
 
 
+def session_title(title: str, generation: int) -> str:
+    """The title of a generation's session, cut to fit the column."""
+    suffix = f" (generation {generation})"
+    return title[: SESSION_TITLE_MAX - len(suffix)] + suffix
+
+
 def claim_generation(
     conn: Connection,
     task_id: str,
@@ -134,10 +158,13 @@ def claim_generation(
     worker: str,
     celery_task_id: str | None,
     lease_expires_at: datetime,
-) -> str | None:
-    """queued → running for exactly this generation: its session id, or None if not queued."""
+) -> tuple[TaskRecord, str] | None:
+    """queued → running for exactly this generation: the task and the generation's session id.
+
+    None when the generation is not the task's queued one (claimed, superseded, finished).
+    """
     now = utcnow()
-    moved = conn.execute(
+    row = conn.execute(
         update(tasks)
         .where(
             tasks.c.task_id == task_id,
@@ -145,8 +172,9 @@ def claim_generation(
             tasks.c.status == "queued",
         )
         .values(status="running", updated_at=now)
-    ).rowcount
-    if moved != 1:
+        .returning(*tasks.c)
+    ).one_or_none()
+    if row is None:
         return None
     session_id = conn.execute(
         update(executions)
@@ -164,7 +192,7 @@ def claim_generation(
         )
         .returning(executions.c.session_id)
     ).scalar_one()
-    return str(session_id)
+    return TaskRecord.from_row(row), str(session_id)
 
 
 def mirror_lease(

@@ -9,6 +9,7 @@ import pytest
 from pydantic import Field
 
 from orchestrator.agent.host import ToolHost
+from orchestrator.agent.loop import LeaseLost
 from orchestrator.errors import NotFound, StaleGeneration, ValidationFailed
 from orchestrator.tools.base import (
     Effect,
@@ -76,6 +77,8 @@ class Scripted(Tool):
             raise StaleGeneration("superseded")
         if args.text == "cancel":
             raise ToolCancelled("cancelled")
+        if args.text == "lease":
+            raise LeaseLost("the lease ran out")
         if args.text == "garbage":
             return "not a result"  # type: ignore[return-value]
         if args.text == "barrier":
@@ -233,3 +236,25 @@ def test_one_call_id_with_other_arguments_is_refused() -> None:
     assert first.status == same.status == "succeeded"
     assert other.code == "invocation_conflict"
     assert echo.calls == 2
+
+
+def test_a_lost_lease_inside_a_tool_propagates_instead_of_becoming_a_tool_error() -> None:
+    host = ToolHost([Scripted()], ledger=None)
+    with pytest.raises(LeaseLost):
+        host.run_turn(CTX, _calls("lease"))
+
+
+def test_a_call_id_reused_with_other_arguments_in_a_later_turn_is_refused() -> None:
+    echo = Echo()
+    host = ToolHost([echo], ledger=None)
+    first = host.run_turn(CTX, [ToolCall("same", "echo", {"text": "a"})])[0]
+    again = host.run_turn(CTX, [ToolCall("same", "echo", {"text": "a"})])[0]
+    other = host.run_turn(CTX, [ToolCall("same", "echo", {"text": "b"})])[0]
+    assert (first.status, again.status) == ("succeeded", "succeeded")
+    assert (other.status, other.code) == ("failed", "invocation_conflict")
+    assert echo.calls == 2
+    # Another round may use the id again.
+    next_round = ToolContext(owner="alice", session_id="s1", round_id="r2")
+    assert host.run_turn(next_round, [ToolCall("same", "echo", {"text": "b"})])[0].status == (
+        "succeeded"
+    )

@@ -11,12 +11,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, insert, select, update
+from sqlalchemy import Connection, Insert, Table, and_, func, insert, literal, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from orchestrator.store.records import ExecutionRecord, TaskRecord
-from orchestrator.store.sessions import SessionRecord, insert_session
-from orchestrator.store.tables import actions, executions, tasks
+from orchestrator.store.tables import actions, executions, sessions, tasks
 from orchestrator.store.types import utcnow
 
 __all__ = [
@@ -71,7 +70,7 @@ def task_by_trigger(conn: Connection, trigger_id: str) -> TaskRecord | None:
 
 
 def insert_task(conn: Connection, new: NewTask) -> TaskRecord | None:
-    """A queued task at generation 1 with its session and execution row (three statements).
+    """A queued task at generation 1 with its session and execution row.
 
     None when a task with the same trigger id exists: the unique constraint decides, so two
     concurrent triggers with one id create one task.
@@ -96,18 +95,60 @@ def insert_task(conn: Connection, new: NewTask) -> TaskRecord | None:
         created_at=now,
         updated_at=now,
     )
-    dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-    created = conn.execute(
-        dialect_insert(tasks)
+    assert task.session_id is not None
+    session_row, execution_row = _generation_rows(task.task_id, 1, task.title, task.session_id, now)
+    if conn.dialect.name == "postgresql":
+        created = _insert_task_in_one_statement(conn, task, session_row, execution_row)
+    else:
+        created = (
+            conn.execute(
+                sqlite.insert(tasks)
+                .values(task.to_dict())
+                .on_conflict_do_nothing(index_elements=["trigger_id"])
+                .returning(tasks.c.task_id)
+            ).first()
+            is not None
+        )
+        if created:
+            conn.execute(insert(sessions).values(session_row))
+            conn.execute(insert(executions).values(execution_row))
+    return task if created else None
+
+
+def _insert_task_in_one_statement(
+    conn: Connection,
+    task: TaskRecord,
+    session_row: dict[str, Any],
+    execution_row: dict[str, Any],
+) -> bool:
+    """Postgres: the task, its session and execution in one statement (one round trip).
+
+    The session and execution rows are selected from the task insert's RETURNING, so they exist
+    only when the task row was inserted (not on a duplicate trigger id).
+    """
+    new_task = (
+        postgresql.insert(tasks)
         .values(task.to_dict())
         .on_conflict_do_nothing(index_elements=["trigger_id"])
         .returning(tasks.c.task_id)
-    ).first()
-    if created is None:
-        return None
-    assert task.session_id is not None
-    _insert_generation(conn, task.task_id, 1, task.title, task.session_id, now)
-    return task
+        .cte("new_task")
+    )
+
+    def one_row_per_new_task(table: Table, row: dict[str, Any]) -> Insert:
+        values = select(*(literal(value, table.c[name].type) for name, value in row.items()))
+        return insert(table).from_select(list(row), values.select_from(new_task))
+
+    new_session = (
+        one_row_per_new_task(sessions, session_row)
+        .returning(sessions.c.session_id)
+        .cte("new_session")
+    )
+    statement = (
+        one_row_per_new_task(executions, execution_row)
+        .returning(executions.c.task_id)
+        .add_cte(new_session)
+    )
+    return conn.execute(statement).first() is not None
 
 
 def open_generation(
@@ -123,24 +164,32 @@ def open_generation(
 def _insert_generation(
     conn: Connection, task_id: str, generation: int, title: str, session_id: str, now: datetime
 ) -> None:
-    insert_session(
-        conn,
-        SessionRecord(
-            session_id=session_id,
-            purpose="task_execution",
-            task_id=task_id,
-            generation=generation,
-            owner=f"task:{task_id}",
-            title=session_title(title, generation),
-            created_at=now,
-            updated_at=now,
-        ),
-    )
-    conn.execute(
-        insert(executions).values(
-            task_id=task_id, generation=generation, session_id=session_id, created_at=now
-        )
-    )
+    session_row, execution_row = _generation_rows(task_id, generation, title, session_id, now)
+    conn.execute(insert(sessions).values(session_row))
+    conn.execute(insert(executions).values(execution_row))
+
+
+def _generation_rows(
+    task_id: str, generation: int, title: str, session_id: str, now: datetime
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The session row (purpose `task_execution`) and execution row of one generation."""
+    session = {
+        "session_id": session_id,
+        "purpose": "task_execution",
+        "task_id": task_id,
+        "generation": generation,
+        "owner": f"task:{task_id}",
+        "title": session_title(title, generation),
+        "created_at": now,
+        "updated_at": now,
+    }
+    execution = {
+        "task_id": task_id,
+        "generation": generation,
+        "session_id": session_id,
+        "created_at": now,
+    }
+    return session, execution
 
 
 def session_title(title: str, generation: int) -> str:

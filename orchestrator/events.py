@@ -18,6 +18,7 @@ from typing import Final, Protocol
 import redis
 import redis.asyncio as aioredis
 
+from orchestrator.leases.keys import PLAN_CHANNEL_PREFIX
 from orchestrator.settings import Settings
 
 __all__ = [
@@ -33,8 +34,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Redis channel of a session's plan wake-ups: prefix + session_id; the message is the revision.
-PLAN_CHANNEL_PREFIX: Final = "orch:plans:"
 EMBEDDED_POLL_SECONDS: Final = 0.5
 # With Redis a poll is only the safety net for a wake-up lost while a subscriber reconnected.
 REDIS_POLL_SECONDS: Final = 5.0

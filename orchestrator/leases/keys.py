@@ -6,12 +6,15 @@ a shared Redis host several things without guessing at names spread through the 
 
 from __future__ import annotations
 
-__all__ = ["LEASE_PREFIX", "PREFIX", "lease_key", "lease_name"]
+__all__ = ["LEASE_PREFIX", "PLAN_CHANNEL_PREFIX", "PREFIX", "lease_key", "lease_name"]
 
 PREFIX = "orch:"
 
 #: One string key per lease: `orch:lease:<name>`, value `token|acquired_ms|renewed_ms|holder`.
 LEASE_PREFIX = f"{PREFIX}lease:"
+
+#: Pub/sub channel of a session's plan wake-ups: `orch:plans:<session_id>`, message the revision.
+PLAN_CHANNEL_PREFIX = f"{PREFIX}plans:"
 
 
 def lease_key(name: str) -> str:

@@ -10,6 +10,7 @@ from orchestrator.errors import ConflictError, InvalidTransition, NotFound, Vali
 from orchestrator.services.plans import PlanService, publish_txn
 from orchestrator.store import actions as action_store
 from orchestrator.store import plans as plan_store
+from orchestrator.store import reports as report_store
 from orchestrator.store.actions import ActionRecord
 from orchestrator.store.db import Database
 from orchestrator.store.fencing import check_fence
@@ -36,6 +37,7 @@ class ActionService:
         """A pending_approval action for a node of the saved plan, its id written back to the node.
 
         The action, and the plan revision that names it, commit together or not at all.
+        Refused with `report_already_saved` once the generation saved its report (it comes last).
         """
         if kind not in ACTION_KINDS:
             raise ValidationFailed(
@@ -43,6 +45,7 @@ class ActionService:
             )
         with self.db.transaction() as conn:
             check_fence(conn, fence)
+            report_store.refuse_after_report(conn, fence, "an action proposal")
             plan = plan_store.latest_revision(conn, session_id)
             node = next((n for n in plan.nodes if n["id"] == node_id), None) if plan else None
             if plan is None or node is None:

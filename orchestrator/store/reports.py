@@ -3,21 +3,62 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select
+from sqlalchemy import Connection, exists, func, insert, select
 
-from orchestrator.store.tables import actions, evidence, reports
+from orchestrator.errors import ConflictError
+from orchestrator.store.records import ExecutionRecord
+from orchestrator.store.tables import actions, evidence, executions, reports
 from orchestrator.store.types import utcnow
 from orchestrator.tools.base import Fence
 
 __all__ = [
+    "ReportAlreadySaved",
     "count_pending_actions",
     "evidence_of",
+    "insert_evidence",
     "insert_report",
+    "last_started_execution",
     "latest_report",
     "pending_actions_of",
+    "pending_actions_of_generation",
+    "refuse_after_report",
+    "report_saved",
 ]
+
+
+class ReportAlreadySaved(ConflictError):
+    """Invariant 10: the report is saved last; a plan or action after it is refused.
+
+    Not a `StaleGeneration`: the generation is still live, the agent only sees a failed call.
+    """
+
+    code = "report_already_saved"
+
+
+def report_saved(conn: Connection, task_id: str, generation: int) -> bool:
+    """Has this generation saved a report?"""
+    return bool(
+        conn.execute(
+            select(exists().where(reports.c.task_id == task_id, reports.c.generation == generation))
+        ).scalar()
+    )
+
+
+def refuse_after_report(conn: Connection, fence: Fence, what: str) -> None:
+    """Raise `ReportAlreadySaved` if `fence`'s generation saved its report.
+
+    Call it after `check_fence` in the transaction of the write: the fence locks the task row,
+    and `save_report` takes the same lock, so a report cannot commit between check and write.
+    """
+    if report_saved(conn, fence.task_id, fence.generation):
+        raise ReportAlreadySaved(
+            f"generation {fence.generation} already saved its report, which comes last; "
+            f"{what} after it is refused and nothing was written"
+        )
 
 
 def insert_report(
@@ -55,24 +96,76 @@ def latest_report(conn: Connection, task_id: str, generation: int) -> dict[str, 
     return _report_dict(row._asdict()) if row is not None else None
 
 
+def insert_evidence(
+    conn: Connection, fence: Fence, session_id: str, items: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Store evidence items (`source`, `queried_at`, `content_ref`, `origin`, `truncated`,
+    `summary`) for `fence`'s generation; returns them as `evidence_of` shows them.
+
+    Items keep the order given: each gets a `created_at` one microsecond after the previous.
+    """
+    now = utcnow()
+    rows = [
+        {
+            "evidence_id": str(uuid.uuid4()),
+            "task_id": fence.task_id,
+            "generation": fence.generation,
+            "session_id": session_id,
+            "source": item["source"],
+            "queried_at": item["queried_at"],
+            "content_ref": item["content_ref"],
+            "origin": item["origin"],
+            "truncated": bool(item["truncated"]),
+            "summary": item["summary"],
+            "created_at": now + timedelta(microseconds=index),
+        }
+        for index, item in enumerate(items)
+    ]
+    if rows:
+        conn.execute(insert(evidence), rows)
+    return [_evidence_dict(row) for row in rows]
+
+
 def evidence_of(conn: Connection, task_id: str, generation: int) -> list[dict[str, Any]]:
     rows = conn.execute(
         select(evidence)
         .where(evidence.c.task_id == task_id, evidence.c.generation == generation)
-        .order_by(evidence.c.created_at)
+        .order_by(evidence.c.created_at, evidence.c.evidence_id)
     )
-    return [
-        {
-            "evidence_id": r.evidence_id,
-            "source": r.source,
-            "queried_at": r.queried_at.isoformat(),
-            "content_ref": r.content_ref,
-            "origin": r.origin,
-            "truncated": r.truncated,
-            "summary": r.summary,
-        }
-        for r in rows
-    ]
+    return [_evidence_dict(r._asdict()) for r in rows]
+
+
+def _evidence_dict(row: dict[str, Any]) -> dict[str, Any]:
+    queried_at: datetime = row["queried_at"]
+    return {
+        "evidence_id": row["evidence_id"],
+        "source": row["source"],
+        "queried_at": queried_at.isoformat(),
+        "content_ref": row["content_ref"],
+        "origin": row["origin"],
+        "truncated": bool(row["truncated"]),
+        "summary": row["summary"],
+    }
+
+
+def last_started_execution(
+    conn: Connection, task_id: str, before_generation: int
+) -> ExecutionRecord | None:
+    """The latest generation below `before_generation` that actually started (has `started_at`).
+
+    A generation superseded while still queued never ran and left nothing; it is skipped.
+    """
+    row = conn.execute(
+        select(executions)
+        .where(
+            executions.c.task_id == task_id,
+            executions.c.generation < before_generation,
+            executions.c.started_at.is_not(None),
+        )
+        .order_by(executions.c.generation.desc())
+        .limit(1)
+    ).one_or_none()
+    return ExecutionRecord.from_row(row) if row is not None else None
 
 
 def count_pending_actions(conn: Connection, task_id: str, generation: int) -> int:
@@ -90,11 +183,33 @@ def count_pending_actions(conn: Connection, task_id: str, generation: int) -> in
 
 
 def pending_actions_of(conn: Connection, task_id: str) -> list[dict[str, Any]]:
+    """Every generation's pending actions of a task (the explain view wants
+    `pending_actions_of_generation` with the task's current generation)."""
     rows = conn.execute(
         select(actions)
         .where(actions.c.task_id == task_id, actions.c.status == "pending_approval")
         .order_by(actions.c.created_at)
     )
+    return _action_dicts(rows)
+
+
+def pending_actions_of_generation(
+    conn: Connection, task_id: str, generation: int
+) -> list[dict[str, Any]]:
+    """The pending actions of one generation (the task's current one, for the explain view)."""
+    rows = conn.execute(
+        select(actions)
+        .where(
+            actions.c.task_id == task_id,
+            actions.c.generation == generation,
+            actions.c.status == "pending_approval",
+        )
+        .order_by(actions.c.created_at, actions.c.action_id)
+    )
+    return _action_dicts(rows)
+
+
+def _action_dicts(rows: Any) -> list[dict[str, Any]]:
     return [
         {
             "action_id": r.action_id,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import AwareDatetime, Field
 
 from orchestrator.errors import NotFound
 from orchestrator.services.lease_keeper import LeaseKeeper
@@ -26,7 +26,10 @@ class ReadTaskContext(Tool):
     name = "read_task_context"
     description = (
         "The task's context, its origin, the current generation, and what the previous "
-        "generation left: its last plan, report and evidence."
+        "generation that actually ran left: its last plan, report and evidence (a generation "
+        "superseded before it started is skipped). A fixed sample input of the trigger comes "
+        "as `sample_input` with origin `peripheral_sample`: cite it as such, never as a live "
+        "query result."
     )
     effect = "read"
     arguments = _NoArguments
@@ -43,7 +46,7 @@ class ReadTaskContext(Tool):
                 raise NotFound(f"task {ctx.task_id} does not exist")
             previous: dict[str, Any] | None = None
             if ctx.generation > 1:
-                before = task_store.get_execution(conn, ctx.task_id, ctx.generation - 1)
+                before = report_store.last_started_execution(conn, ctx.task_id, ctx.generation)
                 if before is not None:
                     plan = plan_store.latest_revision(conn, before.session_id)
                     previous = {
@@ -70,10 +73,22 @@ class ReadTaskContext(Tool):
         return ToolResult.ok(payload)
 
 
+class EvidenceItem(ToolArguments):
+    """One query result the report rests on (DESIGN §2 evidence, invariant 12)."""
+
+    source: str = Field(min_length=1, max_length=128)
+    queried_at: AwareDatetime
+    content_ref: str = Field(min_length=1, max_length=255)
+    origin: Literal["live", "synthetic", "peripheral_sample"]
+    truncated: bool
+    summary: str = Field(min_length=1, max_length=4000)
+
+
 class _ReportArguments(ToolArguments):
     summary: str = Field(min_length=1, max_length=4000)
     findings: list[Any] = Field(default_factory=list, max_length=100)
     evidence_refs: list[str] = Field(default_factory=list, max_length=100)
+    evidence: list[EvidenceItem] = Field(default_factory=list, max_length=100)
     outcome: Literal["completed", "waiting", "failed", "continue"]
 
 
@@ -81,7 +96,16 @@ class SaveReport(Tool):
     name = "save_report"
     description = (
         "Save this round's report, last, after every plan and action proposal: a summary, "
-        "findings, evidence references and the outcome you declare."
+        "findings, evidence references, the evidence items it rests on and the outcome you "
+        "declare. After it, publish_execution_plan and propose_action are refused with "
+        "report_already_saved; saving the report again replaces it (the latest one counts). "
+        "Each evidence item gives source, queried_at (with a time zone), content_ref, origin "
+        "(live, synthetic or peripheral_sample: never call a sample or synthetic input live) "
+        "and truncated. A truncated item covers only the part it returned and cannot support "
+        'a claim about the whole range ("no anomaly in the last 24 h"): outcome completed '
+        "is refused with truncated_evidence while every evidence item of this generation is "
+        "truncated; query the rest, or declare continue or waiting. A refused report writes "
+        "nothing."
     )
     effect = "internal_write"
     arguments = _ReportArguments
@@ -95,8 +119,23 @@ class SaveReport(Tool):
         if ctx.fence is None:
             return ToolResult.failed("only a task execution can save a report", code="no_task")
         self.keeper.check()
+        items = [item.model_dump() for item in args.evidence]
         with self.db.transaction() as conn:
             check_fence(conn, ctx.fence)
+            # Invariant 12, over the generation's evidence (what the next generation and the
+            # operators see): a completed outcome needs at least one untruncated item, unless
+            # the generation recorded no evidence at all (then it claims nothing from a query).
+            if args.outcome == "completed":
+                stored = report_store.evidence_of(conn, ctx.fence.task_id, ctx.fence.generation)
+                flags = [e["truncated"] for e in stored] + [i["truncated"] for i in items]
+                if flags and all(flags):
+                    return ToolResult.failed(
+                        "every evidence item of this generation is truncated, so it cannot "
+                        "support a completed outcome (a claim about the whole range); query the "
+                        "rest, or declare continue or waiting. Nothing was written.",
+                        code="truncated_evidence",
+                    )
+            stored_evidence = report_store.insert_evidence(conn, ctx.fence, ctx.session_id, items)
             report = report_store.insert_report(
                 conn,
                 ctx.fence,
@@ -107,4 +146,4 @@ class SaveReport(Tool):
                 outcome=args.outcome,
             )
         self.keeper.renew_now(mirror=False)
-        return ToolResult.ok(report)
+        return ToolResult.ok(dict(report, evidence=stored_evidence))

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 from sqlalchemy import func, select
 
 from orchestrator.errors import StaleGeneration
@@ -100,7 +101,8 @@ def claim(rt: Runtime, task_id: str, generation: int) -> Live:
 
 
 def trigger(rt: Runtime, task_type: str = "tools", **extra: Any) -> str:
-    return rt.tasks.trigger(Trigger(task_type=task_type, title="Turbid water", **extra)).task.task_id
+    created = rt.tasks.trigger(Trigger(task_type=task_type, title="Turbid water", **extra))
+    return created.task.task_id
 
 
 def item(content_ref: str, *, truncated: bool = False, origin: str = "live") -> dict[str, Any]:
@@ -164,7 +166,7 @@ def test_an_evidence_item_without_its_fields_or_time_zone_is_invalid(rt: Runtime
         {k: v for k, v in item("x").items() if k != "truncated"},
     ]
     for entry in bad:
-        with pytest.raises(ValueError):
+        with pytest.raises(ValidationError, match="evidence"):
             arguments.model_validate({"summary": "s", "outcome": "continue", "evidence": [entry]})
 
 

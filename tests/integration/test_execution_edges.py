@@ -23,6 +23,7 @@ from tests.executions_support import (
     plan_call,
     report_call,
     runtime_for,
+    wait_for,
     write_script,
 )
 
@@ -173,3 +174,24 @@ def test_a_wakeup_while_another_worker_holds_the_lease_retries_only_for_its_own_
     stale = rt.executions.run(task_id, 7, worker="w1")
     assert not stale.ran
     assert stale.retry_after is None  # not the task's generation: nothing to wait for
+
+
+def test_the_explain_view_shows_the_lease_of_a_running_generation(env: Any, scripts: Path) -> None:
+    rt, _ = env
+    write_script(scripts, "simple", completing_turns(delay_s=1.5))
+    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    runner = threading.Thread(target=rt.executions.run, args=(task_id, 1), kwargs={"worker": "w1"})
+    runner.start()
+    try:
+        view = wait_for(
+            lambda: (v := rt.tasks.explain(task_id))["lease"] is not None and v,
+            10,
+            what="the running generation's lease",
+        )
+        lease = view["lease"]
+        assert view["status"] == "running"
+        assert lease["holder"] == "w1"
+        assert lease["expires_at"] > lease["last_renewed_at"]
+    finally:
+        runner.join(timeout=30)
+    assert rt.tasks.explain(task_id)["lease"] is None

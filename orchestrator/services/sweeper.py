@@ -2,7 +2,8 @@
 
 A sweep reads the store's index of running executions by mirrored lease expiry, so its cost grows
 with the number of expired leases, not with the number of tasks. Every requeue is a
-compare-and-set on the task's generation: two sweepers never requeue one expiry twice.
+compare-and-set on the task's generation: two sweepers never requeue one expiry twice. A lost
+generation's pending_approval actions are superseded in the transaction that requeues or parks it.
 """
 
 from __future__ import annotations
@@ -105,6 +106,11 @@ class Sweeper:
             if task.generation != execution.generation or task.status != "running":
                 return
             orphan_running_receipts(conn, owner=f"task:{task.task_id}")
+            # Like an operator requeue or cancel: the lost generation's proposals are not
+            # approvable any more; the next generation proposes again if it still needs them.
+            task_store.supersede_pending_actions(
+                conn, task.task_id, f"generation {task.generation} lost its lease"
+            )
             recoveries = task.recoveries + 1
             if recoveries >= self.settings.max_recoveries:
                 conn.execute(

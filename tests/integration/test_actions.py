@@ -14,6 +14,10 @@ from orchestrator.errors import InvalidTransition
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
+from orchestrator.store import actions as action_store
+from orchestrator.store import reports as report_store
+from orchestrator.store import tasks as task_store
+from orchestrator.tools.base import Fence
 from tests.executions_support import node, plan_call, report_call, runtime_for, write_script
 
 
@@ -116,3 +120,32 @@ def test_actions_over_http(rt: Runtime, tmp_path: Path, store_url: str) -> None:
         assert (again.status_code, again.json()["error"]["code"]) == (409, "invalid_transition")
         missing = client.post("/api/v1/actions/nope/approve", json={"by": "ops"})
         assert (missing.status_code, missing.json()["error"]["code"]) == (404, "not_found")
+
+
+def test_pending_actions_of_generation_lists_only_that_generation(rt: Runtime) -> None:
+    """The explain view's query: an earlier generation's leftover proposal is not current."""
+    task_id = rt.tasks.trigger(Trigger(task_type="act", title="Burst main")).task.task_id
+    with rt.db.transaction() as conn:
+        task = task_store.get_task(conn, task_id, lock=True)
+        assert task is not None
+        assert task.session_id is not None
+        old = action_store.insert_action(
+            conn, Fence(task_id, 1, "t1"), task.session_id, "repair", "work_order", {}
+        )
+        # Moved on without superseding it (as lost-lease recovery used to).
+        assert task_store.requeue_generation(
+            conn, task, from_statuses=("queued",), recoveries=0, rounds=0
+        )
+        current = task_store.get_task(conn, task_id)
+        assert current is not None
+        assert current.session_id is not None
+        new = action_store.insert_action(
+            conn, Fence(task_id, 2, "t2"), current.session_id, "repair", "command", {}
+        )
+    with rt.db.transaction(readonly=True) as conn:
+        listed = report_store.pending_actions_of_generation(conn, task_id, 2)
+        first = report_store.pending_actions_of_generation(conn, task_id, 1)
+        every = report_store.pending_actions_of(conn, task_id)
+    assert [(a["action_id"], a["generation"]) for a in listed] == [(new.action_id, 2)]
+    assert [a["action_id"] for a in first] == [old.action_id]
+    assert {a["action_id"] for a in every} == {old.action_id, new.action_id}

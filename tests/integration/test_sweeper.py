@@ -10,12 +10,15 @@ from pathlib import Path
 import pytest
 
 from orchestrator.runtime import Runtime
+from orchestrator.services.actions import ActionService
 from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.sweeper import SweepReport
 from orchestrator.services.tasks import Trigger
+from orchestrator.store import actions as action_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.types import utcnow
-from tests.executions_support import runtime_for
+from orchestrator.tools.base import Fence
+from tests.executions_support import node, plan_call, runtime_for
 
 TTL = 0.5
 
@@ -114,6 +117,55 @@ def test_the_recovery_cap_parks_the_task_as_failed(rt: Runtime) -> None:
     assert (task.status, task.failure_code, task.generation) == ("failed", "recovery_limit", 3)
     view = rt.tasks.explain(task_id)
     assert [e["outcome"] for e in view["executions"]] == ["lost", "lost", "lost"]
+
+
+def propose_before_dying(rt: Runtime, task_id: str, generation: int) -> str:
+    """The abandoned generation published a plan and proposed an action before it died."""
+    with rt.db.transaction(readonly=True) as conn:
+        execution = task_store.get_execution(conn, task_id, generation)
+    assert execution is not None
+    assert execution.lease_token is not None
+    fence = Fence(task_id, generation, execution.lease_token)
+    payload = plan_call("p", f"r{generation}", [node("fix", "waiting")])["arguments"]
+    rt.plans.publish_execution_plan(execution.session_id, payload, fence=fence)
+    proposal = ActionService(rt.db, rt.plans).propose(
+        fence, execution.session_id, "fix", "work_order", {"crew": "north"}
+    )
+    return proposal.action.action_id
+
+
+def action_status(rt: Runtime, action_id: str) -> tuple[str, str | None]:
+    with rt.db.transaction(readonly=True) as conn:
+        action = action_store.get_action(conn, action_id)
+    assert action is not None
+    return action.status, action.note
+
+
+def test_requeueing_a_lost_generation_supersedes_its_pending_actions(rt: Runtime) -> None:
+    task_id = new_task(rt)
+    abandon(rt, task_id, 1)
+    action_id = propose_before_dying(rt, task_id, 1)
+    time.sleep(TTL + 0.2)
+    assert rt.sweeper.sweep().requeued == [(task_id, 1, 2)]
+    status, note = action_status(rt, action_id)
+    assert status == "superseded"
+    assert note is not None
+    assert "generation 1" in note
+    assert rt.tasks.explain(task_id)["pending_actions"] == []
+    assert rt.actions.list(task_id=task_id) == []
+
+
+def test_parking_a_lost_generation_supersedes_its_pending_actions(rt: Runtime) -> None:
+    task_id = new_task(rt)
+    action_ids = []
+    for generation in (1, 2, 3):
+        abandon(rt, task_id, generation)
+        action_ids.append(propose_before_dying(rt, task_id, generation))
+        time.sleep(TTL + 0.2)
+        rt.sweeper.sweep()
+    assert rt.tasks.get(task_id).failure_code == "recovery_limit"
+    assert [action_status(rt, a)[0] for a in action_ids] == ["superseded"] * 3
+    assert rt.actions.list(task_id=task_id) == []
 
 
 def test_a_queued_task_whose_wakeup_was_lost_is_republished_once(

@@ -146,7 +146,7 @@ class TaskService:
             executions = task_store.list_executions(conn, task_id)
             plan = plan_store.latest_revision(conn, task.session_id) if task.session_id else None
             report = report_store.latest_report(conn, task_id, task.generation)
-            pending = report_store.pending_actions_of(conn, task_id)
+            pending = report_store.pending_actions_of_generation(conn, task_id, task.generation)
         view = task_view(task)
         view.update(
             {

@@ -41,7 +41,12 @@ def run_generation(self: Any, task_id: str, generation: int) -> str:
     )
     log.info("task %s generation %s: %s", task_id, generation, result.detail)
     if result.retry_after is not None and self.request.retries < MAX_LEASE_WAITS:
-        raise self.retry(countdown=result.retry_after, max_retries=MAX_LEASE_WAITS)
+        # The first wait is short: the holder may be a late duplicate wake-up that gives the
+        # lease back at once; after that, one renewal period for a superseded holder to stop.
+        countdown = (
+            min(1.0, result.retry_after) if self.request.retries == 0 else result.retry_after
+        )
+        raise self.retry(countdown=countdown, max_retries=MAX_LEASE_WAITS)
     return result.detail
 
 

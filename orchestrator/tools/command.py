@@ -2,15 +2,24 @@
 
 Off unless `ORCH_ENABLE_COMMAND_TOOL` is set. `succeeded` only on a normal exit with code 0; a
 non-zero exit, or a timeout that stopped the process, is `failed`; an end that cannot be
-confirmed is `unknown`. Output goes straight to a temporary file (no reader threads to leak);
-the result carries a preview and, for long output, `output_file`. Cancellation kills the
-process group and closes the file. Neither a timeout nor a cancellation undoes what the command
+confirmed is `unknown`. Output goes straight from the child to a temporary file (no reader
+threads to leak, and the parent closes its descriptor at once); the result carries a preview
+and, for long output, `output_file`. Once a command's end is confirmed its final result is
+computed once, and every later read, wait or stop repeats it.
+
+Every command stays tracked under its `process_id` until `ExecuteCommand.reap(session_id)`
+(round end, cancellation, generation change) kills what is left of its process group and
+deletes its file. A cancelled `run` kills its group and deletes its file at once (or leaves
+both to `reap` when the end cannot be confirmed). The leader is detected as ended without being
+reaped, so its pid, which is also the process-group id, cannot be reused by another process
+before `reap` signals the group. Neither a timeout nor a cancellation undoes what the command
 already did, and the result says so.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -18,8 +27,8 @@ import tempfile
 import threading
 import time
 import uuid
-from dataclasses import dataclass
-from typing import IO, Any, Literal
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -38,10 +47,14 @@ __all__ = ["ExecuteCommand", "ExecuteCommandArgs", "command_tools"]
 
 PREVIEW = 3000  # with the other fields, the JSON stays under the host preview size
 READ_LIMIT = 16000
+#: Finished commands a session keeps handles (and long-output files) for; the oldest go first.
+MAX_FINISHED = 32
 _POLL = 0.05
 _TERM_GRACE = 2.0
 _KILL_GRACE = 3.0
 _NOT_UNDONE = "A timeout or cancellation does not undo what the command already did."
+
+log = logging.getLogger(__name__)
 
 
 class ExecuteCommandArgs(ToolArguments):
@@ -64,11 +77,18 @@ class ExecuteCommandArgs(ToolArguments):
 
 @dataclass
 class _Process:
+    """One command, from its spawn until `reap` (or eviction) forgets it."""
+
     owner: str
     session_id: str
     popen: subprocess.Popen[bytes]
     path: str
-    file: IO[bytes]
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    timed_out: bool = False  # a run's timeout signalled it: never a success afterwards
+    stopped: bool = False  # `stop` ended it
+    final: ToolResult | None = None
+    ended_at: float = 0.0
+    output: str | None = None  # the whole output once ended, when short enough to drop the file
 
 
 class ExecuteCommand(Tool):
@@ -95,63 +115,98 @@ class ExecuteCommand(Tool):
             return self._start(ctx, args)
         process = self._lookup(ctx, args.process_id)
         if process is None:
-            return ToolResult.failed("no such process for this session", code="not_found")
+            return ToolResult.failed(
+                f"no process {args.process_id!r} in this session: it was never started here, or "
+                "it was cleaned up (round end, cancellation, or too many finished commands); "
+                "its output and result are no longer kept",
+                code="not_found",
+            )
         if args.action == "read":
             return self._read(args.process_id, process, args.offset)
         if args.action == "wait":
             return self._wait(ctx, args.process_id, process, args.timeout_seconds)
         return self._stop(args.process_id, process)
 
+    # -- session clean-up --------------------------------------------------------------------
+
+    def reap(self, session_id: str) -> int:
+        """Forget every command of `session_id`: kill what is left of each process group (a
+        running leader gets TERM then KILL; children left behind by an ended one get KILL) and
+        delete the output files. Returns how many commands were forgotten; idempotent (a
+        second call returns 0). Call it at round end, on cancellation, on a generation change.
+
+        What a command already did is not undone. Afterwards read, wait and stop on its
+        process id answer `failed` with code `not_found`.
+        """
+        with self._lock:
+            ids = [pid for pid, entry in self._processes.items() if entry.session_id == session_id]
+            gone = [self._processes.pop(process_id) for process_id in ids]
+        for process in gone:
+            _discard(process)
+        return len(gone)
+
+    def reap_all(self) -> int:
+        """`reap` for every session (worker shutdown, tests)."""
+        with self._lock:
+            sessions = {entry.session_id for entry in self._processes.values()}
+        return sum(self.reap(session_id) for session_id in sessions)
+
     # -- actions -----------------------------------------------------------------------------
 
     def _run(self, ctx: ToolContext, args: ExecuteCommandArgs) -> ToolResult:
-        process = self._spawn(ctx, args)
-        if isinstance(process, ToolResult):
-            return process
+        spawned = self._spawn(ctx, args)
+        if isinstance(spawned, ToolResult):
+            return spawned
+        process_id, process = spawned
         try:
             ended = _wait_for(process.popen, args.timeout_seconds, ctx)
-            timed_out = not ended
-            if timed_out:
-                ended = _kill_group(process.popen)
-        finally:
-            process.file.close()  # also on cancellation: no open file outlives the call
-        result = self._report(process, ended=ended, timed_out=timed_out, keep_file=True)
+        except ToolCancelled:
+            # `_wait_for` killed the group. Confirmed ended: nothing is kept (file deleted).
+            # Otherwise the entry stays for `reap`, which kills again and deletes the file.
+            if _state(process.popen)[0]:
+                self._forget(process_id)
+            raise
         if not ended:
-            # Keep a handle so the model can wait for it or stop it later.
-            process_id = uuid.uuid4().hex
-            with self._lock:
-                self._processes[process_id] = process
-            result.payload["process_id"] = process_id
-        return result
+            process.timed_out = True
+            ended = _kill_group(process.popen)
+        if not ended:
+            # The handle (and the file) stay so the model can read, wait for or stop it later.
+            return _unconfirmed(process, process_id)
+        return _repeat(self._ended(process), process_id, running=None)
 
     def _start(self, ctx: ToolContext, args: ExecuteCommandArgs) -> ToolResult:
-        process = self._spawn(ctx, args)
-        if isinstance(process, ToolResult):
-            return process
-        process_id = uuid.uuid4().hex
-        with self._lock:
-            self._processes[process_id] = process
+        spawned = self._spawn(ctx, args)
+        if isinstance(spawned, ToolResult):
+            return spawned
+        process_id, process = spawned
         return ToolResult(
             status="pending",
-            payload={"process_id": process_id, "pid": process.popen.pid, "status": "pending"},
+            payload={
+                "process_id": process_id,
+                "pid": process.popen.pid,
+                "status": "pending",
+                "output_file": process.path,
+            },
             message="Started in the background; it is not finished. Use read, wait or stop.",
             outcome="submitted",
         )
 
     def _read(self, process_id: str, process: _Process, offset: int) -> ToolResult:
-        process.file.flush()
-        text = _text(process.path)
-        page = text[offset : offset + READ_LIMIT]
-        end = offset + len(page)
-        return ToolResult.ok(
-            {
-                "process_id": process_id,
-                "running": process.popen.poll() is None,
-                "exit_code": process.popen.returncode,
-                "content": page,
-                "next_offset": end if end < len(text) else None,
-            }
-        )
+        if not _state(process.popen)[0]:
+            page, next_offset = _page(_text(process.path), offset)
+            return ToolResult.ok(
+                {
+                    "process_id": process_id,
+                    "running": True,
+                    "exit_code": None,
+                    "content": page,
+                    "next_offset": next_offset,
+                }
+            )
+        final = self._ended(process)
+        text = process.output if process.output is not None else _text(process.path)
+        page, next_offset = _page(text, offset)
+        return _repeat(final, process_id, content=page, next_offset=next_offset)
 
     def _wait(
         self, ctx: ToolContext, process_id: str, process: _Process, timeout: float
@@ -163,35 +218,43 @@ class ExecuteCommand(Tool):
                 message="Still running after the wait; it is not finished.",
                 outcome="submitted",
             )
-        process.file.close()
-        return self._report(process, ended=True, timed_out=False, keep_file=True)
+        return _repeat(self._ended(process), process_id)
 
     def _stop(self, process_id: str, process: _Process) -> ToolResult:
-        ended = _kill_group(process.popen)
-        process.file.close()
-        if not ended:
+        if _state(process.popen)[0]:
+            # Already over: nothing to stop, the final result stands.
+            return _repeat(self._ended(process), process_id)
+        if not _kill_group(process.popen):
             return ToolResult(
                 status="unknown",
                 payload={"process_id": process_id, "stopped": False, "status": "unknown"},
                 message="The process group was signalled but its end cannot be confirmed.",
                 outcome="indeterminate",
             )
-        with self._lock:
-            self._processes.pop(process_id, None)
+        with process.lock:
+            if process.final is None:
+                process.stopped = True
+        payload = self._ended(process).payload
         return ToolResult(
-            status="succeeded",
+            status="succeeded",  # the stop did what it was asked; the command did not finish
             payload={
                 "process_id": process_id,
                 "stopped": True,
-                "exit_code": process.popen.returncode,
+                "exit_code": payload["exit_code"],
+                "output": payload["output"],
+                "output_file": payload["output_file"],
             },
-            message=f"Stopped. {_NOT_UNDONE}",
+            message=(
+                f"Stopped before it finished; read and wait now report it as failed. {_NOT_UNDONE}"
+            ),
             outcome="succeeded",
         )
 
     # -- helpers -----------------------------------------------------------------------------
 
-    def _spawn(self, ctx: ToolContext, args: ExecuteCommandArgs) -> _Process | ToolResult:
+    def _spawn(
+        self, ctx: ToolContext, args: ExecuteCommandArgs
+    ) -> tuple[str, _Process] | ToolResult:
         if args.cwd is not None and not os.path.isdir(args.cwd):
             return ToolResult(
                 status="failed",
@@ -200,27 +263,32 @@ class ExecuteCommand(Tool):
                 outcome="invalid_arguments",
             )
         fd, path = tempfile.mkstemp(prefix="orch-command-", suffix=".log")
-        output = os.fdopen(fd, "wb")
         try:
             popen = subprocess.Popen(
                 ["/bin/sh", "-c", str(args.command)],
                 cwd=args.cwd,
                 env={**os.environ, **args.env},
                 stdin=subprocess.DEVNULL,
-                stdout=output,
+                stdout=fd,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: timeouts kill all of it
             )
         except OSError as exc:
-            output.close()
-            os.unlink(path)
+            _unlink(path)
             return ToolResult(
                 status="failed",
                 message=f"the command could not be started: {exc.strerror}; nothing was run",
                 code="not_started",
                 outcome="not_sent",
             )
-        return _Process(ctx.owner, ctx.session_id, popen, path, output)
+        finally:
+            os.close(fd)  # the child has its own copy; the parent never writes to the file
+        process_id = uuid.uuid4().hex
+        process = _Process(ctx.owner, ctx.session_id, popen, path)
+        with self._lock:
+            # Tracked from the first moment, so `reap` finds it whatever happens next.
+            self._processes[process_id] = process
+        return process_id, process
 
     def _lookup(self, ctx: ToolContext, process_id: str) -> _Process | None:
         with self._lock:
@@ -229,41 +297,139 @@ class ExecuteCommand(Tool):
             return None
         return process
 
-    @staticmethod
-    def _report(process: _Process, *, ended: bool, timed_out: bool, keep_file: bool) -> ToolResult:
-        code = process.popen.returncode if ended else None
-        outcome: Outcome
-        if not ended:
-            outcome, execution = "indeterminate", "unconfirmed"
-        elif timed_out:
-            outcome, execution = "command_failed", "timed_out_and_stopped"
-        elif code == 0:
-            outcome, execution = "succeeded", "exited"
-        else:
-            outcome = "command_failed"
-            execution = "exited" if code is not None and code > 0 else "killed_by_signal"
-        status = tool_status(outcome)
-        text = _text(process.path)
-        long_output = len(text) > PREVIEW
-        if long_output and keep_file:
-            preview = text[: PREVIEW // 2] + "\n[...]\n" + text[-PREVIEW // 2 :]
-            output_file: str | None = process.path
-        else:
-            preview, output_file = text, None
-            os.unlink(process.path)
-        payload = {
-            "exit_code": code,
-            "timed_out": timed_out,
-            "execution_outcome": execution,
-            "status": status,
-            "output": preview,
-            "output_file": output_file,
-        }
-        if timed_out or not ended:
-            payload["note"] = _NOT_UNDONE
-        return ToolResult(
-            status=status, payload=payload, message=model_message(outcome), outcome=outcome
-        )
+    def _forget(self, process_id: str) -> None:
+        with self._lock:
+            process = self._processes.pop(process_id, None)
+        if process is not None:
+            _discard(process)
+
+    def _ended(self, process: _Process) -> ToolResult:
+        """The final result of a process whose end is confirmed, computed on first use."""
+        with process.lock:
+            if process.final is not None:
+                return process.final
+            process.final = _final(process)
+            process.ended_at = time.monotonic()
+            final = process.final
+        self._evict(process.session_id)
+        return final
+
+    def _evict(self, session_id: str) -> None:
+        """Keep at most `MAX_FINISHED` finished commands a session; the longest ended go."""
+        with self._lock:
+            finished = sorted(
+                (
+                    (entry.ended_at, process_id)
+                    for process_id, entry in self._processes.items()
+                    if entry.session_id == session_id and entry.final is not None
+                ),
+            )
+            excess = finished[: max(0, len(finished) - MAX_FINISHED)]
+            evicted = [self._processes.pop(process_id) for _, process_id in excess]
+        for entry in evicted:
+            _discard(entry)
+
+
+def _final(process: _Process) -> ToolResult:
+    """The result of a command whose end is confirmed (short output: the file goes now)."""
+    _, code = _state(process.popen)
+    outcome: Outcome
+    if process.timed_out:
+        outcome, execution = "command_failed", "timed_out_and_stopped"
+    elif process.stopped:
+        outcome, execution = "command_failed", "stopped"
+    elif code is None:
+        # Something else in this process collected the exit status: it ended, but how is lost.
+        outcome, execution = "indeterminate", "exit_status_lost"
+    elif code == 0:
+        outcome, execution = "succeeded", "exited"
+    else:
+        outcome = "command_failed"
+        execution = "exited" if code > 0 else "killed_by_signal"
+    status = tool_status(outcome)
+    text = _text(process.path)
+    output_file: str | None = None
+    if len(text) > PREVIEW:
+        output_file = process.path  # kept for `read` paging until `reap`
+    else:
+        process.output = text
+        _unlink(process.path)
+    payload: dict[str, Any] = {
+        "exit_code": code,
+        "timed_out": process.timed_out,
+        "execution_outcome": execution,
+        "status": status,
+        "output": _preview(text),
+        "output_file": output_file,
+    }
+    if process.timed_out or process.stopped:
+        payload["note"] = _NOT_UNDONE
+    return ToolResult(
+        status=status, payload=payload, message=model_message(outcome), outcome=outcome
+    )
+
+
+def _unconfirmed(process: _Process, process_id: str) -> ToolResult:
+    """A run whose end cannot be confirmed: `unknown`; the file stays for later reads."""
+    payload: dict[str, Any] = {
+        "process_id": process_id,
+        "exit_code": None,
+        "timed_out": process.timed_out,
+        "execution_outcome": "unconfirmed",
+        "status": "unknown",
+        "output": _preview(_text(process.path)),
+        "output_file": process.path,
+        "note": _NOT_UNDONE,
+    }
+    return ToolResult(
+        status="unknown",
+        payload=payload,
+        message=model_message("indeterminate"),
+        outcome="indeterminate",
+    )
+
+
+def _repeat(
+    final: ToolResult, process_id: str, running: bool | None = False, **extra: Any
+) -> ToolResult:
+    """The final result again, for a read, wait or stop after the end."""
+    payload = {**final.payload, "process_id": process_id, **extra}
+    if running is not None:
+        payload["running"] = running
+    return replace(final, payload=payload)
+
+
+def _discard(process: _Process) -> None:
+    """Kill what is left of the process group and delete the output file."""
+    ended, code = _state(process.popen)
+    if not ended and not _kill_group(process.popen):
+        log.warning("command process %s did not end when reaped", process.popen.pid)
+    # Children an ended leader left behind. Safe while the unreaped leader holds the id; not
+    # when something else collected its status (the id may belong to another process now).
+    if not (ended and code is None):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.popen.pid, signal.SIGKILL)
+    if _state(process.popen)[0]:
+        with contextlib.suppress(ChildProcessError):
+            process.popen.wait(timeout=_KILL_GRACE)  # reap the zombie
+    _unlink(process.path)
+
+
+def _state(popen: subprocess.Popen[bytes]) -> tuple[bool, int | None]:
+    """(ended, exit code), without reaping: the zombie keeps the pid (and so the process-group
+    id) from being reused until `_discard`. A negative code is the signal that ended it; None
+    with ended=True means something else collected the status."""
+    if popen.returncode is not None:
+        return True, popen.returncode
+    try:
+        info = os.waitid(os.P_PID, popen.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True, None
+    if info is None:
+        return False, None
+    if info.si_code == os.CLD_EXITED:
+        return True, info.si_status
+    return True, -info.si_status
 
 
 def _wait_for(
@@ -272,35 +438,64 @@ def _wait_for(
     """True when the process ended within `timeout`; raises `ToolCancelled` on cancellation."""
     deadline = time.monotonic() + timeout
     while True:
-        try:
-            popen.wait(timeout=min(_POLL, max(0.0, deadline - time.monotonic())))
+        if _state(popen)[0]:
             return True
-        except subprocess.TimeoutExpired:
-            pass
         if ctx.cancel is not None and ctx.cancel.is_set():
             if kill_on_cancel:
                 _kill_group(popen)
             raise ToolCancelled("cancelled while the command ran")
-        if time.monotonic() >= deadline:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
             return False
+        if ctx.cancel is not None:
+            ctx.cancel.wait(min(_POLL, remaining))
+        else:
+            time.sleep(min(_POLL, remaining))
+
+
+def _ends_within(popen: subprocess.Popen[bytes], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not _state(popen)[0]:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        time.sleep(min(_POLL, remaining))
+    return True
 
 
 def _kill_group(popen: subprocess.Popen[bytes]) -> bool:
     """TERM then KILL the process group; True only when the end of the process is confirmed."""
     for sig, grace in ((signal.SIGTERM, _TERM_GRACE), (signal.SIGKILL, _KILL_GRACE)):
-        with contextlib.suppress(ProcessLookupError):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(popen.pid, sig)
-        try:
-            popen.wait(timeout=grace)
+        if _ends_within(popen, grace):
             return True
-        except subprocess.TimeoutExpired:
-            continue
-    return popen.poll() is not None
+    return _state(popen)[0]
+
+
+def _preview(text: str) -> str:
+    if len(text) <= PREVIEW:
+        return text
+    return text[: PREVIEW // 2] + "\n[...]\n" + text[-PREVIEW // 2 :]
+
+
+def _page(text: str, offset: int) -> tuple[str, int | None]:
+    page = text[offset : offset + READ_LIMIT]
+    end = offset + len(page)
+    return page, (end if end < len(text) else None)
 
 
 def _text(path: str) -> str:
-    with open(path, "rb") as handle:
-        return handle.read().decode("utf-8", errors="replace")
+    try:
+        with open(path, "rb") as handle:
+            return handle.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:  # deleted by `reap` meanwhile, or from outside
+        return ""
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
 
 
 def command_tools(settings: Settings) -> list[Tool]:

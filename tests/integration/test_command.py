@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -22,7 +23,9 @@ from tests.integration.receipt_rows import chat_session
 @pytest.fixture
 def host(sqlite_url: str) -> Any:
     db = Database.from_url(sqlite_url)
-    yield ToolHost([ExecuteCommand()], ledger=ReceiptLedger(db))
+    tool = ExecuteCommand()
+    yield ToolHost([tool], ledger=ReceiptLedger(db))
+    tool.reap_all()
     db.dispose()
 
 
@@ -149,3 +152,210 @@ def test_start_read_wait_stop(host: ToolHost) -> None:
     stopped = _run(host, ctx, "t", action="stop", process_id=process_id)
     assert stopped.status == "succeeded"
     assert stopped.payload["stopped"] is True
+
+
+# -- after the end: cached results, unknown ids ---------------------------------------------
+
+
+def _tool(host: ToolHost) -> ExecuteCommand:
+    tool = host.tools["execute_command"]
+    assert isinstance(tool, ExecuteCommand)
+    return tool
+
+
+def _leftovers(directory: Path) -> list[str]:
+    return sorted(path.name for path in directory.glob("orch-command-*"))
+
+
+@pytest.fixture
+def tmpdir_for_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Output files go to a folder of this test, so leftovers can be counted."""
+    directory = tmp_path / "output"
+    directory.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(directory))
+    return directory
+
+
+@pytest.mark.parametrize(
+    ("script", "status", "code"), [("exit 3", "failed", 3), ("true", "succeeded", 0)]
+)
+def test_read_wait_stop_after_the_end_repeat_the_final_result(
+    host: ToolHost, tmpdir_for_output: Path, script: str, status: str, code: int
+) -> None:
+    ctx = _ctx(host)
+    started = _run(host, ctx, "s", action="start", command=f"echo done; {script}")
+    process_id = started.payload["process_id"]
+    first = _run(host, ctx, "w1", action="wait", process_id=process_id, timeout_seconds=5)
+    assert first.status == status
+    assert first.payload["exit_code"] == code
+    assert first.payload["output"] == "done\n"
+    assert first.payload["execution_outcome"] == "exited"
+    # A short output needs no file once the process ended.
+    assert _leftovers(tmpdir_for_output) == []
+    for call_id, action in (("r", "read"), ("w2", "wait"), ("t", "stop")):
+        again = _run(host, ctx, call_id, action=action, process_id=process_id)
+        assert again.code is None, again
+        assert again.status == status
+        assert again.payload["exit_code"] == code
+        assert again.payload["output"] == "done\n"
+        assert again.payload["running"] is False
+    read = _run(host, ctx, "r2", action="read", process_id=process_id, offset=2)
+    assert read.payload["content"] == "ne\n"
+    assert read.payload["next_offset"] is None
+
+
+def test_read_sees_the_end_without_a_wait(host: ToolHost) -> None:
+    ctx = _ctx(host)
+    started = _run(host, ctx, "s", action="start", command="echo quick; exit 4")
+    process_id = started.payload["process_id"]
+    deadline = time.monotonic() + 5
+    read = _run(host, ctx, "r0", action="read", process_id=process_id)
+    while read.payload["running"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+        read = _run(host, ctx, f"r{time.monotonic()}", action="read", process_id=process_id)
+    assert read.status == "failed"  # the command failed; the read reports it, not hides it
+    assert read.payload["exit_code"] == 4
+    assert read.payload["content"] == "quick\n"
+    waited = _run(host, ctx, "w", action="wait", process_id=process_id)
+    assert (waited.status, waited.payload["exit_code"]) == ("failed", 4)
+
+
+def test_an_unconfirmed_end_keeps_the_output_and_the_handle(
+    host: ToolHost, monkeypatch: pytest.MonkeyPatch, tmpdir_for_output: Path
+) -> None:
+    monkeypatch.setattr(command_module, "_kill_group", lambda popen: False)
+    ctx = _ctx(host)
+    result = _run(host, ctx, command="echo early; sleep 1", timeout_seconds=0.3)
+    monkeypatch.undo()
+    assert result.status == "unknown"
+    assert result.payload["exit_code"] is None
+    assert "not undo" in result.payload["note"]
+    process_id = result.payload["process_id"]
+    read = _run(host, ctx, "r", action="read", process_id=process_id)
+    assert read.code is None, read
+    assert read.payload["running"] is True
+    assert read.payload["content"] == "early\n"
+    waited = _run(host, ctx, "w", action="wait", process_id=process_id, timeout_seconds=5)
+    # It outlived its timeout: never reported as a success, whatever its exit code.
+    assert waited.status == "failed"
+    assert waited.payload["timed_out"] is True
+    assert waited.payload["output"] == "early\n"
+    again = _run(host, ctx, "w2", action="wait", process_id=process_id)
+    assert (again.status, again.payload["output"]) == ("failed", "early\n")
+    assert _leftovers(tmpdir_for_output) == []
+
+
+def test_after_a_stop_the_process_reports_stopped_and_failed(host: ToolHost) -> None:
+    ctx = _ctx(host)
+    started = _run(host, ctx, "s", action="start", command="echo begun; sleep 30")
+    process_id = started.payload["process_id"]
+    time.sleep(0.2)
+    stopped = _run(host, ctx, "t", action="stop", process_id=process_id)
+    assert stopped.status == "succeeded"  # the stop did what it was asked
+    assert stopped.payload["stopped"] is True
+    assert "not undo" in (stopped.message or "")
+    # The command itself did not finish: never a success.
+    for call_id, action in (("r", "read"), ("w", "wait"), ("t2", "stop")):
+        after = _run(host, ctx, call_id, action=action, process_id=process_id)
+        assert after.code is None, after
+        assert after.status == "failed"
+        assert after.payload["execution_outcome"] == "stopped"
+        assert after.payload["output"] == "begun\n"
+
+
+@pytest.mark.parametrize("action", ["read", "wait", "stop"])
+def test_an_unknown_process_id_is_a_clear_failure(host: ToolHost, action: str) -> None:
+    result = _run(host, _ctx(host), action=action, process_id="0" * 32)
+    assert result.status == "failed"
+    assert result.code == "not_found"
+    assert "cleaned up" in (result.message or "")
+
+
+# -- reaping: round end, cancellation --------------------------------------------------------
+
+
+def test_reap_kills_the_sessions_processes_and_deletes_their_files(
+    host: ToolHost, tmp_path: Path, tmpdir_for_output: Path
+) -> None:
+    tool = _tool(host)
+    ctx = _ctx(host)
+    other = _ctx(host)
+    leader, child = tmp_path / "leader", tmp_path / "child"
+    background = _run(
+        host,
+        ctx,
+        "a",
+        action="start",
+        command=f"echo $$ > {leader}; sleep 30 & echo $! > {child}; wait",
+    )
+    to_stop = _run(host, ctx, "b", action="start", command="echo x; sleep 30")
+    long_run = _run(host, ctx, "c", command="seq 1 20000")
+    assert long_run.payload["output_file"] is not None
+    kept = _run(host, other, "d", action="start", command="sleep 30")
+    deadline = time.monotonic() + 5
+    while not child.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stopped = _run(host, ctx, "e", action="stop", process_id=to_stop.payload["process_id"])
+    assert stopped.status == "succeeded"
+    # The stopped command's short output was kept in its result, its file deleted at once.
+    assert len(_leftovers(tmpdir_for_output)) == 3
+    pids = [int(leader.read_text()), int(child.read_text())]
+
+    assert tool.reap(ctx.session_id) == 3
+    assert not any(_alive(pid) for pid in pids)
+    assert _leftovers(tmpdir_for_output) == [Path(kept.payload["output_file"]).name]
+    for call_id, process_id in (
+        ("f", background.payload["process_id"]),
+        ("g", to_stop.payload["process_id"]),
+        ("h", long_run.payload["process_id"]),
+    ):
+        gone = _run(host, ctx, call_id, action="read", process_id=process_id)
+        assert (gone.status, gone.code) == ("failed", "not_found")
+    # Idempotent; another session is untouched until it is reaped.
+    assert tool.reap(ctx.session_id) == 0
+    read = _run(host, other, "i", action="read", process_id=kept.payload["process_id"])
+    assert read.payload["running"] is True
+    assert tool.reap(other.session_id) == 1
+    assert _leftovers(tmpdir_for_output) == []
+
+
+def test_a_cancelled_run_kills_the_group_and_deletes_its_file(
+    host: ToolHost, tmp_path: Path, tmpdir_for_output: Path
+) -> None:
+    cancel = threading.Event()
+    ctx = _ctx(host, cancel=cancel)
+    leader, child = tmp_path / "leader", tmp_path / "child"
+    threading.Timer(0.5, cancel.set).start()
+    with pytest.raises(ToolCancelled):
+        _run(
+            host,
+            ctx,
+            command=f"echo $$ > {leader}; sleep 30 & echo $! > {child}; wait",
+            timeout_seconds=20,
+        )
+    assert not _alive(int(leader.read_text()))
+    deadline = time.monotonic() + 5
+    while _alive(int(child.read_text())) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(int(child.read_text()))
+    assert _leftovers(tmpdir_for_output) == []
+    assert _tool(host).reap(ctx.session_id) == 0
+
+
+def test_a_cancelled_run_that_will_not_die_is_left_to_reap(
+    host: ToolHost, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tmpdir_for_output: Path
+) -> None:
+    monkeypatch.setattr(command_module, "_kill_group", lambda popen: False)
+    cancel = threading.Event()
+    ctx = _ctx(host, cancel=cancel)
+    leader = tmp_path / "leader"
+    threading.Timer(0.5, cancel.set).start()
+    with pytest.raises(ToolCancelled):
+        _run(host, ctx, command=f"echo $$ > {leader}; sleep 30", timeout_seconds=20)
+    monkeypatch.undo()
+    pid = int(leader.read_text())
+    assert _alive(pid)
+    assert len(_leftovers(tmpdir_for_output)) == 1
+    assert _tool(host).reap(ctx.session_id) == 1
+    assert not _alive(pid)
+    assert _leftovers(tmpdir_for_output) == []

@@ -202,13 +202,24 @@ def parse_plan(payload: Any) -> tuple[PlanDraft | None, list[Problem]]:
 
 
 def check_update(
-    nodes: Sequence[Mapping[str, Any]], previous: Sequence[Mapping[str, Any]] | None
+    nodes: Sequence[Any], previous: Sequence[Mapping[str, Any]] | None
 ) -> list[Problem]:
-    """Rules against the previous revision: keep every node, never rewrite a completed one."""
+    """Rules against the previous revision: keep every node, never rewrite a completed one.
+
+    `nodes` may be the raw input of a refused publish: only objects whose id is a string can
+    match a stored node (a list or an object as id is reported by `parse_plan`, not here).
+    A completed node keeps its title, evidence and status; a corrected conclusion is a new
+    review node (seed 004).
+    """
     if not previous:
         return []
     problems: list[Problem] = []
-    current = {node.get("id"): node for node in nodes if isinstance(node, dict)}
+    current: dict[str, Mapping[str, Any]] = {}
+    for node in nodes:
+        if isinstance(node, Mapping):
+            node_id = node.get("id")
+            if isinstance(node_id, str):
+                current[node_id] = node
     for old in previous:
         node_id = old["id"]
         new = current.get(node_id)
@@ -222,14 +233,15 @@ def check_update(
                 )
             )
         elif old.get("status") == "completed" and (
-            new.get("title") != old.get("title")
+            new.get("status") != "completed"
+            or new.get("title") != old.get("title")
             or (new.get("evidence") or "") != (old.get("evidence") or "")
         ):
             problems.append(
                 problem(
                     "completed_node_changed",
-                    f"node {node_id!r} was completed; its title and evidence cannot change "
-                    "(add a review node and say why in reason)",
+                    f"node {node_id!r} was completed; its status, title and evidence cannot "
+                    "change (add a review node and say why in reason)",
                     node_id=node_id,
                 )
             )

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import func, insert, select
 
 from orchestrator.api import create_app
@@ -17,8 +18,8 @@ from orchestrator.settings import load_settings
 from orchestrator.store import Database
 from orchestrator.store.tables import plan_revisions, tasks
 from orchestrator.store.types import utcnow
+from tests.unit.test_plan_validation import PREVIOUS, reference_codes, reference_update_codes
 from tests.unit.test_plan_validation import plans as random_plans
-from tests.unit.test_plan_validation import reference_codes
 
 with warnings.catch_warnings():
     # Starlette asks for `httpx2`, which is not a dependency; plain httpx still works.
@@ -328,20 +329,25 @@ def test_sessions_pagination_walks_every_session_once(client: TestClient) -> Non
 
 
 @settings(
-    max_examples=30,
+    max_examples=40,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
-@given(payload=random_plans())
+@given(payload=random_plans(), with_history=st.booleans())
 def test_random_publishes_match_the_reference_never_500_and_refusals_write_nothing(
-    client: TestClient, payload: dict[str, Any]
+    client: TestClient, payload: dict[str, Any], with_history: bool
 ) -> None:
     session = client.post(
         "/api/v1/sessions", json={"purpose": "ordinary_chat", "title": "p"}, headers=PUBLIC
     ).json()["session_id"]
+    expected = reference_codes(payload)
+    if with_history:
+        # Revision 1 exists, so the history rules run too (they once crashed on a list as id).
+        first = publish(client, session, plan("base", PREVIOUS))
+        assert first.status_code == 201, first.text
+        expected |= reference_update_codes(payload, PREVIOUS)
     before = revision_count(client)
     response = publish(client, session, payload)
-    expected = reference_codes(payload)
     assert response.status_code == (422 if expected else 201), response.text
     if expected:
         assert {d["code"] for d in response.json()["error"]["details"]} == expected

@@ -138,6 +138,30 @@ def test_completed_node_changed_title_or_evidence() -> None:
     validate_plan(plan([node("a", "completed", evidence="ph 7.2"), review]), previous)
 
 
+@pytest.mark.parametrize("status", ["pending", "running", "failed", "skipped", "cancelled"])
+def test_a_completed_node_cannot_go_back(status: str) -> None:
+    previous = [node("a", "completed", evidence="ph 7.2")]
+    back = node("a", status, evidence="ph 7.2", reason="recheck")
+    assert codes(plan([back]), previous) == ["completed_node_changed"]
+    review = node("a-review", "running", reason="ph looked off", description="recheck ph")
+    validate_plan(plan([node("a", "completed", evidence="ph 7.2"), review]), previous)
+
+
+@pytest.mark.parametrize("bad_id", [["a"], {"id": "a"}, 7, None, True])
+def test_a_wrongly_typed_node_id_against_history_is_a_problem_not_a_crash(bad_id: Any) -> None:
+    previous = [node("a"), node("b", "completed", evidence="seen")]
+    payload = plan([{**node("a"), "id": bad_id}, node("b", "completed", evidence="seen")])
+    found = codes(payload, previous)
+    assert found[0] in ("invalid_type", "missing_field")
+    assert found[1:] == ["node_removed"]
+    assert check_update([{"id": bad_id}, 5, None], previous) == [
+        {"code": "node_removed", "message": check_update([], previous)[0]["message"],
+         "node_id": "a"},
+        {"code": "node_removed", "message": check_update([], previous)[1]["message"],
+         "node_id": "b"},
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("payload", "field"),
     [
@@ -243,39 +267,94 @@ def test_check_update_without_history_is_empty() -> None:
 
 _ID_CHARS = set(string.ascii_letters + string.digits + "_.:-")
 _STATUSES = ["pending", "running", "waiting", "completed", "failed", "skipped", "cancelled", "x"]
+#: JSON values of the wrong type, for any field: null, numbers, booleans, lists, objects.
+_WRONG_TYPES: list[Any] = [None, 0, 2.5, True, [], ["n0"], {}, {"id": "n0"}]
+#: The revision 1 a publish may meet: a completed node and a pending one.
+PREVIOUS: list[dict[str, Any]] = [
+    {"id": "n0", "title": "t", "actor": "agent", "description": "", "evidence": "seen",
+     "status": "completed", "reason": None},
+    {"id": "n1", "title": "t", "actor": "human", "description": "", "evidence": "",
+     "status": "pending", "reason": None},
+]  # fmt: skip
+
+
+def _text_code(value: Any, *, required: bool, limit: int, an_id: bool = False) -> str | None:
+    """What is wrong with one string field, read plainly (null is absence)."""
+    if value is None:
+        return "missing_field" if required else None
+    if not isinstance(value, str):
+        return "invalid_type"
+    if required and not value.strip():
+        return "missing_field"
+    if len(value) > limit or (an_id and not all(ch in _ID_CHARS for ch in value)):
+        return "field_too_long"
+    return None
+
+
+def _blank(value: Any) -> bool:
+    """An optional text that is absent or empty (a wrong type is its own problem)."""
+    return value is None or (isinstance(value, str) and not value.strip())
 
 
 def reference_codes(payload: dict[str, Any]) -> set[str]:
     """What a plain reading of the rules says is wrong (structure only, no history)."""
     found: set[str] = set()
-    nodes, edges = payload["nodes"], payload["edges"]
-    if not nodes:
+
+    def text(value: Any, required: bool, limit: int, an_id: bool = False) -> bool:
+        code = _text_code(value, required=required, limit=limit, an_id=an_id)
+        if code:
+            found.add(code)
+        return code is None
+
+    text(payload.get("request_id"), True, 128, an_id=True)
+    text(payload.get("title"), True, 200)
+    text(payload.get("reason"), False, 2000)
+    nodes, edges = payload.get("nodes"), payload.get("edges")
+    if nodes is None:
+        found.add("missing_field")
+        nodes = []
+    elif not isinstance(nodes, list):
+        found.add("invalid_type")
+        nodes = []
+    elif not nodes:
         found.add("empty_plan")
+    if edges is None:
+        edges = []
+    elif not isinstance(edges, list):
+        found.add("invalid_type")
+        edges = []
     if len(nodes) > 40:
         found.add("too_many_nodes")
     if len(edges) > 80:
         found.add("too_many_edges")
-    ids = [n["id"] for n in nodes]
+    ids = [n["id"] for n in nodes if isinstance(n, dict) and isinstance(n.get("id"), str)]
     if len(set(ids)) != len(ids):
         found.add("duplicate_node_id")
     for n in nodes:
-        ok_id = len(n["id"]) <= 64 and all(ch in _ID_CHARS for ch in n["id"])
-        if not ok_id or len(n["title"]) > 200:
-            found.add("field_too_long")
-        if not n["id"]:
-            found.add("missing_field")
-        if not n["title"].strip():
-            found.add("missing_field")
-        if n["actor"] not in ("agent", "human"):
+        if not isinstance(n, dict):
+            found.add("invalid_type")
+            continue
+        text(n.get("id"), True, 64, an_id=True)
+        text(n.get("title"), True, 200)
+        evidence, reason, status = n.get("evidence"), n.get("reason"), n.get("status")
+        text(evidence, False, 2000)
+        text(reason, False, 2000)
+        if not any(n.get("actor") == actor for actor in ("agent", "human")):
             found.add("invalid_actor")
-        if n["status"] not in _STATUSES[:-1]:
+        if not any(status == known for known in _STATUSES[:-1]) or type(status) is not str:
             found.add("invalid_status")
-        if n["status"] == "completed" and not n.get("evidence", "").strip():
+        elif status == "completed" and _blank(evidence):
             found.add("evidence_required")
-        if n["status"] in ("failed", "waiting") and not n.get("reason", "").strip():
+        elif status in ("failed", "waiting") and _blank(reason):
             found.add("reason_required")
     good = []
     for e in edges:
+        if not isinstance(e, dict):
+            found.add("invalid_type")
+            continue
+        ends_ok = [text(e.get(end), True, 64) for end in ("from", "to")]
+        if not (all(ends_ok) and text(e.get("label"), False, 200)):
+            continue
         if e["from"] not in ids or e["to"] not in ids:
             found.add("dangling_edge")
         if e["from"] == e["to"]:
@@ -295,9 +374,31 @@ def reference_codes(payload: dict[str, Any]) -> set[str]:
     return found
 
 
+def reference_update_codes(payload: dict[str, Any], previous: list[dict[str, Any]]) -> set[str]:
+    """The history rules read plainly: every old node stays; a completed one never changes."""
+    nodes = payload.get("nodes")
+    by_id: dict[str, Any] = {}
+    for n in nodes if isinstance(nodes, list) else []:
+        if isinstance(n, dict) and isinstance(n.get("id"), str):
+            by_id[n["id"]] = n  # with duplicate ids (refused anyway) the last one is compared
+    found: set[str] = set()
+    for old in previous:
+        new = by_id.get(old["id"])
+        if new is None:
+            found.add("node_removed")
+        elif old["status"] == "completed" and (
+            new.get("title") != old["title"]
+            or new.get("evidence") != old["evidence"]
+            or new.get("status") != "completed"
+        ):
+            found.add("completed_node_changed")
+    return found
+
+
 @st.composite
 def plans(draw: st.DrawFn) -> dict[str, Any]:
-    """Random plans, from clean to messy: each field goes wrong with a per-plan probability."""
+    """Random plans, from clean to messy: each field goes wrong with a per-plan probability,
+    into a wrong value or a value of the wrong type (null, number, list, object)."""
     rate = draw(st.sampled_from([0, 1, 4, 20]))  # out of 40
 
     def pick(clean: Any, messy: list[Any]) -> Any:
@@ -305,32 +406,44 @@ def plans(draw: st.DrawFn) -> dict[str, Any]:
 
     count = draw(st.one_of(st.integers(0, 8), st.integers(38, 43)))
     pool = [f"n{i}" for i in range(count)]
-    nodes = []
+    nodes: list[Any] = []
     for i in range(count):
-        status = pick(draw(st.sampled_from(_STATUSES[:-1])), ["x"])
+        status = pick(draw(st.sampled_from(_STATUSES[:-1])), ["x", *_WRONG_TYPES])
         item = {
-            "id": pick(pool[i], ["n0", "bad id", "x" * 65, "", "naïve"]),
-            "title": pick("t", [" ", "y" * 201]),
-            "actor": pick(draw(st.sampled_from(["agent", "human"])), ["robot"]),
+            "id": pick(pool[i], ["n0", "bad id", "x" * 65, "", "naïve", *_WRONG_TYPES]),
+            "title": pick("t", [" ", "y" * 201, *_WRONG_TYPES]),
+            "actor": pick(draw(st.sampled_from(["agent", "human"])), ["robot", *_WRONG_TYPES]),
             "status": status,
         }
         if status == "completed" or draw(st.booleans()):
-            item["evidence"] = pick("seen", ["", "  "])
+            item["evidence"] = pick("seen", ["", "  ", *_WRONG_TYPES])
         if status in ("failed", "waiting") or draw(st.booleans()):
-            item["reason"] = pick("why", [" "])
-        nodes.append(item)
+            item["reason"] = pick("why", [" ", *_WRONG_TYPES])
+        nodes.append(pick(item, [7, None, "node", [item]]))
     targets = [*pool, "ghost"]
-    edges = []
+    edges: list[Any] = []
     if pool:
         index = st.integers(0, count - 1)
         for a, b in draw(st.lists(st.tuples(index, index), max_size=pick(8, [85]))):
             lo, hi = sorted((a, b))
             if lo == hi and draw(st.integers(0, 39)) >= rate:
                 continue
-            edges.append({"from": pool[lo], "to": pool[hi]})
+            edge: dict[str, Any] = {
+                "from": pick(pool[lo], _WRONG_TYPES),
+                "to": pick(pool[hi], _WRONG_TYPES),
+            }
+            if draw(st.integers(0, 39)) < rate:
+                edge["label"] = draw(st.sampled_from([None, "if high", 3, [], {}]))
+            edges.append(pick(edge, [None, 3, "a->b", [edge]]))
     for _ in range(pick(0, [1, 2])):
         edges.append({"from": draw(st.sampled_from(targets)), "to": draw(st.sampled_from(targets))})
-    return {"request_id": "r", "title": "p", "reason": "", "nodes": nodes, "edges": edges}
+    return {
+        "request_id": pick("r", [None, 5, [], {}, "bad id", "r" * 129]),
+        "title": pick("p", [None, 5, {}, " "]),
+        "reason": pick("", [None, 5, ["why"]]),
+        "nodes": pick(nodes, [None, "nodes", {"n0": nodes}]),
+        "edges": pick(edges, [None, "edges", {}]),
+    }
 
 
 @settings(max_examples=400, deadline=None)
@@ -340,3 +453,15 @@ def test_accepted_exactly_when_the_reference_says_valid(payload: dict[str, Any])
     draft, problems = parse_plan(payload)
     assert {p["code"] for p in problems} == expected
     assert (draft is not None) == (not expected)
+
+
+@settings(max_examples=300, deadline=None)
+@given(payload=plans())
+def test_against_a_previous_revision_the_reference_agrees_and_nothing_crashes(
+    payload: dict[str, Any],
+) -> None:
+    expected = reference_codes(payload) | reference_update_codes(payload, PREVIOUS)
+    if not expected:
+        validate_plan(payload, PREVIOUS)
+        return
+    assert set(codes(payload, PREVIOUS)) == expected

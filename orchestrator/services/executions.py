@@ -38,6 +38,7 @@ from orchestrator.store.tables import tasks
 from orchestrator.store.types import utcnow
 from orchestrator.tools.actions import ProposeAction
 from orchestrator.tools.base import Fence, Tool, ToolCancelled, ToolContext
+from orchestrator.tools.command import ExecuteCommand
 from orchestrator.tools.plans import PublishExecutionPlan
 from orchestrator.tools.results import ResultCache
 from orchestrator.tools.tasks import ReadTaskContext, SaveReport
@@ -122,7 +123,14 @@ class ExecutionService:
             return self._round(task, session_id, fence, keeper)
         finally:
             keeper.close()
-            self.results.drop_graph(session_id)
+            self._end_of_round(session_id)
+
+    def _end_of_round(self, session_id: str) -> None:
+        """Nothing of the round outlives it: its paged results and its background commands."""
+        self.results.drop_graph(session_id)
+        for tool in self.receipt_tools:
+            if isinstance(tool, ExecuteCommand):
+                tool.reap(session_id)
 
     def _not_acquired(self, task_id: str, generation: int) -> RunResult:
         with self.db.transaction(readonly=True) as conn:

@@ -62,7 +62,7 @@ class TaskService:
     def trigger(self, trigger: Trigger) -> TriggerResult:
         """Create and queue a task; the same `trigger_id` again returns the same task."""
         trigger_id = trigger.trigger_id or f"auto:{_new_uuid()}"
-        with self.db.transaction() as conn:
+        with self.db.single_statement() as conn:  # one statement on Postgres
             task = task_store.insert_task(
                 conn,
                 task_store.NewTask(

@@ -85,6 +85,21 @@ class Database:
             except IntegrityError as exc:
                 raise ConstraintViolation(_integrity_message(exc)) from exc
 
+    @contextmanager
+    def single_statement(self) -> Iterator[Connection]:
+        """A unit of work that is one statement on Postgres: sent in autocommit, no BEGIN or
+        COMMIT round trip (the statement is its own transaction). Elsewhere a transaction."""
+        if self.dialect != "postgresql":
+            with self.transaction() as conn:
+                yield conn
+            return
+        with self.engine.connect() as conn:
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            try:
+                yield conn
+            except IntegrityError as exc:
+                raise ConstraintViolation(_integrity_message(exc)) from exc
+
     def dispose(self) -> None:
         self.engine.dispose()
 

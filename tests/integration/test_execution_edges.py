@@ -4,6 +4,7 @@ infrastructure errors, and wake-ups that find nothing to do. Both stores."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -195,3 +196,31 @@ def test_the_explain_view_shows_the_lease_of_a_running_generation(env: Any, scri
     finally:
         runner.join(timeout=30)
     assert rt.tasks.explain(task_id)["lease"] is None
+
+
+def test_a_background_command_does_not_outlive_its_round(store_url: str, tmp_path: Path) -> None:
+    scripts = tmp_path / "scripts"
+    marker = tmp_path / "still-running"
+    # A background command that would touch the marker after 3 s, unless killed with the round.
+    command = f"sleep 3 && touch {marker}"
+    start = {
+        "id": "c1",
+        "name": "execute_command",
+        "arguments": {"action": "start", "command": command},
+    }
+    write_script(
+        scripts,
+        "simple",
+        [{"tool_calls": [start]}, *completing_turns()],
+    )
+    rt, _ = runtime_for(store_url, scripts, enable_command_tool=True)
+    try:
+        task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+        result = rt.executions.run(task_id, 1, worker="w1")
+        assert result.outcome == "completed"
+        receipts = rt.tasks.explain(task_id)
+        assert receipts["status"] == "completed"
+        time.sleep(3.5)
+        assert not marker.exists()
+    finally:
+        rt.close()

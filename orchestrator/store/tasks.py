@@ -9,9 +9,20 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any
 
-from sqlalchemy import Connection, Insert, Table, and_, func, insert, literal, select, update
+from sqlalchemy import (
+    Connection,
+    Insert,
+    Table,
+    and_,
+    bindparam,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from orchestrator.store.records import ExecutionRecord, TaskRecord
@@ -121,34 +132,48 @@ def _insert_task_in_one_statement(
     session_row: dict[str, Any],
     execution_row: dict[str, Any],
 ) -> bool:
-    """Postgres: the task, its session and execution in one statement (one round trip).
+    """Postgres: the task, its session and execution in one statement (one round trip)."""
+    params = {f"task_{k}": v for k, v in task.to_dict().items()}
+    params.update({f"session_{k}": v for k, v in session_row.items()})
+    params.update({f"execution_{k}": v for k, v in execution_row.items()})
+    return conn.execute(_one_statement_trigger(), params).first() is not None
+
+
+@cache
+def _one_statement_trigger() -> Insert:
+    """Built once: bound parameters `task_*`, `session_*` and `execution_*`.
 
     The session and execution rows are selected from the task insert's RETURNING, so they exist
     only when the task row was inserted (not on a duplicate trigger id).
     """
+
+    def placeholders(table: Table, prefix: str, names: list[str]) -> list[Any]:
+        return [bindparam(f"{prefix}_{name}", type_=table.c[name].type) for name in names]
+
+    task_names = list(TaskRecord.__dataclass_fields__)
     new_task = (
         postgresql.insert(tasks)
-        .values(task.to_dict())
+        .values(dict(zip(task_names, placeholders(tasks, "task", task_names), strict=True)))
         .on_conflict_do_nothing(index_elements=["trigger_id"])
         .returning(tasks.c.task_id)
         .cte("new_task")
     )
 
-    def one_row_per_new_task(table: Table, row: dict[str, Any]) -> Insert:
-        values = select(*(literal(value, table.c[name].type) for name, value in row.items()))
-        return insert(table).from_select(list(row), values.select_from(new_task))
+    def one_row_per_new_task(table: Table, prefix: str) -> Insert:
+        names = _GENERATION_COLUMNS[prefix]
+        values = select(*placeholders(table, prefix, names)).select_from(new_task)
+        return insert(table).from_select(names, values)
 
     new_session = (
-        one_row_per_new_task(sessions, session_row)
+        one_row_per_new_task(sessions, "session")
         .returning(sessions.c.session_id)
         .cte("new_session")
     )
-    statement = (
-        one_row_per_new_task(executions, execution_row)
+    return (
+        one_row_per_new_task(executions, "execution")
         .returning(executions.c.task_id)
         .add_cte(new_session)
     )
-    return conn.execute(statement).first() is not None
 
 
 def open_generation(
@@ -167,6 +192,22 @@ def _insert_generation(
     session_row, execution_row = _generation_rows(task_id, generation, title, session_id, now)
     conn.execute(insert(sessions).values(session_row))
     conn.execute(insert(executions).values(execution_row))
+
+
+#: The columns `_generation_rows` fills, per row.
+_GENERATION_COLUMNS = {
+    "session": [
+        "session_id",
+        "purpose",
+        "task_id",
+        "generation",
+        "owner",
+        "title",
+        "created_at",
+        "updated_at",
+    ],
+    "execution": ["task_id", "generation", "session_id", "created_at"],
+}
 
 
 def _generation_rows(

@@ -5,14 +5,21 @@ host routes each write through a receipt and keeps read-only agents away from it
 on the wire decides the status (seed 000): nothing sent or an explicit 4xx → `failed`; a break
 after sending, a timeout, an unreadable answer or a 5xx on a write → `unknown`; 202 → `pending`.
 Only requests that provably never left are retried, and only as many times as configured.
+
+"Provably never left" is watched on the wire (httpcore's trace hooks): anything raised before
+the request headers start to go out (building the request, connecting, TLS), and a request the
+HTTP layer refused to serialise, is `not_sent` → `failed`; anything after that is `unknown`.
+Header values are checked during argument validation, so an unsendable one is refused up front.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar
+import logging
+from typing import Any, ClassVar, NamedTuple
 from urllib.parse import quote
 
+import httpcore
 import httpx
 from pydantic import Field, ValidationError
 
@@ -28,11 +35,22 @@ from orchestrator.tools.base import (
     ToolContext,
     ToolResult,
 )
-from orchestrator.tools.openapi import ApiSpec, Operation, load_spec
+from orchestrator.tools.openapi import (
+    SPEC_SETTING,
+    ApiSpec,
+    Operation,
+    SpecError,
+    dump_arguments,
+    load_spec,
+)
 
 __all__ = ["CallApi", "CallApiArgs", "DescribeApiOperation", "gateway_tools"]
 
+log = logging.getLogger(__name__)
+
 _MAX_ERROR_BODY = 2000
+# Control characters other than HTAB cannot be in an HTTP field value (RFC 9110 5.5).
+_HEADER_CONTROL = frozenset(chr(c) for c in (*range(0x00, 0x09), *range(0x0A, 0x20), 0x7F))
 
 
 class CallApiArgs(ToolArguments):
@@ -108,7 +126,14 @@ class CallApi(Tool):
             ]
             text = "; ".join(detail["message"] for detail in details[:10])
             raise ValidationFailed(f"{operation.operation_id}: {text}", details=details) from None
-        normalized = values.model_dump(mode="json", by_alias=True, exclude_none=True)
+        normalized = _wire_arguments(operation, dump_arguments(values))
+        problems = _header_problems(operation, normalized)
+        if problems:
+            details = [{"code": "invalid_argument", "message": text} for text in problems]
+            raise ValidationFailed(
+                f"{operation.operation_id}: {'; '.join(problems)}", details=details
+            )
+        # Exactly this is fingerprinted by the host and exactly this is sent.
         return CallApiArgs(operation_id=operation.operation_id, arguments=normalized)
 
     def verify(self, ctx: ToolContext, args: Any) -> bool | None:
@@ -123,9 +148,10 @@ class CallApi(Tool):
             values = verifier.model.model_validate(read_args)
         except ValidationError:
             return None
-        outcome, status, body = self._send(
-            verifier, values.model_dump(mode="json", by_alias=True, exclude_none=True)
-        )
+        read = _wire_arguments(verifier, dump_arguments(values))
+        if _header_problems(verifier, read):
+            return None
+        outcome, status, body, _ = self._send(verifier, read)
         if status == 404:
             return False
         if outcome != "succeeded" or status is None or not 200 <= status < 300:
@@ -140,7 +166,7 @@ class CallApi(Tool):
     def run(self, ctx: ToolContext, args: Any) -> ToolResult:
         operation = self.operation(args)
         writes = operation.effect == "write"
-        outcome, status, body = self._send(operation, args.arguments)
+        outcome, status, body, detail = self._send(operation, args.arguments)
         payload: dict[str, Any] = {"operation_id": operation.operation_id}
         if status is not None:
             payload["http_status"] = status
@@ -148,6 +174,8 @@ class CallApi(Tool):
             payload["body"] = body
         result_status = tool_status(outcome, writes=writes)
         message = model_message(outcome) if writes or result_status != "succeeded" else None
+        if detail is not None and message is not None:
+            message = f"{message} ({detail})"
         return ToolResult(
             status=result_status,
             payload=payload,
@@ -156,65 +184,169 @@ class CallApi(Tool):
             outcome=outcome,
         )
 
-    def _send(
-        self, operation: Operation, arguments: dict[str, Any]
-    ) -> tuple[Outcome, int | None, Any]:
-        """Send one request: (outcome, HTTP status if an answer came, decoded body)."""
-        path = operation.path
-        query: dict[str, Any] = {}
-        headers: dict[str, str] = {}
-        for parameter in operation.parameters:
-            if parameter.name not in arguments:
-                continue
-            value = arguments[parameter.name]
-            if parameter.location == "path":
-                path = path.replace("{" + parameter.name + "}", quote(str(value), safe=""))
-            elif parameter.location == "query":
-                query[parameter.name] = value
-            else:
-                headers[parameter.name] = str(value)
+    def _send(self, operation: Operation, arguments: dict[str, Any]) -> _Sent:
+        """Send one request: the outcome, the HTTP status if an answer came, the decoded body.
+
+        Whatever goes wrong before the request starts to leave the client is `not_sent`.
+        """
+        wire = _Wire()
         # A fresh connection a call: a stale pooled keep-alive connection must not turn a
         # request that never reached the server into an "unknown".
-        transport = httpx.HTTPTransport(retries=self.connect_retries)
         try:
-            with httpx.Client(
-                base_url=self.base_url, timeout=self.timeout, transport=transport
-            ) as client:
-                response = client.request(
-                    operation.method,
-                    path,
-                    params=query or None,
-                    headers=headers or None,
-                    json=arguments.get("body") if operation.has_body else None,
-                )
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout):
-            return "not_sent", None, None
-        except (httpx.UnsupportedProtocol, httpx.InvalidURL):
-            return "not_sent", None, None
-        except (httpx.ReadTimeout, httpx.WriteTimeout):
-            return "timed_out", None, None
-        except httpx.HTTPError:
-            return "transport_broken", None, None
+            client = httpx.Client(
+                base_url=self.base_url,
+                timeout=self.timeout,
+                transport=httpx.HTTPTransport(retries=self.connect_retries),
+            )
+        except Exception as exc:
+            log.warning("call_api %s: no HTTP client: %r", operation.operation_id, exc)
+            return _Sent("not_sent", detail=f"the request could not be built: {_name(exc)}")
+        with client:
+            try:
+                request = _build(client, operation, arguments, wire)
+            except Exception as exc:
+                log.warning("call_api %s: request not built: %r", operation.operation_id, exc)
+                return _Sent("not_sent", detail=f"the request could not be built: {_name(exc)}")
+            try:
+                response = client.send(request)
+            except Exception as exc:
+                return _failure(operation, exc, left=wire.left)
         return self._answer(operation, response)
 
     @staticmethod
-    def _answer(operation: Operation, response: httpx.Response) -> tuple[Outcome, int, Any]:
+    def _answer(operation: Operation, response: httpx.Response) -> _Sent:
         status = response.status_code
         try:
             body = _decode(response)
         except ValueError:
             if 200 <= status < 300:
-                return "unreadable_response", status, None
+                return _Sent("unreadable_response", status)
             body = response.text[:_MAX_ERROR_BODY]
         if 200 <= status < 300:
             if status == 202 and operation.effect == "write":
-                return "submitted", status, body
-            return "succeeded", status, body
+                return _Sent("submitted", status, body)
+            return _Sent("succeeded", status, body)
         if isinstance(body, str):
             body = body[:_MAX_ERROR_BODY]
         if 400 <= status < 500:
-            return "rejected", status, body
-        return "server_error", status, body
+            return _Sent("rejected", status, body)
+        return _Sent("server_error", status, body)
+
+
+def _build(
+    client: httpx.Client, operation: Operation, arguments: dict[str, Any], wire: _Wire
+) -> httpx.Request:
+    path = operation.path
+    query: dict[str, Any] = {}
+    headers: dict[bytes, bytes] = {}
+    for parameter in operation.parameters:
+        if parameter.name not in arguments:
+            continue
+        value = arguments[parameter.name]
+        if parameter.location == "path":
+            path = path.replace("{" + parameter.name + "}", quote(str(value), safe=""))
+        elif parameter.location == "query":
+            query[parameter.name] = value
+        else:
+            # Names are HTTP tokens (checked in the spec); values were checked as Latin-1.
+            headers[parameter.name.encode("ascii")] = _header_text(value).encode("latin-1")
+    content: bytes | None = None
+    if operation.has_body and "body" in arguments:
+        content = json.dumps(
+            arguments["body"], ensure_ascii=False, allow_nan=False, separators=(",", ":")
+        ).encode("utf-8")
+        if not any(name.lower() == b"content-type" for name in headers):
+            headers[b"Content-Type"] = b"application/json"
+    return client.build_request(
+        operation.method,
+        path,
+        params=query or None,
+        headers=headers or None,
+        content=content,
+        extensions={"trace": wire.trace},
+    )
+
+
+class _Sent(NamedTuple):
+    outcome: Outcome
+    status: int | None = None
+    body: Any = None
+    detail: str | None = None
+
+
+class _Wire:
+    """Whether any byte of the request may have left the client (httpcore trace events).
+
+    Before `send_request_headers` starts, only the connection was being set up. Inside it the
+    HTTP layer first serialises the request (a `LocalProtocolError` there means nothing was
+    written) and then writes it; from that write on, the request may have been received.
+    """
+
+    def __init__(self) -> None:
+        self.left = False
+
+    def trace(self, event: str, info: dict[str, Any]) -> None:
+        if event.endswith(".send_request_headers.started"):
+            self.left = True
+        elif event.endswith(".send_request_headers.failed") and isinstance(
+            info.get("exception"), httpcore.LocalProtocolError
+        ):
+            self.left = False
+
+
+def _failure(operation: Operation, exc: Exception, *, left: bool) -> _Sent:
+    if not left:
+        log.info("call_api %s: not sent: %r", operation.operation_id, exc)
+        return _Sent("not_sent", detail=f"it never left the client: {_name(exc)}")
+    if isinstance(exc, httpx.TimeoutException):
+        return _Sent("timed_out")
+    if isinstance(exc, httpx.HTTPError):
+        return _Sent("transport_broken")
+    log.warning("call_api %s: raised after sending: %r", operation.operation_id, exc)
+    return _Sent("raised")
+
+
+def _name(exc: BaseException) -> str:
+    return type(exc).__name__
+
+
+def _wire_arguments(operation: Operation, dumped: dict[str, Any]) -> dict[str, Any]:
+    """A parameter has no wire form for null: an explicit null parameter is left out. Nulls in
+    the body are kept (the schema allowed them)."""
+    names = {parameter.name for parameter in operation.parameters}
+    return {k: v for k, v in dumped.items() if not (k in names and v is None)}
+
+
+def _header_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return str(value)
+
+
+def _header_problems(operation: Operation, arguments: dict[str, Any]) -> list[str]:
+    """Header values that HTTP/1.1 cannot carry: sent, they would fail inside the client."""
+    problems: list[str] = []
+    for parameter in operation.parameters:
+        if parameter.location != "header" or parameter.name not in arguments:
+            continue
+        value = arguments[parameter.name]
+        if isinstance(value, dict | list):
+            problems.append(f"{parameter.name}: a header value must be a single value")
+            continue
+        text = _header_text(value)
+        try:
+            text.encode("latin-1")
+        except UnicodeEncodeError:
+            problems.append(
+                f"{parameter.name}: a header value must be ISO-8859-1 (Latin-1) text; "
+                "encode other characters before passing them"
+            )
+            continue
+        if any(char in _HEADER_CONTROL for char in text):
+            problems.append(f"{parameter.name}: a header value may not hold control characters")
+        elif text != text.strip(" \t"):
+            problems.append(f"{parameter.name}: a header value may not start or end with spaces")
+    return problems
 
 
 def _decode(response: httpx.Response) -> Any:
@@ -266,11 +398,19 @@ def gateway_tools(settings: Settings) -> list[Tool]:
     if settings.gateway_spec is None:
         return []
     spec = load_spec(settings.gateway_spec)
+    where = f"{SPEC_SETTING} ({settings.gateway_spec})"
     base_url = settings.gateway_base_url or (spec.servers[0] if spec.servers else None)
     if not base_url:
-        raise ValidationFailed(
-            "ORCH_GATEWAY_BASE_URL is not set and the gateway spec names no server"
+        raise SpecError(
+            f"{where}: ORCH_GATEWAY_BASE_URL is not set and the document names no server"
         )
+    try:
+        url = httpx.URL(base_url)
+    except Exception:
+        url = None
+    if url is None or url.scheme not in ("http", "https") or not url.host:
+        source = "ORCH_GATEWAY_BASE_URL" if settings.gateway_base_url else "the document's server"
+        raise SpecError(f"{where}: {source} {base_url!r} is not an absolute http(s) URL")
     return [
         CallApi(
             spec,

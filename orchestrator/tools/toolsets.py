@@ -8,9 +8,10 @@ from orchestrator.tools.base import Tool
 from orchestrator.tools.command import command_tools
 from orchestrator.tools.gateway import gateway_tools
 from orchestrator.tools.invocations import GetToolExecution
+from orchestrator.tools.openapi import SPEC_SETTING, SpecError
 from orchestrator.tools.results import ReadToolResult, ResultCache
 
-__all__ = ["receipt_tools"]
+__all__ = ["SpecError", "receipt_tools"]
 
 
 def receipt_tools(settings: Settings, ledger: ReceiptLedger, results: ResultCache) -> list[Tool]:
@@ -19,9 +20,23 @@ def receipt_tools(settings: Settings, ledger: ReceiptLedger, results: ResultCach
 
     Pass the same `results` cache to the `ToolHost` so its previews and `read_tool_result`
     share one store; keep one cache per process (results are per session graph inside it).
+
+    Raises `SpecError` (`orchestrator.tools.openapi`), and only that, when the gateway cannot
+    be set up from `ORCH_GATEWAY_SPEC`/`ORCH_GATEWAY_BASE_URL`: an unreadable file, invalid
+    JSON/YAML, a document of the wrong shape, no base URL. Its message is one line starting
+    with `ORCH_GATEWAY_SPEC (<path>):`; call this at worker start so the worker stops there.
     """
+    try:
+        gateway = gateway_tools(settings)
+    except SpecError:
+        raise
+    except Exception as exc:  # anything else from the gateway set-up is still a spec problem
+        raise SpecError(
+            f"{SPEC_SETTING} ({settings.gateway_spec}): the gateway cannot be set up: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
     return [
-        *gateway_tools(settings),
+        *gateway,
         *command_tools(settings),
         GetToolExecution(ledger),
         ReadToolResult(results),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,8 +27,10 @@ def backend() -> Iterator[Backend]:
         yield server
 
 
-def _host(db: Database, base_url: str, timeout: float = 5.0) -> ToolHost:
-    spec = parse_spec(SPEC)
+def _host(
+    db: Database, base_url: str, timeout: float = 5.0, document: dict[str, Any] | None = None
+) -> ToolHost:
+    spec = parse_spec(SPEC if document is None else document)
     cache = ResultCache()
     tools = [
         CallApi(spec, base_url, timeout_seconds=timeout),
@@ -356,3 +359,169 @@ def test_gateway_tools_from_a_yaml_spec_and_settings(tmp_path: Path, backend: Ba
     assert described.payload["effect"] == "write"
     assert "quantity" in str(described.payload["arguments"])
     assert "putSetting (write)" in host.schemas()[0]["description"]
+
+
+def _with(**changes: Any) -> dict[str, Any]:
+    document = copy.deepcopy(SPEC)
+    for where, value in changes.items():
+        node = document
+        *parents, last = where.split("|")
+        for part in parents:
+            node = node[part]
+        node[last] = value
+    return document
+
+
+_NULLABLE = _with(
+    **{
+        "components|schemas|Setting|properties|value": {"type": "integer", "nullable": True},
+        "components|schemas|Setting|properties|unit": {"type": "string", "nullable": True},
+    }
+)
+_NOTED = _with(
+    **{
+        "paths|/orders|post|parameters": [
+            {"name": "X-Note", "in": "header", "schema": {"type": "string"}}
+        ]
+    }
+)
+
+
+def test_an_explicit_null_is_sent_and_is_its_own_intent(db: Database, backend: Backend) -> None:
+    host = _host(db, backend.url, document=_NULLABLE)
+    ctx = ToolContext(owner="alice", session_id=chat_session(db), round_id="r1")
+    cleared = host.run_turn(ctx, [_put("a", None)])[0]
+    assert cleared.status == "succeeded"
+    # A full replacement with {"value": null} reaches the backend as that, not as {}.
+    assert backend.settings["pressure"] == {"value": None}
+    plain, with_null = host.run_turn(
+        ctx,
+        [
+            _call("b", "putSetting", key="pressure", body={"value": 5}),
+            _call("c", "putSetting", key="pressure", body={"value": 5, "unit": None}),
+        ],
+    )
+    # Two different writes: two receipts, two requests (they were one intent before).
+    assert plain.status == with_null.status == "succeeded"
+    assert plain.invocation_id != with_null.invocation_id
+    assert backend.count("PUT", "/settings/pressure") == 3
+    assert backend.settings["pressure"] in ({"value": 5}, {"value": 5, "unit": None})
+
+
+def test_the_fingerprint_is_taken_on_what_is_sent(db: Database, backend: Backend) -> None:
+    from orchestrator.domain.fingerprints import fingerprint
+
+    backend.mode["/settings/pressure"] = "drop"  # applied, then the answer is lost
+    host = _host(db, backend.url, document=_NULLABLE)
+    session_id = chat_session(db)
+    first = host.run_turn(
+        ToolContext("alice", session_id, "r1"),
+        [_call("a", "putSetting", key="pressure", body={"unit": None, "value": "7"})],
+    )[0]
+    assert first.status == "unknown"
+    sent = backend.settings["pressure"]
+    assert sent == {"value": 7, "unit": None}
+    receipt = ReceiptLedger(db).get(first.invocation_id or "")
+    assert receipt is not None
+    expected = {
+        "operation_id": "putSetting",
+        "arguments": {"key": "pressure", "body": sent},
+    }
+    assert receipt.args_digest == fingerprint(expected)
+    # The read-back compares against the same normalized value (null included): verified.
+    backend.mode["/settings/pressure"] = "ok"
+    second = host.run_turn(
+        ToolContext("alice", session_id, "r2"),
+        [_call("b", "putSetting", key="pressure", body={"value": 7, "unit": None})],
+    )[0]
+    assert second.code == "verified"
+    assert backend.count("PUT", "/settings/pressure") == 1
+
+
+def test_a_null_the_schema_forbids_is_refused_before_sending(
+    db: Database, backend: Backend
+) -> None:
+    host = _host(db, backend.url)  # unit is a plain string there
+    ctx = ToolContext(owner="alice", session_id=chat_session(db), round_id="r1")
+    result = host.run_turn(
+        ctx, [_call("a", "putSetting", key="pressure", body={"value": 5, "unit": None})]
+    )[0]
+    assert result.status == "failed"
+    assert result.code == "invalid_arguments"
+    assert sum(backend.requests.values()) == 0
+
+
+def test_an_unsendable_header_is_invalid_and_blocks_nothing(db: Database, backend: Backend) -> None:
+    host = _host(db, backend.url, document=_NOTED)
+    ctx = ToolContext(owner="alice", session_id=chat_session(db), round_id="r1")
+    order = {"item": "pump", "quantity": 1}
+    results = host.run_turn(
+        ctx,
+        [
+            _call("a", "createOrder", body=order, **{"X-Note": "urgent ✓"}),
+            _call("b", "createOrder", body=order, **{"X-Note": "x\r\nX-Injected: 1"}),
+        ],
+    )
+    assert [r.status for r in results] == ["failed", "failed"]
+    assert all(r.code == "invalid_arguments" for r in results)
+    assert sum(backend.requests.values()) == 0
+    assert ReceiptLedger(db).list_for_owner("alice") == []
+    # Nothing unknown was left behind: the same write, fixed, goes out at once (no
+    # "verify first"), and Latin-1 text is carried as such.
+    later = ToolContext(owner="alice", session_id=ctx.session_id, round_id="r2")
+    fixed = host.run_turn(later, [_call("c", "createOrder", body=order, **{"X-Note": "café"})])
+    assert fixed[0].status == "succeeded"
+    assert backend.count("POST", "/orders") == 1
+
+
+def _raise(exc: BaseException) -> Any:
+    def raiser(*args: Any, **kwargs: Any) -> Any:
+        raise exc
+
+    return raiser
+
+
+@pytest.mark.parametrize(
+    ("target", "error"),
+    [
+        ("httpx.Client.build_request", UnicodeEncodeError("ascii", "é", 0, 1, "no")),
+        ("httpcore._sync.connection.HTTPConnection._connect", RuntimeError("no socket")),
+        (
+            "httpcore._sync.http11.HTTP11Connection._send_request_headers",
+            __import__("httpcore").LocalProtocolError("Illegal header value"),
+        ),
+    ],
+)
+def test_an_error_before_the_request_left_is_failed_not_unknown(
+    db: Database,
+    backend: Backend,
+    monkeypatch: pytest.MonkeyPatch,
+    target: str,
+    error: BaseException,
+) -> None:
+    host = _host(db, backend.url)
+    session_id = chat_session(db)
+    with monkeypatch.context() as patch:
+        patch.setattr(target, _raise(error))
+        result = host.run_turn(ToolContext("alice", session_id, "r1"), [_put("a")])[0]
+    assert result.status == "failed"
+    assert result.code == "not_sent"
+    assert _receipt_status(db, result) == "failed"
+    assert sum(backend.requests.values()) == 0
+    # Not unknown, so an identical write in the next round is sent, not held for verification.
+    again = host.run_turn(ToolContext("alice", session_id, "r2"), [_put("b")])[0]
+    assert again.status == "succeeded"
+    assert backend.count("PUT", "/settings/pressure") == 1
+
+
+def test_an_error_once_the_request_is_on_the_wire_stays_unknown(
+    db: Database, backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host = _host(db, backend.url)
+    monkeypatch.setattr(
+        "httpcore._sync.http11.HTTP11Connection._send_request_body",
+        _raise(RuntimeError("broke while writing the body")),
+    )
+    result = host.run_turn(ToolContext("alice", chat_session(db), "r1"), [_put("a")])[0]
+    assert result.status == "unknown"
+    assert _receipt_status(db, result) == "unknown"

@@ -107,3 +107,84 @@ def test_nan_is_refused_even_where_a_number_is_allowed() -> None:
                 arguments={"key": "k", "body": {"value": float("inf")}},
             )
         )
+
+
+def _nullable_spec() -> dict[str, Any]:
+    return _spec(
+        **{
+            "components|schemas|Setting|properties|value": {"type": "integer", "nullable": True},
+            "components|schemas|Setting|properties|unit": {"type": "string", "nullable": True},
+        }
+    )
+
+
+def _normalized(tool: CallApi, operation_id: str, **arguments: Any) -> dict[str, Any]:
+    args = tool.normalize(CallApiArgs(operation_id=operation_id, arguments=arguments))
+    return args.arguments
+
+
+def test_explicit_nulls_are_kept_absent_values_stay_absent_defaults_are_filled() -> None:
+    tool = CallApi(parse_spec(_nullable_spec()), "http://127.0.0.1:1")
+    # A full replacement with {"value": null} is not the write {}.
+    assert _normalized(tool, "putSetting", key="k", body={"value": None}) == {
+        "key": "k",
+        "body": {"value": None},
+    }
+    with_null = _normalized(tool, "putSetting", key="k", body={"value": 5, "unit": None})
+    without = _normalized(tool, "putSetting", key="k", body={"value": 5})
+    assert with_null == {"key": "k", "body": {"value": 5, "unit": None}}
+    assert without == {"key": "k", "body": {"value": 5}}
+    # Coercion and schema defaults still apply; a default is sent like a given value.
+    assert _normalized(tool, "createOrder", body={"item": "a", "quantity": "2"}) == {
+        "body": {"item": "a", "quantity": 2, "priority": "low"}
+    }
+    assert _normalized(tool, "bigReport") == {"size": 10}
+
+
+def test_a_null_the_schema_does_not_allow_is_refused_not_dropped() -> None:
+    tool = CallApi(parse_spec(SPEC), "http://127.0.0.1:1")  # unit: string, not nullable
+    with pytest.raises(ValidationFailed, match=r"body\.unit"):
+        _normalized(tool, "putSetting", key="k", body={"value": 5, "unit": None})
+    with pytest.raises(ValidationFailed, match=r"body\.priority"):
+        _normalized(tool, "createOrder", body={"item": "a", "quantity": 1, "priority": None})
+
+
+def test_a_null_parameter_has_no_wire_form_and_is_left_out() -> None:
+    tool = CallApi(parse_spec(SPEC), "http://127.0.0.1:1")
+    assert _normalized(tool, "startJob", kind=None) == {}
+    assert _normalized(tool, "startJob", kind=None) == _normalized(tool, "startJob")
+
+
+def _header_spec() -> dict[str, Any]:
+    return _spec(
+        **{
+            "paths|/orders|post|parameters": [
+                {"name": "X-Note", "in": "header", "schema": {"type": "string"}}
+            ]
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("done ✓", "Latin-1"),
+        ("雪", "Latin-1"),
+        ("a\r\nX-Injected: 1", "control characters"),
+        ("a\x00b", "control characters"),
+        (" padded", "start or end with spaces"),
+    ],
+)
+def test_header_values_http_cannot_carry_are_invalid_arguments(value: str, message: str) -> None:
+    tool = CallApi(parse_spec(_header_spec()), "http://127.0.0.1:1")
+    with pytest.raises(ValidationFailed, match=message):
+        _normalized(tool, "createOrder", body={"item": "a", "quantity": 1}, **{"X-Note": value})
+
+
+def test_latin1_and_plain_header_values_pass() -> None:
+    tool = CallApi(parse_spec(_header_spec()), "http://127.0.0.1:1")
+    for value in ("café", "plain text\twith tab", ""):
+        args = _normalized(
+            tool, "createOrder", body={"item": "a", "quantity": 1}, **{"X-Note": value}
+        )
+        assert args["X-Note"] == value

@@ -7,7 +7,7 @@ import binascii
 import json
 import uuid
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 
 from sqlalchemy import Connection
 
@@ -89,13 +89,21 @@ def encode_cursor(record: SessionRecord) -> str:
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """The (created_at in UTC, session_id) of a cursor; anything else is 422 `invalid_cursor`.
+
+    The conversion to UTC happens here, inside the check: a forged offset near the ends of the
+    calendar ("0001-01-01T00:00:00+01:00") overflows, and must not reach the store.
+    """
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         stamp, session_id = json.loads(raw)
-        moment = datetime.fromisoformat(stamp)
-        if moment.tzinfo is None or not isinstance(session_id, str):
+        if not isinstance(stamp, str) or not isinstance(session_id, str):
             raise ValueError("bad cursor")
-    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
+        moment = datetime.fromisoformat(stamp)
+        if moment.tzinfo is None:
+            raise ValueError("bad cursor")
+        moment = moment.astimezone(UTC)
+    except (ValueError, TypeError, OverflowError, binascii.Error, UnicodeDecodeError):
         raise _fail("invalid_cursor", "cursor is not one this API returned", "cursor") from None
     return moment, session_id
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -374,3 +376,31 @@ def test_an_unexpected_failure_is_a_500_envelope_without_traceback(
     assert response.json()["error"]["code"] == "internal_error"
     assert "secret internals" not in response.text
     assert "Traceback" not in response.text
+
+
+def _cursor(value: Any) -> str:
+    raw = json.dumps(value).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        _cursor(["0001-01-01T00:00:00+01:00", "x"]),  # overflows when converted to UTC
+        _cursor(["9999-12-31T23:59:59-01:00", "x"]),
+        _cursor(["2024-01-01T00:00:00", "x"]),  # no offset
+        _cursor([5, "x"]),
+        _cursor(["2024-01-01T00:00:00+00:00", 5]),
+        _cursor({"a": 1, "b": 2}),
+        _cursor(["2024-01-01T00:00:00+00:00"]),
+        "garbage!",
+        "",
+    ],
+)
+def test_forged_session_cursors_are_422_invalid_cursor(client: TestClient, cursor: str) -> None:
+    response = client.get("/api/v1/sessions", params={"cursor": cursor}, headers=PUBLIC)
+    if cursor == "":
+        assert response.status_code == 200  # an empty cursor is the first page
+        return
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["code"] == "invalid_cursor"

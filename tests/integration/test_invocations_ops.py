@@ -12,7 +12,6 @@ import pytest
 from sqlalchemy import update
 
 from orchestrator.api import create_app
-from orchestrator.api.invocations import router as invocations_router
 from orchestrator.cli import main
 from orchestrator.domain.fingerprints import fingerprint
 from orchestrator.settings import load_settings
@@ -94,7 +93,8 @@ def test_cleanup_command(
 @pytest.fixture
 def client(store_url: str, tmp_path: Path) -> Iterator[TestClient]:
     settings = load_settings(database_url=store_url, home=tmp_path, api_token="t", redis_url=None)
-    app = create_app(settings, public_routers=[invocations_router], internal_routers=[])
+    # The default routers: the invocations API must be mounted in the real app.
+    app = create_app(settings)
     with TestClient(app, raise_server_exceptions=False) as test_client:
         yield test_client
 

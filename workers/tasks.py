@@ -7,10 +7,11 @@ import os
 import socket
 from typing import Any
 
-from celery.signals import worker_ready
+from celery.signals import worker_init, worker_ready
 
 from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.settings import get_settings
+from orchestrator.tools.toolsets import SpecError, check_gateway
 from workers.celery_app import CeleryDispatcher, app
 from workers.constants import RUN_GENERATION, SWEEP
 
@@ -53,6 +54,16 @@ def run_generation(self: Any, task_id: str, generation: int) -> str:
 @app.task(name=SWEEP)
 def sweep() -> list[str]:
     return runtime().sweeper.sweep().lines()
+
+
+@worker_init.connect
+def _check_gateway(**_: Any) -> None:
+    """A gateway spec that cannot be loaded stops the worker at start, with one line."""
+    try:
+        check_gateway(get_settings())
+    except SpecError as exc:
+        log.critical("%s", exc.message)
+        raise SystemExit(2) from None
 
 
 @worker_ready.connect

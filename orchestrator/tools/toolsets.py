@@ -11,7 +11,12 @@ from orchestrator.tools.invocations import GetToolExecution
 from orchestrator.tools.openapi import SPEC_SETTING, SpecError
 from orchestrator.tools.results import ReadToolResult, ResultCache
 
-__all__ = ["SpecError", "receipt_tools"]
+__all__ = ["SpecError", "check_gateway", "receipt_tools"]
+
+
+def check_gateway(settings: Settings) -> None:
+    """Raise `SpecError` (one line) when the configured gateway cannot be set up."""
+    _gateway(settings)
 
 
 def receipt_tools(settings: Settings, ledger: ReceiptLedger, results: ResultCache) -> list[Tool]:
@@ -26,8 +31,17 @@ def receipt_tools(settings: Settings, ledger: ReceiptLedger, results: ResultCach
     JSON/YAML, a document of the wrong shape, no base URL. Its message is one line starting
     with `ORCH_GATEWAY_SPEC (<path>):`; call this at worker start so the worker stops there.
     """
+    return [
+        *_gateway(settings),
+        *command_tools(settings),
+        GetToolExecution(ledger),
+        ReadToolResult(results),
+    ]
+
+
+def _gateway(settings: Settings) -> list[Tool]:
     try:
-        gateway = gateway_tools(settings)
+        return gateway_tools(settings)
     except SpecError:
         raise
     except Exception as exc:  # anything else from the gateway set-up is still a spec problem
@@ -35,9 +49,3 @@ def receipt_tools(settings: Settings, ledger: ReceiptLedger, results: ResultCach
             f"{SPEC_SETTING} ({settings.gateway_spec}): the gateway cannot be set up: "
             f"{type(exc).__name__}: {exc}"
         ) from exc
-    return [
-        *gateway,
-        *command_tools(settings),
-        GetToolExecution(ledger),
-        ReadToolResult(results),
-    ]

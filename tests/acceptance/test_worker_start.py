@@ -1,0 +1,47 @@
+"""A worker whose gateway spec cannot be loaded stops at start with one line, not a crash loop."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ORCHESTRATOR = str(Path(sys.executable).with_name("orchestrator"))
+
+
+@pytest.mark.parametrize(
+    ("document", "expected"),
+    [
+        ("paths: [1", "not valid YAML"),
+        ("openapi: 3.0.0\npaths: 7\n", "ORCH_GATEWAY_SPEC"),
+    ],
+)
+def test_a_bad_gateway_spec_stops_the_worker_at_start(
+    tmp_path: Path, document: str, expected: str
+) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(document)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    env.update(
+        {
+            "ORCH_HOME": str(tmp_path / "home"),
+            "ORCH_GATEWAY_SPEC": str(spec),
+            "ORCH_GATEWAY_BASE_URL": "http://127.0.0.1:9",
+        }
+    )
+    result = subprocess.run(
+        [ORCHESTRATOR, "worker", "--concurrency", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=90,
+    )
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.startswith("ORCH_GATEWAY_SPEC")]
+    assert len(lines) == 1, result.stderr
+    assert expected in lines[0]
+    assert "Traceback" not in result.stderr

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Final
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -20,6 +22,42 @@ def _env(name: str) -> AliasChoices:
     return AliasChoices(name)
 
 
+#: The SQLAlchemy driver names the store runs on (plain postgresql means psycopg 3 here).
+_DATABASE_DRIVERS: Final = ("postgresql+psycopg", "postgresql", "sqlite")
+
+
+def _check_redis(value: str) -> None:
+    """Parse a Redis URL as the clients will, so a bad one stops start-up, not a later call.
+
+    Messages never repeat the URL (it may carry a password), only the part that is wrong.
+    """
+    parts = urlsplit(value)
+    if parts.scheme == "unix":
+        if not parts.path:
+            raise ValueError("a unix:// URL needs the socket path: unix:///path/to/redis.sock")
+        return
+    if parts.scheme not in ("redis", "rediss"):
+        raise ValueError("must start with redis://, rediss:// or unix://")
+    if not parts.hostname:
+        raise ValueError(f"no host; use {parts.scheme}://HOST:PORT/DB")
+    try:
+        port = parts.port
+    except ValueError:
+        raw = parts.netloc.rpartition("@")[2].rpartition(":")[2]
+        raise ValueError(f"port {raw!r} is not a number in 1-65535") from None
+    if port is not None and not 1 <= port <= 65535:
+        raise ValueError(f"port {port} is out of range 1-65535")
+    db = parts.path.strip("/")
+    if db and not db.isdigit():
+        raise ValueError(f"the database after the host must be a number, not {db!r}")
+    from redis import ConnectionPool  # imported only when Redis is configured
+
+    try:
+        ConnectionPool.from_url(value)  # parses the query options too; connects to nothing
+    except (ValueError, TypeError) as exc:
+        raise ValueError(str(exc).splitlines()[0]) from None
+
+
 class SettingsError(Exception):
     """A setting has a value the orchestrator cannot run with; the message is one line."""
 
@@ -28,7 +66,13 @@ class Settings(BaseSettings):
     """Every knob of the orchestrator. Unset Redis and database mean the embedded default."""
 
     model_config = SettingsConfigDict(
-        env_prefix="ORCH_", env_file=".env", extra="ignore", populate_by_name=True
+        env_prefix="ORCH_",
+        env_file=".env",
+        extra="ignore",
+        populate_by_name=True,
+        # A float setting is a duration or a timeout: inf or nan would pass `gt=0` and then
+        # never fire, or break every comparison.
+        allow_inf_nan=False,
     )
 
     home: Path = Field(default=Path(DEFAULT_HOME), description="Folder for embedded state.")
@@ -63,14 +107,24 @@ class Settings(BaseSettings):
     @field_validator("database_url")
     @classmethod
     def _check_database_url(cls, value: str | None) -> str | None:
+        # Messages never repeat the value: a URL may carry a password.
         if value is None or value == "":
             return None
         try:
             url = make_url(value)
-        except ArgumentError as exc:
-            raise ValueError(f"not a database URL: {exc}") from None
-        if url.get_backend_name() not in {"postgresql", "sqlite"}:
-            raise ValueError("only postgresql+psycopg:// and sqlite:// URLs are supported")
+            port = url.port
+        except (ArgumentError, ValueError):
+            raise ValueError(
+                "not a database URL; use postgresql+psycopg://USER:PASSWORD@HOST:PORT/NAME "
+                "or sqlite:///PATH"
+            ) from None
+        if url.drivername not in _DATABASE_DRIVERS:
+            raise ValueError(
+                f"driver {url.drivername!r} is not supported; use "
+                f"{', '.join(d + '://' for d in _DATABASE_DRIVERS)}"
+            )
+        if port is not None and not 1 <= port <= 65535:
+            raise ValueError(f"port {port} is out of range 1-65535")
         return value
 
     @field_validator("redis_url")
@@ -78,8 +132,7 @@ class Settings(BaseSettings):
     def _check_redis_url(cls, value: str | None) -> str | None:
         if value is None or value == "":
             return None
-        if not value.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError("must start with redis://, rediss:// or unix://")
+        _check_redis(value)
         return value
 
     @model_validator(mode="after")

@@ -1,0 +1,47 @@
+"""A bad setting stops the real `orchestrator` process with one line naming it and exit 2.
+
+The cases of the settings that once passed validation and failed later (a Redis port that is
+not a number, an unsupported database driver, an infinite or NaN duration).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ORCHESTRATOR = str(Path(sys.executable).with_name("orchestrator"))
+SECRET = "s3cret-pw"
+
+
+def run(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    merged = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    merged.pop("AGENT_INTERNAL_TOKEN", None)
+    merged.update(env)
+    return subprocess.run(
+        [ORCHESTRATOR, *args], capture_output=True, text=True, env=merged, cwd=cwd, timeout=120
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("ORCH_REDIS_URL", "redis://localhost:abc"),
+        ("ORCH_REDIS_URL", f"redis://:{SECRET}@localhost:99999/0"),
+        ("ORCH_DATABASE_URL", f"postgresql+psycopg2://orch:{SECRET}@localhost/orch"),
+        ("ORCH_LEASE_SECONDS", "inf"),
+        ("ORCH_SWEEP_SECONDS", "nan"),
+    ],
+)
+def test_bad_setting_is_one_line_and_exit_2(name: str, value: str, tmp_path: Path) -> None:
+    result = run("db", "upgrade", env={name: value}, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert name in lines[0]
+    assert "Traceback" not in result.stderr
+    assert SECRET not in result.stderr + result.stdout
+    assert not (tmp_path / ".orchestrator").exists()

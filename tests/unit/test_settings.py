@@ -1,0 +1,123 @@
+"""Settings through the loader: a bad value is one `SettingsError` line naming the setting.
+
+The environment is the source here, as in production; the working directory is an empty
+folder so no `.env` of the developer's leaks in.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from orchestrator.settings import SettingsError, load_settings
+
+SECRET = "s3cret-pw"
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: os.PathLike[str]) -> None:
+    for name in list(os.environ):
+        if name.startswith("ORCH_") or name in ("AGENT_INTERNAL_TOKEN", "DATA_CLEANUP_ENABLE"):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+
+
+def refused(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> str:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    message = str(caught.value)
+    assert message.startswith(f"invalid setting {name}: "), message
+    assert "\n" not in message
+    assert SECRET not in message  # a URL's password is never repeated
+    return message
+
+
+@pytest.mark.parametrize(
+    ("value", "part"),
+    [
+        ("redis://localhost:abc", "port 'abc'"),
+        (f"redis://:{SECRET}@localhost:abc/0", "port 'abc'"),
+        ("redis://localhost:70000", "1-65535"),
+        ("redis://localhost:0", "1-65535"),
+        ("redis://", "no host"),
+        (f"redis://:{SECRET}@/0", "no host"),
+        ("redis://localhost:6379/x", "database"),
+        ("redis://localhost:6379/0?db=x", "'db'"),
+        ("unix://", "socket path"),
+        ("http://localhost:6379", "redis://"),
+    ],
+)
+def test_a_redis_url_is_parsed_when_validated(
+    monkeypatch: pytest.MonkeyPatch, value: str, part: str
+) -> None:
+    assert part in refused(monkeypatch, "ORCH_REDIS_URL", value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "redis://localhost:6379/0",
+        "redis://localhost",
+        f"rediss://:{SECRET}@cache.internal:6380/2",
+        "redis://[::1]:6379/0",
+        "unix:///run/redis/redis.sock",
+    ],
+)
+def test_good_redis_urls_pass(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("ORCH_REDIS_URL", value)
+    settings = load_settings()
+    assert settings.redis_url == value
+    assert not settings.embedded
+
+
+@pytest.mark.parametrize(
+    ("value", "part"),
+    [
+        (f"postgresql+psycopg2://orch:{SECRET}@db/orch", "'postgresql+psycopg2' is not supported"),
+        ("postgresql+asyncpg://db/orch", "'postgresql+asyncpg' is not supported"),
+        ("sqlite+pysqlite:///x.db", "'sqlite+pysqlite' is not supported"),
+        ("mysql://db/orch", "'mysql' is not supported"),
+        (f"postgresql+psycopg://orch:{SECRET}@db:abc/orch", "not a database URL"),
+        ("postgresql+psycopg://db:70000/orch", "1-65535"),
+        (f"::not a url {SECRET}::", "not a database URL"),
+    ],
+)
+def test_only_the_supported_database_drivers_pass(
+    monkeypatch: pytest.MonkeyPatch, value: str, part: str
+) -> None:
+    assert part in refused(monkeypatch, "ORCH_DATABASE_URL", value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["postgresql+psycopg://orch@db:5432/orch", "postgresql://orch@db/orch", "sqlite:///x.db"],
+)
+def test_supported_database_urls_pass(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("ORCH_DATABASE_URL", value)
+    assert load_settings().store_url == value
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ORCH_LEASE_SECONDS",
+        "ORCH_LEASE_RENEW_SECONDS",
+        "ORCH_SWEEP_SECONDS",
+        "ORCH_QUEUED_STALE_SECONDS",
+        "ORCH_GATEWAY_TIMEOUT_SECONDS",
+    ],
+)
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "Infinity", "1e400"])
+def test_float_settings_refuse_infinity_and_nan(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    assert "finite" in refused(monkeypatch, name, value)
+
+
+def test_finite_floats_still_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORCH_LEASE_SECONDS", "90.5")
+    monkeypatch.setenv("ORCH_LEASE_RENEW_SECONDS", "30")
+    settings = load_settings()
+    assert (settings.lease_seconds, settings.lease_renew_seconds) == (90.5, 30.0)

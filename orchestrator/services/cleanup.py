@@ -1,9 +1,12 @@
 """Retention of invocation receipts (seed 000, DESIGN invariant 20).
 
-Finished receipts (`succeeded`, `failed`, `pending`) that belong to a session go with it (the
-foreign key cascades). Orphans, with no session, are deleted in batches once older than
-`ORCH_RETENTION_DAYS`. `running` and `unknown` are recovery boundaries and are never deleted for
-age. `DATA_CLEANUP_ENABLE=false` or a retention of 0 disables cleanup altogether.
+Finished receipts (`succeeded`, `failed`, `pending`) go with their session
+(`ReceiptLedger.delete_session`). Sessions of background executions are never deleted, so their
+finished receipts follow the retention period instead: once the task is finished and both it and
+the receipt are older than `ORCH_RETENTION_DAYS`, they are deleted in batches, like orphans (no
+session). `running` and `unknown` are recovery boundaries and are never deleted for age (when a
+session is deleted they become orphans). `DATA_CLEANUP_ENABLE=false` or a retention of 0
+disables cleanup altogether.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ class CleanupReport:
     receipts_deleted: int
     batches: int
     cutoff: datetime | None
+    orphans_deleted: int = 0
+    of_finished_tasks_deleted: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -36,6 +41,10 @@ class CleanupReport:
             "reason": self.reason,
             "retention_days": self.retention_days,
             "deleted": {"invocation_receipts": self.receipts_deleted},
+            "receipts_deleted_by_scope": {
+                "orphans": self.orphans_deleted,
+                "of_finished_tasks": self.of_finished_tasks_deleted,
+            },
             "batches": self.batches,
             "cutoff": self.cutoff.isoformat() if self.cutoff else None,
         }
@@ -49,7 +58,7 @@ def run_cleanup(
     batch_size: int = 500,
 ) -> CleanupReport:
     """One retention pass; the CLI `orchestrator cleanup` and the periodic Celery task call it."""
-    result = ReceiptLedger(db).delete_orphans(
+    result = ReceiptLedger(db).delete_expired(
         retention_days=settings.retention_days,
         enabled=settings.data_cleanup_enable,
         batch_size=batch_size,
@@ -62,4 +71,6 @@ def run_cleanup(
         receipts_deleted=result.deleted,
         batches=result.batches,
         cutoff=result.cutoff,
+        orphans_deleted=result.orphans,
+        of_finished_tasks_deleted=result.of_finished_tasks,
     )

@@ -14,15 +14,17 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Row, delete, select, update
+from sqlalchemy import ColumnElement, Connection, Row, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from orchestrator.domain.outcomes import UNRESOLVED, summary_for
+from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
 from orchestrator.errors import ConflictError, ValidationFailed
 from orchestrator.store import fastclaim
 from orchestrator.store.db import Database
 from orchestrator.store.fencing import check_fence
 from orchestrator.store.tables import invocation_receipts as r
+from orchestrator.store.tables import sessions, tasks
 from orchestrator.store.types import utcnow
 from orchestrator.tools.base import Fence
 
@@ -34,7 +36,7 @@ __all__ = [
     "new_token",
 ]
 
-#: Statuses an owner's orphaned receipts may be deleted in after the retention period.
+#: Statuses a receipt may be deleted in, with its session or after the retention period.
 #: `running` and `unknown` are recovery boundaries and are never deleted for age (seed 000).
 _FINISHED = ("succeeded", "failed", "pending")
 _STATUSES = frozenset({"running", "succeeded", "failed", "pending", "unknown"})
@@ -96,6 +98,8 @@ class CleanupResult:
     deleted: int
     batches: int
     cutoff: datetime | None
+    orphans: int = 0
+    of_finished_tasks: int = 0
 
 
 class ReceiptLedger:
@@ -330,9 +334,35 @@ class ReceiptLedger:
             ).all()
         return [Receipt.from_row(row) for row in rows]
 
+    def unknown_for_owner(self, owner: str, limit: int = 100) -> Sequence[Receipt]:
+        """`owner`'s `unknown` receipts, newest first, filtered in SQL (the explain view)."""
+        if limit < 1:
+            raise ValidationFailed("limit must be at least 1")
+        with self.db.transaction(readonly=True) as conn:
+            rows = conn.execute(
+                select(r)
+                .where(r.c.owner == owner, r.c.status == "unknown")
+                .order_by(r.c.created_at.desc(), r.c.invocation_id.desc())
+                .limit(limit)
+            ).all()
+        return [Receipt.from_row(row) for row in rows]
+
     # -- retention ----------------------------------------------------------------------------
 
-    def delete_orphans(
+    def delete_session(self, session_id: str) -> int:
+        """Delete a session and, with it, its finished receipts; returns how many receipts went.
+
+        `running` and `unknown` receipts stay, as orphans (the foreign key sets their session to
+        NULL), and are never deleted for age: they are the boundary a recovery verifies.
+        """
+        with self.db.transaction() as conn:
+            result = conn.execute(
+                delete(r).where(r.c.session_id == session_id, r.c.status.in_(_FINISHED))
+            )
+            conn.execute(delete(sessions).where(sessions.c.session_id == session_id))
+            return int(result.rowcount)
+
+    def delete_expired(
         self,
         *,
         retention_days: int,
@@ -340,9 +370,13 @@ class ReceiptLedger:
         batch_size: int = 500,
         now: datetime | None = None,
     ) -> CleanupResult:
-        """Delete finished receipts without a session older than the retention, in batches.
+        """One retention pass: delete expired finished receipts in batches.
 
-        Receipts with a session go with it (foreign key `ON DELETE CASCADE`). `running` and
+        Two scopes, both only `succeeded`, `failed` and `pending` receipts last changed before
+        the cutoff: orphans (no session), and the receipts of background executions, whose
+        session (`task_execution`) belongs to a task that is finished (`completed`, `failed`,
+        `cancelled`) and has not changed since before the cutoff. Receipts of chats and
+        collaboration sessions go with their session (`delete_session`). `running` and
         `unknown` are never deleted for age. Disabled, or a retention of 0, deletes nothing.
         """
         if not enabled:
@@ -352,6 +386,35 @@ class ReceiptLedger:
         if batch_size < 1:
             raise ValidationFailed("batch_size must be at least 1")
         cutoff = (now or utcnow()) - timedelta(days=retention_days)
+        finished_task_sessions = (
+            select(sessions.c.session_id)
+            .join(tasks, tasks.c.task_id == sessions.c.task_id)
+            .where(
+                sessions.c.purpose == "task_execution",
+                tasks.c.status.in_(TERMINAL_TASK_STATUSES),
+                tasks.c.updated_at < cutoff,
+            )
+        )
+        orphans, orphan_batches = self._delete_in_batches(
+            r.c.session_id.is_(None), cutoff, batch_size
+        )
+        of_tasks, task_batches = self._delete_in_batches(
+            r.c.session_id.in_(finished_task_sessions), cutoff, batch_size
+        )
+        return CleanupResult(
+            True,
+            "deleted expired finished receipts (orphans, and those of finished tasks)",
+            orphans + of_tasks,
+            orphan_batches + task_batches,
+            cutoff,
+            orphans=orphans,
+            of_finished_tasks=of_tasks,
+        )
+
+    def _delete_in_batches(
+        self, scope: ColumnElement[bool], cutoff: datetime, batch_size: int
+    ) -> tuple[int, int]:
+        expired = (r.c.status.in_(_FINISHED), r.c.updated_at < cutoff)
         deleted = batches = 0
         while True:
             # One short transaction a batch: a long cleanup never holds locks that claims wait on.
@@ -359,12 +422,8 @@ class ReceiptLedger:
                 ids = (
                     conn.execute(
                         select(r.c.invocation_id)
-                        .where(
-                            r.c.session_id.is_(None),
-                            r.c.status.in_(_FINISHED),
-                            r.c.updated_at < cutoff,
-                        )
-                        .order_by(r.c.updated_at)
+                        .where(scope, *expired)
+                        .order_by(r.c.updated_at, r.c.invocation_id)
                         .limit(batch_size)
                     )
                     .scalars()
@@ -372,14 +431,13 @@ class ReceiptLedger:
                 )
                 if not ids:
                     break
-                result = conn.execute(
-                    delete(r).where(r.c.invocation_id.in_(ids), r.c.status.in_(_FINISHED))
-                )
+                # The status is checked again: a receipt is never deleted in `running`/`unknown`.
+                result = conn.execute(delete(r).where(r.c.invocation_id.in_(ids), *expired))
                 deleted += int(result.rowcount)
                 batches += 1
             if len(ids) < batch_size:
                 break
-        return CleanupResult(True, "deleted orphaned finished receipts", deleted, batches, cutoff)
+        return deleted, batches
 
     @staticmethod
     def _check_status(status: str) -> None:

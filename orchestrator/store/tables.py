@@ -85,6 +85,7 @@ tasks = Table(
     one_of("origin", v.TASK_ORIGINS),
     CheckConstraint("generation >= 1", name="generation_positive"),
     Index(None, "status", "updated_at"),
+    Index(None, "status", "queued_at"),  # the sweeper's stale-queued query
     Index(None, "created_at"),
 )
 
@@ -234,10 +235,12 @@ invocation_receipts = Table(
     metadata,
     Column("invocation_id", String(ID), primary_key=True),
     Column("owner", String(128), nullable=False),
+    # SET NULL, not CASCADE: `running` and `unknown` receipts outlive their session as orphans
+    # (never deleted for age); the finished ones go with it (`ReceiptLedger.delete_session`).
     Column(
         "session_id",
         String(ID),
-        ForeignKey("sessions.session_id", ondelete="CASCADE"),
+        ForeignKey("sessions.session_id", ondelete="SET NULL"),
         nullable=True,
     ),
     Column("tool_name", String(128), nullable=False),

@@ -8,14 +8,14 @@ from datetime import timedelta
 from typing import Any, ClassVar
 
 import pytest
-from sqlalchemy import delete, update
+from sqlalchemy import delete, select, update
 
 from orchestrator.agent.host import ToolHost
 from orchestrator.domain.fingerprints import fingerprint, identity_key
 from orchestrator.errors import ConflictError, StaleGeneration
 from orchestrator.store import Database
 from orchestrator.store.receipts import Claim, ReceiptLedger
-from orchestrator.store.tables import invocation_receipts, sessions
+from orchestrator.store.tables import invocation_receipts, sessions, tasks
 from orchestrator.store.types import utcnow
 from orchestrator.tools.base import Tool, ToolArguments, ToolCall, ToolContext, ToolResult
 from tests.integration.receipt_rows import chat_session, dump_database, running_task, supersede
@@ -223,6 +223,34 @@ def _orphan(ledger: ReceiptLedger, key: str, status: str, days: int) -> str:
     return claim.receipt.invocation_id
 
 
+def _task_receipt(
+    ledger: ReceiptLedger, task_id: str, session_id: str, key: str, status: str, days: int
+) -> str:
+    claim = _claim(ledger, session_id, owner=f"task:{task_id}", identity_key=key)
+    if status == "unknown":
+        with ledger.db.transaction() as conn:
+            conn.execute(
+                update(invocation_receipts)
+                .where(invocation_receipts.c.invocation_id == claim.receipt.invocation_id)
+                .values(status="unknown")
+            )
+    elif status != "running":
+        ledger.finish(
+            claim.receipt.invocation_id, claim.receipt.claim_token, status=status, summary="s"
+        )
+    _age(ledger.db, claim.receipt.invocation_id, days)
+    return claim.receipt.invocation_id
+
+
+def _set_task(db: Database, task_id: str, status: str, days: int) -> None:
+    with db.transaction() as conn:
+        conn.execute(
+            update(tasks)
+            .where(tasks.c.task_id == task_id)
+            .values(status=status, updated_at=utcnow() - timedelta(days=days))
+        )
+
+
 @pytest.mark.parametrize(
     ("enabled", "days", "expect_deleted"),
     [(True, 30, True), (True, 0, False), (False, 30, False)],
@@ -236,24 +264,138 @@ def test_cleanup_matrix(db: Database, enabled: bool, days: int, expect_deleted: 
     ledger.cold_start()
     _age(db, keep_unknown, 400)
     keep_running = _orphan(ledger, "k-running", "running", 400)
+    # A chat's receipts go with the chat session, never for age.
     session_id = chat_session(db)
-    in_session = _claim(ledger, session_id, owner="alice").receipt.invocation_id
-    _age(db, in_session, 400)
+    in_chat = _claim(ledger, session_id, owner="alice")
+    ledger.finish(
+        in_chat.receipt.invocation_id, in_chat.receipt.claim_token, status="succeeded", summary="s"
+    )
+    _age(db, in_chat.receipt.invocation_id, 400)
+    # A background execution of a task finished long ago: its finished receipts expire.
+    done_task, done_session, _ = running_task(db)
+    _set_task(db, done_task, "completed", 40)
+    expired_of_task = [
+        _task_receipt(ledger, done_task, done_session, f"t-{status}", status, 40)
+        for status in ("succeeded", "failed", "pending")
+    ]
+    kept_of_done_task = [
+        _task_receipt(ledger, done_task, done_session, "t-unknown", "unknown", 400),
+        _task_receipt(ledger, done_task, done_session, "t-running", "running", 400),
+        _task_receipt(ledger, done_task, done_session, "t-recent", "succeeded", 5),
+    ]
+    # Old receipts of a task still running, and of a task that finished only recently, stay.
+    live_task, live_session, _ = running_task(db)
+    _set_task(db, live_task, "running", 40)
+    of_live_task = _task_receipt(ledger, live_task, live_session, "l", "succeeded", 40)
+    fresh_task, fresh_session, _ = running_task(db)
+    _set_task(db, fresh_task, "failed", 1)
+    of_fresh_task = _task_receipt(ledger, fresh_task, fresh_session, "f", "succeeded", 40)
 
-    result = ledger.delete_orphans(retention_days=days, enabled=enabled, batch_size=2)
+    result = ledger.delete_expired(retention_days=days, enabled=enabled, batch_size=2)
 
     assert result.enabled is expect_deleted
-    assert result.deleted == (3 if expect_deleted else 0)
-    for invocation_id in old.values():
+    assert result.deleted == (6 if expect_deleted else 0)
+    assert (result.orphans, result.of_finished_tasks) == ((3, 3) if expect_deleted else (0, 0))
+    for invocation_id in [*old.values(), *expired_of_task]:
         assert (ledger.get(invocation_id) is None) is expect_deleted
-    for invocation_id in (recent, keep_unknown, keep_running, in_session):
+    for invocation_id in (
+        recent,
+        keep_unknown,
+        keep_running,
+        in_chat.receipt.invocation_id,
+        *kept_of_done_task,
+        of_live_task,
+        of_fresh_task,
+    ):
         assert ledger.get(invocation_id) is not None
     if expect_deleted:
-        assert result.batches == 2  # 3 rows in batches of 2
-    # Receipts go with their session.
+        assert result.batches == 4  # 3 orphans and 3 task receipts, in batches of 2
+
+
+def test_finished_receipts_go_with_their_session_running_and_unknown_stay(db: Database) -> None:
+    ledger = ReceiptLedger(db)
+    session_id = chat_session(db)
+    other_session = chat_session(db)
+    ids: dict[str, str] = {}
+    for status in ("succeeded", "failed", "pending", "running", "unknown"):
+        claim = _claim(ledger, session_id, identity_key=f"k-{status}")
+        if status in ("succeeded", "failed", "pending"):
+            ledger.finish(
+                claim.receipt.invocation_id, claim.receipt.claim_token, status=status, summary="s"
+            )
+        ids[status] = claim.receipt.invocation_id
+    with db.transaction() as conn:
+        conn.execute(
+            update(invocation_receipts)
+            .where(invocation_receipts.c.invocation_id == ids["unknown"])
+            .values(status="unknown")
+        )
+    other = _claim(ledger, other_session, identity_key="k-other").receipt
+    ledger.finish(other.invocation_id, other.claim_token, status="succeeded", summary="s")
+    elsewhere = other.invocation_id
+
+    assert ledger.delete_session(session_id) == 3
+
+    for status in ("succeeded", "failed", "pending"):
+        assert ledger.get(ids[status]) is None
+    for status in ("running", "unknown"):
+        kept = ledger.get(ids[status])
+        assert kept is not None
+        assert (kept.session_id, kept.status) == (None, status)
+    assert ledger.get(elsewhere) is not None
+    with db.transaction() as conn:
+        assert conn.execute(select(sessions).where(sessions.c.session_id == session_id)).all() == []
+    # Now orphans, they are still never deleted for age.
+    for status in ("running", "unknown"):
+        _age(db, ids[status], 4000)
+    assert ledger.delete_expired(retention_days=1).deleted == 0
+    assert ledger.get(ids["running"]) is not None
+    assert ledger.get(ids["unknown"]) is not None
+
+
+def test_deleting_a_session_row_orphans_running_receipts(db: Database) -> None:
+    """The foreign key sets NULL: a running receipt outlives its session's row."""
+    ledger = ReceiptLedger(db)
+    session_id = chat_session(db)
+    running = _claim(ledger, session_id).receipt.invocation_id
     with db.transaction() as conn:
         conn.execute(delete(sessions).where(sessions.c.session_id == session_id))
-    assert ledger.get(in_session) is None
+    kept = ledger.get(running)
+    assert kept is not None
+    assert (kept.session_id, kept.status) == (None, "running")
+
+
+def test_unknown_for_owner_filters_in_sql_newest_first(db: Database) -> None:
+    ledger = ReceiptLedger(db)
+    session_id = chat_session(db)
+    # More than the limit of older receipts in other states, which must not crowd them out.
+    for index in range(5):
+        claim = _claim(ledger, session_id, owner="task:x", identity_key=f"done-{index}")
+        ledger.finish(
+            claim.receipt.invocation_id, claim.receipt.claim_token, status="succeeded", summary="s"
+        )
+        _age(db, claim.receipt.invocation_id, 10)
+    unknown = []
+    for index in range(3):
+        claim = _claim(ledger, session_id, owner="task:x", identity_key=f"u-{index}")
+        unknown.append(claim.receipt.invocation_id)
+    _claim(ledger, session_id, owner="task:y", identity_key="u-other")
+    ledger.cold_start()
+    with db.transaction() as conn:
+        for age, invocation_id in enumerate(unknown):
+            conn.execute(
+                update(invocation_receipts)
+                .where(invocation_receipts.c.invocation_id == invocation_id)
+                .values(created_at=utcnow() - timedelta(hours=age + 1))
+            )
+    still_running = _claim(ledger, session_id, owner="task:x", identity_key="r").receipt
+    assert still_running.status == "running"
+
+    found = ledger.unknown_for_owner("task:x", limit=2)
+    assert [receipt.invocation_id for receipt in found] == unknown[:2]  # newest first
+    assert all(receipt.status == "unknown" for receipt in found)
+    assert len(ledger.unknown_for_owner("task:x", limit=100)) == 3
+    assert ledger.unknown_for_owner("task:z") == []
 
 
 SENTINEL = "sentinel-secret-9f2c1e"

@@ -15,12 +15,14 @@ from typing import Any
 from celery import Celery
 
 from orchestrator.settings import Settings, get_settings
-from workers.constants import QUEUE, RUN_GENERATION, SWEEP
+from workers.constants import CLEANUP, QUEUE, RUN_GENERATION, SWEEP
 
 __all__ = ["CeleryDispatcher", "app", "make_celery"]
 
 #: Longer than any round may run; a redelivery before that would be a second wake-up only.
 VISIBILITY_TIMEOUT_SECONDS = 6 * 3600
+#: How often beat runs the retention pass (it does nothing when cleanup is disabled).
+CLEANUP_INTERVAL_SECONDS = 3600
 
 
 def broker_folder(settings: Settings) -> Path:
@@ -64,9 +66,18 @@ def make_celery(settings: Settings) -> Celery:
                 "schedule": settings.sweep_seconds,
                 "options": {"expires": settings.sweep_seconds},
             },
+            "cleanup": {
+                "task": CLEANUP,
+                "schedule": CLEANUP_INTERVAL_SECONDS,
+                "options": {"expires": CLEANUP_INTERVAL_SECONDS},
+            },
         },
     )
-    celery.conf.task_routes = {RUN_GENERATION: {"queue": QUEUE}, SWEEP: {"queue": QUEUE}}
+    celery.conf.task_routes = {
+        RUN_GENERATION: {"queue": QUEUE},
+        SWEEP: {"queue": QUEUE},
+        CLEANUP: {"queue": QUEUE},
+    }
     return celery
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["QUEUE", "RUN_GENERATION", "SWEEP"]
+__all__ = ["CLEANUP", "QUEUE", "RUN_GENERATION", "SWEEP"]
 
 QUEUE: Final = "orchestrator"
 RUN_GENERATION: Final = "orchestrator.run_generation"
 SWEEP: Final = "orchestrator.sweep"
+CLEANUP: Final = "orchestrator.cleanup"

@@ -10,12 +10,13 @@ from typing import Any
 from celery.signals import worker_init, worker_ready
 
 from orchestrator.runtime import Runtime, build_runtime
+from orchestrator.services.cleanup import run_cleanup
 from orchestrator.settings import get_settings
 from orchestrator.tools.toolsets import SpecError, check_gateway
 from workers.celery_app import CeleryDispatcher, app
-from workers.constants import RUN_GENERATION, SWEEP
+from workers.constants import CLEANUP, RUN_GENERATION, SWEEP
 
-__all__ = ["run_generation", "sweep"]
+__all__ = ["cleanup", "run_generation", "sweep"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,15 @@ def run_generation(self: Any, task_id: str, generation: int) -> str:
 @app.task(name=SWEEP)
 def sweep() -> list[str]:
     return runtime().sweeper.sweep().lines()
+
+
+@app.task(name=CLEANUP)
+def cleanup() -> dict[str, Any]:
+    """The periodic retention pass; the same service as `orchestrator cleanup`."""
+    current = runtime()
+    report = run_cleanup(current.db, current.settings).to_dict()
+    log.info("cleanup: %s", report)
+    return report
 
 
 @worker_init.connect

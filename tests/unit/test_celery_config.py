@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.settings import load_settings
-from workers.celery_app import VISIBILITY_TIMEOUT_SECONDS, make_celery
-from workers.constants import QUEUE, RUN_GENERATION, SWEEP
+from workers.celery_app import CLEANUP_INTERVAL_SECONDS, VISIBILITY_TIMEOUT_SECONDS, make_celery
+from workers.constants import CLEANUP, QUEUE, RUN_GENERATION, SWEEP
 
 
 def test_acks_late_reject_on_lost_worker_and_one_message_at_a_time(tmp_path: Path) -> None:
@@ -33,3 +33,19 @@ def test_embedded_mode_uses_the_filesystem_transport_under_home(tmp_path: Path) 
     folder = Path(conf.broker_transport_options["data_folder_in"])
     assert folder.is_dir()
     assert folder.is_relative_to(tmp_path.resolve())
+
+
+def test_beat_runs_the_cleanup_task_hourly_on_the_queue(tmp_path: Path) -> None:
+    conf = make_celery(load_settings(home=tmp_path)).conf
+    entry = conf.beat_schedule["cleanup"]
+    assert (entry["task"], entry["schedule"]) == (CLEANUP, CLEANUP_INTERVAL_SECONDS)
+    assert CLEANUP_INTERVAL_SECONDS == 3600
+    assert conf.task_routes[CLEANUP]["queue"] == QUEUE
+
+
+def test_the_cleanup_task_is_registered_under_its_name() -> None:
+    from workers.celery_app import app
+    from workers.tasks import cleanup
+
+    assert cleanup.name == CLEANUP
+    assert CLEANUP in app.tasks

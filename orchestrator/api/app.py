@@ -43,6 +43,7 @@ PUBLIC_ROUTERS: list[APIRouter] = [
 INTERNAL_ROUTERS: list[APIRouter] = [plans.internal_router]
 INTERNAL_PREFIX = "/api/v1/internal"
 
+_HEALTHZ = "/healthz"
 _BODY_PARSE_FAILED = "There was an error parsing the body"
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
 
@@ -130,7 +131,16 @@ def create_app(
             if owns_db:
                 database.dispose()
 
-    app = FastAPI(title="condition-orchestrator", version=__version__, lifespan=lifespan)
+    # With ORCH_API_TOKEN set, /openapi.json needs the token like every public route, and the
+    # browser pages are off: Swagger UI and ReDoc fetch the schema without a bearer header.
+    pages = not settings.api_token
+    app = FastAPI(
+        title="condition-orchestrator",
+        version=__version__,
+        lifespan=lifespan,
+        docs_url="/docs" if pages else None,
+        redoc_url="/redoc" if pages else None,
+    )
     app.state.settings = settings
     app.state.db = database
     app.state.hub = plan_hub
@@ -144,6 +154,14 @@ def create_app(
     app.add_exception_handler(DataError, _data_error)
     app.add_exception_handler(Exception, _unexpected)
 
+    # The tokens are checked ahead of routing and body parsing (a request without the right one
+    # is a 401 whatever its body); the router dependencies check again, for defence in depth.
+    app.add_middleware(
+        auth.BearerTokens,
+        settings=settings,
+        internal_prefix=INTERNAL_PREFIX,
+        open_paths=(_HEALTHZ,),
+    )
     public = [Depends(auth.require_api_token)]
     for router in PUBLIC_ROUTERS if public_routers is None else public_routers:
         app.include_router(router, dependencies=public)
@@ -151,7 +169,7 @@ def create_app(
     for router in INTERNAL_ROUTERS if internal_routers is None else internal_routers:
         app.include_router(router, prefix=INTERNAL_PREFIX, dependencies=internal)
 
-    @app.get("/healthz", include_in_schema=False)
+    @app.get(_HEALTHZ, include_in_schema=False)
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -404,3 +405,97 @@ def test_forged_session_cursors_are_422_invalid_cursor(client: TestClient, curso
         return
     assert response.status_code == 422, response.text
     assert response.json()["error"]["code"] == "invalid_cursor"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"{not json", b"[" * 100_000 + b"]" * 100_000, b"\xff", b""],
+    ids=["bad", "deep", "utf8", "empty"],
+)
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, PUBLIC])
+def test_the_token_is_checked_before_the_body_is_parsed(
+    client: TestClient, session_id: str, raw: bytes, headers: dict[str, str]
+) -> None:
+    bridge = client.post(
+        f"/api/v1/internal/sessions/{session_id}/execution-plans",
+        content=raw,
+        headers={**headers, "Content-Type": "application/json"},
+    )
+    assert bridge.status_code == 401, bridge.text
+    assert bridge.json()["error"]["code"] == "unauthorized"
+    assert bridge.headers["WWW-Authenticate"] == "Bearer"
+    public_headers = INTERNAL if headers is PUBLIC else headers
+    public = client.post(
+        "/api/v1/sessions",
+        content=raw,
+        headers={**public_headers, "Content-Type": "application/json"},
+    )
+    assert public.status_code == 401, public.text
+    assert public.json()["error"]["code"] == "unauthorized"
+    assert revision_count(client) == 0
+
+
+def test_openapi_and_docs_need_the_api_token_when_it_is_set(client: TestClient) -> None:
+    for path in ("/openapi.json", "/docs", "/redoc", "/docs/oauth2-redirect"):
+        for headers in ({}, {"Authorization": "Bearer nope"}, INTERNAL):
+            response = client.get(path, headers=headers)
+            assert response.status_code == 401, path
+            assert response.json()["error"]["code"] == "unauthorized"
+    schema = client.get("/openapi.json", headers=PUBLIC)
+    assert schema.status_code == 200
+    assert "/api/v1/sessions" in schema.json()["paths"]
+    # The browser pages cannot send a bearer token for their own schema fetch: off.
+    assert client.get("/docs", headers=PUBLIC).status_code == 404
+    assert client.get("/healthz").status_code == 200
+
+
+def test_without_an_api_token_docs_are_served_and_the_bridge_stays_closed(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    settings = load_settings(database_url=sqlite_url, home=tmp_path, api_token=None)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+        assert c.get("/openapi.json").status_code == 200
+        assert c.get("/docs").status_code == 200
+        closed = c.post(
+            "/api/v1/internal/sessions/x/execution-plans",
+            content=b"{not json",
+            headers={"Authorization": "Bearer anything", "Content-Type": "application/json"},
+        )
+        assert closed.status_code == 401
+        assert closed.json()["error"]["code"] == "unauthorized"
+
+
+def test_tokens_never_reach_the_logs_or_the_errors(
+    client: TestClient, session_id: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    attempts = [
+        ("post", f"/api/v1/internal/sessions/{session_id}/execution-plans", PUBLIC),
+        ("post", f"/api/v1/internal/sessions/{session_id}/execution-plans",
+         {"Authorization": "Bearer internal-token-almost"}),
+        ("post", f"/api/v1/internal/sessions/{session_id}/execution-plans",
+         {"Authorization": "internal-token"}),
+        ("get", "/api/v1/sessions", INTERNAL),
+        ("get", "/api/v1/sessions", {"Authorization": "Bearer public-token-almost"}),
+        ("get", "/openapi.json", {"Authorization": "Basic public-token"}),
+    ]  # fmt: skip
+    texts = []
+    for method, path, headers in attempts:
+        response = client.request(method, path, content=b"{not json", headers=headers)
+        assert response.status_code == 401, path
+        texts.append(response.text + str(response.headers))
+    seen = caplog.text + "".join(texts)
+    for secret in ("public-token", "internal-token"):
+        assert secret not in seen
+
+
+def test_request_id_limit_and_format_are_field_too_long(
+    client: TestClient, session_id: str
+) -> None:
+    for bad in ("r" * 129, "has space", "naïve"):
+        response = publish(client, session_id, plan(bad, [node("a")]))
+        assert response.status_code == 422
+        error = response.json()["error"]
+        assert error["code"] == "field_too_long"
+        assert error["details"][0]["field"] == "request_id"
+    assert publish(client, session_id, plan("r" * 128, [node("a")])).status_code == 201

@@ -176,7 +176,7 @@ class ToolHost:
                 f"invalid arguments; nothing was run: {exc}", code="invalid_arguments"
             )
         if tool.identity == "intent":
-            identity = identity_key("intent", ctx.session_id, ctx.round_id, tool.name, digest)
+            identity = identity_key("intent", ctx.intent_scope, ctx.round_id, tool.name, digest)
         else:
             identity = identity_key("call", ctx.session_id, call.id)
         return _Prepared(call, tool, args, effect, digest, identity)

@@ -164,7 +164,9 @@ class ExecutionService:
         ctx = ToolContext(
             owner=f"task:{task.task_id}",
             session_id=session_id,
-            round_id=f"{task.task_id}:{fence.generation}",
+            # Identical writes share one identity per intent round, across the generations
+            # that recovery or continuation start in it (seed 000: only a new request repeats).
+            round_id=f"intent:{task.intent_round}",
             task_id=task.task_id,
             generation=fence.generation,
             fence=fence,

@@ -112,7 +112,7 @@ class TaskService:
             )
             task_store.supersede_pending_actions(conn, task_id, "superseded by a requeue")
             nxt = task_store.requeue_generation(
-                conn, task, from_statuses=TASK_STATUSES, recoveries=0, rounds=0
+                conn, task, from_statuses=TASK_STATUSES, recoveries=0, rounds=0, new_intent=True
             )
             assert nxt is not None  # the row lock keeps the generation ours
         safe_dispatch(self.dispatcher, task_id, nxt)

@@ -27,6 +27,9 @@ class TaskRecord:
     last_error: str | None
     recoveries: int
     rounds: int
+    #: Bumped only by a trigger's or an operator's new request (requeue): writes of an earlier
+    #: intent round may run again, recovered or continued generations share their round's.
+    intent_round: int
     queued_at: datetime | None
     created_at: datetime
     updated_at: datetime

@@ -77,6 +77,7 @@ tasks = Table(
     Column("last_error", Text, nullable=True),
     Column("recoveries", Integer, nullable=False, server_default="0"),
     Column("rounds", Integer, nullable=False, server_default="0"),
+    Column("intent_round", Integer, nullable=False, server_default="1"),
     Column("queued_at", UTCDateTime, nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),

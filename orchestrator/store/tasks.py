@@ -102,6 +102,7 @@ def insert_task(conn: Connection, new: NewTask) -> TaskRecord | None:
         last_error=None,
         recoveries=0,
         rounds=0,
+        intent_round=1,
         queued_at=now,
         created_at=now,
         updated_at=now,
@@ -335,8 +336,13 @@ def requeue_generation(
     from_statuses: tuple[str, ...],
     recoveries: int,
     rounds: int,
+    new_intent: bool = False,
 ) -> int | None:
-    """Compare-and-set generation n → n+1 (queued); None when someone else moved the task first."""
+    """Compare-and-set generation n → n+1 (queued); None when someone else moved the task first.
+
+    `new_intent` (an operator's requeue) starts a new intent round: finished writes of the
+    earlier round may run again. Recovery and continuation keep the round.
+    """
     now = utcnow()
     nxt = task.generation + 1
     moved = conn.execute(
@@ -354,6 +360,7 @@ def requeue_generation(
             recoveries=recoveries,
             rounds=rounds,
             failure_code=None,
+            intent_round=tasks.c.intent_round + 1 if new_intent else tasks.c.intent_round,
         )
     ).rowcount
     if moved != 1:

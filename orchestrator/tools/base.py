@@ -74,6 +74,12 @@ class ToolContext:
     #: Set by the agent loop to cancel the round; long-running tools poll it.
     cancel: threading.Event | None = None
 
+    @property
+    def intent_scope(self) -> str:
+        """What identical writes are merged within: a task's whole life (all its generations
+        and sessions) for executions, the session for a chat."""
+        return self.owner if self.task_id is not None else self.session_id
+
 
 @dataclass(frozen=True)
 class ToolResult:

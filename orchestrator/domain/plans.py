@@ -38,6 +38,7 @@ __all__ = [
     "MAX_TEXT",
     "MAX_TITLE",
     "SCHEMA_VERSION",
+    "SERVER_FIELDS",
     "PlanDraft",
     "Problem",
     "check_update",
@@ -78,6 +79,14 @@ CODES: Final = (
 )
 
 _PLAN_FIELDS: Final = frozenset({"request_id", "title", "reason", "nodes", "edges"})
+#: Fields the server sets on a stored revision. An agent that sends a stored plan back with
+#: them (the usual way to keep every node) is not refused: they are ignored, whatever their
+#: value, and the server assigns its own.
+SERVER_FIELDS: Final = frozenset(
+    {"schema_version", "session_id", "revision", "status_counts", "updated_at", "task_id",
+     "generation"}
+)  # fmt: skip
+_ACCEPTED_FIELDS: Final = _PLAN_FIELDS | SERVER_FIELDS
 
 
 @dataclass(frozen=True)
@@ -128,7 +137,7 @@ def parse_plan(payload: Any) -> tuple[PlanDraft | None, list[Problem]]:
     if not isinstance(payload, Mapping):
         c.add("invalid_type", "the plan must be a JSON object")
         return None, c.problems
-    c.unknown(payload, _PLAN_FIELDS, "the plan")
+    c.unknown(payload, _ACCEPTED_FIELDS, "the plan")
     request_id = c.text(
         payload, "request_id", "request_id", MAX_REQUEST_ID, {}, required=True, pattern=ID_PATTERN
     )

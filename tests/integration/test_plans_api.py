@@ -499,3 +499,26 @@ def test_request_id_limit_and_format_are_field_too_long(
         assert error["code"] == "field_too_long"
         assert error["details"][0]["field"] == "request_id"
     assert publish(client, session_id, plan("r" * 128, [node("a")])).status_code == 201
+
+
+def test_a_stored_plan_sent_back_with_its_server_fields_is_accepted(
+    client: TestClient, session_id: str
+) -> None:
+    first = publish(client, session_id, plan("r1", [node("a"), node("b")]))
+    assert first.status_code == 201, first.text
+    latest = client.get(f"/api/v1/sessions/{session_id}/execution-plans", headers=PUBLIC).json()[
+        "latest"
+    ]
+    for field in ("schema_version", "session_id", "revision", "status_counts", "updated_at"):
+        assert field in latest
+    replay = publish(client, session_id, latest)  # the same request_id and content
+    assert replay.status_code == 200, replay.text
+    assert replay.json()["revision"] == 1
+    edited = {**latest, "request_id": "r2", "revision": 99, "session_id": "someone-else"}
+    edited["nodes"] = [{**latest["nodes"][0], "status": "running"}, latest["nodes"][1]]
+    second = publish(client, session_id, edited)
+    assert second.status_code == 201, second.text
+    body = second.json()
+    assert (body["revision"], body["session_id"]) == (2, session_id)
+    assert body["status_counts"]["running"] == 1
+    assert revision_count(client) == 2

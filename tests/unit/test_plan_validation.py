@@ -201,6 +201,24 @@ def test_wrong_types_missing_and_unknown_fields() -> None:
     assert codes(plan([7])) == ["invalid_type"]
 
 
+def test_server_set_fields_sent_back_are_ignored() -> None:
+    stored = {
+        "schema_version": "execution-plan@1",
+        "session_id": "s-1",
+        "revision": 3,
+        "status_counts": {"pending": 1},
+        "updated_at": "2024-05-01T10:00:00+00:00",
+        "task_id": None,
+        "generation": None,
+    }
+    draft = validate_plan(plan([node("a")], **stored))
+    assert draft.digest == validate_plan(plan([node("a")])).digest
+    # Whatever their value: the server assigns them, so they are not checked either.
+    validate_plan(plan([node("a")], revision="seven", status_counts=[], updated_at=None))
+    assert codes(plan([node("a")], revisions=[1])) == ["unknown_field"]
+    assert codes(plan([node("a", revision=1)])) == ["unknown_field"]  # nodes have none
+
+
 def test_nul_characters_are_refused_on_every_store() -> None:
     assert codes(plan([node("a", title="a\x00b")])) == ["invalid_character"]
     assert codes(plan([node("a"), node("b")], [{"from": "a", "to": "b", "label": "\x00"}])) == [

@@ -175,8 +175,7 @@ class TaskService:
     def _unknown_receipts(self, task_id: str) -> list[dict[str, Any]]:
         if self.ledger is None:
             return []
-        receipts = self.ledger.list_for_owner(f"task:{task_id}")
-        return [r.public() for r in receipts if r.status == "unknown"]
+        return [r.public() for r in self.ledger.unknown_for_owner(f"task:{task_id}")]
 
 
 def task_view(task: TaskRecord) -> dict[str, Any]:
@@ -187,6 +186,7 @@ def task_view(task: TaskRecord) -> dict[str, Any]:
         "title": task.title,
         "status": task.status,
         "failure_code": task.failure_code if task.status == "failed" else None,
+        "intent_round": task.intent_round,
         "last_error": task.last_error,
         "origin": task.origin,
         "trigger_id": task.trigger_id,

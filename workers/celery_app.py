@@ -14,7 +14,7 @@ from typing import Any
 
 from celery import Celery
 
-from orchestrator.settings import Settings, get_settings
+from orchestrator.settings import Settings, SettingsError, get_settings
 from workers.constants import CLEANUP, QUEUE, RUN_GENERATION, SWEEP
 
 __all__ = ["CeleryDispatcher", "app", "make_celery"]
@@ -37,7 +37,13 @@ def make_celery(settings: Settings) -> Celery:
     else:
         folder = broker_folder(settings)
         for sub in ("queue", "processed"):
-            (folder / sub).mkdir(parents=True, exist_ok=True)
+            try:
+                (folder / sub).mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise SettingsError(
+                    f"ORCH_HOME: cannot create the broker folder {folder / sub}: "
+                    f"{exc.strerror or exc}"
+                ) from None
         broker = "filesystem://"
         options.update(
             data_folder_in=str(folder / "queue"),

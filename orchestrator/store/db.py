@@ -12,6 +12,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 
 from orchestrator.errors import ConstraintViolation
+from orchestrator.settings import SettingsError
 
 __all__ = ["Database", "make_engine"]
 
@@ -41,7 +42,14 @@ def make_engine(
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database
         if database and database != ":memory:":
-            Path(database).parent.mkdir(parents=True, exist_ok=True)
+            folder = Path(database).parent
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise SettingsError(
+                    f"ORCH_HOME / ORCH_DATABASE_URL: cannot create {folder} for the SQLite "
+                    f"store: {exc.strerror or exc}"
+                ) from None
         engine = create_engine(url, echo=echo, connect_args={"timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin)

@@ -45,3 +45,21 @@ def test_a_bad_gateway_spec_stops_the_worker_at_start(
     assert len(lines) == 1, result.stderr
     assert expected in lines[0]
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command", [["db", "upgrade"], ["tasks", "list"], ["worker"]])
+def test_an_unusable_home_folder_is_one_line_naming_the_setting(
+    tmp_path: Path, command: list[str]
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    env["ORCH_HOME"] = str(blocker / "home")
+    result = subprocess.run(
+        [ORCHESTRATOR, *command], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "ORCH_HOME" in lines[0]

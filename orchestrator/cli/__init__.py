@@ -6,9 +6,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from sqlalchemy.exc import DataError, OperationalError, ProgrammingError, SQLAlchemyError
+
 from orchestrator import __version__
 from orchestrator.cli import actions, api, cleanup, db, demo, fleet, invocations, plans, tasks
-from orchestrator.cli.common import CommandFailed, Handler
+from orchestrator.cli.common import CommandFailed, Handler, one_line, safe_store_url
 from orchestrator.errors import OrchestratorError
 from orchestrator.settings import SettingsError
 
@@ -32,6 +34,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    for arg in argv:
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            # Undecodable bytes on the command line; no store would take them either.
+            shown = arg.encode("utf-8", "backslashreplace").decode("utf-8")[:80]
+            print(f'orchestrator: argument "{shown}" is not valid UTF-8 text', file=sys.stderr)
+            return 2
     args = parser.parse_args(argv)
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:
@@ -49,6 +60,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"orchestrator: {exc.code}: {exc.message}", file=sys.stderr)
         for detail in exc.details:
             print(f"  - {detail.get('code', '')}: {detail.get('message', '')}", file=sys.stderr)
+        return 1
+    except DataError as exc:
+        # A value the store cannot hold (a negative LIMIT, a JSON text Postgres refuses):
+        # bad input, and the transaction that carried it wrote nothing.
+        print(f"orchestrator: the store refused a value: {one_line(exc)}", file=sys.stderr)
+        return 2
+    except (OperationalError, ProgrammingError) as exc:
+        store = safe_store_url() or "the configured URL"
+        print(
+            f"orchestrator: the store at {store} is unavailable or not migrated "
+            f"({one_line(exc)}): run `orchestrator db upgrade`",
+            file=sys.stderr,
+        )
+        return 1
+    except SQLAlchemyError as exc:
+        store = safe_store_url() or "the configured URL"
+        print(f"orchestrator: the store at {store} failed: {one_line(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -9,23 +9,40 @@ from orchestrator.cli.common import add_json_flag, load, print_json
 from orchestrator.services.cleanup import run_cleanup
 from orchestrator.store.db import Database
 
-__all__ = ["register"]
+__all__ = ["MAX_BATCH", "register"]
+
+MAX_BATCH = 10_000
 
 
 def register(commands: Any) -> None:
     cleanup = commands.add_parser(
         "cleanup", help="delete expired orphan receipts (never running or unknown ones)"
     )
-    cleanup.add_argument("--batch-size", type=int, default=500, help="rows per transaction")
+    cleanup.add_argument(
+        "--batch-size",
+        type=_batch_size,
+        default=500,
+        help=f"rows per transaction (1..{MAX_BATCH}, default 500)",
+    )
     add_json_flag(cleanup)
     cleanup.set_defaults(handler=_cleanup)
+
+
+def _batch_size(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= value <= MAX_BATCH:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_BATCH}, not {value}")
+    return value
 
 
 def _cleanup(args: argparse.Namespace) -> int:
     settings = load()
     db = Database.from_url(settings.store_url)
     try:
-        report = run_cleanup(db, settings, batch_size=max(1, args.batch_size))
+        report = run_cleanup(db, settings, batch_size=args.batch_size)
     finally:
         db.dispose()
     if args.json:

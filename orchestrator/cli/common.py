@@ -9,11 +9,24 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
 from orchestrator.settings import Settings, load_settings
 
-__all__ = ["CommandFailed", "Handler", "add_json_flag", "load", "print_json"]
+__all__ = [
+    "CommandFailed",
+    "Handler",
+    "add_json_flag",
+    "load",
+    "one_line",
+    "print_json",
+    "safe_store_url",
+]
 
 Handler = Callable[[argparse.Namespace], int]
+
+_loaded: Settings | None = None
 
 
 class CommandFailed(Exception):
@@ -26,7 +39,46 @@ class CommandFailed(Exception):
 
 def load() -> Settings:
     """Settings for a command; a bad value raises `SettingsError` (exit code 2)."""
-    return load_settings()
+    global _loaded
+    _loaded = load_settings()
+    return _loaded
+
+
+def safe_store_url() -> str | None:
+    """The store URL of the settings last loaded, with its password masked; None before any."""
+    if _loaded is None:
+        return None
+    return mask_url(_loaded.store_url)
+
+
+def mask_url(url: str) -> str:
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "(unparsable URL)"
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """The first line of an error's text, without the store's password, at most `limit` chars.
+
+    For a SQLAlchemy error the driver's own message is used (not the statement and parameters).
+    """
+    cause = getattr(exc, "orig", None) or exc
+    text = str(cause).strip().splitlines()
+    line = text[0].strip() if text else type(cause).__name__
+    password = _password()
+    if password:
+        line = line.replace(password, "***")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _password() -> str | None:
+    if _loaded is None:
+        return None
+    try:
+        return make_url(_loaded.store_url).password
+    except ArgumentError:
+        return None
 
 
 def _default(value: Any) -> Any:

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from orchestrator.cli.common import CommandFailed, add_json_flag, load, print_json
 from orchestrator.domain.vocabulary import TASK_STATUSES
 from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.tasks import Trigger, task_view
 
-__all__ = ["register"]
+__all__ = ["MAX_LIMIT", "register"]
+
+MAX_LIMIT = 200  # the API's bound on `GET /api/v1/tasks?limit=`
 
 
 def register(commands: Any) -> None:
@@ -32,7 +35,9 @@ def register(commands: Any) -> None:
 
     listing = actions.add_parser("list", help="tasks, newest first")
     listing.add_argument("--status", choices=TASK_STATUSES)
-    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument(
+        "--limit", type=_limit, default=50, help=f"at most this many (1..{MAX_LIMIT}, default 50)"
+    )
     add_json_flag(listing)
     listing.set_defaults(handler=_list)
 
@@ -58,18 +63,113 @@ def _runtime() -> Runtime:
     return build_runtime(load())
 
 
+def _limit(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= value <= MAX_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_LIMIT}, not {value}")
+    return value
+
+
+class _NotFinite(ValueError):
+    pass
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400 parses as infinity
+        raise _NotFinite(text)
+    return value
+
+
+def _constant(name: str) -> float:
+    raise _NotFinite(name)  # NaN, Infinity, -Infinity: not JSON, and no store keeps them
+
+
+def _bad_text(value: Any, where: str = "") -> str | None:
+    """Where a NUL character or an unpaired surrogate hides in `value`, or None."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            return f"a NUL character (\\u0000) at {where or 'the top'}"
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return f"an unpaired surrogate (not UTF-8) at {where or 'the top'}"
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            shown = _printable(key)
+            at = f"{where}.{shown}" if where else shown
+            found = _bad_text(key, f"the key {at}") or _bad_text(item, at)
+            if found:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _bad_text(item, f"{where}[{index}]")
+            if found:
+                return found
+    return None
+
+
+def _printable(key: str) -> str:
+    """A key as one printable line, whatever it holds (newlines, NUL, a lone surrogate)."""
+    escaped = json.dumps(key, ensure_ascii=False)[1:-1]
+    return escaped.encode("utf-8", "backslashreplace").decode("utf-8")[:60]
+
+
 def _json_file(path: Path | None, what: str) -> dict[str, Any] | None:
+    """The JSON object in `path`; anything else is one line and exit code 2, before any write."""
     if path is None:
         return None
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise CommandFailed(f"cannot read {what} {path}: {exc.strerror}") from None
+        raise CommandFailed(f"cannot read {what} {path}: {exc.strerror}", exit_code=2) from None
+    except UnicodeDecodeError:
+        raise CommandFailed(f"{what} {path} is not UTF-8 text", exit_code=2) from None
+    try:
+        value = json.loads(text, parse_constant=_constant, parse_float=_finite)
+    except _NotFinite as exc:
+        raise CommandFailed(
+            f"{what} {path} holds the number {exc}: only finite numbers are allowed", exit_code=2
+        ) from None
     except json.JSONDecodeError as exc:
-        raise CommandFailed(f"{what} {path} is not JSON: {exc}") from None
+        raise CommandFailed(f"{what} {path} is not JSON: {exc}", exit_code=2) from None
+    except ValueError as exc:  # e.g. an integer longer than Python converts
+        raise CommandFailed(f"{what} {path} is not usable JSON: {exc}", exit_code=2) from None
+    except RecursionError:
+        raise CommandFailed(f"{what} {path} is nested too deeply", exit_code=2) from None
     if not isinstance(value, dict):
-        raise CommandFailed(f"{what} {path} must hold a JSON object")
+        raise CommandFailed(
+            f"{what} {path} must hold a JSON object, not {_json_kind(value)}", exit_code=2
+        )
+    try:
+        found = _bad_text(value)
+    except RecursionError:
+        raise CommandFailed(f"{what} {path} is nested too deeply", exit_code=2) from None
+    if found:
+        raise CommandFailed(f"{what} {path} holds {found}: not allowed", exit_code=2)
     return value
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    return "a number"
+
+
+def _reason(args: argparse.Namespace, body: type[BaseModel]) -> str:
+    """`--reason` checked by the API's own body model: 1..500 characters."""
+    try:
+        return str(body.model_validate({"reason": args.reason}).model_dump()["reason"])
+    except ValidationError as exc:
+        raise CommandFailed(f"invalid --reason: {exc.errors()[0]['msg']}", exit_code=2) from None
 
 
 def _trigger(args: argparse.Namespace) -> int:
@@ -137,9 +237,12 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _requeue(args: argparse.Namespace) -> int:
+    from orchestrator.api.tasks import RequeueBody
+
+    reason = _reason(args, RequeueBody)
     rt = _runtime()
     try:
-        task = rt.tasks.requeue(args.task_id, args.reason)
+        task = rt.tasks.requeue(args.task_id, reason)
     finally:
         rt.close()
     if args.json:
@@ -150,9 +253,12 @@ def _requeue(args: argparse.Namespace) -> int:
 
 
 def _cancel(args: argparse.Namespace) -> int:
+    from orchestrator.api.tasks import CancelBody
+
+    reason = _reason(args, CancelBody)
     rt = _runtime()
     try:
-        task = rt.tasks.cancel(args.task_id, args.reason)
+        task = rt.tasks.cancel(args.task_id, reason)
     finally:
         rt.close()
     if args.json:

@@ -9,10 +9,12 @@ import threading
 from types import FrameType
 from typing import Any
 
-from orchestrator.cli.common import add_json_flag, load, print_json
+from orchestrator.cli.common import add_json_flag, load, one_line, print_json
 from orchestrator.runtime import build_runtime
 
 __all__ = ["register"]
+
+log = logging.getLogger("orchestrator.sweeper")
 
 
 def register(commands: Any) -> None:
@@ -61,8 +63,22 @@ def _sweeper(args: argparse.Namespace) -> int:
     )
     try:
         while True:
-            for line in rt.sweeper.sweep().lines():
-                print(line, flush=True)
+            try:
+                report = rt.sweeper.sweep()
+            except Exception as exc:
+                if args.once:
+                    raise  # main() turns it into one line and a non-zero exit
+                # The store or the broker briefly unreachable must not end the loop: what this
+                # sweep missed is still expired at the next one.
+                log.warning(
+                    "sweep failed (%s: %s); retrying in %gs",
+                    type(exc).__name__,
+                    one_line(exc),
+                    settings.sweep_seconds,
+                )
+            else:
+                for line in report.lines():
+                    print(line, flush=True)
             if args.once or stop.wait(settings.sweep_seconds):
                 return 0
     finally:

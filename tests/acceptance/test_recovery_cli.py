@@ -1,0 +1,194 @@
+"""`orchestrator recover` and `orchestrator sweeper` as real processes on the embedded store.
+
+A running generation whose lease expired is made in-process (a worker that claimed it and died);
+the CLI then has to requeue it and say so. The loop sweeper survives a store it cannot use.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from orchestrator.runtime import Runtime
+from orchestrator.services.lease_keeper import lease_name
+from orchestrator.services.tasks import Trigger
+from orchestrator.store import tasks as task_store
+from orchestrator.store.types import utcnow
+from tests.acceptance.fleet import ORCHESTRATOR
+from tests.executions_support import runtime_for, wait_for
+
+TTL = 0.3
+
+
+def cli_env(home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    env.update({"ORCH_HOME": str(home)}, **extra)
+    return env
+
+
+def run_cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [ORCHESTRATOR, *args],
+        capture_output=True,
+        text=True,
+        env=cli_env(home),
+        cwd=home.parent,
+        timeout=60,
+    )
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    folder = tmp_path / "home"
+    assert run_cli(folder, "db", "upgrade").returncode == 0
+    return folder
+
+
+@pytest.fixture
+def rt(home: Path, tmp_path: Path) -> Iterator[Runtime]:
+    """The same embedded store (SQLite file, SQL leases), opened in the test process."""
+    runtime, _ = runtime_for(f"sqlite:///{home / 'orchestrator.db'}", tmp_path / "scripts")
+    yield runtime
+    runtime.close()
+
+
+def expired_task(rt: Runtime, title: str = "Leak") -> str:
+    """A task whose generation 1 was claimed by a worker that died: its lease ran out."""
+    task_id = rt.tasks.trigger(Trigger(task_type="leak", title=title)).task.task_id
+    token = rt.leases.acquire(lease_name(task_id), "doomed-worker", TTL)
+    assert token is not None
+    with rt.db.transaction() as conn:
+        assert task_store.claim_generation(
+            conn,
+            task_id,
+            1,
+            lease_token=token,
+            worker="doomed-worker",
+            celery_task_id=None,
+            lease_expires_at=utcnow() + timedelta(seconds=TTL),
+        )
+    time.sleep(TTL + 0.2)
+    return task_id
+
+
+def assert_requeued(rt: Runtime, task_id: str) -> None:
+    view = rt.tasks.explain(task_id)
+    assert (view["status"], view["generation"]) == ("queued", 2)
+    assert [e["outcome"] for e in view["executions"]] == ["lost", None]
+
+
+def test_recover_prints_what_it_requeued(home: Path, rt: Runtime) -> None:
+    task_id = expired_task(rt)
+    result = run_cli(home, "recover")
+    assert result.returncode == 0, result.stderr
+    assert f"requeued task {task_id}: generation 1 lost, generation 2 queued" in result.stdout
+    assert_requeued(rt, task_id)
+
+    again = run_cli(home, "recover")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == "nothing to recover"
+
+
+def test_recover_json(home: Path, rt: Runtime) -> None:
+    first, second = expired_task(rt, "one"), expired_task(rt, "two")
+    result = run_cli(home, "recover", "--json")
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert sorted(payload["requeued"], key=lambda r: r["task_id"]) == sorted(
+        (
+            {"task_id": first, "lost_generation": 1, "generation": 2},
+            {"task_id": second, "lost_generation": 1, "generation": 2},
+        ),
+        key=lambda r: str(r["task_id"]),
+    )
+    assert payload["parked"] == []
+    assert payload["republished"] == []
+    assert_requeued(rt, first)
+    assert_requeued(rt, second)
+
+    again = json.loads(run_cli(home, "recover", "--json").stdout)
+    assert again == {"requeued": [], "parked": [], "republished": []}
+
+
+def test_sweeper_once_prints_what_it_requeued_and_exits(home: Path, rt: Runtime) -> None:
+    task_id = expired_task(rt)
+    result = run_cli(home, "sweeper", "--once")
+    assert result.returncode == 0, result.stderr
+    assert "sweeping every" in result.stdout
+    assert f"requeued task {task_id}: generation 1 lost, generation 2 queued" in result.stdout
+    assert_requeued(rt, task_id)
+
+
+def test_sweeper_once_on_a_store_never_migrated_is_one_line(tmp_path: Path) -> None:
+    store = tmp_path / "home" / "orchestrator.db"
+    store.parent.mkdir()
+    store.touch()
+    result = run_cli(store.parent, "sweeper", "--once")
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("orchestrator:")]
+    assert len(errors) == 1, result.stderr
+    assert "not migrated" in errors[0]
+
+
+@pytest.mark.parametrize("stop_with", [signal.SIGTERM, signal.SIGINT])
+def test_the_sweeper_loop_survives_a_failing_sweep(
+    tmp_path: Path, stop_with: signal.Signals
+) -> None:
+    # The store is unusable at first (never migrated): every sweep fails. The loop logs one
+    # line per failure and carries on; once the store is migrated, it sweeps normally.
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "orchestrator.db").touch()
+    out, err = tmp_path / "sweeper.out", tmp_path / "sweeper.err"
+    env = cli_env(
+        home,
+        ORCH_SWEEP_SECONDS="0.2",
+        ORCH_LEASE_SECONDS="3",
+        ORCH_LEASE_RENEW_SECONDS="1",
+    )
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        sweeper = subprocess.Popen(
+            [ORCHESTRATOR, "sweeper"], env=env, cwd=tmp_path, stdout=stdout, stderr=stderr
+        )
+    try:
+
+        def failures() -> int:
+            return err.read_text(errors="replace").count("sweep failed")
+
+        wait_for(lambda: failures() >= 3, timeout=30, what="three failed sweeps")
+        assert sweeper.poll() is None, err.read_text()
+
+        assert run_cli(home, "db", "upgrade").returncode == 0
+        runtime, _ = runtime_for(f"sqlite:///{home / 'orchestrator.db'}", tmp_path / "scripts")
+        try:
+            task_id = expired_task(runtime)
+            wait_for(
+                lambda: f"requeued task {task_id}" in out.read_text(errors="replace"),
+                timeout=30,
+                what="the requeue by the recovered loop",
+            )
+            assert_requeued(runtime, task_id)
+        finally:
+            runtime.close()
+        assert sweeper.poll() is None
+
+        sweeper.send_signal(stop_with)
+        assert sweeper.wait(timeout=30) == 0
+    finally:
+        if sweeper.poll() is None:
+            sweeper.kill()
+            sweeper.wait()
+    log = err.read_text(errors="replace")
+    assert "Traceback" not in log
+    failed = [line for line in log.splitlines() if "sweep failed" in line]
+    assert failed
+    assert all("OperationalError" in line and "retrying in 0.2s" in line for line in failed)

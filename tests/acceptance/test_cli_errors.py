@@ -214,7 +214,7 @@ def test_a_missing_context_file_is_exit_2(embedded: Run) -> None:
 def test_a_good_context_file_is_still_accepted(embedded: Run, tmp_path: Path) -> None:
     (tmp_path / "c.json").write_text('{"level": 1.5, "where": "北区", "tags": []}')
     result = embedded(
-        "tasks", "trigger", "--type", "leak", "--title", "x", "--context-file", "ctx.json"
+        "tasks", "trigger", "--type", "leak", "--title", "x", "--context-file", "c.json"
     )
     assert result.returncode == 0, result.stderr
     assert task_count(tmp_path) == 1

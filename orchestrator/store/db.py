@@ -64,6 +64,8 @@ def make_engine(
         max_overflow=max_overflow,
         pool_recycle=1800,
         pool_timeout=30,
+        # A database host that drops packets fails a connect in bounded time, not never.
+        connect_args={"connect_timeout": 10},
     )
 
 

@@ -254,17 +254,26 @@ def test_violation_is_refused_and_nothing_is_written(
     assert _counts(db) == before
 
 
-def test_deleting_a_task_takes_its_records_with_it(db: Database, seeded: dict[str, str]) -> None:
+def test_deleting_a_task_takes_its_records_but_not_an_unresolved_receipt(
+    db: Database, seeded: dict[str, str]
+) -> None:
     with db.transaction() as conn:
         conn.execute(insert(t.plan_revisions).values(_plan(seeded["session_id"], 1, "r")))
-        receipt = _receipt("task:" + seeded["task_id"], "k")
+        receipt = _receipt("task:" + seeded["task_id"], "k")  # running: a recovery boundary
         receipt["session_id"] = seeded["session_id"]
         conn.execute(insert(t.invocation_receipts).values(receipt))
     with db.transaction() as conn:
         conn.execute(delete(t.tasks).where(t.tasks.c.task_id == seeded["task_id"]))
     counts = _counts(db)
-    for table in ("executions", "sessions", "plan_revisions", "invocation_receipts"):
+    for table in ("executions", "sessions", "plan_revisions"):
         assert counts[table] == 0, table
+    # Seed 000: running/unknown receipts are never deleted with their session; they stay as
+    # orphans (session_id NULL) that retention never removes for age.
+    with db.transaction(readonly=True) as conn:
+        kept = conn.execute(
+            select(t.invocation_receipts.c.status, t.invocation_receipts.c.session_id)
+        ).all()
+    assert [(row.status, row.session_id) for row in kept] == [("running", None)]
 
 
 def test_timestamps_come_back_as_aware_utc(db: Database, seeded: dict[str, str]) -> None:

@@ -1,4 +1,4 @@
-"""A worker whose gateway spec cannot be loaded stops at start with one line, not a crash loop."""
+"""Commands that cannot start say why in one line: a bad gateway spec, an unusable home, a revision out of range."""
 
 from __future__ import annotations
 
@@ -63,3 +63,20 @@ def test_an_unusable_home_folder_is_one_line_naming_the_setting(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1
     assert "ORCH_HOME" in lines[0]
+
+
+@pytest.mark.parametrize("revision", ["0", "-1", "99999999999999999999", "x"])
+def test_plans_show_refuses_a_revision_out_of_range(tmp_path: Path, revision: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    env["ORCH_HOME"] = str(tmp_path / "home")
+    result = subprocess.run(
+        [ORCHESTRATOR, "plans", "show", "some-session", "--revision", revision],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "--revision" in result.stderr

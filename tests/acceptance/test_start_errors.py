@@ -1,4 +1,5 @@
-"""Commands that cannot start say why in one line: a bad gateway spec, an unusable home, a revision out of range."""
+"""Commands that cannot start say why in one line: a bad gateway spec, an unusable home,
+a revision out of range."""
 
 from __future__ import annotations
 

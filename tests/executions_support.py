@@ -6,14 +6,19 @@ import itertools
 import json
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.dispatch import RecordingDispatcher
+from orchestrator.services.lease_keeper import lease_name
 from orchestrator.settings import Settings, load_settings
+from orchestrator.store import tasks as task_store
+from orchestrator.store.types import utcnow
 
 __all__ = [
+    "claim_as_worker",
     "node",
     "plan_call",
     "report_call",
@@ -112,3 +117,20 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+def claim_as_worker(rt: Runtime, task_id: str, generation: int, worker: str, ttl: float) -> str:
+    """Take the lease and claim `generation` as a worker would (and never renew): the token."""
+    token = rt.leases.acquire(lease_name(task_id), worker, ttl)
+    assert token is not None
+    with rt.db.transaction() as conn:
+        assert task_store.claim_generation(
+            conn,
+            task_id,
+            generation,
+            lease_token=token,
+            worker=worker,
+            celery_task_id=None,
+            lease_expires_at=utcnow() + timedelta(seconds=ttl),
+        )
+    return token

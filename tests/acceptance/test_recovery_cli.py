@@ -12,18 +12,14 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from orchestrator.runtime import Runtime
-from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.tasks import Trigger
-from orchestrator.store import tasks as task_store
-from orchestrator.store.types import utcnow
 from tests.acceptance.fleet import ORCHESTRATOR
-from tests.executions_support import runtime_for, wait_for
+from tests.executions_support import claim_as_worker, runtime_for, wait_for
 
 TTL = 0.3
 
@@ -63,18 +59,7 @@ def rt(home: Path, tmp_path: Path) -> Iterator[Runtime]:
 def expired_task(rt: Runtime, title: str = "Leak") -> str:
     """A task whose generation 1 was claimed by a worker that died: its lease ran out."""
     task_id = rt.tasks.trigger(Trigger(task_type="leak", title=title)).task.task_id
-    token = rt.leases.acquire(lease_name(task_id), "doomed-worker", TTL)
-    assert token is not None
-    with rt.db.transaction() as conn:
-        assert task_store.claim_generation(
-            conn,
-            task_id,
-            1,
-            lease_token=token,
-            worker="doomed-worker",
-            celery_task_id=None,
-            lease_expires_at=utcnow() + timedelta(seconds=TTL),
-        )
+    claim_as_worker(rt, task_id, 1, "doomed-worker", TTL)
     time.sleep(TTL + 0.2)
     return task_id
 

@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from orchestrator.runtime import Runtime
-from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import tasks as task_store
 from orchestrator.store.receipts import ReceiptLedger
-from orchestrator.store.types import utcnow
 from orchestrator.tools.base import Fence
-from tests.executions_support import runtime_for
+from tests.executions_support import claim_as_worker, runtime_for
 from tests.integration.test_sweeper import TTL, abandon
 
 
@@ -55,18 +52,7 @@ def test_a_worker_start_leaves_live_generations_alone(rt: Runtime) -> None:
     dead = rt.tasks.trigger(Trigger(task_type="x", title="dead")).task.task_id
     abandon(rt, dead, 1)
     live_ttl = 30.0
-    token = rt.leases.acquire(lease_name(live), "alive", live_ttl)
-    assert token is not None
-    with rt.db.transaction() as conn:
-        assert task_store.claim_generation(
-            conn,
-            live,
-            1,
-            lease_token=token,
-            worker="alive",
-            celery_task_id=None,
-            lease_expires_at=utcnow() + timedelta(seconds=live_ttl),
-        )
+    claim_as_worker(rt, live, 1, "alive", live_ttl)
     live_id = running_receipt(rt, live, "k-live")
     dead_id = running_receipt(rt, dead, "k-dead")
     time.sleep(TTL + 0.2)

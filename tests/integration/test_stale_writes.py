@@ -11,7 +11,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +22,15 @@ from orchestrator.errors import StaleGeneration
 from orchestrator.runtime import Runtime
 from orchestrator.services.actions import ActionService
 from orchestrator.services.executions import RunResult, decide_round, finish_generation, fixed
-from orchestrator.services.lease_keeper import LeaseKeeper, lease_name
+from orchestrator.services.lease_keeper import LeaseKeeper
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import tasks as task_store
 from orchestrator.store.tables import actions, evidence, plan_revisions, reports, sessions
-from orchestrator.store.types import utcnow
 from orchestrator.tools.actions import ProposeAction
 from orchestrator.tools.base import Fence, ToolContext
 from orchestrator.tools.tasks import SaveReport
 from tests.executions_support import (
+    claim_as_worker,
     completing_turns,
     node,
     plan_call,
@@ -92,18 +91,7 @@ def plan_payload(request_id: str, nodes: list[dict[str, Any]]) -> dict[str, Any]
 def claim_and_plan(rt: Runtime, ttl: float) -> Zombie:
     """Trigger a task and claim generation 1 as a worker would, with a first plan revision."""
     task_id = rt.tasks.trigger(Trigger(task_type="zombie", title="Turbid water")).task.task_id
-    token = rt.leases.acquire(lease_name(task_id), "zombie-worker", ttl)
-    assert token is not None
-    with rt.db.transaction() as conn:
-        assert task_store.claim_generation(
-            conn,
-            task_id,
-            1,
-            lease_token=token,
-            worker="zombie-worker",
-            celery_task_id=None,
-            lease_expires_at=utcnow() + timedelta(seconds=ttl),
-        )
+    token = claim_as_worker(rt, task_id, 1, "zombie-worker", ttl)
     zombie = Zombie(Fence(task_id, 1, token), session_of(rt, task_id, 1))
     rt.plans.publish_execution_plan(
         zombie.session_id,

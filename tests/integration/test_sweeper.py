@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -16,27 +15,15 @@ from orchestrator.services.sweeper import SweepReport
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import actions as action_store
 from orchestrator.store import tasks as task_store
-from orchestrator.store.types import utcnow
 from orchestrator.tools.base import Fence
-from tests.executions_support import node, plan_call, runtime_for
+from tests.executions_support import claim_as_worker, node, plan_call, runtime_for
 
 TTL = 0.5
 
 
 def abandon(rt: Runtime, task_id: str, generation: int) -> None:
     """Claim a generation as a worker would, then die: the lease is never renewed."""
-    token = rt.leases.acquire(lease_name(task_id), "doomed-worker", TTL)
-    assert token is not None
-    with rt.db.transaction() as conn:
-        assert task_store.claim_generation(
-            conn,
-            task_id,
-            generation,
-            lease_token=token,
-            worker="doomed-worker",
-            celery_task_id=None,
-            lease_expires_at=utcnow() + timedelta(seconds=TTL),
-        )
+    claim_as_worker(rt, task_id, generation, "doomed-worker", TTL)
 
 
 def new_task(rt: Runtime, n: int = 0) -> str:

@@ -912,15 +912,17 @@ def report(figures: dict[str, Any], command: str, versions: str) -> str:
         "report writes, release, plan event). Own time by library under the profiler (which "
         "inflates pure-Python shares; psycopg's share includes its waits on the server): "
         + ", ".join(f"{name} {share:.0%}" for name, share in thr["by_library"][:7])
-        + ". The tools' JSON schemas, which the loop regenerates every round, cost "
+        + ". The tools' JSON schemas (cached per process) cost "
         f"{thr['schema_ms'].p50:.2f} ms p50. The Celery settings are the same on both sides, so "
         "they do not explain the gap.",
-        "- Latency: after the publish the worker reads the task (one read transaction), takes the "
-        "lease (one Redis round trip), and claims the generation (one transaction with two "
-        "UPDATEs): 1 Redis and about 9 Postgres round trips including pre-pings, where the goal "
-        "budgets one lease round trip and one commit. Before the publish, the trigger's own "
-        "transaction (pre-ping, BEGIN, duplicate check, three INSERTs, one UPDATE, a read-back, "
-        "COMMIT) is what puts trigger -> start over the goal.",
+        "- Latency: after the publish the worker takes the lease (one Redis round trip), then "
+        "claims the generation (the pool's pre-ping, then one transaction with two UPDATE ... "
+        "RETURNING; `started_at` is taken before its first statement). Before the publish, the "
+        "trigger is one statement sent in autocommit (task, session and execution rows in one "
+        "INSERT ... WITH), after the pool's pre-ping. The goal budgets one lease round trip and "
+        "one commit; the path has the lease round trip, the trigger's statement, the claim's "
+        "BEGIN, and the two pre-pings that the pool settings ask for on every checkout, plus the "
+        "Python of SQLAlchemy and the service on each side.",
         "- Sweep: the lookup is one index range scan on (outcome, lease_expires_at); a requeue is "
         "a lease read, a transaction of about 9 round trips and a Celery publish, one after "
         "another for each expiry.",

@@ -25,10 +25,10 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
+from docs_section import DOC, write_section
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-DOC = ROOT / "docs" / "benchmarks.md"
-BEGIN, END = "<!-- bench:claims -->", "<!-- /bench:claims -->"
 DIGEST = "0" * 64
 
 
@@ -301,20 +301,6 @@ def report(figures: dict[str, float], claimers: int, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_section(section: str) -> None:
-    """Replace only this benchmark's marked section; other sections stay as they are."""
-    block = f"{BEGIN}\n{section}{END}\n"
-    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1].lstrip("\n")
-        text = head + block + ("\n" + tail if tail else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + block
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(text)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--claims", type=int, default=10_000, help="contested claims a round")
@@ -333,7 +319,7 @@ def main() -> int:
     section = report(figures, args.claimers, command)
     print(section)
     if args.write:
-        write_section(section)
+        write_section("claims", section)
         print(f"wrote the section to {DOC.relative_to(ROOT)}")
     return 0 if figures["bad_grants"] == 0 and figures["split_tokens"] == 0 else 1
 

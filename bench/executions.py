@@ -28,249 +28,43 @@ import cProfile
 import io
 import json
 import os
-import platform
 import pstats
-import re
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import ExitStack
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-DOC = ROOT / "docs" / "benchmarks.md"
-BEGIN, END = "<!-- bench:executions -->", "<!-- /bench:executions -->"
-RAW_QUEUE = "bench-raw"
-RAW_START, RAW_COMMITS = "bench.raw.start", "bench.raw.commits"
-RAW_STARTS_KEY, RAW_DONE_KEY = "bench:raw:starts", "bench:raw:done"
-LEASE, RENEW, SWEEP = 3.0, 1.0, 1.0
-MINIMAL, SLOW = "minimal", "slow"
-
-
-# --------------------------------------------------------------------------- statistics
-
-
-@dataclass
-class Series:
-    label: str
-    samples: list[float] = field(default_factory=list)  # milliseconds
-
-    def quantile(self, q: float) -> float:
-        """Nearest-rank quantile, as bench/leases.py reads it."""
-        ordered = sorted(self.samples)
-        index = min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))
-        return ordered[index]
-
-    @property
-    def p50(self) -> float:
-        return self.quantile(0.50)
-
-    @property
-    def p99(self) -> float:
-        return self.quantile(0.99)
-
-    @property
-    def mean(self) -> float:
-        return statistics.fmean(self.samples)
-
-
-# --------------------------------------------------------------------------- raw Celery
-
-
-def raw_celery(redis_url: str) -> Any:
-    """Plain Celery on the same broker, with the worker settings of workers/celery_app.py."""
-    from celery import Celery
-
-    from workers.celery_app import VISIBILITY_TIMEOUT_SECONDS
-
-    app = Celery("bench-raw")
-    app.conf.update(
-        broker_url=redis_url,
-        broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT_SECONDS},
-        task_default_queue=RAW_QUEUE,
-        task_acks_late=True,
-        task_reject_on_worker_lost=True,
-        task_ignore_result=True,
-        task_serializer="json",
-        accept_content=["json"],
-        worker_prefetch_multiplier=1,
-        worker_hijack_root_logger=False,
-        worker_send_task_events=False,
-    )
-    state: dict[str, Any] = {}
-
-    def redis_client() -> Any:
-        import redis
-
-        if state.get("pid") != os.getpid():  # one client and one connection per pool process
-            state.clear()
-            state["pid"] = os.getpid()
-            state["redis"] = redis.Redis.from_url(redis_url)
-        return state["redis"]
-
-    @app.task(name=RAW_START)  # type: ignore[untyped-decorator]
-    def start() -> None:
-        redis_client().rpush(RAW_STARTS_KEY, repr(time.time()))
-
-    @app.task(name=RAW_COMMITS)  # type: ignore[untyped-decorator]
-    def commits(count: int) -> None:
-        import psycopg
-
-        client = redis_client()
-        if "pg" not in state:
-            state["pg"] = psycopg.connect(os.environ["BENCH_PG_DSN"], autocommit=True)
-        pg = state["pg"]
-        for _ in range(count):
-            # One transaction per commit, as the service's `db.transaction()` blocks are.
-            with pg.transaction():
-                pg.execute("INSERT INTO bench_raw (at) VALUES (now())")
-        client.rpush(RAW_DONE_KEY, repr(time.time()))
-
-    return app
-
-
-def raw_worker_main(concurrency: int) -> None:
-    app = raw_celery(os.environ["BENCH_REDIS_URL"])
-    app.worker_main(
-        [
-            "worker",
-            "--loglevel",
-            "INFO",
-            "--without-gossip",
-            "--without-mingle",
-            "--concurrency",
-            str(concurrency),
-            "-Q",
-            RAW_QUEUE,
-            "-n",
-            f"raw-{os.getpid()}@%h",
-        ]
-    )
-
-
-# --------------------------------------------------------------------------- processes
-
-
-@dataclass
-class Proc:
-    name: str
-    process: subprocess.Popen[bytes]
-    log: Path
-
-    def ready(self) -> bool:
-        return self.log.exists() and " ready." in self.log.read_text(errors="replace")
-
-    def kill(self) -> None:
-        """SIGKILL the whole process group, pool children included, as a dead machine."""
-        with suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.process.poll() is not None:
-            return
-        try:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            self.process.wait(timeout=10)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            self.kill()
-
-
-class Processes:
-    """The benchmark's own child processes; every one is stopped at the end."""
-
-    def __init__(self, folder: Path, env: dict[str, str]) -> None:
-        self.folder = folder
-        self.env = env
-        self.started: list[Proc] = []
-
-    def start(self, name: str, argv: list[str]) -> Proc:
-        merged = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
-        merged.update(self.env)
-        log = self.folder / f"{name}-{len(self.started)}.log"
-        with log.open("wb") as out:
-            process = subprocess.Popen(
-                argv,
-                env=merged,
-                cwd=self.folder,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group
-            )
-        proc = Proc(name, process, log)
-        self.started.append(proc)
-        return proc
-
-    def worker(self, concurrency: int = 2) -> Proc:
-        orchestrator = str(Path(sys.executable).with_name("orchestrator"))
-        argv = [orchestrator, "worker", "--concurrency", str(concurrency), "--loglevel", "INFO"]
-        return self.start("worker", argv)
-
-    def sweeper(self) -> Proc:
-        return self.start(
-            "sweeper", [str(Path(sys.executable).with_name("orchestrator")), "sweeper"]
-        )
-
-    def raw_worker(self, concurrency: int = 2) -> Proc:
-        argv = [sys.executable, str(Path(__file__).resolve()), "--raw-worker", str(concurrency)]
-        return self.start("raw-worker", argv)
-
-    def stop_all(self) -> None:
-        for proc in self.started:
-            proc.stop()
-
-
-def wait_for(
-    predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.005
-) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
-
-
-# --------------------------------------------------------------------------- scripts
-
-
-def minimal_turns() -> list[dict[str, Any]]:
-    """The minimal round: publish a plan (one completed node), save a report, answer."""
-    from tests.executions_support import node, plan_call, report_call
-
-    return [
-        {"tool_calls": [plan_call("c1", "r1", [node("a", "completed")])]},
-        {"tool_calls": [report_call("c2", "completed")]},
-        {"content": "done"},
-    ]
-
-
-def slow_turns(delay_s: float) -> list[dict[str, Any]]:
-    """A round that publishes a plan, then thinks for `delay_s` (the window for a SIGKILL)."""
-    from tests.executions_support import node, plan_call, report_call
-
-    return [
-        {"tool_calls": [plan_call("c1", "r1", [node("a", "running")])]},
-        {"delay_s": delay_s, "tool_calls": [plan_call("c2", "r2", [node("a", "completed")])]},
-        {"tool_calls": [report_call("c3", "completed")]},
-        {"content": "done"},
-    ]
-
+from docs_section import DOC, write_section
+from execution_fleet import (
+    LEASE,
+    MINIMAL,
+    RAW_COMMITS,
+    RAW_DONE_KEY,
+    RAW_QUEUE,
+    RAW_START,
+    RAW_STARTS_KEY,
+    RENEW,
+    ROOT,
+    SLOW,
+    SWEEP,
+    Proc,
+    Processes,
+    Series,
+    minimal_turns,
+    raw_celery,
+    servers,
+    slow_turns,
+    wait_for,
+)
+from execution_report import by_library, report
 
 # --------------------------------------------------------------------------- the bench
 
@@ -788,181 +582,7 @@ class Bench:
         }
 
 
-# --------------------------------------------------------------------------- report
-
-_WAITS = {"recv", "recv_into", "send", "sendall", "poll", "select", "wait", "wait_c", "acquire"}
-
-
-def by_library(profiler: cProfile.Profile) -> list[tuple[str, float]]:
-    """Share of own (tottime) profile time per library; socket and lock waits on their own."""
-    totals: dict[str, float] = {}
-    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
-    for (path, _line, func), (_cc, _nc, tottime, _ct, _callers) in stats.items():
-        if path == "~":
-            quoted = re.search(r"'([^']+)'", func)  # "<method 'recv' of '_socket.socket' ...>"
-            name = (quoted.group(1) if quoted else func.strip("<>{}").split()[-1]).rsplit(".")[-1]
-            group = "waiting on sockets and locks" if name in _WAITS else "builtins"
-        elif "site-packages/" in path:
-            group = path.split("site-packages/", 1)[1].split("/", 1)[0]
-        elif "/orchestrator/" in path:
-            group = "orchestrator"
-        else:
-            group = "stdlib and other"
-        totals[group] = totals.get(group, 0.0) + tottime
-    whole = sum(totals.values()) or 1.0
-    return sorted(((k, v / whole) for k, v in totals.items()), key=lambda kv: -kv[1])
-
-
-def goal(met: bool) -> str:
-    return "met" if met else "**NOT met**"
-
-
-def report(figures: dict[str, Any], command: str, versions: str) -> str:
-    lat = figures["latency"]
-    raw, ours, pub, commit = lat["raw"], lat["trigger"], lat["publish"], lat["commit"]
-    thr = figures["throughput"]
-    raw_rate = thr["n"] / statistics.fmean(thr["raw_s"])
-    ours_rate = thr["n"] / thr["ours_s"]
-    rec = figures["recovery"]["seconds"]
-    sw = figures["sweep"]
-    load = figures["load"]
-    pg_trips = thr["statements"] + thr["checkouts"] + 2 * thr["commits"]
-    lines = [
-        "## Executions",
-        "",
-        f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.machine()}, "
-        f"{os.cpu_count()} CPUs shared with other work (load average {load[0]:.1f} at the start, "
-        f"{load[1]:.1f} at the end), Python {platform.python_version()}, {versions}. Loopback "
-        "Postgres (fsync off, as in the tests) and redis-server started by the benchmark; real "
-        "`orchestrator worker --concurrency 2` processes; the raw Celery app is defined in the "
-        "benchmark with the orchestrator's worker settings (acks late, reject on worker lost, "
-        "prefetch 1, prefork, 2 processes) on the same broker. The agent is the scripted model "
-        "publishing one plan and saving one report. Command (one to two minutes):",
-        "",
-        "```sh",
-        command,
-        "```",
-        "",
-        "| measure | orchestrator | raw Celery, same run | ratio | goal | |",
-        "| --- | ---: | ---: | ---: | --- | --- |",
-        f"| trigger -> agent start, p50 ms ({lat['n']} sequential each) | {ours.p50:.2f} | "
-        f"{raw.p50:.2f} | +{ours.p50 - raw.p50:.2f} ms | <= raw + 2 ms | "
-        f"{goal(ours.p50 <= raw.p50 + 2)} |",
-        f"| trigger -> agent start, p99 ms | {ours.p99:.2f} | {raw.p99:.2f} | "
-        f"{ours.p99 / raw.p99:.2f}x | <= 2x raw | {goal(ours.p99 <= 2 * raw.p99)} |",
-        f"| publish -> agent start, p50 ms (the trigger's transaction left out) | {pub.p50:.2f} | "
-        f"{raw.p50:.2f} | +{pub.p50 - raw.p50:.2f} ms | <= raw + 2 ms | "
-        f"{goal(pub.p50 <= raw.p50 + 2)} |",
-        f"| publish -> agent start, p99 ms | {pub.p99:.2f} | {raw.p99:.2f} | "
-        f"{pub.p99 / raw.p99:.2f}x | <= 2x raw | {goal(pub.p99 <= 2 * raw.p99)} |",
-        f"| minimal executions/s, 1 worker x 2 processes ({thr['n']} each) | {ours_rate:.1f} | "
-        f"{raw_rate:.1f} | {ours_rate / raw_rate:.2f}x | >= 0.6x | "
-        f"{goal(ours_rate >= 0.6 * raw_rate)} |",
-        f"| recovery after SIGKILL (lease {LEASE:g} s, sweep {SWEEP:g} s), worst of {len(rec)}, s "
-        f"| {max(rec):.2f} | not measured (issue: ~90) | | <= 5 s | {goal(max(rec) <= 5)} |",
-        f"| sweep lookup, {sw['running']:,} running / {sw['expired']} expired, p50 ms | "
-        f"{sw['lookup'].p50:.2f} | probe every lease: {sw['naive_ms']:.0f} | "
-        f"{sw['naive_ms'] / sw['lookup'].p50:.0f}x faster | <= 10 ms | "
-        f"{goal(sw['lookup'].p50 <= 10)} |",
-        f"| whole sweep, {sw['running']:,} running / none expired, p50 ms | "
-        f"{sw['empty'].p50:.2f} | | | <= 10 ms | {goal(sw['empty'].p50 <= 10)} |",
-        f"| whole sweep including the {sw['expired']} requeues, p50 ms | {sw['full'].p50:.1f} | "
-        f"| | <= 10 ms if read as the whole sweep | {goal(sw['full'].p50 <= 10)} |",
-        "",
-        "How each figure is taken:",
-        "",
-        f"- Latency: raw and orchestrator samples alternate one at a time, each on idle workers. "
-        "Agent start is the execution row's `started_at`, written in the claim transaction after "
-        "the lease was taken (same machine, same wall clock on both sides). p50/p99/mean ms: "
-        f"trigger -> start {ours.p50:.2f}/{ours.p99:.2f}/{ours.mean:.2f}; publish -> start "
-        f"{pub.p50:.2f}/{pub.p99:.2f}/{pub.mean:.2f}; raw {raw.p50:.2f}/{raw.p99:.2f}/"
-        f"{raw.mean:.2f}; the trigger's own transaction (task, session and execution rows) "
-        f"{commit.p50:.2f}/{commit.p99:.2f}/{commit.mean:.2f}.",
-        f"- Throughput: the tasks are created first, then timed from the first wake-up publish to "
-        f"the last `ended_at` ({thr['ours_s']:.2f} s). One minimal execution makes "
-        f"{thr['commits']} Postgres transactions in the worker (counted with engine events), so "
-        f"each raw task makes {thr['commits']} single-INSERT transactions on a kept psycopg "
-        "connection; raw bursts before and after the orchestrator's: "
-        f"{', '.join(f'{s:.2f}' for s in thr['raw_s'])} s (their mean is the baseline).",
-        f"- Recovery: kill -> generation 2 `started_at`, {len(rec)} kills: "
-        f"{', '.join(f'{s:.2f}' for s in rec)} s. The killed worker held generation 1 mid-round "
-        "(just after its first plan write, which renewed the lease); a second worker was idle; "
-        f"one `orchestrator sweeper` process. Expected: the lease ({LEASE:g} s) plus up to one "
-        f"sweep interval ({SWEEP:g} s).",
-        f"- Sweep: {sw['running']:,} running executions with live Redis leases, rows inserted in "
-        f"bulk; before each of {sw['repeats']} timed sweeps {sw['expired']} of them expire "
-        "(mirrored expiry in the past, Redis key gone) and are topped up again afterwards. "
-        "Lookup = the sweep's indexed query alone. The issue sets the 10 ms goal against "
-        "probing every lease (its figures: about 1 ms for an indexed lookup, about 100 ms for "
-        "the probe), so the lookup row is the one the goal is read against; the whole sweep "
-        "with its requeues is shown so that their cost is not hidden. It costs "
-        f"{sw['per_requeue']:.2f} ms per requeue (a lease read, one transaction that closes the "
-        "generation and opens the next, one Celery publish), so it grows with the expiries, not "
-        f"with the running tasks. Probing every lease one by one: {sw['naive_ms']:.0f} ms for "
-        f"{sw['naive_rows']:,} leases; pipelined in one batch still {sw['pipelined_ms']:.0f} "
-        "ms.",
-        "",
-        "What dominates (profiled in the same run; the profiles are printed by the command):",
-        "",
-        f"- One minimal execution in process, without Celery, takes {thr['inprocess'].p50:.1f} ms "
-        f"(p50). It sends {thr['statements']} SQL statements in {thr['commits']} transactions; "
-        f"with the pool's pre-ping on each of the {thr['checkouts']} checkouts and BEGIN/COMMIT "
-        f"that is about {pg_trips} Postgres round trips, against {3 * thr['commits']} for the raw "
-        f"task, plus {thr['redis_calls']} Redis commands (lease take, renewals on the plan and "
-        "report writes, release, plan event). Own time by library under the profiler (which "
-        "inflates pure-Python shares; psycopg's share includes its waits on the server): "
-        + ", ".join(f"{name} {share:.0%}" for name, share in thr["by_library"][:7])
-        + ". The tools' JSON schemas (cached per process) cost "
-        f"{thr['schema_ms'].p50:.2f} ms p50. The Celery settings are the same on both sides, so "
-        "they do not explain the gap.",
-        "- Latency: after the publish the worker takes the lease (one Redis round trip), then "
-        "claims the generation (the pool's pre-ping, then one transaction with two UPDATE ... "
-        "RETURNING; `started_at` is taken before its first statement). Before the publish, the "
-        "trigger is one statement sent in autocommit (task, session and execution rows in one "
-        "INSERT ... WITH), after the pool's pre-ping. The goal budgets one lease round trip and "
-        "one commit; the path has the lease round trip, the trigger's statement, the claim's "
-        "BEGIN, and the two pre-pings that the pool settings ask for on every checkout, plus the "
-        "Python of SQLAlchemy and the service on each side.",
-        "- Sweep: the lookup is one index range scan on (outcome, lease_expires_at); a requeue is "
-        "a lease read, a transaction of about 9 round trips and a Celery publish, one after "
-        "another for each expiry.",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def write_section(section: str) -> None:
-    """Replace only this benchmark's marked section; other benchmarks' sections stay as they are."""
-    block = f"{BEGIN}\n{section}{END}\n"
-    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1].lstrip("\n")
-        text = head + block + ("\n" + tail if tail else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + block
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(text)
-
-
 # --------------------------------------------------------------------------- main
-
-
-@contextmanager
-def servers() -> Iterator[tuple[Any, str, str, str]]:
-    from orchestrator.store.migrations import upgrade
-    from tests.services import PostgresServer, RedisServer
-
-    with ExitStack() as stack:
-        redis_server = RedisServer()
-        redis_server.start()
-        stack.callback(redis_server.close)
-        pg_server = PostgresServer()
-        stack.callback(pg_server.stop)
-        pg_server.start()
-        template = pg_server.create_database()
-        upgrade(pg_server.url(template))
-        name = pg_server.create_database(template=template)
-        yield pg_server, pg_server.url(name), redis_server.url, template
 
 
 def main() -> int:
@@ -974,11 +594,7 @@ def main() -> int:
     parser.add_argument("--expired", type=int, default=100, help="of which expired")
     parser.add_argument("--sweeps", type=int, default=5, help="timed sweeps with expiries")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
-    parser.add_argument("--raw-worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.raw_worker:
-        raw_worker_main(args.raw_worker)
-        return 0
     command = (
         f".venv/bin/python bench/executions.py --samples {args.samples} --executions "
         f"{args.executions} --recoveries {args.recoveries} --running {args.running} --expired "
@@ -1045,7 +661,7 @@ def main() -> int:
         print("\n".join(sw["profile"].splitlines()[:35]))
         print(json.dumps({"elapsed_s": round(time.monotonic() - begun, 1)}))
     if args.write:
-        write_section(section)
+        write_section("executions", section)
         print(f"wrote the section to {DOC.relative_to(ROOT)}")
     return 0
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from docs_section import DOC, write_section
+
 ROOT = Path(__file__).resolve().parents[1]
-DOC = ROOT / "docs" / "benchmarks.md"
-BEGIN, END = "<!-- bench:leases -->", "<!-- /bench:leases -->"
 TTL = 120.0
 
 
@@ -195,20 +195,6 @@ def report(series: list[Series], per_renewal: float, iterations: int, command: s
     return "\n".join(lines) + "\n"
 
 
-def write_section(section: str) -> None:
-    """Replace only this benchmark's marked section; other benchmarks' sections stay as they are."""
-    block = f"{BEGIN}\n{section}{END}\n"
-    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1].lstrip("\n")
-        text = head + block + ("\n" + tail if tail else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + block
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(text)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=5000)
@@ -223,7 +209,7 @@ def main() -> int:
     section = report(series, per_renewal, args.iterations, command)
     print(section)
     if args.write:
-        write_section(section)
+        write_section("leases", section)
         print(f"wrote the section to {DOC.relative_to(ROOT)}")
     return 0
 

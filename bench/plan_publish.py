@@ -27,6 +27,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from docs_section import DOC, write_section
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sqlalchemy import text
@@ -154,8 +156,6 @@ def run(url: str, redis_url: str | None, iterations: int, warmup: int) -> dict[s
     return results
 
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
-BEGIN, END = "<!-- bench:plan-publish -->", "<!-- /bench:plan-publish -->"
 GOAL_PUBLISH_MS, GOAL_VALIDATE_MS = 5.0, 0.3
 
 
@@ -170,7 +170,6 @@ def report(results: dict[str, list[float]], iterations: int, command: str) -> st
         "validate": "validate_plan alone (structure + previous revision)",
     }
     lines = [
-        BEGIN,
         "## Plan publish",
         "",
         f"Measured {stamp} on {platform.machine()}, Python {platform.python_version()}, "
@@ -201,20 +200,8 @@ def report(results: dict[str, list[float]], iterations: int, command: str) -> st
         f"({p50['publish']:.2f} ms).",
         f"- Goal validation <= {GOAL_VALIDATE_MS:g} ms per call: {vmet} "
         f"(p50 {p50['validate']:.3f} ms).",
-        END,
     ]
     return "\n".join(lines)
-
-
-def write_section(section: str) -> None:
-    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1]
-        text = head + section + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    DOC.write_text(text)
 
 
 def main() -> int:
@@ -238,7 +225,7 @@ def main() -> int:
     print(f"publish / plain insert (p50): {ratio:.2f}x")
     if args.write:
         command = ".venv/bin/python bench/plan_publish.py " + " ".join(sys.argv[1:])
-        write_section(report(results, args.iterations, command.strip()))
+        write_section("plan-publish", report(results, args.iterations, command.strip()))
         print(f"wrote {DOC}")
     return 0
 

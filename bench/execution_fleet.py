@@ -1,0 +1,265 @@
+"""What bench/executions.py runs beside the orchestrator: the raw Celery baseline, the child
+processes (workers, sweeper, raw worker), the scripted rounds, the servers, the statistics.
+
+    python bench/execution_fleet.py N   # the raw Celery worker, N processes (the bench starts it)
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+RAW_QUEUE = "bench-raw"
+RAW_START, RAW_COMMITS = "bench.raw.start", "bench.raw.commits"
+RAW_STARTS_KEY, RAW_DONE_KEY = "bench:raw:starts", "bench:raw:done"
+LEASE, RENEW, SWEEP = 3.0, 1.0, 1.0
+MINIMAL, SLOW = "minimal", "slow"
+
+# --------------------------------------------------------------------------- statistics
+
+
+@dataclass
+class Series:
+    label: str
+    samples: list[float] = field(default_factory=list)  # milliseconds
+
+    def quantile(self, q: float) -> float:
+        """Nearest-rank quantile, as bench/leases.py reads it."""
+        ordered = sorted(self.samples)
+        index = min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))
+        return ordered[index]
+
+    @property
+    def p50(self) -> float:
+        return self.quantile(0.50)
+
+    @property
+    def p99(self) -> float:
+        return self.quantile(0.99)
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.samples)
+
+
+# --------------------------------------------------------------------------- raw Celery
+
+
+def raw_celery(redis_url: str) -> Any:
+    """Plain Celery on the same broker, with the worker settings of workers/celery_app.py."""
+    from celery import Celery
+
+    from workers.celery_app import VISIBILITY_TIMEOUT_SECONDS
+
+    app = Celery("bench-raw")
+    app.conf.update(
+        broker_url=redis_url,
+        broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT_SECONDS},
+        task_default_queue=RAW_QUEUE,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_ignore_result=True,
+        task_serializer="json",
+        accept_content=["json"],
+        worker_prefetch_multiplier=1,
+        worker_hijack_root_logger=False,
+        worker_send_task_events=False,
+    )
+    state: dict[str, Any] = {}
+
+    def redis_client() -> Any:
+        import redis
+
+        if state.get("pid") != os.getpid():  # one client and one connection per pool process
+            state.clear()
+            state["pid"] = os.getpid()
+            state["redis"] = redis.Redis.from_url(redis_url)
+        return state["redis"]
+
+    @app.task(name=RAW_START)  # type: ignore[untyped-decorator]
+    def start() -> None:
+        redis_client().rpush(RAW_STARTS_KEY, repr(time.time()))
+
+    @app.task(name=RAW_COMMITS)  # type: ignore[untyped-decorator]
+    def commits(count: int) -> None:
+        import psycopg
+
+        client = redis_client()
+        if "pg" not in state:
+            state["pg"] = psycopg.connect(os.environ["BENCH_PG_DSN"], autocommit=True)
+        pg = state["pg"]
+        for _ in range(count):
+            # One transaction per commit, as the service's `db.transaction()` blocks are.
+            with pg.transaction():
+                pg.execute("INSERT INTO bench_raw (at) VALUES (now())")
+        client.rpush(RAW_DONE_KEY, repr(time.time()))
+
+    return app
+
+
+def raw_worker_main(concurrency: int) -> None:
+    app = raw_celery(os.environ["BENCH_REDIS_URL"])
+    app.worker_main(
+        [
+            "worker",
+            "--loglevel",
+            "INFO",
+            "--without-gossip",
+            "--without-mingle",
+            "--concurrency",
+            str(concurrency),
+            "-Q",
+            RAW_QUEUE,
+            "-n",
+            f"raw-{os.getpid()}@%h",
+        ]
+    )
+
+
+# --------------------------------------------------------------------------- processes
+
+
+@dataclass
+class Proc:
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def ready(self) -> bool:
+        return self.log.exists() and " ready." in self.log.read_text(errors="replace")
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group, pool children included, as a dead machine."""
+        with suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process.poll() is not None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            self.kill()
+
+
+class Processes:
+    """The benchmark's own child processes; every one is stopped at the end."""
+
+    def __init__(self, folder: Path, env: dict[str, str]) -> None:
+        self.folder = folder
+        self.env = env
+        self.started: list[Proc] = []
+
+    def start(self, name: str, argv: list[str]) -> Proc:
+        merged = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+        merged.update(self.env)
+        log = self.folder / f"{name}-{len(self.started)}.log"
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                argv,
+                env=merged,
+                cwd=self.folder,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group
+            )
+        proc = Proc(name, process, log)
+        self.started.append(proc)
+        return proc
+
+    def worker(self, concurrency: int = 2) -> Proc:
+        orchestrator = str(Path(sys.executable).with_name("orchestrator"))
+        argv = [orchestrator, "worker", "--concurrency", str(concurrency), "--loglevel", "INFO"]
+        return self.start("worker", argv)
+
+    def sweeper(self) -> Proc:
+        return self.start(
+            "sweeper", [str(Path(sys.executable).with_name("orchestrator")), "sweeper"]
+        )
+
+    def raw_worker(self, concurrency: int = 2) -> Proc:
+        argv = [sys.executable, str(Path(__file__).resolve()), str(concurrency)]
+        return self.start("raw-worker", argv)
+
+    def stop_all(self) -> None:
+        for proc in self.started:
+            proc.stop()
+
+
+def wait_for(
+    predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.005
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(interval)
+
+
+# --------------------------------------------------------------------------- scripts
+
+
+def minimal_turns() -> list[dict[str, Any]]:
+    """The minimal round: publish a plan (one completed node), save a report, answer."""
+    from tests.executions_support import node, plan_call, report_call
+
+    return [
+        {"tool_calls": [plan_call("c1", "r1", [node("a", "completed")])]},
+        {"tool_calls": [report_call("c2", "completed")]},
+        {"content": "done"},
+    ]
+
+
+def slow_turns(delay_s: float) -> list[dict[str, Any]]:
+    """A round that publishes a plan, then thinks for `delay_s` (the window for a SIGKILL)."""
+    from tests.executions_support import node, plan_call, report_call
+
+    return [
+        {"tool_calls": [plan_call("c1", "r1", [node("a", "running")])]},
+        {"delay_s": delay_s, "tool_calls": [plan_call("c2", "r2", [node("a", "completed")])]},
+        {"tool_calls": [report_call("c3", "completed")]},
+        {"content": "done"},
+    ]
+
+
+# --------------------------------------------------------------------------- servers
+
+
+@contextmanager
+def servers() -> Iterator[tuple[Any, str, str, str]]:
+    from orchestrator.store.migrations import upgrade
+    from tests.services import PostgresServer, RedisServer
+
+    with ExitStack() as stack:
+        redis_server = RedisServer()
+        redis_server.start()
+        stack.callback(redis_server.close)
+        pg_server = PostgresServer()
+        stack.callback(pg_server.stop)
+        pg_server.start()
+        template = pg_server.create_database()
+        upgrade(pg_server.url(template))
+        name = pg_server.create_database(template=template)
+        yield pg_server, pg_server.url(name), redis_server.url, template
+
+
+if __name__ == "__main__":
+    raw_worker_main(int(sys.argv[1]))

@@ -1,0 +1,155 @@
+"""The Executions section of docs/benchmarks.md, from the figures bench/executions.py took."""
+
+from __future__ import annotations
+
+import cProfile
+import os
+import platform
+import pstats
+import re
+import statistics
+from datetime import UTC, datetime
+from typing import Any
+
+from execution_fleet import LEASE, SWEEP
+
+# --------------------------------------------------------------------------- report
+
+_WAITS = {"recv", "recv_into", "send", "sendall", "poll", "select", "wait", "wait_c", "acquire"}
+
+
+def by_library(profiler: cProfile.Profile) -> list[tuple[str, float]]:
+    """Share of own (tottime) profile time per library; socket and lock waits on their own."""
+    totals: dict[str, float] = {}
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    for (path, _line, func), (_cc, _nc, tottime, _ct, _callers) in stats.items():
+        if path == "~":
+            quoted = re.search(r"'([^']+)'", func)  # "<method 'recv' of '_socket.socket' ...>"
+            name = (quoted.group(1) if quoted else func.strip("<>{}").split()[-1]).rsplit(".")[-1]
+            group = "waiting on sockets and locks" if name in _WAITS else "builtins"
+        elif "site-packages/" in path:
+            group = path.split("site-packages/", 1)[1].split("/", 1)[0]
+        elif "/orchestrator/" in path:
+            group = "orchestrator"
+        else:
+            group = "stdlib and other"
+        totals[group] = totals.get(group, 0.0) + tottime
+    whole = sum(totals.values()) or 1.0
+    return sorted(((k, v / whole) for k, v in totals.items()), key=lambda kv: -kv[1])
+
+
+def goal(met: bool) -> str:
+    return "met" if met else "**NOT met**"
+
+
+def report(figures: dict[str, Any], command: str, versions: str) -> str:
+    lat = figures["latency"]
+    raw, ours, pub, commit = lat["raw"], lat["trigger"], lat["publish"], lat["commit"]
+    thr = figures["throughput"]
+    raw_rate = thr["n"] / statistics.fmean(thr["raw_s"])
+    ours_rate = thr["n"] / thr["ours_s"]
+    rec = figures["recovery"]["seconds"]
+    sw = figures["sweep"]
+    load = figures["load"]
+    pg_trips = thr["statements"] + thr["checkouts"] + 2 * thr["commits"]
+    lines = [
+        "## Executions",
+        "",
+        f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.machine()}, "
+        f"{os.cpu_count()} CPUs shared with other work (load average {load[0]:.1f} at the start, "
+        f"{load[1]:.1f} at the end), Python {platform.python_version()}, {versions}. Loopback "
+        "Postgres (fsync off, as in the tests) and redis-server started by the benchmark; real "
+        "`orchestrator worker --concurrency 2` processes; the raw Celery app is defined in the "
+        "benchmark with the orchestrator's worker settings (acks late, reject on worker lost, "
+        "prefetch 1, prefork, 2 processes) on the same broker. The agent is the scripted model "
+        "publishing one plan and saving one report. Command (one to two minutes):",
+        "",
+        "```sh",
+        command,
+        "```",
+        "",
+        "| measure | orchestrator | raw Celery, same run | ratio | goal | |",
+        "| --- | ---: | ---: | ---: | --- | --- |",
+        f"| trigger -> agent start, p50 ms ({lat['n']} sequential each) | {ours.p50:.2f} | "
+        f"{raw.p50:.2f} | +{ours.p50 - raw.p50:.2f} ms | <= raw + 2 ms | "
+        f"{goal(ours.p50 <= raw.p50 + 2)} |",
+        f"| trigger -> agent start, p99 ms | {ours.p99:.2f} | {raw.p99:.2f} | "
+        f"{ours.p99 / raw.p99:.2f}x | <= 2x raw | {goal(ours.p99 <= 2 * raw.p99)} |",
+        f"| publish -> agent start, p50 ms (the trigger's transaction left out) | {pub.p50:.2f} | "
+        f"{raw.p50:.2f} | +{pub.p50 - raw.p50:.2f} ms | <= raw + 2 ms | "
+        f"{goal(pub.p50 <= raw.p50 + 2)} |",
+        f"| publish -> agent start, p99 ms | {pub.p99:.2f} | {raw.p99:.2f} | "
+        f"{pub.p99 / raw.p99:.2f}x | <= 2x raw | {goal(pub.p99 <= 2 * raw.p99)} |",
+        f"| minimal executions/s, 1 worker x 2 processes ({thr['n']} each) | {ours_rate:.1f} | "
+        f"{raw_rate:.1f} | {ours_rate / raw_rate:.2f}x | >= 0.6x | "
+        f"{goal(ours_rate >= 0.6 * raw_rate)} |",
+        f"| recovery after SIGKILL (lease {LEASE:g} s, sweep {SWEEP:g} s), worst of {len(rec)}, s "
+        f"| {max(rec):.2f} | not measured (issue: ~90) | | <= 5 s | {goal(max(rec) <= 5)} |",
+        f"| sweep lookup, {sw['running']:,} running / {sw['expired']} expired, p50 ms | "
+        f"{sw['lookup'].p50:.2f} | probe every lease: {sw['naive_ms']:.0f} | "
+        f"{sw['naive_ms'] / sw['lookup'].p50:.0f}x faster | <= 10 ms | "
+        f"{goal(sw['lookup'].p50 <= 10)} |",
+        f"| whole sweep, {sw['running']:,} running / none expired, p50 ms | "
+        f"{sw['empty'].p50:.2f} | | | <= 10 ms | {goal(sw['empty'].p50 <= 10)} |",
+        f"| whole sweep including the {sw['expired']} requeues, p50 ms | {sw['full'].p50:.1f} | "
+        f"| | <= 10 ms if read as the whole sweep | {goal(sw['full'].p50 <= 10)} |",
+        "",
+        "How each figure is taken:",
+        "",
+        f"- Latency: raw and orchestrator samples alternate one at a time, each on idle workers. "
+        "Agent start is the execution row's `started_at`, written in the claim transaction after "
+        "the lease was taken (same machine, same wall clock on both sides). p50/p99/mean ms: "
+        f"trigger -> start {ours.p50:.2f}/{ours.p99:.2f}/{ours.mean:.2f}; publish -> start "
+        f"{pub.p50:.2f}/{pub.p99:.2f}/{pub.mean:.2f}; raw {raw.p50:.2f}/{raw.p99:.2f}/"
+        f"{raw.mean:.2f}; the trigger's own transaction (task, session and execution rows) "
+        f"{commit.p50:.2f}/{commit.p99:.2f}/{commit.mean:.2f}.",
+        f"- Throughput: the tasks are created first, then timed from the first wake-up publish to "
+        f"the last `ended_at` ({thr['ours_s']:.2f} s). One minimal execution makes "
+        f"{thr['commits']} Postgres transactions in the worker (counted with engine events), so "
+        f"each raw task makes {thr['commits']} single-INSERT transactions on a kept psycopg "
+        "connection; raw bursts before and after the orchestrator's: "
+        f"{', '.join(f'{s:.2f}' for s in thr['raw_s'])} s (their mean is the baseline).",
+        f"- Recovery: kill -> generation 2 `started_at`, {len(rec)} kills: "
+        f"{', '.join(f'{s:.2f}' for s in rec)} s. The killed worker held generation 1 mid-round "
+        "(just after its first plan write, which renewed the lease); a second worker was idle; "
+        f"one `orchestrator sweeper` process. Expected: the lease ({LEASE:g} s) plus up to one "
+        f"sweep interval ({SWEEP:g} s).",
+        f"- Sweep: {sw['running']:,} running executions with live Redis leases, rows inserted in "
+        f"bulk; before each of {sw['repeats']} timed sweeps {sw['expired']} of them expire "
+        "(mirrored expiry in the past, Redis key gone) and are topped up again afterwards. "
+        "Lookup = the sweep's indexed query alone. The issue sets the 10 ms goal against "
+        "probing every lease (its figures: about 1 ms for an indexed lookup, about 100 ms for "
+        "the probe), so the lookup row is the one the goal is read against; the whole sweep "
+        "with its requeues is shown so that their cost is not hidden. It costs "
+        f"{sw['per_requeue']:.2f} ms per requeue (a lease read, one transaction that closes the "
+        "generation and opens the next, one Celery publish), so it grows with the expiries, not "
+        f"with the running tasks. Probing every lease one by one: {sw['naive_ms']:.0f} ms for "
+        f"{sw['naive_rows']:,} leases; pipelined in one batch still {sw['pipelined_ms']:.0f} "
+        "ms.",
+        "",
+        "What dominates (profiled in the same run; the profiles are printed by the command):",
+        "",
+        f"- One minimal execution in process, without Celery, takes {thr['inprocess'].p50:.1f} ms "
+        f"(p50). It sends {thr['statements']} SQL statements in {thr['commits']} transactions; "
+        f"with the pool's pre-ping on each of the {thr['checkouts']} checkouts and BEGIN/COMMIT "
+        f"that is about {pg_trips} Postgres round trips, against {3 * thr['commits']} for the raw "
+        f"task, plus {thr['redis_calls']} Redis commands (lease take, renewals on the plan and "
+        "report writes, release, plan event). Own time by library under the profiler (which "
+        "inflates pure-Python shares; psycopg's share includes its waits on the server): "
+        + ", ".join(f"{name} {share:.0%}" for name, share in thr["by_library"][:7])
+        + ". The tools' JSON schemas (cached per process) cost "
+        f"{thr['schema_ms'].p50:.2f} ms p50. The Celery settings are the same on both sides, so "
+        "they do not explain the gap.",
+        "- Latency: after the publish the worker takes the lease (one Redis round trip), then "
+        "claims the generation (the pool's pre-ping, then one transaction with two UPDATE ... "
+        "RETURNING; `started_at` is taken before its first statement). Before the publish, the "
+        "trigger is one statement sent in autocommit (task, session and execution rows in one "
+        "INSERT ... WITH), after the pool's pre-ping. The goal budgets one lease round trip and "
+        "one commit; the path has the lease round trip, the trigger's statement, the claim's "
+        "BEGIN, and the two pre-pings that the pool settings ask for on every checkout, plus the "
+        "Python of SQLAlchemy and the service on each side.",
+        "- Sweep: the lookup is one index range scan on (outcome, lease_expires_at); a requeue is "
+        "a lease read, a transaction of about 9 round trips and a Celery publish, one after "
+        "another for each expiry.",
+    ]
+    return "\n".join(lines) + "\n"

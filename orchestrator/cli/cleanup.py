@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from orchestrator.cli.common import add_json_flag, load, print_json
+from orchestrator.cli.common import add_json_flag, bounded_int, load, print_json
 from orchestrator.services.cleanup import run_cleanup
 from orchestrator.store.db import Database
 
@@ -20,22 +20,12 @@ def register(commands: Any) -> None:
     )
     cleanup.add_argument(
         "--batch-size",
-        type=_batch_size,
+        type=bounded_int(1, MAX_BATCH),
         default=500,
         help=f"rows per transaction (1..{MAX_BATCH}, default 500)",
     )
     add_json_flag(cleanup)
     cleanup.set_defaults(handler=_cleanup)
-
-
-def _batch_size(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not 1 <= value <= MAX_BATCH:
-        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_BATCH}, not {value}")
-    return value
 
 
 def _cleanup(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ __all__ = [
     "CommandFailed",
     "Handler",
     "add_json_flag",
+    "bounded_int",
     "load",
     "one_line",
     "print_json",
@@ -35,6 +36,21 @@ class CommandFailed(Exception):
     def __init__(self, message: str, exit_code: int = 1) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def bounded_int(low: int, high: int) -> Callable[[str], int]:
+    """An argparse `type`: a whole number from `low` to `high`, else a one-line usage error."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be between {low} and {high}, not {value}")
+        return value
+
+    return parse
 
 
 def load() -> Settings:

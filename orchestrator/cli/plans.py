@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from orchestrator.cli.common import add_json_flag, load, print_json
+from orchestrator.cli.common import add_json_flag, bounded_int, load, print_json
 from orchestrator.services.plans import PlanService
 from orchestrator.store.db import Database
 
@@ -18,23 +18,15 @@ def register(commands: Any) -> None:
     actions = plans.add_subparsers(dest="plans_command", metavar="ACTION", required=True)
     show = actions.add_parser("show", help="print a session's plan (latest unless --revision)")
     show.add_argument("session_id")
-    show.add_argument("--revision", type=_revision, default=None, help="a given revision")
+    show.add_argument(
+        "--revision", type=bounded_int(1, MAX_REVISION), default=None, help="a given revision"
+    )
     add_json_flag(show)
     show.set_defaults(handler=_show)
 
 
 #: Revisions are stored as 32-bit integers; the API takes the same range.
 MAX_REVISION = 2**31 - 1
-
-
-def _revision(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not 1 <= value <= MAX_REVISION:
-        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_REVISION}, not {value}")
-    return value
 
 
 def _line(node: Mapping[str, Any]) -> str:

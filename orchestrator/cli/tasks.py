@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from orchestrator.cli.common import CommandFailed, add_json_flag, load, print_json
+from orchestrator.cli.common import CommandFailed, add_json_flag, bounded_int, load, print_json
 from orchestrator.domain.vocabulary import TASK_STATUSES
 from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.tasks import Trigger, task_view
@@ -36,7 +36,10 @@ def register(commands: Any) -> None:
     listing = actions.add_parser("list", help="tasks, newest first")
     listing.add_argument("--status", choices=TASK_STATUSES)
     listing.add_argument(
-        "--limit", type=_limit, default=50, help=f"at most this many (1..{MAX_LIMIT}, default 50)"
+        "--limit",
+        type=bounded_int(1, MAX_LIMIT),
+        default=50,
+        help=f"at most this many (1..{MAX_LIMIT}, default 50)",
     )
     add_json_flag(listing)
     listing.set_defaults(handler=_list)
@@ -61,16 +64,6 @@ def register(commands: Any) -> None:
 
 def _runtime() -> Runtime:
     return build_runtime(load())
-
-
-def _limit(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not 1 <= value <= MAX_LIMIT:
-        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_LIMIT}, not {value}")
-    return value
 
 
 class _NotFinite(ValueError):

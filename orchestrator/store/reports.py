@@ -10,8 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, exists, func, insert, select
 
 from orchestrator.errors import ConflictError
-from orchestrator.store.records import ExecutionRecord
-from orchestrator.store.tables import actions, evidence, executions, reports
+from orchestrator.store.tables import actions, evidence, reports
 from orchestrator.store.types import utcnow
 from orchestrator.tools.base import Fence
 
@@ -21,7 +20,6 @@ __all__ = [
     "evidence_of",
     "insert_evidence",
     "insert_report",
-    "last_started_execution",
     "latest_report",
     "pending_actions_of",
     "pending_actions_of_generation",
@@ -146,26 +144,6 @@ def _evidence_dict(row: dict[str, Any]) -> dict[str, Any]:
         "truncated": bool(row["truncated"]),
         "summary": row["summary"],
     }
-
-
-def last_started_execution(
-    conn: Connection, task_id: str, before_generation: int
-) -> ExecutionRecord | None:
-    """The latest generation below `before_generation` that actually started (has `started_at`).
-
-    A generation superseded while still queued never ran and left nothing; it is skipped.
-    """
-    row = conn.execute(
-        select(executions)
-        .where(
-            executions.c.task_id == task_id,
-            executions.c.generation < before_generation,
-            executions.c.started_at.is_not(None),
-        )
-        .order_by(executions.c.generation.desc())
-        .limit(1)
-    ).one_or_none()
-    return ExecutionRecord.from_row(row) if row is not None else None
 
 
 def count_pending_actions(conn: Connection, task_id: str, generation: int) -> int:

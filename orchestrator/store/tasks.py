@@ -37,6 +37,7 @@ __all__ = [
     "get_execution",
     "get_task",
     "insert_task",
+    "last_started_execution",
     "list_executions",
     "list_tasks",
     "mirror_lease",
@@ -384,6 +385,26 @@ def get_execution(conn: Connection, task_id: str, generation: int) -> ExecutionR
         select(executions).where(
             executions.c.task_id == task_id, executions.c.generation == generation
         )
+    ).one_or_none()
+    return ExecutionRecord.from_row(row) if row is not None else None
+
+
+def last_started_execution(
+    conn: Connection, task_id: str, before_generation: int
+) -> ExecutionRecord | None:
+    """The latest generation below `before_generation` that actually started (has `started_at`).
+
+    A generation superseded while still queued never ran and left nothing; it is skipped.
+    """
+    row = conn.execute(
+        select(executions)
+        .where(
+            executions.c.task_id == task_id,
+            executions.c.generation < before_generation,
+            executions.c.started_at.is_not(None),
+        )
+        .order_by(executions.c.generation.desc())
+        .limit(1)
     ).one_or_none()
     return ExecutionRecord.from_row(row) if row is not None else None
 

@@ -46,7 +46,7 @@ class ReadTaskContext(Tool):
                 raise NotFound(f"task {ctx.task_id} does not exist")
             previous: dict[str, Any] | None = None
             if ctx.generation > 1:
-                before = report_store.last_started_execution(conn, ctx.task_id, ctx.generation)
+                before = task_store.last_started_execution(conn, ctx.task_id, ctx.generation)
                 if before is not None:
                     plan = plan_store.latest_revision(conn, before.session_id)
                     previous = {

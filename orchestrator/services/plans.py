@@ -19,6 +19,7 @@ from orchestrator.domain import plans as rules
 from orchestrator.errors import ConflictError, NotFound
 from orchestrator.events import NullNotifier, PlanNotifier
 from orchestrator.store import plans as store
+from orchestrator.store import reports as report_store
 from orchestrator.store import sessions as session_store
 from orchestrator.store.db import Database
 from orchestrator.store.fencing import check_fence
@@ -67,6 +68,8 @@ def publish_txn(
     draft, problems = rules.parse_plan(payload)
     if fence is not None:
         check_fence(conn, fence)
+        # Invariant 10: the report comes last; a generation that saved it publishes no more.
+        report_store.refuse_after_report(conn, fence, "a plan publish")
     # Every publisher of a session queues on its row, so max(revision) + 1 stays gapless.
     session = session_store.get_session(conn, session_id, lock=True)
     if session is None:

@@ -8,9 +8,7 @@ from pydantic import Field
 
 from orchestrator.errors import ConflictError, StaleGeneration, ValidationFailed
 from orchestrator.services.lease_keeper import LeaseKeeper
-from orchestrator.services.plans import PlanService, PublishResult, publish_txn
-from orchestrator.store import reports as report_store
-from orchestrator.store.fencing import check_fence
+from orchestrator.services.plans import PlanService
 from orchestrator.tools.base import Tool, ToolArguments, ToolContext, ToolResult
 
 __all__ = ["PublishExecutionPlan"]
@@ -46,27 +44,18 @@ class PublishExecutionPlan(Tool):
         self.keeper.check()
         payload = args.model_dump()
         try:
-            result = self._publish(ctx, payload)
+            result = self.plans.publish_execution_plan(
+                ctx.session_id,
+                payload,
+                fence=ctx.fence,
+                after_commit=self._renew,
+            )
         except StaleGeneration:
             raise
         except (ValidationFailed, ConflictError) as exc:
             # A refused publish wrote nothing; the model must fix the plan and publish again.
             return ToolResult.failed(exc.message, code=exc.code, payload={"details": exc.details})
-        if result.created:
-            self.plans.notify(result.plan)
-        self._renew(result)
         return ToolResult.ok(result.plan.to_dict())
-
-    def _publish(self, ctx: ToolContext, payload: dict[str, Any]) -> PublishResult:
-        """The plan service's publish, refused in its own transaction once the report is saved
-        (invariant 10: the report comes last). A replayed request_id is refused too."""
-        with self.plans.db.transaction() as conn:
-            if ctx.fence is not None:
-                check_fence(conn, ctx.fence)
-                report_store.refuse_after_report(conn, ctx.fence, "a plan publish")
-            return publish_txn(
-                conn, ctx.session_id, payload, fence=ctx.fence, now=self.plans.clock()
-            )
 
     def _renew(self, _result: object) -> None:
         self.keeper.renew_now(mirror=False)

@@ -119,3 +119,9 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if _STARTED:
         listed = ", ".join(f"{name} {version}" for name, version in sorted(_STARTED.items()))
         terminalreporter.write_line(f"real services used by this run: {listed}")
+
+
+@pytest.fixture
+def scripts(tmp_path: Path) -> Path:
+    """The folder of a test's scripted-model scripts (`ORCH_MODEL=scripted:<it>`)."""
+    return tmp_path / "scripts"

@@ -16,9 +16,11 @@ from orchestrator.services.lease_keeper import lease_name
 from orchestrator.settings import Settings, load_settings
 from orchestrator.store import tasks as task_store
 from orchestrator.store.types import utcnow
+from orchestrator.tools.base import Fence, ToolContext
 
 __all__ = [
     "claim_as_worker",
+    "fenced_ctx",
     "node",
     "plan_call",
     "report_call",
@@ -134,3 +136,15 @@ def claim_as_worker(rt: Runtime, task_id: str, generation: int, worker: str, ttl
             lease_expires_at=utcnow() + timedelta(seconds=ttl),
         )
     return token
+
+
+def fenced_ctx(fence: Fence, session_id: str) -> ToolContext:
+    """The tool context of a claimed generation, as the execution service builds it."""
+    return ToolContext(
+        owner=f"task:{fence.task_id}",
+        session_id=session_id,
+        round_id=f"{fence.task_id}:{fence.generation}",
+        task_id=fence.task_id,
+        generation=fence.generation,
+        fence=fence,
+    )

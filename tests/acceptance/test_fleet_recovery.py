@@ -31,11 +31,6 @@ LEASE, SWEEP = 3.0, 1.0
 
 
 @pytest.fixture
-def scripts(tmp_path: Path) -> Path:
-    return tmp_path / "scripts"
-
-
-@pytest.fixture
 def fleet(pg_url: str, redis_url: str, scripts: Path, tmp_path: Path) -> Iterator[Fleet]:
     env = {
         "ORCH_DATABASE_URL": pg_url,

@@ -9,15 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
 
-from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
-from orchestrator.store.tables import invocation_receipts
 from tests.acceptance.fleet import Fleet
 from tests.executions_support import node, plan_call, report_call, runtime_for, wait_for
 from tests.executions_support import write_script as write
 from tests.integration.fake_backend import SPEC, Backend, running_backend
+from tests.integration.receipt_rows import task_receipt_statuses
 from workers.celery_app import CeleryDispatcher, make_celery
 
 
@@ -63,16 +61,6 @@ def spec(tmp_path: Path) -> Path:
     return path
 
 
-def receipts(rt: Runtime, task_id: str) -> list[str]:
-    with rt.db.transaction(readonly=True) as conn:
-        rows = conn.execute(
-            select(invocation_receipts.c.status)
-            .where(invocation_receipts.c.owner == f"task:{task_id}")
-            .order_by(invocation_receipts.c.created_at)
-        )
-        return [row.status for row in rows]
-
-
 def test_identical_parallel_writes_run_once_and_failures_are_honest(
     pg_url: str, tmp_path: Path, backend: Backend, spec: Path
 ) -> None:
@@ -92,12 +80,12 @@ def test_identical_parallel_writes_run_once_and_failures_are_honest(
         task_id = rt.tasks.trigger(Trigger(task_type="gateway", title="t")).task.task_id
         assert rt.executions.run(task_id, 1, worker="w").outcome == "completed"
         assert backend.count("PUT", "/settings/pressure") == 1
-        assert receipts(rt, task_id) == ["succeeded", "failed"]
+        assert task_receipt_statuses(rt.db, task_id) == ["succeeded", "failed"]
 
         backend.mode["/orders"] = "drop"  # applied, then the connection drops unanswered
         dropped = rt.tasks.trigger(Trigger(task_type="dropped", title="t")).task.task_id
         assert rt.executions.run(dropped, 1, worker="w").ran
-        assert receipts(rt, dropped) == ["unknown"]
+        assert task_receipt_statuses(rt.db, dropped) == ["unknown"]
     finally:
         rt.close()
 
@@ -128,7 +116,7 @@ def test_a_worker_killed_mid_write_leaves_unknown_and_the_next_generation_verifi
         fleet.sweeper()
         task_id = rt.tasks.trigger(Trigger(task_type="setting", title="t")).task.task_id
         assert backend.held.wait(timeout=30), fleet.logs()
-        assert receipts(rt, task_id) == ["running"]
+        assert task_receipt_statuses(rt.db, task_id) == ["running"]
         standby = fleet.worker(concurrency=1)
         wait_for(lambda: fleet.ready(standby), 30, what="the standby worker")
         Fleet.kill(doomed)  # the request was sent; its outcome was never recorded
@@ -137,7 +125,7 @@ def test_a_worker_killed_mid_write_leaves_unknown_and_the_next_generation_verifi
         time.sleep(0.5)
         assert backend.count("PUT", "/settings/pressure") == 1, fleet.logs()
         assert backend.count("GET", "/settings/pressure") >= 1  # the read-only verification
-        assert receipts(rt, task_id) == ["succeeded"]
+        assert task_receipt_statuses(rt.db, task_id) == ["succeeded"]
         outcomes = [e["outcome"] for e in rt.tasks.explain(task_id)["executions"]]
         assert outcomes == ["lost", "completed"]
     finally:

@@ -8,11 +8,11 @@ from typing import Any
 from sqlalchemy import select, text, update
 
 from orchestrator.store import Database
-from orchestrator.store.tables import executions, metadata, sessions, tasks
+from orchestrator.store.tables import executions, invocation_receipts, metadata, sessions, tasks
 from orchestrator.store.types import utcnow
 from orchestrator.tools.base import Fence
 
-__all__ = ["chat_session", "dump_database", "running_task", "supersede"]
+__all__ = ["chat_session", "dump_database", "running_task", "supersede", "task_receipt_statuses"]
 
 
 def chat_session(db: Database, owner: str = "alice") -> str:
@@ -146,3 +146,14 @@ def dump_database(db: Database) -> str:
             chunks.append(f"{name}: {rows!r}")
         chunks.append(repr(conn.execute(select(sessions)).all()))
     return "\n".join(chunks)
+
+
+def task_receipt_statuses(db: Database, task_id: str) -> list[str]:
+    """The statuses of a task's receipts, oldest first."""
+    with db.transaction(readonly=True) as conn:
+        rows = conn.execute(
+            select(invocation_receipts.c.status)
+            .where(invocation_receipts.c.owner == f"task:{task_id}")
+            .order_by(invocation_receipts.c.created_at)
+        )
+        return [row.status for row in rows]

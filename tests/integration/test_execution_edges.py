@@ -30,11 +30,6 @@ from tests.executions_support import (
 
 
 @pytest.fixture
-def scripts(tmp_path: Path) -> Path:
-    return tmp_path / "scripts"
-
-
-@pytest.fixture
 def env(store_url: str, scripts: Path) -> Iterator[tuple[Runtime, RecordingDispatcher]]:
     rt, dispatcher = runtime_for(store_url, scripts)
     yield rt, dispatcher

@@ -9,13 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
 
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
-from orchestrator.store.tables import invocation_receipts
 from tests.executions_support import node, plan_call, report_call, runtime_for, write_script
 from tests.integration.fake_backend import SPEC, Backend, running_backend
+from tests.integration.receipt_rows import task_receipt_statuses
 
 
 def order(call_id: str) -> dict[str, Any]:
@@ -58,16 +57,6 @@ def rt(store_url: str, tmp_path: Path, backend: Backend) -> Iterator[Runtime]:
     runtime.close()
 
 
-def statuses(rt: Runtime, task_id: str) -> list[str]:
-    with rt.db.transaction(readonly=True) as conn:
-        rows = conn.execute(
-            select(invocation_receipts.c.status)
-            .where(invocation_receipts.c.owner == f"task:{task_id}")
-            .order_by(invocation_receipts.c.created_at)
-        )
-        return [row.status for row in rows]
-
-
 def test_continued_and_recovered_generations_do_not_repeat_a_finished_write(
     rt: Runtime, backend: Backend
 ) -> None:
@@ -78,7 +67,7 @@ def test_continued_and_recovered_generations_do_not_repeat_a_finished_write(
     # answers, nothing is sent.
     assert rt.executions.run(task_id, 2, worker="w").outcome == "continue"
     assert backend.count("POST", "/orders") == 1
-    assert statuses(rt, task_id) == ["succeeded"]
+    assert task_receipt_statuses(rt.db, task_id) == ["succeeded"]
     assert rt.tasks.get(task_id).intent_round == 1
 
 
@@ -91,4 +80,4 @@ def test_an_operator_requeue_is_a_new_request_that_may_repeat_the_write(
     assert requeued.intent_round == 2
     assert rt.executions.run(task_id, requeued.generation, worker="w").outcome == "continue"
     assert backend.count("POST", "/orders") == 2
-    assert statuses(rt, task_id) == ["succeeded", "succeeded"]
+    assert task_receipt_statuses(rt.db, task_id) == ["succeeded", "succeeded"]

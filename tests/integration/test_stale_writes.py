@@ -32,6 +32,7 @@ from orchestrator.tools.tasks import SaveReport
 from tests.executions_support import (
     claim_as_worker,
     completing_turns,
+    fenced_ctx,
     node,
     plan_call,
     runtime_for,
@@ -40,11 +41,6 @@ from tests.executions_support import (
 )
 
 TTL = 0.5
-
-
-@pytest.fixture
-def scripts(tmp_path: Path) -> Path:
-    return tmp_path / "scripts"
 
 
 @pytest.fixture
@@ -62,14 +58,7 @@ class Zombie:
     session_id: str
 
     def ctx(self) -> ToolContext:
-        return ToolContext(
-            owner=f"task:{self.fence.task_id}",
-            session_id=self.session_id,
-            round_id=f"{self.fence.task_id}:{self.fence.generation}",
-            task_id=self.fence.task_id,
-            generation=self.fence.generation,
-            fence=self.fence,
-        )
+        return fenced_ctx(self.fence, self.session_id)
 
 
 def session_of(rt: Runtime, task_id: str, generation: int) -> str:

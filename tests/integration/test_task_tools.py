@@ -27,14 +27,16 @@ from orchestrator.tools.actions import ProposeAction
 from orchestrator.tools.base import Fence, Tool, ToolContext, ToolResult
 from orchestrator.tools.plans import PublishExecutionPlan
 from orchestrator.tools.tasks import ReadTaskContext, SaveReport
-from tests.executions_support import node, plan_call, report_call, runtime_for, write_script
+from tests.executions_support import (
+    fenced_ctx,
+    node,
+    plan_call,
+    report_call,
+    runtime_for,
+    write_script,
+)
 
 LEASE = 60.0
-
-
-@pytest.fixture
-def scripts(tmp_path: Path) -> Path:
-    return tmp_path / "scripts"
 
 
 @pytest.fixture
@@ -53,14 +55,7 @@ class Live:
     session_id: str
 
     def ctx(self) -> ToolContext:
-        return ToolContext(
-            owner=f"task:{self.fence.task_id}",
-            session_id=self.session_id,
-            round_id=f"{self.fence.task_id}:{self.fence.generation}",
-            task_id=self.fence.task_id,
-            generation=self.fence.generation,
-            fence=self.fence,
-        )
+        return fenced_ctx(self.fence, self.session_id)
 
     def keeper(self) -> LeaseKeeper:
         return LeaseKeeper(self.rt.leases, self.rt.db, self.fence, ttl=LEASE, renew_every=20)

@@ -37,11 +37,6 @@ def play(model: Any, stop: threading.Event | None = None) -> ModelTurn:
     return model.next_turn([], [], stop or threading.Event())
 
 
-@pytest.fixture
-def scripts(tmp_path: Path) -> Path:
-    return tmp_path / "scripts"
-
-
 def test_a_script_plays_its_turns_in_order_then_ends(scripts: Path) -> None:
     write(scripts, "leak", THREE_TURNS)
     model = load_model(f"scripted:{scripts}", "leak")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -9,12 +10,19 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, InvalidatePoolError
+from sqlalchemy.pool import ConnectionPoolEntry
 
 from orchestrator.errors import ConstraintViolation
 from orchestrator.settings import SettingsError
 
-__all__ = ["Database", "make_engine"]
+__all__ = ["PING_BYPASS_SECONDS", "Database", "make_engine"]
+
+#: A pooled connection given back less than this long ago is not pinged again on checkout (as
+#: HikariCP's `aliveBypassWindowMs`, 500 ms by default): a worker's back-to-back transactions
+#: save a round trip each, and a connection that sat idle longer is always pinged.
+PING_BYPASS_SECONDS = 0.5
+_CHECKED_IN_AT = "orch_checked_in_at"
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -56,10 +64,9 @@ def make_engine(
         return engine
     if parsed.get_backend_name() == "postgresql" and parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
-    return create_engine(
+    engine = create_engine(
         parsed,
         echo=echo,
-        pool_pre_ping=True,
         pool_size=pool_size,
         max_overflow=max_overflow,
         pool_recycle=1800,
@@ -67,6 +74,35 @@ def make_engine(
         # A database host that drops packets fails a connect in bounded time, not never.
         connect_args={"connect_timeout": 10},
     )
+    pre_ping(engine)
+    return engine
+
+
+def pre_ping(engine: Engine, bypass_seconds: float = PING_BYPASS_SECONDS) -> None:
+    """Ping a pooled connection on checkout unless it was given back within `bypass_seconds`.
+
+    SQLAlchemy's `pool_pre_ping`, with a bypass window: a dead connection (server restarted,
+    idle connection dropped) is replaced before the transaction starts, as with the built-in
+    setting; a failed ping that is a disconnect invalidates the whole pool, as it does there.
+    """
+    dialect = engine.dialect
+
+    def on_checkin(_dbapi_conn: Any, record: ConnectionPoolEntry) -> None:
+        record.info[_CHECKED_IN_AT] = time.monotonic()
+
+    def on_checkout(dbapi_conn: Any, record: ConnectionPoolEntry, _proxy: Any) -> None:
+        given_back = record.info.get(_CHECKED_IN_AT)
+        if given_back is None or time.monotonic() - given_back < bypass_seconds:
+            return  # a new connection, or one that was in use a moment ago
+        try:
+            dialect.do_ping(dbapi_conn)
+        except dialect.loaded_dbapi.Error as exc:
+            if dialect.is_disconnect(exc, dbapi_conn, None):
+                raise InvalidatePoolError(str(exc)) from exc
+            raise
+
+    event.listen(engine, "checkin", on_checkin)
+    event.listen(engine, "checkout", on_checkout)
 
 
 class Database:

@@ -27,7 +27,6 @@ from orchestrator.services.dispatch import Dispatcher, safe_dispatch
 from orchestrator.services.lease_keeper import LeaseKeeper, lease_name
 from orchestrator.services.plans import PlanService
 from orchestrator.settings import Settings
-from orchestrator.store import plans as plan_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database
@@ -264,18 +263,16 @@ def finish_generation(
     generation when one is queued.
     """
     with db.transaction() as conn:
-        check_fence(conn, fence)
-        task = task_store.get_task(conn, fence.task_id, lock=True)
-        assert task is not None
-        plan = plan_store.latest_revision(conn, task.session_id) if task.session_id else None
-        report = report_store.latest_report(conn, fence.task_id, fence.generation)
-        pending = report_store.count_pending_actions(conn, fence.task_id, fence.generation)
+        live = check_fence(conn, fence)
+        facts = report_store.generation_facts(
+            conn, fence.task_id, fence.generation, live.session_id
+        )
         decision = rule(
             RoundFacts(
-                plan_nodes=plan.nodes if plan else None,
-                report_outcome=report["outcome"] if report else None,
-                pending_actions=pending,
-                rounds_done=task.rounds,
+                plan_nodes=facts.plan_nodes,
+                report_outcome=facts.report_outcome,
+                pending_actions=facts.pending_actions,
+                rounds_done=live.rounds,
                 max_rounds=0,
             )
         )
@@ -289,7 +286,13 @@ def finish_generation(
         )
         if decision.queues_next:
             nxt = task_store.requeue_generation(
-                conn, task, from_statuses=("running",), recoveries=0, rounds=task.rounds + 1
+                conn,
+                fence.task_id,
+                fence.generation,
+                title=live.title,
+                from_statuses=("running",),
+                recoveries=0,
+                rounds=live.rounds + 1,
             )
             return decision, nxt
         conn.execute(
@@ -300,7 +303,7 @@ def finish_generation(
                 failure_code=decision.failure_code,
                 last_error=decision.reason if decision.task_status == "failed" else None,
                 recoveries=0,
-                rounds=task.rounds + 1,
+                rounds=live.rounds + 1,
                 updated_at=utcnow(),
             )
         )

@@ -127,7 +127,13 @@ class Sweeper:
                 report.parked.append((task.task_id, task.generation))
                 return
             nxt = task_store.requeue_generation(
-                conn, task, from_statuses=("running",), recoveries=recoveries, rounds=task.rounds
+                conn,
+                task.task_id,
+                task.generation,
+                title=task.title,
+                from_statuses=("running",),
+                recoveries=recoveries,
+                rounds=task.rounds,
             )
         if nxt is not None:
             report.requeued.append((execution.task_id, execution.generation, nxt))

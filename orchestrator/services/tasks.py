@@ -112,7 +112,14 @@ class TaskService:
             )
             task_store.supersede_pending_actions(conn, task_id, "superseded by a requeue")
             nxt = task_store.requeue_generation(
-                conn, task, from_statuses=TASK_STATUSES, recoveries=0, rounds=0, new_intent=True
+                conn,
+                task_id,
+                task.generation,
+                title=task.title,
+                from_statuses=TASK_STATUSES,
+                recoveries=0,
+                rounds=0,
+                new_intent=True,
             )
             assert nxt is not None  # the row lock keeps the generation ours
         safe_dispatch(self.dispatcher, task_id, nxt)

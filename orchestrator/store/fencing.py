@@ -1,35 +1,64 @@
 """Fencing: a write of an execution is applied only while its generation is the live one.
 
 Call `check_fence(conn, fence)` inside the transaction that applies the write; it locks the task
-row (Postgres) so a requeue or cancel cannot slip between the check and the write.
+row (Postgres) so a requeue or cancel cannot slip between the check and the write. What it read
+of the locked row comes back, so the write needs no second look at the task.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, and_, select
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, and_, bindparam, exists, select
 
 from orchestrator.errors import StaleGeneration
-from orchestrator.store.tables import executions, tasks
+from orchestrator.store.tables import executions, reports, tasks
 from orchestrator.tools.base import Fence
 
-__all__ = ["check_fence"]
+__all__ = ["LiveGeneration", "check_fence"]
 
 
-def check_fence(conn: Connection, fence: Fence) -> None:
+@dataclass(frozen=True)
+class LiveGeneration:
+    """The live generation's task row, as the fence check read it under the row lock."""
+
+    session_id: str | None
+    title: str
+    rounds: int
+    report_saved: bool  # invariant 10: once True, the generation writes no plan or action
+
+
+# Built once: the check runs in front of every fenced write.
+_FENCE = (
+    select(
+        tasks.c.status,
+        tasks.c.session_id,
+        tasks.c.title,
+        tasks.c.rounds,
+        executions.c.lease_token,
+        executions.c.outcome,
+        exists()
+        .where(reports.c.task_id == tasks.c.task_id, reports.c.generation == tasks.c.generation)
+        .label("report_saved"),
+    )
+    .select_from(
+        tasks.outerjoin(
+            executions,
+            and_(
+                executions.c.task_id == tasks.c.task_id,
+                executions.c.generation == tasks.c.generation,
+            ),
+        )
+    )
+    .where(tasks.c.task_id == bindparam("task_id"), tasks.c.generation == bindparam("generation"))
+    .with_for_update(of=tasks)
+)
+
+
+def check_fence(conn: Connection, fence: Fence) -> LiveGeneration:
     """Raise `StaleGeneration` unless `fence` names the task's live, running generation."""
     row = conn.execute(
-        select(tasks.c.status, executions.c.lease_token, executions.c.outcome)
-        .select_from(
-            tasks.outerjoin(
-                executions,
-                and_(
-                    executions.c.task_id == tasks.c.task_id,
-                    executions.c.generation == tasks.c.generation,
-                ),
-            )
-        )
-        .where(tasks.c.task_id == fence.task_id, tasks.c.generation == fence.generation)
-        .with_for_update(of=tasks)
+        _FENCE, {"task_id": fence.task_id, "generation": fence.generation}
     ).one_or_none()
     if row is None or row.status != "running":
         raise StaleGeneration(
@@ -39,3 +68,9 @@ def check_fence(conn: Connection, fence: Fence) -> None:
         raise StaleGeneration(
             f"generation {fence.generation} of task {fence.task_id} does not hold the lease"
         )
+    return LiveGeneration(
+        session_id=row.session_id,
+        title=row.title,
+        rounds=row.rounds,
+        report_saved=bool(row.report_saved),
+    )

@@ -4,27 +4,30 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, exists, func, insert, select
+from sqlalchemy import Connection, bindparam, func, insert, select
 
 from orchestrator.errors import ConflictError
-from orchestrator.store.tables import actions, evidence, reports
+from orchestrator.store.fencing import LiveGeneration
+from orchestrator.store.tables import actions, evidence, plan_revisions, reports
 from orchestrator.store.types import utcnow
 from orchestrator.tools.base import Fence
 
 __all__ = [
+    "GenerationFacts",
     "ReportAlreadySaved",
     "count_pending_actions",
     "evidence_of",
+    "generation_facts",
     "insert_evidence",
     "insert_report",
     "latest_report",
     "pending_actions_of",
     "pending_actions_of_generation",
     "refuse_after_report",
-    "report_saved",
 ]
 
 
@@ -37,22 +40,13 @@ class ReportAlreadySaved(ConflictError):
     code = "report_already_saved"
 
 
-def report_saved(conn: Connection, task_id: str, generation: int) -> bool:
-    """Has this generation saved a report?"""
-    return bool(
-        conn.execute(
-            select(exists().where(reports.c.task_id == task_id, reports.c.generation == generation))
-        ).scalar()
-    )
-
-
-def refuse_after_report(conn: Connection, fence: Fence, what: str) -> None:
+def refuse_after_report(live: LiveGeneration, fence: Fence, what: str) -> None:
     """Raise `ReportAlreadySaved` if `fence`'s generation saved its report.
 
-    Call it after `check_fence` in the transaction of the write: the fence locks the task row,
-    and `save_report` takes the same lock, so a report cannot commit between check and write.
+    `live` is what `check_fence` read in the transaction of the write: the fence locks the task
+    row, and `save_report` takes the same lock, so a report cannot commit between check and write.
     """
-    if report_saved(conn, fence.task_id, fence.generation):
+    if live.report_saved:
         raise ReportAlreadySaved(
             f"generation {fence.generation} already saved its report, which comes last; "
             f"{what} after it is refused and nothing was written"
@@ -213,3 +207,55 @@ def _report_dict(row: dict[str, Any]) -> dict[str, Any]:
         "outcome": row["outcome"],
         "created_at": row["created_at"].isoformat(),
     }
+
+
+@dataclass(frozen=True)
+class GenerationFacts:
+    """What the state decision reads of a generation (DESIGN: only the current one's)."""
+
+    plan_nodes: list[dict[str, Any]] | None  # the session's latest revision, None without plan
+    report_outcome: str | None  # the generation's latest report, None without report
+    pending_actions: int
+
+
+# Built once: read at the end of every round, in the transaction that applies the decision.
+_FACTS = select(
+    select(plan_revisions.c.nodes)
+    .where(plan_revisions.c.session_id == bindparam("session_id"))
+    .order_by(plan_revisions.c.revision.desc())
+    .limit(1)
+    .scalar_subquery()
+    .label("plan_nodes"),
+    select(reports.c.outcome)
+    .where(
+        reports.c.task_id == bindparam("task_id"),
+        reports.c.generation == bindparam("generation"),
+    )
+    .order_by(reports.c.created_at.desc(), reports.c.report_id.desc())
+    .limit(1)
+    .scalar_subquery()
+    .label("report_outcome"),
+    select(func.count())
+    .select_from(actions)
+    .where(
+        actions.c.task_id == bindparam("task_id"),
+        actions.c.generation == bindparam("generation"),
+        actions.c.status == "pending_approval",
+    )
+    .scalar_subquery()
+    .label("pending_actions"),
+)
+
+
+def generation_facts(
+    conn: Connection, task_id: str, generation: int, session_id: str | None
+) -> GenerationFacts:
+    """The latest plan of `session_id`, the generation's latest report and pending actions."""
+    row = conn.execute(
+        _FACTS, {"task_id": task_id, "generation": generation, "session_id": session_id}
+    ).one()
+    return GenerationFacts(
+        plan_nodes=list(row.plan_nodes) if row.plan_nodes is not None else None,
+        report_outcome=row.report_outcome,
+        pending_actions=int(row.pending_actions),
+    )

@@ -332,8 +332,10 @@ def end_generation(
 
 def requeue_generation(
     conn: Connection,
-    task: TaskRecord,
+    task_id: str,
+    generation: int,
     *,
+    title: str,
     from_statuses: tuple[str, ...],
     recoveries: int,
     rounds: int,
@@ -345,12 +347,12 @@ def requeue_generation(
     earlier round may run again. Recovery and continuation keep the round.
     """
     now = utcnow()
-    nxt = task.generation + 1
+    nxt = generation + 1
     moved = conn.execute(
         update(tasks)
         .where(
-            tasks.c.task_id == task.task_id,
-            tasks.c.generation == task.generation,
+            tasks.c.task_id == task_id,
+            tasks.c.generation == generation,
             tasks.c.status.in_(from_statuses),
         )
         .values(
@@ -366,7 +368,7 @@ def requeue_generation(
     ).rowcount
     if moved != 1:
         return None
-    open_generation(conn, task.task_id, nxt, task.title, now)
+    open_generation(conn, task_id, nxt, title, now)
     return nxt
 
 

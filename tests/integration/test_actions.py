@@ -134,7 +134,13 @@ def test_pending_actions_of_generation_lists_only_that_generation(rt: Runtime) -
         )
         # Moved on without superseding it (as lost-lease recovery used to).
         assert task_store.requeue_generation(
-            conn, task, from_statuses=("queued",), recoveries=0, rounds=0
+            conn,
+            task.task_id,
+            task.generation,
+            title=task.title,
+            from_statuses=("queued",),
+            recoveries=0,
+            rounds=0,
         )
         current = task_store.get_task(conn, task_id)
         assert current is not None

@@ -99,7 +99,7 @@ class ExecutionService:
         token = self.leases.acquire(lease_name(task_id), worker, ttl)
         if token is None:
             return self._not_acquired(task_id, generation)
-        with self.db.transaction() as conn:
+        with self.db.single_statement() as conn:  # one statement on Postgres
             claimed = task_store.claim_generation(
                 conn,
                 task_id,

@@ -15,12 +15,16 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     Insert,
+    Select,
     Table,
+    Update,
     and_,
     bindparam,
+    exists,
     func,
     insert,
     select,
+    true,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -253,38 +257,83 @@ def claim_generation(
 ) -> tuple[TaskRecord, str] | None:
     """queued → running for exactly this generation: the task and the generation's session id.
 
-    None when the generation is not the task's queued one (claimed, superseded, finished).
+    None when the generation is not the task's queued one (claimed, superseded, finished), or
+    its execution row is already closed. On Postgres one statement: send it in autocommit.
     """
-    now = utcnow()
-    row = conn.execute(
+    params = {
+        "claim_task_id": task_id,
+        "claim_generation": generation,
+        "claim_now": utcnow(),
+        "claim_lease_token": lease_token,
+        "claim_worker": worker,
+        "claim_celery_task_id": celery_task_id,
+        "claim_lease_expires_at": lease_expires_at,
+    }
+    if conn.dialect.name == "postgresql":
+        row = conn.execute(_one_statement_claim(), params).one_or_none()
+        return (TaskRecord.from_row(row), str(row.claimed_session_id)) if row else None
+    task_row = conn.execute(_claim_task(), params).one_or_none()
+    if task_row is None:
+        return None
+    session_id = conn.execute(_claim_execution(), params).scalar_one()
+    return TaskRecord.from_row(task_row), str(session_id)
+
+
+def _open_execution() -> Any:
+    return and_(
+        executions.c.task_id == bindparam("claim_task_id"),
+        executions.c.generation == bindparam("claim_generation"),
+        executions.c.outcome.is_(None),
+    )
+
+
+@cache
+def _claim_task() -> Update:
+    """The task half of a claim: queued → running, only while its execution row is open."""
+    return (
         update(tasks)
         .where(
-            tasks.c.task_id == task_id,
-            tasks.c.generation == generation,
+            tasks.c.task_id == bindparam("claim_task_id"),
+            tasks.c.generation == bindparam("claim_generation"),
             tasks.c.status == "queued",
+            exists().where(_open_execution()),
         )
-        .values(status="running", updated_at=now)
+        .values(status="running", updated_at=bindparam("claim_now", type_=tasks.c.updated_at.type))
         .returning(*tasks.c)
-    ).one_or_none()
-    if row is None:
-        return None
-    session_id = conn.execute(
+    )
+
+
+def _claim_execution(after: Any = None) -> Update:
+    """The execution half: the lease token, the worker and `started_at` go on the open row."""
+    where = [_open_execution()] if after is None else [_open_execution(), after]
+    return (
         update(executions)
-        .where(
-            executions.c.task_id == task_id,
-            executions.c.generation == generation,
-            executions.c.outcome.is_(None),
-        )
+        .where(*where)
         .values(
-            lease_token=lease_token,
-            worker=worker,
-            celery_task_id=celery_task_id,
-            started_at=now,
-            lease_expires_at=lease_expires_at,
+            lease_token=bindparam("claim_lease_token"),
+            worker=bindparam("claim_worker"),
+            celery_task_id=bindparam("claim_celery_task_id"),
+            started_at=bindparam("claim_now", type_=executions.c.started_at.type),
+            lease_expires_at=bindparam(
+                "claim_lease_expires_at", type_=executions.c.lease_expires_at.type
+            ),
         )
         .returning(executions.c.session_id)
-    ).scalar_one()
-    return TaskRecord.from_row(row), str(session_id)
+    )
+
+
+@cache
+def _one_statement_claim() -> Select[Any]:
+    """Postgres: both halves in one statement; the execution half runs only if the task half
+    matched. Every writer that closes an execution row locks the task row first, so between
+    the two halves nothing can close the row the task half saw open."""
+    claimed_task = _claim_task().cte("claimed_task")
+    claimed_execution = _claim_execution(exists(select(claimed_task.c.task_id))).cte(
+        "claimed_execution"
+    )
+    return select(
+        claimed_task, claimed_execution.c.session_id.label("claimed_session_id")
+    ).select_from(claimed_task.join(claimed_execution, true()))
 
 
 def mirror_lease(

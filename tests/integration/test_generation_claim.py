@@ -1,0 +1,101 @@
+"""The claim of a generation: queued -> running once, whole or not at all (both stores)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from datetime import timedelta
+
+from sqlalchemy import update
+
+from orchestrator.store import tasks as task_store
+from orchestrator.store.db import Database
+from orchestrator.store.records import TaskRecord
+from orchestrator.store.tables import executions
+from orchestrator.store.types import utcnow
+
+
+def new_task(db: Database) -> str:
+    with db.single_statement() as conn:
+        task = task_store.insert_task(
+            conn,
+            task_store.NewTask(
+                task_type="t", title="claim", context={}, trigger_id=f"claim:{uuid.uuid4()}"
+            ),
+        )
+    assert task is not None
+    return task.task_id
+
+
+def claim(
+    db: Database, task_id: str, token: str, generation: int = 1
+) -> tuple[TaskRecord, str] | None:
+    with db.single_statement() as conn:
+        return task_store.claim_generation(
+            conn,
+            task_id,
+            generation,
+            lease_token=token,
+            worker=f"worker-{token}",
+            celery_task_id=None,
+            lease_expires_at=utcnow() + timedelta(seconds=30),
+        )
+
+
+def test_a_queued_generation_is_claimed_once(db: Database) -> None:
+    task_id = new_task(db)
+    claimed = claim(db, task_id, "first")
+    assert claimed is not None
+    task, session_id = claimed
+    assert task.status == "running"
+    assert task.generation == 1
+    assert session_id == task.session_id
+    assert claim(db, task_id, "second") is None
+    assert claim(db, task_id, "other-generation", generation=2) is None
+    with db.transaction() as conn:
+        execution = task_store.get_execution(conn, task_id, 1)
+    assert execution is not None
+    assert execution.lease_token == "first"
+    assert execution.worker == "worker-first"
+    assert execution.started_at is not None
+
+
+def test_a_claim_over_a_closed_execution_row_writes_nothing(db: Database) -> None:
+    task_id = new_task(db)
+    with db.transaction() as conn:
+        conn.execute(
+            update(executions).where(executions.c.task_id == task_id).values(outcome="superseded")
+        )
+    assert claim(db, task_id, "late") is None
+    with db.transaction() as conn:
+        task = task_store.get_task(conn, task_id)
+        execution = task_store.get_execution(conn, task_id, 1)
+    assert task is not None
+    assert task.status == "queued"
+    assert execution is not None
+    assert execution.lease_token is None
+
+
+def test_concurrent_claims_of_one_generation_grant_one(pg_url: str) -> None:
+    # Postgres: the claim is one statement in autocommit; SQLite serializes its writers.
+    db = Database.from_url(pg_url, pool_size=8)
+    task_id = new_task(db)
+    barrier = threading.Barrier(8)
+    won: list[str] = []
+
+    def contend(token: str) -> None:
+        barrier.wait()
+        if claim(db, task_id, token) is not None:
+            won.append(token)
+
+    threads = [threading.Thread(target=contend, args=(f"t{i}",)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(won) == 1
+    with db.transaction() as conn:
+        execution = task_store.get_execution(conn, task_id, 1)
+    db.dispose()
+    assert execution is not None
+    assert execution.lease_token == won[0]

@@ -7,6 +7,11 @@ round trip ends. The statement runs on plain psycopg connections kept in a small
 beside the store's pool: no pre-ping round trip, no pool bookkeeping per claim. The cache is
 emptied when the store's engine is disposed, and when it is garbage collected.
 
+Each cached connection keeps one binary cursor. Claimers share one interpreter, so the client's
+Python per claim bounds their rate: a kept cursor keeps its adapters (a fresh one looks up and
+builds a loader per column and a dumper per parameter every time), and binary parameters and
+results skip formatting and parsing the timestamps as text.
+
 A lost answer is retried once with the very same row values: the claim is idempotent for them
 (the read back finds our own invocation id and grants), so a retry can never grant twice.
 """
@@ -16,8 +21,8 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import deque
-from collections.abc import Mapping
-from datetime import UTC, datetime
+from collections.abc import Sequence
+from datetime import UTC
 from typing import Any
 
 import psycopg
@@ -41,7 +46,7 @@ COLUMNS = (
     "updated_at",
 )
 _LISTED = ", ".join(COLUMNS)
-_VALUES = ", ".join(["%s"] * len(COLUMNS))  # positional: cheaper to bind than named
+_VALUES = ", ".join(["%b"] * len(COLUMNS))  # positional: cheaper to bind than named
 _NULLS = ", ".join(["NULL"] * 8 + ["NULL::timestamptz"] * 2)
 
 # The winner gets back only its id (it knows the rest); a loser gets the standing row. A row
@@ -52,13 +57,17 @@ _CLAIM = (
     "ON CONFLICT (owner, identity_key) DO NOTHING RETURNING invocation_id) "
     f"SELECT invocation_id, {_NULLS} FROM inserted UNION ALL "
     f"SELECT {_LISTED} FROM invocation_receipts "
-    "WHERE owner = %s AND identity_key = %s AND NOT EXISTS (SELECT 1 FROM inserted)"
+    "WHERE owner = %b AND identity_key = %b AND NOT EXISTS (SELECT 1 FROM inserted)"
 )
-_READ = f"SELECT {_LISTED} FROM invocation_receipts WHERE owner = %s AND identity_key = %s"
+_READ = f"SELECT {_LISTED} FROM invocation_receipts WHERE owner = %b AND identity_key = %b"
+_OWNER, _IDENTITY = COLUMNS.index("owner"), COLUMNS.index("identity_key")
+
+_Cursor = psycopg.Cursor[tuple[Any, ...]]
 
 
 class _Connections:
-    """Idle autocommit connections, most recently used first; about `size` kept idle.
+    """Idle autocommit connections, most recently used first, each with its kept cursor;
+    about `size` kept idle.
 
     A deque's append and pop are atomic, so taking and giving back take no lock: with many
     claimer threads a lock here turns into a convoy behind the interpreter lock.
@@ -67,34 +76,35 @@ class _Connections:
     def __init__(self, conninfo: str, size: int) -> None:
         self.conninfo = conninfo
         self.size = size
-        self.idle: deque[psycopg.Connection[Any]] = deque()
+        self.idle: deque[_Cursor] = deque()
         self.epoch = 0
         weakref.finalize(self, _close_all, self.idle)
 
-    def take(self) -> tuple[psycopg.Connection[Any], int]:
+    def take(self) -> tuple[_Cursor, int]:
         epoch = self.epoch
         try:
             return self.idle.pop(), epoch
         except IndexError:
             pass
-        return psycopg.connect(self.conninfo, autocommit=True), epoch
+        connection = psycopg.connect(self.conninfo, autocommit=True)
+        return connection.cursor(binary=True), epoch
 
-    def give(self, connection: psycopg.Connection[Any], epoch: int) -> None:
+    def give(self, cursor: _Cursor, epoch: int) -> None:
         # The size check may race and keep one or two more: harmless, still bounded.
-        if epoch == self.epoch and len(self.idle) < self.size and not connection.closed:
-            self.idle.append(connection)
+        if epoch == self.epoch and len(self.idle) < self.size and not cursor.connection.closed:
+            self.idle.append(cursor)
         else:
-            connection.close()
+            cursor.connection.close()
 
     def dispose(self) -> None:
         self.epoch += 1
         _close_all(self.idle)
 
 
-def _close_all(connections: deque[psycopg.Connection[Any]]) -> None:
+def _close_all(cursors: deque[_Cursor]) -> None:
     while True:
         try:
-            connections.pop().close()
+            cursors.pop().connection.close()
         except IndexError:
             return
 
@@ -131,42 +141,42 @@ def _disposer(cache: _Connections) -> Any:
     return dispose
 
 
-def claim_row(store: Engine, values: Mapping[str, Any]) -> Mapping[str, Any]:
-    """Insert `values` unless `(owner, identity_key)` exists; return the row that stands."""
+def claim_row(store: Engine, row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Insert `row` (values in `COLUMNS` order) unless its `(owner, identity_key)` exists.
+
+    Returns the row that stands, in the same order: `row` itself when this call inserted it.
+    """
     cache = _connections_for(store)
-    key = (values["owner"], values["identity_key"])
-    params = (*(values[name] for name in COLUMNS), *key)
+    key = (row[_OWNER], row[_IDENTITY])
+    params = (*row, *key)
     for attempt in (1, 2):
-        connection, epoch = cache.take()
+        cursor, epoch = cache.take()
         try:
-            row = connection.execute(_CLAIM, params).fetchone()
-            if row is None:
-                row = connection.execute(_READ, key).fetchone()
+            standing = cursor.execute(_CLAIM, params).fetchone()
+            if standing is None:
+                standing = cursor.execute(_READ, key).fetchone()
         except psycopg.OperationalError:
             # Broken or stale connection: drop it and try once more with the same values.
-            connection.close()
+            cursor.connection.close()
             if attempt == 2:
                 raise
             continue
         except psycopg.IntegrityError as exc:
-            cache.give(connection, epoch)
+            cache.give(cursor, epoch)
             raise ConstraintViolation(f"the store refused the claim: {exc}") from exc
         except BaseException:
-            connection.close()
+            cursor.connection.close()
             raise
-        cache.give(connection, epoch)
-        if row is None:  # cannot happen: a claimed row is only deleted once finished
+        cache.give(cursor, epoch)
+        if standing is None:  # cannot happen: a claimed row is only deleted once finished
             raise RuntimeError("the claimed identity was not found on read back")
-        if row[0] == values["invocation_id"] and row[1] is None:
-            return values  # ours: the statement returned only our id
-        return _as_dict(row)
+        if standing[1] is None and standing[0] == row[0]:
+            return row  # ours: the statement returned only our id
+        return _in_utc(standing)
     raise AssertionError("unreachable")
 
 
-def _as_dict(row: Any) -> dict[str, Any]:
-    result = dict(zip(COLUMNS, row, strict=True))
-    for name in ("created_at", "updated_at"):
-        value = result[name]
-        if isinstance(value, datetime):
-            result[name] = value.astimezone(UTC)
-    return result
+def _in_utc(row: Sequence[Any]) -> tuple[Any, ...]:
+    # The driver gives the session's zone; the store's other reads give UTC.
+    *head, created_at, updated_at = row
+    return (*head, created_at.astimezone(UTC), updated_at.astimezone(UTC))

@@ -1,0 +1,154 @@
+"""The claim's answer is the stored receipt on every path; the Postgres fast claim's retry."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC
+from typing import Any
+
+import psycopg
+import pytest
+
+from orchestrator.domain.fingerprints import fingerprint, identity_key
+from orchestrator.errors import ConflictError
+from orchestrator.store import Database
+from orchestrator.store import fastclaim as fastclaim_module
+from orchestrator.store.receipts import Claim, Receipt, ReceiptLedger
+from tests.integration.receipt_rows import chat_session
+
+DIGEST = fingerprint({"value": 1})
+
+
+def _claim(ledger: ReceiptLedger, session_id: str | None, **overrides: Any) -> Claim:
+    values: dict[str, Any] = {
+        "owner": "alice",
+        "session_id": session_id,
+        "tool_name": "call_api",
+        "identity_key": identity_key("intent", "s", "r1", "call_api", DIGEST),
+        "args_digest": DIGEST,
+    }
+    values.update(overrides)
+    return ledger.claim(**values)
+
+
+def _assert_well_formed(receipt: Receipt) -> None:
+    assert str(uuid.UUID(receipt.invocation_id)) == receipt.invocation_id
+    assert uuid.UUID(receipt.invocation_id).version == 4
+    assert len(receipt.claim_token) == 32
+    int(receipt.claim_token, 16)
+    assert receipt.created_at.tzinfo is UTC
+    assert receipt.updated_at.tzinfo is UTC
+
+
+def test_winner_and_loser_get_the_stored_receipt(db: Database) -> None:
+    session_id = chat_session(db)
+    ledger = ReceiptLedger(db)
+    winner = _claim(ledger, session_id)
+    loser = _claim(ledger, session_id)
+    stored = ledger.get(winner.receipt.invocation_id)
+    assert (winner.granted, loser.granted) == (True, False)
+    assert winner.receipt == stored
+    assert loser.receipt == stored
+    assert stored is not None
+    assert (stored.status, stored.session_id, stored.tool_name) == (
+        "running",
+        session_id,
+        "call_api",
+    )
+    _assert_well_formed(winner.receipt)
+    _assert_well_formed(loser.receipt)
+
+
+def test_ids_and_tokens_are_fresh_per_claim(db: Database) -> None:
+    ledger = ReceiptLedger(db)
+    claims = [_claim(ledger, None, identity_key=f"key-{i}") for i in range(200)]
+    assert len({claim.receipt.invocation_id for claim in claims}) == 200
+    assert len({claim.receipt.claim_token for claim in claims}) == 200
+
+
+class _LosesTheAnswer:
+    """A cursor whose statement runs (and commits: autocommit) but whose answer is lost."""
+
+    def __init__(self, cursor: Any) -> None:
+        self.cursor = cursor
+        self.connection = cursor.connection
+
+    def execute(self, query: str, params: Any) -> Any:
+        self.cursor.execute(query, params)
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+
+@pytest.fixture
+def pg_db(pg_url: str) -> Iterator[Database]:
+    database = Database.from_url(pg_url)
+    yield database
+    database.dispose()
+
+
+def _lose_answers(monkeypatch: pytest.MonkeyPatch, count: int) -> list[_LosesTheAnswer]:
+    take = fastclaim_module._Connections.take
+    lost: list[_LosesTheAnswer] = []
+
+    def losing_take(self: Any) -> tuple[Any, int]:
+        cursor, epoch = take(self)
+        if len(lost) < count:
+            lost.append(_LosesTheAnswer(cursor))
+            return lost[-1], epoch
+        return cursor, epoch
+
+    monkeypatch.setattr(fastclaim_module._Connections, "take", losing_take)
+    return lost
+
+
+def test_a_lost_answer_is_retried_once_and_grants_once(
+    pg_db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session_id = chat_session(pg_db)
+    ledger = ReceiptLedger(pg_db)
+    lost = _lose_answers(monkeypatch, 1)
+    claim = _claim(ledger, session_id)
+    assert len(lost) == 1
+    assert lost[0].connection.closed  # a connection that lost an answer is not kept
+    # The retry sent the same row: it found its own committed insert and was granted.
+    assert claim.granted
+    assert claim.receipt == ledger.get(claim.receipt.invocation_id)
+    _assert_well_formed(claim.receipt)
+    assert len(ledger.list_for_owner("alice")) == 1
+    again = _claim(ledger, session_id)
+    assert not again.granted
+    assert again.receipt == claim.receipt
+
+
+def test_two_lost_answers_raise(pg_db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    ledger = ReceiptLedger(pg_db)
+    _lose_answers(monkeypatch, 2)
+    with pytest.raises(psycopg.OperationalError):
+        _claim(ledger, None)
+    monkeypatch.undo()
+    # The first attempt committed: the identity stays claimed by it, never granted to another.
+    after = _claim(ledger, None)
+    assert not after.granted
+
+
+def test_fast_claim_conflict_names_the_standing_invocation(pg_db: Database) -> None:
+    ledger = ReceiptLedger(pg_db)
+    first = _claim(ledger, None)
+    with pytest.raises(ConflictError) as conflict:
+        _claim(ledger, None, args_digest=fingerprint({"value": 2}))
+    assert conflict.value.code == "invocation_conflict"
+    assert conflict.value.details == [
+        {"code": "invocation_conflict", "invocation_id": first.receipt.invocation_id}
+    ]
+
+
+def test_dispose_closes_the_kept_connections(pg_db: Database) -> None:
+    ledger = ReceiptLedger(pg_db)
+    _claim(ledger, None)
+    cache = fastclaim_module._connections_for(pg_db.engine)
+    kept = list(cache.idle)
+    assert kept
+    pg_db.dispose()
+    assert not cache.idle
+    assert all(cursor.connection.closed for cursor in kept)
+    assert not _claim(ledger, None).granted  # a new connection after the dispose

@@ -3,16 +3,20 @@
 Call `check_fence(conn, fence)` inside the transaction that applies the write; it locks the task
 row (Postgres) so a requeue or cancel cannot slip between the check and the write. What it read
 of the locked row comes back, so the write needs no second look at the task.
+
+Only the locked row's own columns are fresh when the check had to wait for the lock: anything
+else the write depends on (a report, the latest plan) is read by a later statement, which sees
+what the lock holder committed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, and_, bindparam, exists, select
+from sqlalchemy import Connection, and_, bindparam, select
 
 from orchestrator.errors import StaleGeneration
-from orchestrator.store.tables import executions, reports, tasks
+from orchestrator.store.tables import executions, tasks
 from orchestrator.tools.base import Fence
 
 __all__ = ["LiveGeneration", "check_fence"]
@@ -25,7 +29,6 @@ class LiveGeneration:
     session_id: str | None
     title: str
     rounds: int
-    report_saved: bool  # invariant 10: once True, the generation writes no plan or action
 
 
 # Built once: the check runs in front of every fenced write.
@@ -37,9 +40,6 @@ _FENCE = (
         tasks.c.rounds,
         executions.c.lease_token,
         executions.c.outcome,
-        exists()
-        .where(reports.c.task_id == tasks.c.task_id, reports.c.generation == tasks.c.generation)
-        .label("report_saved"),
     )
     .select_from(
         tasks.outerjoin(
@@ -72,5 +72,4 @@ def check_fence(conn: Connection, fence: Fence) -> LiveGeneration:
         session_id=row.session_id,
         title=row.title,
         rounds=row.rounds,
-        report_saved=bool(row.report_saved),
     )

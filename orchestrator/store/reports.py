@@ -8,10 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, func, insert, select
+from sqlalchemy import Connection, bindparam, exists, func, insert, select
 
 from orchestrator.errors import ConflictError
-from orchestrator.store.fencing import LiveGeneration
 from orchestrator.store.tables import actions, evidence, plan_revisions, reports
 from orchestrator.store.types import utcnow
 from orchestrator.tools.base import Fence
@@ -28,6 +27,7 @@ __all__ = [
     "pending_actions_of",
     "pending_actions_of_generation",
     "refuse_after_report",
+    "report_saved",
 ]
 
 
@@ -40,13 +40,23 @@ class ReportAlreadySaved(ConflictError):
     code = "report_already_saved"
 
 
-def refuse_after_report(live: LiveGeneration, fence: Fence, what: str) -> None:
+def report_saved(conn: Connection, task_id: str, generation: int) -> bool:
+    """Has this generation saved a report?"""
+    return bool(
+        conn.execute(
+            select(exists().where(reports.c.task_id == task_id, reports.c.generation == generation))
+        ).scalar()
+    )
+
+
+def refuse_after_report(conn: Connection, fence: Fence, what: str) -> None:
     """Raise `ReportAlreadySaved` if `fence`'s generation saved its report.
 
-    `live` is what `check_fence` read in the transaction of the write: the fence locks the task
-    row, and `save_report` takes the same lock, so a report cannot commit between check and write.
+    Call it after `check_fence` in the transaction of the write, as a statement of its own: the
+    fence locks the task row, and `save_report` takes the same lock, so a report cannot commit
+    between check and write, and one that committed while the fence waited is seen here.
     """
-    if live.report_saved:
+    if report_saved(conn, fence.task_id, fence.generation):
         raise ReportAlreadySaved(
             f"generation {fence.generation} already saved its report, which comes last; "
             f"{what} after it is refused and nothing was written"

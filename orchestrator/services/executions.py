@@ -13,7 +13,6 @@ from datetime import timedelta
 from functools import partial
 
 from redis.exceptions import RedisError
-from sqlalchemy import update
 from sqlalchemy.exc import DBAPIError
 
 from orchestrator.agent.host import ToolHost
@@ -33,7 +32,6 @@ from orchestrator.store.db import Database
 from orchestrator.store.fencing import check_fence
 from orchestrator.store.receipts import ReceiptLedger
 from orchestrator.store.records import TaskRecord
-from orchestrator.store.tables import tasks
 from orchestrator.store.types import utcnow
 from orchestrator.tools.actions import ProposeAction
 from orchestrator.tools.base import Fence, Tool, ToolCancelled, ToolContext
@@ -295,16 +293,13 @@ def finish_generation(
                 rounds=live.rounds + 1,
             )
             return decision, nxt
-        conn.execute(
-            update(tasks)
-            .where(tasks.c.task_id == fence.task_id, tasks.c.generation == fence.generation)
-            .values(
-                status=decision.task_status,
-                failure_code=decision.failure_code,
-                last_error=decision.reason if decision.task_status == "failed" else None,
-                recoveries=0,
-                rounds=live.rounds + 1,
-                updated_at=utcnow(),
-            )
+        task_store.settle_task(
+            conn,
+            fence.task_id,
+            fence.generation,
+            status=decision.task_status,
+            failure_code=decision.failure_code,
+            last_error=decision.reason if decision.task_status == "failed" else None,
+            rounds=live.rounds + 1,
         )
     return decision, None

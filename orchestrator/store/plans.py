@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, func, insert, or_, select
+from sqlalchemy import Connection, Row, Select, bindparam, func, insert, or_, select
 
 from orchestrator.domain.plans import status_counts
 from orchestrator.store.tables import plan_revisions
@@ -94,17 +94,31 @@ class PublishContext:
     same_request: tuple[int, str] | None  # (revision, content_digest) stored under request_id
 
 
+def _publish_context_query(by_request_id: bool) -> Select[Any]:
+    t = plan_revisions
+    latest = (
+        select(func.max(t.c.revision))
+        .where(t.c.session_id == bindparam("session_id"))
+        .scalar_subquery()
+    )
+    wanted = t.c.revision == latest
+    if by_request_id:
+        wanted = or_(wanted, t.c.request_id == bindparam("request_id"))
+    return select(t.c.revision, t.c.request_id, t.c.content_digest, t.c.nodes).where(
+        t.c.session_id == bindparam("session_id"), wanted
+    )
+
+
+# Built once each: a publish reads one of them under the session's row lock.
+_PUBLISH_CONTEXT = {flag: _publish_context_query(flag) for flag in (False, True)}
+_INSERT_REVISION = insert(plan_revisions)
+
+
 def publish_context(conn: Connection, session_id: str, request_id: str | None) -> PublishContext:
     """The latest revision's nodes and any revision stored under `request_id`, in one round trip."""
-    t = plan_revisions
-    latest = select(func.max(t.c.revision)).where(t.c.session_id == session_id).scalar_subquery()
-    wanted = t.c.revision == latest
-    if request_id is not None:
-        wanted = or_(wanted, t.c.request_id == request_id)
     rows = conn.execute(
-        select(t.c.revision, t.c.request_id, t.c.content_digest, t.c.nodes).where(
-            t.c.session_id == session_id, wanted
-        )
+        _PUBLISH_CONTEXT[request_id is not None],
+        {"session_id": session_id, "request_id": request_id},
     ).all()
     top = max(rows, key=lambda row: row.revision, default=None)
     same = next((row for row in rows if row.request_id == request_id), None)
@@ -117,20 +131,21 @@ def publish_context(conn: Connection, session_id: str, request_id: str | None) -
 
 def insert_revision(conn: Connection, record: PlanRecord) -> None:
     conn.execute(
-        insert(plan_revisions).values(
-            session_id=record.session_id,
-            revision=record.revision,
-            request_id=record.request_id,
-            schema_version=record.schema_version,
-            title=record.title,
-            reason=record.reason,
-            nodes=record.nodes,
-            edges=record.edges,
-            content_digest=record.content_digest,
-            task_id=record.task_id,
-            generation=record.generation,
-            updated_at=record.updated_at,
-        )
+        _INSERT_REVISION,
+        {
+            "session_id": record.session_id,
+            "revision": record.revision,
+            "request_id": record.request_id,
+            "schema_version": record.schema_version,
+            "title": record.title,
+            "reason": record.reason,
+            "nodes": record.nodes,
+            "edges": record.edges,
+            "content_digest": record.content_digest,
+            "task_id": record.task_id,
+            "generation": record.generation,
+            "updated_at": record.updated_at,
+        },
     )
 
 

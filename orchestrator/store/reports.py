@@ -20,6 +20,7 @@ __all__ = [
     "ReportAlreadySaved",
     "count_pending_actions",
     "evidence_of",
+    "evidence_truncated_flags",
     "generation_facts",
     "insert_evidence",
     "insert_report",
@@ -40,13 +41,21 @@ class ReportAlreadySaved(ConflictError):
     code = "report_already_saved"
 
 
+_REPORT_SAVED = select(
+    exists().where(
+        reports.c.task_id == bindparam("task_id"), reports.c.generation == bindparam("generation")
+    )
+)
+_INSERT_REPORT = insert(reports)
+_EVIDENCE_TRUNCATED = select(evidence.c.truncated).where(
+    evidence.c.task_id == bindparam("task_id"), evidence.c.generation == bindparam("generation")
+)
+
+
 def report_saved(conn: Connection, task_id: str, generation: int) -> bool:
     """Has this generation saved a report?"""
-    return bool(
-        conn.execute(
-            select(exists().where(reports.c.task_id == task_id, reports.c.generation == generation))
-        ).scalar()
-    )
+    params = {"task_id": task_id, "generation": generation}
+    return bool(conn.execute(_REPORT_SAVED, params).scalar())
 
 
 def refuse_after_report(conn: Connection, fence: Fence, what: str) -> None:
@@ -84,7 +93,7 @@ def insert_report(
         "outcome": outcome,
         "created_at": utcnow(),
     }
-    conn.execute(insert(reports).values(row))
+    conn.execute(_INSERT_REPORT, row)
     return _report_dict(row)
 
 
@@ -135,6 +144,12 @@ def evidence_of(conn: Connection, task_id: str, generation: int) -> list[dict[st
         .order_by(evidence.c.created_at, evidence.c.evidence_id)
     )
     return [_evidence_dict(r._asdict()) for r in rows]
+
+
+def evidence_truncated_flags(conn: Connection, task_id: str, generation: int) -> list[bool]:
+    """The `truncated` flag of each evidence item of the generation (invariant 12's input)."""
+    params = {"task_id": task_id, "generation": generation}
+    return [bool(flag) for flag in conn.execute(_EVIDENCE_TRUNCATED, params).scalars()]
 
 
 def _evidence_dict(row: dict[str, Any]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, insert, or_, select
+from sqlalchemy import Connection, Row, and_, bindparam, insert, or_, select
 
 from orchestrator.store.tables import sessions, tasks
 
@@ -74,12 +74,14 @@ def insert_session(conn: Connection, record: SessionRecord) -> None:
     )
 
 
+_SESSION = select(sessions).where(sessions.c.session_id == bindparam("session_id"))
+_LOCKED_SESSION = _SESSION.with_for_update()
+
+
 def get_session(conn: Connection, session_id: str, *, lock: bool = False) -> SessionRecord | None:
     """The session, or None; `lock` takes its row lock (FOR UPDATE) until the transaction ends."""
-    query = select(sessions).where(sessions.c.session_id == session_id)
-    if lock:
-        query = query.with_for_update()
-    row = conn.execute(query).one_or_none()
+    query = _LOCKED_SESSION if lock else _SESSION
+    row = conn.execute(query, {"session_id": session_id}).one_or_none()
     return SessionRecord.from_row(row) if row is not None else None
 
 

@@ -48,6 +48,7 @@ __all__ = [
     "open_generation",
     "requeue_generation",
     "session_title",
+    "settle_task",
     "stale_queued",
     "supersede_pending_actions",
     "task_by_trigger",
@@ -365,18 +366,73 @@ def end_generation(
     failure_code: str | None = None,
 ) -> bool:
     """Close one generation's execution row if it is still open."""
-    return (
-        conn.execute(
-            update(executions)
-            .where(
-                executions.c.task_id == task_id,
-                executions.c.generation == generation,
-                executions.c.outcome.is_(None),
-            )
-            .values(outcome=outcome, reason=reason, failure_code=failure_code, ended_at=utcnow())
-        ).rowcount
-        == 1
+    params = {
+        "end_task_id": task_id,
+        "end_generation": generation,
+        "end_outcome": outcome,
+        "end_reason": reason,
+        "end_failure_code": failure_code,
+        "end_at": utcnow(),
+    }
+    return conn.execute(_END_GENERATION, params).rowcount == 1
+
+
+# Built once: every generation ends through it (bound names differ from the columns, which an
+# UPDATE reserves for its SET clause).
+_END_GENERATION = (
+    update(executions)
+    .where(
+        executions.c.task_id == bindparam("end_task_id"),
+        executions.c.generation == bindparam("end_generation"),
+        executions.c.outcome.is_(None),
     )
+    .values(
+        outcome=bindparam("end_outcome"),
+        reason=bindparam("end_reason"),
+        failure_code=bindparam("end_failure_code"),
+        ended_at=bindparam("end_at", type_=executions.c.ended_at.type),
+    )
+)
+
+
+def settle_task(
+    conn: Connection,
+    task_id: str,
+    generation: int,
+    *,
+    status: str,
+    failure_code: str | None,
+    last_error: str | None,
+    rounds: int,
+) -> None:
+    """The task's status after its generation's round (no next generation queued)."""
+    params = {
+        "settle_task_id": task_id,
+        "settle_generation": generation,
+        "settle_status": status,
+        "settle_failure_code": failure_code,
+        "settle_last_error": last_error,
+        "settle_rounds": rounds,
+        "settle_at": utcnow(),
+    }
+    conn.execute(_SETTLE_TASK, params)
+
+
+_SETTLE_TASK = (
+    update(tasks)
+    .where(
+        tasks.c.task_id == bindparam("settle_task_id"),
+        tasks.c.generation == bindparam("settle_generation"),
+    )
+    .values(
+        status=bindparam("settle_status"),
+        failure_code=bindparam("settle_failure_code"),
+        last_error=bindparam("settle_last_error"),
+        recoveries=0,
+        rounds=bindparam("settle_rounds"),
+        updated_at=bindparam("settle_at", type_=tasks.c.updated_at.type),
+    )
+)
 
 
 def requeue_generation(

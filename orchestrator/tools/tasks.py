@@ -126,8 +126,9 @@ class SaveReport(Tool):
             # operators see): a completed outcome needs at least one untruncated item, unless
             # the generation recorded no evidence at all (then it claims nothing from a query).
             if args.outcome == "completed":
-                stored = report_store.evidence_of(conn, ctx.fence.task_id, ctx.fence.generation)
-                flags = [e["truncated"] for e in stored] + [i["truncated"] for i in items]
+                flags = report_store.evidence_truncated_flags(
+                    conn, ctx.fence.task_id, ctx.fence.generation
+                ) + [item["truncated"] for item in items]
                 if flags and all(flags):
                     return ToolResult.failed(
                         "every evidence item of this generation is truncated, so it cannot "

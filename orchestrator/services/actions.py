@@ -44,8 +44,8 @@ class ActionService:
                 f"kind must be one of {', '.join(ACTION_KINDS)}", code="invalid_kind"
             )
         with self.db.transaction() as conn:
-            live = check_fence(conn, fence)
-            report_store.refuse_after_report(live, fence, "an action proposal")
+            check_fence(conn, fence)
+            report_store.refuse_after_report(conn, fence, "an action proposal")
             plan = plan_store.latest_revision(conn, session_id)
             node = next((n for n in plan.nodes if n["id"] == node_id), None) if plan else None
             if plan is None or node is None:

@@ -67,9 +67,9 @@ def publish_txn(
     """The publish inside the caller's transaction; the caller notifies after its commit."""
     draft, problems = rules.parse_plan(payload)
     if fence is not None:
-        live = check_fence(conn, fence)
+        check_fence(conn, fence)
         # Invariant 10: the report comes last; a generation that saved it publishes no more.
-        report_store.refuse_after_report(live, fence, "a plan publish")
+        report_store.refuse_after_report(conn, fence, "a plan publish")
     # Every publisher of a session queues on its row, so max(revision) + 1 stays gapless.
     session = session_store.get_session(conn, session_id, lock=True)
     if session is None:

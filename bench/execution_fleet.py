@@ -244,7 +244,7 @@ def slow_turns(delay_s: float) -> list[dict[str, Any]]:
 
 
 @contextmanager
-def servers() -> Iterator[tuple[Any, str, str, str]]:
+def servers(durable: bool = False) -> Iterator[tuple[Any, str, str, str]]:
     from orchestrator.store.migrations import upgrade
     from tests.services import PostgresServer, RedisServer
 
@@ -252,7 +252,7 @@ def servers() -> Iterator[tuple[Any, str, str, str]]:
         redis_server = RedisServer()
         redis_server.start()
         stack.callback(redis_server.close)
-        pg_server = PostgresServer()
+        pg_server = PostgresServer(durable=durable)
         stack.callback(pg_server.stop)
         pg_server.start()
         template = pg_server.create_database()

@@ -51,10 +51,14 @@ def _as_root() -> bool:
 
 @dataclass
 class PostgresServer:
-    """A throwaway Postgres cluster: `initdb`, `pg_ctl start`, trust auth on loopback."""
+    """A throwaway Postgres cluster: `initdb`, `pg_ctl start`, trust auth on loopback.
+
+    Commits are not flushed to disk (fsync off) unless `durable`, as a production server is.
+    """
 
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="orch-pg-")))
     port: int = field(default_factory=free_port)
+    durable: bool = False
     version: str = ""
     _counter: int = 0
 
@@ -73,9 +77,13 @@ class PostgresServer:
         if _as_root():
             shutil.chown(self.root, "postgres", "postgres")
         self._run(initdb, "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
+        durability = (
+            ""
+            if self.durable
+            else ("-c fsync=off -c synchronous_commit=off -c full_page_writes=off ")
+        )
         options = (
-            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
+            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 {durability}"
             "-c max_connections=300 -c shared_buffers=64MB"
         )
         self._run(

@@ -140,7 +140,8 @@ def _insert_task_in_one_statement(
     execution_row: dict[str, Any],
 ) -> bool:
     """Postgres: the task, its session and execution in one statement (one round trip)."""
-    params = {f"task_{k}": v for k, v in task.to_dict().items()}
+    # Field by field, not `asdict`: that deep-copies the context and every timestamp.
+    params = {f"task_{name}": getattr(task, name) for name in TaskRecord.__dataclass_fields__}
     params.update({f"session_{k}": v for k, v in session_row.items()})
     params.update({f"execution_{k}": v for k, v in execution_row.items()})
     return conn.execute(_one_statement_trigger(), params).first() is not None

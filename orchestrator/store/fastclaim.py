@@ -7,10 +7,11 @@ round trip ends. The statement runs on plain psycopg connections kept in a small
 beside the store's pool: no pre-ping round trip, no pool bookkeeping per claim. The cache is
 emptied when the store's engine is disposed, and when it is garbage collected.
 
-Each cached connection keeps one binary cursor. Claimers share one interpreter, so the client's
-Python per claim bounds their rate: a kept cursor keeps its adapters (a fresh one looks up and
-builds a loader per column and a dumper per parameter every time), and binary parameters and
-results skip formatting and parsing the timestamps as text.
+Each cached connection keeps one binary raw cursor. Claimers share one interpreter, so the
+client's Python per claim bounds their rate: a kept cursor keeps its adapters (a fresh one looks
+up and builds a loader per column and a dumper per parameter every time), native `$n`
+placeholders need no client-side rewriting of the query and send the key once, and binary
+parameters and results skip formatting and parsing the timestamps as text.
 
 A lost answer is retried once with the very same row values: the claim is idempotent for them
 (the read back finds our own invocation id and grants), so a retry can never grant twice.
@@ -46,8 +47,10 @@ COLUMNS = (
     "updated_at",
 )
 _LISTED = ", ".join(COLUMNS)
-_VALUES = ", ".join(["%b"] * len(COLUMNS))  # positional: cheaper to bind than named
+_VALUES = ", ".join(f"${number}" for number in range(1, len(COLUMNS) + 1))
 _NULLS = ", ".join(["NULL"] * 8 + ["NULL::timestamptz"] * 2)
+_OWNER, _IDENTITY = COLUMNS.index("owner"), COLUMNS.index("identity_key")
+_ROW_KEY = f"owner = ${_OWNER + 1} AND identity_key = ${_IDENTITY + 1}"
 
 # The winner gets back only its id (it knows the rest); a loser gets the standing row. A row
 # committed by a concurrent claimer after this statement's snapshot is not visible to its own
@@ -57,12 +60,11 @@ _CLAIM = (
     "ON CONFLICT (owner, identity_key) DO NOTHING RETURNING invocation_id) "
     f"SELECT invocation_id, {_NULLS} FROM inserted UNION ALL "
     f"SELECT {_LISTED} FROM invocation_receipts "
-    "WHERE owner = %b AND identity_key = %b AND NOT EXISTS (SELECT 1 FROM inserted)"
+    f"WHERE {_ROW_KEY} AND NOT EXISTS (SELECT 1 FROM inserted)"
 )
-_READ = f"SELECT {_LISTED} FROM invocation_receipts WHERE owner = %b AND identity_key = %b"
-_OWNER, _IDENTITY = COLUMNS.index("owner"), COLUMNS.index("identity_key")
+_READ = f"SELECT {_LISTED} FROM invocation_receipts WHERE owner = $1 AND identity_key = $2"
 
-_Cursor = psycopg.Cursor[tuple[Any, ...]]
+_Cursor = psycopg.RawCursor[tuple[Any, ...]]
 
 
 class _Connections:
@@ -86,8 +88,9 @@ class _Connections:
             return self.idle.pop(), epoch
         except IndexError:
             pass
-        connection = psycopg.connect(self.conninfo, autocommit=True)
-        return connection.cursor(binary=True), epoch
+        cursor = psycopg.RawCursor(psycopg.connect(self.conninfo, autocommit=True))
+        cursor.format = psycopg.pq.Format.BINARY
+        return cursor, epoch
 
     def give(self, cursor: _Cursor, epoch: int) -> None:
         # The size check may race and keep one or two more: harmless, still bounded.
@@ -148,11 +151,10 @@ def claim_row(store: Engine, row: tuple[Any, ...]) -> tuple[Any, ...]:
     """
     cache = _connections_for(store)
     key = (row[_OWNER], row[_IDENTITY])
-    params = (*row, *key)
     for attempt in (1, 2):
         cursor, epoch = cache.take()
         try:
-            standing = cursor.execute(_CLAIM, params).fetchone()
+            standing = cursor.execute(_CLAIM, row).fetchone()
             if standing is None:
                 standing = cursor.execute(_READ, key).fetchone()
         except psycopg.OperationalError:

@@ -290,11 +290,17 @@ def report(figures: dict[str, float], claimers: int, command: str) -> str:
             "read back, the domain objects)."
         )
     lines += [
-        "- Reading the ratio: the machine is shared (2 cores, other test runs); the raw rate "
-        "alone varied 5k-17k claims/s between runs and ledger / raw between 0.39x and 1.03x "
-        "over the development runs. In one order-interleaved side experiment the same claim "
-        "statement on thread-affine connections reached 0.90x and through the ledger's "
-        "connection cache 0.78x; the rest is the ledger's Python per claim (see the CPU line). "
+        "- Reading the ratio: the machine is shared (2 cores, other engineers' test runs and "
+        "benchmarks); the raw rate alone varied 8k-20k claims/s between runs and ledger / raw "
+        "between 0.52x and 0.99x over the runs after the last claim change (load average 2-7). "
+        "The ledger's client CPU per claim is now about the raw insert's (see the CPU line); "
+        "what remains is server CPU on the same 2 cores. Under contention the server spent "
+        "about 140-160 us a claim on the claim statement against 15-50 us on the raw insert: "
+        "a loser reads the standing row back, and on this new, never analyzed table the "
+        "planner reads it through the (owner, tool_name, args_digest) index, filtering all of "
+        "the owner's receipts (625 a round); with the unique index the same statement cost "
+        "85-105 us. A long-running store gets its statistics from autovacuum's first ANALYZE "
+        "(which also replans the connections' prepared statements), this run does not. "
         "The fenced claim of executions is a transaction (fence check, insert, read back) and "
         "is not measured here.",
     ]

@@ -12,7 +12,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -199,19 +199,6 @@ class Processes:
     def stop_all(self) -> None:
         for proc in self.started:
             proc.stop()
-
-
-def wait_for(
-    predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.005
-) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
 
 
 # --------------------------------------------------------------------------- scripts

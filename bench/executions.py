@@ -62,9 +62,11 @@ from execution_fleet import (
     raw_celery,
     servers,
     slow_turns,
-    wait_for,
 )
 from execution_report import by_library, report
+
+# After execution_fleet, which puts the project root on the path.
+from tests.executions_support import wait_for
 
 # --------------------------------------------------------------------------- the bench
 
@@ -160,7 +162,12 @@ class Bench:
         finally:
             dispatcher.dispatch = original
         time.sleep(0.015)  # no polling queries while the worker starts the round
-        wait_for(lambda: self.status(task_id) == "completed", 30, "a minimal round to complete")
+        wait_for(
+            lambda: self.status(task_id) == "completed",
+            30,
+            what="a minimal round to complete",
+            interval=0.005,
+        )
         started = self.started_at(task_id, 1)
         assert started is not None
         at = started.timestamp()
@@ -353,7 +360,7 @@ class Bench:
             ).fetchone()
             return bool(row and row[0] == len(task_ids))
 
-        wait_for(all_done, 120, "the burst of minimal rounds", interval=0.02)
+        wait_for(all_done, 120, what="the burst of minimal rounds", interval=0.02)
         row = self.pg.execute(
             "SELECT max(ended_at) FROM executions WHERE task_id = ANY(%s)", (task_ids,)
         ).fetchone()
@@ -364,21 +371,36 @@ class Bench:
     def recovery(self, repetitions: int, workers: list[Proc]) -> None:
         print(f"[3/4] recovery after SIGKILL, {repetitions} kills", flush=True)
         sweeper = self.procs.sweeper()
-        wait_for(lambda: "sweeping every" in sweeper.log.read_text(errors="replace"), 30, "sweeper")
+        wait_for(
+            lambda: "sweeping every" in sweeper.log.read_text(errors="replace"),
+            30,
+            what="sweeper",
+            interval=0.005,
+        )
         times: list[float] = []
         for rep in range(repetitions):
             task_id = self.trigger(SLOW, f"kill {rep}")
-            wait_for(partial(self._has_plan, task_id), 30, "generation 1's first plan")
+            wait_for(
+                partial(self._has_plan, task_id),
+                30,
+                what="generation 1's first plan",
+                interval=0.005,
+            )
             holder = self._holder(task_id, workers)
             holder.kill()
             killed = time.time()
             workers.remove(holder)
-            started = wait_for(partial(self.started_at, task_id, 2), 30, "generation 2 to start")
+            started = wait_for(
+                partial(self.started_at, task_id, 2),
+                30,
+                what="generation 2 to start",
+                interval=0.005,
+            )
             times.append(started.timestamp() - killed)
             self.rt.tasks.cancel(task_id, "benchmark: recovery measured")
             replacement = self.procs.worker(2)
             workers.append(replacement)
-            wait_for(replacement.ready, 60, "a replacement worker", interval=0.1)
+            wait_for(replacement.ready, 60, what="a replacement worker", interval=0.1)
         sweeper.stop()
         self.figures["recovery"] = {"seconds": times}
 
@@ -644,13 +666,13 @@ def main() -> int:
         worker = procs.worker(2)
         raw_worker = procs.raw_worker(2)
         for proc in (worker, raw_worker):
-            wait_for(proc.ready, 60, f"{proc.name} to be ready", interval=0.1)
+            wait_for(proc.ready, 60, what=f"{proc.name} to be ready", interval=0.1)
         try:
             bench.latency(args.samples)
             bench.throughput(args.executions)
             raw_worker.stop()
             spare = procs.worker(2)
-            wait_for(spare.ready, 60, "a second worker", interval=0.1)
+            wait_for(spare.ready, 60, what="a second worker", interval=0.1)
             bench.recovery(args.recoveries, [worker, spare])
             procs.stop_all()
             bench.sweep(args.running, args.expired, args.sweeps, pg_server, template)

@@ -7,12 +7,37 @@ from typing import Any
 
 from sqlalchemy import select, text, update
 
+from orchestrator.domain.fingerprints import fingerprint, identity_key
 from orchestrator.store import Database
 from orchestrator.store.tables import executions, invocation_receipts, metadata, sessions, tasks
 from orchestrator.store.types import utcnow
 from orchestrator.tools.base import Fence
 
-__all__ = ["chat_session", "dump_database", "running_task", "supersede", "task_receipt_statuses"]
+__all__ = [
+    "DIGEST",
+    "chat_session",
+    "claim_arguments",
+    "dump_database",
+    "running_task",
+    "supersede",
+    "task_receipt_statuses",
+]
+
+#: The digest of the arguments of the claims the receipt tests make by default.
+DIGEST = fingerprint({"value": 1})
+
+
+def claim_arguments(session_id: str | None, **overrides: Any) -> dict[str, Any]:
+    """`ReceiptLedger.claim` keywords: alice's `call_api` write in round r1, unless overridden."""
+    values: dict[str, Any] = {
+        "owner": "alice",
+        "session_id": session_id,
+        "tool_name": "call_api",
+        "identity_key": identity_key("intent", "s", "r1", "call_api", DIGEST),
+        "args_digest": DIGEST,
+    }
+    values.update(overrides)
+    return values
 
 
 def chat_session(db: Database, owner: str = "alice") -> str:

@@ -10,26 +10,16 @@ from typing import Any
 import psycopg
 import pytest
 
-from orchestrator.domain.fingerprints import fingerprint, identity_key
+from orchestrator.domain.fingerprints import fingerprint
 from orchestrator.errors import ConflictError
 from orchestrator.store import Database
 from orchestrator.store import fastclaim as fastclaim_module
 from orchestrator.store.receipts import Claim, Receipt, ReceiptLedger
-from tests.integration.receipt_rows import chat_session
-
-DIGEST = fingerprint({"value": 1})
+from tests.integration.receipt_rows import chat_session, claim_arguments
 
 
 def _claim(ledger: ReceiptLedger, session_id: str | None, **overrides: Any) -> Claim:
-    values: dict[str, Any] = {
-        "owner": "alice",
-        "session_id": session_id,
-        "tool_name": "call_api",
-        "identity_key": identity_key("intent", "s", "r1", "call_api", DIGEST),
-        "args_digest": DIGEST,
-    }
-    values.update(overrides)
-    return ledger.claim(**values)
+    return ledger.claim(**claim_arguments(session_id, **overrides))
 
 
 def _assert_well_formed(receipt: Receipt) -> None:

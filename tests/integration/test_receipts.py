@@ -11,30 +11,28 @@ import pytest
 from sqlalchemy import delete, select, update
 
 from orchestrator.agent.host import ToolHost
-from orchestrator.domain.fingerprints import fingerprint, identity_key
+from orchestrator.domain.fingerprints import fingerprint
 from orchestrator.errors import ConflictError, StaleGeneration
 from orchestrator.store import Database
 from orchestrator.store.receipts import Claim, ReceiptLedger
 from orchestrator.store.tables import invocation_receipts, sessions, tasks
 from orchestrator.store.types import utcnow
 from orchestrator.tools.base import Tool, ToolArguments, ToolCall, ToolContext, ToolResult
-from tests.integration.receipt_rows import chat_session, dump_database, running_task, supersede
+from tests.integration.receipt_rows import (
+    DIGEST,
+    chat_session,
+    claim_arguments,
+    dump_database,
+    running_task,
+    supersede,
+)
 
-DIGEST = fingerprint({"value": 1})
 OTHER_DIGEST = fingerprint({"value": 2})
 CLAIMERS = 16
 
 
 def _claim(ledger: ReceiptLedger, session_id: str | None, **overrides: Any) -> Claim:
-    values: dict[str, Any] = {
-        "owner": "alice",
-        "session_id": session_id,
-        "tool_name": "call_api",
-        "identity_key": identity_key("intent", "s", "r1", "call_api", DIGEST),
-        "args_digest": DIGEST,
-    }
-    values.update(overrides)
-    return ReceiptLedger(ledger.db).claim(**values)
+    return ReceiptLedger(ledger.db).claim(**claim_arguments(session_id, **overrides))
 
 
 def test_sixteen_threads_one_grant_same_token(db: Database) -> None:

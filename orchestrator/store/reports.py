@@ -18,7 +18,6 @@ from orchestrator.tools.base import Fence
 __all__ = [
     "GenerationFacts",
     "ReportAlreadySaved",
-    "count_pending_actions",
     "evidence_of",
     "evidence_truncated_flags",
     "generation_facts",
@@ -163,20 +162,6 @@ def _evidence_dict(row: dict[str, Any]) -> dict[str, Any]:
         "truncated": bool(row["truncated"]),
         "summary": row["summary"],
     }
-
-
-def count_pending_actions(conn: Connection, task_id: str, generation: int) -> int:
-    return int(
-        conn.execute(
-            select(func.count())
-            .select_from(actions)
-            .where(
-                actions.c.task_id == task_id,
-                actions.c.generation == generation,
-                actions.c.status == "pending_approval",
-            )
-        ).scalar_one()
-    )
 
 
 def pending_actions_of(conn: Connection, task_id: str) -> list[dict[str, Any]]:

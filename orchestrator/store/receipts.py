@@ -25,7 +25,7 @@ from orchestrator.store import fastclaim
 from orchestrator.store.db import Database
 from orchestrator.store.fencing import check_fence
 from orchestrator.store.tables import invocation_receipts as r
-from orchestrator.store.tables import sessions, tasks
+from orchestrator.store.tables import sessions, tasks, unresolved_receipt
 from orchestrator.store.types import utcnow
 from orchestrator.tools.base import Fence
 
@@ -338,7 +338,7 @@ class ReceiptLedger:
             r.c.owner == owner,
             r.c.tool_name == tool_name,
             r.c.args_digest == args_digest,
-            r.c.status.in_(UNRESOLVED),
+            unresolved_receipt,  # as the partial index's predicate, so that it is used
         )
         if session_id is not None:
             query = query.where(r.c.session_id == session_id)

@@ -20,9 +20,11 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    literal_column,
 )
 
 from orchestrator.domain import vocabulary as v
+from orchestrator.domain.outcomes import UNRESOLVED
 from orchestrator.store.types import JSONDocument, UTCDateTime
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "reports",
     "sessions",
     "tasks",
+    "unresolved_receipt",
 ]
 
 metadata = MetaData(
@@ -255,8 +258,27 @@ invocation_receipts = Table(
     UniqueConstraint("owner", "identity_key"),
     one_of("status", v.RECEIPT_STATUSES),
     Index(None, "status", "updated_at"),
-    Index(None, "owner", "tool_name", "args_digest"),
     Index(None, "session_id"),
+)
+
+#: A receipt still `running` or `unknown`, with the statuses as literals: the predicate of the
+#: partial index below, and the filter of the queries meant to use it (a bound parameter would
+#: not let the planner match the predicate).
+unresolved_receipt = invocation_receipts.c.status.in_(
+    [literal_column(f"'{status}'") for status in UNRESOLVED]
+)
+
+# Only unresolved receipts are looked up by content (an identical earlier write that must be
+# verified first). Partial, so the index stays small, and a claim's read back by identity
+# cannot pick it over the unique (owner, identity_key) one, which the planner of a table not
+# yet analyzed did.
+Index(
+    None,
+    invocation_receipts.c.owner,
+    invocation_receipts.c.tool_name,
+    invocation_receipts.c.args_digest,
+    postgresql_where=unresolved_receipt,
+    sqlite_where=unresolved_receipt,
 )
 
 collaboration_messages = Table(

@@ -51,7 +51,17 @@ def report(figures: dict[str, Any], command: str, versions: str, durable: bool =
     rec = figures["recovery"]["seconds"]
     sw = figures["sweep"]
     load = figures["load"]
-    pg_trips = thr["statements"] + thr["checkouts"] + 2 * thr["commits"]
+    transactions = thr["commits"] - thr["autocommits"]
+    pg_trips = thr["statements"] + thr["pings"] + 2 * transactions
+    roles = sorted(set(thr["ours_cpu"]) | set(thr["raw_cpu"]))
+
+    def per_task(used: dict[str, float], tasks: int) -> str:
+        return ", ".join(
+            f"{role} {used.get(role, 0.0) * 1000 / tasks:.2f}" for role in roles if role != "bench"
+        )
+
+    ours_cpu = sum(v for k, v in thr["ours_cpu"].items() if k != "bench") * 1000 / thr["n"]
+    raw_cpu = sum(v for k, v in thr["raw_cpu"].items() if k != "bench") * 1000 / (2 * thr["n"])
     lines = [
         "## Executions" + (", durable Postgres" if durable else ""),
         "",
@@ -114,10 +124,15 @@ def report(figures: dict[str, Any], command: str, versions: str, durable: bool =
         f"{lat['insert'].p50:.2f}/{lat['insert'].p99:.2f}/{lat['insert'].mean:.2f}.",
         f"- Throughput: the tasks are created first, then timed from the first wake-up publish to "
         f"the last `ended_at` ({thr['ours_s']:.2f} s). One minimal execution makes "
-        f"{thr['commits']} Postgres transactions in the worker (counted with engine events), so "
-        f"each raw task makes {thr['commits']} single-INSERT transactions on a kept psycopg "
+        f"{thr['commits']} Postgres commits in the worker (counted with engine events: "
+        f"{transactions} transactions and {thr['autocommits']} statement sent in autocommit), "
+        f"so each raw task makes {thr['commits']} single-INSERT transactions on a kept psycopg "
         "connection; raw bursts before and after the orchestrator's: "
-        f"{', '.join(f'{s:.2f}' for s in thr['raw_s'])} s (their mean is the baseline).",
+        f"{', '.join(f'{s:.2f}' for s in thr['raw_s'])} s (their mean is the baseline). "
+        f"CPU per task during the bursts (user + system, from /proc), ms: orchestrator "
+        f"{ours_cpu:.2f} ({per_task(thr['ours_cpu'], thr['n'])}); raw {raw_cpu:.2f} "
+        f"({per_task(thr['raw_cpu'], 2 * thr['n'])}). With {os.cpu_count()} CPUs the rate "
+        "is bounded by this total, so the ratio of the rates follows the ratio of the CPU.",
         f"- Recovery: kill -> generation 2 `started_at`, {len(rec)} kills: "
         f"{', '.join(f'{s:.2f}' for s in rec)} s. The killed worker held generation 1 mid-round "
         "(just after its first plan write, which renewed the lease); a second worker was idle; "
@@ -139,8 +154,9 @@ def report(figures: dict[str, Any], command: str, versions: str, durable: bool =
         "What dominates (profiled in the same run; the profiles are printed by the command):",
         "",
         f"- One minimal execution in process, without Celery, takes {thr['inprocess'].p50:.1f} ms "
-        f"(p50). It sends {thr['statements']} SQL statements in {thr['commits']} transactions; "
-        f"with the pool's pre-ping on each of the {thr['checkouts']} checkouts and BEGIN/COMMIT "
+        f"(p50). It sends {thr['statements']} SQL statements in {thr['commits']} commits; with "
+        f"BEGIN/COMMIT around the {transactions} transactions and {thr['pings']} pool pings "
+        "(a connection is pinged only after 0.5 s idle) "
         f"that is about {pg_trips} Postgres round trips, against {3 * thr['commits']} for the raw "
         f"task, plus {thr['redis_calls']} Redis commands (lease take, renewals on the plan and "
         "report writes, release, plan event). Own time by library under the profiler (which "
@@ -150,13 +166,13 @@ def report(figures: dict[str, Any], command: str, versions: str, durable: bool =
         f"{thr['schema_ms'].p50:.2f} ms p50. The Celery settings are the same on both sides, so "
         "they do not explain the gap.",
         "- Latency: after the publish the worker takes the lease (one Redis round trip), then "
-        "claims the generation (the pool's pre-ping, then one transaction with two UPDATE ... "
-        "RETURNING; `started_at` is taken before its first statement). Before the publish, the "
-        "trigger is one statement sent in autocommit (task, session and execution rows in one "
-        "INSERT ... WITH), after the pool's pre-ping. The goal budgets one lease round trip and "
-        "one commit; the path has the lease round trip, the trigger's statement, the claim's "
-        "BEGIN, and the two pre-pings that the pool settings ask for on every checkout, plus the "
-        "Python of SQLAlchemy and the service on each side.",
+        "claims the generation in one statement sent in autocommit (the task and execution "
+        "rows' UPDATE ... RETURNING in one WITH; `started_at` is taken before it). Before the "
+        "publish, the trigger is one statement sent in autocommit (task, session and execution "
+        "rows in one INSERT ... WITH). The pooled connections are not pinged: the samples come "
+        "closer together than the pool's 0.5 s bypass window. The goal budgets one lease round "
+        "trip and one commit; the path has the lease round trip and two statements (each its "
+        "own commit), plus the Python of SQLAlchemy and the service on each side.",
         "- Sweep: the lookup is one index range scan on (outcome, lease_expires_at); a requeue is "
         "a lease read, a transaction of about 9 round trips and a Celery publish, one after "
         "another for each expiry.",

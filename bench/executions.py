@@ -42,6 +42,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from cpu import cpu_seconds, cpu_used
 from docs_section import DOC, write_section
 from execution_fleet import (
     LEASE,
@@ -225,16 +226,22 @@ class Bench:
         rt.dispatcher = RecordingDispatcher()
         rt.__dict__.pop("tasks", None)
         rt.__dict__.pop("executions", None)
-        counts = {"commit": 0, "statement": 0, "checkout": 0, "redis": 0}
+        counts = {"commit": 0, "autocommit": 0, "statement": 0, "ping": 0, "redis": 0}
 
         def on_commit(_conn: Any) -> None:
             counts["commit"] += 1
 
-        def on_statement(*_args: Any) -> None:
+        def on_statement(conn: Any, *_args: Any) -> None:
             counts["statement"] += 1
+            if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
+                counts["autocommit"] += 1  # a statement sent in autocommit is its own commit
 
-        def on_checkout(*_args: Any) -> None:
-            counts["checkout"] += 1  # each checkout is pre-pinged: one more round trip
+        dialect = rt.db.engine.dialect
+        original_ping = dialect.do_ping
+
+        def counting_ping(dbapi_conn: Any) -> bool:
+            counts["ping"] += 1
+            return bool(original_ping(dbapi_conn))
 
         original_execute = redis.Redis.execute_command
 
@@ -245,7 +252,6 @@ class Bench:
         hooks = [
             (rt.db.engine, "commit", on_commit),
             (rt.db.engine, "before_cursor_execute", on_statement),
-            (rt.db.engine.pool, "checkout", on_checkout),
         ]
         try:
             run_times: list[float] = []
@@ -255,12 +261,14 @@ class Bench:
                     for target, name, hook in hooks:
                         event.listen(target, name, hook)
                     setattr(redis.Redis, "execute_command", counting_execute)  # noqa: B010
+                    setattr(dialect, "do_ping", counting_ping)  # noqa: B010
                 started = time.perf_counter()
                 try:
                     result = rt.executions.run(task_id, 1, worker="bench:inprocess")
                 finally:
                     if index == 0:
                         setattr(redis.Redis, "execute_command", original_execute)  # noqa: B010
+                        setattr(dialect, "do_ping", original_ping)  # noqa: B010
                         for target, name, hook in hooks:
                             event.remove(target, name, hook)
                 run_times.append((time.perf_counter() - started) * 1000)
@@ -287,9 +295,10 @@ class Bench:
         (self.folder / "profile-execution.txt").write_text(text.getvalue())
         return {
             "by_library": by_library(profiler),
-            "commits": counts["commit"],
+            "commits": counts["commit"] + counts["autocommit"],
+            "autocommits": counts["autocommit"],
             "statements": counts["statement"],
-            "checkouts": counts["checkout"],
+            "pings": counts["ping"],
             "redis_calls": counts["redis"],
             "schema_ms": schema_ms,
             "inprocess_ms": Series("inprocess", run_times[1:]),
@@ -318,20 +327,31 @@ class Bench:
             rt.dispatcher = saved
             rt.__dict__.pop("tasks", None)
         self.redis.delete(RAW_DONE_KEY)
+        roles = {proc.process.pid: proc.name for proc in self.procs.started}
+        cpu = [cpu_seconds(roles)]
         raw_s = self._raw_burst(count, commits)
+        cpu.append(cpu_seconds(roles))
         ours_s = self._orchestrator_burst(task_ids)
+        cpu.append(cpu_seconds(roles))
         raw_s2 = self._raw_burst(count, commits)  # before and after: load drift shows up here
+        cpu.append(cpu_seconds(roles))
+        raw_cpu = cpu_used(cpu[0], cpu[1])
+        for role, seconds in cpu_used(cpu[2], cpu[3]).items():
+            raw_cpu[role] = raw_cpu.get(role, 0.0) + seconds
         self.figures["throughput"] = {
             "n": count,
             "commits": commits,
             "redis_calls": counted["redis_calls"],
             "by_library": counted["by_library"],
             "statements": counted["statements"],
-            "checkouts": counted["checkouts"],
+            "pings": counted["pings"],
+            "autocommits": counted["autocommits"],
             "schema_ms": counted["schema_ms"],
             "inprocess": counted["inprocess_ms"],
             "ours_s": ours_s,
             "raw_s": [raw_s, raw_s2],
+            "ours_cpu": cpu_used(cpu[1], cpu[2]),
+            "raw_cpu": raw_cpu,  # over both raw bursts
             "profile": counted["profile"],
         }
 

@@ -274,15 +274,15 @@ def finish_generation(
                 max_rounds=0,
             )
         )
-        task_store.end_generation(
-            conn,
-            fence.task_id,
-            fence.generation,
-            outcome=decision.outcome,
-            reason=decision.reason,
-            failure_code=decision.failure_code,
-        )
         if decision.queues_next:
+            task_store.end_generation(
+                conn,
+                fence.task_id,
+                fence.generation,
+                outcome=decision.outcome,
+                reason=decision.reason,
+                failure_code=decision.failure_code,
+            )
             nxt = task_store.requeue_generation(
                 conn,
                 fence.task_id,
@@ -293,12 +293,14 @@ def finish_generation(
                 rounds=live.rounds + 1,
             )
             return decision, nxt
-        task_store.settle_task(
+        task_store.end_and_settle(
             conn,
             fence.task_id,
             fence.generation,
-            status=decision.task_status,
+            outcome=decision.outcome,
+            reason=decision.reason,
             failure_code=decision.failure_code,
+            status=decision.task_status,
             last_error=decision.reason if decision.task_status == "failed" else None,
             rounds=live.rounds + 1,
         )

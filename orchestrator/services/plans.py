@@ -66,12 +66,22 @@ def publish_txn(
 ) -> PublishResult:
     """The publish inside the caller's transaction; the caller notifies after its commit."""
     draft, problems = rules.parse_plan(payload)
-    if fence is not None:
-        check_fence(conn, fence)
-        # Invariant 10: the report comes last; a generation that saved it publishes no more.
-        report_store.refuse_after_report(conn, fence, "a plan publish")
     # Every publisher of a session queues on its row, so max(revision) + 1 stays gapless.
-    session = session_store.get_session(conn, session_id, lock=True)
+    if fence is None:
+        session = session_store.get_session(conn, session_id, lock=True)
+    else:
+        check_fence(conn, fence)
+        locked = session_store.lock_session_for_fenced_write(
+            conn, session_id, fence.task_id, fence.generation
+        )
+        # Invariant 10: the report comes last; a generation that saved it publishes no more.
+        if locked is None:
+            report_store.refuse_after_report(conn, fence, "a plan publish")
+            session = None
+        elif locked[1]:
+            raise report_store.report_already_saved(fence, "a plan publish")
+        else:
+            session = locked[0]
     if session is None:
         problems.insert(
             0,

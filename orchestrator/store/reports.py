@@ -27,6 +27,7 @@ __all__ = [
     "pending_actions_of",
     "pending_actions_of_generation",
     "refuse_after_report",
+    "report_already_saved",
     "report_saved",
 ]
 
@@ -65,10 +66,15 @@ def refuse_after_report(conn: Connection, fence: Fence, what: str) -> None:
     between check and write, and one that committed while the fence waited is seen here.
     """
     if report_saved(conn, fence.task_id, fence.generation):
-        raise ReportAlreadySaved(
-            f"generation {fence.generation} already saved its report, which comes last; "
-            f"{what} after it is refused and nothing was written"
-        )
+        raise report_already_saved(fence, what)
+
+
+def report_already_saved(fence: Fence, what: str) -> ReportAlreadySaved:
+    """The refusal of `what` (a write) after `fence`'s generation saved its report."""
+    return ReportAlreadySaved(
+        f"generation {fence.generation} already saved its report, which comes last; "
+        f"{what} after it is refused and nothing was written"
+    )
 
 
 def insert_report(

@@ -36,6 +36,7 @@ from orchestrator.store.types import utcnow
 __all__ = [
     "NewTask",
     "claim_generation",
+    "end_and_settle",
     "end_generation",
     "expired_executions",
     "get_execution",
@@ -433,6 +434,59 @@ _SETTLE_TASK = (
         rounds=bindparam("settle_rounds"),
         updated_at=bindparam("settle_at", type_=tasks.c.updated_at.type),
     )
+)
+
+
+def end_and_settle(
+    conn: Connection,
+    task_id: str,
+    generation: int,
+    *,
+    outcome: str,
+    reason: str,
+    failure_code: str | None,
+    status: str,
+    last_error: str | None,
+    rounds: int,
+) -> None:
+    """`end_generation` then `settle_task`: one statement on Postgres, two elsewhere."""
+    ended = {
+        "end_task_id": task_id,
+        "end_generation": generation,
+        "end_outcome": outcome,
+        "end_reason": reason,
+        "end_failure_code": failure_code,
+    }
+    if conn.dialect.name != "postgresql":
+        end_generation(
+            conn, task_id, generation, outcome=outcome, reason=reason, failure_code=failure_code
+        )
+        settle_task(
+            conn,
+            task_id,
+            generation,
+            status=status,
+            failure_code=failure_code,
+            last_error=last_error,
+            rounds=rounds,
+        )
+        return
+    at = utcnow()
+    settled = {
+        "settle_task_id": task_id,
+        "settle_generation": generation,
+        "settle_status": status,
+        "settle_failure_code": failure_code,
+        "settle_last_error": last_error,
+        "settle_rounds": rounds,
+        "settle_at": at,
+    }
+    conn.execute(_END_AND_SETTLE, {**ended, "end_at": at, **settled})
+
+
+# Postgres runs a data-modifying WITH whether or not the main statement reads it.
+_END_AND_SETTLE = _SETTLE_TASK.add_cte(
+    _END_GENERATION.returning(executions.c.task_id).cte("ended_execution")
 )
 
 

@@ -368,15 +368,26 @@ def end_generation(
     failure_code: str | None = None,
 ) -> bool:
     """Close one generation's execution row if it is still open."""
-    params = {
+    params = _end_params(task_id, generation, outcome, reason, failure_code, utcnow())
+    return conn.execute(_END_GENERATION, params).rowcount == 1
+
+
+def _end_params(
+    task_id: str,
+    generation: int,
+    outcome: str,
+    reason: str,
+    failure_code: str | None,
+    at: datetime,
+) -> dict[str, Any]:
+    return {
         "end_task_id": task_id,
         "end_generation": generation,
         "end_outcome": outcome,
         "end_reason": reason,
         "end_failure_code": failure_code,
-        "end_at": utcnow(),
+        "end_at": at,
     }
-    return conn.execute(_END_GENERATION, params).rowcount == 1
 
 
 # Built once: every generation ends through it (bound names differ from the columns, which an
@@ -408,16 +419,28 @@ def settle_task(
     rounds: int,
 ) -> None:
     """The task's status after its generation's round (no next generation queued)."""
-    params = {
+    params = _settle_params(task_id, generation, status, failure_code, last_error, rounds, utcnow())
+    conn.execute(_SETTLE_TASK, params)
+
+
+def _settle_params(
+    task_id: str,
+    generation: int,
+    status: str,
+    failure_code: str | None,
+    last_error: str | None,
+    rounds: int,
+    at: datetime,
+) -> dict[str, Any]:
+    return {
         "settle_task_id": task_id,
         "settle_generation": generation,
         "settle_status": status,
         "settle_failure_code": failure_code,
         "settle_last_error": last_error,
         "settle_rounds": rounds,
-        "settle_at": utcnow(),
+        "settle_at": at,
     }
-    conn.execute(_SETTLE_TASK, params)
 
 
 _SETTLE_TASK = (
@@ -450,13 +473,6 @@ def end_and_settle(
     rounds: int,
 ) -> None:
     """`end_generation` then `settle_task`: one statement on Postgres, two elsewhere."""
-    ended = {
-        "end_task_id": task_id,
-        "end_generation": generation,
-        "end_outcome": outcome,
-        "end_reason": reason,
-        "end_failure_code": failure_code,
-    }
     if conn.dialect.name != "postgresql":
         end_generation(
             conn, task_id, generation, outcome=outcome, reason=reason, failure_code=failure_code
@@ -472,16 +488,9 @@ def end_and_settle(
         )
         return
     at = utcnow()
-    settled = {
-        "settle_task_id": task_id,
-        "settle_generation": generation,
-        "settle_status": status,
-        "settle_failure_code": failure_code,
-        "settle_last_error": last_error,
-        "settle_rounds": rounds,
-        "settle_at": at,
-    }
-    conn.execute(_END_AND_SETTLE, {**ended, "end_at": at, **settled})
+    params = _end_params(task_id, generation, outcome, reason, failure_code, at)
+    params.update(_settle_params(task_id, generation, status, failure_code, last_error, rounds, at))
+    conn.execute(_END_AND_SETTLE, params)
 
 
 # Postgres runs a data-modifying WITH whether or not the main statement reads it.

@@ -14,8 +14,7 @@ import psycopg
 import pytest
 from sqlalchemy import event
 
-from orchestrator.store import Database
-from orchestrator.store import fastclaim
+from orchestrator.store import Database, fastclaim
 from orchestrator.store.receipts import ReceiptLedger
 from tests.integration.receipt_rows import DIGEST
 
@@ -41,7 +40,8 @@ def filled(pg_url: str) -> str:
         row = conn.execute(
             "SELECT reltuples FROM pg_class WHERE relname = 'invocation_receipts'"
         ).fetchone()
-        assert row is not None and row[0] < 0  # never analyzed: the planner has no statistics
+        assert row is not None
+        assert row[0] < 0  # never analyzed: the planner has no statistics
     return pg_url
 
 
@@ -105,7 +105,9 @@ def test_the_look_up_of_an_unresolved_identical_write_uses_the_partial_index(
     finally:
         event.remove(db.engine, "before_cursor_execute", capture)
         db.dispose()
-    assert found is not None and found.status == "unknown"
+    assert found is not None
+    assert found.status == "unknown"
     (statement, params), *_ = [item for item in seen if "invocation_receipts" in item[0]]
-    assert "'running'" in statement and "'unknown'" in statement  # literals, not parameters
+    assert "'running'" in statement  # the statuses as literals, not parameters
+    assert "'unknown'" in statement
     assert _indexes_used(filled, statement, params) == {CONTENT}

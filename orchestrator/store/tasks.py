@@ -49,7 +49,6 @@ __all__ = [
     "open_generation",
     "requeue_generation",
     "session_title",
-    "settle_task",
     "stale_queued",
     "supersede_pending_actions",
     "task_by_trigger",
@@ -408,21 +407,6 @@ _END_GENERATION = (
 )
 
 
-def settle_task(
-    conn: Connection,
-    task_id: str,
-    generation: int,
-    *,
-    status: str,
-    failure_code: str | None,
-    last_error: str | None,
-    rounds: int,
-) -> None:
-    """The task's status after its generation's round (no next generation queued)."""
-    params = _settle_params(task_id, generation, status, failure_code, last_error, rounds, utcnow())
-    conn.execute(_SETTLE_TASK, params)
-
-
 def _settle_params(
     task_id: str,
     generation: int,
@@ -472,25 +456,16 @@ def end_and_settle(
     last_error: str | None,
     rounds: int,
 ) -> None:
-    """`end_generation` then `settle_task`: one statement on Postgres, two elsewhere."""
-    if conn.dialect.name != "postgresql":
-        end_generation(
-            conn, task_id, generation, outcome=outcome, reason=reason, failure_code=failure_code
-        )
-        settle_task(
-            conn,
-            task_id,
-            generation,
-            status=status,
-            failure_code=failure_code,
-            last_error=last_error,
-            rounds=rounds,
-        )
-        return
+    """Close the generation's execution row if it is still open, and set the task's status
+    after the round (no next generation queued): one statement on Postgres."""
     at = utcnow()
-    params = _end_params(task_id, generation, outcome, reason, failure_code, at)
-    params.update(_settle_params(task_id, generation, status, failure_code, last_error, rounds, at))
-    conn.execute(_END_AND_SETTLE, params)
+    ended = _end_params(task_id, generation, outcome, reason, failure_code, at)
+    settled = _settle_params(task_id, generation, status, failure_code, last_error, rounds, at)
+    if conn.dialect.name == "postgresql":
+        conn.execute(_END_AND_SETTLE, {**ended, **settled})
+    else:  # SQLite has no data-modifying WITH
+        conn.execute(_END_GENERATION, ended)
+        conn.execute(_SETTLE_TASK, settled)
 
 
 # Postgres runs a data-modifying WITH whether or not the main statement reads it.

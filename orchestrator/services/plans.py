@@ -89,11 +89,7 @@ def publish_txn(
         )
         rules.raise_problems(problems)
         raise AssertionError("unreachable")  # pragma: no cover
-    if fence is not None and session.task_id != fence.task_id:
-        raise ConflictError(
-            f"session {session_id} does not belong to task {fence.task_id}",
-            code="session_mismatch",
-        )
+    _check_writer(session, fence)
     request_id = payload.get("request_id") if isinstance(payload, dict) else None
     context = store.publish_context(
         conn, session_id, request_id if isinstance(request_id, str) else None
@@ -133,6 +129,26 @@ def publish_txn(
     )
     store.insert_revision(conn, record)
     return PublishResult(record, created=True)
+
+
+def _check_writer(session: session_store.SessionRecord, fence: Fence | None) -> None:
+    """Invariant 9: the plan of an execution's session is written only by that execution, under
+    its fence; other sessions (chats, collaborations) take publishes without one."""
+    if fence is None:
+        if session.purpose == "task_execution":
+            raise ConflictError(
+                f"session {session.session_id} is the session of generation "
+                f"{session.generation} of task {session.task_id}: a publish to it must carry "
+                "that execution's fence (task_id, generation, lease_token)",
+                code="fence_required",
+            )
+        return
+    if session.task_id != fence.task_id or session.generation != fence.generation:
+        raise ConflictError(
+            f"session {session.session_id} is not the session of generation "
+            f"{fence.generation} of task {fence.task_id}",
+            code="session_mismatch",
+        )
 
 
 def _raw_nodes(payload: Any) -> list[Any]:

@@ -266,6 +266,17 @@ def test_stale_fence_on_the_bridge_is_409(client: TestClient, session_id: str) -
     assert revision_count(client) == 0
 
 
+def test_an_unfenced_publish_to_a_task_execution_session_is_409(client: TestClient) -> None:
+    triggered = client.post(
+        "/api/v1/tasks", json={"task_type": "leak", "title": "leak"}, headers=PUBLIC
+    )
+    assert triggered.status_code == 201, triggered.text
+    response = publish(client, triggered.json()["session_id"], plan("r1", [node("a")]))
+    assert response.status_code == 409, response.text
+    assert response.json()["error"]["code"] == "fence_required"
+    assert revision_count(client) == 0
+
+
 def test_sessions_list_ordinary_chats_unless_asked(client: TestClient, session_id: str) -> None:
     db: Database = client.app.state.db  # type: ignore[attr-defined]
     task_id = str(uuid.uuid4())

@@ -241,6 +241,37 @@ def test_fence_of_another_task_is_refused(db: Database) -> None:
     assert count_revisions(db) == 0
 
 
+def test_an_unfenced_publish_to_an_execution_session_is_refused(db: Database) -> None:
+    # Invariant 9: the decision reads this session's plan, so only its execution may write it.
+    task_id = add_task(db)
+    session = SessionService(db).create_session(
+        purpose="task_execution", title="run", task_id=task_id, generation=1
+    )
+    add_execution(db, task_id, 1, session.session_id, "tok")
+    recorder = Recorder()
+    with pytest.raises(ConflictError) as caught:
+        PlanService(db, recorder).publish_execution_plan(
+            session.session_id, plan("r1", [node("a")])
+        )
+    assert caught.value.code == "fence_required"
+    assert count_revisions(db) == 0
+    assert recorder.calls == []
+
+
+def test_a_live_fence_cannot_write_another_generations_session(db: Database) -> None:
+    task_id = add_task(db, generation=2)
+    old = SessionService(db).create_session(
+        purpose="task_execution", title="run 1", task_id=task_id, generation=1
+    )
+    add_execution(db, task_id, 2, old.session_id, "tok-2")
+    with pytest.raises(ConflictError) as caught:
+        PlanService(db).publish_execution_plan(
+            old.session_id, plan("r1", [node("a")]), fence=Fence(task_id, 2, "tok-2")
+        )
+    assert caught.value.code == "session_mismatch"
+    assert count_revisions(db) == 0
+
+
 def test_twenty_concurrent_publishes_give_revisions_one_to_twenty(pg_url: str) -> None:
     db = Database.from_url(pg_url, pool_size=20, max_overflow=5)
     try:

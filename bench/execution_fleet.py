@@ -24,6 +24,7 @@ if str(ROOT) not in sys.path:
 
 RAW_QUEUE = "bench-raw"
 RAW_START, RAW_COMMITS = "bench.raw.start", "bench.raw.commits"
+RAW_FLOOR = "bench.raw.floor"
 RAW_STARTS_KEY, RAW_DONE_KEY = "bench:raw:starts", "bench:raw:done"
 LEASE, RENEW, SWEEP = 3.0, 1.0, 1.0
 MINIMAL, SLOW = "minimal", "slow"
@@ -107,7 +108,49 @@ def raw_celery(redis_url: str) -> Any:
                 pg.execute("INSERT INTO bench_raw (at) VALUES (now())")
         client.rpush(RAW_DONE_KEY, repr(time.time()))
 
+    @app.task(name=RAW_FLOOR)  # type: ignore[untyped-decorator]
+    def floor(autocommits: int, transactions: list[int], redis_calls: int) -> None:
+        """The round trips of one execution, sent by the raw drivers, with no agent: a lease
+        taken, renewed and released, a PUBLISH; statements sent in autocommit, then each
+        transaction as a row lock, reads of that row and an INSERT, as a fenced write is."""
+        import psycopg
+
+        client = redis_client()
+        if "pg" not in state:
+            state["pg"] = psycopg.connect(os.environ["BENCH_PG_DSN"], autocommit=True)
+        pg = state["pg"]
+        name, token = f"bench:floor:{time.time_ns()}", str(os.getpid())
+        client.set(name, token, nx=True, px=3000)
+        row_id = 0
+        for _ in range(autocommits):
+            inserted = pg.execute("INSERT INTO bench_raw (at) VALUES (now()) RETURNING id")
+            row_id = inserted.fetchone()[0]
+        for statements in transactions:
+            with pg.transaction():
+                pg.execute("SELECT id FROM bench_raw WHERE id = %s FOR UPDATE", (row_id,))
+                for _ in range(statements - 2):
+                    pg.execute("SELECT at FROM bench_raw WHERE id = %s", (row_id,)).fetchone()
+                pg.execute("INSERT INTO bench_raw (at) VALUES (now())")
+        if "scripts" not in state:  # EVALSHA, as the lease back end sends them
+            state["scripts"] = (client.register_script(_RENEW), client.register_script(_RELEASE))
+        renew, release = state["scripts"]
+        for _ in range(redis_calls - 3):
+            renew(keys=[name], args=[token, 3000])
+        client.publish("bench:floor", token)
+        release(keys=[name], args=[token])
+        client.rpush(RAW_DONE_KEY, repr(time.time()))
+
     return app
+
+
+_RENEW = (
+    "if redis.call('get', KEYS[1]) == ARGV[1] then "
+    "return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end"
+)
+_RELEASE = (
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) "
+    "else return 0 end"
+)
 
 
 def raw_worker_main(concurrency: int) -> None:

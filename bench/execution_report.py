@@ -48,12 +48,13 @@ def report(figures: dict[str, Any], command: str, versions: str, durable: bool =
     thr = figures["throughput"]
     raw_rate = thr["n"] / statistics.fmean(thr["raw_s"])
     ours_rate = thr["n"] / thr["ours_s"]
+    floor_rate = thr["n"] / thr["floor_s"]
     rec = figures["recovery"]["seconds"]
     sw = figures["sweep"]
     load = figures["load"]
     transactions = thr["commits"] - thr["autocommits"]
     pg_trips = thr["statements"] + thr["pings"] + 2 * transactions
-    roles = sorted(set(thr["ours_cpu"]) | set(thr["raw_cpu"]))
+    roles = sorted(set(thr["ours_cpu"]) | set(thr["raw_cpu"]) | set(thr["floor_cpu"]))
 
     def per_task(used: dict[str, float], tasks: int) -> str:
         return ", ".join(
@@ -62,6 +63,7 @@ def report(figures: dict[str, Any], command: str, versions: str, durable: bool =
 
     ours_cpu = sum(v for k, v in thr["ours_cpu"].items() if k != "bench") * 1000 / thr["n"]
     raw_cpu = sum(v for k, v in thr["raw_cpu"].items() if k != "bench") * 1000 / (2 * thr["n"])
+    floor_cpu = sum(v for k, v in thr["floor_cpu"].items() if k != "bench") * 1000 / thr["n"]
     lines = [
         "## Executions" + (", durable Postgres" if durable else ""),
         "",
@@ -100,6 +102,9 @@ def report(figures: dict[str, Any], command: str, versions: str, durable: bool =
         f"| minimal executions/s, 1 worker x 2 processes ({thr['n']} each) | {ours_rate:.1f} | "
         f"{raw_rate:.1f} | {ours_rate / raw_rate:.2f}x | >= 0.6x | "
         f"{goal(ours_rate >= 0.6 * raw_rate)} |",
+        f"| the same round trips alone: raw drivers, no agent ({thr['n']}), tasks/s | "
+        f"{floor_rate:.1f} | {raw_rate:.1f} | {floor_rate / raw_rate:.2f}x | "
+        "the ceiling of this design | |",
         f"| recovery after SIGKILL (lease {LEASE:g} s, sweep {SWEEP:g} s), worst of {len(rec)}, s "
         f"| {max(rec):.2f} | not measured (issue: ~90) | | <= 5 s | {goal(max(rec) <= 5)} |",
         f"| sweep lookup, {sw['running']:,} running / {sw['expired']} expired, p50 ms | "
@@ -133,6 +138,17 @@ def report(figures: dict[str, Any], command: str, versions: str, durable: bool =
         f"{ours_cpu:.2f} ({per_task(thr['ours_cpu'], thr['n'])}); raw {raw_cpu:.2f} "
         f"({per_task(thr['raw_cpu'], 2 * thr['n'])}). With {os.cpu_count()} CPUs the rate "
         "is bounded by this total, so the ratio of the rates follows the ratio of the CPU.",
+        "- Round trips alone: a raw Celery task on the same worker sends what one execution "
+        f"sends, with raw psycopg and redis-py and nothing else: {thr['autocommits']} statement "
+        f"in autocommit, then {len(thr['transactions'])} transactions of "
+        f"{', '.join(str(n) for n in thr['transactions'])} statements (a row lock, reads of that "
+        f"row, an INSERT: the shape of a fenced write), and {thr['redis_calls']} Redis commands "
+        "(SET NX PX, renewals and release by EVALSHA, one PUBLISH). No agent, SQLAlchemy or "
+        f"validation. CPU per task {floor_cpu:.2f} ms "
+        f"({per_task(thr['floor_cpu'], thr['n'])}). This is the ceiling for any code that keeps "
+        "the design's round trips (the lease, the fence check as a statement of its own, the "
+        "reads after it); what the orchestrator spends above it is its Python: the agent loop, "
+        "the tools' validation, SQLAlchemy.",
         f"- Recovery: kill -> generation 2 `started_at`, {len(rec)} kills: "
         f"{', '.join(f'{s:.2f}' for s in rec)} s. The killed worker held generation 1 mid-round "
         "(just after its first plan write, which renewed the lease); a second worker was idle; "

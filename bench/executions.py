@@ -49,6 +49,7 @@ from execution_fleet import (
     MINIMAL,
     RAW_COMMITS,
     RAW_DONE_KEY,
+    RAW_FLOOR,
     RAW_QUEUE,
     RAW_START,
     RAW_STARTS_KEY,
@@ -227,6 +228,10 @@ class Bench:
         rt.__dict__.pop("tasks", None)
         rt.__dict__.pop("executions", None)
         counts = {"commit": 0, "autocommit": 0, "statement": 0, "ping": 0, "redis": 0}
+        shape: list[int] = []  # statements of each transaction, in order
+
+        def on_begin(_conn: Any) -> None:
+            shape.append(0)
 
         def on_commit(_conn: Any) -> None:
             counts["commit"] += 1
@@ -235,6 +240,8 @@ class Bench:
             counts["statement"] += 1
             if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
                 counts["autocommit"] += 1  # a statement sent in autocommit is its own commit
+            elif shape:
+                shape[-1] += 1
 
         dialect = rt.db.engine.dialect
         original_ping = dialect.do_ping
@@ -250,6 +257,7 @@ class Bench:
             return original_execute(client, *args, **options)  # type: ignore[no-untyped-call]
 
         hooks = [
+            (rt.db.engine, "begin", on_begin),
             (rt.db.engine, "commit", on_commit),
             (rt.db.engine, "before_cursor_execute", on_statement),
         ]
@@ -298,6 +306,7 @@ class Bench:
             "commits": counts["commit"] + counts["autocommit"],
             "autocommits": counts["autocommit"],
             "statements": counts["statement"],
+            "transactions": [count for count in shape if count],
             "pings": counts["ping"],
             "redis_calls": counts["redis"],
             "schema_ms": schema_ms,
@@ -329,14 +338,18 @@ class Bench:
         self.redis.delete(RAW_DONE_KEY)
         roles = {proc.process.pid: proc.name for proc in self.procs.started}
         cpu = [cpu_seconds(roles)]
-        raw_s = self._raw_burst(count, commits)
+        floor_args = [counted["autocommits"], counted["transactions"], counted["redis_calls"]]
+        raw_s = self._raw_burst(count, RAW_COMMITS, [commits])
         cpu.append(cpu_seconds(roles))
         ours_s = self._orchestrator_burst(task_ids)
         cpu.append(cpu_seconds(roles))
-        raw_s2 = self._raw_burst(count, commits)  # before and after: load drift shows up here
+        floor_s = self._raw_burst(count, RAW_FLOOR, floor_args)
+        cpu.append(cpu_seconds(roles))
+        # Before and after: load drift shows up here.
+        raw_s2 = self._raw_burst(count, RAW_COMMITS, [commits])
         cpu.append(cpu_seconds(roles))
         raw_cpu = cpu_used(cpu[0], cpu[1])
-        for role, seconds in cpu_used(cpu[2], cpu[3]).items():
+        for role, seconds in cpu_used(cpu[3], cpu[4]).items():
             raw_cpu[role] = raw_cpu.get(role, 0.0) + seconds
         self.figures["throughput"] = {
             "n": count,
@@ -351,15 +364,18 @@ class Bench:
             "ours_s": ours_s,
             "raw_s": [raw_s, raw_s2],
             "ours_cpu": cpu_used(cpu[1], cpu[2]),
+            "floor_s": floor_s,
+            "floor_cpu": cpu_used(cpu[2], cpu[3]),
+            "transactions": counted["transactions"],
             "raw_cpu": raw_cpu,  # over both raw bursts
             "profile": counted["profile"],
         }
 
-    def _raw_burst(self, count: int, commits: int) -> float:
+    def _raw_burst(self, count: int, task: str, args: list[Any]) -> float:
         self.redis.delete(RAW_DONE_KEY)
         first = time.time()
         for _ in range(count):
-            self.raw.send_task(RAW_COMMITS, args=[commits], queue=RAW_QUEUE)
+            self.raw.send_task(task, args=args, queue=RAW_QUEUE)
         ends = []
         for _ in range(count):
             popped = self.redis.blpop([RAW_DONE_KEY], timeout=60)

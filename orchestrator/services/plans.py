@@ -1,7 +1,8 @@
 """publish_execution_plan and the plan readers (seed 004, DESIGN invariants 1-6).
 
 One publish is one transaction: fence check, session row lock, request_id look-up, rules against
-the previous revision, insert of revision n+1. Only after the commit is the event sent (once, and
+the previous revision, insert of revision n+1 (a fenced publish locks the session and looks up
+in one statement). Only after the commit is the event sent (once, and
 only for a new revision) and the caller's `after_commit` hook run.
 """
 
@@ -66,14 +67,15 @@ def publish_txn(
 ) -> PublishResult:
     """The publish inside the caller's transaction; the caller notifies after its commit."""
     draft, problems = rules.parse_plan(payload)
+    raw_request_id = payload.get("request_id") if isinstance(payload, dict) else None
+    request_id = raw_request_id if isinstance(raw_request_id, str) else None
     # Every publisher of a session queues on its row, so max(revision) + 1 stays gapless.
+    context: store.PublishContext | None = None
     if fence is None:
         session = session_store.get_session(conn, session_id, lock=True)
     else:
         check_fence(conn, fence)
-        locked = session_store.lock_session_for_fenced_write(
-            conn, session_id, fence.task_id, fence.generation
-        )
+        locked = store.lock_for_fenced_publish(conn, session_id, fence, request_id)
         # Invariant 10: the report comes last; a generation that saved it publishes no more.
         if locked is None:
             report_store.refuse_after_report(conn, fence, "a plan publish")
@@ -81,7 +83,7 @@ def publish_txn(
         elif locked[1]:
             raise report_store.report_already_saved(fence, "a plan publish")
         else:
-            session = locked[0]
+            session, _, context = locked
     if session is None:
         problems.insert(
             0,
@@ -90,10 +92,8 @@ def publish_txn(
         rules.raise_problems(problems)
         raise AssertionError("unreachable")  # pragma: no cover
     _check_writer(session, fence)
-    request_id = payload.get("request_id") if isinstance(payload, dict) else None
-    context = store.publish_context(
-        conn, session_id, request_id if isinstance(request_id, str) else None
-    )
+    if context is None:
+        context = store.publish_context(conn, session_id, request_id)
     if context.same_request is not None:
         revision, digest = context.same_request
         if draft is not None and draft.digest == digest:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, Select, bindparam, func, insert, or_, select
+from sqlalchemy import Connection, Row, Select, and_, bindparam, exists, func, insert, or_, select
 
 from orchestrator.domain.plans import status_counts
-from orchestrator.store.tables import plan_revisions
+from orchestrator.store.sessions import SessionRecord
+from orchestrator.store.tables import plan_revisions, reports, sessions
+from orchestrator.tools.base import Fence
 
 __all__ = [
     "PlanRecord",
@@ -20,6 +23,7 @@ __all__ = [
     "latest_revision",
     "latest_revision_number",
     "list_summaries",
+    "lock_for_fenced_publish",
     "publish_context",
     "revisions_after",
 ]
@@ -94,7 +98,8 @@ class PublishContext:
     same_request: tuple[int, str] | None  # (revision, content_digest) stored under request_id
 
 
-def _publish_context_query(by_request_id: bool) -> Select[Any]:
+def _wanted_revisions(by_request_id: bool) -> Any:
+    """The session's latest revision and, when asked, the one stored under `request_id`."""
     t = plan_revisions
     latest = (
         select(func.max(t.c.revision))
@@ -104,13 +109,39 @@ def _publish_context_query(by_request_id: bool) -> Select[Any]:
     wanted = t.c.revision == latest
     if by_request_id:
         wanted = or_(wanted, t.c.request_id == bindparam("request_id"))
-    return select(t.c.revision, t.c.request_id, t.c.content_digest, t.c.nodes).where(
-        t.c.session_id == bindparam("session_id"), wanted
+    return and_(t.c.session_id == bindparam("session_id"), wanted)
+
+
+_CONTEXT_COLUMNS = (
+    plan_revisions.c.revision,
+    plan_revisions.c.request_id,
+    plan_revisions.c.content_digest,
+    plan_revisions.c.nodes,
+)
+
+
+def _fenced_publish_query(by_request_id: bool) -> Select[Any]:
+    report_saved = (
+        exists()
+        .where(
+            reports.c.task_id == bindparam("task_id"),
+            reports.c.generation == bindparam("generation"),
+        )
+        .label("report_saved")
+    )
+    return (
+        select(sessions, report_saved, *_CONTEXT_COLUMNS)
+        .select_from(sessions.outerjoin(plan_revisions, _wanted_revisions(by_request_id)))
+        .where(sessions.c.session_id == bindparam("session_id"))
+        .with_for_update(of=sessions)
     )
 
 
 # Built once each: a publish reads one of them under the session's row lock.
-_PUBLISH_CONTEXT = {flag: _publish_context_query(flag) for flag in (False, True)}
+_PUBLISH_CONTEXT = {
+    flag: select(*_CONTEXT_COLUMNS).where(_wanted_revisions(flag)) for flag in (False, True)
+}
+_FENCED_PUBLISH = {flag: _fenced_publish_query(flag) for flag in (False, True)}
 _INSERT_REVISION = insert(plan_revisions)
 
 
@@ -120,6 +151,36 @@ def publish_context(conn: Connection, session_id: str, request_id: str | None) -
         _PUBLISH_CONTEXT[request_id is not None],
         {"session_id": session_id, "request_id": request_id},
     ).all()
+    return _context(rows, request_id)
+
+
+def lock_for_fenced_publish(
+    conn: Connection, session_id: str, fence: Fence, request_id: str | None
+) -> tuple[SessionRecord, bool, PublishContext] | None:
+    """The locked session, whether `fence`'s generation saved its report, and the publish
+    context, in one statement; None when there is no such session.
+
+    Only after `check_fence`, in a later statement. The fence holds the task row's lock, and
+    what this statement reads of an execution's session (its revisions, the generation's
+    report) is only written under that lock, so nothing it reads can commit while it waits for
+    the session's lock: its snapshot is current. Another kind of session may be locked by an
+    unfenced publish meanwhile, but a fenced publish refuses such a session before it uses
+    what it read.
+    """
+    params = {
+        "session_id": session_id,
+        "request_id": request_id,
+        "task_id": fence.task_id,
+        "generation": fence.generation,
+    }
+    rows = conn.execute(_FENCED_PUBLISH[request_id is not None], params).all()
+    if not rows:
+        return None
+    plans = [row for row in rows if row.revision is not None]  # the outer join's misses
+    return SessionRecord.from_row(rows[0]), bool(rows[0].report_saved), _context(plans, request_id)
+
+
+def _context(rows: Sequence[Any], request_id: str | None) -> PublishContext:
     top = max(rows, key=lambda row: row.revision, default=None)
     same = next((row for row in rows if row.request_id == request_id), None)
     return PublishContext(

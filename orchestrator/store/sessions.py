@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, bindparam, exists, insert, or_, select
+from sqlalchemy import Connection, Row, and_, bindparam, insert, or_, select
 
-from orchestrator.store.tables import reports, sessions, tasks
+from orchestrator.store.tables import sessions, tasks
 
 __all__ = [
     "SessionRecord",
@@ -83,36 +83,6 @@ def get_session(conn: Connection, session_id: str, *, lock: bool = False) -> Ses
     query = _LOCKED_SESSION if lock else _SESSION
     row = conn.execute(query, {"session_id": session_id}).one_or_none()
     return SessionRecord.from_row(row) if row is not None else None
-
-
-_LOCKED_SESSION_AND_REPORT = (
-    select(
-        sessions,
-        exists()
-        .where(
-            reports.c.task_id == bindparam("task_id"),
-            reports.c.generation == bindparam("generation"),
-        )
-        .label("report_saved"),
-    )
-    .where(sessions.c.session_id == bindparam("session_id"))
-    .with_for_update(of=sessions)
-)
-
-
-def lock_session_for_fenced_write(
-    conn: Connection, session_id: str, task_id: str, generation: int
-) -> tuple[SessionRecord, bool] | None:
-    """The locked session and whether `generation` of `task_id` saved its report, in one
-    statement; None when there is no such session.
-
-    Only after `check_fence`, in a later statement: the fence holds the task row's lock, which
-    `save_report` takes too, so no report can commit while this statement waits for the
-    session's lock, and the flag it read is current.
-    """
-    params = {"session_id": session_id, "task_id": task_id, "generation": generation}
-    row = conn.execute(_LOCKED_SESSION_AND_REPORT, params).one_or_none()
-    return None if row is None else (SessionRecord.from_row(row), bool(row.report_saved))
 
 
 def task_exists(conn: Connection, task_id: str) -> bool:

@@ -272,14 +272,30 @@ def test_a_live_fence_cannot_write_another_generations_session(db: Database) -> 
     assert count_revisions(db) == 0
 
 
-def test_twenty_concurrent_publishes_give_revisions_one_to_twenty(pg_url: str) -> None:
+@pytest.mark.parametrize("fenced", [False, True], ids=["chat", "execution"])
+def test_twenty_concurrent_publishes_give_revisions_one_to_twenty(
+    pg_url: str, fenced: bool
+) -> None:
+    # Fenced: the calls of one turn run concurrently under one fence; the session's lock and
+    # its latest revision are read in one statement, which must see every earlier commit.
     db = Database.from_url(pg_url, pool_size=20, max_overflow=5)
     try:
         recorder = Recorder()
         service = PlanService(db, recorder)
-        session_id = (
-            SessionService(db).create_session(purpose="ordinary_chat", title="c").session_id
-        )
+        fence = None
+        if fenced:
+            task_id = add_task(db)
+            session_id = (
+                SessionService(db)
+                .create_session(purpose="task_execution", title="r", task_id=task_id, generation=1)
+                .session_id
+            )
+            add_execution(db, task_id, 1, session_id, "tok")
+            fence = Fence(task_id, 1, "tok")
+        else:
+            session_id = (
+                SessionService(db).create_session(purpose="ordinary_chat", title="c").session_id
+            )
         barrier = threading.Barrier(20)
         errors: list[BaseException] = []
         results: list[int] = []
@@ -288,7 +304,7 @@ def test_twenty_concurrent_publishes_give_revisions_one_to_twenty(pg_url: str) -
             try:
                 barrier.wait(timeout=30)
                 result = service.publish_execution_plan(
-                    session_id, plan(f"r{index}", [node(f"n{i}") for i in range(40)])
+                    session_id, plan(f"r{index}", [node(f"n{i}") for i in range(40)]), fence=fence
                 )
                 results.append(result.plan.revision)
             except BaseException as exc:  # reported below

@@ -13,11 +13,13 @@ the script `DIR/T.json`, a list of turns, each one model response:
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -88,18 +90,14 @@ class ScriptedModel(Model):
     @classmethod
     def from_file(cls, path: Path) -> ScriptedModel:
         try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
+            stat = path.stat()
         except FileNotFoundError:
             raise ModelError(f"no script for this task type: {path} does not exist") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except OSError as exc:
             raise ModelError(f"script {path} is not readable JSON: {exc}") from None
-        try:
-            script = _Script.model_validate(raw)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(part) for part in first["loc"])
-            raise ModelError(f"script {path} is malformed at {where}: {first['msg']}") from None
-        return cls(script.turns, name=path.name)
+        # A script changed on disk is read again: its size or modification time differs.
+        turns = _read_script(path, stat.st_mtime_ns, stat.st_size)
+        return cls(turns, name=path.name)
 
     def check_tools(self, tool_names: Sequence[str]) -> None:
         known = set(tool_names)
@@ -122,8 +120,27 @@ class ScriptedModel(Model):
         self._next += 1
         if turn.delay_s and stop.wait(turn.delay_s):
             return ModelTurn(content=None, tool_calls=())
-        calls = tuple(ToolCall(c.id, c.name, dict(c.arguments)) for c in turn.tool_calls)
+        # A copy each time: the turns are shared by every round that plays this script version.
+        calls = tuple(ToolCall(c.id, c.name, copy.deepcopy(c.arguments)) for c in turn.tool_calls)
         return ModelTurn(content=turn.content, tool_calls=calls)
+
+
+@lru_cache(maxsize=64)
+def _read_script(path: Path, _mtime_ns: int, _size: int) -> tuple[_ScriptTurn, ...]:
+    """The validated turns of one version of a script file (never changed once read)."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelError(f"no script for this task type: {path} does not exist") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelError(f"script {path} is not readable JSON: {exc}") from None
+    try:
+        script = _Script.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise ModelError(f"script {path} is malformed at {where}: {first['msg']}") from None
+    return tuple(script.turns)
 
 
 def load_model(spec: str, task_type: str) -> Model:

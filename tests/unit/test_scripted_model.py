@@ -213,3 +213,29 @@ def test_a_stop_already_set_skips_the_delay(scripts: Path) -> None:
     assert time.monotonic() - started < 1.0
     assert turn.final
     assert turn.tool_calls == ()
+
+
+def test_a_round_cannot_change_the_script_the_next_round_plays(tmp_path: Path) -> None:
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    call = {"id": "c1", "name": "publish_execution_plan", "arguments": {"nodes": [{"id": "a"}]}}
+    (scripts / "leak.json").write_text(json.dumps({"turns": [{"tool_calls": [call]}]}))
+    spec = f"scripted:{scripts}"
+    first = load_model(spec, "leak").next_turn([], [], threading.Event())
+    first.tool_calls[0].arguments["nodes"][0]["id"] = "changed by a tool"
+    second = load_model(spec, "leak").next_turn([], [], threading.Event())
+    assert second.tool_calls[0].arguments == {"nodes": [{"id": "a"}]}
+
+
+def test_a_script_rewritten_on_disk_is_read_again(tmp_path: Path) -> None:
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    path = scripts / "leak.json"
+    path.write_text(json.dumps({"turns": [{"content": "one"}]}))
+    assert (
+        load_model(f"scripted:{scripts}", "leak").next_turn([], [], threading.Event()).content
+        == "one"
+    )
+    path.write_text(json.dumps({"turns": [{"content": "two, longer"}]}))
+    again = load_model(f"scripted:{scripts}", "leak").next_turn([], [], threading.Event())
+    assert again.content == "two, longer"

@@ -1,9 +1,9 @@
 """publish_execution_plan and the plan readers (seed 004, DESIGN invariants 1-6).
 
 One publish is one transaction: fence check, session row lock, request_id look-up, rules against
-the previous revision, insert of revision n+1 (a fenced publish locks the session and looks up
-in one statement). Only after the commit is the event sent (once, and
-only for a new revision) and the caller's `after_commit` hook run.
+the previous revision, insert of revision n+1 (a fenced publish locks the session and looks up in
+one statement). Only after the commit is the event sent (once, and only for a new revision) and
+the caller's `after_commit` hook run.
 """
 
 from __future__ import annotations
@@ -137,9 +137,9 @@ def _check_writer(session: session_store.SessionRecord, fence: Fence | None) -> 
     if fence is None:
         if session.purpose == "task_execution":
             raise ConflictError(
-                f"session {session.session_id} is the session of generation "
-                f"{session.generation} of task {session.task_id}: a publish to it must carry "
-                "that execution's fence (task_id, generation, lease_token)",
+                f"session {session.session_id} belongs to an execution of task "
+                f"{session.task_id}: a publish to it must carry that execution's fence "
+                "(task_id, generation, lease_token)",
                 code="fence_required",
             )
         return

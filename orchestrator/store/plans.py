@@ -176,8 +176,9 @@ def lock_for_fenced_publish(
     rows = conn.execute(_FENCED_PUBLISH[request_id is not None], params).all()
     if not rows:
         return None
-    plans = [row for row in rows if row.revision is not None]  # the outer join's misses
-    return SessionRecord.from_row(rows[0]), bool(rows[0].report_saved), _context(plans, request_id)
+    revisions = [row for row in rows if row.revision is not None]  # not the outer join's miss
+    session, report_saved = SessionRecord.from_row(rows[0]), bool(rows[0].report_saved)
+    return session, report_saved, _context(revisions, request_id)
 
 
 def _context(rows: Sequence[Any], request_id: str | None) -> PublishContext:

@@ -36,7 +36,7 @@ def make_celery(settings: Settings) -> Celery:
         broker = settings.redis_url
     else:
         folder = broker_folder(settings)
-        for sub in ("queue", "processed"):
+        for sub in ("queue", "processed", "control"):
             try:
                 (folder / sub).mkdir(parents=True, exist_ok=True)
             except OSError as exc:
@@ -49,6 +49,7 @@ def make_celery(settings: Settings) -> Celery:
             data_folder_in=str(folder / "queue"),
             data_folder_out=str(folder / "queue"),
             processed_folder=str(folder / "processed"),
+            control_folder=str(folder / "control"),  # the exchange table; else ./control
             store_processed=False,
             polling_interval=0.1,
         )

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from orchestrator.settings import load_settings
-from workers.celery_app import CLEANUP_INTERVAL_SECONDS, VISIBILITY_TIMEOUT_SECONDS, make_celery
+from workers.celery_app import (
+    CLEANUP_INTERVAL_SECONDS,
+    VISIBILITY_TIMEOUT_SECONDS,
+    CeleryDispatcher,
+    make_celery,
+)
 from workers.constants import CLEANUP, QUEUE, RUN_GENERATION, SWEEP
 
 
@@ -49,3 +56,16 @@ def test_the_cleanup_task_is_registered_under_its_name() -> None:
 
     assert cleanup.name == CLEANUP
     assert CLEANUP in app.tasks
+
+
+def test_embedded_publishing_writes_nothing_outside_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Kombu's filesystem transport keeps its exchange table in `control_folder`, by default
+    # `control/` in the working directory of whichever process publishes.
+    home, elsewhere = tmp_path / "home", tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    CeleryDispatcher(make_celery(load_settings(home=home))).dispatch("t-1", 1)
+    assert list(elsewhere.iterdir()) == []
+    assert any(path.name.endswith(".exchange") for path in home.rglob("*"))

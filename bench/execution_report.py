@@ -127,10 +127,7 @@ def report(figures: dict[str, Any], command: str, versions: str, durable: bool =
         f"{commit.p50:.2f}/{commit.p99:.2f}/{commit.mean:.2f}; for scale, a plain autocommit "
         "single-row INSERT on a kept psycopg connection, taken after each sample "
         f"{lat['insert'].p50:.2f}/{lat['insert'].p99:.2f}/{lat['insert'].mean:.2f}.",
-        "- Throughput: the tasks are created first and the store analyzed (the statistics "
-        "autovacuum gathers within a minute or two on a live store; without them the planner "
-        "reaches a claimed task through the status index and reads every queued one, up to "
-        "about a thousand), then timed from the first wake-up publish to "
+        "- Throughput: the tasks are created first, then timed from the first wake-up publish to "
         f"the last `ended_at` ({thr['ours_s']:.2f} s). One minimal execution makes "
         f"{thr['commits']} Postgres commits in the worker (counted with engine events: "
         f"{transactions} transactions and {thr['autocommits']} statement sent in autocommit), "

@@ -335,10 +335,6 @@ class Bench:
         finally:
             rt.dispatcher = saved
             rt.__dict__.pop("tasks", None)
-        # The statistics that autovacuum gathers within a minute or two on a live store. On
-        # tables never analyzed, the planner reaches a claimed task through the status index
-        # and reads every queued one (up to about a thousand; beyond, it takes the primary key).
-        self.pg.execute("ANALYZE")
         self.redis.delete(RAW_DONE_KEY)
         roles = {proc.process.pid: proc.name for proc in self.procs.started}
         cpu = [cpu_seconds(roles)]

@@ -227,15 +227,21 @@ def test_fenced_publish_from_a_stale_generation_is_refused(
     assert hooked == []
 
 
-def test_fence_of_another_task_is_refused(db: Database) -> None:
-    task_id = add_task(db)
-    other = SessionService(db).create_session(
-        purpose="task_collaboration", title="chat", task_id=add_task(db)
-    )
-    add_execution(db, task_id, 1, other.session_id, "tok")
+@pytest.mark.parametrize("whose", ["another task's", "an older generation's"])
+def test_a_live_fence_writes_only_its_own_generations_session(db: Database, whose: str) -> None:
+    task_id = add_task(db, generation=2)
+    if whose == "another task's":
+        target = SessionService(db).create_session(
+            purpose="task_collaboration", title="chat", task_id=add_task(db)
+        )
+    else:
+        target = SessionService(db).create_session(
+            purpose="task_execution", title="run 1", task_id=task_id, generation=1
+        )
+    add_execution(db, task_id, 2, target.session_id, "tok-2")
     with pytest.raises(ConflictError) as caught:
         PlanService(db).publish_execution_plan(
-            other.session_id, plan("r1", [node("a")]), fence=Fence(task_id, 1, "tok")
+            target.session_id, plan("r1", [node("a")]), fence=Fence(task_id, 2, "tok-2")
         )
     assert caught.value.code == "session_mismatch"
     assert count_revisions(db) == 0
@@ -256,20 +262,6 @@ def test_an_unfenced_publish_to_an_execution_session_is_refused(db: Database) ->
     assert caught.value.code == "fence_required"
     assert count_revisions(db) == 0
     assert recorder.calls == []
-
-
-def test_a_live_fence_cannot_write_another_generations_session(db: Database) -> None:
-    task_id = add_task(db, generation=2)
-    old = SessionService(db).create_session(
-        purpose="task_execution", title="run 1", task_id=task_id, generation=1
-    )
-    add_execution(db, task_id, 2, old.session_id, "tok-2")
-    with pytest.raises(ConflictError) as caught:
-        PlanService(db).publish_execution_plan(
-            old.session_id, plan("r1", [node("a")]), fence=Fence(task_id, 2, "tok-2")
-        )
-    assert caught.value.code == "session_mismatch"
-    assert count_revisions(db) == 0
 
 
 @pytest.mark.parametrize("fenced", [False, True], ids=["chat", "execution"])

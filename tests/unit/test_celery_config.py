@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
-
-import pytest
 
 from orchestrator.settings import load_settings
 from workers.celery_app import (
     CLEANUP_INTERVAL_SECONDS,
     VISIBILITY_TIMEOUT_SECONDS,
-    CeleryDispatcher,
     make_celery,
 )
 from workers.constants import CLEANUP, QUEUE, RUN_GENERATION, SWEEP
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_acks_late_reject_on_lost_worker_and_one_message_at_a_time(tmp_path: Path) -> None:
@@ -58,14 +60,19 @@ def test_the_cleanup_task_is_registered_under_its_name() -> None:
     assert CLEANUP in app.tasks
 
 
-def test_embedded_publishing_writes_nothing_outside_home(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_embedded_publishing_writes_nothing_outside_home(tmp_path: Path) -> None:
     # Kombu's filesystem transport keeps its exchange table in `control_folder`, by default
-    # `control/` in the working directory of whichever process publishes.
+    # `control/` in the working directory of whichever process publishes. A fresh process:
+    # Kombu declares an exchange once per process, so an earlier test could hide the write.
     home, elsewhere = tmp_path / "home", tmp_path / "cwd"
     elsewhere.mkdir()
-    monkeypatch.chdir(elsewhere)
-    CeleryDispatcher(make_celery(load_settings(home=home))).dispatch("t-1", 1)
+    publish = (
+        "from orchestrator.settings import load_settings\n"
+        "from workers.celery_app import CeleryDispatcher, make_celery\n"
+        f"CeleryDispatcher(make_celery(load_settings(home={str(home)!r}))).dispatch('t-1', 1)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    env.update(PYTHONPATH=str(ROOT), ORCH_HOME=str(home))  # the module's own app too
+    subprocess.run([sys.executable, "-c", publish], cwd=elsewhere, env=env, check=True)
     assert list(elsewhere.iterdir()) == []
     assert any(path.name.endswith(".exchange") for path in home.rglob("*"))

@@ -90,18 +90,21 @@ def raw_celery(redis_url: str) -> Any:
             state["redis"] = redis.Redis.from_url(redis_url)
         return state["redis"]
 
+    def pg_client() -> Any:
+        import psycopg
+
+        redis_client()  # forgets the connections of a parent process
+        if "pg" not in state:
+            state["pg"] = psycopg.connect(os.environ["BENCH_PG_DSN"], autocommit=True)
+        return state["pg"]
+
     @app.task(name=RAW_START)  # type: ignore[untyped-decorator]
     def start() -> None:
         redis_client().rpush(RAW_STARTS_KEY, repr(time.time()))
 
     @app.task(name=RAW_COMMITS)  # type: ignore[untyped-decorator]
     def commits(count: int) -> None:
-        import psycopg
-
-        client = redis_client()
-        if "pg" not in state:
-            state["pg"] = psycopg.connect(os.environ["BENCH_PG_DSN"], autocommit=True)
-        pg = state["pg"]
+        client, pg = redis_client(), pg_client()
         for _ in range(count):
             # One transaction per commit, as the service's `db.transaction()` blocks are.
             with pg.transaction():
@@ -111,16 +114,15 @@ def raw_celery(redis_url: str) -> Any:
     @app.task(name=RAW_FLOOR)  # type: ignore[untyped-decorator]
     def floor(autocommits: int, transactions: list[int], redis_calls: int) -> None:
         """The round trips of one execution, sent by the raw drivers, with no agent: a lease
-        taken, renewed and released, a PUBLISH; statements sent in autocommit, then each
-        transaction as a row lock, reads of that row and an INSERT, as a fenced write is."""
-        import psycopg
+        taken, renewed and released (the lease back end's own commands and scripts), a
+        PUBLISH; statements sent in autocommit, then each transaction as a row lock, reads of
+        that row and an INSERT, as a fenced write is."""
+        from orchestrator.leases.redis import _RELEASE, _RENEW
 
-        client = redis_client()
-        if "pg" not in state:
-            state["pg"] = psycopg.connect(os.environ["BENCH_PG_DSN"], autocommit=True)
-        pg = state["pg"]
+        client, pg = redis_client(), pg_client()
         name, token = f"bench:floor:{time.time_ns()}", str(os.getpid())
-        client.set(name, token, nx=True, px=3000)
+        now_ms = time.time_ns() // 1_000_000
+        client.set(name, f"{token}|{now_ms}|{now_ms}|bench", nx=True, px=3000, get=True)
         row_id = 0
         for _ in range(autocommits):
             inserted = pg.execute("INSERT INTO bench_raw (at) VALUES (now()) RETURNING id")
@@ -135,22 +137,12 @@ def raw_celery(redis_url: str) -> Any:
             state["scripts"] = (client.register_script(_RENEW), client.register_script(_RELEASE))
         renew, release = state["scripts"]
         for _ in range(redis_calls - 3):
-            renew(keys=[name], args=[token, 3000])
+            renew(keys=[name], args=[token, 3000, time.time_ns() // 1_000_000])
         client.publish("bench:floor", token)
         release(keys=[name], args=[token])
         client.rpush(RAW_DONE_KEY, repr(time.time()))
 
     return app
-
-
-_RENEW = (
-    "if redis.call('get', KEYS[1]) == ARGV[1] then "
-    "return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end"
-)
-_RELEASE = (
-    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) "
-    "else return 0 end"
-)
 
 
 def raw_worker_main(concurrency: int) -> None:

@@ -90,13 +90,12 @@ class ScriptedModel(Model):
     @classmethod
     def from_file(cls, path: Path) -> ScriptedModel:
         try:
-            stat = path.stat()
-        except FileNotFoundError:
-            raise ModelError(f"no script for this task type: {path} does not exist") from None
-        except OSError as exc:
-            raise ModelError(f"script {path} is not readable JSON: {exc}") from None
-        # A script changed on disk is read again: its size or modification time differs.
-        turns = _read_script(path, stat.st_mtime_ns, stat.st_size)
+            version = path.stat()
+        except OSError:
+            turns = _read_script(path)  # which says what is wrong with the file
+        else:
+            # A script changed on disk is read again: its size or modification time differs.
+            turns = _read_version(path, version.st_mtime_ns, version.st_size)
         return cls(turns, name=path.name)
 
     def check_tools(self, tool_names: Sequence[str]) -> None:
@@ -125,9 +124,8 @@ class ScriptedModel(Model):
         return ModelTurn(content=turn.content, tool_calls=calls)
 
 
-@lru_cache(maxsize=64)
-def _read_script(path: Path, _mtime_ns: int, _size: int) -> tuple[_ScriptTurn, ...]:
-    """The validated turns of one version of a script file (never changed once read)."""
+def _read_script(path: Path) -> tuple[_ScriptTurn, ...]:
+    """The validated turns of a script file, or `ModelError` saying what is wrong with it."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -141,6 +139,12 @@ def _read_script(path: Path, _mtime_ns: int, _size: int) -> tuple[_ScriptTurn, .
         where = ".".join(str(part) for part in first["loc"])
         raise ModelError(f"script {path} is malformed at {where}: {first['msg']}") from None
     return tuple(script.turns)
+
+
+@lru_cache(maxsize=64)
+def _read_version(path: Path, _mtime_ns: int, _size: int) -> tuple[_ScriptTurn, ...]:
+    """The turns of one version of a script file, read once (errors are not kept)."""
+    return _read_script(path)
 
 
 def load_model(spec: str, task_type: str) -> Model:

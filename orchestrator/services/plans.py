@@ -80,10 +80,10 @@ def publish_txn(
         if locked is None:
             report_store.refuse_after_report(conn, fence, "a plan publish")
             session = None
-        elif locked[1]:
+        elif locked.report_saved:
             raise report_store.report_already_saved(fence, "a plan publish")
         else:
-            session, _, context = locked
+            session, context = locked.session, locked.context
     if session is None:
         problems.insert(
             0,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Row, Select, and_, bindparam, exists, func, insert, or_, select
 
@@ -15,6 +15,7 @@ from orchestrator.store.tables import plan_revisions, reports, sessions
 from orchestrator.tools.base import Fence
 
 __all__ = [
+    "LockedForPublish",
     "PlanRecord",
     "PublishContext",
     "get_by_request_id",
@@ -154,9 +155,15 @@ def publish_context(conn: Connection, session_id: str, request_id: str | None) -
     return _context(rows, request_id)
 
 
+class LockedForPublish(NamedTuple):
+    session: SessionRecord
+    report_saved: bool  # by the fence's generation
+    context: PublishContext
+
+
 def lock_for_fenced_publish(
     conn: Connection, session_id: str, fence: Fence, request_id: str | None
-) -> tuple[SessionRecord, bool, PublishContext] | None:
+) -> LockedForPublish | None:
     """The locked session, whether `fence`'s generation saved its report, and the publish
     context, in one statement; None when there is no such session.
 
@@ -177,8 +184,9 @@ def lock_for_fenced_publish(
     if not rows:
         return None
     revisions = [row for row in rows if row.revision is not None]  # not the outer join's miss
-    session, report_saved = SessionRecord.from_row(rows[0]), bool(rows[0].report_saved)
-    return session, report_saved, _context(revisions, request_id)
+    return LockedForPublish(
+        SessionRecord.from_row(rows[0]), bool(rows[0].report_saved), _context(revisions, request_id)
+    )
 
 
 def _context(rows: Sequence[Any], request_id: str | None) -> PublishContext:

@@ -15,6 +15,7 @@ from typing import Any
 from celery import Celery
 
 from orchestrator.settings import Settings, SettingsError, get_settings
+from workers.broker import TRANSPORT
 from workers.constants import CLEANUP, QUEUE, RUN_GENERATION, SWEEP
 
 __all__ = ["CeleryDispatcher", "app", "make_celery"]
@@ -32,8 +33,10 @@ def broker_folder(settings: Settings) -> Path:
 def make_celery(settings: Settings) -> Celery:
     celery = Celery("orchestrator", include=["workers.tasks"])
     options: dict[str, Any] = {"visibility_timeout": VISIBILITY_TIMEOUT_SECONDS}
+    transport: str | None = None
     if settings.redis_url:
         broker = settings.redis_url
+        transport = TRANSPORT  # Kombu's, mended to survive a Redis restart (see broker.py)
     else:
         folder = broker_folder(settings)
         for sub in ("queue", "processed", "control"):
@@ -55,8 +58,12 @@ def make_celery(settings: Settings) -> Celery:
         )
     celery.conf.update(
         broker_url=broker,
+        broker_transport=transport,
         broker_transport_options=options,
         broker_connection_retry_on_startup=True,
+        # A lost broker connection leaves running rounds alone (their leases fence them) and
+        # reconnects; Celery 6 would cancel them by default.
+        worker_cancel_long_running_tasks_on_connection_loss=False,
         task_default_queue=QUEUE,
         task_acks_late=True,
         task_reject_on_worker_lost=True,

@@ -42,8 +42,13 @@ def _worker(args: argparse.Namespace) -> int:
         argv += ["--concurrency", str(args.concurrency)]
     if args.beat:
         argv.append("--beat")
-    app.worker_main(argv)
-    return 0
+    from celery.bin.celery import celery as celery_command
+
+    # `app.worker_main` drops the exit code of Celery's command; a worker that stopped on an
+    # error must exit non-zero, so that every supervisor (`restart: on-failure` too) restarts it.
+    celery_command.params[0].default = app
+    code = celery_command.main(args=argv, standalone_mode=False)
+    return code if isinstance(code, int) else 0
 
 
 def _sweeper(args: argparse.Namespace) -> int:

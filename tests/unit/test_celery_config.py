@@ -28,6 +28,9 @@ def test_acks_late_reject_on_lost_worker_and_one_message_at_a_time(tmp_path: Pat
     assert timeout == VISIBILITY_TIMEOUT_SECONDS
     assert timeout > 3600  # longer than any round may run
     assert conf.task_routes[RUN_GENERATION]["queue"] == QUEUE
+    # The mended Redis transport (workers/broker.py) and rounds left running on a lost connection.
+    assert conf.broker_transport == "workers.broker:Transport"
+    assert conf.worker_cancel_long_running_tasks_on_connection_loss is False
 
 
 def test_beat_sweeps_every_sweep_interval(tmp_path: Path) -> None:

@@ -665,6 +665,9 @@ def main() -> int:
         "--durable", action="store_true", help="Postgres with fsync and synchronous commit on"
     )
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument(
+        "--sweep-only", action="store_true", help="only the sweep section, printed (no --write)"
+    )
     args = parser.parse_args()
     command = (
         f".venv/bin/python bench/executions.py --samples {args.samples} --executions "
@@ -699,6 +702,14 @@ def main() -> int:
         bench = Bench(pg_url, env["BENCH_PG_DSN"], redis_url, scripts, folder, procs)
         stack.callback(bench.close)
         bench.open()
+        if args.sweep_only:
+            bench.sweep(args.running, args.expired, args.sweeps, pg_server, template)
+            sw = bench.figures["sweep"]
+            for key in ("empty", "lookup", "full"):
+                print(f"sweep {key}: p50 {sw[key].p50:.2f} ms over {len(sw[key].samples)}")
+            print(f"per requeue: {sw['per_requeue']:.3f} ms")
+            print("\n".join(sw["profile"].splitlines()[:30]))
+            return 0
         worker = procs.worker(2)
         raw_worker = procs.raw_worker(2)
         for proc in (worker, raw_worker):

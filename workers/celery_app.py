@@ -104,5 +104,13 @@ class CeleryDispatcher:
     def dispatch(self, task_id: str, generation: int) -> None:
         self.celery.send_task(RUN_GENERATION, args=[task_id, generation], queue=QUEUE)
 
+    def dispatch_many(self, wakeups: list[tuple[str, int]]) -> None:
+        """A sweep's batch of wake-ups in one publish: Kombu's publish batch, one Redis pipeline."""
+        with self.celery.producer_or_acquire() as producer, producer.batch():
+            for task_id, generation in wakeups:
+                self.celery.send_task(
+                    RUN_GENERATION, args=[task_id, generation], queue=QUEUE, producer=producer
+                )
+
 
 app = make_celery(get_settings())

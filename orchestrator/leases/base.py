@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import secrets
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -96,6 +97,18 @@ class LeaseBackend(ABC):
     @abstractmethod
     def get(self, name: str) -> LeaseInfo | None:
         """The lease as held now, or None when it is free or expired."""
+
+    def get_many(self, names: Sequence[str]) -> list[LeaseInfo | None]:
+        """`get` for each name, in order; back ends answer it in one round trip."""
+        return [self.get(name) for name in names]
+
+    def renew_many(self, held: Sequence[tuple[str, str]], ttl_seconds: float) -> list[bool]:
+        """`renew` each (name, token), in order; back ends answer it in one round trip.
+
+        One refusal answers False for that lease only; an unreachable back end raises
+        `LeaseBackendUnavailable` for all of them.
+        """
+        return [self.renew(name, token, ttl_seconds) for name, token in held]
 
     @abstractmethod
     def close(self) -> None:

@@ -9,7 +9,7 @@ Needs Redis 7.0 or later (`SET ... NX GET`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -49,6 +49,25 @@ if token ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], token .. '|' .. acquired .. '|' .. ARGV[3] .. '|' .. holder,
            'PX', ARGV[2])
 return 1
+"""
+
+# KEYS lease keys; ARGV[1] ttl ms, ARGV[2] renewed-at ms, ARGV[2 + i] the token of KEYS[i].
+# `_RENEW` for many leases in one round trip (one process's heartbeat): a list of 1 or 0.
+_RENEW_MANY = """
+local renewed = {}
+for i, key in ipairs(KEYS) do
+  renewed[i] = 0
+  local value = redis.call('GET', key)
+  if value then
+    local token, acquired, _, holder = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
+    if token == ARGV[2 + i] then
+      redis.call('SET', key, token .. '|' .. acquired .. '|' .. ARGV[2] .. '|' .. holder,
+                 'PX', ARGV[1])
+      renewed[i] = 1
+    end
+  end
+end
+return renewed
 """
 
 # KEYS[1] lease key; ARGV[1] token.
@@ -100,6 +119,7 @@ class RedisLeaseBackend(LeaseBackend):
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
         self._get = client.register_script(_GET)
+        self._renew_many = client.register_script(_RENEW_MANY)
 
     @classmethod
     def from_url(cls, url: str) -> RedisLeaseBackend:
@@ -129,6 +149,42 @@ class RedisLeaseBackend(LeaseBackend):
         )
         return bool(result)
 
+    def renew_many(self, held: Sequence[tuple[str, str]], ttl_seconds: float) -> list[bool]:
+        """Every renewal in one script call: one round trip, each lease's token compared."""
+        for name, _ in held:
+            check_name(name)
+        if not held:
+            return []
+        ttl_ms = ttl_milliseconds(ttl_seconds)
+        now = _now_ms()
+        keys = [lease_key(name) for name, _ in held]
+        args: list[str | int] = [ttl_ms, now, *(token for _, token in held)]
+
+        def run() -> list[Any]:
+            return list(self._renew_many(keys=keys, args=args))
+
+        return [bool(result) for result in self._call(run)]
+
+    def get_many(self, names: Sequence[str]) -> list[LeaseInfo | None]:
+        for name in names:
+            check_name(name)
+        if not names:
+            return []
+
+        def run() -> list[Any]:
+            # MULTI/EXEC: each value and its remaining time are read together, as in `_GET`.
+            pipe = self._client.pipeline(transaction=True)
+            for name in names:
+                pipe.get(lease_key(name))
+                pipe.pttl(lease_key(name))
+            replies = pipe.execute()
+            return [
+                [value, remaining] if value is not None else None
+                for value, remaining in zip(replies[::2], replies[1::2], strict=True)
+            ]
+
+        return [self._info(name, reply) for name, reply in zip(names, self._call(run), strict=True)]
+
     def release(self, name: str, token: str) -> bool:
         check_name(name)
         # A retry after a lost reply answers False although the first attempt released it; the
@@ -138,7 +194,10 @@ class RedisLeaseBackend(LeaseBackend):
 
     def get(self, name: str) -> LeaseInfo | None:
         check_name(name)
-        reply = self._call(lambda: self._get(keys=[lease_key(name)]))
+        return self._info(name, self._call(lambda: self._get(keys=[lease_key(name)])))
+
+    @staticmethod
+    def _info(name: str, reply: Any) -> LeaseInfo | None:
         if not reply:
             return None
         raw, remaining_ms = reply

@@ -10,11 +10,11 @@ so there it is this process's UTC wall clock (every SQLite user runs on the same
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Interval, delete, func, literal, select, update
+from sqlalchemy import ColumnElement, Interval, Row, delete, func, literal, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import InterfaceError, OperationalError
 
@@ -106,6 +106,45 @@ class SqlLeaseBackend(LeaseBackend):
 
         return self._call(run)
 
+    def renew_many(self, held: Sequence[tuple[str, str]], ttl_seconds: float) -> list[bool]:
+        """Every renewal in one statement; the answer says which (name, token) pairs matched."""
+        for name, _ in held:
+            check_name(name)
+        if not held:
+            return []
+        now, expires = self._clock(ttl_seconds)
+        statement = (
+            update(leases)
+            .where(
+                tuple_(leases.c.name, leases.c.token).in_(list(held)),
+                leases.c.expires_at > now,
+            )
+            .values(renewed_at=now, expires_at=expires)
+            .returning(leases.c.name, leases.c.token)
+        )
+
+        def run() -> set[tuple[str, str]]:
+            with self._database.transaction() as conn:
+                return {(row.name, row.token) for row in conn.execute(statement)}
+
+        renewed = self._call(run)
+        return [pair in renewed for pair in held]
+
+    def get_many(self, names: Sequence[str]) -> list[LeaseInfo | None]:
+        for name in names:
+            check_name(name)
+        if not names:
+            return []
+        now, _ = self._clock()
+        statement = select(leases).where(leases.c.name.in_(list(names)), leases.c.expires_at > now)
+
+        def run() -> dict[str, LeaseInfo]:
+            with self._database.transaction(readonly=True) as conn:
+                return {row.name: _info(row) for row in conn.execute(statement)}
+
+        found = self._call(run)
+        return [found.get(name) for name in names]
+
     def release(self, name: str, token: str) -> bool:
         check_name(name)
         now, _ = self._clock()
@@ -132,16 +171,7 @@ class SqlLeaseBackend(LeaseBackend):
         def run() -> LeaseInfo | None:
             with self._database.transaction(readonly=True) as conn:
                 row = conn.execute(statement).one_or_none()
-            if row is None:
-                return None
-            return LeaseInfo(
-                name=row.name,
-                holder=row.holder,
-                token=row.token,
-                acquired_at=row.acquired_at,
-                renewed_at=row.renewed_at,
-                expires_at=row.expires_at,
-            )
+            return None if row is None else _info(row)
 
         return self._call(run)
 
@@ -155,3 +185,14 @@ class SqlLeaseBackend(LeaseBackend):
         except (OperationalError, InterfaceError) as exc:
             message = f"the store did not answer the lease call: {exc}"
             raise LeaseBackendUnavailable(message) from exc
+
+
+def _info(row: Row[Any]) -> LeaseInfo:
+    return LeaseInfo(
+        name=row.name,
+        holder=row.holder,
+        token=row.token,
+        acquired_at=row.acquired_at,
+        renewed_at=row.renewed_at,
+        expires_at=row.expires_at,
+    )

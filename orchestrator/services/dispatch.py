@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
-__all__ = ["Dispatcher", "RecordingDispatcher", "safe_dispatch"]
+__all__ = ["Dispatcher", "RecordingDispatcher", "safe_dispatch", "safe_dispatch_many"]
 
 log = logging.getLogger(__name__)
 
@@ -33,3 +33,16 @@ def safe_dispatch(dispatcher: Dispatcher, task_id: str, generation: int) -> bool
         log.exception("wake-up of task %s generation %s not sent", task_id, generation)
         return False
     return True
+
+
+def safe_dispatch_many(dispatcher: Dispatcher, wakeups: list[tuple[str, int]]) -> list[bool]:
+    """Dispatch a batch after its commit: over one broker connection when the dispatcher can."""
+    many = getattr(dispatcher, "dispatch_many", None)
+    if many is None or len(wakeups) < 2:
+        return [safe_dispatch(dispatcher, task_id, generation) for task_id, generation in wakeups]
+    try:
+        many(wakeups)
+    except Exception:
+        log.exception("a batch of %d wake-ups was not (entirely) sent", len(wakeups))
+        return [False] * len(wakeups)
+    return [True] * len(wakeups)

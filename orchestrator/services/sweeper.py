@@ -1,9 +1,11 @@
 """Recovery: requeue generations whose lease ran out, republish queued tasks whose wake-up is lost.
 
 A sweep reads the store's index of running executions by mirrored lease expiry, so its cost grows
-with the number of expired leases, not with the number of tasks. Every requeue is a
-compare-and-set on the task's generation: two sweepers never requeue one expiry twice. A lost
-generation's pending_approval actions are superseded in the transaction that requeues or parks it.
+with the number of expired leases, not with the number of tasks. The expiries of one sweep are
+handled as a batch: one lease read, one transaction (`store/lost.py`), one publish over one
+broker connection. Every requeue is a compare-and-set on the execution row and the task's
+generation: two sweepers never requeue one expiry twice. A lost generation's pending_approval
+actions are superseded in the transaction that requeues or parks it.
 """
 
 from __future__ import annotations
@@ -12,20 +14,20 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import update
-
 from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable
-from orchestrator.services.dispatch import Dispatcher, safe_dispatch
+from orchestrator.services.dispatch import Dispatcher, safe_dispatch, safe_dispatch_many
 from orchestrator.services.lease_keeper import lease_name
 from orchestrator.settings import Settings
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database
+from orchestrator.store.lost import requeue_lost
 from orchestrator.store.records import ExecutionRecord
-from orchestrator.store.recovery import orphan_running_receipts
-from orchestrator.store.tables import tasks
 from orchestrator.store.types import utcnow
 
-__all__ = ["SweepReport", "Sweeper"]
+__all__ = ["LEASE_EXPIRED", "SweepReport", "Sweeper"]
+
+#: Why a generation whose lease ran out ended.
+LEASE_EXPIRED = "the lease expired without renewal (worker lost)"
 
 log = logging.getLogger(__name__)
 
@@ -71,73 +73,45 @@ class Sweeper:
         report = SweepReport()
         with self.db.transaction(readonly=True) as conn:
             expired = task_store.expired_executions(conn, now, self.batch)
-        for execution in expired:
-            self._recover(execution, report)
+        if expired:
+            self._recover(expired, report)
         self._republish_stale(now, report)
         for line in report.lines():
             log.info("%s", line)
         return report
 
-    def _recover(self, execution: ExecutionRecord, report: SweepReport) -> None:
-        name = lease_name(execution.task_id)
+    def _recover(self, expired: list[ExecutionRecord], report: SweepReport) -> None:
+        """One lease read for the batch, one transaction, one publish over one connection."""
         try:
-            info = self.leases.get(name)
+            infos = self.leases.get_many([lease_name(e.task_id) for e in expired])
         except LeaseBackendUnavailable:
-            log.warning("lease back end unavailable; %s left for the next sweep", name)
+            log.warning(
+                "lease back end unavailable; %d expiries left for the next sweep", len(expired)
+            )
             return
-        if info is not None and info.token == execution.lease_token:
-            # Still held: only the store's mirror is behind (a renewal's mirror write failed).
-            with self.db.transaction() as conn:
-                task_store.mirror_lease(
-                    conn, execution.task_id, execution.generation, info.token, info.expires_at
-                )
+        lost: list[tuple[str, int]] = []
+        for execution, info in zip(expired, infos, strict=True):
+            if info is not None and info.token == execution.lease_token:
+                # Still held: only the store's mirror is behind (a renewal's mirror write failed).
+                with self.db.transaction() as conn:
+                    task_store.mirror_lease(
+                        conn, execution.task_id, execution.generation, info.token, info.expires_at
+                    )
+                continue
+            lost.append((execution.task_id, execution.generation))
+        self.requeue_lost(lost, LEASE_EXPIRED, report)
+
+    def requeue_lost(self, lost: list[tuple[str, int]], reason: str, report: SweepReport) -> None:
+        """Close `lost` generations and requeue (or park) their tasks, then wake the new ones."""
+        if not lost:
             return
         with self.db.transaction() as conn:
-            task = task_store.get_task(conn, execution.task_id, lock=True)
-            closed = task_store.end_generation(
-                conn,
-                execution.task_id,
-                execution.generation,
-                outcome="lost",
-                reason="the lease expired without renewal (worker lost)",
+            batch = requeue_lost(
+                conn, lost, reason=reason, max_recoveries=self.settings.max_recoveries
             )
-            if not closed or task is None:
-                return  # another sweeper, or the generation itself, got there first
-            if task.generation != execution.generation or task.status != "running":
-                return
-            orphan_running_receipts(conn, owner=f"task:{task.task_id}")
-            # Like an operator requeue or cancel: the lost generation's proposals are not
-            # approvable any more; the next generation proposes again if it still needs them.
-            task_store.supersede_pending_actions(
-                conn, task.task_id, f"generation {task.generation} lost its lease"
-            )
-            recoveries = task.recoveries + 1
-            if recoveries >= self.settings.max_recoveries:
-                conn.execute(
-                    update(tasks)
-                    .where(tasks.c.task_id == task.task_id, tasks.c.generation == task.generation)
-                    .values(
-                        status="failed",
-                        failure_code="recovery_limit",
-                        last_error=f"{recoveries} generations in a row lost their lease",
-                        recoveries=recoveries,
-                        updated_at=utcnow(),
-                    )
-                )
-                report.parked.append((task.task_id, task.generation))
-                return
-            nxt = task_store.requeue_generation(
-                conn,
-                task.task_id,
-                task.generation,
-                title=task.title,
-                from_statuses=("running",),
-                recoveries=recoveries,
-                rounds=task.rounds,
-            )
-        if nxt is not None:
-            report.requeued.append((execution.task_id, execution.generation, nxt))
-            safe_dispatch(self.dispatcher, execution.task_id, nxt)
+        report.requeued += batch.requeued
+        report.parked += batch.parked
+        safe_dispatch_many(self.dispatcher, [(t, n) for t, _, n in batch.requeued])
 
     def _republish_stale(self, now: datetime, report: SweepReport) -> None:
         before = now - timedelta(seconds=self.settings.queued_stale_seconds)

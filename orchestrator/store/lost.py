@@ -1,0 +1,158 @@
+"""Lost generations, many at once: close them, then requeue or park their tasks, in one transaction.
+
+The sweeper (expired leases) and the dead-process check (a worker of this host that is gone)
+both end here. The statements are the same compare-and-sets as for one generation, sent as a
+few set-wise statements for the whole batch (about eight round trips, however many generations)
+instead of a transaction per generation:
+
+- the task rows are locked first, in task-id order (every writer that closes an execution row
+  locks its task row first, so no deadlock and no claim can slip in between);
+- the execution rows close only while still open (`outcome IS NULL`): of two sweepers racing
+  over one expiry, the second finds it closed and does nothing for it;
+- only a task still `running` at that generation moves, to generation n+1 `queued`, or to
+  `failed` (`recovery_limit`) after too many losses in a row.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from sqlalchemy import Connection, insert, select, tuple_, update
+
+from orchestrator.domain.outcomes import summary_for
+from orchestrator.store.records import TaskRecord
+from orchestrator.store.tables import actions, executions, invocation_receipts, sessions, tasks
+from orchestrator.store.tasks import _generation_rows, _new_id
+from orchestrator.store.types import utcnow
+
+__all__ = ["LostBatch", "requeue_lost"]
+
+
+@dataclass
+class LostBatch:
+    """What one batch did: (task, lost generation, new generation) and (task, lost generation)."""
+
+    requeued: list[tuple[str, int, int]] = field(default_factory=list)
+    parked: list[tuple[str, int]] = field(default_factory=list)
+
+
+def requeue_lost(
+    conn: Connection,
+    lost: Sequence[tuple[str, int]],
+    *,
+    reason: str,
+    max_recoveries: int,
+) -> LostBatch:
+    """Close each open (task, generation) of `lost` as `lost`; requeue or park its task."""
+    batch = LostBatch()
+    wanted = dict(sorted(set(lost)))  # one generation per task: a task runs one at a time
+    if not wanted:
+        return batch
+    now = utcnow()
+    locked = {
+        row.task_id: TaskRecord.from_row(row)
+        for row in conn.execute(
+            select(tasks)
+            .where(tasks.c.task_id.in_(list(wanted)))
+            .order_by(tasks.c.task_id)
+            .with_for_update()
+        )
+    }
+    closed = conn.execute(
+        update(executions)
+        .where(
+            tuple_(executions.c.task_id, executions.c.generation).in_(list(wanted.items())),
+            executions.c.outcome.is_(None),
+        )
+        .values(outcome="lost", reason=reason, ended_at=now)
+        .returning(executions.c.task_id, executions.c.generation)
+    ).all()
+    moving = [
+        locked[row.task_id]
+        for row in closed
+        if row.task_id in locked
+        and locked[row.task_id].generation == row.generation
+        and locked[row.task_id].status == "running"
+    ]
+    if not moving:
+        return batch
+    owners = [f"task:{task.task_id}" for task in moving]
+    # As in a cold start: their running writes become unknown, with a token no finisher holds.
+    conn.execute(
+        update(invocation_receipts)
+        .where(invocation_receipts.c.status == "running", invocation_receipts.c.owner.in_(owners))
+        .values(
+            status="unknown",
+            summary=summary_for("recovered"),
+            claim_token=f"cold-{secrets.token_hex(16)}",
+            updated_at=now,
+        )
+    )
+    # Like an operator requeue or cancel: the lost generations' proposals are not approvable
+    # any more; the next generation proposes again if it still needs them.
+    for generation, ids in _grouped(moving, lambda task: task.generation).items():
+        conn.execute(
+            update(actions)
+            .where(actions.c.task_id.in_(ids), actions.c.status == "pending_approval")
+            .values(status="superseded", note=f"generation {generation} lost its lease")
+        )
+    parking = [task for task in moving if task.recoveries + 1 >= max_recoveries]
+    requeuing = [task for task in moving if task.recoveries + 1 < max_recoveries]
+    for recoveries, ids in _grouped(parking, lambda task: task.recoveries + 1).items():
+        conn.execute(
+            update(tasks)
+            .where(tasks.c.task_id.in_(ids), tasks.c.status == "running")
+            .values(
+                status="failed",
+                failure_code="recovery_limit",
+                last_error=f"{recoveries} generations in a row lost their lease",
+                recoveries=recoveries,
+                updated_at=now,
+            )
+        )
+    batch.parked = [(task.task_id, task.generation) for task in parking]
+    if not requeuing:
+        return batch
+    rows = [
+        _generation_rows(task.task_id, task.generation + 1, task.title, _new_id(), now)
+        for task in requeuing
+    ]
+    # Executemany: SQLAlchemy sends each as one multi-row INSERT from a cached statement.
+    conn.execute(insert(sessions), [session for session, _ in rows])
+    conn.execute(insert(executions), [execution for _, execution in rows])
+    # Set-wise: every expression reads the row as it was, so `generation + 1` is the new one.
+    next_session = (
+        select(sessions.c.session_id)
+        .where(
+            sessions.c.task_id == tasks.c.task_id,
+            sessions.c.generation == tasks.c.generation + 1,
+            sessions.c.purpose == "task_execution",
+        )
+        .scalar_subquery()
+    )
+    conn.execute(
+        update(tasks)
+        .where(
+            tasks.c.task_id.in_([task.task_id for task in requeuing]), tasks.c.status == "running"
+        )
+        .values(
+            generation=tasks.c.generation + 1,
+            status="queued",
+            queued_at=now,
+            updated_at=now,
+            recoveries=tasks.c.recoveries + 1,
+            failure_code=None,
+            session_id=next_session,
+        )
+    )
+    batch.requeued = [(t.task_id, t.generation, t.generation + 1) for t in requeuing]
+    return batch
+
+
+def _grouped(rows: Sequence[TaskRecord], key: Callable[[TaskRecord], int]) -> dict[int, list[str]]:
+    groups: dict[int, list[str]] = {}
+    for task in rows:
+        groups.setdefault(key(task), []).append(task.task_id)
+    return groups

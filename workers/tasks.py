@@ -78,6 +78,10 @@ def _check_gateway(**_: Any) -> None:
 
 @worker_ready.connect
 def _cold_start(**_: Any) -> None:
+    # First the generations of this host's processes that are gone (a worker killed and
+    # restarted, under any name): requeued now, not when their leases run out.
+    for line in runtime().sweeper.recover_gone_processes().lines():
+        log.warning("restart recovery: %s", line)
     marked = runtime().cold_start()
     if marked:
         log.warning("cold start: %d running receipt(s) of dead generations are now unknown", marked)

@@ -22,6 +22,7 @@ def register(commands: Any) -> None:
     worker.add_argument("--concurrency", type=int, default=None, help="worker processes")
     worker.add_argument("--beat", action="store_true", help="also run the periodic sweep")
     worker.add_argument("--loglevel", default="INFO")
+    worker.add_argument("--name", default=None, help="Celery node name (default celery@host)")
     worker.set_defaults(handler=_worker)
 
     sweeper = commands.add_parser("sweeper", help="requeue expired generations, in a loop")
@@ -42,6 +43,8 @@ def _worker(args: argparse.Namespace) -> int:
         argv += ["--concurrency", str(args.concurrency)]
     if args.beat:
         argv.append("--beat")
+    if args.name:
+        argv += ["--hostname", args.name]
     from celery.bin.celery import celery as celery_command
 
     # `app.worker_main` drops the exit code of Celery's command; a worker that stopped on an

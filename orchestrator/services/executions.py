@@ -21,6 +21,7 @@ from orchestrator.agent.model import ModelError, load_model
 from orchestrator.domain.decisions import Decision, RoundFacts, decide
 from orchestrator.errors import StaleGeneration
 from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable
+from orchestrator.leases.process import current_process
 from orchestrator.services.actions import ActionService
 from orchestrator.services.dispatch import Dispatcher, safe_dispatch
 from orchestrator.services.lease_keeper import LeaseKeeper, lease_name
@@ -106,6 +107,7 @@ class ExecutionService:
                 worker=worker,
                 celery_task_id=celery_task_id,
                 lease_expires_at=utcnow() + timedelta(seconds=ttl),
+                process=current_process(),
             )
         if claimed is None:
             self.leases.release(lease_name(task_id), token)

@@ -11,23 +11,27 @@ actions are superseded in the transaction that requeues or parks it.
 from __future__ import annotations
 
 import logging
+import socket
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable
+from orchestrator.leases.process import ProcessIdentity, is_gone
 from orchestrator.services.dispatch import Dispatcher, safe_dispatch, safe_dispatch_many
 from orchestrator.services.lease_keeper import lease_name
 from orchestrator.settings import Settings
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database
-from orchestrator.store.lost import requeue_lost
+from orchestrator.store.lost import held_on_host, requeue_lost
 from orchestrator.store.records import ExecutionRecord
 from orchestrator.store.types import utcnow
 
-__all__ = ["LEASE_EXPIRED", "SweepReport", "Sweeper"]
+__all__ = ["LEASE_EXPIRED", "PROCESS_GONE", "SweepReport", "Sweeper"]
 
 #: Why a generation whose lease ran out ended.
 LEASE_EXPIRED = "the lease expired without renewal (worker lost)"
+#: Why a generation whose worker process is gone ended before its lease ran out.
+PROCESS_GONE = "its worker process is gone (found on the same host)"
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +79,7 @@ class Sweeper:
             expired = task_store.expired_executions(conn, now, self.batch)
         if expired:
             self._recover(expired, report)
+        self.recover_gone_processes(report)
         self._republish_stale(now, report)
         for line in report.lines():
             log.info("%s", line)
@@ -101,8 +106,42 @@ class Sweeper:
             lost.append((execution.task_id, execution.generation))
         self.requeue_lost(lost, LEASE_EXPIRED, report)
 
-    def requeue_lost(self, lost: list[tuple[str, int]], reason: str, report: SweepReport) -> None:
-        """Close `lost` generations and requeue (or park) their tasks, then wake the new ones."""
+    def recover_gone_processes(self, report: SweepReport | None = None) -> SweepReport:
+        """Requeue now the generations whose claiming process on this host no longer exists.
+
+        Their leases are still live, so each is released with the dead holder's own token
+        (compare-and-delete: a lease someone else took since is left alone) before the next
+        generation's wake-up goes out. Runs at every sweep and when a worker starts.
+        """
+        report = report if report is not None else SweepReport()
+        with self.db.transaction(readonly=True) as conn:
+            held = held_on_host(conn, socket.gethostname())
+        verdicts: dict[ProcessIdentity, bool] = {}
+        gone = [h for h in held if verdicts.setdefault(h.process, is_gone(h.process)) is True]
+        for h in gone:
+            log.warning(
+                "generation %s of task %s: its worker process %s on %s is gone",
+                h.generation,
+                h.task_id,
+                h.process.pid,
+                h.process.host,
+            )
+        tokens = {(h.task_id, h.generation): h.lease_token for h in gone}
+        self.requeue_lost(list(tokens), PROCESS_GONE, report, release=tokens)
+        return report
+
+    def requeue_lost(
+        self,
+        lost: list[tuple[str, int]],
+        reason: str,
+        report: SweepReport,
+        *,
+        release: dict[tuple[str, int], str | None] | None = None,
+    ) -> None:
+        """Close `lost` generations and requeue (or park) their tasks, then wake the new ones.
+
+        `release` gives the lost holders' lease tokens when their leases may still be live.
+        """
         if not lost:
             return
         with self.db.transaction() as conn:
@@ -111,6 +150,14 @@ class Sweeper:
             )
         report.requeued += batch.requeued
         report.parked += batch.parked
+        for task_id, generation in [(t, g) for t, g, _ in batch.requeued] + batch.parked:
+            token = (release or {}).get((task_id, generation))
+            if token is None:
+                continue
+            try:
+                self.leases.release(lease_name(task_id), token)
+            except LeaseBackendUnavailable:
+                log.warning("could not release the lease of %s; it will expire", task_id)
         safe_dispatch_many(self.dispatcher, [(t, n) for t, _, n in batch.requeued])
 
     def _republish_stale(self, now: datetime, report: SweepReport) -> None:

@@ -22,12 +22,13 @@ from dataclasses import dataclass, field
 from sqlalchemy import Connection, insert, select, tuple_, update
 
 from orchestrator.domain.outcomes import summary_for
+from orchestrator.leases.process import ProcessIdentity
 from orchestrator.store.records import TaskRecord
 from orchestrator.store.tables import actions, executions, invocation_receipts, sessions, tasks
 from orchestrator.store.tasks import _generation_rows, _new_id
 from orchestrator.store.types import utcnow
 
-__all__ = ["LostBatch", "requeue_lost"]
+__all__ = ["Held", "LostBatch", "held_on_host", "requeue_lost"]
 
 
 @dataclass
@@ -36,6 +37,42 @@ class LostBatch:
 
     requeued: list[tuple[str, int, int]] = field(default_factory=list)
     parked: list[tuple[str, int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Held:
+    """An open, started generation and the process that claimed it."""
+
+    task_id: str
+    generation: int
+    lease_token: str | None
+    process: ProcessIdentity
+
+
+def held_on_host(conn: Connection, host: str) -> list[Held]:
+    """Open generations claimed by processes of `host` (index on `worker_host, outcome`)."""
+    rows = conn.execute(
+        select(
+            executions.c.task_id,
+            executions.c.generation,
+            executions.c.lease_token,
+            executions.c.worker_pid,
+            executions.c.worker_started,
+        ).where(
+            executions.c.worker_host == host,
+            executions.c.outcome.is_(None),
+            executions.c.worker_pid.is_not(None),
+        )
+    )
+    return [
+        Held(
+            row.task_id,
+            row.generation,
+            row.lease_token,
+            ProcessIdentity(host, row.worker_pid, row.worker_started),
+        )
+        for row in rows
+    ]
 
 
 def requeue_lost(

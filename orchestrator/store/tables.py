@@ -128,10 +128,16 @@ executions = Table(
     Column("outcome", String(16), nullable=True),
     Column("failure_code", String(NAME), nullable=True),
     Column("reason", Text, nullable=True),
+    # Where the claim ran (orchestrator/leases/process.py): a restarted worker or a sweep on
+    # that host requeues the generations of its processes that are gone, without the lease.
+    Column("worker_host", String(255), nullable=True),
+    Column("worker_pid", Integer, nullable=True),
+    Column("worker_started", String(128), nullable=True),
     PrimaryKeyConstraint("task_id", "generation"),
     one_of("outcome", v.EXECUTION_OUTCOMES),
     CheckConstraint("generation >= 1", name="generation_positive"),
     Index(None, "outcome", "lease_expires_at"),
+    Index(None, "worker_host", "outcome"),
 )
 
 plan_revisions = Table(

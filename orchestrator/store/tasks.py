@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     Connection,
@@ -32,6 +32,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from orchestrator.store.records import ExecutionRecord, TaskRecord
 from orchestrator.store.tables import actions, executions, sessions, tasks
 from orchestrator.store.types import utcnow
+
+if TYPE_CHECKING:
+    from orchestrator.leases.process import ProcessIdentity
 
 __all__ = [
     "NewTask",
@@ -256,13 +259,18 @@ def claim_generation(
     worker: str,
     celery_task_id: str | None,
     lease_expires_at: datetime,
+    process: ProcessIdentity | None = None,
 ) -> tuple[TaskRecord, str] | None:
     """queued → running for exactly this generation: the task and the generation's session id.
 
     None when the generation is not the task's queued one (claimed, superseded, finished), or
     its execution row is already closed. On Postgres one statement: send it in autocommit.
+    `process` (where the claim runs) lets a restart on that host recover it without the lease.
     """
     params = {
+        "claim_worker_host": process.host if process else None,
+        "claim_worker_pid": process.pid if process else None,
+        "claim_worker_started": process.started if process else None,
         "claim_task_id": task_id,
         "claim_generation": generation,
         "claim_now": utcnow(),
@@ -315,6 +323,9 @@ def _claim_execution(after: Any = None) -> Update:
             lease_token=bindparam("claim_lease_token"),
             worker=bindparam("claim_worker"),
             celery_task_id=bindparam("claim_celery_task_id"),
+            worker_host=bindparam("claim_worker_host"),
+            worker_pid=bindparam("claim_worker_pid"),
+            worker_started=bindparam("claim_worker_started"),
             started_at=bindparam("claim_now", type_=executions.c.started_at.type),
             lease_expires_at=bindparam(
                 "claim_lease_expires_at", type_=executions.c.lease_expires_at.type

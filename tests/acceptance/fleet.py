@@ -48,9 +48,9 @@ class Fleet:
         """True once a Celery worker says it is ready to take wake-ups."""
         return " ready." in self._paths[process.pid].read_text(errors="replace")
 
-    def worker(self, concurrency: int = 2) -> subprocess.Popen[bytes]:
+    def worker(self, concurrency: int = 2, *more: str) -> subprocess.Popen[bytes]:
         return self._start(
-            "worker", "worker", "--concurrency", str(concurrency), "--loglevel", "INFO"
+            "worker", "worker", "--concurrency", str(concurrency), "--loglevel", "INFO", *more
         )
 
     def sweeper(self) -> subprocess.Popen[bytes]:

@@ -1,0 +1,119 @@
+"""Restart recovery: a generation whose claiming process on this host is gone is requeued at once.
+
+A live process is never taken for dead (a reused pid shows another start time), and nothing of
+another host, boot or pid namespace is judged from here.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from orchestrator.leases.process import ProcessIdentity, current_process, is_gone
+from orchestrator.runtime import Runtime
+from orchestrator.services.lease_keeper import lease_name
+from orchestrator.services.sweeper import SweepReport
+from orchestrator.services.tasks import Trigger
+from orchestrator.store import tasks as task_store
+from orchestrator.store.types import utcnow
+from tests.executions_support import runtime_for
+
+LEASE = 120.0  # the default: only the process check can requeue within a test
+
+
+@pytest.fixture
+def rt(store_url: str, tmp_path: Path) -> Iterator[Runtime]:
+    runtime, _ = runtime_for(store_url, tmp_path, lease_seconds=LEASE)
+    yield runtime
+    runtime.close()
+
+
+def exited_process() -> ProcessIdentity:
+    """The identity a claim recorded for a child process that has since exited."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    ticks = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    me = current_process()
+    assert me.started is not None
+    identity = ProcessIdentity(me.host, child.pid, f"{me.started.rpartition('/')[0]}/{ticks}")
+    assert not is_gone(identity)
+    child.communicate(b"")
+    return identity
+
+
+def claim(rt: Runtime, process: ProcessIdentity) -> tuple[str, str]:
+    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="held")).task.task_id
+    token = rt.leases.acquire(lease_name(task_id), "w", LEASE)
+    assert token is not None
+    with rt.db.transaction() as conn:
+        assert task_store.claim_generation(
+            conn,
+            task_id,
+            1,
+            lease_token=token,
+            worker="w",
+            celery_task_id=None,
+            lease_expires_at=utcnow() + timedelta(seconds=LEASE),
+            process=process,
+        )
+    return task_id, token
+
+
+def test_a_gone_process_is_requeued_at_once_and_its_lease_released(rt: Runtime) -> None:
+    task_id, _ = claim(rt, exited_process())
+    report = rt.sweeper.sweep()  # every sweep checks, long before the lease would run out
+    assert report.requeued == [(task_id, 1, 2)]
+    view = rt.tasks.explain(task_id)
+    assert (view["status"], view["generation"]) == ("queued", 2)
+    assert view["executions"][0]["outcome"] == "lost"
+    assert rt.leases.get(lease_name(task_id)) is None  # generation 2 can take it now
+    assert rt.sweeper.sweep().requeued == []
+
+
+def test_live_processes_and_other_hosts_are_never_taken_for_dead(rt: Runtime) -> None:
+    me = current_process()
+    assert me.started is not None
+    scope = me.started.rpartition("/")[0]
+    held = [
+        claim(rt, me)[0],  # alive
+        claim(rt, replace(exited_process(), host="another-host"))[0],
+        claim(rt, replace(exited_process(), started="other-boot:1/1"))[0],
+        claim(rt, ProcessIdentity(me.host, me.pid, None))[0],  # no start time known
+    ]
+    reused = claim(rt, replace(me, started=f"{scope}/1"))[0]  # our pid, an older process
+    report = rt.sweeper.recover_gone_processes()
+    assert report.requeued == [(reused, 1, 2)]
+    assert all(rt.tasks.get(task_id).status == "running" for task_id in held)
+
+
+def test_two_sweepers_racing_over_gone_processes_requeue_each_once(
+    rt: Runtime, store_url: str, tmp_path: Path
+) -> None:
+    other, _ = runtime_for(store_url, tmp_path, lease_seconds=LEASE)
+    try:
+        dead = exited_process()
+        task_ids = [claim(rt, dead)[0] for _ in range(10)]
+        reports: list[SweepReport] = []
+        barrier = threading.Barrier(2)
+
+        def recover(runtime: Runtime) -> None:
+            barrier.wait(timeout=30)
+            reports.append(runtime.sweeper.recover_gone_processes())
+
+        threads = [threading.Thread(target=recover, args=(r,)) for r in (rt, other)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        requeued = sorted(entry for report in reports for entry in report.requeued)
+        assert requeued == sorted((task_id, 1, 2) for task_id in task_ids)
+    finally:
+        other.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 from typing import Any
 
 from celery.signals import worker_init, worker_ready
@@ -25,14 +26,21 @@ log = logging.getLogger(__name__)
 MAX_LEASE_WAITS = 5
 
 _runtime: tuple[int, Runtime] | None = None
+_runtime_lock = threading.Lock()
 
 
 def runtime() -> Runtime:
-    """The runtime of this process; rebuilt after a fork so no connection crosses processes."""
+    """The runtime of this process, shared by its pool threads; rebuilt after a fork so no
+    connection crosses processes."""
     global _runtime
-    if _runtime is None or _runtime[0] != os.getpid():
-        _runtime = (os.getpid(), build_runtime(get_settings(), dispatcher=CeleryDispatcher(app)))
-    return _runtime[1]
+    current = _runtime
+    if current is not None and current[0] == os.getpid():
+        return current[1]
+    with _runtime_lock:
+        if _runtime is None or _runtime[0] != os.getpid():
+            built = build_runtime(get_settings(), dispatcher=CeleryDispatcher(app))
+            _runtime = (os.getpid(), built)
+        return _runtime[1]
 
 
 @app.task(name=RUN_GENERATION, bind=True)

@@ -16,10 +16,24 @@ __all__ = ["register"]
 
 log = logging.getLogger("orchestrator.sweeper")
 
+#: Concurrent executions of one worker process on the threads pool, unless `--concurrency`.
+DEFAULT_THREADS = 100
+
 
 def register(commands: Any) -> None:
     worker = commands.add_parser("worker", help="run a Celery worker of the fleet")
-    worker.add_argument("--concurrency", type=int, default=None, help="worker processes")
+    worker.add_argument(
+        "--pool",
+        choices=("threads", "prefork", "solo"),
+        default="threads",
+        help="threads (default): many executions per process, as they mostly wait on the model",
+    )
+    worker.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help=f"concurrent executions (default {DEFAULT_THREADS} with threads; CPUs with prefork)",
+    )
     worker.add_argument("--beat", action="store_true", help="also run the periodic sweep")
     worker.add_argument("--loglevel", default="INFO")
     worker.add_argument("--name", default=None, help="Celery node name (default celery@host)")
@@ -39,8 +53,10 @@ def _worker(args: argparse.Namespace) -> int:
     from workers.celery_app import app
 
     argv = ["worker", "--loglevel", args.loglevel, "--without-gossip", "--without-mingle"]
-    if args.concurrency:
-        argv += ["--concurrency", str(args.concurrency)]
+    argv += ["--pool", args.pool]
+    concurrency = args.concurrency or (DEFAULT_THREADS if args.pool == "threads" else None)
+    if concurrency:
+        argv += ["--concurrency", str(concurrency)]
     if args.beat:
         argv.append("--beat")
     if args.name:

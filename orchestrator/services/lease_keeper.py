@@ -1,6 +1,12 @@
-"""Keeps one generation's lease alive: a heartbeat thread, renewals on writes, a safety margin.
+"""Keeps generations' leases alive: one heartbeat per process, renewals on writes, a safety margin.
 
-`lost` is set as soon as the generation can no longer be sure it holds its lease: a renewal was
+A worker process may run hundreds of generations at once (the threads pool), so it does not
+start a thread per generation: every `LeaseKeeper` joins the process's one `Heartbeat`, which
+renews all the leases that are due in one round trip (`LeaseBackend.renew_many`) and mirrors
+their expiries in one statement. The answer is per lease, so a refused renewal stops exactly the
+generation it concerns.
+
+`lost` is set as soon as a generation can no longer be sure it holds its lease: a renewal was
 refused, the store says the generation is over, or the last good renewal is older than the lease
 minus a safety margin. The agent loop and the fenced tools stop on it.
 """
@@ -8,20 +14,26 @@ minus a safety margin. The agent loop and the fenced tools stop on it.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
+from collections import defaultdict
 from datetime import timedelta
 
 from orchestrator.agent.loop import LeaseLost
 from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database
+from orchestrator.store.heartbeats import mirror_leases
 from orchestrator.store.types import utcnow
 from orchestrator.tools.base import Fence
 
-__all__ = ["LeaseKeeper", "lease_name"]
+__all__ = ["Heartbeat", "LeaseKeeper", "heartbeat", "lease_name"]
 
 log = logging.getLogger(__name__)
+
+#: The shortest wait between two attempts for one lease (a back end that keeps failing).
+MIN_RETRY_SECONDS = 0.05
 
 
 def lease_name(task_id: str) -> str:
@@ -29,7 +41,7 @@ def lease_name(task_id: str) -> str:
 
 
 class LeaseKeeper:
-    """Renews `fence`'s lease every `renew_every` seconds until `close()`."""
+    """Renews `fence`'s lease about every `renew_every` seconds, from `start()` to `close()`."""
 
     def __init__(
         self,
@@ -47,18 +59,20 @@ class LeaseKeeper:
         self.renew_every = renew_every
         self.margin = min(5.0, ttl * 0.1)
         self.lost = threading.Event()
-        self._closed = threading.Event()
         self._lock = threading.Lock()
-        self._valid_until = time.monotonic() + ttl
-        self._mirrored_at = time.monotonic()  # the claim wrote the first mirror
-        self._thread = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
+        now = time.monotonic()
+        self._valid_until = now + ttl
+        self._mirrored_at = now  # the claim wrote the first mirror
+        self._attempted_at = now  # and renewed the lease: the first beat is one period away
+        self._renewed_at = now
+        self.longest_gap = 0.0  # the longest time between two good renewals, for tests and logs
 
     @property
     def name(self) -> str:
         return lease_name(self.fence.task_id)
 
     def start(self) -> None:
-        self._thread.start()
+        heartbeat().add(self)
 
     def renew_now(self, *, mirror: bool = True) -> bool:
         """Renew the lease, and mirror its expiry in the store; False (and `lost`) on refusal.
@@ -79,7 +93,7 @@ class LeaseKeeper:
             if not renewed:
                 self._lose("the lease renewal was refused")
                 return False
-            self._valid_until = sent_at + self.ttl
+            self._renewed(sent_at)
             if not mirror and sent_at - self._mirrored_at < self.renew_every / 2:
                 return True
             self._mirrored_at = sent_at
@@ -103,14 +117,24 @@ class LeaseKeeper:
             raise LeaseLost("this generation no longer holds its lease")
 
     def close(self) -> None:
-        """Stop the heartbeat and release the lease (a no-op if someone else holds it)."""
-        self._closed.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=self.renew_every + 5)
+        """Leave the heartbeat and release the lease (a no-op if someone else holds it)."""
+        heartbeat().remove(self)
         try:
             self.leases.release(self.name, self.fence.lease_token)
         except LeaseBackendUnavailable:
             log.warning("could not release %s; it will expire", self.name)
+
+    def due_at(self) -> float:
+        """When the heartbeat should renew next: one period on, or earlier if it nears overdue."""
+        return max(
+            self._attempted_at + MIN_RETRY_SECONDS,
+            min(self._attempted_at + self.renew_every, self._valid_until - self.margin),
+        )
+
+    def _renewed(self, sent_at: float) -> None:
+        self._valid_until = max(self._valid_until, sent_at + self.ttl)
+        self.longest_gap = max(self.longest_gap, sent_at - self._renewed_at)
+        self._renewed_at = max(self._renewed_at, sent_at)
 
     def _check_overdue(self) -> None:
         if time.monotonic() > self._valid_until - self.margin:
@@ -123,17 +147,118 @@ class LeaseKeeper:
             )
             self.lost.set()
 
-    def _beat(self) -> None:
-        while not self._closed.wait(self._next_wait()):
-            if self.lost.is_set():
-                return
-            try:
-                self.renew_now()
-            except Exception:
-                log.exception("heartbeat of %s failed", self.name)
-                self._check_overdue()
 
-    def _next_wait(self) -> float:
-        # Wake early enough to notice an overdue lease before it can expire.
-        remaining = self._valid_until - self.margin - time.monotonic()
-        return max(0.05, min(self.renew_every, remaining))
+class Heartbeat:
+    """One thread renewing the due leases of every registered keeper, a batch per round trip.
+
+    The thread runs while at least one keeper is registered and stops when the last one leaves.
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._keepers: set[LeaseKeeper] = set()
+        self._in_flight: set[LeaseKeeper] = set()
+        self._thread: threading.Thread | None = None
+
+    def add(self, keeper: LeaseKeeper) -> None:
+        with self._changed:
+            self._keepers.add(keeper)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="lease-heartbeat", daemon=True
+                )
+                self._thread.start()
+            self._changed.notify_all()
+
+    def remove(self, keeper: LeaseKeeper) -> None:
+        """Unregister `keeper`; returns once no renewal of it is under way."""
+        with self._changed:
+            self._keepers.discard(keeper)
+            self._changed.notify_all()
+            self._changed.wait_for(lambda: keeper not in self._in_flight, timeout=30)
+
+    def held(self) -> int:
+        with self._changed:
+            return len(self._keepers)
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                self._keepers = {k for k in self._keepers if not k.lost.is_set()}
+                if not self._keepers:
+                    self._thread = None
+                    return
+                now = time.monotonic()
+                due = [k for k in self._keepers if k.due_at() <= now]
+                if not due:
+                    next_due = min(k.due_at() for k in self._keepers)
+                    self._changed.wait(max(0.001, next_due - now))
+                    continue
+                self._in_flight.update(due)
+            try:
+                groups: dict[tuple[int, int, float], list[LeaseKeeper]] = defaultdict(list)
+                for keeper in due:
+                    groups[(id(keeper.leases), id(keeper.db), keeper.ttl)].append(keeper)
+                for group in groups.values():
+                    self._beat(group)
+            finally:
+                with self._changed:
+                    self._in_flight.difference_update(due)
+                    self._changed.notify_all()
+
+    @staticmethod
+    def _beat(group: list[LeaseKeeper]) -> None:
+        """Renew one group (same back end, store and TTL) in one call, then mirror it in one."""
+        first = group[0]
+        sent_at = time.monotonic()
+        for keeper in group:
+            keeper._attempted_at = sent_at
+        try:
+            answers = first.leases.renew_many(
+                [(k.name, k.fence.lease_token) for k in group], first.ttl
+            )
+        except Exception as exc:
+            if not isinstance(exc, LeaseBackendUnavailable):
+                log.exception("heartbeat of %d lease(s) failed", len(group))
+            else:
+                log.warning("lease back end unavailable while renewing %d lease(s)", len(group))
+            for keeper in group:
+                keeper._check_overdue()
+            return
+        renewed = []
+        for keeper, answer in zip(group, answers, strict=True):
+            if answer:
+                keeper._renewed(sent_at)
+                renewed.append(keeper)
+            else:
+                keeper._lose("the lease renewal was refused")
+        if not renewed:
+            return
+        try:
+            with first.db.transaction() as conn:
+                live = mirror_leases(
+                    conn,
+                    [(k.fence.task_id, k.fence.generation, k.fence.lease_token) for k in renewed],
+                    utcnow() + timedelta(seconds=first.ttl),
+                )
+        except Exception:
+            log.exception("mirroring %d lease(s) in the store failed", len(renewed))
+            return
+        for keeper in renewed:
+            if (keeper.fence.task_id, keeper.fence.generation) in live:
+                keeper._mirrored_at = sent_at
+            else:
+                keeper._lose("the store says this generation is over")
+
+
+_heartbeat: tuple[int, Heartbeat] | None = None
+_heartbeat_lock = threading.Lock()
+
+
+def heartbeat() -> Heartbeat:
+    """This process's heartbeat; a new one after a fork (threads do not survive it)."""
+    global _heartbeat
+    with _heartbeat_lock:
+        if _heartbeat is None or _heartbeat[0] != os.getpid():
+            _heartbeat = (os.getpid(), Heartbeat())
+        return _heartbeat[1]

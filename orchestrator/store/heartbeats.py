@@ -1,0 +1,37 @@
+"""The lease mirror of many generations in one statement: what one process heartbeat writes.
+
+The sweeper finds expired leases through the store's copy of each lease's expiry. A worker
+process renews all its leases together, so it mirrors them together too; a generation the
+store no longer has open (cancelled, requeued, lost) is missing from the answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import Connection, tuple_, update
+
+from orchestrator.store.tables import executions
+
+__all__ = ["mirror_leases"]
+
+
+def mirror_leases(
+    conn: Connection, held: Sequence[tuple[str, int, str]], expires_at: datetime
+) -> set[tuple[str, int]]:
+    """Set `expires_at` on each open (task, generation, lease token); the ones still open."""
+    if not held:
+        return set()
+    rows = conn.execute(
+        update(executions)
+        .where(
+            tuple_(executions.c.task_id, executions.c.generation, executions.c.lease_token).in_(
+                list(held)
+            ),
+            executions.c.outcome.is_(None),
+        )
+        .values(lease_expires_at=expires_at)
+        .returning(executions.c.task_id, executions.c.generation)
+    )
+    return {(row.task_id, row.generation) for row in rows}

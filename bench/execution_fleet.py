@@ -217,10 +217,11 @@ class Processes:
         self.started.append(proc)
         return proc
 
-    def worker(self, concurrency: int = 2) -> Proc:
+    def worker(self, concurrency: int = 2, pool: str = "prefork") -> Proc:
+        """`orchestrator worker`; prefork unless told, as the raw Celery worker beside it."""
         orchestrator = str(Path(sys.executable).with_name("orchestrator"))
         argv = [orchestrator, "worker", "--concurrency", str(concurrency), "--loglevel", "INFO"]
-        return self.start("worker", argv)
+        return self.start("worker", [*argv, "--pool", pool])
 
     def sweeper(self) -> Proc:
         return self.start(

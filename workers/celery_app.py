@@ -107,9 +107,17 @@ class CeleryDispatcher:
     def dispatch_many(self, wakeups: list[tuple[str, int]]) -> None:
         """A sweep's batch of wake-ups in one publish: Kombu's publish batch, one Redis pipeline."""
         with self.celery.producer_or_acquire() as producer, producer.batch():
-            for task_id, generation in wakeups:
+            for number, (task_id, generation) in enumerate(wakeups):
                 self.celery.send_task(
-                    RUN_GENERATION, args=[task_id, generation], queue=QUEUE, producer=producer
+                    RUN_GENERATION,
+                    args=[task_id, generation],
+                    queue=QUEUE,
+                    producer=producer,
+                    # Per message, Celery would declare the queue again and render the
+                    # arguments through its safe repr: once, and a plain repr, suffice.
+                    declare=None if number == 0 else [],
+                    argsrepr=repr([task_id, generation]),
+                    kwargsrepr="{}",
                 )
 
 

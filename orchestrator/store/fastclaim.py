@@ -66,13 +66,17 @@ _READ = f"SELECT {_LISTED} FROM invocation_receipts WHERE owner = $1 AND identit
 
 _Cursor = psycopg.RawCursor[tuple[Any, ...]]
 
+#: How long a claim waits for one of the cache's connections before it fails like a lost one.
+SLOT_TIMEOUT_SECONDS = 30.0
+
 
 class _Connections:
     """Idle autocommit connections, most recently used first, each with its kept cursor;
     about `size` kept idle.
 
-    A deque's append and pop are atomic, so taking and giving back take no lock: with many
-    claimer threads a lock here turns into a convoy behind the interpreter lock.
+    A deque's append and pop are atomic, so taking and giving back take no lock of their own:
+    with many claimer threads a lock here turns into a convoy behind the interpreter lock. The
+    one semaphore bounds the connections open at once (uncontended, it costs no wait).
     """
 
     def __init__(self, conninfo: str, size: int) -> None:
@@ -80,15 +84,24 @@ class _Connections:
         self.size = size
         self.idle: deque[_Cursor] = deque()
         self.epoch = 0
+        # At most `size` connections open at once, like the store's pool: a threads-pool worker
+        # with hundreds of executions must not open a connection per claiming thread.
+        self.slots = threading.BoundedSemaphore(size)
         weakref.finalize(self, _close_all, self.idle)
 
     def take(self) -> tuple[_Cursor, int]:
+        if not self.slots.acquire(timeout=SLOT_TIMEOUT_SECONDS):
+            raise psycopg.OperationalError("no claim connection became free in time")
         epoch = self.epoch
         try:
             return self.idle.pop(), epoch
         except IndexError:
             pass
-        cursor = psycopg.RawCursor(psycopg.connect(self.conninfo, autocommit=True))
+        try:
+            cursor = psycopg.RawCursor(psycopg.connect(self.conninfo, autocommit=True))
+        except BaseException:
+            self.slots.release()
+            raise
         cursor.format = psycopg.pq.Format.BINARY
         return cursor, epoch
 
@@ -98,6 +111,12 @@ class _Connections:
             self.idle.append(cursor)
         else:
             cursor.connection.close()
+        self.slots.release()
+
+    def drop(self, cursor: _Cursor) -> None:
+        """Close a connection that failed, and free its slot."""
+        cursor.connection.close()
+        self.slots.release()
 
     def dispose(self) -> None:
         self.epoch += 1
@@ -159,7 +178,7 @@ def claim_row(store: Engine, row: tuple[Any, ...]) -> tuple[Any, ...]:
                 standing = cursor.execute(_READ, key).fetchone()
         except psycopg.OperationalError:
             # Broken or stale connection: drop it and try once more with the same values.
-            cursor.connection.close()
+            cache.drop(cursor)
             if attempt == 2:
                 raise
             continue
@@ -167,7 +186,7 @@ def claim_row(store: Engine, row: tuple[Any, ...]) -> tuple[Any, ...]:
             cache.give(cursor, epoch)
             raise ConstraintViolation(f"the store refused the claim: {exc}") from exc
         except BaseException:
-            cursor.connection.close()
+            cache.drop(cursor)
             raise
         cache.give(cursor, epoch)
         if standing is None:  # cannot happen: a claimed row is only deleted once finished

@@ -142,3 +142,37 @@ def test_dispose_closes_the_kept_connections(pg_db: Database) -> None:
     assert not cache.idle
     assert all(cursor.connection.closed for cursor in kept)
     assert not _claim(ledger, None).granted  # a new connection after the dispose
+
+
+def test_many_claiming_threads_open_at_most_the_pool_size_of_connections(
+    pg_db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A threads-pool worker: many executions claim at once through one process's cache.
+    import threading
+
+    cache = fastclaim_module._connections_for(pg_db.engine)
+    opened: list[int] = []
+    connect = fastclaim_module.psycopg.connect
+
+    def counting_connect(*args: Any, **kwargs: Any) -> Any:
+        opened.append(1)
+        return connect(*args, **kwargs)
+
+    monkeypatch.setattr(fastclaim_module.psycopg, "connect", counting_connect)
+    ledger = ReceiptLedger(pg_db)
+    barrier = threading.Barrier(40)
+    granted: list[bool] = []
+
+    def claim_some(n: int) -> None:
+        barrier.wait(timeout=30)
+        for i in range(3):
+            granted.append(_claim(ledger, None, identity_key=f"t{n}-{i}").granted)
+
+    threads = [threading.Thread(target=claim_some, args=(n,)) for n in range(40)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert granted == [True] * 120
+    assert len(opened) <= cache.size  # never a connection per thread
+    assert len(cache.idle) <= cache.size

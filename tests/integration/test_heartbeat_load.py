@@ -46,11 +46,12 @@ def keepers(rt: Runtime, count: int) -> list[LeaseKeeper]:
 def test_one_heartbeat_renews_every_lease_in_time_and_a_refusal_stops_only_its_own(
     rt: Runtime,
 ) -> None:
+    before = heartbeat().held()  # keepers another test may have left running
     held = keepers(rt, COUNT)
     try:
         beats = [t for t in threading.enumerate() if t.name == "lease-heartbeat"]
         assert len(beats) == 1  # not a thread per generation
-        assert heartbeat().held() == COUNT
+        assert heartbeat().held() == before + COUNT
         time.sleep(TTL / 2)
         # Two leases taken over (their keys now hold someone else's token), one cancelled.
         stolen = held[:2]
@@ -78,5 +79,5 @@ def test_one_heartbeat_renews_every_lease_in_time_and_a_refusal_stops_only_its_o
     finally:
         for keeper in held:
             keeper.close()
-    assert heartbeat().held() == 0
+    assert heartbeat().held() <= before
     assert all(rt.leases.get(lease_name(k.fence.task_id)) is None for k in held[2:])

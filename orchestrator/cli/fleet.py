@@ -9,7 +9,14 @@ import threading
 from types import FrameType
 from typing import Any
 
-from orchestrator.cli.common import add_json_flag, load, one_line, print_json
+from orchestrator.cli.common import (
+    CommandFailed,
+    add_json_flag,
+    bounded_int,
+    load,
+    one_line,
+    print_json,
+)
 from orchestrator.runtime import build_runtime
 
 __all__ = ["register"]
@@ -30,7 +37,7 @@ def register(commands: Any) -> None:
     )
     worker.add_argument(
         "--concurrency",
-        type=int,
+        type=bounded_int(1, 10_000),
         default=None,
         help=f"concurrent executions (default {DEFAULT_THREADS} with threads; CPUs with prefork)",
     )
@@ -60,6 +67,12 @@ def _worker(args: argparse.Namespace) -> int:
     if args.beat:
         argv.append("--beat")
     if args.name:
+        from celery.utils.nodenames import host_format
+
+        try:
+            host_format(args.name)  # Celery's own expansion, checked before the worker starts
+        except ValueError as exc:
+            raise CommandFailed(f"--name: {one_line(exc)}", exit_code=2) from None
         argv += ["--hostname", args.name]
     from celery.bin.celery import celery as celery_command
 

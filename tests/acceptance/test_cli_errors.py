@@ -260,3 +260,15 @@ def test_a_reason_of_500_characters_is_accepted(embedded: Run, task_id: str) -> 
     result = embedded("tasks", "requeue", task_id, "--reason", "r" * 500)
     assert result.returncode == 0, result.stderr
     assert "generation 2" in result.stdout
+
+
+def test_a_worker_name_celery_cannot_expand_is_one_line_exit_2(tmp_path: Path) -> None:
+    result = run_cli("worker", "--name", "w@%h%Q", env={"ORCH_HOME": str(tmp_path / "home")})
+    assert "--name" in one_clear_line(result, 2)
+
+
+def test_a_worker_concurrency_below_one_is_exit_2(tmp_path: Path) -> None:
+    result = run_cli("worker", "--concurrency", "0", env={"ORCH_HOME": str(tmp_path / "home")})
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "--concurrency" in result.stderr.strip().splitlines()[-1]

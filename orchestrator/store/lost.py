@@ -18,8 +18,22 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from sqlalchemy import Connection, insert, select, tuple_, update
+from sqlalchemy import (
+    ARRAY,
+    ColumnElement,
+    Connection,
+    String,
+    and_,
+    any_,
+    cast,
+    insert,
+    literal,
+    select,
+    tuple_,
+    update,
+)
 
 from orchestrator.domain.outcomes import summary_for
 from orchestrator.leases.process import ProcessIdentity
@@ -92,17 +106,14 @@ def requeue_lost(
         row.task_id: TaskRecord.from_row(row)
         for row in conn.execute(
             select(tasks)
-            .where(tasks.c.task_id.in_(list(wanted)))
+            .where(_among(conn, tasks.c.task_id, list(wanted)))
             .order_by(tasks.c.task_id)
             .with_for_update()
         )
     }
     closed = conn.execute(
         update(executions)
-        .where(
-            tuple_(executions.c.task_id, executions.c.generation).in_(list(wanted.items())),
-            executions.c.outcome.is_(None),
-        )
+        .where(_pairs(conn, wanted), executions.c.outcome.is_(None))
         .values(outcome="lost", reason=reason, ended_at=now)
         .returning(executions.c.task_id, executions.c.generation)
     ).all()
@@ -119,7 +130,10 @@ def requeue_lost(
     # As in a cold start: their running writes become unknown, with a token no finisher holds.
     conn.execute(
         update(invocation_receipts)
-        .where(invocation_receipts.c.status == "running", invocation_receipts.c.owner.in_(owners))
+        .where(
+            invocation_receipts.c.status == "running",
+            _among(conn, invocation_receipts.c.owner, owners),
+        )
         .values(
             status="unknown",
             summary=summary_for("recovered"),
@@ -132,7 +146,7 @@ def requeue_lost(
     for generation, ids in _grouped(moving, lambda task: task.generation).items():
         conn.execute(
             update(actions)
-            .where(actions.c.task_id.in_(ids), actions.c.status == "pending_approval")
+            .where(_among(conn, actions.c.task_id, ids), actions.c.status == "pending_approval")
             .values(status="superseded", note=f"generation {generation} lost its lease")
         )
     parking = [task for task in moving if task.recoveries + 1 >= max_recoveries]
@@ -140,7 +154,7 @@ def requeue_lost(
     for recoveries, ids in _grouped(parking, lambda task: task.recoveries + 1).items():
         conn.execute(
             update(tasks)
-            .where(tasks.c.task_id.in_(ids), tasks.c.status == "running")
+            .where(_among(conn, tasks.c.task_id, ids), tasks.c.status == "running")
             .values(
                 status="failed",
                 failure_code="recovery_limit",
@@ -172,7 +186,8 @@ def requeue_lost(
     conn.execute(
         update(tasks)
         .where(
-            tasks.c.task_id.in_([task.task_id for task in requeuing]), tasks.c.status == "running"
+            _among(conn, tasks.c.task_id, [task.task_id for task in requeuing]),
+            tasks.c.status == "running",
         )
         .values(
             generation=tasks.c.generation + 1,
@@ -193,3 +208,21 @@ def _grouped(rows: Sequence[TaskRecord], key: Callable[[TaskRecord], int]) -> di
     for task in rows:
         groups.setdefault(key(task), []).append(task.task_id)
     return groups
+
+
+def _among(conn: Connection, column: ColumnElement[Any], values: list[Any]) -> ColumnElement[bool]:
+    """`column IN values`; on Postgres `= ANY(array)`: one parameter, one cached statement."""
+    if conn.dialect.name == "postgresql":
+        # A plain text[] for strings: `varchar(n)[]` would cut longer values to n characters.
+        element = String() if isinstance(column.type, String) else column.type
+        return column == any_(literal(values, ARRAY(element)))
+    return column.in_(values)
+
+
+def _pairs(conn: Connection, wanted: dict[str, int]) -> ColumnElement[bool]:
+    """The execution rows of exactly these (task, generation) pairs."""
+    if conn.dialect.name != "postgresql":
+        return tuple_(executions.c.task_id, executions.c.generation).in_(list(wanted.items()))
+    keys = [f"{task_id}:{generation}" for task_id, generation in wanted.items()]
+    key = executions.c.task_id + ":" + cast(executions.c.generation, String)
+    return and_(_among(conn, executions.c.task_id, list(wanted)), _among(conn, key, keys))

@@ -607,7 +607,7 @@ class Bench:
                     per.append(elapsed / max(1, len(swept.requeued)))
                 else:  # the last round only profiles (the profiler's overhead is not timed)
                     text = io.StringIO()
-                    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(15)
+                    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
                     profile_text = text.getvalue()
                     (self.folder / "profile-sweep.txt").write_text(profile_text)
                 if len(swept.requeued) != len(batch):

@@ -37,7 +37,6 @@ from sqlalchemy import (
 
 from orchestrator.domain.outcomes import summary_for
 from orchestrator.leases.process import ProcessIdentity
-from orchestrator.store.records import TaskRecord
 from orchestrator.store.tables import actions, executions, invocation_receipts, sessions, tasks
 from orchestrator.store.tasks import _generation_rows, _new_id
 from orchestrator.store.types import utcnow
@@ -103,9 +102,15 @@ def requeue_lost(
         return batch
     now = utcnow()
     locked = {
-        row.task_id: TaskRecord.from_row(row)
+        row.task_id: row
         for row in conn.execute(
-            select(tasks)
+            select(
+                tasks.c.task_id,
+                tasks.c.generation,
+                tasks.c.status,
+                tasks.c.recoveries,
+                tasks.c.title,
+            )
             .where(_among(conn, tasks.c.task_id, list(wanted)))
             .order_by(tasks.c.task_id)
             .with_for_update()
@@ -170,7 +175,6 @@ def requeue_lost(
         _generation_rows(task.task_id, task.generation + 1, task.title, _new_id(), now)
         for task in requeuing
     ]
-    # Executemany: SQLAlchemy sends each as one multi-row INSERT from a cached statement.
     conn.execute(insert(sessions), [session for session, _ in rows])
     conn.execute(insert(executions), [execution for _, execution in rows])
     # Set-wise: every expression reads the row as it was, so `generation + 1` is the new one.
@@ -203,7 +207,7 @@ def requeue_lost(
     return batch
 
 
-def _grouped(rows: Sequence[TaskRecord], key: Callable[[TaskRecord], int]) -> dict[int, list[str]]:
+def _grouped(rows: Sequence[Any], key: Callable[[Any], int]) -> dict[int, list[str]]:
     groups: dict[int, list[str]] = {}
     for task in rows:
         groups.setdefault(key(task), []).append(task.task_id)

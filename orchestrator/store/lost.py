@@ -2,8 +2,8 @@
 
 The sweeper (expired leases) and the dead-process check (a worker of this host that is gone)
 both end here. The statements are the same compare-and-sets as for one generation, sent as a
-few set-wise statements for the whole batch (about eight round trips, however many generations)
-instead of a transaction per generation:
+few set-wise statements for the whole batch (six on Postgres, however many generations) instead
+of a transaction per generation:
 
 - the task rows are locked first, in task-id order (every writer that closes an execution row
   locks its task row first, so no deadlock and no claim can slip in between);
@@ -31,6 +31,7 @@ from sqlalchemy import (
     insert,
     literal,
     select,
+    text,
     tuple_,
     update,
 )
@@ -175,6 +176,19 @@ def requeue_lost(
         _generation_rows(task.task_id, task.generation + 1, task.title, _new_id(), now)
         for task in requeuing
     ]
+    if conn.dialect.name == "postgresql":
+        conn.execute(
+            _PG_REQUEUE,
+            {
+                "task_ids": [s["task_id"] for s, _ in rows],
+                "generations": [s["generation"] for s, _ in rows],
+                "session_ids": [s["session_id"] for s, _ in rows],
+                "titles": [s["title"] for s, _ in rows],
+                "now": now,
+            },
+        )
+        batch.requeued = [(t.task_id, t.generation, t.generation + 1) for t in requeuing]
+        return batch
     conn.execute(insert(sessions), [session for session, _ in rows])
     conn.execute(insert(executions), [execution for _, execution in rows])
     # Set-wise: every expression reads the row as it was, so `generation + 1` is the new one.
@@ -205,6 +219,35 @@ def requeue_lost(
     )
     batch.requeued = [(t.task_id, t.generation, t.generation + 1) for t in requeuing]
     return batch
+
+
+# Postgres: the new generations' sessions and executions and the tasks' move to them, in one
+# statement over arrays (the rows `_generation_rows` makes, column by column).
+_PG_REQUEUE = text(
+    """
+    WITH new AS (
+        SELECT * FROM unnest(
+            CAST(:task_ids AS text[]), CAST(:generations AS integer[]),
+            CAST(:session_ids AS text[]), CAST(:titles AS text[])
+        ) AS n (task_id, generation, session_id, title)
+    ), new_sessions AS (
+        INSERT INTO sessions
+            (session_id, purpose, task_id, generation, owner, title, created_at, updated_at)
+        SELECT session_id, 'task_execution', task_id, generation, 'task:' || task_id, title,
+               :now, :now
+        FROM new
+    ), new_executions AS (
+        INSERT INTO executions (task_id, generation, session_id, created_at)
+        SELECT task_id, generation, session_id, :now FROM new
+    )
+    UPDATE tasks
+    SET generation = new.generation, status = 'queued', queued_at = :now, updated_at = :now,
+        recoveries = tasks.recoveries + 1, failure_code = NULL, session_id = new.session_id
+    FROM new
+    WHERE tasks.task_id = new.task_id AND tasks.status = 'running'
+      AND tasks.generation = new.generation - 1
+    """
+)
 
 
 def _grouped(rows: Sequence[Any], key: Callable[[Any], int]) -> dict[int, list[str]]:

@@ -172,7 +172,12 @@ class ExecutionService:
         )
         host = ToolHost(self._tools(keeper), ledger=self.ledger, results=self.results)
         try:
-            model = load_model(self.settings.model, task.task_type)
+            model = load_model(
+                self.settings.model,
+                task.task_type,
+                settings=self.settings,
+                deadline=keeper.vouched_until,
+            )
             model.check_tools(list(host.tools))
             end = run_round(
                 model,

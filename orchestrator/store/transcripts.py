@@ -1,0 +1,172 @@
+"""The durable transcript: model turns and tool-result envelopes, in order, per session.
+
+The writes are fenced by the caller (`check_fence` in the same transaction). Entries are
+numbered per session; a session belongs to one generation. Token usage sits on the entries of
+the model calls, so the totals per generation and per task are sums over them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, func, insert, select
+
+from orchestrator.store.tables import transcript_entries
+from orchestrator.store.types import utcnow
+
+__all__ = ["Entry", "GenerationUsage", "entries_of", "insert_entries", "next_seq", "usage_of"]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One transcript entry to write (or as read back, with its `seq`)."""
+
+    turn: int
+    kind: str  # model_turn | tool_result | summary
+    body: dict[str, Any]
+    call_id: str | None = None
+    tool_name: str | None = None
+    status: str | None = None
+    parent_call_id: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    seq: int = 0
+    generation: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "seq": self.seq,
+            "generation": self.generation,
+            "turn": self.turn,
+            "kind": self.kind,
+        }
+        for name in ("call_id", "parent_call_id", "tool_name", "status"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        if self.prompt_tokens is not None or self.completion_tokens is not None:
+            out["usage"] = {
+                "prompt_tokens": self.prompt_tokens or 0,
+                "completion_tokens": self.completion_tokens or 0,
+            }
+        out["body"] = self.body
+        return out
+
+
+@dataclass(frozen=True)
+class GenerationUsage:
+    generation: int
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "generation": self.generation,
+            "calls": self.calls,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+        }
+
+
+def next_seq(conn: Connection, session_id: str) -> int:
+    """The number the session's next entry takes."""
+    last = conn.execute(
+        select(func.max(transcript_entries.c.seq)).where(
+            transcript_entries.c.session_id == session_id
+        )
+    ).scalar()
+    return int(last or 0) + 1
+
+
+def insert_entries(
+    conn: Connection,
+    *,
+    session_id: str,
+    task_id: str | None,
+    generation: int | None,
+    first_seq: int,
+    entries: Sequence[Entry],
+) -> None:
+    """Write `entries` numbered from `first_seq` (the caller fenced the transaction)."""
+    now = utcnow()
+    conn.execute(
+        insert(transcript_entries),
+        [
+            {
+                "session_id": session_id,
+                "seq": first_seq + offset,
+                "task_id": task_id,
+                "generation": generation,
+                "turn": entry.turn,
+                "kind": entry.kind,
+                "call_id": entry.call_id,
+                "parent_call_id": entry.parent_call_id,
+                "tool_name": entry.tool_name,
+                "status": entry.status,
+                "body": entry.body,
+                "prompt_tokens": entry.prompt_tokens,
+                "completion_tokens": entry.completion_tokens,
+                "created_at": now,
+            }
+            for offset, entry in enumerate(entries)
+        ],
+    )
+
+
+def entries_of(
+    conn: Connection,
+    *,
+    task_id: str | None = None,
+    generation: int | None = None,
+    session_id: str | None = None,
+) -> list[Entry]:
+    """A task's entries (of one generation, or all), or one session's, in order."""
+    t = transcript_entries.c
+    query = select(transcript_entries)
+    if session_id is not None:
+        query = query.where(t.session_id == session_id)
+    if task_id is not None:
+        query = query.where(t.task_id == task_id)
+    if generation is not None:
+        query = query.where(t.generation == generation)
+    rows = conn.execute(query.order_by(t.generation, t.seq)).all()
+    return [
+        Entry(
+            turn=row.turn,
+            kind=row.kind,
+            body=row.body,
+            call_id=row.call_id,
+            tool_name=row.tool_name,
+            status=row.status,
+            parent_call_id=row.parent_call_id,
+            prompt_tokens=row.prompt_tokens,
+            completion_tokens=row.completion_tokens,
+            seq=row.seq,
+            generation=row.generation,
+        )
+        for row in rows
+    ]
+
+
+def usage_of(conn: Connection, task_id: str) -> list[GenerationUsage]:
+    """Token usage per generation of a task (only generations that called the model)."""
+    t = transcript_entries.c
+    rows = conn.execute(
+        select(
+            t.generation,
+            func.count(t.prompt_tokens),
+            func.coalesce(func.sum(t.prompt_tokens), 0),
+            func.coalesce(func.sum(t.completion_tokens), 0),
+        )
+        .where(t.task_id == task_id, t.kind.in_(("model_turn", "summary")))
+        .group_by(t.generation)
+        .order_by(t.generation)
+    ).all()
+    return [
+        GenerationUsage(int(g), int(calls), int(prompt), int(completion))
+        for g, calls, prompt, completion in rows
+        if g is not None
+    ]

@@ -9,14 +9,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select
+from sqlalchemy import Connection, delete, func, insert, select
 
-from orchestrator.store.tables import transcript_entries
+from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
+from orchestrator.store.tables import recovery_snapshots, sessions, tasks, transcript_entries
 from orchestrator.store.types import utcnow
 
-__all__ = ["Entry", "GenerationUsage", "entries_of", "insert_entries", "next_seq", "usage_of"]
+__all__ = [
+    "Entry",
+    "GenerationUsage",
+    "delete_expired_batch",
+    "entries_of",
+    "insert_entries",
+    "next_seq",
+    "usage_of",
+]
 
 
 @dataclass(frozen=True)
@@ -170,3 +180,39 @@ def usage_of(conn: Connection, task_id: str) -> list[GenerationUsage]:
         for g, calls, prompt, completion in rows
         if g is not None
     ]
+
+
+def delete_expired_batch(conn: Connection, cutoff: datetime, batch_size: int) -> int:
+    """Delete up to `batch_size` transcript entries of finished tasks unchanged since `cutoff`.
+
+    Sessions of background executions are never deleted, so their transcripts (and recovery
+    snapshots) follow the retention period of their finished task instead. Returns how many
+    entries went; the caller repeats until fewer than `batch_size`.
+    """
+    finished = (
+        select(sessions.c.session_id)
+        .join(tasks, tasks.c.task_id == sessions.c.task_id)
+        .where(
+            sessions.c.purpose == "task_execution",
+            tasks.c.status.in_(TERMINAL_TASK_STATUSES),
+            tasks.c.updated_at < cutoff,
+        )
+    )
+    t = transcript_entries.c
+    keys = conn.execute(
+        select(t.session_id, t.seq)
+        .where(t.session_id.in_(finished), t.created_at < cutoff)
+        .order_by(t.session_id, t.seq)
+        .limit(batch_size)
+    ).all()
+    deleted = 0
+    for session_id in {key.session_id for key in keys}:
+        seqs = [key.seq for key in keys if key.session_id == session_id]
+        result = conn.execute(
+            delete(transcript_entries).where(t.session_id == session_id, t.seq.in_(seqs))
+        )
+        deleted += int(result.rowcount)
+        conn.execute(
+            delete(recovery_snapshots).where(recovery_snapshots.c.session_id == session_id)
+        )
+    return deleted

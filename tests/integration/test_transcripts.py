@@ -8,20 +8,25 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import Field
+from sqlalchemy import update
 
 from orchestrator.agent.model import ModelTurn, TokenUsage
 from orchestrator.agent.transcript import REDACTED, TranscriptWriter
 from orchestrator.errors import StaleGeneration
 from orchestrator.runtime import Runtime
+from orchestrator.services.cleanup import run_cleanup
 from orchestrator.services.recovery import save_round_snapshot
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import snapshots as snapshot_store
 from orchestrator.store import tasks as task_store
+from orchestrator.store.tables import tasks, transcript_entries
+from orchestrator.store.types import utcnow
 from orchestrator.tools.base import Fence, Tool, ToolArguments, ToolCall, ToolContext, ToolResult
 from tests.executions_support import (
     claim_as_worker,
@@ -261,5 +266,33 @@ def test_a_cancel_during_a_command_leaves_the_call_unknown_and_the_next_generati
             if c["function"]["name"] == "execute_command"
         ]
         assert commands == []  # the new generation's history does not replay the old call
+    finally:
+        rt.close()
+
+
+def test_transcripts_of_finished_tasks_follow_the_retention(store_url: str, scripts: Path) -> None:
+    rt, _ = runtime_for(store_url, scripts, retention_days=30)
+    try:
+        finished, finished_session = claimed(rt)
+        live, live_session = claimed(rt)
+        for fence, session_id in ((finished, finished_session), (live, live_session)):
+            writer = TranscriptWriter(rt.db, fence, session_id, {})
+            writer.model_turn(1, {}, ModelTurn(None, (ToolCall("a", "t", {}),)))
+            save_round_snapshot(rt.db, writer, "stopped")
+        old = utcnow() - timedelta(days=90)
+        with rt.db.transaction() as conn:
+            conn.execute(update(transcript_entries).values(created_at=old))
+            conn.execute(
+                update(tasks)
+                .where(tasks.c.task_id == finished.task_id)
+                .values(status="completed", updated_at=old)
+            )
+        report = run_cleanup(rt.db, rt.settings, batch_size=1)
+        assert report.transcript_entries_deleted == 1
+        assert rt.tasks.transcript(finished.task_id)["entries"] == []
+        assert len(rt.tasks.transcript(live.task_id)["entries"]) == 1
+        with rt.db.transaction(readonly=True) as conn:
+            assert snapshot_store.get_snapshot(conn, finished_session) is None
+            assert snapshot_store.get_snapshot(conn, live_session) is not None
     finally:
         rt.close()

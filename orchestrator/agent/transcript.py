@@ -17,12 +17,14 @@ could no longer take (`snapshot`).
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Mapping
 from typing import Any
 
 from orchestrator.agent.model import ModelTurn
 from orchestrator.domain.recovery import CallRecord, Snapshot
+from orchestrator.errors import StaleGeneration
 from orchestrator.store import transcripts as transcript_store
 from orchestrator.store.db import Database
 from orchestrator.store.fencing import check_fence
@@ -142,7 +144,10 @@ class TranscriptWriter:
 
     def envelope(self, call: ToolCall, result: ToolResult) -> dict[str, Any]:
         """The envelope the model was shown, redacted for the transcript."""
-        shown = result.to_message()
+        # Exactly the JSON the model was shown (the loop serialises with `default=str`).
+        shown: dict[str, Any] = json.loads(
+            json.dumps(result.to_message(), default=str, ensure_ascii=False)
+        )
         if "result" not in shown:
             return shown
         tool = self.tools.get(call.name)
@@ -170,7 +175,32 @@ class TranscriptWriter:
     def _write(self, entries: list[transcript_store.Entry]) -> None:
         if not entries:
             return
-        with self._lock, self.db.transaction() as conn:
+        with self._lock:
+            if self.db.dialect == "postgresql":
+                self._write_in_one_statement(entries)
+                return
+            self._write_in_a_transaction(entries)
+
+    def _write_in_one_statement(self, entries: list[transcript_store.Entry]) -> None:
+        with self.db.single_statement() as conn:
+            if self._seq is None:
+                self._seq = transcript_store.next_seq(conn, self.session_id)
+            written = transcript_store.insert_entries_fenced(
+                conn,
+                self.fence,
+                session_id=self.session_id,
+                first_seq=self._seq,
+                entries=entries,
+            )
+        if not written:
+            raise StaleGeneration(
+                f"generation {self.fence.generation} of task {self.fence.task_id} no longer "
+                "holds its lease; the transcript takes nothing more from it"
+            )
+        self._seq += len(entries)
+
+    def _write_in_a_transaction(self, entries: list[transcript_store.Entry]) -> None:
+        with self.db.transaction() as conn:
             check_fence(conn, self.fence)
             if self._seq is None:
                 self._seq = transcript_store.next_seq(conn, self.session_id)

@@ -29,7 +29,12 @@ _ABNORMAL = frozenset({None, "lost", "cancelled", "superseded", "failed"})
 
 
 def save_round_snapshot(db: Database, writer: TranscriptWriter, reason: str) -> Snapshot | None:
-    """Save what `writer`'s round did and what is unknown; never raises (it runs on the way out)."""
+    """Save what `writer`'s round did and what is unknown; never raises (it runs on the way out).
+
+    A round that made no tool call leaves nothing to continue from, and no snapshot.
+    """
+    if not writer.calls:
+        return None
     try:
         with db.transaction() as conn:
             plan = plan_store.latest_revision(conn, writer.session_id)

@@ -68,6 +68,14 @@ def is_sensitive(tool: Tool | None, arguments: dict[str, Any]) -> bool:
         return False
 
 
+class _Counter:
+    """The next entry number of a session, shared by a round's writer and its sub-agents'."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.next: int | None = None
+
+
 class TranscriptWriter:
     """One round's transcript: fenced writes, and the memory a recovery snapshot is built from."""
 
@@ -85,10 +93,25 @@ class TranscriptWriter:
         self.session_id = session_id
         self.tools = dict(tools)
         self.parent_call_id = parent_call_id
-        self._lock = threading.Lock()
-        self._seq: int | None = None
+        self._counter = _Counter()
         self._sensitive: dict[str, bool] = {}
         self.calls: dict[str, CallRecord] = {}
+
+    def child(
+        self, parent_call_id: str, tools: Mapping[str, Tool] | None = None
+    ) -> TranscriptWriter:
+        """The writer of a sub-agent started by `parent_call_id`: its entries go to the same
+        session, numbered in the same sequence, marked with the parent call. Its calls are not
+        part of this round's recovery snapshot (a sub-agent only reads)."""
+        child = TranscriptWriter(
+            self.db,
+            self.fence,
+            self.session_id,
+            self.tools if tools is None else tools,
+            parent_call_id=parent_call_id,
+        )
+        child._counter = self._counter
+        return child
 
     # -- TurnRecorder ------------------------------------------------------------------------
 
@@ -175,7 +198,7 @@ class TranscriptWriter:
     def _write(self, entries: list[transcript_store.Entry]) -> None:
         if not entries:
             return
-        with self._lock:
+        with self._counter.lock:
             if self.db.dialect == "postgresql":
                 self._write_in_one_statement(entries)
                 return
@@ -183,13 +206,13 @@ class TranscriptWriter:
 
     def _write_in_one_statement(self, entries: list[transcript_store.Entry]) -> None:
         with self.db.single_statement() as conn:
-            if self._seq is None:
-                self._seq = transcript_store.next_seq(conn, self.session_id)
+            if self._counter.next is None:
+                self._counter.next = transcript_store.next_seq(conn, self.session_id)
             written = transcript_store.insert_entries_fenced(
                 conn,
                 self.fence,
                 session_id=self.session_id,
-                first_seq=self._seq,
+                first_seq=self._counter.next,
                 entries=entries,
             )
         if not written:
@@ -197,19 +220,19 @@ class TranscriptWriter:
                 f"generation {self.fence.generation} of task {self.fence.task_id} no longer "
                 "holds its lease; the transcript takes nothing more from it"
             )
-        self._seq += len(entries)
+        self._counter.next += len(entries)
 
     def _write_in_a_transaction(self, entries: list[transcript_store.Entry]) -> None:
         with self.db.transaction() as conn:
             check_fence(conn, self.fence)
-            if self._seq is None:
-                self._seq = transcript_store.next_seq(conn, self.session_id)
+            if self._counter.next is None:
+                self._counter.next = transcript_store.next_seq(conn, self.session_id)
             transcript_store.insert_entries(
                 conn,
                 session_id=self.session_id,
                 task_id=self.fence.task_id,
                 generation=self.fence.generation,
-                first_seq=self._seq,
+                first_seq=self._counter.next,
                 entries=entries,
             )
-            self._seq += len(entries)
+            self._counter.next += len(entries)

@@ -18,6 +18,7 @@ from sqlalchemy import update
 
 from orchestrator.agent.model import ModelTurn, TokenUsage
 from orchestrator.agent.transcript import REDACTED, TranscriptWriter
+from orchestrator.domain.recovery import Snapshot
 from orchestrator.errors import StaleGeneration
 from orchestrator.runtime import Runtime
 from orchestrator.services.cleanup import run_cleanup
@@ -294,5 +295,30 @@ def test_transcripts_of_finished_tasks_follow_the_retention(store_url: str, scri
         with rt.db.transaction(readonly=True) as conn:
             assert snapshot_store.get_snapshot(conn, finished_session) is None
             assert snapshot_store.get_snapshot(conn, live_session) is not None
+    finally:
+        rt.close()
+
+
+def test_a_sub_agent_writes_under_its_parent_call_in_the_same_sequence(
+    store_url: str, scripts: Path
+) -> None:
+    rt, _ = runtime_for(store_url, scripts)
+    try:
+        fence, session_id = claimed(rt)
+        writer = TranscriptWriter(rt.db, fence, session_id, {})
+        delegate = ToolCall("p1", "delegate", {"question": "q"})
+        writer.model_turn(1, {}, ModelTurn(None, (delegate,)))
+        sub = writer.child("p1")
+        read = ToolCall("s1", "count", {})
+        sub.model_turn(1, {}, ModelTurn(None, (read,), usage=TokenUsage(10, 2)))
+        sub.tool_results(1, [read], [ToolResult.ok(3)])
+        writer.tool_results(1, [delegate], [ToolResult.ok("answer")])
+        entries = rt.tasks.transcript(fence.task_id)["entries"]
+        assert [e["seq"] for e in entries] == [1, 2, 3, 4]
+        assert [e.get("parent_call_id") for e in entries] == [None, "p1", "p1", None]
+        assert rt.tasks.explain(fence.task_id)["token_usage"]["total"]["prompt_tokens"] == 10
+        assert list(writer.calls) == ["p1"]  # the sub-agent's reads are not the round's calls
+        derived = Snapshot.from_transcript(entries[:3], reason="died", generation=1)
+        assert [c["call_id"] for c in derived.unknown] == ["p1"]
     finally:
         rt.close()

@@ -374,6 +374,14 @@ def render_explain(view: dict[str, Any]) -> str:
             lines.append(f"    {action['action_id']}  {action['kind']}  node {action['node_id']}")
     if view["unknown_receipts"]:
         lines.append(f"  write receipts with unknown outcome: {len(view['unknown_receipts'])}")
+    recovery = view.get("recovery")
+    if recovery:
+        lines.append(
+            f"  recovery snapshot of generation {recovery['generation']}: "
+            f"{len(recovery['done'])} call(s) returned, {len(recovery['unknown'])} unknown"
+        )
+        for item in recovery["unknown"]:
+            lines.append(f"    unknown: {item['call_id']} {item['tool']} (verify read-only first)")
     usage = view.get("token_usage")
     if usage and usage["total"]["calls"]:
         per = ", ".join(

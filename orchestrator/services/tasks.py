@@ -14,6 +14,7 @@ from orchestrator.errors import InvalidTransition, NotFound, ValidationFailed
 from orchestrator.leases import LeaseBackend
 from orchestrator.services.dispatch import Dispatcher, safe_dispatch
 from orchestrator.services.lease_keeper import lease_name
+from orchestrator.services.recovery import snapshot_for
 from orchestrator.store import plans as plan_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import tasks as task_store
@@ -156,6 +157,11 @@ class TaskService:
             report = report_store.latest_report(conn, task_id, task.generation)
             pending = report_store.pending_actions_of_generation(conn, task_id, task.generation)
             usage = transcript_store.usage_of(conn, task_id)
+            # What the next generation continues from: the previous one's, or (once the task
+            # stopped running) the last generation's own recovery snapshot.
+            before = task.generation + (0 if task.status == "running" else 1)
+            last = task_store.last_started_execution(conn, task_id, before)
+            recovery = snapshot_for(conn, last) if last is not None else None
         view = task_view(task)
         view.update(
             {
@@ -166,6 +172,7 @@ class TaskService:
                 "pending_actions": pending,
                 "unknown_receipts": self._unknown_receipts(task_id),
                 "token_usage": usage_view(usage),
+                "recovery": recovery.to_dict() if recovery is not None else None,
             }
         )
         return view

@@ -18,6 +18,7 @@ from sqlalchemy import update
 
 from orchestrator.agent.model import ModelTurn, TokenUsage
 from orchestrator.agent.transcript import REDACTED, TranscriptWriter
+from orchestrator.cli.tasks import render_explain
 from orchestrator.domain.recovery import Snapshot
 from orchestrator.errors import StaleGeneration
 from orchestrator.runtime import Runtime
@@ -247,6 +248,10 @@ def test_a_cancel_during_a_command_leaves_the_call_unknown_and_the_next_generati
         assert snapshot is not None
         assert [(c["call_id"], c["tool"]) for c in snapshot.unknown] == [("c2", "execute_command")]
         assert [c["call_id"] for c in snapshot.received] == ["c1"]
+        # Operators see it in the explain view (`tasks show`).
+        view = rt.tasks.explain(task_id)
+        assert [c["call_id"] for c in view["recovery"]["unknown"]] == ["c2"]
+        assert "unknown: c2 execute_command" in render_explain(view)
         requests = len(server.requests)
 
         # A requeue starts generation 2, whose context opens with the snapshot; nothing replays.

@@ -16,6 +16,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import lru_cache
 from typing import Any
 
@@ -32,6 +33,10 @@ __all__ = ["OpenAIModel", "client_for"]
 #: A model call needs at least this long; a round whose lease runs out sooner does not start one.
 MIN_CALL_SECONDS = 1.0
 _NO_KEY = "not-needed"  # local servers take no key; the client insists on a value
+#: How often a waiting round looks at its stop event (a cancel, a lease in doubt).
+STOP_POLL_SECONDS = 0.1
+#: Model calls run here so a round waiting for one can stop at once; a process's rounds share it.
+_CALLS = ThreadPoolExecutor(max_workers=64, thread_name_prefix="model-call")
 
 
 @lru_cache(maxsize=8)
@@ -117,9 +122,14 @@ class OpenAIModel(Model):
             if stop.is_set():
                 return ModelTurn(content=None, tool_calls=())
             timeout = self._timeout()
+            self.calls += 1
+            call = _CALLS.submit(self._create, body, timeout)
+            if not _wait(call, stop):
+                # Cancelled or the lease is in doubt: the round stops now; the abandoned call
+                # ends by itself within its timeout.
+                return ModelTurn(content=None, tool_calls=())
             try:
-                self.calls += 1
-                completion = self.client.chat.completions.create(**body, timeout=timeout)
+                completion = call.result()
             except openai.APIConnectionError as exc:  # includes timeouts
                 why = "timed out" if isinstance(exc, openai.APITimeoutError) else "unreachable"
                 reason, retry_after = f"the model server is {why}", None
@@ -139,6 +149,9 @@ class OpenAIModel(Model):
                 raise ModelError(f"model call failed ({reason}); {delay}")
             if stop.wait(delay):
                 return ModelTurn(content=None, tool_calls=())
+
+    def _create(self, body: dict[str, Any], timeout: float) -> Any:
+        return self.client.chat.completions.create(**body, timeout=timeout)
 
     def _timeout(self) -> float:
         if self.deadline is None:
@@ -193,6 +206,16 @@ class OpenAIModel(Model):
             usage=usage,
             malformed=tuple(malformed),
         )
+
+
+def _wait(call: Future[Any], stop: threading.Event) -> bool:
+    """Wait for `call`; False as soon as `stop` is set first."""
+    done = threading.Event()
+    call.add_done_callback(lambda _: done.set())
+    while not done.wait(STOP_POLL_SECONDS):
+        if stop.is_set():
+            return False
+    return True
 
 
 def _arguments(raw: str | None) -> tuple[dict[str, Any], str | None]:

@@ -254,3 +254,16 @@ def test_a_dynamic_answer_sees_the_request(server: OpenAIServer) -> None:
     server.dynamic(answer)
     play(model_for(server), CountSamples())
     assert seen == [2]
+
+
+def test_a_cancel_while_waiting_for_the_model_stops_the_round_at_once(
+    server: OpenAIServer,
+) -> None:
+    server.reply(content="too late", delay_s=3)
+    stop = threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    started = time.monotonic()
+    turn = model_for(server).next_turn([{"role": "user", "content": "x"}], [], stop)
+    assert time.monotonic() - started < 1.5
+    assert turn.final
+    assert turn.content is None

@@ -214,9 +214,10 @@ def report(figures: dict[str, list[float]], command: str, size: int) -> str:
         f"{p50['orchestrator']:.2f} | {p95['orchestrator']:.2f} |",
         f"| of which building the request (wire format, history check) | {p50['build']:.2f} | "
         f"{p95['build']:.2f} |",
-        f"| of which the two fenced transcript writes | {p50['transcript']:.2f} | "
+        f"| of which the transcript on the turn's path (the model turn's fenced write; the "
+        f"results go in the background while the model thinks) | {p50['transcript']:.2f} | "
         f"{p95['transcript']:.2f} |",
-        f"| the two transcript writes back to back, no model call between | "
+        f"| a turn's two transcript writes back to back, no model call between | "
         f"{p50['transcript_alone']:.2f} | {p95['transcript_alone']:.2f} |",
         f"| **overhead, measured directly** (building + transcript) | "
         f"**{statistics.median(direct):.2f}** | {quantile(direct, 0.95):.2f} |",
@@ -225,12 +226,11 @@ def report(figures: dict[str, list[float]], command: str, size: int) -> str:
         "",
         "- Goal: p50 at most 5 ms of overhead per turn. Token counting is not in this path yet; "
         "the context budget adds it. Building the request is well under a millisecond; the "
-        "overhead is the two fenced transcript writes (on Postgres each is one statement: the "
-        "fence check locks the task row in a CTE and inserts, one round trip). Back to back "
-        "they cost what the store needs; right after a model call they cost more on a loaded "
-        "machine, because the Postgres server process must be scheduled again. Compare the "
-        "load average above: with 2 cores and a load near 8 the goal is not met; the writes "
-        "alone show what an idle machine would see.",
+        "overhead is the model turn's fenced transcript write, which must be in the store "
+        "before the turn's calls run (on Postgres one statement: the fence check locks the "
+        "task row in a CTE and inserts, one round trip). Right after a model call it costs "
+        "more than back to back on a loaded machine, because the Postgres server process must "
+        "be scheduled again: read the figures with the load average above.",
     ]
     return "\n".join(lines) + "\n"
 

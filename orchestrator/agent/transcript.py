@@ -2,7 +2,9 @@
 
 The loop calls `model_turn` after each model turn, before any of its tool calls runs, and
 `tool_results` with the envelopes it is about to show the model. Both are written to the store
-fenced, like every execution write: a generation that lost its lease writes nothing more.
+fenced, like every execution write: a generation that lost its lease writes nothing more. The
+model turn is written before the loop goes on; the results are written in the background while
+the model thinks, and the next model turn, `flush()` or the end of the round waits for them.
 
 What is written is redacted: the argument values of a sensitive operation (`sensitive_read`, or a
 business operation marked `x-sensitive`) become `"***"`; a sensitive result keeps its status and
@@ -20,6 +22,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from orchestrator.agent.model import ModelTurn
@@ -68,6 +71,10 @@ def is_sensitive(tool: Tool | None, arguments: dict[str, Any]) -> bool:
         return False
 
 
+#: Where tool results are written while the model thinks (one write in flight per round).
+_BACKGROUND = ThreadPoolExecutor(max_workers=16, thread_name_prefix="transcript")
+
+
 class _Counter:
     """The next entry number of a session, shared by a round's writer and its sub-agents'."""
 
@@ -94,6 +101,7 @@ class TranscriptWriter:
         self.tools = dict(tools)
         self.parent_call_id = parent_call_id
         self._counter = _Counter()
+        self._pending: Future[None] | None = None
         self._sensitive: dict[str, bool] = {}
         self.calls: dict[str, CallRecord] = {}
 
@@ -116,6 +124,7 @@ class TranscriptWriter:
     # -- TurnRecorder ------------------------------------------------------------------------
 
     def model_turn(self, turn_number: int, message: dict[str, Any], turn: ModelTurn) -> None:
+        self.flush()  # the previous results first: the transcript stays in order
         calls = []
         for call in turn.tool_calls:
             sensitive = is_sensitive(self.tools.get(call.name), call.arguments)
@@ -161,7 +170,16 @@ class TranscriptWriter:
                     parent_call_id=self.parent_call_id,
                 )
             )
-        self._write(entries)
+        # Off the turn's path: written while the model thinks about them; the next model turn,
+        # `flush()` and the end of the round wait for it (and raise what it raised).
+        self.flush()
+        self._pending = _BACKGROUND.submit(self._write, entries)
+
+    def flush(self) -> None:
+        """Wait for the results written in the background; raises what their write raised."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
 
     # -- what is kept ------------------------------------------------------------------------
 

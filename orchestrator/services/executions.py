@@ -192,6 +192,7 @@ class ExecutionService:
                 stop=keeper.lost,
                 recorder=transcript,
             )
+            transcript.flush()  # the last results are in before the generation ends
         except (LeaseLost, StaleGeneration, ToolCancelled) as exc:
             log.warning("generation %s of %s stopped: %s", fence.generation, task.task_id, exc)
             save_round_snapshot(self.db, transcript, f"stopped: {exc}")

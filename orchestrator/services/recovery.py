@@ -36,6 +36,10 @@ def save_round_snapshot(db: Database, writer: TranscriptWriter, reason: str) -> 
     if not writer.calls:
         return None
     try:
+        writer.flush()  # results still being written go in first, if the fence still takes them
+    except Exception as exc:
+        log.info("the last results of the round were not written: %s", type(exc).__name__)
+    try:
         with db.transaction() as conn:
             plan = plan_store.latest_revision(conn, writer.session_id)
             snapshot = writer.snapshot(reason, plan.to_dict() if plan else None)

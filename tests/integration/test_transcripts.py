@@ -169,6 +169,7 @@ def test_sensitive_arguments_and_bodies_are_redacted(store_url: str, scripts: Pa
         turn = ModelTurn(None, (secret_call,), usage=TokenUsage(5, 1))
         writer.model_turn(1, {}, turn)
         writer.tool_results(1, [secret_call], [ToolResult.ok({"password": "hunter2"})])
+        writer.flush()  # results are written in the background
         stored = json.dumps(rt.tasks.transcript(fence.task_id)["entries"])
         assert "alice" not in stored
         assert "hunter2" not in stored
@@ -178,6 +179,38 @@ def test_sensitive_arguments_and_bodies_are_redacted(store_url: str, scripts: Pa
             "filters": {"a": [REDACTED, REDACTED]},
         }
         assert entries[1]["status"] == "succeeded"
+    finally:
+        rt.close()
+
+
+def test_results_written_in_the_background_come_before_the_next_turn(
+    store_url: str, scripts: Path
+) -> None:
+    rt, _ = runtime_for(store_url, scripts)
+    try:
+        fence, session_id = claimed(rt)
+        writer = TranscriptWriter(rt.db, fence, session_id, {})
+        for number in range(1, 6):
+            calls = [ToolCall(f"c{number}a", "t", {}), ToolCall(f"c{number}b", "t", {})]
+            writer.model_turn(number, {}, ModelTurn(None, tuple(calls)))
+            writer.tool_results(number, calls, [ToolResult.ok(number)] * 2)
+        writer.model_turn(6, {}, ModelTurn("done", ()))
+        entries = rt.tasks.transcript(fence.task_id)["entries"]
+        assert [(e["turn"], e["kind"]) for e in entries] == [
+            *(
+                (n, kind)
+                for n in range(1, 6)
+                for kind in ("model_turn", "tool_result", "tool_result")
+            ),
+            (6, "model_turn"),
+        ]
+        # A refused background write surfaces at the next step of the round.
+        calls = [ToolCall("late", "t", {})]
+        writer.model_turn(7, {}, ModelTurn(None, tuple(calls)))
+        rt.tasks.requeue(fence.task_id, "operator")
+        writer.tool_results(7, calls, [ToolResult.ok(7)])
+        with pytest.raises(StaleGeneration):
+            writer.flush()
     finally:
         rt.close()
 
@@ -318,6 +351,7 @@ def test_a_sub_agent_writes_under_its_parent_call_in_the_same_sequence(
         sub.model_turn(1, {}, ModelTurn(None, (read,), usage=TokenUsage(10, 2)))
         sub.tool_results(1, [read], [ToolResult.ok(3)])
         writer.tool_results(1, [delegate], [ToolResult.ok("answer")])
+        writer.flush()
         entries = rt.tasks.transcript(fence.task_id)["entries"]
         assert [e["seq"] for e in entries] == [1, 2, 3, 4]
         assert [e.get("parent_call_id") for e in entries] == [None, "p1", "p1", None]

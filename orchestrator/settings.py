@@ -7,7 +7,14 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -86,7 +93,8 @@ class Settings(BaseSettings):
     max_rounds: int = Field(default=5, ge=1)
     max_turns: int = Field(default=30, ge=1)
     api_token: str | None = None
-    model: str = Field(default="scripted:scripts", description="scripted:DIR (see the README)")
+    # No default: a worker refuses to start without one (`check_model_setting`).
+    model: str | None = Field(default=None, description="openai:MODEL or scripted:DIR")
     retention_days: int = Field(default=30, ge=0)
     db_pool_size: int = Field(default=5, ge=1)
     db_max_overflow: int = Field(default=5, ge=0)
@@ -103,6 +111,23 @@ class Settings(BaseSettings):
     )
     data_cleanup_enable: bool = Field(default=True, validation_alias=_env("DATA_CLEANUP_ENABLE"))
     llm_max_tools: int = Field(default=0, ge=0, validation_alias=_env("LLM_MAX_TOOLS"))
+
+    # The OpenAI-compatible model client (`ORCH_MODEL=openai:<model>`, issue 12).
+    llm_base_url: str | None = Field(default=None, validation_alias=_env("LLM_BASE_URL"))
+    llm_api_key: SecretStr | None = Field(default=None, validation_alias=_env("LLM_API_KEY"))
+    llm_context_window: int = Field(
+        default=32768, ge=1024, validation_alias=_env("LLM_CONTEXT_WINDOW")
+    )
+    llm_max_output_tokens: int = Field(
+        default=4096, ge=1, validation_alias=_env("LLM_MAX_OUTPUT_TOKENS")
+    )
+    llm_timeout_seconds: float = Field(
+        default=120.0, gt=0, validation_alias=_env("LLM_TIMEOUT_SECONDS")
+    )
+    llm_temperature: float | None = Field(
+        default=None, ge=0, le=2, validation_alias=_env("LLM_TEMPERATURE")
+    )
+    llm_max_retries: int = Field(default=4, ge=0, le=20, validation_alias=_env("LLM_MAX_RETRIES"))
 
     @field_validator("database_url")
     @classmethod
@@ -161,6 +186,13 @@ _ENV_NAMES = {
     "agent_internal_token": "AGENT_INTERNAL_TOKEN",
     "data_cleanup_enable": "DATA_CLEANUP_ENABLE",
     "llm_max_tools": "LLM_MAX_TOOLS",
+    "llm_base_url": "LLM_BASE_URL",
+    "llm_api_key": "LLM_API_KEY",
+    "llm_context_window": "LLM_CONTEXT_WINDOW",
+    "llm_max_output_tokens": "LLM_MAX_OUTPUT_TOKENS",
+    "llm_timeout_seconds": "LLM_TIMEOUT_SECONDS",
+    "llm_temperature": "LLM_TEMPERATURE",
+    "llm_max_retries": "LLM_MAX_RETRIES",
 }
 
 

@@ -10,9 +10,10 @@ from typing import Any
 
 from celery.signals import worker_init, worker_ready
 
+from orchestrator.agent.model import check_model_setting
 from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.cleanup import run_cleanup
-from orchestrator.settings import get_settings
+from orchestrator.settings import SettingsError, get_settings
 from orchestrator.tools.toolsets import SpecError, check_gateway
 from workers.celery_app import CeleryDispatcher, app
 from workers.constants import CLEANUP, RUN_GENERATION, SWEEP
@@ -81,6 +82,16 @@ def _check_gateway(**_: Any) -> None:
         check_gateway(get_settings())
     except SpecError as exc:
         log.critical("%s", exc.message)
+        raise SystemExit(2) from None
+
+
+@worker_init.connect
+def _check_model(**_: Any) -> None:
+    """No silent default: a worker without a usable `ORCH_MODEL` stops at start, with one line."""
+    try:
+        check_model_setting(get_settings())
+    except SettingsError as exc:
+        log.critical("%s", exc)
         raise SystemExit(2) from None
 
 

@@ -7,10 +7,11 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from orchestrator.agent.model import Model
+from orchestrator.agent.model import Model, ModelTurn
+from orchestrator.agent.wire import assistant_message
 from orchestrator.tools.base import ToolCall, ToolContext, ToolResult
 
-__all__ = ["LeaseLost", "RoundEnd", "TurnRunner", "run_round"]
+__all__ = ["LeaseLost", "RoundEnd", "TurnRecorder", "TurnRunner", "run_round"]
 
 
 class LeaseLost(Exception):
@@ -21,6 +22,18 @@ class TurnRunner(Protocol):
     def schemas(self) -> list[dict[str, Any]]: ...
 
     def run_turn(self, ctx: ToolContext, calls: list[ToolCall]) -> list[ToolResult]: ...
+
+
+class TurnRecorder(Protocol):
+    """Keeps what came back from the model (the durable transcript, token usage)."""
+
+    def model_turn(self, turn_number: int, message: dict[str, Any], turn: ModelTurn) -> None:
+        """Called after each model turn, before any of its tool calls runs."""
+
+    def tool_results(
+        self, turn_number: int, calls: list[ToolCall], results: list[ToolResult]
+    ) -> None:
+        """Called with the envelopes the model is about to be shown."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +51,7 @@ def run_round(
     brief: str,
     max_turns: int,
     stop: threading.Event,
+    recorder: TurnRecorder | None = None,
 ) -> RoundEnd:
     """Run turns until the model answers without tool calls or the turn budget runs out.
 
@@ -53,18 +67,15 @@ def run_round(
         _check(stop)
         turn = model.next_turn(messages, tools, stop)
         _check(stop)
-        messages.append(
-            {
-                "role": "assistant",
-                "content": turn.content,
-                "tool_calls": [
-                    {"id": c.id, "name": c.name, "arguments": c.arguments} for c in turn.tool_calls
-                ],
-            }
-        )
+        message = assistant_message(turn)
+        messages.append(message)
+        if recorder is not None:
+            recorder.model_turn(turn_number, message, turn)
         if turn.final:
             return RoundEnd("final_answer", turn_number, turn.content)
-        results = host.run_turn(ctx, list(turn.tool_calls))
+        results = _run_calls(host, ctx, turn)
+        if recorder is not None:
+            recorder.tool_results(turn_number, list(turn.tool_calls), results)
         for call, result in zip(turn.tool_calls, results, strict=True):
             messages.append(
                 {
@@ -74,6 +85,21 @@ def run_round(
                 }
             )
     return RoundEnd("turn_budget", max_turns, None)
+
+
+def _run_calls(host: TurnRunner, ctx: ToolContext, turn: ModelTurn) -> list[ToolResult]:
+    """The host runs the readable calls; unreadable arguments are answered `failed` in place."""
+    if not turn.malformed:
+        return host.run_turn(ctx, list(turn.tool_calls))
+    why = dict(turn.malformed)
+    runnable = [call for call in turn.tool_calls if call.id not in why]
+    ran = iter(host.run_turn(ctx, runnable) if runnable else [])
+    return [
+        ToolResult.failed(f"{why[call.id]}; nothing was run", code="invalid_arguments")
+        if call.id in why
+        else next(ran)
+        for call in turn.tool_calls
+    ]
 
 
 def _check(stop: threading.Event) -> None:

@@ -1,5 +1,7 @@
 """The model interface (one call → text and/or tool calls) and the scripted model.
 
+`openai:<model>` is the OpenAI-compatible client in `orchestrator.agent.openai_model`.
+
 The scripted model is a public interface: with `ORCH_MODEL=scripted:DIR`, a task of type T runs
 the script `DIR/T.json`, a list of turns, each one model response:
 
@@ -17,7 +19,7 @@ import copy
 import json
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -25,9 +27,18 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from orchestrator.settings import Settings, SettingsError, get_settings
 from orchestrator.tools.base import ToolCall
 
-__all__ = ["Model", "ModelError", "ModelTurn", "ScriptedModel", "load_model"]
+__all__ = [
+    "Model",
+    "ModelError",
+    "ModelTurn",
+    "ScriptedModel",
+    "TokenUsage",
+    "check_model_setting",
+    "load_model",
+]
 
 
 class ModelError(Exception):
@@ -35,9 +46,22 @@ class ModelError(Exception):
 
 
 @dataclass(frozen=True)
+class TokenUsage:
+    """What one model call cost, as the server reported it."""
+
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True)
 class ModelTurn:
     content: str | None
     tool_calls: tuple[ToolCall, ...]
+    #: A reasoning model's thoughts; sent back with the turn when it calls tools.
+    reasoning_content: str | None = None
+    usage: TokenUsage | None = None
+    #: Calls whose arguments could not be read (call id → why): answered `failed`, never run.
+    malformed: tuple[tuple[str, str], ...] = ()
 
     @property
     def final(self) -> bool:
@@ -147,14 +171,58 @@ def _read_version(path: Path, _mtime_ns: int, _size: int) -> tuple[_ScriptTurn, 
     return _read_script(path)
 
 
-def load_model(spec: str, task_type: str) -> Model:
-    """The model named by `ORCH_MODEL` for one round of a task of `task_type`."""
-    kind, _, target = spec.partition(":")
+def load_model(
+    spec: str | None,
+    task_type: str,
+    *,
+    settings: Settings | None = None,
+    deadline: Callable[[], float] | None = None,
+) -> Model:
+    """The model named by `ORCH_MODEL` for one round of a task of `task_type`.
+
+    `deadline` gives the monotonic time until which the round's lease is vouched for; an
+    `openai:` model never waits for a retry past it.
+    """
+    kind, _, target = (spec or "").partition(":")
     if kind == "scripted" and target:
         if not _safe_name(task_type):
             raise ModelError(f"task type {task_type!r} cannot name a script file")
         return ScriptedModel.from_file(Path(target) / f"{task_type}.json")
-    raise ModelError(f"unsupported ORCH_MODEL {spec!r}; use scripted:DIR")
+    if kind == "openai" and target:
+        from orchestrator.agent.openai_model import OpenAIModel  # only when configured
+
+        return OpenAIModel.from_settings(target, settings or get_settings(), deadline=deadline)
+    raise ModelError(f"unsupported ORCH_MODEL {spec!r}; use openai:MODEL or scripted:DIR")
+
+
+def check_model_setting(settings: Settings) -> None:
+    """Refuse to start a worker without a usable `ORCH_MODEL` (no silent default).
+
+    Raises `SettingsError` with one line naming the setting.
+    """
+    spec = settings.model
+    if not spec:
+        raise SettingsError(
+            "invalid setting ORCH_MODEL: not set; use openai:MODEL (with LLM_BASE_URL) "
+            "or scripted:DIR"
+        )
+    kind, _, target = spec.partition(":")
+    if kind == "scripted" and target:
+        if not Path(target).is_dir():
+            raise SettingsError(
+                f"invalid setting ORCH_MODEL: the script folder {target} does not exist"
+            )
+        return
+    if kind == "openai" and target:
+        if not settings.llm_base_url:
+            raise SettingsError(
+                "invalid setting LLM_BASE_URL: ORCH_MODEL=openai:... needs the server's URL, "
+                "e.g. http://127.0.0.1:8000/v1"
+            )
+        return
+    raise SettingsError(
+        f"invalid setting ORCH_MODEL: {spec!r} is neither openai:MODEL nor scripted:DIR"
+    )
 
 
 def _safe_name(name: str) -> bool:

@@ -73,6 +73,16 @@ def show_task(task_id: str, service: TaskService = Depends(get_task_service)) ->
     return service.explain(task_id)
 
 
+@router.get("/{task_id}/transcript")
+def task_transcript(
+    task_id: str,
+    generation: int | None = Query(default=None, ge=1, le=2**31 - 1),
+    service: TaskService = Depends(get_task_service),
+) -> dict[str, Any]:
+    """The durable transcript: model turns and the tool results the model was shown."""
+    return service.transcript(task_id, generation)
+
+
 @router.post("/{task_id}/requeue")
 def requeue_task(
     task_id: str, body: RequeueBody, service: TaskService = Depends(get_task_service)

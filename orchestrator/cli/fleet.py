@@ -9,6 +9,7 @@ import threading
 from types import FrameType
 from typing import Any
 
+from orchestrator.agent.model import check_model_setting
 from orchestrator.cli.common import (
     CommandFailed,
     add_json_flag,
@@ -56,8 +57,10 @@ def register(commands: Any) -> None:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    load()  # a bad setting stops here with one line, before Celery starts
+    settings = load()  # a bad setting stops here with one line, before Celery starts
     from workers.celery_app import app
+
+    check_model_setting(settings)  # no silent default model (issue 12)
 
     argv = ["worker", "--loglevel", args.loglevel, "--without-gossip", "--without-mingle"]
     argv += ["--pool", args.pool]

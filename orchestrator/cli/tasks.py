@@ -49,6 +49,16 @@ def register(commands: Any) -> None:
     add_json_flag(show)
     show.set_defaults(handler=_show)
 
+    transcript = actions.add_parser(
+        "transcript", help="the model turns and tool results of a task, as recorded"
+    )
+    transcript.add_argument("task_id")
+    transcript.add_argument(
+        "--generation", type=bounded_int(1, 2**31 - 1), help="only this generation"
+    )
+    add_json_flag(transcript)
+    transcript.set_defaults(handler=_transcript)
+
     requeue = actions.add_parser("requeue", help="start a new generation (fences a running one)")
     requeue.add_argument("task_id")
     requeue.add_argument("--reason", required=True)
@@ -229,6 +239,73 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _transcript(args: argparse.Namespace) -> int:
+    rt = _runtime()
+    try:
+        view = rt.tasks.transcript(args.task_id, args.generation)
+    finally:
+        rt.close()
+    if args.json:
+        print_json(view)
+    else:
+        print(render_transcript(view))
+    return 0
+
+
+def render_transcript(view: dict[str, Any]) -> str:
+    """The transcript as a readable page: one line per model turn, call and result."""
+    lines = [f"transcript of task {view['task_id']}"]
+    shown: int | None = None
+    for entry in view["entries"]:
+        if entry["generation"] != shown:
+            shown = entry["generation"]
+            lines.append(f"generation {shown}:")
+        prefix = f"  [{entry['turn']:>2}]" + (
+            f" (sub-agent of {entry['parent_call_id']})" if entry.get("parent_call_id") else ""
+        )
+        body = entry["body"]
+        if entry["kind"] == "tool_result":
+            detail = body.get("message") or _short(body.get("result"))
+            lines.append(
+                f"{prefix}   <- {entry['call_id']} {entry['tool_name']}: {entry['status']}"
+                + (f" ({body['invocation_id']})" if body.get("invocation_id") else "")
+                + (f" {detail}" if detail else "")
+            )
+            continue
+        usage = entry.get("usage")
+        tokens = (
+            f"  [{usage['prompt_tokens']}+{usage['completion_tokens']} tokens]" if usage else ""
+        )
+        if entry["kind"] == "summary":
+            lines.append(f"{prefix} summary: {_short(body.get('content'))}{tokens}")
+            continue
+        if body.get("content"):
+            lines.append(f"{prefix} model: {_short(body['content'])}{tokens}")
+            tokens = ""
+        for call in body.get("tool_calls") or []:
+            lines.append(f"{prefix}   -> {call['id']} {call['name']} {_short(call['arguments'])}")
+        if not body.get("content") and not body.get("tool_calls"):
+            lines.append(f"{prefix} model: (no answer){tokens}")
+        elif tokens:
+            lines[-1] += tokens
+    if shown is None:
+        lines.append("  (no model turn recorded)")
+    total = view["token_usage"]["total"]
+    lines.append(
+        f"tokens: {total['prompt_tokens']} prompt + {total['completion_tokens']} completion "
+        f"in {total['calls']} calls"
+    )
+    return "\n".join(lines)
+
+
+def _short(value: Any, limit: int = 160) -> str:
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _requeue(args: argparse.Namespace) -> int:
     from orchestrator.api.tasks import RequeueBody
 
@@ -297,6 +374,25 @@ def render_explain(view: dict[str, Any]) -> str:
             lines.append(f"    {action['action_id']}  {action['kind']}  node {action['node_id']}")
     if view["unknown_receipts"]:
         lines.append(f"  write receipts with unknown outcome: {len(view['unknown_receipts'])}")
+    recovery = view.get("recovery")
+    if recovery:
+        lines.append(
+            f"  recovery snapshot of generation {recovery['generation']}: "
+            f"{len(recovery['done'])} call(s) returned, {len(recovery['unknown'])} unknown"
+        )
+        for item in recovery["unknown"]:
+            lines.append(f"    unknown: {item['call_id']} {item['tool']} (verify read-only first)")
+    usage = view.get("token_usage")
+    if usage and usage["total"]["calls"]:
+        per = ", ".join(
+            f"gen {u['generation']} {u['prompt_tokens']}+{u['completion_tokens']}"
+            for u in usage["generations"]
+        )
+        total = usage["total"]
+        lines.append(
+            f"  tokens (prompt+completion): {total['prompt_tokens']}+"
+            f"{total['completion_tokens']} in {total['calls']} model calls ({per})"
+        )
     return "\n".join(lines)
 
 

@@ -6,7 +6,8 @@ finished receipts follow the retention period instead: once the task is finished
 the receipt are older than `ORCH_RETENTION_DAYS`, they are deleted in batches, like orphans (no
 session). `running` and `unknown` are recovery boundaries and are never deleted for age (when a
 session is deleted they become orphans). `DATA_CLEANUP_ENABLE=false` or a retention of 0
-disables cleanup altogether.
+disables cleanup altogether. Transcripts and recovery snapshots of finished tasks follow the
+same retention as their receipts (a chat's go with its session).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from orchestrator.settings import Settings
+from orchestrator.store import transcripts as transcript_store
 from orchestrator.store.db import Database
 from orchestrator.store.receipts import ReceiptLedger
 
@@ -34,6 +36,7 @@ class CleanupReport:
     cutoff: datetime | None
     orphans_deleted: int = 0
     of_finished_tasks_deleted: int = 0
+    transcript_entries_deleted: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -45,6 +48,7 @@ class CleanupReport:
                 "orphans": self.orphans_deleted,
                 "of_finished_tasks": self.of_finished_tasks_deleted,
             },
+            "transcript_entries_deleted": self.transcript_entries_deleted,
             "batches": self.batches,
             "cutoff": self.cutoff.isoformat() if self.cutoff else None,
         }
@@ -64,6 +68,15 @@ def run_cleanup(
         batch_size=batch_size,
         now=now,
     )
+    transcripts = 0
+    if result.enabled and result.cutoff is not None:
+        # Transcripts and recovery snapshots of finished tasks follow the same retention.
+        while True:
+            with db.transaction() as conn:
+                deleted = transcript_store.delete_expired_batch(conn, result.cutoff, batch_size)
+            transcripts += deleted
+            if deleted < batch_size:
+                break
     return CleanupReport(
         enabled=result.enabled,
         reason=result.reason,
@@ -73,4 +86,5 @@ def run_cleanup(
         cutoff=result.cutoff,
         orphans_deleted=result.orphans,
         of_finished_tasks_deleted=result.of_finished_tasks,
+        transcript_entries_deleted=transcripts,
     )

@@ -18,6 +18,7 @@ from sqlalchemy.exc import DBAPIError
 from orchestrator.agent.host import ToolHost
 from orchestrator.agent.loop import LeaseLost, run_round
 from orchestrator.agent.model import ModelError, load_model
+from orchestrator.agent.transcript import TranscriptWriter
 from orchestrator.domain.decisions import Decision, RoundFacts, decide
 from orchestrator.errors import StaleGeneration
 from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable
@@ -26,6 +27,7 @@ from orchestrator.services.actions import ActionService
 from orchestrator.services.dispatch import Dispatcher, safe_dispatch
 from orchestrator.services.lease_keeper import LeaseKeeper, lease_name
 from orchestrator.services.plans import PlanService
+from orchestrator.services.recovery import save_round_snapshot
 from orchestrator.settings import Settings
 from orchestrator.store import reports as report_store
 from orchestrator.store import tasks as task_store
@@ -173,8 +175,15 @@ class ExecutionService:
             cancel=keeper.lost,
         )
         host = ToolHost(self._tools(keeper), ledger=self.ledger, results=self.results)
+        # The durable transcript (fenced) and the memory of the round's recovery snapshot.
+        transcript = TranscriptWriter(self.db, fence, session_id, host.tools)
         try:
-            model = load_model(self.settings.model, task.task_type)
+            model = load_model(
+                self.settings.model,
+                task.task_type,
+                settings=self.settings,
+                deadline=keeper.vouched_until,
+            )
             model.check_tools(list(host.tools))
             end = run_round(
                 model,
@@ -183,11 +192,15 @@ class ExecutionService:
                 brief=f"Condition task {task.task_id} ({task.task_type}): {task.title}",
                 max_turns=self.settings.max_turns,
                 stop=keeper.lost,
+                recorder=transcript,
             )
+            transcript.flush()  # the last results are in before the generation ends
         except (LeaseLost, StaleGeneration, ToolCancelled) as exc:
             log.warning("generation %s of %s stopped: %s", fence.generation, task.task_id, exc)
+            save_round_snapshot(self.db, transcript, f"stopped: {exc}")
             return RunResult(True, f"stopped without writing: {exc}")
         except ModelError as exc:
+            save_round_snapshot(self.db, transcript, f"model_error: {exc}")
             return self._finish(
                 task, fence, keeper, fixed(Decision("failed", "failed", str(exc), "model_error"))
             )
@@ -195,9 +208,11 @@ class ExecutionService:
             # Not the task's fault: leave the generation open; its lease runs out and the
             # sweeper requeues it as the next generation.
             log.warning("generation %s of %s stopped: %s", fence.generation, task.task_id, exc)
+            save_round_snapshot(self.db, transcript, f"infrastructure error: {type(exc).__name__}")
             return RunResult(True, f"stopped on an infrastructure error: {type(exc).__name__}")
         except Exception as exc:
             log.exception("round of task %s failed", task.task_id)
+            save_round_snapshot(self.db, transcript, f"agent error: {type(exc).__name__}")
             decision = Decision("failed", "failed", f"agent error: {exc}", "agent_error")
             return self._finish(task, fence, keeper, fixed(decision))
         return self._finish(

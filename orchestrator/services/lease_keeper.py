@@ -116,6 +116,12 @@ class LeaseKeeper:
         if self.lost.is_set():
             raise LeaseLost("this generation no longer holds its lease")
 
+    def vouched_until(self) -> float:
+        """The monotonic time until which the lease is surely held (now, once it is lost)."""
+        if self.lost.is_set():
+            return time.monotonic()
+        return self._valid_until - self.margin
+
     def close(self) -> None:
         """Leave the heartbeat and release the lease (a no-op if someone else holds it)."""
         heartbeat().remove(self)

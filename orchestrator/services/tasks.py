@@ -14,9 +14,11 @@ from orchestrator.errors import InvalidTransition, NotFound, ValidationFailed
 from orchestrator.leases import LeaseBackend
 from orchestrator.services.dispatch import Dispatcher, safe_dispatch
 from orchestrator.services.lease_keeper import lease_name
+from orchestrator.services.recovery import snapshot_for
 from orchestrator.store import plans as plan_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import tasks as task_store
+from orchestrator.store import transcripts as transcript_store
 from orchestrator.store.db import Database
 from orchestrator.store.receipts import ReceiptLedger
 from orchestrator.store.records import TaskRecord
@@ -154,6 +156,12 @@ class TaskService:
             plan = plan_store.latest_revision(conn, task.session_id) if task.session_id else None
             report = report_store.latest_report(conn, task_id, task.generation)
             pending = report_store.pending_actions_of_generation(conn, task_id, task.generation)
+            usage = transcript_store.usage_of(conn, task_id)
+            # What the next generation continues from: the previous one's, or (once the task
+            # stopped running) the last generation's own recovery snapshot.
+            before = task.generation + (0 if task.status == "running" else 1)
+            last = task_store.last_started_execution(conn, task_id, before)
+            recovery = snapshot_for(conn, last) if last is not None else None
         view = task_view(task)
         view.update(
             {
@@ -163,9 +171,32 @@ class TaskService:
                 "report": report,
                 "pending_actions": pending,
                 "unknown_receipts": self._unknown_receipts(task_id),
+                "token_usage": usage_view(usage),
+                "recovery": recovery.to_dict() if recovery is not None else None,
             }
         )
         return view
+
+    def transcript(self, task_id: str, generation: int | None = None) -> dict[str, Any]:
+        """The durable transcript of a task (one generation, or all), oldest entry first."""
+        with self.db.transaction(readonly=True) as conn:
+            task = task_store.get_task(conn, task_id)
+            if task is None:
+                raise NotFound(f"task {task_id} does not exist")
+            if generation is not None and not 1 <= generation <= task.generation:
+                raise NotFound(
+                    f"task {task_id} has no generation {generation} (it is at {task.generation})"
+                )
+            entries = transcript_store.entries_of(conn, task_id=task_id, generation=generation)
+            usage = transcript_store.usage_of(conn, task_id)
+        if generation is not None:
+            usage = [u for u in usage if u.generation == generation]
+        return {
+            "task_id": task_id,
+            "generation": generation,
+            "entries": [entry.to_dict() for entry in entries],
+            "token_usage": usage_view(usage),
+        }
 
     def _lease(self, task: TaskRecord) -> dict[str, Any] | None:
         if self.leases is None or task.status != "running":
@@ -183,6 +214,18 @@ class TaskService:
         if self.ledger is None:
             return []
         return [r.public() for r in self.ledger.unknown_for_owner(f"task:{task_id}")]
+
+
+def usage_view(usage: list[transcript_store.GenerationUsage]) -> dict[str, Any]:
+    """Token usage per generation and the task's total."""
+    return {
+        "generations": [u.to_dict() for u in usage],
+        "total": {
+            "calls": sum(u.calls for u in usage),
+            "prompt_tokens": sum(u.prompt_tokens for u in usage),
+            "completion_tokens": sum(u.completion_tokens for u in usage),
+        },
+    }
 
 
 def task_view(task: TaskRecord) -> dict[str, Any]:

@@ -40,6 +40,7 @@ __all__ = [
     "reports",
     "sessions",
     "tasks",
+    "transcript_entries",
     "unresolved_receipt",
 ]
 
@@ -317,6 +318,8 @@ recovery_snapshots = Table(
     Column("receipts", JSONDocument, nullable=False),
     Column("unknown_calls", JSONDocument, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+    # Why the round ended, its generation and its last plan (issue 12).
+    Column("summary", JSONDocument, nullable=True),
 )
 
 #: The embedded lease back end: one row a lease name, fenced by its token.
@@ -330,4 +333,34 @@ leases = Table(
     Column("renewed_at", UTCDateTime, nullable=False),
     Column("expires_at", UTCDateTime, nullable=False),
     Index(None, "expires_at"),
+)
+
+#: The durable transcript of an execution (issue 12): every model turn, written fenced before its
+#: tool calls run, and every tool result as the envelope the model was shown (redacted). Goes with
+#: its session. `parent_call_id` marks a sub-agent's entries under the call that started it.
+transcript_entries = Table(
+    "transcript_entries",
+    metadata,
+    Column(
+        "session_id",
+        String(ID),
+        ForeignKey("sessions.session_id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("seq", Integer, nullable=False),
+    Column("task_id", String(ID), nullable=True),
+    Column("generation", Integer, nullable=True),
+    Column("turn", Integer, nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("call_id", String(128), nullable=True),
+    Column("parent_call_id", String(128), nullable=True),
+    Column("tool_name", String(128), nullable=True),
+    Column("status", String(16), nullable=True),
+    Column("body", JSONDocument, nullable=False),
+    Column("prompt_tokens", Integer, nullable=True),
+    Column("completion_tokens", Integer, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    PrimaryKeyConstraint("session_id", "seq"),
+    one_of("kind", ("model_turn", "tool_result", "summary")),
+    Index(None, "task_id", "generation", "seq"),
 )

@@ -6,8 +6,10 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, Field
 
+from orchestrator.domain.recovery import Snapshot
 from orchestrator.errors import NotFound
 from orchestrator.services.lease_keeper import LeaseKeeper
+from orchestrator.services.recovery import snapshot_for
 from orchestrator.store import plans as plan_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import tasks as task_store
@@ -27,9 +29,11 @@ class ReadTaskContext(Tool):
     description = (
         "The task's context, its origin, the current generation, and what the previous "
         "generation that actually ran left: its last plan, report and evidence (a generation "
-        "superseded before it started is skipped). A fixed sample input of the trigger comes "
-        "as `sample_input` with origin `peripheral_sample`: cite it as such, never as a live "
-        "query result."
+        "superseded before it started is skipped). When that generation stopped abnormally, "
+        "`recovery` comes first: the calls that returned (with receipt ids) and the calls whose "
+        "outcome is `unknown`, which you must verify read-only before retrying anything. A "
+        "fixed sample input of the trigger comes as `sample_input` with origin "
+        "`peripheral_sample`: cite it as such, never as a live query result."
     )
     effect = "read"
     arguments = _NoArguments
@@ -45,9 +49,11 @@ class ReadTaskContext(Tool):
             if task is None:
                 raise NotFound(f"task {ctx.task_id} does not exist")
             previous: dict[str, Any] | None = None
+            recovery: Snapshot | None = None
             if ctx.generation > 1:
                 before = task_store.last_started_execution(conn, ctx.task_id, ctx.generation)
                 if before is not None:
+                    recovery = snapshot_for(conn, before)
                     plan = plan_store.latest_revision(conn, before.session_id)
                     previous = {
                         "generation": before.generation,
@@ -57,7 +63,11 @@ class ReadTaskContext(Tool):
                         "report": report_store.latest_report(conn, ctx.task_id, before.generation),
                         "evidence": report_store.evidence_of(conn, ctx.task_id, before.generation),
                     }
-        payload: dict[str, Any] = {
+        payload: dict[str, Any] = {}
+        if recovery is not None:
+            # First: what the previous generation did and what must be verified read-only.
+            payload["recovery"] = recovery.to_dict()
+        payload |= {
             "task_id": task.task_id,
             "task_type": task.task_type,
             "title": task.title,

@@ -45,3 +45,25 @@ def test_bad_setting_is_one_line_and_exit_2(name: str, value: str, tmp_path: Pat
     assert "Traceback" not in result.stderr
     assert SECRET not in result.stderr + result.stdout
     assert not (tmp_path / ".orchestrator").exists()
+
+
+@pytest.mark.parametrize(
+    ("env", "named", "part"),
+    [
+        ({}, "ORCH_MODEL", "not set"),
+        ({"ORCH_MODEL": "scripted:no-such-folder"}, "ORCH_MODEL", "no-such-folder"),
+        ({"ORCH_MODEL": "gpt-4o"}, "ORCH_MODEL", "openai:MODEL"),
+        ({"ORCH_MODEL": "openai:qwen3", "LLM_API_KEY": SECRET}, "LLM_BASE_URL", "needs"),
+    ],
+)
+def test_a_worker_without_a_usable_model_refuses_to_start(
+    tmp_path: Path, env: dict[str, str], named: str, part: str
+) -> None:
+    env = {"ORCH_HOME": str(tmp_path / "home"), **env}
+    result = run("worker", "--concurrency", "1", env=env, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert f"invalid setting {named}: " in lines[0]
+    assert part in lines[0]
+    assert SECRET not in result.stderr + result.stdout

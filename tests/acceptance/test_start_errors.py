@@ -31,6 +31,7 @@ def test_a_bad_gateway_spec_stops_the_worker_at_start(
             "ORCH_HOME": str(tmp_path / "home"),
             "ORCH_GATEWAY_SPEC": str(spec),
             "ORCH_GATEWAY_BASE_URL": "http://127.0.0.1:9",
+            "ORCH_MODEL": f"scripted:{tmp_path}",
         }
     )
     result = subprocess.run(

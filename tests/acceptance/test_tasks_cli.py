@@ -100,3 +100,22 @@ def test_bad_task_type_is_refused_before_anything_is_written(run) -> None:  # ty
     assert result.returncode == 2
     assert "task_type" in result.stderr
     assert "no tasks" in run("tasks", "list").stdout
+
+
+def test_transcript_of_a_task_and_its_errors(run) -> None:  # type: ignore[no-untyped-def]
+    created = run("tasks", "trigger", "--type", "water", "--title", "t", "--json")
+    task_id = json.loads(created.stdout)["task_id"]
+    shown = run("tasks", "transcript", task_id)
+    assert shown.returncode == 0, shown.stderr
+    assert "(no model turn recorded)" in shown.stdout
+    as_json = json.loads(run("tasks", "transcript", task_id, "--json").stdout)
+    assert as_json["entries"] == []
+    unknown = run("tasks", "transcript", "no-such-task")
+    assert unknown.returncode == 1
+    assert len(unknown.stderr.strip().splitlines()) == 1
+    missing = run("tasks", "transcript", task_id, "--generation", "5")
+    assert missing.returncode == 1
+    assert "no generation 5" in missing.stderr
+    bad = run("tasks", "transcript", task_id, "--generation", "0")
+    assert bad.returncode == 2
+    assert "Traceback" not in bad.stderr

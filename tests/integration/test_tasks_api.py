@@ -143,3 +143,20 @@ def test_list_filters_by_status(client: TestClient) -> None:
 def test_unknown_task_is_404(client: TestClient, path: str) -> None:
     response = client.get(path) if path.endswith("nope") else client.post(path)
     assert (response.status_code, response.json()["error"]["code"]) == (404, "not_found")
+
+
+def test_the_transcript_route_and_its_errors(client: TestClient) -> None:
+    task_id = trigger(client).json()["task_id"]
+    view = client.get(f"/api/v1/tasks/{task_id}/transcript").json()
+    assert view["entries"] == []
+    assert view["token_usage"]["total"] == {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
+    assert client.get(f"/api/v1/tasks/{task_id}/transcript?generation=1").status_code == 200
+    missing = client.get(f"/api/v1/tasks/{task_id}/transcript?generation=2")
+    assert (missing.status_code, missing.json()["error"]["code"]) == (404, "not_found")
+    for bad in ("0", "-1", "x"):
+        response = client.get(f"/api/v1/tasks/{task_id}/transcript?generation={bad}")
+        assert response.status_code == 422, bad
+        assert "error" in response.json()
+    unknown = client.get("/api/v1/tasks/nope/transcript")
+    assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "not_found")
+    assert "token_usage" in client.get(f"/api/v1/tasks/{task_id}").json()

@@ -106,6 +106,27 @@ def test_api_requires_its_token_from_the_environment() -> None:
         assert "ORCH_API_TOKEN" not in _services()[name]["environment"], name
 
 
+MODEL_ENV = {"ORCH_MODEL": "openai:test", "LLM_BASE_URL": "http://model:8000/v1"}
+
+
+def test_the_model_settings_reach_every_app_and_the_model_is_required() -> None:
+    services = _services()
+    for name in APPS:
+        environment = services[name]["environment"]
+        # `${VAR:?message}`: no silent default model; compose refuses to start without one.
+        assert environment["ORCH_MODEL"].startswith("${ORCH_MODEL:?"), name
+        assert environment["LLM_BASE_URL"].startswith("${LLM_BASE_URL:?"), name
+        # The key comes from the environment, never written in the file.
+        assert environment["LLM_API_KEY"] == "${LLM_API_KEY:-}", name
+        for setting in (
+            "LLM_CONTEXT_WINDOW",
+            "LLM_MAX_OUTPUT_TOKENS",
+            "LLM_TIMEOUT_SECONDS",
+            "LLM_MAX_RETRIES",
+        ):
+            assert environment[setting].startswith(f"${{{setting}:-"), (name, setting)
+
+
 def test_worker_can_be_scaled() -> None:
     worker = _services()["worker"]
     # Either would make `--scale worker=N` fail: names and host ports must be unique.
@@ -156,10 +177,12 @@ def test_docker_compose_accepts_the_file() -> None:
         capture_output=True,
         text=True,
         timeout=60,
-        env={**env, "ORCH_API_TOKEN": "test-token"},
+        env={**env, **MODEL_ENV, "ORCH_API_TOKEN": "test-token"},
         cwd=ROOT,
     )
     assert accepted.returncode == 0, accepted.stderr
-    refused = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
+    refused = subprocess.run(
+        command, capture_output=True, text=True, timeout=60, env={**env, **MODEL_ENV}, cwd=ROOT
+    )
     assert refused.returncode != 0
     assert "ORCH_API_TOKEN" in refused.stderr

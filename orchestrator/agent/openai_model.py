@@ -1,0 +1,231 @@
+"""`ORCH_MODEL=openai:<model>`: any OpenAI-compatible chat-completions server with tools.
+
+Built on the official `openai` package with its own retries off (`max_retries=0`): 429, 5xx and
+connection errors are retried here (`orchestrator.agent.retries`), within `LLM_MAX_RETRIES` and
+never past the point the lease keeper vouches for the round; any other 4xx is not retried. When
+the budget is spent the round ends `model_error` with the reason. The API key is a `SecretStr`
+and never appears in a log line or an error message.
+
+Tool-call arguments that are not a JSON object come back in `ModelTurn.malformed`, so the loop
+answers them `failed` and the model can correct itself; the round goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import lru_cache
+from typing import Any
+
+import openai
+
+from orchestrator.agent.model import Model, ModelError, ModelTurn, TokenUsage
+from orchestrator.agent.retries import RetryBudget, parse_retry_after
+from orchestrator.agent.wire import HistoryError, check_history, to_wire_messages, to_wire_tools
+from orchestrator.settings import Settings
+from orchestrator.tools.base import ToolCall
+
+__all__ = ["OpenAIModel", "client_for"]
+
+#: A model call needs at least this long; a round whose lease runs out sooner does not start one.
+MIN_CALL_SECONDS = 1.0
+_NO_KEY = "not-needed"  # local servers take no key; the client insists on a value
+#: How often a waiting round looks at its stop event (a cancel, a lease in doubt).
+STOP_POLL_SECONDS = 0.1
+#: Model calls run here so a round waiting for one can stop at once; a process's rounds share it.
+_CALLS = ThreadPoolExecutor(max_workers=64, thread_name_prefix="model-call")
+
+
+@lru_cache(maxsize=8)
+def client_for(base_url: str, api_key: str, timeout: float) -> openai.OpenAI:
+    """One client (and one connection pool) per server and key, shared by a process's rounds."""
+    return openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
+
+
+class OpenAIModel(Model):
+    """One round's conversation with an OpenAI-compatible server."""
+
+    def __init__(
+        self,
+        model: str,
+        client: openai.OpenAI,
+        *,
+        max_output_tokens: int,
+        timeout: float,
+        max_retries: int,
+        temperature: float | None = None,
+        deadline: Callable[[], float] | None = None,
+        secret: str | None = None,
+    ) -> None:
+        self.model = model
+        self.client = client
+        self.max_output_tokens = max_output_tokens
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.temperature = temperature
+        self.deadline = deadline
+        self._secret = secret
+        self.calls = 0
+
+    @classmethod
+    def from_settings(
+        cls, model: str, settings: Settings, *, deadline: Callable[[], float] | None = None
+    ) -> OpenAIModel:
+        if not settings.llm_base_url:
+            raise ModelError("ORCH_MODEL=openai:... needs LLM_BASE_URL")
+        key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else ""
+        client = client_for(settings.llm_base_url, key or _NO_KEY, settings.llm_timeout_seconds)
+        return cls(
+            model,
+            client,
+            max_output_tokens=settings.llm_max_output_tokens,
+            timeout=settings.llm_timeout_seconds,
+            max_retries=settings.llm_max_retries,
+            temperature=settings.llm_temperature,
+            deadline=deadline,
+            secret=key or None,
+        )
+
+    def request(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """The body of one chat-completions request (checked for strict servers)."""
+        wire = to_wire_messages(messages)
+        try:
+            check_history(wire)
+        except HistoryError as exc:
+            raise ModelError(f"the agent built an invalid history: {exc}") from None
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": wire,
+            "max_tokens": self.max_output_tokens,
+        }
+        if tools:
+            body["tools"] = to_wire_tools(tools)
+            body["parallel_tool_calls"] = True
+        if self.temperature is not None:
+            body["temperature"] = self.temperature
+        return body
+
+    def next_turn(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        stop: threading.Event,
+    ) -> ModelTurn:
+        body = self.request(messages, tools)
+        budget = RetryBudget(self.max_retries, deadline=self.deadline)
+        while True:
+            if stop.is_set():
+                return ModelTurn(content=None, tool_calls=())
+            timeout = self._timeout()
+            self.calls += 1
+            call = _CALLS.submit(self._create, body, timeout)
+            if not _wait(call, stop):
+                # Cancelled or the lease is in doubt: the round stops now; the abandoned call
+                # ends by itself within its timeout.
+                return ModelTurn(content=None, tool_calls=())
+            try:
+                completion = call.result()
+            except openai.APIConnectionError as exc:  # includes timeouts
+                why = "timed out" if isinstance(exc, openai.APITimeoutError) else "unreachable"
+                reason, retry_after = f"the model server is {why}", None
+            except openai.APIStatusError as exc:
+                status = exc.status_code
+                if status != 429 and status < 500:
+                    raise ModelError(
+                        f"the model server refused the request: HTTP {status}: "
+                        f"{self._describe(exc)}"
+                    ) from None
+                reason = f"HTTP {status}: {self._describe(exc)}"
+                retry_after = parse_retry_after(dict(exc.response.headers))
+            else:
+                return self._turn(completion)
+            delay = budget.next_delay(retry_after)
+            if isinstance(delay, str):
+                raise ModelError(f"model call failed ({reason}); {delay}")
+            if stop.wait(delay):
+                return ModelTurn(content=None, tool_calls=())
+
+    def _create(self, body: dict[str, Any], timeout: float) -> Any:
+        return self.client.chat.completions.create(**body, timeout=timeout)
+
+    def _timeout(self) -> float:
+        if self.deadline is None:
+            return self.timeout
+        left = self.deadline() - time.monotonic()
+        if left < MIN_CALL_SECONDS:
+            raise ModelError("the round's lease runs out before a model call could finish")
+        return min(self.timeout, left)
+
+    def _describe(self, exc: openai.APIStatusError) -> str:
+        """A short, one-line, secret-free account of the server's error."""
+        body = exc.body
+        text: Any = None
+        if isinstance(body, dict):
+            inner = body.get("error", body)
+            text = inner.get("message") if isinstance(inner, dict) else inner
+        if not text:
+            text = exc.message
+        line = " ".join(str(text).split())[:300]
+        if self._secret:
+            line = line.replace(self._secret, "***")
+        return line
+
+    def _turn(self, completion: Any) -> ModelTurn:
+        if not completion.choices:
+            raise ModelError("the model server returned no choices")
+        message = completion.choices[0].message
+        calls: list[ToolCall] = []
+        malformed: list[tuple[str, str]] = []
+        for number, call in enumerate(message.tool_calls or [], start=1):
+            function = getattr(call, "function", None)
+            if function is None:
+                continue  # a custom (non-function) tool call: nothing here can run it
+            call_id = call.id or f"call_{self.calls}_{number}"
+            arguments, problem = _arguments(function.arguments)
+            calls.append(ToolCall(call_id, function.name, arguments))
+            if problem is not None:
+                malformed.append((call_id, problem))
+        reasoning = getattr(message, "reasoning_content", None)
+        if reasoning is None and message.model_extra:
+            reasoning = message.model_extra.get("reasoning_content")
+        usage = None
+        if completion.usage is not None:
+            usage = TokenUsage(
+                prompt_tokens=int(completion.usage.prompt_tokens or 0),
+                completion_tokens=int(completion.usage.completion_tokens or 0),
+            )
+        return ModelTurn(
+            content=message.content,
+            tool_calls=tuple(calls),
+            reasoning_content=reasoning if isinstance(reasoning, str) else None,
+            usage=usage,
+            malformed=tuple(malformed),
+        )
+
+
+def _wait(call: Future[Any], stop: threading.Event) -> bool:
+    """Wait for `call`; False as soon as `stop` is set first."""
+    done = threading.Event()
+    call.add_done_callback(lambda _: done.set())
+    while not done.wait(STOP_POLL_SECONDS):
+        if stop.is_set():
+            return False
+    return True
+
+
+def _arguments(raw: str | None) -> tuple[dict[str, Any], str | None]:
+    """The call's arguments as an object, or `{}` and why they cannot be read."""
+    if raw is None or not raw.strip():
+        return {}, None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        return {}, f"the arguments are not valid JSON ({exc.msg} at character {exc.pos})"
+    if not isinstance(value, dict):
+        return {}, f"the arguments must be a JSON object, not {type(value).__name__}"
+    return value, None

@@ -1,0 +1,256 @@
+"""The durable transcript writer: what came back from the model, and what the model was shown.
+
+The loop calls `model_turn` after each model turn, before any of its tool calls runs, and
+`tool_results` with the envelopes it is about to show the model. Both are written to the store
+fenced, like every execution write: a generation that lost its lease writes nothing more. The
+model turn is written before the loop goes on; the results are written in the background while
+the model thinks, and the next model turn, `flush()` or the end of the round waits for them.
+
+What is written is redacted: the argument values of a sensitive operation (`sensitive_read`, or a
+business operation marked `x-sensitive`) become `"***"`; a sensitive result keeps its status and
+receipt id but not its body; a page of a large result (`read_tool_result`) is not kept, only
+which result and offset it was; everything else is the envelope exactly as shown (a large result
+is already a preview with its `result_id`).
+
+The writer also remembers the calls and results of its round, so a round that ends by an
+exception, a cancel or a lost lease leaves a recovery snapshot that includes results the store
+could no longer take (`snapshot`).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from orchestrator.agent.model import ModelTurn
+from orchestrator.domain.recovery import CallRecord, Snapshot
+from orchestrator.errors import StaleGeneration
+from orchestrator.store import transcripts as transcript_store
+from orchestrator.store.db import Database
+from orchestrator.store.fencing import check_fence
+from orchestrator.tools.base import Fence, Tool, ToolCall, ToolResult
+
+__all__ = ["REDACTED", "TranscriptWriter", "is_sensitive", "redact_values"]
+
+REDACTED = "***"
+#: Keys whose value says which operation was called, not with what: kept when redacting.
+_KEEP_KEYS = frozenset({"operation_id"})
+
+
+def redact_values(value: Any) -> Any:
+    """Every leaf value replaced by `***`; the shape (keys, list lengths) is kept."""
+    if isinstance(value, dict):
+        return {
+            key: item if key in _KEEP_KEYS else redact_values(item) for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [redact_values(item) for item in value]
+    return REDACTED
+
+
+def is_sensitive(tool: Tool | None, arguments: dict[str, Any]) -> bool:
+    """Is this call a sensitive operation? Unknown or unreadable calls are treated as not.
+
+    A call whose arguments cannot be validated ran nothing; its arguments are kept so an
+    operator sees what the model got wrong, unless the tool itself is sensitive.
+    """
+    if tool is None:
+        return False
+    if tool.effect == "sensitive_read":
+        return True
+    try:
+        args = tool.arguments.model_validate(arguments)
+        if tool.effect_for(args) == "sensitive_read":
+            return True
+        operation = getattr(tool, "operation", None)  # the business gateway, per operation
+        return bool(operation is not None and getattr(operation(args), "sensitive", False))
+    except Exception:
+        return False
+
+
+#: Where tool results are written while the model thinks (one write in flight per round).
+_BACKGROUND = ThreadPoolExecutor(max_workers=16, thread_name_prefix="transcript")
+
+
+class _Counter:
+    """The next entry number of a session, shared by a round's writer and its sub-agents'."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.next: int | None = None
+
+
+class TranscriptWriter:
+    """One round's transcript: fenced writes, and the memory a recovery snapshot is built from."""
+
+    def __init__(
+        self,
+        db: Database,
+        fence: Fence,
+        session_id: str,
+        tools: Mapping[str, Tool],
+        *,
+        parent_call_id: str | None = None,
+    ) -> None:
+        self.db = db
+        self.fence = fence
+        self.session_id = session_id
+        self.tools = dict(tools)
+        self.parent_call_id = parent_call_id
+        self._counter = _Counter()
+        self._pending: Future[None] | None = None
+        self._sensitive: dict[str, bool] = {}
+        self.calls: dict[str, CallRecord] = {}
+
+    def child(
+        self, parent_call_id: str, tools: Mapping[str, Tool] | None = None
+    ) -> TranscriptWriter:
+        """The writer of a sub-agent started by `parent_call_id`: its entries go to the same
+        session, numbered in the same sequence, marked with the parent call. Its calls are not
+        part of this round's recovery snapshot (a sub-agent only reads)."""
+        child = TranscriptWriter(
+            self.db,
+            self.fence,
+            self.session_id,
+            self.tools if tools is None else tools,
+            parent_call_id=parent_call_id,
+        )
+        child._counter = self._counter
+        return child
+
+    # -- TurnRecorder ------------------------------------------------------------------------
+
+    def model_turn(self, turn_number: int, message: dict[str, Any], turn: ModelTurn) -> None:
+        self.flush()  # the previous results first: the transcript stays in order
+        calls = []
+        for call in turn.tool_calls:
+            sensitive = is_sensitive(self.tools.get(call.name), call.arguments)
+            self._sensitive[call.id] = sensitive
+            arguments = redact_values(call.arguments) if sensitive else call.arguments
+            calls.append({"id": call.id, "name": call.name, "arguments": arguments})
+            self.calls[call.id] = CallRecord(call.id, call.name, arguments, turn_number)
+        body: dict[str, Any] = {"content": turn.content, "tool_calls": calls}
+        if turn.reasoning_content is not None:
+            body["reasoning_content"] = turn.reasoning_content
+        if turn.malformed:
+            body["malformed"] = dict(turn.malformed)
+        usage = turn.usage
+        self._write(
+            [
+                transcript_store.Entry(
+                    turn=turn_number,
+                    kind="model_turn",
+                    body=body,
+                    parent_call_id=self.parent_call_id,
+                    prompt_tokens=usage.prompt_tokens if usage else None,
+                    completion_tokens=usage.completion_tokens if usage else None,
+                )
+            ]
+        )
+
+    def tool_results(
+        self, turn_number: int, calls: list[ToolCall], results: list[ToolResult]
+    ) -> None:
+        entries = []
+        for call, result in zip(calls, results, strict=True):
+            record = self.calls.get(call.id)
+            if record is not None:
+                self.calls[call.id] = record.answered(result.status, result.invocation_id)
+            entries.append(
+                transcript_store.Entry(
+                    turn=turn_number,
+                    kind="tool_result",
+                    body=self.envelope(call, result),
+                    call_id=call.id,
+                    tool_name=call.name,
+                    status=result.status,
+                    parent_call_id=self.parent_call_id,
+                )
+            )
+        # Off the turn's path: written while the model thinks about them; the next model turn,
+        # `flush()` and the end of the round wait for it (and raise what it raised).
+        self.flush()
+        self._pending = _BACKGROUND.submit(self._write, entries)
+
+    def flush(self) -> None:
+        """Wait for the results written in the background; raises what their write raised."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    # -- what is kept ------------------------------------------------------------------------
+
+    def envelope(self, call: ToolCall, result: ToolResult) -> dict[str, Any]:
+        """The envelope the model was shown, redacted for the transcript."""
+        # Exactly the JSON the model was shown (the loop serialises with `default=str`).
+        shown: dict[str, Any] = json.loads(
+            json.dumps(result.to_message(), default=str, ensure_ascii=False)
+        )
+        if "result" not in shown:
+            return shown
+        tool = self.tools.get(call.name)
+        if self._sensitive.get(call.id, False):
+            shown["result"] = "(a sensitive result is not kept in the transcript)"
+        elif tool is not None and not tool.pageable:
+            # A page of a large result: which one, not its text.
+            shown["result"] = {
+                "note": "a page of a large result is not kept in the transcript",
+                "arguments": call.arguments,
+            }
+        return shown
+
+    def snapshot(self, reason: str, last_plan: dict[str, Any] | None) -> Snapshot:
+        """What this round did and what is unknown, from memory (see `domain.recovery`)."""
+        return Snapshot.from_calls(
+            list(self.calls.values()),
+            reason=reason,
+            generation=self.fence.generation,
+            last_plan=last_plan,
+        )
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def _write(self, entries: list[transcript_store.Entry]) -> None:
+        if not entries:
+            return
+        with self._counter.lock:
+            if self.db.dialect == "postgresql":
+                self._write_in_one_statement(entries)
+                return
+            self._write_in_a_transaction(entries)
+
+    def _write_in_one_statement(self, entries: list[transcript_store.Entry]) -> None:
+        with self.db.single_statement() as conn:
+            if self._counter.next is None:
+                self._counter.next = transcript_store.next_seq(conn, self.session_id)
+            written = transcript_store.insert_entries_fenced(
+                conn,
+                self.fence,
+                session_id=self.session_id,
+                first_seq=self._counter.next,
+                entries=entries,
+            )
+        if not written:
+            raise StaleGeneration(
+                f"generation {self.fence.generation} of task {self.fence.task_id} no longer "
+                "holds its lease; the transcript takes nothing more from it"
+            )
+        self._counter.next += len(entries)
+
+    def _write_in_a_transaction(self, entries: list[transcript_store.Entry]) -> None:
+        with self.db.transaction() as conn:
+            check_fence(conn, self.fence)
+            if self._counter.next is None:
+                self._counter.next = transcript_store.next_seq(conn, self.session_id)
+            transcript_store.insert_entries(
+                conn,
+                session_id=self.session_id,
+                task_id=self.fence.task_id,
+                generation=self.fence.generation,
+                first_seq=self._counter.next,
+                entries=entries,
+            )
+            self._counter.next += len(entries)

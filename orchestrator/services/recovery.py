@@ -1,0 +1,81 @@
+"""Recovery snapshots: saved when a round ends abnormally, read first by the next generation.
+
+`save_round_snapshot` runs when a round ends by an exception, a cancel or a lost lease. The
+generation is no longer live then, so the write is not fenced; it only touches the snapshot of
+the round's own session. `snapshot_for` gives the next generation the previous one's snapshot,
+or builds it from the durable transcript when the worker died before it could save one.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy import Connection
+
+from orchestrator.agent.transcript import TranscriptWriter
+from orchestrator.domain.recovery import Snapshot
+from orchestrator.store import plans as plan_store
+from orchestrator.store import snapshots as snapshot_store
+from orchestrator.store import transcripts as transcript_store
+from orchestrator.store.db import Database
+from orchestrator.store.records import ExecutionRecord
+
+__all__ = ["save_round_snapshot", "snapshot_for"]
+
+log = logging.getLogger(__name__)
+
+#: Outcomes after which a generation may have left calls without a result.
+_ABNORMAL = frozenset({None, "lost", "cancelled", "superseded", "failed"})
+
+
+def save_round_snapshot(db: Database, writer: TranscriptWriter, reason: str) -> Snapshot | None:
+    """Save what `writer`'s round did and what is unknown; never raises (it runs on the way out).
+
+    A round that made no tool call leaves nothing to continue from, and no snapshot.
+    """
+    if not writer.calls:
+        return None
+    try:
+        writer.flush()  # results still being written go in first, if the fence still takes them
+    except Exception as exc:
+        log.info("the last results of the round were not written: %s", type(exc).__name__)
+    try:
+        with db.transaction() as conn:
+            plan = plan_store.latest_revision(conn, writer.session_id)
+            snapshot = writer.snapshot(reason, plan.to_dict() if plan else None)
+            snapshot_store.save_snapshot(conn, writer.session_id, snapshot, replace=True)
+        return snapshot
+    except Exception as exc:
+        log.warning(
+            "could not save the recovery snapshot of generation %s of %s: %s",
+            writer.fence.generation,
+            writer.fence.task_id,
+            type(exc).__name__,
+        )
+        return None
+
+
+def snapshot_for(conn: Connection, before: ExecutionRecord) -> Snapshot | None:
+    """The snapshot of the generation `before`, saved or built from its transcript.
+
+    None when it ended normally with every call answered.
+    """
+    saved = snapshot_store.get_snapshot(conn, before.session_id)
+    if saved is not None:
+        return saved
+    if before.outcome not in _ABNORMAL:
+        return None
+    entries = transcript_store.entries_of(conn, session_id=before.session_id)
+    if not entries:
+        return None
+    plan = plan_store.latest_revision(conn, before.session_id)
+    reason = before.reason or "the worker stopped before the round ended (no snapshot saved)"
+    snapshot = Snapshot.from_transcript(
+        [entry.to_dict() for entry in entries],
+        reason=reason,
+        generation=before.generation,
+        last_plan=plan.to_dict() if plan else None,
+    )
+    if not snapshot.unknown and before.outcome not in (None, "lost"):
+        return None
+    return snapshot

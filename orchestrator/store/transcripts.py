@@ -1,0 +1,319 @@
+"""The durable transcript: model turns and tool-result envelopes, in order, per session.
+
+The writes are fenced by the caller (`check_fence` in the same transaction). Entries are
+numbered per session; a session belongs to one generation. Token usage sits on the entries of
+the model calls, so the totals per generation and per task are sums over them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy import Connection, TextClause, delete, func, insert, select, text
+
+from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
+from orchestrator.store.tables import (
+    recovery_snapshots,
+    sessions,
+    tasks,
+    transcript_entries,
+)
+from orchestrator.store.types import utcnow
+from orchestrator.tools.base import Fence
+
+__all__ = [
+    "Entry",
+    "GenerationUsage",
+    "delete_expired_batch",
+    "entries_of",
+    "insert_entries",
+    "insert_entries_fenced",
+    "next_seq",
+    "usage_of",
+]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One transcript entry to write (or as read back, with its `seq`)."""
+
+    turn: int
+    kind: str  # model_turn | tool_result | summary
+    body: dict[str, Any]
+    call_id: str | None = None
+    tool_name: str | None = None
+    status: str | None = None
+    parent_call_id: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    seq: int = 0
+    generation: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "seq": self.seq,
+            "generation": self.generation,
+            "turn": self.turn,
+            "kind": self.kind,
+        }
+        for name in ("call_id", "parent_call_id", "tool_name", "status"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        if self.prompt_tokens is not None or self.completion_tokens is not None:
+            out["usage"] = {
+                "prompt_tokens": self.prompt_tokens or 0,
+                "completion_tokens": self.completion_tokens or 0,
+            }
+        out["body"] = self.body
+        return out
+
+
+@dataclass(frozen=True)
+class GenerationUsage:
+    generation: int
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "generation": self.generation,
+            "calls": self.calls,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+        }
+
+
+def next_seq(conn: Connection, session_id: str) -> int:
+    """The number the session's next entry takes."""
+    last = conn.execute(
+        select(func.max(transcript_entries.c.seq)).where(
+            transcript_entries.c.session_id == session_id
+        )
+    ).scalar()
+    return int(last or 0) + 1
+
+
+def insert_entries(
+    conn: Connection,
+    *,
+    session_id: str,
+    task_id: str | None,
+    generation: int | None,
+    first_seq: int,
+    entries: Sequence[Entry],
+) -> None:
+    """Write `entries` numbered from `first_seq` (the caller fenced the transaction)."""
+    # One multi-row INSERT statement: an executemany is a pipeline of statements on psycopg,
+    # several times slower for the two or three rows of a turn.
+    conn.execute(
+        insert(transcript_entries).values(
+            _rows(session_id, task_id, generation, first_seq, entries)
+        )
+    )
+
+
+def _rows(
+    session_id: str,
+    task_id: str | None,
+    generation: int | None,
+    first_seq: int,
+    entries: Sequence[Entry],
+) -> list[dict[str, Any]]:
+    now = utcnow()
+    return [
+        {
+            "session_id": session_id,
+            "seq": first_seq + offset,
+            "task_id": task_id,
+            "generation": generation,
+            "turn": entry.turn,
+            "kind": entry.kind,
+            "call_id": entry.call_id,
+            "parent_call_id": entry.parent_call_id,
+            "tool_name": entry.tool_name,
+            "status": entry.status,
+            "body": entry.body,
+            "prompt_tokens": entry.prompt_tokens,
+            "completion_tokens": entry.completion_tokens,
+            "created_at": now,
+        }
+        for offset, entry in enumerate(entries)
+    ]
+
+
+_COLUMNS = [
+    "session_id",
+    "seq",
+    "task_id",
+    "generation",
+    "turn",
+    "kind",
+    "call_id",
+    "parent_call_id",
+    "tool_name",
+    "status",
+    "body",
+    "prompt_tokens",
+    "completion_tokens",
+    "created_at",
+]
+
+
+def insert_entries_fenced(
+    conn: Connection, fence: Fence, *, session_id: str, first_seq: int, entries: Sequence[Entry]
+) -> bool:
+    """Postgres: the fence check and the insert as ONE statement (one round trip, autocommit).
+
+    The same check as `check_fence`, in a CTE that locks the task row (`FOR UPDATE OF t`): a
+    requeue or cancel that commits first makes the row fail the re-checked condition, and
+    nothing is inserted. False when the fence refused the write. The SQL text is built once per
+    number of rows (a turn writes one to a few), so no statement is compiled per write.
+    """
+    params: dict[str, Any] = {
+        "task_id": fence.task_id,
+        "generation": fence.generation,
+        "lease_token": fence.lease_token,
+    }
+    for index, row in enumerate(
+        _rows(session_id, fence.task_id, fence.generation, first_seq, entries)
+    ):
+        for name in _COLUMNS:
+            value = row[name]
+            params[f"{name}_{index}"] = json.dumps(value) if name == "body" else value
+    inserted = conn.execute(_fenced_insert(len(entries)), params).all()
+    return len(inserted) == len(entries)
+
+
+_CASTS = {
+    "session_id": "varchar",
+    "seq": "integer",
+    "task_id": "varchar",
+    "generation": "integer",
+    "turn": "integer",
+    "kind": "varchar",
+    "call_id": "varchar",
+    "parent_call_id": "varchar",
+    "tool_name": "varchar",
+    "status": "varchar",
+    "body": "jsonb",
+    "prompt_tokens": "integer",
+    "completion_tokens": "integer",
+    "created_at": "timestamptz",
+}
+
+
+@lru_cache(maxsize=16)
+def _fenced_insert(rows: int) -> TextClause:
+    values = ", ".join(
+        "(" + ", ".join(f"CAST(:{name}_{i} AS {_CASTS[name]})" for name in _COLUMNS) + ")"
+        for i in range(rows)
+    )
+    columns = ", ".join(_COLUMNS)
+    return text(
+        "WITH live AS (SELECT t.task_id FROM tasks t JOIN executions e "
+        "ON e.task_id = t.task_id AND e.generation = t.generation "
+        "WHERE t.task_id = :task_id AND t.generation = :generation AND t.status = 'running' "
+        "AND e.outcome IS NULL AND e.lease_token = :lease_token FOR UPDATE OF t) "
+        f"INSERT INTO transcript_entries ({columns}) "
+        f"SELECT {', '.join('v.' + c for c in _COLUMNS)} FROM (VALUES {values}) AS v({columns}) "
+        "CROSS JOIN live RETURNING seq"
+    )
+
+
+def entries_of(
+    conn: Connection,
+    *,
+    task_id: str | None = None,
+    generation: int | None = None,
+    session_id: str | None = None,
+) -> list[Entry]:
+    """A task's entries (of one generation, or all), or one session's, in order."""
+    t = transcript_entries.c
+    query = select(transcript_entries)
+    if session_id is not None:
+        query = query.where(t.session_id == session_id)
+    if task_id is not None:
+        query = query.where(t.task_id == task_id)
+    if generation is not None:
+        query = query.where(t.generation == generation)
+    rows = conn.execute(query.order_by(t.generation, t.seq)).all()
+    return [
+        Entry(
+            turn=row.turn,
+            kind=row.kind,
+            body=row.body,
+            call_id=row.call_id,
+            tool_name=row.tool_name,
+            status=row.status,
+            parent_call_id=row.parent_call_id,
+            prompt_tokens=row.prompt_tokens,
+            completion_tokens=row.completion_tokens,
+            seq=row.seq,
+            generation=row.generation,
+        )
+        for row in rows
+    ]
+
+
+def usage_of(conn: Connection, task_id: str) -> list[GenerationUsage]:
+    """Token usage per generation of a task (only generations that called the model)."""
+    t = transcript_entries.c
+    rows = conn.execute(
+        select(
+            t.generation,
+            func.count(t.prompt_tokens),
+            func.coalesce(func.sum(t.prompt_tokens), 0),
+            func.coalesce(func.sum(t.completion_tokens), 0),
+        )
+        .where(t.task_id == task_id, t.kind.in_(("model_turn", "summary")))
+        .group_by(t.generation)
+        .order_by(t.generation)
+    ).all()
+    return [
+        GenerationUsage(int(g), int(calls), int(prompt), int(completion))
+        for g, calls, prompt, completion in rows
+        if g is not None
+    ]
+
+
+def delete_expired_batch(conn: Connection, cutoff: datetime, batch_size: int) -> int:
+    """Delete up to `batch_size` transcript entries of finished tasks unchanged since `cutoff`.
+
+    Sessions of background executions are never deleted, so their transcripts (and recovery
+    snapshots) follow the retention period of their finished task instead. Returns how many
+    entries went; the caller repeats until fewer than `batch_size`.
+    """
+    finished = (
+        select(sessions.c.session_id)
+        .join(tasks, tasks.c.task_id == sessions.c.task_id)
+        .where(
+            sessions.c.purpose == "task_execution",
+            tasks.c.status.in_(TERMINAL_TASK_STATUSES),
+            tasks.c.updated_at < cutoff,
+        )
+    )
+    t = transcript_entries.c
+    keys = conn.execute(
+        select(t.session_id, t.seq)
+        .where(t.session_id.in_(finished), t.created_at < cutoff)
+        .order_by(t.session_id, t.seq)
+        .limit(batch_size)
+    ).all()
+    deleted = 0
+    for session_id in {key.session_id for key in keys}:
+        seqs = [key.seq for key in keys if key.session_id == session_id]
+        result = conn.execute(
+            delete(transcript_entries).where(t.session_id == session_id, t.seq.in_(seqs))
+        )
+        deleted += int(result.rowcount)
+        conn.execute(
+            delete(recovery_snapshots).where(recovery_snapshots.c.session_id == session_id)
+        )
+    return deleted

@@ -1,0 +1,269 @@
+"""The OpenAI-compatible client with the real `openai` package against a real loopback server.
+
+The agent loop and the tool host are real; the tools are two small read tools. The server
+refuses every history a strict server refuses, so each test also shows the history stayed valid.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pydantic import Field
+
+from orchestrator.agent.host import ToolHost
+from orchestrator.agent.loop import run_round
+from orchestrator.agent.model import ModelError, ModelTurn, TokenUsage, load_model
+from orchestrator.agent.openai_model import OpenAIModel
+from orchestrator.settings import load_settings
+from orchestrator.tools.base import Tool, ToolArguments, ToolCall, ToolContext, ToolResult
+from tests.openai_server import Failure, OpenAIServer, Reply, call
+
+CTX = ToolContext(owner="task:t1", session_id="s1", round_id="intent:1")
+KEY = "sk-test-very-secret-key"
+
+
+class CountArgs(ToolArguments):
+    site: str = Field(min_length=1)
+    hours: int = Field(ge=1, le=48)
+
+
+class CountSamples(Tool):
+    name = "count_samples"
+    description = "How many water samples a site took in the last hours."
+    arguments = CountArgs
+
+    def __init__(self) -> None:
+        self.ran: list[tuple[str, int]] = []
+        self.lock = threading.Lock()
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        with self.lock:
+            self.ran.append((args.site, args.hours))
+        return ToolResult.ok({"site": args.site, "samples": args.hours * 2})
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.turns: list[ModelTurn] = []
+        self.results: list[list[ToolResult]] = []
+
+    def model_turn(self, turn_number: int, message: dict[str, Any], turn: ModelTurn) -> None:
+        self.turns.append(turn)
+
+    def tool_results(
+        self, turn_number: int, calls: list[ToolCall], results: list[ToolResult]
+    ) -> None:
+        self.results.append(results)
+
+
+@pytest.fixture
+def server() -> Iterator[OpenAIServer]:
+    with OpenAIServer() as running:
+        yield running
+
+
+def model_for(server: OpenAIServer, **overrides: Any) -> OpenAIModel:
+    values: dict[str, Any] = {
+        "model": "openai:test-model",
+        "llm_base_url": server.base_url,
+        "llm_api_key": KEY,
+        "llm_timeout_seconds": 5,
+        "llm_max_retries": 3,
+    }
+    values.update(overrides)
+    settings = load_settings(**values)
+    model = load_model(settings.model, "water", settings=settings)
+    assert isinstance(model, OpenAIModel)
+    return model
+
+
+def play(model: OpenAIModel, tool: CountSamples, recorder: Recorder | None = None) -> str | None:
+    host = ToolHost([tool], ledger=None)
+    end = run_round(
+        model,
+        host,
+        CTX,
+        brief="count the samples",
+        max_turns=6,
+        stop=threading.Event(),
+        recorder=recorder,
+    )
+    assert end.why == "final_answer"
+    return end.final_text
+
+
+def tool_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [json.loads(m["content"]) for m in body["messages"] if m["role"] == "tool"]
+
+
+def test_429_and_500_with_retry_after_are_retried_and_the_round_completes(
+    server: OpenAIServer,
+) -> None:
+    tool = CountSamples()
+    server.fail(429, retry_after=0.2)
+    server.fail(500, retry_after=0.1)
+    server.reply(tool_calls=[call("c1", "count_samples", {"site": "north", "hours": 2})])
+    server.fail(503)
+    server.reply(content="4 samples")
+    started = time.monotonic()
+    assert play(model_for(server), tool) == "4 samples"
+    assert time.monotonic() - started >= 0.3  # Retry-After was honoured
+    assert [r.answered for r in server.requests] == [429, 500, 200, 503, 200]
+    assert tool.ran == [("north", 2)]
+    # The tool definitions went out in OpenAI's function form.
+    function = server.bodies[0]["tools"][0]["function"]
+    assert function["name"] == "count_samples"
+    assert function["parameters"]["properties"]["hours"]["maximum"] == 48
+
+
+def test_an_exhausted_budget_is_a_model_error_with_the_reason(server: OpenAIServer) -> None:
+    for _ in range(3):
+        server.fail(500, retry_after=0, message=f"overloaded {KEY}")
+    with pytest.raises(ModelError) as caught:
+        play(model_for(server, llm_max_retries=2), CountSamples())
+    message = str(caught.value)
+    assert "HTTP 500" in message
+    assert "LLM_MAX_RETRIES=2" in message
+    assert KEY not in message
+    assert len(server.requests) == 3
+
+
+def test_other_4xx_are_not_retried(server: OpenAIServer) -> None:
+    server.fail(401, message=f"Incorrect API key provided: {KEY}")
+    with pytest.raises(ModelError, match="HTTP 401") as caught:
+        play(model_for(server), CountSamples())
+    assert KEY not in str(caught.value)
+    assert len(server.requests) == 1
+
+
+def test_a_retry_past_the_lease_deadline_is_not_attempted(server: OpenAIServer) -> None:
+    server.fail(429, retry_after=3)
+    model = model_for(server)
+    model.deadline = lambda: time.monotonic() + 2
+    with pytest.raises(ModelError, match="outlast the round's lease"):
+        play(model, CountSamples())
+    assert len(server.requests) == 1
+
+
+def test_an_unreachable_server_is_retried_then_a_model_error(server: OpenAIServer) -> None:
+    model = model_for(server, llm_base_url="http://127.0.0.1:9/v1", llm_max_retries=1)
+    with pytest.raises(ModelError, match="unreachable"):
+        play(model, CountSamples())
+
+
+def test_malformed_arguments_are_a_failed_result_and_the_corrected_call_runs(
+    server: OpenAIServer,
+) -> None:
+    tool = CountSamples()
+    server.reply(
+        tool_calls=[
+            call("c1", "count_samples", '{"site": "north", "hours": '),  # cut off
+            call("c2", "count_samples", {"site": "north", "hours": "many"}),  # wrong type
+        ]
+    )
+    server.reply(tool_calls=[call("c3", "count_samples", {"site": "north", "hours": 3})])
+    server.reply(content="6 samples")
+    recorder = Recorder()
+    assert play(model_for(server), tool, recorder) == "6 samples"
+    first, second = recorder.results[0]
+    assert first.status == "failed"
+    assert "not valid JSON" in (first.message or "")
+    assert second.status == "failed"
+    assert second.code == "invalid_arguments"
+    assert tool.ran == [("north", 3)]
+    # The malformed call went back to the server as valid JSON, answered by its failure.
+    sent = server.bodies[1]["messages"]
+    assert sent[2]["tool_calls"][0]["function"]["arguments"] == "{}"
+    assert [m["tool_call_id"] for m in sent[3:5]] == ["c1", "c2"]
+
+
+def test_parallel_tool_calls_are_answered_in_order(server: OpenAIServer) -> None:
+    tool = CountSamples()
+    server.reply(
+        tool_calls=[
+            call("a", "count_samples", {"site": "north", "hours": 1}),
+            call("b", "count_samples", {"site": "south", "hours": 2}),
+            call("c", "count_samples", {"site": "east", "hours": 3}),
+        ]
+    )
+    server.reply(content="done")
+    play(model_for(server), tool)
+    assert sorted(tool.ran) == [("east", 3), ("north", 1), ("south", 2)]
+    assert server.bodies[0]["parallel_tool_calls"] is True
+    answers = tool_messages(server.bodies[1])
+    assert [a["result"]["site"] for a in answers] == ["north", "south", "east"]
+
+
+def test_reasoning_content_is_sent_back_on_tool_call_turns(server: OpenAIServer) -> None:
+    server.reply(
+        reasoning_content="first I count the north site",
+        tool_calls=[call("c1", "count_samples", {"site": "north", "hours": 1})],
+    )
+    server.reply(content="2 samples", reasoning_content="that is all")
+    server.reply(content="unused")
+    play(model_for(server), CountSamples())
+    assistant = server.bodies[1]["messages"][2]
+    assert assistant["reasoning_content"] == "first I count the north site"
+
+
+def test_usage_of_every_call_is_reported(server: OpenAIServer) -> None:
+    server.reply(
+        tool_calls=[call("c1", "count_samples", {"site": "n", "hours": 1})], usage=(100, 9)
+    )
+    server.reply(content="ok", usage=(150, 4))
+    recorder = Recorder()
+    play(model_for(server), CountSamples(), recorder)
+    assert [t.usage for t in recorder.turns] == [TokenUsage(100, 9), TokenUsage(150, 4)]
+
+
+def test_the_strict_server_refuses_an_unanswered_call(server: OpenAIServer) -> None:
+    # The fixture must be able to fail: a history with an unanswered call is a 400.
+    bad = [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": None, "tool_calls": [call("c1", "f", {})]},
+        {"role": "user", "content": "y"},
+    ]
+    client = model_for(server).client
+    with pytest.raises(Exception, match="no tool message"):
+        client.chat.completions.create(model="m", messages=bad)  # type: ignore[arg-type]
+    assert server.requests[-1].refused is not None
+
+
+def test_the_client_refuses_to_send_a_broken_history(server: OpenAIServer) -> None:
+    messages = [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "name": "f"}]},
+    ]
+    with pytest.raises(ModelError, match="invalid history"):
+        model_for(server).next_turn(messages, [], threading.Event())
+    assert server.requests == []
+
+
+def test_a_dynamic_answer_sees_the_request(server: OpenAIServer) -> None:
+    seen: list[int] = []
+
+    def answer(body: dict[str, Any]) -> Reply | Failure:
+        seen.append(len(body["messages"]))
+        return Reply(content="fine")
+
+    server.dynamic(answer)
+    play(model_for(server), CountSamples())
+    assert seen == [2]
+
+
+def test_a_cancel_while_waiting_for_the_model_stops_the_round_at_once(
+    server: OpenAIServer,
+) -> None:
+    server.reply(content="too late", delay_s=3)
+    stop = threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    started = time.monotonic()
+    turn = model_for(server).next_turn([{"role": "user", "content": "x"}], [], stop)
+    assert time.monotonic() - started < 1.5
+    assert turn.final
+    assert turn.content is None

@@ -1,0 +1,363 @@
+"""The durable transcript, token usage and recovery snapshots, in-process over a real store.
+
+The execution service runs rounds with the real OpenAI client against the loopback server.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import Field
+from sqlalchemy import update
+
+from orchestrator.agent.model import ModelTurn, TokenUsage
+from orchestrator.agent.transcript import REDACTED, TranscriptWriter
+from orchestrator.cli.tasks import render_explain
+from orchestrator.domain.recovery import Snapshot
+from orchestrator.errors import StaleGeneration
+from orchestrator.runtime import Runtime
+from orchestrator.services.cleanup import run_cleanup
+from orchestrator.services.recovery import save_round_snapshot
+from orchestrator.services.tasks import Trigger
+from orchestrator.store import snapshots as snapshot_store
+from orchestrator.store import tasks as task_store
+from orchestrator.store.tables import tasks, transcript_entries
+from orchestrator.store.types import utcnow
+from orchestrator.tools.base import Fence, Tool, ToolArguments, ToolCall, ToolContext, ToolResult
+from tests.executions_support import (
+    claim_as_worker,
+    node,
+    plan_call,
+    report_call,
+    runtime_for,
+    wait_for,
+)
+from tests.openai_server import OpenAIServer, call
+
+
+@pytest.fixture
+def server() -> Iterator[OpenAIServer]:
+    with OpenAIServer() as running:
+        yield running
+
+
+def openai_runtime(store_url: str, scripts: Path, server: OpenAIServer, **extra: Any) -> Runtime:
+    rt, _ = runtime_for(
+        store_url,
+        scripts,
+        model="openai:test-model",
+        llm_base_url=server.base_url,
+        llm_api_key="sk-never-shown",
+        llm_max_retries=1,
+        **extra,
+    )
+    return rt
+
+
+def as_call(raw: dict[str, Any]) -> dict[str, Any]:
+    """A scripted-model call (`tests.executions_support`) as a server tool call."""
+    return call(raw["id"], raw["name"], raw["arguments"])
+
+
+def trigger(rt: Runtime, task_type: str = "water") -> str:
+    return rt.tasks.trigger(Trigger(task_type=task_type, title="Turbid water")).task.task_id
+
+
+def test_a_round_on_the_openai_model_completes_with_its_transcript_and_usage(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    rt = openai_runtime(store_url, scripts, server)
+    try:
+        server.reply(tool_calls=[call("c1", "read_task_context", {})], usage=(300, 10))
+        server.reply(
+            tool_calls=[as_call(plan_call("c2", "r1", [node("a", "completed", evidence="e")]))],
+            reasoning_content="the context says one site",
+            usage=(500, 40),
+        )
+        server.reply(tool_calls=[as_call(report_call("c3", "completed"))], usage=(700, 30))
+        server.reply(content="done", usage=(800, 2))
+        task_id = trigger(rt)
+        result = rt.executions.run(task_id, 1, worker="w1")
+        assert result.outcome == "completed", result.detail
+
+        view = rt.tasks.transcript(task_id)
+        kinds = [(e["kind"], e.get("call_id")) for e in view["entries"]]
+        assert kinds == [
+            ("model_turn", None),
+            ("tool_result", "c1"),
+            ("model_turn", None),
+            ("tool_result", "c2"),
+            ("model_turn", None),
+            ("tool_result", "c3"),
+            ("model_turn", None),
+        ]
+        first = view["entries"][0]
+        assert first["body"]["tool_calls"][0]["name"] == "read_task_context"
+        assert first["usage"] == {"prompt_tokens": 300, "completion_tokens": 10}
+        assert view["entries"][2]["body"]["reasoning_content"] == "the context says one site"
+        # The result as the model was shown it, the same envelope the server received.
+        shown = json.loads(server.bodies[1]["messages"][3]["content"])
+        assert view["entries"][1]["body"] == json.loads(json.dumps(shown))
+
+        usage = rt.tasks.explain(task_id)["token_usage"]
+        assert usage["generations"] == [
+            {"generation": 1, "calls": 4, "prompt_tokens": 2300, "completion_tokens": 82}
+        ]
+        assert usage["total"]["prompt_tokens"] == 2300
+        assert rt.tasks.transcript(task_id, generation=1)["entries"] == view["entries"]
+    finally:
+        rt.close()
+
+
+def test_an_exhausted_retry_budget_fails_the_round_with_model_error(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    rt = openai_runtime(store_url, scripts, server)
+    try:
+        server.fail(503, retry_after=0)
+        server.fail(503, retry_after=0)
+        task_id = trigger(rt)
+        result = rt.executions.run(task_id, 1, worker="w1")
+        assert result.outcome == "failed"
+        view = rt.tasks.explain(task_id)
+        assert view["failure_code"] == "model_error"
+        reason = view["executions"][0]["reason"]
+        assert "HTTP 503" in reason
+        assert "LLM_MAX_RETRIES=1" in reason
+        assert "sk-never-shown" not in json.dumps(view, default=str)
+    finally:
+        rt.close()
+
+
+class SecretArgs(ToolArguments):
+    user: str = Field(min_length=1)
+    filters: dict[str, Any] = Field(default_factory=dict)
+
+
+class ReadSecret(Tool):
+    name = "read_secret"
+    description = "a sensitive read"
+    effect = "sensitive_read"
+    arguments = SecretArgs
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        return ToolResult.ok({"password": "hunter2"})
+
+
+def claimed(rt: Runtime) -> tuple[Fence, str]:
+    task_id = trigger(rt)
+    token = claim_as_worker(rt, task_id, 1, "w1", ttl=60)
+    with rt.db.transaction(readonly=True) as conn:
+        task = task_store.get_task(conn, task_id)
+    assert task is not None
+    assert task.session_id is not None
+    return Fence(task_id, 1, token), task.session_id
+
+
+def test_sensitive_arguments_and_bodies_are_redacted(store_url: str, scripts: Path) -> None:
+    rt, _ = runtime_for(store_url, scripts)
+    try:
+        fence, session_id = claimed(rt)
+        writer = TranscriptWriter(rt.db, fence, session_id, {"read_secret": ReadSecret()})
+        secret_call = ToolCall("s1", "read_secret", {"user": "alice", "filters": {"a": [1, 2]}})
+        turn = ModelTurn(None, (secret_call,), usage=TokenUsage(5, 1))
+        writer.model_turn(1, {}, turn)
+        writer.tool_results(1, [secret_call], [ToolResult.ok({"password": "hunter2"})])
+        writer.flush()  # results are written in the background
+        stored = json.dumps(rt.tasks.transcript(fence.task_id)["entries"])
+        assert "alice" not in stored
+        assert "hunter2" not in stored
+        entries = rt.tasks.transcript(fence.task_id)["entries"]
+        assert entries[0]["body"]["tool_calls"][0]["arguments"] == {
+            "user": REDACTED,
+            "filters": {"a": [REDACTED, REDACTED]},
+        }
+        assert entries[1]["status"] == "succeeded"
+    finally:
+        rt.close()
+
+
+def test_results_written_in_the_background_come_before_the_next_turn(
+    store_url: str, scripts: Path
+) -> None:
+    rt, _ = runtime_for(store_url, scripts)
+    try:
+        fence, session_id = claimed(rt)
+        writer = TranscriptWriter(rt.db, fence, session_id, {})
+        for number in range(1, 6):
+            calls = [ToolCall(f"c{number}a", "t", {}), ToolCall(f"c{number}b", "t", {})]
+            writer.model_turn(number, {}, ModelTurn(None, tuple(calls)))
+            writer.tool_results(number, calls, [ToolResult.ok(number)] * 2)
+        writer.model_turn(6, {}, ModelTurn("done", ()))
+        entries = rt.tasks.transcript(fence.task_id)["entries"]
+        assert [(e["turn"], e["kind"]) for e in entries] == [
+            *(
+                (n, kind)
+                for n in range(1, 6)
+                for kind in ("model_turn", "tool_result", "tool_result")
+            ),
+            (6, "model_turn"),
+        ]
+        # A refused background write surfaces at the next step of the round.
+        calls = [ToolCall("late", "t", {})]
+        writer.model_turn(7, {}, ModelTurn(None, tuple(calls)))
+        rt.tasks.requeue(fence.task_id, "operator")
+        writer.tool_results(7, calls, [ToolResult.ok(7)])
+        with pytest.raises(StaleGeneration):
+            writer.flush()
+    finally:
+        rt.close()
+
+
+def test_a_superseded_generation_writes_no_transcript(store_url: str, scripts: Path) -> None:
+    rt, _ = runtime_for(store_url, scripts)
+    try:
+        fence, session_id = claimed(rt)
+        writer = TranscriptWriter(rt.db, fence, session_id, {})
+        rt.tasks.requeue(fence.task_id, "operator")
+        with pytest.raises(StaleGeneration):
+            writer.model_turn(1, {}, ModelTurn("hello", ()))
+        assert rt.tasks.transcript(fence.task_id)["entries"] == []
+    finally:
+        rt.close()
+
+
+def test_a_snapshot_from_memory_wins_over_one_from_the_transcript(
+    store_url: str, scripts: Path
+) -> None:
+    rt, _ = runtime_for(store_url, scripts)
+    try:
+        fence, session_id = claimed(rt)
+        writer = TranscriptWriter(rt.db, fence, session_id, {})
+        calls = (ToolCall("a", "count", {}), ToolCall("b", "write_it", {"x": 1}))
+        writer.model_turn(1, {}, ModelTurn(None, calls))
+        writer.calls["a"] = writer.calls["a"].answered("succeeded", None)
+        snapshot = save_round_snapshot(rt.db, writer, "stopped: lease lost")
+        assert snapshot is not None
+        assert [c["call_id"] for c in snapshot.received] == ["a"]
+        assert [(c["call_id"], c["status"]) for c in snapshot.unknown] == [("b", "unknown")]
+        with rt.db.transaction() as conn:
+            stored = snapshot_store.get_snapshot(conn, session_id)
+            assert stored is not None
+            assert stored.unknown == snapshot.unknown
+            assert not snapshot_store.save_snapshot(conn, session_id, snapshot, replace=False)
+    finally:
+        rt.close()
+
+
+@pytest.mark.slow
+def test_a_cancel_during_a_command_leaves_the_call_unknown_and_the_next_generation_sees_it(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    rt = openai_runtime(store_url, scripts, server, enable_command_tool=True)
+    try:
+        server.reply(tool_calls=[call("c1", "read_task_context", {})])
+        server.reply(tool_calls=[call("c2", "execute_command", {"command": "sleep 30"})])
+        task_id = trigger(rt)
+        results: list[Any] = []
+        worker = threading.Thread(
+            target=lambda: results.append(rt.executions.run(task_id, 1, worker="w1"))
+        )
+        worker.start()
+        # The command is running once its model turn is in the transcript.
+        wait_for(
+            lambda: len(rt.tasks.transcript(task_id)["entries"]) >= 3, 10, what="the command turn"
+        )
+        rt.tasks.cancel(task_id, "operator stop")
+        worker.join(timeout=20)
+        assert not worker.is_alive()
+        assert results[0].ran
+        assert "stopped" in results[0].detail
+
+        session_id = rt.tasks.explain(task_id)["executions"][0]["session_id"]
+        with rt.db.transaction(readonly=True) as conn:
+            snapshot = snapshot_store.get_snapshot(conn, session_id)
+        assert snapshot is not None
+        assert [(c["call_id"], c["tool"]) for c in snapshot.unknown] == [("c2", "execute_command")]
+        assert [c["call_id"] for c in snapshot.received] == ["c1"]
+        # Operators see it in the explain view (`tasks show`).
+        view = rt.tasks.explain(task_id)
+        assert [c["call_id"] for c in view["recovery"]["unknown"]] == ["c2"]
+        assert "unknown: c2 execute_command" in render_explain(view)
+        requests = len(server.requests)
+
+        # A requeue starts generation 2, whose context opens with the snapshot; nothing replays.
+        rt.tasks.requeue(task_id, "continue after the cancel")
+        server.reply(tool_calls=[call("d1", "read_task_context", {})])
+        server.reply(content="stopping here")
+        rt.executions.run(task_id, 2, worker="w1")
+        context = json.loads(server.bodies[-1]["messages"][-1]["content"])["result"]
+        assert next(iter(context)) == "recovery"
+        assert [c["call_id"] for c in context["recovery"]["unknown"]] == ["c2"]
+        assert context["recovery"]["verify_first"]
+        assert len(server.requests) == requests + 2
+        commands = [
+            c
+            for body in server.bodies[requests:]
+            for m in body["messages"]
+            for c in m.get("tool_calls") or []
+            if c["function"]["name"] == "execute_command"
+        ]
+        assert commands == []  # the new generation's history does not replay the old call
+    finally:
+        rt.close()
+
+
+def test_transcripts_of_finished_tasks_follow_the_retention(store_url: str, scripts: Path) -> None:
+    rt, _ = runtime_for(store_url, scripts, retention_days=30)
+    try:
+        finished, finished_session = claimed(rt)
+        live, live_session = claimed(rt)
+        for fence, session_id in ((finished, finished_session), (live, live_session)):
+            writer = TranscriptWriter(rt.db, fence, session_id, {})
+            writer.model_turn(1, {}, ModelTurn(None, (ToolCall("a", "t", {}),)))
+            save_round_snapshot(rt.db, writer, "stopped")
+        old = utcnow() - timedelta(days=90)
+        with rt.db.transaction() as conn:
+            conn.execute(update(transcript_entries).values(created_at=old))
+            conn.execute(
+                update(tasks)
+                .where(tasks.c.task_id == finished.task_id)
+                .values(status="completed", updated_at=old)
+            )
+        report = run_cleanup(rt.db, rt.settings, batch_size=1)
+        assert report.transcript_entries_deleted == 1
+        assert rt.tasks.transcript(finished.task_id)["entries"] == []
+        assert len(rt.tasks.transcript(live.task_id)["entries"]) == 1
+        with rt.db.transaction(readonly=True) as conn:
+            assert snapshot_store.get_snapshot(conn, finished_session) is None
+            assert snapshot_store.get_snapshot(conn, live_session) is not None
+    finally:
+        rt.close()
+
+
+def test_a_sub_agent_writes_under_its_parent_call_in_the_same_sequence(
+    store_url: str, scripts: Path
+) -> None:
+    rt, _ = runtime_for(store_url, scripts)
+    try:
+        fence, session_id = claimed(rt)
+        writer = TranscriptWriter(rt.db, fence, session_id, {})
+        delegate = ToolCall("p1", "delegate", {"question": "q"})
+        writer.model_turn(1, {}, ModelTurn(None, (delegate,)))
+        sub = writer.child("p1")
+        read = ToolCall("s1", "count", {})
+        sub.model_turn(1, {}, ModelTurn(None, (read,), usage=TokenUsage(10, 2)))
+        sub.tool_results(1, [read], [ToolResult.ok(3)])
+        writer.tool_results(1, [delegate], [ToolResult.ok("answer")])
+        writer.flush()
+        entries = rt.tasks.transcript(fence.task_id)["entries"]
+        assert [e["seq"] for e in entries] == [1, 2, 3, 4]
+        assert [e.get("parent_call_id") for e in entries] == [None, "p1", "p1", None]
+        assert rt.tasks.explain(fence.task_id)["token_usage"]["total"]["prompt_tokens"] == 10
+        assert list(writer.calls) == ["p1"]  # the sub-agent's reads are not the round's calls
+        derived = Snapshot.from_transcript(entries[:3], reason="died", generation=1)
+        assert [c["call_id"] for c in derived.unknown] == ["p1"]
+    finally:
+        rt.close()

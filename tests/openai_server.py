@@ -1,0 +1,251 @@
+"""A real OpenAI-compatible chat-completions server on loopback, for the tests of model clients.
+
+It plays a queue of scripted answers, records every request body, reports token usage, can
+answer 429/5xx with `Retry-After`, and refuses (HTTP 400) what strict servers (DeepSeek, vLLM,
+Qwen) refuse: an assistant tool call without exactly one tool message answering it, in order,
+before any other message; a tool message out of place; an empty `tool_calls` list; a call not in
+the `{"id", "type": "function", "function": {"name", "arguments": text}}` form.
+
+    with OpenAIServer() as server:
+        server.reply(tool_calls=[call("c1", "read_task_context", {})], usage=(120, 8))
+        server.fail(429, retry_after=0.1)
+        server.reply(content="done")
+        ... ORCH_MODEL=openai:test-model LLM_BASE_URL=server.base_url ...
+        server.requests  # every body received, the refused ones too
+
+When the queue is empty it answers a final message (`content="done"`), so a round ends.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = ["Failure", "OpenAIServer", "Reply", "call", "strict_problem"]
+
+
+def call(call_id: str, name: str, arguments: dict[str, Any] | str) -> dict[str, Any]:
+    """One tool call of a reply; a string is sent as the arguments text as it is (malformed)."""
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": text}}
+
+
+@dataclass
+class Reply:
+    content: str | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    reasoning_content: str | None = None
+    usage: tuple[int, int] | None = None
+    delay_s: float = 0.0
+
+
+@dataclass
+class Failure:
+    status: int
+    retry_after: float | None = None
+    message: str = "scripted failure"
+
+
+@dataclass
+class Request:
+    body: dict[str, Any]
+    refused: str | None  # why the strict check refused it, or None
+    answered: int  # the HTTP status sent back
+
+
+class OpenAIServer:
+    """Serves `POST /v1/chat/completions` on 127.0.0.1 on a free port."""
+
+    def __init__(self, model: str = "test-model") -> None:
+        self.model = model
+        self.script: deque[Reply | Failure | Callable[[dict[str, Any]], Reply | Failure]] = deque()
+        self.requests: list[Request] = []
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> OpenAIServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    # -- the script --------------------------------------------------------------------------
+
+    def reply(self, **fields: Any) -> None:
+        self.script.append(Reply(**fields))
+
+    def fail(self, status: int, retry_after: float | None = None, message: str = "busy") -> None:
+        self.script.append(Failure(status, retry_after, message))
+
+    def dynamic(self, answer: Callable[[dict[str, Any]], Reply | Failure]) -> None:
+        """An answer computed from the request (to look at what the agent was shown)."""
+        self.script.append(answer)
+
+    @property
+    def bodies(self) -> list[dict[str, Any]]:
+        """The bodies the server accepted, in order."""
+        return [r.body for r in self.requests if r.refused is None and r.answered == 200]
+
+    def wait_for_requests(self, count: int, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.requests) < count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(self.requests)} of {count} requests came")
+            time.sleep(0.02)
+
+    # -- serving -----------------------------------------------------------------------------
+
+    def _next(self, body: dict[str, Any]) -> Reply | Failure:
+        with self._lock:
+            item = self.script.popleft() if self.script else Reply(content="done")
+        return item(body) if callable(item) else item
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length)
+                if not self.path.rstrip("/").endswith("/chat/completions"):
+                    self._send(404, {"error": {"message": "not found"}})
+                    return
+                try:
+                    body = json.loads(raw)
+                except json.JSONDecodeError:
+                    self._send(400, {"error": {"message": "body is not JSON"}})
+                    return
+                problem = strict_problem(body)
+                if problem is not None:
+                    server.requests.append(Request(body, problem, 400))
+                    self._send(400, {"error": {"message": problem, "type": "invalid_request"}})
+                    return
+                answer = server._next(body)
+                if isinstance(answer, Failure):
+                    server.requests.append(Request(body, None, answer.status))
+                    headers = {}
+                    if answer.retry_after is not None:
+                        headers["Retry-After"] = f"{answer.retry_after:g}"
+                    self._send(answer.status, {"error": {"message": answer.message}}, headers)
+                    return
+                server.requests.append(Request(body, None, 200))
+                if answer.delay_s:
+                    time.sleep(answer.delay_s)
+                self._send(200, server._completion(body, answer))
+
+            def _send(
+                self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
+            ) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+        return Handler
+
+    def _completion(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        if reply.tool_calls:
+            message["tool_calls"] = reply.tool_calls
+        if reply.reasoning_content is not None:
+            message["reasoning_content"] = reply.reasoning_content
+        prompt, completion = reply.usage or (len(json.dumps(body["messages"])) // 4, 7)
+        return {
+            "id": f"chatcmpl-{len(self.requests)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", self.model),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": "tool_calls" if reply.tool_calls else "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+            },
+        }
+
+
+def strict_problem(body: dict[str, Any]) -> str | None:
+    """Why a strict server refuses this request body, or None."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "messages must be a non-empty list"
+    for tool in body.get("tools") or []:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if tool.get("type") != "function" or not isinstance(function, dict):
+            return "a tool must be {'type': 'function', 'function': {...}}"
+        if not function.get("name") or not isinstance(function.get("parameters", {}), dict):
+            return "a function tool needs a name and object parameters"
+    open_calls: list[str] = []
+    for index, message in enumerate(messages):
+        role = message.get("role")
+        if role not in ("system", "user", "assistant", "tool"):
+            return f"messages[{index}]: unknown role {role!r}"
+        if role == "tool":
+            if not open_calls:
+                return f"messages[{index}]: a tool message must answer a preceding tool call"
+            expected = open_calls.pop(0)
+            if message.get("tool_call_id") != expected:
+                return (
+                    f"messages[{index}]: tool_call_id {message.get('tool_call_id')!r} "
+                    f"out of order; expected {expected!r}"
+                )
+            if not isinstance(message.get("content"), str):
+                return f"messages[{index}]: tool content must be a string"
+            continue
+        if open_calls:
+            return f"messages[{index}]: tool calls {open_calls} have no tool message"
+        if role == "assistant" and "tool_calls" in message:
+            calls = message["tool_calls"]
+            if not isinstance(calls, list) or not calls:
+                return f"messages[{index}]: tool_calls must be a non-empty list"
+            for item in calls:
+                function = item.get("function") if isinstance(item, dict) else None
+                if (
+                    item.get("type") != "function"
+                    or not item.get("id")
+                    or not isinstance(function, dict)
+                    or not isinstance(function.get("arguments"), str)
+                ):
+                    return f"messages[{index}]: a tool call must be id/type/function(arguments)"
+                try:
+                    json.loads(function["arguments"])
+                except json.JSONDecodeError:
+                    return f"messages[{index}]: tool call arguments are not JSON"
+            open_calls = [item["id"] for item in calls]
+        elif role == "assistant" and message.get("content") is None:
+            return f"messages[{index}]: an assistant message needs content or tool calls"
+    if open_calls:
+        return f"tool calls {open_calls} have no tool message"
+    return None

@@ -103,6 +103,13 @@ class Settings(BaseSettings):
     )
     data_cleanup_enable: bool = Field(default=True, validation_alias=_env("DATA_CLEANUP_ENABLE"))
     llm_max_tools: int = Field(default=0, ge=0, validation_alias=_env("LLM_MAX_TOOLS"))
+    # The agent's context budget (issue 12): the model's window and the output it reserves.
+    llm_context_window: int = Field(
+        default=32768, ge=1024, validation_alias=_env("LLM_CONTEXT_WINDOW")
+    )
+    llm_max_output_tokens: int = Field(
+        default=4096, ge=1, validation_alias=_env("LLM_MAX_OUTPUT_TOKENS")
+    )
 
     @field_validator("database_url")
     @classmethod
@@ -136,6 +143,15 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
+    def _check_output_tokens(self) -> Settings:
+        if self.llm_max_output_tokens >= self.llm_context_window:
+            raise ValueError(
+                "invalid setting LLM_MAX_OUTPUT_TOKENS: must be below LLM_CONTEXT_WINDOW "
+                f"({self.llm_max_output_tokens} >= {self.llm_context_window})"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _check_lease_timing(self) -> Settings:
         if self.lease_renew_seconds >= self.lease_seconds:
             raise ValueError(
@@ -161,6 +177,8 @@ _ENV_NAMES = {
     "agent_internal_token": "AGENT_INTERNAL_TOKEN",
     "data_cleanup_enable": "DATA_CLEANUP_ENABLE",
     "llm_max_tools": "LLM_MAX_TOOLS",
+    "llm_context_window": "LLM_CONTEXT_WINDOW",
+    "llm_max_output_tokens": "LLM_MAX_OUTPUT_TOKENS",
 }
 
 

@@ -151,9 +151,9 @@ class Conversation:
                     f"(the window less its 15 % margin); nothing was dropped"
                 )
             self._compact(fixed, before)
-        messages = self.messages(notice)
-        self.last_raw = counter.raw(messages, tools)
-        return messages
+        # Measured from the parts (each history message was measured once, when it came).
+        self.last_raw = fixed + self._summary_tokens() + sum(unit.tokens for unit in self._units)
+        return self.messages(notice)
 
     # -- compaction --------------------------------------------------------------------------
 

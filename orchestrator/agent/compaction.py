@@ -162,6 +162,8 @@ class Conversation:
         assert self.counter is not None
         counter = self.counter
         budget = self.budget
+        if not self._units:
+            return
         reserve = budget.summary_tokens + counter.message({"role": "user", "content": ""})
         kept = [self._units[-1]]
         used = fixed + reserve + kept[0].tokens

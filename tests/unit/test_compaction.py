@@ -4,7 +4,9 @@ results, falls back to a digest, and fails with context_overflow instead of drop
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -17,7 +19,11 @@ from orchestrator.agent.compaction import (
     Conversation,
     TranscriptHook,
 )
-from orchestrator.tools.base import ToolResult
+from orchestrator.agent.host import ToolHost
+from orchestrator.agent.loop import run_round
+from orchestrator.agent.model import Model, ModelTurn
+from orchestrator.agent.request import AgentContext
+from orchestrator.tools.base import Tool, ToolArguments, ToolCall, ToolContext, ToolResult
 
 PLAN = {
     "revision": 3,
@@ -210,3 +216,73 @@ def test_without_a_budget_the_conversation_is_sent_as_is() -> None:
     for number in range(1, 30):
         transaction(convo, number)
     assert len(convo.prepare(TOOLS)) == 2 + 29 * 3
+
+
+class Investigator(Model):
+    """Asks for a large read `turns` times, then answers; summarises when asked (no tools)."""
+
+    def __init__(self, turns: int, ratio: float = 1.0) -> None:
+        self.turns = turns
+        self.ratio = ratio
+        self.requests: list[list[dict[str, Any]]] = []
+        self.summary_tools: list[Sequence[dict[str, Any]]] = []
+
+    def next_turn(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        stop: threading.Event,
+    ) -> ModelTurn:
+        if messages[0]["content"].startswith("Summarise"):
+            self.summary_tools.append(tools)
+            return ModelTurn(content="the model's own summary", tool_calls=())
+        self.requests.append(list(messages))
+        number = len(self.requests)
+        usage = {"prompt_tokens": int(TokenCounter().raw(messages, tools) * self.ratio)}
+        if number > self.turns:
+            return UsageTurn(content="done", tool_calls=(), usage=usage)
+        call = ToolCall(f"c{number}", "read_things", {})
+        return UsageTurn(content=None, tool_calls=(call,), usage=usage)
+
+
+@dataclass(frozen=True)
+class UsageTurn(ModelTurn):
+    usage: Any = None
+
+
+class _NoArgs(ToolArguments):
+    pass
+
+
+class ReadThings(Tool):
+    name = "read_things"
+    description = "read many things"
+    arguments = _NoArgs
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        return ToolResult.ok({"rows": ["reading " * 150]})
+
+
+def test_a_round_compacts_with_a_summary_call_and_calibrates_from_usage() -> None:
+    model = Investigator(turns=12, ratio=1.1)
+    context = AgentContext(ContextBudget(3000, 200), TokenCounter())
+    end = run_round(
+        model,
+        ToolHost([ReadThings()], ledger=None),
+        ToolContext(owner="o", session_id="s", round_id="r"),
+        brief="find the leak",
+        max_turns=20,
+        stop=threading.Event(),
+        context=context,
+    )
+    assert (end.why, end.final_text) == ("final_answer", "done")
+    assert model.summary_tools
+    assert all(tools == [] for tools in model.summary_tools)
+    for messages in model.requests:
+        assert_strict(messages)
+    assert any(
+        m["content"] == SUMMARY_PREFIX + "the model's own summary"
+        for m in model.requests[-1]
+        if m["role"] == "user"
+    )
+    assert context.counter.ratio == pytest.approx(1.1, abs=0.01)

@@ -260,9 +260,33 @@ class Catalogue:
         return schemas
 
     def all_schemas(self, *, readonly: bool = False) -> list[dict[str, Any]]:
-        """Every definition a caller may use, as offered when discovery is off."""
-        names = [name for name, entry in self.entries.items() if entry.read_ok or not readonly]
-        return [*self.resident_schemas(readonly=readonly), *self.extra_schemas(names)]
+        """Every definition a caller may use, as offered when discovery is off: the tools, and
+        one `call_api` that lists its operations by id (`describe_api_operation` gives their
+        arguments), as the gateway itself does."""
+        allowed = [entry for entry in self.entries.values() if entry.read_ok or not readonly]
+        schemas = [entry.schema for entry in allowed if entry.operation_id is None]
+        operations = [entry for entry in allowed if entry.operation_id is not None]
+        if operations and self.api is not None:
+            parameters = CallApiArgs.model_json_schema()
+            parameters["properties"]["operation_id"] = {
+                "type": "string",
+                "enum": [entry.operation_id for entry in operations],
+            }
+            listed = "; ".join(
+                f"{entry.operation_id} ({entry.effect}): {entry.description}"
+                for entry in operations
+            )
+            schemas.append(
+                {
+                    "name": self.api.name,
+                    "description": (
+                        f"Call an operation of {self.api.spec.title}. Use describe_api_operation "
+                        f"to see an operation's arguments. Operations: {listed}"
+                    ),
+                    "parameters": parameters,
+                }
+            )
+        return [*self.resident_schemas(readonly=readonly), *schemas]
 
     def _call_api(self, operations: list[dict[str, Any]]) -> dict[str, Any]:
         assert self.api is not None

@@ -272,6 +272,8 @@ def test_a_sub_agent_write_is_refused_at_the_host_and_two_rounds_delegate(
         "getSetting",
         "bigReport",
     ]
+    assert "putSetting" not in sub_requests[0][2][4]["description"]
+    assert "getSecret" not in sub_requests[0][2][4]["description"]  # sensitive_read
     # ...and is refused at the host whatever it calls, with what it may call instead.
     refusals = [json.loads(m["content"]) for m in sub_requests[4][1] if m["role"] == "tool"]
     statuses = [(r["status"], r.get("code")) for r in refusals]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Final
@@ -53,6 +54,7 @@ MAX_RESULT_CHARS: Final = 12_000
 SUBAGENTS: Final = "subagents"
 _CALLS_LISTED: Final = 20
 _SLOT_POLL_SECONDS: Final = 0.2
+_CLOSED_KEPT: Final = 10_000
 
 SUBAGENT_SYSTEM = (
     "You are a read-only sub-agent of an investigation. Answer the question you are given with "
@@ -215,7 +217,7 @@ class SubAgentRegistry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._rounds: dict[str, RoundDelegations] = {}
-        self._closed: set[str] = set()
+        self._closed: OrderedDict[str, None] = OrderedDict()
 
     def open_round(self, session_id: str, run: SubAgentRun) -> RoundDelegations:
         """The delegations of a new round of `session_id` (already closed if the session is)."""
@@ -237,12 +239,14 @@ class SubAgentRegistry:
             delegations.close("the round ended")
 
     def close_session(self, session_id: str) -> None:
-        """The session takes no new delegation, ever (bounded: a process keeps 10,000)."""
+        """The session takes no new delegation, ever (a process remembers the 10,000 most
+        recently closed sessions; an execution's session is never reopened anyway)."""
         self.end_round(session_id)
         with self._lock:
-            if len(self._closed) >= 10_000:
-                self._closed.clear()
-            self._closed.add(session_id)
+            self._closed[session_id] = None
+            self._closed.move_to_end(session_id)
+            while len(self._closed) > _CLOSED_KEPT:
+                self._closed.popitem(last=False)
 
 
 class DelegateArgs(ToolArguments):

@@ -260,6 +260,9 @@ def test_a_sub_agent_write_is_refused_at_the_host_and_two_rounds_delegate(
     sub_requests = [r for r in sent if r[0] == "probe.subagent.json"]
     parent_requests = [r for r in sent if r[0] == "probe.json"]
     assert len(sub_requests) == 2 * 5
+    # Discovery is off (LLM_MAX_TOOLS=0): the parent is offered every tool, as the host lists.
+    assert "search_tools" not in names(parent_requests[0][2])
+    assert "putSetting" in parent_requests[0][2][4]["description"]
     # The sub-agent is offered read tools only...
     assert names(sub_requests[0][2]) == [
         "read_task_context",

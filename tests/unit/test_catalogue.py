@@ -315,3 +315,14 @@ def test_internal_tools_are_never_offered_outside() -> None:
     for path in paths:
         for name in INTERNAL_TOOLS:
             assert name not in path
+
+
+def test_a_new_round_selects_afresh(catalogue: Catalogue) -> None:
+    budget = ContextBudget(100_000, max_tools=1)
+    first = Discovery(catalogue, budget, TokenCounter(), brief="odd")
+    first.discover("工单")
+    assert list(first.candidates) == ["createWorkOrder"]
+    again = Discovery(catalogue, budget, TokenCounter(), brief="odd")
+    assert list(again.candidates) == []
+    tools, _ = again.offer()
+    assert [t["name"] for t in tools] == catalogue.resident

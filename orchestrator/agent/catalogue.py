@@ -112,6 +112,7 @@ _STOPWORDS: Final = frozenset(
 _WORD = re.compile(r"[a-z0-9]+")
 _CJK = re.compile(r"[\u3400-\u9fff]+")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_COSTS_KEPT: Final = 1024
 _EXACT, _NAME, _TAG, _PHRASE, _DESCRIPTION, _CJK_TEXT = 1000, 10, 6, 6, 3, 4
 
 
@@ -350,6 +351,7 @@ class Discovery:
         self.last: Offer | None = None
         self._searched = False
         self._lock = threading.Lock()
+        self._costs: dict[tuple[str, ...], int] = {}
 
     def discover(self, query: str, limit: int = SEARCH_LIMIT_DEFAULT) -> list[Entry]:
         """Search and keep what was found as candidates (the 16 most recent; a new discovery
@@ -400,8 +402,17 @@ class Discovery:
         return schemas, offer.notice() if searched or room is not None else None
 
     def _cost(self, names: Sequence[str]) -> int:
-        schemas = self.catalogue.extra_schemas(names)
-        return self.counter.scaled(sum(self.counter.schema(schema) for schema in schemas))
+        """The tokens of the extra definitions `names` add, rendered exactly as they are sent
+        (remembered: the same candidates are offered call after call)."""
+        key = tuple(names)
+        raw = self._costs.get(key)
+        if raw is None:
+            schemas = self.catalogue.extra_schemas(names)
+            raw = sum(self.counter.schema(schema) for schema in schemas)
+            if len(self._costs) >= _COSTS_KEPT:
+                self._costs.clear()
+            self._costs[key] = raw
+        return self.counter.scaled(raw)
 
 
 class SearchToolsArgs(ToolArguments):

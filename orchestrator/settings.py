@@ -161,6 +161,15 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
+    def _check_output_tokens(self) -> Settings:
+        if self.llm_max_output_tokens >= self.llm_context_window:
+            raise ValueError(
+                "invalid setting LLM_MAX_OUTPUT_TOKENS: must be below LLM_CONTEXT_WINDOW "
+                f"({self.llm_max_output_tokens} >= {self.llm_context_window})"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _check_lease_timing(self) -> Settings:
         if self.lease_renew_seconds >= self.lease_seconds:
             raise ValueError(

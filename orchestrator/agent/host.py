@@ -29,6 +29,7 @@ from orchestrator.domain.fingerprints import (
 from orchestrator.errors import OrchestratorError, StaleGeneration
 from orchestrator.store.receipts import ReceiptLedger
 from orchestrator.tools.base import (
+    CALL_ID,
     Effect,
     Tool,
     ToolCall,
@@ -154,12 +155,13 @@ class ToolHost:
                 f"invalid arguments; nothing was run: {exc.message}", code="invalid_arguments"
             )
         effect = tool.effect_for(args)
-        if ctx.readonly and effect != "read":
-            # Seed 000: sub-agents are read-only at the host boundary, whatever identity they
-            # inherit; a sensitive original value is not readable either.
+        if ctx.readonly and (effect != "read" or tool.read_uses() is None):
+            # Seed 000: sub-agents are read-only at the host boundary, on every call, whatever
+            # identity they inherit; a sensitive original value is not readable either.
             return ToolResult.failed(
-                f"{call.name} ({effect}) is not allowed for a read-only agent; hand it to the "
-                "main agent",
+                f"{call.name} ({effect}) is not allowed for a read-only sub-agent; nothing was "
+                f"run. It may call instead: {self._read_uses()}. Put what should be written or "
+                "planned in the answer; the main agent decides.",
                 code="readonly",
             )
         if effect != "write":
@@ -180,6 +182,10 @@ class ToolHost:
         else:
             identity = identity_key("call", ctx.session_id, call.id)
         return _Prepared(call, tool, args, effect, digest, identity)
+
+    def _read_uses(self) -> str:
+        uses = [use for tool in self._tools.values() if (use := tool.read_uses()) is not None]
+        return "; ".join(uses) or "nothing"
 
     # -- execution --------------------------------------------------------------------------
 
@@ -226,6 +232,8 @@ class ToolHost:
 
     @staticmethod
     def _run_read(ctx: ToolContext, unit: _Prepared) -> ToolResult:
+        if unit.tool.wants_call_id:
+            ctx = replace(ctx, extras={**ctx.extras, CALL_ID: unit.call.id})
         try:
             result = unit.tool.run(ctx, unit.args)
         except (StaleGeneration, ToolCancelled, LeaseLost):

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
+from orchestrator.agent.compaction import TranscriptHook
 from orchestrator.agent.model import Model, ModelTurn
+from orchestrator.agent.request import AgentContext, RequestBuilder
 from orchestrator.agent.wire import assistant_message
-from orchestrator.tools.base import ToolCall, ToolContext, ToolResult
+from orchestrator.tools.base import Tool, ToolCall, ToolContext, ToolResult
 
 __all__ = ["LeaseLost", "RoundEnd", "TurnRecorder", "TurnRunner", "run_round"]
 
@@ -19,11 +21,15 @@ class LeaseLost(Exception):
 
 
 class TurnRunner(Protocol):
+    @property
+    def tools(self) -> dict[str, Tool]: ...
+
     def schemas(self) -> list[dict[str, Any]]: ...
 
     def run_turn(self, ctx: ToolContext, calls: list[ToolCall]) -> list[ToolResult]: ...
 
 
+@runtime_checkable
 class TurnRecorder(Protocol):
     """Keeps what came back from the model (the durable transcript, token usage)."""
 
@@ -52,23 +58,38 @@ def run_round(
     max_turns: int,
     stop: threading.Event,
     recorder: TurnRecorder | None = None,
+    context: AgentContext | None = None,
+    transcript: TranscriptHook | None = None,
+    system: str | None = None,
 ) -> RoundEnd:
     """Run turns until the model answers without tool calls or the turn budget runs out.
 
     Raises `LeaseLost` as soon as `stop` is set; `StaleGeneration` from a refused write
     propagates from the host unchanged. Either way nothing more is written by this round.
+    With a `context`, every request is measured and compacted within its budget
+    (`ContextOverflow` when what must stay does not fit) and tools are discovered
+    (`LLM_MAX_TOOLS`); see `orchestrator.agent.request`.
     """
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": _SYSTEM},
-        {"role": "user", "content": brief},
-    ]
-    tools = host.schemas()
+    requests = RequestBuilder(
+        model,
+        host.tools,
+        host.schemas(),
+        ctx,
+        system=system or _SYSTEM,
+        brief=brief,
+        stop=stop,
+        context=context,
+        transcript=transcript,
+    )
+    ctx = requests.ctx
     for turn_number in range(1, max_turns + 1):
         _check(stop)
+        messages, tools = requests.build()
         turn = model.next_turn(messages, tools, stop)
+        requests.observe_usage(getattr(turn, "usage", None))
         _check(stop)
         message = assistant_message(turn)
-        messages.append(message)
+        requests.add_assistant(message)
         if recorder is not None:
             recorder.model_turn(turn_number, message, turn)
         if turn.final:
@@ -76,14 +97,15 @@ def run_round(
         results = _run_calls(host, ctx, turn)
         if recorder is not None:
             recorder.tool_results(turn_number, list(turn.tool_calls), results)
-        for call, result in zip(turn.tool_calls, results, strict=True):
-            messages.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": call.id,
-                    "content": json.dumps(result.to_message(), default=str, ensure_ascii=False),
-                }
-            )
+        answers = [
+            {
+                "role": "tool",
+                "tool_call_id": call.id,
+                "content": json.dumps(result.to_message(), default=str, ensure_ascii=False),
+            }
+            for call, result in zip(turn.tool_calls, results, strict=True)
+        ]
+        requests.add_results(turn.tool_calls, results, answers)
     return RoundEnd("turn_budget", max_turns, None)
 
 

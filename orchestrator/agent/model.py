@@ -83,6 +83,12 @@ class Model(ABC):
     def check_tools(self, tool_names: Sequence[str]) -> None:  # noqa: B027 - optional hook
         """Raise `ModelError` if the model will call tools the host does not have."""
 
+    def summarize(self, messages: Sequence[dict[str, Any]], stop: threading.Event) -> str | None:
+        """A summary of `messages` for context compaction: one call without tools. None when
+        the model gives none (the caller then falls back to a deterministic digest)."""
+        turn = self.next_turn(messages, [], stop)
+        return None if turn.tool_calls else turn.content
+
 
 class _ScriptCall(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -130,6 +136,10 @@ class ScriptedModel(Model):
                     raise ModelError(
                         f"script {self.name} turn {number} calls unknown tool {call.name!r}"
                     )
+
+    def summarize(self, messages: Sequence[dict[str, Any]], stop: threading.Event) -> str | None:
+        # A script is a list of turns; a summary call must not consume one.
+        return None
 
     def next_turn(
         self,

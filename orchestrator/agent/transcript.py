@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from orchestrator.agent.compaction import Compaction
 from orchestrator.agent.model import ModelTurn
 from orchestrator.domain.recovery import CallRecord, Snapshot
 from orchestrator.errors import StaleGeneration
@@ -104,6 +105,7 @@ class TranscriptWriter:
         self._pending: Future[None] | None = None
         self._sensitive: dict[str, bool] = {}
         self.calls: dict[str, CallRecord] = {}
+        self._last_turn = 0
 
     def child(
         self, parent_call_id: str, tools: Mapping[str, Tool] | None = None
@@ -125,6 +127,7 @@ class TranscriptWriter:
 
     def model_turn(self, turn_number: int, message: dict[str, Any], turn: ModelTurn) -> None:
         self.flush()  # the previous results first: the transcript stays in order
+        self._last_turn = turn_number
         calls = []
         for call in turn.tool_calls:
             sensitive = is_sensitive(self.tools.get(call.name), call.arguments)
@@ -180,6 +183,31 @@ class TranscriptWriter:
         pending, self._pending = self._pending, None
         if pending is not None:
             pending.result()
+
+    # -- TranscriptHook (compaction and sub-agents) -------------------------------------------
+
+    def compacted(self, compaction: Compaction) -> None:
+        """A compaction's summary, in order with the turns it replaces in later requests."""
+        self.flush()
+        self._write(
+            [
+                transcript_store.Entry(
+                    turn=self._last_turn,
+                    kind="summary",
+                    body={
+                        "summary": compaction.summary,
+                        "source": compaction.source,
+                        "messages_replaced": compaction.messages_replaced,
+                        "tokens_before": compaction.tokens_before,
+                        "tokens_after": compaction.tokens_after,
+                    },
+                    parent_call_id=self.parent_call_id,
+                )
+            ]
+        )
+
+    def subagent(self, parent_call_id: str) -> TranscriptWriter:
+        return self.child(parent_call_id)
 
     # -- what is kept ------------------------------------------------------------------------
 

@@ -15,9 +15,13 @@ from functools import partial
 from redis.exceptions import RedisError
 from sqlalchemy.exc import DBAPIError
 
+from orchestrator.agent.budget import ContextBudget, ContextOverflow, TokenCounter
+from orchestrator.agent.catalogue import SearchTools
 from orchestrator.agent.host import ToolHost
 from orchestrator.agent.loop import LeaseLost, run_round
-from orchestrator.agent.model import ModelError, load_model
+from orchestrator.agent.model import Model, ModelError, load_model
+from orchestrator.agent.request import AgentContext
+from orchestrator.agent.subagents import SUBAGENTS, Delegate, SubAgentRegistry, SubAgentRun
 from orchestrator.agent.transcript import TranscriptWriter
 from orchestrator.domain.decisions import Decision, RoundFacts, decide
 from orchestrator.errors import StaleGeneration
@@ -89,6 +93,16 @@ class ExecutionService:
         self.results = ResultCache()
         # The business-backend gateway, the command tool (when enabled) and the receipt readers.
         self.receipt_tools = receipt_tools(settings, self.ledger, self.results)
+        # The context budget of every conversation (issue 12) and its calibrated counter.
+        self.context = AgentContext(
+            ContextBudget(
+                settings.llm_context_window,
+                settings.llm_max_output_tokens,
+                settings.llm_max_tools,
+            ),
+            TokenCounter(),
+        )
+        self.subagents = SubAgentRegistry()
 
     def run(
         self, task_id: str, generation: int, *, worker: str, celery_task_id: str | None = None
@@ -129,6 +143,8 @@ class ExecutionService:
     def _end_of_round(self, session_id: str) -> None:
         """Nothing of the round outlives it: its paged results and its background commands."""
         self.results.drop_graph(session_id)
+        # An execution's session has one round: its sub-agents end and it takes no more.
+        self.subagents.close_session(session_id)
         for tool in self.receipt_tools:
             if isinstance(tool, ExecuteCommand):
                 tool.reap(session_id)
@@ -177,6 +193,17 @@ class ExecutionService:
         host = ToolHost(self._tools(keeper), ledger=self.ledger, results=self.results)
         # The durable transcript (fenced) and the memory of the round's recovery snapshot.
         transcript = TranscriptWriter(self.db, fence, session_id, host.tools)
+        delegations = self.subagents.open_round(
+            session_id,
+            SubAgentRun(
+                model=partial(self._subagent_model, task.task_type),
+                host=host,
+                max_turns=self.settings.max_turns,
+                stop=keeper.lost,
+                context=self.context,
+            ),
+        )
+        ctx = replace(ctx, extras={**ctx.extras, SUBAGENTS: delegations})
         try:
             model = load_model(
                 self.settings.model,
@@ -193,6 +220,8 @@ class ExecutionService:
                 max_turns=self.settings.max_turns,
                 stop=keeper.lost,
                 recorder=transcript,
+                context=self.context,
+                transcript=transcript,
             )
             transcript.flush()  # the last results are in before the generation ends
         except (LeaseLost, StaleGeneration, ToolCancelled) as exc:
@@ -204,6 +233,10 @@ class ExecutionService:
             return self._finish(
                 task, fence, keeper, fixed(Decision("failed", "failed", str(exc), "model_error"))
             )
+        except ContextOverflow as exc:
+            save_round_snapshot(self.db, transcript, f"context_overflow: {exc}")
+            decision = Decision("failed", "failed", str(exc), "context_overflow")
+            return self._finish(task, fence, keeper, fixed(decision))
         except _INFRASTRUCTURE as exc:
             # Not the task's fault: leave the generation open; its lease runs out and the
             # sweeper requeues it as the next generation.
@@ -248,7 +281,14 @@ class ExecutionService:
             ProposeAction(ActionService(self.db, self.plans), keeper),
             SaveReport(self.db, keeper),
             *self.receipt_tools,
+            *([SearchTools()] if self.settings.llm_max_tools > 0 else []),
+            Delegate(),
         ]
+
+    def _subagent_model(self, task_type: str) -> Model:
+        """A sub-agent's model: the round's model in a new conversation. A scripted model plays
+        `DIR/<task type>.subagent.json`."""
+        return load_model(self.settings.model, f"{task_type}.subagent")
 
 
 #: Decides the round from what the generation left in the store.

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict
 
 __all__ = [
+    "CALL_ID",
     "Effect",
     "Fence",
     "Identity",
@@ -27,6 +28,10 @@ __all__ = [
     "ToolResult",
     "ToolStatus",
 ]
+
+#: The key of `ToolContext.extras` under which the host passes a tool its own call id (only to
+#: tools that set `wants_call_id`).
+CALL_ID = "call_id"
 
 ToolStatus = Literal["succeeded", "failed", "pending", "unknown"]
 # `internal_write`: a fenced write to the orchestrator's own store (plans, reports, actions);
@@ -132,10 +137,17 @@ class Tool(ABC):
     identity: ClassVar[Identity] = "call"
     #: False for tools whose results must not be cached for paging (e.g. the pager itself).
     pageable: ClassVar[bool] = True
+    #: True for tools that need their call id (`ctx.extras[CALL_ID]`), e.g. to nest a transcript.
+    wants_call_id: ClassVar[bool] = False
 
     def effect_for(self, args: Any) -> Effect:
         """The effect of this call; multi-operation tools (the API gateway) decide per call."""
         return self.effect
+
+    def read_uses(self) -> str | None:
+        """What a read-only agent (a sub-agent) may do with this tool, in a few words, or None.
+        The host names these in its refusals; the sub-agent's tool list holds only these."""
+        return self.name if self.effect == "read" else None
 
     def normalize(self, args: Any) -> Any:
         """Validate beyond the pydantic model and fill defaults; raise `ValidationFailed`."""

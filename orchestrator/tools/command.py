@@ -108,6 +108,9 @@ class ExecuteCommand(Tool):
     def effect_for(self, args: Any) -> Effect:
         return "read" if args.action in ("read", "wait") else "write"
 
+    def read_uses(self) -> str | None:
+        return "execute_command with action read or wait (an existing command's output)"
+
     def run(self, ctx: ToolContext, args: Any) -> ToolResult:
         if args.action == "run":
             return self._run(ctx, args)

@@ -98,6 +98,12 @@ class CallApi(Tool):
 
     # -- host hooks --------------------------------------------------------------------------
 
+    def read_uses(self) -> str | None:
+        reads = [op.operation_id for op in self.spec.operations.values() if op.effect == "read"]
+        if not reads:
+            return None
+        return f"call_api with a read operation ({', '.join(reads)})"
+
     def operation(self, args: CallApiArgs) -> Operation:
         operation = self.spec.operations.get(args.operation_id)
         if operation is None:

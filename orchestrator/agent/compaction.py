@@ -1,0 +1,349 @@
+"""The conversation of one round as sent to the model, and its compaction when it grows too big.
+
+A request is: the system prompt, the task brief, the current plan (its own message, re-sent on
+every call, so compaction can never remove it), the summary of compacted turns if any, then the
+history as *transactions*: an assistant turn together with every tool result it got. Compaction
+works on whole transactions only, so an assistant tool call is never separated from its results
+(strict servers reject that), and the latest transaction is always kept.
+
+Before each call the request is measured (`budget.TokenCounter`). Above the request limit (85 %
+of the window) the oldest transactions are folded into a summary: a summary call to the same
+model, or, when that fails, a deterministic digest of the receipts and the plan. If what must be
+kept does not fit on its own, `ContextOverflow` ends the round: nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from orchestrator.agent.budget import ContextBudget, ContextOverflow, TokenCounter
+
+__all__ = [
+    "PLAN_TOOLS",
+    "Compaction",
+    "Conversation",
+    "Summarizer",
+    "TranscriptHook",
+    "digest",
+]
+
+log = logging.getLogger(__name__)
+
+#: Tools whose successful result is the current plan.
+PLAN_TOOLS = frozenset({"publish_execution_plan"})
+
+PLAN_PREFIX = "Current execution plan (kept by the host and re-sent on every call):\n"
+SUMMARY_PREFIX = "Summary of earlier turns of this round (compacted to fit the context window):\n"
+
+#: Asks a model for a summary of the messages that follow.
+Summarizer = Callable[[list[dict[str, Any]]], "str | None"]
+
+_SUMMARY_SYSTEM = (
+    "Summarise the earlier part of an investigation for the agent that continues it. Keep every "
+    "tool call with its status (succeeded, failed, pending, unknown), invocation ids, result "
+    "ids, facts found with their sources, and open questions. Writes whose status is unknown "
+    "must stay marked unknown. Be brief; write plain text."
+)
+_MESSAGE_NOTE_CHARS = 200
+_MIN_SUMMARY_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """One compaction: what the transcript records."""
+
+    summary: str
+    source: Literal["model", "digest"]
+    messages_replaced: int
+    tokens_before: int
+    tokens_after: int
+
+
+class TranscriptHook(Protocol):
+    """Where the round's transcript goes (the durable transcript implements it)."""
+
+    def compacted(self, compaction: Compaction) -> None:
+        """Record a compaction (its summary replaces the turns it covers in later requests)."""
+
+    def subagent(self, parent_call_id: str) -> TranscriptHook:
+        """The transcript of a sub-agent started by the tool call `parent_call_id`."""
+
+
+@dataclass
+class _Unit:
+    """A transaction: one assistant message and the tool messages answering its calls."""
+
+    messages: list[dict[str, Any]]
+    tokens: int
+
+
+@dataclass
+class Conversation:
+    """The messages of one round and the rules that keep them within the budget."""
+
+    system: str
+    brief: str
+    budget: ContextBudget | None = None
+    counter: TokenCounter | None = None
+    summarize: Summarizer | None = None
+    transcript: TranscriptHook | None = None
+    plan: Any = None
+    summary: str | None = None
+    #: The uncalibrated size of the last request `prepare` returned (for calibration).
+    last_raw: int = 0
+    compactions: list[Compaction] = field(default_factory=list)
+    _units: list[_Unit] = field(default_factory=list)
+
+    # -- history -----------------------------------------------------------------------------
+
+    def add_assistant(self, message: dict[str, Any]) -> None:
+        self._units.append(_Unit([message], self._tokens(message)))
+
+    def add_tool_results(
+        self, messages: Sequence[dict[str, Any]], calls: Sequence[tuple[str, Any]] = ()
+    ) -> None:
+        """Append the results of the latest assistant turn; `calls` pairs each tool name with
+        its `ToolResult` so a successful plan publish becomes the current plan."""
+        unit = self._units[-1]
+        for message in messages:
+            unit.messages.append(message)
+            unit.tokens += self._tokens(message)
+        for name, result in calls:
+            if name in PLAN_TOOLS and getattr(result, "status", None) == "succeeded":
+                self.plan = getattr(result, "payload", None)
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        return [message for unit in self._units for message in unit.messages]
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def messages(self, notice: str | None = None) -> list[dict[str, Any]]:
+        """The request's messages as they stand, without measuring."""
+        return [*self._head(), *self.history, *self._tail(notice)]
+
+    def prepare(
+        self, tools: Sequence[Mapping[str, Any]], notice: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The messages of the next call, compacted if needed; `ContextOverflow` when the parts
+        that must stay do not fit. `notice` is a one-call message after the history."""
+        if self.budget is None or self.counter is None:
+            return self.messages(notice)
+        counter = self.counter
+        limit = self.budget.request_limit
+        fixed = counter.raw([*self._head(with_summary=False), *self._tail(notice)], tools)
+        summary = self._summary_tokens()
+        history = sum(unit.tokens for unit in self._units)
+        before = fixed + summary + history
+        if counter.scaled(before) > limit:
+            latest = self._units[-1].tokens if self._units else 0
+            must = counter.scaled(fixed + latest)
+            if must > limit:
+                raise ContextOverflow(
+                    f"the context window of {self.budget.window} tokens is too small: the system "
+                    "prompt, task brief, current plan, tool definitions and the latest tool "
+                    f"transaction need about {must} tokens, above the request limit of {limit} "
+                    f"(the window less its 15 % margin); nothing was dropped"
+                )
+            self._compact(fixed, before)
+        # Measured from the parts (each history message was measured once, when it came).
+        self.last_raw = fixed + self._summary_tokens() + sum(unit.tokens for unit in self._units)
+        return self.messages(notice)
+
+    # -- compaction --------------------------------------------------------------------------
+
+    def _compact(self, fixed: int, before: int) -> None:
+        assert self.budget is not None
+        assert self.counter is not None
+        counter = self.counter
+        budget = self.budget
+        if not self._units:
+            return
+        reserve = budget.summary_tokens + counter.message({"role": "user", "content": ""})
+        kept = [self._units[-1]]
+        used = fixed + reserve + kept[0].tokens
+        for unit in reversed(self._units[:-1]):
+            if counter.scaled(used + unit.tokens) > budget.compact_target:
+                break
+            kept.insert(0, unit)
+            used += unit.tokens
+        old = self._units[: len(self._units) - len(kept)]
+        old_messages = [message for unit in old for message in unit.messages]
+        text, source = self._summary_text(old_messages)
+        # Room left for the summary in this request, in uncalibrated tokens.
+        kept_tokens = sum(unit.tokens for unit in kept)
+        wrapper = counter.message({"role": "user", "content": SUMMARY_PREFIX})
+        room = math.floor(budget.request_limit / counter.ratio) - fixed - kept_tokens - wrapper
+        allowed = min(budget.summary_tokens, room)
+        if allowed < _MIN_SUMMARY_TOKENS:
+            text = "(the earlier turns were compacted; no room is left for their summary)"
+        else:
+            text = counter.truncate(text, allowed)
+        self.summary = text
+        self._units = kept
+        after = fixed + self._summary_tokens() + kept_tokens
+        record = Compaction(
+            summary=text,
+            source=source,
+            messages_replaced=len(old_messages),
+            tokens_before=counter.scaled(before),
+            tokens_after=counter.scaled(after),
+        )
+        self.compactions.append(record)
+        log.info(
+            "compacted %d messages (%s summary): %d -> %d tokens",
+            record.messages_replaced,
+            source,
+            record.tokens_before,
+            record.tokens_after,
+        )
+        if self.transcript is not None:
+            self.transcript.compacted(record)
+
+    def _summary_text(self, old: list[dict[str, Any]]) -> tuple[str, Literal["model", "digest"]]:
+        if self.summarize is not None:
+            try:
+                text = self.summarize(self._summary_request(old))
+            except Exception as exc:  # any failure of the summary call falls back to the digest
+                log.warning("summary call failed, using the digest: %s", type(exc).__name__)
+                text = None
+            if text and text.strip():
+                return text.strip(), "model"
+        return digest(old, plan=self.plan, previous=self.summary), "digest"
+
+    def _summary_request(self, old: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        assert self.budget is not None
+        assert self.counter is not None
+        parts = []
+        if self.summary:
+            parts.append("Earlier summary:\n" + self.summary)
+        parts.extend(_render(message) for message in old)
+        if self.plan is not None:
+            parts.append("Current plan:\n" + _dump(self.plan))
+        text = "\n".join(parts)
+        # The summary request itself must fit: keep its beginning and its end.
+        room = max(
+            _MIN_SUMMARY_TOKENS,
+            math.floor(self.budget.request_limit / self.counter.ratio)
+            - self.budget.summary_tokens
+            - self.counter.text(_SUMMARY_SYSTEM)
+            - 32,
+        )
+        if self.counter.text(text) > room:
+            head = self.counter.truncate(text, room // 2)
+            tail_chars = text[len(head) :]
+            tail = self.counter.truncate(tail_chars[::-1], room // 2)[::-1]
+            text = head + "\n[…]\n" + tail
+        return [
+            {"role": "system", "content": _SUMMARY_SYSTEM},
+            {"role": "user", "content": text},
+        ]
+
+    # -- parts -------------------------------------------------------------------------------
+
+    def _head(self, *, with_summary: bool = True) -> list[dict[str, Any]]:
+        head: list[dict[str, Any]] = [
+            {"role": "system", "content": self.system},
+            {"role": "user", "content": self.brief},
+        ]
+        if self.plan is not None:
+            head.append({"role": "user", "content": PLAN_PREFIX + _dump(self.plan)})
+        if with_summary and self.summary is not None:
+            head.append({"role": "user", "content": SUMMARY_PREFIX + self.summary})
+        return head
+
+    @staticmethod
+    def _tail(notice: str | None) -> list[dict[str, Any]]:
+        return [] if notice is None else [{"role": "user", "content": notice}]
+
+    def _summary_tokens(self) -> int:
+        if self.summary is None or self.counter is None:
+            return 0
+        return self.counter.message({"role": "user", "content": SUMMARY_PREFIX + self.summary})
+
+    def _tokens(self, message: Mapping[str, Any]) -> int:
+        return self.counter.message(message) if self.counter is not None else 0
+
+
+def digest(
+    messages: Sequence[Mapping[str, Any]], *, plan: Any = None, previous: str | None = None
+) -> str:
+    """A deterministic summary of compacted turns: every call with its receipt and status,
+    the assistant's notes, and the plan's node statuses. Argument values are left out (they
+    may be sensitive); a `call_api` call names its operation."""
+    lines = ["Earlier turns were compacted (a digest of the tool receipts and the plan)."]
+    if previous:
+        lines.append("Before that: " + previous)
+    names: dict[str, str] = {}
+    for message in messages:
+        role = message.get("role")
+        if role == "assistant":
+            content = message.get("content")
+            if isinstance(content, str) and content.strip():
+                lines.append("- assistant: " + _short(content))
+            for call in message.get("tool_calls") or ():
+                names[str(call.get("id"))] = _call_label(call)
+        elif role == "tool":
+            call_id = str(message.get("tool_call_id"))
+            lines.append(f"- {names.get(call_id, 'call')} [{call_id}] → {_result_label(message)}")
+    nodes = plan.get("nodes") if isinstance(plan, Mapping) else None
+    if isinstance(nodes, list):
+        statuses = ", ".join(
+            f"{node.get('id')}={node.get('status')}" for node in nodes if isinstance(node, Mapping)
+        )
+        lines.append("Plan nodes: " + statuses)
+    return "\n".join(lines)
+
+
+def _call_label(call: Mapping[str, Any]) -> str:
+    name = str(call.get("name"))
+    arguments = call.get("arguments")
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            arguments = None
+    if isinstance(arguments, Mapping) and isinstance(arguments.get("operation_id"), str):
+        return f"{name}({arguments['operation_id']})"
+    return name
+
+
+def _result_label(message: Mapping[str, Any]) -> str:
+    try:
+        body = json.loads(str(message.get("content")))
+    except ValueError:
+        return "result not readable"
+    if not isinstance(body, Mapping):
+        return "result not readable"
+    label = str(body.get("status", "unknown"))
+    for key in ("code", "invocation_id"):
+        if body.get(key):
+            label += f" {key}={body[key]}"
+    if body.get("message"):
+        label += ": " + _short(str(body["message"]))
+    return label
+
+
+def _render(message: Mapping[str, Any]) -> str:
+    role = message.get("role")
+    if role == "tool":
+        return f"[tool result {message.get('tool_call_id')}] {message.get('content')}"
+    calls = message.get("tool_calls") or ()
+    text = f"[{role}] {message.get('content') or ''}"
+    for call in calls:
+        text += f"\n  calls {call.get('name')} [{call.get('id')}] {_dump(call.get('arguments'))}"
+    return text
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _MESSAGE_NOTE_CHARS else text[: _MESSAGE_NOTE_CHARS - 1] + "…"
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)

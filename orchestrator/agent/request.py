@@ -1,0 +1,117 @@
+"""What each model call of a round is sent: messages within the budget and the tool definitions.
+
+The agent loop hands every turn and result here and asks for the next request. This module puts
+the conversation (`compaction.Conversation`), tool discovery (`catalogue.Discovery`) and the
+read-only filter together; it records nothing itself (the transcript hook does).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from orchestrator.agent.budget import ContextBudget, ContextOverflow, TokenCounter, prompt_tokens_of
+from orchestrator.agent.catalogue import DISCOVERY, Catalogue, Discovery
+from orchestrator.agent.compaction import Conversation, TranscriptHook
+from orchestrator.agent.model import Model
+from orchestrator.tools.base import Tool, ToolCall, ToolContext, ToolResult
+
+__all__ = ["TRANSCRIPT", "AgentContext", "RequestBuilder"]
+
+#: The key of `ToolContext.extras` holding the round's transcript hook (for sub-agents).
+TRANSCRIPT = "transcript"
+
+
+@dataclass(frozen=True)
+class AgentContext:
+    """The budget every conversation of a worker runs within, and its token counter."""
+
+    budget: ContextBudget
+    counter: TokenCounter
+
+
+class RequestBuilder:
+    """The requests of one round (or one sub-agent's loop)."""
+
+    def __init__(
+        self,
+        model: Model,
+        tools: Mapping[str, Tool] | None,
+        fallback_schemas: Sequence[dict[str, Any]],
+        ctx: ToolContext,
+        *,
+        system: str,
+        brief: str,
+        stop: threading.Event,
+        context: AgentContext | None = None,
+        transcript: TranscriptHook | None = None,
+    ) -> None:
+        self.context = context
+        self.readonly = ctx.readonly
+        self.conversation = Conversation(
+            system=system,
+            brief=brief,
+            budget=context.budget if context else None,
+            counter=context.counter if context else None,
+            summarize=lambda messages: model.summarize(messages, stop),
+            transcript=transcript,
+        )
+        discovering = context is not None and context.budget.max_tools > 0
+        # Built only when needed: a large API's schemas cost time to render.
+        needed = tools is not None and (discovering or ctx.readonly)
+        self.catalogue = Catalogue(tools) if needed and tools is not None else None
+        self.discovery: Discovery | None = None
+        extras = dict(ctx.extras)
+        if transcript is not None:
+            extras[TRANSCRIPT] = transcript
+        if self.catalogue is not None and context is not None and discovering:
+            self.discovery = Discovery(
+                self.catalogue,
+                context.budget,
+                context.counter,
+                brief=brief,
+                readonly=ctx.readonly,
+            )
+            extras[DISCOVERY] = self.discovery
+        self.ctx = replace(ctx, extras=extras)
+        if self.catalogue is not None and ctx.readonly:
+            self._schemas = self.catalogue.all_schemas(readonly=True)
+        else:
+            # Discovery off: every tool, as the host lists them.
+            self._schemas = list(fallback_schemas)
+
+    def build(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The messages and tool definitions of the next call (`ContextOverflow` when what
+        must be kept does not fit the window)."""
+        if self.discovery is None:
+            return self.conversation.prepare(self._schemas), self._schemas
+        tools, notice = self.discovery.offer()
+        try:
+            return self.conversation.prepare(tools, notice), tools
+        except ContextOverflow:
+            if not self.discovery.last or not self.discovery.last.enabled:
+                raise
+        # Without the extra tools the kept parts may fit: report it rather than fail.
+        tools, notice = self.discovery.offer(room=0)
+        return self.conversation.prepare(tools, notice), tools
+
+    def add_assistant(self, message: dict[str, Any]) -> None:
+        self.conversation.add_assistant(message)
+
+    def add_results(
+        self,
+        calls: Sequence[ToolCall],
+        results: Sequence[ToolResult],
+        messages: Sequence[dict[str, Any]],
+    ) -> None:
+        self.conversation.add_tool_results(
+            messages, [(call.name, result) for call, result in zip(calls, results, strict=True)]
+        )
+
+    def observe_usage(self, usage: Any) -> None:
+        """Calibrate the token counter with the prompt size the server reported, if any."""
+        reported = prompt_tokens_of(usage)
+        if reported is not None and self.context is not None:
+            self.context.counter.calibrate(self.conversation.last_raw, reported)

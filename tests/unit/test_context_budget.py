@@ -1,0 +1,90 @@
+"""The context budget's numbers (seed 000) and the calibrated offline token counter."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.agent.budget import (
+    CANDIDATES_KEPT,
+    SEARCH_LIMIT_DEFAULT,
+    SEARCH_LIMIT_MAX,
+    ContextBudget,
+    TokenCounter,
+    prompt_tokens_of,
+)
+from orchestrator.settings import SettingsError, load_settings
+
+
+def test_the_seed_numbers() -> None:
+    assert (SEARCH_LIMIT_DEFAULT, SEARCH_LIMIT_MAX, CANDIDATES_KEPT) == (5, 8, 16)
+
+
+@pytest.mark.parametrize(
+    ("window", "extra"),
+    [(100_000, 4096), (40_960, 4096), (40_000, 4000), (20_000, 2000), (8_192, 819)],
+)
+def test_extra_tools_share_min_of_4096_tokens_and_10_percent(window: int, extra: int) -> None:
+    assert ContextBudget(window).extra_tools_tokens == extra
+
+
+@pytest.mark.parametrize(
+    ("window", "max_output", "limit"),
+    [
+        (10_000, None, 8_500),  # 15 % margin
+        (10_000, 1_000, 8_500),  # the margin already covers the output
+        (10_000, 2_000, 8_000),  # a larger output reservation wins
+        (32_768, 4_096, 27_852),
+    ],
+)
+def test_the_request_keeps_a_15_percent_margin(
+    window: int, max_output: int | None, limit: int
+) -> None:
+    budget = ContextBudget(window, max_output)
+    assert budget.request_limit == limit
+    assert budget.compact_target == min(limit, int(window * 0.6))
+
+
+def test_the_counter_counts_offline_and_caches() -> None:
+    counter = TokenCounter()
+    assert counter.text("hello world") == 2
+    assert counter.text("水质采样") > 0
+    message = {"role": "user", "content": "hello world"}
+    assert counter.message(message) > counter.text("hello world")
+    assert counter.raw([message], []) == counter.message(message) + 3
+    assert counter.truncate("one two three four five", 2) == "one two"
+
+
+def test_calibration_scales_counts_within_bounds() -> None:
+    counter = TokenCounter()
+    counter.calibrate(1000, 1250)
+    assert counter.ratio == 1.25
+    assert counter.scaled(100) == 125
+    counter.calibrate(1000, 1_000_000)  # nonsense is bounded
+    assert counter.ratio == 4.0
+    counter.calibrate(0, 10)  # ignored
+    assert counter.ratio == 4.0
+
+
+def test_reported_usage_is_read_from_objects_and_mappings() -> None:
+    class Usage:
+        prompt_tokens = 42
+
+    assert prompt_tokens_of(Usage()) == 42
+    assert prompt_tokens_of({"prompt_tokens": 7, "completion_tokens": 3}) == 7
+    assert prompt_tokens_of(None) is None
+    assert prompt_tokens_of({"prompt_tokens": True}) is None
+
+
+def test_the_settings_use_the_issue_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLM_CONTEXT_WINDOW", "16000")
+    monkeypatch.setenv("LLM_MAX_OUTPUT_TOKENS", "2000")
+    monkeypatch.setenv("LLM_MAX_TOOLS", "6")
+    settings = load_settings(database_url=None)
+    assert (settings.llm_context_window, settings.llm_max_output_tokens) == (16000, 2000)
+    assert settings.llm_max_tools == 6
+    monkeypatch.setenv("LLM_MAX_OUTPUT_TOKENS", "16000")
+    with pytest.raises(SettingsError, match="LLM_MAX_OUTPUT_TOKENS"):
+        load_settings(database_url=None)
+    monkeypatch.setenv("LLM_CONTEXT_WINDOW", "12")
+    with pytest.raises(SettingsError, match="invalid setting LLM_CONTEXT_WINDOW"):
+        load_settings(database_url=None)

@@ -297,6 +297,8 @@ def render_explain(view: dict[str, Any]) -> str:
             lines.append(f"    {action['action_id']}  {action['kind']}  node {action['node_id']}")
     if view["unknown_receipts"]:
         lines.append(f"  write receipts with unknown outcome: {len(view['unknown_receipts'])}")
+    if view.get("running_receipts"):
+        lines.append(f"  write receipts still running: {len(view['running_receipts'])}")
     return "\n".join(lines)
 
 

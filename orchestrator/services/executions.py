@@ -26,6 +26,7 @@ from orchestrator.services.dispatch import Dispatcher, safe_dispatch
 from orchestrator.services.lease_keeper import LeaseKeeper, lease_name
 from orchestrator.services.plans import PlanService
 from orchestrator.settings import Settings
+from orchestrator.store import open_work
 from orchestrator.store import reports as report_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database
@@ -123,11 +124,34 @@ class ExecutionService:
             self._end_of_round(session_id)
 
     def _end_of_round(self, session_id: str) -> None:
-        """Nothing of the round outlives it: its paged results and its background commands."""
+        """Nothing of the round outlives it: its paged results and its background commands,
+        whose receipts take the end they showed, or `unknown` when still running (reaped)."""
         self.results.drop_graph(session_id)
         for tool in self.receipt_tools:
             if isinstance(tool, ExecuteCommand):
+                ended, running = tool.background(session_id)
                 tool.reap(session_id)
+                self._settle_background(ended, running)
+
+    def _background_still_running(self, session_id: str) -> int:
+        """Settle the receipts of the round's ended background commands; count the others."""
+        count = 0
+        for tool in self.receipt_tools:
+            if isinstance(tool, ExecuteCommand):
+                ended, running = tool.background(session_id)
+                self._settle_background(ended, [])
+                count += len(running)
+        return count
+
+    def _settle_background(self, ended: list[tuple[str, str]], reaped: list[str]) -> None:
+        if not ended and not reaped:
+            return
+        try:
+            with self.db.transaction() as conn:
+                open_work.settle_background(conn, ended, reaped)
+        except _INFRASTRUCTURE:
+            # Left `pending`: the decision already counted it as open, so nothing is claimed.
+            log.warning("background command receipts could not be settled", exc_info=True)
 
     def _not_acquired(self, task_id: str, generation: int) -> RunResult:
         with self.db.transaction(readonly=True) as conn:
@@ -198,6 +222,11 @@ class ExecutionService:
             log.exception("round of task %s failed", task.task_id)
             decision = Decision("failed", "failed", f"agent error: {exc}", "agent_error")
             return self._finish(task, fence, keeper, fixed(decision))
+        try:
+            still_running = self._background_still_running(session_id)
+        except Exception:
+            log.exception("background commands of task %s could not be read", task.task_id)
+            still_running = 1  # cannot tell: never complete on it
         return self._finish(
             task,
             fence,
@@ -206,6 +235,7 @@ class ExecutionService:
                 decide_round,
                 max_rounds=self.settings.max_rounds,
                 turn_budget_spent=end.why == "turn_budget",
+                running_commands=still_running,
             ),
         )
 
@@ -243,9 +273,11 @@ def fixed(decision: Decision) -> DecisionRule:
     return lambda _facts: decision
 
 
-def decide_round(facts: RoundFacts, *, max_rounds: int, turn_budget_spent: bool) -> Decision:
+def decide_round(
+    facts: RoundFacts, *, max_rounds: int, turn_budget_spent: bool, running_commands: int = 0
+) -> Decision:
     """The decision table, and a round whose turn budget ran out continues rather than fails."""
-    decision = decide(replace(facts, max_rounds=max_rounds))
+    decision = decide(replace(facts, max_rounds=max_rounds, running_commands=running_commands))
     if decision.queues_next and turn_budget_spent:
         return Decision("queued", "continue", "the turn budget of the round ran out")
     return decision
@@ -272,6 +304,7 @@ def finish_generation(
                 pending_actions=facts.pending_actions,
                 rounds_done=live.rounds,
                 max_rounds=0,
+                open_writes=open_work.open_writes(conn, fence.task_id),
             )
         )
         if decision.queues_next:

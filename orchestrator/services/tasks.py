@@ -163,6 +163,7 @@ class TaskService:
                 "report": report,
                 "pending_actions": pending,
                 "unknown_receipts": self._unknown_receipts(task_id),
+                "running_receipts": self._unknown_receipts(task_id, "running"),
             }
         )
         return view
@@ -179,10 +180,11 @@ class TaskService:
             "last_renewed_at": info.renewed_at,
         }
 
-    def _unknown_receipts(self, task_id: str) -> list[dict[str, Any]]:
+    def _unknown_receipts(self, task_id: str, status: str = "unknown") -> list[dict[str, Any]]:
         if self.ledger is None:
             return []
-        return [r.public() for r in self.ledger.unknown_for_owner(f"task:{task_id}")]
+        owner = f"task:{task_id}"
+        return [r.public() for r in self.ledger.unknown_for_owner(owner, status=status)]
 
 
 def task_view(task: TaskRecord) -> dict[str, Any]:

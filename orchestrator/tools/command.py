@@ -89,6 +89,7 @@ class _Process:
     final: ToolResult | None = None
     ended_at: float = 0.0
     output: str | None = None  # the whole output once ended, when short enough to drop the file
+    invocation_id: str | None = None  # the receipt of a background `start`, settled at round end
 
 
 class ExecuteCommand(Tool):
@@ -145,6 +146,26 @@ class ExecuteCommand(Tool):
             _discard(process)
         return len(gone)
 
+    def background(self, session_id: str) -> tuple[list[tuple[str, str]], list[str]]:
+        """The background commands (`start`) of `session_id` with a receipt: those whose end is
+        confirmed as (invocation_id, final status), and the invocation ids of those still
+        running. The round end settles their `pending` receipts from this (invariant 23)."""
+        with self._lock:
+            started = [
+                entry
+                for entry in self._processes.values()
+                if entry.session_id == session_id and entry.invocation_id is not None
+            ]
+        ended: list[tuple[str, str]] = []
+        running: list[str] = []
+        for process in started:
+            assert process.invocation_id is not None
+            if _state(process.popen)[0]:
+                ended.append((process.invocation_id, self._ended(process).status))
+            else:
+                running.append(process.invocation_id)
+        return ended, running
+
     def reap_all(self) -> int:
         """`reap` for every session (worker shutdown, tests)."""
         with self._lock:
@@ -179,6 +200,8 @@ class ExecuteCommand(Tool):
         if isinstance(spawned, ToolResult):
             return spawned
         process_id, process = spawned
+        invocation_id = ctx.extras.get("invocation_id")
+        process.invocation_id = invocation_id if isinstance(invocation_id, str) else None
         return ToolResult(
             status="pending",
             payload={

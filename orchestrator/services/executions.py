@@ -15,6 +15,7 @@ from functools import partial
 from redis.exceptions import RedisError
 from sqlalchemy.exc import DBAPIError
 
+from orchestrator.agent.evidence import EvidenceRecorder
 from orchestrator.agent.host import ToolHost
 from orchestrator.agent.loop import LeaseLost, run_round
 from orchestrator.agent.model import ModelError, load_model
@@ -37,6 +38,7 @@ from orchestrator.store.types import utcnow
 from orchestrator.tools.actions import ProposeAction
 from orchestrator.tools.base import Fence, Tool, ToolCancelled, ToolContext
 from orchestrator.tools.command import ExecuteCommand
+from orchestrator.tools.data_sources import QueryDataSource, load_sources
 from orchestrator.tools.plans import PublishExecutionPlan
 from orchestrator.tools.results import ResultCache
 from orchestrator.tools.tasks import ReadTaskContext, SaveReport
@@ -87,6 +89,9 @@ class ExecutionService:
         self.results = ResultCache()
         # The business-backend gateway, the command tool (when enabled) and the receipt readers.
         self.receipt_tools = receipt_tools(settings, self.ledger, self.results)
+        # Declared data sources (a bad file raises `DataSourceError` here, at start).
+        self.data_sources = load_sources(settings.data_sources)
+        self.evidence = EvidenceRecorder(db)
 
     def run(
         self, task_id: str, generation: int, *, worker: str, celery_task_id: str | None = None
@@ -194,7 +199,9 @@ class ExecutionService:
             # Lease lost, generation fenced (requeue, cancel): long-running tools stop too.
             cancel=keeper.lost,
         )
-        host = ToolHost(self._tools(keeper), ledger=self.ledger, results=self.results)
+        host = ToolHost(
+            self._tools(keeper), ledger=self.ledger, results=self.results, evidence=self.evidence
+        )
         try:
             model = load_model(self.settings.model, task.task_type)
             model.check_tools(list(host.tools))
@@ -260,6 +267,7 @@ class ExecutionService:
             PublishExecutionPlan(self.plans, keeper),
             ProposeAction(ActionService(self.db, self.plans), keeper),
             SaveReport(self.db, keeper),
+            QueryDataSource(self.db, self.data_sources),
             *self.receipt_tools,
         ]
 

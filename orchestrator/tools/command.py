@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from orchestrator.domain.evidence import EvidenceFacts
 from orchestrator.domain.outcomes import Outcome, model_message, tool_status
 from orchestrator.settings import Settings
 from orchestrator.tools.base import (
@@ -127,6 +128,28 @@ class ExecuteCommand(Tool):
         if args.action == "wait":
             return self._wait(ctx, args.process_id, process, args.timeout_seconds)
         return self._stop(args.process_id, process)
+
+    def evidence_facts(self, args: Any, result: ToolResult) -> EvidenceFacts | None:
+        """The output of a command that exited 0 is citable (only then: output alone proves
+        nothing); cut when the output went past the preview or a read stopped early."""
+        payload = result.payload
+        if (
+            args.action not in ("run", "read", "wait")
+            or result.status != "succeeded"
+            or not isinstance(payload, dict)
+            or payload.get("exit_code") != 0
+        ):
+            return None
+        text = payload.get("content", payload.get("output"))
+        return EvidenceFacts(
+            kind="command",
+            source="execute_command",
+            origin="live",
+            truncated=bool(payload.get("output_file")) or payload.get("next_offset") is not None,
+            row_count=None,
+            params=args.model_dump(mode="json", exclude={"env"}),
+            content=text,
+        )
 
     # -- session clean-up --------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ import httpcore
 import httpx
 from pydantic import Field, ValidationError
 
+from orchestrator.domain.evidence import EvidenceFacts
 from orchestrator.domain.fingerprints import NonCanonical, fingerprint, refuse_non_finite
 from orchestrator.domain.outcomes import Outcome, model_message, tool_status
 from orchestrator.errors import ValidationFailed
@@ -160,6 +161,24 @@ class CallApi(Tool):
             return bool(fingerprint(body) == fingerprint(args.arguments["body"]))
         except NonCanonical:
             return None
+
+    def evidence_facts(self, args: Any, result: ToolResult) -> EvidenceFacts | None:
+        """A successful non-sensitive read of the business backend is citable (origin live:
+        the gateway is the business backend itself)."""
+        operation = self.operation(args)
+        if operation.effect != "read" or result.status != "succeeded":
+            return None
+        payload = result.payload if isinstance(result.payload, dict) else {}
+        body = payload.get("body")
+        return EvidenceFacts(
+            kind="call_api",
+            source=f"call_api:{operation.operation_id}",
+            origin="live",
+            truncated=False,
+            row_count=len(body) if isinstance(body, list) else None,
+            params={"operation_id": operation.operation_id, "arguments": args.arguments},
+            content=body,
+        )
 
     # -- the call ----------------------------------------------------------------------------
 

@@ -13,7 +13,14 @@ import pytest
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
 from orchestrator.store.receipts import ReceiptLedger
-from tests.executions_support import node, plan_call, report_call, runtime_for, write_script
+from tests.executions_support import (
+    node,
+    plan_call,
+    query_call,
+    report_call,
+    runtime_for,
+    write_script,
+)
 from tests.integration.fake_backend import SPEC, Backend, running_backend
 from tests.integration.receipt_rows import running_task
 
@@ -43,7 +50,7 @@ def rt(store_url: str, scripts: Path, tmp_path: Path, backend: Backend) -> Itera
 def completing_after(work: list[dict[str, Any]], outcome: str = "completed") -> list[Any]:
     """Do `work` (tool calls), then claim everything done and report `outcome`."""
     return [
-        {"tool_calls": [plan_call("p1", "r1", [node("a", "running")])]},
+        {"tool_calls": [query_call(), plan_call("p1", "r1", [node("a", "running")])]},
         *([{"tool_calls": work}] if work else []),
         {"tool_calls": [plan_call("p2", "r2", [node("a", "completed")])]},
         {"tool_calls": [report_call("rep", outcome)]},

@@ -146,7 +146,7 @@ class SaveReport(Tool):
                     f"the report was refused ({codes}); nothing was written. Fix every problem "
                     "and save it again.",
                     code=problems[0]["code"],
-                    payload={"problems": problems},
+                    payload={"details": problems},
                 )
             report = report_store.insert_report(
                 conn,

@@ -236,7 +236,7 @@ def test_a_report_refusal_lists_every_problem(rt: Runtime) -> None:
         findings=[{"text": "flat all day", "whole_range": True, "evidence_ids": [cut.evidence_id]}],
         presented_origin="live",
     )
-    codes = [p["code"] for p in refused.payload["problems"]]
+    codes = [p["code"] for p in refused.payload["details"]]
     assert codes == ["unknown_evidence", "truncated_evidence", "origin_mismatch"]
     nothing = live.report("completed")
     assert (nothing.status, nothing.code) == ("failed", "evidence_required")

@@ -93,7 +93,7 @@ def authority_problems(
             continue
         human = node.get("actor") == "human" or (old is not None and old.get("actor") == "human")
         unchanged = old is not None and old.get("status") == status
-        if human and status in HUMAN_CLOSED and not unchanged:
+        if human and isinstance(status, str) and status in HUMAN_CLOSED and not unchanged:
             found.append(
                 problem(
                     "human_node",

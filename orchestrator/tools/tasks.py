@@ -30,8 +30,8 @@ class ReadTaskContext(Tool):
         "The task's context, its origin, the current generation, and what the previous "
         "generation that actually ran left: its last plan, report and evidence (a generation "
         "superseded before it started is skipped). A fixed sample input of the trigger comes "
-        "as `sample_input` with origin `peripheral_sample`: cite it as such, never as a live "
-        "query result."
+        "as `sample_input` with origin `peripheral_sample`: to cite it, query it with "
+        "query_data_source(source='sample_input') and never present it as a live query result."
     )
     effect = "read"
     arguments = _NoArguments

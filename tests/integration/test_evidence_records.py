@@ -1,0 +1,77 @@
+"""The host records evidence for what tools really returned: call_api reads (not sensitive
+ones, not writes), commands that exited 0, with its own truncation when it cut a result."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.runtime import Runtime
+from orchestrator.services.task_records import TaskRecords
+from orchestrator.services.tasks import Trigger
+from tests.executions_support import runtime_for, write_script
+from tests.integration.fake_backend import SPEC, Backend, running_backend
+
+
+@pytest.fixture
+def backend() -> Iterator[Backend]:
+    with running_backend() as server:
+        yield server
+
+
+@pytest.fixture
+def rt(store_url: str, scripts: Path, tmp_path: Path, backend: Backend) -> Iterator[Runtime]:
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(SPEC), encoding="utf-8")
+    runtime, _ = runtime_for(
+        store_url,
+        scripts,
+        gateway_spec=spec,
+        gateway_base_url=backend.url,
+        enable_command_tool=True,
+    )
+    yield runtime
+    runtime.close()
+
+
+def api(call_id: str, operation_id: str, **arguments: Any) -> dict[str, Any]:
+    body = {"operation_id": operation_id, "arguments": arguments}
+    return {"id": call_id, "name": "call_api", "arguments": body}
+
+
+def test_reads_and_successful_commands_become_records_and_nothing_else(
+    rt: Runtime, scripts: Path
+) -> None:
+    turns = [
+        {"tool_calls": [api("put", "putSetting", key="p", body={"value": 3})]},
+        {
+            "tool_calls": [
+                api("get", "getSetting", key="p"),
+                api("secret", "getSecret", key="db"),
+                api("big", "bigReport", size=10),
+                api("order", "createOrder", body={"item": "x", "quantity": 50}),
+                {"id": "ok", "name": "execute_command", "arguments": {"command": "echo fine"}},
+                {"id": "bad", "name": "execute_command", "arguments": {"command": "exit 3"}},
+            ]
+        },
+        {"content": "looked"},
+    ]
+    write_script(scripts, "looks", turns)
+    task_id = rt.tasks.trigger(Trigger(task_type="looks", title="t")).task.task_id
+    rt.executions.run(task_id, 1, worker="w1")
+    records = TaskRecords(rt.db).evidence(task_id)["items"]
+    by_source = {r["source"]: r for r in records}
+    assert set(by_source) == {"call_api:getSetting", "call_api:bigReport", "execute_command"}
+    setting = by_source["call_api:getSetting"]
+    assert (setting["kind"], setting["origin"], setting["truncated"]) == ("call_api", "live", False)
+    # The host cut the big report to a preview: truncated as the host knows it, with its id.
+    big = by_source["call_api:bigReport"]
+    assert big["truncated"] is True
+    assert big["result_id"]
+    assert big["char_count"] > 4000
+    command = by_source["execute_command"]
+    assert (command["kind"], command["truncated"]) == ("command", False)

@@ -72,8 +72,9 @@ class DataSource(BaseModel):
     spec: str | None = None
     base_url: str | None = None
     operation_id: str | None = None
-    from_param: str = "from"
-    to_param: str = "to"
+    # The operation's query parameters that take the range (ISO 8601); unset = not sent.
+    from_param: str | None = None
+    to_param: str | None = None
 
 
 class _File(BaseModel):
@@ -256,11 +257,11 @@ class QueryDataSource(Tool):
         assert source.base_url is not None
         assert source.operation_id is not None
         operation = load_spec(Path(source.spec)).operations[source.operation_id]
-        query = {
-            **parameters,
-            source.from_param: start.isoformat(),
-            source.to_param: end.isoformat(),
-        }
+        query = dict(parameters)
+        if source.from_param:
+            query[source.from_param] = start.isoformat()
+        if source.to_param:
+            query[source.to_param] = end.isoformat()
         try:
             operation.model.model_validate(query)
         except ValidationError as exc:

@@ -75,3 +75,45 @@ def test_reads_and_successful_commands_become_records_and_nothing_else(
     assert big["char_count"] > 4000
     command = by_source["execute_command"]
     assert (command["kind"], command["truncated"]) == ("command", False)
+
+
+def test_an_http_json_source_is_bounded_and_recorded_with_its_declared_origin(
+    rt: Runtime, scripts: Path, tmp_path: Path, backend: Backend, store_url: str
+) -> None:
+    spec = tmp_path / "spec.json"  # written by the `rt` fixture
+    declaration = tmp_path / "sources.yaml"
+    declaration.write_text(
+        "sources:\n"
+        "  - name: district_report\n"
+        "    description: the district report of the business backend\n"
+        "    kind: http_json\n"
+        "    origin: live\n"
+        f"    spec: {spec.name}\n"
+        f"    base_url: {backend.url}\n"
+        "    operation_id: bigReport\n"
+        "    limits: {max_rows: 500, max_chars: 5000}\n",
+        encoding="utf-8",
+    )
+    query = {
+        "id": "q",
+        "name": "query_data_source",
+        "arguments": {"source": "district_report", "parameters": {"size": 10}},
+    }
+    bad = dict(query, id="bad", arguments={"source": "district_report", "parameters": {"x": 1}})
+    write_script(scripts, "http", [{"tool_calls": [query, bad]}, {"content": "read"}])
+    runtime, _ = runtime_for(store_url, scripts, data_sources=declaration)
+    try:
+        task_id = runtime.tasks.trigger(Trigger(task_type="http", title="t")).task.task_id
+        runtime.executions.run(task_id, 1, worker="w1")
+        [record] = TaskRecords(runtime.db).evidence(task_id)["items"]
+    finally:
+        runtime.close()
+    assert (record["source"], record["origin"], record["kind"]) == (
+        "district_report",
+        "live",
+        "data_source",
+    )
+    # 100 rows of 100 characters do not fit in 5,000: cut, and the record says so.
+    assert record["truncated"] is True
+    assert 0 < record["row_count"] < 100
+    assert backend.count("GET", "/report") == 1  # the invalid query was never sent

@@ -61,9 +61,10 @@ def decide(facts: RoundFacts) -> Decision:
         return Decision(
             "waiting", "waiting", "human node(s) not completed: " + ", ".join(open_human)
         )
-    # A report that declared `waiting` is never turned into a completion by the host; with
-    # nothing to wait for (no approval, no open human node) the task continues.
-    declared_done = facts.report_outcome is not None and facts.report_outcome != "waiting"
+    # Only a report that declared `completed` (which cites recorded evidence) completes: one
+    # that declared `waiting` or `continue` is never turned into a completion by the host;
+    # with nothing to wait for (no approval, no open human node) the task continues.
+    declared_done = facts.report_outcome == "completed"
     if declared_done and nodes and all(n["status"] in _DONE for n in nodes):
         unfinished = _unfinished_work(facts)
         if unfinished:
@@ -80,6 +81,8 @@ def decide(facts: RoundFacts) -> Decision:
         return Decision("queued", "continue", "the round saved no report")
     if facts.report_outcome == "waiting":
         return Decision("queued", "continue", "the report declared waiting, but nothing is awaited")
+    if facts.report_outcome == "continue" and nodes and all(n["status"] in _DONE for n in nodes):
+        return Decision("queued", "continue", "the report declared continue")
     return Decision("queued", "continue", "plan nodes remain open")
 
 

@@ -323,3 +323,16 @@ def test_a_requeued_generation_keeps_the_human_node_and_the_completed_conclusion
     current = TaskRecords(rt.db).plan(task_id)["plan"]
     assert current["session_id"] == again["session_id"]
     assert current["revision"] == 1
+
+
+def test_skipping_everything_and_declaring_continue_does_not_complete(
+    rt: Runtime, scripts: Path
+) -> None:
+    turns = [
+        {"tool_calls": [plan_call("p1", "r1", [node("a", "running")])]},
+        {"tool_calls": [plan_call("p2", "r2", [node("a", "skipped")])]},
+        {"tool_calls": [report_call("rep", "continue")]},  # cites nothing
+    ]
+    view = run(rt, scripts, turns)
+    assert view["status"] == "queued"
+    assert view["executions"][0]["reason"] == "the report declared continue"

@@ -131,3 +131,12 @@ def test_open_writes_or_running_commands_turn_a_completion_into_waiting() -> Non
     assert "2 background command(s) still running" in commands.reason
     many = decide(replace(base, open_writes=tuple(f"w{i} (running)" for i in range(8))))
     assert "and 3 more" in many.reason
+
+
+def test_only_a_report_declaring_completed_completes() -> None:
+    # A `continue` report cites nothing; with every node skipped it must not complete the task.
+    nodes = [node("a", "skipped"), node("b", "completed")]
+    decision = decide(facts(nodes, "continue"))
+    assert (decision.task_status, decision.outcome) == ("queued", "continue")
+    assert decision.reason == "the report declared continue"
+    assert decide(facts(nodes, "completed")).task_status == "completed"

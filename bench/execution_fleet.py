@@ -241,10 +241,12 @@ class Processes:
 
 
 def minimal_turns() -> list[dict[str, Any]]:
-    """The minimal round: publish a plan (one completed node), save a report, answer."""
-    from tests.executions_support import node, plan_call, report_call
+    """The minimal round: query (the evidence a completed node and report cite), publish a plan
+    (one completed node), save a report, answer."""
+    from tests.executions_support import node, plan_call, query_call, report_call
 
     return [
+        {"tool_calls": [query_call()]},
         {"tool_calls": [plan_call("c1", "r1", [node("a", "completed")])]},
         {"tool_calls": [report_call("c2", "completed")]},
         {"content": "done"},
@@ -252,11 +254,12 @@ def minimal_turns() -> list[dict[str, Any]]:
 
 
 def slow_turns(delay_s: float) -> list[dict[str, Any]]:
-    """A round that publishes a plan, then thinks for `delay_s` (the window for a SIGKILL)."""
-    from tests.executions_support import node, plan_call, report_call
+    """A round that queries and publishes a plan, then thinks for `delay_s` (the window for a
+    SIGKILL)."""
+    from tests.executions_support import node, plan_call, query_call, report_call
 
     return [
-        {"tool_calls": [plan_call("c1", "r1", [node("a", "running")])]},
+        {"tool_calls": [query_call(), plan_call("c1", "r1", [node("a", "running")])]},
         {"delay_s": delay_s, "tool_calls": [plan_call("c2", "r2", [node("a", "completed")])]},
         {"tool_calls": [report_call("c3", "completed")]},
         {"content": "done"},

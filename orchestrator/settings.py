@@ -111,6 +111,9 @@ class Settings(BaseSettings):
     )
     data_cleanup_enable: bool = Field(default=True, validation_alias=_env("DATA_CLEANUP_ENABLE"))
     llm_max_tools: int = Field(default=0, ge=0, validation_alias=_env("LLM_MAX_TOOLS"))
+    # Evidence (issue 13): the data-source declarations (YAML or JSON); unset = the bundled
+    # simulated SCADA source (origin synthetic).
+    data_sources: Path | None = None
 
     # The OpenAI-compatible model client (`ORCH_MODEL=openai:<model>`, issue 12).
     llm_base_url: str | None = Field(default=None, validation_alias=_env("LLM_BASE_URL"))

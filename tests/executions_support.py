@@ -23,6 +23,7 @@ __all__ = [
     "fenced_ctx",
     "node",
     "plan_call",
+    "query_call",
     "report_call",
     "runtime_for",
     "wait_for",
@@ -30,7 +31,31 @@ __all__ = [
 ]
 
 
-def node(node_id: str, status: str, *, actor: str = "agent", evidence: str = "") -> dict[str, Any]:
+#: What a completed node and a completed report cite by default: the evidence record of the
+#: `query_call()` the round made first (the scripted model resolves the reference).
+CITED = "${q0.evidence_id}"
+
+
+def query_call(call_id: str = "q0") -> dict[str, Any]:
+    """A query of the bundled simulated SCADA source: its result carries an evidence_id."""
+    return {
+        "id": call_id,
+        "name": "query_data_source",
+        "arguments": {
+            "source": "scada_sim",
+            "parameters": {"point": "DM-RN-01", "measure": "turbidity"},
+        },
+    }
+
+
+def node(
+    node_id: str,
+    status: str,
+    *,
+    actor: str = "agent",
+    evidence: str = "",
+    cite: list[str] | None = None,
+) -> dict[str, Any]:
     body: dict[str, Any] = {
         "id": node_id,
         "title": f"Step {node_id}",
@@ -41,6 +66,8 @@ def node(node_id: str, status: str, *, actor: str = "agent", evidence: str = "")
     }
     if status in ("failed", "waiting"):
         body["reason"] = "because"
+    if status == "completed" and actor == "agent":
+        body["evidence_ids"] = [CITED] if cite is None else cite
     return body
 
 
@@ -59,12 +86,17 @@ def plan_call(call_id: str, request_id: str, nodes: list[dict[str, Any]]) -> dic
     }
 
 
-def report_call(call_id: str, outcome: str) -> dict[str, Any]:
-    return {
-        "id": call_id,
-        "name": "save_report",
-        "arguments": {"summary": f"round ended {outcome}", "findings": [], "outcome": outcome},
+def report_call(call_id: str, outcome: str, cite: list[str] | None = None) -> dict[str, Any]:
+    """A report; a completed one cites the round's `query_call()` unless `cite` is given."""
+    arguments: dict[str, Any] = {
+        "summary": f"round ended {outcome}",
+        "findings": [],
+        "outcome": outcome,
     }
+    cited = ([CITED] if outcome == "completed" else []) if cite is None else cite
+    if cited:
+        arguments["evidence_ids"] = cited
+    return {"id": call_id, "name": "save_report", "arguments": arguments}
 
 
 def write_script(folder: Path, task_type: str, turns: list[dict[str, Any]]) -> None:
@@ -75,7 +107,7 @@ def write_script(folder: Path, task_type: str, turns: list[dict[str, Any]]) -> N
 def completing_turns(delay_s: float = 0.0) -> list[dict[str, Any]]:
     """A round that reads, plans, works for `delay_s`, completes and reports."""
     return [
-        {"tool_calls": [{"id": "c1", "name": "read_task_context", "arguments": {}}]},
+        {"tool_calls": [{"id": "c1", "name": "read_task_context", "arguments": {}}, query_call()]},
         {"tool_calls": [plan_call("c2", "r1", [node("a", "running"), node("b", "pending")])]},
         {
             "delay_s": delay_s,

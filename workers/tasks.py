@@ -14,6 +14,7 @@ from orchestrator.agent.model import check_model_setting
 from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.cleanup import run_cleanup
 from orchestrator.settings import SettingsError, get_settings
+from orchestrator.tools.data_sources import DataSourceError, load_sources
 from orchestrator.tools.toolsets import SpecError, check_gateway
 from workers.celery_app import CeleryDispatcher, app
 from workers.constants import CLEANUP, RUN_GENERATION, SWEEP
@@ -82,6 +83,11 @@ def _check_gateway(**_: Any) -> None:
         check_gateway(get_settings())
     except SpecError as exc:
         log.critical("%s", exc.message)
+        raise SystemExit(2) from None
+    try:
+        load_sources(get_settings().data_sources)
+    except DataSourceError as exc:
+        log.critical("%s", exc)
         raise SystemExit(2) from None
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from orchestrator.agent.evidence import EvidenceRecorder
 from orchestrator.agent.loop import LeaseLost
 from orchestrator.agent.receipted import run_write
 from orchestrator.domain.fingerprints import (
@@ -75,6 +76,7 @@ class ToolHost:
         results: ResultCache | None = None,
         max_workers: int = 8,
         preview_chars: int = PREVIEW_CHARS,
+        evidence: EvidenceRecorder | None = None,
     ) -> None:
         self._tools: dict[str, Tool] = {}
         for tool in tools:
@@ -85,6 +87,7 @@ class ToolHost:
         self.results = results
         self.max_workers = max(1, max_workers)
         self.preview_chars = preview_chars
+        self.evidence = evidence
         # Call ids already seen per (session, round): a reused id with other arguments is
         # refused in any later turn of the round, not only within one turn.
         self._seen_ids: dict[tuple[str, str], dict[str, str]] = {}
@@ -228,7 +231,25 @@ class ToolHost:
             )
         else:
             result = self._run_read(ctx, unit)
-        return self._page(ctx, unit, result)
+        return self._cite(ctx, unit, result, self._page(ctx, unit, result))
+
+    def _cite(
+        self, ctx: ToolContext, unit: _Prepared, full: ToolResult, shown: ToolResult
+    ) -> ToolResult:
+        """Record what the tool really returned as evidence and hand the model its id."""
+        if self.evidence is None or ctx.fence is None:
+            return shown
+        facts = unit.tool.evidence_facts(unit.args, full)
+        if facts is None:
+            return shown
+        cut = shown is not full and shown.payload is not full.payload
+        result_id = (
+            shown.payload.get("result_id") if cut and isinstance(shown.payload, dict) else None
+        )
+        evidence_id = self.evidence.record(
+            ctx, facts, cut=cut, result_id=result_id if isinstance(result_id, str) else None
+        )
+        return replace(shown, evidence_id=evidence_id)
 
     @staticmethod
     def _run_read(ctx: ToolContext, unit: _Prepared) -> ToolResult:

@@ -11,6 +11,8 @@ the script `DIR/T.json`, a list of turns, each one model response:
     ]}
 
 `delay_s` is the model's thinking time before the turn. A new generation starts from turn one.
+A string argument `${CALL_ID.path}` takes a value an earlier result of the round returned
+(`orchestrator.agent.script_refs`), e.g. `"${q1.evidence_id}"`.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from orchestrator.agent.script_refs import resolve_refs
 from orchestrator.settings import Settings, SettingsError, get_settings
 from orchestrator.tools.base import ToolCall
 
@@ -154,7 +157,11 @@ class ScriptedModel(Model):
         if turn.delay_s and stop.wait(turn.delay_s):
             return ModelTurn(content=None, tool_calls=())
         # A copy each time: the turns are shared by every round that plays this script version.
-        calls = tuple(ToolCall(c.id, c.name, copy.deepcopy(c.arguments)) for c in turn.tool_calls)
+        # `${CALL_ID.path}` arguments take ids the host returned earlier (`agent.script_refs`).
+        calls = tuple(
+            ToolCall(c.id, c.name, resolve_refs(copy.deepcopy(c.arguments), messages))
+            for c in turn.tool_calls
+        )
         return ModelTurn(content=turn.content, tool_calls=calls)
 
 

@@ -8,6 +8,7 @@ claim token. The model cannot set a receipt's status; only the host's observatio
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any
 
 from orchestrator.domain.outcomes import (
@@ -126,8 +127,10 @@ def run_write(
 def _execute(
     ledger: ReceiptLedger, ctx: ToolContext, tool: Tool, args: Any, receipt: Receipt
 ) -> tuple[Outcome, ToolResult]:
+    # The tool learns its receipt (a background command's is settled when the round ends).
+    with_receipt = replace(ctx, extras={**ctx.extras, "invocation_id": receipt.invocation_id})
     try:
-        result = tool.run(ctx, args)
+        result = tool.run(with_receipt, args)
     except StaleGeneration:
         raise
     except ToolCancelled:

@@ -1,4 +1,4 @@
-"""`orchestrator tasks trigger|list|show|requeue|cancel`."""
+"""`orchestrator tasks trigger|list|show|requeue|cancel|evidence`."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from orchestrator.cli import task_evidence
 from orchestrator.cli.common import CommandFailed, add_json_flag, bounded_int, load, print_json
 from orchestrator.domain.vocabulary import TASK_STATUSES
 from orchestrator.runtime import Runtime, build_runtime
@@ -70,6 +71,8 @@ def register(commands: Any) -> None:
     cancel.add_argument("--reason", default="cancelled by an operator")
     add_json_flag(cancel)
     cancel.set_defaults(handler=_cancel)
+
+    task_evidence.register(actions)
 
 
 def _runtime() -> Runtime:
@@ -393,6 +396,8 @@ def render_explain(view: dict[str, Any]) -> str:
             f"  tokens (prompt+completion): {total['prompt_tokens']}+"
             f"{total['completion_tokens']} in {total['calls']} model calls ({per})"
         )
+    if view.get("running_receipts"):
+        lines.append(f"  write receipts still running: {len(view['running_receipts'])}")
     return "\n".join(lines)
 
 

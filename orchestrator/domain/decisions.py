@@ -1,4 +1,12 @@
-"""The state decision at the end of a round, from the current generation's plan and report only."""
+"""The state decision at the end of a round, from the current generation's plan and report only,
+and from what the host knows of the task's writes and the round's background commands.
+
+Invariant 23: a generation never ends `completed` while a write of the task is `running`,
+`unknown` or `pending`, or a background command of its round still runs. Then the generation
+ends `waiting`, and the reason names what is open: the host cannot show that the work is done,
+so it does not claim it, and another round would only see the same open write (a `pending` job
+belongs to the system that runs it; an `unknown` write is verified read-only, not replayed).
+"""
 
 from __future__ import annotations
 
@@ -20,6 +28,10 @@ class RoundFacts:
     pending_actions: int
     rounds_done: int  # rounds already ended `continue` before this one
     max_rounds: int
+    #: The task's writes the host cannot show finished: "tool_name invocation_id (status)".
+    open_writes: Sequence[str] = ()
+    #: Background commands of this round still running when it ended (they are reaped after).
+    running_commands: int = 0
 
 
 @dataclass(frozen=True)
@@ -49,7 +61,14 @@ def decide(facts: RoundFacts) -> Decision:
         return Decision(
             "waiting", "waiting", "human node(s) not completed: " + ", ".join(open_human)
         )
-    if facts.report_outcome is not None and nodes and all(n["status"] in _DONE for n in nodes):
+    # Only a report that declared `completed` (which cites recorded evidence) completes: one
+    # that declared `waiting` or `continue` is never turned into a completion by the host;
+    # with nothing to wait for (no approval, no open human node) the task continues.
+    declared_done = facts.report_outcome == "completed"
+    if declared_done and nodes and all(n["status"] in _DONE for n in nodes):
+        unfinished = _unfinished_work(facts)
+        if unfinished:
+            return Decision("waiting", "waiting", "not completed: " + unfinished)
         return Decision("completed", "completed", "every plan node is done and a report was saved")
     if facts.rounds_done + 1 >= facts.max_rounds:
         return Decision(
@@ -60,4 +79,23 @@ def decide(facts: RoundFacts) -> Decision:
         )
     if facts.report_outcome is None:
         return Decision("queued", "continue", "the round saved no report")
+    if facts.report_outcome == "waiting":
+        return Decision("queued", "continue", "the report declared waiting, but nothing is awaited")
+    if facts.report_outcome == "continue" and nodes and all(n["status"] in _DONE for n in nodes):
+        return Decision("queued", "continue", "the report declared continue")
     return Decision("queued", "continue", "plan nodes remain open")
+
+
+def _unfinished_work(facts: RoundFacts) -> str:
+    """What the host knows is not finished, in words; "" when nothing is."""
+    parts: list[str] = []
+    if facts.open_writes:
+        shown = ", ".join(facts.open_writes[:5])
+        more = len(facts.open_writes) - 5
+        parts.append(
+            f"{len(facts.open_writes)} write(s) not finished: {shown}"
+            + (f" and {more} more" if more > 0 else "")
+        )
+    if facts.running_commands:
+        parts.append(f"{facts.running_commands} background command(s) still running")
+    return "; ".join(parts)

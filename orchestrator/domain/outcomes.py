@@ -107,6 +107,9 @@ SUMMARIES: Final[dict[str, str]] = {
     "cancelled": "Cancelled while running; the outcome is unknown.",
     "recovered": "Still running at a cold start; the outcome is unknown.",
     "record_failed": "The outcome could not be recorded; it is unknown.",
+    # Host states, not outcomes of a call: its generation ended, or its round reaped it.
+    "generation_ended": "Still running when its generation ended; the outcome is unknown.",
+    "reaped": "A background command still running at round end was stopped; outcome unknown.",
 }
 
 _MESSAGES: Final[dict[Outcome, str]] = {
@@ -199,7 +202,9 @@ def tool_status(outcome: Outcome, *, writes: bool = True) -> Status:
     return "unknown" if status == "running" else status
 
 
-def summary_for(outcome: Outcome | Literal["claimed"]) -> str:
+def summary_for(
+    outcome: Outcome | Literal["claimed", "generation_ended", "reaped"],
+) -> str:
     """The fixed host text for a receipt in this state."""
     return SUMMARIES[outcome]
 

@@ -32,9 +32,12 @@ MAX_TEXT: Final = 2000
 ID_PATTERN: Final = re.compile(r"[A-Za-z0-9_.:-]+")
 
 # `action_id` is written back once an action proposed for the node exists (DESIGN invariant 10).
+# `evidence_ids`: the evidence records or succeeded writes a completed node rests on (issue 13).
 _NODE_FIELDS: Final = frozenset(
-    {"id", "title", "actor", "description", "evidence", "status", "reason", "action_id"}
-)
+    {"id", "title", "actor", "description", "evidence", "status", "reason", "action_id",
+     "evidence_ids"}
+)  # fmt: skip
+MAX_CITED: Final = 20
 _EDGE_FIELDS: Final = frozenset({"from", "to", "label"})
 _NEEDS_REASON: Final = frozenset({"failed", "waiting"})
 
@@ -134,6 +137,7 @@ def _clean_node(raw: Any) -> dict[str, Any] | None:
         and _short(evidence, MAX_TEXT)
         and _short(reason, MAX_TEXT)
         and (action_id is None or _an_id(action_id))
+        and _ids(raw.get("evidence_ids"))
         and (status != "completed" or (evidence or "").strip())
         and (status not in _NEEDS_REASON or (reason or "").strip())
     ):
@@ -149,7 +153,15 @@ def _clean_node(raw: Any) -> dict[str, Any] | None:
     }
     if action_id:
         node["action_id"] = action_id
+    if raw.get("evidence_ids"):
+        node["evidence_ids"] = list(raw["evidence_ids"])
     return node
+
+
+def _ids(value: Any) -> bool:
+    return value is None or (
+        type(value) is list and len(value) <= MAX_CITED and all(_an_id(item) for item in value)
+    )
 
 
 def _clean_edge(raw: Any) -> dict[str, Any] | None:
@@ -205,6 +217,15 @@ def parse_node(c: Collector, index: int, raw: Any) -> dict[str, Any] | None:
     elif status in _NEEDS_REASON and isinstance(reason, str) and not reason.strip():
         c.add("reason_required", f"{label} is {status}, so it needs a reason", **where)
         ok = False
+    cited = raw.get("evidence_ids")
+    if not _ids(cited):
+        c.add(
+            "invalid_type",
+            f"{label} evidence_ids must be a list of at most {MAX_CITED} ids",
+            field="evidence_ids",
+            **where,
+        )
+        ok = False
     if not ok or None in (node_id, title, description, evidence, reason, action_id):
         return None
     node: dict[str, Any] = {
@@ -218,6 +239,8 @@ def parse_node(c: Collector, index: int, raw: Any) -> dict[str, Any] | None:
     }
     if action_id:
         node["action_id"] = action_id
+    if cited:
+        node["evidence_ids"] = list(cited)
     return node
 
 

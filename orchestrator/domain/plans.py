@@ -76,6 +76,15 @@ CODES: Final = (
     "cycle",
     "node_removed",
     "completed_node_changed",
+    # Who may change what (`domain.plan_authority`).
+    "human_node",
+    "actor_changed",
+    "action_id_removed",
+    "action_not_approved",
+    "citation_required",
+    "unknown_evidence",
+    "write_pending",
+    "write_not_succeeded",
 )
 
 _PLAN_FIELDS: Final = frozenset({"request_id", "title", "reason", "nodes", "edges"})
@@ -245,6 +254,7 @@ def check_update(
             new.get("status") != "completed"
             or new.get("title") != old.get("title")
             or (new.get("evidence") or "") != (old.get("evidence") or "")
+            or (new.get("evidence_ids") or []) != (old.get("evidence_ids") or [])
         ):
             problems.append(
                 problem(

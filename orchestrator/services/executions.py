@@ -17,6 +17,7 @@ from sqlalchemy.exc import DBAPIError
 
 from orchestrator.agent.budget import ContextBudget, ContextOverflow, TokenCounter
 from orchestrator.agent.catalogue import SearchTools
+from orchestrator.agent.evidence import EvidenceRecorder
 from orchestrator.agent.host import ToolHost
 from orchestrator.agent.loop import LeaseLost, run_round
 from orchestrator.agent.model import Model, ModelError, load_model
@@ -33,6 +34,7 @@ from orchestrator.services.lease_keeper import LeaseKeeper, lease_name
 from orchestrator.services.plans import PlanService
 from orchestrator.services.recovery import save_round_snapshot
 from orchestrator.settings import Settings
+from orchestrator.store import open_work
 from orchestrator.store import reports as report_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database
@@ -43,6 +45,7 @@ from orchestrator.store.types import utcnow
 from orchestrator.tools.actions import ProposeAction
 from orchestrator.tools.base import Fence, Tool, ToolCancelled, ToolContext
 from orchestrator.tools.command import ExecuteCommand
+from orchestrator.tools.data_sources import QueryDataSource, load_sources
 from orchestrator.tools.plans import PublishExecutionPlan
 from orchestrator.tools.results import ResultCache
 from orchestrator.tools.tasks import ReadTaskContext, SaveReport
@@ -103,6 +106,9 @@ class ExecutionService:
             TokenCounter(),
         )
         self.subagents = SubAgentRegistry()
+        # Declared data sources (a bad file raises `DataSourceError` here, at start).
+        self.data_sources = load_sources(settings.data_sources)
+        self.evidence = EvidenceRecorder(db)
 
     def run(
         self, task_id: str, generation: int, *, worker: str, celery_task_id: str | None = None
@@ -141,13 +147,36 @@ class ExecutionService:
             self._end_of_round(session_id)
 
     def _end_of_round(self, session_id: str) -> None:
-        """Nothing of the round outlives it: its paged results and its background commands."""
+        """Nothing of the round outlives it: its paged results and its background commands,
+        whose receipts take the end they showed, or `unknown` when still running (reaped)."""
         self.results.drop_graph(session_id)
         # An execution's session has one round: its sub-agents end and it takes no more.
         self.subagents.close_session(session_id)
         for tool in self.receipt_tools:
             if isinstance(tool, ExecuteCommand):
+                ended, running = tool.background(session_id)
                 tool.reap(session_id)
+                self._settle_background(ended, running)
+
+    def _background_still_running(self, session_id: str) -> int:
+        """Settle the receipts of the round's ended background commands; count the others."""
+        count = 0
+        for tool in self.receipt_tools:
+            if isinstance(tool, ExecuteCommand):
+                ended, running = tool.background(session_id)
+                self._settle_background(ended, [])
+                count += len(running)
+        return count
+
+    def _settle_background(self, ended: list[tuple[str, str]], reaped: list[str]) -> None:
+        if not ended and not reaped:
+            return
+        try:
+            with self.db.transaction() as conn:
+                open_work.settle_background(conn, ended, reaped)
+        except _INFRASTRUCTURE:
+            # Left `pending`: the decision already counted it as open, so nothing is claimed.
+            log.warning("background command receipts could not be settled", exc_info=True)
 
     def _not_acquired(self, task_id: str, generation: int) -> RunResult:
         with self.db.transaction(readonly=True) as conn:
@@ -190,7 +219,9 @@ class ExecutionService:
             # Lease lost, generation fenced (requeue, cancel): long-running tools stop too.
             cancel=keeper.lost,
         )
-        host = ToolHost(self._tools(keeper), ledger=self.ledger, results=self.results)
+        host = ToolHost(
+            self._tools(keeper), ledger=self.ledger, results=self.results, evidence=self.evidence
+        )
         # The durable transcript (fenced) and the memory of the round's recovery snapshot.
         transcript = TranscriptWriter(self.db, fence, session_id, host.tools)
         delegations = self.subagents.open_round(
@@ -248,6 +279,11 @@ class ExecutionService:
             save_round_snapshot(self.db, transcript, f"agent error: {type(exc).__name__}")
             decision = Decision("failed", "failed", f"agent error: {exc}", "agent_error")
             return self._finish(task, fence, keeper, fixed(decision))
+        try:
+            still_running = self._background_still_running(session_id)
+        except Exception:
+            log.exception("background commands of task %s could not be read", task.task_id)
+            still_running = 1  # cannot tell: never complete on it
         return self._finish(
             task,
             fence,
@@ -256,6 +292,7 @@ class ExecutionService:
                 decide_round,
                 max_rounds=self.settings.max_rounds,
                 turn_budget_spent=end.why == "turn_budget",
+                running_commands=still_running,
             ),
         )
 
@@ -280,6 +317,7 @@ class ExecutionService:
             PublishExecutionPlan(self.plans, keeper),
             ProposeAction(ActionService(self.db, self.plans), keeper),
             SaveReport(self.db, keeper),
+            QueryDataSource(self.db, self.data_sources),
             *self.receipt_tools,
             *([SearchTools()] if self.settings.llm_max_tools > 0 else []),
             Delegate(),
@@ -300,9 +338,11 @@ def fixed(decision: Decision) -> DecisionRule:
     return lambda _facts: decision
 
 
-def decide_round(facts: RoundFacts, *, max_rounds: int, turn_budget_spent: bool) -> Decision:
+def decide_round(
+    facts: RoundFacts, *, max_rounds: int, turn_budget_spent: bool, running_commands: int = 0
+) -> Decision:
     """The decision table, and a round whose turn budget ran out continues rather than fails."""
-    decision = decide(replace(facts, max_rounds=max_rounds))
+    decision = decide(replace(facts, max_rounds=max_rounds, running_commands=running_commands))
     if decision.queues_next and turn_budget_spent:
         return Decision("queued", "continue", "the turn budget of the round ran out")
     return decision
@@ -329,6 +369,7 @@ def finish_generation(
                 pending_actions=facts.pending_actions,
                 rounds_done=live.rounds,
                 max_rounds=0,
+                open_writes=open_work.open_writes(conn, fence.task_id),
             )
         )
         if decision.queues_next:

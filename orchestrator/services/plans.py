@@ -17,11 +17,18 @@ from typing import Any
 from sqlalchemy import Connection
 
 from orchestrator.domain import plans as rules
+from orchestrator.domain.plan_authority import (
+    Writer,
+    authority_problems,
+    citation_problems,
+    cited_ids,
+)
 from orchestrator.errors import ConflictError, NotFound
 from orchestrator.events import NullNotifier, PlanNotifier
 from orchestrator.store import plans as store
 from orchestrator.store import reports as report_store
 from orchestrator.store import sessions as session_store
+from orchestrator.store import task_plans
 from orchestrator.store.db import Database
 from orchestrator.store.fencing import check_fence
 from orchestrator.store.plans import PlanRecord
@@ -64,8 +71,13 @@ def publish_txn(
     *,
     fence: Fence | None = None,
     now: datetime | None = None,
+    writer: Writer = "agent",
 ) -> PublishResult:
-    """The publish inside the caller's transaction; the caller notifies after its commit."""
+    """The publish inside the caller's transaction; the caller notifies after its commit.
+
+    `writer="person"` is the server-side revision of a person closing a human node: the agent
+    rules (`human_node`, `action_not_approved`) do not apply to it; all the others do.
+    """
     draft, problems = rules.parse_plan(payload)
     raw_request_id = payload.get("request_id") if isinstance(payload, dict) else None
     request_id = raw_request_id if isinstance(raw_request_id, str) else None
@@ -110,7 +122,23 @@ def publish_txn(
             details=[{"code": "request_id_conflict", "message": message}],
         )
     nodes = draft.nodes if draft is not None else _raw_nodes(payload)
-    problems += rules.check_update(nodes, context.latest_nodes)
+    previous = context.latest_nodes
+    if context.latest_revision == 0 and fence is not None:
+        # Invariant 22: the first plan of a new generation keeps the task's last plan.
+        before = task_plans.task_latest_plan(conn, fence.task_id, fence.generation)
+        previous = before.nodes if before is not None else None
+    problems += rules.check_update(nodes, previous)
+    named = [n.get("action_id") for n in [*nodes, *(previous or [])] if isinstance(n, dict)]
+    problems += authority_problems(
+        nodes,
+        previous,
+        writer=writer,
+        action_statuses=task_plans.action_statuses(conn, [a for a in named if isinstance(a, str)]),
+    )
+    if fence is not None and writer == "agent":
+        # Invariant 21: what an execution's agent completes rests on what the host recorded.
+        known, writes = task_plans.cited_records(conn, fence.task_id, cited_ids(nodes, previous))
+        problems += citation_problems(nodes, previous, evidence=known, writes=writes)
     rules.raise_problems(problems)
     assert draft is not None  # no problem was found, so the draft exists
     record = PlanRecord(
@@ -176,6 +204,7 @@ class PlanService:
         *,
         fence: Fence | None = None,
         after_commit: AfterCommit | None = None,
+        writer: Writer = "agent",
     ) -> PublishResult:
         """Validate and store a new revision, or return the stored one for a replayed request_id.
 
@@ -183,7 +212,9 @@ class PlanService:
         (`request_id_conflict`, `session_mismatch`) or `StaleGeneration`; then nothing was written.
         """
         with self.db.transaction() as conn:
-            result = publish_txn(conn, session_id, payload, fence=fence, now=self.clock())
+            result = publish_txn(
+                conn, session_id, payload, fence=fence, now=self.clock(), writer=writer
+            )
         if result.created:
             self.notify(result.plan)
         if after_commit is not None:

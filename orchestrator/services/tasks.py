@@ -173,6 +173,7 @@ class TaskService:
                 "unknown_receipts": self._unknown_receipts(task_id),
                 "token_usage": usage_view(usage),
                 "recovery": recovery.to_dict() if recovery is not None else None,
+                "running_receipts": self._unknown_receipts(task_id, "running"),
             }
         )
         return view
@@ -210,10 +211,11 @@ class TaskService:
             "last_renewed_at": info.renewed_at,
         }
 
-    def _unknown_receipts(self, task_id: str) -> list[dict[str, Any]]:
+    def _unknown_receipts(self, task_id: str, status: str = "unknown") -> list[dict[str, Any]]:
         if self.ledger is None:
             return []
-        return [r.public() for r in self.ledger.unknown_for_owner(f"task:{task_id}")]
+        owner = f"task:{task_id}"
+        return [r.public() for r in self.ledger.unknown_for_owner(owner, status=status)]
 
 
 def usage_view(usage: list[transcript_store.GenerationUsage]) -> dict[str, Any]:

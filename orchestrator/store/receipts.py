@@ -356,14 +356,17 @@ class ReceiptLedger:
             ).all()
         return [Receipt.from_row(row) for row in rows]
 
-    def unknown_for_owner(self, owner: str, limit: int = 100) -> Sequence[Receipt]:
-        """`owner`'s `unknown` receipts, newest first, filtered in SQL (the explain view)."""
+    def unknown_for_owner(
+        self, owner: str, limit: int = 100, *, status: str = "unknown"
+    ) -> Sequence[Receipt]:
+        """`owner`'s `unknown` (or `status`) receipts, newest first, filtered in SQL (the
+        explain view)."""
         if limit < 1:
             raise ValidationFailed("limit must be at least 1")
         with self.db.transaction(readonly=True) as conn:
             rows = conn.execute(
                 select(r)
-                .where(r.c.owner == owner, r.c.status == "unknown")
+                .where(r.c.owner == owner, r.c.status == status)
                 .order_by(r.c.created_at.desc(), r.c.invocation_id.desc())
                 .limit(limit)
             ).all()

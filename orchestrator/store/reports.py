@@ -1,16 +1,17 @@
-"""Reports, evidence and action proposals of a generation; every write is fenced by the caller."""
+"""Reports, evidence and action proposals of a generation; every write is fenced by the caller.
+
+Evidence records are written only by the host (`store.evidence`); here they are read."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, exists, func, insert, select
 
 from orchestrator.errors import ConflictError
+from orchestrator.store.evidence import public as public_evidence
 from orchestrator.store.tables import actions, evidence, plan_revisions, reports
 from orchestrator.store.types import utcnow
 from orchestrator.tools.base import Fence
@@ -19,9 +20,7 @@ __all__ = [
     "GenerationFacts",
     "ReportAlreadySaved",
     "evidence_of",
-    "evidence_truncated_flags",
     "generation_facts",
-    "insert_evidence",
     "insert_report",
     "latest_report",
     "pending_actions_of",
@@ -47,9 +46,6 @@ _REPORT_SAVED = select(
     )
 )
 _INSERT_REPORT = insert(reports)
-_EVIDENCE_TRUNCATED = select(evidence.c.truncated).where(
-    evidence.c.task_id == bindparam("task_id"), evidence.c.generation == bindparam("generation")
-)
 
 
 def report_saved(conn: Connection, task_id: str, generation: int) -> bool:
@@ -112,36 +108,6 @@ def latest_report(conn: Connection, task_id: str, generation: int) -> dict[str, 
     return _report_dict(row._asdict()) if row is not None else None
 
 
-def insert_evidence(
-    conn: Connection, fence: Fence, session_id: str, items: Sequence[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """Store evidence items (`source`, `queried_at`, `content_ref`, `origin`, `truncated`,
-    `summary`) for `fence`'s generation; returns them as `evidence_of` shows them.
-
-    Items keep the order given: each gets a `created_at` one microsecond after the previous.
-    """
-    now = utcnow()
-    rows = [
-        {
-            "evidence_id": str(uuid.uuid4()),
-            "task_id": fence.task_id,
-            "generation": fence.generation,
-            "session_id": session_id,
-            "source": item["source"],
-            "queried_at": item["queried_at"],
-            "content_ref": item["content_ref"],
-            "origin": item["origin"],
-            "truncated": bool(item["truncated"]),
-            "summary": item["summary"],
-            "created_at": now + timedelta(microseconds=index),
-        }
-        for index, item in enumerate(items)
-    ]
-    if rows:
-        conn.execute(insert(evidence), rows)
-    return [_evidence_dict(row) for row in rows]
-
-
 def evidence_of(conn: Connection, task_id: str, generation: int) -> list[dict[str, Any]]:
     rows = conn.execute(
         select(evidence)
@@ -151,23 +117,8 @@ def evidence_of(conn: Connection, task_id: str, generation: int) -> list[dict[st
     return [_evidence_dict(r._asdict()) for r in rows]
 
 
-def evidence_truncated_flags(conn: Connection, task_id: str, generation: int) -> list[bool]:
-    """The `truncated` flag of each evidence item of the generation (invariant 12's input)."""
-    params = {"task_id": task_id, "generation": generation}
-    return [bool(flag) for flag in conn.execute(_EVIDENCE_TRUNCATED, params).scalars()]
-
-
 def _evidence_dict(row: dict[str, Any]) -> dict[str, Any]:
-    queried_at: datetime = row["queried_at"]
-    return {
-        "evidence_id": row["evidence_id"],
-        "source": row["source"],
-        "queried_at": queried_at.isoformat(),
-        "content_ref": row["content_ref"],
-        "origin": row["origin"],
-        "truncated": bool(row["truncated"]),
-        "summary": row["summary"],
-    }
+    return public_evidence(row)
 
 
 def pending_actions_of(conn: Connection, task_id: str) -> list[dict[str, Any]]:

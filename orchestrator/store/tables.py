@@ -207,6 +207,13 @@ evidence = Table(
     Column("truncated", Boolean, nullable=False),
     Column("summary", Text, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
+    # Host-recorded facts (migration 0006): what kind of tool, the parameters' digest, the
+    # paged result's id, and the counts. Null on records written before them.
+    Column("kind", String(24), nullable=True),
+    Column("params_digest", String(64), nullable=True),
+    Column("result_id", String(64), nullable=True),
+    Column("row_count", Integer, nullable=True),
+    Column("char_count", Integer, nullable=True),
     one_of("origin", v.EVIDENCE_ORIGINS),
     Index(None, "task_id", "generation"),
 )

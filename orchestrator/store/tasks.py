@@ -29,6 +29,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
+from orchestrator.store.open_work import generation_receipts_to_unknown
 from orchestrator.store.records import ExecutionRecord, TaskRecord
 from orchestrator.store.tables import actions, executions, sessions, tasks
 from orchestrator.store.types import utcnow
@@ -377,9 +378,13 @@ def end_generation(
     reason: str,
     failure_code: str | None = None,
 ) -> bool:
-    """Close one generation's execution row if it is still open."""
+    """Close one generation's execution row if it is still open; its `running` receipts
+    become `unknown` in the same transaction (invariant 23)."""
     params = _end_params(task_id, generation, outcome, reason, failure_code, utcnow())
-    return conn.execute(_END_GENERATION, params).rowcount == 1
+    closed = conn.execute(_END_GENERATION, params).rowcount == 1
+    if closed:
+        generation_receipts_to_unknown(conn, task_id, generation)
+    return closed
 
 
 def _end_params(
@@ -477,6 +482,7 @@ def end_and_settle(
     else:  # SQLite has no data-modifying WITH
         conn.execute(_END_GENERATION, ended)
         conn.execute(_SETTLE_TASK, settled)
+    generation_receipts_to_unknown(conn, task_id, generation)
 
 
 # Postgres runs a data-modifying WITH whether or not the main statement reads it.

@@ -15,6 +15,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from orchestrator.domain.evidence import EvidenceFacts
+
 __all__ = [
     "CALL_ID",
     "Effect",
@@ -98,6 +100,8 @@ class ToolResult:
     #: What happened, as an `orchestrator.domain.outcomes.Outcome` (host-side, never shown);
     #: lets the host record the precise fixed summary on the receipt.
     outcome: str | None = None
+    #: The evidence record the host wrote for this result (set by the host, never by a tool).
+    evidence_id: str | None = None
 
     @classmethod
     def ok(cls, payload: Any = None, message: str | None = None) -> ToolResult:
@@ -116,6 +120,8 @@ class ToolResult:
             body["message"] = self.message
         if self.invocation_id is not None:
             body["invocation_id"] = self.invocation_id
+        if self.evidence_id is not None:
+            body["evidence_id"] = self.evidence_id
         if self.payload is not None:
             body["result"] = self.payload
         return body
@@ -152,6 +158,11 @@ class Tool(ABC):
     def normalize(self, args: Any) -> Any:
         """Validate beyond the pydantic model and fill defaults; raise `ValidationFailed`."""
         return args
+
+    def evidence_facts(self, args: Any, result: ToolResult) -> EvidenceFacts | None:
+        """What the host records as citable evidence of `result` (None: nothing citable).
+        Only from the tool's own knowledge and declaration, never from the model."""
+        return None
 
     def verify(self, ctx: ToolContext, args: Any) -> bool | None:
         """Read-only read-back of a write: True = the intended state is in place, False = it is

@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from orchestrator.domain.evidence import EvidenceFacts
 from orchestrator.domain.outcomes import Outcome, model_message, tool_status
 from orchestrator.settings import Settings
 from orchestrator.tools.base import (
@@ -89,6 +90,7 @@ class _Process:
     final: ToolResult | None = None
     ended_at: float = 0.0
     output: str | None = None  # the whole output once ended, when short enough to drop the file
+    invocation_id: str | None = None  # the receipt of a background `start`, settled at round end
 
 
 class ExecuteCommand(Tool):
@@ -130,6 +132,28 @@ class ExecuteCommand(Tool):
             return self._wait(ctx, args.process_id, process, args.timeout_seconds)
         return self._stop(args.process_id, process)
 
+    def evidence_facts(self, args: Any, result: ToolResult) -> EvidenceFacts | None:
+        """The output of a command that exited 0 is citable (only then: output alone proves
+        nothing); cut when the output went past the preview or a read stopped early."""
+        payload = result.payload
+        if (
+            args.action not in ("run", "read", "wait")
+            or result.status != "succeeded"
+            or not isinstance(payload, dict)
+            or payload.get("exit_code") != 0
+        ):
+            return None
+        text = payload.get("content", payload.get("output"))
+        return EvidenceFacts(
+            kind="command",
+            source="execute_command",
+            origin="live",
+            truncated=bool(payload.get("output_file")) or payload.get("next_offset") is not None,
+            row_count=None,
+            params=args.model_dump(mode="json", exclude={"env"}),
+            content=text,
+        )
+
     # -- session clean-up --------------------------------------------------------------------
 
     def reap(self, session_id: str) -> int:
@@ -147,6 +171,26 @@ class ExecuteCommand(Tool):
         for process in gone:
             _discard(process)
         return len(gone)
+
+    def background(self, session_id: str) -> tuple[list[tuple[str, str]], list[str]]:
+        """The background commands (`start`) of `session_id` with a receipt: those whose end is
+        confirmed as (invocation_id, final status), and the invocation ids of those still
+        running. The round end settles their `pending` receipts from this (invariant 23)."""
+        with self._lock:
+            started = [
+                entry
+                for entry in self._processes.values()
+                if entry.session_id == session_id and entry.invocation_id is not None
+            ]
+        ended: list[tuple[str, str]] = []
+        running: list[str] = []
+        for process in started:
+            assert process.invocation_id is not None
+            if _state(process.popen)[0]:
+                ended.append((process.invocation_id, self._ended(process).status))
+            else:
+                running.append(process.invocation_id)
+        return ended, running
 
     def reap_all(self) -> int:
         """`reap` for every session (worker shutdown, tests)."""
@@ -182,6 +226,8 @@ class ExecuteCommand(Tool):
         if isinstance(spawned, ToolResult):
             return spawned
         process_id, process = spawned
+        invocation_id = ctx.extras.get("invocation_id")
+        process.invocation_id = invocation_id if isinstance(invocation_id, str) else None
         return ToolResult(
             status="pending",
             payload={

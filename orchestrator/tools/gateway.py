@@ -23,6 +23,7 @@ import httpcore
 import httpx
 from pydantic import Field, ValidationError
 
+from orchestrator.domain.evidence import EvidenceFacts
 from orchestrator.domain.fingerprints import NonCanonical, fingerprint, refuse_non_finite
 from orchestrator.domain.outcomes import Outcome, model_message, tool_status
 from orchestrator.errors import ValidationFailed
@@ -44,7 +45,7 @@ from orchestrator.tools.openapi import (
     load_spec,
 )
 
-__all__ = ["CallApi", "CallApiArgs", "DescribeApiOperation", "gateway_tools"]
+__all__ = ["CallApi", "CallApiArgs", "DescribeApiOperation", "gateway_tools", "holds_written"]
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +144,8 @@ class CallApi(Tool):
         return CallApiArgs(operation_id=operation.operation_id, arguments=normalized)
 
     def verify(self, ctx: ToolContext, args: Any) -> bool | None:
-        """Read a full-replacement, non-sensitive setting back and compare fingerprints."""
+        """Read a full-replacement, non-sensitive setting back: verified when it holds every
+        written field with an equal value (`holds_written`)."""
         operation = self.operation(args)
         if operation.verify_with is None or operation.sensitive or "body" not in args.arguments:
             return None
@@ -163,9 +165,27 @@ class CallApi(Tool):
         if outcome != "succeeded" or status is None or not 200 <= status < 300:
             return None
         try:
-            return bool(fingerprint(body) == fingerprint(args.arguments["body"]))
+            return holds_written(body, args.arguments["body"])
         except NonCanonical:
             return None
+
+    def evidence_facts(self, args: Any, result: ToolResult) -> EvidenceFacts | None:
+        """A successful non-sensitive read of the business backend is citable (origin live:
+        the gateway is the business backend itself)."""
+        operation = self.operation(args)
+        if operation.effect != "read" or result.status != "succeeded":
+            return None
+        payload = result.payload if isinstance(result.payload, dict) else {}
+        body = payload.get("body")
+        return EvidenceFacts(
+            kind="call_api",
+            source=f"call_api:{operation.operation_id}",
+            origin="live",
+            truncated=False,
+            row_count=len(body) if isinstance(body, list) else None,
+            params={"operation_id": operation.operation_id, "arguments": args.arguments},
+            content=body,
+        )
 
     # -- the call ----------------------------------------------------------------------------
 
@@ -237,6 +257,20 @@ class CallApi(Tool):
         if 400 <= status < 500:
             return _Sent("rejected", status, body)
         return _Sent("server_error", status, body)
+
+
+def holds_written(read_back: Any, written: Any) -> bool:
+    """A full replacement is in place when the read-back holds every written field with an
+    equal value; fields the server adds (ids, timestamps, the key) do not prevent a match. A
+    written value that is not an object must come back equal."""
+    if isinstance(written, dict):
+        if not isinstance(read_back, dict):
+            return False
+        return all(
+            key in read_back and fingerprint(read_back[key]) == fingerprint(value)
+            for key, value in written.items()
+        )
+    return bool(fingerprint(read_back) == fingerprint(written))
 
 
 def _build(

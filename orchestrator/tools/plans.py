@@ -27,8 +27,13 @@ class PublishExecutionPlan(Tool):
     name = "publish_execution_plan"
     description = (
         "Publish the whole execution plan (nodes and edges) as a new revision. Keep every node "
-        "of the previous revision; a completed node needs evidence, failed and waiting need a "
-        "reason. The same request_id with the same content returns the stored revision. Publish "
+        "of the previous revision (in a new generation: of the task's last plan), a completed "
+        "node unchanged, every node's actor and action_id; correct a conclusion with a new "
+        "review node and say why in reason. A completed node needs evidence, and an agent node "
+        "you complete cites in evidence_ids the evidence_id of a query or the invocation_id of "
+        "a succeeded write; failed and waiting need a reason. Only a person completes, fails or "
+        "skips a human node. A refusal lists every problem with its code; nothing is written. "
+        "The same request_id with the same content returns the stored revision. Publish "
         "before save_report: once this generation saved its report, a publish is refused with "
         "report_already_saved."
     )

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, Field
+from pydantic import Field
 
+from orchestrator.domain.evidence import Finding, report_problems
 from orchestrator.domain.recovery import Snapshot
 from orchestrator.errors import NotFound
 from orchestrator.services.lease_keeper import LeaseKeeper
 from orchestrator.services.recovery import snapshot_for
+from orchestrator.store import evidence as evidence_store
 from orchestrator.store import plans as plan_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import tasks as task_store
@@ -33,7 +35,8 @@ class ReadTaskContext(Tool):
         "`recovery` comes first: the calls that returned (with receipt ids) and the calls whose "
         "outcome is `unknown`, which you must verify read-only before retrying anything. A "
         "fixed sample input of the trigger comes as `sample_input` with origin "
-        "`peripheral_sample`: cite it as such, never as a live query result."
+        "`peripheral_sample`: to cite it, query it with "
+        "query_data_source(source='sample_input') and never present it as a live query result."
     )
     effect = "read"
     arguments = _NoArguments
@@ -83,22 +86,22 @@ class ReadTaskContext(Tool):
         return ToolResult.ok(payload)
 
 
-class EvidenceItem(ToolArguments):
-    """One query result the report rests on (DESIGN §2 evidence, invariant 12)."""
+class FindingArgument(ToolArguments):
+    """A finding with what it rests on. `whole_range` says it claims the whole queried range
+    ("no anomaly in the last 24 h"); `origin` is how it presents its data (say `live` only
+    when every record it rests on is live)."""
 
-    source: str = Field(min_length=1, max_length=128)
-    queried_at: AwareDatetime
-    content_ref: str = Field(min_length=1, max_length=255)
-    origin: Literal["live", "synthetic", "peripheral_sample"]
-    truncated: bool
-    summary: str = Field(min_length=1, max_length=4000)
+    text: str = Field(min_length=1, max_length=2000)
+    evidence_ids: list[str] = Field(default_factory=list, max_length=50)
+    whole_range: bool = False
+    origin: Literal["live", "synthetic", "peripheral_sample"] | None = None
 
 
 class _ReportArguments(ToolArguments):
     summary: str = Field(min_length=1, max_length=4000)
-    findings: list[Any] = Field(default_factory=list, max_length=100)
-    evidence_refs: list[str] = Field(default_factory=list, max_length=100)
-    evidence: list[EvidenceItem] = Field(default_factory=list, max_length=100)
+    findings: list[str | FindingArgument] = Field(default_factory=list, max_length=100)
+    evidence_ids: list[str] = Field(default_factory=list, max_length=100)
+    presented_origin: Literal["live", "synthetic", "peripheral_sample"] | None = None
     outcome: Literal["completed", "waiting", "failed", "continue"]
 
 
@@ -106,16 +109,16 @@ class SaveReport(Tool):
     name = "save_report"
     description = (
         "Save this round's report, last, after every plan and action proposal: a summary, "
-        "findings, evidence references, the evidence items it rests on and the outcome you "
-        "declare. After it, publish_execution_plan and propose_action are refused with "
-        "report_already_saved; saving the report again replaces it (the latest one counts). "
-        "Each evidence item gives source, queried_at (with a time zone), content_ref, origin "
-        "(live, synthetic or peripheral_sample: never call a sample or synthetic input live) "
-        "and truncated. A truncated item covers only the part it returned and cannot support "
-        'a claim about the whole range ("no anomaly in the last 24 h"): outcome completed '
-        "is refused with truncated_evidence while every evidence item of this generation is "
-        "truncated; query the rest, or declare continue or waiting. A refused report writes "
-        "nothing."
+        "findings, the evidence_ids it rests on (ids the host returned with query results, of "
+        "this task, earlier generations included) and the outcome you declare. Origin and "
+        "truncation come from the host's records, never from you. A completed report cites at "
+        "least one record. A finding is text, or {text, evidence_ids, whole_range, origin}: "
+        'whole_range=true claims the whole queried range ("no anomaly in the last 24 h") and '
+        "is refused with truncated_evidence if a record it rests on is truncated; presenting "
+        "synthetic or peripheral_sample records as live (origin or presented_origin `live`) is "
+        "refused with origin_mismatch. After the report, publish_execution_plan and "
+        "propose_action are refused with report_already_saved; saving it again replaces it. "
+        "A refused report lists every problem and writes nothing."
     )
     effect = "internal_write"
     arguments = _ReportArguments
@@ -129,32 +132,41 @@ class SaveReport(Tool):
         if ctx.fence is None:
             return ToolResult.failed("only a task execution can save a report", code="no_task")
         self.keeper.check()
-        items = [item.model_dump() for item in args.evidence]
+        findings = [
+            Finding(f, (), False, None)
+            if isinstance(f, str)
+            else Finding(f.text, tuple(f.evidence_ids), f.whole_range, f.origin)
+            for f in args.findings
+        ]
+        cited = list(
+            dict.fromkeys([*args.evidence_ids, *(i for f in findings for i in f.evidence_ids)])
+        )
         with self.db.transaction() as conn:
             check_fence(conn, ctx.fence)
-            # Invariant 12, over the generation's evidence (what the next generation and the
-            # operators see): a completed outcome needs at least one untruncated item, unless
-            # the generation recorded no evidence at all (then it claims nothing from a query).
-            if args.outcome == "completed":
-                flags = report_store.evidence_truncated_flags(
-                    conn, ctx.fence.task_id, ctx.fence.generation
-                ) + [item["truncated"] for item in items]
-                if flags and all(flags):
-                    return ToolResult.failed(
-                        "every evidence item of this generation is truncated, so it cannot "
-                        "support a completed outcome (a claim about the whole range); query the "
-                        "rest, or declare continue or waiting. Nothing was written.",
-                        code="truncated_evidence",
-                    )
-            stored_evidence = report_store.insert_evidence(conn, ctx.fence, ctx.session_id, items)
+            records = evidence_store.evidence_by_ids(conn, ctx.fence.task_id, cited)
+            problems = report_problems(
+                outcome=args.outcome,
+                cited=args.evidence_ids,
+                findings=findings,
+                presented_origin=args.presented_origin,
+                records=records,
+            )
+            if problems:
+                codes = ", ".join(dict.fromkeys(p["code"] for p in problems))
+                return ToolResult.failed(
+                    f"the report was refused ({codes}); nothing was written. Fix every problem "
+                    "and save it again.",
+                    code=problems[0]["code"],
+                    payload={"details": problems},
+                )
             report = report_store.insert_report(
                 conn,
                 ctx.fence,
                 ctx.session_id,
                 summary=args.summary,
-                findings=args.findings,
-                evidence_refs=args.evidence_refs,
+                findings=[f if isinstance(f, str) else f.model_dump() for f in args.findings],
+                evidence_refs=cited,
                 outcome=args.outcome,
             )
         self.keeper.renew_now(mirror=False)
-        return ToolResult.ok(dict(report, evidence=stored_evidence))
+        return ToolResult.ok(dict(report, evidence=[records[i] for i in cited]))

@@ -12,7 +12,14 @@ import pytest
 
 from orchestrator.services.tasks import Trigger
 from tests.acceptance.fleet import Fleet
-from tests.executions_support import node, plan_call, report_call, runtime_for, wait_for
+from tests.executions_support import (
+    node,
+    plan_call,
+    query_call,
+    report_call,
+    runtime_for,
+    wait_for,
+)
 from tests.executions_support import write_script as write
 from tests.integration.fake_backend import SPEC, Backend, running_backend
 from tests.integration.receipt_rows import task_receipt_statuses
@@ -42,6 +49,7 @@ def order(call_id: str, quantity: int) -> dict[str, Any]:
 
 
 FINISH = [
+    {"tool_calls": [query_call()]},  # what the completed node and report cite
     {"tool_calls": [plan_call("p1", "r1", [node("a", "completed")])]},
     {"tool_calls": [report_call("rep", "completed")]},
 ]

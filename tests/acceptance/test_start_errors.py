@@ -82,3 +82,23 @@ def test_plans_show_refuses_a_revision_out_of_range(tmp_path: Path, revision: st
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert "--revision" in result.stderr
+
+
+def test_a_bad_data_source_declaration_stops_the_worker_at_start(tmp_path: Path) -> None:
+    declaration = tmp_path / "sources.yaml"
+    declaration.write_text("sources:\n - {name: a, description: d, kind: scada_sim, origin: live}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    env.update({"ORCH_HOME": str(tmp_path / "home"), "ORCH_DATA_SOURCES": str(declaration)})
+    result = subprocess.run(
+        [ORCHESTRATOR, "worker", "--concurrency", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=90,
+    )
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.startswith("ORCH_DATA_SOURCES")]
+    assert len(lines) == 1, result.stderr
+    assert "synthetic" in lines[0]
+    assert "Traceback" not in result.stderr

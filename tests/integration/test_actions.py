@@ -18,7 +18,14 @@ from orchestrator.store import actions as action_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import tasks as task_store
 from orchestrator.tools.base import Fence
-from tests.executions_support import node, plan_call, report_call, runtime_for, write_script
+from tests.executions_support import (
+    node,
+    plan_call,
+    query_call,
+    report_call,
+    runtime_for,
+    write_script,
+)
 
 
 def propose(call_id: str, node_id: str) -> dict[str, Any]:
@@ -51,6 +58,7 @@ def test_a_proposed_action_waits_and_its_id_is_written_back_to_the_node(
         rt,
         tmp_path,
         [
+            {"tool_calls": [query_call()]},
             {"tool_calls": [plan_call("c1", "r1", nodes)]},
             {"tool_calls": [propose("c2", "repair")]},
             {"tool_calls": [propose("c3", "repair")]},  # a repeat returns the same action

@@ -22,6 +22,7 @@ from tests.executions_support import (
     completing_turns,
     node,
     plan_call,
+    query_call,
     report_call,
     runtime_for,
     wait_for,
@@ -91,7 +92,7 @@ def test_a_lost_lease_inside_a_tool_stops_the_round_at_once(
         scripts,
         "simple",
         [
-            {"tool_calls": [plan_call("c1", "r1", [node("a", "running")])]},
+            {"tool_calls": [query_call(), plan_call("c1", "r1", [node("a", "running")])]},
             {"tool_calls": [plan_call("c2", "r2", [node("a", "completed")])]},
             {"tool_calls": [report_call("c3", "completed")]},
             {"content": "done"},
@@ -212,9 +213,12 @@ def test_a_background_command_does_not_outlive_its_round(store_url: str, tmp_pat
     try:
         task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
         result = rt.executions.run(task_id, 1, worker="w1")
-        assert result.outcome == "completed"
-        receipts = rt.tasks.explain(task_id)
-        assert receipts["status"] == "completed"
+        # Invariant 23: still running at round end, so the task is not completed; the command
+        # is reaped with the round and its receipt becomes unknown, never left pending.
+        assert result.outcome == "waiting"
+        view = rt.tasks.explain(task_id)
+        assert view["status"] == "waiting"
+        assert [r["status"] for r in view["unknown_receipts"]] == ["unknown"]
         time.sleep(3.5)
         assert not marker.exists()
     finally:

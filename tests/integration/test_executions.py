@@ -21,6 +21,7 @@ from tests.executions_support import (
     completing_turns,
     node,
     plan_call,
+    query_call,
     report_call,
     runtime_for,
     wait_for,
@@ -125,6 +126,7 @@ def test_human_node_waits(env: Any, scripts: Path) -> None:
         scripts,
         "sampling",
         [
+            {"tool_calls": [query_call()]},
             {
                 "tool_calls": [
                     plan_call(

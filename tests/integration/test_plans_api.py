@@ -21,7 +21,12 @@ from orchestrator.settings import load_settings
 from orchestrator.store import Database
 from orchestrator.store.tables import plan_revisions, tasks
 from orchestrator.store.types import utcnow
-from tests.unit.test_plan_validation import PREVIOUS, reference_codes, reference_update_codes
+from tests.unit.test_plan_validation import (
+    PREVIOUS,
+    reference_authority_codes,
+    reference_codes,
+    reference_update_codes,
+)
 from tests.unit.test_plan_validation import plans as random_plans
 
 with warnings.catch_warnings():
@@ -360,6 +365,7 @@ def test_random_publishes_match_the_reference_never_500_and_refusals_write_nothi
         first = publish(client, session, plan("base", PREVIOUS))
         assert first.status_code == 201, first.text
         expected |= reference_update_codes(payload, PREVIOUS)
+    expected |= reference_authority_codes(payload, PREVIOUS if with_history else None)
     before = revision_count(client)
     response = publish(client, session, payload)
     assert response.status_code == (422 if expected else 201), response.text

@@ -151,7 +151,7 @@ def snapshot(rt: Runtime, task_id: str, generation: int | None = None) -> dict[s
 def late_report(rt: Runtime, zombie: Zombie) -> None:
     tool = SaveReport(rt.db, fresh_keeper(rt, zombie.fence))
     args = tool.arguments.model_validate(
-        {"summary": "late findings", "findings": ["stale"], "outcome": "completed"}
+        {"summary": "late findings", "findings": ["stale"], "outcome": "continue"}
     )
     tool.run(zombie.ctx(), args)
 

@@ -14,6 +14,7 @@ from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.sweeper import SweepReport
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import actions as action_store
+from orchestrator.store import task_plans
 from orchestrator.store import tasks as task_store
 from orchestrator.tools.base import Fence
 from tests.executions_support import claim_as_worker, node, plan_call, runtime_for
@@ -113,7 +114,11 @@ def propose_before_dying(rt: Runtime, task_id: str, generation: int) -> str:
     assert execution is not None
     assert execution.lease_token is not None
     fence = Fence(task_id, generation, execution.lease_token)
-    payload = plan_call("p", f"r{generation}", [node("fix", "waiting")])["arguments"]
+    # The first plan of a generation keeps the task's last plan: the node and its action id.
+    with rt.db.transaction(readonly=True) as conn:
+        before = task_plans.task_latest_plan(conn, task_id)
+    nodes = before.nodes if before is not None else [node("fix", "waiting")]
+    payload = plan_call("p", f"r{generation}", nodes)["arguments"]
     rt.plans.publish_execution_plan(execution.session_id, payload, fence=fence)
     proposal = ActionService(rt.db, rt.plans).propose(
         fence, execution.session_id, "fix", "work_order", {"crew": "north"}

@@ -1,6 +1,6 @@
-"""Task tools on a real store: evidence is written fenced with the report, truncated evidence
-cannot complete a task, the report comes last, and read_task_context shows the generation that
-actually ran before this one."""
+"""Task tools on a real store: reports cite evidence the host recorded (fenced), truncated
+evidence cannot support a whole-range finding, the report comes last, and read_task_context
+shows the generation that actually ran before this one."""
 
 from __future__ import annotations
 
@@ -14,23 +14,28 @@ import pytest
 from pydantic import ValidationError
 from sqlalchemy import func, select
 
+from orchestrator.agent.evidence import EvidenceRecorder
+from orchestrator.agent.host import ToolHost
 from orchestrator.errors import StaleGeneration
 from orchestrator.runtime import Runtime
 from orchestrator.services.actions import ActionService
 from orchestrator.services.lease_keeper import LeaseKeeper, lease_name
+from orchestrator.services.task_records import TaskRecords
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import reports as report_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.tables import actions, evidence, plan_revisions, reports
 from orchestrator.store.types import utcnow
 from orchestrator.tools.actions import ProposeAction
-from orchestrator.tools.base import Fence, Tool, ToolContext, ToolResult
+from orchestrator.tools.base import Fence, Tool, ToolCall, ToolContext, ToolResult
+from orchestrator.tools.data_sources import QueryDataSource, load_sources
 from orchestrator.tools.plans import PublishExecutionPlan
 from orchestrator.tools.tasks import ReadTaskContext, SaveReport
 from tests.executions_support import (
     fenced_ctx,
     node,
     plan_call,
+    query_call,
     report_call,
     runtime_for,
     write_script,
@@ -63,11 +68,26 @@ class Live:
     def call(self, tool: Tool, arguments: dict[str, Any]) -> ToolResult:
         return tool.run(self.ctx(), tool.arguments.model_validate(arguments))
 
-    def report(self, outcome: str, items: list[dict[str, Any]] | None = None) -> ToolResult:
-        arguments: dict[str, Any] = {"summary": f"ended {outcome}", "outcome": outcome}
-        if items is not None:
-            arguments["evidence"] = items
+    def report(self, outcome: str, cite: list[str] | None = None, **extra: Any) -> ToolResult:
+        arguments: dict[str, Any] = {"summary": f"ended {outcome}", "outcome": outcome, **extra}
+        if cite is not None:
+            arguments["evidence_ids"] = cite
         return self.call(SaveReport(self.rt.db, self.keeper()), arguments)
+
+    def query(self, **arguments: Any) -> ToolResult:
+        """query_data_source through the host, which records the evidence."""
+        host = ToolHost(
+            [QueryDataSource(self.rt.db, load_sources(None))],
+            ledger=None,
+            evidence=EvidenceRecorder(self.rt.db),
+        )
+        body = {
+            "source": "scada_sim",
+            "parameters": {"point": "DM-RN-01", "measure": "turbidity"},
+            **arguments,
+        }
+        [result] = host.run_turn(self.ctx(), [ToolCall("q", "query_data_source", body)])
+        return result
 
     def publish(self, request_id: str, nodes: list[dict[str, Any]]) -> ToolResult:
         tool = PublishExecutionPlan(self.rt.plans, self.keeper())
@@ -100,17 +120,6 @@ def trigger(rt: Runtime, task_type: str = "tools", **extra: Any) -> str:
     return created.task.task_id
 
 
-def item(content_ref: str, *, truncated: bool = False, origin: str = "live") -> dict[str, Any]:
-    return {
-        "source": "scada",
-        "queried_at": "2024-05-01T08:00:00+00:00",
-        "content_ref": content_ref,
-        "origin": origin,
-        "truncated": truncated,
-        "summary": f"turbidity readings {content_ref}",
-    }
-
-
 def count(rt: Runtime, table: Any, task_id: str) -> int:
     with rt.db.transaction(readonly=True) as conn:
         return int(
@@ -137,72 +146,117 @@ def context_of(rt: Runtime, task_id: str, generation: int) -> dict[str, Any]:
 # -- evidence ---------------------------------------------------------------------------------
 
 
-def test_save_report_writes_its_evidence_for_the_generation(rt: Runtime) -> None:
+def test_a_report_cites_records_the_host_wrote_with_their_origin(rt: Runtime) -> None:
     task_id = trigger(rt)
     live = claim(rt, task_id, 1)
-    result = live.report("continue", [item("scada:t1"), item("scada:t2", truncated=True)])
+    queried = live.query()
+    assert queried.status == "succeeded", queried
+    evidence_id = queried.evidence_id
+    assert evidence_id is not None
+    assert queried.to_message()["evidence_id"] == evidence_id
+    result = live.report("continue", [evidence_id])
     assert result.status == "succeeded", result
-    assert [e["content_ref"] for e in result.payload["evidence"]] == ["scada:t1", "scada:t2"]
-    with rt.db.transaction(readonly=True) as conn:
-        stored = report_store.evidence_of(conn, task_id, 1)
-    assert [(e["content_ref"], e["truncated"], e["origin"]) for e in stored] == [
-        ("scada:t1", False, "live"),
-        ("scada:t2", True, "live"),
-    ]
-    assert stored[0]["queried_at"].startswith("2024-05-01T08:00:00")
-    assert stored[0]["source"] == "scada"
+    [cited] = result.payload["evidence"]
+    assert (cited["source"], cited["origin"], cited["truncated"]) == (
+        "scada_sim",
+        "synthetic",
+        False,
+    )
+    assert cited["content_ref"].startswith("sha256:")
+    assert cited["row_count"] == len(queried.payload["rows"])
+    assert TaskRecords(rt.db).evidence(task_id)["items"] == [cited]
 
 
-def test_an_evidence_item_without_its_fields_or_time_zone_is_invalid(rt: Runtime) -> None:
-    arguments = SaveReport.arguments
-    bad = [
-        dict(item("x"), origin="made_up"),
-        dict(item("x"), queried_at="2024-05-01T08:00:00"),  # naive: no time zone
-        {k: v for k, v in item("x").items() if k != "truncated"},
-    ]
-    for entry in bad:
-        with pytest.raises(ValidationError, match="evidence"):
-            arguments.model_validate({"summary": "s", "outcome": "continue", "evidence": [entry]})
-
-
-def test_evidence_of_a_superseded_generation_is_refused_with_its_report(rt: Runtime) -> None:
+def test_origin_and_truncation_cannot_be_set_by_tool_arguments(rt: Runtime) -> None:
+    # Fabricated evidence typed into save_report is not an argument the tool takes.
+    fabricated = {"source": "scada", "origin": "live", "truncated": False}
+    for extra in ({"evidence": [fabricated]}, {"evidence_refs": ["x"]}):
+        with pytest.raises(ValidationError):
+            SaveReport.arguments.model_validate({"summary": "s", "outcome": "completed", **extra})
+    # Nor can a query choose its origin or declare itself complete.
+    for extra in ({"origin": "live"}, {"truncated": False}):
+        with pytest.raises(ValidationError):
+            QueryDataSource.arguments.model_validate({"source": "scada_sim", **extra})
+    # Through the host, a query whose arguments try it is refused and records nothing.
     task_id = trigger(rt)
     live = claim(rt, task_id, 1)
+    refused = live.query(origin="live")
+    assert (refused.status, refused.code, refused.evidence_id) == (
+        "failed",
+        "invalid_arguments",
+        None,
+    )
+    assert count(rt, evidence, task_id) == 0
+
+
+def test_a_report_citing_after_a_requeue_is_refused_and_writes_nothing(rt: Runtime) -> None:
+    task_id = trigger(rt)
+    live = claim(rt, task_id, 1)
+    evidence_id = live.query().evidence_id
+    assert evidence_id is not None
     rt.tasks.requeue(task_id, "fresh look")
     with pytest.raises(StaleGeneration):
-        live.report("completed", [item("scada:late")])
-    assert count(rt, evidence, task_id) == 0
+        live.report("completed", [evidence_id])
     assert count(rt, reports, task_id) == 0
 
 
-def test_only_truncated_evidence_cannot_complete_and_a_refused_report_writes_nothing(
-    rt: Runtime,
-) -> None:
+def test_truncated_evidence_cannot_support_a_whole_range_finding(rt: Runtime) -> None:
     task_id = trigger(rt)
     live = claim(rt, task_id, 1)
-    refused = live.report("completed", [item("scada:24h", truncated=True)])
+    cut = live.query(max_rows=3)
+    assert cut.payload["truncated"] is True
+    assert cut.evidence_id is not None
+    whole = {"text": "no anomaly in the last 24 h", "whole_range": True}
+    refused = live.report("completed", [cut.evidence_id], findings=[whole])
     assert (refused.status, refused.code) == ("failed", "truncated_evidence")
-    assert count(rt, evidence, task_id) == 0
     assert count(rt, reports, task_id) == 0
-    # A truncated result is fine for a round that does not claim the whole range.
-    assert live.report("continue", [item("scada:24h", truncated=True)]).status == "succeeded"
-    # The generation's evidence is all truncated: completed without new evidence is refused too.
-    again = live.report("completed", [])
-    assert (again.status, again.code) == ("failed", "truncated_evidence")
-    # The rest of the range, queried in full, supports it.
-    done = live.report("completed", [item("scada:rest")])
+    # Whatever else is cited: a complete record beside it does not rescue the claim.
+    full = live.query()
+    assert full.evidence_id is not None
+    both = live.report("completed", [cut.evidence_id, full.evidence_id], findings=[whole])
+    assert (both.status, both.code) == ("failed", "truncated_evidence")
+    # Resting on the complete record only, the same claim stands.
+    narrow = dict(whole, evidence_ids=[full.evidence_id])
+    done = live.report("completed", [cut.evidence_id], findings=[narrow])
     assert done.status == "succeeded", done
     with rt.db.transaction(readonly=True) as conn:
         report = report_store.latest_report(conn, task_id, 1)
     assert report is not None
     assert report["outcome"] == "completed"
-    assert count(rt, evidence, task_id) == 2
 
 
-def test_a_completed_report_without_any_evidence_is_accepted(rt: Runtime) -> None:
+def test_a_report_refusal_lists_every_problem(rt: Runtime) -> None:
     task_id = trigger(rt)
     live = claim(rt, task_id, 1)
-    assert live.report("completed").status == "succeeded"
+    cut = live.query(max_rows=2)
+    assert cut.evidence_id is not None
+    refused = live.report(
+        "completed",
+        ["made-up-id"],
+        findings=[{"text": "flat all day", "whole_range": True, "evidence_ids": [cut.evidence_id]}],
+        presented_origin="live",
+    )
+    codes = [p["code"] for p in refused.payload["details"]]
+    assert codes == ["unknown_evidence", "truncated_evidence", "origin_mismatch"]
+    nothing = live.report("completed")
+    assert (nothing.status, nothing.code) == ("failed", "evidence_required")
+    assert count(rt, reports, task_id) == 0
+
+
+def test_synthetic_or_sample_records_cannot_be_presented_as_live(rt: Runtime) -> None:
+    task_id = trigger(rt, sample_input={"turbidity_ntu": 4.2})
+    live = claim(rt, task_id, 1)
+    sample = live.query(source="sample_input", parameters={})
+    assert sample.status == "succeeded", sample
+    assert sample.payload["origin"] == "peripheral_sample"
+    assert sample.evidence_id is not None
+    finding = {"text": "live SCADA shows 4.2 NTU", "origin": "live"}
+    refused = live.report("completed", [sample.evidence_id], findings=[finding])
+    assert (refused.status, refused.code) == ("failed", "origin_mismatch")
+    honest = dict(finding, text="the trigger's sample shows 4.2 NTU", origin="peripheral_sample")
+    assert live.report("completed", [sample.evidence_id], findings=[honest]).status == "succeeded"
+    [record] = TaskRecords(rt.db).evidence(task_id)["items"]
+    assert (record["source"], record["origin"]) == ("sample_input", "peripheral_sample")
 
 
 # -- the report comes last ------------------------------------------------------------------
@@ -271,12 +325,13 @@ def test_a_plan_published_after_the_report_does_not_complete_the_round(
 def test_the_next_generation_reads_the_plan_report_and_evidence_left_before(
     rt: Runtime, scripts: Path
 ) -> None:
-    report = report_call("c2", "continue")
-    report["arguments"]["evidence"] = [item("scada:t1"), item("scada:t2", truncated=True)]
+    report = report_call("c2", "continue", cite=["${q0.evidence_id}", "${q1.evidence_id}"])
+    cut = dict(query_call("q1"), arguments=dict(query_call()["arguments"], max_rows=2))
     write_script(
         scripts,
         "handover",
         [
+            {"tool_calls": [query_call(), cut]},
             {"tool_calls": [plan_call("c1", "r1", [node("a", "completed"), node("b", "running")])]},
             {"tool_calls": [report]},
             {"content": "more next round"},
@@ -291,10 +346,11 @@ def test_the_next_generation_reads_the_plan_report_and_evidence_left_before(
     assert previous["plan"]["revision"] == 1
     assert [n["id"] for n in previous["plan"]["nodes"]] == ["a", "b"]
     assert previous["report"]["outcome"] == "continue"
-    assert [(e["content_ref"], e["truncated"]) for e in previous["evidence"]] == [
-        ("scada:t1", False),
-        ("scada:t2", True),
+    assert [(e["source"], e["truncated"]) for e in previous["evidence"]] == [
+        ("scada_sim", False),
+        ("scada_sim", True),
     ]
+    assert previous["report"]["evidence_refs"] == [e["evidence_id"] for e in previous["evidence"]]
     assert payload["origin"] == "live"
     assert "sample_input" not in payload
 
@@ -303,7 +359,9 @@ def test_a_generation_superseded_before_it_started_is_skipped(rt: Runtime) -> No
     task_id = trigger(rt)
     live = claim(rt, task_id, 1)
     assert live.publish("r1", [node("a", "running")]).status == "succeeded"
-    assert live.report("continue", [item("scada:t1")]).status == "succeeded"
+    evidence_id = live.query().evidence_id
+    assert evidence_id is not None
+    assert live.report("continue", [evidence_id]).status == "succeeded"
     rt.tasks.requeue(task_id, "operator: once")  # generation 1 ran, it is superseded
     rt.tasks.requeue(task_id, "operator: twice")  # generation 2 never started
     assert rt.tasks.get(task_id).generation == 3
@@ -312,7 +370,7 @@ def test_a_generation_superseded_before_it_started_is_skipped(rt: Runtime) -> No
     assert previous["outcome"] == "superseded"
     assert previous["plan"]["nodes"][0]["id"] == "a"
     assert previous["report"]["summary"] == "ended continue"
-    assert [e["content_ref"] for e in previous["evidence"]] == ["scada:t1"]
+    assert [e["evidence_id"] for e in previous["evidence"]] == [evidence_id]
 
 
 def test_no_generation_ran_before_means_no_previous_generation(rt: Runtime) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -45,11 +46,12 @@ def test_report_waiting_with_no_plan_continues() -> None:
         assert (decision.task_status, decision.outcome) == ("queued", "continue")
 
 
-def test_report_waiting_with_every_node_done_completes() -> None:
-    # The table: every node done and a report saved completes, whatever outcome was declared.
+def test_report_waiting_with_every_node_done_never_completes() -> None:
+    # Invariant 23: a report that declared `waiting` never becomes `completed`.
     nodes = [node("a", "completed"), node("b", "skipped"), node("h", "cancelled", actor="human")]
     decision = decide(facts(nodes, "waiting"))
-    assert (decision.task_status, decision.outcome) == ("completed", "completed")
+    assert (decision.task_status, decision.outcome) == ("queued", "continue")
+    assert decision.reason == "the report declared waiting, but nothing is awaited"
 
 
 @pytest.mark.parametrize("pending", [1, 3])
@@ -114,3 +116,27 @@ def test_the_same_plan_with_a_report_completes() -> None:
     nodes = [node("a", "completed"), node("b", "skipped")]
     assert decide(facts(nodes, None)).outcome == "continue"
     assert decide(facts(nodes, "completed")).outcome == "completed"
+
+
+def test_open_writes_or_running_commands_turn_a_completion_into_waiting() -> None:
+    done = [node("a", "completed")]
+    base = facts(done, "completed")
+    assert decide(base).task_status == "completed"
+    writes = decide(replace(base, open_writes=("call_api i1 (pending)", "call_api i2 (unknown)")))
+    assert (writes.task_status, writes.outcome) == ("waiting", "waiting")
+    assert "call_api i1 (pending)" in writes.reason
+    assert "i2 (unknown)" in writes.reason
+    commands = decide(replace(base, running_commands=2))
+    assert commands.task_status == "waiting"
+    assert "2 background command(s) still running" in commands.reason
+    many = decide(replace(base, open_writes=tuple(f"w{i} (running)" for i in range(8))))
+    assert "and 3 more" in many.reason
+
+
+def test_only_a_report_declaring_completed_completes() -> None:
+    # A `continue` report cites nothing; with every node skipped it must not complete the task.
+    nodes = [node("a", "skipped"), node("b", "completed")]
+    decision = decide(facts(nodes, "continue"))
+    assert (decision.task_status, decision.outcome) == ("queued", "continue")
+    assert decision.reason == "the report declared continue"
+    assert decide(facts(nodes, "completed")).task_status == "completed"

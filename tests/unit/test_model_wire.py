@@ -129,7 +129,7 @@ def test_the_loop_records_a_turn_before_its_calls_run_and_results_after() -> Non
     events: list[str] = []
 
     class Host:
-        tools: dict[str, Any] = {}  # noqa: RUF012 - the loop reads the host's tools
+        tools: dict[str, Any] = {}
 
         def schemas(self) -> list[dict[str, Any]]:
             return []

@@ -413,6 +413,28 @@ def reference_update_codes(payload: dict[str, Any], previous: list[dict[str, Any
     return found
 
 
+def reference_authority_codes(
+    payload: dict[str, Any], previous: list[dict[str, Any]] | None
+) -> set[str]:
+    """Who may change what, read plainly, for an agent's publish: an actor never changes; only
+    a person completes, fails or skips a human node (keeping a status it had is no change)."""
+    nodes = payload.get("nodes")
+    before = {old["id"]: old for old in previous or []}
+    found: set[str] = set()
+    for n in nodes if isinstance(nodes, list) else []:
+        if not isinstance(n, dict) or not isinstance(n.get("id"), str):
+            continue
+        old = before.get(n["id"])
+        if old is not None and n.get("actor") != old["actor"]:
+            found.add("actor_changed")
+        status = n.get("status")
+        human = n.get("actor") == "human" or (old is not None and old["actor"] == "human")
+        kept = old is not None and old["status"] == status
+        if human and status in ("completed", "failed", "skipped") and not kept:
+            found.add("human_node")
+    return found
+
+
 @st.composite
 def plans(draw: st.DrawFn) -> dict[str, Any]:
     """Random plans, from clean to messy: each field goes wrong with a per-plan probability,

@@ -1,0 +1,79 @@
+"""The host's evidence recorder: every citable result of an execution becomes a record.
+
+Called by the tool host after a tool returned and its result was paged: the tool says what it
+knows (`Tool.evidence_facts`: source, declared origin, its own truncation, rows); the host adds
+its clock, the parameters' digest, the content hash and `result_id`, its own truncation (a
+result it cut to a preview), and writes the record fenced. The model supplies none of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from orchestrator.domain.evidence import EvidenceFacts
+from orchestrator.domain.fingerprints import NonCanonical, fingerprint
+from orchestrator.store import evidence as evidence_store
+from orchestrator.store.db import Database
+from orchestrator.store.fencing import check_fence
+from orchestrator.store.types import utcnow
+from orchestrator.tools.base import ToolContext
+
+__all__ = ["EvidenceRecorder"]
+
+
+class EvidenceRecorder:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def record(
+        self, ctx: ToolContext, facts: EvidenceFacts, *, cut: bool, result_id: str | None
+    ) -> str | None:
+        """Write one record for `ctx`'s generation; its id, or None outside an execution.
+
+        Raises `StaleGeneration` when the generation was fenced out (nothing is written).
+        """
+        fence = ctx.fence
+        if fence is None:
+            return None
+        text = _text(facts.content)
+        truncated = facts.truncated or cut
+        rows = "" if facts.row_count is None else f"{facts.row_count} row(s), "
+        summary = (
+            f"{facts.kind} {facts.source}: {rows}{len(text)} character(s), origin "
+            f"{facts.origin}{', truncated' if truncated else ''}"
+        )
+        row = evidence_store.EvidenceRow(
+            task_id=fence.task_id,
+            generation=fence.generation,
+            session_id=ctx.session_id,
+            kind=facts.kind,
+            source=facts.source[:128],
+            origin=facts.origin,
+            truncated=truncated,
+            params_digest=_digest(facts.params),
+            content_hash=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+            result_id=result_id,
+            row_count=facts.row_count,
+            char_count=len(text),
+            summary=summary,
+            queried_at=utcnow(),
+        )
+        with self.db.transaction() as conn:
+            check_fence(conn, fence)
+            stored = evidence_store.insert_record(conn, row)
+        return str(stored["evidence_id"])
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return json.dumps(content, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _digest(params: Any) -> str:
+    try:
+        return fingerprint(params)
+    except (NonCanonical, TypeError, ValueError):
+        return hashlib.sha256(_text(params).encode("utf-8")).hexdigest()

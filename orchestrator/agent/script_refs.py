@@ -1,0 +1,70 @@
+"""References in scripted tool arguments to what earlier tool results returned.
+
+A script cannot know ids the host makes up at run time (an `evidence_id`, an `invocation_id`),
+so a string argument of the exact form `${CALL_ID.path}` is replaced by the value at `path`
+(dot-separated keys or list indexes) in the result the model received for the call `CALL_ID`
+in this round, e.g. `"${q1.evidence_id}"` or `"${c2.result.rows.0.value}"`. A reference that
+does not resolve is left as written, so the tool sees (and refuses) it like any wrong id.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["resolve_refs"]
+
+_REF = re.compile(r"^\$\{([A-Za-z0-9_.:-]+?)\.([^}]+)\}$")
+
+
+def resolve_refs(arguments: Any, messages: Sequence[Mapping[str, Any]]) -> Any:
+    """`arguments` with every resolvable `${CALL_ID.path}` replaced."""
+    results: dict[str, Any] | None = None
+
+    def walk(value: Any) -> Any:
+        nonlocal results
+        if isinstance(value, str):
+            match = _REF.match(value)
+            if match is None:
+                return value
+            if results is None:
+                results = _tool_results(messages)
+            found = _lookup(results.get(match.group(1)), match.group(2).split("."))
+            return value if found is _MISSING else found
+        if isinstance(value, list):
+            return [walk(item) for item in value]
+        if isinstance(value, dict):
+            return {key: walk(item) for key, item in value.items()}
+        return value
+
+    return walk(arguments)
+
+
+_MISSING = object()
+
+
+def _tool_results(messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for message in messages:
+        if message.get("role") != "tool":
+            continue
+        try:
+            found[str(message.get("tool_call_id"))] = json.loads(str(message.get("content")))
+        except ValueError:
+            continue
+    return found
+
+
+def _lookup(value: Any, path: list[str]) -> Any:
+    if value is None:
+        return _MISSING
+    for key in path:
+        if isinstance(value, dict) and key in value:
+            value = value[key]
+        elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
+            value = value[int(key)]
+        else:
+            return _MISSING
+    return value

@@ -1,0 +1,65 @@
+"""A task's plan whichever session holds it (DESIGN invariant 22): the continuity check of a new
+generation's first publish, and `GET /api/v1/tasks/{task_id}/plan`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sqlalchemy import Connection, select
+
+from orchestrator.store.plans import PlanRecord
+from orchestrator.store.tables import actions, evidence, invocation_receipts, plan_revisions
+
+__all__ = ["action_statuses", "cited_records", "task_latest_plan"]
+
+
+def task_latest_plan(
+    conn: Connection, task_id: str, before_generation: int | None = None
+) -> PlanRecord | None:
+    """The task's latest revision (of its latest generation that published one), optionally
+    only among generations before `before_generation`."""
+    query = select(plan_revisions).where(plan_revisions.c.task_id == task_id)
+    if before_generation is not None:
+        query = query.where(plan_revisions.c.generation < before_generation)
+    row = conn.execute(
+        query.order_by(
+            plan_revisions.c.generation.desc(),
+            plan_revisions.c.updated_at.desc(),
+            plan_revisions.c.revision.desc(),
+        ).limit(1)
+    ).one_or_none()
+    return PlanRecord.from_row(row) if row is not None else None
+
+
+def action_statuses(conn: Connection, action_ids: Iterable[str]) -> dict[str, str]:
+    """The stored status of each action id that exists."""
+    wanted = sorted(set(action_ids))
+    if not wanted:
+        return {}
+    rows = conn.execute(
+        select(actions.c.action_id, actions.c.status).where(actions.c.action_id.in_(wanted))
+    )
+    return {row.action_id: row.status for row in rows}
+
+
+def cited_records(
+    conn: Connection, task_id: str, ids: Iterable[str]
+) -> tuple[set[str], dict[str, str]]:
+    """Among `ids`: the task's evidence ids, and the task's write receipts with their status."""
+    wanted = sorted(set(ids))
+    if not wanted:
+        return set(), {}
+    found = set(
+        conn.execute(
+            select(evidence.c.evidence_id).where(
+                evidence.c.task_id == task_id, evidence.c.evidence_id.in_(wanted)
+            )
+        ).scalars()
+    )
+    rows = conn.execute(
+        select(invocation_receipts.c.invocation_id, invocation_receipts.c.status).where(
+            invocation_receipts.c.owner == f"task:{task_id}",
+            invocation_receipts.c.invocation_id.in_(wanted),
+        )
+    )
+    return found, {row.invocation_id: row.status for row in rows}

@@ -1,0 +1,328 @@
+"""`query_data_source`: bounded, audited queries of declared data sources (seed 004).
+
+Sources are declared in a YAML or JSON file (`ORCH_DATA_SOURCES`): name, description, kind,
+`origin` (`live`, `synthetic`, `peripheral_sample`, fixed per source), limits (rows, characters,
+time range) and timeout. Without the setting the bundled declaration is used: the simulated
+SCADA source (`scada_sim`, synthetic). A task triggered with `sample_input` also has the source
+`sample_input`, origin `peripheral_sample`: its own fixed input, never a live query.
+
+Kinds: `scada_sim` (the bundled simulator), `http_json` (a GET operation of an OpenAPI 3
+document, like the gateway: parameters validated against the operation) and, implicitly,
+`sample_input`. The host records every successful query as evidence; the origin and the
+truncation in that record come from here, never from the model's arguments.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import httpx
+import yaml
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
+
+from orchestrator.domain.evidence import EvidenceFacts
+from orchestrator.errors import ValidationFailed
+from orchestrator.store import tasks as task_store
+from orchestrator.store.db import Database
+from orchestrator.store.types import utcnow
+from orchestrator.tools import scada_sim
+from orchestrator.tools.base import Tool, ToolArguments, ToolContext, ToolResult
+from orchestrator.tools.openapi import SpecError, load_spec
+
+__all__ = [
+    "BUNDLED",
+    "SETTING",
+    "DataSource",
+    "DataSourceError",
+    "QueryDataSource",
+    "load_sources",
+]
+
+SETTING: Final = "ORCH_DATA_SOURCES"
+SAMPLE_SOURCE: Final = "sample_input"
+BUNDLED: Final = Path(__file__).with_name("data_sources.yaml")
+
+
+class DataSourceError(Exception):
+    """The declaration file cannot be used; the message is one line naming the setting."""
+
+
+class Limits(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    max_rows: int = Field(default=500, ge=1, le=100_000)
+    max_chars: int = Field(default=50_000, ge=100, le=1_000_000)
+    max_range_hours: float = Field(default=48.0, gt=0, le=24 * 366)
+    default_range_hours: float = Field(default=24.0, gt=0, le=24 * 366)
+
+
+class DataSource(BaseModel):
+    """One declared source."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = Field(min_length=1, max_length=500)
+    kind: Literal["scada_sim", "http_json"]
+    origin: Literal["live", "synthetic", "peripheral_sample"]
+    limits: Limits = Field(default_factory=Limits)
+    timeout_seconds: float = Field(default=10.0, gt=0, le=120)
+    # http_json: the OpenAPI document (relative to the declaration file), base URL, operation.
+    spec: str | None = None
+    base_url: str | None = None
+    operation_id: str | None = None
+    # The operation's query parameters that take the range (ISO 8601); unset = not sent.
+    from_param: str | None = None
+    to_param: str | None = None
+
+
+class _File(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    sources: list[DataSource] = Field(min_length=1, max_length=50)
+
+
+def load_sources(path: Path | None) -> dict[str, DataSource]:
+    """The declared sources by name (the bundled file when `path` is None); `DataSourceError`
+    with one line when the file cannot be used."""
+    where = f"{SETTING} ({path or BUNDLED})"
+    source_path = path or BUNDLED
+    try:
+        text = source_path.read_text(encoding="utf-8")
+        raw = json.loads(text) if source_path.suffix == ".json" else yaml.safe_load(text)
+    except OSError as exc:
+        raise DataSourceError(f"{where}: cannot read the file: {exc.strerror or exc}") from None
+    except (ValueError, yaml.YAMLError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DataSourceError(f"{where}: not valid JSON/YAML: {first}") from None
+    try:
+        declared = _File.model_validate(raw)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False, include_input=False)[0]
+        at = ".".join(str(part) for part in error["loc"]) or "(file)"
+        raise DataSourceError(f"{where}: {at}: {error['msg']}") from None
+    sources: dict[str, DataSource] = {}
+    for source in declared.sources:
+        if source.name in sources or source.name == SAMPLE_SOURCE:
+            raise DataSourceError(f"{where}: source name {source.name!r} is used twice or reserved")
+        if source.kind == "scada_sim" and source.origin != "synthetic":
+            raise DataSourceError(f"{where}: {source.name}: the simulator's origin is synthetic")
+        if source.kind == "http_json":
+            source = _check_http(where, source, source_path.parent)
+        sources[source.name] = source
+    return sources
+
+
+def _check_http(where: str, source: DataSource, folder: Path) -> DataSource:
+    if not (source.spec and source.base_url and source.operation_id):
+        raise DataSourceError(
+            f"{where}: {source.name}: an http_json source needs spec, base_url and operation_id"
+        )
+    spec_path = folder / source.spec
+    try:
+        spec = load_spec(spec_path)
+    except SpecError as exc:
+        raise DataSourceError(f"{where}: {source.name}: {exc.message}") from None
+    operation = spec.operations.get(source.operation_id)
+    if operation is None or operation.method != "GET":
+        raise DataSourceError(
+            f"{where}: {source.name}: {source.operation_id!r} is not a GET operation of the spec"
+        )
+    return source.model_copy(update={"spec": str(spec_path)})
+
+
+class QueryArgs(ToolArguments):
+    source: str = Field(min_length=1, max_length=64)
+    parameters: dict[str, Any] = Field(
+        default_factory=dict, description="the source's own parameters (scada_sim: point, measure)"
+    )
+    start: AwareDatetime | None = Field(default=None, description="range start, with time zone")
+    end: AwareDatetime | None = Field(default=None, description="range end (default: now)")
+    max_rows: int | None = Field(default=None, ge=1, description="at most the declared limit")
+
+
+class QueryDataSource(Tool):
+    name = "query_data_source"
+    description = (
+        "Query a declared data source within its limits. The result carries source, origin "
+        "(live, synthetic or peripheral_sample, from the source's declaration), whether it was "
+        "truncated, and an evidence_id recorded by the host: cite that id in save_report and in "
+        "the evidence_ids of a completed plan node. A truncated result cannot support a claim "
+        "about its whole range. Sources: "
+    )
+    effect = "read"
+    arguments = QueryArgs
+    # The declared character limit bounds the envelope; the model sees all of it (not paged),
+    # so `truncated` is exactly the limits this tool applied.
+    pageable = False
+
+    def __init__(self, db: Database, sources: dict[str, DataSource]) -> None:
+        self.db = db
+        self.sources = sources
+
+    def schema(self) -> dict[str, Any]:
+        body = super().schema()
+        listed = "; ".join(
+            f"{s.name} ({s.kind}, origin {s.origin}): {s.description}"
+            for s in self.sources.values()
+        )
+        body["description"] = (
+            self.description + listed + f"; {SAMPLE_SOURCE} (the task's own sample input, "
+            "origin peripheral_sample, when it has one)"
+        )
+        return body
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        assert isinstance(args, QueryArgs)
+        if args.source == SAMPLE_SOURCE:
+            return self._sample(ctx)
+        source = self.sources.get(args.source)
+        if source is None:
+            names = ", ".join([*self.sources, SAMPLE_SOURCE])
+            return ToolResult.failed(
+                f"unknown source {args.source!r}; declared: {names}", code="unknown_source"
+            )
+        end = args.end or utcnow()
+        start = args.start or end - timedelta(hours=source.limits.default_range_hours)
+        problems = self._range_problems(source, start, end)
+        if problems:
+            return ToolResult.failed("; ".join(problems), code="invalid_arguments")
+        try:
+            rows = self._fetch(source, args.parameters, start, end)
+        except ValidationFailed as exc:
+            return ToolResult.failed(exc.message, code="invalid_arguments")
+        except httpx.TimeoutException:
+            return ToolResult.failed(
+                f"{source.name} did not answer within {source.timeout_seconds} s",
+                code="source_timeout",
+            )
+        except (httpx.HTTPError, ValueError) as exc:
+            return ToolResult.failed(
+                f"{source.name} could not be read: {type(exc).__name__}", code="source_error"
+            )
+        limit = min(args.max_rows or source.limits.max_rows, source.limits.max_rows)
+        return _envelope(source.name, source.origin, start, end, rows, limit, source.limits)
+
+    def evidence_facts(self, args: Any, result: ToolResult) -> EvidenceFacts | None:
+        payload = result.payload
+        if result.status != "succeeded" or not isinstance(payload, dict):
+            return None
+        # Origin from the declaration (or the sample input's fixed origin), never from args.
+        declared = self.sources.get(args.source)
+        origin = declared.origin if declared is not None else "peripheral_sample"
+        return EvidenceFacts(
+            kind="data_source",
+            source=args.source,
+            origin=origin,
+            truncated=bool(payload.get("truncated")),
+            row_count=len(payload.get("rows") or []),
+            params=args.model_dump(mode="json"),
+            content=payload.get("rows"),
+        )
+
+    # -- sources ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _range_problems(source: DataSource, start: datetime, end: datetime) -> list[str]:
+        problems = []
+        if end <= start:
+            problems.append("end must be after start")
+        hours = (end - start).total_seconds() / 3600
+        if hours > source.limits.max_range_hours:
+            problems.append(
+                f"a range of {hours:.1f} h is above the {source.limits.max_range_hours} h limit "
+                f"of {source.name}; query it in parts"
+            )
+        return problems
+
+    def _fetch(
+        self, source: DataSource, parameters: dict[str, Any], start: datetime, end: datetime
+    ) -> list[Any]:
+        if source.kind == "scada_sim":
+            point = parameters.get("point", scada_sim.POINTS[0])
+            measure = parameters.get("measure")
+            extra = set(parameters) - {"point", "measure"}
+            if extra or point not in scada_sim.POINTS or measure not in scada_sim.MEASURES:
+                raise ValidationFailed(
+                    f"scada_sim takes point (one of {', '.join(scada_sim.POINTS)}) and measure "
+                    f"(one of {', '.join(scada_sim.MEASURES)})"
+                )
+            return scada_sim.readings(point, measure, start, end)
+        return self._http(source, parameters, start, end)
+
+    def _http(
+        self, source: DataSource, parameters: dict[str, Any], start: datetime, end: datetime
+    ) -> list[Any]:
+        assert source.spec is not None
+        assert source.base_url is not None
+        assert source.operation_id is not None
+        operation = load_spec(Path(source.spec)).operations[source.operation_id]
+        query = dict(parameters)
+        if source.from_param:
+            query[source.from_param] = start.isoformat()
+        if source.to_param:
+            query[source.to_param] = end.isoformat()
+        try:
+            operation.model.model_validate(query)
+        except ValidationError as exc:
+            first = exc.errors(include_url=False, include_input=False)[0]
+            raise ValidationFailed(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        with httpx.Client(base_url=source.base_url, timeout=source.timeout_seconds) as client:
+            response = client.get(operation.path, params=query)
+            response.raise_for_status()
+            body = response.json()
+        rows = body.get("rows", body.get("items")) if isinstance(body, dict) else body
+        if not isinstance(rows, list):
+            raise ValueError("the answer holds no list of rows")
+        return rows
+
+    def _sample(self, ctx: ToolContext) -> ToolResult:
+        if ctx.task_id is None:
+            return ToolResult.failed("this session does not belong to a task", code="no_task")
+        with self.db.transaction(readonly=True) as conn:
+            task = task_store.get_task(conn, ctx.task_id)
+        if task is None or task.sample_input is None:
+            return ToolResult.failed("this task has no sample input", code="unknown_source")
+        rows = task.sample_input if isinstance(task.sample_input, list) else [task.sample_input]
+        return ToolResult.ok(
+            {
+                "source": SAMPLE_SOURCE,
+                "origin": "peripheral_sample",
+                "rows": rows,
+                "row_count": len(rows),
+                "truncated": False,
+                "note": "the trigger's fixed sample input: never present it as a live query",
+            }
+        )
+
+
+def _envelope(
+    name: str,
+    origin: str,
+    start: datetime,
+    end: datetime,
+    rows: list[Any],
+    limit: int,
+    limits: Limits,
+) -> ToolResult:
+    kept = rows[:limit]
+    why: list[str] = []
+    if len(rows) > limit:
+        why.append(f"row limit {limit} reached ({len(rows)} rows in range)")
+    # Characters: drop whole rows from the end until the rows fit.
+    while kept and len(json.dumps(kept, ensure_ascii=False, default=str)) > limits.max_chars:
+        kept = kept[: max(0, len(kept) - max(1, len(kept) // 10))]
+        if not why or "character" not in why[-1]:
+            why.append(f"character limit {limits.max_chars} reached")
+    payload = {
+        "source": name,
+        "origin": origin,
+        "start": start.isoformat(),
+        "end": end.isoformat(),
+        "rows": kept,
+        "row_count": len(kept),
+        "truncated": bool(why),
+    }
+    if why:
+        payload["truncation"] = "; ".join(why) + ": the rows cover only part of the range"
+    return ToolResult.ok(payload)

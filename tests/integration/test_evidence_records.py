@@ -1,0 +1,119 @@
+"""The host records evidence for what tools really returned: call_api reads (not sensitive
+ones, not writes), commands that exited 0, with its own truncation when it cut a result."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.runtime import Runtime
+from orchestrator.services.task_records import TaskRecords
+from orchestrator.services.tasks import Trigger
+from tests.executions_support import runtime_for, write_script
+from tests.integration.fake_backend import SPEC, Backend, running_backend
+
+
+@pytest.fixture
+def backend() -> Iterator[Backend]:
+    with running_backend() as server:
+        yield server
+
+
+@pytest.fixture
+def rt(store_url: str, scripts: Path, tmp_path: Path, backend: Backend) -> Iterator[Runtime]:
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(SPEC), encoding="utf-8")
+    runtime, _ = runtime_for(
+        store_url,
+        scripts,
+        gateway_spec=spec,
+        gateway_base_url=backend.url,
+        enable_command_tool=True,
+    )
+    yield runtime
+    runtime.close()
+
+
+def api(call_id: str, operation_id: str, **arguments: Any) -> dict[str, Any]:
+    body = {"operation_id": operation_id, "arguments": arguments}
+    return {"id": call_id, "name": "call_api", "arguments": body}
+
+
+def test_reads_and_successful_commands_become_records_and_nothing_else(
+    rt: Runtime, scripts: Path
+) -> None:
+    turns = [
+        {"tool_calls": [api("put", "putSetting", key="p", body={"value": 3})]},
+        {
+            "tool_calls": [
+                api("get", "getSetting", key="p"),
+                api("secret", "getSecret", key="db"),
+                api("big", "bigReport", size=10),
+                api("order", "createOrder", body={"item": "x", "quantity": 50}),
+                {"id": "ok", "name": "execute_command", "arguments": {"command": "echo fine"}},
+                {"id": "bad", "name": "execute_command", "arguments": {"command": "exit 3"}},
+            ]
+        },
+        {"content": "looked"},
+    ]
+    write_script(scripts, "looks", turns)
+    task_id = rt.tasks.trigger(Trigger(task_type="looks", title="t")).task.task_id
+    rt.executions.run(task_id, 1, worker="w1")
+    records = TaskRecords(rt.db).evidence(task_id)["items"]
+    by_source = {r["source"]: r for r in records}
+    assert set(by_source) == {"call_api:getSetting", "call_api:bigReport", "execute_command"}
+    setting = by_source["call_api:getSetting"]
+    assert (setting["kind"], setting["origin"], setting["truncated"]) == ("call_api", "live", False)
+    # The host cut the big report to a preview: truncated as the host knows it, with its id.
+    big = by_source["call_api:bigReport"]
+    assert big["truncated"] is True
+    assert big["result_id"]
+    assert big["char_count"] > 4000
+    command = by_source["execute_command"]
+    assert (command["kind"], command["truncated"]) == ("command", False)
+
+
+def test_an_http_json_source_is_bounded_and_recorded_with_its_declared_origin(
+    rt: Runtime, scripts: Path, tmp_path: Path, backend: Backend, store_url: str
+) -> None:
+    spec = tmp_path / "spec.json"  # written by the `rt` fixture
+    declaration = tmp_path / "sources.yaml"
+    declaration.write_text(
+        "sources:\n"
+        "  - name: district_report\n"
+        "    description: the district report of the business backend\n"
+        "    kind: http_json\n"
+        "    origin: live\n"
+        f"    spec: {spec.name}\n"
+        f"    base_url: {backend.url}\n"
+        "    operation_id: bigReport\n"
+        "    limits: {max_rows: 500, max_chars: 5000}\n",
+        encoding="utf-8",
+    )
+    query = {
+        "id": "q",
+        "name": "query_data_source",
+        "arguments": {"source": "district_report", "parameters": {"size": 10}},
+    }
+    bad = dict(query, id="bad", arguments={"source": "district_report", "parameters": {"x": 1}})
+    write_script(scripts, "http", [{"tool_calls": [query, bad]}, {"content": "read"}])
+    runtime, _ = runtime_for(store_url, scripts, data_sources=declaration)
+    try:
+        task_id = runtime.tasks.trigger(Trigger(task_type="http", title="t")).task.task_id
+        runtime.executions.run(task_id, 1, worker="w1")
+        [record] = TaskRecords(runtime.db).evidence(task_id)["items"]
+    finally:
+        runtime.close()
+    assert (record["source"], record["origin"], record["kind"]) == (
+        "district_report",
+        "live",
+        "data_source",
+    )
+    # 100 rows of 100 characters do not fit in 5,000: cut, and the record says so.
+    assert record["truncated"] is True
+    assert 0 < record["row_count"] < 100
+    assert backend.count("GET", "/report") == 1  # the invalid query was never sent

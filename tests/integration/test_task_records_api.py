@@ -1,0 +1,99 @@
+"""`GET /api/v1/tasks/{id}/plan` and `/evidence`, and `orchestrator tasks evidence ID`, over a
+task whose execution queried the simulated SCADA source and completed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from orchestrator.api.app import create_app
+from orchestrator.runtime import Runtime
+from orchestrator.services.tasks import Trigger
+from orchestrator.settings import load_settings
+from orchestrator.store.db import Database
+from tests.acceptance.fleet import ORCHESTRATOR
+from tests.executions_support import completing_turns, runtime_for, write_script
+
+
+@pytest.fixture
+def rt(store_url: str, scripts: Path) -> Iterator[Runtime]:
+    runtime, _ = runtime_for(store_url, scripts)
+    yield runtime
+    runtime.close()
+
+
+@pytest.fixture
+def client(store_url: str, tmp_path: Path) -> Iterator[TestClient]:
+    db = Database.from_url(store_url)
+    app = create_app(load_settings(database_url=store_url, home=tmp_path / "home"), db=db)
+    with TestClient(app, raise_server_exceptions=False) as test_client:
+        yield test_client
+    db.dispose()
+
+
+def completed_task(rt: Runtime, scripts: Path) -> str:
+    write_script(scripts, "simple", completing_turns())
+    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    assert rt.executions.run(task_id, 1, worker="w1").outcome == "completed"
+    return task_id
+
+
+def test_the_plan_and_the_evidence_of_a_task(
+    rt: Runtime, scripts: Path, client: TestClient
+) -> None:
+    task_id = completed_task(rt, scripts)
+    plan = client.get(f"/api/v1/tasks/{task_id}/plan")
+    assert plan.status_code == 200
+    body = plan.json()
+    assert body["plan"]["revision"] == 2
+    assert body["plan"]["session_id"] == rt.tasks.get(task_id).session_id
+    evidence = client.get(f"/api/v1/tasks/{task_id}/evidence").json()
+    [record] = evidence["items"]
+    assert evidence["next_cursor"] is None
+    assert (record["source"], record["origin"], record["kind"]) == (
+        "scada_sim",
+        "synthetic",
+        "data_source",
+    )
+    assert record["content_ref"].startswith("sha256:")
+    assert len(record["params_digest"]) == 64
+    assert body["plan"]["nodes"][0]["evidence_ids"] == [record["evidence_id"]]
+
+
+def test_an_unknown_task_is_a_404_envelope(client: TestClient) -> None:
+    for what in ("plan", "evidence"):
+        response = client.get(f"/api/v1/tasks/nope/{what}")
+        assert response.status_code == 404
+        assert response.json()["error"]["code"] == "not_found"
+
+
+def test_the_cli_lists_the_evidence(rt: Runtime, scripts: Path, store_url: str) -> None:
+    task_id = completed_task(rt, scripts)
+    env: dict[str, Any] = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    env["ORCH_DATABASE_URL"] = store_url
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [ORCHESTRATOR, "tasks", "evidence", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    listed = cli(task_id)
+    assert listed.returncode == 0, listed.stderr
+    assert "scada_sim" in listed.stdout
+    assert "synthetic" in listed.stdout
+    as_json = json.loads(cli(task_id, "--json").stdout)
+    assert [item["origin"] for item in as_json] == ["synthetic"]
+    missing = cli("nope")
+    assert missing.returncode == 1
+    assert len(missing.stderr.strip().splitlines()) == 1

@@ -34,7 +34,7 @@ class Runtime:
 
     @cached_property
     def actions(self) -> ActionService:
-        return ActionService(self.db, self.plans)
+        return ActionService(self.db, self.plans, self.dispatcher)
 
     @cached_property
     def ledger(self) -> ReceiptLedger:

@@ -8,6 +8,7 @@ from pydantic import AwareDatetime, Field
 
 from orchestrator.errors import NotFound
 from orchestrator.services.lease_keeper import LeaseKeeper
+from orchestrator.store import actions as action_store
 from orchestrator.store import plans as plan_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import tasks as task_store
@@ -27,7 +28,9 @@ class ReadTaskContext(Tool):
     description = (
         "The task's context, its origin, the current generation, and what the previous "
         "generation that actually ran left: its last plan, report and evidence (a generation "
-        "superseded before it started is skipped). A fixed sample input of the trigger comes "
+        "superseded before it started is skipped), and every action of the task with its node, "
+        "status, digest and a human's decision (approver and note): act on a decision, and do "
+        "not propose a rejected action again. A fixed sample input of the trigger comes "
         "as `sample_input` with origin `peripheral_sample`: cite it as such, never as a live "
         "query result."
     )
@@ -57,6 +60,9 @@ class ReadTaskContext(Tool):
                         "report": report_store.latest_report(conn, ctx.task_id, before.generation),
                         "evidence": report_store.evidence_of(conn, ctx.task_id, before.generation),
                     }
+            task_actions = [
+                _action_view(a) for a in action_store.actions_of_task(conn, task.task_id)
+            ]
         payload: dict[str, Any] = {
             "task_id": task.task_id,
             "task_type": task.task_type,
@@ -66,11 +72,29 @@ class ReadTaskContext(Tool):
             "generation": ctx.generation,
             "session_id": ctx.session_id,
             "previous_generation": previous,
+            "actions": task_actions,
         }
         if task.sample_input is not None:
             # Seed 004: a fixed synthetic input must say so; it is never a live query result.
             payload["sample_input"] = {"origin": "peripheral_sample", "data": task.sample_input}
         return ToolResult.ok(payload)
+
+
+def _action_view(action: action_store.ActionRecord) -> dict[str, Any]:
+    """An action as the agent reads it: what was proposed, and what a person decided."""
+    return {
+        "action_id": action.action_id,
+        "generation": action.generation,
+        "node_id": action.node_id,
+        "kind": action.kind,
+        "payload": action.payload,
+        "digest": action.digest,
+        "status": action.status,
+        "decision": {"approved": "approved", "rejected": "rejected"}.get(action.status),
+        "approver": action.decided_by,
+        "decided_at": action.decided_at.isoformat() if action.decided_at else None,
+        "note": action.note,
+    }
 
 
 class EvidenceItem(ToolArguments):

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.api.auth import require_role
 from orchestrator.api.contract import errors
-from orchestrator.errors import ValidationFailed
+from orchestrator.api.human_steps import decider
 from orchestrator.operators import Operator
 from orchestrator.runtime import celery_dispatcher
 from orchestrator.services.actions import ActionService
@@ -95,18 +95,6 @@ def show_action(action_id: str, service: ActionService = Depends(get_action_serv
 _DECISION_ERRORS = errors(401, 403, 404, 409, 422)
 
 
-def _decider(operator: Operator, body: Decision) -> str:
-    if not operator.shared:
-        return operator.name  # the authenticated name, not free text
-    if body.by is None:
-        raise ValidationFailed(
-            "`by` is required: say who decides",
-            code="invalid_request",
-            details=[{"code": "invalid_request", "message": "by is required", "field": "by"}],
-        )
-    return body.by
-
-
 @router.post("/{action_id}/approve", response_model=ActionOut, responses=_DECISION_ERRORS)
 def approve(
     action_id: str,
@@ -114,7 +102,7 @@ def approve(
     service: ActionService = Depends(get_action_service),
     operator: Operator = Depends(require_role("approver")),
 ) -> ActionOut:
-    by = _decider(operator, body)
+    by = decider(operator, body.by)
     return ActionOut.of(
         service.decide(action_id, approve=True, by=by, note=body.note, digest=body.digest)
     )
@@ -127,7 +115,7 @@ def reject(
     service: ActionService = Depends(get_action_service),
     operator: Operator = Depends(require_role("approver")),
 ) -> ActionOut:
-    by = _decider(operator, body)
+    by = decider(operator, body.by)
     return ActionOut.of(
         service.decide(action_id, approve=False, by=by, note=body.note, digest=body.digest)
     )

@@ -18,7 +18,16 @@ from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException
 
 from orchestrator import __version__
-from orchestrator.api import actions, auth, invocations, plans, sessions, stream, tasks
+from orchestrator.api import (
+    actions,
+    auth,
+    human_steps,
+    invocations,
+    plans,
+    sessions,
+    stream,
+    tasks,
+)
 from orchestrator.errors import OrchestratorError, Unauthorized
 from orchestrator.events import CompositeNotifier, PlanHub, PlanNotifier, RedisNotifier
 from orchestrator.operators import OperatorsError, load_operators
@@ -39,6 +48,7 @@ PUBLIC_ROUTERS: list[APIRouter] = [
     tasks.router,
     actions.router,
     invocations.router,
+    human_steps.router,
 ]
 #: Routers of the trusted tool bridge, mounted under INTERNAL_PREFIX behind AGENT_INTERNAL_TOKEN.
 INTERNAL_ROUTERS: list[APIRouter] = [plans.internal_router]

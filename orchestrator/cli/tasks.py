@@ -1,4 +1,4 @@
-"""`orchestrator tasks trigger|list|show|requeue|cancel`."""
+"""`orchestrator tasks trigger|list|show|requeue|cancel|node`."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from orchestrator.cli import human_steps
 from orchestrator.cli.common import CommandFailed, add_json_flag, bounded_int, load, print_json
 from orchestrator.domain.vocabulary import TASK_STATUSES
 from orchestrator.runtime import Runtime, build_runtime
@@ -60,6 +61,8 @@ def register(commands: Any) -> None:
     cancel.add_argument("--reason", default="cancelled by an operator")
     add_json_flag(cancel)
     cancel.set_defaults(handler=_cancel)
+
+    human_steps.register_node(actions)
 
 
 def _runtime() -> Runtime:

@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from orchestrator.domain import plans as rules
+from orchestrator.domain.human_steps import keep_person_closed
 from orchestrator.errors import ConflictError, NotFound
 from orchestrator.events import NullNotifier, PlanNotifier
 from orchestrator.store import plans as store
@@ -110,6 +111,10 @@ def publish_txn(
             details=[{"code": "request_id_conflict", "message": message}],
         )
     nodes = draft.nodes if draft is not None else _raw_nodes(payload)
+    if draft is not None and fence is not None:
+        # A person may have closed a human node since the agent read the plan (both write
+        # under the task row's lock): the agent's open copy of it does not undo that.
+        nodes = keep_person_closed(nodes, context.latest_nodes)
     problems += rules.check_update(nodes, context.latest_nodes)
     rules.raise_problems(problems)
     assert draft is not None  # no problem was found, so the draft exists
@@ -120,7 +125,7 @@ def publish_txn(
         schema_version=rules.SCHEMA_VERSION,
         title=draft.title,
         reason=draft.reason,
-        nodes=draft.nodes,
+        nodes=nodes,
         edges=draft.edges,
         content_digest=draft.digest,
         task_id=fence.task_id if fence else session.task_id,

@@ -21,6 +21,7 @@ from orchestrator import __version__
 from orchestrator.api import (
     actions,
     auth,
+    collaboration,
     human_steps,
     invocations,
     plans,
@@ -49,6 +50,7 @@ PUBLIC_ROUTERS: list[APIRouter] = [
     actions.router,
     invocations.router,
     human_steps.router,
+    collaboration.router,
 ]
 #: Routers of the trusted tool bridge, mounted under INTERNAL_PREFIX behind AGENT_INTERNAL_TOKEN.
 INTERNAL_ROUTERS: list[APIRouter] = [plans.internal_router]

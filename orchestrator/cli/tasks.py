@@ -1,4 +1,4 @@
-"""`orchestrator tasks trigger|list|show|requeue|cancel|node`."""
+"""`orchestrator tasks trigger|list|show|requeue|cancel|node|ask`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from orchestrator.cli import human_steps
+from orchestrator.cli import collaboration, human_steps
 from orchestrator.cli.common import CommandFailed, add_json_flag, bounded_int, load, print_json
 from orchestrator.domain.vocabulary import TASK_STATUSES
 from orchestrator.runtime import Runtime, build_runtime
@@ -63,6 +63,7 @@ def register(commands: Any) -> None:
     cancel.set_defaults(handler=_cancel)
 
     human_steps.register_node(actions)
+    collaboration.register_ask(actions)
 
 
 def _runtime() -> Runtime:

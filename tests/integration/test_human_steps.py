@@ -141,16 +141,31 @@ def test_refusals_write_nothing(
     assert plan.revision == 3
 
 
-def test_the_cli_completes_a_node(env: tuple[Runtime, RecordingDispatcher, Path]) -> None:
+def test_the_cli_completes_a_node(
+    env: tuple[Runtime, RecordingDispatcher, Path],
+    store_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from orchestrator.cli import main
 
     rt, _, scripts = env
     task_id = waiting_on_a_sample(rt, scripts)
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
     with pytest.raises(OrchestratorError) as refused:
         rt.human_steps.close(task_id, "check", "completed", by="x", evidence="y")
     assert refused.value.code == "agent_node"
     assert main(["tasks", "node", task_id, "sample", "--fail"]) == 2  # --reason is required
+    assert main(["tasks", "node", task_id, "sample", "--complete"]) == 2  # --evidence too
+    assert main(["tasks", "node", task_id, "check", "--complete", "--evidence", "x"]) == 1
     assert rt.tasks.get(task_id).status == "waiting"
+    capsys.readouterr()
+    done = ["tasks", "node", task_id, "sample", "--complete", "--evidence", "0.4", "--by", "lab"]
+    assert main(done) == 0
+    assert "node sample completed by lab" in capsys.readouterr().out
+    assert rt.tasks.get(task_id).status == "queued"
 
 
 @pytest.mark.parametrize("round_number", range(3))

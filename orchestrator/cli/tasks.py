@@ -298,7 +298,10 @@ def render_explain(view: dict[str, Any]) -> str:
     if view["pending_actions"]:
         lines.append(f"  pending approvals: {len(view['pending_actions'])}")
         for action in view["pending_actions"]:
-            lines.append(f"    {action['action_id']}  {action['kind']}  node {action['node_id']}")
+            lines.append(
+                f"    {action['action_id']}  {action['kind']}  node {action['node_id']}"
+                f"  digest {action.get('digest', '?')}"
+            )
     if view["unknown_receipts"]:
         lines.append(f"  write receipts with unknown outcome: {len(view['unknown_receipts'])}")
     return "\n".join(lines)

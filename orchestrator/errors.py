@@ -7,6 +7,7 @@ from typing import Any
 __all__ = [
     "ConflictError",
     "ConstraintViolation",
+    "Forbidden",
     "InvalidTransition",
     "NotFound",
     "OrchestratorError",
@@ -76,3 +77,10 @@ class StaleGeneration(ConflictError):
 class Unauthorized(OrchestratorError):
     code = "unauthorized"
     http_status = 401
+
+
+class Forbidden(OrchestratorError):
+    """The caller is known, but their role does not allow the request."""
+
+    code = "forbidden"
+    http_status = 403

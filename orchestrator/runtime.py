@@ -10,6 +10,7 @@ from orchestrator.leases import LeaseBackend, make_lease_backend
 from orchestrator.services.actions import ActionService
 from orchestrator.services.dispatch import Dispatcher
 from orchestrator.services.executions import ExecutionService
+from orchestrator.services.human_steps import HumanStepService
 from orchestrator.services.plans import PlanService
 from orchestrator.services.sweeper import Sweeper
 from orchestrator.services.tasks import TaskService
@@ -34,7 +35,11 @@ class Runtime:
 
     @cached_property
     def actions(self) -> ActionService:
-        return ActionService(self.db, self.plans)
+        return ActionService(self.db, self.plans, self.dispatcher)
+
+    @cached_property
+    def human_steps(self) -> HumanStepService:
+        return HumanStepService(self.db, self.plans, self.dispatcher)
 
     @cached_property
     def ledger(self) -> ReceiptLedger:

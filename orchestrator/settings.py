@@ -105,6 +105,9 @@ class Settings(BaseSettings):
     # the request may have been sent is never automatic (seed 000).
     gateway_connect_retries: int = Field(default=0, ge=0, le=5)
     enable_command_tool: bool = False
+    # Operator accounts (issue 14): a file of `NAME ROLE SHA256-HEX-OF-TOKEN` lines; roles
+    # viewer, operator, approver. ORCH_API_TOKEN stays one full-rights account beside them.
+    operators: Path | None = None
 
     agent_internal_token: str | None = Field(
         default=None, validation_alias=_env("AGENT_INTERNAL_TOKEN")

@@ -13,6 +13,10 @@ the script `DIR/T.json`, a list of turns, each one model response:
 `delay_s` is the model's thinking time before the turn. A new generation starts from turn one.
 A string argument `${CALL_ID.path}` takes a value an earlier result of the round returned
 (`orchestrator.agent.script_refs`), e.g. `"${q1.evidence_id}"`.
+
+A test hook: with `"record_requests": true` in the script, every request the model receives
+(its messages and tool names) is appended as one JSON line to `<script>.requests.jsonl` beside
+the script, so a test can check what a model was given (and what it was not).
 """
 
 from __future__ import annotations
@@ -110,26 +114,33 @@ class _ScriptTurn(BaseModel):
 class _Script(BaseModel):
     model_config = ConfigDict(extra="forbid")
     turns: list[_ScriptTurn] = Field(min_length=1)
+    record_requests: bool = False
 
 
 class ScriptedModel(Model):
     """Plays a script of turns; when it runs out, the round ends with a final answer."""
 
-    def __init__(self, turns: Sequence[_ScriptTurn], name: str = "script") -> None:
+    def __init__(
+        self, turns: Sequence[_ScriptTurn], name: str = "script", record_to: Path | None = None
+    ) -> None:
         self._turns = list(turns)
         self._next = 0
         self.name = name
+        self.record_to = record_to
 
     @classmethod
     def from_file(cls, path: Path) -> ScriptedModel:
         try:
             version = path.stat()
         except OSError:
-            turns = _read_script(path)  # which says what is wrong with the file
+            script = _read_script(path)  # which says what is wrong with the file
         else:
             # A script changed on disk is read again: its size or modification time differs.
-            turns = _read_version(path, version.st_mtime_ns, version.st_size)
-        return cls(turns, name=path.name)
+            script = _read_version(path, version.st_mtime_ns, version.st_size)
+        record_to = (
+            path.with_name(path.name + ".requests.jsonl") if script.record_requests else None
+        )
+        return cls(script.turns, name=path.name, record_to=record_to)
 
     def check_tools(self, tool_names: Sequence[str]) -> None:
         known = set(tool_names)
@@ -150,6 +161,10 @@ class ScriptedModel(Model):
         tools: Sequence[dict[str, Any]],
         stop: threading.Event,
     ) -> ModelTurn:
+        if self.record_to is not None:
+            request = {"messages": list(messages), "tools": [t.get("name") for t in tools]}
+            with self.record_to.open("a", encoding="utf-8") as out:
+                out.write(json.dumps(request, default=str, ensure_ascii=False) + "\n")
         if self._next >= len(self._turns):
             return ModelTurn(content=None, tool_calls=())
         turn = self._turns[self._next]
@@ -165,7 +180,13 @@ class ScriptedModel(Model):
         return ModelTurn(content=turn.content, tool_calls=calls)
 
 
-def _read_script(path: Path) -> tuple[_ScriptTurn, ...]:
+@dataclass(frozen=True)
+class _ReadScript:
+    turns: tuple[_ScriptTurn, ...]
+    record_requests: bool
+
+
+def _read_script(path: Path) -> _ReadScript:
     """The validated turns of a script file, or `ModelError` saying what is wrong with it."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
@@ -179,11 +200,11 @@ def _read_script(path: Path) -> tuple[_ScriptTurn, ...]:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         raise ModelError(f"script {path} is malformed at {where}: {first['msg']}") from None
-    return tuple(script.turns)
+    return _ReadScript(tuple(script.turns), script.record_requests)
 
 
 @lru_cache(maxsize=64)
-def _read_version(path: Path, _mtime_ns: int, _size: int) -> tuple[_ScriptTurn, ...]:
+def _read_version(path: Path, _mtime_ns: int, _size: int) -> _ReadScript:
     """The turns of one version of a script file, read once (errors are not kept)."""
     return _read_script(path)
 

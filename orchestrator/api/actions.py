@@ -1,32 +1,82 @@
-"""Operators decide on proposed actions: `/api/v1/actions`."""
+"""Operators decide on proposed actions: `/api/v1/actions`.
+
+An approval names the digest of the action (shown by `GET /api/v1/actions/{id}`); only an
+`approver` account decides, and with operator accounts its name is the decision's `by`.
+"""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.api.auth import require_role
+from orchestrator.api.contract import errors
+from orchestrator.api.human_steps import decider
+from orchestrator.operators import Operator
+from orchestrator.runtime import celery_dispatcher
 from orchestrator.services.actions import ActionService
 from orchestrator.services.plans import PlanService
+from orchestrator.store.actions import ActionRecord
 
-__all__ = ["router"]
+__all__ = ["ActionOut", "router"]
 
 router = APIRouter(prefix="/api/v1/actions", tags=["actions"])
 
 
 def get_action_service(request: Request) -> ActionService:
-    plans: PlanService = request.app.state.plans
-    return ActionService(request.app.state.db, plans)
+    """One ActionService per app, built on first use (a decision wakes the next generation)."""
+    service: ActionService | None = getattr(request.app.state, "actions", None)
+    if service is None:
+        plans: PlanService = request.app.state.plans
+        dispatcher = celery_dispatcher(request.app.state.settings)
+        service = ActionService(request.app.state.db, plans, dispatcher)
+        request.app.state.actions = service
+    return service
+
+
+class ActionOut(BaseModel):
+    """An action as operators see it: what it would do, what it is bound to, who decided."""
+
+    action_id: str
+    task_id: str
+    generation: int
+    session_id: str
+    node_id: str
+    kind: str
+    payload: dict[str, Any]
+    status: str
+    digest: str = Field(description="SHA-256 of the canonical {kind, payload}: approve names it")
+    plan_revision: int | None = Field(description="the plan revision it was proposed under")
+    decided_by: str | None
+    decided_at: datetime | None
+    note: str | None
+    created_at: datetime
+
+    @classmethod
+    def of(cls, record: ActionRecord) -> ActionOut:
+        return cls(**record.to_dict())
 
 
 class Decision(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    by: str = Field(min_length=1, max_length=128, description="who decides")
+    by: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        description="who decides; with operator accounts the authenticated name is used instead",
+    )
     note: str | None = Field(default=None, max_length=2000)
+    digest: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="the digest being approved (required to approve, optional to reject)",
+    )
 
 
-@router.get("")
+@router.get("", responses=errors(401, 422))
 def list_actions(
     status: str | None = Query(default="pending_approval"),
     task_id: str | None = Query(default=None, max_length=36),
@@ -37,15 +87,35 @@ def list_actions(
     return {"actions": [action.to_dict() for action in found]}
 
 
-@router.post("/{action_id}/approve")
+@router.get("/{action_id}", response_model=ActionOut, responses=errors(401, 404))
+def show_action(action_id: str, service: ActionService = Depends(get_action_service)) -> ActionOut:
+    return ActionOut.of(service.get(action_id))
+
+
+_DECISION_ERRORS = errors(401, 403, 404, 409, 422)
+
+
+@router.post("/{action_id}/approve", response_model=ActionOut, responses=_DECISION_ERRORS)
 def approve(
-    action_id: str, body: Decision, service: ActionService = Depends(get_action_service)
-) -> dict[str, Any]:
-    return service.decide(action_id, approve=True, by=body.by, note=body.note).to_dict()
+    action_id: str,
+    body: Decision,
+    service: ActionService = Depends(get_action_service),
+    operator: Operator = Depends(require_role("approver")),
+) -> ActionOut:
+    by = decider(operator, body.by)
+    return ActionOut.of(
+        service.decide(action_id, approve=True, by=by, note=body.note, digest=body.digest)
+    )
 
 
-@router.post("/{action_id}/reject")
+@router.post("/{action_id}/reject", response_model=ActionOut, responses=_DECISION_ERRORS)
 def reject(
-    action_id: str, body: Decision, service: ActionService = Depends(get_action_service)
-) -> dict[str, Any]:
-    return service.decide(action_id, approve=False, by=body.by, note=body.note).to_dict()
+    action_id: str,
+    body: Decision,
+    service: ActionService = Depends(get_action_service),
+    operator: Operator = Depends(require_role("approver")),
+) -> ActionOut:
+    by = decider(operator, body.by)
+    return ActionOut.of(
+        service.decide(action_id, approve=False, by=by, note=body.note, digest=body.digest)
+    )

@@ -21,6 +21,8 @@ from orchestrator import __version__
 from orchestrator.api import (
     actions,
     auth,
+    collaboration,
+    human_steps,
     invocations,
     plans,
     sessions,
@@ -30,9 +32,10 @@ from orchestrator.api import (
 )
 from orchestrator.errors import OrchestratorError, Unauthorized
 from orchestrator.events import CompositeNotifier, PlanHub, PlanNotifier, RedisNotifier
+from orchestrator.operators import OperatorsError, load_operators
 from orchestrator.services.plans import PlanService
 from orchestrator.services.sessions import SessionService
-from orchestrator.settings import Settings, load_settings
+from orchestrator.settings import Settings, SettingsError, load_settings
 from orchestrator.store.db import Database
 
 __all__ = ["INTERNAL_PREFIX", "INTERNAL_ROUTERS", "PUBLIC_ROUTERS", "create_app"]
@@ -48,6 +51,8 @@ PUBLIC_ROUTERS: list[APIRouter] = [
     actions.router,
     invocations.router,
     task_records.router,
+    human_steps.router,
+    collaboration.router,
 ]
 #: Routers of the trusted tool bridge, mounted under INTERNAL_PREFIX behind AGENT_INTERNAL_TOKEN.
 INTERNAL_ROUTERS: list[APIRouter] = [plans.internal_router]
@@ -119,6 +124,10 @@ def create_app(
 ) -> FastAPI:
     """The API for `settings` (read from the environment when None)."""
     settings = settings or load_settings()
+    try:
+        accounts = load_operators(settings.operators) if settings.operators else ()
+    except OperatorsError as exc:
+        raise SettingsError(f"invalid setting ORCH_OPERATORS: {exc}") from None
     owns_db = db is None
     database = db or Database.from_url(
         settings.store_url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow
@@ -143,7 +152,7 @@ def create_app(
 
     # With ORCH_API_TOKEN set, /openapi.json needs the token like every public route, and the
     # browser pages are off: Swagger UI and ReDoc fetch the schema without a bearer header.
-    pages = not settings.api_token
+    pages = not settings.api_token and not accounts
     app = FastAPI(
         title="condition-orchestrator",
         version=__version__,
@@ -152,6 +161,7 @@ def create_app(
         redoc_url="/redoc" if pages else None,
     )
     app.state.settings = settings
+    app.state.operators = accounts
     app.state.db = database
     app.state.hub = plan_hub
     app.state.plans = PlanService(database, notifier)
@@ -171,6 +181,7 @@ def create_app(
         settings=settings,
         internal_prefix=INTERNAL_PREFIX,
         open_paths=(_HEALTHZ,),
+        accounts=accounts,
     )
     public = [Depends(auth.require_api_token)]
     for router in PUBLIC_ROUTERS if public_routers is None else public_routers:

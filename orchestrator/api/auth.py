@@ -7,22 +7,39 @@ the same again, so a router mounted some other way is not left open.
 
 Tokens are compared in constant time (digests of equal length, so not even the length leaks) and
 never appear in a log line or an error message.
+
+With operator accounts (ORCH_OPERATORS) a public request's token names an account; its role
+decides: a `viewer` only reads (403 `forbidden` on any write), an `operator` writes but does
+not decide on actions (`require_role("approver")`). The account is on `request.state.operator`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
+from typing import Any
 
 from fastapi import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from orchestrator.errors import Unauthorized
+from orchestrator.errors import Forbidden, OrchestratorError, Unauthorized
+from orchestrator.operators import Operator, find_operator, may
 from orchestrator.settings import Settings
 
-__all__ = ["BearerTokens", "require_api_token", "require_internal_token"]
+__all__ = [
+    "ANONYMOUS",
+    "BearerTokens",
+    "current_operator",
+    "require_api_token",
+    "require_internal_token",
+    "require_role",
+]
+
+#: Who calls when no token is configured at all (loopback only, see `orchestrator api`).
+ANONYMOUS = Operator("anonymous", "approver", shared=True)
+_READS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 _WRONG = "missing or wrong bearer token"
 _CLOSED = "the internal bridge is closed: AGENT_INTERNAL_TOKEN is not set"
@@ -60,11 +77,60 @@ def _check_bearer(request: Request, expected: str) -> None:
         raise Unauthorized(_WRONG)
 
 
+def _accounts(request: Request) -> Any:
+    return getattr(request.app.state, "operators", ())
+
+
+def _identify(
+    headers: Iterable[tuple[bytes, bytes]], accounts: Any, api_token: str | None
+) -> Operator | None:
+    """The caller's account; ANONYMOUS when no token is configured; None for a wrong token."""
+    if not accounts and not api_token:
+        return ANONYMOUS
+    scheme, _, presented = _authorization(headers).partition(b" ")
+    operator = find_operator(presented.strip(), accounts, api_token)
+    return operator if scheme.lower() == b"bearer" else None
+
+
+def _role_refusal(operator: Operator, method: str) -> str | None:
+    if method.upper() not in _READS and not may(operator, "operator"):
+        return f"account {operator.name} ({operator.role}) can only read"
+    return None
+
+
 def require_api_token(request: Request) -> None:
-    """Public routes: a bearer token is required only when ORCH_API_TOKEN is set."""
-    expected = _settings(request).api_token
-    if expected:
-        _check_bearer(request, expected)
+    """Public routes: a known account when ORCH_API_TOKEN or ORCH_OPERATORS is set; a viewer
+    only reads. The account goes on `request.state.operator`."""
+    operator = _identify(
+        request.scope.get("headers", ()), _accounts(request), _settings(request).api_token
+    )
+    if operator is None:
+        raise Unauthorized(_WRONG)
+    refusal = _role_refusal(operator, request.method)
+    if refusal:
+        raise Forbidden(refusal)
+    request.state.operator = operator
+
+
+def current_operator(request: Request) -> Operator:
+    """The account of the request (after `require_api_token`)."""
+    operator: Operator | None = getattr(request.state, "operator", None)
+    if operator is None:
+        require_api_token(request)
+        operator = request.state.operator
+    return operator
+
+
+def require_role(role: str) -> Callable[[Request], Operator]:
+    """A route dependency: the caller's account, refused with 403 `forbidden` below `role`."""
+
+    def dependency(request: Request) -> Operator:
+        operator = current_operator(request)
+        if not may(operator, role):
+            raise Forbidden(f"account {operator.name} ({operator.role}) cannot do this: {role}s do")
+        return operator
+
+    return dependency
 
 
 def require_internal_token(request: Request) -> None:
@@ -90,32 +156,34 @@ class BearerTokens:
         settings: Settings,
         internal_prefix: str,
         open_paths: Collection[str] = (),
+        accounts: Any = (),
     ) -> None:
         self.app = app
+        self.accounts = accounts
         self.api_token = settings.api_token or None
         self.internal_token = settings.agent_internal_token or None
         self.internal_prefix = internal_prefix.rstrip("/")
         self.open_paths = frozenset(open_paths)
 
-    def _refusal(self, scope: Scope) -> str | None:
+    def _refusal(self, scope: Scope) -> OrchestratorError | None:
         """Why the request is refused, or None when it may go on."""
         path: str = scope.get("path", "")
         root: str = scope.get("root_path", "")
         if root and path.startswith(root):
             path = path[len(root) :]
         internal = path == self.internal_prefix or path.startswith(self.internal_prefix + "/")
-        if internal:
-            expected = self.internal_token
-            if expected is None:
-                return _CLOSED
-        elif path in self.open_paths:
+        if path in self.open_paths and not internal:
             return None
-        else:
-            expected = self.api_token
-            if expected is None:
-                return None
+        if not internal:
+            operator = _identify(scope.get("headers", ()), self.accounts, self.api_token)
+            if operator is None:
+                return Unauthorized(_WRONG)
+            refusal = _role_refusal(operator, scope.get("method", "GET"))
+            return Forbidden(refusal) if refusal else None
+        if self.internal_token is None:
+            return Unauthorized(_CLOSED)
         header = _authorization(scope.get("headers", ()))
-        return None if bearer_matches(header, expected) else _WRONG
+        return None if bearer_matches(header, self.internal_token) else Unauthorized(_WRONG)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -128,9 +196,6 @@ class BearerTokens:
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})
             return
-        response = JSONResponse(
-            Unauthorized(refusal).to_dict(),
-            status_code=Unauthorized.http_status,
-            headers={"WWW-Authenticate": "Bearer"},
-        )
+        headers = {"WWW-Authenticate": "Bearer"} if isinstance(refusal, Unauthorized) else {}
+        response = JSONResponse(refusal.to_dict(), status_code=refusal.http_status, headers=headers)
         await response(scope, receive, send)

@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.api.contract import errors
 from orchestrator.domain.vocabulary import TASK_STATUSES
 from orchestrator.errors import ValidationFailed
 from orchestrator.leases import make_lease_backend
@@ -42,11 +43,12 @@ class CancelBody(BaseModel):
     reason: str = Field(default="cancelled by an operator", min_length=1, max_length=500)
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, responses=errors(401, 403, 409, 422))
 def trigger_task(
     body: Trigger, response: Response, service: TaskService = Depends(get_task_service)
 ) -> dict[str, Any]:
-    """Create and queue a task; the same `trigger_id` again answers 200 with the same task."""
+    """Create and queue a task; the same `trigger_id` again answers 200 with the same task, and
+    409 `trigger_conflict` when its task type, title or context differ."""
     result = service.trigger(body)
     if not result.created:
         response.status_code = 200

@@ -1,9 +1,15 @@
-"""`orchestrator actions list|approve|reject`: only a human carries an action forward."""
+"""`orchestrator actions list|show|approve|reject`: only a human carries an action forward.
+
+The CLI talks to the store directly (an operator on the machine), so `--by` names who decides.
+An approval names the digest `actions show` printed; a decision wakes the next generation.
+"""
 
 from __future__ import annotations
 
 import argparse
 import getpass
+import json
+import re
 from typing import Any
 
 from orchestrator.cli.common import add_json_flag, load, print_json
@@ -25,9 +31,20 @@ def register(commands: Any) -> None:
     add_json_flag(listing)
     listing.set_defaults(handler=_list)
 
+    show = actions.add_parser("show", help="what an action would do, and its digest")
+    show.add_argument("action_id")
+    add_json_flag(show)
+    show.set_defaults(handler=_show)
+
     for verb in ("approve", "reject"):
         decide = actions.add_parser(verb, help=f"{verb} a pending action")
         decide.add_argument("action_id")
+        decide.add_argument(
+            "--digest",
+            required=verb == "approve",
+            type=_digest,
+            help="the digest `actions show` printed (required to approve)",
+        )
         decide.add_argument("--by", default=None, help="who decides (default: your user name)")
         decide.add_argument("--note")
         add_json_flag(decide)
@@ -53,11 +70,46 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _decide(args: argparse.Namespace) -> int:
+def _digest(text: str) -> str:
+    if not re.fullmatch(r"[0-9a-f]{64}", text):
+        raise argparse.ArgumentTypeError("a digest is 64 lowercase hex digits")
+    return text
+
+
+def _show(args: argparse.Namespace) -> int:
     rt = build_runtime(load(), dispatcher=RecordingDispatcher())
     try:
+        action = rt.actions.get(args.action_id)
+    finally:
+        rt.close()
+    if args.json:
+        print_json(action.to_dict())
+        return 0
+    print(f"action {action.action_id}  {action.status}")
+    print(f"  {action.kind} for node {action.node_id} of task {action.task_id}")
+    print(
+        f"  proposed by generation {action.generation} under plan revision {action.plan_revision}"
+    )
+    print(f"  digest {action.digest}")
+    print("  payload:")
+    for line in json.dumps(action.payload, indent=2, sort_keys=True, ensure_ascii=False).split(
+        "\n"
+    ):
+        print(f"    {line}")
+    if action.decided_by:
+        print(f"  decided by {action.decided_by} at {action.decided_at}: {action.note or ''}")
+    return 0
+
+
+def _decide(args: argparse.Namespace) -> int:
+    rt = build_runtime(load())  # the real dispatcher: a decision may queue a generation
+    try:
         action = rt.actions.decide(
-            args.action_id, approve=args.approve, by=args.by or getpass.getuser(), note=args.note
+            args.action_id,
+            approve=args.approve,
+            by=args.by or getpass.getuser(),
+            note=args.note,
+            digest=args.digest,
         )
     finally:
         rt.close()

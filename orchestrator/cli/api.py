@@ -31,9 +31,9 @@ def is_loopback(host: str) -> bool:
 
 def _serve(args: argparse.Namespace) -> int:
     settings = load()
-    if not settings.api_token and not is_loopback(args.host):
+    if not settings.api_token and not settings.operators and not is_loopback(args.host):
         raise CommandFailed(
-            f"refusing to listen on {args.host} without ORCH_API_TOKEN; "
+            f"refusing to listen on {args.host} without ORCH_API_TOKEN or ORCH_OPERATORS; "
             "set a token or listen on 127.0.0.1",
             exit_code=2,
         )

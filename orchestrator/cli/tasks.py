@@ -1,4 +1,4 @@
-"""`orchestrator tasks trigger|list|show|requeue|cancel|evidence`."""
+"""`orchestrator tasks trigger|list|show|requeue|cancel|evidence|node|ask`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from orchestrator.cli import task_evidence
+from orchestrator.cli import collaboration, human_steps, task_evidence
 from orchestrator.cli.common import CommandFailed, add_json_flag, bounded_int, load, print_json
 from orchestrator.domain.vocabulary import TASK_STATUSES
 from orchestrator.runtime import Runtime, build_runtime
@@ -73,6 +73,8 @@ def register(commands: Any) -> None:
     cancel.set_defaults(handler=_cancel)
 
     task_evidence.register(actions)
+    human_steps.register_node(actions)
+    collaboration.register_ask(actions)
 
 
 def _runtime() -> Runtime:
@@ -374,7 +376,10 @@ def render_explain(view: dict[str, Any]) -> str:
     if view["pending_actions"]:
         lines.append(f"  pending approvals: {len(view['pending_actions'])}")
         for action in view["pending_actions"]:
-            lines.append(f"    {action['action_id']}  {action['kind']}  node {action['node_id']}")
+            lines.append(
+                f"    {action['action_id']}  {action['kind']}  node {action['node_id']}"
+                f"  digest {action.get('digest', '?')}"
+            )
     if view["unknown_receipts"]:
         lines.append(f"  write receipts with unknown outcome: {len(view['unknown_receipts'])}")
     recovery = view.get("recovery")

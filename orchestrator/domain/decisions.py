@@ -14,9 +14,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Decision", "RoundFacts", "decide"]
+__all__ = ["Decision", "RoundFacts", "decide", "open_human_nodes"]
 
 _DONE = frozenset({"completed", "skipped", "cancelled"})
+#: A human node in one of these no longer holds the task: a person closed it (a failed one
+#: too: what follows is the agent's to decide), or it no longer applies.
+_HUMAN_CLOSED = _DONE | {"failed"}
+
+
+def open_human_nodes(nodes: Sequence[Mapping[str, Any]] | None) -> list[str]:
+    """The ids of the human nodes a person has yet to close."""
+    return [
+        str(n["id"])
+        for n in nodes or ()
+        if n.get("actor") == "human" and n.get("status") not in _HUMAN_CLOSED
+    ]
 
 
 @dataclass(frozen=True)
@@ -55,8 +67,9 @@ def decide(facts: RoundFacts) -> Decision:
     nodes = list(facts.plan_nodes or [])
     if facts.pending_actions > 0:
         return Decision("waiting", "waiting", f"{facts.pending_actions} action(s) await approval")
-    # A skipped or cancelled human node no longer applies; any other unfinished one is awaited.
-    open_human = [n["id"] for n in nodes if n.get("actor") == "human" and n["status"] not in _DONE]
+    # A skipped or cancelled human node no longer applies, a failed one was closed by a person;
+    # any other is awaited.
+    open_human = open_human_nodes(nodes)
     if open_human:
         return Decision(
             "waiting", "waiting", "human node(s) not completed: " + ", ".join(open_human)

@@ -1,22 +1,40 @@
-"""Action proposals (from an execution) and human decisions (from operators)."""
+"""Action proposals (from an execution) and human decisions (from operators).
+
+A decision is bound to what the person saw (DESIGN invariant 24): the action's digest, named by
+the approver, and its plan node, which must still serve it. It is decided once (compare-and-set)
+and moves the task in the same transaction (`redecide_txn`). `_decide_txn` is the one place a
+row that must commit with the decision (the outbox's) is written: see `DecisionHook`.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import Connection
+
+from orchestrator.domain.approvals import action_digest, still_bound
+from orchestrator.domain.fingerprints import NonCanonical
 from orchestrator.domain.vocabulary import ACTION_KINDS, ACTION_STATUSES
 from orchestrator.errors import ConflictError, InvalidTransition, NotFound, ValidationFailed
+from orchestrator.services.dispatch import Dispatcher, RecordingDispatcher, safe_dispatch
 from orchestrator.services.plans import PlanService, publish_txn
+from orchestrator.services.redecide import redecide_txn
 from orchestrator.store import actions as action_store
 from orchestrator.store import plans as plan_store
 from orchestrator.store import reports as report_store
+from orchestrator.store import tasks as task_store
 from orchestrator.store.actions import ActionRecord
 from orchestrator.store.db import Database
 from orchestrator.store.fencing import check_fence
 from orchestrator.tools.base import Fence
 
-__all__ = ["ActionService", "Proposal"]
+__all__ = ["ActionService", "DecisionHook", "Proposal"]
+
+#: Runs inside the decision's transaction, after the compare-and-set: what it writes commits
+#: with the decision or not at all (the outbox row of an approved action goes here).
+DecisionHook = Callable[[Connection, ActionRecord], None]
 
 
 @dataclass(frozen=True)
@@ -27,22 +45,38 @@ class Proposal:
 
 
 class ActionService:
-    def __init__(self, db: Database, plans: PlanService) -> None:
+    def __init__(
+        self,
+        db: Database,
+        plans: PlanService,
+        dispatcher: Dispatcher | None = None,
+        decision_hooks: Sequence[DecisionHook] = (),
+    ) -> None:
         self.db = db
         self.plans = plans
+        # Without one (an execution's tool), a decision's wake-up is only recorded; the
+        # sweeper republishes a queued generation whose wake-up was not sent.
+        self.dispatcher: Dispatcher = dispatcher or RecordingDispatcher()
+        self.decision_hooks = list(decision_hooks)
 
     def propose(
         self, fence: Fence, session_id: str, node_id: str, kind: str, payload: dict[str, Any]
     ) -> Proposal:
         """A pending_approval action for a node of the saved plan, its id written back to the node.
 
-        The action, and the plan revision that names it, commit together or not at all.
+        The action, and the plan revision that names it, commit together or not at all. A
+        re-proposal with the same digest for the same node (in any generation of the task)
+        returns the existing action; another digest supersedes the node's pending one.
         Refused with `report_already_saved` once the generation saved its report (it comes last).
         """
         if kind not in ACTION_KINDS:
             raise ValidationFailed(
                 f"kind must be one of {', '.join(ACTION_KINDS)}", code="invalid_kind"
             )
+        try:
+            digest = action_digest(kind, payload)
+        except NonCanonical as exc:
+            raise ValidationFailed(f"payload has no canonical JSON form: {exc}") from None
         with self.db.transaction() as conn:
             check_fence(conn, fence)
             report_store.refuse_after_report(conn, fence, "an action proposal")
@@ -54,11 +88,15 @@ class ActionService:
                     "action node first",
                     code="node_not_in_plan",
                 )
-            if node.get("action_id"):
-                existing = action_store.get_action(conn, node["action_id"])
-                if existing is not None and existing.status != "superseded":
-                    return Proposal(existing, plan.revision, created=False)
-            action = action_store.insert_action(conn, fence, session_id, node_id, kind, payload)
+            action = action_store.same_proposal(conn, fence.task_id, node_id, digest)
+            created = action is None
+            if action is None:
+                action = action_store.insert_action(
+                    conn, fence, session_id, node_id, kind, payload, plan_revision=plan.revision
+                )
+                action_store.supersede_node_actions(conn, fence.task_id, node_id, action.action_id)
+            if node.get("action_id") == action.action_id:
+                return Proposal(action, plan.revision, created=False)
             nodes = [
                 dict(n, action_id=action.action_id) if n["id"] == node_id else n for n in plan.nodes
             ]
@@ -74,21 +112,87 @@ class ActionService:
                 },
                 fence=fence,
             )
-        self.plans.notify(published.plan)
-        return Proposal(action, published.plan.revision, created=True)
+        if published.created:
+            self.plans.notify(published.plan)
+        return Proposal(action, published.plan.revision, created=created)
 
-    def decide(self, action_id: str, *, approve: bool, by: str, note: str | None) -> ActionRecord:
-        """A human's approval or rejection; only a pending action can be decided."""
-        status = "approved" if approve else "rejected"
+    def decide(
+        self,
+        action_id: str,
+        *,
+        approve: bool,
+        by: str,
+        note: str | None,
+        digest: str | None = None,
+    ) -> ActionRecord:
+        """A human's approval or rejection, decided once; the task moves at once.
+
+        An approval names the digest it approves: another digest, or an action that was
+        superseded or no longer served by its plan node, is refused with 409 `stale_approval`.
+        A rejection may name it too. An action already decided: 409 `already_decided`.
+        """
+        if approve and not digest:
+            raise ValidationFailed(
+                "an approval names the digest of the action it approves (see `actions show`)",
+                code="digest_required",
+            )
         with self.db.transaction() as conn:
-            action = action_store.get_action(conn, action_id, lock=True)
-            if action is None:
-                raise NotFound(f"action {action_id} does not exist")
-            if not action_store.decide_action(conn, action_id, status, by, note):
-                raise InvalidTransition(f"action {action_id} is already {action.status}")
-            decided = action_store.get_action(conn, action_id)
-        assert decided is not None
+            decided, next_generation = self._decide_txn(conn, action_id, approve, by, note, digest)
+        if next_generation is not None:
+            safe_dispatch(self.dispatcher, decided.task_id, next_generation)
         return decided
+
+    def _decide_txn(
+        self,
+        conn: Connection,
+        action_id: str,
+        approve: bool,
+        by: str,
+        note: str | None,
+        digest: str | None,
+    ) -> tuple[ActionRecord, int | None]:
+        action = action_store.get_action(conn, action_id)
+        if action is None:
+            raise NotFound(f"action {action_id} does not exist")
+        # The task row first, as every fenced write of an execution takes it: a proposal or a
+        # plan publish of the task cannot interleave with the decision.
+        task = task_store.get_task(conn, action.task_id, lock=True)
+        assert task is not None  # an action goes with its task
+        action = action_store.get_action(conn, action_id)
+        assert action is not None
+        if action.status in ("approved", "rejected"):
+            raise InvalidTransition(
+                f"action {action_id} is already {action.status} by {action.decided_by}",
+                code="already_decided",
+            )
+        if action.status == "superseded":
+            raise _stale(f"action {action_id} was superseded: {action.note or 'no reason'}")
+        if digest is not None and digest != action.digest:
+            raise _stale(
+                f"action {action_id} has digest {action.digest}, not {digest}: "
+                "look at it again (`actions show`) before deciding"
+            )
+        plan = plan_store.latest_revision(conn, action.session_id)
+        if not still_bound(action_id, action.node_id, plan.nodes if plan else None):
+            raise _stale(
+                f"node {action.node_id} of the plan no longer serves action {action_id} "
+                "(cancelled, skipped or given another action)"
+            )
+        status = "approved" if approve else "rejected"
+        if not action_store.decide_action(conn, action_id, status, by, note, digest=action.digest):
+            raise InvalidTransition(f"action {action_id} was decided meanwhile")
+        decided = action_store.get_action(conn, action_id)
+        assert decided is not None
+        for hook in self.decision_hooks:  # rows that must commit with the decision
+            hook(conn, decided)
+        return decided, redecide_txn(conn, task)
+
+    def get(self, action_id: str) -> ActionRecord:
+        with self.db.transaction(readonly=True) as conn:
+            action = action_store.get_action(conn, action_id)
+        if action is None:
+            raise NotFound(f"action {action_id} does not exist")
+        return action
 
     def list(
         self,
@@ -101,3 +205,7 @@ class ActionService:
             raise ValidationFailed(f"unknown status {status!r}", code="invalid_status")
         with self.db.transaction(readonly=True) as conn:
             return action_store.list_actions(conn, status=status, task_id=task_id, limit=limit)
+
+
+def _stale(message: str) -> ConflictError:
+    return ConflictError(message, code="stale_approval")

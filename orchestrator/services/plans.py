@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from orchestrator.domain import plans as rules
+from orchestrator.domain.human_steps import keep_person_closed
 from orchestrator.domain.plan_authority import (
     Writer,
     authority_problems,
@@ -127,6 +128,10 @@ def publish_txn(
         # Invariant 22: the first plan of a new generation keeps the task's last plan.
         before = task_plans.task_latest_plan(conn, fence.task_id, fence.generation)
         previous = before.nodes if before is not None else None
+    if draft is not None and fence is not None:
+        # A person may have closed a human node since the agent read the plan (both write
+        # under the task row's lock): the agent's open copy of it does not undo that.
+        nodes = keep_person_closed(nodes, previous)
     problems += rules.check_update(nodes, previous)
     named = [n.get("action_id") for n in [*nodes, *(previous or [])] if isinstance(n, dict)]
     problems += authority_problems(
@@ -148,7 +153,7 @@ def publish_txn(
         schema_version=rules.SCHEMA_VERSION,
         title=draft.title,
         reason=draft.reason,
-        nodes=draft.nodes,
+        nodes=nodes,
         edges=draft.edges,
         content_digest=draft.digest,
         task_id=fence.task_id if fence else session.task_id,

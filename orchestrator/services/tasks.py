@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import update
 
 from orchestrator.domain.vocabulary import TASK_STATUSES, TERMINAL_TASK_STATUSES
-from orchestrator.errors import InvalidTransition, NotFound, ValidationFailed
+from orchestrator.errors import ConflictError, InvalidTransition, NotFound, ValidationFailed
 from orchestrator.leases import LeaseBackend
 from orchestrator.services.dispatch import Dispatcher, safe_dispatch
 from orchestrator.services.lease_keeper import lease_name
@@ -79,6 +79,7 @@ class TaskService:
             with self.db.transaction(readonly=True) as conn:
                 existing = task_store.task_by_trigger(conn, trigger_id)
             assert existing is not None  # trigger ids are never deleted on their own
+            _refuse_other_payload(trigger_id, existing, trigger)
             return TriggerResult(existing, created=False)
         safe_dispatch(self.dispatcher, task.task_id, task.generation)
         return TriggerResult(task, created=True)
@@ -249,6 +250,29 @@ def task_view(task: TaskRecord) -> dict[str, Any]:
         "created_at": task.created_at,
         "updated_at": task.updated_at,
     }
+
+
+def _refuse_other_payload(trigger_id: str, existing: TaskRecord, trigger: Trigger) -> None:
+    """The same trigger id with another task type, title or context is not the same trigger."""
+    differs = [
+        name
+        for name, stored, sent in (
+            ("task_type", existing.task_type, trigger.task_type),
+            ("title", existing.title, trigger.title),
+            ("context", existing.context, trigger.context),
+        )
+        if stored != sent
+    ]
+    if differs:
+        raise ConflictError(
+            f"trigger_id {trigger_id} already started task {existing.task_id} with another "
+            f"{', '.join(differs)}; use a new trigger_id for a new task",
+            code="trigger_conflict",
+            details=[
+                {"code": "trigger_conflict", "message": f"{name} differs", "field": name}
+                for name in differs
+            ],
+        )
 
 
 def _new_uuid() -> str:

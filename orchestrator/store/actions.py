@@ -9,11 +9,21 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, insert, select, update
 
+from orchestrator.domain.approvals import action_digest
 from orchestrator.store.tables import actions
 from orchestrator.store.types import utcnow
 from orchestrator.tools.base import Fence
 
-__all__ = ["ActionRecord", "decide_action", "get_action", "insert_action", "list_actions"]
+__all__ = [
+    "ActionRecord",
+    "actions_of_task",
+    "decide_action",
+    "get_action",
+    "insert_action",
+    "list_actions",
+    "same_proposal",
+    "supersede_node_actions",
+]
 
 
 @dataclass(frozen=True)
@@ -30,6 +40,8 @@ class ActionRecord:
     decided_at: datetime | None
     note: str | None
     created_at: datetime
+    plan_revision: int | None
+    digest: str
 
     @classmethod
     def from_row(cls, row: Row[Any]) -> ActionRecord:
@@ -46,6 +58,8 @@ def insert_action(
     node_id: str,
     kind: str,
     payload: dict[str, Any],
+    *,
+    plan_revision: int | None = None,
 ) -> ActionRecord:
     action_id = str(uuid.uuid4())
     conn.execute(
@@ -59,6 +73,8 @@ def insert_action(
             payload=payload,
             status="pending_approval",
             created_at=utcnow(),
+            plan_revision=plan_revision,
+            digest=action_digest(kind, payload),
         )
     )
     record = get_action(conn, action_id)
@@ -75,13 +91,23 @@ def get_action(conn: Connection, action_id: str, *, lock: bool = False) -> Actio
 
 
 def decide_action(
-    conn: Connection, action_id: str, status: str, decided_by: str, note: str | None
+    conn: Connection,
+    action_id: str,
+    status: str,
+    decided_by: str,
+    note: str | None,
+    *,
+    digest: str | None = None,
 ) -> bool:
-    """pending_approval → `status`; False when the action was decided or superseded first."""
+    """pending_approval → `status` (compare-and-set, on the digest too when given); False when
+    the action was decided or superseded first."""
+    where = [actions.c.action_id == action_id, actions.c.status == "pending_approval"]
+    if digest is not None:
+        where.append(actions.c.digest == digest)
     return (
         conn.execute(
             update(actions)
-            .where(actions.c.action_id == action_id, actions.c.status == "pending_approval")
+            .where(*where)
             .values(status=status, decided_by=decided_by, decided_at=utcnow(), note=note)
         ).rowcount
         == 1
@@ -98,3 +124,46 @@ def list_actions(
         query = query.where(actions.c.task_id == task_id)
     query = query.order_by(actions.c.created_at.desc(), actions.c.action_id).limit(limit)
     return [ActionRecord.from_row(row) for row in conn.execute(query)]
+
+
+def same_proposal(conn: Connection, task_id: str, node_id: str, digest: str) -> ActionRecord | None:
+    """The task's latest action for `node_id` with `digest` that was not superseded: a
+    re-proposal of it (any generation of the task) returns it instead of a new one."""
+    row = conn.execute(
+        select(actions)
+        .where(
+            actions.c.task_id == task_id,
+            actions.c.node_id == node_id,
+            actions.c.digest == digest,
+            actions.c.status != "superseded",
+        )
+        .order_by(actions.c.created_at.desc(), actions.c.action_id)
+        .limit(1)
+    ).one_or_none()
+    return ActionRecord.from_row(row) if row is not None else None
+
+
+def supersede_node_actions(conn: Connection, task_id: str, node_id: str, by_action: str) -> int:
+    """Pending actions of the node are superseded by a new proposal with another digest."""
+    return int(
+        conn.execute(
+            update(actions)
+            .where(
+                actions.c.task_id == task_id,
+                actions.c.node_id == node_id,
+                actions.c.status == "pending_approval",
+                actions.c.action_id != by_action,
+            )
+            .values(status="superseded", note=f"superseded by action {by_action}")
+        ).rowcount
+    )
+
+
+def actions_of_task(conn: Connection, task_id: str) -> list[ActionRecord]:
+    """Every action of the task, oldest first (what the next generation reads)."""
+    rows = conn.execute(
+        select(actions)
+        .where(actions.c.task_id == task_id)
+        .order_by(actions.c.created_at, actions.c.action_id)
+    )
+    return [ActionRecord.from_row(row) for row in rows]

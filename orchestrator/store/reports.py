@@ -156,6 +156,7 @@ def _action_dicts(rows: Any) -> list[dict[str, Any]]:
             "node_id": r.node_id,
             "kind": r.kind,
             "payload": r.payload,
+            "digest": r.digest,  # what an approval names
             "status": r.status,
             "created_at": r.created_at.isoformat(),
         }

@@ -238,6 +238,10 @@ actions = Table(
     Column("decided_at", UTCDateTime, nullable=True),
     Column("note", Text, nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
+    # What an approval is bound to (invariant 24): the plan revision the action was proposed
+    # under and the SHA-256 of its kind and canonical payload.
+    Column("plan_revision", Integer, nullable=True),
+    Column("digest", String(64), nullable=False),
     one_of("kind", v.ACTION_KINDS),
     one_of("status", v.ACTION_STATUSES),
     CheckConstraint(
@@ -246,6 +250,7 @@ actions = Table(
     ),
     Index(None, "status", "created_at"),
     Index(None, "task_id", "generation"),
+    Index(None, "task_id", "node_id"),  # a re-proposal finds the same digest for its node
 )
 
 invocation_receipts = Table(

@@ -11,6 +11,7 @@ from orchestrator.domain.recovery import Snapshot
 from orchestrator.errors import NotFound
 from orchestrator.services.lease_keeper import LeaseKeeper
 from orchestrator.services.recovery import snapshot_for
+from orchestrator.store import actions as action_store
 from orchestrator.store import evidence as evidence_store
 from orchestrator.store import plans as plan_store
 from orchestrator.store import reports as report_store
@@ -31,7 +32,9 @@ class ReadTaskContext(Tool):
     description = (
         "The task's context, its origin, the current generation, and what the previous "
         "generation that actually ran left: its last plan, report and evidence (a generation "
-        "superseded before it started is skipped). When that generation stopped abnormally, "
+        "superseded before it started is skipped), and every action of the task with its node, "
+        "status, digest and a human's decision (approver and note): act on a decision, and do "
+        "not propose a rejected action again. When that generation stopped abnormally, "
         "`recovery` comes first: the calls that returned (with receipt ids) and the calls whose "
         "outcome is `unknown`, which you must verify read-only before retrying anything. A "
         "fixed sample input of the trigger comes as `sample_input` with origin "
@@ -66,6 +69,9 @@ class ReadTaskContext(Tool):
                         "report": report_store.latest_report(conn, ctx.task_id, before.generation),
                         "evidence": report_store.evidence_of(conn, ctx.task_id, before.generation),
                     }
+            task_actions = [
+                _action_view(a) for a in action_store.actions_of_task(conn, task.task_id)
+            ]
         payload: dict[str, Any] = {}
         if recovery is not None:
             # First: what the previous generation did and what must be verified read-only.
@@ -79,11 +85,29 @@ class ReadTaskContext(Tool):
             "generation": ctx.generation,
             "session_id": ctx.session_id,
             "previous_generation": previous,
+            "actions": task_actions,
         }
         if task.sample_input is not None:
             # Seed 004: a fixed synthetic input must say so; it is never a live query result.
             payload["sample_input"] = {"origin": "peripheral_sample", "data": task.sample_input}
         return ToolResult.ok(payload)
+
+
+def _action_view(action: action_store.ActionRecord) -> dict[str, Any]:
+    """An action as the agent reads it: what was proposed, and what a person decided."""
+    return {
+        "action_id": action.action_id,
+        "generation": action.generation,
+        "node_id": action.node_id,
+        "kind": action.kind,
+        "payload": action.payload,
+        "digest": action.digest,
+        "status": action.status,
+        "decision": {"approved": "approved", "rejected": "rejected"}.get(action.status),
+        "approver": action.decided_by,
+        "decided_at": action.decided_at.isoformat() if action.decided_at else None,
+        "note": action.note,
+    }
 
 
 class FindingArgument(ToolArguments):

@@ -48,7 +48,8 @@ def test_trigger_list_show_requeue_cancel(run, tmp_path: Path) -> None:  # type:
     assert made.returncode == 0, made.stderr
     task = json.loads(made.stdout)
     assert (task["status"], task["created"]) == ("queued", True)
-    again = run("tasks", "trigger", "--type", "leak", "--title", "Leak", "--trigger-id", "k1")
+    same = ("--type", "leak", "--title", "Leak", "--context-file", "ctx.json", "--trigger-id", "k1")
+    again = run("tasks", "trigger", *same)
     assert again.returncode == 0
     assert "already exists" in again.stdout
 

@@ -72,7 +72,10 @@ def test_a_proposed_action_waits_and_its_id_is_written_back_to_the_node(
     repair = next(n for n in view["plan"]["nodes"] if n["id"] == "repair")
     assert repair["action_id"] == action_id
     assert view["plan"]["revision"] == 2
-    decided = rt.actions.decide(action_id, approve=True, by="duty engineer", note="go")
+    digest = rt.actions.get(action_id).digest
+    decided = rt.actions.decide(
+        action_id, approve=True, by="duty engineer", note="go", digest=digest
+    )
     assert (decided.status, decided.decided_by) == ("approved", "duty engineer")
     with pytest.raises(InvalidTransition):
         rt.actions.decide(action_id, approve=False, by="someone", note=None)
@@ -124,9 +127,12 @@ def test_actions_over_http(rt: Runtime, tmp_path: Path, store_url: str) -> None:
         approved = client.post(f"/api/v1/actions/{action_id}/reject", json={"by": "ops"})
         assert approved.status_code == 200
         assert approved.json()["status"] == "rejected"
-        again = client.post(f"/api/v1/actions/{action_id}/approve", json={"by": "ops"})
-        assert (again.status_code, again.json()["error"]["code"]) == (409, "invalid_transition")
-        missing = client.post("/api/v1/actions/nope/approve", json={"by": "ops"})
+        digest = client.get(f"/api/v1/actions/{action_id}").json()["digest"]
+        again = client.post(
+            f"/api/v1/actions/{action_id}/approve", json={"by": "ops", "digest": digest}
+        )
+        assert (again.status_code, again.json()["error"]["code"]) == (409, "already_decided")
+        missing = client.post("/api/v1/actions/nope/approve", json={"by": "ops", "digest": digest})
         assert (missing.status_code, missing.json()["error"]["code"]) == (404, "not_found")
 
 

@@ -33,12 +33,19 @@ def test_pending_approvals_wait() -> None:
     assert (decision.task_status, decision.outcome) == ("waiting", "waiting")
 
 
-@pytest.mark.parametrize("status", ["pending", "running", "waiting", "failed"])
+@pytest.mark.parametrize("status", ["pending", "running", "waiting"])
 def test_unfinished_human_node_waits_even_when_the_agent_says_completed(status: str) -> None:
     nodes = [node("a", "completed"), node("sample", status, actor="human")]
     decision = decide(facts(nodes, "completed"))
     assert decision.task_status == "waiting"
     assert "sample" in decision.reason
+
+
+def test_a_failed_human_node_no_longer_waits_and_never_completes() -> None:
+    """A person closed it as failed: the agent decides what follows (a retry is a new node)."""
+    nodes = [node("a", "completed"), node("sample", "failed", actor="human")]
+    decision = decide(facts(nodes, "completed"))
+    assert (decision.task_status, decision.outcome) == ("queued", "continue")
 
 
 def test_all_nodes_done_and_report_saved_completes() -> None:

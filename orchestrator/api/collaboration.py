@@ -1,0 +1,132 @@
+"""Collaboration sessions over HTTP: open a task's session, ask, page the questions and answers.
+
+`POST /api/v1/tasks/{task_id}/collaboration` opens (or returns) the task's session;
+`POST /api/v1/sessions/{session_id}/messages` asks; `GET` on the same path pages the messages.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.api.auth import current_operator
+from orchestrator.api.contract import Page, errors
+from orchestrator.operators import Operator
+from orchestrator.services.collaboration import MAX_LIMIT, CollaborationService
+from orchestrator.store.collaboration import MessageRecord
+from orchestrator.store.sessions import SessionRecord
+
+__all__ = ["MessageOut", "router"]
+
+router = APIRouter(tags=["collaboration"])
+
+
+def get_collaboration(request: Request) -> CollaborationService:
+    service: CollaborationService | None = getattr(request.app.state, "collaboration", None)
+    if service is None:
+        service = CollaborationService(request.app.state.db, request.app.state.settings)
+        request.app.state.collaboration = service
+    return service
+
+
+class CollaborationSessionOut(BaseModel):
+    session_id: str
+    purpose: Literal["task_collaboration"]
+    task_id: str
+    owner: str
+    title: str
+    created_at: datetime
+    created: bool = Field(description="False when the task's session already existed")
+
+    @classmethod
+    def of(cls, record: SessionRecord, created: bool) -> CollaborationSessionOut:
+        assert record.task_id is not None
+        return cls(
+            session_id=record.session_id,
+            purpose="task_collaboration",
+            task_id=record.task_id,
+            owner=record.owner,
+            title=record.title,
+            created_at=record.created_at,
+            created=created,
+        )
+
+
+class MessageOut(BaseModel):
+    message_id: str
+    session_id: str
+    role: Literal["user", "agent"]
+    text: str
+    created_at: datetime
+
+    @classmethod
+    def of(cls, record: MessageRecord) -> MessageOut:
+        return cls(
+            message_id=record.message_id,
+            session_id=record.session_id,
+            role="user" if record.role == "user" else "agent",
+            text=record.text,
+            created_at=record.created_at,
+        )
+
+
+class AskBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: str = Field(min_length=1, max_length=4000, description="the question")
+
+
+class AnswerOut(BaseModel):
+    question: MessageOut
+    answer: MessageOut
+
+
+@router.post(
+    "/api/v1/tasks/{task_id}/collaboration",
+    response_model=CollaborationSessionOut,
+    responses={201: {"model": CollaborationSessionOut}, **errors(401, 403, 404)},
+)
+def open_collaboration(
+    task_id: str,
+    response: Response,
+    service: CollaborationService = Depends(get_collaboration),
+    operator: Operator = Depends(current_operator),
+) -> CollaborationSessionOut:
+    """Open the task's collaboration session (201), or return it (200)."""
+    record, created = service.open(task_id, owner=operator.name)
+    response.status_code = 201 if created else 200
+    return CollaborationSessionOut.of(record, created)
+
+
+@router.post(
+    "/api/v1/sessions/{session_id}/messages",
+    status_code=201,
+    response_model=AnswerOut,
+    responses=errors(401, 403, 404, 409, 422),
+)
+def ask(
+    session_id: str, body: AskBody, service: CollaborationService = Depends(get_collaboration)
+) -> AnswerOut:
+    """Ask a question; the agent answers from the task's plan, report and evidence only."""
+    answered = service.ask(session_id, body.text)
+    return AnswerOut(
+        question=MessageOut.of(answered.question), answer=MessageOut.of(answered.answer)
+    )
+
+
+@router.get(
+    "/api/v1/sessions/{session_id}/messages",
+    response_model=Page[MessageOut],
+    responses=errors(401, 404, 409, 422),
+)
+def list_messages(
+    session_id: str,
+    cursor: str | None = Query(default=None, max_length=512),
+    limit: int = Query(default=50, ge=1, le=MAX_LIMIT),
+    service: CollaborationService = Depends(get_collaboration),
+) -> Page[MessageOut]:
+    """The session's questions and answers, oldest first."""
+    page, next_cursor = service.messages(session_id, cursor=cursor, limit=limit)
+    return Page[MessageOut](items=[MessageOut.of(m) for m in page], next_cursor=next_cursor)

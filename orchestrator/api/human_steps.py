@@ -1,0 +1,129 @@
+"""A person closes a human node: `POST /api/v1/tasks/{task_id}/nodes/{node_id}/complete|fail|skip`.
+
+With operator accounts the step's `by` is the authenticated name; with the shared token (or
+none) the body says who. Viewers cannot write (the auth middleware refuses them).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.api.auth import require_role
+from orchestrator.api.contract import errors
+from orchestrator.errors import ValidationFailed
+from orchestrator.operators import Operator
+from orchestrator.runtime import celery_dispatcher
+from orchestrator.services.human_steps import HumanStep, HumanStepService
+from orchestrator.services.plans import PlanService
+
+__all__ = ["HumanStepOut", "decider", "router"]
+
+router = APIRouter(prefix="/api/v1/tasks", tags=["human steps"])
+
+
+def get_human_steps(request: Request) -> HumanStepService:
+    service: HumanStepService | None = getattr(request.app.state, "human_steps", None)
+    if service is None:
+        plans: PlanService = request.app.state.plans
+        dispatcher = celery_dispatcher(request.app.state.settings)
+        service = HumanStepService(request.app.state.db, plans, dispatcher)
+        request.app.state.human_steps = service
+    return service
+
+
+def decider(operator: Operator, by: str | None) -> str:
+    """Who acts: the authenticated account's name, or the body's `by` for the shared token."""
+    if not operator.shared:
+        return operator.name
+    if by is None:
+        raise ValidationFailed(
+            "`by` is required: say who acts",
+            code="invalid_request",
+            details=[{"code": "invalid_request", "message": "by is required", "field": "by"}],
+        )
+    return by
+
+
+class CompleteBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    by: str | None = Field(default=None, min_length=1, max_length=128, description="who did it")
+    evidence: str = Field(min_length=1, max_length=1500, description="what the person found")
+
+
+class CloseBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    by: str | None = Field(default=None, min_length=1, max_length=128, description="who did it")
+    reason: str = Field(min_length=1, max_length=1500, description="why it failed or is skipped")
+
+
+class HumanStepOut(BaseModel):
+    task_id: str
+    node_id: str
+    status: str
+    by: str
+    at: datetime
+    plan_revision: int = Field(description="the revision the step wrote")
+    session_id: str
+    task_status: str = Field(description="the task's status after the step was re-decided")
+    generation: int
+
+    @classmethod
+    def of(cls, step: HumanStep) -> HumanStepOut:
+        return cls(
+            task_id=step.task_id,
+            node_id=step.node_id,
+            status=step.status,
+            by=step.by,
+            at=step.at,
+            plan_revision=step.plan.revision,
+            session_id=step.plan.session_id,
+            task_status=step.task_status,
+            generation=step.generation,
+        )
+
+
+_ERRORS: dict[int | str, dict[str, Any]] = errors(401, 403, 404, 409, 422)
+_OPERATOR = require_role("operator")
+
+
+@router.post("/{task_id}/nodes/{node_id}/complete", response_model=HumanStepOut, responses=_ERRORS)
+def complete_node(
+    task_id: str,
+    node_id: str,
+    body: CompleteBody,
+    service: HumanStepService = Depends(get_human_steps),
+    operator: Operator = Depends(_OPERATOR),
+) -> HumanStepOut:
+    """Complete a human node (sampling, re-test, follow-up call) with its evidence."""
+    by = decider(operator, body.by)
+    return HumanStepOut.of(
+        service.close(task_id, node_id, "completed", by=by, evidence=body.evidence)
+    )
+
+
+@router.post("/{task_id}/nodes/{node_id}/fail", response_model=HumanStepOut, responses=_ERRORS)
+def fail_node(
+    task_id: str,
+    node_id: str,
+    body: CloseBody,
+    service: HumanStepService = Depends(get_human_steps),
+    operator: Operator = Depends(_OPERATOR),
+) -> HumanStepOut:
+    by = decider(operator, body.by)
+    return HumanStepOut.of(service.close(task_id, node_id, "failed", by=by, reason=body.reason))
+
+
+@router.post("/{task_id}/nodes/{node_id}/skip", response_model=HumanStepOut, responses=_ERRORS)
+def skip_node(
+    task_id: str,
+    node_id: str,
+    body: CloseBody,
+    service: HumanStepService = Depends(get_human_steps),
+    operator: Operator = Depends(_OPERATOR),
+) -> HumanStepOut:
+    by = decider(operator, body.by)
+    return HumanStepOut.of(service.close(task_id, node_id, "skipped", by=by, reason=body.reason))

@@ -1,0 +1,82 @@
+"""`orchestrator tasks node ID NODE --complete|--fail|--skip`: a person closes a human node.
+
+The CLI talks to the store directly (an operator on the machine), so `--by` names who acted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+from typing import Any
+
+from orchestrator.cli.common import CommandFailed, add_json_flag, load, print_json
+from orchestrator.runtime import build_runtime
+
+__all__ = ["register_node"]
+
+
+def register_node(tasks: Any) -> None:
+    node = tasks.add_parser(
+        "node", help="complete, fail or skip a human node of the task's current plan"
+    )
+    node.add_argument("task_id")
+    node.add_argument("node_id")
+    verb = node.add_mutually_exclusive_group(required=True)
+    verb.add_argument("--complete", dest="status", action="store_const", const="completed")
+    verb.add_argument("--fail", dest="status", action="store_const", const="failed")
+    verb.add_argument("--skip", dest="status", action="store_const", const="skipped")
+    node.add_argument("--evidence", help="what was found (required with --complete)")
+    node.add_argument("--reason", help="why (required with --fail and --skip)")
+    node.add_argument("--by", help="who did it (default: your user name)")
+    add_json_flag(node)
+    node.set_defaults(handler=_node)
+
+
+def _node(args: argparse.Namespace) -> int:
+    from orchestrator.api.human_steps import CloseBody, CompleteBody
+
+    by = args.by or getpass.getuser()
+    # The API's own body models check the texts: the same limits on both paths.
+    if args.status == "completed":
+        if not args.evidence:
+            raise CommandFailed("--complete needs --evidence TEXT", exit_code=2)
+        text = _checked(CompleteBody, {"by": by, "evidence": args.evidence})
+    else:
+        if not args.reason:
+            raise CommandFailed(f"--{args.status[:4]} needs --reason TEXT", exit_code=2)
+        text = _checked(CloseBody, {"by": by, "reason": args.reason})
+    rt = build_runtime(load())  # the real dispatcher: the step may queue a generation
+    try:
+        step = rt.human_steps.close(
+            args.task_id,
+            args.node_id,
+            args.status,
+            by=by,
+            evidence=text if args.status == "completed" else None,
+            reason=None if args.status == "completed" else text,
+        )
+    finally:
+        rt.close()
+    if args.json:
+        from orchestrator.api.human_steps import HumanStepOut
+
+        print_json(HumanStepOut.of(step).model_dump(mode="json"))
+    else:
+        print(
+            f"node {step.node_id} {step.status} by {step.by} (plan revision "
+            f"{step.plan.revision}); task {step.task_id} is {step.task_status}, "
+            f"generation {step.generation}"
+        )
+    return 0
+
+
+def _checked(model: Any, values: dict[str, str]) -> str:
+    from pydantic import ValidationError
+
+    try:
+        body = model.model_validate(values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        raise CommandFailed(f"invalid --{field}: {first['msg']}", exit_code=2) from None
+    return str(getattr(body, "evidence", None) or body.reason)

@@ -1,0 +1,74 @@
+"""Human nodes closed by a person (seed 004: 人工采样、复测、回访; DESIGN §8, invariant 22).
+
+Only a person closes a human node, through a server-side plan revision. The agent's writes and
+the person's are serialised on the task row; an agent publish that still shows a node as open
+which a person closed meanwhile keeps the person's node, so neither write loses the other's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, Final
+
+from orchestrator.errors import ConflictError, NotFound
+
+__all__ = ["PERSON_STATUSES", "close_human_node", "keep_person_closed"]
+
+#: What a person can set a human node to: complete, fail or skip (`--complete`, `--fail`, `--skip`).
+PERSON_STATUSES: Final = ("completed", "failed", "skipped")
+_OPEN: Final = frozenset({"pending", "running", "waiting"})
+
+
+def close_human_node(
+    nodes: Sequence[Mapping[str, Any]],
+    node_id: str,
+    status: str,
+    *,
+    by: str,
+    at: datetime,
+    evidence: str | None = None,
+    reason: str | None = None,
+) -> list[dict[str, Any]]:
+    """The plan's nodes with `node_id` closed by `by` at `at`; who and when go in its reason.
+
+    Raises `NotFound` (`unknown_node`) or `ConflictError` (`agent_node`, `node_closed`).
+    """
+    if status not in PERSON_STATUSES:
+        raise ValueError(f"a person sets a human node to one of {PERSON_STATUSES}, not {status}")
+    found = next((n for n in nodes if n.get("id") == node_id), None)
+    if found is None:
+        raise NotFound(f"node {node_id!r} is not in the task's current plan", code="unknown_node")
+    if found.get("actor") != "human":
+        raise ConflictError(
+            f"node {node_id!r} is an agent node: only the agent reports it", code="agent_node"
+        )
+    if found.get("status") not in _OPEN:
+        raise ConflictError(
+            f"node {node_id!r} is already {found.get('status')}", code="node_closed"
+        )
+    stamp = f"{status} by {by} at {at.isoformat(timespec='seconds')}"
+    closed = dict(found, status=status, reason=f"{reason} ({stamp})" if reason else stamp)
+    if status == "completed":
+        closed["evidence"] = evidence or ""
+    return [closed if n.get("id") == node_id else dict(n) for n in nodes]
+
+
+def keep_person_closed(
+    nodes: Sequence[dict[str, Any]], previous: Sequence[Mapping[str, Any]] | None
+) -> list[dict[str, Any]]:
+    """An agent's nodes, with every human node a person closed in `previous` kept as closed
+    where the agent still shows it open (it read the plan before the person wrote)."""
+    closed = {
+        n["id"]: n
+        for n in previous or ()
+        if n.get("actor") == "human" and n.get("status") in PERSON_STATUSES
+    }
+    if not closed:
+        return list(nodes)
+    return [
+        dict(closed[n["id"]])
+        if n.get("id") in closed and n.get("actor") == "human" and n.get("status") in _OPEN
+        else n
+        for n in nodes
+    ]

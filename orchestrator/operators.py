@@ -1,0 +1,100 @@
+"""Operator accounts (ORCH_OPERATORS): who calls the API, and what their role lets them do.
+
+The file holds one account a line, `NAME ROLE TOKEN-SHA256-HEX` (whitespace between, `#`
+comments). Only the SHA-256 of a token is stored. A presented token is hashed and compared with
+every account's hash in constant time (no early exit), and is never logged. The single
+ORCH_API_TOKEN stays one full-rights account, named `api`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+__all__ = [
+    "API_TOKEN_ACCOUNT",
+    "ROLES",
+    "Operator",
+    "OperatorsError",
+    "find_operator",
+    "load_operators",
+    "may",
+]
+
+#: Roles, each allowed what the one before is, and more.
+ROLES: Final = ("viewer", "operator", "approver")
+API_TOKEN_ACCOUNT: Final = "api"
+_NAME: Final = re.compile(r"[A-Za-z0-9_.@-]{1,128}")
+_HEX: Final = re.compile(r"[0-9a-f]{64}")
+
+
+class OperatorsError(ValueError):
+    """The operators file cannot be used; the message names the line, never a hash."""
+
+
+@dataclass(frozen=True)
+class Operator:
+    name: str
+    role: str
+    shared: bool = False  # the ORCH_API_TOKEN account: `by` of a decision comes from the body
+
+
+def may(operator: Operator, needs: str) -> bool:
+    """Whether `operator`'s role is at least `needs`."""
+    return ROLES.index(operator.role) >= ROLES.index(needs)
+
+
+@dataclass(frozen=True)
+class _Account:
+    operator: Operator
+    digest: bytes
+
+
+def load_operators(path: Path) -> tuple[_Account, ...]:
+    """The accounts in `path`; `OperatorsError` for an unreadable file or a bad line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise OperatorsError(f"cannot read the operators file {path}: {exc}") from None
+    accounts: list[_Account] = []
+    names: set[str] = set()
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        if len(parts) != 3:
+            raise OperatorsError(f"{path} line {number}: expected NAME ROLE TOKEN-SHA256-HEX")
+        name, role, digest = parts[0], parts[1], parts[2].lower().removeprefix("sha256:")
+        if not _NAME.fullmatch(name) or name == API_TOKEN_ACCOUNT:
+            raise OperatorsError(f"{path} line {number}: invalid or reserved name")
+        if role not in ROLES:
+            raise OperatorsError(f"{path} line {number}: role must be one of {', '.join(ROLES)}")
+        if not _HEX.fullmatch(digest):
+            raise OperatorsError(f"{path} line {number}: the token hash is not 64 hex digits")
+        if name in names:
+            raise OperatorsError(f"{path} line {number}: account {name} appears twice")
+        names.add(name)
+        accounts.append(_Account(Operator(name, role), bytes.fromhex(digest)))
+    return tuple(accounts)
+
+
+def find_operator(
+    presented: bytes, accounts: tuple[_Account, ...], api_token: str | None
+) -> Operator | None:
+    """The account whose token is `presented`, or None; every hash is compared, in constant
+    time each, whatever matched first."""
+    digest = hashlib.sha256(presented).digest()
+    found: Operator | None = None
+    if api_token:
+        expected = hashlib.sha256(api_token.encode("utf-8", "surrogateescape")).digest()
+        if hmac.compare_digest(digest, expected):
+            found = Operator(API_TOKEN_ACCOUNT, "approver", shared=True)
+    for account in accounts:
+        if hmac.compare_digest(digest, account.digest) and found is None:
+            found = account.operator
+    return found

@@ -1,0 +1,246 @@
+"""Collaboration sessions: a person asks about a task, the agent answers (seed 004, DESIGN §8).
+
+The answer is made from authorised snapshots only: the task's current plan, its latest report
+and its evidence records, as the store returns them, plus this session's own earlier questions
+and answers. Never an execution's transcript, tool calls or reasoning: those are not read here.
+The model (ORCH_MODEL; the scripted model plays `DIR/<task_type>.collaboration.json`) may call
+read tools only: the host runs it as a read-only caller with read tools alone.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from orchestrator.agent.host import ToolHost
+from orchestrator.agent.model import ModelError, load_model
+from orchestrator.errors import ConflictError, NotFound, OrchestratorError, ValidationFailed
+from orchestrator.services.sessions import create_session_txn
+from orchestrator.settings import Settings
+from orchestrator.store import collaboration as store
+from orchestrator.store import plans as plan_store
+from orchestrator.store import reports as report_store
+from orchestrator.store import sessions as session_store
+from orchestrator.store import tasks as task_store
+from orchestrator.store.collaboration import MessageRecord
+from orchestrator.store.db import Database
+from orchestrator.store.records import TaskRecord
+from orchestrator.store.sessions import SessionRecord
+from orchestrator.store.types import utcnow
+from orchestrator.tools.base import Tool, ToolContext
+from orchestrator.tools.tasks import ReadTaskContext
+
+__all__ = ["Answer", "CollaborationService", "ModelUnavailable", "snapshots"]
+
+MAX_LIMIT = 200
+_SYSTEM = (
+    "You answer a person's questions about a condition task. Explain and judge only from the "
+    "authorised snapshots you are given (the task's current plan, its latest report and its "
+    "evidence records) and from read tools. You cannot change anything: no tool here writes, "
+    "and work orders or commands are only ever proposed by the task's execution and approved "
+    "by a person. Say so when the snapshots do not support an answer."
+)
+
+
+class ModelUnavailable(OrchestratorError):
+    """The model could not answer (a broken script, an unreachable service); nothing was stored."""
+
+    code = "model_error"
+    http_status = 502
+
+
+@dataclass(frozen=True)
+class Answer:
+    question: MessageRecord
+    answer: MessageRecord
+
+
+def snapshots(conn: Any, task: TaskRecord) -> dict[str, Any]:
+    """The authorised snapshots of a task: current plan, latest report, evidence records."""
+    executions = task_store.list_executions(conn, task.task_id)
+    plan = None
+    for execution in sorted(executions, key=lambda e: e.generation, reverse=True):
+        plan = plan_store.latest_revision(conn, execution.session_id)
+        if plan is not None:
+            break
+    report = None
+    for execution in sorted(executions, key=lambda e: e.generation, reverse=True):
+        report = report_store.latest_report(conn, task.task_id, execution.generation)
+        if report is not None:
+            break
+    evidence = [
+        item
+        for execution in sorted(executions, key=lambda e: e.generation)
+        for item in report_store.evidence_of(conn, task.task_id, execution.generation)
+    ]
+    return {
+        "task": {
+            "task_id": task.task_id,
+            "task_type": task.task_type,
+            "title": task.title,
+            "status": task.status,
+            "generation": task.generation,
+            "origin": task.origin,
+        },
+        "plan": plan.to_dict() if plan is not None else None,
+        "report": report,
+        "evidence": evidence,
+    }
+
+
+class CollaborationService:
+    def __init__(self, db: Database, settings: Settings) -> None:
+        self.db = db
+        self.settings = settings
+
+    def open(self, task_id: str, owner: str) -> tuple[SessionRecord, bool]:
+        """The task's collaboration session, created on first use: (session, created)."""
+        with self.db.transaction() as conn:
+            task = task_store.get_task(conn, task_id, lock=True)  # one session per task
+            if task is None:
+                raise NotFound(f"task {task_id} does not exist")
+            existing = store.collaboration_session_of(conn, task_id)
+            if existing is not None:
+                return existing, False
+            title = f"Collaboration: {task.title}"[:200]
+            created = create_session_txn(
+                conn, purpose="task_collaboration", title=title, owner=owner, task_id=task_id
+            )
+            return created, True
+
+    def _session(self, conn: Any, session_id: str) -> SessionRecord:
+        session = session_store.get_session(conn, session_id)
+        if session is None:
+            raise NotFound(f"session {session_id} does not exist")
+        if session.purpose != "task_collaboration" or session.task_id is None:
+            raise ConflictError(
+                f"session {session_id} is a {session.purpose} session, not a task collaboration",
+                code="not_collaboration",
+            )
+        return session
+
+    def ask(self, session_id: str, text: str) -> Answer:
+        """Store the question and the agent's answer; a model failure stores nothing."""
+        if not text.strip():
+            raise ValidationFailed("the question is empty", code="invalid_request")
+        asked_at = utcnow()
+        with self.db.transaction(readonly=True) as conn:
+            session = self._session(conn, session_id)
+            assert session.task_id is not None
+            task = task_store.get_task(conn, session.task_id)
+            if task is None:
+                raise NotFound(f"task {session.task_id} does not exist")
+            authorised = snapshots(conn, task)
+            history = store.list_messages(conn, session_id, after=None, limit=MAX_LIMIT)
+        reply = self._answer(task, session_id, authorised, history, text)
+        # After the question, always: the page order is (created_at, message_id).
+        answered_at = max(utcnow(), asked_at + timedelta(microseconds=1))
+        with self.db.transaction() as conn:
+            self._session(conn, session_id)
+            question = store.insert_message(conn, session_id, "user", text, asked_at)
+            answer = store.insert_message(conn, session_id, "agent", reply, answered_at)
+        return Answer(question, answer)
+
+    def _answer(
+        self,
+        task: TaskRecord,
+        session_id: str,
+        authorised: dict[str, Any],
+        history: list[MessageRecord],
+        text: str,
+    ) -> str:
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": _SYSTEM},
+            {
+                "role": "user",
+                "content": "Authorised snapshots of the task (plan, report, evidence):\n"
+                + json.dumps(authorised, ensure_ascii=False, default=str),
+            },
+        ]
+        for earlier in history:
+            role = "user" if earlier.role == "user" else "assistant"
+            messages.append({"role": role, "content": earlier.text})
+        messages.append({"role": "user", "content": text})
+        tools: list[Tool] = [ReadTaskContext(self.db)]  # read tools only
+        host = ToolHost(tools, ledger=None)
+        ctx = ToolContext(
+            owner=f"collaboration:{session_id}",
+            session_id=session_id,
+            round_id=f"collaboration:{utcnow().isoformat()}",
+            task_id=task.task_id,
+            generation=task.generation,
+            readonly=True,
+        )
+        stop = threading.Event()
+        try:
+            model = load_model(self.settings.model, f"{task.task_type}.collaboration")
+            model.check_tools(list(host.tools))
+            schemas = host.schemas()
+            for _ in range(self.settings.max_turns):
+                turn = model.next_turn(messages, schemas, stop)
+                if turn.final:
+                    return turn.content or "(the agent gave no answer)"
+                messages.append(
+                    {
+                        "role": "assistant",
+                        "content": turn.content,
+                        "tool_calls": [
+                            {"id": c.id, "name": c.name, "arguments": c.arguments}
+                            for c in turn.tool_calls
+                        ],
+                    }
+                )
+                results = host.run_turn(ctx, list(turn.tool_calls))
+                for call, result in zip(turn.tool_calls, results, strict=True):
+                    messages.append(
+                        {
+                            "role": "tool",
+                            "tool_call_id": call.id,
+                            "content": json.dumps(
+                                result.to_message(), default=str, ensure_ascii=False
+                            ),
+                        }
+                    )
+        except ModelError as exc:
+            raise ModelUnavailable(f"the model could not answer: {exc}") from None
+        return "(the agent ran out of turns before answering)"
+
+    def messages(
+        self, session_id: str, *, cursor: str | None = None, limit: int = 50
+    ) -> tuple[list[MessageRecord], str | None]:
+        """One page of the session's messages, oldest first, and the next page's cursor."""
+        after = _decode(cursor) if cursor else None
+        with self.db.transaction(readonly=True) as conn:
+            self._session(conn, session_id)
+            page = store.list_messages(conn, session_id, after=after, limit=limit + 1)
+        more = len(page) > limit
+        page = page[:limit]
+        return page, _encode(page[-1]) if more and page else None
+
+
+def _encode(message: MessageRecord) -> str:
+    raw = json.dumps([message.created_at.isoformat(), message.message_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode(cursor: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        stamp, message_id = json.loads(raw)
+        if not isinstance(stamp, str) or not isinstance(message_id, str):
+            raise ValueError("bad cursor")
+        moment = datetime.fromisoformat(stamp)
+        if moment.tzinfo is None:
+            raise ValueError("bad cursor")
+        return moment.astimezone(UTC), message_id
+    except (ValueError, TypeError, OverflowError, binascii.Error, UnicodeDecodeError):
+        raise ValidationFailed(
+            "cursor is not one this API returned",
+            code="invalid_cursor",
+            details=[{"code": "invalid_cursor", "message": "unknown cursor", "field": "cursor"}],
+        ) from None

@@ -1,0 +1,126 @@
+"""A person completes, fails or skips a human node of a task's current plan (DESIGN §8).
+
+The change is a new plan revision written server-side, in the session of the task's current
+generation. It takes the task row's lock first, then the session's, as every fenced write of an
+execution does, so the person's revision and the agent's are serialised and neither is lost
+(an agent publish that still shows the node open keeps the person's node: `keep_person_closed`).
+The task is re-decided in the same transaction: a `waiting` task with nothing else to wait for
+queues its next generation.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from orchestrator.domain import plans as rules
+from orchestrator.domain.human_steps import close_human_node
+from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
+from orchestrator.errors import ConflictError, NotFound
+from orchestrator.services.dispatch import Dispatcher, safe_dispatch
+from orchestrator.services.plans import PlanService
+from orchestrator.services.redecide import redecide_txn
+from orchestrator.store import plans as plan_store
+from orchestrator.store import sessions as session_store
+from orchestrator.store import tasks as task_store
+from orchestrator.store.db import Database
+from orchestrator.store.plans import PlanRecord
+from orchestrator.store.types import utcnow
+
+__all__ = ["HumanStep", "HumanStepService"]
+
+
+@dataclass(frozen=True)
+class HumanStep:
+    """What a person's step wrote: the revision, and where the task stands after it."""
+
+    task_id: str
+    node_id: str
+    status: str
+    by: str
+    at: datetime
+    plan: PlanRecord
+    task_status: str
+    generation: int
+
+
+class HumanStepService:
+    def __init__(self, db: Database, plans: PlanService, dispatcher: Dispatcher) -> None:
+        self.db = db
+        self.plans = plans
+        self.dispatcher = dispatcher
+
+    def close(
+        self,
+        task_id: str,
+        node_id: str,
+        status: str,
+        *,
+        by: str,
+        evidence: str | None = None,
+        reason: str | None = None,
+    ) -> HumanStep:
+        """Close a human node of the task's current plan as `status` (completed, failed, skipped).
+
+        Refused: 404 `not_found` (task), 404 `unknown_node`, 409 `agent_node`, `node_closed`,
+        `task_finished`, `no_plan`; then nothing was written.
+        """
+        at = utcnow()
+        with self.db.transaction() as conn:
+            task = task_store.get_task(conn, task_id, lock=True)
+            if task is None:
+                raise NotFound(f"task {task_id} does not exist")
+            if task.status in TERMINAL_TASK_STATUSES:
+                raise ConflictError(f"task {task_id} is {task.status}", code="task_finished")
+            session_id = task.session_id
+            plan = None
+            if session_id is not None:
+                session_store.get_session(conn, session_id, lock=True)
+                plan = plan_store.latest_revision(conn, session_id)
+            if plan is None or session_id is None:
+                raise ConflictError(
+                    f"generation {task.generation} of task {task_id} has no plan yet; try again "
+                    "once it has published one",
+                    code="no_plan",
+                )
+            nodes = close_human_node(
+                plan.nodes, node_id, status, by=by, at=at, evidence=evidence, reason=reason
+            )
+            payload = {
+                "request_id": f"human:{uuid.uuid4()}",
+                "title": plan.title,
+                "reason": f"human node {node_id} {status} by {by}",
+                "nodes": nodes,
+                "edges": plan.edges,
+            }
+            draft = rules.validate_plan(payload, plan.nodes)
+            record = PlanRecord(
+                session_id=session_id,
+                revision=plan.revision + 1,
+                request_id=draft.request_id,
+                schema_version=rules.SCHEMA_VERSION,
+                title=draft.title,
+                reason=draft.reason,
+                nodes=draft.nodes,
+                edges=draft.edges,
+                content_digest=draft.digest,
+                task_id=task_id,
+                generation=plan.generation,
+                updated_at=at,
+            )
+            plan_store.insert_revision(conn, record)
+            next_generation = redecide_txn(conn, task)
+        self.plans.notify(record)
+        if next_generation is not None:
+            safe_dispatch(self.dispatcher, task_id, next_generation)
+        return HumanStep(
+            task_id=task_id,
+            node_id=node_id,
+            status=status,
+            by=by,
+            at=at,
+            plan=record,
+            task_status="queued" if next_generation is not None else task.status,
+            generation=next_generation or task.generation,
+        )

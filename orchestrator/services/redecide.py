@@ -1,0 +1,41 @@
+"""A person's decision moves the task at once (DESIGN §8, invariant 24).
+
+An approval, a rejection or a human node closed by a person can be the last thing a `waiting`
+task waited for. Then the next generation is queued in the same transaction (the same intent
+round: the decision continues the task, it does not start it over), and the caller sends its
+wake-up after the commit. A task in any other status decides for itself: a running generation
+reads the decision when its round ends; a queued one reads it when it starts.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection
+
+from orchestrator.domain.decisions import open_human_nodes
+from orchestrator.store import reports as report_store
+from orchestrator.store import tasks as task_store
+from orchestrator.store.records import TaskRecord
+
+__all__ = ["redecide_txn"]
+
+
+def redecide_txn(conn: Connection, task: TaskRecord) -> int | None:
+    """Queue the next generation of a `waiting` task when nothing waits any more.
+
+    `task` must have been read with its row locked in this transaction. Returns the queued
+    generation, or None when the task keeps its status.
+    """
+    if task.status != "waiting":
+        return None
+    facts = report_store.generation_facts(conn, task.task_id, task.generation, task.session_id)
+    if facts.pending_actions > 0 or open_human_nodes(facts.plan_nodes):
+        return None
+    return task_store.requeue_generation(
+        conn,
+        task.task_id,
+        task.generation,
+        title=task.title,
+        from_statuses=("waiting",),
+        recoveries=0,
+        rounds=task.rounds,
+    )

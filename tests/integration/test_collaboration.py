@@ -1,0 +1,178 @@
+"""Collaboration sessions: questions and answers stored apart, answers made from the task's
+authorised plan, report and evidence only, never from the execution transcript."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from orchestrator.api.app import create_app
+from orchestrator.cli import main
+from orchestrator.runtime import Runtime
+from orchestrator.services.tasks import Trigger
+from orchestrator.settings import load_settings
+from tests.executions_support import node, plan_call, runtime_for
+
+SECRETS = ("REASONING-SECRET-42", "call-SECRET-ID", "FINAL-TRANSCRIPT-TEXT")
+EVIDENCE = {
+    "source": "scada",
+    "queried_at": "2026-12-04T01:00:00+00:00",
+    "content_ref": "scada:zone4:turbidity",
+    "origin": "live",
+    "truncated": False,
+    "summary": "EVIDENCE-SUMMARY-7 turbidity 4.1 NTU",
+}
+
+
+def execution_turns() -> list[dict[str, Any]]:
+    report = {
+        "id": "call-SECRET-ID",
+        "name": "save_report",
+        "arguments": {
+            "summary": "REPORT-SUMMARY-9 turbidity above limit",
+            "findings": ["zone 4"],
+            "evidence": [EVIDENCE],
+            "outcome": "completed",
+        },
+    }
+    return [
+        {
+            "content": "REASONING-SECRET-42: I think the valve is stuck",
+            "tool_calls": [plan_call("c1", "r1", [node("check", "completed")])],
+        },
+        {"tool_calls": [report]},
+        {"content": "FINAL-TRANSCRIPT-TEXT"},
+    ]
+
+
+def collaboration_turns(tool: str = "read_task_context") -> list[dict[str, Any]]:
+    return [
+        {"tool_calls": [{"id": "q1", "name": tool, "arguments": {}}]},
+        {"content": "Turbidity was 4.1 NTU in zone 4, so the check is done."},
+    ]
+
+
+def write(scripts: Path, name: str, turns: list[dict[str, Any]]) -> None:
+    scripts.mkdir(parents=True, exist_ok=True)
+    body = {"turns": turns, "record_requests": True}
+    (scripts / f"{name}.json").write_text(json.dumps(body), encoding="utf-8")
+
+
+@pytest.fixture
+def env(store_url: str, tmp_path: Path) -> Iterator[tuple[Runtime, Path, str]]:
+    scripts = tmp_path / "scripts"
+    rt, _ = runtime_for(store_url, scripts)
+    write(scripts, "col", execution_turns())
+    write(scripts, "col.collaboration", collaboration_turns())
+    task_id = rt.tasks.trigger(Trigger(task_type="col", title="Turbid water")).task.task_id
+    assert rt.executions.run(task_id, 1, worker="w").outcome == "completed"
+    yield rt, scripts, task_id
+    rt.close()
+
+
+@pytest.fixture
+def client(env: tuple[Runtime, Path, str], store_url: str) -> Iterator[TestClient]:
+    _, scripts, _ = env
+    app = create_app(load_settings(database_url=store_url, model=f"scripted:{scripts}"))
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+def test_an_answer_is_made_from_plan_report_and_evidence_and_never_the_transcript(
+    env: tuple[Runtime, Path, str], client: TestClient
+) -> None:
+    _, scripts, task_id = env
+    opened = client.post(f"/api/v1/tasks/{task_id}/collaboration")
+    assert opened.status_code == 201
+    session_id = opened.json()["session_id"]
+    assert opened.json()["purpose"] == "task_collaboration"
+    again = client.post(f"/api/v1/tasks/{task_id}/collaboration")
+    assert (again.status_code, again.json()["session_id"]) == (200, session_id)
+
+    asked = client.post(f"/api/v1/sessions/{session_id}/messages", json={"text": "Why done?"})
+    assert asked.status_code == 201, asked.text
+    body = asked.json()
+    assert (body["question"]["role"], body["question"]["text"]) == ("user", "Why done?")
+    assert body["answer"]["role"] == "agent"
+    assert "4.1 NTU" in body["answer"]["text"]
+
+    requests = [
+        json.loads(line)
+        for line in (scripts / "col.collaboration.json.requests.jsonl")
+        .read_text(encoding="utf-8")
+        .splitlines()
+    ]
+    first = json.dumps(requests[0]["messages"], ensure_ascii=False)
+    for authorised in ("REPORT-SUMMARY-9", "EVIDENCE-SUMMARY-7", "Step check", "Why done?"):
+        assert authorised in first
+    everything = json.dumps(requests, ensure_ascii=False)
+    for secret in SECRETS:
+        assert secret not in everything
+    assert all(request["tools"] == ["read_task_context"] for request in requests)
+    # The read tool ran for the collaboration and its result came back to the model.
+    tool_results = [m for m in requests[-1]["messages"] if m["role"] == "tool"]
+    assert json.loads(tool_results[0]["content"])["status"] == "succeeded"
+
+
+def test_messages_are_paged_oldest_first(
+    env: tuple[Runtime, Path, str], client: TestClient
+) -> None:
+    _, _, task_id = env
+    session_id = client.post(f"/api/v1/tasks/{task_id}/collaboration").json()["session_id"]
+    for text in ("one", "two"):
+        assert client.post(
+            f"/api/v1/sessions/{session_id}/messages", json={"text": text}
+        ).is_success
+    seen: list[tuple[str, str]] = []
+    cursor = None
+    for _ in range(10):
+        params: dict[str, Any] = {"limit": 3}
+        if cursor:
+            params["cursor"] = cursor
+        page = client.get(f"/api/v1/sessions/{session_id}/messages", params=params).json()
+        seen += [(m["role"], m["text"]) for m in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert [role for role, _ in seen] == ["user", "agent", "user", "agent"]
+    assert [seen[0][1], seen[2][1]] == ["one", "two"]
+    bad = client.get(f"/api/v1/sessions/{session_id}/messages", params={"cursor": "x"})
+    assert (bad.status_code, bad.json()["error"]["code"]) == (422, "invalid_cursor")
+
+
+def test_a_write_tool_is_not_available_and_a_failed_answer_stores_nothing(
+    env: tuple[Runtime, Path, str], client: TestClient
+) -> None:
+    rt, scripts, task_id = env
+    write(scripts, "col.collaboration", collaboration_turns(tool="save_report"))
+    session_id = client.post(f"/api/v1/tasks/{task_id}/collaboration").json()["session_id"]
+    refused = client.post(f"/api/v1/sessions/{session_id}/messages", json={"text": "Close it"})
+    assert (refused.status_code, refused.json()["error"]["code"]) == (502, "model_error")
+    page = client.get(f"/api/v1/sessions/{session_id}/messages").json()
+    assert page == {"items": [], "next_cursor": None}
+    execution_session = rt.tasks.get(task_id).session_id
+    wrong = client.post(f"/api/v1/sessions/{execution_session}/messages", json={"text": "hi"})
+    assert (wrong.status_code, wrong.json()["error"]["code"]) == (409, "not_collaboration")
+    missing = client.post("/api/v1/tasks/nope/collaboration")
+    assert (missing.status_code, missing.json()["error"]["code"]) == (404, "not_found")
+
+
+def test_the_cli_asks(
+    env: tuple[Runtime, Path, str],
+    store_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _, scripts, task_id = env
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("ORCH_MODEL", f"scripted:{scripts}")
+    assert main(["tasks", "ask", task_id, "What was found?"]) == 0
+    assert "4.1 NTU" in capsys.readouterr().out
+    assert main(["tasks", "ask", "nope", "What?"]) == 1

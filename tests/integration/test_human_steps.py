@@ -1,0 +1,222 @@
+"""A person closes a human node: a server-side revision that moves the task, never lost to or
+losing the agent's concurrent writes."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from orchestrator.api.app import create_app
+from orchestrator.errors import OrchestratorError
+from orchestrator.runtime import Runtime
+from orchestrator.services.dispatch import RecordingDispatcher
+from orchestrator.services.human_steps import HumanStepService
+from orchestrator.services.tasks import Trigger
+from orchestrator.settings import load_settings
+from orchestrator.tools.base import Fence
+from tests.executions_support import claim_as_worker, node, plan_call, report_call, runtime_for
+
+READ = {"tool_calls": [{"id": "c0", "name": "read_task_context", "arguments": {}}]}
+
+
+def write(scripts: Path, turns: list[dict[str, Any]]) -> None:
+    scripts.mkdir(parents=True, exist_ok=True)
+    body = {"turns": turns, "record_requests": True}
+    (scripts / "hs.json").write_text(json.dumps(body), encoding="utf-8")
+
+
+def sample(status: str) -> dict[str, Any]:
+    return node("sample", status, actor="human", evidence="chlorine 0.4 mg/L")
+
+
+@pytest.fixture
+def env(store_url: str, tmp_path: Path) -> Iterator[tuple[Runtime, RecordingDispatcher, Path]]:
+    runtime, dispatcher = runtime_for(store_url, tmp_path / "scripts")
+    yield runtime, dispatcher, tmp_path / "scripts"
+    runtime.close()
+
+
+def waiting_on_a_sample(rt: Runtime, scripts: Path, *, callback: bool = False) -> str:
+    nodes = [node("check", "completed"), sample("waiting")]
+    if callback:
+        nodes.append(node("callback", "pending", actor="human"))
+    write(
+        scripts,
+        [
+            READ,
+            {"tool_calls": [plan_call("c1", "r1", nodes)]},
+            {"tool_calls": [report_call("c2", "waiting")]},
+        ],
+    )
+    task_id = rt.tasks.trigger(Trigger(task_type="hs", title="Turbid water")).task.task_id
+    assert rt.executions.run(task_id, 1, worker="w").outcome == "waiting"
+    return task_id
+
+
+def client_for(rt: Runtime, store_url: str, dispatcher: RecordingDispatcher) -> TestClient:
+    app = create_app(load_settings(database_url=store_url))
+    app.state.human_steps = HumanStepService(rt.db, app.state.plans, dispatcher)
+    return TestClient(app)
+
+
+def test_a_human_node_completed_through_the_api_resumes_the_task(
+    env: tuple[Runtime, RecordingDispatcher, Path], store_url: str
+) -> None:
+    rt, dispatcher, scripts = env
+    task_id = waiting_on_a_sample(rt, scripts)
+    with client_for(rt, store_url, dispatcher) as client:
+        done = client.post(
+            f"/api/v1/tasks/{task_id}/nodes/sample/complete",
+            json={"by": "lab tech", "evidence": "chlorine 0.4 mg/L at tap 3"},
+        )
+        assert done.status_code == 200, done.text
+        body = done.json()
+        assert (body["status"], body["by"], body["plan_revision"]) == ("completed", "lab tech", 2)
+        assert (body["task_status"], body["generation"]) == ("queued", 2)
+    assert dispatcher.sent[-1] == (task_id, 2)
+    task = rt.tasks.get(task_id)
+    assert (task.status, task.intent_round) == ("queued", 1)
+
+    completing = [node("check", "completed"), sample("completed")]
+    completing[1]["evidence"] = "chlorine 0.4 mg/L at tap 3"
+    write(
+        scripts,
+        [
+            READ,
+            {"tool_calls": [plan_call("c1", "r1", completing)]},
+            {"tool_calls": [report_call("c2", "completed")]},
+        ],
+    )
+    assert rt.executions.run(task_id, 2, worker="w").outcome == "completed"
+    lines = (scripts / "hs.json.requests.jsonl").read_text(encoding="utf-8").splitlines()
+    seen = next(
+        json.loads(m["content"])["result"]
+        for m in json.loads(lines[-1])["messages"]
+        if m["role"] == "tool" and m["tool_call_id"] == "c0"
+    )
+    (node_seen,) = [n for n in seen["previous_generation"]["plan"]["nodes"] if n["id"] == "sample"]
+    assert node_seen["status"] == "completed"
+    assert node_seen["evidence"] == "chlorine 0.4 mg/L at tap 3"
+    assert "completed by lab tech at" in node_seen["reason"]
+
+
+def test_refusals_write_nothing(
+    env: tuple[Runtime, RecordingDispatcher, Path], store_url: str
+) -> None:
+    rt, dispatcher, scripts = env
+    task_id = waiting_on_a_sample(rt, scripts, callback=True)
+    base = f"/api/v1/tasks/{task_id}/nodes"
+    with client_for(rt, store_url, dispatcher) as client:
+        cases = [
+            (f"{base}/check/complete", {"by": "a", "evidence": "x"}, 409, "agent_node"),
+            (f"{base}/nope/skip", {"by": "a", "reason": "x"}, 404, "unknown_node"),
+            ("/api/v1/tasks/nope/nodes/sample/fail", {"by": "a", "reason": "x"}, 404, "not_found"),
+            (f"{base}/sample/fail", {"by": "a"}, 422, "invalid_request"),
+            (f"{base}/sample/complete", {"evidence": "x"}, 422, "invalid_request"),
+        ]
+        for path, body, status, code in cases:
+            answer = client.post(path, json=body)
+            assert (answer.status_code, answer.json()["error"]["code"]) == (status, code), path
+        assert rt.plans.latest(rt.tasks.get(task_id).session_id or "") is not None
+        skipped = client.post(f"{base}/sample/skip", json={"by": "a", "reason": "no access"})
+        assert skipped.status_code == 200
+        # The call-back is still open: the task keeps waiting.
+        assert (skipped.json()["task_status"], skipped.json()["generation"]) == ("waiting", 1)
+        again = client.post(f"{base}/sample/complete", json={"by": "a", "evidence": "x"})
+        assert (again.status_code, again.json()["error"]["code"]) == (409, "node_closed")
+        last = client.post(f"{base}/callback/fail", json={"by": "a", "reason": "no answer"})
+        assert (last.json()["task_status"], last.json()["generation"]) == ("queued", 2)
+        # The next generation has no plan yet: a step waits for it.
+        early = client.post(f"{base}/sample/complete", json={"by": "a", "evidence": "x"})
+        assert (early.status_code, early.json()["error"]["code"]) == (409, "no_plan")
+    plan = rt.plans.latest(skipped.json()["session_id"])
+    assert plan is not None
+    assert plan.revision == 3
+
+
+def test_the_cli_completes_a_node(
+    env: tuple[Runtime, RecordingDispatcher, Path],
+    store_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from orchestrator.cli import main
+
+    rt, _, scripts = env
+    task_id = waiting_on_a_sample(rt, scripts)
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    with pytest.raises(OrchestratorError) as refused:
+        rt.human_steps.close(task_id, "check", "completed", by="x", evidence="y")
+    assert refused.value.code == "agent_node"
+    assert main(["tasks", "node", task_id, "sample", "--fail"]) == 2  # --reason is required
+    assert main(["tasks", "node", task_id, "sample", "--complete"]) == 2  # --evidence too
+    assert main(["tasks", "node", task_id, "check", "--complete", "--evidence", "x"]) == 1
+    assert rt.tasks.get(task_id).status == "waiting"
+    capsys.readouterr()
+    done = ["tasks", "node", task_id, "sample", "--complete", "--evidence", "0.4", "--by", "lab"]
+    assert main(done) == 0
+    assert "node sample completed by lab" in capsys.readouterr().out
+    assert rt.tasks.get(task_id).status == "queued"
+
+
+@pytest.mark.parametrize("round_number", range(3))
+def test_concurrent_human_completion_and_agent_publish_are_both_kept(
+    env: tuple[Runtime, RecordingDispatcher, Path], round_number: int
+) -> None:
+    rt, _, _ = env
+    task_id = rt.tasks.trigger(Trigger(task_type="hs", title="Turbid water")).task.task_id
+    token = claim_as_worker(rt, task_id, 1, "w", ttl=60)
+    fence = Fence(task_id, 1, token)
+    session_id = rt.tasks.get(task_id).session_id
+    assert session_id is not None
+
+    def plan(request_id: str, first: str) -> dict[str, Any]:
+        nodes = [node("a", first), sample("waiting")]
+        edges = [{"from": x["id"], "to": y["id"]} for x, y in itertools.pairwise(nodes)]
+        return {
+            "request_id": request_id,
+            "title": "T",
+            "reason": "r",
+            "nodes": nodes,
+            "edges": edges,
+        }
+
+    rt.plans.publish_execution_plan(session_id, plan("r1", "running"), fence=fence)
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(2)
+
+    def person() -> None:
+        try:
+            barrier.wait(timeout=10)
+            rt.human_steps.close(task_id, "sample", "completed", by="lab", evidence="ok")
+        except BaseException as exc:
+            errors.append(exc)
+
+    def agent() -> None:
+        try:
+            barrier.wait(timeout=10)
+            rt.plans.publish_execution_plan(session_id, plan("r2", "completed"), fence=fence)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=person), threading.Thread(target=agent)]
+    for thread in threads if round_number % 2 else reversed(threads):
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert errors == []
+    latest = rt.plans.latest(session_id)
+    assert latest is not None
+    assert latest.revision == 3
+    statuses = {n["id"]: n["status"] for n in latest.nodes}
+    assert statuses == {"a": "completed", "sample": "completed"}
+    assert rt.tasks.get(task_id).status == "running"  # the running generation decides itself

@@ -1,0 +1,134 @@
+"""Operator accounts (ORCH_OPERATORS): roles decide who reads, writes and approves, and a
+decision's `by` is the authenticated name."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from orchestrator.api.app import create_app
+from orchestrator.operators import OperatorsError, load_operators
+from orchestrator.runtime import Runtime
+from orchestrator.services.actions import ActionService
+from orchestrator.services.dispatch import RecordingDispatcher
+from orchestrator.services.human_steps import HumanStepService
+from orchestrator.services.tasks import Trigger
+from orchestrator.settings import SettingsError, load_settings
+from tests.executions_support import node, plan_call, report_call, runtime_for
+
+TOKENS = {"vera": "viewer-token", "otto": "operator-token", "alma": "approver-token"}
+ROLES = {"vera": "viewer", "otto": "operator", "alma": "approver"}
+
+
+def operators_file(folder: Path) -> Path:
+    path = folder / "operators"
+    lines = ["# name role sha256(token)"] + [
+        f"{name} {ROLES[name]} {hashlib.sha256(token.encode()).hexdigest()}"
+        for name, token in TOKENS.items()
+    ]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def setup(store_url: str, tmp_path: Path) -> Iterator[tuple[Runtime, TestClient, str, str]]:
+    scripts = tmp_path / "scripts"
+    rt, _ = runtime_for(store_url, scripts)
+    scripts.mkdir(parents=True, exist_ok=True)
+    nodes = [node("repair", "waiting"), node("sample", "waiting", actor="human")]
+    propose = {
+        "id": "c2",
+        "name": "propose_action",
+        "arguments": {"node_id": "repair", "kind": "work_order", "payload": {"crew": "n"}},
+    }
+    turns = [
+        {"tool_calls": [plan_call("c1", "r1", nodes)]},
+        {"tool_calls": [propose]},
+        {"tool_calls": [report_call("c3", "waiting")]},
+    ]
+    (scripts / "op.json").write_text(json.dumps({"turns": turns}), encoding="utf-8")
+    task_id = rt.tasks.trigger(Trigger(task_type="op", title="Pressure")).task.task_id
+    assert rt.executions.run(task_id, 1, worker="w").outcome == "waiting"
+    (action,) = rt.actions.list(task_id=task_id)
+    settings = load_settings(
+        database_url=store_url, operators=operators_file(tmp_path), api_token="shared-token"
+    )
+    app = create_app(settings)
+    app.state.actions = ActionService(rt.db, rt.plans, RecordingDispatcher())
+    app.state.human_steps = HumanStepService(rt.db, rt.plans, RecordingDispatcher())
+    with TestClient(app) as client:
+        yield rt, client, task_id, action.action_id
+    rt.close()
+
+
+def test_roles_decide_what_an_account_may_do(
+    setup: tuple[Runtime, TestClient, str, str],
+) -> None:
+    rt, client, task_id, action_id = setup
+    digest = rt.actions.get(action_id).digest
+    approve = f"/api/v1/actions/{action_id}/approve"
+    body = {"digest": digest, "by": "someone else", "note": "ok"}
+
+    assert client.get(f"/api/v1/tasks/{task_id}").status_code == 401
+    assert client.get(f"/api/v1/tasks/{task_id}", headers=bearer("nope")).status_code == 401
+    assert client.get(f"/api/v1/tasks/{task_id}", headers=bearer(TOKENS["vera"])).status_code == 200
+    for name in ("vera", "otto"):
+        refused = client.post(approve, json=body, headers=bearer(TOKENS[name]))
+        assert (refused.status_code, refused.json()["error"]["code"]) == (403, "forbidden")
+        assert TOKENS[name] not in refused.text
+    viewer_write = client.post(
+        f"/api/v1/tasks/{task_id}/nodes/sample/complete",
+        json={"evidence": "x"},
+        headers=bearer(TOKENS["vera"]),
+    )
+    assert (viewer_write.status_code, viewer_write.json()["error"]["code"]) == (403, "forbidden")
+    assert rt.actions.get(action_id).status == "pending_approval"
+
+    step = client.post(
+        f"/api/v1/tasks/{task_id}/nodes/sample/complete",
+        json={"evidence": "0.4 mg/L", "by": "not me"},
+        headers=bearer(TOKENS["otto"]),
+    )
+    assert (step.status_code, step.json()["by"]) == (200, "otto")
+
+    approved = client.post(approve, json=body, headers=bearer(TOKENS["alma"]))
+    assert approved.status_code == 200
+    assert approved.json()["decided_by"] == "alma"  # the authenticated name, not the body's
+    assert rt.tasks.get(task_id).status == "queued"
+
+
+def test_the_shared_api_token_is_one_full_rights_account(
+    setup: tuple[Runtime, TestClient, str, str],
+) -> None:
+    rt, client, _, action_id = setup
+    digest = rt.actions.get(action_id).digest
+    approved = client.post(
+        f"/api/v1/actions/{action_id}/approve",
+        json={"digest": digest, "by": "night shift"},
+        headers=bearer("shared-token"),
+    )
+    assert (approved.status_code, approved.json()["decided_by"]) == (200, "night shift")
+
+
+def test_a_bad_operators_file_stops_start_up_in_one_line(store_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "operators"
+    path.write_text("alma superuser " + "a" * 64 + "\n", encoding="utf-8")
+    with pytest.raises(SettingsError, match=r"ORCH_OPERATORS.*line 1: role must be one of"):
+        create_app(load_settings(database_url=store_url, operators=path))
+    for text, needle in [
+        ("alma approver deadbeef\n", "64 hex digits"),
+        ("api approver " + "a" * 64 + "\n", "reserved"),
+        ("alma approver\n", "expected NAME ROLE"),
+    ]:
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(OperatorsError, match=needle):
+            load_operators(path)

@@ -1,0 +1,71 @@
+"""Pure rules of people in the loop: action digests, plan binding, human nodes a person closes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from orchestrator.domain.approvals import action_digest, still_bound
+from orchestrator.domain.human_steps import close_human_node, keep_person_closed
+from orchestrator.errors import ConflictError, NotFound
+
+AT = datetime(2026, 12, 4, 1, 2, 3, tzinfo=UTC)
+
+
+def node(node_id: str, status: str, actor: str = "human", **extra: Any) -> dict[str, Any]:
+    return {"id": node_id, "title": node_id, "actor": actor, "status": status, **extra}
+
+
+def test_the_digest_is_of_the_canonical_kind_and_payload() -> None:
+    assert action_digest("work_order", {"a": 1, "b": [1, 2]}) == action_digest(
+        "work_order", {"b": [1, 2], "a": 1}
+    )
+    assert action_digest("work_order", {"a": 1}) != action_digest("command", {"a": 1})
+    assert action_digest("work_order", {"a": 1}) != action_digest("work_order", {"a": 2})
+
+
+@pytest.mark.parametrize(
+    ("nodes", "bound"),
+    [
+        ([node("n", "waiting", "agent", action_id="x")], True),
+        ([node("n", "completed", "agent", action_id="x")], True),
+        ([node("n", "cancelled", "agent", action_id="x")], False),
+        ([node("n", "skipped", "agent", action_id="x")], False),
+        ([node("n", "waiting", "agent", action_id="y")], False),
+        ([node("m", "waiting", "agent", action_id="x")], False),
+        (None, False),
+    ],
+)
+def test_an_action_stays_bound_while_its_node_serves_it(
+    nodes: list[dict[str, Any]] | None, bound: bool
+) -> None:
+    assert still_bound("x", "n", nodes) is bound
+
+
+def test_a_person_closes_only_an_open_human_node_and_is_recorded() -> None:
+    nodes = [node("a", "running", "agent"), node("h", "waiting", reason="sample due")]
+    done = close_human_node(nodes, "h", "completed", by="lab", at=AT, evidence="0.4 mg/L")
+    assert done[1]["status"] == "completed"
+    assert done[1]["evidence"] == "0.4 mg/L"
+    assert done[1]["reason"] == "completed by lab at 2026-12-04T01:02:03+00:00"
+    assert done[0] == nodes[0]
+    failed = close_human_node(nodes, "h", "failed", by="lab", at=AT, reason="no access")
+    assert failed[1]["reason"].startswith("no access (failed by lab at")
+    with pytest.raises(ConflictError, match="agent node"):
+        close_human_node(nodes, "a", "completed", by="x", at=AT, evidence="e")
+    with pytest.raises(NotFound):
+        close_human_node(nodes, "zz", "skipped", by="x", at=AT, reason="r")
+    with pytest.raises(ConflictError, match="already completed"):
+        close_human_node(done, "h", "skipped", by="x", at=AT, reason="r")
+
+
+def test_an_agent_publish_keeps_what_a_person_closed_meanwhile() -> None:
+    previous = [node("a", "running", "agent"), node("h", "completed", evidence="ok")]
+    agent = [node("a", "completed", "agent", evidence="e"), node("h", "waiting", reason="due")]
+    kept = keep_person_closed(agent, previous)
+    assert kept[0] == agent[0]
+    assert kept[1] == previous[1]
+    # An agent node, or a human node the person left open, is the agent's to report.
+    assert keep_person_closed(agent, [node("h", "waiting")]) == agent

@@ -18,7 +18,17 @@ from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException
 
 from orchestrator import __version__
-from orchestrator.api import actions, auth, invocations, plans, sessions, stream, tasks
+from orchestrator.api import (
+    actions,
+    auth,
+    invocations,
+    outbox,
+    plans,
+    sessions,
+    stream,
+    task_stream,
+    tasks,
+)
 from orchestrator.errors import OrchestratorError, Unauthorized
 from orchestrator.events import CompositeNotifier, PlanHub, PlanNotifier, RedisNotifier
 from orchestrator.services.plans import PlanService
@@ -35,9 +45,11 @@ PUBLIC_ROUTERS: list[APIRouter] = [
     sessions.router,
     plans.router,
     stream.router,
+    task_stream.router,
     tasks.router,
     actions.router,
     invocations.router,
+    outbox.router,
 ]
 #: Routers of the trusted tool bridge, mounted under INTERNAL_PREFIX behind AGENT_INTERNAL_TOKEN.
 INTERNAL_ROUTERS: list[APIRouter] = [plans.internal_router]

@@ -9,6 +9,7 @@ from orchestrator.domain.vocabulary import ACTION_KINDS, ACTION_STATUSES
 from orchestrator.errors import ConflictError, InvalidTransition, NotFound, ValidationFailed
 from orchestrator.services.plans import PlanService, publish_txn
 from orchestrator.store import actions as action_store
+from orchestrator.store import outbox as outbox_store
 from orchestrator.store import plans as plan_store
 from orchestrator.store import reports as report_store
 from orchestrator.store.actions import ActionRecord
@@ -74,6 +75,7 @@ class ActionService:
                 },
                 fence=fence,
             )
+            outbox_store.record_proposal(conn, action)
         self.plans.notify(published.plan)
         return Proposal(action, published.plan.revision, created=True)
 
@@ -81,13 +83,15 @@ class ActionService:
         """A human's approval or rejection; only a pending action can be decided."""
         status = "approved" if approve else "rejected"
         with self.db.transaction() as conn:
+            outbox_store.lock_task_of_action(conn, action_id)  # task row before action row
             action = action_store.get_action(conn, action_id, lock=True)
             if action is None:
                 raise NotFound(f"action {action_id} does not exist")
             if not action_store.decide_action(conn, action_id, status, by, note):
                 raise InvalidTransition(f"action {action_id} is already {action.status}")
             decided = action_store.get_action(conn, action_id)
-        assert decided is not None
+            assert decided is not None
+            outbox_store.record_decision(conn, decided)  # its webhook, and the delivery
         return decided
 
     def list(

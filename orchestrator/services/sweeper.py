@@ -18,6 +18,7 @@ from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable
 from orchestrator.services.dispatch import Dispatcher, safe_dispatch
 from orchestrator.services.lease_keeper import lease_name
 from orchestrator.settings import Settings
+from orchestrator.store import outbox as outbox_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database
 from orchestrator.store.records import ExecutionRecord
@@ -124,6 +125,12 @@ class Sweeper:
                         updated_at=utcnow(),
                     )
                 )
+                outbox_store.record_event(
+                    conn,
+                    task.task_id,
+                    "failed",
+                    reason=f"recovery_limit: {recoveries} generations in a row lost their lease",
+                )
                 report.parked.append((task.task_id, task.generation))
                 return
             nxt = task_store.requeue_generation(
@@ -135,6 +142,14 @@ class Sweeper:
                 recoveries=recoveries,
                 rounds=task.rounds,
             )
+            if nxt is not None:
+                outbox_store.record_event(
+                    conn,
+                    task.task_id,
+                    "queued",
+                    generation=nxt,
+                    reason=f"generation {task.generation} lost its lease",
+                )
         if nxt is not None:
             report.requeued.append((execution.task_id, execution.generation, nxt))
             safe_dispatch(self.dispatcher, execution.task_id, nxt)

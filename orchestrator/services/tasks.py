@@ -14,6 +14,7 @@ from orchestrator.errors import InvalidTransition, NotFound, ValidationFailed
 from orchestrator.leases import LeaseBackend
 from orchestrator.services.dispatch import Dispatcher, safe_dispatch
 from orchestrator.services.lease_keeper import lease_name
+from orchestrator.store import outbox as outbox_store
 from orchestrator.store import plans as plan_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import tasks as task_store
@@ -122,6 +123,9 @@ class TaskService:
                 new_intent=True,
             )
             assert nxt is not None  # the row lock keeps the generation ours
+            outbox_store.record_event(
+                conn, task_id, "queued", generation=nxt, reason=f"requeued: {reason}"
+            )
         safe_dispatch(self.dispatcher, task_id, nxt)
         return self.get(task_id)
 
@@ -142,6 +146,7 @@ class TaskService:
                 .where(tasks.c.task_id == task_id)
                 .values(status="cancelled", last_error=reason, updated_at=utcnow())
             )
+            outbox_store.record_event(conn, task_id, "cancelled", reason=reason)
         return self.get(task_id)
 
     def explain(self, task_id: str) -> dict[str, Any]:
@@ -154,6 +159,7 @@ class TaskService:
             plan = plan_store.latest_revision(conn, task.session_id) if task.session_id else None
             report = report_store.latest_report(conn, task_id, task.generation)
             pending = report_store.pending_actions_of_generation(conn, task_id, task.generation)
+            deliveries = outbox_store.delivery_summary(conn, task_id)
         view = task_view(task)
         view.update(
             {
@@ -163,6 +169,7 @@ class TaskService:
                 "report": report,
                 "pending_actions": pending,
                 "unknown_receipts": self._unknown_receipts(task_id),
+                "deliveries": deliveries,
             }
         )
         return view

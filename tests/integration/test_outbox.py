@@ -1,0 +1,199 @@
+"""The outbox: rows commit with the change they report; the dispatcher delivers them.
+
+Approved actions reach the backend once (idempotency key = action id), rejected ones never;
+webhooks are signed, in order per task, dead-lettered after N failures and retried by an
+operator. Both stores, a real HTTP backend on loopback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from orchestrator.api.app import create_app
+from orchestrator.runtime import Runtime
+from orchestrator.services.outbox import OutboxDispatcher, OutboxService
+from orchestrator.services.tasks import Trigger
+from orchestrator.store import outbox as outbox_store
+from tests.executions_support import node, plan_call, report_call, runtime_for, write_script
+from tests.outbox_backend import Recorder, running_recorder
+
+SECRET = "webhook-secret-for-tests"
+
+
+@pytest.fixture
+def backend() -> Iterator[Recorder]:
+    with running_recorder() as recorder:
+        yield recorder
+
+
+@pytest.fixture
+def rt(store_url: str, tmp_path: Path, backend: Recorder) -> Iterator[Runtime]:
+    runtime, _ = runtime_for(
+        store_url,
+        tmp_path / "scripts",
+        actions_url=f"{backend.url}/actions",
+        webhook_url=f"{backend.url}/hooks",
+        webhook_secret=SECRET,
+        outbox_backoff_seconds=0.01,
+        outbox_timeout_seconds=2,
+        webhook_max_attempts=3,
+    )
+    yield runtime
+    runtime.close()
+
+
+@pytest.fixture
+def dispatcher(rt: Runtime) -> Iterator[OutboxDispatcher]:
+    sender = OutboxDispatcher(rt.settings, rt.db)
+    yield sender
+    sender.close()
+
+
+def waiting_task(rt: Runtime, tmp_path: Path) -> tuple[str, str]:
+    """A task whose generation 1 proposed a work order and waits for it: (task, action)."""
+    write_script(
+        tmp_path / "scripts",
+        "act",
+        [
+            {"tool_calls": [plan_call("c1", "r1", [node("repair", "waiting")])]},
+            {
+                "tool_calls": [
+                    {
+                        "id": "c2",
+                        "name": "propose_action",
+                        "arguments": {
+                            "node_id": "repair",
+                            "kind": "work_order",
+                            "payload": {"crew": "north"},
+                        },
+                    }
+                ]
+            },
+            {"tool_calls": [report_call("c3", "waiting")]},
+        ],
+    )
+    task_id = rt.tasks.trigger(Trigger(task_type="act", title="Burst main")).task.task_id
+    assert rt.executions.run(task_id, 1, worker="w").ran
+    view = rt.tasks.explain(task_id)
+    assert view["status"] == "waiting"
+    return task_id, view["pending_actions"][0]["action_id"]
+
+
+def events(rt: Runtime, task_id: str) -> list[str]:
+    with rt.db.transaction(readonly=True) as conn:
+        return [e.type for e in outbox_store.events_after(conn, task_id, 0, 100)]
+
+
+def verify(raw: bytes, header: str) -> bool:
+    expected = "sha256=" + hmac.new(SECRET.encode(), raw, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(expected, header)
+
+
+def test_an_approval_is_delivered_once_with_its_idempotency_key_and_events_are_signed(
+    rt: Runtime, tmp_path: Path, backend: Recorder, dispatcher: OutboxDispatcher
+) -> None:
+    task_id, action_id = waiting_task(rt, tmp_path)
+    assert events(rt, task_id) == [
+        "plan_revision",
+        "plan_revision",
+        "action_proposed",
+        "waiting",
+    ]
+    rt.actions.decide(action_id, approve=True, by="duty engineer", note="go")
+    dispatcher.run_once()
+    dispatcher.run_once()  # nothing is sent twice
+    [delivery] = backend.on("/actions")
+    assert delivery.headers["idempotency-key"] == action_id
+    body: dict[str, Any] = delivery.body
+    assert body["action_id"] == action_id
+    assert (body["kind"], body["payload"], body["task_id"]) == (
+        "work_order",
+        {"crew": "north"},
+        task_id,
+    )
+    assert (body["node_id"], body["approver"]) == ("repair", "duty engineer")
+    hooks = backend.on("/hooks")
+    assert [h.body["type"] for h in hooks] == ["action_proposed", "waiting", "action_decided"]
+    assert [h.body["event_id"] for h in hooks] == [f"{task_id}:{n}" for n in (3, 4, 5)]
+    for hook in hooks:
+        assert verify(hook.raw, hook.headers["x-orchestrator-signature"])
+        assert hook.body["task_id"] == task_id
+        assert hook.body["generation"] == 1
+        assert {"status", "reason", "time"} <= hook.body.keys()
+    assert not verify(hooks[0].raw + b" ", hooks[0].headers["x-orchestrator-signature"])
+    rows = OutboxService(rt.db).list(task_id=task_id)
+    assert {(r.kind, r.status, r.attempts) for r in rows} == {
+        ("action", "delivered", 1),
+        ("webhook", "delivered", 1),
+    }
+    assert all(r.delivered_at is not None for r in rows)
+
+
+def test_a_rejected_action_is_never_delivered(
+    rt: Runtime, tmp_path: Path, backend: Recorder, dispatcher: OutboxDispatcher
+) -> None:
+    task_id, action_id = waiting_task(rt, tmp_path)
+    rt.actions.decide(action_id, approve=False, by="duty engineer", note="no")
+    rt.tasks.cancel(task_id, "not needed")
+    dispatcher.run_once()
+    assert backend.on("/actions") == []
+    decided = [h.body for h in backend.on("/hooks") if h.body["type"] == "action_decided"]
+    assert decided[0]["action"]["status"] == "rejected"
+    assert backend.on("/hooks")[-1].body["type"] == "cancelled"
+
+
+def test_retries_back_off_until_a_2xx_and_webhooks_stay_in_order(
+    rt: Runtime, tmp_path: Path, backend: Recorder, dispatcher: OutboxDispatcher
+) -> None:
+    task_id, action_id = waiting_task(rt, tmp_path)
+    rt.actions.decide(action_id, approve=True, by="duty engineer", note=None)
+    backend.fail_first = 2
+    for _ in range(40):
+        dispatcher.run_once()
+        if not OutboxService(rt.db).list(task_id=task_id, status="pending"):
+            break
+    assert backend.applied == [action_id]
+    delivered = [h.body["seq"] for h in backend.on("/hooks")]
+    # Each event arrives at least once, and never before an earlier event was delivered.
+    assert sorted(set(delivered)) == [3, 4, 5]
+    first_seen = [seq for i, seq in enumerate(delivered) if seq not in delivered[:i]]
+    assert first_seen == [3, 4, 5]
+    failed = [r for r in OutboxService(rt.db).list(task_id=task_id) if r.attempts > 1]
+    assert failed
+    assert all(r.status == "delivered" for r in failed)
+
+
+def test_a_webhook_is_dead_lettered_after_n_failures_holds_the_next_and_an_operator_retries(
+    rt: Runtime, tmp_path: Path, backend: Recorder, dispatcher: OutboxDispatcher, store_url: str
+) -> None:
+    task_id, _ = waiting_task(rt, tmp_path)
+    backend.always_fail = True
+    for _ in range(40):
+        dispatcher.run_once()
+        if OutboxService(rt.db).list(task_id=task_id, status="dead"):
+            break
+    [dead] = OutboxService(rt.db).list(task_id=task_id, status="dead")
+    assert (dead.event_seq, dead.attempts, dead.last_error) == (3, 3, "HTTP 503")
+    assert {h.body["seq"] for h in backend.on("/hooks")} == {3}  # seq 4 waits behind it
+    view = rt.tasks.explain(task_id)
+    assert view["deliveries"]["undelivered"][0]["status"] == "dead"
+    backend.always_fail = False
+    with TestClient(create_app(rt.settings, db=rt.db)) as client:
+        listed = client.get("/api/v1/outbox", params={"status": "dead"}).json()
+        assert [item["outbox_id"] for item in listed["items"]] == [dead.outbox_id]
+        assert listed["next_cursor"] is None
+        assert client.post(f"/api/v1/outbox/{dead.outbox_id}/retry").status_code == 200
+        again = client.post(f"/api/v1/outbox/{dead.outbox_id}/retry")
+        assert again.status_code == 409
+        assert again.json()["error"]["code"] == "invalid_transition"
+        assert client.post("/api/v1/outbox/999999/retry").json()["error"]["code"] == "not_found"
+    dispatcher.run_once()
+    assert [h.body["seq"] for h in backend.on("/hooks")][-2:] == [3, 4]
+    assert OutboxService(rt.db).list(task_id=task_id, status="pending") == []

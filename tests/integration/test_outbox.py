@@ -19,10 +19,9 @@ from fastapi.testclient import TestClient
 from orchestrator.api.app import create_app
 from orchestrator.runtime import Runtime
 from orchestrator.services.outbox import OutboxDispatcher, OutboxService
-from orchestrator.services.tasks import Trigger
 from orchestrator.store import outbox as outbox_store
-from tests.executions_support import node, plan_call, report_call, runtime_for, write_script
-from tests.outbox_backend import Recorder, running_recorder
+from tests.executions_support import runtime_for
+from tests.outbox_support import Recorder, running_recorder, waiting_task
 
 SECRET = "webhook-secret-for-tests"
 
@@ -54,36 +53,6 @@ def dispatcher(rt: Runtime) -> Iterator[OutboxDispatcher]:
     sender = OutboxDispatcher(rt.settings, rt.db)
     yield sender
     sender.close()
-
-
-def waiting_task(rt: Runtime, tmp_path: Path) -> tuple[str, str]:
-    """A task whose generation 1 proposed a work order and waits for it: (task, action)."""
-    write_script(
-        tmp_path / "scripts",
-        "act",
-        [
-            {"tool_calls": [plan_call("c1", "r1", [node("repair", "waiting")])]},
-            {
-                "tool_calls": [
-                    {
-                        "id": "c2",
-                        "name": "propose_action",
-                        "arguments": {
-                            "node_id": "repair",
-                            "kind": "work_order",
-                            "payload": {"crew": "north"},
-                        },
-                    }
-                ]
-            },
-            {"tool_calls": [report_call("c3", "waiting")]},
-        ],
-    )
-    task_id = rt.tasks.trigger(Trigger(task_type="act", title="Burst main")).task.task_id
-    assert rt.executions.run(task_id, 1, worker="w").ran
-    view = rt.tasks.explain(task_id)
-    assert view["status"] == "waiting"
-    return task_id, view["pending_actions"][0]["action_id"]
 
 
 def events(rt: Runtime, task_id: str) -> list[str]:

@@ -1,4 +1,5 @@
-"""A business backend on loopback for the outbox tests: it records what arrives and can fail.
+"""Outbox tests' helpers: a task waiting on a work order, and a business backend on loopback
+that records what arrives and can fail.
 
 `fail_first` answers 503 to that many requests first; `delay_seconds` holds every answer (for
 killing a dispatcher mid-send). Actions are applied once per `Idempotency-Key`, as a backend
@@ -14,9 +15,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
-__all__ = ["Received", "Recorder", "running_recorder"]
+from orchestrator.runtime import Runtime
+from orchestrator.services.tasks import Trigger
+from tests.executions_support import node, plan_call, report_call, write_script
+
+__all__ = ["Received", "Recorder", "running_recorder", "waiting_task"]
 
 
 @dataclass(frozen=True)
@@ -86,3 +92,33 @@ def running_recorder() -> Iterator[Recorder]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def waiting_task(rt: Runtime, tmp_path: Path) -> tuple[str, str]:
+    """A task whose generation 1 proposed a work order and waits for it: (task, action)."""
+    write_script(
+        tmp_path / "scripts",
+        "act",
+        [
+            {"tool_calls": [plan_call("c1", "r1", [node("repair", "waiting")])]},
+            {
+                "tool_calls": [
+                    {
+                        "id": "c2",
+                        "name": "propose_action",
+                        "arguments": {
+                            "node_id": "repair",
+                            "kind": "work_order",
+                            "payload": {"crew": "north"},
+                        },
+                    }
+                ]
+            },
+            {"tool_calls": [report_call("c3", "waiting")]},
+        ],
+    )
+    task_id = rt.tasks.trigger(Trigger(task_type="act", title="Burst main")).task.task_id
+    assert rt.executions.run(task_id, 1, worker="w").ran
+    view = rt.tasks.explain(task_id)
+    assert view["status"] == "waiting"
+    return task_id, view["pending_actions"][0]["action_id"]

@@ -1,16 +1,16 @@
 """Outbox tests' helpers: a task waiting on a work order, and a business backend on loopback
 that records what arrives and can fail.
 
-`fail_first` answers 503 to that many requests first; `delay_seconds` holds every answer (for
-killing a dispatcher mid-send). Actions are applied once per `Idempotency-Key`, as a backend
-that honours the key would: `applied` lists each key once, `received` every request.
+`fail_first` answers 503 to that many requests first; `delay_seconds` holds the answers (to the
+`slow_path` only, when set) until `release` is set: for killing a dispatcher mid-send. Actions
+are applied once per `Idempotency-Key`, as a backend that honours the key would: `applied` lists
+each key once, `received` every request.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -44,6 +44,8 @@ class Recorder:
     fail_first: int = 0
     always_fail: bool = False
     delay_seconds: float = 0.0
+    slow_path: str | None = None
+    release: threading.Event = field(default_factory=threading.Event)
     arrived: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -66,8 +68,8 @@ def _handler(recorder: Recorder) -> type[BaseHTTPRequestHandler]:
                 if not failing and key and key not in recorder.applied:
                     recorder.applied.append(key)
             recorder.arrived.set()
-            if recorder.delay_seconds:
-                time.sleep(recorder.delay_seconds)
+            if recorder.delay_seconds and recorder.slow_path in (None, got.path):
+                recorder.release.wait(recorder.delay_seconds)
             self.send_response(503 if failing else 200)
             self.send_header("Content-Length", "2")
             self.end_headers()
@@ -90,6 +92,7 @@ def running_recorder() -> Iterator[Recorder]:
     try:
         yield recorder
     finally:
+        recorder.release.set()
         server.shutdown()
         server.server_close()
 

@@ -166,3 +166,29 @@ def test_a_webhook_is_dead_lettered_after_n_failures_holds_the_next_and_an_opera
     dispatcher.run_once()
     assert [h.body["seq"] for h in backend.on("/hooks")][-2:] == [3, 4]
     assert OutboxService(rt.db).list(task_id=task_id, status="pending") == []
+
+
+def test_the_cli_lists_and_retries_with_one_line_errors(
+    rt: Runtime,
+    tmp_path: Path,
+    store_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from orchestrator.cli import main
+
+    task_id, _ = waiting_task(rt, tmp_path)
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    assert main(["outbox", "list", "--task", task_id]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert len(listed) == 2
+    assert all("webhook  pending" in line for line in listed)
+    first = int(listed[0].split()[0])
+    assert main(["outbox", "retry", str(first)]) == 1
+    assert capsys.readouterr().err.strip().endswith("only a dead one can be retried")
+    assert main(["outbox", "retry", "424242"]) == 1
+    assert "not_found" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as bad:
+        main(["outbox", "retry", "zero"])
+    assert bad.value.code == 2

@@ -138,6 +138,7 @@ def publish_txn(
             generation=record.generation,
             reason=record.reason,
             data={"session_id": session_id, "revision": record.revision},
+            task_locked=fence is not None,  # the fence check holds the task row
         )
     return PublishResult(record, created=True)
 

@@ -106,15 +106,8 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
 
-def _lock_task(conn: Connection, task_id: str) -> Any:
-    row = conn.execute(
-        select(tasks.c.status, tasks.c.generation)
-        .where(tasks.c.task_id == task_id)
-        .with_for_update()
-    ).one_or_none()
-    if row is None:
-        raise LookupError(f"task {task_id} does not exist")
-    return row
+def _lock_task(conn: Connection, task_id: str) -> None:
+    conn.execute(select(tasks.c.task_id).where(tasks.c.task_id == task_id).with_for_update())
 
 
 def lock_task_of_action(conn: Connection, action_id: str) -> None:
@@ -136,36 +129,46 @@ def record_event(
     status: str | None = None,
     reason: str | None = None,
     data: dict[str, Any] | None = None,
+    task_locked: bool = False,
 ) -> TaskEvent:
     """Append one event to the task's log, and its webhook when the type is one of
-    `WEBHOOK_EVENTS`. Locks the task row (a no-op when the caller's transaction holds it):
-    the seq is the next one in commit order. `generation` and `status` default to the task's."""
-    locked = _lock_task(conn, task_id)
+    `WEBHOOK_EVENTS`. The seq is the next one in commit order because the task row is locked
+    until the commit: pass `task_locked=True` only when the caller's transaction already holds
+    that lock (a fence check does). `generation` and `status` default to the task row's.
+    One statement (two with a webhook)."""
+    if not task_locked:
+        _lock_task(conn, task_id)
     now = utcnow()
-    seq = int(
-        conn.execute(
-            select(func.coalesce(func.max(task_events.c.seq), 0) + 1).where(
-                task_events.c.task_id == task_id
-            )
-        ).scalar_one()
+
+    def of_task(column: Any) -> Any:
+        return select(column).where(tasks.c.task_id == task_id).scalar_subquery()
+
+    next_seq = (
+        select(func.coalesce(func.max(task_events.c.seq), 0) + 1)
+        .where(task_events.c.task_id == task_id)
+        .scalar_subquery()
     )
-    event = TaskEvent(
-        task_id=task_id,
-        seq=seq,
-        type=event_type,
-        generation=generation if generation is not None else int(locked.generation),
-        status=status or str(locked.status),
-        reason=reason,
-        data=data or {},
-        created_at=now,
-    )
-    conn.execute(insert(task_events).values(**{k: getattr(event, k) for k in _EVENT_COLUMNS}))
+    row = conn.execute(
+        insert(task_events)
+        .values(
+            task_id=task_id,
+            seq=next_seq,
+            type=event_type,
+            generation=generation if generation is not None else of_task(tasks.c.generation),
+            status=status if status is not None else of_task(tasks.c.status),
+            reason=reason,
+            data=data or {},
+            created_at=now,
+        )
+        .returning(*task_events.c)
+    ).one()
+    event = TaskEvent.from_row(row)
     if event_type in WEBHOOK_EVENTS:
         conn.execute(
             insert(outbox).values(
                 kind="webhook",
                 task_id=task_id,
-                event_seq=seq,
+                event_seq=event.seq,
                 body=_dumps(webhook_body(event)),
                 status="pending",
                 attempts=0,
@@ -174,9 +177,6 @@ def record_event(
             )
         )
     return event
-
-
-_EVENT_COLUMNS = tuple(TaskEvent.__dataclass_fields__)
 
 
 def webhook_body(event: TaskEvent) -> dict[str, Any]:

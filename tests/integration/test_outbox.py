@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import itertools
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -192,3 +194,30 @@ def test_the_cli_lists_and_retries_with_one_line_errors(
     with pytest.raises(SystemExit) as bad:
         main(["outbox", "retry", "zero"])
     assert bad.value.code == 2
+
+
+def test_concurrent_producers_get_one_gapless_seq_per_task_in_commit_order(
+    rt: Runtime, tmp_path: Path
+) -> None:
+    task_id, _ = waiting_task(rt, tmp_path)
+    before = len(events(rt, task_id))
+    errors: list[BaseException] = []
+
+    def produce(n: int) -> None:
+        try:
+            for i in range(5):
+                with rt.db.transaction() as conn:
+                    outbox_store.record_event(conn, task_id, "note", reason=f"{n}.{i}")
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=produce, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == []
+    with rt.db.transaction(readonly=True) as conn:
+        logged = outbox_store.events_after(conn, task_id, 0, 200)
+    assert [e.seq for e in logged] == list(range(1, before + 31))
+    assert all(e.created_at <= f.created_at for e, f in itertools.pairwise(logged))

@@ -17,9 +17,22 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cache
 from typing import Any, Final
 
-from sqlalchemy import Connection, Row, exists, func, insert, or_, select, update
+from sqlalchemy import (
+    Connection,
+    Insert,
+    Integer,
+    Row,
+    bindparam,
+    exists,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 
 from orchestrator.store.actions import ActionRecord
 from orchestrator.store.tables import actions, outbox, task_events, tasks
@@ -139,29 +152,16 @@ def record_event(
     if not task_locked:
         _lock_task(conn, task_id)
     now = utcnow()
-
-    def of_task(column: Any) -> Any:
-        return select(column).where(tasks.c.task_id == task_id).scalar_subquery()
-
-    next_seq = (
-        select(func.coalesce(func.max(task_events.c.seq), 0) + 1)
-        .where(task_events.c.task_id == task_id)
-        .scalar_subquery()
-    )
-    row = conn.execute(
-        insert(task_events)
-        .values(
-            task_id=task_id,
-            seq=next_seq,
-            type=event_type,
-            generation=generation if generation is not None else of_task(tasks.c.generation),
-            status=status if status is not None else of_task(tasks.c.status),
-            reason=reason,
-            data=data or {},
-            created_at=now,
-        )
-        .returning(*task_events.c)
-    ).one()
+    params = {
+        "ev_task_id": task_id,
+        "ev_type": event_type,
+        "ev_generation": generation,
+        "ev_status": status,
+        "ev_reason": reason,
+        "ev_data": data or {},
+        "ev_created_at": now,
+    }
+    row = conn.execute(_insert_event(), params).one()
     event = TaskEvent.from_row(row)
     if event_type in WEBHOOK_EVENTS:
         conn.execute(
@@ -177,6 +177,39 @@ def record_event(
             )
         )
     return event
+
+
+@cache
+def _insert_event() -> Insert:
+    """Built once (compiled once): the next seq, and the task's generation and status unless
+    given, are read in the INSERT itself, one round trip."""
+
+    def of_task(column: Any) -> Any:
+        return select(column).where(tasks.c.task_id == bindparam("ev_task_id")).scalar_subquery()
+
+    next_seq = (
+        select(func.coalesce(func.max(task_events.c.seq), 0) + 1)
+        .where(task_events.c.task_id == bindparam("ev_task_id"))
+        .scalar_subquery()
+    )
+    return (
+        insert(task_events)
+        .values(
+            task_id=bindparam("ev_task_id"),
+            seq=next_seq,
+            type=bindparam("ev_type"),
+            generation=func.coalesce(
+                bindparam("ev_generation", type_=Integer), of_task(tasks.c.generation)
+            ),
+            status=func.coalesce(
+                bindparam("ev_status", type_=task_events.c.status.type), of_task(tasks.c.status)
+            ),
+            reason=bindparam("ev_reason", type_=task_events.c.reason.type),
+            data=bindparam("ev_data", type_=task_events.c.data.type),
+            created_at=bindparam("ev_created_at", type_=task_events.c.created_at.type),
+        )
+        .returning(*task_events.c)
+    )
 
 
 def webhook_body(event: TaskEvent) -> dict[str, Any]:

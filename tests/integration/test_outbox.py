@@ -221,3 +221,34 @@ def test_concurrent_producers_get_one_gapless_seq_per_task_in_commit_order(
         logged = outbox_store.events_after(conn, task_id, 0, 200)
     assert [e.seq for e in logged] == list(range(1, before + 31))
     assert all(e.created_at <= f.created_at for e, f in itertools.pairwise(logged))
+
+
+def test_two_dispatchers_share_the_work_without_sending_a_row_twice_or_out_of_order(
+    rt: Runtime, tmp_path: Path, backend: Recorder
+) -> None:
+    tasks = [waiting_task(rt, tmp_path) for _ in range(3)]
+    for _, action_id in tasks:
+        rt.actions.decide(action_id, approve=True, by="duty engineer", note=None)
+    senders = [OutboxDispatcher(rt.settings, rt.db, batch=2) for _ in range(2)]
+    errors: list[BaseException] = []
+
+    def drain(sender: OutboxDispatcher) -> None:
+        try:
+            for _ in range(20):
+                sender.run_once()
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=drain, args=(sender,)) for sender in senders]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    for sender in senders:
+        sender.close()
+    assert errors == []
+    assert sorted(backend.applied) == sorted(action for _, action in tasks)
+    assert len(backend.on("/actions")) == 3  # nobody crashed: each sent once
+    for task_id, _ in tasks:
+        seqs = [h.body["seq"] for h in backend.on("/hooks") if h.body["task_id"] == task_id]
+        assert seqs == [3, 4, 5]

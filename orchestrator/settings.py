@@ -108,6 +108,18 @@ class Settings(BaseSettings):
     # Operator accounts (issue 14): a file of `NAME ROLE SHA256-HEX-OF-TOKEN` lines; roles
     # viewer, operator, approver. ORCH_API_TOKEN stays one full-rights account beside them.
     operators: Path | None = None
+    # The outbox and its dispatcher (DESIGN section 8): where approved actions and signed task
+    # events go, how long one send may take, the backoff between attempts, and after how many
+    # failed attempts a webhook is dead-lettered (an action delivery is retried until a 2xx).
+    actions_url: str | None = None
+    webhook_url: str | None = None
+    webhook_secret: str | None = Field(default=None, repr=False)
+    outbox_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
+    outbox_backoff_seconds: float = Field(default=1.0, gt=0)
+    outbox_backoff_max_seconds: float = Field(default=300.0, gt=0)
+    outbox_poll_seconds: float = Field(default=1.0, gt=0)
+    webhook_max_attempts: int = Field(default=8, ge=1)
+    task_stream_poll_seconds: float = Field(default=1.0, gt=0)
 
     agent_internal_token: str | None = Field(
         default=None, validation_alias=_env("AGENT_INTERNAL_TOKEN")
@@ -165,6 +177,25 @@ class Settings(BaseSettings):
             return None
         _check_redis(value)
         return value
+
+    @field_validator("actions_url", "webhook_url")
+    @classmethod
+    def _check_http_url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http:// or https:// URL with a host")
+        return value
+
+    @model_validator(mode="after")
+    def _check_webhook_secret(self) -> Settings:
+        if self.webhook_url and not self.webhook_secret:
+            raise ValueError(
+                "invalid setting ORCH_WEBHOOK_SECRET: required when ORCH_WEBHOOK_URL is set "
+                "(every webhook is signed)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _check_output_tokens(self) -> Settings:

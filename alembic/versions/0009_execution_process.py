@@ -4,7 +4,7 @@ A worker that restarts, and every sweep, requeues at once the generations held b
 of its own host that no longer exist, instead of waiting for their leases to run out.
 
 Revision ID: 0009
-Revises: 0007
+Revises: 0008
 Create Date: 2026-12-04
 """
 
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0009"
-down_revision = "0007"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 

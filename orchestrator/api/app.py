@@ -24,10 +24,12 @@ from orchestrator.api import (
     collaboration,
     human_steps,
     invocations,
+    outbox,
     plans,
     sessions,
     stream,
     task_records,
+    task_stream,
     tasks,
 )
 from orchestrator.errors import OrchestratorError, Unauthorized
@@ -47,12 +49,14 @@ PUBLIC_ROUTERS: list[APIRouter] = [
     sessions.router,
     plans.router,
     stream.router,
+    task_stream.router,
     tasks.router,
     actions.router,
     invocations.router,
     task_records.router,
     human_steps.router,
     collaboration.router,
+    outbox.router,
 ]
 #: Routers of the trusted tool bridge, mounted under INTERNAL_PREFIX behind AGENT_INTERNAL_TOKEN.
 INTERNAL_ROUTERS: list[APIRouter] = [plans.internal_router]

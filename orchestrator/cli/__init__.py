@@ -9,14 +9,25 @@ from collections.abc import Sequence
 from sqlalchemy.exc import DataError, OperationalError, ProgrammingError, SQLAlchemyError
 
 from orchestrator import __version__
-from orchestrator.cli import actions, api, cleanup, db, demo, fleet, invocations, plans, tasks
+from orchestrator.cli import (
+    actions,
+    api,
+    cleanup,
+    db,
+    demo,
+    fleet,
+    invocations,
+    outbox,
+    plans,
+    tasks,
+)
 from orchestrator.cli.common import CommandFailed, Handler, one_line, safe_store_url
 from orchestrator.errors import OrchestratorError
 from orchestrator.settings import SettingsError
 
 __all__ = ["build_parser", "main"]
 
-GROUPS = (demo, db, tasks, actions, fleet, api, plans, invocations, cleanup)
+GROUPS = (demo, db, tasks, actions, outbox, fleet, api, plans, invocations, cleanup)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -19,6 +19,7 @@ from orchestrator.cli.common import (
     print_json,
 )
 from orchestrator.runtime import build_runtime
+from orchestrator.services.outbox import OutboxDispatcher
 
 __all__ = ["register"]
 
@@ -49,6 +50,11 @@ def register(commands: Any) -> None:
 
     sweeper = commands.add_parser("sweeper", help="requeue expired generations, in a loop")
     sweeper.add_argument("--once", action="store_true", help="one sweep, then exit")
+    sweeper.add_argument(
+        "--no-outbox",
+        action="store_true",
+        help="do not run the outbox dispatcher (`orchestrator outbox dispatch` runs it alone)",
+    )
     sweeper.set_defaults(handler=_sweeper)
 
     recover = commands.add_parser("recover", help="one sweep now, printing what it requeued")
@@ -101,6 +107,12 @@ def _sweeper(args: argparse.Namespace) -> int:
         f"sweeping every {settings.sweep_seconds:g}s (lease {settings.lease_seconds:g}s)",
         flush=True,
     )
+    # The outbox dispatcher runs beside the sweep loop, in a thread of its own: a slow
+    # business backend never delays a requeue.
+    outbox = None if args.once or args.no_outbox else OutboxDispatcher(settings, rt.db)
+    sender = threading.Thread(target=outbox.run, args=(stop,), daemon=True) if outbox else None
+    if sender is not None:
+        sender.start()
     try:
         while True:
             try:
@@ -122,6 +134,10 @@ def _sweeper(args: argparse.Namespace) -> int:
             if args.once or stop.wait(settings.sweep_seconds):
                 return 0
     finally:
+        stop.set()
+        if sender is not None and outbox is not None:
+            sender.join(timeout=settings.outbox_timeout_seconds + 1)
+            outbox.close()
         rt.close()
 
 

@@ -403,7 +403,27 @@ def render_explain(view: dict[str, Any]) -> str:
         )
     if view.get("running_receipts"):
         lines.append(f"  write receipts still running: {len(view['running_receipts'])}")
+    lines += _deliveries(view.get("deliveries"))
     return "\n".join(lines)
+
+
+def _deliveries(deliveries: dict[str, Any] | None) -> list[str]:
+    """The outbox rows of the task: counts, and each one not delivered (dead ones first)."""
+    if not deliveries or not deliveries["counts"]:
+        return []
+    counts = "; ".join(
+        f"{kind} " + ", ".join(f"{status} {n}" for status, n in sorted(by_status.items()))
+        for kind, by_status in sorted(deliveries["counts"].items())
+    )
+    lines = [f"  deliveries: {counts}"]
+    for row in sorted(deliveries["undelivered"], key=lambda r: r["status"] != "dead"):
+        what = row["action_id"] or f"event {row['event_id']}"
+        error = f", last error: {row['last_error']}" if row["last_error"] else ""
+        lines.append(
+            f"    {row['status'].upper() if row['status'] == 'dead' else row['status']}  "
+            f"outbox {row['outbox_id']}  {row['kind']} {what}  attempts {row['attempts']}{error}"
+        )
+    return lines
 
 
 def _time(value: Any) -> str:

@@ -22,6 +22,7 @@ from orchestrator.services.dispatch import Dispatcher, RecordingDispatcher, safe
 from orchestrator.services.plans import PlanService, publish_txn
 from orchestrator.services.redecide import redecide_txn
 from orchestrator.store import actions as action_store
+from orchestrator.store import outbox as outbox_store
 from orchestrator.store import plans as plan_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import tasks as task_store
@@ -112,6 +113,8 @@ class ActionService:
                 },
                 fence=fence,
             )
+            if created:
+                outbox_store.record_proposal(conn, action)
         if published.created:
             self.plans.notify(published.plan)
         return Proposal(action, published.plan.revision, created=created)
@@ -183,6 +186,7 @@ class ActionService:
             raise InvalidTransition(f"action {action_id} was decided meanwhile")
         decided = action_store.get_action(conn, action_id)
         assert decided is not None
+        outbox_store.record_decision(conn, decided)  # its webhook, and the delivery
         for hook in self.decision_hooks:  # rows that must commit with the decision
             hook(conn, decided)
         return decided, redecide_txn(conn, task)

@@ -35,6 +35,7 @@ from orchestrator.services.plans import PlanService
 from orchestrator.services.recovery import save_round_snapshot
 from orchestrator.settings import Settings
 from orchestrator.store import open_work
+from orchestrator.store import outbox as outbox_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database
@@ -390,6 +391,10 @@ def finish_generation(
                 recoveries=0,
                 rounds=live.rounds + 1,
             )
+            if nxt is not None:
+                outbox_store.record_event(
+                    conn, fence.task_id, "queued", generation=nxt, reason=decision.reason
+                )
             return decision, nxt
         task_store.end_and_settle(
             conn,
@@ -402,4 +407,5 @@ def finish_generation(
             last_error=decision.reason if decision.task_status == "failed" else None,
             rounds=live.rounds + 1,
         )
+        outbox_store.record_event(conn, fence.task_id, decision.task_status, reason=decision.reason)
     return decision, None

@@ -26,6 +26,7 @@ from orchestrator.domain.plan_authority import (
 )
 from orchestrator.errors import ConflictError, NotFound
 from orchestrator.events import NullNotifier, PlanNotifier
+from orchestrator.store import outbox as outbox_store
 from orchestrator.store import plans as store
 from orchestrator.store import reports as report_store
 from orchestrator.store import sessions as session_store
@@ -161,6 +162,17 @@ def publish_txn(
         updated_at=now or utcnow(),
     )
     store.insert_revision(conn, record)
+    if session.purpose == "task_execution" and record.task_id and record.generation:
+        # The task stream's log: one event per revision of a task's execution, same commit.
+        outbox_store.record_event(
+            conn,
+            record.task_id,
+            "plan_revision",
+            generation=record.generation,
+            reason=record.reason,
+            data={"session_id": session_id, "revision": record.revision},
+            task_locked=fence is not None,  # the fence check holds the task row
+        )
     return PublishResult(record, created=True)
 
 

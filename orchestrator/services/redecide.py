@@ -12,6 +12,7 @@ from __future__ import annotations
 from sqlalchemy import Connection
 
 from orchestrator.domain.decisions import open_human_nodes
+from orchestrator.store import outbox as outbox_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.records import TaskRecord
@@ -30,7 +31,7 @@ def redecide_txn(conn: Connection, task: TaskRecord) -> int | None:
     facts = report_store.generation_facts(conn, task.task_id, task.generation, task.session_id)
     if facts.pending_actions > 0 or open_human_nodes(facts.plan_nodes):
         return None
-    return task_store.requeue_generation(
+    nxt = task_store.requeue_generation(
         conn,
         task.task_id,
         task.generation,
@@ -39,3 +40,9 @@ def redecide_txn(conn: Connection, task: TaskRecord) -> int | None:
         recoveries=0,
         rounds=task.rounds,
     )
+    if nxt is not None:
+        # The task stream and the webhooks see the move, in this transaction.
+        outbox_store.record_event(
+            conn, task.task_id, "queued", generation=nxt, reason="nothing waits any more"
+        )
+    return nxt

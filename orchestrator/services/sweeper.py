@@ -20,6 +20,7 @@ from orchestrator.leases.process import ProcessIdentity, is_gone
 from orchestrator.services.dispatch import Dispatcher, safe_dispatch, safe_dispatch_many
 from orchestrator.services.lease_keeper import lease_name
 from orchestrator.settings import Settings
+from orchestrator.store import outbox as outbox_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database
 from orchestrator.store.lost import held_on_host, requeue_lost
@@ -148,6 +149,24 @@ class Sweeper:
             batch = requeue_lost(
                 conn, lost, reason=reason, max_recoveries=self.settings.max_recoveries
             )
+            # The task stream and the webhooks see each move, in the same transaction.
+            for task_id, generation, nxt in batch.requeued:
+                outbox_store.record_event(
+                    conn,
+                    task_id,
+                    "queued",
+                    generation=nxt,
+                    reason=f"generation {generation}: {reason}",
+                    task_locked=True,
+                )
+            for task_id, generation in batch.parked:
+                outbox_store.record_event(
+                    conn,
+                    task_id,
+                    "failed",
+                    reason=f"recovery_limit: generation {generation}: {reason}",
+                    task_locked=True,
+                )
         report.requeued += batch.requeued
         report.parked += batch.parked
         for task_id, generation in [(t, g) for t, g, _ in batch.requeued] + batch.parked:

@@ -15,6 +15,7 @@ from orchestrator.leases import LeaseBackend
 from orchestrator.services.dispatch import Dispatcher, safe_dispatch
 from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.recovery import snapshot_for
+from orchestrator.store import outbox as outbox_store
 from orchestrator.store import plans as plan_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import tasks as task_store
@@ -125,6 +126,9 @@ class TaskService:
                 new_intent=True,
             )
             assert nxt is not None  # the row lock keeps the generation ours
+            outbox_store.record_event(
+                conn, task_id, "queued", generation=nxt, reason=f"requeued: {reason}"
+            )
         safe_dispatch(self.dispatcher, task_id, nxt)
         return self.get(task_id)
 
@@ -145,6 +149,7 @@ class TaskService:
                 .where(tasks.c.task_id == task_id)
                 .values(status="cancelled", last_error=reason, updated_at=utcnow())
             )
+            outbox_store.record_event(conn, task_id, "cancelled", reason=reason)
         return self.get(task_id)
 
     def explain(self, task_id: str) -> dict[str, Any]:
@@ -163,6 +168,7 @@ class TaskService:
             before = task.generation + (0 if task.status == "running" else 1)
             last = task_store.last_started_execution(conn, task_id, before)
             recovery = snapshot_for(conn, last) if last is not None else None
+            deliveries = outbox_store.delivery_summary(conn, task_id)
         view = task_view(task)
         view.update(
             {
@@ -175,6 +181,7 @@ class TaskService:
                 "token_usage": usage_view(usage),
                 "recovery": recovery.to_dict() if recovery is not None else None,
                 "running_receipts": self._unknown_receipts(task_id, "running"),
+                "deliveries": deliveries,
             }
         )
         return view

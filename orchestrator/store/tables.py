@@ -35,10 +35,12 @@ __all__ = [
     "invocation_receipts",
     "leases",
     "metadata",
+    "outbox",
     "plan_revisions",
     "recovery_snapshots",
     "reports",
     "sessions",
+    "task_events",
     "tasks",
     "transcript_entries",
     "unresolved_receipt",
@@ -375,4 +377,54 @@ transcript_entries = Table(
     PrimaryKeyConstraint("session_id", "seq"),
     one_of("kind", ("model_turn", "tool_result", "summary")),
     Index(None, "task_id", "generation", "seq"),
+)
+
+#: What must reach the business backend (DESIGN section 8, invariant 24). Event rows below are
+#: the task's own ordered log (the task stream reads it); outbox rows are deliveries, each
+#: written in the transaction of the change it reports.
+OUTBOX_KINDS = ("action", "webhook")
+OUTBOX_STATUSES = ("pending", "delivered", "dead")
+
+#: One task's events in commit order: `seq` is 1, 2, 3... per task, allocated under the task
+#: row lock, so it is the order in which the changes committed (the stream's event id).
+task_events = Table(
+    "task_events",
+    metadata,
+    Column("task_id", String(ID), ForeignKey("tasks.task_id", ondelete="CASCADE"), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("type", String(32), nullable=False),
+    Column("generation", Integer, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("reason", Text, nullable=True),
+    Column("data", JSONDocument, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    PrimaryKeyConstraint("task_id", "seq"),
+    CheckConstraint("seq >= 1", name="seq_positive"),
+)
+
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("outbox_id", Integer, primary_key=True, autoincrement=True),
+    Column("kind", String(16), nullable=False),
+    Column("task_id", String(ID), ForeignKey("tasks.task_id", ondelete="CASCADE"), nullable=False),
+    Column("event_seq", Integer, nullable=True),
+    Column("action_id", String(ID), nullable=True),
+    Column("body", Text, nullable=False),  # the exact bytes sent (and signed)
+    Column("status", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("next_attempt_at", UTCDateTime, nullable=False),
+    Column("last_error", Text, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("delivered_at", UTCDateTime, nullable=True),
+    UniqueConstraint("action_id"),  # one delivery per approval
+    one_of("kind", OUTBOX_KINDS),
+    one_of("status", OUTBOX_STATUSES),
+    CheckConstraint(
+        "(kind = 'action' AND action_id IS NOT NULL) "
+        "OR (kind = 'webhook' AND event_seq IS NOT NULL)",
+        name="kind_reference",
+    ),
+    Index(None, "status", "next_attempt_at"),
+    Index(None, "task_id", "kind", "event_seq"),
 )

@@ -1,4 +1,5 @@
-"""Real fleet processes for acceptance tests: `orchestrator worker` and `orchestrator sweeper`."""
+"""Real fleet processes for acceptance tests: `orchestrator worker`, `sweeper`, `outbox dispatch`
+and `api`."""
 
 from __future__ import annotations
 
@@ -55,6 +56,12 @@ class Fleet:
 
     def sweeper(self) -> subprocess.Popen[bytes]:
         return self._start("sweeper", "sweeper")
+
+    def dispatcher(self) -> subprocess.Popen[bytes]:
+        return self._start("dispatcher", "outbox", "dispatch")
+
+    def api(self, port: int) -> subprocess.Popen[bytes]:
+        return self._start("api", "api", "--port", str(port))
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         merged = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}

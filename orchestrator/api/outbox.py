@@ -1,0 +1,83 @@
+"""Deliveries to the business backend over HTTP: `/api/v1/outbox` (list, operator retry)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends, Query, Request
+from pydantic import BaseModel, Field
+
+from orchestrator.services.outbox import OutboxService
+
+__all__ = ["ERROR_RESPONSES", "ErrorEnvelope", "router"]
+
+router = APIRouter(prefix="/api/v1/outbox", tags=["outbox"])
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    details: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ErrorEnvelope(BaseModel):
+    """Every error: `{"error": {"code", "message", "details"}}`."""
+
+    error: ErrorBody
+
+
+#: The error answers the outbox routes declare (the envelope above).
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorEnvelope, "description": "missing or wrong bearer token"},
+    404: {"model": ErrorEnvelope, "description": "no such delivery"},
+    409: {"model": ErrorEnvelope, "description": "`invalid_transition`: not dead-lettered"},
+    422: {"model": ErrorEnvelope, "description": "invalid request"},
+}
+
+
+class Delivery(BaseModel):
+    """One outbox row: an approved action's delivery or a task event's webhook."""
+
+    outbox_id: int
+    kind: Literal["action", "webhook"]
+    task_id: str
+    event_id: str | None = Field(description="`TASK_ID:SEQ` of a webhook's event")
+    event_seq: int | None
+    action_id: str | None
+    status: Literal["pending", "delivered", "dead"]
+    attempts: int
+    next_attempt_at: datetime
+    last_error: str | None
+    created_at: datetime
+    delivered_at: datetime | None
+
+
+class DeliveryPage(BaseModel):
+    items: list[Delivery]
+    next_cursor: str | None = Field(description="pass as `cursor` for the next page")
+
+
+def get_outbox(request: Request) -> OutboxService:
+    return OutboxService(request.app.state.db)
+
+
+@router.get("", response_model=DeliveryPage, responses=ERROR_RESPONSES)
+def list_deliveries(
+    task_id: str | None = Query(default=None, max_length=36),
+    status: Literal["pending", "delivered", "dead"] | None = Query(default=None),
+    kind: Literal["action", "webhook"] | None = Query(default=None),
+    cursor: int | None = Query(default=None, ge=0, le=2**62),
+    limit: int = Query(default=50, ge=1, le=200),
+    service: OutboxService = Depends(get_outbox),
+) -> dict[str, Any]:
+    """Deliveries oldest first; `status=dead` lists what an operator may retry."""
+    rows = service.list(task_id=task_id, status=status, kind=kind, after_id=cursor, limit=limit)
+    next_cursor = str(rows[-1].outbox_id) if len(rows) == limit else None
+    return {"items": [row.public() for row in rows], "next_cursor": next_cursor}
+
+
+@router.post("/{outbox_id}/retry", response_model=Delivery, responses=ERROR_RESPONSES)
+def retry_delivery(outbox_id: int, service: OutboxService = Depends(get_outbox)) -> dict[str, Any]:
+    """A dead-lettered delivery is due again now, with a fresh attempt count."""
+    return service.retry(outbox_id).public()

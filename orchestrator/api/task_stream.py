@@ -1,0 +1,102 @@
+"""The task stream (SSE): `GET /api/v1/tasks/{task_id}/stream`, following every generation.
+
+A `state` snapshot first (status, generation, current plan, pending actions), then the task's
+event log in commit order: `execution_plan` for each revision of the generation running,
+`status` for each change (`queued` for a new generation, `waiting`, and the final ones),
+`action_proposed` and `action_decided`. Every event's id is the task's durable `seq`, so
+`Last-Event-ID: n` resumes at n + 1, also after an API restart. The stream ends after a final
+status (`completed`, `failed`, `cancelled`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Depends, Header, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from orchestrator.api.deps import get_db
+from orchestrator.api.outbox import ERROR_RESPONSES
+from orchestrator.api.stream import sse_event
+from orchestrator.services.task_stream import TaskSnapshot, TaskStreamService
+from orchestrator.store.db import Database
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/api/v1/tasks", tags=["stream"])
+
+_BATCH = 100
+
+
+def _resume_from(raw: str | None) -> int | None:
+    if raw is None:
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        return None  # not one of ours: behave as a first connection
+    return value if value >= 0 else None
+
+
+async def _events(
+    service: TaskStreamService,
+    task_id: str,
+    snapshot: TaskSnapshot,
+    after: int | None,
+    keepalive: float,
+    poll: float,
+) -> AsyncIterator[bytes]:
+    # A first connection's snapshot carries the id it is current to; a resumed one's does not
+    # (the events after the client's id follow, and must not be skipped on the next resume).
+    first = after is None
+    yield sse_event("state", jsonable_encoder(snapshot.data), snapshot.last_seq if first else None)
+    # An id above the newest is not one of ours (the log is never trimmed): resume at the newest.
+    last = snapshot.last_seq if after is None else min(after, snapshot.last_seq)
+    sent_at = time.monotonic()
+    while True:
+        events = await run_in_threadpool(service.events_after, task_id, last, _BATCH)
+        for event in events:
+            yield sse_event(event.name, jsonable_encoder(event.data), event.seq)
+            last = event.seq
+            sent_at = time.monotonic()
+            if event.final:
+                return
+        if len(events) == _BATCH:
+            continue
+        if snapshot.final and not events:
+            return  # finished before the stream opened, and nothing follows
+        idle = time.monotonic() - sent_at
+        if idle >= keepalive:
+            yield b": keep-alive\n\n"
+            sent_at = time.monotonic()
+            idle = 0.0
+        await asyncio.sleep(max(0.01, min(poll, keepalive - idle)))
+
+
+@router.get(
+    "/{task_id}/stream",
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "the task's events"},
+        **ERROR_RESPONSES,
+    },
+)
+async def task_stream(
+    task_id: str,
+    request: Request,
+    last_event_id: str | None = Header(default=None, alias="Last-Event-ID"),
+    db: Database = Depends(get_db),
+) -> StreamingResponse:
+    """`text/event-stream` of one task across its generations; an unknown task is a 404."""
+    service = TaskStreamService(db)
+    snapshot = await run_in_threadpool(service.snapshot, task_id)
+    keepalive = float(request.app.state.keepalive_seconds)
+    poll = float(request.app.state.settings.task_stream_poll_seconds)
+    return StreamingResponse(
+        _events(service, task_id, snapshot, _resume_from(last_event_id), keepalive, poll),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

@@ -1,0 +1,110 @@
+"""`orchestrator outbox dispatch|list|retry`: deliveries to the business backend."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+from types import FrameType
+from typing import Any
+
+from orchestrator.cli.common import add_json_flag, bounded_int, load, print_json
+from orchestrator.services.outbox import OutboxDispatcher, OutboxService
+from orchestrator.store.db import Database
+from orchestrator.store.outbox import OutboxRow
+from orchestrator.store.tables import OUTBOX_KINDS, OUTBOX_STATUSES
+
+__all__ = ["register"]
+
+
+def register(commands: Any) -> None:
+    group = commands.add_parser("outbox", help="approved actions and webhooks to the backend")
+    outbox = group.add_subparsers(dest="outbox_command", metavar="ACTION", required=True)
+
+    dispatch = outbox.add_parser("dispatch", help="send due deliveries, in a loop")
+    dispatch.add_argument("--once", action="store_true", help="one round, then exit")
+    dispatch.set_defaults(handler=_dispatch)
+
+    listing = outbox.add_parser("list", help="deliveries, oldest first")
+    listing.add_argument("--task", dest="task_id")
+    listing.add_argument("--status", choices=OUTBOX_STATUSES)
+    listing.add_argument("--kind", choices=OUTBOX_KINDS)
+    listing.add_argument("--limit", type=bounded_int(1, 200), default=50)
+    add_json_flag(listing)
+    listing.set_defaults(handler=_list)
+
+    retry = outbox.add_parser("retry", help="send a dead-lettered delivery again")
+    retry.add_argument("outbox_id", type=bounded_int(1, 2**62))
+    add_json_flag(retry)
+    retry.set_defaults(handler=_retry)
+
+
+def _db() -> Database:
+    settings = load()
+    return Database.from_url(settings.store_url, pool_size=1, max_overflow=1)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    settings = load()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    db = Database.from_url(settings.store_url, pool_size=2, max_overflow=1)
+    dispatcher = OutboxDispatcher(settings, db)
+    try:
+        if args.once:
+            report = dispatcher.run_once()
+            print(
+                f"delivered {len(report.delivered)}, failed {len(report.failed)}, "
+                f"dead-lettered {len(report.dead)}"
+            )
+            return 0
+        stop = threading.Event()
+
+        def _stop(_signum: int, _frame: FrameType | None) -> None:
+            stop.set()
+
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+        print(f"dispatching {', '.join(dispatcher.kinds) or 'nothing (no URL set)'}", flush=True)
+        dispatcher.run(stop)
+        return 0
+    finally:
+        dispatcher.close()
+        db.dispose()
+
+
+def _line(row: OutboxRow) -> str:
+    what = row.action_id if row.kind == "action" else f"event {row.task_id}:{row.event_seq}"
+    error = f"  last error: {row.last_error}" if row.last_error else ""
+    return (
+        f"{row.outbox_id:>6}  {row.kind:7}  {row.status:9}  attempts {row.attempts:<3}  "
+        f"task {row.task_id}  {what}{error}"
+    )
+
+
+def _list(args: argparse.Namespace) -> int:
+    db = _db()
+    try:
+        rows = OutboxService(db).list(
+            task_id=args.task_id, status=args.status, kind=args.kind, limit=args.limit
+        )
+    finally:
+        db.dispose()
+    if args.json:
+        print_json([row.public() for row in rows])
+        return 0
+    print("\n".join(_line(row) for row in rows) or "no deliveries")
+    return 0
+
+
+def _retry(args: argparse.Namespace) -> int:
+    db = _db()
+    try:
+        row = OutboxService(db).retry(args.outbox_id)
+    finally:
+        db.dispose()
+    if args.json:
+        print_json(row.public())
+    else:
+        print(f"outbox {row.outbox_id} is due again (task {row.task_id})")
+    return 0

@@ -1,0 +1,218 @@
+"""The outbox dispatcher: sends what the outbox holds to the business backend, until a 2xx.
+
+It runs in the sweeper process (a thread of `orchestrator sweeper`) or alone
+(`orchestrator outbox dispatch`). A round claims due rows (the claim, with its attempt counted
+and a hold as long as one send may take, commits first), sends each outside any transaction
+with a bounded timeout, then records the result: delivered, or the error and the next attempt
+after an exponential backoff. A dispatcher killed mid-send leaves its rows to be sent again when
+the hold runs out: at least once, and exactly once for a backend that honours the action id as
+`Idempotency-Key`. A webhook that failed `ORCH_WEBHOOK_MAX_ATTEMPTS` times is dead-lettered
+until an operator retries it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import threading
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Final
+
+import httpx
+
+from orchestrator.errors import InvalidTransition, NotFound
+from orchestrator.settings import Settings
+from orchestrator.store import outbox as store
+from orchestrator.store.db import Database
+from orchestrator.store.outbox import OutboxRow
+from orchestrator.store.types import utcnow
+
+__all__ = [
+    "IDEMPOTENCY_HEADER",
+    "SIGNATURE_HEADER",
+    "DispatchReport",
+    "OutboxDispatcher",
+    "OutboxService",
+    "sign",
+]
+
+log = logging.getLogger(__name__)
+
+SIGNATURE_HEADER: Final = "X-Orchestrator-Signature"
+IDEMPOTENCY_HEADER: Final = "Idempotency-Key"
+EVENT_ID_HEADER: Final = "X-Orchestrator-Event-Id"
+#: Beyond the send timeout, how long a claimed row stays held before another dispatcher may
+#: take it (a dispatcher that died mid-send): the timeout again, at most this much.
+_HOLD_MARGIN_SECONDS: Final = 5.0
+
+
+def sign(secret: str, body: bytes) -> str:
+    """The signature header's value: `sha256=` and the hex HMAC-SHA256 of the raw body."""
+    return "sha256=" + hmac.new(secret.encode("utf-8"), body, hashlib.sha256).hexdigest()
+
+
+@dataclass
+class DispatchReport:
+    delivered: list[int] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+    dead: list[int] = field(default_factory=list)
+
+    @property
+    def sent(self) -> int:
+        return len(self.delivered) + len(self.failed) + len(self.dead)
+
+
+class OutboxDispatcher:
+    """Claims, sends and records; `run_once` is one round, `run` loops until `stop` is set."""
+
+    def __init__(
+        self, settings: Settings, db: Database, client: httpx.Client | None = None, batch: int = 20
+    ) -> None:
+        self.settings = settings
+        self.db = db
+        self.batch = batch
+        timeout = settings.outbox_timeout_seconds
+        self.client = client or httpx.Client(
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)), follow_redirects=False
+        )
+
+    @property
+    def hold_seconds(self) -> float:
+        timeout = self.settings.outbox_timeout_seconds
+        return timeout + min(timeout, _HOLD_MARGIN_SECONDS)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """Only the kinds with a configured endpoint are claimed; the rest wait for one."""
+        kinds = []
+        if self.settings.actions_url:
+            kinds.append("action")
+        if self.settings.webhook_url:
+            kinds.append("webhook")
+        return tuple(kinds)
+
+    def run_once(self) -> DispatchReport:
+        """Claim and send until nothing is due (at most a few batches)."""
+        report = DispatchReport()
+        for _ in range(10):
+            with self.db.transaction() as conn:
+                rows = store.claim_due(
+                    conn,
+                    self.kinds,
+                    limit=self.batch,
+                    hold_seconds=self.hold_seconds,
+                )
+            delivered = len(report.delivered)
+            for row in rows:
+                self._deliver(row, report)
+            # A delivered webhook makes its task's next event due: go again while work flows.
+            if len(rows) < self.batch and len(report.delivered) == delivered:
+                break
+        return report
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                report = self.run_once()
+            except Exception as exc:  # the store briefly away must not end the loop
+                log.warning("outbox round failed (%s); retrying", type(exc).__name__)
+                report = DispatchReport()
+            if not report.sent:
+                stop.wait(self.settings.outbox_poll_seconds)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _deliver(self, row: OutboxRow, report: DispatchReport) -> None:
+        error = self._send(row)
+        with self.db.transaction() as conn:
+            if error is None:
+                store.mark_delivered(conn, row.outbox_id)
+                report.delivered.append(row.outbox_id)
+                return
+            dead = row.kind == "webhook" and row.attempts >= self.settings.webhook_max_attempts
+            delay = min(
+                self.settings.outbox_backoff_seconds * 2 ** (row.attempts - 1),
+                self.settings.outbox_backoff_max_seconds,
+            )
+            store.mark_failed(
+                conn, row, error, retry_at=utcnow() + timedelta(seconds=delay), dead=dead
+            )
+        (report.dead if dead else report.failed).append(row.outbox_id)
+        log.warning(
+            "outbox %s (%s of task %s) attempt %d failed: %s%s",
+            row.outbox_id,
+            row.kind,
+            row.task_id,
+            row.attempts,
+            error,
+            "; dead-lettered" if dead else "",
+        )
+
+    def _send(self, row: OutboxRow) -> str | None:
+        """None when the endpoint answered 2xx, else what went wrong (never a secret)."""
+        body = row.body.encode("utf-8")
+        headers = {
+            "Content-Type": "application/json",
+            "X-Orchestrator-Delivery": str(row.outbox_id),
+        }
+        if row.kind == "action":
+            url = self.settings.actions_url
+            assert row.action_id is not None
+            headers[IDEMPOTENCY_HEADER] = row.action_id
+        else:
+            url = self.settings.webhook_url
+            secret = self.settings.webhook_secret
+            assert secret is not None  # the settings refuse a webhook URL without one
+            headers[SIGNATURE_HEADER] = sign(secret, body)
+            headers[EVENT_ID_HEADER] = f"{row.task_id}:{row.event_seq}"
+        assert url is not None  # only configured kinds are claimed
+        try:
+            response = self.client.post(url, content=body, headers=headers)
+        except httpx.TimeoutException:
+            return "timed out"
+        except httpx.HTTPError as exc:
+            return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+        if 200 <= response.status_code < 300:
+            return None
+        return f"HTTP {response.status_code}"
+
+
+class OutboxService:
+    """What operators see and do: list deliveries, retry a dead-lettered one."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def list(
+        self,
+        *,
+        task_id: str | None = None,
+        status: str | None = None,
+        kind: str | None = None,
+        after_id: int | None = None,
+        limit: int = 50,
+    ) -> list[OutboxRow]:
+        with self.db.transaction(readonly=True) as conn:
+            return store.list_rows(
+                conn, task_id=task_id, status=status, kind=kind, after_id=after_id, limit=limit
+            )
+
+    def retry(self, outbox_id: int) -> OutboxRow:
+        with self.db.transaction() as conn:
+            row = store.get_row(conn, outbox_id)
+            if row is None:
+                raise NotFound(f"outbox row {outbox_id} does not exist")
+            if not store.retry_dead(conn, outbox_id):
+                raise InvalidTransition(
+                    f"outbox row {outbox_id} is {row.status}; only a dead one can be retried"
+                )
+            retried = store.get_row(conn, outbox_id)
+        assert retried is not None
+        return retried
+
+    def summary(self, task_id: str) -> dict[str, Any]:
+        with self.db.transaction(readonly=True) as conn:
+            return store.delivery_summary(conn, task_id)

@@ -1,0 +1,94 @@
+"""What the task stream shows: a snapshot, then the task's event log in commit order.
+
+The log (`task_events`) is written in the transaction of each change, with a per-task `seq`
+allocated under the task row lock: a client that saw event n has seen every change committed
+before it, and `Last-Event-ID: n` resumes at n + 1 after any reconnect or API restart. Plan
+revisions are logged by reference and read here, so the stream shows the stored revision.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
+from orchestrator.errors import NotFound
+from orchestrator.store import actions as action_store
+from orchestrator.store import outbox as outbox_store
+from orchestrator.store import plans as plan_store
+from orchestrator.store import tasks as task_store
+from orchestrator.store.db import Database
+
+__all__ = ["STATUS_EVENTS", "StreamEvent", "TaskSnapshot", "TaskStreamService"]
+
+#: Log entries shown as `status` events.
+STATUS_EVENTS: Final = ("queued", "waiting", "completed", "failed", "cancelled")
+
+
+@dataclass(frozen=True)
+class TaskSnapshot:
+    data: dict[str, Any]
+    last_seq: int
+    final: bool
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    seq: int
+    name: str  # the SSE event name
+    data: dict[str, Any]
+    final: bool  # a final status: the stream ends after it
+
+
+class TaskStreamService:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def snapshot(self, task_id: str) -> TaskSnapshot:
+        """Status, generation, current plan and pending actions; `last_seq` is read first, so
+        the snapshot is at least as new as it (a change after it is sent again, never lost)."""
+        with self.db.transaction(readonly=True) as conn:
+            seq = outbox_store.last_seq(conn, task_id)
+            task = task_store.get_task(conn, task_id)
+            if task is None:
+                raise NotFound(f"task {task_id} does not exist")
+            plan = plan_store.latest_revision(conn, task.session_id) if task.session_id else None
+            pending = action_store.list_actions(
+                conn, status="pending_approval", task_id=task_id, limit=200
+            )
+        data = {
+            "task_id": task.task_id,
+            "status": task.status,
+            "generation": task.generation,
+            "reason": task.last_error,
+            "plan": plan.to_dict() if plan else None,
+            "pending_actions": [action.to_dict() for action in pending],
+            "last_event_id": seq,
+        }
+        return TaskSnapshot(data, seq, task.status in TERMINAL_TASK_STATUSES)
+
+    def events_after(self, task_id: str, after: int, limit: int = 100) -> list[StreamEvent]:
+        with self.db.transaction(readonly=True) as conn:
+            out = []
+            for event in outbox_store.events_after(conn, task_id, after, limit):
+                base = {
+                    "seq": event.seq,
+                    "type": event.type,
+                    "generation": event.generation,
+                    "status": event.status,
+                    "reason": event.reason,
+                    "time": event.created_at.isoformat(),
+                }
+                if event.type == "plan_revision":
+                    plan = plan_store.get_revision(
+                        conn, event.data["session_id"], int(event.data["revision"])
+                    )
+                    base["plan"] = plan.to_dict() if plan else None
+                    out.append(StreamEvent(event.seq, "execution_plan", base, final=False))
+                elif event.type in STATUS_EVENTS:
+                    final = event.type in TERMINAL_TASK_STATUSES
+                    out.append(StreamEvent(event.seq, "status", base, final=final))
+                else:
+                    base.update(event.data)
+                    out.append(StreamEvent(event.seq, event.type, base, final=False))
+            return out

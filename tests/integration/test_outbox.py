@@ -1,0 +1,254 @@
+"""The outbox: rows commit with the change they report; the dispatcher delivers them.
+
+Approved actions reach the backend once (idempotency key = action id), rejected ones never;
+webhooks are signed, in order per task, dead-lettered after N failures and retried by an
+operator. Both stores, a real HTTP backend on loopback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import itertools
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from orchestrator.api.app import create_app
+from orchestrator.runtime import Runtime
+from orchestrator.services.outbox import OutboxDispatcher, OutboxService
+from orchestrator.store import outbox as outbox_store
+from tests.executions_support import runtime_for
+from tests.outbox_support import Recorder, running_recorder, waiting_task
+
+SECRET = "webhook-secret-for-tests"
+
+
+@pytest.fixture
+def backend() -> Iterator[Recorder]:
+    with running_recorder() as recorder:
+        yield recorder
+
+
+@pytest.fixture
+def rt(store_url: str, tmp_path: Path, backend: Recorder) -> Iterator[Runtime]:
+    runtime, _ = runtime_for(
+        store_url,
+        tmp_path / "scripts",
+        actions_url=f"{backend.url}/actions",
+        webhook_url=f"{backend.url}/hooks",
+        webhook_secret=SECRET,
+        outbox_backoff_seconds=0.01,
+        outbox_timeout_seconds=2,
+        webhook_max_attempts=3,
+    )
+    yield runtime
+    runtime.close()
+
+
+@pytest.fixture
+def dispatcher(rt: Runtime) -> Iterator[OutboxDispatcher]:
+    sender = OutboxDispatcher(rt.settings, rt.db)
+    yield sender
+    sender.close()
+
+
+def events(rt: Runtime, task_id: str) -> list[str]:
+    with rt.db.transaction(readonly=True) as conn:
+        return [e.type for e in outbox_store.events_after(conn, task_id, 0, 100)]
+
+
+def verify(raw: bytes, header: str) -> bool:
+    expected = "sha256=" + hmac.new(SECRET.encode(), raw, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(expected, header)
+
+
+def test_an_approval_is_delivered_once_with_its_idempotency_key_and_events_are_signed(
+    rt: Runtime, tmp_path: Path, backend: Recorder, dispatcher: OutboxDispatcher
+) -> None:
+    task_id, action_id = waiting_task(rt, tmp_path)
+    assert events(rt, task_id) == [
+        "plan_revision",
+        "plan_revision",
+        "action_proposed",
+        "waiting",
+    ]
+    rt.actions.decide(action_id, approve=True, by="duty engineer", note="go")
+    dispatcher.run_once()
+    dispatcher.run_once()  # nothing is sent twice
+    [delivery] = backend.on("/actions")
+    assert delivery.headers["idempotency-key"] == action_id
+    body: dict[str, Any] = delivery.body
+    assert body["action_id"] == action_id
+    assert (body["kind"], body["payload"], body["task_id"]) == (
+        "work_order",
+        {"crew": "north"},
+        task_id,
+    )
+    assert (body["node_id"], body["approver"]) == ("repair", "duty engineer")
+    hooks = backend.on("/hooks")
+    assert [h.body["type"] for h in hooks] == ["action_proposed", "waiting", "action_decided"]
+    assert [h.body["event_id"] for h in hooks] == [f"{task_id}:{n}" for n in (3, 4, 5)]
+    for hook in hooks:
+        assert verify(hook.raw, hook.headers["x-orchestrator-signature"])
+        assert hook.body["task_id"] == task_id
+        assert hook.body["generation"] == 1
+        assert {"status", "reason", "time"} <= hook.body.keys()
+    assert not verify(hooks[0].raw + b" ", hooks[0].headers["x-orchestrator-signature"])
+    rows = OutboxService(rt.db).list(task_id=task_id)
+    assert {(r.kind, r.status, r.attempts) for r in rows} == {
+        ("action", "delivered", 1),
+        ("webhook", "delivered", 1),
+    }
+    assert all(r.delivered_at is not None for r in rows)
+
+
+def test_a_rejected_action_is_never_delivered(
+    rt: Runtime, tmp_path: Path, backend: Recorder, dispatcher: OutboxDispatcher
+) -> None:
+    task_id, action_id = waiting_task(rt, tmp_path)
+    rt.actions.decide(action_id, approve=False, by="duty engineer", note="no")
+    rt.tasks.cancel(task_id, "not needed")
+    dispatcher.run_once()
+    assert backend.on("/actions") == []
+    decided = [h.body for h in backend.on("/hooks") if h.body["type"] == "action_decided"]
+    assert decided[0]["action"]["status"] == "rejected"
+    assert backend.on("/hooks")[-1].body["type"] == "cancelled"
+
+
+def test_retries_back_off_until_a_2xx_and_webhooks_stay_in_order(
+    rt: Runtime, tmp_path: Path, backend: Recorder, dispatcher: OutboxDispatcher
+) -> None:
+    task_id, action_id = waiting_task(rt, tmp_path)
+    rt.actions.decide(action_id, approve=True, by="duty engineer", note=None)
+    backend.fail_first = 2
+    for _ in range(40):
+        dispatcher.run_once()
+        if not OutboxService(rt.db).list(task_id=task_id, status="pending"):
+            break
+    assert backend.applied == [action_id]
+    delivered = [h.body["seq"] for h in backend.on("/hooks")]
+    # Each event arrives at least once, and never before an earlier event was delivered.
+    assert sorted(set(delivered)) == [3, 4, 5]
+    first_seen = [seq for i, seq in enumerate(delivered) if seq not in delivered[:i]]
+    assert first_seen == [3, 4, 5]
+    failed = [r for r in OutboxService(rt.db).list(task_id=task_id) if r.attempts > 1]
+    assert failed
+    assert all(r.status == "delivered" for r in failed)
+
+
+def test_a_webhook_is_dead_lettered_after_n_failures_holds_the_next_and_an_operator_retries(
+    rt: Runtime, tmp_path: Path, backend: Recorder, dispatcher: OutboxDispatcher, store_url: str
+) -> None:
+    task_id, _ = waiting_task(rt, tmp_path)
+    backend.always_fail = True
+    for _ in range(40):
+        dispatcher.run_once()
+        if OutboxService(rt.db).list(task_id=task_id, status="dead"):
+            break
+    [dead] = OutboxService(rt.db).list(task_id=task_id, status="dead")
+    assert (dead.event_seq, dead.attempts, dead.last_error) == (3, 3, "HTTP 503")
+    assert {h.body["seq"] for h in backend.on("/hooks")} == {3}  # seq 4 waits behind it
+    view = rt.tasks.explain(task_id)
+    assert view["deliveries"]["undelivered"][0]["status"] == "dead"
+    backend.always_fail = False
+    with TestClient(create_app(rt.settings, db=rt.db)) as client:
+        listed = client.get("/api/v1/outbox", params={"status": "dead"}).json()
+        assert [item["outbox_id"] for item in listed["items"]] == [dead.outbox_id]
+        assert listed["next_cursor"] is None
+        assert client.post(f"/api/v1/outbox/{dead.outbox_id}/retry").status_code == 200
+        again = client.post(f"/api/v1/outbox/{dead.outbox_id}/retry")
+        assert again.status_code == 409
+        assert again.json()["error"]["code"] == "invalid_transition"
+        assert client.post("/api/v1/outbox/999999/retry").json()["error"]["code"] == "not_found"
+    dispatcher.run_once()
+    assert [h.body["seq"] for h in backend.on("/hooks")][-2:] == [3, 4]
+    assert OutboxService(rt.db).list(task_id=task_id, status="pending") == []
+
+
+def test_the_cli_lists_and_retries_with_one_line_errors(
+    rt: Runtime,
+    tmp_path: Path,
+    store_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from orchestrator.cli import main
+
+    task_id, _ = waiting_task(rt, tmp_path)
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    assert main(["outbox", "list", "--task", task_id]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert len(listed) == 2
+    assert all("webhook  pending" in line for line in listed)
+    first = int(listed[0].split()[0])
+    assert main(["outbox", "retry", str(first)]) == 1
+    assert capsys.readouterr().err.strip().endswith("only a dead one can be retried")
+    assert main(["outbox", "retry", "424242"]) == 1
+    assert "not_found" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as bad:
+        main(["outbox", "retry", "zero"])
+    assert bad.value.code == 2
+
+
+def test_concurrent_producers_get_one_gapless_seq_per_task_in_commit_order(
+    rt: Runtime, tmp_path: Path
+) -> None:
+    task_id, _ = waiting_task(rt, tmp_path)
+    before = len(events(rt, task_id))
+    errors: list[BaseException] = []
+
+    def produce(n: int) -> None:
+        try:
+            for i in range(5):
+                with rt.db.transaction() as conn:
+                    outbox_store.record_event(conn, task_id, "note", reason=f"{n}.{i}")
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=produce, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == []
+    with rt.db.transaction(readonly=True) as conn:
+        logged = outbox_store.events_after(conn, task_id, 0, 200)
+    assert [e.seq for e in logged] == list(range(1, before + 31))
+    assert all(e.created_at <= f.created_at for e, f in itertools.pairwise(logged))
+
+
+def test_two_dispatchers_share_the_work_without_sending_a_row_twice_or_out_of_order(
+    rt: Runtime, tmp_path: Path, backend: Recorder
+) -> None:
+    tasks = [waiting_task(rt, tmp_path) for _ in range(3)]
+    for _, action_id in tasks:
+        rt.actions.decide(action_id, approve=True, by="duty engineer", note=None)
+    senders = [OutboxDispatcher(rt.settings, rt.db, batch=2) for _ in range(2)]
+    errors: list[BaseException] = []
+
+    def drain(sender: OutboxDispatcher) -> None:
+        try:
+            for _ in range(20):
+                sender.run_once()
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=drain, args=(sender,)) for sender in senders]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    for sender in senders:
+        sender.close()
+    assert errors == []
+    assert sorted(backend.applied) == sorted(action for _, action in tasks)
+    assert len(backend.on("/actions")) == 3  # nobody crashed: each sent once
+    for task_id, _ in tasks:
+        seqs = [h.body["seq"] for h in backend.on("/hooks") if h.body["task_id"] == task_id]
+        assert seqs == [3, 4, 5]

@@ -1,0 +1,127 @@
+"""Outbox tests' helpers: a task waiting on a work order, and a business backend on loopback
+that records what arrives and can fail.
+
+`fail_first` answers 503 to that many requests first; `delay_seconds` holds the answers (to the
+`slow_path` only, when set) until `release` is set: for killing a dispatcher mid-send. Actions
+are applied once per `Idempotency-Key`, as a backend that honours the key would: `applied` lists
+each key once, `received` every request.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from orchestrator.runtime import Runtime
+from orchestrator.services.tasks import Trigger
+from tests.executions_support import node, plan_call, report_call, write_script
+
+__all__ = ["Received", "Recorder", "running_recorder", "waiting_task"]
+
+
+@dataclass(frozen=True)
+class Received:
+    path: str
+    headers: dict[str, str]
+    raw: bytes
+
+    @property
+    def body(self) -> Any:
+        return json.loads(self.raw)
+
+
+@dataclass
+class Recorder:
+    url: str = ""
+    received: list[Received] = field(default_factory=list)
+    applied: list[str] = field(default_factory=list)
+    fail_first: int = 0
+    always_fail: bool = False
+    delay_seconds: float = 0.0
+    slow_path: str | None = None
+    release: threading.Event = field(default_factory=threading.Event)
+    arrived: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def on(self, path: str) -> list[Received]:
+        with self.lock:
+            return [r for r in self.received if r.path == path]
+
+
+def _handler(recorder: Recorder) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            got = Received(self.path, {k.lower(): v for k, v in self.headers.items()}, raw)
+            with recorder.lock:
+                recorder.received.append(got)
+                failing = recorder.always_fail or recorder.fail_first > 0
+                if recorder.fail_first > 0:
+                    recorder.fail_first -= 1
+                key = got.headers.get("idempotency-key")
+                if not failing and key and key not in recorder.applied:
+                    recorder.applied.append(key)
+            recorder.arrived.set()
+            if recorder.delay_seconds and recorder.slow_path in (None, got.path):
+                recorder.release.wait(recorder.delay_seconds)
+            self.send_response(503 if failing else 200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return None
+
+    return Handler
+
+
+@contextmanager
+def running_recorder() -> Iterator[Recorder]:
+    recorder = Recorder()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(recorder))
+    server.daemon_threads = True
+    recorder.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield recorder
+    finally:
+        recorder.release.set()
+        server.shutdown()
+        server.server_close()
+
+
+def waiting_task(rt: Runtime, tmp_path: Path) -> tuple[str, str]:
+    """A task whose generation 1 proposed a work order and waits for it: (task, action)."""
+    write_script(
+        tmp_path / "scripts",
+        "act",
+        [
+            {"tool_calls": [plan_call("c1", "r1", [node("repair", "waiting")])]},
+            {
+                "tool_calls": [
+                    {
+                        "id": "c2",
+                        "name": "propose_action",
+                        "arguments": {
+                            "node_id": "repair",
+                            "kind": "work_order",
+                            "payload": {"crew": "north"},
+                        },
+                    }
+                ]
+            },
+            {"tool_calls": [report_call("c3", "waiting")]},
+        ],
+    )
+    task_id = rt.tasks.trigger(Trigger(task_type="act", title="Burst main")).task.task_id
+    assert rt.executions.run(task_id, 1, worker="w").ran
+    view = rt.tasks.explain(task_id)
+    assert view["status"] == "waiting"
+    return task_id, view["pending_actions"][0]["action_id"]

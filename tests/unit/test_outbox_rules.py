@@ -1,0 +1,41 @@
+"""The outbox's pure parts: the webhook signature and the settings that configure delivery."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+import pytest
+
+from orchestrator.services.outbox import sign
+from orchestrator.settings import SettingsError, load_settings
+
+
+def test_the_signature_is_the_hex_hmac_sha256_of_the_raw_body() -> None:
+    body = b'{"event_id":"t:1","type":"waiting"}'
+    expected = hmac.new(b"s3cret", body, hashlib.sha256).hexdigest()
+    assert sign("s3cret", body) == f"sha256={expected}"
+    assert sign("s3cret", body + b" ") != sign("s3cret", body)
+    assert sign("other", body) != sign("s3cret", body)
+
+
+def test_a_webhook_url_needs_a_secret_and_the_secret_never_shows() -> None:
+    with pytest.raises(SettingsError, match="ORCH_WEBHOOK_SECRET: required"):
+        load_settings(webhook_url="http://127.0.0.1:9/hooks")
+    settings = load_settings(webhook_url="http://127.0.0.1:9/hooks", webhook_secret="hush-hush")
+    assert "hush-hush" not in repr(settings)
+
+
+@pytest.mark.parametrize("name", ["actions_url", "webhook_url"])
+def test_delivery_urls_are_http(name: str) -> None:
+    with pytest.raises(SettingsError, match=f"ORCH_{name.upper()}: must be an http"):
+        load_settings(**{name: "ftp://example.org/x", "webhook_secret": "s"})
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("outbox_timeout_seconds", 0), ("webhook_max_attempts", 0), ("outbox_backoff_seconds", -1)],
+)
+def test_outbox_numbers_are_bounded(name: str, value: float) -> None:
+    with pytest.raises(SettingsError, match=f"ORCH_{name.upper()}"):
+        load_settings(**{name: value})

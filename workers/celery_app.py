@@ -25,6 +25,18 @@ VISIBILITY_TIMEOUT_SECONDS = 6 * 3600
 CLEANUP_INTERVAL_SECONDS = 3600
 
 
+#: Bounds of one connection attempt and of one answer from a Redis broker.
+BROKER_CONNECT_TIMEOUT_SECONDS = 3.0
+BROKER_SOCKET_TIMEOUT_SECONDS = 5.0
+#: A publish is retried this few times, quickly: a trigger's caller is waiting.
+PUBLISH_RETRY_POLICY = {
+    "max_retries": 1,
+    "interval_start": 0,
+    "interval_step": 0.5,
+    "interval_max": 0.5,
+}
+
+
 def broker_folder(settings: Settings) -> Path:
     return (settings.home / "broker").resolve()
 
@@ -34,6 +46,12 @@ def make_celery(settings: Settings) -> Celery:
     options: dict[str, Any] = {"visibility_timeout": VISIBILITY_TIMEOUT_SECONDS}
     if settings.redis_url:
         broker = settings.redis_url
+        # A Redis that is down or does not answer fails a publish in bounded time (a trigger
+        # then says so; the sweeper republishes), never a hang.
+        options.update(
+            socket_connect_timeout=BROKER_CONNECT_TIMEOUT_SECONDS,
+            socket_timeout=BROKER_SOCKET_TIMEOUT_SECONDS,
+        )
     else:
         folder = broker_folder(settings)
         for sub in ("queue", "processed", "control"):
@@ -57,6 +75,7 @@ def make_celery(settings: Settings) -> Celery:
         broker_url=broker,
         broker_transport_options=options,
         broker_connection_retry_on_startup=True,
+        task_publish_retry_policy=PUBLISH_RETRY_POLICY,
         task_default_queue=QUEUE,
         task_acks_late=True,
         task_reject_on_worker_lost=True,

@@ -6,16 +6,27 @@ import argparse
 import ipaddress
 from typing import Any
 
-from orchestrator.cli.common import CommandFailed, load
+from orchestrator.cli.common import CommandFailed, bounded_int, load
 
-__all__ = ["is_loopback", "register"]
+__all__ = ["LOG_LEVELS", "is_loopback", "register"]
+
+#: uvicorn's level names.
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 
 def register(commands: Any) -> None:
     api = commands.add_parser("api", help="serve the HTTP API (uvicorn)")
     api.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback)")
-    api.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
-    api.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
+    api.add_argument(
+        "--port", type=bounded_int(1, 65535), default=8000, help="TCP port (default 8000)"
+    )
+    api.add_argument(
+        "--log-level",
+        default="info",
+        type=str.lower,
+        choices=LOG_LEVELS,
+        help="uvicorn log level (default info)",
+    )
     api.set_defaults(handler=_serve)
 
 

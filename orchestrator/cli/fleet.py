@@ -5,23 +5,31 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import sys
 import threading
 from types import FrameType
 from typing import Any
 
-from orchestrator.cli.common import add_json_flag, load, one_line, print_json
+from orchestrator.cli.common import add_json_flag, bounded_int, load, one_line, print_json
+from orchestrator.cli.db import check_store_ready
 from orchestrator.runtime import build_runtime
+from orchestrator.tools.toolsets import SpecError, check_gateway
 
-__all__ = ["register"]
+__all__ = ["WORKER_LOG_LEVELS", "register"]
 
 log = logging.getLogger("orchestrator.sweeper")
+
+#: Celery's level names.
+WORKER_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "FATAL")
 
 
 def register(commands: Any) -> None:
     worker = commands.add_parser("worker", help="run a Celery worker of the fleet")
-    worker.add_argument("--concurrency", type=int, default=None, help="worker processes")
+    worker.add_argument(
+        "--concurrency", type=bounded_int(1, 512), default=None, help="worker processes (1..512)"
+    )
     worker.add_argument("--beat", action="store_true", help="also run the periodic sweep")
-    worker.add_argument("--loglevel", default="INFO")
+    worker.add_argument("--loglevel", default="INFO", type=str.upper, choices=WORKER_LOG_LEVELS)
     worker.set_defaults(handler=_worker)
 
     sweeper = commands.add_parser("sweeper", help="requeue expired generations, in a loop")
@@ -34,7 +42,14 @@ def register(commands: Any) -> None:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    load()  # a bad setting stops here with one line, before Celery starts
+    settings = load()  # a bad setting stops here with one line, before Celery starts
+    try:
+        check_gateway(settings)  # as the worker's own start-up check does, before the store's
+    except SpecError as exc:
+        print(exc.message, file=sys.stderr)
+        return 2
+    # An unreachable or unmigrated store stops here too, instead of a traceback and "ready".
+    check_store_ready(settings.store_url)
     from workers.celery_app import app
 
     argv = ["worker", "--loglevel", args.loglevel, "--without-gossip", "--without-mingle"]
@@ -57,10 +72,13 @@ def _sweeper(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    print(
-        f"sweeping every {settings.sweep_seconds:g}s (lease {settings.lease_seconds:g}s)",
-        flush=True,
-    )
+    if args.once:
+        print(f"sweeping once (lease {settings.lease_seconds:g}s)", flush=True)
+    else:
+        print(
+            f"sweeping every {settings.sweep_seconds:g}s (lease {settings.lease_seconds:g}s)",
+            flush=True,
+        )
     try:
         while True:
             try:

@@ -44,6 +44,9 @@ class Trigger(BaseModel):
 class TriggerResult:
     task: TaskRecord
     created: bool
+    #: False when the wake-up could not be sent (broker down): the task is queued all the same
+    #: and the sweeper republishes it after ORCH_QUEUED_STALE_SECONDS.
+    dispatched: bool = True
 
 
 class TaskService:
@@ -78,8 +81,8 @@ class TaskService:
                 existing = task_store.task_by_trigger(conn, trigger_id)
             assert existing is not None  # trigger ids are never deleted on their own
             return TriggerResult(existing, created=False)
-        safe_dispatch(self.dispatcher, task.task_id, task.generation)
-        return TriggerResult(task, created=True)
+        sent = safe_dispatch(self.dispatcher, task.task_id, task.generation)
+        return TriggerResult(task, created=True, dispatched=sent)
 
     def get(self, task_id: str) -> TaskRecord:
         with self.db.transaction(readonly=True) as conn:

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError
@@ -19,6 +19,8 @@ from starlette.exceptions import HTTPException
 
 from orchestrator import __version__
 from orchestrator.api import actions, auth, invocations, plans, sessions, stream, tasks
+from orchestrator.api.body_limit import BodyLimit
+from orchestrator.api.contract import BEARER, COMMON_ERRORS, INTERNAL_BEARER
 from orchestrator.errors import OrchestratorError, Unauthorized
 from orchestrator.events import CompositeNotifier, PlanHub, PlanNotifier, RedisNotifier
 from orchestrator.services.plans import PlanService
@@ -156,16 +158,19 @@ def create_app(
 
     # The tokens are checked ahead of routing and body parsing (a request without the right one
     # is a 401 whatever its body); the router dependencies check again, for defence in depth.
+    # Outermost after the token check: a body over ORCH_MAX_BODY_BYTES is a 413, never read.
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(
         auth.BearerTokens,
         settings=settings,
         internal_prefix=INTERNAL_PREFIX,
         open_paths=(_HEALTHZ,),
     )
-    public = [Depends(auth.require_api_token)]
+    # Security(...) only declares the bearer schemes in the OpenAPI document.
+    public = [Depends(auth.require_api_token), Security(BEARER)]
     for router in PUBLIC_ROUTERS if public_routers is None else public_routers:
-        app.include_router(router, dependencies=public)
-    internal = [Depends(auth.require_internal_token)]
+        app.include_router(router, dependencies=public, responses=COMMON_ERRORS)
+    internal = [Depends(auth.require_internal_token), Security(INTERNAL_BEARER)]
     for router in INTERNAL_ROUTERS if internal_routers is None else internal_routers:
         app.include_router(router, prefix=INTERNAL_PREFIX, dependencies=internal)
 

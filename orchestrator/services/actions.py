@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.domain.cursors import decode_cursor
 from orchestrator.domain.vocabulary import ACTION_KINDS, ACTION_STATUSES
 from orchestrator.errors import ConflictError, InvalidTransition, NotFound, ValidationFailed
 from orchestrator.services.plans import PlanService, publish_txn
@@ -96,8 +97,12 @@ class ActionService:
         status: str | None = "pending_approval",
         task_id: str | None = None,
         limit: int = 100,
+        cursor: str | None = None,
     ) -> list[ActionRecord]:
         if status is not None and status not in ACTION_STATUSES:
             raise ValidationFailed(f"unknown status {status!r}", code="invalid_status")
+        after = decode_cursor(cursor) if cursor else None
         with self.db.transaction(readonly=True) as conn:
-            return action_store.list_actions(conn, status=status, task_id=task_id, limit=limit)
+            return action_store.list_actions(
+                conn, status=status, task_id=task_id, limit=limit, after=after
+            )

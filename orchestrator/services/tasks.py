@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import update
 
+from orchestrator.domain.cursors import decode_cursor, encode_cursor
 from orchestrator.domain.vocabulary import TASK_STATUSES, TERMINAL_TASK_STATUSES
 from orchestrator.errors import InvalidTransition, NotFound, ValidationFailed
 from orchestrator.leases import LeaseBackend
@@ -18,6 +19,7 @@ from orchestrator.store import plans as plan_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database
+from orchestrator.store.last_write import last_fenced_write
 from orchestrator.store.receipts import ReceiptLedger
 from orchestrator.store.records import TaskRecord
 from orchestrator.store.tables import tasks
@@ -91,14 +93,27 @@ class TaskService:
             raise NotFound(f"task {task_id} does not exist")
         return task
 
-    def list_tasks(self, *, status: str | None = None, limit: int = 50) -> list[TaskRecord]:
+    def list_tasks(
+        self, *, status: str | None = None, limit: int = 50, cursor: str | None = None
+    ) -> list[TaskRecord]:
+        """Newest first, without contexts; `cursor` continues after a `page_tasks` page."""
         if status is not None and status not in TASK_STATUSES:
             raise ValidationFailed(
                 f"unknown status {status!r}; one of {', '.join(TASK_STATUSES)}",
                 code="invalid_status",
             )
+        after = decode_cursor(cursor) if cursor else None
         with self.db.transaction(readonly=True) as conn:
-            return task_store.list_tasks(conn, status=status, limit=limit)
+            return task_store.list_tasks(conn, status=status, limit=limit, after=after)
+
+    def page_tasks(
+        self, *, status: str | None = None, limit: int = 50, cursor: str | None = None
+    ) -> tuple[list[TaskRecord], str | None]:
+        """One page and the cursor of the next (None on the last page)."""
+        rows = self.list_tasks(status=status, limit=limit + 1, cursor=cursor)
+        items = rows[:limit]
+        more = len(rows) > limit and items
+        return items, encode_cursor(items[-1].created_at, items[-1].task_id) if more else None
 
     def requeue(self, task_id: str, reason: str) -> TaskRecord:
         """A new generation now; a running one is superseded and fenced out."""
@@ -157,6 +172,7 @@ class TaskService:
             plan = plan_store.latest_revision(conn, task.session_id) if task.session_id else None
             report = report_store.latest_report(conn, task_id, task.generation)
             pending = report_store.pending_actions_of_generation(conn, task_id, task.generation)
+            last_write = last_fenced_write(conn, task_id, task.generation)
         view = task_view(task)
         view.update(
             {
@@ -166,6 +182,7 @@ class TaskService:
                 "report": report,
                 "pending_actions": pending,
                 "unknown_receipts": self._unknown_receipts(task_id),
+                "last_write": {"at": last_write[0], "kind": last_write[1]} if last_write else None,
             }
         )
         return view

@@ -13,7 +13,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Security
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException
 
@@ -23,6 +23,7 @@ from orchestrator.api.body_limit import BodyLimit
 from orchestrator.api.contract import BEARER, COMMON_ERRORS, INTERNAL_BEARER
 from orchestrator.errors import OrchestratorError, Unauthorized
 from orchestrator.events import CompositeNotifier, PlanHub, PlanNotifier, RedisNotifier
+from orchestrator.metrics import CONTENT_TYPE_LATEST, render
 from orchestrator.services.plans import PlanService
 from orchestrator.services.sessions import SessionService
 from orchestrator.settings import Settings, load_settings
@@ -173,6 +174,11 @@ def create_app(
     internal = [Depends(auth.require_internal_token), Security(INTERNAL_BEARER)]
     for router in INTERNAL_ROUTERS if internal_routers is None else internal_routers:
         app.include_router(router, prefix=INTERNAL_PREFIX, dependencies=internal)
+
+    @app.get("/metrics", include_in_schema=False, dependencies=[Depends(auth.require_api_token)])
+    def metrics() -> Response:
+        """Prometheus text format; behind ORCH_API_TOKEN like every public route."""
+        return Response(render(database), media_type=CONTENT_TYPE_LATEST)
 
     @app.get(_HEALTHZ, include_in_schema=False)
     def healthz() -> dict[str, str]:

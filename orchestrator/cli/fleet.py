@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import shutil
 import signal
 import sys
 import threading
@@ -13,6 +15,7 @@ from typing import Any
 from orchestrator.cli.common import add_json_flag, bounded_int, load, one_line, print_json
 from orchestrator.cli.db import check_store_ready
 from orchestrator.runtime import build_runtime
+from orchestrator.settings import Settings
 from orchestrator.tools.toolsets import SpecError, check_gateway
 
 __all__ = ["WORKER_LOG_LEVELS", "register"]
@@ -50,6 +53,8 @@ def _worker(args: argparse.Namespace) -> int:
         return 2
     # An unreachable or unmigrated store stops here too, instead of a traceback and "ready".
     check_store_ready(settings.store_url)
+    if settings.metrics_port:
+        _metrics_for_prefork(settings)
     from workers.celery_app import app
 
     argv = ["worker", "--loglevel", args.loglevel, "--without-gossip", "--without-mingle"]
@@ -61,10 +66,30 @@ def _worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _metrics_for_prefork(settings: Settings) -> None:
+    """Pool processes count into files of a fresh PROMETHEUS_MULTIPROC_DIR; this (parent)
+    process serves their sum and the store's counts on ORCH_METRICS_PORT."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        folder = (settings.home / "metrics" / f"worker-{os.getpid()}").resolve()
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
+    from orchestrator.metrics import serve_metrics
+    from orchestrator.store.db import Database
+
+    serve_metrics(settings.metrics_port, Database.from_url(settings.store_url, pool_size=1))
+
+
 def _sweeper(args: argparse.Namespace) -> int:
     settings = load()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     rt = build_runtime(settings)
+    # Imported here: prometheus-client picks its value store on import, after the worker
+    # command has set PROMETHEUS_MULTIPROC_DIR.
+    from orchestrator.metrics import RECOVERIES, SWEEPS, serve_metrics
+
+    if settings.metrics_port and not args.once:
+        serve_metrics(settings.metrics_port, rt.db)
     stop = threading.Event()
 
     def _stop(_signum: int, _frame: FrameType | None) -> None:
@@ -83,7 +108,10 @@ def _sweeper(args: argparse.Namespace) -> int:
         while True:
             try:
                 report = rt.sweeper.sweep()
+                SWEEPS.labels("ok").inc()
+                RECOVERIES.inc(len(report.requeued))
             except Exception as exc:
+                SWEEPS.labels("failed").inc()
                 if args.once:
                     raise  # main() turns it into one line and a non-zero exit
                 # The store or the broker briefly unreachable must not end the loop: what this

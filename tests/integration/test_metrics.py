@@ -1,0 +1,75 @@
+"""Prometheus metrics: the API's /metrics (counts from the store, behind the token) and the
+worker's metrics port summing its prefork pool processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from orchestrator.api.app import create_app
+from orchestrator.services.dispatch import RecordingDispatcher
+from orchestrator.services.tasks import TaskService, Trigger
+from orchestrator.settings import load_settings
+from orchestrator.store import migrations
+from orchestrator.store.db import Database
+from tests.acceptance.fleet import ORCHESTRATOR
+from tests.services import free_port
+
+
+def test_api_metrics_count_tasks_from_the_store(sqlite_url: str, tmp_path: Path) -> None:
+    settings = load_settings(database_url=sqlite_url, home=tmp_path, api_token="tok")
+    db = Database.from_url(sqlite_url)
+    service = TaskService(db, RecordingDispatcher())
+    for n in range(3):
+        service.trigger(Trigger(task_type="demo", title=f"t{n}"))
+    with TestClient(create_app(settings, db=db)) as client:
+        assert client.get("/metrics").status_code == 401
+        response = client.get("/metrics", headers={"Authorization": "Bearer tok"})
+    db.dispose()
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    text = response.text
+    assert 'orchestrator_tasks{status="queued"} 3.0' in text
+    assert 'orchestrator_tasks{status="failed"} 0.0' in text
+    assert "orchestrator_approvals_pending 0.0" in text
+    assert "# TYPE orchestrator_executions_ended_total counter" in text
+
+
+@pytest.mark.slow
+def test_the_worker_serves_metrics_on_its_port(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    migrations.upgrade(f"sqlite:///{home / 'orchestrator.db'}")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ORCH_", "PROMETHEUS_"))}
+    env.update({"ORCH_HOME": str(home), "ORCH_METRICS_PORT": str(port)})
+    log = (tmp_path / "worker.log").open("wb")
+    worker = subprocess.Popen(
+        [ORCHESTRATOR, "worker", "--concurrency", "2"],
+        env=env,
+        cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        text = ""
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                    text = r.read().decode()
+                break
+            except OSError:
+                time.sleep(0.3)
+        assert 'orchestrator_tasks{status="queued"} 0.0' in text, text[:500]
+        assert (home / "metrics").is_dir()  # the pool's multiprocess files
+    finally:
+        os.killpg(worker.pid, 15)
+        worker.wait(timeout=30)
+        log.close()

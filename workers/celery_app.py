@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery
+from celery.signals import after_setup_logger, setup_logging
 
+from orchestrator.logs import RedactFilter, configure_logging, secrets_of
 from orchestrator.settings import Settings, SettingsError, get_settings
 from workers.constants import CLEANUP, QUEUE, RUN_GENERATION, SWEEP
 
-__all__ = ["CeleryDispatcher", "app", "make_celery"]
+__all__ = ["CeleryDispatcher", "app", "install_worker_logging", "make_celery"]
 
 #: Longer than any round may run; a redelivery before that would be a second wake-up only.
 VISIBILITY_TIMEOUT_SECONDS = 6 * 3600
@@ -117,4 +119,24 @@ class CeleryDispatcher:
         self.celery.send_task(RUN_GENERATION, args=[task_id, generation], queue=QUEUE)
 
 
+def install_worker_logging(settings: Settings) -> None:
+    """ORCH_LOG_FORMAT for the worker: JSON replaces Celery's set-up; text keeps Celery's
+    lines and masks secrets in them. Only a worker's start-up sends these signals."""
+    if settings.log_format == "json":
+
+        def _json(loglevel: Any = None, **_: Any) -> None:
+            configure_logging(settings, loglevel or "INFO")
+
+        setup_logging.connect(_json, weak=False)
+
+    else:
+
+        def _mask(logger: Any = None, **_: Any) -> None:
+            for handler in getattr(logger, "handlers", []):
+                handler.addFilter(RedactFilter(secrets_of(settings)))
+
+        after_setup_logger.connect(_mask, weak=False)
+
+
 app = make_celery(get_settings())
+install_worker_logging(get_settings())

@@ -9,6 +9,7 @@ from typing import Any
 
 from celery.signals import worker_init, worker_ready
 
+from orchestrator.logs import log_context
 from orchestrator.metrics import EXECUTIONS_ENDED, EXECUTIONS_STARTED
 from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.cleanup import run_cleanup
@@ -46,10 +47,11 @@ class GenerationFailed(Exception):
 @app.task(name=RUN_GENERATION, bind=True, throws=(GenerationFailed,))
 def run_generation(self: Any, task_id: str, generation: int) -> str:
     worker = f"{self.request.hostname or socket.gethostname()}:{os.getpid()}"
-    result = runtime().executions.run(
-        task_id, generation, worker=worker, celery_task_id=self.request.id
-    )
-    log.info("task %s generation %s: %s", task_id, generation, result.detail)
+    with log_context(task_id=task_id, generation=generation, worker=worker):
+        result = runtime().executions.run(
+            task_id, generation, worker=worker, celery_task_id=self.request.id
+        )
+        log.info("task %s generation %s: %s", task_id, generation, result.detail)
     if result.ran:
         EXECUTIONS_STARTED.inc()
         EXECUTIONS_ENDED.labels(result.outcome or "stopped").inc()

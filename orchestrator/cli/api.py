@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import ipaddress
 from typing import Any
 
 from orchestrator.cli.common import CommandFailed, bounded_int, load
+from orchestrator.logs import RedactFilter, configure_logging, secrets_of
+from orchestrator.settings import Settings
 
 __all__ = ["LOG_LEVELS", "is_loopback", "register"]
 
@@ -40,6 +43,20 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _log_config(settings: Settings, level: str) -> dict[str, Any] | None:
+    """uvicorn's logging in ORCH_LOG_FORMAT, secrets masked (a `?token=` in an access line)."""
+    if settings.log_format == "json":
+        configure_logging(settings, "DEBUG" if level == "trace" else level.upper())
+        return None  # uvicorn's loggers propagate to the root handler just set
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["filters"] = {"redact": {"()": RedactFilter, "secrets": secrets_of(settings)}}
+    for handler in config["handlers"].values():
+        handler["filters"] = ["redact"]
+    return config
+
+
 def _serve(args: argparse.Namespace) -> int:
     settings = load()
     if not settings.api_token and not is_loopback(args.host):
@@ -57,6 +74,7 @@ def _serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         log_level=args.log_level,
+        log_config=_log_config(settings, args.log_level),
         # Streams never end by themselves; do not let them hold a shutdown for ever.
         timeout_graceful_shutdown=3,
     )

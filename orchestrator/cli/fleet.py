@@ -14,6 +14,7 @@ from typing import Any
 
 from orchestrator.cli.common import add_json_flag, bounded_int, load, one_line, print_json
 from orchestrator.cli.db import check_store_ready
+from orchestrator.logs import configure_logging
 from orchestrator.runtime import build_runtime
 from orchestrator.settings import Settings
 from orchestrator.tools.toolsets import SpecError, check_gateway
@@ -82,7 +83,7 @@ def _metrics_for_prefork(settings: Settings) -> None:
 
 def _sweeper(args: argparse.Namespace) -> int:
     settings = load()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    configure_logging(settings)
     rt = build_runtime(settings)
     # Imported here: prometheus-client picks its value store on import, after the worker
     # command has set PROMETHEUS_MULTIPROC_DIR.

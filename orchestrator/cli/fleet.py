@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import shutil
@@ -19,7 +20,7 @@ from orchestrator.runtime import build_runtime
 from orchestrator.settings import Settings
 from orchestrator.tools.toolsets import SpecError, check_gateway
 
-__all__ = ["WORKER_LOG_LEVELS", "register"]
+__all__ = ["HEARTBEAT", "WORKER_LOG_LEVELS", "register"]
 
 log = logging.getLogger("orchestrator.sweeper")
 
@@ -126,10 +127,22 @@ def _sweeper(args: argparse.Namespace) -> int:
             else:
                 for line in report.lines():
                     print(line, flush=True)
+                _heartbeat(settings)
             if args.once or stop.wait(settings.sweep_seconds):
                 return 0
     finally:
         rt.close()
+
+
+#: Touched after every sweep that ran; the compose health check reads its age.
+HEARTBEAT = "sweeper.heartbeat"
+
+
+def _heartbeat(settings: Settings) -> None:
+    with contextlib.suppress(OSError):  # a health signal only: never stop the loop for it
+        path = settings.home / HEARTBEAT
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
 
 
 def _recover(args: argparse.Namespace) -> int:

@@ -154,3 +154,4 @@ def test_sweeper_once_does_not_promise_a_period(migrated_home: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "every" not in result.stdout
     assert "sweeping once" in result.stdout
+    assert (migrated_home / "sweeper.heartbeat").is_file()  # what the compose health check reads

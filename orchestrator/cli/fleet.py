@@ -88,7 +88,7 @@ def _sweeper(args: argparse.Namespace) -> int:
     rt = build_runtime(settings)
     # Imported here: prometheus-client picks its value store on import, after the worker
     # command has set PROMETHEUS_MULTIPROC_DIR.
-    from orchestrator.metrics import RECOVERIES, SWEEPS, serve_metrics
+    from orchestrator.metrics import SWEEPS, serve_metrics
 
     if settings.metrics_port and not args.once:
         serve_metrics(settings.metrics_port, rt.db)
@@ -111,7 +111,6 @@ def _sweeper(args: argparse.Namespace) -> int:
             try:
                 report = rt.sweeper.sweep()
                 SWEEPS.labels("ok").inc()
-                RECOVERIES.inc(len(report.requeued))
             except Exception as exc:
                 SWEEPS.labels("failed").inc()
                 if args.once:

@@ -89,6 +89,9 @@ class ActionService:
                 raise InvalidTransition(f"action {action_id} is already {action.status}")
             decided = action_store.get_action(conn, action_id)
         assert decided is not None
+        from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
+
+        metrics.APPROVALS_DECIDED.labels(status).inc()
         return decided
 
     def list(

@@ -137,6 +137,12 @@ class Sweeper:
             )
         if nxt is not None:
             report.requeued.append((execution.task_id, execution.generation, nxt))
+            from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
+
+            metrics.RECOVERIES.inc()
+            if execution.lease_expires_at is not None:
+                delay = (utcnow() - execution.lease_expires_at).total_seconds()
+                metrics.RECOVERY_DELAY.observe(max(0.0, delay))
             safe_dispatch(self.dispatcher, execution.task_id, nxt)
 
     def _republish_stale(self, now: datetime, report: SweepReport) -> None:

@@ -19,6 +19,7 @@ from orchestrator.settings import load_settings
 from orchestrator.store import migrations
 from orchestrator.store.db import Database
 from tests.acceptance.fleet import ORCHESTRATOR
+from tests.executions_support import completing_turns, write_script
 from tests.services import free_port
 
 
@@ -41,13 +42,25 @@ def test_api_metrics_count_tasks_from_the_store(sqlite_url: str, tmp_path: Path)
     assert "# TYPE orchestrator_executions_ended_total counter" in text
 
 
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+        return str(response.read().decode())
+
+
 @pytest.mark.slow
-def test_the_worker_serves_metrics_on_its_port(tmp_path: Path) -> None:
+def test_the_worker_serves_metrics_on_its_port(tmp_path: Path, scripts: Path) -> None:
     home = tmp_path / "home"
     migrations.upgrade(f"sqlite:///{home / 'orchestrator.db'}")
+    write_script(scripts, "good", completing_turns())
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ORCH_", "PROMETHEUS_"))}
-    env.update({"ORCH_HOME": str(home), "ORCH_METRICS_PORT": str(port)})
+    env.update(
+        {
+            "ORCH_HOME": str(home),
+            "ORCH_METRICS_PORT": str(port),
+            "ORCH_MODEL": f"scripted:{scripts}",
+        }
+    )
     log = (tmp_path / "worker.log").open("wb")
     worker = subprocess.Popen(
         [ORCHESTRATOR, "worker", "--concurrency", "2"],
@@ -62,13 +75,32 @@ def test_the_worker_serves_metrics_on_its_port(tmp_path: Path) -> None:
         deadline = time.monotonic() + 40
         while time.monotonic() < deadline:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-                    text = r.read().decode()
+                text = _scrape(port)
                 break
             except OSError:
                 time.sleep(0.3)
         assert 'orchestrator_tasks{status="queued"} 0.0' in text, text[:500]
-        assert (home / "metrics").is_dir()  # the pool's multiprocess files
+        subprocess.run(
+            [ORCHESTRATOR, "tasks", "trigger", "--type", "good", "--title", "g"],
+            env=env,
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        # The round runs in a pool process; the parent's port shows its counters.
+        while time.monotonic() < deadline:
+            text = _scrape(port)
+            if 'orchestrator_tasks{status="completed"} 1.0' in text:
+                break
+            time.sleep(0.3)
+        assert 'orchestrator_tasks{status="completed"} 1.0' in text, text[-2000:]
+        assert "orchestrator_executions_started_total 1.0" in text
+        assert 'orchestrator_executions_ended_total{outcome="completed"} 1.0' in text
+        tool_lines = [
+            line for line in text.splitlines() if line.startswith("orchestrator_tool_calls")
+        ]
+        assert any('tool="read_task_context"' in line for line in tool_lines), tool_lines
     finally:
         os.killpg(worker.pid, 15)
         worker.wait(timeout=30)

@@ -4,6 +4,7 @@ worker's metrics port summing its prefork pool processes."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 import urllib.request
@@ -102,6 +103,10 @@ def test_the_worker_serves_metrics_on_its_port(tmp_path: Path, scripts: Path) ->
         ]
         assert any('tool="read_task_context"' in line for line in tool_lines), tool_lines
     finally:
-        os.killpg(worker.pid, 15)
-        worker.wait(timeout=30)
+        os.killpg(worker.pid, signal.SIGTERM)
+        try:
+            worker.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait(timeout=10)
         log.close()

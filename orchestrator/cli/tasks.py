@@ -299,6 +299,11 @@ def render_explain(view: dict[str, Any]) -> str:
         lines.append(f"  plan revision {plan['revision']}: {plan['title']} ({counts})")
     else:
         lines.append("  plan: none yet for this generation")
+    last_write = view.get("last_write")
+    if last_write:
+        lines.append(f"  last fenced write: {last_write['kind']} at {_time(last_write['at'])}")
+    elif view["status"] == "running":
+        lines.append("  last fenced write: none yet in this generation")
     report = view.get("report")
     if report:
         lines.append(f"  report ({report['outcome']}): {report['summary']}")

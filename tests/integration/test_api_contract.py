@@ -24,11 +24,13 @@ from schemathesis.specs.openapi.checks import (
 from orchestrator.api import enums
 from orchestrator.api.app import create_app
 from orchestrator.api.tasks import get_task_service
+from orchestrator.cli.tasks import render_explain
 from orchestrator.domain import vocabulary
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.tasks import TaskService, Trigger
 from orchestrator.settings import load_settings
 from orchestrator.store.db import Database
+from tests.executions_support import completing_turns, runtime_for, write_script
 
 #: No server error, no status the schema does not list, no body or content type outside it.
 #: (Not "positive data accepted": a schema cannot say every cross-field rule, like a
@@ -136,6 +138,23 @@ def test_the_explain_view_has_last_write(client: TestClient) -> None:
     task_id = client.post("/api/v1/tasks", json=body, headers=AUTH).json()["task_id"]
     view = client.get(f"/api/v1/tasks/{task_id}", headers=AUTH).json()
     assert view["last_write"] is None  # no generation has written yet
+
+
+def test_last_write_names_the_generations_newest_fenced_write(
+    sqlite_url: str, scripts: Path
+) -> None:
+    rt, _ = runtime_for(sqlite_url, scripts)
+    try:
+        write_script(scripts, "good", completing_turns())
+        task_id = rt.tasks.trigger(Trigger(task_type="good", title="t")).task.task_id
+        rt.executions.run(task_id, 1, worker="w:1")
+        view = rt.tasks.explain(task_id)
+    finally:
+        rt.close()
+    assert view["status"] == "completed"
+    assert view["last_write"]["kind"] == "report"  # the plan came first, the report last
+    assert view["last_write"]["at"] >= view["executions"][0]["started_at"]
+    assert "last fenced write: report at" in render_explain(view)
 
 
 def test_a_body_over_the_limit_is_413_declared_or_chunked(client: TestClient) -> None:

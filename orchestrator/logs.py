@@ -95,12 +95,18 @@ class RedactFilter(logging.Filter):
         self.secrets = list(secrets)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except Exception:  # a broken format string must not lose the line
-            message = str(record.msg)
-        record.msg = redact(message, self.secrets)
-        record.args = None
+        if isinstance(record.args, tuple) and record.name == "uvicorn.access":
+            # uvicorn's access formatter unpacks the arguments: mask them one by one.
+            record.args = tuple(
+                redact(arg, self.secrets) if isinstance(arg, str) else arg for arg in record.args
+            )
+        else:
+            try:
+                message = record.getMessage()
+            except Exception:  # a broken format string must not lose the line
+                message = str(record.msg)
+            record.msg = redact(message, self.secrets)
+            record.args = None
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:

@@ -83,3 +83,21 @@ def test_no_whole_secret_reaches_a_line(
 def test_redact_keeps_ordinary_text() -> None:
     text = "task 5f0c generation 2 completed in 3.1s (plan revision 4)"
     assert redact(text, ["secret-value"]) == text
+
+
+def test_uvicorn_access_lines_keep_their_arguments_masked() -> None:
+    from uvicorn.logging import AccessFormatter
+
+    record = logging.LogRecord(
+        "uvicorn.access",
+        logging.INFO,
+        __file__,
+        1,
+        '%s - "%s %s HTTP/%s" %d',
+        ("127.0.0.1:5000", "GET", f"/console?token={TOKEN}", "1.1", 200),
+        None,
+    )
+    assert RedactFilter([TOKEN]).filter(record)
+    line = AccessFormatter('%(client_addr)s - "%(request_line)s" %(status_code)s').format(record)
+    assert TOKEN not in line
+    assert "GET /console?token=" in line

@@ -32,6 +32,8 @@ def _why(exc: SQLAlchemyError) -> str:
     kind = type(getattr(exc, "orig", None)).__name__.lower()
     if any(p in text for p in _AUTH):
         return "is refusing the credentials (authentication failed): check ORCH_DATABASE_URL"
+    if "role" in text and ("does not exist" in text or "not permitted to log in" in text):
+        return "is refusing the credentials (no such user): check ORCH_DATABASE_URL"
     if "database" in text and "does not exist" in text and "relation" not in text:
         return "has no such database: create it or fix the name in ORCH_DATABASE_URL"
     table_missing = kind == "undefinedtable" or "no such table" in text

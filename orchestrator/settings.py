@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
+import os
+import sys
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -19,7 +23,14 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-__all__ = ["Settings", "SettingsError", "get_settings", "load_settings"]
+__all__ = [
+    "Settings",
+    "SettingsError",
+    "get_settings",
+    "load_settings",
+    "setting_names",
+    "unknown_variables",
+]
 
 DEFAULT_HOME = ".orchestrator"
 
@@ -120,6 +131,11 @@ class Settings(BaseSettings):
     outbox_poll_seconds: float = Field(default=1.0, gt=0)
     webhook_max_attempts: int = Field(default=8, ge=1)
     task_stream_poll_seconds: float = Field(default=1.0, gt=0)
+    # Operations (issue 16): log lines as JSON or text; a /metrics port for workers and the
+    # sweeper (0 = none); the API's request body limit, refused with 413 before it is read.
+    log_format: Literal["text", "json"] = "text"
+    metrics_port: int = Field(default=0, ge=0, le=65535)
+    max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
 
     agent_internal_token: str | None = Field(
         default=None, validation_alias=_env("AGENT_INTERNAL_TOKEN")
@@ -248,8 +264,39 @@ def _env_name(field: str) -> str:
     return _ENV_NAMES.get(field, f"ORCH_{field.upper()}")
 
 
+def setting_names() -> frozenset[str]:
+    """Every environment name a setting is read from."""
+    return frozenset(_env_name(field) for field in Settings.model_fields)
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """`ORCH_*` names in `environ` that no setting reads (a typo like ORCH_DATABSE_URL)."""
+    known = setting_names()
+    return sorted(name for name in environ if name.startswith("ORCH_") and name not in known)
+
+
+_warned: set[str] = set()
+
+
+def _warn_unknown() -> None:
+    for name in unknown_variables(os.environ):
+        if name in _warned:
+            continue
+        _warned.add(name)
+        close = difflib.get_close_matches(name, sorted(setting_names()), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        print(
+            f"orchestrator: warning: {name} is not a setting and is ignored{hint}",
+            file=sys.stderr,
+        )
+
+
 def load_settings(**overrides: object) -> Settings:
-    """Read and validate the settings; any problem becomes one `SettingsError` line."""
+    """Read and validate the settings; any problem becomes one `SettingsError` line.
+
+    An `ORCH_*` variable that no setting reads is named in a warning on stderr, once.
+    """
+    _warn_unknown()
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:

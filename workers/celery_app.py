@@ -13,17 +13,31 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery
+from celery.signals import after_setup_logger, setup_logging
 
+from orchestrator.logs import RedactFilter, configure_logging, secrets_of
 from orchestrator.settings import Settings, SettingsError, get_settings
 from workers.broker import TRANSPORT
 from workers.constants import CLEANUP, QUEUE, RUN_GENERATION, SWEEP
 
-__all__ = ["CeleryDispatcher", "app", "make_celery"]
+__all__ = ["CeleryDispatcher", "app", "install_worker_logging", "make_celery"]
 
 #: Longer than any round may run; a redelivery before that would be a second wake-up only.
 VISIBILITY_TIMEOUT_SECONDS = 6 * 3600
 #: How often beat runs the retention pass (it does nothing when cleanup is disabled).
 CLEANUP_INTERVAL_SECONDS = 3600
+
+
+#: Bounds of one connection attempt and of one answer from a Redis broker.
+BROKER_CONNECT_TIMEOUT_SECONDS = 3.0
+BROKER_SOCKET_TIMEOUT_SECONDS = 5.0
+#: A publish is retried this few times, quickly: a trigger's caller is waiting.
+PUBLISH_RETRY_POLICY = {
+    "max_retries": 1,
+    "interval_start": 0,
+    "interval_step": 0.5,
+    "interval_max": 0.5,
+}
 
 
 def broker_folder(settings: Settings) -> Path:
@@ -37,6 +51,12 @@ def make_celery(settings: Settings) -> Celery:
     if settings.redis_url:
         broker = settings.redis_url
         transport = TRANSPORT  # Kombu's, mended to survive a Redis restart (see broker.py)
+        # A Redis that is down or does not answer fails a publish in bounded time (a trigger
+        # then says so; the sweeper republishes), never a hang.
+        options.update(
+            socket_connect_timeout=BROKER_CONNECT_TIMEOUT_SECONDS,
+            socket_timeout=BROKER_SOCKET_TIMEOUT_SECONDS,
+        )
     else:
         folder = broker_folder(settings)
         for sub in ("queue", "processed", "control"):
@@ -64,6 +84,7 @@ def make_celery(settings: Settings) -> Celery:
         # A lost broker connection leaves running rounds alone (their leases fence them) and
         # reconnects; Celery 6 would cancel them by default.
         worker_cancel_long_running_tasks_on_connection_loss=False,
+        task_publish_retry_policy=PUBLISH_RETRY_POLICY,
         task_default_queue=QUEUE,
         task_acks_late=True,
         task_reject_on_worker_lost=True,
@@ -121,4 +142,24 @@ class CeleryDispatcher:
                 )
 
 
+def install_worker_logging(settings: Settings) -> None:
+    """ORCH_LOG_FORMAT for the worker: JSON replaces Celery's set-up; text keeps Celery's
+    lines and masks secrets in them. Only a worker's start-up sends these signals."""
+    if settings.log_format == "json":
+
+        def _json(loglevel: Any = None, **_: Any) -> None:
+            configure_logging(settings, loglevel or "INFO")
+
+        setup_logging.connect(_json, weak=False)
+
+    else:
+
+        def _mask(logger: Any = None, **_: Any) -> None:
+            for handler in getattr(logger, "handlers", []):
+                handler.addFilter(RedactFilter(secrets_of(settings)))
+
+        after_setup_logger.connect(_mask, weak=False)
+
+
 app = make_celery(get_settings())
+install_worker_logging(get_settings())

@@ -11,6 +11,8 @@ from typing import Any
 from celery.signals import worker_init, worker_ready
 
 from orchestrator.agent.model import check_model_setting
+from orchestrator.logs import log_context
+from orchestrator.metrics import EXECUTIONS_ENDED, EXECUTIONS_STARTED
 from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.cleanup import run_cleanup
 from orchestrator.settings import SettingsError, get_settings
@@ -19,7 +21,7 @@ from orchestrator.tools.toolsets import SpecError, check_gateway
 from workers.celery_app import CeleryDispatcher, app
 from workers.constants import CLEANUP, RUN_GENERATION, SWEEP
 
-__all__ = ["cleanup", "run_generation", "sweep"]
+__all__ = ["GenerationFailed", "cleanup", "run_generation", "sweep"]
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +47,24 @@ def runtime() -> Runtime:
         return _runtime[1]
 
 
-@app.task(name=RUN_GENERATION, bind=True)
+class GenerationFailed(Exception):
+    """The generation ended `failed`: Celery records the task as FAILURE, not SUCCESS.
+
+    Listed in the task's `throws`, so the worker logs it as one line without a traceback.
+    """
+
+
+@app.task(name=RUN_GENERATION, bind=True, throws=(GenerationFailed,))
 def run_generation(self: Any, task_id: str, generation: int) -> str:
     worker = f"{self.request.hostname or socket.gethostname()}:{os.getpid()}"
-    result = runtime().executions.run(
-        task_id, generation, worker=worker, celery_task_id=self.request.id
-    )
-    log.info("task %s generation %s: %s", task_id, generation, result.detail)
+    with log_context(task_id=task_id, generation=generation, worker=worker):
+        result = runtime().executions.run(
+            task_id, generation, worker=worker, celery_task_id=self.request.id
+        )
+        log.info("task %s generation %s: %s", task_id, generation, result.detail)
+    if result.ran:
+        EXECUTIONS_STARTED.inc()
+        EXECUTIONS_ENDED.labels(result.outcome or "stopped").inc()
     if result.retry_after is not None and self.request.retries < MAX_LEASE_WAITS:
         # The first wait is short: the holder may be a late duplicate wake-up that gives the
         # lease back at once; after that, one renewal period for a superseded holder to stop.
@@ -59,6 +72,9 @@ def run_generation(self: Any, task_id: str, generation: int) -> str:
             min(1.0, result.retry_after) if self.request.retries == 0 else result.retry_after
         )
         raise self.retry(countdown=countdown, max_retries=MAX_LEASE_WAITS)
+    if result.outcome == "failed":
+        # Celery's view (Flower's counts) must match the store's: a failed generation fails.
+        raise GenerationFailed(f"task {task_id} generation {generation} failed: {result.detail}")
     return result.detail
 
 

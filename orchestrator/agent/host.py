@@ -231,6 +231,9 @@ class ToolHost:
             )
         else:
             result = self._run_read(ctx, unit)
+        from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
+
+        metrics.TOOL_CALLS.labels(unit.tool.name, result.status).inc()
         return self._cite(ctx, unit, result, self._page(ctx, unit, result))
 
     def _cite(

@@ -200,6 +200,11 @@ def _verify_previous(
     except Exception as exc:
         log.warning("verifier of %s raised %s", tool.name, type(exc).__name__)
         verdict = None
+    from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
+
+    metrics.VERIFICATIONS.labels(
+        {True: "matched", False: "differs", None: "unavailable"}[verdict]
+    ).inc()
     if verdict is True:
         try:
             resolved = ledger.resolve_verified(

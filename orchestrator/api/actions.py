@@ -13,7 +13,8 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.api.auth import require_role
-from orchestrator.api.contract import errors
+from orchestrator.api.contract import Page, error_responses, paged
+from orchestrator.api.enums import ActionStatus
 from orchestrator.api.human_steps import decider
 from orchestrator.operators import Operator
 from orchestrator.runtime import celery_dispatcher
@@ -76,23 +77,30 @@ class Decision(BaseModel):
     )
 
 
-@router.get("", responses=errors(401, 422))
+@router.get("", response_model=Page[ActionOut])
 def list_actions(
-    status: str | None = Query(default="pending_approval"),
+    status: ActionStatus | None = Query(
+        default=ActionStatus.pending_approval, description="omit with `any=true` for every status"
+    ),
+    any_status: bool = Query(default=False, alias="any", description="every status"),
     task_id: str | None = Query(default=None, max_length=36),
     limit: int = Query(default=100, ge=1, le=200),
+    cursor: str | None = Query(default=None, max_length=512),
     service: ActionService = Depends(get_action_service),
 ) -> dict[str, Any]:
-    found = service.list(status=status or None, task_id=task_id, limit=limit)
-    return {"actions": [action.to_dict() for action in found]}
+    """Newest first; pending approvals unless `status` or `any` asks for others."""
+    wanted = None if any_status or status is None else str(status)
+    rows = service.list(status=wanted, task_id=task_id, limit=limit + 1, cursor=cursor)
+    items, next_cursor = paged(rows, limit, lambda a: (a.created_at, a.action_id))
+    return {"items": [action.to_dict() for action in items], "next_cursor": next_cursor}
 
 
-@router.get("/{action_id}", response_model=ActionOut, responses=errors(401, 404))
+@router.get("/{action_id}", response_model=ActionOut, responses=error_responses(404))
 def show_action(action_id: str, service: ActionService = Depends(get_action_service)) -> ActionOut:
     return ActionOut.of(service.get(action_id))
 
 
-_DECISION_ERRORS = errors(401, 403, 404, 409, 422)
+_DECISION_ERRORS = error_responses(403, 404, 409)
 
 
 @router.post("/{action_id}/approve", response_model=ActionOut, responses=_DECISION_ERRORS)

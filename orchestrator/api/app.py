@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request, Security
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException
 
@@ -32,8 +32,11 @@ from orchestrator.api import (
     task_stream,
     tasks,
 )
+from orchestrator.api.body_limit import BodyLimit
+from orchestrator.api.contract import BEARER, COMMON_ERRORS, INTERNAL_BEARER
 from orchestrator.errors import OrchestratorError, Unauthorized
 from orchestrator.events import CompositeNotifier, PlanHub, PlanNotifier, RedisNotifier
+from orchestrator.metrics import CONTENT_TYPE_LATEST, render
 from orchestrator.operators import OperatorsError, load_operators
 from orchestrator.services.plans import PlanService
 from orchestrator.services.sessions import SessionService
@@ -180,6 +183,8 @@ def create_app(
 
     # The tokens are checked ahead of routing and body parsing (a request without the right one
     # is a 401 whatever its body); the router dependencies check again, for defence in depth.
+    # Outermost after the token check: a body over ORCH_MAX_BODY_BYTES is a 413, never read.
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(
         auth.BearerTokens,
         settings=settings,
@@ -187,12 +192,18 @@ def create_app(
         open_paths=(_HEALTHZ,),
         accounts=accounts,
     )
-    public = [Depends(auth.require_api_token)]
+    # Security(...) only declares the bearer schemes in the OpenAPI document.
+    public = [Depends(auth.require_api_token), Security(BEARER)]
     for router in PUBLIC_ROUTERS if public_routers is None else public_routers:
-        app.include_router(router, dependencies=public)
-    internal = [Depends(auth.require_internal_token)]
+        app.include_router(router, dependencies=public, responses=COMMON_ERRORS)
+    internal = [Depends(auth.require_internal_token), Security(INTERNAL_BEARER)]
     for router in INTERNAL_ROUTERS if internal_routers is None else internal_routers:
         app.include_router(router, prefix=INTERNAL_PREFIX, dependencies=internal)
+
+    @app.get("/metrics", include_in_schema=False, dependencies=[Depends(auth.require_api_token)])
+    def metrics() -> Response:
+        """Prometheus text format; behind ORCH_API_TOKEN like every public route."""
+        return Response(render(database), media_type=CONTENT_TYPE_LATEST)
 
     @app.get(_HEALTHZ, include_in_schema=False)
     def healthz() -> dict[str, str]:

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.api.auth import current_operator
-from orchestrator.api.contract import Page, errors
+from orchestrator.api.contract import Page, error_responses
 from orchestrator.operators import Operator
 from orchestrator.services.collaboration import MAX_LIMIT, CollaborationService
 from orchestrator.store.collaboration import MessageRecord
@@ -86,7 +86,7 @@ class AnswerOut(BaseModel):
 @router.post(
     "/api/v1/tasks/{task_id}/collaboration",
     response_model=CollaborationSessionOut,
-    responses={201: {"model": CollaborationSessionOut}, **errors(401, 403, 404)},
+    responses={201: {"model": CollaborationSessionOut}, **error_responses(401, 403, 404)},
 )
 def open_collaboration(
     task_id: str,
@@ -104,7 +104,7 @@ def open_collaboration(
     "/api/v1/sessions/{session_id}/messages",
     status_code=201,
     response_model=AnswerOut,
-    responses=errors(401, 403, 404, 409, 422),
+    responses=error_responses(401, 403, 404, 409, 422),
 )
 def ask(
     session_id: str, body: AskBody, service: CollaborationService = Depends(get_collaboration)
@@ -119,7 +119,7 @@ def ask(
 @router.get(
     "/api/v1/sessions/{session_id}/messages",
     response_model=Page[MessageOut],
-    responses=errors(401, 404, 409, 422),
+    responses=error_responses(401, 404, 409, 422),
 )
 def list_messages(
     session_id: str,

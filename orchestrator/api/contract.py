@@ -1,46 +1,109 @@
-"""What the OpenAPI contract says of every route: the error envelope and the list shape.
+"""The API contract in one place: the error envelope, the list shape, paging, the bearer scheme.
 
-Routes declare their error responses with `errors(401, 404, ...)`, so a generated client knows
-the envelope `{"error": {"code", "message", "details"}}` of each status.
+Every route adopts these, so a generated client can trust the schema:
+
+- `responses=error_responses(404, 409)` documents a route's own errors with the envelope
+  `{"error": {"code", "message", "details"}}`; `create_app` adds `COMMON_ERRORS` (401, 413, 422)
+  to every public route, so a route lists only what is particular to it.
+- `Page[ItemModel]` is the one list shape, `{"items": [...], "next_cursor": ...}`; `paged()`
+  cuts a `limit + 1` fetch into a page and the cursor of the next one (keyset, see
+  `orchestrator.domain.cursors`).
+- `BEARER` and `INTERNAL_BEARER` declare the schemes in the OpenAPI document; the checks
+  themselves stay in `orchestrator.api.auth`.
+- The closed vocabularies are enums (`orchestrator.api.enums`), so a client knows every value.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, Field
+from fastapi.security import HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["ErrorBody", "ErrorEnvelope", "Page", "errors"]
+from orchestrator.domain.cursors import encode_cursor
 
-T = TypeVar("T")
+__all__ = [
+    "BEARER",
+    "COMMON_ERRORS",
+    "INTERNAL_BEARER",
+    "ErrorBody",
+    "ErrorEnvelope",
+    "Page",
+    "error_responses",
+    "paged",
+]
+
+ItemT = TypeVar("ItemT")
+RowT = TypeVar("RowT")
+
+#: ORCH_API_TOKEN on public routes (declared only; `auth` checks it).
+BEARER = HTTPBearer(
+    scheme_name="bearer", description="ORCH_API_TOKEN, when it is set", auto_error=False
+)
+#: AGENT_INTERNAL_TOKEN on the internal tool bridge.
+INTERNAL_BEARER = HTTPBearer(
+    scheme_name="internal_bearer", description="AGENT_INTERNAL_TOKEN", auto_error=False
+)
 
 
 class ErrorBody(BaseModel):
-    code: str = Field(description="stable machine-readable code, e.g. stale_approval")
+    code: str = Field(description="stable, machine-readable")
     message: str
-    details: list[dict[str, Any]] = Field(default_factory=list)
+    details: list[dict[str, Any]] = Field(
+        description="every problem found: {code, message, field?}; the first gives `code`"
+    )
 
 
 class ErrorEnvelope(BaseModel):
+    """Every error response of the API."""
+
     error: ErrorBody
 
 
-class Page(BaseModel, Generic[T]):
-    """One list shape everywhere: the items and the cursor of the next page (None at the end)."""
-
-    items: list[T]
-    next_cursor: str | None = None
-
-
-_WHAT = {
+_DESCRIPTIONS = {
+    400: "bad request",
     401: "missing or wrong bearer token",
     403: "the account's role does not allow this (forbidden)",
-    404: "no such resource (not_found)",
-    409: "the request conflicts with the stored state",
+    404: "no such resource",
+    409: "conflicts with the current state (stale generation, already decided, ...)",
+    413: "the request body is larger than ORCH_MAX_BODY_BYTES",
     422: "the request is not valid",
+    502: "the model behind the answer failed (model_error)",
 }
 
 
-def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """The `responses=` of a route: each status with the error envelope."""
-    return {status: {"model": ErrorEnvelope, "description": _WHAT[status]} for status in statuses}
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` for error statuses, each with the error envelope."""
+    return {
+        status: {"model": ErrorEnvelope, "description": _DESCRIPTIONS[status]}
+        for status in statuses
+    }
+
+
+#: What any public route may answer whatever it does; added by `create_app`.
+COMMON_ERRORS = error_responses(401, 413, 422)
+
+
+class Page(BaseModel, Generic[ItemT]):
+    """One page of a list, newest first."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    items: list[ItemT]
+    next_cursor: str | None = Field(
+        description="pass as `cursor` for the next page; null on the last page"
+    )
+
+
+def paged(
+    rows: Sequence[RowT],
+    limit: int,
+    key: Callable[[RowT], tuple[datetime, str]],
+) -> tuple[list[RowT], str | None]:
+    """The first `limit` of `rows` (fetched as `limit + 1`) and the cursor after them."""
+    items = list(rows[:limit])
+    if len(rows) > limit and items:
+        return items, encode_cursor(*key(items[-1]))
+    return items, None

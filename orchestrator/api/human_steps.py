@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.api.auth import require_role
-from orchestrator.api.contract import errors
+from orchestrator.api.contract import error_responses
 from orchestrator.errors import ValidationFailed
 from orchestrator.operators import Operator
 from orchestrator.runtime import celery_dispatcher
@@ -86,7 +86,7 @@ class HumanStepOut(BaseModel):
         )
 
 
-_ERRORS: dict[int | str, dict[str, Any]] = errors(401, 403, 404, 409, 422)
+_ERRORS: dict[int | str, dict[str, Any]] = error_responses(401, 403, 404, 409, 422)
 _OPERATOR = require_role("operator")
 
 

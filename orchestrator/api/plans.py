@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Body, Depends, Path, Response
 
+from orchestrator.api.contract import error_responses
 from orchestrator.api.deps import get_plans
 from orchestrator.errors import ValidationFailed
 from orchestrator.services.plans import PlanService
@@ -14,16 +15,17 @@ from orchestrator.tools.base import Fence
 __all__ = ["internal_router", "router"]
 
 router = APIRouter(prefix="/api/v1/sessions", tags=["plans"])
+_BRIDGE_ERRORS = error_responses(401, 404, 409, 413, 422)
 internal_router = APIRouter(prefix="/sessions", tags=["internal"])
 
 
-@router.get("/{session_id}/execution-plans")
+@router.get("/{session_id}/execution-plans", responses=error_responses(404))
 def plan_history(session_id: str, plans: PlanService = Depends(get_plans)) -> dict[str, Any]:
     """The latest revision in full and a summary of every revision, oldest first."""
     return plans.history(session_id)
 
 
-@router.get("/{session_id}/execution-plans/{revision}")
+@router.get("/{session_id}/execution-plans/{revision}", responses=error_responses(404))
 def plan_revision(
     session_id: str,
     revision: int = Path(ge=1, le=2**31 - 1),
@@ -52,7 +54,11 @@ def _fence(raw: Any) -> Fence:
     )
 
 
-@internal_router.post("/{session_id}/execution-plans", status_code=201)
+@internal_router.post(
+    "/{session_id}/execution-plans",
+    status_code=201,
+    responses={200: {"description": "the same plan again: replayed"}, **_BRIDGE_ERRORS},
+)
 def publish_plan(
     session_id: str,
     response: Response,
@@ -68,7 +74,7 @@ def publish_plan(
     return result.to_dict()
 
 
-@internal_router.get("/{session_id}/execution-plans")
+@internal_router.get("/{session_id}/execution-plans", responses=_BRIDGE_ERRORS)
 def internal_plan_history(
     session_id: str, plans: PlanService = Depends(get_plans)
 ) -> dict[str, Any]:

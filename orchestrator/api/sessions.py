@@ -7,7 +7,10 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.api.contract import Page, error_responses
 from orchestrator.api.deps import get_sessions
+from orchestrator.api.enums import SessionPurpose
+from orchestrator.api.models import SessionView
 from orchestrator.services.sessions import MAX_LIMIT, SessionService
 
 __all__ = ["CreateSession", "router"]
@@ -20,38 +23,40 @@ class CreateSession(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    purpose: str
+    purpose: SessionPurpose
     title: str = Field(min_length=1, max_length=200)
     task_id: str | None = Field(default=None, max_length=36)
     owner: str = Field(default="api", min_length=1, max_length=128)
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, response_model=SessionView, responses=error_responses(404, 409))
 def create_session(
     body: CreateSession, service: SessionService = Depends(get_sessions)
 ) -> dict[str, Any]:
     record = service.create_session(
-        purpose=body.purpose, title=body.title, owner=body.owner, task_id=body.task_id
+        purpose=str(body.purpose), title=body.title, owner=body.owner, task_id=body.task_id
     )
     return record.to_dict()
 
 
-@router.get("")
+@router.get("", response_model=Page[SessionView])
 def list_sessions(
-    purpose: str | None = None,
-    task_id: str | None = None,
+    purpose: SessionPurpose | None = None,
+    task_id: str | None = Query(default=None, max_length=36),
     limit: int = Query(default=50, ge=1, le=MAX_LIMIT),
     cursor: str | None = Query(default=None, max_length=512),
     service: SessionService = Depends(get_sessions),
 ) -> dict[str, Any]:
     """Newest first; only `ordinary_chat` unless `purpose` or `task_id` asks for others."""
-    page = service.list_sessions(purpose=purpose, task_id=task_id, limit=limit, cursor=cursor)
+    page = service.list_sessions(
+        purpose=str(purpose) if purpose else None, task_id=task_id, limit=limit, cursor=cursor
+    )
     return {
-        "sessions": [record.to_dict() for record in page.items],
+        "items": [record.to_dict() for record in page.items],
         "next_cursor": page.next_cursor,
     }
 
 
-@router.get("/{session_id}")
+@router.get("/{session_id}", response_model=SessionView, responses=error_responses(404))
 def get_session(session_id: str, service: SessionService = Depends(get_sessions)) -> dict[str, Any]:
     return service.get_session(session_id).to_dict()

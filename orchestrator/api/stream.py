@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from orchestrator.api.contract import error_responses
 from orchestrator.api.deps import get_hub, get_plans
 from orchestrator.events import PlanHub
 from orchestrator.services.plans import PlanService, SessionPlans
@@ -83,7 +84,14 @@ async def _events(
             await subscription.wait(keepalive - idle)
 
 
-@router.get("/{session_id}/stream")
+@router.get(
+    "/{session_id}/stream",
+    response_class=StreamingResponse,
+    responses={
+        200: {"description": "server-sent events", "content": {"text/event-stream": {}}},
+        **error_responses(404),
+    },
+)
 async def plan_stream(
     session_id: str,
     request: Request,

@@ -7,9 +7,9 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.api.contract import errors
-from orchestrator.domain.vocabulary import TASK_STATUSES
-from orchestrator.errors import ValidationFailed
+from orchestrator.api.contract import Page, error_responses
+from orchestrator.api.enums import TaskStatus
+from orchestrator.api.models import ExplainView, TaskView, TriggerView
 from orchestrator.leases import make_lease_backend
 from orchestrator.runtime import celery_dispatcher
 from orchestrator.services.tasks import TaskService, Trigger, task_view
@@ -33,6 +33,13 @@ def get_task_service(request: Request) -> TaskService:
     return service
 
 
+#: A trigger id reused with another body is refused (409); the trigger itself is 201 or 200.
+_TRIGGER_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"model": TriggerView, "description": "the trigger_id named an existing task"},
+    **error_responses(403, 409),
+}
+
+
 class RequeueBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     reason: str = Field(min_length=1, max_length=500)
@@ -43,7 +50,7 @@ class CancelBody(BaseModel):
     reason: str = Field(default="cancelled by an operator", min_length=1, max_length=500)
 
 
-@router.post("", status_code=201, responses=errors(401, 403, 409, 422))
+@router.post("", status_code=201, response_model=TriggerView, responses=_TRIGGER_RESPONSES)
 def trigger_task(
     body: Trigger, response: Response, service: TaskService = Depends(get_task_service)
 ) -> dict[str, Any]:
@@ -55,27 +62,27 @@ def trigger_task(
     return task_view(result.task) | {"created": result.created}
 
 
-@router.get("")
+@router.get("", response_model=Page[TaskView])
 def list_tasks(
-    status: str | None = Query(default=None),
+    status: TaskStatus | None = Query(default=None),
     limit: int = Query(default=50, ge=1, le=200),
+    cursor: str | None = Query(default=None, max_length=512),
     service: TaskService = Depends(get_task_service),
 ) -> dict[str, Any]:
-    if status is not None and status not in TASK_STATUSES:
-        raise ValidationFailed(
-            f"unknown status {status!r}",
-            code="invalid_status",
-            details=[{"code": "invalid_status", "message": f"one of {', '.join(TASK_STATUSES)}"}],
-        )
-    return {"tasks": [task_view(task) for task in service.list_tasks(status=status, limit=limit)]}
+    """Newest first, without contexts; follow `next_cursor` for older tasks."""
+    items, next_cursor = service.page_tasks(
+        status=str(status) if status else None, limit=limit, cursor=cursor
+    )
+    return {"items": [task_view(task) for task in items], "next_cursor": next_cursor}
 
 
-@router.get("/{task_id}")
+@router.get("/{task_id}", response_model=ExplainView, responses=error_responses(404))
 def show_task(task_id: str, service: TaskService = Depends(get_task_service)) -> dict[str, Any]:
+    """Generations, lease, plan, report, pending approvals and the last fenced write."""
     return service.explain(task_id)
 
 
-@router.get("/{task_id}/transcript")
+@router.get("/{task_id}/transcript", response_model=dict[str, Any], responses=error_responses(404))
 def task_transcript(
     task_id: str,
     generation: int | None = Query(default=None, ge=1, le=2**31 - 1),
@@ -85,14 +92,14 @@ def task_transcript(
     return service.transcript(task_id, generation)
 
 
-@router.post("/{task_id}/requeue")
+@router.post("/{task_id}/requeue", response_model=TaskView, responses=error_responses(404, 409))
 def requeue_task(
     task_id: str, body: RequeueBody, service: TaskService = Depends(get_task_service)
 ) -> dict[str, Any]:
     return task_view(service.requeue(task_id, body.reason))
 
 
-@router.post("/{task_id}/cancel")
+@router.post("/{task_id}/cancel", response_model=TaskView, responses=error_responses(404, 409))
 def cancel_task(
     task_id: str,
     body: CancelBody | None = None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -21,7 +22,8 @@ from orchestrator.cli import (
     plans,
     tasks,
 )
-from orchestrator.cli.common import CommandFailed, Handler, one_line, safe_store_url
+from orchestrator.cli.common import CommandFailed, Handler, OneLineParser, one_line, safe_store_url
+from orchestrator.cli.store_errors import describe_store_error
 from orchestrator.errors import OrchestratorError
 from orchestrator.settings import SettingsError
 
@@ -31,7 +33,7 @@ GROUPS = (demo, db, tasks, actions, outbox, fleet, api, plans, invocations, clea
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="orchestrator",
         description="Run and operate agent-driven condition tasks.",
     )
@@ -60,7 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return handler(args)
+        code = handler(args)
+        sys.stdout.flush()  # a closed pipe shows here, inside the try, not at exit
+        return code
     except SettingsError as exc:
         print(f"orchestrator: {exc}", file=sys.stderr)
         return 2
@@ -78,12 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"orchestrator: the store refused a value: {one_line(exc)}", file=sys.stderr)
         return 2
     except (OperationalError, ProgrammingError) as exc:
-        store = safe_store_url() or "the configured URL"
-        print(
-            f"orchestrator: the store at {store} is unavailable or not migrated "
-            f"({one_line(exc)}): run `orchestrator db upgrade`",
-            file=sys.stderr,
-        )
+        print(f"orchestrator: {describe_store_error(exc)}", file=sys.stderr)
         return 1
     except SQLAlchemyError as exc:
         store = safe_store_url() or "the configured URL"
@@ -91,3 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `orchestrator tasks list --json | head`: the reader left; end quietly, and keep the
+        # interpreter's final flush from reporting the closed pipe.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141

@@ -3,19 +3,33 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import ipaddress
 from typing import Any
 
-from orchestrator.cli.common import CommandFailed, load
+from orchestrator.cli.common import CommandFailed, bounded_int, load
+from orchestrator.logs import RedactFilter, configure_logging, secrets_of
+from orchestrator.settings import Settings
 
-__all__ = ["is_loopback", "register"]
+__all__ = ["LOG_LEVELS", "is_loopback", "register"]
+
+#: uvicorn's level names.
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 
 def register(commands: Any) -> None:
     api = commands.add_parser("api", help="serve the HTTP API (uvicorn)")
     api.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback)")
-    api.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
-    api.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
+    api.add_argument(
+        "--port", type=bounded_int(1, 65535), default=8000, help="TCP port (default 8000)"
+    )
+    api.add_argument(
+        "--log-level",
+        default="info",
+        type=str.lower,
+        choices=LOG_LEVELS,
+        help="uvicorn log level (default info)",
+    )
     api.set_defaults(handler=_serve)
 
 
@@ -27,6 +41,20 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def _log_config(settings: Settings, level: str) -> dict[str, Any] | None:
+    """uvicorn's logging in ORCH_LOG_FORMAT, secrets masked (a `?token=` in an access line)."""
+    if settings.log_format == "json":
+        configure_logging(settings, "DEBUG" if level == "trace" else level.upper())
+        return None  # uvicorn's loggers propagate to the root handler just set
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["filters"] = {"redact": {"()": RedactFilter, "secrets": secrets_of(settings)}}
+    for handler in config["handlers"].values():
+        handler["filters"] = ["redact"]
+    return config
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -46,6 +74,7 @@ def _serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         log_level=args.log_level,
+        log_config=_log_config(settings, args.log_level),
         # Streams never end by themselves; do not let them hold a shutdown for ever.
         timeout_graceful_shutdown=3,
     )

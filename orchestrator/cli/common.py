@@ -7,7 +7,7 @@ import json
 import sys
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, NoReturn
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -17,6 +17,7 @@ from orchestrator.settings import Settings, load_settings
 __all__ = [
     "CommandFailed",
     "Handler",
+    "OneLineParser",
     "add_json_flag",
     "bounded_int",
     "load",
@@ -36,6 +37,13 @@ class CommandFailed(Exception):
     def __init__(self, message: str, exit_code: int = 1) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line and exit code 2 (the usage is under --help)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def bounded_int(low: int, high: int) -> Callable[[str], int]:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from orchestrator.cli.common import add_json_flag, load, print_json
+from alembic.util.exc import CommandError
+
+from orchestrator.cli.common import CommandFailed, add_json_flag, load, mask_url, print_json
 from orchestrator.store import migrations
 
-__all__ = ["register"]
+__all__ = ["check_store_ready", "register"]
 
 
 def register(commands: Any) -> None:
@@ -28,16 +30,43 @@ def register(commands: Any) -> None:
     current.set_defaults(handler=_current)
 
 
+def check_store_ready(url: str) -> None:
+    """Refuse, in one line, a store that is not at this code's head revision.
+
+    An unreachable store raises the driver's error, which `main` turns into one line too.
+    """
+    current = migrations.current_revision(url)
+    head = migrations.head_revision()
+    if current != head:
+        at = f"at revision {current}" if current else "empty"
+        raise CommandFailed(
+            f"the store at {mask_url(url)} is not migrated ({at}, this code needs {head}): "
+            "run `orchestrator db upgrade`"
+        )
+
+
+def _revision_error(exc: CommandError) -> CommandFailed:
+    line = str(exc).strip().splitlines()[0] if str(exc).strip() else "unknown revision"
+    head = migrations.head_revision()
+    return CommandFailed(f"{line} (the newest is {head}; or use head, base)", exit_code=2)
+
+
 def _upgrade(args: argparse.Namespace) -> int:
     settings = load()
-    migrations.upgrade(settings.store_url, args.revision)
+    try:
+        migrations.upgrade(settings.store_url, args.revision)
+    except CommandError as exc:
+        raise _revision_error(exc) from None
     print(f"store at revision {migrations.current_revision(settings.store_url)}")
     return 0
 
 
 def _downgrade(args: argparse.Namespace) -> int:
     settings = load()
-    migrations.downgrade(settings.store_url, args.revision)
+    try:
+        migrations.downgrade(settings.store_url, args.revision)
+    except CommandError as exc:
+        raise _revision_error(exc) from None
     print(f"store at revision {migrations.current_revision(settings.store_url) or 'base'}")
     return 0
 

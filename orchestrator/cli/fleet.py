@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
+import shutil
 import signal
+import sys
 import threading
 from types import FrameType
 from typing import Any
@@ -18,15 +22,21 @@ from orchestrator.cli.common import (
     one_line,
     print_json,
 )
+from orchestrator.cli.db import check_store_ready
+from orchestrator.logs import configure_logging
 from orchestrator.runtime import build_runtime
 from orchestrator.services.outbox import OutboxDispatcher
+from orchestrator.settings import Settings
+from orchestrator.tools.toolsets import SpecError, check_gateway
 
-__all__ = ["register"]
+__all__ = ["HEARTBEAT", "WORKER_LOG_LEVELS", "register"]
 
 log = logging.getLogger("orchestrator.sweeper")
 
 #: Concurrent executions of one worker process on the threads pool, unless `--concurrency`.
 DEFAULT_THREADS = 100
+#: Celery's level names.
+WORKER_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "FATAL")
 
 
 def register(commands: Any) -> None:
@@ -44,7 +54,7 @@ def register(commands: Any) -> None:
         help=f"concurrent executions (default {DEFAULT_THREADS} with threads; CPUs with prefork)",
     )
     worker.add_argument("--beat", action="store_true", help="also run the periodic sweep")
-    worker.add_argument("--loglevel", default="INFO")
+    worker.add_argument("--loglevel", default="INFO", type=str.upper, choices=WORKER_LOG_LEVELS)
     worker.add_argument("--name", default=None, help="Celery node name (default celery@host)")
     worker.set_defaults(handler=_worker)
 
@@ -64,6 +74,15 @@ def register(commands: Any) -> None:
 
 def _worker(args: argparse.Namespace) -> int:
     settings = load()  # a bad setting stops here with one line, before Celery starts
+    try:
+        check_gateway(settings)  # as the worker's own start-up check does, before the store's
+    except SpecError as exc:
+        print(exc.message, file=sys.stderr)
+        return 2
+    # An unreachable or unmigrated store stops here too, instead of a traceback and "ready".
+    check_store_ready(settings.store_url)
+    if settings.metrics_port:
+        _metrics_for_prefork(settings)
     from workers.celery_app import app
 
     check_model_setting(settings)  # no silent default model (issue 12)
@@ -92,10 +111,30 @@ def _worker(args: argparse.Namespace) -> int:
     return code if isinstance(code, int) else 0
 
 
+def _metrics_for_prefork(settings: Settings) -> None:
+    """Pool processes count into files of a fresh PROMETHEUS_MULTIPROC_DIR; this (parent)
+    process serves their sum and the store's counts on ORCH_METRICS_PORT."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        folder = (settings.home / "metrics" / f"worker-{os.getpid()}").resolve()
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
+    from orchestrator.metrics import serve_metrics
+    from orchestrator.store.db import Database
+
+    serve_metrics(settings.metrics_port, Database.from_url(settings.store_url, pool_size=1))
+
+
 def _sweeper(args: argparse.Namespace) -> int:
     settings = load()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    configure_logging(settings)
     rt = build_runtime(settings)
+    # Imported here: prometheus-client picks its value store on import, after the worker
+    # command has set PROMETHEUS_MULTIPROC_DIR.
+    from orchestrator.metrics import SWEEPS, serve_metrics
+
+    if settings.metrics_port and not args.once:
+        serve_metrics(settings.metrics_port, rt.db)
     stop = threading.Event()
 
     def _stop(_signum: int, _frame: FrameType | None) -> None:
@@ -103,10 +142,13 @@ def _sweeper(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    print(
-        f"sweeping every {settings.sweep_seconds:g}s (lease {settings.lease_seconds:g}s)",
-        flush=True,
-    )
+    if args.once:
+        print(f"sweeping once (lease {settings.lease_seconds:g}s)", flush=True)
+    else:
+        print(
+            f"sweeping every {settings.sweep_seconds:g}s (lease {settings.lease_seconds:g}s)",
+            flush=True,
+        )
     # The outbox dispatcher runs beside the sweep loop, in a thread of its own: a slow
     # business backend never delays a requeue.
     outbox = None if args.once or args.no_outbox else OutboxDispatcher(settings, rt.db)
@@ -117,7 +159,9 @@ def _sweeper(args: argparse.Namespace) -> int:
         while True:
             try:
                 report = rt.sweeper.sweep()
+                SWEEPS.labels("ok").inc()
             except Exception as exc:
+                SWEEPS.labels("failed").inc()
                 if args.once:
                     raise  # main() turns it into one line and a non-zero exit
                 # The store or the broker briefly unreachable must not end the loop: what this
@@ -131,6 +175,7 @@ def _sweeper(args: argparse.Namespace) -> int:
             else:
                 for line in report.lines():
                     print(line, flush=True)
+                _heartbeat(settings)
             if args.once or stop.wait(settings.sweep_seconds):
                 return 0
     finally:
@@ -139,6 +184,17 @@ def _sweeper(args: argparse.Namespace) -> int:
             sender.join(timeout=settings.outbox_timeout_seconds + 1)
             outbox.close()
         rt.close()
+
+
+#: Touched after every sweep that ran; the compose health check reads its age.
+HEARTBEAT = "sweeper.heartbeat"
+
+
+def _heartbeat(settings: Settings) -> None:
+    with contextlib.suppress(OSError):  # a health signal only: never stop the loop for it
+        path = settings.home / HEARTBEAT
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
 
 
 def _recover(args: argparse.Namespace) -> int:

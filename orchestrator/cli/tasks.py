@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -194,18 +195,28 @@ def _trigger(args: argparse.Namespace) -> int:
         field = ".".join(str(part) for part in first["loc"])
         raise CommandFailed(f"invalid {field}: {first['msg']}", exit_code=2) from None
     rt = _runtime()
+    # The CLI says it below, in its own words; the service's log line would repeat it.
+    logging.getLogger("orchestrator.services.dispatch").setLevel(logging.ERROR)
     try:
         result = rt.tasks.trigger(trigger)
+        stale = rt.settings.queued_stale_seconds
     finally:
         rt.close()
     view = task_view(result.task) | {"created": result.created}
     if args.json:
-        print_json(view)
-    else:
+        print_json(view | {"dispatched": result.dispatched})
+    elif result.dispatched:
         verb = "queued" if result.created else "already exists:"
         print(
             f"{verb} task {result.task.task_id} ({result.task.status}, "
             f"generation {result.task.generation})"
+        )
+    else:
+        print(f"stored task {result.task.task_id} (queued, generation {result.task.generation})")
+    if not result.dispatched:
+        raise CommandFailed(
+            f"the broker did not take the wake-up of task {result.task.task_id}; it is stored "
+            f"and the sweeper will republish the wake-up after {stale:g}s"
         )
     return 0
 
@@ -370,6 +381,11 @@ def render_explain(view: dict[str, Any]) -> str:
         lines.append(f"  plan revision {plan['revision']}: {plan['title']} ({counts})")
     else:
         lines.append("  plan: none yet for this generation")
+    last_write = view.get("last_write")
+    if last_write:
+        lines.append(f"  last fenced write: {last_write['kind']} at {_time(last_write['at'])}")
+    elif view["status"] == "running":
+        lines.append("  last fenced write: none yet in this generation")
     report = view.get("report")
     if report:
         lines.append(f"  report ({report['outcome']}): {report['summary']}")

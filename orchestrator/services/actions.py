@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from orchestrator.domain.approvals import action_digest, still_bound
+from orchestrator.domain.cursors import decode_cursor
 from orchestrator.domain.fingerprints import NonCanonical
 from orchestrator.domain.vocabulary import ACTION_KINDS, ACTION_STATUSES
 from orchestrator.errors import ConflictError, InvalidTransition, NotFound, ValidationFailed
@@ -143,6 +144,9 @@ class ActionService:
             decided, next_generation = self._decide_txn(conn, action_id, approve, by, note, digest)
         if next_generation is not None:
             safe_dispatch(self.dispatcher, decided.task_id, next_generation)
+        from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
+
+        metrics.APPROVALS_DECIDED.labels(decided.status).inc()
         return decided
 
     def _decide_txn(
@@ -204,11 +208,15 @@ class ActionService:
         status: str | None = "pending_approval",
         task_id: str | None = None,
         limit: int = 100,
+        cursor: str | None = None,
     ) -> list[ActionRecord]:
         if status is not None and status not in ACTION_STATUSES:
             raise ValidationFailed(f"unknown status {status!r}", code="invalid_status")
+        after = decode_cursor(cursor) if cursor else None
         with self.db.transaction(readonly=True) as conn:
-            return action_store.list_actions(conn, status=status, task_id=task_id, limit=limit)
+            return action_store.list_actions(
+                conn, status=status, task_id=task_id, limit=limit, after=after
+            )
 
 
 def _stale(message: str) -> ConflictError:

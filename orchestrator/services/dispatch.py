@@ -29,8 +29,16 @@ def safe_dispatch(dispatcher: Dispatcher, task_id: str, generation: int) -> bool
     """Dispatch after a commit; a broker failure is logged, and the sweeper republishes later."""
     try:
         dispatcher.dispatch(task_id, generation)
-    except Exception:
-        log.exception("wake-up of task %s generation %s not sent", task_id, generation)
+    except Exception as exc:
+        # One line, no traceback: the broker's text names the host, never a password.
+        text = (str(exc).strip().splitlines() or [""])[0][:200]
+        log.warning(
+            "wake-up of task %s generation %s not sent (%s: %s); the sweeper republishes it",
+            task_id,
+            generation,
+            type(exc).__name__,
+            text,
+        )
         return False
     return True
 

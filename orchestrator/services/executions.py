@@ -28,6 +28,7 @@ from orchestrator.domain.decisions import Decision, RoundFacts, decide
 from orchestrator.errors import StaleGeneration
 from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable
 from orchestrator.leases.process import current_process
+from orchestrator.logs import bind_log_context
 from orchestrator.services.actions import ActionService
 from orchestrator.services.dispatch import Dispatcher, safe_dispatch
 from orchestrator.services.lease_keeper import LeaseKeeper, lease_name
@@ -136,6 +137,7 @@ class ExecutionService:
             self.leases.release(lease_name(task_id), token)
             return RunResult(False, self._why_not_queued(task_id, generation))
         task, session_id = claimed
+        bind_log_context(session_id=session_id)  # the worker's log lines name the session
         fence = Fence(task_id, generation, token)
         keeper = LeaseKeeper(
             self.leases, self.db, fence, ttl=ttl, renew_every=self.settings.lease_renew_seconds

@@ -82,17 +82,22 @@ class LeaseKeeper:
         """
         if self.lost.is_set():
             return False
+        from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
+
         with self._lock:
             sent_at = time.monotonic()
             try:
                 renewed = self.leases.renew(self.name, self.fence.lease_token, self.ttl)
             except LeaseBackendUnavailable:
                 log.warning("lease back end unavailable while renewing %s", self.name)
+                metrics.LEASE_RENEWAL_FAILURES.inc()
                 self._check_overdue()
                 return False
             if not renewed:
+                metrics.LEASE_RENEWAL_FAILURES.inc()
                 self._lose("the lease renewal was refused")
                 return False
+            metrics.LEASE_RENEWALS.inc()
             self._renewed(sent_at)
             if not mirror and sent_at - self._mirrored_at < self.renew_every / 2:
                 return True

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy import Connection
 
+from orchestrator.domain.cursors import decode_cursor, encode_cursor
 from orchestrator.domain.vocabulary import SESSION_PURPOSES
 from orchestrator.errors import NotFound, ValidationFailed
 from orchestrator.store import sessions as store
@@ -83,31 +81,6 @@ def create_session_txn(
     return record
 
 
-def encode_cursor(record: SessionRecord) -> str:
-    raw = json.dumps([record.created_at.isoformat(), record.session_id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[datetime, str]:
-    """The (created_at in UTC, session_id) of a cursor; anything else is 422 `invalid_cursor`.
-
-    The conversion to UTC happens here, inside the check: a forged offset near the ends of the
-    calendar ("0001-01-01T00:00:00+01:00") overflows, and must not reach the store.
-    """
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        stamp, session_id = json.loads(raw)
-        if not isinstance(stamp, str) or not isinstance(session_id, str):
-            raise ValueError("bad cursor")
-        moment = datetime.fromisoformat(stamp)
-        if moment.tzinfo is None:
-            raise ValueError("bad cursor")
-        moment = moment.astimezone(UTC)
-    except (ValueError, TypeError, OverflowError, binascii.Error, UnicodeDecodeError):
-        raise _fail("invalid_cursor", "cursor is not one this API returned", "cursor") from None
-    return moment, session_id
-
-
 class SessionService:
     """Sessions over one `Database`."""
 
@@ -169,5 +142,6 @@ class SessionService:
                 conn, purpose=purpose, task_id=task_id, limit=limit + 1, after=after
             )
         items = rows[:limit]
-        next_cursor = encode_cursor(items[-1]) if len(rows) > limit else None
+        more = len(rows) > limit and items
+        next_cursor = encode_cursor(items[-1].created_at, items[-1].session_id) if more else None
         return SessionPage(items, next_cursor)

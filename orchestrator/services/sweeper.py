@@ -169,6 +169,10 @@ class Sweeper:
                 )
         report.requeued += batch.requeued
         report.parked += batch.parked
+        if batch.requeued:
+            from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
+
+            metrics.RECOVERIES.inc(len(batch.requeued))
         for task_id, generation in [(t, g) for t, g, _ in batch.requeued] + batch.parked:
             token = (release or {}).get((task_id, generation))
             if token is None:

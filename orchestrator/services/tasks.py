@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import update
 
+from orchestrator.domain.cursors import decode_cursor, encode_cursor
 from orchestrator.domain.vocabulary import TASK_STATUSES, TERMINAL_TASK_STATUSES
 from orchestrator.errors import ConflictError, InvalidTransition, NotFound, ValidationFailed
 from orchestrator.leases import LeaseBackend
@@ -21,6 +22,7 @@ from orchestrator.store import reports as report_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store import transcripts as transcript_store
 from orchestrator.store.db import Database
+from orchestrator.store.last_write import last_fenced_write
 from orchestrator.store.receipts import ReceiptLedger
 from orchestrator.store.records import TaskRecord
 from orchestrator.store.tables import tasks
@@ -47,6 +49,9 @@ class Trigger(BaseModel):
 class TriggerResult:
     task: TaskRecord
     created: bool
+    #: False when the wake-up could not be sent (broker down): the task is queued all the same
+    #: and the sweeper republishes it after ORCH_QUEUED_STALE_SECONDS.
+    dispatched: bool = True
 
 
 class TaskService:
@@ -82,8 +87,8 @@ class TaskService:
             assert existing is not None  # trigger ids are never deleted on their own
             _refuse_other_payload(trigger_id, existing, trigger)
             return TriggerResult(existing, created=False)
-        safe_dispatch(self.dispatcher, task.task_id, task.generation)
-        return TriggerResult(task, created=True)
+        sent = safe_dispatch(self.dispatcher, task.task_id, task.generation)
+        return TriggerResult(task, created=True, dispatched=sent)
 
     def get(self, task_id: str) -> TaskRecord:
         with self.db.transaction(readonly=True) as conn:
@@ -92,14 +97,27 @@ class TaskService:
             raise NotFound(f"task {task_id} does not exist")
         return task
 
-    def list_tasks(self, *, status: str | None = None, limit: int = 50) -> list[TaskRecord]:
+    def list_tasks(
+        self, *, status: str | None = None, limit: int = 50, cursor: str | None = None
+    ) -> list[TaskRecord]:
+        """Newest first, without contexts; `cursor` continues after a `page_tasks` page."""
         if status is not None and status not in TASK_STATUSES:
             raise ValidationFailed(
                 f"unknown status {status!r}; one of {', '.join(TASK_STATUSES)}",
                 code="invalid_status",
             )
+        after = decode_cursor(cursor) if cursor else None
         with self.db.transaction(readonly=True) as conn:
-            return task_store.list_tasks(conn, status=status, limit=limit)
+            return task_store.list_tasks(conn, status=status, limit=limit, after=after)
+
+    def page_tasks(
+        self, *, status: str | None = None, limit: int = 50, cursor: str | None = None
+    ) -> tuple[list[TaskRecord], str | None]:
+        """One page and the cursor of the next (None on the last page)."""
+        rows = self.list_tasks(status=status, limit=limit + 1, cursor=cursor)
+        items = rows[:limit]
+        more = len(rows) > limit and items
+        return items, encode_cursor(items[-1].created_at, items[-1].task_id) if more else None
 
     def requeue(self, task_id: str, reason: str) -> TaskRecord:
         """A new generation now; a running one is superseded and fenced out."""
@@ -169,6 +187,7 @@ class TaskService:
             last = task_store.last_started_execution(conn, task_id, before)
             recovery = snapshot_for(conn, last) if last is not None else None
             deliveries = outbox_store.delivery_summary(conn, task_id)
+            last_write = last_fenced_write(conn, task_id, task.generation)
         view = task_view(task)
         view.update(
             {
@@ -182,6 +201,7 @@ class TaskService:
                 "recovery": recovery.to_dict() if recovery is not None else None,
                 "running_receipts": self._unknown_receipts(task_id, "running"),
                 "deliveries": deliveries,
+                "last_write": {"at": last_write[0], "kind": last_write[1]} if last_write else None,
             }
         )
         return view

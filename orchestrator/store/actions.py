@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, insert, select, update
+from sqlalchemy import Connection, Row, and_, insert, select, update
 
 from orchestrator.domain.approvals import action_digest
 from orchestrator.store.tables import actions
@@ -115,14 +115,26 @@ def decide_action(
 
 
 def list_actions(
-    conn: Connection, *, status: str | None, task_id: str | None, limit: int
+    conn: Connection,
+    *,
+    status: str | None,
+    task_id: str | None,
+    limit: int,
+    after: tuple[datetime, str] | None = None,
 ) -> list[ActionRecord]:
+    """Newest first; `after` is the (created_at, action_id) of the last row already seen."""
     query = select(actions)
     if status is not None:
         query = query.where(actions.c.status == status)
     if task_id is not None:
         query = query.where(actions.c.task_id == task_id)
-    query = query.order_by(actions.c.created_at.desc(), actions.c.action_id).limit(limit)
+    if after is not None:
+        created_at, action_id = after
+        query = query.where(
+            (actions.c.created_at < created_at)
+            | and_(actions.c.created_at == created_at, actions.c.action_id < action_id)
+        )
+    query = query.order_by(actions.c.created_at.desc(), actions.c.action_id.desc()).limit(limit)
     return [ActionRecord.from_row(row) for row in conn.execute(query)]
 
 

@@ -23,6 +23,7 @@ from sqlalchemy import (
     exists,
     func,
     insert,
+    null,
     select,
     true,
     update,
@@ -625,8 +626,13 @@ def list_tasks(
     limit: int,
     after: tuple[datetime, str] | None = None,
 ) -> list[TaskRecord]:
-    """Newest first; `after` is the (created_at, task_id) of the last row already seen."""
-    query = select(tasks)
+    """Newest first; `after` is the (created_at, task_id) of the last row already seen.
+
+    A list never loads the contexts (they may be large): `context` and `sample_input` of the
+    records are None here; `get_task` reads them.
+    """
+    light = [c for c in tasks.c if c.name not in ("context", "sample_input")]
+    query: Select[Any] = select(*light, null().label("context"), null().label("sample_input"))
     if status is not None:
         query = query.where(tasks.c.status == status)
     if after is not None:

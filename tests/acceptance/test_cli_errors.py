@@ -103,7 +103,7 @@ def test_a_store_never_migrated_is_one_line_naming_db_upgrade(
     result = run_cli(*args, env={"ORCH_DATABASE_URL": f"sqlite:///{store}"}, cwd=tmp_path)
     line = one_clear_line(result, 1)
     assert str(store) in line
-    assert "unavailable or not migrated" in line
+    assert "not migrated" in line
     assert "orchestrator db upgrade" in line
 
 

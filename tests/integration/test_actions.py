@@ -120,7 +120,7 @@ def test_actions_over_http(rt: Runtime, tmp_path: Path, store_url: str) -> None:
     )
     app = create_app(load_settings(database_url=store_url))
     with TestClient(app) as client:
-        listed = client.get("/api/v1/actions", params={"task_id": task_id}).json()["actions"]
+        listed = client.get("/api/v1/actions", params={"task_id": task_id}).json()["items"]
         assert len(listed) == 1
         action_id = listed[0]["action_id"]
         assert client.post(f"/api/v1/actions/{action_id}/approve", json={}).status_code == 422

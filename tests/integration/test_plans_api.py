@@ -306,14 +306,14 @@ def test_sessions_list_ordinary_chats_unless_asked(client: TestClient, session_i
         headers=PUBLIC,
     )
     assert collab.status_code == 201, collab.text
-    default = client.get("/api/v1/sessions", headers=PUBLIC).json()["sessions"]
+    default = client.get("/api/v1/sessions", headers=PUBLIC).json()["items"]
     assert [s["session_id"] for s in default] == [session_id]
     by_purpose = client.get(
         "/api/v1/sessions", params={"purpose": "task_collaboration"}, headers=PUBLIC
-    ).json()["sessions"]
+    ).json()["items"]
     assert [s["session_id"] for s in by_purpose] == [collab.json()["session_id"]]
     by_task = client.get("/api/v1/sessions", params={"task_id": task_id}, headers=PUBLIC).json()
-    assert [s["purpose"] for s in by_task["sessions"]] == ["task_collaboration"]
+    assert [s["purpose"] for s in by_task["items"]] == ["task_collaboration"]
     orphan = client.post(
         "/api/v1/sessions", json={"purpose": "task_execution", "title": "x"}, headers=PUBLIC
     )
@@ -336,7 +336,7 @@ def test_sessions_pagination_walks_every_session_once(client: TestClient) -> Non
     while True:
         params: dict[str, Any] = {"limit": 3, **({"cursor": cursor} if cursor else {})}
         page = client.get("/api/v1/sessions", params=params, headers=PUBLIC).json()
-        seen += [s["session_id"] for s in page["sessions"]]
+        seen += [s["session_id"] for s in page["items"]]
         cursor = page["next_cursor"]
         if cursor is None:
             break

@@ -79,7 +79,7 @@ def test_bad_triggers_are_422_and_write_nothing(client: TestClient, body: dict[s
     response = client.post("/api/v1/tasks", json=body)
     assert response.status_code == 422
     assert response.json()["error"]["code"]
-    assert client.get("/api/v1/tasks").json()["tasks"] == []
+    assert client.get("/api/v1/tasks").json()["items"] == []
 
 
 def test_malformed_json_is_422(client: TestClient) -> None:
@@ -133,10 +133,10 @@ def test_list_filters_by_status(client: TestClient) -> None:
     task_id = trigger(client).json()["task_id"]
     client.post(f"/api/v1/tasks/{task_id}/cancel")
     trigger(client)
-    assert len(client.get("/api/v1/tasks", params={"status": "cancelled"}).json()["tasks"]) == 1
-    assert len(client.get("/api/v1/tasks").json()["tasks"]) == 2
+    assert len(client.get("/api/v1/tasks", params={"status": "cancelled"}).json()["items"]) == 1
+    assert len(client.get("/api/v1/tasks").json()["items"]) == 2
     bad = client.get("/api/v1/tasks", params={"status": "sleeping"})
-    assert (bad.status_code, bad.json()["error"]["code"]) == (422, "invalid_status")
+    assert (bad.status_code, bad.json()["error"]["details"][0]["field"]) == (422, "query.status")
 
 
 @pytest.mark.parametrize("path", ["/api/v1/tasks/nope", "/api/v1/tasks/nope/cancel"])

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from orchestrator.cli import build_parser
+from orchestrator.cli.fleet import HEARTBEAT
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -125,6 +126,37 @@ def test_the_model_settings_reach_every_app_and_the_model_is_required() -> None:
             "LLM_MAX_RETRIES",
         ):
             assert environment[setting].startswith(f"${{{setting}:-"), (name, setting)
+
+
+def test_worker_and_sweeper_have_health_checks() -> None:
+    services = _services()
+    worker = " ".join(services["worker"]["healthcheck"]["test"])
+    assert "celery -A workers.celery_app inspect ping" in worker
+    assert "celery@$$HOSTNAME" in worker  # this container's node, not any node
+    sweeper = " ".join(services["sweeper"]["healthcheck"]["test"])
+    assert HEARTBEAT in sweeper
+    for name in ("worker", "sweeper"):
+        assert services[name]["healthcheck"]["retries"] >= 1, name
+
+
+def test_docker_compose_v1_accepts_the_file() -> None:
+    # Debian's docker-compose package; scripts/ensure-services.sh installs it under `make test`.
+    binary = shutil.which("docker-compose")
+    assert binary, "docker-compose is not installed: run scripts/ensure-services.sh as root"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("ORCH_")}
+    command = [binary, "-f", str(COMPOSE), "config", "-q"]
+    accepted = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**env, "ORCH_API_TOKEN": "test-token"},
+        cwd=ROOT,
+    )
+    assert accepted.returncode == 0, accepted.stderr
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
+    assert refused.returncode != 0
+    assert "ORCH_API_TOKEN" in refused.stderr
 
 
 def test_worker_can_be_scaled() -> None:

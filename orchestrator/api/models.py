@@ -1,0 +1,124 @@
+"""Response models of the public routes: what a generated client gets, with enums for every
+closed vocabulary. Nested documents the agent writes (plans, reports) stay open objects."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.api.enums import (
+    ActionKind,
+    ActionStatus,
+    ExecutionOutcome,
+    SessionPurpose,
+    TaskOrigin,
+    TaskStatus,
+)
+
+__all__ = [
+    "ActionView",
+    "ExecutionView",
+    "ExplainView",
+    "LastWrite",
+    "LeaseView",
+    "SessionView",
+    "TaskView",
+    "TriggerView",
+]
+
+
+class TaskView(BaseModel):
+    task_id: str
+    task_type: str
+    title: str
+    status: TaskStatus
+    failure_code: str | None
+    intent_round: int
+    last_error: str | None
+    origin: TaskOrigin
+    trigger_id: str
+    generation: int
+    session_id: str | None
+    rounds: int
+    recoveries: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class TriggerView(TaskView):
+    created: bool = Field(description="false when the trigger_id named an existing task")
+
+
+class LeaseView(BaseModel):
+    holder: str
+    expires_at: datetime
+    last_renewed_at: datetime | None
+
+
+class ExecutionView(BaseModel):
+    generation: int
+    session_id: str
+    outcome: ExecutionOutcome | None
+    failure_code: str | None
+    reason: str | None
+    created_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+    worker: str | None
+
+
+class LastWrite(BaseModel):
+    """The current generation's last fenced write: a working agent writes, a stuck one not."""
+
+    at: datetime
+    kind: str = Field(description="plan, report, evidence or action")
+
+
+class ExplainView(TaskView):
+    lease: LeaseView | None
+    executions: list[ExecutionView]
+    plan: dict[str, Any] | None
+    report: dict[str, Any] | None
+    pending_actions: list[dict[str, Any]]
+    unknown_receipts: list[dict[str, Any]]
+    running_receipts: list[dict[str, Any]] = Field(default_factory=list)
+    last_write: LastWrite | None
+    token_usage: dict[str, Any] | None = Field(
+        default=None, description="prompt and completion tokens per generation and in total"
+    )
+    recovery: dict[str, Any] | None = Field(
+        default=None, description="the recovery snapshot the next generation continues from"
+    )
+    deliveries: dict[str, Any] | None = Field(
+        default=None, description="the task's outbox deliveries: counts, dead and undelivered"
+    )
+
+
+class SessionView(BaseModel):
+    session_id: str
+    purpose: SessionPurpose
+    task_id: str | None
+    generation: int | None
+    owner: str
+    title: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class ActionView(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    action_id: str
+    task_id: str
+    generation: int
+    session_id: str
+    node_id: str
+    kind: ActionKind
+    payload: dict[str, Any]
+    status: ActionStatus
+    decided_by: str | None
+    decided_at: datetime | None
+    note: str | None
+    created_at: datetime

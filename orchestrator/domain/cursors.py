@@ -1,0 +1,47 @@
+"""Keyset cursors for list views: an opaque token of the last row's (created_at, id).
+
+Every list of the API pages the same way: newest first, ordered by (created_at, id), and the
+cursor names the last row already seen, so a page never repeats or skips a row however many are
+inserted meanwhile. The cursor is base64 of JSON; anything that does not decode is a 422.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from datetime import UTC, datetime
+
+from orchestrator.errors import ValidationFailed
+
+__all__ = ["decode_cursor", "encode_cursor"]
+
+
+def encode_cursor(created_at: datetime, row_id: str) -> str:
+    raw = json.dumps([created_at.isoformat(), row_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """The (created_at in UTC, id) of a cursor; anything else is 422 `invalid_cursor`.
+
+    The conversion to UTC happens inside the check: a forged offset near the ends of the
+    calendar overflows, and must not reach the store.
+    """
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        stamp, row_id = json.loads(raw)
+        if not isinstance(stamp, str) or not isinstance(row_id, str):
+            raise ValueError("bad cursor")
+        moment = datetime.fromisoformat(stamp)
+        if moment.tzinfo is None:
+            raise ValueError("bad cursor")
+        moment = moment.astimezone(UTC)
+    except (ValueError, TypeError, OverflowError, binascii.Error, UnicodeDecodeError):
+        message = "cursor is not one this API returned"
+        raise ValidationFailed(
+            message,
+            code="invalid_cursor",
+            details=[{"code": "invalid_cursor", "message": message, "field": "cursor"}],
+        ) from None
+    return moment, row_id

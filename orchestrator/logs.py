@@ -1,0 +1,166 @@
+"""Log lines as text or JSON (ORCH_LOG_FORMAT), with secrets masked in both.
+
+JSON lines carry `ts`, `level`, `logger`, `event` (the message) and, when known, `task_id`,
+`generation`, `session_id` and `worker`: `log_context(...)` binds them for the code it wraps (a
+Celery task binds task, generation and worker; the execution service adds the session).
+
+`RedactFilter` masks what must never reach a log: bearer tokens, URL passwords, `token=`,
+`key=`, `secret=`, `password=` values, and the configured secrets themselves (API and internal
+tokens, the store's password). A masked value keeps at most its first 4 characters.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import re
+import sys
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Any
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from orchestrator.settings import Settings
+
+__all__ = [
+    "CONTEXT_FIELDS",
+    "JsonFormatter",
+    "RedactFilter",
+    "bind_log_context",
+    "configure_logging",
+    "log_context",
+    "redact",
+    "secrets_of",
+]
+
+CONTEXT_FIELDS = ("task_id", "generation", "session_id", "worker")
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+_context: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
+    "orchestrator_log_context", default=MappingProxyType({})
+)
+
+_PATTERNS = (
+    # Authorization: Bearer abc... / Basic ...
+    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+"), r"\1 ***"),
+    # scheme://user:password@host
+    (re.compile(r"(://[^/\s:@]*:)[^@\s/]+@"), r"\1***@"),
+    # token=..., api_key: "...", "secret": "...", password=...
+    (
+        re.compile(
+            r"(?i)([\"']?\b[\w-]*(?:token|key|secret|password|passwd|authorization)[\"']?"
+            r"\s*[:=]\s*[\"']?)([^\s\"'&,;}]+)"
+        ),
+        r"\1***",
+    ),
+)
+
+
+def _mask(secret: str) -> str:
+    return secret[:4] + "***" if len(secret) > 8 else "***"
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """`text` with every known secret and every token-shaped value masked."""
+    for secret in secrets:
+        if secret and len(secret) >= 4 and secret in text:
+            text = text.replace(secret, _mask(secret))
+    for pattern, replacement in _PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def secrets_of(settings: Settings) -> list[str]:
+    """The configured secret values, longest first (so a secret inside another is not split)."""
+    found = [settings.api_token or "", settings.agent_internal_token or ""]
+    for name in ("llm_api_key", "openai_api_key", "model_api_key"):
+        value = getattr(settings, name, None)
+        if isinstance(value, str):
+            found.append(value)
+    with suppress(ArgumentError):
+        found.append(make_url(settings.store_url).password or "")
+    return sorted({s for s in found if s}, key=len, reverse=True)
+
+
+class RedactFilter(logging.Filter):
+    """Formats the record's message once, masked, and drops the arguments."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        super().__init__()
+        self.secrets = list(secrets)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and record.name == "uvicorn.access":
+            # uvicorn's access formatter unpacks the arguments: mask them one by one.
+            record.args = tuple(
+                redact(arg, self.secrets) if isinstance(arg, str) else arg for arg in record.args
+            )
+        else:
+            try:
+                message = record.getMessage()
+            except Exception:  # a broken format string must not lose the line
+                message = str(record.msg)
+            record.msg = redact(message, self.secrets)
+            record.args = None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text, self.secrets)
+        for name in CONTEXT_FIELDS:
+            if not hasattr(record, name) and name in _context.get():
+                setattr(record, name, _context.get()[name])
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "event": record.getMessage(),
+        }
+        bound = _context.get()
+        for name in CONTEXT_FIELDS:
+            value = getattr(record, name, bound.get(name))
+            if value is not None:
+                line[name] = value
+        if record.exc_text or record.exc_info:
+            line["exception"] = record.exc_text or self.formatException(record.exc_info)  # type: ignore[arg-type]
+        return json.dumps(line, ensure_ascii=False, default=str)
+
+
+@contextmanager
+def log_context(**fields: Any) -> Iterator[None]:
+    """Bind task_id, generation, session_id, worker for the log lines of the wrapped code."""
+    token = _context.set({**_context.get(), **{k: v for k, v in fields.items() if v is not None}})
+    try:
+        yield
+    finally:
+        _context.reset(token)
+
+
+def bind_log_context(**fields: Any) -> None:
+    """Add fields to the current context (inside a `log_context`, they end with it)."""
+    _context.set({**_context.get(), **{k: v for k, v in fields.items() if v is not None}})
+
+
+def configure_logging(settings: Settings, level: int | str = logging.INFO) -> logging.Handler:
+    """The root logger writes to stderr in ORCH_LOG_FORMAT, masked; returns its handler."""
+    handler = logging.StreamHandler(sys.stderr)
+    if settings.log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+    handler.addFilter(RedactFilter(secrets_of(settings)))
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(level)
+    return handler

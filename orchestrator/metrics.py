@@ -1,0 +1,173 @@
+"""Prometheus metrics: every definition in one module, so each branch imports what it feeds.
+
+Two kinds, chosen for Celery prefork (one parent, several pool processes):
+
+- Counts of rows (tasks by status, receipts by status, approvals pending) are read from the store
+  at scrape time by `StoreCollector`: every process and every replica agrees, nothing to merge.
+- Counters and histograms of events (executions started/ended, renewals, sweeps, model and tool
+  calls, ...) are kept per process. With `PROMETHEUS_MULTIPROC_DIR` set (the `orchestrator
+  worker` and `sweeper` commands set it when ORCH_METRICS_PORT is on), prometheus-client keeps
+  them in files that `MultiProcessCollector` sums at scrape time, so pool processes are counted.
+
+Serve with `metrics_app`'s content (the API's `GET /metrics`) or `serve_metrics(port)`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    start_http_server,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
+from sqlalchemy import func, select
+
+from orchestrator.domain.vocabulary import RECEIPT_STATUSES, TASK_STATUSES
+from orchestrator.store.db import Database
+from orchestrator.store.tables import actions, invocation_receipts, tasks
+
+__all__ = [
+    "APPROVALS_DECIDED",
+    "CONTENT_TYPE_LATEST",
+    "EXECUTIONS_ENDED",
+    "EXECUTIONS_STARTED",
+    "LEASE_RENEWALS",
+    "LEASE_RENEWAL_FAILURES",
+    "MODEL_CALLS",
+    "MODEL_LATENCY",
+    "MODEL_TOKENS",
+    "OUTBOX_DELIVERIES",
+    "OUTBOX_FAILURES",
+    "RECOVERIES",
+    "RECOVERY_DELAY",
+    "SWEEPS",
+    "TOOL_CALLS",
+    "VERIFICATIONS",
+    "StoreCollector",
+    "registry",
+    "render",
+    "serve_metrics",
+]
+
+EXECUTIONS_STARTED = Counter(
+    "orchestrator_executions_started", "Generations that started an agent on a worker"
+)
+EXECUTIONS_ENDED = Counter(
+    "orchestrator_executions_ended", "Generations that ended, by outcome", ["outcome"]
+)
+LEASE_RENEWALS = Counter("orchestrator_lease_renewals", "Lease renewals that succeeded")
+LEASE_RENEWAL_FAILURES = Counter(
+    "orchestrator_lease_renewal_failures", "Lease renewals that failed or found the lease lost"
+)
+RECOVERIES = Counter("orchestrator_recoveries", "Expired generations requeued by the sweeper")
+RECOVERY_DELAY = Histogram(
+    "orchestrator_recovery_delay_seconds",
+    "Time from a lease's expiry to the sweeper's requeue",
+    buckets=(1, 5, 15, 30, 60, 120, 300, 900),
+)
+SWEEPS = Counter("orchestrator_sweeps", "Sweeps run, by result", ["result"])
+VERIFICATIONS = Counter(
+    "orchestrator_verifications", "Write verifications (read-back), by result", ["result"]
+)
+APPROVALS_DECIDED = Counter(
+    "orchestrator_approvals_decided", "Approvals decided, by decision", ["decision"]
+)
+OUTBOX_DELIVERIES = Counter("orchestrator_outbox_deliveries", "Outbox messages delivered")
+OUTBOX_FAILURES = Counter("orchestrator_outbox_failures", "Outbox delivery attempts that failed")
+MODEL_CALLS = Counter(
+    "orchestrator_model_calls", "Model calls, by model and status", ["model", "status"]
+)
+MODEL_TOKENS = Counter(
+    "orchestrator_model_tokens",
+    "Model tokens, by model and kind (prompt, completion)",
+    ["model", "kind"],
+)
+MODEL_LATENCY = Histogram(
+    "orchestrator_model_latency_seconds",
+    "Model call latency",
+    ["model"],
+    buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120),
+)
+TOOL_CALLS = Counter(
+    "orchestrator_tool_calls", "Tool calls, by tool and status", ["tool", "status"]
+)
+
+
+class StoreCollector(Collector):
+    """Counts read from the store at scrape time: the same answer from any process."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        with self.db.transaction(readonly=True) as conn:
+            by_status: dict[str, int] = dict(
+                conn.execute(select(tasks.c.status, func.count()).group_by(tasks.c.status)).all()
+            )
+            receipts: dict[str, int] = dict(
+                conn.execute(
+                    select(invocation_receipts.c.status, func.count()).group_by(
+                        invocation_receipts.c.status
+                    )
+                ).all()
+            )
+            pending = conn.execute(
+                select(func.count()).where(actions.c.status == "pending_approval")
+            ).scalar_one()
+        family = GaugeMetricFamily("orchestrator_tasks", "Tasks by status", labels=["status"])
+        for status in TASK_STATUSES:
+            family.add_metric([status], int(by_status.get(status, 0)))
+        yield family
+        family = GaugeMetricFamily(
+            "orchestrator_receipts", "Write receipts by status", labels=["status"]
+        )
+        for status in RECEIPT_STATUSES:
+            family.add_metric([status], int(receipts.get(status, 0)))
+        yield family
+        yield GaugeMetricFamily(
+            "orchestrator_approvals_pending",
+            "Actions waiting for a human decision",
+            value=int(pending),
+        )
+
+
+def registry(db: Database | None) -> CollectorRegistry:
+    """What a scrape shows: this process's (or every pool process's) counters and the store."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        chosen = CollectorRegistry()
+        MultiProcessCollector(chosen)  # type: ignore[no-untyped-call]
+    else:
+        chosen = CollectorRegistry()
+        chosen.register(_Forward(REGISTRY))
+    if db is not None:
+        chosen.register(StoreCollector(db))
+    return chosen
+
+
+class _Forward(Collector):
+    """The default registry's metrics inside another registry (which adds the store's)."""
+
+    def __init__(self, source: CollectorRegistry) -> None:
+        self.source = source
+
+    def collect(self) -> Iterator[Any]:
+        yield from self.source.collect()
+
+
+def render(db: Database | None) -> bytes:
+    return generate_latest(registry(db))
+
+
+def serve_metrics(port: int, db: Database | None) -> None:
+    """A /metrics HTTP server on `port` (all interfaces) in a daemon thread."""
+    start_http_server(port, registry=registry(db))

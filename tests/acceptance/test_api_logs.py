@@ -1,0 +1,55 @@
+"""`orchestrator api` logs in ORCH_LOG_FORMAT, and a token in a URL never reaches a line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.acceptance.fleet import ORCHESTRATOR
+from tests.services import free_port
+
+SECRET = "query-token-5a4b3c2d1e0f9a8b"
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_api_access_lines_are_masked(tmp_path: Path, log_format: str) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    env.update({"ORCH_HOME": str(tmp_path / "home"), "ORCH_LOG_FORMAT": log_format})
+    assert subprocess.run([ORCHESTRATOR, "db", "upgrade"], env=env, timeout=60).returncode == 0
+    log = (tmp_path / "api.log").open("wb")
+    api = subprocess.Popen(
+        [ORCHESTRATOR, "api", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                url = f"http://127.0.0.1:{port}/api/v1/tasks?token={SECRET}"
+                with urllib.request.urlopen(url, timeout=5) as response:
+                    assert response.status == 200
+                break
+            except OSError:
+                assert time.monotonic() < deadline, (tmp_path / "api.log").read_text()
+                time.sleep(0.2)
+        time.sleep(0.5)
+    finally:
+        api.terminate()
+        api.wait(timeout=20)
+        log.close()
+    text = (tmp_path / "api.log").read_text()
+    assert SECRET not in text
+    assert "Logging error" not in text, text
+    assert "Traceback" not in text, text
+    access = [line for line in text.splitlines() if "/api/v1/tasks?token=" in line]
+    assert len(access) == 1, text
+    if log_format == "json":
+        line = json.loads(access[0])
+        assert line["logger"] == "uvicorn.access"
+        assert line["level"] == "info"

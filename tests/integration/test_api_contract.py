@@ -1,0 +1,214 @@
+"""The API contract: enums, the bearer scheme, documented errors, one list shape with cursor
+paging, the body limit, `last_write`, and schemathesis finding no server error and no response
+outside the schema."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import pytest
+import schemathesis
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from orchestrator.api import enums
+from orchestrator.api.app import create_app
+from orchestrator.api.tasks import get_task_service
+from orchestrator.cli.tasks import render_explain
+from orchestrator.domain import vocabulary
+from orchestrator.services.dispatch import RecordingDispatcher
+from orchestrator.services.tasks import TaskService, Trigger
+from orchestrator.settings import load_settings
+from orchestrator.store.db import Database
+from tests.executions_support import completing_turns, runtime_for, write_script
+
+#: No server error, no status the schema does not list, no body or content type outside it.
+#: (Not "positive data accepted": a schema cannot say every cross-field rule, like a
+#: task_execution session needing a task_id, and those answer 422 with the envelope.)
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+]
+TOKEN = "contract-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.mark.parametrize(
+    ("enum", "values"),
+    [
+        (enums.TaskStatus, vocabulary.TASK_STATUSES),
+        (enums.TaskOrigin, vocabulary.TASK_ORIGINS),
+        (enums.ExecutionOutcome, vocabulary.EXECUTION_OUTCOMES),
+        (enums.SessionPurpose, vocabulary.SESSION_PURPOSES),
+        (enums.ReportOutcome, vocabulary.REPORT_OUTCOMES),
+        (enums.ActionKind, vocabulary.ACTION_KINDS),
+        (enums.ActionStatus, vocabulary.ACTION_STATUSES),
+        (enums.ReceiptStatus, vocabulary.RECEIPT_STATUSES),
+    ],
+)
+def test_enums_are_the_vocabulary(enum: type[StrEnum], values: tuple[str, ...]) -> None:
+    assert [member.value for member in enum] == list(values)
+
+
+@pytest.fixture
+def app(sqlite_url: str, tmp_path: Path) -> Iterator[FastAPI]:
+    settings = load_settings(
+        database_url=sqlite_url,
+        home=tmp_path / "home",
+        api_token=TOKEN,
+        agent_internal_token="internal-token",
+        max_body_bytes=64 * 1024,
+    )
+    db = Database.from_url(sqlite_url)
+    application = create_app(settings, db=db)
+    application.dependency_overrides[get_task_service] = lambda: TaskService(
+        db, RecordingDispatcher()
+    )
+    yield application
+    db.dispose()
+
+
+@pytest.fixture
+def client(app: FastAPI) -> Iterator[TestClient]:
+    with TestClient(app, raise_server_exceptions=False) as test_client:
+        yield test_client
+
+
+def test_every_operation_declares_its_scheme_and_the_error_envelope(client: TestClient) -> None:
+    schema = client.get("/openapi.json", headers=AUTH).json()
+    schemes = schema["components"]["securitySchemes"]
+    assert schemes["bearer"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "ORCH_API_TOKEN, when it is set",
+    }
+    envelope = {"$ref": "#/components/schemas/ErrorEnvelope"}
+    for path, item in schema["paths"].items():
+        for method, operation in item.items():
+            assert operation.get("security"), (method, path)
+            for status in ("401", "413", "422"):
+                documented = operation["responses"].get(status)
+                assert documented, (method, path, status)
+                assert documented["content"]["application/json"]["schema"] == envelope
+            if "{" in path:
+                assert "404" in operation["responses"], (method, path)
+
+
+def test_tasks_page_past_200_with_one_list_shape(client: TestClient, app: FastAPI) -> None:
+    service = TaskService(app.state.db, RecordingDispatcher())
+    created = {
+        service.trigger(
+            Trigger(task_type="demo", title=f"t{n}", context={"big": "x" * 100})
+        ).task.task_id
+        for n in range(230)
+    }
+    seen: list[str] = []
+    cursor: str | None = None
+    for _ in range(5):
+        params: dict[str, Any] = {"limit": 200, **({"cursor": cursor} if cursor else {})}
+        page = client.get("/api/v1/tasks", params=params, headers=AUTH).json()
+        assert set(page) == {"items", "next_cursor"}
+        assert all("context" not in item for item in page["items"])
+        seen += [item["task_id"] for item in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert len(seen) == 230
+    assert set(seen) == created
+    for path in ("/api/v1/sessions", "/api/v1/actions"):
+        assert set(client.get(path, headers=AUTH).json()) == {"items", "next_cursor"}
+    bad = client.get("/api/v1/tasks", params={"cursor": "nope!"}, headers=AUTH)
+    assert (bad.status_code, bad.json()["error"]["code"]) == (422, "invalid_cursor")
+
+
+def test_the_explain_view_has_last_write(client: TestClient) -> None:
+    body = {"task_type": "demo", "title": "t"}
+    task_id = client.post("/api/v1/tasks", json=body, headers=AUTH).json()["task_id"]
+    view = client.get(f"/api/v1/tasks/{task_id}", headers=AUTH).json()
+    assert view["last_write"] is None  # no generation has written yet
+
+
+def test_last_write_names_the_generations_newest_fenced_write(
+    sqlite_url: str, scripts: Path
+) -> None:
+    rt, _ = runtime_for(sqlite_url, scripts)
+    try:
+        write_script(scripts, "good", completing_turns())
+        task_id = rt.tasks.trigger(Trigger(task_type="good", title="t")).task.task_id
+        rt.executions.run(task_id, 1, worker="w:1")
+        view = rt.tasks.explain(task_id)
+    finally:
+        rt.close()
+    assert view["status"] == "completed"
+    assert view["last_write"]["kind"] == "report"  # the plan came first, the report last
+    assert view["last_write"]["at"] >= view["executions"][0]["started_at"]
+    assert "last fenced write: report at" in render_explain(view)
+
+
+def test_a_body_over_the_limit_is_413_declared_or_chunked(client: TestClient) -> None:
+    big = b'{"task_type": "demo", "title": "t", "context": {"x": "' + b"x" * 100_000 + b'"}}'
+    declared = client.post(
+        "/api/v1/tasks", content=big, headers={**AUTH, "Content-Type": "application/json"}
+    )
+    assert declared.status_code == 413
+    assert declared.json()["error"]["code"] == "too_large"
+
+    def chunks() -> Iterator[bytes]:
+        for start in range(0, len(big), 8192):
+            yield big[start : start + 8192]
+
+    chunked = client.post(
+        "/api/v1/tasks", content=chunks(), headers={**AUTH, "Content-Type": "application/json"}
+    )
+    assert chunked.status_code == 413
+    assert chunked.json()["error"]["code"] == "too_large"
+    assert client.get("/api/v1/tasks", headers=AUTH).json()["items"] == []
+
+
+def _fuzz(operation: Any, headers: dict[str, str]) -> None:
+    """Bounded examples of one operation, each checked against the schema."""
+
+    @settings(
+        max_examples=25,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=operation.as_strategy())
+    def check(case: Any) -> None:
+        case.call_and_validate(headers=headers, checks=CHECKS)
+
+    check()
+
+
+@pytest.mark.slow
+def test_schemathesis_finds_no_server_error_and_no_response_outside_the_schema(
+    app: FastAPI,
+) -> None:
+    schema = schemathesis.openapi.from_asgi("/openapi.json", app, headers=AUTH)
+    failures: list[str] = []
+    tested = 0
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        if operation.path.endswith("/stream"):
+            continue  # an open stream never ends; its 404 is covered in test_plan_stream
+        internal = operation.path.startswith("/api/v1/internal/")
+        try:
+            _fuzz(operation, {"Authorization": "Bearer internal-token"} if internal else AUTH)
+        except Exception as exc:
+            failures.append(f"{operation.method.upper()} {operation.path}: {exc}"[:2000])
+        tested += 1
+    assert not failures, "\n\n".join(failures)
+    assert tested >= 16

@@ -1,0 +1,112 @@
+"""Prometheus metrics: the API's /metrics (counts from the store, behind the token) and the
+worker's metrics port summing its prefork pool processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from orchestrator.api.app import create_app
+from orchestrator.services.dispatch import RecordingDispatcher
+from orchestrator.services.tasks import TaskService, Trigger
+from orchestrator.settings import load_settings
+from orchestrator.store import migrations
+from orchestrator.store.db import Database
+from tests.acceptance.fleet import ORCHESTRATOR
+from tests.executions_support import completing_turns, write_script
+from tests.services import free_port
+
+
+def test_api_metrics_count_tasks_from_the_store(sqlite_url: str, tmp_path: Path) -> None:
+    settings = load_settings(database_url=sqlite_url, home=tmp_path, api_token="tok")
+    db = Database.from_url(sqlite_url)
+    service = TaskService(db, RecordingDispatcher())
+    for n in range(3):
+        service.trigger(Trigger(task_type="demo", title=f"t{n}"))
+    with TestClient(create_app(settings, db=db)) as client:
+        assert client.get("/metrics").status_code == 401
+        response = client.get("/metrics", headers={"Authorization": "Bearer tok"})
+    db.dispose()
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    text = response.text
+    assert 'orchestrator_tasks{status="queued"} 3.0' in text
+    assert 'orchestrator_tasks{status="failed"} 0.0' in text
+    assert "orchestrator_approvals_pending 0.0" in text
+    assert "# TYPE orchestrator_executions_ended_total counter" in text
+
+
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+        return str(response.read().decode())
+
+
+@pytest.mark.slow
+def test_the_worker_serves_metrics_on_its_port(tmp_path: Path, scripts: Path) -> None:
+    home = tmp_path / "home"
+    migrations.upgrade(f"sqlite:///{home / 'orchestrator.db'}")
+    write_script(scripts, "good", completing_turns())
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ORCH_", "PROMETHEUS_"))}
+    env.update(
+        {
+            "ORCH_HOME": str(home),
+            "ORCH_METRICS_PORT": str(port),
+            "ORCH_MODEL": f"scripted:{scripts}",
+        }
+    )
+    log = (tmp_path / "worker.log").open("wb")
+    worker = subprocess.Popen(
+        [ORCHESTRATOR, "worker", "--concurrency", "2"],
+        env=env,
+        cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        text = ""
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline:
+            try:
+                text = _scrape(port)
+                break
+            except OSError:
+                time.sleep(0.3)
+        assert 'orchestrator_tasks{status="queued"} 0.0' in text, text[:500]
+        subprocess.run(
+            [ORCHESTRATOR, "tasks", "trigger", "--type", "good", "--title", "g"],
+            env=env,
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        # The round runs in a pool process; the parent's port shows its counters.
+        while time.monotonic() < deadline:
+            text = _scrape(port)
+            if 'orchestrator_tasks{status="completed"} 1.0' in text:
+                break
+            time.sleep(0.3)
+        assert 'orchestrator_tasks{status="completed"} 1.0' in text, text[-2000:]
+        assert "orchestrator_executions_started_total 1.0" in text
+        assert 'orchestrator_executions_ended_total{outcome="completed"} 1.0' in text
+        tool_lines = [
+            line for line in text.splitlines() if line.startswith("orchestrator_tool_calls")
+        ]
+        assert any('tool="read_task_context"' in line for line in tool_lines), tool_lines
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        try:
+            worker.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait(timeout=10)
+        log.close()

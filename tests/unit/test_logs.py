@@ -1,0 +1,103 @@
+"""Log lines: JSON with the execution's context, and never a whole token, key or secret."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from orchestrator.logs import JsonFormatter, RedactFilter, log_context, redact, secrets_of
+from orchestrator.settings import load_settings
+
+TOKEN = "tok-2f9c8e1d7a6b5c4d3e2f1a0b"
+PASSWORD = "pg-pa55word-xyz"
+
+
+@pytest.fixture
+def captured() -> Iterator[tuple[logging.Logger, io.StringIO]]:
+    settings = load_settings(
+        api_token=TOKEN,
+        agent_internal_token="internal-secret-value-123",
+        database_url=f"postgresql+psycopg://orch:{PASSWORD}@db:5432/orch",
+    )
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    handler.addFilter(RedactFilter(secrets_of(settings)))
+    logger = logging.getLogger("test.logs")
+    logger.handlers = [handler]
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    yield logger, stream
+    logger.handlers = []
+
+
+def test_json_lines_carry_the_execution_context(
+    captured: tuple[logging.Logger, io.StringIO],
+) -> None:
+    logger, stream = captured
+    with log_context(task_id="t-1", generation=2, worker="w@h:1", session_id="s-9"):
+        logger.info("round ended %s", "completed")
+    logger.info("outside")
+    first, second = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert first["event"] == "round ended completed"
+    assert (first["task_id"], first["generation"], first["session_id"], first["worker"]) == (
+        "t-1",
+        2,
+        "s-9",
+        "w@h:1",
+    )
+    assert first["level"] == "info"
+    assert "task_id" not in second
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        f"Authorization: Bearer {TOKEN}",
+        f"GET /console?token={TOKEN} 200",
+        f"connecting to postgresql://orch:{PASSWORD}@db/orch",
+        f"settings: api_token={TOKEN}",
+        f'{{"api_key": "sk-abcdefghijklmnopqrstuvwxyz", "note": "{PASSWORD}"}}',
+        f"the token is {TOKEN}, the password {PASSWORD}",
+    ],
+)
+def test_no_whole_secret_reaches_a_line(
+    captured: tuple[logging.Logger, io.StringIO], message: str
+) -> None:
+    logger, stream = captured
+    logger.warning(message)
+    try:
+        raise ValueError(message)
+    except ValueError:
+        logger.exception("failed")
+    text = stream.getvalue()
+    for secret in (TOKEN, PASSWORD, "sk-abcdefghijklmnopqrstuvwxyz"):
+        assert secret not in text
+    assert all(json.loads(line) for line in text.splitlines() if line.startswith("{"))
+
+
+def test_redact_keeps_ordinary_text() -> None:
+    text = "task 5f0c generation 2 completed in 3.1s (plan revision 4)"
+    assert redact(text, ["secret-value"]) == text
+
+
+def test_uvicorn_access_lines_keep_their_arguments_masked() -> None:
+    from uvicorn.logging import AccessFormatter
+
+    record = logging.LogRecord(
+        "uvicorn.access",
+        logging.INFO,
+        __file__,
+        1,
+        '%s - "%s %s HTTP/%s" %d',
+        ("127.0.0.1:5000", "GET", f"/console?token={TOKEN}", "1.1", 200),
+        None,
+    )
+    assert RedactFilter([TOKEN]).filter(record)
+    line = AccessFormatter('%(client_addr)s - "%(request_line)s" %(status_code)s').format(record)
+    assert TOKEN not in line
+    assert "GET /console?token=" in line

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Final
@@ -103,6 +104,9 @@ class Settings(BaseSettings):
     )
     data_cleanup_enable: bool = Field(default=True, validation_alias=_env("DATA_CLEANUP_ENABLE"))
     llm_max_tools: int = Field(default=0, ge=0, validation_alias=_env("LLM_MAX_TOOLS"))
+    # The console (issue 16): origins, comma-separated, of external front ends that may call the
+    # API and open its streams from a browser (CORS, credentials allowed); empty = same origin only.
+    cors_origins: str = Field(default="", description="comma-separated browser origins")
 
     @field_validator("database_url")
     @classmethod
@@ -127,6 +131,18 @@ class Settings(BaseSettings):
             raise ValueError(f"port {port} is out of range 1-65535")
         return value
 
+    @field_validator("cors_origins")
+    @classmethod
+    def _check_cors_origins(cls, value: str) -> str:
+        for origin in value.split(","):
+            origin = origin.strip().rstrip("/")
+            if origin and not re.fullmatch(r"https?://[^/\s*]+", origin):
+                raise ValueError(
+                    "each origin must be scheme://host[:port] (no path, no wildcard), "
+                    "comma-separated"
+                )
+        return value
+
     @field_validator("redis_url")
     @classmethod
     def _check_redis_url(cls, value: str | None) -> str | None:
@@ -143,6 +159,11 @@ class Settings(BaseSettings):
                 f"({self.lease_renew_seconds:g} >= {self.lease_seconds:g})"
             )
         return self
+
+    @property
+    def cors_origin_list(self) -> list[str]:
+        """ORCH_CORS_ORIGINS as a list (a trailing slash is dropped: an Origin never has one)."""
+        return [o.strip().rstrip("/") for o in self.cors_origins.split(",") if o.strip()]
 
     @property
     def embedded(self) -> bool:

@@ -13,12 +13,14 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException
 
 from orchestrator import __version__
 from orchestrator.api import actions, auth, invocations, plans, sessions, stream, tasks
+from orchestrator.api import console as console_pages
 from orchestrator.errors import OrchestratorError, Unauthorized
 from orchestrator.events import CompositeNotifier, PlanHub, PlanNotifier, RedisNotifier
 from orchestrator.services.plans import PlanService
@@ -161,7 +163,20 @@ def create_app(
         settings=settings,
         internal_prefix=INTERNAL_PREFIX,
         open_paths=(_HEALTHZ,),
+        open_prefixes=(console_pages.PREFIX,),
     )
+    # Outside the token check, so a browser's preflight (no credentials) is answered.
+    if settings.cors_origin_list:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origin_list,
+            allow_credentials=True,
+            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_headers=["Authorization", "Content-Type", "Last-Event-ID", "X-Orch-Console"],
+            max_age=600,
+        )
+    app.include_router(console_pages.router)
+    console_pages.redact_access_log()
     public = [Depends(auth.require_api_token)]
     for router in PUBLIC_ROUTERS if public_routers is None else public_routers:
         app.include_router(router, dependencies=public)

@@ -19,6 +19,7 @@ from fastapi import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from orchestrator.api.console_session import accepted_tokens, cookie_allows
 from orchestrator.errors import Unauthorized
 from orchestrator.settings import Settings
 
@@ -61,10 +62,15 @@ def _check_bearer(request: Request, expected: str) -> None:
 
 
 def require_api_token(request: Request) -> None:
-    """Public routes: a bearer token is required only when ORCH_API_TOKEN is set."""
-    expected = _settings(request).api_token
-    if expected:
-        _check_bearer(request, expected)
+    """Public routes: a bearer token or the console cookie, when ORCH_API_TOKEN is set."""
+    settings = _settings(request)
+    expected = settings.api_token
+    if not expected:
+        return
+    headers = request.scope.get("headers", ())
+    if cookie_allows(headers, request.method, accepted_tokens(settings)):
+        return
+    _check_bearer(request, expected)
 
 
 def require_internal_token(request: Request) -> None:
@@ -79,8 +85,9 @@ class BearerTokens:
     """Token check on the path prefix, ahead of routing and body parsing.
 
     Under `internal_prefix` AGENT_INTERNAL_TOKEN is always required (unset closes the bridge);
-    everywhere else, `/openapi.json` and `/docs` included, ORCH_API_TOKEN when it is set.
-    `open_paths` (the health check) need no token.
+    everywhere else, `/openapi.json` and `/docs` included, ORCH_API_TOKEN when it is set, or
+    the console's session cookie. `open_paths` (the health check) and paths under
+    `open_prefixes` (the console's pages, which do their own sign-in) need no token.
     """
 
     def __init__(
@@ -90,12 +97,15 @@ class BearerTokens:
         settings: Settings,
         internal_prefix: str,
         open_paths: Collection[str] = (),
+        open_prefixes: Collection[str] = (),
     ) -> None:
         self.app = app
         self.api_token = settings.api_token or None
         self.internal_token = settings.agent_internal_token or None
         self.internal_prefix = internal_prefix.rstrip("/")
         self.open_paths = frozenset(open_paths)
+        self.open_prefixes = tuple(prefix.rstrip("/") for prefix in open_prefixes)
+        self.cookie_tokens = accepted_tokens(settings)
 
     def _refusal(self, scope: Scope) -> str | None:
         """Why the request is refused, or None when it may go on."""
@@ -108,11 +118,16 @@ class BearerTokens:
             expected = self.internal_token
             if expected is None:
                 return _CLOSED
-        elif path in self.open_paths:
+        elif path in self.open_paths or any(
+            path == prefix or path.startswith(prefix + "/") for prefix in self.open_prefixes
+        ):
             return None
         else:
             expected = self.api_token
             if expected is None:
+                return None
+            headers = scope.get("headers", ())
+            if cookie_allows(headers, scope.get("method", "GET"), self.cookie_tokens):
                 return None
         header = _authorization(scope.get("headers", ()))
         return None if bearer_matches(header, expected) else _WRONG

@@ -55,8 +55,12 @@ def _signed_in(request: Request) -> bool:
     return value is not None and console_session.valid(value, tokens)
 
 
-def _sign_in_page(error: str = "", status: int = 200) -> HTMLResponse:
+def _sign_in_page(request: Request, error: str = "", status: int = 200) -> HTMLResponse:
     page = (STATIC / "signin.html").read_text(encoding="utf-8")
+    # Absolute links: the form's answer may be shown at /console/session.
+    root = html.escape(str(request.scope.get("root_path", "")).rstrip("/"))
+    page = page.replace('href="console/', f'href="{root}{PREFIX}/')
+    page = page.replace('action="console/', f'action="{root}{PREFIX}/')
     message = f'<p class="error" role="alert">{html.escape(error)}</p>' if error else ""
     return HTMLResponse(page.replace("<!--error-->", message), status, headers=_HEADERS)
 
@@ -65,7 +69,7 @@ def _start_session(request: Request, presented: str, query: list[tuple[str, str]
     tokens = console_session.accepted_tokens(_settings(request))
     token = console_session.token_accepted(presented, tokens)
     if token is None:
-        return _sign_in_page("That token is not accepted.", 401)
+        return _sign_in_page(request, "That token is not accepted.", 401)
     target = PREFIX + (f"?{urlencode(query)}" if query else "")
     response = RedirectResponse(target, status_code=303, headers=_HEADERS)
     response.set_cookie(
@@ -92,7 +96,7 @@ def console_page(request: Request) -> Response:
         rest = [(key, value) for key, value in query if key != "token"]
         return RedirectResponse(PREFIX + (f"?{urlencode(rest)}" if rest else ""), 303)
     if not _signed_in(request):
-        return _sign_in_page()
+        return _sign_in_page(request)
     return FileResponse(STATIC / "index.html", media_type="text/html", headers=_HEADERS)
 
 
@@ -106,7 +110,7 @@ async def sign_in(request: Request) -> Response:
     """The sign-in form's POST (`token=...`, form-encoded)."""
     size = request.headers.get("content-length", "")
     if not size.isdigit() or int(size) > _MAX_FORM_BYTES:
-        return _sign_in_page("The form is too large.", 413)
+        return _sign_in_page(request, "The form is too large.", 413)
     body = (await request.body())[:_MAX_FORM_BYTES].decode("utf-8", "replace")
     form = dict(parse_qsl(body, keep_blank_values=True))
     return _start_session(request, form.get("token", "").strip(), [])

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# The tests start their own Postgres and Redis from the local binaries; this makes sure the
-# binaries exist. As root it installs Debian's packages; otherwise it says how.
+# The tests start their own Postgres and Redis from the local binaries, and drive Debian's
+# chromium headless for the console (tests/browser); this makes sure the binaries exist.
+# As root it installs Debian's packages; otherwise it says how.
 set -euo pipefail
 
 have_postgres() {
   command -v initdb >/dev/null 2>&1 || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null
 }
 have_redis() { command -v redis-server >/dev/null 2>&1; }
+have_chromium() { [ -x /usr/bin/chromium ]; }
 
 missing=()
 have_postgres || missing+=(postgresql)
 have_redis || missing+=(redis-server)
+have_chromium || missing+=(chromium)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -45,8 +45,9 @@
     node.replaceChildren();
     return append(node, children);
   }
-  function badge(status) {
-    const marked = status === "unknown" || status === "pending";
+  function badge(status, markOpen) {
+    // Receipts mark `unknown` and `pending`: a write whose effect nobody has confirmed.
+    const marked = Boolean(markOpen) && (status === "unknown" || status === "pending");
     return el("span", { class: `badge s-${status}${marked ? " marked" : ""}` },
       marked ? `⚠ ${status}` : String(status));
   }
@@ -441,7 +442,7 @@
         : el("p", { class: "muted" }, "No report for this generation yet."));
       const unknown = task.unknown_receipts || [];
       fill(receipts, unknown.length ? table(["Invocation", "Tool", "Status", "Summary", "Updated"],
-        unknown.map((x) => [el("code", {}, x.invocation_id), x.tool_name, badge(x.status), x.summary || "—", when(x.updated_at)]))
+        unknown.map((x) => [el("code", {}, x.invocation_id), x.tool_name, badge(x.status, true), x.summary || "—", when(x.updated_at)]))
         : el("p", { class: "muted" }, "No receipt is unknown or pending."));
       if (task.plan && (!s.plan || task.plan.revision > s.plan.revision || task.plan.session_id !== s.plan.session_id)) showPlan(task.plan);
       if (!task.plan && !s.plan) fill(planBox, el("p", { class: "muted" }, "No plan published yet."));

@@ -65,13 +65,18 @@ def _sign_in_page(request: Request, error: str = "", status: int = 200) -> HTMLR
     return HTMLResponse(page.replace("<!--error-->", message), status, headers=_HEADERS)
 
 
+def _home(request: Request, query: list[tuple[str, str]] | None = None) -> str:
+    """The console's own URL (under the app's root path), with `query` if any."""
+    root = str(request.scope.get("root_path", "")).rstrip("/")
+    return root + PREFIX + (f"?{urlencode(query)}" if query else "")
+
+
 def _start_session(request: Request, presented: str, query: list[tuple[str, str]]) -> Response:
     tokens = console_session.accepted_tokens(_settings(request))
     token = console_session.token_accepted(presented, tokens)
     if token is None:
         return _sign_in_page(request, "That token is not accepted.", 401)
-    target = PREFIX + (f"?{urlencode(query)}" if query else "")
-    response = RedirectResponse(target, status_code=303, headers=_HEADERS)
+    response = RedirectResponse(_home(request, query), status_code=303, headers=_HEADERS)
     response.set_cookie(
         console_session.COOKIE,
         console_session.issue(token),
@@ -94,15 +99,15 @@ def console_page(request: Request) -> Response:
         return _start_session(request, presented[-1], rest)
     if presented:  # an open API: nothing to sign in to, but drop the token from the URL
         rest = [(key, value) for key, value in query if key != "token"]
-        return RedirectResponse(PREFIX + (f"?{urlencode(rest)}" if rest else ""), 303)
+        return RedirectResponse(_home(request, rest), 303)
     if not _signed_in(request):
         return _sign_in_page(request)
     return FileResponse(STATIC / "index.html", media_type="text/html", headers=_HEADERS)
 
 
 @router.get("/")
-def console_slash() -> Response:
-    return RedirectResponse(PREFIX, status_code=308)
+def console_slash(request: Request) -> Response:
+    return RedirectResponse(_home(request), status_code=308)
 
 
 @router.post("/session")
@@ -125,8 +130,8 @@ def session_state(request: Request) -> JSONResponse:
 
 
 @router.post("/signout")
-def sign_out() -> Response:
-    response = RedirectResponse(PREFIX, status_code=303, headers=_HEADERS)
+def sign_out(request: Request) -> Response:
+    response = RedirectResponse(_home(request), status_code=303, headers=_HEADERS)
     response.delete_cookie(console_session.COOKIE, path="/", httponly=True, samesite="strict")
     return response
 

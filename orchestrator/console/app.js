@@ -276,6 +276,14 @@
         }, el("span", { class: "title" }, n.title),
         el("span", { class: "meta" }, badge(n.status), n.actor === "human" ? el("span", { class: "badge" }, "human") : null));
       }))));
+    // Arrow keys move between nodes in reading order (Tab reaches each of them too).
+    list.addEventListener("keydown", (event) => {
+      const keys = { ArrowRight: 1, ArrowDown: 1, ArrowLeft: -1, ArrowUp: -1 };
+      if (!(event.key in keys) || !event.target.matches("button.node")) return;
+      const buttons = [...list.querySelectorAll("button.node")];
+      const next = buttons[buttons.indexOf(event.target) + keys[event.key]];
+      if (next) { event.preventDefault(); next.focus(); }
+    });
     const graph = el("div", { class: "graph", id: "plan-graph" }, svg, list);
     function draw() {
       if (!graph.isConnected) return;

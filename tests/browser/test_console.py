@@ -138,7 +138,8 @@ def test_approving_an_action(page: Any, console: Console) -> None:
     card.locator("button.approve").click()
     expect(page.locator("#approvals")).not_to_contain_text(task_id)
     decided = console.http.get("/api/v1/actions", params={"status": "approved", "task_id": task_id})
-    [action] = decided.json()["actions"]
+    body = decided.json()
+    [action] = body.get("items", body.get("actions"))  # the list envelope, or the old key
     assert (action["decided_by"], action["note"]) == ("duty engineer", "go ahead")
 
 
@@ -189,10 +190,12 @@ def test_node_details_are_reachable_by_keyboard(page: Any, console: Console) -> 
     expect(page.locator("button.node")).to_have_count(2)
     for _ in range(80):
         page.keyboard.press("Tab")
-        if page.evaluate("document.activeElement.getAttribute('data-node')") == "inspect":
+        if page.evaluate("document.activeElement.getAttribute('data-node')") == "prepare":
             break
     else:
         raise AssertionError("Tab never reached the node")
+    page.keyboard.press("ArrowDown")  # the next node in reading order
+    expect(page.locator('button.node[data-node="inspect"]')).to_be_focused()
     page.keyboard.press("Enter")
     detail = page.locator("#node-detail")
     expect(detail).to_be_visible()

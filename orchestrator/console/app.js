@@ -193,6 +193,9 @@
         if (!result.down) fill(rows, el("p", { class: "error" }, errorText(result)));
         return;
       }
+      const seen = JSON.stringify([result.data, state.cursor]);
+      if (seen === state.seen) return; // unchanged: keep the focus where it is
+      state.seen = seen;
       const cutoff = state.since ? Date.now() - SINCE_MS[state.since] : null;
       const tasks = itemsOf(result.data).filter((t) =>
         (!state.type || t.task_type === state.type) &&
@@ -372,10 +375,15 @@
         return;
       }
       const actions = itemsOf(result.data);
+      const ids = actions.map((a) => a.action_id).join();
+      if (ids === shown && list.querySelector("[data-action], p.muted")) return; // keep typed input
+      shown = ids;
       fill(list, actions.length ? actions.map((a) => actionCard(a, load)) : el("p", { class: "muted" }, "Nothing waits for approval."));
     }
+    let shown = null;
     load();
-    return { dispose() { alive = false; } };
+    const timer = setInterval(load, POLL_MS * 2);
+    return { dispose() { alive = false; clearInterval(timer); } };
   }
 
   // ---- task detail -----------------------------------------------------------------------

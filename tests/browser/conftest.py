@@ -93,7 +93,7 @@ class Console:
         return body
 
     def wait_for(
-        self, task_id: str, check: Callable[[dict[str, Any]], bool], timeout: float = 30
+        self, task_id: str, check: Callable[[dict[str, Any]], bool], timeout: float = 45
     ) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while True:
@@ -109,7 +109,10 @@ class Console:
 def browser() -> Iterator[Any]:
     if not Path(CHROMIUM).exists():
         _unavailable(f"no chromium at {CHROMIUM} (apt-get install chromium, or `make services`)")
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
+
+    # Eight test processes on two cores stretch a round from 5 s to 20: wait long, never fixed.
+    expect.set_options(timeout=20_000)
 
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])

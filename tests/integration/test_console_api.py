@@ -140,6 +140,12 @@ def test_preflight_is_answered_for_a_listed_origin(client: TestClient) -> None:
         "/api/v1/tasks", headers={"Origin": ORIGIN, "Authorization": f"Bearer {TOKEN}"}
     )
     assert listed.status_code == 200
+    stream = client.get(
+        "/api/v1/agent/chat/session/nope/stream",
+        headers={"Origin": ORIGIN, "Authorization": f"Bearer {TOKEN}"},
+    )
+    assert stream.status_code == 404  # an unknown session, answered with the CORS headers
+    assert stream.headers["access-control-allow-origin"] == ORIGIN
     other = client.get(
         "/api/v1/tasks", headers={"Origin": "http://evil.test", "Authorization": f"Bearer {TOKEN}"}
     )

@@ -24,7 +24,7 @@ from tests.services import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / ".artifacts" / "browser"
-CHROMIUM = os.environ.get("ORCH_TEST_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM = os.environ.get("CONSOLE_TEST_CHROMIUM", "/usr/bin/chromium")
 TOKEN = "browser-console-token-5f1c"
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 

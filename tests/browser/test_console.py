@@ -201,6 +201,7 @@ def test_node_details_are_reachable_by_keyboard(page: Any, console: Console) -> 
     expect(detail).to_be_visible()
     expect(detail).to_be_focused()
     expect(detail).to_contain_text("a crew must look at the valve")
+    shot(page, "node-detail-by-keyboard")
 
 
 @pytest.mark.parametrize(

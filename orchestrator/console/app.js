@@ -57,6 +57,13 @@
     if (Number.isNaN(date.getTime())) return String(value);
     return el("time", { datetime: String(value), title: String(value) }, date.toLocaleString());
   }
+  function lastWrite(value) {
+    if (value === undefined) return undefined; // a server without `last_write`: no row
+    if (!value) return "none in this generation";
+    if (typeof value !== "object") return String(value);
+    const at = value.at || value.time || value.written_at || value.created_at;
+    return [value.kind || "write", " ", at ? when(at) : ""];
+  }
   function facts(pairs) {
     return el("dl", { class: "facts" },
       pairs.filter(([, v]) => v !== undefined).map(([k, v]) => [el("dt", {}, k), el("dd", {}, v ?? "—")]));
@@ -160,7 +167,8 @@
 
   function taskList(params) {
     const state = { status: params.get("status") || "", type: params.get("type") || "",
-      since: params.get("since") || "", cursors: [], cursor: null, timer: null, alive: true };
+      since: params.get("since") || "", cursors: [], cursor: null, timer: null, alive: true,
+      limit: 50 };
     const rows = el("div", { id: "task-rows" }, el("p", { class: "muted" }, "Loading…"));
     const pager = el("div", { class: "pager" });
     const form = el("form", { class: "filters", id: "filters", onsubmit: (event) => {
@@ -183,7 +191,7 @@
     fill(main, el("h1", {}, "Tasks"), el("section", { class: "card" }, form, rows, pager));
 
     async function load() {
-      const query = new URLSearchParams({ limit: "50" });
+      const query = new URLSearchParams({ limit: String(state.limit) });
       if (state.status) query.set("status", state.status);
       if (state.type) query.set("task_type", state.type);
       if (state.cursor) query.set("cursor", state.cursor);
@@ -193,7 +201,7 @@
         if (!result.down) fill(rows, el("p", { class: "error" }, errorText(result)));
         return;
       }
-      const seen = JSON.stringify([result.data, state.cursor]);
+      const seen = JSON.stringify([result.data, state.cursor, state.limit]);
       if (seen === state.seen) return; // unchanged: keep the focus where it is
       state.seen = seen;
       const cutoff = state.since ? Date.now() - SINCE_MS[state.since] : null;
@@ -210,7 +218,11 @@
         state.cursors.length ? el("button", { class: "secondary", type: "button", onclick: () => {
           state.cursor = state.cursors.pop() || null; load(); } }, "← Newer") : null,
         next ? el("button", { class: "secondary", type: "button", id: "next-page", onclick: () => {
-          state.cursors.push(state.cursor); state.cursor = next; load(); } }, "Older →") : null);
+          state.cursors.push(state.cursor); state.cursor = next; load(); } }, "Older →") : null,
+        // A server without cursors: ask for a longer page, up to the API's 200.
+        !next && itemsOf(result.data).length >= state.limit && state.limit < 200
+          ? el("button", { class: "secondary", type: "button", id: "more", onclick: () => {
+            state.limit = Math.min(200, state.limit + 50); load(); } }, "Show more") : null);
     }
     load();
     state.timer = setInterval(load, POLL_MS * 2);
@@ -440,7 +452,7 @@
           ["Rounds", String(task.rounds)], ["Recoveries", String(task.recoveries)],
           ["Created", when(task.created_at)], ["Updated", when(task.updated_at)],
           ["Last error", task.last_error || "—"],
-          task.last_write ? ["Last write", `${task.last_write.kind || ""} ${task.last_write.at || ""}`] : ["Last write", undefined]])));
+          ["Last write", lastWrite(task.last_write)]])));
       fill(lease, task.lease ? facts([["Holder", el("code", {}, task.lease.holder)],
         ["Expires", when(task.lease.expires_at)], ["Renewed", when(task.lease.last_renewed_at)]])
         : el("p", { class: "muted" }, task.status === "running" ? "No live lease." : `No lease: the task is ${task.status}.`));

@@ -58,8 +58,9 @@ def _live() -> dict[str, Any]:
     return {
         "turns": [
             _turn(0.2, _plan("c1", "r1", first)),
-            _turn(2.5, _plan("c2", "r2", second)),
-            _turn(2.5, _plan("c3", "r3", done)),
+            # Long enough apart that a page opened on a busy machine still sees each one.
+            _turn(4.0, _plan("c2", "r2", second)),
+            _turn(4.0, _plan("c3", "r3", done)),
             _turn(0.2, _report("c4", "all five steps done")),
             {"content": "done"},
         ]

@@ -170,12 +170,10 @@ def test_human_node_completion_says_when_the_server_lacks_it(page: Any, console:
     task_id = console.trigger("human", "Crew inspection")
     console.wait_for(task_id, lambda t: t["status"] == "waiting")
     open_task(page, console, task_id)
+    # A GET changes nothing: 405 when the POST route exists, 404 when it does not.
+    probe = console.http.get(f"/api/v1/tasks/{task_id}/nodes/inspect/complete")
     result = complete_human_node_in_console(page, "inspect", "valve looked at", "crew lead")
-    probe = console.http.post(
-        f"/api/v1/tasks/{task_id}/nodes/inspect/complete",
-        json={"by": "probe", "evidence": "x"},
-    )
-    if probe.status_code == 404 and probe.json()["error"]["message"] == "Not Found":
+    if probe.status_code == 404:
         expect(result).to_have_text("Completing human nodes is not available on this server.")
     else:  # the human-loop route is merged: the page completes the node
         expect(result).to_contain_text("completed")
@@ -233,7 +231,7 @@ def test_narrow_and_zoomed_without_horizontal_overflow(
 def test_the_page_recovers_after_the_api_restarts(page: Any, console: Console) -> None:
     task_id = console.trigger("live", "Survive a restart")
     open_task(page, console, task_id)
-    expect(page.locator("#plan")).to_contain_text("revision 1", timeout=30_000)
+    expect(page.locator("#plan")).to_contain_text(re.compile("revision [12]"), timeout=30_000)
     console.stop_api()
     expect(page.locator("#banner")).to_have_text("The API is not answering; retrying…")
     time.sleep(1)

@@ -228,6 +228,54 @@ def test_narrow_and_zoomed_without_horizontal_overflow(
         context.close()
 
 
+def test_routes_of_other_branches_render_as_text(page: Any, console: Console) -> None:
+    """Evidence, transcript and action digests come from routes other branches add; until they
+    are merged, the browser answers them with the shapes the issues give (route interception),
+    so the rendering, the text-only rule and the approve body are tested now."""
+    task_id = console.trigger("xss", "Other branches")
+    evidence = {"items": [{"source": "scada", "origin": "live", "summary": XSS,
+                           "queried_at": "2026-12-04T02:00:00+00:00", "content_ref": "ev-1"}],
+                "next_cursor": None}  # fmt: skip
+    transcript = {"items": [{"role": "agent", "content": XSS}], "next_cursor": None}
+    action = {
+        "action_id": "a-1",
+        "task_id": task_id,
+        "generation": 1,
+        "node_id": "flush",
+        "kind": "command",
+        "payload": {"cmd": XSS},
+        "status": "pending_approval",
+        "digest": "sha256:feed",
+        "created_at": "2026-12-04T02:00:00+00:00",
+    }
+    approved: list[Any] = []
+
+    def answer(body: Any) -> Any:
+        return lambda route: route.fulfill(status=200, json=body)
+
+    def approve(route: Any) -> None:
+        approved.append(route.request.post_data_json)
+        route.fulfill(status=200, json=action | {"status": "approved"})
+
+    page.route(re.compile(r".*/api/v1/tasks/[^/]+/evidence$"), answer(evidence))
+    page.route(re.compile(r".*/api/v1/tasks/[^/]+/transcript$"), answer(transcript))
+    page.route(re.compile(r".*/api/v1/actions\?.*"), answer({"items": [action]}))
+    page.route(re.compile(r".*/api/v1/actions/a-1/approve$"), approve)
+    open_task(page, console, task_id)
+    expect(page.locator("#evidence td").filter(has_text=XSS)).to_have_count(1)
+    expect(page.locator("#transcript pre")).to_have_text(XSS)
+    page.goto(f"{console.url}/console#/approvals")
+    card = page.locator('article[data-action="a-1"]')
+    expect(card.locator(".digest")).to_have_text("sha256:feed")
+    expect(card.locator("pre")).to_contain_text("onerror")
+    card.locator("input[name=by]").fill("duty engineer")
+    card.locator("button.approve").click()
+    expect(card.locator(".result")).to_have_text("Approved.")
+    assert approved == [{"by": "duty engineer", "digest": "sha256:feed"}]
+    assert page.locator("main img").count() == 0
+    assert page.evaluate("window.__xss") is None
+
+
 def test_the_page_recovers_after_the_api_restarts(page: Any, console: Console) -> None:
     task_id = console.trigger("live", "Survive a restart")
     open_task(page, console, task_id)

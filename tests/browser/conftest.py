@@ -1,6 +1,10 @@
-"""A running console for browser tests: `orchestrator api`, a worker and the sweeper on the
-embedded store (SQLite, filesystem broker) with the scripted model, and Debian's chromium
-driven headless by Playwright. A missing chromium skips locally and fails when `CI` is set.
+"""A running console for browser tests: `orchestrator api`, a worker and the sweeper on a
+SQLite store and the session's real Redis (broker, leases, plan events) with the scripted
+model, and Debian's chromium driven headless by Playwright. A missing chromium skips locally
+and fails when `CI` is set.
+
+Not the filesystem broker: Kombu's filesystem transport can hand the worker a message file
+still being written, and the worker then dies on a JSONDecodeError (seen here under load).
 
 Screenshots go to `.artifacts/browser/` (git-ignored), kept after the run.
 """
@@ -16,11 +20,12 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 
 from orchestrator.store.migrations import upgrade
 from tests.acceptance.fleet import ORCHESTRATOR, Fleet
 from tests.browser.scripts import write_scripts
-from tests.services import free_port
+from tests.services import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / ".artifacts" / "browser"
@@ -105,8 +110,10 @@ class Console:
             time.sleep(0.2)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """Module scope: Playwright's sync API holds an event loop while it runs, which would break
+    later tests that call `asyncio.run`."""
     if not Path(CHROMIUM).exists():
         _unavailable(f"no chromium at {CHROMIUM} (apt-get install chromium, or `make services`)")
     from playwright.sync_api import expect, sync_playwright
@@ -121,14 +128,22 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def console(tmp_path_factory: pytest.TempPathFactory, browser: Any) -> Iterator[Console]:
+def console(
+    tmp_path_factory: pytest.TempPathFactory, browser: Any, redis_server: RedisServer
+) -> Iterator[Console]:
     folder = tmp_path_factory.mktemp("console")
+    if redis_server.process is None or redis_server.process.poll() is not None:
+        redis_server.start()
+    flush = redis.Redis.from_url(redis_server.url)
+    flush.flushall()
+    flush.close()
     database = f"sqlite:///{folder / 'orchestrator.db'}"
     upgrade(database)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
     env.update(
         ORCH_HOME=str(folder / "home"),
         ORCH_DATABASE_URL=database,
+        ORCH_REDIS_URL=redis_server.url,
         ORCH_API_TOKEN=TOKEN,
         ORCH_MODEL=f"scripted:{write_scripts(folder / 'scripts')}",
         ORCH_LEASE_SECONDS="3",

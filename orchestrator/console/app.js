@@ -125,8 +125,9 @@
     return error ? `${error.message} (${error.code})` : `HTTP ${result.status}`;
   }
   function missingRoute(result) {
+    // No such route: FastAPI's own 404 ("Not Found"), or a path that exists for other methods.
     const error = result.data && result.data.error;
-    return result.status === 404 && (!error || error.message === "Not Found" || result.status === 405);
+    return result.status === 405 || (result.status === 404 && (!error || error.message === "Not Found"));
   }
 
   function operator() { return localStorage.getItem("orch.by") || ""; }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import sys
 from collections.abc import Mapping
 from functools import lru_cache
@@ -162,6 +163,9 @@ class Settings(BaseSettings):
         default=None, ge=0, le=2, validation_alias=_env("LLM_TEMPERATURE")
     )
     llm_max_retries: int = Field(default=4, ge=0, le=20, validation_alias=_env("LLM_MAX_RETRIES"))
+    # The console (issue 16): origins, comma-separated, of external front ends that may call the
+    # API and open its streams from a browser (CORS, credentials allowed); empty = same origin only.
+    cors_origins: str = Field(default="", description="comma-separated browser origins")
 
     @field_validator("database_url")
     @classmethod
@@ -184,6 +188,18 @@ class Settings(BaseSettings):
             )
         if port is not None and not 1 <= port <= 65535:
             raise ValueError(f"port {port} is out of range 1-65535")
+        return value
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _check_cors_origins(cls, value: str) -> str:
+        for origin in value.split(","):
+            origin = origin.strip().rstrip("/")
+            if origin and not re.fullmatch(r"https?://[^/\s*]+", origin):
+                raise ValueError(
+                    "each origin must be scheme://host[:port] (no path, no wildcard), "
+                    "comma-separated"
+                )
         return value
 
     @field_validator("redis_url")
@@ -230,6 +246,11 @@ class Settings(BaseSettings):
                 f"({self.lease_renew_seconds:g} >= {self.lease_seconds:g})"
             )
         return self
+
+    @property
+    def cors_origin_list(self) -> list[str]:
+        """ORCH_CORS_ORIGINS as a list (a trailing slash is dropped: an Origin never has one)."""
+        return [o.strip().rstrip("/") for o in self.cors_origins.split(",") if o.strip()]
 
     @property
     def embedded(self) -> bool:

@@ -13,6 +13,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Security
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException
@@ -32,6 +33,7 @@ from orchestrator.api import (
     task_stream,
     tasks,
 )
+from orchestrator.api import console as console_pages
 from orchestrator.api.body_limit import BodyLimit
 from orchestrator.api.contract import BEARER, COMMON_ERRORS, INTERNAL_BEARER
 from orchestrator.errors import OrchestratorError, Unauthorized
@@ -191,7 +193,20 @@ def create_app(
         internal_prefix=INTERNAL_PREFIX,
         open_paths=(_HEALTHZ,),
         accounts=accounts,
+        open_prefixes=(console_pages.PREFIX,),
     )
+    # Outside the token check, so a browser's preflight (no credentials) is answered.
+    if settings.cors_origin_list:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origin_list,
+            allow_credentials=True,
+            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_headers=["Authorization", "Content-Type", "Last-Event-ID", "X-Orch-Console"],
+            max_age=600,
+        )
+    app.include_router(console_pages.router)
+    console_pages.redact_access_log()
     # Security(...) only declares the bearer schemes in the OpenAPI document.
     public = [Depends(auth.require_api_token), Security(BEARER)]
     for router in PUBLIC_ROUTERS if public_routers is None else public_routers:

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 from fastapi import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from orchestrator.api.console_session import accepted_tokens, cookie_allows
 from orchestrator.errors import Forbidden, OrchestratorError, Unauthorized
 from orchestrator.operators import Operator, find_operator, may
 from orchestrator.settings import Settings
@@ -82,14 +83,27 @@ def _accounts(request: Request) -> Any:
 
 
 def _identify(
-    headers: Iterable[tuple[bytes, bytes]], accounts: Any, api_token: str | None
+    headers: Iterable[tuple[bytes, bytes]],
+    accounts: Any,
+    api_token: str | None,
+    *,
+    method: str = "GET",
+    cookie_tokens: Sequence[str] = (),
 ) -> Operator | None:
-    """The caller's account; ANONYMOUS when no token is configured; None for a wrong token."""
+    """The caller's account; ANONYMOUS when no token is configured; None for a wrong token.
+
+    A console session cookie (signed with ORCH_API_TOKEN, see `console_session`) stands for
+    the full-rights ORCH_API_TOKEN account."""
     if not accounts and not api_token:
         return ANONYMOUS
     scheme, _, presented = _authorization(headers).partition(b" ")
-    operator = find_operator(presented.strip(), accounts, api_token)
-    return operator if scheme.lower() == b"bearer" else None
+    if scheme.lower() == b"bearer":
+        operator = find_operator(presented.strip(), accounts, api_token)
+        if operator is not None:
+            return operator
+    if api_token and cookie_tokens and cookie_allows(list(headers), method, cookie_tokens):
+        return find_operator(api_token.encode("utf-8", "surrogateescape"), accounts, api_token)
+    return None
 
 
 def _role_refusal(operator: Operator, method: str) -> str | None:
@@ -99,10 +113,16 @@ def _role_refusal(operator: Operator, method: str) -> str | None:
 
 
 def require_api_token(request: Request) -> None:
-    """Public routes: a known account when ORCH_API_TOKEN or ORCH_OPERATORS is set; a viewer
-    only reads. The account goes on `request.state.operator`."""
+    """Public routes: a known account (a bearer token, or the console's session cookie) when
+    ORCH_API_TOKEN or ORCH_OPERATORS is set; a viewer only reads. The account goes on
+    `request.state.operator`."""
+    settings = _settings(request)
     operator = _identify(
-        request.scope.get("headers", ()), _accounts(request), _settings(request).api_token
+        request.scope.get("headers", ()),
+        _accounts(request),
+        settings.api_token,
+        method=request.method,
+        cookie_tokens=accepted_tokens(settings),
     )
     if operator is None:
         raise Unauthorized(_WRONG)
@@ -145,8 +165,9 @@ class BearerTokens:
     """Token check on the path prefix, ahead of routing and body parsing.
 
     Under `internal_prefix` AGENT_INTERNAL_TOKEN is always required (unset closes the bridge);
-    everywhere else, `/openapi.json` and `/docs` included, ORCH_API_TOKEN when it is set.
-    `open_paths` (the health check) need no token.
+    everywhere else, `/openapi.json` and `/docs` included, ORCH_API_TOKEN when it is set, or
+    the console's session cookie. `open_paths` (the health check) and paths under
+    `open_prefixes` (the console's pages, which do their own sign-in) need no token.
     """
 
     def __init__(
@@ -157,6 +178,7 @@ class BearerTokens:
         internal_prefix: str,
         open_paths: Collection[str] = (),
         accounts: Any = (),
+        open_prefixes: Collection[str] = (),
     ) -> None:
         self.app = app
         self.accounts = accounts
@@ -164,6 +186,8 @@ class BearerTokens:
         self.internal_token = settings.agent_internal_token or None
         self.internal_prefix = internal_prefix.rstrip("/")
         self.open_paths = frozenset(open_paths)
+        self.open_prefixes = tuple(prefix.rstrip("/") for prefix in open_prefixes)
+        self.cookie_tokens = accepted_tokens(settings)
 
     def _refusal(self, scope: Scope) -> OrchestratorError | None:
         """Why the request is refused, or None when it may go on."""
@@ -172,10 +196,19 @@ class BearerTokens:
         if root and path.startswith(root):
             path = path[len(root) :]
         internal = path == self.internal_prefix or path.startswith(self.internal_prefix + "/")
-        if path in self.open_paths and not internal:
+        if not internal and (
+            path in self.open_paths
+            or any(path == prefix or path.startswith(prefix + "/") for prefix in self.open_prefixes)
+        ):
             return None
         if not internal:
-            operator = _identify(scope.get("headers", ()), self.accounts, self.api_token)
+            operator = _identify(
+                scope.get("headers", ()),
+                self.accounts,
+                self.api_token,
+                method=scope.get("method", "GET"),
+                cookie_tokens=self.cookie_tokens,
+            )
             if operator is None:
                 return Unauthorized(_WRONG)
             refusal = _role_refusal(operator, scope.get("method", "GET"))

@@ -1,0 +1,175 @@
+"""The operator console at `/console`: static files from the package and the browser sign-in.
+
+The pages are plain HTML, CSS and JavaScript shipped in `orchestrator/console/` (nothing to
+build, no CDN). With ORCH_API_TOKEN set, `/console` without a session answers the sign-in form;
+the form's POST or `/console?token=...` trades the token for the session cookie of
+`console_session` and redirects to `/console` without it. The token is never written into a
+page, and `redact_access_log` keeps it out of uvicorn's access log.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
+
+from fastapi import APIRouter, Request
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+
+from orchestrator.api import console_session
+from orchestrator.settings import Settings
+
+__all__ = ["PREFIX", "redact_access_log", "router"]
+
+PREFIX = "/console"
+STATIC = Path(__file__).resolve().parent.parent / "console"
+_ASSETS = {"app.js": "text/javascript", "style.css": "text/css"}
+_MAX_FORM_BYTES = 8192
+#: Scripts and styles from our own origin only: even a slip into innerHTML could not run code.
+_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+        "frame-ancestors 'none'"
+    ),
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-store",
+}
+
+router = APIRouter(prefix=PREFIX, include_in_schema=False)
+
+
+def _settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def _signed_in(request: Request) -> bool:
+    tokens = console_session.accepted_tokens(_settings(request))
+    if not tokens:
+        return True  # no ORCH_API_TOKEN: the API is open, so is the console
+    value = console_session.cookie_from_headers(request.scope.get("headers", ()))
+    return value is not None and console_session.valid(value, tokens)
+
+
+def _sign_in_page(request: Request, error: str = "", status: int = 200) -> HTMLResponse:
+    page = (STATIC / "signin.html").read_text(encoding="utf-8")
+    # Absolute links: the form's answer may be shown at /console/session.
+    root = html.escape(str(request.scope.get("root_path", "")).rstrip("/"))
+    page = page.replace('href="console/', f'href="{root}{PREFIX}/')
+    page = page.replace('action="console/', f'action="{root}{PREFIX}/')
+    message = f'<p class="error" role="alert">{html.escape(error)}</p>' if error else ""
+    return HTMLResponse(page.replace("<!--error-->", message), status, headers=_HEADERS)
+
+
+def _home(request: Request, query: list[tuple[str, str]] | None = None) -> str:
+    """The console's own URL (under the app's root path), with `query` if any."""
+    root = str(request.scope.get("root_path", "")).rstrip("/")
+    return root + PREFIX + (f"?{urlencode(query)}" if query else "")
+
+
+def _start_session(request: Request, presented: str, query: list[tuple[str, str]]) -> Response:
+    tokens = console_session.accepted_tokens(_settings(request))
+    token = console_session.token_accepted(presented, tokens)
+    if token is None:
+        return _sign_in_page(request, "That token is not accepted.", 401)
+    response = RedirectResponse(_home(request, query), status_code=303, headers=_HEADERS)
+    response.set_cookie(
+        console_session.COOKIE,
+        console_session.issue(token),
+        max_age=console_session.SESSION_SECONDS,
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+@router.get("")
+def console_page(request: Request) -> Response:
+    """The console, the sign-in form, or (with `?token=`) a signed-in redirect without it."""
+    query = parse_qsl(request.url.query, keep_blank_values=True)
+    presented = [value for key, value in query if key == "token"]
+    if presented and console_session.accepted_tokens(_settings(request)):
+        rest = [(key, value) for key, value in query if key != "token"]
+        return _start_session(request, presented[-1], rest)
+    if presented:  # an open API: nothing to sign in to, but drop the token from the URL
+        rest = [(key, value) for key, value in query if key != "token"]
+        return RedirectResponse(_home(request, rest), 303)
+    if not _signed_in(request):
+        return _sign_in_page(request)
+    return FileResponse(STATIC / "index.html", media_type="text/html", headers=_HEADERS)
+
+
+@router.get("/")
+def console_slash(request: Request) -> Response:
+    return RedirectResponse(_home(request), status_code=308)
+
+
+@router.post("/session")
+async def sign_in(request: Request) -> Response:
+    """The sign-in form's POST (`token=...`, form-encoded)."""
+    size = request.headers.get("content-length", "")
+    if not size.isdigit() or int(size) > _MAX_FORM_BYTES:
+        return _sign_in_page(request, "The form is too large.", 413)
+    body = (await request.body())[:_MAX_FORM_BYTES].decode("utf-8", "replace")
+    form = dict(parse_qsl(body, keep_blank_values=True))
+    return _start_session(request, form.get("token", "").strip(), [])
+
+
+@router.get("/session")
+def session_state(request: Request) -> JSONResponse:
+    """Whether this browser is signed in and whether signing in is needed at all."""
+    required = bool(console_session.accepted_tokens(_settings(request)))
+    body: dict[str, Any] = {"signed_in": _signed_in(request), "required": required}
+    return JSONResponse(body, headers={"Cache-Control": "no-store"})
+
+
+@router.post("/signout")
+def sign_out(request: Request) -> Response:
+    response = RedirectResponse(_home(request), status_code=303, headers=_HEADERS)
+    response.delete_cookie(console_session.COOKIE, path="/", httponly=True, samesite="strict")
+    return response
+
+
+@router.get("/{asset}")
+def console_asset(asset: str) -> Response:
+    media_type = _ASSETS.get(asset)
+    if media_type is None:
+        return JSONResponse(
+            {"error": {"code": "not_found", "message": "Not Found", "details": []}}, 404
+        )
+    headers = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
+    return FileResponse(STATIC / asset, media_type=media_type, headers=headers)
+
+
+class _RedactToken(logging.Filter):
+    """Drops the value of any `token=` query parameter from uvicorn's access lines."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and any(isinstance(a, str) and "token=" in a for a in args):
+            record.args = tuple(_redact(a) if isinstance(a, str) else a for a in args)
+        return True
+
+
+def _redact(text: str) -> str:
+    path, sep, query = text.partition("?")
+    if not sep:
+        return text
+    parts = [
+        "token=[redacted]" if part.split("=", 1)[0] == "token" else part
+        for part in query.split("&")
+    ]
+    return path + "?" + "&".join(parts)
+
+
+def redact_access_log() -> None:
+    """Install the filter on uvicorn's access logger (once per process)."""
+    logger = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, _RedactToken) for f in logger.filters):
+        logger.addFilter(_RedactToken())

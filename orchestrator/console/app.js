@@ -1,0 +1,675 @@
+/* The operator console: plain JavaScript, no framework, no build step.
+ *
+ * Everything the model or an operator wrote (titles, plans, reports, payloads, transcripts) is
+ * put into the page as text nodes (textContent), never as HTML. Calls go to the API of the same
+ * origin with the session cookie; writes carry X-Orch-Console: 1. Routes that a server may not
+ * have yet (evidence, transcript, task stream, human nodes) show "not available on this server"
+ * when they answer 404.
+ */
+"use strict";
+
+(function () {
+  const API = "api/v1/";
+  const STATUSES = ["queued", "running", "waiting", "completed", "failed", "cancelled"];
+  const TERMINAL = ["completed", "failed", "cancelled"];
+  const NODE_DONE = ["completed", "failed", "skipped", "cancelled"];
+  const POLL_MS = 3000;
+  const main = document.getElementById("main");
+  const banner = document.getElementById("banner");
+  let view = null; // the current view's {dispose}
+
+  // ---- DOM helpers: text only ------------------------------------------------------------
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (key.startsWith("on") && typeof value === "function") {
+        node.addEventListener(key.slice(2), value);
+      } else if (key === "text") {
+        node.textContent = String(value);
+      } else {
+        node.setAttribute(key, value === true ? "" : String(value));
+      }
+    }
+    append(node, children);
+    return node;
+  }
+  function append(node, children) {
+    for (const child of children.flat(Infinity)) {
+      if (child === null || child === undefined || child === false) continue;
+      node.appendChild(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+  function fill(node, ...children) {
+    node.replaceChildren();
+    return append(node, children);
+  }
+  function badge(status, markOpen) {
+    // Receipts mark `unknown` and `pending`: a write whose effect nobody has confirmed.
+    const marked = Boolean(markOpen) && (status === "unknown" || status === "pending");
+    return el("span", { class: `badge s-${status}${marked ? " marked" : ""}` },
+      marked ? `⚠ ${status}` : String(status));
+  }
+  function when(value) {
+    if (!value) return "—";
+    const date = new Date(value);
+    if (Number.isNaN(date.getTime())) return String(value);
+    return el("time", { datetime: String(value), title: String(value) }, date.toLocaleString());
+  }
+  function lastWrite(value) {
+    if (value === undefined) return undefined; // a server without `last_write`: no row
+    if (!value) return "none in this generation";
+    if (typeof value !== "object") return String(value);
+    const at = value.at || value.time || value.written_at || value.created_at;
+    return [value.kind || "write", " ", at ? when(at) : ""];
+  }
+  function facts(pairs) {
+    return el("dl", { class: "facts" },
+      pairs.filter(([, v]) => v !== undefined).map(([k, v]) => [el("dt", {}, k), el("dd", {}, v ?? "—")]));
+  }
+  function json(value) {
+    return el("pre", {}, JSON.stringify(value, null, 2));
+  }
+  function notice(text) {
+    return el("p", { class: "notice" }, text);
+  }
+  function table(columns, rows, cls) {
+    return el("div", { class: "scroll" }, el("table", { class: cls || "cards" },
+      el("thead", {}, el("tr", {}, columns.map((c) => el("th", { scope: "col" }, c)))),
+      el("tbody", {}, rows.map((cells) => el("tr", {},
+        cells.map((cell, i) => el("td", { "data-label": columns[i] }, cell)))))));
+  }
+  function itemsOf(data) {
+    if (!data) return [];
+    for (const key of ["items", "tasks", "sessions", "actions", "evidence", "messages"]) {
+      if (Array.isArray(data[key])) return data[key];
+    }
+    return Array.isArray(data) ? data : [];
+  }
+
+  // ---- the API ---------------------------------------------------------------------------
+  function showBanner(text) {
+    if (text) { banner.textContent = text; banner.hidden = false; }
+    else if (!banner.hidden) { banner.hidden = true; banner.textContent = ""; }
+  }
+  async function api(method, path, body, signal) {
+    const init = { method, credentials: "same-origin", headers: { "X-Orch-Console": "1" }, signal };
+    if (body !== undefined) {
+      init.headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    let response;
+    try {
+      response = await fetch(API + path, init);
+    } catch (error) {
+      if (error && error.name === "AbortError") throw error;
+      showBanner("The API is not answering; retrying…");
+      return { ok: false, status: 0, data: null, down: true };
+    }
+    showBanner("");
+    if (response.status === 401) {
+      location.assign(location.pathname); // the session ended: back to the sign-in form
+      return { ok: false, status: 401, data: null };
+    }
+    let data = null;
+    try { data = await response.json(); } catch (_) { data = null; }
+    return { ok: response.ok, status: response.status, data };
+  }
+  function errorText(result) {
+    if (result.down) return "The API is not answering.";
+    const error = result.data && result.data.error;
+    if (result.status === 404 && (!error || error.message === "Not Found")) {
+      return "Not available on this server.";
+    }
+    return error ? `${error.message} (${error.code})` : `HTTP ${result.status}`;
+  }
+  function missingRoute(result) {
+    // No such route: FastAPI's own 404 ("Not Found"), or a path that exists for other methods.
+    const error = result.data && result.data.error;
+    return result.status === 405 || (result.status === 404 && (!error || error.message === "Not Found"));
+  }
+
+  function operator() { return localStorage.getItem("orch.by") || ""; }
+  function byField(id) {
+    return [el("label", { for: id }, "Your name"),
+      el("input", { id, name: "by", required: true, maxlength: 128, value: operator(), autocomplete: "name" })];
+  }
+  function remember(by) { if (by) localStorage.setItem("orch.by", by); }
+
+  // ---- routing -------------------------------------------------------------------------
+  function route() {
+    const hash = location.hash.replace(/^#/, "") || "/";
+    const [path, query] = hash.split("?");
+    return { path, params: new URLSearchParams(query || "") };
+  }
+  function render() {
+    if (view && view.dispose) view.dispose();
+    view = null;
+    showBanner("");
+    const { path, params } = route();
+    document.getElementById("nav-tasks").toggleAttribute("aria-current", false);
+    document.getElementById("nav-approvals").toggleAttribute("aria-current", false);
+    const task = path.match(/^\/task\/([^/]+)$/);
+    if (task) {
+      view = taskDetail(decodeURIComponent(task[1]));
+    } else if (path === "/approvals") {
+      document.getElementById("nav-approvals").setAttribute("aria-current", "page");
+      view = approvals();
+    } else {
+      document.getElementById("nav-tasks").setAttribute("aria-current", "page");
+      view = taskList(params);
+    }
+  }
+
+  // ---- task list -------------------------------------------------------------------------
+  const SINCE = { "": "any time", "1h": "last hour", "24h": "last 24 hours", "7d": "last 7 days" };
+  const SINCE_MS = { "1h": 3600e3, "24h": 86400e3, "7d": 7 * 86400e3 };
+
+  function taskList(params) {
+    const state = { status: params.get("status") || "", type: params.get("type") || "",
+      since: params.get("since") || "", cursors: [], cursor: null, timer: null, alive: true,
+      limit: 50 };
+    const rows = el("div", { id: "task-rows" }, el("p", { class: "muted" }, "Loading…"));
+    const pager = el("div", { class: "pager" });
+    const form = el("form", { class: "filters", id: "filters", onsubmit: (event) => {
+      event.preventDefault();
+      const data = new FormData(form);
+      const next = new URLSearchParams();
+      for (const key of ["status", "type", "since"]) if (data.get(key)) next.set(key, data.get(key));
+      location.hash = `#/?${next}`;
+    } },
+    el("div", { class: "field" }, el("label", { for: "f-status" }, "Status"),
+      el("select", { id: "f-status", name: "status" },
+        el("option", { value: "" }, "any"),
+        STATUSES.map((s) => el("option", { value: s, selected: s === state.status }, s)))),
+    el("div", { class: "field" }, el("label", { for: "f-type" }, "Type"),
+      el("input", { id: "f-type", name: "type", value: state.type, size: 18 })),
+    el("div", { class: "field" }, el("label", { for: "f-since" }, "Created"),
+      el("select", { id: "f-since", name: "since" },
+        Object.entries(SINCE).map(([k, v]) => el("option", { value: k, selected: k === state.since }, v)))),
+    el("button", { type: "submit" }, "Filter"));
+    fill(main, el("h1", {}, "Tasks"), el("section", { class: "card" }, form, rows, pager));
+
+    async function load() {
+      const query = new URLSearchParams({ limit: String(state.limit) });
+      if (state.status) query.set("status", state.status);
+      if (state.type) query.set("task_type", state.type);
+      if (state.cursor) query.set("cursor", state.cursor);
+      const result = await api("GET", `tasks?${query}`);
+      if (!state.alive) return;
+      if (!result.ok) {
+        if (!result.down) fill(rows, el("p", { class: "error" }, errorText(result)));
+        return;
+      }
+      const seen = JSON.stringify([result.data, state.cursor, state.limit]);
+      if (seen === state.seen) return; // unchanged: keep the focus where it is
+      state.seen = seen;
+      const cutoff = state.since ? Date.now() - SINCE_MS[state.since] : null;
+      const tasks = itemsOf(result.data).filter((t) =>
+        (!state.type || t.task_type === state.type) &&
+        (!cutoff || new Date(t.created_at).getTime() >= cutoff));
+      fill(rows, tasks.length === 0 ? el("p", { class: "muted" }, "No tasks match.") :
+        table(["Task", "Status", "Type", "Generation", "Created", "Updated"], tasks.map((t) => [
+          el("a", { href: `#/task/${encodeURIComponent(t.task_id)}`, class: "task-link" }, t.title || t.task_id),
+          [badge(t.status), t.failure_code ? ` ${t.failure_code}` : ""],
+          t.task_type, String(t.generation), when(t.created_at), when(t.updated_at)])));
+      const next = result.data.next_cursor;
+      fill(pager,
+        state.cursors.length ? el("button", { class: "secondary", type: "button", onclick: () => {
+          state.cursor = state.cursors.pop() || null; load(); } }, "← Newer") : null,
+        next ? el("button", { class: "secondary", type: "button", id: "next-page", onclick: () => {
+          state.cursors.push(state.cursor); state.cursor = next; load(); } }, "Older →") : null,
+        // A server without cursors: ask for a longer page, up to the API's 200.
+        !next && itemsOf(result.data).length >= state.limit && state.limit < 200
+          ? el("button", { class: "secondary", type: "button", id: "more", onclick: () => {
+            state.limit = Math.min(200, state.limit + 50); load(); } }, "Show more") : null);
+    }
+    load();
+    state.timer = setInterval(load, POLL_MS * 2);
+    return { dispose() { state.alive = false; clearInterval(state.timer); } };
+  }
+
+  // ---- plan graph ------------------------------------------------------------------------
+  function layout(nodes, edges) {
+    const ids = nodes.map((n) => n.id);
+    const incoming = new Map(ids.map((id) => [id, []]));
+    const outgoing = new Map(ids.map((id) => [id, []]));
+    for (const e of edges) {
+      if (incoming.has(e.to) && outgoing.has(e.from)) {
+        incoming.get(e.to).push(e.from);
+        outgoing.get(e.from).push(e.to);
+      }
+    }
+    // Longest path from a root gives the layer; Kahn's order keeps it linear.
+    const layer = new Map(ids.map((id) => [id, 0]));
+    const indegree = new Map(ids.map((id) => [id, incoming.get(id).length]));
+    const queue = ids.filter((id) => indegree.get(id) === 0);
+    const order = [];
+    while (queue.length) {
+      const id = queue.shift();
+      order.push(id);
+      for (const to of outgoing.get(id)) {
+        layer.set(to, Math.max(layer.get(to), layer.get(id) + 1));
+        indegree.set(to, indegree.get(to) - 1);
+        if (indegree.get(to) === 0) queue.push(to);
+      }
+    }
+    for (const id of ids) if (!order.includes(id)) order.push(id); // never for a valid plan
+    // The trunk: the longest chain, followed back from its deepest node.
+    const depth = new Map();
+    const prev = new Map();
+    for (const id of order) {
+      depth.set(id, depth.get(id) || 1);
+      for (const to of outgoing.get(id)) {
+        if ((depth.get(to) || 0) < depth.get(id) + 1) { depth.set(to, depth.get(id) + 1); prev.set(to, id); }
+      }
+    }
+    const trunk = new Set();
+    let end = order.reduce((best, id) => (best === null || depth.get(id) > depth.get(best) ? id : best), null);
+    while (end !== undefined && end !== null) { trunk.add(end); end = prev.get(end); }
+    const layers = [];
+    for (const id of ids) {
+      const n = layer.get(id);
+      (layers[n] = layers[n] || []).push(id);
+    }
+    return { layers: layers.filter(Boolean), trunk };
+  }
+
+  function planGraph(plan, selected, onSelect) {
+    const byId = new Map(plan.nodes.map((n) => [n.id, n]));
+    const { layers, trunk } = layout(plan.nodes, plan.edges || []);
+    const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+    svg.setAttribute("class", "edges");
+    svg.setAttribute("aria-hidden", "true");
+    const list = el("ol", { class: "layers", "aria-label": "Plan nodes by step" },
+      layers.map((ids, index) => el("li", { "aria-label": `step ${index + 1}` }, ids.map((id) => {
+        const n = byId.get(id);
+        return el("button", {
+          type: "button", class: `node${trunk.has(id) ? " trunk" : ""}`, "data-node": id,
+          "aria-pressed": String(id === selected), "aria-controls": "node-detail",
+          onclick: () => onSelect(id),
+        }, el("span", { class: "title" }, n.title),
+        el("span", { class: "meta" }, badge(n.status), n.actor === "human" ? el("span", { class: "badge" }, "human") : null));
+      }))));
+    // Arrow keys move between nodes in reading order (Tab reaches each of them too).
+    list.addEventListener("keydown", (event) => {
+      const keys = { ArrowRight: 1, ArrowDown: 1, ArrowLeft: -1, ArrowUp: -1 };
+      if (!(event.key in keys) || !event.target.matches("button.node")) return;
+      const buttons = [...list.querySelectorAll("button.node")];
+      const next = buttons[buttons.indexOf(event.target) + keys[event.key]];
+      if (next) { event.preventDefault(); next.focus(); }
+    });
+    const graph = el("div", { class: "graph", id: "plan-graph" }, svg, list);
+    function draw() {
+      if (!graph.isConnected) return;
+      const box = graph.getBoundingClientRect();
+      svg.replaceChildren();
+      for (const e of plan.edges || []) {
+        const a = graph.querySelector(`button[data-node="${CSS.escape(e.from)}"]`);
+        const b = graph.querySelector(`button[data-node="${CSS.escape(e.to)}"]`);
+        if (!a || !b) continue;
+        const ra = a.getBoundingClientRect();
+        const rb = b.getBoundingClientRect();
+        const x1 = ra.left + ra.width / 2 - box.left, y1 = ra.bottom - box.top;
+        const x2 = rb.left + rb.width / 2 - box.left, y2 = rb.top - box.top;
+        const mid = (y1 + y2) / 2;
+        const path = document.createElementNS(svg.namespaceURI, "path");
+        path.setAttribute("d", `M${x1},${y1} C${x1},${mid} ${x2},${mid} ${x2},${y2}`);
+        if (trunk.has(e.from) && trunk.has(e.to)) path.setAttribute("class", "trunk");
+        svg.appendChild(path);
+        if (e.label) {
+          const text = document.createElementNS(svg.namespaceURI, "text");
+          text.setAttribute("x", String((x1 + x2) / 2 + 4));
+          text.setAttribute("y", String(mid));
+          text.textContent = e.label;
+          svg.appendChild(text);
+        }
+      }
+    }
+    const observer = new ResizeObserver(() => draw());
+    observer.observe(graph);
+    requestAnimationFrame(draw);
+    graph.dispose = () => observer.disconnect();
+    return graph;
+  }
+
+  function countsOf(plan) {
+    const counts = plan.status_counts || {};
+    const shown = Object.entries(counts).filter(([, n]) => n > 0);
+    return el("ul", { class: "counts", "aria-label": "Nodes by status", id: "status-counts" },
+      shown.map(([status, n]) => el("li", {}, el("span", { class: `badge s-${status}` }, `${status} ${n}`))));
+  }
+
+  // ---- actions (approvals) ---------------------------------------------------------------
+  function actionCard(action, after) {
+    const message = el("p", { class: "result", role: "status" });
+    const note = el("input", { name: "note", id: `note-${action.action_id}`, maxlength: 2000 });
+    const byId = `by-${action.action_id}`;
+    async function decide(verb) {
+      const by = document.getElementById(byId).value.trim();
+      if (!by) { fill(message, el("span", { class: "error" }, "Your name is needed to decide.")); return; }
+      remember(by);
+      const body = { by };
+      if (note.value.trim()) body.note = note.value.trim();
+      if (action.digest) body.digest = action.digest;
+      const result = await api("POST", `actions/${encodeURIComponent(action.action_id)}/${verb}`, body);
+      if (result.ok) {
+        fill(message, `${verb === "approve" ? "Approved" : "Rejected"}.`);
+        if (after) after();
+      } else {
+        fill(message, el("span", { class: "error" }, errorText(result)));
+      }
+    }
+    return el("article", { class: "card action", "data-action": action.action_id },
+      el("h3", {}, `${action.kind || "action"} for node `, el("code", {}, action.node_id)),
+      facts([["Status", badge(action.status)],
+        ["Task", el("a", { href: `#/task/${encodeURIComponent(action.task_id)}` }, action.task_id)],
+        ["Generation", String(action.generation)], ["Proposed", when(action.created_at)],
+        ["Digest", action.digest ? el("code", { class: "digest" }, action.digest) : el("span", { class: "muted" }, "not provided by this server")]]),
+      el("h3", {}, "Payload"), json(action.payload),
+      action.status === "pending_approval" ? el("form", { class: "inline", onsubmit: (e) => e.preventDefault() },
+        el("div", {}, byField(byId)),
+        el("div", {}, el("label", { for: note.id }, "Note"), note),
+        el("button", { type: "button", class: "approve", onclick: () => decide("approve") }, "Approve"),
+        el("button", { type: "button", class: "danger reject", onclick: () => decide("reject") }, "Reject"))
+        : facts([["Decided by", action.decided_by], ["Note", action.note]]),
+      message);
+  }
+
+  function approvals() {
+    const list = el("div", { class: "actions-list", id: "approvals" }, el("p", { class: "muted" }, "Loading…"));
+    fill(main, el("h1", {}, "Pending approvals"), list);
+    let alive = true;
+    async function load() {
+      const result = await api("GET", "actions?status=pending_approval&limit=100");
+      if (!alive || !result.ok) {
+        if (alive && !result.down) fill(list, el("p", { class: "error" }, errorText(result)));
+        return;
+      }
+      const actions = itemsOf(result.data);
+      const ids = actions.map((a) => a.action_id).join();
+      if (ids === shown && list.querySelector("[data-action], p.muted")) return; // keep typed input
+      shown = ids;
+      fill(list, actions.length ? actions.map((a) => actionCard(a, load)) : el("p", { class: "muted" }, "Nothing waits for approval."));
+    }
+    let shown = null;
+    load();
+    const timer = setInterval(load, POLL_MS * 2);
+    return { dispose() { alive = false; clearInterval(timer); } };
+  }
+
+  // ---- task detail -----------------------------------------------------------------------
+  function taskDetail(taskId) {
+    const path = `tasks/${encodeURIComponent(taskId)}`;
+    const s = { alive: true, task: null, plan: null, selected: null, stream: null, timer: null,
+      graph: null, streamKind: null, retry: null };
+    const part = (id) => el("div", { id });
+    const head = part("task-head");
+    const live = el("span", { class: "live off", id: "live" }, "connecting");
+    const lease = part("lease"), generations = part("generations"), planBox = part("plan");
+    const nodeDetail = el("div", { id: "node-detail", class: "node-detail", tabindex: "-1", hidden: true });
+    const pending = part("pending-actions"), report = part("report"), receipts = part("receipts");
+    const evidence = part("evidence"), transcript = part("transcript");
+    const opResult = el("p", { role: "status", id: "op-result" });
+
+    function reasonForm(id, label, verb, cls) {
+      const input = el("input", { id, name: "reason", required: true, maxlength: 500, placeholder: "reason" });
+      return el("form", { class: "inline", id: `${verb}-form`, onsubmit: async (event) => {
+        event.preventDefault();
+        const reason = input.value.trim();
+        if (!reason) { fill(opResult, el("span", { class: "error" }, "A reason is needed.")); return; }
+        const result = await api("POST", `${path}/${verb}`, { reason });
+        if (result.ok) { input.value = ""; fill(opResult, `${label}: done.`); refresh(); }
+        else fill(opResult, el("span", { class: "error" }, errorText(result)));
+      } }, el("div", {}, el("label", { for: id }, `${label} reason`), input),
+      el("button", { type: "submit", class: cls }, label));
+    }
+
+    fill(main,
+      el("p", {}, el("a", { href: "#/" }, "← Tasks")),
+      head,
+      el("section", { class: "card", "aria-labelledby": "h-ops" }, el("h2", { id: "h-ops" }, "Operator actions"),
+        el("div", { class: "row" }, reasonForm("requeue-reason", "Requeue", "requeue", "secondary"),
+          reasonForm("cancel-reason", "Cancel", "cancel", "danger")), opResult),
+      el("section", { class: "card", "aria-labelledby": "h-plan" },
+        el("div", { class: "row" }, el("h2", { id: "h-plan" }, "Plan"), live), planBox, nodeDetail),
+      el("section", { class: "card", "aria-labelledby": "h-pending" }, el("h2", { id: "h-pending" }, "Pending approvals"), pending),
+      el("div", { class: "grid2" },
+        el("section", { class: "card", "aria-labelledby": "h-lease" }, el("h2", { id: "h-lease" }, "Lease"), lease),
+        el("section", { class: "card", "aria-labelledby": "h-report" }, el("h2", { id: "h-report" }, "Report"), report)),
+      el("section", { class: "card", "aria-labelledby": "h-gen" }, el("h2", { id: "h-gen" }, "Generations"), generations),
+      el("section", { class: "card", "aria-labelledby": "h-receipts" }, el("h2", { id: "h-receipts" }, "Receipts"), receipts),
+      el("section", { class: "card", "aria-labelledby": "h-evidence" }, el("h2", { id: "h-evidence" }, "Evidence"), evidence),
+      el("section", { class: "card", "aria-labelledby": "h-transcript" }, el("h2", { id: "h-transcript" }, "Transcript"), transcript));
+
+    function showTask(task) {
+      s.task = task;
+      fill(head, el("h1", { id: "task-title" }, task.title || task.task_id),
+        el("section", { class: "card" }, facts([
+          ["Status", [badge(task.status), task.failure_code ? ` ${task.failure_code}` : ""]],
+          ["Task id", el("code", {}, task.task_id)], ["Type", task.task_type],
+          ["Generation", String(task.generation)], ["Session", task.session_id ? el("code", {}, task.session_id) : "—"],
+          ["Rounds", String(task.rounds)], ["Recoveries", String(task.recoveries)],
+          ["Created", when(task.created_at)], ["Updated", when(task.updated_at)],
+          ["Last error", task.last_error || "—"],
+          ["Last write", lastWrite(task.last_write)]])));
+      fill(lease, task.lease ? facts([["Holder", el("code", {}, task.lease.holder)],
+        ["Expires", when(task.lease.expires_at)], ["Renewed", when(task.lease.last_renewed_at)]])
+        : el("p", { class: "muted" }, task.status === "running" ? "No live lease." : `No lease: the task is ${task.status}.`));
+      const executions = task.executions || [];
+      fill(generations, executions.length ? table(["Generation", "Outcome", "Worker", "Started", "Ended", "Reason"],
+        executions.slice().reverse().map((x) => [String(x.generation),
+          x.outcome ? [badge(x.outcome), x.failure_code ? ` ${x.failure_code}` : ""] : el("span", { class: "muted" }, "in progress"),
+          x.worker || "—", when(x.started_at), when(x.ended_at), x.reason || "—"]))
+        : el("p", { class: "muted" }, "No generation yet."));
+      const r = task.report;
+      fill(report, r ? [facts([["Outcome", badge(r.outcome)], ["Generation", String(r.generation)], ["Saved", when(r.created_at)]]),
+        el("p", { id: "report-summary" }, r.summary || ""),
+        (r.findings || []).length ? el("ul", {}, r.findings.map((f) => el("li", {}, typeof f === "string" ? f : JSON.stringify(f)))) : null,
+        (r.evidence_refs || []).length ? [el("h3", {}, "Evidence references"), json(r.evidence_refs)] : null]
+        : el("p", { class: "muted" }, "No report for this generation yet."));
+      const unknown = task.unknown_receipts || [];
+      fill(receipts, unknown.length ? table(["Invocation", "Tool", "Status", "Summary", "Updated"],
+        unknown.map((x) => [el("code", {}, x.invocation_id), x.tool_name, badge(x.status, true), x.summary || "—", when(x.updated_at)]))
+        : el("p", { class: "muted" }, "No receipt is unknown or pending."));
+      if (task.plan && (!s.plan || task.plan.revision > s.plan.revision || task.plan.session_id !== s.plan.session_id)) showPlan(task.plan);
+      if (!task.plan && !s.plan) fill(planBox, el("p", { class: "muted" }, "No plan published yet."));
+      if (s.stream && s.streamKind === "session" && task.session_id && s.streamSession !== task.session_id) {
+        s.stream.close(); // a new generation's session: follow it
+        s.stream = null;
+        s.plan = null;
+      }
+      if (!s.stream) openStream();
+    }
+
+    function showPlan(plan) {
+      if (!plan || !Array.isArray(plan.nodes)) return;
+      const focused = document.activeElement && document.activeElement.getAttribute("data-node");
+      s.plan = plan;
+      if (s.graph && s.graph.dispose) s.graph.dispose();
+      s.graph = planGraph(plan, s.selected, select);
+      fill(planBox, el("h3", { id: "plan-title" }, plan.title || ""),
+        el("p", { class: "muted" }, `revision ${plan.revision}`, plan.reason ? " · " : "", plan.reason ? el("span", { id: "plan-reason" }, plan.reason) : null),
+        countsOf(plan), s.graph);
+      if (focused) {
+        const again = planBox.querySelector(`button[data-node="${CSS.escape(focused)}"]`);
+        if (again) again.focus();
+      }
+      if (s.selected) showNode(s.selected, false);
+    }
+
+    function select(id) {
+      s.selected = id;
+      for (const b of planBox.querySelectorAll("button.node")) b.setAttribute("aria-pressed", String(b.getAttribute("data-node") === id));
+      showNode(id, true);
+    }
+
+    function showNode(id, focus) {
+      const node = s.plan && s.plan.nodes.find((n) => n.id === id);
+      if (!node) { nodeDetail.hidden = true; return; }
+      const result = el("p", { role: "status", class: "node-result" });
+      const human = node.actor === "human" && !NODE_DONE.includes(node.status);
+      async function finish(verb, body) {
+        const by = document.getElementById("node-by").value.trim();
+        if (!by) { fill(result, el("span", { class: "error" }, "Your name is needed.")); return; }
+        remember(by);
+        const answer = await api("POST", `${path}/nodes/${encodeURIComponent(id)}/${verb}`, { by, ...body });
+        if (answer.ok) { fill(result, `Node ${verb}d.`); refresh(); }
+        else fill(result, el("span", { class: "error" }, missingRoute(answer) ? "Completing human nodes is not available on this server." : errorText(answer)));
+      }
+      const evidenceInput = el("textarea", { id: "node-evidence", maxlength: 2000 });
+      const reasonInput = el("input", { id: "node-reason", maxlength: 2000 });
+      fill(nodeDetail,
+        el("h3", { id: "node-detail-title" }, "Node ", el("code", {}, node.id)),
+        facts([["Title", node.title], ["Actor", node.actor], ["Status", badge(node.status)],
+          ["Description", node.description || "—"], ["Evidence", node.evidence || "—"],
+          ["Reason", node.reason || "—"], ["Action", node.action_id ? el("code", {}, node.action_id) : "—"]]),
+        human ? el("form", { id: "human-node", onsubmit: (e) => e.preventDefault() },
+          el("h3", {}, "Human step"), byField("node-by"),
+          el("label", { for: "node-evidence" }, "Evidence (to complete)"), evidenceInput,
+          el("div", { class: "row" },
+            el("button", { type: "button", id: "node-complete", onclick: () => {
+              if (!evidenceInput.value.trim()) { fill(result, el("span", { class: "error" }, "Evidence is needed to complete.")); return; }
+              finish("complete", { evidence: evidenceInput.value.trim() }); } }, "Complete")),
+          el("label", { for: "node-reason" }, "Reason (to fail or skip)"), reasonInput,
+          el("div", { class: "row" },
+            el("button", { type: "button", class: "danger", id: "node-fail", onclick: () => {
+              if (!reasonInput.value.trim()) { fill(result, el("span", { class: "error" }, "A reason is needed.")); return; }
+              finish("fail", { reason: reasonInput.value.trim() }); } }, "Fail"),
+            el("button", { type: "button", class: "secondary", id: "node-skip", onclick: () => {
+              if (!reasonInput.value.trim()) { fill(result, el("span", { class: "error" }, "A reason is needed.")); return; }
+              finish("skip", { reason: reasonInput.value.trim() }); } }, "Skip"))) : null,
+        result);
+      nodeDetail.hidden = false;
+      if (focus) nodeDetail.focus();
+    }
+
+    async function loadPending() {
+      const result = await api("GET", `actions?status=pending_approval&task_id=${encodeURIComponent(taskId)}`);
+      if (!s.alive || !result.ok) return;
+      const actions = itemsOf(result.data);
+      const shown = [...pending.querySelectorAll("[data-action]")].map((n) => n.getAttribute("data-action")).join();
+      if (shown === actions.map((a) => a.action_id).join() && pending.firstChild) return; // keep typed input
+      fill(pending, actions.length ? el("div", { class: "actions-list" }, actions.map((a) => actionCard(a, refresh)))
+        : el("p", { class: "muted" }, "Nothing waits for approval."));
+    }
+
+    async function loadOptional(box, route, render) {
+      const result = await api("GET", `${path}/${route}`);
+      if (!s.alive) return;
+      if (result.ok) fill(box, render(result.data));
+      else if (!result.down) fill(box, notice(missingRoute(result) ? "Not available on this server." : errorText(result)));
+    }
+    function renderEvidence(data) {
+      const items = itemsOf(data);
+      if (!items.length) return el("p", { class: "muted" }, "No evidence recorded.");
+      return table(["Source", "Origin", "Queried", "Summary", "Reference"], items.map((x) => [
+        x.source || "—", x.origin ? badge(x.origin) : "—", when(x.queried_at),
+        [x.summary || "—", x.truncated ? el("span", { class: "muted" }, " (truncated)") : null],
+        x.content_ref ? el("code", {}, typeof x.content_ref === "string" ? x.content_ref : JSON.stringify(x.content_ref)) : "—"]));
+    }
+    function renderTranscript(data) {
+      const items = itemsOf(data);
+      if (!items.length) return el("p", { class: "muted" }, "The transcript is empty.");
+      return el("ol", { class: "transcript" }, items.map((m) => el("li", {},
+        el("strong", {}, m.role || m.kind || "entry"), m.created_at ? [" · ", when(m.created_at)] : null,
+        typeof m.content === "string" ? el("pre", {}, m.content) : json(m.content !== undefined ? m.content : m))));
+    }
+
+    async function refresh() {
+      const result = await api("GET", path);
+      if (!s.alive) return;
+      if (result.ok) showTask(result.data);
+      else if (!result.down) fill(head, el("h1", {}, "Task"), el("p", { class: "error", id: "task-error" }, result.status === 404 ? "No such task." : errorText(result)));
+      loadPending();
+    }
+
+    // Live updates: the task stream when the server has it, else the session's plan stream.
+    function onEvent(event) {
+      let data = null;
+      try { data = JSON.parse(event.data); } catch (_) { return; }
+      setLive(true);
+      if (data && Array.isArray(data.execution_plans)) showPlan(data.execution_plans[data.execution_plans.length - 1]);
+      else if (data && Array.isArray(data.nodes)) showPlan(data);
+      else if (data && data.plan && Array.isArray(data.plan.nodes)) showPlan(data.plan);
+      if (s.streamKind === "task" || event.type !== "state") scheduleRefresh();
+    }
+    let pendingRefresh = null;
+    function scheduleRefresh() {
+      if (pendingRefresh) return;
+      pendingRefresh = setTimeout(() => { pendingRefresh = null; refresh(); }, 250);
+    }
+    function setLive(on) {
+      live.className = `live ${on ? "on" : "off"}`;
+      live.textContent = on ? "live" : "reconnecting";
+    }
+    async function openStream() {
+      if (!s.alive || s.stream) return;
+      let url = null;
+      const probe = new AbortController();
+      try {
+        const response = await fetch(`${API}${path}/stream`, { credentials: "same-origin", signal: probe.signal });
+        if (response.ok && (response.headers.get("content-type") || "").startsWith("text/event-stream")) {
+          url = `${API}${path}/stream`;
+          s.streamKind = "task";
+        }
+      } catch (_) { /* down: the poll shows it */ }
+      probe.abort();
+      if (!url && s.task && s.task.session_id) {
+        url = `${API}agent/chat/session/${encodeURIComponent(s.task.session_id)}/stream`;
+        s.streamKind = "session";
+        s.streamSession = s.task.session_id;
+      }
+      if (!s.alive || s.stream) return;
+      if (!url) { fill(live, "waiting for a session"); return; }
+      const stream = new EventSource(url, { withCredentials: true });
+      s.stream = stream;
+      for (const name of ["state", "execution_plan", "plan", "task", "status", "execution", "action", "report", "evidence", "node"]) {
+        stream.addEventListener(name, onEvent);
+      }
+      stream.onmessage = onEvent;
+      stream.onopen = () => setLive(true);
+      stream.onerror = () => {
+        setLive(false);
+        if (stream.readyState === EventSource.CLOSED) {
+          stream.close();
+          if (s.stream === stream) s.stream = null;
+          clearTimeout(s.retry);
+          s.retry = setTimeout(openStream, 2000);
+        }
+      };
+    }
+
+    refresh();
+    loadOptional(evidence, "evidence", renderEvidence);
+    loadOptional(transcript, "transcript", renderTranscript);
+    s.timer = setInterval(() => {
+      refresh();
+      if (s.stream === null && s.task) openStream();
+    }, POLL_MS);
+    let slow = setInterval(() => {
+      loadOptional(evidence, "evidence", renderEvidence);
+      loadOptional(transcript, "transcript", renderTranscript);
+    }, POLL_MS * 5);
+    return {
+      dispose() {
+        s.alive = false;
+        clearInterval(s.timer);
+        clearInterval(slow);
+        clearTimeout(s.retry);
+        clearTimeout(pendingRefresh);
+        if (s.stream) s.stream.close();
+        if (s.graph && s.graph.dispose) s.graph.dispose();
+      },
+    };
+  }
+
+  // ---- start -----------------------------------------------------------------------------
+  fetch("console/session", { credentials: "same-origin" })
+    .then((r) => r.json())
+    .then((state) => { document.getElementById("signout").hidden = !state.required; })
+    .catch(() => {});
+  window.addEventListener("hashchange", render);
+  render();
+})();

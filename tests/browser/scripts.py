@@ -1,0 +1,133 @@
+"""The scripted model's scripts for the console's browser tests (`ORCH_MODEL=scripted:DIR`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["XSS", "write_scripts"]
+
+XSS = '<img src=x onerror="window.__xss=1">'
+
+
+def _node(node_id: str, status: str, **extra: Any) -> dict[str, Any]:
+    node = {"id": node_id, "title": f"step {node_id}", "actor": "agent", "status": status}
+    if status == "completed":
+        node["evidence"] = f"evidence of {node_id}"
+    return node | extra
+
+
+def _plan(call_id: str, request_id: str, nodes: list[dict[str, Any]], **extra: Any) -> Any:
+    arguments = {
+        "request_id": request_id,
+        "title": extra.pop("title", "Live plan"),
+        "reason": extra.pop("reason", request_id),
+        "nodes": nodes,
+        "edges": extra.pop("edges", _EDGES),
+    }
+    return {"id": call_id, "name": "publish_execution_plan", "arguments": arguments}
+
+
+def _turn(delay: float, *calls: Any) -> dict[str, Any]:
+    return {"delay_s": delay, "tool_calls": list(calls)}
+
+
+def _report(call_id: str, summary: str, outcome: str = "completed") -> Any:
+    arguments = {"summary": summary, "findings": [], "evidence_refs": [], "outcome": outcome}
+    return {"id": call_id, "name": "save_report", "arguments": arguments}
+
+
+#: A trunk a → d → e with a parallel branch a → b/c → d.
+_EDGES = [
+    {"from": "a", "to": "b"},
+    {"from": "a", "to": "c", "label": "in parallel"},
+    {"from": "b", "to": "d"},
+    {"from": "c", "to": "d"},
+    {"from": "d", "to": "e"},
+]
+_IDS = ["a", "b", "c", "d", "e"]
+
+
+def _live() -> dict[str, Any]:
+    first = [_node("a", "running")] + [_node(i, "pending") for i in _IDS[1:]]
+    second = [_node("a", "completed"), _node("b", "running"), _node("c", "running")] + [
+        _node(i, "pending") for i in _IDS[3:]
+    ]
+    done = [_node(i, "completed") for i in _IDS]
+    return {
+        "turns": [
+            _turn(0.2, _plan("c1", "r1", first)),
+            # Long enough apart that a page opened on a busy machine still sees each one.
+            _turn(4.0, _plan("c2", "r2", second)),
+            _turn(4.0, _plan("c3", "r3", done)),
+            _turn(0.2, _report("c4", "all five steps done")),
+            {"content": "done"},
+        ]
+    }
+
+
+def _xss() -> dict[str, Any]:
+    nodes = [_node("a", "completed", title=XSS, description=XSS)]
+    return {
+        "turns": [
+            _turn(0.1, _plan("c1", "r1", nodes, title=XSS, reason=XSS, edges=[])),
+            _turn(0.1, _report("c2", XSS)),
+            {"content": XSS},
+        ]
+    }
+
+
+def _approval() -> dict[str, Any]:
+    nodes = [_node("flush", "waiting", reason="waits for the duty engineer's approval")]
+    propose = {
+        "id": "c2",
+        "name": "propose_action",
+        "arguments": {
+            "node_id": "flush",
+            "kind": "work_order",
+            "payload": {"what": "flush the hydrant on Mill Lane", "crew": "north"},
+        },
+    }
+    return {
+        "turns": [
+            _turn(0.1, _plan("c1", "r1", nodes, title="Needs approval", edges=[])),
+            _turn(0.1, propose),
+            _turn(0.1, _report("c3", "a flush is proposed", "waiting")),
+            {"content": "waiting for approval"},
+        ]
+    }
+
+
+def _human() -> dict[str, Any]:
+    nodes = [
+        _node("prepare", "completed"),
+        _node("inspect", "waiting", actor="human", reason="a crew must look at the valve"),
+    ]
+    edges = [{"from": "prepare", "to": "inspect"}]
+    return {
+        "turns": [
+            _turn(0.1, _plan("c1", "r1", nodes, title="Human step", edges=edges)),
+            _turn(0.1, _report("c2", "waits for the crew", "waiting")),
+            {"content": "waiting for a human"},
+        ]
+    }
+
+
+def _slow() -> dict[str, Any]:
+    nodes = [_node("a", "running")]
+    return {
+        "turns": [
+            _turn(0.1, _plan("c1", "r1", nodes, title="Slow", edges=[])),
+            {"delay_s": 120, "content": "never reached"},
+        ]
+    }
+
+
+def write_scripts(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    scripts = {"live": _live(), "xss": _xss(), "approval": _approval(), "human": _human()}
+    scripts["slow"] = _slow()
+    for name, script in scripts.items():
+        (folder / f"{name}.json").write_text(json.dumps(script), encoding="utf-8")
+    return folder

@@ -1,0 +1,188 @@
+"""The console's pages, its cookie session and ORCH_CORS_ORIGINS, through the real app."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.api import console_session as session
+from orchestrator.api import create_app
+from orchestrator.api.console import _RedactToken
+from orchestrator.settings import SettingsError, load_settings
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
+    from fastapi.testclient import TestClient
+
+TOKEN = "console-public-token"
+ORIGIN = "http://localhost:5173"
+
+
+def make_client(sqlite_url: str, tmp_path: Path, **overrides: Any) -> TestClient:
+    settings = load_settings(
+        database_url=sqlite_url, home=tmp_path, redis_url=None, **({"api_token": TOKEN} | overrides)
+    )
+    return TestClient(create_app(settings), raise_server_exceptions=False)
+
+
+@pytest.fixture
+def client(sqlite_url: str, tmp_path: Path) -> Iterator[TestClient]:
+    with make_client(sqlite_url, tmp_path, cors_origins=ORIGIN) as test_client:
+        yield test_client
+
+
+def sign_in(client: TestClient) -> str:
+    answer = client.post("/console/session", data={"token": TOKEN}, follow_redirects=False)
+    assert answer.status_code == 303
+    value = answer.cookies.get(session.COOKIE)
+    assert value
+    return str(value)
+
+
+def test_without_a_session_the_console_is_the_sign_in_form(client: TestClient) -> None:
+    page = client.get("/console")
+    assert page.status_code == 200
+    assert 'id="signin-form"' in page.text
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    assert client.get("/console/session").json() == {"signed_in": False, "required": True}
+
+
+def test_token_in_the_url_becomes_a_cookie_and_leaves_the_url(client: TestClient) -> None:
+    answer = client.get(f"/console?token={TOKEN}&status=failed", follow_redirects=False)
+    assert answer.status_code == 303
+    assert answer.headers["location"] == "/console?status=failed"
+    set_cookie = answer.headers["set-cookie"]
+    assert "HttpOnly" in set_cookie
+    assert "SameSite=strict" in set_cookie
+    assert TOKEN not in set_cookie
+    page = client.get("/console")  # the client keeps the cookie
+    assert 'src="console/app.js"' in page.text
+    assert TOKEN not in page.text
+    assert client.get("/console/session").json() == {"signed_in": True, "required": True}
+
+
+def test_a_wrong_token_is_refused_without_echoing_it(client: TestClient) -> None:
+    answer = client.post("/console/session", data={"token": "<b>guess</b>"})
+    assert answer.status_code == 401
+    assert "That token is not accepted." in answer.text
+    assert "guess" not in answer.text
+    assert session.COOKIE not in answer.headers.get("set-cookie", "")
+    assert client.get("/console?token=nope", follow_redirects=False).status_code == 401
+
+
+def test_the_cookie_authenticates_reads_and_writes_with_the_console_header(
+    client: TestClient,
+) -> None:
+    assert client.get("/api/v1/tasks").status_code == 401
+    sign_in(client)
+    assert client.get("/api/v1/tasks").status_code == 200
+    body = {"reason": "stop"}
+    # A write by cookie alone could come from a cross-site form: it needs the console's header.
+    assert client.post("/api/v1/tasks/nope/cancel", json=body).status_code == 401
+    answer = client.post("/api/v1/tasks/nope/cancel", json=body, headers={"X-Orch-Console": "1"})
+    assert answer.status_code == 404
+    # The internal bridge never takes the cookie.
+    assert client.get("/api/v1/internal/sessions/x/execution-plans").status_code == 401
+
+
+def test_sign_out_clears_the_cookie(client: TestClient) -> None:
+    sign_in(client)
+    answer = client.post("/console/signout", follow_redirects=False)
+    assert answer.status_code == 303
+    assert f'{session.COOKIE}=""' in answer.headers["set-cookie"]
+    client.cookies.clear()
+    assert client.get("/api/v1/tasks").status_code == 401
+
+
+def test_a_forged_or_expired_cookie_is_refused() -> None:
+    tokens = [TOKEN]
+    good = session.issue(TOKEN)
+    assert session.valid(good, tokens)
+    assert not session.valid(good, ["another-token"])  # rotating the token signs out
+    message, _, mac = good.rpartition(".")
+    assert not session.valid(f"{message}.{'0' * len(mac)}", tokens)
+    assert not session.valid(good.replace("v1.", "v1.9", 1), tokens)
+    assert not session.valid(session.issue(TOKEN, now=0), tokens)  # expired
+    assert not session.valid("garbage", tokens)
+
+
+def test_static_files_are_served_and_nothing_else(client: TestClient) -> None:
+    script = client.get("/console/app.js")
+    assert script.status_code == 200
+    assert script.headers["content-type"].startswith("text/javascript")
+    assert "innerHTML" not in script.text
+    assert client.get("/console/style.css").status_code == 200
+    assert client.get("/console/index.html").status_code == 404
+    assert client.get("/console/..%2Fsettings.py").status_code == 404
+
+
+def test_preflight_is_answered_for_a_listed_origin(client: TestClient) -> None:
+    preflight = client.options(
+        "/api/v1/agent/chat/session/x/stream",
+        headers={
+            "Origin": ORIGIN,
+            "Access-Control-Request-Method": "GET",
+            "Access-Control-Request-Headers": "authorization,last-event-id",
+        },
+    )
+    assert preflight.status_code == 200
+    assert preflight.headers["access-control-allow-origin"] == ORIGIN
+    assert preflight.headers["access-control-allow-credentials"] == "true"
+    refused = client.get("/api/v1/tasks", headers={"Origin": ORIGIN})
+    assert refused.status_code == 401  # CORS headers or not, the token is still needed
+    assert refused.headers["access-control-allow-origin"] == ORIGIN
+    listed = client.get(
+        "/api/v1/tasks", headers={"Origin": ORIGIN, "Authorization": f"Bearer {TOKEN}"}
+    )
+    assert listed.status_code == 200
+    stream = client.get(
+        "/api/v1/agent/chat/session/nope/stream",
+        headers={"Origin": ORIGIN, "Authorization": f"Bearer {TOKEN}"},
+    )
+    assert stream.status_code == 404  # an unknown session, answered with the CORS headers
+    assert stream.headers["access-control-allow-origin"] == ORIGIN
+    other = client.get(
+        "/api/v1/tasks", headers={"Origin": "http://evil.test", "Authorization": f"Bearer {TOKEN}"}
+    )
+    assert "access-control-allow-origin" not in other.headers
+
+
+def test_without_cors_origins_nothing_changes(sqlite_url: str, tmp_path: Path) -> None:
+    with make_client(sqlite_url, tmp_path) as plain:
+        answer = plain.options(
+            "/api/v1/tasks", headers={"Origin": ORIGIN, "Access-Control-Request-Method": "GET"}
+        )
+        assert answer.status_code == 401
+        assert "access-control-allow-origin" not in answer.headers
+
+
+def test_an_open_api_serves_the_console_without_sign_in(sqlite_url: str, tmp_path: Path) -> None:
+    with make_client(sqlite_url, tmp_path, api_token=None) as open_client:
+        assert 'src="console/app.js"' in open_client.get("/console").text
+        assert open_client.get("/console/session").json() == {
+            "signed_in": True,
+            "required": False,
+        }
+        moved = open_client.get("/console?token=x", follow_redirects=False)
+        assert moved.headers["location"] == "/console"
+
+
+@pytest.mark.parametrize("value", ["*", "http://a.test/path", "ftp://a.test", "a.test"])
+def test_bad_cors_origins_are_one_line(value: str) -> None:
+    with pytest.raises(SettingsError, match="ORCH_CORS_ORIGINS"):
+        load_settings(cors_origins=value)
+
+
+def test_the_access_log_never_shows_the_token() -> None:
+    record = logging.LogRecord(
+        "uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d',
+        ("127.0.0.1:1", "GET", f"/console?a=1&token={TOKEN}", "1.1", 303), None,
+    )  # fmt: skip
+    assert _RedactToken().filter(record)
+    assert TOKEN not in record.getMessage()
+    assert "/console?a=1&token=[redacted]" in record.getMessage()

@@ -21,6 +21,7 @@ from orchestrator.tools.base import Fence, ToolContext
 __all__ = [
     "claim_as_worker",
     "fenced_ctx",
+    "kept_node",
     "node",
     "plan_call",
     "query_call",
@@ -71,8 +72,20 @@ def node(
     return body
 
 
-def plan_call(call_id: str, request_id: str, nodes: list[dict[str, Any]]) -> dict[str, Any]:
-    edges = [{"from": a["id"], "to": b["id"]} for a, b in itertools.pairwise(nodes)]
+def kept_node(index: int, read_call: str = "c0") -> str:
+    """Node `index` of the previous generation's plan exactly as `read_task_context` (call
+    `read_call`) returned it: a new generation keeps every node, completed ones unchanged."""
+    return f"${{{read_call}.result.previous_generation.plan.nodes.{index}}}"
+
+
+def plan_call(
+    call_id: str,
+    request_id: str,
+    nodes: list[dict[str, Any]] | list[Any],
+    edges: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    if edges is None:
+        edges = [{"from": a["id"], "to": b["id"]} for a, b in itertools.pairwise(nodes)]
     return {
         "id": call_id,
         "name": "publish_execution_plan",

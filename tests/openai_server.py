@@ -23,9 +23,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from orchestrator.agent.script_refs import resolve_refs
 
 __all__ = ["Failure", "OpenAIServer", "Reply", "call", "strict_problem"]
 
@@ -115,7 +117,12 @@ class OpenAIServer:
     def _next(self, body: dict[str, Any]) -> Reply | Failure:
         with self._lock:
             item = self.script.popleft() if self.script else Reply(content="done")
-        return item(body) if callable(item) else item
+        answer = item(body) if callable(item) else item
+        if isinstance(answer, Reply) and answer.tool_calls:
+            # Like the scripted model: `${CALL_ID.path}` takes what an earlier result returned
+            # (an evidence id the host made up at run time), read from this request's history.
+            answer = replace(answer, tool_calls=_resolved(answer.tool_calls, body))
+        return answer
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -249,3 +256,19 @@ def strict_problem(body: dict[str, Any]) -> str | None:
     if open_calls:
         return f"tool calls {open_calls} have no tool message"
     return None
+
+
+def _resolved(calls: list[dict[str, Any]], body: dict[str, Any]) -> list[dict[str, Any]]:
+    messages = body.get("messages") or []
+    out = []
+    for wire in calls:
+        function = dict(wire.get("function") or {})
+        raw = function.get("arguments")
+        try:
+            arguments = json.loads(raw) if isinstance(raw, str) else None
+        except ValueError:
+            arguments = None  # a malformed call stays malformed
+        if isinstance(arguments, dict):
+            function["arguments"] = json.dumps(resolve_refs(arguments, messages))
+        out.append({**wire, "function": function})
+    return out

@@ -12,11 +12,19 @@ import pytest
 
 from orchestrator.runtime import Runtime
 from tests.acceptance.fleet import Fleet
-from tests.executions_support import node, plan_call, report_call, runtime_for, wait_for
+from tests.executions_support import (
+    kept_node,
+    node,
+    plan_call,
+    query_call,
+    report_call,
+    runtime_for,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
-READ = {"tool_calls": [{"id": "c0", "name": "read_task_context", "arguments": {}}]}
+READ = {"tool_calls": [{"id": "c0", "name": "read_task_context", "arguments": {}}, query_call()]}
 PROPOSE = {
     "id": "c2",
     "name": "propose_action",
@@ -37,7 +45,15 @@ COMPLETING = [
     {
         "tool_calls": [
             plan_call(
-                "c1", "r1", [node("check", "completed"), node("repair", "completed", evidence="ok")]
+                "c1",
+                "r1",
+                # Generation 2 keeps the checked node as it was and the repair's action id.
+                [
+                    kept_node(0),
+                    node("repair", "completed", evidence="ok")
+                    | {"action_id": "${c0.result.previous_generation.plan.nodes.1.action_id}"},
+                ],
+                edges=[{"from": "check", "to": "repair"}],
             )
         ]
     },

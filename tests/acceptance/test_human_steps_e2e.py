@@ -14,23 +14,33 @@ import pytest
 
 from orchestrator.runtime import Runtime
 from tests.acceptance.fleet import Fleet
-from tests.executions_support import node, plan_call, report_call, runtime_for, wait_for
+from tests.executions_support import (
+    kept_node,
+    node,
+    plan_call,
+    query_call,
+    report_call,
+    runtime_for,
+    wait_for,
+)
 from tests.services import free_port
 
 pytestmark = pytest.mark.slow
 
-READ = {"tool_calls": [{"id": "c0", "name": "read_task_context", "arguments": {}}]}
+READ = {"tool_calls": [{"id": "c0", "name": "read_task_context", "arguments": {}}, query_call()]}
 
 
 def sample(status: str) -> dict[str, Any]:
     return node("sample", status, actor="human", evidence="0.4 mg/L at tap 3")
 
 
-def write(scripts: Path, nodes: list[dict[str, Any]], outcome: str) -> None:
+def write(
+    scripts: Path, nodes: list[Any], outcome: str, edges: list[dict[str, str]] | None = None
+) -> None:
     scripts.mkdir(parents=True, exist_ok=True)
     turns = [
         READ,
-        {"tool_calls": [plan_call("c1", "r1", nodes)]},
+        {"tool_calls": [plan_call("c1", "r1", nodes, edges=edges)]},
         {"tool_calls": [report_call("c2", outcome)]},
     ]
     (scripts / "hs.json").write_text(json.dumps({"turns": turns}), encoding="utf-8")
@@ -84,7 +94,13 @@ def test_a_sample_completed_through_the_api_resumes_the_task(
     task_id = made.json()["task_id"]
     wait_for(lambda: rt.tasks.get(task_id).status == "waiting", 30, what="waiting on the sample")
 
-    write(scripts, [node("check", "completed"), sample("completed")], "completed")
+    # Generation 2 keeps both nodes as they are: the check it completed, the sample a person closed.
+    write(
+        scripts,
+        [kept_node(0), kept_node(1)],
+        "completed",
+        edges=[{"from": "check", "to": "sample"}],
+    )
     done = httpx.post(
         f"{url}/api/v1/tasks/{task_id}/nodes/sample/complete",
         json={"evidence": "0.4 mg/L at tap 3"},

@@ -17,7 +17,7 @@ import pytest
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
 from tests.acceptance.fleet import Fleet
-from tests.executions_support import node, plan_call, report_call, runtime_for, wait_for
+from tests.executions_support import node, plan_call, query_call, report_call, runtime_for, wait_for
 from tests.openai_server import OpenAIServer, Reply, call
 from workers.celery_app import CeleryDispatcher, make_celery
 
@@ -67,7 +67,9 @@ def as_call(raw: dict[str, Any]) -> dict[str, Any]:
 def test_a_task_on_the_openai_model_completes_through_a_real_worker(
     fleet: Fleet, rt: Runtime, server: OpenAIServer
 ) -> None:
-    server.reply(tool_calls=[call("c1", "read_task_context", {})], usage=(200, 5))
+    server.reply(
+        tool_calls=[call("c1", "read_task_context", {}), as_call(query_call())], usage=(200, 5)
+    )
     server.fail(429, retry_after=0.2)
     server.reply(
         tool_calls=[as_call(plan_call("c2", "r1", [node("a", "completed", evidence="e")]))],

@@ -15,6 +15,7 @@ def _node(node_id: str, status: str, **extra: Any) -> dict[str, Any]:
     node = {"id": node_id, "title": f"step {node_id}", "actor": "agent", "status": status}
     if status == "completed":
         node["evidence"] = f"evidence of {node_id}"
+        node["evidence_ids"] = [_CITED]  # what the host recorded for the round's query
     return node | extra
 
 
@@ -34,8 +35,22 @@ def _turn(delay: float, *calls: Any) -> dict[str, Any]:
 
 
 def _report(call_id: str, summary: str, outcome: str = "completed") -> Any:
-    arguments = {"summary": summary, "findings": [], "evidence_refs": [], "outcome": outcome}
+    arguments: dict[str, Any] = {"summary": summary, "findings": [], "outcome": outcome}
+    if outcome == "completed":
+        arguments["evidence_ids"] = [_CITED]
     return {"id": call_id, "name": "save_report", "arguments": arguments}
+
+
+#: The evidence record of the query every script makes first (the scripted model resolves it).
+_CITED = "${q0.evidence_id}"
+_QUERY = {
+    "id": "q0",
+    "name": "query_data_source",
+    "arguments": {
+        "source": "scada_sim",
+        "parameters": {"point": "DM-RN-01", "measure": "turbidity"},
+    },
+}
 
 
 #: A trunk a → d → e with a parallel branch a → b/c → d.
@@ -129,5 +144,7 @@ def write_scripts(folder: Path) -> Path:
     scripts = {"live": _live(), "xss": _xss(), "approval": _approval(), "human": _human()}
     scripts["slow"] = _slow()
     for name, script in scripts.items():
+        # Every round queries the simulated SCADA source first: completed nodes and reports cite it.
+        script["turns"].insert(0, _turn(0.0, _QUERY))
         (folder / f"{name}.json").write_text(json.dumps(script), encoding="utf-8")
     return folder

@@ -20,12 +20,22 @@ from orchestrator.agent.compaction import PLAN_PREFIX
 from orchestrator.agent.model import ModelTurn, ScriptedModel
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
-from tests.executions_support import node, plan_call, report_call, runtime_for, write_script
+from tests.executions_support import (
+    node,
+    plan_call,
+    query_call,
+    report_call,
+    runtime_for,
+    write_script,
+)
 from tests.integration.fake_backend import SPEC, Backend, running_backend
 from tests.integration.receipt_rows import task_receipt_statuses
 from tests.unit.test_compaction import assert_strict
 
 Request = tuple[str, list[dict[str, Any]], list[dict[str, Any]]]
+
+#: The evidence record the host wrote for the `a1` call_api read (the scripted model resolves it).
+READ_CITED = "${a1.evidence_id}"
 
 
 @pytest.fixture
@@ -83,6 +93,7 @@ def test_discovery_within_the_budget(
     pg_url: str, tmp_path: Path, backend: Backend, spec: Path, sent: list[Request]
 ) -> None:
     scripts = tmp_path / "scripts"
+    backend.settings["pressure"] = {"value": 5}  # the read the node and report cite
     write_script(
         scripts,
         "pressure",
@@ -90,8 +101,8 @@ def test_discovery_within_the_budget(
             {"tool_calls": [call("s1", "search_tools", search="createOrder 工单", limit=20)]},
             {"tool_calls": [call("s2", "search_tools", search="no such thing")]},
             {"tool_calls": [api("a1", "getSetting", key="pressure")]},
-            {"tool_calls": [plan_call("p1", "r1", [node("a", "completed")])]},
-            {"tool_calls": [report_call("rep", "completed")]},
+            {"tool_calls": [plan_call("p1", "r1", [node("a", "completed", cite=[READ_CITED])])]},
+            {"tool_calls": [report_call("rep", "completed", cite=[READ_CITED])]},
         ],
     )
     window = 20_000
@@ -160,6 +171,13 @@ def test_compaction_keeps_the_plan_and_the_latest_transaction(
         [
             {"tool_calls": [plan_call("p1", "r1", [node("a", "running"), node("b", "pending")])]},
             *reads,
+            # The evidence the nodes cite, queried last so that it is the latest transaction
+            # (kept whole by compaction); two rows, small beside the 6,000-token window.
+            {
+                "tool_calls": [
+                    query_call() | {"arguments": query_call()["arguments"] | {"max_rows": 2}}
+                ]
+            },
             {
                 "tool_calls": [
                     plan_call("p2", "r2", [node("a", "completed"), node("b", "completed")])
@@ -262,21 +280,23 @@ def test_a_sub_agent_write_is_refused_at_the_host_and_two_rounds_delegate(
     assert len(sub_requests) == 2 * 5
     # Discovery is off (LLM_MAX_TOOLS=0): the parent is offered every tool, as the host lists.
     assert "search_tools" not in names(parent_requests[0][2])
-    assert "putSetting" in parent_requests[0][2][4]["description"]
+    (api,) = [tool for tool in parent_requests[0][2] if tool["name"] == "call_api"]
+    assert "putSetting" in api["description"]
     # The sub-agent is offered read tools only...
     assert names(sub_requests[0][2]) == [
         "read_task_context",
         "get_tool_execution",
         "read_tool_result",
+        "query_data_source",
         "describe_api_operation",
         "call_api",
     ]
-    assert sub_requests[0][2][4]["parameters"]["properties"]["operation_id"]["enum"] == [
+    assert sub_requests[0][2][5]["parameters"]["properties"]["operation_id"]["enum"] == [
         "getSetting",
         "bigReport",
     ]
-    assert "putSetting" not in sub_requests[0][2][4]["description"]
-    assert "getSecret" not in sub_requests[0][2][4]["description"]  # sensitive_read
+    assert "putSetting" not in sub_requests[0][2][5]["description"]
+    assert "getSecret" not in sub_requests[0][2][5]["description"]  # sensitive_read
     # ...and is refused at the host whatever it calls, with what it may call instead.
     refusals = [json.loads(m["content"]) for m in sub_requests[4][1] if m["role"] == "tool"]
     statuses = [(r["status"], r.get("code")) for r in refusals]

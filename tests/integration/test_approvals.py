@@ -18,7 +18,14 @@ from orchestrator.runtime import Runtime
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
-from tests.executions_support import node, plan_call, report_call, runtime_for
+from tests.executions_support import (
+    kept_node,
+    node,
+    plan_call,
+    query_call,
+    report_call,
+    runtime_for,
+)
 
 PAYLOAD = {"crew": "north", "valve": "V-12"}
 
@@ -38,7 +45,7 @@ def write(scripts: Path, turns: list[dict[str, Any]], *, record: bool = True) ->
     return path
 
 
-READ = {"tool_calls": [{"id": "c0", "name": "read_task_context", "arguments": {}}]}
+READ = {"tool_calls": [{"id": "c0", "name": "read_task_context", "arguments": {}}, query_call()]}
 WAITING_ROUND = [
     READ,
     {
@@ -56,7 +63,13 @@ COMPLETING_ROUND = [
             plan_call(
                 "c1",
                 "r1",
-                [node("check", "completed"), node("repair", "completed", evidence="approved")],
+                # Generation 2 keeps the checked node as it was and the repair's action id.
+                [
+                    kept_node(0),
+                    node("repair", "completed", evidence="approved")
+                    | {"action_id": "${c0.result.previous_generation.plan.nodes.1.action_id}"},
+                ],
+                edges=[{"from": "check", "to": "repair"}],
             )
         ]
     },

@@ -16,17 +16,9 @@ from orchestrator.cli import main
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
-from tests.executions_support import node, plan_call, runtime_for
+from tests.executions_support import CITED, node, plan_call, query_call, runtime_for
 
 SECRETS = ("REASONING-SECRET-42", "call-SECRET-ID", "FINAL-TRANSCRIPT-TEXT")
-EVIDENCE = {
-    "source": "scada",
-    "queried_at": "2026-12-04T01:00:00+00:00",
-    "content_ref": "scada:zone4:turbidity",
-    "origin": "live",
-    "truncated": False,
-    "summary": "EVIDENCE-SUMMARY-7 turbidity 4.1 NTU",
-}
 
 
 def execution_turns() -> list[dict[str, Any]]:
@@ -36,15 +28,16 @@ def execution_turns() -> list[dict[str, Any]]:
         "arguments": {
             "summary": "REPORT-SUMMARY-9 turbidity above limit",
             "findings": ["zone 4"],
-            "evidence": [EVIDENCE],
+            "evidence_ids": [CITED],
             "outcome": "completed",
         },
     }
     return [
         {
             "content": "REASONING-SECRET-42: I think the valve is stuck",
-            "tool_calls": [plan_call("c1", "r1", [node("check", "completed")])],
+            "tool_calls": [query_call()],
         },
+        {"tool_calls": [plan_call("c1", "r1", [node("check", "completed")])]},
         {"tool_calls": [report]},
         {"content": "FINAL-TRANSCRIPT-TEXT"},
     ]
@@ -108,7 +101,8 @@ def test_an_answer_is_made_from_plan_report_and_evidence_and_never_the_transcrip
         .splitlines()
     ]
     first = json.dumps(requests[0]["messages"], ensure_ascii=False)
-    for authorised in ("REPORT-SUMMARY-9", "EVIDENCE-SUMMARY-7", "Step check", "Why done?"):
+    # The evidence records as the store holds them (the host recorded the SCADA query).
+    for authorised in ("REPORT-SUMMARY-9", "scada_sim", "sha256:", "Step check", "Why done?"):
         assert authorised in first
     everything = json.dumps(requests, ensure_ascii=False)
     for secret in SECRETS:

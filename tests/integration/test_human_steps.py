@@ -21,15 +21,26 @@ from orchestrator.services.human_steps import HumanStepService
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
 from orchestrator.tools.base import Fence
-from tests.executions_support import claim_as_worker, node, plan_call, report_call, runtime_for
+from tests.executions_support import (
+    claim_as_worker,
+    kept_node,
+    node,
+    plan_call,
+    query_call,
+    report_call,
+    runtime_for,
+)
 
-READ = {"tool_calls": [{"id": "c0", "name": "read_task_context", "arguments": {}}]}
+READ = {"tool_calls": [{"id": "c0", "name": "read_task_context", "arguments": {}}, query_call()]}
 
 
 def write(scripts: Path, turns: list[dict[str, Any]]) -> None:
     scripts.mkdir(parents=True, exist_ok=True)
     body = {"turns": turns, "record_requests": True}
     (scripts / "hs.json").write_text(json.dumps(body), encoding="utf-8")
+
+
+CHECK_TO_SAMPLE = {"from": "check", "to": "sample"}
 
 
 def sample(status: str) -> dict[str, Any]:
@@ -84,13 +95,13 @@ def test_a_human_node_completed_through_the_api_resumes_the_task(
     task = rt.tasks.get(task_id)
     assert (task.status, task.intent_round) == ("queued", 1)
 
-    completing = [node("check", "completed"), sample("completed")]
-    completing[1]["evidence"] = "chlorine 0.4 mg/L at tap 3"
+    # Generation 2 keeps both nodes as they are: the check it completed, the sample a person closed.
+    completing = [kept_node(0), kept_node(1)]
     write(
         scripts,
         [
             READ,
-            {"tool_calls": [plan_call("c1", "r1", completing)]},
+            {"tool_calls": [plan_call("c1", "r1", completing, edges=[CHECK_TO_SAMPLE])]},
             {"tool_calls": [report_call("c2", "completed")]},
         ],
     )
@@ -204,7 +215,8 @@ def test_concurrent_human_completion_and_agent_publish_are_both_kept(
     def agent() -> None:
         try:
             barrier.wait(timeout=10)
-            rt.plans.publish_execution_plan(session_id, plan("r2", "completed"), fence=fence)
+            # The agent moves its own node on (completing it would need recorded evidence).
+            rt.plans.publish_execution_plan(session_id, plan("r2", "waiting"), fence=fence)
         except BaseException as exc:
             errors.append(exc)
 
@@ -218,5 +230,5 @@ def test_concurrent_human_completion_and_agent_publish_are_both_kept(
     assert latest is not None
     assert latest.revision == 3
     statuses = {n["id"]: n["status"] for n in latest.nodes}
-    assert statuses == {"a": "completed", "sample": "completed"}
+    assert statuses == {"a": "waiting", "sample": "completed"}
     assert rt.tasks.get(task_id).status == "running"  # the running generation decides itself

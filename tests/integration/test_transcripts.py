@@ -34,6 +34,7 @@ from tests.executions_support import (
     claim_as_worker,
     node,
     plan_call,
+    query_call,
     report_call,
     runtime_for,
     wait_for,
@@ -74,7 +75,9 @@ def test_a_round_on_the_openai_model_completes_with_its_transcript_and_usage(
 ) -> None:
     rt = openai_runtime(store_url, scripts, server)
     try:
-        server.reply(tool_calls=[call("c1", "read_task_context", {})], usage=(300, 10))
+        server.reply(
+            tool_calls=[call("c1", "read_task_context", {}), as_call(query_call())], usage=(300, 10)
+        )
         server.reply(
             tool_calls=[as_call(plan_call("c2", "r1", [node("a", "completed", evidence="e")]))],
             reasoning_content="the context says one site",
@@ -91,6 +94,7 @@ def test_a_round_on_the_openai_model_completes_with_its_transcript_and_usage(
         assert kinds == [
             ("model_turn", None),
             ("tool_result", "c1"),
+            ("tool_result", "q0"),
             ("model_turn", None),
             ("tool_result", "c2"),
             ("model_turn", None),
@@ -100,7 +104,7 @@ def test_a_round_on_the_openai_model_completes_with_its_transcript_and_usage(
         first = view["entries"][0]
         assert first["body"]["tool_calls"][0]["name"] == "read_task_context"
         assert first["usage"] == {"prompt_tokens": 300, "completion_tokens": 10}
-        assert view["entries"][2]["body"]["reasoning_content"] == "the context says one site"
+        assert view["entries"][3]["body"]["reasoning_content"] == "the context says one site"
         # The result as the model was shown it, the same envelope the server received.
         shown = json.loads(server.bodies[1]["messages"][3]["content"])
         assert view["entries"][1]["body"] == json.loads(json.dumps(shown))

@@ -123,6 +123,7 @@ class OpenAIModel(Model):
                 return ModelTurn(content=None, tool_calls=())
             timeout = self._timeout()
             self.calls += 1
+            started = time.monotonic()
             call = _CALLS.submit(self._create, body, timeout)
             if not _wait(call, stop):
                 # Cancelled or the lease is in doubt: the round stops now; the abandoned call
@@ -131,10 +132,12 @@ class OpenAIModel(Model):
             try:
                 completion = call.result()
             except openai.APIConnectionError as exc:  # includes timeouts
+                self._count("unreachable", started)
                 why = "timed out" if isinstance(exc, openai.APITimeoutError) else "unreachable"
                 reason, retry_after = f"the model server is {why}", None
             except openai.APIStatusError as exc:
                 status = exc.status_code
+                self._count(f"http_{status}", started)
                 if status != 429 and status < 500:
                     raise ModelError(
                         f"the model server refused the request: HTTP {status}: "
@@ -143,12 +146,24 @@ class OpenAIModel(Model):
                 reason = f"HTTP {status}: {self._describe(exc)}"
                 retry_after = parse_retry_after(dict(exc.response.headers))
             else:
-                return self._turn(completion)
+                turn = self._turn(completion)
+                self._count("ok", started, turn.usage)
+                return turn
             delay = budget.next_delay(retry_after)
             if isinstance(delay, str):
                 raise ModelError(f"model call failed ({reason}); {delay}")
             if stop.wait(delay):
                 return ModelTurn(content=None, tool_calls=())
+
+    def _count(self, status: str, started: float, usage: TokenUsage | None = None) -> None:
+        """The call in the Prometheus metrics: its outcome, latency and tokens."""
+        from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
+
+        metrics.MODEL_CALLS.labels(self.model, status).inc()
+        metrics.MODEL_LATENCY.labels(self.model).observe(time.monotonic() - started)
+        if usage is not None:
+            metrics.MODEL_TOKENS.labels(self.model, "prompt").inc(usage.prompt_tokens)
+            metrics.MODEL_TOKENS.labels(self.model, "completion").inc(usage.completion_tokens)
 
     def _create(self, body: dict[str, Any], timeout: float) -> Any:
         return self.client.chat.completions.create(**body, timeout=timeout)

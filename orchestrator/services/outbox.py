@@ -126,7 +126,10 @@ class OutboxDispatcher:
         self.client.close()
 
     def _deliver(self, row: OutboxRow, report: DispatchReport) -> None:
+        from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
+
         error = self._send(row)
+        (metrics.OUTBOX_DELIVERIES if error is None else metrics.OUTBOX_FAILURES).inc()
         with self.db.transaction() as conn:
             if error is None:
                 store.mark_delivered(conn, row.outbox_id)

@@ -216,9 +216,33 @@ def test_usage_of_every_call_is_reported(server: OpenAIServer) -> None:
         tool_calls=[call("c1", "count_samples", {"site": "n", "hours": 1})], usage=(100, 9)
     )
     server.reply(content="ok", usage=(150, 4))
+    model = model_for(server)
+    tokens = {kind: _sample("orchestrator_model_tokens_total", model.model, kind) for kind in KINDS}
+    calls = _sample("orchestrator_model_calls_total", model.model, status="ok")
     recorder = Recorder()
-    play(model_for(server), CountSamples(), recorder)
+    play(model, CountSamples(), recorder)
     assert [t.usage for t in recorder.turns] == [TokenUsage(100, 9), TokenUsage(150, 4)]
+    # And in the Prometheus metrics of the process.
+    assert _sample("orchestrator_model_calls_total", model.model, status="ok") == calls + 2
+    assert (
+        _sample("orchestrator_model_tokens_total", model.model, "prompt") == tokens["prompt"] + 250
+    )
+    assert (
+        _sample("orchestrator_model_tokens_total", model.model, "completion")
+        == tokens["completion"] + 13
+    )
+
+
+KINDS = ("prompt", "completion")
+
+
+def _sample(name: str, model: str, kind: str | None = None, status: str | None = None) -> float:
+    from prometheus_client import REGISTRY
+
+    labels = (
+        {"model": model} | ({"kind": kind} if kind else {}) | ({"status": status} if status else {})
+    )
+    return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
 def test_the_strict_server_refuses_an_unanswered_call(server: OpenAIServer) -> None:

@@ -74,6 +74,7 @@ def register(commands: Any) -> None:
 
 def _worker(args: argparse.Namespace) -> int:
     settings = load()  # a bad setting stops here with one line, before Celery starts
+    check_model_setting(settings)  # no silent default model (issue 12); a setting, so first
     try:
         check_gateway(settings)  # as the worker's own start-up check does, before the store's
     except SpecError as exc:
@@ -84,8 +85,6 @@ def _worker(args: argparse.Namespace) -> int:
     if settings.metrics_port:
         _metrics_for_prefork(settings)
     from workers.celery_app import app
-
-    check_model_setting(settings)  # no silent default model (issue 12)
 
     argv = ["worker", "--loglevel", args.loglevel, "--without-gossip", "--without-mingle"]
     argv += ["--pool", args.pool]

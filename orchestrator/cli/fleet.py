@@ -73,6 +73,13 @@ def register(commands: Any) -> None:
 
 
 def _worker(args: argparse.Namespace) -> int:
+    if args.name:
+        from celery.utils.nodenames import host_format
+
+        try:
+            host_format(args.name)  # Celery's own expansion, checked before anything else
+        except ValueError as exc:
+            raise CommandFailed(f"--name: {one_line(exc)}", exit_code=2) from None
     settings = load()  # a bad setting stops here with one line, before Celery starts
     check_model_setting(settings)  # no silent default model (issue 12); a setting, so first
     try:
@@ -94,12 +101,6 @@ def _worker(args: argparse.Namespace) -> int:
     if args.beat:
         argv.append("--beat")
     if args.name:
-        from celery.utils.nodenames import host_format
-
-        try:
-            host_format(args.name)  # Celery's own expansion, checked before the worker starts
-        except ValueError as exc:
-            raise CommandFailed(f"--name: {one_line(exc)}", exit_code=2) from None
         argv += ["--hostname", args.name]
     from celery.bin.celery import celery as celery_command
 

@@ -16,6 +16,7 @@ from orchestrator.errors import NotFound
 from orchestrator.store import actions as action_store
 from orchestrator.store import outbox as outbox_store
 from orchestrator.store import plans as plan_store
+from orchestrator.store import task_plans
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database
 
@@ -53,6 +54,10 @@ class TaskStreamService:
             if task is None:
                 raise NotFound(f"task {task_id} does not exist")
             plan = plan_store.latest_revision(conn, task.session_id) if task.session_id else None
+            if plan is None:
+                # The generation has not published yet: the task's current plan is the last one
+                # published (invariant 22: the next publish keeps it), whichever session holds it.
+                plan = task_plans.task_latest_plan(conn, task_id)
             pending = action_store.list_actions(
                 conn, status="pending_approval", task_id=task_id, limit=200
             )

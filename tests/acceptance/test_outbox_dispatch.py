@@ -57,7 +57,10 @@ def test_an_approval_reaches_the_backend_once_across_a_sigkilled_dispatcher(
     fleet: Fleet, rt: Runtime, backend: Recorder, tmp_path: Path
 ) -> None:
     task_id, action_id = waiting_task(rt, tmp_path)
-    approved = fleet.cli("actions", "approve", action_id, "--by", "duty engineer")
+    digest = rt.actions.get(action_id).digest  # an approval names what it approves
+    approved = fleet.cli(
+        "actions", "approve", action_id, "--digest", digest, "--by", "duty engineer"
+    )
     assert approved.returncode == 0, approved.stderr
     backend.delay_seconds, backend.slow_path = 60.0, "/actions"
     doomed = fleet.dispatcher()

@@ -77,7 +77,13 @@ def test_an_approval_is_delivered_once_with_its_idempotency_key_and_events_are_s
         "action_proposed",
         "waiting",
     ]
-    rt.actions.decide(action_id, approve=True, by="duty engineer", note="go")
+    rt.actions.decide(
+        action_id,
+        approve=True,
+        by="duty engineer",
+        note="go",
+        digest=rt.actions.get(action_id).digest,
+    )
     dispatcher.run_once()
     dispatcher.run_once()  # nothing is sent twice
     [delivery] = backend.on("/actions")
@@ -124,7 +130,13 @@ def test_retries_back_off_until_a_2xx_and_webhooks_stay_in_order(
     rt: Runtime, tmp_path: Path, backend: Recorder, dispatcher: OutboxDispatcher
 ) -> None:
     task_id, action_id = waiting_task(rt, tmp_path)
-    rt.actions.decide(action_id, approve=True, by="duty engineer", note=None)
+    rt.actions.decide(
+        action_id,
+        approve=True,
+        by="duty engineer",
+        note=None,
+        digest=rt.actions.get(action_id).digest,
+    )
     backend.fail_first = 2
     for _ in range(40):
         dispatcher.run_once()
@@ -228,7 +240,13 @@ def test_two_dispatchers_share_the_work_without_sending_a_row_twice_or_out_of_or
 ) -> None:
     tasks = [waiting_task(rt, tmp_path) for _ in range(3)]
     for _, action_id in tasks:
-        rt.actions.decide(action_id, approve=True, by="duty engineer", note=None)
+        rt.actions.decide(
+            action_id,
+            approve=True,
+            by="duty engineer",
+            note=None,
+            digest=rt.actions.get(action_id).digest,
+        )
     senders = [OutboxDispatcher(rt.settings, rt.db, batch=2) for _ in range(2)]
     errors: list[BaseException] = []
 

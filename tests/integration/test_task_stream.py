@@ -55,10 +55,10 @@ def test_a_finished_task_streams_its_snapshot_and_resumes_from_last_event_id(
     with TestClient(create_app(rt.settings, db=rt.db)) as client:
         [state] = stream(client, task_id)  # finished: the snapshot is everything
         assert state["event"] == "state"
-        assert state["id"] == "6"
+        assert state["id"] == "7"
         assert state["data"]["status"] == "cancelled"
         assert state["data"]["plan"]["revision"] == 2
-        assert state["data"]["last_event_id"] == 6
+        assert state["data"]["last_event_id"] == 7
 
         resumed = stream(client, task_id, last_event_id="2")
         assert resumed[0]["event"] == "state"
@@ -69,15 +69,18 @@ def test_a_finished_task_streams_its_snapshot_and_resumes_from_last_event_id(
             ("4", "status"),
             ("5", "action_decided"),
             ("6", "status"),
+            ("7", "status"),
         ]
         assert rest[1]["data"]["status"] == "waiting"
         assert rest[2]["data"]["action"]["action_id"] == action_id
-        assert rest[3]["data"]["status"] == "cancelled"
+        # The rejection left nothing waiting: the next generation was queued at once.
+        assert (rest[3]["data"]["status"], rest[3]["data"]["generation"]) == ("queued", 2)
+        assert rest[4]["data"]["status"] == "cancelled"
 
         from_start = stream(client, task_id, last_event_id="0")
         plans = [m for m in from_start if m["event"] == "execution_plan"]
         assert [m["data"]["plan"]["revision"] for m in plans] == [1, 2]
-        assert [m["id"] for m in from_start[1:]] == [str(n) for n in range(1, 7)]
+        assert [m["id"] for m in from_start[1:]] == [str(n) for n in range(1, 8)]
         # An id that is not one of ours behaves as a first connection, one above the newest
         # resumes at the newest.
         assert [m["event"] for m in stream(client, task_id, last_event_id="x")] == ["state"]

@@ -27,6 +27,7 @@ from orchestrator.logs import configure_logging
 from orchestrator.runtime import build_runtime
 from orchestrator.services.outbox import OutboxDispatcher
 from orchestrator.settings import Settings
+from orchestrator.tools.data_sources import DataSourceError, load_sources
 from orchestrator.tools.toolsets import SpecError, check_gateway
 
 __all__ = ["HEARTBEAT", "WORKER_LOG_LEVELS", "register"]
@@ -86,6 +87,11 @@ def _worker(args: argparse.Namespace) -> int:
         check_gateway(settings)  # as the worker's own start-up check does, before the store's
     except SpecError as exc:
         print(exc.message, file=sys.stderr)
+        return 2
+    try:
+        load_sources(settings.data_sources)  # as the worker's own start-up check does
+    except DataSourceError as exc:
+        print(one_line(exc), file=sys.stderr)
         return 2
     # An unreachable or unmigrated store stops here too, instead of a traceback and "ready".
     check_store_ready(settings.store_url)

@@ -66,6 +66,7 @@ def test_worker_survives_twenty_redis_restarts_with_an_unacked_message(
         ORCH_DATABASE_URL=f"sqlite:///{tmp_path / 'unused.db'}",
         ORCH_HOME=str(tmp_path / "home"),
         PROBE_FOLDER=str(tmp_path),
+        ORCH_MODEL=f"scripted:{tmp_path}",  # a worker without a usable model does not start
     )
     log = tmp_path / "worker.log"
     with log.open("wb") as out:

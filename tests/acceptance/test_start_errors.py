@@ -57,6 +57,7 @@ def test_an_unusable_home_folder_is_one_line_naming_the_setting(
     blocker.write_text("not a folder")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
     env["ORCH_HOME"] = str(blocker / "home")
+    env["ORCH_MODEL"] = f"scripted:{tmp_path}"  # a usable model: the home folder is what is wrong
     result = subprocess.run(
         [ORCHESTRATOR, *command], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60
     )
@@ -88,7 +89,13 @@ def test_a_bad_data_source_declaration_stops_the_worker_at_start(tmp_path: Path)
     declaration = tmp_path / "sources.yaml"
     declaration.write_text("sources:\n - {name: a, description: d, kind: scada_sim, origin: live}")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
-    env.update({"ORCH_HOME": str(tmp_path / "home"), "ORCH_DATA_SOURCES": str(declaration)})
+    env.update(
+        {
+            "ORCH_HOME": str(tmp_path / "home"),
+            "ORCH_DATA_SOURCES": str(declaration),
+            "ORCH_MODEL": f"scripted:{tmp_path}",
+        }
+    )
     result = subprocess.run(
         [ORCHESTRATOR, "worker", "--concurrency", "1"],
         capture_output=True,

@@ -5,35 +5,19 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel, Field
 
+from orchestrator.api.contract import error_responses
 from orchestrator.services.outbox import OutboxService
 
-__all__ = ["ERROR_RESPONSES", "ErrorEnvelope", "router"]
+__all__ = ["ERROR_RESPONSES", "router"]
 
 router = APIRouter(prefix="/api/v1/outbox", tags=["outbox"])
 
 
-class ErrorBody(BaseModel):
-    code: str
-    message: str
-    details: list[dict[str, Any]] = Field(default_factory=list)
-
-
-class ErrorEnvelope(BaseModel):
-    """Every error: `{"error": {"code", "message", "details"}}`."""
-
-    error: ErrorBody
-
-
-#: The error answers the outbox routes declare (the envelope above).
-ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    401: {"model": ErrorEnvelope, "description": "missing or wrong bearer token"},
-    404: {"model": ErrorEnvelope, "description": "no such delivery"},
-    409: {"model": ErrorEnvelope, "description": "`invalid_transition`: not dead-lettered"},
-    422: {"model": ErrorEnvelope, "description": "invalid request"},
-}
+#: The error answers the outbox routes declare (the shared envelope).
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = error_responses(404, 409)
 
 
 class Delivery(BaseModel):
@@ -78,6 +62,8 @@ def list_deliveries(
 
 
 @router.post("/{outbox_id}/retry", response_model=Delivery, responses=ERROR_RESPONSES)
-def retry_delivery(outbox_id: int, service: OutboxService = Depends(get_outbox)) -> dict[str, Any]:
+def retry_delivery(
+    outbox_id: int = Path(ge=1, le=2**63 - 1), service: OutboxService = Depends(get_outbox)
+) -> dict[str, Any]:
     """A dead-lettered delivery is due again now, with a fresh attempt count."""
     return service.retry(outbox_id).public()

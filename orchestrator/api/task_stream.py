@@ -19,8 +19,8 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from orchestrator.api.contract import error_responses
 from orchestrator.api.deps import get_db
-from orchestrator.api.outbox import ERROR_RESPONSES
 from orchestrator.api.stream import sse_event
 from orchestrator.services.task_stream import TaskSnapshot, TaskStreamService
 from orchestrator.store.db import Database
@@ -81,7 +81,7 @@ async def _events(
     "/{task_id}/stream",
     responses={
         200: {"content": {"text/event-stream": {}}, "description": "the task's events"},
-        **ERROR_RESPONSES,
+        **error_responses(404),
     },
 )
 async def task_stream(

@@ -60,7 +60,7 @@ def test_another_payload_under_the_same_trigger_id_is_a_conflict(
     error = other.json()["error"]
     assert error["code"] == "trigger_conflict"
     assert [d["field"] for d in error["details"]] == list(change)
-    assert len(client.get("/api/v1/tasks").json()["tasks"]) == 1
+    assert len(client.get("/api/v1/tasks").json()["items"]) == 1
 
 
 def test_the_cli_refuses_it_too(

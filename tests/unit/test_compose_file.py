@@ -143,18 +143,20 @@ def test_docker_compose_v1_accepts_the_file() -> None:
     # Debian's docker-compose package; scripts/ensure-services.sh installs it under `make test`.
     binary = shutil.which("docker-compose")
     assert binary, "docker-compose is not installed: run scripts/ensure-services.sh as root"
-    env = {key: value for key, value in os.environ.items() if not key.startswith("ORCH_")}
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("ORCH_", "LLM_"))}
     command = [binary, "-f", str(COMPOSE), "config", "-q"]
     accepted = subprocess.run(
         command,
         capture_output=True,
         text=True,
         timeout=60,
-        env={**env, "ORCH_API_TOKEN": "test-token"},
+        env={**env, **MODEL_ENV, "ORCH_API_TOKEN": "test-token"},
         cwd=ROOT,
     )
     assert accepted.returncode == 0, accepted.stderr
-    refused = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
+    refused = subprocess.run(
+        command, capture_output=True, text=True, timeout=60, env={**env, **MODEL_ENV}, cwd=ROOT
+    )
     assert refused.returncode != 0
     assert "ORCH_API_TOKEN" in refused.stderr
 

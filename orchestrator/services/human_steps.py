@@ -21,6 +21,7 @@ from orchestrator.errors import ConflictError, NotFound
 from orchestrator.services.dispatch import Dispatcher, safe_dispatch
 from orchestrator.services.plans import PlanService
 from orchestrator.services.redecide import redecide_txn
+from orchestrator.store import outbox as outbox_store
 from orchestrator.store import plans as plan_store
 from orchestrator.store import sessions as session_store
 from orchestrator.store import tasks as task_store
@@ -110,6 +111,17 @@ class HumanStepService:
                 updated_at=at,
             )
             plan_store.insert_revision(conn, record)
+            if record.generation:
+                # The task stream sees a person's revision like the agent's, in the same commit.
+                outbox_store.record_event(
+                    conn,
+                    task_id,
+                    "plan_revision",
+                    generation=record.generation,
+                    reason=record.reason,
+                    data={"session_id": session_id, "revision": record.revision},
+                    task_locked=True,  # read with its row locked above
+                )
             next_generation = redecide_txn(conn, task)
         self.plans.notify(record)
         if next_generation is not None:

@@ -20,6 +20,7 @@ from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.human_steps import HumanStepService
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
+from orchestrator.store.outbox import events_after
 from orchestrator.tools.base import Fence
 from tests.executions_support import (
     claim_as_worker,
@@ -94,6 +95,13 @@ def test_a_human_node_completed_through_the_api_resumes_the_task(
     assert dispatcher.sent[-1] == (task_id, 2)
     task = rt.tasks.get(task_id)
     assert (task.status, task.intent_round) == ("queued", 1)
+    # The task stream's log has the person's revision, then the move to generation 2.
+    with rt.db.transaction(readonly=True) as conn:
+        logged = [
+            (e.type, e.data.get("revision"), e.generation)
+            for e in events_after(conn, task_id, 0, 50)
+        ]
+    assert logged[-2:] == [("plan_revision", 2, 1), ("queued", None, 2)]
 
     # Generation 2 keeps both nodes as they are: the check it completed, the sample a person closed.
     completing = [kept_node(0), kept_node(1)]

@@ -202,6 +202,7 @@ class PlanHub:
                 backoff = min(backoff * 2, 5.0)
             finally:
                 with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+                    # redis-py before 8.2 left aclose untyped; 8.2 types it.
+                    await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
                 with contextlib.suppress(Exception):
                     await client.aclose()

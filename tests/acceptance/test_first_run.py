@@ -128,14 +128,16 @@ def test_trigger_with_the_broker_unreachable_says_the_sweeper_republishes(
 
 
 def test_the_worker_refuses_an_unmigrated_store(tmp_path: Path) -> None:
-    line = one_line(run("worker", "--concurrency", "1", home=tmp_path / "home"), 1)
+    model = {"ORCH_MODEL": f"scripted:{tmp_path}"}  # a usable model: the store is what is wrong
+    line = one_line(run("worker", "--concurrency", "1", home=tmp_path / "home", env=model), 1)
     assert "not migrated" in line
     assert "orchestrator db upgrade" in line
 
 
 def test_the_worker_refuses_a_store_it_cannot_reach(tmp_path: Path) -> None:
     url = f"postgresql+psycopg://orch:pw@127.0.0.1:{free_port()}/orch"
-    result = run("worker", home=tmp_path / "home", env={"ORCH_DATABASE_URL": url})
+    env = {"ORCH_DATABASE_URL": url, "ORCH_MODEL": f"scripted:{tmp_path}"}
+    result = run("worker", home=tmp_path / "home", env=env)
     line = one_line(result, 1)
     assert "cannot reach the database host" in line
     assert "db upgrade" not in line

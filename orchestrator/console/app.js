@@ -9,7 +9,8 @@
 "use strict";
 
 (function () {
-  const API = "api/v1/";
+  const FINAL_STATUSES = new Set(["completed", "failed", "cancelled"]);
+const API = "api/v1/";
   const STATUSES = ["queued", "running", "waiting", "completed", "failed", "cancelled"];
   const TERMINAL = ["completed", "failed", "cancelled"];
   const NODE_DONE = ["completed", "failed", "skipped", "cancelled"];
@@ -445,6 +446,7 @@
 
     function showTask(task) {
       s.task = task;
+      if (finished() && s.stream === null) endStream();
       fill(head, el("h1", { id: "task-title" }, task.title || task.task_id),
         el("section", { class: "card" }, facts([
           ["Status", [badge(task.status), task.failure_code ? ` ${task.failure_code}` : ""]],
@@ -586,9 +588,21 @@
     }
 
     // Live updates: the task stream when the server has it, else the session's plan stream.
+    function finished() {
+      return s.ended || Boolean(s.task && FINAL_STATUSES.has(s.task.status));
+    }
+    function endStream() {
+      // A finished task's stream ends for good: stop, and say so instead of "reconnecting".
+      if (s.stream) s.stream.close();
+      s.stream = null;
+      clearTimeout(s.retry);
+      live.className = "live off";
+      live.textContent = "ended";
+    }
     function onEvent(event) {
       let data = null;
       try { data = JSON.parse(event.data); } catch (_) { return; }
+      if (data && typeof data.status === "string" && FINAL_STATUSES.has(data.status)) s.ended = true;
       setLive(true);
       if (data && Array.isArray(data.execution_plans)) showPlan(data.execution_plans[data.execution_plans.length - 1]);
       else if (data && Array.isArray(data.nodes)) showPlan(data);
@@ -631,6 +645,7 @@
       stream.onmessage = onEvent;
       stream.onopen = () => setLive(true);
       stream.onerror = () => {
+        if (finished()) { endStream(); return; }
         setLive(false);
         if (stream.readyState === EventSource.CLOSED) {
           stream.close();
@@ -646,7 +661,7 @@
     loadOptional(transcript, "transcript", renderTranscript);
     s.timer = setInterval(() => {
       refresh();
-      if (s.stream === null && s.task) openStream();
+      if (s.stream === null && s.task && !finished()) openStream();
     }, POLL_MS);
     let slow = setInterval(() => {
       loadOptional(evidence, "evidence", renderEvidence);

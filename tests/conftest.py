@@ -5,7 +5,6 @@ A missing server binary skips the tests that need it locally, and fails them whe
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,15 +15,9 @@ import redis
 
 from orchestrator.store import Database
 from orchestrator.store.migrations import upgrade
-from tests.services import PostgresServer, RedisServer, ServiceMissing
+from tests.services import PostgresServer, RedisServer, ServiceMissing, service_unavailable
 
 _STARTED: dict[str, str] = {}
-
-
-def _unavailable(message: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(f"{message} (CI is set, so a missing service fails the run)", pytrace=False)
-    pytest.skip(message)
 
 
 @pytest.fixture(scope="session")
@@ -35,7 +28,7 @@ def postgres() -> Iterator[PostgresServer]:
         server.start()
     except ServiceMissing as exc:
         server.stop()
-        _unavailable(str(exc))
+        service_unavailable(str(exc))
     _STARTED["Postgres"] = server.version
     with server.connect() as conn:
         conn.execute("CREATE DATABASE orch_template")
@@ -98,7 +91,7 @@ def redis_server() -> Iterator[RedisServer]:
     try:
         server.start()
     except ServiceMissing as exc:
-        _unavailable(str(exc))
+        service_unavailable(str(exc))
     _STARTED["Redis"] = server.version
     yield server
     server.close()

@@ -190,3 +190,12 @@ class RedisServer:
     def close(self) -> None:
         self.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def service_unavailable(message: str) -> None:
+    """A missing server or browser: skips locally, fails the run when `CI` is set."""
+    import pytest
+
+    if os.environ.get("CI"):
+        pytest.fail(f"{message} (CI is set, so a missing service fails the run)", pytrace=False)
+    pytest.skip(message)

@@ -25,19 +25,13 @@ import redis
 from orchestrator.store.migrations import upgrade
 from tests.acceptance.fleet import ORCHESTRATOR, Fleet
 from tests.browser.scripts import write_scripts
-from tests.services import RedisServer, free_port
+from tests.services import RedisServer, free_port, service_unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / ".artifacts" / "browser"
 CHROMIUM = os.environ.get("CONSOLE_TEST_CHROMIUM", "/usr/bin/chromium")
 TOKEN = "browser-console-token-5f1c"
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
-
-
-def _unavailable(message: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(f"{message} (CI is set, so a missing browser fails the run)", pytrace=False)
-    pytest.skip(message)
 
 
 class Console:
@@ -115,7 +109,9 @@ def browser() -> Iterator[Any]:
     """Module scope: Playwright's sync API holds an event loop while it runs, which would break
     later tests that call `asyncio.run`."""
     if not Path(CHROMIUM).exists():
-        _unavailable(f"no chromium at {CHROMIUM} (apt-get install chromium, or `make services`)")
+        service_unavailable(
+            f"no chromium at {CHROMIUM} (apt-get install chromium, or `make services`)"
+        )
     from playwright.sync_api import expect, sync_playwright
 
     # Eight test processes on two cores stretch a round from 5 s to 20: wait long, never fixed.

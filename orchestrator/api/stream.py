@@ -20,7 +20,7 @@ from orchestrator.api.deps import get_hub, get_plans
 from orchestrator.events import PlanHub
 from orchestrator.services.plans import PlanService, SessionPlans
 
-__all__ = ["router", "sse_event"]
+__all__ = ["last_event_id_of", "router", "sse_event"]
 
 router = APIRouter(prefix="/api/v1/agent/chat/session", tags=["stream"])
 
@@ -36,7 +36,8 @@ def sse_event(event: str, data: Any, event_id: int | None = None) -> bytes:
     return ("\n".join(lines) + "\n\n").encode("utf-8")
 
 
-def _last_event_id(raw: str | None) -> int | None:
+def last_event_id_of(raw: str | None) -> int | None:
+    """The `Last-Event-ID` a client sent, or None for a first connection (or not one of ours)."""
     if raw is None:
         return None
     try:
@@ -103,7 +104,7 @@ async def plan_stream(
     state = await run_in_threadpool(plans.state, session_id)
     keepalive = float(request.app.state.keepalive_seconds)
     return StreamingResponse(
-        _events(plans, hub, state, _last_event_id(last_event_id), keepalive),
+        _events(plans, hub, state, last_event_id_of(last_event_id), keepalive),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

@@ -21,7 +21,7 @@ from starlette.concurrency import run_in_threadpool
 
 from orchestrator.api.contract import error_responses
 from orchestrator.api.deps import get_db
-from orchestrator.api.stream import sse_event
+from orchestrator.api.stream import last_event_id_of, sse_event
 from orchestrator.services.task_stream import TaskSnapshot, TaskStreamService
 from orchestrator.store.db import Database
 
@@ -30,16 +30,6 @@ __all__ = ["router"]
 router = APIRouter(prefix="/api/v1/tasks", tags=["stream"])
 
 _BATCH = 100
-
-
-def _resume_from(raw: str | None) -> int | None:
-    if raw is None:
-        return None
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        return None  # not one of ours: behave as a first connection
-    return value if value >= 0 else None
 
 
 async def _events(
@@ -96,7 +86,7 @@ async def task_stream(
     keepalive = float(request.app.state.keepalive_seconds)
     poll = float(request.app.state.settings.task_stream_poll_seconds)
     return StreamingResponse(
-        _events(service, task_id, snapshot, _resume_from(last_event_id), keepalive, poll),
+        _events(service, task_id, snapshot, last_event_id_of(last_event_id), keepalive, poll),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

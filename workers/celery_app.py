@@ -17,6 +17,7 @@ from celery.signals import after_setup_logger, setup_logging
 
 from orchestrator.logs import RedactFilter, configure_logging, secrets_of
 from orchestrator.settings import Settings, SettingsError, get_settings
+from workers import filesystem_broker
 from workers.broker import TRANSPORT
 from workers.constants import CLEANUP, QUEUE, RUN_GENERATION, SWEEP
 
@@ -59,7 +60,7 @@ def make_celery(settings: Settings) -> Celery:
         )
     else:
         folder = broker_folder(settings)
-        for sub in ("queue", "processed", "control"):
+        for sub in ("queue", "staging", "processed", "control"):
             try:
                 (folder / sub).mkdir(parents=True, exist_ok=True)
             except OSError as exc:
@@ -68,9 +69,11 @@ def make_celery(settings: Settings) -> Celery:
                     f"{exc.strerror or exc}"
                 ) from None
         broker = "filesystem://"
+        transport = filesystem_broker.TRANSPORT  # Kombu's, mended: whole files only
         options.update(
             data_folder_in=str(folder / "queue"),
             data_folder_out=str(folder / "queue"),
+            staging_folder=str(folder / "staging"),
             processed_folder=str(folder / "processed"),
             control_folder=str(folder / "control"),  # the exchange table; else ./control
             store_processed=False,

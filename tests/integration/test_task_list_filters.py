@@ -162,6 +162,23 @@ def test_invalid_filters_are_422_with_the_envelope(
     assert error["details"][0]["code"] == code
 
 
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"created_after": "0001-01-01T00:00:00Z"},
+        {"created_before": "9999-12-31T23:59:59.999999Z"},
+        {"created_after": "0001-01-01T00:00:00Z", "created_before": "9999-12-31T23:59:59Z"},
+        {"created_after": "1700000000"},  # seconds since the epoch, as pydantic reads them
+        {"task_type": "a" * 64},
+    ],
+)
+def test_the_ends_of_the_calendar_are_accepted_by_both_stores(
+    client: TestClient, params: dict[str, Any]
+) -> None:
+    answer = client.get("/api/v1/tasks", params=params)
+    assert answer.status_code == 200, answer.text
+
+
 def test_the_filters_are_in_the_openapi_document(client: TestClient) -> None:
     operation = client.get("/openapi.json").json()["paths"]["/api/v1/tasks"]["get"]
     params = {p["name"]: p for p in operation["parameters"]}

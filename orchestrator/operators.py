@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -18,8 +19,11 @@ from typing import Final
 __all__ = [
     "API_TOKEN_ACCOUNT",
     "ROLES",
+    "Account",
     "Operator",
     "OperatorsError",
+    "api_account",
+    "find_account",
     "find_operator",
     "load_operators",
     "may",
@@ -49,18 +53,31 @@ def may(operator: Operator, needs: str) -> bool:
 
 
 @dataclass(frozen=True)
-class _Account:
+class Account:
+    """An account as the server knows it: who, and the SHA-256 of its token (never the token)."""
+
     operator: Operator
     digest: bytes
 
 
-def load_operators(path: Path) -> tuple[_Account, ...]:
+def _sha256(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
+
+
+def api_account(api_token: str | None) -> Account | None:
+    """The ORCH_API_TOKEN account (full rights, shared), or None when no token is set."""
+    if not api_token:
+        return None
+    return Account(Operator(API_TOKEN_ACCOUNT, "approver", shared=True), _sha256(api_token))
+
+
+def load_operators(path: Path) -> tuple[Account, ...]:
     """The accounts in `path`; `OperatorsError` for an unreadable file or a bad line."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise OperatorsError(f"cannot read the operators file {path}: {exc}") from None
-    accounts: list[_Account] = []
+    accounts: list[Account] = []
     names: set[str] = set()
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.split("#", 1)[0].strip()
@@ -79,22 +96,25 @@ def load_operators(path: Path) -> tuple[_Account, ...]:
         if name in names:
             raise OperatorsError(f"{path} line {number}: account {name} appears twice")
         names.add(name)
-        accounts.append(_Account(Operator(name, role), bytes.fromhex(digest)))
+        accounts.append(Account(Operator(name, role), bytes.fromhex(digest)))
     return tuple(accounts)
 
 
-def find_operator(
-    presented: bytes, accounts: tuple[_Account, ...], api_token: str | None
-) -> Operator | None:
+def find_account(presented: bytes, accounts: Sequence[Account]) -> Account | None:
     """The account whose token is `presented`, or None; every hash is compared, in constant
     time each, whatever matched first."""
     digest = hashlib.sha256(presented).digest()
-    found: Operator | None = None
-    if api_token:
-        expected = hashlib.sha256(api_token.encode("utf-8", "surrogateescape")).digest()
-        if hmac.compare_digest(digest, expected):
-            found = Operator(API_TOKEN_ACCOUNT, "approver", shared=True)
+    found: Account | None = None
     for account in accounts:
         if hmac.compare_digest(digest, account.digest) and found is None:
-            found = account.operator
+            found = account
     return found
+
+
+def find_operator(
+    presented: bytes, accounts: Sequence[Account], api_token: str | None
+) -> Operator | None:
+    """The operator whose token is `presented` (ORCH_API_TOKEN's account first), or None."""
+    shared = api_account(api_token)
+    found = find_account(presented, ((shared,) if shared else ()) + tuple(accounts))
+    return found.operator if found else None

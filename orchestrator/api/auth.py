@@ -18,15 +18,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Callable, Collection, Iterable, Sequence
-from typing import Any
 
 from fastapi import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from orchestrator.api.console_session import accepted_tokens, cookie_allows
+from orchestrator.api.console_session import cookie_operator, sign_in_accounts
 from orchestrator.errors import Forbidden, OrchestratorError, Unauthorized
-from orchestrator.operators import Operator, find_operator, may
+from orchestrator.operators import Account, Operator, find_operator, may
 from orchestrator.settings import Settings
 
 __all__ = [
@@ -78,32 +77,31 @@ def _check_bearer(request: Request, expected: str) -> None:
         raise Unauthorized(_WRONG)
 
 
-def _accounts(request: Request) -> Any:
-    return getattr(request.app.state, "operators", ())
+def _accounts(request: Request) -> Sequence[Account]:
+    accounts: Sequence[Account] = getattr(request.app.state, "operators", ())
+    return accounts
 
 
 def _identify(
     headers: Iterable[tuple[bytes, bytes]],
-    accounts: Any,
+    accounts: Sequence[Account],
     api_token: str | None,
     *,
     method: str = "GET",
-    cookie_tokens: Sequence[str] = (),
 ) -> Operator | None:
     """The caller's account; ANONYMOUS when no token is configured; None for a wrong token.
 
-    A console session cookie (signed with ORCH_API_TOKEN, see `console_session`) stands for
-    the full-rights ORCH_API_TOKEN account."""
+    A console session cookie (see `console_session`) stands for the account that signed in:
+    ORCH_API_TOKEN's full-rights account or an ORCH_OPERATORS account, with its role."""
     if not accounts and not api_token:
         return ANONYMOUS
+    headers = list(headers)
     scheme, _, presented = _authorization(headers).partition(b" ")
     if scheme.lower() == b"bearer":
         operator = find_operator(presented.strip(), accounts, api_token)
         if operator is not None:
             return operator
-    if api_token and cookie_tokens and cookie_allows(list(headers), method, cookie_tokens):
-        return find_operator(api_token.encode("utf-8", "surrogateescape"), accounts, api_token)
-    return None
+    return cookie_operator(headers, method, sign_in_accounts(api_token, accounts))
 
 
 def _role_refusal(operator: Operator, method: str) -> str | None:
@@ -122,7 +120,6 @@ def require_api_token(request: Request) -> None:
         _accounts(request),
         settings.api_token,
         method=request.method,
-        cookie_tokens=accepted_tokens(settings),
     )
     if operator is None:
         raise Unauthorized(_WRONG)
@@ -165,9 +162,10 @@ class BearerTokens:
     """Token check on the path prefix, ahead of routing and body parsing.
 
     Under `internal_prefix` AGENT_INTERNAL_TOKEN is always required (unset closes the bridge);
-    everywhere else, `/openapi.json` and `/docs` included, ORCH_API_TOKEN when it is set, or
-    the console's session cookie. `open_paths` (the health check) and paths under
-    `open_prefixes` (the console's pages, which do their own sign-in) need no token.
+    everywhere else, `/openapi.json` and `/docs` included, ORCH_API_TOKEN or an operator's
+    token when either is set, or the console's session cookie of such an account. `open_paths`
+    (the health check) and paths under `open_prefixes` (the console's pages, which do their own
+    sign-in) need no token.
     """
 
     def __init__(
@@ -177,7 +175,7 @@ class BearerTokens:
         settings: Settings,
         internal_prefix: str,
         open_paths: Collection[str] = (),
-        accounts: Any = (),
+        accounts: Sequence[Account] = (),
         open_prefixes: Collection[str] = (),
     ) -> None:
         self.app = app
@@ -187,7 +185,6 @@ class BearerTokens:
         self.internal_prefix = internal_prefix.rstrip("/")
         self.open_paths = frozenset(open_paths)
         self.open_prefixes = tuple(prefix.rstrip("/") for prefix in open_prefixes)
-        self.cookie_tokens = accepted_tokens(settings)
 
     def _refusal(self, scope: Scope) -> OrchestratorError | None:
         """Why the request is refused, or None when it may go on."""
@@ -207,7 +204,6 @@ class BearerTokens:
                 self.accounts,
                 self.api_token,
                 method=scope.get("method", "GET"),
-                cookie_tokens=self.cookie_tokens,
             )
             if operator is None:
                 return Unauthorized(_WRONG)

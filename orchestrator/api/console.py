@@ -1,10 +1,13 @@
 """The operator console at `/console`: static files from the package and the browser sign-in.
 
 The pages are plain HTML, CSS and JavaScript shipped in `orchestrator/console/` (nothing to
-build, no CDN). With ORCH_API_TOKEN set, `/console` without a session answers the sign-in form;
-the form's POST or `/console?token=...` trades the token for the session cookie of
-`console_session` and redirects to `/console` without it. The token is never written into a
-page, and `redact_access_log` keeps it out of uvicorn's access log.
+build, no CDN). With ORCH_API_TOKEN or ORCH_OPERATORS set, `/console` without a session answers
+the sign-in form; the form's POST or `/console?token=...` trades the token (the API token or an
+operator's) for the session cookie of `console_session`, which names that account, and
+redirects to `/console` without it. The token is never written into a page, and
+`redact_access_log` keeps it out of uvicorn's access log. `GET /console/session` tells the
+page who is signed in and with which role, so it can hide what the role cannot do (the API
+still refuses it).
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from orchestrator.api import console_session
-from orchestrator.settings import Settings
+from orchestrator.api.auth import ANONYMOUS
+from orchestrator.operators import Account, Operator, find_account
 
 __all__ = ["PREFIX", "redact_access_log", "router"]
 
@@ -42,17 +46,19 @@ _HEADERS = {
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
 
 
-def _settings(request: Request) -> Settings:
-    settings: Settings = request.app.state.settings
-    return settings
+def _accounts(request: Request) -> tuple[Account, ...]:
+    """The accounts one may sign in as; empty when the API is open (no token configured)."""
+    operators: tuple[Account, ...] = getattr(request.app.state, "operators", ())
+    return console_session.sign_in_accounts(request.app.state.settings.api_token, operators)
 
 
-def _signed_in(request: Request) -> bool:
-    tokens = console_session.accepted_tokens(_settings(request))
-    if not tokens:
-        return True  # no ORCH_API_TOKEN: the API is open, so is the console
+def _signed_in_as(request: Request) -> Operator | None:
+    """Who this browser is signed in as: ANONYMOUS on an open API, None when not signed in."""
+    accounts = _accounts(request)
+    if not accounts:
+        return ANONYMOUS  # no token configured: the API is open, so is the console
     value = console_session.cookie_from_headers(request.scope.get("headers", ()))
-    return value is not None and console_session.valid(value, tokens)
+    return None if value is None else console_session.holder(value, accounts)
 
 
 def _sign_in_page(request: Request, error: str = "", status: int = 200) -> HTMLResponse:
@@ -72,14 +78,14 @@ def _home(request: Request, query: list[tuple[str, str]] | None = None) -> str:
 
 
 def _start_session(request: Request, presented: str, query: list[tuple[str, str]]) -> Response:
-    tokens = console_session.accepted_tokens(_settings(request))
-    token = console_session.token_accepted(presented, tokens)
-    if token is None:
+    presented_bytes = presented.encode("utf-8", "surrogateescape")
+    account = find_account(presented_bytes, _accounts(request))
+    if account is None:
         return _sign_in_page(request, "That token is not accepted.", 401)
     response = RedirectResponse(_home(request, query), status_code=303, headers=_HEADERS)
     response.set_cookie(
         console_session.COOKIE,
-        console_session.issue(token),
+        console_session.issue(account),
         max_age=console_session.SESSION_SECONDS,
         path="/",
         httponly=True,
@@ -94,13 +100,13 @@ def console_page(request: Request) -> Response:
     """The console, the sign-in form, or (with `?token=`) a signed-in redirect without it."""
     query = parse_qsl(request.url.query, keep_blank_values=True)
     presented = [value for key, value in query if key == "token"]
-    if presented and console_session.accepted_tokens(_settings(request)):
+    if presented and _accounts(request):
         rest = [(key, value) for key, value in query if key != "token"]
         return _start_session(request, presented[-1], rest)
     if presented:  # an open API: nothing to sign in to, but drop the token from the URL
         rest = [(key, value) for key, value in query if key != "token"]
         return RedirectResponse(_home(request, rest), 303)
-    if not _signed_in(request):
+    if _signed_in_as(request) is None:
         return _sign_in_page(request)
     return FileResponse(STATIC / "index.html", media_type="text/html", headers=_HEADERS)
 
@@ -123,9 +129,18 @@ async def sign_in(request: Request) -> Response:
 
 @router.get("/session")
 def session_state(request: Request) -> JSONResponse:
-    """Whether this browser is signed in and whether signing in is needed at all."""
-    required = bool(console_session.accepted_tokens(_settings(request)))
-    body: dict[str, Any] = {"signed_in": _signed_in(request), "required": required}
+    """Whether this browser is signed in, as whom, and whether signing in is needed at all.
+
+    `account.shared` is true for the API token's account (and an open API): a decision's `by`
+    then comes from the form; for an operator account it is the account's name."""
+    operator = _signed_in_as(request)
+    body: dict[str, Any] = {
+        "signed_in": operator is not None,
+        "required": bool(_accounts(request)),
+        "account": None
+        if operator is None
+        else {"name": operator.name, "role": operator.role, "shared": operator.shared},
+    }
     return JSONResponse(body, headers={"Cache-Control": "no-store"})
 
 

@@ -1,83 +1,102 @@
-"""The console's browser session: a signed cookie that stands for the API token, never holds it.
+"""The console's browser session: a signed cookie that names an account, never holds its token.
 
 A browser cannot put a bearer token on an `EventSource`, and a token in a page or a URL leaks.
-So the console trades the token once (sign-in form or `/console?token=`) for a cookie
-`v1.<expires>.<nonce>.<mac>`, where the MAC is an HMAC-SHA256 keyed by a digest of the token.
-Nothing server-side is kept: a restarted API still accepts the cookie, and rotating the token
-signs every browser out. The cookie is HttpOnly and SameSite=Strict; a cookie-authenticated
-write must also carry `X-Orch-Console: 1`, a header no cross-site form can send.
+So the console trades a token once (sign-in form or `/console?token=`) for a cookie
+`v2.<name>.<expires>.<nonce>.<mac>`: `name` is the account's name (base64url, so a `.` in it
+cannot shift the fields) and the MAC is an HMAC-SHA256 over the first four fields, keyed by a
+secret derived from that account's stored token hash. The accounts are ORCH_API_TOKEN's (named
+`api`, full rights) and those of ORCH_OPERATORS.
+
+Nothing server-side is kept: a restarted API still accepts the cookie; changing an account's
+token (or removing the account) signs its browsers out; a forged name fails the MAC, because
+the name is signed and picks the key. The role comes from the accounts file at each request,
+never from the cookie. The cookie is HttpOnly and SameSite=Strict; a cookie-authenticated write
+must also carry `X-Orch-Console: 1`, a header no cross-site form can send.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 import secrets
 import time
 from collections.abc import Iterable, Sequence
 
-from orchestrator.settings import Settings
+from orchestrator.operators import Account, Operator, api_account
 
 __all__ = [
     "COOKIE",
     "SESSION_SECONDS",
     "WRITE_HEADER",
-    "accepted_tokens",
-    "cookie_allows",
     "cookie_from_headers",
+    "cookie_operator",
+    "holder",
     "issue",
-    "token_accepted",
-    "valid",
+    "sign_in_accounts",
 ]
 
 COOKIE = "orch_console"
 SESSION_SECONDS = 12 * 3600
 WRITE_HEADER = b"x-orch-console"
+_VERSION = "v2"
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_MAX_NAME = 128
+_MAX_COOKIE = 1024
 
 
-def accepted_tokens(settings: Settings) -> list[str]:
-    """The tokens a console user may sign in with; extend here when operator tokens exist."""
-    return [settings.api_token] if settings.api_token else []
+def sign_in_accounts(api_token: str | None, operators: Sequence[Account]) -> tuple[Account, ...]:
+    """Every account a console user may sign in as: ORCH_API_TOKEN's, then ORCH_OPERATORS'.
+
+    Empty means nothing is configured: the API is open, and so is the console."""
+    shared = api_account(api_token)
+    return ((shared,) if shared else ()) + tuple(operators)
 
 
-def _digest(text: str) -> bytes:
-    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).digest()
-
-
-def token_accepted(presented: str, tokens: Sequence[str]) -> str | None:
-    """The accepted token `presented` equals (compared in constant time), or None."""
-    found = None
-    for token in tokens:
-        if hmac.compare_digest(_digest(presented), _digest(token)):
-            found = token
-    return found
-
-
-def _mac(token: str, message: str) -> str:
-    key = hashlib.sha256(b"orch-console-session\0" + _digest(token)).digest()
+def _mac(account: Account, message: str) -> str:
+    key = hashlib.sha256(b"orch-console-session\0" + account.digest).digest()
     return hmac.new(key, message.encode("ascii"), hashlib.sha256).hexdigest()
 
 
-def issue(token: str, now: float | None = None) -> str:
-    """A new session cookie value for a browser that presented `token`."""
+def _encode_name(name: str) -> str:
+    return base64.urlsafe_b64encode(name.encode("utf-8")).decode("ascii").rstrip("=")
+
+
+def _decode_name(text: str) -> str | None:
+    if not text or len(text) > _MAX_NAME * 2:
+        return None
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return None
+
+
+def issue(account: Account, now: float | None = None) -> str:
+    """A new session cookie value for a browser that presented `account`'s token."""
     expires = int((time.time() if now is None else now) + SESSION_SECONDS)
-    message = f"v1.{expires}.{secrets.token_urlsafe(12)}"
-    return f"{message}.{_mac(token, message)}"
+    name = _encode_name(account.operator.name)
+    message = f"{_VERSION}.{name}.{expires}.{secrets.token_urlsafe(12)}"
+    return f"{message}.{_mac(account, message)}"
 
 
-def valid(value: str, tokens: Sequence[str], now: float | None = None) -> bool:
-    """Whether `value` is an unexpired session signed for one of `tokens`."""
+def holder(value: str, accounts: Sequence[Account], now: float | None = None) -> Operator | None:
+    """The account an unexpired, correctly signed session `value` stands for, or None."""
+    if len(value) > _MAX_COOKIE or not value.isascii():
+        return None
     message, _, mac = value.rpartition(".")
     parts = message.split(".")
-    if len(parts) != 3 or parts[0] != "v1" or not parts[1].isdigit() or not mac:
-        return False
-    if int(parts[1]) < (time.time() if now is None else now):
-        return False
-    ok = False
-    for token in tokens:
-        ok |= hmac.compare_digest(_mac(token, message), mac)
-    return ok
+    if len(parts) != 4 or parts[0] != _VERSION or not mac:
+        return None
+    if not parts[2].isdigit() or len(parts[2]) > 12:
+        return None
+    name = _decode_name(parts[1])
+    if name is None or int(parts[2]) < (time.time() if now is None else now):
+        return None
+    account = next((a for a in accounts if a.operator.name == name), None)
+    if account is None:
+        return None
+    return account.operator if hmac.compare_digest(_mac(account, message), mac) else None
 
 
 def cookie_from_headers(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
@@ -92,13 +111,19 @@ def cookie_from_headers(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
     return None
 
 
-def cookie_allows(
-    headers: Sequence[tuple[bytes, bytes]], method: str, tokens: Sequence[str]
-) -> bool:
-    """Whether the request's console cookie authenticates it (writes need WRITE_HEADER too)."""
+def cookie_operator(
+    headers: Sequence[tuple[bytes, bytes]], method: str, accounts: Sequence[Account]
+) -> Operator | None:
+    """The account the request's console cookie stands for, or None (a write without
+    WRITE_HEADER is None too: it could come from a cross-site form)."""
     value = cookie_from_headers(headers)
-    if value is None or not valid(value, tokens):
-        return False
+    if value is None:
+        return None
+    operator = holder(value, accounts)
+    if operator is None:
+        return None
     if method.upper() in _SAFE_METHODS:
-        return True
-    return any(name.lower() == WRITE_HEADER and raw == b"1" for name, raw in headers)
+        return operator
+    if any(name.lower() == WRITE_HEADER and raw == b"1" for name, raw in headers):
+        return operator
+    return None

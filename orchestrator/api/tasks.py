@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -10,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from orchestrator.api.contract import Page, error_responses
 from orchestrator.api.enums import TaskStatus
 from orchestrator.api.models import ExplainView, TaskView, TriggerView
+from orchestrator.domain.task_filter import TASK_TYPE_MAX, TASK_TYPE_PATTERN, task_filter
 from orchestrator.leases import make_lease_backend
 from orchestrator.runtime import celery_dispatcher
 from orchestrator.services.tasks import TaskService, Trigger, task_view
@@ -65,14 +67,39 @@ def trigger_task(
 @router.get("", response_model=Page[TaskView])
 def list_tasks(
     status: TaskStatus | None = Query(default=None),
+    task_type: str | None = Query(
+        default=None,
+        min_length=1,
+        max_length=TASK_TYPE_MAX,
+        pattern=TASK_TYPE_PATTERN,
+        description="only tasks of this type (exact match)",
+    ),
+    created_after: datetime | None = Query(
+        default=None,
+        description="only tasks created at or after this ISO-8601 time (no zone: UTC)",
+    ),
+    created_before: datetime | None = Query(
+        default=None,
+        description="only tasks created before this ISO-8601 time (no zone: UTC); "
+        "must be later than `created_after`",
+    ),
     limit: int = Query(default=50, ge=1, le=200),
-    cursor: str | None = Query(default=None, max_length=512),
+    cursor: str | None = Query(
+        default=None,
+        max_length=512,
+        description="`next_cursor` of the previous page, asked with the same filters",
+    ),
     service: TaskService = Depends(get_task_service),
 ) -> dict[str, Any]:
-    """Newest first, without contexts; follow `next_cursor` for older tasks."""
-    items, next_cursor = service.page_tasks(
-        status=str(status) if status else None, limit=limit, cursor=cursor
+    """Newest first, without contexts; follow `next_cursor` for older tasks. The filters
+    combine (all must hold); an invalid value is a 422 with the error envelope."""
+    where = task_filter(
+        status=str(status) if status else None,
+        task_type=task_type,
+        created_after=created_after,
+        created_before=created_before,
     )
+    items, next_cursor = service.page_tasks(where=where, limit=limit, cursor=cursor)
     return {"items": [task_view(task) for task in items], "next_cursor": next_cursor}
 
 

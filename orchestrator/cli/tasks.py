@@ -1,4 +1,5 @@
-"""`orchestrator tasks trigger|list|show|requeue|cancel|evidence|node|ask`."""
+"""`orchestrator tasks trigger|list|show|requeue|cancel|evidence|node|ask` (`list` lives in
+`task_list`)."""
 
 from __future__ import annotations
 
@@ -11,15 +12,12 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from orchestrator.cli import collaboration, human_steps, task_evidence
+from orchestrator.cli import collaboration, human_steps, task_evidence, task_list
 from orchestrator.cli.common import CommandFailed, add_json_flag, bounded_int, load, print_json
-from orchestrator.domain.vocabulary import TASK_STATUSES
 from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.tasks import Trigger, task_view
 
-__all__ = ["MAX_LIMIT", "register"]
-
-MAX_LIMIT = 200  # the API's bound on `GET /api/v1/tasks?limit=`
+__all__ = ["register"]
 
 
 def register(commands: Any) -> None:
@@ -35,16 +33,7 @@ def register(commands: Any) -> None:
     add_json_flag(trigger)
     trigger.set_defaults(handler=_trigger)
 
-    listing = actions.add_parser("list", help="tasks, newest first")
-    listing.add_argument("--status", choices=TASK_STATUSES)
-    listing.add_argument(
-        "--limit",
-        type=bounded_int(1, MAX_LIMIT),
-        default=50,
-        help=f"at most this many (1..{MAX_LIMIT}, default 50)",
-    )
-    add_json_flag(listing)
-    listing.set_defaults(handler=_list)
+    task_list.register_list(actions)
 
     show = actions.add_parser("show", help="explain one task: generations, lease, plan, report")
     show.add_argument("task_id")
@@ -217,27 +206,6 @@ def _trigger(args: argparse.Namespace) -> int:
         raise CommandFailed(
             f"the broker did not take the wake-up of task {result.task.task_id}; it is stored "
             f"and the sweeper will republish the wake-up after {stale:g}s"
-        )
-    return 0
-
-
-def _list(args: argparse.Namespace) -> int:
-    rt = _runtime()
-    try:
-        found = rt.tasks.list_tasks(status=args.status, limit=args.limit)
-    finally:
-        rt.close()
-    if args.json:
-        print_json([task_view(task) for task in found])
-        return 0
-    if not found:
-        print("no tasks")
-        return 0
-    print(f"{'TASK':36}  {'STATUS':9}  {'GEN':>3}  {'TYPE':20}  TITLE")
-    for task in found:
-        print(
-            f"{task.task_id:36}  {task.status:9}  {task.generation:>3}  "
-            f"{task.task_type[:20]:20}  {task.title}"
         )
     return 0
 

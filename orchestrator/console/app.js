@@ -5,12 +5,17 @@
  * origin with the session cookie; writes carry X-Orch-Console: 1. Routes that a server may not
  * have yet (evidence, transcript, task stream, human nodes) show "not available on this server"
  * when they answer 404.
+ *
+ * The session names an account (GET console/session): the header shows who is signed in, and
+ * what the role cannot do is not offered (a viewer only reads, an operator does not decide on
+ * actions). The API refuses it all the same; the page only spares a click that would fail. A
+ * named account acts as itself: the API records its name as `by`, so no name is asked for.
  */
 "use strict";
 
 (function () {
   const FINAL_STATUSES = new Set(["completed", "failed", "cancelled"]);
-const API = "api/v1/";
+  const API = "api/v1/";
   const STATUSES = ["queued", "running", "waiting", "completed", "failed", "cancelled"];
   const TERMINAL = ["completed", "failed", "cancelled"];
   const NODE_DONE = ["completed", "failed", "skipped", "cancelled"];
@@ -18,6 +23,8 @@ const API = "api/v1/";
   const main = document.getElementById("main");
   const banner = document.getElementById("banner");
   let view = null; // the current view's {dispose}
+  let me = null; // the signed-in account {name, role, shared}; null when unknown
+  const ROLES = ["viewer", "operator", "approver"];
 
   // ---- DOM helpers: text only ------------------------------------------------------------
   function el(tag, attrs, ...children) {
@@ -123,7 +130,11 @@ const API = "api/v1/";
     if (result.status === 404 && (!error || error.message === "Not Found")) {
       return "Not available on this server.";
     }
-    return error ? `${error.message} (${error.code})` : `HTTP ${result.status}`;
+    if (!error) return `HTTP ${result.status}`;
+    const detail = Array.isArray(error.details) && error.details[0];
+    const more = detail && detail.message && detail.message !== error.message
+      ? `: ${detail.field ? `${String(detail.field).replace(/^query\./, "")}: ` : ""}${detail.message}` : "";
+    return `${error.message}${more} (${error.code})`;
   }
   function missingRoute(result) {
     // No such route: FastAPI's own 404 ("Not Found"), or a path that exists for other methods.
@@ -131,12 +142,35 @@ const API = "api/v1/";
     return result.status === 405 || (result.status === 404 && (!error || error.message === "Not Found"));
   }
 
+  // ---- who is signed in ---------------------------------------------------------------
+  function can(role) {
+    // Unknown (the session answer failed): offer everything; the API decides.
+    return !me || ROLES.indexOf(me.role) >= ROLES.indexOf(role);
+  }
+  function named() { return Boolean(me && !me.shared); }
+  function cannot(role, what) {
+    return el("p", { class: "notice role-note" },
+      `Signed in as ${me ? me.name : "?"} (${me ? me.role : "?"}): ${what} needs the ${role} role.`);
+  }
   function operator() { return localStorage.getItem("orch.by") || ""; }
   function byField(id) {
+    // A named account acts as itself (the API records its name); the shared token asks.
+    if (named()) {
+      return [el("input", { type: "hidden", id, name: "by", value: me.name }),
+        el("p", { class: "muted acting-as" }, `Acting as ${me.name}`)];
+    }
     return [el("label", { for: id }, "Your name"),
       el("input", { id, name: "by", required: true, maxlength: 128, value: operator(), autocomplete: "name" })];
   }
-  function remember(by) { if (by) localStorage.setItem("orch.by", by); }
+  function remember(by) { if (by && !named()) localStorage.setItem("orch.by", by); }
+  function showAccount(state) {
+    document.getElementById("signout").hidden = !state.required;
+    const who = document.getElementById("whoami");
+    if (!state.required || !me) { who.hidden = true; return; }
+    fill(who, me.shared ? "Signed in with the API token" : ["Signed in as ", el("strong", { id: "whoami-name" }, me.name)],
+      el("span", { class: "role", id: "whoami-role" }, me.role));
+    who.hidden = false;
+  }
 
   // ---- routing -------------------------------------------------------------------------
   function route() {
@@ -164,28 +198,38 @@ const API = "api/v1/";
   }
 
   // ---- task list -------------------------------------------------------------------------
+  // Every filter is a query parameter of GET /api/v1/tasks, so each page holds the filter's
+  // rows and `next_cursor` leads to the next of them. "Created" is fixed when the view opens:
+  // every page and every refresh asks for the same range.
   const SINCE = { "": "any time", "1h": "last hour", "24h": "last 24 hours", "7d": "last 7 days" };
   const SINCE_MS = { "1h": 3600e3, "24h": 86400e3, "7d": 7 * 86400e3 };
 
   function taskList(params) {
-    const state = { status: params.get("status") || "", type: params.get("type") || "",
-      since: params.get("since") || "", cursors: [], cursor: null, timer: null, alive: true,
-      limit: 50 };
+    const since = SINCE_MS[params.get("since")] ? params.get("since") : "";
+    const state = { status: params.get("status") || "", type: (params.get("type") || "").trim(),
+      since, after: since ? new Date(Date.now() - SINCE_MS[since]).toISOString() : null,
+      cursors: [], cursor: null, timer: null, alive: true,
+      limit: Math.min(200, Math.max(1, parseInt(params.get("limit"), 10) || 50)) };
     const rows = el("div", { id: "task-rows" }, el("p", { class: "muted" }, "Loading…"));
     const pager = el("div", { class: "pager" });
     const form = el("form", { class: "filters", id: "filters", onsubmit: (event) => {
       event.preventDefault();
       const data = new FormData(form);
       const next = new URLSearchParams();
-      for (const key of ["status", "type", "since"]) if (data.get(key)) next.set(key, data.get(key));
-      location.hash = `#/?${next}`;
+      for (const key of ["status", "type", "since"]) {
+        const value = String(data.get(key) || "").trim();
+        if (value) next.set(key, value);
+      }
+      if (params.get("limit")) next.set("limit", String(state.limit));
+      const hash = `#/?${next}`;
+      if (location.hash === hash) render(); else location.hash = hash; // again: a fresh range
     } },
     el("div", { class: "field" }, el("label", { for: "f-status" }, "Status"),
       el("select", { id: "f-status", name: "status" },
         el("option", { value: "" }, "any"),
         STATUSES.map((s) => el("option", { value: s, selected: s === state.status }, s)))),
     el("div", { class: "field" }, el("label", { for: "f-type" }, "Type"),
-      el("input", { id: "f-type", name: "type", value: state.type, size: 18 })),
+      el("input", { id: "f-type", name: "type", value: state.type, size: 18, maxlength: 64 })),
     el("div", { class: "field" }, el("label", { for: "f-since" }, "Created"),
       el("select", { id: "f-since", name: "since" },
         Object.entries(SINCE).map(([k, v]) => el("option", { value: k, selected: k === state.since }, v)))),
@@ -196,20 +240,18 @@ const API = "api/v1/";
       const query = new URLSearchParams({ limit: String(state.limit) });
       if (state.status) query.set("status", state.status);
       if (state.type) query.set("task_type", state.type);
+      if (state.after) query.set("created_after", state.after);
       if (state.cursor) query.set("cursor", state.cursor);
       const result = await api("GET", `tasks?${query}`);
       if (!state.alive) return;
       if (!result.ok) {
-        if (!result.down) fill(rows, el("p", { class: "error" }, errorText(result)));
+        if (!result.down) { fill(rows, el("p", { class: "error", id: "list-error" }, errorText(result))); fill(pager); state.seen = null; }
         return;
       }
       const seen = JSON.stringify([result.data, state.cursor, state.limit]);
       if (seen === state.seen) return; // unchanged: keep the focus where it is
       state.seen = seen;
-      const cutoff = state.since ? Date.now() - SINCE_MS[state.since] : null;
-      const tasks = itemsOf(result.data).filter((t) =>
-        (!state.type || t.task_type === state.type) &&
-        (!cutoff || new Date(t.created_at).getTime() >= cutoff));
+      const tasks = itemsOf(result.data);
       fill(rows, tasks.length === 0 ? el("p", { class: "muted" }, "No tasks match.") :
         table(["Task", "Status", "Type", "Generation", "Created", "Updated"], tasks.map((t) => [
           el("a", { href: `#/task/${encodeURIComponent(t.task_id)}`, class: "task-link" }, t.title || t.task_id),
@@ -217,12 +259,13 @@ const API = "api/v1/";
           t.task_type, String(t.generation), when(t.created_at), when(t.updated_at)])));
       const next = result.data.next_cursor;
       fill(pager,
-        state.cursors.length ? el("button", { class: "secondary", type: "button", onclick: () => {
+        state.cursors.length ? el("button", { class: "secondary", type: "button", id: "prev-page", onclick: () => {
           state.cursor = state.cursors.pop() || null; load(); } }, "← Newer") : null,
         next ? el("button", { class: "secondary", type: "button", id: "next-page", onclick: () => {
           state.cursors.push(state.cursor); state.cursor = next; load(); } }, "Older →") : null,
+        state.cursors.length || next ? el("span", { class: "muted", id: "page-number" }, `page ${state.cursors.length + 1}`) : null,
         // A server without cursors: ask for a longer page, up to the API's 200.
-        !next && itemsOf(result.data).length >= state.limit && state.limit < 200
+        !next && tasks.length >= state.limit && state.limit < 200
           ? el("button", { class: "secondary", type: "button", id: "more", onclick: () => {
             state.limit = Math.min(200, state.limit + 50); load(); } }, "Show more") : null);
     }
@@ -369,6 +412,7 @@ const API = "api/v1/";
         ["Generation", String(action.generation)], ["Proposed", when(action.created_at)],
         ["Digest", action.digest ? el("code", { class: "digest" }, action.digest) : el("span", { class: "muted" }, "not provided by this server")]]),
       el("h3", {}, "Payload"), json(action.payload),
+      action.status === "pending_approval" && !can("approver") ? cannot("approver", "deciding on an action") :
       action.status === "pending_approval" ? el("form", { class: "inline", onsubmit: (e) => e.preventDefault() },
         el("div", {}, byField(byId)),
         el("div", {}, el("label", { for: note.id }, "Note"), note),
@@ -431,8 +475,9 @@ const API = "api/v1/";
       el("p", {}, el("a", { href: "#/" }, "← Tasks")),
       head,
       el("section", { class: "card", "aria-labelledby": "h-ops" }, el("h2", { id: "h-ops" }, "Operator actions"),
-        el("div", { class: "row" }, reasonForm("requeue-reason", "Requeue", "requeue", "secondary"),
-          reasonForm("cancel-reason", "Cancel", "cancel", "danger")), opResult),
+        can("operator") ? el("div", { class: "row" }, reasonForm("requeue-reason", "Requeue", "requeue", "secondary"),
+          reasonForm("cancel-reason", "Cancel", "cancel", "danger")) : cannot("operator", "requeueing or cancelling"),
+        opResult),
       el("section", { class: "card", "aria-labelledby": "h-plan" },
         el("div", { class: "row" }, el("h2", { id: "h-plan" }, "Plan"), live), planBox, nodeDetail),
       el("section", { class: "card", "aria-labelledby": "h-pending" }, el("h2", { id: "h-pending" }, "Pending approvals"), pending),
@@ -511,7 +556,8 @@ const API = "api/v1/";
       const node = s.plan && s.plan.nodes.find((n) => n.id === id);
       if (!node) { nodeDetail.hidden = true; return; }
       const result = el("p", { role: "status", class: "node-result" });
-      const human = node.actor === "human" && !NODE_DONE.includes(node.status);
+      const open = node.actor === "human" && !NODE_DONE.includes(node.status);
+      const human = open && can("operator");
       async function finish(verb, body) {
         const by = document.getElementById("node-by").value.trim();
         if (!by) { fill(result, el("span", { class: "error" }, "Your name is needed.")); return; }
@@ -541,7 +587,8 @@ const API = "api/v1/";
               finish("fail", { reason: reasonInput.value.trim() }); } }, "Fail"),
             el("button", { type: "button", class: "secondary", id: "node-skip", onclick: () => {
               if (!reasonInput.value.trim()) { fill(result, el("span", { class: "error" }, "A reason is needed.")); return; }
-              finish("skip", { reason: reasonInput.value.trim() }); } }, "Skip"))) : null,
+              finish("skip", { reason: reasonInput.value.trim() }); } }, "Skip")))
+          : open ? cannot("operator", "closing a human step") : null,
         result);
       nodeDetail.hidden = false;
       if (focus) nodeDetail.focus();
@@ -681,10 +728,13 @@ const API = "api/v1/";
   }
 
   // ---- start -----------------------------------------------------------------------------
+  // Who is signed in decides what is offered, so it is known before the first view.
   fetch("console/session", { credentials: "same-origin" })
     .then((r) => r.json())
-    .then((state) => { document.getElementById("signout").hidden = !state.required; })
-    .catch(() => {});
-  window.addEventListener("hashchange", render);
-  render();
+    .then((state) => { me = state.account || null; showAccount(state); })
+    .catch(() => {})
+    .finally(() => {
+      window.addEventListener("hashchange", render);
+      render();
+    });
 })();

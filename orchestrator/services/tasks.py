@@ -10,8 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import update
 
 from orchestrator.domain.cursors import decode_cursor, encode_cursor
+from orchestrator.domain.task_filter import TASK_TYPE_PATTERN, TaskFilter
 from orchestrator.domain.vocabulary import TASK_STATUSES, TERMINAL_TASK_STATUSES
-from orchestrator.errors import ConflictError, InvalidTransition, NotFound, ValidationFailed
+from orchestrator.errors import ConflictError, InvalidTransition, NotFound
 from orchestrator.leases import LeaseBackend
 from orchestrator.services.dispatch import Dispatcher, safe_dispatch
 from orchestrator.services.lease_keeper import lease_name
@@ -30,7 +31,7 @@ from orchestrator.store.types import utcnow
 
 __all__ = ["TaskService", "Trigger", "TriggerResult"]
 
-_ID_PATTERN = r"^[A-Za-z0-9_.:-]+$"
+_ID_PATTERN = TASK_TYPE_PATTERN
 
 
 class Trigger(BaseModel):
@@ -98,23 +99,20 @@ class TaskService:
         return task
 
     def list_tasks(
-        self, *, status: str | None = None, limit: int = 50, cursor: str | None = None
+        self, *, where: TaskFilter | None = None, limit: int = 50, cursor: str | None = None
     ) -> list[TaskRecord]:
-        """Newest first, without contexts; `cursor` continues after a `page_tasks` page."""
-        if status is not None and status not in TASK_STATUSES:
-            raise ValidationFailed(
-                f"unknown status {status!r}; one of {', '.join(TASK_STATUSES)}",
-                code="invalid_status",
-            )
+        """Newest first, without contexts; `cursor` continues after a `page_tasks` page of the
+        same filter (build `where` with `task_filter`, which checks it)."""
         after = decode_cursor(cursor) if cursor else None
         with self.db.transaction(readonly=True) as conn:
-            return task_store.list_tasks(conn, status=status, limit=limit, after=after)
+            where = where or TaskFilter()
+            return task_store.list_tasks(conn, where=where, limit=limit, after=after)
 
     def page_tasks(
-        self, *, status: str | None = None, limit: int = 50, cursor: str | None = None
+        self, *, where: TaskFilter | None = None, limit: int = 50, cursor: str | None = None
     ) -> tuple[list[TaskRecord], str | None]:
         """One page and the cursor of the next (None on the last page)."""
-        rows = self.list_tasks(status=status, limit=limit + 1, cursor=cursor)
+        rows = self.list_tasks(where=where, limit=limit + 1, cursor=cursor)
         items = rows[:limit]
         more = len(rows) > limit and items
         return items, encode_cursor(items[-1].created_at, items[-1].task_id) if more else None

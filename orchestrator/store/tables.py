@@ -94,6 +94,9 @@ tasks = Table(
     Index(None, "status", "updated_at"),
     Index(None, "status", "queued_at"),  # the sweeper's stale-queued query
     Index(None, "created_at"),
+    # The task list filtered by status or by type, newest first (keyset on created_at).
+    Index(None, "status", "created_at"),
+    Index(None, "task_type", "created_at"),
 )
 
 sessions = Table(

@@ -30,6 +30,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
+from orchestrator.domain.task_filter import TaskFilter
 from orchestrator.store.open_work import generation_receipts_to_unknown
 from orchestrator.store.records import ExecutionRecord, TaskRecord
 from orchestrator.store.tables import actions, executions, sessions, tasks
@@ -622,19 +623,26 @@ def touch_queued(conn: Connection, task: TaskRecord) -> bool:
 def list_tasks(
     conn: Connection,
     *,
-    status: str | None,
+    where: TaskFilter,
     limit: int,
     after: tuple[datetime, str] | None = None,
 ) -> list[TaskRecord]:
-    """Newest first; `after` is the (created_at, task_id) of the last row already seen.
+    """Newest first, the rows `where` keeps; `after` is the (created_at, task_id) of the last
+    row already seen, so a filtered list pages like an unfiltered one.
 
     A list never loads the contexts (they may be large): `context` and `sample_input` of the
     records are None here; `get_task` reads them.
     """
     light = [c for c in tasks.c if c.name not in ("context", "sample_input")]
     query: Select[Any] = select(*light, null().label("context"), null().label("sample_input"))
-    if status is not None:
-        query = query.where(tasks.c.status == status)
+    if where.status is not None:
+        query = query.where(tasks.c.status == where.status)
+    if where.task_type is not None:
+        query = query.where(tasks.c.task_type == where.task_type)
+    if where.created_after is not None:
+        query = query.where(tasks.c.created_at >= where.created_after)
+    if where.created_before is not None:
+        query = query.where(tasks.c.created_at < where.created_before)
     if after is not None:
         created_at, task_id = after
         query = query.where(

@@ -11,6 +11,7 @@ Screenshots go to `.artifacts/browser/` (git-ignored), kept after the run.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import time
@@ -32,6 +33,12 @@ ARTIFACTS = ROOT / ".artifacts" / "browser"
 CHROMIUM = os.environ.get("CONSOLE_TEST_CHROMIUM", "/usr/bin/chromium")
 TOKEN = "browser-console-token-5f1c"
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
+#: ORCH_OPERATORS accounts beside the API token: name -> (role, token).
+OPERATORS = {
+    "vera": ("viewer", "viewer-token-9a1e"),
+    "otto": ("operator", "operator-token-77c2"),
+    "alma": ("approver", "approver-token-3d0b"),
+}
 
 
 class Console:
@@ -135,12 +142,21 @@ def console(
     flush.close()
     database = f"sqlite:///{folder / 'orchestrator.db'}"
     upgrade(database)
+    operators = folder / "operators"
+    operators.write_text(
+        "".join(
+            f"{name} {role} {hashlib.sha256(token.encode()).hexdigest()}\n"
+            for name, (role, token) in OPERATORS.items()
+        ),
+        encoding="utf-8",
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
     env.update(
         ORCH_HOME=str(folder / "home"),
         ORCH_DATABASE_URL=database,
         ORCH_REDIS_URL=redis_server.url,
         ORCH_API_TOKEN=TOKEN,
+        ORCH_OPERATORS=str(operators),
         ORCH_MODEL=f"scripted:{write_scripts(folder / 'scripts')}",
         ORCH_LEASE_SECONDS="3",
         ORCH_LEASE_RENEW_SECONDS="1",
@@ -189,4 +205,4 @@ def shot(page: Any, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
-__all__ = ["ARTIFACTS", "CHROMIUM", "HEADERS", "TOKEN", "Console", "shot"]
+__all__ = ["ARTIFACTS", "CHROMIUM", "HEADERS", "OPERATORS", "TOKEN", "Console", "shot"]

@@ -143,6 +143,7 @@ def write_scripts(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     scripts = {"live": _live(), "xss": _xss(), "approval": _approval(), "human": _human()}
     scripts["slow"] = _slow()
+    scripts["pager"] = _xss()  # a type of its own for the paging test
     for name, script in scripts.items():
         # Every round queries the simulated SCADA source first: completed nodes and reports cite it.
         script["turns"].insert(0, _turn(0.0, _QUERY))

@@ -132,3 +132,106 @@ def test_a_bad_operators_file_stops_start_up_in_one_line(store_url: str, tmp_pat
         path.write_text(text, encoding="utf-8")
         with pytest.raises(OperatorsError, match=needle):
             load_operators(path)
+
+
+def sign_in(client: TestClient, token: str) -> None:
+    """Sign the client's browser session in with `token` (the client keeps the cookie)."""
+    answer = client.post("/console/session", data={"token": token}, follow_redirects=False)
+    assert answer.status_code == 303, answer.text
+    assert token not in answer.headers["location"] + answer.headers["set-cookie"]
+
+
+CONSOLE = {"X-Orch-Console": "1"}
+
+
+def test_a_viewers_console_session_reads_and_every_write_is_403(
+    setup: tuple[Runtime, TestClient, str, str],
+) -> None:
+    rt, client, task_id, action_id = setup
+    sign_in(client, TOKENS["vera"])
+    state = client.get("/console/session").json()
+    assert state["account"] == {"name": "vera", "role": "viewer", "shared": False}
+    assert client.get(f"/api/v1/tasks/{task_id}").status_code == 200
+    assert client.get("/api/v1/actions").status_code == 200
+    digest = rt.actions.get(action_id).digest
+    writes = [
+        (f"/api/v1/actions/{action_id}/approve", {"digest": digest, "by": "vera"}),
+        (f"/api/v1/tasks/{task_id}/nodes/sample/complete", {"evidence": "x"}),
+        (f"/api/v1/tasks/{task_id}/requeue", {"reason": "again"}),
+        (f"/api/v1/tasks/{task_id}/cancel", {"reason": "stop"}),
+        ("/api/v1/tasks", {"task_type": "op", "title": "new"}),
+    ]
+    for path, body in writes:
+        refused = client.post(path, json=body, headers=CONSOLE)
+        assert (refused.status_code, refused.json()["error"]["code"]) == (403, "forbidden"), path
+    assert rt.actions.get(action_id).status == "pending_approval"
+    assert rt.tasks.get(task_id).status == "waiting"
+
+
+def test_an_operators_console_session_writes_but_cannot_approve(
+    setup: tuple[Runtime, TestClient, str, str],
+) -> None:
+    rt, client, task_id, action_id = setup
+    sign_in(client, TOKENS["otto"])
+    digest = rt.actions.get(action_id).digest
+    refused = client.post(
+        f"/api/v1/actions/{action_id}/approve", json={"digest": digest}, headers=CONSOLE
+    )
+    assert (refused.status_code, refused.json()["error"]["code"]) == (403, "forbidden")
+    step = client.post(
+        f"/api/v1/tasks/{task_id}/nodes/sample/complete",
+        json={"evidence": "0.4 mg/L", "by": "somebody"},
+        headers=CONSOLE,
+    )
+    assert (step.status_code, step.json()["by"]) == (200, "otto")
+
+
+def test_an_approvers_console_session_approves_as_itself(
+    setup: tuple[Runtime, TestClient, str, str],
+) -> None:
+    rt, client, _task_id, action_id = setup
+    sign_in(client, TOKENS["alma"])
+    digest = rt.actions.get(action_id).digest
+    approve = f"/api/v1/actions/{action_id}/approve"
+    body = {"digest": digest, "by": "night shift", "note": "go"}
+    assert client.post(approve, json=body).status_code == 401  # no console header: refused
+    approved = client.post(approve, json=body, headers=CONSOLE)
+    assert approved.status_code == 200, approved.text
+    assert approved.json()["decided_by"] == "alma"
+    assert rt.actions.get(action_id).decided_by == "alma"
+
+
+def test_a_console_session_ends_when_the_accounts_token_changes(
+    setup: tuple[Runtime, TestClient, str, str], store_url: str, tmp_path: Path
+) -> None:
+    _, client, task_id, _ = setup
+    sign_in(client, TOKENS["vera"])
+    cookie = client.cookies.get("orch_console")
+    assert cookie
+    rotated = tmp_path / "rotated"
+    rotated.write_text(f"vera viewer {hashlib.sha256(b'vera-new').hexdigest()}\n", encoding="utf-8")
+    app = create_app(load_settings(database_url=store_url, operators=rotated))
+    with TestClient(app) as other:
+        other.cookies.set("orch_console", cookie)
+        assert other.get(f"/api/v1/tasks/{task_id}").status_code == 401
+        assert other.get("/console/session").json()["signed_in"] is False
+    # The same file, a new process: the session is still good (nothing kept server-side).
+    app = create_app(load_settings(database_url=store_url, operators=operators_file(tmp_path)))
+    with TestClient(app) as again:
+        again.cookies.set("orch_console", cookie)
+        assert again.get(f"/api/v1/tasks/{task_id}").status_code == 200
+
+
+def test_operator_accounts_alone_make_the_console_ask_to_sign_in(
+    store_url: str, tmp_path: Path
+) -> None:
+    app = create_app(load_settings(database_url=store_url, operators=operators_file(tmp_path)))
+    with TestClient(app) as client:
+        assert 'id="signin-form"' in client.get("/console").text
+        assert client.get("/console/session").json()["required"] is True
+        wrong = client.get("/console?token=api-token-is-not-set", follow_redirects=False)
+        assert wrong.status_code == 401
+        moved = client.get(f"/console?token={TOKENS['otto']}&x=1", follow_redirects=False)
+        assert (moved.status_code, moved.headers["location"]) == (303, "/console?x=1")
+        assert client.get("/console/session").json()["account"]["name"] == "otto"
+        assert TOKENS["otto"] not in client.get("/console").text

@@ -1,0 +1,130 @@
+"""The console signed in with operator tokens (ORCH_OPERATORS), and the task list paging on the
+server, in a real headless chromium against a real API, worker and sweeper."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.conftest import OPERATORS, Console, shot
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+WRITE = """async (path) => {
+  const r = await fetch(path, {method: 'POST', credentials: 'same-origin',
+    headers: {'X-Orch-Console': '1', 'Content-Type': 'application/json'},
+    body: JSON.stringify({reason: 'from the page', by: 'someone else'})});
+  return [r.status, (await r.json()).error?.code ?? null];
+}"""
+
+
+def token(name: str) -> str:
+    return OPERATORS[name][1]
+
+
+def test_an_approver_signs_in_by_form_and_approves_as_itself(
+    browser: Any, console: Console
+) -> None:
+    task_id = console.trigger("approval", "Approve as alma")
+    console.wait_for(task_id, lambda t: t["status"] == "waiting")
+    context = browser.new_context()
+    tab = context.new_page()
+    try:
+        tab.goto(f"{console.url}/console")
+        tab.fill("#token", token("alma"))
+        tab.click("#signin-form button")
+        expect(tab.locator("h1")).to_have_text("Tasks")
+        expect(tab.locator("#whoami-name")).to_have_text("alma")
+        expect(tab.locator("#whoami-role")).to_have_text("approver")
+        assert token("alma") not in tab.url + tab.content()
+        cookie = next(c for c in context.cookies() if c["name"] == "orch_console")
+        assert token("alma") not in cookie["value"]
+        tab.goto(f"{console.url}/console#/approvals")
+        card = tab.locator("article.action").filter(has_text=task_id)
+        expect(card.locator(".acting-as")).to_have_text("Acting as alma")
+        assert card.locator("input[name=by]:visible").count() == 0  # no name to type
+        card.locator("input[name=note]").fill("approved in the console")
+        shot(tab, "approvals-as-approver")
+        card.locator("button.approve").click()
+        expect(tab.locator("#approvals")).not_to_contain_text(task_id)
+    finally:
+        context.close()
+    decided = console.http.get("/api/v1/actions", params={"status": "approved", "task_id": task_id})
+    [action] = decided.json()["items"]
+    assert (action["decided_by"], action["note"]) == ("alma", "approved in the console")
+    assert token("alma") not in console.api_log()
+
+
+def test_a_viewer_reads_and_is_offered_no_write(browser: Any, console: Console) -> None:
+    task_id = console.trigger("approval", "Only looked at")
+    console.wait_for(task_id, lambda t: t["status"] == "waiting")
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    tab = context.new_page()
+    try:
+        tab.goto(f"{console.url}/console?token={token('vera')}")
+        expect(tab.locator("#whoami-name")).to_have_text("vera")
+        expect(tab.locator("#whoami-role")).to_have_text("viewer")
+        assert tab.url.endswith("/console")
+        tab.goto(f"{console.url}/console#/task/{task_id}")
+        expect(tab.locator("#task-title")).to_have_text("Only looked at")
+        expect(tab.locator("#pending-actions article.action")).to_have_count(1)
+        expect(tab.locator("#pending-actions .role-note")).to_contain_text("approver role")
+        assert tab.locator("#pending-actions button.approve").count() == 0
+        expect(tab.locator(".role-note").first).to_contain_text("Signed in as vera (viewer)")
+        assert tab.locator("#requeue-form, #cancel-form").count() == 0
+        shot(tab, "task-detail-as-viewer")
+        # The page offers nothing, and the API refuses what a script would try anyway.
+        assert tab.evaluate(WRITE, f"api/v1/tasks/{task_id}/requeue") == [403, "forbidden"]
+        assert tab.evaluate("fetch('api/v1/tasks').then(r => r.status)") == 200
+    finally:
+        context.close()
+    assert console.task(task_id)["generation"] == 1
+    assert token("vera") not in console.api_log()
+
+
+def test_an_operator_requeues_but_does_not_decide(browser: Any, console: Console) -> None:
+    task_id = console.trigger("approval", "Requeued by otto")
+    console.wait_for(task_id, lambda t: t["status"] == "waiting")
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    tab = context.new_page()
+    try:
+        tab.goto(f"{console.url}/console?token={token('otto')}")
+        expect(tab.locator("#whoami-role")).to_have_text("operator")
+        tab.goto(f"{console.url}/console#/task/{task_id}")
+        expect(tab.locator("#pending-actions .role-note")).to_contain_text("approver role")
+        tab.fill("#requeue-reason", "a second look")
+        tab.click("#requeue-form button")
+        expect(tab.locator("#op-result")).to_have_text("Requeue: done.")
+        listing = f"api/v1/actions?task_id={task_id}"
+        assert tab.evaluate(f"fetch('{listing}').then(r => r.status)") == 200
+    finally:
+        context.close()
+    console.wait_for(task_id, lambda t: t["generation"] == 2)
+
+
+def test_the_task_list_filters_and_pages_on_the_server(page: Any, console: Console) -> None:
+    titles = {f"Paged {n}" for n in range(5)}
+    for title in sorted(titles):
+        console.trigger("pager", title)
+    page.goto(f"{console.url}/console#/?type=pager&limit=2")
+    rows = page.locator("#task-rows a.task-link")
+    seen: list[str] = []
+    for number in (1, 2, 3):
+        expect(page.locator("#page-number")).to_have_text(f"page {number}")
+        expect(rows).to_have_count(2 if number < 3 else 1)
+        seen += rows.all_inner_texts()
+        if number < 3:
+            page.click("#next-page")
+    assert page.locator("#next-page").count() == 0
+    assert sorted(seen) == sorted(titles)  # every task once, none from another type
+    page.click("#prev-page")
+    expect(page.locator("#page-number")).to_have_text("page 2")
+    expect(rows).to_have_count(2)
+    # A filter the server refuses is said, not shown as an empty list.
+    page.fill("#f-type", "not a type")
+    page.click("#filters button")
+    expect(page.locator("#list-error")).to_contain_text("task_type")
+    page.goto(f"{console.url}/console#/?type=pager&since=1h&status=failed")
+    expect(page.locator("#task-rows")).to_have_text("No tasks match.")

@@ -69,7 +69,10 @@ LEASE_RENEWALS = Counter("orchestrator_lease_renewals", "Lease renewals that suc
 LEASE_RENEWAL_FAILURES = Counter(
     "orchestrator_lease_renewal_failures", "Lease renewals that failed or found the lease lost"
 )
-RECOVERIES = Counter("orchestrator_recoveries", "Expired generations requeued by the sweeper")
+RECOVERIES = Counter(
+    "orchestrator_recoveries",
+    "Lost generations requeued by the sweeper (lease expired, or worker process gone)",
+)
 RECOVERY_DELAY = Histogram(
     "orchestrator_recovery_delay_seconds",
     "Time from a lease's expiry to the sweeper's requeue",

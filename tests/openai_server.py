@@ -13,7 +13,12 @@ the `{"id", "type": "function", "function": {"name", "arguments": text}}` form.
         ... ORCH_MODEL=openai:test-model LLM_BASE_URL=server.base_url ...
         server.requests  # every body received, the refused ones too
 
-When the queue is empty it answers a final message (`content="done"`), so a round ends.
+When the queue is empty it answers a final message (`content="done"`), so a round ends; or,
+after `converse(replies)`, each conversation gets `replies` in order (the Nth reply to a request
+whose history holds N-1 assistant messages), so many rounds can run at once, each its own script
+(`converse(other, mentioning="(probe)")`: the conversations whose user messages say so).
+`OpenAIServer(delay_s=2)` answers every turn after at least 2 s, like a slow model; a thread per
+connection and a deep listen backlog let hundreds of clients wait on it at once.
 """
 
 from __future__ import annotations
@@ -29,13 +34,27 @@ from typing import Any
 
 from orchestrator.agent.script_refs import resolve_refs
 
-__all__ = ["Failure", "OpenAIServer", "Reply", "call", "strict_problem"]
+__all__ = ["Failure", "OpenAIServer", "Reply", "call", "replies", "strict_problem"]
 
 
 def call(call_id: str, name: str, arguments: dict[str, Any] | str) -> dict[str, Any]:
     """One tool call of a reply; a string is sent as the arguments text as it is (malformed)."""
     text = arguments if isinstance(arguments, str) else json.dumps(arguments)
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": text}}
+
+
+def replies(turns: list[dict[str, Any]]) -> list[Reply]:
+    """A scripted model's turns (`{"tool_calls": [{"id", "name", "arguments"}]}`) as replies."""
+    return [
+        Reply(
+            content=turn.get("content"),
+            tool_calls=[
+                call(c["id"], c["name"], c["arguments"]) for c in turn.get("tool_calls") or []
+            ],
+            delay_s=float(turn.get("delay_s", 0.0)),
+        )
+        for turn in turns
+    ]
 
 
 @dataclass
@@ -64,13 +83,14 @@ class Request:
 class OpenAIServer:
     """Serves `POST /v1/chat/completions` on 127.0.0.1 on a free port."""
 
-    def __init__(self, model: str = "test-model") -> None:
+    def __init__(self, model: str = "test-model", *, delay_s: float = 0.0) -> None:
         self.model = model
+        self.delay_s = delay_s  # the least time before any answer (200) goes out
         self.script: deque[Reply | Failure | Callable[[dict[str, Any]], Reply | Failure]] = deque()
+        self.conversations: dict[str, list[Reply]] = {}  # by what the user messages mention
         self.requests: list[Request] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -96,6 +116,11 @@ class OpenAIServer:
     def fail(self, status: int, retry_after: float | None = None, message: str = "busy") -> None:
         self.script.append(Failure(status, retry_after, message))
 
+    def converse(self, script: list[Reply], *, mentioning: str = "") -> None:
+        """Once the queue is empty, a conversation whose user messages mention `mentioning` (the
+        first such registration wins; "" means any) gets `script` in order, then "done"."""
+        self.conversations[mentioning] = list(script)
+
     def dynamic(self, answer: Callable[[dict[str, Any]], Reply | Failure]) -> None:
         """An answer computed from the request (to look at what the agent was shown)."""
         self.script.append(answer)
@@ -116,13 +141,22 @@ class OpenAIServer:
 
     def _next(self, body: dict[str, Any]) -> Reply | Failure:
         with self._lock:
-            item = self.script.popleft() if self.script else Reply(content="done")
+            item = self.script.popleft() if self.script else None
+        if item is None:
+            item = self._conversation_reply(body)
         answer = item(body) if callable(item) else item
         if isinstance(answer, Reply) and answer.tool_calls:
             # Like the scripted model: `${CALL_ID.path}` takes what an earlier result returned
             # (an evidence id the host made up at run time), read from this request's history.
             answer = replace(answer, tool_calls=_resolved(answer.tool_calls, body))
         return answer
+
+    def _conversation_reply(self, body: dict[str, Any]) -> Reply:
+        messages = body.get("messages") or []
+        said = " ".join(str(m.get("content")) for m in messages if m.get("role") == "user")
+        script = next((s for key, s in self.conversations.items() if key in said), [])
+        turn = sum(1 for m in messages if m.get("role") == "assistant")
+        return script[turn] if turn < len(script) else Reply(content="done")
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -158,8 +192,9 @@ class OpenAIServer:
                     self._send(answer.status, {"error": {"message": answer.message}}, headers)
                     return
                 server.requests.append(Request(body, None, 200))
-                if answer.delay_s:
-                    time.sleep(answer.delay_s)
+                delay = max(answer.delay_s, server.delay_s)
+                if delay:
+                    time.sleep(delay)
                 self._send(200, server._completion(body, answer))
 
             def _send(
@@ -201,6 +236,14 @@ class OpenAIServer:
                 "total_tokens": prompt + completion,
             },
         }
+
+
+class _Server(ThreadingHTTPServer):
+    """A thread per connection; a backlog deep enough for hundreds of clients connecting at once
+    (socketserver's default of 5 would make a burst of them wait on SYN retries)."""
+
+    daemon_threads = True
+    request_queue_size = 1024
 
 
 def strict_problem(body: dict[str, Any]) -> str | None:

@@ -7,7 +7,10 @@ client, which reads the connection parameters from `transport.client`: an `Attri
 (`'NoneType' object has no attribute 'hostname'`), not one of the connection errors Celery
 ignores while closing, so the worker stops with "Unrecoverable error" instead of reconnecting.
 The same happens to a late acknowledgement flushed while the event loop closes.
-Kombu 5.7.0; upstream: celery/kombu#582 and #970 show the same failing path.
+Kombu 5.7.0 (still so in the newest release we can reach); upstream: celery/kombu#582 and #970
+show the same failing path on older versions. The report to file, with a reproduction, the exact
+line (`kombu/transport/redis.py:1959`, `Channel._connparams`) and a suggested fix:
+docs/upstream/kombu-redis-restart.md. Drop this module once a fixed Kombu is pinned.
 
 Here a channel whose connection was detached answers with a Redis `ConnectionError`: the
 error Kombu expects from a broker that went away. Celery ignores it, reconnects, and consumes

@@ -6,6 +6,9 @@ handled as a batch: one lease read, one transaction (`store/lost.py`), one publi
 broker connection. Every requeue is a compare-and-set on the execution row and the task's
 generation: two sweepers never requeue one expiry twice. A lost generation's pending_approval
 actions are superseded in the transaction that requeues or parks it.
+
+Every requeue, whichever way the loss was found (an expired lease, a gone process), passes
+through `Sweeper.requeue_lost`, which counts it in the metrics once it committed.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from orchestrator.settings import Settings
 from orchestrator.store import outbox as outbox_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database
-from orchestrator.store.lost import held_on_host, requeue_lost
+from orchestrator.store.lost import LostBatch, held_on_host, requeue_lost
 from orchestrator.store.records import ExecutionRecord
 from orchestrator.store.types import utcnow
 
@@ -169,10 +172,7 @@ class Sweeper:
                 )
         report.requeued += batch.requeued
         report.parked += batch.parked
-        if batch.requeued:
-            from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
-
-            metrics.RECOVERIES.inc(len(batch.requeued))
+        _observe_recoveries(batch)
         for task_id, generation in [(t, g) for t, g, _ in batch.requeued] + batch.parked:
             token = (release or {}).get((task_id, generation))
             if token is None:
@@ -192,3 +192,23 @@ class Sweeper:
                 claimed = task_store.touch_queued(conn, task)
             if claimed and safe_dispatch(self.dispatcher, task.task_id, task.generation):
                 report.republished.append((task.task_id, task.generation))
+
+
+def _observe_recoveries(batch: LostBatch) -> None:
+    """Each generation this batch requeued, once: a recovery, and its delay since its lease expired.
+
+    Only what this batch's compare-and-set moved is counted, so a generation another sweeper
+    requeued first counts once, there. A gone process is found before its lease runs out: its
+    delay is 0.
+    """
+    if not batch.requeued:
+        return
+    from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
+
+    metrics.RECOVERIES.inc(len(batch.requeued))
+    for task_id, generation, _ in batch.requeued:
+        expired = batch.lease_expiries.get((task_id, generation))
+        delay = 0.0
+        if expired is not None and batch.at is not None:
+            delay = max(0.0, (batch.at - expired).total_seconds())
+        metrics.RECOVERY_DELAY.observe(delay)

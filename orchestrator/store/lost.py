@@ -18,6 +18,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -47,10 +48,16 @@ __all__ = ["Held", "LostBatch", "held_on_host", "requeue_lost"]
 
 @dataclass
 class LostBatch:
-    """What one batch did: (task, lost generation, new generation) and (task, lost generation)."""
+    """What one batch did: (task, lost generation, new generation) and (task, lost generation).
+
+    `at` is when the batch closed them; `lease_expiries` the mirrored lease expiry of each
+    generation this batch closed (None if the store never had one), for the recovery delay.
+    """
 
     requeued: list[tuple[str, int, int]] = field(default_factory=list)
     parked: list[tuple[str, int]] = field(default_factory=list)
+    at: datetime | None = None
+    lease_expiries: dict[tuple[str, int], datetime | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -101,7 +108,7 @@ def requeue_lost(
     wanted = dict(sorted(set(lost)))  # one generation per task: a task runs one at a time
     if not wanted:
         return batch
-    now = utcnow()
+    now = batch.at = utcnow()
     locked = {
         row.task_id: row
         for row in conn.execute(
@@ -121,8 +128,9 @@ def requeue_lost(
         update(executions)
         .where(_pairs(conn, wanted), executions.c.outcome.is_(None))
         .values(outcome="lost", reason=reason, ended_at=now)
-        .returning(executions.c.task_id, executions.c.generation)
+        .returning(executions.c.task_id, executions.c.generation, executions.c.lease_expires_at)
     ).all()
+    batch.lease_expiries = {(row.task_id, row.generation): row.lease_expires_at for row in closed}
     moving = [
         locked[row.task_id]
         for row in closed

@@ -2,7 +2,8 @@
 
 40 rounds that each wait 2 s on the (scripted) model run side by side in one process: they all
 complete, in about the time of one, on short leases that only the process's one heartbeat keeps
-alive; no generation is lost.
+alive; no generation is lost. The same holds on the real model client (`openai:`) against the
+loopback OpenAI-compatible server answering every turn after 1 s.
 """
 
 from __future__ import annotations
@@ -18,21 +19,33 @@ from orchestrator.services.tasks import Trigger
 from orchestrator.store import tasks as task_store
 from tests.acceptance.fleet import Fleet
 from tests.executions_support import completing_turns, runtime_for, wait_for, write_script
+from tests.openai_server import OpenAIServer, replies
 from workers.celery_app import CeleryDispatcher, make_celery
 
 COUNT, WAIT = 40, 2.0
+TURN = 1.0  # the OpenAI-compatible server's answer time
+#: What the worker logs when a generation stops because its lease is in doubt.
+LATE = ("lease renewal was refused", "older than the lease minus its safety margin")
 
 
-@pytest.fixture
-def fleet(pg_url: str, redis_url: str, scripts: Path, tmp_path: Path) -> Iterator[Fleet]:
-    env = {
+def whole_logs(fleet: Fleet) -> str:
+    """Every line the fleet's processes wrote (`Fleet.logs()` keeps only each log's tail)."""
+    return "".join(path.read_text(errors="replace") for path in fleet.folder.glob("*.log"))
+
+
+def lease_env(pg_url: str, redis_url: str, tmp_path: Path) -> dict[str, str]:
+    return {
         "ORCH_DATABASE_URL": pg_url,
         "ORCH_REDIS_URL": redis_url,
-        "ORCH_MODEL": f"scripted:{scripts}",
         "ORCH_LEASE_SECONDS": "2",  # shorter than a round: renewals must land in time
         "ORCH_LEASE_RENEW_SECONDS": "0.5",
         "ORCH_HOME": str(tmp_path / "home"),
     }
+
+
+@pytest.fixture
+def fleet(pg_url: str, redis_url: str, scripts: Path, tmp_path: Path) -> Iterator[Fleet]:
+    env = {**lease_env(pg_url, redis_url, tmp_path), "ORCH_MODEL": f"scripted:{scripts}"}
     running = Fleet(env, tmp_path)
     yield running
     running.stop()
@@ -72,4 +85,69 @@ def test_one_process_runs_many_rounds_at_once_without_losing_a_lease(
     assert len({e.worker for e in runs}) == 1  # all in the one worker process (host:pid)
     starts = sorted(e.started_at for e in runs if e.started_at is not None)
     assert (starts[-1] - starts[0]).total_seconds() < WAIT  # all running at once
-    assert "lease renewal was refused" not in fleet.logs()
+    logs = whole_logs(fleet)
+    for line in LATE:
+        assert line not in logs
+
+
+@pytest.fixture
+def model() -> Iterator[OpenAIServer]:
+    with OpenAIServer(delay_s=TURN) as running:
+        running.converse(replies(completing_turns()))
+        yield running
+
+
+@pytest.fixture
+def openai_fleet(
+    pg_url: str, redis_url: str, tmp_path: Path, model: OpenAIServer
+) -> Iterator[Fleet]:
+    env = {
+        **lease_env(pg_url, redis_url, tmp_path),
+        "ORCH_MODEL": "openai:test-model",
+        "LLM_BASE_URL": model.base_url,
+        # Still shorter than a round, with room for the client's own rule: a model call starts
+        # only with 1 s of vouched lease left (on a 2 s lease, a heartbeat 0.3 s behind its
+        # period leaves less, and the round ends `model_error`).
+        "ORCH_LEASE_SECONDS": "3",
+        "ORCH_SWEEP_SECONDS": "1",
+    }
+    running = Fleet(env, tmp_path)
+    running.sweeper()  # a lease renewed late would be taken and its generation requeued
+    yield running
+    running.stop()
+
+
+@pytest.mark.slow
+def test_one_process_runs_many_rounds_at_once_on_the_openai_client_without_a_late_renewal(
+    openai_fleet: Fleet, rt: Runtime, model: OpenAIServer
+) -> None:
+    turns = len(completing_turns())
+    worker = openai_fleet.worker(COUNT)  # the default pool: threads
+    wait_for(lambda: openai_fleet.ready(worker), 60, what="the worker")
+    began = time.monotonic()
+    task_ids = [
+        rt.tasks.trigger(Trigger(task_type="talks", title=f"t{n}")).task.task_id
+        for n in range(COUNT)
+    ]
+    wait_for(
+        lambda: all(rt.tasks.get(t).status in ("completed", "failed") for t in task_ids),
+        40,
+        interval=0.2,
+        what=f"{COUNT} rounds to end\n{openai_fleet.logs()[-4000:]}",
+    )
+    elapsed = time.monotonic() - began
+    logs = whole_logs(openai_fleet)
+    ended = [rt.tasks.get(t) for t in task_ids]
+    failures = [(t.failure_code, t.last_error) for t in ended if t.status != "completed"]
+    warnings = [line for line in logs.splitlines() if "WARNING" in line or "ERROR" in line]
+    assert not failures, (failures, warnings[:20])
+    with rt.db.transaction(readonly=True) as conn:
+        runs = [e for t in task_ids for e in task_store.list_executions(conn, t)]
+    assert [(e.generation, e.outcome) for e in runs] == [(1, "completed")] * COUNT  # none lost
+    assert len({e.worker for e in runs}) == 1  # all in the one worker process (host:pid)
+    starts = sorted(e.started_at for e in runs if e.started_at is not None)
+    assert (starts[-1] - starts[0]).total_seconds() < TURN * turns  # all running at once
+    assert elapsed < COUNT * TURN * turns / 4, elapsed  # side by side, not one after another
+    assert len(model.bodies) == COUNT * turns  # every turn of every round answered, once
+    for line in LATE:
+        assert line not in logs

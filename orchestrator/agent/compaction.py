@@ -116,6 +116,9 @@ class Conversation:
     compactions: list[Compaction] = field(default_factory=list)
     _units: list[_Unit] = field(default_factory=list)
     _last: tuple[list[dict[str, Any]], Sequence[Mapping[str, Any]]] = ([], ())
+    #: The tool definitions last measured and their exact size: the same list is sent on
+    #: every call of a round, so it is dumped and looked up once, not once per call.
+    _tools_measured: tuple[Sequence[Mapping[str, Any]], int] | None = None
 
     @property
     def last_raw(self) -> int:
@@ -166,8 +169,10 @@ class Conversation:
         limit = self.budget.request_limit
         # The byte bound first: when it fits, the exact count would fit too (it is smaller),
         # so the request goes out as it stands and nothing is tokenized.
-        bound = counter.raw_bound([*self._head(), *self._tail(notice)], tools) + sum(
-            unit.bound for unit in self._units
+        bound = (
+            counter.raw_bound([*self._head(), *self._tail(notice)], ())
+            + self._tools_tokens(tools)
+            + sum(unit.bound for unit in self._units)
         )
         if counter.scaled(bound) <= limit:
             messages = self.messages(notice)
@@ -297,6 +302,21 @@ class Conversation:
     @staticmethod
     def _tail(notice: str | None) -> list[dict[str, Any]]:
         return [] if notice is None else [{"role": "user", "content": notice}]
+
+    def _tools_tokens(self, tools: Sequence[Mapping[str, Any]]) -> int:
+        """The exact tokens of `tools`, remembered while the same definitions come back (the
+        memo keeps them referenced, so an identity match is the same objects)."""
+        assert self.counter is not None
+        memo = self._tools_measured
+        if (
+            memo is not None
+            and len(memo[0]) == len(tools)
+            and all(a is b for a, b in zip(memo[0], tools, strict=True))
+        ):
+            return memo[1]
+        tokens = sum(self.counter.schema(tool) for tool in tools)
+        self._tools_measured = (list(tools), tokens)
+        return tokens
 
     def _summary_tokens(self) -> int:
         if self.summary is None or self.counter is None:

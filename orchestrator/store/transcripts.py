@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, TextClause, delete, func, insert, select, text
 
 from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
+from orchestrator.store.fencing import LIVE_CTE, fence_params
 from orchestrator.store.tables import (
     recovery_snapshots,
     sessions,
@@ -185,9 +186,7 @@ def insert_entries_fenced(
     per write.
     """
     params: dict[str, Any] = {
-        "task_id": fence.task_id,
-        "generation": fence.generation,
-        "lease_token": fence.lease_token,
+        **fence_params(fence),
         "session_id": session_id,
         "first_seq": first_seq,
     }
@@ -195,7 +194,7 @@ def insert_entries_fenced(
         for name in _COLUMNS:
             value = row[name]
             params[f"{name}_{index}"] = json.dumps(value) if name == "body" else value
-    inserted = [seq for (seq,) in conn.execute(_fenced_insert(len(entries)), params)]
+    inserted = [int(seq) for (seq,) in conn.execute(_fenced_insert(len(entries)), params)]
     if len(inserted) != len(entries):
         return None
     return max(inserted) + 1
@@ -234,11 +233,7 @@ def _fenced_insert(rows: int) -> TextClause:
     )
     picked = [f"{first} + v.seq" if c == "seq" else f"v.{c}" for c in _COLUMNS]
     return text(
-        "WITH live AS (SELECT t.task_id FROM tasks t JOIN executions e "
-        "ON e.task_id = t.task_id AND e.generation = t.generation "
-        "WHERE t.task_id = :task_id AND t.generation = :generation AND t.status = 'running' "
-        "AND e.outcome IS NULL AND e.lease_token = :lease_token FOR UPDATE OF t) "
-        f"INSERT INTO transcript_entries ({columns}) "
+        LIVE_CTE + f"INSERT INTO transcript_entries ({columns}) "
         f"SELECT {', '.join(picked)} FROM (VALUES {values}) AS v({columns}) "
         "CROSS JOIN live RETURNING seq"
     )

@@ -181,8 +181,10 @@ def report(figures: dict[str, Any], command: str, versions: str, durable: bool =
         f"- Recovery: kill -> generation 2 `started_at`, {len(rec)} kills: "
         f"{', '.join(f'{s:.2f}' for s in rec)} s. The killed worker held generation 1 mid-round "
         "(just after its first plan write, which renewed the lease); a second worker was idle; "
-        f"one `orchestrator sweeper` process. Expected: the lease ({LEASE:g} s) plus up to one "
-        f"sweep interval ({SWEEP:g} s).",
+        "one `orchestrator sweeper` process on the same host, which finds the killed worker's "
+        "process gone (`leases/process.py`) and requeues without waiting for the lease. "
+        f"Expected: up to one sweep interval ({SWEEP:g} s) plus the start; a worker on another "
+        f"host is recovered when its lease ({LEASE:g} s) runs out, plus up to one sweep.",
         f"- Sweep: {sw['running']:,} running executions with live Redis leases, rows inserted in "
         f"bulk; before each of {sw['repeats']} timed sweeps {sw['expired']} of them expire "
         "(mirrored expiry in the past, Redis key gone) and are topped up again afterwards. "

@@ -289,6 +289,10 @@ def slow_turns(delay_s: float) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- servers
 
 
+#: The pids of the servers `servers()` started and their roles, for `cpu.cpu_seconds`.
+SERVER_PIDS: dict[int, str] = {}
+
+
 @contextmanager
 def servers(durable: bool = False) -> Iterator[tuple[Any, str, str, str]]:
     from orchestrator.store.migrations import upgrade
@@ -303,6 +307,10 @@ def servers(durable: bool = False) -> Iterator[tuple[Any, str, str, str]]:
         pg_server.start()
         template = pg_server.create_database()
         upgrade(pg_server.url(template))
+        postmaster = (pg_server.data / "postmaster.pid").read_text().split("\n", 1)[0]
+        SERVER_PIDS.update({int(postmaster): "postgres"})
+        if redis_server.process is not None:
+            SERVER_PIDS.update({redis_server.process.pid: "redis"})
         name = pg_server.create_database(template=template)
         yield pg_server, pg_server.url(name), redis_server.url, template
 

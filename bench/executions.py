@@ -60,6 +60,7 @@ from execution_fleet import (
     RAW_STARTS_KEY,
     RENEW,
     ROOT,
+    SERVER_PIDS,
     SLOW,
     SWEEP,
     Proc,
@@ -266,9 +267,9 @@ class Bench:
         seconds: dict[str, list[float]] = {}
         cpu: dict[str, dict[str, float]] = {}
         for kind, run in phases:
-            before = cpu_seconds(roles)
+            before = cpu_seconds(roles, SERVER_PIDS)
             seconds.setdefault(kind, []).append(run())
-            used = cpu_used(before, cpu_seconds(roles))
+            used = cpu_used(before, cpu_seconds(roles, SERVER_PIDS))
             totals = cpu.setdefault(kind, {})
             for role, value in used.items():
                 totals[role] = totals.get(role, 0.0) + value

@@ -139,7 +139,7 @@ def report(figures: dict[str, Any], command: str, versions: str, durable: bool =
         f"| whole sweep, {sw['running']:,} running / none expired, p50 ms | "
         f"{sw['empty'].p50:.2f} | | | <= 10 ms | {goal(sw['empty'].p50 <= 10)} |",
         f"| whole sweep including the {sw['expired']} requeues, p50 ms | {sw['full'].p50:.1f} | "
-        f"| | <= 10 ms if read as the whole sweep | {goal(sw['full'].p50 <= 10)} |",
+        f"| | <= 50 ms (the batched-sweeps goal) | {goal(sw['full'].p50 <= 50)} |",
         "",
         "How each figure is taken:",
         "",

@@ -11,6 +11,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
@@ -27,6 +28,11 @@ RAW_START, RAW_COMMITS = "bench.raw.start", "bench.raw.commits"
 RAW_FLOOR = "bench.raw.floor"
 RAW_STARTS_KEY, RAW_DONE_KEY = "bench:raw:starts", "bench:raw:done"
 LEASE, RENEW, SWEEP = 3.0, 1.0, 1.0
+#: Every worker of the comparisons (ours, raw Celery, Procrastinate) is one process running
+#: this many jobs at once: the orchestrator's default pool is `threads` (executions wait on the
+#: model), and Procrastinate's worker is one asyncio process with `concurrency` jobs, so equal
+#: concurrency means one process and the same number of concurrent jobs on every side.
+POOL, CONCURRENCY = "threads", 2
 MINIMAL, SLOW = "minimal", "slow"
 
 # --------------------------------------------------------------------------- statistics
@@ -79,24 +85,31 @@ def raw_celery(redis_url: str) -> Any:
         worker_hijack_root_logger=False,
         worker_send_task_events=False,
     )
-    state: dict[str, Any] = {}
+    local = threading.local()
+
+    def state() -> dict[str, Any]:
+        """One Redis client and one psycopg connection per pool process or thread, as the
+        orchestrator's worker keeps a pooled connection per concurrent execution."""
+        current: dict[str, Any] | None = getattr(local, "state", None)
+        if current is None or current.get("pid") != os.getpid():  # forget a parent's
+            current = local.state = {"pid": os.getpid()}
+        return current
 
     def redis_client() -> Any:
         import redis
 
-        if state.get("pid") != os.getpid():  # one client and one connection per pool process
-            state.clear()
-            state["pid"] = os.getpid()
-            state["redis"] = redis.Redis.from_url(redis_url)
-        return state["redis"]
+        mine = state()
+        if "redis" not in mine:
+            mine["redis"] = redis.Redis.from_url(redis_url)
+        return mine["redis"]
 
     def pg_client() -> Any:
         import psycopg
 
-        redis_client()  # forgets the connections of a parent process
-        if "pg" not in state:
-            state["pg"] = psycopg.connect(os.environ["BENCH_PG_DSN"], autocommit=True)
-        return state["pg"]
+        mine = state()
+        if "pg" not in mine:
+            mine["pg"] = psycopg.connect(os.environ["BENCH_PG_DSN"], autocommit=True)
+        return mine["pg"]
 
     @app.task(name=RAW_START)  # type: ignore[untyped-decorator]
     def start() -> None:
@@ -133,9 +146,10 @@ def raw_celery(redis_url: str) -> Any:
                 for _ in range(statements - 2):
                     pg.execute("SELECT at FROM bench_raw WHERE id = %s", (row_id,)).fetchone()
                 pg.execute("INSERT INTO bench_raw (at) VALUES (now())")
-        if "scripts" not in state:  # EVALSHA, as the lease back end sends them
-            state["scripts"] = (client.register_script(_RENEW), client.register_script(_RELEASE))
-        renew, release = state["scripts"]
+        mine = state()
+        if "scripts" not in mine:  # EVALSHA, as the lease back end sends them
+            mine["scripts"] = (client.register_script(_RENEW), client.register_script(_RELEASE))
+        renew, release = mine["scripts"]
         for _ in range(redis_calls - 3):
             renew(keys=[name], args=[token, 3000, time.time_ns() // 1_000_000])
         client.publish("bench:floor", token)
@@ -150,6 +164,8 @@ def raw_worker_main(concurrency: int) -> None:
     app.worker_main(
         [
             "worker",
+            "--pool",
+            POOL,
             "--loglevel",
             "INFO",
             "--without-gossip",
@@ -217,8 +233,8 @@ class Processes:
         self.started.append(proc)
         return proc
 
-    def worker(self, concurrency: int = 2, pool: str = "prefork") -> Proc:
-        """`orchestrator worker`; prefork unless told, as the raw Celery worker beside it."""
+    def worker(self, concurrency: int = CONCURRENCY, pool: str = POOL) -> Proc:
+        """`orchestrator worker`, on the pool of the raw Celery worker beside it."""
         orchestrator = str(Path(sys.executable).with_name("orchestrator"))
         argv = [orchestrator, "worker", "--concurrency", str(concurrency), "--loglevel", "INFO"]
         return self.start("worker", [*argv, "--pool", pool])
@@ -228,9 +244,13 @@ class Processes:
             "sweeper", [str(Path(sys.executable).with_name("orchestrator")), "sweeper"]
         )
 
-    def raw_worker(self, concurrency: int = 2) -> Proc:
+    def raw_worker(self, concurrency: int = CONCURRENCY) -> Proc:
         argv = [sys.executable, str(Path(__file__).resolve()), str(concurrency)]
         return self.start("raw-worker", argv)
+
+    def procrastinate_worker(self, concurrency: int = CONCURRENCY) -> Proc:
+        script = Path(__file__).resolve().with_name("procrastinate_baseline.py")
+        return self.start("procrastinate", [sys.executable, str(script), str(concurrency)])
 
     def stop_all(self) -> None:
         for proc in self.started:
@@ -269,6 +289,10 @@ def slow_turns(delay_s: float) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- servers
 
 
+#: The pids of the servers `servers()` started and their roles, for `cpu.cpu_seconds`.
+SERVER_PIDS: dict[int, str] = {}
+
+
 @contextmanager
 def servers(durable: bool = False) -> Iterator[tuple[Any, str, str, str]]:
     from orchestrator.store.migrations import upgrade
@@ -283,6 +307,10 @@ def servers(durable: bool = False) -> Iterator[tuple[Any, str, str, str]]:
         pg_server.start()
         template = pg_server.create_database()
         upgrade(pg_server.url(template))
+        postmaster = (pg_server.data / "postmaster.pid").read_text().split("\n", 1)[0]
+        SERVER_PIDS.update({int(postmaster): "postgres"})
+        if redis_server.process is not None:
+            SERVER_PIDS.update({redis_server.process.pid: "redis"})
         name = pg_server.create_database(template=template)
         yield pg_server, pg_server.url(name), redis_server.url, template
 

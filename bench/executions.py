@@ -6,13 +6,16 @@
 Starts a throwaway Postgres and redis-server from the local binaries (the tests' helpers), real
 `orchestrator worker` / `orchestrator sweeper` processes, and a raw Celery worker defined in this
 file on the same broker, with the same worker settings as the orchestrator's app (acks late,
-prefetch 1, prefork pool, two processes). The agent is the scripted model: publish a plan, save a
-report. Each comparison is measured side by side in the same run:
+prefetch 1), and a Procrastinate worker (bench/procrastinate_baseline.py) on the same Postgres.
+Every worker is one process running two jobs at once (see execution_fleet.POOL). The agent is
+the scripted model: publish a plan, save a report. Each comparison is measured side by side in
+the same run:
 
 1. trigger -> agent start (the execution row's `started_at`, written by the worker when it claims
    the generation) beside raw Celery publish -> task start; samples interleaved one at a time.
-2. minimal executions per second with one worker of two processes, beside raw Celery tasks that
-   make as many Postgres commits as one execution does in its worker.
+2. minimal executions per second, beside raw Celery tasks and Procrastinate jobs that make as
+   many Postgres commits as one execution does in its worker, and raw Celery tasks that send
+   the execution's round trips with the raw drivers; bursts alternate, each kind twice.
 3. recovery after SIGKILL (lease 3 s, sweep 1 s): kill -> next generation's `started_at`, with a
    second worker already running and an `orchestrator sweeper` process.
 4. one sweep over N running executions of which M expired (rows inserted in bulk), beside probing
@@ -44,7 +47,9 @@ from typing import Any
 
 from cpu import cpu_seconds, cpu_used
 from docs_section import DOC, write_section
+from execution_counts import COUNTED, commits_per_execution
 from execution_fleet import (
+    CONCURRENCY,
     LEASE,
     MINIMAL,
     RAW_COMMITS,
@@ -55,6 +60,7 @@ from execution_fleet import (
     RAW_STARTS_KEY,
     RENEW,
     ROOT,
+    SERVER_PIDS,
     SLOW,
     SWEEP,
     Proc,
@@ -65,7 +71,9 @@ from execution_fleet import (
     servers,
     slow_turns,
 )
-from execution_report import by_library, report, sweep_section
+from execution_report import report, sweep_section
+from procrastinate_baseline import burst as procrastinate_burst
+from procrastinate_baseline import prepare as prepare_procrastinate
 
 # After execution_fleet, which puts the project root on the path.
 from tests.executions_support import wait_for
@@ -214,113 +222,16 @@ class Bench:
 
     # ------------------------------------------------------------------ 2. throughput
 
-    def commits_per_execution(self) -> dict[str, Any]:
-        """Transactions and Redis calls of one minimal execution, counted in process."""
-        import redis
-        from sqlalchemy import event
-
-        from orchestrator.agent.host import ToolHost
+    def throughput(self, count: int, procrastinate_dsn: str) -> None:
+        print(
+            f"[2/4] throughput, {count} minimal executions vs {count} raw Celery tasks vs "
+            f"{count} Procrastinate jobs, each twice",
+            flush=True,
+        )
         from orchestrator.services.dispatch import RecordingDispatcher
         from orchestrator.services.tasks import Trigger
 
-        rt = self.rt
-        saved = rt.dispatcher
-        rt.dispatcher = RecordingDispatcher()
-        rt.__dict__.pop("tasks", None)
-        rt.__dict__.pop("executions", None)
-        counts = {"commit": 0, "autocommit": 0, "statement": 0, "ping": 0, "redis": 0}
-        shape: list[int] = []  # statements of each transaction, in order
-
-        def on_begin(_conn: Any) -> None:
-            shape.append(0)
-
-        def on_commit(_conn: Any) -> None:
-            counts["commit"] += 1
-
-        def on_statement(conn: Any, *_args: Any) -> None:
-            counts["statement"] += 1
-            if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
-                counts["autocommit"] += 1  # a statement sent in autocommit is its own commit
-            elif shape:
-                shape[-1] += 1
-
-        dialect = rt.db.engine.dialect
-        original_ping = dialect.do_ping
-
-        def counting_ping(dbapi_conn: Any) -> bool:
-            counts["ping"] += 1
-            return bool(original_ping(dbapi_conn))
-
-        original_execute = redis.Redis.execute_command
-
-        def counting_execute(client: Any, *args: Any, **options: Any) -> Any:
-            counts["redis"] += 1
-            return original_execute(client, *args, **options)  # type: ignore[no-untyped-call]
-
-        hooks = [
-            (rt.db.engine, "begin", on_begin),
-            (rt.db.engine, "commit", on_commit),
-            (rt.db.engine, "before_cursor_execute", on_statement),
-        ]
-        try:
-            run_times: list[float] = []
-            for index in range(31):
-                task_id = rt.tasks.trigger(Trigger(task_type=MINIMAL, title="count")).task.task_id
-                if index == 0:
-                    for target, name, hook in hooks:
-                        event.listen(target, name, hook)
-                    setattr(redis.Redis, "execute_command", counting_execute)  # noqa: B010
-                    setattr(dialect, "do_ping", counting_ping)  # noqa: B010
-                started = time.perf_counter()
-                try:
-                    result = rt.executions.run(task_id, 1, worker="bench:inprocess")
-                finally:
-                    if index == 0:
-                        setattr(redis.Redis, "execute_command", original_execute)  # noqa: B010
-                        setattr(dialect, "do_ping", original_ping)  # noqa: B010
-                        for target, name, hook in hooks:
-                            event.remove(target, name, hook)
-                run_times.append((time.perf_counter() - started) * 1000)
-                if result.outcome != "completed":
-                    raise RuntimeError(f"the minimal round ended {result.outcome}: {result.detail}")
-            schema_ms = Series("schemas")
-            host = ToolHost(rt.executions._tools(None), ledger=None)
-            for _ in range(30):
-                started = time.perf_counter()
-                host.schemas()
-                schema_ms.samples.append((time.perf_counter() - started) * 1000)
-            profiler = cProfile.Profile()
-            for _ in range(20):
-                task_id = rt.tasks.trigger(Trigger(task_type=MINIMAL, title="profile")).task.task_id
-                profiler.enable()
-                rt.executions.run(task_id, 1, worker="bench:inprocess")
-                profiler.disable()
-        finally:
-            rt.dispatcher = saved
-            rt.__dict__.pop("tasks", None)
-            rt.__dict__.pop("executions", None)
-        text = io.StringIO()
-        pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(25)
-        (self.folder / "profile-execution.txt").write_text(text.getvalue())
-        return {
-            "by_library": by_library(profiler),
-            "commits": counts["commit"] + counts["autocommit"],
-            "autocommits": counts["autocommit"],
-            "statements": counts["statement"],
-            "transactions": [count for count in shape if count],
-            "pings": counts["ping"],
-            "redis_calls": counts["redis"],
-            "schema_ms": schema_ms,
-            "inprocess_ms": Series("inprocess", run_times[1:]),
-            "profile": text.getvalue(),
-        }
-
-    def throughput(self, count: int) -> None:
-        print(f"[2/4] throughput, {count} minimal executions vs {count} raw tasks", flush=True)
-        from orchestrator.services.dispatch import RecordingDispatcher
-        from orchestrator.services.tasks import Trigger
-
-        counted = self.commits_per_execution()
+        counted = commits_per_execution(self.rt, self.folder)
         commits = counted["commits"]
         # Create the tasks first (their trigger commits are not the worker's work), then time
         # the wake-ups from the first publish to the last end, as for the raw tasks.
@@ -331,45 +242,44 @@ class Bench:
         try:
             task_ids = [
                 rt.tasks.trigger(Trigger(task_type=MINIMAL, title=f"t{n}")).task.task_id
-                for n in range(count)
+                for n in range(2 * count)
             ]
         finally:
             rt.dispatcher = saved
             rt.__dict__.pop("tasks", None)
-        self.redis.delete(RAW_DONE_KEY)
-        roles = {proc.process.pid: proc.name for proc in self.procs.started}
-        cpu = [cpu_seconds(roles)]
         floor_args = [counted["autocommits"], counted["transactions"], counted["redis_calls"]]
-        raw_s = self._raw_burst(count, RAW_COMMITS, [commits])
-        cpu.append(cpu_seconds(roles))
-        ours_s = self._orchestrator_burst(task_ids)
-        cpu.append(cpu_seconds(roles))
-        floor_s = self._raw_burst(count, RAW_FLOOR, floor_args)
-        cpu.append(cpu_seconds(roles))
-        # Before and after: load drift shows up here.
-        raw_s2 = self._raw_burst(count, RAW_COMMITS, [commits])
-        cpu.append(cpu_seconds(roles))
-        raw_cpu = cpu_used(cpu[0], cpu[1])
-        for role, seconds in cpu_used(cpu[3], cpu[4]).items():
-            raw_cpu[role] = raw_cpu.get(role, 0.0) + seconds
+        raw = partial(self._raw_burst, count, RAW_COMMITS, [commits])
+        procrastinate = partial(
+            procrastinate_burst, procrastinate_dsn, self.redis_url, count, commits
+        )
+        procrastinate_burst(procrastinate_dsn, self.redis_url, 20, commits)  # warm-up
+        # Baselines and ours alternate, each twice, so load drift shows and averages out.
+        phases = [
+            ("raw", raw),
+            ("procrastinate", procrastinate),
+            ("ours", partial(self._orchestrator_burst, task_ids[:count])),
+            ("floor", partial(self._raw_burst, count, RAW_FLOOR, floor_args)),
+            ("ours", partial(self._orchestrator_burst, task_ids[count:])),
+            ("procrastinate", procrastinate),
+            ("raw", raw),
+        ]
+        roles = {proc.process.pid: proc.name for proc in self.procs.started}
+        seconds: dict[str, list[float]] = {}
+        cpu: dict[str, dict[str, float]] = {}
+        for kind, run in phases:
+            before = cpu_seconds(roles, SERVER_PIDS)
+            seconds.setdefault(kind, []).append(run())
+            used = cpu_used(before, cpu_seconds(roles, SERVER_PIDS))
+            totals = cpu.setdefault(kind, {})
+            for role, value in used.items():
+                totals[role] = totals.get(role, 0.0) + value
         self.figures["throughput"] = {
+            **{key: counted[key] for key in COUNTED},
             "n": count,
-            "commits": commits,
-            "redis_calls": counted["redis_calls"],
-            "by_library": counted["by_library"],
-            "statements": counted["statements"],
-            "pings": counted["pings"],
-            "autocommits": counted["autocommits"],
-            "schema_ms": counted["schema_ms"],
             "inprocess": counted["inprocess_ms"],
-            "ours_s": ours_s,
-            "raw_s": [raw_s, raw_s2],
-            "ours_cpu": cpu_used(cpu[1], cpu[2]),
-            "floor_s": floor_s,
-            "floor_cpu": cpu_used(cpu[2], cpu[3]),
-            "transactions": counted["transactions"],
-            "raw_cpu": raw_cpu,  # over both raw bursts
-            "profile": counted["profile"],
+            "inprocess_cpu": counted["inprocess_cpu_ms"],
+            "seconds": seconds,
+            "cpu": cpu,  # per kind, summed over its bursts
         }
 
     def _raw_burst(self, count: int, task: str, args: list[Any]) -> float:
@@ -397,7 +307,9 @@ class Bench:
             ).fetchone()
             return bool(row and row[0] == len(task_ids))
 
-        wait_for(all_done, 120, what="the burst of minimal rounds", interval=0.02)
+        # The time is read from `ended_at`, not from when this poll notices: a slow poll
+        # keeps its count queries from charging Postgres CPU to the burst it measures.
+        wait_for(all_done, 120, what="the burst of minimal rounds", interval=0.25)
         row = self.pg.execute(
             "SELECT max(ended_at) FROM executions WHERE task_id = ANY(%s)", (task_ids,)
         ).fetchone()
@@ -435,7 +347,7 @@ class Bench:
             )
             times.append(started.timestamp() - killed)
             self.rt.tasks.cancel(task_id, "benchmark: recovery measured")
-            replacement = self.procs.worker(2)
+            replacement = self.procs.worker(CONCURRENCY)
             workers.append(replacement)
             wait_for(replacement.ready, 60, what="a replacement worker", interval=0.1)
         sweeper.stop()
@@ -704,6 +616,7 @@ def main() -> int:
     with ExitStack() as stack:
         stack.callback(shutil.rmtree, folder, True)
         pg_server, pg_url, redis_url, template = stack.enter_context(servers(args.durable))
+        procrastinate_dsn = prepare_procrastinate(pg_server)
         scripts = folder / "scripts"
         write_script(scripts, MINIMAL, minimal_turns())
         write_script(scripts, SLOW, slow_turns(8.0))
@@ -718,6 +631,7 @@ def main() -> int:
             "ORCH_HOME": str(folder / "home"),
             "BENCH_REDIS_URL": redis_url,
             "BENCH_PG_DSN": pg_url.replace("+psycopg", ""),
+            "BENCH_PROCRASTINATE_DSN": procrastinate_dsn,
         }
         procs = Processes(folder, env)
         stack.callback(procs.stop_all)
@@ -733,15 +647,17 @@ def main() -> int:
             if args.write:
                 write_section("sweeps", section)
             return 0
-        worker = procs.worker(2)
-        raw_worker = procs.raw_worker(2)
-        for proc in (worker, raw_worker):
+        worker = procs.worker(CONCURRENCY)
+        raw_worker = procs.raw_worker(CONCURRENCY)
+        procrastinate_worker = procs.procrastinate_worker(CONCURRENCY)
+        for proc in (worker, raw_worker, procrastinate_worker):
             wait_for(proc.ready, 60, what=f"{proc.name} to be ready", interval=0.1)
         try:
             bench.latency(args.samples)
-            bench.throughput(args.executions)
+            bench.throughput(args.executions, procrastinate_dsn)
             raw_worker.stop()
-            spare = procs.worker(2)
+            procrastinate_worker.stop()
+            spare = procs.worker(CONCURRENCY)
             wait_for(spare.ready, 60, what="a second worker", interval=0.1)
             bench.recovery(args.recoveries, [worker, spare])
             procs.stop_all()
@@ -752,15 +668,17 @@ def main() -> int:
             raise
         import celery
         import kombu
+        import procrastinate
 
         versions = (
-            f"Celery {celery.__version__}, Kombu {kombu.__version__}, Postgres {pg_server.version}"
+            f"Celery {celery.__version__}, Kombu {kombu.__version__}, Procrastinate "
+            f"{procrastinate.__version__}, Postgres {pg_server.version}"
         )
         bench.figures["load"] = (load_start, os.getloadavg()[0])
         section = report(bench.figures, command, versions, args.durable)
         print(section)
         thr, sw = bench.figures["throughput"], bench.figures["sweep"]
-        print("--- profile of 20 in-process minimal executions (cumulative)")
+        print("--- CPU profile of 20 in-process minimal executions (tottime, this thread)")
         print("\n".join(thr["profile"].splitlines()[:45]))
         print("--- profile of one sweep with requeues (tottime)")
         print("\n".join(sw["profile"].splitlines()[:35]))

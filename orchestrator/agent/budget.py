@@ -141,6 +141,26 @@ class TokenCounter:
         """The uncalibrated tokens of one tool definition."""
         return self.text(_dump(schema))
 
+    def message_bound(self, message: Mapping[str, Any]) -> int:
+        """At least `message(message)`, without tokenizing a text not counted before: a token
+        is one or more UTF-8 bytes, so the byte count bounds the token count (counting is pure
+        Python and was the largest cost of a short round)."""
+        text = _dump(message)
+        with self._lock:
+            cached = self._cache.get(text)
+        return _PER_MESSAGE + (cached if cached is not None else len(text.encode()))
+
+    def raw_bound(
+        self, messages: Iterable[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]
+    ) -> int:
+        """At least `raw(messages, tools)`: messages by `message_bound`, tool definitions
+        counted exactly (the same few in every request, so their counts come from the cache)."""
+        return (
+            _PER_REQUEST
+            + sum(self.message_bound(m) for m in messages)
+            + sum(self.schema(t) for t in tools)
+        )
+
     def raw(self, messages: Iterable[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> int:
         """The uncalibrated size of a request."""
         return (

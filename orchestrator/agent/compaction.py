@@ -76,10 +76,29 @@ class TranscriptHook(Protocol):
 
 @dataclass
 class _Unit:
-    """A transaction: one assistant message and the tool messages answering its calls."""
+    """A transaction: one assistant message and the tool messages answering its calls.
+
+    `bound` (UTF-8 bytes) is kept as messages come; the exact token count is taken only when a
+    request's bound does not fit, or calibration asks for it.
+    """
 
     messages: list[dict[str, Any]]
-    tokens: int
+    counter: TokenCounter | None
+    bound: int = 0
+    _exact: int | None = None
+
+    def add(self, message: dict[str, Any]) -> None:
+        self.messages.append(message)
+        if self.counter is not None:
+            self.bound += self.counter.message_bound(message)
+        self._exact = None
+
+    @property
+    def tokens(self) -> int:
+        if self._exact is None:
+            counter = self.counter
+            self._exact = sum(counter.message(m) for m in self.messages) if counter else 0
+        return self._exact
 
 
 @dataclass
@@ -94,15 +113,28 @@ class Conversation:
     transcript: TranscriptHook | None = None
     plan: Any = None
     summary: str | None = None
-    #: The uncalibrated size of the last request `prepare` returned (for calibration).
-    last_raw: int = 0
     compactions: list[Compaction] = field(default_factory=list)
     _units: list[_Unit] = field(default_factory=list)
+    _last: tuple[list[dict[str, Any]], Sequence[Mapping[str, Any]]] = ([], ())
+    #: The tool definitions last measured and their exact size: the same list is sent on
+    #: every call of a round, so it is dumped and looked up once, not once per call.
+    _tools_measured: tuple[Sequence[Mapping[str, Any]], int] | None = None
+
+    @property
+    def last_raw(self) -> int:
+        """The uncalibrated size of the last request `prepare` returned (for calibration),
+        counted when asked: most requests never need their exact size."""
+        if self.counter is None:
+            return 0
+        messages, tools = self._last
+        return self.counter.raw(messages, tools) if messages else 0
 
     # -- history -----------------------------------------------------------------------------
 
     def add_assistant(self, message: dict[str, Any]) -> None:
-        self._units.append(_Unit([message], self._tokens(message)))
+        unit = _Unit([], self.counter)
+        unit.add(message)
+        self._units.append(unit)
 
     def add_tool_results(
         self, messages: Sequence[dict[str, Any]], calls: Sequence[tuple[str, Any]] = ()
@@ -111,8 +143,7 @@ class Conversation:
         its `ToolResult` so a successful plan publish becomes the current plan."""
         unit = self._units[-1]
         for message in messages:
-            unit.messages.append(message)
-            unit.tokens += self._tokens(message)
+            unit.add(message)
         for name, result in calls:
             if name in PLAN_TOOLS and getattr(result, "status", None) == "succeeded":
                 self.plan = getattr(result, "payload", None)
@@ -136,6 +167,17 @@ class Conversation:
             return self.messages(notice)
         counter = self.counter
         limit = self.budget.request_limit
+        # The byte bound first: when it fits, the exact count would fit too (it is smaller),
+        # so the request goes out as it stands and nothing is tokenized.
+        bound = (
+            counter.raw_bound([*self._head(), *self._tail(notice)], ())
+            + self._tools_tokens(tools)
+            + sum(unit.bound for unit in self._units)
+        )
+        if counter.scaled(bound) <= limit:
+            messages = self.messages(notice)
+            self._last = (messages, tools)
+            return messages
         fixed = counter.raw([*self._head(with_summary=False), *self._tail(notice)], tools)
         summary = self._summary_tokens()
         history = sum(unit.tokens for unit in self._units)
@@ -151,9 +193,9 @@ class Conversation:
                     f"(the window less its 15 % margin); nothing was dropped"
                 )
             self._compact(fixed, before)
-        # Measured from the parts (each history message was measured once, when it came).
-        self.last_raw = fixed + self._summary_tokens() + sum(unit.tokens for unit in self._units)
-        return self.messages(notice)
+        messages = self.messages(notice)
+        self._last = (messages, tools)
+        return messages
 
     # -- compaction --------------------------------------------------------------------------
 
@@ -261,13 +303,25 @@ class Conversation:
     def _tail(notice: str | None) -> list[dict[str, Any]]:
         return [] if notice is None else [{"role": "user", "content": notice}]
 
+    def _tools_tokens(self, tools: Sequence[Mapping[str, Any]]) -> int:
+        """The exact tokens of `tools`, remembered while the same definitions come back (the
+        memo keeps them referenced, so an identity match is the same objects)."""
+        assert self.counter is not None
+        memo = self._tools_measured
+        if (
+            memo is not None
+            and len(memo[0]) == len(tools)
+            and all(a is b for a, b in zip(memo[0], tools, strict=True))
+        ):
+            return memo[1]
+        tokens = sum(self.counter.schema(tool) for tool in tools)
+        self._tools_measured = (list(tools), tokens)
+        return tokens
+
     def _summary_tokens(self) -> int:
         if self.summary is None or self.counter is None:
             return 0
         return self.counter.message({"role": "user", "content": SUMMARY_PREFIX + self.summary})
-
-    def _tokens(self, message: Mapping[str, Any]) -> int:
-        return self.counter.message(message) if self.counter is not None else 0
 
 
 def digest(

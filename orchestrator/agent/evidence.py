@@ -14,6 +14,7 @@ from typing import Any
 
 from orchestrator.domain.evidence import EvidenceFacts
 from orchestrator.domain.fingerprints import NonCanonical, fingerprint
+from orchestrator.errors import StaleGeneration
 from orchestrator.store import evidence as evidence_store
 from orchestrator.store.db import Database
 from orchestrator.store.fencing import check_fence
@@ -60,6 +61,14 @@ class EvidenceRecorder:
             summary=summary,
             queried_at=utcnow(),
         )
+        if self.db.dialect == "postgresql":
+            with self.db.single_statement() as conn:  # the fence check in the same statement
+                fenced = evidence_store.insert_record_fenced(conn, fence, row)
+            if fenced is None:
+                raise StaleGeneration(
+                    f"generation {fence.generation} of task {fence.task_id} is no longer live"
+                )
+            return str(fenced["evidence_id"])
         with self.db.transaction() as conn:
             check_fence(conn, fence)
             stored = evidence_store.insert_record(conn, row)

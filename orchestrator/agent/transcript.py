@@ -252,21 +252,20 @@ class TranscriptWriter:
 
     def _write_in_one_statement(self, entries: list[transcript_store.Entry]) -> None:
         with self.db.single_statement() as conn:
-            if self._counter.next is None:
-                self._counter.next = transcript_store.next_seq(conn, self.session_id)
-            written = transcript_store.insert_entries_fenced(
+            # The first write numbers its rows in the statement itself (no separate read).
+            next_seq = transcript_store.insert_entries_fenced(
                 conn,
                 self.fence,
                 session_id=self.session_id,
                 first_seq=self._counter.next,
                 entries=entries,
             )
-        if not written:
+        if next_seq is None:
             raise StaleGeneration(
                 f"generation {self.fence.generation} of task {self.fence.task_id} no longer "
                 "holds its lease; the transcript takes nothing more from it"
             )
-        self._counter.next += len(entries)
+        self._counter.next = next_seq
 
     def _write_in_a_transaction(self, entries: list[transcript_store.Entry]) -> None:
         with self.db.transaction() as conn:

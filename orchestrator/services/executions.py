@@ -395,7 +395,12 @@ def finish_generation(
             )
             if nxt is not None:
                 outbox_store.record_event(
-                    conn, fence.task_id, "queued", generation=nxt, reason=decision.reason
+                    conn,
+                    fence.task_id,
+                    "queued",
+                    generation=nxt,
+                    reason=decision.reason,
+                    task_locked=True,  # the fence check holds the task row
                 )
             return decision, nxt
         task_store.end_and_settle(
@@ -409,5 +414,11 @@ def finish_generation(
             last_error=decision.reason if decision.task_status == "failed" else None,
             rounds=live.rounds + 1,
         )
-        outbox_store.record_event(conn, fence.task_id, decision.task_status, reason=decision.reason)
+        outbox_store.record_event(
+            conn,
+            fence.task_id,
+            decision.task_status,
+            reason=decision.reason,
+            task_locked=True,  # the fence check holds the task row: no second lock statement
+        )
     return decision, None

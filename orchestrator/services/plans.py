@@ -125,8 +125,10 @@ def publish_txn(
         )
     nodes = draft.nodes if draft is not None else _raw_nodes(payload)
     previous = context.latest_nodes
-    if context.latest_revision == 0 and fence is not None:
+    if context.latest_revision == 0 and fence is not None and fence.generation > 1:
         # Invariant 22: the first plan of a new generation keeps the task's last plan.
+        # (Generations start at 1, a CHECK on tasks and executions: the first has no
+        # earlier plan to keep, so it does not look for one.)
         before = task_plans.task_latest_plan(conn, fence.task_id, fence.generation)
         previous = before.nodes if before is not None else None
     if draft is not None and fence is not None:

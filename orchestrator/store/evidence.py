@@ -14,12 +14,21 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, insert, select
+from sqlalchemy import Connection, insert, select, text
 
+from orchestrator.store.fencing import LIVE_CTE, fence_params
 from orchestrator.store.tables import evidence
 from orchestrator.store.types import utcnow
+from orchestrator.tools.base import Fence
 
-__all__ = ["EvidenceRow", "evidence_by_ids", "evidence_of_task", "insert_record", "public"]
+__all__ = [
+    "EvidenceRow",
+    "evidence_by_ids",
+    "evidence_of_task",
+    "insert_record",
+    "insert_record_fenced",
+    "public",
+]
 
 
 @dataclass(frozen=True)
@@ -43,8 +52,51 @@ class EvidenceRow:
 
 
 def insert_record(conn: Connection, row: EvidenceRow) -> dict[str, Any]:
+    values = _values(row)
+    conn.execute(insert(evidence), values)
+    return public(values)
+
+
+def insert_record_fenced(conn: Connection, fence: Fence, row: EvidenceRow) -> dict[str, Any] | None:
+    """Postgres: the fence check and the insert as one statement (`fencing.LIVE_CTE`), sent in
+    autocommit: one round trip instead of BEGIN, check, insert, COMMIT. None when the fence
+    refused the write (nothing was inserted)."""
+    values = _values(row)
+    inserted = conn.execute(_FENCED_INSERT, {**fence_params(fence), **values}).first()
+    return None if inserted is None else public(values)
+
+
+_CASTS = {
+    "evidence_id": "varchar",
+    "task_id": "varchar",
+    "generation": "integer",
+    "session_id": "varchar",
+    "kind": "varchar",
+    "source": "varchar",
+    "queried_at": "timestamptz",
+    "content_ref": "varchar",
+    "result_id": "varchar",
+    "params_digest": "varchar",
+    "origin": "varchar",
+    "truncated": "boolean",
+    "row_count": "integer",
+    "char_count": "integer",
+    "summary": "text",
+    "created_at": "timestamptz",
+}
+
+# Built once: the text is the same for every record.
+_FENCED_INSERT = text(
+    LIVE_CTE
+    + f"INSERT INTO evidence ({', '.join(_CASTS)}) SELECT "
+    + ", ".join(f"CAST(:{name} AS {cast})" for name, cast in _CASTS.items())
+    + " FROM live RETURNING evidence_id"
+)
+
+
+def _values(row: EvidenceRow) -> dict[str, Any]:
     now = utcnow()
-    values = {
+    return {
         "evidence_id": str(uuid.uuid4()),
         "task_id": row.task_id,
         "generation": row.generation,
@@ -62,8 +114,6 @@ def insert_record(conn: Connection, row: EvidenceRow) -> dict[str, Any]:
         "summary": row.summary,
         "created_at": now,
     }
-    conn.execute(insert(evidence), values)
-    return public(values)
 
 
 def evidence_of_task(conn: Connection, task_id: str) -> list[dict[str, Any]]:

@@ -19,7 +19,28 @@ from orchestrator.errors import StaleGeneration
 from orchestrator.store.tables import executions, tasks
 from orchestrator.tools.base import Fence
 
-__all__ = ["LiveGeneration", "check_fence"]
+__all__ = ["LIVE_CTE", "LiveGeneration", "check_fence", "fence_params"]
+
+#: `check_fence` as a CTE, for a write that is one statement on Postgres (sent in autocommit,
+#: its own transaction): the same conditions on the task row and its execution, and the same
+#: lock (`FOR UPDATE OF t`), so a requeue or cancel that commits first makes the re-checked row
+#: fail and the write that selects from `live` inserts nothing. Binds :task_id, :generation
+#: and :lease_token (`fence_params`).
+LIVE_CTE = (
+    "WITH live AS (SELECT t.task_id FROM tasks t JOIN executions e "
+    "ON e.task_id = t.task_id AND e.generation = t.generation "
+    "WHERE t.task_id = :task_id AND t.generation = :generation AND t.status = 'running' "
+    "AND e.outcome IS NULL AND e.lease_token = :lease_token FOR UPDATE OF t) "
+)
+
+
+def fence_params(fence: Fence) -> dict[str, str | int]:
+    """The binds of `LIVE_CTE`."""
+    return {
+        "task_id": fence.task_id,
+        "generation": fence.generation,
+        "lease_token": fence.lease_token,
+    }
 
 
 @dataclass(frozen=True)

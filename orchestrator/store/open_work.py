@@ -56,18 +56,29 @@ def open_writes(conn: Connection, task_id: str, limit: int = 50) -> list[str]:
     return [f"{row.tool_name} {row.invocation_id} ({row.status})" for row in rows]
 
 
+# Built once: every generation's end runs it.
+_RUNNING_TO_UNKNOWN = (
+    update(r)
+    .where(r.c.session_id == _SESSION_OF_GENERATION, r.c.status == "running")
+    .values(
+        status="unknown",
+        summary=summary_for("generation_ended"),
+        claim_token=bindparam("ended_token"),
+        updated_at=bindparam("ended_at"),
+    )
+)
+
+
 def generation_receipts_to_unknown(conn: Connection, task_id: str, generation: int) -> int:
     """The ended generation's `running` receipts become `unknown` with a new token."""
     result = conn.execute(
-        update(r)
-        .where(r.c.session_id == _SESSION_OF_GENERATION, r.c.status == "running")
-        .values(
-            status="unknown",
-            summary=summary_for("generation_ended"),
-            claim_token=f"ended-{uuid.uuid4().hex}",
-            updated_at=utcnow(),
-        ),
-        {"task_id": task_id, "generation": generation},
+        _RUNNING_TO_UNKNOWN,
+        {
+            "task_id": task_id,
+            "generation": generation,
+            "ended_token": f"ended-{uuid.uuid4().hex}",
+            "ended_at": utcnow(),
+        },
     )
     return int(result.rowcount)
 

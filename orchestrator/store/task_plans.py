@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, literal, null, select, union_all
 
 from orchestrator.store.plans import PlanRecord
 from orchestrator.store.tables import actions, evidence, invocation_receipts, plan_revisions
@@ -49,17 +49,23 @@ def cited_records(
     wanted = sorted(set(ids))
     if not wanted:
         return set(), {}
-    found = set(
-        conn.execute(
-            select(evidence.c.evidence_id).where(
-                evidence.c.task_id == task_id, evidence.c.evidence_id.in_(wanted)
-            )
-        ).scalars()
-    )
+    # Both lookups in one statement (one round trip): evidence rows carry no status.
     rows = conn.execute(
-        select(invocation_receipts.c.invocation_id, invocation_receipts.c.status).where(
-            invocation_receipts.c.owner == f"task:{task_id}",
-            invocation_receipts.c.invocation_id.in_(wanted),
+        union_all(
+            select(
+                literal("evidence").label("kind"),
+                evidence.c.evidence_id.label("record_id"),
+                null().label("status"),
+            ).where(evidence.c.task_id == task_id, evidence.c.evidence_id.in_(wanted)),
+            select(
+                literal("receipt").label("kind"),
+                invocation_receipts.c.invocation_id,
+                invocation_receipts.c.status,
+            ).where(
+                invocation_receipts.c.owner == f"task:{task_id}",
+                invocation_receipts.c.invocation_id.in_(wanted),
+            ),
         )
-    )
-    return found, {row.invocation_id: row.status for row in rows}
+    ).all()
+    found = {row.record_id for row in rows if row.kind == "evidence"}
+    return found, {row.record_id: row.status for row in rows if row.kind == "receipt"}

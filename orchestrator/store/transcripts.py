@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, TextClause, delete, func, insert, select, text
 
 from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
+from orchestrator.store.fencing import LIVE_CTE, fence_params
 from orchestrator.store.tables import (
     recovery_snapshots,
     sessions,
@@ -167,28 +168,36 @@ _COLUMNS = [
 
 
 def insert_entries_fenced(
-    conn: Connection, fence: Fence, *, session_id: str, first_seq: int, entries: Sequence[Entry]
-) -> bool:
+    conn: Connection,
+    fence: Fence,
+    *,
+    session_id: str,
+    first_seq: int | None,
+    entries: Sequence[Entry],
+) -> int | None:
     """Postgres: the fence check and the insert as ONE statement (one round trip, autocommit).
 
     The same check as `check_fence`, in a CTE that locks the task row (`FOR UPDATE OF t`): a
     requeue or cancel that commits first makes the row fail the re-checked condition, and
-    nothing is inserted. False when the fence refused the write. The SQL text is built once per
-    number of rows (a turn writes one to a few), so no statement is compiled per write.
+    nothing is inserted. `first_seq=None` numbers the rows after the session's last entry in
+    the same statement (a writer's first write reads no `next_seq` of its own). Returns the
+    number the next entry takes, or None when the fence refused the write. The SQL text is
+    built once per number of rows (a turn writes one to a few), so no statement is compiled
+    per write.
     """
     params: dict[str, Any] = {
-        "task_id": fence.task_id,
-        "generation": fence.generation,
-        "lease_token": fence.lease_token,
+        **fence_params(fence),
+        "session_id": session_id,
+        "first_seq": first_seq,
     }
-    for index, row in enumerate(
-        _rows(session_id, fence.task_id, fence.generation, first_seq, entries)
-    ):
+    for index, row in enumerate(_rows(session_id, fence.task_id, fence.generation, 0, entries)):
         for name in _COLUMNS:
             value = row[name]
             params[f"{name}_{index}"] = json.dumps(value) if name == "body" else value
-    inserted = conn.execute(_fenced_insert(len(entries)), params).all()
-    return len(inserted) == len(entries)
+    inserted = [int(seq) for (seq,) in conn.execute(_fenced_insert(len(entries)), params)]
+    if len(inserted) != len(entries):
+        return None
+    return max(inserted) + 1
 
 
 _CASTS = {
@@ -216,13 +225,16 @@ def _fenced_insert(rows: int) -> TextClause:
         for i in range(rows)
     )
     columns = ", ".join(_COLUMNS)
+    # `v.seq` is the row's offset (0, 1, ...) after the first number: the given one, or the
+    # one after the session's last entry.
+    first = (
+        "coalesce(CAST(:first_seq AS integer), (SELECT coalesce(max(x.seq), 0) + 1 "
+        "FROM transcript_entries x WHERE x.session_id = CAST(:session_id AS varchar)))"
+    )
+    picked = [f"{first} + v.seq" if c == "seq" else f"v.{c}" for c in _COLUMNS]
     return text(
-        "WITH live AS (SELECT t.task_id FROM tasks t JOIN executions e "
-        "ON e.task_id = t.task_id AND e.generation = t.generation "
-        "WHERE t.task_id = :task_id AND t.generation = :generation AND t.status = 'running' "
-        "AND e.outcome IS NULL AND e.lease_token = :lease_token FOR UPDATE OF t) "
-        f"INSERT INTO transcript_entries ({columns}) "
-        f"SELECT {', '.join('v.' + c for c in _COLUMNS)} FROM (VALUES {values}) AS v({columns}) "
+        LIVE_CTE + f"INSERT INTO transcript_entries ({columns}) "
+        f"SELECT {', '.join(picked)} FROM (VALUES {values}) AS v({columns}) "
         "CROSS JOIN live RETURNING seq"
     )
 

@@ -28,14 +28,15 @@ def readings(point: str, measure: str, start: datetime, end: datetime) -> list[d
     rows: list[dict[str, Any]] = []
     at = first
     while at < end:
-        rows.append({"time": at.isoformat(), "point": point, "measure": measure,
-                     "value": _value(point, measure, at)})  # fmt: skip
+        stamp = at.isoformat()  # once per reading: the row and the noise seed share it
+        rows.append({"time": stamp, "point": point, "measure": measure,
+                     "value": _value(point, measure, at, stamp)})  # fmt: skip
         at += STEP
     return rows
 
 
-def _value(point: str, measure: str, at: datetime) -> float:
-    noise = int(hashlib.sha256(f"{point}{measure}{at.isoformat()}".encode()).hexdigest()[:4], 16)
+def _value(point: str, measure: str, at: datetime, stamp: str) -> float:
+    noise = int(hashlib.sha256(f"{point}{measure}{stamp}".encode()).hexdigest()[:4], 16)
     value = _BASE[measure] + (noise / 0xFFFF - 0.5) * (0.1 if measure == "turbidity" else 0.2)
     if point == "DM-RN-01":
         minute = at.hour * 60 + at.minute

@@ -88,3 +88,38 @@ def test_the_settings_use_the_issue_names(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("LLM_CONTEXT_WINDOW", "12")
     with pytest.raises(SettingsError, match="invalid setting LLM_CONTEXT_WINDOW"):
         load_settings(database_url=None)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "hello world",
+        "水质采样 DM-RN-01 浊度 0.42 NTU",
+        '{"readings": [1.25, 2.5], "unit": "NTU"}',
+        "",
+    ],
+)
+def test_the_byte_bound_is_never_below_the_count(content: str) -> None:
+    """A request whose bound fits is sent without tokenizing it, so the bound must be safe."""
+    counter = TokenCounter()
+    message = {"role": "tool", "tool_call_id": "c1", "content": content}
+    tools = [{"type": "function", "function": {"name": "save_report", "parameters": {}}}]
+    bound = counter.raw_bound([message], tools)
+    assert counter.message_bound(message) >= counter.message(message)
+    assert bound >= counter.raw([message], tools)
+    # Once counted, the bound is the exact count.
+    assert counter.raw_bound([message], tools) == counter.raw([message], tools)
+
+
+def test_a_request_within_its_bound_is_not_tokenized(monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.agent.compaction import Conversation
+
+    counter = TokenCounter()
+    convo = Conversation(system="sys", brief="brief", budget=ContextBudget(8_192), counter=counter)
+    convo.add_assistant({"role": "assistant", "content": "let me look " * 50})
+    encoded: list[str] = []
+    original = counter.text
+    monkeypatch.setattr(counter, "text", lambda text: encoded.append(text) or original(text))
+    messages = convo.prepare([])
+    assert encoded == []  # fitted by its bound alone
+    assert convo.last_raw == counter.raw(messages, [])  # exact when calibration asks

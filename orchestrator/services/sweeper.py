@@ -27,6 +27,7 @@ from orchestrator.store import outbox as outbox_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database
 from orchestrator.store.lost import LostBatch, held_on_host, requeue_lost
+from orchestrator.store.outbox import NewEvent
 from orchestrator.store.records import ExecutionRecord
 from orchestrator.store.types import utcnow
 
@@ -153,23 +154,17 @@ class Sweeper:
                 conn, lost, reason=reason, max_recoveries=self.settings.max_recoveries
             )
             # The task stream and the webhooks see each move, in the same transaction.
-            for task_id, generation, nxt in batch.requeued:
-                outbox_store.record_event(
-                    conn,
-                    task_id,
-                    "queued",
-                    generation=nxt,
-                    reason=f"generation {generation}: {reason}",
-                    task_locked=True,
-                )
-            for task_id, generation in batch.parked:
-                outbox_store.record_event(
-                    conn,
-                    task_id,
-                    "failed",
-                    reason=f"recovery_limit: generation {generation}: {reason}",
-                    task_locked=True,
-                )
+            outbox_store.record_events(
+                conn,
+                [
+                    NewEvent(t, "queued", nxt, reason=f"generation {g}: {reason}")
+                    for t, g, nxt in batch.requeued
+                ]
+                + [
+                    NewEvent(t, "failed", reason=f"recovery_limit: generation {g}: {reason}")
+                    for t, g in batch.parked
+                ],
+            )
         report.requeued += batch.requeued
         report.parked += batch.parked
         _observe_recoveries(batch)

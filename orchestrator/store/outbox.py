@@ -15,6 +15,7 @@ records the result.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
@@ -31,6 +32,7 @@ from sqlalchemy import (
     insert,
     or_,
     select,
+    text,
     update,
 )
 
@@ -40,6 +42,7 @@ from orchestrator.store.types import utcnow
 
 __all__ = [
     "WEBHOOK_EVENTS",
+    "NewEvent",
     "OutboxRow",
     "TaskEvent",
     "claim_due",
@@ -53,6 +56,7 @@ __all__ = [
     "mark_failed",
     "record_decision",
     "record_event",
+    "record_events",
     "record_proposal",
     "retry_dead",
 ]
@@ -151,32 +155,92 @@ def record_event(
     One statement (two with a webhook)."""
     if not task_locked:
         _lock_task(conn, task_id)
-    now = utcnow()
-    params = {
-        "ev_task_id": task_id,
-        "ev_type": event_type,
-        "ev_generation": generation,
-        "ev_status": status,
-        "ev_reason": reason,
-        "ev_data": data or {},
-        "ev_created_at": now,
-    }
-    row = conn.execute(_insert_event(), params).one()
-    event = TaskEvent.from_row(row)
-    if event_type in WEBHOOK_EVENTS:
-        conn.execute(
-            insert(outbox).values(
-                kind="webhook",
-                task_id=task_id,
-                event_seq=event.seq,
-                body=_dumps(webhook_body(event)),
-                status="pending",
-                attempts=0,
-                next_attempt_at=now,
-                created_at=now,
-            )
-        )
+    spec = NewEvent(task_id, event_type, generation, status, reason, data)
+    (event,) = record_events(conn, [spec])
     return event
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """One event to append with `record_events`."""
+
+    task_id: str
+    type: str
+    generation: int | None = None
+    status: str | None = None
+    reason: str | None = None
+    data: dict[str, Any] | None = None
+
+
+def record_events(conn: Connection, events: Sequence[NewEvent]) -> list[TaskEvent]:
+    """Append events to tasks whose rows the caller's transaction has locked: one INSERT for
+    a batch of distinct tasks, and one more for their webhooks (a sweep's batch of requeues).
+
+    Every row's seq is read from the log as it was before its INSERT, so a task's second
+    event goes in a later INSERT of its own.
+    """
+    if not events:
+        return []
+    first: dict[str, NewEvent] = {}
+    later: list[NewEvent] = []
+    for event in events:
+        if event.task_id in first:
+            later.append(event)
+        else:
+            first[event.task_id] = event
+    return _record_distinct(conn, list(first.values())) + record_events(conn, later)
+
+
+def _record_distinct(conn: Connection, events: Sequence[NewEvent]) -> list[TaskEvent]:
+    now = utcnow()
+    if conn.dialect.name == "postgresql" and len(events) > 1:
+        # One fixed statement over arrays: prepared once, whatever the batch size.
+        returned = conn.execute(
+            _PG_EVENTS,
+            {
+                "task_ids": [event.task_id for event in events],
+                "types": [event.type for event in events],
+                "generations": [event.generation for event in events],
+                "statuses": [event.status for event in events],
+                "reasons": [event.reason for event in events],
+                "datas": [json.dumps(event.data or {}) for event in events],
+                "now": now,
+            },
+        ).all()
+        order = {event.task_id: number for number, event in enumerate(events)}
+        rows = sorted(returned, key=lambda row: order[row.task_id])
+    else:
+        params = [
+            {
+                "ev_task_id": event.task_id,
+                "ev_type": event.type,
+                "ev_generation": event.generation,
+                "ev_status": event.status,
+                "ev_reason": event.reason,
+                "ev_data": event.data or {},
+                "ev_created_at": now,
+            }
+            for event in events
+        ]
+        rows = list(conn.execute(_insert_event(), params).all())
+    recorded = [TaskEvent.from_row(row) for row in rows]
+    webhooks = [
+        {
+            "kind": "webhook",
+            "task_id": event.task_id,
+            "event_seq": event.seq,
+            "body": _dumps(webhook_body(event)),
+            "status": "pending",
+            "attempts": 0,
+            "next_attempt_at": now,
+            "created_at": now,
+        }
+        for event in recorded
+        if event.type in WEBHOOK_EVENTS
+    ]
+    if webhooks:
+        conn.execute(insert(outbox), webhooks)
+    return recorded
 
 
 @cache
@@ -210,6 +274,28 @@ def _insert_event() -> Insert:
         )
         .returning(*task_events.c)
     )
+
+
+# Postgres: `_insert_event` for a batch of distinct tasks, in one statement over arrays.
+_PG_EVENTS = (
+    text(
+        """
+        INSERT INTO task_events (task_id, seq, type, generation, status, reason, data, created_at)
+        SELECT n.task_id,
+               coalesce((SELECT max(e.seq) FROM task_events e WHERE e.task_id = n.task_id), 0) + 1,
+               n.type, coalesce(n.generation, t.generation), coalesce(n.status, t.status),
+               n.reason, n.data, :now
+        FROM unnest(
+            CAST(:task_ids AS text[]), CAST(:types AS text[]), CAST(:generations AS integer[]),
+            CAST(:statuses AS text[]), CAST(:reasons AS text[]), CAST(:datas AS jsonb[])
+        ) AS n (task_id, type, generation, status, reason, data)
+        JOIN tasks t ON t.task_id = n.task_id
+        RETURNING task_id, seq, type, generation, status, reason, data, created_at
+        """
+    )
+    .bindparams(bindparam("now", type_=task_events.c.created_at.type))
+    .columns(*task_events.c)
+)
 
 
 def webhook_body(event: TaskEvent) -> dict[str, Any]:

@@ -270,3 +270,33 @@ def test_two_dispatchers_share_the_work_without_sending_a_row_twice_or_out_of_or
     for task_id, _ in tasks:
         seqs = [h.body["seq"] for h in backend.on("/hooks") if h.body["task_id"] == task_id]
         assert seqs == [3, 4, 5]
+
+
+def test_a_batch_of_events_keeps_each_tasks_seq_gapless_and_queues_their_webhooks(
+    rt: Runtime, tmp_path: Path
+) -> None:
+    first, _ = waiting_task(rt, tmp_path)
+    second, _ = waiting_task(rt, tmp_path)
+    before = {t: len(events(rt, t)) for t in (first, second)}
+    batch = [
+        outbox_store.NewEvent(first, "queued", 2, reason="generation 1: lease_expired"),
+        outbox_store.NewEvent(second, "failed", reason="recovery_limit"),
+        outbox_store.NewEvent(first, "note", reason="a second event of the same task"),
+    ]
+    with rt.db.transaction() as conn:  # single-threaded here: no row locks needed
+        recorded = outbox_store.record_events(conn, batch)
+    assert [(e.task_id, e.type, e.seq) for e in recorded] == [
+        (first, "queued", before[first] + 1),
+        (second, "failed", before[second] + 1),
+        (first, "note", before[first] + 2),
+    ]
+    assert recorded[0].generation == 2 and recorded[2].reason == batch[2].reason
+    with rt.db.transaction(readonly=True) as conn:
+        for task_id in (first, second):
+            logged = outbox_store.events_after(conn, task_id, 0, 100)
+            assert [e.seq for e in logged] == list(range(1, len(logged) + 1))
+        hooks = outbox_store.list_rows(conn, kind="webhook", limit=100)
+    assert (second, recorded[1].seq) in {(h.task_id, h.event_seq) for h in hooks}
+    assert not {(first, recorded[0].seq), (first, recorded[2].seq)} & {
+        (h.task_id, h.event_seq) for h in hooks
+    }

@@ -290,7 +290,8 @@ def test_a_batch_of_events_keeps_each_tasks_seq_gapless_and_queues_their_webhook
         (second, "failed", before[second] + 1),
         (first, "note", before[first] + 2),
     ]
-    assert recorded[0].generation == 2 and recorded[2].reason == batch[2].reason
+    assert recorded[0].generation == 2
+    assert recorded[2].reason == batch[2].reason
     with rt.db.transaction(readonly=True) as conn:
         for task_id in (first, second):
             logged = outbox_store.events_after(conn, task_id, 0, 100)

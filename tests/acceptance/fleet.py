@@ -8,11 +8,16 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-__all__ = ["ORCHESTRATOR", "Fleet"]
+from orchestrator.runtime import Runtime
+from tests.executions_support import runtime_for
+from workers.celery_app import CeleryDispatcher, make_celery
+
+__all__ = ["ORCHESTRATOR", "Fleet", "celery_runtime", "fleet_env", "running_fleet"]
 
 ORCHESTRATOR = str(Path(sys.executable).with_name("orchestrator"))
 
@@ -98,3 +103,34 @@ class Fleet:
             f"--- {path.name}\n{path.read_text(errors='replace')[-4000:]}"
             for path in sorted(self.folder.glob("*.log"))
         )
+
+
+def fleet_env(pg_url: str, redis_url: str, tmp_path: Path) -> dict[str, str]:
+    """A fleet's environment on the test's Postgres and Redis, its home under `tmp_path`;
+    add the test's own settings with `|`."""
+    return {
+        "ORCH_DATABASE_URL": pg_url,
+        "ORCH_REDIS_URL": redis_url,
+        "ORCH_HOME": str(tmp_path / "home"),
+    }
+
+
+@contextlib.contextmanager
+def running_fleet(env: dict[str, str], folder: Path) -> Iterator[Fleet]:
+    """A `Fleet` whose processes are all stopped when the block ends."""
+    fleet = Fleet(env, folder)
+    try:
+        yield fleet
+    finally:
+        fleet.stop()
+
+
+@contextlib.contextmanager
+def celery_runtime(pg_url: str, redis_url: str, scripts: Path) -> Iterator[Runtime]:
+    """The test's own runtime on the fleet's store, publishing wake-ups to the fleet's broker."""
+    runtime, _ = runtime_for(pg_url, scripts, redis_url=redis_url)
+    runtime.dispatcher = CeleryDispatcher(make_celery(runtime.settings))
+    try:
+        yield runtime
+    finally:
+        runtime.close()

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from orchestrator.runtime import Runtime
-from tests.acceptance.fleet import Fleet
+from tests.acceptance.fleet import Fleet, fleet_env, running_fleet
 from tests.executions_support import (
     kept_node,
     node,
@@ -69,16 +69,12 @@ def write(scripts: Path, turns: list[dict[str, Any]]) -> None:
 
 @pytest.fixture
 def fleet(pg_url: str, redis_url: str, scripts: Path, tmp_path: Path) -> Iterator[Fleet]:
-    env = {
-        "ORCH_DATABASE_URL": pg_url,
-        "ORCH_REDIS_URL": redis_url,
+    env = fleet_env(pg_url, redis_url, tmp_path) | {
         "ORCH_MODEL": f"scripted:{scripts}",
         "ORCH_MAX_ROUNDS": "2",
-        "ORCH_HOME": str(tmp_path / "home"),
     }
-    running = Fleet(env, tmp_path)
-    yield running
-    running.stop()
+    with running_fleet(env, tmp_path) as running:
+        yield running
 
 
 @pytest.fixture

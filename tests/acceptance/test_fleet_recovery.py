@@ -15,7 +15,7 @@ from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import tasks as task_store
 from orchestrator.tools.base import Fence
-from tests.acceptance.fleet import Fleet
+from tests.acceptance.fleet import Fleet, fleet_env, running_fleet
 from tests.executions_support import (
     completing_turns,
     node,
@@ -32,19 +32,15 @@ LEASE, SWEEP = 3.0, 1.0
 
 @pytest.fixture
 def fleet(pg_url: str, redis_url: str, scripts: Path, tmp_path: Path) -> Iterator[Fleet]:
-    env = {
-        "ORCH_DATABASE_URL": pg_url,
-        "ORCH_REDIS_URL": redis_url,
+    env = fleet_env(pg_url, redis_url, tmp_path) | {
         "ORCH_MODEL": f"scripted:{scripts}",
         "ORCH_LEASE_SECONDS": str(LEASE),
         "ORCH_LEASE_RENEW_SECONDS": "1",
         "ORCH_SWEEP_SECONDS": str(SWEEP),
         "ORCH_QUEUED_STALE_SECONDS": "3",
-        "ORCH_HOME": str(tmp_path / "home"),
     }
-    running = Fleet(env, tmp_path)
-    yield running
-    running.stop()
+    with running_fleet(env, tmp_path) as running:
+        yield running
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from orchestrator.runtime import Runtime
-from tests.acceptance.fleet import Fleet
+from tests.acceptance.fleet import Fleet, fleet_env, running_fleet
 from tests.executions_support import (
     kept_node,
     node,
@@ -51,16 +51,12 @@ def fleet(pg_url: str, redis_url: str, scripts: Path, tmp_path: Path) -> Iterato
     operators = tmp_path / "operators"
     digest = hashlib.sha256(b"lab-token").hexdigest()
     operators.write_text(f"lab operator {digest}\n", encoding="utf-8")
-    env = {
-        "ORCH_DATABASE_URL": pg_url,
-        "ORCH_REDIS_URL": redis_url,
+    env = fleet_env(pg_url, redis_url, tmp_path) | {
         "ORCH_MODEL": f"scripted:{scripts}",
         "ORCH_OPERATORS": str(operators),
-        "ORCH_HOME": str(tmp_path / "home"),
     }
-    running = Fleet(env, tmp_path)
-    yield running
-    running.stop()
+    with running_fleet(env, tmp_path) as running:
+        yield running
 
 
 @pytest.fixture

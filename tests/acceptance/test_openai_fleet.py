@@ -16,10 +16,9 @@ import pytest
 
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
-from tests.acceptance.fleet import Fleet
-from tests.executions_support import node, plan_call, query_call, report_call, runtime_for, wait_for
+from tests.acceptance.fleet import Fleet, celery_runtime, fleet_env, running_fleet
+from tests.executions_support import node, plan_call, query_call, report_call, wait_for
 from tests.openai_server import OpenAIServer, Reply, call
-from workers.celery_app import CeleryDispatcher, make_celery
 
 KEY = "sk-fleet-secret"
 
@@ -32,9 +31,7 @@ def server() -> Iterator[OpenAIServer]:
 
 @pytest.fixture
 def fleet(pg_url: str, redis_url: str, tmp_path: Path, server: OpenAIServer) -> Iterator[Fleet]:
-    env = {
-        "ORCH_DATABASE_URL": pg_url,
-        "ORCH_REDIS_URL": redis_url,
+    env = fleet_env(pg_url, redis_url, tmp_path) | {
         "ORCH_MODEL": "openai:test-model",
         "LLM_BASE_URL": server.base_url,
         "LLM_API_KEY": KEY,
@@ -44,19 +41,15 @@ def fleet(pg_url: str, redis_url: str, tmp_path: Path, server: OpenAIServer) -> 
         "ORCH_LEASE_RENEW_SECONDS": "1",
         "ORCH_SWEEP_SECONDS": "1",
         "ORCH_QUEUED_STALE_SECONDS": "3",
-        "ORCH_HOME": str(tmp_path / "home"),
     }
-    running = Fleet(env, tmp_path)
-    yield running
-    running.stop()
+    with running_fleet(env, tmp_path) as running:
+        yield running
 
 
 @pytest.fixture
 def rt(pg_url: str, redis_url: str, scripts: Path) -> Iterator[Runtime]:
-    runtime, _ = runtime_for(pg_url, scripts, redis_url=redis_url)
-    runtime.dispatcher = CeleryDispatcher(make_celery(runtime.settings))
-    yield runtime
-    runtime.close()
+    with celery_runtime(pg_url, redis_url, scripts) as runtime:
+        yield runtime
 
 
 def as_call(raw: dict[str, Any]) -> dict[str, Any]:

@@ -17,16 +17,14 @@ from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import tasks as task_store
 from orchestrator.tools.base import Fence
-from tests.acceptance.fleet import Fleet
+from tests.acceptance.fleet import Fleet, celery_runtime, fleet_env, running_fleet
 from tests.executions_support import (
     completing_turns,
     node,
     plan_call,
-    runtime_for,
     wait_for,
     write_script,
 )
-from workers.celery_app import CeleryDispatcher, make_celery
 
 #: The goal: generation 2 starts at most this long after the new worker is ready.
 GOAL_SECONDS = 2.0
@@ -34,23 +32,17 @@ GOAL_SECONDS = 2.0
 
 @pytest.fixture
 def fleet(pg_url: str, redis_url: str, scripts: Path, tmp_path: Path) -> Iterator[Fleet]:
-    env = {
-        "ORCH_DATABASE_URL": pg_url,
-        "ORCH_REDIS_URL": redis_url,
+    env = fleet_env(pg_url, redis_url, tmp_path) | {
         "ORCH_MODEL": f"scripted:{scripts}",
-        "ORCH_HOME": str(tmp_path / "home"),
     }
-    running = Fleet(env, tmp_path)
-    yield running
-    running.stop()
+    with running_fleet(env, tmp_path) as running:
+        yield running
 
 
 @pytest.fixture
 def rt(pg_url: str, redis_url: str, scripts: Path) -> Iterator[Runtime]:
-    runtime, _ = runtime_for(pg_url, scripts, redis_url=redis_url)
-    runtime.dispatcher = CeleryDispatcher(make_celery(runtime.settings))
-    yield runtime
-    runtime.close()
+    with celery_runtime(pg_url, redis_url, scripts) as runtime:
+        yield runtime
 
 
 @pytest.mark.slow

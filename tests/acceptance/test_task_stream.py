@@ -13,27 +13,23 @@ import httpx
 import pytest
 
 from orchestrator.store import outbox as outbox_store
-from tests.acceptance.fleet import Fleet
+from tests.acceptance.fleet import Fleet, fleet_env, running_fleet
 from tests.executions_support import completing_turns, runtime_for, wait_for, write_script
 from tests.services import free_port
 
 
 @pytest.fixture
 def fleet(pg_url: str, redis_url: str, scripts: Path, tmp_path: Path) -> Iterator[Fleet]:
-    env = {
-        "ORCH_DATABASE_URL": pg_url,
-        "ORCH_REDIS_URL": redis_url,
+    env = fleet_env(pg_url, redis_url, tmp_path) | {
         "ORCH_MODEL": f"scripted:{scripts}",
         "ORCH_LEASE_SECONDS": "3",
         "ORCH_LEASE_RENEW_SECONDS": "1",
         "ORCH_SWEEP_SECONDS": "1",
         "ORCH_QUEUED_STALE_SECONDS": "3",
         "ORCH_TASK_STREAM_POLL_SECONDS": "0.1",
-        "ORCH_HOME": str(tmp_path / "home"),
     }
-    running = Fleet(env, tmp_path)
-    yield running
-    running.stop()
+    with running_fleet(env, tmp_path) as running:
+        yield running
 
 
 def start_api(fleet: Fleet) -> tuple[Any, str]:

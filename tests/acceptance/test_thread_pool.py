@@ -17,10 +17,9 @@ import pytest
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import tasks as task_store
-from tests.acceptance.fleet import Fleet
-from tests.executions_support import completing_turns, runtime_for, wait_for, write_script
+from tests.acceptance.fleet import Fleet, celery_runtime, fleet_env, running_fleet
+from tests.executions_support import completing_turns, wait_for, write_script
 from tests.openai_server import OpenAIServer, replies
-from workers.celery_app import CeleryDispatcher, make_celery
 
 COUNT, WAIT = 40, 2.0
 TURN = 1.0  # the OpenAI-compatible server's answer time
@@ -34,29 +33,23 @@ def whole_logs(fleet: Fleet) -> str:
 
 
 def lease_env(pg_url: str, redis_url: str, tmp_path: Path) -> dict[str, str]:
-    return {
-        "ORCH_DATABASE_URL": pg_url,
-        "ORCH_REDIS_URL": redis_url,
+    return fleet_env(pg_url, redis_url, tmp_path) | {
         "ORCH_LEASE_SECONDS": "2",  # shorter than a round: renewals must land in time
         "ORCH_LEASE_RENEW_SECONDS": "0.5",
-        "ORCH_HOME": str(tmp_path / "home"),
     }
 
 
 @pytest.fixture
 def fleet(pg_url: str, redis_url: str, scripts: Path, tmp_path: Path) -> Iterator[Fleet]:
     env = {**lease_env(pg_url, redis_url, tmp_path), "ORCH_MODEL": f"scripted:{scripts}"}
-    running = Fleet(env, tmp_path)
-    yield running
-    running.stop()
+    with running_fleet(env, tmp_path) as running:
+        yield running
 
 
 @pytest.fixture
 def rt(pg_url: str, redis_url: str, scripts: Path) -> Iterator[Runtime]:
-    runtime, _ = runtime_for(pg_url, scripts, redis_url=redis_url)
-    runtime.dispatcher = CeleryDispatcher(make_celery(runtime.settings))
-    yield runtime
-    runtime.close()
+    with celery_runtime(pg_url, redis_url, scripts) as runtime:
+        yield runtime
 
 
 @pytest.mark.slow
@@ -111,10 +104,9 @@ def openai_fleet(
         "ORCH_LEASE_SECONDS": "3",
         "ORCH_SWEEP_SECONDS": "1",
     }
-    running = Fleet(env, tmp_path)
-    running.sweeper()  # a lease renewed late would be taken and its generation requeued
-    yield running
-    running.stop()
+    with running_fleet(env, tmp_path) as running:
+        running.sweeper()  # a lease renewed late would be taken and its generation requeued
+        yield running
 
 
 @pytest.mark.slow

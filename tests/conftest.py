@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import redis
 
+from orchestrator.agent.openai_model import close_clients
 from orchestrator.store import Database
 from orchestrator.store.migrations import upgrade
 from tests.services import PostgresServer, RedisServer, ServiceMissing, service_unavailable
@@ -112,6 +113,14 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if _STARTED:
         listed = ", ".join(f"{name} {version}" for name, version in sorted(_STARTED.items()))
         terminalreporter.write_line(f"real services used by this run: {listed}")
+
+
+@pytest.fixture(autouse=True)
+def _close_model_clients() -> Iterator[None]:
+    """Tests start model servers of their own: close the process's shared clients after each
+    test, so no pooled socket is left for the garbage collector to warn about in a later one."""
+    yield
+    close_clients()
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from functools import lru_cache
 from typing import Any
 
 import openai
@@ -28,7 +27,7 @@ from orchestrator.agent.wire import HistoryError, check_history, to_wire_message
 from orchestrator.settings import Settings
 from orchestrator.tools.base import ToolCall
 
-__all__ = ["OpenAIModel", "client_for"]
+__all__ = ["OpenAIModel", "client_for", "close_clients"]
 
 #: A model call needs at least this long; a round whose lease runs out sooner does not start one.
 MIN_CALL_SECONDS = 1.0
@@ -44,10 +43,33 @@ MAX_CALLS_IN_FLIGHT = 2048
 _CALLS = ThreadPoolExecutor(max_workers=MAX_CALLS_IN_FLIGHT, thread_name_prefix="model-call")
 
 
-@lru_cache(maxsize=8)
+_CLIENTS: dict[tuple[str, str, float], openai.OpenAI] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
 def client_for(base_url: str, api_key: str, timeout: float) -> openai.OpenAI:
-    """One client (and one connection pool) per server and key, shared by a process's rounds."""
-    return openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
+    """One client (and one connection pool) per server and key, shared by a process's rounds.
+
+    Kept until `close_clients`: a client dropped while a round still used it would close that
+    round's connection, and one dropped unclosed leaves its sockets to the garbage collector."""
+    key = (base_url, api_key, timeout)
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(key)
+        if client is None:
+            client = openai.OpenAI(
+                base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0
+            )
+            _CLIENTS[key] = client
+        return client
+
+
+def close_clients() -> None:
+    """Close every shared client and forget it (a test between servers, a process stopping)."""
+    with _CLIENTS_LOCK:
+        clients = list(_CLIENTS.values())
+        _CLIENTS.clear()
+    for client in clients:
+        client.close()
 
 
 class OpenAIModel(Model):

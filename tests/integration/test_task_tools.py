@@ -346,11 +346,14 @@ def test_the_next_generation_reads_the_plan_report_and_evidence_left_before(
     assert previous["plan"]["revision"] == 1
     assert [n["id"] for n in previous["plan"]["nodes"]] == ["a", "b"]
     assert previous["report"]["outcome"] == "continue"
-    assert [(e["source"], e["truncated"]) for e in previous["evidence"]] == [
+    # q0 and q1 were one turn's parallel calls: their evidence may be recorded in either order.
+    assert sorted((e["source"], e["truncated"]) for e in previous["evidence"]) == [
         ("scada_sim", False),
         ("scada_sim", True),
     ]
-    assert previous["report"]["evidence_refs"] == [e["evidence_id"] for e in previous["evidence"]]
+    cited = previous["report"]["evidence_refs"]
+    assert sorted(cited) == sorted(e["evidence_id"] for e in previous["evidence"])
+    assert len(set(cited)) == 2
     assert payload["origin"] == "live"
     assert "sample_input" not in payload
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -13,6 +14,7 @@ from typing import Any
 from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.lease_keeper import lease_name
+from orchestrator.services.sweeper import SweepReport
 from orchestrator.settings import Settings, load_settings
 from orchestrator.store import tasks as task_store
 from orchestrator.store.types import utcnow
@@ -27,6 +29,7 @@ __all__ = [
     "query_call",
     "report_call",
     "runtime_for",
+    "sweep_at_once",
     "wait_for",
     "write_script",
 ]
@@ -193,3 +196,20 @@ def fenced_ctx(fence: Fence, session_id: str) -> ToolContext:
         generation=fence.generation,
         fence=fence,
     )
+
+
+def sweep_at_once(*runtimes: Runtime) -> list[SweepReport]:
+    """Every runtime's sweeper sweeps at the same moment (a barrier), each on its own thread."""
+    reports: list[SweepReport] = []
+    barrier = threading.Barrier(len(runtimes))
+
+    def sweep(runtime: Runtime) -> None:
+        barrier.wait()
+        reports.append(runtime.sweeper.sweep())
+
+    threads = [threading.Thread(target=sweep, args=(r,)) for r in runtimes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    return reports

@@ -7,7 +7,6 @@ the two scrapes.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from orchestrator import metrics
 from orchestrator.runtime import Runtime
 from orchestrator.services.sweeper import LEASE_EXPIRED, SweepReport
 from orchestrator.services.tasks import Trigger
-from tests.executions_support import claim_as_worker, runtime_for
+from tests.executions_support import claim_as_worker, runtime_for, sweep_at_once
 from tests.integration.test_gone_processes import claim, exited_process
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres]
@@ -127,18 +126,7 @@ def test_two_sweepers_racing_count_each_expiry_once(
     try:
         task_ids, span = expire(rt, COUNT)
         before = Scrape.now()
-        reports: list[SweepReport] = []
-        barrier = threading.Barrier(2)
-
-        def sweep(runtime: Runtime) -> None:
-            barrier.wait()
-            reports.append(runtime.sweeper.sweep())
-
-        threads = [threading.Thread(target=sweep, args=(r,)) for r in (rt, other)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=60)
+        reports = sweep_at_once(rt, other)
         span += 1.0  # the sweeps' own time, generously
     finally:
         other.close()

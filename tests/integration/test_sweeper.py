@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
@@ -11,13 +10,12 @@ import pytest
 from orchestrator.runtime import Runtime
 from orchestrator.services.actions import ActionService
 from orchestrator.services.lease_keeper import lease_name
-from orchestrator.services.sweeper import SweepReport
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import actions as action_store
 from orchestrator.store import task_plans
 from orchestrator.store import tasks as task_store
 from orchestrator.tools.base import Fence
-from tests.executions_support import claim_as_worker, node, plan_call, runtime_for
+from tests.executions_support import claim_as_worker, node, plan_call, runtime_for, sweep_at_once
 
 TTL = 0.5
 
@@ -74,18 +72,7 @@ def test_two_sweepers_racing_requeue_each_expiry_once(
         for task_id in task_ids:
             abandon(rt, task_id, 1)
         time.sleep(TTL + 0.2)
-        reports: list[SweepReport] = []
-        barrier = threading.Barrier(2)
-
-        def sweep(runtime: Runtime) -> None:
-            barrier.wait()
-            reports.append(runtime.sweeper.sweep())
-
-        threads = [threading.Thread(target=sweep, args=(r,)) for r in (rt, other)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=60)
+        reports = sweep_at_once(rt, other)
         requeued = [entry for report in reports for entry in report.requeued]
         assert sorted(requeued) == sorted((t, 1, 2) for t in task_ids)
         for task_id in task_ids:

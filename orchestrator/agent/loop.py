@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -101,7 +100,7 @@ def run_round(
             {
                 "role": "tool",
                 "tool_call_id": call.id,
-                "content": json.dumps(result.to_message(), default=str, ensure_ascii=False),
+                "content": result.message_text,
             }
             for call, result in zip(turn.tool_calls, results, strict=True)
         ]

@@ -213,10 +213,8 @@ class TranscriptWriter:
 
     def envelope(self, call: ToolCall, result: ToolResult) -> dict[str, Any]:
         """The envelope the model was shown, redacted for the transcript."""
-        # Exactly the JSON the model was shown (the loop serialises with `default=str`).
-        shown: dict[str, Any] = json.loads(
-            json.dumps(result.to_message(), default=str, ensure_ascii=False)
-        )
+        # Exactly the JSON the model was shown.
+        shown: dict[str, Any] = json.loads(result.message_text)
         if "result" not in shown:
             return shown
         tool = self.tools.get(call.name)

@@ -201,9 +201,7 @@ class CollaborationService:
                         {
                             "role": "tool",
                             "tool_call_id": call.id,
-                            "content": json.dumps(
-                                result.to_message(), default=str, ensure_ascii=False
-                            ),
+                            "content": result.message_text,
                         }
                     )
         except ModelError as exc:

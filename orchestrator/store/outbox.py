@@ -222,7 +222,9 @@ def _record_distinct(conn: Connection, events: Sequence[NewEvent]) -> list[TaskE
             }
             for event in events
         ]
-        rows = list(conn.execute(_insert_event(), params).all())
+        # One event is one execution, not an executemany: SQLAlchemy's "insertmanyvalues"
+        # batching of a list costs more CPU than the statement itself.
+        rows = list(conn.execute(_insert_event(), params[0] if len(params) == 1 else params))
     recorded = [TaskEvent.from_row(row) for row in rows]
     webhooks = [
         {
@@ -239,7 +241,7 @@ def _record_distinct(conn: Connection, events: Sequence[NewEvent]) -> list[TaskE
         if event.type in WEBHOOK_EVENTS
     ]
     if webhooks:
-        conn.execute(insert(outbox), webhooks)
+        conn.execute(insert(outbox), webhooks[0] if len(webhooks) == 1 else webhooks)
     return recorded
 
 

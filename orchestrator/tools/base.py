@@ -8,6 +8,7 @@ write tools through durable receipts, and always hands the model a `ToolResult` 
 from __future__ import annotations
 
 import functools
+import json
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -125,6 +126,12 @@ class ToolResult:
         if self.payload is not None:
             body["result"] = self.payload
         return body
+
+    @functools.cached_property
+    def message_text(self) -> str:
+        """`to_message()` as the JSON text the model is sent, serialised once per result: the
+        loop's tool message and the transcript keep exactly this text."""
+        return json.dumps(self.to_message(), default=str, ensure_ascii=False)
 
 
 class ToolArguments(BaseModel):

@@ -104,7 +104,7 @@ class Settings(BaseSettings):
     max_recoveries: int = Field(default=3, ge=1)
     max_rounds: int = Field(default=5, ge=1)
     max_turns: int = Field(default=30, ge=1)
-    api_token: str | None = None
+    api_token: str | None = Field(default=None, repr=False)
     # No default: a worker refuses to start without one (`check_model_setting`).
     model: str | None = Field(default=None, description="openai:MODEL or scripted:DIR")
     retention_days: int = Field(default=30, ge=0)
@@ -120,6 +120,9 @@ class Settings(BaseSettings):
     # Operator accounts (issue 14): a file of `NAME ROLE SHA256-HEX-OF-TOKEN` lines; roles
     # viewer, operator, approver. ORCH_API_TOKEN stays one full-rights account beside them.
     operators: Path | None = None
+    # Mixed into the key of every console session cookie: without it, a reader of the
+    # operators file (token hashes) could sign cookies; changing it signs every browser out.
+    console_secret: str | None = Field(default=None, repr=False, min_length=16)
     # The outbox and its dispatcher (DESIGN section 8): where approved actions and signed task
     # events go, how long one send may take, the backoff between attempts, and after how many
     # failed attempts a webhook is dead-lettered (an action delivery is retried until a 2xx).

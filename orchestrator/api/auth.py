@@ -88,6 +88,7 @@ def _identify(
     api_token: str | None,
     *,
     method: str = "GET",
+    console_secret: str | None = None,
 ) -> Operator | None:
     """The caller's account; ANONYMOUS when no token is configured; None for a wrong token.
 
@@ -101,7 +102,9 @@ def _identify(
         operator = find_operator(presented.strip(), accounts, api_token)
         if operator is not None:
             return operator
-    return cookie_operator(headers, method, sign_in_accounts(api_token, accounts))
+    return cookie_operator(
+        headers, method, sign_in_accounts(api_token, accounts), secret=console_secret
+    )
 
 
 def _role_refusal(operator: Operator, method: str) -> str | None:
@@ -120,6 +123,7 @@ def require_api_token(request: Request) -> None:
         _accounts(request),
         settings.api_token,
         method=request.method,
+        console_secret=settings.console_secret,
     )
     if operator is None:
         raise Unauthorized(_WRONG)
@@ -181,6 +185,7 @@ class BearerTokens:
         self.app = app
         self.accounts = accounts
         self.api_token = settings.api_token or None
+        self.console_secret = settings.console_secret
         self.internal_token = settings.agent_internal_token or None
         self.internal_prefix = internal_prefix.rstrip("/")
         self.open_paths = frozenset(open_paths)
@@ -204,6 +209,7 @@ class BearerTokens:
                 self.accounts,
                 self.api_token,
                 method=scope.get("method", "GET"),
+                console_secret=self.console_secret,
             )
             if operator is None:
                 return Unauthorized(_WRONG)

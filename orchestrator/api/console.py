@@ -58,7 +58,9 @@ def _signed_in_as(request: Request) -> Operator | None:
     if not accounts:
         return ANONYMOUS  # no token configured: the API is open, so is the console
     value = console_session.cookie_from_headers(request.scope.get("headers", ()))
-    return None if value is None else console_session.holder(value, accounts)
+    if value is None:
+        return None
+    return console_session.holder(value, accounts, secret=request.app.state.settings.console_secret)
 
 
 def _sign_in_page(request: Request, error: str = "", status: int = 200) -> HTMLResponse:
@@ -85,7 +87,7 @@ def _start_session(request: Request, presented: str, query: list[tuple[str, str]
     response = RedirectResponse(_home(request, query), status_code=303, headers=_HEADERS)
     response.set_cookie(
         console_session.COOKIE,
-        console_session.issue(account),
+        console_session.issue(account, secret=request.app.state.settings.console_secret),
         max_age=console_session.SESSION_SECONDS,
         path="/",
         httponly=True,

@@ -9,7 +9,9 @@ secret derived from that account's stored token hash. The accounts are ORCH_API_
 
 Nothing server-side is kept: a restarted API still accepts the cookie; changing an account's
 token (or removing the account) signs its browsers out; a forged name fails the MAC, because
-the name is signed and picks the key. The role comes from the accounts file at each request,
+the name is signed and picks the key. With ORCH_CONSOLE_SECRET set, the key also depends on
+that secret: the operators file alone (token hashes) is then not enough to sign a cookie, and
+changing the secret signs every browser out. The role comes from the accounts file at each request,
 never from the cookie. The cookie is HttpOnly and SameSite=Strict; a cookie-authenticated write
 must also carry `X-Orch-Console: 1`, a header no cross-site form can send.
 """
@@ -54,8 +56,9 @@ def sign_in_accounts(api_token: str | None, operators: Sequence[Account]) -> tup
     return ((shared,) if shared else ()) + tuple(operators)
 
 
-def _mac(account: Account, message: str) -> str:
-    key = hashlib.sha256(b"orch-console-session\0" + account.digest).digest()
+def _mac(account: Account, message: str, secret: str | None) -> str:
+    mixed = b"" if secret is None else secret.encode("utf-8") + b"\0"
+    key = hashlib.sha256(b"orch-console-session\0" + mixed + account.digest).digest()
     return hmac.new(key, message.encode("ascii"), hashlib.sha256).hexdigest()
 
 
@@ -72,15 +75,22 @@ def _decode_name(text: str) -> str | None:
         return None
 
 
-def issue(account: Account, now: float | None = None) -> str:
-    """A new session cookie value for a browser that presented `account`'s token."""
+def issue(account: Account, now: float | None = None, *, secret: str | None = None) -> str:
+    """A new session cookie value for a browser that presented `account`'s token (`secret`:
+    ORCH_CONSOLE_SECRET, mixed into the key when set)."""
     expires = int((time.time() if now is None else now) + SESSION_SECONDS)
     name = _encode_name(account.operator.name)
     message = f"{_VERSION}.{name}.{expires}.{secrets.token_urlsafe(12)}"
-    return f"{message}.{_mac(account, message)}"
+    return f"{message}.{_mac(account, message, secret)}"
 
 
-def holder(value: str, accounts: Sequence[Account], now: float | None = None) -> Operator | None:
+def holder(
+    value: str,
+    accounts: Sequence[Account],
+    now: float | None = None,
+    *,
+    secret: str | None = None,
+) -> Operator | None:
     """The account an unexpired, correctly signed session `value` stands for, or None."""
     if len(value) > _MAX_COOKIE or not value.isascii():
         return None
@@ -96,7 +106,7 @@ def holder(value: str, accounts: Sequence[Account], now: float | None = None) ->
     account = next((a for a in accounts if a.operator.name == name), None)
     if account is None:
         return None
-    return account.operator if hmac.compare_digest(_mac(account, message), mac) else None
+    return account.operator if hmac.compare_digest(_mac(account, message, secret), mac) else None
 
 
 def cookie_from_headers(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
@@ -112,14 +122,18 @@ def cookie_from_headers(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
 
 
 def cookie_operator(
-    headers: Sequence[tuple[bytes, bytes]], method: str, accounts: Sequence[Account]
+    headers: Sequence[tuple[bytes, bytes]],
+    method: str,
+    accounts: Sequence[Account],
+    *,
+    secret: str | None = None,
 ) -> Operator | None:
     """The account the request's console cookie stands for, or None (a write without
     WRITE_HEADER is None too: it could come from a cross-site form)."""
     value = cookie_from_headers(headers)
     if value is None:
         return None
-    operator = holder(value, accounts)
+    operator = holder(value, accounts, secret=secret)
     if operator is None:
         return None
     if method.upper() in _SAFE_METHODS:

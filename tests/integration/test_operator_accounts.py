@@ -235,3 +235,30 @@ def test_operator_accounts_alone_make_the_console_ask_to_sign_in(
         assert (moved.status_code, moved.headers["location"]) == (303, "/console?x=1")
         assert client.get("/console/session").json()["account"]["name"] == "otto"
         assert TOKENS["otto"] not in client.get("/console").text
+
+
+def test_with_a_console_secret_a_cookie_signed_from_the_file_is_refused(
+    setup: tuple[Runtime, TestClient, str, str], store_url: str, tmp_path: Path
+) -> None:
+    from orchestrator.api import console_session
+
+    _, _, task_id, _ = setup
+    secret = "s" * 24
+    settings = load_settings(
+        database_url=store_url, operators=operators_file(tmp_path), console_secret=secret
+    )
+    (alma,) = [a for a in load_operators(settings.operators) if a.operator.name == "alma"]
+    with TestClient(create_app(settings)) as client:
+        # Someone who read the operators file signs a cookie with its hash alone.
+        client.cookies.set("orch_console", console_session.issue(alma))
+        assert client.get(f"/api/v1/tasks/{task_id}").status_code == 401
+        assert client.get("/console/session").json()["signed_in"] is False
+        client.cookies.clear()
+        sign_in(client, TOKENS["alma"])  # a real sign-in still works
+        assert client.get("/console/session").json()["account"]["name"] == "alma"
+        assert client.get(f"/api/v1/tasks/{task_id}").status_code == 200
+
+
+def test_a_short_console_secret_stops_start_up(store_url: str) -> None:
+    with pytest.raises(SettingsError, match=r"(?i)console_secret"):
+        load_settings(database_url=store_url, console_secret="short")

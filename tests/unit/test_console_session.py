@@ -126,3 +126,25 @@ def test_identify_gives_the_cookies_account_and_a_bearer_token_wins() -> None:
     # Operators without ORCH_API_TOKEN: the cookie works the same.
     assert _identify(cookie_headers(value), operators, None) == VERA.operator
     assert _identify(cookie_headers("v2.x.1.n.m"), operators, API_TOKEN) is None
+
+
+SECRET = "a-console-secret-of-32-characters"
+
+
+def test_with_a_console_secret_the_operators_file_alone_cannot_sign_a_cookie() -> None:
+    # A reader of the operators file has every token hash: without ORCH_CONSOLE_SECRET that is
+    # the whole key, so it can sign an approver's cookie. With the secret set, it cannot.
+    forged_from_hashes = session.issue(ALMA)
+    assert session.holder(forged_from_hashes, ACCOUNTS) == ALMA.operator
+    assert session.holder(forged_from_hashes, ACCOUNTS, secret=SECRET) is None
+    signed_in = session.issue(ALMA, secret=SECRET)
+    assert session.holder(signed_in, ACCOUNTS, secret=SECRET) == ALMA.operator
+
+
+def test_changing_the_console_secret_signs_every_browser_out() -> None:
+    value = session.issue(VERA, secret=SECRET)
+    assert session.holder(value, ACCOUNTS, secret=SECRET + "-rotated") is None
+    assert session.holder(value, ACCOUNTS) is None  # nor is it good once the secret is unset
+    headers = [(b"cookie", f"{session.COOKIE}={value}".encode())]
+    assert _identify(headers, (VERA, ALMA), API_TOKEN, console_secret=SECRET) == VERA.operator
+    assert _identify(headers, (VERA, ALMA), API_TOKEN, console_secret="x" * 16) is None

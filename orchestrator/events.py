@@ -1,4 +1,6 @@
-"""Plan events across processes: a committed revision wakes the streams that watch its session.
+"""Wake-ups across processes: a committed plan revision wakes the streams that watch its
+session, and a committed task event (`task:ID`, see `store.outbox.task_wake_key`) the task
+streams that follow that task.
 
 The store is the event log: a stream sends the revisions above the last one it sent, so nothing
 uncommitted is ever shown, a reconnect replays from `Last-Event-ID`, and a lost wake-up only
@@ -12,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import Final, Protocol
 
 import redis
@@ -44,11 +46,18 @@ class PlanNotifier(Protocol):
 
     def notify(self, session_id: str, revision: int) -> None: ...
 
+    def wake_keys(self, keys: Collection[str]) -> None:
+        """Told the keys a committed unit of work marked (`Database.after_commit`)."""
+        ...
+
 
 class NullNotifier:
     """Embedded processes without streams: the pollers of other processes find the revision."""
 
     def notify(self, session_id: str, revision: int) -> None:
+        return None
+
+    def wake_keys(self, keys: Collection[str]) -> None:
         return None
 
 
@@ -64,6 +73,16 @@ class RedisNotifier:
         except redis.RedisError as exc:
             log.warning("plan wake-up for session %s not published: %s", session_id, exc)
 
+    def wake_keys(self, keys: Collection[str]) -> None:
+        """One pipelined round trip however many keys (a sweep's batch of requeues)."""
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            for key in keys:
+                pipe.publish(f"{PLAN_CHANNEL_PREFIX}{key}", "1")
+            pipe.execute()
+        except redis.RedisError as exc:
+            log.warning("%d wake-ups not published: %s", len(keys), exc)
+
     def close(self) -> None:
         self._client.close()
 
@@ -77,6 +96,10 @@ class CompositeNotifier:
     def notify(self, session_id: str, revision: int) -> None:
         for notifier in self._notifiers:
             notifier.notify(session_id, revision)
+
+    def wake_keys(self, keys: Collection[str]) -> None:
+        for notifier in self._notifiers:
+            notifier.wake_keys(keys)
 
 
 def make_notifier(settings: Settings) -> PlanNotifier:
@@ -139,6 +162,12 @@ class PlanHub:
     def wake(self, session_id: str) -> None:
         with self._lock:
             events = list(self._waiters.get(session_id, ()))
+        self._set(events)
+
+    def wake_keys(self, keys: Collection[str]) -> None:
+        """A `PlanNotifier` for commits made in this process (from any thread)."""
+        with self._lock:
+            events = [event for key in keys for event in self._waiters.get(key, ())]
         self._set(events)
 
     def wake_all(self) -> None:

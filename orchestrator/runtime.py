@@ -80,6 +80,8 @@ def build_runtime(settings: Settings, *, dispatcher: Dispatcher | None = None) -
     db = Database.from_url(
         settings.store_url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow
     )
+    # Task streams in API processes wake when this process commits a task event.
+    db.after_commit = make_notifier(settings).wake_keys
     return Runtime(
         settings=settings,
         db=db,

@@ -146,6 +146,9 @@ def create_app(
     notifier: PlanNotifier = (
         CompositeNotifier([plan_hub, redis_notifier]) if redis_notifier else plan_hub
     )
+    # A task event this process commits (a requeue, a decision) wakes its task streams here
+    # at once, and those of other API processes through Redis.
+    database.after_commit = notifier.wake_keys
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

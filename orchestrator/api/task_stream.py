@@ -10,7 +10,6 @@ status (`completed`, `failed`, `cancelled`).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 
@@ -22,8 +21,10 @@ from starlette.concurrency import run_in_threadpool
 from orchestrator.api.contract import error_responses
 from orchestrator.api.deps import get_db
 from orchestrator.api.stream import last_event_id_of, sse_event
+from orchestrator.events import PlanHub
 from orchestrator.services.task_stream import TaskSnapshot, TaskStreamService
 from orchestrator.store.db import Database
+from orchestrator.store.outbox import task_wake_key
 
 __all__ = ["router"]
 
@@ -34,6 +35,7 @@ _BATCH = 100
 
 async def _events(
     service: TaskStreamService,
+    hub: PlanHub,
     task_id: str,
     snapshot: TaskSnapshot,
     after: int | None,
@@ -47,24 +49,28 @@ async def _events(
     # An id above the newest is not one of ours (the log is never trimmed): resume at the newest.
     last = snapshot.last_seq if after is None else min(after, snapshot.last_seq)
     sent_at = time.monotonic()
-    while True:
-        events = await run_in_threadpool(service.events_after, task_id, last, _BATCH)
-        for event in events:
-            yield sse_event(event.name, jsonable_encoder(event.data), event.seq)
-            last = event.seq
-            sent_at = time.monotonic()
-            if event.final:
-                return
-        if len(events) == _BATCH:
-            continue
-        if snapshot.final and not events:
-            return  # finished before the stream opened, and nothing follows
-        idle = time.monotonic() - sent_at
-        if idle >= keepalive:
-            yield b": keep-alive\n\n"
-            sent_at = time.monotonic()
-            idle = 0.0
-        await asyncio.sleep(max(0.01, min(poll, keepalive - idle)))
+    # Woken when a process commits an event of this task (over Redis from workers and other
+    # API processes); the poll is the safety net for a wake-up lost on the way.
+    with hub.subscribe(task_wake_key(task_id)) as subscription:
+        while True:
+            subscription.clear()  # before reading: a wake-up during the read is kept
+            events = await run_in_threadpool(service.events_after, task_id, last, _BATCH)
+            for event in events:
+                yield sse_event(event.name, jsonable_encoder(event.data), event.seq)
+                last = event.seq
+                sent_at = time.monotonic()
+                if event.final:
+                    return
+            if len(events) == _BATCH:
+                continue
+            if snapshot.final and not events:
+                return  # finished before the stream opened, and nothing follows
+            idle = time.monotonic() - sent_at
+            if idle >= keepalive:
+                yield b": keep-alive\n\n"
+                sent_at = time.monotonic()
+                idle = 0.0
+            await subscription.wait(max(0.01, min(poll, keepalive - idle)))
 
 
 @router.get(
@@ -82,11 +88,12 @@ async def task_stream(
 ) -> StreamingResponse:
     """`text/event-stream` of one task across its generations; an unknown task is a 404."""
     service = TaskStreamService(db)
+    hub: PlanHub = request.app.state.hub
     snapshot = await run_in_threadpool(service.snapshot, task_id)
     keepalive = float(request.app.state.keepalive_seconds)
     poll = float(request.app.state.settings.task_stream_poll_seconds)
     return StreamingResponse(
-        _events(service, task_id, snapshot, last_event_id_of(last_event_id), keepalive, poll),
+        _events(service, hub, task_id, snapshot, last_event_id_of(last_event_id), keepalive, poll),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -16,13 +16,20 @@ from sqlalchemy.pool import ConnectionPoolEntry
 from orchestrator.errors import ConstraintViolation
 from orchestrator.settings import SettingsError
 
-__all__ = ["PING_BYPASS_SECONDS", "Database", "make_engine"]
+__all__ = ["PING_BYPASS_SECONDS", "Database", "make_engine", "wake_after_commit"]
 
 #: A pooled connection given back less than this long ago is not pinged again on checkout (as
 #: HikariCP's `aliveBypassWindowMs`, 500 ms by default): a worker's back-to-back transactions
 #: save a round trip each, and a connection that sat idle longer is always pinged.
 PING_BYPASS_SECONDS = 0.5
 _CHECKED_IN_AT = "orch_checked_in_at"
+_WAKE = "orch_wake_after_commit"
+
+
+def wake_after_commit(conn: Connection, key: str) -> None:
+    """Mark `key` (e.g. `task:ID`) to be announced once the unit of work on `conn` commits:
+    a stream told before the commit would read nothing new and wait for its next poll."""
+    conn.info.setdefault(_WAKE, set()).add(key)
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -110,6 +117,9 @@ class Database:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        #: Told the keys a unit of work marked with `wake_after_commit`, after it committed
+        #: (never for one that failed); must not raise. None: nobody listens.
+        self.after_commit: Callable[[Collection[str]], None] | None = None
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> Database:
@@ -130,6 +140,9 @@ class Database:
                     yield conn
             except IntegrityError as exc:
                 raise ConstraintViolation(_integrity_message(exc)) from exc
+            finally:
+                marked = conn.info.pop(_WAKE, None)
+            self._announce(marked)
 
     @contextmanager
     def single_statement(self) -> Iterator[Connection]:
@@ -145,6 +158,13 @@ class Database:
                 yield conn
             except IntegrityError as exc:
                 raise ConstraintViolation(_integrity_message(exc)) from exc
+            finally:
+                marked = conn.info.pop(_WAKE, None)
+            self._announce(marked)
+
+    def _announce(self, marked: set[str] | None) -> None:
+        if marked and self.after_commit is not None:
+            self.after_commit(marked)
 
     def dispose(self) -> None:
         self.engine.dispose()

@@ -37,6 +37,7 @@ from sqlalchemy import (
 )
 
 from orchestrator.store.actions import ActionRecord
+from orchestrator.store.db import wake_after_commit
 from orchestrator.store.tables import actions, outbox, task_events, tasks
 from orchestrator.store.types import utcnow
 
@@ -59,6 +60,7 @@ __all__ = [
     "record_events",
     "record_proposal",
     "retry_dead",
+    "task_wake_key",
 ]
 
 #: Task events the business backend hears of by webhook; the others feed the task stream only.
@@ -172,6 +174,11 @@ class NewEvent:
     data: dict[str, Any] | None = None
 
 
+def task_wake_key(task_id: str) -> str:
+    """What a committed event of `task_id` announces, and what its task streams wait on."""
+    return f"task:{task_id}"
+
+
 def record_events(conn: Connection, events: Sequence[NewEvent]) -> list[TaskEvent]:
     """Append events to tasks whose rows the caller's transaction has locked: one INSERT for
     a batch of distinct tasks, and one more for their webhooks (a sweep's batch of requeues).
@@ -226,6 +233,8 @@ def _record_distinct(conn: Connection, events: Sequence[NewEvent]) -> list[TaskE
         # batching of a list costs more CPU than the statement itself.
         rows = list(conn.execute(_insert_event(), params[0] if len(params) == 1 else params))
     recorded = [TaskEvent.from_row(row) for row in rows]
+    for event in recorded:  # the task streams that follow these tasks, once committed
+        wake_after_commit(conn, task_wake_key(event.task_id))
     webhooks = [
         {
             "kind": "webhook",

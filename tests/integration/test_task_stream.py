@@ -4,6 +4,8 @@ SIGKILL runs in tests/acceptance/test_task_stream.py)."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,8 @@ from fastapi.testclient import TestClient
 
 from orchestrator.api.app import create_app
 from orchestrator.runtime import Runtime
-from tests.executions_support import runtime_for
+from orchestrator.services.tasks import Trigger
+from tests.executions_support import runtime_for, settings_for, wait_for
 from tests.outbox_support import waiting_task
 
 
@@ -89,3 +92,78 @@ def test_a_finished_task_streams_its_snapshot_and_resumes_from_last_event_id(
         missing = client.get("/api/v1/tasks/no-such-task/stream")
         assert missing.status_code == 404
         assert missing.json()["error"]["code"] == "not_found"
+
+
+def next_status(lines: Iterator[str]) -> dict[str, Any]:
+    """Read SSE lines until a `status` event; its data."""
+    event = None
+    for line in lines:
+        if line.startswith("event: "):
+            event = line.removeprefix("event: ")
+        elif line.startswith("data: ") and event == "status":
+            data: dict[str, Any] = json.loads(line.removeprefix("data: "))
+            return data
+    raise AssertionError("the stream ended without a status event")
+
+
+def seconds_to_see_cancel(client: TestClient, task_id: str, cancel: Any) -> float:
+    """Open the task's stream, cancel the task from another thread once the snapshot is in,
+    and time the cancel's commit -> its `status` event on the stream."""
+    with client.stream("GET", f"/api/v1/tasks/{task_id}/stream") as response:
+        assert response.status_code == 200
+        lines = response.iter_lines()
+        for line in lines:
+            if line.startswith("event: state"):
+                break
+        committed: list[float] = []
+
+        def later() -> None:
+            time.sleep(0.3)  # the stream is waiting by now
+            cancel()
+            committed.append(time.monotonic())
+
+        thread = threading.Thread(target=later)
+        thread.start()
+        status = next_status(lines)
+        seen = time.monotonic()
+        thread.join()
+    assert status["status"] == "cancelled"
+    return seen - committed[0]
+
+
+def test_a_task_event_committed_by_a_worker_wakes_the_stream_through_redis(
+    store_url: str, redis_url: str, tmp_path: Path
+) -> None:
+    # The stream's own poll is 30 s: only the wake-up can bring the event sooner.
+    worker, _ = runtime_for(
+        store_url, tmp_path / "scripts", redis_url=redis_url, task_stream_poll_seconds=30
+    )
+    try:
+        task_id = worker.tasks.trigger(Trigger(task_type="x", title="woken")).task.task_id
+        app = create_app(worker.settings, keepalive_seconds=60)  # a database of its own
+        with TestClient(app) as client:
+            wait_for(app.state.hub.subscribed.is_set, 10, 0.02, what="the hub's subscription")
+            delay = seconds_to_see_cancel(
+                client, task_id, lambda: worker.tasks.cancel(task_id, "not needed")
+            )
+        assert delay < 2.0, f"the status came {delay:.2f} s after the commit"
+    finally:
+        worker.close()
+
+
+def test_a_task_event_committed_in_the_api_process_wakes_the_stream_without_redis(
+    store_url: str, tmp_path: Path
+) -> None:
+    settings = settings_for(store_url, tmp_path / "scripts", task_stream_poll_seconds=30)
+    app = create_app(settings, keepalive_seconds=60)
+    with TestClient(app) as client:
+        task_id = client.post("/api/v1/tasks", json={"task_type": "x", "title": "t"}).json()[
+            "task_id"
+        ]
+
+        def cancel() -> None:
+            answer = client.post(f"/api/v1/tasks/{task_id}/cancel", json={"reason": "stop"})
+            assert answer.status_code == 200, answer.text
+
+        delay = seconds_to_see_cancel(client, task_id, cancel)
+    assert delay < 2.0, f"the status came {delay:.2f} s after the commit"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from orchestrator.events import make_notifier
+from orchestrator.events import PlanNotifier, RedisNotifier, make_notifier
 from orchestrator.leases import LeaseBackend, make_lease_backend
 from orchestrator.services.actions import ActionService
 from orchestrator.services.dispatch import Dispatcher
@@ -28,10 +28,12 @@ class Runtime:
     db: Database
     leases: LeaseBackend
     dispatcher: Dispatcher
+    #: Wake-ups for streams in API processes: plan revisions and committed task events.
+    notifier: PlanNotifier
 
     @cached_property
     def plans(self) -> PlanService:
-        return PlanService(self.db, make_notifier(self.settings))
+        return PlanService(self.db, self.notifier)
 
     @cached_property
     def actions(self) -> ActionService:
@@ -67,6 +69,8 @@ class Runtime:
     def close(self) -> None:
         self.leases.close()
         self.db.dispose()
+        if isinstance(self.notifier, RedisNotifier):
+            self.notifier.close()
 
 
 def celery_dispatcher(settings: Settings) -> Dispatcher:
@@ -80,11 +84,13 @@ def build_runtime(settings: Settings, *, dispatcher: Dispatcher | None = None) -
     db = Database.from_url(
         settings.store_url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow
     )
+    notifier = make_notifier(settings)
     # Task streams in API processes wake when this process commits a task event.
-    db.after_commit = make_notifier(settings).wake_keys
+    db.after_commit = notifier.wake_keys
     return Runtime(
         settings=settings,
         db=db,
+        notifier=notifier,
         leases=make_lease_backend(settings, db),
         dispatcher=dispatcher or celery_dispatcher(settings),
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
@@ -17,6 +18,8 @@ from orchestrator.errors import ConstraintViolation
 from orchestrator.settings import SettingsError
 
 __all__ = ["PING_BYPASS_SECONDS", "Database", "make_engine", "wake_after_commit"]
+
+log = logging.getLogger(__name__)
 
 #: A pooled connection given back less than this long ago is not pinged again on checkout (as
 #: HikariCP's `aliveBypassWindowMs`, 500 ms by default): a worker's back-to-back transactions
@@ -142,7 +145,7 @@ class Database:
                 raise ConstraintViolation(_integrity_message(exc)) from exc
             finally:
                 marked = conn.info.pop(_WAKE, None)
-            self._announce(marked)
+        self._announce(marked)  # with the connection given back
 
     @contextmanager
     def single_statement(self) -> Iterator[Connection]:
@@ -160,11 +163,15 @@ class Database:
                 raise ConstraintViolation(_integrity_message(exc)) from exc
             finally:
                 marked = conn.info.pop(_WAKE, None)
-            self._announce(marked)
+        self._announce(marked)  # with the connection given back
 
     def _announce(self, marked: set[str] | None) -> None:
-        if marked and self.after_commit is not None:
+        if not marked or self.after_commit is None:
+            return
+        try:
             self.after_commit(marked)
+        except Exception:  # the write committed: a lost wake-up only delays a stream's poll
+            log.warning("wake-ups after a commit not sent", exc_info=True)
 
     def dispose(self) -> None:
         self.engine.dispose()

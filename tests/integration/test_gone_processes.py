@@ -6,6 +6,8 @@ another host, boot or pid namespace is judged from here.
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -117,3 +119,44 @@ def test_two_sweepers_racing_over_gone_processes_requeue_each_once(
         assert requeued == sorted((task_id, 1, 2) for task_id in task_ids)
     finally:
         other.close()
+
+
+def _judged_by_another_user(identity: ProcessIdentity, hidepid: str) -> str:
+    """`is_gone(identity)` as a process of user nobody sees it, /proc mounted with `hidepid`."""
+    judge = (
+        "import sys; from orchestrator.leases.process import ProcessIdentity, is_gone; "
+        "print(is_gone(ProcessIdentity(sys.argv[1], int(sys.argv[2]), sys.argv[3])))"
+    )
+    as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable]
+    as_nobody += ["-c", judge, identity.host, str(identity.pid), str(identity.started)]
+    script = f'mount -t proc -o hidepid={hidepid} proc /proc && exec "$@"'
+    result = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *as_nobody],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parents[2],
+    )
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount /proc with hidepid here: {result.stderr.strip()[:200]}")
+    return result.stdout.strip()
+
+
+@pytest.mark.parametrize("hidepid", ["noaccess", "invisible"])
+def test_a_process_another_user_cannot_see_in_proc_is_not_taken_for_dead(hidepid: str) -> None:
+    # A sweeper running as another user than the workers, /proc mounted with hidepid: the
+    # worker's /proc entry is unreadable (noaccess) or missing (invisible), yet it runs.
+    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("setpriv") is None:
+        pytest.skip("needs root, unshare and setpriv to judge as another user")
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    try:
+        ticks = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        me = current_process()
+        assert me.started is not None
+        alive = ProcessIdentity(me.host, child.pid, f"{me.started.rpartition('/')[0]}/{ticks}")
+        assert _judged_by_another_user(alive, hidepid) == "False"
+    finally:
+        child.communicate(b"")
+    # Once it exited, the same judge finds it gone.
+    assert _judged_by_another_user(alive, hidepid) == "True"

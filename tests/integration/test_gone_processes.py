@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
@@ -160,3 +161,51 @@ def test_a_process_another_user_cannot_see_in_proc_is_not_taken_for_dead(hidepid
         child.communicate(b"")
     # Once it exited, the same judge finds it gone.
     assert _judged_by_another_user(alive, hidepid) == "True"
+
+
+def test_a_process_whose_main_thread_ended_is_alive_until_its_last_thread_ends() -> None:
+    # /proc/<pid>/stat shows a thread group leader that ended as a zombie ("Z") while the
+    # process's other threads still run: the process is alive, only a reaped-or-not zombie
+    # with no other thread is gone.
+    code = (
+        "import ctypes, sys, threading; "
+        "threading.Thread(target=sys.stdin.read).start(); "
+        "print('ready', flush=True); "
+        "ctypes.CDLL(None).pthread_exit(None)"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    ) as child:
+        assert child.stdout is not None
+        assert child.stdin is not None
+        try:
+            assert child.stdout.readline() == b"ready\n"
+            stat = Path(f"/proc/{child.pid}/stat")
+            ticks = stat.read_text().rsplit(")", 1)[1].split()[19]
+            me = current_process()
+            assert me.started is not None
+            alive = ProcessIdentity(me.host, child.pid, f"{me.started.rpartition('/')[0]}/{ticks}")
+            wait_for_state(stat, "Z")  # the leader ended; the reading thread runs on
+            assert not is_gone(alive)
+            child.stdin.close()  # the last thread ends: now a zombie nobody reaped yet
+            wait_for_threads(stat, 1)
+            assert is_gone(alive)
+        finally:
+            child.kill()
+            child.wait()
+
+
+def wait_for_state(stat: Path, state: str) -> None:
+    for _ in range(100):
+        if stat.read_text().rsplit(")", 1)[1].split()[0] == state:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{stat} never showed state {state}")
+
+
+def wait_for_threads(stat: Path, count: int) -> None:
+    for _ in range(100):
+        if stat.read_text().rsplit(")", 1)[1].split()[17] == str(count):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{stat} never showed {count} thread(s)")

@@ -6,18 +6,20 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from orchestrator.events import PlanNotifier, RedisNotifier, make_notifier
-from orchestrator.leases import LeaseBackend, make_lease_backend
+from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable, make_lease_backend
 from orchestrator.services.actions import ActionService
 from orchestrator.services.dispatch import Dispatcher
 from orchestrator.services.executions import ExecutionService
 from orchestrator.services.human_steps import HumanStepService
+from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.plans import PlanService
 from orchestrator.services.sweeper import Sweeper
 from orchestrator.services.tasks import TaskService
 from orchestrator.settings import Settings
 from orchestrator.store.db import Database
 from orchestrator.store.receipts import ReceiptLedger
-from orchestrator.store.recovery import orphan_running_receipts
+from orchestrator.store.recovery import lagging_generations, orphan_running_receipts
+from orchestrator.store.types import utcnow
 
 __all__ = ["Runtime", "build_runtime", "celery_dispatcher"]
 
@@ -62,9 +64,31 @@ class Runtime:
         return Sweeper(self.settings, self.db, self.leases, self.dispatcher)
 
     def cold_start(self) -> int:
-        """Receipts left `running` by generations that are no longer live become `unknown`."""
+        """Receipts left `running` by generations that are no longer live become `unknown`.
+
+        A generation whose mirrored expiry passed is live while the lease back end still holds
+        its lease with its token (the mirror lags), as the sweeper finds it.
+        """
+        now = utcnow()
+        with self.db.transaction(readonly=True) as conn:
+            lagging = lagging_generations(conn, now)
+        keep = self._still_held(lagging)
         with self.db.transaction() as conn:
-            return orphan_running_receipts(conn)
+            return orphan_running_receipts(conn, keep=keep, now=now)
+
+    def _still_held(self, lagging: list[tuple[str, str | None]]) -> list[str]:
+        """The owners of `lagging` generations whose lease is held (all of them, if the back
+        end cannot tell: the sweeper orphans their receipts when it declares them lost)."""
+        owners = [f"task:{task_id}" for task_id, _ in lagging]
+        try:
+            infos = self.leases.get_many([lease_name(task_id) for task_id, _ in lagging])
+        except LeaseBackendUnavailable:
+            return owners
+        return [
+            owner
+            for owner, (_, token), info in zip(owners, lagging, infos, strict=True)
+            if info is not None and info.token == token
+        ]
 
     def close(self) -> None:
         self.leases.close()

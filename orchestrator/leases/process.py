@@ -7,7 +7,10 @@ one boot and one pid namespace, so a process is taken for gone only when all of 
 
 - the host name, the boot id and the pid namespace are this process's own (another machine,
   a reboot, or another container sharing the host name is never judged from here);
-- `/proc/<pid>/stat` is missing, shows a zombie, or shows a different start time.
+- `/proc/<pid>/stat` is missing, shows a zombie with no other thread left (a thread group
+  leader that ended shows as a zombie while its other threads run), or shows a different start
+  time; when /proc does not show it (mounted with `hidepid`, a process of another user), only
+  a signal 0 that finds no such process says it is gone.
 
 Anywhere else (no `/proc`), `started` is None and no process is ever judged gone: recovery then
 waits for the lease to run out, as it always did.
@@ -47,10 +50,14 @@ def _start_ticks(pid: int) -> str | None:
     stat = _read(_PROC / str(pid) / "stat")
     if stat is None:
         return None
+    return _ticks_of(stat)
+
+
+def _ticks_of(stat: str) -> str | None:
     # The command name is in parentheses and may hold spaces: fields start after the last ")".
     fields = stat[stat.rfind(")") + 2 :].split()
-    if len(fields) < 20 or fields[0] in {"Z", "X"}:
-        return None
+    if len(fields) < 20 or fields[0] == "X" or (fields[0] == "Z" and int(fields[17]) <= 1):
+        return None  # a zombie leader whose other threads run (num_threads, field 20) lives on
     return fields[19]  # field 22 of the whole line: starttime
 
 
@@ -88,4 +95,19 @@ def is_gone(holder: ProcessIdentity) -> bool:
     scope, _, ticks = holder.started.rpartition("/")
     if scope != local_scope():
         return False
-    return _start_ticks(holder.pid) != ticks
+    stat = _read(_PROC / str(holder.pid) / "stat")
+    if stat is None:
+        # Unreadable or hidden is not missing: /proc may hide another user's processes.
+        return not _exists(holder.pid)
+    return _ticks_of(stat) != ticks
+
+
+def _exists(pid: int) -> bool:
+    """Whether any process has `pid` (signal 0: nothing is sent; EPERM means it exists)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

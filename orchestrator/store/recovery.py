@@ -9,6 +9,8 @@ transaction that marks it lost. Nothing is ever replayed; an unknown write is ve
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
+from datetime import datetime
 
 from sqlalchemy import Connection, and_, literal, select, update
 
@@ -16,16 +18,40 @@ from orchestrator.domain.outcomes import summary_for
 from orchestrator.store.tables import executions, invocation_receipts
 from orchestrator.store.types import utcnow
 
-__all__ = ["orphan_running_receipts"]
+__all__ = ["lagging_generations", "orphan_running_receipts"]
 
 
-def orphan_running_receipts(conn: Connection, *, owner: str | None = None) -> int:
-    """Mark `running` receipts unknown: of `owner` only, or of every owner without a live run."""
-    now = utcnow()
+def lagging_generations(conn: Connection, now: datetime) -> list[tuple[str, str | None]]:
+    """Open, started generations whose mirrored lease expiry passed: (task, lease token).
+
+    Live still if the lease back end holds the lease with that token (the mirror lags).
+    """
+    rows = conn.execute(
+        select(executions.c.task_id, executions.c.lease_token).where(
+            executions.c.outcome.is_(None),
+            executions.c.started_at.is_not(None),
+            executions.c.lease_expires_at <= now,
+        )
+    )
+    return [(row.task_id, row.lease_token) for row in rows]
+
+
+def orphan_running_receipts(
+    conn: Connection,
+    *,
+    owner: str | None = None,
+    keep: Sequence[str] = (),
+    now: datetime | None = None,
+) -> int:
+    """Mark `running` receipts unknown: of `owner` only, or of every owner without a live run
+    (a run whose mirror lags, as of `now`, is live when its owner is in `keep`)."""
+    now = now or utcnow()
     condition = invocation_receipts.c.status == "running"
     if owner is not None:
         condition = and_(condition, invocation_receipts.c.owner == owner)
     else:
+        if keep:
+            condition = and_(condition, invocation_receipts.c.owner.not_in(list(keep)))
         live_owners = select(literal("task:") + executions.c.task_id).where(
             executions.c.outcome.is_(None),
             executions.c.started_at.is_not(None),

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.runtime import Runtime
+from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import tasks as task_store
 from orchestrator.store.receipts import ReceiptLedger
@@ -59,6 +60,19 @@ def test_a_worker_start_leaves_live_generations_alone(rt: Runtime) -> None:
     assert rt.cold_start() == 1
     assert status(rt, live_id) == "running"
     assert status(rt, dead_id) == "unknown"
+
+
+def test_a_worker_start_leaves_a_live_generation_with_a_lagging_mirror_alone(rt: Runtime) -> None:
+    # As the sweeper finds it: the lease back end holds the lease, only the store's mirror of
+    # its expiry is behind (the renewal's mirror write did not land). The generation is live.
+    task_id = rt.tasks.trigger(Trigger(task_type="x", title="lagging")).task.task_id
+    token = claim_as_worker(rt, task_id, 1, "alive", TTL)
+    invocation_id = running_receipt(rt, task_id, "k")
+    assert rt.leases.renew(lease_name(task_id), token, 30)
+    time.sleep(TTL + 0.2)
+    assert rt.cold_start() == 0
+    assert status(rt, invocation_id) == "running"
+    assert rt.sweeper.sweep().requeued == []  # the sweeper agrees: still live
 
 
 def test_the_sweeper_orphans_the_lost_generations_receipts(rt: Runtime) -> None:

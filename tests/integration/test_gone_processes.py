@@ -6,9 +6,12 @@ another host, boot or pid namespace is judged from here.
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
@@ -117,3 +120,93 @@ def test_two_sweepers_racing_over_gone_processes_requeue_each_once(
         assert requeued == sorted((task_id, 1, 2) for task_id in task_ids)
     finally:
         other.close()
+
+
+def _judged_by_another_user(identity: ProcessIdentity, hidepid: str) -> str:
+    """`is_gone(identity)` as a process of user nobody sees it, /proc mounted with `hidepid`."""
+    judge = (
+        "import sys; from orchestrator.leases.process import ProcessIdentity, is_gone; "
+        "print(is_gone(ProcessIdentity(sys.argv[1], int(sys.argv[2]), sys.argv[3])))"
+    )
+    as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable]
+    as_nobody += ["-c", judge, identity.host, str(identity.pid), str(identity.started)]
+    script = f'mount -t proc -o hidepid={hidepid} proc /proc || exit 77; exec "$@"'
+    result = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *as_nobody],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parents[2],
+    )
+    if result.returncode == 77:
+        pytest.skip(f"cannot mount /proc with hidepid here: {result.stderr.strip()[:200]}")
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+@pytest.mark.parametrize("hidepid", ["noaccess", "invisible"])
+def test_a_process_another_user_cannot_see_in_proc_is_not_taken_for_dead(hidepid: str) -> None:
+    # A sweeper running as another user than the workers, /proc mounted with hidepid: the
+    # worker's /proc entry is unreadable (noaccess) or missing (invisible), yet it runs.
+    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("setpriv") is None:
+        pytest.skip("needs root, unshare and setpriv to judge as another user")
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    try:
+        ticks = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        me = current_process()
+        assert me.started is not None
+        alive = ProcessIdentity(me.host, child.pid, f"{me.started.rpartition('/')[0]}/{ticks}")
+        assert _judged_by_another_user(alive, hidepid) == "False"
+    finally:
+        child.communicate(b"")
+    # Once it exited, the same judge finds it gone.
+    assert _judged_by_another_user(alive, hidepid) == "True"
+
+
+def test_a_process_whose_main_thread_ended_is_alive_until_its_last_thread_ends() -> None:
+    # /proc/<pid>/stat shows a thread group leader that ended as a zombie ("Z") while the
+    # process's other threads still run: the process is alive, only a reaped-or-not zombie
+    # with no other thread is gone.
+    code = (
+        "import ctypes, sys, threading; "
+        "threading.Thread(target=sys.stdin.read).start(); "
+        "print('ready', flush=True); "
+        "ctypes.CDLL(None).pthread_exit(None)"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    ) as child:
+        assert child.stdout is not None
+        assert child.stdin is not None
+        try:
+            assert child.stdout.readline() == b"ready\n"
+            stat = Path(f"/proc/{child.pid}/stat")
+            ticks = stat.read_text().rsplit(")", 1)[1].split()[19]
+            me = current_process()
+            assert me.started is not None
+            alive = ProcessIdentity(me.host, child.pid, f"{me.started.rpartition('/')[0]}/{ticks}")
+            wait_for_state(stat, "Z")  # the leader ended; the reading thread runs on
+            assert not is_gone(alive)
+            child.stdin.close()  # the last thread ends: now a zombie nobody reaped yet
+            wait_for_threads(stat, 1)
+            assert is_gone(alive)
+        finally:
+            child.kill()
+            child.wait()
+
+
+def wait_for_state(stat: Path, state: str) -> None:
+    for _ in range(100):
+        if stat.read_text().rsplit(")", 1)[1].split()[0] == state:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{stat} never showed state {state}")
+
+
+def wait_for_threads(stat: Path, count: int) -> None:
+    for _ in range(100):
+        if stat.read_text().rsplit(")", 1)[1].split()[17] == str(count):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{stat} never showed {count} thread(s)")

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.leases import process
 from orchestrator.leases.process import ProcessIdentity, current_process, is_gone
 from orchestrator.runtime import Runtime
 from orchestrator.services.lease_keeper import lease_name
@@ -123,24 +125,47 @@ def test_two_sweepers_racing_over_gone_processes_requeue_each_once(
 
 
 def _judged_by_another_user(identity: ProcessIdentity, hidepid: str) -> str:
-    """`is_gone(identity)` as a process of user nobody sees it, /proc mounted with `hidepid`."""
-    judge = (
-        "import sys; from orchestrator.leases.process import ProcessIdentity, is_gone; "
-        "print(is_gone(ProcessIdentity(sys.argv[1], int(sys.argv[2]), sys.argv[3])))"
-    )
-    as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable]
-    as_nobody += ["-c", judge, identity.host, str(identity.pid), str(identity.started)]
-    script = f'mount -t proc -o hidepid={hidepid} proc /proc || exit 77; exec "$@"'
-    result = subprocess.run(
-        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *as_nobody],
-        capture_output=True,
-        text=True,
-        cwd=Path(__file__).parents[2],
-    )
+    """`is_gone(identity)` as a process of user nobody sees it, /proc mounted with `hidepid`.
+
+    The judge loads a copy of `leases/process.py` (standard library only) from a folder nobody
+    can read: the checkout itself may sit where only root can (a CI runner's home)."""
+    folder = Path(tempfile.mkdtemp(prefix="orch-judge-"))
+    try:
+        folder.chmod(0o755)
+        module = folder / "process.py"
+        shutil.copyfile(Path(process.__file__), module)
+        module.chmod(0o644)
+        judge = (
+            "import importlib.util, sys; "
+            "spec = importlib.util.spec_from_file_location('process', sys.argv[1]); "
+            "m = importlib.util.module_from_spec(spec); sys.modules['process'] = m; "
+            "spec.loader.exec_module(m); "
+            "print(m.is_gone(m.ProcessIdentity(sys.argv[2], int(sys.argv[3]), sys.argv[4])))"
+        )
+        as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        as_nobody += [sys.executable, "-I", "-c", judge, str(module)]
+        as_nobody += [identity.host, str(identity.pid), str(identity.started)]
+        script = f'mount -t proc -o hidepid={hidepid} proc /proc || exit 77; exec "$@"'
+        unshare = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh"]
+        result = subprocess.run(
+            [*unshare, *as_nobody],
+            capture_output=True,
+            text=True,
+            cwd=folder,
+        )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     if result.returncode == 77:
-        pytest.skip(f"cannot mount /proc with hidepid here: {result.stderr.strip()[:200]}")
+        _cannot(f"cannot mount /proc with hidepid here: {result.stderr.strip()[:200]}")
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
+
+
+def _cannot(why: str) -> None:
+    """Skipped on a developer's machine; in CI (`CI` set) the missing capability fails."""
+    if os.environ.get("CI"):
+        pytest.fail(why)
+    pytest.skip(why)
 
 
 @pytest.mark.parametrize("hidepid", ["noaccess", "invisible"])
@@ -148,7 +173,7 @@ def test_a_process_another_user_cannot_see_in_proc_is_not_taken_for_dead(hidepid
     # A sweeper running as another user than the workers, /proc mounted with hidepid: the
     # worker's /proc entry is unreadable (noaccess) or missing (invisible), yet it runs.
     if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("setpriv") is None:
-        pytest.skip("needs root, unshare and setpriv to judge as another user")
+        _cannot("needs root, unshare and setpriv to judge as another user")
     child = subprocess.Popen(
         [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
     )

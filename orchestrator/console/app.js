@@ -448,7 +448,7 @@
   function taskDetail(taskId) {
     const path = `tasks/${encodeURIComponent(taskId)}`;
     const s = { alive: true, task: null, plan: null, selected: null, stream: null, timer: null,
-      graph: null, streamKind: null, retry: null };
+      graph: null, streamKind: null, retry: null, nodeDone: null };
     const part = (id) => el("div", { id });
     const head = part("task-head");
     const live = el("span", { class: "live off", id: "live" }, "connecting");
@@ -563,7 +563,11 @@
         if (!by) { fill(result, el("span", { class: "error" }, "Your name is needed.")); return; }
         remember(by);
         const answer = await api("POST", `${path}/nodes/${encodeURIComponent(id)}/${verb}`, { by, ...body });
-        if (answer.ok) { fill(result, `Node ${verb}d.`); refresh(); }
+        if (answer.ok) {
+          s.nodeDone = { id, text: `Node ${verb}d.` }; // kept when the new revision redraws the node
+          fill(result, s.nodeDone.text);
+          refresh();
+        }
         else fill(result, el("span", { class: "error" }, missingRoute(answer) ? "Completing human nodes is not available on this server." : errorText(answer)));
       }
       const evidenceInput = el("textarea", { id: "node-evidence", maxlength: 2000 });
@@ -590,6 +594,7 @@
               finish("skip", { reason: reasonInput.value.trim() }); } }, "Skip")))
           : open ? cannot("operator", "closing a human step") : null,
         result);
+      if (s.nodeDone && s.nodeDone.id === id) fill(result, s.nodeDone.text);
       nodeDetail.hidden = false;
       if (focus) nodeDetail.focus();
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from fastapi.testclient import TestClient
 from orchestrator.api.app import create_app
 from orchestrator.api.tasks import get_task_service
 from orchestrator.services.dispatch import RecordingDispatcher
-from orchestrator.services.tasks import TaskService
+from orchestrator.services.tasks import MAX_JSON_DEPTH, TaskService
 from orchestrator.settings import load_settings
 from orchestrator.store.db import Database
 
@@ -80,6 +81,61 @@ def test_bad_triggers_are_422_and_write_nothing(client: TestClient, body: dict[s
     assert response.status_code == 422
     assert response.json()["error"]["code"]
     assert client.get("/api/v1/tasks").json()["items"] == []
+
+
+def _nested(depth: int) -> str:
+    return '{"a":' * depth + "1" + "}" * depth
+
+
+def _lists(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ('{"task_type": "x", "title": "a\\u0000b"}', "body.title"),
+        ('{"task_type": "x", "title": "t", "trigger_id": "a\\u0000b"}', "body.trigger_id"),
+        ('{"task_type": "x", "title": "t", "context": {"k": "a\\u0000b"}}', "body.context"),
+        ('{"task_type": "x", "title": "t", "context": {"a\\u0000b": 1}}', "body.context"),
+        ('{"task_type": "x", "title": "t", "context": {"k": ["\\ud800"]}}', "body.context"),
+        ('{"task_type": "x", "title": "t", "context": {"k": NaN}}', "body.context"),
+        ('{"task_type": "x", "title": "t", "context": {"k": -Infinity}}', "body.context"),
+        ('{"task_type": "x", "title": "t", "context": {"k": 1e400}}', "body.context"),
+        ('{"task_type": "x", "title": "t", "sample_input": {"k": "\\u0000"}}', "body.sample_input"),
+        ('{"task_type": "x", "title": "t", "context": ' + _nested(500) + "}", "body.context"),
+        ('{"task_type": "x", "title": "t", "context": {"k": ' + _lists(900) + "}}", "body.context"),
+    ],
+    ids=[
+        "nul-title",
+        "nul-trigger-id",
+        "nul-value",
+        "nul-key",
+        "lone-surrogate",
+        "nan",
+        "infinity",
+        "overflow",
+        "nul-sample",
+        "deep-objects",
+        "deep-lists",
+    ],
+)
+def test_trigger_values_no_store_keeps_are_422_on_both_stores_and_write_nothing(
+    client: TestClient, raw: str, field: str
+) -> None:
+    response = client.post(
+        "/api/v1/tasks", content=raw.encode(), headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_request"
+    assert error["details"][0]["field"] == field
+    assert client.get("/api/v1/tasks").json()["items"] == []
+
+
+def test_a_context_nested_to_the_limit_is_kept(client: TestClient) -> None:
+    context = json.loads(_nested(MAX_JSON_DEPTH - 1))
+    assert trigger(client, context=context).status_code == 201
 
 
 def test_malformed_json_is_422(client: TestClient) -> None:

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
 from fastapi.security import HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from orchestrator.domain.cursors import encode_cursor
+from orchestrator.domain.storable import storable_text
 
 __all__ = [
     "BEARER",
@@ -31,9 +32,14 @@ __all__ = [
     "ErrorBody",
     "ErrorEnvelope",
     "Page",
+    "StoredText",
     "error_responses",
     "paged",
 ]
+
+#: Free text of a request body (a reason, a note, a question, who acted): refused with a 422
+#: naming the field when no store keeps it (a NUL character), before any work is spent on it.
+StoredText = Annotated[str, AfterValidator(storable_text)]
 
 ItemT = TypeVar("ItemT")
 RowT = TypeVar("RowT")

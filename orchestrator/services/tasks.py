@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -11,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import update
 
 from orchestrator.domain.cursors import decode_cursor, encode_cursor
+from orchestrator.domain.storable import storable_json, storable_text
 from orchestrator.domain.task_filter import TASK_TYPE_PATTERN, TaskFilter
 from orchestrator.domain.vocabulary import TASK_STATUSES, TERMINAL_TASK_STATUSES
 from orchestrator.errors import ConflictError, InvalidTransition, NotFound
@@ -30,7 +30,7 @@ from orchestrator.store.records import TaskRecord
 from orchestrator.store.tables import tasks
 from orchestrator.store.types import utcnow
 
-__all__ = ["MAX_JSON_DEPTH", "TaskService", "Trigger", "TriggerResult"]
+__all__ = ["TaskService", "Trigger", "TriggerResult"]
 
 _ID_PATTERN = TASK_TYPE_PATTERN
 
@@ -51,48 +51,12 @@ class Trigger(BaseModel):
     @field_validator("title", "trigger_id")
     @classmethod
     def _text(cls, value: str | None) -> str | None:
-        return None if value is None else _storable_text(value)
+        return None if value is None else storable_text(value)
 
     @field_validator("context", "sample_input")
     @classmethod
     def _json(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        return None if value is None else _storable_json(value)
-
-
-#: How deep a trigger's context or sample input may nest (objects and arrays): deeper is no
-#: task's data, and exhausts the recursion of the code that copies and renders it (a 500).
-MAX_JSON_DEPTH = 64
-
-
-def _storable_text(text: str) -> str:
-    if "\x00" in text:
-        raise ValueError("a NUL character (\\u0000) cannot be stored")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("an unpaired surrogate is not UTF-8 and cannot be stored") from None
-    return text
-
-
-def _storable_json(value: dict[str, Any]) -> dict[str, Any]:
-    """`value` unchanged when every store keeps it: text without NUL or unpaired surrogates,
-    finite numbers, at most MAX_JSON_DEPTH levels; walked without recursion."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict | list):
-            if depth > MAX_JSON_DEPTH:
-                raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
-            if isinstance(item, dict):
-                for key in item:
-                    _storable_text(key)
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
-        elif isinstance(item, str):
-            _storable_text(item)
-        elif isinstance(item, float) and not math.isfinite(item):
-            raise ValueError("numbers must be finite (no NaN or Infinity)")
-    return value
+        return None if value is None else storable_json(value)
 
 
 @dataclass(frozen=True)

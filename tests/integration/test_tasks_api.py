@@ -12,8 +12,9 @@ from fastapi.testclient import TestClient
 
 from orchestrator.api.app import create_app
 from orchestrator.api.tasks import get_task_service
+from orchestrator.domain.storable import MAX_JSON_DEPTH
 from orchestrator.services.dispatch import RecordingDispatcher
-from orchestrator.services.tasks import MAX_JSON_DEPTH, TaskService
+from orchestrator.services.tasks import TaskService
 from orchestrator.settings import load_settings
 from orchestrator.store.db import Database
 
@@ -131,6 +132,18 @@ def test_trigger_values_no_store_keeps_are_422_on_both_stores_and_write_nothing(
     assert error["code"] == "invalid_request"
     assert error["details"][0]["field"] == field
     assert client.get("/api/v1/tasks").json()["items"] == []
+
+
+@pytest.mark.parametrize("verb", ["requeue", "cancel"])
+def test_a_reason_with_a_nul_character_is_422_on_both_stores_and_changes_nothing(
+    client: TestClient, verb: str
+) -> None:
+    task_id = trigger(client).json()["task_id"]
+    response = client.post(f"/api/v1/tasks/{task_id}/{verb}", json={"reason": "a\u0000b"})
+    assert response.status_code == 422
+    assert response.json()["error"]["details"][0]["field"] == "body.reason"
+    view = client.get(f"/api/v1/tasks/{task_id}").json()
+    assert (view["status"], view["generation"], view["last_error"]) == ("queued", 1, None)
 
 
 def test_a_context_nested_to_the_limit_is_kept(client: TestClient) -> None:

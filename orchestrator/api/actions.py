@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.api.auth import require_role
-from orchestrator.api.contract import Page, StoredText, error_responses, paged
+from orchestrator.api.contract import FilledText, Page, StoredText, error_responses, paged
 from orchestrator.api.enums import ActionStatus
 from orchestrator.api.human_steps import decider
 from orchestrator.operators import Operator
@@ -63,7 +63,7 @@ class ActionOut(BaseModel):
 
 class Decision(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    by: StoredText | None = Field(
+    by: FilledText | None = Field(
         default=None,
         min_length=1,
         max_length=128,

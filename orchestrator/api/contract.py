@@ -23,7 +23,7 @@ from fastapi.security import HTTPBearer
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from orchestrator.domain.cursors import encode_cursor
-from orchestrator.domain.storable import storable_text
+from orchestrator.domain.storable import filled_text, storable_text
 
 __all__ = [
     "BEARER",
@@ -31,6 +31,7 @@ __all__ = [
     "INTERNAL_BEARER",
     "ErrorBody",
     "ErrorEnvelope",
+    "FilledText",
     "Page",
     "StoredText",
     "error_responses",
@@ -40,6 +41,8 @@ __all__ = [
 #: Free text of a request body (a reason, a note, a question, who acted): refused with a 422
 #: naming the field when no store keeps it (a NUL character), before any work is spent on it.
 StoredText = Annotated[str, AfterValidator(storable_text)]
+#: StoredText that is required: blanks alone are refused like nothing (a reason, who acted).
+FilledText = Annotated[str, AfterValidator(filled_text)]
 
 ItemT = TypeVar("ItemT")
 RowT = TypeVar("RowT")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["MAX_JSON_DEPTH", "storable_json", "storable_text"]
+__all__ = ["MAX_JSON_DEPTH", "filled_text", "storable_json", "storable_text"]
 
 #: How deep free-form JSON (a trigger's context or sample input) may nest, objects and arrays:
 #: deeper is no task's data, and exhausts the recursion of the code that copies and renders it.
@@ -23,6 +23,14 @@ def storable_text(text: str) -> str:
         text.encode("utf-8")
     except UnicodeEncodeError:
         raise ValueError("an unpaired surrogate is not UTF-8 and cannot be stored") from None
+    return text
+
+
+def filled_text(text: str) -> str:
+    """`storable_text` that says something: a required title, reason or name of blanks only
+    is refused like an empty one."""
+    if not storable_text(text).strip():
+        raise ValueError("must not be blank")
     return text
 
 

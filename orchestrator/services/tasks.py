@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import update
 
 from orchestrator.domain.cursors import decode_cursor, encode_cursor
-from orchestrator.domain.storable import storable_json, storable_text
+from orchestrator.domain.storable import filled_text, storable_json
 from orchestrator.domain.task_filter import TASK_TYPE_PATTERN, TaskFilter
 from orchestrator.domain.vocabulary import TASK_STATUSES, TERMINAL_TASK_STATUSES
 from orchestrator.errors import ConflictError, InvalidTransition, NotFound
@@ -51,7 +51,7 @@ class Trigger(BaseModel):
     @field_validator("title", "trigger_id")
     @classmethod
     def _text(cls, value: str | None) -> str | None:
-        return None if value is None else storable_text(value)
+        return None if value is None else filled_text(value)
 
     @field_validator("context", "sample_input")
     @classmethod

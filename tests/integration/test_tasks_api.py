@@ -96,6 +96,8 @@ def _lists(depth: int) -> str:
     ("raw", "field"),
     [
         ('{"task_type": "x", "title": "a\\u0000b"}', "body.title"),
+        ('{"task_type": "x", "title": "   "}', "body.title"),
+        ('{"task_type": "x", "title": "t", "trigger_id": " "}', "body.trigger_id"),
         ('{"task_type": "x", "title": "t", "trigger_id": "a\\u0000b"}', "body.trigger_id"),
         ('{"task_type": "x", "title": "t", "context": {"k": "a\\u0000b"}}', "body.context"),
         ('{"task_type": "x", "title": "t", "context": {"a\\u0000b": 1}}', "body.context"),
@@ -109,6 +111,8 @@ def _lists(depth: int) -> str:
     ],
     ids=[
         "nul-title",
+        "blank-title",
+        "blank-trigger-id",
         "nul-trigger-id",
         "nul-value",
         "nul-key",
@@ -134,12 +138,13 @@ def test_trigger_values_no_store_keeps_are_422_on_both_stores_and_write_nothing(
     assert client.get("/api/v1/tasks").json()["items"] == []
 
 
+@pytest.mark.parametrize("reason", ["a\u0000b", "   ", "\n\t"], ids=["nul", "spaces", "blank"])
 @pytest.mark.parametrize("verb", ["requeue", "cancel"])
-def test_a_reason_with_a_nul_character_is_422_on_both_stores_and_changes_nothing(
-    client: TestClient, verb: str
+def test_a_reason_with_a_nul_character_or_only_blanks_is_422_and_changes_nothing(
+    client: TestClient, verb: str, reason: str
 ) -> None:
     task_id = trigger(client).json()["task_id"]
-    response = client.post(f"/api/v1/tasks/{task_id}/{verb}", json={"reason": "a\u0000b"})
+    response = client.post(f"/api/v1/tasks/{task_id}/{verb}", json={"reason": reason})
     assert response.status_code == 422
     assert response.json()["error"]["details"][0]["field"] == "body.reason"
     view = client.get(f"/api/v1/tasks/{task_id}").json()

@@ -184,3 +184,21 @@ def test_a_question_with_a_nul_character_is_422_before_the_model_is_asked(
     assert not (scripts / "col.collaboration.json.requests.jsonl").exists()
     page = client.get(f"/api/v1/sessions/{session_id}/messages").json()
     assert page == {"items": [], "next_cursor": None}
+
+
+@pytest.mark.parametrize(
+    "answer", ["a NUL \u0000 here", "a lone \ud800 surrogate"], ids=["nul", "surrogate"]
+)
+def test_an_answer_no_store_can_hold_is_a_model_error_and_stores_nothing(
+    env: tuple[Runtime, Path, str], store_url: str, answer: str
+) -> None:
+    _, scripts, task_id = env
+    write(scripts, "col.collaboration", [{"content": answer}])
+    app = create_app(load_settings(database_url=store_url, model=f"scripted:{scripts}"))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        session_id = client.post(f"/api/v1/tasks/{task_id}/collaboration").json()["session_id"]
+        asked = client.post(f"/api/v1/sessions/{session_id}/messages", json={"text": "why?"})
+        # The question was fine: not a 422 blaming it, nor a 500.
+        assert (asked.status_code, asked.json()["error"]["code"]) == (502, "model_error")
+        page = client.get(f"/api/v1/sessions/{session_id}/messages").json()
+        assert page == {"items": [], "next_cursor": None}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable, Mapping
 from datetime import datetime
@@ -23,6 +24,7 @@ __all__ = [
     "load",
     "one_line",
     "print_json",
+    "printable",
     "safe_store_url",
 ]
 
@@ -66,6 +68,22 @@ def load() -> Settings:
     global _loaded
     _loaded = load_settings()
     return _loaded
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+def printable(text: Any) -> str:
+    """`text` on one line, its control characters escaped: a value from the store (a title, a
+    reason) can neither forge a line of the output nor drive the operator's terminal."""
+    return _CONTROL.sub(_escaped, str(text))
 
 
 def safe_store_url() -> str | None:

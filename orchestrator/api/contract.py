@@ -80,6 +80,7 @@ _DESCRIPTIONS = {
     413: "the request body is larger than ORCH_MAX_BODY_BYTES",
     422: "the request is not valid",
     502: "the model behind the answer failed (model_error)",
+    503: "the store is unreachable or busy (store_unavailable); retry after Retry-After",
 }
 
 
@@ -92,7 +93,7 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 
 #: What any public route may answer whatever it does; added by `create_app`.
-COMMON_ERRORS = error_responses(401, 413, 422)
+COMMON_ERRORS = error_responses(401, 413, 422, 503)
 
 
 class Page(BaseModel, Generic[ItemT]):

@@ -17,6 +17,7 @@ from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.tasks import TaskService
 from orchestrator.settings import load_settings
 from orchestrator.store.db import Database
+from tests.services import free_port
 
 
 @pytest.fixture
@@ -234,3 +235,19 @@ def test_the_transcript_route_and_its_errors(client: TestClient) -> None:
     unknown = client.get("/api/v1/tasks/nope/transcript")
     assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "not_found")
     assert "token_usage" in client.get(f"/api/v1/tasks/{task_id}").json()
+
+
+def test_a_store_that_is_down_is_503_store_unavailable_with_one_log_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = f"postgresql+psycopg://orch:s3cret-Pa55word@127.0.0.1:{free_port()}/orch"
+    app = create_app(load_settings(database_url=url, home=tmp_path / "home"))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        answers = [client.get("/api/v1/tasks"), trigger(client), client.get("/metrics")]
+    for answer in answers:
+        assert answer.status_code == 503, answer.text
+        assert answer.json()["error"]["code"] == "store_unavailable"
+        assert answer.headers["Retry-After"]
+    logged = [r for r in caplog.records if r.name == "orchestrator.api.app"]
+    assert len(logged) == 3
+    assert all(r.exc_info is None and "s3cret" not in r.getMessage() for r in logged)

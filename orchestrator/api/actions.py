@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.api.auth import require_role
-from orchestrator.api.contract import Page, error_responses, paged
+from orchestrator.api.contract import FilledText, Page, StoredText, error_responses, paged
 from orchestrator.api.enums import ActionStatus
 from orchestrator.api.human_steps import decider
 from orchestrator.operators import Operator
@@ -63,13 +63,13 @@ class ActionOut(BaseModel):
 
 class Decision(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    by: str | None = Field(
+    by: FilledText | None = Field(
         default=None,
         min_length=1,
         max_length=128,
         description="who decides; with operator accounts the authenticated name is used instead",
     )
-    note: str | None = Field(default=None, max_length=2000)
+    note: StoredText | None = Field(default=None, max_length=2000)
     digest: str | None = Field(
         default=None,
         pattern=r"^[0-9a-f]{64}$",

@@ -15,7 +15,8 @@ from fastapi import APIRouter, Depends, FastAPI, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
-from sqlalchemy.exc import DataError
+from sqlalchemy.exc import DataError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
 
 from orchestrator import __version__
@@ -117,6 +118,17 @@ async def _data_error(request: Request, exc: Exception) -> JSONResponse:
     return _envelope(422, "invalid_request", "the request is not valid", [detail])
 
 
+async def _store_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    # The store is down, refused the connection or the pool is exhausted: not the request's
+    # fault and not a bug; one line in the log (no traceback per request), and a retry later.
+    cause = getattr(exc, "orig", None) or exc
+    first = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+    log.warning("store unavailable on %s %s: %s", request.method, request.url.path, first)
+    response = _envelope(503, "store_unavailable", "the store is unavailable; try again later")
+    response.headers["Retry-After"] = "5"
+    return response
+
+
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
     return _envelope(500, "internal_error", "the server failed unexpectedly; see its log")
@@ -184,6 +196,8 @@ def create_app(
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(DataError, _data_error)
+    app.add_exception_handler(OperationalError, _store_unavailable)
+    app.add_exception_handler(PoolTimeout, _store_unavailable)
     app.add_exception_handler(Exception, _unexpected)
 
     # The tokens are checked ahead of routing and body parsing (a request without the right one

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.api.auth import current_operator
-from orchestrator.api.contract import Page, error_responses
+from orchestrator.api.contract import FilledText, Page, error_responses
 from orchestrator.operators import Operator
 from orchestrator.services.collaboration import MAX_LIMIT, CollaborationService
 from orchestrator.store.collaboration import MessageRecord
@@ -75,7 +75,7 @@ class MessageOut(BaseModel):
 
 class AskBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    text: str = Field(min_length=1, max_length=4000, description="the question")
+    text: FilledText = Field(min_length=1, max_length=4000, description="the question")
 
 
 class AnswerOut(BaseModel):

@@ -16,7 +16,7 @@ import html
 import logging
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, unquote_plus, urlencode
 
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -165,11 +165,12 @@ def console_asset(asset: str) -> Response:
 
 
 class _RedactToken(logging.Filter):
-    """Drops the value of any `token=` query parameter from uvicorn's access lines."""
+    """Drops the value of any `token=` query parameter from uvicorn's access lines, however its
+    name is percent-encoded (the console decodes names, so `%74oken=` signs in too)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
-        if isinstance(args, tuple) and any(isinstance(a, str) and "token=" in a for a in args):
+        if isinstance(args, tuple) and any(isinstance(a, str) and "?" in a for a in args):
             record.args = tuple(_redact(a) if isinstance(a, str) else a for a in args)
         return True
 
@@ -179,7 +180,7 @@ def _redact(text: str) -> str:
     if not sep:
         return text
     parts = [
-        "token=[redacted]" if part.split("=", 1)[0] == "token" else part
+        "token=[redacted]" if unquote_plus(part.split("=", 1)[0]) == "token" else part
         for part in query.split("&")
     ]
     return path + "?" + "&".join(parts)

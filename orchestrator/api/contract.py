@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
 from fastapi.security import HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from orchestrator.domain.cursors import encode_cursor
+from orchestrator.domain.storable import filled_text, storable_text
 
 __all__ = [
     "BEARER",
@@ -30,10 +31,18 @@ __all__ = [
     "INTERNAL_BEARER",
     "ErrorBody",
     "ErrorEnvelope",
+    "FilledText",
     "Page",
+    "StoredText",
     "error_responses",
     "paged",
 ]
+
+#: Free text of a request body (a reason, a note, a question, who acted): refused with a 422
+#: naming the field when no store keeps it (a NUL character), before any work is spent on it.
+StoredText = Annotated[str, AfterValidator(storable_text)]
+#: StoredText that is required: blanks alone are refused like nothing (a reason, who acted).
+FilledText = Annotated[str, AfterValidator(filled_text)]
 
 ItemT = TypeVar("ItemT")
 RowT = TypeVar("RowT")
@@ -71,6 +80,7 @@ _DESCRIPTIONS = {
     413: "the request body is larger than ORCH_MAX_BODY_BYTES",
     422: "the request is not valid",
     502: "the model behind the answer failed (model_error)",
+    503: "the store is unreachable or busy (store_unavailable); retry after Retry-After",
 }
 
 
@@ -83,7 +93,7 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 
 #: What any public route may answer whatever it does; added by `create_app`.
-COMMON_ERRORS = error_responses(401, 413, 422)
+COMMON_ERRORS = error_responses(401, 413, 422, 503)
 
 
 class Page(BaseModel, Generic[ItemT]):

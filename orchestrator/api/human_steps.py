@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.api.auth import require_role
-from orchestrator.api.contract import error_responses
+from orchestrator.api.contract import FilledText, error_responses
 from orchestrator.errors import ValidationFailed
 from orchestrator.operators import Operator
 from orchestrator.runtime import celery_dispatcher
@@ -50,14 +50,20 @@ def decider(operator: Operator, by: str | None) -> str:
 
 class CompleteBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    by: str | None = Field(default=None, min_length=1, max_length=128, description="who did it")
-    evidence: str = Field(min_length=1, max_length=1500, description="what the person found")
+    by: FilledText | None = Field(
+        default=None, min_length=1, max_length=128, description="who did it"
+    )
+    evidence: FilledText = Field(min_length=1, max_length=1500, description="what the person found")
 
 
 class CloseBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    by: str | None = Field(default=None, min_length=1, max_length=128, description="who did it")
-    reason: str = Field(min_length=1, max_length=1500, description="why it failed or is skipped")
+    by: FilledText | None = Field(
+        default=None, min_length=1, max_length=128, description="who did it"
+    )
+    reason: FilledText = Field(
+        min_length=1, max_length=1500, description="why it failed or is skipped"
+    )
 
 
 class HumanStepOut(BaseModel):

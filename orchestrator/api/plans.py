@@ -8,6 +8,7 @@ from fastapi import APIRouter, Body, Depends, Path, Response
 
 from orchestrator.api.contract import error_responses
 from orchestrator.api.deps import get_plans
+from orchestrator.domain.storable import storable_text
 from orchestrator.errors import ValidationFailed
 from orchestrator.services.plans import PlanService
 from orchestrator.tools.base import Fence
@@ -35,18 +36,33 @@ def plan_revision(
     return plans.revision(session_id, revision).to_dict()
 
 
+#: The store's generation column is a 32-bit integer: a larger one is no generation of a task.
+_MAX_GENERATION = 2**31 - 1
+
+
+def _storable(value: Any) -> bool:
+    try:
+        return isinstance(value, str) and storable_text(value) == value
+    except ValueError:
+        return False
+
+
 def _fence(raw: Any) -> Fence:
     """The optional `fence` of a bridge publish: an execution proves it is the live generation."""
     if (
         isinstance(raw, dict)
         and set(raw) == {"task_id", "generation", "lease_token"}
-        and isinstance(raw["task_id"], str)
+        and _storable(raw["task_id"])
         and isinstance(raw["generation"], int)
         and not isinstance(raw["generation"], bool)
-        and isinstance(raw["lease_token"], str)
+        and 1 <= raw["generation"] <= _MAX_GENERATION
+        and _storable(raw["lease_token"])
     ):
         return Fence(raw["task_id"], raw["generation"], raw["lease_token"])
-    message = "fence must be {task_id: string, generation: integer, lease_token: string}"
+    message = (
+        "fence must be {task_id: string, generation: integer 1.."
+        f"{_MAX_GENERATION}, lease_token: string}}, its strings without NUL"
+    )
     raise ValidationFailed(
         message,
         code="invalid_type",

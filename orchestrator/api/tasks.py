@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.api.contract import Page, error_responses
+from orchestrator.api.contract import FilledText, Page, error_responses
 from orchestrator.api.enums import TaskStatus
 from orchestrator.api.models import ExplainView, TaskView, TriggerView
 from orchestrator.domain.task_filter import TASK_TYPE_MAX, TASK_TYPE_PATTERN, task_filter
@@ -44,12 +44,12 @@ _TRIGGER_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 class RequeueBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    reason: str = Field(min_length=1, max_length=500)
+    reason: FilledText = Field(min_length=1, max_length=500)
 
 
 class CancelBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    reason: str = Field(default="cancelled by an operator", min_length=1, max_length=500)
+    reason: FilledText = Field(default="cancelled by an operator", min_length=1, max_length=500)
 
 
 @router.post("", status_code=201, response_model=TriggerView, responses=_TRIGGER_RESPONSES)

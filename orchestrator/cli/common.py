@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, NoReturn
 
@@ -23,6 +24,7 @@ __all__ = [
     "load",
     "one_line",
     "print_json",
+    "printable",
     "safe_store_url",
 ]
 
@@ -68,6 +70,22 @@ def load() -> Settings:
     return _loaded
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+def printable(text: Any) -> str:
+    """`text` on one line, its control characters escaped: a value from the store (a title, a
+    reason) can neither forge a line of the output nor drive the operator's terminal."""
+    return _CONTROL.sub(_escaped, str(text))
+
+
 def safe_store_url() -> str | None:
     """The store URL of the settings last loaded, with its password masked; None before any."""
     if _loaded is None:
@@ -76,10 +94,24 @@ def safe_store_url() -> str | None:
 
 
 def mask_url(url: str) -> str:
+    """`url` with its password masked, also one given in the query (`?password=`, libpq's
+    `sslpassword`), which `hide_password` leaves as it is."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        parsed = make_url(url)
     except ArgumentError:
         return "(unparsable URL)"
+    keys = _secret_query_keys(parsed.query)
+    if keys:
+        parsed = parsed.update_query_dict(dict.fromkeys(keys, _MASKED))
+    return parsed.render_as_string(hide_password=True).replace(_MASKED, "***")
+
+
+#: Stands in for a query's secret while the URL is rendered (which would quote `***`).
+_MASKED = "ORCH-MASKED-SECRET"
+
+
+def _secret_query_keys(query: Mapping[str, Any]) -> list[str]:
+    return [key for key in query if "password" in key.lower()]
 
 
 def one_line(exc: BaseException, limit: int = 300) -> str:
@@ -90,19 +122,24 @@ def one_line(exc: BaseException, limit: int = 300) -> str:
     cause = getattr(exc, "orig", None) or exc
     text = str(cause).strip().splitlines()
     line = text[0].strip() if text else type(cause).__name__
-    password = _password()
-    if password:
+    for password in _passwords():
         line = line.replace(password, "***")
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def _password() -> str | None:
+def _passwords() -> list[str]:
+    """The store URL's secrets: its password, and any given in its query."""
     if _loaded is None:
-        return None
+        return []
     try:
-        return make_url(_loaded.store_url).password
+        parsed = make_url(_loaded.store_url)
     except ArgumentError:
-        return None
+        return []
+    found = [parsed.password] if parsed.password else []
+    for key in _secret_query_keys(parsed.query):
+        value = parsed.query[key]
+        found += [value] if isinstance(value, str) else list(value)
+    return [secret for secret in found if secret]
 
 
 def _default(value: Any) -> Any:

@@ -16,7 +16,14 @@ import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from orchestrator.cli.common import CommandFailed, add_json_flag, bounded_int, load, print_json
+from orchestrator.cli.common import (
+    CommandFailed,
+    add_json_flag,
+    bounded_int,
+    load,
+    print_json,
+    printable,
+)
 from orchestrator.domain.cursors import decode_cursor
 from orchestrator.domain.task_filter import TaskFilter, as_utc, task_filter
 from orchestrator.domain.vocabulary import TASK_STATUSES
@@ -135,7 +142,7 @@ def _list(args: argparse.Namespace) -> int:
         created = task.created_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         print(
             f"{task.task_id:36}  {task.status:9}  {task.generation:>3}  "
-            f"{task.task_type[:20]:20}  {created:20}  {task.title}"
+            f"{task.task_type[:20]:20}  {created:20}  {printable(task.title)}"
         )
     if more:
         print(more)

@@ -13,7 +13,14 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.cli import collaboration, human_steps, task_evidence, task_list
-from orchestrator.cli.common import CommandFailed, add_json_flag, bounded_int, load, print_json
+from orchestrator.cli.common import (
+    CommandFailed,
+    add_json_flag,
+    bounded_int,
+    load,
+    print_json,
+    printable,
+)
 from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.tasks import Trigger, task_view
 
@@ -325,14 +332,15 @@ def _cancel(args: argparse.Namespace) -> int:
 def render_explain(view: dict[str, Any]) -> str:
     """The explain view as a readable page."""
     lines = [
-        f"task {view['task_id']}  {view['title']}",
-        f"  type {view['task_type']}, origin {view['origin']}, trigger {view['trigger_id']}",
+        f"task {view['task_id']}  {printable(view['title'])}",
+        f"  type {view['task_type']}, origin {view['origin']}, "
+        f"trigger {printable(view['trigger_id'])}",
         f"  status {view['status']}"
         + (f" ({view['failure_code']})" if view["failure_code"] else "")
         + f", generation {view['generation']}, session {view['session_id']}",
     ]
     if view.get("last_error"):
-        lines.append(f"  last error: {view['last_error']}")
+        lines.append(f"  last error: {printable(view['last_error'])}")
     lease = view.get("lease")
     if lease:
         lines.append(f"  lease held by {lease['holder']} until {_time(lease['expires_at'])}")
@@ -341,12 +349,12 @@ def render_explain(view: dict[str, Any]) -> str:
         outcome = ex["outcome"] or ("running" if ex["started_at"] else "queued")
         lines.append(
             f"    {ex['generation']:>3}  {outcome:10}  {ex['worker'] or '-':24}  "
-            f"{ex['reason'] or ''}"
+            f"{printable(ex['reason'] or '')}"
         )
     plan = view.get("plan")
     if plan:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(plan["status_counts"].items()) if v)
-        lines.append(f"  plan revision {plan['revision']}: {plan['title']} ({counts})")
+        lines.append(f"  plan revision {plan['revision']}: {printable(plan['title'])} ({counts})")
     else:
         lines.append("  plan: none yet for this generation")
     last_write = view.get("last_write")
@@ -356,7 +364,7 @@ def render_explain(view: dict[str, Any]) -> str:
         lines.append("  last fenced write: none yet in this generation")
     report = view.get("report")
     if report:
-        lines.append(f"  report ({report['outcome']}): {report['summary']}")
+        lines.append(f"  report ({report['outcome']}): {printable(report['summary'])}")
     if view["pending_actions"]:
         lines.append(f"  pending approvals: {len(view['pending_actions'])}")
         for action in view["pending_actions"]:
@@ -402,7 +410,7 @@ def _deliveries(deliveries: dict[str, Any] | None) -> list[str]:
     lines = [f"  deliveries: {counts}"]
     for row in sorted(deliveries["undelivered"], key=lambda r: r["status"] != "dead"):
         what = row["action_id"] or f"event {row['event_id']}"
-        error = f", last error: {row['last_error']}" if row["last_error"] else ""
+        error = f", last error: {printable(row['last_error'])}" if row["last_error"] else ""
         lines.append(
             f"    {row['status'].upper() if row['status'] == 'dead' else row['status']}  "
             f"outbox {row['outbox_id']}  {row['kind']} {what}  attempts {row['attempts']}{error}"

@@ -140,11 +140,27 @@ def find_cycle(node_ids: Sequence[str], edges: Sequence[tuple[str, str]]) -> lis
     return None
 
 
+def _utf8(payload: Mapping[str, Any]) -> bool:
+    """Whether every string of the payload (keys too) encodes as UTF-8: a lone surrogate (which
+    JSON's \\ud800 escape can carry) cannot be stored, digested or echoed in an error."""
+    try:
+        json.dumps(payload, ensure_ascii=False, check_circular=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    except (TypeError, ValueError, RecursionError):
+        return True  # not JSON-shaped: the checks below say what is wrong
+    return True
+
+
 def parse_plan(payload: Any) -> tuple[PlanDraft | None, list[Problem]]:
     """Check everything that needs no history; a draft only when no problem was found."""
     c = Collector()
     if not isinstance(payload, Mapping):
         c.add("invalid_type", "the plan must be a JSON object")
+        return None, c.problems
+    if not _utf8(payload):
+        # Before any check that names a field's value: no answer could carry it either.
+        c.add("invalid_character", "the plan holds text that is not UTF-8 (an unpaired surrogate)")
         return None, c.problems
     c.unknown(payload, _ACCEPTED_FIELDS, "the plan")
     request_id = c.text(

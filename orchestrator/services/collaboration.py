@@ -19,6 +19,7 @@ from typing import Any
 
 from orchestrator.agent.host import ToolHost
 from orchestrator.agent.model import ModelError, load_model
+from orchestrator.domain.storable import storable_text
 from orchestrator.errors import ConflictError, NotFound, OrchestratorError, ValidationFailed
 from orchestrator.services.sessions import create_session_txn
 from orchestrator.settings import Settings
@@ -138,6 +139,10 @@ class CollaborationService:
             authorised = snapshots(conn, task)
             history = store.list_messages(conn, session_id, after=None, limit=MAX_LIMIT)
         reply = self._answer(task, session_id, authorised, history, text)
+        try:
+            storable_text(reply)  # a NUL or a lone surrogate: the model's fault, not the asker's
+        except ValueError as exc:
+            raise ModelUnavailable(f"the model's answer cannot be stored: {exc}") from None
         # After the question, always: the page order is (created_at, message_id).
         answered_at = max(utcnow(), asked_at + timedelta(microseconds=1))
         with self.db.transaction() as conn:

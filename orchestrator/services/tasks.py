@@ -6,10 +6,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import update
 
 from orchestrator.domain.cursors import decode_cursor, encode_cursor
+from orchestrator.domain.storable import filled_text, storable_json
 from orchestrator.domain.task_filter import TASK_TYPE_PATTERN, TaskFilter
 from orchestrator.domain.vocabulary import TASK_STATUSES, TERMINAL_TASK_STATUSES
 from orchestrator.errors import ConflictError, InvalidTransition, NotFound
@@ -44,6 +45,18 @@ class Trigger(BaseModel):
     context: dict[str, Any] = Field(default_factory=dict)
     trigger_id: str | None = Field(default=None, min_length=1, max_length=128)
     sample_input: dict[str, Any] | None = None
+
+    # Postgres refuses these values and SQLite would keep them for a worker to trip on: both
+    # stores refuse them here alike, as a 422 naming the field (and one CLI line).
+    @field_validator("title", "trigger_id")
+    @classmethod
+    def _text(cls, value: str | None) -> str | None:
+        return None if value is None else filled_text(value)
+
+    @field_validator("context", "sample_input")
+    @classmethod
+    def _json(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if value is None else storable_json(value)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from tests.acceptance.fleet import ORCHESTRATOR
 from tests.services import free_port
 
 PASSWORD = "s3cret-Pa55word"
+REPO = Path(__file__).resolve().parents[2]
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -31,6 +32,8 @@ def run_cli(
     *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     merged = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    # This checkout's code, not the one the virtualenv's editable install points at.
+    merged["PYTHONPATH"] = str(REPO)
     merged.update(env or {})
     return subprocess.run(
         [ORCHESTRATOR, *args], capture_output=True, text=True, env=merged, cwd=cwd, timeout=120
@@ -122,6 +125,24 @@ def test_a_postgres_that_is_down_is_one_line_without_the_password(tmp_path: Path
         line = one_clear_line(result, 1)
         assert "postgresql+psycopg://orch:***@127.0.0.1" in line
         assert "unavailable" in line
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"postgresql+psycopg://orch@127.0.0.1:{{port}}/orch?password={PASSWORD}",
+        f"postgresql+psycopg:///orch?host=127.0.0.1&port={{port}}&user=orch&password={PASSWORD}",
+        f"postgresql+psycopg://orch@127.0.0.1:{{port}}/orch?sslpassword={PASSWORD}&sslmode=bogus",
+    ],
+    ids=["password", "all-in-the-query", "sslpassword"],
+)
+def test_a_password_in_the_url_query_is_masked_too(url: str, tmp_path: Path) -> None:
+    result = run_cli(
+        "tasks", "list", env={"ORCH_DATABASE_URL": url.format(port=free_port())}, cwd=tmp_path
+    )
+    line = one_clear_line(result, 1)
+    assert PASSWORD not in line
+    assert "password=***" in line
 
 
 def test_a_value_the_store_refuses_is_exit_2_and_writes_nothing(pg_url: str) -> None:

@@ -170,3 +170,35 @@ def test_the_cli_asks(
     assert main(["tasks", "ask", task_id, "What was found?"]) == 0
     assert "4.1 NTU" in capsys.readouterr().out
     assert main(["tasks", "ask", "nope", "What?"]) == 1
+
+
+def test_a_question_with_a_nul_character_is_422_before_the_model_is_asked(
+    env: tuple[Runtime, Path, str], client: TestClient
+) -> None:
+    _, scripts, task_id = env
+    session_id = client.post(f"/api/v1/tasks/{task_id}/collaboration").json()["session_id"]
+    asked = client.post(f"/api/v1/sessions/{session_id}/messages", json={"text": "why\u0000"})
+    assert asked.status_code == 422
+    assert asked.json()["error"]["details"][0]["field"] == "body.text"
+    # Postgres would refuse the question only after the model answered: no call is spent.
+    assert not (scripts / "col.collaboration.json.requests.jsonl").exists()
+    page = client.get(f"/api/v1/sessions/{session_id}/messages").json()
+    assert page == {"items": [], "next_cursor": None}
+
+
+@pytest.mark.parametrize(
+    "answer", ["a NUL \u0000 here", "a lone \ud800 surrogate"], ids=["nul", "surrogate"]
+)
+def test_an_answer_no_store_can_hold_is_a_model_error_and_stores_nothing(
+    env: tuple[Runtime, Path, str], store_url: str, answer: str
+) -> None:
+    _, scripts, task_id = env
+    write(scripts, "col.collaboration", [{"content": answer}])
+    app = create_app(load_settings(database_url=store_url, model=f"scripted:{scripts}"))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        session_id = client.post(f"/api/v1/tasks/{task_id}/collaboration").json()["session_id"]
+        asked = client.post(f"/api/v1/sessions/{session_id}/messages", json={"text": "why?"})
+        # The question was fine: not a 422 blaming it, nor a 500.
+        assert (asked.status_code, asked.json()["error"]["code"]) == (502, "model_error")
+        page = client.get(f"/api/v1/sessions/{session_id}/messages").json()
+        assert page == {"items": [], "next_cursor": None}

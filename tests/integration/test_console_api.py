@@ -193,3 +193,18 @@ def test_the_access_log_never_shows_the_token() -> None:
     assert _RedactToken().filter(record)
     assert TOKEN not in record.getMessage()
     assert "/console?a=1&token=[redacted]" in record.getMessage()
+
+
+@pytest.mark.parametrize("key", ["%74oken", "tok%65n", "%74%6F%6B%65%6E"])
+def test_the_access_log_never_shows_a_percent_encoded_token(client: TestClient, key: str) -> None:
+    # The console decodes the query's names, so an encoded `token` signs in like the plain one.
+    answer = client.get(f"/console?a=1&{key}={TOKEN}", follow_redirects=False)
+    assert answer.status_code == 303
+    assert answer.cookies.get(session.COOKIE)
+    record = logging.LogRecord(
+        "uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d',
+        ("127.0.0.1:1", "GET", f"/console?a=1&{key}={TOKEN}", "1.1", 303), None,
+    )  # fmt: skip
+    assert _RedactToken().filter(record)
+    assert TOKEN not in record.getMessage()
+    assert "/console?a=1&token=[redacted]" in record.getMessage()

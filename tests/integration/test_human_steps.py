@@ -139,6 +139,8 @@ def test_refusals_write_nothing(
             ("/api/v1/tasks/nope/nodes/sample/fail", {"by": "a", "reason": "x"}, 404, "not_found"),
             (f"{base}/sample/fail", {"by": "a"}, 422, "invalid_request"),
             (f"{base}/sample/complete", {"evidence": "x"}, 422, "invalid_request"),
+            (f"{base}/sample/complete", {"by": "a", "evidence": "  "}, 422, "invalid_request"),
+            (f"{base}/sample/fail", {"by": " ", "reason": "x"}, 422, "invalid_request"),
         ]
         for path, body, status, code in cases:
             answer = client.post(path, json=body)

@@ -263,6 +263,52 @@ def test_bad_fence_on_the_bridge_is_422(client: TestClient, session_id: str) -> 
     assert response.json()["error"]["details"][0]["field"] == "fence"
 
 
+@pytest.mark.parametrize(
+    "fence",
+    [
+        {"task_id": "t", "generation": 2**70, "lease_token": "x"},
+        {"task_id": "t", "generation": 0, "lease_token": "x"},
+        {"task_id": "t\u0000", "generation": 1, "lease_token": "x"},
+        {"task_id": "t", "generation": 1, "lease_token": "x\u0000"},
+    ],
+    ids=["huge-generation", "generation-0", "nul-task-id", "nul-lease-token"],
+)
+def test_a_fence_no_store_can_hold_is_422_on_both_stores(
+    client: TestClient, session_id: str, fence: dict[str, Any]
+) -> None:
+    response = publish(client, session_id, plan("r1", [node("a")], fence=fence))
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["details"][0]["field"] == "fence"
+    assert revision_count(client) == 0
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"request_id": "r1", "title": "a\\ud800", "nodes": [{"id": "a", "title": "t", '
+        '"actor": "agent", "status": "pending"}]}',
+        '{"request_id": "r1", "title": "p", "nodes": [{"id": "\\udc00", "title": "t", '
+        '"actor": "agent", "status": "pending"}]}',
+        '{"request_id": "r1", "title": "p", "nodes": [{"id": "a", "title": "t", '
+        '"actor": "agent", "status": "pending", "description": "x\\ud800y"}]}',
+        '{"request_id": "r1", "title": "p", "nodes": [{"id": "a", "title": "t", '
+        '"actor": "agent", "status": "pending"}], "edges": [{"from": "\\ud800", "to": "a"}]}',
+    ],
+    ids=["plan-title", "node-id", "node-description", "edge-from"],
+)
+def test_an_unpaired_surrogate_in_a_plan_is_422_not_500(
+    client: TestClient, session_id: str, raw: str
+) -> None:
+    response = client.post(
+        f"/api/v1/internal/sessions/{session_id}/execution-plans",
+        content=raw.encode(),
+        headers={**INTERNAL, "Content-Type": "application/json"},
+    )
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["code"] == "invalid_character"
+    assert revision_count(client) == 0
+
+
 def test_stale_fence_on_the_bridge_is_409(client: TestClient, session_id: str) -> None:
     body = plan("r1", [node("a")], fence={"task_id": "t", "generation": 1, "lease_token": "x"})
     response = publish(client, session_id, body)

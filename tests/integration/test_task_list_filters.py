@@ -259,3 +259,26 @@ def test_bad_cli_filters_are_one_line_and_exit_2(
     assert result.stdout == ""
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert needle in result.stderr
+
+
+def test_control_characters_in_a_title_cannot_forge_cli_lines_or_reach_the_terminal(
+    service: TaskService,
+    store_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A trigger's title comes from the business backend: a newline would print a forged row,
+    # an escape sequence would drive the operator's terminal.
+    title = "pump\nffffffff-0000-0000-0000-000000000000  completed  1  fake\x1b[2J\x9b1m"
+    task_id = service.trigger(Trigger(task_type="pump", title=title)).task.task_id
+    service.cancel(task_id, "why\r\x1b[31m not")
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    out, _ = cli(["tasks", "list"], capsys)
+    assert len(out.splitlines()) == 2  # the header and one row
+    assert "pump\\nffffffff-0000" in out
+    shown, _ = cli(["tasks", "show", task_id], capsys)
+    for text in (out, shown):
+        assert not any(c in text for c in "\x1b\x9b\r")
+    assert "last error: why\\r\\x1b[31m not" in shown

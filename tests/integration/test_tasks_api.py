@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,10 +12,12 @@ from fastapi.testclient import TestClient
 
 from orchestrator.api.app import create_app
 from orchestrator.api.tasks import get_task_service
+from orchestrator.domain.storable import MAX_JSON_DEPTH
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.tasks import TaskService
 from orchestrator.settings import load_settings
 from orchestrator.store.db import Database
+from tests.services import free_port
 
 
 @pytest.fixture
@@ -80,6 +83,78 @@ def test_bad_triggers_are_422_and_write_nothing(client: TestClient, body: dict[s
     assert response.status_code == 422
     assert response.json()["error"]["code"]
     assert client.get("/api/v1/tasks").json()["items"] == []
+
+
+def _nested(depth: int) -> str:
+    return '{"a":' * depth + "1" + "}" * depth
+
+
+def _lists(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ('{"task_type": "x", "title": "a\\u0000b"}', "body.title"),
+        ('{"task_type": "x", "title": "   "}', "body.title"),
+        ('{"task_type": "x", "title": "t", "trigger_id": " "}', "body.trigger_id"),
+        ('{"task_type": "x", "title": "t", "trigger_id": "a\\u0000b"}', "body.trigger_id"),
+        ('{"task_type": "x", "title": "t", "context": {"k": "a\\u0000b"}}', "body.context"),
+        ('{"task_type": "x", "title": "t", "context": {"a\\u0000b": 1}}', "body.context"),
+        ('{"task_type": "x", "title": "t", "context": {"k": ["\\ud800"]}}', "body.context"),
+        ('{"task_type": "x", "title": "t", "context": {"k": NaN}}', "body.context"),
+        ('{"task_type": "x", "title": "t", "context": {"k": -Infinity}}', "body.context"),
+        ('{"task_type": "x", "title": "t", "context": {"k": 1e400}}', "body.context"),
+        ('{"task_type": "x", "title": "t", "sample_input": {"k": "\\u0000"}}', "body.sample_input"),
+        ('{"task_type": "x", "title": "t", "context": ' + _nested(500) + "}", "body.context"),
+        ('{"task_type": "x", "title": "t", "context": {"k": ' + _lists(900) + "}}", "body.context"),
+    ],
+    ids=[
+        "nul-title",
+        "blank-title",
+        "blank-trigger-id",
+        "nul-trigger-id",
+        "nul-value",
+        "nul-key",
+        "lone-surrogate",
+        "nan",
+        "infinity",
+        "overflow",
+        "nul-sample",
+        "deep-objects",
+        "deep-lists",
+    ],
+)
+def test_trigger_values_no_store_keeps_are_422_on_both_stores_and_write_nothing(
+    client: TestClient, raw: str, field: str
+) -> None:
+    response = client.post(
+        "/api/v1/tasks", content=raw.encode(), headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_request"
+    assert error["details"][0]["field"] == field
+    assert client.get("/api/v1/tasks").json()["items"] == []
+
+
+@pytest.mark.parametrize("reason", ["a\u0000b", "   ", "\n\t"], ids=["nul", "spaces", "blank"])
+@pytest.mark.parametrize("verb", ["requeue", "cancel"])
+def test_a_reason_with_a_nul_character_or_only_blanks_is_422_and_changes_nothing(
+    client: TestClient, verb: str, reason: str
+) -> None:
+    task_id = trigger(client).json()["task_id"]
+    response = client.post(f"/api/v1/tasks/{task_id}/{verb}", json={"reason": reason})
+    assert response.status_code == 422
+    assert response.json()["error"]["details"][0]["field"] == "body.reason"
+    view = client.get(f"/api/v1/tasks/{task_id}").json()
+    assert (view["status"], view["generation"], view["last_error"]) == ("queued", 1, None)
+
+
+def test_a_context_nested_to_the_limit_is_kept(client: TestClient) -> None:
+    context = json.loads(_nested(MAX_JSON_DEPTH - 1))
+    assert trigger(client, context=context).status_code == 201
 
 
 def test_malformed_json_is_422(client: TestClient) -> None:
@@ -160,3 +235,19 @@ def test_the_transcript_route_and_its_errors(client: TestClient) -> None:
     unknown = client.get("/api/v1/tasks/nope/transcript")
     assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "not_found")
     assert "token_usage" in client.get(f"/api/v1/tasks/{task_id}").json()
+
+
+def test_a_store_that_is_down_is_503_store_unavailable_with_one_log_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = f"postgresql+psycopg://orch:s3cret-Pa55word@127.0.0.1:{free_port()}/orch"
+    app = create_app(load_settings(database_url=url, home=tmp_path / "home"))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        answers = [client.get("/api/v1/tasks"), trigger(client), client.get("/metrics")]
+    for answer in answers:
+        assert answer.status_code == 503, answer.text
+        assert answer.json()["error"]["code"] == "store_unavailable"
+        assert answer.headers["Retry-After"]
+    logged = [r for r in caplog.records if r.name == "orchestrator.api.app"]
+    assert len(logged) == 3
+    assert all(r.exc_info is None and "s3cret" not in r.getMessage() for r in logged)

@@ -1,0 +1,55 @@
+"""Values every store keeps alike: Postgres refuses a NUL character in text and jsonb, NaN and
+infinity in jsonb, and text that is not UTF-8 (an unpaired surrogate); SQLite would keep them for
+a worker or a reader to trip on. Request models refuse them up front, as a 422 naming the field.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = ["MAX_JSON_DEPTH", "filled_text", "storable_json", "storable_text"]
+
+#: How deep free-form JSON (a trigger's context or sample input) may nest, objects and arrays:
+#: deeper is no task's data, and exhausts the recursion of the code that copies and renders it.
+MAX_JSON_DEPTH = 64
+
+
+def storable_text(text: str) -> str:
+    """`text` unchanged, or ValueError (a pydantic validator's refusal) saying what is wrong."""
+    if "\x00" in text:
+        raise ValueError("a NUL character (\\u0000) cannot be stored")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("an unpaired surrogate is not UTF-8 and cannot be stored") from None
+    return text
+
+
+def filled_text(text: str) -> str:
+    """`storable_text` that says something: a required title, reason or name of blanks only
+    is refused like an empty one."""
+    if not storable_text(text).strip():
+        raise ValueError("must not be blank")
+    return text
+
+
+def storable_json(value: dict[str, Any]) -> dict[str, Any]:
+    """`value` unchanged when every store keeps it: text without NUL or unpaired surrogates,
+    finite numbers, at most MAX_JSON_DEPTH levels; walked without recursion."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > MAX_JSON_DEPTH:
+                raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+            if isinstance(item, dict):
+                for key in item:
+                    storable_text(key)
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+        elif isinstance(item, str):
+            storable_text(item)
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise ValueError("numbers must be finite (no NaN or Infinity)")
+    return value

@@ -158,8 +158,12 @@ class TaskService:
             outbox_store.record_event(
                 conn, task_id, "queued", generation=nxt, reason=f"requeued: {reason}"
             )
+            # What this requeue did, read in its own transaction: a cancel that commits just
+            # after it must not make the requeue's answer say "cancelled".
+            requeued = task_store.get_task(conn, task_id)
         safe_dispatch(self.dispatcher, task_id, nxt)
-        return self.get(task_id)
+        assert requeued is not None
+        return requeued
 
     def cancel(self, task_id: str, reason: str = "cancelled by an operator") -> TaskRecord:
         """Fence the live generation and mark the task cancelled."""
@@ -179,7 +183,9 @@ class TaskService:
                 .values(status="cancelled", last_error=reason, updated_at=utcnow())
             )
             outbox_store.record_event(conn, task_id, "cancelled", reason=reason)
-        return self.get(task_id)
+            cancelled = task_store.get_task(conn, task_id)  # as this transaction left it
+        assert cancelled is not None
+        return cancelled
 
     def explain(self, task_id: str) -> dict[str, Any]:
         """The operator's view of one task: generations, lease, plan, report, what is pending."""

@@ -211,3 +211,22 @@ def test_cancel_fences_the_live_generation(env: Any, scripts: Path) -> None:
     assert view["status"] == "cancelled"
     assert view["executions"][0]["outcome"] == "cancelled"
     assert view["report"] is None
+
+
+def test_a_requeue_answers_what_it_did_even_if_a_cancel_commits_right_after_it(
+    env: Any, scripts: Path
+) -> None:
+    rt, dispatcher = env
+    task_id = trigger(rt, "anything")
+    sent = dispatcher.dispatch
+
+    def cancel_then_send(task: str, generation: int) -> None:
+        # Between the requeue's commit and its answer, an operator's cancel commits.
+        if generation == 2:
+            rt.tasks.cancel(task, "changed my mind")
+        sent(task, generation)
+
+    dispatcher.dispatch = cancel_then_send  # type: ignore[method-assign]
+    requeued = rt.tasks.requeue(task_id, "try again")
+    assert (requeued.status, requeued.generation) == ("queued", 2)
+    assert rt.tasks.get(task_id).status == "cancelled"  # the cancel did happen, after it

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import redis
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import OutOfMemoryError, ReadOnlyError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
@@ -223,3 +224,6 @@ class RedisLeaseBackend(LeaseBackend):
             return operation()
         except (RedisConnectionError, RedisTimeoutError) as exc:
             raise LeaseBackendUnavailable(f"Redis did not answer the lease call: {exc}") from exc
+        except (ReadOnlyError, OutOfMemoryError) as exc:
+            # A replica after a failover, or a full server: it answers, but takes no lease write.
+            raise LeaseBackendUnavailable(f"Redis refused the lease write: {exc}") from exc

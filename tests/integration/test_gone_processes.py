@@ -19,6 +19,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import redis
 
 from orchestrator.leases import process
 from orchestrator.leases.process import ProcessIdentity, current_process, is_gone
@@ -235,3 +236,26 @@ def wait_for_threads(stat: Path, count: int) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"{stat} never showed {count} thread(s)")
+
+
+def test_a_read_only_redis_does_not_stop_a_sweep_from_waking_what_it_requeued(
+    store_url: str, redis_url: str, tmp_path: Path
+) -> None:
+    # A failover left the lease server a replica: every write answers READONLY. The requeues
+    # are committed already; the leases cannot be released (they expire), but the wake-ups of
+    # the requeued generations must still go out, now, not at the stale-queued republish.
+    runtime, dispatcher = runtime_for(store_url, tmp_path, lease_seconds=LEASE, redis_url=redis_url)
+    admin = redis.Redis.from_url(redis_url)
+    try:
+        task_ids = [claim(runtime, exited_process())[0] for _ in range(2)]
+        dispatcher.sent.clear()  # the triggers' own wake-ups
+        admin.execute_command("REPLICAOF", "127.0.0.1", "1")  # a master that never answers
+        with pytest.raises(redis.ReadOnlyError):
+            admin.set("probe", "1")
+        report = runtime.sweeper.recover_gone_processes()
+        assert sorted(report.requeued) == sorted((task_id, 1, 2) for task_id in task_ids)
+        assert sorted(dispatcher.sent) == sorted((task_id, 2) for task_id in task_ids)
+    finally:
+        admin.execute_command("REPLICAOF", "NO", "ONE")
+        admin.close()
+        runtime.close()

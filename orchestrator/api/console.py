@@ -121,6 +121,8 @@ def console_slash(request: Request) -> Response:
 @router.post("/session")
 async def sign_in(request: Request) -> Response:
     """The sign-in form's POST (`token=...`, form-encoded)."""
+    if not _accounts(request):  # an open API: nothing to sign in to, as with `?token=`
+        return RedirectResponse(_home(request), 303, headers=_HEADERS)
     size = request.headers.get("content-length", "")
     if not size.isdigit() or int(size) > _MAX_FORM_BYTES:
         return _sign_in_page(request, "The form is too large.", 413)

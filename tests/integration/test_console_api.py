@@ -177,6 +177,15 @@ def test_an_open_api_serves_the_console_without_sign_in(sqlite_url: str, tmp_pat
         }
         moved = open_client.get("/console?token=x", follow_redirects=False)
         assert moved.headers["location"] == "/console"
+        # The sign-in form's POST (a page left open from before the token was unset) too.
+        posted = open_client.post(
+            "/console/session",
+            content="token=x",
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+            follow_redirects=False,
+        )
+        assert (posted.status_code, posted.headers["location"]) == (303, "/console")
+        assert "set-cookie" not in posted.headers
 
 
 @pytest.mark.parametrize("value", ["*", "http://a.test/path", "ftp://a.test", "a.test"])

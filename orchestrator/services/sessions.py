@@ -10,8 +10,10 @@ from sqlalchemy import Connection
 
 from orchestrator.domain.cursors import decode_cursor, encode_cursor
 from orchestrator.domain.vocabulary import SESSION_PURPOSES
-from orchestrator.errors import NotFound, ValidationFailed
+from orchestrator.errors import ConflictError, NotFound, ValidationFailed
 from orchestrator.store import sessions as store
+from orchestrator.store import tasks as task_store
+from orchestrator.store.collaboration import collaboration_session_of
 from orchestrator.store.db import Database
 from orchestrator.store.sessions import SessionRecord
 from orchestrator.store.types import utcnow
@@ -99,6 +101,8 @@ class SessionService:
     ) -> SessionRecord:
         """Create a session; task sessions need an existing task."""
         with self.db.transaction() as conn:
+            if purpose == "task_collaboration" and task_id is not None:
+                _no_collaboration_session_yet(conn, task_id)
             return create_session_txn(
                 conn,
                 purpose=purpose,
@@ -145,3 +149,16 @@ class SessionService:
         more = len(rows) > limit and items
         next_cursor = encode_cursor(items[-1].created_at, items[-1].session_id) if more else None
         return SessionPage(items, next_cursor)
+
+
+def _no_collaboration_session_yet(conn: Connection, task_id: str) -> None:
+    """A task has one collaboration session (`CollaborationService.open` makes it and reads
+    it back): a second one would take questions that no one reads."""
+    task_store.get_task(conn, task_id, lock=True)  # as `open` does: one at a time per task
+    existing = collaboration_session_of(conn, task_id)
+    if existing is not None:
+        raise ConflictError(
+            f"task {task_id} has its collaboration session {existing.session_id} already; "
+            f"POST /api/v1/tasks/{task_id}/collaboration returns it",
+            code="collaboration_exists",
+        )

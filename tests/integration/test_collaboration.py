@@ -202,3 +202,23 @@ def test_an_answer_no_store_can_hold_is_a_model_error_and_stores_nothing(
         assert (asked.status_code, asked.json()["error"]["code"]) == (502, "model_error")
         page = client.get(f"/api/v1/sessions/{session_id}/messages").json()
         assert page == {"items": [], "next_cursor": None}
+
+
+def test_a_task_has_one_collaboration_session_however_it_is_made(
+    env: tuple[Runtime, Path, str], client: TestClient
+) -> None:
+    _, _, task_id = env
+    body = {"purpose": "task_collaboration", "title": "Questions", "task_id": task_id}
+    made = client.post("/api/v1/sessions", json=body)
+    assert made.status_code == 201, made.text
+    # The task's collaboration route finds the session made through /sessions...
+    opened = client.post(f"/api/v1/tasks/{task_id}/collaboration")
+    assert (opened.status_code, opened.json()["session_id"]) == (200, made.json()["session_id"])
+    # ...and a second one, whose questions no one would read, is refused.
+    second = client.post("/api/v1/sessions", json=body)
+    assert second.status_code == 409, second.text
+    assert second.json()["error"]["code"] == "collaboration_exists"
+    assert made.json()["session_id"] in second.json()["error"]["message"]
+    listed = client.get("/api/v1/sessions", params={"task_id": task_id})
+    purposes = [s["purpose"] for s in listed.json()["items"]]
+    assert purposes.count("task_collaboration") == 1

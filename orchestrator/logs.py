@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
+from pydantic import SecretStr
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -78,8 +79,10 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
 def secrets_of(settings: Settings) -> list[str]:
     """The configured secret values, longest first (so a secret inside another is not split)."""
     found = [settings.api_token or "", settings.agent_internal_token or ""]
-    for name in ("llm_api_key", "openai_api_key", "model_api_key"):
+    for name in ("llm_api_key", "webhook_secret", "console_secret"):
         value = getattr(settings, name, None)
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
         if isinstance(value, str):
             found.append(value)
     with suppress(ArgumentError):

@@ -101,3 +101,22 @@ def test_uvicorn_access_lines_keep_their_arguments_masked() -> None:
     line = AccessFormatter('%(client_addr)s - "%(request_line)s" %(status_code)s').format(record)
     assert TOKEN not in line
     assert "GET /console?token=" in line
+
+
+def test_every_configured_secret_is_masked_the_model_key_too() -> None:
+    # The model's key is a SecretStr: it was left out of the list, and so were the webhook
+    # signing secret and the console secret.
+    secrets = {
+        "llm_api_key": "sk-model-key-0123456789",
+        "webhook_secret": "webhook-signing-secret-42",
+        "console_secret": "console-session-secret-7",
+    }
+    settings = load_settings(
+        database_url="sqlite:///x.db",
+        webhook_url="http://127.0.0.1:9/hook",
+        **secrets,
+    )
+    listed = secrets_of(settings)
+    for value in secrets.values():
+        assert value in listed
+        assert value not in redact(f"a line that quotes {value}", listed)

@@ -160,9 +160,7 @@ class PlanHub:
         self.wake(session_id)
 
     def wake(self, session_id: str) -> None:
-        with self._lock:
-            events = list(self._waiters.get(session_id, ()))
-        self._set(events)
+        self.wake_keys((session_id,))
 
     def wake_keys(self, keys: Collection[str]) -> None:
         """A `PlanNotifier` for commits made in this process (from any thread)."""

@@ -30,6 +30,7 @@ from orchestrator.services.tasks import Trigger
 from orchestrator.store import tasks as task_store
 from orchestrator.store.types import utcnow
 from tests.executions_support import runtime_for
+from tests.services import service_unavailable
 
 LEASE = 120.0  # the default: only the process check can requeue within a test
 
@@ -157,16 +158,9 @@ def _judged_by_another_user(identity: ProcessIdentity, hidepid: str) -> str:
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     if result.returncode == 77:
-        _cannot(f"cannot mount /proc with hidepid here: {result.stderr.strip()[:200]}")
+        service_unavailable(f"cannot mount /proc with hidepid here: {result.stderr.strip()[:200]}")
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
-
-
-def _cannot(why: str) -> None:
-    """Skipped on a developer's machine; in CI (`CI` set) the missing capability fails."""
-    if os.environ.get("CI"):
-        pytest.fail(why)
-    pytest.skip(why)
 
 
 @pytest.mark.parametrize("hidepid", ["noaccess", "invisible"])
@@ -174,7 +168,7 @@ def test_a_process_another_user_cannot_see_in_proc_is_not_taken_for_dead(hidepid
     # A sweeper running as another user than the workers, /proc mounted with hidepid: the
     # worker's /proc entry is unreadable (noaccess) or missing (invisible), yet it runs.
     if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("setpriv") is None:
-        _cannot("needs root, unshare and setpriv to judge as another user")
+        service_unavailable("needs root, unshare and setpriv to judge as another user")
     child = subprocess.Popen(
         [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
     )

@@ -1,0 +1,127 @@
+"""A batch of requeues reads the tasks table by key, however many tasks it holds.
+
+With Postgres's default cost model (random_page_cost 4, for spinning disks) a batch of 100 keys
+among 10,000 tasks is planned as a scan of the whole table, three times per sweep (the row
+locks, the tasks' move to the next generation, their events): a sweep then grows with the
+table, not with its expiries. Counted with `pg_stat_xact_user_tables`, inside the transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import Connection, insert, text
+
+from orchestrator.store import outbox as outbox_store
+from orchestrator.store.db import Database, make_engine
+from orchestrator.store.lost import requeue_lost
+from orchestrator.store.outbox import NewEvent
+from orchestrator.store.tables import executions, sessions, tasks
+from orchestrator.store.types import utcnow
+
+RUNNING = 10_000
+EXPIRED = 100
+
+
+@pytest.fixture
+def running(pg_url: str) -> Iterator[tuple[Database, list[str]]]:
+    """`RUNNING` generation-1 executions, inserted in bulk, with the statistics analysed."""
+    db = Database(make_engine(pg_url))
+    now = utcnow()
+    ids = [str(uuid.uuid4()) for _ in range(RUNNING)]
+    task_rows: list[dict[str, Any]] = []
+    session_rows: list[dict[str, Any]] = []
+    execution_rows: list[dict[str, Any]] = []
+    for task_id in ids:
+        session_id = str(uuid.uuid4())
+        task_rows.append(
+            {
+                "task_id": task_id,
+                "task_type": "simple",
+                "title": "bulk",
+                "context": {},
+                "trigger_id": f"bulk:{task_id}",
+                "origin": "live",
+                "status": "running",
+                "generation": 1,
+                "session_id": session_id,
+                "queued_at": now,
+                "created_at": now,
+                "updated_at": now,
+            }
+        )
+        session_rows.append(
+            {
+                "session_id": session_id,
+                "purpose": "task_execution",
+                "task_id": task_id,
+                "generation": 1,
+                "owner": f"task:{task_id}",
+                "title": "bulk (generation 1)",
+                "created_at": now,
+                "updated_at": now,
+            }
+        )
+        execution_rows.append(
+            {
+                "task_id": task_id,
+                "generation": 1,
+                "session_id": session_id,
+                "worker": "bulk",
+                "lease_token": "t",
+                "lease_expires_at": now - timedelta(seconds=1),
+                "created_at": now,
+                "started_at": now,
+            }
+        )
+    with db.transaction() as conn:
+        conn.execute(insert(tasks), task_rows)
+        conn.execute(insert(sessions), session_rows)
+        conn.execute(insert(executions), execution_rows)
+    with db.engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT").execute(text("ANALYZE"))
+    yield db, ids
+    db.dispose()
+
+
+def scans_of_tasks(conn: Connection) -> int:
+    """Whole-table scans of `tasks` in this transaction so far."""
+    return int(
+        conn.execute(
+            text("SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'tasks'")
+        ).scalar_one()
+    )
+
+
+def test_a_batch_of_requeues_reads_tasks_by_key(running: tuple[Database, list[str]]) -> None:
+    db, ids = running
+    lost = [(task_id, 1) for task_id in ids[:EXPIRED]]
+    with db.transaction() as conn:
+        before = scans_of_tasks(conn)
+        batch = requeue_lost(conn, lost, reason="test", max_recoveries=3)
+        events = outbox_store.record_events(
+            conn, [NewEvent(t, "queued", n, reason="test") for t, _, n in batch.requeued]
+        )
+        assert scans_of_tasks(conn) == before
+    assert len(batch.requeued) == EXPIRED
+    assert [event.seq for event in events] == [1] * EXPIRED
+    with db.transaction(readonly=True) as conn:
+        moved = conn.execute(
+            text("SELECT count(*) FROM tasks WHERE status = 'queued' AND generation = 2")
+        ).scalar_one()
+    assert moved == EXPIRED
+
+
+def test_the_cheaper_cost_model_ends_with_the_transaction(
+    running: tuple[Database, list[str]],
+) -> None:
+    db, ids = running
+    with db.transaction() as conn:
+        default = conn.execute(text("SHOW random_page_cost")).scalar_one()
+        requeue_lost(conn, [(ids[0], 1)], reason="test", max_recoveries=3)
+    with db.transaction(readonly=True) as conn:
+        assert conn.execute(text("SHOW random_page_cost")).scalar_one() == default

@@ -6,10 +6,11 @@ the write it guards always commit together.
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cache
+from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
@@ -37,6 +38,8 @@ from orchestrator.store.tables import actions, executions, sessions, tasks
 from orchestrator.store.types import utcnow
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Dialect
+
     from orchestrator.leases.process import ProcessIdentity
 
 __all__ = [
@@ -145,12 +148,31 @@ def _insert_task_in_one_statement(
     session_row: dict[str, Any],
     execution_row: dict[str, Any],
 ) -> bool:
-    """Postgres: the task, its session and execution in one statement (one round trip)."""
+    """Postgres: the task, its session and execution in one statement (one round trip).
+
+    Sent as the driver's SQL (compiled once per dialect) with its parameters as the driver
+    takes them: the trigger is on the caller's latency path, and SQLAlchemy's compiled-statement
+    execution (cache lookup, bind processing of 30 parameters) costs about 0.4 ms of it."""
     # Field by field, not `asdict`: that deep-copies the context and every timestamp.
     params = {f"task_{name}": getattr(task, name) for name in TaskRecord.__dataclass_fields__}
     params.update({f"session_{k}": v for k, v in session_row.items()})
     params.update({f"execution_{k}": v for k, v in execution_row.items()})
-    return conn.execute(_one_statement_trigger(), params).first() is not None
+    for name in _JSON_PARAMS:  # what the JSONB columns' bind processing would send
+        if params[name] is not None:
+            params[name] = json.dumps(params[name])
+    # No RETURNING: an execution row is inserted only for a new task (result rows would cost
+    # more than the statement: their metadata is built from the cursor on every call).
+    return conn.exec_driver_sql(_trigger_sql(conn.dialect), params).rowcount == 1
+
+
+#: The trigger statement's JSONB parameters (the others go to the driver as they are: text,
+#: integers, and aware UTC datetimes, which is what `UTCDateTime` would bind).
+_JSON_PARAMS = ("task_context", "task_sample_input")
+
+
+@lru_cache(maxsize=8)
+def _trigger_sql(dialect: Dialect) -> str:
+    return str(_one_statement_trigger().compile(dialect=dialect))
 
 
 @cache
@@ -183,11 +205,7 @@ def _one_statement_trigger() -> Insert:
         .returning(sessions.c.session_id)
         .cte("new_session")
     )
-    return (
-        one_row_per_new_task(executions, "execution")
-        .returning(executions.c.task_id)
-        .add_cte(new_session)
-    )
+    return one_row_per_new_task(executions, "execution").add_cte(new_session)
 
 
 def open_generation(

@@ -14,7 +14,7 @@ from orchestrator.api.app import create_app
 from orchestrator.api.tasks import get_task_service
 from orchestrator.cli import main
 from orchestrator.services.dispatch import RecordingDispatcher
-from orchestrator.services.tasks import TaskService
+from orchestrator.services.tasks import TaskService, Trigger
 from orchestrator.settings import load_settings
 from orchestrator.store.db import Database
 
@@ -88,3 +88,32 @@ def test_the_cli_refuses_it_too(
     capsys.readouterr()
     assert main([*base, "--title", "Another leak"]) == 1
     assert "trigger_conflict" in capsys.readouterr().err
+
+
+def test_a_trigger_stores_its_context_and_sample_as_given(store_url: str) -> None:
+    """The trigger's one statement (Postgres) or three (SQLite): every column as sent, once."""
+    db = Database.from_url(store_url)
+    try:
+        service = TaskService(db, RecordingDispatcher())
+        context = {"站点": "泵站 3", "readings": [1, 2.5, None, True], "nested": {"a": {"b": "c"}}}
+        sample = {"turbidity_ntu": 4.2, "note": "naïve ☃"}
+        sent = Trigger(
+            task_type="water_quality",
+            title="Brown water",
+            context=context,
+            sample_input=sample,
+            trigger_id="backend:42",
+        )
+        first = service.trigger(sent)
+        again = service.trigger(sent)
+        assert (first.created, again.created) == (True, False)
+        assert again.task.task_id == first.task.task_id
+        stored = service.get(first.task.task_id)
+        assert (stored.context, stored.sample_input) == (context, sample)
+        assert (stored.status, stored.generation) == ("queued", 1)
+        assert stored.origin == "peripheral_sample"
+        assert stored.created_at == first.task.created_at
+        view = service.explain(first.task.task_id)
+        assert [(e["generation"], e["outcome"]) for e in view["executions"]] == [(1, None)]
+    finally:
+        db.dispose()

@@ -5,6 +5,7 @@ A missing server binary skips the tests that need it locally, and fails them whe
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,13 @@ from orchestrator.store.migrations import upgrade
 from tests.services import PostgresServer, RedisServer, ServiceMissing, service_unavailable
 
 _STARTED: dict[str, str] = {}
+
+#: The processes the tests start (workers, the API, the CLI) import this checkout's code, not
+#: the checkout the virtualenv's editable install points at (another git worktree).
+ROOT = Path(__file__).resolve().parent.parent
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    part for part in (str(ROOT), os.environ.get("PYTHONPATH")) if part
+)
 
 
 @pytest.fixture(scope="session")

@@ -29,8 +29,6 @@ from orchestrator.tools.base import ToolCall
 
 __all__ = ["OpenAIModel", "client_for", "close_clients"]
 
-#: A model call needs at least this long; a round whose lease runs out sooner does not start one.
-MIN_CALL_SECONDS = 1.0
 _NO_KEY = "not-needed"  # local servers take no key; the client insists on a value
 #: How often a waiting round looks at its stop event (a cancel, a lease in doubt).
 STOP_POLL_SECONDS = 0.1
@@ -148,10 +146,12 @@ class OpenAIModel(Model):
         while True:
             if stop.is_set():
                 return ModelTurn(content=None, tool_calls=())
-            timeout = self._timeout()
             self.calls += 1
             started = time.monotonic()
-            call = _CALLS.submit(self._create, body, timeout)
+            # The whole LLM_TIMEOUT_SECONDS, not the lease's window as it stands now: the
+            # heartbeat renews the lease while the call is in flight, and a lease in doubt sets
+            # `stop`, which ends the wait below at once.
+            call = _CALLS.submit(self._create, body, self.timeout)
             if not _wait(call, stop):
                 # Cancelled or the lease is in doubt: the round stops now; the abandoned call
                 # ends by itself within its timeout.
@@ -194,14 +194,6 @@ class OpenAIModel(Model):
 
     def _create(self, body: dict[str, Any], timeout: float) -> Any:
         return self.client.chat.completions.create(**body, timeout=timeout)
-
-    def _timeout(self) -> float:
-        if self.deadline is None:
-            return self.timeout
-        left = self.deadline() - time.monotonic()
-        if left < MIN_CALL_SECONDS:
-            raise ModelError("the round's lease runs out before a model call could finish")
-        return min(self.timeout, left)
 
     def _describe(self, exc: openai.APIStatusError) -> str:
         """A short, one-line, secret-free account of the server's error."""

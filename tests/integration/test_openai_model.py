@@ -16,7 +16,7 @@ import pytest
 from pydantic import Field
 
 from orchestrator.agent.host import ToolHost
-from orchestrator.agent.loop import run_round
+from orchestrator.agent.loop import LeaseLost, run_round
 from orchestrator.agent.model import ModelError, ModelTurn, TokenUsage, load_model
 from orchestrator.agent.openai_model import OpenAIModel
 from orchestrator.settings import load_settings
@@ -148,6 +148,36 @@ def test_a_retry_past_the_lease_deadline_is_not_attempted(server: OpenAIServer) 
     with pytest.raises(ModelError, match="outlast the round's lease"):
         play(model, CountSamples())
     assert len(server.requests) == 1
+
+
+def test_a_call_outlasting_the_vouched_window_waits_while_the_lease_is_renewed(
+    server: OpenAIServer,
+) -> None:
+    """The heartbeat renews the lease while a call is in flight: a slow answer is awaited, not
+    cut where the lease stood when the call began (and not retried from scratch)."""
+    server.reply(content="4 samples", delay_s=1.5)
+    model = model_for(server)
+    model.deadline = lambda: time.monotonic() + 0.8  # renewed all along, 0.8 s ahead each time
+    assert play(model, CountSamples()) == "4 samples"
+    assert len(server.requests) == 1
+
+
+def test_a_lost_lease_stops_a_call_in_flight(server: OpenAIServer) -> None:
+    server.reply(content="too late", delay_s=3)
+    model = model_for(server)
+    stop = threading.Event()
+    threading.Timer(0.3, stop.set).start()  # the lease keeper gave up on the lease
+    started = time.monotonic()
+    with pytest.raises(LeaseLost):
+        run_round(
+            model,
+            ToolHost([CountSamples()], ledger=None),
+            CTX,
+            brief="count",
+            max_turns=6,
+            stop=stop,
+        )
+    assert time.monotonic() - started < 2  # not the 3 s the answer takes
 
 
 def test_an_unreachable_server_is_retried_then_a_model_error(server: OpenAIServer) -> None:

@@ -200,14 +200,25 @@
   // ---- task list -------------------------------------------------------------------------
   // Every filter is a query parameter of GET /api/v1/tasks, so each page holds the filter's
   // rows and `next_cursor` leads to the next of them. "Created" is fixed when the view opens:
-  // every page and every refresh asks for the same range.
+  // every page and every refresh asks for the same range. "From" and "To" are the browser's
+  // local time (what the operator reads on the wall clock), sent in UTC; "From" replaces the
+  // preset, and a range the API refuses (To not after From) is said above the list.
   const SINCE = { "": "any time", "1h": "last hour", "24h": "last 24 hours", "7d": "last 7 days" };
   const SINCE_MS = { "1h": 3600e3, "24h": 86400e3, "7d": 7 * 86400e3 };
+  const LOCAL_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2})?$/;
+
+  function localTime(value) {
+    // A `datetime-local` value, or "" for anything else (a hand-edited address).
+    return LOCAL_TIME.test(value || "") && !isNaN(new Date(value)) ? value : "";
+  }
 
   function taskList(params) {
     const since = SINCE_MS[params.get("since")] ? params.get("since") : "";
+    const from = localTime(params.get("from")), to = localTime(params.get("to"));
+    const after = from ? new Date(from).toISOString()
+      : since ? new Date(Date.now() - SINCE_MS[since]).toISOString() : null;
     const state = { status: params.get("status") || "", type: (params.get("type") || "").trim(),
-      since, after: since ? new Date(Date.now() - SINCE_MS[since]).toISOString() : null,
+      since, from, to, after, before: to ? new Date(to).toISOString() : null,
       cursors: [], cursor: null, timer: null, alive: true,
       limit: Math.min(200, Math.max(1, parseInt(params.get("limit"), 10) || 50)) };
     const rows = el("div", { id: "task-rows" }, el("p", { class: "muted" }, "Loading…"));
@@ -216,7 +227,7 @@
       event.preventDefault();
       const data = new FormData(form);
       const next = new URLSearchParams();
-      for (const key of ["status", "type", "since"]) {
+      for (const key of ["status", "type", "since", "from", "to"]) {
         const value = String(data.get(key) || "").trim();
         if (value) next.set(key, value);
       }
@@ -233,6 +244,10 @@
     el("div", { class: "field" }, el("label", { for: "f-since" }, "Created"),
       el("select", { id: "f-since", name: "since" },
         Object.entries(SINCE).map(([k, v]) => el("option", { value: k, selected: k === state.since }, v)))),
+    el("div", { class: "field" }, el("label", { for: "f-from" }, "From"),
+      el("input", { id: "f-from", name: "from", type: "datetime-local", value: state.from })),
+    el("div", { class: "field" }, el("label", { for: "f-to" }, "To"),
+      el("input", { id: "f-to", name: "to", type: "datetime-local", value: state.to })),
     el("button", { type: "submit" }, "Filter"));
     fill(main, el("h1", {}, "Tasks"), el("section", { class: "card" }, form, rows, pager));
 
@@ -241,6 +256,7 @@
       if (state.status) query.set("status", state.status);
       if (state.type) query.set("task_type", state.type);
       if (state.after) query.set("created_after", state.after);
+      if (state.before) query.set("created_before", state.before);
       if (state.cursor) query.set("cursor", state.cursor);
       const result = await api("GET", `tasks?${query}`);
       if (!state.alive) return;

@@ -98,10 +98,8 @@ def openai_fleet(
         **lease_env(pg_url, redis_url, tmp_path),
         "ORCH_MODEL": "openai:test-model",
         "LLM_BASE_URL": model.base_url,
-        # Still shorter than a round, with room for the client's own rule: a model call starts
-        # only with 1 s of vouched lease left (on a 2 s lease, a heartbeat 0.3 s behind its
-        # period leaves less, and the round ends `model_error`).
-        "ORCH_LEASE_SECONDS": "3",
+        # The 2 s lease of `lease_env`, shorter than a round: each model call (1 s) is awaited
+        # while the heartbeat renews the lease, not cut where the lease stood when it began.
         "ORCH_SWEEP_SECONDS": "1",
     }
     with running_fleet(env, tmp_path) as running:

@@ -151,8 +151,9 @@ def _insert_task_in_one_statement(
     """Postgres: the task, its session and execution in one statement (one round trip).
 
     Sent as the driver's SQL (compiled once per dialect) with its parameters as the driver
-    takes them: the trigger is on the caller's latency path, and SQLAlchemy's compiled-statement
-    execution (cache lookup, bind processing of 30 parameters) costs about 0.4 ms of it."""
+    takes them: the trigger is on the caller's latency path, and SQLAlchemy's execution of the
+    compiled statement (cache lookup, bind processing of 30 parameters, the RETURNING row) cost
+    it 0.12 ms more, measured in process with the two ways alternating."""
     # Field by field, not `asdict`: that deep-copies the context and every timestamp.
     params = {f"task_{name}": getattr(task, name) for name in TaskRecord.__dataclass_fields__}
     params.update({f"session_{k}": v for k, v in session_row.items()})

@@ -1,7 +1,10 @@
 """Canonical JSON and SHA-256 fingerprints of tool arguments (seed 000, durable receipts).
 
 Two calls mean the same intent when their canonical arguments are equal: sorted keys, compact
-separators, UTF-8, no NaN or infinity (a NaN is not equal to itself, so it cannot name an intent).
+separators, UTF-8, no NaN or infinity (a NaN is not equal to itself, so it cannot name an intent),
+and one text per number: JSON has a single number type, so a float without a fractional part is
+written as the integer it equals (7.0 and 7 are one value, as a backend that answers 7 for the
+7.0 it was sent shows).
 """
 
 from __future__ import annotations
@@ -44,12 +47,28 @@ def refuse_non_finite(value: Any, path: str = "$") -> None:
             refuse_non_finite(item, f"{path}[{index}]")
 
 
+def _one_number_form(value: Any) -> Any:
+    """`value` with every float that equals an integer as that integer (-0.0 as 0)."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else value
+    if isinstance(value, Mapping):
+        return {key: _one_number_form(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_one_number_form(item) for item in value]
+    return value
+
+
 def canonical_json(value: Any) -> str:
-    """The canonical text of a JSON value: sorted keys, `,`/`:` separators, no ASCII escaping."""
+    """The canonical text of a JSON value: sorted keys, `,`/`:` separators, no ASCII escaping,
+    one form per number."""
     refuse_non_finite(value)
     try:
         return json.dumps(
-            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+            _one_number_form(value),
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+            allow_nan=False,
         )
     except (TypeError, ValueError) as exc:
         raise NonCanonical(str(exc)) from None

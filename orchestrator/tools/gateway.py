@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any, ClassVar, NamedTuple
 from urllib.parse import quote
 
@@ -52,6 +53,8 @@ log = logging.getLogger(__name__)
 _MAX_ERROR_BODY = 2000
 # Control characters other than HTAB cannot be in an HTTP field value (RFC 9110 5.5).
 _HEADER_CONTROL = frozenset(chr(c) for c in (*range(0x00, 0x09), *range(0x0A, 0x20), 0x7F))
+# The user information of a URL (`user:password@`), which may hold the backend's credentials.
+_USERINFO = re.compile(r"^((?:[^:/?#\s]+:)?//)?[^/?#\s]*@")
 
 
 class CallApiArgs(ToolArguments):
@@ -450,7 +453,9 @@ def gateway_tools(settings: Settings) -> list[Tool]:
         url = None
     if url is None or url.scheme not in ("http", "https") or not url.host:
         source = "ORCH_GATEWAY_BASE_URL" if settings.gateway_base_url else "the document's server"
-        raise SpecError(f"{where}: {source} {base_url!r} is not an absolute http(s) URL")
+        # The line is printed as it is at worker start: never the credentials it may carry.
+        shown = _USERINFO.sub(r"\1***@", base_url)
+        raise SpecError(f"{where}: {source} {shown!r} is not an absolute http(s) URL")
     return [
         CallApi(
             spec,

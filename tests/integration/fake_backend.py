@@ -106,6 +106,7 @@ class Backend:
         self.settings: dict[str, Any] = {}
         self.mode: dict[str, str] = {}
         self.slow_seconds = 2.0
+        self.js_numbers = False
         self.held = threading.Event()
         self.release = threading.Event()
         self.lock = threading.Lock()
@@ -135,6 +136,8 @@ def _handler(backend: Backend) -> type[BaseHTTPRequestHandler]:
             return json.loads(raw) if raw else None
 
         def _reply(self, status: int, payload: Any) -> None:
+            if backend.js_numbers:
+                payload = _js_numbers(payload)
             data = json.dumps(payload).encode()
             self.send_response(status)
             self.send_header("content-type", "application/json")
@@ -201,6 +204,16 @@ def _handler(backend: Backend) -> type[BaseHTTPRequestHandler]:
             self._handle("POST")
 
     return Handler
+
+
+def _js_numbers(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _js_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_js_numbers(item) for item in value]
+    return value
 
 
 @contextmanager

@@ -378,6 +378,12 @@ _NULLABLE = _with(
         "components|schemas|Setting|properties|unit": {"type": "string", "nullable": True},
     }
 )
+_NUMBERED = _with(
+    **{
+        "components|schemas|Setting|properties|value": {"type": "number"},
+        "components|schemas|Setting|properties|extra": {"type": "object"},
+    }
+)
 _NOTED = _with(
     **{
         "paths|/orders|post|parameters": [
@@ -435,6 +441,41 @@ def test_the_fingerprint_is_taken_on_what_is_sent(db: Database, backend: Backend
         [_call("b", "putSetting", key="pressure", body={"value": 7, "unit": None})],
     )[0]
     assert second.code == "verified"
+    assert backend.count("PUT", "/settings/pressure") == 1
+
+
+def test_a_read_back_that_writes_7_0_as_7_verifies(db: Database, backend: Backend) -> None:
+    # A `number` is sent as 7.0; a JavaScript or Go backend answers the read-back with 7, the
+    # same JSON number. It used to "differ", so the write stayed unknown for good.
+    backend.js_numbers = True
+    backend.mode["/settings/pressure"] = "drop"  # applied, then the answer is lost
+    host = _host(db, backend.url, document=_NUMBERED)
+    session_id = chat_session(db)
+    first = host.run_turn(ToolContext("alice", session_id, "r1"), [_put("a", 7)])[0]
+    assert first.status == "unknown"
+    backend.mode["/settings/pressure"] = "ok"
+    second = host.run_turn(ToolContext("alice", session_id, "r2"), [_put("b", 7)])[0]
+    assert second.code == "verified"
+    assert second.status == "succeeded"
+    assert _receipt_status(db, first) == "succeeded"
+    assert backend.count("PUT", "/settings/pressure") == 1
+
+
+def test_one_number_written_as_1_or_1_0_is_one_intent(db: Database, backend: Backend) -> None:
+    # In a field without a declared type the value is sent as the model wrote it; 1 and 1.0
+    # are the same JSON number, so the same write in another number form is not sent again.
+    host = _host(db, backend.url, document=_NUMBERED)
+    ctx = ToolContext(owner="alice", session_id=chat_session(db), round_id="r1")
+
+    def put(call_id: str, level: Any) -> ToolCall:
+        body = {"value": 5, "extra": {"level": level}}
+        return _call(call_id, "putSetting", key="pressure", body=body)
+
+    first, second = host.run_turn(ctx, [put("a", 1), put("b", 1.0)])
+    assert first.status == second.status == "succeeded"
+    assert first.invocation_id == second.invocation_id
+    later = host.run_turn(ctx, [put("c", 1e0)])[0]
+    assert later.code == "already_claimed"
     assert backend.count("PUT", "/settings/pressure") == 1
 
 

@@ -45,6 +45,14 @@ def test_key_order_never_changes_the_fingerprint(value: dict[str, object]) -> No
     assert len(fingerprint(value)) == 64
 
 
+def test_a_number_has_one_canonical_form_whatever_its_python_type() -> None:
+    # JSON has one number type: 7 and 7.0 (and -0.0 and 0) are the same value.
+    assert canonical_json({"a": [7.0, -0.0, 2.5, True]}) == '{"a":[7,0,2.5,true]}'
+    assert fingerprint({"a": 1, "b": [1e2]}) == fingerprint({"a": 1.0, "b": [100]})
+    assert fingerprint({"a": 1}) != fingerprint({"a": 1.5})
+    assert fingerprint({"a": True}) != fingerprint({"a": 1})
+
+
 @pytest.mark.parametrize(
     "value", [math.nan, {"a": [1, math.inf]}, {"a": {"b": -math.inf}}, [{"x": float("nan")}]]
 )

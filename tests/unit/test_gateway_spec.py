@@ -118,6 +118,19 @@ def test_a_bad_base_url_setting(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "base_url",
+    ["htps://svc:TOPSECRET@backend.internal/api", "http://svc:TOPSECRET@/api", "TOPSECRET@x"],
+)
+def test_a_bad_base_url_is_named_without_its_credentials(tmp_path: Path, base_url: str) -> None:
+    # The line is printed as it is when the worker refuses to start: no password in it.
+    message = _refused(
+        tmp_path, _yaml_file(tmp_path, SPEC), "is not an absolute", base_url=base_url
+    )
+    assert "TOPSECRET" not in message
+    assert "***@" in message
+
+
 def test_an_unreadable_file(tmp_path: Path) -> None:
     _refused(tmp_path, tmp_path / "missing.yaml", "cannot read the file")
     _refused(tmp_path, tmp_path, "cannot read the file")  # a directory

@@ -1,10 +1,7 @@
 """Canonical JSON and SHA-256 fingerprints of tool arguments (seed 000, durable receipts).
 
 Two calls mean the same intent when their canonical arguments are equal: sorted keys, compact
-separators, UTF-8, no NaN or infinity (a NaN is not equal to itself, so it cannot name an intent),
-and one text per number: JSON has a single number type, so a float without a fractional part is
-written as the integer it equals (7.0 and 7 are one value, as a backend that answers 7 for the
-7.0 it was sent shows).
+separators, UTF-8, no NaN or infinity (a NaN is not equal to itself, so it cannot name an intent).
 """
 
 from __future__ import annotations
@@ -47,28 +44,12 @@ def refuse_non_finite(value: Any, path: str = "$") -> None:
             refuse_non_finite(item, f"{path}[{index}]")
 
 
-def _one_number_form(value: Any) -> Any:
-    """`value` with every float that equals an integer as that integer (-0.0 as 0)."""
-    if isinstance(value, float):
-        return int(value) if value.is_integer() else value
-    if isinstance(value, Mapping):
-        return {key: _one_number_form(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_one_number_form(item) for item in value]
-    return value
-
-
 def canonical_json(value: Any) -> str:
-    """The canonical text of a JSON value: sorted keys, `,`/`:` separators, no ASCII escaping,
-    one form per number."""
+    """The canonical text of a JSON value: sorted keys, `,`/`:` separators, no ASCII escaping."""
     refuse_non_finite(value)
     try:
         return json.dumps(
-            _one_number_form(value),
-            sort_keys=True,
-            separators=(",", ":"),
-            ensure_ascii=False,
-            allow_nan=False,
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
         )
     except (TypeError, ValueError) as exc:
         raise NonCanonical(str(exc)) from None
@@ -89,3 +70,21 @@ def identity_key(kind: str, *parts: str) -> str:
         raise ValueError("identity kind must be a non-empty word without ':'")
     joined = _KEY_PARTS_SEPARATOR.join(parts)
     return f"{kind}:{hashlib.sha256(joined.encode('utf-8')).hexdigest()}"
+
+
+def same_json_value(first: Any, second: Any) -> bool:
+    """Equal as JSON values. JSON has one number type, so 7 and 7.0 are one value: a backend
+    written in JavaScript or Go answers 7 for the 7.0 it was sent. Not for digests, which keep
+    the text that was sent (an intent's identity must not change under stored receipts)."""
+    return canonical_json(_one_number_form(first)) == canonical_json(_one_number_form(second))
+
+
+def _one_number_form(value: Any) -> Any:
+    """`value` with every float that equals an integer as that integer (-0.0 as 0)."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else value
+    if isinstance(value, Mapping):
+        return {key: _one_number_form(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_one_number_form(item) for item in value]
+    return value

@@ -25,7 +25,11 @@ import httpx
 from pydantic import Field, ValidationError
 
 from orchestrator.domain.evidence import EvidenceFacts
-from orchestrator.domain.fingerprints import NonCanonical, fingerprint, refuse_non_finite
+from orchestrator.domain.fingerprints import (
+    NonCanonical,
+    refuse_non_finite,
+    same_json_value,
+)
 from orchestrator.domain.outcomes import Outcome, model_message, tool_status
 from orchestrator.errors import ValidationFailed
 from orchestrator.settings import Settings
@@ -270,10 +274,10 @@ def holds_written(read_back: Any, written: Any) -> bool:
         if not isinstance(read_back, dict):
             return False
         return all(
-            key in read_back and fingerprint(read_back[key]) == fingerprint(value)
+            key in read_back and same_json_value(read_back[key], value)
             for key, value in written.items()
         )
-    return bool(fingerprint(read_back) == fingerprint(written))
+    return same_json_value(read_back, written)
 
 
 def _build(

@@ -461,24 +461,6 @@ def test_a_read_back_that_writes_7_0_as_7_verifies(db: Database, backend: Backen
     assert backend.count("PUT", "/settings/pressure") == 1
 
 
-def test_one_number_written_as_1_or_1_0_is_one_intent(db: Database, backend: Backend) -> None:
-    # In a field without a declared type the value is sent as the model wrote it; 1 and 1.0
-    # are the same JSON number, so the same write in another number form is not sent again.
-    host = _host(db, backend.url, document=_NUMBERED)
-    ctx = ToolContext(owner="alice", session_id=chat_session(db), round_id="r1")
-
-    def put(call_id: str, level: Any) -> ToolCall:
-        body = {"value": 5, "extra": {"level": level}}
-        return _call(call_id, "putSetting", key="pressure", body=body)
-
-    first, second = host.run_turn(ctx, [put("a", 1), put("b", 1.0)])
-    assert first.status == second.status == "succeeded"
-    assert first.invocation_id == second.invocation_id
-    later = host.run_turn(ctx, [put("c", 1e0)])[0]
-    assert later.code == "already_claimed"
-    assert backend.count("PUT", "/settings/pressure") == 1
-
-
 def test_a_null_the_schema_forbids_is_refused_before_sending(
     db: Database, backend: Backend
 ) -> None:

@@ -46,6 +46,8 @@ EVENT_ID_HEADER: Final = "X-Orchestrator-Event-Id"
 #: Beyond the send timeout, how long a claimed row stays held before another dispatcher may
 #: take it (a dispatcher that died mid-send): the timeout again, at most this much.
 _HOLD_MARGIN_SECONDS: Final = 5.0
+#: The backoff doubles at most this many times (then it is the maximum, or a float's infinity).
+_MAX_DOUBLINGS: Final = 1000
 
 
 def sign(secret: str, body: bytes) -> str:
@@ -136,8 +138,11 @@ class OutboxDispatcher:
                 report.delivered.append(row.outbox_id)
                 return
             dead = row.kind == "webhook" and row.attempts >= self.settings.webhook_max_attempts
+            # An action is retried until a 2xx: its attempts grow without end, and 2 ** 1024
+            # no longer converts to a float. Far below that, the maximum applies anyway.
+            doublings = min(row.attempts - 1, _MAX_DOUBLINGS)
             delay = min(
-                self.settings.outbox_backoff_seconds * 2 ** (row.attempts - 1),
+                self.settings.outbox_backoff_seconds * 2**doublings,
                 self.settings.outbox_backoff_max_seconds,
             )
             store.mark_failed(

@@ -12,16 +12,20 @@ import hmac
 import itertools
 import threading
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import update
 
 from orchestrator.api.app import create_app
 from orchestrator.runtime import Runtime
 from orchestrator.services.outbox import OutboxDispatcher, OutboxService
 from orchestrator.store import outbox as outbox_store
+from orchestrator.store.tables import outbox
+from orchestrator.store.types import utcnow
 from tests.executions_support import runtime_for
 from tests.outbox_support import Recorder, running_recorder, waiting_task
 
@@ -180,6 +184,30 @@ def test_a_webhook_is_dead_lettered_after_n_failures_holds_the_next_and_an_opera
     dispatcher.run_once()
     assert [h.body["seq"] for h in backend.on("/hooks")][-2:] == [3, 4]
     assert OutboxService(rt.db).list(task_id=task_id, status="pending") == []
+
+
+def test_an_action_retried_a_thousand_times_still_backs_off_to_the_maximum(
+    rt: Runtime, tmp_path: Path, backend: Recorder, dispatcher: OutboxDispatcher
+) -> None:
+    # Retried until a 2xx: at the 300 s maximum, 1,100 attempts are under four days.
+    task_id, action_id = waiting_task(rt, tmp_path)
+    rt.actions.decide(
+        action_id,
+        approve=True,
+        by="duty engineer",
+        note=None,
+        digest=rt.actions.get(action_id).digest,
+    )
+    with rt.db.transaction() as conn:
+        conn.execute(update(outbox).where(outbox.c.action_id == action_id).values(attempts=1100))
+    backend.always_fail = True
+    before = utcnow()
+    dispatcher.run_once()
+    assert len(backend.on("/actions")) == 1
+    [row] = OutboxService(rt.db).list(task_id=task_id, kind="action")
+    assert (row.status, row.attempts, row.last_error) == ("pending", 1101, "HTTP 503")
+    maximum = timedelta(seconds=rt.settings.outbox_backoff_max_seconds)
+    assert before + maximum <= row.next_attempt_at <= utcnow() + maximum
 
 
 def test_the_cli_lists_and_retries_with_one_line_errors(

@@ -10,6 +10,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import itertools
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
@@ -234,6 +237,34 @@ def test_the_cli_lists_and_retries_with_one_line_errors(
     with pytest.raises(SystemExit) as bad:
         main(["outbox", "retry", "zero"])
     assert bad.value.code == 2
+
+
+def test_the_dispatcher_alone_masks_the_credentials_of_the_urls_it_logs(
+    rt: Runtime, tmp_path: Path, store_url: str, backend: Recorder
+) -> None:
+    # httpx logs every request's URL at INFO: a backend's password or query token must be
+    # masked there as in the sweeper's dispatcher thread.
+    task_id, _ = waiting_task(rt, tmp_path)
+    address = backend.url.removeprefix("http://")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    env.update(
+        ORCH_DATABASE_URL=store_url,
+        ORCH_HOME=str(tmp_path / "home"),
+        ORCH_WEBHOOK_URL=f"http://hooks:url-password-42@{address}/hooks?token=query-token-42",
+        ORCH_WEBHOOK_SECRET=SECRET,
+    )
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "orchestrator"), "outbox", "dispatch", "--once"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert [r.body["task_id"] for r in backend.received] == [task_id, task_id]
+    assert "/hooks?token=" in result.stderr  # the request lines are there, masked
+    assert "url-password-42" not in result.stderr
+    assert "query-token-42" not in result.stderr
 
 
 def test_concurrent_producers_get_one_gapless_seq_per_task_in_commit_order(

@@ -178,14 +178,17 @@ class OutboxDispatcher:
             headers[EVENT_ID_HEADER] = f"{row.task_id}:{row.event_seq}"
         assert url is not None  # only configured kinds are claimed
         try:
-            response = self.client.post(url, content=body, headers=headers)
+            # The status line is the answer: the body is not read (however slowly or long it
+            # follows, the backend already took the row), and the connection is closed.
+            with self.client.stream("POST", url, content=body, headers=headers) as response:
+                status = response.status_code
         except httpx.TimeoutException:
             return "timed out"
         except httpx.HTTPError as exc:
             return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
-        if 200 <= response.status_code < 300:
+        if 200 <= status < 300:
             return None
-        return f"HTTP {response.status_code}"
+        return f"HTTP {status}"
 
 
 class OutboxService:

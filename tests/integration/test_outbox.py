@@ -133,6 +133,20 @@ def test_a_rejected_action_is_never_delivered(
     assert backend.on("/hooks")[-1].body["type"] == "cancelled"
 
 
+def test_a_2xx_is_a_delivery_however_slowly_the_body_of_the_answer_follows(
+    rt: Runtime, tmp_path: Path, backend: Recorder, dispatcher: OutboxDispatcher
+) -> None:
+    # The backend said 200 at once: waiting for (or timing out on) the rest of its answer
+    # would count a delivery as failed and send the event again.
+    task_id, _ = waiting_task(rt, tmp_path)
+    backend.body_delay_seconds = rt.settings.outbox_timeout_seconds + 1
+    report = dispatcher.run_once()
+    assert (len(report.delivered), report.failed) == (2, [])
+    assert [h.body["seq"] for h in backend.on("/hooks")] == [3, 4]
+    rows = OutboxService(rt.db).list(task_id=task_id)
+    assert [(r.status, r.attempts, r.last_error) for r in rows] == [("delivered", 1, None)] * 2
+
+
 def test_retries_back_off_until_a_2xx_and_webhooks_stay_in_order(
     rt: Runtime, tmp_path: Path, backend: Recorder, dispatcher: OutboxDispatcher
 ) -> None:

@@ -107,7 +107,12 @@ class OutboxDispatcher:
                     hold_seconds=self.hold_seconds,
                 )
             delivered = len(report.delivered)
-            for row in rows:
+            for index, row in enumerate(rows):
+                # The rows of a batch are sent one after another, each within one hold: a later
+                # row's claim is renewed first, and skipped when its hold ran out meanwhile and
+                # another dispatcher took it (it is that one's to send).
+                if index and not self._renew(row):
+                    continue
                 self._deliver(row, report)
             # A delivered webhook makes its task's next event due: go again while work flows.
             if len(rows) < self.batch and len(report.delivered) == delivered:
@@ -126,6 +131,10 @@ class OutboxDispatcher:
 
     def close(self) -> None:
         self.client.close()
+
+    def _renew(self, row: OutboxRow) -> bool:
+        with self.db.transaction() as conn:
+            return store.renew_claim(conn, row, hold_seconds=self.hold_seconds)
 
     def _deliver(self, row: OutboxRow, report: DispatchReport) -> None:
         from orchestrator import metrics  # on use: see orchestrator.metrics on prefork

@@ -345,6 +345,54 @@ def test_two_dispatchers_share_the_work_without_sending_a_row_twice_or_out_of_or
         assert seqs == [3, 4, 5]
 
 
+def test_a_row_whose_hold_ran_out_before_its_turn_in_a_batch_is_left_to_its_new_claimant(
+    rt: Runtime, tmp_path: Path, backend: Recorder
+) -> None:
+    # Dispatcher `first` claims three approvals and sends them one after another; while its
+    # first send waits on the backend, the hold of the other two runs out (rewound here, as
+    # if that send had taken the whole hold) and dispatcher `second` claims and sends them.
+    for _ in range(3):
+        _, action_id = waiting_task(rt, tmp_path)
+        rt.actions.decide(
+            action_id, approve=True, by="ana", note=None, digest=rt.actions.get(action_id).digest
+        )
+    only_actions = {"webhook_url": None, "outbox_timeout_seconds": 30.0}
+    first = OutboxDispatcher(
+        rt.settings.model_copy(update={**only_actions, "actions_url": f"{backend.url}/slow"}),
+        rt.db,
+        batch=3,
+    )
+    second = OutboxDispatcher(
+        rt.settings.model_copy(update={**only_actions, "actions_url": f"{backend.url}/fast"}),
+        rt.db,
+    )
+    backend.slow_path, backend.delay_seconds = "/slow", 30.0
+    sender = threading.Thread(target=first.run_once)
+    sender.start()
+    try:
+        assert backend.arrived.wait(30)
+        [in_flight] = backend.on("/slow")
+        with rt.db.transaction() as conn:
+            conn.execute(
+                update(outbox)
+                .where(
+                    outbox.c.kind == "action",
+                    outbox.c.outbox_id != int(in_flight.headers["x-orchestrator-delivery"]),
+                )
+                .values(next_attempt_at=utcnow() - timedelta(seconds=1))
+            )
+        assert len(second.run_once().delivered) == 2
+    finally:
+        backend.release.set()
+        sender.join(timeout=30)
+        first.close()
+        second.close()
+    keys = [r.headers["idempotency-key"] for r in backend.received]
+    assert len(keys) == 3, [r.path for r in backend.received]  # each approval sent once
+    assert len(set(keys)) == 3
+    assert {r.status for r in OutboxService(rt.db).list(kind="action")} == {"delivered"}
+
+
 def test_a_batch_of_events_keeps_each_tasks_seq_gapless_and_queues_their_webhooks(
     rt: Runtime, tmp_path: Path
 ) -> None:

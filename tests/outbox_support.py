@@ -2,15 +2,18 @@
 that records what arrives and can fail.
 
 `fail_first` answers 503 to that many requests first; `delay_seconds` holds the answers (to the
-`slow_path` only, when set) until `release` is set: for killing a dispatcher mid-send. Actions
+`slow_path` only, when set) until `release` is set: for killing a dispatcher mid-send;
+`body_delay_seconds` sends the status and headers at once and the body that much later. Actions
 are applied once per `Idempotency-Key`, as a backend that honours the key would: `applied` lists
 each key once, `received` every request.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -45,6 +48,7 @@ class Recorder:
     always_fail: bool = False
     delay_seconds: float = 0.0
     slow_path: str | None = None
+    body_delay_seconds: float = 0.0
     release: threading.Event = field(default_factory=threading.Event)
     arrived: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -73,7 +77,10 @@ def _handler(recorder: Recorder) -> type[BaseHTTPRequestHandler]:
             self.send_response(503 if failing else 200)
             self.send_header("Content-Length", "2")
             self.end_headers()
-            self.wfile.write(b"{}")
+            if recorder.body_delay_seconds:
+                time.sleep(recorder.body_delay_seconds)
+            with contextlib.suppress(OSError):  # the dispatcher may have hung up meanwhile
+                self.wfile.write(b"{}")
 
         def log_message(self, format: str, *args: Any) -> None:
             return None

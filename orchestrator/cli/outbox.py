@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import signal
 import threading
 from types import FrameType
 from typing import Any
 
 from orchestrator.cli.common import add_json_flag, bounded_int, load, print_json
+from orchestrator.logs import configure_logging
 from orchestrator.services.outbox import OutboxDispatcher, OutboxService
 from orchestrator.store.db import Database
 from orchestrator.store.outbox import OutboxRow
@@ -47,7 +47,8 @@ def _db() -> Database:
 
 def _dispatch(args: argparse.Namespace) -> int:
     settings = load()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    # As the sweeper's: ORCH_LOG_FORMAT, and masked (httpx logs each request's URL at INFO).
+    configure_logging(settings)
     db = Database.from_url(settings.store_url, pool_size=2, max_overflow=1)
     dispatcher = OutboxDispatcher(settings, db)
     try:

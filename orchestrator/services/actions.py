@@ -133,7 +133,8 @@ class ActionService:
 
         An approval names the digest it approves: another digest, or an action that was
         superseded or no longer served by its plan node, is refused with 409 `stale_approval`.
-        A rejection may name it too. An action already decided: 409 `already_decided`.
+        A rejection may name it too; it is refused only for a superseded action or another
+        digest. An action already decided: 409 `already_decided`.
         """
         if approve and not digest:
             raise ValidationFailed(
@@ -179,8 +180,11 @@ class ActionService:
                 f"action {action_id} has digest {action.digest}, not {digest}: "
                 "look at it again (`actions show`) before deciding"
             )
-        plan = plan_store.latest_revision(conn, action.session_id)
-        if not still_bound(action_id, action.node_id, plan.nodes if plan else None):
+        # Only an approval carries the action forward, so only it must still be served by its
+        # node: a rejection of one whose node was cancelled or skipped since is what lets the
+        # task, which waits on every pending action, move on.
+        plan = plan_store.latest_revision(conn, action.session_id) if approve else None
+        if approve and not still_bound(action_id, action.node_id, plan.nodes if plan else None):
             raise _stale(
                 f"node {action.node_id} of the plan no longer serves action {action_id} "
                 "(cancelled, skipped or given another action)"

@@ -25,6 +25,7 @@ from orchestrator.agent.request import AgentContext
 from orchestrator.agent.subagents import SUBAGENTS, Delegate, SubAgentRegistry, SubAgentRun
 from orchestrator.agent.transcript import TranscriptWriter
 from orchestrator.domain.decisions import Decision, RoundFacts, decide
+from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
 from orchestrator.errors import StaleGeneration
 from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable
 from orchestrator.leases.process import current_process
@@ -414,6 +415,12 @@ def finish_generation(
             last_error=decision.reason if decision.task_status == "failed" else None,
             rounds=live.rounds + 1,
         )
+        if decision.task_status in TERMINAL_TASK_STATUSES:
+            # Nothing carries a finished task's proposals forward: as a cancel does, its pending
+            # actions are superseded, so no approval can deliver one to the backend.
+            task_store.supersede_pending_actions(
+                conn, fence.task_id, f"the task {decision.task_status}: {decision.reason}"
+            )
         outbox_store.record_event(
             conn,
             fence.task_id,

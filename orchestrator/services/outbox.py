@@ -46,6 +46,8 @@ EVENT_ID_HEADER: Final = "X-Orchestrator-Event-Id"
 #: Beyond the send timeout, how long a claimed row stays held before another dispatcher may
 #: take it (a dispatcher that died mid-send): the timeout again, at most this much.
 _HOLD_MARGIN_SECONDS: Final = 5.0
+#: The backoff doubles at most this many times (then it is the maximum, or a float's infinity).
+_MAX_DOUBLINGS: Final = 1000
 
 
 def sign(secret: str, body: bytes) -> str:
@@ -105,7 +107,12 @@ class OutboxDispatcher:
                     hold_seconds=self.hold_seconds,
                 )
             delivered = len(report.delivered)
-            for row in rows:
+            for index, row in enumerate(rows):
+                # The rows of a batch are sent one after another, each within one hold: a later
+                # row's claim is renewed first, and skipped when its hold ran out meanwhile and
+                # another dispatcher took it (it is that one's to send).
+                if index and not self._renew(row):
+                    continue
                 self._deliver(row, report)
             # A delivered webhook makes its task's next event due: go again while work flows.
             if len(rows) < self.batch and len(report.delivered) == delivered:
@@ -125,6 +132,10 @@ class OutboxDispatcher:
     def close(self) -> None:
         self.client.close()
 
+    def _renew(self, row: OutboxRow) -> bool:
+        with self.db.transaction() as conn:
+            return store.renew_claim(conn, row, hold_seconds=self.hold_seconds)
+
     def _deliver(self, row: OutboxRow, report: DispatchReport) -> None:
         from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
 
@@ -136,8 +147,11 @@ class OutboxDispatcher:
                 report.delivered.append(row.outbox_id)
                 return
             dead = row.kind == "webhook" and row.attempts >= self.settings.webhook_max_attempts
+            # An action is retried until a 2xx: its attempts grow without end, and 2 ** 1024
+            # no longer converts to a float. Far below that, the maximum applies anyway.
+            doublings = min(row.attempts - 1, _MAX_DOUBLINGS)
             delay = min(
-                self.settings.outbox_backoff_seconds * 2 ** (row.attempts - 1),
+                self.settings.outbox_backoff_seconds * 2**doublings,
                 self.settings.outbox_backoff_max_seconds,
             )
             store.mark_failed(
@@ -173,14 +187,17 @@ class OutboxDispatcher:
             headers[EVENT_ID_HEADER] = f"{row.task_id}:{row.event_seq}"
         assert url is not None  # only configured kinds are claimed
         try:
-            response = self.client.post(url, content=body, headers=headers)
+            # The status line is the answer: the body is not read (however slowly or long it
+            # follows, the backend already took the row), and the connection is closed.
+            with self.client.stream("POST", url, content=body, headers=headers) as response:
+                status = response.status_code
         except httpx.TimeoutException:
             return "timed out"
         except httpx.HTTPError as exc:
             return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
-        if 200 <= response.status_code < 300:
+        if 200 <= status < 300:
             return None
-        return f"HTTP {response.status_code}"
+        return f"HTTP {status}"
 
 
 class OutboxService:

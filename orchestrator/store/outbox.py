@@ -59,6 +59,7 @@ __all__ = [
     "record_event",
     "record_events",
     "record_proposal",
+    "renew_claim",
     "retry_dead",
     "task_wake_key",
 ]
@@ -453,6 +454,25 @@ def claim_due(
         OutboxRow(**{**row.__dict__, "attempts": row.attempts + 1, "next_attempt_at": until})
         for row in rows
     ]
+
+
+def renew_claim(conn: Connection, row: OutboxRow, *, hold_seconds: float) -> bool:
+    """Hold the claimed `row` again, from now, just before it is sent (a batch is sent one row
+    after another, and a later row's hold may run out meanwhile). False when the row is no
+    longer this claim's: another dispatcher claimed it since (compare-and-set on the attempt
+    count), or it is no longer pending; then it must not be sent."""
+    return (
+        conn.execute(
+            update(outbox)
+            .where(
+                outbox.c.outbox_id == row.outbox_id,
+                outbox.c.status == "pending",
+                outbox.c.attempts == row.attempts,
+            )
+            .values(next_attempt_at=utcnow() + timedelta(seconds=hold_seconds))
+        ).rowcount
+        == 1
+    )
 
 
 def mark_delivered(conn: Connection, outbox_id: int) -> bool:

@@ -18,6 +18,7 @@ from orchestrator.runtime import Runtime
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
+from orchestrator.store import outbox as outbox_store
 from tests.executions_support import (
     kept_node,
     node,
@@ -196,6 +197,49 @@ def test_a_decision_is_made_once_and_a_superseded_action_is_stale(
             digest=action_digest("work_order", PAYLOAD),
         )
     assert stale.value.code == "stale_approval"
+
+
+def test_a_failed_tasks_pending_action_is_superseded_and_never_approved_or_delivered(
+    env: tuple[Runtime, RecordingDispatcher, Path],
+) -> None:
+    rt, _, scripts = env
+    write(scripts, [*WAITING_ROUND[:3], {"tool_calls": [report_call("c3", "failed")]}])
+    task_id = rt.tasks.trigger(Trigger(task_type="wo", title="Low pressure")).task.task_id
+    assert rt.executions.run(task_id, 1, worker="w").outcome == "failed"
+    (action,) = rt.actions.list(task_id=task_id, status=None)
+    assert action.status == "superseded"
+    assert rt.actions.list(status="pending_approval", task_id=task_id) == []
+    with pytest.raises(ConflictError) as stale:
+        rt.actions.decide(action.action_id, approve=True, by="x", note=None, digest=action.digest)
+    assert stale.value.code == "stale_approval"
+    with rt.db.transaction(readonly=True) as conn:
+        assert outbox_store.list_rows(conn, task_id=task_id, kind="action") == []
+        assert [e.type for e in outbox_store.events_after(conn, task_id, 0, 100)][-1] == "failed"
+
+
+def test_an_action_whose_node_was_cancelled_cannot_be_approved_but_is_rejected_and_frees_the_task(
+    env: tuple[Runtime, RecordingDispatcher, Path],
+) -> None:
+    rt, dispatcher, scripts = env
+    cancelled = node("repair", "cancelled") | {"action_id": "${c2.result.action_id}"}
+    write(
+        scripts,
+        [
+            *WAITING_ROUND[:3],
+            {"tool_calls": [plan_call("c4", "r2", [node("check", "completed"), cancelled])]},
+            WAITING_ROUND[3],
+        ],
+    )
+    task_id = rt.tasks.trigger(Trigger(task_type="wo", title="Low pressure")).task.task_id
+    assert rt.executions.run(task_id, 1, worker="w").outcome == "waiting"  # on the action
+    (action,) = rt.actions.list(task_id=task_id)
+    with pytest.raises(ConflictError) as stale:
+        rt.actions.decide(action.action_id, approve=True, by="x", note=None, digest=action.digest)
+    assert stale.value.code == "stale_approval"
+    rejected = rt.actions.decide(action.action_id, approve=False, by="x", note="node cancelled")
+    assert rejected.status == "rejected"
+    assert rt.tasks.get(task_id).status == "queued"
+    assert dispatcher.sent[-1] == (task_id, 2)
 
 
 def test_a_different_payload_supersedes_the_pending_proposal_of_its_node(

@@ -10,18 +10,25 @@ from __future__ import annotations
 import hashlib
 import hmac
 import itertools
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import update
 
 from orchestrator.api.app import create_app
 from orchestrator.runtime import Runtime
 from orchestrator.services.outbox import OutboxDispatcher, OutboxService
 from orchestrator.store import outbox as outbox_store
+from orchestrator.store.tables import outbox
+from orchestrator.store.types import utcnow
 from tests.executions_support import runtime_for
 from tests.outbox_support import Recorder, running_recorder, waiting_task
 
@@ -126,6 +133,20 @@ def test_a_rejected_action_is_never_delivered(
     assert backend.on("/hooks")[-1].body["type"] == "cancelled"
 
 
+def test_a_2xx_is_a_delivery_however_slowly_the_body_of_the_answer_follows(
+    rt: Runtime, tmp_path: Path, backend: Recorder, dispatcher: OutboxDispatcher
+) -> None:
+    # The backend said 200 at once: waiting for (or timing out on) the rest of its answer
+    # would count a delivery as failed and send the event again.
+    task_id, _ = waiting_task(rt, tmp_path)
+    backend.body_delay_seconds = rt.settings.outbox_timeout_seconds + 1
+    report = dispatcher.run_once()
+    assert (len(report.delivered), report.failed) == (2, [])
+    assert [h.body["seq"] for h in backend.on("/hooks")] == [3, 4]
+    rows = OutboxService(rt.db).list(task_id=task_id)
+    assert [(r.status, r.attempts, r.last_error) for r in rows] == [("delivered", 1, None)] * 2
+
+
 def test_retries_back_off_until_a_2xx_and_webhooks_stay_in_order(
     rt: Runtime, tmp_path: Path, backend: Recorder, dispatcher: OutboxDispatcher
 ) -> None:
@@ -182,6 +203,30 @@ def test_a_webhook_is_dead_lettered_after_n_failures_holds_the_next_and_an_opera
     assert OutboxService(rt.db).list(task_id=task_id, status="pending") == []
 
 
+def test_an_action_retried_a_thousand_times_still_backs_off_to_the_maximum(
+    rt: Runtime, tmp_path: Path, backend: Recorder, dispatcher: OutboxDispatcher
+) -> None:
+    # Retried until a 2xx: at the 300 s maximum, 1,100 attempts are under four days.
+    task_id, action_id = waiting_task(rt, tmp_path)
+    rt.actions.decide(
+        action_id,
+        approve=True,
+        by="duty engineer",
+        note=None,
+        digest=rt.actions.get(action_id).digest,
+    )
+    with rt.db.transaction() as conn:
+        conn.execute(update(outbox).where(outbox.c.action_id == action_id).values(attempts=1100))
+    backend.always_fail = True
+    before = utcnow()
+    dispatcher.run_once()
+    assert len(backend.on("/actions")) == 1
+    [row] = OutboxService(rt.db).list(task_id=task_id, kind="action")
+    assert (row.status, row.attempts, row.last_error) == ("pending", 1101, "HTTP 503")
+    maximum = timedelta(seconds=rt.settings.outbox_backoff_max_seconds)
+    assert before + maximum <= row.next_attempt_at <= utcnow() + maximum
+
+
 def test_the_cli_lists_and_retries_with_one_line_errors(
     rt: Runtime,
     tmp_path: Path,
@@ -206,6 +251,34 @@ def test_the_cli_lists_and_retries_with_one_line_errors(
     with pytest.raises(SystemExit) as bad:
         main(["outbox", "retry", "zero"])
     assert bad.value.code == 2
+
+
+def test_the_dispatcher_alone_masks_the_credentials_of_the_urls_it_logs(
+    rt: Runtime, tmp_path: Path, store_url: str, backend: Recorder
+) -> None:
+    # httpx logs every request's URL at INFO: a backend's password or query token must be
+    # masked there as in the sweeper's dispatcher thread.
+    task_id, _ = waiting_task(rt, tmp_path)
+    address = backend.url.removeprefix("http://")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    env.update(
+        ORCH_DATABASE_URL=store_url,
+        ORCH_HOME=str(tmp_path / "home"),
+        ORCH_WEBHOOK_URL=f"http://hooks:url-password-42@{address}/hooks?token=query-token-42",
+        ORCH_WEBHOOK_SECRET=SECRET,
+    )
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "orchestrator"), "outbox", "dispatch", "--once"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert [r.body["task_id"] for r in backend.received] == [task_id, task_id]
+    assert "/hooks?token=" in result.stderr  # the request lines are there, masked
+    assert "url-password-42" not in result.stderr
+    assert "query-token-42" not in result.stderr
 
 
 def test_concurrent_producers_get_one_gapless_seq_per_task_in_commit_order(
@@ -270,6 +343,54 @@ def test_two_dispatchers_share_the_work_without_sending_a_row_twice_or_out_of_or
     for task_id, _ in tasks:
         seqs = [h.body["seq"] for h in backend.on("/hooks") if h.body["task_id"] == task_id]
         assert seqs == [3, 4, 5]
+
+
+def test_a_row_whose_hold_ran_out_before_its_turn_in_a_batch_is_left_to_its_new_claimant(
+    rt: Runtime, tmp_path: Path, backend: Recorder
+) -> None:
+    # Dispatcher `first` claims three approvals and sends them one after another; while its
+    # first send waits on the backend, the hold of the other two runs out (rewound here, as
+    # if that send had taken the whole hold) and dispatcher `second` claims and sends them.
+    for _ in range(3):
+        _, action_id = waiting_task(rt, tmp_path)
+        rt.actions.decide(
+            action_id, approve=True, by="ana", note=None, digest=rt.actions.get(action_id).digest
+        )
+    only_actions = {"webhook_url": None, "outbox_timeout_seconds": 30.0}
+    first = OutboxDispatcher(
+        rt.settings.model_copy(update={**only_actions, "actions_url": f"{backend.url}/slow"}),
+        rt.db,
+        batch=3,
+    )
+    second = OutboxDispatcher(
+        rt.settings.model_copy(update={**only_actions, "actions_url": f"{backend.url}/fast"}),
+        rt.db,
+    )
+    backend.slow_path, backend.delay_seconds = "/slow", 30.0
+    sender = threading.Thread(target=first.run_once)
+    sender.start()
+    try:
+        assert backend.arrived.wait(30)
+        [in_flight] = backend.on("/slow")
+        with rt.db.transaction() as conn:
+            conn.execute(
+                update(outbox)
+                .where(
+                    outbox.c.kind == "action",
+                    outbox.c.outbox_id != int(in_flight.headers["x-orchestrator-delivery"]),
+                )
+                .values(next_attempt_at=utcnow() - timedelta(seconds=1))
+            )
+        assert len(second.run_once().delivered) == 2
+    finally:
+        backend.release.set()
+        sender.join(timeout=30)
+        first.close()
+        second.close()
+    keys = [r.headers["idempotency-key"] for r in backend.received]
+    assert len(keys) == 3, [r.path for r in backend.received]  # each approval sent once
+    assert len(set(keys)) == 3
+    assert {r.status for r in OutboxService(rt.db).list(kind="action")} == {"delivered"}
 
 
 def test_a_batch_of_events_keeps_each_tasks_seq_gapless_and_queues_their_webhooks(

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Final, Literal
 from urllib.parse import urlsplit
 
+import httpx
 from pydantic import (
     AliasChoices,
     Field,
@@ -131,7 +132,7 @@ class Settings(BaseSettings):
     webhook_secret: str | None = Field(default=None, repr=False)
     outbox_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
     outbox_backoff_seconds: float = Field(default=1.0, gt=0)
-    outbox_backoff_max_seconds: float = Field(default=300.0, gt=0)
+    outbox_backoff_max_seconds: float = Field(default=300.0, gt=0, le=7 * 86400)
     outbox_poll_seconds: float = Field(default=1.0, gt=0)
     webhook_max_attempts: int = Field(default=8, ge=1)
     task_stream_poll_seconds: float = Field(default=1.0, gt=0)
@@ -221,6 +222,11 @@ class Settings(BaseSettings):
         parts = urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("must be an http:// or https:// URL with a host")
+        try:  # what the dispatcher's client will make of it (control characters, a bad port)
+            _ = parts.port
+            httpx.URL(value)
+        except (httpx.InvalidURL, ValueError):
+            raise ValueError("must be a valid http:// or https:// URL") from None
         return value
 
     @model_validator(mode="after")

@@ -56,9 +56,11 @@ def list_deliveries(
     service: OutboxService = Depends(get_outbox),
 ) -> dict[str, Any]:
     """Deliveries oldest first; `status=dead` lists what an operator may retry."""
-    rows = service.list(task_id=task_id, status=status, kind=kind, after_id=cursor, limit=limit)
-    next_cursor = str(rows[-1].outbox_id) if len(rows) == limit else None
-    return {"items": [row.public() for row in rows], "next_cursor": next_cursor}
+    # One row more than the page: a cursor only when another page has rows.
+    rows = service.list(task_id=task_id, status=status, kind=kind, after_id=cursor, limit=limit + 1)
+    page = rows[:limit]
+    next_cursor = str(page[-1].outbox_id) if len(rows) > limit else None
+    return {"items": [row.public() for row in page], "next_cursor": next_cursor}
 
 
 @router.post("/{outbox_id}/retry", response_model=Delivery, responses=ERROR_RESPONSES)

@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 
 SIGNATURE_HEADER: Final = "X-Orchestrator-Signature"
 IDEMPOTENCY_HEADER: Final = "Idempotency-Key"
+#: The largest outbox id the store can hold (a 4-byte integer on Postgres).
+MAX_OUTBOX_ID: Final = 2**31 - 1
 EVENT_ID_HEADER: Final = "X-Orchestrator-Event-Id"
 #: Beyond the send timeout, how long a claimed row stays held before another dispatcher may
 #: take it (a dispatcher that died mid-send): the timeout again, at most this much.
@@ -221,6 +223,8 @@ class OutboxService:
             )
 
     def retry(self, outbox_id: int) -> OutboxRow:
+        if outbox_id > MAX_OUTBOX_ID:  # the column holds no larger id: none such exists
+            raise NotFound(f"outbox row {outbox_id} does not exist")
         with self.db.transaction() as conn:
             row = store.get_row(conn, outbox_id)
             if row is None:

@@ -422,3 +422,28 @@ def test_a_batch_of_events_keeps_each_tasks_seq_gapless_and_queues_their_webhook
     assert not {(first, recorded[0].seq), (first, recorded[2].seq)} & {
         (h.task_id, h.event_seq) for h in hooks
     }
+
+
+def test_the_api_pages_deliveries_with_a_cursor_only_when_more_follow(
+    rt: Runtime, tmp_path: Path
+) -> None:
+    waiting_task(rt, tmp_path)
+    waiting_task(rt, tmp_path)
+    every = [row.outbox_id for row in OutboxService(rt.db).list(limit=200)]
+    assert len(every) >= 2
+    with TestClient(create_app(rt.settings, db=rt.db)) as client:
+        whole = client.get("/api/v1/outbox", params={"limit": len(every)}).json()
+        assert [item["outbox_id"] for item in whole["items"]] == every
+        assert whole["next_cursor"] is None  # it used to lead to an empty page
+        first = client.get("/api/v1/outbox", params={"limit": len(every) - 1}).json()
+        assert first["next_cursor"] == str(every[-2])
+        rest = client.get(
+            "/api/v1/outbox", params={"limit": len(every) - 1, "cursor": first["next_cursor"]}
+        ).json()
+        assert ([item["outbox_id"] for item in rest["items"]], rest["next_cursor"]) == (
+            every[-1:],
+            None,
+        )
+        # An id the store cannot hold is no delivery (it was a 422 on Postgres).
+        beyond = client.post(f"/api/v1/outbox/{2**31}/retry")
+        assert (beyond.status_code, beyond.json()["error"]["code"]) == (404, "not_found")

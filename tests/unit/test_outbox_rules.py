@@ -32,9 +32,24 @@ def test_delivery_urls_are_http(name: str) -> None:
         load_settings(**{name: "ftp://example.org/x", "webhook_secret": "s"})
 
 
+@pytest.mark.parametrize("name", ["actions_url", "webhook_url"])
+@pytest.mark.parametrize("url", ["http://user:hush@backend/a\x01b", "http://backend:99999/x"])
+def test_a_delivery_url_the_client_cannot_send_to_stops_the_start(name: str, url: str) -> None:
+    # Such a URL used to pass, then every delivery raised outside the dispatcher's error
+    # handling: the row was never marked failed and held back the rest of its batch.
+    with pytest.raises(SettingsError, match=f"ORCH_{name.upper()}: must be a valid") as caught:
+        load_settings(**{name: url, "webhook_secret": "s"})
+    assert "hush" not in str(caught.value)
+
+
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("outbox_timeout_seconds", 0), ("webhook_max_attempts", 0), ("outbox_backoff_seconds", -1)],
+    [
+        ("outbox_timeout_seconds", 0),
+        ("webhook_max_attempts", 0),
+        ("outbox_backoff_seconds", -1),
+        ("outbox_backoff_max_seconds", 1e12),  # a timedelta that large overflows
+    ],
 )
 def test_outbox_numbers_are_bounded(name: str, value: float) -> None:
     with pytest.raises(SettingsError, match=f"ORCH_{name.upper()}"):

@@ -97,8 +97,9 @@ class OutboxDispatcher:
             kinds.append("webhook")
         return tuple(kinds)
 
-    def run_once(self) -> DispatchReport:
-        """Claim and send until nothing is due (at most a few batches)."""
+    def run_once(self, stop: threading.Event | None = None) -> DispatchReport:
+        """Claim and send until nothing is due (at most a few batches). Once `stop` is set, the
+        rows of the batch not sent yet are given back, due at once for the next dispatcher."""
         report = DispatchReport()
         for _ in range(10):
             with self.db.transaction() as conn:
@@ -110,6 +111,9 @@ class OutboxDispatcher:
                 )
             delivered = len(report.delivered)
             for index, row in enumerate(rows):
+                if stop is not None and stop.is_set():
+                    self._release(rows[index:])
+                    return report
                 # The rows of a batch are sent one after another, each within one hold: a later
                 # row's claim is renewed first, and skipped when its hold ran out meanwhile and
                 # another dispatcher took it (it is that one's to send).
@@ -124,7 +128,7 @@ class OutboxDispatcher:
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
             try:
-                report = self.run_once()
+                report = self.run_once(stop)
             except Exception as exc:  # the store briefly away must not end the loop
                 log.warning("outbox round failed (%s); retrying", type(exc).__name__)
                 report = DispatchReport()
@@ -133,6 +137,11 @@ class OutboxDispatcher:
 
     def close(self) -> None:
         self.client.close()
+
+    def _release(self, rows: list[OutboxRow]) -> None:
+        with self.db.transaction() as conn:
+            for row in rows:
+                store.release_claim(conn, row)
 
     def _renew(self, row: OutboxRow) -> bool:
         with self.db.transaction() as conn:

@@ -475,6 +475,23 @@ def renew_claim(conn: Connection, row: OutboxRow, *, hold_seconds: float) -> boo
     )
 
 
+def release_claim(conn: Connection, row: OutboxRow) -> bool:
+    """Give back a claimed `row` that was not sent (its dispatcher is stopping): due again now,
+    its attempt not counted. False when the row is no longer this claim's (as `renew_claim`)."""
+    return (
+        conn.execute(
+            update(outbox)
+            .where(
+                outbox.c.outbox_id == row.outbox_id,
+                outbox.c.status == "pending",
+                outbox.c.attempts == row.attempts,
+            )
+            .values(attempts=row.attempts - 1, next_attempt_at=utcnow())
+        ).rowcount
+        == 1
+    )
+
+
 def mark_delivered(conn: Connection, outbox_id: int) -> bool:
     return (
         conn.execute(

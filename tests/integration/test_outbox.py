@@ -447,3 +447,47 @@ def test_the_api_pages_deliveries_with_a_cursor_only_when_more_follow(
         # An id the store cannot hold is no delivery (it was a 422 on Postgres).
         beyond = client.post(f"/api/v1/outbox/{2**31}/retry")
         assert (beyond.status_code, beyond.json()["error"]["code"]) == (404, "not_found")
+
+
+def test_a_stopping_dispatcher_gives_back_the_rows_of_its_batch_it_did_not_send(
+    rt: Runtime, tmp_path: Path, backend: Recorder
+) -> None:
+    # The sweeper stops (SIGTERM) while its dispatcher waits on the first send of a batch:
+    # the two rows after it are not sent, and are due again at once with no attempt counted
+    # (they used to stay held, and a webhook's unsent claims counted towards its dead letter).
+    for _ in range(3):
+        _, action_id = waiting_task(rt, tmp_path)
+        rt.actions.decide(
+            action_id, approve=True, by="ana", note=None, digest=rt.actions.get(action_id).digest
+        )
+    only_actions = {"webhook_url": None, "outbox_timeout_seconds": 30.0}
+    first = OutboxDispatcher(
+        rt.settings.model_copy(update={**only_actions, "actions_url": f"{backend.url}/slow"}),
+        rt.db,
+        batch=3,
+    )
+    backend.slow_path, backend.delay_seconds = "/slow", 30.0
+    stop = threading.Event()
+    sender = threading.Thread(target=first.run, args=(stop,))
+    sender.start()
+    try:
+        assert backend.arrived.wait(30)
+        stop.set()
+    finally:
+        backend.release.set()
+        sender.join(timeout=30)
+        first.close()
+    assert not sender.is_alive()
+    assert len(backend.received) == 1
+    rows = OutboxService(rt.db).list(kind="action")
+    sent = int(backend.received[0].headers["x-orchestrator-delivery"])
+    assert {(r.status, r.attempts) for r in rows if r.outbox_id != sent} == {("pending", 0)}
+    assert all(r.next_attempt_at <= utcnow() for r in rows if r.outbox_id != sent)
+    second = OutboxDispatcher(
+        rt.settings.model_copy(update={**only_actions, "actions_url": f"{backend.url}/fast"}),
+        rt.db,
+    )
+    try:
+        assert len(second.run_once().delivered) == 2
+    finally:
+        second.close()

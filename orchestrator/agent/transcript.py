@@ -33,6 +33,7 @@ from orchestrator.store import transcripts as transcript_store
 from orchestrator.store.db import Database
 from orchestrator.store.fencing import check_fence
 from orchestrator.tools.base import Fence, Tool, ToolCall, ToolResult
+from orchestrator.tools.results import ReadToolResult
 
 __all__ = ["REDACTED", "TranscriptWriter", "is_sensitive", "redact_values"]
 
@@ -220,8 +221,9 @@ class TranscriptWriter:
         tool = self.tools.get(call.name)
         if self._sensitive.get(call.id, False):
             shown["result"] = "(a sensitive result is not kept in the transcript)"
-        elif tool is not None and not tool.pageable:
-            # A page of a large result: which one, not its text.
+        elif isinstance(tool, ReadToolResult):
+            # A page of a large result: which one, not its text. Other tools that are not
+            # paged (a data-source query, a sub-agent's answer) keep what the model was shown.
             shown["result"] = {
                 "note": "a page of a large result is not kept in the transcript",
                 "arguments": call.arguments,

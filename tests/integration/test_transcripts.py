@@ -187,6 +187,34 @@ def test_sensitive_arguments_and_bodies_are_redacted(store_url: str, scripts: Pa
         rt.close()
 
 
+def test_a_query_result_is_kept_as_shown_and_only_a_page_is_left_out(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    rt = openai_runtime(store_url, scripts, server)
+    try:
+        server.reply(tool_calls=[as_call(query_call("q1"))])
+        server.reply(content="done")
+        task_id = trigger(rt)
+        result = rt.executions.run(task_id, 1, worker="w1")
+        assert result.ran, result.detail
+        entries = rt.tasks.transcript(task_id)["entries"]
+        by_call = {e["call_id"]: e for e in entries if e["kind"] == "tool_result"}
+        # The query (not paged: its declared limit bounds it) is the envelope the model saw.
+        shown = json.loads(server.bodies[1]["messages"][-1]["content"])
+        assert shown["result"]["rows"]
+        assert by_call["q1"]["body"] == json.loads(json.dumps(shown))
+        # A page read with read_tool_result is not kept, only which one was read.
+        pager = rt.executions.receipt_tools
+        tools = {t.name: t for t in pager}
+        writer = TranscriptWriter(rt.db, Fence(task_id, 1, "x"), "s", tools)
+        page = ToolCall("p1", "read_tool_result", {"result_id": "r1", "offset": 10})
+        kept = writer.envelope(page, ToolResult.ok({"text": "the page itself"}))
+        assert "the page itself" not in json.dumps(kept)
+        assert kept["result"]["arguments"] == {"result_id": "r1", "offset": 10}
+    finally:
+        rt.close()
+
+
 def test_results_written_in_the_background_come_before_the_next_turn(
     store_url: str, scripts: Path
 ) -> None:

@@ -7,7 +7,9 @@ the budget is spent the round ends `model_error` with the reason. The API key is
 and never appears in a log line or an error message.
 
 Tool-call arguments that are not a JSON object come back in `ModelTurn.malformed`, so the loop
-answers them `failed` and the model can correct itself; the round goes on.
+answers them `failed` and the model can correct itself; the round goes on. So do calls whose
+id repeats one of the same turn (under an id of their own: the history must name each call once);
+a missing id, or one longer than `MAX_CALL_ID_CHARS`, is replaced by one of the host's.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ from orchestrator.tools.base import ToolCall
 __all__ = ["OpenAIModel", "client_for", "close_clients"]
 
 _NO_KEY = "not-needed"  # local servers take no key; the client insists on a value
+#: The longest tool-call id kept as the server sent it (the transcript's column); a longer or
+#: missing one is replaced by an id of the host's, used consistently in the history.
+MAX_CALL_ID_CHARS = 128
 #: How often a waiting round looks at its stop event (a cancel, a lease in doubt).
 STOP_POLL_SECONDS = 0.1
 #: The most model calls of one process in flight at once. Every round waits on one call at a time
@@ -215,12 +220,21 @@ class OpenAIModel(Model):
         message = completion.choices[0].message
         calls: list[ToolCall] = []
         malformed: list[tuple[str, str]] = []
+        seen: set[str] = set()
         for number, call in enumerate(message.tool_calls or [], start=1):
             function = getattr(call, "function", None)
             if function is None:
                 continue  # a custom (non-function) tool call: nothing here can run it
-            call_id = call.id or f"call_{self.calls}_{number}"
             arguments, problem = _arguments(function.arguments)
+            call_id = call.id or ""
+            if call_id in seen:
+                # Two calls of one turn under one id: a history repeating it is refused, so it
+                # goes on under an id of its own, answered `failed` without running.
+                problem = f"the call id {_short_id(call_id)!r} is repeated in this turn"
+                call_id = ""
+            if not call_id or len(call_id) > MAX_CALL_ID_CHARS:
+                call_id = f"call_{self.calls}_{number}"
+            seen.add(call_id)
             calls.append(ToolCall(call_id, function.name, arguments))
             if problem is not None:
                 malformed.append((call_id, problem))
@@ -250,6 +264,10 @@ def _wait(call: Future[Any], stop: threading.Event) -> bool:
         if stop.is_set():
             return False
     return True
+
+
+def _short_id(call_id: str) -> str:
+    return call_id if len(call_id) <= 40 else call_id[:39] + "…"
 
 
 def _arguments(raw: str | None) -> tuple[dict[str, Any], str | None]:

@@ -212,6 +212,32 @@ def test_malformed_arguments_are_a_failed_result_and_the_corrected_call_runs(
     assert [m["tool_call_id"] for m in sent[3:5]] == ["c1", "c2"]
 
 
+def test_a_call_id_repeated_in_one_turn_is_answered_failed_and_the_round_goes_on(
+    server: OpenAIServer,
+) -> None:
+    tool = CountSamples()
+    server.reply(
+        tool_calls=[
+            call("c1", "count_samples", {"site": "north", "hours": 1}),
+            call("c1", "count_samples", {"site": "south", "hours": 2}),
+        ]
+    )
+    server.reply(content="2 samples")
+    recorder = Recorder()
+    assert play(model_for(server), tool, recorder) == "2 samples"
+    first, second = recorder.results[0]
+    assert first.status == "succeeded"
+    assert second.status == "failed"
+    assert "repeated" in (second.message or "")
+    assert tool.ran == [("north", 1)]
+    # The history sent back names each call once, each answered once, in order.
+    sent = server.bodies[1]["messages"]
+    ids = [c["id"] for c in sent[2]["tool_calls"]]
+    assert ids[0] == "c1"
+    assert len(set(ids)) == 2
+    assert [m["tool_call_id"] for m in sent[3:5]] == ids
+
+
 def test_parallel_tool_calls_are_answered_in_order(server: OpenAIServer) -> None:
     tool = CountSamples()
     server.reply(

@@ -215,6 +215,25 @@ def test_a_query_result_is_kept_as_shown_and_only_a_page_is_left_out(
         rt.close()
 
 
+def test_a_call_id_longer_than_the_transcript_keeps_does_not_stop_the_round(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    rt = openai_runtime(store_url, scripts, server)
+    try:
+        server.reply(tool_calls=[call("c" * 300, "read_task_context", {})])
+        server.reply(content="done")
+        task_id = trigger(rt)
+        result = rt.executions.run(task_id, 1, worker="w1")
+        assert result.outcome == "continue", result.detail  # no report: not an infra error
+        entries = rt.tasks.transcript(task_id)["entries"]
+        called = entries[0]["body"]["tool_calls"][0]["id"]
+        assert len(called) <= 128
+        assert entries[1]["call_id"] == called
+        assert server.bodies[1]["messages"][-1]["tool_call_id"] == called
+    finally:
+        rt.close()
+
+
 def test_results_written_in_the_background_come_before_the_next_turn(
     store_url: str, scripts: Path
 ) -> None:

@@ -9,6 +9,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from orchestrator.agent.compaction import TranscriptHook
 from orchestrator.agent.model import Model, ModelTurn
 from orchestrator.agent.request import AgentContext, RequestBuilder
+from orchestrator.agent.text import clean_text
 from orchestrator.agent.wire import assistant_message
 from orchestrator.tools.base import Tool, ToolCall, ToolContext, ToolResult
 
@@ -100,7 +101,8 @@ def run_round(
             {
                 "role": "tool",
                 "tool_call_id": call.id,
-                "content": result.message_text,
+                # A tool may return what is not UTF-8 (a lone surrogate from a JSON API).
+                "content": clean_text(result.message_text),
             }
             for call, result in zip(turn.tool_calls, results, strict=True)
         ]

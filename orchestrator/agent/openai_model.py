@@ -25,6 +25,7 @@ import openai
 
 from orchestrator.agent.model import Model, ModelError, ModelTurn, TokenUsage
 from orchestrator.agent.retries import RetryBudget, parse_retry_after
+from orchestrator.agent.text import clean, clean_text
 from orchestrator.agent.wire import HistoryError, check_history, to_wire_messages, to_wire_tools
 from orchestrator.settings import Settings
 from orchestrator.tools.base import ToolCall
@@ -226,7 +227,7 @@ class OpenAIModel(Model):
             if function is None:
                 continue  # a custom (non-function) tool call: nothing here can run it
             arguments, problem = _arguments(function.arguments)
-            call_id = call.id or ""
+            call_id = clean_text(call.id or "")
             if call_id in seen:
                 # Two calls of one turn under one id: a history repeating it is refused, so it
                 # goes on under an id of its own, answered `failed` without running.
@@ -235,7 +236,8 @@ class OpenAIModel(Model):
             if not call_id or len(call_id) > MAX_CALL_ID_CHARS:
                 call_id = f"call_{self.calls}_{number}"
             seen.add(call_id)
-            calls.append(ToolCall(call_id, function.name, arguments))
+            name = clean_text(function.name) if isinstance(function.name, str) else function.name
+            calls.append(ToolCall(call_id, name, arguments))
             if problem is not None:
                 malformed.append((call_id, problem))
         reasoning = getattr(message, "reasoning_content", None)
@@ -247,10 +249,11 @@ class OpenAIModel(Model):
                 prompt_tokens=int(completion.usage.prompt_tokens or 0),
                 completion_tokens=int(completion.usage.completion_tokens or 0),
             )
+        content = message.content
         return ModelTurn(
-            content=message.content,
+            content=clean_text(content) if isinstance(content, str) else content,
             tool_calls=tuple(calls),
-            reasoning_content=reasoning if isinstance(reasoning, str) else None,
+            reasoning_content=clean_text(reasoning) if isinstance(reasoning, str) else None,
             usage=usage,
             malformed=tuple(malformed),
         )
@@ -280,4 +283,4 @@ def _arguments(raw: str | None) -> tuple[dict[str, Any], str | None]:
         return {}, f"the arguments are not valid JSON ({exc.msg} at character {exc.pos})"
     if not isinstance(value, dict):
         return {}, f"the arguments must be a JSON object, not {type(value).__name__}"
-    return value, None
+    return clean(value), None

@@ -23,10 +23,12 @@ import json
 import threading
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from orchestrator.agent.compaction import Compaction
 from orchestrator.agent.model import ModelTurn
+from orchestrator.agent.text import clean
 from orchestrator.domain.recovery import CallRecord, Snapshot
 from orchestrator.errors import StaleGeneration
 from orchestrator.store import transcripts as transcript_store
@@ -38,6 +40,8 @@ from orchestrator.tools.results import ReadToolResult
 __all__ = ["REDACTED", "TranscriptWriter", "is_sensitive", "redact_values"]
 
 REDACTED = "***"
+#: The longest tool name the transcript's column holds (a model may call any name).
+_NAME_CHARS = 128
 #: Keys whose value says which operation was called, not with what: kept when redacting.
 _KEEP_KEYS = frozenset({"operation_id"})
 
@@ -133,7 +137,7 @@ class TranscriptWriter:
         for call in turn.tool_calls:
             sensitive = is_sensitive(self.tools.get(call.name), call.arguments)
             self._sensitive[call.id] = sensitive
-            arguments = redact_values(call.arguments) if sensitive else call.arguments
+            arguments = redact_values(call.arguments) if sensitive else clean(call.arguments)
             calls.append({"id": call.id, "name": call.name, "arguments": arguments})
             self.calls[call.id] = CallRecord(call.id, call.name, arguments, turn_number)
         body: dict[str, Any] = {"content": turn.content, "tool_calls": calls}
@@ -244,6 +248,15 @@ class TranscriptWriter:
     def _write(self, entries: list[transcript_store.Entry]) -> None:
         if not entries:
             return
+        entries = [
+            replace(
+                entry,
+                body=clean(entry.body),
+                call_id=clean(entry.call_id),
+                tool_name=clean(entry.tool_name[:_NAME_CHARS]) if entry.tool_name else None,
+            )
+            for entry in entries
+        ]
         with self._counter.lock:
             if self.db.dialect == "postgresql":
                 self._write_in_one_statement(entries)

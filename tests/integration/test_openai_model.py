@@ -15,10 +15,12 @@ from typing import Any
 import pytest
 from pydantic import Field
 
+from orchestrator.agent.budget import ContextBudget, TokenCounter
 from orchestrator.agent.host import ToolHost
 from orchestrator.agent.loop import LeaseLost, run_round
 from orchestrator.agent.model import ModelError, ModelTurn, TokenUsage, load_model
 from orchestrator.agent.openai_model import OpenAIModel
+from orchestrator.agent.request import AgentContext
 from orchestrator.settings import load_settings
 from orchestrator.tools.base import Tool, ToolArguments, ToolCall, ToolContext, ToolResult
 from tests.openai_server import Failure, OpenAIServer, Reply, call
@@ -236,6 +238,41 @@ def test_a_call_id_repeated_in_one_turn_is_answered_failed_and_the_round_goes_on
     assert ids[0] == "c1"
     assert len(set(ids)) == 2
     assert [m["tool_call_id"] for m in sent[3:5]] == ids
+
+
+class NotUtf8(Tool):
+    name = "read_feed"
+    description = "A business feed whose JSON holds a lone surrogate and a NUL."
+    arguments = CountArgs
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        return ToolResult.ok({"line": "bad \ud800 and \x00"})
+
+
+def test_nul_and_lone_surrogates_from_the_model_or_a_tool_keep_the_round_going(
+    server: OpenAIServer,
+) -> None:
+    server.reply(
+        content="checking \ud800",
+        tool_calls=[call("c1", "read_feed", {"site": "n\u0000", "hours": 1})],
+    )
+    server.reply(content="done \udfff")
+    recorder = Recorder()
+    end = run_round(
+        model_for(server),
+        ToolHost([NotUtf8()], ledger=None),
+        CTX,
+        brief="read the feed",
+        max_turns=3,
+        stop=threading.Event(),
+        recorder=recorder,
+        context=AgentContext(ContextBudget(8000), TokenCounter()),  # counted too
+    )
+    assert end.final_text == "done \ufffd"
+    assert recorder.turns[0].content == "checking \ufffd"
+    assert recorder.turns[0].tool_calls[0].arguments == {"site": "n\ufffd", "hours": 1}
+    shown = json.loads(server.bodies[1]["messages"][-1]["content"])
+    assert shown["result"] == {"line": "bad \ufffd and \x00"}
 
 
 def test_parallel_tool_calls_are_answered_in_order(server: OpenAIServer) -> None:

@@ -234,6 +234,50 @@ def test_a_call_id_longer_than_the_transcript_keeps_does_not_stop_the_round(
         rt.close()
 
 
+def test_nul_and_lone_surrogates_from_the_model_or_a_tool_do_not_stop_the_round(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    rt = openai_runtime(store_url, scripts, server)
+    try:
+        server.reply(
+            content="looking\u0000 at \ud800 it",
+            reasoning_content="nul\u0000",
+            tool_calls=[call("c1", "read_task_context", {})],
+        )
+        server.reply(
+            tool_calls=[call("c\u0000" + "x" * 200, "\u0000" + "n" * 300, {"k\u0000": "\udfff"})]
+        )
+        server.reply(content="done\u0000")
+        task_id = trigger(rt)
+        result = rt.executions.run(task_id, 1, worker="w1")
+        assert result.outcome == "continue", result.detail  # no report: not a stopped round
+        entries = rt.tasks.transcript(task_id)["entries"]
+        assert [e["kind"] for e in entries] == [
+            "model_turn",
+            "tool_result",
+            "model_turn",
+            "tool_result",
+            "model_turn",
+        ]
+        assert entries[0]["body"]["content"] == "looking\ufffd at \ufffd it"
+        assert entries[0]["body"]["reasoning_content"] == "nul\ufffd"
+        assert entries[2]["body"]["tool_calls"][0]["arguments"] == {"k\ufffd": "\ufffd"}
+        assert entries[3]["tool_name"] == "\ufffd" + "n" * 127
+        assert entries[3]["status"] == "failed"  # an unknown tool
+        assert entries[4]["body"]["content"] == "done\ufffd"
+        # A tool's output may hold NUL too (a command printing binary data).
+        fence, session_id = claimed(rt)
+        writer = TranscriptWriter(rt.db, fence, session_id, {})
+        binary = ToolCall("b1", "t", {})
+        writer.model_turn(1, {}, ModelTurn(None, (binary,)))
+        writer.tool_results(1, [binary], [ToolResult.ok({"out": "\x7fELF\x00\x01"})])
+        writer.flush()
+        stored = rt.tasks.transcript(fence.task_id)["entries"]
+        assert stored[-1]["body"]["result"] == {"out": "\x7fELF\ufffd\x01"}
+    finally:
+        rt.close()
+
+
 def test_results_written_in_the_background_come_before_the_next_turn(
     store_url: str, scripts: Path
 ) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -14,9 +15,12 @@ from typing import Any
 
 import pytest
 from pydantic import Field
-from sqlalchemy import update
+from sqlalchemy import select, update
 
-from orchestrator.agent.model import ModelTurn, TokenUsage
+from orchestrator.agent.host import ToolHost
+from orchestrator.agent.model import ModelTurn, ScriptedModel, TokenUsage, _ScriptTurn
+from orchestrator.agent.request import TRANSCRIPT
+from orchestrator.agent.subagents import RoundDelegations, SubAgentRun
 from orchestrator.agent.transcript import REDACTED, TranscriptWriter
 from orchestrator.cli.tasks import render_explain
 from orchestrator.domain.recovery import Snapshot
@@ -29,7 +33,15 @@ from orchestrator.store import snapshots as snapshot_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.tables import tasks, transcript_entries
 from orchestrator.store.types import utcnow
-from orchestrator.tools.base import Fence, Tool, ToolArguments, ToolCall, ToolContext, ToolResult
+from orchestrator.tools.base import (
+    CALL_ID,
+    Fence,
+    Tool,
+    ToolArguments,
+    ToolCall,
+    ToolContext,
+    ToolResult,
+)
 from tests.executions_support import (
     claim_as_worker,
     node,
@@ -454,5 +466,73 @@ def test_a_sub_agent_writes_under_its_parent_call_in_the_same_sequence(
         assert list(writer.calls) == ["p1"]  # the sub-agent's reads are not the round's calls
         derived = Snapshot.from_transcript(entries[:3], reason="died", generation=1)
         assert [c["call_id"] for c in derived.unknown] == ["p1"]
+    finally:
+        rt.close()
+
+
+class LockingRead(Tool):
+    """A read that, as it returns, has another transaction hold the task's row for a while:
+    the fenced write of its result waits for that transaction."""
+
+    name = "locking_read"
+    description = "a read"
+    arguments = ToolArguments
+
+    def __init__(self, rt: Runtime, task_id: str) -> None:
+        self.rt = rt
+        self.task_id = task_id
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        locked = threading.Event()
+
+        def hold() -> None:
+            with self.rt.db.transaction() as conn:
+                conn.execute(
+                    select(tasks.c.task_id).where(tasks.c.task_id == self.task_id).with_for_update()
+                )
+                locked.set()
+                time.sleep(1.0)
+
+        threading.Thread(target=hold, daemon=True).start()
+        assert locked.wait(10)
+        return ToolResult.ok("read")
+
+
+def test_a_sub_agent_s_last_results_are_written_before_its_answer_returns(
+    pg_url: str, scripts: Path
+) -> None:
+    rt, _ = runtime_for(pg_url, scripts)
+    try:
+        fence, session_id = claimed(rt)
+        writer = TranscriptWriter(rt.db, fence, session_id, {})
+        turn = _ScriptTurn.model_validate(
+            {"tool_calls": [{"id": "s1", "name": "locking_read", "arguments": {}}]}
+        )
+        delegations = RoundDelegations(
+            session_id,
+            SubAgentRun(
+                model=lambda: ScriptedModel([turn]),
+                host=ToolHost([LockingRead(rt, fence.task_id)], ledger=None),
+                max_turns=1,  # the sub-agent ends by its turn budget, right after its results
+                stop=threading.Event(),
+            ),
+        )
+        ctx = ToolContext(
+            owner=f"task:{fence.task_id}",
+            session_id=session_id,
+            round_id="intent:1",
+            task_id=fence.task_id,
+            generation=1,
+            fence=fence,
+            extras={TRANSCRIPT: writer, CALL_ID: "p1"},
+        )
+        answer = delegations.delegate(ctx, "what does the read say?")
+        assert answer.payload["ended"] == "turn_budget"
+        entries = rt.tasks.transcript(fence.task_id)["entries"]
+        assert [(e["kind"], e.get("call_id")) for e in entries] == [
+            ("model_turn", None),
+            ("tool_result", "s1"),
+        ]
+        assert {e.get("parent_call_id") for e in entries} == {"p1"}
     finally:
         rt.close()

@@ -210,10 +210,11 @@ class OpenAIModel(Model):
             text = inner.get("message") if isinstance(inner, dict) else inner
         if not text:
             text = exc.message
-        line = " ".join(str(text).split())[:300]
+        line = " ".join(str(text).split())
         if self._secret:
+            # Before the line is cut: a key across the cut would leave its beginning.
             line = line.replace(self._secret, "***")
-        return line
+        return line[:300]
 
     def _turn(self, completion: Any) -> ModelTurn:
         if not completion.choices:

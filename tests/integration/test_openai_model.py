@@ -143,6 +143,16 @@ def test_other_4xx_are_not_retried(server: OpenAIServer) -> None:
     assert len(server.requests) == 1
 
 
+def test_a_key_cut_by_the_error_line_s_length_does_not_leak_its_beginning(
+    server: OpenAIServer,
+) -> None:
+    # The server's message is cut to 300 characters; here the key straddles the cut.
+    server.fail(401, message="x" * 285 + " " + KEY)
+    with pytest.raises(ModelError, match="HTTP 401") as caught:
+        play(model_for(server), CountSamples())
+    assert KEY[:8] not in str(caught.value)
+
+
 def test_a_retry_past_the_lease_deadline_is_not_attempted(server: OpenAIServer) -> None:
     server.fail(429, retry_after=3)
     model = model_for(server)

@@ -1,8 +1,9 @@
 """`ORCH_MODEL=openai:<model>`: any OpenAI-compatible chat-completions server with tools.
 
-Built on the official `openai` package with its own retries off (`max_retries=0`): 429, 5xx and
-connection errors are retried here (`orchestrator.agent.retries`), within `LLM_MAX_RETRIES` and
-never past the point the lease keeper vouches for the round; any other 4xx is not retried. When
+Built on the official `openai` package with its own retries off (`max_retries=0`): 429, 5xx,
+connection errors and a 200 whose body is not a completion are retried here
+(`orchestrator.agent.retries`), within `LLM_MAX_RETRIES` and never past the point the lease
+keeper vouches for the round; any other 4xx is not retried. When
 the budget is spent the round ends `model_error` with the reason. The API key is a `SecretStr`
 and never appears in a log line or an error message.
 
@@ -32,6 +33,8 @@ from orchestrator.tools.base import ToolCall
 
 __all__ = ["OpenAIModel", "client_for", "close_clients"]
 
+#: A 200 whose body is not a completion (retried like a 5xx: a proxy or a load balancer hiccup).
+_UNREADABLE = "the model server's answer is not readable as a chat completion"
 _NO_KEY = "not-needed"  # local servers take no key; the client insists on a value
 #: The longest tool-call id kept as the server sent it (the transcript's column); a longer or
 #: missing one is replaced by an id of the host's, used consistently in the history.
@@ -178,10 +181,17 @@ class OpenAIModel(Model):
                     ) from None
                 reason = f"HTTP {status}: {self._describe(exc)}"
                 retry_after = parse_retry_after(dict(exc.response.headers))
+            except (json.JSONDecodeError, openai.APIResponseValidationError):
+                self._count("unreadable", started)
+                reason, retry_after = _UNREADABLE, None
             else:
-                turn = self._turn(completion)
-                self._count("ok", started, turn.usage)
-                return turn
+                if isinstance(completion, str):  # not JSON: a proxy's error page, say
+                    self._count("unreadable", started)
+                    reason, retry_after = _UNREADABLE, None
+                else:
+                    turn = self._turn(completion)
+                    self._count("ok", started, turn.usage)
+                    return turn
             delay = budget.next_delay(retry_after)
             if isinstance(delay, str):
                 raise ModelError(f"model call failed ({reason}); {delay}")

@@ -135,6 +135,22 @@ def test_an_exhausted_budget_is_a_model_error_with_the_reason(server: OpenAIServ
     assert len(server.requests) == 3
 
 
+def test_an_answer_that_is_not_a_completion_is_retried_then_a_model_error(
+    server: OpenAIServer,
+) -> None:
+    tool = CountSamples()
+    server.garble()  # a proxy's error page with status 200
+    server.garble("{not json", content_type="application/json")
+    server.reply(content="0 samples")
+    assert play(model_for(server), tool) == "0 samples"
+    assert len(server.requests) == 3
+    for _ in range(2):
+        server.garble()
+    with pytest.raises(ModelError, match="not readable") as caught:
+        play(model_for(server, llm_max_retries=1), tool)
+    assert "LLM_MAX_RETRIES=1" in str(caught.value)
+
+
 def test_other_4xx_are_not_retried(server: OpenAIServer) -> None:
     server.fail(401, message=f"Incorrect API key provided: {KEY}")
     with pytest.raises(ModelError, match="HTTP 401") as caught:

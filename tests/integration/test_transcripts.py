@@ -416,6 +416,40 @@ def test_a_cancel_during_a_command_leaves_the_call_unknown_and_the_next_generati
         rt.close()
 
 
+def test_a_cancel_during_parallel_calls_keeps_the_results_that_returned(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    rt = openai_runtime(store_url, scripts, server, enable_command_tool=True)
+    try:
+        server.reply(
+            tool_calls=[
+                call("c1", "execute_command", {"command": "sleep 30"}),
+                call("c2", "read_task_context", {}),
+            ]
+        )
+        task_id = trigger(rt)
+        results: list[Any] = []
+        worker = threading.Thread(
+            target=lambda: results.append(rt.executions.run(task_id, 1, worker="w1"))
+        )
+        worker.start()
+        wait_for(lambda: rt.tasks.transcript(task_id)["entries"], 10, what="the model turn")
+        time.sleep(0.5)  # the read has returned; the command still runs
+        rt.tasks.cancel(task_id, "operator stop")
+        worker.join(timeout=20)
+        assert not worker.is_alive()
+        assert "stopped" in results[0].detail
+
+        session_id = rt.tasks.explain(task_id)["executions"][0]["session_id"]
+        with rt.db.transaction(readonly=True) as conn:
+            snapshot = snapshot_store.get_snapshot(conn, session_id)
+        assert snapshot is not None
+        assert [c["call_id"] for c in snapshot.unknown] == ["c1"]
+        assert [(c["call_id"], c["status"]) for c in snapshot.received] == [("c2", "succeeded")]
+    finally:
+        rt.close()
+
+
 def test_transcripts_of_finished_tasks_follow_the_retention(store_url: str, scripts: Path) -> None:
     rt, _ = runtime_for(store_url, scripts, retention_days=30)
     try:

@@ -146,7 +146,9 @@ class Conversation:
             unit.add(message)
         for name, result in calls:
             if name in PLAN_TOOLS and getattr(result, "status", None) == "succeeded":
-                self.plan = getattr(result, "payload", None)
+                # The whole plan, not the preview a large one is shown as in its result.
+                unpaged = getattr(result, "unpaged", None)
+                self.plan = unpaged if unpaged is not None else getattr(result, "payload", None)
 
     @property
     def history(self) -> list[dict[str, Any]]:

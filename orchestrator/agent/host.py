@@ -312,7 +312,7 @@ class ToolHost:
                 preview["result_id"] = stored.result_id
                 preview["next_offset"] = self.preview_chars
                 preview["note"] = "read the rest with read_tool_result(result_id, offset)"
-        return replace(result, payload=preview)
+        return replace(result, payload=preview, unpaged=result.payload)
 
 
 def _digest(args: Any) -> str:

@@ -284,14 +284,18 @@ def _short_id(call_id: str) -> str:
     return call_id if len(call_id) <= 40 else call_id[:39] + "…"
 
 
-def _arguments(raw: str | None) -> tuple[dict[str, Any], str | None]:
-    """The call's arguments as an object, or `{}` and why they cannot be read."""
-    if raw is None or not raw.strip():
+def _arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
+    """The call's arguments as an object, or `{}` and why they cannot be read. JSON text, as
+    the API says; some servers and proxies send the object itself."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
         return {}, None
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        return {}, f"the arguments are not valid JSON ({exc.msg} at character {exc.pos})"
+    if isinstance(raw, str):
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            return {}, f"the arguments are not valid JSON ({exc.msg} at character {exc.pos})"
+    else:
+        value = raw
     if not isinstance(value, dict):
         return {}, f"the arguments must be a JSON object, not {type(value).__name__}"
     return clean(value), None

@@ -301,6 +301,33 @@ def test_nul_and_lone_surrogates_from_the_model_or_a_tool_keep_the_round_going(
     assert shown["result"] == {"line": "bad \ufffd and \x00"}
 
 
+def test_arguments_sent_as_an_object_or_a_number_do_not_crash_the_round(
+    server: OpenAIServer,
+) -> None:
+    # Some servers and proxies send `arguments` as an object rather than as JSON text.
+    tool = CountSamples()
+    as_object = {"site": "north", "hours": 2}
+    server.reply(
+        tool_calls=[
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "count_samples", "arguments": as_object},
+            },
+            {"id": "c2", "type": "function", "function": {"name": "count_samples", "arguments": 7}},
+        ]
+    )
+    server.reply(content="4 samples")
+    recorder = Recorder()
+    assert play(model_for(server), tool, recorder) == "4 samples"
+    first, second = recorder.results[0]
+    assert first.status == "succeeded"
+    assert second.status == "failed"
+    assert tool.ran == [("north", 2)]
+    sent = server.bodies[1]["messages"][2]["tool_calls"]
+    assert json.loads(sent[0]["function"]["arguments"]) == as_object
+
+
 def test_parallel_tool_calls_are_answered_in_order(server: OpenAIServer) -> None:
     tool = CountSamples()
     server.reply(

@@ -207,6 +207,8 @@ class TranscriptWriter:
                         "tokens_after": compaction.tokens_after,
                     },
                     parent_call_id=self.parent_call_id,
+                    prompt_tokens=compaction.prompt_tokens,
+                    completion_tokens=compaction.completion_tokens,
                 )
             ]
         )

@@ -51,7 +51,7 @@ from tests.executions_support import (
     runtime_for,
     wait_for,
 )
-from tests.openai_server import OpenAIServer, call
+from tests.openai_server import OpenAIServer, Reply, call
 
 
 @pytest.fixture
@@ -127,6 +127,47 @@ def test_a_round_on_the_openai_model_completes_with_its_transcript_and_usage(
         ]
         assert usage["total"]["prompt_tokens"] == 2300
         assert rt.tasks.transcript(task_id, generation=1)["entries"] == view["entries"]
+    finally:
+        rt.close()
+
+
+def test_the_usage_of_summary_calls_is_part_of_the_execution_s_usage(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    rt = openai_runtime(
+        store_url,
+        scripts,
+        server,
+        llm_context_window=3000,
+        llm_max_output_tokens=500,
+        max_turns=14,
+    )
+    try:
+        reads = [
+            Reply(
+                tool_calls=[
+                    call(f"r{k}a", "read_task_context", {}),
+                    call(f"r{k}b", "read_task_context", {}),
+                ]
+            )
+            for k in range(12)
+        ]
+        # A summary request renders the old turns ("[tool result r0a] ...").
+        server.converse([Reply(content="the reads agree")], mentioning="[tool result")
+        server.converse([*reads, Reply(content="read enough")], mentioning="Turbid water")
+        task_id = trigger(rt)
+        rt.executions.run(task_id, 1, worker="w1")
+        entries = rt.tasks.transcript(task_id)["entries"]
+        summaries = [e for e in entries if e["kind"] == "summary"]
+        assert summaries, "the history must have been compacted"
+        assert all(e["body"]["source"] == "model" for e in summaries)
+        assert all(e["usage"]["prompt_tokens"] > 0 for e in summaries)
+        # Every call the server answered is counted, the summary calls too.
+        usage = rt.tasks.explain(task_id)["token_usage"]["generations"][0]
+        assert usage["calls"] == len(server.bodies)
+        assert usage["prompt_tokens"] == sum(
+            len(json.dumps(body["messages"])) // 4 for body in server.bodies
+        )
     finally:
         rt.close()
 

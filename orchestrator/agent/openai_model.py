@@ -247,7 +247,9 @@ class OpenAIModel(Model):
             if not call_id or len(call_id) > MAX_CALL_ID_CHARS:
                 call_id = f"call_{self.calls}_{number}"
             seen.add(call_id)
-            name = clean_text(function.name) if isinstance(function.name, str) else function.name
+            name = clean_text(function.name) if isinstance(function.name, str) else ""
+            if not name and problem is None:
+                problem = "the call names no tool"
             calls.append(ToolCall(call_id, name, arguments))
             if problem is not None:
                 malformed.append((call_id, problem))

@@ -328,6 +328,23 @@ def test_arguments_sent_as_an_object_or_a_number_do_not_crash_the_round(
     assert json.loads(sent[0]["function"]["arguments"]) == as_object
 
 
+def test_a_call_without_a_function_name_is_answered_failed(server: OpenAIServer) -> None:
+    tool = CountSamples()
+    server.reply(
+        tool_calls=[
+            {"id": "c1", "type": "function", "function": {"name": None, "arguments": "{}"}},
+            call("c2", "count_samples", {"site": "north", "hours": 1}),
+        ]
+    )
+    server.reply(content="2 samples")
+    recorder = Recorder()
+    assert play(model_for(server), tool, recorder) == "2 samples"
+    first, second = recorder.results[0]
+    assert first.status == "failed"
+    assert second.status == "succeeded"
+    assert [m["tool_call_id"] for m in server.bodies[1]["messages"][3:5]] == ["c1", "c2"]
+
+
 def test_parallel_tool_calls_are_answered_in_order(server: OpenAIServer) -> None:
     tool = CountSamples()
     server.reply(

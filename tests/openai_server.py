@@ -34,7 +34,7 @@ from typing import Any
 
 from orchestrator.agent.script_refs import resolve_refs
 
-__all__ = ["Failure", "OpenAIServer", "Reply", "call", "replies", "strict_problem"]
+__all__ = ["Failure", "Garbled", "OpenAIServer", "Reply", "call", "replies", "strict_problem"]
 
 
 def call(call_id: str, name: str, arguments: dict[str, Any] | str) -> dict[str, Any]:
@@ -74,6 +74,14 @@ class Failure:
 
 
 @dataclass
+class Garbled:
+    """A 200 whose body is not a completion (a proxy's error page, a cut-off body)."""
+
+    body: str = "<html><body>502 Bad Gateway</body></html>"
+    content_type: str = "text/html"
+
+
+@dataclass
 class Request:
     body: dict[str, Any]
     refused: str | None  # why the strict check refused it, or None
@@ -86,7 +94,9 @@ class OpenAIServer:
     def __init__(self, model: str = "test-model", *, delay_s: float = 0.0) -> None:
         self.model = model
         self.delay_s = delay_s  # the least time before any answer (200) goes out
-        self.script: deque[Reply | Failure | Callable[[dict[str, Any]], Reply | Failure]] = deque()
+        self.script: deque[
+            Reply | Failure | Garbled | Callable[[dict[str, Any]], Reply | Failure]
+        ] = deque()
         self.conversations: dict[str, list[Reply]] = {}  # by what the user messages mention
         self.requests: list[Request] = []
         self._lock = threading.Lock()
@@ -116,6 +126,10 @@ class OpenAIServer:
     def fail(self, status: int, retry_after: float | None = None, message: str = "busy") -> None:
         self.script.append(Failure(status, retry_after, message))
 
+    def garble(self, body: str | None = None, content_type: str = "text/html") -> None:
+        """Answer 200 with `body` as it is (not a completion)."""
+        self.script.append(Garbled(body or Garbled.body, content_type))
+
     def converse(self, script: list[Reply], *, mentioning: str = "") -> None:
         """Once the queue is empty, a conversation whose user messages mention `mentioning` (the
         first such registration wins; "" means any) gets `script` in order, then "done"."""
@@ -139,7 +153,7 @@ class OpenAIServer:
 
     # -- serving -----------------------------------------------------------------------------
 
-    def _next(self, body: dict[str, Any]) -> Reply | Failure:
+    def _next(self, body: dict[str, Any]) -> Reply | Failure | Garbled:
         with self._lock:
             item = self.script.popleft() if self.script else None
         if item is None:
@@ -184,6 +198,15 @@ class OpenAIServer:
                     self._send(400, {"error": {"message": problem, "type": "invalid_request"}})
                     return
                 answer = server._next(body)
+                if isinstance(answer, Garbled):
+                    server.requests.append(Request(body, None, 200))
+                    data = answer.body.encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", answer.content_type)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 if isinstance(answer, Failure):
                     server.requests.append(Request(body, None, answer.status))
                     headers = {}

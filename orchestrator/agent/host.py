@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.agent.evidence import EvidenceRecorder
-from orchestrator.agent.loop import LeaseLost
+from orchestrator.agent.loop import RECEIVED, LeaseLost
 from orchestrator.agent.receipted import run_write
 from orchestrator.domain.fingerprints import (
     NonCanonical,
@@ -127,15 +127,28 @@ class ToolHost:
             prepared.setdefault(outcome.unit_key, outcome)
 
         ordered = list(units)
+        done: dict[tuple[str, ...], ToolResult] = {}
+        raised: BaseException | None = None
         if len(ordered) == 1:
-            done = {ordered[0]: self._run_unit(ctx, prepared[ordered[0]])}
+            try:
+                done = {ordered[0]: self._run_unit(ctx, prepared[ordered[0]])}
+            except BaseException as error:
+                raised = error
         elif ordered:
-            done = self._run_concurrently(ctx, [(key, prepared[key]) for key in ordered])
-        else:
-            done = {}
+            done, raised = self._run_concurrently(ctx, [(key, prepared[key]) for key in ordered])
         for key, indexes in units.items():
-            for index in indexes:
-                results[index] = done[key]
+            if key in done:
+                for index in indexes:
+                    results[index] = done[key]
+        if raised is not None:
+            # The calls that did return keep their results (a recovery snapshot shows them
+            # received, with their receipts, not unknown): `loop.RECEIVED`.
+            setattr(
+                raised,
+                RECEIVED,
+                [(call, result) for call, result in zip(calls, results, strict=True) if result],
+            )
+            raise raised
         return [result for result in results if result is not None]
 
     # -- preparation ------------------------------------------------------------------------
@@ -194,7 +207,7 @@ class ToolHost:
 
     def _run_concurrently(
         self, ctx: ToolContext, units: list[tuple[tuple[str, ...], _Prepared]]
-    ) -> dict[tuple[str, ...], ToolResult]:
+    ) -> tuple[dict[tuple[str, ...], ToolResult], BaseException | None]:
         futures: list[tuple[tuple[str, ...], Future[ToolResult]]] = []
         workers = min(self.max_workers, len(units))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tool") as pool:
@@ -211,8 +224,8 @@ class ToolHost:
                 done[key] = future.result()
         if raised:
             stale = [error for error in raised if isinstance(error, StaleGeneration)]
-            raise stale[0] if stale else raised[0]
-        return done
+            return done, stale[0] if stale else raised[0]
+        return done, None
 
     def _run_unit(self, ctx: ToolContext, unit: _Prepared) -> ToolResult:
         if ctx.cancel is not None and ctx.cancel.is_set():
@@ -299,7 +312,7 @@ class ToolHost:
                 preview["result_id"] = stored.result_id
                 preview["next_offset"] = self.preview_chars
                 preview["note"] = "read the rest with read_tool_result(result_id, offset)"
-        return replace(result, payload=preview)
+        return replace(result, payload=preview, unpaged=result.payload)
 
 
 def _digest(args: Any) -> str:

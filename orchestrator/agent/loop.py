@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -9,10 +10,17 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from orchestrator.agent.compaction import TranscriptHook
 from orchestrator.agent.model import Model, ModelTurn
 from orchestrator.agent.request import AgentContext, RequestBuilder
+from orchestrator.agent.text import clean_text
 from orchestrator.agent.wire import assistant_message
 from orchestrator.tools.base import Tool, ToolCall, ToolContext, ToolResult
 
-__all__ = ["LeaseLost", "RoundEnd", "TurnRecorder", "TurnRunner", "run_round"]
+log = logging.getLogger(__name__)
+
+__all__ = ["RECEIVED", "LeaseLost", "RoundEnd", "TurnRecorder", "TurnRunner", "run_round"]
+
+#: The attribute of an exception out of `TurnRunner.run_turn` holding the calls of the turn that
+#: did return, with their results (a cancel or a fenced write in one call ends the whole turn).
+RECEIVED = "received_results"
 
 
 class LeaseLost(Exception):
@@ -93,14 +101,19 @@ def run_round(
             recorder.model_turn(turn_number, message, turn)
         if turn.final:
             return RoundEnd("final_answer", turn_number, turn.content)
-        results = _run_calls(host, ctx, turn)
+        try:
+            results = _run_calls(host, ctx, turn)
+        except BaseException as error:
+            _record_received(recorder, turn_number, error)
+            raise
         if recorder is not None:
             recorder.tool_results(turn_number, list(turn.tool_calls), results)
         answers = [
             {
                 "role": "tool",
                 "tool_call_id": call.id,
-                "content": result.message_text,
+                # A tool may return what is not UTF-8 (a lone surrogate from a JSON API).
+                "content": clean_text(result.message_text),
             }
             for call, result in zip(turn.tool_calls, results, strict=True)
         ]
@@ -121,6 +134,20 @@ def _run_calls(host: TurnRunner, ctx: ToolContext, turn: ModelTurn) -> list[Tool
         else next(ran)
         for call in turn.tool_calls
     ]
+
+
+def _record_received(recorder: TurnRecorder | None, turn_number: int, error: BaseException) -> None:
+    """The results of the calls that returned before the turn ended by `error`: the recovery
+    snapshot shows them received (with their receipts), not unknown."""
+    received = getattr(error, RECEIVED, None)
+    if recorder is None or not isinstance(received, list) or not received:
+        return
+    try:
+        recorder.tool_results(
+            turn_number, [call for call, _ in received], [result for _, result in received]
+        )
+    except Exception:  # the turn's own error is what propagates
+        log.info("the results received before the turn ended were not recorded", exc_info=True)
 
 
 def _check(stop: threading.Event) -> None:

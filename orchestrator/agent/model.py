@@ -90,11 +90,18 @@ class Model(ABC):
     def check_tools(self, tool_names: Sequence[str]) -> None:  # noqa: B027 - optional hook
         """Raise `ModelError` if the model will call tools the host does not have."""
 
+    def summary_turn(
+        self, messages: Sequence[dict[str, Any]], stop: threading.Event
+    ) -> ModelTurn | None:
+        """The answer (and token usage) of a summary call for context compaction: one call
+        without tools. None when this model makes no such call."""
+        return self.next_turn(messages, [], stop)
+
     def summarize(self, messages: Sequence[dict[str, Any]], stop: threading.Event) -> str | None:
-        """A summary of `messages` for context compaction: one call without tools. None when
-        the model gives none (the caller then falls back to a deterministic digest)."""
-        turn = self.next_turn(messages, [], stop)
-        return None if turn.tool_calls else turn.content
+        """A summary of `messages` for context compaction. None when the model gives none (the
+        caller then falls back to a deterministic digest)."""
+        turn = self.summary_turn(messages, stop)
+        return None if turn is None or turn.tool_calls else turn.content
 
 
 class _ScriptCall(BaseModel):
@@ -151,7 +158,9 @@ class ScriptedModel(Model):
                         f"script {self.name} turn {number} calls unknown tool {call.name!r}"
                     )
 
-    def summarize(self, messages: Sequence[dict[str, Any]], stop: threading.Event) -> str | None:
+    def summary_turn(
+        self, messages: Sequence[dict[str, Any]], stop: threading.Event
+    ) -> ModelTurn | None:
         # A script is a list of turns; a summary call must not consume one.
         return None
 

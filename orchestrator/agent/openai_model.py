@@ -1,13 +1,16 @@
 """`ORCH_MODEL=openai:<model>`: any OpenAI-compatible chat-completions server with tools.
 
-Built on the official `openai` package with its own retries off (`max_retries=0`): 429, 5xx and
-connection errors are retried here (`orchestrator.agent.retries`), within `LLM_MAX_RETRIES` and
-never past the point the lease keeper vouches for the round; any other 4xx is not retried. When
+Built on the official `openai` package with its own retries off (`max_retries=0`): 429, 5xx,
+connection errors and a 200 whose body is not a completion are retried here
+(`orchestrator.agent.retries`), within `LLM_MAX_RETRIES` and never past the point the lease
+keeper vouches for the round; any other 4xx is not retried. When
 the budget is spent the round ends `model_error` with the reason. The API key is a `SecretStr`
 and never appears in a log line or an error message.
 
 Tool-call arguments that are not a JSON object come back in `ModelTurn.malformed`, so the loop
-answers them `failed` and the model can correct itself; the round goes on.
+answers them `failed` and the model can correct itself; the round goes on. So do calls whose
+id repeats one of the same turn (under an id of their own: the history must name each call once);
+a missing id, or one longer than `MAX_CALL_ID_CHARS`, is replaced by one of the host's.
 """
 
 from __future__ import annotations
@@ -23,13 +26,19 @@ import openai
 
 from orchestrator.agent.model import Model, ModelError, ModelTurn, TokenUsage
 from orchestrator.agent.retries import RetryBudget, parse_retry_after
+from orchestrator.agent.text import clean, clean_text
 from orchestrator.agent.wire import HistoryError, check_history, to_wire_messages, to_wire_tools
 from orchestrator.settings import Settings
 from orchestrator.tools.base import ToolCall
 
 __all__ = ["OpenAIModel", "client_for", "close_clients"]
 
+#: A 200 whose body is not a completion (retried like a 5xx: a proxy or a load balancer hiccup).
+_UNREADABLE = "the model server's answer is not readable as a chat completion"
 _NO_KEY = "not-needed"  # local servers take no key; the client insists on a value
+#: The longest tool-call id kept as the server sent it (the transcript's column); a longer or
+#: missing one is replaced by an id of the host's, used consistently in the history.
+MAX_CALL_ID_CHARS = 128
 #: How often a waiting round looks at its stop event (a cancel, a lease in doubt).
 STOP_POLL_SECONDS = 0.1
 #: The most model calls of one process in flight at once. Every round waits on one call at a time
@@ -172,10 +181,17 @@ class OpenAIModel(Model):
                     ) from None
                 reason = f"HTTP {status}: {self._describe(exc)}"
                 retry_after = parse_retry_after(dict(exc.response.headers))
+            except (json.JSONDecodeError, openai.APIResponseValidationError):
+                self._count("unreadable", started)
+                reason, retry_after = _UNREADABLE, None
             else:
-                turn = self._turn(completion)
-                self._count("ok", started, turn.usage)
-                return turn
+                if isinstance(completion, str):  # not JSON: a proxy's error page, say
+                    self._count("unreadable", started)
+                    reason, retry_after = _UNREADABLE, None
+                else:
+                    turn = self._turn(completion)
+                    self._count("ok", started, turn.usage)
+                    return turn
             delay = budget.next_delay(retry_after)
             if isinstance(delay, str):
                 raise ModelError(f"model call failed ({reason}); {delay}")
@@ -204,10 +220,11 @@ class OpenAIModel(Model):
             text = inner.get("message") if isinstance(inner, dict) else inner
         if not text:
             text = exc.message
-        line = " ".join(str(text).split())[:300]
+        line = " ".join(str(text).split())
         if self._secret:
+            # Before the line is cut: a key across the cut would leave its beginning.
             line = line.replace(self._secret, "***")
-        return line
+        return line[:300]
 
     def _turn(self, completion: Any) -> ModelTurn:
         if not completion.choices:
@@ -215,13 +232,25 @@ class OpenAIModel(Model):
         message = completion.choices[0].message
         calls: list[ToolCall] = []
         malformed: list[tuple[str, str]] = []
+        seen: set[str] = set()
         for number, call in enumerate(message.tool_calls or [], start=1):
             function = getattr(call, "function", None)
             if function is None:
                 continue  # a custom (non-function) tool call: nothing here can run it
-            call_id = call.id or f"call_{self.calls}_{number}"
             arguments, problem = _arguments(function.arguments)
-            calls.append(ToolCall(call_id, function.name, arguments))
+            call_id = clean_text(call.id or "")
+            if call_id in seen:
+                # Two calls of one turn under one id: a history repeating it is refused, so it
+                # goes on under an id of its own, answered `failed` without running.
+                problem = f"the call id {_short_id(call_id)!r} is repeated in this turn"
+                call_id = ""
+            if not call_id or len(call_id) > MAX_CALL_ID_CHARS:
+                call_id = f"call_{self.calls}_{number}"
+            seen.add(call_id)
+            name = clean_text(function.name) if isinstance(function.name, str) else ""
+            if not name and problem is None:
+                problem = "the call names no tool"
+            calls.append(ToolCall(call_id, name, arguments))
             if problem is not None:
                 malformed.append((call_id, problem))
         reasoning = getattr(message, "reasoning_content", None)
@@ -233,10 +262,11 @@ class OpenAIModel(Model):
                 prompt_tokens=int(completion.usage.prompt_tokens or 0),
                 completion_tokens=int(completion.usage.completion_tokens or 0),
             )
+        content = message.content
         return ModelTurn(
-            content=message.content,
+            content=clean_text(content) if isinstance(content, str) else content,
             tool_calls=tuple(calls),
-            reasoning_content=reasoning if isinstance(reasoning, str) else None,
+            reasoning_content=clean_text(reasoning) if isinstance(reasoning, str) else None,
             usage=usage,
             malformed=tuple(malformed),
         )
@@ -252,14 +282,22 @@ def _wait(call: Future[Any], stop: threading.Event) -> bool:
     return True
 
 
-def _arguments(raw: str | None) -> tuple[dict[str, Any], str | None]:
-    """The call's arguments as an object, or `{}` and why they cannot be read."""
-    if raw is None or not raw.strip():
+def _short_id(call_id: str) -> str:
+    return call_id if len(call_id) <= 40 else call_id[:39] + "…"
+
+
+def _arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
+    """The call's arguments as an object, or `{}` and why they cannot be read. JSON text, as
+    the API says; some servers and proxies send the object itself."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
         return {}, None
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        return {}, f"the arguments are not valid JSON ({exc.msg} at character {exc.pos})"
+    if isinstance(raw, str):
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            return {}, f"the arguments are not valid JSON ({exc.msg} at character {exc.pos})"
+    else:
+        value = raw
     if not isinstance(value, dict):
         return {}, f"the arguments must be a JSON object, not {type(value).__name__}"
-    return value, None
+    return clean(value), None

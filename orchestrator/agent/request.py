@@ -14,8 +14,8 @@ from typing import Any
 
 from orchestrator.agent.budget import ContextBudget, ContextOverflow, TokenCounter, prompt_tokens_of
 from orchestrator.agent.catalogue import DISCOVERY, Catalogue, Discovery
-from orchestrator.agent.compaction import Conversation, TranscriptHook
-from orchestrator.agent.model import Model
+from orchestrator.agent.compaction import Conversation, SummaryAnswer, TranscriptHook
+from orchestrator.agent.model import Model, ModelTurn
 from orchestrator.tools.base import Tool, ToolCall, ToolContext, ToolResult
 
 __all__ = ["TRANSCRIPT", "AgentContext", "RequestBuilder"]
@@ -55,7 +55,7 @@ class RequestBuilder:
             brief=brief,
             budget=context.budget if context else None,
             counter=context.counter if context else None,
-            summarize=lambda messages: model.summarize(messages, stop),
+            summarize=lambda messages: _summary(model.summary_turn(messages, stop)),
             transcript=transcript,
         )
         discovering = context is not None and context.budget.max_tools > 0
@@ -115,3 +115,15 @@ class RequestBuilder:
         reported = prompt_tokens_of(usage)
         if reported is not None and self.context is not None:
             self.context.counter.calibrate(self.conversation.last_raw, reported)
+
+
+def _summary(turn: ModelTurn | None) -> SummaryAnswer | None:
+    """A summary call's answer with its usage (the transcript records both)."""
+    if turn is None:
+        return None
+    usage = turn.usage
+    return SummaryAnswer(
+        None if turn.tool_calls else turn.content,
+        usage.prompt_tokens if usage else None,
+        usage.completion_tokens if usage else None,
+    )

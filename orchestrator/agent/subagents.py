@@ -165,10 +165,17 @@ class RoundDelegations:
                 system=SUBAGENT_SYSTEM,
             )
         except ModelError as exc:
-            return ToolResult.failed(f"the sub-agent's model failed: {exc}", code="model_error")
+            result = ToolResult.failed(f"the sub-agent's model failed: {exc}", code="model_error")
         except ContextOverflow as exc:
-            return ToolResult.failed(f"the sub-agent ran out of context: {exc}", code=exc.code)
-        return _answer(end, recorder.calls)
+            result = ToolResult.failed(f"the sub-agent ran out of context: {exc}", code=exc.code)
+        else:
+            result = _answer(end, recorder.calls)
+        # Its last results (written in the background) are in before the parent's answer is,
+        # and a refused write (the generation was fenced) stops the round.
+        flush = getattr(transcript, "flush", None)
+        if callable(flush):
+            flush()
+        return result
 
 
 def _answer(end: RoundEnd, calls: list[dict[str, Any]]) -> ToolResult:

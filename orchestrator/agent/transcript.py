@@ -23,20 +23,25 @@ import json
 import threading
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from orchestrator.agent.compaction import Compaction
 from orchestrator.agent.model import ModelTurn
+from orchestrator.agent.text import clean
 from orchestrator.domain.recovery import CallRecord, Snapshot
 from orchestrator.errors import StaleGeneration
 from orchestrator.store import transcripts as transcript_store
 from orchestrator.store.db import Database
 from orchestrator.store.fencing import check_fence
 from orchestrator.tools.base import Fence, Tool, ToolCall, ToolResult
+from orchestrator.tools.results import ReadToolResult
 
 __all__ = ["REDACTED", "TranscriptWriter", "is_sensitive", "redact_values"]
 
 REDACTED = "***"
+#: The longest tool name the transcript's column holds (a model may call any name).
+_NAME_CHARS = 128
 #: Keys whose value says which operation was called, not with what: kept when redacting.
 _KEEP_KEYS = frozenset({"operation_id"})
 
@@ -132,7 +137,7 @@ class TranscriptWriter:
         for call in turn.tool_calls:
             sensitive = is_sensitive(self.tools.get(call.name), call.arguments)
             self._sensitive[call.id] = sensitive
-            arguments = redact_values(call.arguments) if sensitive else call.arguments
+            arguments = redact_values(call.arguments) if sensitive else clean(call.arguments)
             calls.append({"id": call.id, "name": call.name, "arguments": arguments})
             self.calls[call.id] = CallRecord(call.id, call.name, arguments, turn_number)
         body: dict[str, Any] = {"content": turn.content, "tool_calls": calls}
@@ -202,6 +207,8 @@ class TranscriptWriter:
                         "tokens_after": compaction.tokens_after,
                     },
                     parent_call_id=self.parent_call_id,
+                    prompt_tokens=compaction.prompt_tokens,
+                    completion_tokens=compaction.completion_tokens,
                 )
             ]
         )
@@ -220,8 +227,9 @@ class TranscriptWriter:
         tool = self.tools.get(call.name)
         if self._sensitive.get(call.id, False):
             shown["result"] = "(a sensitive result is not kept in the transcript)"
-        elif tool is not None and not tool.pageable:
-            # A page of a large result: which one, not its text.
+        elif isinstance(tool, ReadToolResult):
+            # A page of a large result: which one, not its text. Other tools that are not
+            # paged (a data-source query, a sub-agent's answer) keep what the model was shown.
             shown["result"] = {
                 "note": "a page of a large result is not kept in the transcript",
                 "arguments": call.arguments,
@@ -242,6 +250,15 @@ class TranscriptWriter:
     def _write(self, entries: list[transcript_store.Entry]) -> None:
         if not entries:
             return
+        entries = [
+            replace(
+                entry,
+                body=clean(entry.body),
+                call_id=clean(entry.call_id),
+                tool_name=clean(entry.tool_name[:_NAME_CHARS]) if entry.tool_name else None,
+            )
+            for entry in entries
+        ]
         with self._counter.lock:
             if self.db.dialect == "postgresql":
                 self._write_in_one_statement(entries)

@@ -103,6 +103,9 @@ class ToolResult:
     outcome: str | None = None
     #: The evidence record the host wrote for this result (set by the host, never by a tool).
     evidence_id: str | None = None
+    #: The payload before the host cut it to a preview for the model (host-side, never shown):
+    #: the agent keeps a published plan whole in its own message.
+    unpaged: Any = None
 
     @classmethod
     def ok(cls, payload: Any = None, message: str | None = None) -> ToolResult:

@@ -211,6 +211,29 @@ def test_compaction_keeps_the_plan_and_the_latest_transaction(
     assert all(m.get("tool_call_id") != "p1" for m in last)
 
 
+def test_a_large_plan_is_kept_whole_in_the_plan_message(
+    pg_url: str, tmp_path: Path, sent: list[Request]
+) -> None:
+    scripts = tmp_path / "scripts"
+    nodes = [node(f"n{k}", "pending") for k in range(30)]  # its result is paged (a preview)
+    write_script(
+        scripts,
+        "big",
+        [{"tool_calls": [plan_call("p1", "r1", nodes)]}, {"content": "planned"}],
+    )
+    rt, _ = runtime_for(pg_url, scripts)
+    try:
+        rt.executions.run(trigger(rt, "big"), 1, worker="w")
+    finally:
+        rt.close()
+    shown = json.loads(sent[1][1][-1]["content"])
+    assert shown["result"]["truncated"] is True
+    message = sent[1][1][2]["content"]
+    assert message.startswith(PLAN_PREFIX)
+    plan = json.loads(message[len(PLAN_PREFIX) :])
+    assert [n["id"] for n in plan["nodes"]] == [f"n{k}" for k in range(30)]
+
+
 def test_an_oversized_fixed_part_fails_with_context_overflow(pg_url: str, tmp_path: Path) -> None:
     scripts = tmp_path / "scripts"
     write_script(scripts, "tiny", [{"tool_calls": [call("c1", "read_task_context")]}])

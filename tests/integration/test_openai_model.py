@@ -15,10 +15,12 @@ from typing import Any
 import pytest
 from pydantic import Field
 
+from orchestrator.agent.budget import ContextBudget, TokenCounter
 from orchestrator.agent.host import ToolHost
 from orchestrator.agent.loop import LeaseLost, run_round
 from orchestrator.agent.model import ModelError, ModelTurn, TokenUsage, load_model
 from orchestrator.agent.openai_model import OpenAIModel
+from orchestrator.agent.request import AgentContext
 from orchestrator.settings import load_settings
 from orchestrator.tools.base import Tool, ToolArguments, ToolCall, ToolContext, ToolResult
 from tests.openai_server import Failure, OpenAIServer, Reply, call
@@ -133,12 +135,38 @@ def test_an_exhausted_budget_is_a_model_error_with_the_reason(server: OpenAIServ
     assert len(server.requests) == 3
 
 
+def test_an_answer_that_is_not_a_completion_is_retried_then_a_model_error(
+    server: OpenAIServer,
+) -> None:
+    tool = CountSamples()
+    server.garble()  # a proxy's error page with status 200
+    server.garble("{not json", content_type="application/json")
+    server.reply(content="0 samples")
+    assert play(model_for(server), tool) == "0 samples"
+    assert len(server.requests) == 3
+    for _ in range(2):
+        server.garble()
+    with pytest.raises(ModelError, match="not readable") as caught:
+        play(model_for(server, llm_max_retries=1), tool)
+    assert "LLM_MAX_RETRIES=1" in str(caught.value)
+
+
 def test_other_4xx_are_not_retried(server: OpenAIServer) -> None:
     server.fail(401, message=f"Incorrect API key provided: {KEY}")
     with pytest.raises(ModelError, match="HTTP 401") as caught:
         play(model_for(server), CountSamples())
     assert KEY not in str(caught.value)
     assert len(server.requests) == 1
+
+
+def test_a_key_cut_by_the_error_line_s_length_does_not_leak_its_beginning(
+    server: OpenAIServer,
+) -> None:
+    # The server's message is cut to 300 characters; here the key straddles the cut.
+    server.fail(401, message="x" * 285 + " " + KEY)
+    with pytest.raises(ModelError, match="HTTP 401") as caught:
+        play(model_for(server), CountSamples())
+    assert KEY[:8] not in str(caught.value)
 
 
 def test_a_retry_past_the_lease_deadline_is_not_attempted(server: OpenAIServer) -> None:
@@ -210,6 +238,111 @@ def test_malformed_arguments_are_a_failed_result_and_the_corrected_call_runs(
     sent = server.bodies[1]["messages"]
     assert sent[2]["tool_calls"][0]["function"]["arguments"] == "{}"
     assert [m["tool_call_id"] for m in sent[3:5]] == ["c1", "c2"]
+
+
+def test_a_call_id_repeated_in_one_turn_is_answered_failed_and_the_round_goes_on(
+    server: OpenAIServer,
+) -> None:
+    tool = CountSamples()
+    server.reply(
+        tool_calls=[
+            call("c1", "count_samples", {"site": "north", "hours": 1}),
+            call("c1", "count_samples", {"site": "south", "hours": 2}),
+        ]
+    )
+    server.reply(content="2 samples")
+    recorder = Recorder()
+    assert play(model_for(server), tool, recorder) == "2 samples"
+    first, second = recorder.results[0]
+    assert first.status == "succeeded"
+    assert second.status == "failed"
+    assert "repeated" in (second.message or "")
+    assert tool.ran == [("north", 1)]
+    # The history sent back names each call once, each answered once, in order.
+    sent = server.bodies[1]["messages"]
+    ids = [c["id"] for c in sent[2]["tool_calls"]]
+    assert ids[0] == "c1"
+    assert len(set(ids)) == 2
+    assert [m["tool_call_id"] for m in sent[3:5]] == ids
+
+
+class NotUtf8(Tool):
+    name = "read_feed"
+    description = "A business feed whose JSON holds a lone surrogate and a NUL."
+    arguments = CountArgs
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        return ToolResult.ok({"line": "bad \ud800 and \x00"})
+
+
+def test_nul_and_lone_surrogates_from_the_model_or_a_tool_keep_the_round_going(
+    server: OpenAIServer,
+) -> None:
+    server.reply(
+        content="checking \ud800",
+        tool_calls=[call("c1", "read_feed", {"site": "n\u0000", "hours": 1})],
+    )
+    server.reply(content="done \udfff")
+    recorder = Recorder()
+    end = run_round(
+        model_for(server),
+        ToolHost([NotUtf8()], ledger=None),
+        CTX,
+        brief="read the feed",
+        max_turns=3,
+        stop=threading.Event(),
+        recorder=recorder,
+        context=AgentContext(ContextBudget(8000), TokenCounter()),  # counted too
+    )
+    assert end.final_text == "done \ufffd"
+    assert recorder.turns[0].content == "checking \ufffd"
+    assert recorder.turns[0].tool_calls[0].arguments == {"site": "n\ufffd", "hours": 1}
+    shown = json.loads(server.bodies[1]["messages"][-1]["content"])
+    assert shown["result"] == {"line": "bad \ufffd and \x00"}
+
+
+def test_arguments_sent_as_an_object_or_a_number_do_not_crash_the_round(
+    server: OpenAIServer,
+) -> None:
+    # Some servers and proxies send `arguments` as an object rather than as JSON text.
+    tool = CountSamples()
+    as_object = {"site": "north", "hours": 2}
+    server.reply(
+        tool_calls=[
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "count_samples", "arguments": as_object},
+            },
+            {"id": "c2", "type": "function", "function": {"name": "count_samples", "arguments": 7}},
+        ]
+    )
+    server.reply(content="4 samples")
+    recorder = Recorder()
+    assert play(model_for(server), tool, recorder) == "4 samples"
+    first, second = recorder.results[0]
+    assert first.status == "succeeded"
+    assert second.status == "failed"
+    assert tool.ran == [("north", 2)]
+    sent = server.bodies[1]["messages"][2]["tool_calls"]
+    assert json.loads(sent[0]["function"]["arguments"]) == as_object
+
+
+def test_a_call_without_a_function_name_is_answered_failed(server: OpenAIServer) -> None:
+    tool = CountSamples()
+    server.reply(
+        tool_calls=[
+            {"id": "c1", "type": "function", "function": {"name": None, "arguments": "{}"}},
+            call("c2", "count_samples", {"site": "north", "hours": 1}),
+        ]
+    )
+    server.reply(content="2 samples")
+    recorder = Recorder()
+    assert play(model_for(server), tool, recorder) == "2 samples"
+    first, second = recorder.results[0]
+    assert first.status == "failed"
+    assert second.status == "succeeded"
+    assert [m["tool_call_id"] for m in server.bodies[1]["messages"][3:5]] == ["c1", "c2"]
 
 
 def test_parallel_tool_calls_are_answered_in_order(server: OpenAIServer) -> None:

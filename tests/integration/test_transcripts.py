@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -14,9 +15,12 @@ from typing import Any
 
 import pytest
 from pydantic import Field
-from sqlalchemy import update
+from sqlalchemy import select, update
 
-from orchestrator.agent.model import ModelTurn, TokenUsage
+from orchestrator.agent.host import ToolHost
+from orchestrator.agent.model import ModelTurn, ScriptedModel, TokenUsage, _ScriptTurn
+from orchestrator.agent.request import TRANSCRIPT
+from orchestrator.agent.subagents import RoundDelegations, SubAgentRun
 from orchestrator.agent.transcript import REDACTED, TranscriptWriter
 from orchestrator.cli.tasks import render_explain
 from orchestrator.domain.recovery import Snapshot
@@ -29,7 +33,15 @@ from orchestrator.store import snapshots as snapshot_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.tables import tasks, transcript_entries
 from orchestrator.store.types import utcnow
-from orchestrator.tools.base import Fence, Tool, ToolArguments, ToolCall, ToolContext, ToolResult
+from orchestrator.tools.base import (
+    CALL_ID,
+    Fence,
+    Tool,
+    ToolArguments,
+    ToolCall,
+    ToolContext,
+    ToolResult,
+)
 from tests.executions_support import (
     claim_as_worker,
     node,
@@ -39,7 +51,7 @@ from tests.executions_support import (
     runtime_for,
     wait_for,
 )
-from tests.openai_server import OpenAIServer, call
+from tests.openai_server import OpenAIServer, Reply, call
 
 
 @pytest.fixture
@@ -119,6 +131,47 @@ def test_a_round_on_the_openai_model_completes_with_its_transcript_and_usage(
         rt.close()
 
 
+def test_the_usage_of_summary_calls_is_part_of_the_execution_s_usage(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    rt = openai_runtime(
+        store_url,
+        scripts,
+        server,
+        llm_context_window=3000,
+        llm_max_output_tokens=500,
+        max_turns=14,
+    )
+    try:
+        reads = [
+            Reply(
+                tool_calls=[
+                    call(f"r{k}a", "read_task_context", {}),
+                    call(f"r{k}b", "read_task_context", {}),
+                ]
+            )
+            for k in range(12)
+        ]
+        # A summary request renders the old turns ("[tool result r0a] ...").
+        server.converse([Reply(content="the reads agree")], mentioning="[tool result")
+        server.converse([*reads, Reply(content="read enough")], mentioning="Turbid water")
+        task_id = trigger(rt)
+        rt.executions.run(task_id, 1, worker="w1")
+        entries = rt.tasks.transcript(task_id)["entries"]
+        summaries = [e for e in entries if e["kind"] == "summary"]
+        assert summaries, "the history must have been compacted"
+        assert all(e["body"]["source"] == "model" for e in summaries)
+        assert all(e["usage"]["prompt_tokens"] > 0 for e in summaries)
+        # Every call the server answered is counted, the summary calls too.
+        usage = rt.tasks.explain(task_id)["token_usage"]["generations"][0]
+        assert usage["calls"] == len(server.bodies)
+        assert usage["prompt_tokens"] == sum(
+            len(json.dumps(body["messages"])) // 4 for body in server.bodies
+        )
+    finally:
+        rt.close()
+
+
 def test_an_exhausted_retry_budget_fails_the_round_with_model_error(
     store_url: str, scripts: Path, server: OpenAIServer
 ) -> None:
@@ -183,6 +236,97 @@ def test_sensitive_arguments_and_bodies_are_redacted(store_url: str, scripts: Pa
             "filters": {"a": [REDACTED, REDACTED]},
         }
         assert entries[1]["status"] == "succeeded"
+    finally:
+        rt.close()
+
+
+def test_a_query_result_is_kept_as_shown_and_only_a_page_is_left_out(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    rt = openai_runtime(store_url, scripts, server)
+    try:
+        server.reply(tool_calls=[as_call(query_call("q1"))])
+        server.reply(content="done")
+        task_id = trigger(rt)
+        result = rt.executions.run(task_id, 1, worker="w1")
+        assert result.ran, result.detail
+        entries = rt.tasks.transcript(task_id)["entries"]
+        by_call = {e["call_id"]: e for e in entries if e["kind"] == "tool_result"}
+        # The query (not paged: its declared limit bounds it) is the envelope the model saw.
+        shown = json.loads(server.bodies[1]["messages"][-1]["content"])
+        assert shown["result"]["rows"]
+        assert by_call["q1"]["body"] == json.loads(json.dumps(shown))
+        # A page read with read_tool_result is not kept, only which one was read.
+        pager = rt.executions.receipt_tools
+        tools = {t.name: t for t in pager}
+        writer = TranscriptWriter(rt.db, Fence(task_id, 1, "x"), "s", tools)
+        page = ToolCall("p1", "read_tool_result", {"result_id": "r1", "offset": 10})
+        kept = writer.envelope(page, ToolResult.ok({"text": "the page itself"}))
+        assert "the page itself" not in json.dumps(kept)
+        assert kept["result"]["arguments"] == {"result_id": "r1", "offset": 10}
+    finally:
+        rt.close()
+
+
+def test_a_call_id_longer_than_the_transcript_keeps_does_not_stop_the_round(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    rt = openai_runtime(store_url, scripts, server)
+    try:
+        server.reply(tool_calls=[call("c" * 300, "read_task_context", {})])
+        server.reply(content="done")
+        task_id = trigger(rt)
+        result = rt.executions.run(task_id, 1, worker="w1")
+        assert result.outcome == "continue", result.detail  # no report: not an infra error
+        entries = rt.tasks.transcript(task_id)["entries"]
+        called = entries[0]["body"]["tool_calls"][0]["id"]
+        assert len(called) <= 128
+        assert entries[1]["call_id"] == called
+        assert server.bodies[1]["messages"][-1]["tool_call_id"] == called
+    finally:
+        rt.close()
+
+
+def test_nul_and_lone_surrogates_from_the_model_or_a_tool_do_not_stop_the_round(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    rt = openai_runtime(store_url, scripts, server)
+    try:
+        server.reply(
+            content="looking\u0000 at \ud800 it",
+            reasoning_content="nul\u0000",
+            tool_calls=[call("c1", "read_task_context", {})],
+        )
+        server.reply(
+            tool_calls=[call("c\u0000" + "x" * 200, "\u0000" + "n" * 300, {"k\u0000": "\udfff"})]
+        )
+        server.reply(content="done\u0000")
+        task_id = trigger(rt)
+        result = rt.executions.run(task_id, 1, worker="w1")
+        assert result.outcome == "continue", result.detail  # no report: not a stopped round
+        entries = rt.tasks.transcript(task_id)["entries"]
+        assert [e["kind"] for e in entries] == [
+            "model_turn",
+            "tool_result",
+            "model_turn",
+            "tool_result",
+            "model_turn",
+        ]
+        assert entries[0]["body"]["content"] == "looking\ufffd at \ufffd it"
+        assert entries[0]["body"]["reasoning_content"] == "nul\ufffd"
+        assert entries[2]["body"]["tool_calls"][0]["arguments"] == {"k\ufffd": "\ufffd"}
+        assert entries[3]["tool_name"] == "\ufffd" + "n" * 127
+        assert entries[3]["status"] == "failed"  # an unknown tool
+        assert entries[4]["body"]["content"] == "done\ufffd"
+        # A tool's output may hold NUL too (a command printing binary data).
+        fence, session_id = claimed(rt)
+        writer = TranscriptWriter(rt.db, fence, session_id, {})
+        binary = ToolCall("b1", "t", {})
+        writer.model_turn(1, {}, ModelTurn(None, (binary,)))
+        writer.tool_results(1, [binary], [ToolResult.ok({"out": "\x7fELF\x00\x01"})])
+        writer.flush()
+        stored = rt.tasks.transcript(fence.task_id)["entries"]
+        assert stored[-1]["body"]["result"] == {"out": "\x7fELF\ufffd\x01"}
     finally:
         rt.close()
 
@@ -313,6 +457,40 @@ def test_a_cancel_during_a_command_leaves_the_call_unknown_and_the_next_generati
         rt.close()
 
 
+def test_a_cancel_during_parallel_calls_keeps_the_results_that_returned(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    rt = openai_runtime(store_url, scripts, server, enable_command_tool=True)
+    try:
+        server.reply(
+            tool_calls=[
+                call("c1", "execute_command", {"command": "sleep 30"}),
+                call("c2", "read_task_context", {}),
+            ]
+        )
+        task_id = trigger(rt)
+        results: list[Any] = []
+        worker = threading.Thread(
+            target=lambda: results.append(rt.executions.run(task_id, 1, worker="w1"))
+        )
+        worker.start()
+        wait_for(lambda: rt.tasks.transcript(task_id)["entries"], 10, what="the model turn")
+        time.sleep(0.5)  # the read has returned; the command still runs
+        rt.tasks.cancel(task_id, "operator stop")
+        worker.join(timeout=20)
+        assert not worker.is_alive()
+        assert "stopped" in results[0].detail
+
+        session_id = rt.tasks.explain(task_id)["executions"][0]["session_id"]
+        with rt.db.transaction(readonly=True) as conn:
+            snapshot = snapshot_store.get_snapshot(conn, session_id)
+        assert snapshot is not None
+        assert [c["call_id"] for c in snapshot.unknown] == ["c1"]
+        assert [(c["call_id"], c["status"]) for c in snapshot.received] == [("c2", "succeeded")]
+    finally:
+        rt.close()
+
+
 def test_transcripts_of_finished_tasks_follow_the_retention(store_url: str, scripts: Path) -> None:
     rt, _ = runtime_for(store_url, scripts, retention_days=30)
     try:
@@ -363,5 +541,73 @@ def test_a_sub_agent_writes_under_its_parent_call_in_the_same_sequence(
         assert list(writer.calls) == ["p1"]  # the sub-agent's reads are not the round's calls
         derived = Snapshot.from_transcript(entries[:3], reason="died", generation=1)
         assert [c["call_id"] for c in derived.unknown] == ["p1"]
+    finally:
+        rt.close()
+
+
+class LockingRead(Tool):
+    """A read that, as it returns, has another transaction hold the task's row for a while:
+    the fenced write of its result waits for that transaction."""
+
+    name = "locking_read"
+    description = "a read"
+    arguments = ToolArguments
+
+    def __init__(self, rt: Runtime, task_id: str) -> None:
+        self.rt = rt
+        self.task_id = task_id
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        locked = threading.Event()
+
+        def hold() -> None:
+            with self.rt.db.transaction() as conn:
+                conn.execute(
+                    select(tasks.c.task_id).where(tasks.c.task_id == self.task_id).with_for_update()
+                )
+                locked.set()
+                time.sleep(1.0)
+
+        threading.Thread(target=hold, daemon=True).start()
+        assert locked.wait(10)
+        return ToolResult.ok("read")
+
+
+def test_a_sub_agent_s_last_results_are_written_before_its_answer_returns(
+    pg_url: str, scripts: Path
+) -> None:
+    rt, _ = runtime_for(pg_url, scripts)
+    try:
+        fence, session_id = claimed(rt)
+        writer = TranscriptWriter(rt.db, fence, session_id, {})
+        turn = _ScriptTurn.model_validate(
+            {"tool_calls": [{"id": "s1", "name": "locking_read", "arguments": {}}]}
+        )
+        delegations = RoundDelegations(
+            session_id,
+            SubAgentRun(
+                model=lambda: ScriptedModel([turn]),
+                host=ToolHost([LockingRead(rt, fence.task_id)], ledger=None),
+                max_turns=1,  # the sub-agent ends by its turn budget, right after its results
+                stop=threading.Event(),
+            ),
+        )
+        ctx = ToolContext(
+            owner=f"task:{fence.task_id}",
+            session_id=session_id,
+            round_id="intent:1",
+            task_id=fence.task_id,
+            generation=1,
+            fence=fence,
+            extras={TRANSCRIPT: writer, CALL_ID: "p1"},
+        )
+        answer = delegations.delegate(ctx, "what does the read say?")
+        assert answer.payload["ended"] == "turn_budget"
+        entries = rt.tasks.transcript(fence.task_id)["entries"]
+        assert [(e["kind"], e.get("call_id")) for e in entries] == [
+            ("model_turn", None),
+            ("tool_result", "s1"),
+        ]
+        assert {e.get("parent_call_id") for e in entries} == {"p1"}
     finally:
         rt.close()

@@ -1,0 +1,41 @@
+"""Text the store, the token counter and the wire can all hold.
+
+JSON legally carries NUL (`\\u0000`) and lone surrogates (`\\ud800`): a model may answer with
+them, a business API or a command may return them. Postgres refuses NUL in text and JSON, and a
+lone surrogate is not UTF-8 (the token counter, SQLite and the request encoder refuse it), so a
+round that met one stopped. They are replaced by U+FFFD where such text enters the runtime.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["REPLACEMENT", "clean", "clean_text"]
+
+REPLACEMENT = "\ufffd"
+
+
+def clean_text(text: str) -> str:
+    """`text` with NUL and lone surrogates replaced by U+FFFD (the same object when clean)."""
+    if "\x00" in text:
+        text = text.replace("\x00", REPLACEMENT)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # Surrogate pairs join; a lone surrogate becomes U+FFFD.
+        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+def clean(value: Any) -> Any:
+    """`value` (parsed JSON) with `clean_text` applied to every string, keys included."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        return {
+            clean_text(key) if isinstance(key, str) else key: clean(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [clean(item) for item in value]
+    return value

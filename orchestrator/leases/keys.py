@@ -6,7 +6,15 @@ a shared Redis host several things without guessing at names spread through the 
 
 from __future__ import annotations
 
-__all__ = ["LEASE_PREFIX", "PLAN_CHANNEL_PREFIX", "PREFIX", "lease_key", "lease_name"]
+__all__ = [
+    "ENDED_CHANNEL_PREFIX",
+    "LEASE_PREFIX",
+    "PLAN_CHANNEL_PREFIX",
+    "PREFIX",
+    "ended_key",
+    "lease_key",
+    "lease_name",
+]
 
 PREFIX = "orch:"
 
@@ -15,6 +23,16 @@ LEASE_PREFIX = f"{PREFIX}lease:"
 
 #: Pub/sub channel of a session's plan wake-ups: `orch:plans:<session_id>`, message the revision.
 PLAN_CHANNEL_PREFIX = f"{PREFIX}plans:"
+
+#: What a commit that ends a task's live generation from outside announces (a cancel, an
+#: operator requeue, a sweep): the wake-up key `ended:<task_id>`, published on the channel
+#: `orch:plans:ended:<task_id>`; the worker running that generation listens for it.
+ENDED_CHANNEL_PREFIX = f"{PLAN_CHANNEL_PREFIX}ended:"
+
+
+def ended_key(task_id: str) -> str:
+    """The wake-up key of "the live generation of `task_id` was ended elsewhere"."""
+    return f"ended:{task_id}"
 
 
 def lease_key(name: str) -> str:

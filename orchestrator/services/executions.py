@@ -32,6 +32,7 @@ from orchestrator.leases.process import current_process
 from orchestrator.logs import bind_log_context
 from orchestrator.services.actions import ActionService
 from orchestrator.services.dispatch import Dispatcher, safe_dispatch
+from orchestrator.services.generation_watch import watch_for
 from orchestrator.services.lease_keeper import LeaseKeeper, lease_name
 from orchestrator.services.plans import PlanService
 from orchestrator.services.recovery import save_round_snapshot
@@ -144,9 +145,16 @@ class ExecutionService:
             self.leases, self.db, fence, ttl=ttl, renew_every=self.settings.lease_renew_seconds
         )
         keeper.start()
+        # A cancel, a requeue or a sweep elsewhere stops this round at once, not at the next
+        # renewal (services/generation_watch.py).
+        watch = watch_for(self.settings.redis_url)
+        if watch is not None:
+            watch.follow(task_id)
         try:
             return self._round(task, session_id, fence, keeper)
         finally:
+            if watch is not None:
+                watch.unfollow(task_id)
             keeper.close()
             self._end_of_round(session_id)
 

@@ -188,6 +188,15 @@ class Heartbeat:
             self._changed.notify_all()
             self._changed.wait_for(lambda: keeper not in self._in_flight, timeout=30)
 
+    def check_now(self, task_id: str) -> None:
+        """Renew and mirror the leases of `task_id` at once: the store's answer tells a keeper
+        whose generation was ended elsewhere (`services.generation_watch`) to stop."""
+        with self._changed:
+            for keeper in self._keepers:
+                if keeper.fence.task_id == task_id:
+                    keeper._attempted_at = float("-inf")  # due now
+            self._changed.notify_all()
+
     def held(self) -> int:
         with self._changed:
             return len(self._keepers)

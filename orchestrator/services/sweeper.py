@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable
+from orchestrator.leases.keys import ended_key
 from orchestrator.leases.process import ProcessIdentity, is_gone
 from orchestrator.services.dispatch import Dispatcher, safe_dispatch, safe_dispatch_many
 from orchestrator.services.lease_keeper import lease_name
 from orchestrator.settings import Settings
 from orchestrator.store import outbox as outbox_store
 from orchestrator.store import tasks as task_store
-from orchestrator.store.db import Database
+from orchestrator.store.db import Database, wake_after_commit
 from orchestrator.store.lost import LostBatch, held_on_host, requeue_lost
 from orchestrator.store.outbox import NewEvent
 from orchestrator.store.records import ExecutionRecord
@@ -153,6 +154,9 @@ class Sweeper:
             batch = requeue_lost(
                 conn, lost, reason=reason, max_recoveries=self.settings.max_recoveries
             )
+            # A worker still running a lost generation (paused, cut off) stops at once.
+            for task_id, _generation in [(t, g) for t, g, _ in batch.requeued] + batch.parked:
+                wake_after_commit(conn, ended_key(task_id))
             # The task stream and the webhooks see each move, in the same transaction.
             outbox_store.record_events(
                 conn,

@@ -15,6 +15,7 @@ from orchestrator.domain.task_filter import TASK_TYPE_PATTERN, TaskFilter
 from orchestrator.domain.vocabulary import TASK_STATUSES, TERMINAL_TASK_STATUSES
 from orchestrator.errors import ConflictError, InvalidTransition, NotFound
 from orchestrator.leases import LeaseBackend
+from orchestrator.leases.keys import ended_key
 from orchestrator.services.dispatch import Dispatcher, safe_dispatch
 from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.recovery import snapshot_for
@@ -23,7 +24,7 @@ from orchestrator.store import plans as plan_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store import transcripts as transcript_store
-from orchestrator.store.db import Database
+from orchestrator.store.db import Database, wake_after_commit
 from orchestrator.store.last_write import last_fenced_write
 from orchestrator.store.receipts import ReceiptLedger
 from orchestrator.store.records import TaskRecord
@@ -158,6 +159,7 @@ class TaskService:
             outbox_store.record_event(
                 conn, task_id, "queued", generation=nxt, reason=f"requeued: {reason}"
             )
+            wake_after_commit(conn, ended_key(task_id))  # the superseded round stops at once
             # What this requeue did, read in its own transaction: a cancel that commits just
             # after it must not make the requeue's answer say "cancelled".
             requeued = task_store.get_task(conn, task_id)
@@ -183,6 +185,7 @@ class TaskService:
                 .values(status="cancelled", last_error=reason, updated_at=utcnow())
             )
             outbox_store.record_event(conn, task_id, "cancelled", reason=reason)
+            wake_after_commit(conn, ended_key(task_id))  # its worker stops the round at once
             cancelled = task_store.get_task(conn, task_id)  # as this transaction left it
         assert cancelled is not None
         return cancelled

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.leases.keys import ended_key
 from orchestrator.runtime import Runtime
 from orchestrator.services.actions import ActionService
 from orchestrator.services.lease_keeper import lease_name
@@ -161,3 +162,14 @@ def test_a_queued_task_whose_wakeup_was_lost_is_republished_once(
         assert dispatcher.sent == [(task_id, 1), (task_id, 1)]
     finally:
         rt.close()
+
+
+def test_a_requeue_announces_the_end_of_the_lost_generation(rt: Runtime) -> None:
+    """A worker still running it (paused, cut off) hears at once (services/generation_watch)."""
+    announced: list[str] = []
+    rt.db.after_commit = announced.extend
+    task_id = new_task(rt)
+    abandon(rt, task_id, 1)
+    time.sleep(TTL + 0.2)
+    assert rt.sweeper.sweep().requeued == [(task_id, 1, 2)]
+    assert ended_key(task_id) in announced

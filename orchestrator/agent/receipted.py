@@ -163,6 +163,8 @@ def _record_quietly(
             summary=summary_for(outcome),
             fence=ctx.fence,
         )
+    except StaleGeneration:  # the usual end of a cancel: the fence refuses, nothing to say
+        log.info("%s: its generation is over; the receipt stays as it is", receipt.invocation_id)
     except Exception:  # already propagating a cancellation; the cold start will fence it
         log.exception("recording the cancellation of %s failed", receipt.invocation_id)
 

@@ -6,6 +6,7 @@ The execution service runs rounds with the real OpenAI client against the loopba
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -401,7 +402,7 @@ def test_a_snapshot_from_memory_wins_over_one_from_the_transcript(
 
 @pytest.mark.slow
 def test_a_cancel_during_a_command_leaves_the_call_unknown_and_the_next_generation_sees_it(
-    store_url: str, scripts: Path, server: OpenAIServer
+    store_url: str, scripts: Path, server: OpenAIServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     rt = openai_runtime(store_url, scripts, server, enable_command_tool=True)
     try:
@@ -422,6 +423,9 @@ def test_a_cancel_during_a_command_leaves_the_call_unknown_and_the_next_generati
         assert not worker.is_alive()
         assert results[0].ran
         assert "stopped" in results[0].detail
+        # The fence refusing the stopped command's receipt is the usual end of a cancel: no
+        # error with a traceback in the worker's log.
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
         session_id = rt.tasks.explain(task_id)["executions"][0]["session_id"]
         with rt.db.transaction(readonly=True) as conn:

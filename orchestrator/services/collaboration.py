@@ -9,16 +9,15 @@ read tools only: the host runs it as a read-only caller with read tools alone.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import threading
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from orchestrator.agent.host import ToolHost
 from orchestrator.agent.model import ModelError, load_model
+from orchestrator.domain.cursors import decode_cursor, encode_cursor
 from orchestrator.domain.storable import storable_text
 from orchestrator.errors import ConflictError, NotFound, OrchestratorError, ValidationFailed
 from orchestrator.services.sessions import create_session_txn
@@ -217,33 +216,11 @@ class CollaborationService:
         self, session_id: str, *, cursor: str | None = None, limit: int = 50
     ) -> tuple[list[MessageRecord], str | None]:
         """One page of the session's messages, oldest first, and the next page's cursor."""
-        after = _decode(cursor) if cursor else None
+        after = decode_cursor(cursor) if cursor else None
         with self.db.transaction(readonly=True) as conn:
             self._session(conn, session_id)
             page = store.list_messages(conn, session_id, after=after, limit=limit + 1)
         more = len(page) > limit
         page = page[:limit]
-        return page, _encode(page[-1]) if more and page else None
-
-
-def _encode(message: MessageRecord) -> str:
-    raw = json.dumps([message.created_at.isoformat(), message.message_id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode(cursor: str) -> tuple[datetime, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        stamp, message_id = json.loads(raw)
-        if not isinstance(stamp, str) or not isinstance(message_id, str):
-            raise ValueError("bad cursor")
-        moment = datetime.fromisoformat(stamp)
-        if moment.tzinfo is None:
-            raise ValueError("bad cursor")
-        return moment.astimezone(UTC), message_id
-    except (ValueError, TypeError, OverflowError, binascii.Error, UnicodeDecodeError):
-        raise ValidationFailed(
-            "cursor is not one this API returned",
-            code="invalid_cursor",
-            details=[{"code": "invalid_cursor", "message": "unknown cursor", "field": "cursor"}],
-        ) from None
+        last = page[-1] if more and page else None
+        return page, encode_cursor(last.created_at, last.message_id) if last else None

@@ -3,6 +3,7 @@ authorised plan, report and evidence only, never from the execution transcript."
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -137,6 +138,12 @@ def test_messages_are_paged_oldest_first(
     assert [seen[0][1], seen[2][1]] == ["one", "two"]
     bad = client.get(f"/api/v1/sessions/{session_id}/messages", params={"cursor": "x"})
     assert (bad.status_code, bad.json()["error"]["code"]) == (422, "invalid_cursor")
+    # A forged id no store keeps (a lone surrogate, a NUL) is no cursor of ours either.
+    for forged in ("\\ud800", "a\\u0000"):  # JSON escapes
+        raw = f'["2024-01-01T00:00:00+00:00", "{forged}"]'.encode()
+        cursor = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        bad = client.get(f"/api/v1/sessions/{session_id}/messages", params={"cursor": cursor})
+        assert (bad.status_code, bad.json()["error"]["code"]) == (422, "invalid_cursor")
 
 
 def test_a_write_tool_is_not_available_and_a_failed_answer_stores_nothing(

@@ -457,6 +457,8 @@ def _cursor(value: Any) -> str:
         _cursor(["2024-01-01T00:00:00+00:00", 5]),
         _cursor({"a": 1, "b": 2}),
         _cursor(["2024-01-01T00:00:00+00:00"]),
+        _cursor(["2024-01-01T00:00:00+00:00", "\ud800"]),  # no store keeps a lone surrogate
+        _cursor(["2024-01-01T00:00:00+00:00", "a\x00"]),  # nor a NUL (Postgres)
         "garbage!",
         "",
     ],

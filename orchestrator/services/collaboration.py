@@ -136,7 +136,7 @@ class CollaborationService:
             if task is None:
                 raise NotFound(f"task {session.task_id} does not exist")
             authorised = snapshots(conn, task)
-            history = store.list_messages(conn, session_id, after=None, limit=MAX_LIMIT)
+            history = store.latest_messages(conn, session_id, MAX_LIMIT)
         reply = self._answer(task, session_id, authorised, history, text)
         try:
             storable_text(reply)  # a NUL or a lone surrogate: the model's fault, not the asker's

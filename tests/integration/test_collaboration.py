@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,11 @@ from fastapi.testclient import TestClient
 from orchestrator.api.app import create_app
 from orchestrator.cli import main
 from orchestrator.runtime import Runtime
+from orchestrator.services.collaboration import MAX_LIMIT
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
+from orchestrator.store.collaboration import insert_message
+from orchestrator.store.types import utcnow
 from tests.executions_support import CITED, node, plan_call, query_call, runtime_for
 
 SECRETS = ("REASONING-SECRET-42", "call-SECRET-ID", "FINAL-TRANSCRIPT-TEXT")
@@ -229,3 +233,29 @@ def test_a_task_has_one_collaboration_session_however_it_is_made(
     listed = client.get("/api/v1/sessions", params={"task_id": task_id})
     purposes = [s["purpose"] for s in listed.json()["items"]]
     assert purposes.count("task_collaboration") == 1
+
+
+def test_a_long_conversation_gives_the_model_its_latest_messages(
+    env: tuple[Runtime, Path, str], client: TestClient
+) -> None:
+    rt, scripts, task_id = env
+    write(scripts, "col.collaboration", [{"content": "ok"}])
+    session_id = client.post(f"/api/v1/tasks/{task_id}/collaboration").json()["session_id"]
+    start = utcnow() - timedelta(hours=1)
+    with rt.db.transaction() as conn:  # 150 earlier questions and answers, a second apart
+        for index in range(300):
+            role, text = ("user", f"question {index // 2}") if index % 2 == 0 else ("agent", "ok")
+            insert_message(conn, session_id, role, text, start + timedelta(seconds=index))
+    asked = client.post(f"/api/v1/sessions/{session_id}/messages", json={"text": "and now?"})
+    assert asked.status_code == 201, asked.text
+    [request] = [
+        json.loads(line)
+        for line in (scripts / "col.collaboration.json.requests.jsonl")
+        .read_text(encoding="utf-8")
+        .splitlines()
+    ]
+    questions = [m["content"] for m in request["messages"] if m["role"] == "user"]
+    # The snapshots, as many earlier questions as fit, newest last, then the new question.
+    assert questions[-2:] == ["question 149", "and now?"]
+    assert "question 0" not in questions
+    assert len(request["messages"]) <= 2 + MAX_LIMIT + 1

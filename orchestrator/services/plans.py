@@ -82,7 +82,9 @@ def publish_txn(
     """
     draft, problems = rules.parse_plan(payload)
     raw_request_id = payload.get("request_id") if isinstance(payload, dict) else None
-    request_id = raw_request_id if isinstance(raw_request_id, str) else None
+    # Looked up only when it is a request id at all: one its check refused (a NUL, a lone
+    # surrogate) is reported with the other problems, and no store could be asked about it.
+    request_id = raw_request_id if _is_request_id(raw_request_id) else None
     # Every publisher of a session queues on its row, so max(revision) + 1 stays gapless.
     context: store.PublishContext | None = None
     if fence is None:
@@ -196,6 +198,14 @@ def _check_writer(session: session_store.SessionRecord, fence: Fence | None) -> 
             f"{fence.generation} of task {fence.task_id}",
             code="session_mismatch",
         )
+
+
+def _is_request_id(value: Any) -> bool:
+    return (
+        isinstance(value, str)
+        and len(value) <= rules.MAX_REQUEST_ID
+        and rules.ID_PATTERN.fullmatch(value) is not None
+    )
 
 
 def _raw_nodes(payload: Any) -> list[Any]:

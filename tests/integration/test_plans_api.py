@@ -293,10 +293,15 @@ def test_a_fence_no_store_can_hold_is_422_on_both_stores(
         '"actor": "agent", "status": "pending", "description": "x\\ud800y"}]}',
         '{"request_id": "r1", "title": "p", "nodes": [{"id": "a", "title": "t", '
         '"actor": "agent", "status": "pending"}], "edges": [{"from": "\\ud800", "to": "a"}]}',
+        # The request_id is looked up before the other rules: not one that failed its check.
+        '{"request_id": "r\\ud800", "title": "p", "nodes": [{"id": "a", "title": "t", '
+        '"actor": "agent", "status": "pending"}]}',
+        '{"request_id": "r\\u0000", "title": "p", "nodes": [{"id": "a", "title": "t", '
+        '"actor": "agent", "status": "pending"}]}',
     ],
-    ids=["plan-title", "node-id", "node-description", "edge-from"],
+    ids=["plan-title", "node-id", "node-description", "edge-from", "request-id", "nul-request-id"],
 )
-def test_an_unpaired_surrogate_in_a_plan_is_422_not_500(
+def test_an_unpaired_surrogate_or_a_nul_in_a_plan_is_422_not_500(
     client: TestClient, session_id: str, raw: str
 ) -> None:
     response = client.post(

@@ -298,8 +298,22 @@ def test_a_fence_no_store_can_hold_is_422_on_both_stores(
         '"actor": "agent", "status": "pending"}]}',
         '{"request_id": "r\\u0000", "title": "p", "nodes": [{"id": "a", "title": "t", '
         '"actor": "agent", "status": "pending"}]}',
+        # Nor are the action ids of a refused plan's nodes.
+        '{"request_id": "r1", "title": "p", "nodes": [{"id": "a", "title": "t", '
+        '"actor": "agent", "status": "pending", "action_id": "x\\ud800"}]}',
+        '{"request_id": "r1", "title": "p", "nodes": [{"id": "a", "title": "t", '
+        '"actor": "agent", "status": "pending", "action_id": "x\\u0000"}]}',
     ],
-    ids=["plan-title", "node-id", "node-description", "edge-from", "request-id", "nul-request-id"],
+    ids=[
+        "plan-title",
+        "node-id",
+        "node-description",
+        "edge-from",
+        "request-id",
+        "nul-request-id",
+        "action-id",
+        "nul-action-id",
+    ],
 )
 def test_an_unpaired_surrogate_or_a_nul_in_a_plan_is_422_not_500(
     client: TestClient, session_id: str, raw: str

@@ -426,3 +426,21 @@ def test_the_tasks_plan_is_an_execution_plan_not_one_of_its_other_sessions(
         latest = task_plans.task_latest_plan(conn, task_id)
     assert latest is not None
     assert (latest.session_id, latest.revision) == (run.session_id, 1)
+
+
+@pytest.mark.parametrize("cited", ["x\ud800", "x\x00"], ids=["surrogate", "nul"])
+def test_a_cited_id_no_store_can_hold_is_a_refusal_not_a_store_error(
+    db: Database, cited: str
+) -> None:
+    task_id = add_task(db, generation=1)
+    run = SessionService(db).create_session(
+        purpose="task_execution", title="run", task_id=task_id, generation=1
+    )
+    add_execution(db, task_id, 1, run.session_id, "tok-1")
+    done = node("a", "completed", evidence="seen", evidence_ids=[cited])
+    with pytest.raises(ValidationFailed) as caught:
+        PlanService(db).publish_execution_plan(
+            run.session_id, plan("r1", [done]), fence=Fence(task_id, 1, "tok-1")
+        )
+    assert caught.value.code in ("invalid_character", "invalid_type")
+    assert count_revisions(db) == 0

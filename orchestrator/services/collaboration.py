@@ -182,7 +182,9 @@ class CollaborationService:
         )
         stop = threading.Event()
         try:
-            model = load_model(self.settings.model, f"{task.task_type}.collaboration")
+            model = load_model(
+                self.settings.model, f"{task.task_type}.collaboration", settings=self.settings
+            )
             model.check_tools(list(host.tools))
             schemas = host.schemas()
             for _ in range(self.settings.max_turns):

@@ -22,6 +22,7 @@ from orchestrator.settings import load_settings
 from orchestrator.store.collaboration import insert_message
 from orchestrator.store.types import utcnow
 from tests.executions_support import CITED, node, plan_call, query_call, runtime_for
+from tests.openai_server import OpenAIServer
 
 SECRETS = ("REASONING-SECRET-42", "call-SECRET-ID", "FINAL-TRANSCRIPT-TEXT")
 
@@ -259,3 +260,27 @@ def test_a_long_conversation_gives_the_model_its_latest_messages(
     assert questions[-2:] == ["question 149", "and now?"]
     assert "question 0" not in questions
     assert len(request["messages"]) <= 2 + MAX_LIMIT + 1
+
+
+def test_an_openai_model_is_called_with_the_apis_own_settings(
+    env: tuple[Runtime, Path, str], store_url: str
+) -> None:
+    _, _, task_id = env
+    with OpenAIServer() as server:
+        server.reply(content="Zone 4 was turbid.")
+        # The server and its key are in the settings the API was made with, not in the
+        # environment: the collaboration's model must be called with these.
+        settings = load_settings(
+            database_url=store_url,
+            model="openai:test-model",
+            llm_base_url=server.base_url,
+            llm_api_key="sk-collaboration",
+            llm_timeout_seconds=5,
+        )
+        with TestClient(create_app(settings)) as client:
+            session_id = client.post(f"/api/v1/tasks/{task_id}/collaboration").json()["session_id"]
+            asked = client.post(f"/api/v1/sessions/{session_id}/messages", json={"text": "Why?"})
+        assert asked.status_code == 201, asked.text
+        assert asked.json()["answer"]["text"] == "Zone 4 was turbid."
+        [body] = server.bodies
+        assert body["messages"][-1] == {"role": "user", "content": "Why?"}

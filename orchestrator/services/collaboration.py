@@ -128,6 +128,10 @@ class CollaborationService:
         """Store the question and the agent's answer; a model failure stores nothing."""
         if not text.strip():
             raise ValidationFailed("the question is empty", code="invalid_request")
+        try:
+            storable_text(text)  # before the model is asked: the question could not be stored
+        except ValueError as exc:
+            raise ValidationFailed(f"the question: {exc}", code="invalid_request") from None
         asked_at = utcnow()
         with self.db.transaction(readonly=True) as conn:
             session = self._session(conn, session_id)

@@ -284,3 +284,22 @@ def test_an_openai_model_is_called_with_the_apis_own_settings(
         assert asked.json()["answer"]["text"] == "Zone 4 was turbid."
         [body] = server.bodies
         assert body["messages"][-1] == {"role": "user", "content": "Why?"}
+
+
+@pytest.mark.parametrize("question", ["why\u0000", "why \udcff"], ids=["nul", "surrogate"])
+def test_the_cli_refuses_a_question_no_store_can_hold_before_the_model_is_asked(
+    env: tuple[Runtime, Path, str],
+    store_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    question: str,
+) -> None:
+    # A command line's undecodable bytes arrive as lone surrogates (surrogateescape).
+    _, scripts, task_id = env
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("ORCH_MODEL", f"scripted:{scripts}")
+    assert main(["tasks", "ask", task_id, question]) in (1, 2)
+    assert "Traceback" not in capsys.readouterr().err
+    assert not (scripts / "col.collaboration.json.requests.jsonl").exists()

@@ -174,7 +174,8 @@ class CollaborationService:
             role = "user" if earlier.role == "user" else "assistant"
             messages.append({"role": role, "content": earlier.text})
         messages.append({"role": "user", "content": text})
-        tools: list[Tool] = [ReadTaskContext(self.db)]  # read tools only
+        # Read tools only, and no execution's transcript: not the recovery built from it.
+        tools: list[Tool] = [ReadTaskContext(self.db, recovery=False)]
         host = ToolHost(tools, ledger=None)
         ctx = ToolContext(
             owner=f"collaboration:{session_id}",

@@ -15,11 +15,13 @@ from fastapi.testclient import TestClient
 
 from orchestrator.api.app import create_app
 from orchestrator.cli import main
+from orchestrator.domain.recovery import CallRecord, Snapshot
 from orchestrator.runtime import Runtime
 from orchestrator.services.collaboration import MAX_LIMIT
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
 from orchestrator.store.collaboration import insert_message
+from orchestrator.store.snapshots import save_snapshot
 from orchestrator.store.types import utcnow
 from tests.executions_support import CITED, node, plan_call, query_call, runtime_for
 from tests.openai_server import OpenAIServer
@@ -303,3 +305,30 @@ def test_the_cli_refuses_a_question_no_store_can_hold_before_the_model_is_asked(
     assert main(["tasks", "ask", task_id, question]) in (1, 2)
     assert "Traceback" not in capsys.readouterr().err
     assert not (scripts / "col.collaboration.json.requests.jsonl").exists()
+
+
+def test_an_answer_never_reads_the_recovery_built_from_an_execution_transcript(
+    env: tuple[Runtime, Path, str], client: TestClient
+) -> None:
+    # Generation 1 stopped with a call whose outcome is unknown (its recovery snapshot lists
+    # the execution's tool calls); generation 2 is queued. The collaboration's read tool shows
+    # the task, its plans, reports and evidence, not that trail.
+    rt, scripts, task_id = env
+    session_1 = rt.tasks.get(task_id).session_id
+    assert session_1 is not None
+    trail = Snapshot.from_calls(
+        [CallRecord("call-TRAIL-SECRET", "call_api", {"note": "TRAIL-ARGUMENT-SECRET"}, 3)],
+        reason="the worker stopped",
+        generation=1,
+    )
+    with rt.db.transaction() as conn:
+        save_snapshot(conn, session_1, trail)
+    rt.tasks.requeue(task_id, "look again")
+    session_id = client.post(f"/api/v1/tasks/{task_id}/collaboration").json()["session_id"]
+    asked = client.post(f"/api/v1/sessions/{session_id}/messages", json={"text": "Why?"})
+    assert asked.status_code == 201, asked.text
+    requests = (scripts / "col.collaboration.json.requests.jsonl").read_text(encoding="utf-8")
+    assert "read_task_context" in requests  # the tool ran and its result came back
+    assert "REPORT-SUMMARY-9" in requests
+    for secret in ("call-TRAIL-SECRET", "TRAIL-ARGUMENT-SECRET"):
+        assert secret not in requests

@@ -606,3 +606,13 @@ def test_a_stored_plan_sent_back_with_its_server_fields_is_accepted(
     assert (body["revision"], body["session_id"]) == (2, session_id)
     assert body["status_counts"]["running"] == 1
     assert revision_count(client) == 2
+
+
+@pytest.mark.parametrize("field", ["title", "owner", "task_id"])
+def test_a_session_field_no_store_can_hold_is_a_422_naming_that_field(
+    client: TestClient, field: str
+) -> None:
+    body = {"purpose": "ordinary_chat", "title": "chat", field: "a\u0000b"}
+    response = client.post("/api/v1/sessions", json=body, headers=PUBLIC)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["details"][0]["field"] == f"body.{field}"

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.api.contract import Page, error_responses
+from orchestrator.api.contract import FilledText, Page, StoredText, error_responses
 from orchestrator.api.deps import get_sessions
 from orchestrator.api.enums import SessionPurpose
 from orchestrator.api.models import SessionView
@@ -24,9 +24,10 @@ class CreateSession(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     purpose: SessionPurpose
-    title: str = Field(min_length=1, max_length=200)
-    task_id: str | None = Field(default=None, max_length=36)
-    owner: str = Field(default="api", min_length=1, max_length=128)
+    # Refused up front, naming the field, when no store keeps it (a NUL character).
+    title: FilledText = Field(min_length=1, max_length=200)
+    task_id: StoredText | None = Field(default=None, max_length=36)
+    owner: FilledText = Field(default="api", min_length=1, max_length=128)
 
 
 @router.post("", status_code=201, response_model=SessionView, responses=error_responses(404, 409))

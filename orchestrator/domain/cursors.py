@@ -12,6 +12,7 @@ import binascii
 import json
 from datetime import UTC, datetime
 
+from orchestrator.domain.storable import storable_text
 from orchestrator.errors import ValidationFailed
 
 __all__ = ["decode_cursor", "encode_cursor"]
@@ -26,13 +27,14 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
     """The (created_at in UTC, id) of a cursor; anything else is 422 `invalid_cursor`.
 
     The conversion to UTC happens inside the check: a forged offset near the ends of the
-    calendar overflows, and must not reach the store.
+    calendar overflows, and must not reach the store; nor must an id no store keeps.
     """
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         stamp, row_id = json.loads(raw)
         if not isinstance(stamp, str) or not isinstance(row_id, str):
             raise ValueError("bad cursor")
+        storable_text(row_id)  # a forged NUL or lone surrogate would fail in the store
         moment = datetime.fromisoformat(stamp)
         if moment.tzinfo is None:
             raise ValueError("bad cursor")

@@ -4,8 +4,8 @@ Pure rules against the previous revision, beside the structural ones of `domain.
 
 - a node's `actor` never changes (`actor_changed`), for every writer;
 - a human node is completed, failed or skipped only by a person: an agent publish that puts one
-  in those statuses (a new node, or a status change) is refused (`human_node`); keeping the
-  status a person set is not a change;
+  in those statuses (a new node, or a status change) is refused (`human_node`), and so is one
+  that changes the status a person set (to `cancelled`, say); keeping it is not a change;
 - the action id written back to a node is never dropped or replaced (`action_id_removed`),
   except by the id of a new proposal replacing a superseded action;
 - a node whose action is still pending approval, or was rejected or superseded, cannot be
@@ -99,6 +99,16 @@ def authority_problems(
                     "human_node",
                     f"node {node_id!r} is a human step: only a person marks it {status}; "
                     "leave it pending, running or waiting",
+                    node_id=node_id,
+                )
+            )
+        elif human and old is not None and old.get("status") in HUMAN_CLOSED and not unchanged:
+            # A person closed it: re-closing it (cancelled) would overwrite who closed it.
+            found.append(
+                problem(
+                    "human_node",
+                    f"node {node_id!r} is a human step a person marked {old.get('status')}; "
+                    "keep it as it is",
                     node_id=node_id,
                 )
             )

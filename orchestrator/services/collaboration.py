@@ -9,16 +9,15 @@ read tools only: the host runs it as a read-only caller with read tools alone.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import threading
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from orchestrator.agent.host import ToolHost
 from orchestrator.agent.model import ModelError, load_model
+from orchestrator.domain.cursors import decode_cursor, encode_cursor
 from orchestrator.domain.storable import storable_text
 from orchestrator.errors import ConflictError, NotFound, OrchestratorError, ValidationFailed
 from orchestrator.services.sessions import create_session_txn
@@ -129,6 +128,10 @@ class CollaborationService:
         """Store the question and the agent's answer; a model failure stores nothing."""
         if not text.strip():
             raise ValidationFailed("the question is empty", code="invalid_request")
+        try:
+            storable_text(text)  # before the model is asked: the question could not be stored
+        except ValueError as exc:
+            raise ValidationFailed(f"the question: {exc}", code="invalid_request") from None
         asked_at = utcnow()
         with self.db.transaction(readonly=True) as conn:
             session = self._session(conn, session_id)
@@ -137,7 +140,7 @@ class CollaborationService:
             if task is None:
                 raise NotFound(f"task {session.task_id} does not exist")
             authorised = snapshots(conn, task)
-            history = store.list_messages(conn, session_id, after=None, limit=MAX_LIMIT)
+            history = store.latest_messages(conn, session_id, MAX_LIMIT)
         reply = self._answer(task, session_id, authorised, history, text)
         try:
             storable_text(reply)  # a NUL or a lone surrogate: the model's fault, not the asker's
@@ -171,7 +174,8 @@ class CollaborationService:
             role = "user" if earlier.role == "user" else "assistant"
             messages.append({"role": role, "content": earlier.text})
         messages.append({"role": "user", "content": text})
-        tools: list[Tool] = [ReadTaskContext(self.db)]  # read tools only
+        # Read tools only, and no execution's transcript: not the recovery built from it.
+        tools: list[Tool] = [ReadTaskContext(self.db, recovery=False)]
         host = ToolHost(tools, ledger=None)
         ctx = ToolContext(
             owner=f"collaboration:{session_id}",
@@ -183,7 +187,9 @@ class CollaborationService:
         )
         stop = threading.Event()
         try:
-            model = load_model(self.settings.model, f"{task.task_type}.collaboration")
+            model = load_model(
+                self.settings.model, f"{task.task_type}.collaboration", settings=self.settings
+            )
             model.check_tools(list(host.tools))
             schemas = host.schemas()
             for _ in range(self.settings.max_turns):
@@ -217,33 +223,11 @@ class CollaborationService:
         self, session_id: str, *, cursor: str | None = None, limit: int = 50
     ) -> tuple[list[MessageRecord], str | None]:
         """One page of the session's messages, oldest first, and the next page's cursor."""
-        after = _decode(cursor) if cursor else None
+        after = decode_cursor(cursor) if cursor else None
         with self.db.transaction(readonly=True) as conn:
             self._session(conn, session_id)
             page = store.list_messages(conn, session_id, after=after, limit=limit + 1)
         more = len(page) > limit
         page = page[:limit]
-        return page, _encode(page[-1]) if more and page else None
-
-
-def _encode(message: MessageRecord) -> str:
-    raw = json.dumps([message.created_at.isoformat(), message.message_id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode(cursor: str) -> tuple[datetime, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        stamp, message_id = json.loads(raw)
-        if not isinstance(stamp, str) or not isinstance(message_id, str):
-            raise ValueError("bad cursor")
-        moment = datetime.fromisoformat(stamp)
-        if moment.tzinfo is None:
-            raise ValueError("bad cursor")
-        return moment.astimezone(UTC), message_id
-    except (ValueError, TypeError, OverflowError, binascii.Error, UnicodeDecodeError):
-        raise ValidationFailed(
-            "cursor is not one this API returned",
-            code="invalid_cursor",
-            details=[{"code": "invalid_cursor", "message": "unknown cursor", "field": "cursor"}],
-        ) from None
+        last = page[-1] if more and page else None
+        return page, encode_cursor(last.created_at, last.message_id) if last else None

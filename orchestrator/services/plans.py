@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 from sqlalchemy import Connection
 
@@ -82,7 +82,9 @@ def publish_txn(
     """
     draft, problems = rules.parse_plan(payload)
     raw_request_id = payload.get("request_id") if isinstance(payload, dict) else None
-    request_id = raw_request_id if isinstance(raw_request_id, str) else None
+    # Looked up only when it is a request id at all: one its check refused (a NUL, a lone
+    # surrogate) is reported with the other problems, and no store could be asked about it.
+    request_id = raw_request_id if _is_id(raw_request_id, rules.MAX_REQUEST_ID) else None
     # Every publisher of a session queues on its row, so max(revision) + 1 stays gapless.
     context: store.PublishContext | None = None
     if fence is None:
@@ -136,16 +138,19 @@ def publish_txn(
         # under the task row's lock): the agent's open copy of it does not undo that.
         nodes = keep_person_closed(nodes, previous)
     problems += rules.check_update(nodes, previous)
+    # The ids of a refused plan's nodes are looked up too (every problem is reported at once),
+    # but only those that are ids at all: no store can be asked about a NUL or a lone surrogate.
     named = [n.get("action_id") for n in [*nodes, *(previous or [])] if isinstance(n, dict)]
     problems += authority_problems(
         nodes,
         previous,
         writer=writer,
-        action_statuses=task_plans.action_statuses(conn, [a for a in named if isinstance(a, str)]),
+        action_statuses=task_plans.action_statuses(conn, [a for a in named if _is_id(a)]),
     )
     if fence is not None and writer == "agent":
         # Invariant 21: what an execution's agent completes rests on what the host recorded.
-        known, writes = task_plans.cited_records(conn, fence.task_id, cited_ids(nodes, previous))
+        cited = [i for i in cited_ids(nodes, previous) if _is_id(i)]
+        known, writes = task_plans.cited_records(conn, fence.task_id, cited)
         problems += citation_problems(nodes, previous, evidence=known, writes=writes)
     rules.raise_problems(problems)
     assert draft is not None  # no problem was found, so the draft exists
@@ -196,6 +201,15 @@ def _check_writer(session: session_store.SessionRecord, fence: Fence | None) -> 
             f"{fence.generation} of task {fence.task_id}",
             code="session_mismatch",
         )
+
+
+def _is_id(value: Any, limit: int = rules.MAX_ID) -> TypeGuard[str]:
+    """Whether `value` passes the id check (a request, node, action or evidence id)."""
+    return (
+        isinstance(value, str)
+        and len(value) <= limit
+        and rules.ID_PATTERN.fullmatch(value) is not None
+    )
 
 
 def _raw_nodes(payload: Any) -> list[Any]:

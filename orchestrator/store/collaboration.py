@@ -20,6 +20,7 @@ __all__ = [
     "MessageRecord",
     "collaboration_session_of",
     "insert_message",
+    "latest_messages",
     "list_messages",
 ]
 
@@ -77,3 +78,15 @@ def list_messages(
         )
     query = query.order_by(t.c.created_at, t.c.message_id).limit(limit)
     return [MessageRecord.from_row(row) for row in conn.execute(query)]
+
+
+def latest_messages(conn: Connection, session_id: str, limit: int) -> list[MessageRecord]:
+    """The newest `limit` messages, oldest first (the conversation a new question follows)."""
+    t = collaboration_messages
+    query = (
+        select(t)
+        .where(t.c.session_id == session_id)
+        .order_by(t.c.created_at.desc(), t.c.message_id.desc())
+        .limit(limit)
+    )
+    return [MessageRecord.from_row(row) for row in conn.execute(query)][::-1]

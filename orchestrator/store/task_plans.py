@@ -17,17 +17,19 @@ def task_latest_plan(
     conn: Connection, task_id: str, before_generation: int | None = None
 ) -> PlanRecord | None:
     """The task's latest revision (of its latest generation that published one), optionally
-    only among generations before `before_generation`."""
-    query = select(plan_revisions).where(plan_revisions.c.task_id == task_id)
+    only among generations before `before_generation`.
+
+    Only executions' revisions count: a chat about the task (a collaboration session) may hold
+    a plan too, of no generation. A generation has one session, whose revision numbers are its
+    order; `updated_at` is not (a person's revision and the agent's come from two clocks).
+    """
+    query = select(plan_revisions).where(
+        plan_revisions.c.task_id == task_id, plan_revisions.c.generation.is_not(None)
+    )
     if before_generation is not None:
         query = query.where(plan_revisions.c.generation < before_generation)
-    row = conn.execute(
-        query.order_by(
-            plan_revisions.c.generation.desc(),
-            plan_revisions.c.updated_at.desc(),
-            plan_revisions.c.revision.desc(),
-        ).limit(1)
-    ).one_or_none()
+    newest_first = (plan_revisions.c.generation.desc(), plan_revisions.c.revision.desc())
+    row = conn.execute(query.order_by(*newest_first).limit(1)).one_or_none()
     return PlanRecord.from_row(row) if row is not None else None
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from orchestrator.domain.plans import SERVER_FIELDS
 from orchestrator.errors import ConflictError, StaleGeneration, ValidationFailed
 from orchestrator.services.lease_keeper import LeaseKeeper
 from orchestrator.services.plans import PlanService
@@ -21,6 +22,15 @@ class _PlanArguments(ToolArguments):
     reason: Any = None
     nodes: list[Any] = Field(default_factory=list)
     edges: list[Any] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _without_server_fields(cls, data: Any) -> Any:
+        """A stored revision sent back (the usual way to keep every node) carries the fields
+        the server sets; the service ignores them, so they are not refused here either."""
+        if isinstance(data, dict):
+            return {key: value for key, value in data.items() if key not in SERVER_FIELDS}
+        return data
 
 
 class PublishExecutionPlan(Tool):

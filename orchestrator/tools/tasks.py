@@ -44,8 +44,11 @@ class ReadTaskContext(Tool):
     effect = "read"
     arguments = _NoArguments
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, recovery: bool = True) -> None:
         self.db = db
+        # The recovery snapshot is the previous round's tool-call trail, for the execution that
+        # resumes it; a collaboration answers from plans, reports and evidence only (seed 004).
+        self.recovery = recovery
 
     def run(self, ctx: ToolContext, args: Any) -> ToolResult:
         if ctx.task_id is None or ctx.generation is None:
@@ -59,7 +62,7 @@ class ReadTaskContext(Tool):
             if ctx.generation > 1:
                 before = task_store.last_started_execution(conn, ctx.task_id, ctx.generation)
                 if before is not None:
-                    recovery = snapshot_for(conn, before)
+                    recovery = snapshot_for(conn, before) if self.recovery else None
                     plan = plan_store.latest_revision(conn, before.session_id)
                     previous = {
                         "generation": before.generation,

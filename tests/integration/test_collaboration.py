@@ -3,8 +3,10 @@ authorised plan, report and evidence only, never from the execution transcript."
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +15,16 @@ from fastapi.testclient import TestClient
 
 from orchestrator.api.app import create_app
 from orchestrator.cli import main
+from orchestrator.domain.recovery import CallRecord, Snapshot
 from orchestrator.runtime import Runtime
+from orchestrator.services.collaboration import MAX_LIMIT
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
+from orchestrator.store.collaboration import insert_message
+from orchestrator.store.snapshots import save_snapshot
+from orchestrator.store.types import utcnow
 from tests.executions_support import CITED, node, plan_call, query_call, runtime_for
+from tests.openai_server import OpenAIServer
 
 SECRETS = ("REASONING-SECRET-42", "call-SECRET-ID", "FINAL-TRANSCRIPT-TEXT")
 
@@ -137,6 +145,12 @@ def test_messages_are_paged_oldest_first(
     assert [seen[0][1], seen[2][1]] == ["one", "two"]
     bad = client.get(f"/api/v1/sessions/{session_id}/messages", params={"cursor": "x"})
     assert (bad.status_code, bad.json()["error"]["code"]) == (422, "invalid_cursor")
+    # A forged id no store keeps (a lone surrogate, a NUL) is no cursor of ours either.
+    for forged in ("\\ud800", "a\\u0000"):  # JSON escapes
+        raw = f'["2024-01-01T00:00:00+00:00", "{forged}"]'.encode()
+        cursor = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        bad = client.get(f"/api/v1/sessions/{session_id}/messages", params={"cursor": cursor})
+        assert (bad.status_code, bad.json()["error"]["code"]) == (422, "invalid_cursor")
 
 
 def test_a_write_tool_is_not_available_and_a_failed_answer_stores_nothing(
@@ -222,3 +236,99 @@ def test_a_task_has_one_collaboration_session_however_it_is_made(
     listed = client.get("/api/v1/sessions", params={"task_id": task_id})
     purposes = [s["purpose"] for s in listed.json()["items"]]
     assert purposes.count("task_collaboration") == 1
+
+
+def test_a_long_conversation_gives_the_model_its_latest_messages(
+    env: tuple[Runtime, Path, str], client: TestClient
+) -> None:
+    rt, scripts, task_id = env
+    write(scripts, "col.collaboration", [{"content": "ok"}])
+    session_id = client.post(f"/api/v1/tasks/{task_id}/collaboration").json()["session_id"]
+    start = utcnow() - timedelta(hours=1)
+    with rt.db.transaction() as conn:  # 150 earlier questions and answers, a second apart
+        for index in range(300):
+            role, text = ("user", f"question {index // 2}") if index % 2 == 0 else ("agent", "ok")
+            insert_message(conn, session_id, role, text, start + timedelta(seconds=index))
+    asked = client.post(f"/api/v1/sessions/{session_id}/messages", json={"text": "and now?"})
+    assert asked.status_code == 201, asked.text
+    [request] = [
+        json.loads(line)
+        for line in (scripts / "col.collaboration.json.requests.jsonl")
+        .read_text(encoding="utf-8")
+        .splitlines()
+    ]
+    questions = [m["content"] for m in request["messages"] if m["role"] == "user"]
+    # The snapshots, as many earlier questions as fit, newest last, then the new question.
+    assert questions[-2:] == ["question 149", "and now?"]
+    assert "question 0" not in questions
+    assert len(request["messages"]) <= 2 + MAX_LIMIT + 1
+
+
+def test_an_openai_model_is_called_with_the_apis_own_settings(
+    env: tuple[Runtime, Path, str], store_url: str
+) -> None:
+    _, _, task_id = env
+    with OpenAIServer() as server:
+        server.reply(content="Zone 4 was turbid.")
+        # The server and its key are in the settings the API was made with, not in the
+        # environment: the collaboration's model must be called with these.
+        settings = load_settings(
+            database_url=store_url,
+            model="openai:test-model",
+            llm_base_url=server.base_url,
+            llm_api_key="sk-collaboration",
+            llm_timeout_seconds=5,
+        )
+        with TestClient(create_app(settings)) as client:
+            session_id = client.post(f"/api/v1/tasks/{task_id}/collaboration").json()["session_id"]
+            asked = client.post(f"/api/v1/sessions/{session_id}/messages", json={"text": "Why?"})
+        assert asked.status_code == 201, asked.text
+        assert asked.json()["answer"]["text"] == "Zone 4 was turbid."
+        [body] = server.bodies
+        assert body["messages"][-1] == {"role": "user", "content": "Why?"}
+
+
+@pytest.mark.parametrize("question", ["why\u0000", "why \udcff"], ids=["nul", "surrogate"])
+def test_the_cli_refuses_a_question_no_store_can_hold_before_the_model_is_asked(
+    env: tuple[Runtime, Path, str],
+    store_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    question: str,
+) -> None:
+    # A command line's undecodable bytes arrive as lone surrogates (surrogateescape).
+    _, scripts, task_id = env
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("ORCH_MODEL", f"scripted:{scripts}")
+    assert main(["tasks", "ask", task_id, question]) in (1, 2)
+    assert "Traceback" not in capsys.readouterr().err
+    assert not (scripts / "col.collaboration.json.requests.jsonl").exists()
+
+
+def test_an_answer_never_reads_the_recovery_built_from_an_execution_transcript(
+    env: tuple[Runtime, Path, str], client: TestClient
+) -> None:
+    # Generation 1 stopped with a call whose outcome is unknown (its recovery snapshot lists
+    # the execution's tool calls); generation 2 is queued. The collaboration's read tool shows
+    # the task, its plans, reports and evidence, not that trail.
+    rt, scripts, task_id = env
+    session_1 = rt.tasks.get(task_id).session_id
+    assert session_1 is not None
+    trail = Snapshot.from_calls(
+        [CallRecord("call-TRAIL-SECRET", "call_api", {"note": "TRAIL-ARGUMENT-SECRET"}, 3)],
+        reason="the worker stopped",
+        generation=1,
+    )
+    with rt.db.transaction() as conn:
+        save_snapshot(conn, session_1, trail)
+    rt.tasks.requeue(task_id, "look again")
+    session_id = client.post(f"/api/v1/tasks/{task_id}/collaboration").json()["session_id"]
+    asked = client.post(f"/api/v1/sessions/{session_id}/messages", json={"text": "Why?"})
+    assert asked.status_code == 201, asked.text
+    requests = (scripts / "col.collaboration.json.requests.jsonl").read_text(encoding="utf-8")
+    assert "read_task_context" in requests  # the tool ran and its result came back
+    assert "REPORT-SUMMARY-9" in requests
+    for secret in ("call-TRAIL-SECRET", "TRAIL-ARGUMENT-SECRET"):
+        assert secret not in requests

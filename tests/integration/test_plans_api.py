@@ -293,10 +293,29 @@ def test_a_fence_no_store_can_hold_is_422_on_both_stores(
         '"actor": "agent", "status": "pending", "description": "x\\ud800y"}]}',
         '{"request_id": "r1", "title": "p", "nodes": [{"id": "a", "title": "t", '
         '"actor": "agent", "status": "pending"}], "edges": [{"from": "\\ud800", "to": "a"}]}',
+        # The request_id is looked up before the other rules: not one that failed its check.
+        '{"request_id": "r\\ud800", "title": "p", "nodes": [{"id": "a", "title": "t", '
+        '"actor": "agent", "status": "pending"}]}',
+        '{"request_id": "r\\u0000", "title": "p", "nodes": [{"id": "a", "title": "t", '
+        '"actor": "agent", "status": "pending"}]}',
+        # Nor are the action ids of a refused plan's nodes.
+        '{"request_id": "r1", "title": "p", "nodes": [{"id": "a", "title": "t", '
+        '"actor": "agent", "status": "pending", "action_id": "x\\ud800"}]}',
+        '{"request_id": "r1", "title": "p", "nodes": [{"id": "a", "title": "t", '
+        '"actor": "agent", "status": "pending", "action_id": "x\\u0000"}]}',
     ],
-    ids=["plan-title", "node-id", "node-description", "edge-from"],
+    ids=[
+        "plan-title",
+        "node-id",
+        "node-description",
+        "edge-from",
+        "request-id",
+        "nul-request-id",
+        "action-id",
+        "nul-action-id",
+    ],
 )
-def test_an_unpaired_surrogate_in_a_plan_is_422_not_500(
+def test_an_unpaired_surrogate_or_a_nul_in_a_plan_is_422_not_500(
     client: TestClient, session_id: str, raw: str
 ) -> None:
     response = client.post(
@@ -457,6 +476,8 @@ def _cursor(value: Any) -> str:
         _cursor(["2024-01-01T00:00:00+00:00", 5]),
         _cursor({"a": 1, "b": 2}),
         _cursor(["2024-01-01T00:00:00+00:00"]),
+        _cursor(["2024-01-01T00:00:00+00:00", "\ud800"]),  # no store keeps a lone surrogate
+        _cursor(["2024-01-01T00:00:00+00:00", "a\x00"]),  # nor a NUL (Postgres)
         "garbage!",
         "",
     ],
@@ -585,3 +606,13 @@ def test_a_stored_plan_sent_back_with_its_server_fields_is_accepted(
     assert (body["revision"], body["session_id"]) == (2, session_id)
     assert body["status_counts"]["running"] == 1
     assert revision_count(client) == 2
+
+
+@pytest.mark.parametrize("field", ["title", "owner", "task_id"])
+def test_a_session_field_no_store_can_hold_is_a_422_naming_that_field(
+    client: TestClient, field: str
+) -> None:
+    body = {"purpose": "ordinary_chat", "title": "chat", field: "a\u0000b"}
+    response = client.post("/api/v1/sessions", json=body, headers=PUBLIC)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["details"][0]["field"] == f"body.{field}"

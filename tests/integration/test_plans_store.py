@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from sqlalchemy import func, insert, select, update
 from orchestrator.errors import ConflictError, StaleGeneration, ValidationFailed
 from orchestrator.services.plans import PlanService, PublishResult
 from orchestrator.services.sessions import SessionService
-from orchestrator.store import Database
+from orchestrator.store import Database, task_plans
 from orchestrator.store.tables import executions, plan_revisions, tasks
 from orchestrator.store.types import utcnow
 from orchestrator.tools.base import Fence
@@ -364,3 +365,82 @@ def test_state_is_running_only_for_the_current_session_of_a_running_task(db: Dat
     with db.transaction() as conn:
         conn.execute(update(tasks).where(tasks.c.task_id == task_id).values(status="waiting"))
     assert not plans.state(current.session_id).running
+
+
+def test_the_tasks_plan_is_its_highest_revision_whatever_the_writers_clocks(
+    db: Database,
+) -> None:
+    # Revision 2 is written by a process whose clock runs 5 s behind the writer of revision 1
+    # (a worker and the API on two machines): the revision number, not the clock, says which
+    # is newer, for the task's plan and for the next generation's continuity check.
+    task_id = add_task(db, generation=1)
+    first = SessionService(db).create_session(
+        purpose="task_execution", title="run 1", task_id=task_id, generation=1
+    )
+    add_execution(db, task_id, 1, first.session_id, "tok-1")
+    now = utcnow()
+    fence = Fence(task_id, 1, "tok-1")
+    PlanService(db, clock=lambda: now).publish_execution_plan(
+        first.session_id, plan("r1", [node("a")]), fence=fence
+    )
+    PlanService(db, clock=lambda: now - timedelta(seconds=5)).publish_execution_plan(
+        first.session_id, plan("r2", [node("a"), node("b")]), fence=fence
+    )
+    with db.transaction(readonly=True) as conn:
+        latest = task_plans.task_latest_plan(conn, task_id)
+    assert latest is not None
+    assert latest.revision == 2
+
+    with db.transaction() as conn:
+        conn.execute(update(tasks).where(tasks.c.task_id == task_id).values(generation=2))
+    second = SessionService(db).create_session(
+        purpose="task_execution", title="run 2", task_id=task_id, generation=2
+    )
+    add_execution(db, task_id, 2, second.session_id, "tok-2")
+    with pytest.raises(ValidationFailed) as caught:
+        PlanService(db).publish_execution_plan(
+            second.session_id, plan("g2", [node("a")]), fence=Fence(task_id, 2, "tok-2")
+        )
+    assert [p["node_id"] for p in caught.value.details if p["code"] == "node_removed"] == ["b"]
+
+
+def test_the_tasks_plan_is_an_execution_plan_not_one_of_its_other_sessions(
+    db: Database,
+) -> None:
+    task_id = add_task(db, generation=1)
+    run = SessionService(db).create_session(
+        purpose="task_execution", title="run", task_id=task_id, generation=1
+    )
+    add_execution(db, task_id, 1, run.session_id, "tok-1")
+    plans = PlanService(db)
+    plans.publish_execution_plan(
+        run.session_id, plan("r1", [node("a")]), fence=Fence(task_id, 1, "tok-1")
+    )
+    # A chat about the task takes a plan of its own (the bridge publishes there unfenced): it
+    # belongs to no generation, and is not the task's plan.
+    chat = SessionService(db).create_session(
+        purpose="task_collaboration", title="chat", task_id=task_id
+    )
+    plans.publish_execution_plan(chat.session_id, plan("c1", [node("z")]))
+    with db.transaction(readonly=True) as conn:
+        latest = task_plans.task_latest_plan(conn, task_id)
+    assert latest is not None
+    assert (latest.session_id, latest.revision) == (run.session_id, 1)
+
+
+@pytest.mark.parametrize("cited", ["x\ud800", "x\x00"], ids=["surrogate", "nul"])
+def test_a_cited_id_no_store_can_hold_is_a_refusal_not_a_store_error(
+    db: Database, cited: str
+) -> None:
+    task_id = add_task(db, generation=1)
+    run = SessionService(db).create_session(
+        purpose="task_execution", title="run", task_id=task_id, generation=1
+    )
+    add_execution(db, task_id, 1, run.session_id, "tok-1")
+    done = node("a", "completed", evidence="seen", evidence_ids=[cited])
+    with pytest.raises(ValidationFailed) as caught:
+        PlanService(db).publish_execution_plan(
+            run.session_id, plan("r1", [done]), fence=Fence(task_id, 1, "tok-1")
+        )
+    assert caught.value.code in ("invalid_character", "invalid_type")
+    assert count_revisions(db) == 0

@@ -389,3 +389,19 @@ def test_a_sample_input_is_labelled_peripheral_sample(rt: Runtime) -> None:
     payload = context_of(rt, task_id, 1)
     assert payload["origin"] == "peripheral_sample"
     assert payload["sample_input"] == {"origin": "peripheral_sample", "data": sample}
+
+
+def test_the_agent_may_send_a_stored_plan_back_with_its_server_fields(rt: Runtime) -> None:
+    live = claim(rt, trigger(rt), 1)
+    first = live.publish("r1", [node("a", "running"), node("b", "pending")])
+    assert first.status == "succeeded", first.message_text
+    # The usual way to keep every node: the stored revision as the tool returned it, edited.
+    stored = dict(first.payload or {})
+    assert {"schema_version", "revision", "status_counts", "updated_at"} <= stored.keys()
+    again = dict(stored, request_id="r2", reason="b started")
+    again["nodes"] = [dict(n, status="running") if n["id"] == "b" else n for n in stored["nodes"]]
+    host = ToolHost([PublishExecutionPlan(rt.plans, live.keeper())], ledger=None)
+    [result] = host.run_turn(live.ctx(), [ToolCall("p2", "publish_execution_plan", again)])
+    assert result.status == "succeeded", result.message_text
+    assert (result.payload or {})["revision"] == 2
+    assert (result.payload or {})["session_id"] == live.session_id

@@ -53,6 +53,16 @@ def test_a_person_may_close_it_and_the_agent_may_keep_what_the_person_set() -> N
     assert authority_problems([n("h", "waiting", "human")], previous) == []
 
 
+@pytest.mark.parametrize("closed", ["failed", "skipped"])
+def test_an_agent_cannot_reclose_a_human_node_a_person_closed(closed: str) -> None:
+    # "cancelled" is not a status only a person sets, but a person's close is not the agent's
+    # to overwrite: the node and its who-and-when stay as the person left them.
+    previous = [n("h", closed, "human", reason=f"{closed} by lab at 10:00")]
+    found = authority_problems([n("h", "cancelled", "human", reason="not needed")], previous)
+    assert codes(found) == ["human_node"]
+    assert authority_problems(previous, previous) == []
+
+
 def test_a_node_actor_never_changes_whoever_writes() -> None:
     previous = [n("h", "pending", "human")]
     for writer in ("agent", "person"):

@@ -432,6 +432,9 @@ def reference_authority_codes(
         kept = old is not None and old["status"] == status
         if human and status in ("completed", "failed", "skipped") and not kept:
             found.add("human_node")
+        closed_before = old is not None and old["status"] in ("completed", "failed", "skipped")
+        if human and closed_before and not kept:
+            found.add("human_node")  # what a person closed stays as the person left it
     return found
 
 

@@ -338,7 +338,7 @@ class ExecutionService:
     def _subagent_model(self, task_type: str) -> Model:
         """A sub-agent's model: the round's model in a new conversation. A scripted model plays
         `DIR/<task type>.subagent.json`."""
-        return load_model(self.settings.model, f"{task_type}.subagent")
+        return load_model(self.settings.model, f"{task_type}.subagent", settings=self.settings)
 
 
 #: Decides the round from what the generation left in the store.

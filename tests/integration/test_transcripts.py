@@ -20,6 +20,7 @@ from sqlalchemy import select, update
 
 from orchestrator.agent.host import ToolHost
 from orchestrator.agent.model import ModelTurn, ScriptedModel, TokenUsage, _ScriptTurn
+from orchestrator.agent.openai_model import OpenAIModel
 from orchestrator.agent.request import TRANSCRIPT
 from orchestrator.agent.subagents import RoundDelegations, SubAgentRun
 from orchestrator.agent.transcript import REDACTED, TranscriptWriter
@@ -613,5 +614,18 @@ def test_a_sub_agent_s_last_results_are_written_before_its_answer_returns(
             ("tool_result", "s1"),
         ]
         assert {e.get("parent_call_id") for e in entries} == {"p1"}
+    finally:
+        rt.close()
+
+
+def test_a_sub_agents_openai_model_uses_the_runtimes_own_settings(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    # It was loaded from the process environment's settings (another server, or none).
+    rt = openai_runtime(store_url, scripts, server)
+    try:
+        model = rt.executions._subagent_model("water")
+        assert isinstance(model, OpenAIModel)
+        assert str(model.client.base_url).rstrip("/") == server.base_url.rstrip("/")
     finally:
         rt.close()

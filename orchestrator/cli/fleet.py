@@ -27,6 +27,7 @@ from orchestrator.logs import configure_logging
 from orchestrator.runtime import build_runtime
 from orchestrator.services.outbox import OutboxDispatcher
 from orchestrator.settings import Settings
+from orchestrator.store.db import Database
 from orchestrator.tools.data_sources import DataSourceError, load_sources
 from orchestrator.tools.toolsets import SpecError, check_gateway
 
@@ -125,10 +126,21 @@ def _metrics_for_prefork(settings: Settings) -> None:
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
-    from orchestrator.metrics import serve_metrics
-    from orchestrator.store.db import Database
+    _serve(settings, Database.from_url(settings.store_url, pool_size=1))
 
-    serve_metrics(settings.metrics_port, Database.from_url(settings.store_url, pool_size=1))
+
+def _serve(settings: Settings, db: Database) -> None:
+    """The /metrics server on ORCH_METRICS_PORT; a port that cannot be had is one line, exit 2."""
+    from orchestrator.metrics import serve_metrics
+
+    try:
+        serve_metrics(settings.metrics_port, db)
+    except OSError as exc:
+        raise CommandFailed(
+            f"ORCH_METRICS_PORT: cannot serve /metrics on port {settings.metrics_port}: "
+            f"{exc.strerror or exc}",
+            exit_code=2,
+        ) from None
 
 
 def _sweeper(args: argparse.Namespace) -> int:
@@ -137,10 +149,14 @@ def _sweeper(args: argparse.Namespace) -> int:
     rt = build_runtime(settings)
     # Imported here: prometheus-client picks its value store on import, after the worker
     # command has set PROMETHEUS_MULTIPROC_DIR.
-    from orchestrator.metrics import SWEEPS, serve_metrics
+    from orchestrator.metrics import SWEEPS
 
     if settings.metrics_port and not args.once:
-        serve_metrics(settings.metrics_port, rt.db)
+        try:
+            _serve(settings, rt.db)
+        except CommandFailed:
+            rt.close()
+            raise
     stop = threading.Event()
 
     def _stop(_signum: int, _frame: FrameType | None) -> None:

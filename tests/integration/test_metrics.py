@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -110,3 +111,57 @@ def test_the_worker_serves_metrics_on_its_port(tmp_path: Path, scripts: Path) ->
             os.killpg(worker.pid, signal.SIGKILL)
             worker.wait(timeout=10)
         log.close()
+
+
+def test_the_sweepers_metrics_answer_while_the_store_is_down(tmp_path: Path) -> None:
+    """A scrape during an outage shows the failed sweeps, without a traceback in the log."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ORCH_", "PROMETHEUS_"))}
+    env.update(
+        {
+            "ORCH_HOME": str(tmp_path / "home"),
+            "ORCH_DATABASE_URL": f"postgresql+psycopg://orch:pw@127.0.0.1:{free_port()}/orch",
+            "ORCH_METRICS_PORT": str(port),
+            "ORCH_SWEEP_SECONDS": "0.5",
+        }
+    )
+    log = (tmp_path / "sweeper.log").open("wb")
+    sweeper = subprocess.Popen(
+        [ORCHESTRATOR, "sweeper", "--no-outbox"],
+        env=env,
+        cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        status, text = 0, ""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                    status, text = r.status, r.read().decode()
+                if 'orchestrator_sweeps_total{result="failed"}' in text:
+                    break
+            except urllib.error.HTTPError as exc:
+                status, text = exc.code, ""
+                break
+            except OSError:
+                pass
+            time.sleep(0.3)
+    finally:
+        os.killpg(sweeper.pid, signal.SIGTERM)
+        sweeper.wait(timeout=20)
+        log.close()
+    logged = (tmp_path / "sweeper.log").read_text()
+    assert status == 200, logged[-3000:]
+    failed = [
+        line
+        for line in text.splitlines()
+        if line.startswith('orchestrator_sweeps_total{result="failed"}')
+    ]
+    assert failed, text
+    assert float(failed[0].split()[-1]) >= 1, text
+    assert "orchestrator_tasks{" not in text  # the counts the store could not give are left out
+    assert "Traceback" not in logged, logged[-3000:]
+    assert "left out of this scrape" in logged

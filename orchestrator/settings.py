@@ -214,7 +214,7 @@ class Settings(BaseSettings):
         _check_redis(value)
         return value
 
-    @field_validator("actions_url", "webhook_url")
+    @field_validator("actions_url", "webhook_url", "llm_base_url")
     @classmethod
     def _check_http_url(cls, value: str | None) -> str | None:
         if value is None or value == "":

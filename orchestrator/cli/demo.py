@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from orchestrator.cli.common import CommandFailed, load
+from orchestrator.cli.common import CommandFailed, load, mask_url
 from orchestrator.cli.plans import render_tree
 from orchestrator.demo import DEMO_CONTEXT, DEMO_TASK_TYPE, SCRIPTS
 from orchestrator.runtime import Runtime, build_runtime
@@ -110,8 +110,10 @@ def _demo(args: argparse.Namespace) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     migrations.upgrade(settings.store_url)
     _say("condition-orchestrator demo")
-    _say(f"  store: {settings.store_url}")
-    _say(f"  broker: {settings.redis_url or 'Kombu filesystem transport in ' + str(settings.home)}")
+    # The URLs as configured, their passwords masked.
+    _say(f"  store: {mask_url(settings.store_url)}")
+    broker = mask_url(settings.redis_url) if settings.redis_url else None
+    _say(f"  broker: {broker or 'Kombu filesystem transport in ' + str(settings.home)}")
     _say(
         f"  demo lease settings: lease {settings.lease_seconds:g}s, renewed every "
         f"{settings.lease_renew_seconds:g}s, sweep every {settings.sweep_seconds:g}s "

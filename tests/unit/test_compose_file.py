@@ -12,6 +12,7 @@ import yaml
 
 from orchestrator.cli import build_parser
 from orchestrator.cli.fleet import HEARTBEAT
+from orchestrator.settings import setting_names
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -126,6 +127,19 @@ def test_the_model_settings_reach_every_app_and_the_model_is_required() -> None:
             "LLM_MAX_RETRIES",
         ):
             assert environment[setting].startswith(f"${{{setting}:-"), (name, setting)
+
+
+def test_every_llm_setting_is_passed_through_to_every_app() -> None:
+    """The README: `LLM_API_KEY` and the other `LLM_*` settings are passed through when set."""
+    llm = sorted(name for name in setting_names() if name.startswith("LLM_"))
+    assert "LLM_TEMPERATURE" in llm
+    for name in APPS:
+        environment = _services()[name]["environment"]
+        missing = [setting for setting in llm if setting not in environment]
+        assert not missing, (name, missing)
+        # A bare name (no value) passes the shell's value, and nothing when it is unset: an
+        # empty LLM_TEMPERATURE would be refused, where unset means the server's default.
+        assert environment["LLM_TEMPERATURE"] is None, name
 
 
 def test_worker_and_sweeper_have_health_checks() -> None:

@@ -10,6 +10,7 @@ import shutil
 import signal
 import sys
 import threading
+from functools import partial
 from types import FrameType
 from typing import Any
 
@@ -101,6 +102,8 @@ def _worker(args: argparse.Namespace) -> int:
     from workers.celery_app import app
 
     argv = ["worker", "--loglevel", args.loglevel, "--without-gossip", "--without-mingle"]
+    if settings.log_format == "json":
+        argv.insert(0, "--quiet")  # no banner: every line is a JSON object
     argv += ["--pool", args.pool]
     concurrency = args.concurrency or (DEFAULT_THREADS if args.pool == "threads" else None)
     if concurrency:
@@ -164,13 +167,14 @@ def _sweeper(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    # With ORCH_LOG_FORMAT=json every line is a JSON object: the start is a log line, and what
+    # a sweep did is logged by the sweep itself (not printed again).
+    json_lines = settings.log_format == "json"
+    say = log.info if json_lines else partial(print, flush=True)
     if args.once:
-        print(f"sweeping once (lease {settings.lease_seconds:g}s)", flush=True)
+        say(f"sweeping once (lease {settings.lease_seconds:g}s)")
     else:
-        print(
-            f"sweeping every {settings.sweep_seconds:g}s (lease {settings.lease_seconds:g}s)",
-            flush=True,
-        )
+        say(f"sweeping every {settings.sweep_seconds:g}s (lease {settings.lease_seconds:g}s)")
     # The outbox dispatcher runs beside the sweep loop, in a thread of its own: a slow
     # business backend never delays a requeue.
     outbox = None if args.once or args.no_outbox else OutboxDispatcher(settings, rt.db)
@@ -195,7 +199,7 @@ def _sweeper(args: argparse.Namespace) -> int:
                     settings.sweep_seconds,
                 )
             else:
-                for line in report.lines():
+                for line in [] if json_lines else report.lines():
                     print(line, flush=True)
                 _heartbeat(settings)
             if args.once or stop.wait(settings.sweep_seconds):

@@ -142,6 +142,24 @@ def test_every_llm_setting_is_passed_through_to_every_app() -> None:
         assert environment["LLM_TEMPERATURE"] is None, name
 
 
+def test_the_outbox_and_operations_settings_are_passed_through() -> None:
+    """A compose fleet's sweeper delivers once ORCH_ACTIONS_URL or ORCH_WEBHOOK_URL is set in
+    the shell (the README: a fleet that runs a sweeper already delivers)."""
+    passed = (
+        "ORCH_ACTIONS_URL",
+        "ORCH_WEBHOOK_URL",
+        "ORCH_WEBHOOK_SECRET",
+        "ORCH_LOG_FORMAT",
+        "ORCH_METRICS_PORT",
+    )
+    for name in APPS:
+        environment = _services()[name]["environment"]
+        for setting in passed:
+            assert setting in environment, (name, setting)
+            # The shell's value, never one written in the file (the secret above all).
+            assert environment[setting] is None, (name, setting)
+
+
 def test_worker_and_sweeper_have_health_checks() -> None:
     services = _services()
     worker = " ".join(services["worker"]["healthcheck"]["test"])

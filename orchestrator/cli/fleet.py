@@ -27,6 +27,7 @@ from orchestrator.cli.db import check_store_ready
 from orchestrator.logs import configure_logging
 from orchestrator.runtime import build_runtime
 from orchestrator.services.outbox import OutboxDispatcher
+from orchestrator.services.sweeper import SweepReport
 from orchestrator.settings import Settings
 from orchestrator.store.db import Database
 from orchestrator.tools.data_sources import DataSourceError, load_sources
@@ -185,9 +186,15 @@ def _sweeper(args: argparse.Namespace) -> int:
         while True:
             try:
                 report = rt.sweeper.sweep()
+                if report.deferred:
+                    raise SweepDeferred(report)
                 SWEEPS.labels("ok").inc()
             except Exception as exc:
                 SWEEPS.labels("failed").inc()
+                if isinstance(exc, SweepDeferred):
+                    # What it could do is done (and said); not a sweep that ran: no heartbeat.
+                    for line in [] if json_lines else exc.report.lines():
+                        print(line, flush=True)
                 if args.once:
                     raise  # main() turns it into one line and a non-zero exit
                 # The store or the broker briefly unreachable must not end the loop: what this
@@ -216,6 +223,17 @@ def _sweeper(args: argparse.Namespace) -> int:
 HEARTBEAT = "sweeper.heartbeat"
 
 
+class SweepDeferred(CommandFailed):
+    """A sweep could not check its expired generations: the lease back end is unavailable."""
+
+    def __init__(self, report: SweepReport) -> None:
+        super().__init__(
+            f"the lease back end is unavailable: {report.deferred} expired generation(s) were "
+            "not checked and are left for the next sweep"
+        )
+        self.report = report
+
+
 def _heartbeat(settings: Settings) -> None:
     with contextlib.suppress(OSError):  # a health signal only: never stop the loop for it
         path = settings.home / HEARTBEAT
@@ -225,10 +243,20 @@ def _heartbeat(settings: Settings) -> None:
 
 def _recover(args: argparse.Namespace) -> int:
     rt = build_runtime(load())
+    # The CLI says what the sweep could not do below, in its own words; the service's log line
+    # would repeat it.
+    logging.getLogger("orchestrator.services.sweeper").setLevel(logging.ERROR)
     try:
         report = rt.sweeper.sweep()
     finally:
         rt.close()
+    _print_recovery(args, report)
+    if report.deferred:
+        raise SweepDeferred(report)  # what it did is printed; what it could not do, one line
+    return 0
+
+
+def _print_recovery(args: argparse.Namespace, report: SweepReport) -> None:
     if args.json:
         print_json(
             {
@@ -238,8 +266,8 @@ def _recover(args: argparse.Namespace) -> int:
                 ],
                 "parked": [{"task_id": t, "generation": g} for t, g in report.parked],
                 "republished": [{"task_id": t, "generation": g} for t, g in report.republished],
+                "deferred": report.deferred,
             }
         )
-    else:
+    elif report.lines() or not report.deferred:
         print("\n".join(report.lines()) or "nothing to recover")
-    return 0

@@ -79,3 +79,11 @@ def test_the_worker_prints_no_banner(tmp_path: Path) -> None:
         assert part not in text, text
     ready = [line for line in text.splitlines() if " ready." in line]
     assert json.loads(ready[0])["logger"] == "celery.apps.worker"
+
+
+def test_the_outbox_dispatcher_writes_only_json_lines(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    migrations.upgrade(f"sqlite:///{tmp_path / 'home' / 'orchestrator.db'}")
+    text = _run_for(["outbox", "dispatch"], env, tmp_path, until="dispatching")
+    events = [json.loads(line)["event"] for line in text.splitlines()]  # each line is JSON
+    assert "dispatching nothing (no URL set)" in events, events

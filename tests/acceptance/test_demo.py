@@ -66,3 +66,6 @@ def test_demo_masks_the_passwords_of_the_urls_it_prints(
     assert "  store: postgresql+psycopg://postgres:***@127.0.0.1:" in out, out + result.stderr
     assert "  broker: redis://:***@127.0.0.1:" in out, out + result.stderr
     assert SECRET not in out + result.stderr
+    # It gave up, and says where its logs are: under ORCH_HOME, not the default folder.
+    assert result.returncode == 1
+    assert f"logs are in {tmp_path / 'home' / 'demo'}" in result.stderr, result.stderr

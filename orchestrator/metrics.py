@@ -14,6 +14,7 @@ Serve with `metrics_app`'s content (the API's `GET /metrics`) or `serve_metrics(
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -31,6 +32,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from orchestrator.domain.vocabulary import RECEIPT_STATUSES, TASK_STATUSES
 from orchestrator.store.db import Database
@@ -58,6 +60,8 @@ __all__ = [
     "render",
     "serve_metrics",
 ]
+
+log = logging.getLogger(__name__)
 
 EXECUTIONS_STARTED = Counter(
     "orchestrator_executions_started", "Generations that started an agent on a worker"
@@ -109,10 +113,42 @@ TOOL_CALLS = Counter(
 class StoreCollector(Collector):
     """Counts read from the store at scrape time: the same answer from any process."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, outage_tolerant: bool = False) -> None:
         self.db = db
+        # The /metrics port of a worker or the sweeper: a store that is down leaves its counts
+        # out of the scrape instead of failing it (the API answers 503 store_unavailable).
+        self.outage_tolerant = outage_tolerant
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            by_status, receipts, pending = self._counts()
+        except SQLAlchemyError as exc:
+            if not self.outage_tolerant:
+                raise
+            # The store down must not take the process's own counters with it (failed sweeps
+            # and renewals are what an outage shows): this scrape leaves the counts out, says
+            # so in one log line, and answers.
+            cause = getattr(exc, "orig", None) or exc
+            first = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+            log.warning("metrics: the store's counts are left out of this scrape: %s", first)
+            return
+        family = GaugeMetricFamily("orchestrator_tasks", "Tasks by status", labels=["status"])
+        for status in TASK_STATUSES:
+            family.add_metric([status], int(by_status.get(status, 0)))
+        yield family
+        family = GaugeMetricFamily(
+            "orchestrator_receipts", "Write receipts by status", labels=["status"]
+        )
+        for status in RECEIPT_STATUSES:
+            family.add_metric([status], int(receipts.get(status, 0)))
+        yield family
+        yield GaugeMetricFamily(
+            "orchestrator_approvals_pending",
+            "Actions waiting for a human decision",
+            value=pending,
+        )
+
+    def _counts(self) -> tuple[dict[str, int], dict[str, int], int]:
         with self.db.transaction(readonly=True) as conn:
             by_status: dict[str, int] = dict(
                 conn.execute(select(tasks.c.status, func.count()).group_by(tasks.c.status)).all()
@@ -127,24 +163,10 @@ class StoreCollector(Collector):
             pending = conn.execute(
                 select(func.count()).where(actions.c.status == "pending_approval")
             ).scalar_one()
-        family = GaugeMetricFamily("orchestrator_tasks", "Tasks by status", labels=["status"])
-        for status in TASK_STATUSES:
-            family.add_metric([status], int(by_status.get(status, 0)))
-        yield family
-        family = GaugeMetricFamily(
-            "orchestrator_receipts", "Write receipts by status", labels=["status"]
-        )
-        for status in RECEIPT_STATUSES:
-            family.add_metric([status], int(receipts.get(status, 0)))
-        yield family
-        yield GaugeMetricFamily(
-            "orchestrator_approvals_pending",
-            "Actions waiting for a human decision",
-            value=int(pending),
-        )
+        return by_status, receipts, int(pending)
 
 
-def registry(db: Database | None) -> CollectorRegistry:
+def registry(db: Database | None, *, outage_tolerant: bool = False) -> CollectorRegistry:
     """What a scrape shows: this process's (or every pool process's) counters and the store."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         chosen = CollectorRegistry()
@@ -153,7 +175,7 @@ def registry(db: Database | None) -> CollectorRegistry:
         chosen = CollectorRegistry()
         chosen.register(_Forward(REGISTRY))
     if db is not None:
-        chosen.register(StoreCollector(db))
+        chosen.register(StoreCollector(db, outage_tolerant=outage_tolerant))
     return chosen
 
 
@@ -172,5 +194,6 @@ def render(db: Database | None) -> bytes:
 
 
 def serve_metrics(port: int, db: Database | None) -> None:
-    """A /metrics HTTP server on `port` (all interfaces) in a daemon thread."""
-    start_http_server(port, registry=registry(db))
+    """A /metrics HTTP server on `port` (all interfaces) in a daemon thread; it answers with the
+    process's counters while the store is down."""
+    start_http_server(port, registry=registry(db, outage_tolerant=True))

@@ -7,12 +7,14 @@ import os
 import re
 import sys
 from collections.abc import Mapping
+from contextlib import suppress
 from functools import lru_cache
 from pathlib import Path
 from typing import Final, Literal
 from urllib.parse import urlsplit
 
 import httpx
+from dotenv import dotenv_values
 from pydantic import (
     AliasChoices,
     Field,
@@ -214,7 +216,7 @@ class Settings(BaseSettings):
         _check_redis(value)
         return value
 
-    @field_validator("actions_url", "webhook_url")
+    @field_validator("actions_url", "webhook_url", "llm_base_url")
     @classmethod
     def _check_http_url(cls, value: str | None) -> str | None:
         if value is None or value == "":
@@ -309,7 +311,12 @@ _warned: set[str] = set()
 
 
 def _warn_unknown() -> None:
-    for name in unknown_variables(os.environ):
+    names = dict.fromkeys(os.environ, "")
+    env_file = Path(str(Settings.model_config.get("env_file") or ".env"))
+    if env_file.is_file():  # read as the settings read it: a typo there is as silent
+        with suppress(OSError, UnicodeDecodeError):
+            names.update(dict.fromkeys(dotenv_values(env_file), ""))
+    for name in unknown_variables(names):
         if name in _warned:
             continue
         _warned.add(name)

@@ -12,7 +12,7 @@ from celery.signals import worker_init, worker_ready
 
 from orchestrator.agent.model import check_model_setting
 from orchestrator.logs import log_context
-from orchestrator.metrics import EXECUTIONS_ENDED, EXECUTIONS_STARTED
+from orchestrator.metrics import EXECUTIONS_ENDED
 from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.cleanup import run_cleanup
 from orchestrator.settings import SettingsError, get_settings
@@ -63,7 +63,6 @@ def run_generation(self: Any, task_id: str, generation: int) -> str:
         )
         log.info("task %s generation %s: %s", task_id, generation, result.detail)
     if result.ran:
-        EXECUTIONS_STARTED.inc()
         EXECUTIONS_ENDED.labels(result.outcome or "stopped").inc()
     if result.retry_after is not None and self.request.retries < MAX_LEASE_WAITS:
         # The first wait is short: the holder may be a late duplicate wake-up that gives the

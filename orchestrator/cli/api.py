@@ -8,7 +8,7 @@ import ipaddress
 from typing import Any
 
 from orchestrator.cli.common import CommandFailed, bounded_int, load
-from orchestrator.logs import RedactFilter, configure_logging, secrets_of
+from orchestrator.logs import TEXT_FORMAT, RedactFilter, configure_logging, secrets_of
 from orchestrator.settings import Settings
 
 __all__ = ["LOG_LEVELS", "is_loopback", "register"]
@@ -52,6 +52,19 @@ def _log_config(settings: Settings, level: str) -> dict[str, Any] | None:
 
     config = copy.deepcopy(LOGGING_CONFIG)
     config["filters"] = {"redact": {"()": RedactFilter, "secrets": secrets_of(settings)}}
+    # The orchestrator's own lines (a store that is down, a wake-up not sent) as the worker and
+    # the sweeper write them, masked; without a root handler they went out bare and unmasked
+    # through logging's last resort, and below WARNING not at all.
+    config["formatters"]["orchestrator"] = {"format": TEXT_FORMAT}
+    config["handlers"]["orchestrator"] = {
+        "class": "logging.StreamHandler",
+        "formatter": "orchestrator",
+        "stream": "ext://sys.stderr",
+    }
+    config["root"] = {
+        "handlers": ["orchestrator"],
+        "level": "DEBUG" if level == "trace" else level.upper(),
+    }
     for handler in config["handlers"].values():
         handler["filters"] = ["redact"]
     return config

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from orchestrator.cli.common import CommandFailed, load
+from orchestrator.cli.common import CommandFailed, load, mask_url
 from orchestrator.cli.plans import render_tree
 from orchestrator.demo import DEMO_CONTEXT, DEMO_TASK_TYPE, SCRIPTS
 from orchestrator.runtime import Runtime, build_runtime
@@ -87,15 +87,13 @@ class _Processes:
             log.close()
 
 
-def _wait(predicate: Callable[[], T | None], deadline: float, what: str) -> T:
+def _wait(predicate: Callable[[], T | None], deadline: float, what: str, logs: Path) -> T:
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise CommandFailed(
-                f"demo: timed out waiting for {what}; logs are in .orchestrator/demo"
-            )
+            raise CommandFailed(f"demo: timed out waiting for {what}; logs are in {logs}")
         time.sleep(0.1)
 
 
@@ -110,8 +108,10 @@ def _demo(args: argparse.Namespace) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     migrations.upgrade(settings.store_url)
     _say("condition-orchestrator demo")
-    _say(f"  store: {settings.store_url}")
-    _say(f"  broker: {settings.redis_url or 'Kombu filesystem transport in ' + str(settings.home)}")
+    # The URLs as configured, their passwords masked.
+    _say(f"  store: {mask_url(settings.store_url)}")
+    broker = mask_url(settings.redis_url) if settings.redis_url else None
+    _say(f"  broker: {broker or 'Kombu filesystem transport in ' + str(settings.home)}")
     _say(
         f"  demo lease settings: lease {settings.lease_seconds:g}s, renewed every "
         f"{settings.lease_renew_seconds:g}s, sweep every {settings.sweep_seconds:g}s "
@@ -135,17 +135,17 @@ def _demo(args: argparse.Namespace) -> int:
             )
         ).task
         _say(f"triggered task {task.task_id} ({DEMO_TASK_TYPE})")
-        _wait(lambda: _revision(rt, task.task_id, 1) >= 1, deadline, "generation 1 to plan")
+        _wait(lambda: _revision(rt, task.task_id, 1) >= 1, deadline, "generation 1 to plan", folder)
         _say("generation 1 is running on worker-1 and published its first plan")
         standby = processes.start("worker-2", "worker", "--concurrency", "1", "--loglevel", "INFO")
-        _wait(lambda: processes.ready(standby), deadline, "worker-2 to be ready")
+        _wait(lambda: processes.ready(standby), deadline, "worker-2 to be ready", folder)
         _say(f"worker-2 (pid {standby.pid}) is ready; killing worker-1 with SIGKILL mid-round")
         processes.kill(worker)
         killed = time.monotonic()
         _say("waiting for the lease to run out and the sweeper to requeue the task")
-        _wait(lambda: _started(rt, task.task_id, 2), deadline, "generation 2 to start")
+        _wait(lambda: _started(rt, task.task_id, 2), deadline, "generation 2 to start", folder)
         _say(f"generation 2 started {time.monotonic() - killed:.1f}s after the kill")
-        final = _wait(lambda: _finished(rt, task.task_id), deadline, "the task to finish")
+        final = _wait(lambda: _finished(rt, task.task_id), deadline, "the task to finish", folder)
         _say(f"task finished as {final} in {time.monotonic() - started:.1f}s\n")
         _summary(rt, task.task_id)
     finally:

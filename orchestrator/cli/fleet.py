@@ -10,6 +10,7 @@ import shutil
 import signal
 import sys
 import threading
+from functools import partial
 from types import FrameType
 from typing import Any
 
@@ -26,7 +27,9 @@ from orchestrator.cli.db import check_store_ready
 from orchestrator.logs import configure_logging
 from orchestrator.runtime import build_runtime
 from orchestrator.services.outbox import OutboxDispatcher
+from orchestrator.services.sweeper import SweepReport
 from orchestrator.settings import Settings
+from orchestrator.store.db import Database
 from orchestrator.tools.data_sources import DataSourceError, load_sources
 from orchestrator.tools.toolsets import SpecError, check_gateway
 
@@ -100,6 +103,8 @@ def _worker(args: argparse.Namespace) -> int:
     from workers.celery_app import app
 
     argv = ["worker", "--loglevel", args.loglevel, "--without-gossip", "--without-mingle"]
+    if settings.log_format == "json":
+        argv.insert(0, "--quiet")  # no banner: every line is a JSON object
     argv += ["--pool", args.pool]
     concurrency = args.concurrency or (DEFAULT_THREADS if args.pool == "threads" else None)
     if concurrency:
@@ -125,10 +130,21 @@ def _metrics_for_prefork(settings: Settings) -> None:
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
-    from orchestrator.metrics import serve_metrics
-    from orchestrator.store.db import Database
+    _serve(settings, Database.from_url(settings.store_url, pool_size=1))
 
-    serve_metrics(settings.metrics_port, Database.from_url(settings.store_url, pool_size=1))
+
+def _serve(settings: Settings, db: Database) -> None:
+    """The /metrics server on ORCH_METRICS_PORT; a port that cannot be had is one line, exit 2."""
+    from orchestrator.metrics import serve_metrics
+
+    try:
+        serve_metrics(settings.metrics_port, db)
+    except OSError as exc:
+        raise CommandFailed(
+            f"ORCH_METRICS_PORT: cannot serve /metrics on port {settings.metrics_port}: "
+            f"{exc.strerror or exc}",
+            exit_code=2,
+        ) from None
 
 
 def _sweeper(args: argparse.Namespace) -> int:
@@ -137,10 +153,14 @@ def _sweeper(args: argparse.Namespace) -> int:
     rt = build_runtime(settings)
     # Imported here: prometheus-client picks its value store on import, after the worker
     # command has set PROMETHEUS_MULTIPROC_DIR.
-    from orchestrator.metrics import SWEEPS, serve_metrics
+    from orchestrator.metrics import SWEEPS
 
     if settings.metrics_port and not args.once:
-        serve_metrics(settings.metrics_port, rt.db)
+        try:
+            _serve(settings, rt.db)
+        except CommandFailed:
+            rt.close()
+            raise
     stop = threading.Event()
 
     def _stop(_signum: int, _frame: FrameType | None) -> None:
@@ -148,13 +168,14 @@ def _sweeper(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    # With ORCH_LOG_FORMAT=json every line is a JSON object: the start is a log line, and what
+    # a sweep did is logged by the sweep itself (not printed again).
+    json_lines = settings.log_format == "json"
+    say = log.info if json_lines else partial(print, flush=True)
     if args.once:
-        print(f"sweeping once (lease {settings.lease_seconds:g}s)", flush=True)
+        say(f"sweeping once (lease {settings.lease_seconds:g}s)")
     else:
-        print(
-            f"sweeping every {settings.sweep_seconds:g}s (lease {settings.lease_seconds:g}s)",
-            flush=True,
-        )
+        say(f"sweeping every {settings.sweep_seconds:g}s (lease {settings.lease_seconds:g}s)")
     # The outbox dispatcher runs beside the sweep loop, in a thread of its own: a slow
     # business backend never delays a requeue.
     outbox = None if args.once or args.no_outbox else OutboxDispatcher(settings, rt.db)
@@ -165,9 +186,15 @@ def _sweeper(args: argparse.Namespace) -> int:
         while True:
             try:
                 report = rt.sweeper.sweep()
+                if report.deferred:
+                    raise SweepDeferred(report)
                 SWEEPS.labels("ok").inc()
             except Exception as exc:
                 SWEEPS.labels("failed").inc()
+                if isinstance(exc, SweepDeferred):
+                    # What it could do is done (and said); not a sweep that ran: no heartbeat.
+                    for line in [] if json_lines else exc.report.lines():
+                        print(line, flush=True)
                 if args.once:
                     raise  # main() turns it into one line and a non-zero exit
                 # The store or the broker briefly unreachable must not end the loop: what this
@@ -179,7 +206,7 @@ def _sweeper(args: argparse.Namespace) -> int:
                     settings.sweep_seconds,
                 )
             else:
-                for line in report.lines():
+                for line in [] if json_lines else report.lines():
                     print(line, flush=True)
                 _heartbeat(settings)
             if args.once or stop.wait(settings.sweep_seconds):
@@ -196,6 +223,17 @@ def _sweeper(args: argparse.Namespace) -> int:
 HEARTBEAT = "sweeper.heartbeat"
 
 
+class SweepDeferred(CommandFailed):
+    """A sweep could not check its expired generations: the lease back end is unavailable."""
+
+    def __init__(self, report: SweepReport) -> None:
+        super().__init__(
+            f"the lease back end is unavailable: {report.deferred} expired generation(s) were "
+            "not checked and are left for the next sweep"
+        )
+        self.report = report
+
+
 def _heartbeat(settings: Settings) -> None:
     with contextlib.suppress(OSError):  # a health signal only: never stop the loop for it
         path = settings.home / HEARTBEAT
@@ -205,10 +243,20 @@ def _heartbeat(settings: Settings) -> None:
 
 def _recover(args: argparse.Namespace) -> int:
     rt = build_runtime(load())
+    # The CLI says what the sweep could not do below, in its own words; the service's log line
+    # would repeat it.
+    logging.getLogger("orchestrator.services.sweeper").setLevel(logging.ERROR)
     try:
         report = rt.sweeper.sweep()
     finally:
         rt.close()
+    _print_recovery(args, report)
+    if report.deferred:
+        raise SweepDeferred(report)  # what it did is printed; what it could not do, one line
+    return 0
+
+
+def _print_recovery(args: argparse.Namespace, report: SweepReport) -> None:
     if args.json:
         print_json(
             {
@@ -218,8 +266,8 @@ def _recover(args: argparse.Namespace) -> int:
                 ],
                 "parked": [{"task_id": t, "generation": g} for t, g in report.parked],
                 "republished": [{"task_id": t, "generation": g} for t, g in report.republished],
+                "deferred": report.deferred,
             }
         )
-    else:
+    elif report.lines() or not report.deferred:
         print("\n".join(report.lines()) or "nothing to recover")
-    return 0

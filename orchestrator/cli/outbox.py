@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import threading
 from types import FrameType
@@ -16,6 +17,8 @@ from orchestrator.store.outbox import OutboxRow
 from orchestrator.store.tables import OUTBOX_KINDS, OUTBOX_STATUSES
 
 __all__ = ["register"]
+
+log = logging.getLogger("orchestrator.outbox")
 
 
 def register(commands: Any) -> None:
@@ -66,7 +69,11 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGINT, _stop)
-        print(f"dispatching {', '.join(dispatcher.kinds) or 'nothing (no URL set)'}", flush=True)
+        started = f"dispatching {', '.join(dispatcher.kinds) or 'nothing (no URL set)'}"
+        if settings.log_format == "json":
+            log.info("%s", started)  # every line a JSON object, as the sweeper's
+        else:
+            print(started, flush=True)
         dispatcher.run(stop)
         return 0
     finally:

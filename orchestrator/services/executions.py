@@ -140,6 +140,11 @@ class ExecutionService:
             return RunResult(False, self._why_not_queued(task_id, generation))
         task, session_id = claimed
         bind_log_context(session_id=session_id)  # the worker's log lines name the session
+        from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
+
+        # Counted when the agent starts, not when its round ends: a round that runs for
+        # minutes, or whose worker dies in it, has started.
+        metrics.EXECUTIONS_STARTED.inc()
         fence = Fence(task_id, generation, token)
         keeper = LeaseKeeper(
             self.leases, self.db, fence, ttl=ttl, renew_every=self.settings.lease_renew_seconds

@@ -49,6 +49,8 @@ class SweepReport:
     requeued: list[tuple[str, int, int]] = field(default_factory=list)  # task, lost gen, new gen
     parked: list[tuple[str, int]] = field(default_factory=list)
     republished: list[tuple[str, int]] = field(default_factory=list)
+    #: Expired generations this sweep could not check (the lease back end was unavailable).
+    deferred: int = 0
 
     def lines(self) -> list[str]:
         out = [
@@ -99,6 +101,7 @@ class Sweeper:
             log.warning(
                 "lease back end unavailable; %d expiries left for the next sweep", len(expired)
             )
+            report.deferred += len(expired)
             return
         lost: list[tuple[str, int]] = []
         for execution, info in zip(expired, infos, strict=True):

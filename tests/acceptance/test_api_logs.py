@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -53,3 +55,51 @@ def test_api_access_lines_are_masked(tmp_path: Path, log_format: str) -> None:
         line = json.loads(access[0])
         assert line["logger"] == "uvicorn.access"
         assert line["level"] == "info"
+
+
+TOKEN = "api-token-0f1e2d3c4b5a6978"
+
+
+def test_the_apis_own_lines_are_formatted_and_masked_in_text(tmp_path: Path) -> None:
+    """In text format the orchestrator's lines of the API (here: the store is down) carry time,
+    level and logger, as the worker's and the sweeper's do, and are masked."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    env.update(
+        {
+            "ORCH_HOME": str(tmp_path / "home"),
+            "ORCH_API_TOKEN": TOKEN,
+            "ORCH_DATABASE_URL": f"postgresql+psycopg://orch:pw@127.0.0.1:{free_port()}/orch",
+        }
+    )
+    log = (tmp_path / "api.log").open("wb")
+    api = subprocess.Popen(
+        [ORCHESTRATOR, "api", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            # A path that repeats a secret (a token pasted where an id belongs).
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/api/v1/tasks/{TOKEN}",
+                headers={"Authorization": f"Bearer {TOKEN}"},
+            )
+            try:
+                urllib.request.urlopen(request, timeout=5)
+            except urllib.error.HTTPError as exc:
+                status = exc.code
+                break
+            except OSError:
+                assert time.monotonic() < deadline, (tmp_path / "api.log").read_text()
+                time.sleep(0.2)
+        time.sleep(0.5)
+    finally:
+        api.terminate()
+        api.wait(timeout=20)
+        log.close()
+    text = (tmp_path / "api.log").read_text()
+    assert status == 503, text
+    assert TOKEN not in text, text
+    lines = [line for line in text.splitlines() if "store unavailable" in line]
+    assert len(lines) == 1, text
+    assert re.match(r"\d{4}-\d\d-\d\d [\d:,]+ WARNING orchestrator\.api\.app: ", lines[0]), text

@@ -54,6 +54,13 @@ def test_bad_setting_is_one_line_and_exit_2(name: str, value: str, tmp_path: Pat
         ({"ORCH_MODEL": "scripted:no-such-folder"}, "ORCH_MODEL", "no-such-folder"),
         ({"ORCH_MODEL": "gpt-4o"}, "ORCH_MODEL", "openai:MODEL"),
         ({"ORCH_MODEL": "openai:qwen3", "LLM_API_KEY": SECRET}, "LLM_BASE_URL", "needs"),
+        # No scheme: every round would fail on a connection error after its retries.
+        ({"ORCH_MODEL": "openai:qwen3", "LLM_BASE_URL": "vllm:8000/v1"}, "LLM_BASE_URL", "http"),
+        (
+            {"ORCH_MODEL": "openai:qwen3", "LLM_BASE_URL": f"http://u:{SECRET}@:8000/v1"},
+            "LLM_BASE_URL",
+            "host",
+        ),
     ],
 )
 def test_a_worker_without_a_usable_model_refuses_to_start(

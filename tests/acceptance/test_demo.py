@@ -7,6 +7,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.acceptance.fleet import ORCHESTRATOR
 
 
@@ -36,3 +38,34 @@ def test_demo_recovers_from_a_killed_worker_and_completes(tmp_path: Path) -> Non
     )
     assert '"status": "completed"' in listed.stdout
     assert (tmp_path / ".orchestrator" / "orchestrator.db").is_file()
+
+
+SECRET = "demo-s3cret-pw"
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+def test_demo_masks_the_passwords_of_the_urls_it_prints(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    env["ORCH_HOME"] = str(tmp_path / "home")
+    # Trust authentication on the test server: the password is sent and ignored.
+    env["ORCH_DATABASE_URL"] = pg_url.replace("://postgres@", f"://postgres:{SECRET}@")
+    env["ORCH_REDIS_URL"] = redis_url.replace("redis://", f"redis://:{SECRET}@")
+    # Too short to finish: what matters is what it printed first.
+    result = subprocess.run(
+        [ORCHESTRATOR, "demo", "--timeout", "0.5"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    out = result.stdout
+    assert "  store: postgresql+psycopg://postgres:***@127.0.0.1:" in out, out + result.stderr
+    assert "  broker: redis://:***@127.0.0.1:" in out, out + result.stderr
+    assert SECRET not in out + result.stderr
+    # It gave up, and says where its logs are: under ORCH_HOME, not the default folder.
+    assert result.returncode == 1
+    assert f"logs are in {tmp_path / 'home' / 'demo'}" in result.stderr, result.stderr

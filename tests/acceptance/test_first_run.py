@@ -151,6 +151,15 @@ def test_a_misspelt_setting_is_named_in_a_warning(migrated_home: Path) -> None:
     assert "ORCH_DATABASE_URL?" in result.stderr
 
 
+def test_a_misspelt_setting_in_the_env_file_is_named_in_a_warning(migrated_home: Path) -> None:
+    # The settings read `.env` in the working directory: a typo there is as silent otherwise.
+    (migrated_home.parent / ".env").write_text("ORCH_LEASE_SECOND=90\n")
+    result = run("tasks", "list", home=migrated_home)
+    assert result.returncode == 0, result.stderr
+    assert "ORCH_LEASE_SECOND is not a setting" in result.stderr
+    assert "ORCH_LEASE_SECONDS?" in result.stderr
+
+
 def test_sweeper_once_does_not_promise_a_period(migrated_home: Path) -> None:
     result = run("sweeper", "--once", home=migrated_home)
     assert result.returncode == 0, result.stderr

@@ -11,15 +11,18 @@ import os
 import signal
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from orchestrator.cli.fleet import HEARTBEAT
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
 from tests.acceptance.fleet import ORCHESTRATOR
 from tests.executions_support import claim_as_worker, runtime_for, wait_for
+from tests.services import free_port
 
 TTL = 0.3
 
@@ -100,7 +103,45 @@ def test_recover_json(home: Path, rt: Runtime) -> None:
     assert_requeued(rt, second)
 
     again = json.loads(run_cli(home, "recover", "--json").stdout)
-    assert again == {"requeued": [], "parked": [], "republished": []}
+    assert again == {"requeued": [], "parked": [], "republished": [], "deferred": 0}
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_recover_says_when_it_cannot_check_the_leases(
+    tmp_path: Path, home: Path, redis_url: str, json_flag: list[str]
+) -> None:
+    """Redis down: the expired generation is not checked, and `recover` says so and exits 1
+    instead of "nothing to recover" and 0."""
+    runtime, _ = runtime_for(
+        f"sqlite:///{home / 'orchestrator.db'}", tmp_path / "scripts", redis_url=redis_url
+    )
+    try:
+        task_id = expired_task(runtime)
+    finally:
+        runtime.close()
+    down = f"redis://127.0.0.1:{free_port()}/0"
+    result = subprocess.run(
+        [ORCHESTRATOR, "recover", *json_flag],
+        capture_output=True,
+        text=True,
+        env=cli_env(home, ORCH_REDIS_URL=down),
+        cwd=home.parent,
+        timeout=60,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "nothing to recover" not in result.stdout
+    assert "Traceback" not in result.stderr
+    said = result.stderr.strip().splitlines()
+    assert len(said) == 1, result.stderr
+    assert "lease back end is unavailable: 1 expired generation" in said[0]
+    if json_flag:
+        assert json.loads(result.stdout)["deferred"] == 1
+    rt, _ = runtime_for(f"sqlite:///{home / 'orchestrator.db'}", tmp_path / "scripts")
+    try:
+        assert rt.tasks.get(task_id).generation == 1  # nothing was requeued blindly
+    finally:
+        rt.close()
 
 
 def test_sweeper_once_prints_what_it_requeued_and_exits(home: Path, rt: Runtime) -> None:
@@ -178,3 +219,52 @@ def test_the_sweeper_loop_survives_a_failing_sweep(
     failed = [line for line in log.splitlines() if "sweep failed" in line]
     assert failed
     assert all("OperationalError" in line and "retrying in 0.2s" in line for line in failed)
+
+
+@pytest.mark.redis
+def test_the_sweeper_loop_counts_a_sweep_that_could_not_check_the_leases_as_failed(
+    tmp_path: Path, home: Path, redis_url: str
+) -> None:
+    """No heartbeat for it (the compose health check sees a sweeper that does not recover)."""
+    runtime, _ = runtime_for(
+        f"sqlite:///{home / 'orchestrator.db'}", tmp_path / "scripts", redis_url=redis_url
+    )
+    try:
+        expired_task(runtime)
+    finally:
+        runtime.close()
+    port = free_port()
+    env = cli_env(
+        home,
+        ORCH_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0",
+        ORCH_SWEEP_SECONDS="0.5",
+        ORCH_METRICS_PORT=str(port),
+    )
+    env = {k: v for k, v in env.items() if not k.startswith("PROMETHEUS_")}
+    sweeper = subprocess.Popen(
+        [ORCHESTRATOR, "sweeper", "--no-outbox"],
+        env=env,
+        cwd=home.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+
+        def failed_sweeps() -> float:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                    text = r.read().decode()
+            except OSError:
+                return 0.0
+            for line in text.splitlines():
+                if line.startswith('orchestrator_sweeps_total{result="failed"}'):
+                    return float(line.split()[-1])
+            return 0.0
+
+        wait_for(lambda: failed_sweeps() >= 2, 30, what="two failed sweeps")
+    finally:
+        os.killpg(sweeper.pid, signal.SIGTERM)
+        out, _ = sweeper.communicate(timeout=30)
+    assert not (home / HEARTBEAT).exists(), out
+    assert b"lease back end is unavailable" in out

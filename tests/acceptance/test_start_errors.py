@@ -4,6 +4,7 @@ a revision out of range."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -109,3 +110,30 @@ def test_a_bad_data_source_declaration_stops_the_worker_at_start(tmp_path: Path)
     assert len(lines) == 1, result.stderr
     assert "synthetic" in lines[0]
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command", [["worker", "--concurrency", "1"], ["sweeper"]])
+def test_a_metrics_port_in_use_is_one_line_naming_the_setting(
+    tmp_path: Path, command: list[str]
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ORCH_", "PROMETHEUS_"))}
+    env.update({"ORCH_HOME": str(tmp_path / "home"), "ORCH_MODEL": f"scripted:{tmp_path}"})
+    upgrade = subprocess.run([ORCHESTRATOR, "db", "upgrade"], env=env, cwd=tmp_path, timeout=60)
+    assert upgrade.returncode == 0
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        env["ORCH_METRICS_PORT"] = str(taken.getsockname()[1])
+        result = subprocess.run(
+            [ORCHESTRATOR, *command],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=90,
+        )
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if "ORCH_METRICS_PORT" in line]
+    assert len(lines) == 1, result.stderr
+    assert "in use" in lines[0]

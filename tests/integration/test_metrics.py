@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -15,12 +17,13 @@ from fastapi.testclient import TestClient
 
 from orchestrator.api.app import create_app
 from orchestrator.services.dispatch import RecordingDispatcher
+from orchestrator.services.executions import RunResult
 from orchestrator.services.tasks import TaskService, Trigger
 from orchestrator.settings import load_settings
 from orchestrator.store import migrations
 from orchestrator.store.db import Database
 from tests.acceptance.fleet import ORCHESTRATOR
-from tests.executions_support import completing_turns, write_script
+from tests.executions_support import completing_turns, runtime_for, wait_for, write_script
 from tests.services import free_port
 
 
@@ -110,3 +113,96 @@ def test_the_worker_serves_metrics_on_its_port(tmp_path: Path, scripts: Path) ->
             os.killpg(worker.pid, signal.SIGKILL)
             worker.wait(timeout=10)
         log.close()
+
+
+def test_the_sweepers_metrics_answer_while_the_store_is_down(tmp_path: Path) -> None:
+    """A scrape during an outage shows the failed sweeps, without a traceback in the log."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ORCH_", "PROMETHEUS_"))}
+    env.update(
+        {
+            "ORCH_HOME": str(tmp_path / "home"),
+            "ORCH_DATABASE_URL": f"postgresql+psycopg://orch:pw@127.0.0.1:{free_port()}/orch",
+            "ORCH_METRICS_PORT": str(port),
+            "ORCH_SWEEP_SECONDS": "0.5",
+        }
+    )
+    log = (tmp_path / "sweeper.log").open("wb")
+    sweeper = subprocess.Popen(
+        [ORCHESTRATOR, "sweeper", "--no-outbox"],
+        env=env,
+        cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        status, text = 0, ""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                    status, text = r.status, r.read().decode()
+                if 'orchestrator_sweeps_total{result="failed"}' in text:
+                    break
+            except urllib.error.HTTPError as exc:
+                status, text = exc.code, ""
+                break
+            except OSError:
+                pass
+            time.sleep(0.3)
+    finally:
+        os.killpg(sweeper.pid, signal.SIGTERM)
+        sweeper.wait(timeout=20)
+        log.close()
+    logged = (tmp_path / "sweeper.log").read_text()
+    assert status == 200, logged[-3000:]
+    failed = [
+        line
+        for line in text.splitlines()
+        if line.startswith('orchestrator_sweeps_total{result="failed"}')
+    ]
+    assert failed, text
+    assert float(failed[0].split()[-1]) >= 1, text
+    assert "orchestrator_tasks{" not in text  # the counts the store could not give are left out
+    assert "Traceback" not in logged, logged[-3000:]
+    assert "left out of this scrape" in logged
+
+
+def _sample(name: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from orchestrator.metrics import render
+
+    for family in text_string_to_metric_families(render(None).decode()):
+        for sample in family.samples:
+            if sample.name == name and not sample.labels:
+                return float(sample.value)
+    raise AssertionError(f"{name} is not exposed")
+
+
+def test_an_execution_counts_as_started_while_its_round_runs(
+    sqlite_url: str, scripts: Path
+) -> None:
+    """`executions_started_total - executions_ended_total` is what runs now: a long round, or
+    one whose worker dies in it, has started."""
+    rt, _ = runtime_for(sqlite_url, scripts)
+    write_script(scripts, "slow", completing_turns(delay_s=2.0))
+    try:
+        task_id = rt.tasks.trigger(Trigger(task_type="slow", title="s")).task.task_id
+        before = _sample("orchestrator_executions_started_total")
+        results: list[RunResult] = []
+        worker = threading.Thread(
+            target=lambda: results.append(rt.executions.run(task_id, 1, worker="w1"))
+        )
+        worker.start()
+        wait_for(
+            lambda: rt.tasks.explain(task_id)["status"] == "running", 10, what="the round runs"
+        )
+        during = _sample("orchestrator_executions_started_total")
+        worker.join(timeout=30)
+    finally:
+        rt.close()
+    assert results[0].outcome == "completed"
+    assert during - before == 1
+    assert _sample("orchestrator_executions_started_total") - before == 1  # once, not again

@@ -12,6 +12,7 @@ import yaml
 
 from orchestrator.cli import build_parser
 from orchestrator.cli.fleet import HEARTBEAT
+from orchestrator.settings import setting_names
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -126,6 +127,37 @@ def test_the_model_settings_reach_every_app_and_the_model_is_required() -> None:
             "LLM_MAX_RETRIES",
         ):
             assert environment[setting].startswith(f"${{{setting}:-"), (name, setting)
+
+
+def test_every_llm_setting_is_passed_through_to_every_app() -> None:
+    """The README: `LLM_API_KEY` and the other `LLM_*` settings are passed through when set."""
+    llm = sorted(name for name in setting_names() if name.startswith("LLM_"))
+    assert "LLM_TEMPERATURE" in llm
+    for name in APPS:
+        environment = _services()[name]["environment"]
+        missing = [setting for setting in llm if setting not in environment]
+        assert not missing, (name, missing)
+        # A bare name (no value) passes the shell's value, and nothing when it is unset: an
+        # empty LLM_TEMPERATURE would be refused, where unset means the server's default.
+        assert environment["LLM_TEMPERATURE"] is None, name
+
+
+def test_the_outbox_and_operations_settings_are_passed_through() -> None:
+    """A compose fleet's sweeper delivers once ORCH_ACTIONS_URL or ORCH_WEBHOOK_URL is set in
+    the shell (the README: a fleet that runs a sweeper already delivers)."""
+    passed = (
+        "ORCH_ACTIONS_URL",
+        "ORCH_WEBHOOK_URL",
+        "ORCH_WEBHOOK_SECRET",
+        "ORCH_LOG_FORMAT",
+        "ORCH_METRICS_PORT",
+    )
+    for name in APPS:
+        environment = _services()[name]["environment"]
+        for setting in passed:
+            assert setting in environment, (name, setting)
+            # The shell's value, never one written in the file (the secret above all).
+            assert environment[setting] is None, (name, setting)
 
 
 def test_worker_and_sweeper_have_health_checks() -> None:

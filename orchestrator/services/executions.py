@@ -427,13 +427,14 @@ def finish_generation(
             status=decision.task_status,
             last_error=decision.reason if decision.task_status == "failed" else None,
             rounds=live.rounds + 1,
-        )
-        if decision.task_status in TERMINAL_TASK_STATUSES:
             # Nothing carries a finished task's proposals forward: as a cancel does, its pending
-            # actions are superseded, so no approval can deliver one to the backend.
-            task_store.supersede_pending_actions(
-                conn, fence.task_id, f"the task {decision.task_status}: {decision.reason}"
-            )
+            # actions are superseded (in the same statement), so no approval can deliver one.
+            supersede_note=(
+                f"the task {decision.task_status}: {decision.reason}"
+                if decision.task_status in TERMINAL_TASK_STATUSES
+                else None
+            ),
+        )
         outbox_store.record_event(
             conn,
             fence.task_id,

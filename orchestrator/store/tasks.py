@@ -492,23 +492,41 @@ def end_and_settle(
     status: str,
     last_error: str | None,
     rounds: int,
+    supersede_note: str | None = None,
 ) -> None:
     """Close the generation's execution row if it is still open, and set the task's status
-    after the round (no next generation queued): one statement on Postgres."""
+    after the round (no next generation queued): one statement on Postgres. With
+    `supersede_note` (the task is finished), its pending actions are superseded in it too."""
     at = utcnow()
     ended = _end_params(task_id, generation, outcome, reason, failure_code, at)
     settled = _settle_params(task_id, generation, status, failure_code, last_error, rounds, at)
     if conn.dialect.name == "postgresql":
-        conn.execute(_END_AND_SETTLE, {**ended, **settled})
+        if supersede_note is None:
+            conn.execute(_END_AND_SETTLE, {**ended, **settled})
+        else:
+            superseded = {"supersede_task_id": task_id, "supersede_note": supersede_note}
+            conn.execute(_END_SETTLE_AND_SUPERSEDE, {**ended, **settled, **superseded})
     else:  # SQLite has no data-modifying WITH
         conn.execute(_END_GENERATION, ended)
         conn.execute(_SETTLE_TASK, settled)
+        if supersede_note is not None:
+            supersede_pending_actions(conn, task_id, supersede_note)
     generation_receipts_to_unknown(conn, task_id, generation)
 
 
 # Postgres runs a data-modifying WITH whether or not the main statement reads it.
 _END_AND_SETTLE = _SETTLE_TASK.add_cte(
     _END_GENERATION.returning(executions.c.task_id).cte("ended_execution")
+)
+_END_SETTLE_AND_SUPERSEDE = _END_AND_SETTLE.add_cte(
+    update(actions)
+    .where(
+        actions.c.task_id == bindparam("supersede_task_id"),
+        actions.c.status == "pending_approval",
+    )
+    .values(status="superseded", note=bindparam("supersede_note"))
+    .returning(actions.c.action_id)
+    .cte("superseded_actions")
 )
 
 

@@ -379,14 +379,15 @@ class Bench:
     ) -> None:
         print(f"[4/4] one sweep over {running} running executions, {expired} expired", flush=True)
         import psycopg
-        from sqlalchemy import insert, select
+        from sqlalchemy import select
 
         from orchestrator.leases.keys import lease_key
         from orchestrator.runtime import build_runtime
         from orchestrator.services.lease_keeper import lease_name
         from orchestrator.store import tasks as task_store
-        from orchestrator.store.tables import executions, sessions, tasks
+        from orchestrator.store.tables import executions
         from orchestrator.store.types import utcnow
+        from tests.executions_support import insert_running
         from workers.celery_app import CeleryDispatcher, make_celery
 
         name = pg_server.create_database(template=template)
@@ -398,67 +399,24 @@ class Bench:
 
         def add_running(count: int) -> None:
             """`count` running generation-1 executions with live leases, inserted in bulk."""
-            now = utcnow()
-            task_rows: list[dict[str, Any]] = []
-            session_rows: list[dict[str, Any]] = []
-            execution_rows: list[dict[str, Any]] = []
             pipe = self.redis.pipeline(transaction=False)
             stamp = int(time.time() * 1000)
-            for _ in range(count):
-                task_id, session_id, token = (str(uuid.uuid4()) for _ in range(3))
+            runs = [tuple(str(uuid.uuid4()) for _ in range(3)) for _ in range(count)]
+            for task_id, _, token in runs:
                 live.append(task_id)
-                task_rows.append(
-                    {
-                        "task_id": task_id,
-                        "task_type": MINIMAL,
-                        "title": "bulk",
-                        "context": {},
-                        "sample_input": None,
-                        "trigger_id": f"bulk:{task_id}",
-                        "origin": "live",
-                        "status": "running",
-                        "generation": 1,
-                        "session_id": session_id,
-                        "recoveries": 0,
-                        "rounds": 0,
-                        "queued_at": now,
-                        "created_at": now,
-                        "updated_at": now,
-                    }
-                )
-                session_rows.append(
-                    {
-                        "session_id": session_id,
-                        "purpose": "task_execution",
-                        "task_id": task_id,
-                        "generation": 1,
-                        "owner": f"task:{task_id}",
-                        "title": "bulk (generation 1)",
-                        "created_at": now,
-                        "updated_at": now,
-                    }
-                )
-                execution_rows.append(
-                    {
-                        "task_id": task_id,
-                        "generation": 1,
-                        "session_id": session_id,
-                        "worker": "bench:bulk",
-                        "lease_token": token,
-                        "lease_expires_at": now + timedelta(hours=1),
-                        "created_at": now,
-                        "started_at": now,
-                    }
-                )
                 pipe.set(
                     lease_key(lease_name(task_id)),
                     f"{token}|{stamp}|{stamp}|bench:bulk",
                     px=3_600_000,
                 )
             with rt.db.transaction() as conn:
-                conn.execute(insert(tasks), task_rows)
-                conn.execute(insert(sessions), session_rows)
-                conn.execute(insert(executions), execution_rows)
+                insert_running(
+                    conn,
+                    runs,
+                    task_type=MINIMAL,
+                    worker="bench:bulk",
+                    lease_expires_at=utcnow() + timedelta(hours=1),
+                )
             pipe.execute()
 
         def expire(count: int) -> list[str]:

@@ -7,9 +7,11 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from sqlalchemy import Connection, insert
 
 from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.dispatch import RecordingDispatcher
@@ -17,12 +19,14 @@ from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.sweeper import SweepReport
 from orchestrator.settings import Settings, load_settings
 from orchestrator.store import tasks as task_store
+from orchestrator.store.tables import executions, sessions, tasks
 from orchestrator.store.types import utcnow
 from orchestrator.tools.base import Fence, ToolContext
 
 __all__ = [
     "claim_as_worker",
     "fenced_ctx",
+    "insert_running",
     "kept_node",
     "node",
     "plan_call",
@@ -213,3 +217,71 @@ def sweep_at_once(*runtimes: Runtime) -> list[SweepReport]:
     for thread in threads:
         thread.join(timeout=60)
     return reports
+
+
+def insert_running(
+    conn: Connection,
+    runs: list[tuple[str, str, str]],
+    *,
+    task_type: str,
+    worker: str,
+    lease_expires_at: datetime,
+) -> None:
+    """Running generation-1 executions inserted in bulk, one per (task id, session id, lease
+    token): the task, session and started execution rows as a claim leaves them."""
+    now = utcnow()
+    conn.execute(
+        insert(tasks),
+        [
+            {
+                "task_id": task_id,
+                "task_type": task_type,
+                "title": "bulk",
+                "context": {},
+                "sample_input": None,
+                "trigger_id": f"bulk:{task_id}",
+                "origin": "live",
+                "status": "running",
+                "generation": 1,
+                "session_id": session_id,
+                "recoveries": 0,
+                "rounds": 0,
+                "queued_at": now,
+                "created_at": now,
+                "updated_at": now,
+            }
+            for task_id, session_id, _ in runs
+        ],
+    )
+    conn.execute(
+        insert(sessions),
+        [
+            {
+                "session_id": session_id,
+                "purpose": "task_execution",
+                "task_id": task_id,
+                "generation": 1,
+                "owner": f"task:{task_id}",
+                "title": "bulk (generation 1)",
+                "created_at": now,
+                "updated_at": now,
+            }
+            for task_id, session_id, _ in runs
+        ],
+    )
+    conn.execute(
+        insert(executions),
+        [
+            {
+                "task_id": task_id,
+                "generation": 1,
+                "session_id": session_id,
+                "worker": worker,
+                "lease_token": token,
+                "lease_expires_at": lease_expires_at,
+                "created_at": now,
+                "started_at": now,
+            }
+            for task_id, session_id, token in runs
+        ],
+    )

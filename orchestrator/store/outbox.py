@@ -461,23 +461,17 @@ def renew_claim(conn: Connection, row: OutboxRow, *, hold_seconds: float) -> boo
     after another, and a later row's hold may run out meanwhile). False when the row is no
     longer this claim's: another dispatcher claimed it since (compare-and-set on the attempt
     count), or it is no longer pending; then it must not be sent."""
-    return (
-        conn.execute(
-            update(outbox)
-            .where(
-                outbox.c.outbox_id == row.outbox_id,
-                outbox.c.status == "pending",
-                outbox.c.attempts == row.attempts,
-            )
-            .values(next_attempt_at=utcnow() + timedelta(seconds=hold_seconds))
-        ).rowcount
-        == 1
-    )
+    return _update_claim(conn, row, next_attempt_at=utcnow() + timedelta(seconds=hold_seconds))
 
 
 def release_claim(conn: Connection, row: OutboxRow) -> bool:
     """Give back a claimed `row` that was not sent (its dispatcher is stopping): due again now,
     its attempt not counted. False when the row is no longer this claim's (as `renew_claim`)."""
+    return _update_claim(conn, row, attempts=row.attempts - 1, next_attempt_at=utcnow())
+
+
+def _update_claim(conn: Connection, row: OutboxRow, **values: Any) -> bool:
+    """Set `values` on `row` while it is still pending under this claim's attempt count."""
     return (
         conn.execute(
             update(outbox)
@@ -486,7 +480,7 @@ def release_claim(conn: Connection, row: OutboxRow) -> bool:
                 outbox.c.status == "pending",
                 outbox.c.attempts == row.attempts,
             )
-            .values(attempts=row.attempts - 1, next_attempt_at=utcnow())
+            .values(**values)
         ).rowcount
         == 1
     )

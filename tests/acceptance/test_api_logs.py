@@ -9,6 +9,8 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -19,17 +21,30 @@ from tests.services import free_port
 SECRET = "query-token-5a4b3c2d1e0f9a8b"
 
 
+@contextmanager
+def running_api(tmp_path: Path, env: dict[str, str], port: int) -> Iterator[None]:
+    """`orchestrator api` on `port`, its output in `tmp_path/api.log`, stopped on leaving."""
+    with (tmp_path / "api.log").open("wb") as log:
+        api = subprocess.Popen(
+            [ORCHESTRATOR, "api", "--port", str(port)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            yield
+        finally:
+            api.terminate()
+            api.wait(timeout=20)
+
+
 @pytest.mark.parametrize("log_format", ["text", "json"])
 def test_api_access_lines_are_masked(tmp_path: Path, log_format: str) -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
     env.update({"ORCH_HOME": str(tmp_path / "home"), "ORCH_LOG_FORMAT": log_format})
     assert subprocess.run([ORCHESTRATOR, "db", "upgrade"], env=env, timeout=60).returncode == 0
-    log = (tmp_path / "api.log").open("wb")
-    api = subprocess.Popen(
-        [ORCHESTRATOR, "api", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT
-    )
-    try:
+    with running_api(tmp_path, env, port):
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -40,11 +55,7 @@ def test_api_access_lines_are_masked(tmp_path: Path, log_format: str) -> None:
             except OSError:
                 assert time.monotonic() < deadline, (tmp_path / "api.log").read_text()
                 time.sleep(0.2)
-        time.sleep(0.5)
-    finally:
-        api.terminate()
-        api.wait(timeout=20)
-        log.close()
+        time.sleep(0.5)  # the last lines are written
     text = (tmp_path / "api.log").read_text()
     assert SECRET not in text
     assert "Logging error" not in text, text
@@ -72,11 +83,7 @@ def test_the_apis_own_lines_are_formatted_and_masked_in_text(tmp_path: Path) -> 
             "ORCH_DATABASE_URL": f"postgresql+psycopg://orch:pw@127.0.0.1:{free_port()}/orch",
         }
     )
-    log = (tmp_path / "api.log").open("wb")
-    api = subprocess.Popen(
-        [ORCHESTRATOR, "api", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT
-    )
-    try:
+    with running_api(tmp_path, env, port):
         deadline = time.monotonic() + 30
         while True:
             # A path that repeats a secret (a token pasted where an id belongs).
@@ -92,11 +99,7 @@ def test_the_apis_own_lines_are_formatted_and_masked_in_text(tmp_path: Path) -> 
             except OSError:
                 assert time.monotonic() < deadline, (tmp_path / "api.log").read_text()
                 time.sleep(0.2)
-        time.sleep(0.5)
-    finally:
-        api.terminate()
-        api.wait(timeout=20)
-        log.close()
+        time.sleep(0.5)  # the last lines are written
     text = (tmp_path / "api.log").read_text()
     assert status == 503, text
     assert TOKEN not in text, text

@@ -12,7 +12,7 @@ from orchestrator.runtime import Runtime
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import tasks as task_store
-from tests.acceptance.fleet import Fleet, celery_runtime, fleet_env, running_fleet
+from tests.acceptance.fleet import Fleet, fleet_env, running_fleet
 from tests.executions_support import completing_turns, wait_for, write_script
 from workers.celery_app import CeleryDispatcher
 
@@ -24,12 +24,6 @@ def fleet(pg_url: str, redis_url: str, scripts: Path, tmp_path: Path) -> Iterato
     env = {**fleet_env(pg_url, redis_url, tmp_path), "ORCH_MODEL": f"scripted:{scripts}"}
     with running_fleet(env, tmp_path) as running:
         yield running
-
-
-@pytest.fixture
-def rt(pg_url: str, redis_url: str, scripts: Path) -> Iterator[Runtime]:
-    with celery_runtime(pg_url, redis_url, scripts) as runtime:
-        yield runtime
 
 
 def test_every_wakeup_of_a_batch_runs_its_task_once(

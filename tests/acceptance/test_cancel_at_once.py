@@ -12,7 +12,7 @@ import pytest
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import tasks as task_store
-from tests.acceptance.fleet import Fleet, celery_runtime, fleet_env, running_fleet
+from tests.acceptance.fleet import Fleet, fleet_env, running_fleet
 from tests.executions_support import completing_turns, wait_for, write_script
 
 THINKING = 30.0  # the model's first turn: the round waits on it when the operator acts
@@ -29,12 +29,6 @@ def fleet(pg_url: str, redis_url: str, scripts: Path, tmp_path: Path) -> Iterato
     }
     with running_fleet(env, tmp_path) as running:
         yield running
-
-
-@pytest.fixture
-def rt(pg_url: str, redis_url: str, scripts: Path) -> Iterator[Runtime]:
-    with celery_runtime(pg_url, redis_url, scripts) as runtime:
-        yield runtime
 
 
 def stop_line(task_id: str) -> str:

@@ -16,7 +16,7 @@ import pytest
 
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
-from tests.acceptance.fleet import Fleet, celery_runtime, fleet_env, running_fleet
+from tests.acceptance.fleet import Fleet, fleet_env, running_fleet
 from tests.executions_support import node, plan_call, query_call, report_call, wait_for
 from tests.openai_server import OpenAIServer, Reply, call
 
@@ -44,12 +44,6 @@ def fleet(pg_url: str, redis_url: str, tmp_path: Path, server: OpenAIServer) -> 
     }
     with running_fleet(env, tmp_path) as running:
         yield running
-
-
-@pytest.fixture
-def rt(pg_url: str, redis_url: str, scripts: Path) -> Iterator[Runtime]:
-    with celery_runtime(pg_url, redis_url, scripts) as runtime:
-        yield runtime
 
 
 def as_call(raw: dict[str, Any]) -> dict[str, Any]:

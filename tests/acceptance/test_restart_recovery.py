@@ -17,7 +17,7 @@ from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import tasks as task_store
 from orchestrator.tools.base import Fence
-from tests.acceptance.fleet import Fleet, celery_runtime, fleet_env, running_fleet
+from tests.acceptance.fleet import Fleet, fleet_env, running_fleet
 from tests.executions_support import (
     completing_turns,
     node,
@@ -37,12 +37,6 @@ def fleet(pg_url: str, redis_url: str, scripts: Path, tmp_path: Path) -> Iterato
     }
     with running_fleet(env, tmp_path) as running:
         yield running
-
-
-@pytest.fixture
-def rt(pg_url: str, redis_url: str, scripts: Path) -> Iterator[Runtime]:
-    with celery_runtime(pg_url, redis_url, scripts) as runtime:
-        yield runtime
 
 
 @pytest.mark.slow

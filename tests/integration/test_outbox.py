@@ -345,27 +345,30 @@ def test_two_dispatchers_share_the_work_without_sending_a_row_twice_or_out_of_or
         assert seqs == [3, 4, 5]
 
 
+def approve_three(rt: Runtime, tmp_path: Path) -> None:
+    """Three waiting tasks, each with an approved action queued for delivery."""
+    for _ in range(3):
+        _, action_id = waiting_task(rt, tmp_path)
+        rt.actions.decide(
+            action_id, approve=True, by="ana", note=None, digest=rt.actions.get(action_id).digest
+        )
+
+
+def actions_dispatcher(rt: Runtime, url: str, batch: int = 20) -> OutboxDispatcher:
+    """A dispatcher of approved actions only, to `url`, with time for a held send."""
+    only_actions = {"webhook_url": None, "outbox_timeout_seconds": 30.0, "actions_url": url}
+    return OutboxDispatcher(rt.settings.model_copy(update=only_actions), rt.db, batch=batch)
+
+
 def test_a_row_whose_hold_ran_out_before_its_turn_in_a_batch_is_left_to_its_new_claimant(
     rt: Runtime, tmp_path: Path, backend: Recorder
 ) -> None:
     # Dispatcher `first` claims three approvals and sends them one after another; while its
     # first send waits on the backend, the hold of the other two runs out (rewound here, as
     # if that send had taken the whole hold) and dispatcher `second` claims and sends them.
-    for _ in range(3):
-        _, action_id = waiting_task(rt, tmp_path)
-        rt.actions.decide(
-            action_id, approve=True, by="ana", note=None, digest=rt.actions.get(action_id).digest
-        )
-    only_actions = {"webhook_url": None, "outbox_timeout_seconds": 30.0}
-    first = OutboxDispatcher(
-        rt.settings.model_copy(update={**only_actions, "actions_url": f"{backend.url}/slow"}),
-        rt.db,
-        batch=3,
-    )
-    second = OutboxDispatcher(
-        rt.settings.model_copy(update={**only_actions, "actions_url": f"{backend.url}/fast"}),
-        rt.db,
-    )
+    approve_three(rt, tmp_path)
+    first = actions_dispatcher(rt, f"{backend.url}/slow", batch=3)
+    second = actions_dispatcher(rt, f"{backend.url}/fast")
     backend.slow_path, backend.delay_seconds = "/slow", 30.0
     sender = threading.Thread(target=first.run_once)
     sender.start()
@@ -455,17 +458,8 @@ def test_a_stopping_dispatcher_gives_back_the_rows_of_its_batch_it_did_not_send(
     # The sweeper stops (SIGTERM) while its dispatcher waits on the first send of a batch:
     # the two rows after it are not sent, and are due again at once with no attempt counted
     # (they used to stay held, and a webhook's unsent claims counted towards its dead letter).
-    for _ in range(3):
-        _, action_id = waiting_task(rt, tmp_path)
-        rt.actions.decide(
-            action_id, approve=True, by="ana", note=None, digest=rt.actions.get(action_id).digest
-        )
-    only_actions = {"webhook_url": None, "outbox_timeout_seconds": 30.0}
-    first = OutboxDispatcher(
-        rt.settings.model_copy(update={**only_actions, "actions_url": f"{backend.url}/slow"}),
-        rt.db,
-        batch=3,
-    )
+    approve_three(rt, tmp_path)
+    first = actions_dispatcher(rt, f"{backend.url}/slow", batch=3)
     backend.slow_path, backend.delay_seconds = "/slow", 30.0
     stop = threading.Event()
     sender = threading.Thread(target=first.run, args=(stop,))
@@ -483,10 +477,7 @@ def test_a_stopping_dispatcher_gives_back_the_rows_of_its_batch_it_did_not_send(
     sent = int(backend.received[0].headers["x-orchestrator-delivery"])
     assert {(r.status, r.attempts) for r in rows if r.outbox_id != sent} == {("pending", 0)}
     assert all(r.next_attempt_at <= utcnow() for r in rows if r.outbox_id != sent)
-    second = OutboxDispatcher(
-        rt.settings.model_copy(update={**only_actions, "actions_url": f"{backend.url}/fast"}),
-        rt.db,
-    )
+    second = actions_dispatcher(rt, f"{backend.url}/fast")
     try:
         assert len(second.run_once().delivered) == 2
     finally:

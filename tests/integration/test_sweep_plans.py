@@ -11,17 +11,16 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
 
 import pytest
-from sqlalchemy import Connection, insert, text
+from sqlalchemy import Connection, text
 
 from orchestrator.store import outbox as outbox_store
 from orchestrator.store.db import Database, make_engine
 from orchestrator.store.lost import requeue_lost
 from orchestrator.store.outbox import NewEvent
-from orchestrator.store.tables import executions, sessions, tasks
 from orchestrator.store.types import utcnow
+from tests.executions_support import insert_running
 
 RUNNING = 10_000
 EXPIRED = 100
@@ -31,60 +30,18 @@ EXPIRED = 100
 def running(pg_url: str) -> Iterator[tuple[Database, list[str]]]:
     """`RUNNING` generation-1 executions, inserted in bulk, with the statistics analysed."""
     db = Database(make_engine(pg_url))
-    now = utcnow()
-    ids = [str(uuid.uuid4()) for _ in range(RUNNING)]
-    task_rows: list[dict[str, Any]] = []
-    session_rows: list[dict[str, Any]] = []
-    execution_rows: list[dict[str, Any]] = []
-    for task_id in ids:
-        session_id = str(uuid.uuid4())
-        task_rows.append(
-            {
-                "task_id": task_id,
-                "task_type": "simple",
-                "title": "bulk",
-                "context": {},
-                "trigger_id": f"bulk:{task_id}",
-                "origin": "live",
-                "status": "running",
-                "generation": 1,
-                "session_id": session_id,
-                "queued_at": now,
-                "created_at": now,
-                "updated_at": now,
-            }
-        )
-        session_rows.append(
-            {
-                "session_id": session_id,
-                "purpose": "task_execution",
-                "task_id": task_id,
-                "generation": 1,
-                "owner": f"task:{task_id}",
-                "title": "bulk (generation 1)",
-                "created_at": now,
-                "updated_at": now,
-            }
-        )
-        execution_rows.append(
-            {
-                "task_id": task_id,
-                "generation": 1,
-                "session_id": session_id,
-                "worker": "bulk",
-                "lease_token": "t",
-                "lease_expires_at": now - timedelta(seconds=1),
-                "created_at": now,
-                "started_at": now,
-            }
-        )
+    runs = [(str(uuid.uuid4()), str(uuid.uuid4()), "t") for _ in range(RUNNING)]
     with db.transaction() as conn:
-        conn.execute(insert(tasks), task_rows)
-        conn.execute(insert(sessions), session_rows)
-        conn.execute(insert(executions), execution_rows)
+        insert_running(
+            conn,
+            runs,
+            task_type="simple",
+            worker="bulk",
+            lease_expires_at=utcnow() - timedelta(seconds=1),
+        )
     with db.engine.connect() as conn:
         conn.execution_options(isolation_level="AUTOCOMMIT").execute(text("ANALYZE"))
-    yield db, ids
+    yield db, [task_id for task_id, _, _ in runs]
     db.dispose()
 
 

@@ -110,7 +110,9 @@ class PostgresServer:
         """A new empty database (or a copy of `template`); returns its name."""
         self._counter += 1
         name = f"t{os.getpid()}_{self._counter}"
-        clause = f" TEMPLATE {template}" if template else ""
+        # FILE_COPY: a copy of the template's files, about half the time of Postgres 15's
+        # default (WAL_LOG, every block through the WAL) for a small schema without fsync.
+        clause = f" TEMPLATE {template} STRATEGY FILE_COPY" if template else ""
         with self.connect() as conn:
             conn.execute(f"CREATE DATABASE {name}{clause}")  # type: ignore[arg-type]
         return name

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -26,6 +25,7 @@ from tests.integration.receipt_rows import (
     running_task,
     supersede,
 )
+from tests.processes import preloaded_context
 
 OTHER_DIGEST = fingerprint({"value": 2})
 CLAIMERS = 16
@@ -72,7 +72,7 @@ def _claim_in_process(url: str, session_id: str, barrier: Any, out: Any) -> None
 @pytest.mark.slow
 def test_sixteen_processes_one_grant_same_token(db: Database, store_url: str) -> None:
     session_id = chat_session(db)
-    context = multiprocessing.get_context("spawn")
+    context = preloaded_context(__name__)
     barrier = context.Barrier(CLAIMERS)
     out = context.Queue()
     processes = [

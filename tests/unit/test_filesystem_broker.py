@@ -7,7 +7,6 @@ Real processes on a real folder; no server is needed.
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 from pathlib import Path
 from queue import Empty
@@ -17,6 +16,7 @@ import pytest
 from kombu import Connection
 
 from orchestrator.settings import load_settings
+from tests.processes import preloaded_context
 from workers import filesystem_broker
 from workers.celery_app import broker_folder, make_celery
 
@@ -78,7 +78,7 @@ def test_concurrent_producers_and_consumers_see_every_message_whole_and_once(
 ) -> None:
     for sub in ("queue", "staging", "processed", "control"):
         (tmp_path / sub).mkdir()
-    context = multiprocessing.get_context("spawn")
+    context = preloaded_context(__name__)
     done, results = context.Event(), context.Queue()
     consumers = [
         context.Process(target=_consume, args=(tmp_path, done, results)) for _ in range(CONSUMERS)

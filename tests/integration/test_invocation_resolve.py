@@ -7,18 +7,24 @@ the receipts as they then are.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from orchestrator.api import create_app
+from orchestrator.cli import main
 from orchestrator.errors import ConflictError, NotFound, ValidationFailed
 from orchestrator.runtime import Runtime
+from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.invocations import InvocationService
 from orchestrator.services.tasks import Trigger
+from orchestrator.settings import load_settings
 from orchestrator.store import outbox as outbox_store
 from orchestrator.store.receipts import Receipt, ReceiptLedger
 from tests.executions_support import (
@@ -32,6 +38,10 @@ from tests.executions_support import (
 )
 from tests.integration.fake_backend import SPEC, Backend, running_backend
 from tests.integration.receipt_rows import DIGEST, chat_session, claim_arguments, running_task
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
+    from fastapi.testclient import TestClient
 
 
 @pytest.fixture
@@ -322,3 +332,111 @@ def test_two_operators_racing_one_wins(rt: Runtime) -> None:
     assert event.data["by"] == winner
     expected = "succeeded" if winner == "ana" else "failed"
     assert ledger.get(claim.receipt.invocation_id).status == expected  # type: ignore[union-attr]
+
+
+# -- the API and the CLI ----------------------------------------------------------------------
+
+TOKENS = {"vera": ("viewer", "vera-secret-token"), "otto": ("operator", "otto-secret-token")}
+
+
+def unknown_task_write(rt: Runtime) -> tuple[str, str]:
+    """A running task with one `unknown` write: (task_id, invocation_id)."""
+    task_id, session_id, fence = running_task(rt.db)
+    ledger = ReceiptLedger(rt.db)
+    claim = ledger.claim(**claim_arguments(session_id, owner=f"task:{task_id}"), fence=fence)
+    ledger.finish(claim.receipt.invocation_id, claim.receipt.claim_token, status="unknown",
+                  summary="s")  # fmt: skip
+    return task_id, claim.receipt.invocation_id
+
+
+@pytest.fixture
+def client(rt: Runtime, store_url: str, tmp_path: Path) -> Iterator[TestClient]:
+    accounts = tmp_path / "operators"
+    accounts.write_text(
+        "".join(
+            f"{name} {role} {hashlib.sha256(token.encode()).hexdigest()}\n"
+            for name, (role, token) in TOKENS.items()
+        ),
+        encoding="utf-8",
+    )
+    settings = load_settings(database_url=store_url, operators=accounts, api_token="shared-token")
+    app = create_app(settings)
+    app.state.invocations = InvocationService(rt.db, RecordingDispatcher())
+    with TestClient(app, raise_server_exceptions=False) as test_client:
+        yield test_client
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_the_api_resolves_for_operators_only(rt: Runtime, client: TestClient) -> None:
+    task_id, invocation_id = unknown_task_write(rt)
+    path = f"/api/v1/invocations/{invocation_id}/resolve"
+    body = {"status": "failed", "reason": "no order in the ERP", "by": "not me"}
+
+    viewer = client.post(path, json=body, headers=bearer(TOKENS["vera"][1]))
+    assert (viewer.status_code, viewer.json()["error"]["code"]) == (403, "forbidden")
+    assert client.post(path, json=body).status_code == 401
+    for bad in ({**body, "status": "running"}, {**body, "reason": ""}, {"status": "failed"}):
+        refused = client.post(path, json=bad, headers=bearer(TOKENS["otto"][1]))
+        assert (refused.status_code, refused.json()["error"]["code"]) == (422, "invalid_request")
+    # The shared token's account must say who acts.
+    nameless = client.post(
+        path, json={"status": "failed", "reason": "x"}, headers=bearer("shared-token")
+    )
+    assert (nameless.status_code, nameless.json()["error"]["code"]) == (422, "invalid_request")
+    assert ReceiptLedger(rt.db).get(invocation_id).status == "unknown"  # type: ignore[union-attr]
+
+    done = client.post(path, json=body, headers=bearer(TOKENS["otto"][1]))
+    assert done.status_code == 200, done.text
+    view = done.json()
+    assert view["invocation_id"] == invocation_id
+    assert (view["previous_status"], view["status"]) == ("unknown", "failed")
+    assert view["resolved_by"] == "otto"  # the account's name, not the body's
+    assert (view["task_id"], view["task_status"], view["queued_generation"]) == (
+        task_id,
+        "running",
+        None,
+    )
+    assert "claim_token" not in view
+    [event] = resolutions(rt, task_id)
+    assert event.data["by"] == "otto"
+
+    again = client.post(path, json=body, headers=bearer(TOKENS["otto"][1]))
+    assert (again.status_code, again.json()["error"]["code"]) == (409, "not_resolvable")
+    missing = client.post(
+        "/api/v1/invocations/nope/resolve", json=body, headers=bearer(TOKENS["otto"][1])
+    )
+    assert (missing.status_code, missing.json()["error"]["code"]) == (404, "not_found")
+
+
+def test_the_cli_resolves(
+    rt: Runtime,
+    store_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    task_id, invocation_id = unknown_task_write(rt)
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    resolve = ["invocations", "resolve", invocation_id]
+    for usage in (["--as", "maybe", "--reason", "r"], ["--as", "failed"]):  # --reason required
+        with pytest.raises(SystemExit) as exited:
+            main([*resolve, *usage])
+        assert exited.value.code == 2
+    assert main([*resolve, "--as", "failed", "--reason", "  "]) == 2
+    assert main(["invocations", "resolve", "nope", "--as", "failed", "--reason", "r"]) == 1
+    assert ReceiptLedger(rt.db).get(invocation_id).status == "unknown"  # type: ignore[union-attr]
+    capsys.readouterr()
+
+    assert main([*resolve, "--as", "succeeded", "--reason", "in the ERP", "--by", "ana"]) == 0
+    out = capsys.readouterr().out
+    assert f"invocation {invocation_id} (call_api) unknown -> succeeded by ana" in out
+    assert f"task {task_id} is running" in out
+    assert main([*resolve, "--as", "failed", "--reason", "no", "--json"]) == 1
+    assert "not_resolvable" in capsys.readouterr().err
+    assert ReceiptLedger(rt.db).get(invocation_id).status == "succeeded"  # type: ignore[union-attr]
+    [event] = resolutions(rt, task_id)
+    assert event.data["by"] == "ana"

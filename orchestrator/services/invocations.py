@@ -147,12 +147,20 @@ def _check(status: str, by: str, reason: str) -> None:
 
 
 def _not_resolvable(invocation_id: str, status: str) -> ConflictError:
-    return ConflictError(
+    message = (
         f"invocation {invocation_id} is {status}: only an unknown or pending write can be "
         "resolved (a running one is still in its round's hands; a succeeded or failed one is "
-        "settled)",
+        "settled)"
+    )
+    return ConflictError(
+        message,
         code="not_resolvable",
         details=[
-            {"code": "not_resolvable", "invocation_id": invocation_id, "status": status},
+            {
+                "code": "not_resolvable",
+                "message": f"the receipt is {status}",
+                "invocation_id": invocation_id,
+                "status": status,
+            },
         ],
     )

@@ -1,8 +1,14 @@
-"""`orchestrator invocations show ID`: one write receipt, as operators may see it."""
+"""`orchestrator invocations show ID`: one write receipt, as operators may see it; and
+`orchestrator invocations resolve ID --as succeeded|failed --reason TEXT`: an operator settles
+an `unknown` or `pending` task write (see `services.invocations`).
+
+The CLI talks to the store directly (an operator on the machine), so `--by` names who acts.
+"""
 
 from __future__ import annotations
 
 import argparse
+import getpass
 from typing import Any
 
 from orchestrator.cli.common import CommandFailed, add_json_flag, load, print_json
@@ -19,6 +25,17 @@ def register(commands: Any) -> None:
     show.add_argument("invocation_id")
     add_json_flag(show)
     show.set_defaults(handler=_show)
+    resolve = actions.add_parser(
+        "resolve", help="settle an unknown or pending task write as succeeded or failed"
+    )
+    resolve.add_argument("invocation_id")
+    resolve.add_argument(
+        "--as", dest="status", required=True, choices=("succeeded", "failed"), help="what happened"
+    )
+    resolve.add_argument("--reason", required=True, help="how you know (recorded with your name)")
+    resolve.add_argument("--by", help="who resolves it (default: your user name)")
+    add_json_flag(resolve)
+    resolve.set_defaults(handler=_resolve)
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -37,4 +54,43 @@ def _show(args: argparse.Namespace) -> int:
     width = max(len(key) for key in view)
     for key, value in view.items():
         print(f"{key.ljust(width)}  {'-' if value is None else value}")
+    return 0
+
+
+def _resolve(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from orchestrator.api.invocations import ResolveBody, ResolvedView
+    from orchestrator.runtime import build_runtime
+    from orchestrator.services.invocations import InvocationService
+
+    by = args.by or getpass.getuser()
+    # The API's own body model checks the texts: the same limits on both paths.
+    try:
+        body = ResolveBody.model_validate({"status": args.status, "reason": args.reason, "by": by})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        raise CommandFailed(f"invalid --{field}: {first['msg']}", exit_code=2) from None
+    rt = build_runtime(load())  # the real dispatcher: the resolution may queue a generation
+    try:
+        resolution = InvocationService(rt.db, rt.dispatcher).resolve(
+            args.invocation_id, body.status, by=body.by or by, reason=body.reason
+        )
+    finally:
+        rt.close()
+    if args.json:
+        print_json(ResolvedView.of(resolution).model_dump(mode="json"))
+        return 0
+    receipt = resolution.receipt
+    queued = (
+        f", generation {resolution.queued_generation} queued"
+        if resolution.queued_generation is not None
+        else f", generation {resolution.generation}"
+    )
+    print(
+        f"invocation {receipt.invocation_id} ({receipt.tool_name}) {resolution.previous_status} "
+        f"-> {receipt.status} by {resolution.by}; task {resolution.task_id} is "
+        f"{resolution.task_status}{queued}"
+    )
     return 0

@@ -110,6 +110,9 @@ SUMMARIES: Final[dict[str, str]] = {
     # Host states, not outcomes of a call: its generation ended, or its round reaped it.
     "generation_ended": "Still running when its generation ended; the outcome is unknown.",
     "reaped": "A background command still running at round end was stopped; outcome unknown.",
+    # An operator settled an unknown or pending write; who and why are in the task's events.
+    "resolved_succeeded": "An operator resolved it as succeeded (see the task's events).",
+    "resolved_failed": "An operator resolved it as failed (see the task's events).",
 }
 
 _MESSAGES: Final[dict[Outcome, str]] = {
@@ -203,7 +206,8 @@ def tool_status(outcome: Outcome, *, writes: bool = True) -> Status:
 
 
 def summary_for(
-    outcome: Outcome | Literal["claimed", "generation_ended", "reaped"],
+    outcome: Outcome
+    | Literal["claimed", "generation_ended", "reaped", "resolved_succeeded", "resolved_failed"],
 ) -> str:
     """The fixed host text for a receipt in this state."""
     return SUMMARIES[outcome]

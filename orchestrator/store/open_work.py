@@ -6,14 +6,17 @@ generation ends, for any reason, its session's `running` receipts become `unknow
 token in the same transaction: no later finisher of the ended generation can overwrite that,
 and operators see them at once instead of at the next cold start. A background command still
 running at round end is stopped; its `pending` receipt becomes `unknown`, never left `pending`.
+An operator may settle an `unknown` or `pending` write as `succeeded` or `failed`
+(`resolve_open_write`), a compare-and-set on the status; nothing else is ever changed by hand.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import Connection, bindparam, select, update
+from sqlalchemy import Connection, Row, bindparam, select, update
 
 from orchestrator.domain.outcomes import Outcome, summary_for
 from orchestrator.store.tables import executions
@@ -22,9 +25,14 @@ from orchestrator.store.types import utcnow
 
 __all__ = [
     "OPEN_STATUSES",
+    "RESOLUTIONS",
+    "RESOLVABLE",
     "generation_receipts_to_unknown",
     "open_writes",
+    "receipt_row",
+    "resolve_open_write",
     "settle_background",
+    "task_of_owner",
 ]
 
 #: Receipt states that keep a task from completing.
@@ -46,6 +54,11 @@ _SESSION_OF_GENERATION = (
     .scalar_subquery()
 )
 
+
+#: What an operator may resolve (a `running` write is still in someone's hands), and into what.
+#: A `succeeded` receipt is final: a completed node may cite it, so it never becomes `failed`.
+RESOLVABLE = ("unknown", "pending")
+RESOLUTIONS = ("succeeded", "failed")
 
 _ENDED: dict[str, Outcome] = {"succeeded": "succeeded", "failed": "command_failed"}
 
@@ -109,3 +122,38 @@ def settle_background(
             .values(status="unknown", summary=summary_for("reaped"), updated_at=now)
         ).rowcount
     return changed
+
+
+def task_of_owner(owner: str) -> str | None:
+    """The task id of a task's receipt owner (`task:<id>`), None for any other owner."""
+    prefix, _, task_id = owner.partition(":")
+    return task_id if prefix == "task" and task_id else None
+
+
+def receipt_row(conn: Connection, invocation_id: str, *, lock: bool = False) -> Row[Any] | None:
+    """The receipt row; with `lock`, locked until the end of the transaction (Postgres;
+    SQLite's write transaction already excludes every other writer)."""
+    query = select(r).where(r.c.invocation_id == invocation_id)
+    return conn.execute(query.with_for_update() if lock else query).one_or_none()
+
+
+def resolve_open_write(conn: Connection, invocation_id: str, previous: str, status: str) -> bool:
+    """An operator's resolution: `previous` (`unknown` or `pending`) becomes `status`
+    (`succeeded` or `failed`) only if the receipt is still in `previous`. The claim token
+    rotates, so no finisher or verifier holding the old one can overwrite it. False when the
+    status had changed."""
+    if previous not in RESOLVABLE or status not in RESOLUTIONS:
+        raise ValueError(f"cannot resolve {previous} as {status}")
+    result = conn.execute(
+        update(r)
+        .where(r.c.invocation_id == invocation_id, r.c.status == previous)
+        .values(
+            status=status,
+            summary=summary_for(
+                "resolved_succeeded" if status == "succeeded" else "resolved_failed"
+            ),
+            claim_token=f"resolved-{uuid.uuid4().hex}",
+            updated_at=utcnow(),
+        )
+    )
+    return result.rowcount == 1

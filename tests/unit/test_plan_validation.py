@@ -371,7 +371,8 @@ def reference_codes(payload: dict[str, Any]) -> set[str]:
             found.add("invalid_type")
             continue
         ends_ok = [text(e.get(end), True, 64) for end in ("from", "to")]
-        if not (all(ends_ok) and text(e.get("label"), False, 200)):
+        label_ok = text(e.get("label"), False, 200)  # checked even when an end is bad
+        if not (all(ends_ok) and label_ok):
             continue
         if e["from"] not in ids or e["to"] not in ids:
             found.add("dangling_edge")

@@ -1,7 +1,8 @@
 """Collaboration sessions over HTTP: open a task's session, ask, page the questions and answers.
 
 `POST /api/v1/tasks/{task_id}/collaboration` opens (or returns) the task's session;
-`POST /api/v1/sessions/{session_id}/messages` asks; `GET` on the same path pages the messages.
+`POST /api/v1/sessions/{session_id}/messages` asks (idempotent with an `Idempotency-Key`
+header); `GET` on the same path pages the messages.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.api.auth import current_operator
@@ -104,13 +105,26 @@ def open_collaboration(
     "/api/v1/sessions/{session_id}/messages",
     status_code=201,
     response_model=AnswerOut,
-    responses=error_responses(401, 403, 404, 409, 422),
+    responses={200: {"model": AnswerOut}, **error_responses(401, 403, 404, 409, 422)},
 )
 def ask(
-    session_id: str, body: AskBody, service: CollaborationService = Depends(get_collaboration)
+    session_id: str,
+    body: AskBody,
+    response: Response,
+    idempotency_key: str | None = Header(
+        default=None,
+        alias="Idempotency-Key",
+        description="1-200 visible ASCII characters: a retry with the same key and question "
+        "returns the first answer (200) without asking again; another question is 409 "
+        "`idempotency_conflict`",
+    ),
+    service: CollaborationService = Depends(get_collaboration),
 ) -> AnswerOut:
-    """Ask a question; the agent answers from the task's plan, report and evidence only."""
-    answered = service.ask(session_id, body.text)
+    """Ask a question; the agent answers from the task's plan, report and evidence only (201).
+    A retry with the same `Idempotency-Key` returns the stored answer (200)."""
+    answered = service.ask(session_id, body.text, idempotency_key=idempotency_key)
+    if answered.replayed:
+        response.status_code = 200
     return AnswerOut(
         question=MessageOut.of(answered.question), answer=MessageOut.of(answered.answer)
     )

@@ -3,9 +3,9 @@
 A `state` snapshot first (status, generation, current plan, pending actions), then the task's
 event log in commit order: `execution_plan` for each revision of the generation running,
 `status` for each change (`queued` for a new generation, `waiting`, and the final ones),
-`action_proposed` and `action_decided`. Every event's id is the task's durable `seq`, so
-`Last-Event-ID: n` resumes at n + 1, also after an API restart. The stream ends after a final
-status (`completed`, `failed`, `cancelled`).
+`action_proposed`, `action_decided`, `action_superseded` and `action_task_cancelled`. Every
+event's id is the task's durable `seq`, so `Last-Event-ID: n` resumes at n + 1, also after an
+API restart. The stream ends after a final status (`completed`, `failed`, `cancelled`).
 """
 
 from __future__ import annotations

@@ -19,6 +19,11 @@ def register_ask(tasks: Any) -> None:
     )
     ask.add_argument("task_id")
     ask.add_argument("question")
+    ask.add_argument(
+        "--idempotency-key",
+        metavar="KEY",
+        help="ask once per KEY: a retry returns the first answer (another question is refused)",
+    )
     add_json_flag(ask)
     ask.set_defaults(handler=_ask)
 
@@ -31,7 +36,9 @@ def _ask(args: argparse.Namespace) -> int:
     try:
         service = CollaborationService(db, settings)
         session, _ = service.open(args.task_id, owner=getpass.getuser())
-        answered = service.ask(session.session_id, args.question)
+        answered = service.ask(
+            session.session_id, args.question, idempotency_key=args.idempotency_key
+        )
     finally:
         db.dispose()
     if args.json:

@@ -96,7 +96,10 @@ class ActionService:
                 action = action_store.insert_action(
                     conn, fence, session_id, node_id, kind, payload, plan_revision=plan.revision
                 )
-                action_store.supersede_node_actions(conn, fence.task_id, node_id, action.action_id)
+                replaced = action_store.supersede_node_actions(
+                    conn, fence.task_id, node_id, action.action_id
+                )
+                outbox_store.record_superseded(conn, replaced)  # before the new one's event
             if node.get("action_id") == action.action_id:
                 return Proposal(action, plan.revision, created=False)
             nodes = [

@@ -10,6 +10,7 @@ read tools only: the host runs it as a read-only caller with read tools alone.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
@@ -18,8 +19,15 @@ from typing import Any
 from orchestrator.agent.host import ToolHost
 from orchestrator.agent.model import ModelError, load_model
 from orchestrator.domain.cursors import decode_cursor, encode_cursor
+from orchestrator.domain.fingerprints import fingerprint
 from orchestrator.domain.storable import storable_text
-from orchestrator.errors import ConflictError, NotFound, OrchestratorError, ValidationFailed
+from orchestrator.errors import (
+    ConflictError,
+    ConstraintViolation,
+    NotFound,
+    OrchestratorError,
+    ValidationFailed,
+)
 from orchestrator.services.sessions import create_session_txn
 from orchestrator.settings import Settings
 from orchestrator.store import collaboration as store
@@ -27,7 +35,7 @@ from orchestrator.store import plans as plan_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import sessions as session_store
 from orchestrator.store import tasks as task_store
-from orchestrator.store.collaboration import MessageRecord
+from orchestrator.store.collaboration import KeyedAsk, MessageRecord
 from orchestrator.store.db import Database
 from orchestrator.store.records import TaskRecord
 from orchestrator.store.sessions import SessionRecord
@@ -58,6 +66,32 @@ class ModelUnavailable(OrchestratorError):
 class Answer:
     question: MessageRecord
     answer: MessageRecord
+    #: True when an earlier ask with the same idempotency key stored them (a client's retry).
+    replayed: bool = False
+
+
+#: What an `Idempotency-Key` may be: 1-200 visible ASCII characters (no spaces).
+_KEY = re.compile(r"[\x21-\x7e]{1,200}")
+
+
+def _checked_key(key: str | None) -> str | None:
+    if key is not None and not _KEY.fullmatch(key):
+        raise ValidationFailed(
+            "the Idempotency-Key must be 1-200 visible ASCII characters, without spaces",
+            code="invalid_idempotency_key",
+        )
+    return key
+
+
+def _replay(session_id: str, key: str, stored: KeyedAsk, digest: str) -> Answer:
+    """The stored ask of a retry; another question under the same key is refused."""
+    if stored.request_digest != digest:
+        raise ConflictError(
+            f"Idempotency-Key {key!r} already asked another question in session {session_id}; "
+            "use a new key for a new question",
+            code="idempotency_conflict",
+        )
+    return Answer(stored.question, stored.answer, replayed=True)
 
 
 def snapshots(conn: Any, task: TaskRecord) -> dict[str, Any]:
@@ -124,18 +158,29 @@ class CollaborationService:
             )
         return session
 
-    def ask(self, session_id: str, text: str) -> Answer:
-        """Store the question and the agent's answer; a model failure stores nothing."""
+    def ask(self, session_id: str, text: str, *, idempotency_key: str | None = None) -> Answer:
+        """Store the question and the agent's answer; a model failure stores nothing.
+
+        With `idempotency_key`, a retry (same key, same question) returns the stored question
+        and answer (`replayed`) without asking the model; the same key with another question
+        is 409 `idempotency_conflict`. Two asks with one key at once may both reach the model,
+        but one question is stored and both get it.
+        """
         if not text.strip():
             raise ValidationFailed("the question is empty", code="invalid_request")
         try:
             storable_text(text)  # before the model is asked: the question could not be stored
         except ValueError as exc:
             raise ValidationFailed(f"the question: {exc}", code="invalid_request") from None
+        key = _checked_key(idempotency_key)
+        digest = fingerprint({"text": text})
         asked_at = utcnow()
         with self.db.transaction(readonly=True) as conn:
             session = self._session(conn, session_id)
             assert session.task_id is not None
+            stored = store.asked_with_key(conn, session_id, key) if key else None
+            if key and stored:
+                return _replay(session_id, key, stored, digest)
             task = task_store.get_task(conn, session.task_id)
             if task is None:
                 raise NotFound(f"task {session.task_id} does not exist")
@@ -148,10 +193,27 @@ class CollaborationService:
             raise ModelUnavailable(f"the model's answer cannot be stored: {exc}") from None
         # After the question, always: the page order is (created_at, message_id).
         answered_at = max(utcnow(), asked_at + timedelta(microseconds=1))
-        with self.db.transaction() as conn:
-            self._session(conn, session_id)
-            question = store.insert_message(conn, session_id, "user", text, asked_at)
-            answer = store.insert_message(conn, session_id, "agent", reply, answered_at)
+        try:
+            with self.db.transaction() as conn:
+                self._session(conn, session_id)
+                # A retry that came in while the model answered this one may have stored first.
+                stored = store.asked_with_key(conn, session_id, key) if key else None
+                if key and stored:
+                    return _replay(session_id, key, stored, digest)
+                keyed = {"idempotency_key": key, "request_digest": digest if key else None}
+                question = store.insert_message(conn, session_id, "user", text, asked_at, **keyed)
+                answer = store.insert_message(
+                    conn, session_id, "agent", reply, answered_at, **keyed
+                )
+        except ConstraintViolation:
+            if not key:
+                raise
+            # ... or committed between that read and this commit (Postgres): its ask wins.
+            with self.db.transaction(readonly=True) as conn:
+                stored = store.asked_with_key(conn, session_id, key)
+            if stored is None:
+                raise
+            return _replay(session_id, key, stored, digest)
         return Answer(question, answer)
 
     def _answer(

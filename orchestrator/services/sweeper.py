@@ -5,7 +5,8 @@ with the number of expired leases, not with the number of tasks. The expiries of
 handled as a batch: one lease read, one transaction (`store/lost.py`), one publish over one
 broker connection. Every requeue is a compare-and-set on the execution row and the task's
 generation: two sweepers never requeue one expiry twice. A lost generation's pending_approval
-actions are superseded in the transaction that requeues or parks it.
+actions are superseded, each with its `action_superseded` event, in the transaction that requeues
+or parks it.
 
 Every requeue, whichever way the loss was found (an expired lease, a gone process), passes
 through `Sweeper.requeue_lost`, which counts it in the metrics once it committed.
@@ -160,7 +161,9 @@ class Sweeper:
             # A worker still running a lost generation (paused, cut off) stops at once.
             for task_id, _generation in [(t, g) for t, g, _ in batch.requeued] + batch.parked:
                 wake_after_commit(conn, ended_key(task_id))
-            # The task stream and the webhooks see each move, in the same transaction.
+            # The task stream and the webhooks see each move, in the same transaction: first
+            # the proposals that went away with the lost generations, then the move itself.
+            outbox_store.record_superseded(conn, batch.superseded)
             outbox_store.record_events(
                 conn,
                 [

@@ -179,6 +179,8 @@ class TaskService:
                 conn, task_id, task.generation, outcome="cancelled", reason=reason
             )
             task_store.supersede_pending_actions(conn, task_id, "the task was cancelled")
+            # An approval stands (it may be delivered or carried out): the backend hears of it.
+            outbox_store.record_cancelled_approvals(conn, task_id, reason)
             conn.execute(
                 update(tasks)
                 .where(tasks.c.task_id == task_id)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, insert, select, update
+from sqlalchemy import Connection, Row, Update, and_, insert, select, update
 
 from orchestrator.domain.approvals import action_digest
 from orchestrator.store.tables import actions
@@ -23,6 +24,8 @@ __all__ = [
     "list_actions",
     "same_proposal",
     "supersede_node_actions",
+    "supersede_task_actions",
+    "superseded_from_rows",
 ]
 
 
@@ -155,20 +158,43 @@ def same_proposal(conn: Connection, task_id: str, node_id: str, digest: str) -> 
     return ActionRecord.from_row(row) if row is not None else None
 
 
-def supersede_node_actions(conn: Connection, task_id: str, node_id: str, by_action: str) -> int:
-    """Pending actions of the node are superseded by a new proposal with another digest."""
-    return int(
-        conn.execute(
-            update(actions)
-            .where(
-                actions.c.task_id == task_id,
-                actions.c.node_id == node_id,
-                actions.c.status == "pending_approval",
-                actions.c.action_id != by_action,
-            )
-            .values(status="superseded", note=f"superseded by action {by_action}")
-        ).rowcount
+def supersede_node_actions(
+    conn: Connection, task_id: str, node_id: str, by_action: str
+) -> list[ActionRecord]:
+    """Pending actions of the node are superseded by a new proposal with another digest: the
+    actions as superseded (for their `action_superseded` notices)."""
+    return _superseded(
+        conn,
+        update(actions)
+        .where(
+            actions.c.task_id == task_id,
+            actions.c.node_id == node_id,
+            actions.c.status == "pending_approval",
+            actions.c.action_id != by_action,
+        )
+        .values(status="superseded", note=f"superseded by action {by_action}"),
     )
+
+
+def supersede_task_actions(conn: Connection, task_id: str, note: str) -> list[ActionRecord]:
+    """Every pending action of the task is superseded (a requeue, a cancel, a finished task):
+    the actions as superseded, in one statement."""
+    return _superseded(
+        conn,
+        update(actions)
+        .where(actions.c.task_id == task_id, actions.c.status == "pending_approval")
+        .values(status="superseded", note=note),
+    )
+
+
+def superseded_from_rows(rows: Iterable[Row[Any]]) -> list[ActionRecord]:
+    """Actions a statement superseded (its `RETURNING` rows), oldest first."""
+    found = [ActionRecord.from_row(row) for row in rows]
+    return sorted(found, key=lambda action: (action.created_at, action.action_id))
+
+
+def _superseded(conn: Connection, statement: Update) -> list[ActionRecord]:
+    return superseded_from_rows(conn.execute(statement.returning(*actions.c)))
 
 
 def actions_of_task(conn: Connection, task_id: str) -> list[ActionRecord]:

@@ -17,7 +17,9 @@ from orchestrator.store.sessions import SessionRecord
 from orchestrator.store.tables import collaboration_messages, sessions
 
 __all__ = [
+    "KeyedAsk",
     "MessageRecord",
+    "asked_with_key",
     "collaboration_session_of",
     "insert_message",
     "latest_messages",
@@ -50,8 +52,17 @@ def collaboration_session_of(conn: Connection, task_id: str) -> SessionRecord | 
 
 
 def insert_message(
-    conn: Connection, session_id: str, role: str, text: str, at: datetime
+    conn: Connection,
+    session_id: str,
+    role: str,
+    text: str,
+    at: datetime,
+    *,
+    idempotency_key: str | None = None,
+    request_digest: str | None = None,
 ) -> MessageRecord:
+    """One message; with `idempotency_key`, a second question (or answer) under the same key
+    in the session is refused by the unique index (`ConstraintViolation` at commit)."""
     record = MessageRecord(str(uuid.uuid4()), session_id, role, text, at)
     conn.execute(
         insert(collaboration_messages).values(
@@ -60,9 +71,39 @@ def insert_message(
             role=role,
             text=text,
             created_at=at,
+            idempotency_key=idempotency_key,
+            request_digest=request_digest,
         )
     )
     return record
+
+
+@dataclass(frozen=True)
+class KeyedAsk:
+    """A question stored under an idempotency key, its answer, and the digest of the request."""
+
+    question: MessageRecord
+    answer: MessageRecord
+    request_digest: str
+
+
+def asked_with_key(conn: Connection, session_id: str, idempotency_key: str) -> KeyedAsk | None:
+    """The question and answer stored under `idempotency_key` in the session, if any."""
+    t = collaboration_messages
+    rows = {
+        row.role: row
+        for row in conn.execute(
+            select(t).where(t.c.session_id == session_id, t.c.idempotency_key == idempotency_key)
+        )
+    }
+    if "user" not in rows or "agent" not in rows:  # the two commit together
+        return None
+    question = rows["user"]
+    return KeyedAsk(
+        MessageRecord.from_row(question),
+        MessageRecord.from_row(rows["agent"]),
+        str(question.request_digest),
+    )
 
 
 def list_messages(

@@ -42,6 +42,7 @@ from sqlalchemy import (
 
 from orchestrator.domain.outcomes import summary_for
 from orchestrator.leases.process import ProcessIdentity
+from orchestrator.store.actions import ActionRecord, superseded_from_rows
 from orchestrator.store.tables import actions, executions, invocation_receipts, sessions, tasks
 from orchestrator.store.tasks import _generation_rows, _new_id
 from orchestrator.store.types import utcnow
@@ -54,13 +55,15 @@ class LostBatch:
     """What one batch did: (task, lost generation, new generation) and (task, lost generation).
 
     `at` is when the batch closed them; `lease_expiries` the mirrored lease expiry of each
-    generation this batch closed (None if the store never had one), for the recovery delay.
+    generation this batch closed (None if the store never had one), for the recovery delay;
+    `superseded` the pending actions of those generations that it superseded.
     """
 
     requeued: list[tuple[str, int, int]] = field(default_factory=list)
     parked: list[tuple[str, int]] = field(default_factory=list)
     at: datetime | None = None
     lease_expiries: dict[tuple[str, int], datetime | None] = field(default_factory=dict)
+    superseded: list[ActionRecord] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -162,11 +165,15 @@ def requeue_lost(
     )
     # Like an operator requeue or cancel: the lost generations' proposals are not approvable
     # any more; the next generation proposes again if it still needs them.
+    # The actions come back for their `action_superseded` notices (the caller records them).
     for generation, ids in _grouped(moving, lambda task: task.generation).items():
-        conn.execute(
-            update(actions)
-            .where(_among(conn, actions.c.task_id, ids), actions.c.status == "pending_approval")
-            .values(status="superseded", note=f"generation {generation} lost its lease")
+        batch.superseded += superseded_from_rows(
+            conn.execute(
+                update(actions)
+                .where(_among(conn, actions.c.task_id, ids), actions.c.status == "pending_approval")
+                .values(status="superseded", note=f"generation {generation} lost its lease")
+                .returning(*actions.c)
+            )
         )
     parking = [task for task in moving if task.recoveries + 1 >= max_recoveries]
     requeuing = [task for task in moving if task.recoveries + 1 < max_recoveries]

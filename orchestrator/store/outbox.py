@@ -26,6 +26,7 @@ from sqlalchemy import (
     Insert,
     Integer,
     Row,
+    and_,
     bindparam,
     exists,
     func,
@@ -55,10 +56,12 @@ __all__ = [
     "lock_task_of_action",
     "mark_delivered",
     "mark_failed",
+    "record_cancelled_approvals",
     "record_decision",
     "record_event",
     "record_events",
     "record_proposal",
+    "record_superseded",
     "renew_claim",
     "retry_dead",
     "task_wake_key",
@@ -72,6 +75,8 @@ WEBHOOK_EVENTS: Final = (
     "cancelled",
     "action_proposed",
     "action_decided",
+    "action_superseded",
+    "action_task_cancelled",
 )
 
 
@@ -385,6 +390,62 @@ def record_decision(conn: Connection, action: ActionRecord) -> TaskEvent:
             )
         )
     return event
+
+
+def record_superseded(conn: Connection, superseded: Sequence[ActionRecord]) -> list[TaskEvent]:
+    """`action_superseded` for each action, in the transaction that superseded them (the caller
+    holds their tasks' row locks): a backend that heard `action_proposed` hears it went away.
+    Nothing, not even a statement, when nothing was superseded."""
+    return record_events(
+        conn,
+        [
+            NewEvent(
+                action.task_id,
+                "action_superseded",
+                generation=action.generation,
+                reason=f"{action.kind} {action.action_id} superseded: {action.note}",
+                data={"action": _action_view(action)},
+            )
+            for action in superseded
+        ],
+    )
+
+
+def record_cancelled_approvals(conn: Connection, task_id: str, reason: str) -> list[TaskEvent]:
+    """`action_task_cancelled` for each approved action of a task being cancelled (the caller
+    holds its row lock), with where its delivery stands. A cancel does not take an approval
+    back (its work order may be on its way or done): the backend decides what to withdraw."""
+    rows = conn.execute(
+        select(actions, outbox.c.status.label("delivery"))
+        .select_from(
+            actions.outerjoin(
+                outbox, and_(outbox.c.action_id == actions.c.action_id, outbox.c.kind == "action")
+            )
+        )
+        .where(actions.c.task_id == task_id, actions.c.status == "approved")
+        .order_by(actions.c.decided_at, actions.c.action_id)
+    ).all()
+    return record_events(
+        conn,
+        [
+            NewEvent(
+                task_id,
+                "action_task_cancelled",
+                generation=row.generation,
+                reason=(
+                    f"the task was cancelled after {row.kind} {row.action_id} was approved by "
+                    f"{row.decided_by}: {reason}"
+                ),
+                data={
+                    "action": {
+                        **_action_view(ActionRecord.from_row(row)),
+                        "delivery": row.delivery or "none",
+                    }
+                },
+            )
+            for row in rows
+        ],
+    )
 
 
 def last_seq(conn: Connection, task_id: str) -> int:

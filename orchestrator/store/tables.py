@@ -318,8 +318,13 @@ collaboration_messages = Table(
     Column("role", String(8), nullable=False),
     Column("text", Text, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
+    # A client's `Idempotency-Key` and the SHA-256 of what it asked, on the question and its
+    # answer: a retry returns them; a question is stored once per key (NULLs never collide).
+    Column("idempotency_key", String(200), nullable=True),
+    Column("request_digest", String(64), nullable=True),
     one_of("role", v.MESSAGE_ROLES),
     Index(None, "session_id", "created_at"),
+    Index(None, "session_id", "idempotency_key", "role", unique=True),
 )
 
 recovery_snapshots = Table(

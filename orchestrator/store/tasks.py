@@ -32,6 +32,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from orchestrator.domain.task_filter import TaskFilter
+from orchestrator.store import actions as action_store
+from orchestrator.store import outbox as outbox_store
 from orchestrator.store.open_work import generation_receipts_to_unknown
 from orchestrator.store.records import ExecutionRecord, TaskRecord
 from orchestrator.store.tables import actions, executions, sessions, tasks
@@ -505,7 +507,9 @@ def end_and_settle(
             conn.execute(_END_AND_SETTLE, {**ended, **settled})
         else:
             superseded = {"supersede_task_id": task_id, "supersede_note": supersede_note}
-            conn.execute(_END_SETTLE_AND_SUPERSEDE, {**ended, **settled, **superseded})
+            rows = conn.execute(_END_SETTLE_AND_SUPERSEDE, {**ended, **settled, **superseded})
+            # Their notices cost statements only when there were some.
+            outbox_store.record_superseded(conn, action_store.superseded_from_rows(rows))
     else:  # SQLite has no data-modifying WITH
         conn.execute(_END_GENERATION, ended)
         conn.execute(_SETTLE_TASK, settled)
@@ -515,18 +519,24 @@ def end_and_settle(
 
 
 # Postgres runs a data-modifying WITH whether or not the main statement reads it.
-_END_AND_SETTLE = _SETTLE_TASK.add_cte(
-    _END_GENERATION.returning(executions.c.task_id).cte("ended_execution")
-)
-_END_SETTLE_AND_SUPERSEDE = _END_AND_SETTLE.add_cte(
+_ENDED_EXECUTION = _END_GENERATION.returning(executions.c.task_id).cte("ended_execution")
+_END_AND_SETTLE = _SETTLE_TASK.add_cte(_ENDED_EXECUTION)
+_SUPERSEDED_ACTIONS = (
     update(actions)
     .where(
         actions.c.task_id == bindparam("supersede_task_id"),
         actions.c.status == "pending_approval",
     )
     .values(status="superseded", note=bindparam("supersede_note"))
-    .returning(actions.c.action_id)
+    .returning(*actions.c)
     .cte("superseded_actions")
+)
+# The same, reading the actions it superseded: their rows are what the statement returns
+# (whether or not the task row matched), so each gets its notice without another read.
+_END_SETTLE_AND_SUPERSEDE = (
+    select(_SUPERSEDED_ACTIONS)
+    .add_cte(_ENDED_EXECUTION)
+    .add_cte(_SETTLE_TASK.returning(tasks.c.task_id).cte("settled_task"))
 )
 
 
@@ -573,13 +583,11 @@ def requeue_generation(
 
 
 def supersede_pending_actions(conn: Connection, task_id: str, note: str) -> int:
-    return int(
-        conn.execute(
-            update(actions)
-            .where(actions.c.task_id == task_id, actions.c.status == "pending_approval")
-            .values(status="superseded", note=note)
-        ).rowcount
-    )
+    """The task's pending actions are superseded, each with its `action_superseded` event and
+    webhook, in the caller's transaction (which holds the task row's lock)."""
+    superseded = action_store.supersede_task_actions(conn, task_id, note)
+    outbox_store.record_superseded(conn, superseded)
+    return len(superseded)
 
 
 def get_execution(conn: Connection, task_id: str, generation: int) -> ExecutionRecord | None:

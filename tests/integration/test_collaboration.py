@@ -16,8 +16,9 @@ from fastapi.testclient import TestClient
 from orchestrator.api.app import create_app
 from orchestrator.cli import main
 from orchestrator.domain.recovery import CallRecord, Snapshot
+from orchestrator.errors import ConflictError
 from orchestrator.runtime import Runtime
-from orchestrator.services.collaboration import MAX_LIMIT
+from orchestrator.services.collaboration import MAX_LIMIT, Answer, CollaborationService
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
 from orchestrator.store.collaboration import insert_message
@@ -332,3 +333,108 @@ def test_an_answer_never_reads_the_recovery_built_from_an_execution_transcript(
     assert "REPORT-SUMMARY-9" in requests
     for secret in ("call-TRAIL-SECRET", "TRAIL-ARGUMENT-SECRET"):
         assert secret not in requests
+
+
+def model_calls(scripts: Path) -> int:
+    recorded = scripts / "col.collaboration.json.requests.jsonl"
+    return len(recorded.read_text(encoding="utf-8").splitlines()) if recorded.exists() else 0
+
+
+def test_a_retried_ask_with_its_idempotency_key_returns_the_first_answer_and_asks_nothing(
+    env: tuple[Runtime, Path, str], client: TestClient
+) -> None:
+    _, scripts, task_id = env
+    session_id = client.post(f"/api/v1/tasks/{task_id}/collaboration").json()["session_id"]
+    url = f"/api/v1/sessions/{session_id}/messages"
+    key = {"Idempotency-Key": "ask-7f3a"}
+    first = client.post(url, json={"text": "Why done?"}, headers=key)
+    assert first.status_code == 201, first.text
+    calls = model_calls(scripts)
+    assert calls > 0
+    again = client.post(url, json={"text": "Why done?"}, headers=key)
+    assert again.status_code == 200, again.text
+    assert again.json() == first.json()  # the same question and answer, ids and times
+    assert model_calls(scripts) == calls  # the model was not asked again
+    other = client.post(url, json={"text": "Why done?"}, headers={"Idempotency-Key": "ask-8"})
+    assert other.status_code == 201  # another key is another question
+    page = client.get(url).json()["items"]
+    assert [m["role"] for m in page] == ["user", "agent", "user", "agent"]
+
+
+def test_the_same_key_with_another_question_is_409_and_a_bad_key_422_both_before_the_model(
+    env: tuple[Runtime, Path, str], client: TestClient
+) -> None:
+    _, scripts, task_id = env
+    session_id = client.post(f"/api/v1/tasks/{task_id}/collaboration").json()["session_id"]
+    url = f"/api/v1/sessions/{session_id}/messages"
+    assert client.post(url, json={"text": "one"}, headers={"Idempotency-Key": "k1"}).is_success
+    calls = model_calls(scripts)
+    conflict = client.post(url, json={"text": "two"}, headers={"Idempotency-Key": "k1"})
+    assert conflict.status_code == 409
+    assert conflict.json()["error"]["code"] == "idempotency_conflict"
+    for bad in ("x" * 201, "two words", "ключ".encode()):
+        refused = client.post(url, json={"text": "three"}, headers={"Idempotency-Key": bad})
+        assert refused.status_code == 422, bad
+        assert refused.json()["error"]["code"] == "invalid_idempotency_key"
+    assert model_calls(scripts) == calls
+    assert [m["text"] for m in client.get(url).json()["items"]][0::2] == ["one"]
+
+
+def test_a_retry_that_lands_while_the_first_ask_waits_on_the_model_stores_one_answer(
+    env: tuple[Runtime, Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two asks with one key at once: both may reach the model, one question is stored and
+    both callers get it."""
+    rt, _, task_id = env
+    service = CollaborationService(rt.db, rt.settings)
+    session, _ = service.open(task_id, owner="op")
+    answer = service._answer
+    inner: list[Answer] = []
+    raced: list[str] = []
+
+    def racing(*args: Any) -> str:
+        if not raced:  # the retry arrives and finishes while the first one waits
+            raced.append("k")
+            inner.append(service.ask(session.session_id, "Why?", idempotency_key="k"))
+        return answer(*args)
+
+    monkeypatch.setattr(service, "_answer", racing)
+    outer = service.ask(session.session_id, "Why?", idempotency_key="k")
+    assert (outer.question, outer.answer) == (inner[0].question, inner[0].answer)
+    assert outer.replayed
+    assert not inner[0].replayed
+    stored, _ = service.messages(session.session_id)
+    assert [m.message_id for m in stored] == [outer.question.message_id, outer.answer.message_id]
+
+    def conflicting(*args: Any) -> str:
+        if raced == ["k"]:
+            raced.append("k2")
+            service.ask(session.session_id, "Other?", idempotency_key="k2")
+        return answer(*args)
+
+    monkeypatch.setattr(service, "_answer", conflicting)
+    with pytest.raises(ConflictError) as refused:
+        service.ask(session.session_id, "Why not?", idempotency_key="k2")
+    assert refused.value.code == "idempotency_conflict"
+    assert len(service.messages(session.session_id)[0]) == 4
+
+
+def test_the_cli_asks_once_per_idempotency_key(
+    env: tuple[Runtime, Path, str],
+    store_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    rt, scripts, task_id = env
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("ORCH_MODEL", f"scripted:{scripts}")
+    ask = ["tasks", "ask", task_id, "What was found?", "--idempotency-key", "cli-1"]
+    assert main(ask) == 0
+    assert main(ask) == 0
+    assert "4.1 NTU" in capsys.readouterr().out
+    assert main([*ask[:3], "Something else?", *ask[4:]]) == 1
+    assert "idempotency_conflict" in capsys.readouterr().err
+    session = CollaborationService(rt.db, rt.settings).open(task_id, owner="op")[0]
+    assert len(CollaborationService(rt.db, rt.settings).messages(session.session_id)[0]) == 2

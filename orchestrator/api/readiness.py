@@ -5,8 +5,9 @@ Readiness asks the parts every request needs: the store answers `SELECT 1` and, 
 Redis answers `PING`, each within `READY_TIMEOUT_SECONDS`, both at once. A load balancer takes
 a process that is not ready out of rotation instead of sending it requests that would fail.
 
-The checks run on a small pool of their own: a store that hangs holds at most that many threads
-(until its connect timeout), never the API's, and later probes answer `not ready` in time.
+Each check runs in a daemon thread of its own, at most `MAX_IN_FLIGHT` at once: a store that
+hangs holds a few threads until its connect timeout, never the API's pool, never the process's
+exit, and later probes answer `not ready` in time.
 What a failure says is fixed text and the exception's class, never its message (a URL, a
 password); the first line of the cause goes to the log, masked, when readiness is lost.
 """
@@ -15,8 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import dataclass
 
 import redis
@@ -31,7 +33,43 @@ log = logging.getLogger(__name__)
 #: How long each part may take to answer before the process is reported not ready.
 READY_TIMEOUT_SECONDS = 2.0
 
-_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="readyz")
+#: Checks running at once in this process (a hanging part keeps its threads until it times out).
+MAX_IN_FLIGHT = 8
+_IN_FLIGHT = threading.BoundedSemaphore(MAX_IN_FLIGHT)
+
+
+class _Busy(Exception):
+    """Earlier checks still wait on a part that hangs."""
+
+
+async def _in_a_thread(probe: Callable[[], None]) -> None:
+    """Run `probe` in a daemon thread and wait for it (cancelling the wait leaves it running)."""
+    if not _IN_FLIGHT.acquire(blocking=False):
+        raise _Busy()
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def settle(error: BaseException | None) -> None:
+        if done.done():
+            return  # the wait timed out meanwhile
+        if error is None:
+            done.set_result(None)
+        else:
+            done.set_exception(error)
+
+    def run() -> None:
+        error: BaseException | None = None
+        try:
+            probe()
+        except BaseException as exc:  # handed to the waiting coroutine
+            error = exc
+        finally:
+            _IN_FLIGHT.release()
+        with suppress(RuntimeError):  # the loop closed while a hanging check waited
+            loop.call_soon_threadsafe(settle, error)
+
+    threading.Thread(target=run, name="readyz", daemon=True).start()
+    await done
 
 
 @dataclass(frozen=True)
@@ -78,10 +116,9 @@ class Readiness:
         return checks
 
     async def _run(self, part: str, code: str, name: str, probe: Callable[[], None]) -> Check:
-        loop = asyncio.get_running_loop()
         try:
-            await asyncio.wait_for(loop.run_in_executor(_POOL, probe), self.timeout)
-        except TimeoutError:
+            await asyncio.wait_for(_in_a_thread(probe), self.timeout)
+        except (TimeoutError, _Busy):
             message = f"{name} did not answer within {self.timeout:g}s"
             return Check(part, code, message, "timed out")
         except Exception as exc:

@@ -6,7 +6,8 @@ Celery task binds task, generation and worker; the execution service adds the se
 
 `RedactFilter` masks what must never reach a log: bearer tokens, URL passwords, `token=`,
 `key=`, `secret=`, `password=` values, and the configured secrets themselves (API and internal
-tokens, the store's password). A masked value keeps at most its first 4 characters.
+tokens, the store's password, the path and query of the outbox URLs, where a Slack-style webhook
+keeps its secret). A masked value keeps at most its first 4 characters.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
+from urllib.parse import urlsplit
 
+import httpx
 from pydantic import SecretStr
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -87,7 +90,23 @@ def secrets_of(settings: Settings) -> list[str]:
             found.append(value)
     with suppress(ArgumentError):
         found.append(make_url(settings.store_url).password or "")
+    for name in ("actions_url", "webhook_url"):
+        found.extend(_url_paths(getattr(settings, name, None)))
     return sorted({s for s in found if s}, key=len, reverse=True)
+
+
+def _url_paths(url: str | None) -> list[str]:
+    """The path and query of an outbox URL, as configured and as httpx logs it (encoded): a
+    Slack-style webhook (`/services/T000/B000/XXXX`) carries its secret there, and httpx logs
+    every request's URL at INFO. The host stays readable."""
+    if not url:
+        return []
+    parts = urlsplit(url)
+    paths = [parts.path + (f"?{parts.query}" if parts.query else "")]
+    with suppress(httpx.InvalidURL, ValueError):
+        paths.append(httpx.URL(url).raw_path.decode("ascii"))
+    # A bare "/" or a short path hides nothing (and `redact` leaves values under 4 characters).
+    return [path for path in paths if len(path.strip("/")) >= 3]
 
 
 class RedactFilter(logging.Filter):

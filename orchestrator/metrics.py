@@ -8,6 +8,7 @@ Two kinds, chosen for Celery prefork (one parent, several pool processes):
   calls, ...) are kept per process. With `PROMETHEUS_MULTIPROC_DIR` set (the `orchestrator
   worker` and `sweeper` commands set it when ORCH_METRICS_PORT is on), prometheus-client keeps
   them in files that `MultiProcessCollector` sums at scrape time, so pool processes are counted.
+  The worker's folder and the removal of gone workers' folders: `orchestrator.metrics_folders`.
 
 Serve with `metrics_app`'s content (the API's `GET /metrics`) or `serve_metrics(port)`.
 """

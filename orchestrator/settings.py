@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import os
 import re
 import sys
@@ -78,6 +79,30 @@ def _check_redis(value: str) -> None:
         ConnectionPool.from_url(value)  # parses the query options too; connects to nothing
     except (ValueError, TypeError) as exc:
         raise ValueError(str(exc).splitlines()[0]) from None
+
+
+#: Characters no host name holds (WHATWG's forbidden host code points, and `%`: httpx would
+#: send a host with a space as `back%20end`, which no resolver finds).
+_FORBIDDEN_HOST_CHARS: Final = frozenset('#%/:<>?@[\\]^|"`{}')
+
+
+def _check_host(host: str) -> None:
+    """A host a client can reach: an IP address, or a name of non-empty labels with no space,
+    control or forbidden character. Messages name the problem, never the URL."""
+    with suppress(ValueError):
+        ipaddress.ip_address(host)
+        return
+    for char in host:
+        if char == " ":
+            raise ValueError("the host has a space; a host name has none")
+        if char.isspace() or ord(char) < 32 or ord(char) == 127:
+            raise ValueError("the host has a control character")
+        if char in _FORBIDDEN_HOST_CHARS:
+            raise ValueError(f"the host has {char!r}, which no host name holds")
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        raise ValueError("the host has an empty or too long label (a name like a..b)") from None
 
 
 class SettingsError(Exception):
@@ -224,6 +249,7 @@ class Settings(BaseSettings):
         parts = urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("must be an http:// or https:// URL with a host")
+        _check_host(parts.hostname)
         try:  # what the dispatcher's client will make of it (control characters, a bad port)
             _ = parts.port
             httpx.URL(value)

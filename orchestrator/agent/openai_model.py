@@ -1,9 +1,10 @@
 """`ORCH_MODEL=openai:<model>`: any OpenAI-compatible chat-completions server with tools.
 
-Built on the official `openai` package with its own retries off (`max_retries=0`): 429, 5xx,
-connection errors and a 200 whose body is not a completion are retried here
-(`orchestrator.agent.retries`), within `LLM_MAX_RETRIES` and never past the point the lease
-keeper vouches for the round; any other 4xx is not retried. When
+Built on the official `openai` package with its own retries off (`max_retries=0`): the statuses
+the openai client itself retries (408, 409, 429, 5xx, or what `x-should-retry` says), connection
+errors and a 200 whose body is not a completion are retried here (`orchestrator.agent.retries`),
+within `LLM_MAX_RETRIES` and never past the point the lease keeper vouches for the round; any
+other 4xx is not retried. When
 the budget is spent the round ends `model_error` with the reason. The API key is a `SecretStr`
 and never appears in a log line or an error message.
 
@@ -25,7 +26,7 @@ from typing import Any
 import openai
 
 from orchestrator.agent.model import Model, ModelError, ModelTurn, TokenUsage
-from orchestrator.agent.retries import RetryBudget, parse_retry_after
+from orchestrator.agent.retries import RetryBudget, parse_retry_after, should_retry
 from orchestrator.agent.text import clean, clean_text
 from orchestrator.agent.wire import HistoryError, check_history, to_wire_messages, to_wire_tools
 from orchestrator.settings import Settings
@@ -174,13 +175,14 @@ class OpenAIModel(Model):
             except openai.APIStatusError as exc:
                 status = exc.status_code
                 self._count(f"http_{status}", started)
-                if status != 429 and status < 500:
+                headers = dict(exc.response.headers)
+                if not should_retry(status, headers):
                     raise ModelError(
                         f"the model server refused the request: HTTP {status}: "
                         f"{self._describe(exc)}"
                     ) from None
                 reason = f"HTTP {status}: {self._describe(exc)}"
-                retry_after = parse_retry_after(dict(exc.response.headers))
+                retry_after = parse_retry_after(headers)
             except (json.JSONDecodeError, openai.APIResponseValidationError):
                 self._count("unreadable", started)
                 reason, retry_after = _UNREADABLE, None

@@ -10,15 +10,32 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
-__all__ = ["RetryBudget", "parse_retry_after"]
+__all__ = ["RetryBudget", "parse_retry_after", "should_retry"]
 
 #: The longest single wait, whatever the server asks for (a longer one is not honoured: give up).
 MAX_WAIT_SECONDS = 60.0
+
+
+def should_retry(status: int, headers: Mapping[str, str] | None = None) -> bool:
+    """Is an HTTP `status` from the model server worth another attempt?
+
+    The openai client's own rules (`openai._base_client.BaseClient._should_retry`), which the
+    client would apply if its retries were on: the server's `x-should-retry: true|false` first,
+    then 408 (request timeout), 409 (lock timeout), 429 (rate limit) and every 5xx. Its rule on a
+    long `Retry-After` is `RetryBudget`'s, bounded by the round's lease.
+    """
+    lowered = {k.lower(): v for k, v in (headers or {}).items()}
+    said = lowered.get("x-should-retry")
+    if said == "true":
+        return True
+    if said == "false":
+        return False
+    return status in (408, 409, 429) or status >= 500
 
 
 def parse_retry_after(headers: dict[str, str] | None, now: float | None = None) -> float | None:

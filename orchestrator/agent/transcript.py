@@ -15,6 +15,12 @@ is already a preview with its `result_id`).
 The writer also remembers the calls and results of its round, so a round that ends by an
 exception, a cancel or a lost lease leaves a recovery snapshot that includes results the store
 could no longer take (`snapshot`).
+
+Once the round's stop event is set (the lease is in doubt, the generation fenced or cancelled)
+the writer no longer tries: the fence would refuse a superseded generation's entries, but a
+lease in doubt is not yet superseded, and a round that stops writes nothing more. A model turn
+or a compaction summary then raises `LeaseLost`; results that came back are remembered for the
+snapshot only.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from dataclasses import replace
 from typing import Any
 
 from orchestrator.agent.compaction import Compaction
+from orchestrator.agent.loop import LeaseLost
 from orchestrator.agent.model import ModelTurn
 from orchestrator.agent.text import clean
 from orchestrator.domain.recovery import CallRecord, Snapshot
@@ -100,8 +107,11 @@ class TranscriptWriter:
         tools: Mapping[str, Tool],
         *,
         parent_call_id: str | None = None,
+        stop: threading.Event | None = None,
     ) -> None:
         self.db = db
+        #: The round's stop event: once set, nothing more is written (see the module docstring).
+        self.stop = stop
         self.fence = fence
         self.session_id = session_id
         self.tools = dict(tools)
@@ -124,6 +134,7 @@ class TranscriptWriter:
             self.session_id,
             self.tools if tools is None else tools,
             parent_call_id=parent_call_id,
+            stop=self.stop,
         )
         child._counter = self._counter
         return child
@@ -131,6 +142,7 @@ class TranscriptWriter:
     # -- TurnRecorder ------------------------------------------------------------------------
 
     def model_turn(self, turn_number: int, message: dict[str, Any], turn: ModelTurn) -> None:
+        self._check_stop()  # before its calls are remembered: a turn not written never runs
         self.flush()  # the previous results first: the transcript stays in order
         self._last_turn = turn_number
         calls = []
@@ -178,6 +190,8 @@ class TranscriptWriter:
                     parent_call_id=self.parent_call_id,
                 )
             )
+        if self._stopped():
+            return  # remembered for the snapshot; the round stops at its next check
         # Off the turn's path: written while the model thinks about them; the next model turn,
         # `flush()` and the end of the round wait for it (and raise what it raised).
         self.flush()
@@ -247,9 +261,20 @@ class TranscriptWriter:
 
     # -- writing -----------------------------------------------------------------------------
 
+    def _stopped(self) -> bool:
+        return self.stop is not None and self.stop.is_set()
+
+    def _check_stop(self) -> None:
+        if self._stopped():
+            raise LeaseLost(
+                f"generation {self.fence.generation} of task {self.fence.task_id} stopped; "
+                "its transcript takes nothing more"
+            )
+
     def _write(self, entries: list[transcript_store.Entry]) -> None:
         if not entries:
             return
+        self._check_stop()  # checked again here: results are written in the background
         entries = [
             replace(
                 entry,

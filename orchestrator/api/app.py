@@ -37,6 +37,7 @@ from orchestrator.api import (
 from orchestrator.api import console as console_pages
 from orchestrator.api.body_limit import BodyLimit
 from orchestrator.api.contract import BEARER, COMMON_ERRORS, INTERNAL_BEARER
+from orchestrator.api.readiness import Readiness
 from orchestrator.errors import OrchestratorError, Unauthorized
 from orchestrator.events import CompositeNotifier, PlanHub, PlanNotifier, RedisNotifier
 from orchestrator.metrics import CONTENT_TYPE_LATEST, render
@@ -69,6 +70,7 @@ INTERNAL_ROUTERS: list[APIRouter] = [plans.internal_router]
 INTERNAL_PREFIX = "/api/v1/internal"
 
 _HEALTHZ = "/healthz"
+_READYZ = "/readyz"
 _BODY_PARSE_FAILED = "There was an error parsing the body"
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
 
@@ -162,6 +164,8 @@ def create_app(
     # at once, and those of other API processes through Redis.
     database.after_commit = notifier.wake_keys
 
+    readiness = Readiness(database, settings.redis_url)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await plan_hub.start()
@@ -169,6 +173,7 @@ def create_app(
             yield
         finally:
             await plan_hub.stop()
+            readiness.close()
             if redis_notifier is not None:
                 redis_notifier.close()
             if owns_db:
@@ -208,7 +213,7 @@ def create_app(
         auth.BearerTokens,
         settings=settings,
         internal_prefix=INTERNAL_PREFIX,
-        open_paths=(_HEALTHZ,),
+        open_paths=(_HEALTHZ, _READYZ),
         accounts=accounts,
         open_prefixes=(console_pages.PREFIX,),
     )
@@ -239,6 +244,20 @@ def create_app(
 
     @app.get(_HEALTHZ, include_in_schema=False)
     def healthz() -> dict[str, str]:
+        """Liveness: the process answers (whatever the store and Redis do)."""
         return {"status": "ok"}
+
+    @app.get(_READYZ, include_in_schema=False, response_model=None)
+    async def readyz() -> dict[str, Any] | JSONResponse:
+        """Readiness: the store and Redis answer in time; else 503 naming what failed."""
+        checks = await readiness.check()
+        failed = [check for check in checks if check.code is not None]
+        if not failed:
+            return {"status": "ready", "checks": {check.part: "ok" for check in checks}}
+        details = [{"code": c.code, "message": c.message, "field": c.part} for c in failed]
+        names = ", ".join(check.part for check in failed)
+        response = _envelope(503, "not_ready", f"not ready: {names}", details)
+        response.headers["Retry-After"] = "5"
+        return response
 
     return app

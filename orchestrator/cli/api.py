@@ -1,10 +1,13 @@
-"""`orchestrator api [--host] [--port]`: serve the HTTP API with uvicorn."""
+"""`orchestrator api [--host] [--port]`: serve the HTTP API with uvicorn; a SIGTERM stops it
+gracefully with exit code 0."""
 
 from __future__ import annotations
 
 import argparse
 import copy
 import ipaddress
+import signal
+from types import FrameType
 from typing import Any
 
 from orchestrator.cli.common import CommandFailed, bounded_int, load
@@ -70,6 +73,10 @@ def _log_config(settings: Settings, level: str) -> dict[str, Any] | None:
     return config
 
 
+def _stop_requested(_signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(0)
+
+
 def _serve(args: argparse.Namespace) -> int:
     settings = load()
     if not settings.api_token and not settings.operators and not is_loopback(args.host):
@@ -82,8 +89,15 @@ def _serve(args: argparse.Namespace) -> int:
 
     from orchestrator.api import create_app
 
+    app = create_app(settings)
+    # uvicorn catches SIGTERM, shuts down gracefully, restores the handler it found and raises
+    # the signal again (its "cooperative" signal handling, 0.29+): with the default handler the
+    # process then dies by the signal, exit 143, which a supervisor takes for a failure. This
+    # handler is the one it finds: a SIGTERM is a request to stop, and a stop that was asked for
+    # exits 0. (One before uvicorn took over stops at once, as nothing runs yet.)
+    signal.signal(signal.SIGTERM, _stop_requested)
     uvicorn.run(
-        create_app(settings),
+        app,
         host=args.host,
         port=args.port,
         log_level=args.log_level,

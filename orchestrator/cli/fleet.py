@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import logging
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -25,6 +24,7 @@ from orchestrator.cli.common import (
 )
 from orchestrator.cli.db import check_store_ready
 from orchestrator.logs import configure_logging
+from orchestrator.metrics_folders import claim_folder
 from orchestrator.runtime import build_runtime
 from orchestrator.services.outbox import OutboxDispatcher
 from orchestrator.services.sweeper import SweepReport
@@ -124,11 +124,17 @@ def _worker(args: argparse.Namespace) -> int:
 
 def _metrics_for_prefork(settings: Settings) -> None:
     """Pool processes count into files of a fresh PROMETHEUS_MULTIPROC_DIR; this (parent)
-    process serves their sum and the store's counts on ORCH_METRICS_PORT."""
+    process serves their sum and the store's counts on ORCH_METRICS_PORT. The folders that
+    workers now gone left there are removed first (`orchestrator.metrics_folders`)."""
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        folder = (settings.home / "metrics" / f"worker-{os.getpid()}").resolve()
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
+        try:
+            folder = claim_folder((settings.home / "metrics").resolve())
+        except OSError as exc:
+            raise CommandFailed(
+                f"ORCH_HOME: cannot create the metrics folder under {settings.home}: "
+                f"{exc.strerror or exc}",
+                exit_code=2,
+            ) from None
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
     _serve(settings, Database.from_url(settings.store_url, pool_size=1))
 

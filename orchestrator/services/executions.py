@@ -240,7 +240,7 @@ class ExecutionService:
             self._tools(keeper), ledger=self.ledger, results=self.results, evidence=self.evidence
         )
         # The durable transcript (fenced) and the memory of the round's recovery snapshot.
-        transcript = TranscriptWriter(self.db, fence, session_id, host.tools)
+        transcript = TranscriptWriter(self.db, fence, session_id, host.tools, stop=keeper.lost)
         delegations = self.subagents.open_round(
             session_id,
             SubAgentRun(

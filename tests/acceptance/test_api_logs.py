@@ -35,7 +35,8 @@ def running_api(tmp_path: Path, env: dict[str, str], port: int) -> Iterator[None
             yield
         finally:
             api.terminate()
-            api.wait(timeout=20)
+            # A clean stop on SIGTERM is exit 0 (tests/acceptance/test_api_shutdown.py).
+            assert api.wait(timeout=20) == 0
 
 
 @pytest.mark.parametrize("log_format", ["text", "json"])

@@ -34,6 +34,8 @@ def run(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProce
         ("ORCH_DATABASE_URL", f"postgresql+psycopg2://orch:{SECRET}@localhost/orch"),
         ("ORCH_LEASE_SECONDS", "inf"),
         ("ORCH_SWEEP_SECONDS", "nan"),
+        # httpx would send it as `back%20end`: every delivery would fail, silently.
+        ("ORCH_WEBHOOK_URL", f"http://hooks:{SECRET}@back end/x"),
     ],
 )
 def test_bad_setting_is_one_line_and_exit_2(name: str, value: str, tmp_path: Path) -> None:

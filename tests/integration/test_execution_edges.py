@@ -122,6 +122,46 @@ def test_a_lost_lease_inside_a_tool_stops_the_round_at_once(
     assert view["executions"][0]["outcome"] is None
 
 
+def test_a_lease_in_doubt_after_a_write_ends_the_transcript_there(
+    env: Any, scripts: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second plan write goes through, then the lease comes into doubt (the heartbeat's
+    renewal failed meanwhile): its result is not written to the transcript, though the store's
+    fence (nothing superseded the generation) would still take it; the snapshot keeps it."""
+    rt, _ = env
+    write_script(
+        scripts,
+        "simple",
+        [
+            {"tool_calls": [plan_call("c1", "r1", [node("a", "running")])]},
+            {"tool_calls": [plan_call("c2", "r2", [node("a", "running"), node("b", "pending")])]},
+            {"content": "done"},
+        ],
+    )
+    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    from orchestrator.tools.plans import PublishExecutionPlan
+
+    writes = {"n": 0}
+    real_renew = PublishExecutionPlan._renew
+
+    def doubt_after_the_second_write(self: PublishExecutionPlan, result: object) -> None:
+        real_renew(self, result)
+        writes["n"] += 1
+        if writes["n"] == 2:
+            self.keeper.lost.set()
+
+    monkeypatch.setattr(PublishExecutionPlan, "_renew", doubt_after_the_second_write)
+    result = rt.executions.run(task_id, 1, worker="w1")
+    assert (result.ran, result.outcome) == (True, None)
+    assert rt.tasks.explain(task_id)["plan"]["revision"] == 2
+    entries = rt.tasks.transcript(task_id)["entries"]
+    assert [(e["turn"], e["kind"], e.get("call_id")) for e in entries] == [
+        (1, "model_turn", None),
+        (1, "tool_result", "c1"),
+        (2, "model_turn", None),
+    ]
+
+
 def test_a_store_error_at_the_decision_leaves_the_generation_to_recovery(
     env: Any, scripts: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

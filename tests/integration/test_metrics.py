@@ -16,6 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from orchestrator.api.app import create_app
+from orchestrator.metrics_folders import OWNER_FILE
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.executions import RunResult
 from orchestrator.services.tasks import TaskService, Trigger
@@ -24,6 +25,7 @@ from orchestrator.store import migrations
 from orchestrator.store.db import Database
 from tests.acceptance.fleet import ORCHESTRATOR
 from tests.executions_support import completing_turns, runtime_for, wait_for, write_script
+from tests.integration.test_metrics_folders import exited_process, folder_of
 from tests.services import free_port
 
 
@@ -56,6 +58,11 @@ def test_the_worker_serves_metrics_on_its_port(tmp_path: Path, scripts: Path) ->
     home = tmp_path / "home"
     migrations.upgrade(f"sqlite:///{home / 'orchestrator.db'}")
     write_script(scripts, "good", completing_turns())
+    # Folders earlier workers left behind: removed at start once their process is gone.
+    left = [
+        folder_of(home / "metrics", exited_process()),
+        folder_of(home / "metrics", None, pid=exited_process().pid),
+    ]
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ORCH_", "PROMETHEUS_"))}
     env.update(
@@ -84,6 +91,8 @@ def test_the_worker_serves_metrics_on_its_port(tmp_path: Path, scripts: Path) ->
             except OSError:
                 time.sleep(0.3)
         assert 'orchestrator_tasks{status="queued"} 0.0' in text, text[:500]
+        assert not [folder for folder in left if folder.exists()]
+        assert (home / "metrics" / f"worker-{worker.pid}" / OWNER_FILE).is_file()
         subprocess.run(
             [ORCHESTRATOR, "tasks", "trigger", "--type", "good", "--title", "g"],
             env=env,

@@ -123,6 +123,16 @@ def test_429_and_500_with_retry_after_are_retried_and_the_round_completes(
     assert function["parameters"]["properties"]["hours"]["maximum"] == 48
 
 
+def test_408_and_409_are_retried_as_the_openai_client_retries_them(server: OpenAIServer) -> None:
+    """A request timeout and a lock timeout are transient (openai's `_should_retry`)."""
+    tool = CountSamples()
+    server.fail(408, retry_after=0)
+    server.fail(409, retry_after=0)
+    server.reply(content="0 samples")
+    assert play(model_for(server), tool) == "0 samples"
+    assert [r.answered for r in server.requests] == [408, 409, 200]
+
+
 def test_an_exhausted_budget_is_a_model_error_with_the_reason(server: OpenAIServer) -> None:
     for _ in range(3):
         server.fail(500, retry_after=0, message=f"overloaded {KEY}")

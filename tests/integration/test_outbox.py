@@ -256,15 +256,18 @@ def test_the_cli_lists_and_retries_with_one_line_errors(
 def test_the_dispatcher_alone_masks_the_credentials_of_the_urls_it_logs(
     rt: Runtime, tmp_path: Path, store_url: str, backend: Recorder
 ) -> None:
-    # httpx logs every request's URL at INFO: a backend's password or query token must be
-    # masked there as in the sweeper's dispatcher thread.
+    # httpx logs every request's URL at INFO: a backend's password, a query token or a
+    # Slack-style secret in the path must be masked there as in the sweeper's dispatcher thread.
     task_id, _ = waiting_task(rt, tmp_path)
     address = backend.url.removeprefix("http://")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
     env.update(
         ORCH_DATABASE_URL=store_url,
         ORCH_HOME=str(tmp_path / "home"),
-        ORCH_WEBHOOK_URL=f"http://hooks:url-password-42@{address}/hooks?token=query-token-42",
+        ORCH_WEBHOOK_URL=(
+            f"http://hooks:url-password-42@{address}/services/T000/B000/path-secret-42"
+            "?token=query-token-42"
+        ),
         ORCH_WEBHOOK_SECRET=SECRET,
     )
     result = subprocess.run(
@@ -276,9 +279,12 @@ def test_the_dispatcher_alone_masks_the_credentials_of_the_urls_it_logs(
     )
     assert result.returncode == 0, result.stderr
     assert [r.body["task_id"] for r in backend.received] == [task_id, task_id]
-    assert "/hooks?token=" in result.stderr  # the request lines are there, masked
-    assert "url-password-42" not in result.stderr
-    assert "query-token-42" not in result.stderr
+    # The request lines are there, with where they went, masked.
+    sent = [line for line in result.stderr.splitlines() if "HTTP Request: POST" in line]
+    assert len(sent) == 2, result.stderr
+    assert all(address in line for line in sent), result.stderr
+    for secret in ("url-password-42", "query-token-42", "path-secret-42", "T000", "B000"):
+        assert secret not in result.stderr, result.stderr
 
 
 def test_concurrent_producers_get_one_gapless_seq_per_task_in_commit_order(

@@ -9,7 +9,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -18,10 +18,12 @@ import pytest
 from pydantic import Field
 from sqlalchemy import select, update
 
+from orchestrator.agent.budget import ContextBudget, TokenCounter
 from orchestrator.agent.host import ToolHost
-from orchestrator.agent.model import ModelTurn, ScriptedModel, TokenUsage, _ScriptTurn
+from orchestrator.agent.loop import LeaseLost, run_round
+from orchestrator.agent.model import Model, ModelTurn, ScriptedModel, TokenUsage, _ScriptTurn
 from orchestrator.agent.openai_model import OpenAIModel
-from orchestrator.agent.request import TRANSCRIPT
+from orchestrator.agent.request import TRANSCRIPT, AgentContext
 from orchestrator.agent.subagents import RoundDelegations, SubAgentRun
 from orchestrator.agent.transcript import REDACTED, TranscriptWriter
 from orchestrator.cli.tasks import render_explain
@@ -374,6 +376,101 @@ def test_a_superseded_generation_writes_no_transcript(store_url: str, scripts: P
         with pytest.raises(StaleGeneration):
             writer.model_turn(1, {}, ModelTurn("hello", ()))
         assert rt.tasks.transcript(fence.task_id)["entries"] == []
+    finally:
+        rt.close()
+
+
+class _ReadArgs(ToolArguments):
+    pass
+
+
+class ReadRows(Tool):
+    name = "read_rows"
+    description = "read many rows"
+    arguments = _ReadArgs
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        return ToolResult.ok({"rows": ["reading " * 150]})
+
+
+class DoubtDuringSummary(Model):
+    """Reads until the history is compacted; the lease comes into doubt during the summary
+    call (the lease keeper sets the stop event while the model thinks)."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop = stop
+        self.turns = 0
+
+    def next_turn(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], stop: Any
+    ) -> ModelTurn:
+        self.turns += 1
+        return ModelTurn(None, (ToolCall(f"c{self.turns}", "read_rows", {}),))
+
+    def summary_turn(self, messages: Sequence[dict[str, Any]], stop: Any) -> ModelTurn | None:
+        self.stop.set()
+        return ModelTurn("a summary written after the lease came into doubt", ())
+
+
+def test_a_round_whose_lease_is_in_doubt_writes_no_more_transcript_entries(
+    store_url: str, scripts: Path
+) -> None:
+    """Once the stop event is set the writer does not try: no summary entry, although the
+    fence (not superseded yet) would still have taken it."""
+    rt, _ = runtime_for(store_url, scripts)
+    try:
+        fence, session_id = claimed(rt)
+        stop = threading.Event()
+        writer = TranscriptWriter(rt.db, fence, session_id, {}, stop=stop)
+        with pytest.raises(LeaseLost):
+            run_round(
+                DoubtDuringSummary(stop),
+                ToolHost([ReadRows()], ledger=None),
+                ToolContext(owner="o", session_id=session_id, round_id="r"),
+                brief="find the leak",
+                max_turns=20,
+                stop=stop,
+                recorder=writer,
+                context=AgentContext(ContextBudget(3000, 200), TokenCounter()),
+                transcript=writer,
+            )
+        writer.flush()
+        entries = rt.tasks.transcript(fence.task_id)["entries"]
+        kinds = [e["kind"] for e in entries]
+        assert "model_turn" in kinds  # the turns before the doubt were written
+        assert "summary" not in kinds, kinds
+        with rt.db.transaction(readonly=True) as conn:
+            task = task_store.get_task(conn, fence.task_id)
+        assert task is not None
+        assert (task.generation, task.status) == (1, "running")  # the fence still stands
+    finally:
+        rt.close()
+
+
+def test_a_stopped_writer_writes_nothing_and_still_remembers_what_came_back(
+    store_url: str, scripts: Path
+) -> None:
+    rt, _ = runtime_for(store_url, scripts)
+    try:
+        fence, session_id = claimed(rt)
+        stop = threading.Event()
+        writer = TranscriptWriter(rt.db, fence, session_id, {}, stop=stop)
+        calls = [ToolCall("a", "t", {}), ToolCall("b", "t", {})]
+        writer.model_turn(1, {}, ModelTurn(None, tuple(calls)))
+        stop.set()
+        # The results that came back after the doubt: in the snapshot, not in the store.
+        writer.tool_results(1, calls[:1], [ToolResult.ok(1)])
+        writer.flush()
+        with pytest.raises(LeaseLost):
+            writer.model_turn(2, {}, ModelTurn(None, (ToolCall("c", "t", {}),)))
+        child = writer.child("a")
+        with pytest.raises(LeaseLost):
+            child.model_turn(1, {}, ModelTurn("a sub-agent's answer", ()))
+        entries = rt.tasks.transcript(fence.task_id)["entries"]
+        assert [(e["turn"], e["kind"]) for e in entries] == [(1, "model_turn")]
+        snapshot = writer.snapshot("stopped: lease lost", None)
+        assert [c["call_id"] for c in snapshot.received] == ["a"]
+        assert [c["call_id"] for c in snapshot.unknown] == ["b"]  # "c" never ran
     finally:
         rt.close()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -108,7 +109,41 @@ def test_api_requires_its_token_from_the_environment() -> None:
         assert "ORCH_API_TOKEN" not in _services()[name]["environment"], name
 
 
-MODEL_ENV = {"ORCH_MODEL": "openai:test", "LLM_BASE_URL": "http://model:8000/v1"}
+MODEL_ENV = {
+    "ORCH_MODEL": "openai:test",
+    "LLM_BASE_URL": "http://model:8000/v1",
+    "POSTGRES_PASSWORD": "a-test-password",
+}
+
+
+def test_the_store_password_is_required_from_the_environment_not_shipped() -> None:
+    """No default password in the file: compose refuses to start without POSTGRES_PASSWORD."""
+    services = _services()
+    assert services["postgres"]["environment"]["POSTGRES_PASSWORD"].startswith(
+        "${POSTGRES_PASSWORD:?"
+    )
+    for name in APPS:
+        url = services[name]["environment"]["ORCH_DATABASE_URL"]
+        assert ":${POSTGRES_PASSWORD:?" in url, name
+    assert ":-orch}" not in COMPOSE.read_text()
+
+
+def test_the_readme_s_compose_command_sets_every_required_variable() -> None:
+    """The fleet command the README shows works as shown: it sets every `${VAR:?...}`."""
+    required = set(re.findall(r"\$\{(\w+):\?", COMPOSE.read_text()))
+    assert {"ORCH_API_TOKEN", "ORCH_MODEL", "LLM_BASE_URL", "POSTGRES_PASSWORD"} <= required
+    lines = (ROOT / "README.md").read_text().splitlines()
+    commands = []
+    for index, line in enumerate(lines):
+        if "docker compose up" in line:
+            start = index
+            while start > 0 and lines[start - 1].rstrip().endswith("\\"):
+                start -= 1
+            commands.append(" ".join(lines[start : index + 1]))
+    assert commands
+    for command in commands:
+        missing = [name for name in sorted(required) if f"{name}=" not in command]
+        assert not missing, (command, missing)
 
 
 def test_the_model_settings_reach_every_app_and_the_model_is_required() -> None:
@@ -191,6 +226,17 @@ def test_docker_compose_v1_accepts_the_file() -> None:
     )
     assert refused.returncode != 0
     assert "ORCH_API_TOKEN" in refused.stderr
+    no_password = {k: v for k, v in MODEL_ENV.items() if k != "POSTGRES_PASSWORD"}
+    refused = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**env, **no_password, "ORCH_API_TOKEN": "test-token"},
+        cwd=ROOT,
+    )
+    assert refused.returncode != 0
+    assert "POSTGRES_PASSWORD" in refused.stderr
 
 
 def test_worker_can_be_scaled() -> None:

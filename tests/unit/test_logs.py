@@ -120,3 +120,42 @@ def test_every_configured_secret_is_masked_the_model_key_too() -> None:
     for value in secrets.values():
         assert value in listed
         assert value not in redact(f"a line that quotes {value}", listed)
+
+
+SLACK = "https://hooks.slack.com/services/T0AB12CD3/B0EF45GH6/xYzSecretPart0123456789"
+
+
+@pytest.mark.parametrize(
+    ("setting", "url", "hidden"),
+    [
+        ("webhook_url", SLACK, ("T0AB12CD3", "B0EF45GH6", "xYzSecretPart0123456789")),
+        # httpx logs the URL as it sends it (percent-encoded): masked in that form too.
+        ("webhook_url", "http://backend:8080/hooks/s3cr3t path", ("s3cr3t",)),
+        ("actions_url", "http://backend:8080/apply/key-in-the-path-77", ("key-in-the-path-77",)),
+    ],
+)
+def test_an_outbox_url_s_path_is_masked_in_httpx_s_request_line(
+    setting: str, url: str, hidden: tuple[str, ...]
+) -> None:
+    """A Slack-style webhook carries its secret in the path; httpx logs every request's URL at
+    INFO (`HTTP Request: POST <url> "HTTP/1.1 200 OK"`)."""
+    import httpx
+
+    settings = load_settings(
+        database_url="sqlite:///x.db", webhook_secret="webhook-signing-secret-42", **{setting: url}
+    )
+    record = logging.LogRecord(
+        "httpx",
+        logging.INFO,
+        __file__,
+        1,
+        'HTTP Request: %s %s "%s %d %s"',
+        ("POST", httpx.URL(url), "HTTP/1.1", 200, "OK"),
+        None,
+    )
+    assert RedactFilter(secrets_of(settings)).filter(record)
+    line = record.getMessage()
+    assert line.startswith("HTTP Request: POST http")
+    assert httpx.URL(url).host in line  # where it went stays readable
+    for part in hidden:
+        assert part not in line, line

@@ -13,7 +13,7 @@ import pytest
 
 from orchestrator.agent.loop import run_round
 from orchestrator.agent.model import Model, ModelTurn
-from orchestrator.agent.retries import RetryBudget, parse_retry_after
+from orchestrator.agent.retries import RetryBudget, parse_retry_after, should_retry
 from orchestrator.agent.wire import HistoryError, check_history, to_wire_messages, to_wire_tools
 from orchestrator.tools.base import ToolCall, ToolContext, ToolResult
 
@@ -103,6 +103,29 @@ def test_retry_after_is_honoured_and_bounded_by_the_lease() -> None:
     assert 4.0 <= delay <= 4.5
     assert "outlast the round's lease" in str(budget.next_delay(20.0))
     assert "too long" in str(budget.next_delay(3600.0))
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "retried"),
+    [
+        (408, {}, True),  # request timeout
+        (409, {}, True),  # lock timeout
+        (429, {}, True),
+        (500, {}, True),
+        (503, {}, True),
+        (400, {}, False),
+        (401, {}, False),
+        (404, {}, False),
+        (422, {}, False),
+        # The server's own word wins, either way, as the openai client's `_should_retry`.
+        (400, {"X-Should-Retry": "true"}, True),
+        (503, {"x-should-retry": "false"}, False),
+    ],
+)
+def test_the_statuses_retried_are_those_the_openai_client_retries(
+    status: int, headers: dict[str, str], retried: bool
+) -> None:
+    assert should_retry(status, headers) is retried
 
 
 class _Once(Model):

@@ -121,3 +121,41 @@ def test_finite_floats_still_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ORCH_LEASE_RENEW_SECONDS", "30")
     settings = load_settings()
     assert (settings.lease_seconds, settings.lease_renew_seconds) == (90.5, 30.0)
+
+
+@pytest.mark.parametrize("name", ["ORCH_WEBHOOK_URL", "ORCH_ACTIONS_URL", "LLM_BASE_URL"])
+@pytest.mark.parametrize(
+    ("value", "part"),
+    [
+        ("http://back end/x", "a space"),
+        (f"https://u:{SECRET}@back end:8443/services/T000/B000/XXXX", "a space"),
+        ("http://a<b/x", "'<'"),
+        ("http://a|b/x", "'|'"),
+        ("http://a%20b/x", "'%'"),
+        ("http://a..b/x", "label"),
+    ],
+)
+def test_an_http_url_whose_host_no_client_can_reach_is_refused(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, part: str
+) -> None:
+    """httpx takes `http://back end/x` (it sends `back%20end`): refused at start instead of a
+    delivery that fails on every attempt."""
+    message = refused(monkeypatch, name, value)
+    assert part in message, message
+    assert "XXXX" not in message
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "http://backend:8080/hooks",
+        "https://hooks.slack.com/services/T000/B000/XXXX",
+        "http://127.0.0.1:9/x",
+        "http://[::1]:8000/x",
+        "https://bücher.example/x",
+        "http://exa_mple.internal/x",
+    ],
+)
+def test_http_urls_with_good_hosts_pass(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("ORCH_ACTIONS_URL", value)
+    assert load_settings().actions_url == value

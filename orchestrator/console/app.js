@@ -464,7 +464,7 @@
   function taskDetail(taskId) {
     const path = `tasks/${encodeURIComponent(taskId)}`;
     const s = { alive: true, task: null, plan: null, selected: null, stream: null, timer: null,
-      graph: null, streamKind: null, retry: null, nodeDone: null };
+      graph: null, streamKind: null, retry: null, nodeDone: null, receiptKey: null };
     const part = (id) => el("div", { id });
     const head = part("task-head");
     const live = el("span", { class: "live off", id: "live" }, "connecting");
@@ -485,6 +485,35 @@
         else fill(opResult, el("span", { class: "error" }, errorText(result)));
       } }, el("div", {}, el("label", { for: id }, `${label} reason`), input),
       el("button", { type: "submit", class: cls }, label));
+    }
+
+    // An operator who checked the target system settles an unknown or pending write.
+    function resolveForm(receipt) {
+      const id = receipt.invocation_id;
+      const status = el("select", { id: `resolve-as-${id}`, name: "status" },
+        el("option", { value: "succeeded" }, "succeeded"), el("option", { value: "failed" }, "failed"));
+      const reason = el("input", { id: `resolve-reason-${id}`, name: "reason", required: true, maxlength: 500, placeholder: "how you know" });
+      const message = el("p", { role: "status", class: "resolve-result" });
+      const byId = `resolve-by-${id}`;
+      return el("form", { class: "inline resolve", "data-invocation": id, onsubmit: async (event) => {
+        event.preventDefault();
+        const by = document.getElementById(byId).value.trim();
+        if (!by) { fill(message, el("span", { class: "error" }, "Your name is needed.")); return; }
+        if (!reason.value.trim()) { fill(message, el("span", { class: "error" }, "A reason is needed.")); return; }
+        remember(by);
+        const result = await api("POST", `invocations/${encodeURIComponent(id)}/resolve`,
+          { status: status.value, reason: reason.value.trim(), by });
+        if (result.ok) {
+          fill(opResult, `Invocation ${id} resolved as ${result.data.status}; the task is ${result.data.task_status}.`);
+          refresh();
+        } else fill(message, el("span", { class: "error" }, errorText(result)));
+      } },
+      el("h3", {}, "Resolve ", el("code", {}, id)),
+      el("div", {}, byField(byId)),
+      el("div", {}, el("label", { for: status.id }, "It was"), status),
+      el("div", {}, el("label", { for: reason.id }, "Reason"), reason),
+      el("button", { type: "submit", class: "secondary" }, "Resolve"),
+      message);
     }
 
     fill(main,
@@ -533,9 +562,14 @@
         (r.evidence_refs || []).length ? [el("h3", {}, "Evidence references"), json(r.evidence_refs)] : null]
         : el("p", { class: "muted" }, "No report for this generation yet."));
       const unknown = task.unknown_receipts || [];
-      fill(receipts, unknown.length ? table(["Invocation", "Tool", "Status", "Summary", "Updated"],
-        unknown.map((x) => [el("code", {}, x.invocation_id), x.tool_name, badge(x.status, true), x.summary || "—", when(x.updated_at)]))
-        : el("p", { class: "muted" }, "No receipt is unknown or pending."));
+      const receiptKey = unknown.map((x) => `${x.invocation_id}:${x.status}`).join();
+      if (receiptKey !== s.receiptKey) { // keep a half-typed resolution across refreshes
+        s.receiptKey = receiptKey;
+        fill(receipts, unknown.length ? [table(["Invocation", "Tool", "Status", "Summary", "Updated"],
+          unknown.map((x) => [el("code", {}, x.invocation_id), x.tool_name, badge(x.status, true), x.summary || "—", when(x.updated_at)])),
+          can("operator") ? unknown.map(resolveForm) : cannot("operator", "resolving a write")]
+          : el("p", { class: "muted" }, "No receipt is unknown or pending."));
+      }
       if (task.plan && (!s.plan || task.plan.revision > s.plan.revision || task.plan.session_id !== s.plan.session_id)) showPlan(task.plan);
       if (!task.plan && !s.plan) fill(planBox, el("p", { class: "muted" }, "No plan published yet."));
       if (s.stream && s.streamKind === "session" && task.session_id && s.streamSession !== task.session_id) {

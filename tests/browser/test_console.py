@@ -167,6 +167,40 @@ def test_requeue_and_cancel_with_a_reason(page: Any, console: Console) -> None:
     assert console.task(slow)["last_error"] == "the customer withdrew the complaint"
 
 
+def test_an_operator_resolves_an_unknown_write(page: Any, console: Console) -> None:
+    from orchestrator.store import Database
+    from orchestrator.store.receipts import ReceiptLedger
+    from tests.integration.receipt_rows import claim_arguments
+
+    task_id = console.trigger("xss", "A write nobody can verify")
+    task = console.wait_for(task_id, lambda t: t["status"] == "completed")
+    db = Database.from_url(console.env["ORCH_DATABASE_URL"])
+    try:  # a write whose answer was lost: the host cannot say whether it happened
+        ledger = ReceiptLedger(db)
+        claim = ledger.claim(**claim_arguments(task["session_id"], owner=f"task:{task_id}"))
+        invocation_id = claim.receipt.invocation_id
+        ledger.finish(invocation_id, claim.receipt.claim_token, status="unknown", summary="s")
+    finally:
+        db.dispose()
+    open_task(page, console, task_id)
+    form = page.locator(f'form.resolve[data-invocation="{invocation_id}"]')
+    expect(page.locator("#receipts")).to_contain_text("unknown")
+    form.locator("button").click()  # no reason: the form refuses to send
+    assert form.locator("input[name=reason]:invalid").count() == 1
+    assert console.http.get(f"/api/v1/invocations/{invocation_id}").json()["status"] == "unknown"
+    form.locator("input[name=by]").fill("duty engineer")
+    form.locator("select[name=status]").select_option("failed")
+    form.locator("input[name=reason]").fill("the backend has no such order")
+    shot(page, "resolve-write")
+    form.locator("button").click()
+    expect(page.locator("#op-result")).to_have_text(
+        f"Invocation {invocation_id} resolved as failed; the task is completed."
+    )
+    expect(page.locator("#receipts")).to_have_text("No receipt is unknown or pending.")
+    receipt = console.http.get(f"/api/v1/invocations/{invocation_id}").json()
+    assert receipt["status"] == "failed"
+
+
 def test_human_node_completion_says_when_the_server_lacks_it(page: Any, console: Console) -> None:
     task_id = console.trigger("human", "Crew inspection")
     console.wait_for(task_id, lambda t: t["status"] == "waiting")

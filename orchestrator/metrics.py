@@ -5,9 +5,10 @@ Two kinds, chosen for Celery prefork (one parent, several pool processes):
 - Counts of rows (tasks by status, receipts by status, approvals pending) are read from the store
   at scrape time by `StoreCollector`: every process and every replica agrees, nothing to merge.
 - Counters and histograms of events (executions started/ended, renewals, sweeps, model and tool
-  calls, ...) are kept per process. With `PROMETHEUS_MULTIPROC_DIR` set (the `orchestrator
-  worker` and `sweeper` commands set it when ORCH_METRICS_PORT is on), prometheus-client keeps
-  them in files that `MultiProcessCollector` sums at scrape time, so pool processes are counted.
+  calls, ...) are kept per process. With `PROMETHEUS_MULTIPROC_DIR` set (`orchestrator worker`
+  sets it when ORCH_METRICS_PORT is on; the sweeper is one process and counts in memory),
+  prometheus-client keeps them in files that `MultiProcessCollector` sums at scrape time, so
+  pool processes are counted.
   The worker's folder and the removal of gone workers' folders: `orchestrator.metrics_folders`.
 
 Serve with `metrics_app`'s content (the API's `GET /metrics`) or `serve_metrics(port)`.

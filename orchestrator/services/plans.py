@@ -303,6 +303,11 @@ class PlanService:
         with self.db.transaction(readonly=True) as conn:
             return store.revisions_after(conn, session_id, after, limit)
 
+    def session_exists(self, session_id: str) -> bool:
+        """Whether the session is still stored (a chat's is deleted with its retention)."""
+        with self.db.transaction(readonly=True) as conn:
+            return session_store.get_session(conn, session_id) is not None
+
     def latest_number(self, session_id: str) -> int:
         with self.db.transaction(readonly=True) as conn:
             return store.latest_revision_number(conn, session_id)

@@ -102,7 +102,8 @@ def authority_problems(
                 problem(
                     "unknown_action",
                     f"node {node_id!r} names action {new_action}, which is not an action of "
-                    "this task: the server writes back the id of the action proposed for it",
+                    "the plan's task: the server writes back the id of the action proposed "
+                    "for the node",
                     node_id=node_id,
                     action_id=new_action,
                 )

@@ -1,7 +1,8 @@
 """The live plan stream (SSE) of seed 004: `state` first, then one `execution_plan` per revision.
 
 The store is read for every revision above the last one sent, so only committed revisions are
-shown, each once per connection, and `Last-Event-ID: n` replays from n + 1.
+shown, each once per connection, and `Last-Event-ID: n` replays from n + 1. The stream ends when
+its session is deleted; a new connection to it is a 404.
 """
 
 from __future__ import annotations
@@ -79,6 +80,11 @@ async def _events(
                 continue
             idle = time.monotonic() - sent_at
             if idle >= keepalive:
+                # A deleted session (chat retention) gets no more revisions: end the stream
+                # rather than keep it alive forever; the browser's reconnect gets a 404, which
+                # stops it. Looked at once per keep-alive, not on every wake-up.
+                if not await run_in_threadpool(plans.session_exists, session_id):
+                    return
                 yield b": keep-alive\n\n"
                 sent_at = time.monotonic()
                 idle = 0.0

@@ -6,6 +6,12 @@ event log in commit order: `execution_plan` for each revision of the generation 
 `action_proposed`, `action_decided`, `action_superseded` and `action_task_cancelled`. Every
 event's id is the task's durable `seq`, so `Last-Event-ID: n` resumes at n + 1, also after an
 API restart. The stream ends after a final status (`completed`, `failed`, `cancelled`).
+
+An `EventSource` reconnects a few seconds after any stream ends, with the last id it saw, and
+keeps doing so for as long as the answer is a 200; a 204 is what stops it (the HTML SSE rules).
+So a reconnect to a finished task that has seen its last event is answered 204, no body; a
+first connection (no `Last-Event-ID`) still gets the `state` snapshot, which shows the plan a
+finished task ended with (seed 004: the first `state` carries the saved plans).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter, Depends, Header, Request
+from fastapi import APIRouter, Depends, Header, Request, Response
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
@@ -77,6 +83,7 @@ async def _events(
     "/{task_id}/stream",
     responses={
         200: {"content": {"text/event-stream": {}}, "description": "the task's events"},
+        204: {"description": "the task is finished and the client has seen its last event"},
         **error_responses(404),
     },
 )
@@ -85,15 +92,21 @@ async def task_stream(
     request: Request,
     last_event_id: str | None = Header(default=None, alias="Last-Event-ID"),
     db: Database = Depends(get_db),
-) -> StreamingResponse:
-    """`text/event-stream` of one task across its generations; an unknown task is a 404."""
+) -> Response:
+    """`text/event-stream` of one task across its generations; an unknown task is a 404, a
+    reconnect that has seen a finished task's last event a 204."""
     service = TaskStreamService(db)
     hub: PlanHub = request.app.state.hub
     snapshot = await run_in_threadpool(service.snapshot, task_id)
+    after = last_event_id_of(last_event_id)
+    if after is not None and await run_in_threadpool(
+        service.finished_after, snapshot, task_id, after
+    ):
+        return Response(status_code=204)
     keepalive = float(request.app.state.keepalive_seconds)
     poll = float(request.app.state.settings.task_stream_poll_seconds)
     return StreamingResponse(
-        _events(service, hub, task_id, snapshot, last_event_id_of(last_event_id), keepalive, poll),
+        _events(service, hub, task_id, snapshot, after, keepalive, poll),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

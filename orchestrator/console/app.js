@@ -750,10 +750,13 @@
         if (finished()) { endStream(); return; }
         setLive(false);
         if (stream.readyState === EventSource.CLOSED) {
+          // Refused, not dropped: a 204 (the task finished and we saw its last event) or a 404.
+          // Look at the task again before opening anything: a finished one stays shown, ended.
           stream.close();
           if (s.stream === stream) s.stream = null;
           clearTimeout(s.retry);
-          s.retry = setTimeout(openStream, 2000);
+          scheduleRefresh();
+          s.retry = setTimeout(() => { if (!finished()) openStream(); }, 2000);
         }
       };
     }

@@ -5,9 +5,12 @@ Pure rules against the previous revision, beside the structural ones of `domain.
 - a node's `actor` never changes (`actor_changed`), for every writer;
 - a human node is completed, failed or skipped only by a person: an agent publish that puts one
   in those statuses (a new node, or a status change) is refused (`human_node`), and so is one
-  that changes the status a person set (to `cancelled`, say); keeping it is not a change;
+  that changes what a person closed: its status (to `cancelled`, say), or its closing fields
+  (the reason that says who closed it and when, the evidence); keeping them is not a change;
 - the action id written back to a node is never dropped or replaced (`action_id_removed`),
   except by the id of a new proposal replacing a superseded action;
+- a node names only an action of its own task (`unknown_action`): another task's action (or an
+  id nobody proposed) would let the node escape the approval check below;
 - a node whose action is still pending approval, or was rejected or superseded, cannot be
   completed by the agent (`action_not_approved`).
 
@@ -20,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
-from orchestrator.domain.plan_fields import Problem, problem
+from orchestrator.domain.plan_fields import ID_PATTERN, MAX_ID, Problem, problem
 
 __all__ = [
     "AUTHORITY_CODES",
@@ -35,12 +38,16 @@ Writer = Literal["agent", "person"]
 
 #: The statuses only a person sets on a human node.
 HUMAN_CLOSED: Final = frozenset({"completed", "failed", "skipped"})
+#: What a person's closing wrote on a human node, besides its status: who and when (in the
+#: reason), and what it rests on. The agent's copy must carry them unchanged.
+_CLOSING_FIELDS: Final = ("reason", "evidence", "evidence_ids")
 
 AUTHORITY_CODES: Final = (
     "human_node",
     "actor_changed",
     "action_id_removed",
     "action_not_approved",
+    "unknown_action",
     "citation_required",
     "unknown_evidence",
     "write_pending",
@@ -58,7 +65,8 @@ def authority_problems(
     """Every authority problem of `nodes` against `previous` (None or [] for a first plan).
 
     `nodes` may be the raw input of a refused publish: only objects with a string id count.
-    `action_statuses` maps the action ids the nodes (new and previous) name to their status.
+    `action_statuses` maps the action ids the nodes (new and previous) name to their status,
+    among the actions of the plan's task only (none for a session of no task).
     """
     before = {str(n["id"]): n for n in previous or () if isinstance(n, Mapping)}
     statuses = action_statuses or {}
@@ -89,6 +97,17 @@ def authority_problems(
                     node_id=node_id,
                 )
             )
+        if _an_id(new_action) and new_action != old_action and new_action not in statuses:
+            found.append(
+                problem(
+                    "unknown_action",
+                    f"node {node_id!r} names action {new_action}, which is not an action of "
+                    "the plan's task: the server writes back the id of the action proposed "
+                    "for the node",
+                    node_id=node_id,
+                    action_id=new_action,
+                )
+            )
         if writer != "agent":
             continue
         human = node.get("actor") == "human" or (old is not None and old.get("actor") == "human")
@@ -102,13 +121,19 @@ def authority_problems(
                     node_id=node_id,
                 )
             )
-        elif human and old is not None and old.get("status") in HUMAN_CLOSED and not unchanged:
-            # A person closed it: re-closing it (cancelled) would overwrite who closed it.
+        elif (
+            human
+            and old is not None
+            and old.get("status") in HUMAN_CLOSED
+            and (not unchanged or _closing(node) != _closing(old))
+        ):
+            # A person closed it: re-closing it (cancelled), or rewriting the reason or the
+            # evidence under the same status, would overwrite who closed it, when, and on what.
             found.append(
                 problem(
                     "human_node",
                     f"node {node_id!r} is a human step a person marked {old.get('status')}; "
-                    "keep it as it is",
+                    "keep it as it is (status, reason, evidence and evidence_ids)",
                     node_id=node_id,
                 )
             )
@@ -125,6 +150,17 @@ def authority_problems(
                     )
                 )
     return found
+
+
+def _an_id(value: Any) -> bool:
+    return (
+        isinstance(value, str) and len(value) <= MAX_ID and ID_PATTERN.fullmatch(value) is not None
+    )
+
+
+def _closing(node: Mapping[str, Any]) -> tuple[Any, ...]:
+    """A node's closing fields in their stored form: no reason is None, no evidence is ""."""
+    return tuple(node.get(field) or None for field in _CLOSING_FIELDS)
 
 
 def _newly_completed(

@@ -72,15 +72,18 @@ CODES: Final = (
     "evidence_required",
     "reason_required",
     "dangling_edge",
+    "duplicate_edge",
     "self_loop",
     "cycle",
     "node_removed",
     "completed_node_changed",
+    "failed_node_reopened",
     # Who may change what (`domain.plan_authority`).
     "human_node",
     "actor_changed",
     "action_id_removed",
     "action_not_approved",
+    "unknown_action",
     "citation_required",
     "unknown_evidence",
     "write_pending",
@@ -96,6 +99,8 @@ SERVER_FIELDS: Final = frozenset(
      "generation"}
 )  # fmt: skip
 _ACCEPTED_FIELDS: Final = _PLAN_FIELDS | SERVER_FIELDS
+#: What a failed node can no longer be: open again, or done after all.
+_REOPENED: Final = frozenset({"pending", "running", "waiting", "completed"})
 
 
 @dataclass(frozen=True)
@@ -201,10 +206,20 @@ def parse_plan(payload: Any) -> tuple[PlanDraft | None, list[Problem]]:
 
     edges = [parse_edge(c, index, raw) for index, raw in enumerate(raw_edges)]
     links: list[tuple[str, str]] = []
+    pairs: dict[tuple[str, str], int] = {}  # (from, to) -> how often, whatever the label
     for index, edge in enumerate(edges):
         if edge is None:
             continue
         source, target = edge["from"], edge["to"]
+        pairs[source, target] = pairs.get((source, target), 0) + 1
+        if pairs[source, target] == 2:
+            # One dependency is one edge; a second one (another label, say) is a mistake the
+            # agent must resolve, not a branch: a conditional branch goes to another node.
+            c.add(
+                "duplicate_edge",
+                f"edges[{index}] repeats the edge from {source!r} to {target!r}",
+                edge={"index": index, "from": source, "to": target},
+            )
         if source != target and source in seen and target in seen:
             links.append((source, target))  # the common case, without building a report
             continue
@@ -238,12 +253,14 @@ def parse_plan(payload: Any) -> tuple[PlanDraft | None, list[Problem]]:
 def check_update(
     nodes: Sequence[Any], previous: Sequence[Mapping[str, Any]] | None
 ) -> list[Problem]:
-    """Rules against the previous revision: keep every node, never rewrite a completed one.
+    """Rules against the previous revision: keep every node, never rewrite a completed one,
+    never reopen a failed one.
 
     `nodes` may be the raw input of a refused publish: only objects whose id is a string can
     match a stored node (a list or an object as id is reported by `parse_plan`, not here).
     A completed node keeps its title, evidence and status; a corrected conclusion is a new
-    review node (seed 004).
+    review node. A failed node stays failed, or is marked skipped or cancelled once something
+    else replaces it: a retry is a new node (seed 004: 重试使用新节点).
     """
     if not previous:
         return []
@@ -280,7 +297,21 @@ def check_update(
                     node_id=node_id,
                 )
             )
+        elif old.get("status") == "failed" and _reopened(new.get("status")):
+            problems.append(
+                problem(
+                    "failed_node_reopened",
+                    f"node {node_id!r} failed; it cannot be {new.get('status')} again: a retry "
+                    "is a new node (mark the failed one skipped or cancelled if it no longer "
+                    "applies)",
+                    node_id=node_id,
+                )
+            )
     return problems
+
+
+def _reopened(status: Any) -> bool:
+    return isinstance(status, str) and status in _REOPENED
 
 
 def raise_problems(problems: Sequence[Problem]) -> None:

@@ -140,13 +140,11 @@ def publish_txn(
     problems += rules.check_update(nodes, previous)
     # The ids of a refused plan's nodes are looked up too (every problem is reported at once),
     # but only those that are ids at all: no store can be asked about a NUL or a lone surrogate.
+    # Only the plan's own task's actions count: another task's approval backs nothing here.
     named = [n.get("action_id") for n in [*nodes, *(previous or [])] if isinstance(n, dict)]
-    problems += authority_problems(
-        nodes,
-        previous,
-        writer=writer,
-        action_statuses=task_plans.action_statuses(conn, [a for a in named if _is_id(a)]),
-    )
+    task_id = fence.task_id if fence is not None else session.task_id
+    statuses = task_plans.action_statuses(conn, task_id, [a for a in named if _is_id(a)])
+    problems += authority_problems(nodes, previous, writer=writer, action_statuses=statuses)
     if fence is not None and writer == "agent":
         # Invariant 21: what an execution's agent completes rests on what the host recorded.
         cited = [i for i in cited_ids(nodes, previous) if _is_id(i)]
@@ -304,6 +302,11 @@ class PlanService:
         """Committed revisions above `after`, oldest first."""
         with self.db.transaction(readonly=True) as conn:
             return store.revisions_after(conn, session_id, after, limit)
+
+    def session_exists(self, session_id: str) -> bool:
+        """Whether the session is still stored (a chat's is deleted with its retention)."""
+        with self.db.transaction(readonly=True) as conn:
+            return session_store.get_session(conn, session_id) is not None
 
     def latest_number(self, session_id: str) -> int:
         with self.db.transaction(readonly=True) as conn:

@@ -72,6 +72,15 @@ class TaskStreamService:
         }
         return TaskSnapshot(data, seq, task.status in TERMINAL_TASK_STATUSES)
 
+    def finished_after(self, snapshot: TaskSnapshot, task_id: str, after: int) -> bool:
+        """Whether a client that saw event `after` has seen everything: the task is finished
+        and no event follows (read again: the snapshot's `last_seq` may predate its status)."""
+        if not snapshot.final:
+            return False
+        with self.db.transaction(readonly=True) as conn:
+            newest = outbox_store.last_seq(conn, task_id)
+        return after >= newest
+
     def events_after(self, task_id: str, after: int, limit: int = 100) -> list[StreamEvent]:
         with self.db.transaction(readonly=True) as conn:
             out = []

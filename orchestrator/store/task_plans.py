@@ -33,13 +33,19 @@ def task_latest_plan(
     return PlanRecord.from_row(row) if row is not None else None
 
 
-def action_statuses(conn: Connection, action_ids: Iterable[str]) -> dict[str, str]:
-    """The stored status of each action id that exists."""
+def action_statuses(
+    conn: Connection, task_id: str | None, action_ids: Iterable[str]
+) -> dict[str, str]:
+    """The stored status of each of `action_ids` that is an action of `task_id` (any of its
+    generations); none for a plan of no task. Another task's action is not looked at: its
+    approval says nothing about this task's nodes."""
     wanted = sorted(set(action_ids))
-    if not wanted:
+    if not wanted or task_id is None:
         return {}
     rows = conn.execute(
-        select(actions.c.action_id, actions.c.status).where(actions.c.action_id.in_(wanted))
+        select(actions.c.action_id, actions.c.status).where(
+            actions.c.task_id == task_id, actions.c.action_id.in_(wanted)
+        )
     )
     return {row.action_id: row.status for row in rows}
 

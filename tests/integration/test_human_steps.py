@@ -242,3 +242,29 @@ def test_concurrent_human_completion_and_agent_publish_are_both_kept(
     statuses = {n["id"]: n["status"] for n in latest.nodes}
     assert statuses == {"a": "waiting", "sample": "completed"}
     assert rt.tasks.get(task_id).status == "running"  # the running generation decides itself
+
+
+def test_the_agent_cannot_rewrite_who_closed_a_human_node(
+    env: tuple[Runtime, RecordingDispatcher, Path],
+) -> None:
+    rt, _, _ = env
+    task_id = rt.tasks.trigger(Trigger(task_type="hs", title="Turbid water")).task.task_id
+    fence = Fence(task_id, 1, claim_as_worker(rt, task_id, 1, "w", ttl=60))
+    session_id = rt.tasks.get(task_id).session_id
+    assert session_id is not None
+
+    def publish(request_id: str, sampled: dict[str, Any]) -> Any:
+        body = {"request_id": request_id, "title": "T", "reason": "r",
+                "nodes": [node("a", "running"), sampled], "edges": []}  # fmt: skip
+        return rt.plans.publish_execution_plan(session_id, body, fence=fence)
+
+    publish("r1", sample("waiting"))
+    rt.human_steps.close(task_id, "sample", "completed", by="lab", evidence="chlorine 0.4 mg/L")
+    closed = next(n for n in rt.plans.latest(session_id).nodes if n["id"] == "sample")  # type: ignore[union-attr]
+    assert "completed by lab at" in closed["reason"]
+    for rewrite in ({"reason": "completed by the agent"}, {"evidence": "chlorine 0.1 mg/L"}):
+        with pytest.raises(OrchestratorError) as caught:
+            publish("r2", dict(closed, **rewrite))
+        assert "human_node" in [p["code"] for p in caught.value.details]
+    assert rt.plans.latest(session_id).revision == 2  # type: ignore[union-attr]
+    assert publish("r3", closed).plan.revision == 3  # kept as the person left it

@@ -5,11 +5,15 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from orchestrator.api.stream import _events
+from orchestrator.errors import NotFound
 from orchestrator.events import PlanHub, RedisNotifier
 from orchestrator.services.plans import PlanService
 from orchestrator.services.sessions import SessionService
 from orchestrator.store import Database
+from orchestrator.store.receipts import ReceiptLedger
 
 
 def test_a_redis_publish_wakes_a_subscriber_long_before_the_poll(redis_url: str) -> None:
@@ -107,3 +111,35 @@ def test_an_event_id_from_elsewhere_resumes_from_the_newest_revision(sqlite_url:
     finally:
         db.dispose()
     assert first.startswith(b"event: execution_plan\nid: 1\n")
+
+
+def test_a_deleted_sessions_stream_ends_and_a_new_connection_is_404(sqlite_url: str) -> None:
+    db = Database.from_url(sqlite_url)
+    hub = PlanHub(None, poll_seconds=0.1)
+    plans = PlanService(db, hub)
+    session_id = SessionService(db).create_session(purpose="ordinary_chat", title="c").session_id
+
+    async def scenario() -> list[bytes]:
+        await hub.start()
+        stream = _events(plans, hub, plans.state(session_id), None, keepalive=0.2)
+        chunks: list[bytes] = []
+        try:
+            chunks.append(await anext(stream))
+            chunks.append(await asyncio.wait_for(anext(stream), 5))  # a keep-alive: it lives
+            await asyncio.to_thread(ReceiptLedger(db).delete_session, session_id)
+            async with asyncio.timeout(5):  # not keep-alives forever: the stream ends
+                chunks += [chunk async for chunk in stream]
+        finally:
+            await stream.aclose()
+            await hub.stop()
+        return chunks
+
+    try:
+        chunks = asyncio.run(scenario())
+        with pytest.raises(NotFound):
+            plans.state(session_id)  # what a new connection asks first: a 404
+    finally:
+        db.dispose()
+    assert chunks[0].startswith(b"event: state\n")
+    assert chunks[1] == b": keep-alive\n\n"
+    assert len(chunks) <= 3  # at most one more keep-alive before the session was found gone

@@ -14,6 +14,8 @@ from orchestrator.errors import ConflictError, StaleGeneration, ValidationFailed
 from orchestrator.services.plans import PlanService, PublishResult
 from orchestrator.services.sessions import SessionService
 from orchestrator.store import Database, task_plans
+from orchestrator.store import actions as action_store
+from orchestrator.store import evidence as evidence_store
 from orchestrator.store.tables import executions, plan_revisions, tasks
 from orchestrator.store.types import utcnow
 from orchestrator.tools.base import Fence
@@ -444,3 +446,77 @@ def test_a_cited_id_no_store_can_hold_is_a_refusal_not_a_store_error(
         )
     assert caught.value.code in ("invalid_character", "invalid_type")
     assert count_revisions(db) == 0
+
+
+def running_task(db: Database) -> tuple[str, str, Fence]:
+    """A running task at generation 1 with its execution session: (task, session, fence)."""
+    task_id = add_task(db, generation=1)
+    run = SessionService(db).create_session(
+        purpose="task_execution", title="run", task_id=task_id, generation=1
+    )
+    add_execution(db, task_id, 1, run.session_id, "tok-1")
+    return task_id, run.session_id, Fence(task_id, 1, "tok-1")
+
+
+def recorded_evidence(db: Database, fence: Fence, session_id: str) -> str:
+    row = evidence_store.EvidenceRow(
+        task_id=fence.task_id,
+        generation=fence.generation,
+        session_id=session_id,
+        kind="data_source",
+        source="scada",
+        origin="live",
+        truncated=False,
+        params_digest="0" * 64,
+        content_hash="1" * 64,
+        result_id=None,
+        row_count=1,
+        char_count=10,
+        summary="chlorine 0.4 mg/L",
+        queried_at=utcnow(),
+    )
+    with db.transaction() as conn:
+        return str(evidence_store.insert_record(conn, row)["evidence_id"])
+
+
+def test_a_node_naming_another_tasks_approved_action_is_refused(db: Database) -> None:
+    # Task A's work order was approved. Task B's agent names it on its own node, to complete
+    # the node as if its own work order had been approved.
+    other_id, other_session, other_fence = running_task(db)
+    with db.transaction() as conn:
+        other = action_store.insert_action(
+            conn, other_fence, other_session, "repair", "work_order", {"crew": "north"}
+        )
+        assert action_store.decide_action(conn, other.action_id, "approved", "duty", None)
+    task_id, session_id, fence = running_task(db)
+    cited = recorded_evidence(db, fence, session_id)
+    plans = PlanService(db)
+    plans.publish_execution_plan(session_id, plan("r1", [node("repair")]), fence=fence)
+    done = node("repair", "completed", evidence="crew fixed it", evidence_ids=[cited])
+    for claimed in (done, node("repair", "waiting", reason="crew on the way")):
+        with pytest.raises(ValidationFailed) as caught:
+            plans.publish_execution_plan(
+                session_id,
+                plan(f"r-{claimed['status']}", [dict(claimed, action_id=other.action_id)]),
+                fence=fence,
+            )
+        assert [p["code"] for p in caught.value.details] == ["unknown_action"]
+    assert count_revisions(db) == 1
+    # The same node, completed on its own evidence without naming an action, is accepted.
+    plans.publish_execution_plan(session_id, plan("r2", [done]), fence=fence)
+    with db.transaction(readonly=True) as conn:
+        assert task_plans.action_statuses(conn, task_id, [other.action_id]) == {}
+        assert task_plans.action_statuses(conn, other_id, [other.action_id]) == {
+            other.action_id: "approved"
+        }
+        assert task_plans.action_statuses(conn, None, [other.action_id]) == {}
+
+
+def test_a_node_citing_another_tasks_evidence_is_refused(db: Database) -> None:
+    _, other_session, other_fence = running_task(db)
+    elsewhere = recorded_evidence(db, other_fence, other_session)
+    _, session_id, fence = running_task(db)
+    done = node("a", "completed", evidence="seen", evidence_ids=[elsewhere])
+    with pytest.raises(ValidationFailed) as caught:
+        PlanService(db).publish_execution_plan(session_id, plan("r1", [done]), fence=fence)
+    assert [p["code"] for p in caught.value.details] == ["unknown_evidence"]

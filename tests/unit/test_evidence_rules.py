@@ -63,6 +63,30 @@ def test_an_agent_cannot_reclose_a_human_node_a_person_closed(closed: str) -> No
     assert authority_problems(previous, previous) == []
 
 
+@pytest.mark.parametrize(
+    "rewrite",
+    [
+        {"reason": "completed by the agent at 09:00"},
+        {"reason": None},
+        {"evidence": "0.1 mg/L"},
+        {"evidence_ids": ["e1"]},
+    ],
+    ids=["reason", "reason-dropped", "evidence", "evidence_ids"],
+)
+def test_an_agent_cannot_rewrite_who_closed_a_human_node_even_keeping_its_status(
+    rewrite: dict[str, Any],
+) -> None:
+    closed = n("h", "completed", "human", evidence="0.4 mg/L", reason="completed by lab at 10:00")
+    found = authority_problems([{**closed, **rewrite}], [closed])
+    assert codes(found) == ["human_node"]
+    assert "keep it as it is" in found[0]["message"]
+    # Kept as the person left it (the stored form: no reason is None, no evidence is ""), or
+    # with what a person's closing cannot be about (description) changed, it is accepted.
+    stored = {**closed, "description": "", "evidence_ids": None}
+    assert authority_problems([dict(closed, description="")], [stored]) == []
+    assert authority_problems([closed], [closed]) == []
+
+
 def test_a_node_actor_never_changes_whoever_writes() -> None:
     previous = [n("h", "pending", "human")]
     for writer in ("agent", "person"):
@@ -93,6 +117,28 @@ def test_a_node_whose_action_is_not_approved_cannot_be_completed(
         [n("fix", "completed", action_id="a1")], previous, action_statuses={"a1": status}
     )
     assert codes(found) == (["action_not_approved"] if refused else [])
+
+
+def test_a_node_cannot_name_an_action_that_is_not_one_of_its_tasks() -> None:
+    # `action_statuses` holds the task's actions only: another task's approved action, or an
+    # id nobody proposed, is not there, and cannot open the way to completing the node.
+    found = authority_problems(
+        [n("fix", "completed", action_id="other-task-action")],
+        [n("fix", "waiting")],
+        action_statuses={},
+    )
+    assert codes(found) == ["unknown_action"]
+    assert found[0]["action_id"] == "other-task-action"
+    assert codes(authority_problems([n("fix", "pending", action_id="x")], None)) == [
+        "unknown_action"
+    ]
+    # An id the node already carried is the server's write-back: not looked at again.
+    kept = [n("fix", "waiting", action_id="a1")]
+    assert authority_problems(kept, kept, action_statuses={}) == []
+    own = {"a1": "approved"}
+    assert (
+        authority_problems([n("fix", "completed", action_id="a1")], None, action_statuses=own) == []
+    )
 
 
 def test_a_completed_agent_node_cites_evidence_or_a_succeeded_write() -> None:
@@ -127,6 +173,9 @@ def test_every_new_code_is_in_the_plan_codes() -> None:
         "unknown_evidence",
         "write_pending",
         "write_not_succeeded",
+        "unknown_action",
+        "duplicate_edge",
+        "failed_node_reopened",
     }
     assert new <= set(CODES)
 

@@ -100,6 +100,22 @@ def test_cycle_names_the_nodes_of_one_cycle() -> None:
     assert sorted(cycle[:-1]) == ["a", "b", "c"]
 
 
+def test_a_duplicate_edge_is_refused_once_per_pair_whatever_its_label() -> None:
+    edges = [
+        {"from": "a", "to": "b"},
+        {"from": "a", "to": "b", "label": "if turbid"},
+        {"from": "a", "to": "b"},
+        {"from": "b", "to": "a"},
+    ]
+    details = refused(plan([node("a"), node("b")], edges))
+    assert [(d["code"], d.get("edge")) for d in details if d["code"] == "duplicate_edge"] == [
+        ("duplicate_edge", {"index": 1, "from": "a", "to": "b"})
+    ]
+    # The reverse edge is not a duplicate: it is a cycle.
+    assert {d["code"] for d in details} == {"duplicate_edge", "cycle"}
+    validate_plan(plan([node("a"), node("b")], [{"from": "a", "to": "b", "label": "if turbid"}]))
+
+
 def test_invalid_status() -> None:
     assert codes(plan([node("a", "done")])) == ["invalid_status"]
 
@@ -145,6 +161,19 @@ def test_a_completed_node_cannot_go_back(status: str) -> None:
     assert codes(plan([back]), previous) == ["completed_node_changed"]
     review = node("a-review", "running", reason="ph looked off", description="recheck ph")
     validate_plan(plan([node("a", "completed", evidence="ph 7.2"), review]), previous)
+
+
+@pytest.mark.parametrize("status", ["pending", "running", "waiting", "completed"])
+def test_a_failed_node_is_never_reopened_a_retry_is_a_new_node(status: str) -> None:
+    previous = [node("a", "failed", reason="sampler broke")]
+    again = node("a", status, evidence="ph 7.2", reason="trying again")
+    details = refused(plan([again]), previous)
+    assert [(d["code"], d["node_id"]) for d in details] == [("failed_node_reopened", "a")]
+    # The retry is a new node; the failed one stays failed, or no longer applies.
+    retry = node("a-retry", "running", description="sample again")
+    validate_plan(plan([node("a", "failed", reason="sampler broke"), retry]), previous)
+    for closed in ("skipped", "cancelled"):
+        validate_plan(plan([node("a", closed, reason="replaced by a-retry"), retry]), previous)
 
 
 @pytest.mark.parametrize("bad_id", [["a"], {"id": "a"}, 7, None, True])
@@ -293,6 +322,8 @@ PREVIOUS: list[dict[str, Any]] = [
      "status": "completed", "reason": None},
     {"id": "n1", "title": "t", "actor": "human", "description": "", "evidence": "",
      "status": "pending", "reason": None},
+    {"id": "n2", "title": "t", "actor": "agent", "description": "", "evidence": "",
+     "status": "failed", "reason": "why"},
 ]  # fmt: skip
 
 
@@ -366,6 +397,7 @@ def reference_codes(payload: dict[str, Any]) -> set[str]:
         elif status in ("failed", "waiting") and _blank(reason):
             found.add("reason_required")
     good = []
+    pairs: set[tuple[str, str]] = set()
     for e in edges:
         if not isinstance(e, dict):
             found.add("invalid_type")
@@ -374,6 +406,9 @@ def reference_codes(payload: dict[str, Any]) -> set[str]:
         label_ok = text(e.get("label"), False, 200)  # checked even when an end is bad
         if not (all(ends_ok) and label_ok):
             continue
+        if (e["from"], e["to"]) in pairs:
+            found.add("duplicate_edge")
+        pairs.add((e["from"], e["to"]))
         if e["from"] not in ids or e["to"] not in ids:
             found.add("dangling_edge")
         if e["from"] == e["to"]:
@@ -394,7 +429,8 @@ def reference_codes(payload: dict[str, Any]) -> set[str]:
 
 
 def reference_update_codes(payload: dict[str, Any], previous: list[dict[str, Any]]) -> set[str]:
-    """The history rules read plainly: every old node stays; a completed one never changes."""
+    """The history rules read plainly: every old node stays; a completed one never changes; a
+    failed one is never reopened or completed (a retry is a new node)."""
     nodes = payload.get("nodes")
     by_id: dict[str, Any] = {}
     for n in nodes if isinstance(nodes, list) else []:
@@ -411,6 +447,13 @@ def reference_update_codes(payload: dict[str, Any], previous: list[dict[str, Any
             or new.get("status") != "completed"
         ):
             found.add("completed_node_changed")
+        elif old["status"] == "failed" and new.get("status") in (
+            "pending",
+            "running",
+            "waiting",
+            "completed",
+        ):
+            found.add("failed_node_reopened")
     return found
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "Problem",
     "check_update",
     "content_digest",
+    "distinct_edges",
     "find_cycle",
     "parse_plan",
     "raise_problems",
@@ -335,6 +336,20 @@ def validate_plan(
     raise_problems(problems)
     assert draft is not None
     return draft
+
+
+def distinct_edges(edges: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """`edges` with each (from, to) kept once, the first. A stored plan is published again by
+    the server (a person closes a node, an action is proposed); one stored before
+    `duplicate_edge` was refused goes out without its repeats instead of being refused."""
+    seen: set[tuple[Any, Any]] = set()
+    kept = []
+    for edge in edges:
+        pair = (edge.get("from"), edge.get("to"))
+        if pair not in seen:
+            seen.add(pair)
+            kept.append(dict(edge))
+    return kept
 
 
 def status_counts(nodes: Sequence[Mapping[str, Any]]) -> dict[str, int]:

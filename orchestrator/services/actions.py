@@ -17,6 +17,7 @@ from sqlalchemy import Connection
 from orchestrator.domain.approvals import action_digest, still_bound
 from orchestrator.domain.cursors import decode_cursor
 from orchestrator.domain.fingerprints import NonCanonical
+from orchestrator.domain.plans import distinct_edges
 from orchestrator.domain.vocabulary import ACTION_KINDS, ACTION_STATUSES
 from orchestrator.errors import ConflictError, InvalidTransition, NotFound, ValidationFailed
 from orchestrator.services.dispatch import Dispatcher, RecordingDispatcher, safe_dispatch
@@ -113,7 +114,7 @@ class ActionService:
                     "title": plan.title,
                     "reason": f"{kind} {action.action_id} proposed for node {node_id}",
                     "nodes": nodes,
-                    "edges": plan.edges,
+                    "edges": distinct_edges(plan.edges),
                 },
                 fence=fence,
             )

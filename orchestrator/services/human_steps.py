@@ -93,7 +93,7 @@ class HumanStepService:
                 "title": plan.title,
                 "reason": f"human node {node_id} {status} by {by}",
                 "nodes": nodes,
-                "edges": plan.edges,
+                "edges": rules.distinct_edges(plan.edges),
             }
             draft = rules.validate_plan(payload, plan.nodes)
             record = PlanRecord(

@@ -268,3 +268,38 @@ def test_the_agent_cannot_rewrite_who_closed_a_human_node(
         assert "human_node" in [p["code"] for p in caught.value.details]
     assert rt.plans.latest(session_id).revision == 2  # type: ignore[union-attr]
     assert publish("r3", closed).plan.revision == 3  # kept as the person left it
+
+
+def test_a_plan_stored_with_a_repeated_edge_still_takes_a_persons_close(
+    env: tuple[Runtime, RecordingDispatcher, Path], store_url: str
+) -> None:
+    """A plan stored before `duplicate_edge` was refused: the person's revision goes out
+    without the repeat instead of being refused for it."""
+    from sqlalchemy import select, update
+
+    from orchestrator.store.tables import plan_revisions
+
+    rt, dispatcher, scripts = env
+    task_id = waiting_on_a_sample(rt, scripts)
+    session_id = rt.tasks.get(task_id).session_id
+    repeated = [CHECK_TO_SAMPLE, {**CHECK_TO_SAMPLE, "label": "again"}]
+    with rt.db.transaction() as conn:
+        conn.execute(
+            update(plan_revisions)
+            .where(plan_revisions.c.session_id == session_id)
+            .values(edges=repeated)
+        )
+    with client_for(rt, store_url, dispatcher) as client:
+        done = client.post(
+            f"/api/v1/tasks/{task_id}/nodes/sample/complete",
+            json={"by": "lab tech", "evidence": "chlorine 0.4 mg/L at tap 3"},
+        )
+    assert done.status_code == 200, done.text
+    with rt.db.transaction(readonly=True) as conn:
+        edges = conn.execute(
+            select(plan_revisions.c.edges)
+            .where(plan_revisions.c.session_id == session_id)
+            .order_by(plan_revisions.c.revision.desc())
+            .limit(1)
+        ).scalar_one()
+    assert [(e["from"], e["to"]) for e in edges] == [("check", "sample")]

@@ -26,8 +26,13 @@ format: $(BIN)/.installed
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# Two test processes (pytest-xdist), each file on one of them: the suite waits on real
+# processes and servers more than it computes, so two share two cores well. TEST_WORKERS=0 runs
+# it in this process alone.
+TEST_WORKERS ?= 2
+
 test: $(BIN)/.installed services lint
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 clean:
 	rm -rf .orchestrator .pytest_cache .mypy_cache .ruff_cache

@@ -117,6 +117,19 @@ def redis_url(redis_server: RedisServer) -> str:
     return redis_server.url
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Under pytest-xdist, a test process hands what it started to the controller."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["orch_started"] = dict(_STARTED)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """The controller (pytest-xdist) collects what each test process started."""
+    _STARTED.update(getattr(node, "workeroutput", {}).get("orch_started", {}))
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if _STARTED:
         listed = ", ".join(f"{name} {version}" for name, version in sorted(_STARTED.items()))

@@ -101,7 +101,10 @@ class OpenAIServer:
         self.requests: list[Request] = []
         self._lock = threading.Lock()
         self._server = _Server(("127.0.0.1", 0), self._handler())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # A short poll: shutdown() waits up to one poll interval (0.5 s by default) per test.
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.02,), daemon=True
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -94,7 +94,8 @@ def running_recorder() -> Iterator[Recorder]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(recorder))
     server.daemon_threads = True
     recorder.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # A short poll: shutdown() waits up to one poll interval (0.5 s by default) per test.
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
     thread.start()
     try:
         yield recorder

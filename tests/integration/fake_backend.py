@@ -222,7 +222,8 @@ def running_backend() -> Iterator[Backend]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(backend))
     server.daemon_threads = True
     backend.server = server
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # A short poll: shutdown() waits up to one poll interval (0.5 s by default) per test.
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
     thread.start()
     try:
         yield backend

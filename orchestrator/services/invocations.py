@@ -65,7 +65,8 @@ class InvocationService:
 
         Refused: 422 `invalid_request` (status, reason, by), 404 `not_found`, 409
         `not_task_write` (not a task's receipt), 409 `not_resolvable` (any other status, or
-        resolved meanwhile); then nothing was written.
+        resolved meanwhile), 409 `round_running` (its generation's round still runs); then
+        nothing was written.
         """
         _check(status, by, reason)
         with self.db.transaction() as conn:
@@ -84,9 +85,18 @@ class InvocationService:
             row = open_work.receipt_row(conn, invocation_id, lock=True)
             assert row is not None  # a receipt is deleted only with a finished status
             previous = str(row.status)
-            if previous not in open_work.RESOLVABLE or not open_work.resolve_open_write(
-                conn, invocation_id, previous, status
-            ):
+            if previous not in open_work.RESOLVABLE:
+                raise _not_resolvable(invocation_id, previous)
+            if task.status == "running" and row.session_id == task.session_id:
+                # Its round still runs: it settles its own writes (a background command's end,
+                # a verification), and a resolution now could not be corrected by what it sees.
+                raise ConflictError(
+                    f"invocation {invocation_id} belongs to generation {task.generation} of task "
+                    f"{task.task_id}, whose round is still running: resolve it once the round "
+                    "has ended",
+                    code="round_running",
+                )
+            if not open_work.resolve_open_write(conn, invocation_id, previous, status):
                 raise _not_resolvable(invocation_id, previous)
             outbox_store.record_event(
                 conn,

@@ -37,7 +37,13 @@ from tests.executions_support import (
     write_script,
 )
 from tests.integration.fake_backend import SPEC, Backend, running_backend
-from tests.integration.receipt_rows import DIGEST, chat_session, claim_arguments, running_task
+from tests.integration.receipt_rows import (
+    DIGEST,
+    chat_session,
+    claim_arguments,
+    running_task,
+    supersede,
+)
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
@@ -265,14 +271,28 @@ def test_a_task_waiting_on_another_open_write_keeps_waiting(
 
 
 def test_a_task_that_is_not_waiting_is_left_to_its_own_decision(rt: Runtime) -> None:
+    task_id, invocation_id = unknown_task_write(rt)  # of generation 1; generation 2 runs
+    resolved = service(rt).resolve(invocation_id, "failed", by="o", reason="r")
+    assert (resolved.task_status, resolved.queued_generation) == ("running", None)
+    assert rt.tasks.get(task_id).generation == 2
+
+
+def test_a_write_of_the_round_still_running_is_left_to_that_round(rt: Runtime) -> None:
+    """Its round settles it (a background command's end, a verification): a resolution now
+    could not be corrected by what the round sees next."""
     task_id, session_id, fence = running_task(rt.db)
     ledger = ReceiptLedger(rt.db)
     claim = ledger.claim(**claim_arguments(session_id, owner=f"task:{task_id}"), fence=fence)
-    ledger.finish(claim.receipt.invocation_id, claim.receipt.claim_token, status="unknown",
+    ledger.finish(claim.receipt.invocation_id, claim.receipt.claim_token, status="pending",
                   summary="s")  # fmt: skip
-    resolved = service(rt).resolve(claim.receipt.invocation_id, "failed", by="o", reason="r")
-    assert (resolved.task_status, resolved.queued_generation) == ("running", None)
-    assert rt.tasks.get(task_id).generation == 1
+    with pytest.raises(ConflictError) as refused:
+        service(rt).resolve(claim.receipt.invocation_id, "succeeded", by="o", reason="r")
+    assert refused.value.code == "round_running"
+    assert ledger.get(claim.receipt.invocation_id).status == "pending"  # type: ignore[union-attr]
+    assert resolutions(rt, task_id) == []
+    supersede(rt.db, fence)  # the round ended (lost): the operator may settle it now
+    resolved = service(rt).resolve(claim.receipt.invocation_id, "succeeded", by="o", reason="r")
+    assert resolved.receipt.status == "succeeded"
 
 
 # -- refusals ---------------------------------------------------------------------------------
@@ -307,6 +327,7 @@ def test_two_operators_racing_one_wins(rt: Runtime) -> None:
     )
     ledger.finish(claim.receipt.invocation_id, claim.receipt.claim_token, status="unknown",
                   summary="s")  # fmt: skip
+    supersede(rt.db, fence)  # its round ended; the next generation runs
     start = threading.Barrier(2)
     outcomes: dict[str, str] = {}
 
@@ -340,12 +361,14 @@ TOKENS = {"vera": ("viewer", "vera-secret-token"), "otto": ("operator", "otto-se
 
 
 def unknown_task_write(rt: Runtime) -> tuple[str, str]:
-    """A running task with one `unknown` write: (task_id, invocation_id)."""
+    """A task with one `unknown` write of generation 1, which was lost; generation 2 runs:
+    (task_id, invocation_id)."""
     task_id, session_id, fence = running_task(rt.db)
     ledger = ReceiptLedger(rt.db)
     claim = ledger.claim(**claim_arguments(session_id, owner=f"task:{task_id}"), fence=fence)
     ledger.finish(claim.receipt.invocation_id, claim.receipt.claim_token, status="unknown",
                   summary="s")  # fmt: skip
+    supersede(rt.db, fence)
     return task_id, claim.receipt.invocation_id
 
 

@@ -147,8 +147,8 @@ class CollaborationService:
             )
             return created, True
 
-    def _session(self, conn: Any, session_id: str) -> SessionRecord:
-        session = session_store.get_session(conn, session_id)
+    def _session(self, conn: Any, session_id: str, *, lock: bool = False) -> SessionRecord:
+        session = session_store.get_session(conn, session_id, lock=lock)
         if session is None:
             raise NotFound(f"session {session_id} does not exist")
         if session.purpose != "task_collaboration" or session.task_id is None:
@@ -174,7 +174,6 @@ class CollaborationService:
             raise ValidationFailed(f"the question: {exc}", code="invalid_request") from None
         key = _checked_key(idempotency_key)
         digest = fingerprint({"text": text})
-        asked_at = utcnow()
         with self.db.transaction(readonly=True) as conn:
             session = self._session(conn, session_id)
             assert session.task_id is not None
@@ -191,15 +190,21 @@ class CollaborationService:
             storable_text(reply)  # a NUL or a lone surrogate: the model's fault, not the asker's
         except ValueError as exc:
             raise ModelUnavailable(f"the model's answer cannot be stored: {exc}") from None
-        # After the question, always: the page order is (created_at, message_id).
-        answered_at = max(utcnow(), asked_at + timedelta(microseconds=1))
         try:
             with self.db.transaction() as conn:
-                self._session(conn, session_id)
+                # The session's row lock orders the exchanges: each is stamped after the ones
+                # stored before it, so a page never splits one exchange around another (an ask
+                # answered sooner, stored while this one waited on the model) and a cursor never
+                # passes an exchange that commits later. The page order is (created_at, id).
+                self._session(conn, session_id, lock=True)
                 # A retry that came in while the model answered this one may have stored first.
                 stored = store.asked_with_key(conn, session_id, key) if key else None
                 if key and stored:
                     return _replay(session_id, key, stored, digest)
+                newest = store.latest_messages(conn, session_id, 1)
+                tick = timedelta(microseconds=1)
+                asked_at = max([utcnow(), *(m.created_at + tick for m in newest)])
+                answered_at = asked_at + tick
                 keyed = {"idempotency_key": key, "request_digest": digest if key else None}
                 question = store.insert_message(conn, session_id, "user", text, asked_at, **keyed)
                 answer = store.insert_message(

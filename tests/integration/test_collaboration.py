@@ -438,3 +438,38 @@ def test_the_cli_asks_once_per_idempotency_key(
     assert "idempotency_conflict" in capsys.readouterr().err
     session = CollaborationService(rt.db, rt.settings).open(task_id, owner="op")[0]
     assert len(CollaborationService(rt.db, rt.settings).messages(session.session_id)[0]) == 2
+
+
+def test_an_exchange_answered_sooner_is_not_split_by_the_one_still_waiting(
+    env: tuple[Runtime, Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two asks at once: the second is answered and stored while the first waits on the model.
+    Each exchange stays whole and in the order they were stored, so a page (or a cursor taken
+    from it) never has the first question before an exchange and its answer after."""
+    rt, _, task_id = env
+    service = CollaborationService(rt.db, rt.settings)
+    session, _ = service.open(task_id, owner="op")
+    answer = service._answer
+    nested: list[Answer] = []
+    calls: list[str] = []
+
+    def slow_first(*args: Any) -> str:
+        calls.append("model")
+        if len(calls) == 1:  # the second ask comes in and is stored while the first one waits
+            nested.append(service.ask(session.session_id, "Second?"))
+        return answer(*args)
+
+    monkeypatch.setattr(service, "_answer", slow_first)
+    first = service.ask(session.session_id, "First?")
+    stored, _ = service.messages(session.session_id)
+    assert [m.text for m in stored if m.role == "user"] == ["Second?", "First?"]
+    assert [m.message_id for m in stored] == [
+        nested[0].question.message_id,
+        nested[0].answer.message_id,
+        first.question.message_id,
+        first.answer.message_id,
+    ]
+    page, cursor = service.messages(session.session_id, limit=2)
+    assert [m.text for m in page if m.role == "user"] == ["Second?"]
+    rest, _ = service.messages(session.session_id, cursor=cursor)
+    assert [m.message_id for m in rest] == [first.question.message_id, first.answer.message_id]

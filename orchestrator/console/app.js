@@ -536,6 +536,8 @@
 
     function showTask(task) {
       s.task = task;
+      // A requeue brings a finished task back: follow it live again.
+      if (!FINAL_STATUSES.has(task.status)) s.ended = false;
       if (finished() && s.stream === null) endStream();
       fill(head, el("h1", { id: "task-title" }, task.title || task.task_id),
         el("section", { class: "card" }, facts([

@@ -167,6 +167,24 @@ def test_requeue_and_cancel_with_a_reason(page: Any, console: Console) -> None:
     assert console.task(slow)["last_error"] == "the customer withdrew the complaint"
 
 
+def test_a_requeued_task_is_followed_live_again(page: Any, console: Console) -> None:
+    slow = console.trigger("slow", "Cancel me, then requeue me")
+    console.wait_for(slow, lambda t: t["status"] == "running")
+    open_task(page, console, slow)
+    expect(page.locator("#live")).to_have_text("live")
+    page.fill("#cancel-reason", "the wrong district")
+    page.click("#cancel-form button")
+    expect(page.locator("#live")).to_have_text("ended")
+    page.fill("#requeue-reason", "the right district after all")
+    page.click("#requeue-form button")
+    console.wait_for(slow, lambda t: t["generation"] == 2 and t["status"] == "running")
+    expect(page.locator("#live")).to_have_text("live")
+    expect(page.locator("#task-head .badge").first).to_have_text("running")
+    page.fill("#cancel-reason", "done looking")  # frees the worker's slot for the next tests
+    page.click("#cancel-form button")
+    expect(page.locator("#live")).to_have_text("ended")
+
+
 def test_an_operator_resolves_an_unknown_write(page: Any, console: Console) -> None:
     from orchestrator.store import Database
     from orchestrator.store.receipts import ReceiptLedger

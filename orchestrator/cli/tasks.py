@@ -373,7 +373,15 @@ def render_explain(view: dict[str, Any]) -> str:
                 f"  digest {action.get('digest', '?')}"
             )
     if view["unknown_receipts"]:
-        lines.append(f"  write receipts with unknown outcome: {len(view['unknown_receipts'])}")
+        lines.append(
+            f"  write receipts unknown or pending: {len(view['unknown_receipts'])} (verify on the"
+            " target, then `orchestrator invocations resolve ID --as succeeded|failed --reason`)"
+        )
+        for receipt in view["unknown_receipts"]:
+            lines.append(
+                f"    {receipt['invocation_id']}  {receipt['tool_name']}  {receipt['status']}"
+                f"  since {_time(receipt['updated_at'])}"
+            )
     recovery = view.get("recovery")
     if recovery:
         lines.append(

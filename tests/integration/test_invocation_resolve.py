@@ -453,6 +453,11 @@ def test_the_cli_resolves(
     assert main(["invocations", "resolve", "nope", "--as", "failed", "--reason", "r"]) == 1
     assert ReceiptLedger(rt.db).get(invocation_id).status == "unknown"  # type: ignore[union-attr]
     capsys.readouterr()
+    # `tasks show` names each open write and the command that settles it.
+    assert main(["tasks", "show", task_id]) == 0
+    shown = capsys.readouterr().out
+    assert "invocations resolve ID" in shown
+    assert f"    {invocation_id}  call_api  unknown  since " in shown
 
     assert main([*resolve, "--as", "succeeded", "--reason", "in the ERP", "--by", "ana"]) == 0
     out = capsys.readouterr().out
@@ -463,3 +468,5 @@ def test_the_cli_resolves(
     assert ReceiptLedger(rt.db).get(invocation_id).status == "succeeded"  # type: ignore[union-attr]
     [event] = resolutions(rt, task_id)
     assert event.data["by"] == "ana"
+    assert main(["tasks", "show", task_id]) == 0
+    assert invocation_id not in capsys.readouterr().out

@@ -23,6 +23,7 @@ from typing import Any, Final
 import httpx
 
 from orchestrator.errors import InvalidTransition, NotFound
+from orchestrator.logs import redact, secrets_of
 from orchestrator.settings import Settings
 from orchestrator.store import outbox as store
 from orchestrator.store.db import Database
@@ -81,6 +82,9 @@ class OutboxDispatcher:
         self.client = client or httpx.Client(
             timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)), follow_redirects=False
         )
+        # A failed send's text is kept on the row, which viewers read (API, CLI, console): it is
+        # masked as a log line is (a Slack-style webhook keeps its secret in the URL's path).
+        self._secrets = secrets_of(settings)
 
     @property
     def hold_seconds(self) -> float:
@@ -205,7 +209,8 @@ class OutboxDispatcher:
         except httpx.TimeoutException:
             return "timed out"
         except httpx.HTTPError as exc:
-            return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+            text = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            return redact(text, self._secrets)[:300]
         if 200 <= status < 300:
             return None
         return f"HTTP {status}"

@@ -174,6 +174,36 @@ def test_retries_back_off_until_a_2xx_and_webhooks_stay_in_order(
     assert all(r.status == "delivered" for r in failed)
 
 
+def test_a_failed_sends_text_on_the_row_masks_a_secret_in_the_webhook_path(
+    rt: Runtime, tmp_path: Path
+) -> None:
+    """The row's last error is read by viewers (API, CLI, console): a transport error that
+    names the URL (a proxy's, say) must not carry a Slack-style webhook's secret path."""
+    import httpx
+
+    task_id, _ = waiting_task(rt, tmp_path)
+    hook = "https://hooks.example.test/services/T000/B000/XXXXsecretpath"
+    settings = rt.settings.model_copy(update={"webhook_url": hook, "actions_url": None})
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError(f"proxy refused the tunnel to {request.url}", request=request)
+
+    sender = OutboxDispatcher(
+        settings, rt.db, client=httpx.Client(transport=httpx.MockTransport(refuse))
+    )
+    try:
+        sender.run_once()
+    finally:
+        sender.close()
+    failed = [r for r in OutboxService(rt.db).list(task_id=task_id) if r.last_error]
+    assert failed
+    for row in failed:
+        assert row.last_error is not None
+        assert row.last_error.startswith("ConnectError: proxy refused the tunnel to https://hooks")
+        assert "XXXXsecretpath" not in row.last_error
+        assert "/services/T000/B000" not in row.last_error
+
+
 def test_a_webhook_is_dead_lettered_after_n_failures_holds_the_next_and_an_operator_retries(
     rt: Runtime, tmp_path: Path, backend: Recorder, dispatcher: OutboxDispatcher, store_url: str
 ) -> None:

@@ -20,7 +20,7 @@ import os
 import shutil
 from pathlib import Path
 
-from orchestrator.leases.process import ProcessIdentity, current_process, is_gone
+from orchestrator.leases.process import ProcessIdentity, current_process, is_gone, pid_exists
 
 __all__ = ["OWNER_FILE", "PREFIX", "claim_folder", "remove_dead_folders"]
 
@@ -71,7 +71,7 @@ def _is_dead(folder: Path) -> bool:
     try:
         owner = json.loads((folder / OWNER_FILE).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return not _pid_exists(pid)
+        return not pid_exists(pid)
     except (OSError, ValueError):
         return False  # unreadable: cannot tell, keep it
     if not isinstance(owner, dict) or owner.get("pid") != pid:
@@ -80,16 +80,3 @@ def _is_dead(folder: Path) -> bool:
     if not isinstance(host, str) or not isinstance(started, str | None):
         return False
     return is_gone(ProcessIdentity(host, pid, started))
-
-
-def _pid_exists(pid: int) -> bool:
-    """Whether any process has `pid` here (signal 0 sends nothing; EPERM means it exists)."""
-    if pid <= 0:
-        return True  # 0 and negatives name process groups: never judge them
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-__all__ = ["ProcessIdentity", "current_process", "is_gone", "local_scope"]
+__all__ = ["ProcessIdentity", "current_process", "is_gone", "local_scope", "pid_exists"]
 
 _PROC = Path("/proc")
 
@@ -98,12 +98,15 @@ def is_gone(holder: ProcessIdentity) -> bool:
     stat = _read(_PROC / str(holder.pid) / "stat")
     if stat is None:
         # Unreadable or hidden is not missing: /proc may hide another user's processes.
-        return not _exists(holder.pid)
+        return not pid_exists(holder.pid)
     return _ticks_of(stat) != ticks
 
 
-def _exists(pid: int) -> bool:
-    """Whether any process has `pid` (signal 0: nothing is sent; EPERM means it exists)."""
+def pid_exists(pid: int) -> bool:
+    """Whether any process has `pid` here (signal 0: nothing is sent; EPERM means it exists).
+    0 and negative numbers name process groups, not a process: taken as existing."""
+    if pid <= 0:
+        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -17,9 +17,10 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
-__all__ = ["SPEC", "Backend", "running_backend"]
+__all__ = ["SPEC", "Backend", "api_call", "gateway_overrides", "running_backend"]
 
 SPEC: dict[str, Any] = {
     "openapi": "3.0.3",
@@ -231,3 +232,17 @@ def running_backend() -> Iterator[Backend]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+def gateway_overrides(folder: Path, backend: Backend, **more: Any) -> dict[str, Any]:
+    """`runtime_for` settings that point the write tools at `backend`: its spec written to
+    `folder/spec.json`, its URL, and `more`."""
+    spec = folder / "spec.json"
+    spec.write_text(json.dumps(SPEC), encoding="utf-8")
+    return {"gateway_spec": spec, "gateway_base_url": backend.url, **more}
+
+
+def api_call(call_id: str, operation_id: str, **arguments: Any) -> dict[str, Any]:
+    """A scripted `call_api` tool call of `operation_id` with `arguments`."""
+    body = {"operation_id": operation_id, "arguments": arguments}
+    return {"id": call_id, "name": "call_api", "arguments": body}

@@ -64,21 +64,28 @@ def propose(call_id: str, crew: str) -> dict[str, Any]:
     }
 
 
+def first_round(rt: Runtime, tmp_path: Path, turns: list[Any], outcome: str) -> str:
+    """A task whose generation 1 plays `turns` and ends with `outcome`: its id."""
+    write_script(tmp_path / "scripts", "act", turns)
+    task_id = rt.tasks.trigger(Trigger(task_type="act", title="Burst main")).task.task_id
+    assert rt.executions.run(task_id, 1, worker="w").outcome == outcome
+    return task_id
+
+
 def test_a_new_digest_for_the_node_sends_action_superseded_for_the_old_proposal(
     rt: Runtime, tmp_path: Path
 ) -> None:
-    write_script(
-        tmp_path / "scripts",
-        "act",
+    task_id = first_round(
+        rt,
+        tmp_path,
         [
             {"tool_calls": [plan_call("c1", "r1", [node("repair", "waiting")])]},
             {"tool_calls": [propose("c2", "north")]},
             {"tool_calls": [propose("c3", "south")]},
             {"tool_calls": [report_call("c4", "waiting")]},
         ],
+        "waiting",
     )
-    task_id = rt.tasks.trigger(Trigger(task_type="act", title="Burst main")).task.task_id
-    assert rt.executions.run(task_id, 1, worker="w").outcome == "waiting"
     first, second = sorted(
         rt.actions.list(task_id=task_id, status=None), key=lambda a: a.created_at
     )
@@ -112,17 +119,16 @@ def test_an_operator_requeue_or_cancel_sends_action_superseded_before_the_status
 def test_a_failed_round_sends_action_superseded_in_the_statement_that_settles_it(
     rt: Runtime, tmp_path: Path
 ) -> None:
-    write_script(
-        tmp_path / "scripts",
-        "act",
+    task_id = first_round(
+        rt,
+        tmp_path,
         [
             {"tool_calls": [plan_call("c1", "r1", [node("repair", "waiting")])]},
             {"tool_calls": [propose("c2", "north")]},
             {"tool_calls": [report_call("c3", "failed")]},
         ],
+        "failed",
     )
-    task_id = rt.tasks.trigger(Trigger(task_type="act", title="Burst main")).task.task_id
-    assert rt.executions.run(task_id, 1, worker="w").outcome == "failed"
     (action,) = rt.actions.list(task_id=task_id, status=None)
     assert action.status == "superseded"
     assert events(rt, task_id)[-2:] == ["action_superseded", "failed"]

@@ -3,7 +3,6 @@ background commands; dishonest agents that declare `completed` over open work do
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from tests.executions_support import (
     runtime_for,
     write_script,
 )
-from tests.integration.fake_backend import SPEC, Backend, running_backend
+from tests.integration.fake_backend import Backend, api_call, gateway_overrides, running_backend
 from tests.integration.receipt_rows import running_task
 
 
@@ -33,16 +32,10 @@ def backend() -> Iterator[Backend]:
 
 @pytest.fixture
 def rt(store_url: str, scripts: Path, tmp_path: Path, backend: Backend) -> Iterator[Runtime]:
-    spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps(SPEC), encoding="utf-8")
-    runtime, _ = runtime_for(
-        store_url,
-        scripts,
-        gateway_spec=spec,
-        gateway_base_url=backend.url,
-        gateway_timeout_seconds=2.0,
-        enable_command_tool=True,
+    overrides = gateway_overrides(
+        tmp_path, backend, gateway_timeout_seconds=2.0, enable_command_tool=True
     )
+    runtime, _ = runtime_for(store_url, scripts, **overrides)
     yield runtime
     runtime.close()
 
@@ -56,14 +49,6 @@ def completing_after(work: list[dict[str, Any]], outcome: str = "completed") -> 
         {"tool_calls": [report_call("rep", outcome)]},
         {"content": "all done"},
     ]
-
-
-def api(call_id: str, operation_id: str, **arguments: Any) -> dict[str, Any]:
-    return {
-        "id": call_id,
-        "name": "call_api",
-        "arguments": {"operation_id": operation_id, "arguments": arguments},
-    }
 
 
 def command(call_id: str, **arguments: Any) -> dict[str, Any]:
@@ -82,7 +67,7 @@ def receipts(rt: Runtime, task_id: str) -> dict[str, str]:
 
 
 def test_a_pending_202_job_keeps_the_task_from_completing(rt: Runtime, scripts: Path) -> None:
-    view = run_task(rt, scripts, completing_after([api("j", "startJob", kind="flush")]))
+    view = run_task(rt, scripts, completing_after([api_call("j", "startJob", kind="flush")]))
     assert view["status"] == "waiting"
     assert "call_api" in view["executions"][0]["reason"]
     assert "(pending)" in view["executions"][0]["reason"]
@@ -93,7 +78,9 @@ def test_an_unknown_write_keeps_the_task_from_completing(
 ) -> None:
     backend.mode["/orders"] = "drop"
     view = run_task(
-        rt, scripts, completing_after([api("o", "createOrder", body={"item": "x", "quantity": 1})])
+        rt,
+        scripts,
+        completing_after([api_call("o", "createOrder", body={"item": "x", "quantity": 1})]),
     )
     assert receipts(rt, view["task_id"]) == {"call_api": "unknown"}
     assert view["status"] == "waiting"

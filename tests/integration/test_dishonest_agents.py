@@ -4,7 +4,6 @@ completed; the honest agent completes with the same tools."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from tests.executions_support import (
     runtime_for,
     write_script,
 )
-from tests.integration.fake_backend import SPEC, Backend, running_backend
+from tests.integration.fake_backend import Backend, api_call, gateway_overrides, running_backend
 
 SAMPLING = "${q0.evidence_id}"
 
@@ -55,25 +54,14 @@ def rt(
     backend: Backend,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[Runtime]:
-    spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps(SPEC), encoding="utf-8")
     RecordingHost.seen = []
     monkeypatch.setattr(executions, "ToolHost", RecordingHost)
-    runtime, _ = runtime_for(
-        store_url,
-        scripts,
-        gateway_spec=spec,
-        gateway_base_url=backend.url,
-        gateway_timeout_seconds=2.0,
-        enable_command_tool=True,
+    overrides = gateway_overrides(
+        tmp_path, backend, gateway_timeout_seconds=2.0, enable_command_tool=True
     )
+    runtime, _ = runtime_for(store_url, scripts, **overrides)
     yield runtime
     runtime.close()
-
-
-def api(call_id: str, operation_id: str, **arguments: Any) -> dict[str, Any]:
-    body = {"operation_id": operation_id, "arguments": arguments}
-    return {"id": call_id, "name": "call_api", "arguments": body}
 
 
 def command(call_id: str, **arguments: Any) -> dict[str, Any]:
@@ -225,11 +213,11 @@ def test_a_peripheral_sample_reported_as_live_scada_is_refused(rt: Runtime, scri
 @pytest.mark.parametrize(
     ("work", "cite", "expected_code", "mode"),
     [
-        (api("w", "createOrder", body={"item": "x", "quantity": 50}), "${w.invocation_id}",
+        (api_call("w", "createOrder", body={"item": "x", "quantity": 50}), "${w.invocation_id}",
          "write_not_succeeded", None),  # a 422
         (command("w", command="exit 3"), "${w.invocation_id}", "write_not_succeeded", None),
-        (api("w", "startJob", kind="flush"), "${w.invocation_id}", "write_pending", None),
-        (api("w", "createOrder", body={"item": "x", "quantity": 1}), "${w.invocation_id}",
+        (api_call("w", "startJob", kind="flush"), "${w.invocation_id}", "write_pending", None),
+        (api_call("w", "createOrder", body={"item": "x", "quantity": 1}), "${w.invocation_id}",
          "write_not_succeeded", "drop"),  # unknown
     ],
     ids=["rejected_422", "command_exit_3", "pending_202", "unknown"],
@@ -261,8 +249,8 @@ def test_a_failed_pending_or_unknown_write_cannot_back_a_completed_node(
 @pytest.mark.parametrize(
     ("work", "mode", "reason"),
     [
-        (api("w", "startJob", kind="flush"), None, "(pending)"),
-        (api("w", "createOrder", body={"item": "x", "quantity": 1}), "drop", "(unknown)"),
+        (api_call("w", "startJob", kind="flush"), None, "(pending)"),
+        (api_call("w", "createOrder", body={"item": "x", "quantity": 1}), "drop", "(unknown)"),
         (command("w", action="start", command="sleep 30"), None, "background command"),
     ],
     ids=["pending_202", "unknown", "background_command"],

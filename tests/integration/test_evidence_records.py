@@ -3,10 +3,8 @@ ones, not writes), commands that exited 0, with its own truncation when it cut a
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -14,7 +12,7 @@ from orchestrator.runtime import Runtime
 from orchestrator.services.task_records import TaskRecords
 from orchestrator.services.tasks import Trigger
 from tests.executions_support import runtime_for, write_script
-from tests.integration.fake_backend import SPEC, Backend, running_backend
+from tests.integration.fake_backend import Backend, api_call, gateway_overrides, running_backend
 
 
 @pytest.fixture
@@ -25,35 +23,23 @@ def backend() -> Iterator[Backend]:
 
 @pytest.fixture
 def rt(store_url: str, scripts: Path, tmp_path: Path, backend: Backend) -> Iterator[Runtime]:
-    spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps(SPEC), encoding="utf-8")
-    runtime, _ = runtime_for(
-        store_url,
-        scripts,
-        gateway_spec=spec,
-        gateway_base_url=backend.url,
-        enable_command_tool=True,
-    )
+    overrides = gateway_overrides(tmp_path, backend, enable_command_tool=True)
+    runtime, _ = runtime_for(store_url, scripts, **overrides)
     yield runtime
     runtime.close()
-
-
-def api(call_id: str, operation_id: str, **arguments: Any) -> dict[str, Any]:
-    body = {"operation_id": operation_id, "arguments": arguments}
-    return {"id": call_id, "name": "call_api", "arguments": body}
 
 
 def test_reads_and_successful_commands_become_records_and_nothing_else(
     rt: Runtime, scripts: Path
 ) -> None:
     turns = [
-        {"tool_calls": [api("put", "putSetting", key="p", body={"value": 3})]},
+        {"tool_calls": [api_call("put", "putSetting", key="p", body={"value": 3})]},
         {
             "tool_calls": [
-                api("get", "getSetting", key="p"),
-                api("secret", "getSecret", key="db"),
-                api("big", "bigReport", size=10),
-                api("order", "createOrder", body={"item": "x", "quantity": 50}),
+                api_call("get", "getSetting", key="p"),
+                api_call("secret", "getSecret", key="db"),
+                api_call("big", "bigReport", size=10),
+                api_call("order", "createOrder", body={"item": "x", "quantity": 50}),
                 {"id": "ok", "name": "execute_command", "arguments": {"command": "echo fine"}},
                 {"id": "bad", "name": "execute_command", "arguments": {"command": "exit 3"}},
             ]

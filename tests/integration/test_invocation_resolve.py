@@ -36,7 +36,7 @@ from tests.executions_support import (
     runtime_for,
     write_script,
 )
-from tests.integration.fake_backend import SPEC, Backend, running_backend
+from tests.integration.fake_backend import Backend, api_call, gateway_overrides, running_backend
 from tests.integration.receipt_rows import (
     DIGEST,
     chat_session,
@@ -59,16 +59,8 @@ def backend() -> Iterator[Backend]:
 
 @pytest.fixture
 def rt(store_url: str, scripts: Path, tmp_path: Path, backend: Backend) -> Iterator[Runtime]:
-    spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps(SPEC), encoding="utf-8")
-    runtime, _ = runtime_for(
-        store_url,
-        scripts,
-        gateway_spec=spec,
-        gateway_base_url=backend.url,
-        gateway_timeout_seconds=2.0,
-        max_rounds=10,
-    )
+    overrides = gateway_overrides(tmp_path, backend, gateway_timeout_seconds=2.0, max_rounds=10)
+    runtime, _ = runtime_for(store_url, scripts, **overrides)
     yield runtime
     runtime.close()
 
@@ -77,16 +69,8 @@ def service(rt: Runtime) -> InvocationService:
     return InvocationService(rt.db, rt.dispatcher)
 
 
-def api(call_id: str, operation_id: str, **arguments: Any) -> dict[str, Any]:
-    return {
-        "id": call_id,
-        "name": "call_api",
-        "arguments": {"operation_id": operation_id, "arguments": arguments},
-    }
-
-
 def order(call_id: str = "o", quantity: int = 1) -> dict[str, Any]:
-    return api(call_id, "createOrder", body={"item": "valve", "quantity": quantity})
+    return api_call(call_id, "createOrder", body={"item": "valve", "quantity": quantity})
 
 
 def completing_after(work: list[dict[str, Any]], cite: list[str] | None = None) -> list[Any]:
@@ -246,7 +230,9 @@ def test_resolving_succeeded_answers_the_identical_write_from_the_receipt(
 
 
 def test_a_pending_202_job_can_be_resolved(rt: Runtime, scripts: Path) -> None:
-    task_id = run_first_round(rt, scripts, completing_after([api("j", "startJob", kind="flush")]))
+    task_id = run_first_round(
+        rt, scripts, completing_after([api_call("j", "startJob", kind="flush")])
+    )
     [job] = task_receipts(rt, task_id)
     assert job.status == "pending"
     assert rt.tasks.get(task_id).status == "waiting"

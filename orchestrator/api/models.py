@@ -25,6 +25,8 @@ __all__ = [
     "LeaseView",
     "SessionView",
     "TaskView",
+    "TranscriptEntryView",
+    "TranscriptPage",
     "TriggerView",
 ]
 
@@ -122,3 +124,40 @@ class ActionView(BaseModel):
     decided_at: datetime | None
     note: str | None
     created_at: datetime
+
+
+class TranscriptEntryView(BaseModel):
+    """One entry of the durable transcript: a model turn, a tool-result envelope the model was
+    shown, or a compaction summary. `body` is what was recorded (cleaned and bounded)."""
+
+    seq: int = Field(description="the entry's number in its generation's session")
+    generation: int | None
+    turn: int
+    kind: str = Field(description="model_turn, tool_result or summary")
+    call_id: str | None = None
+    parent_call_id: str | None = Field(
+        default=None, description="the delegate call whose sub-agent wrote this entry"
+    )
+    tool_name: str | None = None
+    status: str | None = Field(
+        default=None, description="a tool result's status: succeeded, failed, pending or unknown"
+    )
+    usage: dict[str, int] | None = Field(
+        default=None, description="prompt and completion tokens of a model call"
+    )
+    body: dict[str, Any]
+
+
+class TranscriptPage(BaseModel):
+    """One page of a task's transcript, oldest entry first (the one list shape, plus the task,
+    the generation asked for and the token usage)."""
+
+    task_id: str
+    generation: int | None = Field(description="the generation asked for; null for all")
+    items: list[TranscriptEntryView]
+    next_cursor: str | None = Field(
+        description="pass as `cursor` for the next page; null on the last page"
+    )
+    token_usage: dict[str, Any] = Field(
+        description="prompt and completion tokens per generation and in total"
+    )

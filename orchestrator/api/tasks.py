@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.api.contract import FilledText, Page, error_responses
 from orchestrator.api.enums import TaskStatus
-from orchestrator.api.models import ExplainView, TaskView, TriggerView
+from orchestrator.api.models import ExplainView, TaskView, TranscriptPage, TriggerView
 from orchestrator.domain.task_filter import TASK_TYPE_MAX, TASK_TYPE_PATTERN, task_filter
 from orchestrator.leases import make_lease_backend
 from orchestrator.runtime import celery_dispatcher
@@ -109,14 +109,21 @@ def show_task(task_id: str, service: TaskService = Depends(get_task_service)) ->
     return service.explain(task_id)
 
 
-@router.get("/{task_id}/transcript", response_model=dict[str, Any], responses=error_responses(404))
+@router.get(
+    "/{task_id}/transcript",
+    response_model=TranscriptPage,
+    responses=error_responses(404),
+)
 def task_transcript(
     task_id: str,
     generation: int | None = Query(default=None, ge=1, le=2**31 - 1),
+    limit: int = Query(default=200, ge=1, le=1000),
+    cursor: str | None = Query(default=None, max_length=512),
     service: TaskService = Depends(get_task_service),
 ) -> dict[str, Any]:
-    """The durable transcript: model turns and the tool results the model was shown."""
-    return service.transcript(task_id, generation)
+    """The durable transcript, oldest entry first: model turns and the tool results the model
+    was shown, a page at a time."""
+    return service.transcript(task_id, generation, limit=limit, cursor=cursor)
 
 
 @router.post("/{task_id}/requeue", response_model=TaskView, responses=error_responses(404, 409))

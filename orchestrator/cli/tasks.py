@@ -247,7 +247,7 @@ def render_transcript(view: dict[str, Any]) -> str:
     """The transcript as a readable page: one line per model turn, call and result."""
     lines = [f"transcript of task {view['task_id']}"]
     shown: int | None = None
-    for entry in view["entries"]:
+    for entry in view["items"]:
         if entry["generation"] != shown:
             shown = entry["generation"]
             lines.append(f"generation {shown}:")

@@ -96,6 +96,51 @@
     return Array.isArray(data) ? data : [];
   }
 
+  // ---- task detail pieces ----------------------------------------------------------------
+  const TRANSCRIPT_PAGE = 200;
+  const TRANSCRIPT_PAGES = 5; // at most 1000 entries on the page; the CLI prints them all
+  function lostGenerations(task) {
+    // `recoveries` counts losses in a row (it resets when a generation ends otherwise): the
+    // parking rule. The executions show every loss.
+    const lost = (task.executions || []).filter((x) => x.outcome === "lost").length;
+    return task.recoveries ? `${lost} (${task.recoveries} in a row)` : String(lost);
+  }
+  function finding(f) {
+    if (typeof f === "string" || !f || typeof f !== "object") return el("li", {}, String(f));
+    const ids = Array.isArray(f.evidence_ids) ? f.evidence_ids : [];
+    return el("li", {}, f.text === undefined ? JSON.stringify(f) : String(f.text),
+      f.origin ? [" ", badge(f.origin)] : null,
+      f.whole_range ? el("span", { class: "muted" }, " (whole range)") : null,
+      ids.length ? el("div", { class: "muted small" }, "evidence: ", ids.map((id, i) => [i ? ", " : "", el("code", {}, String(id))])) : null);
+  }
+  function entryTitle(e) {
+    const what = e.kind === "tool_result" ? ["result of ", el("code", {}, e.tool_name || "?"), " ", e.status ? badge(e.status, true) : null]
+      : e.kind === "summary" ? "summary of older messages" : "model";
+    return [el("strong", {}, `generation ${e.generation ?? "—"} · turn ${e.turn}`), " ", what,
+      e.parent_call_id ? el("span", { class: "muted" }, ` (sub-agent of ${e.parent_call_id})`) : null,
+      e.usage ? el("span", { class: "muted" }, ` · ${e.usage.prompt_tokens}+${e.usage.completion_tokens} tokens`) : null];
+  }
+  function entryBody(e) {
+    const body = e.body || {};
+    if (e.kind === "tool_result") {
+      return [body.invocation_id ? el("div", { class: "muted small" }, "receipt ", el("code", {}, body.invocation_id)) : null,
+        body.message ? el("pre", {}, String(body.message)) : null,
+        body.result !== undefined ? json(body.result) : null];
+    }
+    const calls = Array.isArray(body.tool_calls) ? body.tool_calls : [];
+    return [typeof body.content === "string" && body.content ? el("pre", {}, body.content) : null,
+      calls.length ? el("ul", { class: "calls" }, calls.map((c) => el("li", {}, el("code", {}, c.name || "?"),
+        c.id ? el("span", { class: "muted" }, ` ${c.id}`) : null, json(c.arguments ?? {})))) : null];
+  }
+  function renderTranscript(items, more, usage) {
+    if (!items.length) return el("p", { class: "muted" }, "The transcript is empty.");
+    const total = usage && usage.total; // counted from the model's own usage reports
+    return [total && total.calls ? el("p", { class: "muted" }, `${total.calls} model call(s), ${total.prompt_tokens} prompt and ${total.completion_tokens} completion tokens`) : null,
+      el("ol", { class: "transcript" }, items.map((e) => el("li", { "data-kind": e.kind },
+        el("details", {}, el("summary", {}, entryTitle(e)), entryBody(e))))),
+      more ? notice(`The first ${items.length} entries are shown; orchestrator tasks transcript prints them all.`) : null];
+  }
+
   // ---- the API ---------------------------------------------------------------------------
   function showBanner(text) {
     if (text) { banner.textContent = text; banner.hidden = false; }
@@ -539,12 +584,15 @@
       // A requeue brings a finished task back: follow it live again.
       if (!FINAL_STATUSES.has(task.status)) s.ended = false;
       if (finished() && s.stream === null) endStream();
+      // A finished task cannot be cancelled (the API says 409): the form is not offered.
+      const cancelForm = document.getElementById("cancel-form");
+      if (cancelForm) cancelForm.hidden = FINAL_STATUSES.has(task.status);
       fill(head, el("h1", { id: "task-title" }, task.title || task.task_id),
         el("section", { class: "card" }, facts([
           ["Status", [badge(task.status), task.failure_code ? ` ${task.failure_code}` : ""]],
           ["Task id", el("code", {}, task.task_id)], ["Type", task.task_type],
           ["Generation", String(task.generation)], ["Session", task.session_id ? el("code", {}, task.session_id) : "—"],
-          ["Rounds", String(task.rounds)], ["Recoveries", String(task.recoveries)],
+          ["Rounds", String(task.rounds)], ["Lost generations", lostGenerations(task)],
           ["Created", when(task.created_at)], ["Updated", when(task.updated_at)],
           ["Last error", task.last_error || "—"],
           ["Last write", lastWrite(task.last_write)]])));
@@ -560,8 +608,9 @@
       const r = task.report;
       fill(report, r ? [facts([["Outcome", badge(r.outcome)], ["Generation", String(r.generation)], ["Saved", when(r.created_at)]]),
         el("p", { id: "report-summary" }, r.summary || ""),
-        (r.findings || []).length ? el("ul", {}, r.findings.map((f) => el("li", {}, typeof f === "string" ? f : JSON.stringify(f)))) : null,
-        (r.evidence_refs || []).length ? [el("h3", {}, "Evidence references"), json(r.evidence_refs)] : null]
+        (r.findings || []).length ? el("ul", { class: "findings" }, r.findings.map(finding)) : null,
+        (r.evidence_refs || []).length ? [el("h3", {}, "Evidence references"),
+          el("ul", { class: "refs" }, r.evidence_refs.map((ref) => el("li", {}, el("code", {}, typeof ref === "string" ? ref : JSON.stringify(ref)))))] : null]
         : el("p", { class: "muted" }, "No report for this generation yet."));
       const unknown = task.unknown_receipts || [];
       const receiptKey = unknown.map((x) => `${x.invocation_id}:${x.status}`).join();
@@ -675,12 +724,31 @@
         [x.summary || "—", x.truncated ? el("span", { class: "muted" }, " (truncated)") : null],
         x.content_ref ? el("code", {}, typeof x.content_ref === "string" ? x.content_ref : JSON.stringify(x.content_ref)) : "—"]));
     }
-    function renderTranscript(data) {
-      const items = itemsOf(data);
-      if (!items.length) return el("p", { class: "muted" }, "The transcript is empty.");
-      return el("ol", { class: "transcript" }, items.map((m) => el("li", {},
-        el("strong", {}, m.role || m.kind || "entry"), m.created_at ? [" · ", when(m.created_at)] : null,
-        typeof m.content === "string" ? el("pre", {}, m.content) : json(m.content !== undefined ? m.content : m))));
+    // The transcript, oldest first, read a page at a time up to TRANSCRIPT_PAGES pages; it is
+    // drawn again only when it grew, so an open entry stays open.
+    async function loadTranscript() {
+      const items = [];
+      let cursor = null, more = false, usage = null;
+      for (let n = 0; n < TRANSCRIPT_PAGES; n += 1) {
+        const query = new URLSearchParams({ limit: String(TRANSCRIPT_PAGE) });
+        if (cursor) query.set("cursor", cursor);
+        const result = await api("GET", `${path}/transcript?${query}`);
+        if (!s.alive) return;
+        if (!result.ok) {
+          if (!result.down) fill(transcript, notice(missingRoute(result) ? "Not available on this server." : errorText(result)));
+          return;
+        }
+        items.push(...itemsOf(result.data));
+        usage = result.data.token_usage || null;
+        cursor = result.data.next_cursor;
+        more = Boolean(cursor);
+        if (!more) break;
+      }
+      const last = items[items.length - 1];
+      const key = `${items.length}:${last ? `${last.generation}/${last.seq}` : ""}:${more}`;
+      if (key === s.transcriptKey) return;
+      s.transcriptKey = key;
+      fill(transcript, renderTranscript(items, more, usage));
     }
 
     async function refresh() {
@@ -765,14 +833,14 @@
 
     refresh();
     loadOptional(evidence, "evidence", renderEvidence);
-    loadOptional(transcript, "transcript", renderTranscript);
+    loadTranscript();
     s.timer = setInterval(() => {
       refresh();
       if (s.stream === null && s.task && !finished()) openStream();
     }, POLL_MS);
     let slow = setInterval(() => {
       loadOptional(evidence, "evidence", renderEvidence);
-      loadOptional(transcript, "transcript", renderTranscript);
+      loadTranscript();
     }, POLL_MS * 5);
     return {
       dispose() {

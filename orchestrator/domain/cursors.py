@@ -15,12 +15,41 @@ from datetime import UTC, datetime
 from orchestrator.domain.storable import storable_text
 from orchestrator.errors import ValidationFailed
 
-__all__ = ["decode_cursor", "encode_cursor"]
+__all__ = ["decode_cursor", "decode_position", "encode_cursor", "encode_position"]
 
 
 def encode_cursor(created_at: datetime, row_id: str) -> str:
     raw = json.dumps([created_at.isoformat(), row_id]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def encode_position(generation: int, seq: int) -> str:
+    """The cursor of a transcript entry: lists in the order they were written, oldest first,
+    page by the last (generation, seq) seen."""
+    raw = json.dumps([generation, seq]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_position(cursor: str) -> tuple[int, int]:
+    """The (generation, seq) of a position cursor; anything else is 422 `invalid_cursor`."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        generation, seq = json.loads(raw)
+        numbers = (generation, seq)
+        if not all(type(n) is int and 0 <= n < 2**31 for n in numbers):
+            raise ValueError("bad cursor")
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
+        raise _invalid() from None
+    return generation, seq
+
+
+def _invalid() -> ValidationFailed:
+    message = "cursor is not one this API returned"
+    return ValidationFailed(
+        message,
+        code="invalid_cursor",
+        details=[{"code": "invalid_cursor", "message": message, "field": "cursor"}],
+    )
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, str]:
@@ -40,10 +69,5 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
             raise ValueError("bad cursor")
         moment = moment.astimezone(UTC)
     except (ValueError, TypeError, OverflowError, binascii.Error, UnicodeDecodeError):
-        message = "cursor is not one this API returned"
-        raise ValidationFailed(
-            message,
-            code="invalid_cursor",
-            details=[{"code": "invalid_cursor", "message": message, "field": "cursor"}],
-        ) from None
+        raise _invalid() from None
     return moment, row_id

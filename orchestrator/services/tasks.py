@@ -9,7 +9,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import update
 
-from orchestrator.domain.cursors import decode_cursor, encode_cursor
+from orchestrator.domain.cursors import (
+    decode_cursor,
+    decode_position,
+    encode_cursor,
+    encode_position,
+)
 from orchestrator.domain.storable import filled_text, storable_json
 from orchestrator.domain.task_filter import TASK_TYPE_PATTERN, TaskFilter
 from orchestrator.domain.vocabulary import TASK_STATUSES, TERMINAL_TASK_STATUSES
@@ -228,8 +233,17 @@ class TaskService:
         )
         return view
 
-    def transcript(self, task_id: str, generation: int | None = None) -> dict[str, Any]:
-        """The durable transcript of a task (one generation, or all), oldest entry first."""
+    def transcript(
+        self,
+        task_id: str,
+        generation: int | None = None,
+        *,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        """The durable transcript of a task (one generation, or all), oldest entry first: one
+        page of `limit` entries after `cursor`, or every entry when `limit` is None."""
+        after = decode_position(cursor) if cursor else None
         with self.db.transaction(readonly=True) as conn:
             task = task_store.get_task(conn, task_id)
             if task is None:
@@ -238,14 +252,26 @@ class TaskService:
                 raise NotFound(
                     f"task {task_id} has no generation {generation} (it is at {task.generation})"
                 )
-            entries = transcript_store.entries_of(conn, task_id=task_id, generation=generation)
+            entries = transcript_store.entries_of(
+                conn,
+                task_id=task_id,
+                generation=generation,
+                after=after,
+                limit=None if limit is None else limit + 1,
+            )
             usage = transcript_store.usage_of(conn, task_id)
+        next_cursor = None
+        if limit is not None and len(entries) > limit:
+            entries = entries[:limit]
+            last = entries[-1]
+            next_cursor = encode_position(last.generation or 0, last.seq)
         if generation is not None:
             usage = [u for u in usage if u.generation == generation]
         return {
             "task_id": task_id,
             "generation": generation,
-            "entries": [entry.to_dict() for entry in entries],
+            "items": [entry.to_dict() for entry in entries],
+            "next_cursor": next_cursor,
             "token_usage": usage_view(usage),
         }
 

@@ -14,7 +14,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, TextClause, delete, func, insert, select, text
+from sqlalchemy import Connection, TextClause, and_, delete, func, insert, or_, select, text
 
 from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
 from orchestrator.store.fencing import LIVE_CTE, fence_params
@@ -245,8 +245,11 @@ def entries_of(
     task_id: str | None = None,
     generation: int | None = None,
     session_id: str | None = None,
+    after: tuple[int, int] | None = None,
+    limit: int | None = None,
 ) -> list[Entry]:
-    """A task's entries (of one generation, or all), or one session's, in order."""
+    """A task's entries (of one generation, or all), or one session's, in order; `after` a
+    (generation, seq) already read, at most `limit` of them."""
     t = transcript_entries.c
     query = select(transcript_entries)
     if session_id is not None:
@@ -255,7 +258,18 @@ def entries_of(
         query = query.where(t.task_id == task_id)
     if generation is not None:
         query = query.where(t.generation == generation)
-    rows = conn.execute(query.order_by(t.generation, t.seq)).all()
+    if after is not None:
+        seen_generation, seen_seq = after
+        query = query.where(
+            or_(
+                t.generation > seen_generation,
+                and_(t.generation == seen_generation, t.seq > seen_seq),
+            )
+        )
+    query = query.order_by(t.generation, t.seq)
+    if limit is not None:
+        query = query.limit(limit)
+    rows = conn.execute(query).all()
     return [
         Entry(
             turn=row.turn,

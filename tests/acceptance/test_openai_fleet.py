@@ -73,7 +73,7 @@ def test_a_task_on_the_openai_model_completes_through_a_real_worker(
     assert "tokens (prompt+completion): 1350+41 in 4 model calls" in shown.stdout
     transcript = fleet.cli("tasks", "transcript", task_id, "--json")
     assert transcript.returncode == 0, transcript.stderr
-    entries = json.loads(transcript.stdout)["entries"]
+    entries = json.loads(transcript.stdout)["items"]
     assert [e["kind"] for e in entries].count("model_turn") == 4
     text = fleet.cli("tasks", "transcript", task_id, "--generation", "1")
     assert "-> c2 publish_execution_plan" in text.stdout
@@ -103,7 +103,7 @@ def test_after_a_sigkill_mid_write_the_next_generation_sees_the_call_unknown_fir
     fleet.sweeper()
     task_id = rt.tasks.trigger(Trigger(task_type="water", title="Kill me")).task.task_id
     # The command's model turn is durable before the command runs: wait for it, then kill.
-    wait_for(lambda: len(rt.tasks.transcript(task_id)["entries"]) >= 3, 30, what="the command turn")
+    wait_for(lambda: len(rt.tasks.transcript(task_id)["items"]) >= 3, 30, what="the command turn")
     Fleet.kill(doomed)
     fleet.worker(concurrency=1)
     wait_for(lambda: len(seen) >= 2, 40, what="generation 2's first two model calls")

@@ -110,7 +110,7 @@ def test_transcript_of_a_task_and_its_errors(run) -> None:  # type: ignore[no-un
     assert shown.returncode == 0, shown.stderr
     assert "(no model turn recorded)" in shown.stdout
     as_json = json.loads(run("tasks", "transcript", task_id, "--json").stdout)
-    assert as_json["entries"] == []
+    assert as_json["items"] == []
     unknown = run("tasks", "transcript", "no-such-task")
     assert unknown.returncode == 1
     assert len(unknown.stderr.strip().splitlines()) == 1

@@ -84,10 +84,14 @@ def _live() -> dict[str, Any]:
 
 def _xss() -> dict[str, Any]:
     nodes = [_node("a", "completed", title=XSS, description=XSS)]
+    report = _report("c2", XSS)
+    report["arguments"]["findings"] = [
+        {"text": XSS, "evidence_ids": [_CITED], "origin": "synthetic"}
+    ]
     return {
         "turns": [
             _turn(0.1, _plan("c1", "r1", nodes, title=XSS, reason=XSS, edges=[])),
-            _turn(0.1, _report("c2", XSS)),
+            _turn(0.1, report),
             {"content": XSS},
         ]
     }

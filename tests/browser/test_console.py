@@ -122,6 +122,26 @@ def test_model_text_is_shown_as_text(page: Any, console: Console) -> None:
     expect(page.locator("#report-summary")).to_have_text(XSS)
     page.locator('button.node[data-node="a"]').click()
     expect(page.locator("#node-detail")).to_contain_text(XSS)
+    # A finished task can be requeued but not cancelled (the API would answer 409).
+    expect(page.locator("#requeue-form")).to_be_visible()
+    expect(page.locator("#cancel-form")).to_be_hidden()
+    # A finding is its text, its origin and the evidence it cites, not an object's JSON.
+    finding = page.locator("#report ul.findings li").first
+    expect(finding).to_contain_text(XSS)
+    expect(finding.locator(".badge")).to_have_text("synthetic")
+    expect(finding).not_to_contain_text('"evidence_ids"')
+    # The real transcript: four model turns (the query, the plan, the report, the last words)
+    # and three results, oldest first; an entry opens on a click and shows its text as text.
+    entries = page.locator("#transcript ol.transcript > li")
+    expect(entries).to_have_count(7)
+    expect(entries.nth(0).locator("summary")).to_contain_text("generation 1 · turn 1")
+    expect(entries.nth(1).locator("summary")).to_contain_text("result of query_data_source")
+    entries.nth(2).locator("summary").click()
+    expect(entries.nth(2).locator("ul.calls code").first).to_have_text("publish_execution_plan")
+    expect(entries.nth(2).locator("ul.calls pre")).to_contain_text("onerror")
+    entries.nth(6).locator("summary").click()
+    expect(entries.nth(6).locator("pre")).to_have_text(XSS)
+    shot(page, "transcript")
     assert page.locator("main img").count() == 0
     assert page.evaluate("window.__xss") is None
 
@@ -294,15 +314,14 @@ def test_narrow_and_zoomed_without_horizontal_overflow(
         context.close()
 
 
-def test_routes_of_other_branches_render_as_text(page: Any, console: Console) -> None:
-    """Evidence, transcript and action digests come from routes other branches add; until they
-    are merged, the browser answers them with the shapes the issues give (route interception),
-    so the rendering, the text-only rule and the approve body are tested now."""
+def test_host_text_of_other_routes_renders_as_text(page: Any, console: Console) -> None:
+    """Evidence summaries are host text and action payloads come from approval scripts: the
+    browser answers those routes with script text in them (route interception, in the shapes
+    the API returns), so the text-only rule and the approve body are tested for them too."""
     task_id = console.trigger("xss", "Other branches")
     evidence = {"items": [{"source": "scada", "origin": "live", "summary": XSS,
                            "queried_at": "2026-12-04T02:00:00+00:00", "content_ref": "ev-1"}],
                 "next_cursor": None}  # fmt: skip
-    transcript = {"items": [{"role": "agent", "content": XSS}], "next_cursor": None}
     action = {
         "action_id": "a-1",
         "task_id": task_id,
@@ -324,12 +343,10 @@ def test_routes_of_other_branches_render_as_text(page: Any, console: Console) ->
         route.fulfill(status=200, json=action | {"status": "approved"})
 
     page.route(re.compile(r".*/api/v1/tasks/[^/]+/evidence$"), answer(evidence))
-    page.route(re.compile(r".*/api/v1/tasks/[^/]+/transcript$"), answer(transcript))
     page.route(re.compile(r".*/api/v1/actions\?.*"), answer({"items": [action]}))
     page.route(re.compile(r".*/api/v1/actions/a-1/approve$"), approve)
     open_task(page, console, task_id)
     expect(page.locator("#evidence td").filter(has_text=XSS)).to_have_count(1)
-    expect(page.locator("#transcript pre")).to_have_text(XSS)
     page.goto(f"{console.url}/console#/approvals")
     card = page.locator('article[data-action="a-1"]')
     expect(card.locator(".digest")).to_have_text("sha256:feed")

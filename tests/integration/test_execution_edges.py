@@ -154,7 +154,7 @@ def test_a_lease_in_doubt_after_a_write_ends_the_transcript_there(
     result = rt.executions.run(task_id, 1, worker="w1")
     assert (result.ran, result.outcome) == (True, None)
     assert rt.tasks.explain(task_id)["plan"]["revision"] == 2
-    entries = rt.tasks.transcript(task_id)["entries"]
+    entries = rt.tasks.transcript(task_id)["items"]
     assert [(e["turn"], e["kind"], e.get("call_id")) for e in entries] == [
         (1, "model_turn", None),
         (1, "tool_result", "c1"),

@@ -17,6 +17,7 @@ from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.tasks import TaskService
 from orchestrator.settings import load_settings
 from orchestrator.store.db import Database
+from orchestrator.store.transcripts import Entry, insert_entries
 from tests.services import free_port
 
 
@@ -223,7 +224,7 @@ def test_unknown_task_is_404(client: TestClient, path: str) -> None:
 def test_the_transcript_route_and_its_errors(client: TestClient) -> None:
     task_id = trigger(client).json()["task_id"]
     view = client.get(f"/api/v1/tasks/{task_id}/transcript").json()
-    assert view["entries"] == []
+    assert view["items"] == []
     assert view["token_usage"]["total"] == {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
     assert client.get(f"/api/v1/tasks/{task_id}/transcript?generation=1").status_code == 200
     missing = client.get(f"/api/v1/tasks/{task_id}/transcript?generation=2")
@@ -235,6 +236,56 @@ def test_the_transcript_route_and_its_errors(client: TestClient) -> None:
     unknown = client.get("/api/v1/tasks/nope/transcript")
     assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "not_found")
     assert "token_usage" in client.get(f"/api/v1/tasks/{task_id}").json()
+
+
+def test_the_transcript_is_paged_oldest_first_across_generations(
+    client: TestClient, store_url: str
+) -> None:
+    task_id = trigger(client).json()["task_id"]
+    client.post(f"/api/v1/tasks/{task_id}/requeue", json={"reason": "retry"})
+    executions = client.get(f"/api/v1/tasks/{task_id}").json()["executions"]
+    db = Database.from_url(store_url)
+    try:
+        with db.transaction() as conn:
+            for run, count in zip(executions, (3, 2), strict=True):
+                insert_entries(
+                    conn,
+                    session_id=run["session_id"],
+                    task_id=task_id,
+                    generation=run["generation"],
+                    first_seq=1,
+                    entries=[
+                        Entry(turn=n, kind="model_turn", body={"content": f"g{run['generation']}"})
+                        for n in range(1, count + 1)
+                    ],
+                )
+    finally:
+        db.dispose()
+    seen: list[tuple[int, int]] = []
+    cursor: str | None = None
+    pages = 0
+    while True:
+        params: dict[str, Any] = {"limit": 2} | ({"cursor": cursor} if cursor else {})
+        page = client.get(f"/api/v1/tasks/{task_id}/transcript", params=params)
+        assert page.status_code == 200, page.text
+        body = page.json()
+        seen += [(e["generation"], e["seq"]) for e in body["items"]]
+        assert all(e["body"]["content"] == f"g{e['generation']}" for e in body["items"])
+        assert body["items"][0]["call_id"] is None  # a model turn answers no call
+        pages += 1
+        cursor = body["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == [(1, 1), (1, 2), (1, 3), (2, 1), (2, 2)]
+    assert pages == 3
+    one = client.get(f"/api/v1/tasks/{task_id}/transcript", params={"generation": 2}).json()
+    assert [(e["generation"], e["seq"]) for e in one["items"]] == [(2, 1), (2, 2)]
+    assert one["next_cursor"] is None
+    for bad in ("x", "W10", "WyJhIiwgMV0", "Wy0xLCAxXQ"):  # not base64 JSON, [], ["a", 1], [-1, 1]
+        refused = client.get(f"/api/v1/tasks/{task_id}/transcript", params={"cursor": bad})
+        assert (refused.status_code, refused.json()["error"]["code"]) == (422, "invalid_cursor")
+    too_many = client.get(f"/api/v1/tasks/{task_id}/transcript", params={"limit": 1001})
+    assert too_many.status_code == 422
 
 
 def test_a_store_that_is_down_is_503_store_unavailable_with_one_log_line(

@@ -106,7 +106,7 @@ def test_a_round_on_the_openai_model_completes_with_its_transcript_and_usage(
         assert result.outcome == "completed", result.detail
 
         view = rt.tasks.transcript(task_id)
-        kinds = [(e["kind"], e.get("call_id")) for e in view["entries"]]
+        kinds = [(e["kind"], e.get("call_id")) for e in view["items"]]
         assert kinds == [
             ("model_turn", None),
             ("tool_result", "c1"),
@@ -117,20 +117,20 @@ def test_a_round_on_the_openai_model_completes_with_its_transcript_and_usage(
             ("tool_result", "c3"),
             ("model_turn", None),
         ]
-        first = view["entries"][0]
+        first = view["items"][0]
         assert first["body"]["tool_calls"][0]["name"] == "read_task_context"
         assert first["usage"] == {"prompt_tokens": 300, "completion_tokens": 10}
-        assert view["entries"][3]["body"]["reasoning_content"] == "the context says one site"
+        assert view["items"][3]["body"]["reasoning_content"] == "the context says one site"
         # The result as the model was shown it, the same envelope the server received.
         shown = json.loads(server.bodies[1]["messages"][3]["content"])
-        assert view["entries"][1]["body"] == json.loads(json.dumps(shown))
+        assert view["items"][1]["body"] == json.loads(json.dumps(shown))
 
         usage = rt.tasks.explain(task_id)["token_usage"]
         assert usage["generations"] == [
             {"generation": 1, "calls": 4, "prompt_tokens": 2300, "completion_tokens": 82}
         ]
         assert usage["total"]["prompt_tokens"] == 2300
-        assert rt.tasks.transcript(task_id, generation=1)["entries"] == view["entries"]
+        assert rt.tasks.transcript(task_id, generation=1)["items"] == view["items"]
     finally:
         rt.close()
 
@@ -161,7 +161,7 @@ def test_the_usage_of_summary_calls_is_part_of_the_execution_s_usage(
         server.converse([*reads, Reply(content="read enough")], mentioning="Turbid water")
         task_id = trigger(rt)
         rt.executions.run(task_id, 1, worker="w1")
-        entries = rt.tasks.transcript(task_id)["entries"]
+        entries = rt.tasks.transcript(task_id)["items"]
         summaries = [e for e in entries if e["kind"] == "summary"]
         assert summaries, "the history must have been compacted"
         assert all(e["body"]["source"] == "model" for e in summaries)
@@ -231,10 +231,10 @@ def test_sensitive_arguments_and_bodies_are_redacted(store_url: str, scripts: Pa
         writer.model_turn(1, {}, turn)
         writer.tool_results(1, [secret_call], [ToolResult.ok({"password": "hunter2"})])
         writer.flush()  # results are written in the background
-        stored = json.dumps(rt.tasks.transcript(fence.task_id)["entries"])
+        stored = json.dumps(rt.tasks.transcript(fence.task_id)["items"])
         assert "alice" not in stored
         assert "hunter2" not in stored
-        entries = rt.tasks.transcript(fence.task_id)["entries"]
+        entries = rt.tasks.transcript(fence.task_id)["items"]
         assert entries[0]["body"]["tool_calls"][0]["arguments"] == {
             "user": REDACTED,
             "filters": {"a": [REDACTED, REDACTED]},
@@ -254,7 +254,7 @@ def test_a_query_result_is_kept_as_shown_and_only_a_page_is_left_out(
         task_id = trigger(rt)
         result = rt.executions.run(task_id, 1, worker="w1")
         assert result.ran, result.detail
-        entries = rt.tasks.transcript(task_id)["entries"]
+        entries = rt.tasks.transcript(task_id)["items"]
         by_call = {e["call_id"]: e for e in entries if e["kind"] == "tool_result"}
         # The query (not paged: its declared limit bounds it) is the envelope the model saw.
         shown = json.loads(server.bodies[1]["messages"][-1]["content"])
@@ -282,7 +282,7 @@ def test_a_call_id_longer_than_the_transcript_keeps_does_not_stop_the_round(
         task_id = trigger(rt)
         result = rt.executions.run(task_id, 1, worker="w1")
         assert result.outcome == "continue", result.detail  # no report: not an infra error
-        entries = rt.tasks.transcript(task_id)["entries"]
+        entries = rt.tasks.transcript(task_id)["items"]
         called = entries[0]["body"]["tool_calls"][0]["id"]
         assert len(called) <= 128
         assert entries[1]["call_id"] == called
@@ -308,7 +308,7 @@ def test_nul_and_lone_surrogates_from_the_model_or_a_tool_do_not_stop_the_round(
         task_id = trigger(rt)
         result = rt.executions.run(task_id, 1, worker="w1")
         assert result.outcome == "continue", result.detail  # no report: not a stopped round
-        entries = rt.tasks.transcript(task_id)["entries"]
+        entries = rt.tasks.transcript(task_id)["items"]
         assert [e["kind"] for e in entries] == [
             "model_turn",
             "tool_result",
@@ -329,7 +329,7 @@ def test_nul_and_lone_surrogates_from_the_model_or_a_tool_do_not_stop_the_round(
         writer.model_turn(1, {}, ModelTurn(None, (binary,)))
         writer.tool_results(1, [binary], [ToolResult.ok({"out": "\x7fELF\x00\x01"})])
         writer.flush()
-        stored = rt.tasks.transcript(fence.task_id)["entries"]
+        stored = rt.tasks.transcript(fence.task_id)["items"]
         assert stored[-1]["body"]["result"] == {"out": "\x7fELF\ufffd\x01"}
     finally:
         rt.close()
@@ -347,7 +347,7 @@ def test_results_written_in_the_background_come_before_the_next_turn(
             writer.model_turn(number, {}, ModelTurn(None, tuple(calls)))
             writer.tool_results(number, calls, [ToolResult.ok(number)] * 2)
         writer.model_turn(6, {}, ModelTurn("done", ()))
-        entries = rt.tasks.transcript(fence.task_id)["entries"]
+        entries = rt.tasks.transcript(fence.task_id)["items"]
         assert [(e["turn"], e["kind"]) for e in entries] == [
             *(
                 (n, kind)
@@ -375,7 +375,7 @@ def test_a_superseded_generation_writes_no_transcript(store_url: str, scripts: P
         rt.tasks.requeue(fence.task_id, "operator")
         with pytest.raises(StaleGeneration):
             writer.model_turn(1, {}, ModelTurn("hello", ()))
-        assert rt.tasks.transcript(fence.task_id)["entries"] == []
+        assert rt.tasks.transcript(fence.task_id)["items"] == []
     finally:
         rt.close()
 
@@ -435,7 +435,7 @@ def test_a_round_whose_lease_is_in_doubt_writes_no_more_transcript_entries(
                 transcript=writer,
             )
         writer.flush()
-        entries = rt.tasks.transcript(fence.task_id)["entries"]
+        entries = rt.tasks.transcript(fence.task_id)["items"]
         kinds = [e["kind"] for e in entries]
         assert "model_turn" in kinds  # the turns before the doubt were written
         assert "summary" not in kinds, kinds
@@ -466,7 +466,7 @@ def test_a_stopped_writer_writes_nothing_and_still_remembers_what_came_back(
         child = writer.child("a")
         with pytest.raises(LeaseLost):
             child.model_turn(1, {}, ModelTurn("a sub-agent's answer", ()))
-        entries = rt.tasks.transcript(fence.task_id)["entries"]
+        entries = rt.tasks.transcript(fence.task_id)["items"]
         assert [(e["turn"], e["kind"]) for e in entries] == [(1, "model_turn")]
         snapshot = writer.snapshot("stopped: lease lost", None)
         assert [c["call_id"] for c in snapshot.received] == ["a"]
@@ -514,7 +514,7 @@ def test_a_cancel_during_a_command_leaves_the_call_unknown_and_the_next_generati
         worker.start()
         # The command is running once its model turn is in the transcript.
         wait_for(
-            lambda: len(rt.tasks.transcript(task_id)["entries"]) >= 3, 10, what="the command turn"
+            lambda: len(rt.tasks.transcript(task_id)["items"]) >= 3, 10, what="the command turn"
         )
         rt.tasks.cancel(task_id, "operator stop")
         worker.join(timeout=20)
@@ -576,7 +576,7 @@ def test_a_cancel_during_parallel_calls_keeps_the_results_that_returned(
             target=lambda: results.append(rt.executions.run(task_id, 1, worker="w1"))
         )
         worker.start()
-        wait_for(lambda: rt.tasks.transcript(task_id)["entries"], 10, what="the model turn")
+        wait_for(lambda: rt.tasks.transcript(task_id)["items"], 10, what="the model turn")
         time.sleep(0.5)  # the read has returned; the command still runs
         rt.tasks.cancel(task_id, "operator stop")
         worker.join(timeout=20)
@@ -612,8 +612,8 @@ def test_transcripts_of_finished_tasks_follow_the_retention(store_url: str, scri
             )
         report = run_cleanup(rt.db, rt.settings, batch_size=1)
         assert report.transcript_entries_deleted == 1
-        assert rt.tasks.transcript(finished.task_id)["entries"] == []
-        assert len(rt.tasks.transcript(live.task_id)["entries"]) == 1
+        assert rt.tasks.transcript(finished.task_id)["items"] == []
+        assert len(rt.tasks.transcript(live.task_id)["items"]) == 1
         with rt.db.transaction(readonly=True) as conn:
             assert snapshot_store.get_snapshot(conn, finished_session) is None
             assert snapshot_store.get_snapshot(conn, live_session) is not None
@@ -636,7 +636,7 @@ def test_a_sub_agent_writes_under_its_parent_call_in_the_same_sequence(
         sub.tool_results(1, [read], [ToolResult.ok(3)])
         writer.tool_results(1, [delegate], [ToolResult.ok("answer")])
         writer.flush()
-        entries = rt.tasks.transcript(fence.task_id)["entries"]
+        entries = rt.tasks.transcript(fence.task_id)["items"]
         assert [e["seq"] for e in entries] == [1, 2, 3, 4]
         assert [e.get("parent_call_id") for e in entries] == [None, "p1", "p1", None]
         assert rt.tasks.explain(fence.task_id)["token_usage"]["total"]["prompt_tokens"] == 10
@@ -705,7 +705,7 @@ def test_a_sub_agent_s_last_results_are_written_before_its_answer_returns(
         )
         answer = delegations.delegate(ctx, "what does the read say?")
         assert answer.payload["ended"] == "turn_budget"
-        entries = rt.tasks.transcript(fence.task_id)["entries"]
+        entries = rt.tasks.transcript(fence.task_id)["items"]
         assert [(e["kind"], e.get("call_id")) for e in entries] == [
             ("model_turn", None),
             ("tool_result", "s1"),

@@ -25,8 +25,8 @@ from typing import Any
 __all__ = ["Decision", "RoundFacts", "decide", "open_human_nodes", "unretried_failed_nodes"]
 
 _DONE = frozenset({"completed", "skipped", "cancelled"})
-#: A human node in one of these no longer holds the task: a person closed it (a failed one
-#: too: what follows is the agent's to decide), or it no longer applies.
+#: A human node in one of these no longer waits for a person: a person closed it, or it no
+#: longer applies. A failed one still holds the completion until its retry is completed.
 _HUMAN_CLOSED = _DONE | {"failed"}
 
 

@@ -182,3 +182,9 @@ def test_the_refusals_tell_the_agent_how_to_retry() -> None:
         )
     (reopened,) = [d for d in caught.value.details if d["code"] == "failed_node_reopened"]
     assert "same actor with an edge from the failed one" in reopened["message"]
+
+
+def test_a_cycle_of_failed_nodes_releases_nothing_and_ends() -> None:
+    # A stored plan has no cycle (validation refuses one); the rule still never loops on one.
+    nodes = [node("a", "failed", "human"), node("b", "failed", "human")]
+    assert unretried_failed_nodes(nodes, [edge("a", "b"), edge("b", "a")]) == ["a", "b"]

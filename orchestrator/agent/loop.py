@@ -160,5 +160,8 @@ _SYSTEM = (
     "with publish_execution_plan and keep its node statuses true, query only the data sources "
     "you are given, propose work orders or commands only as actions that a human approves, and "
     "end the round with save_report. A completed node needs evidence; a truncated query result "
-    "cannot support a claim about its whole range."
+    "cannot support a claim about its whole range. A failed node keeps the task from completing "
+    "until a retry of it is completed: a new node of the same actor with an edge from the "
+    "failed node (a person closes a human one); a step that cannot be retried ends the task "
+    "with save_report outcome failed."
 )

@@ -6,6 +6,14 @@ Invariant 23: a generation never ends `completed` while a write of the task is `
 ends `waiting`, and the reason names what is open: the host cannot show that the work is done,
 so it does not claim it, and another round would only see the same open write (a `pending` job
 belongs to the system that runs it; an `unknown` write is verified read-only, not replayed).
+
+A failed node stays failed (seed 004: 重试使用新节点): it holds the completion until a retry of
+it is completed. A retry is a node of the same actor with an edge from the failed node (it
+depends on the failed node and takes its place); a retry that failed in turn is released by its
+own completed retry. A human step's retry is a human node, which only a person completes, so
+the agent alone never turns a person's failure into a completion (invariants 6 and 22). An
+agent's own failed node may also be marked skipped or cancelled once it no longer applies; a
+person's failed node cannot (the agent never rewrites what a person closed).
 """
 
 from __future__ import annotations
@@ -14,12 +22,44 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Decision", "RoundFacts", "decide", "open_human_nodes"]
+__all__ = ["Decision", "RoundFacts", "decide", "open_human_nodes", "unretried_failed_nodes"]
 
 _DONE = frozenset({"completed", "skipped", "cancelled"})
-#: A human node in one of these no longer holds the task: a person closed it (a failed one
-#: too: what follows is the agent's to decide), or it no longer applies.
+#: A human node in one of these no longer waits for a person: a person closed it, or it no
+#: longer applies. A failed one still holds the completion until its retry is completed.
 _HUMAN_CLOSED = _DONE | {"failed"}
+
+
+def unretried_failed_nodes(
+    nodes: Sequence[Mapping[str, Any]] | None, edges: Sequence[Mapping[str, Any]] | None
+) -> list[str]:
+    """The ids of the failed nodes that have no completed retry, in plan order."""
+    by_id = {str(n["id"]): n for n in nodes or ()}
+    followers: dict[str, list[str]] = {}
+    for edge in edges or ():
+        followers.setdefault(str(edge.get("from")), []).append(str(edge.get("to")))
+    released: dict[str, bool] = {}
+
+    def retried(node_id: str, seen: frozenset[str]) -> bool:
+        if node_id not in released:
+            actor = by_id[node_id].get("actor")
+            released[node_id] = any(
+                (retry := by_id.get(target)) is not None
+                and target not in seen  # a stored plan has no cycle; never loop on one
+                and retry.get("actor") == actor
+                and (
+                    retry.get("status") == "completed"
+                    or (retry.get("status") == "failed" and retried(target, seen | {target}))
+                )
+                for target in followers.get(node_id, ())
+            )
+        return released[node_id]
+
+    return [
+        node_id
+        for node_id, n in by_id.items()
+        if n.get("status") == "failed" and not retried(node_id, frozenset({node_id}))
+    ]
 
 
 def open_human_nodes(nodes: Sequence[Mapping[str, Any]] | None) -> list[str]:
@@ -44,6 +84,7 @@ class RoundFacts:
     open_writes: Sequence[str] = ()
     #: Background commands of this round still running when it ended (they are reaped after).
     running_commands: int = 0
+    plan_edges: Sequence[Mapping[str, Any]] | None = ()
 
 
 @dataclass(frozen=True)
@@ -77,26 +118,48 @@ def decide(facts: RoundFacts) -> Decision:
     # Only a report that declared `completed` (which cites recorded evidence) completes: one
     # that declared `waiting` or `continue` is never turned into a completion by the host;
     # with nothing to wait for (no approval, no open human node) the task continues.
+    unretried = unretried_failed_nodes(nodes, facts.plan_edges)
+    all_done = bool(nodes) and all(
+        n["status"] in _DONE or (n["status"] == "failed" and str(n["id"]) not in unretried)
+        for n in nodes
+    )
     declared_done = facts.report_outcome == "completed"
-    if declared_done and nodes and all(n["status"] in _DONE for n in nodes):
+    if declared_done and all_done:
         unfinished = _unfinished_work(facts)
         if unfinished:
             return Decision("waiting", "waiting", "not completed: " + unfinished)
         return Decision("completed", "completed", "every plan node is done and a report was saved")
+    # Said in every reason below: the operator and the next round see what holds the task.
+    retry = _retry_hint(nodes, unretried)
     if facts.rounds_done + 1 >= facts.max_rounds:
         return Decision(
             "failed",
             "failed",
-            f"the task did not finish within {facts.max_rounds} rounds",
+            f"the task did not finish within {facts.max_rounds} rounds" + retry,
             "round_limit",
         )
     if facts.report_outcome is None:
-        return Decision("queued", "continue", "the round saved no report")
+        return Decision("queued", "continue", "the round saved no report" + retry)
     if facts.report_outcome == "waiting":
-        return Decision("queued", "continue", "the report declared waiting, but nothing is awaited")
-    if facts.report_outcome == "continue" and nodes and all(n["status"] in _DONE for n in nodes):
+        return Decision(
+            "queued", "continue", "the report declared waiting, but nothing is awaited" + retry
+        )
+    if facts.report_outcome == "continue" and all_done:
         return Decision("queued", "continue", "the report declared continue")
-    return Decision("queued", "continue", "plan nodes remain open")
+    return Decision("queued", "continue", "plan nodes remain open" + retry)
+
+
+def _retry_hint(nodes: Sequence[Mapping[str, Any]], unretried: Sequence[str]) -> str:
+    """The failed nodes without a completed retry and how to go on; "" when there are none."""
+    if not unretried:
+        return ""
+    actors = {str(n["id"]): n.get("actor") for n in nodes}
+    named = ", ".join(f"{node_id} ({actors.get(node_id)})" for node_id in unretried)
+    return (
+        f"; failed node(s) with no completed retry: {named}. Retry each with a new node of the "
+        "same actor and an edge from the failed node (a person closes a human one), or save "
+        "the report with outcome failed"
+    )
 
 
 def _unfinished_work(facts: RoundFacts) -> str:

@@ -42,6 +42,11 @@ HUMAN_CLOSED: Final = frozenset({"completed", "failed", "skipped"})
 #: reason), and what it rests on. The agent's copy must carry them unchanged.
 _CLOSING_FIELDS: Final = ("reason", "evidence", "evidence_ids")
 
+#: Said to an agent that tries to change a person's failed step: the way on.
+_RETRY_HUMAN: Final = (
+    "; to retry the step, add a new human node with an edge from it, which a person closes"
+)
+
 AUTHORITY_CODES: Final = (
     "human_node",
     "actor_changed",
@@ -117,7 +122,11 @@ def authority_problems(
                 problem(
                     "human_node",
                     f"node {node_id!r} is a human step: only a person marks it {status}; "
-                    "leave it pending, running or waiting",
+                    + (
+                        "a person marked it failed" + _RETRY_HUMAN
+                        if old is not None and old.get("status") == "failed"
+                        else "leave it pending, running or waiting"
+                    ),
                     node_id=node_id,
                 )
             )
@@ -133,7 +142,8 @@ def authority_problems(
                 problem(
                     "human_node",
                     f"node {node_id!r} is a human step a person marked {old.get('status')}; "
-                    "keep it as it is (status, reason, evidence and evidence_ids)",
+                    "keep it as it is (status, reason, evidence and evidence_ids)"
+                    + (_RETRY_HUMAN if old.get("status") == "failed" else ""),
                     node_id=node_id,
                 )
             )

@@ -261,7 +261,9 @@ def check_update(
     match a stored node (a list or an object as id is reported by `parse_plan`, not here).
     A completed node keeps its title, evidence and status; a corrected conclusion is a new
     review node. A failed node stays failed, or is marked skipped or cancelled once something
-    else replaces it: a retry is a new node (seed 004: 重试使用新节点).
+    else replaces it: a retry is a new node (seed 004: 重试使用新节点), of the same actor with an
+    edge from the failed node, and the task completes once it is completed
+    (`domain.decisions.unretried_failed_nodes`).
     """
     if not previous:
         return []
@@ -303,8 +305,9 @@ def check_update(
                 problem(
                     "failed_node_reopened",
                     f"node {node_id!r} failed; it cannot be {new.get('status')} again: a retry "
-                    "is a new node (mark the failed one skipped or cancelled if it no longer "
-                    "applies)",
+                    "is a new node of the same actor with an edge from the failed one, which "
+                    "stays failed (an agent node that no longer applies may be marked skipped "
+                    "or cancelled)",
                     node_id=node_id,
                 )
             )

@@ -387,6 +387,7 @@ def finish_generation(
                 rounds_done=live.rounds,
                 max_rounds=0,
                 open_writes=open_work.open_writes(conn, fence.task_id),
+                plan_edges=facts.plan_edges,
             )
         )
         if decision.queues_next:

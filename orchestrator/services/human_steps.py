@@ -5,7 +5,8 @@ generation. It takes the task row's lock first, then the session's, as every fen
 execution does, so the person's revision and the agent's are serialised and neither is lost
 (an agent publish that still shows the node open keeps the person's node: `keep_person_closed`).
 The task is re-decided in the same transaction: a `waiting` task with nothing else to wait for
-queues its next generation.
+queues its next generation, and so does one whose human node a person failed while no action is
+pending (the agent retries the step with a new node, or reports the task failed).
 """
 
 from __future__ import annotations
@@ -122,7 +123,8 @@ class HumanStepService:
                     data={"session_id": session_id, "revision": record.revision},
                     task_locked=True,  # read with its row locked above
                 )
-            next_generation = redecide_txn(conn, task)
+            failed = node_id if status == "failed" else None
+            next_generation = redecide_txn(conn, task, failed_node=failed)
         self.plans.notify(record)
         if next_generation is not None:
             safe_dispatch(self.dispatcher, task_id, next_generation)

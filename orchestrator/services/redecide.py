@@ -5,6 +5,11 @@ task waited for. Then the next generation is queued in the same transaction (the
 round: the decision continues the task, it does not start it over), and the caller sends its
 wake-up after the commit. A task in any other status decides for itself: a running generation
 reads the decision when its round ends; a queued one reads it when it starts.
+
+A human node a person failed is news the agent must act on (retry it with a new human node that
+depends on it, or report the task failed): it queues the next generation even while other human
+nodes are still open (a call-back may take days; the retry should not wait for it). Only a
+pending action still holds the task then: its approval belongs to the waiting generation.
 """
 
 from __future__ import annotations
@@ -20,8 +25,11 @@ from orchestrator.store.records import TaskRecord
 __all__ = ["redecide_txn"]
 
 
-def redecide_txn(conn: Connection, task: TaskRecord) -> int | None:
-    """Queue the next generation of a `waiting` task when nothing waits any more.
+def redecide_txn(
+    conn: Connection, task: TaskRecord, *, failed_node: str | None = None
+) -> int | None:
+    """Queue the next generation of a `waiting` task when nothing waits any more, or when a
+    person has just failed its human node `failed_node` and no action is pending.
 
     `task` must have been read with its row locked in this transaction. Returns the queued
     generation, or None when the task keeps its status.
@@ -29,7 +37,9 @@ def redecide_txn(conn: Connection, task: TaskRecord) -> int | None:
     if task.status != "waiting":
         return None
     facts = report_store.generation_facts(conn, task.task_id, task.generation, task.session_id)
-    if facts.pending_actions > 0 or open_human_nodes(facts.plan_nodes):
+    if facts.pending_actions > 0:
+        return None
+    if failed_node is None and open_human_nodes(facts.plan_nodes):
         return None
     nxt = task_store.requeue_generation(
         conn,
@@ -42,7 +52,10 @@ def redecide_txn(conn: Connection, task: TaskRecord) -> int | None:
     )
     if nxt is not None:
         # The task stream and the webhooks see the move, in this transaction.
-        outbox_store.record_event(
-            conn, task.task_id, "queued", generation=nxt, reason="nothing waits any more"
+        reason = (
+            "nothing waits any more"
+            if failed_node is None
+            else f"human node {failed_node} failed: the agent retries it or reports the task failed"
         )
+        outbox_store.record_event(conn, task.task_id, "queued", generation=nxt, reason=reason)
     return nxt

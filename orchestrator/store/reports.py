@@ -184,6 +184,8 @@ class GenerationFacts:
     plan_nodes: list[dict[str, Any]] | None  # the session's latest revision, None without plan
     report_outcome: str | None  # the generation's latest report, None without report
     pending_actions: int
+    #: The same revision's edges: a failed node's retry is found by its edge (decisions).
+    plan_edges: list[dict[str, Any]] | None = None
 
 
 # Built once: read at the end of every round, in the transaction that applies the decision.
@@ -194,6 +196,12 @@ _FACTS = select(
     .limit(1)
     .scalar_subquery()
     .label("plan_nodes"),
+    select(plan_revisions.c.edges)
+    .where(plan_revisions.c.session_id == bindparam("session_id"))
+    .order_by(plan_revisions.c.revision.desc())
+    .limit(1)
+    .scalar_subquery()
+    .label("plan_edges"),
     select(reports.c.outcome)
     .where(
         reports.c.task_id == bindparam("task_id"),
@@ -226,4 +234,5 @@ def generation_facts(
         plan_nodes=list(row.plan_nodes) if row.plan_nodes is not None else None,
         report_outcome=row.report_outcome,
         pending_actions=int(row.pending_actions),
+        plan_edges=list(row.plan_edges) if row.plan_edges is not None else None,
     )

@@ -42,10 +42,14 @@ class PublishExecutionPlan(Tool):
         "review node and say why in reason. A completed node needs evidence, and an agent node "
         "you complete cites in evidence_ids the evidence_id of a query or the invocation_id of "
         "a succeeded write; failed and waiting need a reason. Only a person completes, fails or "
-        "skips a human node. A refusal lists every problem with its code; nothing is written. "
-        "The same request_id with the same content returns the stored revision. Publish "
-        "before save_report: once this generation saved its report, a publish is refused with "
-        "report_already_saved."
+        "skips a human node. A failed node is never reopened: retry it with a new node of the "
+        "same actor and an edge from the failed node. The task completes only when every failed "
+        "node has a completed retry (a human step's retry is a human node a person closes); an "
+        "agent node that no longer applies may be marked skipped or cancelled instead, and a "
+        "step that cannot be retried ends the task with save_report outcome failed. A refusal "
+        "lists every problem with its code; nothing is written. The same request_id with the "
+        "same content returns the stored revision. Publish before save_report: once this "
+        "generation saved its report, a publish is refused with report_already_saved."
     )
     effect = "internal_write"
     arguments = _PlanArguments

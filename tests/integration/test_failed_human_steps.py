@@ -1,0 +1,226 @@
+"""A human step a person failed, over a real store: it holds the task's completion until a
+human retry (a new node with an edge from it) is completed by a person; the agent alone cannot
+release it, and the decision's reason tells the next round what to do."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.runtime import Runtime
+from orchestrator.services.dispatch import RecordingDispatcher
+from orchestrator.services.tasks import Trigger
+from orchestrator.store import tasks as task_store
+from orchestrator.store.outbox import events_after
+from orchestrator.tools.plans import PublishExecutionPlan
+from tests.executions_support import kept_node, node, plan_call, query_call, report_call
+from tests.executions_support import runtime_for as build
+
+READ = {"tool_calls": [{"id": "c0", "name": "read_task_context", "arguments": {}}, query_call()]}
+CHECK_TO_SAMPLE = {"from": "check", "to": "sample"}
+
+
+@pytest.fixture
+def env(store_url: str, tmp_path: Path) -> Iterator[tuple[Runtime, RecordingDispatcher, Path]]:
+    runtime, dispatcher = build(store_url, tmp_path / "scripts")
+    yield runtime, dispatcher, tmp_path / "scripts"
+    runtime.close()
+
+
+def script(scripts: Path, turns: list[dict[str, Any]]) -> None:
+    scripts.mkdir(parents=True, exist_ok=True)
+    body = {"turns": turns, "record_requests": True}
+    (scripts / "retry.json").write_text(json.dumps(body), encoding="utf-8")
+
+
+def ended(rt: Runtime, task_id: str, generation: int) -> tuple[str | None, str]:
+    with rt.db.transaction(readonly=True) as conn:
+        execution = task_store.get_execution(conn, task_id, generation)
+    assert execution is not None
+    return execution.outcome, execution.reason or ""
+
+
+def last_request(scripts: Path) -> list[dict[str, Any]]:
+    """The messages of the last request the model was sent."""
+    lines = (scripts / "retry.json.requests.jsonl").read_text(encoding="utf-8").splitlines()
+    messages: list[dict[str, Any]] = json.loads(lines[-1])["messages"]
+    return messages
+
+
+def last_context(scripts: Path) -> dict[str, Any]:
+    """What `read_task_context` returned to the model in the last request it was sent."""
+    result: dict[str, Any] = next(
+        json.loads(m["content"])["result"]
+        for m in last_request(scripts)
+        if m["role"] == "tool" and m["tool_call_id"] == "c0"
+    )
+    return result
+
+
+def waiting_on(rt: Runtime, scripts: Path, *humans: str, approval: bool = False) -> str:
+    """A task whose generation 1 ended waiting on the human nodes `humans` (and an action)."""
+    nodes = [node("check", "completed")]
+    nodes += [node(h, "waiting", actor="human") for h in humans]
+    edges = [{"from": "check", "to": h} for h in humans]
+    propose: list[dict[str, Any]] = []
+    if approval:
+        nodes.append(node("repair", "waiting"))
+        propose.append(
+            {
+                "id": "a1",
+                "name": "propose_action",
+                "arguments": {"node_id": "repair", "kind": "work_order", "payload": {"crew": "n"}},
+            }
+        )
+    script(
+        scripts,
+        [
+            READ,
+            {"tool_calls": [plan_call("c1", "r1", nodes, edges=edges), *propose]},
+            {"tool_calls": [report_call("c2", "waiting")]},
+        ],
+    )
+    task_id = rt.tasks.trigger(Trigger(task_type="retry", title="Turbid water")).task.task_id
+    assert rt.executions.run(task_id, 1, worker="w").outcome == "waiting"
+    return task_id
+
+
+def test_a_failed_human_step_completes_only_through_a_persons_retry(
+    env: tuple[Runtime, RecordingDispatcher, Path],
+) -> None:
+    rt, dispatcher, scripts = env
+    task_id = waiting_on(rt, scripts, "sample")
+
+    # A person fails the sampling: the waiting task goes on at once, so the agent can react.
+    step = rt.human_steps.close(task_id, "sample", "failed", by="lab", reason="bottle broke")
+    assert (step.task_status, step.generation) == ("queued", 2)
+    assert dispatcher.sent[-1] == (task_id, 2)
+
+    # Generation 2 (dishonest): marks the person's failed node skipped (refused), then keeps
+    # it and declares the task completed anyway.
+    skipped = node("sample", "skipped", actor="human")
+    skipped["reason"] = "not needed after all"
+    script(
+        scripts,
+        [
+            READ,
+            {"tool_calls": [plan_call("c1", "r1", [kept_node(0), skipped], [CHECK_TO_SAMPLE])]},
+            {
+                "tool_calls": [
+                    plan_call("c2", "r2", [kept_node(0), kept_node(1)], [CHECK_TO_SAMPLE])
+                ]
+            },
+            {"tool_calls": [report_call("c3", "completed")]},
+        ],
+    )
+    assert rt.executions.run(task_id, 2, worker="w").outcome == "continue"
+    outcome, reason = ended(rt, task_id, 2)
+    assert outcome == "continue"
+    assert "failed node(s) with no completed retry: sample (human)" in reason
+    with rt.db.transaction(readonly=True) as conn:
+        gen2 = task_store.get_execution(conn, task_id, 2)
+    assert gen2 is not None
+    plan = rt.plans.latest(gen2.session_id)
+    assert plan is not None
+    assert plan.revision == 1  # the skipped one was refused, nothing written
+    assert {n["id"]: n["status"] for n in plan.nodes}["sample"] == "failed"
+
+    # Generation 3 (dishonest): "retries" the sampling with an agent node it completes.
+    by_agent = node("resample", "completed")
+    script(
+        scripts,
+        [
+            READ,
+            {
+                "tool_calls": [
+                    plan_call(
+                        "c1",
+                        "r1",
+                        [kept_node(0), kept_node(1), by_agent],
+                        [CHECK_TO_SAMPLE, {"from": "sample", "to": "resample"}],
+                    )
+                ]
+            },
+            {"tool_calls": [report_call("c2", "completed")]},
+        ],
+    )
+    assert rt.executions.run(task_id, 3, worker="w").outcome == "continue"
+    # The round read why generation 2 did not complete, and how to go on.
+    seen = last_context(scripts)["previous_generation"]
+    assert "sample (human)" in seen["reason"]
+    assert "edge from the failed node" in seen["reason"]
+    # ... and the system prompt says how a retry is made, as the publish tool's text does.
+    (system,) = [m["content"] for m in last_request(scripts) if m["role"] == "system"]
+    assert "edge from the failed node" in system
+    assert "edge from the failed node" in PublishExecutionPlan.description
+    outcome, reason = ended(rt, task_id, 3)
+    assert "sample (human)" in reason
+    assert rt.tasks.get(task_id).status == "queued"
+
+    # Generation 4 (honest): a human retry depending on the failed node, then waits for it.
+    resample = node("resample-2", "pending", actor="human")
+    kept = [kept_node(i) for i in range(3)]
+    edges = [
+        CHECK_TO_SAMPLE,
+        {"from": "sample", "to": "resample"},
+        {"from": "sample", "to": "resample-2"},
+    ]
+    script(
+        scripts,
+        [
+            READ,
+            {"tool_calls": [plan_call("c1", "r1", [*kept, resample], edges)]},
+            {"tool_calls": [report_call("c2", "waiting")]},
+        ],
+    )
+    assert rt.executions.run(task_id, 4, worker="w").outcome == "waiting"
+    assert "resample-2" in ended(rt, task_id, 4)[1]
+
+    # A person takes the new sample; generation 5 reports completed with evidence.
+    done = rt.human_steps.close(
+        task_id, "resample-2", "completed", by="lab", evidence="chlorine 0.4 mg/L at tap 3"
+    )
+    assert (done.task_status, done.generation) == ("queued", 5)
+    script(
+        scripts,
+        [
+            READ,
+            {"tool_calls": [plan_call("c1", "r1", [kept_node(i) for i in range(4)], edges)]},
+            {"tool_calls": [report_call("c2", "completed")]},
+        ],
+    )
+    assert rt.executions.run(task_id, 5, worker="w").outcome == "completed"
+    task = rt.tasks.get(task_id)
+    assert task.status == "completed"
+
+
+def test_a_failed_step_wakes_the_agent_while_another_human_step_is_open(
+    env: tuple[Runtime, RecordingDispatcher, Path],
+) -> None:
+    """The agent can plan the retry now instead of after the call-back, which may take days."""
+    rt, dispatcher, scripts = env
+    task_id = waiting_on(rt, scripts, "sample", "callback")
+    step = rt.human_steps.close(task_id, "sample", "failed", by="lab", reason="bottle broke")
+    assert (step.task_status, step.generation) == ("queued", 2)
+    assert dispatcher.sent[-1] == (task_id, 2)
+    with rt.db.transaction(readonly=True) as conn:
+        queued = [e for e in events_after(conn, task_id, 0, 50) if e.type == "queued"]
+    assert queued[-1].reason is not None
+    assert "human node sample failed" in queued[-1].reason
+    # A completion or a skip is no news the agent must act on: the task waits for the rest.
+    other = waiting_on(rt, scripts, "sample", "callback")
+    for node_id, status in (("sample", "completed"), ("callback", "skipped")):
+        kept = rt.human_steps.close(
+            other, node_id, status, by="lab", evidence="ok", reason="no answer"
+        )
+        if node_id == "sample":
+            assert (kept.task_status, kept.generation) == ("waiting", 1)
+    assert rt.tasks.get(other).status == "queued"
+    # A pending approval still holds the task: it belongs to the waiting generation.
+    held = waiting_on(rt, scripts, "sample", approval=True)
+    step = rt.human_steps.close(held, "sample", "failed", by="lab", reason="bottle broke")
+    assert (step.task_status, step.generation) == ("waiting", 1)

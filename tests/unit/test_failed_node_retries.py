@@ -1,0 +1,190 @@
+"""A failed node and its retry (seed 004: 重试使用新节点, 不形成循环依赖).
+
+A failed node stays failed. It stops holding the task's completion once a retry of it is
+completed: a node of the same actor with an edge from the failed node. A human step's retry is
+a human node, which only a person completes, so the agent alone never turns a person's failure
+into a completion.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from orchestrator.domain.decisions import RoundFacts, decide, unretried_failed_nodes
+from orchestrator.domain.plan_authority import authority_problems
+from orchestrator.domain.plans import validate_plan
+from orchestrator.errors import ValidationFailed
+
+
+def node(node_id: str, status: str, actor: str = "agent") -> dict[str, Any]:
+    return {"id": node_id, "status": status, "actor": actor}
+
+
+def edge(source: str, target: str) -> dict[str, Any]:
+    return {"from": source, "to": target}
+
+
+def facts(
+    nodes: list[dict[str, Any]],
+    edges: list[dict[str, Any]],
+    report: str | None = "completed",
+    rounds_done: int = 0,
+    max_rounds: int = 5,
+) -> RoundFacts:
+    return RoundFacts(nodes, report, 0, rounds_done, max_rounds, plan_edges=edges)
+
+
+CHECK = node("check", "completed")
+FAILED_SAMPLE = node("sample", "failed", "human")
+
+
+def test_a_person_failed_human_node_without_a_retry_never_completes() -> None:
+    decision = decide(facts([CHECK, FAILED_SAMPLE], [edge("check", "sample")]))
+    assert (decision.task_status, decision.outcome) == ("queued", "continue")
+    # The reason names the node and says how to go on, for the operator and the next round.
+    assert "sample" in decision.reason
+    assert "retry" in decision.reason
+    assert "failed" in decision.reason
+
+
+def test_a_completed_human_retry_releases_the_failed_human_node() -> None:
+    nodes = [CHECK, FAILED_SAMPLE, node("resample", "completed", "human")]
+    edges = [edge("check", "sample"), edge("sample", "resample")]
+    decision = decide(facts(nodes, edges))
+    assert (decision.task_status, decision.outcome) == ("completed", "completed")
+
+
+def test_the_honest_path_waits_for_the_person_then_completes() -> None:
+    edges = [edge("check", "sample"), edge("sample", "resample")]
+    for status in ("pending", "running", "waiting"):
+        waiting = decide(facts([CHECK, FAILED_SAMPLE, node("resample", status, "human")], edges))
+        assert (waiting.task_status, waiting.outcome) == ("waiting", "waiting")
+        assert "resample" in waiting.reason
+    done = [CHECK, FAILED_SAMPLE, node("resample", "completed", "human")]
+    assert decide(facts(done, edges)).task_status == "completed"
+
+
+def test_an_agent_node_the_agent_completes_is_no_retry_of_a_human_step() -> None:
+    """The dishonest agent "retries" the sampling itself and marks its node completed."""
+    nodes = [CHECK, FAILED_SAMPLE, node("resample", "completed", "agent")]
+    edges = [edge("check", "sample"), edge("sample", "resample")]
+    decision = decide(facts(nodes, edges))
+    assert decision.task_status != "completed"
+    assert "sample" in decision.reason
+
+
+@pytest.mark.parametrize("status", ["skipped", "cancelled", "failed"])
+def test_a_retry_that_did_not_complete_releases_nothing(status: str) -> None:
+    """The agent may cancel a human node it added: a cancelled "retry" is no retry."""
+    nodes = [CHECK, FAILED_SAMPLE, node("resample", status, "human")]
+    edges = [edge("check", "sample"), edge("sample", "resample")]
+    decision = decide(facts(nodes, edges))
+    assert decision.task_status != "completed"
+    assert "sample" in decision.reason
+
+
+def test_a_completed_node_not_depending_on_the_failed_one_is_no_retry() -> None:
+    # Without the edge from the failed node, nothing says the new node takes its place.
+    nodes = [CHECK, FAILED_SAMPLE, node("resample", "completed", "human")]
+    decision = decide(facts(nodes, [edge("check", "sample"), edge("check", "resample")]))
+    assert decision.task_status != "completed"
+    # The edge the other way round (the failed node depends on the new one) is none either.
+    decision = decide(facts(nodes, [edge("check", "sample"), edge("resample", "sample")]))
+    assert decision.task_status != "completed"
+
+
+def test_a_retry_that_failed_in_turn_is_released_by_its_own_completed_retry() -> None:
+    nodes = [
+        CHECK,
+        FAILED_SAMPLE,
+        node("resample", "failed", "human"),
+        node("resample-2", "completed", "human"),
+    ]
+    chain = [edge("check", "sample"), edge("sample", "resample"), edge("resample", "resample-2")]
+    assert decide(facts(nodes, chain)).task_status == "completed"
+    assert unretried_failed_nodes(nodes, chain) == []
+    broken = chain[:-1]
+    assert unretried_failed_nodes(nodes, broken) == ["sample", "resample"]
+
+
+def test_one_rule_for_agent_nodes() -> None:
+    failed = node("query", "failed")
+    retried = [failed, node("query-2", "completed")]
+    assert decide(facts(retried, [edge("query", "query-2")])).task_status == "completed"
+    # A person's step is no retry of the agent's own node: the agent skips its node instead.
+    by_person = [failed, node("reading", "completed", "human")]
+    assert decide(facts(by_person, [edge("query", "reading")])).task_status != "completed"
+    skipped = [node("query", "skipped"), node("reading", "completed", "human")]
+    assert decide(facts(skipped, [edge("query", "reading")])).task_status == "completed"
+
+
+@pytest.mark.parametrize("report", ["continue", "waiting", None])
+def test_a_retry_completes_nothing_without_a_completed_report(report: str | None) -> None:
+    nodes = [CHECK, FAILED_SAMPLE, node("resample", "completed", "human")]
+    decision = decide(facts(nodes, [edge("sample", "resample")], report=report))
+    assert decision.task_status != "completed"
+
+
+def test_the_round_limit_names_the_failed_node_without_a_retry() -> None:
+    decision = decide(facts([CHECK, FAILED_SAMPLE], [], rounds_done=4, max_rounds=5))
+    assert (decision.task_status, decision.failure_code) == ("failed", "round_limit")
+    assert "sample" in decision.reason
+
+
+def test_the_reason_names_every_failed_node_without_a_retry_and_only_those() -> None:
+    nodes = [
+        FAILED_SAMPLE,
+        node("resample", "completed", "human"),
+        node("callback", "failed", "human"),
+        node("query", "failed"),
+    ]
+    decision = decide(facts(nodes, [edge("sample", "resample")], report="waiting"))
+    assert decision.queues_next
+    assert unretried_failed_nodes(nodes, [edge("sample", "resample")]) == ["callback", "query"]
+    assert "callback (human), query (agent)" in decision.reason
+    assert "sample (" not in decision.reason
+
+
+def test_without_edges_a_failed_node_still_holds_the_task() -> None:
+    # The facts of a caller that passes no edges: no retry can be shown.
+    nodes = [CHECK, FAILED_SAMPLE, node("resample", "completed", "human")]
+    decision = decide(RoundFacts(nodes, "completed", 0, 0, 5))
+    assert decision.task_status != "completed"
+
+
+def test_the_agent_cannot_mark_a_person_failed_node_skipped_or_cancelled() -> None:
+    before = [dict(FAILED_SAMPLE, reason="failed by lab at 2026-12-04T01:02:03+00:00")]
+    for status in ("skipped", "cancelled", "completed"):
+        after = [dict(before[0], status=status)]
+        codes = [p["code"] for p in authority_problems(after, before)]
+        assert "human_node" in codes, status
+
+
+def test_the_agent_cannot_complete_the_human_retry_itself() -> None:
+    before = [FAILED_SAMPLE]
+    after = [FAILED_SAMPLE, node("resample", "completed", "human")]
+    codes = [p["code"] for p in authority_problems(after, before)]
+    assert codes == ["human_node"]
+    # Adding it open is what the agent does; a person closes it.
+    assert authority_problems([FAILED_SAMPLE, node("resample", "pending", "human")], before) == []
+
+
+def test_the_refusals_tell_the_agent_how_to_retry() -> None:
+    before = [dict(FAILED_SAMPLE, reason="failed by lab")]
+    (refusal,) = authority_problems([dict(before[0], status="skipped")], before)
+    assert "new human node with an edge from it" in refusal["message"]
+    with pytest.raises(ValidationFailed) as caught:
+        validate_plan(
+            {"request_id": "r", "title": "t", "nodes": [node("q", "running")], "edges": []},
+            [{"id": "q", "status": "failed", "actor": "agent"}],
+        )
+    (reopened,) = [d for d in caught.value.details if d["code"] == "failed_node_reopened"]
+    assert "same actor with an edge from the failed one" in reopened["message"]
+
+
+def test_a_cycle_of_failed_nodes_releases_nothing_and_ends() -> None:
+    # A stored plan has no cycle (validation refuses one); the rule still never loops on one.
+    nodes = [node("a", "failed", "human"), node("b", "failed", "human")]
+    assert unretried_failed_nodes(nodes, [edge("a", "b"), edge("b", "a")]) == ["a", "b"]

@@ -653,6 +653,16 @@
       showNode(id, true);
     }
 
+    // A failed node holds the completion until a retry of it is completed: a node of the same
+    // actor with an edge from it (domain/decisions.py; a retry that failed has its own retry).
+    const CLOSED_AS = { complete: "completed", fail: "failed", skip: "skipped" };
+    function retriesOf(node) {
+      const byId = new Map(s.plan.nodes.map((n) => [n.id, n]));
+      const retries = (s.plan.edges || []).filter((e) => e.from === node.id)
+        .map((e) => byId.get(e.to)).filter((n) => n && n.actor === node.actor);
+      if (!retries.length) return el("span", { class: "error" }, "no retry yet: the task cannot complete until one is completed");
+      return retries.map((n, i) => [i ? ", " : "", el("code", {}, n.id), " ", badge(n.status)]);
+    }
     function showNode(id, focus) {
       const node = s.plan && s.plan.nodes.find((n) => n.id === id);
       if (!node) { nodeDetail.hidden = true; return; }
@@ -665,7 +675,7 @@
         remember(by);
         const answer = await api("POST", `${path}/nodes/${encodeURIComponent(id)}/${verb}`, { by, ...body });
         if (answer.ok) {
-          s.nodeDone = { id, text: `Node ${verb}d.` }; // kept when the new revision redraws the node
+          s.nodeDone = { id, text: `Node ${CLOSED_AS[verb]}.` }; // kept when the new revision redraws the node
           fill(result, s.nodeDone.text);
           refresh();
         }
@@ -677,7 +687,8 @@
         el("h3", { id: "node-detail-title" }, "Node ", el("code", {}, node.id)),
         facts([["Title", node.title], ["Actor", node.actor], ["Status", badge(node.status)],
           ["Description", node.description || "—"], ["Evidence", node.evidence || "—"],
-          ["Reason", node.reason || "—"], ["Action", node.action_id ? el("code", {}, node.action_id) : "—"]]),
+          ["Reason", node.reason || "—"], ["Action", node.action_id ? el("code", {}, node.action_id) : "—"],
+          ["Retried by", node.status === "failed" ? retriesOf(node) : undefined]]),
         human ? el("form", { id: "human-node", onsubmit: (e) => e.preventDefault() },
           el("h3", {}, "Human step"), byField("node-by"),
           el("label", { for: "node-evidence" }, "Evidence (to complete)"), evidenceInput,

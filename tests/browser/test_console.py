@@ -254,6 +254,26 @@ def test_human_node_completion_says_when_the_server_lacks_it(page: Any, console:
         expect(page.locator(pane)).not_to_have_text("")
 
 
+def test_a_failed_human_step_says_it_awaits_a_retry(page: Any, console: Console) -> None:
+    task_id = console.trigger("human", "Crew could not get in")
+    console.wait_for(task_id, lambda t: t["status"] == "waiting")
+    open_task(page, console, task_id)
+    page.locator('button.node[data-node="inspect"]').click()
+    page.fill("#node-by", "crew lead")
+    page.fill("#node-reason", "the chamber was flooded")
+    page.click("#node-fail")
+    expect(page.locator("#node-detail .node-result")).to_have_text("Node failed.")
+    # The person's failure queues the agent (to retry the step or report the task failed);
+    # this script's agent only repeats itself, but the person's revision stays on the page.
+    console.wait_for(task_id, lambda t: t["generation"] >= 2)
+    expect(page.locator('button.node[data-node="inspect"] .badge.s-failed')).to_have_count(1)
+    page.locator('button.node[data-node="inspect"]').click()
+    detail = page.locator("#node-detail")
+    expect(detail).to_contain_text("the chamber was flooded")
+    expect(detail.locator("dd").filter(has_text="no retry yet")).to_have_count(1)
+    shot(page, "failed-human-step")
+
+
 def test_node_details_are_reachable_by_keyboard(page: Any, console: Console) -> None:
     task_id = console.trigger("human", "Keyboard only")
     console.wait_for(task_id, lambda t: t["status"] == "waiting")

@@ -622,7 +622,10 @@
           : el("p", { class: "muted" }, "No receipt is unknown or pending."));
       }
       if (task.plan && (!s.plan || task.plan.revision > s.plan.revision || task.plan.session_id !== s.plan.session_id)) showPlan(task.plan);
-      if (!task.plan && !s.plan) fill(planBox, el("p", { class: "muted" }, "No plan published yet."));
+      if (!task.plan && !s.plan) loadEarlierPlan();
+      // A new generation without a plan yet: the one shown is now an earlier generation's.
+      if (!task.plan && s.plan && s.plan.session_id && s.plan.session_id !== task.session_id
+        && !document.getElementById("plan-earlier")) showPlan(s.plan);
       if (s.stream && s.streamKind === "session" && task.session_id && s.streamSession !== task.session_id) {
         s.stream.close(); // a new generation's session: follow it
         s.stream = null;
@@ -637,7 +640,11 @@
       s.plan = plan;
       if (s.graph && s.graph.dispose) s.graph.dispose();
       s.graph = planGraph(plan, s.selected, select);
+      const current = !s.task || !plan.session_id || plan.session_id === s.task.session_id;
+      const from = current ? null : (s.task.executions || []).find((x) => x.session_id === plan.session_id);
       fill(planBox, el("h3", { id: "plan-title" }, plan.title || ""),
+        current ? null : el("p", { class: "notice", id: "plan-earlier" },
+          `From generation ${from ? from.generation : "an earlier generation"}: generation ${s.task.generation} has published no plan of its own yet.`),
         el("p", { class: "muted" }, `revision ${plan.revision}`, plan.reason ? " · " : "", plan.reason ? el("span", { id: "plan-reason" }, plan.reason) : null),
         countsOf(plan), s.graph);
       if (focused) {
@@ -645,6 +652,16 @@
         if (again) again.focus();
       }
       if (s.selected) showNode(s.selected, false);
+    }
+
+    // The explain view carries the current generation's plan; until that generation publishes,
+    // the task's latest plan from an earlier one is shown, and said to be so.
+    async function loadEarlierPlan() {
+      const result = await api("GET", `${path}/plan`);
+      if (!s.alive || s.plan) return;
+      const plan = result.ok && result.data ? result.data.plan : null;
+      if (plan) showPlan(plan);
+      else fill(planBox, el("p", { class: "muted" }, "No plan published yet."));
     }
 
     function select(id) {

@@ -272,6 +272,12 @@ def test_a_failed_human_step_says_it_awaits_a_retry(page: Any, console: Console)
     expect(detail).to_contain_text("the chamber was flooded")
     expect(detail.locator("dd").filter(has_text="no retry yet")).to_have_count(1)
     shot(page, "failed-human-step")
+    # Opened afresh, the page shows the task's latest plan though the current generation has
+    # none of its own (this agent's own publishes were refused), and says whose it is.
+    console.wait_for(task_id, lambda t: t["status"] == "failed")
+    page.reload()
+    expect(page.locator("#plan-earlier")).to_contain_text("From generation 1")
+    expect(page.locator('button.node[data-node="inspect"] .badge.s-failed')).to_have_count(1)
 
 
 def test_node_details_are_reachable_by_keyboard(page: Any, console: Console) -> None:

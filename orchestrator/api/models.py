@@ -96,6 +96,12 @@ class ExplainView(TaskView):
     deliveries: dict[str, Any] | None = Field(
         default=None, description="the task's outbox deliveries: counts, dead and undelivered"
     )
+    resolutions: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="operators' resolutions of the task's unknown or pending writes, oldest "
+        "first (the newest 50): who (`by`), which write, `previous_status` -> "
+        "`resolved_status`, the reason (`note`) and when (`at`)",
+    )
 
 
 class SessionView(BaseModel):

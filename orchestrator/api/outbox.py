@@ -51,7 +51,7 @@ def list_deliveries(
     task_id: str | None = Query(default=None, max_length=36),
     status: Literal["pending", "delivered", "dead"] | None = Query(default=None),
     kind: Literal["action", "webhook"] | None = Query(default=None),
-    cursor: int | None = Query(default=None, ge=0, le=2**62),
+    cursor: int | None = Query(default=None, ge=0, le=2**63 - 1),
     limit: int = Query(default=50, ge=1, le=200),
     service: OutboxService = Depends(get_outbox),
 ) -> dict[str, Any]:

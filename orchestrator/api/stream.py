@@ -1,8 +1,16 @@
 """The live plan stream (SSE) of seed 004: `state` first, then one `execution_plan` per revision.
 
 The store is read for every revision above the last one sent, so only committed revisions are
-shown, each once per connection, and `Last-Event-ID: n` replays from n + 1. The stream ends when
-its session is deleted; a new connection to it is a 404.
+shown, each once per connection, and `Last-Event-ID: n` replays from n + 1. A first connection's
+`state` carries the id of the newest revision it shows (seed 004: the saved plans), so a browser
+that reconnects says what it has seen.
+
+The stream ends when nothing more can be written to its session: when the session is deleted
+(a new connection is a 404), and when an execution's session is finished, because its task is
+final or a newer generation writes to a session of its own (`store.plans.session_standing`); the
+revisions committed before that are sent first. An `EventSource` reconnects to an ended stream
+for as long as the answer is a 200, so a reconnect that has seen a finished session's newest
+revision is a 204, which stops it. Chats and collaborations never finish.
 """
 
 from __future__ import annotations
@@ -12,7 +20,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, Depends, Header, Request
+from fastapi import APIRouter, Depends, Header, Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
@@ -62,11 +70,16 @@ async def _events(
         "running": state.running,
         "execution_plans": [latest.to_dict()] if latest else [],
     }
-    yield sse_event("state", snapshot)
-    newest = latest.revision if latest else 0
+    newest = state.newest
+    # A first connection's snapshot carries the id it is current to; a resumed one's does not
+    # (the revisions after the client's id follow, and must not be skipped on the next resume).
+    yield sse_event("state", snapshot, newest if after is None else None)
     # An id above the newest revision is not one of ours (revisions are never removed): resume
     # from the newest rather than stay silent until the session catches up with it.
     last = newest if after is None else min(after, newest)
+    # Known before a read: every revision the session will ever hold has committed by then,
+    # so the read after it is the last one.
+    finished = state.finished
     sent_at = time.monotonic()
     with hub.subscribe(session_id) as subscription:
         while True:
@@ -78,13 +91,16 @@ async def _events(
                 sent_at = time.monotonic()
             if len(records) == _BATCH:
                 continue
+            if finished:
+                return
             idle = time.monotonic() - sent_at
             if idle >= keepalive:
-                # A deleted session (chat retention) gets no more revisions: end the stream
-                # rather than keep it alive forever; the browser's reconnect gets a 404, which
-                # stops it. Looked at once per keep-alive, not on every wake-up.
-                if not await run_in_threadpool(plans.session_exists, session_id):
-                    return
+                # A deleted session (chat retention) or a finished one gets no more revisions:
+                # end the stream rather than keep it alive forever, once what committed before
+                # is sent (one more read). Looked at once per keep-alive, not on every wake-up.
+                if not await run_in_threadpool(plans.takes_writes, session_id):
+                    finished = True
+                    continue
                 yield b": keep-alive\n\n"
                 sent_at = time.monotonic()
                 idle = 0.0
@@ -96,6 +112,7 @@ async def _events(
     response_class=StreamingResponse,
     responses={
         200: {"description": "server-sent events", "content": {"text/event-stream": {}}},
+        204: {"description": "the session is finished and the client has seen its newest revision"},
         **error_responses(404),
     },
 )
@@ -105,12 +122,16 @@ async def plan_stream(
     last_event_id: str | None = Header(default=None, alias="Last-Event-ID"),
     plans: PlanService = Depends(get_plans),
     hub: PlanHub = Depends(get_hub),
-) -> StreamingResponse:
-    """`text/event-stream` of the session's plan; an unknown session is a 404 before streaming."""
+) -> Response:
+    """`text/event-stream` of the session's plan; an unknown session is a 404 before streaming,
+    a reconnect that has seen a finished session's newest revision a 204."""
     state = await run_in_threadpool(plans.state, session_id)
+    after = last_event_id_of(last_event_id)
+    if after is not None and state.finished and after >= state.newest:
+        return Response(status_code=204)
     keepalive = float(request.app.state.keepalive_seconds)
     return StreamingResponse(
-        _events(plans, hub, state, last_event_id_of(last_event_id), keepalive),
+        _events(plans, hub, state, after, keepalive),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

@@ -38,7 +38,7 @@ def register(commands: Any) -> None:
     listing.set_defaults(handler=_list)
 
     retry = outbox.add_parser("retry", help="send a dead-lettered delivery again")
-    retry.add_argument("outbox_id", type=bounded_int(1, 2**62))
+    retry.add_argument("outbox_id", type=bounded_int(1, 2**63 - 1))
     add_json_flag(retry)
     retry.set_defaults(handler=_retry)
 

@@ -382,6 +382,7 @@ def render_explain(view: dict[str, Any]) -> str:
                 f"    {receipt['invocation_id']}  {receipt['tool_name']}  {receipt['status']}"
                 f"  since {_time(receipt['updated_at'])}"
             )
+    lines += _resolutions(view.get("resolutions") or [])
     recovery = view.get("recovery")
     if recovery:
         lines.append(
@@ -405,6 +406,20 @@ def render_explain(view: dict[str, Any]) -> str:
         lines.append(f"  write receipts still running: {len(view['running_receipts'])}")
     lines += _deliveries(view.get("deliveries"))
     return "\n".join(lines)
+
+
+def _resolutions(resolutions: list[dict[str, Any]]) -> list[str]:
+    """Who settled which unknown or pending write, from what to what, when and why."""
+    if not resolutions:
+        return []
+    lines = [f"  write resolutions by operators: {len(resolutions)}"]
+    for r in resolutions:
+        lines.append(
+            f"    {r['invocation_id']}  {r['tool_name']}  {r['previous_status']} -> "
+            f"{r['resolved_status']}  by {printable(r['by'])}  at {_time(r['at'])}  "
+            f"(generation {r['generation']}): {printable(r['note'])}"
+        )
+    return lines
 
 
 def _deliveries(deliveries: dict[str, Any] | None) -> list[str]:

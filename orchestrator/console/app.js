@@ -516,6 +516,7 @@
     const lease = part("lease"), generations = part("generations"), planBox = part("plan");
     const nodeDetail = el("div", { id: "node-detail", class: "node-detail", tabindex: "-1", hidden: true });
     const pending = part("pending-actions"), report = part("report"), receipts = part("receipts");
+    const resolved = part("resolutions");
     const evidence = part("evidence"), transcript = part("transcript");
     const opResult = el("p", { role: "status", id: "op-result" });
 
@@ -575,7 +576,7 @@
         el("section", { class: "card", "aria-labelledby": "h-lease" }, el("h2", { id: "h-lease" }, "Lease"), lease),
         el("section", { class: "card", "aria-labelledby": "h-report" }, el("h2", { id: "h-report" }, "Report"), report)),
       el("section", { class: "card", "aria-labelledby": "h-gen" }, el("h2", { id: "h-gen" }, "Generations"), generations),
-      el("section", { class: "card", "aria-labelledby": "h-receipts" }, el("h2", { id: "h-receipts" }, "Receipts"), receipts),
+      el("section", { class: "card", "aria-labelledby": "h-receipts" }, el("h2", { id: "h-receipts" }, "Receipts"), receipts, resolved),
       el("section", { class: "card", "aria-labelledby": "h-evidence" }, el("h2", { id: "h-evidence" }, "Evidence"), evidence),
       el("section", { class: "card", "aria-labelledby": "h-transcript" }, el("h2", { id: "h-transcript" }, "Transcript"), transcript));
 
@@ -621,6 +622,13 @@
           can("operator") ? unknown.map(resolveForm) : cannot("operator", "resolving a write")]
           : el("p", { class: "muted" }, "No receipt is unknown or pending."));
       }
+      // Who settled which write, newest first (the server keeps the newest 50 in the view).
+      const settled = task.resolutions || [];
+      fill(resolved, settled.length ? [el("h3", { id: "h-resolutions" }, "Resolved by operators"),
+        table(["Invocation", "Tool", "Was → now", "By", "Reason", "When"], settled.slice().reverse().map((x) => [
+          el("code", {}, x.invocation_id), x.tool_name,
+          [badge(x.previous_status, true), " → ", badge(x.resolved_status)], x.by, x.note, when(x.at)]))]
+        : null);
       if (task.plan && (!s.plan || task.plan.revision > s.plan.revision || task.plan.session_id !== s.plan.session_id)) showPlan(task.plan);
       if (!task.plan && !s.plan) loadEarlierPlan();
       // A new generation without a plan yet: the one shown is now an earlier generation's.

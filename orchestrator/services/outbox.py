@@ -43,8 +43,8 @@ log = logging.getLogger(__name__)
 
 SIGNATURE_HEADER: Final = "X-Orchestrator-Signature"
 IDEMPOTENCY_HEADER: Final = "Idempotency-Key"
-#: The largest outbox id the store can hold (a 4-byte integer on Postgres).
-MAX_OUTBOX_ID: Final = 2**31 - 1
+#: The largest outbox id the store can hold (a BIGINT on Postgres, SQLite's 64-bit rowid).
+MAX_OUTBOX_ID: Final = 2**63 - 1
 EVENT_ID_HEADER: Final = "X-Orchestrator-Event-Id"
 #: Beyond the send timeout, how long a claimed row stays held before another dispatcher may
 #: take it (a dispatcher that died mid-send): the timeout again, at most this much.

@@ -59,11 +59,18 @@ AfterCommit = Callable[[PublishResult], None]
 
 @dataclass(frozen=True)
 class SessionPlans:
-    """What a stream's first `state` event needs: is the session's execution running, the plan."""
+    """What a stream's first `state` event needs: is the session's execution running, the plan;
+    and whether the session is finished (read before the plan: nothing is written after it)."""
 
     session_id: str
     running: bool
     latest: PlanRecord | None
+    finished: bool = False
+
+    @property
+    def newest(self) -> int:
+        """The newest revision's number, 0 when there is none."""
+        return self.latest.revision if self.latest else 0
 
 
 def publish_txn(
@@ -293,20 +300,23 @@ class PlanService:
     def state(self, session_id: str) -> SessionPlans:
         """The snapshot a stream opens with."""
         with self.db.transaction(readonly=True) as conn:
-            session = self._session_or_404(conn, session_id)
-            running = session_store.session_running(conn, session)
+            standing = store.session_standing(conn, session_id)
+            if standing is None:
+                raise NotFound(f"session {session_id} does not exist")
             latest = store.latest_revision(conn, session_id)
-        return SessionPlans(session_id, running, latest)
+        return SessionPlans(session_id, standing.running, latest, standing.finished)
 
     def revisions_after(self, session_id: str, after: int, limit: int = 100) -> list[PlanRecord]:
         """Committed revisions above `after`, oldest first."""
         with self.db.transaction(readonly=True) as conn:
             return store.revisions_after(conn, session_id, after, limit)
 
-    def session_exists(self, session_id: str) -> bool:
-        """Whether the session is still stored (a chat's is deleted with its retention)."""
+    def takes_writes(self, session_id: str) -> bool:
+        """Whether a revision may still be written to the session: False once it is deleted
+        (a chat's retention) or finished (`store.plans.session_standing`)."""
         with self.db.transaction(readonly=True) as conn:
-            return session_store.get_session(conn, session_id) is not None
+            standing = store.session_standing(conn, session_id)
+        return standing is not None and not standing.finished
 
     def latest_number(self, session_id: str) -> int:
         with self.db.transaction(readonly=True) as conn:

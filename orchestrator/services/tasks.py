@@ -40,6 +40,10 @@ __all__ = ["TaskService", "Trigger", "TriggerResult"]
 
 _ID_PATTERN = TASK_TYPE_PATTERN
 
+#: How many of a task's write resolutions its view shows (the newest; the task stream and the
+#: webhooks carry every one).
+RESOLUTIONS_SHOWN = 50
+
 
 class Trigger(BaseModel):
     """What the business backend sends to start a task."""
@@ -214,6 +218,9 @@ class TaskService:
             last = task_store.last_started_execution(conn, task_id, before)
             recovery = snapshot_for(conn, last) if last is not None else None
             deliveries = outbox_store.delivery_summary(conn, task_id)
+            resolved = outbox_store.events_of_type(
+                conn, task_id, "invocation_resolved", RESOLUTIONS_SHOWN
+            )
             last_write = last_fenced_write(conn, task_id, task.generation)
         view = task_view(task)
         view.update(
@@ -228,6 +235,7 @@ class TaskService:
                 "recovery": recovery.to_dict() if recovery is not None else None,
                 "running_receipts": self._unknown_receipts(task_id, "running"),
                 "deliveries": deliveries,
+                "resolutions": [_resolution_view(event) for event in resolved],
                 "last_write": {"at": last_write[0], "kind": last_write[1]} if last_write else None,
             }
         )
@@ -303,6 +311,22 @@ def usage_view(usage: list[transcript_store.GenerationUsage]) -> dict[str, Any]:
             "prompt_tokens": sum(u.prompt_tokens for u in usage),
             "completion_tokens": sum(u.completion_tokens for u in usage),
         },
+    }
+
+
+def _resolution_view(event: outbox_store.TaskEvent) -> dict[str, Any]:
+    """An operator's resolution of a write, from its `invocation_resolved` task event."""
+    data = event.data
+    return {
+        "seq": event.seq,
+        "at": event.created_at.isoformat(),
+        "generation": event.generation,
+        "invocation_id": data["invocation_id"],
+        "tool_name": data["tool_name"],
+        "previous_status": data["previous_status"],
+        "resolved_status": data["resolved_status"],
+        "by": data["by"],
+        "note": data["note"],
     }
 
 

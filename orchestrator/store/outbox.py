@@ -50,6 +50,7 @@ __all__ = [
     "claim_due",
     "delivery_summary",
     "events_after",
+    "events_of_type",
     "get_row",
     "last_seq",
     "list_rows",
@@ -466,6 +467,17 @@ def events_after(conn: Connection, task_id: str, after: int, limit: int) -> list
         .limit(limit)
     )
     return [TaskEvent.from_row(row) for row in rows]
+
+
+def events_of_type(conn: Connection, task_id: str, type_: str, limit: int) -> list[TaskEvent]:
+    """The task's newest `limit` events of one type, oldest first."""
+    rows = conn.execute(
+        select(task_events)
+        .where(task_events.c.task_id == task_id, task_events.c.type == type_)
+        .order_by(task_events.c.seq.desc())
+        .limit(limit)
+    )
+    return [TaskEvent.from_row(row) for row in reversed(rows.all())]
 
 
 def claim_due(

@@ -10,14 +10,16 @@ from typing import Any, NamedTuple
 from sqlalchemy import Connection, Row, Select, and_, bindparam, exists, func, insert, or_, select
 
 from orchestrator.domain.plans import status_counts
+from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
 from orchestrator.store.sessions import SessionRecord
-from orchestrator.store.tables import plan_revisions, reports, sessions
+from orchestrator.store.tables import plan_revisions, reports, sessions, tasks
 from orchestrator.tools.base import Fence
 
 __all__ = [
     "LockedForPublish",
     "PlanRecord",
     "PublishContext",
+    "SessionStanding",
     "get_by_request_id",
     "get_revision",
     "insert_revision",
@@ -27,6 +29,7 @@ __all__ = [
     "lock_for_fenced_publish",
     "publish_context",
     "revisions_after",
+    "session_standing",
 ]
 
 _SUMMARY = (
@@ -285,3 +288,49 @@ def list_summaries(conn: Connection, session_id: str) -> list[dict[str, Any]]:
         }
         for row in rows
     ]
+
+
+class SessionStanding(NamedTuple):
+    """What a plan stream needs to know of its session's writers."""
+
+    running: bool  # the session is its task's current one, and the task runs
+    finished: bool  # nothing more can be written to its plan, ever
+
+
+# Built once: a stream reads it when it opens and once per keep-alive.
+_STANDING = (
+    select(
+        sessions.c.purpose,
+        sessions.c.generation,
+        tasks.c.status.label("task_status"),
+        tasks.c.generation.label("task_generation"),
+        tasks.c.session_id.label("task_session_id"),
+    )
+    .select_from(sessions.outerjoin(tasks, tasks.c.task_id == sessions.c.task_id))
+    .where(sessions.c.session_id == bindparam("session_id"))
+)
+
+
+def session_standing(conn: Connection, session_id: str) -> SessionStanding | None:
+    """The session's standing; None when there is no such session.
+
+    Only an execution's session ever finishes. Its writes are fenced by its task's row, which
+    they lock: an agent's publish or proposal carries its generation (and the session must be
+    that generation's), a person's step goes to the task's current session, and neither is
+    taken once the task is final. A generation is never current again once a newer one was
+    opened (a requeue, even of a finished task, opens a new session), and a final task moves
+    on only by such a requeue; so once this reads the session as finished, every write it
+    will ever hold has committed. Chats and collaborations take unfenced publishes at any
+    time: they never finish (a deleted one is gone, which is None).
+    """
+    row = conn.execute(_STANDING, {"session_id": session_id}).one_or_none()
+    if row is None:
+        return None
+    current = row.task_session_id == session_id or (
+        row.generation is not None and row.generation == row.task_generation
+    )
+    live = row.task_status is not None and row.task_status not in TERMINAL_TASK_STATUSES
+    return SessionStanding(
+        running=row.task_status == "running" and row.task_session_id == session_id,
+        finished=row.purpose == "task_execution" and not (current and live),
+    )

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     CheckConstraint,
     Column,
@@ -413,7 +414,14 @@ task_events = Table(
 outbox = Table(
     "outbox",
     metadata,
-    Column("outbox_id", Integer, primary_key=True, autoincrement=True),
+    # 64 bits on Postgres (ids are never reused); SQLite's INTEGER PRIMARY KEY is 64 bits
+    # already, and AUTOINCREMENT needs that exact type.
+    Column(
+        "outbox_id",
+        BigInteger().with_variant(Integer, "sqlite"),
+        primary_key=True,
+        autoincrement=True,
+    ),
     Column("kind", String(16), nullable=False),
     Column("task_id", String(ID), ForeignKey("tasks.task_id", ondelete="CASCADE"), nullable=False),
     Column("event_seq", Integer, nullable=True),

@@ -237,6 +237,11 @@ def test_an_operator_resolves_an_unknown_write(page: Any, console: Console) -> N
     expect(page.locator("#receipts")).to_have_text("No receipt is unknown or pending.")
     receipt = console.http.get(f"/api/v1/invocations/{invocation_id}").json()
     assert receipt["status"] == "failed"
+    # The page keeps the resolution: which write, from what to what, who, why.
+    row = page.locator("#resolutions tbody tr")
+    expect(row).to_have_count(1)
+    for text in (invocation_id, "unknown", "failed", "duty engineer", "no such order"):
+        expect(row).to_contain_text(text)
 
 
 def test_human_node_completion_says_when_the_server_lacks_it(page: Any, console: Console) -> None:

@@ -411,6 +411,21 @@ def test_the_api_resolves_for_operators_only(rt: Runtime, client: TestClient) ->
     assert "claim_token" not in view
     [event] = resolutions(rt, task_id)
     assert event.data["by"] == "otto"
+    # The task's view lists the resolution (who, which write, from/to, why, when).
+    task = client.get(f"/api/v1/tasks/{task_id}", headers=bearer(TOKENS["vera"][1])).json()
+    assert task["unknown_receipts"] == []
+    [shown] = task["resolutions"]
+    assert shown == {
+        "seq": event.seq,
+        "at": event.created_at.isoformat(),
+        "generation": event.generation,
+        "invocation_id": invocation_id,
+        "tool_name": "call_api",
+        "previous_status": "unknown",
+        "resolved_status": "failed",
+        "by": "otto",
+        "note": "no order in the ERP",
+    }
 
     again = client.post(path, json=body, headers=bearer(TOKENS["otto"][1]))
     assert (again.status_code, again.json()["error"]["code"]) == (409, "not_resolvable")
@@ -454,5 +469,21 @@ def test_the_cli_resolves(
     assert ReceiptLedger(rt.db).get(invocation_id).status == "succeeded"  # type: ignore[union-attr]
     [event] = resolutions(rt, task_id)
     assert event.data["by"] == "ana"
+    # No longer open, and `tasks show` says who settled it, how, why and when.
     assert main(["tasks", "show", task_id]) == 0
-    assert invocation_id not in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "unknown or pending" not in shown
+    assert "write resolutions by operators: 1" in shown
+    at = event.created_at.isoformat()
+    assert (
+        f"    {invocation_id}  call_api  unknown -> succeeded  by ana  at {at}  (generation "
+        f"{event.generation}): in the ERP\n"
+    ) in shown
+    assert main(["tasks", "show", task_id, "--json"]) == 0
+    [entry] = json.loads(capsys.readouterr().out)["resolutions"]
+    assert (entry["invocation_id"], entry["by"], entry["note"]) == (
+        invocation_id,
+        "ana",
+        "in the ERP",
+    )
+    assert (entry["previous_status"], entry["resolved_status"]) == ("unknown", "succeeded")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect, text
+from sqlalchemy import Connection, inspect, text
 
 from orchestrator.store import make_engine, metadata
 from orchestrator.store.migrations import current_revision, downgrade, head_revision, upgrade
@@ -117,3 +117,101 @@ def test_0002_receipts_outlive_sessions_and_tasks_index_queued(empty_url: str) -
     downgrade(empty_url, "0001")
     assert (_receipt_fk_ondelete(empty_url) or "").upper() == "CASCADE"
     assert "ix_tasks_status_queued_at" not in _task_indexes(empty_url)
+
+
+def _outbox_id_types(url: str) -> tuple[str, str | None]:
+    """The outbox id column's type, and (Postgres) the type of the sequence behind it."""
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            if engine.dialect.name != "postgresql":
+                [column] = [
+                    c
+                    for c in conn.execute(text("PRAGMA table_info(outbox)"))
+                    if c[1] == "outbox_id"
+                ]
+                return str(column[2]).upper(), None
+            column_type = conn.execute(
+                text(
+                    "SELECT data_type FROM information_schema.columns"
+                    " WHERE table_name = 'outbox' AND column_name = 'outbox_id'"
+                )
+            ).scalar_one()
+            sequence_type = conn.execute(
+                text(
+                    "SELECT data_type::text FROM pg_sequences"
+                    " WHERE sequencename = 'outbox_outbox_id_seq'"
+                )
+            ).scalar_one()
+            return str(column_type).upper(), str(sequence_type).upper()
+    finally:
+        engine.dispose()
+
+
+def _insert_outbox_row(conn: Connection, body: str, outbox_id: int | None = None) -> int:
+    columns = "kind, task_id, action_id, body, status, attempts, next_attempt_at, created_at"
+    values = "'action', 't1', :action, :body, 'pending', 0, :now, :now"
+    if outbox_id is not None:
+        columns, values = f"outbox_id, {columns}", f":outbox_id, {values}"
+    now = "2026-01-01 00:00:00+00:00"
+    params = {"action": f"a-{body}", "body": body, "now": now, "outbox_id": outbox_id}
+    conn.execute(text(f"INSERT INTO outbox ({columns}) VALUES ({values})"), params)
+    return int(
+        conn.execute(text("SELECT outbox_id FROM outbox WHERE body = :body"), params).scalar_one()
+    )
+
+
+def test_0012_outbox_ids_are_64_bit_on_postgres_and_keep_their_rows(empty_url: str) -> None:
+    upgrade(empty_url, "0011")
+    postgres = empty_url.startswith("postgresql")
+    assert _outbox_id_types(empty_url) == (
+        ("INTEGER", "INTEGER") if postgres else ("INTEGER", None)
+    )
+    engine = make_engine(empty_url)
+    now = "2026-01-01 00:00:00+00:00"
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO tasks (task_id, task_type, title, context, trigger_id, origin,"
+                    " status, generation, created_at, updated_at) VALUES ('t1', 'x', 't', '{}',"
+                    " 'trig', 'live', 'queued', 1, :now, :now)"
+                ),
+                {"now": now},
+            )
+            before = _insert_outbox_row(conn, "before")
+    finally:
+        engine.dispose()
+
+    upgrade(empty_url)
+    # SQLite's INTEGER PRIMARY KEY is already 64 bits (and the rowid: autoincrement stays).
+    assert _outbox_id_types(empty_url) == (("BIGINT", "BIGINT") if postgres else ("INTEGER", None))
+    assert _differences(empty_url) == []
+    engine = make_engine(empty_url)
+    try:
+        with engine.begin() as conn:
+            assert (
+                conn.execute(
+                    text("SELECT body FROM outbox WHERE outbox_id = :id"), {"id": before}
+                ).scalar_one()
+                == "before"
+            )
+            after = _insert_outbox_row(conn, "after")  # the sequence goes on where it was
+            assert after > before
+            if postgres:  # past the 32-bit range: the sequence as well as the column
+                conn.execute(text("SELECT setval('outbox_outbox_id_seq', 2147483647)"))
+            else:
+                _insert_outbox_row(conn, "high", 2**31 - 1)
+            assert _insert_outbox_row(conn, "beyond") == 2**31
+            conn.execute(text("DELETE FROM outbox WHERE outbox_id >= :low"), {"low": 2**31 - 1})
+            if postgres:  # a downgrade is refused while the sequence is past the 32-bit range
+                conn.execute(text("SELECT setval('outbox_outbox_id_seq', :id)"), {"id": after})
+    finally:
+        engine.dispose()
+
+    downgrade(empty_url, "0011")
+    assert _outbox_id_types(empty_url) == (
+        ("INTEGER", "INTEGER") if postgres else ("INTEGER", None)
+    )
+    upgrade(empty_url)
+    assert _differences(empty_url) == []

@@ -278,6 +278,8 @@ def test_the_cli_lists_and_retries_with_one_line_errors(
     assert capsys.readouterr().err.strip().endswith("only a dead one can be retried")
     assert main(["outbox", "retry", "424242"]) == 1
     assert "not_found" in capsys.readouterr().err
+    assert main(["outbox", "retry", str(2**63 - 1)]) == 1  # a 64-bit id: looked up, none such
+    assert "not_found" in capsys.readouterr().err
     with pytest.raises(SystemExit) as bad:
         main(["outbox", "retry", "zero"])
     assert bad.value.code == 2
@@ -486,6 +488,27 @@ def test_the_api_pages_deliveries_with_a_cursor_only_when_more_follow(
         # An id the store cannot hold is no delivery (it was a 422 on Postgres).
         beyond = client.post(f"/api/v1/outbox/{2**31}/retry")
         assert (beyond.status_code, beyond.json()["error"]["code"]) == (404, "not_found")
+        too_big = client.post(f"/api/v1/outbox/{2**63}/retry")
+        assert (too_big.status_code, too_big.json()["error"]["code"]) == (422, "invalid_request")
+
+
+def test_outbox_ids_past_32_bits_are_stored_listed_and_retried(rt: Runtime, tmp_path: Path) -> None:
+    # Ids are never reused, so a busy outbox passes 2^31 - 1: a 64-bit id on both stores.
+    waiting_task(rt, tmp_path)
+    big = 2**31 + 7
+    with rt.db.transaction() as conn:
+        [first, *_] = outbox_store.list_rows(conn, limit=1)
+        conn.execute(
+            update(outbox)
+            .where(outbox.c.outbox_id == first.outbox_id)
+            .values(outbox_id=big, status="dead")
+        )
+    with TestClient(create_app(rt.settings, db=rt.db)) as client:
+        page = client.get("/api/v1/outbox", params={"cursor": 2**31, "limit": 10}).json()
+        assert [(item["outbox_id"], item["status"]) for item in page["items"]] == [(big, "dead")]
+        retried = client.post(f"/api/v1/outbox/{big}/retry")
+        assert retried.status_code == 200, retried.text
+        assert (retried.json()["outbox_id"], retried.json()["status"]) == (big, "pending")
 
 
 def test_a_stopping_dispatcher_gives_back_the_rows_of_its_batch_it_did_not_send(

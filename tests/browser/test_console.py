@@ -171,9 +171,12 @@ def test_requeue_and_cancel_with_a_reason(page: Any, console: Console) -> None:
     page.fill("#requeue-reason", "the district meter was recalibrated")
     page.click("#requeue-form button")
     expect(page.locator("#op-result")).to_have_text("Requeue: done.")
-    requeued = console.wait_for(done, lambda t: t["generation"] == 2)
-    assert [x["generation"] for x in requeued["executions"]] == [1, 2]
-    expect(page.locator("#generations tbody tr")).to_have_count(2)
+    # The script's second round re-cites evidence under a completed node, which the plan rules
+    # refuse, so it runs on to the round limit within a second or two: wait for generation 2
+    # or any later one.
+    requeued = console.wait_for(done, lambda t: t["generation"] >= 2)
+    assert [x["generation"] for x in requeued["executions"]][:2] == [1, 2]
+    expect(page.locator("#generations tbody tr").nth(1)).to_be_visible()
 
     slow = console.trigger("slow", "Cancel me")
     console.wait_for(slow, lambda t: t["status"] == "running")

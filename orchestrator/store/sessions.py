@@ -15,7 +15,6 @@ __all__ = [
     "get_session",
     "insert_session",
     "list_sessions",
-    "session_running",
     "task_exists",
 ]
 
@@ -89,16 +88,6 @@ def task_exists(conn: Connection, task_id: str) -> bool:
     return (
         conn.execute(select(tasks.c.task_id).where(tasks.c.task_id == task_id)).first() is not None
     )
-
-
-def session_running(conn: Connection, session: SessionRecord) -> bool:
-    """True while the session's task runs with this session as its current one."""
-    if session.task_id is None:
-        return False
-    row = conn.execute(
-        select(tasks.c.status, tasks.c.session_id).where(tasks.c.task_id == session.task_id)
-    ).one_or_none()
-    return row is not None and row.status == "running" and row.session_id == session.session_id
 
 
 def list_sessions(

@@ -142,7 +142,9 @@ def test_the_usage_of_summary_calls_is_part_of_the_execution_s_usage(
         store_url,
         scripts,
         server,
-        llm_context_window=3000,
+        # Small enough that twelve turns of reads are compacted, large enough for the fixed
+        # part of a request (system prompt, brief, tools: about 2,500 tokens).
+        llm_context_window=3300,
         llm_max_output_tokens=500,
         max_turns=14,
     )
@@ -160,7 +162,8 @@ def test_the_usage_of_summary_calls_is_part_of_the_execution_s_usage(
         server.converse([Reply(content="the reads agree")], mentioning="[tool result")
         server.converse([*reads, Reply(content="read enough")], mentioning="Turbid water")
         task_id = trigger(rt)
-        rt.executions.run(task_id, 1, worker="w1")
+        result = rt.executions.run(task_id, 1, worker="w1")
+        assert result.outcome != "failed", result.detail  # the fixed prompt fits the window
         entries = rt.tasks.transcript(task_id)["items"]
         summaries = [e for e in entries if e["kind"] == "summary"]
         assert summaries, "the history must have been compacted"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, insert, select, text
+from sqlalchemy import Connection, bindparam, insert, select, text
 
 from orchestrator.store.fencing import LIVE_CTE, fence_params
 from orchestrator.store.tables import evidence
@@ -132,10 +132,15 @@ def evidence_by_ids(
     wanted = sorted(set(ids))
     if not wanted:
         return {}
-    rows = conn.execute(
-        select(evidence).where(evidence.c.task_id == task_id, evidence.c.evidence_id.in_(wanted))
-    )
+    rows = conn.execute(_BY_IDS, {"task_id": task_id, "ids": wanted})
     return {r.evidence_id: public(r._asdict()) for r in rows}
+
+
+# Built once (a statement built per call costs more to construct and key than to send).
+_BY_IDS = select(evidence).where(
+    evidence.c.task_id == bindparam("task_id"),
+    evidence.c.evidence_id.in_(bindparam("ids", expanding=True)),
+)
 
 
 def public(row: dict[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import Connection, literal, null, select, union_all
+from sqlalchemy import Connection, bindparam, literal_column, null, select, union_all
 
 from orchestrator.store.plans import PlanRecord
 from orchestrator.store.tables import actions, evidence, invocation_receipts, plan_revisions
@@ -50,6 +50,28 @@ def action_statuses(
     return {row.action_id: row.status for row in rows}
 
 
+# Built once (a statement built per call costs more to construct and key than to send); the
+# ids are one expanding parameter.
+_CITED = union_all(
+    select(
+        literal_column("'evidence'").label("kind"),
+        evidence.c.evidence_id.label("record_id"),
+        null().label("status"),
+    ).where(
+        evidence.c.task_id == bindparam("task_id"),
+        evidence.c.evidence_id.in_(bindparam("ids", expanding=True)),
+    ),
+    select(
+        literal_column("'receipt'"),
+        invocation_receipts.c.invocation_id,
+        invocation_receipts.c.status,
+    ).where(
+        invocation_receipts.c.owner == bindparam("owner"),
+        invocation_receipts.c.invocation_id.in_(bindparam("ids", expanding=True)),
+    ),
+)
+
+
 def cited_records(
     conn: Connection, task_id: str, ids: Iterable[str]
 ) -> tuple[set[str], dict[str, str]]:
@@ -59,21 +81,7 @@ def cited_records(
         return set(), {}
     # Both lookups in one statement (one round trip): evidence rows carry no status.
     rows = conn.execute(
-        union_all(
-            select(
-                literal("evidence").label("kind"),
-                evidence.c.evidence_id.label("record_id"),
-                null().label("status"),
-            ).where(evidence.c.task_id == task_id, evidence.c.evidence_id.in_(wanted)),
-            select(
-                literal("receipt").label("kind"),
-                invocation_receipts.c.invocation_id,
-                invocation_receipts.c.status,
-            ).where(
-                invocation_receipts.c.owner == f"task:{task_id}",
-                invocation_receipts.c.invocation_id.in_(wanted),
-            ),
-        )
+        _CITED, {"task_id": task_id, "owner": f"task:{task_id}", "ids": wanted}
     ).all()
     found = {row.record_id for row in rows if row.kind == "evidence"}
     return found, {row.record_id: row.status for row in rows if row.kind == "receipt"}

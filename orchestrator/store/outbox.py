@@ -257,8 +257,12 @@ def _record_distinct(conn: Connection, events: Sequence[NewEvent]) -> list[TaskE
         if event.type in WEBHOOK_EVENTS
     ]
     if webhooks:
-        conn.execute(insert(outbox), webhooks[0] if len(webhooks) == 1 else webhooks)
+        conn.execute(_INSERT_OUTBOX, webhooks[0] if len(webhooks) == 1 else webhooks)
     return recorded
+
+
+#: Built once: a statement built per call costs more to construct and key than to send.
+_INSERT_OUTBOX = insert(outbox)
 
 
 @cache

@@ -1,6 +1,7 @@
 """CLI arguments a first-time user gets wrong end in one line and exit code 2 before anything
 starts: an address `orchestrator api` cannot listen on, a port already taken, a malformed
-`tasks ask --idempotency-key`. And `cleanup` says everything it deleted."""
+`tasks ask --idempotency-key`, a `demo --timeout` that is not a positive number. And `cleanup`
+says everything it deleted."""
 
 from __future__ import annotations
 
@@ -122,6 +123,15 @@ def test_a_malformed_idempotency_key_is_a_usage_error(
         run("tasks", "ask", "no-such-task", "q", "--idempotency-key", key), capsys
     )
     assert "--idempotency-key" in line
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "soon"])
+def test_a_demo_timeout_that_is_not_a_positive_number_is_a_usage_error(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: the demo started its worker and sweeper, then gave up at once (exit 1).
+    line = one_line_exit_2(run("demo", "--timeout", value), capsys)
+    assert "--timeout" in line
 
 
 def test_cleanup_says_how_many_transcript_entries_it_deleted(

@@ -1,12 +1,15 @@
 """`orchestrator api [--host] [--port]`: serve the HTTP API with uvicorn; a SIGTERM stops it
-gracefully with exit code 0."""
+gracefully with exit code 0. An address it cannot listen on is one line and exit code 2, found
+before the app starts."""
 
 from __future__ import annotations
 
 import argparse
 import copy
+import errno
 import ipaddress
 import signal
+import socket
 from types import FrameType
 from typing import Any
 
@@ -14,7 +17,7 @@ from orchestrator.cli.common import CommandFailed, bounded_int, load
 from orchestrator.logs import TEXT_FORMAT, RedactFilter, configure_logging, secrets_of
 from orchestrator.settings import Settings
 
-__all__ = ["LOG_LEVELS", "is_loopback", "register"]
+__all__ = ["LOG_LEVELS", "check_listen", "is_loopback", "register"]
 
 #: uvicorn's level names.
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
@@ -44,6 +47,33 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def check_listen(host: str, port: int) -> None:
+    """Raise `CommandFailed` (exit 2) unless `host:port` can be listened on now.
+
+    uvicorn binds only after the app's startup ran (the Redis listener of the streams among it),
+    then logs the error and shuts the app down, and a shutdown that races that listener's first
+    connection could wait for ever, deaf to SIGTERM. So a typo in --host, an address of another
+    machine or a port already in use is found here, before anything starts, and said in one
+    line. Every address the host resolves to is tried, as uvicorn listens on each of them.
+    """
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if not host.strip():
+        raise CommandFailed("--host is empty; give an address, e.g. 127.0.0.1", exit_code=2)
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, socket.gaierror) else "not a host name"
+        raise CommandFailed(f"cannot listen on --host {host}: {reason}", exit_code=2) from None
+    for family, kind, proto, _name, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                reason = "the port is in use" if exc.errno == errno.EADDRINUSE else exc.strerror
+                raise CommandFailed(f"cannot listen on {where}: {reason}", exit_code=2) from None
 
 
 def _log_config(settings: Settings, level: str) -> dict[str, Any] | None:
@@ -85,6 +115,7 @@ def _serve(args: argparse.Namespace) -> int:
             "set a token or listen on 127.0.0.1",
             exit_code=2,
         )
+    check_listen(args.host, args.port)
     import uvicorn
 
     from orchestrator.api import create_app

@@ -16,7 +16,9 @@ MAX_BATCH = 10_000
 
 def register(commands: Any) -> None:
     cleanup = commands.add_parser(
-        "cleanup", help="delete expired orphan receipts (never running or unknown ones)"
+        "cleanup",
+        help="retention: delete expired receipts and transcripts of finished tasks "
+        "(never running or unknown receipts)",
     )
     cleanup.add_argument(
         "--batch-size",
@@ -43,6 +45,7 @@ def _cleanup(args: argparse.Namespace) -> int:
         print(
             f"deleted {report.receipts_deleted} invocation receipts older than "
             f"{report.retention_days} days (before {report.cutoff:%Y-%m-%d %H:%M:%S} UTC) "
-            f"in {report.batches} batches; running and unknown receipts are kept"
+            f"in {report.batches} batches, and {report.transcript_entries_deleted} transcript "
+            "entries of finished tasks; running and unknown receipts are kept"
         )
     return 0

@@ -7,7 +7,9 @@ import getpass
 from typing import Any
 
 from orchestrator.cli.common import CommandFailed, add_json_flag, load, print_json
+from orchestrator.errors import ValidationFailed
 from orchestrator.services.collaboration import CollaborationService
+from orchestrator.services.collaboration import _checked_key as checked_key
 from orchestrator.store.db import Database
 
 __all__ = ["register_ask"]
@@ -22,10 +24,22 @@ def register_ask(tasks: Any) -> None:
     ask.add_argument(
         "--idempotency-key",
         metavar="KEY",
+        type=_idempotency_key,
         help="ask once per KEY: a retry returns the first answer (another question is refused)",
     )
     add_json_flag(ask)
     ask.set_defaults(handler=_ask)
+
+
+def _idempotency_key(text: str) -> str:
+    """An argparse `type`: the API's rule for an `Idempotency-Key`, checked before the store or
+    the model is reached, so a malformed key is a usage error (exit 2) like any bad argument."""
+    try:
+        checked = checked_key(text)
+    except ValidationFailed as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+    assert checked is not None
+    return checked
 
 
 def _ask(args: argparse.Namespace) -> int:

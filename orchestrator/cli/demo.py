@@ -30,20 +30,39 @@ from orchestrator.store import tasks as task_store
 
 __all__ = ["register"]
 
+#: The demo's short leases, unless the environment sets its own.
 DEMO_SETTINGS = {
     "ORCH_LEASE_SECONDS": "3",
     "ORCH_LEASE_RENEW_SECONDS": "1",
     "ORCH_SWEEP_SECONDS": "1",
-    "ORCH_MODEL": f"scripted:{SCRIPTS}",
 }
+#: Always the bundled script: a shell set up for the fleet names a real model (ORCH_MODEL,
+#: LLM_BASE_URL), and the demo waits on the script's steps, which no real model follows.
+DEMO_MODEL = f"scripted:{SCRIPTS}"
 
 T = TypeVar("T")
 
 
 def register(commands: Any) -> None:
     demo = commands.add_parser("demo", help="watch a worker die mid-round and the task recover")
-    demo.add_argument("--timeout", type=float, default=50.0, help="give up after this many seconds")
+    demo.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=50.0,
+        help="give up after this many seconds (default 50)",
+    )
     demo.set_defaults(handler=_demo)
+
+
+def _seconds(text: str) -> float:
+    """An argparse `type`: a positive number of seconds, else a one-line usage error."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value <= 3600:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most 3600, not {text}")
+    return value
 
 
 class _Processes:
@@ -103,6 +122,8 @@ def _say(text: str) -> None:
 
 def _demo(args: argparse.Namespace) -> int:
     os.environ.update({k: v for k, v in DEMO_SETTINGS.items() if k not in os.environ})
+    own_model = os.environ.get("ORCH_MODEL")
+    os.environ["ORCH_MODEL"] = DEMO_MODEL
     settings = load()
     folder = (settings.home / "demo").resolve()
     folder.mkdir(parents=True, exist_ok=True)
@@ -117,6 +138,8 @@ def _demo(args: argparse.Namespace) -> int:
         f"{settings.lease_renew_seconds:g}s, sweep every {settings.sweep_seconds:g}s "
         "(production defaults: 120s, 40s, 15s)"
     )
+    ignored = f" (ORCH_MODEL={own_model} is not used by the demo)" if own_model else ""
+    _say(f"  agent: the bundled script {SCRIPTS}{ignored}")
     env = dict(os.environ)
     processes = _Processes(folder, env)
     rt = build_runtime(load_settings())

@@ -13,13 +13,17 @@ from tests.acceptance.fleet import ORCHESTRATOR
 
 
 def test_demo_recovers_from_a_killed_worker_and_completes(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ORCH_", "LLM_"))}
+    # A shell set up for the fleet (README: "Run it against Postgres and Redis") names a real
+    # model; the demo's agent still follows its bundled script, never that server (here none).
+    env.update(ORCH_MODEL="openai:qwen3-32b", LLM_BASE_URL="http://127.0.0.1:9/v1")
     result = subprocess.run(
         [ORCHESTRATOR, "demo"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90
     )
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert "lease 3s, renewed every 1s, sweep every 1s" in out
+    assert "agent: the bundled script" in out
     assert "killing worker-1 with SIGKILL mid-round" in out
     recovered = re.search(r"generation 2 started ([\d.]+)s after the kill", out)
     assert recovered is not None, out

@@ -129,6 +129,11 @@ class Subscription:
         return True
 
 
+#: How often and how long `PlanHub.stop` cancels a listener that has not ended.
+_STOP_TRIES: Final = 4
+_STOP_WAIT: Final = 0.5
+
+
 class PlanHub:
     """The waiting side, one per API process: streams wait here for their session's wake-up."""
 
@@ -141,6 +146,7 @@ class PlanHub:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listener: asyncio.Task[None] | None = None
         self.subscribed = asyncio.Event()
+        self._stopping = False
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -148,11 +154,21 @@ class PlanHub:
             self._listener = asyncio.create_task(self._listen(self.redis_url))
 
     async def stop(self) -> None:
-        if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._listener
-            self._listener = None
+        """Cancel the listener, again if a cancel was swallowed (redis-py has lost one that
+        landed while it connected: redis/redis-py#2551), for at most `_STOP_TRIES` x
+        `_STOP_WAIT` seconds: a stop never hangs on it."""
+        self._stopping = True
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            for _ in range(_STOP_TRIES):
+                listener.cancel()
+                done, _pending = await asyncio.wait({listener}, timeout=_STOP_WAIT)
+                if done:
+                    if not listener.cancelled():
+                        listener.exception()  # retrieved: an ending error is no stop's concern
+                    break
+            else:
+                log.warning("plan wake-up listener did not stop; leaving it")
         self.wake_all()
 
     def notify(self, session_id: str, revision: int) -> None:
@@ -205,7 +221,7 @@ class PlanHub:
 
     async def _listen(self, url: str) -> None:
         backoff = 0.2
-        while True:
+        while not self._stopping:
             client = aioredis.Redis.from_url(url)
             pubsub = client.pubsub()
             try:

@@ -58,6 +58,10 @@ def sign(secret: str, body: bytes) -> str:
     return "sha256=" + hmac.new(secret.encode("utf-8"), body, hashlib.sha256).hexdigest()
 
 
+#: The longest wait between outbox rounds that failed (the store or the network away).
+_MAX_BACKOFF_SECONDS: Final = 30.0
+
+
 @dataclass
 class DispatchReport:
     delivered: list[int] = field(default_factory=list)
@@ -130,14 +134,26 @@ class OutboxDispatcher:
         return report
 
     def run(self, stop: threading.Event) -> None:
+        poll = self.settings.outbox_poll_seconds
+        failures = 0
         while not stop.is_set():
             try:
                 report = self.run_once(stop)
             except Exception as exc:  # the store briefly away must not end the loop
-                log.warning("outbox round failed (%s); retrying", type(exc).__name__)
-                report = DispatchReport()
+                # Each failure in a row doubles the wait (up to _MAX_BACKOFF_SECONDS): a store
+                # that is down for an hour gets a round, and a log line, twice a minute.
+                failures += 1
+                wait = min(poll * 2**failures, max(poll, _MAX_BACKOFF_SECONDS))
+                log.warning(
+                    "outbox round failed (%s); retrying in %.0f s", type(exc).__name__, wait
+                )
+                stop.wait(wait)
+                continue
+            if failures:
+                log.info("outbox round succeeded again after %d failure(s)", failures)
+                failures = 0
             if not report.sent:
-                stop.wait(self.settings.outbox_poll_seconds)
+                stop.wait(poll)
 
     def close(self) -> None:
         self.client.close()

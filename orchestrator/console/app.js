@@ -633,7 +633,7 @@
       if (!task.plan && !s.plan) loadEarlierPlan();
       // A new generation without a plan yet: the one shown is now an earlier generation's.
       if (!task.plan && s.plan && s.plan.session_id && s.plan.session_id !== task.session_id
-        && !document.getElementById("plan-earlier")) showPlan(s.plan);
+        && !document.getElementById("plan-earlier")) drawPlan();
       if (s.stream && s.streamKind === "session" && task.session_id && s.streamSession !== task.session_id) {
         s.stream.close(); // a new generation's session: follow it
         s.stream = null;
@@ -642,10 +642,20 @@
       if (!s.stream) openStream();
     }
 
+    // The live plan is s.plan; a person may look at an older revision of its session
+    // (s.viewing) while the live one goes on updating underneath.
     function showPlan(plan) {
       if (!plan || !Array.isArray(plan.nodes)) return;
-      const focused = document.activeElement && document.activeElement.getAttribute("data-node");
       s.plan = plan;
+      if (s.viewing && s.viewing.session_id !== plan.session_id) s.viewing = null; // a new generation
+      drawPlan();
+    }
+    function drawnPlan() {
+      return s.viewing || s.plan;
+    }
+    function drawPlan() {
+      const plan = drawnPlan();
+      const focused = document.activeElement && document.activeElement.getAttribute("data-node");
       if (s.graph && s.graph.dispose) s.graph.dispose();
       s.graph = planGraph(plan, s.selected, select);
       const current = !s.task || !plan.session_id || plan.session_id === s.task.session_id;
@@ -653,6 +663,7 @@
       fill(planBox, el("h3", { id: "plan-title" }, plan.title || ""),
         current ? null : el("p", { class: "notice", id: "plan-earlier" },
           `From generation ${from ? from.generation : "an earlier generation"}: generation ${s.task.generation} has published no plan of its own yet.`),
+        revisionPicker(),
         el("p", { class: "muted" }, `revision ${plan.revision}`, plan.reason ? " · " : "", plan.reason ? el("span", { id: "plan-reason" }, plan.reason) : null),
         countsOf(plan), s.graph);
       if (focused) {
@@ -660,6 +671,37 @@
         if (again) again.focus();
       }
       if (s.selected) showNode(s.selected, false);
+    }
+    // Every revision of the live plan's session (they are numbered 1, 2, ... without gaps).
+    function revisionPicker() {
+      const latest = s.plan.revision;
+      const picker = el("select", { id: "plan-revision", onchange: () => viewRevision(Number(picker.value)) });
+      for (let n = latest; n >= 1; n -= 1) {
+        picker.appendChild(el("option", { value: String(n), selected: n === drawnPlan().revision }, n === latest ? `${n} (latest, live)` : String(n)));
+      }
+      return el("div", { class: "row revisions" }, el("label", { for: "plan-revision" }, "Revision"), picker,
+        s.viewing ? [el("span", { class: "notice", id: "plan-old" }, `An earlier revision: the plan is at ${latest}.`),
+          el("button", { type: "button", class: "secondary", id: "plan-latest", onclick: () => viewRevision(latest) }, "Back to the latest")] : null,
+        el("span", { role: "status", class: "error", id: "plan-revision-error" }));
+    }
+    async function viewRevision(revision) {
+      if (!s.plan || revision === s.plan.revision) {
+        s.viewing = null;
+        drawPlan();
+        return;
+      }
+      const sid = encodeURIComponent(s.plan.session_id);
+      const result = await api("GET", `sessions/${sid}/execution-plans/${revision}`);
+      if (!s.alive) return;
+      if (result.ok && result.data && Array.isArray(result.data.nodes)) {
+        s.viewing = result.data;
+        drawPlan();
+        const picker = document.getElementById("plan-revision");
+        if (picker) picker.focus();
+      } else {
+        const box = document.getElementById("plan-revision-error");
+        if (box) fill(box, errorText(result));
+      }
     }
 
     // The explain view carries the current generation's plan; until that generation publishes,
@@ -682,14 +724,15 @@
     // actor with an edge from it (domain/decisions.py; a retry that failed has its own retry).
     const CLOSED_AS = { complete: "completed", fail: "failed", skip: "skipped" };
     function retriesOf(node) {
-      const byId = new Map(s.plan.nodes.map((n) => [n.id, n]));
-      const retries = (s.plan.edges || []).filter((e) => e.from === node.id)
+      const plan = drawnPlan();
+      const byId = new Map(plan.nodes.map((n) => [n.id, n]));
+      const retries = (plan.edges || []).filter((e) => e.from === node.id)
         .map((e) => byId.get(e.to)).filter((n) => n && n.actor === node.actor);
       if (!retries.length) return el("span", { class: "error" }, "no retry yet: the task cannot complete until one is completed");
       return retries.map((n, i) => [i ? ", " : "", el("code", {}, n.id), " ", badge(n.status)]);
     }
     function showNode(id, focus) {
-      const node = s.plan && s.plan.nodes.find((n) => n.id === id);
+      const node = s.plan && drawnPlan().nodes.find((n) => n.id === id);
       if (!node) { nodeDetail.hidden = true; return; }
       const result = el("p", { role: "status", class: "node-result" });
       const open = node.actor === "human" && !NODE_DONE.includes(node.status);

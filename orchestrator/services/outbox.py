@@ -142,8 +142,10 @@ class OutboxDispatcher:
             except Exception as exc:  # the store briefly away must not end the loop
                 # Each failure in a row doubles the wait (up to _MAX_BACKOFF_SECONDS): a store
                 # that is down for an hour gets a round, and a log line, twice a minute.
+                # The exponent is capped too: 2**1024 is past a float, and an outage of nine
+                # hours is that many failures.
                 failures += 1
-                wait = min(poll * 2**failures, max(poll, _MAX_BACKOFF_SECONDS))
+                wait = min(poll * 2 ** min(failures, 64), max(poll, _MAX_BACKOFF_SECONDS))
                 log.warning(
                     "outbox round failed (%s); retrying in %.0f s", type(exc).__name__, wait
                 )

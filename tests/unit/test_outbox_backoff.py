@@ -54,3 +54,15 @@ def test_failed_rounds_back_off_to_a_bound_then_the_poll_interval_returns(
     assert len(failed) == 8
     assert "retrying in 30 s" in failed[-1].getMessage()
     assert any("succeeded again after 8 failure(s)" in r.getMessage() for r in caplog.records)
+
+
+def test_a_long_outage_keeps_the_loop_alive_at_the_bound(tmp_path: Path) -> None:
+    """Thirty-second rounds for nine hours are about 1,100 failures in a row: the wait stays
+    at the bound (a doubling computed without a bound overflows a float after 1,023)."""
+    settings = load_settings(home=tmp_path / "home", outbox_poll_seconds=1.0)
+    dispatcher = _Flaky([False] * 1100, settings=settings, db=None)  # type: ignore[arg-type]
+    stop = _Recorded(limit=1100)
+    dispatcher.run(stop)
+    dispatcher.close()
+    assert len(stop.waits) == 1100
+    assert set(stop.waits[5:]) == {30.0}

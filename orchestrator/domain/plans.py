@@ -47,6 +47,7 @@ __all__ = [
     "find_cycle",
     "parse_plan",
     "raise_problems",
+    "retry_edge_problems",
     "status_counts",
     "validate_plan",
 ]
@@ -79,6 +80,7 @@ CODES: Final = (
     "node_removed",
     "completed_node_changed",
     "failed_node_reopened",
+    "retry_not_new",
     # Who may change what (`domain.plan_authority`).
     "human_node",
     "actor_changed",
@@ -311,6 +313,49 @@ def check_update(
                     node_id=node_id,
                 )
             )
+    return problems
+
+
+def retry_edge_problems(
+    nodes: Sequence[Mapping[str, Any]],
+    edges: Sequence[Mapping[str, Any]],
+    previous: Sequence[Mapping[str, Any]] | None,
+    previous_edges: Sequence[Mapping[str, Any]] | None,
+) -> list[Problem]:
+    """A new edge into a node that was already completed or failed, from a node of its actor.
+
+    Such an edge would make the closed node a retry of its source (`domain.decisions`), but a
+    retry is a new node: one closed before the edge was drawn retries nothing. Without this,
+    an agent could release a step a person failed with an edge to another human step a person
+    had completed already, and complete the task on a sampling nobody repeated. An edge the
+    previous revision (or the task's last plan) had already is kept as it is.
+    """
+    if not previous:
+        return []
+    before = {str(n["id"]): n for n in previous if isinstance(n, Mapping)}
+    actors = {str(n.get("id")): n.get("actor") for n in nodes if isinstance(n, Mapping)}
+    drawn = {(str(e.get("from")), str(e.get("to"))) for e in previous_edges or ()}
+    problems: list[Problem] = []
+    for edge in edges:
+        source, target = str(edge.get("from")), str(edge.get("to"))
+        old = before.get(target)
+        if (
+            old is None
+            or old.get("status") not in ("completed", "failed")
+            or actors.get(source) != old.get("actor")
+            or (source, target) in drawn
+        ):
+            continue
+        problems.append(
+            problem(
+                "retry_not_new",
+                f"node {target!r} was {old.get('status')} already; a new edge from {source!r} "
+                "to it would make it a retry, and a retry is a new node (add one with an edge "
+                f"from {source!r})",
+                node_id=target,
+                edge={"from": source, "to": target},
+            )
+        )
     return problems
 
 

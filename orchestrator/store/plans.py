@@ -100,6 +100,8 @@ class PublishContext:
     latest_revision: int  # 0 when the session has no plan yet
     latest_nodes: list[dict[str, Any]] | None
     same_request: tuple[int, str] | None  # (revision, content_digest) stored under request_id
+    #: The latest revision's edges: a new edge into a closed node is refused (retry_not_new).
+    latest_edges: list[dict[str, Any]] | None = None
 
 
 def _wanted_revisions(by_request_id: bool) -> Any:
@@ -121,6 +123,7 @@ _CONTEXT_COLUMNS = (
     plan_revisions.c.request_id,
     plan_revisions.c.content_digest,
     plan_revisions.c.nodes,
+    plan_revisions.c.edges,
 )
 
 
@@ -199,6 +202,7 @@ def _context(rows: Sequence[Any], request_id: str | None) -> PublishContext:
         latest_revision=top.revision if top is not None else 0,
         latest_nodes=list(top.nodes) if top is not None else None,
         same_request=(same.revision, same.content_digest) if same is not None else None,
+        latest_edges=list(top.edges) if top is not None else None,
     )
 
 

@@ -224,3 +224,38 @@ def test_a_failed_step_wakes_the_agent_while_another_human_step_is_open(
     held = waiting_on(rt, scripts, "sample", approval=True)
     step = rt.human_steps.close(held, "sample", "failed", by="lab", reason="bottle broke")
     assert (step.task_status, step.generation) == ("waiting", 1)
+
+
+def test_a_step_a_person_closed_before_is_no_retry_of_a_failed_one(
+    env: tuple[Runtime, RecordingDispatcher, Path],
+) -> None:
+    """The dishonest agent draws an edge from the person's failed step to another human step
+    a person had completed already (the call-back): that step was done before the sampling
+    failed, so it retries nothing. The publish is refused and the task does not complete."""
+    rt, _dispatcher, scripts = env
+    task_id = waiting_on(rt, scripts, "sample", "callback")
+    rt.human_steps.close(task_id, "callback", "completed", by="desk", evidence="water is clear")
+    step = rt.human_steps.close(task_id, "sample", "failed", by="lab", reason="bottle broke")
+    assert (step.task_status, step.generation) == ("queued", 2)
+    edges = [CHECK_TO_SAMPLE, {"from": "check", "to": "callback"}]
+    redrawn = [*edges, {"from": "sample", "to": "callback"}]
+    script(
+        scripts,
+        [
+            READ,
+            {"tool_calls": [plan_call("c1", "r1", [kept_node(i) for i in range(3)], redrawn)]},
+            {"tool_calls": [report_call("c2", "completed")]},
+        ],
+    )
+    assert rt.executions.run(task_id, 2, worker="w").outcome == "continue"
+    assert rt.tasks.get(task_id).status == "queued"
+    refusals = [
+        e["body"]
+        for e in rt.tasks.transcript(task_id, 2)["items"]
+        if e["kind"] == "tool_result" and e.get("call_id") == "c1"
+    ]
+    assert [r.get("code") for r in refusals] == ["retry_not_new"]
+    with rt.db.transaction(readonly=True) as conn:
+        gen2 = task_store.get_execution(conn, task_id, 2)
+    assert gen2 is not None
+    assert rt.plans.latest(gen2.session_id) is None  # the redrawn plan was refused

@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator.domain.decisions import RoundFacts, decide, unretried_failed_nodes
 from orchestrator.domain.plan_authority import authority_problems
-from orchestrator.domain.plans import validate_plan
+from orchestrator.domain.plans import retry_edge_problems, validate_plan
 from orchestrator.errors import ValidationFailed
 
 
@@ -188,3 +188,29 @@ def test_a_cycle_of_failed_nodes_releases_nothing_and_ends() -> None:
     # A stored plan has no cycle (validation refuses one); the rule still never loops on one.
     nodes = [node("a", "failed", "human"), node("b", "failed", "human")]
     assert unretried_failed_nodes(nodes, [edge("a", "b"), edge("b", "a")]) == ["a", "b"]
+
+
+def test_a_node_closed_before_its_edge_was_drawn_is_no_retry() -> None:
+    """A retry is a new node: a new edge into a node already completed (or failed) would make
+    it a retry of a step it never followed, so the publish is refused (`retry_not_new`)."""
+    callback = node("callback", "completed", "human")
+    before = [CHECK, FAILED_SAMPLE, callback]
+    drawn = [edge("check", "sample"), edge("check", "callback")]
+    redrawn = [*drawn, edge("sample", "callback")]
+    (refusal,) = retry_edge_problems(before, redrawn, before, drawn)
+    assert (refusal["code"], refusal["node_id"]) == ("retry_not_new", "callback")
+    # Drawn while the step was still open (the person's node pending, the edge already there),
+    # the same edge is no new edge when the step later closes.
+    assert retry_edge_problems(before, redrawn, before, redrawn) == []
+    # ... nor before the failed step failed: it would have released it the moment it failed.
+    pending = [CHECK, node("sample", "pending", "human"), callback]
+    assert [p["code"] for p in retry_edge_problems(pending, redrawn, pending, drawn)] == [
+        "retry_not_new"
+    ]
+    # Into a failed node that has a completed retry of its own: the same.
+    chain = [CHECK, FAILED_SAMPLE, node("other", "failed", "human")]
+    assert retry_edge_problems(chain, [edge("sample", "other")], chain, [])
+    # An edge from another actor's node releases nothing, and a new node is no closed one.
+    assert retry_edge_problems(before, [edge("check", "callback")], before, []) == []
+    resample = [*before, node("resample", "pending", "human")]
+    assert retry_edge_problems(resample, [edge("sample", "resample")], before, drawn) == []

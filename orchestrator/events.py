@@ -150,6 +150,7 @@ class PlanHub:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._stopping = False  # a stop ended the previous listener; this one listens
         if self.redis_url:
             self._listener = asyncio.create_task(self._listen(self.redis_url))
 

@@ -59,3 +59,23 @@ def test_a_listener_that_never_ends_is_given_up_on_in_bounded_time() -> None:
     took, done = asyncio.run(scenario())
     assert not done
     assert took < 5
+
+
+def test_a_hub_started_again_after_a_stop_listens_again() -> None:
+    """An app's lifespan may run twice (a test client entered twice): the second start must
+    listen, not end at once because the first stop said so."""
+
+    async def scenario() -> tuple[bool, bool]:
+        hub = PlanHub("redis://127.0.0.1:1/0")  # nothing listens: the listener keeps retrying
+        await hub.start()
+        await hub.stop()
+        await hub.start()
+        await asyncio.sleep(0.1)
+        listener = hub._listener
+        listening = listener is not None and not listener.done()
+        await hub.stop()
+        return listening, listener is not None and listener.done()
+
+    listening, ended = asyncio.run(scenario())
+    assert listening
+    assert ended

@@ -322,36 +322,38 @@ def retry_edge_problems(
     previous: Sequence[Mapping[str, Any]] | None,
     previous_edges: Sequence[Mapping[str, Any]] | None,
 ) -> list[Problem]:
-    """A new edge into a node that was already completed or failed, from a node of its actor.
+    """A new edge that would make a node already in the plan a retry of its source.
 
-    Such an edge would make the closed node a retry of its source (`domain.decisions`), but a
-    retry is a new node: one closed before the edge was drawn retries nothing. Without this,
-    an agent could release a step a person failed with an edge to another human step a person
-    had completed already, and complete the task on a sampling nobody repeated. An edge the
-    previous revision (or the task's last plan) had already is kept as it is.
+    A retry of a failed node is a node of its actor with an edge from it (`domain.decisions`),
+    and a retry is a new node (seed 004: 重试使用新节点). So a new edge from a node of the same
+    actor is refused into a node already completed or failed (one closed before the edge was
+    drawn retries nothing), and a new edge from a failed node into any node already in the
+    plan (a call-back planned for its own reason, completed by a person later, would release
+    the failed step). Without this, an agent could release a step a person failed and
+    complete the task on a sampling nobody repeated. An edge the previous revision (or the
+    task's last plan) had already is kept as it is.
     """
     if not previous:
         return []
     before = {str(n["id"]): n for n in previous if isinstance(n, Mapping)}
-    actors = {str(n.get("id")): n.get("actor") for n in nodes if isinstance(n, Mapping)}
+    now = {str(n.get("id")): n for n in nodes if isinstance(n, Mapping)}
     drawn = {(str(e.get("from")), str(e.get("to"))) for e in previous_edges or ()}
     problems: list[Problem] = []
     for edge in edges:
         source, target = str(edge.get("from")), str(edge.get("to"))
         old = before.get(target)
-        if (
-            old is None
-            or old.get("status") not in ("completed", "failed")
-            or actors.get(source) != old.get("actor")
-            or (source, target) in drawn
-        ):
+        origin = now.get(source, {})
+        if old is None or origin.get("actor") != old.get("actor") or (source, target) in drawn:
+            continue
+        closed = old.get("status") in ("completed", "failed")
+        if not closed and origin.get("status") != "failed":
             continue
         problems.append(
             problem(
                 "retry_not_new",
-                f"node {target!r} was {old.get('status')} already; a new edge from {source!r} "
-                "to it would make it a retry, and a retry is a new node (add one with an edge "
-                f"from {source!r})",
+                f"node {target!r} is in the plan already ({old.get('status')}); a new edge "
+                f"from {source!r} to it would make it a retry, and a retry is a new node (add "
+                f"one with an edge from {source!r})",
                 node_id=target,
                 edge={"from": source, "to": target},
             )

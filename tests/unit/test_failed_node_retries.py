@@ -214,3 +214,26 @@ def test_a_node_closed_before_its_edge_was_drawn_is_no_retry() -> None:
     assert retry_edge_problems(before, [edge("check", "callback")], before, []) == []
     resample = [*before, node("resample", "pending", "human")]
     assert retry_edge_problems(resample, [edge("sample", "resample")], before, drawn) == []
+
+
+def test_a_failed_step_is_retried_only_by_a_node_new_with_its_edge() -> None:
+    """Seed 004 (重试使用新节点): a new edge from a failed node into a node that was already
+    in the plan, even an open one, is refused: a person completing that other step (a
+    call-back planned for its own reason) would otherwise release the failed sampling."""
+    callback = node("callback", "pending", "human")
+    before = [CHECK, FAILED_SAMPLE, callback]
+    drawn = [edge("check", "sample"), edge("check", "callback")]
+    (refusal,) = retry_edge_problems(before, [*drawn, edge("sample", "callback")], before, drawn)
+    assert (refusal["code"], refusal["node_id"]) == ("retry_not_new", "callback")
+    # A new node with its edge is the retry, and an edge drawn before the step failed stays.
+    resample = [*before, node("resample", "pending", "human")]
+    assert retry_edge_problems(resample, [*drawn, edge("sample", "resample")], before, drawn) == []
+    assert (
+        retry_edge_problems(
+            before,
+            [*drawn, edge("sample", "callback")],
+            before,
+            [*drawn, edge("sample", "callback")],
+        )
+        == []
+    )

@@ -28,6 +28,7 @@ _DONE = frozenset({"completed", "skipped", "cancelled"})
 #: A human node in one of these no longer waits for a person: a person closed it, or it no
 #: longer applies. A failed one still holds the completion until its retry is completed.
 _HUMAN_CLOSED = _DONE | {"failed"}
+_OPEN = frozenset({"pending", "running", "waiting"})
 
 
 def unretried_failed_nodes(
@@ -85,6 +86,8 @@ class RoundFacts:
     #: Background commands of this round still running when it ended (they are reaped after).
     running_commands: int = 0
     plan_edges: Sequence[Mapping[str, Any]] | None = ()
+    #: A person wrote the latest revision (closed a human node after the agent's last plan).
+    person_revised_last: bool = False
 
 
 @dataclass(frozen=True)
@@ -109,16 +112,18 @@ def decide(facts: RoundFacts) -> Decision:
     if facts.pending_actions > 0:
         return Decision("waiting", "waiting", f"{facts.pending_actions} action(s) await approval")
     # A skipped or cancelled human node no longer applies, a failed one was closed by a person;
-    # any other is awaited.
+    # any other is awaited, unless a person failed a step after the agent's last plan: the
+    # round never saw that, and the agent must get a round to retry it (or fail the task).
+    unretried = unretried_failed_nodes(nodes, facts.plan_edges)
+    unseen = _failed_since_agent_plan(nodes, facts.plan_edges, unretried, facts.person_revised_last)
     open_human = open_human_nodes(nodes)
-    if open_human:
+    if open_human and not unseen:
         return Decision(
             "waiting", "waiting", "human node(s) not completed: " + ", ".join(open_human)
         )
     # Only a report that declared `completed` (which cites recorded evidence) completes: one
     # that declared `waiting` or `continue` is never turned into a completion by the host;
     # with nothing to wait for (no approval, no open human node) the task continues.
-    unretried = unretried_failed_nodes(nodes, facts.plan_edges)
     all_done = bool(nodes) and all(
         n["status"] in _DONE or (n["status"] == "failed" and str(n["id"]) not in unretried)
         for n in nodes
@@ -138,6 +143,14 @@ def decide(facts: RoundFacts) -> Decision:
             f"the task did not finish within {facts.max_rounds} rounds" + retry,
             "round_limit",
         )
+    if unseen:
+        return Decision(
+            "queued",
+            "continue",
+            "a person failed human node(s) after the agent's last plan: "
+            + ", ".join(unseen)
+            + retry,
+        )
     if facts.report_outcome is None:
         return Decision("queued", "continue", "the round saved no report" + retry)
     if facts.report_outcome == "waiting":
@@ -147,6 +160,32 @@ def decide(facts: RoundFacts) -> Decision:
     if facts.report_outcome == "continue" and all_done:
         return Decision("queued", "continue", "the report declared continue")
     return Decision("queued", "continue", "plan nodes remain open" + retry)
+
+
+def _failed_since_agent_plan(
+    nodes: Sequence[Mapping[str, Any]],
+    edges: Sequence[Mapping[str, Any]] | None,
+    unretried: Sequence[str],
+    person_revised_last: bool,
+) -> list[str]:
+    """The failed human nodes the agent has not answered: a person wrote the plan's latest
+    revision (the agent has not published since), and no retry of the node is drawn yet (an
+    open one, waiting for its person, is the agent's answer)."""
+    if not person_revised_last:
+        return []
+    by_id = {str(n["id"]): n for n in nodes}
+    drawn = {
+        str(e.get("from"))
+        for e in edges or ()
+        if (retry := by_id.get(str(e.get("to")))) is not None
+        and retry.get("actor") == "human"
+        and retry.get("status") in _OPEN
+    }
+    return [
+        node_id
+        for node_id in unretried
+        if by_id[node_id].get("actor") == "human" and node_id not in drawn
+    ]
 
 
 def _retry_hint(nodes: Sequence[Mapping[str, Any]], unretried: Sequence[str]) -> str:

@@ -13,11 +13,24 @@ from typing import Any, Final
 
 from orchestrator.errors import ConflictError, NotFound
 
-__all__ = ["PERSON_STATUSES", "close_human_node", "keep_person_closed"]
+__all__ = [
+    "PERSON_REQUEST_PREFIX",
+    "PERSON_STATUSES",
+    "close_human_node",
+    "is_person_revision",
+    "keep_person_closed",
+]
 
 #: What a person can set a human node to: complete, fail or skip (`--complete`, `--fail`, `--skip`).
 PERSON_STATUSES: Final = ("completed", "failed", "skipped")
 _OPEN: Final = frozenset({"pending", "running", "waiting"})
+#: The request id of a person's revision starts with this (the agent's are its own).
+PERSON_REQUEST_PREFIX: Final = "human:"
+
+
+def is_person_revision(request_id: str | None) -> bool:
+    """Whether a plan revision with this request id was a person closing a human node."""
+    return request_id is not None and request_id.startswith(PERSON_REQUEST_PREFIX)
 
 
 def close_human_node(

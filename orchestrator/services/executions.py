@@ -25,6 +25,7 @@ from orchestrator.agent.request import AgentContext
 from orchestrator.agent.subagents import SUBAGENTS, Delegate, SubAgentRegistry, SubAgentRun
 from orchestrator.agent.transcript import TranscriptWriter
 from orchestrator.domain.decisions import Decision, RoundFacts, decide
+from orchestrator.domain.human_steps import is_person_revision
 from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
 from orchestrator.errors import StaleGeneration
 from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable
@@ -388,6 +389,7 @@ def finish_generation(
                 max_rounds=0,
                 open_writes=open_work.open_writes(conn, fence.task_id),
                 plan_edges=facts.plan_edges,
+                person_revised_last=is_person_revision(facts.plan_request_id),
             )
         )
         if decision.queues_next:

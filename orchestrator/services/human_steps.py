@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from orchestrator.domain import plans as rules
-from orchestrator.domain.human_steps import close_human_node
+from orchestrator.domain.human_steps import PERSON_REQUEST_PREFIX, close_human_node
 from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
 from orchestrator.errors import ConflictError, NotFound
 from orchestrator.services.dispatch import Dispatcher, safe_dispatch
@@ -90,7 +90,7 @@ class HumanStepService:
                 plan.nodes, node_id, status, by=by, at=at, evidence=evidence, reason=reason
             )
             payload = {
-                "request_id": f"human:{uuid.uuid4()}",
+                "request_id": f"{PERSON_REQUEST_PREFIX}{uuid.uuid4()}",
                 "title": plan.title,
                 "reason": f"human node {node_id} {status} by {by}",
                 "nodes": nodes,

@@ -186,6 +186,8 @@ class GenerationFacts:
     pending_actions: int
     #: The same revision's edges: a failed node's retry is found by its edge (decisions).
     plan_edges: list[dict[str, Any]] | None = None
+    #: The same revision's request id (`human:` when a person wrote it).
+    plan_request_id: str | None = None
 
 
 # Built once: read at the end of every round, in the transaction that applies the decision.
@@ -202,6 +204,12 @@ _FACTS = select(
     .limit(1)
     .scalar_subquery()
     .label("plan_edges"),
+    select(plan_revisions.c.request_id)
+    .where(plan_revisions.c.session_id == bindparam("session_id"))
+    .order_by(plan_revisions.c.revision.desc())
+    .limit(1)
+    .scalar_subquery()
+    .label("plan_request_id"),
     select(reports.c.outcome)
     .where(
         reports.c.task_id == bindparam("task_id"),
@@ -235,4 +243,5 @@ def generation_facts(
         report_outcome=row.report_outcome,
         pending_actions=int(row.pending_actions),
         plan_edges=list(row.plan_edges) if row.plan_edges is not None else None,
+        plan_request_id=row.plan_request_id,
     )

@@ -5,6 +5,8 @@ release it, and the decision's reason tells the next round what to do."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -259,3 +261,51 @@ def test_a_step_a_person_closed_before_is_no_retry_of_a_failed_one(
         gen2 = task_store.get_execution(conn, task_id, 2)
     assert gen2 is not None
     assert rt.plans.latest(gen2.session_id) is None  # the redrawn plan was refused
+
+
+def test_a_step_failed_while_the_round_runs_wakes_the_agent_after_it(
+    env: tuple[Runtime, RecordingDispatcher, Path],
+) -> None:
+    """The running round never saw the failure (it came after the agent's last plan): its
+    end queues the next round for the agent to react, though another human step is open."""
+    rt, dispatcher, scripts = env
+    humans = [node(h, "waiting", actor="human") for h in ("sample", "callback")]
+    edges = [{"from": "check", "to": h} for h in ("sample", "callback")]
+    script(
+        scripts,
+        [
+            READ,
+            {"tool_calls": [plan_call("c1", "r1", [node("check", "completed"), *humans], edges)]},
+            {"delay_s": 1.5, "tool_calls": [report_call("c2", "waiting")]},
+        ],
+    )
+    task_id = rt.tasks.trigger(Trigger(task_type="retry", title="Turbid water")).task.task_id
+    outcome: list[str] = []
+    runner = threading.Thread(
+        target=lambda: outcome.append(rt.executions.run(task_id, 1, worker="w").outcome)
+    )
+    runner.start()
+    deadline = time.monotonic() + 10
+    while rt.tasks.explain(task_id)["plan"] is None:
+        assert time.monotonic() < deadline, "the round never published its plan"
+        time.sleep(0.05)
+    step = rt.human_steps.close(task_id, "sample", "failed", by="lab", reason="bottle broke")
+    assert (step.task_status, step.generation) == ("running", 1)  # the round decides
+    runner.join(15)
+    assert outcome == ["continue"]
+    ended_as, reason = ended(rt, task_id, 1)
+    assert ended_as == "continue"
+    assert "failed node(s) with no completed retry: sample (human)" in reason
+    assert dispatcher.sent[-1] == (task_id, 2)
+    # Seen and answered with nothing (the agent published again, no retry): the task waits
+    # for the open call-back rather than spend its rounds.
+    kept = [kept_node(0), kept_node(1), humans[1]]
+    script(
+        scripts,
+        [
+            READ,
+            {"tool_calls": [plan_call("c1", "r1", kept, edges)]},
+            {"tool_calls": [report_call("c2", "waiting")]},
+        ],
+    )
+    assert rt.executions.run(task_id, 2, worker="w").outcome == "waiting"

@@ -237,3 +237,30 @@ def test_a_failed_step_is_retried_only_by_a_node_new_with_its_edge() -> None:
         )
         == []
     )
+
+
+def test_a_failure_the_agent_has_not_seen_gets_it_a_round_though_a_step_is_open() -> None:
+    callback = node("callback", "waiting", "human")
+    nodes, edges = [CHECK, FAILED_SAMPLE, callback], [edge("check", "sample")]
+    unseen = RoundFacts(nodes, "waiting", 0, 0, 5, plan_edges=edges, person_revised_last=True)
+    decision = decide(unseen)
+    assert (decision.task_status, decision.outcome) == ("queued", "continue")
+    assert "after the agent's last plan: sample" in decision.reason
+    # Seen (the agent published since): the open call-back is awaited, no round is spent.
+    seen = RoundFacts(nodes, "waiting", 0, 0, 5, plan_edges=edges, person_revised_last=False)
+    assert decide(seen).task_status == "waiting"
+    # A retry already drawn is the agent's answer: the task waits for the people.
+    retried = [*nodes, node("resample", "pending", "human")]
+    answered = RoundFacts(
+        retried,
+        "waiting",
+        0,
+        0,
+        5,
+        plan_edges=[*edges, edge("sample", "resample")],
+        person_revised_last=True,
+    )
+    assert decide(answered).task_status == "waiting"
+    # The round limit still holds.
+    last = RoundFacts(nodes, "waiting", 0, 4, 5, plan_edges=edges, person_revised_last=True)
+    assert decide(last).failure_code == "round_limit"

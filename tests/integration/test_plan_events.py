@@ -4,7 +4,6 @@ and its route: when the stream of a finished session ends, and when a reconnect 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ from orchestrator.store import tasks as task_store
 from orchestrator.store.receipts import ReceiptLedger
 from orchestrator.tools.base import Fence
 from tests.executions_support import claim_as_worker, node, plan_call, runtime_for
+from tests.sse_support import parse
 
 
 def test_a_redis_publish_wakes_a_subscriber_long_before_the_poll(redis_url: str) -> None:
@@ -169,20 +169,6 @@ def rt(store_url: str, tmp_path: Path) -> Iterator[Runtime]:
     runtime, _ = runtime_for(store_url, tmp_path / "scripts")
     yield runtime
     runtime.close()
-
-
-def parse(text: str) -> list[dict[str, Any]]:
-    """SSE messages as {"event", "id", "data"}; comments (keep-alives) are skipped."""
-    out = []
-    for block in text.split("\n\n"):
-        fields: dict[str, Any] = {}
-        for line in block.splitlines():
-            name, _, value = line.partition(": ")
-            if name in ("event", "id", "data"):
-                fields[name] = json.loads(value) if name == "data" else value
-        if fields:
-            out.append(fields)
-    return out
 
 
 def plan_body(request_id: str, status: str = "running") -> dict[str, Any]:

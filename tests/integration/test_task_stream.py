@@ -18,6 +18,7 @@ from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
 from tests.executions_support import runtime_for, settings_for, wait_for
 from tests.outbox_support import waiting_task
+from tests.sse_support import parse
 
 
 @pytest.fixture
@@ -25,20 +26,6 @@ def rt(store_url: str, tmp_path: Path) -> Iterator[Runtime]:
     runtime, _ = runtime_for(store_url, tmp_path / "scripts", task_stream_poll_seconds=0.05)
     yield runtime
     runtime.close()
-
-
-def parse(text: str) -> list[dict[str, Any]]:
-    """SSE messages as {"event", "id", "data"}; comments (keep-alives) are skipped."""
-    out = []
-    for block in text.split("\n\n"):
-        fields: dict[str, Any] = {}
-        for line in block.splitlines():
-            name, _, value = line.partition(": ")
-            if name in ("event", "id", "data"):
-                fields[name] = json.loads(value) if name == "data" else value
-        if fields:
-            out.append(fields)
-    return out
 
 
 def stream(client: TestClient, task_id: str, last_event_id: str | None = None) -> list[Any]:

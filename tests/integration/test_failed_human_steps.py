@@ -82,7 +82,10 @@ def waiting_on(rt: Runtime, scripts: Path, *humans: str, approval: bool = False)
         scripts,
         [
             READ,
-            {"tool_calls": [plan_call("c1", "r1", nodes, edges=edges), *propose]},
+            {"tool_calls": [plan_call("c1", "r1", nodes, edges=edges)]},
+            # Its own turn: the calls of one turn may run at once, and an action's node must
+            # be in a saved plan first.
+            *([{"tool_calls": propose}] if propose else []),
             {"tool_calls": [report_call("c2", "waiting")]},
         ],
     )

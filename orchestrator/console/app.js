@@ -122,6 +122,11 @@
   }
   function entryBody(e) {
     const body = e.body || {};
+    if (e.kind === "summary") { // a compaction: its text is `summary` (agent/transcript.py)
+      return [typeof body.summary === "string" ? el("pre", {}, body.summary) : null,
+        body.messages_replaced !== undefined ? el("div", { class: "muted small" },
+          `replaces ${body.messages_replaced} message(s): ${body.tokens_before} → ${body.tokens_after} tokens`) : null];
+    }
     if (e.kind === "tool_result") {
       return [body.invocation_id ? el("div", { class: "muted small" }, "receipt ", el("code", {}, body.invocation_id)) : null,
         body.message ? el("pre", {}, String(body.message)) : null,
@@ -132,12 +137,13 @@
       calls.length ? el("ul", { class: "calls" }, calls.map((c) => el("li", {}, el("code", {}, c.name || "?"),
         c.id ? el("span", { class: "muted" }, ` ${c.id}`) : null, json(c.arguments ?? {})))) : null];
   }
-  function renderTranscript(items, more, usage) {
+  function entryKey(e) { return `${e.generation ?? 0}/${e.seq}`; }
+  function renderTranscript(items, more, usage, opened) {
     if (!items.length) return el("p", { class: "muted" }, "The transcript is empty.");
     const total = usage && usage.total; // counted from the model's own usage reports
     return [total && total.calls ? el("p", { class: "muted" }, `${total.calls} model call(s), ${total.prompt_tokens} prompt and ${total.completion_tokens} completion tokens`) : null,
-      el("ol", { class: "transcript" }, items.map((e) => el("li", { "data-kind": e.kind },
-        el("details", {}, el("summary", {}, entryTitle(e)), entryBody(e))))),
+      el("ol", { class: "transcript" }, items.map((e) => el("li", { "data-kind": e.kind, "data-entry": entryKey(e) },
+        el("details", { open: opened.has(entryKey(e)) }, el("summary", {}, entryTitle(e)), entryBody(e))))),
       more ? notice(`The first ${items.length} entries are shown; orchestrator tasks transcript prints them all.`) : null];
   }
 
@@ -804,7 +810,7 @@
         x.content_ref ? el("code", {}, typeof x.content_ref === "string" ? x.content_ref : JSON.stringify(x.content_ref)) : "—"]));
     }
     // The transcript, oldest first, read a page at a time up to TRANSCRIPT_PAGES pages; it is
-    // drawn again only when it grew, so an open entry stays open.
+    // drawn again only when it grew.
     async function loadTranscript() {
       const items = [];
       let cursor = null, more = false, usage = null;
@@ -827,7 +833,10 @@
       const key = `${items.length}:${last ? `${last.generation}/${last.seq}` : ""}:${more}`;
       if (key === s.transcriptKey) return;
       s.transcriptKey = key;
-      fill(transcript, renderTranscript(items, more, usage));
+      // Drawn again because it grew (a running task): the entries a person opened stay open.
+      const opened = new Set([...transcript.querySelectorAll("li[data-entry] > details[open]")]
+        .map((d) => d.parentElement.getAttribute("data-entry")));
+      fill(transcript, renderTranscript(items, more, usage, opened));
     }
 
     async function refresh() {

@@ -427,3 +427,46 @@ def test_the_page_recovers_after_the_api_restarts(page: Any, console: Console) -
     expect(page.locator("#task-head")).to_contain_text("completed", timeout=30_000)
     # A finished task's stream is not reopened in a loop: the page says it ended.
     expect(page.locator("#live")).to_have_text("ended", timeout=15_000)
+
+
+def _entry(seq: int, kind: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A transcript entry in the API's shape (TranscriptEntryView)."""
+    return {"seq": seq, "generation": 1, "turn": seq, "kind": kind, "call_id": None,
+            "parent_call_id": None, "tool_name": None, "status": None, "usage": None,
+            "body": body}  # fmt: skip
+
+
+def test_a_compaction_summary_and_an_open_entry_as_the_transcript_grows(
+    page: Any, console: Console
+) -> None:
+    """A summary's text is its `summary` (agent/transcript.py); a running task's transcript is
+    drawn again when it grows, and the entry a person opened stays open."""
+    task_id = console.trigger("xss", "A transcript that grows")
+    summary = {"summary": f"{XSS} the burst", "source": "model", "messages_replaced": 6,
+               "tokens_before": 2400, "tokens_after": 300}  # fmt: skip
+    first = [_entry(1, "model_turn", {"content": "the meter", "tool_calls": []}),
+             _entry(2, "summary", summary)]  # fmt: skip
+    later = [*first, _entry(3, "model_turn", {"content": "the valve", "tool_calls": []})]
+    grown: list[bool] = []
+
+    def transcript(route: Any) -> None:
+        total = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
+        route.fulfill(status=200, json={
+            "task_id": task_id, "generation": None, "next_cursor": None,
+            "items": later if grown else first,
+            "token_usage": {"generations": [], "total": total}})  # fmt: skip
+
+    page.clock.install()
+    page.route(re.compile(r".*/api/v1/tasks/[^/]+/transcript\?.*"), transcript)
+    open_task(page, console, task_id)
+    page.reload()
+    entries = page.locator("#transcript ol.transcript > li")
+    expect(entries).to_have_count(2)
+    entries.nth(1).locator("summary").click()
+    expect(entries.nth(1).locator("pre")).to_have_text(f"{XSS} the burst")
+    expect(entries.nth(1)).to_contain_text("replaces 6 message(s): 2400 → 300 tokens")
+    grown.append(True)
+    page.clock.fast_forward(16_000)  # the transcript's next read
+    expect(entries).to_have_count(3)
+    expect(entries.nth(1).locator("details")).to_have_attribute("open", "")
+    assert page.evaluate("window.__xss") is None

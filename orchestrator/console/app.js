@@ -645,7 +645,9 @@
         s.stream = null;
         s.plan = null;
       }
-      if (!s.stream) openStream();
+      // A finished task has nothing more to stream: its stream is not opened again (each one
+      // sent its snapshot, ended and asked for a refresh, which opened the next: a loop).
+      if (!s.stream && !finished()) openStream();
     }
 
     // The live plan is s.plan; a person may look at an older revision of its session

@@ -470,3 +470,19 @@ def test_a_compaction_summary_and_an_open_entry_as_the_transcript_grows(
     expect(entries).to_have_count(3)
     expect(entries.nth(1).locator("details")).to_have_attribute("open", "")
     assert page.evaluate("window.__xss") is None
+
+
+def test_a_finished_task_s_page_does_not_reopen_its_stream(page: Any, console: Console) -> None:
+    task_id = console.trigger("xss", "Finished and quiet")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    streams: list[str] = []
+    page.on("request", lambda r: streams.append(r.url) if r.url.endswith("/stream") else None)
+    open_task(page, console, task_id)
+    live = page.locator("#live")
+    expect(live).to_have_text("ended")
+    shown = set()
+    for _ in range(16):  # four seconds: more than a poll, many refreshes of a loop
+        shown.add(live.inner_text())
+        time.sleep(0.25)
+    assert shown == {"ended"}
+    assert len(streams) <= 2, streams  # at most the probe and one EventSource

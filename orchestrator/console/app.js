@@ -637,9 +637,10 @@
         : null);
       if (task.plan && (!s.plan || task.plan.revision > s.plan.revision || task.plan.session_id !== s.plan.session_id)) showPlan(task.plan);
       if (!task.plan && !s.plan) loadEarlierPlan();
-      // A new generation without a plan yet: the one shown is now an earlier generation's.
-      if (!task.plan && s.plan && s.plan.session_id && s.plan.session_id !== task.session_id
-        && !document.getElementById("plan-earlier")) drawPlan();
+      // A new generation without a plan yet: the one shown is now an earlier generation's, and
+      // the notice names the generation there is now.
+      const notice = document.getElementById("plan-earlier");
+      if (s.plan && (notice ? notice.textContent : null) !== earlierNotice()) drawPlan();
       if (s.stream && s.streamKind === "session" && task.session_id && s.streamSession !== task.session_id) {
         s.stream.close(); // a new generation's session: follow it
         s.stream = null;
@@ -666,11 +667,9 @@
       const focused = document.activeElement && document.activeElement.getAttribute("data-node");
       if (s.graph && s.graph.dispose) s.graph.dispose();
       s.graph = planGraph(plan, s.selected, select);
-      const current = !s.task || !plan.session_id || plan.session_id === s.task.session_id;
-      const from = current ? null : (s.task.executions || []).find((x) => x.session_id === plan.session_id);
+      const earlier = earlierNotice();
       fill(planBox, el("h3", { id: "plan-title" }, plan.title || ""),
-        current ? null : el("p", { class: "notice", id: "plan-earlier" },
-          `From generation ${from ? from.generation : "an earlier generation"}: generation ${s.task.generation} has published no plan of its own yet.`),
+        earlier ? el("p", { class: "notice", id: "plan-earlier" }, earlier) : null,
         revisionPicker(),
         el("p", { class: "muted" }, `revision ${plan.revision}`, plan.reason ? " · " : "", plan.reason ? el("span", { id: "plan-reason" }, plan.reason) : null),
         countsOf(plan), s.graph);
@@ -679,6 +678,14 @@
         if (again) again.focus();
       }
       if (s.selected) showNode(s.selected, false);
+    }
+    // What the shown plan is when an earlier generation published it, or null: said again when
+    // the task moves on (another generation, a final status).
+    function earlierNotice() {
+      const plan = s.plan;
+      if (!s.task || !plan || !plan.session_id || plan.session_id === s.task.session_id) return null;
+      const from = (s.task.executions || []).find((x) => x.session_id === plan.session_id);
+      return `From generation ${from ? from.generation : "an earlier generation"}: generation ${s.task.generation} has published no plan of its own${FINAL_STATUSES.has(s.task.status) ? "" : " yet"}.`;
     }
     // Every revision of the live plan's session (they are numbered 1, 2, ... without gaps).
     function revisionPicker() {

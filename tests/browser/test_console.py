@@ -472,6 +472,31 @@ def test_a_compaction_summary_and_an_open_entry_as_the_transcript_grows(
     assert page.evaluate("window.__xss") is None
 
 
+def test_the_earlier_plan_notice_names_the_generation_there_is_now(
+    page: Any, console: Console
+) -> None:
+    task_id = console.trigger("xss", "Requeued twice")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+
+    def requeue(after: int) -> int:
+        """Requeue, and wait for the generations it starts to end (this script's publishes after
+        the first generation are refused, so each continues to the round limit, then fails)."""
+        response = console.http.post(f"/api/v1/tasks/{task_id}/requeue", json={"reason": "again"})
+        assert response.status_code == 200, response.text
+        task = console.wait_for(
+            task_id, lambda t: t["generation"] > after and t["status"] == "failed"
+        )
+        return int(task["generation"])
+
+    generation = requeue(1)
+    open_task(page, console, task_id)
+    notice = page.locator("#plan-earlier")
+    said = "From generation 1: generation {} has published no plan of its own."
+    expect(notice).to_have_text(said.format(generation))
+    generation = requeue(generation)
+    expect(notice).to_have_text(said.format(generation))
+
+
 def test_a_finished_task_s_page_does_not_reopen_its_stream(page: Any, console: Console) -> None:
     task_id = console.trigger("xss", "Finished and quiet")
     console.wait_for(task_id, lambda t: t["status"] == "completed")

@@ -587,6 +587,7 @@
       el("section", { class: "card", "aria-labelledby": "h-transcript" }, el("h2", { id: "h-transcript" }, "Transcript"), transcript));
 
     function showTask(task) {
+      const statusChanged = !s.task || s.task.status !== task.status;
       s.task = task;
       // A requeue brings a finished task back: follow it live again.
       if (!FINAL_STATUSES.has(task.status)) s.ended = false;
@@ -648,6 +649,7 @@
       }
       // A finished task has nothing more to stream: its stream is not opened again (each one
       // sent its snapshot, ended and asked for a refresh, which opened the next: a loop).
+      if (statusChanged && s.selected && !nodeDetail.hidden) showNode(s.selected, false);
       if (!s.stream && !finished()) openStream();
     }
 
@@ -751,7 +753,15 @@
       if (!node) { nodeDetail.hidden = true; return; }
       const result = el("p", { role: "status", class: "node-result" });
       const open = node.actor === "human" && !NODE_DONE.includes(node.status);
-      const human = open && can("operator");
+      // A step is closed in the current generation's latest plan of a task still going: not
+      // from an earlier revision, an earlier generation's plan or a finished task (the API
+      // refuses those: node_closed, no_plan, task_finished).
+      const closedHere = !open ? null
+        : s.viewing ? "An earlier revision: go back to the latest to close this step."
+        : s.task && FINAL_STATUSES.has(s.task.status) ? `The task is ${s.task.status}: its steps can no longer be closed.`
+        : earlierNotice() ? "This plan is an earlier generation's: the step can be closed once the current generation publishes its plan."
+        : null;
+      const human = open && !closedHere && can("operator");
       async function finish(verb, body) {
         const by = document.getElementById("node-by").value.trim();
         if (!by) { fill(result, el("span", { class: "error" }, "Your name is needed.")); return; }
@@ -787,6 +797,7 @@
             el("button", { type: "button", class: "secondary", id: "node-skip", onclick: () => {
               if (!reasonInput.value.trim()) { fill(result, el("span", { class: "error" }, "A reason is needed.")); return; }
               finish("skip", { reason: reasonInput.value.trim() }); } }, "Skip")))
+          : closedHere ? el("p", { class: "notice", id: "node-not-here" }, closedHere)
           : open ? cannot("operator", "closing a human step") : null,
         result);
       if (s.nodeDone && s.nodeDone.id === id) fill(result, s.nodeDone.text);

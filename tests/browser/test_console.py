@@ -511,3 +511,38 @@ def test_a_finished_task_s_page_does_not_reopen_its_stream(page: Any, console: C
         time.sleep(0.25)
     assert shown == {"ended"}
     assert len(streams) <= 2, streams  # at most the probe and one EventSource
+
+
+def test_a_human_step_is_closed_only_in_the_live_plan_of_a_task_still_going(
+    page: Any, console: Console
+) -> None:
+    task_id = console.trigger("human", "Closed in the wrong place")
+    console.wait_for(task_id, lambda t: t["status"] == "waiting")
+    open_task(page, console, task_id)
+    node = page.locator('button.node[data-node="inspect"]')
+    node.click()
+    expect(page.locator("#human-node")).to_be_visible()
+    # A person skips the step elsewhere: revision 2; revision 1 still shows it waiting.
+    skipped = console.http.post(
+        f"/api/v1/tasks/{task_id}/nodes/inspect/skip", json={"by": "crew", "reason": "no access"}
+    )
+    assert skipped.status_code == 200, skipped.text
+    expect(page.locator('#plan-revision option[value="2"]')).to_be_attached()
+    page.select_option("#plan-revision", "1")
+    expect(page.locator("#node-detail")).to_contain_text("waiting")
+    expect(page.locator("#human-node")).to_have_count(0)
+    expect(page.locator("#node-not-here")).to_have_text(
+        "An earlier revision: go back to the latest to close this step."
+    )
+    # A finished task whose step is still open in its plan offers no form either.
+    other = console.trigger("human", "Cancelled while a crew was out")
+    console.wait_for(other, lambda t: t["status"] == "waiting")
+    cancelled = console.http.post(f"/api/v1/tasks/{other}/cancel", json={"reason": "withdrawn"})
+    assert cancelled.status_code == 200, cancelled.text
+    open_task(page, console, other)
+    page.locator('button.node[data-node="inspect"]').click()
+    expect(page.locator("#node-detail")).to_contain_text("waiting")
+    expect(page.locator("#human-node")).to_have_count(0)
+    expect(page.locator("#node-not-here")).to_have_text(
+        "The task is cancelled: its steps can no longer be closed."
+    )

@@ -238,7 +238,7 @@
     document.getElementById("nav-approvals").toggleAttribute("aria-current", false);
     const task = path.match(/^\/task\/([^/]+)$/);
     if (task) {
-      view = taskDetail(decodeURIComponent(task[1]));
+      view = taskDetail(decodeURIComponent(task[1]), params);
     } else if (path === "/approvals") {
       document.getElementById("nav-approvals").setAttribute("aria-current", "page");
       view = approvals();
@@ -512,10 +512,28 @@
   }
 
   // ---- task detail -----------------------------------------------------------------------
-  function taskDetail(taskId) {
+  function taskDetail(taskId, params) {
     const path = `tasks/${encodeURIComponent(taskId)}`;
     const s = { alive: true, task: null, plan: null, selected: null, stream: null, timer: null,
       graph: null, streamKind: null, retry: null, nodeDone: null, receiptKey: null };
+    // A reload restores the revision and the node shown (#/task/ID?session=S&revision=N&node=X);
+    // a revision of another session than the live plan's (a newer generation) is not restored.
+    s.selected = params.get("node") || null;
+    s.restore = params.get("session") && Number(params.get("revision")) >= 1
+      ? { session: params.get("session"), revision: Number(params.get("revision")) } : null;
+    function keepInAddress() {
+      const query = new URLSearchParams();
+      if (s.viewing) {
+        query.set("session", s.viewing.session_id);
+        query.set("revision", String(s.viewing.revision));
+      } else if (s.restore) {
+        query.set("session", s.restore.session);
+        query.set("revision", String(s.restore.revision));
+      }
+      if (s.selected) query.set("node", s.selected);
+      const hash = `#/task/${encodeURIComponent(taskId)}${[...query].length ? `?${query}` : ""}`;
+      if (location.hash !== hash) history.replaceState(null, "", hash); // no hashchange
+    }
     const part = (id) => el("div", { id });
     const head = part("task-head");
     const live = el("span", { class: "live off", id: "live" }, "connecting");
@@ -659,7 +677,11 @@
       if (!plan || !Array.isArray(plan.nodes)) return;
       s.plan = plan;
       if (s.viewing && s.viewing.session_id !== plan.session_id) s.viewing = null; // a new generation
+      // The revision a reload asked for, kept in the address until it is read.
+      const wanted = s.restore;
+      s.restore = wanted && wanted.session === plan.session_id && wanted.revision < plan.revision ? wanted : null;
       drawPlan();
+      if (s.restore) viewRevision(s.restore.revision, false);
     }
     function drawnPlan() {
       return s.viewing || s.plan;
@@ -667,6 +689,8 @@
     function drawPlan() {
       const plan = drawnPlan();
       const focused = document.activeElement && document.activeElement.getAttribute("data-node");
+      const control = document.activeElement && ["plan-revision", "plan-latest"].includes(document.activeElement.id)
+        ? document.activeElement.id : null;
       if (s.graph && s.graph.dispose) s.graph.dispose();
       s.graph = planGraph(plan, s.selected, select);
       const earlier = earlierNotice();
@@ -679,7 +703,9 @@
         const again = planBox.querySelector(`button[data-node="${CSS.escape(focused)}"]`);
         if (again) again.focus();
       }
+      if (control) (document.getElementById(control) || document.getElementById("plan-revision")).focus();
       if (s.selected) showNode(s.selected, false);
+      keepInAddress();
     }
     // What the shown plan is when an earlier generation published it, or null: said again when
     // the task moves on (another generation, a final status).
@@ -701,20 +727,22 @@
           el("button", { type: "button", class: "secondary", id: "plan-latest", onclick: () => viewRevision(latest) }, "Back to the latest")] : null,
         el("span", { role: "status", class: "error", id: "plan-revision-error" }));
     }
-    async function viewRevision(revision) {
+    async function viewRevision(revision, focus = true) {
       if (!s.plan || revision === s.plan.revision) {
         s.viewing = null;
         drawPlan();
         return;
       }
-      const sid = encodeURIComponent(s.plan.session_id);
-      const result = await api("GET", `sessions/${sid}/execution-plans/${revision}`);
+      const session = s.plan.session_id;
+      const result = await api("GET", `sessions/${encodeURIComponent(session)}/execution-plans/${revision}`);
       if (!s.alive) return;
+      s.restore = null;
+      if (!s.plan || s.plan.session_id !== session) { drawPlan(); return; } // a new generation meanwhile
       if (result.ok && result.data && Array.isArray(result.data.nodes)) {
         s.viewing = result.data;
         drawPlan();
         const picker = document.getElementById("plan-revision");
-        if (picker) picker.focus();
+        if (picker && focus) picker.focus();
       } else {
         const box = document.getElementById("plan-revision-error");
         if (box) fill(box, errorText(result));
@@ -733,6 +761,7 @@
 
     function select(id) {
       s.selected = id;
+      keepInAddress();
       for (const b of planBox.querySelectorAll("button.node")) b.setAttribute("aria-pressed", String(b.getAttribute("data-node") === id));
       showNode(id, true);
     }

@@ -546,3 +546,39 @@ def test_a_human_step_is_closed_only_in_the_live_plan_of_a_task_still_going(
     expect(page.locator("#node-not-here")).to_have_text(
         "The task is cancelled: its steps can no longer be closed."
     )
+
+
+def test_a_reload_restores_the_revision_and_the_node_shown(page: Any, console: Console) -> None:
+    """Seed 004's 刷新恢复: the task page, the earlier revision being looked at and the node
+    opened come back after a reload; the picker keeps the keyboard focus when a button that
+    held it goes away."""
+    task_id = console.trigger("human", "Reload me")
+    console.wait_for(task_id, lambda t: t["status"] == "waiting")
+    skipped = console.http.post(
+        f"/api/v1/tasks/{task_id}/nodes/inspect/skip", json={"by": "crew", "reason": "no access"}
+    )
+    assert skipped.status_code == 200, skipped.text
+    open_task(page, console, task_id)
+    picker = page.locator("#plan-revision")
+    expect(picker.locator('option[value="2"]')).to_be_attached()
+    page.select_option("#plan-revision", "1")
+    expect(page.locator("#plan-old")).to_be_visible()
+    page.locator('button.node[data-node="inspect"]').click()
+    expect(page.locator("#node-detail")).to_contain_text("waiting")
+    page.reload()
+    expect(page.locator("#task-title")).to_have_text("Reload me")
+    expect(picker).to_have_value("1")
+    expect(page.locator("#plan-old")).to_contain_text("the plan is at 2")
+    expect(page.locator('button.node[data-node="inspect"]')).to_have_attribute(
+        "aria-pressed", "true"
+    )
+    expect(page.locator("#node-detail")).to_contain_text("waiting")
+    # By keyboard: Back to the latest goes away when pressed; the focus goes to the picker.
+    page.focus("#plan-latest")
+    page.keyboard.press("Enter")
+    expect(page.locator("#plan-old")).to_have_count(0)
+    expect(picker).to_be_focused()
+    expect(page.locator("#node-detail")).to_contain_text("skipped")
+    page.reload()
+    expect(page.locator("#node-detail")).to_contain_text("skipped")
+    expect(page.locator("#plan-old")).to_have_count(0)

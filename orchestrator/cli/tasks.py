@@ -268,7 +268,7 @@ def render_transcript(view: dict[str, Any]) -> str:
             f"  [{usage['prompt_tokens']}+{usage['completion_tokens']} tokens]" if usage else ""
         )
         if entry["kind"] == "summary":
-            lines.append(f"{prefix} summary: {_short(body.get('content'))}{tokens}")
+            lines.append(f"{prefix} summary: {_short(body.get('summary'))}{tokens}")
             continue
         if body.get("content"):
             lines.append(f"{prefix} model: {_short(body['content'])}{tokens}")

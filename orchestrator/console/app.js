@@ -122,6 +122,11 @@
   }
   function entryBody(e) {
     const body = e.body || {};
+    if (e.kind === "summary") { // a compaction: its text is `summary` (agent/transcript.py)
+      return [typeof body.summary === "string" ? el("pre", {}, body.summary) : null,
+        body.messages_replaced !== undefined ? el("div", { class: "muted small" },
+          `replaces ${body.messages_replaced} message(s): ${body.tokens_before} → ${body.tokens_after} tokens`) : null];
+    }
     if (e.kind === "tool_result") {
       return [body.invocation_id ? el("div", { class: "muted small" }, "receipt ", el("code", {}, body.invocation_id)) : null,
         body.message ? el("pre", {}, String(body.message)) : null,
@@ -132,12 +137,13 @@
       calls.length ? el("ul", { class: "calls" }, calls.map((c) => el("li", {}, el("code", {}, c.name || "?"),
         c.id ? el("span", { class: "muted" }, ` ${c.id}`) : null, json(c.arguments ?? {})))) : null];
   }
-  function renderTranscript(items, more, usage) {
+  function entryKey(e) { return `${e.generation ?? 0}/${e.seq}`; }
+  function renderTranscript(items, more, usage, opened) {
     if (!items.length) return el("p", { class: "muted" }, "The transcript is empty.");
     const total = usage && usage.total; // counted from the model's own usage reports
     return [total && total.calls ? el("p", { class: "muted" }, `${total.calls} model call(s), ${total.prompt_tokens} prompt and ${total.completion_tokens} completion tokens`) : null,
-      el("ol", { class: "transcript" }, items.map((e) => el("li", { "data-kind": e.kind },
-        el("details", {}, el("summary", {}, entryTitle(e)), entryBody(e))))),
+      el("ol", { class: "transcript" }, items.map((e) => el("li", { "data-kind": e.kind, "data-entry": entryKey(e) },
+        el("details", { open: opened.has(entryKey(e)) }, el("summary", {}, entryTitle(e)), entryBody(e))))),
       more ? notice(`The first ${items.length} entries are shown; orchestrator tasks transcript prints them all.`) : null];
   }
 
@@ -232,7 +238,7 @@
     document.getElementById("nav-approvals").toggleAttribute("aria-current", false);
     const task = path.match(/^\/task\/([^/]+)$/);
     if (task) {
-      view = taskDetail(decodeURIComponent(task[1]));
+      view = taskDetail(decodeURIComponent(task[1]), params);
     } else if (path === "/approvals") {
       document.getElementById("nav-approvals").setAttribute("aria-current", "page");
       view = approvals();
@@ -506,10 +512,28 @@
   }
 
   // ---- task detail -----------------------------------------------------------------------
-  function taskDetail(taskId) {
+  function taskDetail(taskId, params) {
     const path = `tasks/${encodeURIComponent(taskId)}`;
     const s = { alive: true, task: null, plan: null, selected: null, stream: null, timer: null,
       graph: null, streamKind: null, retry: null, nodeDone: null, receiptKey: null };
+    // A reload restores the revision and the node shown (#/task/ID?session=S&revision=N&node=X);
+    // a revision of another session than the live plan's (a newer generation) is not restored.
+    s.selected = params.get("node") || null;
+    s.restore = params.get("session") && Number(params.get("revision")) >= 1
+      ? { session: params.get("session"), revision: Number(params.get("revision")) } : null;
+    function keepInAddress() {
+      const query = new URLSearchParams();
+      if (s.viewing) {
+        query.set("session", s.viewing.session_id);
+        query.set("revision", String(s.viewing.revision));
+      } else if (s.restore) {
+        query.set("session", s.restore.session);
+        query.set("revision", String(s.restore.revision));
+      }
+      if (s.selected) query.set("node", s.selected);
+      const hash = `#/task/${encodeURIComponent(taskId)}${[...query].length ? `?${query}` : ""}`;
+      if (location.hash !== hash) history.replaceState(null, "", hash); // no hashchange
+    }
     const part = (id) => el("div", { id });
     const head = part("task-head");
     const live = el("span", { class: "live off", id: "live" }, "connecting");
@@ -581,6 +605,7 @@
       el("section", { class: "card", "aria-labelledby": "h-transcript" }, el("h2", { id: "h-transcript" }, "Transcript"), transcript));
 
     function showTask(task) {
+      const statusChanged = !s.task || s.task.status !== task.status;
       s.task = task;
       // A requeue brings a finished task back: follow it live again.
       if (!FINAL_STATUSES.has(task.status)) s.ended = false;
@@ -631,15 +656,19 @@
         : null);
       if (task.plan && (!s.plan || task.plan.revision > s.plan.revision || task.plan.session_id !== s.plan.session_id)) showPlan(task.plan);
       if (!task.plan && !s.plan) loadEarlierPlan();
-      // A new generation without a plan yet: the one shown is now an earlier generation's.
-      if (!task.plan && s.plan && s.plan.session_id && s.plan.session_id !== task.session_id
-        && !document.getElementById("plan-earlier")) drawPlan();
+      // A new generation without a plan yet: the one shown is now an earlier generation's, and
+      // the notice names the generation there is now.
+      const notice = document.getElementById("plan-earlier");
+      if (s.plan && (notice ? notice.textContent : null) !== earlierNotice()) drawPlan();
       if (s.stream && s.streamKind === "session" && task.session_id && s.streamSession !== task.session_id) {
         s.stream.close(); // a new generation's session: follow it
         s.stream = null;
         s.plan = null;
       }
-      if (!s.stream) openStream();
+      // A finished task has nothing more to stream: its stream is not opened again (each one
+      // sent its snapshot, ended and asked for a refresh, which opened the next: a loop).
+      if (statusChanged && s.selected && !nodeDetail.hidden) showNode(s.selected, false);
+      if (!s.stream && !finished()) openStream();
     }
 
     // The live plan is s.plan; a person may look at an older revision of its session
@@ -648,7 +677,11 @@
       if (!plan || !Array.isArray(plan.nodes)) return;
       s.plan = plan;
       if (s.viewing && s.viewing.session_id !== plan.session_id) s.viewing = null; // a new generation
+      // The revision a reload asked for, kept in the address until it is read.
+      const wanted = s.restore;
+      s.restore = wanted && wanted.session === plan.session_id && wanted.revision < plan.revision ? wanted : null;
       drawPlan();
+      if (s.restore) viewRevision(s.restore.revision, false);
     }
     function drawnPlan() {
       return s.viewing || s.plan;
@@ -656,13 +689,13 @@
     function drawPlan() {
       const plan = drawnPlan();
       const focused = document.activeElement && document.activeElement.getAttribute("data-node");
+      const control = document.activeElement && ["plan-revision", "plan-latest"].includes(document.activeElement.id)
+        ? document.activeElement.id : null;
       if (s.graph && s.graph.dispose) s.graph.dispose();
       s.graph = planGraph(plan, s.selected, select);
-      const current = !s.task || !plan.session_id || plan.session_id === s.task.session_id;
-      const from = current ? null : (s.task.executions || []).find((x) => x.session_id === plan.session_id);
+      const earlier = earlierNotice();
       fill(planBox, el("h3", { id: "plan-title" }, plan.title || ""),
-        current ? null : el("p", { class: "notice", id: "plan-earlier" },
-          `From generation ${from ? from.generation : "an earlier generation"}: generation ${s.task.generation} has published no plan of its own yet.`),
+        earlier ? el("p", { class: "notice", id: "plan-earlier" }, earlier) : null,
         revisionPicker(),
         el("p", { class: "muted" }, `revision ${plan.revision}`, plan.reason ? " · " : "", plan.reason ? el("span", { id: "plan-reason" }, plan.reason) : null),
         countsOf(plan), s.graph);
@@ -670,7 +703,17 @@
         const again = planBox.querySelector(`button[data-node="${CSS.escape(focused)}"]`);
         if (again) again.focus();
       }
+      if (control) (document.getElementById(control) || document.getElementById("plan-revision")).focus();
       if (s.selected) showNode(s.selected, false);
+      keepInAddress();
+    }
+    // What the shown plan is when an earlier generation published it, or null: said again when
+    // the task moves on (another generation, a final status).
+    function earlierNotice() {
+      const plan = s.plan;
+      if (!s.task || !plan || !plan.session_id || plan.session_id === s.task.session_id) return null;
+      const from = (s.task.executions || []).find((x) => x.session_id === plan.session_id);
+      return `From generation ${from ? from.generation : "an earlier generation"}: generation ${s.task.generation} has published no plan of its own${FINAL_STATUSES.has(s.task.status) ? "" : " yet"}.`;
     }
     // Every revision of the live plan's session (they are numbered 1, 2, ... without gaps).
     function revisionPicker() {
@@ -684,20 +727,22 @@
           el("button", { type: "button", class: "secondary", id: "plan-latest", onclick: () => viewRevision(latest) }, "Back to the latest")] : null,
         el("span", { role: "status", class: "error", id: "plan-revision-error" }));
     }
-    async function viewRevision(revision) {
+    async function viewRevision(revision, focus = true) {
       if (!s.plan || revision === s.plan.revision) {
         s.viewing = null;
         drawPlan();
         return;
       }
-      const sid = encodeURIComponent(s.plan.session_id);
-      const result = await api("GET", `sessions/${sid}/execution-plans/${revision}`);
+      const session = s.plan.session_id;
+      const result = await api("GET", `sessions/${encodeURIComponent(session)}/execution-plans/${revision}`);
       if (!s.alive) return;
+      s.restore = null;
+      if (!s.plan || s.plan.session_id !== session) { drawPlan(); return; } // a new generation meanwhile
       if (result.ok && result.data && Array.isArray(result.data.nodes)) {
         s.viewing = result.data;
         drawPlan();
         const picker = document.getElementById("plan-revision");
-        if (picker) picker.focus();
+        if (picker && focus) picker.focus();
       } else {
         const box = document.getElementById("plan-revision-error");
         if (box) fill(box, errorText(result));
@@ -716,6 +761,7 @@
 
     function select(id) {
       s.selected = id;
+      keepInAddress();
       for (const b of planBox.querySelectorAll("button.node")) b.setAttribute("aria-pressed", String(b.getAttribute("data-node") === id));
       showNode(id, true);
     }
@@ -736,7 +782,15 @@
       if (!node) { nodeDetail.hidden = true; return; }
       const result = el("p", { role: "status", class: "node-result" });
       const open = node.actor === "human" && !NODE_DONE.includes(node.status);
-      const human = open && can("operator");
+      // A step is closed in the current generation's latest plan of a task still going: not
+      // from an earlier revision, an earlier generation's plan or a finished task (the API
+      // refuses those: node_closed, no_plan, task_finished).
+      const closedHere = !open ? null
+        : s.viewing ? "An earlier revision: go back to the latest to close this step."
+        : s.task && FINAL_STATUSES.has(s.task.status) ? `The task is ${s.task.status}: its steps can no longer be closed.`
+        : earlierNotice() ? "This plan is an earlier generation's: the step can be closed once the current generation publishes its plan."
+        : null;
+      const human = open && !closedHere && can("operator");
       async function finish(verb, body) {
         const by = document.getElementById("node-by").value.trim();
         if (!by) { fill(result, el("span", { class: "error" }, "Your name is needed.")); return; }
@@ -772,6 +826,7 @@
             el("button", { type: "button", class: "secondary", id: "node-skip", onclick: () => {
               if (!reasonInput.value.trim()) { fill(result, el("span", { class: "error" }, "A reason is needed.")); return; }
               finish("skip", { reason: reasonInput.value.trim() }); } }, "Skip")))
+          : closedHere ? el("p", { class: "notice", id: "node-not-here" }, closedHere)
           : open ? cannot("operator", "closing a human step") : null,
         result);
       if (s.nodeDone && s.nodeDone.id === id) fill(result, s.nodeDone.text);
@@ -804,7 +859,7 @@
         x.content_ref ? el("code", {}, typeof x.content_ref === "string" ? x.content_ref : JSON.stringify(x.content_ref)) : "—"]));
     }
     // The transcript, oldest first, read a page at a time up to TRANSCRIPT_PAGES pages; it is
-    // drawn again only when it grew, so an open entry stays open.
+    // drawn again only when it grew.
     async function loadTranscript() {
       const items = [];
       let cursor = null, more = false, usage = null;
@@ -827,7 +882,10 @@
       const key = `${items.length}:${last ? `${last.generation}/${last.seq}` : ""}:${more}`;
       if (key === s.transcriptKey) return;
       s.transcriptKey = key;
-      fill(transcript, renderTranscript(items, more, usage));
+      // Drawn again because it grew (a running task): the entries a person opened stay open.
+      const opened = new Set([...transcript.querySelectorAll("li[data-entry] > details[open]")]
+        .map((d) => d.parentElement.getAttribute("data-entry")));
+      fill(transcript, renderTranscript(items, more, usage, opened));
     }
 
     async function refresh() {

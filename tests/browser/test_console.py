@@ -427,3 +427,158 @@ def test_the_page_recovers_after_the_api_restarts(page: Any, console: Console) -
     expect(page.locator("#task-head")).to_contain_text("completed", timeout=30_000)
     # A finished task's stream is not reopened in a loop: the page says it ended.
     expect(page.locator("#live")).to_have_text("ended", timeout=15_000)
+
+
+def _entry(seq: int, kind: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A transcript entry in the API's shape (TranscriptEntryView)."""
+    return {"seq": seq, "generation": 1, "turn": seq, "kind": kind, "call_id": None,
+            "parent_call_id": None, "tool_name": None, "status": None, "usage": None,
+            "body": body}  # fmt: skip
+
+
+def test_a_compaction_summary_and_an_open_entry_as_the_transcript_grows(
+    page: Any, console: Console
+) -> None:
+    """A summary's text is its `summary` (agent/transcript.py); a running task's transcript is
+    drawn again when it grows, and the entry a person opened stays open."""
+    task_id = console.trigger("xss", "A transcript that grows")
+    summary = {"summary": f"{XSS} the burst", "source": "model", "messages_replaced": 6,
+               "tokens_before": 2400, "tokens_after": 300}  # fmt: skip
+    first = [_entry(1, "model_turn", {"content": "the meter", "tool_calls": []}),
+             _entry(2, "summary", summary)]  # fmt: skip
+    later = [*first, _entry(3, "model_turn", {"content": "the valve", "tool_calls": []})]
+    grown: list[bool] = []
+
+    def transcript(route: Any) -> None:
+        total = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
+        route.fulfill(status=200, json={
+            "task_id": task_id, "generation": None, "next_cursor": None,
+            "items": later if grown else first,
+            "token_usage": {"generations": [], "total": total}})  # fmt: skip
+
+    page.clock.install()
+    page.route(re.compile(r".*/api/v1/tasks/[^/]+/transcript\?.*"), transcript)
+    open_task(page, console, task_id)
+    page.reload()
+    entries = page.locator("#transcript ol.transcript > li")
+    expect(entries).to_have_count(2)
+    entries.nth(1).locator("summary").click()
+    expect(entries.nth(1).locator("pre")).to_have_text(f"{XSS} the burst")
+    expect(entries.nth(1)).to_contain_text("replaces 6 message(s): 2400 → 300 tokens")
+    grown.append(True)
+    page.clock.fast_forward(16_000)  # the transcript's next read
+    expect(entries).to_have_count(3)
+    expect(entries.nth(1).locator("details")).to_have_attribute("open", "")
+    assert page.evaluate("window.__xss") is None
+
+
+def test_the_earlier_plan_notice_names_the_generation_there_is_now(
+    page: Any, console: Console
+) -> None:
+    task_id = console.trigger("xss", "Requeued twice")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+
+    def requeue(after: int) -> int:
+        """Requeue, and wait for the generations it starts to end (this script's publishes after
+        the first generation are refused, so each continues to the round limit, then fails)."""
+        response = console.http.post(f"/api/v1/tasks/{task_id}/requeue", json={"reason": "again"})
+        assert response.status_code == 200, response.text
+        task = console.wait_for(
+            task_id, lambda t: t["generation"] > after and t["status"] == "failed"
+        )
+        return int(task["generation"])
+
+    generation = requeue(1)
+    open_task(page, console, task_id)
+    notice = page.locator("#plan-earlier")
+    said = "From generation 1: generation {} has published no plan of its own."
+    expect(notice).to_have_text(said.format(generation))
+    generation = requeue(generation)
+    expect(notice).to_have_text(said.format(generation))
+
+
+def test_a_finished_task_s_page_does_not_reopen_its_stream(page: Any, console: Console) -> None:
+    task_id = console.trigger("xss", "Finished and quiet")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    streams: list[str] = []
+    page.on("request", lambda r: streams.append(r.url) if r.url.endswith("/stream") else None)
+    open_task(page, console, task_id)
+    live = page.locator("#live")
+    expect(live).to_have_text("ended")
+    shown = set()
+    for _ in range(16):  # four seconds: more than a poll, many refreshes of a loop
+        shown.add(live.inner_text())
+        time.sleep(0.25)
+    assert shown == {"ended"}
+    assert len(streams) <= 2, streams  # at most the probe and one EventSource
+
+
+def test_a_human_step_is_closed_only_in_the_live_plan_of_a_task_still_going(
+    page: Any, console: Console
+) -> None:
+    task_id = console.trigger("human", "Closed in the wrong place")
+    console.wait_for(task_id, lambda t: t["status"] == "waiting")
+    open_task(page, console, task_id)
+    node = page.locator('button.node[data-node="inspect"]')
+    node.click()
+    expect(page.locator("#human-node")).to_be_visible()
+    # A person skips the step elsewhere: revision 2; revision 1 still shows it waiting.
+    skipped = console.http.post(
+        f"/api/v1/tasks/{task_id}/nodes/inspect/skip", json={"by": "crew", "reason": "no access"}
+    )
+    assert skipped.status_code == 200, skipped.text
+    expect(page.locator('#plan-revision option[value="2"]')).to_be_attached()
+    page.select_option("#plan-revision", "1")
+    expect(page.locator("#node-detail")).to_contain_text("waiting")
+    expect(page.locator("#human-node")).to_have_count(0)
+    expect(page.locator("#node-not-here")).to_have_text(
+        "An earlier revision: go back to the latest to close this step."
+    )
+    # A finished task whose step is still open in its plan offers no form either.
+    other = console.trigger("human", "Cancelled while a crew was out")
+    console.wait_for(other, lambda t: t["status"] == "waiting")
+    cancelled = console.http.post(f"/api/v1/tasks/{other}/cancel", json={"reason": "withdrawn"})
+    assert cancelled.status_code == 200, cancelled.text
+    open_task(page, console, other)
+    page.locator('button.node[data-node="inspect"]').click()
+    expect(page.locator("#node-detail")).to_contain_text("waiting")
+    expect(page.locator("#human-node")).to_have_count(0)
+    expect(page.locator("#node-not-here")).to_have_text(
+        "The task is cancelled: its steps can no longer be closed."
+    )
+
+
+def test_a_reload_restores_the_revision_and_the_node_shown(page: Any, console: Console) -> None:
+    """Seed 004's 刷新恢复: the task page, the earlier revision being looked at and the node
+    opened come back after a reload; the picker keeps the keyboard focus when a button that
+    held it goes away."""
+    task_id = console.trigger("human", "Reload me")
+    console.wait_for(task_id, lambda t: t["status"] == "waiting")
+    skipped = console.http.post(
+        f"/api/v1/tasks/{task_id}/nodes/inspect/skip", json={"by": "crew", "reason": "no access"}
+    )
+    assert skipped.status_code == 200, skipped.text
+    open_task(page, console, task_id)
+    picker = page.locator("#plan-revision")
+    expect(picker.locator('option[value="2"]')).to_be_attached()
+    page.select_option("#plan-revision", "1")
+    expect(page.locator("#plan-old")).to_be_visible()
+    page.locator('button.node[data-node="inspect"]').click()
+    expect(page.locator("#node-detail")).to_contain_text("waiting")
+    page.reload()
+    expect(page.locator("#task-title")).to_have_text("Reload me")
+    expect(picker).to_have_value("1")
+    expect(page.locator("#plan-old")).to_contain_text("the plan is at 2")
+    expect(page.locator('button.node[data-node="inspect"]')).to_have_attribute(
+        "aria-pressed", "true"
+    )
+    expect(page.locator("#node-detail")).to_contain_text("waiting")
+    # By keyboard: Back to the latest goes away when pressed; the focus goes to the picker.
+    page.focus("#plan-latest")
+    page.keyboard.press("Enter")
+    expect(page.locator("#plan-old")).to_have_count(0)
+    expect(picker).to_be_focused()
+    expect(page.locator("#node-detail")).to_contain_text("skipped")
+    page.reload()
+    expect(page.locator("#node-detail")).to_contain_text("skipped")
+    expect(page.locator("#plan-old")).to_have_count(0)

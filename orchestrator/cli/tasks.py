@@ -21,6 +21,7 @@ from orchestrator.cli.common import (
     print_json,
     printable,
 )
+from orchestrator.logs import redact, secrets_of
 from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.tasks import Trigger, task_view
 
@@ -196,6 +197,7 @@ def _trigger(args: argparse.Namespace) -> int:
     try:
         result = rt.tasks.trigger(trigger)
         stale = rt.settings.queued_stale_seconds
+        secrets = secrets_of(rt.settings)
     finally:
         rt.close()
     view = task_view(result.task) | {"created": result.created}
@@ -210,9 +212,10 @@ def _trigger(args: argparse.Namespace) -> int:
     else:
         print(f"stored task {result.task.task_id} (queued, generation {result.task.generation})")
     if not result.dispatched:
+        why = f" ({redact(result.dispatch_error, secrets)})" if result.dispatch_error else ""
         raise CommandFailed(
-            f"the broker did not take the wake-up of task {result.task.task_id}; it is stored "
-            f"and the sweeper will republish the wake-up after {stale:g}s"
+            f"the broker did not take the wake-up of task {result.task.task_id}{why}; it is "
+            f"stored and the sweeper will republish the wake-up after {stale:g}s"
         )
     return 0
 

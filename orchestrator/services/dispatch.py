@@ -27,20 +27,26 @@ class RecordingDispatcher:
 
 def safe_dispatch(dispatcher: Dispatcher, task_id: str, generation: int) -> bool:
     """Dispatch after a commit; a broker failure is logged, and the sweeper republishes later."""
+    return dispatch_failure(dispatcher, task_id, generation) is None
+
+
+def dispatch_failure(dispatcher: Dispatcher, task_id: str, generation: int) -> str | None:
+    """`safe_dispatch`, returning why the broker did not take the wake-up (one line: the
+    error's type and first line), or None when it did."""
     try:
         dispatcher.dispatch(task_id, generation)
     except Exception as exc:
         # One line, no traceback: the broker's text names the host, never a password.
         text = (str(exc).strip().splitlines() or [""])[0][:200]
+        reason = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
         log.warning(
-            "wake-up of task %s generation %s not sent (%s: %s); the sweeper republishes it",
+            "wake-up of task %s generation %s not sent (%s); the sweeper republishes it",
             task_id,
             generation,
-            type(exc).__name__,
-            text,
+            reason,
         )
-        return False
-    return True
+        return reason
+    return None
 
 
 def safe_dispatch_many(dispatcher: Dispatcher, wakeups: list[tuple[str, int]]) -> list[bool]:

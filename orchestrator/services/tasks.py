@@ -21,7 +21,7 @@ from orchestrator.domain.vocabulary import TASK_STATUSES, TERMINAL_TASK_STATUSES
 from orchestrator.errors import ConflictError, InvalidTransition, NotFound
 from orchestrator.leases import LeaseBackend
 from orchestrator.leases.keys import ended_key
-from orchestrator.services.dispatch import Dispatcher, safe_dispatch
+from orchestrator.services.dispatch import Dispatcher, dispatch_failure, safe_dispatch
 from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.recovery import snapshot_for
 from orchestrator.store import outbox as outbox_store
@@ -76,6 +76,8 @@ class TriggerResult:
     #: False when the wake-up could not be sent (broker down): the task is queued all the same
     #: and the sweeper republishes it after ORCH_QUEUED_STALE_SECONDS.
     dispatched: bool = True
+    #: Why the broker did not take it (the error's type and first line), when it did not.
+    dispatch_error: str | None = None
 
 
 class TaskService:
@@ -111,8 +113,8 @@ class TaskService:
             assert existing is not None  # trigger ids are never deleted on their own
             _refuse_other_payload(trigger_id, existing, trigger)
             return TriggerResult(existing, created=False)
-        sent = safe_dispatch(self.dispatcher, task.task_id, task.generation)
-        return TriggerResult(task, created=True, dispatched=sent)
+        failure = dispatch_failure(self.dispatcher, task.task_id, task.generation)
+        return TriggerResult(task, created=True, dispatched=failure is None, dispatch_error=failure)
 
     def get(self, task_id: str) -> TaskRecord:
         with self.db.transaction(readonly=True) as conn:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.acceptance.fleet import ORCHESTRATOR
+from tests.services import free_port
 
 
 @pytest.fixture
@@ -120,3 +121,25 @@ def test_transcript_of_a_task_and_its_errors(run) -> None:  # type: ignore[no-un
     bad = run("tasks", "transcript", task_id, "--generation", "0")
     assert bad.returncode == 2
     assert "Traceback" not in bad.stderr
+
+
+def test_a_trigger_the_broker_refuses_says_why_without_the_password(
+    run,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    env["ORCH_REDIS_URL"] = f"redis://:Broker-s3cret@127.0.0.1:{free_port()}/0"
+    made = subprocess.run(
+        [ORCHESTRATOR, "tasks", "trigger", "--type", "leak", "--title", "Leak"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert made.returncode == 1
+    assert "stored task" in made.stdout
+    (line,) = made.stderr.strip().splitlines()
+    assert "the broker did not take the wake-up" in line
+    assert "Connection refused" in line  # why, not only that
+    assert "Broker-s3cret" not in made.stdout + made.stderr

@@ -109,13 +109,13 @@ def _stop_requested(_signum: int, _frame: FrameType | None) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     settings = load()
+    check_listen(args.host, args.port)  # an empty or unusable address is said first
     if not settings.api_token and not settings.operators and not is_loopback(args.host):
         raise CommandFailed(
             f"refusing to listen on {args.host} without ORCH_API_TOKEN or ORCH_OPERATORS; "
             "set a token or listen on 127.0.0.1",
             exit_code=2,
         )
-    check_listen(args.host, args.port)
     import uvicorn
 
     from orchestrator.api import create_app

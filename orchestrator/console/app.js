@@ -660,6 +660,7 @@
       // the notice names the generation there is now.
       const notice = document.getElementById("plan-earlier");
       if (s.plan && (notice ? notice.textContent : null) !== earlierNotice()) drawPlan();
+      else if (s.plan && statusChanged) drawPlan(); // the picker's "live" follows the status
       if (s.stream && s.streamKind === "session" && task.session_id && s.streamSession !== task.session_id) {
         s.stream.close(); // a new generation's session: follow it
         s.stream = null;
@@ -718,9 +719,11 @@
     // Every revision of the live plan's session (they are numbered 1, 2, ... without gaps).
     function revisionPicker() {
       const latest = s.plan.revision;
+      // "live" only for the current generation's plan of a task still going: it can change.
+      const live = !earlierNotice() && !(s.task && FINAL_STATUSES.has(s.task.status));
       const picker = el("select", { id: "plan-revision", onchange: () => viewRevision(Number(picker.value)) });
       for (let n = latest; n >= 1; n -= 1) {
-        picker.appendChild(el("option", { value: String(n), selected: n === drawnPlan().revision }, n === latest ? `${n} (latest, live)` : String(n)));
+        picker.appendChild(el("option", { value: String(n), selected: n === drawnPlan().revision }, n === latest ? `${n} (latest${live ? ", live" : ""})` : String(n)));
       }
       return el("div", { class: "row revisions" }, el("label", { for: "plan-revision" }, "Revision"), picker,
         s.viewing ? [el("span", { class: "notice", id: "plan-old" }, `An earlier revision: the plan is at ${latest}.`),

@@ -81,6 +81,7 @@ CODES: Final = (
     "completed_node_changed",
     "failed_node_reopened",
     "retry_not_new",
+    "reserved_request_id",
     # Who may change what (`domain.plan_authority`).
     "human_node",
     "actor_changed",

@@ -585,6 +585,20 @@ def test_request_id_limit_and_format_are_field_too_long(
     assert publish(client, session_id, plan("r" * 128, [node("a")])).status_code == 201
 
 
+def test_a_request_id_that_passes_for_a_persons_revision_is_refused(
+    client: TestClient, session_id: str
+) -> None:
+    # A person's revisions carry "human:" (the end of a round reads it): nobody else may.
+    response = publish(client, session_id, plan("human:0b7f", [node("a")]))
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["code"] == "reserved_request_id"
+    assert error["details"][0]["field"] == "request_id"
+    history = client.get(f"/api/v1/sessions/{session_id}/execution-plans", headers=PUBLIC)
+    assert history.json()["latest"] is None  # nothing written
+    assert publish(client, session_id, plan("humane:1", [node("a")])).status_code == 201
+
+
 def test_a_stored_plan_sent_back_with_its_server_fields_is_accepted(
     client: TestClient, session_id: str
 ) -> None:

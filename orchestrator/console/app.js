@@ -128,7 +128,9 @@
           `replaces ${body.messages_replaced} message(s): ${body.tokens_before} → ${body.tokens_after} tokens`) : null];
     }
     if (e.kind === "tool_result") {
-      return [body.invocation_id ? el("div", { class: "muted small" }, "receipt ", el("code", {}, body.invocation_id)) : null,
+      return [body.code ? el("div", { class: "small" }, "code ", el("code", { class: "result-code" }, String(body.code))) : null,
+        body.invocation_id ? el("div", { class: "muted small" }, "receipt ", el("code", {}, body.invocation_id)) : null,
+        body.evidence_id ? el("div", { class: "muted small" }, "evidence ", el("code", {}, String(body.evidence_id))) : null,
         body.message ? el("pre", {}, String(body.message)) : null,
         body.result !== undefined ? json(body.result) : null];
     }

@@ -15,7 +15,13 @@ from datetime import UTC, datetime
 from orchestrator.domain.storable import storable_text
 from orchestrator.errors import ValidationFailed
 
-__all__ = ["decode_cursor", "decode_position", "encode_cursor", "encode_position"]
+__all__ = [
+    "decode_cursor",
+    "decode_position",
+    "encode_cursor",
+    "encode_position",
+    "invalid_cursor",
+]
 
 
 def encode_cursor(created_at: datetime, row_id: str) -> str:
@@ -39,11 +45,12 @@ def decode_position(cursor: str) -> tuple[int, int]:
         if not all(type(n) is int and 0 <= n < 2**31 for n in numbers):
             raise ValueError("bad cursor")
     except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
-        raise _invalid() from None
+        raise invalid_cursor() from None
     return generation, seq
 
 
-def _invalid() -> ValidationFailed:
+def invalid_cursor() -> ValidationFailed:
+    """The 422 `invalid_cursor` error, for a cursor this API did not return."""
     message = "cursor is not one this API returned"
     return ValidationFailed(
         message,
@@ -69,5 +76,5 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
             raise ValueError("bad cursor")
         moment = moment.astimezone(UTC)
     except (ValueError, TypeError, OverflowError, binascii.Error, UnicodeDecodeError):
-        raise _invalid() from None
+        raise invalid_cursor() from None
     return moment, row_id

@@ -14,6 +14,7 @@ from orchestrator.domain.cursors import (
     decode_position,
     encode_cursor,
     encode_position,
+    invalid_cursor,
 )
 from orchestrator.domain.storable import filled_text, storable_json
 from orchestrator.domain.task_filter import TASK_TYPE_PATTERN, TaskFilter
@@ -254,6 +255,8 @@ class TaskService:
         """The durable transcript of a task (one generation, or all), oldest entry first: one
         page of `limit` entries after `cursor`, or every entry when `limit` is None."""
         after = decode_position(cursor) if cursor else None
+        if after is not None and generation is not None and after[0] != generation:
+            raise invalid_cursor()  # a cursor of another generation's pages
         with self.db.transaction(readonly=True) as conn:
             task = task_store.get_task(conn, task_id)
             if task is None:

@@ -495,6 +495,9 @@ def test_the_earlier_plan_notice_names_the_generation_there_is_now(
     notice = page.locator("#plan-earlier")
     said = "From generation 1: generation {} has published no plan of its own."
     expect(notice).to_have_text(said.format(generation))
+    # Their refused publishes are in the transcript with the refusal's code.
+    refused = page.locator("#transcript .result-code").filter(has_text="completed_node_changed")
+    expect(refused.first).to_be_attached()
     generation = requeue(generation)
     expect(notice).to_have_text(said.format(generation))
 

@@ -281,6 +281,13 @@ def test_the_transcript_is_paged_oldest_first_across_generations(
     one = client.get(f"/api/v1/tasks/{task_id}/transcript", params={"generation": 2}).json()
     assert [(e["generation"], e["seq"]) for e in one["items"]] == [(2, 1), (2, 2)]
     assert one["next_cursor"] is None
+    # A cursor of generation 1's pages asked of generation 2: not one this query returned.
+    first = client.get(f"/api/v1/tasks/{task_id}/transcript", params={"limit": 1}).json()
+    mixed = client.get(
+        f"/api/v1/tasks/{task_id}/transcript",
+        params={"generation": 2, "cursor": first["next_cursor"]},
+    )
+    assert (mixed.status_code, mixed.json()["error"]["code"]) == (422, "invalid_cursor")
     for bad in ("x", "W10", "WyJhIiwgMV0", "Wy0xLCAxXQ"):  # not base64 JSON, [], ["a", 1], [-1, 1]
         refused = client.get(f"/api/v1/tasks/{task_id}/transcript", params={"cursor": bad})
         assert (refused.status_code, refused.json()["error"]["code"]) == (422, "invalid_cursor")

@@ -450,8 +450,23 @@
   function countsOf(plan) {
     const counts = plan.status_counts || {};
     const shown = Object.entries(counts).filter(([, n]) => n > 0);
+    const retried = retriedFailures(plan);
     return el("ul", { class: "counts", "aria-label": "Nodes by status", id: "status-counts" },
-      shown.map(([status, n]) => el("li", {}, el("span", { class: `badge s-${status}` }, `${status} ${n}`))));
+      shown.map(([status, n]) => el("li", {}, el("span", { class: `badge s-${status}` },
+        `${status} ${n}`, status === "failed" && retried ? ` (${retried} retried)` : ""))));
+  }
+  // Failed nodes a completed retry released (domain/decisions.py: a node of the same actor
+  // with an edge from the failed one, completed; a failed retry passes it on to its own).
+  function retriedFailures(plan) {
+    const byId = new Map((plan.nodes || []).map((n) => [n.id, n]));
+    const next = new Map();
+    for (const e of plan.edges || []) next.set(e.from, [...(next.get(e.from) || []), e.to]);
+    const released = (id, seen) => (next.get(id) || []).some((to) => {
+      const retry = byId.get(to);
+      if (!retry || seen.has(to) || retry.actor !== byId.get(id).actor) return false;
+      return retry.status === "completed" || (retry.status === "failed" && released(to, new Set([...seen, to])));
+    });
+    return (plan.nodes || []).filter((n) => n.status === "failed" && released(n.id, new Set([n.id]))).length;
   }
 
   // ---- actions (approvals) ---------------------------------------------------------------

@@ -133,6 +133,22 @@ def _human() -> dict[str, Any]:
     }
 
 
+def _retried() -> dict[str, Any]:
+    """A step that failed and its completed retry (a new node with an edge from it)."""
+    nodes = [
+        _node("fetch", "failed", reason="the meter did not answer"),
+        _node("fetch-2", "completed"),
+    ]
+    edges = [{"from": "fetch", "to": "fetch-2", "label": "retry"}]
+    return {
+        "turns": [
+            _turn(0.1, _plan("c1", "r1", nodes, title="Retried", edges=edges)),
+            _turn(0.1, _report("c2", "fetched on the second try")),
+            {"content": "done"},
+        ]
+    }
+
+
 def _slow() -> dict[str, Any]:
     nodes = [_node("a", "running")]
     return {
@@ -147,6 +163,7 @@ def write_scripts(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     scripts = {"live": _live(), "xss": _xss(), "approval": _approval(), "human": _human()}
     scripts["slow"] = _slow()
+    scripts["retried"] = _retried()
     scripts["pager"] = _xss()  # a type of its own for the paging test
     for name, script in scripts.items():
         # Every round queries the simulated SCADA source first: completed nodes and reports cite it.

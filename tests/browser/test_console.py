@@ -308,6 +308,17 @@ def test_a_failed_human_step_says_it_awaits_a_retry(page: Any, console: Console)
     expect(page.locator('button.node[data-node="inspect"] .badge.s-failed')).to_have_count(1)
 
 
+def test_a_retried_failure_is_counted_as_retried(page: Any, console: Console) -> None:
+    task_id = console.trigger("retried", "Second try")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    open_task(page, console, task_id)
+    counts = page.locator("#status-counts")
+    expect(counts).to_contain_text("failed 1 (1 retried)")
+    expect(counts).to_contain_text("completed 1")
+    page.locator('button.node[data-node="fetch"]').click()
+    expect(page.locator("#node-detail")).to_contain_text("fetch-2")
+
+
 def test_node_details_are_reachable_by_keyboard(page: Any, console: Console) -> None:
     task_id = console.trigger("human", "Keyboard only")
     console.wait_for(task_id, lambda t: t["status"] == "waiting")

@@ -190,26 +190,23 @@ class GenerationFacts:
     plan_request_id: str | None = None
 
 
+def _of_latest_revision(column: Any, label: str) -> Any:
+    """`column` of the session's latest plan revision, as a scalar subquery."""
+    return (
+        select(column)
+        .where(plan_revisions.c.session_id == bindparam("session_id"))
+        .order_by(plan_revisions.c.revision.desc())
+        .limit(1)
+        .scalar_subquery()
+        .label(label)
+    )
+
+
 # Built once: read at the end of every round, in the transaction that applies the decision.
 _FACTS = select(
-    select(plan_revisions.c.nodes)
-    .where(plan_revisions.c.session_id == bindparam("session_id"))
-    .order_by(plan_revisions.c.revision.desc())
-    .limit(1)
-    .scalar_subquery()
-    .label("plan_nodes"),
-    select(plan_revisions.c.edges)
-    .where(plan_revisions.c.session_id == bindparam("session_id"))
-    .order_by(plan_revisions.c.revision.desc())
-    .limit(1)
-    .scalar_subquery()
-    .label("plan_edges"),
-    select(plan_revisions.c.request_id)
-    .where(plan_revisions.c.session_id == bindparam("session_id"))
-    .order_by(plan_revisions.c.revision.desc())
-    .limit(1)
-    .scalar_subquery()
-    .label("plan_request_id"),
+    _of_latest_revision(plan_revisions.c.nodes, "plan_nodes"),
+    _of_latest_revision(plan_revisions.c.edges, "plan_edges"),
+    _of_latest_revision(plan_revisions.c.request_id, "plan_request_id"),
     select(reports.c.outcome)
     .where(
         reports.c.task_id == bindparam("task_id"),

@@ -17,11 +17,12 @@ from tests.services import free_port
 def run(tmp_path: Path):  # type: ignore[no-untyped-def]
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
 
-    def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    def _run(*args: str, **settings: str) -> subprocess.CompletedProcess[str]:
+        """`orchestrator ARGS` in the task's folder; `settings` are extra ORCH_ variables."""
         return subprocess.run(
             [ORCHESTRATOR, *args],
             cwd=tmp_path,
-            env=env,
+            env=env | settings,
             capture_output=True,
             text=True,
             timeout=60,
@@ -125,17 +126,15 @@ def test_transcript_of_a_task_and_its_errors(run) -> None:  # type: ignore[no-un
 
 def test_a_trigger_the_broker_refuses_says_why_without_the_password(
     run,  # type: ignore[no-untyped-def]
-    tmp_path: Path,
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
-    env["ORCH_REDIS_URL"] = f"redis://:Broker-s3cret@127.0.0.1:{free_port()}/0"
-    made = subprocess.run(
-        [ORCHESTRATOR, "tasks", "trigger", "--type", "leak", "--title", "Leak"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    made = run(
+        "tasks",
+        "trigger",
+        "--type",
+        "leak",
+        "--title",
+        "Leak",
+        ORCH_REDIS_URL=f"redis://:Broker-s3cret@127.0.0.1:{free_port()}/0",
     )
     assert made.returncode == 1
     assert "stored task" in made.stdout

@@ -11,6 +11,7 @@ import base64
 import binascii
 import json
 from datetime import UTC, datetime
+from typing import Any
 
 from orchestrator.domain.storable import storable_text
 from orchestrator.errors import ValidationFailed
@@ -24,23 +25,29 @@ __all__ = [
 ]
 
 
+def _pack(values: list[object]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(values).encode()).decode().rstrip("=")
+
+
+def _unpack(cursor: str) -> Any:
+    """The JSON a cursor holds; raises ValueError (or binascii/Unicode errors) otherwise."""
+    return json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+
+
 def encode_cursor(created_at: datetime, row_id: str) -> str:
-    raw = json.dumps([created_at.isoformat(), row_id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return _pack([created_at.isoformat(), row_id])
 
 
 def encode_position(generation: int, seq: int) -> str:
     """The cursor of a transcript entry: lists in the order they were written, oldest first,
     page by the last (generation, seq) seen."""
-    raw = json.dumps([generation, seq]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return _pack([generation, seq])
 
 
 def decode_position(cursor: str) -> tuple[int, int]:
     """The (generation, seq) of a position cursor; anything else is 422 `invalid_cursor`."""
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        generation, seq = json.loads(raw)
+        generation, seq = _unpack(cursor)
         numbers = (generation, seq)
         if not all(type(n) is int and 0 <= n < 2**31 for n in numbers):
             raise ValueError("bad cursor")
@@ -66,8 +73,7 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
     calendar overflows, and must not reach the store; nor must an id no store keeps.
     """
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        stamp, row_id = json.loads(raw)
+        stamp, row_id = _unpack(cursor)
         if not isinstance(stamp, str) or not isinstance(row_id, str):
             raise ValueError("bad cursor")
         storable_text(row_id)  # a forged NUL or lone surrogate would fail in the store

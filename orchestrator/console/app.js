@@ -458,15 +458,15 @@
   // Failed nodes a completed retry released (domain/decisions.py: a node of the same actor
   // with an edge from the failed one, completed; a failed retry passes it on to its own).
   function retriedFailures(plan) {
+    const released = (node, seen) => retriesIn(plan, node).some((retry) => !seen.has(retry.id)
+      && (retry.status === "completed" || (retry.status === "failed" && released(retry, new Set([...seen, retry.id])))));
+    return (plan.nodes || []).filter((n) => n.status === "failed" && released(n, new Set([n.id]))).length;
+  }
+  // The retries of `node`: the nodes of its actor that an edge from it leads to.
+  function retriesIn(plan, node) {
     const byId = new Map((plan.nodes || []).map((n) => [n.id, n]));
-    const next = new Map();
-    for (const e of plan.edges || []) next.set(e.from, [...(next.get(e.from) || []), e.to]);
-    const released = (id, seen) => (next.get(id) || []).some((to) => {
-      const retry = byId.get(to);
-      if (!retry || seen.has(to) || retry.actor !== byId.get(id).actor) return false;
-      return retry.status === "completed" || (retry.status === "failed" && released(to, new Set([...seen, to])));
-    });
-    return (plan.nodes || []).filter((n) => n.status === "failed" && released(n.id, new Set([n.id]))).length;
+    return (plan.edges || []).filter((e) => e.from === node.id)
+      .map((e) => byId.get(e.to)).filter((n) => n && n.actor === node.actor);
   }
 
   // ---- actions (approvals) ---------------------------------------------------------------
@@ -790,10 +790,7 @@
     // actor with an edge from it (domain/decisions.py; a retry that failed has its own retry).
     const CLOSED_AS = { complete: "completed", fail: "failed", skip: "skipped" };
     function retriesOf(node) {
-      const plan = drawnPlan();
-      const byId = new Map(plan.nodes.map((n) => [n.id, n]));
-      const retries = (plan.edges || []).filter((e) => e.from === node.id)
-        .map((e) => byId.get(e.to)).filter((n) => n && n.actor === node.actor);
+      const retries = retriesIn(drawnPlan(), node);
       if (!retries.length) return el("span", { class: "error" }, "no retry yet: the task cannot complete until one is completed");
       return retries.map((n, i) => [i ? ", " : "", el("code", {}, n.id), " ", badge(n.status)]);
     }

@@ -22,13 +22,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.domain.vocabulary import OPEN_NODE_STATUSES
+
 __all__ = ["Decision", "RoundFacts", "decide", "open_human_nodes", "unretried_failed_nodes"]
 
 _DONE = frozenset({"completed", "skipped", "cancelled"})
 #: A human node in one of these no longer waits for a person: a person closed it, or it no
 #: longer applies. A failed one still holds the completion until its retry is completed.
 _HUMAN_CLOSED = _DONE | {"failed"}
-_OPEN = frozenset({"pending", "running", "waiting"})
 
 
 def unretried_failed_nodes(
@@ -179,7 +180,7 @@ def _failed_since_agent_plan(
         for e in edges or ()
         if (retry := by_id.get(str(e.get("to")))) is not None
         and retry.get("actor") == "human"
-        and retry.get("status") in _OPEN
+        and retry.get("status") in OPEN_NODE_STATUSES
     }
     return [
         node_id

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
+from orchestrator.domain.vocabulary import OPEN_NODE_STATUSES
 from orchestrator.errors import ConflictError, NotFound
 
 __all__ = [
@@ -23,7 +24,6 @@ __all__ = [
 
 #: What a person can set a human node to: complete, fail or skip (`--complete`, `--fail`, `--skip`).
 PERSON_STATUSES: Final = ("completed", "failed", "skipped")
-_OPEN: Final = frozenset({"pending", "running", "waiting"})
 #: The request id of a person's revision starts with this (the agent's are its own).
 PERSON_REQUEST_PREFIX: Final = "human:"
 
@@ -56,7 +56,7 @@ def close_human_node(
         raise ConflictError(
             f"node {node_id!r} is an agent node: only the agent reports it", code="agent_node"
         )
-    if found.get("status") not in _OPEN:
+    if found.get("status") not in OPEN_NODE_STATUSES:
         raise ConflictError(
             f"node {node_id!r} is already {found.get('status')}", code="node_closed"
         )
@@ -81,7 +81,9 @@ def keep_person_closed(
         return list(nodes)
     return [
         dict(closed[n["id"]])
-        if n.get("id") in closed and n.get("actor") == "human" and n.get("status") in _OPEN
+        if n.get("id") in closed
+        and n.get("actor") == "human"
+        and n.get("status") in OPEN_NODE_STATUSES
         else n
         for n in nodes
     ]

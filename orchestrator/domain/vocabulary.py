@@ -12,6 +12,7 @@ __all__ = [
     "MESSAGE_ROLES",
     "NODE_ACTORS",
     "NODE_STATUSES",
+    "OPEN_NODE_STATUSES",
     "RECEIPT_STATUSES",
     "REPORT_OUTCOMES",
     "SESSION_PURPOSES",
@@ -43,6 +44,8 @@ NODE_STATUSES: Final = (
     "skipped",
     "cancelled",
 )
+#: A node in one of these is still to be done (by the agent, or by a person for a human one).
+OPEN_NODE_STATUSES: Final = frozenset({"pending", "running", "waiting"})
 REPORT_OUTCOMES: Final = ("completed", "waiting", "failed", "continue")
 EVIDENCE_ORIGINS: Final = ("live", "synthetic", "peripheral_sample")
 ACTION_KINDS: Final = ("work_order", "command")

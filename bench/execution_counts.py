@@ -33,8 +33,11 @@ COUNTED = (
 )
 
 
-def commits_per_execution(rt: Any, folder: Path) -> dict[str, Any]:
-    """Transactions and Redis calls of one minimal execution, counted in process."""
+def commits_per_execution(
+    rt: Any, folder: Path, task_type: str = MINIMAL, outcome: str = "completed"
+) -> dict[str, Any]:
+    """Transactions and Redis calls of one execution of `task_type` (by default the minimal
+    one), counted in process; each run must end with `outcome`."""
     import redis
     from sqlalchemy import event
 
@@ -84,7 +87,7 @@ def commits_per_execution(rt: Any, folder: Path) -> dict[str, Any]:
         run_times: list[float] = []
         cpu_times: list[float] = []
         for index in range(31):
-            task_id = rt.tasks.trigger(Trigger(task_type=MINIMAL, title="count")).task.task_id
+            task_id = rt.tasks.trigger(Trigger(task_type=task_type, title="count")).task.task_id
             if index == 0:
                 for target, name, hook in hooks:
                     event.listen(target, name, hook)
@@ -101,8 +104,8 @@ def commits_per_execution(rt: Any, folder: Path) -> dict[str, Any]:
                         event.remove(target, name, hook)
             run_times.append((time.perf_counter() - started) * 1000)
             cpu_times.append((time.process_time() - cpu_started) * 1000)
-            if result.outcome != "completed":
-                raise RuntimeError(f"the minimal round ended {result.outcome}: {result.detail}")
+            if result.outcome != outcome:
+                raise RuntimeError(f"the {task_type} round ended {result.outcome}: {result.detail}")
         schema_ms = Series("schemas")
         host = ToolHost(rt.executions._tools(None), ledger=None)
         for _ in range(30):
@@ -114,7 +117,7 @@ def commits_per_execution(rt: Any, folder: Path) -> dict[str, Any]:
         # thread, which the profiler does not see; `inprocess_cpu_ms` counts them.)
         profiler = cProfile.Profile(time.thread_time)
         for _ in range(20):
-            task_id = rt.tasks.trigger(Trigger(task_type=MINIMAL, title="profile")).task.task_id
+            task_id = rt.tasks.trigger(Trigger(task_type=task_type, title="profile")).task.task_id
             profiler.enable()
             rt.executions.run(task_id, 1, worker="bench:inprocess")
             profiler.disable()

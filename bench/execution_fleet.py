@@ -33,7 +33,7 @@ LEASE, RENEW, SWEEP = 3.0, 1.0, 1.0
 #: model), and Procrastinate's worker is one asyncio process with `concurrency` jobs, so equal
 #: concurrency means one process and the same number of concurrent jobs on every side.
 POOL, CONCURRENCY = "threads", 2
-MINIMAL, SLOW = "minimal", "slow"
+MINIMAL, SLOW, REPORT_ONLY = "minimal", "slow", "report-only"
 
 # --------------------------------------------------------------------------- statistics
 
@@ -271,6 +271,14 @@ def minimal_turns() -> list[dict[str, Any]]:
         {"tool_calls": [report_call("c2", "completed")]},
         {"content": "done"},
     ]
+
+
+def report_only_turns() -> list[dict[str, Any]]:
+    """A round that only saves a failed report and answers: what the orchestration costs on its
+    own (claim, lease, transcript, report, the generation's end) with the agent's work left out."""
+    from tests.executions_support import report_call
+
+    return [{"tool_calls": [report_call("c1", "failed")]}, {"content": "done"}]
 
 
 def slow_turns(delay_s: float) -> list[dict[str, Any]]:

@@ -51,6 +51,8 @@ def report(figures: dict[str, Any], command: str, versions: str, durable: bool =
     rate = {kind: n / statistics.fmean(runs) for kind, runs in secs.items()}
     raw_rate, ours_rate, floor_rate = rate["raw"], rate["ours"], rate["floor"]
     pro_rate = rate["procrastinate"]
+    alone_rate, pro_alone_rate = rate["alone"], rate["procrastinate-alone"]
+    alone = thr["alone"]
     rec = figures["recovery"]["seconds"]
     sw = figures["sweep"]
     load = figures["load"]
@@ -71,8 +73,9 @@ def report(figures: dict[str, Any], command: str, versions: str, durable: bool =
             if role != "bench" and value * 1000 / tasks >= 0.005
         )
 
-    ours_cpu, raw_cpu, floor_cpu, pro_cpu = (
-        cpu_ms(kind) for kind in ("ours", "raw", "floor", "procrastinate")
+    ours_cpu, raw_cpu, floor_cpu, pro_cpu, alone_cpu, pro_alone_cpu = (
+        cpu_ms(kind)
+        for kind in ("ours", "raw", "floor", "procrastinate", "alone", "procrastinate-alone")
     )
 
     def runs(kind: str) -> str:
@@ -127,6 +130,12 @@ def report(figures: dict[str, Any], command: str, versions: str, durable: bool =
         f"| CPU per minimal execution, ms (every process: workers, Postgres, Redis) | "
         f"{ours_cpu:.2f} | round trips alone, raw drivers: {floor_cpu:.2f} | "
         f"{ours_cpu / floor_cpu:.2f}x | <= 2x | {goal(ours_cpu <= 2 * floor_cpu)} |",
+        f"| the orchestration alone (a round that only saves a report), executions/s | "
+        f"{alone_rate:.1f} | Procrastinate, {alone['commits']} commits per job: "
+        f"{pro_alone_rate:.1f} | {alone_rate / pro_alone_rate:.2f}x | none: the queue layers "
+        "side by side | |",
+        f"| CPU per execution of the orchestration alone, ms | {alone_cpu:.2f} | "
+        f"Procrastinate per job: {pro_alone_cpu:.2f} | {alone_cpu / pro_alone_cpu:.2f}x | | |",
         f"| the same round trips alone: raw drivers, no agent, tasks/s | "
         f"{floor_rate:.1f} | {raw_rate:.1f} | {floor_rate / raw_rate:.2f}x | "
         "the ceiling of this design | |",
@@ -169,6 +178,17 @@ def report(figures: dict[str, Any], command: str, versions: str, durable: bool =
         f"{raw_cpu:.2f} ({per_role('raw')}); Procrastinate {pro_cpu:.2f} "
         f"({per_role('procrastinate')}). With {os.cpu_count()} CPUs the rate is bounded by "
         "this total, so the ratio of the rates follows the ratio of the CPU.",
+        "- The orchestration alone: the same worker runs tasks whose scripted agent saves a "
+        "failed report and answers, nothing else: the claim, the lease taken, renewed and "
+        "released, two model turns in the transcript, the report, the generation's end and its "
+        f"task event, {alone['commits']} commits and {alone['statements']} statements in all, "
+        f"{alone['redis_calls']} Redis commands. Procrastinate jobs of {alone['commits']} "
+        "single-INSERT commits alternate with it (Procrastinate, ours, ours, Procrastinate; "
+        f"bursts {runs('alone')} s against {runs('procrastinate-alone')} s). CPU per task, ms: "
+        f"orchestration alone {alone_cpu:.2f} ({per_role('alone')}); Procrastinate "
+        f"{pro_alone_cpu:.2f} ({per_role('procrastinate-alone')}). The minimal execution's CPU "
+        f"above this ({ours_cpu - alone_cpu:.2f} ms) is its agent's work: the query and its "
+        "evidence record, the plan and its validation, the larger transcript.",
         "- Round trips alone: a raw Celery task on the same worker sends what one execution "
         f"sends, with raw psycopg and redis-py and nothing else: {thr['autocommits']} "
         f"statements in autocommit, then {len(thr['transactions'])} transactions of "

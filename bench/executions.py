@@ -59,6 +59,7 @@ from execution_fleet import (
     RAW_START,
     RAW_STARTS_KEY,
     RENEW,
+    REPORT_ONLY,
     ROOT,
     SERVER_PIDS,
     SLOW,
@@ -68,6 +69,7 @@ from execution_fleet import (
     Series,
     minimal_turns,
     raw_celery,
+    report_only_turns,
     servers,
     slow_turns,
 )
@@ -233,6 +235,7 @@ class Bench:
 
         counted = commits_per_execution(self.rt, self.folder)
         commits = counted["commits"]
+        alone = commits_per_execution(self.rt, self.folder, REPORT_ONLY, "failed")
         # Create the tasks first (their trigger commits are not the worker's work), then time
         # the wake-ups from the first publish to the last end, as for the raw tasks.
         rt = self.rt
@@ -240,10 +243,13 @@ class Bench:
         rt.dispatcher = RecordingDispatcher()
         rt.__dict__.pop("tasks", None)
         try:
-            task_ids = [
-                rt.tasks.trigger(Trigger(task_type=MINIMAL, title=f"t{n}")).task.task_id
-                for n in range(2 * count)
-            ]
+            task_ids, alone_ids = (
+                [
+                    rt.tasks.trigger(Trigger(task_type=kind, title=f"t{n}")).task.task_id
+                    for n in range(2 * count)
+                ]
+                for kind in (MINIMAL, REPORT_ONLY)
+            )
         finally:
             rt.dispatcher = saved
             rt.__dict__.pop("tasks", None)
@@ -251,6 +257,9 @@ class Bench:
         raw = partial(self._raw_burst, count, RAW_COMMITS, [commits])
         procrastinate = partial(
             procrastinate_burst, procrastinate_dsn, self.redis_url, count, commits
+        )
+        procrastinate_alone = partial(
+            procrastinate_burst, procrastinate_dsn, self.redis_url, count, alone["commits"]
         )
         procrastinate_burst(procrastinate_dsn, self.redis_url, 20, commits)  # warm-up
         # Baselines and ours alternate, each twice, so load drift shows and averages out.
@@ -262,6 +271,12 @@ class Bench:
             ("ours", partial(self._orchestrator_burst, task_ids[count:])),
             ("procrastinate", procrastinate),
             ("raw", raw),
+            # The orchestration alone (a round that only reports) against Procrastinate jobs
+            # making as many commits as it does: the queue layers side by side.
+            ("procrastinate-alone", procrastinate_alone),
+            ("alone", partial(self._orchestrator_burst, alone_ids[:count], "failed")),
+            ("alone", partial(self._orchestrator_burst, alone_ids[count:], "failed")),
+            ("procrastinate-alone", procrastinate_alone),
         ]
         roles = {proc.process.pid: proc.name for proc in self.procs.started}
         seconds: dict[str, list[float]] = {}
@@ -280,6 +295,7 @@ class Bench:
             "inprocess_cpu": counted["inprocess_cpu_ms"],
             "seconds": seconds,
             "cpu": cpu,  # per kind, summed over its bursts
+            "alone": {key: alone[key] for key in ("commits", "statements", "redis_calls")},
         }
 
     def _raw_burst(self, count: int, task: str, args: list[Any]) -> float:
@@ -295,15 +311,15 @@ class Bench:
             ends.append(float(popped[1]))
         return max(ends) - first
 
-    def _orchestrator_burst(self, task_ids: list[str]) -> float:
+    def _orchestrator_burst(self, task_ids: list[str], status: str = "completed") -> float:
         first = time.time()
         for task_id in task_ids:
             self.rt.dispatcher.dispatch(task_id, 1)
 
         def all_done() -> bool:
             row = self.pg.execute(
-                "SELECT count(*) FROM tasks WHERE task_id = ANY(%s) AND status = 'completed'",
-                (task_ids,),
+                "SELECT count(*) FROM tasks WHERE task_id = ANY(%s) AND status = %s",
+                (task_ids, status),
             ).fetchone()
             return bool(row and row[0] == len(task_ids))
 
@@ -578,6 +594,7 @@ def main() -> int:
         scripts = folder / "scripts"
         write_script(scripts, MINIMAL, minimal_turns())
         write_script(scripts, SLOW, slow_turns(8.0))
+        write_script(scripts, REPORT_ONLY, report_only_turns())
         env = {
             "ORCH_DATABASE_URL": pg_url,
             "ORCH_REDIS_URL": redis_url,

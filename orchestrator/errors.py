@@ -80,7 +80,7 @@ class Unauthorized(OrchestratorError):
 
 
 class Forbidden(OrchestratorError):
-    """The caller is known, but their role does not allow the request."""
+    """The caller is known, but their role (or the record's owner) does not allow the request."""
 
     code = "forbidden"
     http_status = 403

@@ -1,6 +1,7 @@
 """Collaboration sessions over HTTP: open a task's session, ask, page the questions and answers.
 
-`POST /api/v1/tasks/{task_id}/collaboration` opens (or returns) the task's session;
+`POST /api/v1/tasks/{task_id}/collaboration` opens (or returns) the caller's session about the
+task; a session is read and asked in by its owner only (a shared account speaks for anyone);
 `POST /api/v1/sessions/{session_id}/messages` asks (idempotent with an `Idempotency-Key`
 header); `GET` on the same path pages the messages.
 """
@@ -23,6 +24,12 @@ from orchestrator.store.sessions import SessionRecord
 __all__ = ["MessageOut", "router"]
 
 router = APIRouter(tags=["collaboration"])
+
+
+def caller_of(operator: Operator) -> str | None:
+    """Whose sessions the caller may use: a named account its own, a shared one anyone's
+    (the full-rights API token speaks for others, as its body `by` does)."""
+    return None if operator.shared else operator.name
 
 
 def get_collaboration(request: Request) -> CollaborationService:
@@ -95,7 +102,7 @@ def open_collaboration(
     service: CollaborationService = Depends(get_collaboration),
     operator: Operator = Depends(current_operator),
 ) -> CollaborationSessionOut:
-    """Open the task's collaboration session (201), or return it (200)."""
+    """Open the caller's collaboration session about the task (201), or return it (200)."""
     record, created = service.open(task_id, owner=operator.name)
     response.status_code = 201 if created else 200
     return CollaborationSessionOut.of(record, created)
@@ -119,10 +126,14 @@ def ask(
         "`idempotency_conflict`",
     ),
     service: CollaborationService = Depends(get_collaboration),
+    operator: Operator = Depends(current_operator),
 ) -> AnswerOut:
     """Ask a question; the agent answers from the task's plan, report and evidence only (201).
-    A retry with the same `Idempotency-Key` returns the stored answer (200)."""
-    answered = service.ask(session_id, body.text, idempotency_key=idempotency_key)
+    A retry with the same `Idempotency-Key` returns the stored answer (200). Another person's
+    session is 403 `not_session_owner`."""
+    answered = service.ask(
+        session_id, body.text, caller=caller_of(operator), idempotency_key=idempotency_key
+    )
     if answered.replayed:
         response.status_code = 200
     return AnswerOut(
@@ -133,14 +144,18 @@ def ask(
 @router.get(
     "/api/v1/sessions/{session_id}/messages",
     response_model=Page[MessageOut],
-    responses=error_responses(401, 404, 409, 422),
+    responses=error_responses(401, 403, 404, 409, 422),
 )
 def list_messages(
     session_id: str,
     cursor: str | None = Query(default=None, max_length=512),
     limit: int = Query(default=50, ge=1, le=MAX_LIMIT),
     service: CollaborationService = Depends(get_collaboration),
+    operator: Operator = Depends(current_operator),
 ) -> Page[MessageOut]:
-    """The session's questions and answers, oldest first."""
-    page, next_cursor = service.messages(session_id, cursor=cursor, limit=limit)
+    """The session's questions and answers, oldest first; its owner's only (403
+    `not_session_owner` for another person)."""
+    page, next_cursor = service.messages(
+        session_id, caller=caller_of(operator), cursor=cursor, limit=limit
+    )
     return Page[MessageOut](items=[MessageOut.of(m) for m in page], next_cursor=next_cursor)

@@ -7,10 +7,12 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.api.auth import current_operator
 from orchestrator.api.contract import FilledText, Page, StoredText, error_responses
 from orchestrator.api.deps import get_sessions
 from orchestrator.api.enums import SessionPurpose
 from orchestrator.api.models import SessionView
+from orchestrator.operators import Operator
 from orchestrator.services.sessions import MAX_LIMIT, SessionService
 
 __all__ = ["CreateSession", "router"]
@@ -27,15 +29,25 @@ class CreateSession(BaseModel):
     # Refused up front, naming the field, when no store keeps it (a NUL character).
     title: FilledText = Field(min_length=1, max_length=200)
     task_id: StoredText | None = Field(default=None, max_length=36)
-    owner: FilledText = Field(default="api", min_length=1, max_length=128)
+    owner: FilledText | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        description="whose session: an account's own name whatever this says; the shared "
+        "API token may name anyone (default: the caller's account)",
+    )
 
 
 @router.post("", status_code=201, response_model=SessionView, responses=error_responses(404, 409))
 def create_session(
-    body: CreateSession, service: SessionService = Depends(get_sessions)
+    body: CreateSession,
+    service: SessionService = Depends(get_sessions),
+    operator: Operator = Depends(current_operator),
 ) -> dict[str, Any]:
+    # As a decision's `by`: a named account owns what it makes; the shared token speaks for others.
+    owner = (body.owner or operator.name) if operator.shared else operator.name
     record = service.create_session(
-        purpose=str(body.purpose), title=body.title, owner=body.owner, task_id=body.task_id
+        purpose=str(body.purpose), title=body.title, owner=owner, task_id=body.task_id
     )
     return record.to_dict()
 

@@ -51,7 +51,10 @@ def _ask(args: argparse.Namespace) -> int:
         service = CollaborationService(db, settings)
         session, _ = service.open(args.task_id, owner=getpass.getuser())
         answered = service.ask(
-            session.session_id, args.question, idempotency_key=args.idempotency_key
+            session.session_id,
+            args.question,
+            caller=session.owner,
+            idempotency_key=args.idempotency_key,
         )
     finally:
         db.dispose()

@@ -57,14 +57,24 @@ def close_human_node(
             f"node {node_id!r} is an agent node: only the agent reports it", code="agent_node"
         )
     if found.get("status") not in OPEN_NODE_STATUSES:
-        raise ConflictError(
-            f"node {node_id!r} is already {found.get('status')}", code="node_closed"
-        )
+        raise ConflictError(_closed_message(node_id, found), code="node_closed")
     stamp = f"{status} by {by} at {at.isoformat(timespec='seconds')}"
     closed = dict(found, status=status, reason=f"{reason} ({stamp})" if reason else stamp)
     if status == "completed":
         closed["evidence"] = evidence or ""
     return [closed if n.get("id") == node_id else dict(n) for n in nodes]
+
+
+def _closed_message(node_id: str, found: Mapping[str, Any]) -> str:
+    """Why a closed node cannot be closed again: its status and reason, which name who closed
+    it and when (a second person acting on the step learns that someone did, and who)."""
+    status = found.get("status")
+    reason = found.get("reason")
+    if not isinstance(reason, str) or not reason:
+        return f"node {node_id!r} is already {status}"
+    if reason.startswith(f"{status} by "):  # a person's completion: the stamp alone
+        return f"node {node_id!r} is already {status} ({reason})"
+    return f"node {node_id!r} is already {status}: {reason}"
 
 
 def keep_person_closed(

@@ -5,6 +5,10 @@ and its evidence records, as the store returns them, plus this session's own ear
 and answers. Never an execution's transcript, tool calls or reasoning: those are not read here.
 The model (ORCH_MODEL; the scripted model plays `DIR/<task_type>.collaboration.json`) may call
 read tools only: the host runs it as a read-only caller with read tools alone.
+
+A collaboration session is its owner's: each person has one per task, and only they read it or
+ask in it (`caller`); `None` stands for a caller who speaks for anyone (the shared API token,
+the CLI on the store). Another person's questions are neither shown nor given to the model.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from orchestrator.domain.storable import storable_text
 from orchestrator.errors import (
     ConflictError,
     ConstraintViolation,
+    Forbidden,
     NotFound,
     OrchestratorError,
     ValidationFailed,
@@ -133,12 +138,12 @@ class CollaborationService:
         self.settings = settings
 
     def open(self, task_id: str, owner: str) -> tuple[SessionRecord, bool]:
-        """The task's collaboration session, created on first use: (session, created)."""
+        """`owner`'s collaboration session about the task, made on first use: (session, created)."""
         with self.db.transaction() as conn:
             task = task_store.get_task(conn, task_id, lock=True)  # one session per task
             if task is None:
                 raise NotFound(f"task {task_id} does not exist")
-            existing = store.collaboration_session_of(conn, task_id)
+            existing = store.collaboration_session_of(conn, task_id, owner)
             if existing is not None:
                 return existing, False
             title = f"Collaboration: {task.title}"[:200]
@@ -147,7 +152,9 @@ class CollaborationService:
             )
             return created, True
 
-    def _session(self, conn: Any, session_id: str, *, lock: bool = False) -> SessionRecord:
+    def _session(
+        self, conn: Any, session_id: str, caller: str | None, *, lock: bool = False
+    ) -> SessionRecord:
         session = session_store.get_session(conn, session_id, lock=lock)
         if session is None:
             raise NotFound(f"session {session_id} does not exist")
@@ -156,11 +163,25 @@ class CollaborationService:
                 f"session {session_id} is a {session.purpose} session, not a task collaboration",
                 code="not_collaboration",
             )
+        if caller is not None and caller != session.owner:
+            raise Forbidden(
+                f"session {session_id} is another person's collaboration session; "
+                f"POST /api/v1/tasks/{session.task_id}/collaboration opens yours",
+                code="not_session_owner",
+            )
         return session
 
-    def ask(self, session_id: str, text: str, *, idempotency_key: str | None = None) -> Answer:
+    def ask(
+        self,
+        session_id: str,
+        text: str,
+        *,
+        caller: str | None,
+        idempotency_key: str | None = None,
+    ) -> Answer:
         """Store the question and the agent's answer; a model failure stores nothing.
 
+        `caller` is who asks: a session of another owner is refused (403 `not_session_owner`).
         With `idempotency_key`, a retry (same key, same question) returns the stored question
         and answer (`replayed`) without asking the model; the same key with another question
         is 409 `idempotency_conflict`. Two asks with one key at once may both reach the model,
@@ -175,7 +196,7 @@ class CollaborationService:
         key = _checked_key(idempotency_key)
         digest = fingerprint({"text": text})
         with self.db.transaction(readonly=True) as conn:
-            session = self._session(conn, session_id)
+            session = self._session(conn, session_id, caller)
             assert session.task_id is not None
             stored = store.asked_with_key(conn, session_id, key) if key else None
             if key and stored:
@@ -196,7 +217,7 @@ class CollaborationService:
                 # stored before it, so a page never splits one exchange around another (an ask
                 # answered sooner, stored while this one waited on the model) and a cursor never
                 # passes an exchange that commits later. The page order is (created_at, id).
-                self._session(conn, session_id, lock=True)
+                self._session(conn, session_id, caller, lock=True)
                 # A retry that came in while the model answered this one may have stored first.
                 stored = store.asked_with_key(conn, session_id, key) if key else None
                 if key and stored:
@@ -287,12 +308,13 @@ class CollaborationService:
         return "(the agent ran out of turns before answering)"
 
     def messages(
-        self, session_id: str, *, cursor: str | None = None, limit: int = 50
+        self, session_id: str, *, caller: str | None, cursor: str | None = None, limit: int = 50
     ) -> tuple[list[MessageRecord], str | None]:
-        """One page of the session's messages, oldest first, and the next page's cursor."""
+        """One page of the session's messages, oldest first, and the next page's cursor; only
+        for its owner (`caller`), or a caller who speaks for anyone (None)."""
         after = decode_cursor(cursor) if cursor else None
         with self.db.transaction(readonly=True) as conn:
-            self._session(conn, session_id)
+            self._session(conn, session_id, caller)
             page = store.list_messages(conn, session_id, after=after, limit=limit + 1)
         more = len(page) > limit
         page = page[:limit]

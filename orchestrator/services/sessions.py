@@ -102,7 +102,7 @@ class SessionService:
         """Create a session; task sessions need an existing task."""
         with self.db.transaction() as conn:
             if purpose == "task_collaboration" and task_id is not None:
-                _no_collaboration_session_yet(conn, task_id)
+                _no_collaboration_session_yet(conn, task_id, owner)
             return create_session_txn(
                 conn,
                 purpose=purpose,
@@ -151,14 +151,15 @@ class SessionService:
         return SessionPage(items, next_cursor)
 
 
-def _no_collaboration_session_yet(conn: Connection, task_id: str) -> None:
-    """A task has one collaboration session (`CollaborationService.open` makes it and reads
-    it back): a second one would take questions that no one reads."""
+def _no_collaboration_session_yet(conn: Connection, task_id: str, owner: str) -> None:
+    """A person has one collaboration session per task (`CollaborationService.open` makes it
+    and reads it back): a second one would take questions that no one reads."""
     task_store.get_task(conn, task_id, lock=True)  # as `open` does: one at a time per task
-    existing = collaboration_session_of(conn, task_id)
+    existing = collaboration_session_of(conn, task_id, owner)
     if existing is not None:
         raise ConflictError(
-            f"task {task_id} has its collaboration session {existing.session_id} already; "
+            f"{owner} has a collaboration session about task {task_id} already "
+            f"({existing.session_id}); "
             f"POST /api/v1/tasks/{task_id}/collaboration returns it",
             code="collaboration_exists",
         )

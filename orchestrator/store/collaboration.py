@@ -40,11 +40,15 @@ class MessageRecord:
         return cls(row.message_id, row.session_id, row.role, row.text, row.created_at)
 
 
-def collaboration_session_of(conn: Connection, task_id: str) -> SessionRecord | None:
-    """The task's collaboration session (the oldest, should two exist)."""
+def collaboration_session_of(conn: Connection, task_id: str, owner: str) -> SessionRecord | None:
+    """`owner`'s collaboration session about the task (the oldest, should two exist)."""
     row = conn.execute(
         select(sessions)
-        .where(sessions.c.task_id == task_id, sessions.c.purpose == "task_collaboration")
+        .where(
+            sessions.c.task_id == task_id,
+            sessions.c.purpose == "task_collaboration",
+            sessions.c.owner == owner,
+        )
         .order_by(sessions.c.created_at, sessions.c.session_id)
         .limit(1)
     ).one_or_none()

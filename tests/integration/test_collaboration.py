@@ -4,6 +4,7 @@ authorised plan, report and evidence only, never from the execution transcript."
 from __future__ import annotations
 
 import base64
+import getpass
 import json
 from collections.abc import Iterator
 from datetime import timedelta
@@ -25,6 +26,7 @@ from orchestrator.store.collaboration import insert_message
 from orchestrator.store.snapshots import save_snapshot
 from orchestrator.store.types import utcnow
 from tests.executions_support import CITED, node, plan_call, query_call, runtime_for
+from tests.integration.test_operator_accounts import TOKENS, bearer, operators_file
 from tests.openai_server import OpenAIServer
 
 SECRETS = ("REASONING-SECRET-42", "call-SECRET-ID", "FINAL-TRANSCRIPT-TEXT")
@@ -395,28 +397,28 @@ def test_a_retry_that_lands_while_the_first_ask_waits_on_the_model_stores_one_an
     def racing(*args: Any) -> str:
         if not raced:  # the retry arrives and finishes while the first one waits
             raced.append("k")
-            inner.append(service.ask(session.session_id, "Why?", idempotency_key="k"))
+            inner.append(service.ask(session.session_id, "Why?", caller="op", idempotency_key="k"))
         return answer(*args)
 
     monkeypatch.setattr(service, "_answer", racing)
-    outer = service.ask(session.session_id, "Why?", idempotency_key="k")
+    outer = service.ask(session.session_id, "Why?", caller="op", idempotency_key="k")
     assert (outer.question, outer.answer) == (inner[0].question, inner[0].answer)
     assert outer.replayed
     assert not inner[0].replayed
-    stored, _ = service.messages(session.session_id)
+    stored, _ = service.messages(session.session_id, caller="op")
     assert [m.message_id for m in stored] == [outer.question.message_id, outer.answer.message_id]
 
     def conflicting(*args: Any) -> str:
         if raced == ["k"]:
             raced.append("k2")
-            service.ask(session.session_id, "Other?", idempotency_key="k2")
+            service.ask(session.session_id, "Other?", caller="op", idempotency_key="k2")
         return answer(*args)
 
     monkeypatch.setattr(service, "_answer", conflicting)
     with pytest.raises(ConflictError) as refused:
-        service.ask(session.session_id, "Why not?", idempotency_key="k2")
+        service.ask(session.session_id, "Why not?", caller="op", idempotency_key="k2")
     assert refused.value.code == "idempotency_conflict"
-    assert len(service.messages(session.session_id)[0]) == 4
+    assert len(service.messages(session.session_id, caller="op")[0]) == 4
 
 
 def test_the_cli_asks_once_per_idempotency_key(
@@ -436,8 +438,9 @@ def test_the_cli_asks_once_per_idempotency_key(
     assert "4.1 NTU" in capsys.readouterr().out
     assert main([*ask[:3], "Something else?", *ask[4:]]) == 1
     assert "idempotency_conflict" in capsys.readouterr().err
-    session = CollaborationService(rt.db, rt.settings).open(task_id, owner="op")[0]
-    assert len(CollaborationService(rt.db, rt.settings).messages(session.session_id)[0]) == 2
+    service = CollaborationService(rt.db, rt.settings)
+    session = service.open(task_id, owner=getpass.getuser())[0]  # the CLI asks as its user
+    assert len(service.messages(session.session_id, caller=None)[0]) == 2
 
 
 def test_an_exchange_answered_sooner_is_not_split_by_the_one_still_waiting(
@@ -456,12 +459,12 @@ def test_an_exchange_answered_sooner_is_not_split_by_the_one_still_waiting(
     def slow_first(*args: Any) -> str:
         calls.append("model")
         if len(calls) == 1:  # the second ask comes in and is stored while the first one waits
-            nested.append(service.ask(session.session_id, "Second?"))
+            nested.append(service.ask(session.session_id, "Second?", caller="op"))
         return answer(*args)
 
     monkeypatch.setattr(service, "_answer", slow_first)
-    first = service.ask(session.session_id, "First?")
-    stored, _ = service.messages(session.session_id)
+    first = service.ask(session.session_id, "First?", caller="op")
+    stored, _ = service.messages(session.session_id, caller="op")
     assert [m.text for m in stored if m.role == "user"] == ["Second?", "First?"]
     assert [m.message_id for m in stored] == [
         nested[0].question.message_id,
@@ -469,7 +472,63 @@ def test_an_exchange_answered_sooner_is_not_split_by_the_one_still_waiting(
         first.question.message_id,
         first.answer.message_id,
     ]
-    page, cursor = service.messages(session.session_id, limit=2)
+    page, cursor = service.messages(session.session_id, caller="op", limit=2)
     assert [m.text for m in page if m.role == "user"] == ["Second?"]
-    rest, _ = service.messages(session.session_id, cursor=cursor)
+    rest, _ = service.messages(session.session_id, caller="op", cursor=cursor)
     assert [m.message_id for m in rest] == [first.question.message_id, first.answer.message_id]
+
+
+@pytest.fixture
+def accounts_client(
+    env: tuple[Runtime, Path, str], store_url: str, tmp_path: Path
+) -> Iterator[TestClient]:
+    _, scripts, _ = env
+    settings = load_settings(
+        database_url=store_url,
+        model=f"scripted:{scripts}",
+        operators=operators_file(tmp_path),
+        api_token="shared-token",
+    )
+    with TestClient(create_app(settings)) as test_client:
+        yield test_client
+
+
+def test_a_collaboration_session_is_its_owners_alone(
+    env: tuple[Runtime, Path, str], accounts_client: TestClient
+) -> None:
+    _, scripts, task_id = env
+    client = accounts_client
+    otto, alma, vera = (bearer(TOKENS[name]) for name in ("otto", "alma", "vera"))
+    opened = client.post(f"/api/v1/tasks/{task_id}/collaboration", headers=otto)
+    assert (opened.status_code, opened.json()["owner"]) == (201, "otto")
+    ottos = opened.json()["session_id"]
+    path = f"/api/v1/sessions/{ottos}/messages"
+    assert client.post(path, json={"text": "OTTO-PRIVATE?"}, headers=otto).status_code == 201
+
+    # Another person opening the task's collaboration gets a session of their own...
+    theirs = client.post(f"/api/v1/tasks/{task_id}/collaboration", headers=alma)
+    assert (theirs.status_code, theirs.json()["owner"]) == (201, "alma")
+    assert theirs.json()["session_id"] != ottos
+    # ...and can neither read nor add to otto's.
+    for headers in (alma, vera):
+        read = client.get(path, headers=headers)
+        assert (read.status_code, read.json()["error"]["code"]) == (403, "not_session_owner")
+    asked = client.post(path, json={"text": "ALMA?"}, headers=alma)
+    assert (asked.status_code, asked.json()["error"]["code"]) == (403, "not_session_owner")
+    page = client.get(path, headers=otto).json()["items"]
+    assert [m["text"] for m in page if m["role"] == "user"] == ["OTTO-PRIVATE?"]
+
+    # Alma's conversation does not carry otto's question to the model.
+    alma_path = f"/api/v1/sessions/{theirs.json()['session_id']}/messages"
+    assert client.post(alma_path, json={"text": "ALMA?"}, headers=alma).status_code == 201
+    requests = (scripts / "col.collaboration.json.requests.jsonl").read_text(encoding="utf-8")
+    last = json.loads(requests.splitlines()[-1])
+    assert "OTTO-PRIVATE?" not in json.dumps(last["messages"])
+    # The shared full-rights token still reads any session (it speaks for others, as `by`).
+    shared = client.get(path, headers=bearer("shared-token"))
+    assert shared.status_code == 200
+
+    # A session made through /sessions is the caller's, whatever owner the body names.
+    body = {"purpose": "ordinary_chat", "title": "Chat", "owner": "otto"}
+    made = client.post("/api/v1/sessions", json=body, headers=alma)
+    assert (made.status_code, made.json()["owner"]) == (201, "alma")

@@ -57,8 +57,11 @@ def test_a_person_closes_only_an_open_human_node_and_is_recorded() -> None:
         close_human_node(nodes, "a", "completed", by="x", at=AT, evidence="e")
     with pytest.raises(NotFound):
         close_human_node(nodes, "zz", "skipped", by="x", at=AT, reason="r")
-    with pytest.raises(ConflictError, match="already completed"):
+    # A second person acting on the same step learns who closed it, and when.
+    with pytest.raises(ConflictError, match=r"already completed \(completed by lab at 2026-12-04T"):
         close_human_node(done, "h", "skipped", by="x", at=AT, reason="r")
+    with pytest.raises(ConflictError, match=r"already failed: no access \(failed by lab at"):
+        close_human_node(failed, "h", "completed", by="x", at=AT, evidence="e")
 
 
 def test_an_agent_publish_keeps_what_a_person_closed_meanwhile() -> None:

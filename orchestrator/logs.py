@@ -82,7 +82,7 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
 def secrets_of(settings: Settings) -> list[str]:
     """The configured secret values, longest first (so a secret inside another is not split)."""
     found = [settings.api_token or "", settings.agent_internal_token or ""]
-    for name in ("llm_api_key", "webhook_secret", "console_secret"):
+    for name in ("llm_api_key", "actions_secret", "webhook_secret", "console_secret"):
         value = getattr(settings, name, None)
         if isinstance(value, SecretStr):
             value = value.get_secret_value()

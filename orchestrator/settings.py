@@ -155,6 +155,7 @@ class Settings(BaseSettings):
     # events go, how long one send may take, the backoff between attempts, and after how many
     # failed attempts a webhook is dead-lettered (an action delivery is retried until a 2xx).
     actions_url: str | None = None
+    actions_secret: str | None = Field(default=None, repr=False)
     webhook_url: str | None = None
     webhook_secret: str | None = Field(default=None, repr=False)
     outbox_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
@@ -258,11 +259,16 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
-    def _check_webhook_secret(self) -> Settings:
+    def _check_delivery_secrets(self) -> Settings:
         if self.webhook_url and not self.webhook_secret:
             raise ValueError(
                 "invalid setting ORCH_WEBHOOK_SECRET: required when ORCH_WEBHOOK_URL is set "
                 "(every webhook is signed)"
+            )
+        if self.actions_url and not self.actions_secret:
+            raise ValueError(
+                "invalid setting ORCH_ACTIONS_SECRET: required when ORCH_ACTIONS_URL is set "
+                "(every approved action is signed, so the backend can tell it from a forgery)"
             )
         return self
 

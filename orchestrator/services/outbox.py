@@ -209,15 +209,14 @@ class OutboxDispatcher:
             "X-Orchestrator-Delivery": str(row.outbox_id),
         }
         if row.kind == "action":
-            url = self.settings.actions_url
+            url, secret = self.settings.actions_url, self.settings.actions_secret
             assert row.action_id is not None
             headers[IDEMPOTENCY_HEADER] = row.action_id
         else:
-            url = self.settings.webhook_url
-            secret = self.settings.webhook_secret
-            assert secret is not None  # the settings refuse a webhook URL without one
-            headers[SIGNATURE_HEADER] = sign(secret, body)
+            url, secret = self.settings.webhook_url, self.settings.webhook_secret
             headers[EVENT_ID_HEADER] = f"{row.task_id}:{row.event_seq}"
+        assert secret is not None  # the settings refuse a delivery URL without its secret
+        headers[SIGNATURE_HEADER] = sign(secret, body)
         assert url is not None  # only configured kinds are claimed
         try:
             # The status line is the answer: the body is not read (however slowly or long it

@@ -30,6 +30,7 @@ def settings_env(pg_url: str, scripts: Path, tmp_path: Path, backend: Recorder) 
         "ORCH_MODEL": f"scripted:{scripts}",
         "ORCH_HOME": str(tmp_path / "home"),
         "ORCH_ACTIONS_URL": f"{backend.url}/actions",
+        "ORCH_ACTIONS_SECRET": "actions-secret-for-the-fleet",
         "ORCH_WEBHOOK_URL": f"{backend.url}/hooks",
         "ORCH_WEBHOOK_SECRET": SECRET,
         "ORCH_OUTBOX_TIMEOUT_SECONDS": "2",

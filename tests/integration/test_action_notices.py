@@ -215,6 +215,7 @@ def test_a_cancel_after_an_approval_tells_the_backend_and_still_delivers_the_wor
             store_url,
             tmp_path / "scripts",
             actions_url=f"{backend.url}/actions",
+            actions_secret="a",
             webhook_url=f"{backend.url}/hooks",
             webhook_secret="s",
         )

@@ -33,6 +33,7 @@ from tests.executions_support import runtime_for
 from tests.outbox_support import Recorder, running_recorder, waiting_task
 
 SECRET = "webhook-secret-for-tests"
+ACTIONS_SECRET = "actions-secret-for-tests"
 
 
 @pytest.fixture
@@ -47,6 +48,7 @@ def rt(store_url: str, tmp_path: Path, backend: Recorder) -> Iterator[Runtime]:
         store_url,
         tmp_path / "scripts",
         actions_url=f"{backend.url}/actions",
+        actions_secret=ACTIONS_SECRET,
         webhook_url=f"{backend.url}/hooks",
         webhook_secret=SECRET,
         outbox_backoff_seconds=0.01,
@@ -69,8 +71,8 @@ def events(rt: Runtime, task_id: str) -> list[str]:
         return [e.type for e in outbox_store.events_after(conn, task_id, 0, 100)]
 
 
-def verify(raw: bytes, header: str) -> bool:
-    expected = "sha256=" + hmac.new(SECRET.encode(), raw, hashlib.sha256).hexdigest()
+def verify(raw: bytes, header: str, secret: str = SECRET) -> bool:
+    expected = "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
     return hmac.compare_digest(expected, header)
 
 
@@ -95,6 +97,13 @@ def test_an_approval_is_delivered_once_with_its_idempotency_key_and_events_are_s
     dispatcher.run_once()  # nothing is sent twice
     [delivery] = backend.on("/actions")
     assert delivery.headers["idempotency-key"] == action_id
+    # The backend can tell an approval the orchestrator sent from a forged one: the body is
+    # signed with the actions' own secret (not the webhooks').
+    signature = delivery.headers["x-orchestrator-signature"]
+    assert verify(delivery.raw, signature, ACTIONS_SECRET)
+    assert not verify(delivery.raw, signature, SECRET)
+    forged = delivery.raw.replace(b"duty engineer", b"duty engineeR")
+    assert not verify(forged, signature, ACTIONS_SECRET)
     body: dict[str, Any] = delivery.body
     assert body["action_id"] == action_id
     assert (body["kind"], body["payload"], body["task_id"]) == (

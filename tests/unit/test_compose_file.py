@@ -182,6 +182,7 @@ def test_the_outbox_and_operations_settings_are_passed_through() -> None:
     the shell (the README: a fleet that runs a sweeper already delivers)."""
     passed = (
         "ORCH_ACTIONS_URL",
+        "ORCH_ACTIONS_SECRET",
         "ORCH_WEBHOOK_URL",
         "ORCH_WEBHOOK_SECRET",
         "ORCH_LOG_FORMAT",

@@ -105,15 +105,17 @@ def test_uvicorn_access_lines_keep_their_arguments_masked() -> None:
 
 def test_every_configured_secret_is_masked_the_model_key_too() -> None:
     # The model's key is a SecretStr: it was left out of the list, and so were the webhook
-    # signing secret and the console secret.
+    # signing secret and the console secret (and the approved actions' signing secret).
     secrets = {
         "llm_api_key": "sk-model-key-0123456789",
+        "actions_secret": "actions-signing-secret-9",
         "webhook_secret": "webhook-signing-secret-42",
         "console_secret": "console-session-secret-7",
     }
     settings = load_settings(
         database_url="sqlite:///x.db",
         webhook_url="http://127.0.0.1:9/hook",
+        actions_url="http://127.0.0.1:9/actions",
         **secrets,
     )
     listed = secrets_of(settings)
@@ -142,7 +144,10 @@ def test_an_outbox_url_s_path_is_masked_in_httpx_s_request_line(
     import httpx
 
     settings = load_settings(
-        database_url="sqlite:///x.db", webhook_secret="webhook-signing-secret-42", **{setting: url}
+        database_url="sqlite:///x.db",
+        webhook_secret="webhook-signing-secret-42",
+        actions_secret="actions-signing-secret-9",
+        **{setting: url},
     )
     record = logging.LogRecord(
         "httpx",

@@ -26,10 +26,18 @@ def test_a_webhook_url_needs_a_secret_and_the_secret_never_shows() -> None:
     assert "hush-hush" not in repr(settings)
 
 
+def test_an_actions_url_needs_a_secret_of_its_own_and_it_never_shows() -> None:
+    # An unsigned approval could be forged by anyone who reaches the backend's action URL.
+    with pytest.raises(SettingsError, match="ORCH_ACTIONS_SECRET: required"):
+        load_settings(actions_url="http://127.0.0.1:9/actions", webhook_secret="hush-hush")
+    settings = load_settings(actions_url="http://127.0.0.1:9/actions", actions_secret="psst-psst")
+    assert "psst-psst" not in repr(settings)
+
+
 @pytest.mark.parametrize("name", ["actions_url", "webhook_url"])
 def test_delivery_urls_are_http(name: str) -> None:
     with pytest.raises(SettingsError, match=f"ORCH_{name.upper()}: must be an http"):
-        load_settings(**{name: "ftp://example.org/x", "webhook_secret": "s"})
+        load_settings(**{name: "ftp://example.org/x", "webhook_secret": "s", "actions_secret": "s"})
 
 
 @pytest.mark.parametrize("name", ["actions_url", "webhook_url"])
@@ -38,7 +46,7 @@ def test_a_delivery_url_the_client_cannot_send_to_stops_the_start(name: str, url
     # Such a URL used to pass, then every delivery raised outside the dispatcher's error
     # handling: the row was never marked failed and held back the rest of its batch.
     with pytest.raises(SettingsError, match=f"ORCH_{name.upper()}: must be a valid") as caught:
-        load_settings(**{name: url, "webhook_secret": "s"})
+        load_settings(**{name: url, "webhook_secret": "s", "actions_secret": "s"})
     assert "hush" not in str(caught.value)
 
 

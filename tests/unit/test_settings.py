@@ -158,4 +158,5 @@ def test_an_http_url_whose_host_no_client_can_reach_is_refused(
 )
 def test_http_urls_with_good_hosts_pass(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     monkeypatch.setenv("ORCH_ACTIONS_URL", value)
+    monkeypatch.setenv("ORCH_ACTIONS_SECRET", "s")
     assert load_settings().actions_url == value

@@ -185,4 +185,7 @@ def configure_logging(settings: Settings, level: int | str = logging.INFO) -> lo
     root = logging.getLogger()
     root.handlers = [handler]
     root.setLevel(level)
+    # A library's warning (Celery's superuser one, a deprecation) goes through this handler
+    # as one line, masked, instead of `warnings` printing several lines of text to stderr.
+    logging.captureWarnings(True)
     return handler

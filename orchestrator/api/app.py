@@ -36,7 +36,12 @@ from orchestrator.api import (
 )
 from orchestrator.api import console as console_pages
 from orchestrator.api.body_limit import BodyLimit
-from orchestrator.api.contract import BEARER, COMMON_ERRORS, INTERNAL_BEARER
+from orchestrator.api.contract import (
+    BEARER,
+    COMMON_ERRORS,
+    INTERNAL_BEARER,
+    declare_write_refusals,
+)
 from orchestrator.api.readiness import Readiness
 from orchestrator.errors import OrchestratorError, Unauthorized
 from orchestrator.events import CompositeNotifier, PlanHub, PlanNotifier, RedisNotifier
@@ -232,6 +237,7 @@ def create_app(
     # Security(...) only declares the bearer schemes in the OpenAPI document.
     public = [Depends(auth.require_api_token), Security(BEARER)]
     for router in PUBLIC_ROUTERS if public_routers is None else public_routers:
+        declare_write_refusals(router.routes)  # before the include, which copies the routes
         app.include_router(router, dependencies=public, responses=COMMON_ERRORS)
     internal = [Depends(auth.require_internal_token), Security(INTERNAL_BEARER)]
     for router in INTERNAL_ROUTERS if internal_routers is None else internal_routers:

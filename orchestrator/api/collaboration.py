@@ -112,7 +112,7 @@ def open_collaboration(
     "/api/v1/sessions/{session_id}/messages",
     status_code=201,
     response_model=AnswerOut,
-    responses={200: {"model": AnswerOut}, **error_responses(401, 403, 404, 409, 422)},
+    responses={200: {"model": AnswerOut}, **error_responses(401, 403, 404, 409, 422, 502)},
 )
 def ask(
     session_id: str,

@@ -3,8 +3,9 @@
 Every route adopts these, so a generated client can trust the schema:
 
 - `responses=error_responses(404, 409)` documents a route's own errors with the envelope
-  `{"error": {"code", "message", "details"}}`; `create_app` adds `COMMON_ERRORS` (401, 413, 422)
-  to every public route, so a route lists only what is particular to it.
+  `{"error": {"code", "message", "details"}}`; `create_app` adds `COMMON_ERRORS` (401, 413, 422,
+  503) to every public route and `declare_write_refusals` a 403 to every public write (a viewer
+  only reads), so a route lists only what is particular to it.
 - `Page[ItemModel]` is the one list shape, `{"items": [...], "next_cursor": ...}`; `paged()`
   cuts a `limit + 1` fetch into a page and the cursor of the next one (keyset, see
   `orchestrator.domain.cursors`).
@@ -19,6 +20,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Annotated, Any, Generic, TypeVar
 
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -34,6 +36,7 @@ __all__ = [
     "FilledText",
     "Page",
     "StoredText",
+    "declare_write_refusals",
     "error_responses",
     "paged",
 ]
@@ -94,6 +97,17 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 #: What any public route may answer whatever it does; added by `create_app`.
 COMMON_ERRORS = error_responses(401, 413, 422, 503)
+
+
+def declare_write_refusals(routes: Sequence[object]) -> None:
+    """Document 403 on every public write: a viewer account may only read, whichever role the
+    route itself asks for (`auth.require_api_token` refuses it before the route runs). Given
+    a router's own routes, before `include_router` copies them (the copy reads the response
+    models once); idempotent."""
+    for route in routes:
+        if isinstance(route, APIRoute) and (route.methods or set()) - {"GET", "HEAD"}:
+            for status, response in error_responses(403).items():
+                route.responses.setdefault(status, response)
 
 
 class Page(BaseModel, Generic[ItemT]):

@@ -105,6 +105,9 @@ def _worker(args: argparse.Namespace) -> int:
     argv = ["worker", "--loglevel", args.loglevel, "--without-gossip", "--without-mingle"]
     if settings.log_format == "json":
         argv.insert(0, "--quiet")  # no banner: every line is a JSON object
+        # Celery warns (as root: its superuser warning) before it sets up its logging, which
+        # would print that warning as several lines of text: JSON from the start.
+        configure_logging(settings, args.loglevel.upper())
     argv += ["--pool", args.pool]
     concurrency = args.concurrency or (DEFAULT_THREADS if args.pool == "threads" else None)
     if concurrency:

@@ -679,9 +679,12 @@
       if (s.plan && (notice ? notice.textContent : null) !== earlierNotice()) drawPlan();
       else if (s.plan && statusChanged) drawPlan(); // the picker's "live" follows the status
       if (s.stream && s.streamKind === "session" && task.session_id && s.streamSession !== task.session_id) {
-        s.stream.close(); // a new generation's session: follow it
+        // A new generation's session: follow it. The plan shown stays until that session
+        // publishes (showPlan then drops a revision pinned in the old one), as with the task
+        // stream: emptying it here left the pinned revision without its plan, and Back to the
+        // latest failed on it.
+        s.stream.close();
         s.stream = null;
-        s.plan = null;
       }
       // A finished task has nothing more to stream: its stream is not opened again (each one
       // sent its snapshot, ended and asked for a refresh, which opened the next: a loop).

@@ -77,6 +77,10 @@ def test_the_worker_prints_no_banner(tmp_path: Path) -> None:
     text = _run_for(["worker", "--concurrency", "1"], env, tmp_path, until=" ready.")
     for part in ("[config]", "[queues]", ".> transport:", "[tasks]"):
         assert part not in text, text
+    # Every line is JSON, a warning from before Celery sets up its logging too (as root:
+    # Celery's superuser warning, eight lines of text), except Celery's stop line.
+    lines = [line for line in text.splitlines() if line.strip() and "Warm shutdown" not in line]
+    assert all(line.startswith("{") and json.loads(line) for line in lines), text
     ready = [line for line in text.splitlines() if " ready." in line]
     assert json.loads(ready[0])["logger"] == "celery.apps.worker"
 

@@ -159,11 +159,26 @@ def _slow() -> dict[str, Any]:
     }
 
 
+def _pinned() -> dict[str, Any]:
+    """Two revisions, then a long wait. A later generation republishes neither (`a` is completed
+    with this round's evidence, which a new round cannot cite), so it has no plan of its own."""
+    first = [_node("a", "running"), _node("b", "pending")]
+    second = [_node("a", "completed"), _node("b", "running")]
+    return {
+        "turns": [
+            _turn(0.1, _plan("c1", "r1", first, title="Pinned", edges=[{"from": "a", "to": "b"}])),
+            _turn(0.1, _plan("c2", "r2", second, title="Pinned", edges=[{"from": "a", "to": "b"}])),
+            {"delay_s": 120, "content": "never reached"},
+        ]
+    }
+
+
 def write_scripts(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     scripts = {"live": _live(), "xss": _xss(), "approval": _approval(), "human": _human()}
     scripts["slow"] = _slow()
     scripts["retried"] = _retried()
+    scripts["pinned"] = _pinned()
     scripts["pager"] = _xss()  # a type of its own for the paging test
     for name, script in scripts.items():
         # Every round queries the simulated SCADA source first: completed nodes and reports cite it.

@@ -424,6 +424,35 @@ def test_host_text_of_other_routes_renders_as_text(page: Any, console: Console) 
     assert page.evaluate("window.__xss") is None
 
 
+def test_the_plan_stream_fallback_keeps_the_revision_picker_working_across_generations(
+    page: Any, console: Console
+) -> None:
+    """A server without the task stream: the page follows the session's plan stream, and a new
+    generation's session replaces it. The revision pinned in the old session must not outlive
+    the plan it belongs to: Back to the latest still works in the moment the stream moves."""
+    page.route(
+        re.compile(r".*/api/v1/tasks/[^/]+/stream$"),
+        lambda route: route.fulfill(status=404, json={"detail": "Not Found"}),
+    )
+    task_id = console.trigger("pinned", "Pinned, then requeued")
+    console.wait_for(task_id, lambda t: (t.get("plan") or {}).get("revision") == 2)
+    open_task(page, console, task_id)
+    expect(page.locator("#live")).to_have_text("live")
+    page.select_option("#plan-revision", "1")
+    expect(page.locator("#plan-old")).to_contain_text("the plan is at 2")
+    requeued = console.http.post(f"/api/v1/tasks/{task_id}/requeue", json={"reason": "again"})
+    assert requeued.status_code == 200, requeued.text
+    # Generation 2 publishes nothing of its own: the page says so, then moves to its stream.
+    expect(page.locator("#plan-earlier")).to_contain_text("From generation 1")
+    page.click("#plan-latest")
+    expect(page.locator("#plan-old")).to_have_count(0, timeout=1_000)
+    expect(page.locator("#plan-revision")).to_have_value("2", timeout=1_000)
+    page.locator('button.node[data-node="b"]').click()
+    expect(page.locator("#node-detail")).to_contain_text("running", timeout=1_000)
+    cancelled = console.http.post(f"/api/v1/tasks/{task_id}/cancel", json={"reason": "done"})
+    assert cancelled.status_code == 200, cancelled.text
+
+
 def test_the_page_recovers_after_the_api_restarts(page: Any, console: Console) -> None:
     task_id = console.trigger("live", "Survive a restart")
     open_task(page, console, task_id)

@@ -116,6 +116,27 @@ def test_every_operation_declares_its_scheme_and_the_error_envelope(client: Test
                 assert "404" in operation["responses"], (method, path)
 
 
+def test_every_public_write_declares_403_and_an_ask_its_502(client: TestClient) -> None:
+    """A viewer account only reads: every public write may answer 403 `forbidden`, whatever
+    role the route itself asks for; an ask answers 502 `model_error` when the model fails."""
+    schema = client.get("/openapi.json", headers=AUTH).json()
+    envelope = {"$ref": "#/components/schemas/ErrorEnvelope"}
+    writes = 0
+    for path, item in schema["paths"].items():
+        if path.startswith("/api/v1/internal/"):
+            continue  # one token, no roles
+        for method, operation in item.items():
+            if method == "get":
+                continue
+            writes += 1
+            documented = operation["responses"].get("403")
+            assert documented, (method, path)
+            assert documented["content"]["application/json"]["schema"] == envelope
+    assert writes >= 12
+    ask = schema["paths"]["/api/v1/sessions/{session_id}/messages"]["post"]["responses"]
+    assert ask["502"]["content"]["application/json"]["schema"] == envelope
+
+
 def test_tasks_page_past_200_with_one_list_shape(client: TestClient, app: FastAPI) -> None:
     service = TaskService(app.state.db, RecordingDispatcher())
     created = {

@@ -164,3 +164,30 @@ def test_an_outbox_url_s_path_is_masked_in_httpx_s_request_line(
     assert httpx.URL(url).host in line  # where it went stays readable
     for part in hidden:
         assert part not in line, line
+
+
+def test_a_python_warning_is_one_json_line_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A library's warning (Celery's superuser warning, a deprecation) would otherwise be
+    printed by `warnings` as several lines of text in the middle of the JSON."""
+    import sys
+    import warnings
+
+    from orchestrator.logs import configure_logging
+
+    stream = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    try:
+        configure_logging(load_settings(log_format="json", api_token=TOKEN))
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.warn(f"running as root\nis not recommended {TOKEN}", UserWarning, stacklevel=1)
+    finally:
+        logging.captureWarnings(False)
+        root.handlers, root.level = saved
+    [line] = stream.getvalue().splitlines()
+    event = json.loads(line)
+    assert (event["level"], event["logger"]) == ("warning", "py.warnings")
+    assert "UserWarning: running as root" in event["event"]
+    assert TOKEN not in line

@@ -26,7 +26,7 @@ from orchestrator.agent.openai_model import OpenAIModel
 from orchestrator.agent.request import TRANSCRIPT, AgentContext
 from orchestrator.agent.subagents import RoundDelegations, SubAgentRun
 from orchestrator.agent.transcript import REDACTED, TranscriptWriter
-from orchestrator.cli.tasks import render_explain
+from orchestrator.cli.tasks import render_explain, render_transcript
 from orchestrator.domain.recovery import Snapshot
 from orchestrator.errors import StaleGeneration
 from orchestrator.runtime import Runtime
@@ -195,6 +195,34 @@ def test_an_exhausted_retry_budget_fails_the_round_with_model_error(
         assert "HTTP 503" in reason
         assert "LLM_MAX_RETRIES=1" in reason
         assert "sk-never-shown" not in json.dumps(view, default=str)
+    finally:
+        rt.close()
+
+
+def test_a_reply_cut_at_max_tokens_is_recorded_as_cut_and_fails_the_round_saying_so(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """finish_reason=length without tool calls was taken for the final answer: the round
+    ended 'saved no report' and the task ran round after round on half a sentence."""
+    rt = openai_runtime(store_url, scripts, server, llm_max_output_tokens=512)
+    try:
+        server.reply(tool_calls=[call("c1", "read_task_context", {})])
+        server.reply(content="The turbidity rose after the bu", finish_reason="length")
+        task_id = trigger(rt)
+        result = rt.executions.run(task_id, 1, worker="w1")
+        assert result.outcome == "failed"
+        view = rt.tasks.explain(task_id)
+        assert view["failure_code"] == "model_error"
+        reason = view["executions"][0]["reason"]
+        assert "cut off at LLM_MAX_OUTPUT_TOKENS=512" in reason
+        page = rt.tasks.transcript(task_id)
+        last = page["items"][-1]
+        assert last["kind"] == "model_turn"
+        assert last["body"]["content"] == "The turbidity rose after the bu"
+        assert "finish_reason=length" in last["body"]["cut_off"]
+        shown = render_transcript(page)
+        assert "model: The turbidity rose after the bu" in shown
+        assert "(cut off: the model's reply was cut off at LLM_MAX_OUTPUT_TOKENS=512" in shown
     finally:
         rt.close()
 

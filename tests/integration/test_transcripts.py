@@ -624,6 +624,67 @@ def test_a_cancel_during_parallel_calls_keeps_the_results_that_returned(
         rt.close()
 
 
+class DeafWriteArgs(ToolArguments):
+    order: str = Field(min_length=1)
+
+
+class DeafWrite(Tool):
+    """A write whose client library never looks at `ctx.cancel` (a hung HTTP call)."""
+
+    name = "deaf_write"
+    description = "a write that ignores its cancellation"
+    effect = "write"
+    identity = "intent"
+    arguments = DeafWriteArgs
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        self.started.set()
+        self.release.wait(30)
+        return ToolResult.ok({"order": args.order})
+
+
+def test_a_cancel_ends_the_round_when_a_write_ignores_it_and_its_receipt_is_unknown(
+    store_url: str, scripts: Path, server: OpenAIServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before, the round (its worker slot, the cancel) waited for as long as the tool ran."""
+    rt = openai_runtime(store_url, scripts, server)
+    tool = DeafWrite()
+    rt.executions.receipt_tools.append(tool)
+    try:
+        server.reply(tool_calls=[call("c1", "deaf_write", {"order": "flush main 4"})])
+        task_id = trigger(rt)
+        results: list[Any] = []
+        worker = threading.Thread(
+            target=lambda: results.append(rt.executions.run(task_id, 1, worker="w1"))
+        )
+        worker.start()
+        assert tool.started.wait(10)
+        rt.tasks.cancel(task_id, "operator stop")
+        worker.join(timeout=8)  # the 2 s grace, not the tool's 30 s
+        assert not worker.is_alive()
+        assert "did not stop" in results[0].detail
+
+        session_id = rt.tasks.explain(task_id)["executions"][0]["session_id"]
+        with rt.db.transaction(readonly=True) as conn:
+            snapshot = snapshot_store.get_snapshot(conn, session_id)
+        assert snapshot is not None
+        assert [c["call_id"] for c in snapshot.unknown] == ["c1"]
+        (receipt,) = rt.executions.ledger.list_for_owner(f"task:{task_id}")
+        assert receipt.status == "unknown"  # the cancel's end of the generation
+        # The tool ends late: the fence refuses what it would record; the receipt stays.
+        tool.release.set()
+        time.sleep(0.3)
+        assert rt.executions.ledger.get(receipt.invocation_id).status == "unknown"  # type: ignore[union-attr]
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    finally:
+        tool.release.set()
+        rt.close()
+
+
 def test_transcripts_of_finished_tasks_follow_the_retention(store_url: str, scripts: Path) -> None:
     rt, _ = runtime_for(store_url, scripts, retention_days=30)
     try:

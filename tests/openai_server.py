@@ -64,6 +64,8 @@ class Reply:
     reasoning_content: str | None = None
     usage: tuple[int, int] | None = None
     delay_s: float = 0.0
+    #: As the server says it ("length": cut at max_tokens); None = "tool_calls" or "stop".
+    finish_reason: str | None = None
 
 
 @dataclass
@@ -253,7 +255,8 @@ class OpenAIServer:
                 {
                     "index": 0,
                     "message": message,
-                    "finish_reason": "tool_calls" if reply.tool_calls else "stop",
+                    "finish_reason": reply.finish_reason
+                    or ("tool_calls" if reply.tool_calls else "stop"),
                 }
             ],
             "usage": {

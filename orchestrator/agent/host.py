@@ -5,13 +5,20 @@ It validates arguments before anything runs, refuses unknown tools, keeps read-o
 side effect, maps what happened to `succeeded`/`failed`/`pending`/`unknown`, and pages large
 results through the in-memory cache. `StaleGeneration` and cancellation propagate to the caller.
 No Celery, FastAPI or executions code is imported here.
+
+A cancel (or a lease in doubt) ends a turn within `CANCEL_GRACE_SECONDS` even when a tool does
+not look at `ctx.cancel`: the calls that have not returned by then are left to end by themselves
+on their own threads (a write's receipt stays `running`, which the end of the generation makes
+`unknown`; its late finish is refused by the fence), and the turn raises `ToolCancelled`.
 """
 
 from __future__ import annotations
 
+import contextvars
 import json
+import threading
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -40,9 +47,13 @@ from orchestrator.tools.base import (
 )
 from orchestrator.tools.results import PREVIEW_CHARS, ResultCache
 
-__all__ = ["ToolHost"]
+__all__ = ["CANCEL_GRACE_SECONDS", "ToolHost"]
 
 _STATUSES = frozenset({"succeeded", "failed", "pending", "unknown"})
+#: How long a turn waits, once cancelled, for its calls to stop by themselves before it leaves
+#: them behind: long enough for a tool that honours the cancel to record its receipt.
+CANCEL_GRACE_SECONDS = 2.0
+_CANCEL_POLL_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -129,7 +140,7 @@ class ToolHost:
         ordered = list(units)
         done: dict[tuple[str, ...], ToolResult] = {}
         raised: BaseException | None = None
-        if len(ordered) == 1:
+        if len(ordered) == 1 and ctx.cancel is None:
             try:
                 done = {ordered[0]: self._run_unit(ctx, prepared[ordered[0]])}
             except BaseException as error:
@@ -208,24 +219,65 @@ class ToolHost:
     def _run_concurrently(
         self, ctx: ToolContext, units: list[tuple[tuple[str, ...], _Prepared]]
     ) -> tuple[dict[tuple[str, ...], ToolResult], BaseException | None]:
-        futures: list[tuple[tuple[str, ...], Future[ToolResult]]] = []
-        workers = min(self.max_workers, len(units))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tool") as pool:
-            for key, unit in units:
-                futures.append((key, pool.submit(self._run_unit, ctx, unit)))
-        # Every unit has finished (and recorded its receipt) before anything propagates.
+        """Run the units on threads of their own (at most `max_workers` at once) and wait for
+        all of them, or, once `ctx.cancel` is set, for at most `CANCEL_GRACE_SECONDS` more."""
+        slots = threading.BoundedSemaphore(min(self.max_workers, len(units)))
+        futures = [(key, self._start(ctx, unit, slots)) for key, unit in units]
+        pending = {future for _, future in futures}
+        while pending:
+            if ctx.cancel is None:
+                _, pending = wait(pending)
+            elif ctx.cancel.is_set():
+                _, pending = wait(pending, timeout=CANCEL_GRACE_SECONDS)
+                break
+            else:
+                # Whichever comes first: a call returns, or the cancel is set.
+                _, pending = wait(
+                    pending, timeout=_CANCEL_POLL_SECONDS, return_when=FIRST_COMPLETED
+                )
         done: dict[tuple[str, ...], ToolResult] = {}
         raised: list[BaseException] = []
-        for key, future in futures:
+        left = []
+        for (key, future), (_, unit) in zip(futures, units, strict=True):
+            if future in pending:
+                left.append(unit.call.id)
+                continue
             error = future.exception()
             if error is not None:
                 raised.append(error)
             else:
                 done[key] = future.result()
-        if raised:
-            stale = [error for error in raised if isinstance(error, StaleGeneration)]
-            return done, stale[0] if stale else raised[0]
-        return done, None
+        # A fenced write says most about why the turn ended; then the tools' own cancels.
+        stale = [error for error in raised if isinstance(error, StaleGeneration)]
+        if stale:
+            return done, stale[0]
+        if left:
+            return done, ToolCancelled(
+                f"the round was cancelled and call(s) {', '.join(left)} did not stop within "
+                f"{CANCEL_GRACE_SECONDS:g} s; they were left to end by themselves"
+            )
+        return done, raised[0] if raised else None
+
+    def _start(
+        self, ctx: ToolContext, unit: _Prepared, slots: threading.BoundedSemaphore
+    ) -> Future[ToolResult]:
+        """Run `unit` on a daemon thread (one the round leaves behind never holds up the
+        worker's exit) in a copy of the caller's context: its log lines name the task."""
+        future: Future[ToolResult] = Future()
+
+        def work() -> None:
+            future.set_running_or_notify_cancel()
+            try:
+                with slots:
+                    future.set_result(self._run_unit(ctx, unit))
+            except BaseException as error:  # handed to the waiting turn, which raises it
+                future.set_exception(error)
+
+        context = contextvars.copy_context()
+        threading.Thread(
+            target=context.run, args=(work,), name=f"tool-{unit.tool.name}", daemon=True
+        ).start()
+        return future
 
     def _run_unit(self, ctx: ToolContext, unit: _Prepared) -> ToolResult:
         if ctx.cancel is not None and ctx.cancel.is_set():

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from orchestrator.agent.compaction import TranscriptHook
-from orchestrator.agent.model import Model, ModelTurn
+from orchestrator.agent.model import Model, ModelError, ModelTurn
 from orchestrator.agent.request import AgentContext, RequestBuilder
 from orchestrator.agent.text import clean_text
 from orchestrator.agent.wire import assistant_message
@@ -71,8 +71,10 @@ def run_round(
 ) -> RoundEnd:
     """Run turns until the model answers without tool calls or the turn budget runs out.
 
-    Raises `LeaseLost` as soon as `stop` is set; `StaleGeneration` from a refused write
-    propagates from the host unchanged. Either way nothing more is written by this round.
+    Raises `ModelError` when the server cut a reply without tool calls short (its output limit),
+    after the turn was recorded; `LeaseLost` as soon as `stop` is set; `StaleGeneration` from a
+    refused write propagates from the host unchanged. Either way nothing more is written by this
+    round.
     With a `context`, every request is measured and compacted within its budget
     (`ContextOverflow` when what must stay does not fit) and tools are discovered
     (`LLM_MAX_TOOLS`); see `orchestrator.agent.request`.
@@ -99,6 +101,9 @@ def run_round(
         requests.add_assistant(message)
         if recorder is not None:
             recorder.model_turn(turn_number, message, turn)
+        if turn.final and turn.cut_off is not None:
+            # Stopped mid-answer, not done: the round must not be judged on half a sentence.
+            raise ModelError(f"{turn.cut_off} before it called a tool or finished its answer")
         if turn.final:
             return RoundEnd("final_answer", turn_number, turn.content)
         try:

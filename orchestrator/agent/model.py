@@ -69,6 +69,9 @@ class ModelTurn:
     usage: TokenUsage | None = None
     #: Calls whose arguments could not be read (call id → why): answered `failed`, never run.
     malformed: tuple[tuple[str, str], ...] = ()
+    #: Why the server cut the reply short (its output limit, a content filter); None when the
+    #: model ended it. A cut reply without tool calls is not a final answer.
+    cut_off: str | None = None
 
     @property
     def final(self) -> bool:

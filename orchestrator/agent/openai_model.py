@@ -4,7 +4,7 @@ Built on the official `openai` package with its own retries off (`max_retries=0`
 the openai client itself retries (408, 409, 429, 5xx, or what `x-should-retry` says), connection
 errors and a 200 whose body is not a completion are retried here (`orchestrator.agent.retries`),
 within `LLM_MAX_RETRIES` and never past the point the lease keeper vouches for the round; any
-other 4xx is not retried. When
+other 4xx is not retried. A completion without `choices` is retried like an unreadable one. When
 the budget is spent the round ends `model_error` with the reason. The API key is a `SecretStr`
 and never appears in a log line or an error message.
 
@@ -12,6 +12,10 @@ Tool-call arguments that are not a JSON object come back in `ModelTurn.malformed
 answers them `failed` and the model can correct itself; the round goes on. So do calls whose
 id repeats one of the same turn (under an id of their own: the history must name each call once);
 a missing id, or one longer than `MAX_CALL_ID_CHARS`, is replaced by one of the host's.
+
+A reply the server cut short (`finish_reason` `length` or `content_filter`) says so in
+`ModelTurn.cut_off`: its unreadable calls are answered `failed` naming the limit, and without
+tool calls it is no final answer (the loop ends the round `model_error`).
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ __all__ = ["OpenAIModel", "client_for", "close_clients"]
 
 #: A 200 whose body is not a completion (retried like a 5xx: a proxy or a load balancer hiccup).
 _UNREADABLE = "the model server's answer is not readable as a chat completion"
+#: A completion without choices (some proxies and overloaded servers): retried the same way.
+_NO_CHOICES = "the model server returned no choices"
 _NO_KEY = "not-needed"  # local servers take no key; the client insists on a value
 #: The longest tool-call id kept as the server sent it (the transcript's column); a longer or
 #: missing one is replaced by an id of the host's, used consistently in the history.
@@ -190,6 +196,9 @@ class OpenAIModel(Model):
                 if isinstance(completion, str):  # not JSON: a proxy's error page, say
                     self._count("unreadable", started)
                     reason, retry_after = _UNREADABLE, None
+                elif not getattr(completion, "choices", None):
+                    self._count("no_choices", started)
+                    reason, retry_after = _NO_CHOICES, None
                 else:
                     turn = self._turn(completion)
                     self._count("ok", started, turn.usage)
@@ -229,9 +238,9 @@ class OpenAIModel(Model):
         return line[:300]
 
     def _turn(self, completion: Any) -> ModelTurn:
-        if not completion.choices:
-            raise ModelError("the model server returned no choices")
-        message = completion.choices[0].message
+        choice = completion.choices[0]
+        message = choice.message
+        cut_off = self._cut_off(getattr(choice, "finish_reason", None))
         calls: list[ToolCall] = []
         malformed: list[tuple[str, str]] = []
         seen: set[str] = set()
@@ -252,6 +261,8 @@ class OpenAIModel(Model):
             name = clean_text(function.name) if isinstance(function.name, str) else ""
             if not name and problem is None:
                 problem = "the call names no tool"
+            if problem is not None and cut_off is not None:
+                problem = f"{problem}; {cut_off}: make the call smaller"
             calls.append(ToolCall(call_id, name, arguments))
             if problem is not None:
                 malformed.append((call_id, problem))
@@ -271,7 +282,19 @@ class OpenAIModel(Model):
             reasoning_content=clean_text(reasoning) if isinstance(reasoning, str) else None,
             usage=usage,
             malformed=tuple(malformed),
+            cut_off=cut_off,
         )
+
+    def _cut_off(self, finish_reason: Any) -> str | None:
+        """Why the server ended the reply before the model did, or None."""
+        if finish_reason == "length":
+            return (
+                f"the model's reply was cut off at LLM_MAX_OUTPUT_TOKENS="
+                f"{self.max_output_tokens} tokens (finish_reason=length)"
+            )
+        if finish_reason == "content_filter":
+            return "the model server withheld the rest of the reply (finish_reason=content_filter)"
+        return None
 
 
 def _wait(call: Future[Any], stop: threading.Event) -> bool:

@@ -157,6 +157,8 @@ class TranscriptWriter:
             body["reasoning_content"] = turn.reasoning_content
         if turn.malformed:
             body["malformed"] = dict(turn.malformed)
+        if turn.cut_off is not None:
+            body["cut_off"] = turn.cut_off
         usage = turn.usage
         self._write(
             [

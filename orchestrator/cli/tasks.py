@@ -282,6 +282,8 @@ def render_transcript(view: dict[str, Any]) -> str:
             lines.append(f"{prefix} model: (no answer){tokens}")
         elif tokens:
             lines[-1] += tokens
+        if body.get("cut_off"):
+            lines.append(f"{prefix}   (cut off: {_short(body['cut_off'])})")
     if shown is None:
         lines.append("  (no model turn recorded)")
     total = view["token_usage"]["total"]

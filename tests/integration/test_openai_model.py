@@ -464,3 +464,47 @@ def test_a_cancel_while_waiting_for_the_model_stops_the_round_at_once(
     assert time.monotonic() - started < 1.5
     assert turn.final
     assert turn.content is None
+
+
+def test_an_answer_cut_at_max_tokens_is_not_taken_for_the_final_answer(
+    server: OpenAIServer,
+) -> None:
+    """finish_reason=length without tool calls: the model was stopped mid-sentence, not done.
+    The turn is recorded as it came, cut, and the round ends model_error saying why."""
+    server.reply(tool_calls=[call("c1", "count_samples", {"site": "north", "hours": 2})])
+    server.reply(content="The north site took 4 samp", finish_reason="length")
+    recorder = Recorder()
+    with pytest.raises(ModelError) as caught:
+        play(model_for(server, llm_max_output_tokens=256), CountSamples(), recorder)
+    message = str(caught.value)
+    assert "cut off" in message
+    assert "LLM_MAX_OUTPUT_TOKENS=256" in message
+    assert recorder.turns[-1].content == "The north site took 4 samp"
+    assert recorder.turns[-1].cut_off is not None
+
+
+def test_a_call_cut_at_max_tokens_is_answered_failed_saying_so(server: OpenAIServer) -> None:
+    tool = CountSamples()
+    server.reply(tool_calls=[call("c1", "count_samples", '{"site": "nor')], finish_reason="length")
+    server.reply(content="retrying in smaller steps is for later")
+    play(model_for(server, llm_max_output_tokens=256), tool)
+    (answer,) = tool_messages(server.bodies[1])
+    assert answer["status"] == "failed"
+    assert "cut off at LLM_MAX_OUTPUT_TOKENS=256" in answer["message"]
+    assert tool.ran == []
+
+
+def test_a_completion_without_choices_is_retried_then_a_model_error(
+    server: OpenAIServer,
+) -> None:
+    """A proxy or an overloaded server answering 200 with `choices: []` is a hiccup, not the
+    model's answer: retried like an unreadable body."""
+    empty = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "choices": []})
+    server.garble(empty, content_type="application/json")
+    server.reply(content="0 samples")
+    assert play(model_for(server), CountSamples()) == "0 samples"
+    for _ in range(2):
+        server.garble(empty, content_type="application/json")
+    with pytest.raises(ModelError, match="no choices") as caught:
+        play(model_for(server, llm_max_retries=1), CountSamples())
+    assert "LLM_MAX_RETRIES=1" in str(caught.value)

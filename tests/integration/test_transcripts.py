@@ -26,7 +26,7 @@ from orchestrator.agent.openai_model import OpenAIModel
 from orchestrator.agent.request import TRANSCRIPT, AgentContext
 from orchestrator.agent.subagents import RoundDelegations, SubAgentRun
 from orchestrator.agent.transcript import REDACTED, TranscriptWriter
-from orchestrator.cli.tasks import render_explain
+from orchestrator.cli.tasks import render_explain, render_transcript
 from orchestrator.domain.recovery import Snapshot
 from orchestrator.errors import StaleGeneration
 from orchestrator.runtime import Runtime
@@ -195,6 +195,34 @@ def test_an_exhausted_retry_budget_fails_the_round_with_model_error(
         assert "HTTP 503" in reason
         assert "LLM_MAX_RETRIES=1" in reason
         assert "sk-never-shown" not in json.dumps(view, default=str)
+    finally:
+        rt.close()
+
+
+def test_a_reply_cut_at_max_tokens_is_recorded_as_cut_and_fails_the_round_saying_so(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """finish_reason=length without tool calls was taken for the final answer: the round
+    ended 'saved no report' and the task ran round after round on half a sentence."""
+    rt = openai_runtime(store_url, scripts, server, llm_max_output_tokens=512)
+    try:
+        server.reply(tool_calls=[call("c1", "read_task_context", {})])
+        server.reply(content="The turbidity rose after the bu", finish_reason="length")
+        task_id = trigger(rt)
+        result = rt.executions.run(task_id, 1, worker="w1")
+        assert result.outcome == "failed"
+        view = rt.tasks.explain(task_id)
+        assert view["failure_code"] == "model_error"
+        reason = view["executions"][0]["reason"]
+        assert "cut off at LLM_MAX_OUTPUT_TOKENS=512" in reason
+        page = rt.tasks.transcript(task_id)
+        last = page["items"][-1]
+        assert last["kind"] == "model_turn"
+        assert last["body"]["content"] == "The turbidity rose after the bu"
+        assert "finish_reason=length" in last["body"]["cut_off"]
+        shown = render_transcript(page)
+        assert "model: The turbidity rose after the bu" in shown
+        assert "(cut off: the model's reply was cut off at LLM_MAX_OUTPUT_TOKENS=512" in shown
     finally:
         rt.close()
 
@@ -593,6 +621,67 @@ def test_a_cancel_during_parallel_calls_keeps_the_results_that_returned(
         assert [c["call_id"] for c in snapshot.unknown] == ["c1"]
         assert [(c["call_id"], c["status"]) for c in snapshot.received] == [("c2", "succeeded")]
     finally:
+        rt.close()
+
+
+class DeafWriteArgs(ToolArguments):
+    order: str = Field(min_length=1)
+
+
+class DeafWrite(Tool):
+    """A write whose client library never looks at `ctx.cancel` (a hung HTTP call)."""
+
+    name = "deaf_write"
+    description = "a write that ignores its cancellation"
+    effect = "write"
+    identity = "intent"
+    arguments = DeafWriteArgs
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        self.started.set()
+        self.release.wait(30)
+        return ToolResult.ok({"order": args.order})
+
+
+def test_a_cancel_ends_the_round_when_a_write_ignores_it_and_its_receipt_is_unknown(
+    store_url: str, scripts: Path, server: OpenAIServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before, the round (its worker slot, the cancel) waited for as long as the tool ran."""
+    rt = openai_runtime(store_url, scripts, server)
+    tool = DeafWrite()
+    rt.executions.receipt_tools.append(tool)
+    try:
+        server.reply(tool_calls=[call("c1", "deaf_write", {"order": "flush main 4"})])
+        task_id = trigger(rt)
+        results: list[Any] = []
+        worker = threading.Thread(
+            target=lambda: results.append(rt.executions.run(task_id, 1, worker="w1"))
+        )
+        worker.start()
+        assert tool.started.wait(10)
+        rt.tasks.cancel(task_id, "operator stop")
+        worker.join(timeout=8)  # the 2 s grace, not the tool's 30 s
+        assert not worker.is_alive()
+        assert "did not stop" in results[0].detail
+
+        session_id = rt.tasks.explain(task_id)["executions"][0]["session_id"]
+        with rt.db.transaction(readonly=True) as conn:
+            snapshot = snapshot_store.get_snapshot(conn, session_id)
+        assert snapshot is not None
+        assert [c["call_id"] for c in snapshot.unknown] == ["c1"]
+        (receipt,) = rt.executions.ledger.list_for_owner(f"task:{task_id}")
+        assert receipt.status == "unknown"  # the cancel's end of the generation
+        # The tool ends late: the fence refuses what it would record; the receipt stays.
+        tool.release.set()
+        time.sleep(0.3)
+        assert rt.executions.ledger.get(receipt.invocation_id).status == "unknown"  # type: ignore[union-attr]
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    finally:
+        tool.release.set()
         rt.close()
 
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, ClassVar
 
 import pytest
 from pydantic import Field
 
+from orchestrator import logs
 from orchestrator.agent.host import ToolHost
-from orchestrator.agent.loop import LeaseLost
+from orchestrator.agent.loop import RECEIVED, LeaseLost
 from orchestrator.errors import NotFound, StaleGeneration, ValidationFailed
 from orchestrator.tools.base import (
     Effect,
@@ -258,3 +260,77 @@ def test_a_call_id_reused_with_other_arguments_in_a_later_turn_is_refused() -> N
     assert host.run_turn(next_round, [ToolCall("same", "echo", {"text": "b"})])[0].status == (
         "succeeded"
     )
+
+
+class Stubborn(Tool):
+    """Ignores `ctx.cancel`: blocks until its test lets it go (a hung client, a deaf library)."""
+
+    name = "stubborn"
+    description = "stubborn"
+    arguments = EchoArgs
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.started = threading.Event()
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        self.started.set()
+        self.release.wait(30)
+        return ToolResult.ok(args.text)
+
+
+@pytest.mark.parametrize("calls", [["a"], ["a", "b"]], ids=["one call", "two calls"])
+def test_a_cancel_ends_the_turn_within_the_grace_even_if_a_tool_ignores_it(
+    calls: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("orchestrator.agent.host.CANCEL_GRACE_SECONDS", 0.3)
+    tool = Stubborn()
+    cancel = threading.Event()
+    ctx = ToolContext("alice", "s1", "r1", cancel=cancel)
+    turn = [ToolCall(f"c{i}", "stubborn", {"text": text}) for i, text in enumerate(calls)]
+    threading.Timer(0.2, cancel.set).start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(ToolCancelled, match="did not stop"):
+            ToolHost([tool], ledger=None).run_turn(ctx, turn)
+        # Not the tool's 30 s: the round stops, the deaf call is left to end by itself.
+        assert time.monotonic() - started < 2.0
+        assert tool.started.is_set()
+    finally:
+        tool.release.set()
+
+
+def test_a_cancel_keeps_the_results_of_the_calls_that_returned_when_another_ignores_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("orchestrator.agent.host.CANCEL_GRACE_SECONDS", 0.2)
+    tool = Stubborn()
+    cancel = threading.Event()
+    ctx = ToolContext("alice", "s1", "r1", cancel=cancel)
+    turn = [ToolCall("fast", "echo", {"text": "hi"}), ToolCall("deaf", "stubborn", {"text": "x"})]
+    threading.Timer(0.2, cancel.set).start()
+    try:
+        with pytest.raises(ToolCancelled) as raised:
+            ToolHost([Echo(), tool], ledger=None).run_turn(ctx, turn)
+        received = getattr(raised.value, RECEIVED)
+        assert [(call.id, result.status) for call, result in received] == [("fast", "succeeded")]
+    finally:
+        tool.release.set()
+
+
+class LogContext(Tool):
+    name = "log_context"
+    description = "the log context a tool runs in"
+    arguments = EchoArgs
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        return ToolResult.ok(dict(logs._context.get()))
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_tools_run_in_the_log_context_of_the_round(count: int) -> None:
+    ctx = ToolContext("alice", "s1", "r1", cancel=threading.Event())
+    turn = [ToolCall(f"c{i}", "log_context", {"text": str(i)}) for i in range(count)]
+    with logs.log_context(task_id="t-1"):
+        results = ToolHost([LogContext()], ledger=None).run_turn(ctx, turn)
+    assert [r.payload.get("task_id") for r in results] == ["t-1"] * count

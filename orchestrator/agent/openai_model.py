@@ -176,8 +176,9 @@ class OpenAIModel(Model):
                 completion = call.result()
             except openai.APIConnectionError as exc:  # includes timeouts
                 self._count("unreachable", started)
-                why = "timed out" if isinstance(exc, openai.APITimeoutError) else "unreachable"
-                reason, retry_after = f"the model server is {why}", None
+                timed_out = isinstance(exc, openai.APITimeoutError)
+                why = "timed out" if timed_out else "is unreachable"
+                reason, retry_after = f"the model server {why}", None
             except openai.APIStatusError as exc:
                 status = exc.status_code
                 self._count(f"http_{status}", started)

@@ -218,6 +218,17 @@ def test_a_lost_lease_stops_a_call_in_flight(server: OpenAIServer) -> None:
     assert time.monotonic() - started < 2  # not the 3 s the answer takes
 
 
+def test_a_server_slower_than_the_timeout_is_retried_then_a_model_error_saying_so(
+    server: OpenAIServer,
+) -> None:
+    server.reply(content="too late", delay_s=1.5)
+    server.reply(content="too late", delay_s=1.5)
+    model = model_for(server, llm_timeout_seconds=0.5, llm_max_retries=1)
+    with pytest.raises(ModelError, match=r"\(the model server timed out\); gave up after 1 retr"):
+        play(model, CountSamples())
+    assert len(server.requests) == 2
+
+
 def test_an_unreachable_server_is_retried_then_a_model_error(server: OpenAIServer) -> None:
     model = model_for(server, llm_base_url="http://127.0.0.1:9/v1", llm_max_retries=1)
     with pytest.raises(ModelError, match="unreachable"):

@@ -1,5 +1,5 @@
 """Response models of the public routes: what a generated client gets, with enums for every
-closed vocabulary. Nested documents the agent writes (plans, reports) stay open objects."""
+closed vocabulary (the plan routes' models: `orchestrator.api.plan_views`)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.api.contract import IsoTime
 from orchestrator.api.enums import (
     ActionKind,
     ActionStatus,
+    EvidenceOrigin,
     ExecutionOutcome,
+    ReceiptStatus,
     SessionPurpose,
     TaskOrigin,
     TaskStatus,
@@ -19,8 +22,10 @@ from orchestrator.api.enums import (
 
 __all__ = [
     "ActionView",
+    "EvidenceView",
     "ExecutionView",
     "ExplainView",
+    "InvocationView",
     "LastWrite",
     "LeaseView",
     "SessionView",
@@ -167,3 +172,34 @@ class TranscriptPage(BaseModel):
     token_usage: dict[str, Any] = Field(
         description="prompt and completion tokens per generation and in total"
     )
+
+
+class EvidenceView(BaseModel):
+    """One evidence record, as the host recorded it from what a tool really returned."""
+
+    evidence_id: str
+    generation: int
+    kind: str | None = Field(description="data_source, call_api or command; null on old records")
+    source: str
+    queried_at: IsoTime
+    params_digest: str | None = Field(description="SHA-256 of the query's canonical parameters")
+    content_ref: str
+    result_id: str | None = Field(description="the paged full result, while it is kept")
+    origin: EvidenceOrigin
+    truncated: bool = Field(description="a truncated result supports no claim about the whole")
+    row_count: int | None
+    char_count: int | None
+    summary: str
+
+
+class InvocationView(BaseModel):
+    """A write receipt's latest observed status: never its arguments, token or output."""
+
+    invocation_id: str
+    owner: str = Field(description="the user or task that owns the call")
+    session_id: str | None
+    tool_name: str
+    status: ReceiptStatus
+    summary: str
+    created_at: IsoTime
+    updated_at: IsoTime

@@ -25,14 +25,18 @@ __all__ = [
     "EvidenceView",
     "ExecutionView",
     "ExplainView",
+    "GenerationUsageView",
     "InvocationView",
     "LastWrite",
     "LeaseView",
+    "ResolutionView",
     "SessionView",
     "TaskView",
+    "TokenUsageView",
     "TranscriptEntryView",
     "TranscriptPage",
     "TriggerView",
+    "UsageTotal",
 ]
 
 
@@ -83,16 +87,60 @@ class LastWrite(BaseModel):
     kind: str = Field(description="plan, report, evidence or action")
 
 
+class UsageTotal(BaseModel):
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class GenerationUsageView(UsageTotal):
+    generation: int
+
+
+class TokenUsageView(BaseModel):
+    """Prompt and completion tokens per generation and in total."""
+
+    generations: list[GenerationUsageView]
+    total: UsageTotal
+
+
+class ResolutionView(BaseModel):
+    """An operator's settlement of one of the task's unknown or pending writes."""
+
+    seq: int = Field(description="the task event that recorded it")
+    at: IsoTime
+    generation: int | None
+    invocation_id: str
+    tool_name: str
+    previous_status: ReceiptStatus
+    resolved_status: ReceiptStatus
+    by: str
+    note: str
+
+
+class InvocationView(BaseModel):
+    """A write receipt's latest observed status: never its arguments, token or output."""
+
+    invocation_id: str
+    owner: str = Field(description="the user or task that owns the call")
+    session_id: str | None
+    tool_name: str
+    status: ReceiptStatus
+    summary: str
+    created_at: IsoTime
+    updated_at: IsoTime
+
+
 class ExplainView(TaskView):
     lease: LeaseView | None
     executions: list[ExecutionView]
     plan: dict[str, Any] | None
     report: dict[str, Any] | None
     pending_actions: list[dict[str, Any]]
-    unknown_receipts: list[dict[str, Any]]
-    running_receipts: list[dict[str, Any]] = Field(default_factory=list)
+    unknown_receipts: list[InvocationView]
+    running_receipts: list[InvocationView] = Field(default_factory=list)
     last_write: LastWrite | None
-    token_usage: dict[str, Any] | None = Field(
+    token_usage: TokenUsageView | None = Field(
         default=None, description="prompt and completion tokens per generation and in total"
     )
     recovery: dict[str, Any] | None = Field(
@@ -101,7 +149,7 @@ class ExplainView(TaskView):
     deliveries: dict[str, Any] | None = Field(
         default=None, description="the task's outbox deliveries: counts, dead and undelivered"
     )
-    resolutions: list[dict[str, Any]] = Field(
+    resolutions: list[ResolutionView] = Field(
         default_factory=list,
         description="operators' resolutions of the task's unknown or pending writes, oldest "
         "first (the newest 50): who (`by`), which write, `previous_status` -> "
@@ -169,7 +217,7 @@ class TranscriptPage(BaseModel):
     next_cursor: str | None = Field(
         description="pass as `cursor` for the next page; null on the last page"
     )
-    token_usage: dict[str, Any] = Field(
+    token_usage: TokenUsageView = Field(
         description="prompt and completion tokens per generation and in total"
     )
 
@@ -190,16 +238,3 @@ class EvidenceView(BaseModel):
     row_count: int | None
     char_count: int | None
     summary: str
-
-
-class InvocationView(BaseModel):
-    """A write receipt's latest observed status: never its arguments, token or output."""
-
-    invocation_id: str
-    owner: str = Field(description="the user or task that owns the call")
-    session_id: str | None
-    tool_name: str
-    status: ReceiptStatus
-    summary: str
-    created_at: IsoTime
-    updated_at: IsoTime

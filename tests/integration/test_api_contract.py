@@ -267,14 +267,10 @@ NOT_YET_TYPED = {
         "plan",
         "report",
         "pending_actions[]",
-        "unknown_receipts[]",
-        "running_receipts[]",
-        "token_usage",
         "recovery",
         "deliveries",
-        "resolutions[]",
     )
-} | {"TranscriptPage.token_usage"}
+}
 
 
 def _free_forms(schema: dict[str, Any], components: dict[str, Any], where: str) -> list[str]:

@@ -102,6 +102,12 @@ def test_the_typed_routes_send_what_they_always_sent(
         response = client.get(path)
         assert response.status_code == 200, (path, response.text)
         assert response.json() == _wire(before), path
+    explain, view = client.get(f"/api/v1/tasks/{task_id}").json(), rt.tasks.explain(task_id)
+    assert explain["token_usage"]["generations"], explain["token_usage"]
+    for field in ("token_usage", "unknown_receipts", "running_receipts", "resolutions"):
+        assert explain[field] == _wire(view[field]), field
+    transcript = client.get(f"/api/v1/tasks/{task_id}/transcript").json()
+    assert transcript["token_usage"] == _wire(view["token_usage"])
 
 
 def test_an_unknown_task_is_a_404_envelope(client: TestClient) -> None:

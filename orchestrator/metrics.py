@@ -2,13 +2,16 @@
 
 Two kinds, chosen for Celery prefork (one parent, several pool processes):
 
-- Counts of rows (tasks by status, receipts by status, approvals pending) are read from the store
-  at scrape time by `StoreCollector`: every process and every replica agrees, nothing to merge.
+- Counts of rows (tasks by status, receipts by status, approvals pending, dead-lettered outbox
+  rows, the oldest pending delivery's age) are read from the store at scrape time by
+  `StoreCollector`: every process and every replica agrees, nothing to merge.
 - Counters and histograms of events (executions started/ended, renewals, sweeps, model and tool
   calls, ...) are kept per process. With `PROMETHEUS_MULTIPROC_DIR` set (`orchestrator worker`
   sets it when ORCH_METRICS_PORT is on; the sweeper is one process and counts in memory),
   prometheus-client keeps them in files that `MultiProcessCollector` sums at scrape time, so
-  pool processes are counted.
+  pool processes are counted. A labelled counter's known values are exported at 0 from the
+  start (`KNOWN_LABELS`): an alert on `rate(...{result="failed"}[5m])` has its series before
+  the first failure.
   The worker's folder and the removal of gone workers' folders: `orchestrator.metrics_folders`.
 
 Serve with `metrics_app`'s content (the API's `GET /metrics`) or `serve_metrics(port)`.
@@ -19,7 +22,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -36,15 +39,17 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from orchestrator.domain.vocabulary import RECEIPT_STATUSES, TASK_STATUSES
+from orchestrator.domain.vocabulary import EXECUTION_OUTCOMES, RECEIPT_STATUSES, TASK_STATUSES
 from orchestrator.store.db import Database
-from orchestrator.store.tables import actions, invocation_receipts, tasks
+from orchestrator.store.tables import OUTBOX_KINDS, actions, invocation_receipts, outbox, tasks
+from orchestrator.store.types import utcnow
 
 __all__ = [
     "APPROVALS_DECIDED",
     "CONTENT_TYPE_LATEST",
     "EXECUTIONS_ENDED",
     "EXECUTIONS_STARTED",
+    "KNOWN_LABELS",
     "LEASE_RENEWALS",
     "LEASE_RENEWAL_FAILURES",
     "MODEL_CALLS",
@@ -111,6 +116,29 @@ TOOL_CALLS = Counter(
     "orchestrator_tool_calls", "Tool calls, by tool and status", ["tool", "status"]
 )
 
+#: Every value a labelled counter is known to take, exported at 0 at import. Model and tool
+#: names are open sets (whatever ORCH_MODEL and the catalogue say): they appear on first use.
+KNOWN_LABELS: tuple[tuple[Counter, tuple[str, ...]], ...] = (
+    # A round that ran but ended with no outcome (cancelled under it, say) counts as stopped.
+    (EXECUTIONS_ENDED, (*EXECUTION_OUTCOMES, "stopped")),
+    (SWEEPS, ("ok", "failed")),
+    (VERIFICATIONS, ("matched", "differs", "unavailable")),
+    (APPROVALS_DECIDED, ("approved", "rejected")),
+)
+for _counter, _values in KNOWN_LABELS:
+    for _value in _values:
+        _counter.labels(_value)
+
+
+class _Counts(NamedTuple):
+    """What one scrape reads from the store."""
+
+    tasks: dict[str, int]
+    receipts: dict[str, int]
+    approvals_pending: int
+    dead: dict[str, int]  # dead-lettered outbox rows by kind
+    oldest_pending_seconds: float  # 0 when nothing waits for delivery
+
 
 class StoreCollector(Collector):
     """Counts read from the store at scrape time: the same answer from any process."""
@@ -123,7 +151,7 @@ class StoreCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         try:
-            by_status, receipts, pending = self._counts()
+            counts = self._counts()
         except SQLAlchemyError as exc:
             if not self.outage_tolerant:
                 raise
@@ -136,21 +164,34 @@ class StoreCollector(Collector):
             return
         family = GaugeMetricFamily("orchestrator_tasks", "Tasks by status", labels=["status"])
         for status in TASK_STATUSES:
-            family.add_metric([status], int(by_status.get(status, 0)))
+            family.add_metric([status], int(counts.tasks.get(status, 0)))
         yield family
         family = GaugeMetricFamily(
             "orchestrator_receipts", "Write receipts by status", labels=["status"]
         )
         for status in RECEIPT_STATUSES:
-            family.add_metric([status], int(receipts.get(status, 0)))
+            family.add_metric([status], int(counts.receipts.get(status, 0)))
         yield family
         yield GaugeMetricFamily(
             "orchestrator_approvals_pending",
             "Actions waiting for a human decision",
-            value=pending,
+            value=counts.approvals_pending,
+        )
+        family = GaugeMetricFamily(
+            "orchestrator_outbox_dead",
+            "Outbox rows dead-lettered (out of attempts), by kind, until an operator retries them",
+            labels=["kind"],
+        )
+        for kind in OUTBOX_KINDS:
+            family.add_metric([kind], int(counts.dead.get(kind, 0)))
+        yield family
+        yield GaugeMetricFamily(
+            "orchestrator_outbox_oldest_pending_seconds",
+            "Age of the oldest outbox row still to be delivered (0 when none)",
+            value=counts.oldest_pending_seconds,
         )
 
-    def _counts(self) -> tuple[dict[str, int], dict[str, int], int]:
+    def _counts(self) -> _Counts:
         with self.db.transaction(readonly=True) as conn:
             by_status: dict[str, int] = dict(
                 conn.execute(select(tasks.c.status, func.count()).group_by(tasks.c.status)).all()
@@ -165,7 +206,18 @@ class StoreCollector(Collector):
             pending = conn.execute(
                 select(func.count()).where(actions.c.status == "pending_approval")
             ).scalar_one()
-        return by_status, receipts, int(pending)
+            dead: dict[str, int] = dict(
+                conn.execute(
+                    select(outbox.c.kind, func.count())
+                    .where(outbox.c.status == "dead")
+                    .group_by(outbox.c.kind)
+                ).all()
+            )
+            oldest = conn.execute(
+                select(func.min(outbox.c.created_at)).where(outbox.c.status == "pending")
+            ).scalar_one()
+        age = max(0.0, (utcnow() - oldest).total_seconds()) if oldest is not None else 0.0
+        return _Counts(by_status, receipts, int(pending), dead, age)
 
 
 def registry(db: Database | None, *, outage_tolerant: bool = False) -> CollectorRegistry:

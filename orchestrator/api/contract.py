@@ -22,7 +22,14 @@ from typing import Annotated, Any, Generic, TypeVar
 
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    WithJsonSchema,
+)
 
 from orchestrator.domain.cursors import encode_cursor
 from orchestrator.domain.storable import filled_text, storable_text
@@ -34,6 +41,7 @@ __all__ = [
     "ErrorBody",
     "ErrorEnvelope",
     "FilledText",
+    "IsoTime",
     "Page",
     "StoredText",
     "declare_write_refusals",
@@ -46,6 +54,14 @@ __all__ = [
 StoredText = Annotated[str, AfterValidator(storable_text)]
 #: StoredText that is required: blanks alone are refused like nothing (a reason, who acted).
 FilledText = Annotated[str, AfterValidator(filled_text)]
+
+#: A time the route sends as `datetime.isoformat()` (`...+00:00`) as it always has, documented
+#: as an RFC 3339 date-time (pydantic's own form would be `...Z`: the text would change).
+IsoTime = Annotated[
+    datetime,
+    PlainSerializer(datetime.isoformat, return_type=str),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
 
 ItemT = TypeVar("ItemT")
 RowT = TypeVar("RowT")

@@ -10,7 +10,10 @@ from enum import StrEnum
 __all__ = [
     "ActionKind",
     "ActionStatus",
+    "EvidenceOrigin",
     "ExecutionOutcome",
+    "NodeActor",
+    "NodeStatus",
     "ReceiptStatus",
     "ReportOutcome",
     "SessionPurpose",
@@ -74,3 +77,24 @@ class ReceiptStatus(StrEnum):
     failed = "failed"
     pending = "pending"
     unknown = "unknown"
+
+
+class NodeActor(StrEnum):
+    agent = "agent"
+    human = "human"
+
+
+class NodeStatus(StrEnum):
+    pending = "pending"
+    running = "running"
+    waiting = "waiting"
+    completed = "completed"
+    failed = "failed"
+    skipped = "skipped"
+    cancelled = "cancelled"
+
+
+class EvidenceOrigin(StrEnum):
+    live = "live"
+    synthetic = "synthetic"
+    peripheral_sample = "peripheral_sample"

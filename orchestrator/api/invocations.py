@@ -14,6 +14,7 @@ from orchestrator.api.contract import FilledText, error_responses
 from orchestrator.api.deps import get_db
 from orchestrator.api.enums import ReceiptStatus, TaskStatus
 from orchestrator.api.human_steps import decider
+from orchestrator.api.models import InvocationView
 from orchestrator.errors import NotFound
 from orchestrator.operators import Operator
 from orchestrator.runtime import celery_dispatcher
@@ -80,7 +81,7 @@ class ResolvedView(BaseModel):
         )
 
 
-@router.get("/{invocation_id}", responses=error_responses(404))
+@router.get("/{invocation_id}", response_model=InvocationView, responses=error_responses(404))
 def get_invocation(invocation_id: str, db: Database = Depends(get_db)) -> dict[str, Any]:
     """The latest observed status of one receipt: never its arguments, token or output."""
     receipt = ReceiptLedger(db).get(invocation_id)

@@ -1,5 +1,5 @@
 """Response models of the public routes: what a generated client gets, with enums for every
-closed vocabulary. Nested documents the agent writes (plans, reports) stay open objects."""
+closed vocabulary (the plan routes' models: `orchestrator.api.plan_views`)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.api.contract import IsoTime
 from orchestrator.api.enums import (
     ActionKind,
     ActionStatus,
+    EvidenceOrigin,
     ExecutionOutcome,
+    ReceiptStatus,
     SessionPurpose,
     TaskOrigin,
     TaskStatus,
@@ -19,15 +22,21 @@ from orchestrator.api.enums import (
 
 __all__ = [
     "ActionView",
+    "EvidenceView",
     "ExecutionView",
     "ExplainView",
+    "GenerationUsageView",
+    "InvocationView",
     "LastWrite",
     "LeaseView",
+    "ResolutionView",
     "SessionView",
     "TaskView",
+    "TokenUsageView",
     "TranscriptEntryView",
     "TranscriptPage",
     "TriggerView",
+    "UsageTotal",
 ]
 
 
@@ -78,16 +87,60 @@ class LastWrite(BaseModel):
     kind: str = Field(description="plan, report, evidence or action")
 
 
+class UsageTotal(BaseModel):
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class GenerationUsageView(UsageTotal):
+    generation: int
+
+
+class TokenUsageView(BaseModel):
+    """Prompt and completion tokens per generation and in total."""
+
+    generations: list[GenerationUsageView]
+    total: UsageTotal
+
+
+class ResolutionView(BaseModel):
+    """An operator's settlement of one of the task's unknown or pending writes."""
+
+    seq: int = Field(description="the task event that recorded it")
+    at: IsoTime
+    generation: int | None
+    invocation_id: str
+    tool_name: str
+    previous_status: ReceiptStatus
+    resolved_status: ReceiptStatus
+    by: str
+    note: str
+
+
+class InvocationView(BaseModel):
+    """A write receipt's latest observed status: never its arguments, token or output."""
+
+    invocation_id: str
+    owner: str = Field(description="the user or task that owns the call")
+    session_id: str | None
+    tool_name: str
+    status: ReceiptStatus
+    summary: str
+    created_at: IsoTime
+    updated_at: IsoTime
+
+
 class ExplainView(TaskView):
     lease: LeaseView | None
     executions: list[ExecutionView]
     plan: dict[str, Any] | None
     report: dict[str, Any] | None
     pending_actions: list[dict[str, Any]]
-    unknown_receipts: list[dict[str, Any]]
-    running_receipts: list[dict[str, Any]] = Field(default_factory=list)
+    unknown_receipts: list[InvocationView]
+    running_receipts: list[InvocationView] = Field(default_factory=list)
     last_write: LastWrite | None
-    token_usage: dict[str, Any] | None = Field(
+    token_usage: TokenUsageView | None = Field(
         default=None, description="prompt and completion tokens per generation and in total"
     )
     recovery: dict[str, Any] | None = Field(
@@ -96,7 +149,7 @@ class ExplainView(TaskView):
     deliveries: dict[str, Any] | None = Field(
         default=None, description="the task's outbox deliveries: counts, dead and undelivered"
     )
-    resolutions: list[dict[str, Any]] = Field(
+    resolutions: list[ResolutionView] = Field(
         default_factory=list,
         description="operators' resolutions of the task's unknown or pending writes, oldest "
         "first (the newest 50): who (`by`), which write, `previous_status` -> "
@@ -164,6 +217,24 @@ class TranscriptPage(BaseModel):
     next_cursor: str | None = Field(
         description="pass as `cursor` for the next page; null on the last page"
     )
-    token_usage: dict[str, Any] = Field(
+    token_usage: TokenUsageView = Field(
         description="prompt and completion tokens per generation and in total"
     )
+
+
+class EvidenceView(BaseModel):
+    """One evidence record, as the host recorded it from what a tool really returned."""
+
+    evidence_id: str
+    generation: int
+    kind: str | None = Field(description="data_source, call_api or command; null on old records")
+    source: str
+    queried_at: IsoTime
+    params_digest: str | None = Field(description="SHA-256 of the query's canonical parameters")
+    content_ref: str
+    result_id: str | None = Field(description="the paged full result, while it is kept")
+    origin: EvidenceOrigin
+    truncated: bool = Field(description="a truncated result supports no claim about the whole")
+    row_count: int | None
+    char_count: int | None
+    summary: str

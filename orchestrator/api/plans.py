@@ -8,6 +8,7 @@ from fastapi import APIRouter, Body, Depends, Path, Response
 
 from orchestrator.api.contract import error_responses
 from orchestrator.api.deps import get_plans
+from orchestrator.api.plan_views import PlanHistoryView, PlanRevisionView
 from orchestrator.domain.storable import storable_text
 from orchestrator.errors import ValidationFailed
 from orchestrator.services.plans import PlanService
@@ -20,13 +21,23 @@ _BRIDGE_ERRORS = error_responses(401, 404, 409, 413, 422)
 internal_router = APIRouter(prefix="/sessions", tags=["internal"])
 
 
-@router.get("/{session_id}/execution-plans", responses=error_responses(404))
+@router.get(
+    "/{session_id}/execution-plans",
+    response_model=PlanHistoryView,
+    response_model_exclude_unset=True,
+    responses=error_responses(404),
+)
 def plan_history(session_id: str, plans: PlanService = Depends(get_plans)) -> dict[str, Any]:
     """The latest revision in full and a summary of every revision, oldest first."""
     return plans.history(session_id)
 
 
-@router.get("/{session_id}/execution-plans/{revision}", responses=error_responses(404))
+@router.get(
+    "/{session_id}/execution-plans/{revision}",
+    response_model=PlanRevisionView,
+    response_model_exclude_unset=True,
+    responses=error_responses(404),
+)
 def plan_revision(
     session_id: str,
     revision: int = Path(ge=1, le=2**31 - 1),
@@ -73,7 +84,12 @@ def _fence(raw: Any) -> Fence:
 @internal_router.post(
     "/{session_id}/execution-plans",
     status_code=201,
-    responses={200: {"description": "the same plan again: replayed"}, **_BRIDGE_ERRORS},
+    response_model=PlanRevisionView,
+    response_model_exclude_unset=True,
+    responses={
+        200: {"model": PlanRevisionView, "description": "the same plan again: replayed"},
+        **_BRIDGE_ERRORS,
+    },
 )
 def publish_plan(
     session_id: str,
@@ -90,7 +106,12 @@ def publish_plan(
     return result.to_dict()
 
 
-@internal_router.get("/{session_id}/execution-plans", responses=_BRIDGE_ERRORS)
+@internal_router.get(
+    "/{session_id}/execution-plans",
+    response_model=PlanHistoryView,
+    response_model_exclude_unset=True,
+    responses=_BRIDGE_ERRORS,
+)
 def internal_plan_history(
     session_id: str, plans: PlanService = Depends(get_plans)
 ) -> dict[str, Any]:

@@ -81,6 +81,7 @@ async def _events(
 
 @router.get(
     "/{task_id}/stream",
+    response_class=StreamingResponse,
     responses={
         200: {"content": {"text/event-stream": {}}, "description": "the task's events"},
         204: {"description": "the task is finished and the client has seen its last event"},

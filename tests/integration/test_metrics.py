@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -16,6 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from orchestrator.api.app import create_app
+from orchestrator.domain.vocabulary import EXECUTION_OUTCOMES
 from orchestrator.metrics_folders import OWNER_FILE
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.executions import RunResult
@@ -46,6 +48,40 @@ def test_api_metrics_count_tasks_from_the_store(sqlite_url: str, tmp_path: Path)
     assert 'orchestrator_tasks{status="failed"} 0.0' in text
     assert "orchestrator_approvals_pending 0.0" in text
     assert "# TYPE orchestrator_executions_ended_total counter" in text
+
+
+def test_every_known_label_value_is_a_series_at_zero_before_any_event(tmp_path: Path) -> None:
+    """An alert on `rate(orchestrator_sweeps_total{result="failed"}[5m]) > 0` needs the series
+    before the first failure: a fresh process's scrape shows each known value at 0."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    scrape = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from orchestrator.metrics import render; print(render(None).decode())",
+        ],
+        env={k: v for k, v in os.environ.items() if not k.startswith("PROMETHEUS_")},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(scrape)
+        for s in family.samples
+    }
+    expected = [
+        ("orchestrator_sweeps_total", "result", ("ok", "failed")),
+        ("orchestrator_executions_ended_total", "outcome", (*EXECUTION_OUTCOMES, "stopped")),
+        ("orchestrator_verifications_total", "result", ("matched", "differs", "unavailable")),
+        ("orchestrator_approvals_decided_total", "decision", ("approved", "rejected")),
+    ]
+    for name, label, values in expected:
+        for value in values:
+            assert samples.get((name, ((label, value),))) == 0.0, (name, value)
 
 
 def _scrape(port: int) -> str:

@@ -242,6 +242,48 @@ def test_a_webhook_is_dead_lettered_after_n_failures_holds_the_next_and_an_opera
     assert OutboxService(rt.db).list(task_id=task_id, status="pending") == []
 
 
+def _store_gauges(rt: Runtime) -> dict[str, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from orchestrator.metrics import render
+
+    return {
+        f"{s.name}{sorted(s.labels.items()) or ''}": s.value
+        for family in text_string_to_metric_families(render(rt.db).decode())
+        for s in family.samples
+        if s.name.startswith("orchestrator_outbox_") and not s.name.endswith(("_total", "_created"))
+    }
+
+
+def test_the_metrics_count_dead_letters_and_the_oldest_pending_delivery_from_the_store(
+    rt: Runtime, tmp_path: Path, backend: Recorder, dispatcher: OutboxDispatcher
+) -> None:
+    """What an operator alerts on, read from the store at scrape time: 0 before any failure,
+    then the dead-lettered webhook and the age of the event held behind it."""
+    dead_webhooks = "orchestrator_outbox_dead[('kind', 'webhook')]"
+    assert _store_gauges(rt) == {
+        "orchestrator_outbox_dead[('kind', 'action')]": 0.0,
+        dead_webhooks: 0.0,
+        "orchestrator_outbox_oldest_pending_seconds": 0.0,
+    }
+    task_id, _ = waiting_task(rt, tmp_path)
+    backend.always_fail = True
+    for _ in range(40):
+        dispatcher.run_once()
+        if OutboxService(rt.db).list(task_id=task_id, status="dead"):
+            break
+    with rt.db.transaction() as conn:  # the held event was committed a minute ago
+        conn.execute(
+            update(outbox)
+            .where(outbox.c.status == "pending")
+            .values(created_at=utcnow() - timedelta(seconds=60))
+        )
+    gauges = _store_gauges(rt)
+    assert gauges[dead_webhooks] == 1.0
+    assert gauges["orchestrator_outbox_dead[('kind', 'action')]"] == 0.0
+    assert 60 <= gauges["orchestrator_outbox_oldest_pending_seconds"] < 120
+
+
 def test_an_action_retried_a_thousand_times_still_backs_off_to_the_maximum(
     rt: Runtime, tmp_path: Path, backend: Recorder, dispatcher: OutboxDispatcher
 ) -> None:

@@ -15,11 +15,14 @@ from fastapi.testclient import TestClient
 
 from orchestrator.api.app import create_app
 from orchestrator.runtime import Runtime
+from orchestrator.services.task_records import TaskRecords
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
 from orchestrator.store.db import Database
+from orchestrator.store.receipts import ReceiptLedger
 from tests.acceptance.fleet import ORCHESTRATOR
 from tests.executions_support import completing_turns, runtime_for, write_script
+from tests.integration.test_invocations_ops import _receipt
 
 
 @pytest.fixture
@@ -65,6 +68,46 @@ def test_the_plan_and_the_evidence_of_a_task(
     assert record["content_ref"].startswith("sha256:")
     assert len(record["params_digest"]) == 64
     assert body["plan"]["nodes"][0]["evidence_ids"] == [record["evidence_id"]]
+
+
+def _wire(value: Any) -> Any:
+    """What a service's dict was on the wire before the routes had response models."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def test_the_typed_routes_send_what_they_always_sent(
+    rt: Runtime, scripts: Path, client: TestClient
+) -> None:
+    """The response models change the OpenAPI document, not the bodies: same keys (a node's
+    absent `action_id` stays absent), same values, same time text."""
+    task_id = completed_task(rt, scripts)
+    session_id = rt.tasks.get(task_id).session_id
+    assert session_id is not None
+    records = TaskRecords(rt.db)
+    history = rt.plans.history(session_id)
+    assert "action_id" not in history["latest"]["nodes"][1]
+    invocation_id = _receipt(rt.db, "alice", session_id, "k1")
+    receipt = ReceiptLedger(rt.db).get(invocation_id)
+    assert receipt is not None
+    plans = f"/api/v1/sessions/{session_id}/execution-plans"
+    expected = {
+        f"/api/v1/tasks/{task_id}/plan": records.plan(task_id),
+        f"/api/v1/tasks/{task_id}/evidence": records.evidence(task_id),
+        plans: history,
+        f"{plans}/1": rt.plans.revision(session_id, 1).to_dict(),
+        f"{plans}/2": rt.plans.revision(session_id, 2).to_dict(),
+        f"/api/v1/invocations/{invocation_id}": receipt.public(),
+    }
+    for path, before in expected.items():
+        response = client.get(path)
+        assert response.status_code == 200, (path, response.text)
+        assert response.json() == _wire(before), path
+    explain, view = client.get(f"/api/v1/tasks/{task_id}").json(), rt.tasks.explain(task_id)
+    assert explain["token_usage"]["generations"], explain["token_usage"]
+    for field in ("token_usage", "unknown_receipts", "running_receipts", "resolutions"):
+        assert explain[field] == _wire(view[field]), field
+    transcript = client.get(f"/api/v1/tasks/{task_id}/transcript").json()
+    assert transcript["token_usage"] == _wire(view["token_usage"])
 
 
 def test_an_unknown_task_is_a_404_envelope(client: TestClient) -> None:

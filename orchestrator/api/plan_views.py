@@ -1,0 +1,94 @@
+"""Response models of the plan routes: a stored revision of seed 004's execution plan, the
+history `{session_id, latest, revisions}` the console reads, and a task's current plan.
+
+They describe what `PlanRecord.to_dict()` and `store.plans.list_summaries` already send; a
+route that returns them sets `response_model_exclude_unset` so a node's optional `action_id` and
+`evidence_ids` stay absent when the stored node has none, as they always were.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.api.contract import IsoTime
+from orchestrator.api.enums import NodeActor, NodeStatus
+
+__all__ = [
+    "PlanEdgeView",
+    "PlanHistoryView",
+    "PlanNodeView",
+    "PlanRevisionView",
+    "PlanSummaryView",
+    "TaskPlanView",
+]
+
+#: How many nodes are in each status, every status listed (progress is counts, not time).
+StatusCounts = dict[NodeStatus, int]
+
+
+class PlanNodeView(BaseModel):
+    id: str = Field(description="unique and stable across revisions")
+    title: str
+    actor: NodeActor = Field(description="never changes; only a person closes a human node")
+    description: str = ""
+    evidence: str = Field(default="", description="what supports a completed node")
+    status: NodeStatus
+    reason: str | None = Field(default=None, description="why a node failed or waits")
+    action_id: str | None = Field(
+        default=None, description="the action proposed for this node (absent when none)"
+    )
+    evidence_ids: list[str] | None = Field(
+        default=None, description="recorded evidence the node cites (absent when none)"
+    )
+
+
+class PlanEdgeView(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+
+    from_: str = Field(alias="from", description="the node that comes first")
+    to: str
+    label: str | None = Field(description="the condition of a conditional branch")
+
+
+class PlanRevisionView(BaseModel):
+    """One stored revision; the server assigned schema_version, session_id, revision and
+    updated_at."""
+
+    schema_version: str = Field(description="execution-plan@1")
+    session_id: str
+    revision: int
+    request_id: str
+    title: str
+    reason: str
+    nodes: list[PlanNodeView]
+    edges: list[PlanEdgeView]
+    status_counts: StatusCounts
+    task_id: str | None
+    generation: int | None
+    updated_at: IsoTime
+
+
+class PlanSummaryView(BaseModel):
+    """A revision of the history, without its nodes and edges."""
+
+    revision: int
+    updated_at: IsoTime
+    title: str
+    reason: str
+    status_counts: StatusCounts
+
+
+class PlanHistoryView(BaseModel):
+    """The latest revision in full and every revision's summary, oldest first."""
+
+    session_id: str
+    latest: PlanRevisionView | None = Field(description="null before the first publish")
+    revisions: list[PlanSummaryView]
+
+
+class TaskPlanView(BaseModel):
+    task_id: str
+    plan: PlanRevisionView | None = Field(
+        description="the task's latest revision, whichever session holds it; null before its "
+        "first plan"
+    )

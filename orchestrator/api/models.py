@@ -6,12 +6,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from orchestrator.api.contract import IsoTime
 from orchestrator.api.enums import (
-    ActionKind,
-    ActionStatus,
     EvidenceOrigin,
     ExecutionOutcome,
     ReceiptStatus,
@@ -19,9 +17,15 @@ from orchestrator.api.enums import (
     TaskOrigin,
     TaskStatus,
 )
+from orchestrator.api.explain_views import (
+    DeliveriesView,
+    PendingActionView,
+    RecoveryView,
+    ReportView,
+)
+from orchestrator.api.plan_views import PlanRevisionView
 
 __all__ = [
-    "ActionView",
     "EvidenceView",
     "ExecutionView",
     "ExplainView",
@@ -134,19 +138,23 @@ class InvocationView(BaseModel):
 class ExplainView(TaskView):
     lease: LeaseView | None
     executions: list[ExecutionView]
-    plan: dict[str, Any] | None
-    report: dict[str, Any] | None
-    pending_actions: list[dict[str, Any]]
+    plan: PlanRevisionView | None = Field(
+        description="the latest revision of the current session's plan"
+    )
+    report: ReportView | None = Field(description="the current generation's latest report")
+    pending_actions: list[PendingActionView] = Field(
+        description="the current generation's actions awaiting approval"
+    )
     unknown_receipts: list[InvocationView]
     running_receipts: list[InvocationView] = Field(default_factory=list)
     last_write: LastWrite | None
     token_usage: TokenUsageView | None = Field(
         default=None, description="prompt and completion tokens per generation and in total"
     )
-    recovery: dict[str, Any] | None = Field(
+    recovery: RecoveryView | None = Field(
         default=None, description="the recovery snapshot the next generation continues from"
     )
-    deliveries: dict[str, Any] | None = Field(
+    deliveries: DeliveriesView | None = Field(
         default=None, description="the task's outbox deliveries: counts, dead and undelivered"
     )
     resolutions: list[ResolutionView] = Field(
@@ -166,23 +174,6 @@ class SessionView(BaseModel):
     title: str
     created_at: datetime
     updated_at: datetime
-
-
-class ActionView(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    action_id: str
-    task_id: str
-    generation: int
-    session_id: str
-    node_id: str
-    kind: ActionKind
-    payload: dict[str, Any]
-    status: ActionStatus
-    decided_by: str | None
-    decided_at: datetime | None
-    note: str | None
-    created_at: datetime
 
 
 class TranscriptEntryView(BaseModel):

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from orchestrator.api.contract import error_responses
 from orchestrator.services.outbox import OutboxService
 
-__all__ = ["ERROR_RESPONSES", "router"]
+__all__ = ["ERROR_RESPONSES", "Delivery", "DeliveryKind", "DeliveryStatus", "router"]
 
 router = APIRouter(prefix="/api/v1/outbox", tags=["outbox"])
 
@@ -19,17 +19,22 @@ router = APIRouter(prefix="/api/v1/outbox", tags=["outbox"])
 #: The error answers the outbox routes declare (the shared envelope).
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = error_responses(404, 409)
 
+#: An approved action's delivery or a task event's webhook (`store.tables.OUTBOX_KINDS`).
+DeliveryKind = Literal["action", "webhook"]
+#: `store.tables.OUTBOX_STATUSES`.
+DeliveryStatus = Literal["pending", "delivered", "dead"]
+
 
 class Delivery(BaseModel):
     """One outbox row: an approved action's delivery or a task event's webhook."""
 
     outbox_id: int
-    kind: Literal["action", "webhook"]
+    kind: DeliveryKind
     task_id: str
     event_id: str | None = Field(description="`TASK_ID:SEQ` of a webhook's event")
     event_seq: int | None
     action_id: str | None
-    status: Literal["pending", "delivered", "dead"]
+    status: DeliveryStatus
     attempts: int
     next_attempt_at: datetime
     last_error: str | None
@@ -49,8 +54,8 @@ def get_outbox(request: Request) -> OutboxService:
 @router.get("", response_model=DeliveryPage, responses=ERROR_RESPONSES)
 def list_deliveries(
     task_id: str | None = Query(default=None, max_length=36),
-    status: Literal["pending", "delivered", "dead"] | None = Query(default=None),
-    kind: Literal["action", "webhook"] | None = Query(default=None),
+    status: DeliveryStatus | None = Query(default=None),
+    kind: DeliveryKind | None = Query(default=None),
     cursor: int | None = Query(default=None, ge=0, le=2**63 - 1),
     limit: int = Query(default=50, ge=1, le=200),
     service: OutboxService = Depends(get_outbox),

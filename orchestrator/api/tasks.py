@@ -103,7 +103,13 @@ def list_tasks(
     return {"items": [task_view(task) for task in items], "next_cursor": next_cursor}
 
 
-@router.get("/{task_id}", response_model=ExplainView, responses=error_responses(404))
+@router.get(
+    "/{task_id}",
+    response_model=ExplainView,
+    # A key a stored record lacks stays absent (a plan node's `action_id`), as it always was.
+    response_model_exclude_unset=True,
+    responses=error_responses(404),
+)
 def show_task(task_id: str, service: TaskService = Depends(get_task_service)) -> dict[str, Any]:
     """Generations, lease, plan, report, pending approvals and the last fenced write."""
     return service.explain(task_id)

@@ -12,17 +12,21 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from pydantic_core import to_jsonable_python
 
 from orchestrator.api.app import create_app
+from orchestrator.domain.recovery import CallRecord, Snapshot
 from orchestrator.runtime import Runtime
 from orchestrator.services.task_records import TaskRecords
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
+from orchestrator.store import snapshots as snapshot_store
 from orchestrator.store.db import Database
 from orchestrator.store.receipts import ReceiptLedger
 from tests.acceptance.fleet import ORCHESTRATOR
-from tests.executions_support import completing_turns, runtime_for, write_script
+from tests.executions_support import CITED, completing_turns, runtime_for, write_script
 from tests.integration.test_invocations_ops import _receipt
+from tests.outbox_support import waiting_task
 
 
 @pytest.fixture
@@ -71,8 +75,9 @@ def test_the_plan_and_the_evidence_of_a_task(
 
 
 def _wire(value: Any) -> Any:
-    """What a service's dict was on the wire before the routes had response models."""
-    return json.loads(json.dumps(value, default=str))
+    """What a service's dict was on the wire before the routes had response models: FastAPI
+    sent an untyped value as pydantic serializes `Any` (a datetime as `...Z`, a string as is)."""
+    return to_jsonable_python(value)
 
 
 def test_the_typed_routes_send_what_they_always_sent(
@@ -108,6 +113,44 @@ def test_the_typed_routes_send_what_they_always_sent(
         assert explain[field] == _wire(view[field]), field
     transcript = client.get(f"/api/v1/tasks/{task_id}/transcript").json()
     assert transcript["token_usage"] == _wire(view["token_usage"])
+
+
+def test_the_explain_view_sends_what_it_always_sent(
+    rt: Runtime, scripts: Path, tmp_path: Path, client: TestClient
+) -> None:
+    """Every key of `GET /api/v1/tasks/{id}`, nested ones included, is the service's: absent
+    keys stay absent (a node's `action_id`), nulls stay null, times keep their text. Over a
+    completed task (plan, report with findings) and a waiting one (a pending action, webhooks
+    not yet delivered, and a recovery snapshot with a done and an unknown call)."""
+    turns = completing_turns()
+    report = turns[3]["tool_calls"][0]["arguments"]
+    report["findings"] = ["plain text", {"text": "cited", "evidence_ids": [CITED]}]
+    write_script(scripts, "reported", turns)
+    done = rt.tasks.trigger(Trigger(task_type="reported", title="t")).task.task_id
+    assert rt.executions.run(done, 1, worker="w1").outcome == "completed"
+    waiting, _ = waiting_task(rt, tmp_path)
+    plan = rt.tasks.explain(waiting)["plan"]
+    session_id = rt.tasks.explain(waiting)["executions"][0]["session_id"]
+    calls = [
+        CallRecord("a", "read_task_context", {}, 1, "succeeded", None),
+        CallRecord("b", "call_api", {"path": "/pumps/7", "token": "[redacted]"}, 2),
+    ]
+    snapshot = Snapshot.from_calls(calls, reason="lease lost", generation=1, last_plan=plan)
+    with rt.db.transaction() as conn:
+        snapshot_store.save_snapshot(conn, session_id, snapshot)
+    for task_id in (done, waiting):
+        view = rt.tasks.explain(task_id)
+        response = client.get(f"/api/v1/tasks/{task_id}")
+        assert response.status_code == 200, response.text
+        assert response.json() == _wire(view), task_id
+    view = rt.tasks.explain(done)
+    assert "action_id" not in view["plan"]["nodes"][0]
+    assert len(view["report"]["findings"][1]["evidence_ids"]) == 1
+    view = rt.tasks.explain(waiting)
+    assert view["pending_actions"]
+    assert view["deliveries"]["undelivered"]
+    assert [len(view["recovery"][part]) for part in ("done", "unknown")] == [1, 1]
+    assert view["recovery"]["last_plan"]["nodes"][0]["action_id"]
 
 
 def test_an_unknown_task_is_a_404_envelope(client: TestClient) -> None:

@@ -1,0 +1,108 @@
+"""Response models of the explain view's nested records (`GET /api/v1/tasks/{id}`): the
+current generation's report and pending actions, the recovery snapshot the next generation
+continues from, and the task's outbox deliveries.
+
+They describe what `services.tasks.explain` already sends (times as `isoformat()` text where the
+store gave text, see `IsoTime`). The route sets `response_model_exclude_unset`, so a key the
+record does not have stays absent: a plan node's `action_id`, a finding's `whole_range` in a
+report saved before findings had it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from orchestrator.api.contract import IsoTime
+from orchestrator.api.enums import ActionKind, ActionStatus, EvidenceOrigin, ReportOutcome
+from orchestrator.api.outbox import Delivery, DeliveryKind, DeliveryStatus
+from orchestrator.api.plan_views import PlanRevisionView
+
+__all__ = [
+    "DeliveriesView",
+    "DoneCallView",
+    "FindingView",
+    "PendingActionView",
+    "RecoveryView",
+    "ReportView",
+    "UnknownCallView",
+]
+
+
+class FindingView(BaseModel):
+    """A finding with what it rests on (a finding may also be plain text)."""
+
+    text: str
+    evidence_ids: list[str] = Field(default_factory=list, description="evidence it rests on")
+    whole_range: bool = Field(default=False, description="claims the whole queried range")
+    origin: EvidenceOrigin | None = Field(default=None, description="how it presents its data")
+
+
+class ReportView(BaseModel):
+    """The current generation's latest report, as the agent saved it."""
+
+    report_id: str
+    generation: int
+    session_id: str
+    summary: str
+    findings: list[str | FindingView]
+    evidence_refs: list[str] = Field(description="the evidence_ids the report cites")
+    outcome: ReportOutcome
+    created_at: IsoTime
+
+
+class PendingActionView(BaseModel):
+    """An action of the current generation that awaits an approver's decision."""
+
+    action_id: str
+    generation: int
+    node_id: str
+    kind: ActionKind
+    payload: dict[str, Any]
+    digest: str = Field(description="SHA-256 of the canonical {kind, payload}: approve names it")
+    status: ActionStatus
+    created_at: IsoTime
+
+
+class DoneCallView(BaseModel):
+    """A tool call of the stopped round that received its result."""
+
+    call_id: str
+    tool: str
+    turn: int
+    status: Literal["succeeded", "failed", "pending"]
+    invocation_id: str | None = Field(description="the receipt of a write")
+
+
+class UnknownCallView(BaseModel):
+    """A tool call of the stopped round whose outcome is unknown: verify it before a retry."""
+
+    call_id: str
+    tool: str
+    turn: int
+    status: Literal["unknown"]
+    arguments: dict[str, Any] | None = Field(
+        description="what the model asked for, redacted for a sensitive operation"
+    )
+    invocation_id: str | None = Field(description="the receipt of a write")
+    why: str
+
+
+class RecoveryView(BaseModel):
+    """What the next generation continues from (seed 000): the calls of the stopped round."""
+
+    generation: int | None
+    reason: str
+    done: list[DoneCallView]
+    unknown: list[UnknownCallView]
+    verify_first: str | None = Field(description="the instruction shown while calls are unknown")
+    last_plan: PlanRevisionView | None
+
+
+class DeliveriesView(BaseModel):
+    """The task's outbox deliveries: counts per kind and status, and the first 20 rows that are
+    not delivered (pending or dead)."""
+
+    counts: dict[DeliveryKind, dict[DeliveryStatus, int]]
+    undelivered: list[Delivery]

@@ -10,9 +10,10 @@ report saved before findings had it.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from orchestrator.api.contract import IsoTime
 from orchestrator.api.enums import ActionKind, ActionStatus, EvidenceOrigin, ReportOutcome
@@ -50,6 +51,30 @@ class ReportView(BaseModel):
     evidence_refs: list[str] = Field(description="the evidence_ids the report cites")
     outcome: ReportOutcome
     created_at: IsoTime
+
+    @field_validator("findings", mode="before")
+    @classmethod
+    def _older_findings_as_text(cls, findings: Any) -> Any:
+        """A report saved before findings were typed may hold a finding of another shape (any
+        JSON value, an origin no longer known): it is sent as its JSON text rather than
+        failing the whole view."""
+        if not isinstance(findings, list):
+            return findings
+        return [finding if _is_finding(finding) else _as_text(finding) for finding in findings]
+
+
+def _is_finding(finding: Any) -> bool:
+    if isinstance(finding, str):
+        return True
+    try:
+        FindingView.model_validate(finding)
+    except ValidationError:
+        return False
+    return True
+
+
+def _as_text(finding: Any) -> str:
+    return json.dumps(finding, ensure_ascii=False, sort_keys=True, default=str)
 
 
 class PendingActionView(BaseModel):

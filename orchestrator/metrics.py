@@ -56,6 +56,7 @@ __all__ = [
     "RECOVERY_DELAY",
     "SWEEPS",
     "TOOL_CALLS",
+    "TOOL_TIMEOUTS",
     "VERIFICATIONS",
     "StoreCollector",
     "registry",
@@ -109,6 +110,11 @@ MODEL_LATENCY = Histogram(
 )
 TOOL_CALLS = Counter(
     "orchestrator_tool_calls", "Tool calls, by tool and status", ["tool", "status"]
+)
+TOOL_TIMEOUTS = Counter(
+    "orchestrator_tool_timeouts",
+    "Tool calls given up at their time limit (ORCH_TOOL_TIMEOUT_SECONDS), by tool",
+    ["tool"],
 )
 
 

@@ -385,7 +385,7 @@ def render_explain(view: dict[str, Any]) -> str:
         for receipt in view["unknown_receipts"]:
             lines.append(
                 f"    {receipt['invocation_id']}  {receipt['tool_name']}  {receipt['status']}"
-                f"  since {_time(receipt['updated_at'])}"
+                f"  since {_time(receipt['updated_at'])}  {receipt.get('summary') or ''}"
             )
     lines += _resolutions(view.get("resolutions") or [])
     recovery = view.get("recovery")

@@ -870,3 +870,29 @@ def test_a_write_past_its_time_limit_is_unknown_and_the_round_goes_on_not_cancel
     finally:
         tool.release.set()
         rt.close()
+
+
+def test_a_cancel_while_the_model_thinks_says_the_task_was_cancelled(
+    store_url: str, scripts: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before, the round's stop read "the lease may have run out" after an operator's cancel."""
+    with OpenAIServer(delay_s=5) as slow:
+        rt = openai_runtime(store_url, scripts, slow)
+        try:
+            slow.reply(content="done")
+            task_id = trigger(rt)
+            results: list[Any] = []
+            worker = threading.Thread(
+                target=lambda: results.append(rt.executions.run(task_id, 1, worker="w1"))
+            )
+            worker.start()
+            slow.wait_for_requests(1)
+            rt.tasks.cancel(task_id, "operator stop")
+            worker.join(timeout=8)
+            assert not worker.is_alive()
+            assert "the task was cancelled: operator stop" in results[0].detail
+            lines = [r.getMessage() for r in caplog.records]
+            assert not [line for line in lines if "may have run out" in line]
+            assert [line for line in lines if "the task was cancelled: operator stop" in line]
+        finally:
+            rt.close()

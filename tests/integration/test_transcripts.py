@@ -896,3 +896,52 @@ def test_a_cancel_while_the_model_thinks_says_the_task_was_cancelled(
             assert [line for line in lines if "the task was cancelled: operator stop" in line]
         finally:
             rt.close()
+
+
+class SecretArgs(ToolArguments):
+    password: str
+
+
+class SecretRead(Tool):
+    name = "secret_read"
+    description = "reads a setting whose value is a secret"
+    effect = "sensitive_read"
+    arguments = SecretArgs
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        return ToolResult.ok("***")
+
+
+def test_unreadable_arguments_show_what_the_model_sent_bounded_and_redacted(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """Before, a call whose arguments were not JSON showed as `{}` in the transcript."""
+    rt = openai_runtime(store_url, scripts, server)
+    rt.executions.receipt_tools.append(SecretRead())
+    try:
+        long_text = '{"note": "\x00' + "x" * 900  # NUL: Postgres refuses it in JSON
+        server.reply(
+            tool_calls=[
+                call("c1", "read_task_context", '{"note": "turbid north'),
+                call("c2", "secret_read", '{"password": "hunter2'),
+                call("c3", "read_task_context", long_text),
+            ]
+        )
+        server.reply(content="done")
+        task_id = trigger(rt)
+        rt.executions.run(task_id, 1, worker="w1")
+        view = rt.tasks.transcript(task_id)
+        (turn,) = [e for e in view["items"] if e["kind"] == "model_turn"][:1]
+        shown = {c["id"]: c for c in turn["body"]["tool_calls"]}
+        assert shown["c1"]["raw_arguments"] == '{"note": "turbid north'
+        assert shown["c1"]["arguments"] == {}
+        assert shown["c2"]["raw_arguments"] == REDACTED  # a sensitive tool's text stays hidden
+        assert len(shown["c3"]["raw_arguments"]) == 500
+        assert shown["c3"]["raw_arguments"].startswith('{"note": "\ufffd')
+        page = render_transcript(view)
+        assert 'read_task_context raw {"note": "turbid north' in page
+        assert "not valid JSON" in page
+        assert "hunter2" not in page
+        assert "hunter2" not in json.dumps(view)
+    finally:
+        rt.close()

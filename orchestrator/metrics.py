@@ -61,6 +61,7 @@ __all__ = [
     "RECOVERY_DELAY",
     "SWEEPS",
     "TOOL_CALLS",
+    "TOOL_TIMEOUTS",
     "VERIFICATIONS",
     "StoreCollector",
     "registry",
@@ -114,6 +115,11 @@ MODEL_LATENCY = Histogram(
 )
 TOOL_CALLS = Counter(
     "orchestrator_tool_calls", "Tool calls, by tool and status", ["tool", "status"]
+)
+TOOL_TIMEOUTS = Counter(
+    "orchestrator_tool_timeouts",
+    "Tool calls given up at their time limit (ORCH_TOOL_TIMEOUT_SECONDS), by tool",
+    ["tool"],
 )
 
 #: Every value a labelled counter is known to take, exported at 0 at import. Model and tool

@@ -145,6 +145,9 @@ class Settings(BaseSettings):
     # the request may have been sent is never automatic (seed 000).
     gateway_connect_retries: int = Field(default=0, ge=0, le=5)
     enable_command_tool: bool = False
+    # Every tool call ends: one that has not returned after this long is given up (a read
+    # `failed`, a write `unknown`) and the round goes on (orchestrator/agent/deadline.py).
+    tool_timeout_seconds: float = Field(default=300.0, ge=1, le=3600)
     # Operator accounts (issue 14): a file of `NAME ROLE SHA256-HEX-OF-TOKEN` lines; roles
     # viewer, operator, approver. ORCH_API_TOKEN stays one full-rights account beside them.
     operators: Path | None = None
@@ -278,6 +281,16 @@ class Settings(BaseSettings):
             raise ValueError(
                 "invalid setting LLM_MAX_OUTPUT_TOKENS: must be below LLM_CONTEXT_WINDOW "
                 f"({self.llm_max_output_tokens} >= {self.llm_context_window})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _check_tool_timeouts(self) -> Settings:
+        if self.gateway_timeout_seconds >= self.tool_timeout_seconds:
+            raise ValueError(
+                "invalid setting ORCH_GATEWAY_TIMEOUT_SECONDS: must be below "
+                f"ORCH_TOOL_TIMEOUT_SECONDS ({self.gateway_timeout_seconds:g} >= "
+                f"{self.tool_timeout_seconds:g}), or the host gives every slow call up first"
             )
         return self
 

@@ -10,13 +10,20 @@ A cancel (or a lease in doubt) ends a turn within `CANCEL_GRACE_SECONDS` even wh
 not look at `ctx.cancel`: the calls that have not returned by then are left to end by themselves
 on their own threads (a write's receipt stays `running`, which the end of the generation makes
 `unknown`; its late finish is refused by the fence), and the turn raises `ToolCancelled`.
+
+Every call also has a time limit (`call_timeout`, ORCH_TOOL_TIMEOUT_SECONDS; longer for a tool
+that bounds itself, e.g. a command's own timeout): a call that has not returned by then is given
+up (`orchestrator.agent.deadline`), answered `failed` (a read) or `unknown` (a write, its receipt
+`unknown` at once), left to end by itself, and the turn goes on. It is not a cancel.
 """
 
 from __future__ import annotations
 
 import contextvars
 import json
+import logging
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, replace
@@ -24,6 +31,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from orchestrator.agent.deadline import CallWatch, timed_out
 from orchestrator.agent.evidence import EvidenceRecorder
 from orchestrator.agent.loop import RECEIVED, LeaseLost
 from orchestrator.agent.receipted import run_write
@@ -34,6 +42,7 @@ from orchestrator.domain.fingerprints import (
     identity_key,
     refuse_non_finite,
 )
+from orchestrator.domain.outcomes import summary_for
 from orchestrator.errors import OrchestratorError, StaleGeneration
 from orchestrator.store.receipts import ReceiptLedger
 from orchestrator.tools.base import (
@@ -48,6 +57,8 @@ from orchestrator.tools.base import (
 from orchestrator.tools.results import PREVIEW_CHARS, ResultCache
 
 __all__ = ["CANCEL_GRACE_SECONDS", "ToolHost"]
+
+log = logging.getLogger(__name__)
 
 _STATUSES = frozenset({"succeeded", "failed", "pending", "unknown"})
 #: How long a turn waits, once cancelled, for its calls to stop by themselves before it leaves
@@ -88,6 +99,7 @@ class ToolHost:
         max_workers: int = 8,
         preview_chars: int = PREVIEW_CHARS,
         evidence: EvidenceRecorder | None = None,
+        call_timeout: float | None = None,
     ) -> None:
         self._tools: dict[str, Tool] = {}
         for tool in tools:
@@ -99,6 +111,8 @@ class ToolHost:
         self.max_workers = max(1, max_workers)
         self.preview_chars = preview_chars
         self.evidence = evidence
+        #: Seconds a call may run before it is given up (None: no limit of the host's).
+        self.call_timeout = call_timeout
         # Call ids already seen per (session, round): a reused id with other arguments is
         # refused in any later turn of the round, not only within one turn.
         self._seen_ids: dict[tuple[str, str], dict[str, str]] = {}
@@ -140,7 +154,7 @@ class ToolHost:
         ordered = list(units)
         done: dict[tuple[str, ...], ToolResult] = {}
         raised: BaseException | None = None
-        if len(ordered) == 1 and ctx.cancel is None:
+        if len(ordered) == 1 and ctx.cancel is None and self.call_timeout is None:
             try:
                 done = {ordered[0]: self._run_unit(ctx, prepared[ordered[0]])}
             except BaseException as error:
@@ -220,25 +234,53 @@ class ToolHost:
         self, ctx: ToolContext, units: list[tuple[tuple[str, ...], _Prepared]]
     ) -> tuple[dict[tuple[str, ...], ToolResult], BaseException | None]:
         """Run the units on threads of their own (at most `max_workers` at once) and wait for
-        all of them, or, once `ctx.cancel` is set, for at most `CANCEL_GRACE_SECONDS` more."""
+        each until it returns or passes its time limit, or, once `ctx.cancel` is set, for at
+        most `CANCEL_GRACE_SECONDS` more."""
         slots = threading.BoundedSemaphore(min(self.max_workers, len(units)))
-        futures = [(key, self._start(ctx, unit, slots)) for key, unit in units]
-        pending = {future for _, future in futures}
-        while pending:
-            if ctx.cancel is None:
-                _, pending = wait(pending)
-            elif ctx.cancel.is_set():
-                _, pending = wait(pending, timeout=CANCEL_GRACE_SECONDS)
-                break
-            else:
-                # Whichever comes first: a call returns, or the cancel is set.
-                _, pending = wait(
-                    pending, timeout=_CANCEL_POLL_SECONDS, return_when=FIRST_COMPLETED
-                )
+        watches = [CallWatch(self._limit(unit), slots) for _, unit in units]
+        futures = [
+            self._start(ctx, unit, watch) for (_, unit), watch in zip(units, watches, strict=True)
+        ]
+        index = {future: number for number, future in enumerate(futures)}
+        pending = set(futures)
         done: dict[tuple[str, ...], ToolResult] = {}
         raised: list[BaseException] = []
+        while pending:
+            if ctx.cancel is not None and ctx.cancel.is_set():
+                _, pending = wait(pending, timeout=CANCEL_GRACE_SECONDS)
+                break
+            now = time.monotonic()
+            wake: float | None = None
+            for future in list(pending):
+                number = index[future]
+                watch = watches[number]
+                if watch.give_up(now):
+                    pending.discard(future)
+                    key, unit = units[number]
+                    try:
+                        done[key] = self._give_up(ctx, unit, watch)
+                    except StaleGeneration as stale_error:
+                        raised.append(stale_error)
+                    continue
+                at = watch.wake_at(now)
+                if at is not None and (wake is None or at < wake):
+                    wake = at
+            if not pending:
+                break
+            timeout = None if wake is None else max(0.0, wake - now)
+            if ctx.cancel is not None:
+                # Whichever comes first: a call returns or passes its limit, or the cancel.
+                poll = _CANCEL_POLL_SECONDS
+                timeout = poll if timeout is None else min(timeout, poll)
+            if timeout is None:
+                _, pending = wait(pending)  # nothing to time: no call can pass a limit now
+            else:
+                _, pending = wait(pending, timeout=timeout, return_when=FIRST_COMPLETED)
         left = []
-        for (key, future), (_, unit) in zip(futures, units, strict=True):
+        for number, future in enumerate(futures):
+            key, unit = units[number]
+            if key in done:
+                continue
             if future in pending:
                 left.append(unit.call.id)
                 continue
@@ -258,9 +300,45 @@ class ToolHost:
             )
         return done, raised[0] if raised else None
 
-    def _start(
-        self, ctx: ToolContext, unit: _Prepared, slots: threading.BoundedSemaphore
-    ) -> Future[ToolResult]:
+    def _limit(self, unit: _Prepared) -> float | None:
+        if self.call_timeout is None:
+            return None
+        return unit.tool.time_limit(unit.args, self.call_timeout)
+
+    def _give_up(self, ctx: ToolContext, unit: _Prepared, watch: CallWatch) -> ToolResult:
+        """Answer a call that passed its time limit; a write's receipt becomes `unknown` now
+        (its late finish is refused: the receipt is no longer `running`)."""
+        assert watch.limit is not None
+        write = unit.effect == "write"
+        receipt = watch.receipt
+        log.warning(
+            "tool call %s (%s) gave no result within %g s (ORCH_TOOL_TIMEOUT_SECONDS); "
+            "given up and left to end by itself",
+            unit.call.id,
+            unit.tool.name,
+            watch.limit,
+        )
+        if write and receipt is not None and self.ledger is not None:
+            try:
+                self.ledger.finish(
+                    receipt.invocation_id,
+                    receipt.claim_token,
+                    status="unknown",
+                    summary=summary_for("time_limit"),
+                    fence=ctx.fence,
+                )
+            except StaleGeneration:
+                raise
+            except Exception:  # left `running`: the end of the generation makes it `unknown`
+                log.exception("recording the time-out of %s failed", receipt.invocation_id)
+        result = timed_out(unit.tool.name, watch.limit, write=write, receipt=receipt)
+        from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
+
+        metrics.TOOL_CALLS.labels(unit.tool.name, result.status).inc()
+        metrics.TOOL_TIMEOUTS.labels(unit.tool.name).inc()
+        return result
+
+    def _start(self, ctx: ToolContext, unit: _Prepared, watch: CallWatch) -> Future[ToolResult]:
         """Run `unit` on a daemon thread (one the round leaves behind never holds up the
         worker's exit) in a copy of the caller's context: its log lines name the task."""
         future: Future[ToolResult] = Future()
@@ -268,8 +346,11 @@ class ToolHost:
         def work() -> None:
             future.set_running_or_notify_cancel()
             try:
-                with slots:
-                    future.set_result(self._run_unit(ctx, unit))
+                watch.enter()
+                try:
+                    future.set_result(self._run_unit(ctx, unit, watch))
+                finally:
+                    watch.leave()
             except BaseException as error:  # handed to the waiting turn, which raises it
                 future.set_exception(error)
 
@@ -279,7 +360,9 @@ class ToolHost:
         ).start()
         return future
 
-    def _run_unit(self, ctx: ToolContext, unit: _Prepared) -> ToolResult:
+    def _run_unit(
+        self, ctx: ToolContext, unit: _Prepared, watch: CallWatch | None = None
+    ) -> ToolResult:
         if ctx.cancel is not None and ctx.cancel.is_set():
             raise ToolCancelled("the round was cancelled before the call started")
         if unit.effect == "write":
@@ -293,9 +376,12 @@ class ToolHost:
                 unit.args,
                 digest=unit.digest,
                 identity=unit.identity,
+                watch=watch,
             )
         else:
             result = self._run_read(ctx, unit)
+        if watch is not None and not watch.returned():
+            return result  # given up: the turn answered it; a late result records nothing
         from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
 
         metrics.TOOL_CALLS.labels(unit.tool.name, result.status).inc()

@@ -16,7 +16,16 @@ from orchestrator.tools.base import Tool, ToolCall, ToolContext, ToolResult
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RECEIVED", "LeaseLost", "RoundEnd", "TurnRecorder", "TurnRunner", "run_round"]
+__all__ = [
+    "RECEIVED",
+    "LeaseLost",
+    "RoundEnd",
+    "StopSignal",
+    "TurnRecorder",
+    "TurnRunner",
+    "run_round",
+    "stop_reason",
+]
 
 #: The attribute of an exception out of `TurnRunner.run_turn` holding the calls of the turn that
 #: did return, with their results (a cancel or a fenced write in one call ends the whole turn).
@@ -25,6 +34,27 @@ RECEIVED = "received_results"
 
 class LeaseLost(Exception):
     """The execution can no longer be sure it holds its lease; it must stop writing at once."""
+
+
+class StopSignal(threading.Event):
+    """The round's stop event, and why it was set: the line that says the round stopped
+    names it (a cancel is not a lease that ran out)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.why: str | None = None
+
+    def stop(self, why: str) -> None:
+        """Set the event, keeping the first reason."""
+        if self.why is None:
+            self.why = why
+        self.set()
+
+
+def stop_reason(stop: threading.Event) -> str:
+    """Why `stop` was set, for a line or an error: the signal's reason when it has one."""
+    why = getattr(stop, "why", None)
+    return why if isinstance(why, str) and why else "the lease may have run out"
 
 
 class TurnRunner(Protocol):
@@ -157,7 +187,7 @@ def _record_received(recorder: TurnRecorder | None, turn_number: int, error: Bas
 
 def _check(stop: threading.Event) -> None:
     if stop.is_set():
-        raise LeaseLost("the lease may have run out; this generation stops writing")
+        raise LeaseLost(f"{stop_reason(stop)}; this generation stops writing")
 
 
 _SYSTEM = (

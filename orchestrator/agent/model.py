@@ -69,6 +69,9 @@ class ModelTurn:
     usage: TokenUsage | None = None
     #: Calls whose arguments could not be read (call id → why): answered `failed`, never run.
     malformed: tuple[tuple[str, str], ...] = ()
+    #: What the model sent as the arguments of those calls (call id → the first 500
+    #: characters, cleaned), for the transcript only: the history carries `{}`.
+    raw_arguments: tuple[tuple[str, str], ...] = ()
     #: Why the server cut the reply short (its output limit, a content filter); None when the
     #: model ended it. A cut reply without tool calls is not a final answer.
     cut_off: str | None = None

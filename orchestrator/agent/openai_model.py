@@ -46,6 +46,9 @@ _NO_KEY = "not-needed"  # local servers take no key; the client insists on a val
 #: The longest tool-call id kept as the server sent it (the transcript's column); a longer or
 #: missing one is replaced by an id of the host's, used consistently in the history.
 MAX_CALL_ID_CHARS = 128
+#: How much of unreadable tool-call arguments the transcript keeps, so an operator sees what the
+#: model sent.
+MAX_RAW_ARGUMENT_CHARS = 500
 #: How often a waiting round looks at its stop event (a cancel, a lease in doubt).
 STOP_POLL_SECONDS = 0.1
 #: The most model calls of one process in flight at once. Every round waits on one call at a time
@@ -244,6 +247,7 @@ class OpenAIModel(Model):
         cut_off = self._cut_off(getattr(choice, "finish_reason", None))
         calls: list[ToolCall] = []
         malformed: list[tuple[str, str]] = []
+        raw_arguments: list[tuple[str, str]] = []
         seen: set[str] = set()
         for number, call in enumerate(message.tool_calls or [], start=1):
             function = getattr(call, "function", None)
@@ -267,6 +271,9 @@ class OpenAIModel(Model):
             calls.append(ToolCall(call_id, name, arguments))
             if problem is not None:
                 malformed.append((call_id, problem))
+                raw = _raw_text(function.arguments)
+                if raw:
+                    raw_arguments.append((call_id, raw))
         reasoning = getattr(message, "reasoning_content", None)
         if reasoning is None and message.model_extra:
             reasoning = message.model_extra.get("reasoning_content")
@@ -283,6 +290,7 @@ class OpenAIModel(Model):
             reasoning_content=clean_text(reasoning) if isinstance(reasoning, str) else None,
             usage=usage,
             malformed=tuple(malformed),
+            raw_arguments=tuple(raw_arguments),
             cut_off=cut_off,
         )
 
@@ -310,6 +318,15 @@ def _wait(call: Future[Any], stop: threading.Event) -> bool:
 
 def _short_id(call_id: str) -> str:
     return call_id if len(call_id) <= 40 else call_id[:39] + "…"
+
+
+def _raw_text(raw: Any) -> str:
+    """The beginning of arguments that could not be read, as text the store can hold."""
+    if raw is None:
+        return ""
+    if not isinstance(raw, str):
+        raw = json.dumps(raw, ensure_ascii=False, default=str)
+    return clean_text(raw[:MAX_RAW_ARGUMENT_CHARS])
 
 
 def _arguments(raw: Any) -> tuple[dict[str, Any], str | None]:

@@ -11,6 +11,7 @@ import logging
 from dataclasses import replace
 from typing import Any
 
+from orchestrator.agent.deadline import CallWatch
 from orchestrator.domain.outcomes import (
     OUTCOMES,
     Outcome,
@@ -39,8 +40,13 @@ def run_write(
     *,
     digest: str,
     identity: str,
+    watch: CallWatch | None = None,
 ) -> ToolResult:
-    """Run a validated write at most once for its identity and return the host's verdict."""
+    """Run a validated write at most once for its identity and return the host's verdict.
+
+    With a `watch` (the per-call deadline, `orchestrator.agent.deadline`), a call the host gave
+    up is not run once claimed, and its late return records nothing: the host has recorded it.
+    """
     # A task's owner spans all its generations and sessions: a generation recovered after a
     # crash must find the write its predecessor left unresolved. A chat looks at its session.
     # Ordinary tools (identity = call id) are not merged across calls: running the same
@@ -61,7 +67,7 @@ def run_write(
             log.exception("receipt lookup failed for %s", tool.name)
             return _store_down()
         if previous is not None:
-            return _verify_previous(ledger, ctx, tool, args, previous)
+            return _verify_previous(ledger, ctx, tool, args, previous, watch)
 
     try:
         claim = ledger.claim(
@@ -87,9 +93,18 @@ def run_write(
         return _store_down()
     receipt = claim.receipt
     if not claim.granted:
-        return _existing(ledger, ctx, tool, args, receipt)
+        return _existing(ledger, ctx, tool, args, receipt, watch)
+    if watch is not None and not watch.claimed(receipt):
+        # Given up while its receipt was being claimed: it never runs, and the receipt says
+        # what the model was told (unknown), never a guess.
+        _record_quietly(ledger, ctx, receipt, "time_limit")
+        return ToolResult(status="unknown", invocation_id=receipt.invocation_id)
 
     outcome, result = _execute(ledger, ctx, tool, args, receipt)
+    if watch is not None and not watch.returned():
+        # A late return: the host answered and recorded `unknown` at the deadline; what the
+        # tool says now changes nothing (the receipt is no longer `running` either).
+        return result
     try:
         recorded = ledger.finish(
             receipt.invocation_id,
@@ -170,11 +185,16 @@ def _record_quietly(
 
 
 def _existing(
-    ledger: ReceiptLedger, ctx: ToolContext, tool: Tool, args: Any, receipt: Receipt
+    ledger: ReceiptLedger,
+    ctx: ToolContext,
+    tool: Tool,
+    args: Any,
+    receipt: Receipt,
+    watch: CallWatch | None,
 ) -> ToolResult:
     """The identity was already claimed (this round, or the same call id): never run again."""
     if receipt.status in ("running", "unknown"):
-        return _verify_previous(ledger, ctx, tool, args, receipt)
+        return _verify_previous(ledger, ctx, tool, args, receipt, watch)
     messages = {
         "succeeded": "This identical call already succeeded in this round; it was not run again "
         "(its output is not kept).",
@@ -192,7 +212,12 @@ def _existing(
 
 
 def _verify_previous(
-    ledger: ReceiptLedger, ctx: ToolContext, tool: Tool, args: Any, previous: Receipt
+    ledger: ReceiptLedger,
+    ctx: ToolContext,
+    tool: Tool,
+    args: Any,
+    previous: Receipt,
+    watch: CallWatch | None = None,
 ) -> ToolResult:
     """An identical write is unresolved: read back if the tool can, never send it again."""
     try:
@@ -202,6 +227,8 @@ def _verify_previous(
     except Exception as exc:
         log.warning("verifier of %s raised %s", tool.name, type(exc).__name__)
         verdict = None
+    if watch is not None and not watch.returned():
+        return ToolResult(status="unknown")  # given up: a late read-back resolves nothing
     from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
 
     metrics.VERIFICATIONS.labels(

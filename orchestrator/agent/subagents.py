@@ -283,6 +283,11 @@ class Delegate(Tool):
     def read_uses(self) -> str | None:
         return None  # a sub-agent does not delegate further
 
+    def time_limit(self, args: Any, default: float) -> float | None:
+        # Bounded by its parts: every model call (LLM_TIMEOUT_SECONDS), every tool call (the
+        # host's limit) and the turn budget. Giving it up would leave a sub-agent running.
+        return None
+
     def run(self, ctx: ToolContext, args: Any) -> ToolResult:
         if ctx.readonly:
             return ToolResult.failed("a sub-agent cannot delegate", code="readonly")

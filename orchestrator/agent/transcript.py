@@ -44,7 +44,7 @@ from orchestrator.store.fencing import check_fence
 from orchestrator.tools.base import Fence, Tool, ToolCall, ToolResult
 from orchestrator.tools.results import ReadToolResult
 
-__all__ = ["REDACTED", "TranscriptWriter", "is_sensitive", "redact_values"]
+__all__ = ["REDACTED", "TranscriptWriter", "is_sensitive", "may_be_sensitive", "redact_values"]
 
 REDACTED = "***"
 #: The longest tool name the transcript's column holds (a model may call any name).
@@ -82,6 +82,18 @@ def is_sensitive(tool: Tool | None, arguments: dict[str, Any]) -> bool:
         return bool(operation is not None and getattr(operation(args), "sensitive", False))
     except Exception:
         return False
+
+
+def may_be_sensitive(tool: Tool | None) -> bool:
+    """Could a call of `tool` be sensitive, whatever its arguments? For arguments that cannot
+    be read: a tool that is sensitive, or whose effect or operation depends on the arguments
+    (the business gateway), keeps them redacted; an unknown tool ran nothing and holds none."""
+    if tool is None:
+        return False
+    if tool.effect == "sensitive_read":
+        return True
+    per_call = type(tool).effect_for is not Tool.effect_for
+    return per_call or getattr(tool, "operation", None) is not None
 
 
 #: Where tool results are written while the model thinks (one write in flight per round).
@@ -146,11 +158,18 @@ class TranscriptWriter:
         self.flush()  # the previous results first: the transcript stays in order
         self._last_turn = turn_number
         calls = []
+        raw = dict(turn.raw_arguments)
         for call in turn.tool_calls:
-            sensitive = is_sensitive(self.tools.get(call.name), call.arguments)
+            tool = self.tools.get(call.name)
+            sensitive = is_sensitive(tool, call.arguments)
             self._sensitive[call.id] = sensitive
             arguments = redact_values(call.arguments) if sensitive else clean(call.arguments)
-            calls.append({"id": call.id, "name": call.name, "arguments": arguments})
+            shown: dict[str, Any] = {"id": call.id, "name": call.name, "arguments": arguments}
+            if call.id in raw:
+                # Unreadable arguments: what the model sent, unless it may hold a secret.
+                text = raw[call.id]
+                shown["raw_arguments"] = REDACTED if may_be_sensitive(tool) else clean(text)
+            calls.append(shown)
             self.calls[call.id] = CallRecord(call.id, call.name, arguments, turn_number)
         body: dict[str, Any] = {"content": turn.content, "tool_calls": calls}
         if turn.reasoning_content is not None:

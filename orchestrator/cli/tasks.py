@@ -276,8 +276,15 @@ def render_transcript(view: dict[str, Any]) -> str:
         if body.get("content"):
             lines.append(f"{prefix} model: {_short(body['content'])}{tokens}")
             tokens = ""
+        malformed = body.get("malformed") or {}
         for call in body.get("tool_calls") or []:
-            lines.append(f"{prefix}   -> {call['id']} {call['name']} {_short(call['arguments'])}")
+            sent = _short(call["arguments"])
+            if "raw_arguments" in call:
+                # Unreadable arguments: what the model sent, not the `{}` the history carries.
+                sent = f"raw {_short(call['raw_arguments'])}"
+            lines.append(f"{prefix}   -> {call['id']} {call['name']} {sent}")
+            if call["id"] in malformed:
+                lines.append(f"{prefix}      (not run: {_short(malformed[call['id']])})")
         if not body.get("content") and not body.get("tool_calls"):
             lines.append(f"{prefix} model: (no answer){tokens}")
         elif tokens:
@@ -385,7 +392,7 @@ def render_explain(view: dict[str, Any]) -> str:
         for receipt in view["unknown_receipts"]:
             lines.append(
                 f"    {receipt['invocation_id']}  {receipt['tool_name']}  {receipt['status']}"
-                f"  since {_time(receipt['updated_at'])}"
+                f"  since {_time(receipt['updated_at'])}  {receipt.get('summary') or ''}"
             )
     lines += _resolutions(view.get("resolutions") or [])
     recovery = view.get("recovery")

@@ -40,6 +40,7 @@ Outcome = Literal[
     "indeterminate",  # the tool itself could not confirm how it ended
     "command_failed",  # a command exited non-zero, or was stopped at its timeout (confirmed)
     "cancelled",  # the round was cancelled while the call ran
+    "time_limit",  # the host stopped waiting at the per-call deadline (ORCH_TOOL_TIMEOUT_SECONDS)
     "record_failed",  # the effect ran but its outcome could not be recorded
     "verified",  # a read-only read-back matched the intended value
     "recovered",  # a cold start found the call still running
@@ -59,6 +60,7 @@ OUTCOMES: Final[tuple[Outcome, ...]] = (
     "indeterminate",
     "command_failed",
     "cancelled",
+    "time_limit",
     "record_failed",
     "verified",
     "recovered",
@@ -82,6 +84,7 @@ _RECEIPT: Final[dict[Outcome, ReceiptStatus]] = {
     "indeterminate": "unknown",
     "command_failed": "failed",
     "cancelled": "unknown",
+    "time_limit": "unknown",
     "recovered": "unknown",
     # The ledger could not be written: the row stays as it was (`running`) and the next cold
     # start turns it into `unknown`; the model is told `unknown` now.
@@ -105,6 +108,7 @@ SUMMARIES: Final[dict[str, str]] = {
     "indeterminate": "The tool could not confirm how the call ended; the outcome is unknown.",
     "command_failed": "The command exited non-zero or was stopped at its timeout.",
     "cancelled": "Cancelled while running; the outcome is unknown.",
+    "time_limit": "No result within the host's time limit for a call; the outcome is unknown.",
     "recovered": "Still running at a cold start; the outcome is unknown.",
     "record_failed": "The outcome could not be recorded; it is unknown.",
     # Host states, not outcomes of a call: its generation ended, or its round reaped it.
@@ -157,6 +161,11 @@ _MESSAGES: Final[dict[Outcome, str]] = {
         "is not undone."
     ),
     "cancelled": "The call was cancelled while running: the outcome is unknown.",
+    "time_limit": (
+        "The call gave no result within the host's time limit (ORCH_TOOL_TIMEOUT_SECONDS) and "
+        "the host stopped waiting for it: the outcome is unknown and it may still take effect. "
+        "Verify with a read-only query or get_tool_execution before any retry."
+    ),
     "record_failed": (
         "The outcome could not be recorded, so it is unknown. Verify with a read-only query "
         "before any retry."
@@ -175,6 +184,7 @@ _UNKNOWN_FOR_READS: Final = frozenset(
         "server_error",
         "raised",
         "indeterminate",
+        "time_limit",
         "record_failed",
         "recovered",
     }

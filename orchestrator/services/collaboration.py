@@ -264,7 +264,7 @@ class CollaborationService:
         messages.append({"role": "user", "content": text})
         # Read tools only, and no execution's transcript: not the recovery built from it.
         tools: list[Tool] = [ReadTaskContext(self.db, recovery=False)]
-        host = ToolHost(tools, ledger=None)
+        host = ToolHost(tools, ledger=None, call_timeout=self.settings.tool_timeout_seconds)
         ctx = ToolContext(
             owner=f"collaboration:{session_id}",
             session_id=session_id,

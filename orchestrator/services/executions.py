@@ -238,7 +238,11 @@ class ExecutionService:
             cancel=keeper.lost,
         )
         host = ToolHost(
-            self._tools(keeper), ledger=self.ledger, results=self.results, evidence=self.evidence
+            self._tools(keeper),
+            ledger=self.ledger,
+            results=self.results,
+            evidence=self.evidence,
+            call_timeout=self.settings.tool_timeout_seconds,
         )
         # The durable transcript (fenced) and the memory of the round's recovery snapshot.
         transcript = TranscriptWriter(self.db, fence, session_id, host.tools, stop=keeper.lost)

@@ -20,7 +20,9 @@ import time
 from collections import defaultdict
 from datetime import timedelta
 
-from orchestrator.agent.loop import LeaseLost
+from sqlalchemy import Connection
+
+from orchestrator.agent.loop import LeaseLost, StopSignal
 from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database
@@ -34,6 +36,14 @@ log = logging.getLogger(__name__)
 
 #: The shortest wait between two attempts for one lease (a back end that keeps failing).
 MIN_RETRY_SECONDS = 0.05
+
+
+#: How a generation ended elsewhere reads in the line that says its round stopped.
+_ENDED = {
+    "cancelled": "the task was cancelled",
+    "superseded": "the generation was superseded",
+    "lost": "the generation was found lost and requeued",
+}
 
 
 def lease_name(task_id: str) -> str:
@@ -58,7 +68,8 @@ class LeaseKeeper:
         self.ttl = ttl
         self.renew_every = renew_every
         self.margin = min(5.0, ttl * 0.1)
-        self.lost = threading.Event()
+        #: Set, with why, once the generation can no longer be sure it holds its lease.
+        self.lost = StopSignal()
         self._lock = threading.Lock()
         now = time.monotonic()
         self._valid_until = now + ttl
@@ -110,8 +121,9 @@ class LeaseKeeper:
                     self.fence.lease_token,
                     utcnow() + timedelta(seconds=self.ttl),
                 )
-            if not still_live:
-                self._lose("the store says this generation is over")
+                over = None if still_live else _why_over(conn, self.fence)
+            if over is not None:
+                self._lose(over)
                 return False
             return True
 
@@ -119,7 +131,7 @@ class LeaseKeeper:
         """Raise `LeaseLost` unless the lease is surely still held."""
         self._check_overdue()
         if self.lost.is_set():
-            raise LeaseLost("this generation no longer holds its lease")
+            raise LeaseLost(f"this generation no longer holds its lease: {self.lost.why}")
 
     def vouched_until(self) -> float:
         """The monotonic time until which the lease is surely held (now, once it is lost)."""
@@ -156,7 +168,17 @@ class LeaseKeeper:
             log.warning(
                 "generation %s of task %s stops: %s", self.fence.generation, self.fence.task_id, why
             )
-            self.lost.set()
+            self.lost.stop(why)
+
+
+def _why_over(conn: Connection, fence: Fence) -> str:
+    """What ended the generation elsewhere (a cancel, a requeue, a sweep), from the store."""
+    execution = task_store.get_execution(conn, fence.task_id, fence.generation)
+    if execution is None or execution.outcome is None:
+        return "the store says this generation is over"
+    reason = " ".join((execution.reason or "").split())[:200]
+    said = _ENDED.get(execution.outcome, f"the generation ended ({execution.outcome})")
+    return f"{said}: {reason}" if reason else said
 
 
 class Heartbeat:
@@ -261,14 +283,20 @@ class Heartbeat:
                     [(k.fence.task_id, k.fence.generation, k.fence.lease_token) for k in renewed],
                     utcnow() + timedelta(seconds=first.ttl),
                 )
+                # The rare generation ended elsewhere: its stop says by what (a cancel...).
+                over = {
+                    keeper: _why_over(conn, keeper.fence)
+                    for keeper in renewed
+                    if (keeper.fence.task_id, keeper.fence.generation) not in live
+                }
         except Exception:
             log.exception("mirroring %d lease(s) in the store failed", len(renewed))
             return
         for keeper in renewed:
-            if (keeper.fence.task_id, keeper.fence.generation) in live:
-                keeper._mirrored_at = sent_at
+            if keeper in over:
+                keeper._lose(over[keeper])
             else:
-                keeper._lose("the store says this generation is over")
+                keeper._mirrored_at = sent_at
 
 
 _heartbeat: tuple[int, Heartbeat] | None = None

@@ -165,6 +165,12 @@ class Tool(ABC):
         The host names these in its refusals; the sub-agent's tool list holds only these."""
         return self.name if self.effect == "read" else None
 
+    def time_limit(self, args: Any, default: float) -> float | None:
+        """How long the host waits for this call before giving it up: `default`
+        (ORCH_TOOL_TIMEOUT_SECONDS), or longer for a tool that bounds the call itself (a
+        command's own timeout); None for a tool made only of calls the host bounds one by one."""
+        return default
+
     def normalize(self, args: Any) -> Any:
         """Validate beyond the pydantic model and fill defaults; raise `ValidationFailed`."""
         return args

@@ -110,6 +110,14 @@ class ExecuteCommand(Tool):
     def effect_for(self, args: Any) -> Effect:
         return "read" if args.action in ("read", "wait") else "write"
 
+    def time_limit(self, args: Any, default: float) -> float | None:
+        # A run or wait ends by its own timeout, stopping the process (a confirmed `failed`):
+        # the host's limit leaves it the time to do so.
+        if args.action in ("run", "wait"):
+            own = float(args.timeout_seconds) + _TERM_GRACE + _KILL_GRACE + 5.0
+            return max(default, own)
+        return default
+
     def read_uses(self) -> str | None:
         return "execute_command with action read or wait (an existing command's output)"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 from typing import Any, ClassVar
 
@@ -11,6 +12,7 @@ from sqlalchemy import delete, select, update
 
 from orchestrator.agent.host import ToolHost
 from orchestrator.domain.fingerprints import fingerprint
+from orchestrator.domain.outcomes import summary_for
 from orchestrator.errors import ConflictError, StaleGeneration
 from orchestrator.store import Database
 from orchestrator.store.receipts import Claim, ReceiptLedger
@@ -458,3 +460,81 @@ def test_an_outcome_that_cannot_be_recorded_is_unknown(db: Database) -> None:
     receipt = ledger.get(result.invocation_id)
     assert receipt is not None
     assert receipt.status == "unknown"  # what the cold start made of it, not "succeeded"
+
+
+class _HangingWrite(_SecretWrite):
+    """A write whose backend never answers until the test lets it go; then it succeeds."""
+
+    name = "hanging_write"
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.returned = threading.Event()
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        self.release.wait(30)
+        self.returned.set()
+        return ToolResult.ok("done")
+
+
+def test_a_write_past_its_time_limit_is_unknown_and_a_late_success_changes_nothing(
+    db: Database,
+) -> None:
+    """Before, the turn waited for as long as the write hung; its late end decided the receipt."""
+    ledger = ReceiptLedger(db)
+    tool = _HangingWrite()
+    host = ToolHost([tool], ledger=ledger, call_timeout=0.3)
+    ctx = ToolContext("alice", chat_session(db), "r1", cancel=threading.Event())
+    try:
+        call = ToolCall("c1", "hanging_write", {"name": "svc", "password": "p"})
+        (result,) = host.run_turn(ctx, [call])
+        assert result.status == "unknown"
+        assert result.code == "tool_timeout"
+        assert "ORCH_TOOL_TIMEOUT_SECONDS" in (result.message or "")
+        assert "read-only" in (result.message or "")  # verify before any retry (seed 000)
+        assert result.invocation_id is not None
+        receipt = ledger.get(result.invocation_id)
+        assert receipt is not None
+        assert receipt.status == "unknown"  # at once, not when the generation ends
+        assert receipt.summary == summary_for("time_limit")
+        assert "ancel" not in receipt.summary  # not told as a cancel
+        tool.release.set()  # the backend answers late, with a success
+        assert tool.returned.wait(5)
+        time.sleep(0.3)
+        after = ledger.get(result.invocation_id)
+        assert after is not None
+        assert (after.status, after.summary, after.claim_token) == (
+            "unknown",
+            summary_for("time_limit"),
+            receipt.claim_token,
+        )
+        # The same write again is verified first, never sent again because time passed.
+        (again,) = host.run_turn(ctx, [ToolCall("c2", "hanging_write", call.arguments)])
+        assert again.code == "verify_first"
+    finally:
+        tool.release.set()
+
+
+class _SlowClaims(ReceiptLedger):
+    """A store that commits a claim only after the call's time limit has passed."""
+
+    def claim(self, **kwargs: Any) -> Claim:  # type: ignore[override]
+        claim = super().claim(**kwargs)
+        time.sleep(0.5)
+        return claim
+
+
+def test_a_write_given_up_while_its_receipt_was_claimed_never_runs(db: Database) -> None:
+    ledger = _SlowClaims(db)
+    tool = _HangingWrite()
+    tool.release.set()  # it would answer at once, if it ran
+    host = ToolHost([tool], ledger=ledger, call_timeout=0.2)
+    ctx = ToolContext("alice", chat_session(db), "r1")
+    (result,) = host.run_turn(
+        ctx, [ToolCall("c1", "hanging_write", {"name": "n", "password": "p"})]
+    )
+    assert (result.status, result.code) == ("unknown", "tool_timeout")
+    time.sleep(0.6)  # the claim commits; the call sees it was given up
+    assert not tool.returned.is_set()  # never ran
+    (receipt,) = ledger.list_for_owner("alice")
+    assert (receipt.status, receipt.summary) == ("unknown", summary_for("time_limit"))

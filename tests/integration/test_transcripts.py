@@ -818,3 +818,130 @@ def test_a_sub_agents_openai_model_uses_the_runtimes_own_settings(
         assert str(model.client.base_url).rstrip("/") == server.base_url.rstrip("/")
     finally:
         rt.close()
+
+
+def test_a_write_past_its_time_limit_is_unknown_and_the_round_goes_on_not_cancelled(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """Before, a write that never returned held the round `running` for ever (the heartbeat
+    kept the lease alive); now it is given up at ORCH_TOOL_TIMEOUT_SECONDS, not cancelled."""
+    rt = openai_runtime(
+        store_url, scripts, server, tool_timeout_seconds=1, gateway_timeout_seconds=0.5
+    )
+    tool = DeafWrite()
+    rt.executions.receipt_tools.append(tool)
+    try:
+        server.reply(tool_calls=[call("c1", "deaf_write", {"order": "flush main 4"})])
+        server.reply(tool_calls=[as_call(report_call("c2", "failed"))])
+        server.reply(content="done")
+        task_id = trigger(rt)
+        started = time.monotonic()
+        result = rt.executions.run(task_id, 1, worker="w1")
+        assert time.monotonic() - started < 8
+        assert "cancel" not in result.detail
+        assert "stopped" not in result.detail
+        assert result.outcome == "failed", result.detail  # the model's report, read after it
+
+        # What the model saw: unknown, verify before any retry, the setting named.
+        shown = json.loads(server.bodies[1]["messages"][-1]["content"])
+        assert (shown["status"], shown["code"]) == ("unknown", "tool_timeout")
+        assert "ORCH_TOOL_TIMEOUT_SECONDS" in shown["message"]
+        assert "read-only" in shown["message"]
+        entries = rt.tasks.transcript(task_id)["items"]
+        (answer,) = [e for e in entries if e["kind"] == "tool_result" and e["call_id"] == "c1"]
+        assert (answer["status"], answer["body"]["code"]) == ("unknown", "tool_timeout")
+        assert "ORCH_TOOL_TIMEOUT_SECONDS" in render_transcript(rt.tasks.transcript(task_id))
+
+        # The operator's view: the task is not cancelled; the receipt says why it is unknown.
+        view = rt.tasks.explain(task_id)
+        assert view["status"] == "failed"
+        assert view["executions"][0]["outcome"] == "failed"
+        (receipt,) = rt.executions.ledger.list_for_owner(f"task:{task_id}")
+        assert receipt.status == "unknown"
+        shown_text = render_explain(view)
+        assert "host's time limit" in shown_text
+        assert "ancel" not in shown_text
+        # The tool ends late: nothing it says changes the receipt.
+        tool.release.set()
+        time.sleep(0.3)
+        late = rt.executions.ledger.get(receipt.invocation_id)
+        assert late is not None
+        assert (late.status, late.summary) == ("unknown", receipt.summary)
+    finally:
+        tool.release.set()
+        rt.close()
+
+
+def test_a_cancel_while_the_model_thinks_says_the_task_was_cancelled(
+    store_url: str, scripts: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before, the round's stop read "the lease may have run out" after an operator's cancel."""
+    with OpenAIServer(delay_s=5) as slow:
+        rt = openai_runtime(store_url, scripts, slow)
+        try:
+            slow.reply(content="done")
+            task_id = trigger(rt)
+            results: list[Any] = []
+            worker = threading.Thread(
+                target=lambda: results.append(rt.executions.run(task_id, 1, worker="w1"))
+            )
+            worker.start()
+            slow.wait_for_requests(1)
+            rt.tasks.cancel(task_id, "operator stop")
+            worker.join(timeout=8)
+            assert not worker.is_alive()
+            assert "the task was cancelled: operator stop" in results[0].detail
+            lines = [r.getMessage() for r in caplog.records]
+            assert not [line for line in lines if "may have run out" in line]
+            assert [line for line in lines if "the task was cancelled: operator stop" in line]
+        finally:
+            rt.close()
+
+
+class SecretArgs(ToolArguments):
+    password: str
+
+
+class SecretRead(Tool):
+    name = "secret_read"
+    description = "reads a setting whose value is a secret"
+    effect = "sensitive_read"
+    arguments = SecretArgs
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        return ToolResult.ok("***")
+
+
+def test_unreadable_arguments_show_what_the_model_sent_bounded_and_redacted(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """Before, a call whose arguments were not JSON showed as `{}` in the transcript."""
+    rt = openai_runtime(store_url, scripts, server)
+    rt.executions.receipt_tools.append(SecretRead())
+    try:
+        long_text = '{"note": "\x00' + "x" * 900  # NUL: Postgres refuses it in JSON
+        server.reply(
+            tool_calls=[
+                call("c1", "read_task_context", '{"note": "turbid north'),
+                call("c2", "secret_read", '{"password": "hunter2'),
+                call("c3", "read_task_context", long_text),
+            ]
+        )
+        server.reply(content="done")
+        task_id = trigger(rt)
+        rt.executions.run(task_id, 1, worker="w1")
+        view = rt.tasks.transcript(task_id)
+        (turn,) = [e for e in view["items"] if e["kind"] == "model_turn"][:1]
+        shown = {c["id"]: c for c in turn["body"]["tool_calls"]}
+        assert shown["c1"]["raw_arguments"] == '{"note": "turbid north'
+        assert shown["c1"]["arguments"] == {}
+        assert shown["c2"]["raw_arguments"] == REDACTED  # a sensitive tool's text stays hidden
+        assert len(shown["c3"]["raw_arguments"]) == 500
+        assert shown["c3"]["raw_arguments"].startswith('{"note": "\ufffd')
+        page = render_transcript(view)
+        assert 'read_task_context raw {"note": "turbid north' in page
+        assert "not valid JSON" in page
+        assert "hunter2" not in page
+        assert "hunter2" not in json.dumps(view)
+    finally:
+        rt.close()

@@ -28,3 +28,56 @@ def test_a_compaction_summary_shows_its_text() -> None:
     }
     shown = render_transcript(_page(summary))
     assert "summary: the turbidity at DM-RN-01 rose after the main burst" in shown
+
+
+def test_a_call_with_unreadable_arguments_shows_what_the_model_sent_and_why() -> None:
+    turn = {
+        "seq": 1,
+        "generation": 1,
+        "turn": 1,
+        "kind": "model_turn",
+        "body": {
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "name": "query", "arguments": {}, "raw_arguments": '{"site": "no'},
+                {"id": "c2", "name": "query", "arguments": {"site": "north"}},
+            ],
+            "malformed": {"c1": "the arguments are not valid JSON (Unterminated string)"},
+        },
+    }
+    shown = render_transcript(_page(turn))
+    assert '-> c1 query raw {"site": "no' in shown
+    assert "(not run: the arguments are not valid JSON (Unterminated string))" in shown
+    assert '-> c2 query {"site": "north"}' in shown
+
+
+def test_unreadable_arguments_of_a_tool_that_may_be_sensitive_are_redacted() -> None:
+    from typing import Any
+
+    from orchestrator.agent.transcript import may_be_sensitive
+    from orchestrator.tools.base import Effect, Tool, ToolArguments, ToolContext, ToolResult
+
+    class Plain(Tool):
+        name = "plain"
+        description = "plain"
+        arguments = ToolArguments
+
+        def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+            return ToolResult.ok()
+
+    class Secret(Plain):
+        effect = "sensitive_read"
+
+    class PerCall(Plain):
+        def effect_for(self, args: Any) -> Effect:
+            return "sensitive_read"
+
+    class Gateway(Plain):
+        def operation(self, args: Any) -> Any:
+            return None
+
+    assert not may_be_sensitive(None)
+    assert not may_be_sensitive(Plain())
+    assert may_be_sensitive(Secret())
+    assert may_be_sensitive(PerCall())
+    assert may_be_sensitive(Gateway())

@@ -15,6 +15,7 @@ from orchestrator.agent.loop import RECEIVED, LeaseLost
 from orchestrator.errors import NotFound, StaleGeneration, ValidationFailed
 from orchestrator.tools.base import (
     Effect,
+    Fence,
     Tool,
     ToolArguments,
     ToolCall,
@@ -334,3 +335,118 @@ def test_tools_run_in_the_log_context_of_the_round(count: int) -> None:
     with logs.log_context(task_id="t-1"):
         results = ToolHost([LogContext()], ledger=None).run_turn(ctx, turn)
     assert [r.payload.get("task_id") for r in results] == ["t-1"] * count
+
+
+class Recorder:
+    """An evidence recorder that keeps what it was asked to record."""
+
+    def __init__(self) -> None:
+        self.recorded: list[str] = []
+
+    def record(self, ctx: ToolContext, facts: Any, *, cut: bool, result_id: str | None) -> str:
+        self.recorded.append(facts)
+        return f"ev-{len(self.recorded)}"
+
+
+class CitableStubborn(Stubborn):
+    name = "citable"
+
+    def evidence_facts(self, args: Any, result: ToolResult) -> Any:
+        return f"facts of {result.payload}"
+
+
+@pytest.mark.parametrize("cancel", [None, threading.Event()], ids=["no cancel", "cancel unset"])
+@pytest.mark.parametrize("calls", [["a"], ["a", "fast"]], ids=["one call", "two calls"])
+def test_a_read_past_its_time_limit_is_failed_and_the_turn_goes_on(
+    calls: list[str], cancel: threading.Event | None
+) -> None:
+    """Before, a call that never returned held the turn (and the task) for ever."""
+    tool = Stubborn()
+    ctx = ToolContext("alice", "s1", "r1", cancel=cancel)
+    turn = [
+        ToolCall(f"c{i}", "echo" if text == "fast" else "stubborn", {"text": text})
+        for i, text in enumerate(calls)
+    ]
+    started = time.monotonic()
+    try:
+        results = ToolHost([tool, Echo()], ledger=None, call_timeout=0.3).run_turn(ctx, turn)
+        assert 0.3 <= time.monotonic() - started < 2.0
+        assert results[0].status == "failed"
+        assert results[0].code == "tool_timeout"
+        assert "ORCH_TOOL_TIMEOUT_SECONDS" in (results[0].message or "")
+        assert "0.3 s" in (results[0].message or "")
+        assert "cancel" not in (results[0].code or "")
+        assert [r.status for r in results[1:]] == ["succeeded"] * (len(calls) - 1)
+        assert cancel is None or not cancel.is_set()
+    finally:
+        tool.release.set()
+
+
+def test_a_late_read_records_no_evidence() -> None:
+    tool = CitableStubborn()
+    recorder = Recorder()
+    ctx = ToolContext("alice", "s1", "r1", fence=Fence("t", 1, "tok"), cancel=threading.Event())
+    host = ToolHost([tool], ledger=None, call_timeout=0.2, evidence=recorder)  # type: ignore[arg-type]
+    results = host.run_turn(ctx, [ToolCall("c1", "citable", {"text": "x"})])
+    assert results[0].code == "tool_timeout"
+    assert results[0].evidence_id is None
+    tool.release.set()  # the call returns late
+    time.sleep(0.2)
+    assert recorder.recorded == []
+    # In time, the same call is cited: the recorder is not what kept the late one out.
+    in_time = host.run_turn(ctx, [ToolCall("c2", "citable", {"text": "y"})])
+    assert in_time[0].status == "succeeded"
+    assert recorder.recorded == ["facts of y"]
+
+
+def test_a_timed_out_call_frees_its_slot_for_the_calls_waiting_for_one() -> None:
+    tool = Stubborn()
+    turn = [ToolCall("deaf", "stubborn", {"text": "x"}), ToolCall("next", "echo", {"text": "y"})]
+    try:
+        results = ToolHost([tool, Echo()], ledger=None, max_workers=1, call_timeout=0.2).run_turn(
+            CTX, turn
+        )
+        assert [r.status for r in results] == ["failed", "succeeded"]
+    finally:
+        tool.release.set()
+
+
+def test_a_cancel_is_still_a_cancel_when_calls_have_a_time_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("orchestrator.agent.host.CANCEL_GRACE_SECONDS", 0.2)
+    tool = Stubborn()
+    cancel = threading.Event()
+    ctx = ToolContext("alice", "s1", "r1", cancel=cancel)
+    threading.Timer(0.1, cancel.set).start()
+    try:
+        with pytest.raises(ToolCancelled, match="cancelled"):
+            ToolHost([tool], ledger=None, call_timeout=30).run_turn(
+                ctx, [ToolCall("c1", "stubborn", {"text": "x"})]
+            )
+    finally:
+        tool.release.set()
+
+
+class Unbounded(Stubborn):
+    name = "unbounded"
+
+    def time_limit(self, args: Any, default: float) -> float | None:
+        return None
+
+
+def test_a_tool_bounded_by_its_parts_is_not_given_up() -> None:
+    tool = Unbounded()
+    threading.Timer(0.5, tool.release.set).start()
+    results = ToolHost([tool], ledger=None, call_timeout=0.1).run_turn(
+        CTX, [ToolCall("c1", "unbounded", {"text": "x"})]
+    )
+    assert results[0].status == "succeeded"
+
+
+def test_quick_calls_keep_their_results_with_a_time_limit() -> None:
+    results = ToolHost([Scripted()], ledger=None, call_timeout=5).run_turn(
+        CTX, _calls("barrier", "x", "barrier", "boom")
+    )
+    assert [r.payload for r in results[:3]] == ["barrier", "x", "barrier"]
+    assert results[3].code == "tool_error"

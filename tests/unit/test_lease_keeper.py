@@ -249,13 +249,19 @@ def test_a_generation_ended_in_the_store_sets_lost(
     keeper = keeper_for(claimed, leases, ttl=30, renew_every=10)
     assert keeper.renew_now() is True
     if how == "cancel":
-        claimed.tasks.cancel(claimed.fence.task_id)
+        claimed.tasks.cancel(claimed.fence.task_id, "operator stop")
     else:
         claimed.tasks.requeue(claimed.fence.task_id, "fresh look")
     # The lease back end still says yes; only the store knows the generation is over.
     assert keeper.renew_now() is False
     assert keeper.lost.is_set()
-    with pytest.raises(LeaseLost):
+    # It says what happened (before: "the lease may have run out", misleading after a cancel).
+    said = {
+        "cancel": "the task was cancelled: operator stop",
+        "requeue": "the generation was superseded: requeued by an operator: fresh look",
+    }[how]
+    assert keeper.lost.why == said
+    with pytest.raises(LeaseLost, match=said):
         keeper.check()
 
 

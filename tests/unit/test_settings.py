@@ -107,6 +107,7 @@ def test_supported_database_urls_pass(monkeypatch: pytest.MonkeyPatch, value: st
         "ORCH_SWEEP_SECONDS",
         "ORCH_QUEUED_STALE_SECONDS",
         "ORCH_GATEWAY_TIMEOUT_SECONDS",
+        "ORCH_TOOL_TIMEOUT_SECONDS",
     ],
 )
 @pytest.mark.parametrize("value", ["inf", "-inf", "nan", "Infinity", "1e400"])
@@ -160,3 +161,36 @@ def test_http_urls_with_good_hosts_pass(monkeypatch: pytest.MonkeyPatch, value: 
     monkeypatch.setenv("ORCH_ACTIONS_URL", value)
     monkeypatch.setenv("ORCH_ACTIONS_SECRET", "s")
     assert load_settings().actions_url == value
+
+
+@pytest.mark.parametrize(
+    ("value", "part"),
+    [
+        ("0", "greater than or equal to 1"),
+        ("0.5", "1"),
+        ("3601", "3600"),
+        ("-5", "1"),
+        ("soon", "number"),
+    ],
+)
+def test_the_tool_timeout_is_bounded(
+    monkeypatch: pytest.MonkeyPatch, value: str, part: str
+) -> None:
+    """Before, nothing bounded a tool call; an out-of-range limit is refused at start."""
+    assert part in refused(monkeypatch, "ORCH_TOOL_TIMEOUT_SECONDS", value)
+
+
+def test_the_tool_timeout_defaults_to_five_minutes_and_takes_a_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert load_settings().tool_timeout_seconds == 300.0
+    monkeypatch.setenv("ORCH_TOOL_TIMEOUT_SECONDS", "45")
+    assert load_settings().tool_timeout_seconds == 45.0
+
+
+def test_the_gateway_timeout_must_be_below_the_tool_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ORCH_TOOL_TIMEOUT_SECONDS", "30")
+    message = refused(monkeypatch, "ORCH_GATEWAY_TIMEOUT_SECONDS", "30")
+    assert "ORCH_TOOL_TIMEOUT_SECONDS" in message

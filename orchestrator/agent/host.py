@@ -294,9 +294,11 @@ class ToolHost:
         if stale:
             return done, stale[0]
         if left:
+            # The stop signal says why it was set (a cancel, a requeue, a lease in doubt).
+            why = getattr(ctx.cancel, "why", None) or "the round was cancelled"
             return done, ToolCancelled(
-                f"the round was cancelled and call(s) {', '.join(left)} did not stop within "
-                f"{CANCEL_GRACE_SECONDS:g} s; they were left to end by themselves"
+                f"{why}; call(s) {', '.join(left)} did not stop within "
+                f"{CANCEL_GRACE_SECONDS:g} s and were left to end by themselves"
             )
         return done, raised[0] if raised else None
 

@@ -11,7 +11,7 @@ from pydantic import Field
 
 from orchestrator import logs
 from orchestrator.agent.host import ToolHost
-from orchestrator.agent.loop import RECEIVED, LeaseLost
+from orchestrator.agent.loop import RECEIVED, LeaseLost, StopSignal
 from orchestrator.errors import NotFound, StaleGeneration, ValidationFailed
 from orchestrator.tools.base import (
     Effect,
@@ -297,6 +297,22 @@ def test_a_cancel_ends_the_turn_within_the_grace_even_if_a_tool_ignores_it(
         # Not the tool's 30 s: the round stops, the deaf call is left to end by itself.
         assert time.monotonic() - started < 2.0
         assert tool.started.is_set()
+    finally:
+        tool.release.set()
+
+
+def test_a_call_left_behind_says_why_the_round_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A lease in doubt sets the same signal as a cancel: the line must not call it a cancel.
+    monkeypatch.setattr("orchestrator.agent.host.CANCEL_GRACE_SECONDS", 0.2)
+    tool = Stubborn()
+    stop = StopSignal()
+    ctx = ToolContext("alice", "s1", "r1", cancel=stop)
+    threading.Timer(0.1, stop.stop, args=["the lease could not be renewed"]).start()
+    try:
+        with pytest.raises(ToolCancelled) as raised:
+            ToolHost([tool], ledger=None).run_turn(ctx, [ToolCall("c0", "stubborn", {"text": "x"})])
+        assert str(raised.value).startswith("the lease could not be renewed; call(s) c0 did not")
+        assert "cancelled" not in str(raised.value)
     finally:
         tool.release.set()
 

@@ -4,6 +4,7 @@ shows the generation that actually ran before this one."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -405,3 +406,32 @@ def test_the_agent_may_send_a_stored_plan_back_with_its_server_fields(rt: Runtim
     assert result.status == "succeeded", result.message_text
     assert (result.payload or {})["revision"] == 2
     assert (result.payload or {})["session_id"] == live.session_id
+
+
+# -- every write renews the lease (seed 004: 计划或报告写回也会续租) ---------------------------
+
+
+@pytest.mark.parametrize("write", ["plan", "proposal", "report"])
+def test_a_plan_a_proposal_and_a_report_each_renew_the_lease(rt: Runtime, write: str) -> None:
+    """No heartbeat runs here (the keeper is never started): only the write can move the
+    lease's expiry on, so a write that stopped renewing would leave it where the claim put it."""
+    task_id = trigger(rt)
+    live = claim(rt, task_id, 1)
+    if write != "plan":
+        assert live.publish("r1", [node("fix", "waiting")]).status == "succeeded"
+    before = rt.leases.get(lease_name(task_id))
+    assert before is not None
+    time.sleep(0.05)
+    if write == "plan":
+        result = live.publish("r1", [node("fix", "waiting")])
+    elif write == "proposal":
+        result = live.propose("fix")
+    else:
+        result = live.report("continue")
+    # A proposal is `pending`: it waits for a person and has not been carried out.
+    assert result.status == ("pending" if write == "proposal" else "succeeded"), result
+    after = rt.leases.get(lease_name(task_id))
+    assert after is not None
+    assert after.token == before.token
+    assert after.expires_at > before.expires_at
+    assert after.renewed_at > before.renewed_at

@@ -168,6 +168,20 @@ def test_a_report_cites_records_the_host_wrote_with_their_origin(rt: Runtime) ->
     assert TaskRecords(rt.db).evidence(task_id)["items"] == [cited]
 
 
+def test_a_query_result_carries_its_source_time_content_reference_and_origin(rt: Runtime) -> None:
+    """Seed 004: 查询结果携带来源、时间、内容引用和 origin. The model sees, in the result it
+    cites, the same source, query time, content reference and origin as the host's record."""
+    task_id = trigger(rt)
+    shown = claim(rt, task_id, 1).query().to_message()
+    [record] = TaskRecords(rt.db).evidence(task_id)["items"]
+    assert shown["evidence_id"] == record["evidence_id"]
+    assert (shown["result"]["source"], shown["result"]["origin"]) == ("scada_sim", "synthetic")
+    assert (record["source"], record["origin"]) == ("scada_sim", "synthetic")
+    assert shown["queried_at"] == record["queried_at"]
+    assert shown["content_ref"] == record["content_ref"]
+    assert shown["content_ref"].startswith("sha256:")
+
+
 def test_origin_and_truncation_cannot_be_set_by_tool_arguments(rt: Runtime) -> None:
     # Fabricated evidence typed into save_report is not an argument the tool takes.
     fabricated = {"source": "scada", "origin": "live", "truncated": False}

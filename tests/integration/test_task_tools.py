@@ -17,6 +17,7 @@ from sqlalchemy import func, select
 
 from orchestrator.agent.evidence import EvidenceRecorder
 from orchestrator.agent.host import ToolHost
+from orchestrator.domain.decisions import RoundFacts, decide
 from orchestrator.errors import StaleGeneration
 from orchestrator.runtime import Runtime
 from orchestrator.services.actions import ActionService
@@ -449,3 +450,42 @@ def test_a_plan_a_proposal_and_a_report_each_renew_the_lease(rt: Runtime, write:
     assert after.token == before.token
     assert after.expires_at > before.expires_at
     assert after.renewed_at > before.renewed_at
+
+
+# -- the decision reads the current generation only (seed 004: 只使用当前执行代、当前会话) -------
+
+
+def test_the_decision_reads_only_the_current_generations_plan_and_report(rt: Runtime) -> None:
+    """Generation 1 finished its plan and reported `completed`; generation 2, requeued past it,
+    has written nothing yet: its facts are empty and it does not complete on the old ones."""
+    task_id = trigger(rt)
+    first = claim(rt, task_id, 1)
+    evidence_id = first.query().evidence_id
+    assert evidence_id is not None
+    done = [node("a", "completed", evidence="turbidity normal", cite=[evidence_id])]
+    assert first.publish("r1", done).status == "succeeded"
+    assert first.report("completed", [evidence_id]).status == "succeeded"
+    with rt.db.transaction(readonly=True) as conn:
+        old = report_store.generation_facts(conn, task_id, 1, first.session_id)
+    assert (old.report_outcome, [n["status"] for n in old.plan_nodes or []]) == (
+        "completed",
+        ["completed"],
+    )
+    rt.tasks.requeue(task_id, "look again")
+    rt.leases.release(lease_name(task_id), first.fence.lease_token)
+    second = claim(rt, task_id, 2)
+    assert second.session_id != first.session_id
+    with rt.db.transaction(readonly=True) as conn:
+        facts = report_store.generation_facts(conn, task_id, 2, second.session_id)
+    assert (facts.plan_nodes, facts.report_outcome, facts.pending_actions) == (None, None, 0)
+    decision = decide(
+        RoundFacts(
+            plan_nodes=facts.plan_nodes,
+            report_outcome=facts.report_outcome,
+            pending_actions=facts.pending_actions,
+            rounds_done=0,
+            max_rounds=5,
+            plan_edges=facts.plan_edges,
+        )
+    )
+    assert (decision.task_status, decision.outcome) == ("queued", "continue")

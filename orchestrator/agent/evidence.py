@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.domain.evidence import EvidenceFacts
@@ -21,7 +22,17 @@ from orchestrator.store.fencing import check_fence
 from orchestrator.store.types import utcnow
 from orchestrator.tools.base import ToolContext
 
-__all__ = ["EvidenceRecorder"]
+__all__ = ["Citation", "EvidenceRecorder"]
+
+
+@dataclass(frozen=True)
+class Citation:
+    """What the model is shown of the record beside the result (seed 004: a query result
+    carries its source, time, content reference and origin; the result has source and origin)."""
+
+    evidence_id: str
+    queried_at: str
+    content_ref: str
 
 
 class EvidenceRecorder:
@@ -35,6 +46,13 @@ class EvidenceRecorder:
 
         Raises `StaleGeneration` when the generation was fenced out (nothing is written).
         """
+        cited = self.cite(ctx, facts, cut=cut, result_id=result_id)
+        return cited.evidence_id if cited is not None else None
+
+    def cite(
+        self, ctx: ToolContext, facts: EvidenceFacts, *, cut: bool, result_id: str | None
+    ) -> Citation | None:
+        """`record`, returning the record's id, query time and content reference."""
         fence = ctx.fence
         if fence is None:
             return None
@@ -68,11 +86,18 @@ class EvidenceRecorder:
                 raise StaleGeneration(
                     f"generation {fence.generation} of task {fence.task_id} is no longer live"
                 )
-            return str(fenced["evidence_id"])
+            return _citation(fenced["evidence_id"], row)
         with self.db.transaction() as conn:
             check_fence(conn, fence)
             stored = evidence_store.insert_record(conn, row)
-        return str(stored["evidence_id"])
+        return _citation(stored["evidence_id"], row)
+
+
+def _citation(evidence_id: Any, row: evidence_store.EvidenceRow) -> Citation:
+    # As the record reads back (`store.evidence.public`): the same instant and reference.
+    return Citation(
+        str(evidence_id), row.queried_at.isoformat(), evidence_store.content_ref(row.content_hash)
+    )
 
 
 def _text(content: Any) -> str:

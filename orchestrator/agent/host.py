@@ -402,10 +402,17 @@ class ToolHost:
         result_id = (
             shown.payload.get("result_id") if cut and isinstance(shown.payload, dict) else None
         )
-        evidence_id = self.evidence.record(
+        cited = self.evidence.cite(
             ctx, facts, cut=cut, result_id=result_id if isinstance(result_id, str) else None
         )
-        return replace(shown, evidence_id=evidence_id)
+        if cited is None:
+            return shown
+        return replace(
+            shown,
+            evidence_id=cited.evidence_id,
+            queried_at=cited.queried_at,
+            content_ref=cited.content_ref,
+        )
 
     @staticmethod
     def _run_read(ctx: ToolContext, unit: _Prepared) -> ToolResult:

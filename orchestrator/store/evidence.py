@@ -23,6 +23,7 @@ from orchestrator.tools.base import Fence
 
 __all__ = [
     "EvidenceRow",
+    "content_ref",
     "evidence_by_ids",
     "evidence_of_task",
     "insert_record",
@@ -94,6 +95,11 @@ _FENCED_INSERT = text(
 )
 
 
+def content_ref(content_hash: str) -> str:
+    """The content reference of a record: the SHA-256 of what the tool returned."""
+    return f"sha256:{content_hash}"
+
+
 def _values(row: EvidenceRow) -> dict[str, Any]:
     now = utcnow()
     return {
@@ -104,7 +110,7 @@ def _values(row: EvidenceRow) -> dict[str, Any]:
         "kind": row.kind,
         "source": row.source,
         "queried_at": row.queried_at,
-        "content_ref": f"sha256:{row.content_hash}",
+        "content_ref": content_ref(row.content_hash),
         "result_id": row.result_id,
         "params_digest": row.params_digest,
         "origin": row.origin,

@@ -103,6 +103,9 @@ class ToolResult:
     outcome: str | None = None
     #: The evidence record the host wrote for this result (set by the host, never by a tool).
     evidence_id: str | None = None
+    #: When the host recorded it and the reference of the content (set with `evidence_id`).
+    queried_at: str | None = None
+    content_ref: str | None = None
     #: The payload before the host cut it to a preview for the model (host-side, never shown):
     #: the agent keeps a published plan whole in its own message.
     unpaged: Any = None
@@ -126,6 +129,10 @@ class ToolResult:
             body["invocation_id"] = self.invocation_id
         if self.evidence_id is not None:
             body["evidence_id"] = self.evidence_id
+        if self.queried_at is not None:
+            body["queried_at"] = self.queried_at
+        if self.content_ref is not None:
+            body["content_ref"] = self.content_ref
         if self.payload is not None:
             body["result"] = self.payload
         return body

@@ -146,7 +146,8 @@ class QueryDataSource(Tool):
     description = (
         "Query a declared data source within its limits. The result carries source, origin "
         "(live, synthetic or peripheral_sample, from the source's declaration), whether it was "
-        "truncated, and an evidence_id recorded by the host: cite that id in save_report and in "
+        "truncated, and the host's record of it (evidence_id, queried_at, content_ref): cite "
+        "the evidence_id in save_report and in "
         "the evidence_ids of a completed plan node. A truncated result cannot support a claim "
         "about its whole range. Sources: "
     )

@@ -4,6 +4,7 @@ shows the generation that actually ran before this one."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -16,6 +17,7 @@ from sqlalchemy import func, select
 
 from orchestrator.agent.evidence import EvidenceRecorder
 from orchestrator.agent.host import ToolHost
+from orchestrator.domain.decisions import RoundFacts, decide
 from orchestrator.errors import StaleGeneration
 from orchestrator.runtime import Runtime
 from orchestrator.services.actions import ActionService
@@ -165,6 +167,20 @@ def test_a_report_cites_records_the_host_wrote_with_their_origin(rt: Runtime) ->
     assert cited["content_ref"].startswith("sha256:")
     assert cited["row_count"] == len(queried.payload["rows"])
     assert TaskRecords(rt.db).evidence(task_id)["items"] == [cited]
+
+
+def test_a_query_result_carries_its_source_time_content_reference_and_origin(rt: Runtime) -> None:
+    """Seed 004: 查询结果携带来源、时间、内容引用和 origin. The model sees, in the result it
+    cites, the same source, query time, content reference and origin as the host's record."""
+    task_id = trigger(rt)
+    shown = claim(rt, task_id, 1).query().to_message()
+    [record] = TaskRecords(rt.db).evidence(task_id)["items"]
+    assert shown["evidence_id"] == record["evidence_id"]
+    assert (shown["result"]["source"], shown["result"]["origin"]) == ("scada_sim", "synthetic")
+    assert (record["source"], record["origin"]) == ("scada_sim", "synthetic")
+    assert shown["queried_at"] == record["queried_at"]
+    assert shown["content_ref"] == record["content_ref"]
+    assert shown["content_ref"].startswith("sha256:")
 
 
 def test_origin_and_truncation_cannot_be_set_by_tool_arguments(rt: Runtime) -> None:
@@ -405,3 +421,71 @@ def test_the_agent_may_send_a_stored_plan_back_with_its_server_fields(rt: Runtim
     assert result.status == "succeeded", result.message_text
     assert (result.payload or {})["revision"] == 2
     assert (result.payload or {})["session_id"] == live.session_id
+
+
+# -- every write renews the lease (seed 004: 计划或报告写回也会续租) ---------------------------
+
+
+@pytest.mark.parametrize("write", ["plan", "proposal", "report"])
+def test_a_plan_a_proposal_and_a_report_each_renew_the_lease(rt: Runtime, write: str) -> None:
+    """No heartbeat runs here (the keeper is never started): only the write can move the
+    lease's expiry on, so a write that stopped renewing would leave it where the claim put it."""
+    task_id = trigger(rt)
+    live = claim(rt, task_id, 1)
+    if write != "plan":
+        assert live.publish("r1", [node("fix", "waiting")]).status == "succeeded"
+    before = rt.leases.get(lease_name(task_id))
+    assert before is not None
+    time.sleep(0.05)
+    if write == "plan":
+        result = live.publish("r1", [node("fix", "waiting")])
+    elif write == "proposal":
+        result = live.propose("fix")
+    else:
+        result = live.report("continue")
+    # A proposal is `pending`: it waits for a person and has not been carried out.
+    assert result.status == ("pending" if write == "proposal" else "succeeded"), result
+    after = rt.leases.get(lease_name(task_id))
+    assert after is not None
+    assert after.token == before.token
+    assert after.expires_at > before.expires_at
+    assert after.renewed_at > before.renewed_at
+
+
+# -- the decision reads the current generation only (seed 004: 只使用当前执行代、当前会话) -------
+
+
+def test_the_decision_reads_only_the_current_generations_plan_and_report(rt: Runtime) -> None:
+    """Generation 1 finished its plan and reported `completed`; generation 2, requeued past it,
+    has written nothing yet: its facts are empty and it does not complete on the old ones."""
+    task_id = trigger(rt)
+    first = claim(rt, task_id, 1)
+    evidence_id = first.query().evidence_id
+    assert evidence_id is not None
+    done = [node("a", "completed", evidence="turbidity normal", cite=[evidence_id])]
+    assert first.publish("r1", done).status == "succeeded"
+    assert first.report("completed", [evidence_id]).status == "succeeded"
+    with rt.db.transaction(readonly=True) as conn:
+        old = report_store.generation_facts(conn, task_id, 1, first.session_id)
+    assert (old.report_outcome, [n["status"] for n in old.plan_nodes or []]) == (
+        "completed",
+        ["completed"],
+    )
+    rt.tasks.requeue(task_id, "look again")
+    rt.leases.release(lease_name(task_id), first.fence.lease_token)
+    second = claim(rt, task_id, 2)
+    assert second.session_id != first.session_id
+    with rt.db.transaction(readonly=True) as conn:
+        facts = report_store.generation_facts(conn, task_id, 2, second.session_id)
+    assert (facts.plan_nodes, facts.report_outcome, facts.pending_actions) == (None, None, 0)
+    decision = decide(
+        RoundFacts(
+            plan_nodes=facts.plan_nodes,
+            report_outcome=facts.report_outcome,
+            pending_actions=facts.pending_actions,
+            rounds_done=0,
+            max_rounds=5,
+            plan_edges=facts.plan_edges,
+        )
+    )
+    assert (decision.task_status, decision.outcome) == ("queued", "continue")

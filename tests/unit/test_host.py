@@ -10,6 +10,7 @@ import pytest
 from pydantic import Field
 
 from orchestrator import logs
+from orchestrator.agent.evidence import Citation
 from orchestrator.agent.host import ToolHost
 from orchestrator.agent.loop import RECEIVED, LeaseLost, StopSignal
 from orchestrator.errors import NotFound, StaleGeneration, ValidationFailed
@@ -359,9 +360,9 @@ class Recorder:
     def __init__(self) -> None:
         self.recorded: list[str] = []
 
-    def record(self, ctx: ToolContext, facts: Any, *, cut: bool, result_id: str | None) -> str:
+    def cite(self, ctx: ToolContext, facts: Any, *, cut: bool, result_id: str | None) -> Citation:
         self.recorded.append(facts)
-        return f"ev-{len(self.recorded)}"
+        return Citation(f"ev-{len(self.recorded)}", "2026-12-04T00:00:00+00:00", "sha256:00")
 
 
 class CitableStubborn(Stubborn):

@@ -230,6 +230,20 @@ def test_wrong_types_missing_and_unknown_fields() -> None:
     assert codes(plan([7])) == ["invalid_type"]
 
 
+@pytest.mark.parametrize("field", ["html", "script", "svg", "mermaid", "style", "layout"])
+def test_presentation_a_model_might_send_is_refused_at_every_level(field: str) -> None:
+    """Seed 004: the front end draws from the structured data and takes no HTML, script or
+    drawing instructions from the model, so none of them is stored to be shown."""
+    extra = {field: "<b onmouseover=alert(1)>x</b>"}
+    edge = {"from": "a", "to": "b"}
+    for payload in (
+        plan([node("a"), node("b")], [edge], **extra),
+        plan([node("a", **extra), node("b")], [edge]),
+        plan([node("a"), node("b")], [{**edge, **extra}]),
+    ):
+        assert [(d["code"], d["field"]) for d in refused(payload)] == [("unknown_field", field)]
+
+
 def test_server_set_fields_sent_back_are_ignored() -> None:
     stored = {
         "schema_version": "execution-plan@1",

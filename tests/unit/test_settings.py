@@ -194,3 +194,11 @@ def test_the_gateway_timeout_must_be_below_the_tool_timeout(
     monkeypatch.setenv("ORCH_TOOL_TIMEOUT_SECONDS", "30")
     message = refused(monkeypatch, "ORCH_GATEWAY_TIMEOUT_SECONDS", "30")
     assert "ORCH_TOOL_TIMEOUT_SECONDS" in message
+
+
+def test_an_execution_lease_is_two_minutes_renewed_well_before_it_runs_out() -> None:
+    """Seed 004: 执行会话使用两分钟任务租约并定期续租 (the environment is cleaned above)."""
+    settings = load_settings()
+    assert settings.lease_seconds == 120.0
+    # Periodic: more than one renewal fits in a lease, so one late beat does not lose it.
+    assert settings.lease_renew_seconds * 2 < settings.lease_seconds

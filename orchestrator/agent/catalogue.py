@@ -2,8 +2,9 @@
 which tool definitions each model call gets.
 
 With `LLM_MAX_TOOLS` > 0 a call gets the resident tools (the task tools and the agent's own
-capabilities) plus the *extra* tools: at most `LLM_MAX_TOOLS` selected for the task at the start
-of the round, then the candidates `search_tools` found, most recent first. Every `call_api`
+capabilities), the *initial selection* (at most `LLM_MAX_TOOLS` selected for the task at the
+start of the round, always offered, like the resident tools) and the *extra* tools: the
+candidates `search_tools` found, most recent first. Every `call_api`
 operation is its own catalogue entry, so a large business API does not flood the prompt: the
 `call_api` definition a call gets lists only the enabled operations with their arguments.
 
@@ -307,12 +308,19 @@ class Catalogue:
 
 @dataclass(frozen=True)
 class Offer:
-    """What one model call got: the enabled extra entries, and the refused ones with why."""
+    """What one model call got: the enabled entries (the initial selection first), and the
+    refused candidates with why. `extra_tokens` counts the discovered candidates only."""
 
     enabled: tuple[str, ...]
     refused: tuple[tuple[str, str], ...]
     extra_tokens: int
     budget_tokens: int
+    initial: tuple[str, ...] = ()
+
+    @property
+    def discovered(self) -> tuple[str, ...]:
+        """The enabled entries that came from `search_tools` (not the initial selection)."""
+        return self.enabled[len(self.initial) :]
 
     def notice(self) -> str:
         text = "Tool discovery: "
@@ -369,17 +377,21 @@ class Discovery:
 
     def offer(self, *, room: int | None = None) -> tuple[list[dict[str, Any]], str | None]:
         """The definitions of the next call and, after a search, the notice reporting what was
-        enabled. `room` lowers the extra-tool budget (the request's 15 % margin)."""
+        enabled. The initial selection is always offered, like the resident tools (seed 000:
+        初选、常驻…工具保持可用); the discovered candidates share the extra-tool budget, most
+        recent first. `room` lowers that budget (the request's 15 % margin)."""
         with self._lock:
-            order = list(dict.fromkeys([*self.initial, *reversed(self.candidates)]))
+            initial = list(self.initial)
+            order = [name for name in reversed(self.candidates) if name not in initial]
             searched, self._searched = self._searched, False
         budget = self.budget.extra_tools_tokens
         limit = budget if room is None else max(0, min(budget, room))
+        base = self._cost(initial)
         enabled: list[str] = []
         refused: list[tuple[str, str]] = []
         used = 0
         for name in order:
-            cost = self._cost([*enabled, name])
+            cost = self._cost([*initial, *enabled, name]) - base
             if cost <= limit:
                 enabled.append(name)
                 used = cost
@@ -393,11 +405,11 @@ class Discovery:
                         f"{budget}-token extra-tool budget are in use",
                     )
                 )
-        offer = Offer(tuple(enabled), tuple(refused), used, budget)
+        offer = Offer((*initial, *enabled), tuple(refused), used, budget, tuple(initial))
         self.last = offer
         schemas = [
             *self.catalogue.resident_schemas(readonly=self.readonly),
-            *self.catalogue.extra_schemas(enabled),
+            *self.catalogue.extra_schemas(offer.enabled),
         ]
         return schemas, offer.notice() if searched or room is not None else None
 

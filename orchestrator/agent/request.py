@@ -91,9 +91,11 @@ class RequestBuilder:
         try:
             return self.conversation.prepare(tools, notice), tools
         except ContextOverflow:
-            if not self.discovery.last or not self.discovery.last.enabled:
+            if not self.discovery.last or not self.discovery.last.discovered:
                 raise
-        # Without the extra tools the kept parts may fit: report it rather than fail.
+        # Without the discovered tools the kept parts may fit: report it rather than fail. The
+        # initial selection stays, like the resident tools; if they alone do not fit, the round
+        # fails with `context_overflow` instead of losing them silently.
         tools, notice = self.discovery.offer(room=0)
         return self.conversation.prepare(tools, notice), tools
 

@@ -218,11 +218,12 @@ class TranscriptWriter:
         self.flush()
         self._pending = _BACKGROUND.submit(self._write, entries)
 
-    def flush(self) -> None:
-        """Wait for the results written in the background; raises what their write raised."""
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait for the results written in the background; raises what their write raised,
+        or `TimeoutError` after `timeout` seconds (the write goes on by itself)."""
         pending, self._pending = self._pending, None
         if pending is not None:
-            pending.result()
+            pending.result(timeout=timeout)
 
     # -- TranscriptHook (compaction and sub-agents) -------------------------------------------
 

@@ -20,9 +20,14 @@ from orchestrator.store import transcripts as transcript_store
 from orchestrator.store.db import Database
 from orchestrator.store.records import ExecutionRecord
 
-__all__ = ["save_round_snapshot", "snapshot_for"]
+__all__ = ["SNAPSHOT_WAIT_SECONDS", "save_round_snapshot", "snapshot_for"]
 
 log = logging.getLogger(__name__)
+
+#: How long a round on its way out waits for its last results to be written, and then for the
+#: snapshot's own write (seed 000: 聊天快照保存采用有界等待). Past it the snapshot is given up
+#: and logged; the next generation builds it from the durable transcript.
+SNAPSHOT_WAIT_SECONDS = 5.0
 
 #: Outcomes after which a generation may have left calls without a result.
 _ABNORMAL = frozenset({None, "lost", "cancelled", "superseded", "failed"})
@@ -36,11 +41,13 @@ def save_round_snapshot(db: Database, writer: TranscriptWriter, reason: str) -> 
     if not writer.calls:
         return None
     try:
-        writer.flush()  # results still being written go in first, if the fence still takes them
+        # Results still being written go in first, if the fence still takes them.
+        writer.flush(timeout=SNAPSHOT_WAIT_SECONDS)
     except Exception as exc:
         log.info("the last results of the round were not written: %s", type(exc).__name__)
     try:
         with db.transaction() as conn:
+            snapshot_store.bound_wait(conn, SNAPSHOT_WAIT_SECONDS)
             plan = plan_store.latest_revision(conn, writer.session_id)
             snapshot = writer.snapshot(reason, plan.to_dict() if plan else None)
             snapshot_store.save_snapshot(conn, writer.session_id, snapshot, replace=True)

@@ -15,7 +15,17 @@ from orchestrator.domain.recovery import Snapshot
 from orchestrator.store.tables import recovery_snapshots
 from orchestrator.store.types import utcnow
 
-__all__ = ["get_snapshot", "save_snapshot"]
+__all__ = ["bound_wait", "get_snapshot", "save_snapshot"]
+
+
+def bound_wait(conn: Connection, seconds: float) -> None:
+    """No statement of this transaction waits longer than `seconds` (a lock held elsewhere, a
+    slow server): it fails instead. Postgres only; SQLite's connections already give up on a
+    lock after their busy timeout."""
+    if conn.dialect.name == "postgresql":
+        milliseconds = max(1, int(seconds * 1000))
+        conn.exec_driver_sql(f"SET LOCAL lock_timeout = {milliseconds}")
+        conn.exec_driver_sql(f"SET LOCAL statement_timeout = {milliseconds}")
 
 
 def save_snapshot(

@@ -182,6 +182,14 @@ def _handler(backend: Backend) -> type[BaseHTTPRequestHandler]:
                 if mode == "drop":
                     self._drop()
                     return
+                if mode == "garbled":  # applied, but the answer cannot be read
+                    data = b'{"order": 1, "err'
+                    self.send_response(201)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 if body["quantity"] > 10:
                     self._reply(422, {"error": "quantity above the limit"})
                 else:

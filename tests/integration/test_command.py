@@ -364,3 +364,25 @@ def test_a_cancelled_run_that_will_not_die_is_left_to_reap(
     assert _tool(host).reap(ctx.session_id) == 1
     assert not _alive(pid)
     assert _leftovers(tmpdir_for_output) == []
+
+
+def test_start_takes_env_and_keeps_its_working_directory(host: ToolHost, tmp_path: Path) -> None:
+    """Seed 000: run 与 start 都支持 env,并保留指定工作目录."""
+    ctx = _ctx(host)
+    started = _run(
+        host,
+        ctx,
+        "s",
+        action="start",
+        command="echo $GREETING; pwd",
+        env={"GREETING": "hello"},
+        cwd=str(tmp_path),
+    )
+    assert started.status == "pending"
+    done = _run(
+        host, ctx, "w", action="wait", process_id=started.payload["process_id"], timeout_seconds=5
+    )
+    assert done.status == "succeeded"
+    assert done.payload["output"] == f"hello\n{tmp_path}\n"
+    missing = _run(host, ctx, "m", action="start", command="true", cwd=str(tmp_path / "none"))
+    assert (missing.status, missing.code) == ("failed", "invalid_arguments")

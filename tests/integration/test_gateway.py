@@ -548,3 +548,37 @@ def test_an_error_once_the_request_is_on_the_wire_stays_unknown(
     result = host.run_turn(ToolContext("alice", chat_session(db), "r1"), [_put("a")])[0]
     assert result.status == "unknown"
     assert _receipt_status(db, result) == "unknown"
+
+
+def test_an_unreadable_answer_to_a_write_is_unknown_and_not_sent_again(
+    db: Database, backend: Backend
+) -> None:
+    """Seed 000: 响应正文不可用 after the write was sent stays unknown; the identical call then
+    verifies first (no verifier here) and is never sent a second time."""
+    host = _host(db, backend.url)
+    ctx = ToolContext(owner="alice", session_id=chat_session(db), round_id="r1")
+    backend.mode["/orders"] = "garbled"
+    order = {"item": "valve", "quantity": 2}
+    first = host.run_turn(ctx, [_call("a", "createOrder", body=order)])[0]
+    assert first.status == "unknown"
+    assert _receipt_status(db, first) == "unknown"
+    again = host.run_turn(ctx, [_call("b", "createOrder", body=order)])[0]
+    assert (again.status, again.code) == ("unknown", "verify_first")
+    assert backend.count("POST", "/orders") == 1
+
+
+def test_a_pending_job_is_submitted_again_by_a_new_request_only(
+    db: Database, backend: Backend
+) -> None:
+    """Seed 000: pending is the history of a confirmed submission, not a queue: the same
+    identity never submits twice, a new explicit request (a new intent round) may."""
+    host = _host(db, backend.url)
+    session = chat_session(db)
+    first = host.run_turn(ToolContext("alice", session, "r1"), [_call("a", "startJob", kind="x")])
+    same = host.run_turn(ToolContext("alice", session, "r1"), [_call("b", "startJob", kind="x")])
+    assert backend.count("POST", "/jobs") == 1
+    assert same[0].invocation_id == first[0].invocation_id
+    later = host.run_turn(ToolContext("alice", session, "r2"), [_call("c", "startJob", kind="x")])
+    assert later[0].status == "pending"
+    assert later[0].invocation_id != first[0].invocation_id
+    assert backend.count("POST", "/jobs") == 2

@@ -945,3 +945,78 @@ def test_unreadable_arguments_show_what_the_model_sent_bounded_and_redacted(
         assert "hunter2" not in json.dumps(view)
     finally:
         rt.close()
+
+
+def test_the_snapshot_waits_a_bounded_time_for_the_rounds_last_results(
+    store_url: str, scripts: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seed 000: 聊天快照保存采用有界等待. A background transcript write that never returns (a
+    store that hangs) does not hold the round's way out: the snapshot is saved from memory."""
+    from concurrent.futures import Future
+
+    from orchestrator.services import recovery
+
+    monkeypatch.setattr(recovery, "SNAPSHOT_WAIT_SECONDS", 0.2)
+    rt, _ = runtime_for(store_url, scripts)
+    hung: Future[None] = Future()
+    try:
+        fence, session_id = claimed(rt)
+        writer = TranscriptWriter(rt.db, fence, session_id, {})
+        calls = (ToolCall("a", "count", {}), ToolCall("b", "write_it", {"x": 1}))
+        writer.model_turn(1, {}, ModelTurn(None, calls))
+        writer.calls["a"] = writer.calls["a"].answered("succeeded", None)
+        writer._pending = hung  # its last results' write never comes back
+        saved: list[Snapshot | None] = []
+        way_out = threading.Thread(
+            target=lambda: saved.append(save_round_snapshot(rt.db, writer, "stopped")),
+            daemon=True,
+        )
+        way_out.start()
+        way_out.join(timeout=5)
+        assert not way_out.is_alive(), "the snapshot waited without a bound"
+        (snapshot,) = saved
+        assert snapshot is not None
+        assert [c["call_id"] for c in snapshot.unknown] == ["b"]
+        with rt.db.transaction(readonly=True) as conn:
+            stored = snapshot_store.get_snapshot(conn, session_id)
+        assert stored is not None
+        assert [c["call_id"] for c in stored.received] == ["a"]
+    finally:
+        hung.set_result(None)
+        rt.close()
+
+
+def test_the_snapshot_write_gives_up_on_a_held_lock_within_its_bound(
+    pg_url: str, scripts: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Postgres a row lock held elsewhere bounds the snapshot's write too (SQLite's own
+    busy timeout bounds it there); the round goes on, and the next generation rebuilds the
+    snapshot from the durable transcript."""
+    from orchestrator.services import recovery
+
+    monkeypatch.setattr(recovery, "SNAPSHOT_WAIT_SECONDS", 0.3)
+    rt, _ = runtime_for(pg_url, scripts)
+    try:
+        fence, session_id = claimed(rt)
+        writer = TranscriptWriter(rt.db, fence, session_id, {})
+        writer.model_turn(1, {}, ModelTurn(None, (ToolCall("a", "count", {}),)))
+        first = save_round_snapshot(rt.db, writer, "stopped")
+        assert first is not None
+        with rt.db.transaction() as holder:
+            holder.exec_driver_sql(
+                "SELECT 1 FROM recovery_snapshots WHERE session_id = %s FOR UPDATE",
+                (session_id,),
+            )
+            started = time.monotonic()
+            saved: list[Snapshot | None] = []
+            way_out = threading.Thread(
+                target=lambda: saved.append(save_round_snapshot(rt.db, writer, "again")),
+                daemon=True,
+            )
+            way_out.start()
+            way_out.join(timeout=5)
+            assert not way_out.is_alive(), "the snapshot waited for the lock without a bound"
+        assert saved == [None]
+        assert time.monotonic() - started < 3
+    finally:
+        rt.close()

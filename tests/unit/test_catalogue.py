@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.agent.budget import ContextBudget, TokenCounter
+from orchestrator.agent.budget import ContextBudget, ContextOverflow, TokenCounter
 from orchestrator.agent.catalogue import (
     ALIASES,
     DISCOVERY,
@@ -274,18 +274,9 @@ def test_search_tools_reports_candidates_and_is_off_without_discovery(
     }
 
 
-def test_extra_tools_give_way_to_the_request_margin(catalogue: Catalogue) -> None:
+def _builder(brief: str, budget: ContextBudget, counter: TokenCounter) -> RequestBuilder:
     tools = tools_for(BUSINESS)
-    counter = TokenCounter()
-    budget = ContextBudget(4000, 200, max_tools=8)
-    # A brief that leaves room for the resident tools only, not for the extra ones.
-    brief = "water quality pressure"
-    base = counter.raw(
-        [{"role": "system", "content": "s"}, {"role": "user", "content": brief}],
-        catalogue.resident_schemas(),
-    )
-    brief += " lorem" * (budget.request_limit - base - 150)
-    builder = RequestBuilder(
+    return RequestBuilder(
         ScriptedModel([]),
         tools,
         [tool.schema() for tool in tools.values()],
@@ -295,15 +286,50 @@ def test_extra_tools_give_way_to_the_request_margin(catalogue: Catalogue) -> Non
         stop=threading.Event(),
         context=AgentContext(budget, counter),
     )
+
+
+def _padded(
+    brief: str, budget: ContextBudget, counter: TokenCounter, tools: Any, slack: int
+) -> str:
+    base = counter.raw(
+        [{"role": "system", "content": "s"}, {"role": "user", "content": brief}], tools
+    )
+    return brief + " lorem" * (budget.request_limit - base - slack)
+
+
+def test_discovered_tools_give_way_to_the_request_margin_the_initial_selection_stays(
+    catalogue: Catalogue,
+) -> None:
+    counter = TokenCounter()
+    budget = ContextBudget(4000, 200, max_tools=1)
+    # Room for the resident tools, the initial selection and the notice, not for one more.
+    kept = [*catalogue.resident_schemas(), *catalogue.extra_schemas(["getWaterQuality"])]
+    builder = _builder(_padded("water quality", budget, counter, kept, 80), budget, counter)
     assert builder.discovery is not None
-    assert set(builder.discovery.initial) == {"getWaterQuality", "getPressure"}
+    assert builder.discovery.initial == ["getWaterQuality"]
+    assert names(builder.discovery.discover("pressure")) == ["getPressure"]
     messages, sent = builder.build()
-    assert [t["name"] for t in sent] == catalogue.resident
+    (call_api,) = [t for t in sent if t["name"] == "call_api"]
+    assert call_api["parameters"]["properties"]["operation_id"]["enum"] == ["getWaterQuality"]
     assert (
-        "Not enabled: getWaterQuality (the request would not keep its 15 % margin"
-        in (messages[-1]["content"])
+        "Not enabled: getPressure (the request would not keep its 15 % margin"
+        in messages[-1]["content"]
     )
     assert counter.raw(messages, sent) <= budget.request_limit
+
+
+def test_an_initial_selection_that_cannot_fit_is_a_context_overflow_not_dropped(
+    catalogue: Catalogue,
+) -> None:
+    counter = TokenCounter()
+    budget = ContextBudget(4000, 200, max_tools=2)
+    # Room for the resident tools only: the initial selection is not silently left out.
+    brief = _padded("water quality pressure", budget, counter, catalogue.resident_schemas(), 30)
+    builder = _builder(brief, budget, counter)
+    assert builder.discovery is not None
+    assert set(builder.discovery.initial) == {"getWaterQuality", "getPressure"}
+    with pytest.raises(ContextOverflow, match="nothing was dropped"):
+        builder.build()
 
 
 def test_internal_tools_are_never_offered_outside() -> None:
@@ -326,3 +352,40 @@ def test_a_new_round_selects_afresh(catalogue: Catalogue) -> None:
     assert list(again.candidates) == []
     tools, _ = again.offer()
     assert [t["name"] for t in tools] == catalogue.resident
+
+
+def test_the_initial_selection_stays_available_and_the_budget_is_for_discovered_tools() -> None:
+    """Seed 000: the discovered (额外) tools share min(4096 tokens, 10 %); the initial selection
+    (初选), like the resident tools, stays available and takes nothing from that budget."""
+    catalogue = sensors(32, big=6)
+    counter = TokenCounter()
+    budget = ContextBudget(100_000, max_tools=16)
+    discovery = Discovery(catalogue, budget, counter, brief="sensor readings")
+    initial = [f"sensor{k:02d}" for k in range(16)]
+    assert discovery.initial == initial
+    initial_cost = sum(counter.schema(s) for s in catalogue.extra_schemas(initial))
+    assert initial_cost > budget.extra_tools_tokens  # more than the whole extra-tool budget
+    tools, notice = discovery.offer()
+    offer = discovery.last
+    assert offer is not None
+    assert offer.enabled == tuple(initial)
+    assert (offer.refused, offer.extra_tokens, notice) == ((), 0, None)
+    (call_api,) = [t for t in tools if t["name"] == "call_api"]
+    assert call_api["parameters"]["properties"]["operation_id"]["enum"] == initial
+    # Discovered candidates get the whole budget beside the initial selection.
+    for k in range(16, 32):
+        discovery.discover(f"sensor{k:02d}", limit=1)
+    tools, notice = discovery.offer()
+    offer = discovery.last
+    assert offer is not None
+    assert offer.enabled[:16] == tuple(initial)
+    found = offer.enabled[16:]
+    assert found[0] == "sensor31"
+    assert len(found) >= 8
+    left_out = [f"sensor{k:02d}" for k in range(16, 32 - len(found))]
+    assert [name for name, _ in offer.refused] == left_out
+    everything = sum(counter.schema(s) for s in catalogue.extra_schemas(offer.enabled))
+    assert offer.extra_tokens == everything - initial_cost
+    assert offer.extra_tokens <= budget.extra_tools_tokens
+    assert notice is not None
+    assert "Not enabled: sensor16" in notice

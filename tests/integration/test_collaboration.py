@@ -291,6 +291,32 @@ def test_an_openai_model_is_called_with_the_apis_own_settings(
         assert body["messages"][-1] == {"role": "user", "content": "Why?"}
 
 
+def openai_client(store_url: str, server: OpenAIServer) -> TestClient:
+    settings = load_settings(
+        database_url=store_url,
+        model="openai:test-model",
+        llm_base_url=server.base_url,
+        llm_max_retries=0,
+        llm_timeout_seconds=5,
+    )
+    return TestClient(create_app(settings))
+
+
+def test_an_answer_the_server_cut_short_is_a_model_error_and_stores_nothing(
+    env: tuple[Runtime, Path, str], store_url: str
+) -> None:
+    # finish_reason "length": half a sentence is not the agent's answer (as in a round).
+    _, _, task_id = env
+    with OpenAIServer() as server, openai_client(store_url, server) as client:
+        server.reply(content="Zone 4 was turbid because the", finish_reason="length")
+        session_id = client.post(f"/api/v1/tasks/{task_id}/collaboration").json()["session_id"]
+        path = f"/api/v1/sessions/{session_id}/messages"
+        asked = client.post(path, json={"text": "Why?"})
+        assert (asked.status_code, asked.json()["error"]["code"]) == (502, "model_error")
+        assert "LLM_MAX_OUTPUT_TOKENS" in asked.json()["error"]["message"]
+        assert client.get(path).json() == {"items": [], "next_cursor": None}
+
+
 @pytest.mark.parametrize("question", ["why\u0000", "why \udcff"], ids=["nul", "surrogate"])
 def test_the_cli_refuses_a_question_no_store_can_hold_before_the_model_is_asked(
     env: tuple[Runtime, Path, str],

@@ -23,6 +23,7 @@ __all__ = [
     "StopSignal",
     "TurnRecorder",
     "TurnRunner",
+    "run_calls",
     "run_round",
     "stop_reason",
 ]
@@ -137,7 +138,7 @@ def run_round(
         if turn.final:
             return RoundEnd("final_answer", turn_number, turn.content)
         try:
-            results = _run_calls(host, ctx, turn)
+            results = run_calls(host, ctx, turn)
         except BaseException as error:
             _record_received(recorder, turn_number, error)
             raise
@@ -156,8 +157,9 @@ def run_round(
     return RoundEnd("turn_budget", max_turns, None)
 
 
-def _run_calls(host: TurnRunner, ctx: ToolContext, turn: ModelTurn) -> list[ToolResult]:
-    """The host runs the readable calls; unreadable arguments are answered `failed` in place."""
+def run_calls(host: TurnRunner, ctx: ToolContext, turn: ModelTurn) -> list[ToolResult]:
+    """The host runs the readable calls; unreadable arguments are answered `failed` in place
+    (a round's and a collaboration's turns alike)."""
     if not turn.malformed:
         return host.run_turn(ctx, list(turn.tool_calls))
     why = dict(turn.malformed)

@@ -21,6 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 from orchestrator.agent.host import ToolHost
+from orchestrator.agent.loop import run_calls
 from orchestrator.agent.model import ModelError, load_model
 from orchestrator.domain.cursors import decode_cursor, encode_cursor
 from orchestrator.domain.fingerprints import fingerprint
@@ -297,7 +298,7 @@ class CollaborationService:
                         ],
                     }
                 )
-                results = host.run_turn(ctx, list(turn.tool_calls))
+                results = run_calls(host, ctx, turn)  # unreadable arguments: failed, not run
                 for call, result in zip(turn.tool_calls, results, strict=True):
                     messages.append(
                         {

@@ -27,7 +27,7 @@ from orchestrator.store.snapshots import save_snapshot
 from orchestrator.store.types import utcnow
 from tests.executions_support import CITED, node, plan_call, query_call, runtime_for
 from tests.integration.test_operator_accounts import TOKENS, bearer, operators_file
-from tests.openai_server import OpenAIServer
+from tests.openai_server import OpenAIServer, call
 
 SECRETS = ("REASONING-SECRET-42", "call-SECRET-ID", "FINAL-TRANSCRIPT-TEXT")
 
@@ -315,6 +315,23 @@ def test_an_answer_the_server_cut_short_is_a_model_error_and_stores_nothing(
         assert (asked.status_code, asked.json()["error"]["code"]) == (502, "model_error")
         assert "LLM_MAX_OUTPUT_TOKENS" in asked.json()["error"]["message"]
         assert client.get(path).json() == {"items": [], "next_cursor": None}
+
+
+def test_a_call_with_unreadable_arguments_is_answered_failed_and_not_run(
+    env: tuple[Runtime, Path, str], store_url: str
+) -> None:
+    # As in a round: the call carries `{}` in the history, but the model is told it ran nothing.
+    _, _, task_id = env
+    with OpenAIServer() as server, openai_client(store_url, server) as client:
+        server.reply(tool_calls=[call("q1", "read_task_context", '{"task_id": ')])
+        server.reply(content="I could not read the task.")
+        session_id = client.post(f"/api/v1/tasks/{task_id}/collaboration").json()["session_id"]
+        asked = client.post(f"/api/v1/sessions/{session_id}/messages", json={"text": "Why?"})
+        assert asked.status_code == 201, asked.text
+        [answered] = [m for m in server.bodies[-1]["messages"] if m["role"] == "tool"]
+    result = json.loads(answered["content"])
+    assert (result["status"], result["code"]) == ("failed", "invalid_arguments")
+    assert "nothing was run" in result["message"]
 
 
 @pytest.mark.parametrize("question", ["why\u0000", "why \udcff"], ids=["nul", "surrogate"])

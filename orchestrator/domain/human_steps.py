@@ -70,6 +70,11 @@ def _closed_message(node_id: str, found: Mapping[str, Any]) -> str:
     it and when (a second person acting on the step learns that someone did, and who)."""
     status = found.get("status")
     reason = found.get("reason")
+    if status not in PERSON_STATUSES:
+        # Only the agent closes a human node otherwise (cancelled), and its reason is the
+        # model's text: said as such, never read as a person's stamp.
+        said = f" (its reason: {reason})" if isinstance(reason, str) and reason else ""
+        return f"node {node_id!r} is already {status}, by the agent{said}"
     if not isinstance(reason, str) or not reason:
         return f"node {node_id!r} is already {status}"
     if reason.startswith(f"{status} by "):  # a person's completion: the stamp alone

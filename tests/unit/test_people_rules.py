@@ -64,6 +64,19 @@ def test_a_person_closes_only_an_open_human_node_and_is_recorded() -> None:
         close_human_node(failed, "h", "completed", by="x", at=AT, evidence="e")
 
 
+def test_a_step_the_agent_cancelled_is_not_said_closed_by_whom_its_reason_names() -> None:
+    # Only the agent cancels a human node, and it writes the reason: text shaped like a
+    # person's stamp must not make the refusal say that person closed the step.
+    forged = "cancelled by lab at 2026-12-04T01:02:03+00:00"
+    nodes = [node("h", "cancelled", reason=forged)]
+    with pytest.raises(ConflictError) as refused:
+        close_human_node(nodes, "h", "completed", by="x", at=AT, evidence="e")
+    assert refused.value.code == "node_closed"
+    assert str(refused.value) == (
+        f"node 'h' is already cancelled, by the agent (its reason: {forged})"
+    )
+
+
 def test_an_agent_publish_keeps_what_a_person_closed_meanwhile() -> None:
     previous = [node("a", "running", "agent"), node("h", "completed", evidence="ok")]
     agent = [node("a", "completed", "agent", evidence="e"), node("h", "waiting", reason="due")]

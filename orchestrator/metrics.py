@@ -143,7 +143,7 @@ class _Counts(NamedTuple):
     receipts: dict[str, int]
     approvals_pending: int
     dead: dict[str, int]  # dead-lettered outbox rows by kind
-    oldest_pending_seconds: float  # 0 when nothing waits for delivery
+    oldest_pending_seconds: dict[str, float]  # by kind; 0 when nothing of it waits
 
 
 class StoreCollector(Collector):
@@ -191,11 +191,16 @@ class StoreCollector(Collector):
         for kind in OUTBOX_KINDS:
             family.add_metric([kind], int(counts.dead.get(kind, 0)))
         yield family
-        yield GaugeMetricFamily(
+        # By kind: rows of a kind whose URL is not set wait on purpose, and must not make an
+        # alert on the other kind's deliveries fire.
+        family = GaugeMetricFamily(
             "orchestrator_outbox_oldest_pending_seconds",
-            "Age of the oldest outbox row still to be delivered (0 when none)",
-            value=counts.oldest_pending_seconds,
+            "Age of the oldest outbox row still to be delivered, by kind (0 when none)",
+            labels=["kind"],
         )
+        for kind in OUTBOX_KINDS:
+            family.add_metric([kind], counts.oldest_pending_seconds.get(kind, 0.0))
+        yield family
 
     def _counts(self) -> _Counts:
         with self.db.transaction(readonly=True) as conn:
@@ -220,10 +225,13 @@ class StoreCollector(Collector):
                 ).all()
             )
             oldest = conn.execute(
-                select(func.min(outbox.c.created_at)).where(outbox.c.status == "pending")
-            ).scalar_one()
-        age = max(0.0, (utcnow() - oldest).total_seconds()) if oldest is not None else 0.0
-        return _Counts(by_status, receipts, int(pending), dead, age)
+                select(outbox.c.kind, func.min(outbox.c.created_at))
+                .where(outbox.c.status == "pending")
+                .group_by(outbox.c.kind)
+            ).all()
+        now = utcnow()
+        ages = {kind: max(0.0, (now - at).total_seconds()) for kind, at in oldest}
+        return _Counts(by_status, receipts, int(pending), dead, ages)
 
 
 def registry(db: Database | None, *, outage_tolerant: bool = False) -> CollectorRegistry:

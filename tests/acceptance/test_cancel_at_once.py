@@ -31,8 +31,10 @@ def fleet(pg_url: str, redis_url: str, scripts: Path, tmp_path: Path) -> Iterato
         yield running
 
 
-def stop_line(task_id: str) -> str:
-    return f"generation 1 of task {task_id} stops: the store says this generation is over"
+def stop_line(task_id: str, act: str) -> str:
+    """The worker's line when the round stops, saying why (a cancel is not a lost lease)."""
+    why = "the task was cancelled" if act == "cancel" else "the generation was superseded"
+    return f"generation 1 of task {task_id} stops: {why}"
 
 
 def generation_2_started(rt: Runtime, task_id: str) -> bool:
@@ -60,7 +62,7 @@ def test_the_worker_stops_the_round_at_once(
     else:
         rt.tasks.requeue(task_id, "a second look")
     wait_for(
-        lambda: stop_line(task_id) in fleet.logs(),
+        lambda: stop_line(task_id, act) in fleet.logs(),
         RENEW / 2,
         interval=0.1,
         what=f"the worker to stop the round\n{fleet.logs()}",

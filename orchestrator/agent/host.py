@@ -14,7 +14,8 @@ on their own threads (a write's receipt stays `running`, which the end of the ge
 Every call also has a time limit (`call_timeout`, ORCH_TOOL_TIMEOUT_SECONDS; longer for a tool
 that bounds itself, e.g. a command's own timeout): a call that has not returned by then is given
 up (`orchestrator.agent.deadline`), answered `failed` (a read) or `unknown` (a write, its receipt
-`unknown` at once), left to end by itself, and the turn goes on. It is not a cancel.
+`unknown` at once; a plan, proposal or report write, which may still commit), left to end by
+itself, and the turn goes on. It is not a cancel.
 """
 
 from __future__ import annotations
@@ -333,7 +334,9 @@ class ToolHost:
                 raise
             except Exception:  # left `running`: the end of the generation makes it `unknown`
                 log.exception("recording the time-out of %s failed", receipt.invocation_id)
-        result = timed_out(unit.tool.name, watch.limit, write=write, receipt=receipt)
+        # A store write (plan, proposal, report) has no receipt but may still commit: unknown.
+        unsure = write or unit.effect == "internal_write"
+        result = timed_out(unit.tool.name, watch.limit, write=unsure, receipt=receipt)
         from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
 
         metrics.TOOL_CALLS.labels(unit.tool.name, result.status).inc()

@@ -467,3 +467,27 @@ def test_quick_calls_keep_their_results_with_a_time_limit() -> None:
     )
     assert [r.payload for r in results[:3]] == ["barrier", "x", "barrier"]
     assert results[3].code == "tool_error"
+
+
+class StubbornStoreWrite(Stubborn):
+    """A write to the orchestrator's own store (a plan, a proposal, a report) stuck on a lock
+    held elsewhere: it may still commit after the host stops waiting."""
+
+    name = "stubborn_store_write"
+    effect = "internal_write"
+
+
+def test_a_store_write_past_its_time_limit_is_unknown_not_failed() -> None:
+    """Before, a plan, proposal or report write given up at its limit was answered `failed`,
+    "Nothing was received", though it may still commit afterwards: the model would write it
+    again or report it missing. Like any write whose end the host did not see, it is unknown."""
+    tool = StubbornStoreWrite()
+    try:
+        (result,) = ToolHost([tool], ledger=None, call_timeout=0.2).run_turn(
+            CTX, [ToolCall("c1", "stubborn_store_write", {"text": "x"})]
+        )
+        assert (result.status, result.code) == ("unknown", "tool_timeout")
+        assert "Nothing was received" not in (result.message or "")
+        assert "may still take effect" in (result.message or "")
+    finally:
+        tool.release.set()

@@ -28,6 +28,7 @@ from tests.integration.receipt_rows import (
     supersede,
 )
 from tests.processes import preloaded_context
+from tests.tool_threads import join_tool_threads
 
 OTHER_DIGEST = fingerprint({"value": 2})
 CLAIMERS = 16
@@ -500,7 +501,7 @@ def test_a_write_past_its_time_limit_is_unknown_and_a_late_success_changes_nothi
         assert "ancel" not in receipt.summary  # not told as a cancel
         tool.release.set()  # the backend answers late, with a success
         assert tool.returned.wait(5)
-        time.sleep(0.3)
+        join_tool_threads("hanging_write")  # what it would record is done by now
         after = ledger.get(result.invocation_id)
         assert after is not None
         assert (after.status, after.summary, after.claim_token) == (
@@ -534,7 +535,7 @@ def test_a_write_given_up_while_its_receipt_was_claimed_never_runs(db: Database)
         ctx, [ToolCall("c1", "hanging_write", {"name": "n", "password": "p"})]
     )
     assert (result.status, result.code) == ("unknown", "tool_timeout")
-    time.sleep(0.6)  # the claim commits; the call sees it was given up
+    join_tool_threads("hanging_write")  # the claim commits; the call sees it was given up
     assert not tool.returned.is_set()  # never ran
     (receipt,) = ledger.list_for_owner("alice")
     assert (receipt.status, receipt.summary) == ("unknown", summary_for("time_limit"))

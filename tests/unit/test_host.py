@@ -25,6 +25,7 @@ from orchestrator.tools.base import (
     ToolResult,
 )
 from orchestrator.tools.results import ReadToolResult, ResultCache
+from tests.tool_threads import join_tool_threads
 
 CTX = ToolContext(owner="alice", session_id="s1", round_id="r1")
 
@@ -408,7 +409,7 @@ def test_a_late_read_records_no_evidence() -> None:
     assert results[0].code == "tool_timeout"
     assert results[0].evidence_id is None
     tool.release.set()  # the call returns late
-    time.sleep(0.2)
+    join_tool_threads("citable")
     assert recorder.recorded == []
     # In time, the same call is cited: the recorder is not what kept the late one out.
     in_time = host.run_turn(ctx, [ToolCall("c2", "citable", {"text": "y"})])

@@ -246,6 +246,8 @@ class ToolHost:
         pending = set(futures)
         done: dict[tuple[str, ...], ToolResult] = {}
         raised: list[BaseException] = []
+        # Calls given up: answered (or refused by the fence) here, never waited for again.
+        given_up: set[int] = set()
         while pending:
             if ctx.cancel is not None and ctx.cancel.is_set():
                 _, pending = wait(pending, timeout=CANCEL_GRACE_SECONDS)
@@ -257,6 +259,7 @@ class ToolHost:
                 watch = watches[number]
                 if watch.give_up(now):
                     pending.discard(future)
+                    given_up.add(number)
                     key, unit = units[number]
                     try:
                         done[key] = self._give_up(ctx, unit, watch)
@@ -280,7 +283,7 @@ class ToolHost:
         left = []
         for number, future in enumerate(futures):
             key, unit = units[number]
-            if key in done:
+            if key in done or number in given_up:
                 continue
             if future in pending:
                 left.append(unit.call.id)

@@ -539,3 +539,47 @@ def test_a_write_given_up_while_its_receipt_was_claimed_never_runs(db: Database)
     assert not tool.returned.is_set()  # never ran
     (receipt,) = ledger.list_for_owner("alice")
     assert (receipt.status, receipt.summary) == ("unknown", summary_for("time_limit"))
+
+
+class _StartedHangingWrite(_HangingWrite):
+    name = "started_hanging_write"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = threading.Event()
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        self.started.set()
+        return super().run(ctx, args)
+
+
+def test_a_write_given_up_after_its_generation_was_superseded_ends_the_turn_stale(
+    db: Database,
+) -> None:
+    """Before, the turn gave the hung write up, its `unknown` was refused by the fence, and the
+    turn then waited without a bound for the hung call's thread (its result was never used):
+    the round, its worker slot and the task's lease stayed held for as long as the tool hung."""
+    task_id, session_id, fence = running_task(db)
+    tool = _StartedHangingWrite()
+    host = ToolHost([tool], ledger=ReceiptLedger(db), call_timeout=1)
+    ctx = ToolContext(
+        f"task:{task_id}", session_id, "r1", task_id=task_id, generation=1, fence=fence
+    )
+    raised: list[BaseException] = []
+
+    def turn() -> None:
+        try:
+            host.run_turn(ctx, [ToolCall("c1", tool.name, {"name": "n", "password": "p"})])
+        except BaseException as error:
+            raised.append(error)
+
+    runner = threading.Thread(target=turn, daemon=True)
+    try:
+        runner.start()
+        assert tool.started.wait(5)
+        supersede(db, fence)  # a sweep ends the generation while the write hangs
+        runner.join(timeout=10)  # the 1 s limit, not the tool's 30 s
+        assert not runner.is_alive(), "the turn waited for the given-up call"
+        assert [type(error) for error in raised] == [StaleGeneration]
+    finally:
+        tool.release.set()

@@ -1,9 +1,10 @@
 """The per-call deadline (`ORCH_TOOL_TIMEOUT_SECONDS`): every tool call ends for the round.
 
 A call that has not returned within its time limit is given up: the turn answers it (a read
-`failed`, a write `unknown` and its receipt `unknown`), its thread is left to end by itself as
-after a cancel, and the round goes on. It is not a cancel: nothing told the tool to stop, and the
-answer says which limit it passed.
+`failed`, a write `unknown` and its receipt `unknown`; a write to the orchestrator's own store,
+a plan, a proposal or a report, `unknown` too: it may still commit), its thread is left to end
+by itself as after a cancel, and the round goes on. It is not a cancel: nothing told the tool
+to stop, and the answer says which limit it passed.
 
 `CallWatch` is what the waiting turn and the call's own thread share, under one lock, so that
 "given up" and "returned in time" exclude each other: a call given up records nothing when it
@@ -115,7 +116,7 @@ class CallWatch:
 
 def timed_out(tool_name: str, limit: float, *, write: bool, receipt: Receipt | None) -> ToolResult:
     """The answer to a call given up at `limit` seconds: never `succeeded` or `failed` by guess
-    for a write (seed 000: a timeout after sending is unknown)."""
+    for a write, receipted or to the store (seed 000: a timeout after sending is unknown)."""
     said = (
         f"{tool_name} gave no result within {limit:g} s, the host's time limit for a call "
         f"({SETTING}); the host stopped waiting for it (it was not cancelled)."

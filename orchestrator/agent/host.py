@@ -14,7 +14,8 @@ on their own threads (a write's receipt stays `running`, which the end of the ge
 Every call also has a time limit (`call_timeout`, ORCH_TOOL_TIMEOUT_SECONDS; longer for a tool
 that bounds itself, e.g. a command's own timeout): a call that has not returned by then is given
 up (`orchestrator.agent.deadline`), answered `failed` (a read) or `unknown` (a write, its receipt
-`unknown` at once), left to end by itself, and the turn goes on. It is not a cancel.
+`unknown` at once; a plan, proposal or report write, which may still commit), left to end by
+itself, and the turn goes on. It is not a cancel.
 """
 
 from __future__ import annotations
@@ -245,6 +246,8 @@ class ToolHost:
         pending = set(futures)
         done: dict[tuple[str, ...], ToolResult] = {}
         raised: list[BaseException] = []
+        # Calls given up: answered (or refused by the fence) here, never waited for again.
+        given_up: set[int] = set()
         while pending:
             if ctx.cancel is not None and ctx.cancel.is_set():
                 _, pending = wait(pending, timeout=CANCEL_GRACE_SECONDS)
@@ -256,6 +259,7 @@ class ToolHost:
                 watch = watches[number]
                 if watch.give_up(now):
                     pending.discard(future)
+                    given_up.add(number)
                     key, unit = units[number]
                     try:
                         done[key] = self._give_up(ctx, unit, watch)
@@ -279,7 +283,7 @@ class ToolHost:
         left = []
         for number, future in enumerate(futures):
             key, unit = units[number]
-            if key in done:
+            if key in done or number in given_up:
                 continue
             if future in pending:
                 left.append(unit.call.id)
@@ -333,7 +337,9 @@ class ToolHost:
                 raise
             except Exception:  # left `running`: the end of the generation makes it `unknown`
                 log.exception("recording the time-out of %s failed", receipt.invocation_id)
-        result = timed_out(unit.tool.name, watch.limit, write=write, receipt=receipt)
+        # A store write (plan, proposal, report) has no receipt but may still commit: unknown.
+        unsure = write or unit.effect == "internal_write"
+        result = timed_out(unit.tool.name, watch.limit, write=unsure, receipt=receipt)
         from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
 
         metrics.TOOL_CALLS.labels(unit.tool.name, result.status).inc()

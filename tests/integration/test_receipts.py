@@ -28,6 +28,7 @@ from tests.integration.receipt_rows import (
     supersede,
 )
 from tests.processes import preloaded_context
+from tests.tool_threads import join_tool_threads
 
 OTHER_DIGEST = fingerprint({"value": 2})
 CLAIMERS = 16
@@ -500,7 +501,7 @@ def test_a_write_past_its_time_limit_is_unknown_and_a_late_success_changes_nothi
         assert "ancel" not in receipt.summary  # not told as a cancel
         tool.release.set()  # the backend answers late, with a success
         assert tool.returned.wait(5)
-        time.sleep(0.3)
+        join_tool_threads("hanging_write")  # what it would record is done by now
         after = ledger.get(result.invocation_id)
         assert after is not None
         assert (after.status, after.summary, after.claim_token) == (
@@ -534,7 +535,51 @@ def test_a_write_given_up_while_its_receipt_was_claimed_never_runs(db: Database)
         ctx, [ToolCall("c1", "hanging_write", {"name": "n", "password": "p"})]
     )
     assert (result.status, result.code) == ("unknown", "tool_timeout")
-    time.sleep(0.6)  # the claim commits; the call sees it was given up
+    join_tool_threads("hanging_write")  # the claim commits; the call sees it was given up
     assert not tool.returned.is_set()  # never ran
     (receipt,) = ledger.list_for_owner("alice")
     assert (receipt.status, receipt.summary) == ("unknown", summary_for("time_limit"))
+
+
+class _StartedHangingWrite(_HangingWrite):
+    name = "started_hanging_write"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = threading.Event()
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        self.started.set()
+        return super().run(ctx, args)
+
+
+def test_a_write_given_up_after_its_generation_was_superseded_ends_the_turn_stale(
+    db: Database,
+) -> None:
+    """Before, the turn gave the hung write up, its `unknown` was refused by the fence, and the
+    turn then waited without a bound for the hung call's thread (its result was never used):
+    the round, its worker slot and the task's lease stayed held for as long as the tool hung."""
+    task_id, session_id, fence = running_task(db)
+    tool = _StartedHangingWrite()
+    host = ToolHost([tool], ledger=ReceiptLedger(db), call_timeout=1)
+    ctx = ToolContext(
+        f"task:{task_id}", session_id, "r1", task_id=task_id, generation=1, fence=fence
+    )
+    raised: list[BaseException] = []
+
+    def turn() -> None:
+        try:
+            host.run_turn(ctx, [ToolCall("c1", tool.name, {"name": "n", "password": "p"})])
+        except BaseException as error:
+            raised.append(error)
+
+    runner = threading.Thread(target=turn, daemon=True)
+    try:
+        runner.start()
+        assert tool.started.wait(5)
+        supersede(db, fence)  # a sweep ends the generation while the write hangs
+        runner.join(timeout=10)  # the 1 s limit, not the tool's 30 s
+        assert not runner.is_alive(), "the turn waited for the given-up call"
+        assert [type(error) for error in raised] == [StaleGeneration]
+    finally:
+        tool.release.set()

@@ -56,6 +56,7 @@ from tests.executions_support import (
     wait_for,
 )
 from tests.openai_server import OpenAIServer, Reply, call
+from tests.tool_threads import join_tool_threads
 
 
 @pytest.fixture
@@ -677,7 +678,7 @@ def test_a_cancel_ends_the_round_when_a_write_ignores_it_and_its_receipt_is_unkn
         assert receipt.status == "unknown"  # the cancel's end of the generation
         # The tool ends late: the fence refuses what it would record; the receipt stays.
         tool.release.set()
-        time.sleep(0.3)
+        join_tool_threads("deaf_write")
         assert rt.executions.ledger.get(receipt.invocation_id).status == "unknown"  # type: ignore[union-attr]
         assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
     finally:
@@ -863,7 +864,7 @@ def test_a_write_past_its_time_limit_is_unknown_and_the_round_goes_on_not_cancel
         assert "ancel" not in shown_text
         # The tool ends late: nothing it says changes the receipt.
         tool.release.set()
-        time.sleep(0.3)
+        join_tool_threads("deaf_write")
         late = rt.executions.ledger.get(receipt.invocation_id)
         assert late is not None
         assert (late.status, late.summary) == ("unknown", receipt.summary)

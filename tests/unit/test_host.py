@@ -25,6 +25,7 @@ from orchestrator.tools.base import (
     ToolResult,
 )
 from orchestrator.tools.results import ReadToolResult, ResultCache
+from tests.tool_threads import join_tool_threads
 
 CTX = ToolContext(owner="alice", session_id="s1", round_id="r1")
 
@@ -408,7 +409,7 @@ def test_a_late_read_records_no_evidence() -> None:
     assert results[0].code == "tool_timeout"
     assert results[0].evidence_id is None
     tool.release.set()  # the call returns late
-    time.sleep(0.2)
+    join_tool_threads("citable")
     assert recorder.recorded == []
     # In time, the same call is cited: the recorder is not what kept the late one out.
     in_time = host.run_turn(ctx, [ToolCall("c2", "citable", {"text": "y"})])
@@ -467,3 +468,27 @@ def test_quick_calls_keep_their_results_with_a_time_limit() -> None:
     )
     assert [r.payload for r in results[:3]] == ["barrier", "x", "barrier"]
     assert results[3].code == "tool_error"
+
+
+class StubbornStoreWrite(Stubborn):
+    """A write to the orchestrator's own store (a plan, a proposal, a report) stuck on a lock
+    held elsewhere: it may still commit after the host stops waiting."""
+
+    name = "stubborn_store_write"
+    effect = "internal_write"
+
+
+def test_a_store_write_past_its_time_limit_is_unknown_not_failed() -> None:
+    """Before, a plan, proposal or report write given up at its limit was answered `failed`,
+    "Nothing was received", though it may still commit afterwards: the model would write it
+    again or report it missing. Like any write whose end the host did not see, it is unknown."""
+    tool = StubbornStoreWrite()
+    try:
+        (result,) = ToolHost([tool], ledger=None, call_timeout=0.2).run_turn(
+            CTX, [ToolCall("c1", "stubborn_store_write", {"text": "x"})]
+        )
+        assert (result.status, result.code) == ("unknown", "tool_timeout")
+        assert "Nothing was received" not in (result.message or "")
+        assert "may still take effect" in (result.message or "")
+    finally:
+        tool.release.set()

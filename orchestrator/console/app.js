@@ -206,6 +206,26 @@
       `Signed in as ${me ? me.name : "?"} (${me ? me.role : "?"}): ${what} needs the ${role} role.`);
   }
   function operator() { return localStorage.getItem("orch.by") || ""; }
+  // The values typed into a form's text fields and which of them had the focus, to put back
+  // after the form is drawn again (hidden fields are the console's own, not typed).
+  function typedIn(box) {
+    const fields = [...box.querySelectorAll("input[id]:not([type=hidden]), textarea[id]")];
+    const active = fields.includes(document.activeElement) ? document.activeElement : null;
+    return {
+      values: Object.fromEntries(fields.map((f) => [f.id, f.value])),
+      focused: active ? { id: active.id, start: active.selectionStart, end: active.selectionEnd } : null,
+    };
+  }
+  function restoreTyped(box, typed) {
+    for (const field of box.querySelectorAll("input[id]:not([type=hidden]), textarea[id]")) {
+      if (Object.hasOwn(typed.values, field.id)) field.value = typed.values[field.id];
+    }
+    const again = typed.focused && document.getElementById(typed.focused.id);
+    if (again && box.contains(again)) {
+      again.focus();
+      if (typed.focused.start !== null) again.setSelectionRange(typed.focused.start, typed.focused.end);
+    }
+  }
   function byField(id) {
     // A named account acts as itself (the API records its name); the shared token asks.
     if (named()) {
@@ -825,6 +845,9 @@
       }
       const evidenceInput = el("textarea", { id: "node-evidence", maxlength: 2000 });
       const reasonInput = el("input", { id: "node-reason", maxlength: 2000 });
+      // The same node drawn again (a refresh, a status change) keeps what the person typed and
+      // where the cursor was: a redraw must not wipe a half-written reason.
+      const typed = nodeDetail.getAttribute("data-node") === id ? typedIn(nodeDetail) : null;
       fill(nodeDetail,
         el("h3", { id: "node-detail-title" }, "Node ", el("code", {}, node.id)),
         facts([["Title", node.title], ["Actor", node.actor], ["Status", badge(node.status)],
@@ -850,6 +873,8 @@
           : open ? cannot("operator", "closing a human step") : null,
         result);
       if (s.nodeDone && s.nodeDone.id === id) fill(result, s.nodeDone.text);
+      nodeDetail.setAttribute("data-node", id);
+      if (typed) restoreTyped(nodeDetail, typed);
       nodeDetail.hidden = false;
       if (focus) nodeDetail.focus();
     }

@@ -282,6 +282,27 @@ def test_human_node_completion_says_when_the_server_lacks_it(page: Any, console:
         expect(page.locator(pane)).not_to_have_text("")
 
 
+def test_a_redraw_of_the_step_keeps_what_the_person_typed(page: Any, console: Console) -> None:
+    # A refresh or a status change draws the node again; it wiped a half-written reason (and a
+    # click on Fail then said "A reason is needed.").
+    task_id = console.trigger("human", "Typed before a redraw")
+    console.wait_for(task_id, lambda t: t["status"] == "waiting")
+    open_task(page, console, task_id)
+    node = page.locator('button.node[data-node="inspect"]')
+    node.click()
+    page.fill("#node-by", "crew lead")
+    page.fill("#node-reason", "the chamber was")
+    node.click()  # the same node drawn again, as a redraw does
+    expect(page.locator("#node-reason")).to_have_value("the chamber was")
+    expect(page.locator("#node-by")).to_have_value("crew lead")
+    page.locator("#node-reason").press("End")
+    page.keyboard.type(" flooded")
+    node.click()
+    expect(page.locator("#node-reason")).to_have_value("the chamber was flooded")
+    page.click("#node-fail")
+    expect(page.locator("#node-detail .node-result")).to_have_text("Node failed.")
+
+
 def test_a_failed_human_step_says_it_awaits_a_retry(page: Any, console: Console) -> None:
     task_id = console.trigger("human", "Crew could not get in")
     console.wait_for(task_id, lambda t: t["status"] == "waiting")

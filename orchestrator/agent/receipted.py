@@ -95,10 +95,15 @@ def run_write(
     if not claim.granted:
         return _existing(ledger, ctx, tool, args, receipt, watch)
     if watch is not None and not watch.claimed(receipt):
-        # Given up while its receipt was being claimed: it never runs, and the receipt says
-        # what the model was told (unknown), never a guess.
-        _record_quietly(ledger, ctx, receipt, "time_limit")
+        # Given up while its receipt was being claimed: it never runs, which the host knows
+        # (the model was told unknown at the deadline; the receipt keeps the fact).
+        _record_quietly(ledger, ctx, receipt, "not_started")
         return ToolResult(status="unknown", invocation_id=receipt.invocation_id)
+    if ctx.cancel is not None and ctx.cancel.is_set():
+        # The round stopped (a cancel, a requeue, a lease in doubt) while the claim committed:
+        # no side effect starts after that, and the receipt says it never ran.
+        _record_quietly(ledger, ctx, receipt, "not_started")
+        raise ToolCancelled("the round stopped before the write started; it was not run")
 
     outcome, result = _execute(ledger, ctx, tool, args, receipt)
     if watch is not None and not watch.returned():

@@ -41,6 +41,7 @@ Outcome = Literal[
     "command_failed",  # a command exited non-zero, or was stopped at its timeout (confirmed)
     "cancelled",  # the round was cancelled while the call ran
     "time_limit",  # the host stopped waiting at the per-call deadline (ORCH_TOOL_TIMEOUT_SECONDS)
+    "not_started",  # claimed, but the round stopped or gave it up before it ran: never sent
     "record_failed",  # the effect ran but its outcome could not be recorded
     "verified",  # a read-only read-back matched the intended value
     "recovered",  # a cold start found the call still running
@@ -61,6 +62,7 @@ OUTCOMES: Final[tuple[Outcome, ...]] = (
     "command_failed",
     "cancelled",
     "time_limit",
+    "not_started",
     "record_failed",
     "verified",
     "recovered",
@@ -85,6 +87,8 @@ _RECEIPT: Final[dict[Outcome, ReceiptStatus]] = {
     "command_failed": "failed",
     "cancelled": "unknown",
     "time_limit": "unknown",
+    # The host holds the call between its claim and its run: it knows the call never ran.
+    "not_started": "failed",
     "recovered": "unknown",
     # The ledger could not be written: the row stays as it was (`running`) and the next cold
     # start turns it into `unknown`; the model is told `unknown` now.
@@ -109,6 +113,7 @@ SUMMARIES: Final[dict[str, str]] = {
     "command_failed": "The command exited non-zero or was stopped at its timeout.",
     "cancelled": "Cancelled while running; the outcome is unknown.",
     "time_limit": "No result within the host's time limit for a call; the outcome is unknown.",
+    "not_started": "Not run: the round stopped or gave the call up before it started.",
     "recovered": "Still running at a cold start; the outcome is unknown.",
     "record_failed": "The outcome could not be recorded; it is unknown.",
     # Host states, not outcomes of a call: its generation ended, or its round reaped it.
@@ -165,6 +170,10 @@ _MESSAGES: Final[dict[Outcome, str]] = {
         "The call gave no result within the host's time limit (ORCH_TOOL_TIMEOUT_SECONDS) and "
         "the host stopped waiting for it: the outcome is unknown and it may still take effect. "
         "Verify with a read-only query or get_tool_execution before any retry."
+    ),
+    "not_started": (
+        "The round stopped (or the host gave the call up) before the write started: it was "
+        "not run and nothing was sent."
     ),
     "record_failed": (
         "The outcome could not be recorded, so it is unknown. Verify with a read-only query "

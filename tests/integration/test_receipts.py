@@ -18,7 +18,14 @@ from orchestrator.store import Database
 from orchestrator.store.receipts import Claim, ReceiptLedger
 from orchestrator.store.tables import invocation_receipts, sessions, tasks
 from orchestrator.store.types import utcnow
-from orchestrator.tools.base import Tool, ToolArguments, ToolCall, ToolContext, ToolResult
+from orchestrator.tools.base import (
+    Tool,
+    ToolArguments,
+    ToolCall,
+    ToolCancelled,
+    ToolContext,
+    ToolResult,
+)
 from tests.integration.receipt_rows import (
     DIGEST,
     chat_session,
@@ -538,7 +545,40 @@ def test_a_write_given_up_while_its_receipt_was_claimed_never_runs(db: Database)
     join_tool_threads("hanging_write")  # the claim commits; the call sees it was given up
     assert not tool.returned.is_set()  # never ran
     (receipt,) = ledger.list_for_owner("alice")
-    assert (receipt.status, receipt.summary) == ("unknown", summary_for("time_limit"))
+    # The host held the call between its claim and its run: it knows it never ran, so the
+    # receipt does not hold the task back as an unknown write would.
+    assert (receipt.status, receipt.summary) == ("failed", summary_for("not_started"))
+
+
+class _StopsAtClaim(ReceiptLedger):
+    """A store whose claim commits just as the round is stopped (a cancel, a lease in doubt)."""
+
+    def __init__(self, db: Database, stop: threading.Event) -> None:
+        super().__init__(db)
+        self.stop = stop
+
+    def claim(self, **kwargs: Any) -> Claim:  # type: ignore[override]
+        claim = super().claim(**kwargs)
+        self.stop.set()
+        return claim
+
+
+def test_a_write_claimed_as_the_round_stops_is_never_run(db: Database) -> None:
+    # Before, nothing looked at the stop between the claim and the run: the side effect
+    # started after the round was cancelled or its lease came into doubt.
+    stop = threading.Event()
+    tool = _HangingWrite()
+    tool.release.set()  # it would answer at once, if it ran
+    ledger = _StopsAtClaim(db, stop)
+    ctx = ToolContext("alice", chat_session(db), "r1", cancel=stop)
+    with pytest.raises(ToolCancelled, match="before the write started"):
+        ToolHost([tool], ledger=ledger).run_turn(
+            ctx, [ToolCall("c1", "hanging_write", {"name": "n", "password": "p"})]
+        )
+    join_tool_threads("hanging_write")
+    assert not tool.returned.is_set()  # never ran
+    (receipt,) = ledger.list_for_owner("alice")
+    assert (receipt.status, receipt.summary) == ("failed", summary_for("not_started"))
 
 
 class _StartedHangingWrite(_HangingWrite):

@@ -39,20 +39,14 @@ class EvidenceRecorder:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def record(
-        self, ctx: ToolContext, facts: EvidenceFacts, *, cut: bool, result_id: str | None
-    ) -> str | None:
-        """Write one record for `ctx`'s generation; its id, or None outside an execution.
-
-        Raises `StaleGeneration` when the generation was fenced out (nothing is written).
-        """
-        cited = self.cite(ctx, facts, cut=cut, result_id=result_id)
-        return cited.evidence_id if cited is not None else None
-
     def cite(
         self, ctx: ToolContext, facts: EvidenceFacts, *, cut: bool, result_id: str | None
     ) -> Citation | None:
-        """`record`, returning the record's id, query time and content reference."""
+        """Write one record for `ctx`'s generation: what the model is shown of it (its id,
+        query time and content reference), or None outside an execution.
+
+        Raises `StaleGeneration` when the generation was fenced out (nothing is written).
+        """
         fence = ctx.fence
         if fence is None:
             return None

@@ -39,19 +39,18 @@ def test_only_the_live_generation_records_evidence(store_url: str, scripts: Path
         assert session_id is not None
         fence = Fence(task.task_id, 1, token)
         recorder = EvidenceRecorder(rt.db)
-        evidence_id = recorder.record(
-            fenced_ctx(fence, session_id), FACTS, cut=False, result_id=None
-        )
-        assert evidence_id is not None
+        cited = recorder.cite(fenced_ctx(fence, session_id), FACTS, cut=False, result_id=None)
+        assert cited is not None
+        evidence_id = cited.evidence_id
 
         # Another token (a holder that lost its lease) writes nothing.
         stale = fenced_ctx(replace(fence, lease_token="not-the-holder"), session_id)
         with pytest.raises(StaleGeneration):
-            recorder.record(stale, FACTS, cut=False, result_id=None)
+            recorder.cite(stale, FACTS, cut=False, result_id=None)
         # Nor does the generation once the task was requeued past it.
         rt.tasks.requeue(task.task_id, "test: a new generation")
         with pytest.raises(StaleGeneration):
-            recorder.record(fenced_ctx(fence, session_id), FACTS, cut=False, result_id=None)
+            recorder.cite(fenced_ctx(fence, session_id), FACTS, cut=False, result_id=None)
 
         with rt.db.transaction(readonly=True) as conn:
             stored = evidence_store.evidence_of_task(conn, task.task_id)

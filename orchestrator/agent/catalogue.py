@@ -329,7 +329,12 @@ class Offer:
             if self.enabled
             else "no extra tool is enabled for this call"
         )
-        text += f" ({self.extra_tokens} of {self.budget_tokens} extra-tool tokens in use)."
+        # The budget is the discovered tools' alone: the initial selection is always offered.
+        discovered = ", ".join(self.discovered) or "none"
+        text += (
+            f" (discovered: {discovered}, using {self.extra_tokens} of {self.budget_tokens} "
+            "extra-tool tokens; the initial selection is always offered)."
+        )
         if self.refused:
             text += " Not enabled: " + "; ".join(f"{name} ({why})" for name, why in self.refused)
             text += "."

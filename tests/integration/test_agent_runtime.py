@@ -142,7 +142,9 @@ def test_discovery_within_the_budget(
     second_messages, second_tools = sent[1][1], sent[1][2]
     notice = second_messages[-1]["content"]
     assert notice.startswith("Tool discovery: enabled for this call: getSetting, createOrder")
-    assert "of 2000 extra-tool tokens in use" in notice
+    # The token count is the discovered tools' (the initial selection is outside the budget).
+    assert "(discovered: createOrder, using " in notice
+    assert " of 2000 extra-tool tokens; the initial selection is always offered)." in notice
     extra = second_tools[len(resident) :]
     assert sum(counter.schema(schema) for schema in extra) <= budget.extra_tools_tokens == 2000
     (second_api,) = extra

@@ -99,6 +99,7 @@ def run_round(
     context: AgentContext | None = None,
     transcript: TranscriptHook | None = None,
     system: str | None = None,
+    topic: str | None = None,
 ) -> RoundEnd:
     """Run turns until the model answers without tool calls or the turn budget runs out.
 
@@ -108,7 +109,7 @@ def run_round(
     round.
     With a `context`, every request is measured and compacted within its budget
     (`ContextOverflow` when what must stay does not fit) and tools are discovered
-    (`LLM_MAX_TOOLS`); see `orchestrator.agent.request`.
+    (`LLM_MAX_TOOLS`) by `topic` (the brief when None); see `orchestrator.agent.request`.
     """
     requests = RequestBuilder(
         model,
@@ -117,6 +118,7 @@ def run_round(
         ctx,
         system=system or _SYSTEM,
         brief=brief,
+        topic=topic,
         stop=stop,
         context=context,
         transcript=transcript,
@@ -193,7 +195,9 @@ def _check(stop: threading.Event) -> None:
 
 
 _SYSTEM = (
-    "You investigate a condition task. Read the task context first, publish an execution plan "
+    "You investigate a condition task. Its context is in the brief, as data; "
+    "read_task_context adds the previous generation, the task's actions and their decisions, "
+    "and what a stopped generation left to verify. Publish an execution plan "
     "with publish_execution_plan and keep its node statuses true, query only the data sources "
     "you are given, propose work orders or commands only as actions that a human approves, and "
     "end the round with save_report. A completed node needs evidence; a truncated query result "

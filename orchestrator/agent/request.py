@@ -47,7 +47,9 @@ class RequestBuilder:
         stop: threading.Event,
         context: AgentContext | None = None,
         transcript: TranscriptHook | None = None,
+        topic: str | None = None,
     ) -> None:
+        """`topic` is what the initial tools are chosen by (the brief when None)."""
         self.context = context
         self.readonly = ctx.readonly
         self.conversation = Conversation(
@@ -71,7 +73,7 @@ class RequestBuilder:
                 self.catalogue,
                 context.budget,
                 context.counter,
-                brief=brief,
+                brief=brief if topic is None else topic,
                 readonly=ctx.readonly,
             )
             extras[DISCOVERY] = self.discovery

@@ -15,6 +15,7 @@ from functools import partial
 from redis.exceptions import RedisError
 from sqlalchemy.exc import DBAPIError
 
+from orchestrator.agent.brief import task_brief, task_topic
 from orchestrator.agent.budget import ContextBudget, ContextOverflow, TokenCounter
 from orchestrator.agent.catalogue import SearchTools
 from orchestrator.agent.evidence import EvidenceRecorder
@@ -269,7 +270,11 @@ class ExecutionService:
                 model,
                 host,
                 ctx,
-                brief=f"Condition task {task.task_id} ({task.task_type}): {task.title}",
+                # Seed 004: the task's context comes first, in the brief of every request.
+                brief=task_brief(
+                    task.task_id, task.task_type, task.title, fence.generation, task.context
+                ),
+                topic=task_topic(task.task_id, task.task_type, task.title),
                 max_turns=self.settings.max_turns,
                 stop=keeper.lost,
                 recorder=transcript,

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.agent.brief import task_brief, task_topic
 from orchestrator.agent.budget import ContextBudget, ContextOverflow, TokenCounter
 from orchestrator.agent.catalogue import (
     ALIASES,
@@ -389,3 +390,26 @@ def test_the_initial_selection_stays_available_and_the_budget_is_for_discovered_
     assert offer.extra_tokens <= budget.extra_tools_tokens
     assert notice is not None
     assert "Not enabled: sensor16" in notice
+
+
+def test_the_initial_selection_follows_the_task_not_the_context_in_its_brief() -> None:
+    # The brief carries the business backend's context (seed 004); the tools chosen for the
+    # round follow the task's type and title (`topic`), so the context cannot pick them.
+    budget = ContextBudget(100_000, max_tools=2)
+    brief = task_brief("t", "quality", "水质", 1, {"ask": "createWorkOrder transfer 工单"})
+    tools = tools_for(BUSINESS)
+    builder = RequestBuilder(
+        ScriptedModel([]),
+        tools,
+        [tool.schema() for tool in tools.values()],
+        ToolContext(owner="o", session_id="s", round_id="r"),
+        system="s",
+        brief=brief,
+        topic=task_topic("t", "quality", "水质"),
+        stop=threading.Event(),
+        context=AgentContext(budget, TokenCounter()),
+    )
+    assert builder.discovery is not None
+    assert builder.discovery.initial == ["getWaterQuality"]
+    messages, _ = builder.build()
+    assert messages[1]["content"] == brief

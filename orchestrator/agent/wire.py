@@ -7,11 +7,19 @@ and `reasoning_content` goes back only with a turn that called tools (DeepSeek, 
 want it there and nowhere else). Strict servers refuse a history in which an assistant tool call
 is not answered by exactly one tool message, in order, before any other message: `check_history`
 refuses the same, so a broken history is our bug, reported before anything is sent.
+
+Text that is not the model's own (a tool result, the task's context from the business backend,
+a person's note) may hold a chat-template control token such as `<|im_start|>`, `<|eot_id|>` or
+DeepSeek's (with fullwidth bars, U+FF5C); a server that renders the template and tokenizes the
+result (vLLM, Ollama) would read it as markup and let the text open a system or an assistant
+turn. On the wire a bar next to an angle bracket becomes U+2223 DIVIDES: still readable, no
+longer the token. The system prompt is the host's and left as it is.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +29,7 @@ __all__ = [
     "HistoryError",
     "assistant_message",
     "check_history",
+    "neutral_markup",
     "to_wire_messages",
     "to_wire_tools",
 ]
@@ -55,11 +64,29 @@ def to_wire_tools(schemas: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return wire
 
 
+#: A bar (ASCII or fullwidth, U+FF5C) that opens or closes a control token: `<|`, `|>`.
+_MARKUP = re.compile("(?<=<)[|\uff5c]|[|\uff5c](?=>)")
+_DIVIDES = "\u2223"
+
+
+def neutral_markup(text: str) -> str:
+    """`text` with every chat-template control token broken (the same object when none)."""
+    if "|" not in text and "\uff5c" not in text:
+        return text
+    return _MARKUP.sub(_DIVIDES, text)
+
+
 def to_wire_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The loop's messages as chat-completions messages."""
+    """The loop's messages as chat-completions messages (control tokens broken outside the
+    system prompt)."""
     wire: list[dict[str, Any]] = []
     for message in messages:
         if message.get("role") != "assistant":
+            content = message.get("content")
+            if message.get("role") != "system" and isinstance(content, str):
+                neutral = neutral_markup(content)
+                if neutral is not content:
+                    message = {**message, "content": neutral}
             wire.append(message)
             continue
         calls = message.get("tool_calls") or []

@@ -59,10 +59,17 @@ def list_sessions(
     limit: int = Query(default=50, ge=1, le=MAX_LIMIT),
     cursor: str | None = Query(default=None, max_length=512),
     service: SessionService = Depends(get_sessions),
+    operator: Operator = Depends(current_operator),
 ) -> dict[str, Any]:
-    """Newest first; only `ordinary_chat` unless `purpose` or `task_id` asks for others."""
+    """Newest first; only `ordinary_chat` unless `purpose` or `task_id` asks for others. A
+    named account sees its own chats and collaborations (and every task's execution sessions);
+    the shared token sees all."""
     page = service.list_sessions(
-        purpose=str(purpose) if purpose else None, task_id=task_id, limit=limit, cursor=cursor
+        purpose=str(purpose) if purpose else None,
+        task_id=task_id,
+        limit=limit,
+        cursor=cursor,
+        owner=None if operator.shared else operator.name,
     )
     return {
         "items": [record.to_dict() for record in page.items],

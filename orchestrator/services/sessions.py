@@ -127,8 +127,10 @@ class SessionService:
         task_id: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        owner: str | None = None,
     ) -> SessionPage:
-        """Newest first. Without a filter only `ordinary_chat`; task sessions need asking for."""
+        """Newest first. Without a filter only `ordinary_chat`; task sessions need asking for.
+        With `owner` (a named account), other people's chats and collaborations are left out."""
         if purpose is not None and purpose not in SESSION_PURPOSES:
             raise _fail(
                 "invalid_purpose",
@@ -143,7 +145,7 @@ class SessionService:
         with self.db.transaction(readonly=True) as conn:
             # One extra row tells whether another page exists.
             rows = store.list_sessions(
-                conn, purpose=purpose, task_id=task_id, limit=limit + 1, after=after
+                conn, purpose=purpose, task_id=task_id, limit=limit + 1, after=after, owner=owner
             )
         items = rows[:limit]
         more = len(rows) > limit and items

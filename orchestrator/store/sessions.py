@@ -97,11 +97,16 @@ def list_sessions(
     task_id: str | None,
     limit: int,
     after: tuple[datetime, str] | None = None,
+    owner: str | None = None,
 ) -> list[SessionRecord]:
-    """Newest first; `after` is the (created_at, session_id) of the last row already seen."""
+    """Newest first; `after` is the (created_at, session_id) of the last row already seen.
+    With `owner`, a person's sessions (chats, collaborations) are that owner's only; a task's
+    execution sessions are the task's, listed for anyone."""
     query = select(sessions)
     if purpose is not None:
         query = query.where(sessions.c.purpose == purpose)
+    if owner is not None:
+        query = query.where(or_(sessions.c.purpose == "task_execution", sessions.c.owner == owner))
     if task_id is not None:
         query = query.where(sessions.c.task_id == task_id)
     if after is not None:

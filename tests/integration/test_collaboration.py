@@ -575,3 +575,26 @@ def test_a_collaboration_session_is_its_owners_alone(
     body = {"purpose": "ordinary_chat", "title": "Chat", "owner": "otto"}
     made = client.post("/api/v1/sessions", json=body, headers=alma)
     assert (made.status_code, made.json()["owner"]) == (201, "alma")
+
+
+def test_a_named_account_lists_its_own_collaborations_and_the_tasks_execution_sessions(
+    env: tuple[Runtime, Path, str], accounts_client: TestClient
+) -> None:
+    # The listing showed everyone's collaboration sessions (owner and title) to any account.
+    _, _, task_id = env
+    client = accounts_client
+    otto, alma = bearer(TOKENS["otto"]), bearer(TOKENS["alma"])
+    ottos = client.post(f"/api/v1/tasks/{task_id}/collaboration", headers=otto).json()
+    almas = client.post(f"/api/v1/tasks/{task_id}/collaboration", headers=alma).json()
+
+    def listed(headers: dict[str, str]) -> dict[str, str]:
+        page = client.get(f"/api/v1/sessions?task_id={task_id}", headers=headers)
+        assert page.status_code == 200
+        return {s["session_id"]: s["purpose"] for s in page.json()["items"]}
+
+    for_alma = listed(alma)
+    assert almas["session_id"] in for_alma
+    assert ottos["session_id"] not in for_alma
+    assert "task_execution" in for_alma.values()  # the task's own sessions stay listed
+    everyone = listed(bearer("shared-token"))
+    assert {ottos["session_id"], almas["session_id"]} <= everyone.keys()

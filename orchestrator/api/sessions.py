@@ -12,6 +12,7 @@ from orchestrator.api.contract import FilledText, Page, StoredText, error_respon
 from orchestrator.api.deps import get_sessions
 from orchestrator.api.enums import SessionPurpose
 from orchestrator.api.models import SessionView
+from orchestrator.errors import Forbidden
 from orchestrator.operators import Operator
 from orchestrator.services.sessions import MAX_LIMIT, SessionService
 
@@ -77,6 +78,15 @@ def list_sessions(
     }
 
 
-@router.get("/{session_id}", response_model=SessionView, responses=error_responses(404))
-def get_session(session_id: str, service: SessionService = Depends(get_sessions)) -> dict[str, Any]:
-    return service.get_session(session_id).to_dict()
+@router.get("/{session_id}", response_model=SessionView, responses=error_responses(403, 404))
+def get_session(
+    session_id: str,
+    service: SessionService = Depends(get_sessions),
+    operator: Operator = Depends(current_operator),
+) -> dict[str, Any]:
+    """One session; another person's chat or collaboration is `403 not_session_owner` for a
+    named account (a task's execution session is the task's)."""
+    record = service.get_session(session_id)
+    if not operator.shared and record.purpose != "task_execution" and record.owner != operator.name:
+        raise Forbidden(f"session {session_id} is another person's", code="not_session_owner")
+    return record.to_dict()

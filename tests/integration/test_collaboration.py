@@ -598,3 +598,9 @@ def test_a_named_account_lists_its_own_collaborations_and_the_tasks_execution_se
     assert "task_execution" in for_alma.values()  # the task's own sessions stay listed
     everyone = listed(bearer("shared-token"))
     assert {ottos["session_id"], almas["session_id"]} <= everyone.keys()
+    # One session fetched by id: the same rule.
+    fetched = client.get(f"/api/v1/sessions/{ottos['session_id']}", headers=alma)
+    assert (fetched.status_code, fetched.json()["error"]["code"]) == (403, "not_session_owner")
+    assert client.get(f"/api/v1/sessions/{almas['session_id']}", headers=alma).status_code == 200
+    execution = next(k for k, v in for_alma.items() if v == "task_execution")
+    assert client.get(f"/api/v1/sessions/{execution}", headers=alma).status_code == 200

@@ -17,6 +17,7 @@ import redis
 from orchestrator.agent.openai_model import close_clients
 from orchestrator.store import Database
 from orchestrator.store.migrations import upgrade
+from tests.openai_server import OpenAIServer
 from tests.services import PostgresServer, RedisServer, ServiceMissing, service_unavailable
 
 _STARTED: dict[str, str] = {}
@@ -148,3 +149,10 @@ def _close_model_clients() -> Iterator[None]:
 def scripts(tmp_path: Path) -> Path:
     """The folder of a test's scripted-model scripts (`ORCH_MODEL=scripted:<it>`)."""
     return tmp_path / "scripts"
+
+
+@pytest.fixture
+def server() -> Iterator[OpenAIServer]:
+    """The OpenAI-compatible model server on loopback that the model-client tests talk to."""
+    with OpenAIServer() as running:
+        yield running

@@ -24,12 +24,6 @@ KEY = "sk-fleet-secret"
 
 
 @pytest.fixture
-def server() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as running:
-        yield running
-
-
-@pytest.fixture
 def fleet(pg_url: str, redis_url: str, tmp_path: Path, server: OpenAIServer) -> Iterator[Fleet]:
     env = fleet_env(pg_url, redis_url, tmp_path) | {
         "ORCH_MODEL": "openai:test-model",

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -61,12 +60,6 @@ class Recorder:
         self, turn_number: int, calls: list[ToolCall], results: list[ToolResult]
     ) -> None:
         self.results.append(results)
-
-
-@pytest.fixture
-def server() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as running:
-        yield running
 
 
 def model_for(server: OpenAIServer, **overrides: Any) -> OpenAIModel:

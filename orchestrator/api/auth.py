@@ -31,6 +31,7 @@ from orchestrator.settings import Settings
 __all__ = [
     "ANONYMOUS",
     "BearerTokens",
+    "caller_of",
     "current_operator",
     "require_api_token",
     "require_internal_token",
@@ -140,6 +141,12 @@ def current_operator(request: Request) -> Operator:
         require_api_token(request)
         operator = request.state.operator
     return operator
+
+
+def caller_of(operator: Operator) -> str | None:
+    """Whose sessions the caller may use: a named account its own, a shared one anyone's
+    (None: the full-rights API token speaks for others, as its body `by` does)."""
+    return None if operator.shared else operator.name
 
 
 def require_role(role: str) -> Callable[[Request], Operator]:

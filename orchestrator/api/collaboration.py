@@ -14,7 +14,7 @@ from typing import Literal
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.api.auth import current_operator
+from orchestrator.api.auth import caller_of, current_operator
 from orchestrator.api.contract import FilledText, Page, error_responses
 from orchestrator.operators import Operator
 from orchestrator.services.collaboration import MAX_LIMIT, CollaborationService
@@ -24,12 +24,6 @@ from orchestrator.store.sessions import SessionRecord
 __all__ = ["MessageOut", "router"]
 
 router = APIRouter(tags=["collaboration"])
-
-
-def caller_of(operator: Operator) -> str | None:
-    """Whose sessions the caller may use: a named account its own, a shared one anyone's
-    (the full-rights API token speaks for others, as its body `by` does)."""
-    return None if operator.shared else operator.name
 
 
 def get_collaboration(request: Request) -> CollaborationService:

@@ -7,12 +7,11 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.api.auth import current_operator
+from orchestrator.api.auth import caller_of, current_operator
 from orchestrator.api.contract import FilledText, Page, StoredText, error_responses
 from orchestrator.api.deps import get_sessions
 from orchestrator.api.enums import SessionPurpose
 from orchestrator.api.models import SessionView
-from orchestrator.errors import Forbidden
 from orchestrator.operators import Operator
 from orchestrator.services.sessions import MAX_LIMIT, SessionService
 
@@ -70,7 +69,7 @@ def list_sessions(
         task_id=task_id,
         limit=limit,
         cursor=cursor,
-        owner=None if operator.shared else operator.name,
+        owner=caller_of(operator),
     )
     return {
         "items": [record.to_dict() for record in page.items],
@@ -86,7 +85,4 @@ def get_session(
 ) -> dict[str, Any]:
     """One session; another person's chat or collaboration is `403 not_session_owner` for a
     named account (a task's execution session is the task's)."""
-    record = service.get_session(session_id)
-    if not operator.shared and record.purpose != "task_execution" and record.owner != operator.name:
-        raise Forbidden(f"session {session_id} is another person's", code="not_session_owner")
-    return record.to_dict()
+    return service.get_session(session_id, caller=caller_of(operator)).to_dict()

@@ -10,7 +10,7 @@ from sqlalchemy import Connection
 
 from orchestrator.domain.cursors import decode_cursor, encode_cursor
 from orchestrator.domain.vocabulary import SESSION_PURPOSES
-from orchestrator.errors import ConflictError, NotFound, ValidationFailed
+from orchestrator.errors import ConflictError, Forbidden, NotFound, ValidationFailed
 from orchestrator.store import sessions as store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.collaboration import collaboration_session_of
@@ -113,11 +113,15 @@ class SessionService:
                 now=self.clock(),
             )
 
-    def get_session(self, session_id: str) -> SessionRecord:
+    def get_session(self, session_id: str, *, caller: str | None = None) -> SessionRecord:
+        """One session; with `caller` (a named account), another person's chat or
+        collaboration is refused (a task's execution session is the task's)."""
         with self.db.transaction(readonly=True) as conn:
             record = store.get_session(conn, session_id)
         if record is None:
             raise NotFound(f"session {session_id} does not exist")
+        if caller is not None and record.purpose != "task_execution" and record.owner != caller:
+            raise Forbidden(f"session {session_id} is another person's", code="not_session_owner")
         return record
 
     def list_sessions(

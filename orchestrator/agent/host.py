@@ -32,9 +32,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from orchestrator.agent.deadline import CallWatch, timed_out
+from orchestrator.agent.deadline import SETTING, CallWatch, timed_out
 from orchestrator.agent.evidence import EvidenceRecorder
-from orchestrator.agent.loop import RECEIVED, LeaseLost
+from orchestrator.agent.loop import RECEIVED, LeaseLost, stop_reason
 from orchestrator.agent.receipted import run_write
 from orchestrator.domain.fingerprints import (
     NonCanonical,
@@ -299,7 +299,7 @@ class ToolHost:
             return done, stale[0]
         if left:
             # The stop signal says why it was set (a cancel, a requeue, a lease in doubt).
-            why = getattr(ctx.cancel, "why", None) or "the round was cancelled"
+            why = stop_reason(ctx.cancel, "the round was cancelled")
             return done, ToolCancelled(
                 f"{why}; call(s) {', '.join(left)} did not stop within "
                 f"{CANCEL_GRACE_SECONDS:g} s and were left to end by themselves"
@@ -318,11 +318,11 @@ class ToolHost:
         write = unit.effect == "write"
         receipt = watch.receipt
         log.warning(
-            "tool call %s (%s) gave no result within %g s (ORCH_TOOL_TIMEOUT_SECONDS); "
-            "given up and left to end by itself",
+            "tool call %s (%s) gave no result within %g s (%s); given up and left to end by itself",
             unit.call.id,
             unit.tool.name,
             watch.limit,
+            SETTING,
         )
         if write and receipt is not None and self.ledger is not None:
             try:

@@ -52,10 +52,10 @@ class StopSignal(threading.Event):
         self.set()
 
 
-def stop_reason(stop: threading.Event) -> str:
+def stop_reason(stop: threading.Event | None, default: str = "the lease may have run out") -> str:
     """Why `stop` was set, for a line or an error: the signal's reason when it has one."""
     why = getattr(stop, "why", None)
-    return why if isinstance(why, str) and why else "the lease may have run out"
+    return why if isinstance(why, str) and why else default
 
 
 class TurnRunner(Protocol):

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
+from orchestrator.domain.plan_fields import Problem, problem
 from orchestrator.domain.vocabulary import OPEN_NODE_STATUSES
 from orchestrator.errors import ConflictError, NotFound
 
@@ -20,6 +21,7 @@ __all__ = [
     "close_human_node",
     "is_person_revision",
     "keep_person_closed",
+    "reserved_request_id_problems",
 ]
 
 #: What a person can set a human node to: complete, fail or skip (`--complete`, `--fail`, `--skip`).
@@ -31,6 +33,21 @@ PERSON_REQUEST_PREFIX: Final = "human:"
 def is_person_revision(request_id: str | None) -> bool:
     """Whether a plan revision with this request id was a person closing a human node."""
     return request_id is not None and request_id.startswith(PERSON_REQUEST_PREFIX)
+
+
+def reserved_request_id_problems(request_id: Any) -> list[Problem]:
+    """`reserved_request_id` when a publish's request id passes for a person's revision (the
+    end of a round reads it: `is_person_revision`); [] otherwise."""
+    if not isinstance(request_id, str) or not is_person_revision(request_id):
+        return []
+    return [
+        problem(
+            "reserved_request_id",
+            f"request_id may not start with {PERSON_REQUEST_PREFIX!r}: a person's revisions "
+            "carry it",
+            field="request_id",
+        )
+    ]
 
 
 def close_human_node(

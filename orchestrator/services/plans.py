@@ -17,18 +17,13 @@ from typing import Any, TypeGuard
 from sqlalchemy import Connection
 
 from orchestrator.domain import plans as rules
-from orchestrator.domain.human_steps import (
-    PERSON_REQUEST_PREFIX,
-    is_person_revision,
-    keep_person_closed,
-)
+from orchestrator.domain.human_steps import keep_person_closed, reserved_request_id_problems
 from orchestrator.domain.plan_authority import (
     Writer,
     authority_problems,
     citation_problems,
     cited_ids,
 )
-from orchestrator.domain.plan_fields import problem
 from orchestrator.errors import ConflictError, NotFound
 from orchestrator.events import NullNotifier, PlanNotifier
 from orchestrator.store import outbox as outbox_store
@@ -151,17 +146,7 @@ def publish_txn(
         # under the task row's lock): the agent's open copy of it does not undo that.
         nodes = keep_person_closed(nodes, previous)
     problems += rules.check_update(nodes, previous)
-    request_id = payload.get("request_id")
-    if isinstance(request_id, str) and is_person_revision(request_id):
-        # A person's revisions carry it, and the end of a round reads it (decisions).
-        problems.append(
-            problem(
-                "reserved_request_id",
-                f"request_id may not start with {PERSON_REQUEST_PREFIX!r}: a person's revisions "
-                "carry it",
-                field="request_id",
-            )
-        )
+    problems += reserved_request_id_problems(raw_request_id)
     if draft is not None:
         problems += rules.retry_edge_problems(nodes, draft.edges, previous, previous_edges)
     # The ids of a refused plan's nodes are looked up too (every problem is reported at once),

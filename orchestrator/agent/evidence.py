@@ -74,8 +74,8 @@ class EvidenceRecorder:
             queried_at=utcnow(),
         )
         if self.db.dialect == "postgresql":
-            with self.db.single_statement() as conn:  # the fence check in the same statement
-                fenced = evidence_store.insert_record_fenced(conn, fence, row)
+            # The fence check in the same statement, sent in autocommit.
+            fenced = evidence_store.insert_record_fenced(self.db.engine, fence, row)
             if fenced is None:
                 raise StaleGeneration(
                     f"generation {fence.generation} of task {fence.task_id} is no longer live"

@@ -313,15 +313,15 @@ class TranscriptWriter:
             self._write_in_a_transaction(entries)
 
     def _write_in_one_statement(self, entries: list[transcript_store.Entry]) -> None:
-        with self.db.single_statement() as conn:
-            # The first write numbers its rows in the statement itself (no separate read).
-            next_seq = transcript_store.insert_entries_fenced(
-                conn,
-                self.fence,
-                session_id=self.session_id,
-                first_seq=self._counter.next,
-                entries=entries,
-            )
+        # One statement in autocommit; the first write numbers its rows in the statement
+        # itself (no separate read).
+        next_seq = transcript_store.insert_entries_fenced(
+            self.db.engine,
+            self.fence,
+            session_id=self.session_id,
+            first_seq=self._counter.next,
+            entries=entries,
+        )
         if next_seq is None:
             raise StaleGeneration(
                 f"generation {self.fence.generation} of task {self.fence.task_id} no longer "

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, insert, select, text
+from sqlalchemy import Connection, Engine, bindparam, insert, select, text
 
+from orchestrator.store import driver
 from orchestrator.store.fencing import LIVE_CTE, fence_params
 from orchestrator.store.tables import evidence
 from orchestrator.store.types import utcnow
@@ -58,13 +59,13 @@ def insert_record(conn: Connection, row: EvidenceRow) -> dict[str, Any]:
     return public(values)
 
 
-def insert_record_fenced(conn: Connection, fence: Fence, row: EvidenceRow) -> dict[str, Any] | None:
+def insert_record_fenced(store: Engine, fence: Fence, row: EvidenceRow) -> dict[str, Any] | None:
     """Postgres: the fence check and the insert as one statement (`fencing.LIVE_CTE`), sent in
-    autocommit: one round trip instead of BEGIN, check, insert, COMMIT. None when the fence
-    refused the write (nothing was inserted)."""
+    autocommit by `store.driver`: one round trip instead of BEGIN, check, insert, COMMIT. None
+    when the fence refused the write (nothing was inserted)."""
     values = _values(row)
-    inserted = conn.execute(_FENCED_INSERT, {**fence_params(fence), **values}).first()
-    return None if inserted is None else public(values)
+    inserted = driver.rows(store, _FENCED_INSERT, {**fence_params(fence), **values})
+    return public(values) if inserted else None
 
 
 _CASTS = {

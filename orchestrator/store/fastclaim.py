@@ -19,17 +19,15 @@ A lost answer is retried once with the very same row values: the claim is idempo
 
 from __future__ import annotations
 
-import threading
-import weakref
-from collections import deque
 from collections.abc import Sequence
 from datetime import UTC
 from typing import Any
 
 import psycopg
-from sqlalchemy import Engine, event
+from sqlalchemy import Engine
 
 from orchestrator.errors import ConstraintViolation
+from orchestrator.store.driver import connections_for
 
 __all__ = ["COLUMNS", "claim_row"]
 
@@ -64,111 +62,13 @@ _CLAIM = (
 )
 _READ = f"SELECT {_LISTED} FROM invocation_receipts WHERE owner = $1 AND identity_key = $2"
 
-_Cursor = psycopg.RawCursor[tuple[Any, ...]]
-
-#: How long a claim waits for one of the cache's connections before it fails like a lost one.
-SLOT_TIMEOUT_SECONDS = 30.0
-
-
-class _Connections:
-    """Idle autocommit connections, most recently used first, each with its kept cursor;
-    about `size` kept idle.
-
-    A deque's append and pop are atomic, so taking and giving back take no lock of their own:
-    with many claimer threads a lock here turns into a convoy behind the interpreter lock. The
-    one semaphore bounds the connections open at once (uncontended, it costs no wait).
-    """
-
-    def __init__(self, conninfo: str, size: int) -> None:
-        self.conninfo = conninfo
-        self.size = size
-        self.idle: deque[_Cursor] = deque()
-        self.epoch = 0
-        # At most `size` connections open at once, like the store's pool: a threads-pool worker
-        # with hundreds of executions must not open a connection per claiming thread.
-        self.slots = threading.BoundedSemaphore(size)
-        weakref.finalize(self, _close_all, self.idle)
-
-    def take(self) -> tuple[_Cursor, int]:
-        if not self.slots.acquire(timeout=SLOT_TIMEOUT_SECONDS):
-            raise psycopg.OperationalError("no claim connection became free in time")
-        epoch = self.epoch
-        try:
-            return self.idle.pop(), epoch
-        except IndexError:
-            pass
-        try:
-            cursor = psycopg.RawCursor(psycopg.connect(self.conninfo, autocommit=True))
-        except BaseException:
-            self.slots.release()
-            raise
-        cursor.format = psycopg.pq.Format.BINARY
-        return cursor, epoch
-
-    def give(self, cursor: _Cursor, epoch: int) -> None:
-        # The size check may race and keep one or two more: harmless, still bounded.
-        if epoch == self.epoch and len(self.idle) < self.size and not cursor.connection.closed:
-            self.idle.append(cursor)
-        else:
-            cursor.connection.close()
-        self.slots.release()
-
-    def drop(self, cursor: _Cursor) -> None:
-        """Close a connection that failed, and free its slot."""
-        cursor.connection.close()
-        self.slots.release()
-
-    def dispose(self) -> None:
-        self.epoch += 1
-        _close_all(self.idle)
-
-
-def _close_all(cursors: deque[_Cursor]) -> None:
-    while True:
-        try:
-            cursors.pop().connection.close()
-        except IndexError:
-            return
-
-
-_caches: weakref.WeakKeyDictionary[Engine, _Connections] = weakref.WeakKeyDictionary()
-_caches_lock = threading.Lock()
-
-
-def _connections_for(store: Engine) -> _Connections:
-    cache = _caches.get(store)
-    if cache is not None:
-        return cache
-    with _caches_lock:
-        cache = _caches.get(store)
-        if cache is None:
-            url = store.url.set(drivername="postgresql")
-            pool = store.pool
-            size = pool.size() if hasattr(pool, "size") else 5
-            overflow = int(getattr(pool, "_max_overflow", 5))
-            cache = _Connections(url.render_as_string(hide_password=False), size + overflow)
-            _caches[store] = cache
-            event.listen(store, "engine_disposed", _disposer(cache))
-        return cache
-
-
-def _disposer(cache: _Connections) -> Any:
-    reference = weakref.ref(cache)
-
-    def dispose(_engine: Engine) -> None:
-        live = reference()
-        if live is not None:
-            live.dispose()
-
-    return dispose
-
 
 def claim_row(store: Engine, row: tuple[Any, ...]) -> tuple[Any, ...]:
     """Insert `row` (values in `COLUMNS` order) unless its `(owner, identity_key)` exists.
 
     Returns the row that stands, in the same order: `row` itself when this call inserted it.
     """
-    cache = _connections_for(store)
+    cache = connections_for(store)
     key = (row[_OWNER], row[_IDENTITY])
     for attempt in (1, 2):
         cursor, epoch = cache.take()

@@ -14,9 +14,10 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, TextClause, and_, delete, func, insert, or_, select, text
+from sqlalchemy import Connection, Engine, TextClause, and_, delete, func, insert, or_, select, text
 
 from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
+from orchestrator.store import driver
 from orchestrator.store.fencing import LIVE_CTE, fence_params
 from orchestrator.store.tables import (
     recovery_snapshots,
@@ -168,14 +169,15 @@ _COLUMNS = [
 
 
 def insert_entries_fenced(
-    conn: Connection,
+    store: Engine,
     fence: Fence,
     *,
     session_id: str,
     first_seq: int | None,
     entries: Sequence[Entry],
 ) -> int | None:
-    """Postgres: the fence check and the insert as ONE statement (one round trip, autocommit).
+    """Postgres: the fence check and the insert as ONE statement (one round trip, autocommit,
+    sent by `store.driver`).
 
     The same check as `check_fence`, in a CTE that locks the task row (`FOR UPDATE OF t`): a
     requeue or cancel that commits first makes the row fail the re-checked condition, and
@@ -194,7 +196,7 @@ def insert_entries_fenced(
         for name in _COLUMNS:
             value = row[name]
             params[f"{name}_{index}"] = json.dumps(value) if name == "body" else value
-    inserted = [int(seq) for (seq,) in conn.execute(_fenced_insert(len(entries)), params)]
+    inserted = [int(seq) for (seq,) in driver.rows(store, _fenced_insert(len(entries)), params)]
     if len(inserted) != len(entries):
         return None
     return max(inserted) + 1

@@ -13,7 +13,7 @@ import pytest
 from orchestrator.domain.fingerprints import fingerprint
 from orchestrator.errors import ConflictError
 from orchestrator.store import Database
-from orchestrator.store import fastclaim as fastclaim_module
+from orchestrator.store import driver as driver_module
 from orchestrator.store.receipts import Claim, Receipt, ReceiptLedger
 from tests.integration.receipt_rows import chat_session, claim_arguments
 
@@ -77,7 +77,7 @@ def pg_db(pg_url: str) -> Iterator[Database]:
 
 
 def _lose_answers(monkeypatch: pytest.MonkeyPatch, count: int) -> list[_LosesTheAnswer]:
-    take = fastclaim_module._Connections.take
+    take = driver_module._Connections.take
     lost: list[_LosesTheAnswer] = []
 
     def losing_take(self: Any) -> tuple[Any, int]:
@@ -87,7 +87,7 @@ def _lose_answers(monkeypatch: pytest.MonkeyPatch, count: int) -> list[_LosesThe
             return lost[-1], epoch
         return cursor, epoch
 
-    monkeypatch.setattr(fastclaim_module._Connections, "take", losing_take)
+    monkeypatch.setattr(driver_module._Connections, "take", losing_take)
     return lost
 
 
@@ -135,7 +135,7 @@ def test_fast_claim_conflict_names_the_standing_invocation(pg_db: Database) -> N
 def test_dispose_closes_the_kept_connections(pg_db: Database) -> None:
     ledger = ReceiptLedger(pg_db)
     _claim(ledger, None)
-    cache = fastclaim_module._connections_for(pg_db.engine)
+    cache = driver_module.connections_for(pg_db.engine)
     kept = list(cache.idle)
     assert kept
     pg_db.dispose()
@@ -150,15 +150,15 @@ def test_many_claiming_threads_open_at_most_the_pool_size_of_connections(
     # A threads-pool worker: many executions claim at once through one process's cache.
     import threading
 
-    cache = fastclaim_module._connections_for(pg_db.engine)
+    cache = driver_module.connections_for(pg_db.engine)
     opened: list[int] = []
-    connect = fastclaim_module.psycopg.connect
+    connect = driver_module.psycopg.connect
 
     def counting_connect(*args: Any, **kwargs: Any) -> Any:
         opened.append(1)
         return connect(*args, **kwargs)
 
-    monkeypatch.setattr(fastclaim_module.psycopg, "connect", counting_connect)
+    monkeypatch.setattr(driver_module.psycopg, "connect", counting_connect)
     ledger = ReceiptLedger(pg_db)
     barrier = threading.Barrier(40)
     granted: list[bool] = []

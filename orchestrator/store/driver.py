@@ -1,0 +1,179 @@
+"""Single statements on Postgres sent straight to psycopg, past SQLAlchemy's execution layer.
+
+The hottest writes of a round (the transcript's entries, an evidence record, the receipt
+claim) are each one fenced statement sent in autocommit. Through SQLAlchemy each one checks a
+connection out of the pool (pool events, a `Connection` object), builds an execution context,
+converts named parameters and wraps the result: for statements this small that is about as much
+Python as the driver's own. Here they run on plain psycopg connections kept in a small LIFO cache
+beside the store's pool, each with one binary raw cursor: native `$n` placeholders (the SQL is
+compiled once per statement), binary parameters and results, and the cursor's adapters kept
+from one statement to the next. The SQL is the same text the store would send; only the path
+to the server is shorter. The cache is emptied when the store's engine is disposed, and when it
+is garbage collected.
+
+Errors read as they would through SQLAlchemy: a refused write is `ConstraintViolation`, any
+other driver error the `sqlalchemy.exc.DBAPIError` subclass SQLAlchemy would have raised (the
+rounds tell infrastructure failures by it), and a connection that failed is closed, not kept.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import deque
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
+import psycopg
+from sqlalchemy import Engine, TextClause, event
+from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+from sqlalchemy.exc import DBAPIError
+
+from orchestrator.errors import ConstraintViolation
+
+__all__ = ["SLOT_TIMEOUT_SECONDS", "connections_for", "rows"]
+
+_Cursor = psycopg.RawCursor[tuple[Any, ...]]
+
+#: How long a statement waits for one of the cache's connections before it fails like a lost one.
+SLOT_TIMEOUT_SECONDS = 30.0
+
+
+class _Connections:
+    """Idle autocommit connections, most recently used first, each with its kept cursor;
+    about `size` kept idle.
+
+    A deque's append and pop are atomic, so taking and giving back take no lock of their own:
+    with many claimer threads a lock here turns into a convoy behind the interpreter lock. The
+    one semaphore bounds the connections open at once (uncontended, it costs no wait).
+    """
+
+    def __init__(self, conninfo: str, size: int) -> None:
+        self.conninfo = conninfo
+        self.size = size
+        self.idle: deque[_Cursor] = deque()
+        self.epoch = 0
+        # At most `size` connections open at once, like the store's pool: a threads-pool worker
+        # with hundreds of executions must not open a connection per claiming thread.
+        self.slots = threading.BoundedSemaphore(size)
+        weakref.finalize(self, _close_all, self.idle)
+
+    def take(self) -> tuple[_Cursor, int]:
+        if not self.slots.acquire(timeout=SLOT_TIMEOUT_SECONDS):
+            raise psycopg.OperationalError("no claim connection became free in time")
+        epoch = self.epoch
+        try:
+            return self.idle.pop(), epoch
+        except IndexError:
+            pass
+        try:
+            cursor = psycopg.RawCursor(psycopg.connect(self.conninfo, autocommit=True))
+        except BaseException:
+            self.slots.release()
+            raise
+        cursor.format = psycopg.pq.Format.BINARY
+        return cursor, epoch
+
+    def give(self, cursor: _Cursor, epoch: int) -> None:
+        # The size check may race and keep one or two more: harmless, still bounded.
+        if epoch == self.epoch and len(self.idle) < self.size and not cursor.connection.closed:
+            self.idle.append(cursor)
+        else:
+            cursor.connection.close()
+        self.slots.release()
+
+    def drop(self, cursor: _Cursor) -> None:
+        """Close a connection that failed, and free its slot."""
+        cursor.connection.close()
+        self.slots.release()
+
+    def dispose(self) -> None:
+        self.epoch += 1
+        _close_all(self.idle)
+
+
+def _close_all(cursors: deque[_Cursor]) -> None:
+    while True:
+        try:
+            cursors.pop().connection.close()
+        except IndexError:
+            return
+
+
+_caches: weakref.WeakKeyDictionary[Engine, _Connections] = weakref.WeakKeyDictionary()
+_caches_lock = threading.Lock()
+
+
+def connections_for(store: Engine) -> _Connections:
+    cache = _caches.get(store)
+    if cache is not None:
+        return cache
+    with _caches_lock:
+        cache = _caches.get(store)
+        if cache is None:
+            url = store.url.set(drivername="postgresql")
+            pool = store.pool
+            size = pool.size() if hasattr(pool, "size") else 5
+            overflow = int(getattr(pool, "_max_overflow", 5))
+            cache = _Connections(url.render_as_string(hide_password=False), size + overflow)
+            _caches[store] = cache
+            event.listen(store, "engine_disposed", _disposer(cache))
+        return cache
+
+
+def _disposer(cache: _Connections) -> Any:
+    reference = weakref.ref(cache)
+
+    def dispose(_engine: Engine) -> None:
+        live = reference()
+        if live is not None:
+            live.dispose()
+
+    return dispose
+
+
+_DIALECT = PGDialect_psycopg(paramstyle="numeric_dollar")  # type: ignore[no-untyped-call]
+
+
+@lru_cache(maxsize=256)
+def _compiled(statement: TextClause) -> tuple[str, tuple[str, ...]]:
+    """`statement` as psycopg's raw cursor takes it: `$n` placeholders, and the parameter
+    names in their order (a name used twice is sent once)."""
+    compiled = statement.compile(dialect=_DIALECT)
+    return str(compiled), tuple(compiled.positiontup or ())
+
+
+def rows(store: Engine, statement: TextClause, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    """Send `statement` (a `text()` clause with `:name` parameters) with `params` in
+    autocommit on one of the cache's connections; the rows it returns. Never retried: a lost
+    answer to a write may still have committed it."""
+    sql, names = _compiled(statement)
+    values = tuple(params[name] for name in names)
+    cache = connections_for(store)
+    cursor, epoch = cache.take()
+    try:
+        cursor.execute(sql, values)
+        returned = cursor.fetchall() if cursor.description is not None else []
+    except psycopg.IntegrityError as exc:
+        cache.give(cursor, epoch)
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConstraintViolation(f"the store refused the write: {text}") from exc
+    except psycopg.Error as exc:
+        if cursor.connection.closed or cursor.connection.broken or not _idle(cursor):
+            cache.drop(cursor)
+        else:
+            cache.give(cursor, epoch)
+        raise DBAPIError.instance(
+            sql, None, exc, psycopg.Error, hide_parameters=True, dialect=_DIALECT
+        ) from exc
+    except BaseException:
+        cache.drop(cursor)
+        raise
+    cache.give(cursor, epoch)
+    return returned
+
+
+def _idle(cursor: _Cursor) -> bool:
+    status = cursor.connection.info.transaction_status
+    return bool(status == psycopg.pq.TransactionStatus.IDLE)

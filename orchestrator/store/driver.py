@@ -23,16 +23,17 @@ import weakref
 from collections import deque
 from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 import psycopg
-from sqlalchemy import Engine, TextClause, event
+from sqlalchemy import Connection, Engine, event
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql import ClauseElement, Executable
 
 from orchestrator.errors import ConstraintViolation
 
-__all__ = ["SLOT_TIMEOUT_SECONDS", "connections_for", "rows"]
+__all__ = ["SLOT_TIMEOUT_SECONDS", "connections_for", "fetch", "rows"]
 
 _Cursor = psycopg.RawCursor[tuple[Any, ...]]
 
@@ -137,16 +138,19 @@ _DIALECT = PGDialect_psycopg(paramstyle="numeric_dollar")  # type: ignore[no-unt
 
 
 @lru_cache(maxsize=256)
-def _compiled(statement: TextClause) -> tuple[str, tuple[str, ...]]:
+def _compiled(statement: ClauseElement) -> tuple[str, tuple[str, ...]]:
     """`statement` as psycopg's raw cursor takes it: `$n` placeholders, and the parameter
     names in their order (a name used twice is sent once)."""
     compiled = statement.compile(dialect=_DIALECT)
-    return str(compiled), tuple(compiled.positiontup or ())
+    return str(compiled), tuple(getattr(compiled, "positiontup", None) or ())
 
 
-def rows(store: Engine, statement: TextClause, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-    """Send `statement` (a `text()` clause with `:name` parameters) with `params` in
-    autocommit on one of the cache's connections; the rows it returns. Never retried: a lost
+def rows(
+    store: Engine, statement: ClauseElement, params: Mapping[str, Any]
+) -> list[tuple[Any, ...]]:
+    """Send `statement` (a `text()` clause with `:name` parameters, or a Core statement
+    whose columns need no result processing) with `params` in autocommit on one of the
+    cache's connections; the rows it returns. Never retried: a lost
     answer to a write may still have committed it."""
     sql, names = _compiled(statement)
     values = tuple(params[name] for name in names)
@@ -177,3 +181,43 @@ def rows(store: Engine, statement: TextClause, params: Mapping[str, Any]) -> lis
 def _idle(cursor: _Cursor) -> bool:
     status = cursor.connection.info.transaction_status
     return bool(status == psycopg.pq.TransactionStatus.IDLE)
+
+
+_KEPT_CURSOR = "orch_raw_cursor"
+
+
+def fetch(
+    conn: Connection, statement: ClauseElement, params: Mapping[str, Any]
+) -> list[tuple[Any, ...]]:
+    """The rows of `statement` run in `conn`'s transaction. On Postgres a raw binary cursor
+    kept with the driver connection sends it (`rows` above says why); elsewhere SQLAlchemy does.
+    Only for statements whose columns need no result processing of SQLAlchemy's (plain
+    strings, numbers, booleans: a timestamp comes back in the session's zone, JSON as psycopg
+    parses it). A connection the error broke is invalidated as SQLAlchemy would."""
+    if conn.dialect.name != "postgresql":
+        return [tuple(row) for row in conn.execute(cast(Executable, statement), dict(params))]
+    sql, names = _compiled(statement)
+    values = tuple(params[name] for name in names)
+    pooled = conn.connection
+    driver_connection = cast(psycopg.Connection[Any], pooled.driver_connection)
+    cursor: _Cursor | None = pooled.info.get(_KEPT_CURSOR)
+    if cursor is None or cursor.closed or cursor.connection is not driver_connection:
+        cursor = psycopg.RawCursor(driver_connection)
+        cursor.format = psycopg.pq.Format.BINARY
+        pooled.info[_KEPT_CURSOR] = cursor
+    try:
+        cursor.execute(sql, values)
+        return cursor.fetchall() if cursor.description is not None else []
+    except psycopg.Error as exc:
+        gone = conn.dialect.is_disconnect(exc, driver_connection, cursor)  # type: ignore[arg-type]
+        if gone:
+            conn.invalidate(exc)
+        raise DBAPIError.instance(
+            sql,
+            None,
+            exc,
+            psycopg.Error,
+            hide_parameters=True,
+            connection_invalidated=gone,
+            dialect=conn.dialect,
+        ) from exc

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, and_, bindparam, select
 
 from orchestrator.errors import StaleGeneration
+from orchestrator.store import driver
 from orchestrator.store.tables import executions, tasks
 from orchestrator.tools.base import Fence
 
@@ -78,19 +79,14 @@ _FENCE = (
 
 def check_fence(conn: Connection, fence: Fence) -> LiveGeneration:
     """Raise `StaleGeneration` unless `fence` names the task's live, running generation."""
-    row = conn.execute(
-        _FENCE, {"task_id": fence.task_id, "generation": fence.generation}
-    ).one_or_none()
-    if row is None or row.status != "running":
+    found = driver.fetch(conn, _FENCE, {"task_id": fence.task_id, "generation": fence.generation})
+    status, session_id, title, rounds, lease_token, outcome = found[0] if found else (None,) * 6
+    if status != "running":
         raise StaleGeneration(
             f"generation {fence.generation} of task {fence.task_id} is no longer live"
         )
-    if row.outcome is not None or row.lease_token != fence.lease_token:
+    if outcome is not None or lease_token != fence.lease_token:
         raise StaleGeneration(
             f"generation {fence.generation} of task {fence.task_id} does not hold the lease"
         )
-    return LiveGeneration(
-        session_id=row.session_id,
-        title=row.title,
-        rounds=row.rounds,
-    )
+    return LiveGeneration(session_id=session_id, title=title, rounds=rounds)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import psycopg
 import pytest
-from sqlalchemy import text
+from sqlalchemy import make_url, text
 from sqlalchemy.exc import DataError, OperationalError
 
 from orchestrator.errors import ConstraintViolation
@@ -77,3 +78,34 @@ def test_a_connection_the_server_dropped_is_an_operational_error_then_replaced(
     assert all(not cursor.connection.closed for cursor in cache.idle)  # the dead one dropped
     assert driver.rows(pg_db.engine, _ECHO, {"a": 1, "b": 2, "c": "y"}) == [(3, 1, "y")]
     assert _backend_pid(pg_db) != pid
+
+
+def test_fetch_runs_in_the_callers_transaction(db: Database) -> None:
+    # `db` is each store back end: Postgres through the kept raw cursor, SQLite through
+    # SQLAlchemy; both give plain tuples.
+    with db.transaction() as conn:
+        conn.execute(text("CREATE TABLE driver_fetch (k integer PRIMARY KEY, v varchar(8))"))
+    count = text("SELECT count(*), max(v) FROM driver_fetch WHERE k > :floor")
+    with pytest.raises(RuntimeError), db.transaction() as conn:
+        conn.execute(text("INSERT INTO driver_fetch (k, v) VALUES (1, 'a')"))
+        assert driver.fetch(conn, count, {"floor": 0}) == [(1, "a")]  # its own write
+        raise RuntimeError("roll it back")
+    with db.transaction() as conn:
+        assert driver.fetch(conn, count, {"floor": 0}) == [(0, None)]
+        assert driver.fetch(conn, text("SELECT 1 WHERE 1 = 0"), {}) == []
+
+
+def test_fetch_on_a_connection_the_server_dropped_invalidates_it(
+    pg_db: Database, pg_url: str
+) -> None:
+    with pg_db.transaction() as conn:
+        pid = driver.fetch(conn, text("SELECT pg_backend_pid()"), {})[0][0]
+    conninfo = make_url(pg_url).set(drivername="postgresql").render_as_string(False)
+    with psycopg.connect(conninfo, autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    with pytest.raises(OperationalError) as raised, pg_db.transaction() as conn:
+        driver.fetch(conn, _ECHO, {"a": 1, "b": 1, "c": "x"})
+    assert raised.value.connection_invalidated
+    with pg_db.transaction() as conn:  # the pool replaced it
+        assert driver.fetch(conn, _ECHO, {"a": 1, "b": 1, "c": "x"}) == [(2, 1, "x")]
+        assert driver.fetch(conn, text("SELECT pg_backend_pid()"), {})[0][0] != pid

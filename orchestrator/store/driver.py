@@ -22,6 +22,7 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, cast
 
@@ -137,12 +138,31 @@ def _disposer(cache: _Connections) -> Any:
 _DIALECT = PGDialect_psycopg(paramstyle="numeric_dollar")  # type: ignore[no-untyped-call]
 
 
+@dataclass(frozen=True)
+class _Compiled:
+    sql: str
+    names: tuple[str, ...]  # the parameters in `$n` order (a name used twice is sent once)
+    given: dict[str, Any]  # the values the statement carries itself (`.values(status="x")`)
+
+    def values(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
+        return tuple(params[n] if n in params else self.given[n] for n in self.names)
+
+
 @lru_cache(maxsize=256)
-def _compiled(statement: ClauseElement) -> tuple[str, tuple[str, ...]]:
-    """`statement` as psycopg's raw cursor takes it: `$n` placeholders, and the parameter
-    names in their order (a name used twice is sent once)."""
+def _compiled(statement: ClauseElement) -> _Compiled:
+    """`statement` as psycopg's raw cursor takes it. Its parameters go to the driver as they
+    are: SQLAlchemy's bind processing (a JSON column's serialiser, a type decorator) is not
+    applied, so only plain values belong in them. An `IN` list is refused (it is expanded per
+    call): use `= ANY(:list)` instead."""
     compiled = statement.compile(dialect=_DIALECT)
-    return str(compiled), tuple(getattr(compiled, "positiontup", None) or ())
+    if getattr(compiled, "post_compile_params", None):
+        raise ValueError(f"an expanding IN list cannot go straight to the driver: {compiled}")
+    given = {
+        name: bind.value
+        for bind, name in getattr(compiled, "bind_names", {}).items()
+        if not bind.required
+    }
+    return _Compiled(str(compiled), tuple(getattr(compiled, "positiontup", None) or ()), given)
 
 
 def rows(
@@ -152,8 +172,8 @@ def rows(
     whose columns need no result processing) with `params` in autocommit on one of the
     cache's connections; the rows it returns. Never retried: a lost
     answer to a write may still have committed it."""
-    sql, names = _compiled(statement)
-    values = tuple(params[name] for name in names)
+    compiled = _compiled(statement)
+    sql, values = compiled.sql, compiled.values(params)
     cache = connections_for(store)
     cursor, epoch = cache.take()
     try:
@@ -196,8 +216,8 @@ def fetch(
     parses it). A connection the error broke is invalidated as SQLAlchemy would."""
     if conn.dialect.name != "postgresql":
         return [tuple(row) for row in conn.execute(cast(Executable, statement), dict(params))]
-    sql, names = _compiled(statement)
-    values = tuple(params[name] for name in names)
+    compiled = _compiled(statement)
+    sql, values = compiled.sql, compiled.values(params)
     pooled = conn.connection
     driver_connection = cast(psycopg.Connection[Any], pooled.driver_connection)
     cursor: _Cursor | None = pooled.info.get(_KEPT_CURSOR)

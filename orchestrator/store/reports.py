@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, exists, func, insert, select
 
 from orchestrator.errors import ConflictError
+from orchestrator.store import driver
 from orchestrator.store.evidence import public as public_evidence
 from orchestrator.store.tables import actions, evidence, plan_revisions, reports
 from orchestrator.store.types import utcnow
@@ -232,13 +233,13 @@ def generation_facts(
     conn: Connection, task_id: str, generation: int, session_id: str | None
 ) -> GenerationFacts:
     """The latest plan of `session_id`, the generation's latest report and pending actions."""
-    row = conn.execute(
-        _FACTS, {"task_id": task_id, "generation": generation, "session_id": session_id}
-    ).one()
+    ((nodes, edges, request_id, report_outcome, pending),) = driver.fetch(
+        conn, _FACTS, {"task_id": task_id, "generation": generation, "session_id": session_id}
+    )
     return GenerationFacts(
-        plan_nodes=list(row.plan_nodes) if row.plan_nodes is not None else None,
-        report_outcome=row.report_outcome,
-        pending_actions=int(row.pending_actions),
-        plan_edges=list(row.plan_edges) if row.plan_edges is not None else None,
-        plan_request_id=row.plan_request_id,
+        plan_nodes=list(nodes) if nodes is not None else None,
+        report_outcome=report_outcome,
+        pending_actions=int(pending),
+        plan_edges=list(edges) if edges is not None else None,
+        plan_request_id=request_id,
     )

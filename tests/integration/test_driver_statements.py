@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from sqlalchemy import make_url, text
+from sqlalchemy import Integer, make_url, text
 from sqlalchemy.exc import DataError, OperationalError
 
 from orchestrator.errors import ConstraintViolation
@@ -109,3 +109,15 @@ def test_fetch_on_a_connection_the_server_dropped_invalidates_it(
     with pg_db.transaction() as conn:  # the pool replaced it
         assert driver.fetch(conn, _ECHO, {"a": 1, "b": 1, "c": "x"}) == [(2, 1, "x")]
         assert driver.fetch(conn, text("SELECT pg_backend_pid()"), {})[0][0] != pid
+
+
+def test_values_a_statement_carries_itself_are_sent_and_an_in_list_is_refused(
+    pg_db: Database,
+) -> None:
+    from sqlalchemy import bindparam, column, literal, select
+
+    carried = select(literal("fixed"), bindparam("given", type_=Integer()))
+    assert driver.rows(pg_db.engine, carried, {"given": 7}) == [("fixed", 7)]
+    listed = select(literal(1)).where(column("x").in_(["a", "b"]))
+    with pytest.raises(ValueError, match="IN list"):
+        driver.rows(pg_db.engine, listed, {})

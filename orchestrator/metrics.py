@@ -185,7 +185,8 @@ class StoreCollector(Collector):
         )
         family = GaugeMetricFamily(
             "orchestrator_outbox_dead",
-            "Outbox rows dead-lettered (out of attempts), by kind, until an operator retries them",
+            "Outbox rows dead-lettered (out of attempts or refused for good), by kind, until an "
+            "operator retries them",
             labels=["kind"],
         )
         for kind in OUTBOX_KINDS:

@@ -1,11 +1,12 @@
 """Outbox tests' helpers: a task waiting on a work order, and a business backend on loopback
 that records what arrives and can fail.
 
-`fail_first` answers 503 to that many requests first; `delay_seconds` holds the answers (to the
-`slow_path` only, when set) until `release` is set: for killing a dispatcher mid-send;
-`body_delay_seconds` sends the status and headers at once and the body that much later. Actions
-are applied once per `Idempotency-Key`, as a backend that honours the key would: `applied` lists
-each key once, `received` every request.
+`fail_first` answers `fail_status` (503 unless set) to that many requests first, `always_fail`
+to every request, each with the `fail_headers` (a `Retry-After`, say); `delay_seconds` holds the
+answers (to the `slow_path` only, when set) until `release` is set: for killing a dispatcher
+mid-send; `body_delay_seconds` sends the status and headers at once and the body that much
+later. Actions are applied once per `Idempotency-Key`, as a backend that honours the key would:
+`applied` lists each key once, `received` every request.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ class Recorder:
     applied: list[str] = field(default_factory=list)
     fail_first: int = 0
     always_fail: bool = False
+    fail_status: int = 503
+    fail_headers: dict[str, str] = field(default_factory=dict)
     delay_seconds: float = 0.0
     slow_path: str | None = None
     body_delay_seconds: float = 0.0
@@ -74,7 +77,9 @@ def _handler(recorder: Recorder) -> type[BaseHTTPRequestHandler]:
             recorder.arrived.set()
             if recorder.delay_seconds and recorder.slow_path in (None, got.path):
                 recorder.release.wait(recorder.delay_seconds)
-            self.send_response(503 if failing else 200)
+            self.send_response(recorder.fail_status if failing else 200)
+            for name, value in (recorder.fail_headers if failing else {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Length", "2")
             self.end_headers()
             if recorder.body_delay_seconds:

@@ -4,18 +4,18 @@ It runs in the sweeper process (a thread of `orchestrator sweeper`) or alone
 (`orchestrator outbox dispatch`). A round claims due rows (the claim, with its attempt counted
 and a hold as long as one send may take, commits first), sends each outside any transaction
 with a bounded timeout, then records the result: delivered, or the error and the next attempt
-after an exponential backoff. A dispatcher killed mid-send leaves its rows to be sent again when
-the hold runs out: at least once, and exactly once for a backend that honours the action id as
-`Idempotency-Key`. A webhook that failed `ORCH_WEBHOOK_MAX_ATTEMPTS` times is dead-lettered
-until an operator retries it.
+after an exponential backoff (or the backend's `Retry-After`). A dispatcher killed mid-send
+leaves its rows to be sent again when the hold runs out: at least once, and exactly once for a
+backend that honours the action id as `Idempotency-Key`. A row the backend refuses for good (a
+permanent 4xx, `delivery_answers`), and a webhook that failed `ORCH_WEBHOOK_MAX_ATTEMPTS` times,
+is dead-lettered until an operator retries it. How a send is signed: `outbox_signing`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Final
@@ -24,6 +24,13 @@ import httpx
 
 from orchestrator.errors import InvalidTransition, NotFound
 from orchestrator.logs import redact, secrets_of
+from orchestrator.services.delivery_answers import (
+    RETRY_AFTER_STATUSES,
+    backoff_seconds,
+    is_permanent_refusal,
+    retry_after_seconds,
+)
+from orchestrator.services.outbox_signing import SIGNATURE_HEADER, sign, signature_headers
 from orchestrator.settings import Settings
 from orchestrator.store import outbox as store
 from orchestrator.store.db import Database
@@ -31,6 +38,7 @@ from orchestrator.store.outbox import OutboxRow
 from orchestrator.store.types import utcnow
 
 __all__ = [
+    "EVENT_ID_HEADER",
     "IDEMPOTENCY_HEADER",
     "SIGNATURE_HEADER",
     "DispatchReport",
@@ -41,7 +49,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SIGNATURE_HEADER: Final = "X-Orchestrator-Signature"
 IDEMPOTENCY_HEADER: Final = "Idempotency-Key"
 #: The largest outbox id the store can hold (a BIGINT on Postgres, SQLite's 64-bit rowid).
 MAX_OUTBOX_ID: Final = 2**63 - 1
@@ -49,13 +56,6 @@ EVENT_ID_HEADER: Final = "X-Orchestrator-Event-Id"
 #: Beyond the send timeout, how long a claimed row stays held before another dispatcher may
 #: take it (a dispatcher that died mid-send): the timeout again, at most this much.
 _HOLD_MARGIN_SECONDS: Final = 5.0
-#: The backoff doubles at most this many times (then it is the maximum, or a float's infinity).
-_MAX_DOUBLINGS: Final = 1000
-
-
-def sign(secret: str, body: bytes) -> str:
-    """The signature header's value: `sha256=` and the hex HMAC-SHA256 of the raw body."""
-    return "sha256=" + hmac.new(secret.encode("utf-8"), body, hashlib.sha256).hexdigest()
 
 
 #: The longest wait between outbox rounds that failed (the store or the network away).
@@ -71,6 +71,15 @@ class DispatchReport:
     @property
     def sent(self) -> int:
         return len(self.delivered) + len(self.failed) + len(self.dead)
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """One send's outcome: delivered (no error), or the error and what it means for the row."""
+
+    error: str | None = None
+    permanent: bool = False  # the backend refuses this body for good: dead-letter it now
+    retry_after: float | None = None  # the wait the backend asked for (429, 503), in seconds
 
 
 class OutboxDispatcher:
@@ -172,20 +181,22 @@ class OutboxDispatcher:
     def _deliver(self, row: OutboxRow, report: DispatchReport) -> None:
         from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
 
-        error = self._send(row)
+        answer = self._send(row)
+        error = answer.error
         (metrics.OUTBOX_DELIVERIES if error is None else metrics.OUTBOX_FAILURES).inc()
         with self.db.transaction() as conn:
             if error is None:
                 store.mark_delivered(conn, row.outbox_id)
                 report.delivered.append(row.outbox_id)
                 return
-            dead = row.kind == "webhook" and row.attempts >= self.settings.webhook_max_attempts
-            # An action is retried until a 2xx: its attempts grow without end, and 2 ** 1024
-            # no longer converts to a float. Far below that, the maximum applies anyway.
-            doublings = min(row.attempts - 1, _MAX_DOUBLINGS)
-            delay = min(
-                self.settings.outbox_backoff_seconds * 2**doublings,
-                self.settings.outbox_backoff_max_seconds,
+            dead = answer.permanent or (
+                row.kind == "webhook" and row.attempts >= self.settings.webhook_max_attempts
+            )
+            delay = backoff_seconds(
+                row.attempts,
+                base=self.settings.outbox_backoff_seconds,
+                maximum=self.settings.outbox_backoff_max_seconds,
+                retry_after=answer.retry_after,
             )
             store.mark_failed(
                 conn, row, error, retry_at=utcnow() + timedelta(seconds=delay), dead=dead
@@ -201,8 +212,8 @@ class OutboxDispatcher:
             "; dead-lettered" if dead else "",
         )
 
-    def _send(self, row: OutboxRow) -> str | None:
-        """None when the endpoint answered 2xx, else what went wrong (never a secret)."""
+    def _send(self, row: OutboxRow) -> _Answer:
+        """What the endpoint answered (never a secret in its error)."""
         body = row.body.encode("utf-8")
         headers = {
             "Content-Type": "application/json",
@@ -211,26 +222,33 @@ class OutboxDispatcher:
         if row.kind == "action":
             url, secret = self.settings.actions_url, self.settings.actions_secret
             assert row.action_id is not None
-            headers[IDEMPOTENCY_HEADER] = row.action_id
+            headers[IDEMPOTENCY_HEADER] = message_id = row.action_id
         else:
             url, secret = self.settings.webhook_url, self.settings.webhook_secret
-            headers[EVENT_ID_HEADER] = f"{row.task_id}:{row.event_seq}"
+            headers[EVENT_ID_HEADER] = message_id = f"{row.task_id}:{row.event_seq}"
         assert secret is not None  # the settings refuse a delivery URL without its secret
-        headers[SIGNATURE_HEADER] = sign(secret, body)
+        # Signed at send time, each attempt anew: the timestamp is when this request left.
+        headers.update(signature_headers(secret, message_id, body, timestamp=int(time.time())))
         assert url is not None  # only configured kinds are claimed
         try:
-            # The status line is the answer: the body is not read (however slowly or long it
-            # follows, the backend already took the row), and the connection is closed.
+            # The status line and headers are the answer: the body is not read (however slowly
+            # or long it follows, the backend already took the row), and the connection is
+            # closed.
             with self.client.stream("POST", url, content=body, headers=headers) as response:
                 status = response.status_code
+                retry_after = response.headers.get("Retry-After")
         except httpx.TimeoutException:
-            return "timed out"
+            return _Answer("timed out")
         except httpx.HTTPError as exc:
             text = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            return redact(text, self._secrets)[:300]
+            return _Answer(redact(text, self._secrets)[:300])
         if 200 <= status < 300:
-            return None
-        return f"HTTP {status}"
+            return _Answer()
+        if is_permanent_refusal(status):
+            return _Answer(f"HTTP {status} (a permanent refusal, not retried)", permanent=True)
+        if status in RETRY_AFTER_STATUSES:
+            return _Answer(f"HTTP {status}", retry_after=retry_after_seconds(retry_after, utcnow()))
+        return _Answer(f"HTTP {status}")
 
 
 class OutboxService:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 
 import pytest
 
 from orchestrator.services.outbox import sign
+from orchestrator.services.outbox_signing import signature_headers
 from orchestrator.settings import SettingsError, load_settings
 
 
@@ -17,6 +19,28 @@ def test_the_signature_is_the_hex_hmac_sha256_of_the_raw_body() -> None:
     assert sign("s3cret", body) == f"sha256={expected}"
     assert sign("s3cret", body + b" ") != sign("s3cret", body)
     assert sign("other", body) != sign("s3cret", body)
+
+
+def test_the_timed_signature_is_standard_webhooks_v1_over_id_time_and_body() -> None:
+    # standardwebhooks.com: base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}",
+    # keyed with the secret's bytes; the body-only signature stays for today's receivers.
+    body = b'{"event_id":"t:1","type":"waiting"}'
+    headers = signature_headers("s3cret", "t:1", body, timestamp=1767225600)
+    mac = hmac.new(b"s3cret", b"t:1.1767225600." + body, hashlib.sha256).digest()
+    assert headers == {
+        "webhook-id": "t:1",
+        "webhook-timestamp": "1767225600",
+        "webhook-signature": "v1," + base64.b64encode(mac).decode(),
+        "X-Orchestrator-Signature": sign("s3cret", body),
+    }
+    # The time, the id and the body are all covered: change one and the signature changes.
+    signed = headers["webhook-signature"]
+    assert signature_headers("s3cret", "t:1", body, 1767225601)["webhook-signature"] != signed
+    assert signature_headers("s3cret", "t:2", body, 1767225600)["webhook-signature"] != signed
+    assert signature_headers("s3cret", "t:1", body + b" ", 1767225600)["webhook-signature"] != (
+        signed
+    )
+    assert signature_headers("other", "t:1", body, 1767225600)["webhook-signature"] != signed
 
 
 def test_a_webhook_url_needs_a_secret_and_the_secret_never_shows() -> None:

@@ -31,6 +31,7 @@ from sqlalchemy.exc import ArgumentError
 __all__ = [
     "Settings",
     "SettingsError",
+    "connect_retry_pauses",
     "get_settings",
     "load_settings",
     "setting_names",
@@ -103,6 +104,12 @@ def _check_host(host: str) -> None:
         host.encode("idna")
     except UnicodeError:
         raise ValueError("the host has an empty or too long label (a name like a..b)") from None
+
+
+def connect_retry_pauses(retries: int) -> float:
+    """Seconds the gateway's HTTP transport sleeps in all over `retries` connect retries:
+    httpcore pauses 0 s before the first, then 0.5 s, doubling (its RETRIES_BACKOFF_FACTOR)."""
+    return sum((0.5 * 2.0 ** (n - 1) for n in range(1, retries)), 0.0)
 
 
 class SettingsError(Exception):
@@ -287,11 +294,24 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _check_tool_timeouts(self) -> Settings:
-        if self.gateway_timeout_seconds >= self.tool_timeout_seconds:
+        # The gateway's own answer (a timeout; `failed` when the request never left) must come
+        # before the host gives the call up (a write then `unknown`): every connect attempt may
+        # take the whole timeout, with the transport's pauses between them.
+        timeout, retries = self.gateway_timeout_seconds, self.gateway_connect_retries
+        pauses = connect_retry_pauses(retries)
+        worst = timeout * (1 + retries) + pauses
+        if worst >= self.tool_timeout_seconds:
+            what, took = "", f"{timeout:g}"
+            if retries:
+                what = (
+                    f" times the attempts of ORCH_GATEWAY_CONNECT_RETRIES={retries}, with the "
+                    "pauses between them,"
+                )
+                took = f"{1 + retries} x {timeout:g} s + {pauses:g} s = {worst:g} s"
             raise ValueError(
-                "invalid setting ORCH_GATEWAY_TIMEOUT_SECONDS: must be below "
-                f"ORCH_TOOL_TIMEOUT_SECONDS ({self.gateway_timeout_seconds:g} >= "
-                f"{self.tool_timeout_seconds:g}), or the host gives every slow call up first"
+                f"invalid setting ORCH_GATEWAY_TIMEOUT_SECONDS:{what} must be below "
+                f"ORCH_TOOL_TIMEOUT_SECONDS ({took} >= {self.tool_timeout_seconds:g}), "
+                "or the host gives every slow call up first"
             )
         return self
 

@@ -100,7 +100,8 @@ def _check_gateway(**_: Any) -> None:
         log.critical("%s", exc.message)
         raise SystemExit(2) from None
     try:
-        load_sources(get_settings().data_sources)
+        settings = get_settings()
+        load_sources(settings.data_sources, tool_timeout_seconds=settings.tool_timeout_seconds)
     except DataSourceError as exc:
         log.critical("%s", exc)
         raise SystemExit(2) from None

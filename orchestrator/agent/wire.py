@@ -9,11 +9,25 @@ is not answered by exactly one tool message, in order, before any other message:
 refuses the same, so a broken history is our bug, reported before anything is sent.
 
 Text that is not the model's own (a tool result, the task's context from the business backend,
-a person's note) may hold a chat-template control token such as `<|im_start|>`, `<|eot_id|>` or
-DeepSeek's (with fullwidth bars, U+FF5C); a server that renders the template and tokenizes the
-result (vLLM, Ollama) would read it as markup and let the text open a system or an assistant
-turn. On the wire a bar next to an angle bracket becomes U+2223 DIVIDES: still readable, no
-longer the token. The system prompt is the host's and left as it is.
+a person's note) may hold a chat-template control token; a server that renders the template and
+tokenizes the result (vLLM, Ollama) would read it as markup and let the text open a system or an
+assistant turn, or end the one it is in. On the wire one character of each token changes, so a
+person still reads it and no tokenizer does (case matters, as in the tokenizers):
+
+- ChatML, Llama 3, Qwen and the rest of the `<|...|>` family, and DeepSeek's (with fullwidth
+  bars, U+FF5C): a bar next to an angle bracket becomes U+2223 DIVIDES (`<|im_start|>` ->
+  `<\u2223im_start\u2223>`);
+- Llama 2 and Mistral: the opening `[` of `[INST]`, `[/INST]` and Mistral's `[SYSTEM_PROMPT]`,
+  `[AVAILABLE_TOOLS]`, `[TOOL_CALLS]`, `[TOOL_RESULTS]` (and their closing forms) becomes U+FF3B
+  FULLWIDTH LEFT SQUARE BRACKET; the opening `<` of `<<SYS>>`, `<</SYS>>`, `<s>` and `</s>`
+  becomes U+FF1C FULLWIDTH LESS-THAN SIGN (`<<SYS>>` -> `\uff1c<SYS>>`);
+- Gemma: the opening `<` of `<start_of_turn>` and `<end_of_turn>` becomes U+FF1C too;
+- the Unicode bidirectional embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069),
+  which reorder what a person sees of the text around them, become U+FFFD REPLACEMENT
+  CHARACTER: the text reads in its real order, with a mark where the control was.
+
+Each change keeps the text's length in characters, so the context budget's count still holds.
+The system prompt is the host's and the assistant turns are the model's own: both left as they are.
 """
 
 from __future__ import annotations
@@ -64,16 +78,38 @@ def to_wire_tools(schemas: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return wire
 
 
-#: A bar (ASCII or fullwidth, U+FF5C) that opens or closes a control token: `<|`, `|>`.
-_MARKUP = re.compile("(?<=<)[|\uff5c]|[|\uff5c](?=>)")
+# Plain `in` checks and `str.replace` (C searches), and regular expressions that open with a
+# literal: this runs on every request over every message but the system prompt.
 _DIVIDES = "\u2223"
+#: A bar (ASCII or fullwidth, U+FF5C) that opens or closes a control token: `<|`, `|>`.
+_BARS = tuple(
+    (token, token.replace(bar, _DIVIDES))
+    for bar in ("|", "\uff5c")
+    for token in (f"<{bar}", f"{bar}>")
+)
+_SQUARE = re.compile(r"\[(/?(?:INST|SYSTEM_PROMPT|AVAILABLE_TOOLS|TOOL_CALLS|TOOL_RESULTS)\])")
+_FULLWIDTH_SQUARE = "\uff3b\\1"
+_ANGLE = re.compile(r"<(</?SYS>>|/?s>|(?:start|end)_of_turn>)")
+_FULLWIDTH_ANGLE = "\uff1c\\1"
+_BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 
 
 def neutral_markup(text: str) -> str:
-    """`text` with every chat-template control token broken (the same object when none)."""
-    if "|" not in text and "\uff5c" not in text:
-        return text
-    return _MARKUP.sub(_DIVIDES, text)
+    """`text` with every chat-template control token and bidirectional control broken, as the
+    module's docstring lists (the same object when there is none)."""
+    if "|" in text or "\uff5c" in text:
+        for token, broken in _BARS:
+            if token in text:
+                text = text.replace(token, broken)
+    if "[" in text:
+        text = _SQUARE.sub(_FULLWIDTH_SQUARE, text)
+    if "<" in text:
+        text = _ANGLE.sub(_FULLWIDTH_ANGLE, text)
+    if not text.isascii():
+        for control in _BIDI:
+            if control in text:
+                text = text.replace(control, "\ufffd")
+    return text
 
 
 def to_wire_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -92,7 +92,8 @@ def _worker(args: argparse.Namespace) -> int:
         print(exc.message, file=sys.stderr)
         return 2
     try:
-        load_sources(settings.data_sources)  # as the worker's own start-up check does
+        # As the worker's own start-up check does.
+        load_sources(settings.data_sources, tool_timeout_seconds=settings.tool_timeout_seconds)
     except DataSourceError as exc:
         print(one_line(exc), file=sys.stderr)
         return 2

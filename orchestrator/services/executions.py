@@ -113,7 +113,9 @@ class ExecutionService:
         )
         self.subagents = SubAgentRegistry()
         # Declared data sources (a bad file raises `DataSourceError` here, at start).
-        self.data_sources = load_sources(settings.data_sources)
+        self.data_sources = load_sources(
+            settings.data_sources, tool_timeout_seconds=settings.tool_timeout_seconds
+        )
         self.evidence = EvidenceRecorder(db)
 
     def run(

@@ -82,9 +82,17 @@ class _File(BaseModel):
     sources: list[DataSource] = Field(min_length=1, max_length=50)
 
 
-def load_sources(path: Path | None) -> dict[str, DataSource]:
+def load_sources(
+    path: Path | None, *, tool_timeout_seconds: float | None = None
+) -> dict[str, DataSource]:
     """The declared sources by name (the bundled file when `path` is None); `DataSourceError`
-    with one line when the file cannot be used."""
+    with one line when the file cannot be used.
+
+    With `tool_timeout_seconds` (ORCH_TOOL_TIMEOUT_SECONDS), a source that calls out must time
+    out below it: otherwise the host gives a slow query up before the source's own
+    `source_timeout` answer could come. A query makes one attempt (no retry), so its
+    `timeout_seconds` is what is compared; the simulator calls nothing and is not.
+    """
     where = f"{SETTING} ({path or BUNDLED})"
     source_path = path or BUNDLED
     try:
@@ -109,8 +117,18 @@ def load_sources(path: Path | None) -> dict[str, DataSource]:
             raise DataSourceError(f"{where}: {source.name}: the simulator's origin is synthetic")
         if source.kind == "http_json":
             source = _check_http(where, source, source_path.parent)
+            _check_timeout(where, source, tool_timeout_seconds)
         sources[source.name] = source
     return sources
+
+
+def _check_timeout(where: str, source: DataSource, tool_timeout: float | None) -> None:
+    if tool_timeout is not None and source.timeout_seconds >= tool_timeout:
+        raise DataSourceError(
+            f"{where}: {source.name}: timeout_seconds must be below ORCH_TOOL_TIMEOUT_SECONDS "
+            f"({source.timeout_seconds:g} >= {tool_timeout:g}), or the host gives every slow "
+            "query up first"
+        )
 
 
 def _check_http(where: str, source: DataSource, folder: Path) -> DataSource:

@@ -3,6 +3,7 @@ a revision out of range."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -110,6 +111,45 @@ def test_a_bad_data_source_declaration_stops_the_worker_at_start(tmp_path: Path)
     assert len(lines) == 1, result.stderr
     assert "synthetic" in lines[0]
     assert "Traceback" not in result.stderr
+
+
+def test_a_source_slower_than_the_tool_timeout_stops_the_worker_at_start(tmp_path: Path) -> None:
+    """The host would give every slow query of the source up before its own timeout answers."""
+    spec = {
+        "openapi": "3.0.3",
+        "info": {"title": "utility backend", "version": "1"},
+        "paths": {"/report": {"get": {"operationId": "getReport", "responses": {"200": {}}}}},
+    }
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    declaration = tmp_path / "sources.yaml"
+    declaration.write_text(
+        "sources:\n - {name: report, description: d, kind: http_json, origin: live, "
+        "spec: spec.json, base_url: 'http://127.0.0.1:9', operation_id: getReport, "
+        "timeout_seconds: 90}"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    env.update(
+        {
+            "ORCH_HOME": str(tmp_path / "home"),
+            "ORCH_DATA_SOURCES": str(declaration),
+            "ORCH_TOOL_TIMEOUT_SECONDS": "60",
+            "ORCH_MODEL": f"scripted:{tmp_path}",
+        }
+    )
+    result = subprocess.run(
+        [ORCHESTRATOR, "worker", "--concurrency", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=90,
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.splitlines() == [
+        f"ORCH_DATA_SOURCES ({declaration}): report: timeout_seconds must be below "
+        "ORCH_TOOL_TIMEOUT_SECONDS (90 >= 60), or the host gives every slow query up first"
+    ]
 
 
 @pytest.mark.parametrize("command", [["worker", "--concurrency", "1"], ["sweeper"]])

@@ -278,6 +278,54 @@ def test_a_json_declaration_loads(tmp_path: Path) -> None:
     assert list(load_sources(path)) == ["sim"]
 
 
+def declare_http_source(folder: Path, timeout: float) -> Path:
+    """A declaration of one `http_json` source answering in `timeout` seconds at most."""
+    spec = {
+        "openapi": "3.0.3",
+        "info": {"title": "utility backend", "version": "1"},
+        "paths": {"/report": {"get": {"operationId": "getReport", "responses": {"200": {}}}}},
+    }
+    (folder / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
+    sim = {"name": "sim", "kind": "scada_sim", "origin": "synthetic", "timeout_seconds": 120}
+    report = {
+        "name": "report",
+        "kind": "http_json",
+        "origin": "live",
+        "spec": "spec.json",
+        "base_url": "http://127.0.0.1:9",
+        "operation_id": "getReport",
+        "timeout_seconds": timeout,
+    }
+    path = folder / "sources.json"
+    sources = [dict(source, description="d") for source in (sim, report)]
+    path.write_text(json.dumps({"sources": sources}), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("timeout", [60, 90, 120])
+def test_a_source_the_host_would_give_up_on_before_its_own_timeout_is_refused(
+    tmp_path: Path, timeout: float
+) -> None:
+    """A source whose timeout reaches ORCH_TOOL_TIMEOUT_SECONDS is given up by the host before
+    its own `source_timeout` answer could come: refused at start, naming both settings."""
+    path = declare_http_source(tmp_path, timeout)
+    assert list(load_sources(path)) == ["sim", "report"]  # fine on its own
+    with pytest.raises(DataSourceError) as caught:
+        load_sources(path, tool_timeout_seconds=60)
+    message = str(caught.value)
+    assert message.startswith(f"ORCH_DATA_SOURCES ({path}): report: timeout_seconds ")
+    assert f"must be below ORCH_TOOL_TIMEOUT_SECONDS ({timeout:g} >= 60)" in message
+    assert "\n" not in message
+
+
+def test_a_source_answering_within_the_tool_timeout_loads_and_the_simulator_has_no_call(
+    tmp_path: Path,
+) -> None:
+    # The simulator's timeout_seconds bounds no call (it reads no network): not compared.
+    path = declare_http_source(tmp_path, 59.5)
+    assert load_sources(path, tool_timeout_seconds=60)["report"].timeout_seconds == 59.5
+
+
 def test_the_simulator_is_deterministic_and_shows_the_demo_story() -> None:
     start = datetime(2026, 12, 3, tzinfo=UTC)
     end = start + timedelta(days=1)

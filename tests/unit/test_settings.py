@@ -6,11 +6,12 @@ folder so no `.env` of the developer's leaks in.
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import pytest
 
-from orchestrator.settings import SettingsError, load_settings
+from orchestrator.settings import SettingsError, connect_retry_pauses, load_settings
 
 SECRET = "s3cret-pw"
 
@@ -194,6 +195,50 @@ def test_the_gateway_timeout_must_be_below_the_tool_timeout(
     monkeypatch.setenv("ORCH_TOOL_TIMEOUT_SECONDS", "30")
     message = refused(monkeypatch, "ORCH_GATEWAY_TIMEOUT_SECONDS", "30")
     assert "ORCH_TOOL_TIMEOUT_SECONDS" in message
+
+
+@pytest.mark.parametrize(
+    ("retries", "timeout", "worst"),
+    [
+        ("1", "30", "2 x 30 s + 0 s = 60 s"),  # two attempts, no pause before the first retry
+        ("2", "20", "3 x 20 s + 0.5 s = 60.5 s"),
+        ("2", "19.9", "3 x 19.9 s + 0.5 s = 60.2 s"),  # below 60 only without the pause
+        ("5", "10", "6 x 10 s + 7.5 s = 67.5 s"),
+    ],
+)
+def test_the_gateway_s_connect_retries_count_against_the_tool_timeout(
+    monkeypatch: pytest.MonkeyPatch, retries: str, timeout: str, worst: str
+) -> None:
+    """Each connect attempt may take the whole ORCH_GATEWAY_TIMEOUT_SECONDS, with httpcore's
+    pause before each retry: when the gateway's own answer (`failed`: never sent) would come
+    after ORCH_TOOL_TIMEOUT_SECONDS, the host gives the call up first (a write `unknown`)."""
+    monkeypatch.setenv("ORCH_TOOL_TIMEOUT_SECONDS", "60")
+    monkeypatch.setenv("ORCH_GATEWAY_CONNECT_RETRIES", retries)
+    message = refused(monkeypatch, "ORCH_GATEWAY_TIMEOUT_SECONDS", timeout)
+    assert f"ORCH_GATEWAY_CONNECT_RETRIES={retries}" in message
+    assert f"({worst} >= 60)" in message
+    assert "ORCH_TOOL_TIMEOUT_SECONDS" in message
+
+
+def test_gateway_retries_that_end_before_the_tool_timeout_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ORCH_TOOL_TIMEOUT_SECONDS", "60")
+    monkeypatch.setenv("ORCH_GATEWAY_CONNECT_RETRIES", "2")
+    monkeypatch.setenv("ORCH_GATEWAY_TIMEOUT_SECONDS", "19.8")  # 59.4 s + 0.5 s
+    assert load_settings().gateway_connect_retries == 2
+    monkeypatch.setenv("ORCH_GATEWAY_CONNECT_RETRIES", "5")
+    monkeypatch.setenv("ORCH_GATEWAY_TIMEOUT_SECONDS", "10")
+    monkeypatch.setenv("ORCH_TOOL_TIMEOUT_SECONDS", "300")  # the defaults hold 5 retries
+    assert load_settings().gateway_connect_retries == 5
+
+
+@pytest.mark.parametrize("retries", range(6))
+def test_the_pause_between_connect_retries_is_httpcore_s(retries: int) -> None:
+    from httpcore._sync.connection import RETRIES_BACKOFF_FACTOR, exponential_backoff
+
+    pauses = list(itertools.islice(exponential_backoff(RETRIES_BACKOFF_FACTOR), retries))
+    assert connect_retry_pauses(retries) == sum(pauses)
 
 
 def test_an_execution_lease_is_two_minutes_renewed_well_before_it_runs_out() -> None:

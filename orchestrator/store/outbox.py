@@ -37,6 +37,7 @@ from sqlalchemy import (
     update,
 )
 
+from orchestrator.store import driver
 from orchestrator.store.actions import ActionRecord
 from orchestrator.store.db import wake_after_commit
 from orchestrator.store.tables import actions, outbox, task_events, tasks
@@ -222,7 +223,32 @@ def _record_distinct(conn: Connection, events: Sequence[NewEvent]) -> list[TaskE
             },
         ).all()
         order = {event.task_id: number for number, event in enumerate(events)}
-        rows = sorted(returned, key=lambda row: order[row.task_id])
+        recorded = [
+            TaskEvent.from_row(row) for row in sorted(returned, key=lambda row: order[row.task_id])
+        ]
+    elif conn.dialect.name == "postgresql":
+        # One event (the end of a round, a publish): sent by the driver, and only what the
+        # INSERT read itself comes back.
+        (one,) = events
+        ((seq, generation, status),) = driver.fetch(
+            conn,
+            _insert_one_event(),
+            {
+                "ev_task_id": one.task_id,
+                "ev_type": one.type,
+                "ev_generation": one.generation,
+                "ev_status": one.status,
+                "ev_reason": one.reason,
+                "ev_data": json.dumps(one.data or {}),
+                "ev_created_at": now,
+            },
+        )
+        recorded = [
+            TaskEvent(
+                one.task_id, seq, one.type, generation, status, one.reason,
+                one.data or {}, now,
+            )
+        ]  # fmt: skip
     else:
         params = [
             {
@@ -239,7 +265,7 @@ def _record_distinct(conn: Connection, events: Sequence[NewEvent]) -> list[TaskE
         # One event is one execution, not an executemany: SQLAlchemy's "insertmanyvalues"
         # batching of a list costs more CPU than the statement itself.
         rows = list(conn.execute(_insert_event(), params[0] if len(params) == 1 else params))
-    recorded = [TaskEvent.from_row(row) for row in rows]
+        recorded = [TaskEvent.from_row(row) for row in rows]
     for event in recorded:  # the task streams that follow these tasks, once committed
         wake_after_commit(conn, task_wake_key(event.task_id))
     webhooks = [
@@ -256,19 +282,37 @@ def _record_distinct(conn: Connection, events: Sequence[NewEvent]) -> list[TaskE
         for event in recorded
         if event.type in WEBHOOK_EVENTS
     ]
-    if webhooks:
+    if len(webhooks) == 1 and conn.dialect.name == "postgresql":
+        driver.fetch(conn, _INSERT_ONE_WEBHOOK, webhooks[0])
+    elif webhooks:
         conn.execute(_INSERT_OUTBOX, webhooks[0] if len(webhooks) == 1 else webhooks)
     return recorded
 
 
 #: Built once: a statement built per call costs more to construct and key than to send.
 _INSERT_OUTBOX = insert(outbox)
+_WEBHOOK_COLUMNS = (
+    "kind", "task_id", "event_seq", "body", "status", "attempts", "next_attempt_at", "created_at"
+)  # fmt: skip
+_INSERT_ONE_WEBHOOK = insert(outbox).values({name: bindparam(name) for name in _WEBHOOK_COLUMNS})
 
 
 @cache
 def _insert_event() -> Insert:
     """Built once (compiled once): the next seq, and the task's generation and status unless
     given, are read in the INSERT itself, one round trip."""
+    return _event_values().returning(*task_events.c)
+
+
+@cache
+def _insert_one_event() -> Insert:
+    """`_insert_event` returning only what the INSERT read itself (the rest is the caller's)."""
+    return _event_values().returning(
+        task_events.c.seq, task_events.c.generation, task_events.c.status
+    )
+
+
+def _event_values() -> Insert:
 
     def of_task(column: Any) -> Any:
         return select(column).where(tasks.c.task_id == bindparam("ev_task_id")).scalar_subquery()
@@ -278,23 +322,19 @@ def _insert_event() -> Insert:
         .where(task_events.c.task_id == bindparam("ev_task_id"))
         .scalar_subquery()
     )
-    return (
-        insert(task_events)
-        .values(
-            task_id=bindparam("ev_task_id"),
-            seq=next_seq,
-            type=bindparam("ev_type"),
-            generation=func.coalesce(
-                bindparam("ev_generation", type_=Integer), of_task(tasks.c.generation)
-            ),
-            status=func.coalesce(
-                bindparam("ev_status", type_=task_events.c.status.type), of_task(tasks.c.status)
-            ),
-            reason=bindparam("ev_reason", type_=task_events.c.reason.type),
-            data=bindparam("ev_data", type_=task_events.c.data.type),
-            created_at=bindparam("ev_created_at", type_=task_events.c.created_at.type),
-        )
-        .returning(*task_events.c)
+    return insert(task_events).values(
+        task_id=bindparam("ev_task_id"),
+        seq=next_seq,
+        type=bindparam("ev_type"),
+        generation=func.coalesce(
+            bindparam("ev_generation", type_=Integer), of_task(tasks.c.generation)
+        ),
+        status=func.coalesce(
+            bindparam("ev_status", type_=task_events.c.status.type), of_task(tasks.c.status)
+        ),
+        reason=bindparam("ev_reason", type_=task_events.c.reason.type),
+        data=bindparam("ev_data", type_=task_events.c.data.type),
+        created_at=bindparam("ev_created_at", type_=task_events.c.created_at.type),
     )
 
 

@@ -596,3 +596,25 @@ def test_a_stopping_dispatcher_gives_back_the_rows_of_its_batch_it_did_not_send(
         assert len(second.run_once().delivered) == 2
     finally:
         second.close()
+
+
+def test_an_event_as_recorded_is_the_event_as_the_log_reads_it_back(
+    rt: Runtime, tmp_path: Path
+) -> None:
+    # On Postgres a single event comes back from its INSERT with only the columns the store
+    # filled in (seq, generation, status); the rest is the caller's: all must match the row.
+    task_id, _ = waiting_task(rt, tmp_path)
+    data = {"nested": [1, "浊度", {"k": None}], "n": 2.5}
+    with rt.db.transaction() as conn:
+        noted = outbox_store.record_event(conn, task_id, "note", reason="why", data=data)
+        ended = outbox_store.record_event(conn, task_id, "failed", reason="it broke")
+    with rt.db.transaction(readonly=True) as conn:
+        logged = outbox_store.events_after(conn, task_id, noted.seq - 1, 10)
+        hooks = outbox_store.list_rows(conn, task_id=task_id, kind="webhook")
+    assert logged == [noted, ended]
+    assert (noted.generation, noted.status) == (ended.generation, "waiting")
+    assert noted.created_at.tzinfo is not None
+    assert noted.created_at.utcoffset() == timedelta(0)
+    (hook,) = [row for row in hooks if row.event_seq == ended.seq]
+    assert (hook.status, hook.attempts, hook.kind) == ("pending", 0, "webhook")
+    assert hook.body == outbox_store._dumps(outbox_store.webhook_body(ended))

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Row
@@ -37,6 +38,13 @@ class TaskRecord:
     @classmethod
     def from_row(cls, row: Row[Any]) -> TaskRecord:
         return cls(**{name: getattr(row, name) for name in cls.__dataclass_fields__})
+
+    @classmethod
+    def from_values(cls, columns: Sequence[str], values: Sequence[Any]) -> TaskRecord:
+        """From a row `store.driver` read: its timestamps are in the session's time zone, and
+        every record the store gives is in UTC."""
+        row = dict(zip(columns, values, strict=True))
+        return cls(**{name: _in_utc(row[name]) for name in cls.__dataclass_fields__})
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -75,3 +83,7 @@ class ExecutionRecord:
             "ended_at": self.ended_at,
             "worker": self.worker,
         }
+
+
+def _in_utc(value: Any) -> Any:
+    return value.astimezone(UTC) if isinstance(value, datetime) else value

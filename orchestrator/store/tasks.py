@@ -33,6 +33,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from orchestrator.domain.task_filter import TaskFilter
 from orchestrator.store import actions as action_store
+from orchestrator.store import driver
 from orchestrator.store import outbox as outbox_store
 from orchestrator.store.open_work import generation_receipts_to_unknown
 from orchestrator.store.records import ExecutionRecord, TaskRecord
@@ -304,8 +305,11 @@ def claim_generation(
         "claim_lease_expires_at": lease_expires_at,
     }
     if conn.dialect.name == "postgresql":
-        row = conn.execute(_one_statement_claim(), params).one_or_none()
-        return (TaskRecord.from_row(row), str(row.claimed_session_id)) if row else None
+        claimed = driver.fetch(conn, _one_statement_claim(), params)
+        if not claimed:
+            return None
+        (*task_values, session_id), *_ = claimed
+        return TaskRecord.from_values(_TASK_COLUMNS, task_values), str(session_id)
     task_row = conn.execute(_claim_task(), params).one_or_none()
     if task_row is None:
         return None
@@ -357,6 +361,9 @@ def _claim_execution(after: Any = None) -> Update:
         )
         .returning(executions.c.session_id)
     )
+
+
+_TASK_COLUMNS = tuple(column.name for column in tasks.c)  # as `_claim_task` returns them
 
 
 @cache

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 from sqlalchemy import update
 
@@ -99,3 +99,32 @@ def test_concurrent_claims_of_one_generation_grant_one(pg_url: str) -> None:
     db.dispose()
     assert execution is not None
     assert execution.lease_token == won[0]
+
+
+def test_the_claimed_task_is_the_task_as_read_back_in_utc_whatever_the_session_zone(
+    pg_url: str,
+) -> None:
+    # The claim's row comes from the driver in the session's time zone (store.driver); the
+    # record must be the same as every other read of the store: UTC.
+    setup = Database.from_url(pg_url)
+    with setup.transaction() as conn:
+        database = conn.exec_driver_sql("SELECT current_database()").scalar_one()
+        conn.exec_driver_sql(f"ALTER DATABASE \"{database}\" SET timezone TO 'Asia/Shanghai'")
+    setup.dispose()
+    db = Database.from_url(pg_url)
+    try:
+        task_id = new_task(db)
+        claimed = claim(db, task_id, "zoned")
+        assert claimed is not None
+        task, _ = claimed
+        with db.transaction() as conn:
+            zone = conn.exec_driver_sql("SHOW timezone").scalar_one()
+            read_back = task_store.get_task(conn, task_id)
+        assert zone == "Asia/Shanghai"
+        assert task == read_back
+        assert task.updated_at.tzinfo is UTC
+        assert task.created_at.tzinfo is UTC
+        assert task.queued_at is not None
+        assert task.queued_at.tzinfo is UTC
+    finally:
+        db.dispose()

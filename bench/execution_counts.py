@@ -44,6 +44,7 @@ def commits_per_execution(
     from orchestrator.agent.host import ToolHost
     from orchestrator.services.dispatch import RecordingDispatcher
     from orchestrator.services.tasks import Trigger
+    from orchestrator.store import driver
 
     saved = rt.dispatcher
     rt.dispatcher = RecordingDispatcher()
@@ -62,6 +63,14 @@ def commits_per_execution(
         counts["statement"] += 1
         if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
             counts["autocommit"] += 1  # a statement sent in autocommit is its own commit
+        elif shape:
+            shape[-1] += 1
+
+    def on_driver_statement(_sql: str, autocommit: bool) -> None:
+        # store.driver sends the hottest statements past SQLAlchemy's events.
+        counts["statement"] += 1
+        if autocommit:
+            counts["autocommit"] += 1
         elif shape:
             shape[-1] += 1
 
@@ -91,6 +100,7 @@ def commits_per_execution(
             if index == 0:
                 for target, name, hook in hooks:
                     event.listen(target, name, hook)
+                driver.observers.append(on_driver_statement)
                 setattr(redis.Redis, "execute_command", counting_execute)  # noqa: B010
                 setattr(dialect, "do_ping", counting_ping)  # noqa: B010
             started, cpu_started = time.perf_counter(), time.process_time()
@@ -102,6 +112,7 @@ def commits_per_execution(
                     setattr(dialect, "do_ping", original_ping)  # noqa: B010
                     for target, name, hook in hooks:
                         event.remove(target, name, hook)
+                    driver.observers.remove(on_driver_statement)
             run_times.append((time.perf_counter() - started) * 1000)
             cpu_times.append((time.process_time() - cpu_started) * 1000)
             if result.outcome != outcome:

@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import Connection, Row, Update, and_, insert, select, update
@@ -47,7 +48,7 @@ class ActionRecord:
     digest: str
 
     @classmethod
-    def from_row(cls, row: Row[Any]) -> ActionRecord:
+    def from_row(cls, row: Row[Any] | SimpleNamespace) -> ActionRecord:
         return cls(**{name: getattr(row, name) for name in cls.__dataclass_fields__})
 
     def to_dict(self) -> dict[str, Any]:
@@ -187,7 +188,7 @@ def supersede_task_actions(conn: Connection, task_id: str, note: str) -> list[Ac
     )
 
 
-def superseded_from_rows(rows: Iterable[Row[Any]]) -> list[ActionRecord]:
+def superseded_from_rows(rows: Iterable[Row[Any] | SimpleNamespace]) -> list[ActionRecord]:
     """Actions a statement superseded (its `RETURNING` rows), oldest first."""
     found = [ActionRecord.from_row(row) for row in rows]
     return sorted(found, key=lambda action: (action.created_at, action.action_id))

@@ -27,6 +27,7 @@ import psycopg
 from sqlalchemy import Engine
 
 from orchestrator.errors import ConstraintViolation
+from orchestrator.store import driver
 from orchestrator.store.driver import connections_for
 
 __all__ = ["COLUMNS", "claim_row"]
@@ -73,8 +74,12 @@ def claim_row(store: Engine, row: tuple[Any, ...]) -> tuple[Any, ...]:
     for attempt in (1, 2):
         cursor, epoch = cache.take()
         try:
+            for observe in driver.observers:
+                observe(_CLAIM, True)
             standing = cursor.execute(_CLAIM, row).fetchone()
             if standing is None:
+                for observe in driver.observers:
+                    observe(_READ, True)
                 standing = cursor.execute(_READ, key).fetchone()
         except psycopg.OperationalError:
             # Broken or stale connection: drop it and try once more with the same values.

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import Row
 
-__all__ = ["ExecutionRecord", "TaskRecord"]
+__all__ = ["ExecutionRecord", "TaskRecord", "driver_row"]
 
 
 @dataclass(frozen=True)
@@ -36,15 +37,8 @@ class TaskRecord:
     updated_at: datetime
 
     @classmethod
-    def from_row(cls, row: Row[Any]) -> TaskRecord:
+    def from_row(cls, row: Row[Any] | SimpleNamespace) -> TaskRecord:
         return cls(**{name: getattr(row, name) for name in cls.__dataclass_fields__})
-
-    @classmethod
-    def from_values(cls, columns: Sequence[str], values: Sequence[Any]) -> TaskRecord:
-        """From a row `store.driver` read: its timestamps are in the session's time zone, and
-        every record the store gives is in UTC."""
-        row = dict(zip(columns, values, strict=True))
-        return cls(**{name: _in_utc(row[name]) for name in cls.__dataclass_fields__})
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,6 +77,15 @@ class ExecutionRecord:
             "ended_at": self.ended_at,
             "worker": self.worker,
         }
+
+
+def driver_row(columns: Sequence[str], values: Sequence[Any]) -> SimpleNamespace:
+    """A row `store.driver` read, named as SQLAlchemy's rows are (for the records'
+    `from_row`). Its timestamps come in the session's time zone; every record the store gives
+    is in UTC, as `types.UTCDateTime` makes SQLAlchemy's."""
+    return SimpleNamespace(
+        **{name: _in_utc(value) for name, value in zip(columns, values, strict=True)}
+    )
 
 
 def _in_utc(value: Any) -> Any:

@@ -36,7 +36,7 @@ from orchestrator.store import actions as action_store
 from orchestrator.store import driver
 from orchestrator.store import outbox as outbox_store
 from orchestrator.store.open_work import generation_receipts_to_unknown
-from orchestrator.store.records import ExecutionRecord, TaskRecord
+from orchestrator.store.records import ExecutionRecord, TaskRecord, driver_row
 from orchestrator.store.tables import actions, executions, sessions, tasks
 from orchestrator.store.types import utcnow
 
@@ -309,7 +309,7 @@ def claim_generation(
         if not claimed:
             return None
         (*task_values, session_id), *_ = claimed
-        return TaskRecord.from_values(_TASK_COLUMNS, task_values), str(session_id)
+        return TaskRecord.from_row(driver_row(_TASK_COLUMNS, task_values)), str(session_id)
     task_row = conn.execute(_claim_task(), params).one_or_none()
     if task_row is None:
         return None
@@ -364,6 +364,7 @@ def _claim_execution(after: Any = None) -> Update:
 
 
 _TASK_COLUMNS = tuple(column.name for column in tasks.c)  # as `_claim_task` returns them
+_ACTION_COLUMNS = tuple(column.name for column in actions.c)  # as superseded ones come back
 
 
 @cache
@@ -511,12 +512,15 @@ def end_and_settle(
     settled = _settle_params(task_id, generation, status, failure_code, last_error, rounds, at)
     if conn.dialect.name == "postgresql":
         if supersede_note is None:
-            conn.execute(_END_AND_SETTLE, {**ended, **settled})
+            driver.fetch(conn, _END_AND_SETTLE, {**ended, **settled})
         else:
             superseded = {"supersede_task_id": task_id, "supersede_note": supersede_note}
-            rows = conn.execute(_END_SETTLE_AND_SUPERSEDE, {**ended, **settled, **superseded})
+            rows = driver.fetch(conn, _END_SETTLE_AND_SUPERSEDE, {**ended, **settled, **superseded})
             # Their notices cost statements only when there were some.
-            outbox_store.record_superseded(conn, action_store.superseded_from_rows(rows))
+            actions_superseded = [driver_row(_ACTION_COLUMNS, row) for row in rows]
+            outbox_store.record_superseded(
+                conn, action_store.superseded_from_rows(actions_superseded)
+            )
     else:  # SQLite has no data-modifying WITH
         conn.execute(_END_GENERATION, ended)
         conn.execute(_SETTLE_TASK, settled)

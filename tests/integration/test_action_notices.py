@@ -20,6 +20,7 @@ from orchestrator.runtime import Runtime
 from orchestrator.services.actions import ActionService
 from orchestrator.services.outbox import OutboxDispatcher
 from orchestrator.services.tasks import Trigger
+from orchestrator.store import driver
 from orchestrator.store import outbox as outbox_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.types import utcnow
@@ -181,10 +182,14 @@ def test_ending_a_round_with_nothing_to_supersede_costs_no_extra_statement(rt: R
     def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
         counted.append(statement)
 
+    def count_driver(statement: str, _autocommit: bool) -> None:
+        counted.append(statement)  # what store.driver sends past SQLAlchemy's events
+
     def end(note: str | None) -> int:
         counted.clear()
         with rt.db.transaction() as conn:
             event.listen(conn, "before_cursor_execute", count)
+            driver.observers.append(count_driver)
             task_store.end_and_settle(
                 conn,
                 task_id,
@@ -198,6 +203,7 @@ def test_ending_a_round_with_nothing_to_supersede_costs_no_extra_statement(rt: R
                 supersede_note=note,
             )
             event.remove(conn, "before_cursor_execute", count)
+            driver.observers.remove(count_driver)
         return len(counted)
 
     # SQLite has no data-modifying WITH: its supersede is a statement of its own, as before.

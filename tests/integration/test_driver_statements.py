@@ -121,3 +121,23 @@ def test_values_a_statement_carries_itself_are_sent_and_an_in_list_is_refused(
     listed = select(literal(1)).where(column("x").in_(["a", "b"]))
     with pytest.raises(ValueError, match="IN list"):
         driver.rows(pg_db.engine, listed, {})
+
+
+def test_observers_are_told_every_statement_and_whether_it_commits_alone(
+    pg_db: Database,
+) -> None:
+    told: list[tuple[str, bool]] = []
+
+    def observe(sql: str, autocommit: bool) -> None:
+        told.append((sql.split()[0], autocommit))
+
+    driver.observers.append(observe)
+    try:
+        driver.rows(pg_db.engine, text("SELECT 1"), {})
+        with pg_db.transaction() as conn:
+            driver.fetch(conn, text("SELECT 2"), {})
+        with pg_db.single_statement() as conn:
+            driver.fetch(conn, text("VALUES (3)"), {})
+    finally:
+        driver.observers.remove(observe)
+    assert told == [("SELECT", True), ("SELECT", False), ("VALUES", True)]

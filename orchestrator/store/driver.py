@@ -158,7 +158,7 @@ def _compiled(statement: ClauseElement) -> _Compiled:
     """`statement` as psycopg's raw cursor takes it. Its parameters go to the driver as they
     are: SQLAlchemy's bind processing (a JSON column's serialiser, a type decorator) is not
     applied, so only plain values belong in them. An `IN` list is refused (it is expanded per
-    call): use `= ANY(:list)` instead."""
+    call): use `= ANY(:array)` instead."""
     compiled = statement.compile(dialect=_DIALECT)
     if getattr(compiled, "post_compile_params", None):
         raise ValueError(f"an expanding IN list cannot go straight to the driver: {compiled}")

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, bindparam, insert, select, text
+from sqlalchemy import ARRAY, Connection, Engine, String, any_, bindparam, insert, select, text
 
 from orchestrator.store import driver
 from orchestrator.store.fencing import LIVE_CTE, fence_params
+from orchestrator.store.records import driver_row
 from orchestrator.store.tables import evidence
 from orchestrator.store.types import utcnow
 from orchestrator.tools.base import Fence
@@ -139,15 +140,23 @@ def evidence_by_ids(
     wanted = sorted(set(ids))
     if not wanted:
         return {}
-    rows = conn.execute(_BY_IDS, {"task_id": task_id, "ids": wanted})
-    return {r.evidence_id: public(r._asdict()) for r in rows}
+    statement = _BY_IDS_ANY if conn.dialect.name == "postgresql" else _BY_IDS
+    rows = driver.fetch(conn, statement, {"task_id": task_id, "ids": wanted})
+    found = (vars(driver_row(_COLUMNS, row)) for row in rows)
+    return {row["evidence_id"]: public(row) for row in found}
 
 
-# Built once (a statement built per call costs more to construct and key than to send).
+# Built once (a statement built per call costs more to construct and key than to send); the
+# ids are one parameter: an array on Postgres (sent by store.driver), an expanding list else.
 _BY_IDS = select(evidence).where(
     evidence.c.task_id == bindparam("task_id"),
     evidence.c.evidence_id.in_(bindparam("ids", expanding=True)),
 )
+_BY_IDS_ANY = select(evidence).where(
+    evidence.c.task_id == bindparam("task_id"),
+    evidence.c.evidence_id == any_(bindparam("ids", type_=ARRAY(String))),
+)
+_COLUMNS = tuple(column.name for column in evidence.c)
 
 
 def public(row: dict[str, Any]) -> dict[str, Any]:

@@ -16,9 +16,10 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, bindparam, select, update
+from sqlalchemy import ARRAY, Connection, Row, Select, String, any_, bindparam, select, update
 
 from orchestrator.domain.outcomes import Outcome, summary_for
+from orchestrator.store import driver
 from orchestrator.store.tables import executions
 from orchestrator.store.tables import invocation_receipts as r
 from orchestrator.store.types import utcnow
@@ -38,11 +39,20 @@ __all__ = [
 #: Receipt states that keep a task from completing.
 OPEN_STATUSES = ("running", "unknown", "pending")
 
-_OPEN_WRITES = (
-    select(r.c.tool_name, r.c.invocation_id, r.c.status)
-    .where(r.c.owner == bindparam("owner"), r.c.status.in_(OPEN_STATUSES))
-    .order_by(r.c.created_at, r.c.invocation_id)
-    .limit(bindparam("limit"))
+
+def _open_writes(open_status: Any) -> Select[Any]:
+    return (
+        select(r.c.tool_name, r.c.invocation_id, r.c.status)
+        .where(r.c.owner == bindparam("owner"), open_status)
+        .order_by(r.c.created_at, r.c.invocation_id)
+        .limit(bindparam("limit"))
+    )
+
+
+_OPEN_WRITES = _open_writes(r.c.status.in_(OPEN_STATUSES))
+# Postgres, sent by store.driver: the statuses as one array the statement carries.
+_OPEN_WRITES_ANY = _open_writes(
+    r.c.status == any_(bindparam("open", value=list(OPEN_STATUSES), type_=ARRAY(String)))
 )
 
 _SESSION_OF_GENERATION = (
@@ -65,8 +75,9 @@ _ENDED: dict[str, Outcome] = {"succeeded": "succeeded", "failed": "command_faile
 
 def open_writes(conn: Connection, task_id: str, limit: int = 50) -> list[str]:
     """The task's open writes as "tool invocation_id (status)", oldest first."""
-    rows = conn.execute(_OPEN_WRITES, {"owner": f"task:{task_id}", "limit": limit})
-    return [f"{row.tool_name} {row.invocation_id} ({row.status})" for row in rows]
+    statement = _OPEN_WRITES_ANY if conn.dialect.name == "postgresql" else _OPEN_WRITES
+    rows = driver.fetch(conn, statement, {"owner": f"task:{task_id}", "limit": limit})
+    return [f"{tool_name} {invocation_id} ({status})" for tool_name, invocation_id, status in rows]
 
 
 # Built once: every generation's end runs it.

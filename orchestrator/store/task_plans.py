@@ -3,10 +3,23 @@ generation's first publish, and `GET /api/v1/tasks/{task_id}/plan`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
-from sqlalchemy import Connection, bindparam, literal_column, null, select, union_all
+from sqlalchemy import (
+    ARRAY,
+    CompoundSelect,
+    Connection,
+    String,
+    any_,
+    bindparam,
+    literal_column,
+    null,
+    select,
+    union_all,
+)
 
+from orchestrator.store import driver
 from orchestrator.store.plans import PlanRecord
 from orchestrator.store.tables import actions, evidence, invocation_receipts, plan_revisions
 
@@ -50,26 +63,28 @@ def action_statuses(
     return {row.action_id: row.status for row in rows}
 
 
+def _cited(among: Callable[[Any], Any]) -> CompoundSelect[Any]:
+    return union_all(
+        select(
+            literal_column("'evidence'").label("kind"),
+            evidence.c.evidence_id.label("record_id"),
+            null().label("status"),
+        ).where(evidence.c.task_id == bindparam("task_id"), among(evidence.c.evidence_id)),
+        select(
+            literal_column("'receipt'"),
+            invocation_receipts.c.invocation_id,
+            invocation_receipts.c.status,
+        ).where(
+            invocation_receipts.c.owner == bindparam("owner"),
+            among(invocation_receipts.c.invocation_id),
+        ),
+    )
+
+
 # Built once (a statement built per call costs more to construct and key than to send); the
-# ids are one expanding parameter.
-_CITED = union_all(
-    select(
-        literal_column("'evidence'").label("kind"),
-        evidence.c.evidence_id.label("record_id"),
-        null().label("status"),
-    ).where(
-        evidence.c.task_id == bindparam("task_id"),
-        evidence.c.evidence_id.in_(bindparam("ids", expanding=True)),
-    ),
-    select(
-        literal_column("'receipt'"),
-        invocation_receipts.c.invocation_id,
-        invocation_receipts.c.status,
-    ).where(
-        invocation_receipts.c.owner == bindparam("owner"),
-        invocation_receipts.c.invocation_id.in_(bindparam("ids", expanding=True)),
-    ),
-)
+# ids are one parameter: an array on Postgres (sent by store.driver), an expanding list else.
+_CITED = _cited(lambda column: column.in_(bindparam("ids", expanding=True)))
+_CITED_ANY = _cited(lambda column: column == any_(bindparam("ids", type_=ARRAY(String))))
 
 
 def cited_records(
@@ -80,8 +95,9 @@ def cited_records(
     if not wanted:
         return set(), {}
     # Both lookups in one statement (one round trip): evidence rows carry no status.
-    rows = conn.execute(
-        _CITED, {"task_id": task_id, "owner": f"task:{task_id}", "ids": wanted}
-    ).all()
-    found = {row.record_id for row in rows if row.kind == "evidence"}
-    return found, {row.record_id: row.status for row in rows if row.kind == "receipt"}
+    statement = _CITED_ANY if conn.dialect.name == "postgresql" else _CITED
+    rows = driver.fetch(
+        conn, statement, {"task_id": task_id, "owner": f"task:{task_id}", "ids": wanted}
+    )
+    found = {record_id for kind, record_id, _ in rows if kind == "evidence"}
+    return found, {record_id: status for kind, record_id, status in rows if kind == "receipt"}

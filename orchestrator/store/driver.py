@@ -21,6 +21,7 @@ that failed is closed, not kept.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import weakref
@@ -68,7 +69,8 @@ class _Connections:
         # At most `size` connections open at once, like the store's pool: a threads-pool worker
         # with hundreds of executions must not open a connection per claiming thread.
         self.slots = threading.BoundedSemaphore(size)
-        weakref.finalize(self, _close_all, self.idle)
+        self.pid = os.getpid()
+        weakref.finalize(self, _close_all, self.idle, self.pid)
 
     def take(self) -> tuple[_Cursor, int]:
         """A connection's cursor and the cache's epoch; a driver error as SQLAlchemy's class,
@@ -120,7 +122,7 @@ class _Connections:
 
     def dispose(self) -> None:
         self.epoch += 1
-        _close_all(self.idle)
+        _close_all(self.idle, self.pid)
 
 
 class _Kept(psycopg.RawCursor[tuple[Any, ...]]):
@@ -140,12 +142,17 @@ def _alive(cursor: _Cursor) -> bool:
     return True
 
 
-def _close_all(cursors: deque[_Cursor]) -> None:
+def _close_all(cursors: deque[_Cursor], pid: int) -> None:
+    """Close the connections of `cursors`, opened by process `pid`. In a forked child they are
+    only forgotten: closing one there would end the parent's session on the server."""
+    mine = os.getpid() == pid
     while True:
         try:
-            cursors.pop().connection.close()
+            cursor = cursors.pop()
         except IndexError:
             return
+        if mine:
+            cursor.connection.close()
 
 
 _caches: weakref.WeakKeyDictionary[Engine, _Connections] = weakref.WeakKeyDictionary()

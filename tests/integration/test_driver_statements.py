@@ -181,3 +181,22 @@ def test_a_kept_connection_the_server_dropped_while_idle_is_replaced_before_the_
         conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
     assert driver.rows(pg_db.engine, _ECHO, {"a": 1, "b": 2, "c": "y"}) == [(3, 1, "y")]
     assert _backend_pid(pg_db) != pid
+
+
+def test_a_forked_child_never_closes_the_parents_kept_connections(pg_db: Database) -> None:
+    # A prefork worker's child rebuilds its runtime; the parent's cache it inherited may be
+    # disposed or collected there. Closing a connection sends the server a terminate on the
+    # socket both processes share: the parent's connection would be gone.
+    import os
+
+    pid = _backend_pid(pg_db)
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child process
+        try:
+            driver.connections_for(pg_db.engine).dispose()
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(child, 0)
+    assert os.WIFEXITED(status)
+    assert os.WEXITSTATUS(status) == 0
+    assert _backend_pid(pg_db) == pid  # the same connection, still open on the server

@@ -17,7 +17,13 @@ from sqlalchemy.pool import ConnectionPoolEntry
 from orchestrator.errors import ConstraintViolation
 from orchestrator.settings import SettingsError
 
-__all__ = ["PING_BYPASS_SECONDS", "Database", "make_engine", "wake_after_commit"]
+__all__ = [
+    "CONNECT_TIMEOUT_SECONDS",
+    "PING_BYPASS_SECONDS",
+    "Database",
+    "make_engine",
+    "wake_after_commit",
+]
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +31,8 @@ log = logging.getLogger(__name__)
 #: HikariCP's `aliveBypassWindowMs`, 500 ms by default): a worker's back-to-back transactions
 #: save a round trip each, and a connection that sat idle longer is always pinged.
 PING_BYPASS_SECONDS = 0.5
+#: A database host that drops packets fails a connect in this many seconds, not never.
+CONNECT_TIMEOUT_SECONDS = 10
 _CHECKED_IN_AT = "orch_checked_in_at"
 _WAKE = "orch_wake_after_commit"
 
@@ -81,8 +89,7 @@ def make_engine(
         max_overflow=max_overflow,
         pool_recycle=1800,
         pool_timeout=30,
-        # A database host that drops packets fails a connect in bounded time, not never.
-        connect_args={"connect_timeout": 10},
+        connect_args={"connect_timeout": CONNECT_TIMEOUT_SECONDS},
     )
     pre_ping(engine)
     return engine

@@ -8,17 +8,22 @@ Python as the driver's own. Here they run on plain psycopg connections kept in a
 beside the store's pool, each with one binary raw cursor: native `$n` placeholders (the SQL is
 compiled once per statement), binary parameters and results, and the cursor's adapters kept
 from one statement to the next. The SQL is the same text the store would send; only the path
-to the server is shorter. The cache is emptied when the store's engine is disposed, and when it
-is garbage collected.
+to the server is shorter. As the store's pool does, a connection connects within
+`CONNECT_TIMEOUT_SECONDS` and one idle past the ping bypass window is pinged before use (a
+restarted server does not fail the next write). The cache is emptied when the store's engine is
+disposed, and when it is garbage collected.
 
 Errors read as they would through SQLAlchemy: a refused write is `ConstraintViolation`, any
-other driver error the `sqlalchemy.exc.DBAPIError` subclass SQLAlchemy would have raised (the
-rounds tell infrastructure failures by it), and a connection that failed is closed, not kept.
+other driver error (a connect that failed included) the `sqlalchemy.exc.DBAPIError` subclass
+SQLAlchemy would have raised (the rounds tell infrastructure failures by it), and a connection
+that failed is closed, not kept.
 """
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -33,8 +38,17 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import ClauseElement, Executable
 
 from orchestrator.errors import ConstraintViolation
+from orchestrator.store.db import CONNECT_TIMEOUT_SECONDS
+from orchestrator.store.db import PING_BYPASS_SECONDS as _POOL_PING_BYPASS_SECONDS
 
-__all__ = ["SLOT_TIMEOUT_SECONDS", "connections_for", "fetch", "observers", "rows"]
+__all__ = [
+    "PING_BYPASS_SECONDS",
+    "SLOT_TIMEOUT_SECONDS",
+    "connections_for",
+    "fetch",
+    "observers",
+    "rows",
+]
 
 #: Told `(sql, autocommit)` of every statement sent here, before it is sent: SQLAlchemy's
 #: `before_cursor_execute` does not see these, and what counts statements (the benchmarks, a
@@ -45,6 +59,9 @@ _Cursor = psycopg.RawCursor[tuple[Any, ...]]
 
 #: How long a statement waits for one of the cache's connections before it fails like a lost one.
 SLOT_TIMEOUT_SECONDS = 30.0
+#: A kept connection idle longer than this is pinged before it is used, as the store's pool
+#: pings one on checkout (`store.db.pre_ping`).
+PING_BYPASS_SECONDS = _POOL_PING_BYPASS_SECONDS
 
 
 class _Connections:
@@ -64,27 +81,47 @@ class _Connections:
         # At most `size` connections open at once, like the store's pool: a threads-pool worker
         # with hundreds of executions must not open a connection per claiming thread.
         self.slots = threading.BoundedSemaphore(size)
-        weakref.finalize(self, _close_all, self.idle)
+        self.pid = os.getpid()
+        weakref.finalize(self, _close_all, self.idle, self.pid)
 
     def take(self) -> tuple[_Cursor, int]:
+        """A connection's cursor and the cache's epoch; a driver error as SQLAlchemy's class,
+        as the pool's own connect failure would be (the rounds tell infrastructure by it)."""
+        try:
+            return self._take()
+        except psycopg.Error as exc:
+            raise DBAPIError.instance(
+                None, None, exc, psycopg.Error, hide_parameters=True, dialect=_DIALECT
+            ) from exc
+
+    def _take(self) -> tuple[_Cursor, int]:
         if not self.slots.acquire(timeout=SLOT_TIMEOUT_SECONDS):
             raise psycopg.OperationalError("no claim connection became free in time")
         epoch = self.epoch
         try:
-            return self.idle.pop(), epoch
-        except IndexError:
-            pass
-        try:
-            cursor = psycopg.RawCursor(psycopg.connect(self.conninfo, autocommit=True))
+            while True:
+                try:
+                    cursor = self.idle.pop()
+                except IndexError:
+                    break
+                if _alive(cursor):
+                    return cursor, epoch
+                cursor.connection.close()  # dropped while idle: the next one, or a new one
+            connection = psycopg.connect(
+                self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS
+            )
         except BaseException:
             self.slots.release()
             raise
+        cursor = _Kept(connection)
         cursor.format = psycopg.pq.Format.BINARY
         return cursor, epoch
 
     def give(self, cursor: _Cursor, epoch: int) -> None:
         # The size check may race and keep one or two more: harmless, still bounded.
         if epoch == self.epoch and len(self.idle) < self.size and not cursor.connection.closed:
+            if isinstance(cursor, _Kept):
+                cursor.given_at = time.monotonic()
             self.idle.append(cursor)
         else:
             cursor.connection.close()
@@ -97,15 +134,37 @@ class _Connections:
 
     def dispose(self) -> None:
         self.epoch += 1
-        _close_all(self.idle)
+        _close_all(self.idle, self.pid)
 
 
-def _close_all(cursors: deque[_Cursor]) -> None:
+class _Kept(psycopg.RawCursor[tuple[Any, ...]]):
+    """A kept cursor, with when it was last given back to the cache."""
+
+    given_at = 0.0
+
+
+def _alive(cursor: _Cursor) -> bool:
+    """True unless a cursor idle past `PING_BYPASS_SECONDS` fails a ping (the pool's rule)."""
+    if time.monotonic() - getattr(cursor, "given_at", 0.0) < PING_BYPASS_SECONDS:
+        return True
+    try:
+        cursor.execute("SELECT 1")
+    except psycopg.Error:
+        return False
+    return True
+
+
+def _close_all(cursors: deque[_Cursor], pid: int) -> None:
+    """Close the connections of `cursors`, opened by process `pid`. In a forked child they are
+    only forgotten: closing one there would end the parent's session on the server."""
+    mine = os.getpid() == pid
     while True:
         try:
-            cursors.pop().connection.close()
+            cursor = cursors.pop()
         except IndexError:
             return
+        if mine:
+            cursor.connection.close()
 
 
 _caches: weakref.WeakKeyDictionary[Engine, _Connections] = weakref.WeakKeyDictionary()

@@ -12,6 +12,7 @@ from sqlalchemy.exc import DataError, OperationalError
 
 from orchestrator.errors import ConstraintViolation
 from orchestrator.store import Database, driver
+from orchestrator.store.db import CONNECT_TIMEOUT_SECONDS
 
 
 @pytest.fixture
@@ -66,8 +67,10 @@ def test_a_server_error_is_sqlalchemys_class_and_hides_the_parameters(pg_db: Dat
 
 
 def test_a_connection_the_server_dropped_is_an_operational_error_then_replaced(
-    pg_db: Database,
+    pg_db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Used a moment ago (within the ping bypass window, as the pool's): not checked first.
+    monkeypatch.setattr(driver, "PING_BYPASS_SECONDS", 60.0)
     pid = _backend_pid(pg_db)
     cache = driver.connections_for(pg_db.engine)
     with pg_db.transaction() as conn:
@@ -141,3 +144,79 @@ def test_observers_are_told_every_statement_and_whether_it_commits_alone(
     finally:
         driver.observers.remove(observe)
     assert told == [("SELECT", True), ("SELECT", False), ("VALUES", True)]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_a_store_that_cannot_be_reached_is_sqlalchemys_operational_error(pg_url: str) -> None:
+    # The rounds stop on an infrastructure error (`DBAPIError`) and let recovery requeue the
+    # generation: a raw psycopg error would fail the task as an agent error instead.
+    url = make_url(pg_url).set(host="127.0.0.1", port=_free_port(), password="pw-do-not-log")
+    database = Database.from_url(url.render_as_string(hide_password=False))
+    try:
+        with pytest.raises(OperationalError) as raised:
+            driver.rows(database.engine, _ECHO, {"a": 1, "b": 1, "c": "x"})
+        assert "pw-do-not-log" not in str(raised.value)
+        assert not driver.connections_for(database.engine).idle
+    finally:
+        database.dispose()
+
+
+def test_no_free_connection_in_time_is_sqlalchemys_operational_error(
+    pg_db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(driver, "SLOT_TIMEOUT_SECONDS", 0.05)
+    cache = driver.connections_for(pg_db.engine)
+    held = [cache.take() for _ in range(cache.size)]
+    try:
+        with pytest.raises(OperationalError, match="became free in time"):
+            driver.rows(pg_db.engine, _ECHO, {"a": 1, "b": 1, "c": "x"})
+    finally:
+        for cursor, epoch in held:
+            cache.give(cursor, epoch)
+    assert driver.rows(pg_db.engine, _ECHO, {"a": 1, "b": 1, "c": "x"}) == [(2, 1, "x")]
+
+
+def test_kept_connections_connect_in_bounded_time_as_the_pool_does(pg_db: Database) -> None:
+    driver.rows(pg_db.engine, _ECHO, {"a": 1, "b": 1, "c": "x"})
+    (cursor,) = driver.connections_for(pg_db.engine).idle
+    parameters = cursor.connection.info.get_parameters()
+    assert parameters.get("connect_timeout") == str(CONNECT_TIMEOUT_SECONDS)
+
+
+def test_a_kept_connection_the_server_dropped_while_idle_is_replaced_before_the_statement(
+    pg_db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As the pool's pre-ping: a connection idle past the bypass window is checked first, so a
+    # restarted server or a dropped idle connection does not fail the next write.
+    monkeypatch.setattr(driver, "PING_BYPASS_SECONDS", 0.0)
+    pid = _backend_pid(pg_db)
+    with pg_db.transaction() as conn:
+        conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+    assert driver.rows(pg_db.engine, _ECHO, {"a": 1, "b": 2, "c": "y"}) == [(3, 1, "y")]
+    assert _backend_pid(pg_db) != pid
+
+
+def test_a_forked_child_never_closes_the_parents_kept_connections(pg_db: Database) -> None:
+    # A prefork worker's child rebuilds its runtime; the parent's cache it inherited may be
+    # disposed or collected there. Closing a connection sends the server a terminate on the
+    # socket both processes share: the parent's connection would be gone.
+    import os
+
+    pid = _backend_pid(pg_db)
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child process
+        try:
+            driver.connections_for(pg_db.engine).dispose()
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(child, 0)
+    assert os.WIFEXITED(status)
+    assert os.WEXITSTATUS(status) == 0
+    assert _backend_pid(pg_db) == pid  # the same connection, still open on the server

@@ -281,7 +281,8 @@ def fetch(
     strings, numbers, booleans: a timestamp comes back in the session's zone, JSON as psycopg
     parses it). A connection the error broke is invalidated as SQLAlchemy would."""
     if conn.dialect.name != "postgresql":
-        return [tuple(row) for row in conn.execute(cast(Executable, statement), dict(params))]
+        result = conn.execute(cast(Executable, statement), dict(params))
+        return [tuple(row) for row in result] if result.returns_rows else []
     compiled = _compiled(statement)
     sql, values = compiled.sql, compiled.values(params)
     pooled = conn.connection

@@ -90,12 +90,14 @@ _RUNNING_TO_UNKNOWN = (
         claim_token=bindparam("ended_token"),
         updated_at=bindparam("ended_at"),
     )
+    .returning(r.c.invocation_id)  # one row each: how many changed
 )
 
 
 def generation_receipts_to_unknown(conn: Connection, task_id: str, generation: int) -> int:
     """The ended generation's `running` receipts become `unknown` with a new token."""
-    result = conn.execute(
+    changed = driver.fetch(
+        conn,
         _RUNNING_TO_UNKNOWN,
         {
             "task_id": task_id,
@@ -104,7 +106,7 @@ def generation_receipts_to_unknown(conn: Connection, task_id: str, generation: i
             "ended_at": utcnow(),
         },
     )
-    return int(result.rowcount)
+    return len(changed)
 
 
 def settle_background(

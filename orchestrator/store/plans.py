@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -11,6 +12,8 @@ from sqlalchemy import Connection, Row, Select, and_, bindparam, exists, func, i
 
 from orchestrator.domain.plans import status_counts
 from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
+from orchestrator.store import driver
+from orchestrator.store.records import driver_row
 from orchestrator.store.sessions import SessionRecord
 from orchestrator.store.tables import plan_revisions, reports, sessions, tasks
 from orchestrator.tools.base import Fence
@@ -149,7 +152,15 @@ _PUBLISH_CONTEXT = {
     flag: select(*_CONTEXT_COLUMNS).where(_wanted_revisions(flag)) for flag in (False, True)
 }
 _FENCED_PUBLISH = {flag: _fenced_publish_query(flag) for flag in (False, True)}
-_INSERT_REVISION = insert(plan_revisions)
+#: Its columns by name, as a driver row reads them (the names are distinct).
+_FENCED_PUBLISH_COLUMNS = (
+    *(column.name for column in sessions.c),
+    "report_saved",
+    *(column.name for column in _CONTEXT_COLUMNS),
+)
+_INSERT_REVISION = insert(plan_revisions).values(
+    {column.name: bindparam(column.name) for column in plan_revisions.c}
+)
 
 
 def publish_context(conn: Connection, session_id: str, request_id: str | None) -> PublishContext:
@@ -186,9 +197,10 @@ def lock_for_fenced_publish(
         "task_id": fence.task_id,
         "generation": fence.generation,
     }
-    rows = conn.execute(_FENCED_PUBLISH[request_id is not None], params).all()
-    if not rows:
+    found = driver.fetch(conn, _FENCED_PUBLISH[request_id is not None], params)
+    if not found:
         return None
+    rows = [driver_row(_FENCED_PUBLISH_COLUMNS, row) for row in found]
     revisions = [row for row in rows if row.revision is not None]  # not the outer join's miss
     return LockedForPublish(
         SessionRecord.from_row(rows[0]), bool(rows[0].report_saved), _context(revisions, request_id)
@@ -207,7 +219,9 @@ def _context(rows: Sequence[Any], request_id: str | None) -> PublishContext:
 
 
 def insert_revision(conn: Connection, record: PlanRecord) -> None:
-    conn.execute(
+    postgres = conn.dialect.name == "postgresql"
+    driver.fetch(
+        conn,
         _INSERT_REVISION,
         {
             "session_id": record.session_id,
@@ -216,8 +230,9 @@ def insert_revision(conn: Connection, record: PlanRecord) -> None:
             "schema_version": record.schema_version,
             "title": record.title,
             "reason": record.reason,
-            "nodes": record.nodes,
-            "edges": record.edges,
+            # Postgres: store.driver sends them, as JSON text (SQLAlchemy serialises elsewhere).
+            "nodes": json.dumps(record.nodes) if postgres else record.nodes,
+            "edges": json.dumps(record.edges) if postgres else record.edges,
             "content_digest": record.content_digest,
             "task_id": record.task_id,
             "generation": record.generation,

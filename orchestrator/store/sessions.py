@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import Connection, Row, and_, bindparam, insert, or_, select
@@ -33,7 +34,7 @@ class SessionRecord:
     updated_at: datetime
 
     @classmethod
-    def from_row(cls, row: Row[Any]) -> SessionRecord:
+    def from_row(cls, row: Row[Any] | SimpleNamespace) -> SessionRecord:
         return cls(
             session_id=row.session_id,
             purpose=row.purpose,

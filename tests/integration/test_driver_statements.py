@@ -220,3 +220,12 @@ def test_a_forked_child_never_closes_the_parents_kept_connections(pg_db: Databas
     assert os.WIFEXITED(status)
     assert os.WEXITSTATUS(status) == 0
     assert _backend_pid(pg_db) == pid  # the same connection, still open on the server
+
+
+def test_fetch_of_a_statement_that_returns_no_rows_gives_none_on_every_store(
+    db: Database,
+) -> None:
+    with db.transaction() as conn:
+        conn.execute(text("CREATE TABLE driver_none (k integer)"))
+        assert driver.fetch(conn, text("INSERT INTO driver_none (k) VALUES (:k)"), {"k": 1}) == []
+        assert driver.fetch(conn, text("SELECT k FROM driver_none"), {}) == [(1,)]

@@ -4,6 +4,7 @@ Evidence records are written only by the host (`store.evidence`); here they are 
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -46,7 +47,9 @@ _REPORT_SAVED = select(
         reports.c.task_id == bindparam("task_id"), reports.c.generation == bindparam("generation")
     )
 )
-_INSERT_REPORT = insert(reports)
+_INSERT_REPORT = insert(reports).values(
+    {column.name: bindparam(column.name) for column in reports.c}
+)
 
 
 def report_saved(conn: Connection, task_id: str, generation: int) -> bool:
@@ -95,7 +98,14 @@ def insert_report(
         "outcome": outcome,
         "created_at": utcnow(),
     }
-    conn.execute(_INSERT_REPORT, row)
+    if conn.dialect.name == "postgresql":  # sent by store.driver: its JSON as text
+        driver.fetch(
+            conn,
+            _INSERT_REPORT,
+            {**row, "findings": json.dumps(findings), "evidence_refs": json.dumps(evidence_refs)},
+        )
+    else:
+        conn.execute(_INSERT_REPORT, row)
     return _report_dict(row)
 
 

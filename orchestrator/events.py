@@ -74,8 +74,12 @@ class RedisNotifier:
             log.warning("plan wake-up for session %s not published: %s", session_id, exc)
 
     def wake_keys(self, keys: Collection[str]) -> None:
-        """One pipelined round trip however many keys (a sweep's batch of requeues)."""
+        """One round trip however many keys (a sweep's batch of requeues is pipelined)."""
         try:
+            if len(keys) == 1:  # most commits: a pipeline would cost more than it saves
+                (key,) = keys
+                self._client.publish(f"{PLAN_CHANNEL_PREFIX}{key}", "1")
+                return
             pipe = self._client.pipeline(transaction=False)
             for key in keys:
                 pipe.publish(f"{PLAN_CHANNEL_PREFIX}{key}", "1")

@@ -3,6 +3,7 @@ failing announcer never turns a committed write into an error."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection
 
 import pytest
@@ -73,3 +74,33 @@ def test_a_failing_announcer_does_not_fail_the_committed_write(db: Database) -> 
         wake_after_commit(conn, "task:a")
     with db.transaction(readonly=True) as conn:
         assert conn.execute(text("SELECT count(*) FROM wake_probe")).scalar_one() == 1
+
+
+@pytest.mark.parametrize("keys", [["task:one"], ["task:a", "task:b", "task:c"]])
+def test_the_redis_notifier_publishes_each_key_once(redis_url: str, keys: list[str]) -> None:
+    import redis
+
+    from orchestrator.events import RedisNotifier
+    from orchestrator.leases.keys import PLAN_CHANNEL_PREFIX
+
+    listener = redis.Redis.from_url(redis_url)
+    subscription = listener.pubsub(ignore_subscribe_messages=True)
+    subscription.subscribe(*(f"{PLAN_CHANNEL_PREFIX}{key}" for key in keys))
+    for _ in keys:  # the confirmations: subscribed before anything is published
+        subscription.get_message(timeout=5)
+    notifier = RedisNotifier(redis_url)
+    try:
+        notifier.wake_keys(keys)
+        heard: list[str] = []
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # None for a subscribe confirmation, or nothing
+            message = subscription.get_message(timeout=0.2)
+            if message is not None:
+                heard.append(message["channel"].decode()[len(PLAN_CHANNEL_PREFIX) :])
+            elif len(heard) >= len(keys):
+                break
+        assert sorted(heard) == sorted(keys)
+    finally:
+        notifier.close()
+        subscription.close()
+        listener.close()

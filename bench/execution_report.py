@@ -163,7 +163,8 @@ def report(figures: dict[str, Any], command: str, versions: str, durable: bool =
         f"{lat['insert'].p50:.2f}/{lat['insert'].p99:.2f}/{lat['insert'].mean:.2f}.",
         "- Throughput: the tasks are created first, then timed from the first wake-up publish to "
         f"the last `ended_at` (bursts of {runs('ours')} s). One minimal execution makes "
-        f"{thr['commits']} Postgres commits in the worker (counted with engine events: "
+        f"{thr['commits']} Postgres commits in the worker (counted with engine events and "
+        "`store.driver.observers`, which see the statements sent past SQLAlchemy: "
         f"{transactions} transactions and {thr['autocommits']} statements sent in autocommit: "
         "the claim, the evidence record and the transcript's inserts, each with its fence check "
         "in the same statement), so each raw Celery task and each "
@@ -241,12 +242,14 @@ def report(figures: dict[str, Any], command: str, versions: str, durable: bool =
         "they do not explain the gap.",
         "- Latency: after the publish the worker takes the lease (one Redis round trip), then "
         "claims the generation in one statement sent in autocommit (the task and execution "
-        "rows' UPDATE ... RETURNING in one WITH; `started_at` is taken before it). Before the "
+        "rows' UPDATE ... RETURNING in one WITH, sent by `store.driver`; `started_at` is taken "
+        "before it). Before the "
         "publish, the trigger is one statement sent in autocommit (task, session and execution "
         "rows in one INSERT ... WITH). The pooled connections are not pinged: the samples come "
         "closer together than the pool's 0.5 s bypass window. The goal budgets one lease round "
         "trip and one commit; the path has the lease round trip and two statements (each its "
-        "own commit), plus the Python of SQLAlchemy and the service on each side.",
+        "own commit), plus the Python of the service on each side (the claim goes to the driver "
+        "past SQLAlchemy's execution layer; the trigger goes through it as compiled SQL).",
         "- Sweep: the lookup is one index range scan on (outcome, lease_expires_at); the "
         "requeues are batched (one pipelined lease read, one transaction of set-wise "
         "compare-and-sets, one publish batch; see the batched-sweeps section).",
@@ -282,8 +285,8 @@ def gap_lines(figures: dict[str, Any]) -> list[str]:
             else f"**NOT met**, {ours - 2 * floor:.2f} ms ({ours / (2 * floor) - 1:.0%}) over."
         )
         + f" Above the floor: the worker process {worker:.2f} ms against {floor_worker:.2f} "
-        f"(+{worker - floor_worker:.2f}: the agent loop, tools, validation, SQLAlchemy, the "
-        f"transcript), Postgres and Redis {servers:.2f} against {floor_servers:.2f} "
+        f"(+{worker - floor_worker:.2f}: the agent loop, tools, validation, the store's Python, "
+        f"the transcript), Postgres and Redis {servers:.2f} against {floor_servers:.2f} "
         f"(+{servers - floor_servers:.2f}: the same number of statements, but fenced CTEs, "
         "JSONB bodies and more indexes).",
         f"- Executions/s {rate['ours']:.1f} against Procrastinate's {rate['procrastinate']:.1f} "

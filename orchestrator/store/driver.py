@@ -244,7 +244,7 @@ def rows(
     cursor, epoch = cache.take()
     try:
         cursor.execute(sql, values)
-        returned = cursor.fetchall() if cursor.description is not None else []
+        returned = _returned(cursor)
     except psycopg.IntegrityError as exc:
         cache.give(cursor, epoch)
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -262,6 +262,15 @@ def rows(
         raise
     cache.give(cursor, epoch)
     return returned
+
+
+def _returned(cursor: _Cursor) -> list[tuple[Any, ...]]:
+    """The rows of the statement just run; none for a statement that returns none. Read from
+    the result's status: `cursor.description` builds a column object per column each time."""
+    result = cursor.pgresult
+    if result is None or result.status != psycopg.pq.ExecStatus.TUPLES_OK:
+        return []
+    return cursor.fetchall()
 
 
 def _idle(cursor: _Cursor) -> bool:
@@ -296,7 +305,7 @@ def fetch(
         observe(sql, driver_connection.autocommit)
     try:
         cursor.execute(sql, values)
-        return cursor.fetchall() if cursor.description is not None else []
+        return _returned(cursor)
     except psycopg.Error as exc:
         gone = conn.dialect.is_disconnect(exc, driver_connection, cursor)  # type: ignore[arg-type]
         if gone:

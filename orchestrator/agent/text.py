@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["REPLACEMENT", "clean", "clean_text"]
+__all__ = ["REPLACEMENT", "clean", "clean_json", "clean_text"]
 
 REPLACEMENT = "\ufffd"
 
@@ -33,29 +33,34 @@ def clean(value: Any) -> Any:
     same object when nothing needs replacing (a value is walked only if it needs it)."""
     if isinstance(value, str):
         return clean_text(value)
-    if isinstance(value, dict | list | tuple) and not _may_need_cleaning(value):
-        return value
-    return _clean(value)
+    if isinstance(value, dict | list | tuple):
+        return clean_json(value)[0]
+    return value
 
 
-def _may_need_cleaning(value: Any) -> bool:
-    """False when no string in `value` holds NUL or a lone surrogate. One serialisation in C
-    tells, where a walk in Python costs about ten times as much on a tool's result: NUL is
-    written `\\u0000` (as is the text of a backslash before `u0000`, which is walked for
-    nothing), a lone surrogate is kept and refused by the UTF-8 encoder."""
+def clean_json(value: Any) -> tuple[Any, str | None]:
+    """`clean(value)` and its JSON text (`json.dumps(..., ensure_ascii=False)`), or None for
+    the text of a value JSON cannot write. One serialisation in C tells whether anything needs
+    replacing, where a walk in Python costs about ten times as much on a tool's result, and
+    the text it wrote is kept for whoever stores the value: NUL is written `\\u0000` (as is
+    the text of a backslash before `u0000`, which is walked for nothing), a lone surrogate is
+    kept and refused by the UTF-8 encoder."""
     try:
         text = json.dumps(value, ensure_ascii=False, check_circular=False)
     except (TypeError, ValueError, RecursionError):
-        return True  # not plain JSON: walk it
-    if "\\u0000" in text:
-        return True
-    if text.isascii():
-        return False
+        return _clean(value), None  # not plain JSON: walk it
+    if "\\u0000" not in text and (text.isascii() or _encodes(text)):
+        return value, text
+    cleaned = _clean(value)
+    return cleaned, json.dumps(cleaned, ensure_ascii=False)
+
+
+def _encodes(text: str) -> bool:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        return True
-    return False
+        return False
+    return True
 
 
 def _clean(value: Any) -> Any:

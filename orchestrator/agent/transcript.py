@@ -35,7 +35,7 @@ from typing import Any
 from orchestrator.agent.compaction import Compaction
 from orchestrator.agent.loop import LeaseLost
 from orchestrator.agent.model import ModelTurn
-from orchestrator.agent.text import clean
+from orchestrator.agent.text import clean, clean_json
 from orchestrator.domain.recovery import CallRecord, Snapshot
 from orchestrator.errors import StaleGeneration
 from orchestrator.store import transcripts as transcript_store
@@ -297,15 +297,7 @@ class TranscriptWriter:
         if not entries:
             return
         self._check_stop()  # checked again here: results are written in the background
-        entries = [
-            replace(
-                entry,
-                body=clean(entry.body),
-                call_id=clean(entry.call_id),
-                tool_name=clean(entry.tool_name[:_NAME_CHARS]) if entry.tool_name else None,
-            )
-            for entry in entries
-        ]
+        entries = [_cleaned(entry) for entry in entries]
         with self._counter.lock:
             if self.db.dialect == "postgresql":
                 self._write_in_one_statement(entries)
@@ -343,3 +335,16 @@ class TranscriptWriter:
                 entries=entries,
             )
             self._counter.next += len(entries)
+
+
+def _cleaned(entry: transcript_store.Entry) -> transcript_store.Entry:
+    """`entry` as the store can hold it, with its body's JSON text (written once, while
+    checking it needs no cleaning) for the store to send."""
+    body, body_json = clean_json(entry.body)
+    return replace(
+        entry,
+        body=body,
+        body_json=body_json,
+        call_id=clean(entry.call_id),
+        tool_name=clean(entry.tool_name[:_NAME_CHARS]) if entry.tool_name else None,
+    )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -55,6 +55,8 @@ class Entry:
     completion_tokens: int | None = None
     seq: int = 0
     generation: int | None = None
+    #: The body as JSON text, when the writer has it already (it is not read back).
+    body_json: str | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -192,10 +194,11 @@ def insert_entries_fenced(
         "session_id": session_id,
         "first_seq": first_seq,
     }
-    for index, row in enumerate(_rows(session_id, fence.task_id, fence.generation, 0, entries)):
+    rows = _rows(session_id, fence.task_id, fence.generation, 0, entries)
+    for index, (entry, row) in enumerate(zip(entries, rows, strict=True)):
         for name in _COLUMNS:
-            value = row[name]
-            params[f"{name}_{index}"] = json.dumps(value) if name == "body" else value
+            params[f"{name}_{index}"] = row[name]
+        params[f"body_{index}"] = entry.body_json or json.dumps(entry.body)
     inserted = [int(seq) for (seq,) in driver.rows(store, _fenced_insert(len(entries)), params)]
     if len(inserted) != len(entries):
         return None

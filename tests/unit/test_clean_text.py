@@ -52,3 +52,22 @@ def test_a_value_json_cannot_write_is_walked(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(text, "_clean", lambda v: walked.append(v) or walk(v))
     clean({"plain": ["text"]})
     assert walked == []
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{"rows": [{"v": 1.5, "t": "浊度"}]}, {"bad": "a\x00b", "k\ud800": ["x"]}, [], {"n": None}],
+)
+def test_clean_json_gives_the_cleaned_value_and_its_json_text(value: Any) -> None:
+    import json
+
+    cleaned, text_ = text.clean_json(value)
+    assert cleaned == clean(value)
+    assert text_ == json.dumps(cleaned, ensure_ascii=False)
+    text_.encode("utf-8")  # what the store sends
+
+
+def test_clean_json_of_a_value_json_cannot_write_gives_no_text() -> None:
+    cleaned, text_ = text.clean_json({"when": object})
+    assert cleaned == {"when": object}
+    assert text_ is None

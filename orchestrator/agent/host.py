@@ -28,10 +28,12 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from pydantic import ValidationError
 
+from orchestrator.agent.call_threads import CallThreads
 from orchestrator.agent.deadline import SETTING, CallWatch, timed_out
 from orchestrator.agent.evidence import EvidenceRecorder
 from orchestrator.agent.loop import RECEIVED, LeaseLost, stop_reason
@@ -66,6 +68,8 @@ _STATUSES = frozenset({"succeeded", "failed", "pending", "unknown"})
 #: them behind: long enough for a tool that honours the cancel to record its receipt.
 CANCEL_GRACE_SECONDS = 2.0
 _CANCEL_POLL_SECONDS = 0.05
+#: The threads every host of this process runs its calls on.
+_THREADS = CallThreads("tool")
 
 
 @dataclass(frozen=True)
@@ -347,11 +351,14 @@ class ToolHost:
         return result
 
     def _start(self, ctx: ToolContext, unit: _Prepared, watch: CallWatch) -> Future[ToolResult]:
-        """Run `unit` on a daemon thread (one the round leaves behind never holds up the
-        worker's exit) in a copy of the caller's context: its log lines name the task."""
+        """Run `unit` on a daemon thread of its own (`call_threads`: one the round leaves
+        behind never holds up the worker's exit), named `tool-<name>` while it runs, in a copy
+        of the caller's context: its log lines name the task."""
         future: Future[ToolResult] = Future()
 
         def work() -> None:
+            thread = threading.current_thread()
+            thread.name = f"tool-{unit.tool.name}"
             future.set_running_or_notify_cancel()
             try:
                 watch.enter()
@@ -361,11 +368,10 @@ class ToolHost:
                     watch.leave()
             except BaseException as error:  # handed to the waiting turn, which raises it
                 future.set_exception(error)
+            finally:
+                thread.name = "tool"
 
-        context = contextvars.copy_context()
-        threading.Thread(
-            target=context.run, args=(work,), name=f"tool-{unit.tool.name}", daemon=True
-        ).start()
+        _THREADS.run(partial(contextvars.copy_context().run, work))
         return future
 
     def _run_unit(

@@ -1,17 +1,28 @@
-"""Single statements on Postgres sent straight to psycopg, past SQLAlchemy's execution layer.
+"""Statements on Postgres sent straight to psycopg, past SQLAlchemy's execution layer.
 
-The hottest writes of a round (the transcript's entries, an evidence record, the receipt
-claim) are each one fenced statement sent in autocommit. Through SQLAlchemy each one checks a
-connection out of the pool (pool events, a `Connection` object), builds an execution context,
-converts named parameters and wraps the result: for statements this small that is about as much
-Python as the driver's own. Here they run on plain psycopg connections kept in a small LIFO cache
-beside the store's pool, each with one binary raw cursor: native `$n` placeholders (the SQL is
-compiled once per statement), binary parameters and results, and the cursor's adapters kept
-from one statement to the next. The SQL is the same text the store would send; only the path
-to the server is shorter. As the store's pool does, a connection connects within
-`CONNECT_TIMEOUT_SECONDS` and one idle past the ping bypass window is pinged before use (a
-restarted server does not fail the next write). The cache is emptied when the store's engine is
-disposed, and when it is garbage collected.
+A round sends about two dozen small statements (the claim, the transcript's entries, an
+evidence record, the fence checks, the plan, the report, the end of the generation). Through
+SQLAlchemy each one builds an execution context, processes its parameters and wraps its result,
+and a statement sent alone also checks a connection out of the pool: for statements this small
+that is about as much Python as the driver's own. Here they go to a binary raw cursor with
+native `$n` placeholders (the SQL is compiled once per statement, the same text SQLAlchemy
+would send) whose adapters are kept from one statement to the next:
+
+- `rows(engine, ...)`: a statement that is its own transaction, sent in autocommit on plain
+  psycopg connections kept in a small LIFO cache beside the store's pool (shared with the
+  receipt claim, `store.fastclaim`);
+- `fetch(conn, ...)`: a statement inside the caller's SQLAlchemy transaction, on that pooled
+  connection's own driver connection (SQLAlchemy itself sends it on SQLite).
+
+Only the path to the server is shorter: the SQL, the locks and the transactions are the same.
+Its parameters go to the driver as they are (no SQLAlchemy bind processing: JSON is passed as
+text by the caller), and its rows come back as tuples (`records.driver_row` names them, with
+timestamps in UTC).
+
+As the store's pool does, a cached connection connects within `CONNECT_TIMEOUT_SECONDS`, and one
+idle past the ping bypass window is pinged before use (a restarted server does not fail the
+next write). The cache is emptied when the store's engine is disposed, and when it is garbage
+collected.
 
 Errors read as they would through SQLAlchemy: a refused write is `ConstraintViolation`, any
 other driver error (a connect that failed included) the `sqlalchemy.exc.DBAPIError` subclass
@@ -234,8 +245,8 @@ def rows(
 ) -> list[tuple[Any, ...]]:
     """Send `statement` (a `text()` clause with `:name` parameters, or a Core statement
     whose columns need no result processing) with `params` in autocommit on one of the
-    cache's connections; the rows it returns. Never retried: a lost
-    answer to a write may still have committed it."""
+    cache's connections; the rows it returns. Never retried: a lost answer to a write may
+    still have committed it."""
     compiled = _compiled(statement)
     sql, values = compiled.sql, compiled.values(params)
     for observe in observers:

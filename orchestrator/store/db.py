@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 PING_BYPASS_SECONDS = 0.5
 #: A database host that drops packets fails a connect in this many seconds, not never.
 CONNECT_TIMEOUT_SECONDS = 10
+#: A connection older than this is closed and replaced rather than used again (a server or a
+#: proxy in between may drop long-lived connections).
+RECYCLE_SECONDS = 1800
 _CHECKED_IN_AT = "orch_checked_in_at"
 _WAKE = "orch_wake_after_commit"
 
@@ -87,7 +90,7 @@ def make_engine(
         echo=echo,
         pool_size=pool_size,
         max_overflow=max_overflow,
-        pool_recycle=1800,
+        pool_recycle=RECYCLE_SECONDS,
         pool_timeout=30,
         connect_args={"connect_timeout": CONNECT_TIMEOUT_SECONDS},
     )

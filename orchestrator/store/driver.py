@@ -49,7 +49,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import ClauseElement, Executable
 
 from orchestrator.errors import ConstraintViolation
-from orchestrator.store.db import CONNECT_TIMEOUT_SECONDS
+from orchestrator.store.db import CONNECT_TIMEOUT_SECONDS, RECYCLE_SECONDS
 from orchestrator.store.db import PING_BYPASS_SECONDS as _POOL_PING_BYPASS_SECONDS
 
 __all__ = [
@@ -115,9 +115,10 @@ class _Connections:
                     cursor = self.idle.pop()
                 except IndexError:
                     break
-                if _alive(cursor):
+                if _fresh(cursor) and _alive(cursor):
                     return cursor, epoch
-                cursor.connection.close()  # dropped while idle: the next one, or a new one
+                # Too old (as the pool recycles), or dropped while idle: the next, or a new one.
+                cursor.connection.close()
             connection = psycopg.connect(
                 self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS
             )
@@ -125,6 +126,7 @@ class _Connections:
             self.slots.release()
             raise
         cursor = _Kept(connection)
+        cursor.opened_at = time.monotonic()
         cursor.format = psycopg.pq.Format.BINARY
         return cursor, epoch
 
@@ -149,9 +151,15 @@ class _Connections:
 
 
 class _Kept(psycopg.RawCursor[tuple[Any, ...]]):
-    """A kept cursor, with when it was last given back to the cache."""
+    """A kept cursor, with when its connection opened and when it was last given back."""
 
+    opened_at = 0.0
     given_at = 0.0
+
+
+def _fresh(cursor: _Cursor) -> bool:
+    """False for a connection opened more than `RECYCLE_SECONDS` ago (the pool's rule)."""
+    return time.monotonic() - getattr(cursor, "opened_at", 0.0) < RECYCLE_SECONDS
 
 
 def _alive(cursor: _Cursor) -> bool:

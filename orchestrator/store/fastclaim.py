@@ -25,6 +25,7 @@ from typing import Any
 
 import psycopg
 from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
 
 from orchestrator.errors import ConstraintViolation
 from orchestrator.store import driver
@@ -81,11 +82,13 @@ def claim_row(store: Engine, row: tuple[Any, ...]) -> tuple[Any, ...]:
                 for observe in driver.observers:
                     observe(_READ, True)
                 standing = cursor.execute(_READ, key).fetchone()
-        except psycopg.OperationalError:
+        except psycopg.OperationalError as exc:
             # Broken or stale connection: drop it and try once more with the same values.
             cache.drop(cursor)
-            if attempt == 2:
-                raise
+            if attempt == 2:  # as SQLAlchemy's class: the rounds tell infrastructure by it
+                raise DBAPIError.instance(
+                    _CLAIM, None, exc, psycopg.Error, hide_parameters=True
+                ) from exc
             continue
         except psycopg.IntegrityError as exc:
             cache.give(cursor, epoch)

@@ -229,3 +229,12 @@ def test_fetch_of_a_statement_that_returns_no_rows_gives_none_on_every_store(
         conn.execute(text("CREATE TABLE driver_none (k integer)"))
         assert driver.fetch(conn, text("INSERT INTO driver_none (k) VALUES (:k)"), {"k": 1}) == []
         assert driver.fetch(conn, text("SELECT k FROM driver_none"), {}) == [(1,)]
+
+
+def test_a_kept_connection_older_than_the_recycle_age_is_replaced(
+    pg_db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pid = _backend_pid(pg_db)
+    assert _backend_pid(pg_db) == pid  # kept while young
+    monkeypatch.setattr(driver, "RECYCLE_SECONDS", 0.0)
+    assert _backend_pid(pg_db) != pid  # as the pool's pool_recycle: a new connection

@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 import pytest
+import sqlalchemy.exc
 
 from orchestrator.domain.fingerprints import fingerprint
 from orchestrator.errors import ConflictError
@@ -113,8 +114,10 @@ def test_a_lost_answer_is_retried_once_and_grants_once(
 def test_two_lost_answers_raise(pg_db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
     ledger = ReceiptLedger(pg_db)
     _lose_answers(monkeypatch, 2)
-    with pytest.raises(psycopg.OperationalError):
+    # SQLAlchemy's class, as every other store failure: the rounds tell infrastructure by it.
+    with pytest.raises(sqlalchemy.exc.OperationalError) as raised:
         _claim(ledger, None)
+    assert isinstance(raised.value.orig, psycopg.OperationalError)
     monkeypatch.undo()
     # The first attempt committed: the identity stays claimed by it, never granted to another.
     after = _claim(ledger, None)

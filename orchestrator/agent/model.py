@@ -138,6 +138,7 @@ class ScriptedModel(Model):
     ) -> None:
         self._turns = list(turns)
         self._next = 0
+        self._results: dict[str, Any] = {}  # the round's tool results, for `${...}` references
         self.name = name
         self.record_to = record_to
 
@@ -189,7 +190,9 @@ class ScriptedModel(Model):
         # A copy each time: the turns are shared by every round that plays this script version.
         # `${CALL_ID.path}` arguments take ids the host returned earlier (`agent.script_refs`).
         calls = tuple(
-            ToolCall(c.id, c.name, resolve_refs(copy.deepcopy(c.arguments), messages))
+            ToolCall(
+                c.id, c.name, resolve_refs(copy.deepcopy(c.arguments), messages, self._results)
+            )
             for c in turn.tool_calls
         )
         return ModelTurn(content=turn.content, tool_calls=calls)

@@ -3,8 +3,9 @@
 A script cannot know ids the host makes up at run time (an `evidence_id`, an `invocation_id`),
 so a string argument of the exact form `${CALL_ID.path}` is replaced by the value at `path`
 (dot-separated keys or list indexes) in the result the model received for the call `CALL_ID`
-in this round, e.g. `"${q1.evidence_id}"` or `"${c2.result.rows.0.value}"`. A reference that
-does not resolve is left as written, so the tool sees (and refuses) it like any wrong id.
+in this round (`remembered` keeps results compaction has since left out of the history),
+e.g. `"${q1.evidence_id}"` or `"${c2.result.rows.0.value}"`. A reference that does not
+resolve is left as written, so the tool sees (and refuses) it like any wrong id.
 """
 
 from __future__ import annotations
@@ -19,9 +20,15 @@ __all__ = ["resolve_refs"]
 _REF = re.compile(r"^\$\{([A-Za-z0-9_.:-]+?)\.([^}]+)\}$")
 
 
-def resolve_refs(arguments: Any, messages: Sequence[Mapping[str, Any]]) -> Any:
-    """`arguments` with every resolvable `${CALL_ID.path}` replaced."""
-    results: dict[str, Any] | None = None
+def resolve_refs(
+    arguments: Any,
+    messages: Sequence[Mapping[str, Any]],
+    remembered: dict[str, Any] | None = None,
+) -> Any:
+    """`arguments` with every resolvable `${CALL_ID.path}` replaced. With `remembered` (kept
+    by the caller across the round's turns), the results in `messages` are added to it and a
+    reference is looked up there (every turn's results are added, referred to or not)."""
+    results = None if remembered is None else _tool_results(messages, remembered)
 
     def walk(value: Any) -> Any:
         nonlocal results
@@ -30,7 +37,7 @@ def resolve_refs(arguments: Any, messages: Sequence[Mapping[str, Any]]) -> Any:
             if match is None:
                 return value
             if results is None:
-                results = _tool_results(messages)
+                results = _tool_results(messages, remembered)
             found = _lookup(results.get(match.group(1)), match.group(2).split("."))
             return value if found is _MISSING else found
         if isinstance(value, list):
@@ -45,13 +52,18 @@ def resolve_refs(arguments: Any, messages: Sequence[Mapping[str, Any]]) -> Any:
 _MISSING = object()
 
 
-def _tool_results(messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    found: dict[str, Any] = {}
+def _tool_results(
+    messages: Sequence[Mapping[str, Any]], remembered: dict[str, Any] | None
+) -> dict[str, Any]:
+    found: dict[str, Any] = {} if remembered is None else remembered
     for message in messages:
         if message.get("role") != "tool":
             continue
+        call_id = str(message.get("tool_call_id"))
+        if call_id in found:
+            continue  # read on an earlier turn
         try:
-            found[str(message.get("tool_call_id"))] = json.loads(str(message.get("content")))
+            found[call_id] = json.loads(str(message.get("content")))
         except ValueError:
             continue
     return found

@@ -239,3 +239,24 @@ def test_a_script_rewritten_on_disk_is_read_again(tmp_path: Path) -> None:
     path.write_text(json.dumps({"turns": [{"content": "two, longer"}]}))
     again = load_model(f"scripted:{scripts}", "leak").next_turn([], [], threading.Event())
     assert again.content == "two, longer"
+
+
+def test_a_reference_resolves_after_compaction_left_its_result_out(scripts: Path) -> None:
+    # With a small window the history is compacted: the result a later turn refers to may be
+    # gone from the messages by then. The round's model remembers what it was sent.
+    write(
+        scripts,
+        "refs",
+        {
+            "turns": [
+                {"tool_calls": [call("q1", "query_data_source")]},
+                {"tool_calls": [call("r1", "save_report", evidence_ids=["${q1.evidence_id}"])]},
+            ]
+        },
+    )
+    model = ScriptedModel.from_file(scripts / "refs.json")
+    result = {"role": "tool", "tool_call_id": "q1", "content": json.dumps({"evidence_id": "e-7"})}
+    model.next_turn([{"role": "user", "content": "go"}, result], [], threading.Event())
+    compacted = [{"role": "user", "content": "Earlier turns were compacted"}]
+    turn = model.next_turn(compacted, [], threading.Event())
+    assert turn.tool_calls[0].arguments == {"evidence_ids": ["e-7"]}

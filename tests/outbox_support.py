@@ -24,7 +24,7 @@ from typing import Any
 
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
-from tests.executions_support import node, plan_call, report_call, write_script
+from tests.executions_support import node, plan_call, report_call, runtime_for, write_script
 
 __all__ = ["Received", "Recorder", "running_recorder", "waiting_task"]
 
@@ -91,6 +91,35 @@ def _handler(recorder: Recorder) -> type[BaseHTTPRequestHandler]:
             return None
 
     return Handler
+
+
+@contextmanager
+def outbox_runtime(
+    store_url: str,
+    folder: Path,
+    backend: Recorder,
+    *,
+    webhook_secret: str,
+    actions_secret: str,
+    **settings: Any,
+) -> Iterator[Runtime]:
+    """A runtime that delivers actions and webhooks to `backend`, retrying fast."""
+    runtime, _ = runtime_for(
+        store_url,
+        folder / "scripts",
+        actions_url=f"{backend.url}/actions",
+        actions_secret=actions_secret,
+        webhook_url=f"{backend.url}/hooks",
+        webhook_secret=webhook_secret,
+        outbox_backoff_seconds=0.01,
+        outbox_timeout_seconds=2,
+        webhook_max_attempts=3,
+        **settings,
+    )
+    try:
+        yield runtime
+    finally:
+        runtime.close()
 
 
 @contextmanager

@@ -15,6 +15,22 @@ import pytest
 ORCHESTRATOR = str(Path(sys.executable).with_name("orchestrator"))
 
 
+def _start_worker(tmp_path: Path, settings: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`orchestrator worker` started with only `settings` (and a home and a scripted model)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    env.update(
+        {"ORCH_HOME": str(tmp_path / "home"), "ORCH_MODEL": f"scripted:{tmp_path}", **settings}
+    )
+    return subprocess.run(
+        [ORCHESTRATOR, "worker", "--concurrency", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=90,
+    )
+
+
 @pytest.mark.parametrize(
     ("document", "expected"),
     [
@@ -27,22 +43,12 @@ def test_a_bad_gateway_spec_stops_the_worker_at_start(
 ) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text(document)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
-    env.update(
+    result = _start_worker(
+        tmp_path,
         {
-            "ORCH_HOME": str(tmp_path / "home"),
             "ORCH_GATEWAY_SPEC": str(spec),
             "ORCH_GATEWAY_BASE_URL": "http://127.0.0.1:9",
-            "ORCH_MODEL": f"scripted:{tmp_path}",
-        }
-    )
-    result = subprocess.run(
-        [ORCHESTRATOR, "worker", "--concurrency", "1"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=90,
+        },
     )
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.startswith("ORCH_GATEWAY_SPEC")]
@@ -90,21 +96,11 @@ def test_plans_show_refuses_a_revision_out_of_range(tmp_path: Path, revision: st
 def test_a_bad_data_source_declaration_stops_the_worker_at_start(tmp_path: Path) -> None:
     declaration = tmp_path / "sources.yaml"
     declaration.write_text("sources:\n - {name: a, description: d, kind: scada_sim, origin: live}")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
-    env.update(
+    result = _start_worker(
+        tmp_path,
         {
-            "ORCH_HOME": str(tmp_path / "home"),
             "ORCH_DATA_SOURCES": str(declaration),
-            "ORCH_MODEL": f"scripted:{tmp_path}",
-        }
-    )
-    result = subprocess.run(
-        [ORCHESTRATOR, "worker", "--concurrency", "1"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=90,
+        },
     )
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.startswith("ORCH_DATA_SOURCES")]
@@ -127,22 +123,12 @@ def test_a_source_slower_than_the_tool_timeout_stops_the_worker_at_start(tmp_pat
         "spec: spec.json, base_url: 'http://127.0.0.1:9', operation_id: getReport, "
         "timeout_seconds: 90}"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
-    env.update(
+    result = _start_worker(
+        tmp_path,
         {
-            "ORCH_HOME": str(tmp_path / "home"),
             "ORCH_DATA_SOURCES": str(declaration),
             "ORCH_TOOL_TIMEOUT_SECONDS": "60",
-            "ORCH_MODEL": f"scripted:{tmp_path}",
-        }
-    )
-    result = subprocess.run(
-        [ORCHESTRATOR, "worker", "--concurrency", "1"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=90,
+        },
     )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr

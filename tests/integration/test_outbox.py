@@ -29,8 +29,7 @@ from orchestrator.services.outbox import OutboxDispatcher, OutboxService
 from orchestrator.store import outbox as outbox_store
 from orchestrator.store.tables import outbox
 from orchestrator.store.types import utcnow
-from tests.executions_support import runtime_for
-from tests.outbox_support import Recorder, running_recorder, waiting_task
+from tests.outbox_support import Recorder, outbox_runtime, running_recorder, waiting_task
 
 SECRET = "webhook-secret-for-tests"
 ACTIONS_SECRET = "actions-secret-for-tests"
@@ -44,19 +43,14 @@ def backend() -> Iterator[Recorder]:
 
 @pytest.fixture
 def rt(store_url: str, tmp_path: Path, backend: Recorder) -> Iterator[Runtime]:
-    runtime, _ = runtime_for(
+    with outbox_runtime(
         store_url,
-        tmp_path / "scripts",
-        actions_url=f"{backend.url}/actions",
-        actions_secret=ACTIONS_SECRET,
-        webhook_url=f"{backend.url}/hooks",
+        tmp_path,
+        backend,
         webhook_secret=SECRET,
-        outbox_backoff_seconds=0.01,
-        outbox_timeout_seconds=2,
-        webhook_max_attempts=3,
-    )
-    yield runtime
-    runtime.close()
+        actions_secret=ACTIONS_SECRET,
+    ) as runtime:
+        yield runtime
 
 
 @pytest.fixture

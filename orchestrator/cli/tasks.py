@@ -221,11 +221,18 @@ def _trigger(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    from orchestrator.api.explain_views import RecoveryView
+
     rt = _runtime()
     try:
         view = rt.tasks.explain(args.task_id)
     finally:
         rt.close()
+    if view.get("recovery") is not None:
+        # As the API sends it: a part an older version stored in another shape is its JSON text.
+        view["recovery"] = RecoveryView.model_validate(view["recovery"]).model_dump(
+            mode="json", exclude_unset=True
+        )
     if args.json:
         print_json(view)
     else:
@@ -402,7 +409,8 @@ def render_explain(view: dict[str, Any]) -> str:
             f"{len(recovery['done'])} call(s) returned, {len(recovery['unknown'])} unknown"
         )
         for item in recovery["unknown"]:
-            lines.append(f"    unknown: {item['call_id']} {item['tool']} (verify read-only first)")
+            call = item if isinstance(item, str) else f"{item['call_id']} {item['tool']}"
+            lines.append(f"    unknown: {printable(call)} (verify read-only first)")
     usage = view.get("token_usage")
     if usage and usage["total"]["calls"]:
         per = ", ".join(

@@ -34,6 +34,7 @@ __all__ = [
     "RecoveryView",
     "ReportView",
     "UnknownCallView",
+    "as_text_unless",
 ]
 
 

@@ -221,23 +221,30 @@ def _trigger(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from orchestrator.api.explain_views import RecoveryView
-
     rt = _runtime()
     try:
-        view = rt.tasks.explain(args.task_id)
+        view = _as_sent(rt.tasks.explain(args.task_id))
     finally:
         rt.close()
-    if view.get("recovery") is not None:
-        # As the API sends it: a part an older version stored in another shape is its JSON text.
-        view["recovery"] = RecoveryView.model_validate(view["recovery"]).model_dump(
-            mode="json", exclude_unset=True
-        )
     if args.json:
         print_json(view)
     else:
         print(render_explain(view))
     return 0
+
+
+def _as_sent(view: dict[str, Any]) -> dict[str, Any]:
+    """The parts of the explain view that records of older versions may hold in another shape,
+    as the API sends them: such a part is its JSON text."""
+    from orchestrator.api.explain_views import RecoveryView, as_text_unless
+    from orchestrator.api.models import ResolutionView
+
+    if view.get("recovery") is not None:
+        view["recovery"] = RecoveryView.model_validate(view["recovery"]).model_dump(
+            mode="json", exclude_unset=True
+        )
+    view["resolutions"] = [as_text_unless(ResolutionView, r) for r in view["resolutions"]]
+    return view
 
 
 def _transcript(args: argparse.Namespace) -> int:
@@ -428,12 +435,15 @@ def render_explain(view: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _resolutions(resolutions: list[dict[str, Any]]) -> list[str]:
+def _resolutions(resolutions: list[Any]) -> list[str]:
     """Who settled which unknown or pending write, from what to what, when and why."""
     if not resolutions:
         return []
     lines = [f"  write resolutions by operators: {len(resolutions)}"]
     for r in resolutions:
+        if isinstance(r, str):  # recorded by an older version in another shape
+            lines.append(f"    {printable(r)}")
+            continue
         lines.append(
             f"    {r['invocation_id']}  {r['tool_name']}  {r['previous_status']} -> "
             f"{r['resolved_status']}  by {printable(r['by'])}  at {_time(r['at'])}  "

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import insert
+from sqlalchemy import func, insert, select
 
 from orchestrator.api.app import create_app
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
 from orchestrator.store.db import Database
-from orchestrator.store.tables import recovery_snapshots
+from orchestrator.store.tables import recovery_snapshots, task_events
 from orchestrator.store.types import utcnow
 from tests.executions_support import completing_turns, runtime_for, write_script
 
@@ -65,7 +65,22 @@ def old_task(rt: Runtime, scripts: Path) -> str:
                 updated_at=utcnow(),
             )
         )
+        seq = conn.execute(select(func.max(task_events.c.seq))).scalar_one()
+        conn.execute(
+            insert(task_events).values(
+                task_id=task_id,
+                seq=seq + 1,
+                type="invocation_resolved",
+                generation=1,
+                status="completed",
+                data=OLD_RESOLUTION,  # no tool, by or note; a status no longer known
+                created_at=utcnow(),
+            )
+        )
     return task_id
+
+
+OLD_RESOLUTION = {"invocation_id": "i1", "previous_status": "lost", "resolved_status": "failed"}
 
 
 EXPECTED_DONE = [DONE_SENT, _text(ODD_STATUS), _text({"call_id": "c"}), "null", "7"]
@@ -83,6 +98,9 @@ def test_an_older_recovery_snapshot_is_shown_degraded_not_a_500(
     assert recovery["last_plan"] == _text({"nodes": 3})
     assert recovery["reason"] == "lease lost"
     assert recovery["verify_first"]  # something is unknown: verify it first
+    [resolution] = response.json()["resolutions"]
+    assert json.loads(resolution)["previous_status"] == "lost"
+    assert json.loads(resolution)["by"] is None
 
 
 def test_the_cli_shows_the_same_degraded_snapshot(
@@ -101,6 +119,9 @@ def test_the_cli_shows_the_same_degraded_snapshot(
     shown = capsys.readouterr().out
     assert "recovery snapshot of generation [1]: 5 call(s) returned, 1 unknown" in shown
     assert 'unknown: {"call_id": "d", "tool": "call_api"} (verify read-only first)' in shown
+    assert '    {"at": ' in shown  # the resolution, as its JSON text
     assert main(["tasks", "show", old_task, "--json"]) == 0
-    printed = json.loads(capsys.readouterr().out)["recovery"]
-    assert printed == client.get(f"/api/v1/tasks/{old_task}").json()["recovery"]
+    printed = json.loads(capsys.readouterr().out)
+    sent = client.get(f"/api/v1/tasks/{old_task}").json()
+    for part in ("recovery", "resolutions"):
+        assert printed[part] == sent[part], part

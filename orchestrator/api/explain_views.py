@@ -6,14 +6,20 @@ They describe what `services.tasks.explain` already sends (times as `isoformat()
 store gave text, see `IsoTime`). The route sets `response_model_exclude_unset`, so a key the
 record does not have stays absent: a plan node's `action_id`, a finding's `whole_range` in a
 report saved before findings had it.
+
+A part of a stored record of another shape than today's (saved by an older version: a status no
+longer known, a key missing, a wrong type) is sent as its JSON text rather than failing the
+whole view with a 500 (`as_text_unless`): a report's finding, a recovery snapshot's done or
+unknown call, its generation and its last plan. A string stays itself.
 """
 
 from __future__ import annotations
 
 import json
+from functools import cache
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError, field_validator
 
 from orchestrator.api.contract import IsoTime
 from orchestrator.api.enums import ActionKind, ActionStatus, EvidenceOrigin, ReportOutcome
@@ -28,6 +34,7 @@ __all__ = [
     "RecoveryView",
     "ReportView",
     "UnknownCallView",
+    "as_text_unless",
 ]
 
 
@@ -60,21 +67,30 @@ class ReportView(BaseModel):
         failing the whole view."""
         if not isinstance(findings, list):
             return findings
-        return [finding if _is_finding(finding) else _as_text(finding) for finding in findings]
+        return [as_text_unless(FindingView, finding) for finding in findings]
 
 
-def _is_finding(finding: Any) -> bool:
-    if isinstance(finding, str):
-        return True
+def as_text_unless(shape: Any, value: Any) -> Any:
+    """`value` itself when it is a string or has `shape` (a model or a type), else its JSON
+    text: the degraded form of a stored part of an older or unexpected shape."""
+    if isinstance(value, str):
+        return value
     try:
-        FindingView.model_validate(finding)
+        _adapter(shape).validate_python(value)
     except ValidationError:
-        return False
-    return True
+        return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    return value
 
 
-def _as_text(finding: Any) -> str:
-    return json.dumps(finding, ensure_ascii=False, sort_keys=True, default=str)
+@cache
+def _adapter(shape: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(shape)
+
+
+def _items_as_text_unless(shape: Any, items: Any) -> list[Any]:
+    """Each item of a stored list checked against `shape`; a value that is not a list is one
+    item."""
+    return [as_text_unless(shape, item) for item in (items if isinstance(items, list) else [items])]
 
 
 class PendingActionView(BaseModel):
@@ -115,14 +131,44 @@ class UnknownCallView(BaseModel):
 
 
 class RecoveryView(BaseModel):
-    """What the next generation continues from (seed 000): the calls of the stopped round."""
+    """What the next generation continues from (seed 000): the calls of the stopped round.
 
-    generation: int | None
+    A snapshot saved by an older version may hold a part of another shape (a done call whose
+    status is no longer a result status, a call without its tool, a plan of an older form): that
+    part is sent as its JSON text, the rest of the view as usual."""
+
+    generation: int | str | None = Field(description="text only for an older snapshot's value")
     reason: str
-    done: list[DoneCallView]
-    unknown: list[UnknownCallView]
+    done: list[DoneCallView | str] = Field(
+        description="a call of an older or unexpected shape is its JSON text"
+    )
+    unknown: list[UnknownCallView | str] = Field(
+        description="a call of an older or unexpected shape is its JSON text"
+    )
     verify_first: str | None = Field(description="the instruction shown while calls are unknown")
-    last_plan: PlanRevisionView | None
+    last_plan: PlanRevisionView | str | None = Field(
+        description="a plan of an older or unexpected shape is its JSON text"
+    )
+
+    @field_validator("done", mode="before")
+    @classmethod
+    def _older_done_as_text(cls, done: Any) -> list[Any]:
+        return _items_as_text_unless(DoneCallView, done)
+
+    @field_validator("unknown", mode="before")
+    @classmethod
+    def _older_unknown_as_text(cls, unknown: Any) -> list[Any]:
+        return _items_as_text_unless(UnknownCallView, unknown)
+
+    @field_validator("generation", mode="before")
+    @classmethod
+    def _older_generation_as_text(cls, generation: Any) -> Any:
+        return as_text_unless(int | None, generation)
+
+    @field_validator("last_plan", mode="before")
+    @classmethod
+    def _older_plan_as_text(cls, last_plan: Any) -> Any:
+        return as_text_unless(PlanRevisionView | None, last_plan)
 
 
 class DeliveriesView(BaseModel):

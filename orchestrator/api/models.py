@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from orchestrator.api.contract import IsoTime
 from orchestrator.api.enums import (
@@ -22,6 +22,7 @@ from orchestrator.api.explain_views import (
     PendingActionView,
     RecoveryView,
     ReportView,
+    as_text_unless,
 )
 from orchestrator.api.plan_views import PlanRevisionView
 
@@ -157,12 +158,20 @@ class ExplainView(TaskView):
     deliveries: DeliveriesView | None = Field(
         default=None, description="the task's outbox deliveries: counts, dead and undelivered"
     )
-    resolutions: list[ResolutionView] = Field(
+    resolutions: list[ResolutionView | str] = Field(
         default_factory=list,
         description="operators' resolutions of the task's unknown or pending writes, oldest "
         "first (the newest 50): who (`by`), which write, `previous_status` -> "
-        "`resolved_status`, the reason (`note`) and when (`at`)",
+        "`resolved_status`, the reason (`note`) and when (`at`); one an older version "
+        "recorded in another shape is its JSON text",
     )
+
+    @field_validator("resolutions", mode="before")
+    @classmethod
+    def _older_resolutions_as_text(cls, resolutions: Any) -> Any:
+        if not isinstance(resolutions, list):
+            return resolutions
+        return [as_text_unless(ResolutionView, resolution) for resolution in resolutions]
 
 
 class SessionView(BaseModel):

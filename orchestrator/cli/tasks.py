@@ -223,7 +223,7 @@ def _trigger(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     rt = _runtime()
     try:
-        view = rt.tasks.explain(args.task_id)
+        view = _as_sent(rt.tasks.explain(args.task_id))
     finally:
         rt.close()
     if args.json:
@@ -231,6 +231,20 @@ def _show(args: argparse.Namespace) -> int:
     else:
         print(render_explain(view))
     return 0
+
+
+def _as_sent(view: dict[str, Any]) -> dict[str, Any]:
+    """The parts of the explain view that records of older versions may hold in another shape,
+    as the API sends them: such a part is its JSON text."""
+    from orchestrator.api.explain_views import RecoveryView, as_text_unless
+    from orchestrator.api.models import ResolutionView
+
+    if view.get("recovery") is not None:
+        view["recovery"] = RecoveryView.model_validate(view["recovery"]).model_dump(
+            mode="json", exclude_unset=True
+        )
+    view["resolutions"] = [as_text_unless(ResolutionView, r) for r in view["resolutions"]]
+    return view
 
 
 def _transcript(args: argparse.Namespace) -> int:
@@ -402,7 +416,8 @@ def render_explain(view: dict[str, Any]) -> str:
             f"{len(recovery['done'])} call(s) returned, {len(recovery['unknown'])} unknown"
         )
         for item in recovery["unknown"]:
-            lines.append(f"    unknown: {item['call_id']} {item['tool']} (verify read-only first)")
+            call = item if isinstance(item, str) else f"{item['call_id']} {item['tool']}"
+            lines.append(f"    unknown: {printable(call)} (verify read-only first)")
     usage = view.get("token_usage")
     if usage and usage["total"]["calls"]:
         per = ", ".join(
@@ -420,12 +435,15 @@ def render_explain(view: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _resolutions(resolutions: list[dict[str, Any]]) -> list[str]:
+def _resolutions(resolutions: list[Any]) -> list[str]:
     """Who settled which unknown or pending write, from what to what, when and why."""
     if not resolutions:
         return []
     lines = [f"  write resolutions by operators: {len(resolutions)}"]
     for r in resolutions:
+        if isinstance(r, str):  # recorded by an older version in another shape
+            lines.append(f"    {printable(r)}")
+            continue
         lines.append(
             f"    {r['invocation_id']}  {r['tool_name']}  {r['previous_status']} -> "
             f"{r['resolved_status']}  by {printable(r['by'])}  at {_time(r['at'])}  "

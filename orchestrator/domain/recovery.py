@@ -89,14 +89,22 @@ class Snapshot:
         """The same snapshot from the durable transcript (`Entry.to_dict()` items, in order).
 
         Only the main agent's calls count; a sub-agent's (with a `parent_call_id`) are reads.
+        A tool call an older version wrote in another shape (no id or name, not an object) is
+        kept as it was among the unknown calls: what it did cannot be read, so it is verified.
         """
         calls: dict[str, CallRecord] = {}
+        unreadable: list[Any] = []
         for entry in entries:
             if entry.get("parent_call_id") is not None:
                 continue
-            body = entry.get("body") or {}
+            body = entry.get("body")
+            body = body if isinstance(body, dict) else {}
             if entry["kind"] == "model_turn":
-                for call in body.get("tool_calls") or []:
+                turn_calls = body.get("tool_calls") or []
+                for call in turn_calls if isinstance(turn_calls, list) else [turn_calls]:
+                    if not _readable(call):
+                        unreadable.append(call)
+                        continue
                     calls[call["id"]] = CallRecord(
                         call["id"], call["name"], call.get("arguments"), entry["turn"]
                     )
@@ -106,9 +114,10 @@ class Snapshot:
                     entry.get("status") or body.get("status") or "unknown",
                     body.get("invocation_id"),
                 )
-        return cls.from_calls(
+        snapshot = cls.from_calls(
             list(calls.values()), reason=reason, generation=generation, last_plan=last_plan
         )
+        return replace(snapshot, unknown=snapshot.unknown + tuple(unreadable))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -119,3 +128,12 @@ class Snapshot:
             "verify_first": VERIFY_FIRST if self.unknown else None,
             "last_plan": self.last_plan,
         }
+
+
+def _readable(call: Any) -> bool:
+    """A tool call of today's shape: an object with a text id and name."""
+    return (
+        isinstance(call, dict)
+        and isinstance(call.get("id"), str)
+        and isinstance(call.get("name"), str)
+    )

@@ -320,18 +320,15 @@ def usage_view(usage: list[transcript_store.GenerationUsage]) -> dict[str, Any]:
 
 
 def _resolution_view(event: outbox_store.TaskEvent) -> dict[str, Any]:
-    """An operator's resolution of a write, from its `invocation_resolved` task event."""
-    data = event.data
+    """An operator's resolution of a write, from its `invocation_resolved` task event (a key an
+    older event lacks is None: the API sends such a resolution as its JSON text)."""
+    data = event.data if isinstance(event.data, dict) else {}
+    keys = ("invocation_id", "tool_name", "previous_status", "resolved_status", "by", "note")
     return {
         "seq": event.seq,
         "at": event.created_at.isoformat(),
         "generation": event.generation,
-        "invocation_id": data["invocation_id"],
-        "tool_name": data["tool_name"],
-        "previous_status": data["previous_status"],
-        "resolved_status": data["resolved_status"],
-        "by": data["by"],
-        "note": data["note"],
+        **{key: data.get(key) for key in keys},
     }
 
 

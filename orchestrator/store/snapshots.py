@@ -67,11 +67,19 @@ def get_snapshot(conn: Connection, session_id: str) -> Snapshot | None:
     ).one_or_none()
     if row is None:
         return None
-    summary = row.summary or {}
+    summary = row.summary if isinstance(row.summary, dict) else {}
     return Snapshot(
         reason=str(summary.get("reason") or "the round ended abnormally"),
         generation=summary.get("generation"),
-        received=tuple(row.receipts or ()),
-        unknown=tuple(row.unknown_calls or ()),
+        received=_calls(row.receipts),
+        unknown=_calls(row.unknown_calls),
         last_plan=summary.get("last_plan"),
     )
+
+
+def _calls(stored: Any) -> tuple[Any, ...]:
+    """A stored list of calls as it is; a single value an older version stored as one call
+    (not a dict's keys, not a string's characters): a reader shows what it cannot read."""
+    if stored is None:
+        return ()
+    return tuple(stored) if isinstance(stored, list) else (stored,)

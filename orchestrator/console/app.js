@@ -1,7 +1,9 @@
 /* The operator console: plain JavaScript, no framework, no build step.
  *
  * Everything the model or an operator wrote (titles, plans, reports, payloads, transcripts) is
- * put into the page as text nodes (textContent), never as HTML. Calls go to the API of the same
+ * put into the page as text nodes (textContent), never as HTML, by `append` (and `shown` for
+ * the few attributes and SVG text a person reads): both draw each bidirectional control and
+ * zero-width character as a visible marker instead of letting it reorder or hide the text. Calls go to the API of the same
  * origin with the session cookie; writes carry X-Orch-Console: 1. Routes that a server may not
  * have yet (evidence, transcript, task stream, human nodes) show "not available on this server"
  * when they answer 404.
@@ -26,7 +28,57 @@
   let me = null; // the signed-in account {name, role, shared}; null when unknown
   const ROLES = ["viewer", "operator", "approver"];
 
+  // ---- untrusted text: what would reorder or hide it is shown ---------------------------
+  // A bidirectional control makes text read otherwise than it is ("Trojan Source"): after a
+  // right-to-left override, "abc\u202Edcba" is drawn "abcabcd". Isolating the string
+  // (unicode-bidi: isolate, <bdi>) keeps it from its neighbours but not from itself, so every
+  // such character (the Bidi_Control set, the zero-width and invisible format characters, the
+  // invisible tag characters) becomes a marker, ⟦U+202E⟧, in a style of its own and named in
+  // its tooltip. Copying the text copies the marker, not the control; the API and the CLI
+  // still give the text as stored.
+  const HIDDEN = /[\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]|\udb40[\udc00-\udc7f]/g;
+  const HIDDEN_NAMES = {
+    0x061c: "ARABIC LETTER MARK", 0x200b: "ZERO WIDTH SPACE", 0x200c: "ZERO WIDTH NON-JOINER",
+    0x200d: "ZERO WIDTH JOINER", 0x200e: "LEFT-TO-RIGHT MARK", 0x200f: "RIGHT-TO-LEFT MARK",
+    0x202a: "LEFT-TO-RIGHT EMBEDDING", 0x202b: "RIGHT-TO-LEFT EMBEDDING",
+    0x202c: "POP DIRECTIONAL FORMATTING", 0x202d: "LEFT-TO-RIGHT OVERRIDE",
+    0x202e: "RIGHT-TO-LEFT OVERRIDE", 0x2060: "WORD JOINER", 0x2061: "FUNCTION APPLICATION",
+    0x2062: "INVISIBLE TIMES", 0x2063: "INVISIBLE SEPARATOR", 0x2064: "INVISIBLE PLUS",
+    0x2066: "LEFT-TO-RIGHT ISOLATE", 0x2067: "RIGHT-TO-LEFT ISOLATE", 0x2068: "FIRST STRONG ISOLATE",
+    0x2069: "POP DIRECTIONAL ISOLATE", 0xfeff: "ZERO WIDTH NO-BREAK SPACE",
+  };
+  // Elements whose content is text only: the marker goes in without its style.
+  const TEXT_ONLY = new Set(["option", "textarea", "title"]);
+  function codePoint(char) {
+    return `U+${char.codePointAt(0).toString(16).toUpperCase().padStart(4, "0")}`;
+  }
+  function marker(char) { return `\u27e6${codePoint(char)}\u27e7`; } // ⟦U+202E⟧
+  function shown(text) {
+    // `text` with each hidden character as its marker: for attributes and SVG text.
+    return String(text).replace(HIDDEN, marker);
+  }
+  function textNodes(text) {
+    // A text node, or the text's pieces around a styled marker for each hidden character.
+    // `search`, not `test`: a global pattern's `test` moves its lastIndex, where matchAll starts.
+    if (text.search(HIDDEN) < 0) return document.createTextNode(text);
+    const pieces = document.createDocumentFragment();
+    let from = 0;
+    for (const match of text.matchAll(HIDDEN)) {
+      if (match.index > from) pieces.appendChild(document.createTextNode(text.slice(from, match.index)));
+      const char = match[0];
+      const name = HIDDEN_NAMES[char.codePointAt(0)] || "TAG CHARACTER";
+      pieces.appendChild(el("span", { class: "control-char",
+        title: `${codePoint(char)} ${name}: an invisible character in the text, shown here` }, marker(char)));
+      from = match.index + char.length;
+    }
+    if (from < text.length) pieces.appendChild(document.createTextNode(text.slice(from)));
+    return pieces;
+  }
+
   // ---- DOM helpers: text only ------------------------------------------------------------
+  // Attributes a person reads (tooltips, labels) show hidden characters too; the others
+  // (ids, values sent back to the API) are data and are kept as they are.
+  const READ_ATTRIBUTES = new Set(["title", "aria-label", "placeholder", "alt"]);
   function el(tag, attrs, ...children) {
     const node = document.createElement(tag);
     for (const [key, value] of Object.entries(attrs || {})) {
@@ -34,18 +86,21 @@
       if (key.startsWith("on") && typeof value === "function") {
         node.addEventListener(key.slice(2), value);
       } else if (key === "text") {
-        node.textContent = String(value);
+        fill(node, value);
       } else {
-        node.setAttribute(key, value === true ? "" : String(value));
+        const text = value === true ? "" : String(value);
+        node.setAttribute(key, READ_ATTRIBUTES.has(key) ? shown(text) : text);
       }
     }
     append(node, children);
     return node;
   }
   function append(node, children) {
+    const textOnly = TEXT_ONLY.has(node.localName);
     for (const child of children.flat(Infinity)) {
       if (child === null || child === undefined || child === false) continue;
-      node.appendChild(child instanceof Node ? child : document.createTextNode(String(child)));
+      node.appendChild(child instanceof Node ? child
+        : textOnly ? document.createTextNode(shown(child)) : textNodes(String(child)));
     }
     return node;
   }
@@ -151,8 +206,8 @@
 
   // ---- the API ---------------------------------------------------------------------------
   function showBanner(text) {
-    if (text) { banner.textContent = text; banner.hidden = false; }
-    else if (!banner.hidden) { banner.hidden = true; banner.textContent = ""; }
+    if (text) { fill(banner, text); banner.hidden = false; }
+    else if (!banner.hidden) { banner.hidden = true; fill(banner); }
   }
   async function api(method, path, body, signal) {
     const init = { method, credentials: "same-origin", headers: { "X-Orch-Console": "1" }, signal };
@@ -455,7 +510,7 @@
           const text = document.createElementNS(svg.namespaceURI, "text");
           text.setAttribute("x", String((x1 + x2) / 2 + 4));
           text.setAttribute("y", String(mid));
-          text.textContent = e.label;
+          text.textContent = shown(e.label);
           svg.appendChild(text);
         }
       }

@@ -6,9 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["XSS", "write_scripts"]
+__all__ = ["RLO", "XSS", "write_scripts"]
 
 XSS = '<img src=x onerror="window.__xss=1">'
+#: Logically "abc", a right-to-left override, then "dcba": drawn as is, it reads "abcabcd".
+RLO = "abc\u202edcba"
 
 
 def _node(node_id: str, status: str, **extra: Any) -> dict[str, Any]:
@@ -149,6 +151,26 @@ def _retried() -> dict[str, Any]:
     }
 
 
+def _bidi() -> dict[str, Any]:
+    """Bidirectional controls and zero-width characters in every kind of model text."""
+    nodes = [
+        _node("a", "completed", title=RLO, description="pay\u200bment to \u2067acct\u2069"),
+        _node("b", "completed"),
+    ]
+    edges = [{"from": "a", "to": "b", "label": f"if {RLO}"}]
+    report = _report("c2", RLO)
+    report["arguments"]["findings"] = [
+        {"text": f"finding {RLO}", "evidence_ids": [_CITED], "origin": "synthetic"}
+    ]
+    return {
+        "turns": [
+            _turn(0.1, _plan("c1", "r1", nodes, title=f"Plan {RLO}", reason=RLO, edges=edges)),
+            _turn(0.1, report),
+            {"content": f"done\ufeff {RLO}"},
+        ]
+    }
+
+
 def _slow() -> dict[str, Any]:
     nodes = [_node("a", "running")]
     return {
@@ -176,6 +198,7 @@ def _pinned() -> dict[str, Any]:
 def write_scripts(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     scripts = {"live": _live(), "xss": _xss(), "approval": _approval(), "human": _human()}
+    scripts["bidi"] = _bidi()
     scripts["slow"] = _slow()
     scripts["retried"] = _retried()
     scripts["pinned"] = _pinned()

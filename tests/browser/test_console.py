@@ -13,7 +13,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser.conftest import TOKEN, Console, shot
-from tests.browser.scripts import XSS
+from tests.browser.scripts import RLO, XSS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -443,6 +443,124 @@ def test_host_text_of_other_routes_renders_as_text(page: Any, console: Console) 
     assert approved == [{"by": "duty engineer", "digest": "sha256:feed"}]
     assert page.locator("main img").count() == 0
     assert page.evaluate("window.__xss") is None
+
+
+#: What the console draws for RLO: the override as a marker, the letters in their real order.
+RLO_SHOWN = "abc⟦U+202E⟧dcba"
+#: Every character the console shows as a marker (app.js HIDDEN), as a JavaScript pattern.
+HIDDEN_JS = (
+    r"/[\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]|\udb40[\udc00-\udc7f]/"
+)
+HIDDEN_IN_DOM = f"""() => {{
+  const hidden = {HIDDEN_JS};
+  const found = [];
+  const walker = document.createTreeWalker(document.documentElement, NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {{
+    if (hidden.test(n.data)) found.push(n.data);
+  }}
+  for (const e of document.querySelectorAll("*")) {{
+    for (const a of e.attributes) if (hidden.test(a.value)) found.push(`${{a.name}}=${{a.value}}`);
+  }}
+  return found;
+}}"""
+#: The element's characters in logical order with where each is drawn: [char, left, top, bottom].
+DRAWN = """(selector) => {
+  const chars = [];
+  const walker = document.createTreeWalker(document.querySelector(selector), NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    for (let i = 0; i < n.data.length; i += 1) {
+      const range = document.createRange();
+      range.setStart(n, i);
+      range.setEnd(n, i + 1);
+      const box = range.getBoundingClientRect();
+      if (box.width > 0) chars.push([n.data[i], box.left, box.top, box.bottom]);
+    }
+  }
+  return chars;
+}"""
+SELECTED = """(selector) => {
+  const range = document.createRange();
+  range.selectNodeContents(document.querySelector(selector));
+  getSelection().removeAllRanges();
+  getSelection().addRange(range);
+  return getSelection().toString();
+}"""
+
+
+def test_bidi_controls_and_zero_width_characters_are_shown_not_obeyed(
+    page: Any, console: Console
+) -> None:
+    """A right-to-left override in model, tool or backend text would reverse what follows it
+    on screen ("Trojan Source"); each such character is drawn as a marker instead, and none
+    reaches the page's text or attributes. The model's text comes from a real run; a tool
+    result, an evidence summary and an action payload from the routes, as the API returns them."""
+    task_id = console.trigger("bidi", f"Task {RLO}")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    result = _entry(99, "tool_result", {"message": f"paid {RLO}", "result": {"to": RLO}})
+    result |= {"tool_name": "query_data_source", "status": "succeeded"}
+
+    def transcript(route: Any) -> None:
+        response = route.fetch()
+        body = response.json()
+        body["items"].append(result)
+        route.fulfill(response=response, json=body)
+
+    evidence = {"items": [{"source": "scada", "origin": "live", "summary": f"meter {RLO}",
+                           "queried_at": "2026-12-04T02:00:00+00:00", "content_ref": "ev-1"}],
+                "next_cursor": None}  # fmt: skip
+    action = {"action_id": "a-1", "task_id": task_id, "generation": 1, "node_id": "a",
+              "kind": "command", "payload": {"cmd": RLO}, "status": "pending_approval",
+              "digest": "sha256:feed", "created_at": "2026-12-04T02:00:00+00:00"}  # fmt: skip
+    page.route(re.compile(r".*/api/v1/tasks/[^/]+/transcript\?.*"), transcript)
+    page.route(
+        re.compile(r".*/api/v1/tasks/[^/]+/evidence$"),
+        lambda route: route.fulfill(status=200, json=evidence),
+    )
+    page.route(
+        re.compile(r".*/api/v1/actions\?.*"),
+        lambda route: route.fulfill(status=200, json={"items": [action], "next_cursor": None}),
+    )
+    open_task(page, console, task_id)
+    expect(page.locator("#task-title")).to_have_text(f"Task {RLO_SHOWN}")
+    expect(page.locator("#plan-title")).to_have_text(f"Plan {RLO_SHOWN}")
+    expect(page.locator("#plan-reason")).to_have_text(RLO_SHOWN)
+    title = page.locator('button.node[data-node="a"] .title')
+    expect(title).to_have_text(RLO_SHOWN)
+    expect(page.locator("svg.edges text")).to_have_text(f"if {RLO_SHOWN}")
+    expect(page.locator("#report-summary")).to_have_text(RLO_SHOWN)
+    expect(page.locator("#report ul.findings li").first).to_contain_text(f"finding {RLO_SHOWN}")
+    expect(page.locator("#evidence td").filter(has_text=f"meter {RLO_SHOWN}")).to_have_count(1)
+    expect(page.locator("#pending-actions pre")).to_contain_text(f'"cmd": "{RLO_SHOWN}"')
+    page.locator('button.node[data-node="a"]').click()
+    expect(page.locator("#node-detail")).to_contain_text("pay⟦U+200B⟧ment to ⟦U+2067⟧acct⟦U+2069⟧")
+    entries = page.locator("#transcript ol.transcript > li")
+    last = entries.last
+    expect(last.locator("summary")).to_contain_text("result of query_data_source")
+    last.locator("summary").click()
+    expect(last.locator("pre").first).to_have_text(f"paid {RLO_SHOWN}")
+    expect(last.locator("pre").nth(1)).to_contain_text(f'"to": "{RLO_SHOWN}"')
+    model = entries.nth(entries.count() - 2)
+    model.locator("summary").click()
+    expect(model.locator("pre")).to_have_text(f"done⟦U+FEFF⟧ {RLO_SHOWN}")
+    shot(page, "bidi-controls")
+    assert page.evaluate(HIDDEN_IN_DOM) == []
+    # Drawn left to right in logical order on one line: nothing after the marker is reversed.
+    drawn = page.evaluate(DRAWN, 'button.node[data-node="a"] .title')
+    assert "".join(c for c, *_ in drawn) == RLO_SHOWN
+    assert max(top for *_, top, _ in drawn) < min(bottom for *_, bottom in drawn), drawn
+    lefts = [left for _, left, *_ in drawn]
+    assert lefts == sorted(lefts), drawn
+    assert len(set(lefts)) == len(lefts), drawn
+    # The marker stands out from the text around it, and names the character.
+    mark = title.locator(".control-char")
+    expect(mark).to_have_count(1)
+    expect(mark).to_have_attribute("title", re.compile(r"^U\+202E RIGHT-TO-LEFT OVERRIDE"))
+    colours = mark.evaluate(
+        "m => [getComputedStyle(m).color, getComputedStyle(m.parentElement).color]"
+    )
+    assert colours[0] != colours[1], colours
+    # Copying the text copies what is shown: the marker, not the control.
+    assert page.evaluate(SELECTED, 'button.node[data-node="a"] .title') == RLO_SHOWN
 
 
 def test_the_plan_stream_fallback_keeps_the_revision_picker_working_across_generations(

@@ -70,7 +70,13 @@ def load() -> Settings:
     return _loaded
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+#: C0 and C1 controls, line separators, and the characters that reorder or hide text on a
+#: terminal that renders bidirectional text: bidi controls and zero-width characters (the
+#: console shows the same set as markers).
+_CONTROL = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2064"
+    r"\u2066-\u2069\ufeff]"
+)
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -82,7 +88,8 @@ def _escaped(match: re.Match[str]) -> str:
 
 def printable(text: Any) -> str:
     """`text` on one line, its control characters escaped: a value from the store (a title, a
-    reason) can neither forge a line of the output nor drive the operator's terminal."""
+    reason) can neither forge a line of the output, nor drive the operator's terminal, nor
+    reorder or hide what the operator reads (`abc\u202edcba` prints as written)."""
     return _CONTROL.sub(_escaped, str(text))
 
 

@@ -1,0 +1,105 @@
+"""CPU per execution in process: this checkout against another one, the two alternating.
+
+    python bench/inprocess_ab.py --baseline /path/to/other/checkout [--executions 150] [--pairs 3]
+
+Each side runs in a child process of its own, with its checkout first on `sys.path` and its own
+Postgres and Redis (`execution_fleet.servers`): scripted minimal and report-only executions
+through `rt.executions.run`, the CPU of every thread of the process (`time.process_time`) around
+each, the median after a warm-up of 10. The sides alternate, so the machine's drift shows in
+every pair and the ratio within a pair is the figure to read. It prints and writes nothing else:
+`bench/executions.py` is the benchmark of record; this is how a change's effect on the
+worker's own Python is checked before and after (a worktree of the older commit as baseline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[1]
+
+# Run in the child, with the checkout under test as argv[1]: prints one JSON line of medians.
+_CHILD = r"""
+import json, statistics, sys, tempfile, shutil, time
+from contextlib import ExitStack
+from pathlib import Path
+checkout, count = sys.argv[1], int(sys.argv[2])
+sys.path[:0] = [checkout, checkout + "/bench"]
+from execution_fleet import servers, MINIMAL, REPORT_ONLY, minimal_turns, report_only_turns
+from execution_fleet import LEASE, RENEW, SWEEP
+from tests.executions_support import write_script, settings_for
+from orchestrator.runtime import build_runtime
+from orchestrator.services.dispatch import RecordingDispatcher
+from orchestrator.services.tasks import Trigger
+folder = Path(tempfile.mkdtemp(prefix="ab-"))
+medians = {}
+try:
+    with ExitStack() as stack:
+        _, pg_url, redis_url, _ = stack.enter_context(servers(False))
+        write_script(folder / "scripts", MINIMAL, minimal_turns())
+        write_script(folder / "scripts", REPORT_ONLY, report_only_turns())
+        settings = settings_for(
+            pg_url, folder / "scripts", redis_url=redis_url, lease_seconds=LEASE,
+            lease_renew_seconds=RENEW, sweep_seconds=SWEEP, queued_stale_seconds=60,
+            home=folder / "home",
+        )
+        rt = build_runtime(settings, dispatcher=RecordingDispatcher())
+        try:
+            for kind in (MINIMAL, REPORT_ONLY):
+                used = []
+                for number in range(count + 10):
+                    task = rt.tasks.trigger(Trigger(task_type=kind, title="ab")).task.task_id
+                    started = time.process_time()
+                    rt.executions.run(task, 1, worker="ab")
+                    if number >= 10:
+                        used.append((time.process_time() - started) * 1000)
+                medians[kind] = statistics.median(used)
+        finally:
+            rt.close()
+finally:
+    shutil.rmtree(folder, ignore_errors=True)
+print(json.dumps(medians))
+"""
+
+
+def _side(checkout: Path, count: int) -> dict[str, float]:
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(checkout), str(count)],
+        capture_output=True,
+        text=True,
+        cwd=checkout,
+        timeout=900,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"the run on {checkout} failed:\n{done.stderr[-2000:]}")
+    medians: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return medians
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", type=Path, required=True, help="the other checkout")
+    parser.add_argument("--executions", type=int, default=150, help="timed runs per kind")
+    parser.add_argument("--pairs", type=int, default=3, help="baseline/this alternations")
+    args = parser.parse_args()
+    baseline = args.baseline.resolve()
+    if not (baseline / "orchestrator").is_dir():
+        raise SystemExit(f"--baseline {baseline}: not a checkout of this project")
+    print("pair  kind          baseline ms  this ms  this/baseline")
+    for pair in range(1, args.pairs + 1):
+        before = _side(baseline, args.executions)
+        after = _side(HERE, args.executions)
+        for kind in before:
+            ratio = after[kind] / before[kind]
+            print(
+                f"{pair:>4}  {kind:<12}  {before[kind]:>11.2f}  {after[kind]:>7.2f}  {ratio:>12.2f}"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

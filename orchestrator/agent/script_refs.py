@@ -26,8 +26,9 @@ def resolve_refs(
     remembered: dict[str, Any] | None = None,
 ) -> Any:
     """`arguments` with every resolvable `${CALL_ID.path}` replaced. With `remembered` (kept
-    by the caller across the round's turns), the results in `messages` are added to it and a
-    reference is looked up there (every turn's results are added, referred to or not)."""
+    by the caller across the round's turns, empty at first), the results in `messages` are
+    added to it and a reference is looked up there (every turn's results are added, referred
+    to or not); a call id used again refers to its latest result, as without it."""
     results = None if remembered is None else _tool_results(messages, remembered)
 
     def walk(value: Any) -> Any:
@@ -38,7 +39,8 @@ def resolve_refs(
                 return value
             if results is None:
                 results = _tool_results(messages, remembered)
-            found = _lookup(results.get(match.group(1)), match.group(2).split("."))
+            read = results.get(match.group(1))
+            found = _lookup(None if read is None else read[1], match.group(2).split("."))
             return value if found is _MISSING else found
         if isinstance(value, list):
             return [walk(item) for item in value]
@@ -55,15 +57,20 @@ _MISSING = object()
 def _tool_results(
     messages: Sequence[Mapping[str, Any]], remembered: dict[str, Any] | None
 ) -> dict[str, Any]:
+    """Each call id's latest readable result, as `(its text, its value)`; `remembered` keeps
+    them across turns, so a result read on an earlier turn is not parsed again (its text is
+    the same object), and one compaction has left out is still there."""
     found: dict[str, Any] = {} if remembered is None else remembered
     for message in messages:
         if message.get("role") != "tool":
             continue
         call_id = str(message.get("tool_call_id"))
-        if call_id in found:
+        content = str(message.get("content"))
+        known = found.get(call_id)
+        if known is not None and (known[0] is content or known[0] == content):
             continue  # read on an earlier turn
         try:
-            found[call_id] = json.loads(str(message.get("content")))
+            found[call_id] = (content, json.loads(content))
         except ValueError:
             continue
     return found

@@ -260,3 +260,27 @@ def test_a_reference_resolves_after_compaction_left_its_result_out(scripts: Path
     compacted = [{"role": "user", "content": "Earlier turns were compacted"}]
     turn = model.next_turn(compacted, [], threading.Event())
     assert turn.tool_calls[0].arguments == {"evidence_ids": ["e-7"]}
+
+
+def test_a_reused_call_id_refers_to_its_latest_result(scripts: Path) -> None:
+    # A script may use one id on several turns (a page at a time): a reference takes what the
+    # latest call of that id returned, as the history reads, not what the first one did.
+    write(
+        scripts,
+        "pages",
+        {
+            "turns": [
+                {"tool_calls": [call("p", "query_data_source")]},
+                {"tool_calls": [call("p", "query_data_source", cursor="${p.cursor}")]},
+                {"tool_calls": [call("p", "query_data_source", cursor="${p.cursor}")]},
+            ]
+        },
+    )
+    model = ScriptedModel.from_file(scripts / "pages.json")
+    history: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    stop = threading.Event()
+    model.next_turn(history, [], stop)
+    history.append({"role": "tool", "tool_call_id": "p", "content": json.dumps({"cursor": "a"})})
+    assert model.next_turn(history, [], stop).tool_calls[0].arguments == {"cursor": "a"}
+    history.append({"role": "tool", "tool_call_id": "p", "content": json.dumps({"cursor": "b"})})
+    assert model.next_turn(history, [], stop).tool_calls[0].arguments == {"cursor": "b"}

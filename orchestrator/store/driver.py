@@ -39,6 +39,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from functools import lru_cache
 from typing import Any, cast
 
@@ -228,7 +229,12 @@ class _Compiled:
     given: dict[str, Any]  # the values the statement carries itself (`.values(status="x")`)
 
     def values(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
-        return tuple(params[n] if n in params else self.given[n] for n in self.names)
+        values = tuple(params[n] if n in params else self.given[n] for n in self.names)
+        # As `types.UTCDateTime` refuses one through SQLAlchemy: the server would read a naive
+        # timestamp in the session's time zone.
+        if any(isinstance(value, datetime) and value.tzinfo is None for value in values):
+            raise ValueError("naive datetime given to the store: timestamps must be aware")
+        return values
 
 
 @lru_cache(maxsize=256)

@@ -238,3 +238,15 @@ def test_a_kept_connection_older_than_the_recycle_age_is_replaced(
     assert _backend_pid(pg_db) == pid  # kept while young
     monkeypatch.setattr(driver, "RECYCLE_SECONDS", 0.0)
     assert _backend_pid(pg_db) != pid  # as the pool's pool_recycle: a new connection
+
+
+def test_a_naive_timestamp_is_refused_as_sqlalchemy_refuses_it(pg_db: Database) -> None:
+    from datetime import UTC, datetime
+
+    stamp = text("SELECT CAST(:at AS timestamptz)")
+    with pytest.raises(ValueError, match="naive datetime"):
+        driver.rows(pg_db.engine, stamp, {"at": datetime(2026, 1, 1, 12)})
+    with pytest.raises(ValueError, match="naive datetime"), pg_db.transaction() as conn:
+        driver.fetch(conn, stamp, {"at": datetime(2026, 1, 1, 12)})
+    aware = datetime(2026, 1, 1, 12, tzinfo=UTC)
+    assert driver.rows(pg_db.engine, stamp, {"at": aware})[0][0] == aware

@@ -93,6 +93,14 @@ class PostgresServer:
             row = conn.execute("SHOW server_version").fetchone()
             self.version = str(row[0]) if row else "?"
 
+    def restart(self) -> None:
+        """Stop the server (its sessions are terminated, as in a fast shutdown) and start it
+        again on the same port with the same data."""
+        self._run(
+            _pg_bin("pg_ctl"), "-D", str(self.data), "-l", str(self.root / "log"),
+            "-m", "fast", "-w", "restart",
+        )  # fmt: skip
+
     def stop(self) -> None:
         with contextlib.suppress(subprocess.CalledProcessError, ServiceMissing):
             self._run(_pg_bin("pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop")

@@ -128,17 +128,20 @@ class ExecutionService:
         token = self.leases.acquire(lease_name(task_id), worker, ttl)
         if token is None:
             return self._not_acquired(task_id, generation)
-        with self.db.single_statement() as conn:  # one statement on Postgres
-            claimed = task_store.claim_generation(
-                conn,
-                task_id,
-                generation,
-                lease_token=token,
-                worker=worker,
-                celery_task_id=celery_task_id,
-                lease_expires_at=utcnow() + timedelta(seconds=ttl),
-                process=current_process(),
-            )
+        try:
+            with self.db.single_statement() as conn:  # one statement on Postgres
+                claimed = task_store.claim_generation(
+                    conn,
+                    task_id,
+                    generation,
+                    lease_token=token,
+                    worker=worker,
+                    celery_task_id=celery_task_id,
+                    lease_expires_at=utcnow() + timedelta(seconds=ttl),
+                    process=current_process(),
+                )
+        except _INFRASTRUCTURE as exc:
+            return self._claim_failed(task_id, token, exc)
         if claimed is None:
             self.leases.release(lease_name(task_id), token)
             return RunResult(False, self._why_not_queued(task_id, generation))
@@ -198,6 +201,29 @@ class ExecutionService:
         except _INFRASTRUCTURE:
             # Left `pending`: the decision already counted it as open, so nothing is claimed.
             log.warning("background command receipts could not be settled", exc_info=True)
+
+    def _claim_failed(self, task_id: str, token: str, exc: BaseException) -> RunResult:
+        """The store could not be reached to claim: give the lease back and come back after a
+        renewal period, rather than leave the generation queued until the sweeper re-sends
+        stale wake-ups. Should the claim have committed with its answer lost, the generation
+        holds a token no lease backs: the sweeper recovers it when its mirrored lease runs out,
+        as for any worker that died."""
+        cause = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        log.warning(
+            "task %s: the generation could not be claimed (%s: %s); trying again",
+            task_id,
+            type(exc).__name__,
+            cause[0] if cause else "",
+        )
+        try:
+            self.leases.release(lease_name(task_id), token)
+        except _INFRASTRUCTURE:
+            log.warning("task %s: its lease could not be given back; it runs out", task_id)
+        return RunResult(
+            False,
+            f"the store could not be reached to claim the generation ({type(exc).__name__})",
+            retry_after=self.settings.lease_renew_seconds,
+        )
 
     def _not_acquired(self, task_id: str, generation: int) -> RunResult:
         with self.db.transaction(readonly=True) as conn:

@@ -263,3 +263,28 @@ def test_a_background_command_does_not_outlive_its_round(store_url: str, tmp_pat
         assert not marker.exists()
     finally:
         rt.close()
+
+
+def test_a_store_error_at_the_claim_gives_the_lease_back_and_asks_to_come_back(
+    env: Any, scripts: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A wake-up that meets the store away (a restart) claims nothing: it must not keep the
+    # lease until it runs out, nor leave the generation queued until the sweeper re-sends
+    # stale wake-ups (a minute by default); the worker tries again after a renewal period.
+    rt, _ = env
+    write_script(scripts, "claim", completing_turns())
+    task_id = rt.tasks.trigger(Trigger(task_type="claim", title="t")).task.task_id
+
+    def store_down(*_args: Any, **_kwargs: Any) -> Any:
+        raise OperationalError("WITH claimed_task", {}, Exception("server closed the connection"))
+
+    with monkeypatch.context() as patched:
+        patched.setattr(executions_module.task_store, "claim_generation", store_down)
+        result = rt.executions.run(task_id, 1, worker="w")
+    assert result.ran is False
+    assert result.retry_after == rt.settings.lease_renew_seconds
+    assert "could not be reached to claim" in result.detail
+    assert "server closed the connection" in caplog.text
+    assert rt.tasks.get(task_id).status == "queued"
+    # The lease was given back: the next wake-up runs the generation at once.
+    assert rt.executions.run(task_id, 1, worker="w").outcome == "completed"

@@ -46,7 +46,7 @@ from typing import Any, cast
 import psycopg
 from sqlalchemy import Connection, Engine, event
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, StatementError
 from sqlalchemy.sql import ClauseElement, Executable
 
 from orchestrator.errors import ConstraintViolation
@@ -60,6 +60,7 @@ __all__ = [
     "fetch",
     "observers",
     "rows",
+    "store_error",
 ]
 
 #: Told `(sql, autocommit)` of every statement sent here, before it is sent: SQLAlchemy's
@@ -102,9 +103,7 @@ class _Connections:
         try:
             return self._take()
         except psycopg.Error as exc:
-            raise DBAPIError.instance(
-                None, None, exc, psycopg.Error, hide_parameters=True, dialect=_DIALECT
-            ) from exc
+            raise store_error(exc) from exc
 
     def _take(self) -> tuple[_Cursor, int]:
         if not self.slots.acquire(timeout=SLOT_TIMEOUT_SECONDS):
@@ -279,9 +278,7 @@ def rows(
             cache.drop(cursor)
         else:
             cache.give(cursor, epoch)
-        raise DBAPIError.instance(
-            sql, None, exc, psycopg.Error, hide_parameters=True, dialect=_DIALECT
-        ) from exc
+        raise store_error(exc, sql) from exc
     except BaseException:
         cache.drop(cursor)
         raise
@@ -301,6 +298,22 @@ def _returned(cursor: _Cursor) -> list[tuple[Any, ...]]:
 def _idle(cursor: _Cursor) -> bool:
     status = cursor.connection.info.transaction_status
     return bool(status == psycopg.pq.TransactionStatus.IDLE)
+
+
+def store_error(
+    exc: psycopg.Error, sql: str | None = None, *, invalidated: bool = False
+) -> StatementError:
+    """`exc` as the `sqlalchemy.exc.DBAPIError` subclass SQLAlchemy raises for it (the rounds
+    tell infrastructure failures by it), its parameters hidden."""
+    return DBAPIError.instance(
+        sql,
+        None,
+        exc,
+        psycopg.Error,
+        hide_parameters=True,
+        connection_invalidated=invalidated,
+        dialect=_DIALECT,
+    )
 
 
 _KEPT_CURSOR = "orch_raw_cursor"
@@ -335,12 +348,4 @@ def fetch(
         gone = conn.dialect.is_disconnect(exc, driver_connection, cursor)  # type: ignore[arg-type]
         if gone:
             conn.invalidate(exc)
-        raise DBAPIError.instance(
-            sql,
-            None,
-            exc,
-            psycopg.Error,
-            hide_parameters=True,
-            connection_invalidated=gone,
-            dialect=conn.dialect,
-        ) from exc
+        raise store_error(exc, sql, invalidated=gone) from exc

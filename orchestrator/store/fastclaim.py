@@ -25,7 +25,6 @@ from typing import Any
 
 import psycopg
 from sqlalchemy import Engine
-from sqlalchemy.exc import DBAPIError
 
 from orchestrator.errors import ConstraintViolation
 from orchestrator.store import driver
@@ -86,9 +85,7 @@ def claim_row(store: Engine, row: tuple[Any, ...]) -> tuple[Any, ...]:
             # Broken or stale connection: drop it and try once more with the same values.
             cache.drop(cursor)
             if attempt == 2:  # as SQLAlchemy's class: the rounds tell infrastructure by it
-                raise DBAPIError.instance(
-                    _CLAIM, None, exc, psycopg.Error, hide_parameters=True
-                ) from exc
+                raise driver.store_error(exc, _CLAIM) from exc
             continue
         except psycopg.IntegrityError as exc:
             cache.give(cursor, epoch)

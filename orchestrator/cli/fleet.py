@@ -6,11 +6,9 @@ import argparse
 import contextlib
 import logging
 import os
-import signal
 import sys
 import threading
 from functools import partial
-from types import FrameType
 from typing import Any
 
 from orchestrator.agent.model import check_model_setting
@@ -23,6 +21,7 @@ from orchestrator.cli.common import (
     print_json,
 )
 from orchestrator.cli.db import check_store_ready
+from orchestrator.cli.stopping import StopSignals
 from orchestrator.logs import configure_logging
 from orchestrator.metrics_folders import claim_folder
 from orchestrator.runtime import build_runtime
@@ -171,13 +170,8 @@ def _sweeper(args: argparse.Namespace) -> int:
         except CommandFailed:
             rt.close()
             raise
-    stop = threading.Event()
-
-    def _stop(_signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    signals = StopSignals()
+    stop = signals.event
     # With ORCH_LOG_FORMAT=json every line is a JSON object: the start is a log line, and what
     # a sweep did is logged by the sweep itself (not printed again).
     json_lines = settings.log_format == "json"
@@ -219,13 +213,14 @@ def _sweeper(args: argparse.Namespace) -> int:
                 for line in [] if json_lines else report.lines():
                     print(line, flush=True)
                 _heartbeat(settings)
-            if args.once or stop.wait(settings.sweep_seconds):
+            if args.once or signals.wait(settings.sweep_seconds):
                 return 0
     finally:
         stop.set()
         if sender is not None and outbox is not None:
             sender.join(timeout=settings.outbox_timeout_seconds + 1)
             outbox.close()
+        signals.close()
         rt.close()
 
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import threading
-from types import FrameType
 from typing import Any
 
 from orchestrator.cli.common import add_json_flag, bounded_int, load, print_json
+from orchestrator.cli.stopping import StopSignals
 from orchestrator.logs import configure_logging
 from orchestrator.services.outbox import OutboxDispatcher, OutboxService
 from orchestrator.store.db import Database
@@ -62,19 +61,33 @@ def _dispatch(args: argparse.Namespace) -> int:
                 f"dead-lettered {len(report.dead)}"
             )
             return 0
-        stop = threading.Event()
-
-        def _stop(_signum: int, _frame: FrameType | None) -> None:
-            stop.set()
-
-        signal.signal(signal.SIGTERM, _stop)
-        signal.signal(signal.SIGINT, _stop)
+        signals = StopSignals()
         started = f"dispatching {', '.join(dispatcher.kinds) or 'nothing (no URL set)'}"
         if settings.log_format == "json":
             log.info("%s", started)  # every line a JSON object, as the sweeper's
         else:
             print(started, flush=True)
-        dispatcher.run(stop)
+        # The rounds run in a thread: the main thread only waits for the signal, so no handler
+        # ever meets a lock the main thread holds (see orchestrator.cli.stopping).
+        failed: list[BaseException] = []
+
+        def _send() -> None:
+            try:
+                dispatcher.run(signals.event)
+            except BaseException as exc:  # raised again below, in the main thread
+                failed.append(exc)
+
+        sender = threading.Thread(target=_send, name="outbox", daemon=True)
+        sender.start()
+        try:
+            while sender.is_alive() and not signals.wait(1.0):
+                pass
+        finally:
+            signals.event.set()
+            sender.join(timeout=settings.outbox_timeout_seconds + 1)
+            signals.close()
+        if failed:
+            raise failed[0]
         return 0
     finally:
         dispatcher.close()

@@ -48,7 +48,13 @@ def _run_for(command: list[str], env: dict[str, str], tmp_path: Path, until: str
             time.sleep(0.5)
         finally:
             os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=30)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # deaf to SIGTERM: say so, with what it wrote
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+                said = path.read_text()
+                raise AssertionError(f"still running 30 s after SIGTERM:\n{said}") from None
     text = path.read_text()
     assert until in text, text
     return text

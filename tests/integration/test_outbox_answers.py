@@ -178,13 +178,15 @@ def test_a_retryable_answer_backs_off_and_retry_after_sets_the_next_attempt(
 ) -> None:
     task_id, _ = approved_action(rt, tmp_path)
     backend.always_fail, backend.fail_status = True, status
+    # Before the date is written: an HTTP date drops the fraction of a second it was made in,
+    # so "now + 90 s" may say 89.01 s after the dispatcher starts.
+    before = utcnow()
     if retry_after is not None:
         value = retry_after() if callable(retry_after) else retry_after
         backend.fail_headers = {"Retry-After": value}
     # The answer's body follows late: the status line and headers are the answer.
     backend.body_delay_seconds = rt.settings.outbox_timeout_seconds + 1
     dispatcher = actions_only(rt)
-    before = utcnow()
     try:
         report = dispatcher.run_once()
     finally:

@@ -15,6 +15,7 @@ truncation in that record come from here, never from the model's arguments.
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -30,6 +31,7 @@ from orchestrator.store.db import Database
 from orchestrator.store.types import utcnow
 from orchestrator.tools import scada_sim
 from orchestrator.tools.base import Tool, ToolArguments, ToolContext, ToolResult
+from orchestrator.tools.http_answers import AnswerTooLarge, read_answer
 from orchestrator.tools.openapi import SpecError, load_spec
 
 __all__ = [
@@ -44,6 +46,10 @@ __all__ = [
 SETTING: Final = "ORCH_DATA_SOURCES"
 SAMPLE_SOURCE: Final = "sample_input"
 BUNDLED: Final = Path(__file__).with_name("data_sources.yaml")
+
+
+class _NotRead(Exception):
+    """A source's answer that is not rows (the message says why)."""
 
 
 class DataSourceError(Exception):
@@ -215,6 +221,8 @@ class QueryDataSource(Tool):
                 f"{source.name} did not answer within {source.timeout_seconds} s",
                 code="source_timeout",
             )
+        except (AnswerTooLarge, _NotRead) as exc:
+            return ToolResult.failed(f"{source.name} could not be read: {exc}", code="source_error")
         except (httpx.HTTPError, ValueError) as exc:
             return ToolResult.failed(
                 f"{source.name} could not be read: {type(exc).__name__}", code="source_error"
@@ -286,13 +294,16 @@ class QueryDataSource(Tool):
         except ValidationError as exc:
             first = exc.errors(include_url=False, include_input=False)[0]
             raise ValidationFailed(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        deadline = time.monotonic() + source.timeout_seconds
         with httpx.Client(base_url=source.base_url, timeout=source.timeout_seconds) as client:
-            response = client.get(operation.path, params=query)
-            response.raise_for_status()
-            body = response.json()
+            request = client.build_request("GET", operation.path, params=query)
+            answer = read_answer(client, request, deadline=deadline)
+        if not 200 <= answer.status_code < 300:
+            raise _NotRead(f"it answered HTTP {answer.status_code}")
+        body = answer.json()
         rows = body.get("rows", body.get("items")) if isinstance(body, dict) else body
         if not isinstance(rows, list):
-            raise ValueError("the answer holds no list of rows")
+            raise _NotRead("the answer holds no list of rows")
         return rows
 
     def _sample(self, ctx: ToolContext) -> ToolResult:

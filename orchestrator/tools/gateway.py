@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from typing import Any, ClassVar, NamedTuple
 from urllib.parse import quote
 
@@ -41,6 +42,7 @@ from orchestrator.tools.base import (
     ToolContext,
     ToolResult,
 )
+from orchestrator.tools.http_answers import Answer, AnswerTooLarge, read_answer
 from orchestrator.tools.openapi import (
     SPEC_SETTING,
     ApiSpec,
@@ -88,6 +90,7 @@ class CallApi(Tool):
     ) -> None:
         self.spec = spec
         self.base_url = base_url.rstrip("/")
+        self.timeout_seconds = timeout_seconds
         self.timeout = httpx.Timeout(timeout_seconds)
         self.connect_retries = connect_retries
 
@@ -223,6 +226,7 @@ class CallApi(Tool):
         Whatever goes wrong before the request starts to leave the client is `not_sent`.
         """
         wire = _Wire()
+        deadline = time.monotonic() + self.timeout_seconds
         # A fresh connection a call: a stale pooled keep-alive connection must not turn a
         # request that never reached the server into an "unknown".
         try:
@@ -241,13 +245,15 @@ class CallApi(Tool):
                 log.warning("call_api %s: request not built: %r", operation.operation_id, exc)
                 return _Sent("not_sent", detail=f"the request could not be built: {_name(exc)}")
             try:
-                response = client.send(request)
+                response = read_answer(client, request, deadline=deadline)
+            except AnswerTooLarge as exc:
+                return _too_large(exc)
             except Exception as exc:
                 return _failure(operation, exc, left=wire.left)
         return self._answer(operation, response)
 
     @staticmethod
-    def _answer(operation: Operation, response: httpx.Response) -> _Sent:
+    def _answer(operation: Operation, response: Answer) -> _Sent:
         status = response.status_code
         try:
             body = _decode(response)
@@ -341,6 +347,14 @@ class _Wire:
             self.left = False
 
 
+def _too_large(exc: AnswerTooLarge) -> _Sent:
+    """An answer past the cap: it came, so the request was received; its body is not kept."""
+    status = exc.status_code
+    if 200 <= status < 300:
+        return _Sent("unreadable_response", status)
+    return _Sent("rejected" if 400 <= status < 500 else "server_error", status, str(exc))
+
+
 def _failure(operation: Operation, exc: Exception, *, left: bool) -> _Sent:
     if not left:
         log.info("call_api %s: not sent: %r", operation.operation_id, exc)
@@ -396,7 +410,7 @@ def _header_problems(operation: Operation, arguments: dict[str, Any]) -> list[st
     return problems
 
 
-def _decode(response: httpx.Response) -> Any:
+def _decode(response: Answer) -> Any:
     if not response.content:
         return None
     content_type = response.headers.get("content-type", "")

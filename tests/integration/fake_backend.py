@@ -4,11 +4,15 @@ Modes per path (set `backend.mode[path]`): `ok`; `drop` (apply the write, then c
 connection without answering: the request was sent, the outcome is unknown to the client);
 `drop_before_apply` (close without applying); `slow` (answer after `slow_seconds`); `hold`
 (apply the write, set `backend.held`, then keep the client waiting until `backend.release` is
-set, and drop the connection: for killing a worker while its request is in flight).
+set, and drop the connection: for killing a worker while its request is in flight); on
+`/orders` and `/report`, `dribble` (a 200 whose body comes one byte every 50 ms: each read is
+quick, the answer takes hours) and `endless` (a 200 whose body never ends); on `/report`,
+`error` (a 503).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -146,6 +150,28 @@ def _handler(backend: Backend) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def _dribble(self) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", "100000")
+            self.end_headers()
+            self.close_connection = True
+            with contextlib.suppress(OSError):  # the client gave up
+                for _ in range(100_000):
+                    self.wfile.write(b" ")
+                    time.sleep(0.05)
+
+        def _endless(self) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("connection", "close")  # no length: the body ends at the close
+            self.end_headers()
+            self.close_connection = True
+            chunk = b"[" + b"0," * 32_768
+            with contextlib.suppress(OSError):
+                for _ in range(16_384):  # 1 GiB, unless the client stops reading first
+                    self.wfile.write(chunk)
+
         def _drop(self) -> None:
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
@@ -161,6 +187,12 @@ def _handler(backend: Backend) -> type[BaseHTTPRequestHandler]:
                 return
             if mode == "slow":
                 time.sleep(backend.slow_seconds)
+            if mode == "error" and path == "/report":
+                self._reply(503, {"error": "the report service is down"})
+                return
+            if mode in ("dribble", "endless") and path in ("/orders", "/report"):
+                self._dribble() if mode == "dribble" else self._endless()
+                return
             if path.startswith("/settings/"):
                 key = path.removeprefix("/settings/")
                 if method == "PUT":

@@ -15,7 +15,6 @@ truncation in that record come from here, never from the model's arguments.
 from __future__ import annotations
 
 import json
-import time
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -294,10 +293,9 @@ class QueryDataSource(Tool):
         except ValidationError as exc:
             first = exc.errors(include_url=False, include_input=False)[0]
             raise ValidationFailed(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
-        deadline = time.monotonic() + source.timeout_seconds
         with httpx.Client(base_url=source.base_url, timeout=source.timeout_seconds) as client:
             request = client.build_request("GET", operation.path, params=query)
-            answer = read_answer(client, request, deadline=deadline)
+            answer = read_answer(client, request, body_seconds=source.timeout_seconds)
         if not 200 <= answer.status_code < 300:
             raise _NotRead(f"it answered HTTP {answer.status_code}")
         body = answer.json()

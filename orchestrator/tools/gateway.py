@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import time
 from typing import Any, ClassVar, NamedTuple
 from urllib.parse import quote
 
@@ -226,7 +225,6 @@ class CallApi(Tool):
         Whatever goes wrong before the request starts to leave the client is `not_sent`.
         """
         wire = _Wire()
-        deadline = time.monotonic() + self.timeout_seconds
         # A fresh connection a call: a stale pooled keep-alive connection must not turn a
         # request that never reached the server into an "unknown".
         try:
@@ -245,7 +243,7 @@ class CallApi(Tool):
                 log.warning("call_api %s: request not built: %r", operation.operation_id, exc)
                 return _Sent("not_sent", detail=f"the request could not be built: {_name(exc)}")
             try:
-                response = read_answer(client, request, deadline=deadline)
+                response = read_answer(client, request, body_seconds=self.timeout_seconds)
             except AnswerTooLarge as exc:
                 return _too_large(exc)
             except Exception as exc:

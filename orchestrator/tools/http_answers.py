@@ -1,12 +1,14 @@
-"""A tool's HTTP answer, read within a size cap and a deadline for the whole call.
+"""A tool's HTTP answer, read within a size cap, its body within a time limit of its own.
 
-httpx's timeout bounds each phase of a request (the connect, each read), not the call: a server
-that sends its answer a few bytes at a time, each within the read timeout, held a query or a
-`call_api` past its `timeout_seconds` until the host gave the call up (ORCH_TOOL_TIMEOUT_SECONDS),
-and the thread left behind went on reading an endless answer into memory. Here the body is read
-in chunks as they arrive: past `max_bytes` it is refused (`AnswerTooLarge`, the declared
-Content-Length checked first), and past the deadline it is given up as an httpx timeout. The
-deadline is checked as each chunk arrives, so a call ends at most one read timeout after it.
+httpx's timeout bounds each phase of a request (the connect, the write, each read), not the
+body as a whole: a server that sends its answer a few bytes at a time, each within the read
+timeout, held a query or a `call_api` past its `timeout_seconds` until the host gave the call up
+(ORCH_TOOL_TIMEOUT_SECONDS), and the thread left behind went on reading an endless answer into
+memory. Here the body is read in chunks as they arrive: past `max_bytes` it is refused
+(`AnswerTooLarge`, the declared Content-Length checked first), and once `body_seconds` have
+passed since the headers it is given up as an httpx timeout. The time is checked as each chunk
+arrives, so the body ends at most one read timeout past its limit. The limit starts at the
+headers, not at the send, so a gateway's connect retries do not eat into it.
 """
 
 from __future__ import annotations
@@ -55,15 +57,16 @@ def read_answer(
     client: httpx.Client,
     request: httpx.Request,
     *,
-    deadline: float,
+    body_seconds: float,
     max_bytes: int = MAX_ANSWER_BYTES,
 ) -> Answer:
-    """Send `request` and read its answer by `deadline` (a `time.monotonic()` instant).
+    """Send `request` and read its whole body within `body_seconds` of its headers.
 
-    Raises what `client.send` raises, `httpx.ReadTimeout` past the deadline, and
-    `AnswerTooLarge`; the connection is closed whatever happens.
+    Raises what `client.send` raises, `httpx.ReadTimeout` past the time, and `AnswerTooLarge`;
+    the connection is closed whatever happens.
     """
     response = client.send(request, stream=True)
+    deadline = time.monotonic() + body_seconds
     try:
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > max_bytes:
@@ -75,7 +78,7 @@ def read_answer(
             if size > max_bytes:
                 raise AnswerTooLarge(max_bytes, response.status_code)
             if time.monotonic() > deadline:
-                raise httpx.ReadTimeout("the answer did not arrive in time", request=request)
+                raise httpx.ReadTimeout("the answer's body did not arrive in time", request=request)
             chunks.append(chunk)
         return Answer(response.status_code, response.headers, b"".join(chunks))
     finally:

@@ -21,7 +21,8 @@ person still reads it and no tokenizer does (case matters, as in the tokenizers)
   `[AVAILABLE_TOOLS]`, `[TOOL_CALLS]`, `[TOOL_RESULTS]` (and their closing forms) becomes U+FF3B
   FULLWIDTH LEFT SQUARE BRACKET; the opening `<` of `<<SYS>>`, `<</SYS>>`, `<s>` and `</s>`
   becomes U+FF1C FULLWIDTH LESS-THAN SIGN (`<<SYS>>` -> `\uff1c<SYS>>`);
-- Gemma: the opening `<` of `<start_of_turn>` and `<end_of_turn>` becomes U+FF1C too;
+- Gemma: the opening `<` of `<start_of_turn>`, `<end_of_turn>`, `<bos>` and `<eos>` becomes
+  U+FF1C too;
 - the Unicode bidirectional embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069),
   which reorder what a person sees of the text around them, become U+FFFD REPLACEMENT
   CHARACTER: the text reads in its real order, with a mark where the control was.
@@ -89,7 +90,7 @@ _BARS = tuple(
 )
 _SQUARE = re.compile(r"\[(/?(?:INST|SYSTEM_PROMPT|AVAILABLE_TOOLS|TOOL_CALLS|TOOL_RESULTS)\])")
 _FULLWIDTH_SQUARE = "\uff3b\\1"
-_ANGLE = re.compile(r"<(</?SYS>>|/?s>|(?:start|end)_of_turn>)")
+_ANGLE = re.compile(r"<(</?SYS>>|/?s>|(?:start|end)_of_turn>|[be]os>)")
 _FULLWIDTH_ANGLE = "\uff1c\\1"
 _BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 

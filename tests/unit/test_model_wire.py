@@ -231,6 +231,8 @@ def test_control_tokens_in_text_that_is_not_the_models_own_are_broken_on_the_wir
         ("Mistral", "[SYSTEM_PROMPT]", "\uff3bSYSTEM_PROMPT]"),
         ("Gemma", "<start_of_turn>", "\uff1cstart_of_turn>"),
         ("Gemma", "<end_of_turn>", "\uff1cend_of_turn>"),
+        ("Gemma", "<bos>", "\uff1cbos>"),
+        ("Gemma", "<eos>", "\uff1ceos>"),
         *(
             ("bidi", f"pay{control}01$", "pay\ufffd01$")
             for control in "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
@@ -263,7 +265,7 @@ def test_a_whole_injected_turn_of_each_family_opens_nothing() -> None:
 
 def test_text_that_only_looks_alike_is_the_same_object() -> None:
     for text in (
-        "x[0] = a[i]; if a<b and c>d: [inst] <S> <sys> [ INST ] <start_of_turn <s",
+        "x[0] = a[i]; if a<b and c>d: [inst] <S> <sys> [ INST ] <start_of_turn <s <BOS> <eos",
         "a | b || c, <a href>, [link](url), s>t",
         "浊度 1.8 NTU,回落。 Ünïcödé \u200f\u061c",  # RLM and ALM mark, they reorder nothing
         "",

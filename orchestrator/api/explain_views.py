@@ -66,10 +66,14 @@ class ReportView(BaseModel):
     def _older_findings_as_text(cls, findings: Any) -> Any:
         """A report saved before findings were typed may hold a finding of another shape (any
         JSON value, an origin no longer known): it is sent as its JSON text rather than
-        failing the whole view."""
-        if not isinstance(findings, list):
-            return findings
-        return [as_text_unless(FindingView, finding) for finding in findings]
+        failing the whole view; a single value stored instead of a list is one finding."""
+        return items_as_text_unless(FindingView, findings)
+
+    @field_validator("evidence_refs", mode="before")
+    @classmethod
+    def _older_refs_as_text(cls, refs: Any) -> list[Any]:
+        """A reference that is not text (an older report's number or object) is its JSON text."""
+        return items_as_text_unless(str, refs)
 
 
 def payload_as_sent(payload: Any) -> Any:

@@ -237,7 +237,12 @@ def _show(args: argparse.Namespace) -> int:
 def _as_sent(view: dict[str, Any]) -> dict[str, Any]:
     """The parts of the explain view that records of older versions may hold in another shape,
     as the API sends them: such a part is its JSON text."""
-    from orchestrator.api.explain_views import RecoveryView, as_text_unless, payload_as_sent
+    from orchestrator.api.explain_views import (
+        RecoveryView,
+        ReportView,
+        as_text_unless,
+        payload_as_sent,
+    )
     from orchestrator.api.models import ResolutionView
     from orchestrator.api.plan_views import plan_as_sent
 
@@ -245,6 +250,10 @@ def _as_sent(view: dict[str, Any]) -> dict[str, Any]:
         view["plan"] = plan_as_sent(view["plan"])
     for action in view.get("pending_actions") or []:
         action["payload"] = payload_as_sent(action["payload"])
+    if view.get("report") is not None:
+        view["report"] = ReportView.model_validate(view["report"]).model_dump(
+            mode="json", exclude_unset=True
+        )
     if view.get("recovery") is not None:
         view["recovery"] = RecoveryView.model_validate(view["recovery"]).model_dump(
             mode="json", exclude_unset=True

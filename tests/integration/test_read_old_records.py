@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, insert, select
+from sqlalchemy import func, insert, select, update
 
 from orchestrator.api.app import create_app
 from orchestrator.cli import main
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
-from orchestrator.store.tables import actions, plan_revisions, transcript_entries
+from orchestrator.store.tables import actions, plan_revisions, reports, transcript_entries
 from orchestrator.store.types import utcnow
 from tests.executions_support import completing_turns, runtime_for, write_script
 from tests.sse_support import parse
@@ -290,3 +290,29 @@ def test_tasks_transcript_prints_odd_entries_readably(
     printed = json.loads(capsys.readouterr().out)
     sent = client.get(f"/api/v1/tasks/{task_id}/transcript", params={"limit": 1000}).json()
     assert [e["body"] for e in printed["items"]] == [e["body"] for e in sent["items"]]
+
+
+# ---- the report in the explain view ----------------------------------------------------
+
+
+def test_a_report_of_another_shape_is_shown_degraded(
+    old_task: dict[str, Any],
+    rt: Runtime,
+    client: TestClient,
+    cli: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Findings stored as one value instead of a list, evidence references that are not text."""
+    with rt.db.transaction() as conn:
+        conn.execute(
+            update(reports)
+            .where(reports.c.task_id == old_task["task_id"])
+            .values(findings={"text": "one finding"}, evidence_refs=["ev-1", 7, {"id": "e"}])
+        )
+    response = client.get(f"/api/v1/tasks/{old_task['task_id']}")
+    assert response.status_code == 200, response.text
+    report = response.json()["report"]
+    assert report["findings"] == [{"text": "one finding"}]
+    assert report["evidence_refs"] == ["ev-1", "7", _text({"id": "e"})]
+    assert main(["tasks", "show", old_task["task_id"], "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["report"] == report

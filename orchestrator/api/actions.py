@@ -10,11 +10,12 @@ from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.api.auth import require_role
 from orchestrator.api.contract import FilledText, Page, StoredText, error_responses, paged
 from orchestrator.api.enums import ActionStatus
+from orchestrator.api.explain_views import PAYLOAD_DESCRIPTION, payload_as_sent
 from orchestrator.api.human_steps import decider
 from orchestrator.operators import Operator
 from orchestrator.runtime import celery_dispatcher
@@ -47,7 +48,7 @@ class ActionOut(BaseModel):
     session_id: str
     node_id: str
     kind: str
-    payload: dict[str, Any]
+    payload: dict[str, Any] | str = Field(description=PAYLOAD_DESCRIPTION)
     status: str
     digest: str = Field(description="SHA-256 of the canonical {kind, payload}: approve names it")
     plan_revision: int | None = Field(description="the plan revision it was proposed under")
@@ -55,6 +56,11 @@ class ActionOut(BaseModel):
     decided_at: datetime | None
     note: str | None
     created_at: datetime
+
+    @field_validator("payload", mode="before")
+    @classmethod
+    def _older_payload_as_text(cls, payload: Any) -> Any:
+        return payload_as_sent(payload)
 
     @classmethod
     def of(cls, record: ActionRecord) -> ActionOut:

@@ -9,24 +9,25 @@ report saved before findings had it.
 
 A part of a stored record of another shape than today's (saved by an older version: a status no
 longer known, a key missing, a wrong type) is sent as its JSON text rather than failing the
-whole view with a 500 (`as_text_unless`): a report's finding, a recovery snapshot's done or
-unknown call, its generation and its last plan. A string stays itself.
+whole view with a 500 (`api.older_shapes.as_text_unless`): a report's finding, a recovery
+snapshot's done or unknown call, its generation and its last plan, a pending action's payload
+(and, through their own models, a plan's nodes and edges). A string stays itself.
 """
 
 from __future__ import annotations
 
-import json
-from functools import cache
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import BaseModel, Field, field_validator
 
 from orchestrator.api.contract import IsoTime
 from orchestrator.api.enums import ActionKind, ActionStatus, EvidenceOrigin, ReportOutcome
+from orchestrator.api.older_shapes import as_text_unless, items_as_text_unless
 from orchestrator.api.outbox import Delivery, DeliveryKind, DeliveryStatus
 from orchestrator.api.plan_views import PlanRevisionView
 
 __all__ = [
+    "PAYLOAD_DESCRIPTION",
     "DeliveriesView",
     "DoneCallView",
     "FindingView",
@@ -35,6 +36,7 @@ __all__ = [
     "ReportView",
     "UnknownCallView",
     "as_text_unless",
+    "payload_as_sent",
 ]
 
 
@@ -64,33 +66,27 @@ class ReportView(BaseModel):
     def _older_findings_as_text(cls, findings: Any) -> Any:
         """A report saved before findings were typed may hold a finding of another shape (any
         JSON value, an origin no longer known): it is sent as its JSON text rather than
-        failing the whole view."""
-        if not isinstance(findings, list):
-            return findings
-        return [as_text_unless(FindingView, finding) for finding in findings]
+        failing the whole view; a single value stored instead of a list is one finding."""
+        return items_as_text_unless(FindingView, findings)
+
+    @field_validator("evidence_refs", mode="before")
+    @classmethod
+    def _older_refs_as_text(cls, refs: Any) -> list[Any]:
+        """A reference that is not text (an older report's number or object) is its JSON text."""
+        return items_as_text_unless(str, refs)
 
 
-def as_text_unless(shape: Any, value: Any) -> Any:
-    """`value` itself when it is a string or has `shape` (a model or a type), else its JSON
-    text: the degraded form of a stored part of an older or unexpected shape."""
-    if isinstance(value, str):
-        return value
-    try:
-        _adapter(shape).validate_python(value)
-    except ValidationError:
-        return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
-    return value
+def payload_as_sent(payload: Any) -> Any:
+    """An action's payload as the API sends it: an object, or the JSON text of one an older
+    version stored in another shape (a list, a number; a string stays itself)."""
+    return as_text_unless(dict[str, Any], payload)
 
 
-@cache
-def _adapter(shape: Any) -> TypeAdapter[Any]:
-    return TypeAdapter(shape)
-
-
-def _items_as_text_unless(shape: Any, items: Any) -> list[Any]:
-    """Each item of a stored list checked against `shape`; a value that is not a list is one
-    item."""
-    return [as_text_unless(shape, item) for item in (items if isinstance(items, list) else [items])]
+#: The description of an action's `payload` wherever it is sent.
+PAYLOAD_DESCRIPTION = (
+    "what the action would do; one an older version stored in another shape than an object "
+    "is its JSON text"
+)
 
 
 class PendingActionView(BaseModel):
@@ -100,10 +96,15 @@ class PendingActionView(BaseModel):
     generation: int
     node_id: str
     kind: ActionKind
-    payload: dict[str, Any]
+    payload: dict[str, Any] | str = Field(description=PAYLOAD_DESCRIPTION)
     digest: str = Field(description="SHA-256 of the canonical {kind, payload}: approve names it")
     status: ActionStatus
     created_at: IsoTime
+
+    @field_validator("payload", mode="before")
+    @classmethod
+    def _older_payload_as_text(cls, payload: Any) -> Any:
+        return payload_as_sent(payload)
 
 
 class DoneCallView(BaseModel):
@@ -153,12 +154,12 @@ class RecoveryView(BaseModel):
     @field_validator("done", mode="before")
     @classmethod
     def _older_done_as_text(cls, done: Any) -> list[Any]:
-        return _items_as_text_unless(DoneCallView, done)
+        return items_as_text_unless(DoneCallView, done)
 
     @field_validator("unknown", mode="before")
     @classmethod
     def _older_unknown_as_text(cls, unknown: Any) -> list[Any]:
-        return _items_as_text_unless(UnknownCallView, unknown)
+        return items_as_text_unless(UnknownCallView, unknown)
 
     @field_validator("generation", mode="before")
     @classmethod

@@ -42,6 +42,7 @@ __all__ = [
     "TranscriptPage",
     "TriggerView",
     "UsageTotal",
+    "body_as_sent",
 ]
 
 
@@ -204,7 +205,20 @@ class TranscriptEntryView(BaseModel):
     usage: dict[str, int] | None = Field(
         default=None, description="prompt and completion tokens of a model call"
     )
-    body: dict[str, Any]
+    body: dict[str, Any] | str = Field(
+        description="an object; one an older version recorded in another shape is its JSON text"
+    )
+
+    @field_validator("body", mode="before")
+    @classmethod
+    def _older_body_as_text(cls, body: Any) -> Any:
+        return body_as_sent(body)
+
+
+def body_as_sent(body: Any) -> Any:
+    """A transcript entry's body as the API sends it: an object, or the JSON text of one an
+    older version recorded in another shape (a string stays itself)."""
+    return as_text_unless(dict[str, Any], body)
 
 
 class TranscriptPage(BaseModel):

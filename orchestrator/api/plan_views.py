@@ -4,14 +4,22 @@ history `{session_id, latest, revisions}` the console reads, and a task's curren
 They describe what `PlanRecord.to_dict()` and `store.plans.list_summaries` already send; a
 route that returns them sets `response_model_exclude_unset` so a node's optional `action_id` and
 `evidence_ids` stay absent when the stored node has none, as they always were.
+
+A node or an edge an older version stored in another shape (no actor, a status no longer known,
+a field of another type, not an object) is sent as its JSON text (`api.older_shapes`), the rest
+of the revision as usual; the stored plan is not changed, and new publishes are validated as
+before.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.api.contract import IsoTime
 from orchestrator.api.enums import NodeActor, NodeStatus
+from orchestrator.api.older_shapes import items_as_text_unless
 
 __all__ = [
     "PlanEdgeView",
@@ -20,6 +28,7 @@ __all__ = [
     "PlanRevisionView",
     "PlanSummaryView",
     "TaskPlanView",
+    "plan_as_sent",
 ]
 
 #: How many nodes are in each status, every status listed (progress is counts, not time).
@@ -60,12 +69,26 @@ class PlanRevisionView(BaseModel):
     request_id: str
     title: str
     reason: str
-    nodes: list[PlanNodeView]
-    edges: list[PlanEdgeView]
+    nodes: list[PlanNodeView | str] = Field(
+        description="a node an older version stored in another shape is its JSON text"
+    )
+    edges: list[PlanEdgeView | str] = Field(
+        description="an edge an older version stored in another shape is its JSON text"
+    )
     status_counts: StatusCounts
     task_id: str | None
     generation: int | None
     updated_at: IsoTime
+
+    @field_validator("nodes", mode="before")
+    @classmethod
+    def _older_nodes_as_text(cls, nodes: Any) -> list[Any]:
+        return items_as_text_unless(PlanNodeView, nodes)
+
+    @field_validator("edges", mode="before")
+    @classmethod
+    def _older_edges_as_text(cls, edges: Any) -> list[Any]:
+        return items_as_text_unless(PlanEdgeView, edges)
 
 
 class PlanSummaryView(BaseModel):
@@ -92,3 +115,9 @@ class TaskPlanView(BaseModel):
         description="the task's latest revision, whichever session holds it; null before its "
         "first plan"
     )
+
+
+def plan_as_sent(plan: dict[str, Any]) -> dict[str, Any]:
+    """A revision (`PlanRecord.to_dict()`) as the plan routes send it, for the streams and the
+    CLI: a node or edge of an older shape is its JSON text, an absent optional key stays absent."""
+    return PlanRevisionView.model_validate(plan).model_dump(mode="json", exclude_unset=True)

@@ -26,6 +26,7 @@ from starlette.concurrency import run_in_threadpool
 
 from orchestrator.api.contract import error_responses
 from orchestrator.api.deps import get_hub, get_plans
+from orchestrator.api.plan_views import plan_as_sent
 from orchestrator.events import PlanHub
 from orchestrator.services.plans import PlanService, SessionPlans
 
@@ -68,7 +69,7 @@ async def _events(
     snapshot = {
         "session_id": session_id,
         "running": state.running,
-        "execution_plans": [latest.to_dict()] if latest else [],
+        "execution_plans": [plan_as_sent(latest.to_dict())] if latest else [],
     }
     newest = state.newest
     # A first connection's snapshot carries the id it is current to; a resumed one's does not
@@ -86,7 +87,7 @@ async def _events(
             subscription.clear()  # before reading: a wake-up during the read is kept
             records = await run_in_threadpool(plans.revisions_after, session_id, last, _BATCH)
             for record in records:
-                yield sse_event("execution_plan", record.to_dict(), record.revision)
+                yield sse_event("execution_plan", plan_as_sent(record.to_dict()), record.revision)
                 last = record.revision
                 sent_at = time.monotonic()
             if len(records) == _BATCH:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import APIRouter, Depends, Header, Request, Response
 from fastapi.encoders import jsonable_encoder
@@ -26,6 +27,8 @@ from starlette.concurrency import run_in_threadpool
 
 from orchestrator.api.contract import error_responses
 from orchestrator.api.deps import get_db
+from orchestrator.api.explain_views import payload_as_sent
+from orchestrator.api.plan_views import plan_as_sent
 from orchestrator.api.stream import last_event_id_of, sse_event
 from orchestrator.events import PlanHub
 from orchestrator.services.task_stream import TaskSnapshot, TaskStreamService
@@ -37,6 +40,20 @@ __all__ = ["router"]
 router = APIRouter(prefix="/api/v1/tasks", tags=["stream"])
 
 _BATCH = 100
+
+
+def _as_sent(data: dict[str, Any]) -> Any:
+    """An event's data as the read routes send its parts: a plan's node or edge, or a pending
+    action's payload, that an older version stored in another shape is its JSON text."""
+    out = dict(data)
+    if isinstance(out.get("plan"), dict):
+        out["plan"] = plan_as_sent(out["plan"])
+    if isinstance(out.get("pending_actions"), list):
+        out["pending_actions"] = [
+            {**action, "payload": payload_as_sent(action.get("payload"))}
+            for action in out["pending_actions"]
+        ]
+    return jsonable_encoder(out)
 
 
 async def _events(
@@ -51,7 +68,7 @@ async def _events(
     # A first connection's snapshot carries the id it is current to; a resumed one's does not
     # (the events after the client's id follow, and must not be skipped on the next resume).
     first = after is None
-    yield sse_event("state", jsonable_encoder(snapshot.data), snapshot.last_seq if first else None)
+    yield sse_event("state", _as_sent(snapshot.data), snapshot.last_seq if first else None)
     # An id above the newest is not one of ours (the log is never trimmed): resume at the newest.
     last = snapshot.last_seq if after is None else min(after, snapshot.last_seq)
     sent_at = time.monotonic()
@@ -62,7 +79,7 @@ async def _events(
             subscription.clear()  # before reading: a wake-up during the read is kept
             events = await run_in_threadpool(service.events_after, task_id, last, _BATCH)
             for event in events:
-                yield sse_event(event.name, jsonable_encoder(event.data), event.seq)
+                yield sse_event(event.name, _as_sent(event.data), event.seq)
                 last = event.seq
                 sent_at = time.monotonic()
                 if event.final:

@@ -12,10 +12,11 @@ import json
 import re
 from typing import Any
 
-from orchestrator.cli.common import add_json_flag, load, print_json
+from orchestrator.cli.common import add_json_flag, load, print_json, printable
 from orchestrator.domain.vocabulary import ACTION_STATUSES
 from orchestrator.runtime import build_runtime
 from orchestrator.services.dispatch import RecordingDispatcher
+from orchestrator.store.actions import ActionRecord
 
 __all__ = ["register"]
 
@@ -58,7 +59,7 @@ def _list(args: argparse.Namespace) -> int:
     finally:
         rt.close()
     if args.json:
-        print_json([action.to_dict() for action in found])
+        print_json([_as_sent(action) for action in found])
         return 0
     if not found:
         print("no actions")
@@ -82,8 +83,9 @@ def _show(args: argparse.Namespace) -> int:
         action = rt.actions.get(args.action_id)
     finally:
         rt.close()
+    view = _as_sent(action)
     if args.json:
-        print_json(action.to_dict())
+        print_json(view)
         return 0
     print(f"action {action.action_id}  {action.status}")
     print(f"  {action.kind} for node {action.node_id} of task {action.task_id}")
@@ -91,14 +93,25 @@ def _show(args: argparse.Namespace) -> int:
         f"  proposed by generation {action.generation} under plan revision {action.plan_revision}"
     )
     print(f"  digest {action.digest}")
-    print("  payload:")
-    for line in json.dumps(action.payload, indent=2, sort_keys=True, ensure_ascii=False).split(
-        "\n"
-    ):
-        print(f"    {line}")
+    payload = view["payload"]
+    if isinstance(payload, str):  # stored by an older version in another shape than an object
+        print("  payload (not an object):")
+        print(f"    {printable(payload)}")
+    else:
+        print("  payload:")
+        for line in json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=False).split("\n"):
+            print(f"    {line}")
     if action.decided_by:
         print(f"  decided by {action.decided_by} at {action.decided_at}: {action.note or ''}")
     return 0
+
+
+def _as_sent(action: ActionRecord) -> dict[str, Any]:
+    """The action as the API sends its payload: one an older version stored in another shape
+    than an object is its JSON text."""
+    from orchestrator.api.explain_views import payload_as_sent
+
+    return {**action.to_dict(), "payload": payload_as_sent(action.payload)}
 
 
 def _decide(args: argparse.Namespace) -> int:
@@ -114,7 +127,7 @@ def _decide(args: argparse.Namespace) -> int:
     finally:
         rt.close()
     if args.json:
-        print_json(action.to_dict())
+        print_json(_as_sent(action))
     else:
         print(f"action {action.action_id} {action.status} by {action.decided_by}")
     return 0

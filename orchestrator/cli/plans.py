@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from orchestrator.cli.common import add_json_flag, bounded_int, load, print_json
+from orchestrator.cli.common import add_json_flag, bounded_int, load, print_json, printable
 from orchestrator.services.plans import PlanService
 from orchestrator.store.db import Database
 
@@ -75,6 +75,8 @@ def render_tree(
 
 
 def _show(args: argparse.Namespace) -> int:
+    from orchestrator.api.plan_views import plan_as_sent
+
     settings = load()
     db = Database.from_url(settings.store_url)
     try:
@@ -86,6 +88,8 @@ def _show(args: argparse.Namespace) -> int:
             plan = latest.to_dict() if latest else None
     finally:
         db.dispose()
+    if plan is not None:
+        plan = plan_as_sent(plan)  # as the API sends it: a node of an older shape is its text
     if args.json:
         print_json(plan)
         return 0
@@ -99,6 +103,15 @@ def _show(args: argparse.Namespace) -> int:
     counts = ", ".join(f"{status} {n}" for status, n in plan["status_counts"].items() if n)
     print(f"status: {counts}")
     print()
-    for line in render_tree(plan["nodes"], plan["edges"]):
+    nodes = [node for node in plan["nodes"] if isinstance(node, dict)]
+    edges = [edge for edge in plan["edges"] if isinstance(edge, dict)]
+    for line in render_tree(nodes, edges):
         print(line)
+    for part, readable, every in (("node", nodes, plan["nodes"]), ("edge", edges, plan["edges"])):
+        if len(readable) < len(every):
+            print()
+            print(f"{part}s stored by an older version in another shape, as written:")
+            for item in every:
+                if not isinstance(item, dict):
+                    print(f"  {printable(item)}")
     return 0

@@ -21,6 +21,7 @@ from orchestrator.cli.common import (
     print_json,
     printable,
 )
+from orchestrator.domain.recovery import readable_call
 from orchestrator.logs import redact, secrets_of
 from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.tasks import Trigger, task_view
@@ -236,9 +237,23 @@ def _show(args: argparse.Namespace) -> int:
 def _as_sent(view: dict[str, Any]) -> dict[str, Any]:
     """The parts of the explain view that records of older versions may hold in another shape,
     as the API sends them: such a part is its JSON text."""
-    from orchestrator.api.explain_views import RecoveryView, as_text_unless
+    from orchestrator.api.explain_views import (
+        RecoveryView,
+        ReportView,
+        as_text_unless,
+        payload_as_sent,
+    )
     from orchestrator.api.models import ResolutionView
+    from orchestrator.api.plan_views import plan_as_sent
 
+    if view.get("plan") is not None:
+        view["plan"] = plan_as_sent(view["plan"])
+    for action in view.get("pending_actions") or []:
+        action["payload"] = payload_as_sent(action["payload"])
+    if view.get("report") is not None:
+        view["report"] = ReportView.model_validate(view["report"]).model_dump(
+            mode="json", exclude_unset=True
+        )
     if view.get("recovery") is not None:
         view["recovery"] = RecoveryView.model_validate(view["recovery"]).model_dump(
             mode="json", exclude_unset=True
@@ -253,6 +268,10 @@ def _transcript(args: argparse.Namespace) -> int:
         view = rt.tasks.transcript(args.task_id, args.generation)
     finally:
         rt.close()
+    from orchestrator.api.models import body_as_sent
+
+    for entry in view["items"]:  # as the API sends it: a body not an object is its JSON text
+        entry["body"] = body_as_sent(entry["body"])
     if args.json:
         print_json(view)
     else:
@@ -261,7 +280,9 @@ def _transcript(args: argparse.Namespace) -> int:
 
 
 def render_transcript(view: dict[str, Any]) -> str:
-    """The transcript as a readable page: one line per model turn, call and result."""
+    """The transcript as a readable page: one line per model turn, call and result. An entry an
+    older version wrote in another shape (a body that is not an object, a call without its id or
+    name, a key missing) is printed as written, marked `(unreadable)`."""
     lines = [f"transcript of task {view['task_id']}"]
     shown: int | None = None
     for entry in view["items"]:
@@ -271,40 +292,7 @@ def render_transcript(view: dict[str, Any]) -> str:
         prefix = f"  [{entry['turn']:>2}]" + (
             f" (sub-agent of {entry['parent_call_id']})" if entry.get("parent_call_id") else ""
         )
-        body = entry["body"]
-        if entry["kind"] == "tool_result":
-            detail = body.get("message") or _short(body.get("result"))
-            lines.append(
-                f"{prefix}   <- {entry['call_id']} {entry['tool_name']}: {entry['status']}"
-                + (f" ({body['invocation_id']})" if body.get("invocation_id") else "")
-                + (f" {detail}" if detail else "")
-            )
-            continue
-        usage = entry.get("usage")
-        tokens = (
-            f"  [{usage['prompt_tokens']}+{usage['completion_tokens']} tokens]" if usage else ""
-        )
-        if entry["kind"] == "summary":
-            lines.append(f"{prefix} summary: {_short(body.get('summary'))}{tokens}")
-            continue
-        if body.get("content"):
-            lines.append(f"{prefix} model: {_short(body['content'])}{tokens}")
-            tokens = ""
-        malformed = body.get("malformed") or {}
-        for call in body.get("tool_calls") or []:
-            sent = _short(call["arguments"])
-            if "raw_arguments" in call:
-                # Unreadable arguments: what the model sent, not the `{}` the history carries.
-                sent = f"raw {_short(call['raw_arguments'])}"
-            lines.append(f"{prefix}   -> {call['id']} {call['name']} {sent}")
-            if call["id"] in malformed:
-                lines.append(f"{prefix}      (not run: {_short(malformed[call['id']])})")
-        if not body.get("content") and not body.get("tool_calls"):
-            lines.append(f"{prefix} model: (no answer){tokens}")
-        elif tokens:
-            lines[-1] += tokens
-        if body.get("cut_off"):
-            lines.append(f"{prefix}   (cut off: {_short(body['cut_off'])})")
+        lines.extend(_entry_lines(entry, prefix))
     if shown is None:
         lines.append("  (no model turn recorded)")
     total = view["token_usage"]["total"]
@@ -313,6 +301,52 @@ def render_transcript(view: dict[str, Any]) -> str:
         f"in {total['calls']} calls"
     )
     return "\n".join(lines)
+
+
+def _entry_lines(entry: dict[str, Any], prefix: str) -> list[str]:
+    body = entry["body"]
+    unreadable = "" if isinstance(body, dict) else f" (unreadable) {printable(_short(body))}"
+    body = body if isinstance(body, dict) else {}
+    if entry["kind"] == "tool_result":
+        detail = body.get("message") or _short(body.get("result"))
+        return [
+            f"{prefix}   <- {entry.get('call_id')} {entry.get('tool_name')}: "
+            f"{entry.get('status')}{unreadable}"
+            + (f" ({body['invocation_id']})" if body.get("invocation_id") else "")
+            + (f" {detail}" if detail else "")
+        ]
+    usage = entry.get("usage")
+    tokens = f"  [{usage['prompt_tokens']}+{usage['completion_tokens']} tokens]" if usage else ""
+    if entry["kind"] == "summary":
+        return [f"{prefix} summary:{unreadable or ' ' + _short(body.get('summary'))}{tokens}"]
+    if unreadable:
+        return [f"{prefix} model:{unreadable}{tokens}"]
+    lines = []
+    if body.get("content"):
+        lines.append(f"{prefix} model: {_short(body['content'])}{tokens}")
+        tokens = ""
+    malformed = body.get("malformed")
+    malformed = malformed if isinstance(malformed, dict) else {}
+    calls = body.get("tool_calls") or []
+    for call in calls if isinstance(calls, list) else [calls]:
+        if not readable_call(call):
+            text = call if isinstance(call, str) else _short(call)
+            lines.append(f"{prefix}   -> (unreadable) {printable(text)}")
+            continue
+        sent = _short(call.get("arguments"))
+        if "raw_arguments" in call:
+            # Unreadable arguments: what the model sent, not the `{}` the history carries.
+            sent = f"raw {_short(call['raw_arguments'])}"
+        lines.append(f"{prefix}   -> {call['id']} {call['name']} {sent}")
+        if call["id"] in malformed:
+            lines.append(f"{prefix}      (not run: {_short(malformed[call['id']])})")
+    if not body.get("content") and not body.get("tool_calls"):
+        lines.append(f"{prefix} model: (no answer){tokens}")
+    elif tokens and lines:
+        lines[-1] += tokens
+    if body.get("cut_off"):
+        lines.append(f"{prefix}   (cut off: {_short(body['cut_off'])})")
+    return lines
 
 
 def _short(value: Any, limit: int = 160) -> str:

@@ -134,6 +134,15 @@
   function json(value) {
     return el("pre", {}, JSON.stringify(value, null, 2));
   }
+  // A part of a record an older version stored in another shape: the API sends it as its JSON
+  // text (api/older_shapes.py), shown as written and marked, never read as today's shape.
+  function unreadable(text) {
+    return el("pre", { class: "unreadable", title: "stored by an older version in another shape" }, String(text));
+  }
+  function isObject(value) { return value !== null && typeof value === "object" && !Array.isArray(value); }
+  // The nodes and edges of a plan that have today's shape (the others are text).
+  function nodesOf(plan) { return (plan.nodes || []).filter(isObject); }
+  function edgesOf(plan) { return (plan.edges || []).filter(isObject); }
   function notice(text) {
     return el("p", { class: "notice" }, text);
   }
@@ -176,6 +185,7 @@
       e.usage ? el("span", { class: "muted" }, ` · ${e.usage.prompt_tokens}+${e.usage.completion_tokens} tokens`) : null];
   }
   function entryBody(e) {
+    if (typeof e.body === "string") return unreadable(e.body);
     const body = e.body || {};
     if (e.kind === "summary") { // a compaction: its text is `summary` (agent/transcript.py)
       return [typeof body.summary === "string" ? el("pre", {}, body.summary) : null,
@@ -191,8 +201,9 @@
     }
     const calls = Array.isArray(body.tool_calls) ? body.tool_calls : [];
     return [typeof body.content === "string" && body.content ? el("pre", {}, body.content) : null,
-      calls.length ? el("ul", { class: "calls" }, calls.map((c) => el("li", {}, el("code", {}, c.name || "?"),
-        c.id ? el("span", { class: "muted" }, ` ${c.id}`) : null, json(c.arguments ?? {})))) : null];
+      calls.length ? el("ul", { class: "calls" }, calls.map((c) => isObject(c) ? el("li", {}, el("code", {}, c.name || "?"),
+        c.id ? el("span", { class: "muted" }, ` ${c.id}`) : null, json(c.arguments ?? {}))
+        : el("li", {}, unreadable(JSON.stringify(c))))) : null];
   }
   function entryKey(e) { return `${e.generation ?? 0}/${e.seq}`; }
   function renderTranscript(items, more, usage, opened) {
@@ -465,8 +476,8 @@
   }
 
   function planGraph(plan, selected, onSelect) {
-    const byId = new Map(plan.nodes.map((n) => [n.id, n]));
-    const { layers, trunk } = layout(plan.nodes, plan.edges || []);
+    const byId = new Map(nodesOf(plan).map((n) => [n.id, n]));
+    const { layers, trunk } = layout(nodesOf(plan), edgesOf(plan));
     const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
     svg.setAttribute("class", "edges");
     svg.setAttribute("aria-hidden", "true");
@@ -493,7 +504,7 @@
       if (!graph.isConnected) return;
       const box = graph.getBoundingClientRect();
       svg.replaceChildren();
-      for (const e of plan.edges || []) {
+      for (const e of edgesOf(plan)) {
         const a = graph.querySelector(`button[data-node="${CSS.escape(e.from)}"]`);
         const b = graph.querySelector(`button[data-node="${CSS.escape(e.to)}"]`);
         if (!a || !b) continue;
@@ -522,6 +533,13 @@
     return graph;
   }
 
+  // Nodes and edges of an older shape, listed as written under the graph they are not in.
+  function olderParts(plan) {
+    const parts = [...(plan.nodes || []), ...(plan.edges || [])].filter((p) => !isObject(p));
+    return parts.length ? el("div", { id: "plan-older" }, el("p", { class: "notice" },
+      `${parts.length} node(s) or edge(s) stored by an older version in another shape, as written:`),
+      parts.map(unreadable)) : null;
+  }
   function countsOf(plan) {
     const counts = plan.status_counts || {};
     const shown = Object.entries(counts).filter(([, n]) => n > 0);
@@ -535,12 +553,12 @@
   function retriedFailures(plan) {
     const released = (node, seen) => retriesIn(plan, node).some((retry) => !seen.has(retry.id)
       && (retry.status === "completed" || (retry.status === "failed" && released(retry, new Set([...seen, retry.id])))));
-    return (plan.nodes || []).filter((n) => n.status === "failed" && released(n, new Set([n.id]))).length;
+    return nodesOf(plan).filter((n) => n.status === "failed" && released(n, new Set([n.id]))).length;
   }
   // The retries of `node`: the nodes of its actor that an edge from it leads to.
   function retriesIn(plan, node) {
-    const byId = new Map((plan.nodes || []).map((n) => [n.id, n]));
-    return (plan.edges || []).filter((e) => e.from === node.id)
+    const byId = new Map(nodesOf(plan).map((n) => [n.id, n]));
+    return edgesOf(plan).filter((e) => e.from === node.id)
       .map((e) => byId.get(e.to)).filter((n) => n && n.actor === node.actor);
   }
 
@@ -570,7 +588,7 @@
         ["Task", el("a", { href: `#/task/${encodeURIComponent(action.task_id)}` }, action.task_id)],
         ["Generation", String(action.generation)], ["Proposed", when(action.created_at)],
         ["Digest", action.digest ? el("code", { class: "digest" }, action.digest) : el("span", { class: "muted" }, "not provided by this server")]]),
-      el("h3", {}, "Payload"), json(action.payload),
+      el("h3", {}, "Payload"), typeof action.payload === "string" ? unreadable(action.payload) : json(action.payload),
       action.status === "pending_approval" && !can("approver") ? cannot("approver", "deciding on an action") :
       action.status === "pending_approval" ? el("form", { class: "inline", onsubmit: (e) => e.preventDefault() },
         el("div", {}, byField(byId)),
@@ -742,7 +760,8 @@
       // Who settled which write, newest first (the server keeps the newest 50 in the view).
       const settled = task.resolutions || [];
       fill(resolved, settled.length ? [el("h3", { id: "h-resolutions" }, "Resolved by operators"),
-        table(["Invocation", "Tool", "Was → now", "By", "Reason", "When"], settled.slice().reverse().map((x) => [
+        table(["Invocation", "Tool", "Was → now", "By", "Reason", "When"], settled.slice().reverse().map((x) => typeof x === "string"
+          ? [unreadable(x), "—", "—", "—", "—", "—"] : [
           el("code", {}, x.invocation_id), x.tool_name,
           [badge(x.previous_status, true), " → ", badge(x.resolved_status)], x.by, x.note, when(x.at)]))]
         : null);
@@ -794,7 +813,7 @@
         earlier ? el("p", { class: "notice", id: "plan-earlier" }, earlier) : null,
         revisionPicker(),
         el("p", { class: "muted" }, `revision ${plan.revision}`, plan.reason ? " · " : "", plan.reason ? el("span", { id: "plan-reason" }, plan.reason) : null),
-        countsOf(plan), s.graph);
+        countsOf(plan), s.graph, olderParts(plan));
       if (focused) {
         const again = planBox.querySelector(`button[data-node="${CSS.escape(focused)}"]`);
         if (again) again.focus();
@@ -873,7 +892,7 @@
       return retries.map((n, i) => [i ? ", " : "", el("code", {}, n.id), " ", badge(n.status)]);
     }
     function showNode(id, focus) {
-      const node = s.plan && drawnPlan().nodes.find((n) => n.id === id);
+      const node = s.plan && nodesOf(drawnPlan()).find((n) => n.id === id);
       if (!node) { nodeDetail.hidden = true; return; }
       const result = el("p", { role: "status", class: "node-result" });
       const open = node.actor === "human" && !NODE_DONE.includes(node.status);

@@ -403,12 +403,14 @@ def distinct_edges(edges: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return kept
 
 
-def status_counts(nodes: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+def status_counts(nodes: Sequence[Any]) -> dict[str, int]:
     """How many nodes are in each status, every status listed (progress is counts, not time)."""
     counts = dict.fromkeys(NODE_STATUSES, 0)
     for node in nodes:
-        status = node.get("status")
-        if status in counts:
+        # A stored node of an older shape (not an object, a status of another type) counts in
+        # no status rather than failing the reader.
+        status = node.get("status") if isinstance(node, Mapping) else None
+        if isinstance(status, str) and status in counts:
             counts[status] += 1
     return counts
 

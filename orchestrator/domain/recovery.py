@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["CallRecord", "Snapshot"]
+__all__ = ["CallRecord", "Snapshot", "readable_call"]
 
 VERIFY_FIRST = (
     "The previous generation stopped before these calls returned: they may or may not have "
@@ -102,7 +102,7 @@ class Snapshot:
             if entry["kind"] == "model_turn":
                 turn_calls = body.get("tool_calls") or []
                 for call in turn_calls if isinstance(turn_calls, list) else [turn_calls]:
-                    if not _readable(call):
+                    if not readable_call(call):
                         unreadable.append(call)
                         continue
                     calls[call["id"]] = CallRecord(
@@ -130,7 +130,7 @@ class Snapshot:
         }
 
 
-def _readable(call: Any) -> bool:
+def readable_call(call: Any) -> bool:
     """A tool call of today's shape: an object with a text id and name."""
     return (
         isinstance(call, dict)

@@ -16,6 +16,7 @@ from orchestrator.store import driver
 from orchestrator.store.records import driver_row
 from orchestrator.store.sessions import SessionRecord
 from orchestrator.store.tables import plan_revisions, reports, sessions, tasks
+from orchestrator.store.types import stored_list
 from orchestrator.tools.base import Fence
 
 __all__ = [
@@ -70,8 +71,8 @@ class PlanRecord:
             schema_version=row.schema_version,
             title=row.title,
             reason=row.reason,
-            nodes=list(row.nodes),
-            edges=list(row.edges),
+            nodes=stored_list(row.nodes),
+            edges=stored_list(row.edges),
             content_digest=row.content_digest,
             task_id=row.task_id,
             generation=row.generation,
@@ -303,7 +304,7 @@ def list_summaries(conn: Connection, session_id: str) -> list[dict[str, Any]]:
             "updated_at": row.updated_at.isoformat(),
             "title": row.title,
             "reason": row.reason,
-            "status_counts": status_counts(row.nodes),
+            "status_counts": status_counts(stored_list(row.nodes)),
         }
         for row in rows
     ]

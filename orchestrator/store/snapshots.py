@@ -13,7 +13,7 @@ from sqlalchemy import Connection, insert, select, update
 
 from orchestrator.domain.recovery import Snapshot
 from orchestrator.store.tables import recovery_snapshots
-from orchestrator.store.types import utcnow
+from orchestrator.store.types import stored_list, utcnow
 
 __all__ = ["bound_wait", "get_snapshot", "save_snapshot"]
 
@@ -78,8 +78,6 @@ def get_snapshot(conn: Connection, session_id: str) -> Snapshot | None:
 
 
 def _calls(stored: Any) -> tuple[Any, ...]:
-    """A stored list of calls as it is; a single value an older version stored as one call
-    (not a dict's keys, not a string's characters): a reader shows what it cannot read."""
-    if stored is None:
-        return ()
-    return tuple(stored) if isinstance(stored, list) else (stored,)
+    """A stored list of calls as it is; a single value an older version stored as one call: a
+    reader shows what it cannot read."""
+    return tuple(stored_list(stored))

@@ -10,10 +10,19 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
-__all__ = ["JSONDocument", "UTCDateTime", "utcnow"]
+__all__ = ["JSONDocument", "UTCDateTime", "stored_list", "utcnow"]
 
 #: JSONB on Postgres, JSON (text) on SQLite.
 JSONDocument = JSON().with_variant(JSONB(), "postgresql")
+
+
+def stored_list(stored: Any) -> list[Any]:
+    """A JSON document column that holds a list, as a list; a single value an older version
+    stored instead is one item (not a dict's keys, not a string's characters), so a reader
+    shows what it cannot read rather than failing."""
+    if stored is None:
+        return []
+    return list(stored) if isinstance(stored, list) else [stored]
 
 
 def utcnow() -> datetime:

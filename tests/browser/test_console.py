@@ -766,3 +766,54 @@ def test_a_reload_restores_the_revision_and_the_node_shown(page: Any, console: C
     page.reload()
     expect(page.locator("#node-detail")).to_contain_text("skipped")
     expect(page.locator("#plan-old")).to_have_count(0)
+
+
+def test_records_of_an_older_shape_are_shown_as_written(page: Any, console: Console) -> None:
+    """A plan node and edge, an action payload and transcript entries an older version stored
+    in another shape reach the console as their JSON text (api/older_shapes.py): the rest of
+    the plan is drawn, the odd parts are listed as written, and nothing throws."""
+    from sqlalchemy import func, insert, select
+
+    from orchestrator.store.db import Database
+    from orchestrator.store.tables import actions, plan_revisions, transcript_entries
+    from orchestrator.store.types import utcnow
+
+    task_id = console.trigger("xss", "An older plan")
+    task = console.wait_for(task_id, lambda t: t["status"] == "completed")
+    plan, session = task["plan"], task["session_id"]
+    db = Database.from_url(console.env["ORCH_DATABASE_URL"])
+    try:
+        with db.transaction() as conn:
+            conn.execute(insert(plan_revisions).values(
+                session_id=session, revision=plan["revision"] + 1, request_id="older",
+                schema_version="execution-plan@1", title="An older plan", reason="",
+                nodes=[*plan["nodes"], {"id": "old", "title": "no actor", "status": "pending"}],
+                edges=[*plan["edges"], ["old", "edge"]], content_digest="0" * 64,
+                task_id=task_id, generation=1, updated_at=utcnow()))  # fmt: skip
+            conn.execute(insert(actions).values(
+                action_id="older-payload", task_id=task_id, generation=1, session_id=session,
+                node_id="x", kind="command", payload=["flush", "main 7"],
+                status="pending_approval", created_at=utcnow(), digest="0" * 64))  # fmt: skip
+            seq = conn.execute(select(func.max(transcript_entries.c.seq)).where(
+                transcript_entries.c.session_id == session)).scalar_one()  # fmt: skip
+            entry = {"session_id": session, "task_id": task_id, "generation": 1}
+            entry |= {"kind": "model_turn", "created_at": utcnow()}
+            for n, body in enumerate((["an", "older", "body"], {"tool_calls": [None]}), 1):
+                conn.execute(
+                    insert(transcript_entries).values(seq=seq + n, turn=90 + n, body=body, **entry)
+                )
+    finally:
+        db.dispose()
+    open_task(page, console, task_id)
+    expect(page.locator("#plan-title")).to_have_text("An older plan")
+    expect(page.locator("#plan-graph button.node")).to_have_count(len(plan["nodes"]))
+    older = page.locator("#plan-older pre.unreadable")
+    expect(older).to_have_text(['{"id": "old", "status": "pending", "title": "no actor"}',
+                                '["old", "edge"]'])  # fmt: skip
+    entries = page.locator("#transcript ol.transcript > li")
+    expect(entries.last.locator("pre.unreadable")).to_have_count(1, timeout=20_000)
+    expect(entries.last.locator("pre.unreadable")).to_have_text("null")
+    expect(entries.nth(-2).locator("pre.unreadable")).to_have_text('["an", "older", "body"]')
+    page.goto(f"{console.url}/console#/approvals")
+    card = page.locator('article[data-action="older-payload"]')
+    expect(card.locator("pre.unreadable")).to_have_text('["flush", "main 7"]')

@@ -1,0 +1,318 @@
+"""Read routes over records an older version (or a hand edit) stored in another shape: plan
+nodes and edges, an action's payload, transcript bodies. Each route answers 200 with what it
+can read and the odd part as its JSON text (as the explain view does), and the CLI prints the
+same, never a 500 or a traceback. New writes are validated as before."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import func, insert, select, update
+
+from orchestrator.api.app import create_app
+from orchestrator.cli import main
+from orchestrator.runtime import Runtime
+from orchestrator.services.tasks import Trigger
+from orchestrator.store.tables import actions, plan_revisions, reports, transcript_entries
+from orchestrator.store.types import utcnow
+from tests.executions_support import completing_turns, runtime_for, write_script
+from tests.sse_support import parse
+
+
+def _text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+GOOD = {
+    "id": "a",
+    "title": "Step a",
+    "actor": "agent",
+    "description": "",
+    "evidence": "read it",
+    "status": "completed",
+    "reason": None,
+}
+NO_ACTOR = {"id": "b", "title": "Step b", "status": "completed", "evidence": "x"}  # before actors
+ODD_STATUS = {**GOOD, "id": "c", "status": "blocked"}  # a status no longer known
+WRONG_TYPE = {**GOOD, "id": "d", "title": ["a", "list"]}
+NODES = [GOOD, NO_ACTOR, ODD_STATUS, WRONG_TYPE, 7, "a line of text"]
+SENT_NODES = [GOOD, _text(NO_ACTOR), _text(ODD_STATUS), _text(WRONG_TYPE), "7", "a line of text"]
+GOOD_EDGE = {"from": "a", "to": "b", "label": None}
+EDGES = [GOOD_EDGE, {"from": "a", "to": "c"}, ["a", "d"]]  # no label (older); a pair
+SENT_EDGES = [GOOD_EDGE, _text({"from": "a", "to": "c"}), _text(["a", "d"])]
+
+LIST_PAYLOAD = ["close", "valve 7"]
+TEXT_PAYLOAD = "close valve 7"
+
+
+@pytest.fixture
+def rt(store_url: str, scripts: Path) -> Iterator[Runtime]:
+    runtime, _ = runtime_for(store_url, scripts)
+    yield runtime
+    runtime.close()
+
+
+@pytest.fixture
+def client(rt: Runtime) -> Iterator[TestClient]:
+    with TestClient(create_app(rt.settings, db=rt.db), raise_server_exceptions=False) as c:
+        yield c
+
+
+@pytest.fixture
+def cli(store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """The CLI reads the same store."""
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    return monkeypatch
+
+
+@pytest.fixture
+def old_task(rt: Runtime, scripts: Path) -> dict[str, Any]:
+    """A completed task, then records of older shapes written straight into the store: a plan
+    revision, two pending actions, transcript entries."""
+    write_script(scripts, "simple", completing_turns())
+    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    assert rt.executions.run(task_id, 1, worker="w1").outcome == "completed"
+    session_id = rt.tasks.get(task_id).session_id
+    assert session_id is not None
+    now = utcnow()
+    with rt.db.transaction() as conn:
+        revision = conn.execute(
+            select(func.max(plan_revisions.c.revision)).where(
+                plan_revisions.c.session_id == session_id
+            )
+        ).scalar_one()
+        conn.execute(
+            insert(plan_revisions).values(
+                session_id=session_id,
+                revision=revision + 1,
+                request_id="old",
+                schema_version="execution-plan@1",
+                title="an older plan",
+                reason="",
+                nodes=NODES,
+                edges=EDGES,
+                content_digest="0" * 64,
+                task_id=task_id,
+                generation=1,
+                updated_at=now,
+            )
+        )
+        for action_id, payload in (("act-list", LIST_PAYLOAD), ("act-text", TEXT_PAYLOAD)):
+            conn.execute(
+                insert(actions).values(
+                    action_id=action_id,
+                    task_id=task_id,
+                    generation=1,
+                    session_id=session_id,
+                    node_id="a",
+                    kind="work_order",
+                    payload=payload,
+                    status="pending_approval",
+                    created_at=now,
+                    plan_revision=revision + 1,
+                    digest="0" * 64,
+                )
+            )
+        seq = conn.execute(
+            select(func.max(transcript_entries.c.seq)).where(
+                transcript_entries.c.session_id == session_id
+            )
+        ).scalar_one()
+        for offset, (kind, body) in enumerate(ENTRIES, start=1):
+            conn.execute(
+                insert(transcript_entries).values(
+                    session_id=session_id,
+                    seq=seq + offset,
+                    task_id=task_id,
+                    generation=1,
+                    turn=90 + offset,
+                    kind=kind,
+                    call_id="x9" if kind == "tool_result" else None,
+                    body=body,
+                    created_at=now,
+                )
+            )
+    return {"task_id": task_id, "session_id": session_id, "revision": revision + 1}
+
+
+ENTRIES: list[tuple[str, Any]] = [
+    ("model_turn", ["an", "older", "body"]),  # not an object
+    ("tool_result", "done"),  # a string
+    ("model_turn", {"tool_calls": [{"name": "call_api"}, "x9", {"id": "x9", "name": 3}]}),
+    ("tool_result", {}),  # lacks every key
+    ("summary", {"summary": ["not", "text"]}),
+]
+
+
+# ---- plans -----------------------------------------------------------------------------
+
+
+def _assert_degraded(plan: dict[str, Any]) -> None:
+    assert plan["title"] == "an older plan"
+    assert plan["nodes"] == SENT_NODES
+    assert plan["edges"] == SENT_EDGES
+    counts = plan["status_counts"]
+    # a, b and d: the known status of a node of an older shape still counts; c's does not.
+    assert counts["completed"] == 3
+    assert sum(counts.values()) == 3
+
+
+def test_the_plan_routes_show_an_older_plan_degraded(
+    old_task: dict[str, Any], client: TestClient
+) -> None:
+    session, task_id = old_task["session_id"], old_task["task_id"]
+    one = client.get(f"/api/v1/sessions/{session}/execution-plans/{old_task['revision']}")
+    assert one.status_code == 200, one.text
+    _assert_degraded(one.json())
+    history = client.get(f"/api/v1/sessions/{session}/execution-plans")
+    assert history.status_code == 200, history.text
+    _assert_degraded(history.json()["latest"])
+    assert history.json()["revisions"][-1]["status_counts"]["completed"] == 3
+    of_task = client.get(f"/api/v1/tasks/{task_id}/plan")
+    assert of_task.status_code == 200, of_task.text
+    _assert_degraded(of_task.json()["plan"])
+    explain = client.get(f"/api/v1/tasks/{task_id}")
+    assert explain.status_code == 200, explain.text
+    _assert_degraded(explain.json()["plan"])
+    # The two streams send the plan as the routes do (a finished session: the snapshot only).
+    with client.stream("GET", f"/api/v1/agent/chat/session/{session}/stream") as response:
+        assert response.status_code == 200
+        [state] = parse(response.read().decode())
+    _assert_degraded(state["data"]["execution_plans"][0])
+    assert state["data"]["execution_plans"][0] == one.json()
+    with client.stream("GET", f"/api/v1/tasks/{task_id}/stream") as response:
+        assert response.status_code == 200
+        [state] = parse(response.read().decode())
+    assert state["data"]["plan"] == one.json()
+
+
+def test_plans_show_prints_an_older_plan_readably(
+    old_task: dict[str, Any],
+    cli: pytest.MonkeyPatch,
+    client: TestClient,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    session = old_task["session_id"]
+    assert main(["plans", "show", session]) == 0
+    shown = capsys.readouterr().out
+    assert "[completed] a: Step a (agent)" in shown
+    assert f"  {_text(NO_ACTOR)}" in shown  # listed as written, under the readable tree
+    assert "  7" in shown
+    assert f"  {_text(['a', 'd'])}" in shown
+    assert main(["plans", "show", session, "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == client.get(f"/api/v1/sessions/{session}/execution-plans").json()["latest"]
+
+
+# ---- actions ---------------------------------------------------------------------------
+
+
+def test_the_action_routes_show_a_payload_of_another_shape_as_text(
+    old_task: dict[str, Any], client: TestClient
+) -> None:
+    listed = client.get("/api/v1/actions", params={"task_id": old_task["task_id"]})
+    assert listed.status_code == 200, listed.text
+    payloads = {a["action_id"]: a["payload"] for a in listed.json()["items"]}
+    assert payloads == {"act-list": _text(LIST_PAYLOAD), "act-text": TEXT_PAYLOAD}
+    one = client.get("/api/v1/actions/act-list")
+    assert one.status_code == 200, one.text
+    assert one.json()["payload"] == _text(LIST_PAYLOAD)
+    explain = client.get(f"/api/v1/tasks/{old_task['task_id']}")
+    assert explain.status_code == 200, explain.text
+    pending = {a["action_id"]: a["payload"] for a in explain.json()["pending_actions"]}
+    assert pending == payloads
+
+
+def test_actions_list_and_show_print_a_payload_of_another_shape(
+    old_task: dict[str, Any],
+    cli: pytest.MonkeyPatch,
+    client: TestClient,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["actions", "show", "act-list"]) == 0
+    shown = capsys.readouterr().out
+    assert f"  payload (not an object):\n    {_text(LIST_PAYLOAD)}\n" in shown
+    assert main(["actions", "show", "act-list", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["payload"] == client.get("/api/v1/actions/act-list").json()["payload"]
+    assert main(["actions", "list", "--task", old_task["task_id"], "--json"]) == 0
+    printed = {a["action_id"]: a["payload"] for a in json.loads(capsys.readouterr().out)}
+    sent = client.get("/api/v1/actions", params={"task_id": old_task["task_id"]}).json()
+    assert printed == {a["action_id"]: a["payload"] for a in sent["items"]}
+    assert main(["tasks", "show", old_task["task_id"], "--json"]) == 0
+    shown_task = json.loads(capsys.readouterr().out)
+    sent_task = client.get(f"/api/v1/tasks/{old_task['task_id']}").json()
+    for part in ("plan", "pending_actions"):
+        assert shown_task[part] == sent_task[part], part
+
+
+# ---- transcript ------------------------------------------------------------------------
+
+
+def test_the_transcript_route_shows_odd_entries_as_text(
+    old_task: dict[str, Any], client: TestClient
+) -> None:
+    response = client.get(f"/api/v1/tasks/{old_task['task_id']}/transcript")
+    assert response.status_code == 200, response.text
+    odd = [e for e in response.json()["items"] if e["turn"] > 90]
+    assert [e["body"] for e in odd] == [
+        _text(["an", "older", "body"]),
+        "done",
+        ENTRIES[2][1],
+        {},
+        {"summary": ["not", "text"]},
+    ]
+
+
+def test_tasks_transcript_prints_odd_entries_readably(
+    old_task: dict[str, Any],
+    cli: pytest.MonkeyPatch,
+    client: TestClient,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    task_id = old_task["task_id"]
+    assert main(["tasks", "transcript", task_id]) == 0
+    shown = capsys.readouterr().out
+    assert f"[91] model: (unreadable) {_text(['an', 'older', 'body'])}" in shown
+    assert "[92]   <- x9 None: None (unreadable) done" in shown
+    assert f"[93]   -> (unreadable) {_text({'name': 'call_api'})}" in shown
+    assert "[93]   -> (unreadable) x9" in shown
+    assert '[93]   -> (unreadable) {"id": "x9", "name": 3}' in shown
+    assert "[94]   <- x9 None: None" in shown
+    assert '[95] summary: ["not", "text"]' in shown
+    assert main(["tasks", "transcript", task_id, "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    sent = client.get(f"/api/v1/tasks/{task_id}/transcript", params={"limit": 1000}).json()
+    assert [e["body"] for e in printed["items"]] == [e["body"] for e in sent["items"]]
+
+
+# ---- the report in the explain view ----------------------------------------------------
+
+
+def test_a_report_of_another_shape_is_shown_degraded(
+    old_task: dict[str, Any],
+    rt: Runtime,
+    client: TestClient,
+    cli: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Findings stored as one value instead of a list, evidence references that are not text."""
+    with rt.db.transaction() as conn:
+        conn.execute(
+            update(reports)
+            .where(reports.c.task_id == old_task["task_id"])
+            .values(findings={"text": "one finding"}, evidence_refs=["ev-1", 7, {"id": "e"}])
+        )
+    response = client.get(f"/api/v1/tasks/{old_task['task_id']}")
+    assert response.status_code == 200, response.text
+    report = response.json()["report"]
+    assert report["findings"] == [{"text": "one finding"}]
+    assert report["evidence_refs"] == ["ev-1", "7", _text({"id": "e"})]
+    assert main(["tasks", "show", old_task["task_id"], "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["report"] == report

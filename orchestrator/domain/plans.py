@@ -47,6 +47,8 @@ __all__ = [
     "find_cycle",
     "parse_plan",
     "raise_problems",
+    "readable_edges",
+    "readable_nodes",
     "retry_edge_problems",
     "status_counts",
     "validate_plan",
@@ -401,6 +403,35 @@ def distinct_edges(edges: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             seen.add(pair)
             kept.append(dict(edge))
     return kept
+
+
+def readable_nodes(nodes: Any) -> list[dict[str, Any]] | None:
+    """The nodes of a stored revision the rules can read: objects with a string id and status.
+
+    A node an older version (or a hand edit) stored in another shape cannot be matched, kept or
+    decided on: it stays in its own revision, where the read routes show it as written, and the
+    rules see the rest (a publish over it, a person's close, the end of a round)."""
+    if nodes is None:
+        return None
+    return [
+        node
+        for node in _items(nodes)
+        if isinstance(node, dict)
+        and isinstance(node.get("id"), str)
+        and isinstance(node.get("status"), str)
+    ]
+
+
+def readable_edges(edges: Any) -> list[dict[str, Any]] | None:
+    """The edges of a stored revision the rules can read: objects (see `readable_nodes`)."""
+    if edges is None:
+        return None
+    return [edge for edge in _items(edges) if isinstance(edge, dict)]
+
+
+def _items(stored: Any) -> Sequence[Any]:
+    """A stored list; one value stored in its place (an older shape) is one item."""
+    return stored if isinstance(stored, list | tuple) else [stored]
 
 
 def status_counts(nodes: Sequence[Any]) -> dict[str, int]:

@@ -86,17 +86,18 @@ class HumanStepService:
                     "once it has published one",
                     code="no_plan",
                 )
+            readable = rules.readable_nodes(plan.nodes) or []
             nodes = close_human_node(
-                plan.nodes, node_id, status, by=by, at=at, evidence=evidence, reason=reason
+                readable, node_id, status, by=by, at=at, evidence=evidence, reason=reason
             )
             payload = {
                 "request_id": f"{PERSON_REQUEST_PREFIX}{uuid.uuid4()}",
                 "title": plan.title,
                 "reason": f"human node {node_id} {status} by {by}",
                 "nodes": nodes,
-                "edges": rules.distinct_edges(plan.edges),
+                "edges": rules.distinct_edges(rules.readable_edges(plan.edges) or []),
             }
-            draft = rules.validate_plan(payload, plan.nodes)
+            draft = rules.validate_plan(payload, readable)
             record = PlanRecord(
                 session_id=session_id,
                 revision=plan.revision + 1,

@@ -133,14 +133,15 @@ def publish_txn(
             details=[{"code": "request_id_conflict", "message": message}],
         )
     nodes = draft.nodes if draft is not None else _raw_nodes(payload)
-    previous, previous_edges = context.latest_nodes, context.latest_edges
+    previous = rules.readable_nodes(context.latest_nodes)
+    previous_edges = rules.readable_edges(context.latest_edges)
     if context.latest_revision == 0 and fence is not None and fence.generation > 1:
         # Invariant 22: the first plan of a new generation keeps the task's last plan.
         # (Generations start at 1, a CHECK on tasks and executions: the first has no
         # earlier plan to keep, so it does not look for one.)
         before = task_plans.task_latest_plan(conn, fence.task_id, fence.generation)
-        previous = before.nodes if before is not None else None
-        previous_edges = before.edges if before is not None else None
+        previous = rules.readable_nodes(before.nodes) if before is not None else None
+        previous_edges = rules.readable_edges(before.edges) if before is not None else None
     if draft is not None and fence is not None:
         # A person may have closed a human node since the agent read the plan (both write
         # under the task row's lock): the agent's open copy of it does not undo that.

@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, exists, func, insert, select
 
+from orchestrator.domain.plans import readable_edges, readable_nodes
 from orchestrator.errors import ConflictError
 from orchestrator.store import driver
 from orchestrator.store.evidence import public as public_evidence
@@ -247,9 +248,9 @@ def generation_facts(
         conn, _FACTS, {"task_id": task_id, "generation": generation, "session_id": session_id}
     )
     return GenerationFacts(
-        plan_nodes=list(nodes) if nodes is not None else None,
+        plan_nodes=readable_nodes(nodes),
         report_outcome=report_outcome,
         pending_actions=int(pending),
-        plan_edges=list(edges) if edges is not None else None,
+        plan_edges=readable_edges(edges),
         plan_request_id=request_id,
     )

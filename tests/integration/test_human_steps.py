@@ -303,3 +303,44 @@ def test_a_plan_stored_with_a_repeated_edge_still_takes_a_persons_close(
             .limit(1)
         ).scalar_one()
     assert [(e["from"], e["to"]) for e in edges] == [("check", "sample")]
+
+
+def test_a_plan_stored_with_nodes_of_an_older_shape_still_takes_a_persons_close(
+    env: tuple[Runtime, RecordingDispatcher, Path], store_url: str
+) -> None:
+    """A node an older version or a hand edit stored in another shape (not an object, no id)
+    and an edge that is not an object: the person's close answers 200 (it raised, a 500) and
+    the person's revision carries the readable nodes; the odd ones stay in their revision."""
+    from sqlalchemy import select, update
+
+    from orchestrator.store.tables import plan_revisions
+
+    rt, dispatcher, scripts = env
+    task_id = waiting_on_a_sample(rt, scripts)
+    session_id = rt.tasks.get(task_id).session_id
+    with rt.db.transaction() as conn:
+        stored = conn.execute(
+            select(plan_revisions.c.nodes).where(plan_revisions.c.session_id == session_id)
+        ).scalar_one()
+        conn.execute(
+            update(plan_revisions)
+            .where(plan_revisions.c.session_id == session_id)
+            .values(nodes=[*stored, 7, {"title": "no id"}], edges=[["check", "sample"]])
+        )
+    with client_for(rt, store_url, dispatcher) as client:
+        done = client.post(
+            f"/api/v1/tasks/{task_id}/nodes/sample/complete",
+            json={"by": "lab tech", "evidence": "chlorine 0.4 mg/L at tap 3"},
+        )
+    assert done.status_code == 200, done.text
+    with rt.db.transaction(readonly=True) as conn:
+        nodes = conn.execute(
+            select(plan_revisions.c.nodes)
+            .where(plan_revisions.c.session_id == session_id)
+            .order_by(plan_revisions.c.revision.desc())
+            .limit(1)
+        ).scalar_one()
+    assert [(n["id"], n["status"]) for n in nodes] == [
+        ("check", "completed"),
+        ("sample", "completed"),
+    ]

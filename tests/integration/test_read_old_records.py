@@ -16,11 +16,13 @@ from sqlalchemy import func, insert, select, update
 
 from orchestrator.api.app import create_app
 from orchestrator.cli import main
+from orchestrator.errors import ValidationFailed
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
 from orchestrator.store.tables import actions, plan_revisions, reports, transcript_entries
 from orchestrator.store.types import utcnow
 from tests.executions_support import completing_turns, runtime_for, write_script
+from tests.integration.receipt_rows import chat_session
 from tests.sse_support import parse
 
 
@@ -316,3 +318,33 @@ def test_a_report_of_another_shape_is_shown_degraded(
     assert report["evidence_refs"] == ["ev-1", "7", _text({"id": "e"})]
     assert main(["tasks", "show", old_task["task_id"], "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["report"] == report
+
+
+def _plan(request_id: str, *nodes: dict[str, Any]) -> dict[str, Any]:
+    return {"request_id": request_id, "title": "t", "reason": "r", "nodes": list(nodes)}
+
+
+def test_a_plan_published_over_a_revision_of_an_older_shape_is_checked_not_crashed(
+    rt: Runtime,
+) -> None:
+    # The keep-every-node rule reads the previous revision's nodes: one that is not an object,
+    # or has no id, cannot be matched and is not asked for (it stays in its own revision); the
+    # rest of the rule holds as before. Before, the publish raised TypeError or KeyError: a 500
+    # on the internal publish route, an exception in the agent's tool.
+    session_id = chat_session(rt.db)
+    first = {**GOOD, "status": "running"}
+    rt.plans.publish_execution_plan(session_id, _plan("r1", first))
+    with rt.db.transaction() as conn:
+        conn.execute(
+            update(plan_revisions)
+            .where(plan_revisions.c.session_id == session_id)
+            .values(nodes=[first, 7, "a line", {"title": "no id"}, {**GOOD, "id": "k"}])
+        )
+    with pytest.raises(ValidationFailed) as refused:  # "k" is still a node that must be kept
+        rt.plans.publish_execution_plan(session_id, _plan("r2", first))
+    assert [d["code"] for d in refused.value.details] == ["node_removed"]
+    result = rt.plans.publish_execution_plan(
+        session_id, _plan("r3", {**GOOD, "status": "completed"}, {**GOOD, "id": "k"})
+    )
+    assert (result.created, result.plan.revision) == (True, 2)
+    assert [node["id"] for node in result.plan.nodes] == ["a", "k"]

@@ -1,6 +1,6 @@
 """A bounded fault campaign: nothing lost, nothing done twice, through SIGKILLs and lost servers.
 
-    .venv/bin/python bench/faults.py [--tasks 150] [--faults 9] [--workers 3] [--write]
+    .venv/bin/python bench/faults.py [--tasks 150] [--faults 12] [--workers 3] [--write]
 
 Starts a throwaway Postgres (commit timestamps on) and redis-server from the local binaries (the
 tests' helpers), a loopback business backend (tests/integration/fake_backend.py) that counts
@@ -10,9 +10,11 @@ scripted agent reads (task context, a data source), publishes a plan, thinks, re
 of its own on the backend through `call_api` (a write behind a receipt; one task in three gets a
 slow backend, so writes are in flight when faults land), thinks, completes the plan and reports.
 
-While they run, faults land on a schedule, in turn: SIGKILL of the worker holding the most
-rounds (a replacement starts at once), Redis wiped (FLUSHALL, or killed and started again
-empty), Postgres stopped for `--pg-down` seconds. Then, once every task has settled (bounded):
+While they run, faults land on a schedule, in turn (`--kinds`): SIGKILL of the worker holding
+the most rounds (a replacement starts at once); Redis wiped (FLUSHALL, or killed and started
+again empty); Postgres stopped for `--pg-down` seconds; SIGSTOP of the worker holding the most
+rounds until its leases ran out, then SIGCONT (superseded rounds that still run). Then, once
+every task has settled (bounded):
 
 - tasks by status; none may stay `queued` or `running` (lost), every one triggered must exist;
 - writes received by the backend per key (one task's setting): more than the task's intent
@@ -34,14 +36,16 @@ import json
 import os
 import platform
 import random
+import re
 import shutil
+import signal
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -56,6 +60,10 @@ from tests.executions_support import node, plan_call, query_call, report_call, w
 
 LEASE, RENEW, SWEEP, STALE = 4.0, 1.0, 1.0, 5.0
 SLOW_WRITE_S = 1.0
+#: A stalled worker stays stopped this long past its lease: its generations are requeued (and
+#: usually started again elsewhere) while its rounds are frozen mid-way.
+STALL_BEYOND_LEASE = 3.0
+KINDS = ("kill", "redis", "postgres", "stall")
 DATABASE = "faults"
 SETTLED = ("completed", "failed", "cancelled", "waiting")
 #: Receipt summaries written by someone other than the receipt's own generation (the requeue
@@ -105,6 +113,8 @@ class Campaign:
     trigger_retries: int = 0
     undispatched: int = 0
     untriggered: list[int] = field(default_factory=list)
+    timers: list[threading.Timer] = field(default_factory=list)
+    stalled: set[int] = field(default_factory=set)
 
     def at(self) -> float:
         return time.monotonic() - self.begun
@@ -155,8 +165,13 @@ class Campaign:
 
     # ------------------------------------------------------------------ faults
 
-    def kill_worker(self) -> None:
-        alive = [w for w in self.workers if w.process.poll() is None]
+    def _busiest(self) -> tuple[Proc, int]:
+        """The live worker holding the most running rounds (the store's view), and how many."""
+        alive = [
+            w
+            for w in self.workers
+            if w.process.poll() is None and w.process.pid not in self.stalled
+        ] or [w for w in self.workers if w.process.poll() is None]
         try:
             held = dict(
                 self.query(
@@ -167,12 +182,16 @@ class Campaign:
         except Exception:
             held = {}
         victim = max(alive, key=lambda w: (held.get(w.process.pid, 0), random.random()))
+        return victim, held.get(victim.process.pid, 0)
+
+    def kill_worker(self) -> None:
+        victim, held = self._busiest()
         self.killed.add(victim.process.pid)
         victim.kill()
         replacement = self.start_worker()
         self.log(
             "SIGKILL worker",
-            f"pid {victim.process.pid} holding {held.get(victim.process.pid, 0)} rounds; "
+            f"pid {victim.process.pid} holding {held} rounds; "
             f"replacement pid {replacement.process.pid}",
         )
 
@@ -189,13 +208,32 @@ class Campaign:
             self.redis_server.restart()  # killed, started again empty on the same port
             self.log("Redis restarted empty", "killed and started again with no data")
 
+    def stall_worker(self) -> None:
+        """SIGSTOP the worker holding the most rounds past its leases, then SIGCONT: its rounds
+        are superseded while they still run, and must not have a write accepted after that."""
+        victim, held = self._busiest()
+        self.stalled.add(victim.process.pid)
+        os.killpg(victim.process.pid, signal.SIGSTOP)
+        pause = LEASE + STALL_BEYOND_LEASE
+        timer = threading.Timer(pause, self._resume, args=(victim,))
+        timer.daemon = True
+        timer.start()
+        self.timers.append(timer)
+        self.log("SIGSTOP worker", f"pid {victim.process.pid} holding {held} rounds, {pause:g} s")
+
+    def _resume(self, victim: Proc) -> None:
+        with suppress(ProcessLookupError):
+            os.killpg(victim.process.pid, signal.SIGCONT)
+        self.stalled.discard(victim.process.pid)
+        self.log("SIGCONT worker", f"pid {victim.process.pid}")
+
     def stop_postgres(self) -> None:
         started = self.at()
         self.pg_server.stop_for(self.args.pg_down)
         self.log("Postgres stopped", f"down from {started:.2f} s for {self.at() - started:.1f} s")
 
     def inject(self, window: float) -> Counter[str]:
-        kinds = ["kill", "redis", "postgres"]
+        kinds = self.args.kinds
         done: Counter[str] = Counter()
         for number in range(self.args.faults):
             due = self.begun + (number + 1) * window / (self.args.faults + 1)
@@ -203,6 +241,8 @@ class Campaign:
             kind = kinds[number % len(kinds)]
             if kind == "kill":
                 self.kill_worker()
+            elif kind == "stall":
+                self.stall_worker()
             elif kind == "redis":
                 self.wipe_redis(done["redis"])
             else:
@@ -337,7 +377,33 @@ def process_findings(c: Campaign, sweeper: Proc) -> dict[str, Any]:
                     "?",
                 )
                 tracebacks[f"{log.name.split('-')[0]}: {last[:160]}"] += 1
-    return {"exited": own, "stopped": stopped, "tracebacks": tracebacks}
+    return {
+        "exited": own,
+        "stopped": stopped,
+        "tracebacks": tracebacks,
+        "stopped_rounds": stopped_rounds(c.procs.folder),
+    }
+
+
+#: What a round that stops itself logs ("generation N of T stopped: why"), by kind of why.
+_STOPPED = re.compile(r"generation \d+ of \S+ stopped: (.*)")
+_WHY = (
+    ("renewal refused", "renewal was refused"),
+    ("renewal overdue", "older than the lease"),
+    ("fenced by the store", "no longer live"),
+    ("fenced by the store", "does not hold the lease"),
+    ("fenced by the store", "no longer holds its lease"),
+    ("store unavailable", "psycopg"),
+)
+
+
+def stopped_rounds(folder: Path) -> Counter[str]:
+    found: Counter[str] = Counter()
+    for log in folder.glob("worker-*.log"):
+        for match in _STOPPED.finditer(log.read_text(errors="replace")):
+            why = match.group(1)
+            found[next((name for name, text in _WHY if text in why), "other")] += 1
+    return found
 
 
 # --------------------------------------------------------------------------- report
@@ -370,10 +436,13 @@ def summary(c: Campaign, found: dict[str, Any], procs: dict[str, Any], **facts: 
         "through `call_api` (a write behind a receipt; one task in three gets a backend that "
         f"answers after {SLOW_WRITE_S:g} s), thinks {c.args.delay:g} s, completes the plan and "
         f"reports. {c.args.tasks} tasks triggered over {facts['window']:.0f} s; "
-        f"{sum(faults.values())} faults at even intervals over the same time, in turn: SIGKILL "
-        "of the worker process group holding the most rounds (a replacement started at once), "
-        "Redis wiped (FLUSHALL and kill-and-restart-empty alternately), Postgres stopped for "
-        f"{c.args.pg_down:g} s (fast shutdown) and started again. Run took "
+        f"{sum(faults.values())} faults at even intervals over the same time, in turn "
+        f"({', '.join(c.args.kinds)}): SIGKILL of the worker process group holding the most "
+        "rounds (a replacement started at once); Redis wiped (FLUSHALL and "
+        "kill-and-restart-empty alternately); Postgres stopped for "
+        f"{c.args.pg_down:g} s (fast shutdown) and started again; SIGSTOP of the worker "
+        f"holding the most rounds for {LEASE + STALL_BEYOND_LEASE:g} s (past its leases: its "
+        "generations are requeued while its rounds are frozen), then SIGCONT. Run took "
         f"{facts['elapsed']:.0f} s. Command:",
         "",
         f"    {facts['command']}",
@@ -383,7 +452,8 @@ def summary(c: Campaign, found: dict[str, Any], procs: dict[str, Any], **facts: 
         "| check | result |",
         "| --- | --- |",
         f"| faults injected | {faults['kill']} worker SIGKILLs, {faults['redis']} Redis wipes, "
-        f"{faults['postgres']} Postgres stops |",
+        f"{faults['postgres']} Postgres stops, {faults['stall']} worker stalls |",
+        f"| rounds that stopped themselves (worker logs) | {_counts(procs['stopped_rounds'])} |",
         f"| tasks by final status | {_counts(by_status)} (of {c.args.tasks} triggered; "
         f"{len(c.untriggered)} could not be triggered) |",
         f"| tasks lost (`queued`/`running` after {facts['settle']:.0f} s of settling) | "
@@ -452,7 +522,13 @@ def _counts(counter: Counter[Any], prefix: str = "") -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=150, help="tasks to trigger")
-    parser.add_argument("--faults", type=int, default=9, help="faults to inject, in turn")
+    parser.add_argument("--faults", type=int, default=12, help="faults to inject, in turn")
+    parser.add_argument(
+        "--kinds",
+        type=lambda text: text.split(","),
+        default=list(KINDS),
+        help=f"fault kinds, in turn (default {','.join(KINDS)})",
+    )
     parser.add_argument("--rate", type=float, default=2.0, help="tasks triggered per second")
     parser.add_argument("--workers", type=int, default=3, help="worker processes")
     parser.add_argument("--concurrency", type=int, default=4, help="rounds per worker")
@@ -465,12 +541,14 @@ def main() -> int:
     args = parser.parse_args()
     if args.tasks < 1 or args.faults < 0 or args.workers < 1 or args.rate <= 0:
         parser.error("--tasks and --workers must be at least 1, --faults 0 or more, --rate > 0")
+    if not args.kinds or set(args.kinds) - set(KINDS):
+        parser.error(f"--kinds: a comma-separated list of {', '.join(KINDS)}")
     random.seed(args.seed)
     command = (
         f".venv/bin/python bench/faults.py --tasks {args.tasks} --faults {args.faults} "
         f"--rate {args.rate:g} --workers {args.workers} --concurrency {args.concurrency} "
-        f"--delay {args.delay:g} --pg-down {args.pg_down:g} --seed {args.seed}"
-        + (" --write" if args.write else "")
+        f"--delay {args.delay:g} --pg-down {args.pg_down:g} --kinds {','.join(args.kinds)} "
+        f"--seed {args.seed}" + (" --write" if args.write else "")
     )
     from orchestrator.runtime import build_runtime
     from tests.executions_support import settings_for, write_script
@@ -530,6 +608,8 @@ def main() -> int:
         triggers.start()
         faults = campaign.inject(window)
         triggers.join()
+        for timer in campaign.timers:
+            timer.join()
         settle = campaign.settle(args.settle)
         found = collect(campaign, backend)
         processes = process_findings(campaign, sweeper)

@@ -486,13 +486,25 @@ def summary(c: Campaign, found: dict[str, Any], procs: dict[str, Any], **facts: 
         lines += ["", "Tracebacks in the process logs (last line, count):", ""]
         lines += [f"- `{line}`: {n}" for line, n in procs["tracebacks"].most_common(10)]
     unsettled = [t for t in tasks if t[2] != "completed"]
+    written: dict[str, list[str]] = {}
+    for task_id, status, _summary in found["receipts"]:
+        written.setdefault(task_id, []).append(status)
     if unsettled:
-        lines += ["", "Tasks that did not complete:", ""]
+        lines += ["", "Tasks that did not complete (and their write's receipt):", ""]
         lines += [
             f"- {t[0]} ({t[1]}): {t[2]} at generation {t[3]}, {t[4] or 'no failure code'}: "
-            f"{(t[5] or '').splitlines()[0][:160] if t[5] else ''}"
+            f"{(t[5] or '').splitlines()[0][:160] if t[5] else ''} "
+            f"(receipt: {', '.join(written.get(t[0], ['none']))})"
             for t in unsettled[:20]
         ]
+        if any(t[4] == "recovery_limit" for t in unsettled):
+            lines += [
+                "",
+                "`recovery_limit`: ORCH_MAX_RECOVERIES (default 3) generations of the task in a "
+                "row were lost, whatever lost them (here: faults landing on its consecutive "
+                "generations); the sweeper parks it as failed, and its write's receipt stays as "
+                "the last generation left it (`unknown` when that one was cut off mid-write).",
+            ]
         lines += ["", "Their generations (outcome, why, tool results not succeeded):", ""]
         lines += [
             f"- {task_id[:8]} gen {gen}: {outcome}, {reason}; {results or '-'}"

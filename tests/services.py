@@ -77,21 +77,35 @@ class PostgresServer:
         if _as_root():
             shutil.chown(self.root, "postgres", "postgres")
         self._run(initdb, "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
+        self._run(
+            pg_ctl, "-D", str(self.data), "-o", self._options(), "-l", str(self.root / "log"),
+            "-w", "start",
+        )  # fmt: skip
+        with self.connect() as conn:
+            row = conn.execute("SHOW server_version").fetchone()
+            self.version = str(row[0]) if row else "?"
+
+    def _options(self) -> str:
         durability = (
             ""
             if self.durable
             else ("-c fsync=off -c synchronous_commit=off -c full_page_writes=off ")
         )
-        options = (
+        return (
             f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 {durability}"
             "-c max_connections=300 -c shared_buffers=64MB"
         )
+
+    def stop_for(self, seconds: float) -> None:
+        """Stop the server (fast shutdown: its sessions are terminated), stay down for
+        `seconds`, and start it again on the same port with the same data."""
+        pg_ctl = _pg_bin("pg_ctl")
+        self._run(pg_ctl, "-D", str(self.data), "-m", "fast", "-w", "stop")
+        time.sleep(seconds)
         self._run(
-            pg_ctl, "-D", str(self.data), "-o", options, "-l", str(self.root / "log"), "-w", "start"
-        )
-        with self.connect() as conn:
-            row = conn.execute("SHOW server_version").fetchone()
-            self.version = str(row[0]) if row else "?"
+            pg_ctl, "-D", str(self.data), "-o", self._options(), "-l", str(self.root / "log"),
+            "-w", "start",
+        )  # fmt: skip
 
     def restart(self) -> None:
         """Stop the server (its sessions are terminated, as in a fast shutdown) and start it

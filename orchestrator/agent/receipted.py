@@ -11,6 +11,8 @@ import logging
 from dataclasses import replace
 from typing import Any
 
+from sqlalchemy.exc import DBAPIError
+
 from orchestrator.agent.deadline import CallWatch
 from orchestrator.domain.outcomes import (
     OUTCOMES,
@@ -22,6 +24,7 @@ from orchestrator.domain.outcomes import (
     tool_status,
 )
 from orchestrator.errors import ConflictError, StaleGeneration
+from orchestrator.store.db import cause_line
 from orchestrator.store.receipts import Receipt, ReceiptLedger
 from orchestrator.tools.base import Tool, ToolCancelled, ToolContext, ToolResult
 
@@ -120,6 +123,11 @@ def run_write(
         )
     except StaleGeneration:
         raise
+    except DBAPIError as exc:  # the store away: the outcome is unknown, as below
+        log.warning(
+            "recording the outcome of %s failed (%s)", receipt.invocation_id, cause_line(exc)
+        )
+        recorded = False
     except Exception:
         log.exception("recording the outcome of %s failed", receipt.invocation_id)
         recorded = False

@@ -43,7 +43,7 @@ from orchestrator.store import open_work
 from orchestrator.store import outbox as outbox_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import tasks as task_store
-from orchestrator.store.db import Database
+from orchestrator.store.db import Database, cause_line
 from orchestrator.store.fencing import check_fence
 from orchestrator.store.receipts import ReceiptLedger
 from orchestrator.store.records import TaskRecord
@@ -208,12 +208,10 @@ class ExecutionService:
         stale wake-ups. Should the claim have committed with its answer lost, the generation
         holds a token no lease backs: the sweeper recovers it when its mirrored lease runs out,
         as for any worker that died."""
-        cause = str(getattr(exc, "orig", None) or exc).strip().splitlines()
         log.warning(
-            "task %s: the generation could not be claimed (%s: %s); trying again",
+            "task %s: the generation could not be claimed (%s); trying again",
             task_id,
-            type(exc).__name__,
-            cause[0] if cause else "",
+            cause_line(exc),
         )
         try:
             self.leases.release(lease_name(task_id), token)

@@ -21,11 +21,12 @@ from collections import defaultdict
 from datetime import timedelta
 
 from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError
 
 from orchestrator.agent.loop import LeaseLost, StopSignal
 from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable
 from orchestrator.store import tasks as task_store
-from orchestrator.store.db import Database
+from orchestrator.store.db import Database, cause_line
 from orchestrator.store.heartbeats import mirror_leases
 from orchestrator.store.types import utcnow
 from orchestrator.tools.base import Fence
@@ -289,6 +290,11 @@ class Heartbeat:
                     for keeper in renewed
                     if (keeper.fence.task_id, keeper.fence.generation) not in live
                 }
+        except DBAPIError as exc:  # the store away: the next beat tries again
+            log.warning(
+                "mirroring %d lease(s) in the store failed (%s)", len(renewed), cause_line(exc)
+            )
+            return
         except Exception:
             log.exception("mirroring %d lease(s) in the store failed", len(renewed))
             return

@@ -21,11 +21,21 @@ __all__ = [
     "CONNECT_TIMEOUT_SECONDS",
     "PING_BYPASS_SECONDS",
     "Database",
+    "cause_line",
     "make_engine",
     "wake_after_commit",
 ]
 
 log = logging.getLogger(__name__)
+
+
+def cause_line(exc: BaseException) -> str:
+    """`Type: the driver's own message` in one line, no SQL text or parameters: how a log line
+    names a store that is away (during an outage every worker writes many; a traceback each
+    says nothing more)."""
+    cause = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return f"{type(exc).__name__}: {cause[0] if cause else ''}"
+
 
 #: A pooled connection given back less than this long ago is not pinged again on checkout (as
 #: HikariCP's `aliveBypassWindowMs`, 500 ms by default): a worker's back-to-back transactions

@@ -582,3 +582,33 @@ def test_a_pending_job_is_submitted_again_by_a_new_request_only(
     assert later[0].status == "pending"
     assert later[0].invocation_id != first[0].invocation_id
     assert backend.count("POST", "/jobs") == 2
+
+
+def test_a_store_away_when_the_outcome_is_recorded_is_unknown_and_one_warning_line(
+    db: Database,
+    backend: Backend,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The write went out and was answered, then the store went away before its outcome was
+    # recorded: the model is told it is unknown (the receipt stays running), and the log says
+    # so in one line with the driver's message (it was a traceback per write in an outage).
+    from sqlalchemy.exc import OperationalError
+
+    def store_away(*_args: object, **_kwargs: object) -> bool:
+        raise OperationalError(
+            "UPDATE invocation_receipts ...", {}, Exception("the database system is shutting down")
+        )
+
+    host = _host(db, backend.url)
+    ctx = ToolContext(owner="alice", session_id=chat_session(db), round_id="r1")
+    monkeypatch.setattr(ReceiptLedger, "finish", store_away)
+    with caplog.at_level("WARNING", logger="orchestrator.agent.receipted"):
+        result = host.run_turn(ctx, [_put("a")])[0]
+    monkeypatch.undo()
+    assert result.status == "unknown"
+    assert _receipt_status(db, result) == "running"
+    assert backend.count("PUT", "/settings/pressure") == 1
+    [line] = [r for r in caplog.records if "recording the outcome" in r.getMessage()]
+    assert (line.levelname, line.exc_info) == ("WARNING", None)
+    assert line.getMessage().endswith("(OperationalError: the database system is shutting down)")

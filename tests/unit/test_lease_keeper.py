@@ -330,3 +330,43 @@ def test_a_back_end_back_in_time_keeps_the_lease(claimed: Claimed, leases: FakeL
         assert not keeper.lost.is_set()
     finally:
         keeper.close()
+
+
+def test_a_store_away_at_the_mirror_is_one_warning_line_not_a_traceback(
+    claimed: Claimed,
+    leases: FakeLeases,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # During a Postgres outage every beat of every worker fails its mirror: each was a full
+    # traceback (about 35 per 3 s outage in the fault campaign), and said nothing more than the
+    # driver's own message. The lease itself is renewed in Redis meanwhile: nothing is lost.
+    from sqlalchemy.exc import OperationalError
+
+    from orchestrator.services import lease_keeper
+
+    def store_away(*_args: object, **_kwargs: object) -> None:
+        raise OperationalError(
+            "UPDATE executions ...",
+            {"token": TOKEN},
+            Exception("server closed the connection unexpectedly\nThis probably means..."),
+        )
+
+    monkeypatch.setattr(lease_keeper, "mirror_leases", store_away)
+    keeper = keeper_for(claimed, leases, ttl=30, renew_every=0.05)
+    with caplog.at_level("WARNING", logger="orchestrator.services.lease_keeper"):
+        keeper.start()
+        try:
+            time.sleep(0.3)
+            keeper.check()  # not lost: Redis renewed it
+        finally:
+            keeper.close()
+    failed = [r for r in caplog.records if "mirroring" in r.getMessage()]
+    assert failed, caplog.text
+    for record in failed:
+        assert record.levelname == "WARNING"
+        assert record.exc_info is None
+        assert record.getMessage().endswith(
+            "(OperationalError: server closed the connection unexpectedly)"
+        )
+        assert TOKEN not in record.getMessage()

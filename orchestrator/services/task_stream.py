@@ -8,6 +8,7 @@ revisions are logged by reference and read here, so the stream shows the stored 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -94,15 +95,35 @@ class TaskStreamService:
                     "time": event.created_at.isoformat(),
                 }
                 if event.type == "plan_revision":
-                    plan = plan_store.get_revision(
-                        conn, event.data["session_id"], int(event.data["revision"])
-                    )
+                    ref = _revision_ref(event.data)
+                    plan = plan_store.get_revision(conn, *ref) if ref is not None else None
                     base["plan"] = plan.to_dict() if plan else None
                     out.append(StreamEvent(event.seq, "execution_plan", base, final=False))
                 elif event.type in STATUS_EVENTS:
                     final = event.type in TERMINAL_TASK_STATUSES
                     out.append(StreamEvent(event.seq, "status", base, final=final))
-                else:
+                elif isinstance(event.data, dict):
                     base.update(event.data)
                     out.append(StreamEvent(event.seq, event.type, base, final=False))
+                else:  # stored in another shape by an older version or a hand edit
+                    base["data"] = json.dumps(event.data, ensure_ascii=False, default=str)
+                    out.append(StreamEvent(event.seq, event.type, base, final=False))
             return out
+
+
+def _revision_ref(data: Any) -> tuple[str, int] | None:
+    """The plan revision a `plan_revision` event names; None when it names none readably (an
+    event an older version or a hand edit stored in another shape: sent with no plan rather
+    than ending the stream)."""
+    if not isinstance(data, dict):
+        return None
+    session_id, revision = data.get("session_id"), data.get("revision")
+    if isinstance(revision, str) and revision.isdigit():
+        revision = int(revision)
+    if (
+        not isinstance(session_id, str)
+        or not isinstance(revision, int)
+        or isinstance(revision, bool)
+    ):
+        return None
+    return session_id, revision

@@ -18,8 +18,15 @@ from orchestrator.api.app import create_app
 from orchestrator.cli import main
 from orchestrator.errors import ValidationFailed
 from orchestrator.runtime import Runtime
+from orchestrator.services.task_stream import TaskStreamService
 from orchestrator.services.tasks import Trigger
-from orchestrator.store.tables import actions, plan_revisions, reports, transcript_entries
+from orchestrator.store.tables import (
+    actions,
+    plan_revisions,
+    reports,
+    task_events,
+    transcript_entries,
+)
 from orchestrator.store.types import utcnow
 from tests.executions_support import completing_turns, runtime_for, write_script
 from tests.integration.receipt_rows import chat_session
@@ -348,3 +355,48 @@ def test_a_plan_published_over_a_revision_of_an_older_shape_is_checked_not_crash
     )
     assert (result.created, result.plan.revision) == (True, 2)
     assert [node["id"] for node in result.plan.nodes] == ["a", "k"]
+
+
+def test_the_task_stream_sends_events_of_another_shape_instead_of_ending(
+    old_task: dict[str, Any], rt: Runtime
+) -> None:
+    # A task event whose data is not an object, and a plan_revision event that names no
+    # revision readably: each raised inside the stream's read (TypeError, KeyError), which cut
+    # a running stream off. They are sent: the data as its JSON text, the plan as null.
+    task_id = old_task["task_id"]
+    with rt.db.transaction() as conn:
+        last = conn.execute(
+            select(func.max(task_events.c.seq)).where(task_events.c.task_id == task_id)
+        ).scalar_one()
+        for offset, (kind, data) in enumerate(
+            [
+                ("action_proposed", ["act-1", "valve 7"]),
+                ("plan_revision", {"session": "x"}),
+                ("plan_revision", {"session_id": old_task["session_id"], "revision": "1"}),
+                ("note", 7),
+            ],
+            start=1,
+        ):
+            conn.execute(
+                insert(task_events).values(
+                    task_id=task_id,
+                    seq=last + offset,
+                    type=kind,
+                    generation=1,
+                    status="completed",
+                    reason=None,
+                    data=data,
+                    created_at=utcnow(),
+                )
+            )
+    events = TaskStreamService(rt.db).events_after(task_id, last)
+    assert [(e.seq, e.name) for e in events] == [
+        (last + 1, "action_proposed"),
+        (last + 2, "execution_plan"),
+        (last + 3, "execution_plan"),
+        (last + 4, "note"),
+    ]
+    assert events[0].data["data"] == '["act-1", "valve 7"]'
+    assert events[1].data["plan"] is None
+    assert events[2].data["plan"]["revision"] == 1  # a revision stored as text still reads
+    assert events[3].data["data"] == "7"

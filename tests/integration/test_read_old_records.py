@@ -348,3 +348,31 @@ def test_a_plan_published_over_a_revision_of_an_older_shape_is_checked_not_crash
     )
     assert (result.created, result.plan.revision) == (True, 2)
     assert [node["id"] for node in result.plan.nodes] == ["a", "k"]
+
+
+def test_a_stored_node_with_an_id_and_an_unreadable_status_must_still_be_kept(
+    rt: Runtime,
+) -> None:
+    # Seed 004 (更新必须保留原节点): a node with an id is kept whatever its stored status (null,
+    # absent, a list); before, it was left out of the rule and a publish could drop it.
+    session_id = chat_session(rt.db)
+    first = {**GOOD, "status": "running"}
+    rt.plans.publish_execution_plan(session_id, _plan("r1", first))
+    lost = {"id": "k", "title": "sample", "actor": "human"}
+    with rt.db.transaction() as conn:
+        conn.execute(
+            update(plan_revisions)
+            .where(plan_revisions.c.session_id == session_id)
+            .values(nodes=[first, {**lost, "status": None}, {**GOOD, "id": "m", "status": [1]}])
+        )
+    with pytest.raises(ValidationFailed) as refused:
+        rt.plans.publish_execution_plan(session_id, _plan("r2", first))
+    assert [(d["code"], d["node_id"]) for d in refused.value.details] == [
+        ("node_removed", "k"),
+        ("node_removed", "m"),
+    ]
+    kept = rt.plans.publish_execution_plan(
+        session_id,
+        _plan("r3", first, {**lost, "status": "pending"}, {**GOOD, "id": "m", "status": "skipped"}),
+    )
+    assert [node["id"] for node in kept.plan.nodes] == ["a", "k", "m"]

@@ -417,3 +417,34 @@ def test_the_end_of_a_round_does_not_complete_over_a_node_it_cannot_read(
         replace(facts, report_outcome="completed"), max_rounds=5, turn_budget_spent=False
     )
     assert decision.task_status != "completed", decision
+
+
+def test_an_action_proposed_over_a_plan_with_a_node_of_an_older_shape_is_refused_clearly(
+    rt: Runtime, scripts: Path
+) -> None:
+    # The proposal looks its node up in the saved plan: a node that is not an object raised
+    # TypeError (an exception in the agent's tool); the republish now refuses the plan with
+    # what is wrong, and nothing is written.
+    from orchestrator.store import tasks as task_store
+    from orchestrator.tools.base import Fence
+    from tests.executions_support import claim_as_worker
+
+    write_script(scripts, "simple", completing_turns())
+    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    fence = Fence(task_id, 1, claim_as_worker(rt, task_id, 1, "w", 30))
+    with rt.db.transaction(readonly=True) as conn:
+        execution = task_store.get_execution(conn, task_id, 1)
+    assert execution is not None
+    pending = {**GOOD, "id": "k", "status": "pending", "evidence": ""}
+    rt.plans.publish_execution_plan(execution.session_id, _plan("r1", pending), fence=fence)
+    with rt.db.transaction() as conn:
+        conn.execute(
+            update(plan_revisions)
+            .where(plan_revisions.c.session_id == execution.session_id)
+            .values(nodes=[7, pending])
+        )
+    with pytest.raises(ValidationFailed) as refused:
+        rt.actions.propose(fence, execution.session_id, "k", "work_order", {"crew": "flush"})
+    assert refused.value.code == "invalid_type"
+    with rt.db.transaction(readonly=True) as conn:
+        assert conn.execute(select(func.count()).select_from(actions)).scalar_one() == 0

@@ -11,7 +11,7 @@ import logging
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from orchestrator.agent.deadline import CallWatch
 from orchestrator.domain.outcomes import (
@@ -123,7 +123,7 @@ def run_write(
         )
     except StaleGeneration:
         raise
-    except DBAPIError as exc:  # the store away: the outcome is unknown, as below
+    except (OperationalError, InterfaceError) as exc:  # the store away: unknown, as below
         log.warning(
             "recording the outcome of %s failed (%s)", receipt.invocation_id, cause_line(exc)
         )

@@ -89,6 +89,9 @@ class RoundFacts:
     plan_edges: Sequence[Mapping[str, Any]] | None = ()
     #: A person wrote the latest revision (closed a human node after the agent's last plan).
     person_revised_last: bool = False
+    #: Nodes of the plan stored in a shape the rules cannot read (not an object, no id): the
+    #: host cannot show them done, so the plan is not done (`domain.plans.readable_nodes`).
+    unreadable_nodes: int = 0
 
 
 @dataclass(frozen=True)
@@ -125,9 +128,13 @@ def decide(facts: RoundFacts) -> Decision:
     # Only a report that declared `completed` (which cites recorded evidence) completes: one
     # that declared `waiting` or `continue` is never turned into a completion by the host;
     # with nothing to wait for (no approval, no open human node) the task continues.
-    all_done = bool(nodes) and all(
-        n["status"] in _DONE or (n["status"] == "failed" and str(n["id"]) not in unretried)
-        for n in nodes
+    all_done = (
+        bool(nodes)
+        and not facts.unreadable_nodes
+        and all(
+            n["status"] in _DONE or (n["status"] == "failed" and str(n["id"]) not in unretried)
+            for n in nodes
+        )
     )
     declared_done = facts.report_outcome == "completed"
     if declared_done and all_done:

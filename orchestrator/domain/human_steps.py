@@ -73,7 +73,9 @@ def close_human_node(
         raise ConflictError(
             f"node {node_id!r} is an agent node: only the agent reports it", code="agent_node"
         )
-    if found.get("status") not in OPEN_NODE_STATUSES:
+    # A status that could not be read (None: `domain.plans.readable_nodes`) is open: the end of
+    # a round waits for its person, who must be able to close it.
+    if found.get("status") is not None and found.get("status") not in OPEN_NODE_STATUSES:
         raise ConflictError(_closed_message(node_id, found), code="node_closed")
     stamp = f"{status} by {by} at {at.isoformat(timespec='seconds')}"
     closed = dict(found, status=status, reason=f"{reason} ({stamp})" if reason else stamp)

@@ -406,19 +406,20 @@ def distinct_edges(edges: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def readable_nodes(nodes: Any) -> list[dict[str, Any]] | None:
-    """The nodes of a stored revision the rules can read: objects with a string id and status.
+    """The nodes of a stored revision the rules can read: objects with a string id.
 
-    A node an older version (or a hand edit) stored in another shape cannot be matched, kept or
-    decided on: it stays in its own revision, where the read routes show it as written, and the
-    rules see the rest (a publish over it, a person's close, the end of a round)."""
+    A node an older version (or a hand edit) stored in another shape without an id cannot be
+    matched, kept or decided on: it stays in its own revision, where the read routes show it as
+    written, and the rules see the rest (a publish over it, a person's close, the end of a
+    round). A node with an id is always seen, whatever its status (seed 004: 更新必须保留原节点):
+    one whose status is not text (null, absent, a list) is given the rules with status None, so
+    it must be kept, is never done, and a human one waits for its person."""
     if nodes is None:
         return None
     return [
-        node
+        node if isinstance(node.get("status"), str) else {**node, "status": None}
         for node in _items(nodes)
-        if isinstance(node, dict)
-        and isinstance(node.get("id"), str)
-        and isinstance(node.get("status"), str)
+        if isinstance(node, dict) and isinstance(node.get("id"), str)
     ]
 
 

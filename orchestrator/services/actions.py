@@ -84,7 +84,9 @@ class ActionService:
             check_fence(conn, fence)
             report_store.refuse_after_report(conn, fence, "an action proposal")
             plan = plan_store.latest_revision(conn, session_id)
-            node = next((n for n in plan.nodes if n["id"] == node_id), None) if plan else None
+            # A stored node of an older shape (not an object) is never the one proposed for;
+            # the republish below refuses the plan with what is wrong with it.
+            node = next((n for n in plan.nodes if _node_id(n) == node_id), None) if plan else None
             if plan is None or node is None:
                 raise ConflictError(
                     f"node {node_id!r} is not in the saved plan; publish the plan with that "
@@ -104,7 +106,8 @@ class ActionService:
             if node.get("action_id") == action.action_id:
                 return Proposal(action, plan.revision, created=False)
             nodes = [
-                dict(n, action_id=action.action_id) if n["id"] == node_id else n for n in plan.nodes
+                dict(n, action_id=action.action_id) if _node_id(n) == node_id else n
+                for n in plan.nodes
             ]
             published = publish_txn(
                 conn,
@@ -229,3 +232,7 @@ class ActionService:
 
 def _stale(message: str) -> ConflictError:
     return ConflictError(message, code="stale_approval")
+
+
+def _node_id(node: Any) -> Any:
+    return node.get("id") if isinstance(node, dict) else None

@@ -425,6 +425,7 @@ def finish_generation(
                 open_writes=open_work.open_writes(conn, fence.task_id),
                 plan_edges=facts.plan_edges,
                 person_revised_last=is_person_revision(facts.plan_request_id),
+                unreadable_nodes=facts.unreadable_nodes,
             )
         )
         if decision.queues_next:

@@ -21,7 +21,7 @@ from collections import defaultdict
 from datetime import timedelta
 
 from sqlalchemy import Connection
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from orchestrator.agent.loop import LeaseLost, StopSignal
 from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable
@@ -290,7 +290,7 @@ class Heartbeat:
                     for keeper in renewed
                     if (keeper.fence.task_id, keeper.fence.generation) not in live
                 }
-        except DBAPIError as exc:  # the store away: the next beat tries again
+        except (OperationalError, InterfaceError) as exc:  # the store away: next beat retries
             log.warning(
                 "mirroring %d lease(s) in the store failed (%s)", len(renewed), cause_line(exc)
             )

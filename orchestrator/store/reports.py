@@ -16,7 +16,7 @@ from orchestrator.errors import ConflictError
 from orchestrator.store import driver
 from orchestrator.store.evidence import public as public_evidence
 from orchestrator.store.tables import actions, evidence, plan_revisions, reports
-from orchestrator.store.types import utcnow
+from orchestrator.store.types import stored_list, utcnow
 from orchestrator.tools.base import Fence
 
 __all__ = [
@@ -200,6 +200,8 @@ class GenerationFacts:
     plan_edges: list[dict[str, Any]] | None = None
     #: The same revision's request id (`human:` when a person wrote it).
     plan_request_id: str | None = None
+    #: Nodes of the same revision the rules cannot read (not an object, no id): never done.
+    unreadable_nodes: int = 0
 
 
 def _of_latest_revision(column: Any, label: str) -> Any:
@@ -247,10 +249,12 @@ def generation_facts(
     ((nodes, edges, request_id, report_outcome, pending),) = driver.fetch(
         conn, _FACTS, {"task_id": task_id, "generation": generation, "session_id": session_id}
     )
+    readable = readable_nodes(nodes)
     return GenerationFacts(
-        plan_nodes=readable_nodes(nodes),
+        plan_nodes=readable,
         report_outcome=report_outcome,
         pending_actions=int(pending),
         plan_edges=readable_edges(edges),
         plan_request_id=request_id,
+        unreadable_nodes=len(stored_list(nodes)) - len(readable or []),
     )

@@ -50,7 +50,9 @@ class Answer:
         return self.content.decode("utf-8", errors="replace")
 
     def json(self) -> Any:
-        return json.loads(self.content.decode("utf-8"))
+        """The body as JSON, its encoding detected as httpx's `Response.json()` did (UTF-8,
+        with or without a byte order mark, UTF-16 or UTF-32)."""
+        return json.loads(self.content)
 
 
 def read_answer(

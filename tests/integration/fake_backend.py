@@ -140,10 +140,10 @@ def _handler(backend: Backend) -> type[BaseHTTPRequestHandler]:
             raw = self.rfile.read(length) if length else b""
             return json.loads(raw) if raw else None
 
-        def _reply(self, status: int, payload: Any) -> None:
+        def _reply(self, status: int, payload: Any, *, bom: bool = False) -> None:
             if backend.js_numbers:
                 payload = _js_numbers(payload)
-            data = json.dumps(payload).encode()
+            data = (b"\xef\xbb\xbf" if bom else b"") + json.dumps(payload).encode()
             self.send_response(status)
             self.send_header("content-type", "application/json")
             self.send_header("content-length", str(len(data)))
@@ -231,7 +231,8 @@ def _handler(backend: Backend) -> type[BaseHTTPRequestHandler]:
             elif path == "/secrets/db":
                 self._reply(200, {"password": "x" * 5000})
             elif path == "/report":
-                self._reply(200, {"rows": ["é" * 100] * 100})
+                # `bom`: UTF-8 with a byte order mark, as some servers write JSON.
+                self._reply(200, {"rows": ["é" * 100] * 100}, bom=mode == "bom")
             else:
                 self._reply(404, {"error": "unknown path"})
 

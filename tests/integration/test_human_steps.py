@@ -344,3 +344,46 @@ def test_a_plan_stored_with_nodes_of_an_older_shape_still_takes_a_persons_close(
         ("check", "completed"),
         ("sample", "completed"),
     ]
+
+
+def test_a_human_node_stored_without_a_readable_status_is_still_closed_by_its_person(
+    env: tuple[Runtime, RecordingDispatcher, Path], store_url: str
+) -> None:
+    """A human node with an id and a status that is not text (null here, as an older version or
+    a hand edit left it): the end of a round counts it as open, so the task waits for its
+    person; the person's close must then be taken (it answered 409 `node_closed`, "already
+    None": a task nobody could move), and the revision it writes keeps every node."""
+    from sqlalchemy import select, update
+
+    from orchestrator.store.tables import plan_revisions
+
+    rt, dispatcher, scripts = env
+    task_id = waiting_on_a_sample(rt, scripts)
+    session_id = rt.tasks.get(task_id).session_id
+    with rt.db.transaction() as conn:
+        stored = conn.execute(
+            select(plan_revisions.c.nodes).where(plan_revisions.c.session_id == session_id)
+        ).scalar_one()
+        odd = [{**n, "status": None} if n["id"] == "sample" else n for n in stored]
+        conn.execute(
+            update(plan_revisions)
+            .where(plan_revisions.c.session_id == session_id)
+            .values(nodes=odd)
+        )
+    with client_for(rt, store_url, dispatcher) as client:
+        done = client.post(
+            f"/api/v1/tasks/{task_id}/nodes/sample/complete",
+            json={"by": "lab tech", "evidence": "chlorine 0.4 mg/L at tap 3"},
+        )
+    assert done.status_code == 200, done.text
+    with rt.db.transaction(readonly=True) as conn:
+        nodes = conn.execute(
+            select(plan_revisions.c.nodes)
+            .where(plan_revisions.c.session_id == session_id)
+            .order_by(plan_revisions.c.revision.desc())
+            .limit(1)
+        ).scalar_one()
+    assert [(n["id"], n["status"]) for n in nodes] == [
+        ("check", "completed"),
+        ("sample", "completed"),
+    ]

@@ -400,3 +400,103 @@ def test_the_task_stream_sends_events_of_another_shape_instead_of_ending(
     assert events[1].data["plan"] is None
     assert events[2].data["plan"]["revision"] == 1  # a revision stored as text still reads
     assert events[3].data["data"] == "7"
+
+
+def test_a_stored_node_with_an_id_and_an_unreadable_status_must_still_be_kept(
+    rt: Runtime,
+) -> None:
+    # Seed 004 (更新必须保留原节点): a node with an id is kept whatever its stored status (null,
+    # absent, a list); before, it was left out of the rule and a publish could drop it.
+    session_id = chat_session(rt.db)
+    first = {**GOOD, "status": "running"}
+    rt.plans.publish_execution_plan(session_id, _plan("r1", first))
+    lost = {"id": "k", "title": "sample", "actor": "human"}
+    with rt.db.transaction() as conn:
+        conn.execute(
+            update(plan_revisions)
+            .where(plan_revisions.c.session_id == session_id)
+            .values(nodes=[first, {**lost, "status": None}, {**GOOD, "id": "m", "status": [1]}])
+        )
+    with pytest.raises(ValidationFailed) as refused:
+        rt.plans.publish_execution_plan(session_id, _plan("r2", first))
+    assert [(d["code"], d["node_id"]) for d in refused.value.details] == [
+        ("node_removed", "k"),
+        ("node_removed", "m"),
+    ]
+    kept = rt.plans.publish_execution_plan(
+        session_id,
+        _plan("r3", first, {**lost, "status": "pending"}, {**GOOD, "id": "m", "status": "skipped"}),
+    )
+    assert [node["id"] for node in kept.plan.nodes] == ["a", "k", "m"]
+
+
+def test_the_end_of_a_round_does_not_complete_over_a_node_it_cannot_read(
+    rt: Runtime, scripts: Path
+) -> None:
+    # A node of the current plan that is not an object, or has no id, cannot be shown done:
+    # the decision counts it as open (the agent's next revision may leave it out). Before, the
+    # rules did not see it, and a plan whose other nodes were done completed the task.
+    from dataclasses import replace
+
+    from orchestrator.services.executions import decide_round, finish_generation, fixed
+    from orchestrator.store import tasks as task_store
+    from orchestrator.tools.base import Fence
+    from tests.executions_support import claim_as_worker
+
+    write_script(scripts, "simple", completing_turns())
+    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    fence = Fence(task_id, 1, claim_as_worker(rt, task_id, 1, "w", 30))
+    with rt.db.transaction(readonly=True) as conn:
+        execution = task_store.get_execution(conn, task_id, 1)
+    assert execution is not None
+    running = {**GOOD, "status": "running"}  # completed in the store below (no citation here)
+    rt.plans.publish_execution_plan(execution.session_id, _plan("r1", running), fence=fence)
+    with rt.db.transaction() as conn:
+        conn.execute(
+            update(plan_revisions)
+            .where(plan_revisions.c.session_id == execution.session_id)
+            .values(nodes=[GOOD, "sample the tap", {"title": "no id", "status": "pending"}])
+        )
+    seen: list[Any] = []
+
+    def rule(facts: Any) -> Any:
+        seen.append(facts)
+        return fixed(decide_round(facts, max_rounds=5, turn_budget_spent=False))(facts)
+
+    finish_generation(rt.db, fence, rule)
+    (facts,) = seen
+    decision = decide_round(
+        replace(facts, report_outcome="completed"), max_rounds=5, turn_budget_spent=False
+    )
+    assert decision.task_status != "completed", decision
+
+
+def test_an_action_proposed_over_a_plan_with_a_node_of_an_older_shape_is_refused_clearly(
+    rt: Runtime, scripts: Path
+) -> None:
+    # The proposal looks its node up in the saved plan: a node that is not an object raised
+    # TypeError (an exception in the agent's tool); the republish now refuses the plan with
+    # what is wrong, and nothing is written.
+    from orchestrator.store import tasks as task_store
+    from orchestrator.tools.base import Fence
+    from tests.executions_support import claim_as_worker
+
+    write_script(scripts, "simple", completing_turns())
+    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    fence = Fence(task_id, 1, claim_as_worker(rt, task_id, 1, "w", 30))
+    with rt.db.transaction(readonly=True) as conn:
+        execution = task_store.get_execution(conn, task_id, 1)
+    assert execution is not None
+    pending = {**GOOD, "id": "k", "status": "pending", "evidence": ""}
+    rt.plans.publish_execution_plan(execution.session_id, _plan("r1", pending), fence=fence)
+    with rt.db.transaction() as conn:
+        conn.execute(
+            update(plan_revisions)
+            .where(plan_revisions.c.session_id == execution.session_id)
+            .values(nodes=[7, pending])
+        )
+    with pytest.raises(ValidationFailed) as refused:
+        rt.actions.propose(fence, execution.session_id, "k", "work_order", {"crew": "flush"})
+    assert refused.value.code == "invalid_type"
+    with rt.db.transaction(readonly=True) as conn:
+        assert conn.execute(select(func.count()).select_from(actions)).scalar_one() == 0

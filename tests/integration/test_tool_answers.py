@@ -147,3 +147,15 @@ def test_a_source_that_answers_an_error_says_its_status(tmp_path: Path, backend:
     result = _query(tool)
     assert (result.status, result.code) == ("failed", "source_error")
     assert result.message == "district_report could not be read: it answered HTTP 503"
+
+
+def test_a_source_whose_json_starts_with_a_byte_order_mark_is_read(
+    tmp_path: Path, backend: Backend
+) -> None:
+    # JSON in UTF-8 with a BOM (or in UTF-16/32, RFC 8259 readers accept them) was read before
+    # the answer was read in chunks (httpx's json() detects the encoding); decoding it as plain
+    # UTF-8 turned such a source into source_error.
+    backend.mode["/report"] = "bom"
+    result = _query(_source(tmp_path, backend))
+    assert result.status == "succeeded", result.message
+    assert result.payload["row_count"] == 100

@@ -370,3 +370,36 @@ def test_a_store_away_at_the_mirror_is_one_warning_line_not_a_traceback(
             "(OperationalError: server closed the connection unexpectedly)"
         )
         assert TOKEN not in record.getMessage()
+
+
+def test_a_mirror_that_fails_on_a_bug_keeps_its_traceback(
+    claimed: Claimed,
+    leases: FakeLeases,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Only a store that is away (OperationalError, InterfaceError) is one line: a programming
+    # or data error (a column a migration did not add, a value of the wrong type) is a bug, and
+    # its traceback is what finds it. (An IntegrityError reaches here as ConstraintViolation.)
+    from sqlalchemy.exc import ProgrammingError
+
+    from orchestrator.services import lease_keeper
+
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise ProgrammingError(
+            "UPDATE executions ...", {}, Exception('column "lease_expires_at" does not exist')
+        )
+
+    monkeypatch.setattr(lease_keeper, "mirror_leases", broken)
+    keeper = keeper_for(claimed, leases, ttl=30, renew_every=0.05)
+    with caplog.at_level("WARNING", logger="orchestrator.services.lease_keeper"):
+        keeper.start()
+        try:
+            time.sleep(0.3)
+        finally:
+            keeper.close()
+    failed = [r for r in caplog.records if "mirroring" in r.getMessage()]
+    assert failed, caplog.text
+    assert all(record.exc_info is not None for record in failed), [
+        (r.levelname, r.getMessage()) for r in failed
+    ]

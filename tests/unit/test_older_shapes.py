@@ -55,3 +55,50 @@ def test_status_counts_skip_what_they_cannot_read() -> None:
     counts = status_counts([7, "x", {"status": ["pending"]}, {"status": "pending"}, None])
     assert counts["pending"] == 1
     assert sum(counts.values()) == 1
+
+
+def test_a_stored_node_with_an_id_but_no_readable_status_is_still_kept_and_open() -> None:
+    # Seed 004 (更新必须保留原节点): every node of the previous revision with an id is kept, its
+    # status readable or not. Before, a node whose status was null, absent or of another type
+    # was left out of the rules: an agent could drop an open human node, and the end of a round
+    # could complete a task whose plan still held it.
+    from orchestrator.domain.decisions import RoundFacts, decide
+    from orchestrator.domain.plans import check_update, readable_nodes
+
+    done = {"id": "a", "title": "a", "actor": "agent", "evidence": "x", "status": "completed"}
+    sample = {"id": "k", "title": "sample", "actor": "human", "status": None}
+    retest = {"id": "m", "title": "retest", "actor": "human"}
+    odd = {"id": "n", "title": "call", "actor": "agent", "status": ["pending"]}
+    previous = readable_nodes([done, sample, retest, odd])
+    assert previous is not None
+    assert [node["id"] for node in previous] == ["a", "k", "m", "n"]
+    problems = check_update([done], previous)
+    assert [(p["code"], p["node_id"]) for p in problems] == [
+        ("node_removed", "k"),
+        ("node_removed", "m"),
+        ("node_removed", "n"),
+    ]
+    decision = decide(
+        RoundFacts(
+            plan_nodes=previous,
+            report_outcome="completed",
+            pending_actions=0,
+            rounds_done=0,
+            max_rounds=5,
+        )
+    )
+    assert (decision.task_status, decision.reason) == (
+        "waiting",
+        "human node(s) not completed: k, m",
+    )
+    agent_only = readable_nodes([done, odd])
+    decision = decide(
+        RoundFacts(
+            plan_nodes=agent_only,
+            report_outcome="completed",
+            pending_actions=0,
+            rounds_done=0,
+            max_rounds=5,
+        )
+    )
+    assert decision.task_status != "completed", decision

@@ -395,14 +395,20 @@ def distinct_edges(edges: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """`edges` with each (from, to) kept once, the first. A stored plan is published again by
     the server (a person closes a node, an action is proposed); one stored before
     `duplicate_edge` was refused goes out without its repeats instead of being refused."""
-    seen: set[tuple[Any, Any]] = set()
+    seen: set[tuple[str, str]] = set()
     kept = []
     for edge in edges:
-        pair = (edge.get("from"), edge.get("to"))
+        # Ends of an older shape (a list, an object) are compared as their JSON text; the
+        # publish that follows refuses them with what is wrong.
+        pair = (_end(edge.get("from")), _end(edge.get("to")))
         if pair not in seen:
             seen.add(pair)
             kept.append(dict(edge))
     return kept
+
+
+def _end(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
 
 
 def readable_nodes(nodes: Any) -> list[dict[str, Any]] | None:
@@ -424,10 +430,17 @@ def readable_nodes(nodes: Any) -> list[dict[str, Any]] | None:
 
 
 def readable_edges(edges: Any) -> list[dict[str, Any]] | None:
-    """The edges of a stored revision the rules can read: objects (see `readable_nodes`)."""
+    """The edges of a stored revision the rules can read: objects from a text id to a text id
+    (see `readable_nodes`)."""
     if edges is None:
         return None
-    return [edge for edge in _items(edges) if isinstance(edge, dict)]
+    return [
+        edge
+        for edge in _items(edges)
+        if isinstance(edge, dict)
+        and isinstance(edge.get("from"), str)
+        and isinstance(edge.get("to"), str)
+    ]
 
 
 def _items(stored: Any) -> Sequence[Any]:

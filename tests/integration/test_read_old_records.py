@@ -500,3 +500,38 @@ def test_an_action_proposed_over_a_plan_with_a_node_of_an_older_shape_is_refused
     assert refused.value.code == "invalid_type"
     with rt.db.transaction(readonly=True) as conn:
         assert conn.execute(select(func.count()).select_from(actions)).scalar_one() == 0
+
+
+def test_an_edge_whose_ends_are_not_text_is_refused_or_left_out_not_crashed(
+    rt: Runtime, scripts: Path
+) -> None:
+    # An edge stored with a list as its `from` made the republish of an action proposal raise
+    # TypeError (unhashable, in distinct_edges): now the plan is refused with what is wrong and
+    # nothing is written. The rules that read the previous plan leave such an edge out.
+    from orchestrator.domain.plans import readable_edges
+    from orchestrator.store import tasks as task_store
+    from orchestrator.tools.base import Fence
+    from tests.executions_support import claim_as_worker
+
+    write_script(scripts, "simple", completing_turns())
+    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    fence = Fence(task_id, 1, claim_as_worker(rt, task_id, 1, "w", 30))
+    with rt.db.transaction(readonly=True) as conn:
+        execution = task_store.get_execution(conn, task_id, 1)
+    assert execution is not None
+    pending = {**GOOD, "id": "k", "status": "pending", "evidence": ""}
+    first = {**GOOD, "status": "pending", "evidence": ""}
+    rt.plans.publish_execution_plan(execution.session_id, _plan("r1", first, pending), fence=fence)
+    odd = [{"from": ["a"], "to": "k"}, {"from": "a", "to": {"k": 1}}]
+    with rt.db.transaction() as conn:
+        conn.execute(
+            update(plan_revisions)
+            .where(plan_revisions.c.session_id == execution.session_id)
+            .values(edges=[*odd, GOOD_EDGE])
+        )
+    with pytest.raises(ValidationFailed) as refused:
+        rt.actions.propose(fence, execution.session_id, "k", "work_order", {"crew": "flush"})
+    assert refused.value.code == "invalid_type"
+    with rt.db.transaction(readonly=True) as conn:
+        assert conn.execute(select(func.count()).select_from(actions)).scalar_one() == 0
+    assert readable_edges([*odd, GOOD_EDGE]) == [GOOD_EDGE]

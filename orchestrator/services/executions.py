@@ -35,6 +35,7 @@ from orchestrator.logs import bind_log_context
 from orchestrator.services.actions import ActionService
 from orchestrator.services.dispatch import Dispatcher, safe_dispatch
 from orchestrator.services.generation_watch import watch_for
+from orchestrator.services.handback import HandBack
 from orchestrator.services.lease_keeper import LeaseKeeper, lease_name
 from orchestrator.services.plans import PlanService
 from orchestrator.services.recovery import save_round_snapshot
@@ -80,6 +81,9 @@ class RunResult:
     detail: str
     outcome: str | None = None
     retry_after: float | None = None  # wake again later: a superseded holder is still stopping
+    #: The round stopped itself and left its generation open: hand it back once its lease is
+    #: released (services/handback.py), rather than leave it to the mirrored lease running out.
+    give_back: bool = False
 
 
 class ExecutionService:
@@ -112,6 +116,7 @@ class ExecutionService:
             TokenCounter(),
         )
         self.subagents = SubAgentRegistry()
+        self.handback = HandBack(db, settings.lease_seconds)
         # Declared data sources (a bad file raises `DataSourceError` here, at start).
         self.data_sources = load_sources(
             settings.data_sources, tool_timeout_seconds=settings.tool_timeout_seconds
@@ -162,12 +167,16 @@ class ExecutionService:
         watch = watch_for(self.settings.redis_url)
         if watch is not None:
             watch.follow(task_id)
+        result: RunResult | None = None
         try:
-            return self._round(task, session_id, fence, keeper)
+            result = self._round(task, session_id, fence, keeper)
+            return result
         finally:
             if watch is not None:
                 watch.unfollow(task_id)
-            keeper.close()
+            keeper.close()  # the lease released first: the sweep then finds it gone
+            if result is not None and result.give_back:
+                self.handback.give_back(fence)
             self._end_of_round(session_id)
 
     def _end_of_round(self, session_id: str) -> None:
@@ -311,7 +320,9 @@ class ExecutionService:
         except (LeaseLost, StaleGeneration, ToolCancelled) as exc:
             log.warning("generation %s of %s stopped: %s", fence.generation, task.task_id, exc)
             save_round_snapshot(self.db, transcript, f"stopped: {exc}")
-            return RunResult(True, f"stopped without writing: {exc}")
+            # A generation ended elsewhere (a cancel, a requeue) is left as it is by the hand-back;
+            # one whose lease vanished (Redis lost its data) is requeued at the next sweep.
+            return RunResult(True, f"stopped without writing: {exc}", give_back=True)
         except ModelError as exc:
             save_round_snapshot(self.db, transcript, f"model_error: {exc}")
             return self._finish(
@@ -322,11 +333,13 @@ class ExecutionService:
             decision = Decision("failed", "failed", str(exc), "context_overflow")
             return self._finish(task, fence, keeper, fixed(decision))
         except _INFRASTRUCTURE as exc:
-            # Not the task's fault: leave the generation open; its lease runs out and the
-            # sweeper requeues it as the next generation.
+            # Not the task's fault: leave the generation open and hand it back (its mirrored
+            # lease ends now, or once the store answers again); the sweeper requeues it.
             log.warning("generation %s of %s stopped: %s", fence.generation, task.task_id, exc)
             save_round_snapshot(self.db, transcript, f"infrastructure error: {type(exc).__name__}")
-            return RunResult(True, f"stopped on an infrastructure error: {type(exc).__name__}")
+            return RunResult(
+                True, f"stopped on an infrastructure error: {type(exc).__name__}", give_back=True
+            )
         except Exception as exc:
             log.exception("round of task %s failed", task.task_id)
             save_round_snapshot(self.db, transcript, f"agent error: {type(exc).__name__}")
@@ -356,10 +369,14 @@ class ExecutionService:
             keeper.check()
             decision, next_generation = finish_generation(self.db, fence, rule)
         except (LeaseLost, StaleGeneration) as exc:
-            return RunResult(True, f"stopped before its decision: {exc}")
+            return RunResult(True, f"stopped before its decision: {exc}", give_back=True)
         except _INFRASTRUCTURE as exc:
+            # Should the decision have committed with its answer lost, the hand-back finds the
+            # execution closed and leaves it.
             log.warning("generation %s of %s stopped: %s", fence.generation, task.task_id, exc)
-            return RunResult(True, f"stopped before its decision: {type(exc).__name__}")
+            return RunResult(
+                True, f"stopped before its decision: {type(exc).__name__}", give_back=True
+            )
         if next_generation is not None:
             safe_dispatch(self.dispatcher, task.task_id, next_generation)
         return RunResult(True, decision.reason, decision.outcome)

@@ -1,0 +1,103 @@
+"""A round that stopped itself gives its generation back at once: its mirrored lease ends now.
+
+A round that meets the store or Redis away, or loses its lease, stops without writing and leaves
+its generation open. The sweeper requeued it only once the lease mirrored in the store ran out:
+up to ORCH_LEASE_SECONDS (two minutes by default) after a Postgres restart of a few seconds, for
+every round that was running. The worker knows its round stopped, so once its lease is released
+it sets the generation's mirrored expiry to now, fenced by its own lease token and only while
+the execution is still open (`store.tasks.mirror_lease`): the next sweep requeues it as any
+expired lease, with the same compare-and-sets and the same count of losses. A generation that
+ended meanwhile (a cancel, a requeue, another sweeper) is left as it is.
+
+The store may still be away when the round stops: the update is tried again on one thread per
+process, every `RETRY_SECONDS`, until it lands or the mirror would have run out by itself. A
+worker that dies meanwhile leaves the generation to its lease, as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from sqlalchemy.exc import InterfaceError, OperationalError
+
+from orchestrator.store import tasks as task_store
+from orchestrator.store.db import Database, cause_line
+from orchestrator.store.types import utcnow
+from orchestrator.tools.base import Fence
+
+__all__ = ["RETRY_SECONDS", "HandBack"]
+
+log = logging.getLogger(__name__)
+
+#: How often a hand-back the store refused is tried again.
+RETRY_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class _Pending:
+    fence: Fence
+    until: float  # time.monotonic(): past it the mirror has run out by itself
+
+
+class HandBack:
+    """The hand-backs of one worker process (one store, one retry thread started on need)."""
+
+    def __init__(self, db: Database, lease_seconds: float) -> None:
+        self.db = db
+        self.lease_seconds = lease_seconds
+        self._pending: dict[tuple[str, int], _Pending] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def give_back(self, fence: Fence) -> bool:
+        """End `fence`'s mirrored lease now; True when that landed (or nothing was left to end),
+        False when the store was away and a retry is due."""
+        if self._try(fence):
+            return True
+        with self._lock:
+            until = time.monotonic() + self.lease_seconds
+            self._pending[(fence.task_id, fence.generation)] = _Pending(fence, until)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._retry, name="handback", daemon=True)
+                self._thread.start()
+        return False
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._pending)
+
+    def _try(self, fence: Fence) -> bool:
+        try:
+            with self.db.transaction() as conn:
+                task_store.mirror_lease(
+                    conn, fence.task_id, fence.generation, fence.lease_token, utcnow()
+                )
+        except (OperationalError, InterfaceError) as exc:  # the store away: try again
+            log.info(
+                "generation %s of %s: handing it back waits for the store (%s)",
+                fence.generation,
+                fence.task_id,
+                cause_line(exc),
+            )
+            return False
+        except Exception:  # a bug: the generation is left to its lease, as before
+            log.exception("generation %s of %s: not handed back", fence.generation, fence.task_id)
+        return True
+
+    def _retry(self) -> None:
+        while True:
+            time.sleep(RETRY_SECONDS)
+            with self._lock:
+                due = list(self._pending.items())
+            for key, item in due:
+                landed = self._try(item.fence)
+                with self._lock:
+                    if landed or time.monotonic() >= item.until:
+                        self._pending.pop(key, None)
+            with self._lock:
+                if not self._pending:
+                    self._thread = None
+                    return

@@ -1,0 +1,151 @@
+"""A round that stopped itself hands its generation back: the lease mirrored in the store ends
+at once, so the next sweep requeues it, instead of a wait of ORCH_LEASE_SECONDS (two minutes by
+default) for every round a store restart or a Redis wipe stopped. Fenced by the round's own
+lease token, and only while its execution is open. Both stores."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.exc import OperationalError
+
+from orchestrator.runtime import Runtime
+from orchestrator.services import executions as executions_module
+from orchestrator.services import handback as handback_module
+from orchestrator.services.dispatch import RecordingDispatcher
+from orchestrator.services.tasks import Trigger
+from orchestrator.store import tasks as task_store
+from orchestrator.store.types import utcnow
+from orchestrator.tools.base import Fence
+from orchestrator.tools.plans import PublishExecutionPlan
+from tests.executions_support import (
+    completing_turns,
+    node,
+    plan_call,
+    runtime_for,
+    wait_for,
+    write_script,
+)
+
+
+@pytest.fixture
+def env(store_url: str, scripts: Path) -> Iterator[tuple[Runtime, RecordingDispatcher]]:
+    # The default lease: what a round that stopped itself used to wait out.
+    rt, dispatcher = runtime_for(store_url, scripts, lease_seconds=120, lease_renew_seconds=40)
+    yield rt, dispatcher
+    rt.close()
+
+
+def _mirrored_expiry(rt: Runtime, task_id: str, generation: int) -> Any:
+    with rt.db.transaction(readonly=True) as conn:
+        execution = task_store.get_execution(conn, task_id, generation)
+    assert execution is not None
+    return execution
+
+
+def _store_down(*_args: Any, **_kwargs: Any) -> Any:
+    raise OperationalError("UPDATE tasks", {}, Exception("server closed the connection"))
+
+
+def test_a_round_stopped_by_the_store_is_requeued_at_the_next_sweep(
+    env: Any, scripts: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt, dispatcher = env
+    assert rt.settings.lease_seconds >= 60  # the wait this saves
+    write_script(scripts, "simple", completing_turns())
+    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    monkeypatch.setattr(executions_module, "finish_generation", _store_down)
+    result = rt.executions.run(task_id, 1, worker="w1")
+    assert (result.ran, result.outcome) == (True, None)
+    execution = _mirrored_expiry(rt, task_id, 1)
+    assert execution.outcome is None  # left open: not failed for a fault not the task's
+    assert execution.lease_expires_at <= utcnow()  # before: now + ORCH_LEASE_SECONDS
+    report = rt.sweeper.sweep()
+    assert report.requeued == [(task_id, 1, 2)]
+    assert (rt.tasks.get(task_id).status, rt.tasks.get(task_id).generation) == ("queued", 2)
+    assert dispatcher.sent[-1] == (task_id, 2)
+
+
+def test_a_round_whose_lease_vanished_is_requeued_at_the_next_sweep(
+    env: Any, scripts: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As after a Redis restart that lost its data: the lease is gone, the next renewal (a plan
+    # write renews) is refused, the round stops without writing, and the store is fine.
+    rt, _ = env
+    write_script(
+        scripts,
+        "simple",
+        [
+            {"tool_calls": [plan_call("c1", "r1", [node("a", "running")])]},
+            {"tool_calls": [plan_call("c2", "r2", [node("a", "running"), node("b", "pending")])]},
+            {"content": "done"},
+        ],
+    )
+    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    real_renew = PublishExecutionPlan._renew
+
+    def wipe_after_the_first_write(self: PublishExecutionPlan, result: object) -> None:
+        info = rt.leases.get(f"task:{task_id}")
+        if info is not None and rt.tasks.explain(task_id)["plan"]["revision"] == 1:
+            rt.leases.release(f"task:{task_id}", info.token)
+        real_renew(self, result)
+
+    monkeypatch.setattr(PublishExecutionPlan, "_renew", wipe_after_the_first_write)
+    result = rt.executions.run(task_id, 1, worker="w1")
+    assert (result.ran, result.outcome) == (True, None)
+    assert "stopped without writing" in result.detail
+    assert _mirrored_expiry(rt, task_id, 1).lease_expires_at <= utcnow()
+    assert rt.sweeper.sweep().requeued == [(task_id, 1, 2)]
+
+
+def test_a_hand_back_the_store_refused_lands_once_it_answers(
+    env: Any, scripts: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt, _ = env
+    write_script(scripts, "simple", completing_turns())
+    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    monkeypatch.setattr(executions_module, "finish_generation", _store_down)
+    monkeypatch.setattr(handback_module, "RETRY_SECONDS", 0.05)
+    real_mirror = task_store.mirror_lease
+    calls = {"n": 0}
+
+    def away_twice(*args: Any, **kwargs: Any) -> bool:
+        calls["n"] += 1
+        if calls["n"] <= 2:
+            _store_down()
+        return real_mirror(*args, **kwargs)
+
+    monkeypatch.setattr(handback_module.task_store, "mirror_lease", away_twice)
+    rt.executions.run(task_id, 1, worker="w1")
+    wait_for(lambda: rt.executions.handback.pending() == 0, timeout=10)
+    assert calls["n"] == 3  # the first try and one retry met the store away
+    assert _mirrored_expiry(rt, task_id, 1).lease_expires_at <= utcnow()
+
+
+def test_a_hand_back_leaves_a_generation_that_ended_or_another_token_alone(env: Any) -> None:
+    rt, _ = env
+    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    with rt.db.transaction() as conn:
+        expires = utcnow() + timedelta(seconds=120)
+        assert task_store.claim_generation(
+            conn,
+            task_id,
+            1,
+            lease_token="a" * 32,
+            worker="w1",
+            celery_task_id=None,
+            lease_expires_at=expires,
+        )
+    # Another holder's token: nothing changes.
+    assert rt.executions.handback.give_back(Fence(task_id, 1, "b" * 32))
+    assert _mirrored_expiry(rt, task_id, 1).lease_expires_at == expires
+    # The generation ended (a cancel): nothing changes either.
+    rt.tasks.cancel(task_id, reason="no longer needed")
+    ended = _mirrored_expiry(rt, task_id, 1)
+    assert ended.outcome is not None
+    assert rt.executions.handback.give_back(Fence(task_id, 1, "a" * 32))
+    assert _mirrored_expiry(rt, task_id, 1).lease_expires_at == ended.lease_expires_at

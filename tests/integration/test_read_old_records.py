@@ -430,15 +430,8 @@ def test_a_stored_node_with_an_id_and_an_unreadable_status_must_still_be_kept(
     assert [node["id"] for node in kept.plan.nodes] == ["a", "k", "m"]
 
 
-def test_the_end_of_a_round_does_not_complete_over_a_node_it_cannot_read(
-    rt: Runtime, scripts: Path
-) -> None:
-    # A node of the current plan that is not an object, or has no id, cannot be shown done:
-    # the decision counts it as open (the agent's next revision may leave it out). Before, the
-    # rules did not see it, and a plan whose other nodes were done completed the task.
-    from dataclasses import replace
-
-    from orchestrator.services.executions import decide_round, finish_generation, fixed
+def _running_generation(rt: Runtime, scripts: Path) -> tuple[Any, str]:
+    """Generation 1 of a new task, claimed as a worker would: its fence and session."""
     from orchestrator.store import tasks as task_store
     from orchestrator.tools.base import Fence
     from tests.executions_support import claim_as_worker
@@ -449,12 +442,26 @@ def test_the_end_of_a_round_does_not_complete_over_a_node_it_cannot_read(
     with rt.db.transaction(readonly=True) as conn:
         execution = task_store.get_execution(conn, task_id, 1)
     assert execution is not None
+    return fence, execution.session_id
+
+
+def test_the_end_of_a_round_does_not_complete_over_a_node_it_cannot_read(
+    rt: Runtime, scripts: Path
+) -> None:
+    # A node of the current plan that is not an object, or has no id, cannot be shown done:
+    # the decision counts it as open (the agent's next revision may leave it out). Before, the
+    # rules did not see it, and a plan whose other nodes were done completed the task.
+    from dataclasses import replace
+
+    from orchestrator.services.executions import decide_round, finish_generation, fixed
+
+    fence, session_id = _running_generation(rt, scripts)
     running = {**GOOD, "status": "running"}  # completed in the store below (no citation here)
-    rt.plans.publish_execution_plan(execution.session_id, _plan("r1", running), fence=fence)
+    rt.plans.publish_execution_plan(session_id, _plan("r1", running), fence=fence)
     with rt.db.transaction() as conn:
         conn.execute(
             update(plan_revisions)
-            .where(plan_revisions.c.session_id == execution.session_id)
+            .where(plan_revisions.c.session_id == session_id)
             .values(nodes=[GOOD, "sample the tap", {"title": "no id", "status": "pending"}])
         )
     seen: list[Any] = []
@@ -477,26 +484,17 @@ def test_an_action_proposed_over_a_plan_with_a_node_of_an_older_shape_is_refused
     # The proposal looks its node up in the saved plan: a node that is not an object raised
     # TypeError (an exception in the agent's tool); the republish now refuses the plan with
     # what is wrong, and nothing is written.
-    from orchestrator.store import tasks as task_store
-    from orchestrator.tools.base import Fence
-    from tests.executions_support import claim_as_worker
-
-    write_script(scripts, "simple", completing_turns())
-    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
-    fence = Fence(task_id, 1, claim_as_worker(rt, task_id, 1, "w", 30))
-    with rt.db.transaction(readonly=True) as conn:
-        execution = task_store.get_execution(conn, task_id, 1)
-    assert execution is not None
+    fence, session_id = _running_generation(rt, scripts)
     pending = {**GOOD, "id": "k", "status": "pending", "evidence": ""}
-    rt.plans.publish_execution_plan(execution.session_id, _plan("r1", pending), fence=fence)
+    rt.plans.publish_execution_plan(session_id, _plan("r1", pending), fence=fence)
     with rt.db.transaction() as conn:
         conn.execute(
             update(plan_revisions)
-            .where(plan_revisions.c.session_id == execution.session_id)
+            .where(plan_revisions.c.session_id == session_id)
             .values(nodes=[7, pending])
         )
     with pytest.raises(ValidationFailed) as refused:
-        rt.actions.propose(fence, execution.session_id, "k", "work_order", {"crew": "flush"})
+        rt.actions.propose(fence, session_id, "k", "work_order", {"crew": "flush"})
     assert refused.value.code == "invalid_type"
     with rt.db.transaction(readonly=True) as conn:
         assert conn.execute(select(func.count()).select_from(actions)).scalar_one() == 0
@@ -509,28 +507,20 @@ def test_an_edge_whose_ends_are_not_text_is_refused_or_left_out_not_crashed(
     # TypeError (unhashable, in distinct_edges): now the plan is refused with what is wrong and
     # nothing is written. The rules that read the previous plan leave such an edge out.
     from orchestrator.domain.plans import readable_edges
-    from orchestrator.store import tasks as task_store
-    from orchestrator.tools.base import Fence
-    from tests.executions_support import claim_as_worker
 
-    write_script(scripts, "simple", completing_turns())
-    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
-    fence = Fence(task_id, 1, claim_as_worker(rt, task_id, 1, "w", 30))
-    with rt.db.transaction(readonly=True) as conn:
-        execution = task_store.get_execution(conn, task_id, 1)
-    assert execution is not None
+    fence, session_id = _running_generation(rt, scripts)
     pending = {**GOOD, "id": "k", "status": "pending", "evidence": ""}
     first = {**GOOD, "status": "pending", "evidence": ""}
-    rt.plans.publish_execution_plan(execution.session_id, _plan("r1", first, pending), fence=fence)
+    rt.plans.publish_execution_plan(session_id, _plan("r1", first, pending), fence=fence)
     odd = [{"from": ["a"], "to": "k"}, {"from": "a", "to": {"k": 1}}]
     with rt.db.transaction() as conn:
         conn.execute(
             update(plan_revisions)
-            .where(plan_revisions.c.session_id == execution.session_id)
+            .where(plan_revisions.c.session_id == session_id)
             .values(edges=[*odd, GOOD_EDGE])
         )
     with pytest.raises(ValidationFailed) as refused:
-        rt.actions.propose(fence, execution.session_id, "k", "work_order", {"crew": "flush"})
+        rt.actions.propose(fence, session_id, "k", "work_order", {"crew": "flush"})
     assert refused.value.code == "invalid_type"
     with rt.db.transaction(readonly=True) as conn:
         assert conn.execute(select(func.count()).select_from(actions)).scalar_one() == 0

@@ -175,9 +175,11 @@ class ExecutionService:
             if watch is not None:
                 watch.unfollow(task_id)
             keeper.close()  # the lease released first: the sweep then finds it gone
+            self._end_of_round(session_id)
+            # Last, once nothing of the round runs on (its background commands reaped): the
+            # next sweep may requeue the generation at once.
             if result is not None and result.give_back:
                 self.handback.give_back(fence)
-            self._end_of_round(session_id)
 
     def _end_of_round(self, session_id: str) -> None:
         """Nothing of the round outlives it: its paged results and its background commands,

@@ -21,6 +21,7 @@ from orchestrator.services.tasks import Trigger
 from orchestrator.store import tasks as task_store
 from orchestrator.store.types import utcnow
 from orchestrator.tools.base import Fence
+from orchestrator.tools.command import ExecuteCommand
 from orchestrator.tools.plans import PublishExecutionPlan
 from tests.executions_support import (
     completing_turns,
@@ -149,3 +150,64 @@ def test_a_hand_back_leaves_a_generation_that_ended_or_another_token_alone(env: 
     assert ended.outcome is not None
     assert rt.executions.handback.give_back(Fence(task_id, 1, "a" * 32))
     assert _mirrored_expiry(rt, task_id, 1).lease_expires_at == ended.lease_expires_at
+
+
+def test_a_round_hands_back_only_once_its_background_commands_are_reaped(
+    store_url: str, scripts: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The hand-back lets the next sweep requeue the generation at once: a background command
+    # of the stopped round must be gone by then, not left running beside the next generation
+    # (invariant 7) until the round's clean-up reaches it.
+    rt, _ = runtime_for(
+        store_url, scripts, lease_seconds=120, lease_renew_seconds=40, enable_command_tool=True
+    )
+    try:
+        write_script(
+            scripts,
+            "simple",
+            [
+                {"tool_calls": [plan_call("c1", "r1", [node("a", "running")])]},
+                {
+                    "tool_calls": [
+                        {
+                            "id": "bg",
+                            "name": "execute_command",
+                            "arguments": {"action": "start", "command": "sleep 30"},
+                        }
+                    ]
+                },
+                {
+                    "tool_calls": [
+                        plan_call("c2", "r2", [node("a", "running"), node("b", "pending")])
+                    ]
+                },
+                {"content": "done"},
+            ],
+        )
+        task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+        real_renew = PublishExecutionPlan._renew
+
+        def wipe_after_the_second_write(self: PublishExecutionPlan, result: object) -> None:
+            info = rt.leases.get(f"task:{task_id}")
+            if info is not None and rt.tasks.explain(task_id)["plan"]["revision"] == 2:
+                rt.leases.release(f"task:{task_id}", info.token)
+            real_renew(self, result)
+
+        monkeypatch.setattr(PublishExecutionPlan, "_renew", wipe_after_the_second_write)
+        [command] = [t for t in rt.executions.receipt_tools if isinstance(t, ExecuteCommand)]
+        seen: list[list[str]] = []
+        real_give_back = rt.executions.handback.give_back
+
+        def give_back(fence: Fence) -> bool:
+            session_id = rt.tasks.get(task_id).session_id
+            assert session_id is not None
+            seen.append(command.background(session_id)[1])  # still running when handed back
+            return real_give_back(fence)
+
+        monkeypatch.setattr(rt.executions.handback, "give_back", give_back)
+        result = rt.executions.run(task_id, 1, worker="w1")
+        assert "stopped without writing" in result.detail
+        assert seen == [[]]
+        assert _mirrored_expiry(rt, task_id, 1).lease_expires_at <= utcnow()
+    finally:
+        rt.close()

@@ -6,6 +6,7 @@ lease token, and only while its execution is open. Both stores."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -211,3 +212,47 @@ def test_a_round_hands_back_only_once_its_background_commands_are_reaped(
         assert _mirrored_expiry(rt, task_id, 1).lease_expires_at <= utcnow()
     finally:
         rt.close()
+
+
+def test_a_claim_that_committed_with_its_answer_lost_is_handed_back(
+    env: Any, scripts: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The store went away as the claim committed: the worker cannot tell, gives the lease back
+    # and tries again later. The generation it did claim holds a token no lease backs; it is
+    # handed back, so the next sweep requeues it, not a lease later.
+    rt, dispatcher = env
+    write_script(scripts, "simple", completing_turns())
+    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    real_statement = rt.db.single_statement
+
+    @contextmanager
+    def committed_then_lost() -> Iterator[Any]:
+        with real_statement() as conn:
+            yield conn
+        _store_down()  # the claim committed; its answer never came back
+
+    monkeypatch.setattr(rt.db, "single_statement", committed_then_lost)
+    result = rt.executions.run(task_id, 1, worker="w1")
+    assert (result.ran, result.retry_after) == (False, rt.settings.lease_renew_seconds)
+    monkeypatch.undo()
+    execution = _mirrored_expiry(rt, task_id, 1)
+    assert execution.started_at is not None  # the claim did commit
+    assert execution.outcome is None
+    assert execution.lease_expires_at <= utcnow()  # before: now + ORCH_LEASE_SECONDS
+    assert rt.sweeper.sweep().requeued == [(task_id, 1, 2)]
+    assert dispatcher.sent[-1] == (task_id, 2)
+    # The wake-up tried again finds generation 1 over and starts nothing.
+    assert not rt.executions.run(task_id, 1, worker="w1").ran
+
+
+def test_a_claim_that_did_not_commit_hands_nothing_back(
+    env: Any, scripts: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt, _ = env
+    write_script(scripts, "simple", completing_turns())
+    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    monkeypatch.setattr(executions_module.task_store, "claim_generation", _store_down)
+    assert not rt.executions.run(task_id, 1, worker="w1").ran
+    monkeypatch.undo()
+    assert rt.sweeper.sweep().requeued == []
+    assert rt.executions.run(task_id, 1, worker="w1").outcome == "completed"

@@ -146,7 +146,7 @@ class ExecutionService:
                     process=current_process(),
                 )
         except _INFRASTRUCTURE as exc:
-            return self._claim_failed(task_id, token, exc)
+            return self._claim_failed(task_id, generation, token, exc)
         if claimed is None:
             self.leases.release(lease_name(task_id), token)
             return RunResult(False, self._why_not_queued(task_id, generation))
@@ -175,9 +175,11 @@ class ExecutionService:
             if watch is not None:
                 watch.unfollow(task_id)
             keeper.close()  # the lease released first: the sweep then finds it gone
+            self._end_of_round(session_id)
+            # Last, once nothing of the round runs on (its background commands reaped): the
+            # next sweep may requeue the generation at once.
             if result is not None and result.give_back:
                 self.handback.give_back(fence)
-            self._end_of_round(session_id)
 
     def _end_of_round(self, session_id: str) -> None:
         """Nothing of the round outlives it: its paged results and its background commands,
@@ -211,12 +213,14 @@ class ExecutionService:
             # Left `pending`: the decision already counted it as open, so nothing is claimed.
             log.warning("background command receipts could not be settled", exc_info=True)
 
-    def _claim_failed(self, task_id: str, token: str, exc: BaseException) -> RunResult:
+    def _claim_failed(
+        self, task_id: str, generation: int, token: str, exc: BaseException
+    ) -> RunResult:
         """The store could not be reached to claim: give the lease back and come back after a
         renewal period, rather than leave the generation queued until the sweeper re-sends
         stale wake-ups. Should the claim have committed with its answer lost, the generation
-        holds a token no lease backs: the sweeper recovers it when its mirrored lease runs out,
-        as for any worker that died."""
+        holds a token no lease backs: it is handed back (fenced by that token, so a claim that
+        did not commit changes nothing) and the next sweep requeues it, not a lease later."""
         log.warning(
             "task %s: the generation could not be claimed (%s); trying again",
             task_id,
@@ -226,6 +230,7 @@ class ExecutionService:
             self.leases.release(lease_name(task_id), token)
         except _INFRASTRUCTURE:
             log.warning("task %s: its lease could not be given back; it runs out", task_id)
+        self.handback.give_back(Fence(task_id, generation, token))
         return RunResult(
             False,
             f"the store could not be reached to claim the generation ({type(exc).__name__})",

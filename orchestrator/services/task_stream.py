@@ -25,6 +25,8 @@ __all__ = ["STATUS_EVENTS", "StreamEvent", "TaskSnapshot", "TaskStreamService"]
 
 #: Log entries shown as `status` events.
 STATUS_EVENTS: Final = ("queued", "waiting", "completed", "failed", "cancelled")
+#: The largest revision the store's column holds (an INTEGER on Postgres).
+_MAX_REVISION: Final = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -118,12 +120,13 @@ def _revision_ref(data: Any) -> tuple[str, int] | None:
     if not isinstance(data, dict):
         return None
     session_id, revision = data.get("session_id"), data.get("revision")
-    if isinstance(revision, str) and revision.isdigit():
-        revision = int(revision)
+    if isinstance(revision, str) and revision.isascii() and revision.isdigit():
+        revision = int(revision)  # not "²", a digit to isdigit() that int() refuses
     if (
         not isinstance(session_id, str)
         or not isinstance(revision, int)
         or isinstance(revision, bool)
+        or not 1 <= revision <= _MAX_REVISION  # no store is asked past its column
     ):
         return None
     return session_id, revision

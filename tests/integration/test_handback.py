@@ -6,6 +6,7 @@ lease token, and only while its execution is open. Both stores."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from orchestrator.services.tasks import Trigger
 from orchestrator.store import tasks as task_store
 from orchestrator.store.types import utcnow
 from orchestrator.tools.base import Fence
+from orchestrator.tools.command import ExecuteCommand
 from orchestrator.tools.plans import PublishExecutionPlan
 from tests.executions_support import (
     completing_turns,
@@ -149,3 +151,108 @@ def test_a_hand_back_leaves_a_generation_that_ended_or_another_token_alone(env: 
     assert ended.outcome is not None
     assert rt.executions.handback.give_back(Fence(task_id, 1, "a" * 32))
     assert _mirrored_expiry(rt, task_id, 1).lease_expires_at == ended.lease_expires_at
+
+
+def test_a_round_hands_back_only_once_its_background_commands_are_reaped(
+    store_url: str, scripts: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The hand-back lets the next sweep requeue the generation at once: a background command
+    # of the stopped round must be gone by then, not left running beside the next generation
+    # (invariant 7) until the round's clean-up reaches it.
+    rt, _ = runtime_for(
+        store_url, scripts, lease_seconds=120, lease_renew_seconds=40, enable_command_tool=True
+    )
+    try:
+        write_script(
+            scripts,
+            "simple",
+            [
+                {"tool_calls": [plan_call("c1", "r1", [node("a", "running")])]},
+                {
+                    "tool_calls": [
+                        {
+                            "id": "bg",
+                            "name": "execute_command",
+                            "arguments": {"action": "start", "command": "sleep 30"},
+                        }
+                    ]
+                },
+                {
+                    "tool_calls": [
+                        plan_call("c2", "r2", [node("a", "running"), node("b", "pending")])
+                    ]
+                },
+                {"content": "done"},
+            ],
+        )
+        task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+        real_renew = PublishExecutionPlan._renew
+
+        def wipe_after_the_second_write(self: PublishExecutionPlan, result: object) -> None:
+            info = rt.leases.get(f"task:{task_id}")
+            if info is not None and rt.tasks.explain(task_id)["plan"]["revision"] == 2:
+                rt.leases.release(f"task:{task_id}", info.token)
+            real_renew(self, result)
+
+        monkeypatch.setattr(PublishExecutionPlan, "_renew", wipe_after_the_second_write)
+        [command] = [t for t in rt.executions.receipt_tools if isinstance(t, ExecuteCommand)]
+        seen: list[list[str]] = []
+        real_give_back = rt.executions.handback.give_back
+
+        def give_back(fence: Fence) -> bool:
+            session_id = rt.tasks.get(task_id).session_id
+            assert session_id is not None
+            seen.append(command.background(session_id)[1])  # still running when handed back
+            return real_give_back(fence)
+
+        monkeypatch.setattr(rt.executions.handback, "give_back", give_back)
+        result = rt.executions.run(task_id, 1, worker="w1")
+        assert "stopped without writing" in result.detail
+        assert seen == [[]]
+        assert _mirrored_expiry(rt, task_id, 1).lease_expires_at <= utcnow()
+    finally:
+        rt.close()
+
+
+def test_a_claim_that_committed_with_its_answer_lost_is_handed_back(
+    env: Any, scripts: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The store went away as the claim committed: the worker cannot tell, gives the lease back
+    # and tries again later. The generation it did claim holds a token no lease backs; it is
+    # handed back, so the next sweep requeues it, not a lease later.
+    rt, dispatcher = env
+    write_script(scripts, "simple", completing_turns())
+    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    real_statement = rt.db.single_statement
+
+    @contextmanager
+    def committed_then_lost() -> Iterator[Any]:
+        with real_statement() as conn:
+            yield conn
+        _store_down()  # the claim committed; its answer never came back
+
+    monkeypatch.setattr(rt.db, "single_statement", committed_then_lost)
+    result = rt.executions.run(task_id, 1, worker="w1")
+    assert (result.ran, result.retry_after) == (False, rt.settings.lease_renew_seconds)
+    monkeypatch.undo()
+    execution = _mirrored_expiry(rt, task_id, 1)
+    assert execution.started_at is not None  # the claim did commit
+    assert execution.outcome is None
+    assert execution.lease_expires_at <= utcnow()  # before: now + ORCH_LEASE_SECONDS
+    assert rt.sweeper.sweep().requeued == [(task_id, 1, 2)]
+    assert dispatcher.sent[-1] == (task_id, 2)
+    # The wake-up tried again finds generation 1 over and starts nothing.
+    assert not rt.executions.run(task_id, 1, worker="w1").ran
+
+
+def test_a_claim_that_did_not_commit_hands_nothing_back(
+    env: Any, scripts: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt, _ = env
+    write_script(scripts, "simple", completing_turns())
+    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    monkeypatch.setattr(executions_module.task_store, "claim_generation", _store_down)
+    assert not rt.executions.run(task_id, 1, worker="w1").ran
+    monkeypatch.undo()
+    assert rt.sweeper.sweep().requeued == []
+    assert rt.executions.run(task_id, 1, worker="w1").outcome == "completed"

@@ -525,3 +525,33 @@ def test_an_edge_whose_ends_are_not_text_is_refused_or_left_out_not_crashed(
     with rt.db.transaction(readonly=True) as conn:
         assert conn.execute(select(func.count()).select_from(actions)).scalar_one() == 0
     assert readable_edges([*odd, GOOD_EDGE]) == [GOOD_EDGE]
+
+
+def test_the_task_stream_sends_a_plan_event_whose_revision_no_store_can_hold(
+    old_task: dict[str, Any], rt: Runtime
+) -> None:
+    # A revision of digits int() cannot read ("²" is a digit to str.isdigit), or past what the
+    # column holds (SQLite's 64 bits, Postgres's 32): the read raised ValueError, OverflowError
+    # or DataError inside the stream and cut it off. Sent with the plan as null.
+    task_id = old_task["task_id"]
+    session_id = old_task["session_id"]
+    with rt.db.transaction() as conn:
+        last = conn.execute(
+            select(func.max(task_events.c.seq)).where(task_events.c.task_id == task_id)
+        ).scalar_one()
+        for offset, revision in enumerate(["²", 2**70, str(2**70), 2**40, -1], start=1):
+            conn.execute(
+                insert(task_events).values(
+                    task_id=task_id,
+                    seq=last + offset,
+                    type="plan_revision",
+                    generation=1,
+                    status="completed",
+                    reason=None,
+                    data={"session_id": session_id, "revision": revision},
+                    created_at=utcnow(),
+                )
+            )
+    events = TaskStreamService(rt.db).events_after(task_id, last)
+    assert [e.name for e in events] == ["execution_plan"] * 5
+    assert [e.data["plan"] for e in events] == [None] * 5

@@ -33,7 +33,8 @@ def fleet(pg_url: str, redis_url: str, scripts: Path, tmp_path: Path) -> Iterato
     env = fleet_env(pg_url, redis_url, tmp_path) | {
         "ORCH_MODEL": f"scripted:{scripts}",
         "ORCH_LEASE_SECONDS": str(LEASE),
-        "ORCH_LEASE_RENEW_SECONDS": "40",
+        # A claim the restart failed is tried again after 1 s, then every renewal period.
+        "ORCH_LEASE_RENEW_SECONDS": "10",
         "ORCH_SWEEP_SECONDS": "1",
     }
     with running_fleet(env, tmp_path) as running:

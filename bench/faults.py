@@ -505,6 +505,16 @@ def summary(c: Campaign, found: dict[str, Any], procs: dict[str, Any], **facts: 
                 "generations); the sweeper parks it as failed, and its write's receipt stays as "
                 "the last generation left it (`unknown` when that one was cut off mid-write).",
             ]
+        if any(t[4] == "round_limit" for t in unsettled):
+            lines += [
+                "",
+                "`round_limit`: the task's write was cut off before it reached the backend, so "
+                "its receipt is `unknown`. The host never sends that write again by itself "
+                "(seed 000: `verify_first`) and refuses a plan that completes a node citing it "
+                "(`write_not_succeeded`); the scripted agent does not verify, so each generation "
+                "continues until ORCH_MAX_ROUNDS and the task fails with the receipt left "
+                "`unknown` for an operator to resolve. Nothing was done twice.",
+            ]
         lines += ["", "Their generations (outcome, why, tool results not succeeded):", ""]
         lines += [
             f"- {task_id[:8]} gen {gen}: {outcome}, {reason}; {results or '-'}"

@@ -25,6 +25,7 @@ from tests.unit.test_plan_validation import (
     PREVIOUS,
     reference_authority_codes,
     reference_codes,
+    reference_retry_codes,
     reference_update_codes,
 )
 from tests.unit.test_plan_validation import plans as random_plans
@@ -430,6 +431,7 @@ def test_random_publishes_match_the_reference_never_500_and_refusals_write_nothi
         first = publish(client, session, plan("base", PREVIOUS))
         assert first.status_code == 201, first.text
         expected |= reference_update_codes(payload, PREVIOUS)
+        expected |= reference_retry_codes(payload, PREVIOUS)
     expected |= reference_authority_codes(payload, PREVIOUS if with_history else None)
     before = revision_count(client)
     response = publish(client, session, payload)

@@ -471,11 +471,31 @@ def reference_update_codes(payload: dict[str, Any], previous: list[dict[str, Any
     return found
 
 
+def reference_retry_codes(payload: dict[str, Any], previous: list[dict[str, Any]]) -> set[str]:
+    """The retry rule read plainly, for a plan that passed the checks that need no history (the
+    rule reads its parsed edges): a retry is a new node, so a new edge may not make a node of
+    the previous revision one. From a node of the same actor, no new edge goes into a node that
+    was completed or failed; from a failed node, none goes into any node of the previous
+    revision (`retry_not_new`). The previous revision here has no edges, so every edge is new."""
+    if reference_codes(payload):
+        return set()
+    before = {old["id"]: old for old in previous}
+    now = {n["id"]: n for n in payload["nodes"]}
+    for edge in payload.get("edges") or []:
+        old, origin = before.get(edge["to"]), now.get(edge["from"], {})
+        if old is None or origin.get("actor") != old["actor"]:
+            continue
+        if old["status"] in ("completed", "failed") or origin.get("status") == "failed":
+            return {"retry_not_new"}
+    return set()
+
+
 def reference_authority_codes(
     payload: dict[str, Any], previous: list[dict[str, Any]] | None
 ) -> set[str]:
     """Who may change what, read plainly, for an agent's publish: an actor never changes; only
-    a person completes, fails or skips a human node (keeping a status it had is no change)."""
+    a person completes, fails or skips a human node (keeping a status it had is no change), and
+    a human node a person closed keeps its status, reason and evidence."""
     nodes = payload.get("nodes")
     before = {old["id"]: old for old in previous or []}
     found: set[str] = set()
@@ -491,8 +511,14 @@ def reference_authority_codes(
         if human and status in ("completed", "failed", "skipped") and not kept:
             found.add("human_node")
         closed_before = old is not None and old["status"] in ("completed", "failed", "skipped")
-        if human and closed_before and not kept:
-            found.add("human_node")  # what a person closed stays as the person left it
+        # No reason is None, no evidence "": both are how the store keeps nothing.
+        rewritten = old is not None and any(
+            (n.get(field) or None) != (old.get(field) or None)
+            for field in ("reason", "evidence", "evidence_ids")
+        )
+        if human and closed_before and (not kept or rewritten):
+            # What a person closed stays as the person left it: its status, reason and evidence.
+            found.add("human_node")
     return found
 
 

@@ -188,7 +188,8 @@ def test_the_sweepers_metrics_answer_while_the_store_is_down(tmp_path: Path) -> 
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
                     status, text = r.status, r.read().decode()
-                if 'orchestrator_sweeps_total{result="failed"}' in text:
+                # The series is there at 0 from the start: wait for the first failed sweep.
+                if _failed_sweeps(text) >= 1:
                     break
             except urllib.error.HTTPError as exc:
                 status, text = exc.code, ""
@@ -202,13 +203,7 @@ def test_the_sweepers_metrics_answer_while_the_store_is_down(tmp_path: Path) -> 
         log.close()
     logged = (tmp_path / "sweeper.log").read_text()
     assert status == 200, logged[-3000:]
-    failed = [
-        line
-        for line in text.splitlines()
-        if line.startswith('orchestrator_sweeps_total{result="failed"}')
-    ]
-    assert failed, text
-    assert float(failed[0].split()[-1]) >= 1, text
+    assert _failed_sweeps(text) >= 1, text
     assert "orchestrator_tasks{" not in text  # the counts the store could not give are left out
     assert "Traceback" not in logged, logged[-3000:]
     assert "left out of this scrape" in logged
@@ -251,3 +246,11 @@ def test_an_execution_counts_as_started_while_its_round_runs(
     assert results[0].outcome == "completed"
     assert during - before == 1
     assert _sample("orchestrator_executions_started_total") - before == 1  # once, not again
+
+
+def _failed_sweeps(text: str) -> float:
+    """`orchestrator_sweeps_total{result="failed"}` in a scrape; -1 when it is not there."""
+    for line in text.splitlines():
+        if line.startswith('orchestrator_sweeps_total{result="failed"}'):
+            return float(line.split()[-1])
+    return -1

@@ -137,6 +137,10 @@ class Settings(BaseSettings):
     sweep_seconds: float = Field(default=15.0, gt=0)
     queued_stale_seconds: float = Field(default=60.0, gt=0)
     max_recoveries: int = Field(default=3, ge=1)
+    # Generations in a row handed back after an outage (services/handback.py): more than
+    # crashes, since a restart of Redis or Postgres is not the task's doing, but bounded, since
+    # a round that meets the same failure every time must stop some day.
+    max_handbacks: int = Field(default=10, ge=1)
     max_rounds: int = Field(default=5, ge=1)
     max_turns: int = Field(default=30, ge=1)
     api_token: str | None = Field(default=None, repr=False)

@@ -59,7 +59,14 @@ class TaskView(BaseModel):
     generation: int
     session_id: str | None
     rounds: int
-    recoveries: int
+    recoveries: int = Field(
+        description="generations lost in a row by a worker that died or stalled "
+        "(ORCH_MAX_RECOVERIES parks the task)"
+    )
+    handbacks: int = Field(
+        description="generations in a row their workers handed back after an outage of the "
+        "store or Redis (ORCH_MAX_HANDBACKS parks the task)"
+    )
     created_at: datetime
     updated_at: datetime
 
@@ -84,6 +91,9 @@ class ExecutionView(BaseModel):
     started_at: datetime | None
     ended_at: datetime | None
     worker: str | None
+    handed_back_at: datetime | None = Field(
+        description="when its worker stopped the round on an outage and gave it back"
+    )
 
 
 class LastWrite(BaseModel):

@@ -164,10 +164,14 @@
   const TRANSCRIPT_PAGE = 200;
   const TRANSCRIPT_PAGES = 5; // at most 1000 entries on the page; the CLI prints them all
   function lostGenerations(task) {
-    // `recoveries` counts losses in a row (it resets when a generation ends otherwise): the
-    // parking rule. The executions show every loss.
+    // `recoveries` counts losses in a row of workers that died, `handbacks` of generations
+    // handed back after an outage (both reset when a generation ends otherwise): the parking
+    // rules. The executions show every loss.
     const lost = (task.executions || []).filter((x) => x.outcome === "lost").length;
-    return task.recoveries ? `${lost} (${task.recoveries} in a row)` : String(lost);
+    const row = [];
+    if (task.recoveries) row.push(`${task.recoveries} in a row`);
+    if (task.handbacks) row.push(`${task.handbacks} handed back after outages in a row`);
+    return row.length ? `${lost} (${row.join(", ")})` : String(lost);
   }
   function finding(f) {
     if (typeof f === "string" || !f || typeof f !== "object") return el("li", {}, String(f));

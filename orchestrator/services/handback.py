@@ -5,9 +5,12 @@ its generation open. The sweeper requeued it only once the lease mirrored in the
 up to ORCH_LEASE_SECONDS (two minutes by default) after a Postgres restart of a few seconds, for
 every round that was running. The worker knows its round stopped, so once its lease is released
 it sets the generation's mirrored expiry to now, fenced by its own lease token and only while
-the execution is still open (`store.tasks.mirror_lease`): the next sweep requeues it as any
-expired lease, with the same compare-and-sets and the same count of losses. A generation that
-ended meanwhile (a cancel, a requeue, another sweeper) is left as it is.
+the execution is still open (`store.tasks.hand_back`): the next sweep requeues it as any
+expired lease, with the same compare-and-sets. It also records that the generation was handed
+back (`handed_back_at`), so the sweep counts the loss as an outage (`tasks.handbacks`, parked at
+ORCH_MAX_HANDBACKS) and not as a worker that died (`tasks.recoveries`, ORCH_MAX_RECOVERIES): a
+Redis that restarts three times under a task does not park it as if it crashed its worker. A
+generation that ended meanwhile (a cancel, a requeue, another sweeper) is left as it is.
 
 The store may still be away when the round stops: the update is tried again on one thread per
 process, every `RETRY_SECONDS`, until it lands or the mirror would have run out by itself. A
@@ -25,7 +28,6 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database, cause_line
-from orchestrator.store.types import utcnow
 from orchestrator.tools.base import Fence
 
 __all__ = ["RETRY_SECONDS", "HandBack"]
@@ -72,9 +74,7 @@ class HandBack:
     def _try(self, fence: Fence) -> bool:
         try:
             with self.db.transaction() as conn:
-                task_store.mirror_lease(
-                    conn, fence.task_id, fence.generation, fence.lease_token, utcnow()
-                )
+                task_store.hand_back(conn, fence.task_id, fence.generation, fence.lease_token)
         except (OperationalError, InterfaceError) as exc:  # the store away: try again
             log.info(
                 "generation %s of %s: handing it back waits for the store (%s)",

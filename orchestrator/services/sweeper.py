@@ -28,7 +28,7 @@ from orchestrator.settings import Settings
 from orchestrator.store import outbox as outbox_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database, wake_after_commit
-from orchestrator.store.lost import LostBatch, held_on_host, requeue_lost
+from orchestrator.store.lost import Limits, LostBatch, held_on_host, requeue_lost
 from orchestrator.store.outbox import NewEvent
 from orchestrator.store.records import ExecutionRecord
 from orchestrator.store.types import utcnow
@@ -156,7 +156,10 @@ class Sweeper:
             return
         with self.db.transaction() as conn:
             batch = requeue_lost(
-                conn, lost, reason=reason, max_recoveries=self.settings.max_recoveries
+                conn,
+                lost,
+                reason=reason,
+                limits=Limits(self.settings.max_recoveries, self.settings.max_handbacks),
             )
             # A worker still running a lost generation (paused, cut off) stops at once.
             for task_id, _generation in [(t, g) for t, g, _ in batch.requeued] + batch.parked:
@@ -167,11 +170,17 @@ class Sweeper:
             outbox_store.record_events(
                 conn,
                 [
-                    NewEvent(t, "queued", nxt, reason=f"generation {g}: {reason}")
+                    NewEvent(
+                        t, "queued", nxt, reason=f"generation {g}: {batch.reason(t, g, reason)}"
+                    )
                     for t, g, nxt in batch.requeued
                 ]
                 + [
-                    NewEvent(t, "failed", reason=f"recovery_limit: generation {g}: {reason}")
+                    NewEvent(
+                        t,
+                        "failed",
+                        reason=f"recovery_limit: generation {g}: {batch.reason(t, g, reason)}",
+                    )
                     for t, g in batch.parked
                 ],
             )

@@ -348,6 +348,7 @@ def task_view(task: TaskRecord) -> dict[str, Any]:
         "session_id": task.session_id,
         "rounds": task.rounds,
         "recoveries": task.recoveries,
+        "handbacks": task.handbacks,
         "created_at": task.created_at,
         "updated_at": task.updated_at,
     }

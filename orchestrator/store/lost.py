@@ -10,7 +10,9 @@ of a transaction per generation:
 - the execution rows close only while still open (`outcome IS NULL`): of two sweepers racing
   over one expiry, the second finds it closed and does nothing for it;
 - only a task still `running` at that generation moves, to generation n+1 `queued`, or to
-  `failed` (`recovery_limit`) after too many losses in a row.
+  `failed` (`recovery_limit`) after too many losses in a row: `recoveries` counts those of a
+  worker that died or stalled (ORCH_MAX_RECOVERIES), `handbacks` those its worker handed back
+  after an outage (`executions.handed_back_at`, ORCH_MAX_HANDBACKS).
 
 On Postgres the transaction plans with the cost model of cached tables (`_KEYED_READS`), so
 the batch and the events recorded after it in the same transaction read the tasks by key.
@@ -22,7 +24,7 @@ import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     ARRAY,
@@ -31,6 +33,7 @@ from sqlalchemy import (
     String,
     and_,
     any_,
+    case,
     cast,
     insert,
     literal,
@@ -47,7 +50,14 @@ from orchestrator.store.tables import actions, executions, invocation_receipts, 
 from orchestrator.store.tasks import _generation_rows, _new_id
 from orchestrator.store.types import utcnow
 
-__all__ = ["Held", "LostBatch", "held_on_host", "requeue_lost"]
+__all__ = ["HANDED_BACK", "Held", "Limits", "LostBatch", "held_on_host", "requeue_lost"]
+
+_K = TypeVar("_K")
+
+#: Why a generation its worker handed back was lost (the execution's reason, the task event's).
+HANDED_BACK = (
+    "handed back by its worker after an outage (the store or Redis failed, or its lease vanished)"
+)
 
 
 @dataclass
@@ -56,7 +66,8 @@ class LostBatch:
 
     `at` is when the batch closed them; `lease_expiries` the mirrored lease expiry of each
     generation this batch closed (None if the store never had one), for the recovery delay;
-    `superseded` the pending actions of those generations that it superseded.
+    `superseded` the pending actions of those generations that it superseded; `handed_back`
+    the closed generations their workers had handed back (`HANDED_BACK`).
     """
 
     requeued: list[tuple[str, int, int]] = field(default_factory=list)
@@ -64,6 +75,20 @@ class LostBatch:
     at: datetime | None = None
     lease_expiries: dict[tuple[str, int], datetime | None] = field(default_factory=dict)
     superseded: list[ActionRecord] = field(default_factory=list)
+    handed_back: set[tuple[str, int]] = field(default_factory=set)
+
+    def reason(self, task_id: str, generation: int, reason: str) -> str:
+        """Why this generation was lost: `reason`, unless its worker handed it back."""
+        return HANDED_BACK if (task_id, generation) in self.handed_back else reason
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Losses in a row before a task is parked: `recoveries` of a worker that died or stalled,
+    `handbacks` handed back by their workers after an outage."""
+
+    recoveries: int
+    handbacks: int
 
 
 @dataclass(frozen=True)
@@ -107,7 +132,7 @@ def requeue_lost(
     lost: Sequence[tuple[str, int]],
     *,
     reason: str,
-    max_recoveries: int,
+    limits: Limits,
 ) -> LostBatch:
     """Close each open (task, generation) of `lost` as `lost`; requeue or park its task."""
     batch = LostBatch()
@@ -125,6 +150,7 @@ def requeue_lost(
                 tasks.c.generation,
                 tasks.c.status,
                 tasks.c.recoveries,
+                tasks.c.handbacks,
                 tasks.c.title,
             )
             .where(_among(conn, tasks.c.task_id, list(wanted)))
@@ -135,10 +161,24 @@ def requeue_lost(
     closed = conn.execute(
         update(executions)
         .where(_pairs(conn, wanted), executions.c.outcome.is_(None))
-        .values(outcome="lost", reason=reason, ended_at=now)
-        .returning(executions.c.task_id, executions.c.generation, executions.c.lease_expires_at)
+        .values(
+            outcome="lost",
+            reason=case(
+                (executions.c.handed_back_at.is_not(None), literal(HANDED_BACK)), else_=reason
+            ),
+            ended_at=now,
+        )
+        .returning(
+            executions.c.task_id,
+            executions.c.generation,
+            executions.c.lease_expires_at,
+            executions.c.handed_back_at,
+        )
     ).all()
     batch.lease_expiries = {(row.task_id, row.generation): row.lease_expires_at for row in closed}
+    batch.handed_back = {
+        (row.task_id, row.generation) for row in closed if row.handed_back_at is not None
+    }
     moving = [
         locked[row.task_id]
         for row in closed
@@ -175,17 +215,19 @@ def requeue_lost(
                 .returning(*actions.c)
             )
         )
-    parking = [task for task in moving if task.recoveries + 1 >= max_recoveries]
-    requeuing = [task for task in moving if task.recoveries + 1 < max_recoveries]
-    for recoveries, ids in _grouped(parking, lambda task: task.recoveries + 1).items():
+    counts = {task.task_id: _counted(task, batch.handed_back, limits) for task in moving}
+    parking = [task for task in moving if counts[task.task_id].parks]
+    requeuing = [task for task in moving if not counts[task.task_id].parks]
+    for count, ids in _grouped(parking, lambda task: counts[task.task_id]).items():
         conn.execute(
             update(tasks)
             .where(_among(conn, tasks.c.task_id, ids), tasks.c.status == "running")
             .values(
                 status="failed",
                 failure_code="recovery_limit",
-                last_error=f"{recoveries} generations in a row lost their lease",
-                recoveries=recoveries,
+                last_error=count.why(),
+                recoveries=count.recoveries,
+                handbacks=count.handbacks,
                 updated_at=now,
             )
         )
@@ -204,6 +246,8 @@ def requeue_lost(
                 "generations": [s["generation"] for s, _ in rows],
                 "session_ids": [s["session_id"] for s, _ in rows],
                 "titles": [s["title"] for s, _ in rows],
+                "recoveries": [counts[t.task_id].recoveries for t in requeuing],
+                "handbacks": [counts[t.task_id].handbacks for t in requeuing],
                 "now": now,
             },
         )
@@ -221,22 +265,21 @@ def requeue_lost(
         )
         .scalar_subquery()
     )
-    conn.execute(
-        update(tasks)
-        .where(
-            _among(conn, tasks.c.task_id, [task.task_id for task in requeuing]),
-            tasks.c.status == "running",
+    for count, ids in _grouped(requeuing, lambda task: counts[task.task_id]).items():
+        conn.execute(
+            update(tasks)
+            .where(_among(conn, tasks.c.task_id, ids), tasks.c.status == "running")
+            .values(
+                generation=tasks.c.generation + 1,
+                status="queued",
+                queued_at=now,
+                updated_at=now,
+                recoveries=count.recoveries,
+                handbacks=count.handbacks,
+                failure_code=None,
+                session_id=next_session,
+            )
         )
-        .values(
-            generation=tasks.c.generation + 1,
-            status="queued",
-            queued_at=now,
-            updated_at=now,
-            recoveries=tasks.c.recoveries + 1,
-            failure_code=None,
-            session_id=next_session,
-        )
-    )
     batch.requeued = [(t.task_id, t.generation, t.generation + 1) for t in requeuing]
     return batch
 
@@ -254,8 +297,9 @@ _PG_REQUEUE = text(
     WITH new AS (
         SELECT * FROM unnest(
             CAST(:task_ids AS text[]), CAST(:generations AS integer[]),
-            CAST(:session_ids AS text[]), CAST(:titles AS text[])
-        ) AS n (task_id, generation, session_id, title)
+            CAST(:session_ids AS text[]), CAST(:titles AS text[]),
+            CAST(:recoveries AS integer[]), CAST(:handbacks AS integer[])
+        ) AS n (task_id, generation, session_id, title, recoveries, handbacks)
     ), new_sessions AS (
         INSERT INTO sessions
             (session_id, purpose, task_id, generation, owner, title, created_at, updated_at)
@@ -268,7 +312,8 @@ _PG_REQUEUE = text(
     )
     UPDATE tasks
     SET generation = new.generation, status = 'queued', queued_at = :now, updated_at = :now,
-        recoveries = tasks.recoveries + 1, failure_code = NULL, session_id = new.session_id
+        recoveries = new.recoveries, handbacks = new.handbacks, failure_code = NULL,
+        session_id = new.session_id
     FROM new
     WHERE tasks.task_id = new.task_id AND tasks.status = 'running'
       AND tasks.generation = new.generation - 1
@@ -276,8 +321,31 @@ _PG_REQUEUE = text(
 )
 
 
-def _grouped(rows: Sequence[Any], key: Callable[[Any], int]) -> dict[int, list[str]]:
-    groups: dict[int, list[str]] = {}
+@dataclass(frozen=True)
+class _Count:
+    """A task's losses in a row once this one is counted, and whether they park it."""
+
+    recoveries: int
+    handbacks: int
+    handed_back: bool
+    parks: bool
+
+    def why(self) -> str:
+        if self.handed_back:
+            return f"{self.handbacks} generations in a row were handed back after an outage"
+        return f"{self.recoveries} generations in a row lost their lease"
+
+
+def _counted(task: Any, handed_back: set[tuple[str, int]], limits: Limits) -> _Count:
+    if (task.task_id, task.generation) in handed_back:
+        handbacks = task.handbacks + 1
+        return _Count(task.recoveries, handbacks, True, handbacks >= limits.handbacks)
+    recoveries = task.recoveries + 1
+    return _Count(recoveries, task.handbacks, False, recoveries >= limits.recoveries)
+
+
+def _grouped(rows: Sequence[Any], key: Callable[[Any], _K]) -> dict[_K, list[str]]:
+    groups: dict[_K, list[str]] = {}
     for task in rows:
         groups.setdefault(key(task), []).append(task.task_id)
     return groups

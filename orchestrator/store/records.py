@@ -28,6 +28,9 @@ class TaskRecord:
     failure_code: str | None
     last_error: str | None
     recoveries: int
+    #: Losses in a row of generations handed back after an outage (not counted in
+    #: `recoveries`): ORCH_MAX_HANDBACKS parks at it.
+    handbacks: int
     rounds: int
     #: Bumped only by a trigger's or an operator's new request (requeue): writes of an earlier
     #: intent round may run again, recovered or continued generations share their round's.
@@ -59,6 +62,7 @@ class ExecutionRecord:
     outcome: str | None
     failure_code: str | None
     reason: str | None
+    handed_back_at: datetime | None
 
     @classmethod
     def from_row(cls, row: Row[Any]) -> ExecutionRecord:
@@ -76,6 +80,7 @@ class ExecutionRecord:
             "started_at": self.started_at,
             "ended_at": self.ended_at,
             "worker": self.worker,
+            "handed_back_at": self.handed_back_at,
         }
 
 

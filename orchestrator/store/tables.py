@@ -83,6 +83,9 @@ tasks = Table(
     Column("failure_code", String(NAME), nullable=True),
     Column("last_error", Text, nullable=True),
     Column("recoveries", Integer, nullable=False, server_default="0"),
+    # Losses in a row of generations their workers handed back after an outage (see
+    # `executions.handed_back_at`), counted apart from `recoveries` (ORCH_MAX_HANDBACKS).
+    Column("handbacks", Integer, nullable=False, server_default="0"),
     Column("rounds", Integer, nullable=False, server_default="0"),
     Column("intent_round", Integer, nullable=False, server_default="1"),
     Column("queued_at", UTCDateTime, nullable=True),
@@ -140,6 +143,9 @@ executions = Table(
     Column("worker_host", String(255), nullable=True),
     Column("worker_pid", Integer, nullable=True),
     Column("worker_started", String(128), nullable=True),
+    # Set when the claiming worker stopped its round on an outage (the store or Redis failed,
+    # its lease vanished) and gave the generation back (services/handback.py).
+    Column("handed_back_at", UTCDateTime, nullable=True),
     PrimaryKeyConstraint("task_id", "generation"),
     one_of("outcome", v.EXECUTION_OUTCOMES),
     CheckConstraint("generation >= 1", name="generation_positive"),

@@ -119,6 +119,7 @@ def insert_task(conn: Connection, new: NewTask) -> TaskRecord | None:
         failure_code=None,
         last_error=None,
         recoveries=0,
+        handbacks=0,
         rounds=0,
         intent_round=1,
         queued_at=now,
@@ -400,6 +401,26 @@ def mirror_lease(
     )
 
 
+def hand_back(conn: Connection, task_id: str, generation: int, lease_token: str) -> bool:
+    """A worker gives back the generation its round stopped on an outage: the mirrored lease
+    ends now (the next sweep requeues it) and `handed_back_at` says why it was lost, fenced
+    as a renewal is; False when the generation is over or another token holds it."""
+    now = utcnow()
+    return (
+        conn.execute(
+            update(executions)
+            .where(
+                executions.c.task_id == task_id,
+                executions.c.generation == generation,
+                executions.c.lease_token == lease_token,
+                executions.c.outcome.is_(None),
+            )
+            .values(lease_expires_at=now, handed_back_at=now)
+        ).rowcount
+        == 1
+    )
+
+
 def end_generation(
     conn: Connection,
     task_id: str,
@@ -485,6 +506,7 @@ _SETTLE_TASK = (
         failure_code=bindparam("settle_failure_code"),
         last_error=bindparam("settle_last_error"),
         recoveries=0,
+        handbacks=0,
         rounds=bindparam("settle_rounds"),
         updated_at=bindparam("settle_at", type_=tasks.c.updated_at.type),
     )
@@ -582,6 +604,7 @@ def requeue_generation(
             queued_at=now,
             updated_at=now,
             recoveries=recoveries,
+            handbacks=0,
             rounds=rounds,
             failure_code=None,
             intent_round=tasks.c.intent_round + 1 if new_intent else tasks.c.intent_round,

@@ -112,16 +112,16 @@ def test_a_hand_back_the_store_refused_lands_once_it_answers(
     task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
     monkeypatch.setattr(executions_module, "finish_generation", _store_down)
     monkeypatch.setattr(handback_module, "RETRY_SECONDS", 0.05)
-    real_mirror = task_store.mirror_lease
+    real_hand_back = task_store.hand_back
     calls = {"n": 0}
 
     def away_twice(*args: Any, **kwargs: Any) -> bool:
         calls["n"] += 1
         if calls["n"] <= 2:
             _store_down()
-        return real_mirror(*args, **kwargs)
+        return real_hand_back(*args, **kwargs)
 
-    monkeypatch.setattr(handback_module.task_store, "mirror_lease", away_twice)
+    monkeypatch.setattr(handback_module.task_store, "hand_back", away_twice)
     rt.executions.run(task_id, 1, worker="w1")
     wait_for(lambda: rt.executions.handback.pending() == 0, timeout=10)
     assert calls["n"] == 3  # the first try and one retry met the store away

@@ -17,7 +17,7 @@ from sqlalchemy import Connection, text
 
 from orchestrator.store import outbox as outbox_store
 from orchestrator.store.db import Database, make_engine
-from orchestrator.store.lost import requeue_lost
+from orchestrator.store.lost import Limits, requeue_lost
 from orchestrator.store.outbox import NewEvent
 from orchestrator.store.types import utcnow
 from tests.executions_support import insert_running
@@ -59,7 +59,7 @@ def test_a_batch_of_requeues_reads_tasks_by_key(running: tuple[Database, list[st
     lost = [(task_id, 1) for task_id in ids[:EXPIRED]]
     with db.transaction() as conn:
         before = scans_of_tasks(conn)
-        batch = requeue_lost(conn, lost, reason="test", max_recoveries=3)
+        batch = requeue_lost(conn, lost, reason="test", limits=Limits(3, 10))
         events = outbox_store.record_events(
             conn, [NewEvent(t, "queued", n, reason="test") for t, _, n in batch.requeued]
         )
@@ -79,6 +79,6 @@ def test_the_cheaper_cost_model_ends_with_the_transaction(
     db, ids = running
     with db.transaction() as conn:
         default = conn.execute(text("SHOW random_page_cost")).scalar_one()
-        requeue_lost(conn, [(ids[0], 1)], reason="test", max_recoveries=3)
+        requeue_lost(conn, [(ids[0], 1)], reason="test", limits=Limits(3, 10))
     with db.transaction(readonly=True) as conn:
         assert conn.execute(text("SHOW random_page_cost")).scalar_one() == default

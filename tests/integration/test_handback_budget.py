@@ -1,0 +1,169 @@
+"""An outage is not the task's doing: a generation its worker handed back after the store or
+Redis failed under its round is counted in `handbacks` (parked at ORCH_MAX_HANDBACKS), not in
+`recoveries` (a worker that died or stalled, parked at ORCH_MAX_RECOVERIES). Before, three
+Redis restarts in a row under a task parked it as `recovery_limit`, as three crashes would.
+Both stores."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.exc import OperationalError
+
+from orchestrator.runtime import Runtime
+from orchestrator.services import executions as executions_module
+from orchestrator.services.sweeper import LEASE_EXPIRED
+from orchestrator.services.tasks import Trigger
+from orchestrator.store import outbox as outbox_store
+from orchestrator.store import tasks as task_store
+from orchestrator.store.lost import HANDED_BACK
+from orchestrator.store.types import utcnow
+from orchestrator.tools.base import Fence
+from tests.executions_support import claim_as_worker, completing_turns, runtime_for, write_script
+
+
+@pytest.fixture
+def env(store_url: str, scripts: Path) -> Iterator[Runtime]:
+    rt, _ = runtime_for(
+        store_url,
+        scripts,
+        lease_seconds=120,
+        lease_renew_seconds=40,
+        max_recoveries=3,
+        max_handbacks=5,
+    )
+    write_script(scripts, "simple", completing_turns())
+    yield rt
+    rt.close()
+
+
+def _store_down(*_args: Any, **_kwargs: Any) -> Any:
+    raise OperationalError("UPDATE tasks", {}, Exception("server closed the connection"))
+
+
+def _stopped_by_the_store(rt: Runtime, task_id: str, generation: int) -> None:
+    """Run `generation` with the store failing at its decision: the round hands it back."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(executions_module, "finish_generation", _store_down)
+        result = rt.executions.run(task_id, generation, worker="w1")
+    assert (result.ran, result.outcome) == (True, None)
+
+
+def _crashed(rt: Runtime, task_id: str, generation: int) -> None:
+    """Claim `generation` as a worker that then dies: its mirrored lease runs out."""
+    token = claim_as_worker(rt, task_id, generation, "w-dead", ttl=120)
+    rt.leases.release(f"task:{task_id}", token)
+    with rt.db.transaction() as conn:
+        assert task_store.mirror_lease(
+            conn, task_id, generation, token, utcnow() - timedelta(seconds=1)
+        )
+
+
+def _task(rt: Runtime, task_id: str) -> Any:
+    return rt.tasks.get(task_id)
+
+
+def test_rounds_stopped_by_outages_outlast_the_crash_budget_and_the_task_runs_on(
+    env: Runtime,
+) -> None:
+    rt = env
+    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    # Four outages in a row: one more than ORCH_MAX_RECOVERIES (3), which used to park the
+    # task at the third.
+    for generation in range(1, 5):
+        _stopped_by_the_store(rt, task_id, generation)
+        assert rt.sweeper.sweep().requeued == [(task_id, generation, generation + 1)]
+        task = _task(rt, task_id)
+        assert (task.status, task.recoveries, task.handbacks) == ("queued", 0, generation)
+    with rt.db.transaction(readonly=True) as conn:
+        first = task_store.get_execution(conn, task_id, 1)
+        events = outbox_store.events_of_type(conn, task_id, "queued", 10)
+    assert first is not None
+    assert (first.outcome, first.reason) == ("lost", HANDED_BACK)
+    assert first.handed_back_at is not None
+    assert first.handed_back_at <= first.ended_at
+    assert any(e.reason == f"generation 1: {HANDED_BACK}" for e in events)
+    explained = rt.tasks.explain(task_id)
+    assert explained["handbacks"] == 4
+    assert explained["executions"][0]["handed_back_at"] == first.handed_back_at
+    # The store is back: the fifth generation runs to its decision (the script re-opens the
+    # plan's nodes, so it continues), and a round that ended resets both counts.
+    ended = rt.executions.run(task_id, 5, worker="w1")
+    assert (ended.outcome, ended.detail) == ("continue", "plan nodes remain open")
+    task = _task(rt, task_id)
+    assert (task.status, task.generation, task.recoveries, task.handbacks) == ("queued", 6, 0, 0)
+
+
+def test_outages_in_a_row_park_the_task_at_their_own_limit(env: Runtime) -> None:
+    rt = env
+    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    for generation in range(1, 5):
+        _stopped_by_the_store(rt, task_id, generation)
+        assert rt.sweeper.sweep().requeued
+    _stopped_by_the_store(rt, task_id, 5)
+    report = rt.sweeper.sweep()
+    assert (report.requeued, report.parked) == ([], [(task_id, 5)])
+    task = _task(rt, task_id)
+    assert (task.status, task.failure_code) == ("failed", "recovery_limit")
+    assert task.last_error == "5 generations in a row were handed back after an outage"
+    assert (task.recoveries, task.handbacks) == (0, 5)
+    with rt.db.transaction(readonly=True) as conn:
+        [failed] = outbox_store.events_of_type(conn, task_id, "failed", 10)
+    assert failed.reason == f"recovery_limit: generation 5: {HANDED_BACK}"
+
+
+def test_a_worker_that_died_still_counts_against_the_crash_budget(env: Runtime) -> None:
+    rt = env
+    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    _crashed(rt, task_id, 1)
+    assert rt.sweeper.sweep().requeued == [(task_id, 1, 2)]
+    _stopped_by_the_store(rt, task_id, 2)  # an outage in between counts apart
+    assert rt.sweeper.sweep().requeued == [(task_id, 2, 3)]
+    _crashed(rt, task_id, 3)
+    assert rt.sweeper.sweep().requeued == [(task_id, 3, 4)]
+    task = _task(rt, task_id)
+    assert (task.status, task.recoveries, task.handbacks) == ("queued", 2, 1)
+    with rt.db.transaction(readonly=True) as conn:
+        crashed = task_store.get_execution(conn, task_id, 1)
+    assert crashed is not None
+    assert (crashed.reason, crashed.handed_back_at) == (LEASE_EXPIRED, None)
+    _crashed(rt, task_id, 4)  # the third crash in a row parks it, as before
+    assert rt.sweeper.sweep().parked == [(task_id, 4)]
+    task = _task(rt, task_id)
+    assert (task.status, task.failure_code) == ("failed", "recovery_limit")
+    assert task.last_error == "3 generations in a row lost their lease"
+    assert (task.recoveries, task.handbacks) == (3, 1)
+
+
+def test_an_operator_requeue_resets_both_counts(env: Runtime) -> None:
+    rt = env
+    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    _stopped_by_the_store(rt, task_id, 1)
+    rt.sweeper.sweep()
+    _crashed(rt, task_id, 2)
+    rt.sweeper.sweep()
+    assert (_task(rt, task_id).recoveries, _task(rt, task_id).handbacks) == (1, 1)
+    rt.tasks.requeue(task_id, reason="try again")
+    task = _task(rt, task_id)
+    assert (task.status, task.recoveries, task.handbacks) == ("queued", 0, 0)
+
+
+def test_a_hand_back_with_another_token_marks_nothing(env: Runtime) -> None:
+    rt = env
+    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    token = claim_as_worker(rt, task_id, 1, "w1", ttl=120)
+    assert rt.executions.handback.give_back(Fence(task_id, 1, "b" * 32))
+    with rt.db.transaction(readonly=True) as conn:
+        execution = task_store.get_execution(conn, task_id, 1)
+    assert execution is not None
+    assert execution.handed_back_at is None
+    assert execution.lease_expires_at > utcnow()
+    assert rt.executions.handback.give_back(Fence(task_id, 1, token))
+    with rt.db.transaction(readonly=True) as conn:
+        execution = task_store.get_execution(conn, task_id, 1)
+    assert execution is not None
+    assert execution.handed_back_at is not None

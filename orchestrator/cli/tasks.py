@@ -401,6 +401,11 @@ def render_explain(view: dict[str, Any]) -> str:
     ]
     if view.get("last_error"):
         lines.append(f"  last error: {printable(view['last_error'])}")
+    if view.get("recoveries") or view.get("handbacks"):
+        lines.append(
+            f"  lost in a row: {view.get('recoveries', 0)} by a worker that died or stalled, "
+            f"{view.get('handbacks', 0)} handed back after an outage"
+        )
     lease = view.get("lease")
     if lease:
         lines.append(f"  lease held by {lease['holder']} until {_time(lease['expires_at'])}")

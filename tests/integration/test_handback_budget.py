@@ -12,8 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 from sqlalchemy.exc import OperationalError
 
+from orchestrator.api.app import create_app
+from orchestrator.cli.tasks import render_explain
 from orchestrator.runtime import Runtime
 from orchestrator.services import executions as executions_module
 from orchestrator.services.sweeper import LEASE_EXPIRED
@@ -90,6 +93,11 @@ def test_rounds_stopped_by_outages_outlast_the_crash_budget_and_the_task_runs_on
     explained = rt.tasks.explain(task_id)
     assert explained["handbacks"] == 4
     assert explained["executions"][0]["handed_back_at"] == first.handed_back_at
+    shown = render_explain(explained)  # `orchestrator tasks show`
+    assert "lost in a row: 0 by a worker that died or stalled, 4 handed back after an outage" in (
+        shown
+    )
+    assert HANDED_BACK in shown
     # The store is back: the fifth generation runs to its decision (the script re-opens the
     # plan's nodes, so it continues), and a round that ended resets both counts.
     ended = rt.executions.run(task_id, 5, worker="w1")
@@ -114,6 +122,13 @@ def test_outages_in_a_row_park_the_task_at_their_own_limit(env: Runtime) -> None
     with rt.db.transaction(readonly=True) as conn:
         [failed] = outbox_store.events_of_type(conn, task_id, "failed", 10)
     assert failed.reason == f"recovery_limit: generation 5: {HANDED_BACK}"
+    # What the API sends (its response models validate them).
+    with TestClient(create_app(rt.settings, db=rt.db)) as client:
+        body = client.get(f"/api/v1/tasks/{task_id}").json()
+        listed = client.get("/api/v1/tasks").json()["items"]
+    assert (body["recoveries"], body["handbacks"]) == (0, 5)
+    assert all(ex["handed_back_at"] for ex in body["executions"])
+    assert [(t["task_id"], t["handbacks"]) for t in listed] == [(task_id, 5)]
 
 
 def test_a_worker_that_died_still_counts_against_the_crash_budget(env: Runtime) -> None:

@@ -280,7 +280,10 @@ def collect(c: Campaign, backend: Any) -> dict[str, Any]:
         "SELECT task_id, task_type, status, generation, failure_code, last_error, "
         "intent_round FROM tasks"
     )
-    executions = c.query("SELECT task_id, generation, started_at, outcome FROM executions")
+    executions = c.query(
+        "SELECT task_id, generation, started_at, outcome, handed_back_at IS NOT NULL "
+        "FROM executions"
+    )
     host_texts = [SUMMARIES[name] for name in NOT_ITS_OWN]
     rows = c.query(
         "SELECT 'plan', task_id, generation, pg_xact_commit_timestamp(xmin) FROM plan_revisions "
@@ -302,7 +305,7 @@ def collect(c: Campaign, backend: Any) -> dict[str, Any]:
     )
     untimed = sum(1 for row in rows if row[3] is None)
     accepted = [Accepted(*row) for row in rows if row[3] is not None]
-    late = late_rows(accepted, [(t, g, s) for t, g, s, _ in executions])
+    late = late_rows(accepted, [(t, g, s) for t, g, s, _, _ in executions])
     twice = c.query(
         "SELECT (SELECT count(*) FROM (SELECT session_id, seq FROM transcript_entries "
         "GROUP BY 1, 2 HAVING count(*) > 1) s), "
@@ -318,7 +321,7 @@ def collect(c: Campaign, backend: Any) -> dict[str, Any]:
     )
     settled = {t[0] for t in tasks if t[2] in SETTLED}
     open_executions = [
-        (t, g) for t, g, s, o in executions if o is None and s is not None and t in settled
+        (t, g) for t, g, s, o, _ in executions if o is None and s is not None and t in settled
     ]
     key_of = {t[0]: f"k{t[1][1:]}" for t in tasks}
     with backend.lock:
@@ -414,6 +417,7 @@ def summary(c: Campaign, found: dict[str, Any], procs: dict[str, Any], **facts: 
     by_status = Counter(t[2] for t in tasks)
     generations = Counter(t[3] for t in tasks)
     outcomes = Counter(e[3] or "open" for e in executions)
+    handed_back = sum(1 for e in executions if e[3] == "lost" and e[4])
     receipts = Counter(r[1] for r in found["receipts"])
     lost = [t for t in tasks if t[2] in ("queued", "running")]
     received = found["received"]
@@ -460,6 +464,8 @@ def summary(c: Campaign, found: dict[str, Any], procs: dict[str, Any], **facts: 
         f"{len(lost)} |",
         f"| generations per task | {_counts(generations, 'gen ')} |",
         f"| executions by outcome | {_counts(outcomes)} |",
+        f"| lost generations their workers handed back after an outage (counted against "
+        f"ORCH_MAX_HANDBACKS, not ORCH_MAX_RECOVERIES) | {handed_back} of {outcomes['lost']} |",
         f"| writes received by the backend | {sum(received.values())} for {len(received)} keys; "
         f"tasks whose write never arrived: {len(found['missing_writes'])} |",
         f"| keys received more than their task's intent rounds allow (done twice) | "
@@ -501,9 +507,11 @@ def summary(c: Campaign, found: dict[str, Any], procs: dict[str, Any], **facts: 
             lines += [
                 "",
                 "`recovery_limit`: ORCH_MAX_RECOVERIES (default 3) generations of the task in a "
-                "row were lost, whatever lost them (here: faults landing on its consecutive "
-                "generations); the sweeper parks it as failed, and its write's receipt stays as "
-                "the last generation left it (`unknown` when that one was cut off mid-write).",
+                "row were lost by a worker that died or stalled (here: kills and stalls landing "
+                "on its consecutive generations), or ORCH_MAX_HANDBACKS (default 10) were handed "
+                "back by their workers after an outage; the sweeper parks it as failed, and its "
+                "write's receipt stays as the last generation left it (`unknown` when that one "
+                "was cut off mid-write).",
             ]
         if any(t[4] == "round_limit" for t in unsettled):
             lines += [

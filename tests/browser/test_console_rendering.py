@@ -310,3 +310,31 @@ def test_records_of_an_older_shape_are_shown_as_written(page: Any, console: Cons
     page.goto(f"{console.url}/console#/approvals")
     card = page.locator('article[data-action="older-payload"]')
     expect(card.locator("pre.unreadable")).to_have_text('["flush", "main 7"]')
+
+
+def test_lost_generations_show_both_counts_and_a_hand_back(page: Any, console: Console) -> None:
+    """The task's losses in a row of each kind (the two parking rules) and a generation its
+    worker handed back after an outage, as the API sends them (set in the store here: a real
+    outage is tests/integration/test_handback_budget.py's)."""
+    from sqlalchemy import update
+
+    from orchestrator.store.db import Database
+    from orchestrator.store.lost import HANDED_BACK
+    from orchestrator.store.tables import executions, tasks
+    from orchestrator.store.types import utcnow
+
+    task_id = console.trigger("xss", "Lost and found")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    db = Database.from_url(console.env["ORCH_DATABASE_URL"])
+    try:
+        with db.transaction() as conn:
+            conn.execute(update(tasks).where(tasks.c.task_id == task_id).values(
+                recoveries=1, handbacks=2))  # fmt: skip
+            conn.execute(update(executions).where(executions.c.task_id == task_id).values(
+                outcome="lost", reason=HANDED_BACK, handed_back_at=utcnow()))  # fmt: skip
+    finally:
+        db.dispose()
+    open_task(page, console, task_id)
+    lost = page.locator("#task-head dt", has_text="Lost generations").locator("+ dd")
+    expect(lost).to_have_text("1 (1 in a row, 2 handed back after outages in a row)")
+    expect(page.locator("#generations tbody tr").first).to_contain_text(HANDED_BACK)

@@ -50,6 +50,7 @@ __all__ = [
     "EXECUTIONS_ENDED",
     "EXECUTIONS_STARTED",
     "KNOWN_LABELS",
+    "LEASES_TAKEN_BACK",
     "LEASE_RENEWALS",
     "LEASE_RENEWAL_FAILURES",
     "MODEL_CALLS",
@@ -80,6 +81,11 @@ EXECUTIONS_ENDED = Counter(
 LEASE_RENEWALS = Counter("orchestrator_lease_renewals", "Lease renewals that succeeded")
 LEASE_RENEWAL_FAILURES = Counter(
     "orchestrator_lease_renewal_failures", "Lease renewals that failed or found the lease lost"
+)
+LEASES_TAKEN_BACK = Counter(
+    "orchestrator_leases_taken_back",
+    "Leases a live generation found gone (Redis lost its data, or the lease ran out while "
+    "nobody took it) and took back, its generation still live in the store",
 )
 RECOVERIES = Counter(
     "orchestrator_recoveries",

@@ -1,7 +1,7 @@
 """hand-backs: a generation its worker gave back after an outage, counted apart from crashes
 
-A round that stops itself because the store or Redis failed under it (or its lease vanished
-with Redis's data) hands its generation back: `executions.handed_back_at` records when. The
+A round that stops itself because the store or Redis failed under it (or another holder took
+its lease) hands its generation back: `executions.handed_back_at` records when. The
 sweep that requeues such a generation counts it in `tasks.handbacks` (losses in a row of that
 kind, parked at ORCH_MAX_HANDBACKS) instead of `tasks.recoveries` (losses of a worker that
 died or stalled, parked at ORCH_MAX_RECOVERIES), so a flapping Redis or a Postgres restart

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from orchestrator.leases.base import LeaseBackend, LeaseBackendUnavailable, LeaseInfo
+from orchestrator.leases.base import LeaseBackend, LeaseBackendUnavailable, LeaseInfo, Renewal
 from orchestrator.settings import Settings
 from orchestrator.store.db import Database
 
-__all__ = ["LeaseBackend", "LeaseBackendUnavailable", "LeaseInfo", "make_lease_backend"]
+__all__ = ["LeaseBackend", "LeaseBackendUnavailable", "LeaseInfo", "Renewal", "make_lease_backend"]
 
 
 def make_lease_backend(settings: Settings, database: Database) -> LeaseBackend:

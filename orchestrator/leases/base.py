@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from enum import IntEnum
 
 from orchestrator.errors import OrchestratorError
 
@@ -21,6 +22,7 @@ __all__ = [
     "LeaseBackend",
     "LeaseBackendUnavailable",
     "LeaseInfo",
+    "Renewal",
     "check_holder",
     "check_name",
     "new_token",
@@ -38,6 +40,14 @@ class LeaseInfo:
     acquired_at: datetime
     renewed_at: datetime
     expires_at: datetime
+
+
+class Renewal(IntEnum):
+    """How `LeaseBackend.keep_many` answered for one lease."""
+
+    REFUSED = 0  # another token holds it: the holder lost it
+    RENEWED = 1  # its token held it, and holds it for the TTL from now
+    TAKEN_BACK = 2  # nobody held it (gone with Redis's data, or run out): its token holds it again
 
 
 class LeaseBackendUnavailable(OrchestratorError):
@@ -109,6 +119,20 @@ class LeaseBackend(ABC):
         `LeaseBackendUnavailable` for all of them.
         """
         return [self.renew(name, token, ttl_seconds) for name, token in held]
+
+    def keep_many(self, held: Sequence[tuple[str, str, str]], ttl_seconds: float) -> list[Renewal]:
+        """Renew each (name, token, holder) its token holds, and take back, with the same token
+        and holder, one that nobody holds any more; a lease another token holds is refused.
+        Back ends answer it in one round trip, atomically per lease.
+
+        A lease is the liveness of a generation, not its authority: the store's fence is
+        (invariant 9). So a holder whose lease vanished (Redis restarted empty, or the lease ran
+        out while nobody took it) may hold it again, as long as the store still says its
+        generation is live, which the caller checks next (it mirrors the expiry, fenced). This
+        default cannot take back: a free lease is refused, as by `renew_many`.
+        """
+        renewed = self.renew_many([(name, token) for name, token, _ in held], ttl_seconds)
+        return [Renewal.RENEWED if ok else Renewal.REFUSED for ok in renewed]
 
     @abstractmethod
     def close(self) -> None:

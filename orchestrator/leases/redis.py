@@ -24,6 +24,7 @@ from orchestrator.leases.base import (
     LeaseBackend,
     LeaseBackendUnavailable,
     LeaseInfo,
+    Renewal,
     check_holder,
     check_name,
     new_token,
@@ -69,6 +70,31 @@ for i, key in ipairs(KEYS) do
   end
 end
 return renewed
+"""
+
+# KEYS lease keys; ARGV[1] ttl ms, ARGV[2] now ms, ARGV[1 + 2i] the token and ARGV[2 + 2i] the
+# holder of KEYS[i]. `_RENEW_MANY` that also takes back a lease nobody holds (its key gone):
+# a list of 0 (refused), 1 (renewed) or 2 (taken back).
+_KEEP_MANY = """
+local kept = {}
+for i, key in ipairs(KEYS) do
+  kept[i] = 0
+  local token = ARGV[1 + 2 * i]
+  local value = redis.call('GET', key)
+  if not value then
+    redis.call('SET', key, token .. '|' .. ARGV[2] .. '|' .. ARGV[2] .. '|' .. ARGV[2 + 2 * i],
+               'PX', ARGV[1])
+    kept[i] = 2
+  else
+    local held, acquired, _, holder = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
+    if held == token then
+      redis.call('SET', key, held .. '|' .. acquired .. '|' .. ARGV[2] .. '|' .. holder,
+                 'PX', ARGV[1])
+      kept[i] = 1
+    end
+  end
+end
+return kept
 """
 
 # KEYS[1] lease key; ARGV[1] token.
@@ -121,6 +147,7 @@ class RedisLeaseBackend(LeaseBackend):
         self._release = client.register_script(_RELEASE)
         self._get = client.register_script(_GET)
         self._renew_many = client.register_script(_RENEW_MANY)
+        self._keep_many = client.register_script(_KEEP_MANY)
 
     @classmethod
     def from_url(cls, url: str) -> RedisLeaseBackend:
@@ -165,6 +192,23 @@ class RedisLeaseBackend(LeaseBackend):
             return list(self._renew_many(keys=keys, args=args))
 
         return [bool(result) for result in self._call(run)]
+
+    def keep_many(self, held: Sequence[tuple[str, str, str]], ttl_seconds: float) -> list[Renewal]:
+        """Every lease in one script call: renewed, taken back when its key is gone, or refused."""
+        for name, _, holder in held:
+            check_name(name)
+            check_holder(holder)
+        if not held:
+            return []
+        keys = [lease_key(name) for name, _, _ in held]
+        args: list[str | int] = [ttl_milliseconds(ttl_seconds), _now_ms()]
+        for _, token, holder in held:
+            args += [token, holder]
+
+        def run() -> list[Any]:
+            return list(self._keep_many(keys=keys, args=args))
+
+        return [Renewal(int(result)) for result in self._call(run)]
 
     def get_many(self, names: Sequence[str]) -> list[LeaseInfo | None]:
         for name in names:

@@ -22,6 +22,7 @@ from orchestrator.leases.base import (
     LeaseBackend,
     LeaseBackendUnavailable,
     LeaseInfo,
+    Renewal,
     check_holder,
     check_name,
     new_token,
@@ -129,6 +130,69 @@ class SqlLeaseBackend(LeaseBackend):
 
         renewed = self._call(run)
         return [pair in renewed for pair in held]
+
+    def keep_many(self, held: Sequence[tuple[str, str, str]], ttl_seconds: float) -> list[Renewal]:
+        """In one transaction: the renewal of every lease its token holds, then one upsert that
+        takes back, with the same token and holder, each of the others nobody holds (its row
+        gone or run out); a row another token holds unexpired is left alone (refused)."""
+        for name, _, holder in held:
+            check_name(name)
+            check_holder(holder)
+        if not held:
+            return []
+        now, expires = self._clock(ttl_seconds)
+        renewing = (
+            update(leases)
+            .where(
+                tuple_(leases.c.name, leases.c.token).in_([(n, t) for n, t, _ in held]),
+                leases.c.expires_at > now,
+            )
+            .values(renewed_at=now, expires_at=expires)
+            .returning(leases.c.name, leases.c.token)
+        )
+
+        def run() -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+            with self._database.transaction() as conn:
+                renewed = {(row.name, row.token) for row in conn.execute(renewing)}
+                rest: dict[str, tuple[str, str]] = {}  # an upsert may not touch a row twice
+                for name, token, holder in held:
+                    if (name, token) not in renewed:
+                        rest.setdefault(name, (token, holder))
+                if not rest:
+                    return renewed, set()
+                insert = (postgresql.insert if self._postgres else sqlite.insert)(leases)
+                taking = insert.values(
+                    [
+                        {
+                            "name": name,
+                            "token": token,
+                            "holder": holder,
+                            "acquired_at": now,
+                            "renewed_at": now,
+                            "expires_at": expires,
+                        }
+                        for name, (token, holder) in rest.items()
+                    ]
+                )
+                statement = taking.on_conflict_do_update(
+                    index_elements=[leases.c.name],
+                    set_={
+                        column: taking.excluded[column]
+                        for column in ("token", "holder", "acquired_at", "renewed_at", "expires_at")
+                    },
+                    where=leases.c.expires_at <= now,
+                ).returning(leases.c.name, leases.c.token)
+                return renewed, {(row.name, row.token) for row in conn.execute(statement)}
+
+        renewed, taken = self._call(run)
+        return [
+            Renewal.RENEWED
+            if (name, token) in renewed
+            else Renewal.TAKEN_BACK
+            if (name, token) in taken
+            else Renewal.REFUSED
+            for name, token, _ in held
+        ]
 
     def get_many(self, names: Sequence[str]) -> list[LeaseInfo | None]:
         for name in names:

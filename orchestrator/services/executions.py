@@ -159,7 +159,12 @@ class ExecutionService:
         metrics.EXECUTIONS_STARTED.inc()
         fence = Fence(task_id, generation, token)
         keeper = LeaseKeeper(
-            self.leases, self.db, fence, ttl=ttl, renew_every=self.settings.lease_renew_seconds
+            self.leases,
+            self.db,
+            fence,
+            holder=worker,
+            ttl=ttl,
+            renew_every=self.settings.lease_renew_seconds,
         )
         keeper.start()
         # A cancel, a requeue or a sweep elsewhere stops this round at once, not at the next
@@ -326,7 +331,8 @@ class ExecutionService:
             log.warning("generation %s of %s stopped: %s", fence.generation, task.task_id, exc)
             save_round_snapshot(self.db, transcript, f"stopped: {exc}")
             # A generation ended elsewhere (a cancel, a requeue) is left as it is by the hand-back;
-            # one whose lease vanished (Redis lost its data) is requeued at the next sweep.
+            # one whose lease another holder took, or that went overdue, is requeued at the next
+            # sweep. (A lease that merely vanished with Redis's data is taken back instead.)
             return RunResult(True, f"stopped without writing: {exc}", give_back=True)
         except ModelError as exc:
             save_round_snapshot(self.db, transcript, f"model_error: {exc}")

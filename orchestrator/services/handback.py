@@ -8,8 +8,8 @@ it sets the generation's mirrored expiry to now, fenced by its own lease token a
 the execution is still open (`store.tasks.hand_back`): the next sweep requeues it as any
 expired lease, with the same compare-and-sets. It also records that the generation was handed
 back (`handed_back_at`), so the sweep counts the loss as an outage (`tasks.handbacks`, parked at
-ORCH_MAX_HANDBACKS) and not as a worker that died (`tasks.recoveries`, ORCH_MAX_RECOVERIES): a
-Redis that restarts three times under a task does not park it as if it crashed its worker. A
+ORCH_MAX_HANDBACKS) and not as a worker that died (`tasks.recoveries`, ORCH_MAX_RECOVERIES):
+three store outages in a row under a task do not park it as if it crashed its worker. A
 generation that ended meanwhile (a cancel, a requeue, another sweeper) is left as it is.
 
 The store may still be away when the round stops: the update is tried again on one thread per

@@ -6,6 +6,14 @@ renews all the leases that are due in one round trip (`LeaseBackend.renew_many`)
 their expiries in one statement. The answer is per lease, so a refused renewal stops exactly the
 generation it concerns.
 
+A lease nobody holds any more (Redis restarted empty or was flushed; the lease ran out while
+nobody took it) is taken back by its holder, with the same token (`LeaseBackend.keep_many`),
+and its expiry mirrored in the store at once: the store's fenced update says whether the
+generation is still live, and if it is not the generation stops as for a refusal. The lease is
+the generation's liveness; the store's fence is its authority (invariant 9), so a round in
+flight goes on through a Redis restart instead of losing its generation. A lease another token
+holds is refused, and stops the generation.
+
 `lost` is set as soon as a generation can no longer be sure it holds its lease: a renewal was
 refused, the store says the generation is over, or the last good renewal is older than the lease
 minus a safety margin. The agent loop and the fenced tools stop on it.
@@ -24,7 +32,7 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from orchestrator.agent.loop import LeaseLost, StopSignal
-from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable
+from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable, Renewal
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database, cause_line
 from orchestrator.store.heartbeats import mirror_leases
@@ -52,7 +60,10 @@ def lease_name(task_id: str) -> str:
 
 
 class LeaseKeeper:
-    """Renews `fence`'s lease about every `renew_every` seconds, from `start()` to `close()`."""
+    """Renews `fence`'s lease about every `renew_every` seconds, from `start()` to `close()`.
+
+    `holder` is the name the lease was taken under (the worker's), kept when it is taken back.
+    """
 
     def __init__(
         self,
@@ -60,12 +71,14 @@ class LeaseKeeper:
         db: Database,
         fence: Fence,
         *,
+        holder: str,
         ttl: float,
         renew_every: float,
     ) -> None:
         self.leases = leases
         self.db = db
         self.fence = fence
+        self.holder = holder
         self.ttl = ttl
         self.renew_every = renew_every
         self.margin = min(5.0, ttl * 0.1)
@@ -90,7 +103,8 @@ class LeaseKeeper:
         """Renew the lease, and mirror its expiry in the store; False (and `lost`) on refusal.
 
         `mirror=False` (renewals on writes) skips the store write when the mirror is fresh: the
-        sweeper asks the lease back end before it requeues, so a mirror that lags is safe.
+        sweeper asks the lease back end before it requeues, so a mirror that lags is safe. A
+        lease taken back is always mirrored: the store says whether it may be held.
         """
         if self.lost.is_set():
             return False
@@ -99,19 +113,23 @@ class LeaseKeeper:
         with self._lock:
             sent_at = time.monotonic()
             try:
-                renewed = self.leases.renew(self.name, self.fence.lease_token, self.ttl)
+                [answer] = self.leases.keep_many(
+                    [(self.name, self.fence.lease_token, self.holder)], self.ttl
+                )
             except LeaseBackendUnavailable:
                 log.warning("lease back end unavailable while renewing %s", self.name)
                 metrics.LEASE_RENEWAL_FAILURES.inc()
                 self._check_overdue()
                 return False
-            if not renewed:
+            if answer is Renewal.REFUSED:
                 metrics.LEASE_RENEWAL_FAILURES.inc()
                 self._lose("the lease renewal was refused")
                 return False
             metrics.LEASE_RENEWALS.inc()
             self._renewed(sent_at)
-            if not mirror and sent_at - self._mirrored_at < self.renew_every / 2:
+            if answer is Renewal.TAKEN_BACK:
+                self._taken_back()
+            elif not mirror and sent_at - self._mirrored_at < self.renew_every / 2:
                 return True
             self._mirrored_at = sent_at
             with self.db.transaction() as conn:
@@ -159,6 +177,17 @@ class LeaseKeeper:
         self._valid_until = max(self._valid_until, sent_at + self.ttl)
         self.longest_gap = max(self.longest_gap, sent_at - self._renewed_at)
         self._renewed_at = max(self._renewed_at, sent_at)
+
+    def _taken_back(self) -> None:
+        from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
+
+        metrics.LEASES_TAKEN_BACK.inc()
+        log.warning(
+            "generation %s of task %s found its lease gone (Redis lost its data, or it ran out "
+            "while nobody took it) and took it back; the store decides whether it goes on",
+            self.fence.generation,
+            self.fence.task_id,
+        )
 
     def _check_overdue(self) -> None:
         if time.monotonic() > self._valid_until - self.margin:
@@ -257,8 +286,8 @@ class Heartbeat:
         for keeper in group:
             keeper._attempted_at = sent_at
         try:
-            answers = first.leases.renew_many(
-                [(k.name, k.fence.lease_token) for k in group], first.ttl
+            answers = first.leases.keep_many(
+                [(k.name, k.fence.lease_token, k.holder) for k in group], first.ttl
             )
         except Exception as exc:
             if not isinstance(exc, LeaseBackendUnavailable):
@@ -270,11 +299,13 @@ class Heartbeat:
             return
         renewed = []
         for keeper, answer in zip(group, answers, strict=True):
-            if answer:
-                keeper._renewed(sent_at)
-                renewed.append(keeper)
-            else:
+            if answer is Renewal.REFUSED:
                 keeper._lose("the lease renewal was refused")
+                continue
+            if answer is Renewal.TAKEN_BACK:
+                keeper._taken_back()
+            keeper._renewed(sent_at)
+            renewed.append(keeper)
         if not renewed:
             return
         try:

@@ -56,7 +56,7 @@ _K = TypeVar("_K")
 
 #: Why a generation its worker handed back was lost (the execution's reason, the task event's).
 HANDED_BACK = (
-    "handed back by its worker after an outage (the store or Redis failed, or its lease vanished)"
+    "handed back by its worker after an outage (the store or Redis failed under its round)"
 )
 
 

@@ -144,7 +144,7 @@ executions = Table(
     Column("worker_pid", Integer, nullable=True),
     Column("worker_started", String(128), nullable=True),
     # Set when the claiming worker stopped its round on an outage (the store or Redis failed,
-    # its lease vanished) and gave the generation back (services/handback.py).
+    # its lease was taken or went overdue) and gave the generation back (services/handback.py).
     Column("handed_back_at", UTCDateTime, nullable=True),
     PrimaryKeyConstraint("task_id", "generation"),
     one_of("outcome", v.EXECUTION_OUTCOMES),

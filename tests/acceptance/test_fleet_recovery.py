@@ -142,6 +142,7 @@ def test_redis_losing_its_data_mid_round_never_yields_two_live_generations(
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
+        running = [t for t in task_ids if rt.tasks.get(t).status == "running"]
         redis_server.restart()  # every key is gone: leases, queued messages, unacked ones
         wait_for(
             lambda: all(rt.tasks.get(t).status == "completed" for t in task_ids),
@@ -156,6 +157,10 @@ def test_redis_losing_its_data_mid_round_never_yields_two_live_generations(
     for task_id in task_ids:
         outcomes = [e["outcome"] for e in rt.tasks.explain(task_id)["executions"]]
         assert outcomes.count("completed") == 1, outcomes
+    # A round in flight took its lease back and went on: no generation was lost to the restart.
+    assert running
+    for task_id in running:
+        assert [e["outcome"] for e in rt.tasks.explain(task_id)["executions"]] == ["completed"]
 
 
 def test_requeue_of_a_running_task_hands_over_as_soon_as_the_old_generation_lets_go(

@@ -1,7 +1,7 @@
 """A round that stopped itself hands its generation back: the lease mirrored in the store ends
 at once, so the next sweep requeues it, instead of a wait of ORCH_LEASE_SECONDS (two minutes by
-default) for every round a store restart or a Redis wipe stopped. Fenced by the round's own
-lease token, and only while its execution is open. Both stores."""
+default) for every round a store restart stopped or whose lease another holder took. Fenced by
+the round's own lease token, and only while its execution is open. Both stores."""
 
 from __future__ import annotations
 
@@ -72,11 +72,20 @@ def test_a_round_stopped_by_the_store_is_requeued_at_the_next_sweep(
     assert dispatcher.sent[-1] == (task_id, 2)
 
 
-def test_a_round_whose_lease_vanished_is_requeued_at_the_next_sweep(
+def _taken_over(rt: Runtime, task_id: str) -> None:
+    """Another holder has the lease now (as after a Redis that lost its data, and a wake-up
+    that took the free lease before the round took it back)."""
+    info = rt.leases.get(f"task:{task_id}")
+    assert info is not None
+    rt.leases.release(f"task:{task_id}", info.token)
+    assert rt.leases.acquire(f"task:{task_id}", "intruder", 120) is not None
+
+
+def test_a_round_whose_lease_another_holder_took_is_requeued_at_the_next_sweep(
     env: Any, scripts: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # As after a Redis restart that lost its data: the lease is gone, the next renewal (a plan
-    # write renews) is refused, the round stops without writing, and the store is fine.
+    # The next renewal (a plan write renews) is refused, the round stops without writing, and
+    # the store is fine.
     rt, _ = env
     write_script(
         scripts,
@@ -90,18 +99,50 @@ def test_a_round_whose_lease_vanished_is_requeued_at_the_next_sweep(
     task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
     real_renew = PublishExecutionPlan._renew
 
-    def wipe_after_the_first_write(self: PublishExecutionPlan, result: object) -> None:
-        info = rt.leases.get(f"task:{task_id}")
-        if info is not None and rt.tasks.explain(task_id)["plan"]["revision"] == 1:
-            rt.leases.release(f"task:{task_id}", info.token)
+    def take_over_after_the_first_write(self: PublishExecutionPlan, result: object) -> None:
+        if rt.tasks.explain(task_id)["plan"]["revision"] == 1:
+            _taken_over(rt, task_id)
         real_renew(self, result)
 
-    monkeypatch.setattr(PublishExecutionPlan, "_renew", wipe_after_the_first_write)
+    monkeypatch.setattr(PublishExecutionPlan, "_renew", take_over_after_the_first_write)
     result = rt.executions.run(task_id, 1, worker="w1")
     assert (result.ran, result.outcome) == (True, None)
     assert "stopped without writing" in result.detail
     assert _mirrored_expiry(rt, task_id, 1).lease_expires_at <= utcnow()
     assert rt.sweeper.sweep().requeued == [(task_id, 1, 2)]
+
+
+def test_a_round_whose_lease_vanished_takes_it_back_and_goes_on(
+    env: Any, scripts: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As after a Redis restart that lost its data: the lease is gone. Before, the next renewal
+    # was refused and the round stopped, its generation lost. Now the round takes its lease
+    # back (the store says its generation is live) and ends as it would have.
+    from orchestrator import metrics
+
+    rt, _ = env
+    write_script(scripts, "simple", completing_turns())
+    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    real_renew = PublishExecutionPlan._renew
+    seen: list[str | None] = []
+
+    def wipe_after_the_first_write(self: PublishExecutionPlan, result: object) -> None:
+        info = rt.leases.get(f"task:{task_id}")
+        if info is not None and rt.tasks.explain(task_id)["plan"]["revision"] == 1:
+            rt.leases.release(f"task:{task_id}", info.token)
+        real_renew(self, result)
+        after = rt.leases.get(f"task:{task_id}")
+        seen.append(None if after is None else after.holder)
+
+    monkeypatch.setattr(PublishExecutionPlan, "_renew", wipe_after_the_first_write)
+    before = metrics.LEASES_TAKEN_BACK._value.get()
+    result = rt.executions.run(task_id, 1, worker="w1")
+    assert (result.ran, result.outcome) == (True, "completed")
+    assert seen[0] == "w1"  # taken back under its own name by the write's renewal
+    assert metrics.LEASES_TAKEN_BACK._value.get() == before + 1
+    execution = _mirrored_expiry(rt, task_id, 1)
+    assert (execution.outcome, execution.handed_back_at) == ("completed", None)
+    assert rt.tasks.get(task_id).generation == 1  # no generation lost
 
 
 def test_a_hand_back_the_store_refused_lands_once_it_answers(
@@ -188,13 +229,12 @@ def test_a_round_hands_back_only_once_its_background_commands_are_reaped(
         task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
         real_renew = PublishExecutionPlan._renew
 
-        def wipe_after_the_second_write(self: PublishExecutionPlan, result: object) -> None:
-            info = rt.leases.get(f"task:{task_id}")
-            if info is not None and rt.tasks.explain(task_id)["plan"]["revision"] == 2:
-                rt.leases.release(f"task:{task_id}", info.token)
+        def take_over_after_the_second_write(self: PublishExecutionPlan, result: object) -> None:
+            if rt.tasks.explain(task_id)["plan"]["revision"] == 2:
+                _taken_over(rt, task_id)
             real_renew(self, result)
 
-        monkeypatch.setattr(PublishExecutionPlan, "_renew", wipe_after_the_second_write)
+        monkeypatch.setattr(PublishExecutionPlan, "_renew", take_over_after_the_second_write)
         [command] = [t for t in rt.executions.receipt_tools if isinstance(t, ExecuteCommand)]
         seen: list[list[str]] = []
         real_give_back = rt.executions.handback.give_back

@@ -37,7 +37,9 @@ def keepers(rt: Runtime, count: int) -> list[LeaseKeeper]:
     for n in range(count):
         task_id = rt.tasks.trigger(Trigger(task_type="simple", title=f"t{n}")).task.task_id
         token = claim_as_worker(rt, task_id, 1, "load-test", TTL)
-        keeper = LeaseKeeper(rt.leases, rt.db, Fence(task_id, 1, token), ttl=TTL, renew_every=EVERY)
+        keeper = LeaseKeeper(
+            rt.leases, rt.db, Fence(task_id, 1, token), holder="w", ttl=TTL, renew_every=EVERY
+        )
         keeper.start()
         made.append(keeper)
     return made

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from orchestrator.leases.base import LeaseBackend
+from orchestrator.leases.base import LeaseBackend, Renewal
 from tests.integration.test_lease_contract import SHORT_TTL, TTL, backend
 
 __all__ = ["backend"]  # the contract's parametrized fixture: Redis, SQLite, Postgres
@@ -44,3 +44,43 @@ def test_get_many_answers_in_order(backend: LeaseBackend) -> None:
     assert infos[1] is not None
     assert (infos[1].token, infos[1].holder) == (token, "holder-a")
     assert backend.get_many([]) == []
+
+
+def test_keep_many_renews_takes_back_a_free_lease_and_refuses_a_taken_one(
+    backend: LeaseBackend,
+) -> None:
+    held = []
+    for n in range(4):
+        token = backend.acquire(f"keep:{n}", f"w{n}", TTL)
+        assert token is not None
+        held.append((f"keep:{n}", token, f"w{n}"))
+    # keep:1 released (as gone with Redis's data) and keep:2 taken by another holder since.
+    assert backend.release(*held[1][:2])
+    assert backend.release(*held[2][:2])
+    thief = backend.acquire("keep:2", "thief", TTL)
+    assert thief is not None
+    # keep:3 ran out while nobody took it (its holder stalled past the TTL).
+    short = backend.acquire("keep:short", "w-short", SHORT_TTL)
+    assert short is not None
+    time.sleep(SHORT_TTL + 0.2)
+    asked = [*held, ("keep:short", short, "w-short")]
+    assert backend.keep_many(asked, TTL * 4) == [
+        Renewal.RENEWED,
+        Renewal.TAKEN_BACK,
+        Renewal.REFUSED,
+        Renewal.RENEWED,
+        Renewal.TAKEN_BACK,
+    ]
+    for name, token, holder in [held[1], ("keep:short", short, "w-short")]:
+        info = backend.get(name)
+        assert info is not None
+        assert (info.token, info.holder) == (token, holder)  # its own token, held again
+        assert (info.expires_at - info.renewed_at).total_seconds() > TTL * 3
+    taken = backend.get("keep:2")
+    assert taken is not None
+    assert taken.token == thief  # a refusal changed nothing
+    # Taken back, it is held: another holder cannot take it, its token renews and releases it.
+    assert backend.acquire("keep:1", "other", TTL) is None
+    assert backend.keep_many([held[1]], TTL) == [Renewal.RENEWED]
+    assert backend.release(*held[1][:2])
+    assert backend.keep_many([], TTL) == []

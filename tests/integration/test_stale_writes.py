@@ -70,7 +70,7 @@ def session_of(rt: Runtime, task_id: str, generation: int) -> str:
 
 def fresh_keeper(rt: Runtime, fence: Fence) -> LeaseKeeper:
     """A keeper that believes its lease is fresh (never started, so it never renews)."""
-    return LeaseKeeper(rt.leases, rt.db, fence, ttl=60, renew_every=20)
+    return LeaseKeeper(rt.leases, rt.db, fence, holder="w1", ttl=60, renew_every=20)
 
 
 def plan_payload(request_id: str, nodes: list[dict[str, Any]]) -> dict[str, Any]:

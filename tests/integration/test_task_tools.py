@@ -65,7 +65,9 @@ class Live:
         return fenced_ctx(self.fence, self.session_id)
 
     def keeper(self) -> LeaseKeeper:
-        return LeaseKeeper(self.rt.leases, self.rt.db, self.fence, ttl=LEASE, renew_every=20)
+        return LeaseKeeper(
+            self.rt.leases, self.rt.db, self.fence, holder="w1", ttl=LEASE, renew_every=20
+        )
 
     def call(self, tool: Tool, arguments: dict[str, Any]) -> ToolResult:
         return tool.run(self.ctx(), tool.arguments.model_validate(arguments))

@@ -98,7 +98,9 @@ def leases() -> FakeLeases:
 def keeper_for(
     claimed: Claimed, leases: FakeLeases, *, ttl: float = 0.5, renew_every: float = 0.1
 ) -> LeaseKeeper:
-    return LeaseKeeper(leases, claimed.db, claimed.fence, ttl=ttl, renew_every=renew_every)
+    return LeaseKeeper(
+        leases, claimed.db, claimed.fence, holder="w1", ttl=ttl, renew_every=renew_every
+    )
 
 
 def mirrored_expiry(claimed: Claimed) -> datetime | None:

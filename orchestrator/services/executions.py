@@ -84,6 +84,9 @@ class RunResult:
     #: The round stopped itself and left its generation open: hand it back once its lease is
     #: released (services/handback.py), rather than leave it to the mirrored lease running out.
     give_back: bool = False
+    #: With `give_back`: its lease ran out while the lease back end answered (the worker
+    #: stalled). Handed back, but counted as a lost worker, not an outage (`recoveries`).
+    lapsed: bool = False
 
 
 class ExecutionService:
@@ -179,7 +182,7 @@ class ExecutionService:
             # Last, once nothing of the round runs on (its background commands reaped): the
             # next sweep may requeue the generation at once.
             if result is not None and result.give_back:
-                self.handback.give_back(fence)
+                self.handback.give_back(fence, outage=not result.lapsed)
 
     def _end_of_round(self, session_id: str) -> None:
         """Nothing of the round outlives it: its paged results and its background commands,
@@ -327,7 +330,9 @@ class ExecutionService:
             save_round_snapshot(self.db, transcript, f"stopped: {exc}")
             # A generation ended elsewhere (a cancel, a requeue) is left as it is by the hand-back;
             # one whose lease vanished (Redis lost its data) is requeued at the next sweep.
-            return RunResult(True, f"stopped without writing: {exc}", give_back=True)
+            return RunResult(
+                True, f"stopped without writing: {exc}", give_back=True, lapsed=keeper.lapsed
+            )
         except ModelError as exc:
             save_round_snapshot(self.db, transcript, f"model_error: {exc}")
             return self._finish(
@@ -374,7 +379,9 @@ class ExecutionService:
             keeper.check()
             decision, next_generation = finish_generation(self.db, fence, rule)
         except (LeaseLost, StaleGeneration) as exc:
-            return RunResult(True, f"stopped before its decision: {exc}", give_back=True)
+            return RunResult(
+                True, f"stopped before its decision: {exc}", give_back=True, lapsed=keeper.lapsed
+            )
         except _INFRASTRUCTURE as exc:
             # Should the decision have committed with its answer lost, the hand-back finds the
             # execution closed and leaves it.

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from orchestrator.api.app import create_app
 from orchestrator.cli.tasks import render_explain
@@ -224,3 +224,31 @@ def test_a_worker_that_stalled_past_its_lease_counts_as_lost_not_as_an_outage(
         assert lost.reason == LEASE_EXPIRED
     finally:
         rt.close()
+
+
+def test_a_statement_the_store_refuses_is_no_outage_and_parks_at_the_crash_budget(
+    env: Runtime,
+) -> None:
+    # The store answered and refused the round's statement (a constraint, a value, a column
+    # the schema lacks): the same round meets it again, so it is not an outage's doing and
+    # does not get ten tries of the outage budget, only the three of a lost worker.
+    rt = env
+    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+
+    def refused(*_args: Any, **_kwargs: Any) -> Any:
+        raise IntegrityError("INSERT INTO reports", {}, Exception("duplicate key value"))
+
+    for generation in range(1, 4):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(executions_module, "finish_generation", refused)
+            result = rt.executions.run(task_id, generation, worker="w1")
+        assert (result.ran, result.outcome) == (True, None)  # left to recovery, as before
+        with rt.db.transaction(readonly=True) as conn:
+            execution = task_store.get_execution(conn, task_id, generation)
+        assert execution is not None
+        assert execution.handed_back_at is None
+        assert execution.lease_expires_at <= utcnow()  # still given back at once
+        rt.sweeper.sweep()
+    task = _task(rt, task_id)
+    assert (task.status, task.failure_code) == ("failed", "recovery_limit")
+    assert (task.recoveries, task.handbacks) == (3, 0)

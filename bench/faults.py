@@ -507,11 +507,11 @@ def summary(c: Campaign, found: dict[str, Any], procs: dict[str, Any], **facts: 
             lines += [
                 "",
                 "`recovery_limit`: ORCH_MAX_RECOVERIES (default 3) generations of the task in a "
-                "row were lost by a worker that died or stalled (here: kills and stalls landing "
-                "on its consecutive generations), or ORCH_MAX_HANDBACKS (default 10) were handed "
-                "back by their workers after an outage; the sweeper parks it as failed, and its "
-                "write's receipt stays as the last generation left it (`unknown` when that one "
-                "was cut off mid-write).",
+                "row were lost by a worker that died or stalled, or ORCH_MAX_HANDBACKS (default "
+                "10) were handed back by their workers after an outage of the store or Redis "
+                "(here: faults landing on its consecutive generations; its `last_error` says "
+                "which); the sweeper parks it as failed, and its write's receipt stays as the "
+                "last generation left it (`unknown` when that one was cut off mid-write).",
             ]
         if any(t[4] == "round_limit" for t in unsettled):
             lines += [

@@ -13,7 +13,7 @@ from datetime import timedelta
 from functools import partial
 
 from redis.exceptions import RedisError
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from orchestrator.agent.brief import task_brief, task_topic
 from orchestrator.agent.budget import ContextBudget, ContextOverflow, TokenCounter
@@ -71,6 +71,10 @@ log = logging.getLogger(__name__)
 
 #: Errors of the store or the lease back end: the generation stops and recovery takes over.
 _INFRASTRUCTURE = (DBAPIError, RedisError, LeaseBackendUnavailable)
+#: Those of them that say the store or Redis was away (a lost connection, a timeout, a restart):
+#: an outage, counted in `handbacks`. A statement the store answered and refused (a constraint,
+#: a value, a column the schema lacks) meets the same round again: counted in `recoveries`.
+_OUTAGES = (OperationalError, InterfaceError, RedisError, LeaseBackendUnavailable)
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,10 @@ class RunResult:
     #: The round stopped itself and left its generation open: hand it back once its lease is
     #: released (services/handback.py), rather than leave it to the mirrored lease running out.
     give_back: bool = False
+    #: With `give_back`: the store or Redis failed under the round (counted in `handbacks`).
+    #: False when it was the round's own doing: its lease ran out while the lease back end
+    #: answered (the worker stalled), or the store refused a statement (`recoveries`).
+    outage: bool = True
 
 
 class ExecutionService:
@@ -184,7 +192,7 @@ class ExecutionService:
             # Last, once nothing of the round runs on (its background commands reaped): the
             # next sweep may requeue the generation at once.
             if result is not None and result.give_back:
-                self.handback.give_back(fence)
+                self.handback.give_back(fence, outage=result.outage)
 
     def _end_of_round(self, session_id: str) -> None:
         """Nothing of the round outlives it: its paged results and its background commands,
@@ -333,7 +341,12 @@ class ExecutionService:
             # A generation ended elsewhere (a cancel, a requeue) is left as it is by the hand-back;
             # one whose lease another holder took, or that went overdue, is requeued at the next
             # sweep. (A lease that merely vanished with Redis's data is taken back instead.)
-            return RunResult(True, f"stopped without writing: {exc}", give_back=True)
+            return RunResult(
+                True,
+                f"stopped without writing: {exc}",
+                give_back=True,
+                outage=not keeper.lapsed,
+            )
         except ModelError as exc:
             save_round_snapshot(self.db, transcript, f"model_error: {exc}")
             return self._finish(
@@ -349,7 +362,10 @@ class ExecutionService:
             log.warning("generation %s of %s stopped: %s", fence.generation, task.task_id, exc)
             save_round_snapshot(self.db, transcript, f"infrastructure error: {type(exc).__name__}")
             return RunResult(
-                True, f"stopped on an infrastructure error: {type(exc).__name__}", give_back=True
+                True,
+                f"stopped on an infrastructure error: {type(exc).__name__}",
+                give_back=True,
+                outage=isinstance(exc, _OUTAGES),
             )
         except Exception as exc:
             log.exception("round of task %s failed", task.task_id)
@@ -380,13 +396,21 @@ class ExecutionService:
             keeper.check()
             decision, next_generation = finish_generation(self.db, fence, rule)
         except (LeaseLost, StaleGeneration) as exc:
-            return RunResult(True, f"stopped before its decision: {exc}", give_back=True)
+            return RunResult(
+                True,
+                f"stopped before its decision: {exc}",
+                give_back=True,
+                outage=not keeper.lapsed,
+            )
         except _INFRASTRUCTURE as exc:
             # Should the decision have committed with its answer lost, the hand-back finds the
             # execution closed and leaves it.
             log.warning("generation %s of %s stopped: %s", fence.generation, task.task_id, exc)
             return RunResult(
-                True, f"stopped before its decision: {type(exc).__name__}", give_back=True
+                True,
+                f"stopped before its decision: {type(exc).__name__}",
+                give_back=True,
+                outage=isinstance(exc, _OUTAGES),
             )
         if next_generation is not None:
             safe_dispatch(self.dispatcher, task.task_id, next_generation)

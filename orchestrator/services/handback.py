@@ -10,7 +10,10 @@ expired lease, with the same compare-and-sets. It also records that the generati
 back (`handed_back_at`), so the sweep counts the loss as an outage (`tasks.handbacks`, parked at
 ORCH_MAX_HANDBACKS) and not as a worker that died (`tasks.recoveries`, ORCH_MAX_RECOVERIES):
 three store outages in a row under a task do not park it as if it crashed its worker. A
-generation that ended meanwhile (a cancel, a requeue, another sweeper) is left as it is.
+round whose lease ran out while Redis answered (its process stalled past the lease:
+`LeaseKeeper.lapsed`) is handed back without that mark: a worker lost, counted as the sweep
+would have counted it had it come first. A generation that ended meanwhile (a cancel, a
+requeue, another sweeper) is left as it is.
 
 The store may still be away when the round stops: the update is tried again on one thread per
 process, every `RETRY_SECONDS`, until it lands or the mirror would have run out by itself. A
@@ -41,6 +44,7 @@ RETRY_SECONDS = 1.0
 @dataclass(frozen=True)
 class _Pending:
     fence: Fence
+    outage: bool
     until: float  # time.monotonic(): past it the mirror has run out by itself
 
 
@@ -54,14 +58,15 @@ class HandBack:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    def give_back(self, fence: Fence) -> bool:
-        """End `fence`'s mirrored lease now; True when that landed (or nothing was left to end),
-        False when the store was away and a retry is due."""
-        if self._try(fence):
+    def give_back(self, fence: Fence, *, outage: bool = True) -> bool:
+        """End `fence`'s mirrored lease now, marked handed back after an outage unless `outage`
+        is False; True when that landed (or nothing was left to end), False when the store was
+        away and a retry is due."""
+        if self._try(fence, outage):
             return True
         with self._lock:
             until = time.monotonic() + self.lease_seconds
-            self._pending[(fence.task_id, fence.generation)] = _Pending(fence, until)
+            self._pending[(fence.task_id, fence.generation)] = _Pending(fence, outage, until)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._retry, name="handback", daemon=True)
                 self._thread.start()
@@ -71,10 +76,12 @@ class HandBack:
         with self._lock:
             return len(self._pending)
 
-    def _try(self, fence: Fence) -> bool:
+    def _try(self, fence: Fence, outage: bool) -> bool:
         try:
             with self.db.transaction() as conn:
-                task_store.hand_back(conn, fence.task_id, fence.generation, fence.lease_token)
+                task_store.hand_back(
+                    conn, fence.task_id, fence.generation, fence.lease_token, outage=outage
+                )
         except (OperationalError, InterfaceError) as exc:  # the store away: try again
             log.info(
                 "generation %s of %s: handing it back waits for the store (%s)",
@@ -93,7 +100,7 @@ class HandBack:
             with self._lock:
                 due = list(self._pending.items())
             for key, item in due:
-                landed = self._try(item.fence)
+                landed = self._try(item.fence, item.outage)
                 with self._lock:
                     if landed or time.monotonic() >= item.until:
                         self._pending.pop(key, None)

@@ -17,6 +17,11 @@ holds is refused, and stops the generation.
 `lost` is set as soon as a generation can no longer be sure it holds its lease: a renewal was
 refused, the store says the generation is over, or the last good renewal is older than the lease
 minus a safety margin. The agent loop and the fenced tools stop on it.
+
+`lapsed` tells why, for the count of losses (services/handback.py): the lease ran out while the
+lease back end answered, so this process stalled (or its heartbeat did), which is a worker lost
+as one that died is, not an outage of Redis or the store. A renewal refused while the lease was
+still valid (Redis lost its data) or a back end that could not be reached is an outage.
 """
 
 from __future__ import annotations
@@ -84,6 +89,9 @@ class LeaseKeeper:
         self.margin = min(5.0, ttl * 0.1)
         #: Set, with why, once the generation can no longer be sure it holds its lease.
         self.lost = StopSignal()
+        #: With `lost`: the lease ran out while the back end answered (this process stalled).
+        self.lapsed = False
+        self._unreachable = False  # the last renewal attempt could not reach the back end
         self._lock = threading.Lock()
         now = time.monotonic()
         self._valid_until = now + ttl
@@ -119,12 +127,14 @@ class LeaseKeeper:
             except LeaseBackendUnavailable:
                 log.warning("lease back end unavailable while renewing %s", self.name)
                 metrics.LEASE_RENEWAL_FAILURES.inc()
+                self._unreachable = True
                 self._check_overdue()
                 return False
             if answer is Renewal.REFUSED:
                 metrics.LEASE_RENEWAL_FAILURES.inc()
-                self._lose("the lease renewal was refused")
+                self._refused(sent_at)
                 return False
+            self._unreachable = False
             metrics.LEASE_RENEWALS.inc()
             self._renewed(sent_at)
             if answer is Renewal.TAKEN_BACK:
@@ -191,10 +201,23 @@ class LeaseKeeper:
 
     def _check_overdue(self) -> None:
         if time.monotonic() > self._valid_until - self.margin:
-            self._lose("the last good renewal is older than the lease minus its safety margin")
+            # Overdue while the back end answered: nothing renewed, this process stalled.
+            self._lose(
+                "the last good renewal is older than the lease minus its safety margin",
+                lapsed=not self._unreachable,
+            )
 
-    def _lose(self, why: str) -> None:
+    def _refused(self, sent_at: float) -> None:
+        if sent_at > self._valid_until and not self._unreachable:
+            self._lose(
+                "the lease ran out before it was renewed (this process stalled)", lapsed=True
+            )
+        else:
+            self._lose("the lease renewal was refused")
+
+    def _lose(self, why: str, *, lapsed: bool = False) -> None:
         if not self.lost.is_set():
+            self.lapsed = lapsed
             log.warning(
                 "generation %s of task %s stops: %s", self.fence.generation, self.fence.task_id, why
             )
@@ -295,13 +318,15 @@ class Heartbeat:
             else:
                 log.warning("lease back end unavailable while renewing %d lease(s)", len(group))
             for keeper in group:
+                keeper._unreachable = True
                 keeper._check_overdue()
             return
         renewed = []
         for keeper, answer in zip(group, answers, strict=True):
             if answer is Renewal.REFUSED:
-                keeper._lose("the lease renewal was refused")
+                keeper._refused(sent_at)
                 continue
+            keeper._unreachable = False
             if answer is Renewal.TAKEN_BACK:
                 keeper._taken_back()
             keeper._renewed(sent_at)

@@ -401,11 +401,14 @@ def mirror_lease(
     )
 
 
-def hand_back(conn: Connection, task_id: str, generation: int, lease_token: str) -> bool:
-    """A worker gives back the generation its round stopped on an outage: the mirrored lease
-    ends now (the next sweep requeues it) and `handed_back_at` says why it was lost, fenced
+def hand_back(
+    conn: Connection, task_id: str, generation: int, lease_token: str, *, outage: bool = True
+) -> bool:
+    """A worker gives back the generation its round stopped: the mirrored lease ends now (the
+    next sweep requeues it) and, when an outage stopped it, `handed_back_at` says so; fenced
     as a renewal is; False when the generation is over or another token holds it."""
     now = utcnow()
+    marked = {"handed_back_at": now} if outage else {}
     return (
         conn.execute(
             update(executions)
@@ -415,7 +418,7 @@ def hand_back(conn: Connection, task_id: str, generation: int, lease_token: str)
                 executions.c.lease_token == lease_token,
                 executions.c.outcome.is_(None),
             )
-            .values(lease_expires_at=now, handed_back_at=now)
+            .values(lease_expires_at=now, **marked)
         ).rowcount
         == 1
     )

@@ -109,7 +109,11 @@ def test_a_round_whose_lease_another_holder_took_is_requeued_at_the_next_sweep(
     assert (result.ran, result.outcome) == (True, None)
     assert "stopped without writing" in result.detail
     assert _mirrored_expiry(rt, task_id, 1).lease_expires_at <= utcnow()
+    # Refused while still valid: gone with Redis's data and taken by another before this round
+    # took it back, an outage (not a worker that stalled).
+    assert _mirrored_expiry(rt, task_id, 1).handed_back_at is not None
     assert rt.sweeper.sweep().requeued == [(task_id, 1, 2)]
+    assert (rt.tasks.get(task_id).recoveries, rt.tasks.get(task_id).handbacks) == (0, 1)
 
 
 def test_a_round_whose_lease_vanished_takes_it_back_and_goes_on(
@@ -239,11 +243,11 @@ def test_a_round_hands_back_only_once_its_background_commands_are_reaped(
         seen: list[list[str]] = []
         real_give_back = rt.executions.handback.give_back
 
-        def give_back(fence: Fence) -> bool:
+        def give_back(fence: Fence, **kwargs: Any) -> bool:
             session_id = rt.tasks.get(task_id).session_id
             assert session_id is not None
             seen.append(command.background(session_id)[1])  # still running when handed back
-            return real_give_back(fence)
+            return real_give_back(fence, **kwargs)
 
         monkeypatch.setattr(rt.executions.handback, "give_back", give_back)
         result = rt.executions.run(task_id, 1, worker="w1")

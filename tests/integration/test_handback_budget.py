@@ -6,6 +6,7 @@ Both stores."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -13,12 +14,13 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from orchestrator.api.app import create_app
 from orchestrator.cli.tasks import render_explain
 from orchestrator.runtime import Runtime
 from orchestrator.services import executions as executions_module
+from orchestrator.services.lease_keeper import LeaseKeeper
 from orchestrator.services.sweeper import LEASE_EXPIRED
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import outbox as outbox_store
@@ -182,3 +184,71 @@ def test_a_hand_back_with_another_token_marks_nothing(env: Runtime) -> None:
         execution = task_store.get_execution(conn, task_id, 1)
     assert execution is not None
     assert execution.handed_back_at is not None
+
+
+def test_a_worker_that_stalled_past_its_lease_counts_as_lost_not_as_an_outage(
+    store_url: str, scripts: Path
+) -> None:
+    # The whole process stalls past its lease (a pause, a frozen VM) just before its decision:
+    # its heartbeat does not renew either. On waking, the round sees its lease ran out while
+    # the lease back end answered and hands the generation back; that is a worker lost, as the
+    # sweep would have counted it had it come first, not an outage.
+    rt, _ = runtime_for(
+        store_url, scripts, lease_seconds=1.0, lease_renew_seconds=0.5, max_handbacks=5
+    )
+    try:
+        write_script(scripts, "simple", completing_turns())
+        task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(LeaseKeeper, "start", lambda self: None)  # the heartbeat stalls too
+
+            def stalled(self: Any, session_id: str) -> int:
+                time.sleep(1.1)
+                return 0
+
+            patch.setattr(executions_module.ExecutionService, "_background_still_running", stalled)
+            result = rt.executions.run(task_id, 1, worker="w1")
+        assert (result.ran, result.outcome) == (True, None)
+        assert "stopped before its decision" in result.detail
+        with rt.db.transaction(readonly=True) as conn:
+            execution = task_store.get_execution(conn, task_id, 1)
+        assert execution is not None
+        assert execution.handed_back_at is None
+        assert execution.lease_expires_at <= utcnow()  # still given back at once
+        assert rt.sweeper.sweep().requeued == [(task_id, 1, 2)]
+        task = _task(rt, task_id)
+        assert (task.status, task.recoveries, task.handbacks) == ("queued", 1, 0)
+        with rt.db.transaction(readonly=True) as conn:
+            lost = task_store.get_execution(conn, task_id, 1)
+        assert lost is not None
+        assert lost.reason == LEASE_EXPIRED
+    finally:
+        rt.close()
+
+
+def test_a_statement_the_store_refuses_is_no_outage_and_parks_at_the_crash_budget(
+    env: Runtime,
+) -> None:
+    # The store answered and refused the round's statement (a constraint, a value, a column
+    # the schema lacks): the same round meets it again, so it is not an outage's doing and
+    # does not get ten tries of the outage budget, only the three of a lost worker.
+    rt = env
+    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+
+    def refused(*_args: Any, **_kwargs: Any) -> Any:
+        raise IntegrityError("INSERT INTO reports", {}, Exception("duplicate key value"))
+
+    for generation in range(1, 4):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(executions_module, "finish_generation", refused)
+            result = rt.executions.run(task_id, generation, worker="w1")
+        assert (result.ran, result.outcome) == (True, None)  # left to recovery, as before
+        with rt.db.transaction(readonly=True) as conn:
+            execution = task_store.get_execution(conn, task_id, generation)
+        assert execution is not None
+        assert execution.handed_back_at is None
+        assert execution.lease_expires_at <= utcnow()  # still given back at once
+        rt.sweeper.sweep()
+    task = _task(rt, task_id)
+    assert (task.status, task.failure_code) == ("failed", "recovery_limit")
+    assert (task.recoveries, task.handbacks) == (3, 0)

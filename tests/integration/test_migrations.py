@@ -10,6 +10,8 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, inspect, text
 
 from orchestrator.store import make_engine, metadata
+from orchestrator.store import tasks as task_store
+from orchestrator.store.lost import Limits, requeue_lost
 from orchestrator.store.migrations import current_revision, downgrade, head_revision, upgrade
 
 
@@ -213,5 +215,53 @@ def test_0012_outbox_ids_are_64_bit_on_postgres_and_keep_their_rows(empty_url: s
     assert _outbox_id_types(empty_url) == (
         ("INTEGER", "INTEGER") if postgres else ("INTEGER", None)
     )
+    upgrade(empty_url)
+    assert _differences(empty_url) == []
+
+
+def test_0013_rows_of_before_count_no_hand_backs_and_a_loss_is_a_recovery(empty_url: str) -> None:
+    upgrade(empty_url, "0012")
+    engine = make_engine(empty_url)
+    now = "2026-01-01 00:00:00+00:00"
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO tasks (task_id, task_type, title, context, trigger_id, origin,"
+                    " status, generation, recoveries, created_at, updated_at) VALUES ('t1', 'x',"
+                    " 't', '{}', 'trig', 'live', 'running', 1, 2, :now, :now)"
+                ),
+                {"now": now},
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO executions (task_id, generation, session_id, lease_token,"
+                    " lease_expires_at, created_at, started_at) VALUES ('t1', 1, 's1', 'tok',"
+                    " :now, :now, :now)"
+                ),
+                {"now": now},
+            )
+    finally:
+        engine.dispose()
+
+    upgrade(empty_url)
+    assert _differences(empty_url) == []
+    engine = make_engine(empty_url)
+    try:
+        with engine.begin() as conn:
+            task = task_store.get_task(conn, "t1")
+            execution = task_store.get_execution(conn, "t1", 1)
+            assert task is not None
+            assert execution is not None
+            assert (task.recoveries, task.handbacks, execution.handed_back_at) == (2, 0, None)
+            # The generation a worker of before left running is a lost worker: the third parks.
+            batch = requeue_lost(conn, [("t1", 1)], reason="expired", limits=Limits(3, 10))
+            assert batch.parked == [("t1", 1)]
+            parked = task_store.get_task(conn, "t1")
+            assert parked is not None
+            assert (parked.status, parked.recoveries, parked.handbacks) == ("failed", 3, 0)
+    finally:
+        engine.dispose()
+    downgrade(empty_url, "0012")
     upgrade(empty_url)
     assert _differences(empty_url) == []

@@ -120,6 +120,7 @@ def test_a_refused_renewal_sets_lost(claimed: Claimed, leases: FakeLeases) -> No
     leases.answer = False
     assert keeper.renew_now() is False
     assert keeper.lost.is_set()
+    assert not keeper.lapsed  # refused while still valid: it vanished (Redis lost its data)
     assert leases.renewals[0][1:] == (lease_name(claimed.fence.task_id), TOKEN, 30)
     with pytest.raises(LeaseLost):
         keeper.check()
@@ -145,7 +146,21 @@ def test_check_raises_once_the_last_renewal_is_older_than_ttl_minus_margin(
     with pytest.raises(LeaseLost):
         keeper.check()
     assert keeper.lost.is_set()
+    assert keeper.lapsed  # overdue while the back end answered: this process stalled
     assert leases.renew_count() == 0  # nobody renewed; check() itself does not renew
+
+
+def test_a_renewal_refused_after_the_lease_ran_out_is_a_lapse(
+    claimed: Claimed, leases: FakeLeases
+) -> None:
+    # The process stalled past its lease; on waking its heartbeat's renewal is refused.
+    keeper = keeper_for(claimed, leases, ttl=0.2, renew_every=10)
+    time.sleep(0.25)
+    leases.answer = False
+    assert keeper.renew_now() is False
+    assert keeper.lost.is_set()
+    assert keeper.lapsed
+    assert "stalled" in (keeper.lost.why or "")
 
 
 def test_a_long_safety_margin_is_capped(claimed: Claimed, leases: FakeLeases) -> None:
@@ -316,6 +331,7 @@ def test_an_unavailable_back_end_is_not_lost_until_overdue(
         keeper.close()
     with pytest.raises(LeaseLost):
         keeper.check()
+    assert not keeper.lapsed  # the back end was away: an outage, not a stalled worker
 
 
 def test_a_back_end_back_in_time_keeps_the_lease(claimed: Claimed, leases: FakeLeases) -> None:

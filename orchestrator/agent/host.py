@@ -453,7 +453,9 @@ class ToolHost:
             return result
         text = _as_text(result.payload)
         if len(text) <= self.preview_chars:
-            return result
+            if isinstance(result.payload, str):
+                return result  # its text is the string, not the string's JSON
+            return replace(result, payload_text=(result.payload, text))
         preview: dict[str, Any] = {
             "truncated": True,
             "preview": text[: self.preview_chars],

@@ -109,6 +109,10 @@ class ToolResult:
     #: The payload before the host cut it to a preview for the model (host-side, never shown):
     #: the agent keeps a published plan whole in its own message.
     unpaged: Any = None
+    #: `payload` and its JSON text as the host wrote it to measure it (host-side, never shown):
+    #: the message is made from that text while `payload` is still that object, not by
+    #: writing the payload again (a query's answer is ~15 KB).
+    payload_text: tuple[Any, str] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def ok(cls, payload: Any = None, message: str | None = None) -> ToolResult:
@@ -141,7 +145,15 @@ class ToolResult:
     def message_text(self) -> str:
         """`to_message()` as the JSON text the model is sent, serialised once per result: the
         loop's tool message and the transcript keep exactly this text."""
-        return json.dumps(self.to_message(), default=str, ensure_ascii=False)
+        body = self.to_message()
+        written = self.payload_text
+        if written is None or "result" not in body or written[0] is not self.payload:
+            return json.dumps(body, default=str, ensure_ascii=False)
+        # The same text: the payload is written with the same settings wherever it sits, and
+        # it is the last key ("status" always comes first, so the head is never empty).
+        del body["result"]
+        head = json.dumps(body, default=str, ensure_ascii=False)
+        return head[:-1] + ', "result": ' + written[1] + "}"
 
 
 class ToolArguments(BaseModel):

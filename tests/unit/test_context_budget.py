@@ -123,30 +123,3 @@ def test_a_request_within_its_bound_is_not_tokenized(monkeypatch: pytest.MonkeyP
     messages = convo.prepare([])
     assert encoded == []  # fitted by its bound alone
     assert convo.last_raw == counter.raw(messages, [])  # exact when calibration asks
-
-
-def test_a_message_of_the_same_strings_is_written_as_json_once(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Every request re-sends the system prompt, the brief and the plan, each a new dict of
-    the same strings: their JSON text is written once, and the bound stays what it was."""
-    from orchestrator.agent import budget
-
-    counter = TokenCounter()
-    brief = "Condition task 水质 " + "x" * 500
-    dumped: list[object] = []
-    original = budget._dump
-    monkeypatch.setattr(budget, "_dump", lambda value: dumped.append(value) or original(value))
-    first = counter.message_bound({"role": "user", "content": brief})
-    again = counter.message_bound({"content": brief, "role": "user"})
-    assert first == again == 4 + len(original({"role": "user", "content": brief}).encode())
-    assert len(dumped) == 1
-    # Another string, or a value that is not a string, is written as it is.
-    assert counter.message_bound({"role": "user", "content": brief + "!"}) == first + 1
-    nested = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]}
-    counter.message_bound(nested)
-    counter.message_bound(nested)
-    assert len(dumped) == 4
-    # Once counted exactly, the bound is the count, remembered text or not.
-    exact = counter.message({"role": "user", "content": brief})
-    assert counter.message_bound({"role": "user", "content": brief}) == exact < first

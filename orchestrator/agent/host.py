@@ -451,12 +451,12 @@ class ToolHost:
     def _page(self, ctx: ToolContext, unit: _Prepared, result: ToolResult) -> ToolResult:
         if result.payload is None or not unit.tool.pageable:
             return result
-        written = result.written_payload()
+        # A string is measured and paged as itself, not as its JSON text.
+        plain = isinstance(result.payload, str)
+        written = None if plain else result.written_payload()
         text = _as_text(result.payload) if written is None else written
         if len(text) <= self.preview_chars:
-            if written is not None or isinstance(result.payload, str):
-                return result  # a string's text here is itself, not its JSON
-            return result.with_payload_text(text)
+            return result if plain or written is not None else result.with_payload_text(text)
         preview: dict[str, Any] = {
             "truncated": True,
             "preview": text[: self.preview_chars],

@@ -130,3 +130,13 @@ def test_a_data_source_answer_is_written_once_from_the_tool_to_the_model() -> No
     shown = _shown(answer)
     assert json.loads(shown.message_text)["result"]["rows"] == [{"at": "written"}] * 3
     assert written.times == 3  # neither the host nor the message wrote them again
+
+
+def test_a_string_payload_is_paged_as_itself_whatever_text_it_carries() -> None:
+    text = 'say "hi" ' * 1000
+    result = ToolResult.ok(text).with_payload_text(json.dumps(text))
+    assert result.message_text == _expected(result)
+    shown = _shown(result)
+    assert shown.payload["truncated"] is True
+    assert shown.payload["total_chars"] == len(text)  # not the length of its JSON text
+    assert shown.payload["preview"] == text[: len(shown.payload["preview"])]

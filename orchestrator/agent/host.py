@@ -451,9 +451,12 @@ class ToolHost:
     def _page(self, ctx: ToolContext, unit: _Prepared, result: ToolResult) -> ToolResult:
         if result.payload is None or not unit.tool.pageable:
             return result
-        text = _as_text(result.payload)
+        # A string is measured and paged as itself, not as its JSON text.
+        plain = isinstance(result.payload, str)
+        written = None if plain else result.written_payload()
+        text = _as_text(result.payload) if written is None else written
         if len(text) <= self.preview_chars:
-            return result
+            return result if plain or written is not None else result.with_payload_text(text)
         preview: dict[str, Any] = {
             "truncated": True,
             "preview": text[: self.preview_chars],

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["REPLACEMENT", "clean", "clean_json", "clean_text"]
+__all__ = ["REPLACEMENT", "clean", "clean_json", "clean_text", "storable_json"]
 
 REPLACEMENT = "\ufffd"
 
@@ -49,10 +49,17 @@ def clean_json(value: Any) -> tuple[Any, str | None]:
         text = json.dumps(value, ensure_ascii=False, check_circular=False)
     except (TypeError, ValueError, RecursionError):
         return _clean(value), None  # not plain JSON: walk it
-    if "\\u0000" not in text and (text.isascii() or _encodes(text)):
+    if storable_json(text):
         return value, text
     cleaned = _clean(value)
     return cleaned, json.dumps(cleaned, ensure_ascii=False)
+
+
+def storable_json(text: str) -> bool:
+    """Can JSON text written by `json.dumps(..., ensure_ascii=False)` be stored as it is: no
+    NUL in it (written `\\u0000`; the text of a backslash before `u0000` answers no too) and no
+    lone surrogate (kept as it is by the writer, refused by the UTF-8 encoder)?"""
+    return "\\u0000" not in text and (text.isascii() or _encodes(text))
 
 
 def _encodes(text: str) -> bool:

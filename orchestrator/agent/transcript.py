@@ -35,7 +35,7 @@ from typing import Any
 from orchestrator.agent.compaction import Compaction
 from orchestrator.agent.loop import LeaseLost
 from orchestrator.agent.model import ModelTurn
-from orchestrator.agent.text import clean, clean_json
+from orchestrator.agent.text import clean, clean_json, storable_json
 from orchestrator.domain.recovery import CallRecord, Snapshot
 from orchestrator.errors import StaleGeneration
 from orchestrator.store import transcripts as transcript_store
@@ -200,11 +200,13 @@ class TranscriptWriter:
             record = self.calls.get(call.id)
             if record is not None:
                 self.calls[call.id] = record.answered(result.status, result.invocation_id)
+            body, body_json = self._kept(call, result)
             entries.append(
                 transcript_store.Entry(
                     turn=turn_number,
                     kind="tool_result",
-                    body=self.envelope(call, result),
+                    body=body,
+                    body_json=body_json,
                     call_id=call.id,
                     tool_name=call.name,
                     status=result.status,
@@ -260,10 +262,9 @@ class TranscriptWriter:
         shown: dict[str, Any] = json.loads(result.message_text)
         if "result" not in shown:
             return shown
-        tool = self.tools.get(call.name)
         if self._sensitive.get(call.id, False):
             shown["result"] = "(a sensitive result is not kept in the transcript)"
-        elif isinstance(tool, ReadToolResult):
+        elif self._is_page(call):
             # A page of a large result: which one, not its text. Other tools that are not
             # paged (a data-source query, a sub-agent's answer) keep what the model was shown.
             shown["result"] = {
@@ -271,6 +272,21 @@ class TranscriptWriter:
                 "arguments": call.arguments,
             }
         return shown
+
+    def _kept(self, call: ToolCall, result: ToolResult) -> tuple[dict[str, Any], str | None]:
+        """A result's entry body and, when the envelope is kept as shown, the JSON text the
+        model was shown: the store writes that text as it is, neither parsed nor written again
+        (a query's answer is ~15 KB), and reads back what the model read. `body` is then the
+        value the text was written from (a tuple there is a list in the text)."""
+        redacted = result.payload is not None and (
+            self._sensitive.get(call.id, False) or self._is_page(call)
+        )
+        if not redacted and storable_json(result.message_text):
+            return result.to_message(), result.message_text
+        return self.envelope(call, result), None
+
+    def _is_page(self, call: ToolCall) -> bool:
+        return isinstance(self.tools.get(call.name), ReadToolResult)
 
     def snapshot(self, reason: str, last_plan: dict[str, Any] | None) -> Snapshot:
         """What this round did and what is unknown, from memory (see `domain.recovery`)."""
@@ -339,8 +355,11 @@ class TranscriptWriter:
 
 def _cleaned(entry: transcript_store.Entry) -> transcript_store.Entry:
     """`entry` as the store can hold it, with its body's JSON text (written once, while
-    checking it needs no cleaning) for the store to send."""
-    body, body_json = clean_json(entry.body)
+    checking it needs no cleaning) for the store to send; a text the entry has already was
+    checked when it was given."""
+    body, body_json = entry.body, entry.body_json
+    if body_json is None:
+        body, body_json = clean_json(body)
     return replace(
         entry,
         body=body,

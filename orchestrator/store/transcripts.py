@@ -14,7 +14,20 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, Engine, TextClause, and_, delete, func, insert, or_, select, text
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Text,
+    TextClause,
+    and_,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+    type_coerce,
+)
 
 from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
 from orchestrator.store import driver
@@ -55,7 +68,8 @@ class Entry:
     completion_tokens: int | None = None
     seq: int = 0
     generation: int | None = None
-    #: The body as JSON text, when the writer has it already (it is not read back).
+    #: The body as JSON text, when the writer has it already (it is not read back): what
+    #: both stores write, `body` being then only the value it was written from.
     body_json: str | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -116,11 +130,12 @@ def insert_entries(
     """Write `entries` numbered from `first_seq` (the caller fenced the transaction)."""
     # One multi-row INSERT statement: an executemany is a pipeline of statements on psycopg,
     # several times slower for the two or three rows of a turn.
-    conn.execute(
-        insert(transcript_entries).values(
-            _rows(session_id, task_id, generation, first_seq, entries)
-        )
-    )
+    rows = _rows(session_id, task_id, generation, first_seq, entries)
+    for entry, row in zip(entries, rows, strict=True):
+        if entry.body_json is not None:
+            # The text as it is (a JSON column is text on SQLite), not `body` written again.
+            row["body"] = type_coerce(entry.body_json, Text)
+    conn.execute(insert(transcript_entries).values(rows))
 
 
 def _rows(

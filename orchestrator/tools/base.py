@@ -11,7 +11,7 @@ import functools
 import json
 import threading
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -109,6 +109,11 @@ class ToolResult:
     #: The payload before the host cut it to a preview for the model (host-side, never shown):
     #: the agent keeps a published plan whole in its own message.
     unpaged: Any = None
+    #: `payload` and its JSON text (`json.dumps(payload, ensure_ascii=False, default=str)`),
+    #: when the tool or the host wrote it already to measure it (never shown): the message is
+    #: made from that text while `payload` is still that object, not by writing the payload
+    #: again (a query's answer is ~15 KB). See `with_payload_text`.
+    payload_text: tuple[Any, str] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def ok(cls, payload: Any = None, message: str | None = None) -> ToolResult:
@@ -117,6 +122,16 @@ class ToolResult:
     @classmethod
     def failed(cls, message: str, *, code: str = "failed", payload: Any = None) -> ToolResult:
         return cls(status="failed", payload=payload, message=message, code=code)
+
+    def with_payload_text(self, text: str) -> ToolResult:
+        """This result, knowing `text` is its payload's JSON text (a payload that is not a
+        string: a string payload's text is its JSON string, not itself)."""
+        return replace(self, payload_text=(self.payload, text))
+
+    def written_payload(self) -> str | None:
+        """The payload's JSON text if it was written already (`payload_text`), else None."""
+        written = self.payload_text
+        return written[1] if written is not None and written[0] is self.payload else None
 
     def to_message(self) -> dict[str, Any]:
         """The JSON the model sees."""
@@ -141,7 +156,15 @@ class ToolResult:
     def message_text(self) -> str:
         """`to_message()` as the JSON text the model is sent, serialised once per result: the
         loop's tool message and the transcript keep exactly this text."""
-        return json.dumps(self.to_message(), default=str, ensure_ascii=False)
+        body = self.to_message()
+        written = self.written_payload()
+        if written is None or "result" not in body:
+            return json.dumps(body, default=str, ensure_ascii=False)
+        # The same text: the payload is written with the same settings wherever it sits, and
+        # it is the last key ("status" always comes first, so the head is never empty).
+        del body["result"]
+        head = json.dumps(body, default=str, ensure_ascii=False)
+        return head[:-1] + ', "result": ' + written + "}"
 
 
 class ToolArguments(BaseModel):

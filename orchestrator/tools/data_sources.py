@@ -338,19 +338,21 @@ def _envelope(
     if len(rows) > limit:
         why.append(f"row limit {limit} reached ({len(rows)} rows in range)")
     # Characters: drop whole rows from the end until the rows fit.
-    while kept and len(json.dumps(kept, ensure_ascii=False, default=str)) > limits.max_chars:
+    rows_text = _json(kept)
+    while kept and len(rows_text) > limits.max_chars:
         kept = kept[: max(0, len(kept) - max(1, len(kept) // 10))]
+        rows_text = _json(kept)
         if not why or "character" not in why[-1]:
             why.append(f"character limit {limits.max_chars} reached")
-    payload = {
-        "source": name,
-        "origin": origin,
-        "start": start.isoformat(),
-        "end": end.isoformat(),
-        "rows": kept,
-        "row_count": len(kept),
-        "truncated": bool(why),
-    }
+    head = {"source": name, "origin": origin, "start": start.isoformat(), "end": end.isoformat()}
+    tail: dict[str, Any] = {"row_count": len(kept), "truncated": bool(why)}
     if why:
-        payload["truncation"] = "; ".join(why) + ": the rows cover only part of the range"
-    return ToolResult.ok(payload)
+        tail["truncation"] = "; ".join(why) + ": the rows cover only part of the range"
+    payload = {**head, "rows": kept, **tail}
+    # The payload's text from the rows' text just measured, not the rows written again.
+    text = _json(head)[:-1] + ', "rows": ' + rows_text + ", " + _json(tail)[1:]
+    return ToolResult.ok(payload).with_payload_text(text)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)

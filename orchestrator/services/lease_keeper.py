@@ -12,7 +12,10 @@ and its expiry mirrored in the store at once: the store's fenced update says whe
 generation is still live, and if it is not the generation stops as for a refusal. The lease is
 the generation's liveness; the store's fence is its authority (invariant 9), so a round in
 flight goes on through a Redis restart instead of losing its generation. A lease another token
-holds is refused, and stops the generation.
+holds is refused, and stops the generation. A lease taken back for a generation the store then
+says is over (a worker that stalled while its generation was requeued) is released at once:
+before take-back nobody held it, and the next generation's wake-up must find it free, not wait
+for the stalled round to end or for the lease to run out.
 
 `lost` is set as soon as a generation can no longer be sure it holds its lease: a renewal was
 refused, the store says the generation is over, or the last good renewal is older than the lease
@@ -92,6 +95,7 @@ class LeaseKeeper:
         #: With `lost`: the lease ran out while the back end answered (this process stalled).
         self.lapsed = False
         self._unreachable = False  # the last renewal attempt could not reach the back end
+        self._took_back = False  # this keeper re-created its lease at least once
         self._lock = threading.Lock()
         now = time.monotonic()
         self._valid_until = now + ttl
@@ -152,7 +156,7 @@ class LeaseKeeper:
                 )
                 over = None if still_live else _why_over(conn, self.fence)
             if over is not None:
-                self._lose(over)
+                self._over(over)
                 return False
             return True
 
@@ -191,6 +195,7 @@ class LeaseKeeper:
     def _taken_back(self) -> None:
         from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
 
+        self._took_back = True
         metrics.LEASES_TAKEN_BACK.inc()
         log.warning(
             "generation %s of task %s found its lease gone (Redis lost its data, or it ran out "
@@ -214,6 +219,16 @@ class LeaseKeeper:
             )
         else:
             self._lose("the lease renewal was refused")
+
+    def _over(self, why: str) -> None:
+        """The store says the generation is over: stop, and give back a lease it re-created."""
+        self._lose(why)
+        if not self._took_back:
+            return  # held as claimed: released when the round closes, as before
+        try:
+            self.leases.release(self.name, self.fence.lease_token)
+        except LeaseBackendUnavailable:
+            log.warning("could not release %s, taken back for an ended generation", self.name)
 
     def _lose(self, why: str, *, lapsed: bool = False) -> None:
         if not self.lost.is_set():
@@ -356,7 +371,7 @@ class Heartbeat:
             return
         for keeper in renewed:
             if keeper in over:
-                keeper._lose(over[keeper])
+                keeper._over(over[keeper])
             else:
                 keeper._mirrored_at = sent_at
 

@@ -114,7 +114,7 @@ class Sweeper:
                     )
                 continue
             lost.append((execution.task_id, execution.generation))
-        self.requeue_lost(lost, LEASE_EXPIRED, report)
+        self.requeue_lost(lost, LEASE_EXPIRED, report, expired_only=True)
 
     def recover_gone_processes(self, report: SweepReport | None = None) -> SweepReport:
         """Requeue now the generations whose claiming process on this host no longer exists.
@@ -147,10 +147,13 @@ class Sweeper:
         report: SweepReport,
         *,
         release: dict[tuple[str, int], str | None] | None = None,
+        expired_only: bool = False,
     ) -> None:
         """Close `lost` generations and requeue (or park) their tasks, then wake the new ones.
 
-        `release` gives the lost holders' lease tokens when their leases may still be live.
+        `release` gives the lost holders' lease tokens when their leases may still be live;
+        `expired_only` closes only those whose mirrored lease is still expired (a holder that
+        took its lease back meanwhile mirrored it first: `store.lost.requeue_lost`).
         """
         if not lost:
             return
@@ -160,6 +163,7 @@ class Sweeper:
                 lost,
                 reason=reason,
                 limits=Limits(self.settings.max_recoveries, self.settings.max_handbacks),
+                expired_only=expired_only,
             )
             # A worker still running a lost generation (paused, cut off) stops at once.
             for task_id, _generation in [(t, g) for t, g, _ in batch.requeued] + batch.parked:

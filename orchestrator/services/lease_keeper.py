@@ -24,7 +24,8 @@ minus a safety margin. The agent loop and the fenced tools stop on it.
 `lapsed` tells why, for the count of losses (services/handback.py): the lease ran out while the
 lease back end answered, so this process stalled (or its heartbeat did), which is a worker lost
 as one that died is, not an outage of Redis or the store. A renewal refused while the lease was
-still valid (Redis lost its data) or a back end that could not be reached is an outage.
+still valid (Redis lost its data and another holder took the lease before this one took it
+back) or a back end that could not be reached is an outage.
 """
 
 from __future__ import annotations
@@ -158,6 +159,8 @@ class LeaseKeeper:
             if over is not None:
                 self._over(over)
                 return False
+            if answer is Renewal.TAKEN_BACK:
+                metrics.LEASES_TAKEN_BACK.inc()  # the store said the generation is live
             return True
 
     def check(self) -> None:
@@ -193,10 +196,8 @@ class LeaseKeeper:
         self._renewed_at = max(self._renewed_at, sent_at)
 
     def _taken_back(self) -> None:
-        from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
-
+        """Counted in `LEASES_TAKEN_BACK` once the store says the generation is live."""
         self._took_back = True
-        metrics.LEASES_TAKEN_BACK.inc()
         log.warning(
             "generation %s of task %s found its lease gone (Redis lost its data, or it ran out "
             "while nobody took it) and took it back; the store decides whether it goes on",
@@ -337,6 +338,7 @@ class Heartbeat:
                 keeper._check_overdue()
             return
         renewed = []
+        taken_back = set()
         for keeper, answer in zip(group, answers, strict=True):
             if answer is Renewal.REFUSED:
                 keeper._refused(sent_at)
@@ -344,6 +346,7 @@ class Heartbeat:
             keeper._unreachable = False
             if answer is Renewal.TAKEN_BACK:
                 keeper._taken_back()
+                taken_back.add(keeper)
             keeper._renewed(sent_at)
             renewed.append(keeper)
         if not renewed:
@@ -374,6 +377,11 @@ class Heartbeat:
                 keeper._over(over[keeper])
             else:
                 keeper._mirrored_at = sent_at
+        live_again = len(taken_back) - len(taken_back & over.keys())
+        if live_again:
+            from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
+
+            metrics.LEASES_TAKEN_BACK.inc(live_again)
 
 
 _heartbeat: tuple[int, Heartbeat] | None = None

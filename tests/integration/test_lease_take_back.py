@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import metrics
 from orchestrator.runtime import Runtime
 from orchestrator.services.lease_keeper import Heartbeat, LeaseKeeper, lease_name
 from orchestrator.services.tasks import Trigger
@@ -59,6 +60,7 @@ def test_a_lease_taken_back_by_a_generation_that_is_over_is_given_back_at_once(
 ) -> None:
     task_id, keeper = _stalled(rt)
     assert rt.sweeper.sweep().requeued == [(task_id, 1, 2)]
+    taken_back = metrics.LEASES_TAKEN_BACK._value.get()
     # The stalled worker wakes up: its lease is free, it takes it back, the store says no.
     if how == "write":
         assert keeper.renew_now() is False
@@ -70,19 +72,27 @@ def test_a_lease_taken_back_by_a_generation_that_is_over_is_given_back_at_once(
     # lease later), and generation 2's wake-up came back after ORCH_LEASE_RENEW_SECONDS.
     assert rt.leases.get(lease_name(task_id)) is None
     assert rt.leases.acquire(lease_name(task_id), "w2", TTL) is not None
+    # Not counted as a lease a live generation took back: the store said it was over.
+    assert metrics.LEASES_TAKEN_BACK._value.get() == taken_back
 
 
+@pytest.mark.parametrize("how", ["write", "heartbeat"])
 def test_a_take_back_mirrored_before_the_sweepers_requeue_keeps_its_generation(
-    rt: Runtime,
+    rt: Runtime, how: str
 ) -> None:
     task_id, keeper = _stalled(rt)
+    taken_back = metrics.LEASES_TAKEN_BACK._value.get()
     # The sweeper reads the store (mirror expired) and the lease back end (nothing held)...
     real_get_many = rt.leases.get_many
 
     def then_the_keeper_takes_it_back(names: list[str]) -> list[object]:
         answer = real_get_many(names)
         assert answer == [None]
-        assert keeper.renew_now() is True  # taken back, and the store said live
+        if how == "write":
+            assert keeper.renew_now() is True  # taken back, and the store said live
+        else:
+            Heartbeat._beat([keeper])
+        assert not keeper.lost.is_set()
         return answer  # type: ignore[return-value]
 
     rt.sweeper.leases.get_many = then_the_keeper_takes_it_back  # type: ignore[method-assign]
@@ -98,4 +108,6 @@ def test_a_take_back_mirrored_before_the_sweepers_requeue_keeps_its_generation(
     assert execution is not None
     assert execution.outcome is None
     assert rt.tasks.get(task_id).generation == 1
+    assert metrics.LEASES_TAKEN_BACK._value.get() == taken_back + 1
     assert keeper.renew_now() is True
+    assert metrics.LEASES_TAKEN_BACK._value.get() == taken_back + 1  # renewed, not taken back

@@ -96,7 +96,6 @@ class LeaseKeeper:
         #: With `lost`: the lease ran out while the back end answered (this process stalled).
         self.lapsed = False
         self._unreachable = False  # the last renewal attempt could not reach the back end
-        self._took_back = False  # this keeper re-created its lease at least once
         self._lock = threading.Lock()
         now = time.monotonic()
         self._valid_until = now + ttl
@@ -157,7 +156,7 @@ class LeaseKeeper:
                 )
                 over = None if still_live else _why_over(conn, self.fence)
             if over is not None:
-                self._over(over)
+                self._over(over, retaken=answer is Renewal.TAKEN_BACK)
                 return False
             if answer is Renewal.TAKEN_BACK:
                 metrics.LEASES_TAKEN_BACK.inc()  # the store said the generation is live
@@ -197,7 +196,6 @@ class LeaseKeeper:
 
     def _taken_back(self) -> None:
         """Counted in `LEASES_TAKEN_BACK` once the store says the generation is live."""
-        self._took_back = True
         log.warning(
             "generation %s of task %s found its lease gone (Redis lost its data, or it ran out "
             "while nobody took it) and took it back; the store decides whether it goes on",
@@ -221,10 +219,11 @@ class LeaseKeeper:
         else:
             self._lose("the lease renewal was refused")
 
-    def _over(self, why: str) -> None:
-        """The store says the generation is over: stop, and give back a lease it re-created."""
+    def _over(self, why: str, *, retaken: bool) -> None:
+        """The store says the generation is over: stop; a lease this very renewal re-created
+        (`retaken`) is released at once, as nobody held it before."""
         self._lose(why)
-        if not self._took_back:
+        if not retaken:
             return  # held as claimed: released when the round closes, as before
         try:
             self.leases.release(self.name, self.fence.lease_token)
@@ -374,7 +373,7 @@ class Heartbeat:
             return
         for keeper in renewed:
             if keeper in over:
-                keeper._over(over[keeper])
+                keeper._over(over[keeper], retaken=keeper in taken_back)
             else:
                 keeper._mirrored_at = sent_at
         live_again = len(taken_back) - len(taken_back & over.keys())

@@ -133,13 +133,14 @@ def requeue_lost(
     *,
     reason: str,
     limits: Limits,
-    expired_only: bool = False,
+    expired_before: datetime | None = None,
 ) -> LostBatch:
     """Close each open (task, generation) of `lost` as `lost`; requeue or park its task.
 
-    `expired_only` (the sweeper's expiries): only while the mirrored lease is still expired. A
-    worker that took its free lease back mirrors it before it goes on; if that mirror committed
-    after the sweeper read the expiry, the store said the generation is live, and it stays so.
+    `expired_before` (the sweeper's expiries): only while the mirrored lease is still expired
+    at that time. A worker that took its free lease back mirrors it before it goes on; if that
+    mirror committed after the sweeper read the expiry, the store said the generation is live,
+    and it stays so.
     """
     batch = LostBatch()
     wanted = dict(sorted(set(lost)))  # one generation per task: a task runs one at a time
@@ -169,7 +170,7 @@ def requeue_lost(
         .where(
             _pairs(conn, wanted),
             executions.c.outcome.is_(None),
-            *([executions.c.lease_expires_at < now] if expired_only else []),
+            *([] if expired_before is None else [executions.c.lease_expires_at < expired_before]),
         )
         .values(
             outcome="lost",

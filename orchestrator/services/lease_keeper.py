@@ -96,6 +96,9 @@ class LeaseKeeper:
         #: With `lost`: the lease ran out while the back end answered (this process stalled).
         self.lapsed = False
         self._unreachable = False  # the last renewal attempt could not reach the back end
+        #: It took its lease back and no mirror has answered since (the store away): the next
+        #: mirror's answer confirms it (counted) or ends it (the lease released at once).
+        self._unconfirmed = False
         self._lock = threading.Lock()
         now = time.monotonic()
         self._valid_until = now + ttl
@@ -116,7 +119,8 @@ class LeaseKeeper:
 
         `mirror=False` (renewals on writes) skips the store write when the mirror is fresh: the
         sweeper asks the lease back end before it requeues, so a mirror that lags is safe. A
-        lease taken back is always mirrored: the store says whether it may be held.
+        lease taken back is always mirrored, and so is every renewal until a mirror answered:
+        the store says whether it may be held.
         """
         if self.lost.is_set():
             return False
@@ -143,7 +147,8 @@ class LeaseKeeper:
             self._renewed(sent_at)
             if answer is Renewal.TAKEN_BACK:
                 self._taken_back()
-            elif not mirror and sent_at - self._mirrored_at < self.renew_every / 2:
+            fresh = sent_at - self._mirrored_at < self.renew_every / 2
+            if not mirror and fresh and not self._unconfirmed:
                 return True
             self._mirrored_at = sent_at
             with self.db.transaction() as conn:
@@ -155,12 +160,8 @@ class LeaseKeeper:
                     utcnow() + timedelta(seconds=self.ttl),
                 )
                 over = None if still_live else _why_over(conn, self.fence)
-            if over is not None:
-                self._over(over, retaken=answer is Renewal.TAKEN_BACK)
-                return False
-            if answer is Renewal.TAKEN_BACK:
-                metrics.LEASES_TAKEN_BACK.inc()  # the store said the generation is live
-            return True
+            self._answered(over)
+            return over is None
 
     def check(self) -> None:
         """Raise `LeaseLost` unless the lease is surely still held."""
@@ -196,6 +197,7 @@ class LeaseKeeper:
 
     def _taken_back(self) -> None:
         """Counted in `LEASES_TAKEN_BACK` once the store says the generation is live."""
+        self._unconfirmed = True
         log.warning(
             "generation %s of task %s found its lease gone (Redis lost its data, or it ran out "
             "while nobody took it) and took it back; the store decides whether it goes on",
@@ -219,12 +221,24 @@ class LeaseKeeper:
         else:
             self._lose("the lease renewal was refused")
 
-    def _over(self, why: str, *, retaken: bool) -> None:
-        """The store says the generation is over: stop; a lease this very renewal re-created
-        (`retaken`) is released at once, as nobody held it before."""
-        self._lose(why)
+    def _answered(self, over: str | None) -> None:
+        """A mirror's answer: the generation is live (`over` None) or over, and why.
+
+        A lease taken back since the last answer is counted once the store says live; for a
+        generation it says is over, it is released at once: nobody held it before, and the next
+        generation's wake-up must find it free. A lease held as claimed is released when the
+        round closes, as before.
+        """
+        retaken, self._unconfirmed = self._unconfirmed, False
+        if over is None:
+            if retaken:
+                from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
+
+                metrics.LEASES_TAKEN_BACK.inc()
+            return
+        self._lose(over)
         if not retaken:
-            return  # held as claimed: released when the round closes, as before
+            return
         try:
             self.leases.release(self.name, self.fence.lease_token)
         except LeaseBackendUnavailable:
@@ -337,7 +351,6 @@ class Heartbeat:
                 keeper._check_overdue()
             return
         renewed = []
-        taken_back = set()
         for keeper, answer in zip(group, answers, strict=True):
             if answer is Renewal.REFUSED:
                 keeper._refused(sent_at)
@@ -345,7 +358,6 @@ class Heartbeat:
             keeper._unreachable = False
             if answer is Renewal.TAKEN_BACK:
                 keeper._taken_back()
-                taken_back.add(keeper)
             keeper._renewed(sent_at)
             renewed.append(keeper)
         if not renewed:
@@ -372,15 +384,9 @@ class Heartbeat:
             log.exception("mirroring %d lease(s) in the store failed", len(renewed))
             return
         for keeper in renewed:
-            if keeper in over:
-                keeper._over(over[keeper], retaken=keeper in taken_back)
-            else:
+            if keeper not in over:
                 keeper._mirrored_at = sent_at
-        live_again = len(taken_back) - len(taken_back & over.keys())
-        if live_again:
-            from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
-
-            metrics.LEASES_TAKEN_BACK.inc(live_again)
+            keeper._answered(over.get(keeper))
 
 
 _heartbeat: tuple[int, Heartbeat] | None = None

@@ -21,9 +21,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy.exc import OperationalError
 
 from orchestrator import metrics
 from orchestrator.runtime import Runtime
+from orchestrator.services import lease_keeper as lease_keeper_module
 from orchestrator.services.lease_keeper import Heartbeat, LeaseKeeper, lease_name
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import tasks as task_store
@@ -111,3 +113,45 @@ def test_a_take_back_mirrored_before_the_sweepers_requeue_keeps_its_generation(
     assert metrics.LEASES_TAKEN_BACK._value.get() == taken_back + 1
     assert keeper.renew_now() is True
     assert metrics.LEASES_TAKEN_BACK._value.get() == taken_back + 1  # renewed, not taken back
+
+
+def _live(rt: Runtime) -> tuple[str, LeaseKeeper]:
+    """A claimed generation 1, held, whose lease then vanished (Redis lost its data)."""
+    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    token = claim_as_worker(rt, task_id, 1, "w1", 30)
+    keeper = LeaseKeeper(
+        rt.leases, rt.db, Fence(task_id, 1, token), holder="w1", ttl=30, renew_every=10
+    )
+    assert rt.leases.release(lease_name(task_id), token)
+    return task_id, keeper
+
+
+def _store_away(*_args: object, **_kwargs: object) -> object:
+    raise OperationalError("UPDATE executions", {}, Exception("server closed the connection"))
+
+
+@pytest.mark.parametrize("then", ["cancelled", "live"])
+def test_a_take_back_the_store_could_not_confirm_is_settled_by_its_next_mirror(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch, then: str
+) -> None:
+    task_id, keeper = _live(rt)
+    taken_back = metrics.LEASES_TAKEN_BACK._value.get()
+    with monkeypatch.context() as away:
+        away.setattr(lease_keeper_module, "mirror_leases", _store_away)
+        Heartbeat._beat([keeper])  # taken back; the mirror fails: nobody confirmed it
+    assert not keeper.lost.is_set()
+    assert rt.leases.get(lease_name(task_id)) is not None
+    assert metrics.LEASES_TAKEN_BACK._value.get() == taken_back
+    if then == "cancelled":
+        rt.tasks.cancel(task_id)
+        Heartbeat._beat([keeper])  # renewed now, and the store says the generation is over
+        assert keeper.lost.is_set()
+        # The lease it re-created for an ended generation goes at once, as in the same beat.
+        assert rt.leases.get(lease_name(task_id)) is None
+        assert metrics.LEASES_TAKEN_BACK._value.get() == taken_back
+    else:
+        Heartbeat._beat([keeper])
+        assert not keeper.lost.is_set()
+        assert metrics.LEASES_TAKEN_BACK._value.get() == taken_back + 1  # confirmed now
+        Heartbeat._beat([keeper])
+        assert metrics.LEASES_TAKEN_BACK._value.get() == taken_back + 1  # once

@@ -84,8 +84,8 @@ LEASE_RENEWAL_FAILURES = Counter(
 )
 LEASES_TAKEN_BACK = Counter(
     "orchestrator_leases_taken_back",
-    "Leases a live generation found gone (Redis lost its data, or the lease ran out while "
-    "nobody took it) and took back, its generation still live in the store",
+    "Leases a generation found gone (Redis lost its data, or the lease ran out while "
+    "nobody took it) and took back, and the store then confirmed the generation live",
 )
 RECOVERIES = Counter(
     "orchestrator_recoveries",

@@ -12,7 +12,10 @@ and its expiry mirrored in the store at once: the store's fenced update says whe
 generation is still live, and if it is not the generation stops as for a refusal. The lease is
 the generation's liveness; the store's fence is its authority (invariant 9), so a round in
 flight goes on through a Redis restart instead of losing its generation. A lease another token
-holds is refused, and stops the generation.
+holds is refused, and stops the generation. A lease taken back for a generation the store then
+says is over (a worker that stalled while its generation was requeued) is released at once:
+before take-back nobody held it, and the next generation's wake-up must find it free, not wait
+for the stalled round to end or for the lease to run out.
 
 `lost` is set as soon as a generation can no longer be sure it holds its lease: a renewal was
 refused, the store says the generation is over, or the last good renewal is older than the lease
@@ -21,7 +24,8 @@ minus a safety margin. The agent loop and the fenced tools stop on it.
 `lapsed` tells why, for the count of losses (services/handback.py): the lease ran out while the
 lease back end answered, so this process stalled (or its heartbeat did), which is a worker lost
 as one that died is, not an outage of Redis or the store. A renewal refused while the lease was
-still valid (Redis lost its data) or a back end that could not be reached is an outage.
+still valid (Redis lost its data and another holder took the lease before this one took it
+back) or a back end that could not be reached is an outage.
 """
 
 from __future__ import annotations
@@ -92,6 +96,9 @@ class LeaseKeeper:
         #: With `lost`: the lease ran out while the back end answered (this process stalled).
         self.lapsed = False
         self._unreachable = False  # the last renewal attempt could not reach the back end
+        #: It took its lease back and no mirror has answered since (the store away): the next
+        #: mirror's answer confirms it (counted) or ends it (the lease released at once).
+        self._unconfirmed = False
         self._lock = threading.Lock()
         now = time.monotonic()
         self._valid_until = now + ttl
@@ -112,7 +119,8 @@ class LeaseKeeper:
 
         `mirror=False` (renewals on writes) skips the store write when the mirror is fresh: the
         sweeper asks the lease back end before it requeues, so a mirror that lags is safe. A
-        lease taken back is always mirrored: the store says whether it may be held.
+        lease taken back is always mirrored, and so is every renewal until a mirror answered:
+        the store says whether it may be held.
         """
         if self.lost.is_set():
             return False
@@ -139,7 +147,8 @@ class LeaseKeeper:
             self._renewed(sent_at)
             if answer is Renewal.TAKEN_BACK:
                 self._taken_back()
-            elif not mirror and sent_at - self._mirrored_at < self.renew_every / 2:
+            fresh = sent_at - self._mirrored_at < self.renew_every / 2
+            if not mirror and fresh and not self._unconfirmed:
                 return True
             self._mirrored_at = sent_at
             with self.db.transaction() as conn:
@@ -151,10 +160,8 @@ class LeaseKeeper:
                     utcnow() + timedelta(seconds=self.ttl),
                 )
                 over = None if still_live else _why_over(conn, self.fence)
-            if over is not None:
-                self._lose(over)
-                return False
-            return True
+            self._answered(over)
+            return over is None
 
     def check(self) -> None:
         """Raise `LeaseLost` unless the lease is surely still held."""
@@ -189,9 +196,8 @@ class LeaseKeeper:
         self._renewed_at = max(self._renewed_at, sent_at)
 
     def _taken_back(self) -> None:
-        from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
-
-        metrics.LEASES_TAKEN_BACK.inc()
+        """Counted in `LEASES_TAKEN_BACK` once the store says the generation is live."""
+        self._unconfirmed = True
         log.warning(
             "generation %s of task %s found its lease gone (Redis lost its data, or it ran out "
             "while nobody took it) and took it back; the store decides whether it goes on",
@@ -214,6 +220,29 @@ class LeaseKeeper:
             )
         else:
             self._lose("the lease renewal was refused")
+
+    def _answered(self, over: str | None) -> None:
+        """A mirror's answer: the generation is live (`over` None) or over, and why.
+
+        A lease taken back since the last answer is counted once the store says live; for a
+        generation it says is over, it is released at once: nobody held it before, and the next
+        generation's wake-up must find it free. A lease held as claimed is released when the
+        round closes, as before.
+        """
+        retaken, self._unconfirmed = self._unconfirmed, False
+        if over is None:
+            if retaken:
+                from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
+
+                metrics.LEASES_TAKEN_BACK.inc()
+            return
+        self._lose(over)
+        if not retaken:
+            return
+        try:
+            self.leases.release(self.name, self.fence.lease_token)
+        except LeaseBackendUnavailable:
+            log.warning("could not release %s, taken back for an ended generation", self.name)
 
     def _lose(self, why: str, *, lapsed: bool = False) -> None:
         if not self.lost.is_set():
@@ -355,10 +384,9 @@ class Heartbeat:
             log.exception("mirroring %d lease(s) in the store failed", len(renewed))
             return
         for keeper in renewed:
-            if keeper in over:
-                keeper._lose(over[keeper])
-            else:
+            if keeper not in over:
                 keeper._mirrored_at = sent_at
+            keeper._answered(over.get(keeper))
 
 
 _heartbeat: tuple[int, Heartbeat] | None = None

@@ -87,14 +87,14 @@ class Sweeper:
         with self.db.transaction(readonly=True) as conn:
             expired = task_store.expired_executions(conn, now, self.batch)
         if expired:
-            self._recover(expired, report)
+            self._recover(expired, now, report)
         self.recover_gone_processes(report)
         self._republish_stale(now, report)
         for line in report.lines():
             log.info("%s", line)
         return report
 
-    def _recover(self, expired: list[ExecutionRecord], report: SweepReport) -> None:
+    def _recover(self, expired: list[ExecutionRecord], now: datetime, report: SweepReport) -> None:
         """One lease read for the batch, one transaction, one publish over one connection."""
         try:
             infos = self.leases.get_many([lease_name(e.task_id) for e in expired])
@@ -114,7 +114,7 @@ class Sweeper:
                     )
                 continue
             lost.append((execution.task_id, execution.generation))
-        self.requeue_lost(lost, LEASE_EXPIRED, report)
+        self.requeue_lost(lost, LEASE_EXPIRED, report, expired_before=now)
 
     def recover_gone_processes(self, report: SweepReport | None = None) -> SweepReport:
         """Requeue now the generations whose claiming process on this host no longer exists.
@@ -147,10 +147,13 @@ class Sweeper:
         report: SweepReport,
         *,
         release: dict[tuple[str, int], str | None] | None = None,
+        expired_before: datetime | None = None,
     ) -> None:
         """Close `lost` generations and requeue (or park) their tasks, then wake the new ones.
 
-        `release` gives the lost holders' lease tokens when their leases may still be live.
+        `release` gives the lost holders' lease tokens when their leases may still be live;
+        `expired_before` closes only those whose mirrored lease is still expired then (a holder
+        that took its lease back meanwhile mirrored it first: `store.lost.requeue_lost`).
         """
         if not lost:
             return
@@ -160,6 +163,7 @@ class Sweeper:
                 lost,
                 reason=reason,
                 limits=Limits(self.settings.max_recoveries, self.settings.max_handbacks),
+                expired_before=expired_before,
             )
             # A worker still running a lost generation (paused, cut off) stops at once.
             for task_id, _generation in [(t, g) for t, g, _ in batch.requeued] + batch.parked:

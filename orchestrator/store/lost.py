@@ -133,8 +133,15 @@ def requeue_lost(
     *,
     reason: str,
     limits: Limits,
+    expired_before: datetime | None = None,
 ) -> LostBatch:
-    """Close each open (task, generation) of `lost` as `lost`; requeue or park its task."""
+    """Close each open (task, generation) of `lost` as `lost`; requeue or park its task.
+
+    `expired_before` (the sweeper's expiries): only while the mirrored lease is still expired
+    at that time. A worker that took its free lease back mirrors it before it goes on; if that
+    mirror committed after the sweeper read the expiry, the store said the generation is live,
+    and it stays so.
+    """
     batch = LostBatch()
     wanted = dict(sorted(set(lost)))  # one generation per task: a task runs one at a time
     if not wanted:
@@ -160,7 +167,11 @@ def requeue_lost(
     }
     closed = conn.execute(
         update(executions)
-        .where(_pairs(conn, wanted), executions.c.outcome.is_(None))
+        .where(
+            _pairs(conn, wanted),
+            executions.c.outcome.is_(None),
+            *([] if expired_before is None else [executions.c.lease_expires_at < expired_before]),
+        )
         .values(
             outcome="lost",
             reason=case(

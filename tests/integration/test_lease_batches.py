@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 from orchestrator.leases.base import LeaseBackend, Renewal
@@ -84,3 +85,70 @@ def test_keep_many_renews_takes_back_a_free_lease_and_refuses_a_taken_one(
     assert backend.keep_many([held[1]], TTL) == [Renewal.RENEWED]
     assert backend.release(*held[1][:2])
     assert backend.keep_many([], TTL) == []
+
+
+def _take_back_race(backend: LeaseBackend, name: str) -> list[str]:
+    """8 holders take `name` back (each its own token) while 8 wake-ups acquire it, at once:
+    the tokens that ended up holding it."""
+    barrier = threading.Barrier(16)
+    won: list[str] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def take(i: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            if i % 2:
+                token = f"{i:032x}"
+                [answer] = backend.keep_many([(name, token, f"keeper-{i}")], TTL)
+                assert answer is not Renewal.RENEWED
+                got = token if answer is Renewal.TAKEN_BACK else None
+            else:
+                got = backend.acquire(name, f"waker-{i}", TTL)
+            if got is not None:
+                with lock:
+                    won.append(got)
+        except BaseException as exc:  # surfaced below, a thread cannot fail the test itself
+            errors.append(exc)
+
+    threads = [threading.Thread(target=take, args=(i,)) for i in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors, errors
+    return won
+
+
+def test_a_take_back_racing_acquires_leaves_one_holder(backend: LeaseBackend) -> None:
+    # Redis lost its data (the lease exists nowhere), or the lease ran out while nobody took it:
+    # of the holders taking it back (a stalled old generation, the current one) and the
+    # wake-ups acquiring it, exactly one holds it.
+    old = backend.acquire("race:ran-out", "old", SHORT_TTL)
+    assert old is not None
+    time.sleep(SHORT_TTL + 0.2)
+    for name in ("race:gone", "race:ran-out"):
+        won = _take_back_race(backend, name)
+        assert len(won) == 1, won
+        info = backend.get(name)
+        assert info is not None
+        assert info.token == won[0]
+
+
+def test_keep_many_with_one_name_twice_takes_back_the_first_and_refuses_the_second(
+    backend: LeaseBackend,
+) -> None:
+    # Two generations of one task in one process's batch (the old one not yet stopped) after
+    # Redis lost its data: the same answer on every back end, in the order given.
+    first, second = "a" * 32, "b" * 32
+    assert backend.keep_many([("twice:x", first, "old"), ("twice:x", second, "new")], TTL) == [
+        Renewal.TAKEN_BACK,
+        Renewal.REFUSED,
+    ]
+    info = backend.get("twice:x")
+    assert info is not None
+    assert (info.token, info.holder) == (first, "old")
+    assert backend.keep_many([("twice:x", second, "new"), ("twice:x", first, "old")], TTL) == [
+        Renewal.REFUSED,
+        Renewal.RENEWED,
+    ]

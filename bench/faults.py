@@ -385,6 +385,7 @@ def process_findings(c: Campaign, sweeper: Proc) -> dict[str, Any]:
         "stopped": stopped,
         "tracebacks": tracebacks,
         "stopped_rounds": stopped_rounds(c.procs.folder),
+        "taken_back": leases_taken_back(c.procs.folder),
     }
 
 
@@ -393,6 +394,7 @@ _STOPPED = re.compile(r"generation \d+ of \S+ stopped: (.*)")
 _WHY = (
     ("renewal refused", "renewal was refused"),
     ("renewal overdue", "older than the lease"),
+    ("lease ran out (worker stalled)", "ran out before it was renewed"),
     ("fenced by the store", "no longer live"),
     ("fenced by the store", "does not hold the lease"),
     ("fenced by the store", "no longer holds its lease"),
@@ -407,6 +409,14 @@ def stopped_rounds(folder: Path) -> Counter[str]:
             why = match.group(1)
             found[next((name for name, text in _WHY if text in why), "other")] += 1
     return found
+
+
+def leases_taken_back(folder: Path) -> int:
+    """Leases rounds found gone (after a Redis wipe) and took back (services/lease_keeper.py)."""
+    return sum(
+        log.read_text(errors="replace").count("found its lease gone")
+        for log in folder.glob("worker-*.log")
+    )
 
 
 # --------------------------------------------------------------------------- report
@@ -458,6 +468,8 @@ def summary(c: Campaign, found: dict[str, Any], procs: dict[str, Any], **facts: 
         f"| faults injected | {faults['kill']} worker SIGKILLs, {faults['redis']} Redis wipes, "
         f"{faults['postgres']} Postgres stops, {faults['stall']} worker stalls |",
         f"| rounds that stopped themselves (worker logs) | {_counts(procs['stopped_rounds'])} |",
+        f"| leases found gone after a Redis wipe and taken back by their rounds (worker logs; "
+        f"the store decides whether each goes on) | {procs['taken_back']} |",
         f"| tasks by final status | {_counts(by_status)} (of {c.args.tasks} triggered; "
         f"{len(c.untriggered)} could not be triggered) |",
         f"| tasks lost (`queued`/`running` after {facts['settle']:.0f} s of settling) | "

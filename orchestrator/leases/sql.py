@@ -171,7 +171,7 @@ class SqlLeaseBackend(LeaseBackend):
                             "renewed_at": now,
                             "expires_at": expires,
                         }
-                        for name, (token, holder) in rest.items()
+                        for name, (token, holder) in sorted(rest.items())  # one lock order
                     ]
                 )
                 statement = taking.on_conflict_do_update(

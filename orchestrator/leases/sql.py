@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from sqlalchemy import ColumnElement, Interval, Row, delete, func, literal, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.sql.dml import ReturningUpdate
 
 from orchestrator.leases.base import (
     LeaseBackend,
@@ -113,16 +114,7 @@ class SqlLeaseBackend(LeaseBackend):
             check_name(name)
         if not held:
             return []
-        now, expires = self._clock(ttl_seconds)
-        statement = (
-            update(leases)
-            .where(
-                tuple_(leases.c.name, leases.c.token).in_(list(held)),
-                leases.c.expires_at > now,
-            )
-            .values(renewed_at=now, expires_at=expires)
-            .returning(leases.c.name, leases.c.token)
-        )
+        statement = self._renewal(list(held), ttl_seconds)
 
         def run() -> set[tuple[str, str]]:
             with self._database.transaction() as conn:
@@ -141,15 +133,7 @@ class SqlLeaseBackend(LeaseBackend):
         if not held:
             return []
         now, expires = self._clock(ttl_seconds)
-        renewing = (
-            update(leases)
-            .where(
-                tuple_(leases.c.name, leases.c.token).in_([(n, t) for n, t, _ in held]),
-                leases.c.expires_at > now,
-            )
-            .values(renewed_at=now, expires_at=expires)
-            .returning(leases.c.name, leases.c.token)
-        )
+        renewing = self._renewal([(n, t) for n, t, _ in held], ttl_seconds)
 
         def run() -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
             with self._database.transaction() as conn:
@@ -193,6 +177,16 @@ class SqlLeaseBackend(LeaseBackend):
             else Renewal.REFUSED
             for name, token, _ in held
         ]
+
+    def _renewal(self, pairs: list[tuple[str, str]], ttl_seconds: float) -> ReturningUpdate[Any]:
+        """The renewal of each (name, token) that holds its lease unexpired; it answers which."""
+        now, expires = self._clock(ttl_seconds)
+        return (
+            update(leases)
+            .where(tuple_(leases.c.name, leases.c.token).in_(pairs), leases.c.expires_at > now)
+            .values(renewed_at=now, expires_at=expires)
+            .returning(leases.c.name, leases.c.token)
+        )
 
     def get_many(self, names: Sequence[str]) -> list[LeaseInfo | None]:
         for name in names:

@@ -14,6 +14,7 @@ from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
+    ColumnElement,
     Connection,
     Insert,
     Select,
@@ -389,16 +390,21 @@ def mirror_lease(
     return (
         conn.execute(
             update(executions)
-            .where(
-                executions.c.task_id == task_id,
-                executions.c.generation == generation,
-                executions.c.lease_token == lease_token,
-                executions.c.outcome.is_(None),
-            )
+            .where(*_held_open(task_id, generation, lease_token))
             .values(lease_expires_at=expires_at)
         ).rowcount
         == 1
     )
+
+
+def _held_open(task_id: str, generation: int, lease_token: str) -> list[ColumnElement[bool]]:
+    """The execution row of this generation while it is open and `lease_token` holds it."""
+    return [
+        executions.c.task_id == task_id,
+        executions.c.generation == generation,
+        executions.c.lease_token == lease_token,
+        executions.c.outcome.is_(None),
+    ]
 
 
 def hand_back(
@@ -412,12 +418,7 @@ def hand_back(
     return (
         conn.execute(
             update(executions)
-            .where(
-                executions.c.task_id == task_id,
-                executions.c.generation == generation,
-                executions.c.lease_token == lease_token,
-                executions.c.outcome.is_(None),
-            )
+            .where(*_held_open(task_id, generation, lease_token))
             .values(lease_expires_at=now, **marked)
         ).rowcount
         == 1

@@ -9,12 +9,19 @@ memory. Here the body is read in chunks as they arrive: past `max_bytes` it is r
 passed since the headers it is given up as an httpx timeout. The time is checked as each chunk
 arrives, so the body ends at most one read timeout past its limit. The limit starts at the
 headers, not at the send, so a gateway's connect retries do not eat into it.
+
+A compressed answer (`Content-Encoding: gzip` or `deflate`, as httpx undoes them) is undone
+here, a bounded step at a time: httpx would expand each chunk it reads whole, and one chunk of
+64 KiB of a gzip bomb is 64 MiB before any cap could look at it. Here no step gives more than the
+room left under the cap (zlib's `max_length`), so a bomb is refused with at most the cap in
+memory. Other encodings are left as they are, as httpx leaves them.
 """
 
 from __future__ import annotations
 
 import json
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,15 +80,75 @@ def read_answer(
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > max_bytes:
             raise AnswerTooLarge(max_bytes, response.status_code)
+        decoding = _Decoding(response, max_bytes)
         chunks: list[bytes] = []
         size = 0
-        for chunk in response.iter_bytes():
-            size += len(chunk)
-            if size > max_bytes:
-                raise AnswerTooLarge(max_bytes, response.status_code)
+        for raw in response.iter_raw():
             if time.monotonic() > deadline:
                 raise httpx.ReadTimeout("the answer's body did not arrive in time", request=request)
+            chunk = decoding.feed(raw, max_bytes - size)
+            size += len(chunk)
             chunks.append(chunk)
+        chunks.append(decoding.finish(max_bytes - size))
         return Answer(response.status_code, response.headers, b"".join(chunks))
     finally:
         response.close()
+
+
+class _Decoding:
+    """The answer's `Content-Encoding` undone (the last applied first, as httpx does), each step
+    asked for at most the room left under the cap plus one byte: a step that gives that byte
+    more (zlib stops at `max_length`) makes the answer too large, refused unexpanded."""
+
+    def __init__(self, response: httpx.Response, max_bytes: int) -> None:
+        self.response = response
+        self.max_bytes = max_bytes
+        encodings = response.headers.get_list("content-encoding", split_commas=True)
+        names = [name.strip().lower() for name in encodings]
+        self.steps = [_Step(name) for name in reversed(names) if name in ("gzip", "deflate")]
+
+    def feed(self, data: bytes, room: int) -> bytes:
+        for step in self.steps:
+            data = self._checked(self._zlib(step.decompress, data, room + 1), room)
+        return self._checked(data, room)
+
+    def finish(self, room: int) -> bytes:
+        data = b""
+        for step in self.steps:
+            out = self._zlib(step.decompress, data, room + 1)
+            out += self._zlib(step.flush, b"", room + 1 - len(out)) if len(out) <= room else b""
+            data = self._checked(out, room)
+        return self._checked(data, room)
+
+    def _zlib(self, run: Any, data: bytes, limit: int) -> bytes:
+        try:
+            return bytes(run(data, limit))
+        except zlib.error as exc:
+            raise httpx.DecodingError(str(exc), request=self.response.request) from exc
+
+    def _checked(self, data: bytes, room: int) -> bytes:
+        if len(data) > room:
+            raise AnswerTooLarge(self.max_bytes, self.response.status_code)
+        return data
+
+
+class _Step:
+    """One encoding undone by zlib, as httpx does it: gzip with its header; deflate
+    zlib-wrapped, or raw when its first chunk says it is."""
+
+    def __init__(self, name: str) -> None:
+        self.first = name == "deflate"  # a first chunk that fails may be raw deflate
+        self.zlib = zlib.decompressobj(zlib.MAX_WBITS | 16 if name == "gzip" else zlib.MAX_WBITS)
+
+    def decompress(self, data: bytes, limit: int) -> bytes:
+        first, self.first = self.first, False
+        try:
+            return self.zlib.decompress(data, limit)
+        except zlib.error:
+            if not first:
+                raise
+            self.zlib = zlib.decompressobj(-zlib.MAX_WBITS)
+            return self.zlib.decompress(data, limit)
+
+    def flush(self, _data: bytes, limit: int) -> bytes:
+        return self.zlib.flush(max(1, limit))

@@ -49,6 +49,7 @@ __all__ = [
     "CONTENT_TYPE_LATEST",
     "EXECUTIONS_ENDED",
     "EXECUTIONS_STARTED",
+    "HANDBACKS",
     "KNOWN_LABELS",
     "LEASES_TAKEN_BACK",
     "LEASE_RENEWALS",
@@ -90,6 +91,11 @@ LEASES_TAKEN_BACK = Counter(
 RECOVERIES = Counter(
     "orchestrator_recoveries",
     "Lost generations requeued by the sweeper (lease expired, or worker process gone)",
+)
+HANDBACKS = Counter(
+    "orchestrator_handbacks",
+    "Of the recoveries, the generations their workers had handed back after an outage of the "
+    "store or Redis (counted in tasks' handbacks, not their recoveries)",
 )
 RECOVERY_DELAY = Histogram(
     "orchestrator_recovery_delay_seconds",

@@ -213,7 +213,8 @@ class Sweeper:
 
 
 def _observe_recoveries(batch: LostBatch) -> None:
-    """Each generation this batch requeued, once: a recovery, and its delay since its lease expired.
+    """Each generation this batch requeued, once: a recovery (and a hand-back, if its worker
+    handed it back after an outage), and its delay since its lease expired.
 
     Only what this batch's compare-and-set moved is counted, so a generation another sweeper
     requeued first counts once, there. A gone process is found before its lease runs out: its
@@ -224,6 +225,7 @@ def _observe_recoveries(batch: LostBatch) -> None:
     from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
 
     metrics.RECOVERIES.inc(len(batch.requeued))
+    metrics.HANDBACKS.inc(sum(1 for t, g, _ in batch.requeued if (t, g) in batch.handed_back))
     for task_id, generation, _ in batch.requeued:
         expired = batch.lease_expiries.get((task_id, generation))
         delay = 0.0

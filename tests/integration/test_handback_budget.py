@@ -16,6 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.exc import IntegrityError, OperationalError
 
+from orchestrator import metrics
 from orchestrator.api.app import create_app
 from orchestrator.cli.tasks import render_explain
 from orchestrator.runtime import Runtime
@@ -68,6 +69,11 @@ def _crashed(rt: Runtime, task_id: str, generation: int) -> None:
         )
 
 
+def _counted() -> tuple[float, float]:
+    """The process's recoveries and hand-backs so far (the sweeper's metrics)."""
+    return metrics.RECOVERIES._value.get(), metrics.HANDBACKS._value.get()
+
+
 def _task(rt: Runtime, task_id: str) -> Any:
     return rt.tasks.get(task_id)
 
@@ -77,6 +83,7 @@ def test_rounds_stopped_by_outages_outlast_the_crash_budget_and_the_task_runs_on
 ) -> None:
     rt = env
     task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    before = _counted()
     # Four outages in a row: one more than ORCH_MAX_RECOVERIES (3), which used to park the
     # task at the third.
     for generation in range(1, 5):
@@ -84,6 +91,8 @@ def test_rounds_stopped_by_outages_outlast_the_crash_budget_and_the_task_runs_on
         assert rt.sweeper.sweep().requeued == [(task_id, generation, generation + 1)]
         task = _task(rt, task_id)
         assert (task.status, task.recoveries, task.handbacks) == ("queued", 0, generation)
+    # orchestrator_recoveries_total and, of them, orchestrator_handbacks_total.
+    assert _counted() == (before[0] + 4, before[1] + 4)
     with rt.db.transaction(readonly=True) as conn:
         first = task_store.get_execution(conn, task_id, 1)
         events = outbox_store.events_of_type(conn, task_id, "queued", 10)
@@ -136,6 +145,7 @@ def test_outages_in_a_row_park_the_task_at_their_own_limit(env: Runtime) -> None
 def test_a_worker_that_died_still_counts_against_the_crash_budget(env: Runtime) -> None:
     rt = env
     task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    before = _counted()
     _crashed(rt, task_id, 1)
     assert rt.sweeper.sweep().requeued == [(task_id, 1, 2)]
     _stopped_by_the_store(rt, task_id, 2)  # an outage in between counts apart
@@ -144,6 +154,7 @@ def test_a_worker_that_died_still_counts_against_the_crash_budget(env: Runtime) 
     assert rt.sweeper.sweep().requeued == [(task_id, 3, 4)]
     task = _task(rt, task_id)
     assert (task.status, task.recoveries, task.handbacks) == ("queued", 2, 1)
+    assert _counted() == (before[0] + 3, before[1] + 1)
     with rt.db.transaction(readonly=True) as conn:
         crashed = task_store.get_execution(conn, task_id, 1)
     assert crashed is not None

@@ -64,27 +64,8 @@ class SqlLeaseBackend(LeaseBackend):
     def acquire(self, name: str, holder: str, ttl_seconds: float) -> str | None:
         check_name(name)
         check_holder(holder)
-        now, expires = self._clock(ttl_seconds)
         token = new_token()
-        insert = (postgresql.insert if self._postgres else sqlite.insert)(leases)
-        taking = insert.values(
-            name=name,
-            token=token,
-            holder=holder,
-            acquired_at=now,
-            renewed_at=now,
-            expires_at=expires,
-        )
-        # The WHERE is checked against the row as it is once the conflict is locked (Postgres)
-        # or under the writer lock (SQLite), so of many racing takers exactly one gets a row back.
-        statement = taking.on_conflict_do_update(
-            index_elements=[leases.c.name],
-            set_={
-                column: taking.excluded[column]
-                for column in ("token", "holder", "acquired_at", "renewed_at", "expires_at")
-            },
-            where=leases.c.expires_at <= now,
-        ).returning(leases.c.token)
+        statement = self._taking([(name, token, holder)], ttl_seconds).returning(leases.c.token)
 
         def run() -> str | None:
             with self._database.transaction() as conn:
@@ -132,7 +113,6 @@ class SqlLeaseBackend(LeaseBackend):
             check_holder(holder)
         if not held:
             return []
-        now, expires = self._clock(ttl_seconds)
         renewing = self._renewal([(n, t) for n, t, _ in held], ttl_seconds)
 
         def run() -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
@@ -144,28 +124,8 @@ class SqlLeaseBackend(LeaseBackend):
                         rest.setdefault(name, (token, holder))
                 if not rest:
                     return renewed, set()
-                insert = (postgresql.insert if self._postgres else sqlite.insert)(leases)
-                taking = insert.values(
-                    [
-                        {
-                            "name": name,
-                            "token": token,
-                            "holder": holder,
-                            "acquired_at": now,
-                            "renewed_at": now,
-                            "expires_at": expires,
-                        }
-                        for name, (token, holder) in sorted(rest.items())  # one lock order
-                    ]
-                )
-                statement = taking.on_conflict_do_update(
-                    index_elements=[leases.c.name],
-                    set_={
-                        column: taking.excluded[column]
-                        for column in ("token", "holder", "acquired_at", "renewed_at", "expires_at")
-                    },
-                    where=leases.c.expires_at <= now,
-                ).returning(leases.c.name, leases.c.token)
+                free = [(n, t, h) for n, (t, h) in sorted(rest.items())]  # one lock order
+                statement = self._taking(free, ttl_seconds).returning(leases.c.name, leases.c.token)
                 return renewed, {(row.name, row.token) for row in conn.execute(statement)}
 
         renewed, taken = self._call(run)
@@ -177,6 +137,34 @@ class SqlLeaseBackend(LeaseBackend):
             else Renewal.REFUSED
             for name, token, _ in held
         ]
+
+    def _taking(self, rows: list[tuple[str, str, str]], ttl_seconds: float) -> Any:
+        """Each (name, token, holder) takes its lease if nobody holds it (no row, or one run
+        out). The WHERE is checked against the row as it is once the conflict is locked
+        (Postgres) or under the writer lock (SQLite), so of racing takers exactly one wins."""
+        now, expires = self._clock(ttl_seconds)
+        insert = (postgresql.insert if self._postgres else sqlite.insert)(leases)
+        taking = insert.values(
+            [
+                {
+                    "name": name,
+                    "token": token,
+                    "holder": holder,
+                    "acquired_at": now,
+                    "renewed_at": now,
+                    "expires_at": expires,
+                }
+                for name, token, holder in rows
+            ]
+        )
+        return taking.on_conflict_do_update(
+            index_elements=[leases.c.name],
+            set_={
+                column: taking.excluded[column]
+                for column in ("token", "holder", "acquired_at", "renewed_at", "expires_at")
+            },
+            where=leases.c.expires_at <= now,
+        )
 
     def _renewal(self, pairs: list[tuple[str, str]], ttl_seconds: float) -> ReturningUpdate[Any]:
         """The renewal of each (name, token) that holds its lease unexpired; it answers which."""

@@ -81,6 +81,21 @@ def _taken_over(rt: Runtime, task_id: str) -> None:
     assert rt.leases.acquire(f"task:{task_id}", "intruder", 120) is not None
 
 
+def _take_over_after_revision(
+    monkeypatch: pytest.MonkeyPatch, rt: Runtime, task_id: str, revision: int
+) -> None:
+    """Another holder takes the lease once plan `revision` is written, before the write's
+    renewal: that renewal is refused and the round stops."""
+    real_renew = PublishExecutionPlan._renew
+
+    def take_over(self: PublishExecutionPlan, result: object) -> None:
+        if rt.tasks.explain(task_id)["plan"]["revision"] == revision:
+            _taken_over(rt, task_id)
+        real_renew(self, result)
+
+    monkeypatch.setattr(PublishExecutionPlan, "_renew", take_over)
+
+
 def test_a_round_whose_lease_another_holder_took_is_requeued_at_the_next_sweep(
     env: Any, scripts: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -97,14 +112,7 @@ def test_a_round_whose_lease_another_holder_took_is_requeued_at_the_next_sweep(
         ],
     )
     task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
-    real_renew = PublishExecutionPlan._renew
-
-    def take_over_after_the_first_write(self: PublishExecutionPlan, result: object) -> None:
-        if rt.tasks.explain(task_id)["plan"]["revision"] == 1:
-            _taken_over(rt, task_id)
-        real_renew(self, result)
-
-    monkeypatch.setattr(PublishExecutionPlan, "_renew", take_over_after_the_first_write)
+    _take_over_after_revision(monkeypatch, rt, task_id, 1)
     result = rt.executions.run(task_id, 1, worker="w1")
     assert (result.ran, result.outcome) == (True, None)
     assert "stopped without writing" in result.detail
@@ -231,14 +239,7 @@ def test_a_round_hands_back_only_once_its_background_commands_are_reaped(
             ],
         )
         task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
-        real_renew = PublishExecutionPlan._renew
-
-        def take_over_after_the_second_write(self: PublishExecutionPlan, result: object) -> None:
-            if rt.tasks.explain(task_id)["plan"]["revision"] == 2:
-                _taken_over(rt, task_id)
-            real_renew(self, result)
-
-        monkeypatch.setattr(PublishExecutionPlan, "_renew", take_over_after_the_second_write)
+        _take_over_after_revision(monkeypatch, rt, task_id, 2)
         [command] = [t for t in rt.executions.receipt_tools if isinstance(t, ExecuteCommand)]
         seen: list[list[str]] = []
         real_give_back = rt.executions.handback.give_back

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 from orchestrator.leases.base import LeaseBackend, Renewal
-from tests.integration.test_lease_contract import SHORT_TTL, TTL, backend
+from tests.integration.test_lease_contract import SHORT_TTL, TTL, at_once, backend
 
 __all__ = ["backend"]  # the contract's parametrized fixture: Redis, SQLite, Postgres
 
@@ -90,34 +89,16 @@ def test_keep_many_renews_takes_back_a_free_lease_and_refuses_a_taken_one(
 def _take_back_race(backend: LeaseBackend, name: str) -> list[str]:
     """8 holders take `name` back (each its own token) while 8 wake-ups acquire it, at once:
     the tokens that ended up holding it."""
-    barrier = threading.Barrier(16)
-    won: list[str] = []
-    errors: list[BaseException] = []
-    lock = threading.Lock()
 
-    def take(i: int) -> None:
-        try:
-            barrier.wait(timeout=30)
-            if i % 2:
-                token = f"{i:032x}"
-                [answer] = backend.keep_many([(name, token, f"keeper-{i}")], TTL)
-                assert answer is not Renewal.RENEWED
-                got = token if answer is Renewal.TAKEN_BACK else None
-            else:
-                got = backend.acquire(name, f"waker-{i}", TTL)
-            if got is not None:
-                with lock:
-                    won.append(got)
-        except BaseException as exc:  # surfaced below, a thread cannot fail the test itself
-            errors.append(exc)
+    def take(i: int) -> str | None:
+        if i % 2:
+            token = f"{i:032x}"
+            [answer] = backend.keep_many([(name, token, f"keeper-{i}")], TTL)
+            assert answer is not Renewal.RENEWED
+            return token if answer is Renewal.TAKEN_BACK else None
+        return backend.acquire(name, f"waker-{i}", TTL)
 
-    threads = [threading.Thread(target=take, args=(i,)) for i in range(16)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert not errors, errors
-    return won
+    return [got for got in at_once(16, take) if got is not None]
 
 
 def test_a_take_back_racing_acquires_leaves_one_holder(backend: LeaseBackend) -> None:

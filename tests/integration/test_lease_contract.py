@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
 
 import pytest
 import redis
@@ -22,6 +23,8 @@ from tests.services import RedisServer, free_port
 TTL = 1.5
 SHORT_TTL = 0.3
 CLOCK_SLACK = timedelta(seconds=1)
+
+T = TypeVar("T")
 
 
 @pytest.fixture(
@@ -48,14 +51,19 @@ def backend(request: pytest.FixtureRequest) -> Iterator[LeaseBackend]:
 
 def _race(backend: LeaseBackend, name: str, threads: int = 16) -> list[str | None]:
     """`threads` holders call acquire at the same instant; returns what each got."""
+    return at_once(threads, lambda index: backend.acquire(name, f"worker-{index}", TTL))
+
+
+def at_once(threads: int, attempt: Callable[[int], T]) -> list[T]:
+    """`attempt(index)` on `threads` threads released at the same instant; what each returned."""
     barrier = threading.Barrier(threads)
-    results: list[str | None] = [None] * threads
+    results: list[Any] = [None] * threads
     errors: list[BaseException] = []
 
     def take(index: int) -> None:
         try:
             barrier.wait(timeout=30)
-            results[index] = backend.acquire(name, f"worker-{index}", TTL)
+            results[index] = attempt(index)
         except BaseException as exc:  # surfaced below, a thread cannot fail the test itself
             errors.append(exc)
 

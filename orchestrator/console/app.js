@@ -629,7 +629,7 @@
   function taskDetail(taskId, params) {
     const path = `tasks/${encodeURIComponent(taskId)}`;
     const s = { alive: true, task: null, plan: null, selected: null, stream: null, timer: null,
-      graph: null, streamKind: null, retry: null, nodeDone: null, receiptKey: null };
+      graph: null, streamKind: null, retry: null, nodeDone: null, receiptKey: null, recordsKey: null };
     // A reload restores the revision and the node shown (#/task/ID?session=S&revision=N&node=X);
     // a revision of another session than the live plan's (a newer generation) is not restored.
     s.selected = params.get("node") || null;
@@ -721,6 +721,12 @@
     function showTask(task) {
       const statusChanged = !s.task || s.task.status !== task.status;
       s.task = task;
+      // The evidence and the transcript follow the task: read again when it wrote or changed
+      // state (a finished task's report must not sit beside "No evidence recorded." until the
+      // next slow poll); otherwise every POLL_MS * 5.
+      const recordsKey = JSON.stringify([task.status, task.generation, task.last_write || null]);
+      if (s.recordsKey !== null && s.recordsKey !== recordsKey) loadRecords();
+      s.recordsKey = recordsKey;
       // A requeue brings a finished task back: follow it live again.
       if (!FINAL_STATUSES.has(task.status)) s.ended = false;
       if (finished() && s.stream === null) endStream();
@@ -1091,17 +1097,18 @@
       };
     }
 
+    function loadRecords() {
+      loadOptional(evidence, "evidence", renderEvidence);
+      loadTranscript();
+    }
+
     refresh();
-    loadOptional(evidence, "evidence", renderEvidence);
-    loadTranscript();
+    loadRecords();
     s.timer = setInterval(() => {
       refresh();
       if (s.stream === null && s.task && !finished()) openStream();
     }, POLL_MS);
-    let slow = setInterval(() => {
-      loadOptional(evidence, "evidence", renderEvidence);
-      loadTranscript();
-    }, POLL_MS * 5);
+    let slow = setInterval(loadRecords, POLL_MS * 5);
     return {
       dispose() {
         s.alive = false;

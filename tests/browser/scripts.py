@@ -84,6 +84,19 @@ def _live() -> dict[str, Any]:
     }
 
 
+def _records() -> dict[str, Any]:
+    """Its query comes a moment after the start (a page opened at once sees no evidence yet),
+    then the plan is done and the report saved."""
+    done = [_node(i, "completed") for i in _IDS]
+    return {
+        "turns": [
+            _turn(0.2, _plan("c1", "r1", done)),
+            _turn(0.2, _report("c2", "cited what it queried")),
+            {"content": "done"},
+        ]
+    }
+
+
 def _xss() -> dict[str, Any]:
     nodes = [_node("a", "completed", title=XSS, description=XSS)]
     report = _report("c2", XSS)
@@ -203,8 +216,9 @@ def write_scripts(folder: Path) -> Path:
     scripts["retried"] = _retried()
     scripts["pinned"] = _pinned()
     scripts["pager"] = _xss()  # a type of its own for the paging test
+    scripts["records"] = _records()
     for name, script in scripts.items():
         # Every round queries the simulated SCADA source first: completed nodes and reports cite it.
-        script["turns"].insert(0, _turn(0.0, _QUERY))
+        script["turns"].insert(0, _turn(3.0 if name == "records" else 0.0, _QUERY))
         (folder / f"{name}.json").write_text(json.dumps(script), encoding="utf-8")
     return folder

@@ -125,6 +125,19 @@ def test_list_to_detail_with_the_plan_updating_live(page: Any, console: Console)
     expect(page.locator("#task-rows")).to_have_text("No tasks match.")
 
 
+def test_evidence_and_transcript_follow_the_task_s_writes(page: Any, console: Console) -> None:
+    """A page opened before the round queried anything shows the evidence its report cites,
+    and the transcript, as the report arrives: not at the next slow poll (every 15 s), which
+    left "No evidence recorded." beside a completed report citing evidence."""
+    task_id = console.trigger("records", "Cite what you read")
+    page.goto(f"{console.url}/console#/task/{task_id}")
+    expect(page.locator("#evidence")).to_have_text("No evidence recorded.")
+    expect(page.locator("#report-summary")).to_have_text("cited what it queried", timeout=30_000)
+    expect(page.locator("#evidence")).to_contain_text("scada_sim", timeout=2_000)
+    expect(page.locator("#transcript li[data-entry]").first).to_be_visible(timeout=2_000)
+    assert console.task(task_id)["status"] == "completed"
+
+
 def test_approving_an_action(page: Any, console: Console) -> None:
     task_id = console.trigger("approval", "Approve the flush")
     console.wait_for(task_id, lambda t: t["status"] == "waiting")

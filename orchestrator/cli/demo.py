@@ -165,7 +165,10 @@ def _demo(args: argparse.Namespace) -> int:
         _say(f"worker-2 (pid {standby.pid}) is ready; killing worker-1 with SIGKILL mid-round")
         processes.kill(worker)
         killed = time.monotonic()
-        _say("waiting for the lease to run out and the sweeper to requeue the task")
+        _say(
+            "waiting for the sweeper to find worker-1's process gone and requeue the task "
+            "(on the same host it does not wait for the lease to run out)"
+        )
         _wait(lambda: _started(rt, task.task_id, 2), deadline, "generation 2 to start", folder)
         _say(f"generation 2 started {time.monotonic() - killed:.1f}s after the kill")
         final = _wait(lambda: _finished(rt, task.task_id), deadline, "the task to finish", folder)

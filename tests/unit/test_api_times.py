@@ -13,6 +13,7 @@ from pydantic import TypeAdapter
 from orchestrator.api import console
 from orchestrator.api.actions import ActionOut
 from orchestrator.api.app import INTERNAL_ROUTERS, PUBLIC_ROUTERS
+from orchestrator.cli import build_parser
 
 
 def _times(schema: Any, where: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
@@ -77,3 +78,12 @@ def test_a_time_is_sent_with_plus_00_00_and_documented_as_date_time() -> None:
     schema = ActionOut.model_json_schema(mode="serialization")["properties"]
     assert schema["created_at"] == {"type": "string", "format": "date-time", "title": "Created At"}
     assert {"type": "string", "format": "date-time"} in schema["decided_at"]["anyOf"]
+
+
+def test_a_time_a_client_sends_may_take_either_form() -> None:
+    """`--since` and `--until` read `...Z` and `...+00:00` as the same instant (the API's
+    `created_after` and cursors do too: tests/integration/test_task_list_filters.py)."""
+    parser = build_parser()
+    zulu, offset = "2026-12-05T09:12:40Z", "2026-12-05T09:12:40+00:00"
+    read = [parser.parse_args(["tasks", "list", "--since", when]).since for when in (zulu, offset)]
+    assert read == [datetime(2026, 12, 5, 9, 12, 40, tzinfo=UTC)] * 2

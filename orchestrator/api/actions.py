@@ -6,14 +6,20 @@ An approval names the digest of the action (shown by `GET /api/v1/actions/{id}`)
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.api.auth import require_role
-from orchestrator.api.contract import FilledText, Page, StoredText, error_responses, paged
+from orchestrator.api.contract import (
+    FilledText,
+    IsoTime,
+    Page,
+    StoredText,
+    error_responses,
+    paged,
+)
 from orchestrator.api.enums import ActionStatus
 from orchestrator.api.explain_views import PAYLOAD_DESCRIPTION, payload_as_sent
 from orchestrator.api.human_steps import decider
@@ -53,9 +59,9 @@ class ActionOut(BaseModel):
     digest: str = Field(description="SHA-256 of the canonical {kind, payload}: approve names it")
     plan_revision: int | None = Field(description="the plan revision it was proposed under")
     decided_by: str | None
-    decided_at: datetime | None
+    decided_at: IsoTime | None
     note: str | None
-    created_at: datetime
+    created_at: IsoTime
 
     @field_validator("payload", mode="before")
     @classmethod

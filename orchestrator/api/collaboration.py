@@ -8,14 +8,13 @@ header); `GET` on the same path pages the messages.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Literal
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.api.auth import caller_of, current_operator
-from orchestrator.api.contract import FilledText, Page, error_responses
+from orchestrator.api.contract import FilledText, IsoTime, Page, error_responses
 from orchestrator.operators import Operator
 from orchestrator.services.collaboration import MAX_LIMIT, CollaborationService
 from orchestrator.store.collaboration import MessageRecord
@@ -40,7 +39,7 @@ class CollaborationSessionOut(BaseModel):
     task_id: str
     owner: str
     title: str
-    created_at: datetime
+    created_at: IsoTime
     created: bool = Field(description="False when the task's session already existed")
 
     @classmethod
@@ -62,7 +61,7 @@ class MessageOut(BaseModel):
     session_id: str
     role: Literal["user", "agent"]
     text: str
-    created_at: datetime
+    created_at: IsoTime
 
     @classmethod
     def of(cls, record: MessageRecord) -> MessageOut:

@@ -55,8 +55,11 @@ StoredText = Annotated[str, AfterValidator(storable_text)]
 #: StoredText that is required: blanks alone are refused like nothing (a reason, who acted).
 FilledText = Annotated[str, AfterValidator(filled_text)]
 
-#: A time the route sends as `datetime.isoformat()` (`...+00:00`) as it always has, documented
-#: as an RFC 3339 date-time (pydantic's own form would be `...Z`: the text would change).
+#: Every time a response model sends: `datetime.isoformat()` (`...+00:00`), the form of the
+#: signed webhook bodies, the evidence hash, the task stream and the CLI's `--json`, so a client
+#: never sees one instant written two ways; documented as an RFC 3339 date-time. A plain
+#: `datetime` field would go out in pydantic's `...Z` form (tests/unit/test_api_times.py refuses
+#: one in any route's response model).
 IsoTime = Annotated[
     datetime,
     PlainSerializer(datetime.isoformat, return_type=str),

@@ -6,14 +6,13 @@ none) the body says who. Viewers cannot write (the auth middleware refuses them)
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.api.auth import require_role
-from orchestrator.api.contract import FilledText, error_responses
+from orchestrator.api.contract import FilledText, IsoTime, error_responses
 from orchestrator.errors import ValidationFailed
 from orchestrator.operators import Operator
 from orchestrator.runtime import celery_dispatcher
@@ -71,7 +70,7 @@ class HumanStepOut(BaseModel):
     node_id: str
     status: str
     by: str
-    at: datetime
+    at: IsoTime
     plan_revision: int = Field(description="the revision the step wrote")
     session_id: str
     task_status: str = Field(description="the task's status after the step was re-decided")

@@ -3,7 +3,6 @@ closed vocabulary (the plan routes' models: `orchestrator.api.plan_views`)."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
@@ -67,8 +66,8 @@ class TaskView(BaseModel):
         description="generations in a row their workers handed back after an outage of the "
         "store or Redis (ORCH_MAX_HANDBACKS parks the task)"
     )
-    created_at: datetime
-    updated_at: datetime
+    created_at: IsoTime
+    updated_at: IsoTime
 
 
 class TriggerView(TaskView):
@@ -77,8 +76,8 @@ class TriggerView(TaskView):
 
 class LeaseView(BaseModel):
     holder: str
-    expires_at: datetime
-    last_renewed_at: datetime | None
+    expires_at: IsoTime
+    last_renewed_at: IsoTime | None
 
 
 class ExecutionView(BaseModel):
@@ -87,11 +86,11 @@ class ExecutionView(BaseModel):
     outcome: ExecutionOutcome | None
     failure_code: str | None
     reason: str | None
-    created_at: datetime
-    started_at: datetime | None
-    ended_at: datetime | None
+    created_at: IsoTime
+    started_at: IsoTime | None
+    ended_at: IsoTime | None
     worker: str | None
-    handed_back_at: datetime | None = Field(
+    handed_back_at: IsoTime | None = Field(
         description="when its worker stopped the round on an outage and gave it back"
     )
 
@@ -99,7 +98,7 @@ class ExecutionView(BaseModel):
 class LastWrite(BaseModel):
     """The current generation's last fenced write: a working agent writes, a stuck one not."""
 
-    at: datetime
+    at: IsoTime
     kind: str = Field(description="plan, report, evidence or action")
 
 
@@ -192,8 +191,8 @@ class SessionView(BaseModel):
     generation: int | None
     owner: str
     title: str
-    created_at: datetime
-    updated_at: datetime
+    created_at: IsoTime
+    updated_at: IsoTime
 
 
 class TranscriptEntryView(BaseModel):

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel, Field
 
-from orchestrator.api.contract import error_responses
+from orchestrator.api.contract import IsoTime, error_responses
 from orchestrator.services.outbox import OutboxService
 
 __all__ = ["ERROR_RESPONSES", "Delivery", "DeliveryKind", "DeliveryStatus", "router"]
@@ -36,10 +35,10 @@ class Delivery(BaseModel):
     action_id: str | None
     status: DeliveryStatus
     attempts: int
-    next_attempt_at: datetime
+    next_attempt_at: IsoTime
     last_error: str | None
-    created_at: datetime
-    delivered_at: datetime | None
+    created_at: IsoTime
+    delivered_at: IsoTime | None
 
 
 class DeliveryPage(BaseModel):

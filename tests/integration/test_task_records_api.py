@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -75,9 +76,19 @@ def test_the_plan_and_the_evidence_of_a_task(
 
 
 def _wire(value: Any) -> Any:
-    """What a service's dict was on the wire before the routes had response models: FastAPI
-    sent an untyped value as pydantic serializes `Any` (a datetime as `...Z`, a string as is)."""
-    return to_jsonable_python(value)
+    """What a service's dict is on the wire: as pydantic serializes `Any` (a string as is), but
+    every time as `isoformat()` (`...+00:00`), the one form the API sends (not `...Z`)."""
+    return to_jsonable_python(_iso_times(value))
+
+
+def _iso_times(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {key: _iso_times(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_iso_times(item) for item in value]
+    return value
 
 
 def test_the_typed_routes_send_what_they_always_sent(
@@ -119,7 +130,7 @@ def test_the_explain_view_sends_what_it_always_sent(
     rt: Runtime, scripts: Path, tmp_path: Path, client: TestClient
 ) -> None:
     """Every key of `GET /api/v1/tasks/{id}`, nested ones included, is the service's: absent
-    keys stay absent (a node's `action_id`), nulls stay null, times keep their text. Over a
+    keys stay absent (a node's `action_id`), nulls stay null, times are `isoformat()` text. Over a
     completed task (plan, report with findings) and a waiting one (a pending action, webhooks
     not yet delivered, and a recovery snapshot with a done and an unknown call)."""
     turns = completing_turns()

@@ -1,0 +1,89 @@
+"""Every time a route's response model sends is `IsoTime` (`...+00:00`), never a plain
+`datetime` (pydantic's `...Z`): the next field someone adds cannot bring the second form back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi.routing import APIRoute
+from pydantic import TypeAdapter
+
+from orchestrator.api import console
+from orchestrator.api.actions import ActionOut
+from orchestrator.api.app import INTERNAL_ROUTERS, PUBLIC_ROUTERS
+from orchestrator.cli import build_parser
+
+
+def _times(schema: Any, where: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every datetime in a pydantic core schema (nested models, lists, unions, definitions),
+    with the field names that lead to it."""
+    if isinstance(schema, dict):
+        if schema.get("type") == "datetime":
+            yield where, schema
+        for key, value in schema.items():
+            if key == "fields" and isinstance(value, dict):
+                for name, field in value.items():
+                    yield from _times(field, f"{where}.{name}".lstrip("."))
+            else:
+                yield from _times(value, where)
+    elif isinstance(schema, list):
+        for value in schema:
+            yield from _times(value, where)
+
+
+def _sent_as_isoformat(schema: dict[str, Any]) -> bool:
+    serializer = schema.get("serialization", {})
+    return serializer.get("function") is datetime.isoformat  # type: ignore[no-any-return]
+
+
+def test_every_time_in_a_response_model_is_sent_as_isoformat() -> None:
+    checked, plain = 0, []
+    routers = [*PUBLIC_ROUTERS, *INTERNAL_ROUTERS, console.router]
+    for route in (route for router in routers for route in router.routes):
+        if not isinstance(route, APIRoute) or route.response_model is None:
+            continue
+        schema = TypeAdapter(route.response_model).core_schema
+        for field, time in _times(schema):
+            checked += 1
+            if not _sent_as_isoformat(time):
+                plain.append(f"{sorted(route.methods)} {route.path}: {field}")
+    assert not plain, "plain datetime (sent as ...Z) in:\n" + "\n".join(plain)
+    assert checked >= 20  # the walk reaches the times (a task's, an execution's, a delivery's)
+
+
+def test_a_time_is_sent_with_plus_00_00_and_documented_as_date_time() -> None:
+    action = ActionOut.model_validate(
+        {
+            "action_id": "a1",
+            "task_id": "t1",
+            "generation": 1,
+            "session_id": "s1",
+            "node_id": "n1",
+            "kind": "work_order",
+            "payload": {},
+            "status": "approved",
+            "digest": "d",
+            "plan_revision": 1,
+            "decided_by": "ops",
+            "decided_at": "2026-12-05T09:12:40.586393Z",  # a client's form is read
+            "note": None,
+            "created_at": datetime(2026, 12, 5, 9, 12, tzinfo=UTC),
+        }
+    )
+    sent = action.model_dump(mode="json")
+    assert sent["decided_at"] == "2026-12-05T09:12:40.586393+00:00"
+    assert sent["created_at"] == "2026-12-05T09:12:00+00:00"
+    schema = ActionOut.model_json_schema(mode="serialization")["properties"]
+    assert schema["created_at"] == {"type": "string", "format": "date-time", "title": "Created At"}
+    assert {"type": "string", "format": "date-time"} in schema["decided_at"]["anyOf"]
+
+
+def test_a_time_a_client_sends_may_take_either_form() -> None:
+    """`--since` and `--until` read `...Z` and `...+00:00` as the same instant (the API's
+    `created_after` and cursors do too: tests/integration/test_task_list_filters.py)."""
+    parser = build_parser()
+    zulu, offset = "2026-12-05T09:12:40Z", "2026-12-05T09:12:40+00:00"
+    read = [parser.parse_args(["tasks", "list", "--since", when]).since for when in (zulu, offset)]
+    assert read == [datetime(2026, 12, 5, 9, 12, 40, tzinfo=UTC)] * 2

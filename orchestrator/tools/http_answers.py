@@ -10,6 +10,12 @@ passed since the headers it is given up as an httpx timeout. The time is checked
 arrives, so the body ends at most one read timeout past its limit. The limit starts at the
 headers, not at the send, so a gateway's connect retries do not eat into it.
 
+The headers have a limit of their own, from the moment the request starts to leave: a server
+that sends its status line and then its headers a byte at a time, each within the read timeout,
+held the call up to h11's 16 KiB header limit times the read timeout (hours), and its thread
+with it. When the headers have not all come by then, the connection's socket is shut down (the
+thread reading it wakes at once) and the call ends as an httpx timeout.
+
 A compressed answer (`Content-Encoding: gzip` or `deflate`, as httpx undoes them) is undone
 here, a bounded step at a time: httpx would expand each chunk it reads whole, and one chunk of
 64 KiB of a gzip bomb is 64 MiB before any cap could look at it. Here no step gives more than the
@@ -20,8 +26,12 @@ memory. Other encodings are left as they are, as httpx leaves them.
 from __future__ import annotations
 
 import json
+import socket
+import threading
 import time
 import zlib
+from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,12 +79,24 @@ def read_answer(
     body_seconds: float,
     max_bytes: int = MAX_ANSWER_BYTES,
 ) -> Answer:
-    """Send `request` and read its whole body within `body_seconds` of its headers.
+    """Send `request`, take its headers within `body_seconds` of the request starting to
+    leave, and read its whole body within `body_seconds` of the headers.
 
-    Raises what `client.send` raises, `httpx.ReadTimeout` past the time, and `AnswerTooLarge`;
-    the connection is closed whatever happens.
+    Raises what `client.send` raises, `httpx.ReadTimeout` past either time, and
+    `AnswerTooLarge`; the connection is closed whatever happens.
     """
-    response = client.send(request, stream=True)
+    watch = _HeaderWatch(body_seconds, request.extensions.get("trace"))
+    request.extensions["trace"] = watch.trace
+    try:
+        response = client.send(request, stream=True)
+    except httpx.TransportError as exc:
+        if watch.expired:
+            raise httpx.ReadTimeout(
+                "the answer's headers did not arrive in time", request=request
+            ) from exc
+        raise
+    finally:
+        watch.done()
     deadline = time.monotonic() + body_seconds
     try:
         declared = response.headers.get("content-length", "")
@@ -93,6 +115,62 @@ def read_answer(
         return Answer(response.status_code, response.headers, b"".join(chunks))
     finally:
         response.close()
+
+
+class _HeaderWatch:
+    """Shuts the connection's socket down when the answer's headers are late.
+
+    httpcore's trace events tell when the connection is made (its network stream, whose socket
+    is kept), when the request starts to leave (the clock starts) and when the headers are in
+    (the watch ends). A socket shut down wakes the thread blocked reading it (closing it would
+    not); `socket.socket.shutdown` is called as such so that a TLS socket is shut down at the
+    socket level, as `ssl.SSLSocket.shutdown` would also drop its TLS state under the reader.
+    Chained to any trace the request already had (the gateway's `_Wire`).
+    """
+
+    def __init__(self, seconds: float, chained: Callable[[str, dict[str, Any]], Any] | None):
+        self.seconds = seconds
+        self.chained = chained
+        self.expired = False
+        self._lock = threading.Lock()
+        self._socket: socket.socket | None = None
+        self._timer: threading.Timer | None = None
+        self._ended = False
+
+    def trace(self, event: str, info: dict[str, Any]) -> None:
+        if event.endswith((".connect_tcp.complete", ".start_tls.complete")):
+            stream = info.get("return_value")
+            found = stream.get_extra_info("socket") if stream is not None else None
+            with self._lock:
+                self._socket = found if isinstance(found, socket.socket) else self._socket
+        elif event.endswith(".send_request_headers.started"):
+            with self._lock:
+                if self._timer is None and not self._ended:
+                    self._timer = threading.Timer(self.seconds, self._expire)
+                    self._timer.daemon = True
+                    self._timer.start()
+        elif event.endswith(".receive_response_headers.complete"):
+            self.done()
+        if self.chained is not None:
+            self.chained(event, info)
+
+    def done(self) -> None:
+        """The headers are in, or the send ended otherwise: nothing is shut down after this."""
+        with self._lock:
+            self._ended = True
+            timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+
+    def _expire(self) -> None:
+        with self._lock:
+            if self._ended:
+                return
+            self.expired = True
+            sock = self._socket
+        if sock is not None:
+            with suppress(OSError):  # closed meanwhile: nothing is left to wake
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
 class _Decoding:

@@ -6,8 +6,9 @@ connection without answering: the request was sent, the outcome is unknown to th
 (apply the write, set `backend.held`, then keep the client waiting until `backend.release` is
 set, and drop the connection: for killing a worker while its request is in flight); on
 `/orders` and `/report`, `dribble` (a 200 whose body comes one byte every 50 ms: each read is
-quick, the answer takes hours) and `endless` (a 200 whose body never ends); on `/report`,
-`error` (a 503).
+quick, the answer takes hours), `dribble_headers` (a status line, then headers one byte every
+50 ms: the headers would take hours) and `endless` (a 200 whose body never ends); on
+`/report`, `error` (a 503).
 """
 
 from __future__ import annotations
@@ -111,6 +112,8 @@ class Backend:
         self.settings: dict[str, Any] = {}
         self.mode: dict[str, str] = {}
         self.slow_seconds = 2.0
+        #: Set when a `dribble_headers` answer stopped: its client went away.
+        self.header_dribbles_ended = threading.Event()
         self.js_numbers = False
         self.held = threading.Event()
         self.release = threading.Event()
@@ -161,6 +164,16 @@ def _handler(backend: Backend) -> type[BaseHTTPRequestHandler]:
                     self.wfile.write(b" ")
                     time.sleep(0.05)
 
+        def _dribble_headers(self) -> None:
+            self.close_connection = True
+            with contextlib.suppress(OSError):  # the client gave up
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+                self.wfile.flush()
+                for _ in range(100_000):
+                    self.wfile.write(b"a")
+                    self.wfile.flush()
+                    time.sleep(0.05)
+
         def _endless(self) -> None:
             self.send_response(200)
             self.send_header("content-type", "application/json")
@@ -189,6 +202,12 @@ def _handler(backend: Backend) -> type[BaseHTTPRequestHandler]:
                 time.sleep(backend.slow_seconds)
             if mode == "error" and path == "/report":
                 self._reply(503, {"error": "the report service is down"})
+                return
+            if mode == "dribble_headers" and path in ("/orders", "/report"):
+                try:
+                    self._dribble_headers()
+                finally:
+                    backend.header_dribbles_ended.set()
                 return
             if mode in ("dribble", "endless") and path in ("/orders", "/report"):
                 self._dribble() if mode == "dribble" else self._endless()

@@ -95,6 +95,30 @@ def test_a_read_whose_answer_dribbles_or_never_ends_fails_in_time(
     assert result.status == "failed"
 
 
+def test_a_write_whose_headers_dribble_is_unknown_in_time_and_its_connection_closed(
+    db: Database, backend: Backend
+) -> None:
+    """A status line, then the headers a byte every 50 ms: each read is quick, and before the
+    headers' own limit the call held its thread for hours (16 KiB of headers)."""
+    backend.mode["/orders"] = "dribble_headers"
+    order = {"item": "valve", "quantity": 2}
+    result, seconds = _bounded(lambda: _api(db, backend, "a", "createOrder", body=order))
+    assert seconds < BOUND
+    # The request was received; no answer came in time: whether the order holds is not known.
+    assert result.status == "unknown"
+    assert _receipt(db, result) == "unknown"
+    # The connection is shut, not left to a thread reading on: the server's writes fail.
+    assert backend.header_dribbles_ended.wait(timeout=5)
+
+
+def test_a_read_whose_headers_dribble_fails_in_time(db: Database, backend: Backend) -> None:
+    backend.mode["/report"] = "dribble_headers"
+    result, seconds = _bounded(lambda: _api(db, backend, "r", "bigReport", size=3))
+    assert seconds < BOUND
+    assert result.status == "failed"
+    assert backend.header_dribbles_ended.wait(timeout=5)
+
+
 def _source(tmp_path: Path, backend: Backend) -> QueryDataSource:
     (tmp_path / "spec.json").write_text(json.dumps(SPEC), encoding="utf-8")
     declaration = tmp_path / "sources.yaml"
@@ -126,6 +150,14 @@ def test_a_source_that_dribbles_its_answer_times_out_in_time(
     assert seconds < BOUND
     assert (result.status, result.code) == ("failed", "source_timeout")
     assert f"did not answer within {TIMEOUT} s" in result.message
+
+
+def test_a_source_whose_headers_dribble_times_out_in_time(tmp_path: Path, backend: Backend) -> None:
+    backend.mode["/report"] = "dribble_headers"
+    result, seconds = _bounded(lambda: _query(_source(tmp_path, backend)))
+    assert seconds < BOUND
+    assert (result.status, result.code) == ("failed", "source_timeout")
+    assert backend.header_dribbles_ended.wait(timeout=5)
 
 
 def test_a_source_whose_answer_never_ends_is_refused_past_the_cap(

@@ -14,7 +14,8 @@ A compressed answer (`Content-Encoding: gzip` or `deflate`, as httpx undoes them
 here, a bounded step at a time: httpx would expand each chunk it reads whole, and one chunk of
 64 KiB of a gzip bomb is 64 MiB before any cap could look at it. Here no step gives more than the
 room left under the cap (zlib's `max_length`), so a bomb is refused with at most the cap in
-memory. Other encodings are left as they are, as httpx leaves them.
+memory. Other encodings are left as they are, as httpx leaves them. The model client bounds its
+answers with the same `BoundedDecoding` (`orchestrator.agent.model_http`).
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ from __future__ import annotations
 import json
 import time
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-__all__ = ["MAX_ANSWER_BYTES", "Answer", "AnswerTooLarge", "read_answer"]
+__all__ = ["MAX_ANSWER_BYTES", "Answer", "AnswerTooLarge", "BoundedDecoding", "read_answer"]
 
 #: The largest answer a tool reads (after decompression). The host keeps at most 1 MiB of a
 #: result (`tools.results.MAX_RESULT_BYTES`); a larger answer is cut there, a far larger one
@@ -80,7 +82,11 @@ def read_answer(
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > max_bytes:
             raise AnswerTooLarge(max_bytes, response.status_code)
-        decoding = _Decoding(response, max_bytes)
+        decoding = BoundedDecoding(
+            response.headers.get_list("content-encoding", split_commas=True),
+            max_bytes,
+            response.status_code,
+        )
         chunks: list[bytes] = []
         size = 0
         for raw in response.iter_raw():
@@ -91,19 +97,22 @@ def read_answer(
             chunks.append(chunk)
         chunks.append(decoding.finish(max_bytes - size))
         return Answer(response.status_code, response.headers, b"".join(chunks))
+    except zlib.error as exc:
+        raise httpx.DecodingError(str(exc), request=request) from exc
     finally:
         response.close()
 
 
-class _Decoding:
-    """The answer's `Content-Encoding` undone (the last applied first, as httpx does), each step
-    asked for at most the room left under the cap plus one byte: a step that gives that byte
-    more (zlib stops at `max_length`) makes the answer too large, refused unexpanded."""
+class BoundedDecoding:
+    """An answer's `Content-Encoding` (the header's values) undone, the last applied first as
+    httpx does, each step asked for at most the room left under the cap plus one byte: a step
+    that gives that byte more (zlib stops at `max_length`) makes the answer too large
+    (`AnswerTooLarge`), refused unexpanded. A corrupt stream raises `zlib.error`. Without gzip
+    or deflate, `feed` only checks each chunk against the room left."""
 
-    def __init__(self, response: httpx.Response, max_bytes: int) -> None:
-        self.response = response
+    def __init__(self, encodings: Sequence[str], max_bytes: int, status_code: int) -> None:
         self.max_bytes = max_bytes
-        encodings = response.headers.get_list("content-encoding", split_commas=True)
+        self.status_code = status_code
         names = [name.strip().lower() for name in encodings]
         self.steps = [_Step(name) for name in reversed(names) if name in ("gzip", "deflate")]
 
@@ -121,14 +130,11 @@ class _Decoding:
         return self._checked(data, room)
 
     def _zlib(self, run: Any, data: bytes, limit: int) -> bytes:
-        try:
-            return bytes(run(data, limit))
-        except zlib.error as exc:
-            raise httpx.DecodingError(str(exc), request=self.response.request) from exc
+        return bytes(run(data, limit))
 
     def _checked(self, data: bytes, room: int) -> bytes:
         if len(data) > room:
-            raise AnswerTooLarge(self.max_bytes, self.response.status_code)
+            raise AnswerTooLarge(self.max_bytes, self.status_code)
         return data
 
 

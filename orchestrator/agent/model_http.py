@@ -98,13 +98,13 @@ class _BoundedBody(httpx2.SyncByteStream):
                     raise httpx2.ReadTimeout(
                         "the answer did not arrive within the timeout", request=self._request
                     )
-                chunk = self._decoding.feed(raw, room)
-                room -= len(chunk)
-                if chunk:
-                    yield chunk
-            tail = self._decoding.finish(room)
-            if tail:
-                yield tail
+                for piece in self._decoding.feed(raw, room):
+                    room -= len(piece)
+                    if piece:
+                        yield piece
+            for piece in self._decoding.finish(room):
+                if piece:
+                    yield piece
         except zlib.error as exc:
             self.close()
             raise httpx2.DecodingError(str(exc), request=self._request) from exc

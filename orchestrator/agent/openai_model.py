@@ -70,9 +70,10 @@ MAX_RAW_ARGUMENT_CHARS = 500
 #: How often a waiting round looks at its stop event (a cancel, a lease in doubt).
 STOP_POLL_SECONDS = 0.1
 #: The most model calls of one process in flight at once. Every round waits on one call at a time
-#: (an abandoned call ends within its timeout), so this must stay above a worker's concurrency:
-#: a smaller pool queues the calls of the rounds beyond it (64 made 200 rounds of 2 s turns take
-#: 36 s instead of 14, bench/concurrency.py). Threads start only as calls need them.
+#: (an abandoned call ends within its timeout, one read more at worst), so this must stay above a
+#: worker's concurrency: a smaller pool queues the calls of the rounds beyond it (64 made 200
+#: rounds of 2 s turns take 36 s instead of 14, bench/concurrency.py). Threads start only as calls
+#: need them.
 MAX_CALLS_IN_FLIGHT = 2048
 #: Model calls run here so a round waiting for one can stop at once; a process's rounds share it.
 _CALLS = ThreadPoolExecutor(max_workers=MAX_CALLS_IN_FLIGHT, thread_name_prefix="model-call")

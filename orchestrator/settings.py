@@ -203,6 +203,8 @@ class Settings(BaseSettings):
     llm_max_output_tokens: int = Field(
         default=4096, ge=1, validation_alias=_env("LLM_MAX_OUTPUT_TOKENS")
     )
+    # One model call's whole time, from the send to the answer's last byte (not per read as
+    # httpx counts it: `agent.model_http`).
     llm_timeout_seconds: float = Field(
         default=120.0, gt=0, validation_alias=_env("LLM_TIMEOUT_SECONDS")
     )

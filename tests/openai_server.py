@@ -19,23 +19,41 @@ whose history holds N-1 assistant messages), so many rounds can run at once, eac
 (`converse(other, mentioning="(probe)")`: the conversations whose user messages say so).
 `OpenAIServer(delay_s=2)` answers every turn after at least 2 s, like a slow model; a thread per
 connection and a deep listen backlog let hundreds of clients wait on it at once.
+
+Answers that misbehave on the wire: `dribble()` sends a completion a byte at a time (each gap
+well within any read timeout), `oversize(size)` one padded with whitespace to `size` bytes
+(chunked, with its Content-Length, or gzipped: a compression bomb), `reply(gzip=True)` a normal
+one gzipped. `server.dropped` is set when the client closed the connection while such an
+answer was still going out.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 import threading
 import time
+import zlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from orchestrator.agent.script_refs import resolve_refs
 
-__all__ = ["Failure", "Garbled", "OpenAIServer", "Reply", "call", "replies", "strict_problem"]
+__all__ = [
+    "Dribble",
+    "Failure",
+    "Garbled",
+    "OpenAIServer",
+    "Oversized",
+    "Reply",
+    "call",
+    "replies",
+    "strict_problem",
+]
 
 
 def call(call_id: str, name: str, arguments: dict[str, Any] | str) -> dict[str, Any]:
@@ -67,6 +85,8 @@ class Reply:
     delay_s: float = 0.0
     #: As the server says it ("length": cut at max_tokens); None = "tool_calls" or "stop".
     finish_reason: str | None = None
+    #: Sent with `Content-Encoding: gzip`.
+    gzip: bool = False
 
 
 @dataclass
@@ -85,6 +105,29 @@ class Garbled:
 
 
 @dataclass
+class Dribble:
+    """A completion ("done") sent a byte every `interval_s` under its Content-Length (a proxy
+    trickling the answer); `status` other than 200 sends it as an error's body."""
+
+    interval_s: float = 0.05
+    status: int = 200
+
+
+@dataclass
+class Oversized:
+    """A completion ("padded") after whitespace (still valid JSON) to `size` bytes in all: sent
+    chunked with no length, with its Content-Length if `declared`, gzip-encoded if `gzip`."""
+
+    size: int
+    declared: bool = False
+    gzip: bool = False
+
+
+#: What the script can hold: an answer, or one computed from the request.
+Answer = Reply | Failure | Garbled | Dribble | Oversized
+
+
+@dataclass
 class Request:
     body: dict[str, Any]
     refused: str | None  # why the strict check refused it, or None
@@ -97,11 +140,13 @@ class OpenAIServer:
     def __init__(self, model: str = "test-model", *, delay_s: float = 0.0) -> None:
         self.model = model
         self.delay_s = delay_s  # the least time before any answer (200) goes out
-        self.script: deque[
-            Reply | Failure | Garbled | Callable[[dict[str, Any]], Reply | Failure]
-        ] = deque()
+        self.script: deque[Answer | Callable[[dict[str, Any]], Reply | Failure]] = deque()
         self.conversations: dict[str, list[Reply]] = {}  # by what the user messages mention
         self.requests: list[Request] = []
+        #: Set when a client closed its connection while a dribbled or oversized answer was
+        #: still being sent.
+        self.dropped = threading.Event()
+        self._stopping = threading.Event()  # ends a dribble in flight when the server stops
         self._lock = threading.Lock()
         self._server = _Server(("127.0.0.1", 0), self._handler())
         # A short poll: shutdown() waits up to one poll interval (0.5 s by default) per test.
@@ -116,6 +161,7 @@ class OpenAIServer:
         return self
 
     def __exit__(self, *_exc: object) -> None:
+        self._stopping.set()
         self._server.shutdown()
         self._server.server_close()
 
@@ -135,6 +181,14 @@ class OpenAIServer:
     def garble(self, body: str | None = None, content_type: str = "text/html") -> None:
         """Answer 200 with `body` as it is (not a completion)."""
         self.script.append(Garbled(body or Garbled.body, content_type))
+
+    def dribble(self, interval_s: float = 0.05, status: int = 200) -> None:
+        """Send the next answer a byte every `interval_s`."""
+        self.script.append(Dribble(interval_s, status))
+
+    def oversize(self, size: int, *, declared: bool = False, gzip: bool = False) -> None:
+        """Send the next answer padded to `size` bytes (see `Oversized`)."""
+        self.script.append(Oversized(size, declared, gzip))
 
     def converse(self, script: list[Reply], *, mentioning: str = "") -> None:
         """Once the queue is empty, a conversation whose user messages mention `mentioning` (the
@@ -159,7 +213,7 @@ class OpenAIServer:
 
     # -- serving -----------------------------------------------------------------------------
 
-    def _next(self, body: dict[str, Any]) -> Reply | Failure | Garbled:
+    def _next(self, body: dict[str, Any]) -> Answer:
         with self._lock:
             item = self.script.popleft() if self.script else None
         if item is None:
@@ -204,6 +258,18 @@ class OpenAIServer:
                     self._send(400, {"error": {"message": problem, "type": "invalid_request"}})
                     return
                 answer = server._next(body)
+                if isinstance(answer, Dribble | Oversized):
+                    server.requests.append(Request(body, None, 200))
+                    completion = json.dumps(server._completion(body, _PLAIN[type(answer)]))
+                    try:
+                        if isinstance(answer, Dribble):
+                            self._dribble(answer, completion.encode())
+                        else:
+                            self._oversized(answer, completion.encode())
+                    except ConnectionError:
+                        server.dropped.set()
+                        self.close_connection = True
+                    return
                 if isinstance(answer, Garbled):
                     server.requests.append(Request(body, None, 200))
                     data = answer.body.encode()
@@ -224,7 +290,47 @@ class OpenAIServer:
                 delay = max(answer.delay_s, server.delay_s)
                 if delay:
                     time.sleep(delay)
+                if answer.gzip:
+                    data = gzip.compress(json.dumps(server._completion(body, answer)).encode())
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Encoding", "gzip")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 self._send(200, server._completion(body, answer))
+
+            def _dribble(self, answer: Dribble, data: bytes) -> None:
+                self.send_response(answer.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                for index in range(len(data)):
+                    self.wfile.write(data[index : index + 1])
+                    if server._stopping.wait(answer.interval_s):
+                        return
+
+            def _oversized(self, answer: Oversized, data: bytes) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                if answer.declared:
+                    self.send_header("Content-Length", str(max(answer.size, len(data))))
+                else:
+                    self.send_header("Transfer-Encoding", "chunked")
+                if answer.gzip:
+                    self.send_header("Content-Encoding", "gzip")
+                self.end_headers()
+                pieces = _padded(answer.size - len(data), data)
+                if answer.gzip:
+                    pieces = _gzipped(pieces)
+                for piece in pieces:
+                    if answer.declared:
+                        self.wfile.write(piece)
+                    elif piece:
+                        self.wfile.write(b"%x\r\n%b\r\n" % (len(piece), piece))
+                if not answer.declared:
+                    self.wfile.write(b"0\r\n\r\n")
 
             def _send(
                 self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
@@ -266,6 +372,27 @@ class OpenAIServer:
                 "total_tokens": prompt + completion,
             },
         }
+
+
+#: What a dribbled and an oversized answer say, once read.
+_PLAIN: dict[type, Reply] = {Dribble: Reply(content="done"), Oversized: Reply(content="padded")}
+_MIB = 1024 * 1024
+
+
+def _padded(padding: int, data: bytes) -> Iterator[bytes]:
+    """`padding` bytes of whitespace a MiB at a time, then `data`."""
+    block = b" " * _MIB
+    while padding > 0:
+        yield block[: min(padding, _MIB)]
+        padding -= _MIB
+    yield data
+
+
+def _gzipped(pieces: Iterator[bytes]) -> Iterator[bytes]:
+    encoder = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    for piece in pieces:
+        yield encoder.compress(piece)
+    yield encoder.flush()
 
 
 class _Server(ThreadingHTTPServer):

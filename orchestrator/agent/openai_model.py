@@ -8,6 +8,12 @@ other 4xx is not retried. A completion without `choices` is retried like an unre
 the budget is spent the round ends `model_error` with the reason. The API key is a `SecretStr`
 and never appears in a log line or an error message.
 
+LLM_TIMEOUT_SECONDS bounds a whole call, from the send to the answer's last byte, not each read
+as httpx would (a server dribbling its answer held a round `running` for ever): the round stops
+waiting at the timeout and retries it as a timeout, and the abandoned request is given up and its
+connection closed by `model_http`, which also refuses an answer past `MAX_MODEL_ANSWER_BYTES`
+(decoded) without holding it; that is retried like an unreadable answer.
+
 Tool-call arguments that are not a JSON object come back in `ModelTurn.malformed`, so the loop
 answers them `failed` and the model can correct itself; the round goes on. So do calls whose
 id repeats one of the same turn (under an id of their own: the history must name each call once);
@@ -25,11 +31,17 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, Literal
 
+import httpx2
 import openai
 
 from orchestrator.agent.model import Model, ModelError, ModelTurn, TokenUsage
+from orchestrator.agent.model_http import (
+    MAX_MODEL_ANSWER_BYTES,
+    AnswerTooLarge,
+    bounded_http_client,
+)
 from orchestrator.agent.retries import RetryBudget, parse_retry_after, should_retry
 from orchestrator.agent.text import clean, clean_text
 from orchestrator.agent.wire import HistoryError, check_history, to_wire_messages, to_wire_tools
@@ -42,6 +54,12 @@ __all__ = ["OpenAIModel", "client_for", "close_clients"]
 _UNREADABLE = "the model server's answer is not readable as a chat completion"
 #: A completion without choices (some proxies and overloaded servers): retried the same way.
 _NO_CHOICES = "the model server returned no choices"
+_TIMED_OUT = "the model server timed out"
+#: An answer past the cap: retried like an unreadable one (a proxy's hiccup, a looping model).
+_TOO_LARGE = (
+    f"the model server's answer is larger than {MAX_MODEL_ANSWER_BYTES // (1024 * 1024)} MiB "
+    "(the cap on a model answer)"
+)
 _NO_KEY = "not-needed"  # local servers take no key; the client insists on a value
 #: The longest tool-call id kept as the server sent it (the transcript's column); a longer or
 #: missing one is replaced by an id of the host's, used consistently in the history.
@@ -52,12 +70,16 @@ MAX_RAW_ARGUMENT_CHARS = 500
 #: How often a waiting round looks at its stop event (a cancel, a lease in doubt).
 STOP_POLL_SECONDS = 0.1
 #: The most model calls of one process in flight at once. Every round waits on one call at a time
-#: (an abandoned call ends within its timeout), so this must stay above a worker's concurrency:
-#: a smaller pool queues the calls of the rounds beyond it (64 made 200 rounds of 2 s turns take
-#: 36 s instead of 14, bench/concurrency.py). Threads start only as calls need them.
+#: (an abandoned call ends within its timeout, one read more at worst), so this must stay above a
+#: worker's concurrency: a smaller pool queues the calls of the rounds beyond it (64 made 200
+#: rounds of 2 s turns take 36 s instead of 14, bench/concurrency.py). Threads start only as calls
+#: need them.
 MAX_CALLS_IN_FLIGHT = 2048
 #: Model calls run here so a round waiting for one can stop at once; a process's rounds share it.
 _CALLS = ThreadPoolExecutor(max_workers=MAX_CALLS_IN_FLIGHT, thread_name_prefix="model-call")
+
+#: How a wait for a call ended: the call is done, the round was stopped, or the timeout passed.
+Waited = Literal["done", "stopped", "late"]
 
 
 _CLIENTS: dict[tuple[str, str, float], openai.OpenAI] = {}
@@ -74,7 +96,11 @@ def client_for(base_url: str, api_key: str, timeout: float) -> openai.OpenAI:
         client = _CLIENTS.get(key)
         if client is None:
             client = openai.OpenAI(
-                base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0
+                base_url=base_url,
+                api_key=api_key,
+                timeout=timeout,
+                max_retries=0,
+                http_client=bounded_http_client(),
             )
             _CLIENTS[key] = client
         return client
@@ -171,47 +197,64 @@ class OpenAIModel(Model):
             # heartbeat renews the lease while the call is in flight, and a lease in doubt sets
             # `stop`, which ends the wait below at once.
             call = _CALLS.submit(self._create, body, self.timeout)
-            if not _wait(call, stop):
+            waited = _wait(call, stop, started + self.timeout)
+            if waited == "stopped":
                 # Cancelled or the lease is in doubt: the round stops now; the abandoned call
-                # ends by itself within its timeout.
+                # ends by itself within its timeout (`model_http`).
                 return ModelTurn(content=None, tool_calls=())
-            try:
-                completion = call.result()
-            except openai.APIConnectionError as exc:  # includes timeouts
+            if waited == "late":
+                # Not done within the timeout (a dribbling answer, a slow connect): a timeout
+                # like any other; the abandoned call gives its connection up by itself.
+                call.cancel()
                 self._count("unreachable", started)
-                timed_out = isinstance(exc, openai.APITimeoutError)
-                why = "timed out" if timed_out else "is unreachable"
-                reason, retry_after = f"the model server {why}", None
-            except openai.APIStatusError as exc:
-                status = exc.status_code
-                self._count(f"http_{status}", started)
-                headers = dict(exc.response.headers)
-                if not should_retry(status, headers):
-                    raise ModelError(
-                        f"the model server refused the request: HTTP {status}: "
-                        f"{self._describe(exc)}"
-                    ) from None
-                reason = f"HTTP {status}: {self._describe(exc)}"
-                retry_after = parse_retry_after(headers)
-            except (json.JSONDecodeError, openai.APIResponseValidationError):
-                self._count("unreadable", started)
-                reason, retry_after = _UNREADABLE, None
+                reason, retry_after = _TIMED_OUT, None
             else:
-                if isinstance(completion, str):  # not JSON: a proxy's error page, say
-                    self._count("unreadable", started)
-                    reason, retry_after = _UNREADABLE, None
-                elif not getattr(completion, "choices", None):
-                    self._count("no_choices", started)
-                    reason, retry_after = _NO_CHOICES, None
-                else:
-                    turn = self._turn(completion)
-                    self._count("ok", started, turn.usage)
-                    return turn
+                outcome = self._outcome(call, started)
+                if isinstance(outcome, ModelTurn):
+                    return outcome
+                reason, retry_after = outcome
             delay = budget.next_delay(retry_after)
             if isinstance(delay, str):
                 raise ModelError(f"model call failed ({reason}); {delay}")
             if stop.wait(delay):
                 return ModelTurn(content=None, tool_calls=())
+
+    def _outcome(self, call: Future[Any], started: float) -> ModelTurn | tuple[str, float | None]:
+        """The finished call's turn, or why it failed and the Retry-After the server asked for;
+        a failure not worth retrying raises `ModelError`."""
+        try:
+            completion = call.result()
+        except (openai.APITimeoutError, httpx2.TimeoutException):
+            # httpx2's own when the body of an error status came too slowly (`model_http`).
+            self._count("unreachable", started)
+            return _TIMED_OUT, None
+        except openai.APIConnectionError:
+            self._count("unreachable", started)
+            return "the model server is unreachable", None
+        except AnswerTooLarge:
+            self._count("unreadable", started)
+            return _TOO_LARGE, None
+        except openai.APIStatusError as exc:
+            status = exc.status_code
+            self._count(f"http_{status}", started)
+            headers = dict(exc.response.headers)
+            if not should_retry(status, headers):
+                raise ModelError(
+                    f"the model server refused the request: HTTP {status}: {self._describe(exc)}"
+                ) from None
+            return f"HTTP {status}: {self._describe(exc)}", parse_retry_after(headers)
+        except (json.JSONDecodeError, openai.APIResponseValidationError):
+            self._count("unreadable", started)
+            return _UNREADABLE, None
+        if isinstance(completion, str):  # not JSON: a proxy's error page, say
+            self._count("unreadable", started)
+            return _UNREADABLE, None
+        if not getattr(completion, "choices", None):
+            self._count("no_choices", started)
+            return _NO_CHOICES, None
+        turn = self._turn(completion)
+        self._count("ok", started, turn.usage)
+        return turn
 
     def _count(self, status: str, started: float, usage: TokenUsage | None = None) -> None:
         """The call in the Prometheus metrics: its outcome, latency and tokens."""
@@ -306,14 +349,16 @@ class OpenAIModel(Model):
         return None
 
 
-def _wait(call: Future[Any], stop: threading.Event) -> bool:
-    """Wait for `call`; False as soon as `stop` is set first."""
+def _wait(call: Future[Any], stop: threading.Event, deadline: float) -> Waited:
+    """Wait for `call` until `deadline` (monotonic); sooner if `stop` is set first."""
     done = threading.Event()
     call.add_done_callback(lambda _: done.set())
-    while not done.wait(STOP_POLL_SECONDS):
+    while not done.wait(max(0.0, min(STOP_POLL_SECONDS, deadline - time.monotonic()))):
         if stop.is_set():
-            return False
-    return True
+            return "stopped"
+        if time.monotonic() >= deadline:
+            return "late"
+    return "done"
 
 
 def _short_id(call_id: str) -> str:

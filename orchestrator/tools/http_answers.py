@@ -20,7 +20,8 @@ A compressed answer (`Content-Encoding: gzip` or `deflate`, as httpx undoes them
 here, a bounded step at a time: httpx would expand each chunk it reads whole, and one chunk of
 64 KiB of a gzip bomb is 64 MiB before any cap could look at it. Here no step gives more than the
 room left under the cap (zlib's `max_length`), so a bomb is refused with at most the cap in
-memory. Other encodings are left as they are, as httpx leaves them.
+memory. Other encodings are left as they are, as httpx leaves them. The model client bounds its
+answers with the same `BoundedDecoding` (`orchestrator.agent.model_http`).
 """
 
 from __future__ import annotations
@@ -30,14 +31,14 @@ import socket
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-__all__ = ["MAX_ANSWER_BYTES", "Answer", "AnswerTooLarge", "read_answer"]
+__all__ = ["MAX_ANSWER_BYTES", "Answer", "AnswerTooLarge", "BoundedDecoding", "read_answer"]
 
 #: The largest answer a tool reads (after decompression). The host keeps at most 1 MiB of a
 #: result (`tools.results.MAX_RESULT_BYTES`); a larger answer is cut there, a far larger one
@@ -102,17 +103,23 @@ def read_answer(
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > max_bytes:
             raise AnswerTooLarge(max_bytes, response.status_code)
-        decoding = _Decoding(response, max_bytes)
+        decoding = BoundedDecoding(
+            response.headers.get_list("content-encoding", split_commas=True),
+            max_bytes,
+            response.status_code,
+        )
         chunks: list[bytes] = []
         size = 0
         for raw in response.iter_raw():
             if time.monotonic() > deadline:
                 raise httpx.ReadTimeout("the answer's body did not arrive in time", request=request)
-            chunk = decoding.feed(raw, max_bytes - size)
-            size += len(chunk)
-            chunks.append(chunk)
-        chunks.append(decoding.finish(max_bytes - size))
+            pieces = decoding.feed(raw, max_bytes - size)
+            size += sum(len(piece) for piece in pieces)
+            chunks.extend(pieces)
+        chunks.extend(decoding.finish(max_bytes - size))
         return Answer(response.status_code, response.headers, b"".join(chunks))
+    except zlib.error as exc:
+        raise httpx.DecodingError(str(exc), request=request) from exc
     finally:
         response.close()
 
@@ -173,41 +180,59 @@ class _HeaderWatch:
                 socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
-class _Decoding:
-    """The answer's `Content-Encoding` undone (the last applied first, as httpx does), each step
-    asked for at most the room left under the cap plus one byte: a step that gives that byte
-    more (zlib stops at `max_length`) makes the answer too large, refused unexpanded."""
+class BoundedDecoding:
+    """An answer's `Content-Encoding` (the header's values) undone, the last applied first as
+    httpx does, each step asked for at most the room left under the cap plus one byte: a step
+    that gives that byte more (zlib stops at `max_length`) makes the answer too large
+    (`AnswerTooLarge`), refused unexpanded. A corrupt stream raises `zlib.error`. Without gzip
+    or deflate, `feed` only checks each chunk against the room left.
 
-    def __init__(self, response: httpx.Response, max_bytes: int) -> None:
-        self.response = response
+    The decoded bytes come in pieces of at most `STEP_BYTES`: zlib builds its output in blocks
+    joined at the end, so one step of the whole room would hold twice the cap for a moment."""
+
+    def __init__(self, encodings: Sequence[str], max_bytes: int, status_code: int) -> None:
         self.max_bytes = max_bytes
-        encodings = response.headers.get_list("content-encoding", split_commas=True)
+        self.status_code = status_code
         names = [name.strip().lower() for name in encodings]
         self.steps = [_Step(name) for name in reversed(names) if name in ("gzip", "deflate")]
 
-    def feed(self, data: bytes, room: int) -> bytes:
+    def feed(self, data: bytes, room: int) -> list[bytes]:
+        """`data` decoded, in pieces; `AnswerTooLarge` if they come to more than `room`."""
+        pieces = [data]
         for step in self.steps:
-            data = self._checked(self._zlib(step.decompress, data, room + 1), room)
-        return self._checked(data, room)
+            pieces = self._through(step, pieces, room, last=False)
+        return self._checked(pieces, room)
 
-    def finish(self, room: int) -> bytes:
-        data = b""
+    def finish(self, room: int) -> list[bytes]:
+        """What the steps still hold once the body has all come."""
+        pieces: list[bytes] = []
         for step in self.steps:
-            out = self._zlib(step.decompress, data, room + 1)
-            out += self._zlib(step.flush, b"", room + 1 - len(out)) if len(out) <= room else b""
-            data = self._checked(out, room)
-        return self._checked(data, room)
+            pieces = self._through(step, pieces, room, last=True)
+        return self._checked(pieces, room)
 
-    def _zlib(self, run: Any, data: bytes, limit: int) -> bytes:
-        try:
-            return bytes(run(data, limit))
-        except zlib.error as exc:
-            raise httpx.DecodingError(str(exc), request=self.response.request) from exc
+    def _through(self, step: _Step, pieces: list[bytes], room: int, *, last: bool) -> list[bytes]:
+        out: list[bytes] = []
+        size = 0
+        for piece in pieces:
+            for part in step.decompress(piece, room + 1 - size):
+                out.append(part)
+                size += len(part)
+            self._checked_size(size, room)
+        if last:
+            out.append(step.flush(room + 1 - size))
+        return out
 
-    def _checked(self, data: bytes, room: int) -> bytes:
-        if len(data) > room:
-            raise AnswerTooLarge(self.max_bytes, self.response.status_code)
-        return data
+    def _checked(self, pieces: list[bytes], room: int) -> list[bytes]:
+        self._checked_size(sum(len(piece) for piece in pieces), room)
+        return pieces
+
+    def _checked_size(self, size: int, room: int) -> None:
+        if size > room:
+            raise AnswerTooLarge(self.max_bytes, self.status_code)
+
+
+#: The most one zlib call gives at once (see `BoundedDecoding`).
+STEP_BYTES = 1024 * 1024
 
 
 class _Step:
@@ -218,15 +243,25 @@ class _Step:
         self.first = name == "deflate"  # a first chunk that fails may be raw deflate
         self.zlib = zlib.decompressobj(zlib.MAX_WBITS | 16 if name == "gzip" else zlib.MAX_WBITS)
 
-    def decompress(self, data: bytes, limit: int) -> bytes:
+    def decompress(self, data: bytes, limit: int) -> list[bytes]:
+        """`data` undone, at most `limit` (at least 1) bytes of it, a step at a time."""
         first, self.first = self.first, False
         try:
-            return self.zlib.decompress(data, limit)
+            part = self.zlib.decompress(data, min(limit, STEP_BYTES))
         except zlib.error:
             if not first:
                 raise
             self.zlib = zlib.decompressobj(-zlib.MAX_WBITS)
-            return self.zlib.decompress(data, limit)
+            part = self.zlib.decompress(data, min(limit, STEP_BYTES))
+        parts = [part]
+        size = len(part)
+        while self.zlib.unconsumed_tail and size < limit:
+            part = self.zlib.decompress(self.zlib.unconsumed_tail, min(limit - size, STEP_BYTES))
+            parts.append(part)
+            size += len(part)
+        return parts
 
-    def flush(self, _data: bytes, limit: int) -> bytes:
+    def flush(self, limit: int) -> bytes:
+        # Nothing is left unconsumed here (`decompress` went on until `limit`, which is too
+        # large): what flush gives is what zlib held back, a window at most.
         return self.zlib.flush(max(1, limit))

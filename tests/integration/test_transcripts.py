@@ -9,6 +9,7 @@ test_subagent_transcripts.py.
 from __future__ import annotations
 
 import json
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -154,6 +155,29 @@ def test_an_exhausted_retry_budget_fails_the_round_with_model_error(
         assert "HTTP 503" in reason
         assert "LLM_MAX_RETRIES=1" in reason
         assert "sk-never-shown" not in json.dumps(view, default=str)
+    finally:
+        rt.close()
+
+
+def test_a_model_server_dribbling_its_answers_fails_the_round_with_model_error(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """Each byte within any read timeout: the round waited the whole answer out (~15 s each),
+    the task `running` all along. Now each call ends at LLM_TIMEOUT_SECONDS."""
+    rt = openai_runtime(store_url, scripts, server, llm_timeout_seconds=1)
+    try:
+        server.dribble()
+        server.dribble()
+        task_id = trigger(rt)
+        started = time.monotonic()
+        result = rt.executions.run(task_id, 1, worker="w1")
+        assert time.monotonic() - started < 6
+        assert result.outcome == "failed"
+        view = rt.tasks.explain(task_id)
+        assert view["failure_code"] == "model_error"
+        reason = view["executions"][0]["reason"]
+        assert "the model server timed out" in reason
+        assert "LLM_MAX_RETRIES=1" in reason
     finally:
         rt.close()
 

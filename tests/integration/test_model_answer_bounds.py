@@ -115,6 +115,7 @@ def test_a_declared_length_past_the_cap_is_refused_unread_and_retried(
 ) -> None:
     server.oversize(40 * 1024 * 1024, declared=True)
     server.reply(content="4 samples")
+    unreadable = calls_counted("unreadable")
     tracemalloc.start()
     try:
         turn = model_for(server).next_turn(MESSAGES, [], threading.Event())
@@ -124,6 +125,8 @@ def test_a_declared_length_past_the_cap_is_refused_unread_and_retried(
     assert turn.content == "4 samples"
     assert len(server.requests) == 2
     assert peak < 4 * 1024 * 1024  # nothing of the body was read
+    # Counted as an answer past the cap, not as an unreachable server.
+    assert calls_counted("unreadable") == unreadable + 1
 
 
 def test_a_gzip_bomb_is_refused_without_expanding_it(server: OpenAIServer) -> None:

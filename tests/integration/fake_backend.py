@@ -134,6 +134,7 @@ class Backend:
 def _handler(backend: Backend) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # headers and body go out at once, not 40 ms apart
 
         def log_message(self, format: str, *args: Any) -> None:  # quiet
             return

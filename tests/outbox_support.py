@@ -64,6 +64,7 @@ class Recorder:
 def _handler(recorder: Recorder) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         disable_nagle_algorithm = True  # headers and body go out at once, not 40 ms apart
+
         def do_POST(self) -> None:
             raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             got = Received(self.path, {k.lower(): v for k, v in self.headers.items()}, raw)

@@ -11,31 +11,21 @@ from typing import Any
 
 import pytest
 
-from orchestrator.agent.model import ModelError, TokenUsage, load_model
+from orchestrator.agent.model import ModelError, TokenUsage
 from orchestrator.agent.model_http import MAX_MODEL_ANSWER_BYTES
 from orchestrator.agent.openai_model import OpenAIModel
-from orchestrator.settings import load_settings
+from tests.integration.test_openai_model import KEY
+from tests.integration.test_openai_model import model_for as shared_model_for
 from tests.openai_server import OpenAIServer, call
 
-KEY = "sk-test-very-secret-key"
 MESSAGES = [{"role": "user", "content": "count the samples"}]
 CAP = MAX_MODEL_ANSWER_BYTES
 TOO_LARGE = r"larger than 16 MiB \(the cap on a model answer\)"
 
 
 def model_for(server: OpenAIServer, **overrides: Any) -> OpenAIModel:
-    values: dict[str, Any] = {
-        "model": "openai:test-model",
-        "llm_base_url": server.base_url,
-        "llm_api_key": KEY,
-        "llm_timeout_seconds": 5,
-        "llm_max_retries": 1,
-    }
-    values.update(overrides)
-    settings = load_settings(**values)
-    model = load_model(settings.model, "water", settings=settings)
-    assert isinstance(model, OpenAIModel)
-    return model
+    """The model of `test_openai_model`, with one retry: each bound is met twice, then given up."""
+    return shared_model_for(server, **{"llm_max_retries": 1, **overrides})
 
 
 def calls_counted(status: str) -> float:

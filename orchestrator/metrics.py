@@ -59,6 +59,7 @@ __all__ = [
     "MODEL_TOKENS",
     "OUTBOX_DELIVERIES",
     "OUTBOX_FAILURES",
+    "OUTBOX_THROTTLED",
     "RECOVERIES",
     "RECOVERY_DELAY",
     "SWEEPS",
@@ -110,7 +111,17 @@ APPROVALS_DECIDED = Counter(
     "orchestrator_approvals_decided", "Approvals decided, by decision", ["decision"]
 )
 OUTBOX_DELIVERIES = Counter("orchestrator_outbox_deliveries", "Outbox messages delivered")
-OUTBOX_FAILURES = Counter("orchestrator_outbox_failures", "Outbox delivery attempts that failed")
+OUTBOX_FAILURES = Counter(
+    "orchestrator_outbox_failures",
+    "Outbox delivery attempts that failed (a 5xx, a timeout, a refusal; not a throttling 429)",
+)
+# Apart from the failures: a backend rate-limiting a burst is not a backend failing, and the
+# throttled attempts of a webhook do not count toward ORCH_WEBHOOK_MAX_ATTEMPTS.
+OUTBOX_THROTTLED = Counter(
+    "orchestrator_outbox_throttled",
+    "Outbox delivery attempts the backend answered 429 Too Many Requests (retried, not counted "
+    "as failures)",
+)
 MODEL_CALLS = Counter(
     "orchestrator_model_calls", "Model calls, by model and status", ["model", "status"]
 )

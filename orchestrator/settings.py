@@ -167,8 +167,9 @@ class Settings(BaseSettings):
     console_secret: str | None = Field(default=None, repr=False, min_length=16)
     # The outbox and its dispatcher (DESIGN section 8): where approved actions and signed task
     # events go, how long one send may take, the backoff between attempts, and after how many
-    # failed attempts a webhook is dead-lettered (an action delivery is retried until a 2xx; a
-    # permanent 4xx dead-letters either at once: orchestrator/services/delivery_answers.py).
+    # failed attempts a webhook is dead-lettered, a throttled one (429) not counted (an action
+    # delivery is retried until a 2xx; a permanent 4xx dead-letters either at once:
+    # orchestrator/services/delivery_answers.py).
     actions_url: str | None = None
     actions_secret: str | None = Field(default=None, repr=False)
     webhook_url: str | None = None

@@ -1,12 +1,13 @@
 """Outbox tests' helpers: a task waiting on a work order, and a business backend on loopback
 that records what arrives and can fail.
 
-`fail_first` answers `fail_status` (503 unless set) to that many requests first, `always_fail`
-to every request, each with the `fail_headers` (a `Retry-After`, say); `delay_seconds` holds the
-answers (to the `slow_path` only, when set) until `release` is set: for killing a dispatcher
-mid-send; `body_delay_seconds` sends the status and headers at once and the body that much
-later. Actions are applied once per `Idempotency-Key`, as a backend that honours the key would:
-`applied` lists each key once, `received` every request.
+`answers` lists the statuses of the next requests, one each, before anything else (a 2xx takes
+the request); `fail_first` answers `fail_status` (503 unless set) to that many requests first,
+`always_fail` to every request, each failure with the `fail_headers` (a `Retry-After`, say);
+`delay_seconds` holds the answers (to the `slow_path` only, when set) until `release` is set:
+for killing a dispatcher mid-send; `body_delay_seconds` sends the status and headers at once
+and the body that much later. Actions are applied once per `Idempotency-Key`, as a backend
+that honours the key would: `applied` lists each key once, `received` every request.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class Recorder:
     url: str = ""
     received: list[Received] = field(default_factory=list)
     applied: list[str] = field(default_factory=list)
+    answers: list[int] = field(default_factory=list)
     fail_first: int = 0
     always_fail: bool = False
     fail_status: int = 503
@@ -70,16 +72,21 @@ def _handler(recorder: Recorder) -> type[BaseHTTPRequestHandler]:
             got = Received(self.path, {k.lower(): v for k, v in self.headers.items()}, raw)
             with recorder.lock:
                 recorder.received.append(got)
-                failing = recorder.always_fail or recorder.fail_first > 0
-                if recorder.fail_first > 0:
-                    recorder.fail_first -= 1
+                if recorder.answers:
+                    status = recorder.answers.pop(0)
+                    failing = not 200 <= status < 300
+                else:
+                    failing = recorder.always_fail or recorder.fail_first > 0
+                    if recorder.fail_first > 0:
+                        recorder.fail_first -= 1
+                    status = recorder.fail_status if failing else 200
                 key = got.headers.get("idempotency-key")
                 if not failing and key and key not in recorder.applied:
                     recorder.applied.append(key)
             recorder.arrived.set()
             if recorder.delay_seconds and recorder.slow_path in (None, got.path):
                 recorder.release.wait(recorder.delay_seconds)
-            self.send_response(recorder.fail_status if failing else 200)
+            self.send_response(status)
             for name, value in (recorder.fail_headers if failing else {}).items():
                 self.send_header(name, value)
             self.send_header("Content-Length", "2")

@@ -34,7 +34,11 @@ class Delivery(BaseModel):
     event_seq: int | None
     action_id: str | None
     status: DeliveryStatus
-    attempts: int
+    attempts: int = Field(description="sends so far (a dispatcher's claim counts one)")
+    throttled: int = Field(
+        description="of the attempts, those the backend answered 429 Too Many Requests: not "
+        "counted toward ORCH_WEBHOOK_MAX_ATTEMPTS"
+    )
     next_attempt_at: IsoTime
     last_error: str | None
     created_at: IsoTime
@@ -71,5 +75,5 @@ def list_deliveries(
 def retry_delivery(
     outbox_id: int = Path(ge=1, le=2**63 - 1), service: OutboxService = Depends(get_outbox)
 ) -> dict[str, Any]:
-    """A dead-lettered delivery is due again now, with a fresh attempt count."""
+    """A dead-lettered delivery is due again now, with fresh attempt and throttled counts."""
     return service.retry(outbox_id).public()

@@ -58,7 +58,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             report = dispatcher.run_once()
             print(
                 f"delivered {len(report.delivered)}, failed {len(report.failed)}, "
-                f"dead-lettered {len(report.dead)}"
+                f"dead-lettered {len(report.dead)}, throttled {len(report.throttled)}"
             )
             return 0
         signals = StopSignals()
@@ -99,7 +99,7 @@ def _line(row: OutboxRow) -> str:
     error = f"  last error: {row.last_error}" if row.last_error else ""
     return (
         f"{row.outbox_id:>6}  {row.kind:7}  {row.status:9}  attempts {row.attempts:<3}  "
-        f"task {row.task_id}  {what}{error}"
+        f"throttled {row.throttled:<3}  task {row.task_id}  {what}{error}"
     )
 
 

@@ -505,7 +505,8 @@ def _deliveries(deliveries: dict[str, Any] | None) -> list[str]:
         error = f", last error: {printable(row['last_error'])}" if row["last_error"] else ""
         lines.append(
             f"    {row['status'].upper() if row['status'] == 'dead' else row['status']}  "
-            f"outbox {row['outbox_id']}  {row['kind']} {what}  attempts {row['attempts']}{error}"
+            f"outbox {row['outbox_id']}  {row['kind']} {what}  attempts {row['attempts']}"
+            f" (throttled {row['throttled']}){error}"
         )
     return lines
 

@@ -6,6 +6,8 @@ the backend, so the row is dead-lettered at once for an operator to look at. Eve
 four retryable 4xx, a 5xx, a timeout, a broken connection) is tried again after an exponential
 backoff; on 429 and 503 the backend may say when with `Retry-After` (RFC 9110 section 10.2.3),
 which sets the earliest next attempt, never earlier than the backoff and never past its maximum.
+A 429 is the backend saying "later", not failing (a healthy backend rate-limiting a burst): it
+backs off as the others do, but does not spend a webhook's ORCH_WEBHOOK_MAX_ATTEMPTS.
 
 Pure functions of the status and the header's text: the dispatcher does the sending.
 """
@@ -20,6 +22,7 @@ from typing import Final
 __all__ = [
     "RETRYABLE_CLIENT_ERRORS",
     "RETRY_AFTER_STATUSES",
+    "THROTTLED",
     "backoff_seconds",
     "is_permanent_refusal",
     "retry_after_seconds",
@@ -29,6 +32,8 @@ __all__ = [
 RETRYABLE_CLIENT_ERRORS: Final = frozenset({408, 409, 425, 429})
 #: The answers whose `Retry-After` is honoured (RFC 9110: 503, and 429 by RFC 6585).
 RETRY_AFTER_STATUSES: Final = frozenset({429, 503})
+#: Too Many Requests: retried, and not counted as a failed attempt.
+THROTTLED: Final = 429
 #: The backoff doubles at most this many times (then it is the maximum, or a float's infinity).
 _MAX_DOUBLINGS: Final = 1000
 _DELAY_SECONDS = re.compile(r"[0-9]+")

@@ -8,7 +8,10 @@ after an exponential backoff (or the backend's `Retry-After`). A dispatcher kill
 leaves its rows to be sent again when the hold runs out: at least once, and exactly once for a
 backend that honours the action id as `Idempotency-Key`. A row the backend refuses for good (a
 permanent 4xx, `delivery_answers`), and a webhook that failed `ORCH_WEBHOOK_MAX_ATTEMPTS` times,
-is dead-lettered until an operator retries it. How a send is signed: `outbox_signing`.
+is dead-lettered until an operator retries it. A 429 is not a failure there: the backend asks
+for time, and a burst it rate-limits must not dead-letter webhooks and stop their tasks' event
+streams, so throttled attempts are counted apart (`outbox.throttled`) and back off without
+counting. How a send is signed: `outbox_signing`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from orchestrator.errors import InvalidTransition, NotFound
 from orchestrator.logs import redact, secrets_of
 from orchestrator.services.delivery_answers import (
     RETRY_AFTER_STATUSES,
+    THROTTLED,
     backoff_seconds,
     is_permanent_refusal,
     retry_after_seconds,
@@ -57,6 +61,8 @@ EVENT_ID_HEADER: Final = "X-Orchestrator-Event-Id"
 #: take it (a dispatcher that died mid-send): the timeout again, at most this much.
 _HOLD_MARGIN_SECONDS: Final = 5.0
 
+#: A throttled webhook's error: why the attempt did not bring it nearer to being dead-lettered.
+_THROTTLED_WEBHOOK: Final = "throttled: not counted toward ORCH_WEBHOOK_MAX_ATTEMPTS"
 
 #: The longest wait between outbox rounds that failed (the store or the network away).
 _MAX_BACKOFF_SECONDS: Final = 30.0
@@ -67,10 +73,11 @@ class DispatchReport:
     delivered: list[int] = field(default_factory=list)
     failed: list[int] = field(default_factory=list)
     dead: list[int] = field(default_factory=list)
+    throttled: list[int] = field(default_factory=list)  # answered 429: not counted as failed
 
     @property
     def sent(self) -> int:
-        return len(self.delivered) + len(self.failed) + len(self.dead)
+        return len(self.delivered) + len(self.failed) + len(self.dead) + len(self.throttled)
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,7 @@ class _Answer:
     error: str | None = None
     permanent: bool = False  # the backend refuses this body for good: dead-letter it now
     retry_after: float | None = None  # the wait the backend asked for (429, 503), in seconds
+    throttled: bool = False  # a 429: backed off, but not counted toward the webhook's limit
 
 
 class OutboxDispatcher:
@@ -183,14 +191,21 @@ class OutboxDispatcher:
 
         answer = self._send(row)
         error = answer.error
-        (metrics.OUTBOX_DELIVERIES if error is None else metrics.OUTBOX_FAILURES).inc()
+        if error is None:
+            metrics.OUTBOX_DELIVERIES.inc()
+        else:  # a dashboard tells a backend rate-limiting us from one failing
+            (metrics.OUTBOX_THROTTLED if answer.throttled else metrics.OUTBOX_FAILURES).inc()
         with self.db.transaction() as conn:
             if error is None:
                 store.mark_delivered(conn, row.outbox_id)
                 report.delivered.append(row.outbox_id)
                 return
+            # This claim's attempt is the throttled one when the backend answered 429: it never
+            # dead-letters (the backend is there, and asked for time).
             dead = answer.permanent or (
-                row.kind == "webhook" and row.attempts >= self.settings.webhook_max_attempts
+                row.kind == "webhook"
+                and not answer.throttled
+                and row.counted >= self.settings.webhook_max_attempts
             )
             delay = backoff_seconds(
                 row.attempts,
@@ -199,8 +214,26 @@ class OutboxDispatcher:
                 retry_after=answer.retry_after,
             )
             store.mark_failed(
-                conn, row, error, retry_at=utcnow() + timedelta(seconds=delay), dead=dead
+                conn,
+                row,
+                error,
+                retry_at=utcnow() + timedelta(seconds=delay),
+                dead=dead,
+                throttled=answer.throttled,
             )
+        if answer.throttled:
+            report.throttled.append(row.outbox_id)
+            # Information, not a warning: the backend is answering, and asked for time.
+            log.info(
+                "outbox %s (%s of task %s) attempt %d: %s; next attempt in %.0f s",
+                row.outbox_id,
+                row.kind,
+                row.task_id,
+                row.attempts,
+                error,
+                delay,
+            )
+            return
         (report.dead if dead else report.failed).append(row.outbox_id)
         log.warning(
             "outbox %s (%s of task %s) attempt %d failed: %s%s",
@@ -246,9 +279,15 @@ class OutboxDispatcher:
             return _Answer()
         if is_permanent_refusal(status):
             return _Answer(f"HTTP {status} (a permanent refusal, not retried)", permanent=True)
+        wait = None
         if status in RETRY_AFTER_STATUSES:
-            return _Answer(f"HTTP {status}", retry_after=retry_after_seconds(retry_after, utcnow()))
-        return _Answer(f"HTTP {status}")
+            wait = retry_after_seconds(retry_after, utcnow())
+        if status == THROTTLED:
+            # Said on the row that viewers read: why this attempt did not bring it nearer to
+            # being dead-lettered (an action is retried until a 2xx whatever the count).
+            why = _THROTTLED_WEBHOOK if row.kind == "webhook" else "throttled"
+            return _Answer(f"HTTP {status} ({why})", retry_after=wait, throttled=True)
+        return _Answer(f"HTTP {status}", retry_after=wait)
 
 
 class OutboxService:

@@ -112,7 +112,8 @@ class OutboxRow:
     action_id: str | None
     body: str
     status: str
-    attempts: int
+    attempts: int  # claims so far (each claim's compare-and-set token)
+    throttled: int  # of the attempts, those answered 429 (not counted toward the limit)
     next_attempt_at: datetime
     last_error: str | None
     created_at: datetime
@@ -121,6 +122,13 @@ class OutboxRow:
     @classmethod
     def from_row(cls, row: Row[Any]) -> OutboxRow:
         return cls(**{name: getattr(row, name) for name in cls.__dataclass_fields__})
+
+    @property
+    def counted(self) -> int:
+        """The attempts that count toward a webhook's ORCH_WEBHOOK_MAX_ATTEMPTS: the ones the
+        backend did not throttle (a claim whose send never reported, its dispatcher killed,
+        counts)."""
+        return self.attempts - self.throttled
 
     def public(self) -> dict[str, Any]:
         """What the API and `tasks show` print (the body is the backend's, shown parsed)."""
@@ -276,6 +284,7 @@ def _record_distinct(conn: Connection, events: Sequence[NewEvent]) -> list[TaskE
             "body": _dumps(webhook_body(event)),
             "status": "pending",
             "attempts": 0,
+            "throttled": 0,
             "next_attempt_at": now,
             "created_at": now,
         }
@@ -292,7 +301,8 @@ def _record_distinct(conn: Connection, events: Sequence[NewEvent]) -> list[TaskE
 #: Built once: a statement built per call costs more to construct and key than to send.
 _INSERT_OUTBOX = insert(outbox)
 _WEBHOOK_COLUMNS = (
-    "kind", "task_id", "event_seq", "body", "status", "attempts", "next_attempt_at", "created_at"
+    "kind", "task_id", "event_seq", "body", "status", "attempts", "throttled", "next_attempt_at",
+    "created_at",
 )  # fmt: skip
 _INSERT_ONE_WEBHOOK = insert(outbox).values({name: bindparam(name) for name in _WEBHOOK_COLUMNS})
 
@@ -430,6 +440,7 @@ def record_decision(conn: Connection, action: ActionRecord) -> TaskEvent:
                 body=_dumps(body),
                 status="pending",
                 attempts=0,
+                throttled=0,
                 next_attempt_at=now,
                 created_at=now,
             )
@@ -615,10 +626,25 @@ def mark_delivered(conn: Connection, outbox_id: int) -> bool:
 
 
 def mark_failed(
-    conn: Connection, row: OutboxRow, error: str, *, retry_at: datetime, dead: bool
+    conn: Connection,
+    row: OutboxRow,
+    error: str,
+    *,
+    retry_at: datetime,
+    dead: bool,
+    throttled: bool = False,
 ) -> bool:
     """Record a failed attempt of the claim `row` (compare-and-set on its attempt count: a
-    later claim of the same row is not overwritten)."""
+    later claim of the same row is not overwritten). A `throttled` one (the backend answered
+    429) is counted in `throttled` too, in the same compare-and-set: `attempts` never goes back,
+    so a claim taken over meanwhile still finds its token spent."""
+    values: dict[str, Any] = {
+        "status": "dead" if dead else "pending",
+        "last_error": error[:1000],
+        "next_attempt_at": retry_at,
+    }
+    if throttled:
+        values["throttled"] = outbox.c.throttled + 1
     return (
         conn.execute(
             update(outbox)
@@ -627,23 +653,20 @@ def mark_failed(
                 outbox.c.status == "pending",
                 outbox.c.attempts == row.attempts,
             )
-            .values(
-                status="dead" if dead else "pending",
-                last_error=error[:1000],
-                next_attempt_at=retry_at,
-            )
+            .values(**values)
         ).rowcount
         == 1
     )
 
 
 def retry_dead(conn: Connection, outbox_id: int) -> bool:
-    """An operator's retry: a dead row is due again now, with a fresh attempt count."""
+    """An operator's retry: a dead row is due again now, with fresh attempt and throttled
+    counts."""
     return (
         conn.execute(
             update(outbox)
             .where(outbox.c.outbox_id == outbox_id, outbox.c.status == "dead")
-            .values(status="pending", attempts=0, next_attempt_at=utcnow())
+            .values(status="pending", attempts=0, throttled=0, next_attempt_at=utcnow())
         ).rowcount
         == 1
     )

@@ -434,7 +434,11 @@ outbox = Table(
     Column("action_id", String(ID), nullable=True),
     Column("body", Text, nullable=False),  # the exact bytes sent (and signed)
     Column("status", String(16), nullable=False),
+    # Claims so far: each claim adds one, and a claim's count is its compare-and-set token.
     Column("attempts", Integer, nullable=False, server_default="0"),
+    # Of the attempts, those the backend answered 429: not counted toward a webhook's
+    # ORCH_WEBHOOK_MAX_ATTEMPTS (a backend that says "later" is not failing).
+    Column("throttled", Integer, nullable=False, server_default="0"),
     Column("next_attempt_at", UTCDateTime, nullable=False),
     Column("last_error", Text, nullable=True),
     Column("created_at", UTCDateTime, nullable=False),

@@ -10,9 +10,11 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, inspect, text
 
 from orchestrator.store import make_engine, metadata
+from orchestrator.store import outbox as outbox_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.lost import Limits, requeue_lost
 from orchestrator.store.migrations import current_revision, downgrade, head_revision, upgrade
+from orchestrator.store.outbox import OutboxRow
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -263,5 +265,55 @@ def test_0013_rows_of_before_count_no_hand_backs_and_a_loss_is_a_recovery(empty_
     finally:
         engine.dispose()
     downgrade(empty_url, "0012")
+    upgrade(empty_url)
+    assert _differences(empty_url) == []
+
+
+def test_0014_outbox_rows_of_before_have_no_throttled_attempts_and_keep_their_count(
+    empty_url: str,
+) -> None:
+    upgrade(empty_url, "0013")
+    engine = make_engine(empty_url)
+    now = "2026-01-01 00:00:00+00:00"
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO tasks (task_id, task_type, title, context, trigger_id, origin,"
+                    " status, generation, created_at, updated_at) VALUES ('t1', 'x', 't', '{}',"
+                    " 'trig', 'live', 'waiting', 1, :now, :now)"
+                ),
+                {"now": now},
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO outbox (kind, task_id, event_seq, body, status, attempts,"
+                    " next_attempt_at, last_error, created_at) VALUES ('webhook', 't1', 3, '{}',"
+                    " 'pending', 2, :now, 'HTTP 429', :now)"
+                ),
+                {"now": now},
+            )
+    finally:
+        engine.dispose()
+
+    upgrade(empty_url)
+    assert _differences(empty_url) == []
+    engine = make_engine(empty_url)
+    try:
+        with engine.begin() as conn:
+            [row] = outbox_store.list_rows(conn, task_id="t1")
+            # Its attempts were counted before, 429s too: they still count toward the limit.
+            assert (row.attempts, row.throttled, row.counted) == (2, 0, 2)
+            [claimed] = outbox_store.claim_due(conn, ("webhook",), limit=1, hold_seconds=60)
+            assert outbox_store.mark_failed(
+                conn, claimed, "HTTP 429", retry_at=claimed.next_attempt_at, dead=False,
+                throttled=True,
+            )  # fmt: skip
+            assert outbox_store.get_row(conn, row.outbox_id) == OutboxRow(
+                **{**claimed.__dict__, "throttled": 1, "last_error": "HTTP 429"}
+            )
+    finally:
+        engine.dispose()
+    downgrade(empty_url, "0013")
     upgrade(empty_url)
     assert _differences(empty_url) == []

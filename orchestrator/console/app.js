@@ -629,7 +629,7 @@
   function taskDetail(taskId, params) {
     const path = `tasks/${encodeURIComponent(taskId)}`;
     const s = { alive: true, task: null, plan: null, selected: null, stream: null, timer: null,
-      graph: null, streamKind: null, retry: null, nodeDone: null, receiptKey: null, recordsKey: null };
+      graph: null, streamKind: null, retry: null, nodeDone: null, receiptKey: null, recordsKey: null, deliveryKey: null };
     // A reload restores the revision and the node shown (#/task/ID?session=S&revision=N&node=X);
     // a revision of another session than the live plan's (a newer generation) is not restored.
     s.selected = params.get("node") || null;
@@ -656,6 +656,7 @@
     const pending = part("pending-actions"), report = part("report"), receipts = part("receipts");
     const resolved = part("resolutions");
     const evidence = part("evidence"), transcript = part("transcript");
+    const deliveries = part("deliveries");
     const opResult = el("p", { role: "status", id: "op-result" });
 
     function reasonForm(id, label, verb, cls) {
@@ -715,6 +716,7 @@
         el("section", { class: "card", "aria-labelledby": "h-report" }, el("h2", { id: "h-report" }, "Report"), report)),
       el("section", { class: "card", "aria-labelledby": "h-gen" }, el("h2", { id: "h-gen" }, "Generations"), generations),
       el("section", { class: "card", "aria-labelledby": "h-receipts" }, el("h2", { id: "h-receipts" }, "Receipts"), receipts, resolved),
+      el("section", { class: "card", "aria-labelledby": "h-deliveries" }, el("h2", { id: "h-deliveries" }, "Deliveries to the business backend"), deliveries),
       el("section", { class: "card", "aria-labelledby": "h-evidence" }, el("h2", { id: "h-evidence" }, "Evidence"), evidence),
       el("section", { class: "card", "aria-labelledby": "h-transcript" }, el("h2", { id: "h-transcript" }, "Transcript"), transcript));
 
@@ -775,6 +777,12 @@
           el("code", {}, x.invocation_id), x.tool_name,
           [badge(x.previous_status, true), " → ", badge(x.resolved_status)], x.by, x.note, when(x.at)]))]
         : null);
+      // Drawn again only when they changed: a retry button is not redrawn under the pointer.
+      const deliveryKey = JSON.stringify(task.deliveries === undefined ? "missing" : task.deliveries);
+      if (deliveryKey !== s.deliveryKey) {
+        s.deliveryKey = deliveryKey;
+        fill(deliveries, renderDeliveries(task.deliveries));
+      }
       if (task.plan && (!s.plan || task.plan.revision > s.plan.revision || task.plan.session_id !== s.plan.session_id)) showPlan(task.plan);
       if (!task.plan && !s.plan) loadEarlierPlan();
       // A new generation without a plan yet: the one shown is now an earlier generation's, and
@@ -961,6 +969,38 @@
       if (typed) restoreTyped(nodeDetail, typed);
       nodeDetail.hidden = false;
       if (focus) nodeDetail.focus();
+    }
+
+    // What reached the business backend: approved actions and task events (the outbox). A
+    // dead-lettered one waits for an operator's retry, and the task's later events behind it.
+    function renderDeliveries(d) {
+      if (d === undefined) return notice("Not available on this server.");
+      const counts = (d && d.counts) || {};
+      const line = (kind) => {
+        const byStatus = counts[kind] || {};
+        const parts = ["delivered", "pending", "dead"].filter((x) => byStatus[x]).map((x) => `${x} ${byStatus[x]}`);
+        return parts.length ? parts.join(" · ") : "none";
+      };
+      if (!Object.keys(counts).length) return el("p", { class: "muted" }, "Nothing was sent to the business backend yet.");
+      const open = (d && d.undelivered) || [];
+      const dead = open.filter((x) => x.status === "dead");
+      return [facts([["Approved actions", line("action")], ["Task events", line("webhook")]]),
+        open.length ? table(["Delivery", "What", "Status", "Attempts", "Next attempt", "Last error", ""], open.map((x) => [
+          el("code", {}, String(x.outbox_id)),
+          x.kind === "action" ? ["action ", el("code", {}, x.action_id || "?")] : ["event ", el("code", {}, x.event_id || "?")],
+          badge(x.status),
+          `${x.attempts}${x.throttled ? ` (${x.throttled} throttled)` : ""}`,
+          x.status === "pending" ? when(x.next_attempt_at) : "—",
+          x.last_error || "—",
+          x.status === "dead" && can("operator") ? retryButton(x) : ""])) : null,
+        dead.length && !can("operator") ? cannot("operator", "retrying a delivery") : null];
+    }
+    function retryButton(row) {
+      return el("button", { type: "button", class: "secondary", "data-retry": String(row.outbox_id), onclick: async () => {
+        const result = await api("POST", `outbox/${encodeURIComponent(row.outbox_id)}/retry`);
+        if (result.ok) { fill(opResult, `Delivery ${row.outbox_id} is due again.`); refresh(); }
+        else fill(opResult, el("span", { class: "error" }, errorText(result)));
+      } }, "Retry");
     }
 
     async function loadPending() {

@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser.conftest import TOKEN, Console, shot
-from tests.browser.pages import open_task, transcript_entry
+from tests.browser.pages import dead_letter_deliveries, open_task, transcript_entry
 from tests.browser.scripts import XSS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -237,6 +237,27 @@ def test_an_operator_resolves_an_unknown_write(page: Any, console: Console) -> N
     expect(row).to_have_count(1)
     for text in (invocation_id, "unknown", "failed", "duty engineer", "no such order"):
         expect(row).to_contain_text(text)
+
+
+def test_a_dead_lettered_delivery_is_shown_and_retried(page: Any, console: Console) -> None:
+    """The business backend never took the task's event: the page says so (attempts, throttled,
+    the error) and an operator sends it again from there."""
+    task_id = console.trigger("xss", "A webhook the backend refused")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    first, *_ = dead_letter_deliveries(console, task_id)
+    open_task(page, console, task_id)
+    card = page.locator("#deliveries")
+    expect(card).to_contain_text("Task events")
+    expect(card).to_contain_text("dead")
+    expect(card).to_contain_text("8 (2 throttled)")
+    expect(card).to_contain_text("HTTP 503")
+    shot(page, "dead-delivery")
+    page.locator(f'button[data-retry="{first}"]').click()
+    expect(page.locator("#op-result")).to_have_text(f"Delivery {first} is due again.")
+    expect(page.locator(f'button[data-retry="{first}"]')).to_have_count(0)
+    rows = console.http.get("/api/v1/outbox", params={"task_id": task_id}).json()["items"]
+    retried = next(row for row in rows if row["outbox_id"] == first)
+    assert (retried["status"], retried["attempts"], retried["throttled"]) == ("pending", 0, 0)
 
 
 def test_human_node_completion_says_when_the_server_lacks_it(page: Any, console: Console) -> None:

@@ -11,6 +11,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser.conftest import OPERATORS, Console, shot
+from tests.browser.pages import dead_letter_deliveries
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -76,6 +77,13 @@ def test_a_viewer_reads_and_is_offered_no_write(browser: Any, console: Console) 
         assert tab.locator("#pending-actions button.approve").count() == 0
         expect(tab.locator(".role-note").first).to_contain_text("Signed in as vera (viewer)")
         assert tab.locator("#requeue-form, #cancel-form").count() == 0
+        # A dead-lettered delivery is shown, its retry not offered.
+        dead = dead_letter_deliveries(console, task_id)
+        tab.reload()
+        expect(tab.locator("#deliveries")).to_contain_text("HTTP 503")
+        expect(tab.locator("#deliveries .role-note")).to_contain_text("operator role")
+        assert tab.locator("#deliveries button[data-retry]").count() == 0
+        assert tab.evaluate(WRITE, f"api/v1/outbox/{dead[0]}/retry") == [403, "forbidden"]
         shot(tab, "task-detail-as-viewer")
         # The page offers nothing, and the API refuses what a script would try anyway.
         assert tab.evaluate(WRITE, f"api/v1/tasks/{task_id}/requeue") == [403, "forbidden"]

@@ -629,7 +629,8 @@
   function taskDetail(taskId, params) {
     const path = `tasks/${encodeURIComponent(taskId)}`;
     const s = { alive: true, task: null, plan: null, selected: null, stream: null, timer: null,
-      graph: null, streamKind: null, retry: null, nodeDone: null, receiptKey: null, recordsKey: null, deliveryKey: null };
+      graph: null, streamKind: null, retry: null, nodeDone: null, receiptKey: null, recordsKey: null, deliveryKey: null,
+      recoveryKey: null };
     // A reload restores the revision and the node shown (#/task/ID?session=S&revision=N&node=X);
     // a revision of another session than the live plan's (a newer generation) is not restored.
     s.selected = params.get("node") || null;
@@ -656,7 +657,7 @@
     const pending = part("pending-actions"), report = part("report"), receipts = part("receipts");
     const resolved = part("resolutions");
     const evidence = part("evidence"), transcript = part("transcript");
-    const deliveries = part("deliveries");
+    const deliveries = part("deliveries"), recovery = part("recovery");
     const opResult = el("p", { role: "status", id: "op-result" });
 
     function reasonForm(id, label, verb, cls) {
@@ -716,6 +717,7 @@
         el("section", { class: "card", "aria-labelledby": "h-report" }, el("h2", { id: "h-report" }, "Report"), report)),
       el("section", { class: "card", "aria-labelledby": "h-gen" }, el("h2", { id: "h-gen" }, "Generations"), generations),
       el("section", { class: "card", "aria-labelledby": "h-receipts" }, el("h2", { id: "h-receipts" }, "Receipts"), receipts, resolved),
+      el("section", { class: "card", "aria-labelledby": "h-recovery" }, el("h2", { id: "h-recovery" }, "Recovery"), recovery),
       el("section", { class: "card", "aria-labelledby": "h-deliveries" }, el("h2", { id: "h-deliveries" }, "Deliveries to the business backend"), deliveries),
       el("section", { class: "card", "aria-labelledby": "h-evidence" }, el("h2", { id: "h-evidence" }, "Evidence"), evidence),
       el("section", { class: "card", "aria-labelledby": "h-transcript" }, el("h2", { id: "h-transcript" }, "Transcript"), transcript));
@@ -777,6 +779,11 @@
           el("code", {}, x.invocation_id), x.tool_name,
           [badge(x.previous_status, true), " → ", badge(x.resolved_status)], x.by, x.note, when(x.at)]))]
         : null);
+      const recoveryKey = JSON.stringify(task.recovery === undefined ? "missing" : task.recovery);
+      if (recoveryKey !== s.recoveryKey) {
+        s.recoveryKey = recoveryKey;
+        fill(recovery, renderRecovery(task.recovery));
+      }
       // Drawn again only when they changed: a retry button is not redrawn under the pointer.
       const deliveryKey = JSON.stringify(task.deliveries === undefined ? "missing" : task.deliveries);
       if (deliveryKey !== s.deliveryKey) {
@@ -969,6 +976,23 @@
       if (typed) restoreTyped(nodeDetail, typed);
       nodeDetail.hidden = false;
       if (focus) nodeDetail.focus();
+    }
+
+    // What the next generation continues from (seed 000): the calls of the last round that
+    // stopped, those with a result and those whose outcome is unknown (verified read-only first,
+    // never sent again by the host).
+    function renderRecovery(r) {
+      if (r === undefined) return notice("Not available on this server.");
+      if (!r) return el("p", { class: "muted" }, "No earlier round to continue from.");
+      const done = r.done || [], unknown = r.unknown || [];
+      const row = (x) => typeof x === "string" ? [unreadable(x), "—", "—", "—", "—", "—"] : [
+        el("code", {}, String(x.call_id)), String(x.tool), String(x.turn), badge(String(x.status), true),
+        x.invocation_id ? el("code", {}, String(x.invocation_id)) : "—", x.why || "—"];
+      return [facts([["Generation", r.generation === null ? "—" : String(r.generation)], ["Why it stopped", r.reason || "—"]]),
+        unknown.length ? notice(r.verify_first || "Verify these calls read-only before any retry.") : null,
+        done.length || unknown.length
+          ? table(["Call", "Tool", "Turn", "Status", "Receipt", "Why unknown"], [...unknown, ...done].map(row))
+          : el("p", { class: "muted" }, "No tool call of that round had returned.")];
     }
 
     // What reached the business backend: approved actions and task events (the outbox). A

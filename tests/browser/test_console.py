@@ -260,6 +260,41 @@ def test_a_dead_lettered_delivery_is_shown_and_retried(page: Any, console: Conso
     assert (retried["status"], retried["attempts"], retried["throttled"]) == ("pending", 0, 0)
 
 
+def test_the_recovery_snapshot_says_what_the_next_generation_continues_from(
+    page: Any, console: Console
+) -> None:
+    """A round that stopped with a write's outcome unknown: the page lists its calls, the
+    unknown one first, and says to verify it read-only before any retry (seed 000)."""
+    from orchestrator.domain.recovery import VERIFY_FIRST, CallRecord, Snapshot
+    from orchestrator.store import Database
+    from orchestrator.store.snapshots import save_snapshot
+
+    task_id = console.trigger("xss", "A round that stopped")
+    task = console.wait_for(task_id, lambda t: t["status"] == "completed")
+    open_task(page, console, task_id)
+    card = page.locator("#recovery")
+    expect(card).to_have_text("No earlier round to continue from.")
+    calls = [
+        CallRecord("q0", "query_data_source", {"source": "scada_sim"}, 1, "succeeded"),
+        CallRecord("w1", "call_api", {"operation_id": "createOrder"}, 2, None, "inv-1"),
+    ]
+    stopped = Snapshot.from_calls(calls, reason="stopped: the lease was lost", generation=1)
+    db = Database.from_url(console.env["ORCH_DATABASE_URL"])
+    try:  # as the round leaves it when its worker loses the lease mid-write
+        with db.transaction() as conn:
+            save_snapshot(conn, task["session_id"], stopped)
+    finally:
+        db.dispose()
+    expect(card).to_contain_text("stopped: the lease was lost", timeout=10_000)
+    expect(card.locator(".notice")).to_have_text(VERIFY_FIRST)
+    rows = card.locator("tbody tr")
+    expect(rows).to_have_count(2)
+    for text in ("w1", "call_api", "unknown", "inv-1", "no result was received"):
+        expect(rows.first).to_contain_text(text)
+    expect(rows.nth(1)).to_contain_text("query_data_source")
+    shot(page, "recovery-snapshot")
+
+
 def test_human_node_completion_says_when_the_server_lacks_it(page: Any, console: Console) -> None:
     task_id = console.trigger("human", "Crew inspection")
     console.wait_for(task_id, lambda t: t["status"] == "waiting")

@@ -655,6 +655,7 @@
     const lease = part("lease"), generations = part("generations"), planBox = part("plan");
     const nodeDetail = el("div", { id: "node-detail", class: "node-detail", tabindex: "-1", hidden: true });
     const pending = part("pending-actions"), report = part("report"), receipts = part("receipts");
+    const inFlight = part("running-receipts");
     const resolved = part("resolutions");
     const evidence = part("evidence"), transcript = part("transcript");
     const deliveries = part("deliveries"), recovery = part("recovery");
@@ -716,7 +717,7 @@
         el("section", { class: "card", "aria-labelledby": "h-lease" }, el("h2", { id: "h-lease" }, "Lease"), lease),
         el("section", { class: "card", "aria-labelledby": "h-report" }, el("h2", { id: "h-report" }, "Report"), report)),
       el("section", { class: "card", "aria-labelledby": "h-gen" }, el("h2", { id: "h-gen" }, "Generations"), generations),
-      el("section", { class: "card", "aria-labelledby": "h-receipts" }, el("h2", { id: "h-receipts" }, "Receipts"), receipts, resolved),
+      el("section", { class: "card", "aria-labelledby": "h-receipts" }, el("h2", { id: "h-receipts" }, "Receipts"), receipts, inFlight, resolved),
       el("section", { class: "card", "aria-labelledby": "h-recovery" }, el("h2", { id: "h-recovery" }, "Recovery"), recovery),
       el("section", { class: "card", "aria-labelledby": "h-deliveries" }, el("h2", { id: "h-deliveries" }, "Deliveries to the business backend"), deliveries),
       el("section", { class: "card", "aria-labelledby": "h-evidence" }, el("h2", { id: "h-evidence" }, "Evidence"), evidence),
@@ -771,6 +772,12 @@
           can("operator") ? unknown.map(resolveForm) : cannot("operator", "resolving a write")]
           : el("p", { class: "muted" }, "No receipt is unknown or pending."));
       }
+      // Writes in flight, apart (redrawing them must not lose a half-typed resolution): the task
+      // is not completed while one runs (invariant 23).
+      const running = task.running_receipts || [];
+      fill(inFlight, running.length ? [el("h3", { id: "h-running" }, `Still running (${running.length})`),
+        table(["Invocation", "Tool", "Status", "Since"], running.map((x) => [el("code", {}, x.invocation_id),
+          x.tool_name, badge(x.status), when(x.updated_at)]))] : null);
       // Who settled which write, newest first (the server keeps the newest 50 in the view).
       const settled = task.resolutions || [];
       fill(resolved, settled.length ? [el("h3", { id: "h-resolutions" }, "Resolved by operators"),

@@ -295,6 +295,31 @@ def test_the_recovery_snapshot_says_what_the_next_generation_continues_from(
     shot(page, "recovery-snapshot")
 
 
+def test_a_write_in_flight_is_shown_apart_from_the_unknown_ones(
+    page: Any, console: Console
+) -> None:
+    from orchestrator.store import Database
+    from orchestrator.store.receipts import ReceiptLedger
+    from tests.integration.receipt_rows import claim_arguments
+
+    task_id = console.trigger("xss", "A write on its way")
+    task = console.wait_for(task_id, lambda t: t["status"] == "completed")
+    open_task(page, console, task_id)
+    expect(page.locator("#running-receipts")).to_be_empty()
+    db = Database.from_url(console.env["ORCH_DATABASE_URL"])
+    try:  # claimed and sent, no answer yet
+        claim = ReceiptLedger(db).claim(
+            **claim_arguments(task["session_id"], owner=f"task:{task_id}")
+        )
+    finally:
+        db.dispose()
+    running = page.locator("#running-receipts")
+    expect(running).to_contain_text("Still running (1)", timeout=10_000)
+    expect(running).to_contain_text(claim.receipt.invocation_id)
+    expect(running).to_contain_text("call_api")
+    expect(page.locator("#receipts")).to_have_text("No receipt is unknown or pending.")
+
+
 def test_human_node_completion_says_when_the_server_lacks_it(page: Any, console: Console) -> None:
     task_id = console.trigger("human", "Crew inspection")
     console.wait_for(task_id, lambda t: t["status"] == "waiting")

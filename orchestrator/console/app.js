@@ -328,9 +328,13 @@
     const { path, params } = route();
     document.getElementById("nav-tasks").toggleAttribute("aria-current", false);
     document.getElementById("nav-approvals").toggleAttribute("aria-current", false);
+    document.getElementById("nav-deliveries").toggleAttribute("aria-current", false);
     const task = path.match(/^\/task\/([^/]+)$/);
     if (task) {
       view = taskDetail(decodeURIComponent(task[1]), params);
+    } else if (path === "/deliveries") {
+      document.getElementById("nav-deliveries").setAttribute("aria-current", "page");
+      view = deliveryList(params);
     } else if (path === "/approvals") {
       document.getElementById("nav-approvals").setAttribute("aria-current", "page");
       view = approvals();
@@ -564,6 +568,73 @@
     const byId = new Map(nodesOf(plan).map((n) => [n.id, n]));
     return edgesOf(plan).filter((e) => e.from === node.id)
       .map((e) => byId.get(e.to)).filter((n) => n && n.actor === node.actor);
+  }
+
+  // ---- deliveries (the outbox) -----------------------------------------------------------
+  // A dead-lettered delivery waits for an operator (a task's later events wait behind it): it
+  // is sent again, with fresh counts, by POST /api/v1/outbox/{id}/retry.
+  function retryButton(row, say, after) {
+    return el("button", { type: "button", class: "secondary", "data-retry": String(row.outbox_id), onclick: async () => {
+      const result = await api("POST", `outbox/${encodeURIComponent(row.outbox_id)}/retry`);
+      if (result.ok) { fill(say, `Delivery ${row.outbox_id} is due again.`); after(); }
+      else fill(say, el("span", { class: "error" }, errorText(result)));
+    } }, "Retry");
+  }
+  function deliveryWhat(x) {
+    return x.kind === "action" ? ["action ", el("code", {}, x.action_id || "?")] : ["event ", el("code", {}, x.event_id || "?")];
+  }
+  function deliveryAttempts(x) {
+    return `${x.attempts}${x.throttled ? ` (${x.throttled} throttled)` : ""}`;
+  }
+
+  // Every delivery of a status (dead by default) and kind, across tasks, oldest first.
+  function deliveryList(params) {
+    const status = ["dead", "pending", "delivered"].includes(params.get("status")) ? params.get("status") : "dead";
+    const kind = ["action", "webhook"].includes(params.get("kind")) ? params.get("kind") : "";
+    const statusPick = el("select", { id: "d-status", name: "status" },
+      ["dead", "pending", "delivered"].map((x) => el("option", { value: x, selected: x === status }, x)));
+    const kindPick = el("select", { id: "d-kind", name: "kind" },
+      [["", "any"], ["action", "approved actions"], ["webhook", "task events"]].map(([v, t]) => el("option", { value: v, selected: v === kind }, t)));
+    const rows = el("div", { id: "delivery-rows" }, el("p", { class: "muted" }, "Loading…"));
+    const say = el("p", { role: "status", id: "delivery-result" });
+    fill(main, el("h1", {}, "Deliveries to the business backend"),
+      el("form", { class: "inline", id: "delivery-filters", onsubmit: (event) => {
+        event.preventDefault();
+        const query = new URLSearchParams({ status: statusPick.value });
+        if (kindPick.value) query.set("kind", kindPick.value);
+        location.hash = `#/deliveries?${query}`;
+      } }, el("div", {}, el("label", { for: "d-status" }, "Status"), statusPick),
+      el("div", {}, el("label", { for: "d-kind" }, "Kind"), kindPick),
+      el("button", { type: "submit", class: "secondary" }, "Show")),
+      say, rows);
+    let alive = true, shown = null;
+    async function load() {
+      const query = new URLSearchParams({ status, limit: "100" });
+      if (kind) query.set("kind", kind);
+      const result = await api("GET", `outbox?${query}`);
+      if (!alive) return;
+      if (!result.ok) {
+        if (!result.down) fill(rows, el("p", { class: "error" }, missingRoute(result) ? "Not available on this server." : errorText(result)));
+        return;
+      }
+      const items = itemsOf(result.data);
+      const key = JSON.stringify([items, result.data.next_cursor || null]);
+      if (key === shown) return; // a button is not redrawn under the pointer
+      shown = key;
+      fill(rows, items.length ? [table(["Delivery", "Task", "What", "Status", "Attempts", "Next attempt", "Last error", ""], items.map((x) => [
+        el("code", {}, String(x.outbox_id)),
+        el("a", { href: `#/task/${encodeURIComponent(x.task_id)}` }, el("code", {}, x.task_id)),
+        deliveryWhat(x), badge(x.status), deliveryAttempts(x),
+        x.status === "pending" ? when(x.next_attempt_at) : x.status === "delivered" ? when(x.delivered_at) : "—",
+        x.last_error || "—",
+        x.status === "dead" && can("operator") ? retryButton(x, say, load) : ""])),
+        result.data.next_cursor ? notice("The first 100 are shown; orchestrator outbox list prints them all.") : null,
+        items.some((x) => x.status === "dead") && !can("operator") ? cannot("operator", "retrying a delivery") : null]
+        : el("p", { class: "muted" }, `No ${status} delivery.`));
+    }
+    load();
+    const timer = setInterval(load, POLL_MS * 2);
+    return { dispose() { alive = false; clearInterval(timer); } };
   }
 
   // ---- actions (approvals) ---------------------------------------------------------------
@@ -1018,20 +1089,11 @@
       return [facts([["Approved actions", line("action")], ["Task events", line("webhook")]]),
         open.length ? table(["Delivery", "What", "Status", "Attempts", "Next attempt", "Last error", ""], open.map((x) => [
           el("code", {}, String(x.outbox_id)),
-          x.kind === "action" ? ["action ", el("code", {}, x.action_id || "?")] : ["event ", el("code", {}, x.event_id || "?")],
-          badge(x.status),
-          `${x.attempts}${x.throttled ? ` (${x.throttled} throttled)` : ""}`,
+          deliveryWhat(x), badge(x.status), deliveryAttempts(x),
           x.status === "pending" ? when(x.next_attempt_at) : "—",
           x.last_error || "—",
-          x.status === "dead" && can("operator") ? retryButton(x) : ""])) : null,
+          x.status === "dead" && can("operator") ? retryButton(x, opResult, refresh) : ""])) : null,
         dead.length && !can("operator") ? cannot("operator", "retrying a delivery") : null];
-    }
-    function retryButton(row) {
-      return el("button", { type: "button", class: "secondary", "data-retry": String(row.outbox_id), onclick: async () => {
-        const result = await api("POST", `outbox/${encodeURIComponent(row.outbox_id)}/retry`);
-        if (result.ok) { fill(opResult, `Delivery ${row.outbox_id} is due again.`); refresh(); }
-        else fill(opResult, el("span", { class: "error" }, errorText(result)));
-      } }, "Retry");
     }
 
     async function loadPending() {

@@ -260,6 +260,33 @@ def test_a_dead_lettered_delivery_is_shown_and_retried(page: Any, console: Conso
     assert (retried["status"], retried["attempts"], retried["throttled"]) == ("pending", 0, 0)
 
 
+def test_the_deliveries_view_lists_dead_ones_across_tasks_and_retries_them(
+    page: Any, console: Console
+) -> None:
+    task_id = console.trigger("xss", "Its event never reached the backend")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    first, *_ = dead_letter_deliveries(console, task_id)
+    page.goto(f"{console.url}/console")
+    page.click("#nav-deliveries")
+    expect(page.locator("h1")).to_have_text("Deliveries to the business backend")
+    row = page.locator("#delivery-rows tbody tr", has=page.locator(f'button[data-retry="{first}"]'))
+    expect(row).to_contain_text(task_id)
+    expect(row).to_contain_text("8 (2 throttled)")
+    expect(row).to_contain_text("HTTP 503")
+    shot(page, "deliveries-dead")
+    row.locator("button").click()
+    expect(page.locator("#delivery-result")).to_have_text(f"Delivery {first} is due again.")
+    expect(page.locator(f'button[data-retry="{first}"]')).to_have_count(0)
+    # The same row among the pending ones, with fresh counts; the task link leads to the task.
+    page.select_option("#d-status", "pending")
+    page.click("#delivery-filters button")
+    pending = page.locator("#delivery-rows tbody tr", has_text=task_id)
+    expect(pending).to_contain_text("pending")
+    expect(pending.locator("td").nth(4)).to_have_text("0")
+    pending.get_by_role("link").click()
+    expect(page.locator("#task-title")).to_have_text("Its event never reached the backend")
+
+
 def test_the_recovery_snapshot_says_what_the_next_generation_continues_from(
     page: Any, console: Console
 ) -> None:

@@ -102,6 +102,8 @@ class Garbled:
 
     body: str = "<html><body>502 Bad Gateway</body></html>"
     content_type: str = "text/html"
+    #: Sent as `Content-Encoding` when set (a body that is not what it says: a corrupt gzip).
+    encoding: str | None = None
 
 
 @dataclass
@@ -178,9 +180,11 @@ class OpenAIServer:
     def fail(self, status: int, retry_after: float | None = None, message: str = "busy") -> None:
         self.script.append(Failure(status, retry_after, message))
 
-    def garble(self, body: str | None = None, content_type: str = "text/html") -> None:
-        """Answer 200 with `body` as it is (not a completion)."""
-        self.script.append(Garbled(body or Garbled.body, content_type))
+    def garble(
+        self, body: str | None = None, content_type: str = "text/html", encoding: str | None = None
+    ) -> None:
+        """Answer 200 with `body` as it is (not a completion), under `encoding` if given."""
+        self.script.append(Garbled(body or Garbled.body, content_type, encoding))
 
     def dribble(self, interval_s: float = 0.05, status: int = 200) -> None:
         """Send the next answer a byte every `interval_s`."""
@@ -276,6 +280,8 @@ class OpenAIServer:
                     data = answer.body.encode()
                     self.send_response(200)
                     self.send_header("Content-Type", answer.content_type)
+                    if answer.encoding is not None:
+                        self.send_header("Content-Encoding", answer.encoding)
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
                     self.wfile.write(data)

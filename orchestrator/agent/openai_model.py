@@ -228,7 +228,12 @@ class OpenAIModel(Model):
             # httpx2's own when the body of an error status came too slowly (`model_http`).
             self._count("unreachable", started)
             return _TIMED_OUT, None
-        except openai.APIConnectionError:
+        except openai.APIConnectionError as exc:
+            if isinstance(exc.__cause__, httpx2.DecodingError):
+                # It answered, with a body that is not what its encoding says (a corrupt gzip):
+                # the openai client calls any error of the body's read a connection error.
+                self._count("unreadable", started)
+                return _UNREADABLE, None
             self._count("unreachable", started)
             return "the model server is unreachable", None
         except AnswerTooLarge:

@@ -153,3 +153,17 @@ def test_a_gzipped_answer_reads_as_a_plain_one(server: OpenAIServer) -> None:
     assert [(c.name, c.arguments) for c in zipped.tool_calls] == [
         ("count_samples", {"site": "north", "hours": 2})
     ]
+
+
+def test_a_corrupt_gzip_answer_is_unreadable_not_an_unreachable_server(
+    server: OpenAIServer,
+) -> None:
+    """A body that says gzip and is not: the server answered, so it is counted and said as an
+    answer that cannot be read (retried as one), not as a server that cannot be reached."""
+    server.garble("\x1f\x8b\x09" + "not gzip at all", "application/json", encoding="gzip")
+    server.reply(content="4 samples")
+    unreadable, unreachable = calls_counted("unreadable"), calls_counted("unreachable")
+    turn = model_for(server).next_turn(MESSAGES, [], threading.Event())
+    assert turn.content == "4 samples"
+    assert calls_counted("unreadable") == unreadable + 1
+    assert calls_counted("unreachable") == unreachable

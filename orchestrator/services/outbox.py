@@ -282,6 +282,14 @@ class OutboxDispatcher:
         wait = None
         if status in RETRY_AFTER_STATUSES:
             wait = retry_after_seconds(retry_after, utcnow())
+        if 300 <= status < 400:
+            # A signed POST is not followed elsewhere: an http:// URL the backend moved to
+            # https://, say. Retried as a failure, its error says what to mend.
+            setting = "ORCH_ACTIONS_URL" if row.kind == "action" else "ORCH_WEBHOOK_URL"
+            return _Answer(
+                f"HTTP {status} (a redirect, not followed: set {setting} to the address the "
+                "backend answers at)"
+            )
         if status == THROTTLED:
             # Said on the row that viewers read: why this attempt did not bring it nearer to
             # being dead-lettered (an action is retried until a 2xx whatever the count).

@@ -206,6 +206,31 @@ def test_a_retryable_answer_backs_off_and_retry_after_sets_the_next_attempt(
         assert row.next_attempt_at <= after + timedelta(seconds=wait)
 
 
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_a_redirect_is_not_followed_and_says_which_setting_to_mend(
+    rt: Runtime, tmp_path: Path, backend: Recorder, status: int
+) -> None:
+    """A backend that moved (an http:// URL now answered from https://) answers a redirect: a
+    signed POST is not sent elsewhere; the row backs off as a failure and its error says what
+    to change, where a bare `HTTP 301` left the operator guessing."""
+    task_id, _ = approved_action(rt, tmp_path)
+    backend.always_fail, backend.fail_status = True, status
+    backend.fail_headers = {"Location": "https://elsewhere.example/actions"}
+    dispatcher = actions_only(rt)
+    try:
+        report = dispatcher.run_once()
+    finally:
+        dispatcher.close()
+    row = action_row(rt, task_id)
+    assert report.failed == [row.outbox_id]
+    assert (row.status, row.attempts, row.throttled) == ("pending", 1, 0)
+    assert row.last_error == (
+        f"HTTP {status} (a redirect, not followed: set ORCH_ACTIONS_URL to the address the "
+        "backend answers at)"
+    )
+    assert [r.path for r in backend.received] == ["/actions"]  # nothing sent to the Location
+
+
 def _readme_verifier() -> Callable[..., bool]:
     """The verification example the README gives receivers, run as it is written there."""
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)

@@ -1066,7 +1066,7 @@
       const row = (x) => typeof x === "string" ? [unreadable(x), "—", "—", "—", "—", "—"] : [
         el("code", {}, String(x.call_id)), String(x.tool), String(x.turn), badge(String(x.status), true),
         x.invocation_id ? el("code", {}, String(x.invocation_id)) : "—", x.why || "—"];
-      return [facts([["Generation", r.generation === null ? "—" : String(r.generation)], ["Why it stopped", r.reason || "—"]]),
+      return [facts([["Generation", r.generation == null ? "—" : String(r.generation)], ["Why it stopped", r.reason || "—"]]),
         unknown.length ? notice(r.verify_first || "Verify these calls read-only before any retry.") : null,
         done.length || unknown.length
           ? table(["Call", "Tool", "Turn", "Status", "Receipt", "Why unknown"], [...unknown, ...done].map(row))

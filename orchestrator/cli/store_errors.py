@@ -39,6 +39,11 @@ def _why(exc: SQLAlchemyError) -> str:
     table_missing = kind == "undefinedtable" or "no such table" in text
     if table_missing or (isinstance(exc, ProgrammingError) and "relation" in text):
         return "is not migrated: run `orchestrator db upgrade`"
+    # A column this code reads and the store lacks: a schema older than the code (the package
+    # upgraded, the store not yet).
+    column_missing = kind == "undefinedcolumn" or "no such column" in text
+    if column_missing or ("column" in text and "does not exist" in text):
+        return "is not migrated to this code's schema: run `orchestrator db upgrade`"
     if any(p in text for p in _HOST):
         return "is unavailable (cannot reach the database host): is it running?"
     if "unable to open database file" in text:

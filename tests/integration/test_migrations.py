@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -59,6 +61,37 @@ def test_downgrade_removes_everything_and_upgrade_again_works(empty_url: str) ->
     assert _differences(empty_url) == []
 
 
+#: When the rows a migration test writes were written (bound as `:now`).
+_NOW = "2026-01-01 00:00:00+00:00"
+
+
+@contextmanager
+def _transaction(url: str) -> Iterator[Connection]:
+    """One transaction on the store at `url`, its engine disposed after."""
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            yield conn
+    finally:
+        engine.dispose()
+
+
+def _write_at(url: str, revision: str, *statements: str) -> None:
+    """The store upgraded to `revision`, then rows written in raw SQL of that revision's schema
+    (pinned: the models describe the head's), `:now` bound to `_NOW`."""
+    upgrade(url, revision)
+    with _transaction(url) as conn:
+        for statement in statements:
+            conn.execute(text(statement), {"now": _NOW})
+
+
+def _round_trip(url: str, revision: str) -> None:
+    """Down to `revision` and up again: the models' schema, without difference."""
+    downgrade(url, revision)
+    upgrade(url)
+    assert _differences(url) == []
+
+
 def _receipt_fk_ondelete(url: str) -> str | None:
     engine = make_engine(url)
     try:
@@ -79,44 +112,35 @@ def _task_indexes(url: str) -> set[str]:
 def test_0002_receipts_outlive_sessions_and_tasks_index_queued(empty_url: str) -> None:
     upgrade(empty_url, "0001")
     assert (_receipt_fk_ondelete(empty_url) or "").upper() == "CASCADE"
-    engine = make_engine(empty_url)
-    now = "2026-01-01 00:00:00+00:00"
-    try:
-        with engine.begin() as conn:
-            conn.execute(
-                text(
-                    "INSERT INTO sessions (session_id, purpose, owner, title, created_at,"
-                    " updated_at) VALUES ('s1', 'ordinary_chat', 'alice', 't', :now, :now)"
-                ),
-                {"now": now},
-            )
-            conn.execute(
-                text(
-                    "INSERT INTO invocation_receipts (invocation_id, owner, session_id,"
-                    " tool_name, identity_key, args_digest, claim_token, status, summary,"
-                    " created_at, updated_at) VALUES ('i1', 'alice', 's1', 'call_api', 'k',"
-                    " :digest, 'tok', 'unknown', 's', :now, :now)"
-                ),
-                {"now": now, "digest": "0" * 64},
-            )
-    finally:
-        engine.dispose()
+    with _transaction(empty_url) as conn:
+        conn.execute(
+            text(
+                "INSERT INTO sessions (session_id, purpose, owner, title, created_at,"
+                " updated_at) VALUES ('s1', 'ordinary_chat', 'alice', 't', :now, :now)"
+            ),
+            {"now": _NOW},
+        )
+        conn.execute(
+            text(
+                "INSERT INTO invocation_receipts (invocation_id, owner, session_id,"
+                " tool_name, identity_key, args_digest, claim_token, status, summary,"
+                " created_at, updated_at) VALUES ('i1', 'alice', 's1', 'call_api', 'k',"
+                " :digest, 'tok', 'unknown', 's', :now, :now)"
+            ),
+            {"now": _NOW, "digest": "0" * 64},
+        )
 
     upgrade(empty_url)
     assert (_receipt_fk_ondelete(empty_url) or "").upper() == "SET NULL"
     assert "ix_tasks_status_queued_at" in _task_indexes(empty_url)
     assert _differences(empty_url) == []
-    engine = make_engine(empty_url)
-    try:
-        with engine.begin() as conn:
-            # The rebuilt SQLite table kept its rows; deleting the session orphans the receipt.
-            conn.execute(text("DELETE FROM sessions WHERE session_id = 's1'"))
-            row = conn.execute(
-                text("SELECT session_id, status FROM invocation_receipts WHERE invocation_id='i1'")
-            ).one()
-        assert tuple(row) == (None, "unknown")
-    finally:
-        engine.dispose()
+    with _transaction(empty_url) as conn:
+        # The rebuilt SQLite table kept its rows; deleting the session orphans the receipt.
+        conn.execute(text("DELETE FROM sessions WHERE session_id = 's1'"))
+        row = conn.execute(
+            text("SELECT session_id, status FROM invocation_receipts WHERE invocation_id='i1'")
+        ).one()
+    assert tuple(row) == (None, "unknown")
 
     downgrade(empty_url, "0001")
     assert (_receipt_fk_ondelete(empty_url) or "").upper() == "CASCADE"
@@ -157,8 +181,7 @@ def _insert_outbox_row(conn: Connection, body: str, outbox_id: int | None = None
     values = "'action', 't1', :action, :body, 'pending', 0, :now, :now"
     if outbox_id is not None:
         columns, values = f"outbox_id, {columns}", f":outbox_id, {values}"
-    now = "2026-01-01 00:00:00+00:00"
-    params = {"action": f"a-{body}", "body": body, "now": now, "outbox_id": outbox_id}
+    params = {"action": f"a-{body}", "body": body, "now": _NOW, "outbox_id": outbox_id}
     conn.execute(text(f"INSERT INTO outbox ({columns}) VALUES ({values})"), params)
     return int(
         conn.execute(text("SELECT outbox_id FROM outbox WHERE body = :body"), params).scalar_one()
@@ -171,47 +194,38 @@ def test_0012_outbox_ids_are_64_bit_on_postgres_and_keep_their_rows(empty_url: s
     assert _outbox_id_types(empty_url) == (
         ("INTEGER", "INTEGER") if postgres else ("INTEGER", None)
     )
-    engine = make_engine(empty_url)
-    now = "2026-01-01 00:00:00+00:00"
-    try:
-        with engine.begin() as conn:
-            conn.execute(
-                text(
-                    "INSERT INTO tasks (task_id, task_type, title, context, trigger_id, origin,"
-                    " status, generation, created_at, updated_at) VALUES ('t1', 'x', 't', '{}',"
-                    " 'trig', 'live', 'queued', 1, :now, :now)"
-                ),
-                {"now": now},
-            )
-            before = _insert_outbox_row(conn, "before")
-    finally:
-        engine.dispose()
+    with _transaction(empty_url) as conn:
+        conn.execute(
+            text(
+                "INSERT INTO tasks (task_id, task_type, title, context, trigger_id, origin,"
+                " status, generation, created_at, updated_at) VALUES ('t1', 'x', 't', '{}',"
+                " 'trig', 'live', 'queued', 1, :now, :now)"
+            ),
+            {"now": _NOW},
+        )
+        before = _insert_outbox_row(conn, "before")
 
     upgrade(empty_url)
     # SQLite's INTEGER PRIMARY KEY is already 64 bits (and the rowid: autoincrement stays).
     assert _outbox_id_types(empty_url) == (("BIGINT", "BIGINT") if postgres else ("INTEGER", None))
     assert _differences(empty_url) == []
-    engine = make_engine(empty_url)
-    try:
-        with engine.begin() as conn:
-            assert (
-                conn.execute(
-                    text("SELECT body FROM outbox WHERE outbox_id = :id"), {"id": before}
-                ).scalar_one()
-                == "before"
-            )
-            after = _insert_outbox_row(conn, "after")  # the sequence goes on where it was
-            assert after > before
-            if postgres:  # past the 32-bit range: the sequence as well as the column
-                conn.execute(text("SELECT setval('outbox_outbox_id_seq', 2147483647)"))
-            else:
-                _insert_outbox_row(conn, "high", 2**31 - 1)
-            assert _insert_outbox_row(conn, "beyond") == 2**31
-            conn.execute(text("DELETE FROM outbox WHERE outbox_id >= :low"), {"low": 2**31 - 1})
-            if postgres:  # a downgrade is refused while the sequence is past the 32-bit range
-                conn.execute(text("SELECT setval('outbox_outbox_id_seq', :id)"), {"id": after})
-    finally:
-        engine.dispose()
+    with _transaction(empty_url) as conn:
+        assert (
+            conn.execute(
+                text("SELECT body FROM outbox WHERE outbox_id = :id"), {"id": before}
+            ).scalar_one()
+            == "before"
+        )
+        after = _insert_outbox_row(conn, "after")  # the sequence goes on where it was
+        assert after > before
+        if postgres:  # past the 32-bit range: the sequence as well as the column
+            conn.execute(text("SELECT setval('outbox_outbox_id_seq', 2147483647)"))
+        else:
+            _insert_outbox_row(conn, "high", 2**31 - 1)
+        assert _insert_outbox_row(conn, "beyond") == 2**31
+        conn.execute(text("DELETE FROM outbox WHERE outbox_id >= :low"), {"low": 2**31 - 1})
+        if postgres:  # a downgrade is refused while the sequence is past the 32-bit range
+            conn.execute(text("SELECT setval('outbox_outbox_id_seq', :id)"), {"id": after})
 
     downgrade(empty_url, "0011")
     assert _outbox_id_types(empty_url) == (
@@ -222,98 +236,59 @@ def test_0012_outbox_ids_are_64_bit_on_postgres_and_keep_their_rows(empty_url: s
 
 
 def test_0013_rows_of_before_count_no_hand_backs_and_a_loss_is_a_recovery(empty_url: str) -> None:
-    upgrade(empty_url, "0012")
-    engine = make_engine(empty_url)
-    now = "2026-01-01 00:00:00+00:00"
-    try:
-        with engine.begin() as conn:
-            conn.execute(
-                text(
-                    "INSERT INTO tasks (task_id, task_type, title, context, trigger_id, origin,"
-                    " status, generation, recoveries, created_at, updated_at) VALUES ('t1', 'x',"
-                    " 't', '{}', 'trig', 'live', 'running', 1, 2, :now, :now)"
-                ),
-                {"now": now},
-            )
-            conn.execute(
-                text(
-                    "INSERT INTO executions (task_id, generation, session_id, lease_token,"
-                    " lease_expires_at, created_at, started_at) VALUES ('t1', 1, 's1', 'tok',"
-                    " :now, :now, :now)"
-                ),
-                {"now": now},
-            )
-    finally:
-        engine.dispose()
+    _write_at(
+        empty_url,
+        "0012",
+        "INSERT INTO tasks (task_id, task_type, title, context, trigger_id, origin, status,"
+        " generation, recoveries, created_at, updated_at) VALUES ('t1', 'x', 't', '{}', 'trig',"
+        " 'live', 'running', 1, 2, :now, :now)",
+        "INSERT INTO executions (task_id, generation, session_id, lease_token, lease_expires_at,"
+        " created_at, started_at) VALUES ('t1', 1, 's1', 'tok', :now, :now, :now)",
+    )
 
     upgrade(empty_url)
     assert _differences(empty_url) == []
-    engine = make_engine(empty_url)
-    try:
-        with engine.begin() as conn:
-            task = task_store.get_task(conn, "t1")
-            execution = task_store.get_execution(conn, "t1", 1)
-            assert task is not None
-            assert execution is not None
-            assert (task.recoveries, task.handbacks, execution.handed_back_at) == (2, 0, None)
-            # The generation a worker of before left running is a lost worker: the third parks.
-            batch = requeue_lost(conn, [("t1", 1)], reason="expired", limits=Limits(3, 10))
-            assert batch.parked == [("t1", 1)]
-            parked = task_store.get_task(conn, "t1")
-            assert parked is not None
-            assert (parked.status, parked.recoveries, parked.handbacks) == ("failed", 3, 0)
-    finally:
-        engine.dispose()
-    downgrade(empty_url, "0012")
-    upgrade(empty_url)
-    assert _differences(empty_url) == []
+    with _transaction(empty_url) as conn:
+        task = task_store.get_task(conn, "t1")
+        execution = task_store.get_execution(conn, "t1", 1)
+        assert task is not None
+        assert execution is not None
+        assert (task.recoveries, task.handbacks, execution.handed_back_at) == (2, 0, None)
+        # The generation a worker of before left running is a lost worker: the third parks.
+        batch = requeue_lost(conn, [("t1", 1)], reason="expired", limits=Limits(3, 10))
+        assert batch.parked == [("t1", 1)]
+        parked = task_store.get_task(conn, "t1")
+        assert parked is not None
+        assert (parked.status, parked.recoveries, parked.handbacks) == ("failed", 3, 0)
+    _round_trip(empty_url, "0012")
 
 
 def test_0014_outbox_rows_of_before_have_no_throttled_attempts_and_keep_their_count(
     empty_url: str,
 ) -> None:
-    upgrade(empty_url, "0013")
-    engine = make_engine(empty_url)
-    now = "2026-01-01 00:00:00+00:00"
-    try:
-        with engine.begin() as conn:
-            conn.execute(
-                text(
-                    "INSERT INTO tasks (task_id, task_type, title, context, trigger_id, origin,"
-                    " status, generation, created_at, updated_at) VALUES ('t1', 'x', 't', '{}',"
-                    " 'trig', 'live', 'waiting', 1, :now, :now)"
-                ),
-                {"now": now},
-            )
-            conn.execute(
-                text(
-                    "INSERT INTO outbox (kind, task_id, event_seq, body, status, attempts,"
-                    " next_attempt_at, last_error, created_at) VALUES ('webhook', 't1', 3, '{}',"
-                    " 'pending', 2, :now, 'HTTP 429', :now)"
-                ),
-                {"now": now},
-            )
-    finally:
-        engine.dispose()
+    _write_at(
+        empty_url,
+        "0013",
+        "INSERT INTO tasks (task_id, task_type, title, context, trigger_id, origin, status,"
+        " generation, created_at, updated_at) VALUES ('t1', 'x', 't', '{}', 'trig', 'live',"
+        " 'waiting', 1, :now, :now)",
+        "INSERT INTO outbox (kind, task_id, event_seq, body, status, attempts, next_attempt_at,"
+        " last_error, created_at) VALUES ('webhook', 't1', 3, '{}', 'pending', 2, :now,"
+        " 'HTTP 429', :now)",
+    )
 
     upgrade(empty_url)
     assert _differences(empty_url) == []
-    engine = make_engine(empty_url)
-    try:
-        with engine.begin() as conn:
-            [row] = outbox_store.list_rows(conn, task_id="t1")
-            # Its attempts were counted before, 429s too: they still count toward the limit.
-            assert (row.attempts, row.throttled, row.counted) == (2, 0, 2)
-            [claimed] = outbox_store.claim_due(conn, ("webhook",), limit=1, hold_seconds=60)
-            assert outbox_store.mark_failed(
-                conn, claimed, "HTTP 429", retry_at=claimed.next_attempt_at, dead=False,
-                throttled=True,
-            )  # fmt: skip
-            assert outbox_store.get_row(conn, row.outbox_id) == OutboxRow(
-                **{**claimed.__dict__, "throttled": 1, "last_error": "HTTP 429"}
-            )
-    finally:
-        engine.dispose()
-    downgrade(empty_url, "0013")
-    upgrade(empty_url)
-    assert _differences(empty_url) == []
+    with _transaction(empty_url) as conn:
+        [row] = outbox_store.list_rows(conn, task_id="t1")
+        # Its attempts were counted before, 429s too: they still count toward the limit.
+        assert (row.attempts, row.throttled, row.counted) == (2, 0, 2)
+        [claimed] = outbox_store.claim_due(conn, ("webhook",), limit=1, hold_seconds=60)
+        assert outbox_store.mark_failed(
+            conn, claimed, "HTTP 429", retry_at=claimed.next_attempt_at, dead=False,
+            throttled=True,
+        )  # fmt: skip
+        assert outbox_store.get_row(conn, row.outbox_id) == OutboxRow(
+            **{**claimed.__dict__, "throttled": 1, "last_error": "HTTP 429"}
+        )
+    _round_trip(empty_url, "0013")

@@ -17,6 +17,7 @@ from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.sweeper import SweepReport
+from orchestrator.services.tasks import Trigger
 from orchestrator.settings import Settings, load_settings
 from orchestrator.store import tasks as task_store
 from orchestrator.store.tables import executions, sessions, tasks
@@ -33,6 +34,7 @@ __all__ = [
     "query_call",
     "report_call",
     "runtime_for",
+    "simple_task",
     "sweep_at_once",
     "wait_for",
     "write_script",
@@ -136,6 +138,13 @@ def completing_turns(delay_s: float = 0.0) -> list[dict[str, Any]]:
         {"tool_calls": [report_call("c4", "completed")]},
         {"content": "done"},
     ]
+
+
+def simple_task(rt: Runtime, scripts: Path) -> str:
+    """A task of type `simple`, whose scripted round completes (`completing_turns`), triggered:
+    its id."""
+    write_script(scripts, "simple", completing_turns())
+    return rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
 
 
 def settings_for(store_url: str, scripts: Path, **overrides: Any) -> Settings:

@@ -25,6 +25,7 @@ from tests.executions_support import (
     query_call,
     report_call,
     runtime_for,
+    simple_task,
     wait_for,
     write_script,
 )
@@ -166,8 +167,7 @@ def test_a_store_error_at_the_decision_leaves_the_generation_to_recovery(
     env: Any, scripts: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rt, _ = env
-    write_script(scripts, "simple", completing_turns())
-    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    task_id = simple_task(rt, scripts)
 
     def store_down(*_args: Any, **_kwargs: Any) -> Any:
         raise OperationalError("UPDATE tasks", {}, Exception("server closed the connection"))
@@ -188,8 +188,7 @@ def test_a_late_duplicate_wakeup_of_a_finished_generation_leaves_no_lease_behind
     env: Any, scripts: Path
 ) -> None:
     rt, _ = env
-    write_script(scripts, "simple", completing_turns())
-    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    task_id = simple_task(rt, scripts)
     assert rt.executions.run(task_id, 1, worker="w1").outcome == "completed"
     again = rt.executions.run(task_id, 1, worker="w2")
     assert not again.ran

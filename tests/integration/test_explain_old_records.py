@@ -15,12 +15,11 @@ from sqlalchemy import func, insert, select
 
 from orchestrator.api.app import create_app
 from orchestrator.runtime import Runtime
-from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
 from orchestrator.store.db import Database
 from orchestrator.store.tables import recovery_snapshots, task_events
 from orchestrator.store.types import utcnow
-from tests.executions_support import completing_turns, runtime_for, write_script
+from tests.executions_support import runtime_for, simple_task
 
 DONE = {"call_id": "a", "tool": "read_task_context", "turn": 1, "status": "succeeded"}
 DONE_SENT = {**DONE, "invocation_id": None}
@@ -50,8 +49,7 @@ def _text(value: Any) -> str:
 @pytest.fixture
 def old_task(rt: Runtime, scripts: Path) -> str:
     """A completed task whose generation left a snapshot of older, unexpected shapes."""
-    write_script(scripts, "simple", completing_turns())
-    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    task_id = simple_task(rt, scripts)
     assert rt.executions.run(task_id, 1, worker="w1").outcome == "completed"
     session_id = rt.tasks.get(task_id).session_id
     with rt.db.transaction() as conn:

@@ -25,10 +25,10 @@ from orchestrator.tools.base import Fence
 from orchestrator.tools.command import ExecuteCommand
 from orchestrator.tools.plans import PublishExecutionPlan
 from tests.executions_support import (
-    completing_turns,
     node,
     plan_call,
     runtime_for,
+    simple_task,
     wait_for,
     write_script,
 )
@@ -58,8 +58,7 @@ def test_a_round_stopped_by_the_store_is_requeued_at_the_next_sweep(
 ) -> None:
     rt, dispatcher = env
     assert rt.settings.lease_seconds >= 60  # the wait this saves
-    write_script(scripts, "simple", completing_turns())
-    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    task_id = simple_task(rt, scripts)
     monkeypatch.setattr(executions_module, "finish_generation", _store_down)
     result = rt.executions.run(task_id, 1, worker="w1")
     assert (result.ran, result.outcome) == (True, None)
@@ -133,8 +132,7 @@ def test_a_round_whose_lease_vanished_takes_it_back_and_goes_on(
     from orchestrator import metrics
 
     rt, _ = env
-    write_script(scripts, "simple", completing_turns())
-    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    task_id = simple_task(rt, scripts)
     real_renew = PublishExecutionPlan._renew
     seen: list[str | None] = []
 
@@ -161,8 +159,7 @@ def test_a_hand_back_the_store_refused_lands_once_it_answers(
     env: Any, scripts: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rt, _ = env
-    write_script(scripts, "simple", completing_turns())
-    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    task_id = simple_task(rt, scripts)
     monkeypatch.setattr(executions_module, "finish_generation", _store_down)
     monkeypatch.setattr(handback_module, "RETRY_SECONDS", 0.05)
     real_hand_back = task_store.hand_back
@@ -266,8 +263,7 @@ def test_a_claim_that_committed_with_its_answer_lost_is_handed_back(
     # and tries again later. The generation it did claim holds a token no lease backs; it is
     # handed back, so the next sweep requeues it, not a lease later.
     rt, dispatcher = env
-    write_script(scripts, "simple", completing_turns())
-    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    task_id = simple_task(rt, scripts)
     real_statement = rt.db.single_statement
 
     @contextmanager
@@ -294,8 +290,7 @@ def test_a_claim_that_did_not_commit_hands_nothing_back(
     env: Any, scripts: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rt, _ = env
-    write_script(scripts, "simple", completing_turns())
-    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    task_id = simple_task(rt, scripts)
     monkeypatch.setattr(executions_module.task_store, "claim_generation", _store_down)
     assert not rt.executions.run(task_id, 1, worker="w1").ran
     monkeypatch.undo()

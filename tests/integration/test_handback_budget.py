@@ -29,7 +29,13 @@ from orchestrator.store import tasks as task_store
 from orchestrator.store.lost import HANDED_BACK
 from orchestrator.store.types import utcnow
 from orchestrator.tools.base import Fence
-from tests.executions_support import claim_as_worker, completing_turns, runtime_for, write_script
+from tests.executions_support import (
+    claim_as_worker,
+    completing_turns,
+    runtime_for,
+    simple_task,
+    write_script,
+)
 
 
 @pytest.fixture
@@ -208,8 +214,7 @@ def test_a_worker_that_stalled_past_its_lease_counts_as_lost_not_as_an_outage(
         store_url, scripts, lease_seconds=1.0, lease_renew_seconds=0.5, max_handbacks=5
     )
     try:
-        write_script(scripts, "simple", completing_turns())
-        task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+        task_id = simple_task(rt, scripts)
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(LeaseKeeper, "start", lambda self: None)  # the heartbeat stalls too
 

@@ -19,7 +19,6 @@ from orchestrator.cli import main
 from orchestrator.errors import ValidationFailed
 from orchestrator.runtime import Runtime
 from orchestrator.services.task_stream import TaskStreamService
-from orchestrator.services.tasks import Trigger
 from orchestrator.store.tables import (
     actions,
     plan_revisions,
@@ -28,7 +27,7 @@ from orchestrator.store.tables import (
     transcript_entries,
 )
 from orchestrator.store.types import utcnow
-from tests.executions_support import completing_turns, runtime_for, write_script
+from tests.executions_support import runtime_for, simple_task
 from tests.integration.receipt_rows import chat_session
 from tests.sse_support import parse
 
@@ -84,8 +83,7 @@ def cli(store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> pyte
 def old_task(rt: Runtime, scripts: Path) -> dict[str, Any]:
     """A completed task, then records of older shapes written straight into the store: a plan
     revision, two pending actions, transcript entries."""
-    write_script(scripts, "simple", completing_turns())
-    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    task_id = simple_task(rt, scripts)
     assert rt.executions.run(task_id, 1, worker="w1").outcome == "completed"
     session_id = rt.tasks.get(task_id).session_id
     assert session_id is not None
@@ -436,8 +434,7 @@ def _running_generation(rt: Runtime, scripts: Path) -> tuple[Any, str]:
     from orchestrator.tools.base import Fence
     from tests.executions_support import claim_as_worker
 
-    write_script(scripts, "simple", completing_turns())
-    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    task_id = simple_task(rt, scripts)
     fence = Fence(task_id, 1, claim_as_worker(rt, task_id, 1, "w", 30))
     with rt.db.transaction(readonly=True) as conn:
         execution = task_store.get_execution(conn, task_id, 1)

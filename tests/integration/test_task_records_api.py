@@ -25,7 +25,7 @@ from orchestrator.store import snapshots as snapshot_store
 from orchestrator.store.db import Database
 from orchestrator.store.receipts import ReceiptLedger
 from tests.acceptance.fleet import ORCHESTRATOR
-from tests.executions_support import CITED, completing_turns, runtime_for, write_script
+from tests.executions_support import CITED, completing_turns, runtime_for, simple_task, write_script
 from tests.integration.test_invocations_ops import _receipt
 from tests.outbox_support import waiting_task
 
@@ -47,8 +47,7 @@ def client(store_url: str, tmp_path: Path) -> Iterator[TestClient]:
 
 
 def completed_task(rt: Runtime, scripts: Path) -> str:
-    write_script(scripts, "simple", completing_turns())
-    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+    task_id = simple_task(rt, scripts)
     assert rt.executions.run(task_id, 1, worker="w1").outcome == "completed"
     return task_id
 

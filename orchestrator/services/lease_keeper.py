@@ -2,7 +2,7 @@
 
 A worker process may run hundreds of generations at once (the threads pool), so it does not
 start a thread per generation: every `LeaseKeeper` joins the process's one `Heartbeat`, which
-renews all the leases that are due in one round trip (`LeaseBackend.renew_many`) and mirrors
+renews all the leases that are due in one round trip (`LeaseBackend.keep_many`) and mirrors
 their expiries in one statement. The answer is per lease, so a refused renewal stops exactly the
 generation it concerns.
 

@@ -32,7 +32,7 @@ import openai
 
 from orchestrator.tools.http_answers import AnswerTooLarge, BoundedDecoding
 
-__all__ = ["MAX_MODEL_ANSWER_BYTES", "AnswerTooLarge", "bounded_http_client"]
+__all__ = ["MAX_MODEL_ANSWER_BYTES", "AnswerTooLarge", "CorruptAnswer", "bounded_http_client"]
 
 #: The largest model answer read (decoded). A completion is bounded by LLM_MAX_OUTPUT_TOKENS:
 #: 100,000 tokens of tool-call JSON, escaped, are a few MiB; 16 MiB leaves room for any real
@@ -43,6 +43,11 @@ MAX_MODEL_ANSWER_BYTES = 16 * 1024 * 1024
 _ACCEPTED_ENCODINGS = "gzip, deflate"
 #: Where the request hook notes when the request was sent (an extension httpcore ignores).
 _SENT = "orchestrator.sent"
+
+
+class CorruptAnswer(Exception):
+    """The answer's body is not what its Content-Encoding says (a corrupt gzip). Not an httpx
+    error: the openai client would call that a connection error, and the server did answer."""
 
 
 def bounded_http_client() -> httpx2.Client:
@@ -107,7 +112,7 @@ class _BoundedBody(httpx2.SyncByteStream):
                     yield piece
         except zlib.error as exc:
             self.close()
-            raise httpx2.DecodingError(str(exc), request=self._request) from exc
+            raise CorruptAnswer(str(exc)) from exc
         except BaseException:
             self.close()
             raise

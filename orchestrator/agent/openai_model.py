@@ -40,6 +40,7 @@ from orchestrator.agent.model import Model, ModelError, ModelTurn, TokenUsage
 from orchestrator.agent.model_http import (
     MAX_MODEL_ANSWER_BYTES,
     AnswerTooLarge,
+    CorruptAnswer,
     bounded_http_client,
 )
 from orchestrator.agent.retries import RetryBudget, parse_retry_after, should_retry
@@ -228,14 +229,12 @@ class OpenAIModel(Model):
             # httpx2's own when the body of an error status came too slowly (`model_http`).
             self._count("unreachable", started)
             return _TIMED_OUT, None
-        except openai.APIConnectionError as exc:
-            if isinstance(exc.__cause__, httpx2.DecodingError):
-                # It answered, with a body that is not what its encoding says (a corrupt gzip):
-                # the openai client calls any error of the body's read a connection error.
-                self._count("unreadable", started)
-                return _UNREADABLE, None
+        except openai.APIConnectionError:
             self._count("unreachable", started)
             return "the model server is unreachable", None
+        except CorruptAnswer:
+            self._count("unreadable", started)
+            return _UNREADABLE, None
         except AnswerTooLarge:
             self._count("unreadable", started)
             return _TOO_LARGE, None

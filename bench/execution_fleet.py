@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:
 
 RAW_QUEUE = "bench-raw"
 RAW_START, RAW_COMMITS = "bench.raw.start", "bench.raw.commits"
-RAW_FLOOR = "bench.raw.floor"
+RAW_FLOOR, RAW_REPLAY = "bench.raw.floor", "bench.raw.replay"
 RAW_STARTS_KEY, RAW_DONE_KEY = "bench:raw:starts", "bench:raw:done"
 LEASE, RENEW, SWEEP = 3.0, 1.0, 1.0
 #: Every worker of the comparisons (ours, raw Celery, Procrastinate) is one process running
@@ -124,14 +124,26 @@ def raw_celery(redis_url: str) -> Any:
                 pg.execute("INSERT INTO bench_raw (at) VALUES (now())")
         client.rpush(RAW_DONE_KEY, repr(time.time()))
 
+    def lease_calls(client: Any, name: str, token: str, redis_calls: int) -> None:
+        """The lease's renewals and release by EVALSHA, as the lease back end sends them, and
+        the round's PUBLISH: the Redis commands of an execution after its SET NX."""
+        from orchestrator.leases.redis import _RELEASE, _RENEW
+
+        mine = state()
+        if "scripts" not in mine:  # EVALSHA, as the lease back end sends them
+            mine["scripts"] = (client.register_script(_RENEW), client.register_script(_RELEASE))
+        renew, release = mine["scripts"]
+        for _ in range(redis_calls - 3):
+            renew(keys=[name], args=[token, 3000, time.time_ns() // 1_000_000])
+        client.publish("bench:floor", token)
+        release(keys=[name], args=[token])
+
     @app.task(name=RAW_FLOOR)  # type: ignore[untyped-decorator]
     def floor(autocommits: int, transactions: list[int], redis_calls: int) -> None:
         """The round trips of one execution, sent by the raw drivers, with no agent: a lease
         taken, renewed and released (the lease back end's own commands and scripts), a
         PUBLISH; statements sent in autocommit, then each transaction as a row lock, reads of
         that row and an INSERT, as a fenced write is."""
-        from orchestrator.leases.redis import _RELEASE, _RENEW
-
         client, pg = redis_client(), pg_client()
         name, token = f"bench:floor:{time.time_ns()}", str(os.getpid())
         now_ms = time.time_ns() // 1_000_000
@@ -146,14 +158,23 @@ def raw_celery(redis_url: str) -> Any:
                 for _ in range(statements - 2):
                     pg.execute("SELECT at FROM bench_raw WHERE id = %s", (row_id,)).fetchone()
                 pg.execute("INSERT INTO bench_raw (at) VALUES (now())")
-        mine = state()
-        if "scripts" not in mine:  # EVALSHA, as the lease back end sends them
-            mine["scripts"] = (client.register_script(_RENEW), client.register_script(_RELEASE))
-        renew, release = mine["scripts"]
-        for _ in range(redis_calls - 3):
-            renew(keys=[name], args=[token, 3000, time.time_ns() // 1_000_000])
-        client.publish("bench:floor", token)
-        release(keys=[name], args=[token])
+        lease_calls(client, name, token, redis_calls)
+        client.rpush(RAW_DONE_KEY, repr(time.time()))
+
+    @app.task(name=RAW_REPLAY)  # type: ignore[untyped-decorator]
+    def replay(path: str, dsn: str, index: int, redis_calls: int) -> None:
+        """One execution's own statements (bench/statement_replay.py), sent again by raw
+        psycopg on a copy of the database taken before it ran, with the floor's Redis calls."""
+        from statement_replay import Replayer, load
+
+        client, mine = redis_client(), state()
+        if mine.get("replayer_dsn") != dsn:
+            mine["replayer"], mine["replayer_dsn"] = Replayer(dsn), dsn
+        name, token = f"bench:replay:{time.time_ns()}", str(os.getpid())
+        now_ms = time.time_ns() // 1_000_000
+        client.set(name, f"{token}|{now_ms}|{now_ms}|bench", nx=True, px=3000, get=True)
+        mine["replayer"].run(load(path)[index])
+        lease_calls(client, name, token, redis_calls)
         client.rpush(RAW_DONE_KEY, repr(time.time()))
 
     return app

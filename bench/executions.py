@@ -56,6 +56,7 @@ from execution_fleet import (
     RAW_DONE_KEY,
     RAW_FLOOR,
     RAW_QUEUE,
+    RAW_REPLAY,
     RAW_START,
     RAW_STARTS_KEY,
     RENEW,
@@ -76,9 +77,14 @@ from execution_fleet import (
 from execution_report import report, sweep_section
 from procrastinate_baseline import burst as procrastinate_burst
 from procrastinate_baseline import prepare as prepare_procrastinate
+from statement_replay import record, save
 
 # After execution_fleet, which puts the project root on the path.
 from tests.executions_support import wait_for
+
+#: Replayed executions sent before the timed bursts: the raw worker reads the traces, opens
+#: its connections and prepares the statements, as the orchestrator's worker has by then.
+REPLAY_WARMUP = 20
 
 # --------------------------------------------------------------------------- the bench
 
@@ -224,7 +230,7 @@ class Bench:
 
     # ------------------------------------------------------------------ 2. throughput
 
-    def throughput(self, count: int, procrastinate_dsn: str) -> None:
+    def throughput(self, count: int, procrastinate_dsn: str, pg_server: Any, template: str) -> None:
         print(
             f"[2/4] throughput, {count} minimal executions vs {count} raw Celery tasks vs "
             f"{count} Procrastinate jobs, each twice",
@@ -254,6 +260,15 @@ class Bench:
             rt.dispatcher = saved
             rt.__dict__.pop("tasks", None)
         floor_args = [counted["autocommits"], counted["transactions"], counted["redis_calls"]]
+        path, recorded, dsn = self.record_statements(2 * count + REPLAY_WARMUP, pg_server, template)
+        replays = [
+            [path, dsn, index, counted["redis_calls"]] for index in range(2 * count + REPLAY_WARMUP)
+        ]
+        self._raw_burst(REPLAY_WARMUP, RAW_REPLAY, replays[:REPLAY_WARMUP])  # load, prepare
+        first_replays, second_replays = (
+            replays[REPLAY_WARMUP : REPLAY_WARMUP + count],
+            replays[REPLAY_WARMUP + count :],
+        )
         raw = partial(self._raw_burst, count, RAW_COMMITS, [commits])
         procrastinate = partial(
             procrastinate_burst, procrastinate_dsn, self.redis_url, count, commits
@@ -266,9 +281,11 @@ class Bench:
         phases = [
             ("raw", raw),
             ("procrastinate", procrastinate),
+            ("statements", partial(self._raw_burst, count, RAW_REPLAY, first_replays)),
             ("ours", partial(self._orchestrator_burst, task_ids[:count])),
             ("floor", partial(self._raw_burst, count, RAW_FLOOR, floor_args)),
             ("ours", partial(self._orchestrator_burst, task_ids[count:])),
+            ("statements", partial(self._raw_burst, count, RAW_REPLAY, second_replays)),
             ("procrastinate", procrastinate),
             ("raw", raw),
             # The orchestration alone (a round that only reports) against Procrastinate jobs
@@ -288,6 +305,7 @@ class Bench:
             totals = cpu.setdefault(kind, {})
             for role, value in used.items():
                 totals[role] = totals.get(role, 0.0) + value
+        self.check_replayed(recorded, dsn)
         self.figures["throughput"] = {
             **{key: counted[key] for key in COUNTED},
             "n": count,
@@ -299,10 +317,14 @@ class Bench:
         }
 
     def _raw_burst(self, count: int, task: str, args: list[Any]) -> float:
+        """`count` raw Celery tasks, each given `args`, or `args[i]` when that is a list of
+        argument lists (one per task); seconds from the first publish to the last end."""
+        each = args if args and all(isinstance(one, list) for one in args) else [args] * count
+        assert len(each) == count, (len(each), count)
         self.redis.delete(RAW_DONE_KEY)
         first = time.time()
-        for _ in range(count):
-            self.raw.send_task(task, args=args, queue=RAW_QUEUE)
+        for one in each:
+            self.raw.send_task(task, args=one, queue=RAW_QUEUE)
         ends = []
         for _ in range(count):
             popped = self.redis.blpop([RAW_DONE_KEY], timeout=60)
@@ -310,6 +332,63 @@ class Bench:
                 raise RuntimeError("raw Celery tasks did not finish within 60 s")
             ends.append(float(popped[1]))
         return max(ends) - first
+
+    def record_statements(self, count: int, pg_server: Any, template: str) -> tuple[str, str, str]:
+        """`count` minimal executions run in process on a database of their own, each one's
+        statements recorded (bench/statement_replay.py); and a copy of that database taken
+        before they ran, for the raw worker to send them again. Returns the traces' file, the
+        recorded database's DSN and the copy's."""
+        from orchestrator.runtime import build_runtime
+        from orchestrator.services.dispatch import RecordingDispatcher
+        from orchestrator.services.tasks import Trigger
+
+        source = pg_server.create_database(template=template)
+        settings = self.rt.settings.model_copy(update={"database_url": pg_server.url(source)})
+        rt = build_runtime(settings, dispatcher=RecordingDispatcher())
+        try:
+            task_ids = [
+                rt.tasks.trigger(Trigger(task_type=MINIMAL, title=f"replay {n}")).task.task_id
+                for n in range(count)
+            ]
+        finally:
+            rt.close()
+        copy = pg_server.create_database(template=source)
+        rt = build_runtime(settings, dispatcher=RecordingDispatcher())
+        try:
+            traces = record(rt, task_ids)
+        finally:
+            rt.close()
+        path = self.folder / "statements.pickle"
+        save(traces, path)
+        recorded, replayed = (pg_server.url(db).replace("+psycopg", "") for db in (source, copy))
+        return str(path), recorded, replayed
+
+    @staticmethod
+    def check_replayed(recorded: str, replayed: str) -> None:
+        """The replayed statements did what the executions did: the copy ends with the rows
+        the recorded database has (every task completed, the same transcripts, events and
+        deliveries), or the floor would be of some other work."""
+        import psycopg
+
+        query = "SELECT (SELECT count(*) FROM tasks WHERE status = 'completed'), " + ", ".join(
+            f"(SELECT count(*) FROM {table})"
+            for table in (
+                "tasks",
+                "executions",
+                "transcript_entries",
+                "plan_revisions",
+                "reports",
+                "evidence",
+                "task_events",
+                "outbox",
+            )
+        )
+        counts = []
+        for dsn in (recorded, replayed):
+            with psycopg.connect(dsn) as connection:
+                counts.append(connection.execute(query).fetchone())
+        if counts[0] != counts[1] or counts[0][0] != counts[0][1]:
+            raise RuntimeError(f"the replay left other rows than the executions: {counts}")
 
     def _orchestrator_burst(self, task_ids: list[str], status: str = "completed") -> float:
         first = time.time()
@@ -629,7 +708,7 @@ def main() -> int:
             wait_for(proc.ready, 60, what=f"{proc.name} to be ready", interval=0.1)
         try:
             bench.latency(args.samples)
-            bench.throughput(args.executions, procrastinate_dsn)
+            bench.throughput(args.executions, procrastinate_dsn, pg_server, template)
             raw_worker.stop()
             procrastinate_worker.stop()
             spare = procs.worker(CONCURRENCY)

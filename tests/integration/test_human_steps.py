@@ -212,11 +212,24 @@ def test_a_step_is_closed_in_the_latest_plan_while_the_next_generation_has_none(
 
 def test_a_second_failed_step_queues_no_second_generation(
     env: tuple[Runtime, RecordingDispatcher, Path],
+    store_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
+    from orchestrator.cli import main
+
     rt, dispatcher, scripts = env
     task_id, _ = fail_the_sample(rt, scripts)
-    again = rt.human_steps.close(task_id, "callback", "failed", by="desk", reason="no answer")
-    assert (again.task_status, again.generation, again.plan.revision) == ("queued", 2, 3)
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    capsys.readouterr()
+    fail = ["tasks", "node", task_id, "callback", "--fail", "--reason", "no answer", "--by", "desk"]
+    assert main(fail) == 0
+    assert capsys.readouterr().out == (
+        f"node callback failed by desk (plan revision 3 of generation 1); task {task_id} is "
+        "queued, generation 2\n"
+    )
     task = rt.tasks.get(task_id)
     assert (task.status, task.generation) == ("queued", 2)
     assert [g for t, g in dispatcher.sent if t == task_id and g > 1] == [2]

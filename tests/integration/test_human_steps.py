@@ -22,6 +22,7 @@ from orchestrator.services.task_stream import TaskStreamService
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
 from orchestrator.store.outbox import events_after
+from orchestrator.store.task_plans import task_latest_plan
 from orchestrator.tools.base import Fence
 from tests.executions_support import (
     claim_as_worker,
@@ -274,6 +275,53 @@ def test_the_next_generation_s_first_plan_keeps_a_step_closed_while_it_ran(
     assert callback["status"] == "completed"
     assert "completed by desk at" in callback["reason"]
     assert [g for t, g in dispatcher.sent if t == task_id and g > 1] == [2]
+
+
+@pytest.mark.parametrize("round_number", range(2))
+def test_a_step_and_the_next_generation_s_first_plan_at_once_are_both_kept(
+    env: tuple[Runtime, RecordingDispatcher, Path], round_number: int
+) -> None:
+    """Whichever commits first (the step into generation 1's plan, or generation 2's first
+    plan, which the step then goes into), the task's plan ends with both."""
+    rt, _, scripts = env
+    task_id, first_session = fail_the_sample(rt, scripts)
+    read_by_agent = rt.plans.latest(first_session)
+    assert read_by_agent is not None
+    fence = Fence(task_id, 2, claim_as_worker(rt, task_id, 2, "w", ttl=60))
+    session_id = rt.tasks.get(task_id).session_id
+    assert session_id is not None
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(2)
+
+    def person() -> None:
+        try:
+            barrier.wait(timeout=10)
+            rt.human_steps.close(task_id, "callback", "completed", by="desk", evidence="clear")
+        except BaseException as exc:
+            errors.append(exc)
+
+    def agent() -> None:
+        try:
+            barrier.wait(timeout=10)
+            body = {"request_id": "g2-r1", "title": "T", "reason": "generation 2",
+                    "nodes": read_by_agent.nodes, "edges": read_by_agent.edges}  # fmt: skip
+            rt.plans.publish_execution_plan(session_id, body, fence=fence)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=person), threading.Thread(target=agent)]
+    for thread in threads if round_number % 2 else reversed(threads):
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert errors == []
+    with rt.db.transaction(readonly=True) as conn:
+        latest = task_latest_plan(conn, task_id)
+    assert latest is not None
+    assert (latest.session_id, latest.generation) == (session_id, 2)
+    statuses = {n["id"]: n["status"] for n in latest.nodes}
+    assert statuses == {"check": "completed", "sample": "failed", "callback": "completed"}
+    assert (rt.tasks.get(task_id).status, rt.tasks.get(task_id).generation) == ("running", 2)
 
 
 def test_a_task_with_no_plan_in_any_generation_still_refuses_a_step(

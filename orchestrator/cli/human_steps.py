@@ -62,9 +62,15 @@ def _node(args: argparse.Namespace) -> int:
 
         print_json(HumanStepOut.of(step).model_dump(mode="json"))
     else:
+        # A step taken before the current generation published goes into the last one's plan.
+        of = (
+            f" of generation {step.plan.generation}"
+            if step.plan.generation not in (None, step.generation)
+            else ""
+        )
         print(
             f"node {step.node_id} {step.status} by {step.by} (plan revision "
-            f"{step.plan.revision}); task {step.task_id} is {step.task_status}, "
+            f"{step.plan.revision}{of}); task {step.task_id} is {step.task_status}, "
             f"generation {step.generation}"
         )
     return 0

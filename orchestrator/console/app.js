@@ -971,10 +971,17 @@
 
     // The explain view carries the current generation's plan; until that generation publishes,
     // the task's latest plan from an earlier one is shown, and said to be so.
-    async function loadEarlierPlan() {
+    // `again`: a newer revision of the plan shown (a person closed a step in it), never another
+    // session's (a newer generation's plan comes with the task).
+    async function loadEarlierPlan(again = false) {
       const result = await api("GET", `${path}/plan`);
-      if (!s.alive || s.plan) return;
+      if (!s.alive) return;
       const plan = result.ok && result.data ? result.data.plan : null;
+      if (again) {
+        if (plan && s.plan && plan.session_id === s.plan.session_id && plan.revision > s.plan.revision) showPlan(plan);
+        return;
+      }
+      if (s.plan) return;
       if (plan) showPlan(plan);
       else fill(planBox, el("p", { class: "muted" }, "No plan published yet."));
     }
@@ -999,13 +1006,13 @@
       if (!node) { nodeDetail.hidden = true; return; }
       const result = el("p", { role: "status", class: "node-result" });
       const open = node.actor === "human" && !NODE_DONE.includes(node.status);
-      // A step is closed in the current generation's latest plan of a task still going: not
-      // from an earlier revision, an earlier generation's plan or a finished task (the API
-      // refuses those: node_closed, no_plan, task_finished).
+      // A step is closed in the task's latest plan of a task still going: not from an earlier
+      // revision or a finished task (the API refuses those: node_closed, task_finished). An
+      // earlier generation's plan shown while the current one has published none is the
+      // task's latest: the server writes the step there, and the next plan keeps it.
       const closedHere = !open ? null
         : s.viewing ? "An earlier revision: go back to the latest to close this step."
         : s.task && FINAL_STATUSES.has(s.task.status) ? `The task is ${s.task.status}: its steps can no longer be closed.`
-        : earlierNotice() ? "This plan is an earlier generation's: the step can be closed once the current generation publishes its plan."
         : null;
       const human = open && !closedHere && can("operator");
       async function finish(verb, body) {
@@ -1015,7 +1022,13 @@
         const answer = await api("POST", `${path}/nodes/${encodeURIComponent(id)}/${verb}`, { by, ...body });
         if (answer.ok) {
           s.nodeDone = { id, text: `Node ${CLOSED_AS[verb]}.` }; // kept when the new revision redraws the node
-          fill(result, s.nodeDone.text);
+          // Said where the node is shown now: the stream may have drawn the new revision (and a
+          // new result line) before this answer came, and nothing draws it again after.
+          const shown = nodeDetail.getAttribute("data-node") === id ? nodeDetail.querySelector(".node-result") : null;
+          fill(shown || result, s.nodeDone.text);
+          // An earlier generation's plan is not in the task's view: read the task's plan again,
+          // so the step shows closed without waiting for the stream.
+          if (earlierNotice()) loadEarlierPlan(true);
           refresh();
         }
         else fill(result, el("span", { class: "error" }, missingRoute(answer) ? "Completing human nodes is not available on this server." : errorText(answer)));

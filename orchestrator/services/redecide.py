@@ -4,7 +4,9 @@ An approval, a rejection or a human node closed by a person can be the last thin
 task waited for. Then the next generation is queued in the same transaction (the same intent
 round: the decision continues the task, it does not start it over), and the caller sends its
 wake-up after the commit. A task in any other status decides for itself: a running generation
-reads the decision when its round ends; a queued one reads it when it starts.
+reads the decision when its round ends; a queued one reads it when it starts. So a step a
+person closes in an earlier generation's plan, while the next one is queued or running without a
+plan of its own, neither queues another generation nor touches the running one's fence.
 
 A human node a person failed is news the agent must act on (retry it with a new human node that
 depends on it, or report the task failed): it queues the next generation even while other human

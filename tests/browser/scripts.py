@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RLO", "XSS", "write_scripts"]
+__all__ = ["HELD", "RLO", "XSS", "write_scripts"]
 
 XSS = '<img src=x onerror="window.__xss=1">'
 #: Logically "abc", a right-to-left override, then "dcba": drawn as is, it reads "abcabcd".
@@ -148,6 +148,28 @@ def _human() -> dict[str, Any]:
     }
 
 
+def _steps() -> dict[str, Any]:
+    """Two steps for people: a sample and a call-back (a test fails one, then closes the other
+    while the next generation has no plan yet)."""
+    nodes = [
+        _node("prepare", "completed"),
+        _node("sample", "waiting", actor="human", reason="a crew must sample the tap"),
+        _node("callback", "pending", actor="human"),
+    ]
+    edges = [{"from": "prepare", "to": "sample"}, {"from": "prepare", "to": "callback"}]
+    return {
+        "turns": [
+            _turn(0.1, _plan("c1", "r1", nodes, title="Two steps", edges=edges)),
+            _turn(0.1, _report("c2", "waits for the crew and the desk", "waiting")),
+            {"content": "waiting for people"},
+        ]
+    }
+
+
+#: A version of a script that holds its round (a later generation that has not published).
+HELD: dict[str, Any] = {"turns": [{"delay_s": 120, "content": "never reached"}]}
+
+
 def _retried() -> dict[str, Any]:
     """A step that failed and its completed retry (a new node with an edge from it)."""
     nodes = [
@@ -215,6 +237,7 @@ def write_scripts(folder: Path) -> Path:
     scripts["slow"] = _slow()
     scripts["retried"] = _retried()
     scripts["pinned"] = _pinned()
+    scripts["steps"] = _steps()
     scripts["pager"] = _xss()  # a type of its own for the paging test
     scripts["records"] = _records()
     for name, script in scripts.items():

@@ -7,6 +7,7 @@ Tests run in file order on one fleet.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from typing import Any
@@ -16,7 +17,7 @@ from playwright.sync_api import expect
 
 from tests.browser.conftest import TOKEN, Console, shot
 from tests.browser.pages import dead_letter_deliveries, open_task, transcript_entry
-from tests.browser.scripts import XSS
+from tests.browser.scripts import HELD, XSS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -601,6 +602,32 @@ def test_a_human_step_is_closed_only_in_the_live_plan_of_a_task_still_going(
     expect(page.locator("#node-not-here")).to_have_text(
         "The task is cancelled: its steps can no longer be closed."
     )
+
+
+def test_a_step_is_closed_while_the_next_generation_has_no_plan_yet(
+    page: Any, console: Console
+) -> None:
+    """A person fails the sample: generation 2 is queued and holds (its script never
+    publishes). The call-back, in generation 1's plan shown as the task's, can be completed
+    there and then (the page said to wait for the next generation's plan)."""
+    task_id = console.trigger("steps", "Two people out")
+    console.wait_for(task_id, lambda t: t["status"] == "waiting")
+    (console.folder / "scripts" / "steps.json").write_text(json.dumps(HELD), encoding="utf-8")
+    try:
+        failed = console.http.post(
+            f"/api/v1/tasks/{task_id}/nodes/sample/fail", json={"by": "crew", "reason": "dry"}
+        )
+        assert failed.status_code == 200, failed.text
+        assert failed.json()["generation"] == 2
+        open_task(page, console, task_id)
+        expect(page.locator("#plan-earlier")).to_contain_text("From generation 1")
+        result = complete_human_node_in_console(page, "callback", "the water is clear", "desk")
+        expect(result).to_have_text("Node completed.")
+        expect(page.locator("#node-detail")).to_contain_text("completed by desk at")
+        expect(page.locator("#plan-revision")).to_have_value("3")
+        assert console.task(task_id)["generation"] == 2
+    finally:
+        console.http.post(f"/api/v1/tasks/{task_id}/cancel", json={"reason": "test over"})
 
 
 def test_a_reload_restores_the_revision_and_the_node_shown(page: Any, console: Console) -> None:

@@ -18,9 +18,11 @@ from orchestrator.errors import OrchestratorError
 from orchestrator.runtime import Runtime
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.human_steps import HumanStepService
+from orchestrator.services.task_stream import TaskStreamService
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
 from orchestrator.store.outbox import events_after
+from orchestrator.store.task_plans import task_latest_plan
 from orchestrator.tools.base import Fence
 from tests.executions_support import (
     claim_as_worker,
@@ -154,12 +156,188 @@ def test_refusals_write_nothing(
         assert (again.status_code, again.json()["error"]["code"]) == (409, "node_closed")
         last = client.post(f"{base}/callback/fail", json={"by": "a", "reason": "no answer"})
         assert (last.json()["task_status"], last.json()["generation"]) == ("queued", 2)
-        # The next generation has no plan yet: a step waits for it.
+        # The next generation has no plan yet: the step applies to the task's latest plan,
+        # where the sample is already skipped.
         early = client.post(f"{base}/sample/complete", json={"by": "a", "evidence": "x"})
-        assert (early.status_code, early.json()["error"]["code"]) == (409, "no_plan")
+        assert (early.status_code, early.json()["error"]["code"]) == (409, "node_closed")
     plan = rt.plans.latest(skipped.json()["session_id"])
     assert plan is not None
     assert plan.revision == 3
+
+
+def fail_the_sample(rt: Runtime, scripts: Path) -> tuple[str, str]:
+    """A task waiting on a sample and a call-back whose sample a person failed: generation 2
+    is queued, with no plan of its own yet. The task, and generation 1's session."""
+    task_id = waiting_on_a_sample(rt, scripts, callback=True)
+    first_session = rt.tasks.get(task_id).session_id
+    assert first_session is not None
+    failed = rt.human_steps.close(task_id, "sample", "failed", by="lab", reason="tap dry")
+    assert (failed.task_status, failed.generation, failed.plan.revision) == ("queued", 2, 2)
+    return task_id, first_session
+
+
+def test_a_step_is_closed_in_the_latest_plan_while_the_next_generation_has_none(
+    env: tuple[Runtime, RecordingDispatcher, Path], store_url: str
+) -> None:
+    """It answered 409 `no_plan` until generation 2's agent published: an operator with a
+    call-back to record waited minutes, or for ever if that generation never published."""
+    rt, dispatcher, scripts = env
+    task_id, first_session = fail_the_sample(rt, scripts)
+    with client_for(rt, store_url, dispatcher) as client:
+        done = client.post(
+            f"/api/v1/tasks/{task_id}/nodes/callback/complete",
+            json={"by": "desk", "evidence": "resident says the water is clear"},
+        )
+        assert done.status_code == 200, done.text
+        body = done.json()
+        # Written into generation 1's plan; the task stays where it is, in generation 2.
+        assert (body["session_id"], body["plan_revision"]) == (first_session, 3)
+        assert (body["task_status"], body["generation"]) == ("queued", 2)
+        shown = client.get(f"/api/v1/tasks/{task_id}/plan").json()["plan"]
+    assert (shown["session_id"], shown["revision"]) == (first_session, 3)
+    callback = next(n for n in shown["nodes"] if n["id"] == "callback")
+    assert callback["status"] == "completed"
+    assert "completed by desk at" in callback["reason"]
+    # The task stream logs the revision under the plan's generation and shows it.
+    stream = TaskStreamService(rt.db)
+    (last,) = stream.events_after(task_id, stream.snapshot(task_id).last_seq - 1)
+    assert (last.name, last.data["generation"], last.data["status"]) == (
+        "execution_plan",
+        1,
+        "queued",
+    )
+    assert (last.data["plan"]["session_id"], last.data["plan"]["revision"]) == (first_session, 3)
+    assert stream.snapshot(task_id).data["plan"]["revision"] == 3
+    assert dispatcher.sent.count((task_id, 2)) == 1
+
+
+def test_a_second_failed_step_queues_no_second_generation(
+    env: tuple[Runtime, RecordingDispatcher, Path],
+    store_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from orchestrator.cli import main
+
+    rt, dispatcher, scripts = env
+    task_id, _ = fail_the_sample(rt, scripts)
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    capsys.readouterr()
+    fail = ["tasks", "node", task_id, "callback", "--fail", "--reason", "no answer", "--by", "desk"]
+    assert main(fail) == 0
+    assert capsys.readouterr().out == (
+        f"node callback failed by desk (plan revision 3 of generation 1); task {task_id} is "
+        "queued, generation 2\n"
+    )
+    task = rt.tasks.get(task_id)
+    assert (task.status, task.generation) == ("queued", 2)
+    assert [g for t, g in dispatcher.sent if t == task_id and g > 1] == [2]
+    with rt.db.transaction(readonly=True) as conn:
+        queued = [e.generation for e in events_after(conn, task_id, 0, 50) if e.type == "queued"]
+    assert queued == [2]  # generation 1 was triggered, not queued by a decision
+
+
+def test_the_next_generation_s_first_plan_keeps_a_step_closed_while_it_ran(
+    env: tuple[Runtime, RecordingDispatcher, Path],
+) -> None:
+    """Invariant 22: generation 2 runs (no plan yet), a person completes the call-back in
+    generation 1's plan; the agent's first plan still shows it pending, as it read it. The
+    running generation's fence holds, and its stored plan keeps the person's completion."""
+    rt, dispatcher, scripts = env
+    task_id, first_session = fail_the_sample(rt, scripts)
+    read_by_agent = rt.plans.latest(first_session)  # what the agent read before the step
+    assert read_by_agent is not None
+    fence = Fence(task_id, 2, claim_as_worker(rt, task_id, 2, "w", ttl=60))
+    step = rt.human_steps.close(task_id, "callback", "completed", by="desk", evidence="clear")
+    assert (step.task_status, step.generation, step.plan.generation) == ("running", 2, 1)
+    task = rt.tasks.get(task_id)
+    assert (task.status, task.generation) == ("running", 2)
+    session_id = task.session_id
+    assert session_id is not None
+    assert session_id != first_session
+    assert rt.plans.latest(session_id) is None
+    still_open = {"callback": "pending", "sample": "failed"}
+    assert {n["id"]: n["status"] for n in read_by_agent.nodes if n["actor"] == "human"} == (
+        still_open
+    )
+    first = {
+        "request_id": "g2-r1",
+        "title": "Investigation",
+        "reason": "generation 2 takes over",
+        "nodes": read_by_agent.nodes,
+        "edges": read_by_agent.edges,
+    }
+    published = rt.plans.publish_execution_plan(session_id, first, fence=fence).plan
+    assert (published.session_id, published.revision, published.generation) == (session_id, 1, 2)
+    callback = next(n for n in published.nodes if n["id"] == "callback")
+    assert callback["status"] == "completed"
+    assert "completed by desk at" in callback["reason"]
+    assert [g for t, g in dispatcher.sent if t == task_id and g > 1] == [2]
+
+
+@pytest.mark.parametrize("round_number", range(2))
+def test_a_step_and_the_next_generation_s_first_plan_at_once_are_both_kept(
+    env: tuple[Runtime, RecordingDispatcher, Path], round_number: int
+) -> None:
+    """Whichever commits first (the step into generation 1's plan, or generation 2's first
+    plan, which the step then goes into), the task's plan ends with both."""
+    rt, _, scripts = env
+    task_id, first_session = fail_the_sample(rt, scripts)
+    read_by_agent = rt.plans.latest(first_session)
+    assert read_by_agent is not None
+    fence = Fence(task_id, 2, claim_as_worker(rt, task_id, 2, "w", ttl=60))
+    session_id = rt.tasks.get(task_id).session_id
+    assert session_id is not None
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(2)
+
+    def person() -> None:
+        try:
+            barrier.wait(timeout=10)
+            rt.human_steps.close(task_id, "callback", "completed", by="desk", evidence="clear")
+        except BaseException as exc:
+            errors.append(exc)
+
+    def agent() -> None:
+        try:
+            barrier.wait(timeout=10)
+            body = {"request_id": "g2-r1", "title": "T", "reason": "generation 2",
+                    "nodes": read_by_agent.nodes, "edges": read_by_agent.edges}  # fmt: skip
+            rt.plans.publish_execution_plan(session_id, body, fence=fence)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=person), threading.Thread(target=agent)]
+    for thread in threads if round_number % 2 else reversed(threads):
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert errors == []
+    with rt.db.transaction(readonly=True) as conn:
+        latest = task_latest_plan(conn, task_id)
+    assert latest is not None
+    assert (latest.session_id, latest.generation) == (session_id, 2)
+    statuses = {n["id"]: n["status"] for n in latest.nodes}
+    assert statuses == {"check": "completed", "sample": "failed", "callback": "completed"}
+    assert (rt.tasks.get(task_id).status, rt.tasks.get(task_id).generation) == ("running", 2)
+
+
+def test_a_task_with_no_plan_in_any_generation_still_refuses_a_step(
+    env: tuple[Runtime, RecordingDispatcher, Path], store_url: str
+) -> None:
+    rt, dispatcher, _ = env
+    task_id = rt.tasks.trigger(Trigger(task_type="hs", title="Turbid water")).task.task_id
+    claim_as_worker(rt, task_id, 1, "w", ttl=60)  # a session, and no plan in it
+    with client_for(rt, store_url, dispatcher) as client:
+        early = client.post(
+            f"/api/v1/tasks/{task_id}/nodes/sample/complete", json={"by": "a", "evidence": "x"}
+        )
+    assert (early.status_code, early.json()["error"]["code"]) == (409, "no_plan")
+    assert "has no plan yet" in early.json()["error"]["message"]
+    with rt.db.transaction(readonly=True) as conn:
+        assert [e.type for e in events_after(conn, task_id, 0, 50)].count("plan_revision") == 0
 
 
 def test_the_cli_completes_a_node(

@@ -13,8 +13,8 @@ from orchestrator.services.lease_keeper import LeaseKeeper
 from orchestrator.services.recovery import snapshot_for
 from orchestrator.store import actions as action_store
 from orchestrator.store import evidence as evidence_store
-from orchestrator.store import plans as plan_store
 from orchestrator.store import reports as report_store
+from orchestrator.store import task_plans
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database
 from orchestrator.store.fencing import check_fence
@@ -31,9 +31,11 @@ class ReadTaskContext(Tool):
     name = "read_task_context"
     description = (
         "The task's context, its origin, the current generation, and what the previous "
-        "generation that actually ran left: its last plan, report and evidence (a generation "
-        "superseded before it started is skipped), and every action of the task with its node, "
-        "status, digest and a human's decision (approver and note): act on a decision, and do "
+        "generation that actually ran left: its report and evidence, and the task's last plan "
+        "(which your first plan keeps, every node; an earlier generation's when that one "
+        "published none), a generation superseded before it started being skipped; and every "
+        "action of the task with its node, status, digest and a human's decision (approver and "
+        "note): act on a decision, and do "
         "not propose a rejected action again. When that generation stopped abnormally, "
         "`recovery` comes first: the calls that returned (with receipt ids) and the calls whose "
         "outcome is `unknown`, which you must verify read-only before retrying anything. A "
@@ -63,7 +65,12 @@ class ReadTaskContext(Tool):
                 before = task_store.last_started_execution(conn, ctx.task_id, ctx.generation)
                 if before is not None:
                     recovery = snapshot_for(conn, before) if self.recovery else None
-                    plan = plan_store.latest_revision(conn, before.session_id)
+                    # The plan the first publish must keep (invariant 22): the task's latest
+                    # before this generation, an earlier one's when `before` published none (it
+                    # lost its lease or was requeued first), with the steps people closed in it
+                    # meanwhile. `before`'s own session alone showed no plan then, and the
+                    # agent could not publish the nodes it was never shown.
+                    plan = task_plans.task_latest_plan(conn, ctx.task_id, ctx.generation)
                     previous = {
                         "generation": before.generation,
                         "outcome": before.outcome,

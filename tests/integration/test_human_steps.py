@@ -18,14 +18,17 @@ from orchestrator.errors import OrchestratorError
 from orchestrator.runtime import Runtime
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.human_steps import HumanStepService
+from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.task_stream import TaskStreamService
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
 from orchestrator.store.outbox import events_after
 from orchestrator.store.task_plans import task_latest_plan
 from orchestrator.tools.base import Fence
+from orchestrator.tools.tasks import ReadTaskContext
 from tests.executions_support import (
     claim_as_worker,
+    fenced_ctx,
     kept_node,
     node,
     plan_call,
@@ -322,6 +325,39 @@ def test_a_step_and_the_next_generation_s_first_plan_at_once_are_both_kept(
     statuses = {n["id"]: n["status"] for n in latest.nodes}
     assert statuses == {"check": "completed", "sample": "failed", "callback": "completed"}
     assert (rt.tasks.get(task_id).status, rt.tasks.get(task_id).generation) == ("running", 2)
+
+
+def test_after_a_generation_with_no_plan_the_next_reads_the_step_it_must_keep(
+    env: tuple[Runtime, RecordingDispatcher, Path],
+) -> None:
+    """Generation 2 ran and published nothing (an operator requeued it: a lost lease does the
+    same); a person completed the call-back in generation 1's plan. Generation 3's agent read
+    generation 2's plan (none) as the one to continue, never saw the plan its first publish
+    must keep (generation 1's, with the person's step), and so could not publish it."""
+    rt, _, scripts = env
+    task_id, first_session = fail_the_sample(rt, scripts)
+    stuck = claim_as_worker(rt, task_id, 2, "w", ttl=60)
+    rt.tasks.requeue(task_id, "worker stuck")
+    assert rt.leases.release(lease_name(task_id), stuck)  # its worker stopped
+    step = rt.human_steps.close(task_id, "callback", "completed", by="desk", evidence="clear")
+    assert (step.plan.session_id, step.plan.generation, step.generation) == (first_session, 1, 3)
+    fence = Fence(task_id, 3, claim_as_worker(rt, task_id, 3, "w", ttl=60))
+    session_id = rt.tasks.get(task_id).session_id
+    assert session_id is not None
+    context = ReadTaskContext(rt.db).run(fenced_ctx(fence, session_id), None)
+    assert context.status == "succeeded", context
+    previous = context.payload["previous_generation"]
+    assert previous["generation"] == 2  # the generation before, as it ended
+    plan = previous["plan"]
+    assert plan is not None
+    assert (plan["session_id"], plan["revision"]) == (first_session, 3)
+    statuses = {n["id"]: n["status"] for n in plan["nodes"]}
+    assert statuses == {"check": "completed", "sample": "failed", "callback": "completed"}
+    # What it read is what its first plan keeps: published as read, it is accepted.
+    body = {"request_id": "g3-r1", "title": "T", "reason": "generation 3",
+            "nodes": plan["nodes"], "edges": plan["edges"]}  # fmt: skip
+    published = rt.plans.publish_execution_plan(session_id, body, fence=fence).plan
+    assert (published.generation, published.revision) == (3, 1)
 
 
 def test_a_task_with_no_plan_in_any_generation_still_refuses_a_step(

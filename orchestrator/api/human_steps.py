@@ -73,6 +73,10 @@ class HumanStepOut(BaseModel):
     at: IsoTime
     plan_revision: int = Field(description="the revision the step wrote")
     session_id: str
+    plan_generation: int | None = Field(
+        description="the generation whose plan the step went into: the task's `generation`, "
+        "or an earlier one's until the task's generation publishes its own (which keeps it)"
+    )
     task_status: str = Field(description="the task's status after the step was re-decided")
     generation: int
 
@@ -86,6 +90,7 @@ class HumanStepOut(BaseModel):
             at=step.at,
             plan_revision=step.plan.revision,
             session_id=step.plan.session_id,
+            plan_generation=step.plan.generation,
             task_status=step.task_status,
             generation=step.generation,
         )

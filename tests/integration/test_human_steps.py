@@ -195,7 +195,12 @@ def test_a_step_is_closed_in_the_latest_plan_while_the_next_generation_has_none(
         body = done.json()
         # Written into generation 1's plan; the task stays where it is, in generation 2.
         assert (body["session_id"], body["plan_revision"]) == (first_session, 3)
-        assert (body["task_status"], body["generation"]) == ("queued", 2)
+        # The answer says whose plan that is: the session id alone did not.
+        assert (body["plan_generation"], body["task_status"], body["generation"]) == (
+            1,
+            "queued",
+            2,
+        )
         shown = client.get(f"/api/v1/tasks/{task_id}/plan").json()["plan"]
     assert (shown["session_id"], shown["revision"]) == (first_session, 3)
     callback = next(n for n in shown["nodes"] if n["id"] == "callback")

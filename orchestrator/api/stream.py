@@ -7,10 +7,12 @@ that reconnects says what it has seen.
 
 The stream ends when nothing more can be written to its session: when the session is deleted
 (a new connection is a 404), and when an execution's session is finished, because its task is
-final or a newer generation writes to a session of its own (`store.plans.session_standing`); the
-revisions committed before that are sent first. An `EventSource` reconnects to an ended stream
-for as long as the answer is a 200, so a reconnect that has seen a finished session's newest
-revision is a 204, which stops it. Chats and collaborations never finish.
+final or a newer generation writes to a session of its own (`store.plans.session_standing`: an
+earlier generation's session whose plan is still the task's latest, with a human node open,
+takes a person's step until the newer one publishes); the revisions committed before that are
+sent first. An `EventSource` reconnects to an ended stream for as long as the answer is a 200,
+so a reconnect that has seen a finished session's newest revision is a 204, which stops it.
+Chats and collaborations never finish.
 """
 
 from __future__ import annotations

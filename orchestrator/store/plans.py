@@ -10,8 +10,8 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Row, Select, and_, bindparam, exists, func, insert, or_, select
 
-from orchestrator.domain.plans import status_counts
-from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
+from orchestrator.domain.plans import readable_nodes, status_counts
+from orchestrator.domain.vocabulary import OPEN_NODE_STATUSES, TERMINAL_TASK_STATUSES
 from orchestrator.store import driver
 from orchestrator.store.records import driver_row
 from orchestrator.store.sessions import SessionRecord
@@ -322,12 +322,22 @@ _STANDING = (
     select(
         sessions.c.purpose,
         sessions.c.generation,
+        sessions.c.task_id,
         tasks.c.status.label("task_status"),
         tasks.c.generation.label("task_generation"),
         tasks.c.session_id.label("task_session_id"),
     )
     .select_from(sessions.outerjoin(tasks, tasks.c.task_id == sessions.c.task_id))
     .where(sessions.c.session_id == bindparam("session_id"))
+)
+#: The session of the task's latest plan (`store.task_plans.task_latest_plan`'s order).
+_LATEST_PLAN_SESSION = (
+    select(plan_revisions.c.session_id, plan_revisions.c.nodes)
+    .where(
+        plan_revisions.c.task_id == bindparam("task_id"), plan_revisions.c.generation.is_not(None)
+    )
+    .order_by(plan_revisions.c.generation.desc(), plan_revisions.c.revision.desc())
+    .limit(1)
 )
 
 
@@ -336,12 +346,15 @@ def session_standing(conn: Connection, session_id: str) -> SessionStanding | Non
 
     Only an execution's session ever finishes. Its writes are fenced by its task's row, which
     they lock: an agent's publish or proposal carries its generation (and the session must be
-    that generation's), a person's step goes to the task's current session, and neither is
+    that generation's), a person's step goes to the session of the task's latest plan (the
+    current one's, or an earlier generation's until the current one publishes), and neither is
     taken once the task is final. A generation is never current again once a newer one was
-    opened (a requeue, even of a finished task, opens a new session), and a final task moves
-    on only by such a requeue; so once this reads the session as finished, every write it
-    will ever hold has committed. Chats and collaborations take unfenced publishes at any
-    time: they never finish (a deleted one is gone, which is None).
+    opened (a requeue, even of a finished task, opens a new session), and an earlier session
+    stops holding the latest plan once a newer generation publishes; so once this reads the
+    session as finished, every write it will ever hold has committed (but for a requeue of a
+    final task, whose last plan takes steps again until the new generation publishes).
+    Chats and collaborations take unfenced publishes at any time: they never finish (a
+    deleted one is gone, which is None).
     """
     row = conn.execute(_STANDING, {"session_id": session_id}).one_or_none()
     if row is None:
@@ -350,6 +363,20 @@ def session_standing(conn: Connection, session_id: str) -> SessionStanding | Non
         row.generation is not None and row.generation == row.task_generation
     )
     live = row.task_status is not None and row.task_status not in TERMINAL_TASK_STATUSES
+    if live and not current and row.purpose == "task_execution":
+        # An earlier generation's session still takes a person's step while its plan is the
+        # task's latest and has a human node open (`services.human_steps`): its stream must
+        # not end, nor answer 204 to a client that will then miss the step.
+        latest = conn.execute(_LATEST_PLAN_SESSION, {"task_id": row.task_id}).one_or_none()
+        current = (
+            latest is not None
+            and latest.session_id == session_id
+            and any(
+                node.get("actor") == "human"
+                and (node["status"] is None or node["status"] in OPEN_NODE_STATUSES)
+                for node in readable_nodes(latest.nodes) or ()
+            )
+        )
     return SessionStanding(
         running=row.task_status == "running" and row.task_session_id == session_id,
         finished=row.purpose == "task_execution" and not (current and live),

@@ -365,6 +365,44 @@ def test_after_a_generation_with_no_plan_the_next_reads_the_step_it_must_keep(
     assert (published.generation, published.revision) == (3, 1)
 
 
+def test_the_session_a_step_can_still_go_into_is_not_finished_for_its_stream(
+    env: tuple[Runtime, RecordingDispatcher, Path],
+) -> None:
+    """Generation 1's session counted as finished once generation 2 was queued, so its plan
+    stream ended and a reconnect that had seen revision 2 was told 204 (nothing more, ever);
+    then a person's step wrote revision 3 there. It finishes once generation 2 publishes, or
+    once no human node of its plan is open."""
+    rt, _, scripts = env
+    task_id, first_session = fail_the_sample(rt, scripts)
+    read_by_agent = rt.plans.latest(first_session)
+    assert read_by_agent is not None
+    assert not rt.plans.state(first_session).finished
+    assert rt.plans.takes_writes(first_session)
+    fence = Fence(task_id, 2, claim_as_worker(rt, task_id, 2, "w", ttl=60))
+    session_id = rt.tasks.get(task_id).session_id
+    assert session_id is not None
+    assert not rt.plans.state(first_session).finished  # running, and still no plan of its own
+    body = {"request_id": "g2-r1", "title": "T", "reason": "generation 2",
+            "nodes": read_by_agent.nodes, "edges": read_by_agent.edges}  # fmt: skip
+    rt.plans.publish_execution_plan(session_id, body, fence=fence)
+    state = rt.plans.state(first_session)
+    assert (state.finished, state.newest) == (True, 2)
+    step = rt.human_steps.close(task_id, "callback", "completed", by="desk", evidence="clear")
+    assert step.plan.session_id == session_id  # the step went where the stream goes on
+
+
+def test_a_session_with_no_human_node_open_finishes_when_the_next_generation_is_queued(
+    env: tuple[Runtime, RecordingDispatcher, Path],
+) -> None:
+    rt, _, scripts = env
+    task_id = waiting_on_a_sample(rt, scripts)  # the sample is its one human node
+    first_session = rt.tasks.get(task_id).session_id
+    assert first_session is not None
+    rt.human_steps.close(task_id, "sample", "failed", by="lab", reason="tap dry")
+    assert rt.tasks.get(task_id).status == "queued"
+    assert rt.plans.state(first_session).finished  # no step can go into it any more
+
+
 def test_a_task_with_no_plan_in_any_generation_still_refuses_a_step(
     env: tuple[Runtime, RecordingDispatcher, Path], store_url: str
 ) -> None:

@@ -222,15 +222,20 @@ def _trigger(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    from orchestrator.services.task_records import TaskRecords
+
     rt = _runtime()
     try:
         view = _as_sent(rt.tasks.explain(args.task_id))
+        # Until the current generation publishes, the task's plan (where a person's step
+        # goes, and which that generation's first plan keeps) is an earlier generation's.
+        earlier = None if view.get("plan") else TaskRecords(rt.db).plan(args.task_id)["plan"]
     finally:
         rt.close()
     if args.json:
         print_json(view)
     else:
-        print(render_explain(view))
+        print(render_explain(view, earlier=earlier))
     return 0
 
 
@@ -389,8 +394,9 @@ def _cancel(args: argparse.Namespace) -> int:
     return 0
 
 
-def render_explain(view: dict[str, Any]) -> str:
-    """The explain view as a readable page."""
+def render_explain(view: dict[str, Any], *, earlier: dict[str, Any] | None = None) -> str:
+    """The explain view as a readable page; `earlier`, the task's latest plan when the current
+    generation has none (an earlier generation's)."""
     lines = [
         f"task {view['task_id']}  {printable(view['title'])}",
         f"  type {view['task_type']}, origin {view['origin']}, "
@@ -420,6 +426,13 @@ def render_explain(view: dict[str, Any]) -> str:
     if plan:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(plan["status_counts"].items()) if v)
         lines.append(f"  plan revision {plan['revision']}: {printable(plan['title'])} ({counts})")
+    elif earlier:
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(earlier["status_counts"].items()) if v)
+        lines.append(
+            f"  plan: none yet for this generation; the task's plan is revision "
+            f"{earlier['revision']} of generation {earlier['generation']}: "
+            f"{printable(earlier['title'])} ({counts}), where a person's step goes"
+        )
     else:
         lines.append("  plan: none yet for this generation")
     last_write = view.get("last_write")

@@ -239,6 +239,13 @@ def test_a_second_failed_step_queues_no_second_generation(
         f"node callback failed by desk (plan revision 3 of generation 1); task {task_id} is "
         "queued, generation 2\n"
     )
+    # `tasks show` says where that is, not only that generation 2 has no plan.
+    assert main(["tasks", "show", task_id]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if "plan" in x and "revision" in x]
+    assert line == (
+        "  plan: none yet for this generation; the task's plan is revision 3 of generation 1: "
+        "Investigation (completed 1, failed 2), where a person's step goes"
+    )
     task = rt.tasks.get(task_id)
     assert (task.status, task.generation) == ("queued", 2)
     assert [g for t, g in dispatcher.sent if t == task_id and g > 1] == [2]

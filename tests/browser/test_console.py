@@ -626,6 +626,7 @@ def test_a_step_is_closed_while_the_next_generation_has_no_plan_yet(
         expect(page.locator("#node-detail")).to_contain_text("completed by desk at")
         expect(page.locator("#plan-revision")).to_have_value("3")
         assert console.task(task_id)["generation"] == 2
+        shot(page, "step-closed-before-the-next-plan")
     finally:
         console.http.post(f"/api/v1/tasks/{task_id}/cancel", json={"reason": "test over"})
 

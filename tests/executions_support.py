@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import Connection, insert
 
+from orchestrator.domain.fences import Fence
 from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.lease_keeper import lease_name
@@ -22,7 +23,7 @@ from orchestrator.settings import Settings, load_settings
 from orchestrator.store import tasks as task_store
 from orchestrator.store.tables import executions, sessions, tasks
 from orchestrator.store.types import utcnow
-from orchestrator.tools.base import Fence, ToolContext
+from orchestrator.tools.base import ToolContext
 
 __all__ = [
     "claim_as_worker",

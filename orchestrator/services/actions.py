@@ -16,6 +16,7 @@ from sqlalchemy import Connection
 
 from orchestrator.domain.approvals import action_digest, still_bound
 from orchestrator.domain.cursors import decode_cursor
+from orchestrator.domain.fences import Fence
 from orchestrator.domain.fingerprints import NonCanonical
 from orchestrator.domain.plans import distinct_edges
 from orchestrator.domain.vocabulary import ACTION_KINDS, ACTION_STATUSES
@@ -31,7 +32,6 @@ from orchestrator.store import tasks as task_store
 from orchestrator.store.actions import ActionRecord
 from orchestrator.store.db import Database
 from orchestrator.store.fencing import check_fence
-from orchestrator.tools.base import Fence
 
 __all__ = ["ActionService", "DecisionHook", "Proposal"]
 

@@ -26,6 +26,7 @@ from orchestrator.agent.request import AgentContext
 from orchestrator.agent.subagents import SUBAGENTS, Delegate, SubAgentRegistry, SubAgentRun
 from orchestrator.agent.transcript import TranscriptWriter
 from orchestrator.domain.decisions import Decision, RoundFacts, decide
+from orchestrator.domain.fences import Fence
 from orchestrator.domain.human_steps import is_person_revision
 from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
 from orchestrator.errors import StaleGeneration
@@ -50,7 +51,7 @@ from orchestrator.store.receipts import ReceiptLedger
 from orchestrator.store.records import TaskRecord
 from orchestrator.store.types import utcnow
 from orchestrator.tools.actions import ProposeAction
-from orchestrator.tools.base import Fence, Tool, ToolCancelled, ToolContext
+from orchestrator.tools.base import Tool, ToolCancelled, ToolContext
 from orchestrator.tools.command import ExecuteCommand
 from orchestrator.tools.data_sources import QueryDataSource, load_sources
 from orchestrator.tools.plans import PublishExecutionPlan

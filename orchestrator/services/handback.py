@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 from sqlalchemy.exc import InterfaceError, OperationalError
 
+from orchestrator.domain.fences import Fence
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database, cause_line
-from orchestrator.tools.base import Fence
 
 __all__ = ["RETRY_SECONDS", "HandBack"]
 

@@ -41,12 +41,12 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from orchestrator.agent.loop import LeaseLost, StopSignal
+from orchestrator.domain.fences import Fence
 from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable, Renewal
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database, cause_line
 from orchestrator.store.heartbeats import mirror_leases
 from orchestrator.store.types import utcnow
-from orchestrator.tools.base import Fence
 
 __all__ = ["Heartbeat", "LeaseKeeper", "heartbeat", "lease_name"]
 

@@ -17,6 +17,7 @@ from typing import Any, TypeGuard
 from sqlalchemy import Connection
 
 from orchestrator.domain import plans as rules
+from orchestrator.domain.fences import Fence
 from orchestrator.domain.human_steps import keep_person_closed, reserved_request_id_problems
 from orchestrator.domain.plan_authority import (
     Writer,
@@ -35,7 +36,6 @@ from orchestrator.store.db import Database
 from orchestrator.store.fencing import check_fence
 from orchestrator.store.plans import PlanRecord
 from orchestrator.store.types import utcnow
-from orchestrator.tools.base import Fence
 
 __all__ = ["AfterCommit", "PlanService", "PublishResult", "SessionPlans", "publish_txn"]
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from orchestrator.domain.fences import Fence
 from orchestrator.errors import StaleGeneration
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import tasks as task_store
-from orchestrator.tools.base import Fence
 from tests.acceptance.fleet import Fleet, fleet_env, running_fleet
 from tests.executions_support import (
     completing_turns,

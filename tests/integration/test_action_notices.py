@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
+from orchestrator.domain.fences import Fence
 from orchestrator.runtime import Runtime
 from orchestrator.services.actions import ActionService
 from orchestrator.services.outbox import OutboxDispatcher
@@ -24,7 +25,6 @@ from orchestrator.store import driver
 from orchestrator.store import outbox as outbox_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.types import utcnow
-from orchestrator.tools.base import Fence
 from tests.executions_support import (
     claim_as_worker,
     insert_running,

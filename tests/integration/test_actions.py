@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from orchestrator.api.app import create_app
+from orchestrator.domain.fences import Fence
 from orchestrator.errors import InvalidTransition
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
@@ -17,7 +18,6 @@ from orchestrator.settings import load_settings
 from orchestrator.store import actions as action_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import tasks as task_store
-from orchestrator.tools.base import Fence
 from tests.executions_support import (
     node,
     plan_call,

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.domain.fences import Fence
 from orchestrator.errors import StaleGeneration
 from orchestrator.runtime import Runtime
 from orchestrator.services.dispatch import RecordingDispatcher
@@ -16,7 +17,6 @@ from orchestrator.services.executions import RunResult
 from orchestrator.services.plans import PlanService
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import tasks as task_store
-from orchestrator.tools.base import Fence
 from tests.executions_support import (
     completing_turns,
     node,

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.domain.fences import Fence
 from orchestrator.runtime import Runtime
 from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import tasks as task_store
 from orchestrator.store.receipts import ReceiptLedger
-from orchestrator.tools.base import Fence
 from tests.executions_support import claim_as_worker, runtime_for
 from tests.integration.test_sweeper import TTL, abandon
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from sqlalchemy.exc import OperationalError
 
+from orchestrator.domain.fences import Fence
 from orchestrator.runtime import Runtime
 from orchestrator.services import executions as executions_module
 from orchestrator.services import handback as handback_module
@@ -21,7 +22,6 @@ from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import tasks as task_store
 from orchestrator.store.types import utcnow
-from orchestrator.tools.base import Fence
 from orchestrator.tools.command import ExecuteCommand
 from orchestrator.tools.plans import PublishExecutionPlan
 from tests.executions_support import (

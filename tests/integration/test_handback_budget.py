@@ -19,6 +19,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from orchestrator import metrics
 from orchestrator.api.app import create_app
 from orchestrator.cli.tasks import render_explain
+from orchestrator.domain.fences import Fence
 from orchestrator.runtime import Runtime
 from orchestrator.services import executions as executions_module
 from orchestrator.services.lease_keeper import LeaseKeeper
@@ -28,7 +29,6 @@ from orchestrator.store import outbox as outbox_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.lost import HANDED_BACK
 from orchestrator.store.types import utcnow
-from orchestrator.tools.base import Fence
 from tests.executions_support import (
     claim_as_worker,
     completing_turns,

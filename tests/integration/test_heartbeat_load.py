@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.domain.fences import Fence
 from orchestrator.runtime import Runtime
 from orchestrator.services.lease_keeper import LeaseKeeper, heartbeat, lease_name
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import tasks as task_store
-from orchestrator.tools.base import Fence
 from tests.executions_support import claim_as_worker, runtime_for
 
 TTL, EVERY, COUNT = 2.0, 0.4, 50

@@ -24,12 +24,12 @@ import pytest
 from sqlalchemy.exc import OperationalError
 
 from orchestrator import metrics
+from orchestrator.domain.fences import Fence
 from orchestrator.runtime import Runtime
 from orchestrator.services import lease_keeper as lease_keeper_module
 from orchestrator.services.lease_keeper import Heartbeat, LeaseKeeper, lease_name
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import tasks as task_store
-from orchestrator.tools.base import Fence
 from tests.executions_support import claim_as_worker, runtime_for
 
 TTL = 0.5

@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from orchestrator.api.app import create_app
 from orchestrator.api.stream import _events
+from orchestrator.domain.fences import Fence
 from orchestrator.errors import NotFound
 from orchestrator.events import PlanHub, RedisNotifier
 from orchestrator.runtime import Runtime
@@ -23,7 +24,6 @@ from orchestrator.services.tasks import Trigger
 from orchestrator.store import Database
 from orchestrator.store import tasks as task_store
 from orchestrator.store.receipts import ReceiptLedger
-from orchestrator.tools.base import Fence
 from tests.executions_support import claim_as_worker, node, plan_call, runtime_for
 from tests.sse_support import parse
 

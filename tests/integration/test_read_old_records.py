@@ -430,8 +430,8 @@ def test_a_stored_node_with_an_id_and_an_unreadable_status_must_still_be_kept(
 
 def _running_generation(rt: Runtime, scripts: Path) -> tuple[Any, str]:
     """Generation 1 of a new task, claimed as a worker would: its fence and session."""
+    from orchestrator.domain.fences import Fence
     from orchestrator.store import tasks as task_store
-    from orchestrator.tools.base import Fence
     from tests.executions_support import claim_as_worker
 
     task_id = simple_task(rt, scripts)

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.domain.fences import Fence
 from orchestrator.domain.vocabulary import ACTION_KINDS
 from orchestrator.runtime import Runtime
 from orchestrator.services.actions import ActionService
@@ -24,7 +25,6 @@ from orchestrator.store import reports as report_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.fencing import check_fence
 from orchestrator.store.reports import ReportAlreadySaved
-from orchestrator.tools.base import Fence
 from tests.executions_support import claim_as_worker, node, plan_call, runtime_for
 
 

@@ -18,6 +18,7 @@ import pytest
 from sqlalchemy import func, select
 
 from orchestrator.domain.decisions import Decision
+from orchestrator.domain.fences import Fence
 from orchestrator.errors import StaleGeneration
 from orchestrator.runtime import Runtime
 from orchestrator.services.actions import ActionService
@@ -27,7 +28,7 @@ from orchestrator.services.tasks import Trigger
 from orchestrator.store import tasks as task_store
 from orchestrator.store.tables import actions, evidence, plan_revisions, reports, sessions
 from orchestrator.tools.actions import ProposeAction
-from orchestrator.tools.base import Fence, ToolContext
+from orchestrator.tools.base import ToolContext
 from orchestrator.tools.tasks import SaveReport
 from tests.executions_support import (
     claim_as_worker,

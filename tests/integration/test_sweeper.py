@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.domain.fences import Fence
 from orchestrator.leases.keys import ended_key
 from orchestrator.runtime import Runtime
 from orchestrator.services.actions import ActionService
@@ -15,7 +16,6 @@ from orchestrator.services.tasks import Trigger
 from orchestrator.store import actions as action_store
 from orchestrator.store import task_plans
 from orchestrator.store import tasks as task_store
-from orchestrator.tools.base import Fence
 from tests.executions_support import claim_as_worker, node, plan_call, runtime_for, sweep_at_once
 
 TTL = 0.5

@@ -18,6 +18,7 @@ from sqlalchemy import func, select
 from orchestrator.agent.evidence import EvidenceRecorder
 from orchestrator.agent.host import ToolHost
 from orchestrator.domain.decisions import RoundFacts, decide
+from orchestrator.domain.fences import Fence
 from orchestrator.errors import StaleGeneration
 from orchestrator.runtime import Runtime
 from orchestrator.services.actions import ActionService
@@ -29,7 +30,7 @@ from orchestrator.store import tasks as task_store
 from orchestrator.store.tables import actions, evidence, plan_revisions, reports
 from orchestrator.store.types import utcnow
 from orchestrator.tools.actions import ProposeAction
-from orchestrator.tools.base import Fence, Tool, ToolCall, ToolContext, ToolResult
+from orchestrator.tools.base import Tool, ToolCall, ToolContext, ToolResult
 from orchestrator.tools.data_sources import QueryDataSource, load_sources
 from orchestrator.tools.plans import PublishExecutionPlan
 from orchestrator.tools.tasks import ReadTaskContext, SaveReport

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from orchestrator.agent.loop import LeaseLost
+from orchestrator.domain.fences import Fence
 from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable, LeaseInfo
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.lease_keeper import LeaseKeeper, lease_name
@@ -20,7 +21,6 @@ from orchestrator.services.tasks import TaskService, Trigger
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database
 from orchestrator.store.types import utcnow
-from orchestrator.tools.base import Fence
 
 TOKEN = "0123456789abcdef0123456789abcdef"
 

@@ -41,6 +41,7 @@ from orchestrator.services.lease_keeper import LeaseKeeper, lease_name
 from orchestrator.services.plans import PlanService
 from orchestrator.services.recovery import save_round_snapshot
 from orchestrator.settings import Settings
+from orchestrator.store import generations as generation_store
 from orchestrator.store import open_work
 from orchestrator.store import outbox as outbox_store
 from orchestrator.store import reports as report_store
@@ -144,7 +145,7 @@ class ExecutionService:
             return self._not_acquired(task_id, generation)
         try:
             with self.db.single_statement() as conn:  # one statement on Postgres
-                claimed = task_store.claim_generation(
+                claimed = generation_store.claim_generation(
                     conn,
                     task_id,
                     generation,
@@ -482,7 +483,7 @@ def finish_generation(
             )
         )
         if decision.queues_next:
-            task_store.end_generation(
+            generation_store.end_generation(
                 conn,
                 fence.task_id,
                 fence.generation,
@@ -490,7 +491,7 @@ def finish_generation(
                 reason=decision.reason,
                 failure_code=decision.failure_code,
             )
-            nxt = task_store.requeue_generation(
+            nxt = generation_store.requeue_generation(
                 conn,
                 fence.task_id,
                 fence.generation,
@@ -509,7 +510,7 @@ def finish_generation(
                     task_locked=True,  # the fence check holds the task row
                 )
             return decision, nxt
-        task_store.end_and_settle(
+        generation_store.end_and_settle(
             conn,
             fence.task_id,
             fence.generation,

@@ -19,9 +19,9 @@ from __future__ import annotations
 from sqlalchemy import Connection
 
 from orchestrator.domain.decisions import open_human_nodes
+from orchestrator.store import generations as generation_store
 from orchestrator.store import outbox as outbox_store
 from orchestrator.store import reports as report_store
-from orchestrator.store import tasks as task_store
 from orchestrator.store.records import TaskRecord
 
 __all__ = ["redecide_txn"]
@@ -43,7 +43,7 @@ def redecide_txn(
         return None
     if failed_node is None and open_human_nodes(facts.plan_nodes):
         return None
-    nxt = task_store.requeue_generation(
+    nxt = generation_store.requeue_generation(
         conn,
         task.task_id,
         task.generation,

@@ -25,6 +25,8 @@ from orchestrator.leases.process import ProcessIdentity, is_gone
 from orchestrator.services.dispatch import Dispatcher, safe_dispatch, safe_dispatch_many
 from orchestrator.services.lease_keeper import lease_name
 from orchestrator.settings import Settings
+from orchestrator.store import executions as execution_store
+from orchestrator.store import generations as generation_store
 from orchestrator.store import outbox as outbox_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database, wake_after_commit
@@ -85,7 +87,7 @@ class Sweeper:
         now = now or utcnow()
         report = SweepReport()
         with self.db.transaction(readonly=True) as conn:
-            expired = task_store.expired_executions(conn, now, self.batch)
+            expired = execution_store.expired_executions(conn, now, self.batch)
         if expired:
             self._recover(expired, now, report)
         self.recover_gone_processes(report)
@@ -109,7 +111,7 @@ class Sweeper:
             if info is not None and info.token == execution.lease_token:
                 # Still held: only the store's mirror is behind (a renewal's mirror write failed).
                 with self.db.transaction() as conn:
-                    task_store.mirror_lease(
+                    generation_store.mirror_lease(
                         conn, execution.task_id, execution.generation, info.token, info.expires_at
                     )
                 continue

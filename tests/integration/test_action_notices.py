@@ -22,8 +22,8 @@ from orchestrator.services.actions import ActionService
 from orchestrator.services.outbox import OutboxDispatcher
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import driver
+from orchestrator.store import generations as generation_store
 from orchestrator.store import outbox as outbox_store
-from orchestrator.store import tasks as task_store
 from orchestrator.store.types import utcnow
 from tests.executions_support import (
     claim_as_worker,
@@ -190,7 +190,7 @@ def test_ending_a_round_with_nothing_to_supersede_costs_no_extra_statement(rt: R
         with rt.db.transaction() as conn:
             event.listen(conn, "before_cursor_execute", count)
             driver.observers.append(count_driver)
-            task_store.end_and_settle(
+            generation_store.end_and_settle(
                 conn,
                 task_id,
                 1,

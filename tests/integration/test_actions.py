@@ -16,6 +16,7 @@ from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
 from orchestrator.store import actions as action_store
+from orchestrator.store import generations as generation_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import tasks as task_store
 from tests.executions_support import (
@@ -147,7 +148,7 @@ def test_pending_actions_of_generation_lists_only_that_generation(rt: Runtime) -
             conn, Fence(task_id, 1, "t1"), task.session_id, "repair", "work_order", {}
         )
         # Moved on without superseding it (as lost-lease recovery used to).
-        assert task_store.requeue_generation(
+        assert generation_store.requeue_generation(
             conn,
             task.task_id,
             task.generation,

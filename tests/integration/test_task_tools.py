@@ -25,8 +25,8 @@ from orchestrator.services.actions import ActionService
 from orchestrator.services.lease_keeper import LeaseKeeper, lease_name
 from orchestrator.services.task_records import TaskRecords
 from orchestrator.services.tasks import Trigger
+from orchestrator.store import generations as generation_store
 from orchestrator.store import reports as report_store
-from orchestrator.store import tasks as task_store
 from orchestrator.store.tables import actions, evidence, plan_revisions, reports
 from orchestrator.store.types import utcnow
 from orchestrator.tools.actions import ProposeAction
@@ -107,7 +107,7 @@ def claim(rt: Runtime, task_id: str, generation: int) -> Live:
     token = rt.leases.acquire(lease_name(task_id), "test-worker", LEASE)
     assert token is not None
     with rt.db.transaction() as conn:
-        claimed = task_store.claim_generation(
+        claimed = generation_store.claim_generation(
             conn,
             task_id,
             generation,

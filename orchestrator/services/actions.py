@@ -24,8 +24,8 @@ from orchestrator.errors import ConflictError, InvalidTransition, NotFound, Vali
 from orchestrator.services.dispatch import Dispatcher, RecordingDispatcher, safe_dispatch
 from orchestrator.services.plans import PlanService, publish_txn
 from orchestrator.services.redecide import redecide_txn
+from orchestrator.store import action_notices as notice_store
 from orchestrator.store import actions as action_store
-from orchestrator.store import outbox as outbox_store
 from orchestrator.store import plans as plan_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import tasks as task_store
@@ -102,7 +102,7 @@ class ActionService:
                 replaced = action_store.supersede_node_actions(
                     conn, fence.task_id, node_id, action.action_id
                 )
-                outbox_store.record_superseded(conn, replaced)  # before the new one's event
+                notice_store.record_superseded(conn, replaced)  # before the new one's event
             if node.get("action_id") == action.action_id:
                 return Proposal(action, plan.revision, created=False)
             nodes = [
@@ -122,7 +122,7 @@ class ActionService:
                 fence=fence,
             )
             if created:
-                outbox_store.record_proposal(conn, action)
+                notice_store.record_proposal(conn, action)
         if published.created:
             self.plans.notify(published.plan)
         return Proposal(action, published.plan.revision, created=created)
@@ -201,7 +201,7 @@ class ActionService:
             raise InvalidTransition(f"action {action_id} was decided meanwhile")
         decided = action_store.get_action(conn, action_id)
         assert decided is not None
-        outbox_store.record_decision(conn, decided)  # its webhook, and the delivery
+        notice_store.record_decision(conn, decided)  # its webhook, and the delivery
         for hook in self.decision_hooks:  # rows that must commit with the decision
             hook(conn, decided)
         return decided, redecide_txn(conn, task)

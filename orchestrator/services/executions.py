@@ -43,8 +43,8 @@ from orchestrator.services.recovery import save_round_snapshot
 from orchestrator.settings import Settings
 from orchestrator.store import generations as generation_store
 from orchestrator.store import open_work
-from orchestrator.store import outbox as outbox_store
 from orchestrator.store import reports as report_store
+from orchestrator.store import task_events as event_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database, cause_line
 from orchestrator.store.fencing import check_fence
@@ -501,7 +501,7 @@ def finish_generation(
                 rounds=live.rounds + 1,
             )
             if nxt is not None:
-                outbox_store.record_event(
+                event_store.record_event(
                     conn,
                     fence.task_id,
                     "queued",
@@ -528,7 +528,7 @@ def finish_generation(
                 else None
             ),
         )
-        outbox_store.record_event(
+        event_store.record_event(
             conn,
             fence.task_id,
             decision.task_status,

@@ -27,10 +27,10 @@ from orchestrator.domain.plan_authority import (
 )
 from orchestrator.errors import ConflictError, NotFound
 from orchestrator.events import NullNotifier, PlanNotifier
-from orchestrator.store import outbox as outbox_store
 from orchestrator.store import plans as store
 from orchestrator.store import reports as report_store
 from orchestrator.store import sessions as session_store
+from orchestrator.store import task_events as event_store
 from orchestrator.store import task_plans
 from orchestrator.store.db import Database
 from orchestrator.store.fencing import check_fence
@@ -181,7 +181,7 @@ def publish_txn(
     store.insert_revision(conn, record)
     if session.purpose == "task_execution" and record.task_id and record.generation:
         # The task stream's log: one event per revision of a task's execution, same commit.
-        outbox_store.record_event(
+        event_store.record_event(
             conn,
             record.task_id,
             "plan_revision",

@@ -29,9 +29,9 @@ from sqlalchemy import (
     update,
 )
 
+from orchestrator.store import action_notices as notice_store
 from orchestrator.store import actions as action_store
 from orchestrator.store import driver
-from orchestrator.store import outbox as outbox_store
 from orchestrator.store.open_work import generation_receipts_to_unknown
 from orchestrator.store.records import TaskRecord, driver_row
 from orchestrator.store.tables import actions, executions, sessions, tasks
@@ -391,7 +391,7 @@ def end_and_settle(
             rows = driver.fetch(conn, _END_SETTLE_AND_SUPERSEDE, {**ended, **settled, **superseded})
             # Their notices cost statements only when there were some.
             actions_superseded = [driver_row(_ACTION_COLUMNS, row) for row in rows]
-            outbox_store.record_superseded(
+            notice_store.record_superseded(
                 conn, action_store.superseded_from_rows(actions_superseded)
             )
     else:  # SQLite has no data-modifying WITH
@@ -471,5 +471,5 @@ def supersede_pending_actions(conn: Connection, task_id: str, note: str) -> int:
     """The task's pending actions are superseded, each with its `action_superseded` event and
     webhook, in the caller's transaction (which holds the task row's lock)."""
     superseded = action_store.supersede_task_actions(conn, task_id, note)
-    outbox_store.record_superseded(conn, superseded)
+    notice_store.record_superseded(conn, superseded)
     return len(superseded)

@@ -24,6 +24,7 @@ from orchestrator.services.tasks import Trigger
 from orchestrator.store import driver
 from orchestrator.store import generations as generation_store
 from orchestrator.store import outbox as outbox_store
+from orchestrator.store import task_events as event_store
 from orchestrator.store.types import utcnow
 from tests.executions_support import (
     claim_as_worker,
@@ -46,7 +47,7 @@ def rt(store_url: str, tmp_path: Path) -> Iterator[Runtime]:
 
 def events(rt: Runtime, task_id: str) -> list[str]:
     with rt.db.transaction(readonly=True) as conn:
-        return [e.type for e in outbox_store.events_after(conn, task_id, 0, 100)]
+        return [e.type for e in event_store.events_after(conn, task_id, 0, 100)]
 
 
 def hooks(rt: Runtime, task_id: str, event_type: str) -> list[dict[str, Any]]:

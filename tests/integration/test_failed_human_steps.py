@@ -17,7 +17,7 @@ from orchestrator.runtime import Runtime
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import executions as execution_store
-from orchestrator.store.outbox import events_after
+from orchestrator.store.task_events import events_after
 from orchestrator.tools.plans import PublishExecutionPlan
 from tests.executions_support import kept_node, node, plan_call, query_call, report_call
 from tests.executions_support import runtime_for as build

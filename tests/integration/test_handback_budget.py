@@ -27,7 +27,7 @@ from orchestrator.services.sweeper import LEASE_EXPIRED
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import executions as execution_store
 from orchestrator.store import generations as generation_store
-from orchestrator.store import outbox as outbox_store
+from orchestrator.store import task_events as event_store
 from orchestrator.store.lost import HANDED_BACK
 from orchestrator.store.types import utcnow
 from tests.executions_support import (
@@ -102,7 +102,7 @@ def test_rounds_stopped_by_outages_outlast_the_crash_budget_and_the_task_runs_on
     assert _counted() == (before[0] + 4, before[1] + 4)
     with rt.db.transaction(readonly=True) as conn:
         first = execution_store.get_execution(conn, task_id, 1)
-        events = outbox_store.events_of_type(conn, task_id, "queued", 10)
+        events = event_store.events_of_type(conn, task_id, "queued", 10)
     assert first is not None
     assert (first.outcome, first.reason) == ("lost", HANDED_BACK)
     assert first.handed_back_at is not None
@@ -138,7 +138,7 @@ def test_outages_in_a_row_park_the_task_at_their_own_limit(env: Runtime) -> None
     assert task.last_error == "5 generations in a row were handed back after an outage"
     assert (task.recoveries, task.handbacks) == (0, 5)
     with rt.db.transaction(readonly=True) as conn:
-        [failed] = outbox_store.events_of_type(conn, task_id, "failed", 10)
+        [failed] = event_store.events_of_type(conn, task_id, "failed", 10)
     assert failed.reason == f"recovery_limit: generation 5: {HANDED_BACK}"
     # What the API sends (its response models validate them).
     with TestClient(create_app(rt.settings, db=rt.db)) as client:

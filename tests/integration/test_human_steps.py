@@ -23,7 +23,7 @@ from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.task_stream import TaskStreamService
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
-from orchestrator.store.outbox import events_after
+from orchestrator.store.task_events import events_after
 from orchestrator.store.task_plans import task_latest_plan
 from orchestrator.tools.tasks import ReadTaskContext
 from tests.executions_support import (

@@ -479,7 +479,7 @@ class Bench:
         from orchestrator.leases.keys import lease_key
         from orchestrator.runtime import build_runtime
         from orchestrator.services.lease_keeper import lease_name
-        from orchestrator.store import tasks as task_store
+        from orchestrator.store import executions as execution_store
         from orchestrator.store.tables import executions
         from orchestrator.store.types import utcnow
         from tests.executions_support import insert_running
@@ -527,7 +527,7 @@ class Bench:
 
         def lookup() -> int:
             with rt.db.transaction(readonly=True) as conn:
-                return len(task_store.expired_executions(conn, utcnow(), rt.sweeper.batch))
+                return len(execution_store.expired_executions(conn, utcnow(), rt.sweeper.batch))
 
         def running_rows() -> list[Any]:
             with rt.db.transaction(readonly=True) as conn:
@@ -587,7 +587,9 @@ class Bench:
                 batch = expire(expired)
                 t0 = time.perf_counter()
                 with rt.db.transaction(readonly=True) as conn:
-                    found_rows = task_store.expired_executions(conn, utcnow(), rt.sweeper.batch)
+                    found_rows = execution_store.expired_executions(
+                        conn, utcnow(), rt.sweeper.batch
+                    )
                 one_by_one = SweepReport()
                 for row in found_rows:
                     rt.leases.get(lease_name(row.task_id))

@@ -87,12 +87,12 @@ def tool_schemas() -> list[dict[str, Any]]:
 
 def claimed_generation(url: str) -> tuple[Any, Any, str]:
     """A task claimed as a worker would: (database, fence, session id)."""
+    from orchestrator.domain.fences import Fence
     from orchestrator.services.dispatch import RecordingDispatcher
     from orchestrator.services.tasks import TaskService, Trigger
-    from orchestrator.store import tasks as task_store
+    from orchestrator.store import generations as generation_store
     from orchestrator.store.db import Database
     from orchestrator.store.types import utcnow
-    from orchestrator.tools.base import Fence
 
     db = Database.from_url(url)
     task = TaskService(db, RecordingDispatcher()).trigger(
@@ -100,7 +100,7 @@ def claimed_generation(url: str) -> tuple[Any, Any, str]:
     )
     task_id = task.task.task_id
     with db.transaction() as conn:
-        claimed = task_store.claim_generation(
+        claimed = generation_store.claim_generation(
             conn,
             task_id,
             1,

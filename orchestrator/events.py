@@ -1,5 +1,5 @@
 """Wake-ups across processes: a committed plan revision wakes the streams that watch its
-session, and a committed task event (`task:ID`, see `store.outbox.task_wake_key`) the task
+session, and a committed task event (`task:ID`, see `store.task_events.task_wake_key`) the task
 streams that follow that task.
 
 The store is the event log: a stream sends the revisions above the last one it sent, so nothing

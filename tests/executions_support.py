@@ -13,16 +13,17 @@ from typing import Any
 
 from sqlalchemy import Connection, insert
 
+from orchestrator.domain.fences import Fence
 from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.sweeper import SweepReport
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import Settings, load_settings
-from orchestrator.store import tasks as task_store
+from orchestrator.store import generations as generation_store
 from orchestrator.store.tables import executions, sessions, tasks
 from orchestrator.store.types import utcnow
-from orchestrator.tools.base import Fence, ToolContext
+from orchestrator.tools.base import ToolContext
 
 __all__ = [
     "claim_as_worker",
@@ -187,7 +188,7 @@ def claim_as_worker(rt: Runtime, task_id: str, generation: int, worker: str, ttl
     token = rt.leases.acquire(lease_name(task_id), worker, ttl)
     assert token is not None
     with rt.db.transaction() as conn:
-        assert task_store.claim_generation(
+        assert generation_store.claim_generation(
             conn,
             task_id,
             generation,

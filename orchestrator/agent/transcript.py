@@ -36,12 +36,13 @@ from orchestrator.agent.compaction import Compaction
 from orchestrator.agent.loop import LeaseLost
 from orchestrator.agent.model import ModelTurn
 from orchestrator.agent.text import clean, clean_json, storable_json
+from orchestrator.domain.fences import Fence
 from orchestrator.domain.recovery import CallRecord, Snapshot
 from orchestrator.errors import StaleGeneration
 from orchestrator.store import transcripts as transcript_store
 from orchestrator.store.db import Database
 from orchestrator.store.fencing import check_fence
-from orchestrator.tools.base import Fence, Tool, ToolCall, ToolResult
+from orchestrator.tools.base import Tool, ToolCall, ToolResult
 from orchestrator.tools.results import ReadToolResult
 
 __all__ = ["REDACTED", "TranscriptWriter", "is_sensitive", "may_be_sensitive", "redact_values"]

@@ -9,10 +9,10 @@ from fastapi import APIRouter, Body, Depends, Path, Response
 from orchestrator.api.contract import error_responses
 from orchestrator.api.deps import get_plans
 from orchestrator.api.plan_views import PlanHistoryView, PlanRevisionView
+from orchestrator.domain.fences import Fence
 from orchestrator.domain.storable import storable_text
 from orchestrator.errors import ValidationFailed
 from orchestrator.services.plans import PlanService
-from orchestrator.tools.base import Fence
 
 __all__ = ["internal_router", "router"]
 

@@ -33,7 +33,7 @@ from orchestrator.api.stream import last_event_id_of, sse_event
 from orchestrator.events import PlanHub
 from orchestrator.services.task_stream import TaskSnapshot, TaskStreamService
 from orchestrator.store.db import Database
-from orchestrator.store.outbox import task_wake_key
+from orchestrator.store.task_events import task_wake_key
 
 __all__ = ["router"]
 

@@ -24,9 +24,9 @@ from orchestrator.demo import DEMO_CONTEXT, DEMO_TASK_TYPE, SCRIPTS
 from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
+from orchestrator.store import executions as execution_store
 from orchestrator.store import migrations
 from orchestrator.store import plans as plan_store
-from orchestrator.store import tasks as task_store
 
 __all__ = ["register"]
 
@@ -183,7 +183,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _revision(rt: Runtime, task_id: str, generation: int) -> int:
     with rt.db.transaction(readonly=True) as conn:
-        execution = task_store.get_execution(conn, task_id, generation)
+        execution = execution_store.get_execution(conn, task_id, generation)
         if execution is None:
             return 0
         return plan_store.latest_revision_number(conn, execution.session_id)
@@ -191,7 +191,7 @@ def _revision(rt: Runtime, task_id: str, generation: int) -> int:
 
 def _started(rt: Runtime, task_id: str, generation: int) -> bool:
     with rt.db.transaction(readonly=True) as conn:
-        execution = task_store.get_execution(conn, task_id, generation)
+        execution = execution_store.get_execution(conn, task_id, generation)
     return execution is not None and execution.started_at is not None
 
 

@@ -16,6 +16,7 @@ from sqlalchemy import Connection
 
 from orchestrator.domain.approvals import action_digest, still_bound
 from orchestrator.domain.cursors import decode_cursor
+from orchestrator.domain.fences import Fence
 from orchestrator.domain.fingerprints import NonCanonical
 from orchestrator.domain.plans import distinct_edges
 from orchestrator.domain.vocabulary import ACTION_KINDS, ACTION_STATUSES
@@ -23,15 +24,14 @@ from orchestrator.errors import ConflictError, InvalidTransition, NotFound, Vali
 from orchestrator.services.dispatch import Dispatcher, RecordingDispatcher, safe_dispatch
 from orchestrator.services.plans import PlanService, publish_txn
 from orchestrator.services.redecide import redecide_txn
+from orchestrator.store import action_notices as notice_store
 from orchestrator.store import actions as action_store
-from orchestrator.store import outbox as outbox_store
 from orchestrator.store import plans as plan_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.actions import ActionRecord
 from orchestrator.store.db import Database
 from orchestrator.store.fencing import check_fence
-from orchestrator.tools.base import Fence
 
 __all__ = ["ActionService", "DecisionHook", "Proposal"]
 
@@ -102,7 +102,7 @@ class ActionService:
                 replaced = action_store.supersede_node_actions(
                     conn, fence.task_id, node_id, action.action_id
                 )
-                outbox_store.record_superseded(conn, replaced)  # before the new one's event
+                notice_store.record_superseded(conn, replaced)  # before the new one's event
             if node.get("action_id") == action.action_id:
                 return Proposal(action, plan.revision, created=False)
             nodes = [
@@ -122,7 +122,7 @@ class ActionService:
                 fence=fence,
             )
             if created:
-                outbox_store.record_proposal(conn, action)
+                notice_store.record_proposal(conn, action)
         if published.created:
             self.plans.notify(published.plan)
         return Proposal(action, published.plan.revision, created=created)
@@ -201,7 +201,7 @@ class ActionService:
             raise InvalidTransition(f"action {action_id} was decided meanwhile")
         decided = action_store.get_action(conn, action_id)
         assert decided is not None
-        outbox_store.record_decision(conn, decided)  # its webhook, and the delivery
+        notice_store.record_decision(conn, decided)  # its webhook, and the delivery
         for hook in self.decision_hooks:  # rows that must commit with the decision
             hook(conn, decided)
         return decided, redecide_txn(conn, task)

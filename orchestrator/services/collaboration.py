@@ -37,6 +37,7 @@ from orchestrator.errors import (
 from orchestrator.services.sessions import create_session_txn
 from orchestrator.settings import Settings
 from orchestrator.store import collaboration as store
+from orchestrator.store import executions as execution_store
 from orchestrator.store import plans as plan_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import sessions as session_store
@@ -102,7 +103,7 @@ def _replay(session_id: str, key: str, stored: KeyedAsk, digest: str) -> Answer:
 
 def snapshots(conn: Any, task: TaskRecord) -> dict[str, Any]:
     """The authorised snapshots of a task: current plan, latest report, evidence records."""
-    executions = task_store.list_executions(conn, task.task_id)
+    executions = execution_store.list_executions(conn, task.task_id)
     plan = None
     for execution in sorted(executions, key=lambda e: e.generation, reverse=True):
         plan = plan_store.latest_revision(conn, execution.session_id)

@@ -26,6 +26,7 @@ from orchestrator.agent.request import AgentContext
 from orchestrator.agent.subagents import SUBAGENTS, Delegate, SubAgentRegistry, SubAgentRun
 from orchestrator.agent.transcript import TranscriptWriter
 from orchestrator.domain.decisions import Decision, RoundFacts, decide
+from orchestrator.domain.fences import Fence
 from orchestrator.domain.human_steps import is_person_revision
 from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
 from orchestrator.errors import StaleGeneration
@@ -40,9 +41,10 @@ from orchestrator.services.lease_keeper import LeaseKeeper, lease_name
 from orchestrator.services.plans import PlanService
 from orchestrator.services.recovery import save_round_snapshot
 from orchestrator.settings import Settings
+from orchestrator.store import generations as generation_store
 from orchestrator.store import open_work
-from orchestrator.store import outbox as outbox_store
 from orchestrator.store import reports as report_store
+from orchestrator.store import task_events as event_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database, cause_line
 from orchestrator.store.fencing import check_fence
@@ -50,7 +52,7 @@ from orchestrator.store.receipts import ReceiptLedger
 from orchestrator.store.records import TaskRecord
 from orchestrator.store.types import utcnow
 from orchestrator.tools.actions import ProposeAction
-from orchestrator.tools.base import Fence, Tool, ToolCancelled, ToolContext
+from orchestrator.tools.base import Tool, ToolCancelled, ToolContext
 from orchestrator.tools.command import ExecuteCommand
 from orchestrator.tools.data_sources import QueryDataSource, load_sources
 from orchestrator.tools.plans import PublishExecutionPlan
@@ -143,7 +145,7 @@ class ExecutionService:
             return self._not_acquired(task_id, generation)
         try:
             with self.db.single_statement() as conn:  # one statement on Postgres
-                claimed = task_store.claim_generation(
+                claimed = generation_store.claim_generation(
                     conn,
                     task_id,
                     generation,
@@ -481,7 +483,7 @@ def finish_generation(
             )
         )
         if decision.queues_next:
-            task_store.end_generation(
+            generation_store.end_generation(
                 conn,
                 fence.task_id,
                 fence.generation,
@@ -489,7 +491,7 @@ def finish_generation(
                 reason=decision.reason,
                 failure_code=decision.failure_code,
             )
-            nxt = task_store.requeue_generation(
+            nxt = generation_store.requeue_generation(
                 conn,
                 fence.task_id,
                 fence.generation,
@@ -499,7 +501,7 @@ def finish_generation(
                 rounds=live.rounds + 1,
             )
             if nxt is not None:
-                outbox_store.record_event(
+                event_store.record_event(
                     conn,
                     fence.task_id,
                     "queued",
@@ -508,7 +510,7 @@ def finish_generation(
                     task_locked=True,  # the fence check holds the task row
                 )
             return decision, nxt
-        task_store.end_and_settle(
+        generation_store.end_and_settle(
             conn,
             fence.task_id,
             fence.generation,
@@ -526,7 +528,7 @@ def finish_generation(
                 else None
             ),
         )
-        outbox_store.record_event(
+        event_store.record_event(
             conn,
             fence.task_id,
             decision.task_status,

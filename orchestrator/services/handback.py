@@ -5,7 +5,7 @@ its generation open. The sweeper requeued it only once the lease mirrored in the
 up to ORCH_LEASE_SECONDS (two minutes by default) after a Postgres restart of a few seconds, for
 every round that was running. The worker knows its round stopped, so once its lease is released
 it sets the generation's mirrored expiry to now, fenced by its own lease token and only while
-the execution is still open (`store.tasks.hand_back`): the next sweep requeues it as any
+the execution is still open (`store.generations.hand_back`): the next sweep requeues it as any
 expired lease, with the same compare-and-sets. It also records that the generation was handed
 back (`handed_back_at`), so the sweep counts the loss as an outage (`tasks.handbacks`, parked at
 ORCH_MAX_HANDBACKS) and not as a worker that died (`tasks.recoveries`, ORCH_MAX_RECOVERIES):
@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from orchestrator.store import tasks as task_store
+from orchestrator.domain.fences import Fence
+from orchestrator.store import generations as generation_store
 from orchestrator.store.db import Database, cause_line
-from orchestrator.tools.base import Fence
 
 __all__ = ["RETRY_SECONDS", "HandBack"]
 
@@ -79,7 +79,7 @@ class HandBack:
     def _try(self, fence: Fence, outage: bool) -> bool:
         try:
             with self.db.transaction() as conn:
-                task_store.hand_back(
+                generation_store.hand_back(
                     conn, fence.task_id, fence.generation, fence.lease_token, outage=outage
                 )
         except (OperationalError, InterfaceError) as exc:  # the store away: try again

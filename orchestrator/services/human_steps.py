@@ -26,9 +26,9 @@ from orchestrator.errors import ConflictError, NotFound
 from orchestrator.services.dispatch import Dispatcher, safe_dispatch
 from orchestrator.services.plans import PlanService
 from orchestrator.services.redecide import redecide_txn
-from orchestrator.store import outbox as outbox_store
 from orchestrator.store import plans as plan_store
 from orchestrator.store import sessions as session_store
+from orchestrator.store import task_events as event_store
 from orchestrator.store import task_plans
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database
@@ -145,7 +145,7 @@ class HumanStepService:
                 # The event carries the plan's generation, which is the task's or, before the
                 # task's generation publishes, an earlier one: it names the revision it logs (the
                 # task's own generation is on its `queued` event and in the snapshot).
-                outbox_store.record_event(
+                event_store.record_event(
                     conn,
                     task_id,
                     "plan_revision",

@@ -30,7 +30,7 @@ from orchestrator.errors import ConflictError, NotFound, ValidationFailed
 from orchestrator.services.dispatch import Dispatcher, safe_dispatch
 from orchestrator.services.redecide import redecide_txn
 from orchestrator.store import open_work
-from orchestrator.store import outbox as outbox_store
+from orchestrator.store import task_events as event_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database
 from orchestrator.store.receipts import Receipt
@@ -98,7 +98,7 @@ class InvocationService:
                 )
             if not open_work.resolve_open_write(conn, invocation_id, previous, status):
                 raise _not_resolvable(invocation_id, previous)
-            outbox_store.record_event(
+            event_store.record_event(
                 conn,
                 task.task_id,
                 "invocation_resolved",

@@ -41,12 +41,13 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from orchestrator.agent.loop import LeaseLost, StopSignal
+from orchestrator.domain.fences import Fence
 from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable, Renewal
-from orchestrator.store import tasks as task_store
+from orchestrator.store import executions as execution_store
+from orchestrator.store import generations as generation_store
 from orchestrator.store.db import Database, cause_line
 from orchestrator.store.heartbeats import mirror_leases
 from orchestrator.store.types import utcnow
-from orchestrator.tools.base import Fence
 
 __all__ = ["Heartbeat", "LeaseKeeper", "heartbeat", "lease_name"]
 
@@ -152,7 +153,7 @@ class LeaseKeeper:
                 return True
             self._mirrored_at = sent_at
             with self.db.transaction() as conn:
-                still_live = task_store.mirror_lease(
+                still_live = generation_store.mirror_lease(
                     conn,
                     self.fence.task_id,
                     self.fence.generation,
@@ -255,7 +256,7 @@ class LeaseKeeper:
 
 def _why_over(conn: Connection, fence: Fence) -> str:
     """What ended the generation elsewhere (a cancel, a requeue, a sweep), from the store."""
-    execution = task_store.get_execution(conn, fence.task_id, fence.generation)
+    execution = execution_store.get_execution(conn, fence.task_id, fence.generation)
     if execution is None or execution.outcome is None:
         return "the store says this generation is over"
     reason = " ".join((execution.reason or "").split())[:200]

@@ -17,6 +17,7 @@ from typing import Any, TypeGuard
 from sqlalchemy import Connection
 
 from orchestrator.domain import plans as rules
+from orchestrator.domain.fences import Fence
 from orchestrator.domain.human_steps import keep_person_closed, reserved_request_id_problems
 from orchestrator.domain.plan_authority import (
     Writer,
@@ -26,16 +27,15 @@ from orchestrator.domain.plan_authority import (
 )
 from orchestrator.errors import ConflictError, NotFound
 from orchestrator.events import NullNotifier, PlanNotifier
-from orchestrator.store import outbox as outbox_store
 from orchestrator.store import plans as store
 from orchestrator.store import reports as report_store
 from orchestrator.store import sessions as session_store
+from orchestrator.store import task_events as event_store
 from orchestrator.store import task_plans
 from orchestrator.store.db import Database
 from orchestrator.store.fencing import check_fence
 from orchestrator.store.plans import PlanRecord
 from orchestrator.store.types import utcnow
-from orchestrator.tools.base import Fence
 
 __all__ = ["AfterCommit", "PlanService", "PublishResult", "SessionPlans", "publish_txn"]
 
@@ -181,7 +181,7 @@ def publish_txn(
     store.insert_revision(conn, record)
     if session.purpose == "task_execution" and record.task_id and record.generation:
         # The task stream's log: one event per revision of a task's execution, same commit.
-        outbox_store.record_event(
+        event_store.record_event(
             conn,
             record.task_id,
             "plan_revision",

@@ -19,9 +19,9 @@ from __future__ import annotations
 from sqlalchemy import Connection
 
 from orchestrator.domain.decisions import open_human_nodes
-from orchestrator.store import outbox as outbox_store
+from orchestrator.store import generations as generation_store
 from orchestrator.store import reports as report_store
-from orchestrator.store import tasks as task_store
+from orchestrator.store import task_events as event_store
 from orchestrator.store.records import TaskRecord
 
 __all__ = ["redecide_txn"]
@@ -43,7 +43,7 @@ def redecide_txn(
         return None
     if failed_node is None and open_human_nodes(facts.plan_nodes):
         return None
-    nxt = task_store.requeue_generation(
+    nxt = generation_store.requeue_generation(
         conn,
         task.task_id,
         task.generation,
@@ -59,5 +59,5 @@ def redecide_txn(
             if failed_node is None
             else f"human node {failed_node} failed: the agent retries it or reports the task failed"
         )
-        outbox_store.record_event(conn, task.task_id, "queued", generation=nxt, reason=reason)
+        event_store.record_event(conn, task.task_id, "queued", generation=nxt, reason=reason)
     return nxt

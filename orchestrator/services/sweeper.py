@@ -25,12 +25,15 @@ from orchestrator.leases.process import ProcessIdentity, is_gone
 from orchestrator.services.dispatch import Dispatcher, safe_dispatch, safe_dispatch_many
 from orchestrator.services.lease_keeper import lease_name
 from orchestrator.settings import Settings
-from orchestrator.store import outbox as outbox_store
+from orchestrator.store import action_notices as notice_store
+from orchestrator.store import executions as execution_store
+from orchestrator.store import generations as generation_store
+from orchestrator.store import task_events as event_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database, wake_after_commit
 from orchestrator.store.lost import Limits, LostBatch, held_on_host, requeue_lost
-from orchestrator.store.outbox import NewEvent
 from orchestrator.store.records import ExecutionRecord
+from orchestrator.store.task_events import NewEvent
 from orchestrator.store.types import utcnow
 
 __all__ = ["LEASE_EXPIRED", "PROCESS_GONE", "SweepReport", "Sweeper"]
@@ -85,7 +88,7 @@ class Sweeper:
         now = now or utcnow()
         report = SweepReport()
         with self.db.transaction(readonly=True) as conn:
-            expired = task_store.expired_executions(conn, now, self.batch)
+            expired = execution_store.expired_executions(conn, now, self.batch)
         if expired:
             self._recover(expired, now, report)
         self.recover_gone_processes(report)
@@ -109,7 +112,7 @@ class Sweeper:
             if info is not None and info.token == execution.lease_token:
                 # Still held: only the store's mirror is behind (a renewal's mirror write failed).
                 with self.db.transaction() as conn:
-                    task_store.mirror_lease(
+                    generation_store.mirror_lease(
                         conn, execution.task_id, execution.generation, info.token, info.expires_at
                     )
                 continue
@@ -170,8 +173,8 @@ class Sweeper:
                 wake_after_commit(conn, ended_key(task_id))
             # The task stream and the webhooks see each move, in the same transaction: first
             # the proposals that went away with the lost generations, then the move itself.
-            outbox_store.record_superseded(conn, batch.superseded)
-            outbox_store.record_events(
+            notice_store.record_superseded(conn, batch.superseded)
+            event_store.record_events(
                 conn,
                 [
                     NewEvent(

@@ -15,8 +15,8 @@ from typing import Any, Final
 from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
 from orchestrator.errors import NotFound
 from orchestrator.store import actions as action_store
-from orchestrator.store import outbox as outbox_store
 from orchestrator.store import plans as plan_store
+from orchestrator.store import task_events as event_store
 from orchestrator.store import task_plans
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database
@@ -52,7 +52,7 @@ class TaskStreamService:
         """Status, generation, current plan and pending actions; `last_seq` is read first, so
         the snapshot is at least as new as it (a change after it is sent again, never lost)."""
         with self.db.transaction(readonly=True) as conn:
-            seq = outbox_store.last_seq(conn, task_id)
+            seq = event_store.last_seq(conn, task_id)
             task = task_store.get_task(conn, task_id)
             if task is None:
                 raise NotFound(f"task {task_id} does not exist")
@@ -81,13 +81,13 @@ class TaskStreamService:
         if not snapshot.final:
             return False
         with self.db.transaction(readonly=True) as conn:
-            newest = outbox_store.last_seq(conn, task_id)
+            newest = event_store.last_seq(conn, task_id)
         return after >= newest
 
     def events_after(self, task_id: str, after: int, limit: int = 100) -> list[StreamEvent]:
         with self.db.transaction(readonly=True) as conn:
             out = []
-            for event in outbox_store.events_after(conn, task_id, after, limit):
+            for event in event_store.events_after(conn, task_id, after, limit):
                 base = {
                     "seq": event.seq,
                     "type": event.type,

@@ -25,9 +25,13 @@ from orchestrator.leases.keys import ended_key
 from orchestrator.services.dispatch import Dispatcher, dispatch_failure, safe_dispatch
 from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.recovery import snapshot_for
+from orchestrator.store import action_notices as notice_store
+from orchestrator.store import executions as execution_store
+from orchestrator.store import generations as generation_store
 from orchestrator.store import outbox as outbox_store
 from orchestrator.store import plans as plan_store
 from orchestrator.store import reports as report_store
+from orchestrator.store import task_events as event_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store import transcripts as transcript_store
 from orchestrator.store.db import Database, wake_after_commit
@@ -149,15 +153,15 @@ class TaskService:
             task = task_store.get_task(conn, task_id, lock=True)
             if task is None:
                 raise NotFound(f"task {task_id} does not exist")
-            task_store.end_generation(
+            generation_store.end_generation(
                 conn,
                 task_id,
                 task.generation,
                 outcome="superseded",
                 reason=f"requeued by an operator: {reason}",
             )
-            task_store.supersede_pending_actions(conn, task_id, "superseded by a requeue")
-            nxt = task_store.requeue_generation(
+            generation_store.supersede_pending_actions(conn, task_id, "superseded by a requeue")
+            nxt = generation_store.requeue_generation(
                 conn,
                 task_id,
                 task.generation,
@@ -168,7 +172,7 @@ class TaskService:
                 new_intent=True,
             )
             assert nxt is not None  # the row lock keeps the generation ours
-            outbox_store.record_event(
+            event_store.record_event(
                 conn, task_id, "queued", generation=nxt, reason=f"requeued: {reason}"
             )
             wake_after_commit(conn, ended_key(task_id))  # the superseded round stops at once
@@ -187,18 +191,18 @@ class TaskService:
                 raise NotFound(f"task {task_id} does not exist")
             if task.status in TERMINAL_TASK_STATUSES:
                 raise InvalidTransition(f"task {task_id} is already {task.status}")
-            task_store.end_generation(
+            generation_store.end_generation(
                 conn, task_id, task.generation, outcome="cancelled", reason=reason
             )
-            task_store.supersede_pending_actions(conn, task_id, "the task was cancelled")
+            generation_store.supersede_pending_actions(conn, task_id, "the task was cancelled")
             # An approval stands (it may be delivered or carried out): the backend hears of it.
-            outbox_store.record_cancelled_approvals(conn, task_id, reason)
+            notice_store.record_cancelled_approvals(conn, task_id, reason)
             conn.execute(
                 update(tasks)
                 .where(tasks.c.task_id == task_id)
                 .values(status="cancelled", last_error=reason, updated_at=utcnow())
             )
-            outbox_store.record_event(conn, task_id, "cancelled", reason=reason)
+            event_store.record_event(conn, task_id, "cancelled", reason=reason)
             wake_after_commit(conn, ended_key(task_id))  # its worker stops the round at once
             cancelled = task_store.get_task(conn, task_id)  # as this transaction left it
         assert cancelled is not None
@@ -210,7 +214,7 @@ class TaskService:
             task = task_store.get_task(conn, task_id)
             if task is None:
                 raise NotFound(f"task {task_id} does not exist")
-            executions = task_store.list_executions(conn, task_id)
+            executions = execution_store.list_executions(conn, task_id)
             plan = plan_store.latest_revision(conn, task.session_id) if task.session_id else None
             report = report_store.latest_report(conn, task_id, task.generation)
             pending = report_store.pending_actions_of_generation(conn, task_id, task.generation)
@@ -218,10 +222,10 @@ class TaskService:
             # What the next generation continues from: the previous one's, or (once the task
             # stopped running) the last generation's own recovery snapshot.
             before = task.generation + (0 if task.status == "running" else 1)
-            last = task_store.last_started_execution(conn, task_id, before)
+            last = execution_store.last_started_execution(conn, task_id, before)
             recovery = snapshot_for(conn, last) if last is not None else None
             deliveries = outbox_store.delivery_summary(conn, task_id)
-            resolved = outbox_store.events_of_type(
+            resolved = event_store.events_of_type(
                 conn, task_id, "invocation_resolved", RESOLUTIONS_SHOWN
             )
             last_write = last_fenced_write(conn, task_id, task.generation)
@@ -319,7 +323,7 @@ def usage_view(usage: list[transcript_store.GenerationUsage]) -> dict[str, Any]:
     }
 
 
-def _resolution_view(event: outbox_store.TaskEvent) -> dict[str, Any]:
+def _resolution_view(event: event_store.TaskEvent) -> dict[str, Any]:
     """An operator's resolution of a write, from its `invocation_resolved` task event (a key an
     older event lacks is None: the API sends such a resolution as its JSON text)."""
     data = event.data if isinstance(event.data, dict) else {}

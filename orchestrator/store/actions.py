@@ -12,9 +12,9 @@ from typing import Any
 from sqlalchemy import Connection, Row, Update, and_, insert, select, update
 
 from orchestrator.domain.approvals import action_digest
+from orchestrator.domain.fences import Fence
 from orchestrator.store.tables import actions
 from orchestrator.store.types import utcnow
-from orchestrator.tools.base import Fence
 
 __all__ = [
     "ActionRecord",

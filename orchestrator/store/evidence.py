@@ -16,12 +16,12 @@ from typing import Any
 
 from sqlalchemy import ARRAY, Connection, Engine, String, any_, bindparam, insert, select, text
 
+from orchestrator.domain.fences import Fence
 from orchestrator.store import driver
 from orchestrator.store.fencing import LIVE_CTE, fence_params
 from orchestrator.store.records import driver_row
 from orchestrator.store.tables import evidence
 from orchestrator.store.types import utcnow
-from orchestrator.tools.base import Fence
 
 __all__ = [
     "EvidenceRow",

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, and_, bindparam, select
 
+from orchestrator.domain.fences import Fence
 from orchestrator.errors import StaleGeneration
 from orchestrator.store import driver
 from orchestrator.store.tables import executions, tasks
-from orchestrator.tools.base import Fence
 
 __all__ = ["LIVE_CTE", "LiveGeneration", "check_fence", "fence_params"]
 

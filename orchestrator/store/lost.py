@@ -46,8 +46,8 @@ from sqlalchemy import (
 from orchestrator.domain.outcomes import summary_for
 from orchestrator.leases.process import ProcessIdentity
 from orchestrator.store.actions import ActionRecord, superseded_from_rows
+from orchestrator.store.generations import _generation_rows, _new_id
 from orchestrator.store.tables import actions, executions, invocation_receipts, sessions, tasks
-from orchestrator.store.tasks import _generation_rows, _new_id
 from orchestrator.store.types import utcnow
 
 __all__ = ["HANDED_BACK", "Held", "Limits", "LostBatch", "held_on_host", "requeue_lost"]

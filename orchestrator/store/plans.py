@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Row, Select, and_, bindparam, exists, func, insert, or_, select
 
+from orchestrator.domain.fences import Fence
 from orchestrator.domain.plans import readable_nodes, status_counts
 from orchestrator.domain.vocabulary import OPEN_NODE_STATUSES, TERMINAL_TASK_STATUSES
 from orchestrator.store import driver
@@ -17,7 +18,6 @@ from orchestrator.store.records import driver_row
 from orchestrator.store.sessions import SessionRecord
 from orchestrator.store.tables import plan_revisions, reports, sessions, tasks
 from orchestrator.store.types import stored_list
-from orchestrator.tools.base import Fence
 
 __all__ = [
     "LockedForPublish",

@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Connection, Row, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from orchestrator.domain.fences import Fence
 from orchestrator.domain.outcomes import UNRESOLVED, summary_for
 from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
 from orchestrator.errors import ConflictError, ValidationFailed
@@ -27,7 +28,6 @@ from orchestrator.store.fencing import check_fence
 from orchestrator.store.tables import invocation_receipts as r
 from orchestrator.store.tables import sessions, tasks, unresolved_receipt
 from orchestrator.store.types import utcnow
-from orchestrator.tools.base import Fence
 
 __all__ = [
     "Claim",

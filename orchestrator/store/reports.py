@@ -11,13 +11,13 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, exists, func, insert, select
 
+from orchestrator.domain.fences import Fence
 from orchestrator.domain.plans import readable_edges, readable_nodes
 from orchestrator.errors import ConflictError
 from orchestrator.store import driver
 from orchestrator.store.evidence import public as public_evidence
 from orchestrator.store.tables import actions, evidence, plan_revisions, reports
 from orchestrator.store.types import stored_list, utcnow
-from orchestrator.tools.base import Fence
 
 __all__ = [
     "GenerationFacts",

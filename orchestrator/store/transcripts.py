@@ -29,6 +29,7 @@ from sqlalchemy import (
     type_coerce,
 )
 
+from orchestrator.domain.fences import Fence
 from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
 from orchestrator.store import driver
 from orchestrator.store.fencing import LIVE_CTE, fence_params
@@ -39,7 +40,6 @@ from orchestrator.store.tables import (
     transcript_entries,
 )
 from orchestrator.store.types import utcnow
-from orchestrator.tools.base import Fence
 
 __all__ = [
     "Entry",

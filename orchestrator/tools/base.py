@@ -17,11 +17,11 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.domain.evidence import EvidenceFacts
+from orchestrator.domain.fences import Fence
 
 __all__ = [
     "CALL_ID",
     "Effect",
-    "Fence",
     "Identity",
     "Tool",
     "ToolArguments",
@@ -47,15 +47,6 @@ Identity = Literal["intent", "call"]
 
 class ToolCancelled(BaseException):  # like CancelledError: not caught as an Exception
     """The round was cancelled while a tool ran; the host records `unknown` and re-raises."""
-
-
-@dataclass(frozen=True)
-class Fence:
-    """Who is writing: every write of an execution carries these and the store checks them."""
-
-    task_id: str
-    generation: int
-    lease_token: str
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from orchestrator.services.lease_keeper import LeaseKeeper
 from orchestrator.services.recovery import snapshot_for
 from orchestrator.store import actions as action_store
 from orchestrator.store import evidence as evidence_store
+from orchestrator.store import executions as execution_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import task_plans
 from orchestrator.store import tasks as task_store
@@ -62,7 +63,7 @@ class ReadTaskContext(Tool):
             previous: dict[str, Any] | None = None
             recovery: Snapshot | None = None
             if ctx.generation > 1:
-                before = task_store.last_started_execution(conn, ctx.task_id, ctx.generation)
+                before = execution_store.last_started_execution(conn, ctx.task_id, ctx.generation)
                 if before is not None:
                     recovery = snapshot_for(conn, before) if self.recovery else None
                     # The plan the first publish must keep (invariant 22): the task's latest

@@ -11,7 +11,7 @@ import pytest
 from orchestrator.runtime import Runtime
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.tasks import Trigger
-from orchestrator.store import tasks as task_store
+from orchestrator.store import executions as execution_store
 from tests.acceptance.fleet import Fleet, fleet_env, running_fleet
 from tests.executions_support import completing_turns, wait_for, write_script
 from workers.celery_app import CeleryDispatcher
@@ -48,5 +48,5 @@ def test_every_wakeup_of_a_batch_runs_its_task_once(
         what=f"{COUNT} completions\n{fleet.logs()}",
     )
     with rt.db.transaction(readonly=True) as conn:
-        runs = [e for t in task_ids for e in task_store.list_executions(conn, t)]
+        runs = [e for t in task_ids for e in execution_store.list_executions(conn, t)]
     assert [(e.generation, e.outcome) for e in runs] == [(1, "completed")] * COUNT

@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
-from orchestrator.store import tasks as task_store
+from orchestrator.store import executions as execution_store
 from tests.acceptance.fleet import Fleet, fleet_env, running_fleet
 from tests.executions_support import completing_turns, wait_for, write_script
 
@@ -39,7 +39,7 @@ def stop_line(task_id: str, act: str) -> str:
 
 def generation_2_started(rt: Runtime, task_id: str) -> bool:
     with rt.db.transaction(readonly=True) as conn:
-        runs = task_store.list_executions(conn, task_id)
+        runs = execution_store.list_executions(conn, task_id)
     return any(e.generation == 2 and e.started_at is not None for e in runs)
 
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from orchestrator.domain.fences import Fence
 from orchestrator.errors import StaleGeneration
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
-from orchestrator.store import tasks as task_store
-from orchestrator.tools.base import Fence
+from orchestrator.store import executions as execution_store
 from tests.acceptance.fleet import Fleet, fleet_env, running_fleet
 from tests.executions_support import (
     completing_turns,
@@ -54,7 +54,7 @@ def rt(pg_url: str, redis_url: str, scripts: Path) -> Iterator[Runtime]:
 
 def execution(rt: Runtime, task_id: str, generation: int) -> Any:
     with rt.db.transaction(readonly=True) as conn:
-        return task_store.get_execution(conn, task_id, generation)
+        return execution_store.get_execution(conn, task_id, generation)
 
 
 def test_sigkilled_worker_is_replaced_by_generation_two_within_lease_plus_sweep(
@@ -132,7 +132,7 @@ def test_redis_losing_its_data_mid_round_never_yields_two_live_generations(
                 with rt.db.transaction(readonly=True) as conn:
                     live = [
                         e.generation
-                        for e in task_store.list_executions(conn, task_id)
+                        for e in execution_store.list_executions(conn, task_id)
                         if e.outcome is None and e.started_at is not None
                     ]
                 if len(live) > 1:

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.domain.fences import Fence
 from orchestrator.errors import StaleGeneration
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
-from orchestrator.store import tasks as task_store
-from orchestrator.tools.base import Fence
+from orchestrator.store import executions as execution_store
 from tests.acceptance.fleet import Fleet, fleet_env, running_fleet
 from tests.executions_support import (
     completing_turns,
@@ -52,7 +52,7 @@ def test_a_restarted_worker_requeues_the_dead_generation_at_once(
         what="generation 1's first plan revision",
     )
     with rt.db.transaction(readonly=True) as conn:
-        first = task_store.get_execution(conn, task_id, 1)
+        first = execution_store.get_execution(conn, task_id, 1)
     assert first is not None
     assert first.lease_expires_at is not None
     assert first.started_at is not None
@@ -65,7 +65,7 @@ def test_a_restarted_worker_requeues_the_dead_generation_at_once(
 
     def second_started() -> datetime | None:
         with rt.db.transaction(readonly=True) as conn:
-            second = task_store.get_execution(conn, task_id, 2)
+            second = execution_store.get_execution(conn, task_id, 2)
         return second.started_at if second is not None else None
 
     started_at = wait_for(second_started, 30, interval=0.05, what="generation 2 to start")

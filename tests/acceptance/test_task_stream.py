@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from orchestrator.store import outbox as outbox_store
+from orchestrator.store import task_events as event_store
 from tests.acceptance.fleet import Fleet, fleet_env, running_fleet
 from tests.executions_support import completing_turns, runtime_for, wait_for, write_script
 from tests.services import free_port
@@ -116,7 +116,7 @@ def test_the_stream_follows_a_task_through_a_sigkill_and_resumes_after_an_api_re
     runtime, _ = runtime_for(pg_url, scripts)
     try:
         with runtime.db.transaction(readonly=True) as conn:
-            logged = outbox_store.events_after(conn, task_id, 0, 100)
+            logged = event_store.events_after(conn, task_id, 0, 100)
     finally:
         runtime.close()
     assert ids == [event.seq for event in logged]

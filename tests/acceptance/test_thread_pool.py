@@ -16,7 +16,7 @@ import pytest
 
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
-from orchestrator.store import tasks as task_store
+from orchestrator.store import executions as execution_store
 from tests.acceptance.fleet import Fleet, fleet_env, running_fleet
 from tests.executions_support import completing_turns, wait_for, write_script
 from tests.openai_server import OpenAIServer, replies
@@ -67,7 +67,7 @@ def test_one_process_runs_many_rounds_at_once_without_losing_a_lease(
     elapsed = time.monotonic() - began
     assert elapsed < COUNT * WAIT / 4, elapsed  # side by side, not one after another
     with rt.db.transaction(readonly=True) as conn:
-        runs = [e for t in task_ids for e in task_store.list_executions(conn, t)]
+        runs = [e for t in task_ids for e in execution_store.list_executions(conn, t)]
     assert [e.outcome for e in runs] == ["completed"] * COUNT  # no generation lost
     assert len({e.worker for e in runs}) == 1  # all in the one worker process (host:pid)
     starts = sorted(e.started_at for e in runs if e.started_at is not None)
@@ -126,7 +126,7 @@ def test_one_process_runs_many_rounds_at_once_on_the_openai_client_without_a_lat
     warnings = [line for line in logs.splitlines() if "WARNING" in line or "ERROR" in line]
     assert not failures, (failures, warnings[:20])
     with rt.db.transaction(readonly=True) as conn:
-        runs = [e for t in task_ids for e in task_store.list_executions(conn, t)]
+        runs = [e for t in task_ids for e in execution_store.list_executions(conn, t)]
     assert [(e.generation, e.outcome) for e in runs] == [(1, "completed")] * COUNT  # none lost
     assert len({e.worker for e in runs}) == 1  # all in the one worker process (host:pid)
     starts = sorted(e.started_at for e in runs if e.started_at is not None)

@@ -7,11 +7,11 @@ from typing import Any
 
 from sqlalchemy import select, text, update
 
+from orchestrator.domain.fences import Fence
 from orchestrator.domain.fingerprints import fingerprint, identity_key
 from orchestrator.store import Database
 from orchestrator.store.tables import executions, invocation_receipts, metadata, sessions, tasks
 from orchestrator.store.types import utcnow
-from orchestrator.tools.base import Fence
 
 __all__ = [
     "DIGEST",

@@ -16,15 +16,16 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
+from orchestrator.domain.fences import Fence
 from orchestrator.runtime import Runtime
 from orchestrator.services.actions import ActionService
 from orchestrator.services.outbox import OutboxDispatcher
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import driver
+from orchestrator.store import generations as generation_store
 from orchestrator.store import outbox as outbox_store
-from orchestrator.store import tasks as task_store
+from orchestrator.store import task_events as event_store
 from orchestrator.store.types import utcnow
-from orchestrator.tools.base import Fence
 from tests.executions_support import (
     claim_as_worker,
     insert_running,
@@ -46,7 +47,7 @@ def rt(store_url: str, tmp_path: Path) -> Iterator[Runtime]:
 
 def events(rt: Runtime, task_id: str) -> list[str]:
     with rt.db.transaction(readonly=True) as conn:
-        return [e.type for e in outbox_store.events_after(conn, task_id, 0, 100)]
+        return [e.type for e in event_store.events_after(conn, task_id, 0, 100)]
 
 
 def hooks(rt: Runtime, task_id: str, event_type: str) -> list[dict[str, Any]]:
@@ -190,7 +191,7 @@ def test_ending_a_round_with_nothing_to_supersede_costs_no_extra_statement(rt: R
         with rt.db.transaction() as conn:
             event.listen(conn, "before_cursor_execute", count)
             driver.observers.append(count_driver)
-            task_store.end_and_settle(
+            generation_store.end_and_settle(
                 conn,
                 task_id,
                 1,

@@ -10,14 +10,15 @@ import pytest
 from fastapi.testclient import TestClient
 
 from orchestrator.api.app import create_app
+from orchestrator.domain.fences import Fence
 from orchestrator.errors import InvalidTransition
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
 from orchestrator.store import actions as action_store
+from orchestrator.store import generations as generation_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import tasks as task_store
-from orchestrator.tools.base import Fence
 from tests.executions_support import (
     node,
     plan_call,
@@ -147,7 +148,7 @@ def test_pending_actions_of_generation_lists_only_that_generation(rt: Runtime) -
             conn, Fence(task_id, 1, "t1"), task.session_id, "repair", "work_order", {}
         )
         # Moved on without superseding it (as lost-lease recovery used to).
-        assert task_store.requeue_generation(
+        assert generation_store.requeue_generation(
             conn,
             task.task_id,
             task.generation,

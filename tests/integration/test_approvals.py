@@ -19,6 +19,7 @@ from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
 from orchestrator.store import outbox as outbox_store
+from orchestrator.store import task_events as event_store
 from tests.executions_support import (
     kept_node,
     node,
@@ -214,7 +215,7 @@ def test_a_failed_tasks_pending_action_is_superseded_and_never_approved_or_deliv
     assert stale.value.code == "stale_approval"
     with rt.db.transaction(readonly=True) as conn:
         assert outbox_store.list_rows(conn, task_id=task_id, kind="action") == []
-        assert [e.type for e in outbox_store.events_after(conn, task_id, 0, 100)][-1] == "failed"
+        assert [e.type for e in event_store.events_after(conn, task_id, 0, 100)][-1] == "failed"
 
 
 def test_an_action_whose_node_was_cancelled_cannot_be_approved_but_is_rejected_and_frees_the_task(

@@ -11,11 +11,11 @@ import pytest
 
 from orchestrator.agent.evidence import EvidenceRecorder
 from orchestrator.domain.evidence import EvidenceFacts
+from orchestrator.domain.fences import Fence
 from orchestrator.errors import StaleGeneration
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import evidence as evidence_store
 from orchestrator.store import tasks as task_store
-from orchestrator.tools.base import Fence
 from tests.executions_support import claim_as_worker, fenced_ctx, runtime_for
 
 FACTS = EvidenceFacts(

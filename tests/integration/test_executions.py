@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
+from orchestrator.domain.fences import Fence
 from orchestrator.errors import StaleGeneration
 from orchestrator.runtime import Runtime
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.executions import RunResult
 from orchestrator.services.plans import PlanService
 from orchestrator.services.tasks import Trigger
-from orchestrator.store import tasks as task_store
-from orchestrator.tools.base import Fence
+from orchestrator.store import executions as execution_store
 from tests.executions_support import (
     completing_turns,
     node,
@@ -158,7 +158,7 @@ def test_a_malformed_script_fails_the_round_with_a_clear_error(env: Any, scripts
 def _running_fence(rt: Runtime, task_id: str, generation: int) -> Fence:
     def lookup() -> Fence | None:
         with rt.db.transaction(readonly=True) as conn:
-            execution = task_store.get_execution(conn, task_id, generation)
+            execution = execution_store.get_execution(conn, task_id, generation)
         if execution is None or execution.lease_token is None:
             return None
         return Fence(task_id, generation, execution.lease_token)
@@ -169,7 +169,7 @@ def _running_fence(rt: Runtime, task_id: str, generation: int) -> Fence:
 
 def _late_plan_write(plans: PlanService, rt: Runtime, fence: Fence) -> None:
     with rt.db.transaction(readonly=True) as conn:
-        execution = task_store.get_execution(conn, fence.task_id, fence.generation)
+        execution = execution_store.get_execution(conn, fence.task_id, fence.generation)
     assert execution is not None
     payload = plan_call("late", "late", [node("z", "running")])["arguments"]
     plans.publish_execution_plan(execution.session_id, payload, fence=fence)

@@ -16,8 +16,8 @@ import pytest
 from orchestrator.runtime import Runtime
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.tasks import Trigger
-from orchestrator.store import tasks as task_store
-from orchestrator.store.outbox import events_after
+from orchestrator.store import executions as execution_store
+from orchestrator.store.task_events import events_after
 from orchestrator.tools.plans import PublishExecutionPlan
 from tests.executions_support import kept_node, node, plan_call, query_call, report_call
 from tests.executions_support import runtime_for as build
@@ -41,7 +41,7 @@ def script(scripts: Path, turns: list[dict[str, Any]]) -> None:
 
 def ended(rt: Runtime, task_id: str, generation: int) -> tuple[str | None, str]:
     with rt.db.transaction(readonly=True) as conn:
-        execution = task_store.get_execution(conn, task_id, generation)
+        execution = execution_store.get_execution(conn, task_id, generation)
     assert execution is not None
     return execution.outcome, execution.reason or ""
 
@@ -127,7 +127,7 @@ def test_a_failed_human_step_completes_only_through_a_persons_retry(
     assert outcome == "continue"
     assert "failed node(s) with no completed retry: sample (human)" in reason
     with rt.db.transaction(readonly=True) as conn:
-        gen2 = task_store.get_execution(conn, task_id, 2)
+        gen2 = execution_store.get_execution(conn, task_id, 2)
     assert gen2 is not None
     plan = rt.plans.latest(gen2.session_id)
     assert plan is not None
@@ -261,7 +261,7 @@ def test_a_step_a_person_closed_before_is_no_retry_of_a_failed_one(
     ]
     assert [r.get("code") for r in refusals] == ["retry_not_new"]
     with rt.db.transaction(readonly=True) as conn:
-        gen2 = task_store.get_execution(conn, task_id, 2)
+        gen2 = execution_store.get_execution(conn, task_id, 2)
     assert gen2 is not None
     assert rt.plans.latest(gen2.session_id) is None  # the redrawn plan was refused
 

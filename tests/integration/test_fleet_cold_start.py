@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.domain.fences import Fence
 from orchestrator.runtime import Runtime
 from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.tasks import Trigger
-from orchestrator.store import tasks as task_store
+from orchestrator.store import executions as execution_store
 from orchestrator.store.receipts import ReceiptLedger
-from orchestrator.tools.base import Fence
 from tests.executions_support import claim_as_worker, runtime_for
 from tests.integration.test_sweeper import TTL, abandon
 
@@ -27,7 +27,7 @@ def rt(store_url: str, tmp_path: Path) -> Iterator[Runtime]:
 
 def running_receipt(rt: Runtime, task_id: str, key: str) -> str:
     with rt.db.transaction(readonly=True) as conn:
-        execution = task_store.get_execution(conn, task_id, 1)
+        execution = execution_store.get_execution(conn, task_id, 1)
     assert execution is not None
     assert execution.lease_token is not None
     claim = ReceiptLedger(rt.db).claim(

@@ -8,6 +8,8 @@ from datetime import UTC, timedelta
 
 from sqlalchemy import update
 
+from orchestrator.store import executions as execution_store
+from orchestrator.store import generations as generation_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database
 from orchestrator.store.records import TaskRecord
@@ -31,7 +33,7 @@ def claim(
     db: Database, task_id: str, token: str, generation: int = 1
 ) -> tuple[TaskRecord, str] | None:
     with db.single_statement() as conn:
-        return task_store.claim_generation(
+        return generation_store.claim_generation(
             conn,
             task_id,
             generation,
@@ -53,7 +55,7 @@ def test_a_queued_generation_is_claimed_once(db: Database) -> None:
     assert claim(db, task_id, "second") is None
     assert claim(db, task_id, "other-generation", generation=2) is None
     with db.transaction() as conn:
-        execution = task_store.get_execution(conn, task_id, 1)
+        execution = execution_store.get_execution(conn, task_id, 1)
     assert execution is not None
     assert execution.lease_token == "first"
     assert execution.worker == "worker-first"
@@ -69,7 +71,7 @@ def test_a_claim_over_a_closed_execution_row_writes_nothing(db: Database) -> Non
     assert claim(db, task_id, "late") is None
     with db.transaction() as conn:
         task = task_store.get_task(conn, task_id)
-        execution = task_store.get_execution(conn, task_id, 1)
+        execution = execution_store.get_execution(conn, task_id, 1)
     assert task is not None
     assert task.status == "queued"
     assert execution is not None
@@ -95,7 +97,7 @@ def test_concurrent_claims_of_one_generation_grant_one(pg_url: str) -> None:
         thread.join()
     assert len(won) == 1
     with db.transaction() as conn:
-        execution = task_store.get_execution(conn, task_id, 1)
+        execution = execution_store.get_execution(conn, task_id, 1)
     db.dispose()
     assert execution is not None
     assert execution.lease_token == won[0]

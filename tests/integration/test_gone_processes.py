@@ -27,7 +27,7 @@ from orchestrator.runtime import Runtime
 from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.sweeper import SweepReport
 from orchestrator.services.tasks import Trigger
-from orchestrator.store import tasks as task_store
+from orchestrator.store import generations as generation_store
 from orchestrator.store.types import utcnow
 from tests.executions_support import runtime_for
 from tests.services import service_unavailable
@@ -61,7 +61,7 @@ def claim(rt: Runtime, process: ProcessIdentity) -> tuple[str, str]:
     token = rt.leases.acquire(lease_name(task_id), "w", LEASE)
     assert token is not None
     with rt.db.transaction() as conn:
-        assert task_store.claim_generation(
+        assert generation_store.claim_generation(
             conn,
             task_id,
             1,

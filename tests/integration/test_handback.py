@@ -14,14 +14,15 @@ from typing import Any
 import pytest
 from sqlalchemy.exc import OperationalError
 
+from orchestrator.domain.fences import Fence
 from orchestrator.runtime import Runtime
 from orchestrator.services import executions as executions_module
 from orchestrator.services import handback as handback_module
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.tasks import Trigger
-from orchestrator.store import tasks as task_store
+from orchestrator.store import executions as execution_store
+from orchestrator.store import generations as generation_store
 from orchestrator.store.types import utcnow
-from orchestrator.tools.base import Fence
 from orchestrator.tools.command import ExecuteCommand
 from orchestrator.tools.plans import PublishExecutionPlan
 from tests.executions_support import (
@@ -44,7 +45,7 @@ def env(store_url: str, scripts: Path) -> Iterator[tuple[Runtime, RecordingDispa
 
 def _mirrored_expiry(rt: Runtime, task_id: str, generation: int) -> Any:
     with rt.db.transaction(readonly=True) as conn:
-        execution = task_store.get_execution(conn, task_id, generation)
+        execution = execution_store.get_execution(conn, task_id, generation)
     assert execution is not None
     return execution
 
@@ -162,7 +163,7 @@ def test_a_hand_back_the_store_refused_lands_once_it_answers(
     task_id = simple_task(rt, scripts)
     monkeypatch.setattr(executions_module, "finish_generation", _store_down)
     monkeypatch.setattr(handback_module, "RETRY_SECONDS", 0.05)
-    real_hand_back = task_store.hand_back
+    real_hand_back = generation_store.hand_back
     calls = {"n": 0}
 
     def away_twice(*args: Any, **kwargs: Any) -> bool:
@@ -171,7 +172,7 @@ def test_a_hand_back_the_store_refused_lands_once_it_answers(
             _store_down()
         return real_hand_back(*args, **kwargs)
 
-    monkeypatch.setattr(handback_module.task_store, "hand_back", away_twice)
+    monkeypatch.setattr(handback_module.generation_store, "hand_back", away_twice)
     rt.executions.run(task_id, 1, worker="w1")
     wait_for(lambda: rt.executions.handback.pending() == 0, timeout=10)
     assert calls["n"] == 3  # the first try and one retry met the store away
@@ -183,7 +184,7 @@ def test_a_hand_back_leaves_a_generation_that_ended_or_another_token_alone(env: 
     task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
     with rt.db.transaction() as conn:
         expires = utcnow() + timedelta(seconds=120)
-        assert task_store.claim_generation(
+        assert generation_store.claim_generation(
             conn,
             task_id,
             1,
@@ -291,7 +292,7 @@ def test_a_claim_that_did_not_commit_hands_nothing_back(
 ) -> None:
     rt, _ = env
     task_id = simple_task(rt, scripts)
-    monkeypatch.setattr(executions_module.task_store, "claim_generation", _store_down)
+    monkeypatch.setattr(executions_module.generation_store, "claim_generation", _store_down)
     assert not rt.executions.run(task_id, 1, worker="w1").ran
     monkeypatch.undo()
     assert rt.sweeper.sweep().requeued == []

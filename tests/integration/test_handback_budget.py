@@ -19,16 +19,17 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from orchestrator import metrics
 from orchestrator.api.app import create_app
 from orchestrator.cli.tasks import render_explain
+from orchestrator.domain.fences import Fence
 from orchestrator.runtime import Runtime
 from orchestrator.services import executions as executions_module
 from orchestrator.services.lease_keeper import LeaseKeeper
 from orchestrator.services.sweeper import LEASE_EXPIRED
 from orchestrator.services.tasks import Trigger
-from orchestrator.store import outbox as outbox_store
-from orchestrator.store import tasks as task_store
+from orchestrator.store import executions as execution_store
+from orchestrator.store import generations as generation_store
+from orchestrator.store import task_events as event_store
 from orchestrator.store.lost import HANDED_BACK
 from orchestrator.store.types import utcnow
-from orchestrator.tools.base import Fence
 from tests.executions_support import (
     claim_as_worker,
     completing_turns,
@@ -70,7 +71,7 @@ def _crashed(rt: Runtime, task_id: str, generation: int) -> None:
     token = claim_as_worker(rt, task_id, generation, "w-dead", ttl=120)
     rt.leases.release(f"task:{task_id}", token)
     with rt.db.transaction() as conn:
-        assert task_store.mirror_lease(
+        assert generation_store.mirror_lease(
             conn, task_id, generation, token, utcnow() - timedelta(seconds=1)
         )
 
@@ -100,8 +101,8 @@ def test_rounds_stopped_by_outages_outlast_the_crash_budget_and_the_task_runs_on
     # orchestrator_recoveries_total and, of them, orchestrator_handbacks_total.
     assert _counted() == (before[0] + 4, before[1] + 4)
     with rt.db.transaction(readonly=True) as conn:
-        first = task_store.get_execution(conn, task_id, 1)
-        events = outbox_store.events_of_type(conn, task_id, "queued", 10)
+        first = execution_store.get_execution(conn, task_id, 1)
+        events = event_store.events_of_type(conn, task_id, "queued", 10)
     assert first is not None
     assert (first.outcome, first.reason) == ("lost", HANDED_BACK)
     assert first.handed_back_at is not None
@@ -137,7 +138,7 @@ def test_outages_in_a_row_park_the_task_at_their_own_limit(env: Runtime) -> None
     assert task.last_error == "5 generations in a row were handed back after an outage"
     assert (task.recoveries, task.handbacks) == (0, 5)
     with rt.db.transaction(readonly=True) as conn:
-        [failed] = outbox_store.events_of_type(conn, task_id, "failed", 10)
+        [failed] = event_store.events_of_type(conn, task_id, "failed", 10)
     assert failed.reason == f"recovery_limit: generation 5: {HANDED_BACK}"
     # What the API sends (its response models validate them).
     with TestClient(create_app(rt.settings, db=rt.db)) as client:
@@ -162,7 +163,7 @@ def test_a_worker_that_died_still_counts_against_the_crash_budget(env: Runtime) 
     assert (task.status, task.recoveries, task.handbacks) == ("queued", 2, 1)
     assert _counted() == (before[0] + 3, before[1] + 1)
     with rt.db.transaction(readonly=True) as conn:
-        crashed = task_store.get_execution(conn, task_id, 1)
+        crashed = execution_store.get_execution(conn, task_id, 1)
     assert crashed is not None
     assert (crashed.reason, crashed.handed_back_at) == (LEASE_EXPIRED, None)
     _crashed(rt, task_id, 4)  # the third crash in a row parks it, as before
@@ -192,13 +193,13 @@ def test_a_hand_back_with_another_token_marks_nothing(env: Runtime) -> None:
     token = claim_as_worker(rt, task_id, 1, "w1", ttl=120)
     assert rt.executions.handback.give_back(Fence(task_id, 1, "b" * 32))
     with rt.db.transaction(readonly=True) as conn:
-        execution = task_store.get_execution(conn, task_id, 1)
+        execution = execution_store.get_execution(conn, task_id, 1)
     assert execution is not None
     assert execution.handed_back_at is None
     assert execution.lease_expires_at > utcnow()
     assert rt.executions.handback.give_back(Fence(task_id, 1, token))
     with rt.db.transaction(readonly=True) as conn:
-        execution = task_store.get_execution(conn, task_id, 1)
+        execution = execution_store.get_execution(conn, task_id, 1)
     assert execution is not None
     assert execution.handed_back_at is not None
 
@@ -227,7 +228,7 @@ def test_a_worker_that_stalled_past_its_lease_counts_as_lost_not_as_an_outage(
         assert (result.ran, result.outcome) == (True, None)
         assert "stopped before its decision" in result.detail
         with rt.db.transaction(readonly=True) as conn:
-            execution = task_store.get_execution(conn, task_id, 1)
+            execution = execution_store.get_execution(conn, task_id, 1)
         assert execution is not None
         assert execution.handed_back_at is None
         assert execution.lease_expires_at <= utcnow()  # still given back at once
@@ -235,7 +236,7 @@ def test_a_worker_that_stalled_past_its_lease_counts_as_lost_not_as_an_outage(
         task = _task(rt, task_id)
         assert (task.status, task.recoveries, task.handbacks) == ("queued", 1, 0)
         with rt.db.transaction(readonly=True) as conn:
-            lost = task_store.get_execution(conn, task_id, 1)
+            lost = execution_store.get_execution(conn, task_id, 1)
         assert lost is not None
         assert lost.reason == LEASE_EXPIRED
     finally:
@@ -260,7 +261,7 @@ def test_a_statement_the_store_refuses_is_no_outage_and_parks_at_the_crash_budge
             result = rt.executions.run(task_id, generation, worker="w1")
         assert (result.ran, result.outcome) == (True, None)  # left to recovery, as before
         with rt.db.transaction(readonly=True) as conn:
-            execution = task_store.get_execution(conn, task_id, generation)
+            execution = execution_store.get_execution(conn, task_id, generation)
         assert execution is not None
         assert execution.handed_back_at is None
         assert execution.lease_expires_at <= utcnow()  # still given back at once

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.domain.fences import Fence
 from orchestrator.runtime import Runtime
 from orchestrator.services.lease_keeper import LeaseKeeper, heartbeat, lease_name
 from orchestrator.services.tasks import Trigger
-from orchestrator.store import tasks as task_store
-from orchestrator.tools.base import Fence
+from orchestrator.store import executions as execution_store
 from tests.executions_support import claim_as_worker, runtime_for
 
 TTL, EVERY, COUNT = 2.0, 0.4, 50
@@ -75,7 +75,7 @@ def test_one_heartbeat_renews_every_lease_in_time_and_a_refusal_stops_only_its_o
             assert info is not None
             assert info.token == keeper.fence.lease_token
         with rt.db.transaction(readonly=True) as conn:
-            mirror = task_store.get_execution(conn, survivors[0].fence.task_id, 1)
+            mirror = execution_store.get_execution(conn, survivors[0].fence.task_id, 1)
         assert mirror is not None
         assert mirror.lease_expires_at is not None
     finally:

@@ -14,6 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from orchestrator.api.app import create_app
+from orchestrator.domain.fences import Fence
 from orchestrator.errors import OrchestratorError
 from orchestrator.runtime import Runtime
 from orchestrator.services.dispatch import RecordingDispatcher
@@ -22,9 +23,8 @@ from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.task_stream import TaskStreamService
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
-from orchestrator.store.outbox import events_after
+from orchestrator.store.task_events import events_after
 from orchestrator.store.task_plans import task_latest_plan
-from orchestrator.tools.base import Fence
 from orchestrator.tools.tasks import ReadTaskContext
 from tests.executions_support import (
     claim_as_worker,

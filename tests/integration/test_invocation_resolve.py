@@ -25,7 +25,7 @@ from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.invocations import InvocationService
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
-from orchestrator.store import outbox as outbox_store
+from orchestrator.store import task_events as event_store
 from orchestrator.store.receipts import Receipt, ReceiptLedger
 from tests.executions_support import (
     kept_node,
@@ -110,9 +110,9 @@ def task_receipts(rt: Runtime, task_id: str) -> list[Receipt]:
     return list(ReceiptLedger(rt.db).list_for_owner(f"task:{task_id}"))
 
 
-def resolutions(rt: Runtime, task_id: str) -> list[outbox_store.TaskEvent]:
+def resolutions(rt: Runtime, task_id: str) -> list[event_store.TaskEvent]:
     with rt.db.transaction(readonly=True) as conn:
-        events = outbox_store.events_after(conn, task_id, 0, 100)
+        events = event_store.events_after(conn, task_id, 0, 100)
     return [e for e in events if e.type == "invocation_resolved"]
 
 

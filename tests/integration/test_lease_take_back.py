@@ -24,12 +24,12 @@ import pytest
 from sqlalchemy.exc import OperationalError
 
 from orchestrator import metrics
+from orchestrator.domain.fences import Fence
 from orchestrator.runtime import Runtime
 from orchestrator.services import lease_keeper as lease_keeper_module
 from orchestrator.services.lease_keeper import Heartbeat, LeaseKeeper, lease_name
 from orchestrator.services.tasks import Trigger
-from orchestrator.store import tasks as task_store
-from orchestrator.tools.base import Fence
+from orchestrator.store import executions as execution_store
 from tests.executions_support import claim_as_worker, runtime_for
 
 TTL = 0.5
@@ -106,7 +106,7 @@ def test_a_take_back_mirrored_before_the_sweepers_requeue_keeps_its_generation(
     assert report.requeued == []
     assert not keeper.lost.is_set()
     with rt.db.transaction(readonly=True) as conn:
-        execution = task_store.get_execution(conn, task_id, 1)
+        execution = execution_store.get_execution(conn, task_id, 1)
     assert execution is not None
     assert execution.outcome is None
     assert rt.tasks.get(task_id).generation == 1

@@ -11,6 +11,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, inspect, text
 
+from orchestrator.store import executions as execution_store
 from orchestrator.store import make_engine, metadata
 from orchestrator.store import outbox as outbox_store
 from orchestrator.store import tasks as task_store
@@ -250,7 +251,7 @@ def test_0013_rows_of_before_count_no_hand_backs_and_a_loss_is_a_recovery(empty_
     assert _differences(empty_url) == []
     with _transaction(empty_url) as conn:
         task = task_store.get_task(conn, "t1")
-        execution = task_store.get_execution(conn, "t1", 1)
+        execution = execution_store.get_execution(conn, "t1", 1)
         assert task is not None
         assert execution is not None
         assert (task.recoveries, task.handbacks, execution.handed_back_at) == (2, 0, None)

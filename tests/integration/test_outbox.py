@@ -27,6 +27,7 @@ from orchestrator.api.app import create_app
 from orchestrator.runtime import Runtime
 from orchestrator.services.outbox import OutboxDispatcher, OutboxService
 from orchestrator.store import outbox as outbox_store
+from orchestrator.store import task_events as event_store
 from orchestrator.store.tables import outbox
 from orchestrator.store.types import utcnow
 from tests.outbox_support import Recorder, outbox_runtime, running_recorder, waiting_task
@@ -62,7 +63,7 @@ def dispatcher(rt: Runtime) -> Iterator[OutboxDispatcher]:
 
 def events(rt: Runtime, task_id: str) -> list[str]:
     with rt.db.transaction(readonly=True) as conn:
-        return [e.type for e in outbox_store.events_after(conn, task_id, 0, 100)]
+        return [e.type for e in event_store.events_after(conn, task_id, 0, 100)]
 
 
 def verify(raw: bytes, header: str, secret: str = SECRET) -> bool:
@@ -379,7 +380,7 @@ def test_concurrent_producers_get_one_gapless_seq_per_task_in_commit_order(
         try:
             for i in range(5):
                 with rt.db.transaction() as conn:
-                    outbox_store.record_event(conn, task_id, "note", reason=f"{n}.{i}")
+                    event_store.record_event(conn, task_id, "note", reason=f"{n}.{i}")
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
@@ -390,7 +391,7 @@ def test_concurrent_producers_get_one_gapless_seq_per_task_in_commit_order(
         thread.join(timeout=60)
     assert errors == []
     with rt.db.transaction(readonly=True) as conn:
-        logged = outbox_store.events_after(conn, task_id, 0, 200)
+        logged = event_store.events_after(conn, task_id, 0, 200)
     assert [e.seq for e in logged] == list(range(1, before + 31))
     assert all(e.created_at <= f.created_at for e, f in itertools.pairwise(logged))
 
@@ -490,12 +491,12 @@ def test_a_batch_of_events_keeps_each_tasks_seq_gapless_and_queues_their_webhook
     second, _ = waiting_task(rt, tmp_path)
     before = {t: len(events(rt, t)) for t in (first, second)}
     batch = [
-        outbox_store.NewEvent(first, "queued", 2, reason="generation 1: lease_expired"),
-        outbox_store.NewEvent(second, "failed", reason="recovery_limit"),
-        outbox_store.NewEvent(first, "note", reason="a second event of the same task"),
+        event_store.NewEvent(first, "queued", 2, reason="generation 1: lease_expired"),
+        event_store.NewEvent(second, "failed", reason="recovery_limit"),
+        event_store.NewEvent(first, "note", reason="a second event of the same task"),
     ]
     with rt.db.transaction() as conn:  # single-threaded here: no row locks needed
-        recorded = outbox_store.record_events(conn, batch)
+        recorded = event_store.record_events(conn, batch)
     assert [(e.task_id, e.type, e.seq) for e in recorded] == [
         (first, "queued", before[first] + 1),
         (second, "failed", before[second] + 1),
@@ -505,7 +506,7 @@ def test_a_batch_of_events_keeps_each_tasks_seq_gapless_and_queues_their_webhook
     assert recorded[2].reason == batch[2].reason
     with rt.db.transaction(readonly=True) as conn:
         for task_id in (first, second):
-            logged = outbox_store.events_after(conn, task_id, 0, 100)
+            logged = event_store.events_after(conn, task_id, 0, 100)
             assert [e.seq for e in logged] == list(range(1, len(logged) + 1))
         hooks = outbox_store.list_rows(conn, kind="webhook", limit=100)
     assert (second, recorded[1].seq) in {(h.task_id, h.event_seq) for h in hooks}
@@ -600,10 +601,10 @@ def test_an_event_as_recorded_is_the_event_as_the_log_reads_it_back(
     task_id, _ = waiting_task(rt, tmp_path)
     data = {"nested": [1, "浊度", {"k": None}], "n": 2.5}
     with rt.db.transaction() as conn:
-        noted = outbox_store.record_event(conn, task_id, "note", reason="why", data=data)
-        ended = outbox_store.record_event(conn, task_id, "failed", reason="it broke")
+        noted = event_store.record_event(conn, task_id, "note", reason="why", data=data)
+        ended = event_store.record_event(conn, task_id, "failed", reason="it broke")
     with rt.db.transaction(readonly=True) as conn:
-        logged = outbox_store.events_after(conn, task_id, noted.seq - 1, 10)
+        logged = event_store.events_after(conn, task_id, noted.seq - 1, 10)
         hooks = outbox_store.list_rows(conn, task_id=task_id, kind="webhook")
     assert logged == [noted, ended]
     assert (noted.generation, noted.status) == (ended.generation, "waiting")
@@ -611,4 +612,4 @@ def test_an_event_as_recorded_is_the_event_as_the_log_reads_it_back(
     assert noted.created_at.utcoffset() == timedelta(0)
     (hook,) = [row for row in hooks if row.event_seq == ended.seq]
     assert (hook.status, hook.attempts, hook.kind) == ("pending", 0, "webhook")
-    assert hook.body == outbox_store._dumps(outbox_store.webhook_body(ended))
+    assert hook.body == event_store._dumps(event_store.webhook_body(ended))

@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from orchestrator.api.app import create_app
 from orchestrator.api.stream import _events
+from orchestrator.domain.fences import Fence
 from orchestrator.errors import NotFound
 from orchestrator.events import PlanHub, RedisNotifier
 from orchestrator.runtime import Runtime
@@ -21,9 +22,8 @@ from orchestrator.services.plans import PlanService
 from orchestrator.services.sessions import SessionService
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import Database
-from orchestrator.store import tasks as task_store
+from orchestrator.store import executions as execution_store
 from orchestrator.store.receipts import ReceiptLedger
-from orchestrator.tools.base import Fence
 from tests.executions_support import claim_as_worker, node, plan_call, runtime_for
 from tests.sse_support import parse
 
@@ -180,7 +180,7 @@ def running_generation(rt: Runtime) -> tuple[Fence, str]:
     task_id = rt.tasks.trigger(Trigger(task_type="stream", title="Turbid water")).task.task_id
     token = claim_as_worker(rt, task_id, 1, "stream-worker", ttl=60)
     with rt.db.transaction(readonly=True) as conn:
-        execution = task_store.get_execution(conn, task_id, 1)
+        execution = execution_store.get_execution(conn, task_id, 1)
     assert execution is not None
     fence = Fence(task_id, 1, token)
     rt.plans.publish_execution_plan(execution.session_id, plan_body("r1"), fence=fence)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, insert, select, update
 
+from orchestrator.domain.fences import Fence
 from orchestrator.errors import ConflictError, StaleGeneration, ValidationFailed
 from orchestrator.services.plans import PlanService, PublishResult
 from orchestrator.services.sessions import SessionService
@@ -18,7 +19,6 @@ from orchestrator.store import actions as action_store
 from orchestrator.store import evidence as evidence_store
 from orchestrator.store.tables import executions, plan_revisions, tasks
 from orchestrator.store.types import utcnow
-from orchestrator.tools.base import Fence
 
 
 class Recorder:

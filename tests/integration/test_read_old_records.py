@@ -430,14 +430,14 @@ def test_a_stored_node_with_an_id_and_an_unreadable_status_must_still_be_kept(
 
 def _running_generation(rt: Runtime, scripts: Path) -> tuple[Any, str]:
     """Generation 1 of a new task, claimed as a worker would: its fence and session."""
-    from orchestrator.store import tasks as task_store
-    from orchestrator.tools.base import Fence
+    from orchestrator.domain.fences import Fence
+    from orchestrator.store import executions as execution_store
     from tests.executions_support import claim_as_worker
 
     task_id = simple_task(rt, scripts)
     fence = Fence(task_id, 1, claim_as_worker(rt, task_id, 1, "w", 30))
     with rt.db.transaction(readonly=True) as conn:
-        execution = task_store.get_execution(conn, task_id, 1)
+        execution = execution_store.get_execution(conn, task_id, 1)
     assert execution is not None
     return fence, execution.session_id
 

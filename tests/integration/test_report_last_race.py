@@ -15,16 +15,16 @@ from typing import Any
 
 import pytest
 
+from orchestrator.domain.fences import Fence
 from orchestrator.domain.vocabulary import ACTION_KINDS
 from orchestrator.runtime import Runtime
 from orchestrator.services.actions import ActionService
 from orchestrator.services.tasks import Trigger
+from orchestrator.store import executions as execution_store
 from orchestrator.store import plans as plan_store
 from orchestrator.store import reports as report_store
-from orchestrator.store import tasks as task_store
 from orchestrator.store.fencing import check_fence
 from orchestrator.store.reports import ReportAlreadySaved
-from orchestrator.tools.base import Fence
 from tests.executions_support import claim_as_worker, node, plan_call, runtime_for
 
 
@@ -39,7 +39,7 @@ def running_generation(rt: Runtime) -> tuple[Fence, str]:
     task_id = rt.tasks.trigger(Trigger(task_type="race", title="Pump vibration")).task.task_id
     token = claim_as_worker(rt, task_id, 1, "racer", 30)
     with rt.db.transaction(readonly=True) as conn:
-        execution = task_store.get_execution(conn, task_id, 1)
+        execution = execution_store.get_execution(conn, task_id, 1)
     assert execution is not None
     fence = Fence(task_id, 1, token)
     payload = dict(plan_call("p", "r1", [node("a", "running", actor="human")])["arguments"])

@@ -18,16 +18,18 @@ import pytest
 from sqlalchemy import func, select
 
 from orchestrator.domain.decisions import Decision
+from orchestrator.domain.fences import Fence
 from orchestrator.errors import StaleGeneration
 from orchestrator.runtime import Runtime
 from orchestrator.services.actions import ActionService
 from orchestrator.services.executions import RunResult, decide_round, finish_generation, fixed
 from orchestrator.services.lease_keeper import LeaseKeeper
 from orchestrator.services.tasks import Trigger
+from orchestrator.store import executions as execution_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.tables import actions, evidence, plan_revisions, reports, sessions
 from orchestrator.tools.actions import ProposeAction
-from orchestrator.tools.base import Fence, ToolContext
+from orchestrator.tools.base import ToolContext
 from orchestrator.tools.tasks import SaveReport
 from tests.executions_support import (
     claim_as_worker,
@@ -63,7 +65,7 @@ class Zombie:
 
 def session_of(rt: Runtime, task_id: str, generation: int) -> str:
     with rt.db.transaction(readonly=True) as conn:
-        execution = task_store.get_execution(conn, task_id, generation)
+        execution = execution_store.get_execution(conn, task_id, generation)
     assert execution is not None
     return execution.session_id
 
@@ -127,7 +129,7 @@ def snapshot(rt: Runtime, task_id: str, generation: int | None = None) -> dict[s
         # Not the mirrored lease expiry: a live generation's heartbeat moves it.
         executions = [
             (e.generation, e.outcome, e.reason, e.failure_code, e.ended_at, e.lease_token)
-            for e in task_store.list_executions(conn, task_id)
+            for e in execution_store.list_executions(conn, task_id)
             if generation is None or e.generation == generation
         ]
     return {
@@ -234,7 +236,7 @@ def test_a_late_write_of_a_superseded_generation_is_refused_and_writes_nothing(
 def _running_fence(rt: Runtime, task_id: str, generation: int) -> Fence:
     def lookup() -> Fence | None:
         with rt.db.transaction(readonly=True) as conn:
-            execution = task_store.get_execution(conn, task_id, generation)
+            execution = execution_store.get_execution(conn, task_id, generation)
         if execution is None or execution.lease_token is None:
             return None
         return Fence(task_id, generation, execution.lease_token)

@@ -15,10 +15,10 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import Connection, text
 
-from orchestrator.store import outbox as outbox_store
+from orchestrator.store import task_events as event_store
 from orchestrator.store.db import Database, make_engine
 from orchestrator.store.lost import Limits, requeue_lost
-from orchestrator.store.outbox import NewEvent
+from orchestrator.store.task_events import NewEvent
 from orchestrator.store.types import utcnow
 from tests.executions_support import insert_running
 
@@ -60,7 +60,7 @@ def test_a_batch_of_requeues_reads_tasks_by_key(running: tuple[Database, list[st
     with db.transaction() as conn:
         before = scans_of_tasks(conn)
         batch = requeue_lost(conn, lost, reason="test", limits=Limits(3, 10))
-        events = outbox_store.record_events(
+        events = event_store.record_events(
             conn, [NewEvent(t, "queued", n, reason="test") for t, _, n in batch.requeued]
         )
         assert scans_of_tasks(conn) == before

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.domain.fences import Fence
 from orchestrator.leases.keys import ended_key
 from orchestrator.runtime import Runtime
 from orchestrator.services.actions import ActionService
 from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import actions as action_store
+from orchestrator.store import executions as execution_store
 from orchestrator.store import task_plans
-from orchestrator.store import tasks as task_store
-from orchestrator.tools.base import Fence
 from tests.executions_support import claim_as_worker, node, plan_call, runtime_for, sweep_at_once
 
 TTL = 0.5
@@ -54,7 +54,7 @@ def test_a_held_lease_with_a_stale_mirror_is_not_requeued(rt: Runtime) -> None:
     task_id = new_task(rt)
     abandon(rt, task_id, 1)
     with rt.db.transaction(readonly=True) as conn:
-        execution = task_store.get_execution(conn, task_id, 1)
+        execution = execution_store.get_execution(conn, task_id, 1)
     assert execution is not None
     assert execution.lease_token is not None
     # The worker renewed in the lease back end, but its mirror write did not land.
@@ -98,7 +98,7 @@ def test_the_recovery_cap_parks_the_task_as_failed(rt: Runtime) -> None:
 def propose_before_dying(rt: Runtime, task_id: str, generation: int) -> str:
     """The abandoned generation published a plan and proposed an action before it died."""
     with rt.db.transaction(readonly=True) as conn:
-        execution = task_store.get_execution(conn, task_id, generation)
+        execution = execution_store.get_execution(conn, task_id, generation)
     assert execution is not None
     assert execution.lease_token is not None
     fence = Fence(task_id, generation, execution.lease_token)

@@ -18,18 +18,19 @@ from sqlalchemy import func, select
 from orchestrator.agent.evidence import EvidenceRecorder
 from orchestrator.agent.host import ToolHost
 from orchestrator.domain.decisions import RoundFacts, decide
+from orchestrator.domain.fences import Fence
 from orchestrator.errors import StaleGeneration
 from orchestrator.runtime import Runtime
 from orchestrator.services.actions import ActionService
 from orchestrator.services.lease_keeper import LeaseKeeper, lease_name
 from orchestrator.services.task_records import TaskRecords
 from orchestrator.services.tasks import Trigger
+from orchestrator.store import generations as generation_store
 from orchestrator.store import reports as report_store
-from orchestrator.store import tasks as task_store
 from orchestrator.store.tables import actions, evidence, plan_revisions, reports
 from orchestrator.store.types import utcnow
 from orchestrator.tools.actions import ProposeAction
-from orchestrator.tools.base import Fence, Tool, ToolCall, ToolContext, ToolResult
+from orchestrator.tools.base import Tool, ToolCall, ToolContext, ToolResult
 from orchestrator.tools.data_sources import QueryDataSource, load_sources
 from orchestrator.tools.plans import PublishExecutionPlan
 from orchestrator.tools.tasks import ReadTaskContext, SaveReport
@@ -106,7 +107,7 @@ def claim(rt: Runtime, task_id: str, generation: int) -> Live:
     token = rt.leases.acquire(lease_name(task_id), "test-worker", LEASE)
     assert token is not None
     with rt.db.transaction() as conn:
-        claimed = task_store.claim_generation(
+        claimed = generation_store.claim_generation(
             conn,
             task_id,
             generation,

@@ -21,6 +21,7 @@ from sqlalchemy import update
 from orchestrator.agent.model import ModelTurn, TokenUsage
 from orchestrator.agent.transcript import REDACTED, TranscriptWriter
 from orchestrator.cli.tasks import render_transcript
+from orchestrator.domain.fences import Fence
 from orchestrator.errors import StaleGeneration
 from orchestrator.services.cleanup import run_cleanup
 from orchestrator.services.recovery import save_round_snapshot
@@ -28,7 +29,6 @@ from orchestrator.store import snapshots as snapshot_store
 from orchestrator.store.tables import tasks, transcript_entries
 from orchestrator.store.types import utcnow
 from orchestrator.tools.base import (
-    Fence,
     Tool,
     ToolArguments,
     ToolCall,

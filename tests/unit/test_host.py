@@ -13,10 +13,10 @@ from orchestrator import logs
 from orchestrator.agent.evidence import Citation
 from orchestrator.agent.host import ToolHost
 from orchestrator.agent.loop import RECEIVED, LeaseLost, StopSignal
+from orchestrator.domain.fences import Fence
 from orchestrator.errors import NotFound, StaleGeneration, ValidationFailed
 from orchestrator.tools.base import (
     Effect,
-    Fence,
     Tool,
     ToolArguments,
     ToolCall,

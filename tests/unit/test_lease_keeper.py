@@ -13,14 +13,15 @@ from datetime import datetime, timedelta
 import pytest
 
 from orchestrator.agent.loop import LeaseLost
+from orchestrator.domain.fences import Fence
 from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable, LeaseInfo
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.lease_keeper import LeaseKeeper, lease_name
 from orchestrator.services.tasks import TaskService, Trigger
-from orchestrator.store import tasks as task_store
+from orchestrator.store import executions as execution_store
+from orchestrator.store import generations as generation_store
 from orchestrator.store.db import Database
 from orchestrator.store.types import utcnow
-from orchestrator.tools.base import Fence
 
 TOKEN = "0123456789abcdef0123456789abcdef"
 
@@ -77,7 +78,7 @@ def claimed(sqlite_url: str) -> Iterator[Claimed]:
     service = TaskService(db, RecordingDispatcher())
     task = service.trigger(Trigger(task_type="keeper", title="Lease keeper")).task
     with db.transaction() as conn:
-        assert task_store.claim_generation(
+        assert generation_store.claim_generation(
             conn,
             task.task_id,
             1,
@@ -105,7 +106,9 @@ def keeper_for(
 
 def mirrored_expiry(claimed: Claimed) -> datetime | None:
     with claimed.db.transaction(readonly=True) as conn:
-        execution = task_store.get_execution(conn, claimed.fence.task_id, claimed.fence.generation)
+        execution = execution_store.get_execution(
+            conn, claimed.fence.task_id, claimed.fence.generation
+        )
     assert execution is not None
     return execution.lease_expires_at
 

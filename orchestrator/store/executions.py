@@ -1,0 +1,69 @@
+"""Execution rows as they are read: one generation's, a task's history, the sweeper's expired.
+
+Reads only: recovery looks at the last generation that started, the API and the CLI show a
+task's generations, and the sweeper finds the generations whose mirrored lease ran out. What
+changes an execution row is in `orchestrator.store.generations`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import Connection, select
+
+from orchestrator.store.records import ExecutionRecord
+from orchestrator.store.tables import executions
+
+__all__ = [
+    "expired_executions",
+    "get_execution",
+    "last_started_execution",
+    "list_executions",
+]
+
+
+def get_execution(conn: Connection, task_id: str, generation: int) -> ExecutionRecord | None:
+    row = conn.execute(
+        select(executions).where(
+            executions.c.task_id == task_id, executions.c.generation == generation
+        )
+    ).one_or_none()
+    return ExecutionRecord.from_row(row) if row is not None else None
+
+
+def last_started_execution(
+    conn: Connection, task_id: str, before_generation: int
+) -> ExecutionRecord | None:
+    """The latest generation below `before_generation` that actually started (has `started_at`).
+
+    A generation superseded while still queued never ran and left nothing; it is skipped.
+    """
+    row = conn.execute(
+        select(executions)
+        .where(
+            executions.c.task_id == task_id,
+            executions.c.generation < before_generation,
+            executions.c.started_at.is_not(None),
+        )
+        .order_by(executions.c.generation.desc())
+        .limit(1)
+    ).one_or_none()
+    return ExecutionRecord.from_row(row) if row is not None else None
+
+
+def list_executions(conn: Connection, task_id: str) -> list[ExecutionRecord]:
+    rows = conn.execute(
+        select(executions).where(executions.c.task_id == task_id).order_by(executions.c.generation)
+    )
+    return [ExecutionRecord.from_row(row) for row in rows]
+
+
+def expired_executions(conn: Connection, now: datetime, limit: int) -> list[ExecutionRecord]:
+    """Running generations whose mirrored lease ran out: an index range scan, oldest first."""
+    rows = conn.execute(
+        select(executions)
+        .where(executions.c.outcome.is_(None), executions.c.lease_expires_at < now)
+        .order_by(executions.c.lease_expires_at)
+        .limit(limit)
+    )
+    return [ExecutionRecord.from_row(row) for row in rows]

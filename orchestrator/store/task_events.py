@@ -31,7 +31,7 @@ from sqlalchemy import (
 
 from orchestrator.store import driver
 from orchestrator.store.db import wake_after_commit
-from orchestrator.store.tables import actions, outbox, task_events, tasks
+from orchestrator.store.tables import outbox, task_events, tasks
 from orchestrator.store.types import utcnow
 
 __all__ = [
@@ -41,7 +41,6 @@ __all__ = [
     "events_after",
     "events_of_type",
     "last_seq",
-    "lock_task_of_action",
     "record_event",
     "record_events",
     "task_wake_key",
@@ -88,16 +87,6 @@ def _dumps(value: Any) -> str:
 
 def _lock_task(conn: Connection, task_id: str) -> None:
     conn.execute(select(tasks.c.task_id).where(tasks.c.task_id == task_id).with_for_update())
-
-
-def lock_task_of_action(conn: Connection, action_id: str) -> None:
-    """Lock the task row of an action before the action row: the order every writer that
-    touches both uses (fence check, then actions), so a decision cannot deadlock a requeue."""
-    task_id = conn.execute(
-        select(actions.c.task_id).where(actions.c.action_id == action_id)
-    ).scalar_one_or_none()
-    if task_id is not None:
-        _lock_task(conn, str(task_id))
 
 
 def record_event(

@@ -22,7 +22,6 @@ from sqlalchemy import (
     Table,
     and_,
     bindparam,
-    func,
     insert,
     null,
     select,
@@ -41,7 +40,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NewTask",
-    "count_tasks_by_status",
     "get_task",
     "insert_task",
     "list_tasks",
@@ -247,8 +245,3 @@ def list_tasks(
         )
     query = query.order_by(tasks.c.created_at.desc(), tasks.c.task_id.desc()).limit(limit)
     return [TaskRecord.from_row(row) for row in conn.execute(query)]
-
-
-def count_tasks_by_status(conn: Connection) -> dict[str, int]:
-    rows = conn.execute(select(tasks.c.status, func.count()).group_by(tasks.c.status))
-    return {str(status): int(count) for status, count in rows}

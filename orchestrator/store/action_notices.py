@@ -15,7 +15,13 @@ from sqlalchemy import Connection, and_, insert, select
 
 from orchestrator.store.actions import ActionRecord
 from orchestrator.store.tables import actions, outbox
-from orchestrator.store.task_events import NewEvent, TaskEvent, _dumps, record_event, record_events
+from orchestrator.store.task_events import (
+    NewEvent,
+    TaskEvent,
+    event_json,
+    record_event,
+    record_events,
+)
 from orchestrator.store.types import utcnow
 
 __all__ = [
@@ -77,7 +83,7 @@ def record_decision(conn: Connection, action: ActionRecord) -> TaskEvent:
                 kind="action",
                 task_id=action.task_id,
                 action_id=action.action_id,
-                body=_dumps(body),
+                body=event_json(body),
                 status="pending",
                 attempts=0,
                 throttled=0,

@@ -41,11 +41,14 @@ if TYPE_CHECKING:
     from orchestrator.leases.process import ProcessIdentity
 
 __all__ = [
+    "GENERATION_COLUMNS",
     "claim_generation",
     "end_and_settle",
     "end_generation",
+    "generation_rows",
     "hand_back",
     "mirror_lease",
+    "new_id",
     "open_generation",
     "requeue_generation",
     "session_title",
@@ -57,7 +60,8 @@ __all__ = [
 SESSION_TITLE_MAX = 200
 
 
-def _new_id() -> str:
+def new_id() -> str:
+    """A new session or execution id."""
     return str(uuid.uuid4())
 
 
@@ -65,7 +69,7 @@ def open_generation(
     conn: Connection, task_id: str, generation: int, title: str, now: datetime
 ) -> str:
     """The session and execution row of a new generation; points the task at the session."""
-    session_id = _new_id()
+    session_id = new_id()
     _insert_generation(conn, task_id, generation, title, session_id, now)
     conn.execute(update(tasks).where(tasks.c.task_id == task_id).values(session_id=session_id))
     return session_id
@@ -74,13 +78,13 @@ def open_generation(
 def _insert_generation(
     conn: Connection, task_id: str, generation: int, title: str, session_id: str, now: datetime
 ) -> None:
-    session_row, execution_row = _generation_rows(task_id, generation, title, session_id, now)
+    session_row, execution_row = generation_rows(task_id, generation, title, session_id, now)
     conn.execute(insert(sessions).values(session_row))
     conn.execute(insert(executions).values(execution_row))
 
 
-#: The columns `_generation_rows` fills, per row.
-_GENERATION_COLUMNS = {
+#: The columns `generation_rows` fills, per row.
+GENERATION_COLUMNS = {
     "session": [
         "session_id",
         "purpose",
@@ -95,7 +99,7 @@ _GENERATION_COLUMNS = {
 }
 
 
-def _generation_rows(
+def generation_rows(
     task_id: str, generation: int, title: str, session_id: str, now: datetime
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The session row (purpose `task_execution`) and execution row of one generation."""

@@ -46,7 +46,7 @@ from sqlalchemy import (
 from orchestrator.domain.outcomes import summary_for
 from orchestrator.leases.process import ProcessIdentity
 from orchestrator.store.actions import ActionRecord, superseded_from_rows
-from orchestrator.store.generations import _generation_rows, _new_id
+from orchestrator.store.generations import generation_rows, new_id
 from orchestrator.store.tables import actions, executions, invocation_receipts, sessions, tasks
 from orchestrator.store.types import utcnow
 
@@ -246,7 +246,7 @@ def requeue_lost(
     if not requeuing:
         return batch
     rows = [
-        _generation_rows(task.task_id, task.generation + 1, task.title, _new_id(), now)
+        generation_rows(task.task_id, task.generation + 1, task.title, new_id(), now)
         for task in requeuing
     ]
     if conn.dialect.name == "postgresql":
@@ -302,7 +302,7 @@ def requeue_lost(
 _KEYED_READS = text("SELECT set_config('random_page_cost', '1.1', true)")
 
 # Postgres: the new generations' sessions and executions and the tasks' move to them, in one
-# statement over arrays (the rows `_generation_rows` makes, column by column).
+# statement over arrays (the rows `generation_rows` makes, column by column).
 _PG_REQUEUE = text(
     """
     WITH new AS (

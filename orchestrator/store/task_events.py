@@ -38,6 +38,7 @@ __all__ = [
     "WEBHOOK_EVENTS",
     "NewEvent",
     "TaskEvent",
+    "event_json",
     "events_after",
     "events_of_type",
     "last_seq",
@@ -81,7 +82,8 @@ class TaskEvent:
         return f"{self.task_id}:{self.seq}"
 
 
-def _dumps(value: Any) -> str:
+def event_json(value: Any) -> str:
+    """The canonical JSON text of an event's data or webhook body (sorted keys, compact)."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
 
@@ -215,7 +217,7 @@ def _record_distinct(conn: Connection, events: Sequence[NewEvent]) -> list[TaskE
             "kind": "webhook",
             "task_id": event.task_id,
             "event_seq": event.seq,
-            "body": _dumps(webhook_body(event)),
+            "body": event_json(webhook_body(event)),
             "status": "pending",
             "attempts": 0,
             "throttled": 0,

@@ -30,7 +30,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from orchestrator.domain.task_filter import TaskFilter
-from orchestrator.store.generations import _GENERATION_COLUMNS, _generation_rows, _new_id
+from orchestrator.store.generations import GENERATION_COLUMNS, generation_rows, new_id
 from orchestrator.store.records import TaskRecord
 from orchestrator.store.tables import executions, sessions, tasks
 from orchestrator.store.types import utcnow
@@ -79,7 +79,7 @@ def insert_task(conn: Connection, new: NewTask) -> TaskRecord | None:
     """
     now = utcnow()
     task = TaskRecord(
-        task_id=_new_id(),
+        task_id=new_id(),
         task_type=new.task_type,
         title=new.title,
         context=new.context,
@@ -88,7 +88,7 @@ def insert_task(conn: Connection, new: NewTask) -> TaskRecord | None:
         origin="peripheral_sample" if new.sample_input is not None else "live",
         status="queued",
         generation=1,
-        session_id=_new_id(),
+        session_id=new_id(),
         failure_code=None,
         last_error=None,
         recoveries=0,
@@ -100,7 +100,7 @@ def insert_task(conn: Connection, new: NewTask) -> TaskRecord | None:
         updated_at=now,
     )
     assert task.session_id is not None
-    session_row, execution_row = _generation_rows(task.task_id, 1, task.title, task.session_id, now)
+    session_row, execution_row = generation_rows(task.task_id, 1, task.title, task.session_id, now)
     if conn.dialect.name == "postgresql":
         created = _insert_task_in_one_statement(conn, task, session_row, execution_row)
     else:
@@ -174,7 +174,7 @@ def _one_statement_trigger() -> Insert:
     )
 
     def one_row_per_new_task(table: Table, prefix: str) -> Insert:
-        names = _GENERATION_COLUMNS[prefix]
+        names = GENERATION_COLUMNS[prefix]
         values = select(*placeholders(table, prefix, names)).select_from(new_task)
         return insert(table).from_select(names, values)
 

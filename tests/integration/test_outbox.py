@@ -612,4 +612,4 @@ def test_an_event_as_recorded_is_the_event_as_the_log_reads_it_back(
     assert noted.created_at.utcoffset() == timedelta(0)
     (hook,) = [row for row in hooks if row.event_seq == ended.seq]
     assert (hook.status, hook.attempts, hook.kind) == ("pending", 0, "webhook")
-    assert hook.body == event_store._dumps(event_store.webhook_body(ended))
+    assert hook.body == event_store.event_json(event_store.webhook_body(ended))

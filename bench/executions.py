@@ -27,24 +27,20 @@ the same run:
 from __future__ import annotations
 
 import argparse
-import cProfile
-import io
 import json
 import os
-import pstats
 import shutil
-import statistics
 import sys
 import tempfile
 import time
-import uuid
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import execution_sweep
 from cpu import cpu_seconds, cpu_used
 from docs_section import DOC, write_section
 from execution_counts import COUNTED, commits_per_execution
@@ -77,7 +73,7 @@ from execution_fleet import (
 from execution_report import report, sweep_section
 from procrastinate_baseline import burst as procrastinate_burst
 from procrastinate_baseline import prepare as prepare_procrastinate
-from statement_replay import record, save
+from statement_replay import check_replayed, record_on_copy
 
 # After execution_fleet, which puts the project root on the path.
 from tests.executions_support import wait_for
@@ -260,7 +256,9 @@ class Bench:
             rt.dispatcher = saved
             rt.__dict__.pop("tasks", None)
         floor_args = [counted["autocommits"], counted["transactions"], counted["redis_calls"]]
-        path, recorded, dsn = self.record_statements(2 * count + REPLAY_WARMUP, pg_server, template)
+        path, recorded, dsn = record_on_copy(
+            self.rt.settings, pg_server, template, MINIMAL, 2 * count + REPLAY_WARMUP, self.folder
+        )
         replays = [
             [path, dsn, index, counted["redis_calls"]] for index in range(2 * count + REPLAY_WARMUP)
         ]
@@ -305,7 +303,7 @@ class Bench:
             totals = cpu.setdefault(kind, {})
             for role, value in used.items():
                 totals[role] = totals.get(role, 0.0) + value
-        self.check_replayed(recorded, dsn)
+        check_replayed(recorded, dsn)
         self.figures["throughput"] = {
             **{key: counted[key] for key in COUNTED},
             "n": count,
@@ -332,63 +330,6 @@ class Bench:
                 raise RuntimeError("raw Celery tasks did not finish within 60 s")
             ends.append(float(popped[1]))
         return max(ends) - first
-
-    def record_statements(self, count: int, pg_server: Any, template: str) -> tuple[str, str, str]:
-        """`count` minimal executions run in process on a database of their own, each one's
-        statements recorded (bench/statement_replay.py); and a copy of that database taken
-        before they ran, for the raw worker to send them again. Returns the traces' file, the
-        recorded database's DSN and the copy's."""
-        from orchestrator.runtime import build_runtime
-        from orchestrator.services.dispatch import RecordingDispatcher
-        from orchestrator.services.tasks import Trigger
-
-        source = pg_server.create_database(template=template)
-        settings = self.rt.settings.model_copy(update={"database_url": pg_server.url(source)})
-        rt = build_runtime(settings, dispatcher=RecordingDispatcher())
-        try:
-            task_ids = [
-                rt.tasks.trigger(Trigger(task_type=MINIMAL, title=f"replay {n}")).task.task_id
-                for n in range(count)
-            ]
-        finally:
-            rt.close()
-        copy = pg_server.create_database(template=source)
-        rt = build_runtime(settings, dispatcher=RecordingDispatcher())
-        try:
-            traces = record(rt, task_ids)
-        finally:
-            rt.close()
-        path = self.folder / "statements.pickle"
-        save(traces, path)
-        recorded, replayed = (pg_server.url(db).replace("+psycopg", "") for db in (source, copy))
-        return str(path), recorded, replayed
-
-    @staticmethod
-    def check_replayed(recorded: str, replayed: str) -> None:
-        """The replayed statements did what the executions did: the copy ends with the rows
-        the recorded database has (every task completed, the same transcripts, events and
-        deliveries), or the floor would be of some other work."""
-        import psycopg
-
-        query = "SELECT (SELECT count(*) FROM tasks WHERE status = 'completed'), " + ", ".join(
-            f"(SELECT count(*) FROM {table})"
-            for table in (
-                "tasks",
-                "executions",
-                "transcript_entries",
-                "plan_revisions",
-                "reports",
-                "evidence",
-                "task_events",
-                "outbox",
-            )
-        )
-        counts = []
-        for dsn in (recorded, replayed):
-            with psycopg.connect(dsn) as connection:
-                counts.append(connection.execute(query).fetchone())
-        if counts[0] != counts[1] or counts[0][0] != counts[0][1]:
-            raise RuntimeError(f"the replay left other rows than the executions: {counts}")
 
     def _orchestrator_burst(self, task_ids: list[str], status: str = "completed") -> float:
         first = time.time()
@@ -472,171 +413,17 @@ class Bench:
     def sweep(
         self, running: int, expired: int, repeats: int, pg_server: Any, template: str
     ) -> None:
-        print(f"[4/4] one sweep over {running} running executions, {expired} expired", flush=True)
-        import psycopg
-        from sqlalchemy import select
-
-        from orchestrator.leases.keys import lease_key
-        from orchestrator.runtime import build_runtime
-        from orchestrator.services.lease_keeper import lease_name
-        from orchestrator.store import executions as execution_store
-        from orchestrator.store.tables import executions
-        from orchestrator.store.types import utcnow
-        from tests.executions_support import insert_running
-        from workers.celery_app import CeleryDispatcher, make_celery
-
-        name = pg_server.create_database(template=template)
-        url = pg_server.url(name)
-        settings = self.rt.settings.model_copy(update={"database_url": url})
-        rt = build_runtime(settings, dispatcher=CeleryDispatcher(make_celery(settings)))
-        bulk_pg = psycopg.connect(url.replace("+psycopg", ""), autocommit=True)
-        live: list[str] = []
-
-        def add_running(count: int) -> None:
-            """`count` running generation-1 executions with live leases, inserted in bulk."""
-            pipe = self.redis.pipeline(transaction=False)
-            stamp = int(time.time() * 1000)
-            runs = [tuple(str(uuid.uuid4()) for _ in range(3)) for _ in range(count)]
-            for task_id, _, token in runs:
-                live.append(task_id)
-                pipe.set(
-                    lease_key(lease_name(task_id)),
-                    f"{token}|{stamp}|{stamp}|bench:bulk",
-                    px=3_600_000,
-                )
-            with rt.db.transaction() as conn:
-                insert_running(
-                    conn,
-                    runs,
-                    task_type=MINIMAL,
-                    worker="bench:bulk",
-                    lease_expires_at=utcnow() + timedelta(hours=1),
-                )
-            pipe.execute()
-
-        def expire(count: int) -> list[str]:
-            """The leases of `count` running executions ran out: mirror in the past, key gone."""
-            batch = [live.pop(0) for _ in range(count)]
-            bulk_pg.execute(
-                "UPDATE executions SET lease_expires_at = now() - interval '1 second' "
-                "WHERE task_id = ANY(%s) AND generation = 1",
-                (batch,),
-            )
-            self.redis.delete(*[lease_key(lease_name(t)) for t in batch])
-            return batch
-
-        def lookup() -> int:
-            with rt.db.transaction(readonly=True) as conn:
-                return len(execution_store.expired_executions(conn, utcnow(), rt.sweeper.batch))
-
-        def running_rows() -> list[Any]:
-            with rt.db.transaction(readonly=True) as conn:
-                return list(
-                    conn.execute(
-                        select(executions.c.task_id, executions.c.lease_token).where(
-                            executions.c.outcome.is_(None), executions.c.started_at.is_not(None)
-                        )
-                    )
-                )
-
-        try:
-            add_running(running)
-            bulk_pg.execute("ANALYZE")
-            empty, find, full, per = Series("empty"), Series("lookup"), Series("full"), []
-            for _ in range(5):  # warm-up: connections, statement caches
-                rt.sweeper.sweep()
-                lookup()
-            for _ in range(repeats * 3):
-                t0 = time.perf_counter()
-                swept = rt.sweeper.sweep()
-                empty.samples.append((time.perf_counter() - t0) * 1000)
-                assert not swept.requeued
-            profile_text = ""
-            for rep in range(repeats + 1):
-                batch = expire(expired)
-                t0 = time.perf_counter()
-                found = lookup()
-                find.samples.append((time.perf_counter() - t0) * 1000)
-                if found != len(batch):
-                    raise RuntimeError(f"the lookup found {found} of {len(batch)} expiries")
-                profiler = cProfile.Profile() if rep == repeats else None
-                t0 = time.perf_counter()
-                if profiler is not None:
-                    profiler.enable()
-                swept = rt.sweeper.sweep()
-                if profiler is not None:
-                    profiler.disable()
-                elapsed = (time.perf_counter() - t0) * 1000
-                if profiler is None:
-                    full.samples.append(elapsed)
-                    per.append(elapsed / max(1, len(swept.requeued)))
-                else:  # the last round only profiles (the profiler's overhead is not timed)
-                    text = io.StringIO()
-                    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
-                    profile_text = text.getvalue()
-                    (self.folder / "profile-sweep.txt").write_text(profile_text)
-                if len(swept.requeued) != len(batch):
-                    raise RuntimeError(f"the sweep requeued {len(swept.requeued)} of {len(batch)}")
-                add_running(expired)  # back to `running` running executions
-            # The same expiries requeued one at a time, as sweeps did before batching: a lease
-            # read, a transaction and a publish for each (the same store function, batch of 1).
-            from orchestrator.services.sweeper import LEASE_EXPIRED, SweepReport
-
-            single = Series("one at a time")
-            for _ in range(repeats if self.compare_single else 0):
-                batch = expire(expired)
-                t0 = time.perf_counter()
-                with rt.db.transaction(readonly=True) as conn:
-                    found_rows = execution_store.expired_executions(
-                        conn, utcnow(), rt.sweeper.batch
-                    )
-                one_by_one = SweepReport()
-                for row in found_rows:
-                    rt.leases.get(lease_name(row.task_id))
-                    rt.sweeper.requeue_lost(
-                        [(row.task_id, row.generation)], LEASE_EXPIRED, one_by_one
-                    )
-                single.samples.append((time.perf_counter() - t0) * 1000)
-                if len(one_by_one.requeued) != len(batch):
-                    raise RuntimeError("the one-at-a-time sweep missed expiries")
-                add_running(expired)
-            # The naive contrast: every running execution's lease probed, one call each.
-            expire(expired)
-            running_rows()
-            t0 = time.perf_counter()
-            rows = running_rows()
-            missing = 0
-            for row in rows:
-                info = rt.leases.get(lease_name(row.task_id))
-                if info is None or info.token != row.lease_token:
-                    missing += 1
-            naive_ms = (time.perf_counter() - t0) * 1000
-            t0 = time.perf_counter()
-            rows = running_rows()
-            pipe = self.redis.pipeline(transaction=False)
-            for row in rows:
-                pipe.get(lease_key(lease_name(row.task_id)))
-            missing_pipelined = sum(1 for value in pipe.execute() if value is None)
-            pipelined_ms = (time.perf_counter() - t0) * 1000
-        finally:
-            bulk_pg.close()
-            rt.close()
-        self.figures["sweep"] = {
-            "running": running,
-            "expired": expired,
-            "repeats": repeats,
-            "empty": empty,
-            "lookup": find,
-            "full": full,
-            "per_requeue": statistics.median(per) if per else float("nan"),
-            "naive_ms": naive_ms,
-            "naive_rows": len(rows),
-            "naive_missing": missing,
-            "pipelined_ms": pipelined_ms,
-            "pipelined_missing": missing_pipelined,
-            "profile": profile_text,
-            "single": single,
-        }
+        self.figures["sweep"] = execution_sweep.measure(
+            self.rt.settings,
+            self.redis,
+            self.folder,
+            running,
+            expired,
+            repeats,
+            pg_server,
+            template,
+            self.compare_single,
+        )
 
 
 # --------------------------------------------------------------------------- main

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Replayer", "load", "record", "save"]
+__all__ = ["Replayer", "check_replayed", "load", "record", "record_on_copy", "save"]
 
 #: One step of a trace: ("execute", autocommit, raw cursor, binary, sql, params),
 #: ("commit",) or ("rollback",) of the connection that is not in autocommit.
@@ -133,3 +133,63 @@ class Replayer:
                 cursor.execute(query, params)
                 if cursor.description is not None:
                     cursor.fetchall()
+
+
+def record_on_copy(
+    settings: Any, pg_server: Any, template: str, task_type: str, count: int, folder: Path
+) -> tuple[str, str, str]:
+    """`count` executions of `task_type` run in process with `settings` on a database of
+    their own, each one's statements recorded; and a copy of that database taken before they
+    ran, for the raw worker to send them again. Returns the traces' file, the
+    recorded database's DSN and the copy's."""
+    from orchestrator.runtime import build_runtime
+    from orchestrator.services.dispatch import RecordingDispatcher
+    from orchestrator.services.tasks import Trigger
+
+    source = pg_server.create_database(template=template)
+    settings = settings.model_copy(update={"database_url": pg_server.url(source)})
+    rt = build_runtime(settings, dispatcher=RecordingDispatcher())
+    try:
+        task_ids = [
+            rt.tasks.trigger(Trigger(task_type=task_type, title=f"replay {n}")).task.task_id
+            for n in range(count)
+        ]
+    finally:
+        rt.close()
+    copy = pg_server.create_database(template=source)
+    rt = build_runtime(settings, dispatcher=RecordingDispatcher())
+    try:
+        traces = record(rt, task_ids)
+    finally:
+        rt.close()
+    path = folder / "statements.pickle"
+    save(traces, path)
+    recorded, replayed = (pg_server.url(db).replace("+psycopg", "") for db in (source, copy))
+    return str(path), recorded, replayed
+
+
+def check_replayed(recorded: str, replayed: str) -> None:
+    """The replayed statements did what the executions did: the copy ends with the rows
+    the recorded database has (every task completed, the same transcripts, events and
+    deliveries), or the floor would be of some other work."""
+    import psycopg
+
+    query = "SELECT (SELECT count(*) FROM tasks WHERE status = 'completed'), " + ", ".join(
+        f"(SELECT count(*) FROM {table})"
+        for table in (
+            "tasks",
+            "executions",
+            "transcript_entries",
+            "plan_revisions",
+            "reports",
+            "evidence",
+            "task_events",
+            "outbox",
+        )
+    )
+    counts = []
+    for dsn in (recorded, replayed):
+        with psycopg.connect(dsn) as connection:
+            counts.append(connection.execute(query).fetchone())
+    if counts[0] != counts[1] or counts[0][0] != counts[0][1]:
+        raise RuntimeError(f"the replay left other rows than the executions: {counts}")

@@ -14,6 +14,9 @@ both to `reap` when the end cannot be confirmed). The leader is detected as ende
 reaped, so its pid, which is also the process-group id, cannot be reused by another process
 before `reap` signals the group. Neither a timeout nor a cancellation undoes what the command
 already did, and the result says so.
+
+The child process itself (its state, waits, the killing of its group) is
+`orchestrator.tools.child_processes`; its output file, `orchestrator.tools.command_output`.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from pydantic import Field, model_validator
 from orchestrator.domain.evidence import EvidenceFacts
 from orchestrator.domain.outcomes import Outcome, model_message, tool_status
 from orchestrator.settings import Settings
+from orchestrator.tools import child_processes
 from orchestrator.tools.base import (
     Effect,
     Tool,
@@ -43,16 +47,18 @@ from orchestrator.tools.base import (
     ToolContext,
     ToolResult,
 )
+from orchestrator.tools.command_output import (
+    PREVIEW,
+    delete_output,
+    output_page,
+    output_preview,
+    read_output,
+)
 
 __all__ = ["ExecuteCommand", "ExecuteCommandArgs", "command_tools"]
 
-PREVIEW = 3000  # with the other fields, the JSON stays under the host preview size
-READ_LIMIT = 16000
 #: Finished commands a session keeps handles (and long-output files) for; the oldest go first.
 MAX_FINISHED = 32
-_POLL = 0.05
-_TERM_GRACE = 2.0
-_KILL_GRACE = 3.0
 _NOT_UNDONE = "A timeout or cancellation does not undo what the command already did."
 
 log = logging.getLogger(__name__)
@@ -114,7 +120,12 @@ class ExecuteCommand(Tool):
         # A run or wait ends by its own timeout, stopping the process (a confirmed `failed`):
         # the host's limit leaves it the time to do so.
         if args.action in ("run", "wait"):
-            own = float(args.timeout_seconds) + _TERM_GRACE + _KILL_GRACE + 5.0
+            own = (
+                float(args.timeout_seconds)
+                + child_processes.TERM_GRACE
+                + child_processes.KILL_GRACE
+                + 5.0
+            )
             return max(default, own)
         return default
 
@@ -194,7 +205,7 @@ class ExecuteCommand(Tool):
         running: list[str] = []
         for process in started:
             assert process.invocation_id is not None
-            if _state(process.popen)[0]:
+            if child_processes.state(process.popen)[0]:
                 ended.append((process.invocation_id, self._ended(process).status))
             else:
                 running.append(process.invocation_id)
@@ -214,16 +225,16 @@ class ExecuteCommand(Tool):
             return spawned
         process_id, process = spawned
         try:
-            ended = _wait_for(process.popen, args.timeout_seconds, ctx)
+            ended = child_processes.wait_for(process.popen, args.timeout_seconds, ctx)
         except ToolCancelled:
-            # `_wait_for` killed the group. Confirmed ended: nothing is kept (file deleted).
+            # `wait_for` killed the group. Confirmed ended: nothing is kept (file deleted).
             # Otherwise the entry stays for `reap`, which kills again and deletes the file.
-            if _state(process.popen)[0]:
+            if child_processes.state(process.popen)[0]:
                 self._forget(process_id)
             raise
         if not ended:
             process.timed_out = True
-            ended = _kill_group(process.popen)
+            ended = child_processes.kill_group(process.popen)
         if not ended:
             # The handle (and the file) stay so the model can read, wait for or stop it later.
             return _unconfirmed(process, process_id)
@@ -249,8 +260,8 @@ class ExecuteCommand(Tool):
         )
 
     def _read(self, process_id: str, process: _Process, offset: int) -> ToolResult:
-        if not _state(process.popen)[0]:
-            page, next_offset = _page(_text(process.path), offset)
+        if not child_processes.state(process.popen)[0]:
+            page, next_offset = output_page(read_output(process.path), offset)
             return ToolResult.ok(
                 {
                     "process_id": process_id,
@@ -261,14 +272,14 @@ class ExecuteCommand(Tool):
                 }
             )
         final = self._ended(process)
-        text = process.output if process.output is not None else _text(process.path)
-        page, next_offset = _page(text, offset)
+        text = process.output if process.output is not None else read_output(process.path)
+        page, next_offset = output_page(text, offset)
         return _repeat(final, process_id, content=page, next_offset=next_offset)
 
     def _wait(
         self, ctx: ToolContext, process_id: str, process: _Process, timeout: float
     ) -> ToolResult:
-        if not _wait_for(process.popen, timeout, ctx, kill_on_cancel=False):
+        if not child_processes.wait_for(process.popen, timeout, ctx, kill_on_cancel=False):
             return ToolResult(
                 status="pending",
                 payload={"process_id": process_id, "running": True, "status": "pending"},
@@ -278,10 +289,10 @@ class ExecuteCommand(Tool):
         return _repeat(self._ended(process), process_id)
 
     def _stop(self, process_id: str, process: _Process) -> ToolResult:
-        if _state(process.popen)[0]:
+        if child_processes.state(process.popen)[0]:
             # Already over: nothing to stop, the final result stands.
             return _repeat(self._ended(process), process_id)
-        if not _kill_group(process.popen):
+        if not child_processes.kill_group(process.popen):
             return ToolResult(
                 status="unknown",
                 payload={"process_id": process_id, "stopped": False, "status": "unknown"},
@@ -331,7 +342,7 @@ class ExecuteCommand(Tool):
                 start_new_session=True,  # its own process group: timeouts kill all of it
             )
         except OSError as exc:
-            _unlink(path)
+            delete_output(path)
             return ToolResult(
                 status="failed",
                 message=f"the command could not be started: {exc.strerror}; nothing was run",
@@ -389,7 +400,7 @@ class ExecuteCommand(Tool):
 
 def _final(process: _Process) -> ToolResult:
     """The result of a command whose end is confirmed (short output: the file goes now)."""
-    _, code = _state(process.popen)
+    _, code = child_processes.state(process.popen)
     outcome: Outcome
     if process.timed_out:
         outcome, execution = "command_failed", "timed_out_and_stopped"
@@ -404,19 +415,19 @@ def _final(process: _Process) -> ToolResult:
         outcome = "command_failed"
         execution = "exited" if code > 0 else "killed_by_signal"
     status = tool_status(outcome)
-    text = _text(process.path)
+    text = read_output(process.path)
     output_file: str | None = None
     if len(text) > PREVIEW:
         output_file = process.path  # kept for `read` paging until `reap`
     else:
         process.output = text
-        _unlink(process.path)
+        delete_output(process.path)
     payload: dict[str, Any] = {
         "exit_code": code,
         "timed_out": process.timed_out,
         "execution_outcome": execution,
         "status": status,
-        "output": _preview(text),
+        "output": output_preview(text),
         "output_file": output_file,
     }
     if process.timed_out or process.stopped:
@@ -434,7 +445,7 @@ def _unconfirmed(process: _Process, process_id: str) -> ToolResult:
         "timed_out": process.timed_out,
         "execution_outcome": "unconfirmed",
         "status": "unknown",
-        "output": _preview(_text(process.path)),
+        "output": output_preview(read_output(process.path)),
         "output_file": process.path,
         "note": _NOT_UNDONE,
     }
@@ -458,101 +469,18 @@ def _repeat(
 
 def _discard(process: _Process) -> None:
     """Kill what is left of the process group and delete the output file."""
-    ended, code = _state(process.popen)
-    if not ended and not _kill_group(process.popen):
+    ended, code = child_processes.state(process.popen)
+    if not ended and not child_processes.kill_group(process.popen):
         log.warning("command process %s did not end when reaped", process.popen.pid)
     # Children an ended leader left behind. Safe while the unreaped leader holds the id; not
     # when something else collected its status (the id may belong to another process now).
     if not (ended and code is None):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.popen.pid, signal.SIGKILL)
-    if _state(process.popen)[0]:
+    if child_processes.state(process.popen)[0]:
         with contextlib.suppress(ChildProcessError):
-            process.popen.wait(timeout=_KILL_GRACE)  # reap the zombie
-    _unlink(process.path)
-
-
-def _state(popen: subprocess.Popen[bytes]) -> tuple[bool, int | None]:
-    """(ended, exit code), without reaping: the zombie keeps the pid (and so the process-group
-    id) from being reused until `_discard`. A negative code is the signal that ended it; None
-    with ended=True means something else collected the status."""
-    if popen.returncode is not None:
-        return True, popen.returncode
-    try:
-        info = os.waitid(os.P_PID, popen.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return True, None
-    if info is None:
-        return False, None
-    if info.si_code == os.CLD_EXITED:
-        return True, info.si_status
-    return True, -info.si_status
-
-
-def _wait_for(
-    popen: subprocess.Popen[bytes], timeout: float, ctx: ToolContext, *, kill_on_cancel: bool = True
-) -> bool:
-    """True when the process ended within `timeout`; raises `ToolCancelled` on cancellation."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if _state(popen)[0]:
-            return True
-        if ctx.cancel is not None and ctx.cancel.is_set():
-            if kill_on_cancel:
-                _kill_group(popen)
-            raise ToolCancelled("cancelled while the command ran")
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        if ctx.cancel is not None:
-            ctx.cancel.wait(min(_POLL, remaining))
-        else:
-            time.sleep(min(_POLL, remaining))
-
-
-def _ends_within(popen: subprocess.Popen[bytes], seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while not _state(popen)[0]:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        time.sleep(min(_POLL, remaining))
-    return True
-
-
-def _kill_group(popen: subprocess.Popen[bytes]) -> bool:
-    """TERM then KILL the process group; True only when the end of the process is confirmed."""
-    for sig, grace in ((signal.SIGTERM, _TERM_GRACE), (signal.SIGKILL, _KILL_GRACE)):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(popen.pid, sig)
-        if _ends_within(popen, grace):
-            return True
-    return _state(popen)[0]
-
-
-def _preview(text: str) -> str:
-    if len(text) <= PREVIEW:
-        return text
-    return text[: PREVIEW // 2] + "\n[...]\n" + text[-PREVIEW // 2 :]
-
-
-def _page(text: str, offset: int) -> tuple[str, int | None]:
-    page = text[offset : offset + READ_LIMIT]
-    end = offset + len(page)
-    return page, (end if end < len(text) else None)
-
-
-def _text(path: str) -> str:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read().decode("utf-8", errors="replace")
-    except FileNotFoundError:  # deleted by `reap` meanwhile, or from outside
-        return ""
-
-
-def _unlink(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
+            process.popen.wait(timeout=child_processes.KILL_GRACE)  # reap the zombie
+    delete_output(process.path)
 
 
 def command_tools(settings: Settings) -> list[Tool]:

@@ -31,7 +31,8 @@ from orchestrator.store.types import utcnow
 from orchestrator.tools import scada_sim
 from orchestrator.tools.base import Tool, ToolArguments, ToolContext, ToolResult
 from orchestrator.tools.http_answers import AnswerTooLarge, read_answer
-from orchestrator.tools.openapi import SpecError, load_spec
+from orchestrator.tools.openapi import load_spec
+from orchestrator.tools.spec_errors import SpecError
 
 __all__ = [
     "BUNDLED",

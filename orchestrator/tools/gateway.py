@@ -33,6 +33,7 @@ from orchestrator.domain.fingerprints import (
 from orchestrator.domain.outcomes import Outcome, model_message, tool_status
 from orchestrator.errors import ValidationFailed
 from orchestrator.settings import Settings
+from orchestrator.tools.argument_models import dump_arguments
 from orchestrator.tools.base import (
     Effect,
     Identity,
@@ -42,14 +43,8 @@ from orchestrator.tools.base import (
     ToolResult,
 )
 from orchestrator.tools.http_answers import Answer, AnswerTooLarge, read_answer
-from orchestrator.tools.openapi import (
-    SPEC_SETTING,
-    ApiSpec,
-    Operation,
-    SpecError,
-    dump_arguments,
-    load_spec,
-)
+from orchestrator.tools.openapi import SPEC_SETTING, ApiSpec, Operation, load_spec
+from orchestrator.tools.spec_errors import SpecError
 
 __all__ = ["CallApi", "CallApiArgs", "DescribeApiOperation", "gateway_tools", "holds_written"]
 

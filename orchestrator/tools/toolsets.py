@@ -8,8 +8,9 @@ from orchestrator.tools.base import Tool
 from orchestrator.tools.command import command_tools
 from orchestrator.tools.gateway import gateway_tools
 from orchestrator.tools.invocations import GetToolExecution
-from orchestrator.tools.openapi import SPEC_SETTING, SpecError
+from orchestrator.tools.openapi import SPEC_SETTING
 from orchestrator.tools.results import ReadToolResult, ResultCache
+from orchestrator.tools.spec_errors import SpecError
 
 __all__ = ["SpecError", "check_gateway", "receipt_tools"]
 
@@ -26,7 +27,7 @@ def receipt_tools(settings: Settings, ledger: ReceiptLedger, results: ResultCach
     Pass the same `results` cache to the `ToolHost` so its previews and `read_tool_result`
     share one store; keep one cache per process (results are per session graph inside it).
 
-    Raises `SpecError` (`orchestrator.tools.openapi`), and only that, when the gateway cannot
+    Raises `SpecError` (`orchestrator.tools.spec_errors`), and only that, when the gateway cannot
     be set up from `ORCH_GATEWAY_SPEC`/`ORCH_GATEWAY_BASE_URL`: an unreadable file, invalid
     JSON/YAML, a document of the wrong shape, no base URL. Its message is one line starting
     with `ORCH_GATEWAY_SPEC (<path>):`; call this at worker start so the worker stops there.

@@ -14,7 +14,7 @@ import pytest
 from orchestrator.agent.host import ToolHost
 from orchestrator.store import Database
 from orchestrator.store.receipts import ReceiptLedger
-from orchestrator.tools import command as command_module
+from orchestrator.tools import child_processes
 from orchestrator.tools.base import ToolCall, ToolCancelled, ToolContext, ToolResult
 from orchestrator.tools.command import ExecuteCommand
 from tests.integration.receipt_rows import chat_session
@@ -96,7 +96,7 @@ def test_a_timeout_kills_the_process_group_and_fails(host: ToolHost, tmp_path: P
 
 
 def test_an_unconfirmed_end_is_unknown(host: ToolHost, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(command_module, "_kill_group", lambda popen: False)
+    monkeypatch.setattr(child_processes, "kill_group", lambda popen: False)
     ctx = _ctx(host)
     result = _run(host, ctx, command="sleep 2", timeout_seconds=0.2)
     assert result.status == "unknown"
@@ -223,7 +223,7 @@ def test_read_sees_the_end_without_a_wait(host: ToolHost) -> None:
 def test_an_unconfirmed_end_keeps_the_output_and_the_handle(
     host: ToolHost, monkeypatch: pytest.MonkeyPatch, tmpdir_for_output: Path
 ) -> None:
-    monkeypatch.setattr(command_module, "_kill_group", lambda popen: False)
+    monkeypatch.setattr(child_processes, "kill_group", lambda popen: False)
     ctx = _ctx(host)
     result = _run(host, ctx, command="echo early; sleep 1", timeout_seconds=0.3)
     monkeypatch.undo()
@@ -350,7 +350,7 @@ def test_a_cancelled_run_kills_the_group_and_deletes_its_file(
 def test_a_cancelled_run_that_will_not_die_is_left_to_reap(
     host: ToolHost, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tmpdir_for_output: Path
 ) -> None:
-    monkeypatch.setattr(command_module, "_kill_group", lambda popen: False)
+    monkeypatch.setattr(child_processes, "kill_group", lambda popen: False)
     cancel = threading.Event()
     ctx = _ctx(host, cancel=cancel)
     leader = tmp_path / "leader"

@@ -16,8 +16,9 @@ import pytest
 import yaml
 
 from orchestrator.settings import load_settings
-from orchestrator.tools.openapi import SpecError, parse_spec
+from orchestrator.tools.openapi import parse_spec
 from orchestrator.tools.results import ResultCache
+from orchestrator.tools.spec_errors import SpecError
 from orchestrator.tools.toolsets import receipt_tools
 from tests.integration.fake_backend import SPEC
 

@@ -10,7 +10,8 @@ from pydantic import ValidationError
 
 from orchestrator.errors import ValidationFailed
 from orchestrator.tools.gateway import CallApi, CallApiArgs
-from orchestrator.tools.openapi import SpecError, parse_spec
+from orchestrator.tools.openapi import parse_spec
+from orchestrator.tools.spec_errors import SpecError
 from tests.integration.fake_backend import SPEC
 
 

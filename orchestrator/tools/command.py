@@ -383,13 +383,19 @@ class ExecuteCommand(Tool):
         return final
 
     def _evict(self, session_id: str) -> None:
-        """Keep at most `MAX_FINISHED` finished commands a session; the longest ended go."""
+        """Keep at most `MAX_FINISHED` finished commands a session; the longest ended go.
+
+        A background command with a receipt is never among them: the round end settles its
+        `pending` receipt from `background()`, which must still see it (invariant 23). `reap`
+        drops it with its session; a round's tool calls bound how many there are."""
         with self._lock:
             finished = sorted(
                 (
                     (entry.ended_at, process_id)
                     for process_id, entry in self._processes.items()
-                    if entry.session_id == session_id and entry.final is not None
+                    if entry.session_id == session_id
+                    and entry.final is not None
+                    and entry.invocation_id is None
                 ),
             )
             excess = finished[: max(0, len(finished) - MAX_FINISHED)]

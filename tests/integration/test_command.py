@@ -386,3 +386,25 @@ def test_start_takes_env_and_keeps_its_working_directory(host: ToolHost, tmp_pat
     assert done.payload["output"] == f"hello\n{tmp_path}\n"
     missing = _run(host, ctx, "m", action="start", command="true", cwd=str(tmp_path / "none"))
     assert (missing.status, missing.code) == ("failed", "invalid_arguments")
+
+
+def test_a_finished_background_command_is_kept_for_the_round_end_past_the_cap(
+    host: ToolHost,
+) -> None:
+    """A background command's receipt is `pending` until the round end settles it from
+    `background()`. However many commands finish after it in the same session, it is not
+    evicted before then: an evicted one was never reported, and its receipt stayed `pending`
+    although the host had seen it end."""
+    from orchestrator.tools.command import MAX_FINISHED
+
+    ctx = _ctx(host)
+    started = _run(host, ctx, "s", action="start", command="exit 0")
+    assert started.status == "pending"
+    process_id = started.payload["process_id"]
+    waited = _run(host, ctx, "w", action="wait", process_id=process_id, timeout_seconds=5)
+    assert waited.status == "succeeded"
+    for number in range(MAX_FINISHED + 2):
+        assert _run(host, ctx, f"f{number}", command="true").status == "succeeded"
+    ended, running = _tool(host).background(ctx.session_id)
+    assert running == []
+    assert [status for _, status in ended] == ["succeeded"]

@@ -189,10 +189,14 @@ def _constraints(schema: dict[str, Any], where: str) -> dict[str, Any]:
     }
     found = {target: schema[key] for key, target in mapping.items() if key in schema}
     # OpenAPI 3.0 writes exclusive bounds as booleans beside minimum/maximum.
-    if found.get("gt") is True:
-        found["gt"] = found.pop("ge")
-    if found.get("lt") is True:
-        found["lt"] = found.pop("le")
+    for exclusive, bound, key, inclusive in (
+        ("exclusiveMinimum", "minimum", "gt", "ge"),
+        ("exclusiveMaximum", "maximum", "lt", "le"),
+    ):
+        if found.get(key) is True:
+            if inclusive not in found:
+                raise SpecError(f"{where}: {exclusive}: true needs a {bound} beside it")
+            found[key] = found.pop(inclusive)
     found = {k: v for k, v in found.items() if not isinstance(v, bool)}
     for key, value in found.items():
         if key == "pattern":

@@ -14,6 +14,9 @@ from orchestrator.tools.openapi import parse_spec
 from orchestrator.tools.spec_errors import SpecError
 from tests.integration.fake_backend import SPEC
 
+#: The path to createOrder's `quantity` schema, for `_spec`.
+QUANTITY = "paths|/orders|post|requestBody|content|application/json|schema|properties|quantity"
+
 
 def _spec(**changes: Any) -> dict[str, Any]:
     spec = copy.deepcopy(SPEC)
@@ -79,11 +82,29 @@ def test_normalized_arguments_make_one_intent() -> None:
         ({"paths|/orders|post|x-effect": "delete"}, "x-effect"),
         ({"paths|/jobs|post|operationId": "getSetting"}, "used twice"),
         ({"openapi": "2.0"}, "OpenAPI 3"),
+        # OpenAPI 3.0's boolean exclusive bound with no bound beside it (was a bare KeyError).
+        (
+            {QUANTITY: {"type": "integer", "exclusiveMinimum": True}},
+            "exclusiveMinimum: true needs a minimum",
+        ),
+        (
+            {QUANTITY: {"type": "integer", "exclusiveMaximum": True}},
+            "exclusiveMaximum: true needs a maximum",
+        ),
     ],
 )
 def test_specs_the_gateway_cannot_honour_are_refused(changes: dict[str, Any], message: str) -> None:
     with pytest.raises(SpecError, match=message):
         parse_spec(_spec(**changes))
+
+
+def test_openapi_3_0_boolean_exclusive_bounds_still_bound() -> None:
+    quantity = {"type": "integer", "minimum": 1, "exclusiveMinimum": True}
+    operation = parse_spec(_spec(**{QUANTITY: quantity})).operations["createOrder"]
+    model = operation.model
+    with pytest.raises(ValidationError):
+        model.model_validate({"body": {"item": "pump", "quantity": 1}})
+    assert model.model_validate({"body": {"item": "pump", "quantity": 2}})
 
 
 def test_sensitive_writes_are_never_verified() -> None:

@@ -651,3 +651,18 @@ def test_a_human_node_stored_without_a_readable_status_is_still_closed_by_its_pe
         ("check", "completed"),
         ("sample", "completed"),
     ]
+
+
+def test_a_person_s_step_is_not_the_agent_s_last_write(
+    env: tuple[Runtime, RecordingDispatcher, Path],
+) -> None:
+    """`last_write` tells a working agent from a stuck one: a person's step, though a plan
+    revision of the generation, leaves it at the agent's own last write."""
+    rt, _, scripts = env
+    task_id = waiting_on_a_sample(rt, scripts, callback=True)
+    before = rt.tasks.explain(task_id)["last_write"]
+    assert before is not None
+    assert before["kind"] == "report"
+    step = rt.human_steps.close(task_id, "sample", "completed", by="lab", evidence="0.4 mg/L")
+    assert (step.task_status, step.generation) == ("waiting", 1)  # the call-back still open
+    assert rt.tasks.explain(task_id)["last_write"] == before

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,27 @@ def waiting_on_a_sample(rt: Runtime, scripts: Path, *, callback: bool = False) -
     task_id = rt.tasks.trigger(Trigger(task_type="hs", title="Turbid water")).task.task_id
     assert rt.executions.run(task_id, 1, worker="w").outcome == "waiting"
     return task_id
+
+
+def at_once(first: Callable[[], None], second: Callable[[], None], *, in_order: bool) -> None:
+    """Run both on threads released by one barrier, started in this order or the other; neither
+    may raise."""
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(2)
+
+    def run(call: Callable[[], None]) -> None:
+        try:
+            barrier.wait(timeout=10)
+            call()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(call,)) for call in (first, second)]
+    for thread in threads if in_order else reversed(threads):
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert errors == []
 
 
 def client_for(rt: Runtime, store_url: str, dispatcher: RecordingDispatcher) -> TestClient:
@@ -305,31 +326,16 @@ def test_a_step_and_the_next_generation_s_first_plan_at_once_are_both_kept(
     fence = Fence(task_id, 2, claim_as_worker(rt, task_id, 2, "w", ttl=60))
     session_id = rt.tasks.get(task_id).session_id
     assert session_id is not None
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(2)
 
     def person() -> None:
-        try:
-            barrier.wait(timeout=10)
-            rt.human_steps.close(task_id, "callback", "completed", by="desk", evidence="clear")
-        except BaseException as exc:
-            errors.append(exc)
+        rt.human_steps.close(task_id, "callback", "completed", by="desk", evidence="clear")
 
     def agent() -> None:
-        try:
-            barrier.wait(timeout=10)
-            body = {"request_id": "g2-r1", "title": "T", "reason": "generation 2",
-                    "nodes": read_by_agent.nodes, "edges": read_by_agent.edges}  # fmt: skip
-            rt.plans.publish_execution_plan(session_id, body, fence=fence)
-        except BaseException as exc:
-            errors.append(exc)
+        body = {"request_id": "g2-r1", "title": "T", "reason": "generation 2",
+                "nodes": read_by_agent.nodes, "edges": read_by_agent.edges}  # fmt: skip
+        rt.plans.publish_execution_plan(session_id, body, fence=fence)
 
-    threads = [threading.Thread(target=person), threading.Thread(target=agent)]
-    for thread in threads if round_number % 2 else reversed(threads):
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
-    assert errors == []
+    at_once(person, agent, in_order=bool(round_number % 2))
     with rt.db.transaction(readonly=True) as conn:
         latest = task_latest_plan(conn, task_id)
     assert latest is not None
@@ -476,30 +482,15 @@ def test_concurrent_human_completion_and_agent_publish_are_both_kept(
         }
 
     rt.plans.publish_execution_plan(session_id, plan("r1", "running"), fence=fence)
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(2)
 
     def person() -> None:
-        try:
-            barrier.wait(timeout=10)
-            rt.human_steps.close(task_id, "sample", "completed", by="lab", evidence="ok")
-        except BaseException as exc:
-            errors.append(exc)
+        rt.human_steps.close(task_id, "sample", "completed", by="lab", evidence="ok")
 
     def agent() -> None:
-        try:
-            barrier.wait(timeout=10)
-            # The agent moves its own node on (completing it would need recorded evidence).
-            rt.plans.publish_execution_plan(session_id, plan("r2", "waiting"), fence=fence)
-        except BaseException as exc:
-            errors.append(exc)
+        # The agent moves its own node on (completing it would need recorded evidence).
+        rt.plans.publish_execution_plan(session_id, plan("r2", "waiting"), fence=fence)
 
-    threads = [threading.Thread(target=person), threading.Thread(target=agent)]
-    for thread in threads if round_number % 2 else reversed(threads):
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
-    assert errors == []
+    at_once(person, agent, in_order=bool(round_number % 2))
     latest = rt.plans.latest(session_id)
     assert latest is not None
     assert latest.revision == 3

@@ -19,7 +19,27 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Replayer", "check_replayed", "load", "record", "record_on_copy", "save"]
+__all__ = [
+    "WRITTEN_TABLES",
+    "Replayer",
+    "check_replayed",
+    "load",
+    "record",
+    "record_on_copy",
+    "save",
+]
+
+#: The tables an execution writes rows to, whose rows a replay must leave as the execution did.
+WRITTEN_TABLES = (
+    "tasks",
+    "executions",
+    "transcript_entries",
+    "plan_revisions",
+    "reports",
+    "evidence",
+    "task_events",
+    "outbox",
+)
 
 #: One step of a trace: ("execute", autocommit, raw cursor, binary, sql, params),
 #: ("commit",) or ("rollback",) of the connection that is not in autocommit.
@@ -175,17 +195,7 @@ def check_replayed(recorded: str, replayed: str) -> None:
     import psycopg
 
     query = "SELECT (SELECT count(*) FROM tasks WHERE status = 'completed'), " + ", ".join(
-        f"(SELECT count(*) FROM {table})"
-        for table in (
-            "tasks",
-            "executions",
-            "transcript_entries",
-            "plan_revisions",
-            "reports",
-            "evidence",
-            "task_events",
-            "outbox",
-        )
+        f"(SELECT count(*) FROM {table})" for table in WRITTEN_TABLES
     )
     counts = []
     for dsn in (recorded, replayed):

@@ -9,22 +9,12 @@ from pathlib import Path
 import psycopg
 
 from bench.execution_fleet import MINIMAL, minimal_turns
-from bench.statement_replay import Replayer, load, record, save
+from bench.statement_replay import WRITTEN_TABLES, Replayer, load, record, save
 from orchestrator.services.tasks import Trigger
 from tests.executions_support import runtime_for, write_script
 from tests.services import PostgresServer
 
-TABLES = (
-    "tasks",
-    "executions",
-    "transcript_entries",
-    "plan_revisions",
-    "reports",
-    "evidence",
-    "task_events",
-    "outbox",
-    "leases",
-)
+TABLES = (*WRITTEN_TABLES, "leases")  # the test's runtime keeps its leases in the store
 
 
 def _rows(dsn: str) -> list[object]:

@@ -10,9 +10,10 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Row, Select, and_, bindparam, exists, func, insert, or_, select
 
+from orchestrator.domain.decisions import open_human_nodes
 from orchestrator.domain.fences import Fence
 from orchestrator.domain.plans import readable_nodes, status_counts
-from orchestrator.domain.vocabulary import OPEN_NODE_STATUSES, TERMINAL_TASK_STATUSES
+from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
 from orchestrator.store import driver
 from orchestrator.store.records import driver_row
 from orchestrator.store.sessions import SessionRecord
@@ -330,15 +331,6 @@ _STANDING = (
     .select_from(sessions.outerjoin(tasks, tasks.c.task_id == sessions.c.task_id))
     .where(sessions.c.session_id == bindparam("session_id"))
 )
-#: The session of the task's latest plan (`store.task_plans.task_latest_plan`'s order).
-_LATEST_PLAN_SESSION = (
-    select(plan_revisions.c.session_id, plan_revisions.c.nodes)
-    .where(
-        plan_revisions.c.task_id == bindparam("task_id"), plan_revisions.c.generation.is_not(None)
-    )
-    .order_by(plan_revisions.c.generation.desc(), plan_revisions.c.revision.desc())
-    .limit(1)
-)
 
 
 def session_standing(conn: Connection, session_id: str) -> SessionStanding | None:
@@ -367,15 +359,14 @@ def session_standing(conn: Connection, session_id: str) -> SessionStanding | Non
         # An earlier generation's session still takes a person's step while its plan is the
         # task's latest and has a human node open (`services.human_steps`): its stream must
         # not end, nor answer 204 to a client that will then miss the step.
-        latest = conn.execute(_LATEST_PLAN_SESSION, {"task_id": row.task_id}).one_or_none()
+        # Imported here: `task_plans` reads this module's `PlanRecord`.
+        from orchestrator.store.task_plans import task_latest_plan
+
+        latest = task_latest_plan(conn, row.task_id)
         current = (
             latest is not None
             and latest.session_id == session_id
-            and any(
-                node.get("actor") == "human"
-                and (node["status"] is None or node["status"] in OPEN_NODE_STATUSES)
-                for node in readable_nodes(latest.nodes) or ()
-            )
+            and bool(open_human_nodes(readable_nodes(latest.nodes)))
         )
     return SessionStanding(
         running=row.task_status == "running" and row.task_session_id == session_id,

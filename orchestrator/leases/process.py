@@ -20,22 +20,14 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+
+from orchestrator.domain.processes import ProcessIdentity
 
 __all__ = ["ProcessIdentity", "current_process", "is_gone", "local_scope", "pid_exists"]
 
 _PROC = Path("/proc")
-
-
-@dataclass(frozen=True)
-class ProcessIdentity:
-    """Where a generation runs: `started` is `<scope>/<start ticks>`, or None off Linux."""
-
-    host: str
-    pid: int
-    started: str | None
 
 
 def _read(path: Path) -> str | None:

@@ -38,7 +38,7 @@ from orchestrator.store.tables import actions, executions, sessions, tasks
 from orchestrator.store.types import utcnow
 
 if TYPE_CHECKING:
-    from orchestrator.leases.process import ProcessIdentity
+    from orchestrator.domain.processes import ProcessIdentity
 
 __all__ = [
     "GENERATION_COLUMNS",

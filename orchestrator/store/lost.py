@@ -44,7 +44,7 @@ from sqlalchemy import (
 )
 
 from orchestrator.domain.outcomes import summary_for
-from orchestrator.leases.process import ProcessIdentity
+from orchestrator.domain.processes import ProcessIdentity
 from orchestrator.store.actions import ActionRecord, superseded_from_rows
 from orchestrator.store.generations import generation_rows, new_id
 from orchestrator.store.tables import actions, executions, invocation_receipts, sessions, tasks

@@ -26,8 +26,9 @@ DOMAIN_FORBIDDEN = (
     "orchestrator.services",
     "orchestrator.api",
 )
-#: What the store may not name: the layers that use it.
+#: What the store may not name: the layers that use it (the SQL lease back end is one).
 STORE_FORBIDDEN = (
+    "orchestrator.leases",
     "orchestrator.agent",
     "orchestrator.tools",
     "orchestrator.services",

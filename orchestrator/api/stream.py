@@ -12,7 +12,12 @@ earlier generation's session whose plan is still the task's latest, with a human
 takes a person's step until the newer one publishes); the revisions committed before that are
 sent first. An `EventSource` reconnects to an ended stream for as long as the answer is a 200,
 so a reconnect that has seen a finished session's newest revision is a 204, which stops it.
-Chats and collaborations never finish.
+Chats and collaborations never finish. An operator's requeue of a final task makes the session
+of its last plan take a person's steps again (until the new generation publishes); a client
+stopped by the 204 learns of the requeue as of any change to a final task (the task's view, or
+the task stream opened again, which relays the steps) and a new connection here is a 200. The
+204 is kept: a 200 for every final task's last session, in case of a requeue, would keep its
+browser reconnecting, or an idle connection open, for a change that may never come.
 """
 
 from __future__ import annotations

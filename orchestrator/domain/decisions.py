@@ -14,6 +14,15 @@ own completed retry. A human step's retry is a human node, which only a person c
 the agent alone never turns a person's failure into a completion (invariants 6 and 22). An
 agent's own failed node may also be marked skipped or cancelled once it no longer applies; a
 person's failed node cannot (the agent never rewrites what a person closed).
+
+A human node a person failed is news the agent must answer (`unanswered_failed_human_nodes`):
+with a retry drawn (a human node with an edge from it, open or completed), or by reporting the
+task failed. Until it is answered it queues the next round even while other human nodes are
+open, whoever wrote the plan's latest revision: the person after the agent's last plan, or the
+agent, publishing again (or, in the next generation, keeping the step a person failed in an
+earlier generation's plan) without a retry. A call-back may take days; the retry should not
+wait for it. What bounds an agent that never answers is the round limit: the task fails with
+`round_limit`, the reason naming the failed step and how to retry it.
 """
 
 from __future__ import annotations
@@ -24,7 +33,14 @@ from typing import Any
 
 from orchestrator.domain.vocabulary import OPEN_NODE_STATUSES
 
-__all__ = ["Decision", "RoundFacts", "decide", "open_human_nodes", "unretried_failed_nodes"]
+__all__ = [
+    "Decision",
+    "RoundFacts",
+    "decide",
+    "open_human_nodes",
+    "unanswered_failed_human_nodes",
+    "unretried_failed_nodes",
+]
 
 _DONE = frozenset({"completed", "skipped", "cancelled"})
 #: A human node in one of these no longer waits for a person: a person closed it, or it no
@@ -64,6 +80,46 @@ def unretried_failed_nodes(
     ]
 
 
+def unanswered_failed_human_nodes(
+    nodes: Sequence[Mapping[str, Any]] | None, edges: Sequence[Mapping[str, Any]] | None
+) -> list[str]:
+    """The ids of the human nodes a person failed that the plan does not answer, in plan order.
+
+    A failed human node is answered by a retry drawn for it: a human node with an edge from it
+    that is completed, still open (waiting for its person), or failed and answered in turn. A
+    retry a person failed or skipped, with nothing after it, answers nothing: the agent must
+    act again.
+    """
+    by_id = {str(n["id"]): n for n in nodes or ()}
+    followers: dict[str, list[str]] = {}
+    for edge in edges or ():
+        followers.setdefault(str(edge.get("from")), []).append(str(edge.get("to")))
+    answered: dict[str, bool] = {}
+
+    def is_answered(node_id: str, seen: frozenset[str]) -> bool:
+        if node_id not in answered:
+            answered[node_id] = any(
+                (retry := by_id.get(target)) is not None
+                and target not in seen  # a stored plan has no cycle; never loop on one
+                and retry.get("actor") == "human"
+                and (
+                    retry.get("status") == "completed"
+                    or retry.get("status") in OPEN_NODE_STATUSES
+                    or (retry.get("status") == "failed" and is_answered(target, seen | {target}))
+                )
+                for target in followers.get(node_id, ())
+            )
+        return answered[node_id]
+
+    return [
+        node_id
+        for node_id, n in by_id.items()
+        if n.get("actor") == "human"
+        and n.get("status") == "failed"
+        and not is_answered(node_id, frozenset({node_id}))
+    ]
+
+
 def open_human_nodes(nodes: Sequence[Mapping[str, Any]] | None) -> list[str]:
     """The ids of the human nodes a person has yet to close."""
     return [
@@ -87,7 +143,8 @@ class RoundFacts:
     #: Background commands of this round still running when it ended (they are reaped after).
     running_commands: int = 0
     plan_edges: Sequence[Mapping[str, Any]] | None = ()
-    #: A person wrote the latest revision (closed a human node after the agent's last plan).
+    #: A person wrote the latest revision (closed a human node after the agent's last plan):
+    #: said in the reason of a round an unanswered failure queues, not a condition of it.
     person_revised_last: bool = False
     #: Nodes of the plan stored in a shape the rules cannot read (not an object, no id): the
     #: host cannot show them done, so the plan is not done (`domain.plans.readable_nodes`).
@@ -116,12 +173,13 @@ def decide(facts: RoundFacts) -> Decision:
     if facts.pending_actions > 0:
         return Decision("waiting", "waiting", f"{facts.pending_actions} action(s) await approval")
     # A skipped or cancelled human node no longer applies, a failed one was closed by a person;
-    # any other is awaited, unless a person failed a step after the agent's last plan: the
-    # round never saw that, and the agent must get a round to retry it (or fail the task).
+    # any other is awaited, unless a person failed a step the plan does not answer (no retry
+    # drawn): the agent must get a round to retry it (or fail the task), though it published
+    # last (it kept the failure and drew nothing), and not after the call-back of days later.
     unretried = unretried_failed_nodes(nodes, facts.plan_edges)
-    unseen = _failed_since_agent_plan(nodes, facts.plan_edges, unretried, facts.person_revised_last)
+    unanswered = unanswered_failed_human_nodes(nodes, facts.plan_edges)
     open_human = open_human_nodes(nodes)
-    if open_human and not unseen:
+    if open_human and not unanswered:
         return Decision(
             "waiting", "waiting", "human node(s) not completed: " + ", ".join(open_human)
         )
@@ -151,14 +209,13 @@ def decide(facts: RoundFacts) -> Decision:
             f"the task did not finish within {facts.max_rounds} rounds" + retry,
             "round_limit",
         )
-    if unseen:
-        return Decision(
-            "queued",
-            "continue",
+    if unanswered:
+        said = (
             "a person failed human node(s) after the agent's last plan: "
-            + ", ".join(unseen)
-            + retry,
+            if facts.person_revised_last
+            else "human node(s) a person failed, with no retry in the agent's plan: "
         )
+        return Decision("queued", "continue", said + ", ".join(unanswered) + retry)
     if facts.report_outcome is None:
         return Decision("queued", "continue", "the round saved no report" + retry)
     if facts.report_outcome == "waiting":
@@ -168,32 +225,6 @@ def decide(facts: RoundFacts) -> Decision:
     if facts.report_outcome == "continue" and all_done:
         return Decision("queued", "continue", "the report declared continue")
     return Decision("queued", "continue", "plan nodes remain open" + retry)
-
-
-def _failed_since_agent_plan(
-    nodes: Sequence[Mapping[str, Any]],
-    edges: Sequence[Mapping[str, Any]] | None,
-    unretried: Sequence[str],
-    person_revised_last: bool,
-) -> list[str]:
-    """The failed human nodes the agent has not answered: a person wrote the plan's latest
-    revision (the agent has not published since), and no retry of the node is drawn yet (an
-    open one, waiting for its person, is the agent's answer)."""
-    if not person_revised_last:
-        return []
-    by_id = {str(n["id"]): n for n in nodes}
-    drawn = {
-        str(e.get("from"))
-        for e in edges or ()
-        if (retry := by_id.get(str(e.get("to")))) is not None
-        and retry.get("actor") == "human"
-        and retry.get("status") in OPEN_NODE_STATUSES
-    }
-    return [
-        node_id
-        for node_id in unretried
-        if by_id[node_id].get("actor") == "human" and node_id not in drawn
-    ]
 
 
 def _retry_hint(nodes: Sequence[Mapping[str, Any]], unretried: Sequence[str]) -> str:

@@ -3,7 +3,9 @@
 A round that ends by an exception, a cancel or a lost lease leaves a snapshot: every tool call it
 made with the status of the result it received (and the receipt id of a write), the calls that
 never got a result marked `unknown`, and its last plan. A worker that died leaves none; the
-same snapshot is then built from its durable transcript. The next generation reads it first: an
+same snapshot is then built from its durable transcript. The plan it is shown with is the task's
+as it stands when it is read (`services.recovery.snapshot_for`): a person may close a human
+step of it after the round ended. The next generation reads it first: an
 `unknown` call may or may not have taken effect and must be verified read-only before anything
 is retried. Pure rules: no I/O.
 """

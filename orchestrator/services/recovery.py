@@ -4,11 +4,18 @@
 generation is no longer live then, so the write is not fenced; it only touches the snapshot of
 the round's own session. `snapshot_for` gives the next generation the previous one's snapshot,
 or builds it from the durable transcript when the worker died before it could save one.
+
+The plan a snapshot shows (`last_plan`) is read when it is shown, not when it was saved: a
+person may close a human step of that plan after the round ended (until the next generation
+publishes, the step goes into it: `services.human_steps`), and the agent must never be shown
+the plan as it was before the step as if it were the plan its first publish keeps.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
+from typing import Any
 
 from sqlalchemy import Connection
 
@@ -16,6 +23,7 @@ from orchestrator.agent.transcript import TranscriptWriter
 from orchestrator.domain.recovery import Snapshot
 from orchestrator.store import plans as plan_store
 from orchestrator.store import snapshots as snapshot_store
+from orchestrator.store import task_plans
 from orchestrator.store import transcripts as transcript_store
 from orchestrator.store.db import Database
 from orchestrator.store.records import ExecutionRecord
@@ -63,26 +71,34 @@ def save_round_snapshot(db: Database, writer: TranscriptWriter, reason: str) -> 
 
 
 def snapshot_for(conn: Connection, before: ExecutionRecord) -> Snapshot | None:
-    """The snapshot of the generation `before`, saved or built from its transcript.
+    """The snapshot of the generation `before`, saved or built from its transcript, with the
+    task's latest plan up to that generation as it stands now (the steps people closed in it
+    since included: the same plan `read_task_context` gives as `previous_generation.plan`).
 
     None when it ended normally with every call answered.
     """
     saved = snapshot_store.get_snapshot(conn, before.session_id)
     if saved is not None:
-        return saved
+        return replace(saved, last_plan=_plan_now(conn, before))
     if before.outcome not in _ABNORMAL:
         return None
     entries = transcript_store.entries_of(conn, session_id=before.session_id)
     if not entries:
         return None
-    plan = plan_store.latest_revision(conn, before.session_id)
     reason = before.reason or "the worker stopped before the round ended (no snapshot saved)"
     snapshot = Snapshot.from_transcript(
         [entry.to_dict() for entry in entries],
         reason=reason,
         generation=before.generation,
-        last_plan=plan.to_dict() if plan else None,
+        last_plan=_plan_now(conn, before),
     )
     if not snapshot.unknown and before.outcome not in (None, "lost"):
         return None
     return snapshot
+
+
+def _plan_now(conn: Connection, before: ExecutionRecord) -> dict[str, Any] | None:
+    """The task's latest plan up to generation `before`: its own last revision, or an earlier
+    generation's when it published none, with the steps people closed in it since."""
+    plan = task_plans.task_latest_plan(conn, before.task_id, before.generation + 1)
+    return plan.to_dict() if plan else None

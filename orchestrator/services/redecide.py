@@ -11,14 +11,17 @@ plan of its own, neither queues another generation nor touches the running one's
 A human node a person failed is news the agent must act on (retry it with a new human node that
 depends on it, or report the task failed): it queues the next generation even while other human
 nodes are still open (a call-back may take days; the retry should not wait for it). Only a
-pending action still holds the task then: its approval belongs to the waiting generation.
+pending action still holds the task then: its approval belongs to the waiting generation. The
+end of a round applies the same rule (`domain.decisions.unanswered_failed_human_nodes`), so a
+failure the agent kept without a retry is news there too; and an approval that releases a task
+held with such a failure queues it though other human nodes are open.
 """
 
 from __future__ import annotations
 
 from sqlalchemy import Connection
 
-from orchestrator.domain.decisions import open_human_nodes
+from orchestrator.domain.decisions import open_human_nodes, unanswered_failed_human_nodes
 from orchestrator.store import generations as generation_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import task_events as event_store
@@ -41,7 +44,8 @@ def redecide_txn(
     facts = report_store.generation_facts(conn, task.task_id, task.generation, task.session_id)
     if facts.pending_actions > 0:
         return None
-    if failed_node is None and open_human_nodes(facts.plan_nodes):
+    unanswered = unanswered_failed_human_nodes(facts.plan_nodes, facts.plan_edges)
+    if failed_node is None and not unanswered and open_human_nodes(facts.plan_nodes):
         return None
     nxt = generation_store.requeue_generation(
         conn,
@@ -54,10 +58,16 @@ def redecide_txn(
     )
     if nxt is not None:
         # The task stream and the webhooks see the move, in this transaction.
-        reason = (
-            "nothing waits any more"
-            if failed_node is None
-            else f"human node {failed_node} failed: the agent retries it or reports the task failed"
-        )
+        if failed_node is not None:
+            reason = (
+                f"human node {failed_node} failed: the agent retries it or reports the task failed"
+            )
+        elif unanswered:
+            reason = (
+                f"human node(s) {', '.join(unanswered)} failed with no retry in the plan: the "
+                "agent retries them or reports the task failed"
+            )
+        else:
+            reason = "nothing waits any more"
         event_store.record_event(conn, task.task_id, "queued", generation=nxt, reason=reason)
     return nxt

@@ -300,8 +300,9 @@ def test_a_step_failed_while_the_round_runs_wakes_the_agent_after_it(
     assert ended_as == "continue"
     assert "failed node(s) with no completed retry: sample (human)" in reason
     assert dispatcher.sent[-1] == (task_id, 2)
-    # Seen and answered with nothing (the agent published again, no retry): the task waits
-    # for the open call-back rather than spend its rounds.
+    # Seen and answered with nothing (the agent published again, no retry): still news, so
+    # the retry does not wait for the call-back; the round limit bounds an agent that never
+    # answers (`test_an_agent_that_never_answers_a_failure_runs_out_of_rounds`).
     kept = [kept_node(0), kept_node(1), humans[1]]
     script(
         scripts,
@@ -311,4 +312,117 @@ def test_a_step_failed_while_the_round_runs_wakes_the_agent_after_it(
             {"tool_calls": [report_call("c2", "waiting")]},
         ],
     )
-    assert rt.executions.run(task_id, 2, worker="w").outcome == "waiting"
+    assert rt.executions.run(task_id, 2, worker="w").outcome == "continue"
+    assert "with no retry in the agent's plan: sample" in ended(rt, task_id, 2)[1]
+    assert dispatcher.sent[-1] == (task_id, 3)
+
+
+def four_steps(rt: Runtime, scripts: Path) -> str:
+    """A task whose generation 1 waits on a re-test, a sampling and a call-back; a person
+    failed the re-test (generation 2 is queued, no plan of its own), then the sampling while
+    generation 2 was still queued (into generation 1's plan)."""
+    task_id = waiting_on(rt, scripts, "retest", "sample", "callback")
+    retest = rt.human_steps.close(task_id, "retest", "failed", by="lab", reason="meter broke")
+    assert (retest.task_status, retest.generation) == ("queued", 2)
+    step = rt.human_steps.close(task_id, "sample", "failed", by="lab", reason="bottle broke")
+    assert (step.task_status, step.generation, step.plan.generation) == ("queued", 2, 1)
+    return task_id
+
+
+FOUR_EDGES = [{"from": "check", "to": h} for h in ("retest", "sample", "callback")]
+
+
+def test_a_step_failed_before_the_next_generation_publishes_is_news_at_its_round_end(
+    env: tuple[Runtime, RecordingDispatcher, Path],
+) -> None:
+    """Generation 2's first publish kept the sampling failed (invariant 22) and retried only
+    the re-test; the call-back was open. The agent had published last, so its round ended
+    `waiting` for the call-back (days), and the failed sampling's retry waited with it."""
+    rt, dispatcher, scripts = env
+    task_id = four_steps(rt, scripts)
+    retest_2 = node("retest-2", "pending", actor="human")
+    edges = [*FOUR_EDGES, {"from": "retest", "to": "retest-2"}]
+    script(
+        scripts,
+        [
+            READ,
+            {"tool_calls": [plan_call("c1", "r1", [*map(kept_node, range(4)), retest_2], edges)]},
+            {"tool_calls": [report_call("c2", "waiting")]},
+        ],
+    )
+    assert rt.executions.run(task_id, 2, worker="w").outcome == "continue"
+    outcome, reason = ended(rt, task_id, 2)
+    assert outcome == "continue"
+    assert "with no retry in the agent's plan: sample" in reason
+    assert "retest" not in reason.split("plan: ")[1].split(";")[0]  # answered: not named
+    task = rt.tasks.get(task_id)
+    assert (task.status, task.generation) == ("queued", 3)
+    assert dispatcher.sent[-1] == (task_id, 3)
+
+    # Answered (a human retry drawn from the sampling): the task waits for its people.
+    sample_2 = node("sample-2", "pending", actor="human")
+    script(
+        scripts,
+        [
+            READ,
+            {
+                "tool_calls": [
+                    plan_call(
+                        "c1",
+                        "r1",
+                        [*map(kept_node, range(5)), sample_2],
+                        [*edges, {"from": "sample", "to": "sample-2"}],
+                    )
+                ]
+            },
+            {"tool_calls": [report_call("c2", "waiting")]},
+        ],
+    )
+    assert rt.executions.run(task_id, 3, worker="w").outcome == "waiting"
+    assert ended(rt, task_id, 3)[1] == ("human node(s) not completed: callback, retest-2, sample-2")
+    assert rt.tasks.get(task_id).status == "waiting"
+
+
+def test_an_agent_that_never_answers_a_failure_runs_out_of_rounds(
+    env: tuple[Runtime, RecordingDispatcher, Path],
+) -> None:
+    """Each round that keeps the failure without a retry queues the next, up to the round
+    limit (rounds count across the generations of an intent); then the task fails, saying
+    which step has no retry and how to make one."""
+    rt, _dispatcher, scripts = env
+    task_id = waiting_on(rt, scripts, "sample", "callback")
+    rt.human_steps.close(task_id, "sample", "failed", by="lab", reason="bottle broke")
+    edges = [{"from": "check", "to": h} for h in ("sample", "callback")]
+    script(
+        scripts,
+        [
+            READ,
+            {"tool_calls": [plan_call("c1", "r1", [*map(kept_node, range(3))], edges)]},
+            {"tool_calls": [report_call("c2", "waiting")]},
+        ],
+    )
+    limit = rt.settings.max_rounds
+    outcomes = [rt.executions.run(task_id, g, worker="w").outcome for g in range(2, limit + 1)]
+    assert outcomes == ["continue"] * (limit - 2) + ["failed"]
+    task = rt.tasks.get(task_id)
+    assert (task.status, task.failure_code) == ("failed", "round_limit")
+    assert "sample (human)" in (task.last_error or "")
+
+
+def test_an_approval_releases_a_task_held_with_an_unanswered_failure(
+    env: tuple[Runtime, RecordingDispatcher, Path],
+) -> None:
+    """The pending action held the task when a person failed the sampling; its approval
+    re-decided the task as `waiting` for the call-back, and the failure waited with it."""
+    rt, dispatcher, scripts = env
+    task_id = waiting_on(rt, scripts, "sample", "callback", approval=True)
+    held = rt.human_steps.close(task_id, "sample", "failed", by="lab", reason="bottle broke")
+    assert (held.task_status, held.generation) == ("waiting", 1)
+    (action,) = rt.actions.list(task_id=task_id)
+    rt.actions.decide(action.action_id, approve=True, by="ana", note=None, digest=action.digest)
+    task = rt.tasks.get(task_id)
+    assert (task.status, task.generation) == ("queued", 2)
+    assert dispatcher.sent[-1] == (task_id, 2)
+    with rt.db.transaction(readonly=True) as conn:
+        queued = [e for e in events_after(conn, task_id, 0, 50) if e.type == "queued"]
+    assert "human node(s) sample failed with no retry in the plan" in (queued[-1].reason or "")

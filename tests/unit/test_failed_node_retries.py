@@ -12,7 +12,12 @@ from typing import Any
 
 import pytest
 
-from orchestrator.domain.decisions import RoundFacts, decide, unretried_failed_nodes
+from orchestrator.domain.decisions import (
+    RoundFacts,
+    decide,
+    unanswered_failed_human_nodes,
+    unretried_failed_nodes,
+)
 from orchestrator.domain.plan_authority import authority_problems
 from orchestrator.domain.plans import retry_edge_problems, validate_plan
 from orchestrator.errors import ValidationFailed
@@ -239,28 +244,66 @@ def test_a_failed_step_is_retried_only_by_a_node_new_with_its_edge() -> None:
     )
 
 
-def test_a_failure_the_agent_has_not_seen_gets_it_a_round_though_a_step_is_open() -> None:
+def test_a_failure_the_agent_has_not_answered_gets_it_a_round_though_a_step_is_open() -> None:
     callback = node("callback", "waiting", "human")
     nodes, edges = [CHECK, FAILED_SAMPLE, callback], [edge("check", "sample")]
     unseen = RoundFacts(nodes, "waiting", 0, 0, 5, plan_edges=edges, person_revised_last=True)
     decision = decide(unseen)
     assert (decision.task_status, decision.outcome) == ("queued", "continue")
     assert "after the agent's last plan: sample" in decision.reason
-    # Seen (the agent published since): the open call-back is awaited, no round is spent.
-    seen = RoundFacts(nodes, "waiting", 0, 0, 5, plan_edges=edges, person_revised_last=False)
-    assert decide(seen).task_status == "waiting"
+    # Seen and kept without a retry (the agent published since, or the next generation kept
+    # the step a person failed in the earlier plan): still news, not a wait for the call-back.
+    kept = decide(RoundFacts(nodes, "waiting", 0, 0, 5, plan_edges=edges))
+    assert (kept.task_status, kept.outcome) == ("queued", "continue")
+    assert "with no retry in the agent's plan: sample" in kept.reason
+    assert "edge from the failed node" in kept.reason  # how to answer it
     # A retry already drawn is the agent's answer: the task waits for the people.
     retried = [*nodes, node("resample", "pending", "human")]
-    answered = RoundFacts(
-        retried,
-        "waiting",
-        0,
-        0,
-        5,
-        plan_edges=[*edges, edge("sample", "resample")],
-        person_revised_last=True,
-    )
-    assert decide(answered).task_status == "waiting"
-    # The round limit still holds.
-    last = RoundFacts(nodes, "waiting", 0, 4, 5, plan_edges=edges, person_revised_last=True)
-    assert decide(last).failure_code == "round_limit"
+    for revised_by_person in (True, False):
+        answered = RoundFacts(
+            retried,
+            "waiting",
+            0,
+            0,
+            5,
+            plan_edges=[*edges, edge("sample", "resample")],
+            person_revised_last=revised_by_person,
+        )
+        assert decide(answered).task_status == "waiting"
+    # A pending action still holds the task: its approval belongs to this generation.
+    held = RoundFacts(nodes, "waiting", 1, 0, 5, plan_edges=edges)
+    assert decide(held).task_status == "waiting"
+    # The round limit bounds an agent that never answers: the task fails, saying why.
+    last = RoundFacts(nodes, "waiting", 0, 4, 5, plan_edges=edges)
+    limited = decide(last)
+    assert (limited.task_status, limited.failure_code) == ("failed", "round_limit")
+    assert "sample (human)" in limited.reason
+
+
+def test_what_answers_a_failed_human_step() -> None:
+    failed = [CHECK, FAILED_SAMPLE]
+    to_retry = [edge("check", "sample"), edge("sample", "retry")]
+    assert unanswered_failed_human_nodes(failed, [edge("check", "sample")]) == ["sample"]
+    # A human retry open or completed answers it; an agent node "retrying" it does not.
+    for status in ("pending", "running", "waiting", "completed"):
+        retry = node("retry", status, "human")
+        assert unanswered_failed_human_nodes([*failed, retry], to_retry) == []
+    assert unanswered_failed_human_nodes([*failed, node("retry", "pending")], to_retry) == [
+        "sample"
+    ]
+    # A retry a person failed or skipped, with nothing after it, answers nothing: both are news.
+    assert unanswered_failed_human_nodes([*failed, node("retry", "failed", "human")], to_retry) == [
+        "sample",
+        "retry",
+    ]
+    assert unanswered_failed_human_nodes(
+        [*failed, node("retry", "skipped", "human")], to_retry
+    ) == ["sample"]
+    # ... and a retry of the failed retry answers both.
+    chain = [*failed, node("retry", "failed", "human"), node("retry-2", "pending", "human")]
+    assert unanswered_failed_human_nodes(chain, [*to_retry, edge("retry", "retry-2")]) == []
+    # The agent's own failed node is not a person's news (it may skip or cancel it itself).
+    assert unanswered_failed_human_nodes([CHECK, node("query", "failed")], []) == []
+    # A stored cycle (no valid plan has one) ends the walk rather than loop.
+    loop = [node("a", "failed", "human"), node("b", "failed", "human")]
+    assert unanswered_failed_human_nodes(loop, [edge("a", "b"), edge("b", "a")]) == ["a", "b"]

@@ -16,6 +16,7 @@ from pydantic import TypeAdapter
 from orchestrator.api import console
 from orchestrator.api.actions import ActionOut
 from orchestrator.api.app import INTERNAL_ROUTERS, PUBLIC_ROUTERS
+from orchestrator.api.task_stream import _as_sent
 from orchestrator.cli import build_parser
 from orchestrator.cli.common import print_json
 from orchestrator.domain.times import wire_time
@@ -100,3 +101,10 @@ def test_the_cli_json_sends_a_whole_second_with_six_digits(
 ) -> None:
     print_json({"at": datetime(2026, 12, 5, 9, 12, 40, tzinfo=UTC)})
     assert json.loads(capsys.readouterr().out) == {"at": "2026-12-05T09:12:40.000000+00:00"}
+
+
+def test_the_task_stream_s_snapshot_sends_a_pending_action_s_time_in_the_one_form() -> None:
+    """The `state` event is built from the store's records, not a response model."""
+    action = {"action_id": "a1", "payload": {}, "created_at": datetime(2026, 12, 5, 9, tzinfo=UTC)}
+    sent = _as_sent({"status": "waiting", "pending_actions": [action]})
+    assert sent["pending_actions"][0]["created_at"] == "2026-12-05T09:00:00.000000+00:00"

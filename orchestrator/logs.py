@@ -6,8 +6,12 @@ Celery task binds task, generation and worker; the execution service adds the se
 
 `RedactFilter` masks what must never reach a log: bearer tokens, URL passwords, `token=`,
 `key=`, `secret=`, `password=` values, and the configured secrets themselves (API and internal
-tokens, the store's password, the path and query of the outbox URLs, where a Slack-style webhook
-keeps its secret). A masked value keeps at most its first 4 characters.
+tokens, the store's password, and the path and query of the outbox URLs, where a Slack-style
+webhook keeps its secret). A masked value keeps at most its first 4 characters.
+
+An outbox URL's path is masked where it is part of that URL (after its scheme and host), not
+wherever its text appears: an actions URL `http://backend/actions` must not turn every
+`/api/v1/actions` of an access line, or a word in a message, into `***`.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ __all__ = [
     "CONTEXT_FIELDS",
     "JsonFormatter",
     "RedactFilter",
+    "Secret",
     "bind_log_context",
     "configure_logging",
     "log_context",
@@ -43,6 +48,9 @@ __all__ = [
 ]
 
 CONTEXT_FIELDS = ("task_id", "generation", "session_id", "worker")
+#: What `redact` masks: a secret's text wherever it appears, or a pattern whose `path` group is
+#: masked only where the pattern matches (an outbox URL's path after its own host).
+Secret = str | re.Pattern[str]
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 _context: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
@@ -69,18 +77,28 @@ def _mask(secret: str) -> str:
     return secret[:4] + "***" if len(secret) > 8 else "***"
 
 
-def redact(text: str, secrets: Iterable[str] = ()) -> str:
+def redact(text: str, secrets: Iterable[Secret] = ()) -> str:
     """`text` with every known secret and every token-shaped value masked."""
+    secrets = list(secrets)
+    # The URL paths first: a plain secret masked inside a URL would hide the host they follow.
     for secret in secrets:
-        if secret and len(secret) >= 4 and secret in text:
+        if isinstance(secret, re.Pattern):
+            text = secret.sub(_mask_path, text)
+    for secret in secrets:
+        if isinstance(secret, str) and len(secret) >= 4 and secret in text:
             text = text.replace(secret, _mask(secret))
     for pattern, replacement in _PATTERNS:
         text = pattern.sub(replacement, text)
     return text
 
 
-def secrets_of(settings: Settings) -> list[str]:
-    """The configured secret values, longest first (so a secret inside another is not split)."""
+def _mask_path(match: re.Match[str]) -> str:
+    return match.group("origin") + _mask(match.group("path"))
+
+
+def secrets_of(settings: Settings) -> list[Secret]:
+    """The configured secret values, longest first (so a secret inside another is not split),
+    then the outbox URLs' paths as patterns that find them after their own host."""
     found = [settings.api_token or "", settings.agent_internal_token or ""]
     for name in ("llm_api_key", "actions_secret", "webhook_secret", "console_secret"):
         value = getattr(settings, name, None)
@@ -90,29 +108,45 @@ def secrets_of(settings: Settings) -> list[str]:
             found.append(value)
     with suppress(ArgumentError):
         found.append(make_url(settings.store_url).password or "")
-    for name in ("actions_url", "webhook_url"):
-        found.extend(_url_paths(getattr(settings, name, None)))
-    return sorted({s for s in found if s}, key=len, reverse=True)
+    plain: list[Secret] = [*sorted({s for s in found if s}, key=len, reverse=True)]
+    paths = (_url_path(getattr(settings, name, None)) for name in ("actions_url", "webhook_url"))
+    return plain + [pattern for pattern in paths if pattern is not None]
 
 
-def _url_paths(url: str | None) -> list[str]:
-    """The path and query of an outbox URL, as configured and as httpx logs it (encoded): a
-    Slack-style webhook (`/services/T000/B000/XXXX`) carries its secret there, and httpx logs
-    every request's URL at INFO. The host stays readable."""
+def _url_path(url: str | None) -> re.Pattern[str] | None:
+    """The path and query of an outbox URL where they follow its scheme and host (any user
+    part and port between), as configured and as httpx logs it (encoded): a Slack-style webhook
+    (`/services/T000/B000/XXXX`) carries its secret there, and httpx logs every request's URL
+    at INFO. The host stays readable; the same text elsewhere in a line is left alone."""
     if not url:
-        return []
-    parts = urlsplit(url)
-    paths = [parts.path + (f"?{parts.query}" if parts.query else "")]
-    with suppress(httpx.InvalidURL, ValueError):
-        paths.append(httpx.URL(url).raw_path.decode("ascii"))
+        return None
+    try:
+        parts = urlsplit(url)
+        hosts = {parts.hostname or ""}
+        paths = {parts.path + (f"?{parts.query}" if parts.query else ""), parts.path}
+    except ValueError:
+        return None
+    with suppress(httpx.InvalidURL, ValueError, UnicodeDecodeError):
+        sent = httpx.URL(url)
+        hosts |= {sent.host, sent.raw_host.decode("ascii")}
+        raw = sent.raw_path.decode("ascii")
+        paths |= {raw, raw.partition("?")[0]}
+    hosts.discard("")
     # A bare "/" or a short path hides nothing (and `redact` leaves values under 4 characters).
-    return [path for path in paths if len(path.strip("/")) >= 3]
+    paths = {path for path in paths if len(path.strip("/")) >= 3}
+    if not parts.scheme or not hosts or not paths:
+        return None
+    host = "|".join(re.escape(h) for h in sorted(hosts, key=len, reverse=True))
+    origin = rf"(?i:{re.escape(parts.scheme)}://(?:[^/\s@]*@)?\[?(?:{host})\]?(?::\d+)?)"
+    path = "|".join(re.escape(p) for p in sorted(paths, key=len, reverse=True))
+    # Not a longer path that only starts alike (`/hook` in `/hooks`); a sub-path is masked.
+    return re.compile(rf"(?P<origin>{origin})(?P<path>{path})(?![\w.~%-])")
 
 
 class RedactFilter(logging.Filter):
     """Formats the record's message once, masked, and drops the arguments."""
 
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
+    def __init__(self, secrets: Iterable[Secret] = ()) -> None:
         super().__init__()
         self.secrets = list(secrets)
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from orchestrator.domain.evidence import EvidenceFacts
 from orchestrator.domain.fingerprints import NonCanonical, fingerprint
+from orchestrator.domain.times import wire_time
 from orchestrator.errors import StaleGeneration
 from orchestrator.store import evidence as evidence_store
 from orchestrator.store.db import Database
@@ -90,7 +91,7 @@ class EvidenceRecorder:
 def _citation(evidence_id: Any, row: evidence_store.EvidenceRow) -> Citation:
     # As the record reads back (`store.evidence.public`): the same instant and reference.
     return Citation(
-        str(evidence_id), row.queried_at.isoformat(), evidence_store.content_ref(row.content_hash)
+        str(evidence_id), wire_time(row.queried_at), evidence_store.content_ref(row.content_hash)
     )
 
 

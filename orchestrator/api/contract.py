@@ -33,6 +33,7 @@ from pydantic import (
 
 from orchestrator.domain.cursors import encode_cursor
 from orchestrator.domain.storable import filled_text, storable_text
+from orchestrator.domain.times import wire_time
 
 __all__ = [
     "BEARER",
@@ -55,14 +56,14 @@ StoredText = Annotated[str, AfterValidator(storable_text)]
 #: StoredText that is required: blanks alone are refused like nothing (a reason, who acted).
 FilledText = Annotated[str, AfterValidator(filled_text)]
 
-#: Every time a response model sends: `datetime.isoformat()` (`...+00:00`), the form of the
-#: signed webhook bodies, the evidence hash, the task stream and the CLI's `--json`, so a client
-#: never sees one instant written two ways; documented as an RFC 3339 date-time. A plain
-#: `datetime` field would go out in pydantic's `...Z` form (tests/unit/test_api_times.py refuses
-#: one in any route's response model).
+#: Every time a response model sends: `wire_time` (`...:05.000000+00:00`, six fraction digits
+#: always), the form of the signed webhook bodies, the evidence citations, the task stream and
+#: the CLI's `--json`, so a client never sees one instant written two ways or two widths;
+#: documented as an RFC 3339 date-time. A plain `datetime` field would go out in pydantic's
+#: `...Z` form (tests/unit/test_api_times.py refuses one in any route's response model).
 IsoTime = Annotated[
     datetime,
-    PlainSerializer(datetime.isoformat, return_type=str),
+    PlainSerializer(wire_time, return_type=str),
     WithJsonSchema({"type": "string", "format": "date-time"}),
 ]
 

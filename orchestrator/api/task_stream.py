@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Depends, Header, Request, Response
@@ -30,6 +31,7 @@ from orchestrator.api.deps import get_db
 from orchestrator.api.explain_views import payload_as_sent
 from orchestrator.api.plan_views import plan_as_sent
 from orchestrator.api.stream import last_event_id_of, sse_event
+from orchestrator.domain.times import wire_time
 from orchestrator.events import PlanHub
 from orchestrator.services.task_stream import TaskSnapshot, TaskStreamService
 from orchestrator.store.db import Database
@@ -44,7 +46,8 @@ _BATCH = 100
 
 def _as_sent(data: dict[str, Any]) -> Any:
     """An event's data as the read routes send its parts: a plan's node or edge, or a pending
-    action's payload, that an older version stored in another shape is its JSON text."""
+    action's payload, that an older version stored in another shape is its JSON text. A time
+    (a pending action's `created_at`) goes out as `wire_time`, as the read routes send it."""
     out = dict(data)
     if isinstance(out.get("plan"), dict):
         out["plan"] = plan_as_sent(out["plan"])
@@ -53,7 +56,7 @@ def _as_sent(data: dict[str, Any]) -> Any:
             {**action, "payload": payload_as_sent(action.get("payload"))}
             for action in out["pending_actions"]
         ]
-    return jsonable_encoder(out)
+    return jsonable_encoder(out, custom_encoder={datetime: wire_time})
 
 
 async def _events(

@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from orchestrator.domain.times import wire_time
 from orchestrator.settings import Settings, load_settings
 
 __all__ = [
@@ -151,7 +152,7 @@ def _passwords() -> list[str]:
 
 def _default(value: Any) -> Any:
     if isinstance(value, datetime):
-        return value.isoformat()
+        return wire_time(value)
     raise TypeError(f"cannot encode {type(value).__name__}")
 
 

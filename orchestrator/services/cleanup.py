@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from orchestrator.domain.times import wire_time
 from orchestrator.settings import Settings
 from orchestrator.store import transcripts as transcript_store
 from orchestrator.store.db import Database
@@ -50,7 +51,7 @@ class CleanupReport:
             },
             "transcript_entries_deleted": self.transcript_entries_deleted,
             "batches": self.batches,
-            "cutoff": self.cutoff.isoformat() if self.cutoff else None,
+            "cutoff": wire_time(self.cutoff) if self.cutoff else None,
         }
 
 

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
+from orchestrator.domain.times import wire_time
 from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
 from orchestrator.errors import NotFound
 from orchestrator.store import actions as action_store
@@ -94,7 +95,7 @@ class TaskStreamService:
                     "generation": event.generation,
                     "status": event.status,
                     "reason": event.reason,
-                    "time": event.created_at.isoformat(),
+                    "time": wire_time(event.created_at),
                 }
                 if event.type == "plan_revision":
                     ref = _revision_ref(event.data)

@@ -18,6 +18,7 @@ from orchestrator.domain.cursors import (
 )
 from orchestrator.domain.storable import filled_text, storable_json
 from orchestrator.domain.task_filter import TASK_TYPE_PATTERN, TaskFilter
+from orchestrator.domain.times import wire_time
 from orchestrator.domain.vocabulary import TASK_STATUSES, TERMINAL_TASK_STATUSES
 from orchestrator.errors import ConflictError, InvalidTransition, NotFound
 from orchestrator.leases import LeaseBackend
@@ -330,7 +331,7 @@ def _resolution_view(event: event_store.TaskEvent) -> dict[str, Any]:
     keys = ("invocation_id", "tool_name", "previous_status", "resolved_status", "by", "note")
     return {
         "seq": event.seq,
-        "at": event.created_at.isoformat(),
+        "at": wire_time(event.created_at),
         "generation": event.generation,
         **{key: data.get(key) for key in keys},
     }

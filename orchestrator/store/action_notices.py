@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, insert, select
 
+from orchestrator.domain.times import wire_time
 from orchestrator.store.actions import ActionRecord
 from orchestrator.store.tables import actions, outbox
 from orchestrator.store.task_events import (
@@ -76,7 +77,7 @@ def record_decision(conn: Connection, action: ActionRecord) -> TaskEvent:
             "generation": action.generation,
             "approver": action.decided_by,
             "note": action.note,
-            "approved_at": (action.decided_at or now).isoformat(),
+            "approved_at": wire_time(action.decided_at or now),
         }
         conn.execute(
             insert(outbox).values(

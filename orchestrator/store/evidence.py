@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import ARRAY, Connection, Engine, String, any_, bindparam, insert, select, text
 
 from orchestrator.domain.fences import Fence
+from orchestrator.domain.times import wire_time
 from orchestrator.store import driver
 from orchestrator.store.fencing import LIVE_CTE, fence_params
 from orchestrator.store.records import driver_row
@@ -166,7 +167,7 @@ def public(row: dict[str, Any]) -> dict[str, Any]:
         "generation": row["generation"],
         "kind": row.get("kind"),
         "source": row["source"],
-        "queried_at": queried_at.isoformat(),
+        "queried_at": wire_time(queried_at),
         "params_digest": row.get("params_digest"),
         "content_ref": row["content_ref"],
         "result_id": row.get("result_id"),

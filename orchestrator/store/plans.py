@@ -13,6 +13,7 @@ from sqlalchemy import Connection, Row, Select, and_, bindparam, exists, func, i
 from orchestrator.domain.decisions import open_human_nodes
 from orchestrator.domain.fences import Fence
 from orchestrator.domain.plans import readable_nodes, status_counts
+from orchestrator.domain.times import wire_time
 from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
 from orchestrator.store import driver
 from orchestrator.store.records import driver_row
@@ -94,7 +95,7 @@ class PlanRecord:
             "status_counts": status_counts(self.nodes),
             "task_id": self.task_id,
             "generation": self.generation,
-            "updated_at": self.updated_at.isoformat(),
+            "updated_at": wire_time(self.updated_at),
         }
 
 
@@ -302,7 +303,7 @@ def list_summaries(conn: Connection, session_id: str) -> list[dict[str, Any]]:
     return [
         {
             "revision": row.revision,
-            "updated_at": row.updated_at.isoformat(),
+            "updated_at": wire_time(row.updated_at),
             "title": row.title,
             "reason": row.reason,
             "status_counts": status_counts(stored_list(row.nodes)),

@@ -20,6 +20,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from orchestrator.domain.fences import Fence
 from orchestrator.domain.outcomes import UNRESOLVED, summary_for
+from orchestrator.domain.times import wire_time
 from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
 from orchestrator.errors import ConflictError, ValidationFailed
 from orchestrator.store import fastclaim
@@ -90,8 +91,8 @@ class Receipt:
             "tool_name": self.tool_name,
             "status": self.status,
             "summary": self.summary,
-            "created_at": self.created_at.isoformat(),
-            "updated_at": self.updated_at.isoformat(),
+            "created_at": wire_time(self.created_at),
+            "updated_at": wire_time(self.updated_at),
         }
 
 

@@ -13,6 +13,7 @@ from sqlalchemy import Connection, bindparam, exists, func, insert, select
 
 from orchestrator.domain.fences import Fence
 from orchestrator.domain.plans import readable_edges, readable_nodes
+from orchestrator.domain.times import wire_time
 from orchestrator.errors import ConflictError
 from orchestrator.store import driver
 from orchestrator.store.evidence import public as public_evidence
@@ -170,7 +171,7 @@ def _action_dicts(rows: Any) -> list[dict[str, Any]]:
             "payload": r.payload,
             "digest": r.digest,  # what an approval names
             "status": r.status,
-            "created_at": r.created_at.isoformat(),
+            "created_at": wire_time(r.created_at),
         }
         for r in rows
     ]
@@ -185,7 +186,7 @@ def _report_dict(row: dict[str, Any]) -> dict[str, Any]:
         "findings": row["findings"],
         "evidence_refs": row["evidence_refs"],
         "outcome": row["outcome"],
-        "created_at": row["created_at"].isoformat(),
+        "created_at": wire_time(row["created_at"]),
     }
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, and_, bindparam, insert, or_, select
 
+from orchestrator.domain.times import wire_time
 from orchestrator.store.tables import sessions, tasks
 
 __all__ = [
@@ -54,8 +55,8 @@ class SessionRecord:
             "generation": self.generation,
             "owner": self.owner,
             "title": self.title,
-            "created_at": self.created_at.isoformat(),
-            "updated_at": self.updated_at.isoformat(),
+            "created_at": wire_time(self.created_at),
+            "updated_at": wire_time(self.updated_at),
         }
 
 

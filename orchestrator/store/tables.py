@@ -451,6 +451,9 @@ outbox = Table(
         "OR (kind = 'webhook' AND event_seq IS NOT NULL)",
         name="kind_reference",
     ),
+    # `attempts - throttled` is what counts toward the limit: a throttled count above the
+    # attempts (or below zero) would make a row undying or dead before its time.
+    CheckConstraint("throttled >= 0 AND throttled <= attempts", name="throttled_within_attempts"),
     Index(None, "status", "next_attempt_at"),
     Index(None, "task_id", "kind", "event_seq"),
 )

@@ -29,6 +29,7 @@ from sqlalchemy import (
     text,
 )
 
+from orchestrator.domain.times import wire_time
 from orchestrator.store import driver
 from orchestrator.store.db import wake_after_commit
 from orchestrator.store.tables import outbox, task_events, tasks
@@ -315,7 +316,7 @@ def webhook_body(event: TaskEvent) -> dict[str, Any]:
         "status": event.status,
         "generation": event.generation,
         "reason": event.reason,
-        "time": event.created_at.isoformat(),
+        "time": wire_time(event.created_at),
     }
     if "action" in event.data:
         body["action"] = event.data["action"]

@@ -7,6 +7,17 @@ gave is kept as given after that: an explicit `null` where the schema allows one
 `null` (a full replacement with `{"value": null}` is not the same write as `{}`), an absent
 optional value stays absent, and a schema default is filled in.
 
+A schema `default: null` is no default: a value left out stays out of the request. The
+document's `default` says what the business API assumes when a value is not sent, so leaving it
+out already asks for null; filling in null would send a null the schema may not even allow, and
+would make "left out" and "explicitly null" one intent where a full replacement tells them apart.
+A required value with `default: null` stays required.
+
+Each object in a schema becomes a class named after its JSON path in the operation
+(`createOrder.body.address` → `CreateOrderBodyAddress`); where two paths read alike
+(`x-y` and `xY`, or the options of a `oneOf`) the later one gets a number, so the `$defs` of the
+schema the model is shown never fall back to pydantic's module-path names.
+
 A schema the model cannot be built from raises `SpecError` naming where it is.
 """
 
@@ -21,11 +32,31 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model, mo
 
 from orchestrator.tools.spec_errors import SpecError, as_list, as_mapping, kind_of
 
-__all__ = ["arguments_model", "deref", "dump_arguments", "field_definition"]
+__all__ = ["ModelNames", "arguments_model", "deref", "dump_arguments", "field_definition"]
 
 _MAX_DEPTH = 12
-#: The module the argument models name as theirs (see `arguments_model`).
-_SCHEMA_MODULE = "orchestrator.tools.openapi"
+
+
+class ModelNames:
+    """The class names taken in one operation's argument models (one schema shown to the model).
+
+    pydantic names a `$defs` entry after its class and, when two classes share a name, after
+    their module (`orchestrator__tools__...__Name__1`): a Python path in what the model reads.
+    Names from here are readable and unique within the operation.
+    """
+
+    def __init__(self) -> None:
+        self._taken: set[str] = set()
+
+    def claim(self, where: str) -> str:
+        """A class name for the object at JSON path `where`, not yet taken in this operation."""
+        base = _class_name(where) or "Arguments"
+        name, index = base, 1
+        while name in self._taken:
+            index += 1
+            name = f"{base}{index}"
+        self._taken.add(name)
+        return name
 
 
 def _names(value: Any, where: str) -> list[str]:
@@ -62,19 +93,19 @@ def field_definition(
     where: str,
     depth: int,
     *,
+    names: ModelNames,
     null_is_absent: bool = False,
 ) -> tuple[Any, Any]:
-    annotation = _type(schema, components, where, depth)
+    """The (annotation, default) of one argument; the default `...` when it is required."""
+    annotation = _type(schema, components, where, depth, names)
     schema = deref(schema, components, where)
-    if "default" in schema:
-        default = schema["default"]
-        if default is not None:
-            try:
-                TypeAdapter(annotation).validate_python(copy.deepcopy(default))
-            except Exception:
-                raise SpecError(
-                    f"{where}: the default {default!r} does not fit the schema"
-                ) from None
+    # `default: null` is no default (see the module docstring): the value stays out when left out.
+    default = schema.get("default")
+    if default is not None:
+        try:
+            TypeAdapter(annotation).validate_python(copy.deepcopy(default))
+        except Exception:
+            raise SpecError(f"{where}: the default {default!r} does not fit the schema") from None
         return (annotation, default)
     if required:
         return (annotation, ...)
@@ -85,22 +116,28 @@ def field_definition(
     return (annotation, _ABSENT)
 
 
-#: The default of an optional value without a schema default. It is never filled in (see
-#: `_Arguments`), so an absent value is not "set" and `dump_arguments` leaves it out.
+#: The default of an optional value without a schema default (or with `default: null`). It is
+#: never filled in (see `_Arguments`), so an absent value is not "set" and `dump_arguments`
+#: leaves it out. `field_definition` never returns None as a schema default, so this marker
+#: cannot be mistaken for one.
 _ABSENT = None
 
 
-def _type(schema: Any, components: dict[str, Any], where: str, depth: int) -> Any:
+def _type(
+    schema: Any, components: dict[str, Any], where: str, depth: int, names: ModelNames
+) -> Any:
     if depth > _MAX_DEPTH:
         return Any
     schema = deref(schema, components, where)
-    result = _base_type(schema, components, where, depth)
+    result = _base_type(schema, components, where, depth, names)
     if schema.get("nullable"):
         result = result | None
     return result
 
 
-def _base_type(schema: dict[str, Any], components: dict[str, Any], where: str, depth: int) -> Any:
+def _base_type(
+    schema: dict[str, Any], components: dict[str, Any], where: str, depth: int, names: ModelNames
+) -> Any:
     if "enum" in schema:
         values = schema["enum"]
         if not isinstance(values, list) or not values:
@@ -111,9 +148,10 @@ def _base_type(schema: dict[str, Any], components: dict[str, Any], where: str, d
             raise SpecError(f"{where}: enum values must be plain values") from None
     for combinator in ("oneOf", "anyOf"):
         if combinator in schema:
+            # Each option has its own path, so an error and a generated class name say which.
             options = [
-                _type(s, components, where, depth + 1)
-                for s in as_list(schema[combinator], f"{where}.{combinator}")
+                _type(s, components, f"{where}.{combinator}[{index}]", depth + 1, names)
+                for index, s in enumerate(as_list(schema[combinator], f"{where}.{combinator}"))
             ]
             if not options:
                 raise SpecError(f"{where}: {combinator} must not be empty")
@@ -128,12 +166,12 @@ def _base_type(schema: dict[str, Any], components: dict[str, Any], where: str, d
             merged["required"].extend(_names(part.get("required", []), f"{where}.allOf.required"))
             if part.get("additionalProperties"):
                 merged["additionalProperties"] = True
-        return _base_type(merged, components, where, depth)
+        return _base_type(merged, components, where, depth, names)
     kind = schema.get("type")
     if isinstance(kind, list):
         non_null = [k for k in kind if k != "null"]
         inner = _base_type(
-            {**schema, "type": non_null[0] if non_null else None}, components, where, depth
+            {**schema, "type": non_null[0] if non_null else None}, components, where, depth, names
         )
         return inner | None if "null" in kind else inner
     if kind is not None and kind not in (
@@ -159,7 +197,7 @@ def _base_type(schema: dict[str, Any], components: dict[str, Any], where: str, d
     if kind == "null":
         return None
     if kind == "array":
-        item = _type(schema.get("items", {}), components, f"{where}[]", depth + 1)
+        item = _type(schema.get("items", {}), components, f"{where}[]", depth + 1, names)
         return _annotated(list[item], constraints)  # type: ignore[valid-type]
     if kind == "object" or "properties" in schema:
         properties = as_mapping(schema.get("properties") or {}, f"{where}.properties")
@@ -167,11 +205,13 @@ def _base_type(schema: dict[str, Any], components: dict[str, Any], where: str, d
             return dict[str, Any]
         required = set(_names(schema.get("required", []), f"{where}.required"))
         fields = {
-            name: field_definition(sub, name in required, components, f"{where}.{name}", depth + 1)
+            name: field_definition(
+                sub, name in required, components, f"{where}.{name}", depth + 1, names=names
+            )
             for name, sub in properties.items()
         }
         extra = schema.get("additionalProperties", False)
-        return arguments_model(where, fields, forbid_extra=not extra)
+        return arguments_model(where, fields, forbid_extra=not extra, names=names)
     return Any
 
 
@@ -250,7 +290,10 @@ def _no_default(schema: dict[str, Any]) -> None:
     schema.pop("default", None)
 
 
-def arguments_model(where: str, fields: dict[str, Any], *, forbid_extra: bool) -> type[BaseModel]:
+def arguments_model(
+    where: str, fields: dict[str, Any], *, forbid_extra: bool, names: ModelNames
+) -> type[BaseModel]:
+    """The model of the object at JSON path `where`, named by `names` (unique in the operation)."""
     definitions: dict[str, Any] = {}
     for original, (annotation, default) in fields.items():
         python_name = _python_name(original, definitions)
@@ -261,15 +304,7 @@ def arguments_model(where: str, fields: dict[str, Any], *, forbid_extra: bool) -
         definitions[python_name] = (annotation, spec)
     base = _Arguments if forbid_extra else _OpenArguments
     try:
-        return create_model(
-            _class_name(where),
-            __base__=base,
-            # Where two nested classes get one name, pydantic names their `$defs` after the
-            # module; the models keep the module they were built in before the split, so the
-            # tool schemas the model is shown stay as they were.
-            __module__=_SCHEMA_MODULE,
-            **definitions,
-        )
+        return create_model(names.claim(where), __base__=base, **definitions)
     except Exception as exc:  # pydantic refused a constraint or type built from the schema
         problem = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         raise SpecError(f"{where}: the schema cannot be used: {problem}") from None

@@ -24,6 +24,7 @@ import yaml
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator.domain.evidence import EvidenceFacts
+from orchestrator.domain.times import wire_time
 from orchestrator.errors import ValidationFailed
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database
@@ -345,7 +346,7 @@ def _envelope(
         rows_text = _json(kept)
         if not why or "character" not in why[-1]:
             why.append(f"character limit {limits.max_chars} reached")
-    head = {"source": name, "origin": origin, "start": start.isoformat(), "end": end.isoformat()}
+    head = {"source": name, "origin": origin, "start": wire_time(start), "end": wire_time(end)}
     tail: dict[str, Any] = {"row_count": len(kept), "truncated": bool(why)}
     if why:
         tail["truncation"] = "; ".join(why) + ": the rows cover only part of the range"

@@ -15,7 +15,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel
 
-from orchestrator.tools.argument_models import arguments_model, deref, field_definition
+from orchestrator.tools.argument_models import (
+    ModelNames,
+    arguments_model,
+    deref,
+    field_definition,
+)
 from orchestrator.tools.base import Effect
 from orchestrator.tools.spec_errors import SpecError, as_list, as_mapping, kind_of
 
@@ -196,6 +201,8 @@ def _operation(
         by_key[(location, name)] = parameter
     parameters: list[Parameter] = []
     fields: dict[str, Any] = {}
+    # One operation's schema is one document for the model: its class names are unique in it.
+    names = ModelNames()
     for (location, name), parameter in by_key.items():
         if location not in ("path", "query", "header"):
             raise SpecError(f"{operation_id}: parameters in {location} are not supported")
@@ -213,7 +220,13 @@ def _operation(
         schema = parameter.get("schema", {})
         # A parameter has no wire form for null: an explicit null means "leave it out".
         fields[name] = field_definition(
-            schema, required, components, f"{operation_id}.{name}", 0, null_is_absent=True
+            schema,
+            required,
+            components,
+            f"{operation_id}.{name}",
+            0,
+            names=names,
+            null_is_absent=True,
         )
     _check_template(operation_id, path, parameters)
     has_body = False
@@ -232,8 +245,9 @@ def _operation(
             components,
             f"{operation_id}.body",
             0,
+            names=names,
         )
-    model = arguments_model(operation_id, fields, forbid_extra=True)
+    model = arguments_model(operation_id, fields, forbid_extra=True, names=names)
     return Operation(
         operation_id=operation_id,
         method=method.upper(),

@@ -8,6 +8,7 @@ from pydantic import Field
 
 from orchestrator.domain.evidence import Finding, report_problems
 from orchestrator.domain.recovery import Snapshot
+from orchestrator.domain.times import wire_time
 from orchestrator.errors import NotFound
 from orchestrator.services.lease_keeper import LeaseKeeper
 from orchestrator.services.recovery import snapshot_for
@@ -116,7 +117,7 @@ def _action_view(action: action_store.ActionRecord) -> dict[str, Any]:
         "status": action.status,
         "decision": {"approved": "approved", "rejected": "rejected"}.get(action.status),
         "approver": action.decided_by,
-        "decided_at": action.decided_at.isoformat() if action.decided_at else None,
+        "decided_at": wire_time(action.decided_at) if action.decided_at else None,
         "note": action.note,
     }
 

@@ -1,10 +1,13 @@
 """One time form on the wire: every time the API sends, in every route that sends one, is
-`isoformat()` text in UTC (`...+00:00`), never pydantic's `...Z`; over a real store, with a
-completed task (evidence, report, transcript, task stream), an approved action, a person's
-closed step, sessions, a write receipt and the outbox."""
+`wire_time` text in UTC (`...+00:00`, six fraction digits always), never pydantic's `...Z` nor
+`isoformat()`'s shorter whole-second width; over a real store, with a completed task (evidence,
+report, transcript, task stream), an approved action, a person's closed step, sessions, a write
+receipt and the outbox. Times inside open JSON objects (an event's data, a plan, an action's
+payload, a webhook body) are found by their text, whatever their key."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +15,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select, update
 
 from orchestrator.api.app import create_app
 from orchestrator.runtime import Runtime
@@ -19,16 +23,25 @@ from orchestrator.services.actions import ActionService
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.human_steps import HumanStepService
 from orchestrator.services.tasks import Trigger
+from orchestrator.store.db import Database
+from orchestrator.store.tables import metadata, outbox
+from orchestrator.store.types import UTCDateTime
 from tests.executions_support import completing_turns, runtime_for, write_script
 from tests.integration.test_human_steps import waiting_on_a_sample
 from tests.integration.test_invocations_ops import _receipt
 from tests.outbox_support import waiting_task
 from tests.sse_support import parse
 
-#: The one form: `datetime.isoformat()` of a UTC time.
-ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?\+00:00")
+#: The one form: `wire_time` of a UTC time.
+ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+00:00")
 #: Any date-time text that ends in Z (pydantic's form), wherever it is in a body.
 ZULU = re.compile(r"\d{4}-\d\d-\d\dT[\d:.]+Z")
+#: A string that is a date-time in any width or zone (`str(datetime)`'s space included): a time
+#: under a key that does not name one, in an open object.
+A_TIME = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:?\d\d)?")
+#: In the transcript, the rows a data source answered: its own text, recorded as the model saw
+#: it (the orchestrator did not write those times, so their width is the source's).
+SOURCE_ROWS = re.compile(r"\.items\[\d+\]\.body\.result\.rows\[")
 _BY_LAB = {"by": "lab", "evidence": "chlorine 0.4 mg/L"}
 
 
@@ -37,7 +50,9 @@ def _is_time_key(key: str) -> bool:
 
 
 def _times(body: Any, where: str = "") -> Iterator[tuple[str, Any]]:
-    """(path, value) of every value under a key that names a time, and of every Z-form text."""
+    """(path, value) of every value under a key that names a time, of every string that is a
+    date-time whatever its key (open objects name theirs as they like), and of every Z-form
+    text."""
     if isinstance(body, dict):
         for key, value in body.items():
             path = f"{where}.{key}"
@@ -48,8 +63,26 @@ def _times(body: Any, where: str = "") -> Iterator[tuple[str, Any]]:
     elif isinstance(body, list):
         for index, value in enumerate(body):
             yield from _times(value, f"{where}[{index}]")
-    elif isinstance(body, str) and ZULU.search(body):
+    elif isinstance(body, str) and (A_TIME.fullmatch(body) or ZULU.search(body)):
         yield where, body
+
+
+def _whole_seconds(db: Database) -> None:
+    """Every stored time cut to a whole second: where `isoformat()` leaves the fraction out, so
+    a time sent in the shorter width cannot pass by the luck of its microseconds."""
+    with db.transaction() as conn:
+        for table in metadata.sorted_tables:
+            for column in (c for c in table.columns if isinstance(c.type, UTCDateTime)):
+                for (moment,) in conn.execute(select(column).distinct()).all():
+                    if moment is not None and moment.microsecond:
+                        whole = moment.replace(microsecond=0)
+                        conn.execute(update(table).where(column == moment).values({column: whole}))
+
+
+def _webhook_bodies(db: Database) -> list[Any]:
+    """The bodies the outbox sends (signed, byte for byte as stored)."""
+    with db.transaction(readonly=True) as conn:
+        return [json.loads(body) for (body,) in conn.execute(select(outbox.c.body)).all()]
 
 
 @pytest.fixture
@@ -87,6 +120,7 @@ def test_every_time_the_api_sends_is_isoformat_utc(
             response = client.post(path, json=body)
             assert response.status_code in (200, 201), (name, response.text)
             sent[name] = response.json()
+        _whole_seconds(rt.db)
         reads = {
             "task list": "/api/v1/tasks",
             "explain (done)": f"/api/v1/tasks/{done}",
@@ -110,6 +144,7 @@ def test_every_time_the_api_sends_is_isoformat_utc(
             "GET", f"/api/v1/tasks/{done}/stream", headers={"Last-Event-ID": "0"}
         ) as response:
             sent["task stream"] = [message["data"] for message in parse(response.read().decode())]
+    sent["webhooks"] = _webhook_bodies(rt.db)
 
     wrong = []
     for name, body in sent.items():
@@ -117,11 +152,19 @@ def test_every_time_the_api_sends_is_isoformat_utc(
         # Each route sends times, so a check that saw none would prove nothing (the transcript's
         # entries have none of their own: what it must not hold is a Z-form text).
         assert times or name == "transcript", name
-        wrong += [(name, path, value) for path, value in times if not _is_iso_utc(value)]
+        wrong += [
+            (name, path, value)
+            for path, value in times
+            if not _is_iso_utc(value)
+            and not (name == "transcript" and SOURCE_ROWS.match(path) and not ZULU.search(value))
+        ]
     assert not wrong, wrong
     # The times a person's decision wrote, in both forms before: one form now.
     assert _is_iso_utc(sent["approve"]["decided_at"])
     assert _is_iso_utc(sent["explain (done)"]["executions"][0]["started_at"])
+    assert sent["task list"]["items"][0]["created_at"].endswith(".000000+00:00")
+    # A time in an open object, under a key that does not name one, is checked too.
+    assert any(path.endswith(".result.start") for path, _ in _times(sent["transcript"]))
 
 
 def _is_iso_utc(value: Any) -> bool:

@@ -19,6 +19,7 @@ import pytest
 
 from orchestrator.api import create_app
 from orchestrator.cli import main
+from orchestrator.domain.times import wire_time
 from orchestrator.errors import ConflictError, NotFound, ValidationFailed
 from orchestrator.runtime import Runtime
 from orchestrator.services.dispatch import RecordingDispatcher
@@ -417,7 +418,7 @@ def test_the_api_resolves_for_operators_only(rt: Runtime, client: TestClient) ->
     [shown] = task["resolutions"]
     assert shown == {
         "seq": event.seq,
-        "at": event.created_at.isoformat(),
+        "at": wire_time(event.created_at),
         "generation": event.generation,
         "invocation_id": invocation_id,
         "tool_name": "call_api",
@@ -474,7 +475,7 @@ def test_the_cli_resolves(
     shown = capsys.readouterr().out
     assert "unknown or pending" not in shown
     assert "write resolutions by operators: 1" in shown
-    at = event.created_at.isoformat()
+    at = wire_time(event.created_at)
     assert (
         f"    {invocation_id}  call_api  unknown -> succeeded  by ana  at {at}  (generation "
         f"{event.generation}): in the ERP\n"

@@ -10,6 +10,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, inspect, text
+from sqlalchemy.exc import IntegrityError
 
 from orchestrator.store import executions as execution_store
 from orchestrator.store import make_engine, metadata
@@ -293,3 +294,36 @@ def test_0014_outbox_rows_of_before_have_no_throttled_attempts_and_keep_their_co
             **{**claimed.__dict__, "throttled": 1, "last_error": "HTTP 429"}
         )
     _round_trip(empty_url, "0013")
+
+
+def test_0015_outbox_rows_of_before_are_brought_within_their_attempts(empty_url: str) -> None:
+    row = (
+        "INSERT INTO outbox (kind, task_id, event_seq, body, status, attempts, throttled,"
+        " next_attempt_at, created_at) VALUES ('webhook', 't1', {seq}, '{{}}', 'pending',"
+        " {attempts}, {throttled}, :now, :now)"
+    )
+    _write_at(
+        empty_url,
+        "0014",
+        "INSERT INTO tasks (task_id, task_type, title, context, trigger_id, origin, status,"
+        " generation, created_at, updated_at) VALUES ('t1', 'x', 't', '{}', 'trig', 'live',"
+        " 'waiting', 1, :now, :now)",
+        row.format(seq=1, attempts=3, throttled=1),  # within bounds: kept
+        row.format(seq=2, attempts=1, throttled=4),  # a hand edit: all its attempts throttled
+        row.format(seq=3, attempts=2, throttled=-1),  # a hand edit: none throttled
+    )
+
+    upgrade(empty_url)
+    assert _differences(empty_url) == []
+    with _transaction(empty_url) as conn:
+        rows = outbox_store.list_rows(conn, task_id="t1")
+        assert sorted((r.event_seq, r.attempts, r.throttled) for r in rows) == [
+            (1, 3, 1),
+            (2, 1, 1),
+            (3, 2, 0),
+        ]
+    with pytest.raises(IntegrityError), _transaction(empty_url) as conn:
+        conn.execute(text("UPDATE outbox SET throttled = attempts + 1"))
+    _round_trip(empty_url, "0014")
+    with pytest.raises(IntegrityError), _transaction(empty_url) as conn:
+        conn.execute(text("UPDATE outbox SET throttled = -1"))

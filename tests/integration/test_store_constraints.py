@@ -52,6 +52,21 @@ def session_row(task_id: str | None, **overrides: Any) -> dict[str, Any]:
     return row
 
 
+def _webhook(task_id: str, **overrides: Any) -> dict[str, Any]:
+    now = utcnow()
+    row: dict[str, Any] = {
+        "kind": "webhook",
+        "task_id": task_id,
+        "event_seq": 1,
+        "body": "{}",
+        "status": "pending",
+        "next_attempt_at": now,
+        "created_at": now,
+    }
+    row.update(overrides)
+    return row
+
+
 @pytest.fixture
 def seeded(db: Database) -> dict[str, str]:
     """One task with a session and a first execution."""
@@ -222,6 +237,14 @@ VIOLATIONS: dict[str, Violation] = {
     "unknown receipt status": lambda c, s: c.execute(
         insert(t.invocation_receipts).values(_receipt("task:x", "id-2", status="done"))
     ),
+    # `attempts - throttled` counts toward the limit: more throttled than attempts, or fewer
+    # than none, would make a webhook undying or dead before its time.
+    "outbox throttled above its attempts": lambda c, s: c.execute(
+        insert(t.outbox).values(_webhook(s["task_id"], attempts=1, throttled=2))
+    ),
+    "outbox throttled below zero": lambda c, s: c.execute(
+        insert(t.outbox).values(_webhook(s["task_id"], attempts=1, throttled=-1))
+    ),
     "unknown message role": lambda c, s: c.execute(
         insert(t.collaboration_messages).values(
             message_id=_id(),
@@ -283,3 +306,16 @@ def test_timestamps_come_back_as_aware_utc(db: Database, seeded: dict[str, str])
         ).scalar_one()
     assert created.utcoffset() is not None
     assert created.utcoffset().total_seconds() == 0
+
+
+def test_an_outbox_row_may_have_every_attempt_throttled(
+    db: Database, seeded: dict[str, str]
+) -> None:
+    """The bounds are inclusive: the rows the violations above are refused beside are valid."""
+    with db.transaction() as conn:
+        for attempts, throttled in ((0, 0), (2, 2), (3, 1)):
+            row = _webhook(seeded["task_id"], attempts=attempts, throttled=throttled)
+            conn.execute(insert(t.outbox).values(row))
+    with db.transaction(readonly=True) as conn:
+        stored = conn.execute(select(t.outbox.c.attempts, t.outbox.c.throttled)).all()
+    assert sorted(tuple(row) for row in stored) == [(0, 0), (2, 2), (3, 1)]

@@ -17,6 +17,7 @@ from pydantic_core import to_jsonable_python
 
 from orchestrator.api.app import create_app
 from orchestrator.domain.recovery import CallRecord, Snapshot
+from orchestrator.domain.times import wire_time
 from orchestrator.runtime import Runtime
 from orchestrator.services.task_records import TaskRecords
 from orchestrator.services.tasks import Trigger
@@ -76,13 +77,13 @@ def test_the_plan_and_the_evidence_of_a_task(
 
 def _wire(value: Any) -> Any:
     """What a service's dict is on the wire: as pydantic serializes `Any` (a string as is), but
-    every time as `isoformat()` (`...+00:00`), the one form the API sends (not `...Z`)."""
+    every time as `wire_time` (`...+00:00`, six fraction digits), the one form the API sends."""
     return to_jsonable_python(_iso_times(value))
 
 
 def _iso_times(value: Any) -> Any:
     if isinstance(value, datetime):
-        return value.isoformat()
+        return wire_time(value)
     if isinstance(value, dict):
         return {key: _iso_times(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
@@ -129,7 +130,7 @@ def test_the_explain_view_sends_what_it_always_sent(
     rt: Runtime, scripts: Path, tmp_path: Path, client: TestClient
 ) -> None:
     """Every key of `GET /api/v1/tasks/{id}`, nested ones included, is the service's: absent
-    keys stay absent (a node's `action_id`), nulls stay null, times are `isoformat()` text. Over a
+    keys stay absent (a node's `action_id`), nulls stay null, times are `wire_time` text. Over a
     completed task (plan, report with findings) and a waiting one (a pending action, webhooks
     not yet delivered, and a recovery snapshot with a done and an unknown call)."""
     turns = completing_turns()

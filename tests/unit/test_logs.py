@@ -191,3 +191,33 @@ def test_a_python_warning_is_one_json_line_too(monkeypatch: pytest.MonkeyPatch) 
     assert (event["level"], event["logger"]) == ("warning", "py.warnings")
     assert "UserWarning: running as root" in event["event"]
     assert TOKEN not in line
+
+
+def test_an_outbox_url_s_path_is_masked_only_as_part_of_that_url() -> None:
+    """The path of `http://backend:8080/actions` was masked wherever its text appeared: every
+    API access line about actions (`GET /api/v1/actions`) lost its route, a message its words."""
+    settings = load_settings(
+        database_url="sqlite:///x.db",
+        webhook_url=SLACK,
+        webhook_secret="webhook-signing-secret-42",
+        actions_url="http://Backend:8080/actions",
+        actions_secret="actions-signing-secret-9",
+    )
+    secrets = secrets_of(settings)
+    kept = (
+        '127.0.0.1:5000 - "GET /api/v1/actions?any=true HTTP/1.1" 200; '
+        "see /services/T0AB12CD3 docs; http://other:8080/actions; http://backend:8080/actionsX"
+    )
+    assert redact(kept, secrets) == kept
+    # As part of its URL (any case of scheme and host, a user part, a sub-path): masked.
+    line = (
+        f"POST {SLACK} failed; retried HTTP://backend:8080/actions/7 and "
+        "http://ops@backend:8080/actions, then GET /api/v1/actions"
+    )
+    masked = redact(line, secrets)
+    assert "xYzSecretPart0123456789" not in masked
+    assert "B0EF45GH6" not in masked
+    assert masked == (
+        "POST https://hooks.slack.com/ser*** failed; retried HTTP://backend:8080***/7 and "
+        "http://ops@backend:8080***, then GET /api/v1/actions"
+    )

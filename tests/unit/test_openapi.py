@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -210,3 +211,91 @@ def test_latin1_and_plain_header_values_pass() -> None:
             tool, "createOrder", body={"item": "a", "quantity": 1}, **{"X-Note": value}
         )
         assert args["X-Note"] == value
+
+
+def _null_default_spec() -> dict[str, Any]:
+    return _spec(
+        **{
+            "paths|/jobs|post|parameters": [
+                {"name": "kind", "in": "query", "schema": {"type": "string", "default": None}}
+            ],
+            f"{QUANTITY[: -len('quantity')]}note": {
+                "type": "string",
+                "nullable": True,
+                "default": None,
+            },
+            "components|schemas|Setting|properties|value": {"type": "integer", "default": None},
+        }
+    )
+
+
+def test_a_null_default_is_no_default_left_out_values_stay_out() -> None:
+    tool = CallApi(parse_spec(_null_default_spec()), "http://127.0.0.1:1")
+    # Left out stays out (the API's own default applies); an explicit null is kept as given.
+    assert _normalized(tool, "createOrder", body={"item": "a", "quantity": 1}) == {
+        "body": {"item": "a", "quantity": 1, "priority": "low"}
+    }
+    assert _normalized(tool, "createOrder", body={"item": "a", "quantity": 1, "note": None}) == {
+        "body": {"item": "a", "quantity": 1, "priority": "low", "note": None}
+    }
+    # A parameter with `default: null` is like one without: null means "leave it out".
+    assert _normalized(tool, "startJob", kind=None) == {} == _normalized(tool, "startJob")
+    assert _normalized(tool, "startJob", kind="a") == {"kind": "a"}
+    # A required value stays required: `default: null` does not make it optional.
+    with pytest.raises(ValidationFailed, match=r"body\.value"):
+        _normalized(tool, "putSetting", key="k", body={})
+    # The schema the model is shown promises no default it would not get.
+    schema = tool.spec.operations["createOrder"].arguments_schema()
+    assert "default" not in schema["$defs"]["CreateOrderBody"]["properties"]["note"]
+
+
+def _object(**properties: Any) -> dict[str, Any]:
+    return {"type": "object", "properties": properties}
+
+
+def _alike_spec() -> dict[str, Any]:
+    """Objects whose paths read alike, in one operation and in two."""
+    address = _object(street=_object(line=_object(text={"type": "string"})))
+    body = _object(
+        **{
+            "ship-to": address,
+            "shipTo": _object(zone={"type": "integer"}),
+            "pick": {"oneOf": [_object(a={"type": "string"}), _object(b={"type": "integer"})]},
+        }
+    )
+    content = {"application/json": {"schema": body}}
+    return {
+        "openapi": "3.0.3",
+        "paths": {
+            "/a": {"post": {"operationId": "sendParcel", "requestBody": {"content": content}}},
+            "/b": {"post": {"operationId": "SendParcel", "requestBody": {"content": content}}},
+        },
+    }
+
+
+@pytest.mark.parametrize("operation_id", ["sendParcel", "SendParcel"])
+def test_objects_named_alike_get_readable_unique_schema_names(operation_id: str) -> None:
+    operation = parse_spec(_alike_spec()).operations[operation_id]
+    schema = operation.arguments_schema()
+    text = json.dumps(schema)
+    # No Python module path (pydantic's names for classes that share one).
+    assert "orchestrator" not in text
+    assert "__" not in text
+    defs = schema["$defs"]
+    body = defs["SendParcelBody"]["properties"]
+    ship_to, ship_to_2 = body["ship-to"]["$ref"], body["shipTo"]["$ref"]
+    assert (ship_to, ship_to_2) == ("#/$defs/SendParcelBodyShipTo", "#/$defs/SendParcelBodyShipTo2")
+    assert set(defs["SendParcelBodyShipTo"]["properties"]) == {"street"}
+    assert set(defs["SendParcelBodyShipTo2"]["properties"]) == {"zone"}
+    options = [option["$ref"].rsplit("/", 1)[1] for option in body["pick"]["anyOf"]]
+    assert options == ["SendParcelBodyPickOneOf0", "SendParcelBodyPickOneOf1"]
+    assert "SendParcelBodyShipToStreetLine" in defs
+    # The names are only names: both objects still validate as their own schema.
+    values = operation.model.model_validate(
+        {"body": {"ship-to": {"street": {"line": {"text": "x"}}}, "shipTo": {"zone": 2}}}
+    )
+    assert values.model_dump(by_alias=True, exclude_unset=True) == {
+        "body": {"ship-to": {"street": {"line": {"text": "x"}}}, "shipTo": {"zone": 2}}
+    }
+    with pytest.raises(ValidationError):
+        operation.model.model_validate({"body": {"shipTo": {"street": {}}}})

@@ -9,9 +9,10 @@ Celery task binds task, generation and worker; the execution service adds the se
 tokens, the store's password, and the path and query of the outbox URLs, where a Slack-style
 webhook keeps its secret). A masked value keeps at most its first 4 characters.
 
-An outbox URL's path is masked where it is part of that URL (after its scheme and host), not
-wherever its text appears: an actions URL `http://backend/actions` must not turn every
-`/api/v1/actions` of an access line, or a word in a message, into `***`.
+An outbox URL's path is masked where it is part of that URL (after its scheme and host) or
+stands alone (an error that echoes only the path), not wherever its text appears: an actions
+URL `http://backend/actions` must not turn every `/api/v1/actions` of an access line, or the
+same path on another host, into `***`.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def redact(text: str, secrets: Iterable[Secret] = ()) -> str:
 
 
 def _mask_path(match: re.Match[str]) -> str:
-    return match.group("origin") + _mask(match.group("path"))
+    return (match.group("origin") or "") + _mask(match.group("path"))
 
 
 def secrets_of(settings: Settings) -> list[Secret]:
@@ -139,8 +140,10 @@ def _url_path(url: str | None) -> re.Pattern[str] | None:
     host = "|".join(re.escape(h) for h in sorted(hosts, key=len, reverse=True))
     origin = rf"(?i:{re.escape(parts.scheme)}://(?:[^/\s@]*@)?\[?(?:{host})\]?(?::\d+)?)"
     path = "|".join(re.escape(p) for p in sorted(paths, key=len, reverse=True))
-    # Not a longer path that only starts alike (`/hook` in `/hooks`); a sub-path is masked.
-    return re.compile(rf"(?P<origin>{origin})(?P<path>{path})(?![\w.~%-])")
+    # After its own host, or standing alone (an error that echoes only the path): never the
+    # end of a longer path (`/actions` in `/api/v1/actions`, or after another host), nor a
+    # longer path that only starts alike (`/hook` in `/hooks`); a sub-path is masked.
+    return re.compile(rf"(?:(?P<origin>{origin})|(?<![\w.~%/:-]))(?P<path>{path})(?![\w.~%-])")
 
 
 class RedactFilter(logging.Filter):

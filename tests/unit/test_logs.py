@@ -221,3 +221,6 @@ def test_an_outbox_url_s_path_is_masked_only_as_part_of_that_url() -> None:
         "POST https://hooks.slack.com/ser*** failed; retried HTTP://backend:8080***/7 and "
         "http://ops@backend:8080***, then GET /api/v1/actions"
     )
+    # Standing alone, as an error that echoes only the path would show it: masked too.
+    alone = 'refused "/services/T0AB12CD3/B0EF45GH6/xYzSecretPart0123456789" (404)'
+    assert redact(alone, secrets) == 'refused "/ser***" (404)'

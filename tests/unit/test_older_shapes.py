@@ -10,6 +10,7 @@ import pytest
 
 from orchestrator.api.plan_views import plan_as_sent
 from orchestrator.domain.plans import status_counts, validate_plan
+from orchestrator.domain.times import wire_time
 from orchestrator.errors import ValidationFailed
 
 NO_ACTOR = {"id": "b", "title": "Step b", "status": "pending"}  # before nodes had an actor
@@ -28,7 +29,7 @@ def revision(nodes: Any, edges: Any) -> dict[str, Any]:
         "status_counts": status_counts(nodes if isinstance(nodes, list) else [nodes]),
         "task_id": None,
         "generation": None,
-        "updated_at": datetime(2026, 12, 1, tzinfo=UTC).isoformat(),
+        "updated_at": wire_time(datetime(2026, 12, 1, tzinfo=UTC)),
     }
 
 

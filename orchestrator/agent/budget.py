@@ -143,6 +143,15 @@ class TokenCounter:
         """The uncalibrated tokens of one chat message, framing included."""
         return _PER_MESSAGE + self.text(self._message_text(message)[0])
 
+    def message_text(self, message: Mapping[str, Any]) -> str:
+        """The JSON text `message` is counted by: `message_of_text` and `bound_of_text` of it
+        are `message` and `message_bound` of the message, for whoever keeps the text."""
+        return self._message_text(message)[0]
+
+    def message_of_text(self, text: str) -> int:
+        """`message(m)` for the message whose `message_text` is `text`."""
+        return _PER_MESSAGE + self.text(text)
+
     def schema(self, schema: Mapping[str, Any]) -> int:
         """The uncalibrated tokens of one tool definition."""
         return self.text(_dump(schema))
@@ -151,7 +160,11 @@ class TokenCounter:
         """At least `message(message)`, without tokenizing a text not counted before: a token
         is one or more UTF-8 bytes, so the byte count bounds the token count (counting is pure
         Python and was the largest cost of a short round)."""
-        text, size = self._message_text(message)
+        return self.bound_of_text(*self._message_text(message))
+
+    def bound_of_text(self, text: str, size: int | None = None) -> int:
+        """`message_bound(m)` for the message whose `message_text` is `text` (`size`: its
+        UTF-8 bytes, when known)."""
         with self._lock:
             cached = self._cache.get(text)
         if cached is not None:

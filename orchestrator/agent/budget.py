@@ -105,7 +105,8 @@ class ContextBudget:
 class TokenCounter:
     """Counts tokens of messages and tool schemas, calibrated by the server's reported usage.
 
-    Thread-safe; counts of identical texts are cached (histories are re-measured every call).
+    Thread-safe; counts of identical texts are cached (a history is measured again for every
+    call), and so are the JSON texts of role-and-content messages (`_message_text`).
     """
 
     def __init__(self, encoding: str = "cl100k_base") -> None:

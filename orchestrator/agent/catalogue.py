@@ -183,6 +183,7 @@ class Catalogue:
         self.resident = [name for name in tools if name in RESIDENT_TOOLS]
         self.entries: dict[str, Entry] = {}
         self.api: CallApi | None = None
+        self._resident: dict[bool, list[dict[str, Any]]] = {}
         for name, tool in tools.items():
             if name in RESIDENT_TOOLS:
                 continue
@@ -240,11 +241,18 @@ class Catalogue:
     # -- definitions -------------------------------------------------------------------------
 
     def resident_schemas(self, *, readonly: bool = False) -> list[dict[str, Any]]:
-        return [
-            self.tools[name].schema()
-            for name in self.resident
-            if not readonly or self.tools[name].read_uses() is not None
-        ]
+        """The resident tools' definitions, rendered once per catalogue like the entries'
+        (a round's tools do not change): every call of a round gets the same objects, so the
+        conversation measures them once (`Conversation._tools_tokens`)."""
+        schemas = self._resident.get(readonly)
+        if schemas is None:
+            schemas = [
+                self.tools[name].schema()
+                for name in self.resident
+                if not readonly or self.tools[name].read_uses() is not None
+            ]
+            schemas = self._resident.setdefault(readonly, schemas)
+        return list(schemas)
 
     def extra_schemas(self, names: Sequence[str]) -> list[dict[str, Any]]:
         """The definitions the enabled entries `names` add: one per tool, and one `call_api`

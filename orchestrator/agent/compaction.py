@@ -93,25 +93,30 @@ class _Unit:
     """A transaction: one assistant message and the tool messages answering its calls.
 
     `bound` (UTF-8 bytes) is kept as messages come; the exact token count is taken only when a
-    request's bound does not fit, or calibration asks for it.
+    request's bound does not fit, or calibration asks for it. Each message's JSON text is
+    kept with it (`texts`): a message is not changed once added (its bound is already summed),
+    and a query's result is ~15 KB to serialise again for every count.
     """
 
     messages: list[dict[str, Any]]
     counter: TokenCounter | None
     bound: int = 0
     _exact: int | None = None
+    texts: list[str] = field(default_factory=list)
 
     def add(self, message: dict[str, Any]) -> None:
         self.messages.append(message)
         if self.counter is not None:
-            self.bound += self.counter.message_bound(message)
+            text = self.counter.message_text(message)
+            self.texts.append(text)
+            self.bound += self.counter.bound_of_text(text)
         self._exact = None
 
     @property
     def tokens(self) -> int:
         if self._exact is None:
             counter = self.counter
-            self._exact = sum(counter.message(m) for m in self.messages) if counter else 0
+            self._exact = sum(counter.message_of_text(t) for t in self.texts) if counter else 0
         return self._exact
 
 
@@ -129,7 +134,8 @@ class Conversation:
     summary: str | None = None
     compactions: list[Compaction] = field(default_factory=list)
     _units: list[_Unit] = field(default_factory=list)
-    _last: tuple[list[dict[str, Any]], Sequence[Mapping[str, Any]]] = ([], ())
+    #: The JSON texts of the messages `prepare` last returned, and its tool definitions.
+    _last: tuple[list[str], Sequence[Mapping[str, Any]]] = ([], ())
     #: The tool definitions last measured and their exact size: the same list is sent on
     #: every call of a round, so it is dumped and looked up once, not once per call.
     _tools_measured: tuple[Sequence[Mapping[str, Any]], int] | None = None
@@ -137,11 +143,20 @@ class Conversation:
     @property
     def last_raw(self) -> int:
         """The uncalibrated size of the last request `prepare` returned (for calibration),
-        counted when asked: most requests never need their exact size."""
+        counted when asked: most requests never need their exact size. `counter.raw` of that
+        request, from the texts its messages were measured by (a server that reports usage
+        asks after every call: the history is not serialised again each time)."""
         if self.counter is None:
             return 0
-        messages, tools = self._last
-        return self.counter.raw(messages, tools) if messages else 0
+        texts, tools = self._last
+        if not texts:
+            return 0
+        counter = self.counter
+        return (
+            counter.raw([], ())  # the request's own framing
+            + sum(counter.message_of_text(text) for text in texts)
+            + self._tools_tokens(tools)
+        )
 
     # -- history -----------------------------------------------------------------------------
 
@@ -191,9 +206,7 @@ class Conversation:
             + sum(unit.bound for unit in self._units)
         )
         if counter.scaled(bound) <= limit:
-            messages = self.messages(notice)
-            self._last = (messages, tools)
-            return messages
+            return self._sent(notice, tools)
         fixed = counter.raw([*self._head(with_summary=False), *self._tail(notice)], tools)
         summary = self._summary_tokens()
         history = sum(unit.tokens for unit in self._units)
@@ -209,9 +222,17 @@ class Conversation:
                     f"(the window less its 15 % margin); nothing was dropped"
                 )
             self._compact(fixed, before)
-        messages = self.messages(notice)
-        self._last = (messages, tools)
-        return messages
+        return self._sent(notice, tools)
+
+    def _sent(self, notice: str | None, tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """The request's messages, remembered (as the texts they were measured by) for
+        `last_raw`."""
+        assert self.counter is not None
+        head, tail = self._head(), self._tail(notice)
+        texts = [self.counter.message_text(message) for message in (*head, *tail)]
+        texts.extend(text for unit in self._units for text in unit.texts)
+        self._last = (texts, tools)
+        return [*head, *self.history, *tail]
 
     # -- compaction --------------------------------------------------------------------------
 

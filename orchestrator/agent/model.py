@@ -21,7 +21,6 @@ the script, so a test can check what a model was given (and what it was not).
 
 from __future__ import annotations
 
-import copy
 import json
 import threading
 from abc import ABC, abstractmethod
@@ -188,11 +187,10 @@ class ScriptedModel(Model):
         if turn.delay_s and stop.wait(turn.delay_s):
             return ModelTurn(content=None, tool_calls=())
         # A copy each time: the turns are shared by every round that plays this script version.
-        # `${CALL_ID.path}` arguments take ids the host returned earlier (`agent.script_refs`).
+        # `resolve_refs` makes it (every dict and list of what it returns is new) while it puts
+        # in the ids the host returned earlier for `${CALL_ID.path}` (`agent.script_refs`).
         calls = tuple(
-            ToolCall(
-                c.id, c.name, resolve_refs(copy.deepcopy(c.arguments), messages, self._results)
-            )
+            ToolCall(c.id, c.name, resolve_refs(c.arguments, messages, self._results))
             for c in turn.tool_calls
         )
         return ModelTurn(content=turn.content, tool_calls=calls)

@@ -25,10 +25,12 @@ def resolve_refs(
     messages: Sequence[Mapping[str, Any]],
     remembered: dict[str, Any] | None = None,
 ) -> Any:
-    """`arguments` with every resolvable `${CALL_ID.path}` replaced. With `remembered` (kept
-    by the caller across the round's turns, empty at first), the results in `messages` are
-    added to it and a reference is looked up there (every turn's results are added, referred
-    to or not); a call id used again refers to its latest result, as without it."""
+    """A copy of `arguments` (every dict and list in it new, its scalars shared) with every
+    resolvable `${CALL_ID.path}` replaced; a replacement is the result's value itself. With
+    `remembered` (kept by the caller across the round's turns, empty at first), the results in
+    `messages` are added to it and a reference is looked up there (every turn's results are
+    added, referred to or not); a call id used again refers to its latest result, as without
+    it."""
     results = None if remembered is None else _tool_results(messages, remembered)
 
     def walk(value: Any) -> Any:

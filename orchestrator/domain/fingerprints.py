@@ -46,12 +46,14 @@ def refuse_non_finite(value: Any, path: str = "$") -> None:
 
 def canonical_json(value: Any) -> str:
     """The canonical text of a JSON value: sorted keys, `,`/`:` separators, no ASCII escaping."""
-    refuse_non_finite(value)
     try:
         return json.dumps(
             value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
         )
     except (TypeError, ValueError) as exc:
+        # The walk in Python only when the C encoder refused: a value it wrote holds no NaN or
+        # infinity (`allow_nan=False`), and one it refused is named by its path when it has.
+        refuse_non_finite(value)
         raise NonCanonical(str(exc)) from None
 
 

@@ -144,17 +144,16 @@ class ExecutionService:
         if token is None:
             return self._not_acquired(task_id, generation)
         try:
-            with self.db.single_statement() as conn:  # one statement on Postgres
-                claimed = generation_store.claim_generation(
-                    conn,
-                    task_id,
-                    generation,
-                    lease_token=token,
-                    worker=worker,
-                    celery_task_id=celery_task_id,
-                    lease_expires_at=utcnow() + timedelta(seconds=ttl),
-                    process=current_process(),
-                )
+            claimed = generation_store.claim_generation_alone(  # one statement on Postgres
+                self.db,
+                task_id,
+                generation,
+                lease_token=token,
+                worker=worker,
+                celery_task_id=celery_task_id,
+                lease_expires_at=utcnow() + timedelta(seconds=ttl),
+                process=current_process(),
+            )
         except _INFRASTRUCTURE as exc:
             return self._claim_failed(task_id, generation, token, exc)
         if claimed is None:

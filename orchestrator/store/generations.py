@@ -39,10 +39,12 @@ from orchestrator.store.types import utcnow
 
 if TYPE_CHECKING:
     from orchestrator.domain.processes import ProcessIdentity
+    from orchestrator.store.db import Database
 
 __all__ = [
     "GENERATION_COLUMNS",
     "claim_generation",
+    "claim_generation_alone",
     "end_and_settle",
     "end_generation",
     "generation_rows",
@@ -142,10 +144,65 @@ def claim_generation(
     """queued → running for exactly this generation: the task and the generation's session id.
 
     None when the generation is not the task's queued one (claimed, superseded, finished), or
-    its execution row is already closed. On Postgres one statement: send it in autocommit.
-    `process` (where the claim runs) lets a restart on that host recover it without the lease.
+    its execution row is already closed. On Postgres one statement: send it in autocommit
+    (`claim_generation_alone` does). `process` (where the claim runs) lets a restart on that
+    host recover it without the lease.
     """
-    params = {
+    params = _claim_params(
+        task_id, generation, lease_token, worker, celery_task_id, lease_expires_at, process
+    )
+    if conn.dialect.name == "postgresql":
+        return _claimed(driver.fetch(conn, _one_statement_claim(), params))
+    task_row = conn.execute(_claim_task(), params).one_or_none()
+    if task_row is None:
+        return None
+    session_id = conn.execute(_claim_execution(), params).scalar_one()
+    return TaskRecord.from_row(task_row), str(session_id)
+
+
+def claim_generation_alone(
+    db: Database,
+    task_id: str,
+    generation: int,
+    *,
+    lease_token: str,
+    worker: str,
+    celery_task_id: str | None,
+    lease_expires_at: datetime,
+    process: ProcessIdentity | None = None,
+) -> tuple[TaskRecord, str] | None:
+    """`claim_generation` as a unit of work of its own. On Postgres its one statement goes in
+    autocommit on `store.driver`'s kept connections (`driver.rows`): the same statement and
+    round trip, without checking a pooled connection out, switching it to autocommit and back
+    (about as much Python as the claim itself). Elsewhere one transaction."""
+    if db.dialect != "postgresql":
+        with db.transaction() as conn:
+            return claim_generation(
+                conn,
+                task_id,
+                generation,
+                lease_token=lease_token,
+                worker=worker,
+                celery_task_id=celery_task_id,
+                lease_expires_at=lease_expires_at,
+                process=process,
+            )
+    params = _claim_params(
+        task_id, generation, lease_token, worker, celery_task_id, lease_expires_at, process
+    )
+    return _claimed(driver.rows(db.engine, _one_statement_claim(), params))
+
+
+def _claim_params(
+    task_id: str,
+    generation: int,
+    lease_token: str,
+    worker: str,
+    celery_task_id: str | None,
+    lease_expires_at: datetime,
+    process: ProcessIdentity | None,
+) -> dict[str, Any]:
+    return {
         "claim_worker_host": process.host if process else None,
         "claim_worker_pid": process.pid if process else None,
         "claim_worker_started": process.started if process else None,
@@ -157,17 +214,14 @@ def claim_generation(
         "claim_celery_task_id": celery_task_id,
         "claim_lease_expires_at": lease_expires_at,
     }
-    if conn.dialect.name == "postgresql":
-        claimed = driver.fetch(conn, _one_statement_claim(), params)
-        if not claimed:
-            return None
-        (*task_values, session_id), *_ = claimed
-        return TaskRecord.from_row(driver_row(_TASK_COLUMNS, task_values)), str(session_id)
-    task_row = conn.execute(_claim_task(), params).one_or_none()
-    if task_row is None:
+
+
+def _claimed(rows: list[tuple[Any, ...]]) -> tuple[TaskRecord, str] | None:
+    """The task and session id the one-statement claim returned, if it claimed."""
+    if not rows:
         return None
-    session_id = conn.execute(_claim_execution(), params).scalar_one()
-    return TaskRecord.from_row(task_row), str(session_id)
+    (*task_values, session_id), *_ = rows
+    return TaskRecord.from_row(driver_row(_TASK_COLUMNS, task_values)), str(session_id)
 
 
 def _open_execution() -> Any:

@@ -6,8 +6,9 @@ import threading
 import uuid
 from datetime import UTC, timedelta
 
-from sqlalchemy import update
+from sqlalchemy import event, update
 
+from orchestrator.store import driver
 from orchestrator.store import executions as execution_store
 from orchestrator.store import generations as generation_store
 from orchestrator.store import tasks as task_store
@@ -32,16 +33,16 @@ def new_task(db: Database) -> str:
 def claim(
     db: Database, task_id: str, token: str, generation: int = 1
 ) -> tuple[TaskRecord, str] | None:
-    with db.single_statement() as conn:
-        return generation_store.claim_generation(
-            conn,
-            task_id,
-            generation,
-            lease_token=token,
-            worker=f"worker-{token}",
-            celery_task_id=None,
-            lease_expires_at=utcnow() + timedelta(seconds=30),
-        )
+    # As the execution service claims: its own unit of work.
+    return generation_store.claim_generation_alone(
+        db,
+        task_id,
+        generation,
+        lease_token=token,
+        worker=f"worker-{token}",
+        celery_task_id=None,
+        lease_expires_at=utcnow() + timedelta(seconds=30),
+    )
 
 
 def test_a_queued_generation_is_claimed_once(db: Database) -> None:
@@ -128,5 +129,30 @@ def test_the_claimed_task_is_the_task_as_read_back_in_utc_whatever_the_session_z
         assert task.created_at.tzinfo is UTC
         assert task.queued_at is not None
         assert task.queued_at.tzinfo is UTC
+    finally:
+        db.dispose()
+
+
+def test_a_claim_on_postgres_is_one_statement_in_autocommit_on_no_pooled_connection(
+    pg_url: str,
+) -> None:
+    # The store's pool is for transactions: a claim alone goes on the driver's kept
+    # autocommit connections, without a checkout switched to autocommit and back.
+    db = Database.from_url(pg_url)
+    try:
+        task_id = new_task(db)
+        checkouts: list[object] = []
+        told: list[tuple[str, bool]] = []
+        event.listen(db.engine, "checkout", lambda *args: checkouts.append(args))
+        driver.observers.append(lambda sql, autocommit: told.append((sql.split()[0], autocommit)))
+        try:
+            claimed = claim(db, task_id, "alone")
+        finally:
+            driver.observers.pop()
+        assert claimed is not None
+        assert claimed[0].status == "running"
+        assert checkouts == []
+        assert told == [("WITH", True)]
+        assert claim(db, task_id, "again") is None
     finally:
         db.dispose()

@@ -6,7 +6,6 @@ the round's own lease token, and only while its execution is open. Both stores."
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -265,15 +264,15 @@ def test_a_claim_that_committed_with_its_answer_lost_is_handed_back(
     # handed back, so the next sweep requeues it, not a lease later.
     rt, dispatcher = env
     task_id = simple_task(rt, scripts)
-    real_statement = rt.db.single_statement
+    real_claim = executions_module.generation_store.claim_generation_alone
 
-    @contextmanager
-    def committed_then_lost() -> Iterator[Any]:
-        with real_statement() as conn:
-            yield conn
+    def committed_then_lost(*args: Any, **kwargs: Any) -> Any:
+        real_claim(*args, **kwargs)
         _store_down()  # the claim committed; its answer never came back
 
-    monkeypatch.setattr(rt.db, "single_statement", committed_then_lost)
+    monkeypatch.setattr(
+        executions_module.generation_store, "claim_generation_alone", committed_then_lost
+    )
     result = rt.executions.run(task_id, 1, worker="w1")
     assert (result.ran, result.retry_after) == (False, rt.settings.lease_renew_seconds)
     monkeypatch.undo()
@@ -292,7 +291,7 @@ def test_a_claim_that_did_not_commit_hands_nothing_back(
 ) -> None:
     rt, _ = env
     task_id = simple_task(rt, scripts)
-    monkeypatch.setattr(executions_module.generation_store, "claim_generation", _store_down)
+    monkeypatch.setattr(executions_module.generation_store, "claim_generation_alone", _store_down)
     assert not rt.executions.run(task_id, 1, worker="w1").ran
     monkeypatch.undo()
     assert rt.sweeper.sweep().requeued == []

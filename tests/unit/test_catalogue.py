@@ -413,3 +413,41 @@ def test_the_initial_selection_follows_the_task_not_the_context_in_its_brief() -
     assert builder.discovery.initial == ["getWaterQuality"]
     messages, _ = builder.build()
     assert messages[1]["content"] == brief
+
+
+def test_a_round_measures_the_resident_definitions_once(
+    catalogue: Catalogue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every call of a round offers the same resident definitions: they are rendered once and
+    measured once, not once per call."""
+    from orchestrator.agent.compaction import Conversation
+
+    counter = TokenCounter()
+    measured: list[str] = []
+    original = counter.schema
+    monkeypatch.setattr(counter, "schema", lambda s: measured.append(s["name"]) or original(s))
+    discovery = Discovery(catalogue, ContextBudget(100_000, max_tools=3), counter, brief="odd")
+    convo = Conversation(system="s", brief="b", budget=ContextBudget(100_000), counter=counter)
+    for _ in range(3):
+        convo.prepare(discovery.offer()[0])
+    assert sorted(measured) == sorted(catalogue.resident)
+    # A discovered tool changes the set: it is measured again, the new definition included.
+    discovery.discover("pressure")
+    tools, _ = discovery.offer()
+    measured.clear()
+    convo.prepare(tools)
+    assert measured == [t["name"] for t in tools]
+    assert measured[-1] == "call_api"
+
+
+def test_the_kept_resident_definitions_follow_the_caller(catalogue: Catalogue) -> None:
+    """Read-only and full callers each get their own list, kept apart; a caller changing the
+    list it got changes nothing for the next."""
+    readonly = catalogue.resident_schemas(readonly=True)
+    full = catalogue.resident_schemas()
+    assert [t["name"] for t in full] == catalogue.resident
+    assert "delegate" not in [t["name"] for t in readonly]
+    assert "delegate" in [t["name"] for t in full]
+    readonly.clear()
+    assert catalogue.resident_schemas(readonly=True) != []
+    assert catalogue.resident_schemas(readonly=True) == catalogue.resident_schemas(readonly=True)

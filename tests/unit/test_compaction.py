@@ -286,3 +286,44 @@ def test_a_round_compacts_with_a_summary_call_and_calibrates_from_usage() -> Non
         if m["role"] == "user"
     )
     assert context.counter.ratio == pytest.approx(1.1, abs=0.01)
+
+
+def test_last_raw_is_the_exact_size_of_each_request_as_sent() -> None:
+    """Calibration's `last_raw` is `counter.raw` of what `prepare` returned: with a plan, a
+    notice, compaction and a new tool set, and not moved by what is added after the call."""
+    convo = conversation(window=2000)
+    counter = convo.counter
+    assert counter is not None
+    with_plan(convo)
+    tools: list[dict[str, Any]] = TOOLS
+    for number in range(1, 9):
+        transaction(convo, number)
+        if number == 5:
+            tools = [*TOOLS, {"name": "search_tools", "description": "find", "parameters": {}}]
+        notice = "Tool discovery: enabled search_tools" if number % 3 == 0 else None
+        messages = convo.prepare(tools, notice)
+        assert convo.last_raw == counter.raw(messages, tools)
+        convo.add_assistant({"role": "assistant", "content": "noted " * number})
+        assert convo.last_raw == counter.raw(messages, tools)  # the request that was sent
+    assert convo.compactions
+
+
+def test_calibration_does_not_serialise_the_request_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that reports usage asks for `last_raw` after every call: the messages and
+    tool definitions were serialised when measured, and are not again (a query's result is
+    ~15 KB)."""
+    from orchestrator.agent import budget
+
+    convo = conversation(window=100_000)
+    counter = convo.counter
+    assert counter is not None
+    with_plan(convo)
+    for number in range(1, 4):
+        transaction(convo, number, size=2000)
+    messages = convo.prepare(TOOLS)
+    expected = counter.raw(messages, TOOLS)
+    dumped: list[object] = []
+    original = budget._dump
+    monkeypatch.setattr(budget, "_dump", lambda value: dumped.append(value) or original(value))
+    assert convo.last_raw == expected
+    assert dumped == []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from orchestrator.agent.budget import (
@@ -123,3 +125,48 @@ def test_a_request_within_its_bound_is_not_tokenized(monkeypatch: pytest.MonkeyP
     messages = convo.prepare([])
     assert encoded == []  # fitted by its bound alone
     assert convo.last_raw == counter.raw(messages, [])  # exact when calibration asks
+
+
+def test_a_role_and_content_message_is_serialised_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The system prompt, brief and plan go into every request of every round: their JSON text
+    is written once per counter, not once per call."""
+    from orchestrator.agent import budget
+
+    counter = TokenCounter()
+    dumped: list[object] = []
+    original = budget._dump
+    monkeypatch.setattr(budget, "_dump", lambda value: dumped.append(value) or original(value))
+    system = {"role": "system", "content": "You investigate a condition task. " * 20}
+    first = counter.message_bound(system)
+    assert counter.message_bound(dict(system)) == first
+    assert counter.message(dict(system)) == counter.message(system)
+    assert len(dumped) == 1
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        {"role": "user", "content": "the plan, version 2"},  # another content
+        {"role": "system", "content": "the plan, version 1"},  # another role
+        {"role": "user", "content": "the plan, version 1", "name": "planner"},  # another key
+        {"role": "user", "content": ["the plan, version 1"]},  # not a string: never kept
+    ],
+)
+def test_a_kept_message_text_is_never_served_for_another_message(other: dict[str, Any]) -> None:
+    counter = TokenCounter()
+    fresh = TokenCounter()
+    counter.message_bound({"role": "user", "content": "the plan, version 1"})
+    counter.message({"role": "user", "content": "the plan, version 1"})
+    assert counter.message_bound(other) == fresh.message_bound(other)
+    assert counter.message(other) == fresh.message(other)
+
+
+def test_a_kept_message_bound_becomes_exact_once_the_message_is_counted() -> None:
+    """Only the text is kept, not the bound: once the exact count is known (calibration
+    counted the request) the bound is that count, as before."""
+    counter = TokenCounter()
+    message = {"role": "user", "content": "水质采样 DM-RN-01 浊度 0.42 NTU " * 10}
+    by_bytes = counter.message_bound(message)
+    exact = counter.message(message)
+    assert exact < by_bytes
+    assert counter.message_bound(message) == exact

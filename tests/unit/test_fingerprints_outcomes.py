@@ -114,3 +114,25 @@ def test_every_outcome_has_a_fixed_text_that_fits_the_receipt() -> None:
     assert outcomes.default_outcome("unknown") in outcomes.OUTCOMES
     for status in ("succeeded", "failed", "pending", "unknown"):
         assert outcomes.tool_status(outcomes.default_outcome(status)) == status  # type: ignore[arg-type]
+
+
+def test_a_canonical_value_is_written_without_a_walk_in_python(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every call id's arguments and every write's digest are canonical JSON: the encoder's
+    own refusal of NaN and infinity does the check, the walk names the path only on failure."""
+    from orchestrator.domain import fingerprints
+
+    walked: list[object] = []
+    original = fingerprints.refuse_non_finite
+    monkeypatch.setattr(
+        fingerprints, "refuse_non_finite", lambda v, p="$": walked.append(v) or original(v, p)
+    )
+    assert canonical_json({"b": [1.5, {"c": None}], "a": "x"}) == '{"a":"x","b":[1.5,{"c":null}]}'
+    assert walked == []
+    with pytest.raises(NonCanonical, match=r"\$\.a\[1\]: inf has no canonical JSON form"):
+        canonical_json({"a": [1, math.inf]})
+    with pytest.raises(NonCanonical, match="not JSON serializable"):
+        canonical_json({"a": {1, 2}})
+    with pytest.raises(NonCanonical, match=r"\$\.a\[0\]: nan"):
+        canonical_json({"a": {math.nan}})  # the path first, as before, though a set is refused

@@ -8,15 +8,17 @@ so it does not claim it, and another round would only see the same open write (a
 belongs to the system that runs it; an `unknown` write is verified read-only, not replayed).
 
 A failed node stays failed (seed 004: 重试使用新节点): it holds the completion until a retry of
-it is completed. A retry is a node of the same actor with an edge from the failed node (it
-depends on the failed node and takes its place); a retry that failed in turn is released by its
-own completed retry. A human step's retry is a human node, which only a person completes, so
-the agent alone never turns a person's failure into a completion (invariants 6 and 22). An
-agent's own failed node may also be marked skipped or cancelled once it no longer applies; a
-person's failed node cannot (the agent never rewrites what a person closed).
+it is completed. A retry is a new node of the same actor with an edge from the failed node,
+drawn at or after the failure (`domain.retries`: the host keeps which node retries which with
+each revision; an edge drawn before the failure is a succession and retries nothing); a retry
+that failed in turn is released by its own completed retry. A human step's retry is a human
+node, which only a person completes, so the agent alone never turns a person's failure into a
+completion (invariants 6 and 22). An agent's own failed node may also be marked skipped or
+cancelled once it no longer applies; a person's failed node cannot (the agent never rewrites
+what a person closed).
 
 A human node a person failed is news the agent must answer (`unanswered_failed_human_nodes`):
-with a retry drawn (a human node with an edge from it, open or completed), or by reporting the
+with a retry drawn (a new human node with an edge from it, open or completed), or by reporting the
 task failed. Until it is answered it queues the next round even while other human nodes are
 open, whoever wrote the plan's latest revision: the person after the agent's last plan, or the
 agent, publishing again (or, in the next generation, keeping the step a person failed in an
@@ -31,11 +33,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.domain.retries import retries_of
 from orchestrator.domain.vocabulary import OPEN_NODE_STATUSES
 
 __all__ = [
     "Decision",
     "RoundFacts",
+    "awaited_human_nodes",
     "decide",
     "open_human_nodes",
     "unanswered_failed_human_nodes",
@@ -49,13 +53,13 @@ _HUMAN_CLOSED = _DONE | {"failed"}
 
 
 def unretried_failed_nodes(
-    nodes: Sequence[Mapping[str, Any]] | None, edges: Sequence[Mapping[str, Any]] | None
+    nodes: Sequence[Mapping[str, Any]] | None, retries: Mapping[str, Sequence[str]]
 ) -> list[str]:
-    """The ids of the failed nodes that have no completed retry, in plan order."""
+    """The ids of the failed nodes that have no completed retry, in plan order.
+
+    `retries` is the revision's relation (`domain.retries`); `RoundFacts.relation` reads an
+    older revision's from its edges."""
     by_id = {str(n["id"]): n for n in nodes or ()}
-    followers: dict[str, list[str]] = {}
-    for edge in edges or ():
-        followers.setdefault(str(edge.get("from")), []).append(str(edge.get("to")))
     released: dict[str, bool] = {}
 
     def retried(node_id: str, seen: frozenset[str]) -> bool:
@@ -69,7 +73,7 @@ def unretried_failed_nodes(
                     retry.get("status") == "completed"
                     or (retry.get("status") == "failed" and retried(target, seen | {target}))
                 )
-                for target in followers.get(node_id, ())
+                for target in retries.get(node_id, ())
             )
         return released[node_id]
 
@@ -81,19 +85,17 @@ def unretried_failed_nodes(
 
 
 def unanswered_failed_human_nodes(
-    nodes: Sequence[Mapping[str, Any]] | None, edges: Sequence[Mapping[str, Any]] | None
+    nodes: Sequence[Mapping[str, Any]] | None, retries: Mapping[str, Sequence[str]]
 ) -> list[str]:
     """The ids of the human nodes a person failed that the plan does not answer, in plan order.
 
-    A failed human node is answered by a retry drawn for it: a human node with an edge from it
-    that is completed, still open (waiting for its person), or failed and answered in turn. A
-    retry a person failed or skipped, with nothing after it, answers nothing: the agent must
-    act again.
+    A failed human node is answered by a retry drawn for it (`retries`, `domain.retries`): a
+    human node that is completed, still open (waiting for its person), or failed and answered
+    in turn. A retry a person failed or skipped, with nothing after it, answers nothing: the
+    agent must act again. A human node that followed it before it failed answers nothing
+    either: it was planned for its own reason.
     """
     by_id = {str(n["id"]): n for n in nodes or ()}
-    followers: dict[str, list[str]] = {}
-    for edge in edges or ():
-        followers.setdefault(str(edge.get("from")), []).append(str(edge.get("to")))
     answered: dict[str, bool] = {}
 
     def is_answered(node_id: str, seen: frozenset[str]) -> bool:
@@ -107,7 +109,7 @@ def unanswered_failed_human_nodes(
                     or retry.get("status") in OPEN_NODE_STATUSES
                     or (retry.get("status") == "failed" and is_answered(target, seen | {target}))
                 )
-                for target in followers.get(node_id, ())
+                for target in retries.get(node_id, ())
             )
         return answered[node_id]
 
@@ -118,6 +120,20 @@ def unanswered_failed_human_nodes(
         and n.get("status") == "failed"
         and not is_answered(node_id, frozenset({node_id}))
     ]
+
+
+def awaited_human_nodes(
+    nodes: Sequence[Mapping[str, Any]] | None, retries: Mapping[str, Sequence[str]]
+) -> list[str]:
+    """The human nodes the task waits for: those a person has yet to close, unless a person
+    failed a step the plan does not answer; then nothing is awaited (the agent must get a
+    round to retry it, or fail the task, and not after the call-back of days later).
+
+    The end of a round (`decide`) and a person's decision (`services.redecide`) share it.
+    """
+    if unanswered_failed_human_nodes(nodes, retries):
+        return []
+    return open_human_nodes(nodes)
 
 
 def open_human_nodes(nodes: Sequence[Mapping[str, Any]] | None) -> list[str]:
@@ -149,6 +165,14 @@ class RoundFacts:
     #: Nodes of the plan stored in a shape the rules cannot read (not an object, no id): the
     #: host cannot show them done, so the plan is not done (`domain.plans.readable_nodes`).
     unreadable_nodes: int = 0
+    #: Which node retries which failed node, as stored with the revision (`domain.retries`);
+    #: None for a revision stored before the relation was kept, read from its edges.
+    plan_retries: Mapping[str, Sequence[str]] | None = None
+
+    @property
+    def relation(self) -> Mapping[str, Sequence[str]]:
+        """The retries the rules go by: the stored relation, or an older revision's edges."""
+        return retries_of(self.plan_nodes, self.plan_edges, self.plan_retries)
 
 
 @dataclass(frozen=True)
@@ -176,10 +200,11 @@ def decide(facts: RoundFacts) -> Decision:
     # any other is awaited, unless a person failed a step the plan does not answer (no retry
     # drawn): the agent must get a round to retry it (or fail the task), though it published
     # last (it kept the failure and drew nothing), and not after the call-back of days later.
-    unretried = unretried_failed_nodes(nodes, facts.plan_edges)
-    unanswered = unanswered_failed_human_nodes(nodes, facts.plan_edges)
-    open_human = open_human_nodes(nodes)
-    if open_human and not unanswered:
+    retries = facts.relation
+    unretried = unretried_failed_nodes(nodes, retries)
+    unanswered = unanswered_failed_human_nodes(nodes, retries)
+    open_human = awaited_human_nodes(nodes, retries)
+    if open_human:
         return Decision(
             "waiting", "waiting", "human node(s) not completed: " + ", ".join(open_human)
         )
@@ -235,8 +260,9 @@ def _retry_hint(nodes: Sequence[Mapping[str, Any]], unretried: Sequence[str]) ->
     named = ", ".join(f"{node_id} ({actors.get(node_id)})" for node_id in unretried)
     return (
         f"; failed node(s) with no completed retry: {named}. Retry each with a new node of the "
-        "same actor and an edge from the failed node (a person closes a human one), or save "
-        "the report with outcome failed"
+        "same actor and an edge from the failed node (a node already in the plan when it "
+        "failed is no retry; a person closes a human one), or save the report with outcome "
+        "failed"
     )
 
 

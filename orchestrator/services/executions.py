@@ -479,6 +479,7 @@ def finish_generation(
                 plan_edges=facts.plan_edges,
                 person_revised_last=is_person_revision(facts.plan_request_id),
                 unreadable_nodes=facts.unreadable_nodes,
+                plan_retries=facts.plan_retries,
             )
         )
         if decision.queues_next:

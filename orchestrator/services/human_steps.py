@@ -21,6 +21,7 @@ from sqlalchemy import Connection
 
 from orchestrator.domain import plans as rules
 from orchestrator.domain.human_steps import PERSON_REQUEST_PREFIX, close_human_node
+from orchestrator.domain.retries import next_retries
 from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
 from orchestrator.errors import ConflictError, NotFound
 from orchestrator.services.dispatch import Dispatcher, safe_dispatch
@@ -138,6 +139,15 @@ class HumanStepService:
                 task_id=task_id,
                 generation=plan.generation,
                 updated_at=at,
+                # A person's step adds no node, so it draws no retry: a node that followed the
+                # failed one retries nothing (`domain.retries`); the relation goes on as it was.
+                retries=next_retries(
+                    draft.nodes,
+                    draft.edges,
+                    previous_nodes=readable,
+                    previous_edges=rules.readable_edges(plan.edges),
+                    previous_retries=plan.retries,
+                ),
             )
             plan_store.insert_revision(conn, record)
             if record.generation:

@@ -2,8 +2,9 @@
 
 One publish is one transaction: fence check, session row lock, request_id look-up, rules against
 the previous revision, insert of revision n+1 (a fenced publish locks the session and looks up in
-one statement). Only after the commit is the event sent (once, and only for a new revision) and
-the caller's `after_commit` hook run.
+one statement) with which of its nodes retry which failed node (`domain.retries`), worked out
+from the same previous revision. Only after the commit is the event sent (once, and only for a
+new revision) and the caller's `after_commit` hook run.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from orchestrator.domain.plan_authority import (
     citation_problems,
     cited_ids,
 )
+from orchestrator.domain.retries import next_retries
 from orchestrator.errors import ConflictError, NotFound
 from orchestrator.events import NullNotifier, PlanNotifier
 from orchestrator.store import plans as store
@@ -135,13 +137,15 @@ def publish_txn(
     nodes = draft.nodes if draft is not None else _raw_nodes(payload)
     previous = rules.readable_nodes(context.latest_nodes)
     previous_edges = rules.readable_edges(context.latest_edges)
+    previous_retries = context.latest_retries
     if context.latest_revision == 0 and fence is not None and fence.generation > 1:
         # Invariant 22: the first plan of a new generation keeps the task's last plan.
         # (Generations start at 1, a CHECK on tasks and executions: the first has no
-        # earlier plan to keep, so it does not look for one.)
+        # earlier plan to keep, so it does not look for one.) Its retries go on too.
         before = task_plans.task_latest_plan(conn, fence.task_id, fence.generation)
         previous = rules.readable_nodes(before.nodes) if before is not None else None
         previous_edges = rules.readable_edges(before.edges) if before is not None else None
+        previous_retries = before.retries if before is not None else None
     if draft is not None and fence is not None:
         # A person may have closed a human node since the agent read the plan (both write
         # under the task row's lock): the agent's open copy of it does not undo that.
@@ -177,6 +181,15 @@ def publish_txn(
         task_id=fence.task_id if fence else session.task_id,
         generation=fence.generation if fence else session.generation,
         updated_at=now or utcnow(),
+        # Computed here, from the revision the rules above were checked against: which of its
+        # failed nodes the new nodes retry is history no later revision can show.
+        retries=next_retries(
+            nodes,
+            draft.edges,
+            previous_nodes=previous,
+            previous_edges=previous_edges,
+            previous_retries=previous_retries,
+        ),
     )
     store.insert_revision(conn, record)
     if session.purpose == "task_execution" and record.task_id and record.generation:

@@ -12,8 +12,9 @@ A human node a person failed is news the agent must act on (retry it with a new 
 depends on it, or report the task failed): it queues the next generation even while other human
 nodes are still open (a call-back may take days; the retry should not wait for it). Only a
 pending action still holds the task then: its approval belongs to the waiting generation. The
-end of a round applies the same rule (`domain.decisions.unanswered_failed_human_nodes`), so a
-failure the agent kept without a retry is news there too; and an approval that releases a task
+end of a round applies the same rule (`domain.decisions.awaited_human_nodes`), so a failure the
+agent kept without a retry (a new human node drawn from it since it failed: a step planned after
+it before it failed is none) is news there too; and an approval that releases a task
 held with such a failure queues it though other human nodes are open.
 """
 
@@ -21,7 +22,8 @@ from __future__ import annotations
 
 from sqlalchemy import Connection
 
-from orchestrator.domain.decisions import open_human_nodes, unanswered_failed_human_nodes
+from orchestrator.domain.decisions import awaited_human_nodes, unanswered_failed_human_nodes
+from orchestrator.domain.retries import retries_of
 from orchestrator.store import generations as generation_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import task_events as event_store
@@ -44,9 +46,12 @@ def redecide_txn(
     facts = report_store.generation_facts(conn, task.task_id, task.generation, task.session_id)
     if facts.pending_actions > 0:
         return None
-    unanswered = unanswered_failed_human_nodes(facts.plan_nodes, facts.plan_edges)
-    if failed_node is None and not unanswered and open_human_nodes(facts.plan_nodes):
+    retries = retries_of(facts.plan_nodes, facts.plan_edges, facts.plan_retries)
+    # The rule the end of a round applies: the task waits for its people unless a person
+    # failed a step the plan does not answer with a retry (`domain.retries`).
+    if failed_node is None and awaited_human_nodes(facts.plan_nodes, retries):
         return None
+    unanswered = unanswered_failed_human_nodes(facts.plan_nodes, retries)
     nxt = generation_store.requeue_generation(
         conn,
         task.task_id,

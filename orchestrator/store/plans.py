@@ -13,6 +13,7 @@ from sqlalchemy import Connection, Row, Select, and_, bindparam, exists, func, i
 from orchestrator.domain.decisions import open_human_nodes
 from orchestrator.domain.fences import Fence
 from orchestrator.domain.plans import readable_nodes, status_counts
+from orchestrator.domain.retries import Retries, readable_retries
 from orchestrator.domain.times import wire_time
 from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
 from orchestrator.store import driver
@@ -63,6 +64,9 @@ class PlanRecord:
     task_id: str | None
     generation: int | None
     updated_at: datetime
+    #: Which node retries which failed node (`domain.retries`); None on a revision stored
+    #: before it was kept. Not in `to_dict`: the host's record, not part of the plan's shape.
+    retries: Retries | None = None
 
     @classmethod
     def from_row(cls, row: Row[Any]) -> PlanRecord:
@@ -79,6 +83,7 @@ class PlanRecord:
             task_id=row.task_id,
             generation=row.generation,
             updated_at=row.updated_at,
+            retries=readable_retries(row.retries),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -108,6 +113,8 @@ class PublishContext:
     same_request: tuple[int, str] | None  # (revision, content_digest) stored under request_id
     #: The latest revision's edges: a new edge into a closed node is refused (retry_not_new).
     latest_edges: list[dict[str, Any]] | None = None
+    #: The latest revision's relation of retries, carried into the next (`domain.retries`).
+    latest_retries: Retries | None = None
 
 
 def _wanted_revisions(by_request_id: bool) -> Any:
@@ -130,6 +137,7 @@ _CONTEXT_COLUMNS = (
     plan_revisions.c.content_digest,
     plan_revisions.c.nodes,
     plan_revisions.c.edges,
+    plan_revisions.c.retries,
 )
 
 
@@ -218,6 +226,7 @@ def _context(rows: Sequence[Any], request_id: str | None) -> PublishContext:
         latest_nodes=list(top.nodes) if top is not None else None,
         same_request=(same.revision, same.content_digest) if same is not None else None,
         latest_edges=list(top.edges) if top is not None else None,
+        latest_retries=readable_retries(top.retries) if top is not None else None,
     )
 
 
@@ -236,6 +245,10 @@ def insert_revision(conn: Connection, record: PlanRecord) -> None:
             # Postgres: store.driver sends them, as JSON text (SQLAlchemy serialises elsewhere).
             "nodes": json.dumps(record.nodes) if postgres else record.nodes,
             "edges": json.dumps(record.edges) if postgres else record.edges,
+            # None (SQL NULL) only from a caller that kept no relation: read as an older row.
+            "retries": json.dumps(record.retries)
+            if postgres and record.retries is not None
+            else record.retries,
             "content_digest": record.content_digest,
             "task_id": record.task_id,
             "generation": record.generation,

@@ -13,6 +13,7 @@ from sqlalchemy import Connection, bindparam, exists, func, insert, select
 
 from orchestrator.domain.fences import Fence
 from orchestrator.domain.plans import readable_edges, readable_nodes
+from orchestrator.domain.retries import Retries, readable_retries
 from orchestrator.domain.times import wire_time
 from orchestrator.errors import ConflictError
 from orchestrator.store import driver
@@ -197,12 +198,15 @@ class GenerationFacts:
     plan_nodes: list[dict[str, Any]] | None  # the session's latest revision, None without plan
     report_outcome: str | None  # the generation's latest report, None without report
     pending_actions: int
-    #: The same revision's edges: a failed node's retry is found by its edge (decisions).
+    #: The same revision's edges: a revision stored without `plan_retries` is read by them.
     plan_edges: list[dict[str, Any]] | None = None
     #: The same revision's request id (`human:` when a person wrote it).
     plan_request_id: str | None = None
     #: Nodes of the same revision the rules cannot read (not an object, no id): never done.
     unreadable_nodes: int = 0
+    #: The same revision's relation of retries (`domain.retries`); None when it was stored
+    #: before the relation was kept (the decision then reads the edges).
+    plan_retries: Retries | None = None
 
 
 def _of_latest_revision(column: Any, label: str) -> Any:
@@ -222,6 +226,7 @@ _FACTS = select(
     _of_latest_revision(plan_revisions.c.nodes, "plan_nodes"),
     _of_latest_revision(plan_revisions.c.edges, "plan_edges"),
     _of_latest_revision(plan_revisions.c.request_id, "plan_request_id"),
+    _of_latest_revision(plan_revisions.c.retries, "plan_retries"),
     select(reports.c.outcome)
     .where(
         reports.c.task_id == bindparam("task_id"),
@@ -247,7 +252,7 @@ def generation_facts(
     conn: Connection, task_id: str, generation: int, session_id: str | None
 ) -> GenerationFacts:
     """The latest plan of `session_id`, the generation's latest report and pending actions."""
-    ((nodes, edges, request_id, report_outcome, pending),) = driver.fetch(
+    ((nodes, edges, request_id, retries, report_outcome, pending),) = driver.fetch(
         conn, _FACTS, {"task_id": task_id, "generation": generation, "session_id": session_id}
     )
     readable = readable_nodes(nodes)
@@ -258,4 +263,5 @@ def generation_facts(
         plan_edges=readable_edges(edges),
         plan_request_id=request_id,
         unreadable_nodes=len(stored_list(nodes)) - len(readable or []),
+        plan_retries=readable_retries(retries),
     )

@@ -173,6 +173,9 @@ plan_revisions = Table(
     Column("task_id", String(ID), nullable=True),
     Column("generation", Integer, nullable=True),
     Column("updated_at", UTCDateTime, nullable=False),
+    # Which node retries which failed node, `{failed_id: [retry ids]}` (`domain.retries`):
+    # history a revision's edges cannot show. NULL on a revision stored before it was kept.
+    Column("retries", JSONDocument, nullable=True),
     PrimaryKeyConstraint("session_id", "revision"),
     UniqueConstraint("session_id", "request_id"),
     CheckConstraint("revision >= 1", name="revision_positive"),

@@ -20,6 +20,7 @@ from orchestrator.domain.decisions import (
 )
 from orchestrator.domain.plan_authority import authority_problems
 from orchestrator.domain.plans import retry_edge_problems, validate_plan
+from orchestrator.domain.retries import retries_by_edges
 from orchestrator.errors import ValidationFailed
 
 
@@ -39,6 +40,16 @@ def facts(
     max_rounds: int = 5,
 ) -> RoundFacts:
     return RoundFacts(nodes, report, 0, rounds_done, max_rounds, plan_edges=edges)
+
+
+def unretried(nodes: list[dict[str, Any]], edges: list[dict[str, Any]]) -> list[str]:
+    """`unretried_failed_nodes` of a revision stored before the relation was kept."""
+    return unretried_failed_nodes(nodes, retries_by_edges(nodes, edges))
+
+
+def unanswered(nodes: list[dict[str, Any]], edges: list[dict[str, Any]]) -> list[str]:
+    """`unanswered_failed_human_nodes` of a revision stored before the relation was kept."""
+    return unanswered_failed_human_nodes(nodes, retries_by_edges(nodes, edges))
 
 
 CHECK = node("check", "completed")
@@ -109,9 +120,9 @@ def test_a_retry_that_failed_in_turn_is_released_by_its_own_completed_retry() ->
     ]
     chain = [edge("check", "sample"), edge("sample", "resample"), edge("resample", "resample-2")]
     assert decide(facts(nodes, chain)).task_status == "completed"
-    assert unretried_failed_nodes(nodes, chain) == []
+    assert unretried(nodes, chain) == []
     broken = chain[:-1]
-    assert unretried_failed_nodes(nodes, broken) == ["sample", "resample"]
+    assert unretried(nodes, broken) == ["sample", "resample"]
 
 
 def test_one_rule_for_agent_nodes() -> None:
@@ -147,7 +158,7 @@ def test_the_reason_names_every_failed_node_without_a_retry_and_only_those() -> 
     ]
     decision = decide(facts(nodes, [edge("sample", "resample")], report="waiting"))
     assert decision.queues_next
-    assert unretried_failed_nodes(nodes, [edge("sample", "resample")]) == ["callback", "query"]
+    assert unretried(nodes, [edge("sample", "resample")]) == ["callback", "query"]
     assert "callback (human), query (agent)" in decision.reason
     assert "sample (" not in decision.reason
 
@@ -192,7 +203,7 @@ def test_the_refusals_tell_the_agent_how_to_retry() -> None:
 def test_a_cycle_of_failed_nodes_releases_nothing_and_ends() -> None:
     # A stored plan has no cycle (validation refuses one); the rule still never loops on one.
     nodes = [node("a", "failed", "human"), node("b", "failed", "human")]
-    assert unretried_failed_nodes(nodes, [edge("a", "b"), edge("b", "a")]) == ["a", "b"]
+    assert unretried(nodes, [edge("a", "b"), edge("b", "a")]) == ["a", "b"]
 
 
 def test_a_node_closed_before_its_edge_was_drawn_is_no_retry() -> None:
@@ -283,27 +294,23 @@ def test_a_failure_the_agent_has_not_answered_gets_it_a_round_though_a_step_is_o
 def test_what_answers_a_failed_human_step() -> None:
     failed = [CHECK, FAILED_SAMPLE]
     to_retry = [edge("check", "sample"), edge("sample", "retry")]
-    assert unanswered_failed_human_nodes(failed, [edge("check", "sample")]) == ["sample"]
+    assert unanswered(failed, [edge("check", "sample")]) == ["sample"]
     # A human retry open or completed answers it; an agent node "retrying" it does not.
     for status in ("pending", "running", "waiting", "completed"):
         retry = node("retry", status, "human")
-        assert unanswered_failed_human_nodes([*failed, retry], to_retry) == []
-    assert unanswered_failed_human_nodes([*failed, node("retry", "pending")], to_retry) == [
-        "sample"
-    ]
+        assert unanswered([*failed, retry], to_retry) == []
+    assert unanswered([*failed, node("retry", "pending")], to_retry) == ["sample"]
     # A retry a person failed or skipped, with nothing after it, answers nothing: both are news.
-    assert unanswered_failed_human_nodes([*failed, node("retry", "failed", "human")], to_retry) == [
+    assert unanswered([*failed, node("retry", "failed", "human")], to_retry) == [
         "sample",
         "retry",
     ]
-    assert unanswered_failed_human_nodes(
-        [*failed, node("retry", "skipped", "human")], to_retry
-    ) == ["sample"]
+    assert unanswered([*failed, node("retry", "skipped", "human")], to_retry) == ["sample"]
     # ... and a retry of the failed retry answers both.
     chain = [*failed, node("retry", "failed", "human"), node("retry-2", "pending", "human")]
-    assert unanswered_failed_human_nodes(chain, [*to_retry, edge("retry", "retry-2")]) == []
+    assert unanswered(chain, [*to_retry, edge("retry", "retry-2")]) == []
     # The agent's own failed node is not a person's news (it may skip or cancel it itself).
-    assert unanswered_failed_human_nodes([CHECK, node("query", "failed")], []) == []
+    assert unanswered([CHECK, node("query", "failed")], []) == []
     # A stored cycle (no valid plan has one) ends the walk rather than loop.
     loop = [node("a", "failed", "human"), node("b", "failed", "human")]
-    assert unanswered_failed_human_nodes(loop, [edge("a", "b"), edge("b", "a")]) == ["a", "b"]
+    assert unanswered(loop, [edge("a", "b"), edge("b", "a")]) == ["a", "b"]

@@ -1,0 +1,231 @@
+"""A retry is a new node (seed 004: 重试使用新节点), over a real store: the host keeps which node
+retries which failed node with each revision (`plan_revisions.retries`), so a step planned after
+a human step before it failed (`sample -> retest`) never counts as its retry, across the
+generations of a task; a revision stored before the relation was kept keeps its meaning."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import null, text, update
+
+from orchestrator.runtime import Runtime
+from orchestrator.services.dispatch import RecordingDispatcher
+from orchestrator.services.tasks import Trigger
+from orchestrator.store import executions as execution_store
+from orchestrator.store import reports as report_store
+from orchestrator.store.tables import plan_revisions
+from orchestrator.store.task_events import events_after
+from orchestrator.store.task_plans import task_latest_plan
+from tests.executions_support import kept_node, node, plan_call, query_call, report_call
+from tests.executions_support import runtime_for as build
+
+READ = {"tool_calls": [{"id": "c0", "name": "read_task_context", "arguments": {}}, query_call()]}
+SUCCESSION = [{"from": "check", "to": "sample"}, {"from": "sample", "to": "retest"}]
+
+
+@pytest.fixture
+def env(store_url: str, tmp_path: Path) -> Iterator[tuple[Runtime, RecordingDispatcher, Path]]:
+    runtime, dispatcher = build(store_url, tmp_path / "scripts")
+    yield runtime, dispatcher, tmp_path / "scripts"
+    runtime.close()
+
+
+def script(scripts: Path, turns: list[dict[str, Any]]) -> None:
+    scripts.mkdir(parents=True, exist_ok=True)
+    (scripts / "retry.json").write_text(json.dumps({"turns": turns}), encoding="utf-8")
+
+
+def ended(rt: Runtime, task_id: str, generation: int) -> tuple[str | None, str]:
+    with rt.db.transaction(readonly=True) as conn:
+        execution = execution_store.get_execution(conn, task_id, generation)
+    assert execution is not None
+    return execution.outcome, execution.reason or ""
+
+
+def stored_retries(rt: Runtime, task_id: str) -> dict[str, list[str]] | None:
+    """The relation kept with the task's latest revision."""
+    with rt.db.transaction(readonly=True) as conn:
+        plan = task_latest_plan(conn, task_id)
+    assert plan is not None
+    return plan.retries
+
+
+def sampled_then_retested(rt: Runtime, scripts: Path, *, approval: bool = False) -> str:
+    """Generation 1 plans `check -> sample (human) -> retest (human)` (and, with `approval`, a
+    `callback` step and a repair awaiting approval) and ends waiting; a person fails the
+    sampling (the bottle broke), then completes the re-test, which never repeated it."""
+    nodes = [node("check", "completed"), node("sample", "waiting", actor="human")]
+    nodes.append(node("retest", "waiting", actor="human"))
+    edges = list(SUCCESSION)
+    turns: list[dict[str, Any]] = [READ]
+    if approval:
+        nodes += [node("callback", "waiting", actor="human"), node("repair", "waiting")]
+        edges.append({"from": "check", "to": "callback"})
+    turns.append({"tool_calls": [plan_call("c1", "r1", nodes, edges=edges)]})
+    if approval:
+        propose = {"node_id": "repair", "kind": "work_order", "payload": {"crew": "n"}}
+        turns.append({"tool_calls": [{"id": "a1", "name": "propose_action", "arguments": propose}]})
+    turns.append({"tool_calls": [report_call("c2", "waiting")]})
+    script(scripts, turns)
+    task_id = rt.tasks.trigger(Trigger(task_type="retry", title="Turbid water")).task.task_id
+    assert rt.executions.run(task_id, 1, worker="w").outcome == "waiting"
+    assert stored_retries(rt, task_id) == {}
+    rt.human_steps.close(task_id, "sample", "failed", by="lab", reason="bottle broke")
+    rt.human_steps.close(task_id, "retest", "completed", by="lab", evidence="turbidity 0.3 NTU")
+    # The person's steps drew no retry: the re-test followed the sampling before it failed.
+    assert stored_retries(rt, task_id) == {}
+    return task_id
+
+
+def test_a_step_planned_after_a_failed_one_is_no_retry_but_a_new_one_is(
+    env: tuple[Runtime, RecordingDispatcher, Path],
+) -> None:
+    rt, dispatcher, scripts = env
+    task_id = sampled_then_retested(rt, scripts)
+    assert (rt.tasks.get(task_id).status, dispatcher.sent[-1]) == ("queued", (task_id, 2))
+
+    # Generation 2 keeps the plan and reports completed: the sampling was never repeated.
+    kept = [kept_node(i) for i in range(3)]
+    script(
+        scripts,
+        [
+            READ,
+            {"tool_calls": [plan_call("c1", "r1", kept, SUCCESSION)]},
+            {"tool_calls": [report_call("c2", "completed")]},
+        ],
+    )
+    assert rt.executions.run(task_id, 2, worker="w").outcome == "continue"
+    outcome, reason = ended(rt, task_id, 2)
+    assert outcome == "continue"
+    # The failure is unanswered (the round end queues the agent) and unretried.
+    assert "human node(s) a person failed, with no retry in the agent's plan: sample" in reason
+    assert "failed node(s) with no completed retry: sample (human)" in reason
+    assert "a node already in the plan when it failed is no retry" in reason
+    assert (rt.tasks.get(task_id).status, dispatcher.sent[-1]) == ("queued", (task_id, 3))
+
+    # Generation 3 draws a new human node from the sampling: the task waits for it.
+    sample_2 = node("sample-2", "pending", actor="human")
+    retried = [*SUCCESSION, {"from": "sample", "to": "sample-2"}]
+    script(
+        scripts,
+        [
+            READ,
+            {"tool_calls": [plan_call("c1", "r1", [*kept, sample_2], retried)]},
+            {"tool_calls": [report_call("c2", "waiting")]},
+        ],
+    )
+    assert rt.executions.run(task_id, 3, worker="w").outcome == "waiting"
+    assert ended(rt, task_id, 3)[1] == "human node(s) not completed: sample-2"
+    assert stored_retries(rt, task_id) == {"sample": ["sample-2"]}
+
+    # A person takes the sample again; generation 4's first publish carries the relation on
+    # from generation 3's plan (invariant 22), and the task completes.
+    step = rt.human_steps.close(
+        task_id, "sample-2", "completed", by="lab", evidence="chlorine 0.4 mg/L at tap 3"
+    )
+    assert (step.task_status, step.generation) == ("queued", 4)
+    script(
+        scripts,
+        [
+            READ,
+            {"tool_calls": [plan_call("c1", "r1", [kept_node(i) for i in range(4)], retried)]},
+            {"tool_calls": [report_call("c2", "completed")]},
+        ],
+    )
+    assert rt.executions.run(task_id, 4, worker="w").outcome == "completed"
+    assert rt.tasks.get(task_id).status == "completed"
+    with rt.db.transaction(readonly=True) as conn:
+        gen4 = execution_store.get_execution(conn, task_id, 4)
+        assert gen4 is not None
+        facts = report_store.generation_facts(conn, task_id, 4, gen4.session_id)
+    assert facts.plan_retries == {"sample": ["sample-2"]}
+
+
+def test_an_approval_does_not_let_a_step_planned_after_a_failed_one_hold_the_failure(
+    env: tuple[Runtime, RecordingDispatcher, Path],
+) -> None:
+    """The repair's approval re-decides the task (`services.redecide`, the rule the round end
+    applies): the failed sampling is news, though the call-back is open and the re-test after
+    the sampling was completed."""
+    rt, dispatcher, scripts = env
+    task_id = sampled_then_retested(rt, scripts, approval=True)
+    assert rt.tasks.get(task_id).status == "waiting"  # the pending repair held it
+    (action,) = rt.actions.list(task_id=task_id)
+    rt.actions.decide(action.action_id, approve=True, by="ana", note=None, digest=action.digest)
+    task = rt.tasks.get(task_id)
+    assert (task.status, task.generation) == ("queued", 2)
+    assert dispatcher.sent[-1] == (task_id, 2)
+    with rt.db.transaction(readonly=True) as conn:
+        queued = [e for e in events_after(conn, task_id, 0, 50) if e.type == "queued"]
+    assert "human node(s) sample failed with no retry in the plan" in (queued[-1].reason or "")
+
+
+def test_an_agent_failing_its_node_and_drawing_the_new_one_in_one_publish_retries_it(
+    env: tuple[Runtime, RecordingDispatcher, Path],
+) -> None:
+    rt, _dispatcher, scripts = env
+    query = node("query", "failed")
+    query["reason"] = "the source timed out"
+    edges = [{"from": "check", "to": "query"}, {"from": "query", "to": "query-2"}]
+    script(
+        scripts,
+        [
+            READ,
+            {
+                "tool_calls": [
+                    plan_call("c1", "r1", [node("check", "completed"), node("query", "running")])
+                ]
+            },
+            {
+                "tool_calls": [
+                    plan_call(
+                        "c2",
+                        "r2",
+                        [node("check", "completed"), query, node("query-2", "completed")],
+                        edges,
+                    )
+                ]
+            },
+            {"tool_calls": [report_call("c3", "completed")]},
+        ],
+    )
+    task_id = rt.tasks.trigger(Trigger(task_type="retry", title="Low pressure")).task.task_id
+    assert rt.executions.run(task_id, 1, worker="w").outcome == "completed"
+    assert stored_retries(rt, task_id) == {"query": ["query-2"]}
+
+
+def test_a_revision_stored_before_the_relation_was_kept_keeps_its_meaning(
+    env: tuple[Runtime, RecordingDispatcher, Path],
+) -> None:
+    """Rows of before the migration (NULL) are read by their edges, as they were: there the
+    re-test after the failed sampling released it, and the next revision starts from that."""
+    rt, _dispatcher, scripts = env
+    task_id = sampled_then_retested(rt, scripts)
+    with rt.db.transaction() as conn:
+        cleared = conn.execute(
+            update(plan_revisions).where(plan_revisions.c.task_id == task_id).values(retries=null())
+        )
+        assert cleared.rowcount == 3
+        assert (
+            conn.execute(
+                text("SELECT count(*) FROM plan_revisions WHERE task_id = :t AND retries IS NULL"),
+                {"t": task_id},
+            ).scalar_one()
+            == 3
+        )
+    assert stored_retries(rt, task_id) is None
+    script(
+        scripts,
+        [
+            READ,
+            {"tool_calls": [plan_call("c1", "r1", [kept_node(i) for i in range(3)], SUCCESSION)]},
+            {"tool_calls": [report_call("c2", "completed")]},
+        ],
+    )
+    assert rt.executions.run(task_id, 2, worker="w").outcome == "completed"
+    assert stored_retries(rt, task_id) == {"sample": ["retest"]}

@@ -4,6 +4,10 @@ A failed node stays failed. It stops holding the task's completion once a retry 
 completed: a node of the same actor with an edge from the failed node. A human step's retry is
 a human node, which only a person completes, so the agent alone never turns a person's failure
 into a completion.
+
+The facts here carry no stored relation of retries: they are read by their edges, as a revision
+stored before the relation was kept is. That the retry must also be new since the failure (a
+node planned after it before it failed is none) is `test_retry_relation.py`.
 """
 
 from __future__ import annotations

@@ -327,14 +327,15 @@ def retry_edge_problems(
 ) -> list[Problem]:
     """A new edge that would make a node already in the plan a retry of its source.
 
-    A retry of a failed node is a node of its actor with an edge from it (`domain.decisions`),
-    and a retry is a new node (seed 004: 重试使用新节点). So a new edge from a node of the same
+    A retry of a failed node is a node of its actor with an edge from it, new since the
+    failure (seed 004: 重试使用新节点; `domain.retries`). So a new edge from a node of the same
     actor is refused into a node already completed or failed (one closed before the edge was
     drawn retries nothing), and a new edge from a failed node into any node already in the
-    plan (a call-back planned for its own reason, completed by a person later, would release
-    the failed step). Without this, an agent could release a step a person failed and
-    complete the task on a sampling nobody repeated. An edge the previous revision (or the
-    task's last plan) had already is kept as it is.
+    plan (a call-back planned for its own reason). Such an edge could not make the node a
+    retry: the host keeps which node retries which, and a node already in the plan is none.
+    The refusal tells the agent so at once, rather than after a round whose reason says the
+    failed node still has no retry. An edge the previous revision (or the task's last plan)
+    had already is kept as it is.
     """
     if not previous:
         return []

@@ -79,6 +79,15 @@ class PlanRevisionView(BaseModel):
     task_id: str | None
     generation: int | None
     updated_at: IsoTime
+    retries: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description=(
+            "which nodes retry each failed node, as the host keeps it (seed 004: a retry is a "
+            "new node of the failed node's actor, drawn from it at or after the failure; a node "
+            "that followed it before it failed is none); a failed node holds the completion "
+            "until one of its retries is completed"
+        ),
+    )
 
     @field_validator("nodes", mode="before")
     @classmethod

@@ -556,18 +556,20 @@
       shown.map(([status, n]) => el("li", {}, el("span", { class: `badge s-${status}` },
         `${status} ${n}`, status === "failed" && retried ? ` (${retried} retried)` : ""))));
   }
-  // Failed nodes a completed retry released (domain/decisions.py: a node of the same actor
-  // with an edge from the failed one, completed; a failed retry passes it on to its own).
+  // Failed nodes a completed retry released (domain/decisions.py: a retry the host keeps for
+  // the failed node, completed; a failed retry passes it on to its own).
   function retriedFailures(plan) {
     const released = (node, seen) => retriesIn(plan, node).some((retry) => !seen.has(retry.id)
       && (retry.status === "completed" || (retry.status === "failed" && released(retry, new Set([...seen, retry.id])))));
     return nodesOf(plan).filter((n) => n.status === "failed" && released(n, new Set([n.id]))).length;
   }
-  // The retries of `node`: the nodes of its actor that an edge from it leads to.
+  // The retries of `node`, as the host keeps them (`retries` of the plan, domain/retries.py):
+  // new nodes of its actor drawn from it at or after its failure. A node that followed it
+  // before it failed is no retry, though an edge joins them.
   function retriesIn(plan, node) {
     const byId = new Map(nodesOf(plan).map((n) => [n.id, n]));
-    return edgesOf(plan).filter((e) => e.from === node.id)
-      .map((e) => byId.get(e.to)).filter((n) => n && n.actor === node.actor);
+    const ids = (isObject(plan.retries) && Array.isArray(plan.retries[node.id])) ? plan.retries[node.id] : [];
+    return ids.map((id) => byId.get(id)).filter((n) => n);
   }
 
   // ---- deliveries (the outbox) -----------------------------------------------------------
@@ -993,8 +995,9 @@
       showNode(id, true);
     }
 
-    // A failed node holds the completion until a retry of it is completed: a node of the same
-    // actor with an edge from it (domain/decisions.py; a retry that failed has its own retry).
+    // A failed node holds the completion until a retry of it is completed: a new node of the
+    // same actor drawn from it since it failed (the plan's `retries`, domain/retries.py; a
+    // retry that failed has its own retry).
     const CLOSED_AS = { complete: "completed", fail: "failed", skip: "skipped" };
     function retriesOf(node) {
       const retries = retriesIn(drawnPlan(), node);

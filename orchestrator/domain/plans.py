@@ -99,10 +99,11 @@ CODES: Final = (
 _PLAN_FIELDS: Final = frozenset({"request_id", "title", "reason", "nodes", "edges"})
 #: Fields the server sets on a stored revision. An agent that sends a stored plan back with
 #: them (the usual way to keep every node) is not refused: they are ignored, whatever their
-#: value, and the server assigns its own.
+#: value, and the server assigns its own (`retries` too: which node retries which is the
+#: host's record, `domain.retries`, never the agent's word).
 SERVER_FIELDS: Final = frozenset(
     {"schema_version", "session_id", "revision", "status_counts", "updated_at", "task_id",
-     "generation"}
+     "generation", "retries"}
 )  # fmt: skip
 _ACCEPTED_FIELDS: Final = _PLAN_FIELDS | SERVER_FIELDS
 #: What a failed node can no longer be: open again, or done after all.

@@ -12,8 +12,8 @@ from sqlalchemy import Connection, Row, Select, and_, bindparam, exists, func, i
 
 from orchestrator.domain.decisions import open_human_nodes
 from orchestrator.domain.fences import Fence
-from orchestrator.domain.plans import readable_nodes, status_counts
-from orchestrator.domain.retries import Retries, readable_retries
+from orchestrator.domain.plans import readable_edges, readable_nodes, status_counts
+from orchestrator.domain.retries import Retries, readable_retries, retries_of
 from orchestrator.domain.times import wire_time
 from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
 from orchestrator.store import driver
@@ -65,7 +65,7 @@ class PlanRecord:
     generation: int | None
     updated_at: datetime
     #: Which node retries which failed node (`domain.retries`); None on a revision stored
-    #: before it was kept. Not in `to_dict`: the host's record, not part of the plan's shape.
+    #: before it was kept (`to_dict` then shows what its edges say, as the rules read it).
     retries: Retries | None = None
 
     @classmethod
@@ -101,6 +101,14 @@ class PlanRecord:
             "task_id": self.task_id,
             "generation": self.generation,
             "updated_at": wire_time(self.updated_at),
+            # The host's own word on which failed node each new node retries: the console
+            # and the agent show what the completion rule goes by, not a guess from the edges.
+            "retries": {
+                failed: list(retries)
+                for failed, retries in retries_of(
+                    readable_nodes(self.nodes), readable_edges(self.edges), self.retries
+                ).items()
+            },
         }
 
 

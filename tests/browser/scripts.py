@@ -166,6 +166,24 @@ def _steps() -> dict[str, Any]:
     }
 
 
+def _succession() -> dict[str, Any]:
+    """A sample and the retest planned after it from the start: when a person fails the sample,
+    the retest is no retry of it (seed 004: a retry is a new node), though an edge joins them."""
+    nodes = [
+        _node("prepare", "completed"),
+        _node("sample", "waiting", actor="human", reason="a crew must sample the tap"),
+        _node("retest", "pending", actor="human"),
+    ]
+    edges = [{"from": "prepare", "to": "sample"}, {"from": "sample", "to": "retest"}]
+    return {
+        "turns": [
+            _turn(0.1, _plan("c1", "r1", nodes, title="Sample, then retest", edges=edges)),
+            _turn(0.1, _report("c2", "waits for the crew", "waiting")),
+            {"content": "waiting for people"},
+        ]
+    }
+
+
 #: A version of a script that holds its round (a later generation that has not published).
 HELD: dict[str, Any] = {"turns": [{"delay_s": 120, "content": "never reached"}]}
 
@@ -238,6 +256,7 @@ def write_scripts(folder: Path) -> Path:
     scripts["retried"] = _retried()
     scripts["pinned"] = _pinned()
     scripts["steps"] = _steps()
+    scripts["succession"] = _succession()
     scripts["pager"] = _xss()  # a type of its own for the paging test
     scripts["records"] = _records()
     for name, script in scripts.items():

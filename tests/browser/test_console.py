@@ -421,6 +421,24 @@ def test_a_retried_failure_is_counted_as_retried(page: Any, console: Console) ->
     expect(page.locator("#node-detail")).to_contain_text("fetch-2")
 
 
+def test_a_step_planned_before_the_failure_is_no_retry(page: Any, console: Console) -> None:
+    """`sample -> retest` drawn from the start: the edge does not make the retest a retry of
+    the sample a person failed; the page says what the host's completion rule goes by."""
+    task_id = console.trigger("succession", "Broken bottle")
+    console.wait_for(task_id, lambda t: t["status"] == "waiting")
+    open_task(page, console, task_id)
+    page.locator('button.node[data-node="sample"]').click()
+    page.fill("#node-by", "crew lead")
+    page.fill("#node-reason", "the bottle broke in transit")
+    page.click("#node-fail")
+    expect(page.locator("#node-detail .node-result")).to_have_text("Node failed.")
+    expect(page.locator('button.node[data-node="sample"] .badge.s-failed')).to_have_count(1)
+    page.locator('button.node[data-node="sample"]').click()
+    detail = page.locator("#node-detail")
+    expect(detail.locator("dd").filter(has_text="no retry yet")).to_have_count(1)
+    expect(detail.locator("dd").filter(has_text="retest")).to_have_count(0)
+
+
 def test_node_details_are_reachable_by_keyboard(page: Any, console: Console) -> None:
     task_id = console.trigger("human", "Keyboard only")
     console.wait_for(task_id, lambda t: t["status"] == "waiting")

@@ -611,16 +611,19 @@ def test_a_stored_plan_sent_back_with_its_server_fields_is_accepted(
     ]
     for field in ("schema_version", "session_id", "revision", "status_counts", "updated_at"):
         assert field in latest
+    assert latest["retries"] == {}
     replay = publish(client, session_id, latest)  # the same request_id and content
     assert replay.status_code == 200, replay.text
     assert replay.json()["revision"] == 1
     edited = {**latest, "request_id": "r2", "revision": 99, "session_id": "someone-else"}
+    edited["retries"] = {"a": ["b"]}  # the host's record, not the caller's: ignored
     edited["nodes"] = [{**latest["nodes"][0], "status": "running"}, latest["nodes"][1]]
     second = publish(client, session_id, edited)
     assert second.status_code == 201, second.text
     body = second.json()
     assert (body["revision"], body["session_id"]) == (2, session_id)
     assert body["status_counts"]["running"] == 1
+    assert body["retries"] == {}
     assert revision_count(client) == 2
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import null, text, update
 
+from orchestrator.api.plan_views import PlanRevisionView
 from orchestrator.runtime import Runtime
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.tasks import Trigger
@@ -55,6 +56,14 @@ def stored_retries(rt: Runtime, task_id: str) -> dict[str, list[str]] | None:
     return plan.retries
 
 
+def shown_retries(rt: Runtime, task_id: str) -> dict[str, list[str]]:
+    """The relation the plan view shows (the API, the stream, the console, the agent's tool)."""
+    with rt.db.transaction(readonly=True) as conn:
+        plan = task_latest_plan(conn, task_id)
+    assert plan is not None
+    return PlanRevisionView.model_validate(plan.to_dict()).retries
+
+
 def sampled_then_retested(rt: Runtime, scripts: Path, *, approval: bool = False) -> str:
     """Generation 1 plans `check -> sample (human) -> retest (human)` (and, with `approval`, a
     `callback` step and a repair awaiting approval) and ends waiting; a person fails the
@@ -78,6 +87,7 @@ def sampled_then_retested(rt: Runtime, scripts: Path, *, approval: bool = False)
     rt.human_steps.close(task_id, "sample", "failed", by="lab", reason="bottle broke")
     rt.human_steps.close(task_id, "retest", "completed", by="lab", evidence="turbidity 0.3 NTU")
     # The person's steps drew no retry: the re-test followed the sampling before it failed.
+    assert shown_retries(rt, task_id) == {}
     assert stored_retries(rt, task_id) == {}
     return task_id
 
@@ -122,6 +132,7 @@ def test_a_step_planned_after_a_failed_one_is_no_retry_but_a_new_one_is(
     assert rt.executions.run(task_id, 3, worker="w").outcome == "waiting"
     assert ended(rt, task_id, 3)[1] == "human node(s) not completed: sample-2"
     assert stored_retries(rt, task_id) == {"sample": ["sample-2"]}
+    assert shown_retries(rt, task_id) == {"sample": ["sample-2"]}
 
     # A person takes the sample again; generation 4's first publish carries the relation on
     # from generation 3's plan (invariant 22), and the task completes.
@@ -219,6 +230,7 @@ def test_a_revision_stored_before_the_relation_was_kept_keeps_its_meaning(
             == 3
         )
     assert stored_retries(rt, task_id) is None
+    assert shown_retries(rt, task_id) == {"sample": ["retest"]}  # what the rules read
     script(
         scripts,
         [

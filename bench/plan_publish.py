@@ -46,12 +46,14 @@ def big_plan(request_id: str) -> dict[str, Any]:
     statuses = ["completed", "running", "pending", "waiting", "skipped"]
     nodes = []
     for i in range(40):
-        status = statuses[i % len(statuses)]
+        human = i % 7 == 0
+        # A person closes a human node, never the agent's publish (`human_node`): it waits.
+        status = "waiting" if human else statuses[i % len(statuses)]
         nodes.append(
             {
                 "id": f"step-{i:02d}",
                 "title": f"Check pressure zone {i} against SCADA history",
-                "actor": "human" if i % 7 == 0 else "agent",
+                "actor": "human" if human else "agent",
                 "description": "Compare the last 24 h of readings with the complaint window. " * 3,
                 "evidence": f"scada:zone/{i} 2026-12-01T10:00Z..11:00Z"
                 if status == "completed"

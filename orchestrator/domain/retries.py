@@ -2,8 +2,11 @@
 
 A retry of a failed node A is a node X of A's actor, with an edge A -> X, where X first appeared
 in the plan at or after the revision in which A was first stored `failed`. The same revision
-counts: an agent may fail its own node and draw the new one in one publish. An edge drawn
-before the failure is a succession, not a retry: a plan `sample (human) -> retest (human)`
+counts: an agent may fail its own node and draw the new one in one publish, but the failure
+must be in what it drew: a node an agent draws after a human node it still saw open, which a
+person failed meanwhile (the host keeps the failure: `keep_person_closed`), follows it and
+retries nothing, so `services.plans` passes the nodes as drawn. An edge drawn before the
+failure is a succession, not a retry: a plan `sample (human) -> retest (human)`
 drawn at the start, `sample` failed by a person (the bottle broke), `retest` completed by a
 person later, never repeated the sampling, so it releases nothing.
 

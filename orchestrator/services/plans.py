@@ -146,6 +146,8 @@ def publish_txn(
         previous = rules.readable_nodes(before.nodes) if before is not None else None
         previous_edges = rules.readable_edges(before.edges) if before is not None else None
         previous_retries = before.retries if before is not None else None
+    # The nodes as the writer drew them: a failure it did not see is none of its edges' sources.
+    drawn = nodes
     if draft is not None and fence is not None:
         # A person may have closed a human node since the agent read the plan (both write
         # under the task row's lock): the agent's open copy of it does not undo that.
@@ -182,9 +184,12 @@ def publish_txn(
         generation=fence.generation if fence else session.generation,
         updated_at=now or utcnow(),
         # Computed here, from the revision the rules above were checked against: which of its
-        # failed nodes the new nodes retry is history no later revision can show.
+        # failed nodes the new nodes retry is history no later revision can show. From the
+        # nodes as drawn: a node drawn after one the agent still saw open, which a person
+        # failed meanwhile (`keep_person_closed` keeps the failure), was drawn as a
+        # succession; it retries nothing, and the failure stays news for the agent.
         retries=next_retries(
-            nodes,
+            drawn,
             draft.edges,
             previous_nodes=previous,
             previous_edges=previous_edges,

@@ -14,6 +14,10 @@ import pytest
 from sqlalchemy import null, text, update
 
 from orchestrator.api.plan_views import PlanRevisionView
+from orchestrator.domain.decisions import unanswered_failed_human_nodes, unretried_failed_nodes
+from orchestrator.domain.fences import Fence
+from orchestrator.domain.retries import retries_of
+from orchestrator.errors import ValidationFailed
 from orchestrator.runtime import Runtime
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.tasks import Trigger
@@ -22,7 +26,14 @@ from orchestrator.store import reports as report_store
 from orchestrator.store.tables import plan_revisions
 from orchestrator.store.task_events import events_after
 from orchestrator.store.task_plans import task_latest_plan
-from tests.executions_support import kept_node, node, plan_call, query_call, report_call
+from tests.executions_support import (
+    claim_as_worker,
+    kept_node,
+    node,
+    plan_call,
+    query_call,
+    report_call,
+)
 from tests.executions_support import runtime_for as build
 
 READ = {"tool_calls": [{"id": "c0", "name": "read_task_context", "arguments": {}}, query_call()]}
@@ -241,3 +252,109 @@ def test_a_revision_stored_before_the_relation_was_kept_keeps_its_meaning(
     )
     assert rt.executions.run(task_id, 2, worker="w").outcome == "completed"
     assert stored_retries(rt, task_id) == {"sample": ["retest"]}
+
+
+def running_with_a_sample(rt: Runtime) -> tuple[str, str, Fence, dict[str, Any]]:
+    """Generation 1 claimed and its first plan published: `check` running, `sample` (human)
+    waiting. The task, its session, the fence, and the plan body as the agent holds it."""
+    task_id = rt.tasks.trigger(Trigger(task_type="retry", title="Turbid water")).task.task_id
+    fence = Fence(task_id, 1, claim_as_worker(rt, task_id, 1, "w", ttl=60))
+    session_id = rt.tasks.get(task_id).session_id
+    assert session_id is not None
+    body = {
+        "request_id": "r1",
+        "title": "Investigation",
+        "reason": "first plan",
+        "nodes": [
+            node("check", "running"),
+            node("sample", "waiting", actor="human"),
+        ],
+        "edges": [{"from": "check", "to": "sample"}],
+    }
+    rt.plans.publish_execution_plan(session_id, body, fence=fence)
+    return task_id, session_id, fence, body
+
+
+def test_a_step_drawn_after_a_human_step_the_agent_still_saw_open_is_no_retry(
+    env: tuple[Runtime, RecordingDispatcher, Path],
+) -> None:
+    """The agent read the plan with the sampling open and draws the re-test after it; a person
+    fails the sampling before that publish commits. The host keeps the failure in the agent's
+    revision (`keep_person_closed`), but the re-test was drawn as a succession, not as a retry
+    of a failure the agent never saw: a person completing it never repeated the sampling.
+    It counted as the retry (`next_retries` read the failure the host put back)."""
+    rt, _dispatcher, _scripts = env
+    task_id, session_id, fence, body = running_with_a_sample(rt)
+    rt.human_steps.close(task_id, "sample", "failed", by="lab", reason="bottle broke")
+    stale = {
+        **body,
+        "request_id": "r2",
+        "reason": "a re-test after the sampling",
+        "nodes": [*body["nodes"], node("retest", "pending", actor="human")],
+        "edges": [*body["edges"], {"from": "sample", "to": "retest"}],
+    }
+    published = rt.plans.publish_execution_plan(session_id, stale, fence=fence).plan
+    assert {n["id"]: n["status"] for n in published.nodes}["sample"] == "failed"
+    assert published.retries == {}
+    assert PlanRevisionView.model_validate(published.to_dict()).retries == {}
+    with rt.db.transaction(readonly=True) as conn:
+        facts = report_store.generation_facts(conn, task_id, 1, session_id)
+    relation = retries_of(facts.plan_nodes, facts.plan_edges, facts.plan_retries)
+    assert unanswered_failed_human_nodes(facts.plan_nodes, relation) == ["sample"]
+
+    # Seeing the failure, the agent draws a new sampling from it: that one is the retry.
+    answered = {
+        **stale,
+        "request_id": "r3",
+        "reason": "the sampling again",
+        "nodes": [*published.nodes, node("sample-2", "pending", actor="human")],
+        "edges": [*stale["edges"], {"from": "sample", "to": "sample-2"}],
+    }
+    again = rt.plans.publish_execution_plan(session_id, answered, fence=fence).plan
+    assert again.retries == {"sample": ["sample-2"]}
+
+
+def test_an_agent_cannot_pass_a_node_of_before_the_failure_off_as_its_retry(
+    env: tuple[Runtime, RecordingDispatcher, Path],
+) -> None:
+    """The dishonest agent: a human step planned before the sampling failed is offered as its
+    retry by dropping it and drawing it again, or by drawing an edge into it; each is refused,
+    and a plan that keeps it as it was draws no retry."""
+    rt, _dispatcher, _scripts = env
+    task_id, session_id, fence, body = running_with_a_sample(rt)
+    planned = {
+        **body,
+        "request_id": "r2",
+        "nodes": [*body["nodes"], node("callback", "pending", actor="human")],
+        "edges": [*body["edges"], {"from": "check", "to": "callback"}],
+    }
+    rt.plans.publish_execution_plan(session_id, planned, fence=fence)
+    rt.human_steps.close(task_id, "sample", "failed", by="lab", reason="bottle broke")
+    seen = rt.plans.latest(session_id)
+    assert seen is not None
+    kept = [n for n in seen.nodes if n["id"] != "callback"]
+    callback = next(n for n in seen.nodes if n["id"] == "callback")
+    edges = [{"from": "check", "to": "sample"}]
+    dropped = {**body, "request_id": "r3", "nodes": kept, "edges": edges}
+    with pytest.raises(ValidationFailed) as refused:
+        rt.plans.publish_execution_plan(session_id, dropped, fence=fence)
+    assert "node_removed" in {p["code"] for p in refused.value.details}
+    edge_into_it = {
+        **body,
+        "request_id": "r4",
+        "nodes": [*kept, callback],
+        "edges": [
+            *edges,
+            {"from": "check", "to": "callback"},
+            {"from": "sample", "to": "callback"},
+        ],
+    }
+    with pytest.raises(ValidationFailed) as refused:
+        rt.plans.publish_execution_plan(session_id, edge_into_it, fence=fence)
+    assert "retry_not_new" in {p["code"] for p in refused.value.details}
+    rt.human_steps.close(task_id, "callback", "completed", by="desk", evidence="clear")
+    assert stored_retries(rt, task_id) == {}
+    with rt.db.transaction(readonly=True) as conn:
+        facts = report_store.generation_facts(conn, task_id, 1, session_id)
+    relation = retries_of(facts.plan_nodes, facts.plan_edges, facts.plan_retries)
+    assert unretried_failed_nodes(facts.plan_nodes, relation) == ["sample"]

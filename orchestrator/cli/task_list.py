@@ -71,7 +71,8 @@ def _when(text: str) -> datetime:
         delta = timedelta(**{_UNITS[age.group(2)]: int(age.group(1))})
         return datetime.now(UTC).replace(microsecond=0) - delta
     try:
-        moment = as_utc(datetime.fromisoformat(text.strip()))
+        # RFC 3339 allows a lower-case `t` and `z`, which `fromisoformat` does not read.
+        moment = as_utc(datetime.fromisoformat(text.strip().upper()))
     except ValueError:
         moment = None
     if moment is None:

@@ -26,8 +26,10 @@ def register(commands: Any) -> None:
     actions = group.add_subparsers(dest="actions_command", metavar="ACTION", required=True)
 
     listing = actions.add_parser("list", help="actions (default: those awaiting approval)")
-    listing.add_argument("--status", choices=ACTION_STATUSES, default="pending_approval")
-    listing.add_argument("--all", action="store_true", help="every status")
+    # One or the other, as the usage line says: `--all` would silently win over a status.
+    statuses = listing.add_mutually_exclusive_group()
+    statuses.add_argument("--status", choices=ACTION_STATUSES, default="pending_approval")
+    statuses.add_argument("--all", action="store_true", help="every status")
     listing.add_argument("--task", dest="task_id")
     add_json_flag(listing)
     listing.set_defaults(handler=_list)

@@ -158,3 +158,9 @@ def test_cleanup_says_how_many_transcript_entries_it_deleted(
     out = capsys.readouterr().out
     assert "2 invocation receipts" in out
     assert "7 transcript entries" in out
+
+
+def test_actions_list_takes_a_status_or_all_not_both(capsys: pytest.CaptureFixture[str]) -> None:
+    line = one_line_exit_2(run("actions", "list", "--status", "approved", "--all"), capsys)
+    assert "--all" in line
+    assert "--status" in line

@@ -19,7 +19,6 @@ from orchestrator.errors import ConflictError
 from orchestrator.store import driver
 from orchestrator.store.evidence import public as public_evidence
 from orchestrator.store.tables import actions, evidence, plan_revisions, reports
-from orchestrator.store.task_plans import task_latest_plan
 from orchestrator.store.types import stored_list, utcnow
 
 __all__ = [
@@ -252,23 +251,10 @@ _FACTS = select(
 def generation_facts(
     conn: Connection, task_id: str, generation: int, session_id: str | None
 ) -> GenerationFacts:
-    """The latest plan of `session_id`, the generation's latest report and pending actions.
-
-    A generation that published no plan of its own (it found the task's plan as it should be,
-    after a crash or a requeue) goes by the task's latest plan, an earlier generation's: the
-    plan the API and the console show, where a person's steps went meanwhile
-    (`services.human_steps`). Read as its own, a `waiting` round of such a generation saw
-    nothing awaited, and continued round after round to `round_limit` while a person's step
-    was still open.
-    """
+    """The latest plan of `session_id`, the generation's latest report and pending actions."""
     ((nodes, edges, request_id, retries, report_outcome, pending),) = driver.fetch(
         conn, _FACTS, {"task_id": task_id, "generation": generation, "session_id": session_id}
     )
-    if nodes is None and generation > 1:
-        earlier = task_latest_plan(conn, task_id, generation)
-        if earlier is not None:
-            nodes, edges, request_id = earlier.nodes, earlier.edges, earlier.request_id
-            retries = earlier.retries
     readable = readable_nodes(nodes)
     return GenerationFacts(
         plan_nodes=readable,

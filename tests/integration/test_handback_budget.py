@@ -116,22 +116,12 @@ def test_rounds_stopped_by_outages_outlast_the_crash_budget_and_the_task_runs_on
         shown
     )
     assert HANDED_BACK in shown
-    # The store is back: the fifth generation runs to its decision, and a round that ended
-    # resets both counts. Its script's plans are refused (they re-open or rewrite the nodes
-    # the first generation completed), so it goes by the task's latest plan, all done, and
-    # its report completes the task.
+    # The store is back: the fifth generation runs to its decision (the script re-opens the
+    # plan's nodes, so it continues), and a round that ended resets both counts.
     ended = rt.executions.run(task_id, 5, worker="w1")
-    assert (ended.outcome, ended.detail) == (
-        "completed",
-        "every plan node is done and a report was saved",
-    )
+    assert (ended.outcome, ended.detail) == ("continue", "plan nodes remain open")
     task = _task(rt, task_id)
-    assert (task.status, task.generation, task.recoveries, task.handbacks) == (
-        "completed",
-        5,
-        0,
-        0,
-    )
+    assert (task.status, task.generation, task.recoveries, task.handbacks) == ("queued", 6, 0, 0)
 
 
 def test_outages_in_a_row_park_the_task_at_their_own_limit(env: Runtime) -> None:

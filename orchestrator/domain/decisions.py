@@ -243,6 +243,12 @@ def decide(facts: RoundFacts) -> Decision:
         return Decision("queued", "continue", said + ", ".join(unanswered) + retry)
     if facts.report_outcome is None:
         return Decision("queued", "continue", "the round saved no report" + retry)
+    if facts.plan_nodes is None:
+        # Invariant 10: the decision reads this generation's plan only, and it published none
+        # (an agent that found the task's plan as it should be, after a crash or a requeue, may
+        # only report). Said so, the next round's agent publishes it (`read_task_context` gives
+        # it this reason), instead of reporting again round after round to the round limit.
+        return Decision("queued", "continue", _NO_PLAN + retry)
     if facts.report_outcome == "waiting":
         return Decision(
             "queued", "continue", "the report declared waiting, but nothing is awaited" + retry
@@ -250,6 +256,14 @@ def decide(facts: RoundFacts) -> Decision:
     if facts.report_outcome == "continue" and all_done:
         return Decision("queued", "continue", "the report declared continue")
     return Decision("queued", "continue", "plan nodes remain open" + retry)
+
+
+#: Why a round that published no plan of its own continues, and what the next one must do.
+_NO_PLAN = (
+    "the round published no plan of its own: the decision reads only this generation's plan, "
+    "so publish the whole plan with publish_execution_plan (keeping every node of the task's "
+    "last plan, as read_task_context gives it) before save_report"
+)
 
 
 def _retry_hint(nodes: Sequence[Mapping[str, Any]], unretried: Sequence[str]) -> str:

@@ -46,6 +46,16 @@ def test_report_waiting_with_no_plan_continues() -> None:
         assert (decision.task_status, decision.outcome) == ("queued", "continue")
 
 
+@pytest.mark.parametrize("report", ["waiting", "completed", "continue"])
+def test_a_round_that_published_no_plan_is_told_to_publish_it(report: str) -> None:
+    # Invariant 10: only this generation's plan counts, and it has none. The reason is what
+    # the next round's agent reads (`read_task_context`): it must publish, not report again.
+    decision = decide(facts(None, report))
+    assert (decision.task_status, decision.outcome) == ("queued", "continue")
+    assert decision.reason.startswith("the round published no plan of its own")
+    assert "publish_execution_plan" in decision.reason
+
+
 def test_report_waiting_with_every_node_done_never_completes() -> None:
     # Invariant 23: a report that declared `waiting` never becomes `completed`.
     nodes = [node("a", "completed"), node("b", "skipped"), node("h", "cancelled", actor="human")]

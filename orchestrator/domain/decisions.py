@@ -59,29 +59,7 @@ def unretried_failed_nodes(
 
     `retries` is the revision's relation (`domain.retries`); `RoundFacts.relation` reads an
     older revision's from its edges."""
-    by_id = {str(n["id"]): n for n in nodes or ()}
-    released: dict[str, bool] = {}
-
-    def retried(node_id: str, seen: frozenset[str]) -> bool:
-        if node_id not in released:
-            actor = by_id[node_id].get("actor")
-            released[node_id] = any(
-                (retry := by_id.get(target)) is not None
-                and target not in seen  # a stored plan has no cycle; never loop on one
-                and retry.get("actor") == actor
-                and (
-                    retry.get("status") == "completed"
-                    or (retry.get("status") == "failed" and retried(target, seen | {target}))
-                )
-                for target in retries.get(node_id, ())
-            )
-        return released[node_id]
-
-    return [
-        node_id
-        for node_id, n in by_id.items()
-        if n.get("status") == "failed" and not retried(node_id, frozenset({node_id}))
-    ]
+    return _failed_unreleased(nodes, retries, frozenset({"completed"}))
 
 
 def unanswered_failed_human_nodes(
@@ -95,30 +73,43 @@ def unanswered_failed_human_nodes(
     agent must act again. A human node that followed it before it failed answers nothing
     either: it was planned for its own reason.
     """
-    by_id = {str(n["id"]): n for n in nodes or ()}
-    answered: dict[str, bool] = {}
+    answering = frozenset({"completed", *OPEN_NODE_STATUSES})
+    return _failed_unreleased(nodes, retries, answering, actor="human")
 
-    def is_answered(node_id: str, seen: frozenset[str]) -> bool:
-        if node_id not in answered:
-            answered[node_id] = any(
+
+def _failed_unreleased(
+    nodes: Sequence[Mapping[str, Any]] | None,
+    retries: Mapping[str, Sequence[str]],
+    releasing: frozenset[str],
+    *,
+    actor: str | None = None,
+) -> list[str]:
+    """The failed nodes (of `actor`, or any) with no retry of their actor in a `releasing`
+    status, in plan order; a retry that failed in turn passes the question on to its own."""
+    by_id = {str(n["id"]): n for n in nodes or ()}
+    released: dict[str, bool] = {}
+
+    def is_released(node_id: str, seen: frozenset[str]) -> bool:
+        if node_id not in released:
+            own = by_id[node_id].get("actor")
+            released[node_id] = any(
                 (retry := by_id.get(target)) is not None
                 and target not in seen  # a stored plan has no cycle; never loop on one
-                and retry.get("actor") == "human"
+                and retry.get("actor") == own
                 and (
-                    retry.get("status") == "completed"
-                    or retry.get("status") in OPEN_NODE_STATUSES
-                    or (retry.get("status") == "failed" and is_answered(target, seen | {target}))
+                    retry.get("status") in releasing
+                    or (retry.get("status") == "failed" and is_released(target, seen | {target}))
                 )
                 for target in retries.get(node_id, ())
             )
-        return answered[node_id]
+        return released[node_id]
 
     return [
         node_id
         for node_id, n in by_id.items()
-        if n.get("actor") == "human"
-        and n.get("status") == "failed"
-        and not is_answered(node_id, frozenset({node_id}))
+        if n.get("status") == "failed"
+        and (actor is None or n.get("actor") == actor)
+        and not is_released(node_id, frozenset({node_id}))
     ]
 
 

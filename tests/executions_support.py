@@ -20,13 +20,16 @@ from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.sweeper import SweepReport
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import Settings, load_settings
+from orchestrator.store import executions as execution_store
 from orchestrator.store import generations as generation_store
 from orchestrator.store.tables import executions, sessions, tasks
 from orchestrator.store.types import utcnow
 from orchestrator.tools.base import ToolContext
 
 __all__ = [
+    "READ_AND_QUERY",
     "claim_as_worker",
+    "execution_end",
     "fenced_ctx",
     "insert_running",
     "kept_node",
@@ -122,9 +125,31 @@ def report_call(call_id: str, outcome: str, cite: list[str] | None = None) -> di
     return {"id": call_id, "name": "save_report", "arguments": arguments}
 
 
-def write_script(folder: Path, task_type: str, turns: list[dict[str, Any]]) -> None:
+def write_script(
+    folder: Path, task_type: str, turns: list[dict[str, Any]], *, record_requests: bool = False
+) -> None:
+    """The script of `task_type`; with `record_requests`, every request the model is sent is
+    kept beside it (`<task_type>.json.requests.jsonl`)."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{task_type}.json").write_text(json.dumps({"turns": turns}), encoding="utf-8")
+    body: dict[str, Any] = {"turns": turns}
+    if record_requests:
+        body["record_requests"] = True
+    (folder / f"{task_type}.json").write_text(json.dumps(body), encoding="utf-8")
+
+
+#: A turn that reads the task's context (call `c0`, which `kept_node` refers to) and queries
+#: the simulated source (`q0`, which `CITED` refers to).
+READ_AND_QUERY: dict[str, Any] = {
+    "tool_calls": [{"id": "c0", "name": "read_task_context", "arguments": {}}, query_call()]
+}
+
+
+def execution_end(rt: Runtime, task_id: str, generation: int) -> tuple[str | None, str]:
+    """How generation `generation` of the task ended: its outcome and reason."""
+    with rt.db.transaction(readonly=True) as conn:
+        execution = execution_store.get_execution(conn, task_id, generation)
+    assert execution is not None
+    return execution.outcome, execution.reason or ""
 
 
 def completing_turns(delay_s: float = 0.0) -> list[dict[str, Any]]:

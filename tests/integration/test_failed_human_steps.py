@@ -19,10 +19,17 @@ from orchestrator.services.tasks import Trigger
 from orchestrator.store import executions as execution_store
 from orchestrator.store.task_events import events_after
 from orchestrator.tools.plans import PublishExecutionPlan
-from tests.executions_support import kept_node, node, plan_call, query_call, report_call
+from tests.executions_support import (
+    READ_AND_QUERY,
+    execution_end,
+    kept_node,
+    node,
+    plan_call,
+    report_call,
+    write_script,
+)
 from tests.executions_support import runtime_for as build
 
-READ = {"tool_calls": [{"id": "c0", "name": "read_task_context", "arguments": {}}, query_call()]}
 CHECK_TO_SAMPLE = {"from": "check", "to": "sample"}
 
 
@@ -34,16 +41,7 @@ def env(store_url: str, tmp_path: Path) -> Iterator[tuple[Runtime, RecordingDisp
 
 
 def script(scripts: Path, turns: list[dict[str, Any]]) -> None:
-    scripts.mkdir(parents=True, exist_ok=True)
-    body = {"turns": turns, "record_requests": True}
-    (scripts / "retry.json").write_text(json.dumps(body), encoding="utf-8")
-
-
-def ended(rt: Runtime, task_id: str, generation: int) -> tuple[str | None, str]:
-    with rt.db.transaction(readonly=True) as conn:
-        execution = execution_store.get_execution(conn, task_id, generation)
-    assert execution is not None
-    return execution.outcome, execution.reason or ""
+    write_script(scripts, "retry", turns, record_requests=True)
 
 
 def last_request(scripts: Path) -> list[dict[str, Any]]:
@@ -81,7 +79,7 @@ def waiting_on(rt: Runtime, scripts: Path, *humans: str, approval: bool = False)
     script(
         scripts,
         [
-            READ,
+            READ_AND_QUERY,
             {"tool_calls": [plan_call("c1", "r1", nodes, edges=edges)]},
             # Its own turn: the calls of one turn may run at once, and an action's node must
             # be in a saved plan first.
@@ -112,7 +110,7 @@ def test_a_failed_human_step_completes_only_through_a_persons_retry(
     script(
         scripts,
         [
-            READ,
+            READ_AND_QUERY,
             {"tool_calls": [plan_call("c1", "r1", [kept_node(0), skipped], [CHECK_TO_SAMPLE])]},
             {
                 "tool_calls": [
@@ -123,7 +121,7 @@ def test_a_failed_human_step_completes_only_through_a_persons_retry(
         ],
     )
     assert rt.executions.run(task_id, 2, worker="w").outcome == "continue"
-    outcome, reason = ended(rt, task_id, 2)
+    outcome, reason = execution_end(rt, task_id, 2)
     assert outcome == "continue"
     assert "failed node(s) with no completed retry: sample (human)" in reason
     with rt.db.transaction(readonly=True) as conn:
@@ -139,7 +137,7 @@ def test_a_failed_human_step_completes_only_through_a_persons_retry(
     script(
         scripts,
         [
-            READ,
+            READ_AND_QUERY,
             {
                 "tool_calls": [
                     plan_call(
@@ -162,7 +160,7 @@ def test_a_failed_human_step_completes_only_through_a_persons_retry(
     (system,) = [m["content"] for m in last_request(scripts) if m["role"] == "system"]
     assert "edge from the failed node" in system
     assert "edge from the failed node" in PublishExecutionPlan.description
-    outcome, reason = ended(rt, task_id, 3)
+    outcome, reason = execution_end(rt, task_id, 3)
     assert "sample (human)" in reason
     assert rt.tasks.get(task_id).status == "queued"
 
@@ -177,13 +175,13 @@ def test_a_failed_human_step_completes_only_through_a_persons_retry(
     script(
         scripts,
         [
-            READ,
+            READ_AND_QUERY,
             {"tool_calls": [plan_call("c1", "r1", [*kept, resample], edges)]},
             {"tool_calls": [report_call("c2", "waiting")]},
         ],
     )
     assert rt.executions.run(task_id, 4, worker="w").outcome == "waiting"
-    assert "resample-2" in ended(rt, task_id, 4)[1]
+    assert "resample-2" in execution_end(rt, task_id, 4)[1]
 
     # A person takes the new sample; generation 5 reports completed with evidence.
     done = rt.human_steps.close(
@@ -193,7 +191,7 @@ def test_a_failed_human_step_completes_only_through_a_persons_retry(
     script(
         scripts,
         [
-            READ,
+            READ_AND_QUERY,
             {"tool_calls": [plan_call("c1", "r1", [kept_node(i) for i in range(4)], edges)]},
             {"tool_calls": [report_call("c2", "completed")]},
         ],
@@ -247,7 +245,7 @@ def test_a_step_a_person_closed_before_is_no_retry_of_a_failed_one(
     script(
         scripts,
         [
-            READ,
+            READ_AND_QUERY,
             {"tool_calls": [plan_call("c1", "r1", [kept_node(i) for i in range(3)], redrawn)]},
             {"tool_calls": [report_call("c2", "completed")]},
         ],
@@ -277,7 +275,7 @@ def test_a_step_failed_while_the_round_runs_wakes_the_agent_after_it(
     script(
         scripts,
         [
-            READ,
+            READ_AND_QUERY,
             {"tool_calls": [plan_call("c1", "r1", [node("check", "completed"), *humans], edges)]},
             {"delay_s": 1.5, "tool_calls": [report_call("c2", "waiting")]},
         ],
@@ -296,7 +294,7 @@ def test_a_step_failed_while_the_round_runs_wakes_the_agent_after_it(
     assert (step.task_status, step.generation) == ("running", 1)  # the round decides
     runner.join(15)
     assert outcome == ["continue"]
-    ended_as, reason = ended(rt, task_id, 1)
+    ended_as, reason = execution_end(rt, task_id, 1)
     assert ended_as == "continue"
     assert "failed node(s) with no completed retry: sample (human)" in reason
     assert dispatcher.sent[-1] == (task_id, 2)
@@ -307,13 +305,13 @@ def test_a_step_failed_while_the_round_runs_wakes_the_agent_after_it(
     script(
         scripts,
         [
-            READ,
+            READ_AND_QUERY,
             {"tool_calls": [plan_call("c1", "r1", kept, edges)]},
             {"tool_calls": [report_call("c2", "waiting")]},
         ],
     )
     assert rt.executions.run(task_id, 2, worker="w").outcome == "continue"
-    assert "with no retry in the agent's plan: sample" in ended(rt, task_id, 2)[1]
+    assert "with no retry in the agent's plan: sample" in execution_end(rt, task_id, 2)[1]
     assert dispatcher.sent[-1] == (task_id, 3)
 
 
@@ -345,13 +343,13 @@ def test_a_step_failed_before_the_next_generation_publishes_is_news_at_its_round
     script(
         scripts,
         [
-            READ,
+            READ_AND_QUERY,
             {"tool_calls": [plan_call("c1", "r1", [*map(kept_node, range(4)), retest_2], edges)]},
             {"tool_calls": [report_call("c2", "waiting")]},
         ],
     )
     assert rt.executions.run(task_id, 2, worker="w").outcome == "continue"
-    outcome, reason = ended(rt, task_id, 2)
+    outcome, reason = execution_end(rt, task_id, 2)
     assert outcome == "continue"
     assert "with no retry in the agent's plan: sample" in reason
     assert "retest" not in reason.split("plan: ")[1].split(";")[0]  # answered: not named
@@ -364,7 +362,7 @@ def test_a_step_failed_before_the_next_generation_publishes_is_news_at_its_round
     script(
         scripts,
         [
-            READ,
+            READ_AND_QUERY,
             {
                 "tool_calls": [
                     plan_call(
@@ -379,7 +377,9 @@ def test_a_step_failed_before_the_next_generation_publishes_is_news_at_its_round
         ],
     )
     assert rt.executions.run(task_id, 3, worker="w").outcome == "waiting"
-    assert ended(rt, task_id, 3)[1] == ("human node(s) not completed: callback, retest-2, sample-2")
+    assert execution_end(rt, task_id, 3)[1] == (
+        "human node(s) not completed: callback, retest-2, sample-2"
+    )
     assert rt.tasks.get(task_id).status == "waiting"
 
 
@@ -396,7 +396,7 @@ def test_an_agent_that_never_answers_a_failure_runs_out_of_rounds(
     script(
         scripts,
         [
-            READ,
+            READ_AND_QUERY,
             {"tool_calls": [plan_call("c1", "r1", [*map(kept_node, range(3))], edges)]},
             {"tool_calls": [report_call("c2", "waiting")]},
         ],

@@ -27,23 +27,20 @@ from orchestrator.store.task_events import events_after
 from orchestrator.store.task_plans import task_latest_plan
 from orchestrator.tools.tasks import ReadTaskContext
 from tests.executions_support import (
+    READ_AND_QUERY,
     claim_as_worker,
     fenced_ctx,
     kept_node,
     node,
     plan_call,
-    query_call,
     report_call,
     runtime_for,
+    write_script,
 )
-
-READ = {"tool_calls": [{"id": "c0", "name": "read_task_context", "arguments": {}}, query_call()]}
 
 
 def write(scripts: Path, turns: list[dict[str, Any]]) -> None:
-    scripts.mkdir(parents=True, exist_ok=True)
-    body = {"turns": turns, "record_requests": True}
-    (scripts / "hs.json").write_text(json.dumps(body), encoding="utf-8")
+    write_script(scripts, "hs", turns, record_requests=True)
 
 
 CHECK_TO_SAMPLE = {"from": "check", "to": "sample"}
@@ -67,7 +64,7 @@ def waiting_on_a_sample(rt: Runtime, scripts: Path, *, callback: bool = False) -
     write(
         scripts,
         [
-            READ,
+            READ_AND_QUERY,
             {"tool_calls": [plan_call("c1", "r1", nodes)]},
             {"tool_calls": [report_call("c2", "waiting")]},
         ],
@@ -134,7 +131,7 @@ def test_a_human_node_completed_through_the_api_resumes_the_task(
     write(
         scripts,
         [
-            READ,
+            READ_AND_QUERY,
             {"tool_calls": [plan_call("c1", "r1", completing, edges=[CHECK_TO_SAMPLE])]},
             {"tool_calls": [report_call("c2", "completed")]},
         ],

@@ -5,7 +5,6 @@ generations of a task; a revision stored before the relation was kept keeps its 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,16 +26,17 @@ from orchestrator.store.tables import plan_revisions
 from orchestrator.store.task_events import events_after
 from orchestrator.store.task_plans import task_latest_plan
 from tests.executions_support import (
+    READ_AND_QUERY,
     claim_as_worker,
+    execution_end,
     kept_node,
     node,
     plan_call,
-    query_call,
     report_call,
+    write_script,
 )
 from tests.executions_support import runtime_for as build
 
-READ = {"tool_calls": [{"id": "c0", "name": "read_task_context", "arguments": {}}, query_call()]}
 SUCCESSION = [{"from": "check", "to": "sample"}, {"from": "sample", "to": "retest"}]
 
 
@@ -48,15 +48,7 @@ def env(store_url: str, tmp_path: Path) -> Iterator[tuple[Runtime, RecordingDisp
 
 
 def script(scripts: Path, turns: list[dict[str, Any]]) -> None:
-    scripts.mkdir(parents=True, exist_ok=True)
-    (scripts / "retry.json").write_text(json.dumps({"turns": turns}), encoding="utf-8")
-
-
-def ended(rt: Runtime, task_id: str, generation: int) -> tuple[str | None, str]:
-    with rt.db.transaction(readonly=True) as conn:
-        execution = execution_store.get_execution(conn, task_id, generation)
-    assert execution is not None
-    return execution.outcome, execution.reason or ""
+    write_script(scripts, "retry", turns)
 
 
 def stored_retries(rt: Runtime, task_id: str) -> dict[str, list[str]] | None:
@@ -82,7 +74,7 @@ def sampled_then_retested(rt: Runtime, scripts: Path, *, approval: bool = False)
     nodes = [node("check", "completed"), node("sample", "waiting", actor="human")]
     nodes.append(node("retest", "waiting", actor="human"))
     edges = list(SUCCESSION)
-    turns: list[dict[str, Any]] = [READ]
+    turns: list[dict[str, Any]] = [READ_AND_QUERY]
     if approval:
         nodes += [node("callback", "waiting", actor="human"), node("repair", "waiting")]
         edges.append({"from": "check", "to": "callback"})
@@ -115,13 +107,13 @@ def test_a_step_planned_after_a_failed_one_is_no_retry_but_a_new_one_is(
     script(
         scripts,
         [
-            READ,
+            READ_AND_QUERY,
             {"tool_calls": [plan_call("c1", "r1", kept, SUCCESSION)]},
             {"tool_calls": [report_call("c2", "completed")]},
         ],
     )
     assert rt.executions.run(task_id, 2, worker="w").outcome == "continue"
-    outcome, reason = ended(rt, task_id, 2)
+    outcome, reason = execution_end(rt, task_id, 2)
     assert outcome == "continue"
     # The failure is unanswered (the round end queues the agent) and unretried.
     assert "human node(s) a person failed, with no retry in the agent's plan: sample" in reason
@@ -135,13 +127,13 @@ def test_a_step_planned_after_a_failed_one_is_no_retry_but_a_new_one_is(
     script(
         scripts,
         [
-            READ,
+            READ_AND_QUERY,
             {"tool_calls": [plan_call("c1", "r1", [*kept, sample_2], retried)]},
             {"tool_calls": [report_call("c2", "waiting")]},
         ],
     )
     assert rt.executions.run(task_id, 3, worker="w").outcome == "waiting"
-    assert ended(rt, task_id, 3)[1] == "human node(s) not completed: sample-2"
+    assert execution_end(rt, task_id, 3)[1] == "human node(s) not completed: sample-2"
     assert stored_retries(rt, task_id) == {"sample": ["sample-2"]}
     assert shown_retries(rt, task_id) == {"sample": ["sample-2"]}
 
@@ -154,7 +146,7 @@ def test_a_step_planned_after_a_failed_one_is_no_retry_but_a_new_one_is(
     script(
         scripts,
         [
-            READ,
+            READ_AND_QUERY,
             {"tool_calls": [plan_call("c1", "r1", [kept_node(i) for i in range(4)], retried)]},
             {"tool_calls": [report_call("c2", "completed")]},
         ],
@@ -197,7 +189,7 @@ def test_an_agent_failing_its_node_and_drawing_the_new_one_in_one_publish_retrie
     script(
         scripts,
         [
-            READ,
+            READ_AND_QUERY,
             {
                 "tool_calls": [
                     plan_call("c1", "r1", [node("check", "completed"), node("query", "running")])
@@ -245,7 +237,7 @@ def test_a_revision_stored_before_the_relation_was_kept_keeps_its_meaning(
     script(
         scripts,
         [
-            READ,
+            READ_AND_QUERY,
             {"tool_calls": [plan_call("c1", "r1", [kept_node(i) for i in range(3)], SUCCESSION)]},
             {"tool_calls": [report_call("c2", "completed")]},
         ],

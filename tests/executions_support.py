@@ -23,16 +23,19 @@ from orchestrator.settings import Settings, load_settings
 from orchestrator.store import executions as execution_store
 from orchestrator.store import generations as generation_store
 from orchestrator.store.tables import executions, sessions, tasks
+from orchestrator.store.task_events import events_after
 from orchestrator.store.types import utcnow
 from orchestrator.tools.base import ToolContext
 
 __all__ = [
     "READ_AND_QUERY",
+    "approve_the_action",
     "claim_as_worker",
     "execution_end",
     "fenced_ctx",
     "insert_running",
     "kept_node",
+    "last_queued_reason",
     "node",
     "plan_call",
     "query_call",
@@ -142,6 +145,19 @@ def write_script(
 READ_AND_QUERY: dict[str, Any] = {
     "tool_calls": [{"id": "c0", "name": "read_task_context", "arguments": {}}, query_call()]
 }
+
+
+def approve_the_action(rt: Runtime, task_id: str) -> None:
+    """Approve the task's one action, as the person `ana`, by its digest."""
+    (action,) = rt.actions.list(task_id=task_id)
+    rt.actions.decide(action.action_id, approve=True, by="ana", note=None, digest=action.digest)
+
+
+def last_queued_reason(rt: Runtime, task_id: str) -> str:
+    """The reason of the task's latest `queued` event (among its first 50 events)."""
+    with rt.db.transaction(readonly=True) as conn:
+        queued = [e for e in events_after(conn, task_id, 0, 50) if e.type == "queued"]
+    return queued[-1].reason or ""
 
 
 def execution_end(rt: Runtime, task_id: str, generation: int) -> tuple[str | None, str]:

@@ -21,8 +21,10 @@ from orchestrator.store.task_events import events_after
 from orchestrator.tools.plans import PublishExecutionPlan
 from tests.executions_support import (
     READ_AND_QUERY,
+    approve_the_action,
     execution_end,
     kept_node,
+    last_queued_reason,
     node,
     plan_call,
     report_call,
@@ -418,11 +420,10 @@ def test_an_approval_releases_a_task_held_with_an_unanswered_failure(
     task_id = waiting_on(rt, scripts, "sample", "callback", approval=True)
     held = rt.human_steps.close(task_id, "sample", "failed", by="lab", reason="bottle broke")
     assert (held.task_status, held.generation) == ("waiting", 1)
-    (action,) = rt.actions.list(task_id=task_id)
-    rt.actions.decide(action.action_id, approve=True, by="ana", note=None, digest=action.digest)
+    approve_the_action(rt, task_id)
     task = rt.tasks.get(task_id)
     assert (task.status, task.generation) == ("queued", 2)
     assert dispatcher.sent[-1] == (task_id, 2)
-    with rt.db.transaction(readonly=True) as conn:
-        queued = [e for e in events_after(conn, task_id, 0, 50) if e.type == "queued"]
-    assert "human node(s) sample failed with no retry in the plan" in (queued[-1].reason or "")
+    assert "human node(s) sample failed with no retry in the plan" in last_queued_reason(
+        rt, task_id
+    )

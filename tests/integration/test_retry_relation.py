@@ -23,13 +23,14 @@ from orchestrator.services.tasks import Trigger
 from orchestrator.store import executions as execution_store
 from orchestrator.store import reports as report_store
 from orchestrator.store.tables import plan_revisions
-from orchestrator.store.task_events import events_after
 from orchestrator.store.task_plans import task_latest_plan
 from tests.executions_support import (
     READ_AND_QUERY,
+    approve_the_action,
     claim_as_worker,
     execution_end,
     kept_node,
+    last_queued_reason,
     node,
     plan_call,
     report_call,
@@ -169,14 +170,13 @@ def test_an_approval_does_not_let_a_step_planned_after_a_failed_one_hold_the_fai
     rt, dispatcher, scripts = env
     task_id = sampled_then_retested(rt, scripts, approval=True)
     assert rt.tasks.get(task_id).status == "waiting"  # the pending repair held it
-    (action,) = rt.actions.list(task_id=task_id)
-    rt.actions.decide(action.action_id, approve=True, by="ana", note=None, digest=action.digest)
+    approve_the_action(rt, task_id)
     task = rt.tasks.get(task_id)
     assert (task.status, task.generation) == ("queued", 2)
     assert dispatcher.sent[-1] == (task_id, 2)
-    with rt.db.transaction(readonly=True) as conn:
-        queued = [e for e in events_after(conn, task_id, 0, 50) if e.type == "queued"]
-    assert "human node(s) sample failed with no retry in the plan" in (queued[-1].reason or "")
+    assert "human node(s) sample failed with no retry in the plan" in last_queued_reason(
+        rt, task_id
+    )
 
 
 def test_an_agent_failing_its_node_and_drawing_the_new_one_in_one_publish_retries_it(

@@ -9,8 +9,9 @@ Pure rules against the previous revision, beside the structural ones of `domain.
   (the reason that says who closed it and when, the evidence); keeping them is not a change;
 - the action id written back to a node is never dropped or replaced (`action_id_removed`),
   except by the id of a new proposal replacing a superseded action;
-- a node names only an action of its own task (`unknown_action`): another task's action (or an
-  id nobody proposed) would let the node escape the approval check below;
+- a node names only an action of its own task proposed for that node (`unknown_action`):
+  another task's action, another node's (a person approved phoning the customer, not shutting
+  the valve) or an id nobody proposed would let the node escape the approval check below;
 - a node whose action is still pending approval, or was rejected or superseded, cannot be
   completed by the agent (`action_not_approved`).
 
@@ -66,15 +67,18 @@ def authority_problems(
     *,
     writer: Writer = "agent",
     action_statuses: Mapping[str, str] | None = None,
+    action_nodes: Mapping[str, str] | None = None,
 ) -> list[Problem]:
     """Every authority problem of `nodes` against `previous` (None or [] for a first plan).
 
     `nodes` may be the raw input of a refused publish: only objects with a string id count.
     `action_statuses` maps the action ids the nodes (new and previous) name to their status,
-    among the actions of the plan's task only (none for a session of no task).
+    among the actions of the plan's task only (none for a session of no task); `action_nodes`
+    maps them to the node each was proposed for (None: not checked).
     """
     before = {str(n["id"]): n for n in previous or () if isinstance(n, Mapping)}
     statuses = action_statuses or {}
+    proposed_for = action_nodes or {}
     found: list[Problem] = []
     for node in nodes:
         if not isinstance(node, Mapping) or not isinstance(node.get("id"), str):
@@ -109,6 +113,24 @@ def authority_problems(
                     f"node {node_id!r} names action {new_action}, which is not an action of "
                     "the plan's task: the server writes back the id of the action proposed "
                     "for the node",
+                    node_id=node_id,
+                    action_id=new_action,
+                )
+            )
+        elif (
+            _an_id(new_action)
+            and new_action != old_action
+            and (owner := proposed_for.get(str(new_action))) is not None
+            and owner != node_id
+        ):
+            # Only the server writes an action id back, to the node it was proposed for; the
+            # same id on another node would pass that node off as approved (or pending) work.
+            found.append(
+                problem(
+                    "unknown_action",
+                    f"node {node_id!r} names action {new_action}, which was proposed for node "
+                    f"{owner!r}: a node carries only the action proposed for it (propose_action "
+                    "for this node writes its id back)",
                     node_id=node_id,
                     action_id=new_action,
                 )

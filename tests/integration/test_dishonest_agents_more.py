@@ -160,3 +160,26 @@ def test_another_task_s_evidence_backs_neither_a_node_nor_a_report(
     assert view["status"] != "completed"
     assert view["plan"] is None
     assert view["report"] is None
+
+
+def test_a_node_completed_first_cannot_take_an_action_after(rt: Runtime, scripts: Path) -> None:
+    # The agent completes the valve node on a turbidity reading, then proposes the work order
+    # for it: the node would stand completed whatever a person decides (here: rejected).
+    task_id = trigger(rt)
+    view = run(
+        rt,
+        scripts,
+        task_id,
+        1,
+        [
+            READ_AND_QUERY,
+            {"tool_calls": [plan_call("p1", "r1", [node("shut", "completed")])]},
+            {"tool_calls": [propose("a1", "shut", "shut the valve")]},
+            {"tool_calls": [report_call("rep", "completed")]},
+        ],
+    )
+    assert codes("a1") == ["node_closed"]
+    assert "completed" in result_of("a1").message
+    assert rt.actions.list(task_id=task_id) == []  # nothing written
+    assert view["plan"]["revision"] == 1
+    assert "action_id" not in view["plan"]["nodes"][0]

@@ -13,7 +13,12 @@ Pure rules against the previous revision, beside the structural ones of `domain.
   another task's action, another node's (a person approved phoning the customer, not shutting
   the valve) or an id nobody proposed would let the node escape the approval check below;
 - a node whose action is still pending approval, or was rejected or superseded, cannot be
-  completed by the agent (`action_not_approved`).
+  completed by the agent (`action_not_approved`);
+- a node whose action is pending approval or approved keeps its title and description
+  (`action_node_changed`): the approval is bound to the revision it was proposed under, and a
+  node renamed after it ("phone the customer" becoming "shut valve V-12") would show the
+  approval under work nobody approved. Once the action is rejected or superseded, it binds
+  nothing and the node may change again.
 
 The person's route (the human-loop issue) publishes with `writer="person"`, which lifts only the
 two agent rules (`human_node`, `action_not_approved`).
@@ -43,6 +48,9 @@ HUMAN_CLOSED: Final = frozenset({"completed", "failed", "skipped"})
 #: reason), and what it rests on. The agent's copy must carry them unchanged.
 _CLOSING_FIELDS: Final = ("reason", "evidence", "evidence_ids")
 
+#: The action statuses that bind a node's text: a person is deciding on it, or approved it.
+_BINDING: Final = frozenset({"pending_approval", "approved"})
+
 #: Said to an agent that tries to change a person's failed step: the way on.
 _RETRY_HUMAN: Final = (
     "; to retry the step, add a new human node with an edge from it, which a person closes"
@@ -52,6 +60,7 @@ AUTHORITY_CODES: Final = (
     "human_node",
     "actor_changed",
     "action_id_removed",
+    "action_node_changed",
     "action_not_approved",
     "unknown_action",
     "citation_required",
@@ -115,6 +124,24 @@ def authority_problems(
                     "for the node",
                     node_id=node_id,
                     action_id=new_action,
+                )
+            )
+        elif (
+            old is not None
+            and old_action
+            and new_action == old_action
+            and statuses.get(str(old_action)) in _BINDING
+            and _text(node) != _text(old)
+        ):
+            found.append(
+                problem(
+                    "action_node_changed",
+                    f"node {node_id!r} carries action {old_action}, which is "
+                    f"{statuses[str(old_action)]}: keep its title and description as they were "
+                    "when it was proposed (a person decides on them); for other work add a new "
+                    "node",
+                    node_id=node_id,
+                    action_id=old_action,
                 )
             )
         elif (
@@ -182,6 +209,11 @@ def authority_problems(
                     )
                 )
     return found
+
+
+def _text(node: Mapping[str, Any]) -> tuple[Any, Any]:
+    """What a node says it does: its title and description (no description is "")."""
+    return node.get("title"), node.get("description") or ""
 
 
 def _an_id(value: Any) -> bool:

@@ -183,3 +183,59 @@ def test_a_node_completed_first_cannot_take_an_action_after(rt: Runtime, scripts
     assert rt.actions.list(task_id=task_id) == []  # nothing written
     assert view["plan"]["revision"] == 1
     assert "action_id" not in view["plan"]["nodes"][0]
+
+
+def test_a_look_alike_node_id_does_not_stand_in_for_a_human_step(
+    rt: Runtime, scripts: Path
+) -> None:
+    # "\u0455ample" starts with a Cyrillic dze: to a reader, the person's sampling step,
+    # completed by the agent. Ids are ASCII, so it is refused, and so is dropping the real one.
+    task_id = trigger(rt)
+    human = node("sample", "pending", actor="human")
+    look_alike = dict(node("\u0455ample", "completed"), title=human["title"])
+    view = run(
+        rt,
+        scripts,
+        task_id,
+        1,
+        [
+            READ_AND_QUERY,
+            {"tool_calls": [plan_call("p1", "r1", [node("a", "completed"), human])]},
+            {"tool_calls": [plan_call("p2", "r2", [node("a", "completed"), look_alike])]},
+            {"tool_calls": [report_call("rep", "completed")]},
+        ],
+    )
+    # The id's format is filed under the code of its length (plan_fields), with its message.
+    assert codes("p2") == ["field_too_long", "node_removed"]
+    assert "[A-Za-z0-9_.:-]" in result_of("p2").payload["details"][0]["message"]
+    assert view["status"] == "waiting"
+    assert [n["id"] for n in view["plan"]["nodes"]] == ["a", "sample"]
+
+
+def test_an_approved_action_s_node_keeps_what_the_person_approved(
+    rt: Runtime, scripts: Path
+) -> None:
+    task_id = trigger(rt)
+    run(rt, scripts, task_id, 1, FIRST_GENERATION)
+    approve_the_action(rt, task_id)  # phoning the customer, for the node `notify`
+    # The node that carries the approval is renamed into the valve work, then completed.
+    renamed = dict(kept_node_completed(), title="Shut valve V-12", description="shut it")
+    view = run(
+        rt,
+        scripts,
+        task_id,
+        2,
+        [
+            READ_AND_QUERY,
+            {"tool_calls": [plan_call("p2", "g2", [renamed, node("shut", "skipped")], EDGE)]},
+            {"tool_calls": [report_call("rep", "completed")]},
+        ],
+    )
+    assert codes("p2") == ["action_node_changed"]
+    assert view["status"] != "completed"
+    assert view["plan"] is None  # generation 2 wrote no plan
+
+
+def kept_node_completed() -> dict[str, Any]:
+    """`notify` as generation 1 left it (with its action id), completed on the new query."""
+    return dict(node("notify", "completed"), action_id="${c0.result.actions.0.action_id}")

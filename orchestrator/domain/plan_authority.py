@@ -9,10 +9,16 @@ Pure rules against the previous revision, beside the structural ones of `domain.
   (the reason that says who closed it and when, the evidence); keeping them is not a change;
 - the action id written back to a node is never dropped or replaced (`action_id_removed`),
   except by the id of a new proposal replacing a superseded action;
-- a node names only an action of its own task (`unknown_action`): another task's action (or an
-  id nobody proposed) would let the node escape the approval check below;
+- a node names only an action of its own task proposed for that node (`unknown_action`):
+  another task's action, another node's (a person approved phoning the customer, not shutting
+  the valve) or an id nobody proposed would let the node escape the approval check below;
 - a node whose action is still pending approval, or was rejected or superseded, cannot be
-  completed by the agent (`action_not_approved`).
+  completed by the agent (`action_not_approved`);
+- a node whose action is pending approval or approved keeps its title and description
+  (`action_node_changed`): the approval is bound to the revision it was proposed under, and a
+  node renamed after it ("phone the customer" becoming "shut valve V-12") would show the
+  approval under work nobody approved. Once the action is rejected or superseded, it binds
+  nothing and the node may change again.
 
 The person's route (the human-loop issue) publishes with `writer="person"`, which lifts only the
 two agent rules (`human_node`, `action_not_approved`).
@@ -42,6 +48,9 @@ HUMAN_CLOSED: Final = frozenset({"completed", "failed", "skipped"})
 #: reason), and what it rests on. The agent's copy must carry them unchanged.
 _CLOSING_FIELDS: Final = ("reason", "evidence", "evidence_ids")
 
+#: The action statuses that bind a node's text: a person is deciding on it, or approved it.
+_BINDING: Final = frozenset({"pending_approval", "approved"})
+
 #: Said to an agent that tries to change a person's failed step: the way on.
 _RETRY_HUMAN: Final = (
     "; to retry the step, add a new human node with an edge from it, which a person closes"
@@ -51,6 +60,7 @@ AUTHORITY_CODES: Final = (
     "human_node",
     "actor_changed",
     "action_id_removed",
+    "action_node_changed",
     "action_not_approved",
     "unknown_action",
     "citation_required",
@@ -66,15 +76,18 @@ def authority_problems(
     *,
     writer: Writer = "agent",
     action_statuses: Mapping[str, str] | None = None,
+    action_nodes: Mapping[str, str] | None = None,
 ) -> list[Problem]:
     """Every authority problem of `nodes` against `previous` (None or [] for a first plan).
 
     `nodes` may be the raw input of a refused publish: only objects with a string id count.
     `action_statuses` maps the action ids the nodes (new and previous) name to their status,
-    among the actions of the plan's task only (none for a session of no task).
+    among the actions of the plan's task only (none for a session of no task); `action_nodes`
+    maps them to the node each was proposed for (None: not checked).
     """
     before = {str(n["id"]): n for n in previous or () if isinstance(n, Mapping)}
     statuses = action_statuses or {}
+    proposed_for = action_nodes or {}
     found: list[Problem] = []
     for node in nodes:
         if not isinstance(node, Mapping) or not isinstance(node.get("id"), str):
@@ -109,6 +122,42 @@ def authority_problems(
                     f"node {node_id!r} names action {new_action}, which is not an action of "
                     "the plan's task: the server writes back the id of the action proposed "
                     "for the node",
+                    node_id=node_id,
+                    action_id=new_action,
+                )
+            )
+        elif (
+            old is not None
+            and old_action
+            and new_action == old_action
+            and statuses.get(str(old_action)) in _BINDING
+            and _text(node) != _text(old)
+        ):
+            found.append(
+                problem(
+                    "action_node_changed",
+                    f"node {node_id!r} carries action {old_action}, which is "
+                    f"{statuses[str(old_action)]}: keep its title and description as they were "
+                    "when it was proposed (a person decides on them); for other work add a new "
+                    "node",
+                    node_id=node_id,
+                    action_id=old_action,
+                )
+            )
+        elif (
+            _an_id(new_action)
+            and new_action != old_action
+            and (owner := proposed_for.get(str(new_action))) is not None
+            and owner != node_id
+        ):
+            # Only the server writes an action id back, to the node it was proposed for; the
+            # same id on another node would pass that node off as approved (or pending) work.
+            found.append(
+                problem(
+                    "unknown_action",
+                    f"node {node_id!r} names action {new_action}, which was proposed for node "
+                    f"{owner!r}: a node carries only the action proposed for it (propose_action "
+                    "for this node writes its id back)",
                     node_id=node_id,
                     action_id=new_action,
                 )
@@ -160,6 +209,11 @@ def authority_problems(
                     )
                 )
     return found
+
+
+def _text(node: Mapping[str, Any]) -> tuple[Any, Any]:
+    """What a node says it does: its title and description (no description is "")."""
+    return node.get("title"), node.get("description") or ""
 
 
 def _an_id(value: Any) -> bool:

@@ -88,6 +88,7 @@ CODES: Final = (
     "human_node",
     "actor_changed",
     "action_id_removed",
+    "action_node_changed",
     "action_not_approved",
     "unknown_action",
     "citation_required",

@@ -19,7 +19,7 @@ from orchestrator.domain.cursors import decode_cursor
 from orchestrator.domain.fences import Fence
 from orchestrator.domain.fingerprints import NonCanonical
 from orchestrator.domain.plans import distinct_edges
-from orchestrator.domain.vocabulary import ACTION_KINDS, ACTION_STATUSES
+from orchestrator.domain.vocabulary import ACTION_KINDS, ACTION_STATUSES, OPEN_NODE_STATUSES
 from orchestrator.errors import ConflictError, InvalidTransition, NotFound, ValidationFailed
 from orchestrator.services.dispatch import Dispatcher, RecordingDispatcher, safe_dispatch
 from orchestrator.services.plans import PlanService, publish_txn
@@ -70,6 +70,8 @@ class ActionService:
         The action, and the plan revision that names it, commit together or not at all. A
         re-proposal with the same digest for the same node (in any generation of the task)
         returns the existing action; another digest supersedes the node's pending one.
+        Refused with `node_closed` for a node already completed, failed, skipped or cancelled
+        (unless it carries that same action): its approval would back nothing.
         Refused with `report_already_saved` once the generation saved its report (it comes last).
         """
         if kind not in ACTION_KINDS:
@@ -94,6 +96,18 @@ class ActionService:
                     code="node_not_in_plan",
                 )
             action = action_store.same_proposal(conn, fence.task_id, node_id, digest)
+            status = node.get("status")
+            if status not in OPEN_NODE_STATUSES and (
+                action is None or node.get("action_id") != action.action_id
+            ):
+                # A node closed before its action was proposed (completed on a reading, say)
+                # would stand done whatever a person decides: the approval comes first.
+                raise ConflictError(
+                    f"node {node_id!r} is {status}: an action is proposed for an open node "
+                    "(pending, running or waiting) and the node completed after its approval; "
+                    "for new work add a new node",
+                    code="node_closed",
+                )
             created = action is None
             if action is None:
                 action = action_store.insert_action(

@@ -161,8 +161,14 @@ def publish_txn(
     # Only the plan's own task's actions count: another task's approval backs nothing here.
     named = [n.get("action_id") for n in [*nodes, *(previous or [])] if isinstance(n, dict)]
     task_id = fence.task_id if fence is not None else session.task_id
-    statuses = task_plans.action_statuses(conn, task_id, [a for a in named if _is_id(a)])
-    problems += authority_problems(nodes, previous, writer=writer, action_statuses=statuses)
+    named_actions = task_plans.task_actions(conn, task_id, [a for a in named if _is_id(a)])
+    problems += authority_problems(
+        nodes,
+        previous,
+        writer=writer,
+        action_statuses={a: status for a, (status, _) in named_actions.items()},
+        action_nodes={a: node_id for a, (_, node_id) in named_actions.items()},
+    )
     if fence is not None and writer == "agent":
         # Invariant 21: what an execution's agent completes rests on what the host recorded.
         cited = [i for i in cited_ids(nodes, previous) if _is_id(i)]

@@ -23,7 +23,7 @@ from orchestrator.store import driver
 from orchestrator.store.plans import PlanRecord
 from orchestrator.store.tables import actions, evidence, invocation_receipts, plan_revisions
 
-__all__ = ["action_statuses", "cited_records", "task_latest_plan"]
+__all__ = ["action_statuses", "cited_records", "task_actions", "task_latest_plan"]
 
 
 def task_latest_plan(
@@ -52,15 +52,26 @@ def action_statuses(
     """The stored status of each of `action_ids` that is an action of `task_id` (any of its
     generations); none for a plan of no task. Another task's action is not looked at: its
     approval says nothing about this task's nodes."""
+    return {
+        action_id: status
+        for action_id, (status, _) in task_actions(conn, task_id, action_ids).items()
+    }
+
+
+def task_actions(
+    conn: Connection, task_id: str | None, action_ids: Iterable[str]
+) -> dict[str, tuple[str, str]]:
+    """`(status, node_id)` of each of `action_ids` that is an action of `task_id`: what it
+    stands at, and the plan node it was proposed for (the only node its approval serves)."""
     wanted = sorted(set(action_ids))
     if not wanted or task_id is None:
         return {}
     rows = conn.execute(
-        select(actions.c.action_id, actions.c.status).where(
+        select(actions.c.action_id, actions.c.status, actions.c.node_id).where(
             actions.c.task_id == task_id, actions.c.action_id.in_(wanted)
         )
     )
-    return {row.action_id: row.status for row in rows}
+    return {row.action_id: (row.status, row.node_id) for row in rows}
 
 
 def _cited(among: Callable[[Any], Any]) -> CompoundSelect[Any]:

@@ -24,7 +24,8 @@ class ProposeAction(Tool):
     name = "propose_action"
     description = (
         "Propose a work order or a command for a node of the saved plan. It is NOT executed: it "
-        "waits for a human's approval. The action id is written back to the plan node. Propose "
+        "waits for a human's approval. The action id is written back to the plan node, which must "
+        "be open (pending, running or waiting; complete it after the approval). Propose "
         "before save_report: once this generation saved its report, a proposal is refused with "
         "report_already_saved."
     )

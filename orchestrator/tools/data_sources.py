@@ -33,6 +33,7 @@ from orchestrator.tools import scada_sim
 from orchestrator.tools.base import Tool, ToolArguments, ToolContext, ToolResult
 from orchestrator.tools.http_answers import AnswerTooLarge, read_answer
 from orchestrator.tools.openapi import load_spec
+from orchestrator.tools.paging import more_past
 from orchestrator.tools.spec_errors import SpecError
 
 __all__ = [
@@ -214,7 +215,7 @@ class QueryDataSource(Tool):
         if problems:
             return ToolResult.failed("; ".join(problems), code="invalid_arguments")
         try:
-            rows = self._fetch(source, args.parameters, start, end)
+            rows, partial = self._fetch(source, args.parameters, start, end)
         except ValidationFailed as exc:
             return ToolResult.failed(exc.message, code="invalid_arguments")
         except httpx.TimeoutException:
@@ -229,7 +230,9 @@ class QueryDataSource(Tool):
                 f"{source.name} could not be read: {type(exc).__name__}", code="source_error"
             )
         limit = min(args.max_rows or source.limits.max_rows, source.limits.max_rows)
-        return _envelope(source.name, source.origin, start, end, rows, limit, source.limits)
+        return _envelope(
+            source.name, source.origin, start, end, rows, limit, source.limits, partial=partial
+        )
 
     def evidence_facts(self, args: Any, result: ToolResult) -> EvidenceFacts | None:
         payload = result.payload
@@ -265,7 +268,8 @@ class QueryDataSource(Tool):
 
     def _fetch(
         self, source: DataSource, parameters: dict[str, Any], start: datetime, end: datetime
-    ) -> list[Any]:
+    ) -> tuple[list[Any], str | None]:
+        """The rows of the range, and why they are only part of it when the source said so."""
         if source.kind == "scada_sim":
             point = parameters.get("point", scada_sim.POINTS[0])
             measure = parameters.get("measure")
@@ -275,12 +279,12 @@ class QueryDataSource(Tool):
                     f"scada_sim takes point (one of {', '.join(scada_sim.POINTS)}) and measure "
                     f"(one of {', '.join(scada_sim.MEASURES)})"
                 )
-            return scada_sim.readings(point, measure, start, end)
+            return scada_sim.readings(point, measure, start, end), None
         return self._http(source, parameters, start, end)
 
     def _http(
         self, source: DataSource, parameters: dict[str, Any], start: datetime, end: datetime
-    ) -> list[Any]:
+    ) -> tuple[list[Any], str | None]:
         assert source.spec is not None
         assert source.base_url is not None
         assert source.operation_id is not None
@@ -304,7 +308,7 @@ class QueryDataSource(Tool):
         rows = body.get("rows", body.get("items")) if isinstance(body, dict) else body
         if not isinstance(rows, list):
             raise _NotRead("the answer holds no list of rows")
-        return rows
+        return rows, more_past(body, len(rows))
 
     def _sample(self, ctx: ToolContext) -> ToolResult:
         if ctx.task_id is None:
@@ -334,9 +338,11 @@ def _envelope(
     rows: list[Any],
     limit: int,
     limits: Limits,
+    *,
+    partial: str | None = None,
 ) -> ToolResult:
     kept = rows[:limit]
-    why: list[str] = []
+    why: list[str] = [partial] if partial else []
     if len(rows) > limit:
         why.append(f"row limit {limit} reached ({len(rows)} rows in range)")
     # Characters: drop whole rows from the end until the rows fit.

@@ -8,7 +8,8 @@ set, and drop the connection: for killing a worker while its request is in fligh
 `/orders` and `/report`, `dribble` (a 200 whose body comes one byte every 50 ms: each read is
 quick, the answer takes hours), `dribble_headers` (a status line, then headers one byte every
 50 ms: the headers would take hours) and `endless` (a 200 whose body never ends); on
-`/report`, `error` (a 503).
+`/report`, `error` (a 503), `paged` (ten rows and a `next_cursor`) and `counted` (ten rows of a
+`total` of 500).
 """
 
 from __future__ import annotations
@@ -251,6 +252,12 @@ def _handler(backend: Backend) -> type[BaseHTTPRequestHandler]:
             elif path == "/secrets/db":
                 self._reply(200, {"password": "x" * 5000})
             elif path == "/report":
+                if mode == "paged":  # the first page of ten, and a cursor to the next
+                    self._reply(200, {"rows": ["é" * 10] * 10, "next_cursor": "page-2"})
+                    return
+                if mode == "counted":  # ten rows of a total of 500
+                    self._reply(200, {"items": ["é" * 10] * 10, "total": 500})
+                    return
                 # `bom`: UTF-8 with a byte order mark, as some servers write JSON.
                 self._reply(200, {"rows": ["é" * 100] * 100}, bom=mode == "bom")
             else:

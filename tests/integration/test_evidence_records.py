@@ -3,6 +3,7 @@ ones, not writes), commands that exited 0, with its own truncation when it cut a
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -103,3 +104,54 @@ def test_an_http_json_source_is_bounded_and_recorded_with_its_declared_origin(
     assert record["truncated"] is True
     assert 0 < record["row_count"] < 100
     assert backend.count("GET", "/report") == 1  # the invalid query was never sent
+
+
+@pytest.mark.parametrize("mode", ["paged", "counted"])
+def test_a_page_of_a_longer_answer_is_recorded_truncated(
+    rt: Runtime, scripts: Path, tmp_path: Path, backend: Backend, store_url: str, mode: str
+) -> None:
+    """A source that sends its first page (a cursor to the next, or a total above what it
+    sent) answered for part of the range: its record is truncated, so a finding cannot claim
+    the whole range on it; the same for a business backend read through call_api."""
+    backend.mode["/report"] = mode
+    declaration = tmp_path / "sources.yaml"
+    declaration.write_text(
+        "sources:\n"
+        "  - name: district_report\n"
+        "    description: the district report of the business backend\n"
+        "    kind: http_json\n"
+        "    origin: live\n"
+        "    spec: spec.json\n"
+        f"    base_url: {backend.url}\n"
+        "    operation_id: bigReport\n",
+        encoding="utf-8",
+    )
+    query = {
+        "id": "q",
+        "name": "query_data_source",
+        "arguments": {"source": "district_report", "parameters": {"size": 10}},
+    }
+    read = api_call("read", "bigReport", size=10)
+    write_script(scripts, "pages", [{"tool_calls": [query, read]}, {"content": "read"}])
+    runtime, _ = runtime_for(
+        store_url, scripts, data_sources=declaration, **gateway_overrides(tmp_path, backend)
+    )
+    try:
+        task_id = runtime.tasks.trigger(Trigger(task_type="pages", title="t")).task.task_id
+        runtime.executions.run(task_id, 1, worker="w1")
+        records = TaskRecords(runtime.db).evidence(task_id)["items"]
+        shown = [
+            e["body"]
+            for e in runtime.tasks.transcript(task_id)["items"]
+            if e["kind"] == "tool_result" and e["call_id"] == "q"
+        ]
+    finally:
+        runtime.close()
+    by_source = {r["source"]: r for r in records}
+    assert set(by_source) == {"district_report", "call_api:bigReport"}
+    assert by_source["district_report"]["truncated"] is True
+    assert by_source["district_report"]["row_count"] == 10
+    assert by_source["call_api:bigReport"]["truncated"] is True
+    # The model is told why, in the result it is shown.
+    [body] = shown
+    assert "only part of the range" in json.dumps(body)

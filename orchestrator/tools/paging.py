@@ -1,0 +1,53 @@
+"""Whether an upstream JSON answer says it holds only part of what was asked for.
+
+A backend that pages its answers returns the first page and a way to the next one (a cursor, a
+next link, `has_more`), or a total above what it sent. The host records such an answer as
+truncated, as it records a result it cut itself: a finding that says "no anomaly in the whole
+range" cannot rest on the first page (invariant 12). The names are the ones APIs commonly use;
+an answer that pages under another name is not recognised, so a data source whose backend does
+that should ask for pages small enough to fit in one answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+__all__ = ["more_past"]
+
+#: Keys whose non-empty value leads to the next page.
+_NEXT_KEYS: Final = (
+    "next_cursor",
+    "nextCursor",
+    "next_page_token",
+    "nextPageToken",
+    "next_page",
+    "nextPage",
+    "next_url",
+    "next",
+)
+#: Keys whose true value says more rows follow.
+_MORE_KEYS: Final = ("has_more", "hasMore", "more")
+#: Keys that count every row of the answer's range, sent or not.
+_TOTAL_KEYS: Final = ("total", "total_count", "totalCount")
+
+
+def more_past(body: Any, sent: int | None) -> str | None:
+    """Why `body` (an answer holding `sent` rows; None: not a list of rows) is only part of
+    what was asked for, or None."""
+    if not isinstance(body, Mapping):
+        return None
+    for key in _NEXT_KEYS:
+        value = body.get(key)
+        if value not in (None, "", False, [], {}):
+            return f"the source has more rows past this answer (its {key!r} leads to them)"
+    for key in _MORE_KEYS:
+        if body.get(key) is True:
+            return f"the source has more rows past this answer (its {key!r} is true)"
+    for key in _TOTAL_KEYS:
+        total = body.get(key)
+        if sent is not None and isinstance(total, int) and not isinstance(total, bool):
+            if total <= sent:
+                continue
+            return f"the source counts {total} rows in range (its {key!r}) and sent {sent}"
+    return None

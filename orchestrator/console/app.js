@@ -499,6 +499,11 @@
         }, el("span", { class: "title" }, n.title),
         el("span", { class: "meta" }, badge(n.status), n.actor === "human" ? el("span", { class: "badge" }, "human") : null));
       }))));
+    // A node taking focus in a graph scrolled sideways comes wholly into view: Chromium leaves
+    // one that is half in view where it is.
+    list.addEventListener("focusin", (event) => {
+      if (event.target.matches("button.node")) event.target.scrollIntoView({ block: "nearest", inline: "nearest" });
+    });
     // Arrow keys move between nodes in reading order (Tab reaches each of them too).
     list.addEventListener("keydown", (event) => {
       const keys = { ArrowRight: 1, ArrowDown: 1, ArrowLeft: -1, ArrowUp: -1 };
@@ -510,7 +515,11 @@
     const graph = el("div", { class: "graph", id: "plan-graph" }, svg, list);
     function draw() {
       if (!graph.isConnected) return;
+      // In the graph's own coordinates: a layer wider than the card scrolls the graph, and the
+      // SVG (its overflow visible) scrolls with the nodes. Sized to the card, not to the
+      // scrolled width, which it would then hold wide when the card narrows.
       const box = graph.getBoundingClientRect();
+      const dx = graph.scrollLeft - box.left, dy = graph.scrollTop - box.top;
       svg.replaceChildren();
       for (const e of edgesOf(plan)) {
         const a = graph.querySelector(`button[data-node="${CSS.escape(e.from)}"]`);
@@ -518,11 +527,13 @@
         if (!a || !b) continue;
         const ra = a.getBoundingClientRect();
         const rb = b.getBoundingClientRect();
-        const x1 = ra.left + ra.width / 2 - box.left, y1 = ra.bottom - box.top;
-        const x2 = rb.left + rb.width / 2 - box.left, y2 = rb.top - box.top;
+        const x1 = ra.left + ra.width / 2 + dx, y1 = ra.bottom + dy;
+        const x2 = rb.left + rb.width / 2 + dx, y2 = rb.top + dy;
         const mid = (y1 + y2) / 2;
         const path = document.createElementNS(svg.namespaceURI, "path");
         path.setAttribute("d", `M${x1},${y1} C${x1},${mid} ${x2},${mid} ${x2},${y2}`);
+        path.setAttribute("data-from", e.from);
+        path.setAttribute("data-to", e.to);
         if (trunk.has(e.from) && trunk.has(e.to)) path.setAttribute("class", "trunk");
         svg.appendChild(path);
         if (e.label) {
@@ -911,6 +922,9 @@
       const focused = document.activeElement && document.activeElement.getAttribute("data-node");
       const control = document.activeElement && ["plan-revision", "plan-latest"].includes(document.activeElement.id)
         ? document.activeElement.id : null;
+      // A redraw (a new revision, the stream's snapshot) keeps where the graph was scrolled:
+      // one scrolled sideways to a branch must not jump back to the first one.
+      const scrolled = s.graph ? { left: s.graph.scrollLeft, top: s.graph.scrollTop } : null;
       if (s.graph && s.graph.dispose) s.graph.dispose();
       s.graph = planGraph(plan, s.selected, select);
       const earlier = earlierNotice();
@@ -919,6 +933,7 @@
         revisionPicker(),
         el("p", { class: "muted" }, `revision ${plan.revision}`, plan.reason ? " · " : "", plan.reason ? el("span", { id: "plan-reason" }, plan.reason) : null),
         countsOf(plan), s.graph, olderParts(plan));
+      if (scrolled) { s.graph.scrollLeft = scrolled.left; s.graph.scrollTop = scrolled.top; }
       if (focused) {
         const again = planBox.querySelector(`button[data-node="${CSS.escape(focused)}"]`);
         if (again) again.focus();

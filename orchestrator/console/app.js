@@ -22,6 +22,7 @@
   const TERMINAL = ["completed", "failed", "cancelled"];
   const NODE_DONE = ["completed", "failed", "skipped", "cancelled"];
   const POLL_MS = 3000;
+  const STEP_TEXT_MAX = 1500; // a human step's evidence or reason, as the API takes it
   const main = document.getElementById("main");
   const banner = document.getElementById("banner");
   let view = null; // the current view's {dispose}
@@ -1051,8 +1052,10 @@
         }
         else fill(result, el("span", { class: "error" }, missingRoute(answer) ? "Completing human nodes is not available on this server." : errorText(answer)));
       }
-      const evidenceInput = el("textarea", { id: "node-evidence", maxlength: 2000 });
-      const reasonInput = el("input", { id: "node-reason", maxlength: 2000 });
+      // As long as the API takes (api/human_steps.py): a longer text typed in full was refused
+      // only after the button was pressed.
+      const evidenceInput = el("textarea", { id: "node-evidence", maxlength: STEP_TEXT_MAX });
+      const reasonInput = el("input", { id: "node-reason", maxlength: STEP_TEXT_MAX });
       // The same node drawn again (a refresh, a status change) keeps what the person typed and
       // where the cursor was: a redraw must not wipe a half-written reason.
       const typed = nodeDetail.getAttribute("data-node") === id ? typedIn(nodeDetail) : null;

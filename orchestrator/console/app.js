@@ -522,6 +522,11 @@
       const box = graph.getBoundingClientRect();
       const dx = graph.scrollLeft - box.left, dy = graph.scrollTop - box.top;
       svg.replaceChildren();
+      const fans = { out: new Map(), in: new Map() };
+      for (const e of edgesOf(plan)) {
+        fans.out.set(e.from, (fans.out.get(e.from) || 0) + 1);
+        fans.in.set(e.to, (fans.in.get(e.to) || 0) + 1);
+      }
       for (const e of edgesOf(plan)) {
         const a = graph.querySelector(`button[data-node="${CSS.escape(e.from)}"]`);
         const b = graph.querySelector(`button[data-node="${CSS.escape(e.to)}"]`);
@@ -538,9 +543,15 @@
         if (trunk.has(e.from) && trunk.has(e.to)) path.setAttribute("class", "trunk");
         svg.appendChild(path);
         if (e.label) {
+          // Beside the line at the end where edges fan out (over the branch it leads to, under
+          // the branch it leaves): at the middle, the labels of sibling edges lay over one
+          // another and none could be read.
+          const fanOut = fans.out.get(e.from) || 0, fanIn = fans.in.get(e.to) || 0;
+          const [x, y] = fanOut > 1 && fanOut >= fanIn ? [x2, y2 - 4]
+            : fanIn > 1 ? [x1, y1 + 12] : [(x1 + x2) / 2, mid];
           const text = document.createElementNS(svg.namespaceURI, "text");
-          text.setAttribute("x", String((x1 + x2) / 2 + 4));
-          text.setAttribute("y", String(mid));
+          text.setAttribute("x", String(x + 4));
+          text.setAttribute("y", String(y));
           text.textContent = shown(e.label);
           svg.appendChild(text);
         }

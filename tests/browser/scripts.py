@@ -195,8 +195,8 @@ def _branches() -> dict[str, Any]:
         for i in parallel
     ]
     nodes.append(_node("close", "pending", actor="human"))
-    edges = [{"from": "triage", "to": i, "label": f"to {i}"} for i in parallel]
-    edges += [{"from": i, "to": "close"} for i in parallel]
+    edges = [{"from": "triage", "to": i, "label": f"if {i} is due"} for i in parallel]
+    edges += [{"from": i, "to": "close", "label": f"{i} done"} for i in parallel]
     return {
         "turns": [
             _turn(0.1, _plan("c1", "r1", nodes, title="Branches", edges=edges)),

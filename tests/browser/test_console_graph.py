@@ -50,6 +50,18 @@ IN_VIEW = """(id) => {
   return r.left >= graph.left - 1.5 && r.right <= graph.right + 1.5;  // scrolled by whole px
 }"""
 
+#: Pairs of edge labels drawn over one another.
+OVERLAPS = """() => {
+  const boxes = [...document.querySelectorAll('#plan-graph svg.edges text')]
+    .map((t) => [t.textContent, t.getBoundingClientRect()]);
+  const hits = [];
+  boxes.forEach(([a, r], i) => boxes.slice(i + 1).forEach(([b, q]) => {
+    const apart = r.right <= q.left || q.right <= r.left || r.bottom <= q.top || q.bottom <= r.top;
+    if (!apart) hits.push([a, b]);
+  }));
+  return hits;
+}"""
+
 OVERFLOW = """() => {
   const doc = document.documentElement, graph = document.getElementById('plan-graph');
   return {page: doc.scrollWidth - doc.clientWidth, graph: graph.scrollWidth - graph.clientWidth};
@@ -88,6 +100,9 @@ def test_parallel_branches_stay_side_by_side_with_edges_on_their_nodes(
         assert overflow["page"] == 0
         assert overflow["graph"] > 0
         assert max(tab.evaluate(MISSES)) < 2
+        # Each edge's condition label can be read: none is drawn over another.
+        expect(tab.locator("svg.edges text")).to_have_count(12)
+        assert tab.evaluate(OVERLAPS) == []
         shot(tab, f"branches-{width}px-x{scale}")
         # The arrow keys go along the branches to the last one: it is scrolled fully into
         # view (a node half in view took focus and stayed half hidden), and each edge still

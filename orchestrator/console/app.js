@@ -663,7 +663,24 @@
   }
 
   // ---- actions (approvals) ---------------------------------------------------------------
-  function actionCard(action, after) {
+  // The pending actions in `list`, one card each, as the API lists them. A card still pending
+  // stays the same element: a poll that found a new action (or one decided elsewhere) used to
+  // draw every card again, wiping the name and note an approver was typing and the focus.
+  // Cards already shown keep their order, so none is moved (a moved element loses focus).
+  function showActions(list, actions, after, say) {
+    const cards = new Map([...list.querySelectorAll(":scope > [data-action]")]
+      .map((card) => [card.getAttribute("data-action"), card]));
+    const next = actions.map((a) => cards.get(a.action_id) || actionCard(a, after, say));
+    const keep = new Set(next);
+    for (const child of [...list.childNodes]) if (!keep.has(child)) child.remove();
+    let at = list.firstChild;
+    for (const card of next) {
+      if (card === at) at = at.nextSibling;
+      else list.insertBefore(card, at);
+    }
+    if (!actions.length) list.appendChild(el("p", { class: "muted" }, "Nothing waits for approval."));
+  }
+  function actionCard(action, after, say) {
     const message = el("p", { class: "result", role: "status" });
     const note = el("input", { name: "note", id: `note-${action.action_id}`, maxlength: 2000 });
     const byId = `by-${action.action_id}`;
@@ -677,6 +694,8 @@
       const result = await api("POST", `actions/${encodeURIComponent(action.action_id)}/${verb}`, body);
       if (result.ok) {
         fill(message, `${verb === "approve" ? "Approved" : "Rejected"}.`);
+        // The card leaves the list once decided: said where it stays.
+        if (say) fill(say, `${verb === "approve" ? "Approved" : "Rejected"}: ${action.kind || "action"} for node ${action.node_id} of task ${action.task_id}.`);
         if (after) after();
       } else {
         fill(message, el("span", { class: "error" }, errorText(result)));
@@ -701,7 +720,8 @@
 
   function approvals() {
     const list = el("div", { class: "actions-list", id: "approvals" }, el("p", { class: "muted" }, "Loading…"));
-    fill(main, el("h1", {}, "Pending approvals"), list);
+    const say = el("p", { role: "status", id: "approvals-result" });
+    fill(main, el("h1", {}, "Pending approvals"), say, list);
     let alive = true;
     async function load() {
       const result = await api("GET", "actions?status=pending_approval&limit=100");
@@ -709,13 +729,8 @@
         if (alive && !result.down) fill(list, el("p", { class: "error" }, errorText(result)));
         return;
       }
-      const actions = itemsOf(result.data);
-      const ids = actions.map((a) => a.action_id).join();
-      if (ids === shown && list.querySelector("[data-action], p.muted")) return; // keep typed input
-      shown = ids;
-      fill(list, actions.length ? actions.map((a) => actionCard(a, load)) : el("p", { class: "muted" }, "Nothing waits for approval."));
+      showActions(list, itemsOf(result.data), load, say);
     }
-    let shown = null;
     load();
     const timer = setInterval(load, POLL_MS * 2);
     return { dispose() { alive = false; clearInterval(timer); } };
@@ -750,7 +765,9 @@
     const live = el("span", { class: "live off", id: "live" }, "connecting");
     const lease = part("lease"), generations = part("generations"), planBox = part("plan");
     const nodeDetail = el("div", { id: "node-detail", class: "node-detail", tabindex: "-1", hidden: true });
-    const pending = part("pending-actions"), report = part("report"), receipts = part("receipts");
+    const pending = el("div", { id: "pending-actions", class: "actions-list" });
+    const pendingResult = el("p", { role: "status", id: "pending-result" });
+    const report = part("report"), receipts = part("receipts");
     const inFlight = part("running-receipts");
     const resolved = part("resolutions");
     const evidence = part("evidence"), transcript = part("transcript");
@@ -808,7 +825,7 @@
         opResult),
       el("section", { class: "card", "aria-labelledby": "h-plan" },
         el("div", { class: "row" }, el("h2", { id: "h-plan" }, "Plan"), live), planBox, nodeDetail),
-      el("section", { class: "card", "aria-labelledby": "h-pending" }, el("h2", { id: "h-pending" }, "Pending approvals"), pending),
+      el("section", { class: "card", "aria-labelledby": "h-pending" }, el("h2", { id: "h-pending" }, "Pending approvals"), pendingResult, pending),
       el("div", { class: "grid2" },
         el("section", { class: "card", "aria-labelledby": "h-lease" }, el("h2", { id: "h-lease" }, "Lease"), lease),
         el("section", { class: "card", "aria-labelledby": "h-report" }, el("h2", { id: "h-report" }, "Report"), report)),
@@ -1144,11 +1161,7 @@
     async function loadPending() {
       const result = await api("GET", `actions?status=pending_approval&task_id=${encodeURIComponent(taskId)}`);
       if (!s.alive || !result.ok) return;
-      const actions = itemsOf(result.data);
-      const shown = [...pending.querySelectorAll("[data-action]")].map((n) => n.getAttribute("data-action")).join();
-      if (shown === actions.map((a) => a.action_id).join() && pending.firstChild) return; // keep typed input
-      fill(pending, actions.length ? el("div", { class: "actions-list" }, actions.map((a) => actionCard(a, refresh)))
-        : el("p", { class: "muted" }, "Nothing waits for approval."));
+      showActions(pending, itemsOf(result.data), refresh, pendingResult);
     }
 
     async function loadOptional(box, route, render) {

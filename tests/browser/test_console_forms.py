@@ -1,6 +1,6 @@
 """The console's forms against a real API, worker and sweeper in a real headless chromium: a
 field takes as much as the API accepts, so what a person types in full is not refused after
-they press the button.
+they press the button, and what they type survives the page's polling.
 """
 
 from __future__ import annotations
@@ -46,3 +46,31 @@ def test_a_human_step_s_evidence_and_reason_stop_at_what_the_api_takes(
     }
     assert nodes["sample"]["reason"].startswith("r" * STEP_TEXT_MAX)  # then who and when
     assert nodes["callback"]["evidence"].startswith("e" * STEP_TEXT_MAX)
+
+
+def test_an_approver_s_typing_survives_a_new_action_arriving(page: Any, console: Console) -> None:
+    first = console.trigger("approval", "Approve while typing")
+    console.wait_for(first, lambda t: t["status"] == "waiting")
+    page.goto(f"{console.url}/console#/approvals")
+    card = page.locator("article.action").filter(has_text=first)
+    card.locator("input[name=by]").fill("duty engineer")
+    card.locator("input[name=note]").fill("crew north confirmed by phone")
+    card.locator("input[name=note]").focus()
+    # Another task proposes an action while the approver types: its card appears, and the
+    # one being filled in keeps its text and the focus (before, every card was drawn again).
+    second = console.trigger("approval", "Arrives meanwhile")
+    console.wait_for(second, lambda t: t["status"] == "waiting")
+    expect(page.locator("article.action").filter(has_text=second)).to_be_visible()
+    expect(card.locator("input[name=note]")).to_have_value("crew north confirmed by phone")
+    expect(card.locator("input[name=by]")).to_have_value("duty engineer")
+    expect(card.locator("input[name=note]")).to_be_focused()
+    page.keyboard.type(", go")
+    card.locator("button.approve").click()
+    # The card leaves the list; the page says what was decided.
+    expect(page.locator("#approvals")).not_to_contain_text(first)
+    expect(page.locator("#approvals-result")).to_have_text(
+        f"Approved: work_order for node flush of task {first}."
+    )
+    decided = console.http.get("/api/v1/actions", params={"status": "approved", "task_id": first})
+    [action] = decided.json()["items"]
+    assert action["note"] == "crew north confirmed by phone, go"

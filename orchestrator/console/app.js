@@ -963,6 +963,9 @@
         el("p", { class: "muted" }, `revision ${plan.revision}`, plan.reason ? " · " : "", plan.reason ? el("span", { id: "plan-reason" }, plan.reason) : null),
         countsOf(plan), s.graph, olderParts(plan));
       if (scrolled) { s.graph.scrollLeft = scrolled.left; s.graph.scrollTop = scrolled.top; }
+      // First drawn wider than the card: show its middle, where the trunk runs (each layer is
+      // centred), not its left edge with the trunk cut off.
+      else s.graph.scrollLeft = (s.graph.scrollWidth - s.graph.clientWidth) / 2;
       if (focused) {
         const again = planBox.querySelector(`button[data-node="${CSS.escape(focused)}"]`);
         if (again) again.focus();

@@ -100,6 +100,9 @@ def test_parallel_branches_stay_side_by_side_with_edges_on_their_nodes(
         assert overflow["page"] == 0
         assert overflow["graph"] > 0
         assert max(tab.evaluate(MISSES)) < 2
+        # Opened on the middle, where the trunk runs: its first and last steps wholly in view.
+        assert tab.evaluate(IN_VIEW, "triage")
+        assert tab.evaluate(IN_VIEW, "close")
         # Each edge's condition label can be read: none is drawn over another.
         expect(tab.locator("svg.edges text")).to_have_count(12)
         assert tab.evaluate(OVERLAPS) == []

@@ -1051,6 +1051,10 @@
       if (!retries.length) return el("span", { class: "error" }, "no retry yet: the task cannot complete until one is completed");
       return retries.map((n, i) => [i ? ", " : "", el("code", {}, n.id), " ", badge(n.status)]);
     }
+    function citedBy(node) {
+      const ids = Array.isArray(node.evidence_ids) ? node.evidence_ids : [];
+      return ids.length ? el("span", { class: "cites" }, ids.map((x, i) => [i ? ", " : "", el("code", {}, String(x))])) : "—";
+    }
     function showNode(id, focus) {
       const node = s.plan && nodesOf(drawnPlan()).find((n) => n.id === id);
       if (!node) { nodeDetail.hidden = true; return; }
@@ -1094,6 +1098,9 @@
         el("h3", { id: "node-detail-title" }, "Node ", el("code", {}, node.id)),
         facts([["Title", node.title], ["Actor", node.actor], ["Status", badge(node.status)],
           ["Description", node.description || "—"], ["Evidence", node.evidence || "—"],
+          // The records (or a succeeded write's receipt) a completed node rests on: the ids the
+          // Evidence and Receipts sections list.
+          ["Cites", citedBy(node)],
           ["Reason", node.reason || "—"], ["Action", node.action_id ? el("code", {}, node.action_id) : "—"],
           ["Retried by", node.status === "failed" ? retriesOf(node) : undefined]]),
         human ? el("form", { id: "human-node", onsubmit: (e) => e.preventDefault() },
@@ -1176,7 +1183,10 @@
     function renderEvidence(data) {
       const items = itemsOf(data);
       if (!items.length) return el("p", { class: "muted" }, "No evidence recorded.");
-      return table(["Source", "Origin", "Queried", "Summary", "Reference"], items.map((x) => [
+      // The id is what the report, its findings and the plan's nodes cite: shown, so a cited id
+      // can be matched to its record (and its origin) on the page.
+      return table(["Evidence", "Source", "Origin", "Queried", "Summary", "Reference"], items.map((x) => [
+        x.evidence_id ? el("code", { "data-evidence": x.evidence_id }, x.evidence_id) : "—",
         x.source || "—", x.origin ? badge(x.origin) : "—", when(x.queried_at),
         [x.summary || "—", x.truncated ? el("span", { class: "muted" }, " (truncated)") : null],
         x.content_ref ? el("code", {}, typeof x.content_ref === "string" ? x.content_ref : JSON.stringify(x.content_ref)) : "—"]));

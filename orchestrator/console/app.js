@@ -667,7 +667,10 @@
   // stays the same element: a poll that found a new action (or one decided elsewhere) used to
   // draw every card again, wiping the name and note an approver was typing and the focus.
   // Cards already shown keep their order, so none is moved (a moved element loses focus).
-  function showActions(list, actions, after, say) {
+  // Oldest first (the API lists newest first): one proposed meanwhile is added at the end, not
+  // on top, where it pushed the card being decided down under the pointer.
+  function showActions(list, newestFirst, after, say) {
+    const actions = newestFirst.slice().reverse();
     const cards = new Map([...list.querySelectorAll(":scope > [data-action]")]
       .map((card) => [card.getAttribute("data-action"), card]));
     const next = actions.map((a) => cards.get(a.action_id) || actionCard(a, after, say));

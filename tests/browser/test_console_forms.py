@@ -56,11 +56,14 @@ def test_an_approver_s_typing_survives_a_new_action_arriving(page: Any, console:
     card.locator("input[name=by]").fill("duty engineer")
     card.locator("input[name=note]").fill("crew north confirmed by phone")
     card.locator("input[name=note]").focus()
-    # Another task proposes an action while the approver types: its card appears, and the
-    # one being filled in keeps its text and the focus (before, every card was drawn again).
+    top = card.bounding_box()["y"]
+    # Another task proposes an action while the approver types: its card appears below (the
+    # oldest waits at the top), and the one being filled in keeps its place, its text and the
+    # focus (before, every card was drawn again, the new one on top).
     second = console.trigger("approval", "Arrives meanwhile")
     console.wait_for(second, lambda t: t["status"] == "waiting")
     expect(page.locator("article.action").filter(has_text=second)).to_be_visible()
+    assert card.bounding_box()["y"] == top
     expect(card.locator("input[name=note]")).to_have_value("crew north confirmed by phone")
     expect(card.locator("input[name=by]")).to_have_value("duty engineer")
     expect(card.locator("input[name=note]")).to_be_focused()

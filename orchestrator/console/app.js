@@ -1228,7 +1228,14 @@
       const result = await api("GET", path);
       if (!s.alive) return;
       if (result.ok) showTask(result.data);
-      else if (!result.down) fill(head, el("h1", {}, "Task"), el("p", { class: "error", id: "task-error" }, result.status === 404 ? "No such task." : errorText(result)));
+      else if (result.status === 404 && !s.task) {
+        // A mistyped or stale link: nothing to requeue, cancel or follow, so no form offered and
+        // no "connecting" plan left waiting for a stream that never opens.
+        handle.dispose();
+        fill(main, el("p", {}, el("a", { href: "#/" }, "← Tasks")), el("h1", {}, "Task"),
+          el("p", { class: "error", id: "task-error" }, "No such task: ", el("code", {}, taskId), "."));
+        return;
+      } else if (!result.down) fill(head, el("h1", {}, "Task"), el("p", { class: "error", id: "task-error" }, errorText(result)));
       loadPending();
     }
 
@@ -1316,7 +1323,7 @@
       if (s.stream === null && s.task && !finished()) openStream();
     }, POLL_MS);
     let slow = setInterval(loadRecords, POLL_MS * 5);
-    return {
+    const handle = {
       dispose() {
         s.alive = false;
         clearInterval(s.timer);
@@ -1327,6 +1334,7 @@
         if (s.graph && s.graph.dispose) s.graph.dispose();
       },
     };
+    return handle;
   }
 
   // ---- start -----------------------------------------------------------------------------

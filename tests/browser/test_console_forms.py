@@ -77,3 +77,14 @@ def test_an_approver_s_typing_survives_a_new_action_arriving(page: Any, console:
     decided = console.http.get("/api/v1/actions", params={"status": "approved", "task_id": first})
     [action] = decided.json()["items"]
     assert action["note"] == "crew north confirmed by phone, go"
+
+
+def test_a_task_that_does_not_exist_offers_no_form(page: Any, console: Console) -> None:
+    page.goto(f"{console.url}/console#/task/no-such-task-4f2a")
+    expect(page.locator("#task-error")).to_have_text("No such task: no-such-task-4f2a.")
+    # Before: the error sat above Requeue and Cancel forms, empty sections and a plan
+    # "connecting" for ever.
+    expect(page.locator("#requeue-form")).to_have_count(0)
+    expect(page.locator("#live")).to_have_count(0)
+    page.locator("main a", has_text="Tasks").click()
+    expect(page.locator("#task-rows")).to_be_visible()

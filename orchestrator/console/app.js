@@ -22,6 +22,7 @@
   const TERMINAL = ["completed", "failed", "cancelled"];
   const NODE_DONE = ["completed", "failed", "skipped", "cancelled"];
   const POLL_MS = 3000;
+  const STEP_TEXT_MAX = 1500; // a human step's evidence or reason, as the API takes it
   const main = document.getElementById("main");
   const banner = document.getElementById("banner");
   let view = null; // the current view's {dispose}
@@ -499,6 +500,11 @@
         }, el("span", { class: "title" }, n.title),
         el("span", { class: "meta" }, badge(n.status), n.actor === "human" ? el("span", { class: "badge" }, "human") : null));
       }))));
+    // A node taking focus in a graph scrolled sideways comes wholly into view: Chromium leaves
+    // one that is half in view where it is.
+    list.addEventListener("focusin", (event) => {
+      if (event.target.matches("button.node")) event.target.scrollIntoView({ block: "nearest", inline: "nearest" });
+    });
     // Arrow keys move between nodes in reading order (Tab reaches each of them too).
     list.addEventListener("keydown", (event) => {
       const keys = { ArrowRight: 1, ArrowDown: 1, ArrowLeft: -1, ArrowUp: -1 };
@@ -510,25 +516,42 @@
     const graph = el("div", { class: "graph", id: "plan-graph" }, svg, list);
     function draw() {
       if (!graph.isConnected) return;
+      // In the graph's own coordinates: a layer wider than the card scrolls the graph, and the
+      // SVG (its overflow visible) scrolls with the nodes. Sized to the card, not to the
+      // scrolled width, which it would then hold wide when the card narrows.
       const box = graph.getBoundingClientRect();
+      const dx = graph.scrollLeft - box.left, dy = graph.scrollTop - box.top;
       svg.replaceChildren();
+      const fans = { out: new Map(), in: new Map() };
+      for (const e of edgesOf(plan)) {
+        fans.out.set(e.from, (fans.out.get(e.from) || 0) + 1);
+        fans.in.set(e.to, (fans.in.get(e.to) || 0) + 1);
+      }
       for (const e of edgesOf(plan)) {
         const a = graph.querySelector(`button[data-node="${CSS.escape(e.from)}"]`);
         const b = graph.querySelector(`button[data-node="${CSS.escape(e.to)}"]`);
         if (!a || !b) continue;
         const ra = a.getBoundingClientRect();
         const rb = b.getBoundingClientRect();
-        const x1 = ra.left + ra.width / 2 - box.left, y1 = ra.bottom - box.top;
-        const x2 = rb.left + rb.width / 2 - box.left, y2 = rb.top - box.top;
+        const x1 = ra.left + ra.width / 2 + dx, y1 = ra.bottom + dy;
+        const x2 = rb.left + rb.width / 2 + dx, y2 = rb.top + dy;
         const mid = (y1 + y2) / 2;
         const path = document.createElementNS(svg.namespaceURI, "path");
         path.setAttribute("d", `M${x1},${y1} C${x1},${mid} ${x2},${mid} ${x2},${y2}`);
+        path.setAttribute("data-from", e.from);
+        path.setAttribute("data-to", e.to);
         if (trunk.has(e.from) && trunk.has(e.to)) path.setAttribute("class", "trunk");
         svg.appendChild(path);
         if (e.label) {
+          // Beside the line at the end where edges fan out (over the branch it leads to, under
+          // the branch it leaves): at the middle, the labels of sibling edges lay over one
+          // another and none could be read.
+          const fanOut = fans.out.get(e.from) || 0, fanIn = fans.in.get(e.to) || 0;
+          const [x, y] = fanOut > 1 && fanOut >= fanIn ? [x2, y2 - 4]
+            : fanIn > 1 ? [x1, y1 + 12] : [(x1 + x2) / 2, mid];
           const text = document.createElementNS(svg.namespaceURI, "text");
-          text.setAttribute("x", String((x1 + x2) / 2 + 4));
-          text.setAttribute("y", String(mid));
+          text.setAttribute("x", String(x + 4));
+          text.setAttribute("y", String(y));
           text.textContent = shown(e.label);
           svg.appendChild(text);
         }
@@ -640,7 +663,27 @@
   }
 
   // ---- actions (approvals) ---------------------------------------------------------------
-  function actionCard(action, after) {
+  // The pending actions in `list`, one card each, as the API lists them. A card still pending
+  // stays the same element: a poll that found a new action (or one decided elsewhere) used to
+  // draw every card again, wiping the name and note an approver was typing and the focus.
+  // Cards already shown keep their order, so none is moved (a moved element loses focus).
+  // Oldest first (the API lists newest first): one proposed meanwhile is added at the end, not
+  // on top, where it pushed the card being decided down under the pointer.
+  function showActions(list, newestFirst, after, say) {
+    const actions = newestFirst.slice().reverse();
+    const cards = new Map([...list.querySelectorAll(":scope > [data-action]")]
+      .map((card) => [card.getAttribute("data-action"), card]));
+    const next = actions.map((a) => cards.get(a.action_id) || actionCard(a, after, say));
+    const keep = new Set(next);
+    for (const child of [...list.childNodes]) if (!keep.has(child)) child.remove();
+    let at = list.firstChild;
+    for (const card of next) {
+      if (card === at) at = at.nextSibling;
+      else list.insertBefore(card, at);
+    }
+    if (!actions.length) list.appendChild(el("p", { class: "muted" }, "Nothing waits for approval."));
+  }
+  function actionCard(action, after, say) {
     const message = el("p", { class: "result", role: "status" });
     const note = el("input", { name: "note", id: `note-${action.action_id}`, maxlength: 2000 });
     const byId = `by-${action.action_id}`;
@@ -654,6 +697,8 @@
       const result = await api("POST", `actions/${encodeURIComponent(action.action_id)}/${verb}`, body);
       if (result.ok) {
         fill(message, `${verb === "approve" ? "Approved" : "Rejected"}.`);
+        // The card leaves the list once decided: said where it stays.
+        if (say) fill(say, `${verb === "approve" ? "Approved" : "Rejected"}: ${action.kind || "action"} for node ${action.node_id} of task ${action.task_id}.`);
         if (after) after();
       } else {
         fill(message, el("span", { class: "error" }, errorText(result)));
@@ -678,7 +723,8 @@
 
   function approvals() {
     const list = el("div", { class: "actions-list", id: "approvals" }, el("p", { class: "muted" }, "Loading…"));
-    fill(main, el("h1", {}, "Pending approvals"), list);
+    const say = el("p", { role: "status", id: "approvals-result" });
+    fill(main, el("h1", {}, "Pending approvals"), say, list);
     let alive = true;
     async function load() {
       const result = await api("GET", "actions?status=pending_approval&limit=100");
@@ -686,13 +732,8 @@
         if (alive && !result.down) fill(list, el("p", { class: "error" }, errorText(result)));
         return;
       }
-      const actions = itemsOf(result.data);
-      const ids = actions.map((a) => a.action_id).join();
-      if (ids === shown && list.querySelector("[data-action], p.muted")) return; // keep typed input
-      shown = ids;
-      fill(list, actions.length ? actions.map((a) => actionCard(a, load)) : el("p", { class: "muted" }, "Nothing waits for approval."));
+      showActions(list, itemsOf(result.data), load, say);
     }
-    let shown = null;
     load();
     const timer = setInterval(load, POLL_MS * 2);
     return { dispose() { alive = false; clearInterval(timer); } };
@@ -727,7 +768,9 @@
     const live = el("span", { class: "live off", id: "live" }, "connecting");
     const lease = part("lease"), generations = part("generations"), planBox = part("plan");
     const nodeDetail = el("div", { id: "node-detail", class: "node-detail", tabindex: "-1", hidden: true });
-    const pending = part("pending-actions"), report = part("report"), receipts = part("receipts");
+    const pending = el("div", { id: "pending-actions", class: "actions-list" });
+    const pendingResult = el("p", { role: "status", id: "pending-result" });
+    const report = part("report"), receipts = part("receipts");
     const inFlight = part("running-receipts");
     const resolved = part("resolutions");
     const evidence = part("evidence"), transcript = part("transcript");
@@ -785,7 +828,7 @@
         opResult),
       el("section", { class: "card", "aria-labelledby": "h-plan" },
         el("div", { class: "row" }, el("h2", { id: "h-plan" }, "Plan"), live), planBox, nodeDetail),
-      el("section", { class: "card", "aria-labelledby": "h-pending" }, el("h2", { id: "h-pending" }, "Pending approvals"), pending),
+      el("section", { class: "card", "aria-labelledby": "h-pending" }, el("h2", { id: "h-pending" }, "Pending approvals"), pendingResult, pending),
       el("div", { class: "grid2" },
         el("section", { class: "card", "aria-labelledby": "h-lease" }, el("h2", { id: "h-lease" }, "Lease"), lease),
         el("section", { class: "card", "aria-labelledby": "h-report" }, el("h2", { id: "h-report" }, "Report"), report)),
@@ -911,6 +954,9 @@
       const focused = document.activeElement && document.activeElement.getAttribute("data-node");
       const control = document.activeElement && ["plan-revision", "plan-latest"].includes(document.activeElement.id)
         ? document.activeElement.id : null;
+      // A redraw (a new revision, the stream's snapshot) keeps where the graph was scrolled:
+      // one scrolled sideways to a branch must not jump back to the first one.
+      const scrolled = s.graph ? { left: s.graph.scrollLeft, top: s.graph.scrollTop } : null;
       if (s.graph && s.graph.dispose) s.graph.dispose();
       s.graph = planGraph(plan, s.selected, select);
       const earlier = earlierNotice();
@@ -919,6 +965,10 @@
         revisionPicker(),
         el("p", { class: "muted" }, `revision ${plan.revision}`, plan.reason ? " · " : "", plan.reason ? el("span", { id: "plan-reason" }, plan.reason) : null),
         countsOf(plan), s.graph, olderParts(plan));
+      if (scrolled) { s.graph.scrollLeft = scrolled.left; s.graph.scrollTop = scrolled.top; }
+      // First drawn wider than the card: show its middle, where the trunk runs (each layer is
+      // centred), not its left edge with the trunk cut off.
+      else s.graph.scrollLeft = (s.graph.scrollWidth - s.graph.clientWidth) / 2;
       if (focused) {
         const again = planBox.querySelector(`button[data-node="${CSS.escape(focused)}"]`);
         if (again) again.focus();
@@ -1004,6 +1054,10 @@
       if (!retries.length) return el("span", { class: "error" }, "no retry yet: the task cannot complete until one is completed");
       return retries.map((n, i) => [i ? ", " : "", el("code", {}, n.id), " ", badge(n.status)]);
     }
+    function citedBy(node) {
+      const ids = Array.isArray(node.evidence_ids) ? node.evidence_ids : [];
+      return ids.length ? el("span", { class: "cites" }, ids.map((x, i) => [i ? ", " : "", el("code", {}, String(x))])) : "—";
+    }
     function showNode(id, focus) {
       const node = s.plan && nodesOf(drawnPlan()).find((n) => n.id === id);
       if (!node) { nodeDetail.hidden = true; return; }
@@ -1036,8 +1090,10 @@
         }
         else fill(result, el("span", { class: "error" }, missingRoute(answer) ? "Completing human nodes is not available on this server." : errorText(answer)));
       }
-      const evidenceInput = el("textarea", { id: "node-evidence", maxlength: 2000 });
-      const reasonInput = el("input", { id: "node-reason", maxlength: 2000 });
+      // As long as the API takes (api/human_steps.py): a longer text typed in full was refused
+      // only after the button was pressed.
+      const evidenceInput = el("textarea", { id: "node-evidence", maxlength: STEP_TEXT_MAX });
+      const reasonInput = el("input", { id: "node-reason", maxlength: STEP_TEXT_MAX });
       // The same node drawn again (a refresh, a status change) keeps what the person typed and
       // where the cursor was: a redraw must not wipe a half-written reason.
       const typed = nodeDetail.getAttribute("data-node") === id ? typedIn(nodeDetail) : null;
@@ -1045,6 +1101,9 @@
         el("h3", { id: "node-detail-title" }, "Node ", el("code", {}, node.id)),
         facts([["Title", node.title], ["Actor", node.actor], ["Status", badge(node.status)],
           ["Description", node.description || "—"], ["Evidence", node.evidence || "—"],
+          // The records (or a succeeded write's receipt) a completed node rests on: the ids the
+          // Evidence and Receipts sections list.
+          ["Cites", citedBy(node)],
           ["Reason", node.reason || "—"], ["Action", node.action_id ? el("code", {}, node.action_id) : "—"],
           ["Retried by", node.status === "failed" ? retriesOf(node) : undefined]]),
         human ? el("form", { id: "human-node", onsubmit: (e) => e.preventDefault() },
@@ -1115,11 +1174,7 @@
     async function loadPending() {
       const result = await api("GET", `actions?status=pending_approval&task_id=${encodeURIComponent(taskId)}`);
       if (!s.alive || !result.ok) return;
-      const actions = itemsOf(result.data);
-      const shown = [...pending.querySelectorAll("[data-action]")].map((n) => n.getAttribute("data-action")).join();
-      if (shown === actions.map((a) => a.action_id).join() && pending.firstChild) return; // keep typed input
-      fill(pending, actions.length ? el("div", { class: "actions-list" }, actions.map((a) => actionCard(a, refresh)))
-        : el("p", { class: "muted" }, "Nothing waits for approval."));
+      showActions(pending, itemsOf(result.data), refresh, pendingResult);
     }
 
     async function loadOptional(box, route, render) {
@@ -1131,7 +1186,10 @@
     function renderEvidence(data) {
       const items = itemsOf(data);
       if (!items.length) return el("p", { class: "muted" }, "No evidence recorded.");
-      return table(["Source", "Origin", "Queried", "Summary", "Reference"], items.map((x) => [
+      // The id is what the report, its findings and the plan's nodes cite: shown, so a cited id
+      // can be matched to its record (and its origin) on the page.
+      return table(["Evidence", "Source", "Origin", "Queried", "Summary", "Reference"], items.map((x) => [
+        x.evidence_id ? el("code", { "data-evidence": x.evidence_id }, x.evidence_id) : "—",
         x.source || "—", x.origin ? badge(x.origin) : "—", when(x.queried_at),
         [x.summary || "—", x.truncated ? el("span", { class: "muted" }, " (truncated)") : null],
         x.content_ref ? el("code", {}, typeof x.content_ref === "string" ? x.content_ref : JSON.stringify(x.content_ref)) : "—"]));
@@ -1170,7 +1228,14 @@
       const result = await api("GET", path);
       if (!s.alive) return;
       if (result.ok) showTask(result.data);
-      else if (!result.down) fill(head, el("h1", {}, "Task"), el("p", { class: "error", id: "task-error" }, result.status === 404 ? "No such task." : errorText(result)));
+      else if (result.status === 404 && !s.task) {
+        // A mistyped or stale link: nothing to requeue, cancel or follow, so no form offered and
+        // no "connecting" plan left waiting for a stream that never opens.
+        handle.dispose();
+        fill(main, el("p", {}, el("a", { href: "#/" }, "← Tasks")), el("h1", {}, "Task"),
+          el("p", { class: "error", id: "task-error" }, "No such task: ", el("code", {}, taskId), "."));
+        return;
+      } else if (!result.down) fill(head, el("h1", {}, "Task"), el("p", { class: "error", id: "task-error" }, errorText(result)));
       loadPending();
     }
 
@@ -1258,7 +1323,7 @@
       if (s.stream === null && s.task && !finished()) openStream();
     }, POLL_MS);
     let slow = setInterval(loadRecords, POLL_MS * 5);
-    return {
+    const handle = {
       dispose() {
         s.alive = false;
         clearInterval(s.timer);
@@ -1269,6 +1334,7 @@
         if (s.graph && s.graph.dispose) s.graph.dispose();
       },
     };
+    return handle;
   }
 
   // ---- start -----------------------------------------------------------------------------

@@ -184,6 +184,28 @@ def _succession() -> dict[str, Any]:
     }
 
 
+def _branches() -> dict[str, Any]:
+    """Six parallel branches out of one step into one join (two of them for people): wider
+    than a phone's screen, and than a desktop page at 14rem a node."""
+    parallel = ["scada", "sample", "callback", "valve", "meter", "hydrant"]
+    nodes = [_node("triage", "completed")] + [
+        _node(i, "waiting", actor="human", reason=f"{i} waits for a crew")
+        if i in ("sample", "callback")
+        else _node(i, "completed")
+        for i in parallel
+    ]
+    nodes.append(_node("close", "pending", actor="human"))
+    edges = [{"from": "triage", "to": i, "label": f"if {i} is due"} for i in parallel]
+    edges += [{"from": i, "to": "close", "label": f"{i} done"} for i in parallel]
+    return {
+        "turns": [
+            _turn(0.1, _plan("c1", "r1", nodes, title="Branches", edges=edges)),
+            _turn(0.1, _report("c2", "waits for the crews", "waiting")),
+            {"content": "waiting for people"},
+        ]
+    }
+
+
 #: A version of a script that holds its round (a later generation that has not published).
 HELD: dict[str, Any] = {"turns": [{"delay_s": 120, "content": "never reached"}]}
 
@@ -259,6 +281,7 @@ def write_scripts(folder: Path) -> Path:
     scripts["succession"] = _succession()
     scripts["pager"] = _xss()  # a type of its own for the paging test
     scripts["records"] = _records()
+    scripts["branches"] = _branches()
     for name, script in scripts.items():
         # Every round queries the simulated SCADA source first: completed nodes and reports cite it.
         script["turns"].insert(0, _turn(3.0 if name == "records" else 0.0, _QUERY))

@@ -1,0 +1,90 @@
+"""The console's forms against a real API, worker and sweeper in a real headless chromium: a
+field takes as much as the API accepts, so what a person types in full is not refused after
+they press the button, and what they type survives the page's polling.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.conftest import Console
+from tests.browser.pages import open_task
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+#: The API's limit on a human step's evidence and reason (api/human_steps.py).
+STEP_TEXT_MAX = 1500
+
+
+def test_a_human_step_s_evidence_and_reason_stop_at_what_the_api_takes(
+    page: Any, console: Console
+) -> None:
+    task_id = console.trigger("steps", "Long crew notes")
+    console.wait_for(task_id, lambda t: t["status"] == "waiting")
+    open_task(page, console, task_id)
+    # A crew's notes pasted in: the field keeps what the API takes, and the step closes
+    # (before, the field took 2,000 characters and the API refused the step with a 422).
+    page.locator('button.node[data-node="sample"]').click()
+    page.fill("#node-by", "crew lead")
+    page.focus("#node-reason")
+    page.keyboard.insert_text("r" * (STEP_TEXT_MAX + 100))
+    assert len(page.input_value("#node-reason")) == STEP_TEXT_MAX
+    page.click("#node-fail")
+    expect(page.locator("#node-detail .node-result")).to_have_text("Node failed.")
+    page.locator('button.node[data-node="callback"]').click()
+    page.focus("#node-evidence")
+    page.keyboard.insert_text("e" * (STEP_TEXT_MAX + 100))
+    assert len(page.input_value("#node-evidence")) == STEP_TEXT_MAX
+    page.click("#node-complete")
+    expect(page.locator("#node-detail .node-result")).to_have_text("Node completed.")
+    nodes = {
+        n["id"]: n
+        for n in console.http.get(f"/api/v1/tasks/{task_id}/plan").json()["plan"]["nodes"]
+    }
+    assert nodes["sample"]["reason"].startswith("r" * STEP_TEXT_MAX)  # then who and when
+    assert nodes["callback"]["evidence"].startswith("e" * STEP_TEXT_MAX)
+
+
+def test_an_approver_s_typing_survives_a_new_action_arriving(page: Any, console: Console) -> None:
+    first = console.trigger("approval", "Approve while typing")
+    console.wait_for(first, lambda t: t["status"] == "waiting")
+    page.goto(f"{console.url}/console#/approvals")
+    card = page.locator("article.action").filter(has_text=first)
+    card.locator("input[name=by]").fill("duty engineer")
+    card.locator("input[name=note]").fill("crew north confirmed by phone")
+    card.locator("input[name=note]").focus()
+    top = card.bounding_box()["y"]
+    # Another task proposes an action while the approver types: its card appears below (the
+    # oldest waits at the top), and the one being filled in keeps its place, its text and the
+    # focus (before, every card was drawn again, the new one on top).
+    second = console.trigger("approval", "Arrives meanwhile")
+    console.wait_for(second, lambda t: t["status"] == "waiting")
+    expect(page.locator("article.action").filter(has_text=second)).to_be_visible()
+    assert card.bounding_box()["y"] == top
+    expect(card.locator("input[name=note]")).to_have_value("crew north confirmed by phone")
+    expect(card.locator("input[name=by]")).to_have_value("duty engineer")
+    expect(card.locator("input[name=note]")).to_be_focused()
+    page.keyboard.type(", go")
+    card.locator("button.approve").click()
+    # The card leaves the list; the page says what was decided.
+    expect(page.locator("#approvals")).not_to_contain_text(first)
+    expect(page.locator("#approvals-result")).to_have_text(
+        f"Approved: work_order for node flush of task {first}."
+    )
+    decided = console.http.get("/api/v1/actions", params={"status": "approved", "task_id": first})
+    [action] = decided.json()["items"]
+    assert action["note"] == "crew north confirmed by phone, go"
+
+
+def test_a_task_that_does_not_exist_offers_no_form(page: Any, console: Console) -> None:
+    page.goto(f"{console.url}/console#/task/no-such-task-4f2a")
+    expect(page.locator("#task-error")).to_have_text("No such task: no-such-task-4f2a.")
+    # Before: the error sat above Requeue and Cancel forms, empty sections and a plan
+    # "connecting" for ever.
+    expect(page.locator("#requeue-form")).to_have_count(0)
+    expect(page.locator("#live")).to_have_count(0)
+    page.locator("main a", has_text="Tasks").click()
+    expect(page.locator("#task-rows")).to_be_visible()

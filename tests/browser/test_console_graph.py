@@ -1,0 +1,155 @@
+"""The plan graph in a real headless chromium against a real API, worker and sweeper (seed
+004: the trunk and its parallel branches, at 320 and 375 px, zoomed, and on a desktop page).
+
+A DAG layer is one row however many branches it holds: wrapped onto a second row, a branch
+sat under its siblings, the edges to it and past it ran behind other nodes, and the graph read
+as a chain that is not in the plan. A layer wider than the card scrolls inside the graph, and
+every edge still ends on its own nodes, scrolled or not.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.conftest import TOKEN, Console, shot
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+#: Per layer, the distinct tops of its nodes (one row: one top).
+ROWS = """() => [...document.querySelectorAll('ol.layers > li')].map((li) => new Set(
+  [...li.querySelectorAll('button.node')].map((b) => Math.round(b.getBoundingClientRect().top))
+).size)"""
+
+#: Each edge's ends against its nodes, in the graph's own coordinates (as the SVG draws them):
+#: how far (px) the start is from the bottom centre of `from`, and the end from the top centre
+#: of `to`.
+MISSES = """() => {
+  const graph = document.getElementById('plan-graph');
+  const box = graph.getBoundingClientRect();
+  const at = (id) => {
+    const r = graph.querySelector(`button[data-node="${CSS.escape(id)}"]`).getBoundingClientRect();
+    return {x: r.left + r.width / 2 - box.left + graph.scrollLeft,
+            top: r.top - box.top + graph.scrollTop, bottom: r.bottom - box.top + graph.scrollTop};
+  };
+  return [...graph.querySelectorAll('svg.edges path')].map((p) => {
+    const n = p.getAttribute('d').match(/-?[0-9.]+/g).map(Number);
+    const a = at(p.getAttribute('data-from')), b = at(p.getAttribute('data-to'));
+    return Math.max(Math.abs(n[0] - a.x), Math.abs(n[1] - a.bottom),
+                    Math.abs(n[6] - b.x), Math.abs(n[7] - b.top));
+  });
+}"""
+
+#: Whether a node is wholly inside the graph's visible box.
+IN_VIEW = """(id) => {
+  const graph = document.getElementById('plan-graph').getBoundingClientRect();
+  const r = document.querySelector(`button.node[data-node="${CSS.escape(id)}"]`)
+    .getBoundingClientRect();
+  return r.left >= graph.left - 1.5 && r.right <= graph.right + 1.5;  // scrolled by whole px
+}"""
+
+#: Pairs of edge labels drawn over one another.
+OVERLAPS = """() => {
+  const boxes = [...document.querySelectorAll('#plan-graph svg.edges text')]
+    .map((t) => [t.textContent, t.getBoundingClientRect()]);
+  const hits = [];
+  boxes.forEach(([a, r], i) => boxes.slice(i + 1).forEach(([b, q]) => {
+    const apart = r.right <= q.left || q.right <= r.left || r.bottom <= q.top || q.bottom <= r.top;
+    if (!apart) hits.push([a, b]);
+  }));
+  return hits;
+}"""
+
+OVERFLOW = """() => {
+  const doc = document.documentElement, graph = document.getElementById('plan-graph');
+  return {page: doc.scrollWidth - doc.clientWidth, graph: graph.scrollWidth - graph.clientWidth};
+}"""
+
+
+@pytest.fixture(scope="module")
+def branched_task(console: Console) -> str:
+    task_id = console.trigger("branches", "Six branches")
+    console.wait_for(task_id, lambda t: t["status"] == "waiting")
+    return task_id
+
+
+@pytest.mark.parametrize(
+    ("width", "scale"),
+    [(320, 1), (375, 2), (640, 2), (1280, 1)],
+    ids=["320px", "375px", "zoom200", "1280px"],
+)
+def test_parallel_branches_stay_side_by_side_with_edges_on_their_nodes(
+    browser: Any, console: Console, branched_task: str, width: int, scale: int
+) -> None:
+    context = browser.new_context(
+        viewport={"width": width, "height": 800}, device_scale_factor=scale
+    )
+    tab = context.new_page()
+    try:
+        tab.goto(f"{console.url}/console?token={TOKEN}")
+        tab.goto(f"{console.url}/console#/task/{branched_task}")
+        expect(tab.locator("#live")).to_have_text("live")  # the stream's snapshot is drawn
+        expect(tab.locator("svg.edges path")).to_have_count(12)
+        expect(tab.locator("ol.layers > li")).to_have_count(3)  # triage, six branches, close
+        expect(tab.locator("ol.layers > li").nth(1).locator("button.node")).to_have_count(6)
+        assert tab.evaluate(ROWS) == [1, 1, 1]
+        # The six branches are wider than the card: the graph scrolls, the page does not.
+        overflow = tab.evaluate(OVERFLOW)
+        assert overflow["page"] == 0
+        assert overflow["graph"] > 0
+        assert max(tab.evaluate(MISSES)) < 2
+        # Opened on the middle, where the trunk runs: its first and last steps wholly in view.
+        assert tab.evaluate(IN_VIEW, "triage")
+        assert tab.evaluate(IN_VIEW, "close")
+        # Each edge's condition label can be read: none is drawn over another.
+        expect(tab.locator("svg.edges text")).to_have_count(12)
+        assert tab.evaluate(OVERLAPS) == []
+        shot(tab, f"branches-{width}px-x{scale}")
+        # The arrow keys go along the branches to the last one: it is scrolled fully into
+        # view (a node half in view took focus and stayed half hidden), and each edge still
+        # ends on its nodes.
+        tab.locator('button.node[data-node="scada"]').focus()
+        for _ in range(5):
+            tab.keyboard.press("ArrowRight")
+        expect(tab.locator('button.node[data-node="hydrant"]')).to_be_focused()
+        assert tab.evaluate(IN_VIEW, "hydrant")
+        assert tab.evaluate("document.getElementById('plan-graph').scrollLeft") > 0
+        assert max(tab.evaluate(MISSES)) < 2
+        tab.keyboard.press("Enter")
+        expect(tab.locator("#node-detail")).to_contain_text("hydrant")
+        shot(tab, f"branches-{width}px-x{scale}-scrolled")
+    finally:
+        context.close()
+
+
+def test_a_new_revision_keeps_the_graph_where_it_was_scrolled(
+    browser: Any, console: Console
+) -> None:
+    task_id = console.trigger("branches", "Six branches, one closed")
+    console.wait_for(task_id, lambda t: t["status"] == "waiting")
+    context = browser.new_context(viewport={"width": 320, "height": 800})
+    tab = context.new_page()
+    try:
+        tab.goto(f"{console.url}/console?token={TOKEN}")
+        tab.goto(f"{console.url}/console#/task/{task_id}")
+        expect(tab.locator("#live")).to_have_text("live")
+        expect(tab.locator("#status-counts")).to_contain_text("waiting 2")
+        # Swiped to the far end of the branches (no focus moves with a swipe).
+        right = tab.evaluate(
+            "(() => { const g = document.getElementById('plan-graph');"
+            " g.scrollLeft = g.scrollWidth; return g.scrollLeft; })()"
+        )
+        assert right > 0
+        # A crew closes a step: the new revision is drawn, and the graph stays where it was.
+        closed = console.http.post(
+            f"/api/v1/tasks/{task_id}/nodes/sample/complete",
+            json={"evidence": "tap 3 sampled: 0.4 NTU", "by": "crew lead"},
+        )
+        assert closed.status_code == 200, closed.text
+        expect(tab.locator("#status-counts")).to_contain_text("waiting 1")
+        assert tab.evaluate("document.getElementById('plan-graph').scrollLeft") == right
+        assert max(tab.evaluate(MISSES)) < 2
+    finally:
+        context.close()

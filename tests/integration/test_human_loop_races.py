@@ -1,0 +1,147 @@
+"""Careless and hostile people and clients of the human loop (DESIGN invariants 22 and 24).
+
+A decision's and a step's texts are checked alike on every path (API, CLI), a refusal writes
+nothing, and an approval reaches the business backend once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from orchestrator.api.app import create_app
+from orchestrator.cli import main
+from orchestrator.runtime import Runtime
+from orchestrator.services.actions import ActionService
+from orchestrator.services.dispatch import RecordingDispatcher
+from orchestrator.services.human_steps import HumanStepService
+from orchestrator.settings import load_settings
+from orchestrator.store import outbox as outbox_store
+from orchestrator.store import plans as plan_store
+from tests.outbox_support import Recorder, outbox_runtime, running_recorder, waiting_task
+
+
+@pytest.fixture
+def backend() -> Iterator[Recorder]:
+    with running_recorder() as recorder:
+        yield recorder
+
+
+@pytest.fixture
+def rt(store_url: str, tmp_path: Path, backend: Recorder) -> Iterator[Runtime]:
+    with outbox_runtime(
+        store_url,
+        tmp_path,
+        backend,
+        webhook_secret="webhook-secret-for-races",
+        actions_secret="actions-secret-for-races",
+    ) as runtime:
+        yield runtime
+
+
+@pytest.fixture
+def client(rt: Runtime, store_url: str) -> Iterator[TestClient]:
+    """The API on the test's store (the loopback API without tokens: `by` comes from the body)."""
+    app = create_app(load_settings(database_url=store_url))
+    app.state.actions = ActionService(rt.db, rt.plans, RecordingDispatcher())
+    app.state.human_steps = HumanStepService(rt.db, app.state.plans, RecordingDispatcher())
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+#: Texts that show nothing: zero-width spaces, bidi controls, a byte-order mark, a control.
+INVISIBLE = ["\u200b", "\u202e\u200b", "\ufeff \u2060", "\x01"]
+
+
+@pytest.mark.parametrize("text", INVISIBLE)
+def test_an_invisible_evidence_reason_or_name_is_refused_as_blank_and_writes_nothing(
+    rt: Runtime, tmp_path: Path, client: TestClient, text: str
+) -> None:
+    task_id, action_id = waiting_task(rt, tmp_path)
+    digest = rt.actions.get(action_id).digest
+    with rt.db.transaction(readonly=True) as conn:
+        before = plan_store.latest_revision(conn, rt.tasks.get(task_id).session_id or "")
+    assert before is not None
+    step = f"/api/v1/tasks/{task_id}/nodes/repair"
+    refusals = [
+        (f"{step}/complete", {"by": "ana", "evidence": text}, "body.evidence"),
+        (f"{step}/fail", {"by": "ana", "reason": text}, "body.reason"),
+        (f"{step}/skip", {"by": text, "reason": "no longer needed"}, "body.by"),
+        (f"/api/v1/actions/{action_id}/approve", {"by": text, "digest": digest}, "body.by"),
+        (f"/api/v1/actions/{action_id}/reject", {"by": text}, "body.by"),
+    ]
+    for path, body, field in refusals:
+        answer = client.post(path, json=body)
+        assert answer.status_code == 422, (path, answer.text)
+        (detail,) = answer.json()["error"]["details"]
+        assert (detail["field"], "must not be blank" in detail["message"]) == (field, True)
+    assert rt.actions.get(action_id).status == "pending_approval"
+    with rt.db.transaction(readonly=True) as conn:
+        after = plan_store.latest_revision(conn, before.session_id)
+    assert after is not None
+    assert after.revision == before.revision
+
+
+@pytest.fixture
+def cli_env(store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "said"),
+    [
+        ("--by", "", "--by"),  # an unset $APPROVER: not the OS user's approval
+        ("--by", "   ", "--by"),
+        ("--by", "\u200b\u202e", "--by"),  # invisible: reads as nobody, or as someone else
+        ("--by", "n" * 129, "--by"),
+        ("--note", "x" * 2001, "--note"),
+    ],
+)
+def test_the_cli_refuses_a_decision_text_the_api_refuses_and_decides_nothing(
+    rt: Runtime,
+    tmp_path: Path,
+    cli_env: None,
+    capsys: pytest.CaptureFixture[str],
+    flag: str,
+    value: str,
+    said: str,
+) -> None:
+    task_id, action_id = waiting_task(rt, tmp_path)
+    digest = rt.actions.get(action_id).digest
+    for verb in ("approve", "reject"):
+        argv = ["actions", verb, action_id, "--digest", digest, "--by", "ana", flag, value]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"invalid {said}" in err
+        assert "Traceback" not in err
+    assert rt.actions.get(action_id).status == "pending_approval"
+    assert rt.tasks.get(task_id).status == "waiting"
+    with rt.db.transaction(readonly=True) as conn:
+        assert outbox_store.list_rows(conn, task_id=task_id, kind="action") == []
+
+
+def test_the_cli_refuses_an_empty_by_on_a_human_step(
+    rt: Runtime, tmp_path: Path, cli_env: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    task_id, _ = waiting_task(rt, tmp_path)
+    argv = ["tasks", "node", task_id, "repair", "--complete", "--evidence", "done", "--by", ""]
+    assert main(argv) == 2
+    assert "invalid --by" in capsys.readouterr().err
+
+
+def test_actions_show_escapes_a_stored_note_that_would_drive_the_terminal(
+    rt: Runtime, tmp_path: Path, cli_env: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, action_id = waiting_task(rt, tmp_path)
+    # Stored by an older version, or straight into the store: the CLI never prints it raw.
+    note = "\x1b[2J\x1b[31mall clear\u202e"
+    rt.actions.decide(action_id, approve=False, by="ana\x1b[8m", note=note)
+    assert main(["actions", "show", action_id]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+    assert "\u202e" not in out
+    assert "decided by ana\\x1b[8m" in out

@@ -18,9 +18,11 @@ from orchestrator.runtime import Runtime
 from orchestrator.services.actions import ActionService
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.human_steps import HumanStepService
+from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
 from orchestrator.store import outbox as outbox_store
 from orchestrator.store import plans as plan_store
+from tests.executions_support import node, plan_call, report_call, write_script
 from tests.outbox_support import Recorder, outbox_runtime, running_recorder, waiting_task
 
 
@@ -145,3 +147,47 @@ def test_actions_show_escapes_a_stored_note_that_would_drive_the_terminal(
     assert "\x1b" not in out
     assert "\u202e" not in out
     assert "decided by ana\\x1b[8m" in out
+
+
+def failed_node_task(rt: Runtime, tmp_path: Path) -> tuple[str, str]:
+    """A task whose agent proposed a work order for `repair`, then marked `repair` failed with
+    the order still pending, and waits: (task, action)."""
+    proposal = {
+        "id": "c2",
+        "name": "propose_action",
+        "arguments": {"node_id": "repair", "kind": "work_order", "payload": {"crew": "north"}},
+    }
+    failed = node("repair", "failed") | {"action_id": "${c2.result.action_id}"}
+    write_script(
+        tmp_path / "scripts",
+        "gave_up",
+        [
+            {"tool_calls": [plan_call("c1", "r1", [node("repair", "waiting")])]},
+            {"tool_calls": [proposal]},
+            {"tool_calls": [plan_call("c3", "r2", [failed])]},
+            {"tool_calls": [report_call("c4", "waiting")]},
+        ],
+    )
+    task_id = rt.tasks.trigger(Trigger(task_type="gave_up", title="Burst main")).task.task_id
+    assert rt.executions.run(task_id, 1, worker="w").outcome == "waiting"  # on the action
+    (action,) = rt.actions.list(task_id=task_id)
+    return task_id, action.action_id
+
+
+def test_an_action_whose_node_the_agent_failed_is_not_approved_or_delivered_but_is_rejected(
+    rt: Runtime, tmp_path: Path, client: TestClient
+) -> None:
+    task_id, action_id = failed_node_task(rt, tmp_path)
+    digest = rt.actions.get(action_id).digest
+    refused = client.post(
+        f"/api/v1/actions/{action_id}/approve", json={"by": "ana", "digest": digest}
+    )
+    assert (refused.status_code, refused.json()["error"]["code"]) == (409, "stale_approval")
+    assert "failed" in refused.json()["error"]["message"]
+    assert rt.actions.get(action_id).status == "pending_approval"
+    with rt.db.transaction(readonly=True) as conn:
+        assert outbox_store.list_rows(conn, task_id=task_id, kind="action") == []
+    # A rejection still lets the task, which waits on every pending action, move on.
+    rejected = client.post(f"/api/v1/actions/{action_id}/reject", json={"by": "ana"})
+    assert (rejected.status_code, rejected.json()["status"]) == (200, "rejected")
+    assert rt.tasks.get(task_id).status == "queued"

@@ -191,3 +191,11 @@ def test_an_action_whose_node_the_agent_failed_is_not_approved_or_delivered_but_
     rejected = client.post(f"/api/v1/actions/{action_id}/reject", json={"by": "ana"})
     assert (rejected.status_code, rejected.json()["status"]) == (200, "rejected")
     assert rt.tasks.get(task_id).status == "queued"
+
+
+def test_the_cli_refuses_an_empty_by_on_a_write_resolution(
+    rt: Runtime, cli_env: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["invocations", "resolve", "nope", "--as", "failed", "--reason", "no", "--by", ""]
+    assert main(argv) == 2  # checked before the store is asked about the invocation
+    assert "invalid --by" in capsys.readouterr().err

@@ -6,7 +6,11 @@ nothing, and an approval reaches the business backend once.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -18,6 +22,7 @@ from orchestrator.runtime import Runtime
 from orchestrator.services.actions import ActionService
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.human_steps import HumanStepService
+from orchestrator.services.outbox import OutboxDispatcher, OutboxService
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
 from orchestrator.store import outbox as outbox_store
@@ -199,3 +204,100 @@ def test_the_cli_refuses_an_empty_by_on_a_write_resolution(
     argv = ["invocations", "resolve", "nope", "--as", "failed", "--reason", "no", "--by", ""]
     assert main(argv) == 2  # checked before the store is asked about the invocation
     assert "invalid --by" in capsys.readouterr().err
+
+
+class _Trickling(BaseHTTPRequestHandler):
+    """A backend under load: it answers 200, but its header lines come a byte at a time, each
+    byte well within the dispatcher's read timeout, the whole answer well past its hold."""
+
+    protocol_version = "HTTP/1.1"
+    keys: list[str]
+    arrived: threading.Event
+    lock = threading.Lock()
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        with self.lock:
+            self.keys.append(self.headers.get("Idempotency-Key", ""))
+        self.arrived.set()
+        with contextlib.suppress(OSError):  # the dispatcher may hang up meanwhile
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow")
+            self.wfile.flush()
+            for _ in range(10):  # 3 s in all; the dispatcher's timeout is 1 s, its hold 2 s
+                time.sleep(0.3)
+                self.wfile.write(b"w")
+                self.wfile.flush()
+            self.wfile.write(b": 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            self.wfile.flush()
+
+    def log_message(self, format: str, *args: object) -> None:
+        return None
+
+
+@pytest.fixture
+def trickling() -> Iterator[tuple[str, list[str], threading.Event]]:
+    keys: list[str] = []
+    arrived = threading.Event()
+    handler = type("Handler", (_Trickling,), {"keys": keys, "arrived": arrived})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/actions", keys, arrived
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def slow_backend_dispatchers(
+    rt: Runtime, tmp_path: Path, url: str, count: int
+) -> tuple[str, list[OutboxDispatcher]]:
+    """An approved action, and `count` dispatchers of actions to `url` with a 1 s timeout."""
+    _, action_id = waiting_task(rt, tmp_path)
+    rt.actions.decide(
+        action_id, approve=True, by="ana", note=None, digest=rt.actions.get(action_id).digest
+    )
+    only_actions = {"actions_url": url, "webhook_url": None, "outbox_timeout_seconds": 1.0}
+    settings = rt.settings.model_copy(update=only_actions)
+    return action_id, [OutboxDispatcher(settings, rt.db) for _ in range(count)]
+
+
+def test_an_approval_a_slow_backend_is_still_answering_is_not_sent_again_by_another_dispatcher(
+    rt: Runtime, tmp_path: Path, trickling: tuple[str, list[str], threading.Event]
+) -> None:
+    url, keys, _ = trickling
+    action_id, (first, second) = slow_backend_dispatchers(rt, tmp_path, url, 2)
+    assert first.hold_seconds == 2.0
+    sending = threading.Thread(target=first.run_once)
+    sending.start()
+    try:
+        # The second dispatcher polls all the while the first one's send lasts (3 s, past
+        # the 2 s hold): the row is the first one's until its answer is in.
+        idle = threading.Event()
+        while sending.is_alive():
+            second.run_once()
+            idle.wait(0.05)
+    finally:
+        sending.join(timeout=30)
+        first.close()
+        second.close()
+    assert keys == [action_id]  # sent once, though the send outlasted its hold
+    (row,) = OutboxService(rt.db).list(kind="action")
+    assert (row.status, row.attempts) == ("delivered", 1)
+
+
+def test_a_dispatcher_closed_mid_send_returns_at_once_and_renews_the_hold_no_more(
+    rt: Runtime, tmp_path: Path, trickling: tuple[str, list[str], threading.Event]
+) -> None:
+    # A stopping sweeper waits for its dispatcher's thread only so long, then closes it: the
+    # send still trickling in that thread must not hold the close (or the process's exit).
+    url, _, arrived = trickling
+    _, (dispatcher,) = slow_backend_dispatchers(rt, tmp_path, url, 1)
+    sending = threading.Thread(target=dispatcher.run_once, daemon=True)
+    sending.start()
+    assert arrived.wait(10)
+    started = time.monotonic()
+    dispatcher.close()
+    assert time.monotonic() - started < 1.0
+    sending.join(timeout=10)

@@ -7,6 +7,7 @@ nothing, and an approval reaches the business backend once.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import threading
 import time
 from collections.abc import Iterator
@@ -301,3 +302,35 @@ def test_a_dispatcher_closed_mid_send_returns_at_once_and_renews_the_hold_no_mor
     dispatcher.close()
     assert time.monotonic() - started < 1.0
     sending.join(timeout=10)
+
+
+def test_a_console_write_without_its_header_is_refused_saying_what_is_missing(
+    rt: Runtime, tmp_path: Path, store_url: str
+) -> None:
+    task_id, action_id = waiting_task(rt, tmp_path)
+    digest = rt.actions.get(action_id).digest
+    accounts = tmp_path / "operators"
+    accounts.write_text(f"alma approver {hashlib.sha256(b'alma-token').hexdigest()}\n")
+    app = create_app(load_settings(database_url=store_url, operators=accounts))
+    app.state.actions = ActionService(rt.db, rt.plans, RecordingDispatcher())
+    with TestClient(app) as browser:
+        signed_in = browser.post(
+            "/console/session", data={"token": "alma-token"}, follow_redirects=False
+        )
+        assert signed_in.status_code == 303
+        approve = f"/api/v1/actions/{action_id}/approve"
+        bare = browser.post(approve, json={"digest": digest})  # a script without the header
+        assert (bare.status_code, bare.json()["error"]["code"]) == (401, "unauthorized")
+        assert "X-Orch-Console: 1" in bare.json()["error"]["message"]
+        cancel = browser.post(f"/api/v1/tasks/{task_id}/cancel", json={"reason": "stop"})
+        assert "X-Orch-Console: 1" in cancel.json()["error"]["message"]
+        assert rt.actions.get(action_id).status == "pending_approval"
+        assert rt.tasks.get(task_id).status == "waiting"
+        # Without a valid session, the refusal stays the token's: nothing about a console.
+        browser.cookies.clear()
+        browser.cookies.set("orch_console", "v2.YWxtYQ.9999999999.nonce.forged")
+        forged = browser.post(approve, json={"digest": digest}, headers={"X-Orch-Console": "1"})
+        assert forged.json()["error"]["message"] == "missing or wrong bearer token"
+        approved = browser.post(approve, json={"digest": digest})
+        assert approved.status_code == 401
+    assert rt.actions.get(action_id).status == "pending_approval"

@@ -28,6 +28,7 @@ from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
 from orchestrator.store import outbox as outbox_store
 from orchestrator.store import plans as plan_store
+from orchestrator.store import task_events as event_store
 from tests.executions_support import node, plan_call, report_call, write_script
 from tests.outbox_support import Recorder, outbox_runtime, running_recorder, waiting_task
 
@@ -334,3 +335,128 @@ def test_a_console_write_without_its_header_is_refused_saying_what_is_missing(
         approved = browser.post(approve, json={"digest": digest})
         assert approved.status_code == 401
     assert rt.actions.get(action_id).status == "pending_approval"
+
+
+def at_once(
+    calls: list[tuple[str, dict[str, object]]], client: TestClient
+) -> list[tuple[int, str]]:
+    """POST each (path, body) on its own thread, released together by one barrier: each
+    answer's status and its error code (or "ok")."""
+    barrier = threading.Barrier(len(calls))
+    answers: list[tuple[int, str]] = [(0, "")] * len(calls)
+
+    def post(index: int, path: str, body: dict[str, object]) -> None:
+        barrier.wait(timeout=10)
+        answer = client.post(path, json=body)
+        code = answer.json()["error"]["code"] if answer.status_code >= 400 else "ok"
+        answers[index] = (answer.status_code, code)
+
+    threads = [
+        threading.Thread(target=post, args=(index, path, body))
+        for index, (path, body) in enumerate(calls)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    return answers
+
+
+@pytest.mark.parametrize("round_number", range(3))
+def test_two_approvers_and_an_operator_at_once_decide_once_and_deliver_at_most_the_approval(
+    rt: Runtime, tmp_path: Path, client: TestClient, round_number: int
+) -> None:
+    task_id, action_id = waiting_task(rt, tmp_path)
+    digest = rt.actions.get(action_id).digest
+    decide = f"/api/v1/actions/{action_id}"
+    answers = at_once(
+        [
+            (f"{decide}/approve", {"by": "alma", "digest": digest}),
+            (f"{decide}/approve", {"by": "alma", "digest": digest}),  # a double click
+            (f"{decide}/reject", {"by": "bob", "note": "wrong valve"}),
+            (f"/api/v1/tasks/{task_id}/cancel", {"reason": "duplicate complaint"}),
+        ],
+        client,
+    )
+    decisions = answers[:3]
+    assert answers[3] == (200, "ok")  # a cancel is never refused for a decision
+    # At most one decision took; every other is a 409 with its code, and wrote nothing.
+    assert sum(code == "ok" for _, code in decisions) <= 1
+    assert all(
+        (status, code) == (200, "ok") or (status == 409 and code in _REFUSED)
+        for status, code in decisions
+    )
+    action = rt.actions.get(action_id)
+    took = [index for index, (_, code) in enumerate(decisions) if code == "ok"]
+    expected = {(): "superseded", (0,): "approved", (1,): "approved", (2,): "rejected"}
+    assert action.status == expected[tuple(took)]
+    assert rt.tasks.get(task_id).status == "cancelled"
+    with rt.db.transaction(readonly=True) as conn:
+        rows = outbox_store.list_rows(conn, task_id=task_id, kind="action")
+        types = [e.type for e in event_store.events_after(conn, task_id, 0, 100)]
+    # The approval, and only an approval, is in the outbox once; the backend hears of the
+    # cancel after the decision it followed, or of the superseded proposal.
+    assert [row.action_id for row in rows] == ([action_id] if action.status == "approved" else [])
+    assert types.count("action_decided") == (0 if action.status == "superseded" else 1)
+    if action.status == "approved":
+        assert types.index("action_task_cancelled") < types.index("cancelled")
+    if action.status == "superseded":
+        assert types.index("action_superseded") < types.index("cancelled")
+
+
+_REFUSED = frozenset({"already_decided", "stale_approval"})
+
+
+def sample_task(rt: Runtime, tmp_path: Path) -> str:
+    """A task that waits on one human node, `sample`, and nothing else."""
+    sample = node("sample", "waiting", actor="human")
+    write_script(
+        tmp_path / "scripts",
+        "sampling",
+        [
+            {"tool_calls": [plan_call("c1", "r1", [sample])]},
+            {"tool_calls": [report_call("c2", "waiting")]},
+        ],
+    )
+    task_id = rt.tasks.trigger(Trigger(task_type="sampling", title="Turbid")).task.task_id
+    assert rt.executions.run(task_id, 1, worker="w").outcome == "waiting"
+    return task_id
+
+
+@pytest.mark.parametrize("round_number", range(3))
+def test_two_people_closing_one_step_at_once_with_a_cancel_write_one_close_or_none(
+    rt: Runtime, tmp_path: Path, client: TestClient, round_number: int
+) -> None:
+    task_id = sample_task(rt, tmp_path)
+    session_id = rt.tasks.get(task_id).session_id
+    assert session_id is not None
+    step = f"/api/v1/tasks/{task_id}/nodes/sample"
+    answers = at_once(
+        [
+            (f"{step}/complete", {"by": "lab", "evidence": "0.3 NTU"}),
+            (f"{step}/complete", {"by": "crew", "evidence": "4.8 NTU"}),  # other evidence
+            (f"{step}/fail", {"by": "crew", "reason": "the bottle broke"}),
+            (f"/api/v1/tasks/{task_id}/cancel", {"reason": "duplicate complaint"}),
+        ],
+        client,
+    )
+    steps = answers[:3]
+    assert answers[3] == (200, "ok")
+    assert all(
+        (status, code) == (200, "ok")
+        or (status == 409 and code in {"node_closed", "task_finished"})
+        for status, code in steps
+    )
+    took = [index for index, (_, code) in enumerate(steps) if code == "ok"]
+    assert len(took) <= 1
+    with rt.db.transaction(readonly=True) as conn:
+        plan = plan_store.latest_revision(conn, session_id)
+    assert plan is not None
+    (sample,) = plan.nodes
+    # One person's close is the plan's, with that person's evidence, in one revision; or none.
+    assert plan.revision == 1 + len(took)  # the agent's plan, then one close or none
+    wanted = {(): "waiting", (0,): "completed", (1,): "completed", (2,): "failed"}
+    assert sample["status"] == wanted[tuple(took)]
+    if took in ([0], [1]):
+        assert sample["evidence"] == ["0.3 NTU", "4.8 NTU"][took[0]]
+    assert rt.tasks.get(task_id).status == "cancelled"

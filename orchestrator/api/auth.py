@@ -30,12 +30,15 @@ from orchestrator.api.console_session import (
 )
 from orchestrator.errors import Forbidden, OrchestratorError, Unauthorized
 from orchestrator.operators import Account, Operator, find_operator, may
+from orchestrator.operators_file import OperatorsFile, OperatorsUnreadable
 from orchestrator.settings import Settings
 
 __all__ = [
     "ANONYMOUS",
+    "AccountSource",
     "BearerTokens",
     "caller_of",
+    "current_accounts",
     "current_operator",
     "require_api_token",
     "require_internal_token",
@@ -86,9 +89,19 @@ def _check_bearer(request: Request, expected: str) -> None:
         raise Unauthorized(_WRONG)
 
 
+#: The operator accounts: a fixed list, or ORCH_OPERATORS as it reads at each request.
+AccountSource = Sequence[Account] | OperatorsFile
+
+
+def current_accounts(source: AccountSource) -> Sequence[Account]:
+    """The accounts as they stand now; `OperatorsUnreadable` (503) while the operators file
+    cannot be used."""
+    return source.accounts() if isinstance(source, OperatorsFile) else source
+
+
 def _accounts(request: Request) -> Sequence[Account]:
-    accounts: Sequence[Account] = getattr(request.app.state, "operators", ())
-    return accounts
+    source: AccountSource = getattr(request.app.state, "operators", ())
+    return current_accounts(source)
 
 
 def _identify(
@@ -215,7 +228,7 @@ class BearerTokens:
         settings: Settings,
         internal_prefix: str,
         open_paths: Collection[str] = (),
-        accounts: Sequence[Account] = (),
+        accounts: AccountSource = (),
         open_prefixes: Collection[str] = (),
     ) -> None:
         self.app = app
@@ -240,9 +253,13 @@ class BearerTokens:
         ):
             return None
         if not internal:
+            try:
+                accounts = current_accounts(self.accounts)
+            except OperatorsUnreadable as exc:
+                return exc
             operator = _identify(
                 scope.get("headers", ()),
-                self.accounts,
+                accounts,
                 self.api_token,
                 method=scope.get("method", "GET"),
                 console_secret=self.console_secret,
@@ -250,7 +267,7 @@ class BearerTokens:
             if operator is None:
                 return _unknown_caller(
                     scope.get("headers", ()),
-                    self.accounts,
+                    accounts,
                     self.api_token,
                     method=scope.get("method", "GET"),
                     console_secret=self.console_secret,

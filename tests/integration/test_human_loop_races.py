@@ -25,7 +25,7 @@ from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.human_steps import HumanStepService
 from orchestrator.services.outbox import OutboxDispatcher, OutboxService
 from orchestrator.services.tasks import Trigger
-from orchestrator.settings import load_settings
+from orchestrator.settings import SettingsError, load_settings
 from orchestrator.store import outbox as outbox_store
 from orchestrator.store import plans as plan_store
 from orchestrator.store import task_events as event_store
@@ -460,3 +460,65 @@ def test_two_people_closing_one_step_at_once_with_a_cancel_write_one_close_or_no
     if took in ([0], [1]):
         assert sample["evidence"] == ["0.3 NTU", "4.8 NTU"][took[0]]
     assert rt.tasks.get(task_id).status == "cancelled"
+
+
+def _account_line(name: str, role: str) -> str:
+    return f"{name} {role} {hashlib.sha256(f'{name}-token'.encode()).hexdigest()}\n"
+
+
+def accounts_app(rt: Runtime, store_url: str, accounts: Path) -> TestClient:
+    app = create_app(load_settings(database_url=store_url, operators=accounts))
+    app.state.actions = ActionService(rt.db, rt.plans, RecordingDispatcher())
+    app.state.human_steps = HumanStepService(rt.db, app.state.plans, RecordingDispatcher())
+    return TestClient(app)
+
+
+def test_an_operators_file_that_names_no_account_stops_start_up_instead_of_opening_the_api(
+    rt: Runtime, tmp_path: Path, store_url: str
+) -> None:
+    # Without accounts and ORCH_API_TOKEN the API is the loopback one, open to anyone as an
+    # approver; `orchestrator api` lets a set ORCH_OPERATORS listen on the network.
+    accounts = tmp_path / "operators"
+    accounts.write_text("# name role sha256 (to be filled in)\n", encoding="utf-8")
+    with pytest.raises(SettingsError, match=r"ORCH_OPERATORS.*names no account"):
+        create_app(load_settings(database_url=store_url, operators=accounts))
+
+
+def test_an_account_removed_or_demoted_in_the_operators_file_loses_its_rights_at_once(
+    rt: Runtime, tmp_path: Path, store_url: str
+) -> None:
+    task_id, action_id = waiting_task(rt, tmp_path)
+    digest = rt.actions.get(action_id).digest
+    accounts = tmp_path / "operators"
+    accounts.write_text(_account_line("alma", "approver") + _account_line("bob", "approver"))
+    approve = f"/api/v1/actions/{action_id}/approve"
+    with accounts_app(rt, store_url, accounts) as client:
+        assert client.get(approve[: -len("/approve")], headers=bearer("bob")).status_code == 200
+        # Bob's token leaked: he is taken out, alma becomes a viewer; no restart.
+        accounts.write_text(_account_line("alma", "viewer") + "# bob removed\n")
+        gone = client.post(approve, json={"digest": digest}, headers=bearer("bob"))
+        assert (gone.status_code, gone.json()["error"]["code"]) == (401, "unauthorized")
+        demoted = client.post(approve, json={"digest": digest}, headers=bearer("alma"))
+        assert (demoted.status_code, demoted.json()["error"]["code"]) == (403, "forbidden")
+        assert rt.actions.get(action_id).status == "pending_approval"
+        # A file that no longer reads refuses everyone, saying why (never the hashes), until
+        # it is mended: not the open API of no accounts, nor the accounts it had before.
+        accounts.write_text(_account_line("alma", "approver") + "bob approver\n")
+        broken = client.get(f"/api/v1/tasks/{task_id}", headers=bearer("alma"))
+        assert (broken.status_code, broken.json()["error"]["code"]) == (
+            503,
+            "operators_unreadable",
+        )
+        assert "line 2" in broken.json()["error"]["message"]
+        assert hashlib.sha256(b"alma-token").hexdigest() not in broken.text
+        accounts.write_text("")  # emptied: still no open API
+        refused = client.post(approve, json={"digest": digest, "by": "anyone"})
+        assert refused.status_code == 503
+        assert rt.actions.get(action_id).status == "pending_approval"
+        accounts.write_text(_account_line("alma", "approver"))
+        approved = client.post(approve, json={"digest": digest}, headers=bearer("alma"))
+        assert (approved.status_code, approved.json()["decided_by"]) == (200, "alma")
+
+
+def bearer(name: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {name}-token"}

@@ -75,8 +75,10 @@ class OperatorsFile:
                 else:
                     log.info("ORCH_OPERATORS read again: %d account(s)", len(self._accounts))
             if self._error is not None:
+                # Said to callers who may hold no token: the line, not where the file lives.
+                why = str(self._error).replace(str(self.path), "ORCH_OPERATORS")
                 raise OperatorsUnreadable(
-                    f"the operators file cannot be used ({self._error}); every request is "
-                    "refused until it is mended"
+                    f"the operators file cannot be used ({why}); every request is refused "
+                    "until it is mended"
                 )
             return self._accounts

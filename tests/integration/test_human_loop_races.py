@@ -509,7 +509,8 @@ def test_an_account_removed_or_demoted_in_the_operators_file_loses_its_rights_at
             503,
             "operators_unreadable",
         )
-        assert "line 2" in broken.json()["error"]["message"]
+        assert "ORCH_OPERATORS line 2" in broken.json()["error"]["message"]
+        assert str(tmp_path) not in broken.text  # nor where the file lives
         assert hashlib.sha256(b"alma-token").hexdigest() not in broken.text
         accounts.write_text("")  # emptied: still no open API
         refused = client.post(approve, json={"digest": digest, "by": "anyone"})

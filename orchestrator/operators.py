@@ -97,6 +97,10 @@ def load_operators(path: Path) -> tuple[Account, ...]:
             raise OperatorsError(f"{path} line {number}: account {name} appears twice")
         names.add(name)
         accounts.append(Account(Operator(name, role), bytes.fromhex(digest)))
+    if not accounts:
+        # With no account (and no ORCH_API_TOKEN) the API is the open loopback one, every
+        # caller an approver; `orchestrator api` lets a set ORCH_OPERATORS listen on the network.
+        raise OperatorsError(f"{path} names no account; list at least one, or unset it")
     return tuple(accounts)
 
 

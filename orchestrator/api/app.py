@@ -46,7 +46,8 @@ from orchestrator.api.readiness import Readiness
 from orchestrator.errors import OrchestratorError, Unauthorized
 from orchestrator.events import CompositeNotifier, PlanHub, PlanNotifier, RedisNotifier
 from orchestrator.metrics import CONTENT_TYPE_LATEST, render
-from orchestrator.operators import OperatorsError, load_operators
+from orchestrator.operators import OperatorsError
+from orchestrator.operators_file import OperatorsFile
 from orchestrator.services.plans import PlanService
 from orchestrator.services.sessions import SessionService
 from orchestrator.settings import Settings, SettingsError, load_settings
@@ -153,7 +154,8 @@ def create_app(
     """The API for `settings` (read from the environment when None)."""
     settings = settings or load_settings()
     try:
-        accounts = load_operators(settings.operators) if settings.operators else ()
+        # Read again at each request when it changed: see orchestrator.operators_file.
+        accounts = OperatorsFile(settings.operators) if settings.operators else ()
     except OperatorsError as exc:
         raise SettingsError(f"invalid setting ORCH_OPERATORS: {exc}") from None
     owns_db = db is None
@@ -186,7 +188,7 @@ def create_app(
 
     # With ORCH_API_TOKEN set, /openapi.json needs the token like every public route, and the
     # browser pages are off: Swagger UI and ReDoc fetch the schema without a bearer header.
-    pages = not settings.api_token and not accounts
+    pages = not settings.api_token and not settings.operators
     app = FastAPI(
         title="condition-orchestrator",
         version=__version__,

@@ -23,15 +23,22 @@ from fastapi import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from orchestrator.api.console_session import cookie_operator, sign_in_accounts
+from orchestrator.api.console_session import (
+    cookie_operator,
+    sign_in_accounts,
+    write_without_header,
+)
 from orchestrator.errors import Forbidden, OrchestratorError, Unauthorized
 from orchestrator.operators import Account, Operator, find_operator, may
+from orchestrator.operators_file import OperatorsFile, OperatorsUnreadable
 from orchestrator.settings import Settings
 
 __all__ = [
     "ANONYMOUS",
+    "AccountSource",
     "BearerTokens",
     "caller_of",
+    "current_accounts",
     "current_operator",
     "require_api_token",
     "require_internal_token",
@@ -43,6 +50,10 @@ ANONYMOUS = Operator("anonymous", "approver", shared=True)
 _READS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 _WRONG = "missing or wrong bearer token"
+_NO_CONSOLE_HEADER = (
+    "a console session's write must carry the header X-Orch-Console: 1 (which no "
+    "cross-site form can send)"
+)
 _CLOSED = "the internal bridge is closed: AGENT_INTERNAL_TOKEN is not set"
 
 
@@ -78,9 +89,19 @@ def _check_bearer(request: Request, expected: str) -> None:
         raise Unauthorized(_WRONG)
 
 
+#: The operator accounts: a fixed list, or ORCH_OPERATORS as it reads at each request.
+AccountSource = Sequence[Account] | OperatorsFile
+
+
+def current_accounts(source: AccountSource) -> Sequence[Account]:
+    """The accounts as they stand now; `OperatorsUnreadable` (503) while the operators file
+    cannot be used."""
+    return source.accounts() if isinstance(source, OperatorsFile) else source
+
+
 def _accounts(request: Request) -> Sequence[Account]:
-    accounts: Sequence[Account] = getattr(request.app.state, "operators", ())
-    return accounts
+    source: AccountSource = getattr(request.app.state, "operators", ())
+    return current_accounts(source)
 
 
 def _identify(
@@ -108,6 +129,21 @@ def _identify(
     )
 
 
+def _unknown_caller(
+    headers: Iterable[tuple[bytes, bytes]],
+    accounts: Sequence[Account],
+    api_token: str | None,
+    *,
+    method: str,
+    console_secret: str | None,
+) -> Unauthorized:
+    """The refusal of a request `_identify` found no account for, saying what is missing."""
+    signed_in = write_without_header(
+        list(headers), method, sign_in_accounts(api_token, accounts), secret=console_secret
+    )
+    return Unauthorized(_NO_CONSOLE_HEADER if signed_in else _WRONG)
+
+
 def _role_refusal(operator: Operator, method: str) -> str | None:
     if method.upper() not in _READS and not may(operator, "operator"):
         return f"account {operator.name} ({operator.role}) can only read"
@@ -127,7 +163,13 @@ def require_api_token(request: Request) -> None:
         console_secret=settings.console_secret,
     )
     if operator is None:
-        raise Unauthorized(_WRONG)
+        raise _unknown_caller(
+            request.scope.get("headers", ()),
+            _accounts(request),
+            settings.api_token,
+            method=request.method,
+            console_secret=settings.console_secret,
+        )
     refusal = _role_refusal(operator, request.method)
     if refusal:
         raise Forbidden(refusal)
@@ -186,7 +228,7 @@ class BearerTokens:
         settings: Settings,
         internal_prefix: str,
         open_paths: Collection[str] = (),
-        accounts: Sequence[Account] = (),
+        accounts: AccountSource = (),
         open_prefixes: Collection[str] = (),
     ) -> None:
         self.app = app
@@ -211,15 +253,25 @@ class BearerTokens:
         ):
             return None
         if not internal:
+            try:
+                accounts = current_accounts(self.accounts)
+            except OperatorsUnreadable as exc:
+                return exc
             operator = _identify(
                 scope.get("headers", ()),
-                self.accounts,
+                accounts,
                 self.api_token,
                 method=scope.get("method", "GET"),
                 console_secret=self.console_secret,
             )
             if operator is None:
-                return Unauthorized(_WRONG)
+                return _unknown_caller(
+                    scope.get("headers", ()),
+                    accounts,
+                    self.api_token,
+                    method=scope.get("method", "GET"),
+                    console_secret=self.console_secret,
+                )
             refusal = _role_refusal(operator, scope.get("method", "GET"))
             return Forbidden(refusal) if refusal else None
         if self.internal_token is None:

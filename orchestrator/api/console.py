@@ -22,7 +22,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from orchestrator.api import console_session
-from orchestrator.api.auth import ANONYMOUS
+from orchestrator.api.auth import ANONYMOUS, current_accounts
 from orchestrator.operators import Account, Operator, find_account
 
 __all__ = ["PREFIX", "redact_access_log", "router"]
@@ -48,7 +48,7 @@ router = APIRouter(prefix=PREFIX, include_in_schema=False)
 
 def _accounts(request: Request) -> tuple[Account, ...]:
     """The accounts one may sign in as; empty when the API is open (no token configured)."""
-    operators: tuple[Account, ...] = getattr(request.app.state, "operators", ())
+    operators = current_accounts(getattr(request.app.state, "operators", ()))
     return console_session.sign_in_accounts(request.app.state.settings.api_token, operators)
 
 

@@ -37,6 +37,7 @@ __all__ = [
     "holder",
     "issue",
     "sign_in_accounts",
+    "write_without_header",
 ]
 
 COOKIE = "orch_console"
@@ -141,3 +142,19 @@ def cookie_operator(
     if any(name.lower() == WRITE_HEADER and raw == b"1" for name, raw in headers):
         return operator
     return None
+
+
+def write_without_header(
+    headers: Sequence[tuple[bytes, bytes]],
+    method: str,
+    accounts: Sequence[Account],
+    *,
+    secret: str | None = None,
+) -> bool:
+    """Whether the request is a write with a valid console cookie but without WRITE_HEADER:
+    refused all the same, and said so (a script replaying the console's requests would
+    otherwise read "wrong bearer token" and look for a token it never needed)."""
+    if method.upper() in _SAFE_METHODS:
+        return False
+    value = cookie_from_headers(headers)
+    return value is not None and holder(value, accounts, secret=secret) is not None

@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from orchestrator.cli.common import add_json_flag, load, print_json, printable
+from orchestrator.cli.common import add_json_flag, checked_body, load, print_json, printable
 from orchestrator.domain.vocabulary import ACTION_STATUSES
 from orchestrator.runtime import build_runtime
 from orchestrator.services.dispatch import RecordingDispatcher
@@ -104,7 +104,11 @@ def _show(args: argparse.Namespace) -> int:
         for line in json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=False).split("\n"):
             print(f"    {line}")
     if action.decided_by:
-        print(f"  decided by {action.decided_by} at {action.decided_at}: {action.note or ''}")
+        # Escaped: a note (or a name) stored with terminal escapes must not drive the terminal.
+        print(
+            f"  decided by {printable(action.decided_by)} at {action.decided_at}: "
+            f"{printable(action.note or '')}"
+        )
     return 0
 
 
@@ -117,13 +121,20 @@ def _as_sent(action: ActionRecord) -> dict[str, Any]:
 
 
 def _decide(args: argparse.Namespace) -> int:
+    from orchestrator.api.actions import Decision
+
+    # Who decides and the note, checked as the API checks them (before the store is opened):
+    # only an absent --by means the user; an empty one (an unset $APPROVER) is refused, not
+    # recorded as the OS user's approval.
+    by = getpass.getuser() if args.by is None else args.by
+    body = checked_body(Decision, {"by": by, "note": args.note})
     rt = build_runtime(load())  # the real dispatcher: a decision may queue a generation
     try:
         action = rt.actions.decide(
             args.action_id,
             approve=args.approve,
-            by=args.by or getpass.getuser(),
-            note=args.note,
+            by=body.by,
+            note=body.note,
             digest=args.digest,
         )
     finally:

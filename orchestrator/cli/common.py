@@ -22,6 +22,7 @@ __all__ = [
     "OneLineParser",
     "add_json_flag",
     "bounded_int",
+    "checked_body",
     "load",
     "one_line",
     "print_json",
@@ -62,6 +63,19 @@ def bounded_int(low: int, high: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def checked_body(model: Any, values: Mapping[str, Any]) -> Any:
+    """`values` as the API's request `model` takes them, or a one-line usage error naming the
+    option (`invalid --by: ...`): the same limits on the CLI's path as on the API's."""
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(dict(values))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        option = ".".join(str(part) for part in first["loc"])
+        raise CommandFailed(f"invalid --{option}: {first['msg']}", exit_code=2) from None
 
 
 def load() -> Settings:

@@ -9,7 +9,13 @@ import argparse
 import getpass
 from typing import Any
 
-from orchestrator.cli.common import CommandFailed, add_json_flag, load, print_json
+from orchestrator.cli.common import (
+    CommandFailed,
+    add_json_flag,
+    checked_body,
+    load,
+    print_json,
+)
 from orchestrator.runtime import build_runtime
 
 __all__ = ["register_node"]
@@ -35,7 +41,8 @@ def register_node(tasks: Any) -> None:
 def _node(args: argparse.Namespace) -> int:
     from orchestrator.api.human_steps import CloseBody, CompleteBody
 
-    by = args.by or getpass.getuser()
+    # Only an absent --by means the user: an empty one (an unset $NAME) is refused below.
+    by = getpass.getuser() if args.by is None else args.by
     # The API's own body models check the texts: the same limits on both paths.
     if args.status == "completed":
         if not args.evidence:
@@ -77,12 +84,5 @@ def _node(args: argparse.Namespace) -> int:
 
 
 def _checked(model: Any, values: dict[str, str]) -> str:
-    from pydantic import ValidationError
-
-    try:
-        body = model.model_validate(values)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
-        raise CommandFailed(f"invalid --{field}: {first['msg']}", exit_code=2) from None
+    body = checked_body(model, values)
     return str(getattr(body, "evidence", None) or body.reason)

@@ -11,7 +11,7 @@ import argparse
 import getpass
 from typing import Any
 
-from orchestrator.cli.common import CommandFailed, add_json_flag, load, print_json
+from orchestrator.cli.common import CommandFailed, add_json_flag, checked_body, load, print_json
 from orchestrator.store.db import Database
 from orchestrator.store.receipts import ReceiptLedger
 
@@ -58,20 +58,14 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _resolve(args: argparse.Namespace) -> int:
-    from pydantic import ValidationError
-
     from orchestrator.api.invocations import ResolveBody, ResolvedView
     from orchestrator.runtime import build_runtime
     from orchestrator.services.invocations import InvocationService
 
-    by = args.by or getpass.getuser()
+    # Only an absent --by means the user: an empty one (an unset $NAME) is refused below.
+    by = getpass.getuser() if args.by is None else args.by
     # The API's own body model checks the texts: the same limits on both paths.
-    try:
-        body = ResolveBody.model_validate({"status": args.status, "reason": args.reason, "by": by})
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
-        raise CommandFailed(f"invalid --{field}: {first['msg']}", exit_code=2) from None
+    body = checked_body(ResolveBody, {"status": args.status, "reason": args.reason, "by": by})
     rt = build_runtime(load())  # the real dispatcher: the resolution may queue a generation
     try:
         resolution = InvocationService(rt.db, rt.dispatcher).resolve(

@@ -6,6 +6,7 @@ a worker or a reader to trip on. Request models refuse them up front, as a 422 n
 from __future__ import annotations
 
 import math
+import unicodedata
 from typing import Any
 
 __all__ = ["MAX_JSON_DEPTH", "filled_text", "storable_json", "storable_text"]
@@ -28,10 +29,16 @@ def storable_text(text: str) -> str:
 
 def filled_text(text: str) -> str:
     """`storable_text` that says something: a required title, reason or name of blanks only
-    is refused like an empty one."""
-    if not storable_text(text).strip():
+    is refused like an empty one. Invisible characters count as blanks: zero-width spaces and
+    bidi controls (Unicode format characters) alone would record evidence nobody can read, or
+    a name that shows as nobody."""
+    if not any(_visible(char) for char in storable_text(text)):
         raise ValueError("must not be blank")
     return text
+
+
+def _visible(char: str) -> bool:
+    return not char.isspace() and unicodedata.category(char) not in ("Cf", "Cc")
 
 
 def storable_json(value: dict[str, Any]) -> dict[str, Any]:

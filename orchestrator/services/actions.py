@@ -202,13 +202,14 @@ class ActionService:
                 "look at it again (`actions show`) before deciding"
             )
         # Only an approval carries the action forward, so only it must still be served by its
-        # node: a rejection of one whose node was cancelled or skipped since is what lets the
-        # task, which waits on every pending action, move on.
+        # node: a rejection of one whose node was cancelled, skipped or failed since is what
+        # lets the task, which waits on every pending action, move on.
         plan = plan_store.latest_revision(conn, action.session_id) if approve else None
         if approve and not still_bound(action_id, action.node_id, plan.nodes if plan else None):
             raise _stale(
                 f"node {action.node_id} of the plan no longer serves action {action_id} "
-                "(cancelled, skipped or given another action)"
+                f"({_why_unbound(action.node_id, plan.nodes if plan else None)}); reject it "
+                "to let the task move on"
             )
         status = "approved" if approve else "rejected"
         if not action_store.decide_action(conn, action_id, status, by, note, digest=action.digest):
@@ -242,6 +243,17 @@ class ActionService:
             return action_store.list_actions(
                 conn, status=status, task_id=task_id, limit=limit, after=after
             )
+
+
+def _why_unbound(node_id: str, nodes: Sequence[Any] | None) -> str:
+    """Why the node no longer serves the action, in words for the approver."""
+    node = next((n for n in nodes or () if _node_id(n) == node_id), None)
+    if node is None:
+        return "the node is not in the plan"
+    status = node.get("status")
+    if status in ("cancelled", "skipped", "failed"):
+        return f"the node is {status}"
+    return "the node was given another action"
 
 
 def _stale(message: str) -> ConflictError:

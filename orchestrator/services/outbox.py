@@ -3,8 +3,9 @@
 It runs in the sweeper process (a thread of `orchestrator sweeper`) or alone
 (`orchestrator outbox dispatch`). A round claims due rows (the claim, with its attempt counted
 and a hold as long as one send may take, commits first), sends each outside any transaction
-with a bounded timeout, then records the result: delivered, or the error and the next attempt
-after an exponential backoff (or the backend's `Retry-After`). A dispatcher killed mid-send
+with a bounded timeout (the hold renewed while a send lasts longer), then records the result:
+delivered, or the error and the next attempt after an exponential backoff (or the backend's
+`Retry-After`). A dispatcher killed mid-send
 leaves its rows to be sent again when the hold runs out: at least once, and exactly once for a
 backend that honours the action id as `Idempotency-Key`. A row the backend refuses for good (a
 permanent 4xx, `delivery_answers`), and a webhook that failed `ORCH_WEBHOOK_MAX_ATTEMPTS` times,
@@ -19,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Final
@@ -103,6 +105,9 @@ class OutboxDispatcher:
         self.client = client or httpx.Client(
             timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)), follow_redirects=False
         )
+        # Renews the hold of the row being sent (`_send_held`): one thread for the dispatcher's
+        # life, not one per send.
+        self._keeper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox-hold")
         # A failed send's text is kept on the row, which viewers read (API, CLI, console): it is
         # masked as a log line is (a Slack-style webhook keeps its secret in the URL's path).
         self._secrets = secrets_of(settings)
@@ -175,7 +180,10 @@ class OutboxDispatcher:
                 stop.wait(poll)
 
     def close(self) -> None:
+        # First the client: a send still under way in another thread (a stopping sweeper waits
+        # for it only so long) ends with its connection, and so does the renewal of its hold.
         self.client.close()
+        self._keeper.shutdown()
 
     def _release(self, rows: list[OutboxRow]) -> None:
         with self.db.transaction() as conn:
@@ -189,7 +197,7 @@ class OutboxDispatcher:
     def _deliver(self, row: OutboxRow, report: DispatchReport) -> None:
         from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
 
-        answer = self._send(row)
+        answer = self._send_held(row)
         error = answer.error
         if error is None:
             metrics.OUTBOX_DELIVERIES.inc()
@@ -244,6 +252,36 @@ class OutboxDispatcher:
             error,
             "; dead-lettered" if dead else "",
         )
+
+    def _send_held(self, row: OutboxRow) -> _Answer:
+        """`_send`, the row's hold renewed while the send lasts.
+
+        The timeout bounds each read of the answer, not the whole send: a backend that trickles
+        its status and headers (a byte within each timeout) keeps a send going past the hold.
+        Another dispatcher would then claim the row and send the approval again while the
+        backend still works on the first request. Renewed at a third of the hold, the row stays
+        this dispatcher's while it is alive; one killed mid-send renews nothing, and the row is
+        due again when its hold runs out.
+        """
+        done = threading.Event()
+        keeping = self._keeper.submit(self._keep_held, row, done)
+        try:
+            return self._send(row)
+        finally:
+            done.set()
+            keeping.result()
+
+    def _keep_held(self, row: OutboxRow, done: threading.Event) -> None:
+        while not done.wait(self.hold_seconds / 3):
+            try:
+                if not self._renew(row):
+                    return  # no longer this claim's (released, or recorded): nothing to hold
+            except Exception as exc:  # the store briefly away: the next renewal may do
+                log.warning(
+                    "outbox %s: its hold was not renewed mid-send (%s)",
+                    row.outbox_id,
+                    type(exc).__name__,
+                )
 
     def _send(self, row: OutboxRow) -> _Answer:
         """What the endpoint answered (never a secret in its error)."""

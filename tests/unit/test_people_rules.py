@@ -33,6 +33,7 @@ def test_the_digest_is_of_the_canonical_kind_and_payload() -> None:
         ([node("n", "completed", "agent", action_id="x")], True),
         ([node("n", "cancelled", "agent", action_id="x")], False),
         ([node("n", "skipped", "agent", action_id="x")], False),
+        ([node("n", "failed", "agent", action_id="x")], False),  # a retry is a new node
         ([node("n", "waiting", "agent", action_id="y")], False),
         ([node("m", "waiting", "agent", action_id="x")], False),
         (None, False),

@@ -56,12 +56,13 @@ def _wait(condition: Callable[[], bool], seconds: float, what: str, log: Path) -
 @pytest.mark.slow
 @pytest.mark.redis
 def test_worker_survives_twenty_redis_restarts_with_an_unacked_message(
-    own_redis: RedisServer, tmp_path: Path
+    own_redis: RedisServer, sqlite_url: str, tmp_path: Path
 ) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
     env.update(
         ORCH_REDIS_URL=own_redis.url,
-        ORCH_DATABASE_URL=f"sqlite:///{tmp_path / 'unused.db'}",
+        # Unused by the probes, but a worker refuses to start on a store that is not migrated.
+        ORCH_DATABASE_URL=sqlite_url,
         ORCH_HOME=str(tmp_path / "home"),
         PROBE_FOLDER=str(tmp_path),
         ORCH_MODEL=f"scripted:{tmp_path}",  # a worker without a usable model does not start

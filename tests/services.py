@@ -99,12 +99,19 @@ class PostgresServer:
     def stop_for(self, seconds: float) -> None:
         """Stop the server (fast shutdown: its sessions are terminated), stay down for
         `seconds`, and start it again on the same port with the same data."""
-        pg_ctl = _pg_bin("pg_ctl")
-        self._run(pg_ctl, "-D", str(self.data), "-m", "fast", "-w", "stop")
+        self.pause()
         time.sleep(seconds)
+        self.resume()
+
+    def pause(self) -> None:
+        """Stop the server (fast shutdown: its sessions are terminated) until `resume`."""
+        self._run(_pg_bin("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def resume(self) -> None:
+        """Start the server `pause` stopped, on the same port with the same data."""
         self._run(
-            pg_ctl, "-D", str(self.data), "-o", self._options(), "-l", str(self.root / "log"),
-            "-w", "start",
+            _pg_bin("pg_ctl"), "-D", str(self.data), "-o", self._options(),
+            "-l", str(self.root / "log"), "-w", "start",
         )  # fmt: skip
 
     def restart(self) -> None:

@@ -108,6 +108,28 @@ def _check_gateway(**_: Any) -> None:
 
 
 @worker_init.connect
+def _check_store(**_: Any) -> None:
+    """A store that does not answer or is not migrated stops the worker at start, with one line:
+    `orchestrator worker` checks it before Celery starts, `celery -A workers.celery_app worker`
+    here (else a traceback at `worker_ready`, and a worker that takes wake-ups it cannot run)."""
+    # Imported here: the CLI's wording of store errors, without the CLI at every worker import.
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from orchestrator.cli.common import CommandFailed
+    from orchestrator.cli.db import check_store_ready
+    from orchestrator.cli.store_errors import describe_store_error
+
+    try:
+        check_store_ready(get_settings().store_url)
+    except CommandFailed as exc:
+        log.critical("%s", exc)
+        raise SystemExit(exc.exit_code) from None
+    except SQLAlchemyError as exc:
+        log.critical("%s", describe_store_error(exc))
+        raise SystemExit(1) from None
+
+
+@worker_init.connect
 def _check_model(**_: Any) -> None:
     """No silent default: a worker without a usable `ORCH_MODEL` stops at start, with one line."""
     try:

@@ -107,7 +107,24 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
         details.append({"code": code, "message": str(error.get("msg", "")), "field": where})
     if not details:
         details = [{"code": "invalid_request", "message": "the request is not valid"}]
+    sent_as = _not_json(request)
+    if sent_as and any(d.get("field") == "body" for d in details):
+        # FastAPI does not parse a body of another type as JSON (`curl -d` sends a form), and
+        # the error it leaves says the body is not an object, which misleads: say what to send.
+        message = f"the body must be JSON sent with Content-Type: application/json, not {sent_as}"
+        details = [{"code": "invalid_request", "message": message, "field": "body"}]
+        return _envelope(422, "invalid_request", message, details)
     return _envelope(422, details[0]["code"], "the request is not valid", details)
+
+
+def _not_json(request: Request) -> str | None:
+    """The media type of a request body declared as something other than JSON, else None."""
+    declared = request.headers.get("content-type", "")
+    media = declared.split(";")[0].strip().lower()
+    if not media or media == "application/json" or media.endswith("+json"):
+        return None
+    # A header, not the body, but still the client's text: printable and short.
+    return "".join(c for c in media if c.isprintable())[:100]
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:

@@ -23,12 +23,15 @@ browser reconnecting, or an idle connection open, for a change that may never co
 from __future__ import annotations
 
 import json
+import logging
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Final, TypeVar
 
 from fastapi import APIRouter, Depends, Header, Request, Response
 from fastapi.responses import StreamingResponse
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.concurrency import run_in_threadpool
 
 from orchestrator.api.contract import error_responses
@@ -37,11 +40,54 @@ from orchestrator.api.plan_views import plan_as_sent
 from orchestrator.events import PlanHub
 from orchestrator.services.plans import PlanService, SessionPlans
 
-__all__ = ["last_event_id_of", "router", "sse_event"]
+__all__ = ["StoreOutage", "last_event_id_of", "router", "sse_event"]
+
+log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/api/v1/agent/chat/session", tags=["stream"])
 
 _BATCH = 100
+#: How often an open stream reads again while the store is away (at most; less with a shorter
+#: keep-alive).
+OUTAGE_RETRY_SECONDS: Final = 1.0
+
+T = TypeVar("T")
+
+
+class StoreOutage:
+    """One open stream's reads through a store outage: a read the store cannot answer is None
+    (the caller keeps the stream alive and reads again), logged once per outage."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self._since: float | None = None
+
+    @property
+    def away(self) -> bool:
+        return self._since is not None
+
+    async def read(self, read: Callable[..., T], *args: Any) -> T | None:
+        try:
+            value = await run_in_threadpool(read, *args)
+        except (OperationalError, PoolTimeout) as exc:
+            if self._since is None:
+                self._since = time.monotonic()
+                cause = getattr(exc, "orig", None) or exc
+                first = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+                log.warning(
+                    "%s: the store is unavailable (%s); the stream stays open and reads again",
+                    self.what,
+                    first,
+                )
+            return None
+        if self._since is not None:
+            log.info(
+                "%s: the store answers again after %.1f s; the stream goes on",
+                self.what,
+                time.monotonic() - self._since,
+            )
+            self._since = None
+        return value
 
 
 def sse_event(event: str, data: Any, event_id: int | None = None) -> bytes:
@@ -89,10 +135,17 @@ async def _events(
     # so the read after it is the last one.
     finished = state.finished
     sent_at = time.monotonic()
+    outage = StoreOutage(f"plan stream of session {session_id}")
     with hub.subscribe(session_id) as subscription:
         while True:
             subscription.clear()  # before reading: a wake-up during the read is kept
-            records = await run_in_threadpool(plans.revisions_after, session_id, last, _BATCH)
+            records = await outage.read(plans.revisions_after, session_id, last, _BATCH)
+            if records is None:
+                if time.monotonic() - sent_at >= keepalive:
+                    yield b": keep-alive\n\n"
+                    sent_at = time.monotonic()
+                await subscription.wait(min(keepalive, OUTAGE_RETRY_SECONDS))
+                continue
             for record in records:
                 yield sse_event("execution_plan", plan_as_sent(record.to_dict()), record.revision)
                 last = record.revision
@@ -106,7 +159,8 @@ async def _events(
                 # A deleted session (chat retention) or a finished one gets no more revisions:
                 # end the stream rather than keep it alive forever, once what committed before
                 # is sent (one more read). Looked at once per keep-alive, not on every wake-up.
-                if not await run_in_threadpool(plans.takes_writes, session_id):
+                takes_writes = await outage.read(plans.takes_writes, session_id)
+                if takes_writes is False:  # None: the store is away, read again later
                     finished = True
                     continue
                 yield b": keep-alive\n\n"

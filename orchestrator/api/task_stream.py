@@ -12,6 +12,9 @@ keeps doing so for as long as the answer is a 200; a 204 is what stops it (the H
 So a reconnect to a finished task that has seen its last event is answered 204, no body; a
 first connection (no `Last-Event-ID`) still gets the `state` snapshot, which shows the plan a
 finished task ended with (seed 004: the first `state` carries the saved plans).
+
+A store outage while the stream is open does not end it (`api.stream.StoreOutage`): it keeps
+the connection alive and goes on from its last id when the store answers again.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from orchestrator.api.contract import error_responses
 from orchestrator.api.deps import get_db
 from orchestrator.api.explain_views import payload_as_sent
 from orchestrator.api.plan_views import plan_as_sent
-from orchestrator.api.stream import last_event_id_of, sse_event
+from orchestrator.api.stream import OUTAGE_RETRY_SECONDS, StoreOutage, last_event_id_of, sse_event
 from orchestrator.domain.times import wire_time
 from orchestrator.events import PlanHub
 from orchestrator.services.task_stream import TaskSnapshot, TaskStreamService
@@ -77,10 +80,17 @@ async def _events(
     sent_at = time.monotonic()
     # Woken when a process commits an event of this task (over Redis from workers and other
     # API processes); the poll is the safety net for a wake-up lost on the way.
+    outage = StoreOutage(f"task stream of task {task_id}")
     with hub.subscribe(task_wake_key(task_id)) as subscription:
         while True:
             subscription.clear()  # before reading: a wake-up during the read is kept
-            events = await run_in_threadpool(service.events_after, task_id, last, _BATCH)
+            events = await outage.read(service.events_after, task_id, last, _BATCH)
+            if events is None:  # the store is away: keep the client, read again
+                if time.monotonic() - sent_at >= keepalive:
+                    yield b": keep-alive\n\n"
+                    sent_at = time.monotonic()
+                await subscription.wait(min(keepalive, OUTAGE_RETRY_SECONDS))
+                continue
             for event in events:
                 yield sse_event(event.name, _as_sent(event.data), event.seq)
                 last = event.seq

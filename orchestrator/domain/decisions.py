@@ -185,8 +185,6 @@ def decide(facts: RoundFacts) -> Decision:
     if facts.report_outcome == "failed":
         return Decision("failed", "failed", "the report declared the task failed", "report_failed")
     nodes = list(facts.plan_nodes or [])
-    if facts.pending_actions > 0:
-        return Decision("waiting", "waiting", f"{facts.pending_actions} action(s) await approval")
     # A skipped or cancelled human node no longer applies, a failed one was closed by a person;
     # any other is awaited, unless a person failed a step the plan does not answer (no retry
     # drawn): the agent must get a round to retry it (or fail the task), though it published
@@ -195,6 +193,13 @@ def decide(facts: RoundFacts) -> Decision:
     unretried = unretried_failed_nodes(nodes, retries)
     unanswered = unanswered_failed_human_nodes(nodes, retries)
     open_human = awaited_human_nodes(nodes, retries)
+    if facts.pending_actions > 0:
+        # The human nodes too: once the action is decided the task may still wait for them,
+        # and this reason (the generation's, the `waiting` event's) is all that says so.
+        reason = f"{facts.pending_actions} action(s) await approval"
+        if open_human:
+            reason += "; human node(s) not completed: " + ", ".join(open_human)
+        return Decision("waiting", "waiting", reason)
     if open_human:
         return Decision(
             "waiting", "waiting", "human node(s) not completed: " + ", ".join(open_human)

@@ -10,19 +10,31 @@ or parks it.
 
 Every requeue, whichever way the loss was found (an expired lease, a gone process), passes
 through `Sweeper.requeue_lost`, which counts it in the metrics once it committed.
+
+After the store was away, the first sweeps leave expired leases alone for `handback_grace`
+seconds. A round the outage stopped is handed back by its worker (`services/handback.py`: tried
+every second until the store answers) and then counts as an outage (`handbacks`); a lease that
+ran out during a longer outage would otherwise be taken, by whichever sweep comes first once the
+store is back, for a worker that died (`recoveries`), and three such outages park the task as
+`recovery_limit`. A worker that really died waits those few seconds more.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Final
+
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable
 from orchestrator.leases.keys import ended_key
 from orchestrator.leases.process import ProcessIdentity, is_gone
 from orchestrator.services.dispatch import Dispatcher, safe_dispatch, safe_dispatch_many
+from orchestrator.services.handback import RETRY_SECONDS
 from orchestrator.services.lease_keeper import lease_name
 from orchestrator.settings import Settings
 from orchestrator.store import action_notices as notice_store
@@ -36,7 +48,7 @@ from orchestrator.store.records import ExecutionRecord
 from orchestrator.store.task_events import NewEvent
 from orchestrator.store.types import utcnow
 
-__all__ = ["LEASE_EXPIRED", "PROCESS_GONE", "SweepReport", "Sweeper"]
+__all__ = ["HANDBACK_GRACE_SECONDS", "LEASE_EXPIRED", "PROCESS_GONE", "SweepReport", "Sweeper"]
 
 #: Why a generation whose lease ran out ended.
 LEASE_EXPIRED = "the lease expired without renewal (worker lost)"
@@ -44,6 +56,10 @@ LEASE_EXPIRED = "the lease expired without renewal (worker lost)"
 PROCESS_GONE = "its worker process is gone (found on the same host)"
 
 log = logging.getLogger(__name__)
+
+#: After a store outage, how long expired leases are left to their workers' hand-backs (tried
+#: every `RETRY_SECONDS`) before a sweep takes them for workers that died.
+HANDBACK_GRACE_SECONDS: Final = 3 * RETRY_SECONDS
 
 
 @dataclass
@@ -83,13 +99,31 @@ class Sweeper:
         self.leases = leases
         self.dispatcher = dispatcher
         self.batch = batch
+        self.handback_grace = HANDBACK_GRACE_SECONDS
+        self._store_away = False  # the last sweep failed on the store
+        self._grace_until = 0.0  # time.monotonic()
 
     def sweep(self, now: datetime | None = None) -> SweepReport:
-        now = now or utcnow()
+        try:
+            return self._sweep(now or utcnow())
+        except (OperationalError, InterfaceError):
+            self._store_away = True
+            raise
+
+    def _sweep(self, now: datetime) -> SweepReport:
         report = SweepReport()
         with self.db.transaction(readonly=True) as conn:
             expired = execution_store.expired_executions(conn, now, self.batch)
-        if expired:
+        if self._store_away:  # the store answers again
+            self._store_away = False
+            self._grace_until = time.monotonic() + self.handback_grace
+        if expired and time.monotonic() < self._grace_until:
+            log.info(
+                "%d expired lease(s) left for a later sweep: the store is back from an outage, "
+                "and rounds it stopped are handed back by their workers first",
+                len(expired),
+            )
+        elif expired:
             self._recover(expired, now, report)
         self.recover_gone_processes(report)
         self._republish_stale(now, report)

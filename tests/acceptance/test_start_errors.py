@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 ORCHESTRATOR = str(Path(sys.executable).with_name("orchestrator"))
+CELERY = str(Path(sys.executable).with_name("celery"))
 
 
 def _start_worker(tmp_path: Path, settings: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -163,3 +164,33 @@ def test_a_metrics_port_in_use_is_one_line_naming_the_setting(
     lines = [line for line in result.stderr.splitlines() if "ORCH_METRICS_PORT" in line]
     assert len(lines) == 1, result.stderr
     assert "in use" in lines[0]
+
+
+def test_celery_worker_on_an_unmigrated_store_stops_at_start_with_one_line(
+    pg_empty_url: str, tmp_path: Path
+) -> None:
+    """`celery -A workers.celery_app worker` works as `orchestrator worker` does: a store that is
+    not migrated stops it at start with one line, not a traceback and a worker that runs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    env.update(
+        ORCH_HOME=str(tmp_path / "home"),
+        ORCH_MODEL=f"scripted:{tmp_path}",
+        ORCH_DATABASE_URL=pg_empty_url,
+        ORCH_REDIS_URL="redis://127.0.0.1:9/0",  # never reached: the store is checked first
+    )
+    try:
+        result = subprocess.run(
+            [CELERY, "-A", "workers.celery_app", "worker", "--concurrency", "1"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=Path(__file__).parents[2],
+            timeout=20,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"the worker went on running: {exc.stderr!r:.3000}") from None
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out[-3000:]
+    assert "is not migrated" in out
+    assert "orchestrator db upgrade" in out
+    assert "Traceback" not in out

@@ -166,6 +166,24 @@ def test_malformed_json_is_422(client: TestClient) -> None:
     assert "error" in response.json()
 
 
+@pytest.mark.parametrize(
+    "content_type", ["application/x-www-form-urlencoded", "text/plain; charset=utf-8"]
+)
+def test_a_json_body_sent_as_another_content_type_is_told_so(
+    client: TestClient, content_type: str
+) -> None:
+    """`curl -d '{...}'` sends a form: the answer says what to send, not that the body is not
+    an object (which it is)."""
+    body = b'{"task_type": "x", "title": "t", "context": {}}'
+    response = client.post("/api/v1/tasks", content=body, headers={"content-type": content_type})
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["code"] == "invalid_request"
+    assert "Content-Type: application/json" in error["message"]
+    assert content_type.split(";")[0] in error["message"]
+    assert error["details"][0]["field"] == "body"
+
+
 def test_explain_view_has_every_field(client: TestClient) -> None:
     task_id = trigger(client).json()["task_id"]
     view = client.get(f"/api/v1/tasks/{task_id}").json()

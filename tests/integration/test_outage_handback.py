@@ -1,0 +1,57 @@
+"""A round a Postgres outage stopped, longer than its lease, still counts as an outage.
+
+The worker releases its lease and hands the generation back once the store answers (tried every
+second). The outage outlasted the lease mirrored in the store, so the first sweep once the store
+is back found an expired lease with no holder and took it for a worker that died: counted in
+`recoveries`, and three such outages in a row parked the task as `recovery_limit`, which the
+hand-back exists to prevent. The sweeper, having met the outage itself, now leaves expired
+leases to their workers' hand-backs for a few seconds first.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy.exc import OperationalError
+
+from orchestrator.domain.fences import Fence
+from orchestrator.services.lease_keeper import lease_name
+from orchestrator.services.tasks import Trigger
+from orchestrator.store.types import utcnow
+from tests.executions_support import claim_as_worker, runtime_for, wait_for
+from tests.services import PostgresServer
+
+LEASE = 0.5
+
+
+def test_a_round_handed_back_after_an_outage_longer_than_its_lease_counts_as_an_outage(
+    pg_url: str, redis_url: str, postgres: PostgresServer, tmp_path: Path
+) -> None:
+    rt, _ = runtime_for(pg_url, tmp_path / "scripts", redis_url=redis_url)
+    rt.sweeper.handback_grace = 0.5  # the default is three hand-back retries (3 s)
+    try:
+        task_id = rt.tasks.trigger(Trigger(task_type="t", title="outage")).task.task_id
+        token = claim_as_worker(rt, task_id, 1, "w1", LEASE)
+        mirror_runs_out = utcnow() + timedelta(seconds=LEASE)
+        postgres.pause()
+        try:
+            # The round met the store away and stopped: its lease released, as the worker does.
+            assert rt.leases.release(lease_name(task_id), token)
+            with pytest.raises(OperationalError):
+                rt.sweeper.sweep()  # the sweeper meets the outage too
+            # The outage outlasts the lease mirrored in the store.
+            wait_for(lambda: utcnow() > mirror_runs_out, 5, 0.05, what="the mirror to run out")
+        finally:
+            postgres.resume()
+
+        # The store is back; the worker's hand-back (tried every second) has not landed yet.
+        assert rt.sweeper.sweep().requeued == []
+        assert rt.executions.handback.give_back(Fence(task_id, 1, token))  # now it lands
+        wait_for(lambda: bool(rt.sweeper.sweep().requeued), 10, 0.05, what="the requeue")
+
+        task = rt.tasks.get(task_id)
+        assert (task.generation, task.recoveries, task.handbacks) == (2, 0, 1)
+    finally:
+        rt.close()

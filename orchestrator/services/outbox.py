@@ -3,7 +3,8 @@
 It runs in the sweeper process (a thread of `orchestrator sweeper`) or alone
 (`orchestrator outbox dispatch`). A round claims due rows (the claim, with its attempt counted
 and a hold as long as one send may take, commits first), sends each outside any transaction
-with a bounded timeout (the hold renewed while a send lasts longer), then records the result:
+with a bounded timeout (the hold renewed while a send lasts longer, up to `_SEND_TIMEOUTS`
+timeouts), then records the result:
 delivered, or the error and the next attempt after an exponential backoff (or the backend's
 `Retry-After`). A dispatcher killed mid-send
 leaves its rows to be sent again when the hold runs out: at least once, and exactly once for a
@@ -92,6 +93,11 @@ class _Answer:
     throttled: bool = False  # a 429: backed off, but not counted toward the webhook's limit
 
 
+#: A send is given up once its answer is this many read timeouts late (60 s by default): each
+#: read within the timeout, a trickling backend would otherwise keep one send going for ever.
+_SEND_TIMEOUTS: Final = 6
+
+
 class OutboxDispatcher:
     """Claims, sends and records; `run_once` is one round, `run` loops until `stop` is set."""
 
@@ -102,15 +108,24 @@ class OutboxDispatcher:
         self.db = db
         self.batch = batch
         timeout = settings.outbox_timeout_seconds
-        self.client = client or httpx.Client(
-            timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)), follow_redirects=False
-        )
+        self._own_client = client is None
+        self.client = client or self._new_client()
+        self._closed = False
+        #: A send with no answer (status line and headers) this long after it left is given up
+        #: (`_keep_held`): its hold is renewed no more, and an own client is closed to end it.
+        self.send_deadline = timeout * _SEND_TIMEOUTS
         # Renews the hold of the row being sent (`_send_held`): one thread for the dispatcher's
         # life, not one per send.
         self._keeper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox-hold")
         # A failed send's text is kept on the row, which viewers read (API, CLI, console): it is
         # masked as a log line is (a Slack-style webhook keeps its secret in the URL's path).
         self._secrets = secrets_of(settings)
+
+    def _new_client(self) -> httpx.Client:
+        timeout = self.settings.outbox_timeout_seconds
+        return httpx.Client(
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)), follow_redirects=False
+        )
 
     @property
     def hold_seconds(self) -> float:
@@ -182,6 +197,7 @@ class OutboxDispatcher:
     def close(self) -> None:
         # First the client: a send still under way in another thread (a stopping sweeper waits
         # for it only so long) ends with its connection, and so does the renewal of its hold.
+        self._closed = True
         self.client.close()
         self._keeper.shutdown()
 
@@ -263,16 +279,39 @@ class OutboxDispatcher:
         this dispatcher's while it is alive; one killed mid-send renews nothing, and the row is
         due again when its hold runs out.
         """
-        done = threading.Event()
-        keeping = self._keeper.submit(self._keep_held, row, done)
+        done, gave_up = threading.Event(), threading.Event()
+        keeping = self._keeper.submit(self._keep_held, row, done, gave_up)
         try:
-            return self._send(row)
+            answer = self._send(row)
         finally:
             done.set()
             keeping.result()
+        if not gave_up.is_set():
+            return answer
+        if not self._closed:
+            self.client = self._new_client()  # the one closed to end the send
+        if answer.error is None:
+            return answer  # the answer came in as the send was given up: the backend took it
+        return _Answer(
+            f"no answer within {self.send_deadline:g} s (the backend was still sending its "
+            "status line and headers); sent again later"
+        )
 
-    def _keep_held(self, row: OutboxRow, done: threading.Event) -> None:
-        while not done.wait(self.hold_seconds / 3):
+    def _keep_held(self, row: OutboxRow, done: threading.Event, gave_up: threading.Event) -> None:
+        # The hold is renewed for a send that lasts, but not for ever: a backend that trickles
+        # its headers without end would keep the row (and this dispatcher) for good.
+        deadline = time.monotonic() + self.send_deadline
+        while not done.wait(min(self.hold_seconds / 3, max(0.0, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline:
+                log.warning(
+                    "outbox %s: no answer within %g s; the send is given up and retried later",
+                    row.outbox_id,
+                    self.send_deadline,
+                )
+                if self._own_client:  # ends the send (a client passed in is its owner's)
+                    gave_up.set()
+                    self.client.close()
+                return  # renewed no more: the row is due again when its hold runs out
             try:
                 if not self._renew(row):
                     return  # no longer this claim's (released, or recorded): nothing to hold

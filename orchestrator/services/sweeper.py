@@ -102,6 +102,11 @@ class Sweeper:
         self.handback_grace = HANDBACK_GRACE_SECONDS
         self._store_away = False  # the last sweep failed on the store
         self._grace_until = 0.0  # time.monotonic()
+        # When a sweep first left each expiry alone (time.monotonic()): one grace per expiry,
+        # however many outages follow. A store that fails every other sweep would otherwise
+        # restart the grace at each answer, and the lease of a worker that died would never
+        # be recovered (invariant 8: within lease + sweep interval, here + the grace).
+        self._left_since: dict[tuple[str, int], float] = {}
 
     def sweep(self, now: datetime | None = None) -> SweepReport:
         try:
@@ -117,19 +122,39 @@ class Sweeper:
         if self._store_away:  # the store answers again
             self._store_away = False
             self._grace_until = time.monotonic() + self.handback_grace
-        if expired and time.monotonic() < self._grace_until:
-            log.info(
-                "%d expired lease(s) left for a later sweep: the store is back from an outage, "
-                "and rounds it stopped are handed back by their workers first",
-                len(expired),
-            )
-        elif expired:
+        expired = self._past_grace(expired)
+        if expired:
             self._recover(expired, now, report)
         self.recover_gone_processes(report)
         self._republish_stale(now, report)
         for line in report.lines():
             log.info("%s", line)
         return report
+
+    def _past_grace(self, expired: list[ExecutionRecord]) -> list[ExecutionRecord]:
+        """The expiries to recover now: all of them, or, in the grace after an outage, those
+        already left alone for a whole grace (by this or an earlier one)."""
+        clock = time.monotonic()
+        if clock >= self._grace_until:
+            self._left_since.clear()
+            return expired
+        left_since = {
+            key: self._left_since.get(key, clock)
+            for key in ((e.task_id, e.generation) for e in expired)
+        }
+        self._left_since = left_since  # those no longer expired (handed back) are forgotten
+        due = [
+            e
+            for e in expired
+            if clock - left_since[(e.task_id, e.generation)] >= self.handback_grace
+        ]
+        if len(due) < len(expired):
+            log.info(
+                "%d expired lease(s) left for a later sweep: the store is back from an outage, "
+                "and rounds it stopped are handed back by their workers first",
+                len(expired) - len(due),
+            )
+        return due
 
     def _recover(self, expired: list[ExecutionRecord], now: datetime, report: SweepReport) -> None:
         """One lease read for the batch, one transaction, one publish over one connection."""

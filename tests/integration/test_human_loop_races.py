@@ -305,6 +305,28 @@ def test_a_dispatcher_closed_mid_send_returns_at_once_and_renews_the_hold_no_mor
     sending.join(timeout=10)
 
 
+def test_a_send_whose_headers_trickle_past_its_deadline_is_given_up_and_left_for_later(
+    rt: Runtime, tmp_path: Path, trickling: tuple[str, list[str], threading.Event]
+) -> None:
+    # The hold is renewed while a send lasts; without an end to that, a backend that trickles
+    # its headers for ever held the row (and its dispatcher) for good.
+    url, keys, _ = trickling
+    action_id, (dispatcher,) = slow_backend_dispatchers(rt, tmp_path, url, 1)
+    dispatcher.send_deadline = 1.2  # the trickle takes 3 s
+    started = time.monotonic()
+    try:
+        report = dispatcher.run_once()
+    finally:
+        dispatcher.close()
+    assert time.monotonic() - started < 2.8
+    assert keys == [action_id]
+    assert report.delivered == []
+    (row,) = OutboxService(rt.db).list(kind="action")
+    assert (row.status, row.attempts, row.delivered_at) == ("pending", 1, None)
+    assert row.last_error is not None
+    assert "no answer within 1.2 s" in row.last_error
+
+
 def test_a_console_write_without_its_header_is_refused_saying_what_is_missing(
     rt: Runtime, tmp_path: Path, store_url: str
 ) -> None:

@@ -10,6 +10,7 @@ leases to their workers' hand-backs for a few seconds first.
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -53,5 +54,47 @@ def test_a_round_handed_back_after_an_outage_longer_than_its_lease_counts_as_an_
 
         task = rt.tasks.get(task_id)
         assert (task.generation, task.recoveries, task.handbacks) == (2, 0, 1)
+    finally:
+        rt.close()
+
+
+def test_a_dead_workers_lease_is_recovered_though_the_store_fails_every_other_sweep(
+    pg_url: str, redis_url: str, postgres: PostgresServer, tmp_path: Path
+) -> None:
+    """Each answer after a failed sweep used to start the grace again: a store that failed
+    every other sweep kept a dead worker's expired lease unrecovered for ever (invariant 8).
+    One grace per expiry, however many outages follow."""
+    rt, _ = runtime_for(pg_url, tmp_path / "scripts", redis_url=redis_url)
+    grace = 0.5
+    rt.sweeper.handback_grace = grace
+    try:
+        task_id = rt.tasks.trigger(Trigger(task_type="t", title="flapping")).task.task_id
+        claim_as_worker(rt, task_id, 1, "w1", LEASE)  # the worker dies: nothing is handed back
+        runs_out = utcnow() + timedelta(seconds=LEASE)
+        wait_for(lambda: utcnow() > runs_out, 5, 0.05, what="the lease to run out")
+
+        requeued: list[object] = []
+        first_left = 0.0
+        for flap in range(2):
+            postgres.pause()
+            try:
+                with pytest.raises(OperationalError):
+                    rt.sweeper.sweep()
+            finally:
+                postgres.resume()
+            if flap == 0:
+                first_left = time.monotonic()
+                assert rt.sweeper.sweep().requeued == []  # in the grace: left to a hand-back
+                wait_for(
+                    lambda left=first_left: time.monotonic() - left >= grace,
+                    5,
+                    0.05,
+                    what="the grace",
+                )
+            else:
+                requeued = list(rt.sweeper.sweep().requeued)
+        assert requeued, "the expired lease was left alone again after the second outage"
+        task = rt.tasks.get(task_id)
+        assert (task.generation, task.recoveries) == (2, 1)
     finally:
         rt.close()

@@ -20,7 +20,7 @@ from orchestrator.domain.storable import filled_text, storable_json
 from orchestrator.domain.task_filter import TASK_TYPE_PATTERN, TaskFilter
 from orchestrator.domain.times import wire_time
 from orchestrator.domain.vocabulary import TASK_STATUSES, TERMINAL_TASK_STATUSES
-from orchestrator.errors import ConflictError, InvalidTransition, NotFound
+from orchestrator.errors import ConflictError, InvalidTransition, NotFound, echoed
 from orchestrator.leases import LeaseBackend
 from orchestrator.leases.keys import ended_key
 from orchestrator.services.dispatch import Dispatcher, dispatch_failure, safe_dispatch
@@ -126,7 +126,7 @@ class TaskService:
         with self.db.transaction(readonly=True) as conn:
             task = task_store.get_task(conn, task_id)
         if task is None:
-            raise NotFound(f"task {task_id} does not exist")
+            raise NotFound(f"task {echoed(task_id)} does not exist")
         return task
 
     def list_tasks(
@@ -153,7 +153,7 @@ class TaskService:
         with self.db.transaction() as conn:
             task = task_store.get_task(conn, task_id, lock=True)
             if task is None:
-                raise NotFound(f"task {task_id} does not exist")
+                raise NotFound(f"task {echoed(task_id)} does not exist")
             generation_store.end_generation(
                 conn,
                 task_id,
@@ -189,7 +189,7 @@ class TaskService:
         with self.db.transaction() as conn:
             task = task_store.get_task(conn, task_id, lock=True)
             if task is None:
-                raise NotFound(f"task {task_id} does not exist")
+                raise NotFound(f"task {echoed(task_id)} does not exist")
             if task.status in TERMINAL_TASK_STATUSES:
                 raise InvalidTransition(f"task {task_id} is already {task.status}")
             generation_store.end_generation(
@@ -214,7 +214,7 @@ class TaskService:
         with self.db.transaction(readonly=True) as conn:
             task = task_store.get_task(conn, task_id)
             if task is None:
-                raise NotFound(f"task {task_id} does not exist")
+                raise NotFound(f"task {echoed(task_id)} does not exist")
             executions = execution_store.list_executions(conn, task_id)
             plan = plan_store.latest_revision(conn, task.session_id) if task.session_id else None
             report = report_store.latest_report(conn, task_id, task.generation)
@@ -265,7 +265,7 @@ class TaskService:
         with self.db.transaction(readonly=True) as conn:
             task = task_store.get_task(conn, task_id)
             if task is None:
-                raise NotFound(f"task {task_id} does not exist")
+                raise NotFound(f"task {echoed(task_id)} does not exist")
             if generation is not None and not 1 <= generation <= task.generation:
                 raise NotFound(
                     f"task {task_id} has no generation {generation} (it is at {task.generation})"

@@ -22,7 +22,7 @@ from orchestrator.api.contract import (
 )
 from orchestrator.api.enums import ActionStatus
 from orchestrator.api.explain_views import PAYLOAD_DESCRIPTION, payload_as_sent
-from orchestrator.api.human_steps import decider
+from orchestrator.api.human_steps import decider, says_who
 from orchestrator.errors import ValidationFailed
 from orchestrator.operators import Operator
 from orchestrator.runtime import celery_dispatcher
@@ -140,6 +140,7 @@ def _refuse_incomplete_approval(operator: Operator, body: Decision) -> None:
 
 
 @router.post("/{action_id}/approve", response_model=ActionOut, responses=_DECISION_ERRORS)
+@says_who
 def approve(
     action_id: str,
     body: Decision,
@@ -154,6 +155,7 @@ def approve(
 
 
 @router.post("/{action_id}/reject", response_model=ActionOut, responses=_DECISION_ERRORS)
+@says_who
 def reject(
     action_id: str,
     body: Decision,

@@ -13,7 +13,7 @@ from orchestrator.api.auth import require_role
 from orchestrator.api.contract import FilledText, error_responses
 from orchestrator.api.deps import get_db
 from orchestrator.api.enums import ReceiptStatus, TaskStatus
-from orchestrator.api.human_steps import decider
+from orchestrator.api.human_steps import decider, says_who
 from orchestrator.api.models import InvocationView
 from orchestrator.errors import NotFound, echoed
 from orchestrator.operators import Operator
@@ -95,6 +95,7 @@ def get_invocation(invocation_id: str, db: Database = Depends(get_db)) -> dict[s
     response_model=ResolvedView,
     responses=error_responses(401, 403, 404, 409, 422),
 )
+@says_who
 def resolve_invocation(
     invocation_id: str,
     body: ResolveBody,

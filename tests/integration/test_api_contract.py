@@ -365,3 +365,24 @@ def test_a_404_clips_the_id_it_repeats(
     message = answer.json()["error"]["message"]
     assert "(5000 characters)" in message
     assert len(message) < 200, message
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "fields"),
+    [
+        ("/api/v1/tasks/t/nodes/n/complete", {}, ["body.evidence", "body.by"]),
+        ("/api/v1/tasks/t/nodes/n/fail", {}, ["body.reason", "body.by"]),
+        ("/api/v1/tasks/t/nodes/n/skip", {"by": None}, ["body.reason", "body.by"]),
+        ("/api/v1/tasks/t/nodes/n/complete", {"by": "ana"}, ["body.evidence"]),
+        ("/api/v1/actions/a/approve", {"digest": "zz"}, ["body.digest", "body.by"]),
+        ("/api/v1/invocations/i/resolve", {}, ["body.status", "body.reason", "body.by"]),
+    ],
+)
+def test_a_body_refused_under_the_shared_token_names_a_missing_by_with_the_rest(
+    client: TestClient, path: str, body: dict[str, Any], fields: list[str]
+) -> None:
+    """`by` was checked after the body validated: `{}` was refused for the evidence (or
+    reason), then for `by` on the next call. One refusal names them all."""
+    answer = client.post(path, json=body, headers=AUTH)
+    assert answer.status_code == 422
+    assert [d["field"] for d in answer.json()["error"]["details"]] == fields

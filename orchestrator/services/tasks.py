@@ -230,6 +230,13 @@ class TaskService:
                 conn, task_id, "invocation_resolved", RESOLUTIONS_SHOWN
             )
             last_write = last_fenced_write(conn, task_id, task.generation)
+            # The execution's reason says how its round ended; a decision since (an approval,
+            # a person's step) that left the task waiting said anew on what, in this event.
+            waited = (
+                event_store.events_of_type(conn, task_id, "waiting", 1)
+                if task.status == "waiting"
+                else []
+            )
         view = task_view(task)
         view.update(
             {
@@ -245,6 +252,7 @@ class TaskService:
                 "deliveries": deliveries,
                 "resolutions": [_resolution_view(event) for event in resolved],
                 "last_write": {"at": last_write[0], "kind": last_write[1]} if last_write else None,
+                "waiting_on": waited[-1].reason if waited else None,
             }
         )
         return view

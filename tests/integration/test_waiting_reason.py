@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from orchestrator.cli.tasks import render_explain
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
 from orchestrator.store.tables import outbox
@@ -136,3 +137,7 @@ def test_a_decision_that_leaves_the_task_waiting_says_what_it_waits_on_now(
     ]
     task = rt.tasks.get(task_id)
     assert (task.status, task.generation) == ("waiting", 1)
+    # The operator's view says it too (the generation's reason says how its round ended).
+    view = rt.tasks.explain(task_id)
+    assert view["waiting_on"] == "human node(s) not completed: retest"
+    assert "  waiting on: human node(s) not completed: retest\n" in render_explain(view)

@@ -14,7 +14,23 @@ __all__ = [
     "StaleGeneration",
     "Unauthorized",
     "ValidationFailed",
+    "echoed",
 ]
+
+#: The most of a caller's id an error message repeats (a UUID is 36 characters).
+ECHO_LIMIT = 80
+
+
+def echoed(value: object) -> str:
+    """A caller's id (from the path, mostly) as an error message repeats it: clipped.
+
+    A 404 used to echo the id whole, at any length (a 5,000-character action id came back in
+    the message, and in every log line that quoted it). The length said stays exact.
+    """
+    text = str(value)
+    if len(text) <= ECHO_LIMIT:
+        return text
+    return f"{text[:ECHO_LIMIT]}... ({len(text)} characters)"
 
 
 class OrchestratorError(Exception):

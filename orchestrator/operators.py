@@ -37,7 +37,16 @@ _HEX: Final = re.compile(r"[0-9a-f]{64}")
 
 
 class OperatorsError(ValueError):
-    """The operators file cannot be used; the message names the line, never a hash."""
+    """The operators file cannot be used; the message names the line, never a hash.
+
+    `public` is what a caller who may hold no token is told (`503 operators_unreadable`): the
+    line and the kind of problem, never an account name (which the message, for the operator's
+    log and start-up, may give).
+    """
+
+    def __init__(self, message: str, *, public: str | None = None) -> None:
+        super().__init__(message)
+        self.public = message if public is None else public
 
 
 @dataclass(frozen=True)
@@ -94,7 +103,10 @@ def load_operators(path: Path) -> tuple[Account, ...]:
         if not _HEX.fullmatch(digest):
             raise OperatorsError(f"{path} line {number}: the token hash is not 64 hex digits")
         if name in names:
-            raise OperatorsError(f"{path} line {number}: account {name} appears twice")
+            raise OperatorsError(
+                f"{path} line {number}: account {name} appears twice",
+                public=f"{path} line {number}: an account name appears twice",
+            )
         names.add(name)
         accounts.append(Account(Operator(name, role), bytes.fromhex(digest)))
     if not accounts:

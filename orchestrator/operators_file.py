@@ -5,8 +5,9 @@ The API used to read the file once, at start-up: an approver taken out of it (a 
 person left) went on approving until the API restarted. Each request now looks at the file's
 modification time, size and inode (one `stat`), and a changed file is read again. A file that
 no longer reads (removed, a bad line, no account left) fails closed: every request is refused
-with `503 operators_unreadable`, its message naming the line (never a hash), until the file is
-mended; neither the accounts it named before nor the open API of no accounts at all.
+with `503 operators_unreadable`, its message naming the line and the kind of problem (never a
+hash, nor an account name), until the file is mended; neither the accounts it named before nor
+the open API of no accounts at all.
 """
 
 from __future__ import annotations
@@ -75,8 +76,9 @@ class OperatorsFile:
                 else:
                     log.info("ORCH_OPERATORS read again: %d account(s)", len(self._accounts))
             if self._error is not None:
-                # Said to callers who may hold no token: the line, not where the file lives.
-                why = str(self._error).replace(str(self.path), "ORCH_OPERATORS")
+                # Said to callers who may hold no token: the line, not where the file lives
+                # nor an account name (`OperatorsError.public`).
+                why = self._error.public.replace(str(self.path), "ORCH_OPERATORS")
                 raise OperatorsUnreadable(
                     f"the operators file cannot be used ({why}); every request is refused "
                     "until it is mended"

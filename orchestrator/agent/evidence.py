@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.agent.text import clean_text
 from orchestrator.domain.evidence import EvidenceFacts
 from orchestrator.domain.fingerprints import NonCanonical, fingerprint
 from orchestrator.domain.times import wire_time
@@ -23,7 +24,10 @@ from orchestrator.store.fencing import check_fence
 from orchestrator.store.types import utcnow
 from orchestrator.tools.base import ToolContext
 
-__all__ = ["Citation", "EvidenceRecorder"]
+__all__ = ["DESCRIBED_LIMIT", "Citation", "EvidenceRecorder", "described"]
+
+#: The most of a command line (or the like) a record's summary repeats.
+DESCRIBED_LIMIT = 200
 
 
 @dataclass(frozen=True)
@@ -54,8 +58,9 @@ class EvidenceRecorder:
         text = _text(facts.content)
         truncated = facts.truncated or cut
         rows = "" if facts.row_count is None else f"{facts.row_count} row(s), "
+        said = "" if facts.described is None else f" {described(facts.described)}"
         summary = (
-            f"{facts.kind} {facts.source}: {rows}{len(text)} character(s), origin "
+            f"{facts.kind} {facts.source}{said}: {rows}{len(text)} character(s), origin "
             f"{facts.origin}{', truncated' if truncated else ''}"
         )
         row = evidence_store.EvidenceRow(
@@ -86,6 +91,17 @@ class EvidenceRecorder:
             check_fence(conn, fence)
             stored = evidence_store.insert_record(conn, row)
         return _citation(stored["evidence_id"], row)
+
+
+def described(text: str) -> str:
+    """What a result came from, as a one-line summary holds it: control characters (a newline
+    of a multi-line command) shown as spaces, NUL and lone surrogates replaced, clipped to
+    `DESCRIBED_LIMIT` with its length said, and quoted."""
+    line = "".join(" " if ord(char) < 32 or ord(char) == 127 else char for char in text)
+    line = clean_text(line)
+    if len(line) > DESCRIBED_LIMIT:
+        line = f"{line[:DESCRIBED_LIMIT]}... ({len(text)} characters)"
+    return f"`{line}`"
 
 
 def _citation(evidence_id: Any, row: evidence_store.EvidenceRow) -> Citation:

@@ -38,6 +38,7 @@ from orchestrator.agent.deadline import SETTING, CallWatch, timed_out
 from orchestrator.agent.evidence import EvidenceRecorder
 from orchestrator.agent.loop import RECEIVED, LeaseLost, stop_reason
 from orchestrator.agent.receipted import run_write
+from orchestrator.agent.transcript import is_sensitive
 from orchestrator.domain.fingerprints import (
     NonCanonical,
     canonical_json,
@@ -410,6 +411,9 @@ class ToolHost:
         facts = unit.tool.evidence_facts(unit.args, full)
         if facts is None:
             return shown
+        if facts.described is not None and is_sensitive(unit.tool, unit.call.arguments):
+            # What a sensitive call was asked stays out of the record, as out of the transcript.
+            facts = replace(facts, described=None)
         cut = shown is not full and shown.payload is not full.payload
         result_id = (
             shown.payload.get("result_id") if cut and isinstance(shown.payload, dict) else None

@@ -22,7 +22,8 @@ from orchestrator.api.contract import (
 )
 from orchestrator.api.enums import ActionStatus
 from orchestrator.api.explain_views import PAYLOAD_DESCRIPTION, payload_as_sent
-from orchestrator.api.human_steps import decider
+from orchestrator.api.human_steps import decider, says_who
+from orchestrator.errors import ValidationFailed
 from orchestrator.operators import Operator
 from orchestrator.runtime import celery_dispatcher
 from orchestrator.services.actions import ActionService
@@ -114,14 +115,39 @@ def show_action(action_id: str, service: ActionService = Depends(get_action_serv
 
 _DECISION_ERRORS = error_responses(403, 404, 409)
 
+#: Said for an approval without its digest, alone or with the other fields it lacks.
+_NO_DIGEST = "an approval names the digest of the action it approves (see `actions show`)"
+
+
+def _refuse_incomplete_approval(operator: Operator, body: Decision) -> None:
+    """Every required field an approval lacks, named in one refusal.
+
+    `by` (for the shared token) and the digest were checked one after the other, so a body
+    short of both was refused twice, a field at a time. The digest comes first: it gives the
+    refusal its code, `digest_required`, as when it alone is missing.
+    """
+    if body.digest is not None:
+        return  # `decider` refuses a missing `by` alone, as for a rejection
+    missing = [{"code": "digest_required", "message": _NO_DIGEST, "field": "digest"}]
+    message = _NO_DIGEST
+    if operator.shared and body.by is None:
+        missing.append({"code": "invalid_request", "message": "by is required", "field": "by"})
+        message = (
+            "`digest` and `by` are required: name the digest of the action you approve "
+            "(see `actions show`) and say who decides"
+        )
+    raise ValidationFailed(message, code="digest_required", details=missing)
+
 
 @router.post("/{action_id}/approve", response_model=ActionOut, responses=_DECISION_ERRORS)
+@says_who
 def approve(
     action_id: str,
     body: Decision,
     service: ActionService = Depends(get_action_service),
     operator: Operator = Depends(require_role("approver")),
 ) -> ActionOut:
+    _refuse_incomplete_approval(operator, body)
     by = decider(operator, body.by)
     return ActionOut.of(
         service.decide(action_id, approve=True, by=by, note=body.note, digest=body.digest)
@@ -129,6 +155,7 @@ def approve(
 
 
 @router.post("/{action_id}/reject", response_model=ActionOut, responses=_DECISION_ERRORS)
+@says_who
 def reject(
     action_id: str,
     body: Decision,

@@ -105,6 +105,9 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
         where = ".".join(str(part) for part in error.get("loc", ()))
         # The input itself is never echoed: it may be large or hold secrets.
         details.append({"code": code, "message": str(error.get("msg", "")), "field": where})
+    said_who = human_steps.missing_by(request, exc.body)
+    if said_who is not None and not any(d["field"] == "body.by" for d in details):
+        details.append(said_who)  # named with the rest, not on the next call
     if not details:
         details = [{"code": "invalid_request", "message": "the request is not valid"}]
     sent_as = _not_json(request)

@@ -6,7 +6,8 @@ none) the body says who. Viewers cannot write (the auth middleware refuses them)
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,7 +20,7 @@ from orchestrator.runtime import celery_dispatcher
 from orchestrator.services.human_steps import HumanStep, HumanStepService
 from orchestrator.services.plans import PlanService
 
-__all__ = ["HumanStepOut", "decider", "router"]
+__all__ = ["HumanStepOut", "decider", "missing_by", "router", "says_who"]
 
 router = APIRouter(prefix="/api/v1/tasks", tags=["human steps"])
 
@@ -45,6 +46,35 @@ def decider(operator: Operator, by: str | None) -> str:
             details=[{"code": "invalid_request", "message": "by is required", "field": "by"}],
         )
     return by
+
+
+_Endpoint = TypeVar("_Endpoint", bound=Callable[..., Any])
+#: The routes whose body says who acts under the shared token (`decider`).
+_SAYS_WHO: set[Callable[..., Any]] = set()
+
+
+def says_who(endpoint: _Endpoint) -> _Endpoint:
+    """Mark a route that calls `decider` on its body's `by`: a body refused for other fields
+    names a missing `by` too (`missing_by`)."""
+    _SAYS_WHO.add(endpoint)
+    return endpoint
+
+
+def missing_by(request: Request, body: Any) -> dict[str, str] | None:
+    """The detail for a missing `by` in a body refused for other fields, else None.
+
+    The body is validated before the route runs `decider`, so a body short of its evidence
+    (or reason) and of its `by` was refused for the one, and for `by` on the next call.
+    """
+    operator = getattr(request.state, "operator", None)
+    route = request.scope.get("route")
+    if not isinstance(operator, Operator) or not operator.shared:
+        return None
+    if getattr(route, "endpoint", None) not in _SAYS_WHO:
+        return None
+    if not isinstance(body, dict) or body.get("by") is not None:
+        return None
+    return {"code": "invalid_request", "message": "by is required", "field": "body.by"}
 
 
 class CompleteBody(BaseModel):
@@ -101,6 +131,7 @@ _OPERATOR = require_role("operator")
 
 
 @router.post("/{task_id}/nodes/{node_id}/complete", response_model=HumanStepOut, responses=_ERRORS)
+@says_who
 def complete_node(
     task_id: str,
     node_id: str,
@@ -116,6 +147,7 @@ def complete_node(
 
 
 @router.post("/{task_id}/nodes/{node_id}/fail", response_model=HumanStepOut, responses=_ERRORS)
+@says_who
 def fail_node(
     task_id: str,
     node_id: str,
@@ -128,6 +160,7 @@ def fail_node(
 
 
 @router.post("/{task_id}/nodes/{node_id}/skip", response_model=HumanStepOut, responses=_ERRORS)
+@says_who
 def skip_node(
     task_id: str,
     node_id: str,

@@ -13,9 +13,9 @@ from orchestrator.api.auth import require_role
 from orchestrator.api.contract import FilledText, error_responses
 from orchestrator.api.deps import get_db
 from orchestrator.api.enums import ReceiptStatus, TaskStatus
-from orchestrator.api.human_steps import decider
+from orchestrator.api.human_steps import decider, says_who
 from orchestrator.api.models import InvocationView
-from orchestrator.errors import NotFound
+from orchestrator.errors import NotFound, echoed
 from orchestrator.operators import Operator
 from orchestrator.runtime import celery_dispatcher
 from orchestrator.services.invocations import REASON_MAX, InvocationService, Resolution
@@ -86,7 +86,7 @@ def get_invocation(invocation_id: str, db: Database = Depends(get_db)) -> dict[s
     """The latest observed status of one receipt: never its arguments, token or output."""
     receipt = ReceiptLedger(db).get(invocation_id)
     if receipt is None:
-        raise NotFound(f"no invocation {invocation_id}")
+        raise NotFound(f"no invocation {echoed(invocation_id)}")
     return receipt.public()
 
 
@@ -95,6 +95,7 @@ def get_invocation(invocation_id: str, db: Database = Depends(get_db)) -> dict[s
     response_model=ResolvedView,
     responses=error_responses(401, 403, 404, 409, 422),
 )
+@says_who
 def resolve_invocation(
     invocation_id: str,
     body: ResolveBody,

@@ -159,6 +159,11 @@ class ExplainView(TaskView):
     unknown_receipts: list[InvocationView]
     running_receipts: list[InvocationView] = Field(default_factory=list)
     last_write: LastWrite | None
+    waiting_on: str | None = Field(
+        default=None,
+        description="what a waiting task waits on now: its latest `waiting` event's reason "
+        "(an approval or a person's step that leaves it waiting says anew)",
+    )
     token_usage: TokenUsageView | None = Field(
         default=None, description="prompt and completion tokens per generation and in total"
     )

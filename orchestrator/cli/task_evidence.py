@@ -42,4 +42,7 @@ def _evidence(args: argparse.Namespace) -> int:
             f"{'yes' if item['truncated'] else 'no':5}  {rows:>5}  {item['source']} "
             f"at {item['queried_at']}"
         )
+        # What the record says it came from (a command's line): the source alone named
+        # `execute_command` for an `echo` as for a real probe.
+        print(f"    {item['summary']}")
     return 0

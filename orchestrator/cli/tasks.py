@@ -405,6 +405,8 @@ def render_explain(view: dict[str, Any], *, earlier: dict[str, Any] | None = Non
         + (f" ({view['failure_code']})" if view["failure_code"] else "")
         + f", generation {view['generation']}, session {view['session_id']}",
     ]
+    if view.get("waiting_on"):
+        lines.append(f"  waiting on: {printable(view['waiting_on'])}")
     if view.get("last_error"):
         lines.append(f"  last error: {printable(view['last_error'])}")
     if view.get("recoveries") or view.get("handbacks"):

@@ -44,6 +44,7 @@ __all__ = [
     "open_human_nodes",
     "unanswered_failed_human_nodes",
     "unretried_failed_nodes",
+    "waiting_reason",
 ]
 
 _DONE = frozenset({"completed", "skipped", "cancelled"})
@@ -127,6 +128,24 @@ def awaited_human_nodes(
     return open_human_nodes(nodes)
 
 
+def waiting_reason(pending_actions: int, awaited: Sequence[str]) -> str | None:
+    """Why a task waits on people (pending actions, the human nodes `awaited_human_nodes`
+    gives), in the words of its `waiting` event; None when nothing holds it.
+
+    The end of a round and a person's decision that leaves the task waiting
+    (`services.redecide`) say it alike. With an action pending the human nodes are named too:
+    once the action is decided the task may still wait for them.
+    """
+    if pending_actions > 0:
+        reason = f"{pending_actions} action(s) await approval"
+        if awaited:
+            reason += "; human node(s) not completed: " + ", ".join(awaited)
+        return reason
+    if awaited:
+        return "human node(s) not completed: " + ", ".join(awaited)
+    return None
+
+
 def open_human_nodes(nodes: Sequence[Mapping[str, Any]] | None) -> list[str]:
     """The ids of the human nodes a person has yet to close."""
     return [
@@ -193,17 +212,9 @@ def decide(facts: RoundFacts) -> Decision:
     unretried = unretried_failed_nodes(nodes, retries)
     unanswered = unanswered_failed_human_nodes(nodes, retries)
     open_human = awaited_human_nodes(nodes, retries)
-    if facts.pending_actions > 0:
-        # The human nodes too: once the action is decided the task may still wait for them,
-        # and this reason (the generation's, the `waiting` event's) is all that says so.
-        reason = f"{facts.pending_actions} action(s) await approval"
-        if open_human:
-            reason += "; human node(s) not completed: " + ", ".join(open_human)
-        return Decision("waiting", "waiting", reason)
-    if open_human:
-        return Decision(
-            "waiting", "waiting", "human node(s) not completed: " + ", ".join(open_human)
-        )
+    waiting = waiting_reason(facts.pending_actions, open_human)
+    if waiting is not None:
+        return Decision("waiting", "waiting", waiting)
     # Only a report that declared `completed` (which cites recorded evidence) completes: one
     # that declared `waiting` or `continue` is never turned into a completion by the host;
     # with nothing to wait for (no approval, no open human node) the task continues.

@@ -48,6 +48,10 @@ class EvidenceFacts:
     row_count: int | None
     params: Any  # digested, never stored
     content: Any  # hashed and counted, never stored
+    #: What the result came from, in words for the record's summary (a command's line, never
+    #: its `env`): the digest alone did not let an operator see that a `live` record was an
+    #: `echo`. Dropped by the host for a sensitive call.
+    described: str | None = None
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from orchestrator.domain.plan_fields import Problem, problem
 from orchestrator.domain.vocabulary import OPEN_NODE_STATUSES
-from orchestrator.errors import ConflictError, NotFound
+from orchestrator.errors import ConflictError, NotFound, echoed
 
 __all__ = [
     "PERSON_REQUEST_PREFIX",
@@ -68,7 +68,9 @@ def close_human_node(
         raise ValueError(f"a person sets a human node to one of {PERSON_STATUSES}, not {status}")
     found = next((n for n in nodes if n.get("id") == node_id), None)
     if found is None:
-        raise NotFound(f"node {node_id!r} is not in the task's current plan", code="unknown_node")
+        raise NotFound(
+            f"node {echoed(node_id)!r} is not in the task's current plan", code="unknown_node"
+        )
     if found.get("actor") != "human":
         raise ConflictError(
             f"node {node_id!r} is an agent node: only the agent reports it", code="agent_node"

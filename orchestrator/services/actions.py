@@ -20,7 +20,7 @@ from orchestrator.domain.fences import Fence
 from orchestrator.domain.fingerprints import NonCanonical
 from orchestrator.domain.plans import distinct_edges
 from orchestrator.domain.vocabulary import ACTION_KINDS, ACTION_STATUSES, OPEN_NODE_STATUSES
-from orchestrator.errors import ConflictError, InvalidTransition, NotFound, ValidationFailed
+from orchestrator.errors import ConflictError, InvalidTransition, NotFound, ValidationFailed, echoed
 from orchestrator.services.dispatch import Dispatcher, RecordingDispatcher, safe_dispatch
 from orchestrator.services.plans import PlanService, publish_txn
 from orchestrator.services.redecide import redecide_txn
@@ -182,7 +182,7 @@ class ActionService:
     ) -> tuple[ActionRecord, int | None]:
         action = action_store.get_action(conn, action_id)
         if action is None:
-            raise NotFound(f"action {action_id} does not exist")
+            raise NotFound(f"action {echoed(action_id)} does not exist")
         # The task row first, as every fenced write of an execution takes it: a proposal or a
         # plan publish of the task cannot interleave with the decision.
         task = task_store.get_task(conn, action.task_id, lock=True)
@@ -225,7 +225,7 @@ class ActionService:
         with self.db.transaction(readonly=True) as conn:
             action = action_store.get_action(conn, action_id)
         if action is None:
-            raise NotFound(f"action {action_id} does not exist")
+            raise NotFound(f"action {echoed(action_id)} does not exist")
         return action
 
     def list(

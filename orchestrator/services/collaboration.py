@@ -33,6 +33,7 @@ from orchestrator.errors import (
     NotFound,
     OrchestratorError,
     ValidationFailed,
+    echoed,
 )
 from orchestrator.services.sessions import create_session_txn
 from orchestrator.settings import Settings
@@ -144,7 +145,7 @@ class CollaborationService:
         with self.db.transaction() as conn:
             task = task_store.get_task(conn, task_id, lock=True)  # one session per task
             if task is None:
-                raise NotFound(f"task {task_id} does not exist")
+                raise NotFound(f"task {echoed(task_id)} does not exist")
             existing = store.collaboration_session_of(conn, task_id, owner)
             if existing is not None:
                 return existing, False
@@ -159,7 +160,7 @@ class CollaborationService:
     ) -> SessionRecord:
         session = session_store.get_session(conn, session_id, lock=lock)
         if session is None:
-            raise NotFound(f"session {session_id} does not exist")
+            raise NotFound(f"session {echoed(session_id)} does not exist")
         if session.purpose != "task_collaboration" or session.task_id is None:
             raise ConflictError(
                 f"session {session_id} is a {session.purpose} session, not a task collaboration",

@@ -23,7 +23,7 @@ from orchestrator.domain import plans as rules
 from orchestrator.domain.human_steps import PERSON_REQUEST_PREFIX, close_human_node
 from orchestrator.domain.retries import next_retries
 from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
-from orchestrator.errors import ConflictError, NotFound
+from orchestrator.errors import ConflictError, NotFound, echoed
 from orchestrator.services.dispatch import Dispatcher, safe_dispatch
 from orchestrator.services.plans import PlanService
 from orchestrator.services.redecide import redecide_txn
@@ -109,7 +109,7 @@ class HumanStepService:
         with self.db.transaction() as conn:
             task = task_store.get_task(conn, task_id, lock=True)
             if task is None:
-                raise NotFound(f"task {task_id} does not exist")
+                raise NotFound(f"task {echoed(task_id)} does not exist")
             if task.status in TERMINAL_TASK_STATUSES:
                 raise ConflictError(f"task {task_id} is {task.status}", code="task_finished")
             plan = _plan_to_close_in(conn, task)

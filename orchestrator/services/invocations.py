@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orchestrator.errors import ConflictError, NotFound, ValidationFailed
+from orchestrator.errors import ConflictError, NotFound, ValidationFailed, echoed
 from orchestrator.services.dispatch import Dispatcher, safe_dispatch
 from orchestrator.services.redecide import redecide_txn
 from orchestrator.store import open_work
@@ -72,7 +72,7 @@ class InvocationService:
         with self.db.transaction() as conn:
             row = open_work.receipt_row(conn, invocation_id)  # its task is locked first
             if row is None:
-                raise NotFound(f"no invocation {invocation_id}")
+                raise NotFound(f"no invocation {echoed(invocation_id)}")
             task_id = open_work.task_of_owner(row.owner)
             task = task_store.get_task(conn, task_id, lock=True) if task_id else None
             if task_id is None or task is None:

@@ -27,7 +27,7 @@ from orchestrator.domain.plan_authority import (
     cited_ids,
 )
 from orchestrator.domain.retries import next_retries
-from orchestrator.errors import ConflictError, NotFound
+from orchestrator.errors import ConflictError, NotFound, echoed
 from orchestrator.events import NullNotifier, PlanNotifier
 from orchestrator.store import plans as store
 from orchestrator.store import reports as report_store
@@ -298,7 +298,7 @@ class PlanService:
     def _session_or_404(self, conn: Connection, session_id: str) -> session_store.SessionRecord:
         session = session_store.get_session(conn, session_id)
         if session is None:
-            raise NotFound(f"session {session_id} does not exist")
+            raise NotFound(f"session {echoed(session_id)} does not exist")
         return session
 
     def history(self, session_id: str) -> dict[str, Any]:
@@ -318,7 +318,7 @@ class PlanService:
             self._session_or_404(conn, session_id)
             record = store.get_revision(conn, session_id, revision)
         if record is None:
-            raise NotFound(f"session {session_id} has no plan revision {revision}")
+            raise NotFound(f"session {echoed(session_id)} has no plan revision {revision}")
         return record
 
     def latest(self, session_id: str) -> PlanRecord | None:
@@ -331,7 +331,7 @@ class PlanService:
         with self.db.transaction(readonly=True) as conn:
             standing = store.session_standing(conn, session_id)
             if standing is None:
-                raise NotFound(f"session {session_id} does not exist")
+                raise NotFound(f"session {echoed(session_id)} does not exist")
             latest = store.latest_revision(conn, session_id)
         return SessionPlans(session_id, standing.running, latest, standing.finished)
 

@@ -16,13 +16,20 @@ end of a round applies the same rule (`domain.decisions.awaited_human_nodes`), s
 agent kept without a retry (a new human node drawn from it since it failed: a step planned after
 it before it failed is none) is news there too; and an approval that releases a task
 held with such a failure queues it though other human nodes are open.
+
+A decision that leaves the task waiting writes a new `waiting` event with what it waits on now
+(the wording of the end of a round, `domain.decisions.waiting_reason`).
 """
 
 from __future__ import annotations
 
 from sqlalchemy import Connection
 
-from orchestrator.domain.decisions import awaited_human_nodes, unanswered_failed_human_nodes
+from orchestrator.domain.decisions import (
+    awaited_human_nodes,
+    unanswered_failed_human_nodes,
+    waiting_reason,
+)
 from orchestrator.domain.retries import retries_of
 from orchestrator.store import generations as generation_store
 from orchestrator.store import reports as report_store
@@ -44,12 +51,15 @@ def redecide_txn(
     if task.status != "waiting":
         return None
     facts = report_store.generation_facts(conn, task.task_id, task.generation, task.session_id)
-    if facts.pending_actions > 0:
-        return None
     retries = retries_of(facts.plan_nodes, facts.plan_edges, facts.plan_retries)
     # The rule the end of a round applies: the task waits for its people unless a person
     # failed a step the plan does not answer with a retry (`domain.retries`).
-    if failed_node is None and awaited_human_nodes(facts.plan_nodes, retries):
+    awaited = awaited_human_nodes(facts.plan_nodes, retries)
+    if facts.pending_actions > 0 or (failed_node is None and awaited):
+        # Still waiting, on less than before: the task stream and the webhook hear what holds
+        # it now, or a backend following them reads the reason the decision made stale.
+        reason = waiting_reason(facts.pending_actions, awaited)
+        event_store.record_event(conn, task.task_id, "waiting", reason=reason, task_locked=True)
         return None
     unanswered = unanswered_failed_human_nodes(facts.plan_nodes, retries)
     nxt = generation_store.requeue_generation(

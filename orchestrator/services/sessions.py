@@ -10,7 +10,7 @@ from sqlalchemy import Connection
 
 from orchestrator.domain.cursors import decode_cursor, encode_cursor
 from orchestrator.domain.vocabulary import SESSION_PURPOSES
-from orchestrator.errors import ConflictError, Forbidden, NotFound, ValidationFailed
+from orchestrator.errors import ConflictError, Forbidden, NotFound, ValidationFailed, echoed
 from orchestrator.store import sessions as store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.collaboration import collaboration_session_of
@@ -119,7 +119,7 @@ class SessionService:
         with self.db.transaction(readonly=True) as conn:
             record = store.get_session(conn, session_id)
         if record is None:
-            raise NotFound(f"session {session_id} does not exist")
+            raise NotFound(f"session {echoed(session_id)} does not exist")
         if caller is not None and record.purpose != "task_execution" and record.owner != caller:
             raise Forbidden(f"session {session_id} is another person's", code="not_session_owner")
         return record

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.errors import NotFound
+from orchestrator.errors import NotFound, echoed
 from orchestrator.store import evidence as evidence_store
 from orchestrator.store import task_plans
 from orchestrator.store import tasks as task_store
@@ -22,7 +22,7 @@ class TaskRecords:
         """`{"task_id", "plan"}`: the task's latest revision (None before its first plan)."""
         with self.db.transaction(readonly=True) as conn:
             if task_store.get_task(conn, task_id) is None:
-                raise NotFound(f"task {task_id} does not exist")
+                raise NotFound(f"task {echoed(task_id)} does not exist")
             plan = task_plans.task_latest_plan(conn, task_id)
         return {"task_id": task_id, "plan": plan.to_dict() if plan else None}
 
@@ -30,6 +30,6 @@ class TaskRecords:
         """`{"items", "next_cursor"}`: every evidence record of the task, oldest first."""
         with self.db.transaction(readonly=True) as conn:
             if task_store.get_task(conn, task_id) is None:
-                raise NotFound(f"task {task_id} does not exist")
+                raise NotFound(f"task {echoed(task_id)} does not exist")
             items = evidence_store.evidence_of_task(conn, task_id)
         return {"items": items, "next_cursor": None}

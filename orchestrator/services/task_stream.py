@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from orchestrator.domain.times import wire_time
 from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
-from orchestrator.errors import NotFound
+from orchestrator.errors import NotFound, echoed
 from orchestrator.store import actions as action_store
 from orchestrator.store import plans as plan_store
 from orchestrator.store import task_events as event_store
@@ -56,7 +56,7 @@ class TaskStreamService:
             seq = event_store.last_seq(conn, task_id)
             task = task_store.get_task(conn, task_id)
             if task is None:
-                raise NotFound(f"task {task_id} does not exist")
+                raise NotFound(f"task {echoed(task_id)} does not exist")
             plan = plan_store.latest_revision(conn, task.session_id) if task.session_id else None
             if plan is None:
                 # The generation has not published yet: the task's current plan is the last one

@@ -20,7 +20,7 @@ from orchestrator.domain.storable import filled_text, storable_json
 from orchestrator.domain.task_filter import TASK_TYPE_PATTERN, TaskFilter
 from orchestrator.domain.times import wire_time
 from orchestrator.domain.vocabulary import TASK_STATUSES, TERMINAL_TASK_STATUSES
-from orchestrator.errors import ConflictError, InvalidTransition, NotFound
+from orchestrator.errors import ConflictError, InvalidTransition, NotFound, echoed
 from orchestrator.leases import LeaseBackend
 from orchestrator.leases.keys import ended_key
 from orchestrator.services.dispatch import Dispatcher, dispatch_failure, safe_dispatch
@@ -126,7 +126,7 @@ class TaskService:
         with self.db.transaction(readonly=True) as conn:
             task = task_store.get_task(conn, task_id)
         if task is None:
-            raise NotFound(f"task {task_id} does not exist")
+            raise NotFound(f"task {echoed(task_id)} does not exist")
         return task
 
     def list_tasks(
@@ -153,7 +153,7 @@ class TaskService:
         with self.db.transaction() as conn:
             task = task_store.get_task(conn, task_id, lock=True)
             if task is None:
-                raise NotFound(f"task {task_id} does not exist")
+                raise NotFound(f"task {echoed(task_id)} does not exist")
             generation_store.end_generation(
                 conn,
                 task_id,
@@ -189,7 +189,7 @@ class TaskService:
         with self.db.transaction() as conn:
             task = task_store.get_task(conn, task_id, lock=True)
             if task is None:
-                raise NotFound(f"task {task_id} does not exist")
+                raise NotFound(f"task {echoed(task_id)} does not exist")
             if task.status in TERMINAL_TASK_STATUSES:
                 raise InvalidTransition(f"task {task_id} is already {task.status}")
             generation_store.end_generation(
@@ -214,7 +214,7 @@ class TaskService:
         with self.db.transaction(readonly=True) as conn:
             task = task_store.get_task(conn, task_id)
             if task is None:
-                raise NotFound(f"task {task_id} does not exist")
+                raise NotFound(f"task {echoed(task_id)} does not exist")
             executions = execution_store.list_executions(conn, task_id)
             plan = plan_store.latest_revision(conn, task.session_id) if task.session_id else None
             report = report_store.latest_report(conn, task_id, task.generation)
@@ -230,6 +230,13 @@ class TaskService:
                 conn, task_id, "invocation_resolved", RESOLUTIONS_SHOWN
             )
             last_write = last_fenced_write(conn, task_id, task.generation)
+            # The execution's reason says how its round ended; a decision since (an approval,
+            # a person's step) that left the task waiting said anew on what, in this event.
+            waited = (
+                event_store.events_of_type(conn, task_id, "waiting", 1)
+                if task.status == "waiting"
+                else []
+            )
         view = task_view(task)
         view.update(
             {
@@ -245,6 +252,7 @@ class TaskService:
                 "deliveries": deliveries,
                 "resolutions": [_resolution_view(event) for event in resolved],
                 "last_write": {"at": last_write[0], "kind": last_write[1]} if last_write else None,
+                "waiting_on": waited[-1].reason if waited else None,
             }
         )
         return view
@@ -265,7 +273,7 @@ class TaskService:
         with self.db.transaction(readonly=True) as conn:
             task = task_store.get_task(conn, task_id)
             if task is None:
-                raise NotFound(f"task {task_id} does not exist")
+                raise NotFound(f"task {echoed(task_id)} does not exist")
             if generation is not None and not 1 <= generation <= task.generation:
                 raise NotFound(
                     f"task {task_id} has no generation {generation} (it is at {task.generation})"

@@ -97,6 +97,7 @@ class _Process:
     ended_at: float = 0.0
     output: str | None = None  # the whole output once ended, when short enough to drop the file
     invocation_id: str | None = None  # the receipt of a background `start`, settled at round end
+    command: str = ""  # the command line, for the evidence record of its output
 
 
 class ExecuteCommand(Tool):
@@ -171,7 +172,14 @@ class ExecuteCommand(Tool):
             row_count=None,
             params=args.model_dump(mode="json", exclude={"env"}),
             content=text,
+            # The command line, which a read or wait names only by its process (never `env`).
+            described=args.command if args.action == "run" else self._command_of(args.process_id),
         )
+
+    def _command_of(self, process_id: str | None) -> str | None:
+        with self._lock:
+            process = self._processes.get(process_id or "")
+        return None if process is None else process.command
 
     # -- session clean-up --------------------------------------------------------------------
 
@@ -352,7 +360,7 @@ class ExecuteCommand(Tool):
         finally:
             os.close(fd)  # the child has its own copy; the parent never writes to the file
         process_id = uuid.uuid4().hex
-        process = _Process(ctx.owner, ctx.session_id, popen, path)
+        process = _Process(ctx.owner, ctx.session_id, popen, path, command=str(args.command))
         with self._lock:
             # Tracked from the first moment, so `reap` finds it whatever happens next.
             self._processes[process_id] = process

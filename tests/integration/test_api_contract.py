@@ -339,3 +339,50 @@ def test_every_success_response_is_typed_for_a_generated_client(client: TestClie
                 untyped += [f"{route}: {place}" for place in found]
     assert not untyped, "\n".join(untyped)
     assert allowed == set(FREE_FORM), f"no such field now: {set(FREE_FORM) - allowed}"
+
+
+LONG_ID = "x" * 5000
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("get", f"/api/v1/actions/{LONG_ID}", None),
+        ("post", f"/api/v1/actions/{LONG_ID}/reject", {"by": "ana"}),
+        ("get", f"/api/v1/tasks/{LONG_ID}", None),
+        ("post", f"/api/v1/tasks/{LONG_ID}/cancel", None),
+        ("post", f"/api/v1/tasks/{LONG_ID}/nodes/sample/complete", {"by": "a", "evidence": "e"}),
+        ("get", f"/api/v1/sessions/{LONG_ID}", None),
+        ("get", f"/api/v1/invocations/{LONG_ID}", None),
+    ],
+)
+def test_a_404_clips_the_id_it_repeats(
+    client: TestClient, method: str, path: str, body: dict[str, Any] | None
+) -> None:
+    """A 5,000-character id came back whole in the message: it is clipped, its length said."""
+    answer = client.request(method, path, json=body, headers=AUTH)
+    assert answer.status_code == 404
+    message = answer.json()["error"]["message"]
+    assert "(5000 characters)" in message
+    assert len(message) < 200, message
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "fields"),
+    [
+        ("/api/v1/tasks/t/nodes/n/complete", {}, ["body.evidence", "body.by"]),
+        ("/api/v1/tasks/t/nodes/n/fail", {}, ["body.reason", "body.by"]),
+        ("/api/v1/tasks/t/nodes/n/skip", {"by": None}, ["body.reason", "body.by"]),
+        ("/api/v1/tasks/t/nodes/n/complete", {"by": "ana"}, ["body.evidence"]),
+        ("/api/v1/actions/a/approve", {"digest": "zz"}, ["body.digest", "body.by"]),
+        ("/api/v1/invocations/i/resolve", {}, ["body.status", "body.reason", "body.by"]),
+    ],
+)
+def test_a_body_refused_under_the_shared_token_names_a_missing_by_with_the_rest(
+    client: TestClient, path: str, body: dict[str, Any], fields: list[str]
+) -> None:
+    """`by` was checked after the body validated: `{}` was refused for the evidence (or
+    reason), then for `by` on the next call. One refusal names them all."""
+    answer = client.post(path, json=body, headers=AUTH)
+    assert answer.status_code == 422
+    assert [d["field"] for d in answer.json()["error"]["details"]] == fields

@@ -298,3 +298,30 @@ def test_approval_over_http_names_the_digest(
         assert client.get(f"/api/v1/tasks/{task_id}").json()["status"] == "queued"
         missing = client.get("/api/v1/actions/nope")
         assert (missing.status_code, missing.json()["error"]["code"]) == (404, "not_found")
+
+
+def test_an_approval_short_of_its_digest_and_its_by_names_both_at_once(
+    env: tuple[Runtime, RecordingDispatcher, Path], store_url: str
+) -> None:
+    """Under the shared token `{}` used to be refused for `by`, and for the digest only on the
+    next call: one refusal names every missing field, and the action stays pending."""
+    rt, _, scripts = env
+    _, action_id = waiting_task(rt, scripts)
+    app = create_app(load_settings(database_url=store_url, api_token="shared-token"))
+    with TestClient(app, headers={"Authorization": "Bearer shared-token"}) as client:
+        from orchestrator.services.actions import ActionService
+
+        app.state.actions = ActionService(rt.db, rt.plans, RecordingDispatcher())
+        empty = client.post(f"/api/v1/actions/{action_id}/approve", json={})
+        assert empty.status_code == 422
+        error = empty.json()["error"]
+        assert error["code"] == "digest_required"
+        assert [d["field"] for d in error["details"]] == ["digest", "by"]
+        assert "`digest` and `by` are required" in error["message"]
+        # One field short: that field alone, with the code it always had.
+        by_only = client.post(f"/api/v1/actions/{action_id}/approve", json={"by": "ana"})
+        assert [d["field"] for d in by_only.json()["error"]["details"]] == ["digest"]
+        digest = client.get(f"/api/v1/actions/{action_id}").json()["digest"]
+        no_by = client.post(f"/api/v1/actions/{action_id}/approve", json={"digest": digest})
+        assert (no_by.status_code, no_by.json()["error"]["details"][0]["field"]) == (422, "by")
+        assert client.get(f"/api/v1/actions/{action_id}").json()["status"] == "pending_approval"

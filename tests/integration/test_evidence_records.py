@@ -155,3 +155,49 @@ def test_a_page_of_a_longer_answer_is_recorded_truncated(
     # The model is told why, in the result it is shown.
     [body] = shown
     assert "only part of the range" in json.dumps(body)
+
+
+def test_a_command_record_says_the_command_line_clipped_and_never_its_env(
+    rt: Runtime, scripts: Path
+) -> None:
+    """The record kept only a digest of the command, so an operator could not see that a
+    `live` record came from `echo 'no anomaly'`: its summary says the line (never `env`)."""
+    long = "echo " + "a" * 400
+    run = {"command": "echo 'no anomaly'", "env": {"PROBE_TOKEN": "s3cret-probe-value"}}
+    turns = [
+        {
+            "tool_calls": [
+                {"id": "said", "name": "execute_command", "arguments": run},
+                {"id": "long", "name": "execute_command", "arguments": {"command": long}},
+                {
+                    "id": "bg",
+                    "name": "execute_command",
+                    "arguments": {"action": "start", "command": "echo two\necho lines"},
+                },
+            ]
+        },
+        {
+            "tool_calls": [
+                {
+                    "id": "w",
+                    "name": "execute_command",
+                    "arguments": {"action": "wait", "process_id": "${bg.result.process_id}"},
+                }
+            ]
+        },
+        {"content": "looked"},
+    ]
+    write_script(scripts, "looks", turns)
+    task_id = rt.tasks.trigger(Trigger(task_type="looks", title="t")).task.task_id
+    rt.executions.run(task_id, 1, worker="w1")
+    summaries = [r["summary"] for r in TaskRecords(rt.db).evidence(task_id)["items"]]
+    assert len(summaries) == 3, summaries
+    assert any("`echo 'no anomaly'`" in summary for summary in summaries), summaries
+    said, clipped, waited = (
+        next(s for s in summaries if part in s) for part in ("anomaly", "aaaa", "lines")
+    )
+    assert said.startswith("command execute_command `echo 'no anomaly'`: ")
+    assert "s3cret-probe-value" not in json.dumps(summaries)
+    assert f"`{long[:200]}... (405 characters)`" in clipped
+    # A wait names its process; the record says the command that process ran, on one line.
+    assert "`echo two echo lines`" in waited

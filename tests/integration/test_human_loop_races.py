@@ -534,6 +534,12 @@ def test_an_account_removed_or_demoted_in_the_operators_file_loses_its_rights_at
         assert "ORCH_OPERATORS line 2" in broken.json()["error"]["message"]
         assert str(tmp_path) not in broken.text  # nor where the file lives
         assert hashlib.sha256(b"alma-token").hexdigest() not in broken.text
+        # An account listed twice: the line and the kind of problem, not the account's name.
+        accounts.write_text(_account_line("alma", "approver") + _account_line("alma", "viewer"))
+        twice = client.get(f"/api/v1/tasks/{task_id}")
+        assert (twice.status_code, twice.json()["error"]["code"]) == (503, "operators_unreadable")
+        assert "ORCH_OPERATORS line 2: an account name appears twice" in twice.text
+        assert "alma" not in twice.text
         accounts.write_text("")  # emptied: still no open API
         refused = client.post(approve, json={"digest": digest, "by": "anyone"})
         assert refused.status_code == 503

@@ -189,6 +189,8 @@ def test_the_cli_lists_the_evidence(rt: Runtime, scripts: Path, store_url: str) 
     assert listed.returncode == 0, listed.stderr
     assert "scada_sim" in listed.stdout
     assert "synthetic" in listed.stdout
+    (record,) = TaskRecords(rt.db).evidence(task_id)["items"]
+    assert f"\n    {record['summary']}\n" in listed.stdout  # what it came from, under its line
     as_json = json.loads(cli(task_id, "--json").stdout)
     assert [item["origin"] for item in as_json] == ["synthetic"]
     missing = cli("nope")

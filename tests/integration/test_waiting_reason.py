@@ -8,9 +8,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
+from orchestrator.cli.tasks import render_explain
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
+from orchestrator.store.tables import outbox
 from orchestrator.store.task_events import events_after
 from tests.executions_support import (
     READ_AND_QUERY,
@@ -77,3 +80,64 @@ def test_a_task_waiting_on_an_action_and_a_person_names_both(rt: Runtime, tmp_pa
     task = rt.tasks.get(task_id)
     assert (task.status, task.generation) == ("waiting", 1)
     assert "human node(s) not completed: sample" in execution_end(rt, task_id, 1)[1]
+
+
+RETEST = SAMPLE | {"id": "retest", "title": "Retest in the lab", "reason": "the lab retests"}
+
+
+def waiting_events(rt: Runtime, task_id: str) -> list[tuple[str | None, bool]]:
+    """The reasons of the task's `waiting` events, each with whether its webhook was written."""
+    with rt.db.transaction(readonly=True) as conn:
+        events = [e for e in events_after(conn, task_id, 0, 50) if e.type == "waiting"]
+        hooked = set(
+            conn.execute(
+                select(outbox.c.event_seq).where(
+                    outbox.c.task_id == task_id, outbox.c.kind == "webhook"
+                )
+            ).scalars()
+        )
+    return [(e.reason, e.seq in hooked) for e in events]
+
+
+def test_a_decision_that_leaves_the_task_waiting_says_what_it_waits_on_now(
+    rt: Runtime, tmp_path: Path
+) -> None:
+    """DESIGN invariant 24: a decision re-decides the task at once. One that leaves it waiting
+    on something else sends a new `waiting` event (stream and webhook) with the new reason;
+    before, a backend following them went on reading that the action awaited approval."""
+    write_script(
+        tmp_path / "scripts",
+        "wo",
+        [
+            READ_AND_QUERY,
+            {
+                "tool_calls": [
+                    plan_call(
+                        "c1",
+                        "r1",
+                        [node("check", "completed"), SAMPLE, RETEST, node("repair", "waiting")],
+                    )
+                ]
+            },
+            {"tool_calls": [PROPOSE]},
+            {"tool_calls": [report_call("c3", "waiting")]},
+        ],
+    )
+    task_id = rt.tasks.trigger(Trigger(task_type="wo", title="Low pressure")).task.task_id
+    assert rt.executions.run(task_id, 1, worker="w").outcome == "waiting"
+    first = "1 action(s) await approval; human node(s) not completed: sample, retest"
+    assert waiting_events(rt, task_id) == [(first, True)]
+
+    approve_the_action(rt, task_id)
+    rt.human_steps.close(task_id, "sample", "completed", by="crew", evidence="bottle 7")
+    assert waiting_events(rt, task_id) == [
+        (first, True),
+        ("human node(s) not completed: sample, retest", True),
+        ("human node(s) not completed: retest", True),
+    ]
+    task = rt.tasks.get(task_id)
+    assert (task.status, task.generation) == ("waiting", 1)
+    # The operator's view says it too (the generation's reason says how its round ended).
+    view = rt.tasks.explain(task_id)
+    assert view["waiting_on"] == "human node(s) not completed: retest"
+    assert "  waiting on: human node(s) not completed: retest\n" in render_explain(view)

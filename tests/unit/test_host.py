@@ -13,6 +13,7 @@ from orchestrator import logs
 from orchestrator.agent.evidence import Citation
 from orchestrator.agent.host import ToolHost
 from orchestrator.agent.loop import RECEIVED, LeaseLost, StopSignal
+from orchestrator.domain.evidence import EvidenceFacts
 from orchestrator.domain.fences import Fence
 from orchestrator.errors import NotFound, StaleGeneration, ValidationFailed
 from orchestrator.tools.base import (
@@ -361,16 +362,18 @@ class Recorder:
     def __init__(self) -> None:
         self.recorded: list[str] = []
 
-    def cite(self, ctx: ToolContext, facts: Any, *, cut: bool, result_id: str | None) -> Citation:
-        self.recorded.append(facts)
+    def cite(
+        self, ctx: ToolContext, facts: EvidenceFacts, *, cut: bool, result_id: str | None
+    ) -> Citation:
+        self.recorded.append(f"facts {facts.content}")
         return Citation(f"ev-{len(self.recorded)}", "2026-12-04T00:00:00+00:00", "sha256:00")
 
 
 class CitableStubborn(Stubborn):
     name = "citable"
 
-    def evidence_facts(self, args: Any, result: ToolResult) -> Any:
-        return f"facts of {result.payload}"
+    def evidence_facts(self, args: Any, result: ToolResult) -> EvidenceFacts:
+        return EvidenceFacts("data_source", "s", "live", False, None, {}, f"of {result.payload}")
 
 
 @pytest.mark.parametrize("cancel", [None, threading.Event()], ids=["no cancel", "cancel unset"])

@@ -7,7 +7,8 @@ model turn is written before the loop goes on; the results are written in the ba
 the model thinks, and the next model turn, `flush()` or the end of the round waits for them.
 
 What is written is redacted: the argument values of a sensitive operation (`sensitive_read`, or a
-business operation marked `x-sensitive`) become `"***"`; a sensitive result keeps its status and
+business operation marked `x-sensitive`) become `"***"`, as do the values of a tool's secret
+arguments (`Tool.secret_arguments`: a command's `env`); a sensitive result keeps its status and
 receipt id but not its body; a page of a large result (`read_tool_result`) is not kept, only
 which result and offset it was; everything else is the envelope exactly as shown (a large result
 is already a preview with its `result_id`).
@@ -45,7 +46,14 @@ from orchestrator.store.fencing import check_fence
 from orchestrator.tools.base import Tool, ToolCall, ToolResult
 from orchestrator.tools.results import ReadToolResult
 
-__all__ = ["REDACTED", "TranscriptWriter", "is_sensitive", "may_be_sensitive", "redact_values"]
+__all__ = [
+    "REDACTED",
+    "TranscriptWriter",
+    "hide_secret_arguments",
+    "is_sensitive",
+    "may_be_sensitive",
+    "redact_values",
+]
 
 REDACTED = "***"
 #: The longest tool name the transcript's column holds (a model may call any name).
@@ -63,6 +71,17 @@ def redact_values(value: Any) -> Any:
     if isinstance(value, list):
         return [redact_values(item) for item in value]
     return REDACTED
+
+
+def hide_secret_arguments(tool: Tool | None, arguments: Any) -> Any:
+    """`arguments` with the values of the tool's secret arguments (a command's `env`) as `***`,
+    its keys kept: an operator sees that a variable was set, not to what."""
+    if tool is None or not tool.secret_arguments or not isinstance(arguments, dict):
+        return arguments
+    return {
+        key: redact_values(value) if key in tool.secret_arguments else value
+        for key, value in arguments.items()
+    }
 
 
 def is_sensitive(tool: Tool | None, arguments: dict[str, Any]) -> bool:
@@ -164,12 +183,17 @@ class TranscriptWriter:
             tool = self.tools.get(call.name)
             sensitive = is_sensitive(tool, call.arguments)
             self._sensitive[call.id] = sensitive
-            arguments = redact_values(call.arguments) if sensitive else clean(call.arguments)
+            arguments = (
+                redact_values(call.arguments)
+                if sensitive
+                else clean(hide_secret_arguments(tool, call.arguments))
+            )
             shown: dict[str, Any] = {"id": call.id, "name": call.name, "arguments": arguments}
             if call.id in raw:
                 # Unreadable arguments: what the model sent, unless it may hold a secret.
                 text = raw[call.id]
-                shown["raw_arguments"] = REDACTED if may_be_sensitive(tool) else clean(text)
+                hidden = may_be_sensitive(tool) or bool(tool and tool.secret_arguments)
+                shown["raw_arguments"] = REDACTED if hidden else clean(text)
             calls.append(shown)
             self.calls[call.id] = CallRecord(call.id, call.name, arguments, turn_number)
         body: dict[str, Any] = {"content": turn.content, "tool_calls": calls}

@@ -176,6 +176,9 @@ class Tool(ABC):
     pageable: ClassVar[bool] = True
     #: True for tools that need their call id (`ctx.extras[CALL_ID]`), e.g. to nest a transcript.
     wants_call_id: ClassVar[bool] = False
+    #: Arguments whose values the host keeps as `***` wherever it writes the call down (the
+    #: transcript, the recovery snapshot): a command's environment often carries a credential.
+    secret_arguments: ClassVar[frozenset[str]] = frozenset()
 
     def effect_for(self, args: Any) -> Effect:
         """The effect of this call; multi-operation tools (the API gateway) decide per call."""

@@ -107,6 +107,7 @@ class ExecuteCommand(Tool):
         "output, wait for it or stop it. Success only on exit code 0; output alone proves nothing."
     )
     effect = "write"
+    secret_arguments = frozenset({"env"})
     arguments = ExecuteCommandArgs
     # identity stays "call": running the same diagnostic twice is two intents, not one.
 

@@ -8,6 +8,7 @@ test_subagent_transcripts.py.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from datetime import timedelta
@@ -41,6 +42,7 @@ from tests.executions_support import (
     query_call,
     report_call,
     runtime_for,
+    write_script,
 )
 from tests.openai_server import OpenAIServer, Reply, call
 from tests.transcript_support import as_call, claimed, openai_runtime, trigger
@@ -459,3 +461,40 @@ def test_unreadable_arguments_show_what_the_model_sent_bounded_and_redacted(
         assert "hunter2" not in json.dumps(view)
     finally:
         rt.close()
+
+
+def test_a_command_s_environment_is_kept_as_names_only(store_url: str, scripts: Path) -> None:
+    """A command's `env` often carries a credential: the command gets it, but the transcript
+    and the recovery snapshot keep only the variables' names, and its record says what ran."""
+    secret = "s3cr3t-7f1c"
+    command = {
+        "id": "c1",
+        "name": "execute_command",
+        "arguments": {
+            "command": 'printf %s "$TANK_TOKEN" | sha256sum',
+            "env": {"TANK_TOKEN": secret},
+        },
+    }
+    write_script(scripts, "with_env", [{"tool_calls": [command]}, {"content": "ran"}])
+    rt, _ = runtime_for(store_url, scripts, enable_command_tool=True)
+    try:
+        task_id = trigger(rt, "with_env")
+        rt.executions.run(task_id, 1, worker="w1")
+        entries = rt.tasks.transcript(task_id)["items"]
+        fence, session_id = claimed(rt)
+        tools = {tool.name: tool for tool in rt.executions._tools(None)}
+        writer = TranscriptWriter(rt.db, fence, session_id, tools)
+        call_ = ToolCall("c2", "execute_command", command["arguments"])
+        writer.model_turn(1, {}, ModelTurn(None, (call_,), usage=TokenUsage(5, 1)))
+        snapshot = writer.snapshot("cancelled", None)
+    finally:
+        rt.close()
+    assert secret not in json.dumps(entries)
+    [turn] = [e for e in entries if e["kind"] == "model_turn" and e["body"]["tool_calls"]]
+    assert turn["body"]["tool_calls"][0]["arguments"]["env"] == {"TANK_TOKEN": REDACTED}
+    [result] = [e for e in entries if e["kind"] == "tool_result"]
+    assert result["status"] == "succeeded"
+    # The command had the real value.
+    assert hashlib.sha256(secret.encode()).hexdigest() in json.dumps(result["body"])
+    [unknown] = snapshot.unknown
+    assert unknown["arguments"]["env"] == {"TANK_TOKEN": REDACTED}

@@ -391,5 +391,20 @@ def _arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
     else:
         value = raw
     if not isinstance(value, dict):
-        return {}, f"the arguments must be a JSON object, not {type(value).__name__}"
+        return {}, f"the arguments must be a JSON object, not {_json_kind(value)}"
     return clean(value), None
+
+
+def _json_kind(value: Any) -> str:
+    """What a value is called in JSON, which the model writes (not its Python type's name)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return type(value).__name__

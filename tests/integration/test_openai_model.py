@@ -389,6 +389,23 @@ def test_arguments_sent_as_an_object_or_a_number_do_not_crash_the_round(
     assert json.loads(sent[0]["function"]["arguments"]) == as_object
 
 
+def test_arguments_that_are_not_an_object_are_named_by_their_json_type(
+    server: OpenAIServer,
+) -> None:
+    # The model reads JSON, not Python: "not NoneType" or "not list" named nothing it sent.
+    sent = {"c1": "null", "c2": "[1, 2]", "c3": '"north"', "c4": "7.5", "c5": "true"}
+    server.reply(tool_calls=[call(cid, "count_samples", text) for cid, text in sent.items()])
+    server.reply(content="done")
+    tool = CountSamples()
+    assert play(model_for(server), tool) == "done"
+    said = [m["message"] for m in tool_messages(server.bodies[1])]
+    named = ["null", "an array", "a string", "a number", "true or false"]
+    assert said == [
+        f"the arguments must be a JSON object, not {kind}; nothing was run" for kind in named
+    ]
+    assert tool.ran == []
+
+
 def test_a_call_without_a_function_name_is_answered_failed(server: OpenAIServer) -> None:
     tool = CountSamples()
     server.reply(

@@ -562,6 +562,29 @@ def test_a_call_cut_at_max_tokens_is_answered_failed_saying_so(server: OpenAISer
     assert tool.ran == []
 
 
+def test_only_the_last_call_of_a_cut_reply_is_said_to_be_cut(server: OpenAIServer) -> None:
+    # The limit cuts the reply's end: an earlier call whose JSON is wrong, or whose id repeats,
+    # was the model's own mistake, and "make the call smaller" would send it the wrong way.
+    server.reply(
+        tool_calls=[
+            call("c1", "count_samples", "{site: north}"),
+            call("c1", "count_samples", {"site": "north", "hours": 2}),
+            call("c3", "count_samples", '{"site": "nor'),
+        ],
+        finish_reason="length",
+    )
+    server.reply(content="done")
+    tool = CountSamples()
+    play(model_for(server, llm_max_output_tokens=256), tool)
+    first, repeated, last = tool_messages(server.bodies[1])
+    assert "not valid JSON" in first["message"]
+    assert "LLM_MAX_OUTPUT_TOKENS" not in first["message"]
+    assert "is repeated in this turn" in repeated["message"]
+    assert "LLM_MAX_OUTPUT_TOKENS" not in repeated["message"]
+    assert "cut off at LLM_MAX_OUTPUT_TOKENS=256" in last["message"]
+    assert tool.ran == []
+
+
 def test_a_completion_without_choices_is_retried_then_a_model_error(
     server: OpenAIServer,
 ) -> None:

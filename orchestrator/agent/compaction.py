@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -31,6 +32,7 @@ __all__ = [
     "SummaryAnswer",
     "TranscriptHook",
     "digest",
+    "fit_digest",
 ]
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,11 @@ _SUMMARY_SYSTEM = (
     "must stay marked unknown. Be brief; write plain text."
 )
 _MESSAGE_NOTE_CHARS = 200
+_DIGEST_HEADER = "Earlier turns were compacted (a digest of the tool receipts and the plan)."
+_PLAN_LINE = "Plan nodes: "
+_LEFT_OUT = re.compile(r"\((\d+) earlier entries left out to fit\)")
+#: A digest entry of a call whose outcome is not known yet: the last to leave a full digest.
+_UNSETTLED = re.compile(r"\] → (unknown|pending)\b")
 _MIN_SUMMARY_TOKENS = 16
 
 
@@ -261,6 +268,8 @@ class Conversation:
         allowed = min(budget.summary_tokens, room)
         if allowed < _MIN_SUMMARY_TOKENS:
             text = "(the earlier turns were compacted; no room is left for their summary)"
+        elif source == "digest":
+            text = fit_digest(text, allowed, counter)
         else:
             text = counter.truncate(text, allowed)
         self.summary = text
@@ -373,10 +382,15 @@ def digest(
 ) -> str:
     """A deterministic summary of compacted turns: every call with its receipt and status,
     the assistant's notes, and the plan's node statuses. Argument values are left out (they
-    may be sensitive); a `call_api` call names its operation."""
-    lines = ["Earlier turns were compacted (a digest of the tool receipts and the plan)."]
+    may be sensitive); a `call_api` call names its operation. One entry a line, so that
+    `fit_digest` can leave out the oldest; a previous digest's entries are carried on under
+    this one's header (a header per compaction would crowd the receipts out)."""
+    lines = [_DIGEST_HEADER]
     if previous:
-        lines.append("Before that: " + previous)
+        left_out, entries, _plan = _digest_parts(previous)
+        if left_out:
+            lines.append(_left_out(left_out))
+        lines.extend(entries)
     names: dict[str, str] = {}
     for message in messages:
         role = message.get("role")
@@ -394,8 +408,59 @@ def digest(
         statuses = ", ".join(
             f"{node.get('id')}={node.get('status')}" for node in nodes if isinstance(node, Mapping)
         )
-        lines.append("Plan nodes: " + statuses)
+        lines.append(_PLAN_LINE + statuses)
     return "\n".join(lines)
+
+
+def fit_digest(text: str, tokens: int, counter: TokenCounter) -> str:
+    """`text`, a digest, within `tokens`: the header, the plan's statuses and the newest entries,
+    writes whose outcome is `unknown` or `pending` kept before any other entry, with a line that
+    counts what was left out. Cut from the end instead, a growing digest lost its newest
+    receipts and kept the oldest."""
+    if counter.text(text) <= tokens:
+        return text
+    left_out, entries, plan = _digest_parts(text)
+    fixed = [_DIGEST_HEADER, _left_out(left_out + len(entries)), *([plan] if plan else [])]
+    room = tokens - counter.text("\n".join(fixed)) - 1
+    ranked = sorted(
+        range(len(entries)),
+        key=lambda index: (not _UNSETTLED.search(entries[index]), -index),
+    )
+    kept: set[int] = set()
+    for index in ranked:
+        cost = counter.text(entries[index]) + 1  # and its line break
+        if cost <= room:
+            kept.add(index)
+            room -= cost
+    lines = [_DIGEST_HEADER]
+    if left_out + len(entries) - len(kept):
+        lines.append(_left_out(left_out + len(entries) - len(kept)))
+    lines.extend(entry for index, entry in enumerate(entries) if index in kept)
+    if plan:
+        lines.append(plan)
+    return counter.truncate("\n".join(lines), tokens)
+
+
+def _digest_parts(text: str) -> tuple[int, list[str], str | None]:
+    """A digest's count of entries left out, its entries and its plan line; any other text (a
+    model's summary before the digest) is one entry, "Before that: ..."."""
+    lines = text.split("\n")
+    if lines[0] != _DIGEST_HEADER:
+        return 0, ["Before that: " + " ".join(text.split())], None
+    left_out, entries, plan = 0, [], None
+    for line in lines[1:]:
+        counted = _LEFT_OUT.fullmatch(line)
+        if counted:
+            left_out += int(counted.group(1))
+        elif line.startswith(_PLAN_LINE):
+            plan = line
+        elif line:
+            entries.append(line)
+    return left_out, entries, plan
+
+
+def _left_out(count: int) -> str:
+    return f"({count} earlier entries left out to fit)"
 
 
 def _call_label(call: Mapping[str, Any]) -> str:

@@ -18,7 +18,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -141,6 +141,8 @@ class Conversation:
     summary: str | None = None
     compactions: list[Compaction] = field(default_factory=list)
     _units: list[_Unit] = field(default_factory=list)
+    #: The calls whose result is sensitive: a summary request shows them by status only.
+    _sensitive: set[str] = field(default_factory=set)
     #: The JSON texts of the messages `prepare` last returned, and its tool definitions.
     _last: tuple[list[str], Sequence[Mapping[str, Any]]] = ([], ())
     #: The tool definitions last measured and their exact size: the same list is sent on
@@ -173,10 +175,15 @@ class Conversation:
         self._units.append(unit)
 
     def add_tool_results(
-        self, messages: Sequence[dict[str, Any]], calls: Sequence[tuple[str, Any]] = ()
+        self,
+        messages: Sequence[dict[str, Any]],
+        calls: Sequence[tuple[str, Any]] = (),
+        sensitive: Collection[str] = (),
     ) -> None:
         """Append the results of the latest assistant turn; `calls` pairs each tool name with
-        its `ToolResult` so a successful plan publish becomes the current plan."""
+        its `ToolResult` so a successful plan publish becomes the current plan; `sensitive`
+        names the calls whose result a summary request must not show."""
+        self._sensitive.update(sensitive)
         unit = self._units[-1]
         for message in messages:
             unit.add(message)
@@ -317,7 +324,9 @@ class Conversation:
         parts = []
         if self.summary:
             parts.append("Earlier summary:\n" + self.summary)
-        parts.extend(_render(message) for message in old)
+        # The summary's answer is recorded as it comes (the transcript): a sensitive result,
+        # whose body the transcript never keeps, is shown to the summary call by status only.
+        parts.extend(_render(message, self._sensitive) for message in old)
         if self.plan is not None:
             parts.append("Current plan:\n" + _dump(self.plan))
         text = "\n".join(parts)
@@ -476,12 +485,18 @@ def _call_label(call: Mapping[str, Any]) -> str:
     return name
 
 
-def _result_label(message: Mapping[str, Any]) -> str:
+def _envelope(message: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """A tool message's envelope (status, code, receipt, message, result), if readable."""
     try:
         body = json.loads(str(message.get("content")))
     except ValueError:
-        return "result not readable"
-    if not isinstance(body, Mapping):
+        return None
+    return body if isinstance(body, Mapping) else None
+
+
+def _result_label(message: Mapping[str, Any]) -> str:
+    body = _envelope(message)
+    if body is None:
         return "result not readable"
     label = str(body.get("status", "unknown"))
     for key in ("code", "invocation_id"):
@@ -492,10 +507,18 @@ def _result_label(message: Mapping[str, Any]) -> str:
     return label
 
 
-def _render(message: Mapping[str, Any]) -> str:
+def _render(message: Mapping[str, Any], sensitive: Collection[str] = ()) -> str:
     role = message.get("role")
     if role == "tool":
-        return f"[tool result {message.get('tool_call_id')}] {message.get('content')}"
+        call_id = message.get("tool_call_id")
+        if call_id in sensitive:
+            body = _envelope(message)
+            status = body.get("status", "unknown") if body is not None else "not readable"
+            return (
+                f"[tool result {call_id}] (a sensitive result: status {status}; its body is "
+                "not shown)"
+            )
+        return f"[tool result {call_id}] {message.get('content')}"
     calls = message.get("tool_calls") or ()
     text = f"[{role}] {message.get('content') or ''}"
     for call in calls:

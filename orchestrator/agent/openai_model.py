@@ -244,8 +244,17 @@ class OpenAIModel(Model):
             self._count(f"http_{status}", started)
             headers = dict(exc.response.headers)
             if not should_retry(status, headers):
+                hint = ""
+                if status == 404:
+                    # The usual first-run mistakes, which the server's "Not Found" names neither.
+                    hint = (
+                        "; check that LLM_BASE_URL includes the API's base path (often /v1, as "
+                        f"in http://HOST:8000/v1) and that the server serves the model "
+                        f"{self.model!r}"
+                    )
                 raise ModelError(
-                    f"the model server refused the request: HTTP {status}: {self._describe(exc)}"
+                    f"the model server refused the request: HTTP {status}: "
+                    f"{self._describe(exc)}{hint}"
                 ) from None
             return f"HTTP {status}: {self._describe(exc)}", parse_retry_after(headers)
         except (json.JSONDecodeError, openai.APIResponseValidationError):

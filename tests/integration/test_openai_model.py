@@ -162,6 +162,22 @@ def test_other_4xx_are_not_retried(server: OpenAIServer) -> None:
     assert len(server.requests) == 1
 
 
+def test_a_404_says_to_check_the_base_url_s_path_and_the_model_name(
+    server: OpenAIServer,
+) -> None:
+    # `LLM_BASE_URL=http://vllm:8000` (no /v1) or a model the server does not serve: "HTTP 404:
+    # Not Found" alone named neither.
+    server.fail(404, message="Not Found")
+    with pytest.raises(ModelError) as caught:
+        play(model_for(server), CountSamples())
+    message = str(caught.value)
+    assert message.startswith("the model server refused the request: HTTP 404: Not Found; ")
+    assert "LLM_BASE_URL" in message
+    assert "/v1" in message
+    assert "'test-model'" in message
+    assert len(server.requests) == 1
+
+
 def test_a_key_cut_by_the_error_line_s_length_does_not_leak_its_beginning(
     server: OpenAIServer,
 ) -> None:

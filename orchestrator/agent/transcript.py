@@ -33,7 +33,7 @@ from dataclasses import replace
 from typing import Any
 
 from orchestrator.agent.compaction import Compaction
-from orchestrator.agent.loop import LeaseLost
+from orchestrator.agent.loop import LeaseLost, stop_reason
 from orchestrator.agent.model import ModelTurn
 from orchestrator.agent.sensitive import REDACTED, is_sensitive, may_be_sensitive, redact_values
 from orchestrator.agent.text import clean, clean_json, storable_json
@@ -260,9 +260,10 @@ class TranscriptWriter:
 
     def _check_stop(self) -> None:
         if self._stopped():
+            # Why first (a cancel, a lost lease): the recovery snapshot's reason is this line.
             raise LeaseLost(
-                f"generation {self.fence.generation} of task {self.fence.task_id} stopped; "
-                "its transcript takes nothing more"
+                f"{stop_reason(self.stop)}; generation {self.fence.generation} of task "
+                f"{self.fence.task_id} stopped, its transcript takes nothing more"
             )
 
     def _write(self, entries: list[transcript_store.Entry]) -> None:

@@ -106,6 +106,25 @@ def _check_host(host: str) -> None:
         raise ValueError("the host has an empty or too long label (a name like a..b)") from None
 
 
+def _header_problem(value: str) -> str | None:
+    """What keeps `value` out of an HTTP header value (visible ASCII, inner spaces), or None."""
+    for position, char in enumerate(value, 1):
+        if char in "\r\n":
+            what = "a line break"
+        elif ord(char) < 0x20 or ord(char) == 0x7F:
+            what = "a control character"
+        elif ord(char) > 0x7E:
+            what = "a non-ASCII character"
+        else:
+            continue
+        return f"{what} at character {position} of {len(value)}"
+    if value.startswith(" "):
+        return "a space at its start"
+    if value.endswith(" "):
+        return "a space at its end"
+    return None
+
+
 def connect_retry_pauses(retries: int) -> float:
     """Seconds the gateway's HTTP transport sleeps in all over `retries` connect retries:
     httpcore pauses 0 s before the first, then 0.5 s, doubling (its RETRIES_BACKOFF_FACTOR)."""
@@ -274,6 +293,20 @@ class Settings(BaseSettings):
             httpx.URL(value)
         except (httpx.InvalidURL, ValueError):
             raise ValueError("must be a valid http:// or https:// URL") from None
+        return value
+
+    @field_validator("llm_api_key")
+    @classmethod
+    def _check_llm_api_key(cls, value: SecretStr | None) -> SecretStr | None:
+        # Sent as `Authorization: Bearer <key>` on every model call: a key httpx refuses to send
+        # (a line ending kept from a file, a non-ASCII character) would fail every round later,
+        # as "unreachable" or a traceback. The message says where, never the key.
+        problem = _header_problem(value.get_secret_value()) if value is not None else None
+        if problem is not None:
+            raise ValueError(
+                f"has {problem}, which an HTTP header cannot carry, so no model call could be "
+                "sent; check how the key was copied (the key is not shown)"
+            )
         return value
 
     @model_validator(mode="after")

@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Callable, Mapping, Sequence
+import re
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -31,6 +32,7 @@ __all__ = [
     "SummaryAnswer",
     "TranscriptHook",
     "digest",
+    "fit_digest",
 ]
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,11 @@ _SUMMARY_SYSTEM = (
     "must stay marked unknown. Be brief; write plain text."
 )
 _MESSAGE_NOTE_CHARS = 200
+_DIGEST_HEADER = "Earlier turns were compacted (a digest of the tool receipts and the plan)."
+_PLAN_LINE = "Plan nodes: "
+_LEFT_OUT = re.compile(r"\((\d+) earlier entries left out to fit\)")
+#: A digest entry of a call whose outcome is not known yet: the last to leave a full digest.
+_UNSETTLED = re.compile(r"\] → (unknown|pending)\b")
 _MIN_SUMMARY_TOKENS = 16
 
 
@@ -134,6 +141,8 @@ class Conversation:
     summary: str | None = None
     compactions: list[Compaction] = field(default_factory=list)
     _units: list[_Unit] = field(default_factory=list)
+    #: The calls whose result is sensitive: a summary request shows them by status only.
+    _sensitive: set[str] = field(default_factory=set)
     #: The JSON texts of the messages `prepare` last returned, and its tool definitions.
     _last: tuple[list[str], Sequence[Mapping[str, Any]]] = ([], ())
     #: The tool definitions last measured and their exact size: the same list is sent on
@@ -166,10 +175,15 @@ class Conversation:
         self._units.append(unit)
 
     def add_tool_results(
-        self, messages: Sequence[dict[str, Any]], calls: Sequence[tuple[str, Any]] = ()
+        self,
+        messages: Sequence[dict[str, Any]],
+        calls: Sequence[tuple[str, Any]] = (),
+        sensitive: Collection[str] = (),
     ) -> None:
         """Append the results of the latest assistant turn; `calls` pairs each tool name with
-        its `ToolResult` so a successful plan publish becomes the current plan."""
+        its `ToolResult` so a successful plan publish becomes the current plan; `sensitive`
+        names the calls whose result a summary request must not show."""
+        self._sensitive.update(sensitive)
         unit = self._units[-1]
         for message in messages:
             unit.add(message)
@@ -261,6 +275,8 @@ class Conversation:
         allowed = min(budget.summary_tokens, room)
         if allowed < _MIN_SUMMARY_TOKENS:
             text = "(the earlier turns were compacted; no room is left for their summary)"
+        elif source == "digest":
+            text = fit_digest(text, allowed, counter)
         else:
             text = counter.truncate(text, allowed)
         self.summary = text
@@ -308,7 +324,9 @@ class Conversation:
         parts = []
         if self.summary:
             parts.append("Earlier summary:\n" + self.summary)
-        parts.extend(_render(message) for message in old)
+        # The summary's answer is recorded as it comes (the transcript): a sensitive result,
+        # whose body the transcript never keeps, is shown to the summary call by status only.
+        parts.extend(_render(message, self._sensitive) for message in old)
         if self.plan is not None:
             parts.append("Current plan:\n" + _dump(self.plan))
         text = "\n".join(parts)
@@ -373,10 +391,15 @@ def digest(
 ) -> str:
     """A deterministic summary of compacted turns: every call with its receipt and status,
     the assistant's notes, and the plan's node statuses. Argument values are left out (they
-    may be sensitive); a `call_api` call names its operation."""
-    lines = ["Earlier turns were compacted (a digest of the tool receipts and the plan)."]
+    may be sensitive); a `call_api` call names its operation. One entry a line, so that
+    `fit_digest` can leave out the oldest; a previous digest's entries are carried on under
+    this one's header (a header per compaction would crowd the receipts out)."""
+    lines = [_DIGEST_HEADER]
     if previous:
-        lines.append("Before that: " + previous)
+        left_out, entries, _plan = _digest_parts(previous)
+        if left_out:
+            lines.append(_left_out(left_out))
+        lines.extend(entries)
     names: dict[str, str] = {}
     for message in messages:
         role = message.get("role")
@@ -394,8 +417,59 @@ def digest(
         statuses = ", ".join(
             f"{node.get('id')}={node.get('status')}" for node in nodes if isinstance(node, Mapping)
         )
-        lines.append("Plan nodes: " + statuses)
+        lines.append(_PLAN_LINE + statuses)
     return "\n".join(lines)
+
+
+def fit_digest(text: str, tokens: int, counter: TokenCounter) -> str:
+    """`text`, a digest, within `tokens`: the header, the plan's statuses and the newest entries,
+    writes whose outcome is `unknown` or `pending` kept before any other entry, with a line that
+    counts what was left out. Cut from the end instead, a growing digest lost its newest
+    receipts and kept the oldest."""
+    if counter.text(text) <= tokens:
+        return text
+    left_out, entries, plan = _digest_parts(text)
+    fixed = [_DIGEST_HEADER, _left_out(left_out + len(entries)), *([plan] if plan else [])]
+    room = tokens - counter.text("\n".join(fixed)) - 1
+    ranked = sorted(
+        range(len(entries)),
+        key=lambda index: (not _UNSETTLED.search(entries[index]), -index),
+    )
+    kept: set[int] = set()
+    for index in ranked:
+        cost = counter.text(entries[index]) + 1  # and its line break
+        if cost <= room:
+            kept.add(index)
+            room -= cost
+    lines = [_DIGEST_HEADER]
+    if left_out + len(entries) - len(kept):
+        lines.append(_left_out(left_out + len(entries) - len(kept)))
+    lines.extend(entry for index, entry in enumerate(entries) if index in kept)
+    if plan:
+        lines.append(plan)
+    return counter.truncate("\n".join(lines), tokens)
+
+
+def _digest_parts(text: str) -> tuple[int, list[str], str | None]:
+    """A digest's count of entries left out, its entries and its plan line; any other text (a
+    model's summary before the digest) is one entry, "Before that: ..."."""
+    lines = text.split("\n")
+    if lines[0] != _DIGEST_HEADER:
+        return 0, ["Before that: " + " ".join(text.split())], None
+    left_out, entries, plan = 0, [], None
+    for line in lines[1:]:
+        counted = _LEFT_OUT.fullmatch(line)
+        if counted:
+            left_out += int(counted.group(1))
+        elif line.startswith(_PLAN_LINE):
+            plan = line
+        elif line:
+            entries.append(line)
+    return left_out, entries, plan
+
+
+def _left_out(count: int) -> str:
+    return f"({count} earlier entries left out to fit)"
 
 
 def _call_label(call: Mapping[str, Any]) -> str:
@@ -411,12 +485,18 @@ def _call_label(call: Mapping[str, Any]) -> str:
     return name
 
 
-def _result_label(message: Mapping[str, Any]) -> str:
+def _envelope(message: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """A tool message's envelope (status, code, receipt, message, result), if readable."""
     try:
         body = json.loads(str(message.get("content")))
     except ValueError:
-        return "result not readable"
-    if not isinstance(body, Mapping):
+        return None
+    return body if isinstance(body, Mapping) else None
+
+
+def _result_label(message: Mapping[str, Any]) -> str:
+    body = _envelope(message)
+    if body is None:
         return "result not readable"
     label = str(body.get("status", "unknown"))
     for key in ("code", "invocation_id"):
@@ -427,10 +507,18 @@ def _result_label(message: Mapping[str, Any]) -> str:
     return label
 
 
-def _render(message: Mapping[str, Any]) -> str:
+def _render(message: Mapping[str, Any], sensitive: Collection[str] = ()) -> str:
     role = message.get("role")
     if role == "tool":
-        return f"[tool result {message.get('tool_call_id')}] {message.get('content')}"
+        call_id = message.get("tool_call_id")
+        if call_id in sensitive:
+            body = _envelope(message)
+            status = body.get("status", "unknown") if body is not None else "not readable"
+            return (
+                f"[tool result {call_id}] (a sensitive result: status {status}; its body is "
+                "not shown)"
+            )
+        return f"[tool result {call_id}] {message.get('content')}"
     calls = message.get("tool_calls") or ()
     text = f"[{role}] {message.get('content') or ''}"
     for call in calls:

@@ -20,7 +20,8 @@ id repeats one of the same turn (under an id of their own: the history must name
 a missing id, or one longer than `MAX_CALL_ID_CHARS`, is replaced by one of the host's.
 
 A reply the server cut short (`finish_reason` `length` or `content_filter`) says so in
-`ModelTurn.cut_off`: its unreadable calls are answered `failed` naming the limit, and without
+`ModelTurn.cut_off`: its last call, if unreadable, is answered `failed` naming the limit (the
+cut is at the reply's end; an earlier unreadable call is the model's own mistake), and without
 tool calls it is no final answer (the loop ends the round `model_error`).
 """
 
@@ -243,8 +244,17 @@ class OpenAIModel(Model):
             self._count(f"http_{status}", started)
             headers = dict(exc.response.headers)
             if not should_retry(status, headers):
+                hint = ""
+                if status == 404:
+                    # The usual first-run mistakes, which the server's "Not Found" names neither.
+                    hint = (
+                        "; check that LLM_BASE_URL includes the API's base path (often /v1, as "
+                        f"in http://HOST:8000/v1) and that the server serves the model "
+                        f"{self.model!r}"
+                    )
                 raise ModelError(
-                    f"the model server refused the request: HTTP {status}: {self._describe(exc)}"
+                    f"the model server refused the request: HTTP {status}: "
+                    f"{self._describe(exc)}{hint}"
                 ) from None
             return f"HTTP {status}: {self._describe(exc)}", parse_retry_after(headers)
         except (json.JSONDecodeError, openai.APIResponseValidationError):
@@ -296,13 +306,18 @@ class OpenAIModel(Model):
         malformed: list[tuple[str, str]] = []
         raw_arguments: list[tuple[str, str]] = []
         seen: set[str] = set()
+        last = len(message.tool_calls or [])
         for number, call in enumerate(message.tool_calls or [], start=1):
             function = getattr(call, "function", None)
             if function is None:
                 continue  # a custom (non-function) tool call: nothing here can run it
             arguments, problem = _arguments(function.arguments)
+            # The limit cuts the reply's end: only its last call can be cut; an earlier one that
+            # cannot be read, or a repeated id, is the model's mistake, not the limit's.
+            cut = cut_off is not None and number == last
             call_id = clean_text(call.id or "")
             if call_id in seen:
+                cut = False
                 # Two calls of one turn under one id: a history repeating it is refused, so it
                 # goes on under an id of its own, answered `failed` without running.
                 problem = f"the call id {_short_id(call_id)!r} is repeated in this turn"
@@ -313,7 +328,7 @@ class OpenAIModel(Model):
             name = clean_text(function.name) if isinstance(function.name, str) else ""
             if not name and problem is None:
                 problem = "the call names no tool"
-            if problem is not None and cut_off is not None:
+            if problem is not None and cut:
                 problem = f"{problem}; {cut_off}: make the call smaller"
             calls.append(ToolCall(call_id, name, arguments))
             if problem is not None:
@@ -391,5 +406,20 @@ def _arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
     else:
         value = raw
     if not isinstance(value, dict):
-        return {}, f"the arguments must be a JSON object, not {type(value).__name__}"
+        return {}, f"the arguments must be a JSON object, not {_json_kind(value)}"
     return clean(value), None
+
+
+def _json_kind(value: Any) -> str:
+    """What a value is called in JSON, which the model writes (not its Python type's name)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return type(value).__name__

@@ -16,6 +16,7 @@ from orchestrator.agent.budget import ContextBudget, ContextOverflow, TokenCount
 from orchestrator.agent.catalogue import DISCOVERY, Catalogue, Discovery
 from orchestrator.agent.compaction import Conversation, SummaryAnswer, TranscriptHook
 from orchestrator.agent.model import Model, ModelTurn
+from orchestrator.agent.sensitive import is_sensitive
 from orchestrator.tools.base import Tool, ToolCall, ToolContext, ToolResult
 
 __all__ = ["TRANSCRIPT", "AgentContext", "RequestBuilder"]
@@ -51,6 +52,7 @@ class RequestBuilder:
     ) -> None:
         """`topic` is what the initial tools are chosen by (the brief when None)."""
         self.context = context
+        self.tools = tools
         self.readonly = ctx.readonly
         self.conversation = Conversation(
             system=system,
@@ -110,8 +112,13 @@ class RequestBuilder:
         results: Sequence[ToolResult],
         messages: Sequence[dict[str, Any]],
     ) -> None:
+        tools = self.tools or {}
         self.conversation.add_tool_results(
-            messages, [(call.name, result) for call, result in zip(calls, results, strict=True)]
+            messages,
+            [(call.name, result) for call, result in zip(calls, results, strict=True)],
+            sensitive=[
+                call.id for call in calls if is_sensitive(tools.get(call.name), call.arguments)
+            ],
         )
 
     def observe_usage(self, usage: Any) -> None:

@@ -34,8 +34,15 @@ from dataclasses import replace
 from typing import Any
 
 from orchestrator.agent.compaction import Compaction
-from orchestrator.agent.loop import LeaseLost
+from orchestrator.agent.loop import LeaseLost, stop_reason
 from orchestrator.agent.model import ModelTurn
+from orchestrator.agent.sensitive import (
+    REDACTED,
+    hide_secret_arguments,
+    is_sensitive,
+    may_be_sensitive,
+    redact_values,
+)
 from orchestrator.agent.text import clean, clean_json, storable_json
 from orchestrator.domain.fences import Fence
 from orchestrator.domain.recovery import CallRecord, Snapshot
@@ -55,65 +62,8 @@ __all__ = [
     "redact_values",
 ]
 
-REDACTED = "***"
 #: The longest tool name the transcript's column holds (a model may call any name).
 _NAME_CHARS = 128
-#: Keys whose value says which operation was called, not with what: kept when redacting.
-_KEEP_KEYS = frozenset({"operation_id"})
-
-
-def redact_values(value: Any) -> Any:
-    """Every leaf value replaced by `***`; the shape (keys, list lengths) is kept."""
-    if isinstance(value, dict):
-        return {
-            key: item if key in _KEEP_KEYS else redact_values(item) for key, item in value.items()
-        }
-    if isinstance(value, list):
-        return [redact_values(item) for item in value]
-    return REDACTED
-
-
-def hide_secret_arguments(tool: Tool | None, arguments: Any) -> Any:
-    """`arguments` with the values of the tool's secret arguments (a command's `env`) as `***`,
-    its keys kept: an operator sees that a variable was set, not to what."""
-    if tool is None or not tool.secret_arguments or not isinstance(arguments, dict):
-        return arguments
-    return {
-        key: redact_values(value) if key in tool.secret_arguments else value
-        for key, value in arguments.items()
-    }
-
-
-def is_sensitive(tool: Tool | None, arguments: dict[str, Any]) -> bool:
-    """Is this call a sensitive operation? Unknown or unreadable calls are treated as not.
-
-    A call whose arguments cannot be validated ran nothing; its arguments are kept so an
-    operator sees what the model got wrong, unless the tool itself is sensitive.
-    """
-    if tool is None:
-        return False
-    if tool.effect == "sensitive_read":
-        return True
-    try:
-        args = tool.arguments.model_validate(arguments)
-        if tool.effect_for(args) == "sensitive_read":
-            return True
-        operation = getattr(tool, "operation", None)  # the business gateway, per operation
-        return bool(operation is not None and getattr(operation(args), "sensitive", False))
-    except Exception:
-        return False
-
-
-def may_be_sensitive(tool: Tool | None) -> bool:
-    """Could a call of `tool` be sensitive, whatever its arguments? For arguments that cannot
-    be read: a tool that is sensitive, or whose effect or operation depends on the arguments
-    (the business gateway), keeps them redacted; an unknown tool ran nothing and holds none."""
-    if tool is None:
-        return False
-    if tool.effect == "sensitive_read":
-        return True
-    per_call = type(tool).effect_for is not Tool.effect_for
-    return per_call or getattr(tool, "operation", None) is not None
 
 
 #: Where tool results are written while the model thinks (one write in flight per round).
@@ -329,9 +279,10 @@ class TranscriptWriter:
 
     def _check_stop(self) -> None:
         if self._stopped():
+            # Why first (a cancel, a lost lease): the recovery snapshot's reason is this line.
             raise LeaseLost(
-                f"generation {self.fence.generation} of task {self.fence.task_id} stopped; "
-                "its transcript takes nothing more"
+                f"{stop_reason(self.stop)}; generation {self.fence.generation} of task "
+                f"{self.fence.task_id} stopped, its transcript takes nothing more"
             )
 
     def _write(self, entries: list[transcript_store.Entry]) -> None:

@@ -327,6 +327,9 @@ def _entry_lines(entry: dict[str, Any], prefix: str) -> list[str]:
     if unreadable:
         return [f"{prefix} model:{unreadable}{tokens}"]
     lines = []
+    if body.get("reasoning_content"):
+        # A reasoning model's thinking, recorded with the turn: why it called what it did.
+        lines.append(f"{prefix} thinking: {_short(body['reasoning_content'])}")
     if body.get("content"):
         lines.append(f"{prefix} model: {_short(body['content'])}{tokens}")
         tokens = ""

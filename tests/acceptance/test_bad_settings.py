@@ -63,6 +63,17 @@ def test_bad_setting_is_one_line_and_exit_2(name: str, value: str, tmp_path: Pat
             "LLM_BASE_URL",
             "host",
         ),
+        # A key copied with its line ending: before, every round failed "the model server is
+        # unreachable" after its retries, as httpx refused to send the header.
+        (
+            {
+                "ORCH_MODEL": "openai:qwen3",
+                "LLM_BASE_URL": "http://127.0.0.1:9/v1",
+                "LLM_API_KEY": f"sk-{SECRET}\r\n",
+            },
+            "LLM_API_KEY",
+            "a line break",
+        ),
     ],
 )
 def test_a_worker_without_a_usable_model_refuses_to_start(

@@ -162,6 +162,22 @@ def test_other_4xx_are_not_retried(server: OpenAIServer) -> None:
     assert len(server.requests) == 1
 
 
+def test_a_404_says_to_check_the_base_url_s_path_and_the_model_name(
+    server: OpenAIServer,
+) -> None:
+    # `LLM_BASE_URL=http://vllm:8000` (no /v1) or a model the server does not serve: "HTTP 404:
+    # Not Found" alone named neither.
+    server.fail(404, message="Not Found")
+    with pytest.raises(ModelError) as caught:
+        play(model_for(server), CountSamples())
+    message = str(caught.value)
+    assert message.startswith("the model server refused the request: HTTP 404: Not Found; ")
+    assert "LLM_BASE_URL" in message
+    assert "/v1" in message
+    assert "'test-model'" in message
+    assert len(server.requests) == 1
+
+
 def test_a_key_cut_by_the_error_line_s_length_does_not_leak_its_beginning(
     server: OpenAIServer,
 ) -> None:
@@ -389,6 +405,23 @@ def test_arguments_sent_as_an_object_or_a_number_do_not_crash_the_round(
     assert json.loads(sent[0]["function"]["arguments"]) == as_object
 
 
+def test_arguments_that_are_not_an_object_are_named_by_their_json_type(
+    server: OpenAIServer,
+) -> None:
+    # The model reads JSON, not Python: "not NoneType" or "not list" named nothing it sent.
+    sent = {"c1": "null", "c2": "[1, 2]", "c3": '"north"', "c4": "7.5", "c5": "true"}
+    server.reply(tool_calls=[call(cid, "count_samples", text) for cid, text in sent.items()])
+    server.reply(content="done")
+    tool = CountSamples()
+    assert play(model_for(server), tool) == "done"
+    said = [m["message"] for m in tool_messages(server.bodies[1])]
+    named = ["null", "an array", "a string", "a number", "true or false"]
+    assert said == [
+        f"the arguments must be a JSON object, not {kind}; nothing was run" for kind in named
+    ]
+    assert tool.ran == []
+
+
 def test_a_call_without_a_function_name_is_answered_failed(server: OpenAIServer) -> None:
     tool = CountSamples()
     server.reply(
@@ -542,6 +575,29 @@ def test_a_call_cut_at_max_tokens_is_answered_failed_saying_so(server: OpenAISer
     (answer,) = tool_messages(server.bodies[1])
     assert answer["status"] == "failed"
     assert "cut off at LLM_MAX_OUTPUT_TOKENS=256" in answer["message"]
+    assert tool.ran == []
+
+
+def test_only_the_last_call_of_a_cut_reply_is_said_to_be_cut(server: OpenAIServer) -> None:
+    # The limit cuts the reply's end: an earlier call whose JSON is wrong, or whose id repeats,
+    # was the model's own mistake, and "make the call smaller" would send it the wrong way.
+    server.reply(
+        tool_calls=[
+            call("c1", "count_samples", "{site: north}"),
+            call("c1", "count_samples", {"site": "north", "hours": 2}),
+            call("c3", "count_samples", '{"site": "nor'),
+        ],
+        finish_reason="length",
+    )
+    server.reply(content="done")
+    tool = CountSamples()
+    play(model_for(server, llm_max_output_tokens=256), tool)
+    first, repeated, last = tool_messages(server.bodies[1])
+    assert "not valid JSON" in first["message"]
+    assert "LLM_MAX_OUTPUT_TOKENS" not in first["message"]
+    assert "is repeated in this turn" in repeated["message"]
+    assert "LLM_MAX_OUTPUT_TOKENS" not in repeated["message"]
+    assert "cut off at LLM_MAX_OUTPUT_TOKENS=256" in last["message"]
     assert tool.ran == []
 
 

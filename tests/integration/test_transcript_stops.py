@@ -17,7 +17,7 @@ from pydantic import Field
 
 from orchestrator.agent.budget import ContextBudget, TokenCounter
 from orchestrator.agent.host import ToolHost
-from orchestrator.agent.loop import LeaseLost, run_round
+from orchestrator.agent.loop import LeaseLost, StopSignal, run_round
 from orchestrator.agent.model import Model, ModelTurn
 from orchestrator.agent.request import AgentContext
 from orchestrator.agent.transcript import TranscriptWriter
@@ -134,6 +134,24 @@ def test_a_stopped_writer_writes_nothing_and_still_remembers_what_came_back(
         snapshot = writer.snapshot("stopped: lease lost", None)
         assert [c["call_id"] for c in snapshot.received] == ["a"]
         assert [c["call_id"] for c in snapshot.unknown] == ["b"]  # "c" never ran
+    finally:
+        rt.close()
+
+
+def test_a_stopped_writer_says_why_the_round_stopped(store_url: str, scripts: Path) -> None:
+    """A cancel that came while a compaction's summary call was out, or a result was being
+    written, left the snapshot's reason "generation 1 of task ... stopped", which the next
+    generation and `tasks show` read without the cancel."""
+    rt, _ = runtime_for(store_url, scripts)
+    try:
+        fence, session_id = claimed(rt)
+        stop = StopSignal()
+        writer = TranscriptWriter(rt.db, fence, session_id, {}, stop=stop)
+        stop.stop("the task was cancelled: operator stop")
+        with pytest.raises(LeaseLost) as caught:
+            writer.model_turn(1, {}, ModelTurn("late", ()))
+        assert str(caught.value).startswith("the task was cancelled: operator stop; ")
+        assert "transcript takes nothing more" in str(caught.value)
     finally:
         rt.close()
 

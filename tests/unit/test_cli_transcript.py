@@ -81,3 +81,32 @@ def test_unreadable_arguments_of_a_tool_that_may_be_sensitive_are_redacted() -> 
     assert may_be_sensitive(Secret())
     assert may_be_sensitive(PerCall())
     assert may_be_sensitive(Gateway())
+
+
+def test_a_reasoning_model_s_thinking_is_shown_before_its_answer_and_calls() -> None:
+    # The writer records `reasoning_content` beside the text; a turn with reasoning only read
+    # "model: (no answer)", as if the model had sent nothing.
+    thinking = {
+        "seq": 1,
+        "generation": 1,
+        "turn": 1,
+        "kind": "model_turn",
+        "usage": {"prompt_tokens": 900, "completion_tokens": 40},
+        "body": {
+            "content": None,
+            "reasoning_content": "the meter   reads high;\nread the context first",
+            "tool_calls": [{"id": "c1", "name": "read_task_context", "arguments": {}}],
+        },
+    }
+    only = {
+        "seq": 3,
+        "generation": 1,
+        "turn": 2,
+        "kind": "model_turn",
+        "body": {"content": None, "reasoning_content": "nothing left to do", "tool_calls": []},
+    }
+    lines = render_transcript(_page(thinking, only)).splitlines()
+    assert lines[2] == "  [ 1] thinking: the meter reads high; read the context first"
+    assert lines[3] == "  [ 1]   -> c1 read_task_context {}  [900+40 tokens]"
+    assert lines[4] == "  [ 2] thinking: nothing left to do"
+    assert lines[5] == "  [ 2] model: (no answer)"

@@ -162,6 +162,31 @@ def test_a_failed_summary_call_falls_back_to_a_digest_of_receipts_and_plan() -> 
     assert "reading" not in record.summary  # results' bodies are not in the digest
 
 
+def test_a_digest_over_its_budget_keeps_the_newest_receipts_and_one_header() -> None:
+    """The scripted model, or a summary call that keeps failing, digests every compaction into
+    the last digest. Cut at its budget from the end, it kept the oldest receipts and lost the
+    newest (unknown writes among them), under one "Before that:" header per compaction."""
+    convo = conversation(summarize=None)
+    with_plan(convo)
+    for number in range(1, 61):
+        transaction(convo, number)
+        convo.prepare(TOOLS)
+    assert len(convo.compactions) > 5
+    summary = convo.compactions[-1].summary
+    assert convo.budget is not None
+    assert convo.counter is not None
+    assert convo.counter.text(summary) <= convo.budget.summary_tokens
+    assert summary.count("Earlier turns were compacted") == 1
+    assert "Before that" not in summary
+    # The newest compacted transaction is the one before the first still in the history.
+    kept = next(m for m in convo.history if m.get("tool_calls"))
+    newest = int(kept["tool_calls"][0]["id"].removeprefix("t").split("c")[0]) - 1
+    assert f"[t{newest}c0] → unknown invocation_id=inv-{newest}-0" in summary
+    assert "[t1c1] → succeeded" not in summary
+    assert "earlier entries left out to fit" in summary
+    assert summary.endswith("Plan nodes: a=completed, b=running")
+
+
 def test_the_summary_request_itself_fits_the_window() -> None:
     seen: list[list[dict[str, Any]]] = []
 

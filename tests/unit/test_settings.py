@@ -247,3 +247,37 @@ def test_an_execution_lease_is_two_minutes_renewed_well_before_it_runs_out() -> 
     assert settings.lease_seconds == 120.0
     # Periodic: more than one renewal fits in a lease, so one late beat does not lose it.
     assert settings.lease_renew_seconds * 2 < settings.lease_seconds
+
+
+@pytest.mark.parametrize(
+    ("value", "part"),
+    [
+        # A key read from a file or a Windows-edited .env keeps its line ending: httpx refused to
+        # send it and every round ended "the model server is unreachable" after its retries.
+        (f"sk-{SECRET}\n", "a line break at character 13 of 13"),
+        (f"sk-{SECRET}\r", "a line break at character 13 of 13"),
+        (f" sk-{SECRET}", "a space at its start"),
+        (f"sk-{SECRET} ", "a space at its end"),
+        (f"sk-{SECRET}\t1", "a control character at character 13 of 14"),
+        # Before, an "agent error: 'ascii' codec can't encode ..." with a traceback in the log.
+        (f"sk-{SECRET}é", "a non-ASCII character at character 13 of 13"),
+    ],
+)
+def test_an_api_key_no_http_header_can_carry_is_refused(
+    monkeypatch: pytest.MonkeyPatch, value: str, part: str
+) -> None:
+    message = refused(monkeypatch, "LLM_API_KEY", value)
+    assert part in message, message
+    assert "header" in message, message
+
+
+@pytest.mark.parametrize(
+    "value", [f"sk-{SECRET}", "sk-proj-AbC_12-34.x/y+z=", "key with inner spaces"]
+)
+def test_api_keys_an_http_header_can_carry_pass(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("LLM_API_KEY", value)
+    key = load_settings().llm_api_key
+    assert key is not None
+    assert key.get_secret_value() == value

@@ -1,0 +1,80 @@
+"""Which tool calls are sensitive, and their argument values redacted.
+
+A sensitive operation (`sensitive_read`, or a business operation marked `x-sensitive`) keeps its
+argument values and its result's body out of everything that outlives the model's own view of
+them: the transcript (`agent.transcript`) and a compaction's summary request
+(`agent.compaction`), whose answer the transcript records as it is. A tool's secret arguments
+(a command's `env`) keep their values out of the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.tools.base import Tool
+
+__all__ = [
+    "REDACTED",
+    "hide_secret_arguments",
+    "is_sensitive",
+    "may_be_sensitive",
+    "redact_values",
+]
+
+REDACTED = "***"
+#: Keys whose value says which operation was called, not with what: kept when redacting.
+_KEEP_KEYS = frozenset({"operation_id"})
+
+
+def redact_values(value: Any) -> Any:
+    """Every leaf value replaced by `***`; the shape (keys, list lengths) is kept."""
+    if isinstance(value, dict):
+        return {
+            key: item if key in _KEEP_KEYS else redact_values(item) for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [redact_values(item) for item in value]
+    return REDACTED
+
+
+def hide_secret_arguments(tool: Tool | None, arguments: Any) -> Any:
+    """`arguments` with the values of the tool's secret arguments (a command's `env`) as `***`,
+    its keys kept: an operator sees that a variable was set, not to what."""
+    if tool is None or not tool.secret_arguments or not isinstance(arguments, dict):
+        return arguments
+    return {
+        key: redact_values(value) if key in tool.secret_arguments else value
+        for key, value in arguments.items()
+    }
+
+
+def is_sensitive(tool: Tool | None, arguments: dict[str, Any]) -> bool:
+    """Is this call a sensitive operation? Unknown or unreadable calls are treated as not.
+
+    A call whose arguments cannot be validated ran nothing; its arguments are kept so an
+    operator sees what the model got wrong, unless the tool itself is sensitive.
+    """
+    if tool is None:
+        return False
+    if tool.effect == "sensitive_read":
+        return True
+    try:
+        args = tool.arguments.model_validate(arguments)
+        if tool.effect_for(args) == "sensitive_read":
+            return True
+        operation = getattr(tool, "operation", None)  # the business gateway, per operation
+        return bool(operation is not None and getattr(operation(args), "sensitive", False))
+    except Exception:
+        return False
+
+
+def may_be_sensitive(tool: Tool | None) -> bool:
+    """Could a call of `tool` be sensitive, whatever its arguments? For arguments that cannot
+    be read: a tool that is sensitive, or whose effect or operation depends on the arguments
+    (the business gateway), keeps them redacted; an unknown tool ran nothing and holds none."""
+    if tool is None:
+        return False
+    if tool.effect == "sensitive_read":
+        return True
+    per_call = type(tool).effect_for is not Tool.effect_for
+    return per_call or getattr(tool, "operation", None) is not None

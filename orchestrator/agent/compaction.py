@@ -143,6 +143,9 @@ class Conversation:
     _units: list[_Unit] = field(default_factory=list)
     #: The calls whose result is sensitive: a summary request shows them by status only.
     _sensitive: set[str] = field(default_factory=set)
+    #: Arguments a summary request shows instead of the model's, by call id: a sensitive
+    #: call's redacted, a command's without its `env` values (as the transcript keeps them).
+    _kept_arguments: dict[str, Any] = field(default_factory=dict)
     #: The JSON texts of the messages `prepare` last returned, and its tool definitions.
     _last: tuple[list[str], Sequence[Mapping[str, Any]]] = ([], ())
     #: The tool definitions last measured and their exact size: the same list is sent on
@@ -179,11 +182,14 @@ class Conversation:
         messages: Sequence[dict[str, Any]],
         calls: Sequence[tuple[str, Any]] = (),
         sensitive: Collection[str] = (),
+        kept_arguments: Mapping[str, Any] | None = None,
     ) -> None:
         """Append the results of the latest assistant turn; `calls` pairs each tool name with
         its `ToolResult` so a successful plan publish becomes the current plan; `sensitive`
-        names the calls whose result a summary request must not show."""
+        names the calls whose result a summary request must not show, and `kept_arguments`
+        gives, by call id, the arguments it shows instead of the model's (redacted ones)."""
         self._sensitive.update(sensitive)
+        self._kept_arguments.update(kept_arguments or {})
         unit = self._units[-1]
         for message in messages:
             unit.add(message)
@@ -326,7 +332,7 @@ class Conversation:
             parts.append("Earlier summary:\n" + self.summary)
         # The summary's answer is recorded as it comes (the transcript): a sensitive result,
         # whose body the transcript never keeps, is shown to the summary call by status only.
-        parts.extend(_render(message, self._sensitive) for message in old)
+        parts.extend(_render(message, self._sensitive, self._kept_arguments) for message in old)
         if self.plan is not None:
             parts.append("Current plan:\n" + _dump(self.plan))
         text = "\n".join(parts)
@@ -507,7 +513,11 @@ def _result_label(message: Mapping[str, Any]) -> str:
     return label
 
 
-def _render(message: Mapping[str, Any], sensitive: Collection[str] = ()) -> str:
+def _render(
+    message: Mapping[str, Any],
+    sensitive: Collection[str] = (),
+    kept_arguments: Mapping[str, Any] | None = None,
+) -> str:
     role = message.get("role")
     if role == "tool":
         call_id = message.get("tool_call_id")
@@ -521,8 +531,10 @@ def _render(message: Mapping[str, Any], sensitive: Collection[str] = ()) -> str:
         return f"[tool result {call_id}] {message.get('content')}"
     calls = message.get("tool_calls") or ()
     text = f"[{role}] {message.get('content') or ''}"
+    kept = kept_arguments or {}
     for call in calls:
-        text += f"\n  calls {call.get('name')} [{call.get('id')}] {_dump(call.get('arguments'))}"
+        arguments = kept.get(call.get("id"), call.get("arguments"))
+        text += f"\n  calls {call.get('name')} [{call.get('id')}] {_dump(arguments)}"
     return text
 
 

@@ -16,7 +16,7 @@ from orchestrator.agent.budget import ContextBudget, ContextOverflow, TokenCount
 from orchestrator.agent.catalogue import DISCOVERY, Catalogue, Discovery
 from orchestrator.agent.compaction import Conversation, SummaryAnswer, TranscriptHook
 from orchestrator.agent.model import Model, ModelTurn
-from orchestrator.agent.sensitive import is_sensitive
+from orchestrator.agent.sensitive import hide_secret_arguments, is_sensitive, redact_values
 from orchestrator.tools.base import Tool, ToolCall, ToolContext, ToolResult
 
 __all__ = ["TRANSCRIPT", "AgentContext", "RequestBuilder"]
@@ -113,12 +113,22 @@ class RequestBuilder:
         messages: Sequence[dict[str, Any]],
     ) -> None:
         tools = self.tools or {}
+        sensitive = [
+            call.id for call in calls if is_sensitive(tools.get(call.name), call.arguments)
+        ]
+        # A summary request shows each call's arguments as the transcript keeps them.
+        kept: dict[str, Any] = {}
+        for call in calls:
+            tool = tools.get(call.name)
+            if call.id in sensitive:
+                kept[call.id] = redact_values(call.arguments)
+            elif tool is not None and tool.secret_arguments:
+                kept[call.id] = hide_secret_arguments(tool, call.arguments)
         self.conversation.add_tool_results(
             messages,
             [(call.name, result) for call, result in zip(calls, results, strict=True)],
-            sensitive=[
-                call.id for call in calls if is_sensitive(tools.get(call.name), call.arguments)
-            ],
+            sensitive=sensitive,
+            kept_arguments=kept,
         )
 
     def observe_usage(self, usage: Any) -> None:

@@ -104,3 +104,82 @@ def test_a_summary_request_shows_a_sensitive_result_by_its_status_only(
         assert PASSWORD not in str(body)
     for record in transcript.records:
         assert PASSWORD not in record.summary
+
+
+class StationArgs(ToolArguments):
+    station: str
+
+
+class ReadStationPassword(Tool):
+    name = "read_station_password"
+    description = "A station's maintenance password."
+    arguments = StationArgs
+    effect = "sensitive_read"
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        return ToolResult.ok({"password": PASSWORD})
+
+
+class EnvArgs(ToolArguments):
+    env: dict[str, str]
+
+
+class CheckWithEnv(Tool):
+    name = "check_with_env"
+    description = "Runs the station check with these environment variables."
+    arguments = EnvArgs
+    secret_arguments = frozenset({"env"})
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        return ToolResult.ok({"checked": sorted(args.env)})
+
+
+def test_a_summary_request_shows_arguments_as_the_transcript_keeps_them(
+    server: OpenAIServer,
+) -> None:
+    """A sensitive call's argument values and a secret argument's values (a command's `env`)
+    are not in a summary request either: its answer is recorded as it comes."""
+    station, token = "station-kept-private", "tok-never-summarised"
+    asked: list[int] = []
+
+    def answer(body: dict[str, Any]) -> Reply:
+        if not body.get("tools"):  # the summary call: a model that copies what it was given
+            return Reply(content=body["messages"][-1]["content"])
+        turns = len(asked)
+        asked.append(turns)
+        if turns == 0:
+            return Reply(tool_calls=[call("p1", "read_station_password", {"station": station})])
+        if turns == 1:
+            return Reply(tool_calls=[call("e1", "check_with_env", {"env": {"TOKEN": token}})])
+        if turns < 9:
+            return Reply(tool_calls=[call(f"l{turns}", "read_log", {})])
+        return Reply(content="done")
+
+    for _ in range(30):
+        server.dynamic(answer)
+    settings = load_settings(
+        model="openai:test-model", llm_base_url=server.base_url, llm_timeout_seconds=5
+    )
+    model = load_model(settings.model, "water", settings=settings)
+    transcript = Summaries()
+    end = run_round(
+        model,
+        ToolHost([ReadStationPassword(), CheckWithEnv(), ReadLog()], ledger=None),
+        CTX,
+        brief="check the pump station",
+        max_turns=14,
+        stop=threading.Event(),
+        context=AgentContext(ContextBudget(3000), TokenCounter()),
+        transcript=transcript,
+    )
+    assert end.why == "final_answer"
+    assert token in str(server.bodies[2]["messages"])  # the model sent it and sees it
+    summary_requests = [b for b in server.bodies if not b.get("tools")]
+    assert summary_requests
+    shown = " ".join(b["messages"][-1]["content"] for b in summary_requests)
+    assert '"TOKEN": "***"' in shown
+    for body in summary_requests:
+        assert station not in str(body)
+        assert token not in str(body)
+    for record in transcript.records:
+        assert token not in record.summary

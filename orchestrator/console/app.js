@@ -726,13 +726,22 @@
     const say = el("p", { role: "status", id: "approvals-result" });
     fill(main, el("h1", {}, "Pending approvals"), say, list);
     let alive = true;
+    // Every pending action, page after page: the API lists newest first, so one page of 100
+    // hid the oldest, the longest waiting, whenever more than 100 were pending.
     async function load() {
-      const result = await api("GET", "actions?status=pending_approval&limit=100");
-      if (!alive || !result.ok) {
-        if (alive && !result.down) fill(list, el("p", { class: "error" }, errorText(result)));
-        return;
-      }
-      showActions(list, itemsOf(result.data), load, say);
+      const all = [];
+      let cursor = null;
+      do {
+        const query = `actions?status=pending_approval&limit=200${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`;
+        const result = await api("GET", query);
+        if (!alive || !result.ok) {
+          if (alive && !result.down) fill(list, el("p", { class: "error" }, errorText(result)));
+          return;
+        }
+        all.push(...itemsOf(result.data));
+        cursor = result.data.next_cursor || null;
+      } while (cursor);
+      showActions(list, all, load, say);
     }
     load();
     const timer = setInterval(load, POLL_MS * 2);

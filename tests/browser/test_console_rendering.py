@@ -338,3 +338,31 @@ def test_lost_generations_show_both_counts_and_a_hand_back(page: Any, console: C
     lost = page.locator("#task-head dt", has_text="Lost generations").locator("+ dd")
     expect(lost).to_have_text("1 (1 in a row, 2 handed back after outages in a row)")
     expect(page.locator("#generations tbody tr").first).to_contain_text(HANDED_BACK)
+
+
+def test_the_console_has_an_icon_and_asks_for_no_missing_one(
+    browser: Any, console: Console
+) -> None:
+    """Before, each load asked for /favicon.ico, a 404 and an error in the browser's console."""
+    context = browser.new_context()
+    tab = context.new_page()
+    missing: list[str] = []
+    tab.on("response", lambda r: missing.append(r.url) if r.status >= 400 else None)
+    try:
+        for path in ("/console", f"/console?token={TOKEN}"):  # the sign-in page, then the console
+            tab.goto(f"{console.url}{path}")
+            icon = tab.locator("link[rel=icon]")
+            expect(icon).to_have_count(1)
+            # The icon draws: a data: image (the CSP's img-src allows it), not a request.
+            drawn = tab.evaluate("""(href) => new Promise((done) => {
+              const image = new Image();
+              image.onload = () => done(image.naturalWidth > 0);
+              image.onerror = () => done(false);
+              image.src = href;
+            })""", icon.get_attribute("href"))  # fmt: skip
+            assert drawn
+            assert icon.get_attribute("href").startswith("data:image/svg+xml,")
+        expect(tab.locator("h1")).to_have_text("Tasks")
+    finally:
+        context.close()
+    assert missing == []

@@ -1047,6 +1047,14 @@
       else fill(planBox, el("p", { class: "muted" }, "No plan published yet."));
     }
 
+    // Escape in a node's details goes back to its node in the graph (the details stay open,
+    // with what was typed): a keyboard user had to Tab back through the whole page.
+    nodeDetail.addEventListener("keydown", (event) => {
+      if (event.key !== "Escape" || !s.selected) return;
+      const node = planBox.querySelector(`button.node[data-node="${CSS.escape(s.selected)}"]`);
+      if (node) { event.preventDefault(); node.focus(); }
+    });
+
     function select(id) {
       s.selected = id;
       keepInAddress();

@@ -366,3 +366,42 @@ def test_the_console_has_an_icon_and_asks_for_no_missing_one(
     finally:
         context.close()
     assert missing == []
+
+
+#: The words of the generations' and evidence tables' cells (ids and hashes, in `code`, aside)
+#: that the browser broke over two lines, and the times not on one line.
+BROKEN_WORDS = """() => {
+  const broken = [];
+  const lines = (range) => new Set([...range.getClientRects()].map((r) => Math.round(r.top))).size;
+  for (const td of document.querySelectorAll('#generations td, #evidence td')) {
+    const walker = document.createTreeWalker(td, NodeFilter.SHOW_TEXT);
+    for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+      if (n.parentElement.closest('code')) continue;
+      for (const m of n.data.matchAll(/\\S+/g)) {
+        const range = document.createRange();
+        range.setStart(n, m.index);
+        range.setEnd(n, m.index + m[0].length);
+        if (lines(range) > 1) broken.push(m[0]);
+      }
+    }
+    for (const time of td.querySelectorAll('time')) {
+      const range = document.createRange();
+      range.selectNodeContents(time);
+      if (lines(range) > 1) broken.push(time.textContent);
+    }
+  }
+  return broken;
+}"""
+
+
+def test_table_cells_on_a_desk_break_between_words(page: Any, console: Console) -> None:
+    """At 1280 px a worker, a source or a date broke mid-word ('celery@v m:3305', 'scada_s im',
+    a date at its comma) in the Generations and Evidence tables."""
+    task_id = console.trigger("live", "Words kept whole")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    open_task(page, console, task_id)
+    expect(page.locator("#generations td").first).to_be_visible()
+    expect(page.locator("#evidence td time")).to_have_count(1)
+    assert page.evaluate(BROKEN_WORDS) == []
+    assert page.evaluate(NO_OVERFLOW) == {"page": 0, "main": 0}
+    shot(page, "tables-1280px")

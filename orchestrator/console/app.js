@@ -527,6 +527,7 @@
         fans.out.set(e.from, (fans.out.get(e.from) || 0) + 1);
         fans.in.set(e.to, (fans.in.get(e.to) || 0) + 1);
       }
+      const lanes = { left: 0, right: 0 };
       for (const e of edgesOf(plan)) {
         const a = graph.querySelector(`button[data-node="${CSS.escape(e.from)}"]`);
         const b = graph.querySelector(`button[data-node="${CSS.escape(e.to)}"]`);
@@ -537,17 +538,25 @@
         const x2 = rb.left + rb.width / 2 + dx, y2 = rb.top + dy;
         const mid = (y1 + y2) / 2;
         const path = document.createElementNS(svg.namespaceURI, "path");
-        path.setAttribute("d", `M${x1},${y1} C${x1},${mid} ${x2},${mid} ${x2},${y2}`);
+        const lane = laneFor(e, Math.min(x1, x2), Math.max(x1, x2), lanes, dx, dy);
+        path.setAttribute("d", lane
+          ? `M${x1},${y1} C${x1},${(y1 + lane.top) / 2} ${lane.x},${(y1 + lane.top) / 2} ${lane.x},${lane.top} `
+            + `L${lane.x},${lane.bottom} C${lane.x},${(lane.bottom + y2) / 2} ${x2},${(lane.bottom + y2) / 2} ${x2},${y2}`
+          : `M${x1},${y1} C${x1},${mid} ${x2},${mid} ${x2},${y2}`);
         path.setAttribute("data-from", e.from);
         path.setAttribute("data-to", e.to);
-        if (trunk.has(e.from) && trunk.has(e.to)) path.setAttribute("class", "trunk");
+        // The trunk's own edges join consecutive layers: one skipping a layer between two trunk
+        // nodes is not part of the chain.
+        if (trunk.has(e.from) && trunk.has(e.to) && layerOf.get(e.to) - layerOf.get(e.from) === 1) path.setAttribute("class", "trunk");
         svg.appendChild(path);
         if (e.label) {
           // Beside the line at the end where edges fan out (over the branch it leads to, under
           // the branch it leaves): at the middle, the labels of sibling edges lay over one
           // another and none could be read.
           const fanOut = fans.out.get(e.from) || 0, fanIn = fans.in.get(e.to) || 0;
-          const [x, y] = fanOut > 1 && fanOut >= fanIn ? [x2, y2 - 4]
+          // An edge around the steps it skips: over the step it leads to (its middle is behind
+          // them, and its lane at the graph's edge leaves no room).
+          const [x, y] = lane || (fanOut > 1 && fanOut >= fanIn) ? [x2, y2 - 4]
             : fanIn > 1 ? [x1, y1 + 12] : [(x1 + x2) / 2, mid];
           const text = document.createElementNS(svg.namespaceURI, "text");
           text.setAttribute("x", String(x + 4));
@@ -556,6 +565,27 @@
           svg.appendChild(text);
         }
       }
+    }
+    // An edge that skips a layer, drawn straight, ran behind the nodes of the layers between
+    // and read as part of their chain: it goes down a lane beside them instead, on the side
+    // with more room (each further edge on that side one lane further out). Null when the
+    // straight line passes clear of them.
+    const layerOf = new Map(layers.flatMap((ids, index) => ids.map((id) => [id, index])));
+    function laneFor(e, left, right, lanes, dx, dy) {
+      const from = layerOf.get(e.from), to = layerOf.get(e.to);
+      if (from === undefined || to === undefined || to - from < 2) return null;
+      const between = layers.slice(from + 1, to).flat()
+        .map((id) => graph.querySelector(`button[data-node="${CSS.escape(id)}"]`))
+        .filter(Boolean).map((button) => button.getBoundingClientRect());
+      if (!between.some((r) => r.left + dx < right + 2 && r.right + dx > left - 2)) return null;
+      const outerLeft = Math.min(...between.map((r) => r.left)) + dx;
+      const outerRight = Math.max(...between.map((r) => r.right)) + dx;
+      const width = graph.scrollWidth;
+      const side = width - outerRight >= outerLeft ? 1 : -1;
+      const n = side > 0 ? ++lanes.right : ++lanes.left;
+      const x = side > 0 ? Math.min(outerRight + 8 * n, width - 2) : Math.max(outerLeft - 8 * n, 2);
+      return { x, top: Math.min(...between.map((r) => r.top)) + dy - 4,
+        bottom: Math.max(...between.map((r) => r.bottom)) + dy + 4 };
     }
     const observer = new ResizeObserver(() => draw());
     observer.observe(graph);

@@ -206,6 +206,23 @@ def _branches() -> dict[str, Any]:
     }
 
 
+def _skips() -> dict[str, Any]:
+    """A chain triage → sample → lab → close with edges that skip layers: triage → lab past
+    sample, and triage → close past both."""
+    nodes = [_node("triage", "completed"), _node("sample", "completed"),
+             _node("lab", "completed"), _node("close", "pending", actor="human")]  # fmt: skip
+    edges = [{"from": "triage", "to": "sample"}, {"from": "sample", "to": "lab"},
+             {"from": "lab", "to": "close"}, {"from": "triage", "to": "lab", "label": "if clear"},
+             {"from": "triage", "to": "close", "label": "if no leak"}]  # fmt: skip
+    return {
+        "turns": [
+            _turn(0.1, _plan("c1", "r1", nodes, title="Skips", edges=edges)),
+            _turn(0.1, _report("c2", "waits for the close", "waiting")),
+            {"content": "waiting for people"},
+        ]
+    }
+
+
 #: A version of a script that holds its round (a later generation that has not published).
 HELD: dict[str, Any] = {"turns": [{"delay_s": 120, "content": "never reached"}]}
 
@@ -282,6 +299,7 @@ def write_scripts(folder: Path) -> Path:
     scripts["pager"] = _xss()  # a type of its own for the paging test
     scripts["records"] = _records()
     scripts["branches"] = _branches()
+    scripts["skips"] = _skips()
     for name, script in scripts.items():
         # Every round queries the simulated SCADA source first: completed nodes and reports cite it.
         script["turns"].insert(0, _turn(3.0 if name == "records" else 0.0, _QUERY))

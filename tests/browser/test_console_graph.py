@@ -38,7 +38,7 @@ MISSES = """() => {
     const n = p.getAttribute('d').match(/-?[0-9.]+/g).map(Number);
     const a = at(p.getAttribute('data-from')), b = at(p.getAttribute('data-to'));
     return Math.max(Math.abs(n[0] - a.x), Math.abs(n[1] - a.bottom),
-                    Math.abs(n[6] - b.x), Math.abs(n[7] - b.top));
+                    Math.abs(n.at(-2) - b.x), Math.abs(n.at(-1) - b.top));
   });
 }"""
 
@@ -60,6 +60,28 @@ OVERLAPS = """() => {
     if (!apart) hits.push([a, b]);
   }));
   return hits;
+}"""
+
+#: The edges that run behind a node other than their own two: [from, to, node].
+BEHIND = """() => {
+  const nodes = [...document.querySelectorAll('#plan-graph button.node')]
+    .map((b) => [b.getAttribute('data-node'), b.getBoundingClientRect()]);
+  const hits = [];
+  for (const p of document.querySelectorAll('#plan-graph svg.edges path')) {
+    const from = p.getAttribute('data-from'), to = p.getAttribute('data-to');
+    const matrix = p.getScreenCTM();
+    const length = p.getTotalLength();
+    for (let at = 0; at <= length; at += 2) {
+      const point = p.getPointAtLength(at);
+      const q = new DOMPoint(point.x, point.y).matrixTransform(matrix);
+      for (const [id, r] of nodes) {
+        if (id === from || id === to) continue;
+        const inside = q.x > r.left && q.x < r.right && q.y > r.top && q.y < r.bottom;
+        if (inside) hits.push([from, to, id]);
+      }
+    }
+  }
+  return [...new Set(hits.map((h) => h.join(' ')))];
 }"""
 
 OVERFLOW = """() => {
@@ -151,5 +173,31 @@ def test_a_new_revision_keeps_the_graph_where_it_was_scrolled(
         expect(tab.locator("#status-counts")).to_contain_text("waiting 1")
         assert tab.evaluate("document.getElementById('plan-graph').scrollLeft") == right
         assert max(tab.evaluate(MISSES)) < 2
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("width", [320, 1280], ids=["320px", "1280px"])
+def test_an_edge_that_skips_a_layer_goes_around_the_nodes_between(
+    browser: Any, console: Console, width: int
+) -> None:
+    """triage → lab and triage → close skip the steps between them: drawn straight down, they
+    ran behind sample and lab and read as part of the chain."""
+    task_id = console.trigger("skips", f"Skipping edges at {width} px")
+    console.wait_for(task_id, lambda t: t["status"] == "waiting")
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    tab = context.new_page()
+    try:
+        tab.goto(f"{console.url}/console?token={TOKEN}")
+        tab.goto(f"{console.url}/console#/task/{task_id}")
+        expect(tab.locator("svg.edges path")).to_have_count(5)
+        expect(tab.locator("ol.layers > li")).to_have_count(4)
+        assert tab.evaluate(BEHIND) == []
+        # Nor are they drawn as the trunk, the chain they skip.
+        expect(tab.locator("svg.edges path.trunk")).to_have_count(3)
+        assert max(tab.evaluate(MISSES)) < 2
+        assert tab.evaluate(OVERLAPS) == []
+        assert tab.evaluate(OVERFLOW)["page"] == 0
+        shot(tab, f"skips-{width}px")
     finally:
         context.close()

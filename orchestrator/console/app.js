@@ -528,6 +528,7 @@
         fans.in.set(e.to, (fans.in.get(e.to) || 0) + 1);
       }
       const lanes = { left: 0, right: 0 };
+      const labels = [];
       for (const e of edgesOf(plan)) {
         const a = graph.querySelector(`button[data-node="${CSS.escape(e.from)}"]`);
         const b = graph.querySelector(`button[data-node="${CSS.escape(e.to)}"]`);
@@ -563,8 +564,63 @@
           text.setAttribute("y", String(y));
           text.textContent = shown(e.label);
           svg.appendChild(text);
+          labels.push({ text, label: shown(e.label), x: x + 4, y, up: y >= (y1 + y2) / 2 });
         }
       }
+      fitLabels(labels, graph.scrollWidth);
+    }
+    // A label longer than the room to the next label on its line (the next sibling's) ran over
+    // it and neither could be read: it wraps onto a second line (upward over the step it leads
+    // to, downward under the step it leaves), and what a second line cannot hold ends in "…".
+    function fitLabels(labels, width) {
+      const lines = new Map();
+      for (const l of labels) {
+        const key = Math.round(l.y);
+        (lines.get(key) || lines.set(key, []).get(key)).push(l);
+      }
+      for (const row of lines.values()) {
+        row.sort((a, b) => a.x - b.x);
+        row.forEach((l, i) => {
+          const room = (i + 1 < row.length ? row[i + 1].x - 8 : width - 2) - l.x;
+          if (l.text.getComputedTextLength() > room) wrapLabel(l, Math.max(room, 24));
+        });
+      }
+    }
+    function wrapLabel({ text, label, x, up }, room) {
+      const fits = (candidate) => { text.textContent = candidate; return text.getComputedTextLength() <= room; };
+      const lines = [];
+      let line = "";
+      for (const word of label.split(/\s+/).filter(Boolean)) {
+        if (lines.length === 2) break;
+        const longer = line ? `${line} ${word}` : word;
+        if (fits(longer)) { line = longer; continue; }
+        if (line) lines.push(line);
+        line = word;
+      }
+      if (line && lines.length < 2) lines.push(line);
+      const all = label.split(/\s+/).filter(Boolean).join(" ");
+      const last = lines.length - 1;
+      const whole = lines.join(" ") === all;
+      lines.forEach((part, i) => {
+        if (fits(part) && (whole || i < last)) return;
+        // Cut the line (a word longer than the room, or the last of a label left unfinished)
+        // until it and its ellipsis fit.
+        let cut = part;
+        while (cut.length > 1 && !fits(`${cut}…`)) cut = cut.slice(0, -1);
+        lines[i] = `${cut.trimEnd()}…`;
+      });
+      text.replaceChildren();
+      lines.forEach((part, i) => {
+        const span = document.createElementNS(svg.namespaceURI, "tspan");
+        span.setAttribute("x", String(x));
+        span.setAttribute("dy", i ? "1.1em" : up ? `${-1.1 * last}em` : "0");
+        span.textContent = part;
+        text.appendChild(span);
+      });
+      // The whole label, for whoever points at it or reads it out.
+      const title = document.createElementNS(svg.namespaceURI, "title");
+      title.textContent = label;
+      text.appendChild(title);
     }
     // An edge that skips a layer, drawn straight, ran behind the nodes of the layers between
     // and read as part of their chain: it goes down a lane beside them instead, on the side

@@ -15,6 +15,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser.conftest import TOKEN, Console, shot
+from tests.browser.scripts import LONG_LABEL
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -199,5 +200,41 @@ def test_an_edge_that_skips_a_layer_goes_around_the_nodes_between(
         assert tab.evaluate(OVERLAPS) == []
         assert tab.evaluate(OVERFLOW)["page"] == 0
         shot(tab, f"skips-{width}px")
+    finally:
+        context.close()
+
+
+#: Each edge label's lines as drawn (its tspans, or its text when on one line).
+LABEL_LINES = """() => [...document.querySelectorAll('#plan-graph svg.edges text')].map((t) => {
+  const spans = [...t.querySelectorAll('tspan')];
+  return spans.length ? spans.map((s) => s.textContent) : [t.textContent];
+})"""
+
+
+@pytest.mark.parametrize("width", [320, 1280], ids=["320px", "1280px"])
+def test_labels_longer_than_the_gap_between_siblings_do_not_overlap(
+    browser: Any, console: Console, width: int
+) -> None:
+    task_id = console.trigger("labels", f"Long labels at {width} px")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    tab = context.new_page()
+    try:
+        tab.goto(f"{console.url}/console?token={TOKEN}")
+        tab.goto(f"{console.url}/console#/task/{task_id}")
+        expect(tab.locator("svg.edges text")).to_have_count(3)
+        # Before, each ran on over its neighbour's.
+        assert tab.evaluate(OVERLAPS) == []
+        lines = tab.evaluate(LABEL_LINES)
+        assert all(len(label) <= 2 for label in lines)
+        if width == 1280:  # two lines hold it all on a desk
+            assert sorted(" ".join(label) for label in lines) == sorted(
+                LONG_LABEL.format(i) for i in ("east", "north", "south")
+            )
+        else:  # on a phone what does not fit ends in an ellipsis, the rest read as written
+            for label in lines:
+                assert LONG_LABEL.format("")[:6] in label[0]
+                assert label[-1].endswith("…")
+        shot(tab, f"labels-{width}px")
     finally:
         context.close()

@@ -617,10 +617,6 @@
         span.textContent = part;
         text.appendChild(span);
       });
-      // The whole label, for whoever points at it or reads it out.
-      const title = document.createElementNS(svg.namespaceURI, "title");
-      title.textContent = label;
-      text.appendChild(title);
     }
     // An edge that skips a layer, drawn straight, ran behind the nodes of the layers between
     // and read as part of their chain: it goes down a lane beside them instead, on the side

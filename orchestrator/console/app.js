@@ -332,7 +332,11 @@
     document.getElementById("nav-deliveries").toggleAttribute("aria-current", false);
     const task = path.match(/^\/task\/([^/]+)$/);
     if (task) {
-      view = taskDetail(decodeURIComponent(task[1]), params);
+      // A mistyped link ("%ZZ") is not valid percent-encoding: taken as typed, it is said to be
+      // no task, where decoding it threw and left the previous page up.
+      let id = task[1];
+      try { id = decodeURIComponent(id); } catch (error) { /* as typed */ }
+      view = taskDetail(id, params);
     } else if (path === "/deliveries") {
       document.getElementById("nav-deliveries").setAttribute("aria-current", "page");
       view = deliveryList(params);

@@ -88,6 +88,10 @@ def test_a_task_that_does_not_exist_offers_no_form(page: Any, console: Console) 
     expect(page.locator("#live")).to_have_count(0)
     page.locator("main a", has_text="Tasks").click()
     expect(page.locator("#task-rows")).to_be_visible()
+    # A link mangled into bad percent-encoding: said the same way (before, an uncaught
+    # "URI malformed" left the task list up).
+    page.goto(f"{console.url}/console#/task/%ZZ")
+    expect(page.locator("#task-error")).to_have_text("No such task: %ZZ.")
 
 
 def test_approvals_page_through_every_pending_action_oldest_first(

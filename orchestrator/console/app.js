@@ -807,27 +807,34 @@
       message);
   }
 
+  // Every pending action (of one task, with `filter` "&task_id=..."), page after page: the API
+  // lists newest first, so one page of 100 hid the oldest, the longest waiting, whenever more
+  // than 100 were pending. The failed answer if a page fails.
+  async function pendingActions(filter) {
+    const items = [];
+    let cursor = null;
+    do {
+      const query = `actions?status=pending_approval&limit=200${filter}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`;
+      const result = await api("GET", query);
+      if (!result.ok) return result;
+      items.push(...itemsOf(result.data));
+      cursor = result.data.next_cursor || null;
+    } while (cursor);
+    return { ok: true, items };
+  }
+
   function approvals() {
     const list = el("div", { class: "actions-list", id: "approvals" }, el("p", { class: "muted" }, "Loading…"));
     const say = el("p", { role: "status", id: "approvals-result" });
     fill(main, el("h1", {}, "Pending approvals"), say, list);
     let alive = true;
-    // Every pending action, page after page: the API lists newest first, so one page of 100
-    // hid the oldest, the longest waiting, whenever more than 100 were pending.
     async function load() {
-      const all = [];
-      let cursor = null;
-      do {
-        const query = `actions?status=pending_approval&limit=200${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`;
-        const result = await api("GET", query);
-        if (!alive || !result.ok) {
-          if (alive && !result.down) fill(list, el("p", { class: "error" }, errorText(result)));
-          return;
-        }
-        all.push(...itemsOf(result.data));
-        cursor = result.data.next_cursor || null;
-      } while (cursor);
-      showActions(list, all, load, say);
+      const result = await pendingActions("");
+      if (!alive || !result.ok) {
+        if (alive && !result.down) fill(list, el("p", { class: "error" }, errorText(result)));
+        return;
+      }
+      showActions(list, result.items, load, say);
     }
     load();
     const timer = setInterval(load, POLL_MS * 2);
@@ -1275,9 +1282,9 @@
     }
 
     async function loadPending() {
-      const result = await api("GET", `actions?status=pending_approval&task_id=${encodeURIComponent(taskId)}`);
+      const result = await pendingActions(`&task_id=${encodeURIComponent(taskId)}`);
       if (!s.alive || !result.ok) return;
-      showActions(pending, itemsOf(result.data), refresh, pendingResult);
+      showActions(pending, result.items, refresh, pendingResult);
     }
 
     async function loadOptional(box, route, render) {

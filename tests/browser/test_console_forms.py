@@ -127,6 +127,11 @@ def test_approvals_page_through_every_pending_action_oldest_first(
         expect(cards.first.locator("pre")).to_contain_text('"waiting #0"')
         expect(cards.nth(249).locator("pre")).to_contain_text('"waiting #249"')
         expect(cards.last).to_contain_text(task_id)
+        # The task's own page lists them all too, oldest first.
+        page.goto(f"{console.url}/console#/task/{task_id}")
+        mine = page.locator("#pending-actions > article.action")
+        expect(mine).to_have_count(251)
+        expect(mine.first.locator("pre")).to_contain_text('"waiting #0"')
     finally:
         with db.transaction() as conn:  # the other tests' approvals page stays short
             conn.execute(

@@ -405,3 +405,10 @@ def test_table_cells_on_a_desk_break_between_words(page: Any, console: Console) 
     assert page.evaluate(BROKEN_WORDS) == []
     assert page.evaluate(NO_OVERFLOW) == {"page": 0, "main": 0}
     shot(page, "tables-1280px")
+    # Narrower than a desk, whole words and times would push a table past its card.
+    for width in (1024, 768, 700):
+        page.set_viewport_size({"width": width, "height": 900})
+        scrolled = (
+            "[...document.querySelectorAll('.scroll')].map((s) => s.scrollWidth - s.clientWidth)"
+        )
+        assert set(page.evaluate(scrolled)) == {0}, width

@@ -584,8 +584,11 @@
       }
       for (const row of lines.values()) {
         row.sort((a, b) => a.x - b.x);
-        row.forEach((l, i) => {
-          const room = (i + 1 < row.length ? row[i + 1].x - 8 : width - 2) - l.x;
+        row.forEach((l) => {
+          // Up to the next label that starts further right (one at the same place, over the
+          // same step, is no room to give).
+          const next = row.find((other) => other.x > l.x + 1);
+          const room = (next ? next.x - 8 : width - 2) - l.x;
           if (l.text.getComputedTextLength() > room) wrapLabel(l, Math.max(room, 24));
         });
       }

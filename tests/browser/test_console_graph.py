@@ -173,6 +173,8 @@ def test_a_new_revision_keeps_the_graph_where_it_was_scrolled(
         assert closed.status_code == 200, closed.text
         expect(tab.locator("#status-counts")).to_contain_text("waiting 1")
         assert tab.evaluate("document.getElementById('plan-graph').scrollLeft") == right
+        # The new revision's edges are drawn on the next animation frame, after its nodes.
+        expect(tab.locator("svg.edges path")).to_have_count(12)
         assert max(tab.evaluate(MISSES)) < 2
     finally:
         context.close()

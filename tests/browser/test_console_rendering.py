@@ -397,7 +397,7 @@ BROKEN_WORDS = """() => {
 def test_table_cells_on_a_desk_break_between_words(page: Any, console: Console) -> None:
     """At 1280 px a worker, a source or a date broke mid-word ('celery@v m:3305', 'scada_s im',
     a date at its comma) in the Generations and Evidence tables."""
-    task_id = console.trigger("live", "Words kept whole")
+    task_id = console.trigger("retried", "Words kept whole")
     console.wait_for(task_id, lambda t: t["status"] == "completed")
     open_task(page, console, task_id)
     expect(page.locator("#generations td").first).to_be_visible()

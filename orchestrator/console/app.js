@@ -332,7 +332,11 @@
     document.getElementById("nav-deliveries").toggleAttribute("aria-current", false);
     const task = path.match(/^\/task\/([^/]+)$/);
     if (task) {
-      view = taskDetail(decodeURIComponent(task[1]), params);
+      // A mistyped link ("%ZZ") is not valid percent-encoding: taken as typed, it is said to be
+      // no task, where decoding it threw and left the previous page up.
+      let id = task[1];
+      try { id = decodeURIComponent(id); } catch (error) { /* as typed */ }
+      view = taskDetail(id, params);
     } else if (path === "/deliveries") {
       document.getElementById("nav-deliveries").setAttribute("aria-current", "page");
       view = deliveryList(params);
@@ -527,6 +531,8 @@
         fans.out.set(e.from, (fans.out.get(e.from) || 0) + 1);
         fans.in.set(e.to, (fans.in.get(e.to) || 0) + 1);
       }
+      const lanes = { left: 0, right: 0 };
+      const labels = [];
       for (const e of edgesOf(plan)) {
         const a = graph.querySelector(`button[data-node="${CSS.escape(e.from)}"]`);
         const b = graph.querySelector(`button[data-node="${CSS.escape(e.to)}"]`);
@@ -537,25 +543,108 @@
         const x2 = rb.left + rb.width / 2 + dx, y2 = rb.top + dy;
         const mid = (y1 + y2) / 2;
         const path = document.createElementNS(svg.namespaceURI, "path");
-        path.setAttribute("d", `M${x1},${y1} C${x1},${mid} ${x2},${mid} ${x2},${y2}`);
+        const lane = laneFor(e, Math.min(x1, x2), Math.max(x1, x2), lanes, dx, dy);
+        path.setAttribute("d", lane
+          ? `M${x1},${y1} C${x1},${(y1 + lane.top) / 2} ${lane.x},${(y1 + lane.top) / 2} ${lane.x},${lane.top} `
+            + `L${lane.x},${lane.bottom} C${lane.x},${(lane.bottom + y2) / 2} ${x2},${(lane.bottom + y2) / 2} ${x2},${y2}`
+          : `M${x1},${y1} C${x1},${mid} ${x2},${mid} ${x2},${y2}`);
         path.setAttribute("data-from", e.from);
         path.setAttribute("data-to", e.to);
-        if (trunk.has(e.from) && trunk.has(e.to)) path.setAttribute("class", "trunk");
+        // The trunk's own edges join consecutive layers: one skipping a layer between two trunk
+        // nodes is not part of the chain.
+        if (trunk.has(e.from) && trunk.has(e.to) && layerOf.get(e.to) - layerOf.get(e.from) === 1) path.setAttribute("class", "trunk");
         svg.appendChild(path);
         if (e.label) {
           // Beside the line at the end where edges fan out (over the branch it leads to, under
           // the branch it leaves): at the middle, the labels of sibling edges lay over one
           // another and none could be read.
           const fanOut = fans.out.get(e.from) || 0, fanIn = fans.in.get(e.to) || 0;
-          const [x, y] = fanOut > 1 && fanOut >= fanIn ? [x2, y2 - 4]
+          // An edge around the steps it skips: over the step it leads to (its middle is behind
+          // them, and its lane at the graph's edge leaves no room).
+          const [x, y] = lane || (fanOut > 1 && fanOut >= fanIn) ? [x2, y2 - 4]
             : fanIn > 1 ? [x1, y1 + 12] : [(x1 + x2) / 2, mid];
           const text = document.createElementNS(svg.namespaceURI, "text");
           text.setAttribute("x", String(x + 4));
           text.setAttribute("y", String(y));
           text.textContent = shown(e.label);
           svg.appendChild(text);
+          labels.push({ text, label: shown(e.label), x: x + 4, y, up: y >= (y1 + y2) / 2 });
         }
       }
+      fitLabels(labels, graph.scrollWidth);
+    }
+    // A label longer than the room to the next label on its line (the next sibling's) ran over
+    // it and neither could be read: it wraps onto a second line (upward over the step it leads
+    // to, downward under the step it leaves), and what a second line cannot hold ends in "…".
+    function fitLabels(labels, width) {
+      const lines = new Map();
+      for (const l of labels) {
+        const key = Math.round(l.y);
+        (lines.get(key) || lines.set(key, []).get(key)).push(l);
+      }
+      for (const row of lines.values()) {
+        row.sort((a, b) => a.x - b.x);
+        row.forEach((l) => {
+          // Up to the next label that starts further right (one at the same place, over the
+          // same step, is no room to give).
+          const next = row.find((other) => other.x > l.x + 1);
+          const room = (next ? next.x - 8 : width - 2) - l.x;
+          if (l.text.getComputedTextLength() > room) wrapLabel(l, Math.max(room, 24));
+        });
+      }
+    }
+    function wrapLabel({ text, label, x, up }, room) {
+      const fits = (candidate) => { text.textContent = candidate; return text.getComputedTextLength() <= room; };
+      const lines = [];
+      let line = "";
+      for (const word of label.split(/\s+/).filter(Boolean)) {
+        if (lines.length === 2) break;
+        const longer = line ? `${line} ${word}` : word;
+        if (fits(longer)) { line = longer; continue; }
+        if (line) lines.push(line);
+        line = word;
+      }
+      if (line && lines.length < 2) lines.push(line);
+      const all = label.split(/\s+/).filter(Boolean).join(" ");
+      const last = lines.length - 1;
+      const whole = lines.join(" ") === all;
+      lines.forEach((part, i) => {
+        if (fits(part) && (whole || i < last)) return;
+        // Cut the line (a word longer than the room, or the last of a label left unfinished)
+        // until it and its ellipsis fit.
+        let cut = part;
+        while (cut.length > 1 && !fits(`${cut}…`)) cut = cut.slice(0, -1);
+        lines[i] = `${cut.trimEnd()}…`;
+      });
+      text.replaceChildren();
+      lines.forEach((part, i) => {
+        const span = document.createElementNS(svg.namespaceURI, "tspan");
+        span.setAttribute("x", String(x));
+        span.setAttribute("dy", i ? "1.1em" : up ? `${-1.1 * last}em` : "0");
+        span.textContent = part;
+        text.appendChild(span);
+      });
+    }
+    // An edge that skips a layer, drawn straight, ran behind the nodes of the layers between
+    // and read as part of their chain: it goes down a lane beside them instead, on the side
+    // with more room (each further edge on that side one lane further out). Null when the
+    // straight line passes clear of them.
+    const layerOf = new Map(layers.flatMap((ids, index) => ids.map((id) => [id, index])));
+    function laneFor(e, left, right, lanes, dx, dy) {
+      const from = layerOf.get(e.from), to = layerOf.get(e.to);
+      if (from === undefined || to === undefined || to - from < 2) return null;
+      const between = layers.slice(from + 1, to).flat()
+        .map((id) => graph.querySelector(`button[data-node="${CSS.escape(id)}"]`))
+        .filter(Boolean).map((button) => button.getBoundingClientRect());
+      if (!between.some((r) => r.left + dx < right + 2 && r.right + dx > left - 2)) return null;
+      const outerLeft = Math.min(...between.map((r) => r.left)) + dx;
+      const outerRight = Math.max(...between.map((r) => r.right)) + dx;
+      const width = graph.scrollWidth;
+      const side = width - outerRight >= outerLeft ? 1 : -1;
+      const n = side > 0 ? ++lanes.right : ++lanes.left;
+      const x = side > 0 ? Math.min(outerRight + 8 * n, width - 2) : Math.max(outerLeft - 8 * n, 2);
+      return { x, top: Math.min(...between.map((r) => r.top)) + dy - 4,
+        bottom: Math.max(...between.map((r) => r.bottom)) + dy + 4 };
     }
     const observer = new ResizeObserver(() => draw());
     observer.observe(graph);
@@ -721,18 +810,34 @@
       message);
   }
 
+  // Every pending action (of one task, with `filter` "&task_id=..."), page after page: the API
+  // lists newest first, so one page of 100 hid the oldest, the longest waiting, whenever more
+  // than 100 were pending. The failed answer if a page fails.
+  async function pendingActions(filter) {
+    const items = [];
+    let cursor = null;
+    do {
+      const query = `actions?status=pending_approval&limit=200${filter}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`;
+      const result = await api("GET", query);
+      if (!result.ok) return result;
+      items.push(...itemsOf(result.data));
+      cursor = result.data.next_cursor || null;
+    } while (cursor);
+    return { ok: true, items };
+  }
+
   function approvals() {
     const list = el("div", { class: "actions-list", id: "approvals" }, el("p", { class: "muted" }, "Loading…"));
     const say = el("p", { role: "status", id: "approvals-result" });
     fill(main, el("h1", {}, "Pending approvals"), say, list);
     let alive = true;
     async function load() {
-      const result = await api("GET", "actions?status=pending_approval&limit=100");
+      const result = await pendingActions("");
       if (!alive || !result.ok) {
         if (alive && !result.down) fill(list, el("p", { class: "error" }, errorText(result)));
         return;
       }
-      showActions(list, itemsOf(result.data), load, say);
+      showActions(list, result.items, load, say);
     }
     load();
     const timer = setInterval(load, POLL_MS * 2);
@@ -1038,6 +1143,14 @@
       else fill(planBox, el("p", { class: "muted" }, "No plan published yet."));
     }
 
+    // Escape in a node's details goes back to its node in the graph (the details stay open,
+    // with what was typed): a keyboard user had to Tab back through the whole page.
+    nodeDetail.addEventListener("keydown", (event) => {
+      if (event.key !== "Escape" || !s.selected) return;
+      const node = planBox.querySelector(`button.node[data-node="${CSS.escape(s.selected)}"]`);
+      if (node) { event.preventDefault(); node.focus(); }
+    });
+
     function select(id) {
       s.selected = id;
       keepInAddress();
@@ -1172,9 +1285,9 @@
     }
 
     async function loadPending() {
-      const result = await api("GET", `actions?status=pending_approval&task_id=${encodeURIComponent(taskId)}`);
+      const result = await pendingActions(`&task_id=${encodeURIComponent(taskId)}`);
       if (!s.alive || !result.ok) return;
-      showActions(pending, itemsOf(result.data), refresh, pendingResult);
+      showActions(pending, result.items, refresh, pendingResult);
     }
 
     async function loadOptional(box, route, render) {

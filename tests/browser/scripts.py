@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HELD", "RLO", "XSS", "write_scripts"]
+__all__ = ["HELD", "LONG_LABEL", "RLO", "XSS", "write_scripts"]
 
 XSS = '<img src=x onerror="window.__xss=1">'
 #: Logically "abc", a right-to-left override, then "dcba": drawn as is, it reads "abcabcd".
@@ -206,6 +206,41 @@ def _branches() -> dict[str, Any]:
     }
 
 
+def _skips() -> dict[str, Any]:
+    """A chain triage → sample → lab → close with edges that skip layers: triage → lab past
+    sample, and triage → close past both."""
+    nodes = [_node("triage", "completed"), _node("sample", "completed"),
+             _node("lab", "completed"), _node("close", "pending", actor="human")]  # fmt: skip
+    edges = [{"from": "triage", "to": "sample"}, {"from": "sample", "to": "lab"},
+             {"from": "lab", "to": "close"}, {"from": "triage", "to": "lab", "label": "if clear"},
+             {"from": "triage", "to": "close", "label": "if no leak"}]  # fmt: skip
+    return {
+        "turns": [
+            _turn(0.1, _plan("c1", "r1", nodes, title="Skips", edges=edges)),
+            _turn(0.1, _report("c2", "waits for the close", "waiting")),
+            {"content": "waiting for people"},
+        ]
+    }
+
+
+#: A condition longer than the gap between sibling nodes.
+LONG_LABEL = "if the crew confirms that tap {} is due before noon today"
+
+
+def _labels() -> dict[str, Any]:
+    """Three branches whose conditions are each longer than a node is wide."""
+    parallel = ["north", "south", "east"]
+    nodes = [_node("triage", "completed")] + [_node(i, "completed") for i in parallel]
+    edges = [{"from": "triage", "to": i, "label": LONG_LABEL.format(i)} for i in parallel]
+    return {
+        "turns": [
+            _turn(0.1, _plan("c1", "r1", nodes, title="Long labels", edges=edges)),
+            _turn(0.1, _report("c2", "three branches done")),
+            {"content": "done"},
+        ]
+    }
+
+
 #: A version of a script that holds its round (a later generation that has not published).
 HELD: dict[str, Any] = {"turns": [{"delay_s": 120, "content": "never reached"}]}
 
@@ -282,6 +317,8 @@ def write_scripts(folder: Path) -> Path:
     scripts["pager"] = _xss()  # a type of its own for the paging test
     scripts["records"] = _records()
     scripts["branches"] = _branches()
+    scripts["skips"] = _skips()
+    scripts["labels"] = _labels()
     for name, script in scripts.items():
         # Every round queries the simulated SCADA source first: completed nodes and reports cite it.
         script["turns"].insert(0, _turn(3.0 if name == "records" else 0.0, _QUERY))

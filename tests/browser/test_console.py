@@ -458,6 +458,14 @@ def test_node_details_are_reachable_by_keyboard(page: Any, console: Console) -> 
     expect(detail).to_be_focused()
     expect(detail).to_contain_text("a crew must look at the valve")
     shot(page, "node-detail-by-keyboard")
+    # Escape, from the details or a field in them, goes back to the node in the graph.
+    page.keyboard.press("Escape")
+    expect(page.locator('button.node[data-node="inspect"]')).to_be_focused()
+    page.keyboard.press("Enter")
+    page.locator("#node-detail input, #node-detail textarea").first.focus()
+    page.keyboard.press("Escape")
+    expect(page.locator('button.node[data-node="inspect"]')).to_be_focused()
+    expect(detail).to_be_visible()
 
 
 def test_the_plan_stream_fallback_keeps_the_revision_picker_working_across_generations(

@@ -88,3 +88,53 @@ def test_a_task_that_does_not_exist_offers_no_form(page: Any, console: Console) 
     expect(page.locator("#live")).to_have_count(0)
     page.locator("main a", has_text="Tasks").click()
     expect(page.locator("#task-rows")).to_be_visible()
+    # A link mangled into bad percent-encoding: said the same way (before, an uncaught
+    # "URI malformed" left the task list up).
+    page.goto(f"{console.url}/console#/task/%ZZ")
+    expect(page.locator("#task-error")).to_have_text("No such task: %ZZ.")
+
+
+def test_approvals_page_through_every_pending_action_oldest_first(
+    page: Any, console: Console
+) -> None:
+    """More pending actions than one page of the API: the oldest, the most urgent, are shown
+    at the top (before, only the 100 newest were fetched and the oldest never showed)."""
+    import uuid
+    from datetime import timedelta
+
+    from sqlalchemy import delete, insert, select
+
+    from orchestrator.store import Database
+    from orchestrator.store.tables import actions
+
+    task_id = console.trigger("approval", "One of many waiting")
+    console.wait_for(task_id, lambda t: t["status"] == "waiting")
+    db = Database.from_url(console.env["ORCH_DATABASE_URL"])
+    seeded: list[dict[str, Any]] = []
+    try:
+        with db.transaction() as conn:
+            mine = select(actions).where(actions.c.task_id == task_id)
+            row = dict(conn.execute(mine).mappings().one())
+            seeded += [
+                row | {"action_id": f"many-{uuid.uuid4()}", "payload": {"what": f"waiting #{n}"},
+                       "created_at": row["created_at"] - timedelta(minutes=250 - n)}
+                for n in range(250)
+            ]  # fmt: skip
+            conn.execute(insert(actions), seeded)
+        page.goto(f"{console.url}/console#/approvals")
+        cards = page.locator("#approvals > article.action")
+        expect(cards.filter(has_text='"waiting #')).to_have_count(250)
+        expect(cards.first.locator("pre")).to_contain_text('"waiting #0"')
+        expect(cards.nth(249).locator("pre")).to_contain_text('"waiting #249"')
+        expect(cards.last).to_contain_text(task_id)
+        # The task's own page lists them all too, oldest first.
+        page.goto(f"{console.url}/console#/task/{task_id}")
+        mine = page.locator("#pending-actions > article.action")
+        expect(mine).to_have_count(251)
+        expect(mine.first.locator("pre")).to_contain_text('"waiting #0"')
+    finally:
+        with db.transaction() as conn:  # the other tests' approvals page stays short
+            conn.execute(
+                delete(actions).where(actions.c.action_id.in_([s["action_id"] for s in seeded]))
+            )
+        db.dispose()

@@ -15,6 +15,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser.conftest import TOKEN, Console, shot
+from tests.browser.scripts import LONG_LABEL
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -38,7 +39,7 @@ MISSES = """() => {
     const n = p.getAttribute('d').match(/-?[0-9.]+/g).map(Number);
     const a = at(p.getAttribute('data-from')), b = at(p.getAttribute('data-to'));
     return Math.max(Math.abs(n[0] - a.x), Math.abs(n[1] - a.bottom),
-                    Math.abs(n[6] - b.x), Math.abs(n[7] - b.top));
+                    Math.abs(n.at(-2) - b.x), Math.abs(n.at(-1) - b.top));
   });
 }"""
 
@@ -60,6 +61,28 @@ OVERLAPS = """() => {
     if (!apart) hits.push([a, b]);
   }));
   return hits;
+}"""
+
+#: The edges that run behind a node other than their own two: [from, to, node].
+BEHIND = """() => {
+  const nodes = [...document.querySelectorAll('#plan-graph button.node')]
+    .map((b) => [b.getAttribute('data-node'), b.getBoundingClientRect()]);
+  const hits = [];
+  for (const p of document.querySelectorAll('#plan-graph svg.edges path')) {
+    const from = p.getAttribute('data-from'), to = p.getAttribute('data-to');
+    const matrix = p.getScreenCTM();
+    const length = p.getTotalLength();
+    for (let at = 0; at <= length; at += 2) {
+      const point = p.getPointAtLength(at);
+      const q = new DOMPoint(point.x, point.y).matrixTransform(matrix);
+      for (const [id, r] of nodes) {
+        if (id === from || id === to) continue;
+        const inside = q.x > r.left && q.x < r.right && q.y > r.top && q.y < r.bottom;
+        if (inside) hits.push([from, to, id]);
+      }
+    }
+  }
+  return [...new Set(hits.map((h) => h.join(' ')))];
 }"""
 
 OVERFLOW = """() => {
@@ -150,8 +173,70 @@ def test_a_new_revision_keeps_the_graph_where_it_was_scrolled(
         assert closed.status_code == 200, closed.text
         expect(tab.locator("#status-counts")).to_contain_text("waiting 1")
         assert tab.evaluate("document.getElementById('plan-graph').scrollLeft") == right
-        # The new graph's edges are drawn on the next animation frame, after its nodes.
+        # The new revision's edges are drawn on the next animation frame, after its nodes.
         expect(tab.locator("svg.edges path")).to_have_count(12)
         assert max(tab.evaluate(MISSES)) < 2
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("width", [320, 1280], ids=["320px", "1280px"])
+def test_an_edge_that_skips_a_layer_goes_around_the_nodes_between(
+    browser: Any, console: Console, width: int
+) -> None:
+    """triage → lab and triage → close skip the steps between them: drawn straight down, they
+    ran behind sample and lab and read as part of the chain."""
+    task_id = console.trigger("skips", f"Skipping edges at {width} px")
+    console.wait_for(task_id, lambda t: t["status"] == "waiting")
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    tab = context.new_page()
+    try:
+        tab.goto(f"{console.url}/console?token={TOKEN}")
+        tab.goto(f"{console.url}/console#/task/{task_id}")
+        expect(tab.locator("svg.edges path")).to_have_count(5)
+        expect(tab.locator("ol.layers > li")).to_have_count(4)
+        assert tab.evaluate(BEHIND) == []
+        # Nor are they drawn as the trunk, the chain they skip.
+        expect(tab.locator("svg.edges path.trunk")).to_have_count(3)
+        assert max(tab.evaluate(MISSES)) < 2
+        assert tab.evaluate(OVERLAPS) == []
+        assert tab.evaluate(OVERFLOW)["page"] == 0
+        shot(tab, f"skips-{width}px")
+    finally:
+        context.close()
+
+
+#: Each edge label's lines as drawn (its tspans, or its text when on one line).
+LABEL_LINES = """() => [...document.querySelectorAll('#plan-graph svg.edges text')].map((t) => {
+  const spans = [...t.querySelectorAll('tspan')];
+  return spans.length ? spans.map((s) => s.textContent) : [t.textContent];
+})"""
+
+
+@pytest.mark.parametrize("width", [320, 1280], ids=["320px", "1280px"])
+def test_labels_longer_than_the_gap_between_siblings_do_not_overlap(
+    browser: Any, console: Console, width: int
+) -> None:
+    task_id = console.trigger("labels", f"Long labels at {width} px")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    tab = context.new_page()
+    try:
+        tab.goto(f"{console.url}/console?token={TOKEN}")
+        tab.goto(f"{console.url}/console#/task/{task_id}")
+        expect(tab.locator("svg.edges text")).to_have_count(3)
+        # Before, each ran on over its neighbour's.
+        assert tab.evaluate(OVERLAPS) == []
+        lines = tab.evaluate(LABEL_LINES)
+        assert all(len(label) <= 2 for label in lines)
+        if width == 1280:  # two lines hold it all on a desk
+            assert sorted(" ".join(label) for label in lines) == sorted(
+                LONG_LABEL.format(i) for i in ("east", "north", "south")
+            )
+        else:  # on a phone what does not fit ends in an ellipsis, the rest read as written
+            for label in lines:
+                assert LONG_LABEL.format("")[:6] in label[0]
+                assert label[-1].endswith("…")
+        shot(tab, f"labels-{width}px")
     finally:
         context.close()

@@ -338,3 +338,77 @@ def test_lost_generations_show_both_counts_and_a_hand_back(page: Any, console: C
     lost = page.locator("#task-head dt", has_text="Lost generations").locator("+ dd")
     expect(lost).to_have_text("1 (1 in a row, 2 handed back after outages in a row)")
     expect(page.locator("#generations tbody tr").first).to_contain_text(HANDED_BACK)
+
+
+def test_the_console_has_an_icon_and_asks_for_no_missing_one(
+    browser: Any, console: Console
+) -> None:
+    """Before, each load asked for /favicon.ico, a 404 and an error in the browser's console."""
+    context = browser.new_context()
+    tab = context.new_page()
+    missing: list[str] = []
+    tab.on("response", lambda r: missing.append(r.url) if r.status >= 400 else None)
+    try:
+        for path in ("/console", f"/console?token={TOKEN}"):  # the sign-in page, then the console
+            tab.goto(f"{console.url}{path}")
+            icon = tab.locator("link[rel=icon]")
+            expect(icon).to_have_count(1)
+            # The icon draws: a data: image (the CSP's img-src allows it), not a request.
+            drawn = tab.evaluate("""(href) => new Promise((done) => {
+              const image = new Image();
+              image.onload = () => done(image.naturalWidth > 0);
+              image.onerror = () => done(false);
+              image.src = href;
+            })""", icon.get_attribute("href"))  # fmt: skip
+            assert drawn
+            assert icon.get_attribute("href").startswith("data:image/svg+xml,")
+        expect(tab.locator("h1")).to_have_text("Tasks")
+    finally:
+        context.close()
+    assert missing == []
+
+
+#: The words of the generations' and evidence tables' cells (ids and hashes, in `code`, aside)
+#: that the browser broke over two lines, and the times not on one line.
+BROKEN_WORDS = """() => {
+  const broken = [];
+  const lines = (range) => new Set([...range.getClientRects()].map((r) => Math.round(r.top))).size;
+  for (const td of document.querySelectorAll('#generations td, #evidence td')) {
+    const walker = document.createTreeWalker(td, NodeFilter.SHOW_TEXT);
+    for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+      if (n.parentElement.closest('code')) continue;
+      for (const m of n.data.matchAll(/\\S+/g)) {
+        const range = document.createRange();
+        range.setStart(n, m.index);
+        range.setEnd(n, m.index + m[0].length);
+        if (lines(range) > 1) broken.push(m[0]);
+      }
+    }
+    for (const time of td.querySelectorAll('time')) {
+      const range = document.createRange();
+      range.selectNodeContents(time);
+      if (lines(range) > 1) broken.push(time.textContent);
+    }
+  }
+  return broken;
+}"""
+
+
+def test_table_cells_on_a_desk_break_between_words(page: Any, console: Console) -> None:
+    """At 1280 px a worker, a source or a date broke mid-word ('celery@v m:3305', 'scada_s im',
+    a date at its comma) in the Generations and Evidence tables."""
+    task_id = console.trigger("retried", "Words kept whole")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    open_task(page, console, task_id)
+    expect(page.locator("#generations td").first).to_be_visible()
+    expect(page.locator("#evidence td time")).to_have_count(1)
+    assert page.evaluate(BROKEN_WORDS) == []
+    assert page.evaluate(NO_OVERFLOW) == {"page": 0, "main": 0}
+    shot(page, "tables-1280px")
+    # Narrower than a desk, whole words and times would push a table past its card.
+    for width in (1024, 768, 700):
+        page.set_viewport_size({"width": width, "height": 900})
+        scrolled = (
+            "[...document.querySelectorAll('.scroll')].map((s) => s.scrollWidth - s.clientWidth)"
+        )
+        assert set(page.evaluate(scrolled)) == {0}, width

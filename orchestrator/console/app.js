@@ -967,6 +967,8 @@
           ["Rounds", String(task.rounds)], ["Lost generations", lostGenerations(task)],
           ["Created", when(task.created_at)], ["Updated", when(task.updated_at)],
           ["Last error", task.last_error || "—"],
+          // What a waiting task waits on now: a decision or a person's step says it anew.
+          ...(task.status === "waiting" && task.waiting_on ? [["Waiting on", el("span", { id: "waiting-on" }, task.waiting_on)]] : []),
           ["Last write", lastWrite(task.last_write)]])));
       fill(lease, task.lease ? facts([["Holder", el("code", {}, task.lease.holder)],
         ["Expires", when(task.lease.expires_at)], ["Renewed", when(task.lease.last_renewed_at)]])

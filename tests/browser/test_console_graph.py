@@ -240,3 +240,27 @@ def test_labels_longer_than_the_gap_between_siblings_do_not_overlap(
         shot(tab, f"labels-{width}px")
     finally:
         context.close()
+
+
+def test_a_waiting_task_says_what_it_waits_on_now(browser: Any, console: Console) -> None:
+    """A person's step that leaves the task waiting says anew what it waits on: the page shows
+    the new reason, not the one the round ended with."""
+    task_id = console.trigger("branches", "Six branches, waiting")
+    console.wait_for(task_id, lambda t: t["status"] == "waiting")
+    tab = browser.new_page()
+    try:
+        tab.goto(f"{console.url}/console?token={TOKEN}")
+        tab.goto(f"{console.url}/console#/task/{task_id}")
+        expect(tab.locator("#live")).to_have_text("live")
+        expect(tab.locator("#waiting-on")).to_contain_text("human node(s) not completed")
+        expect(tab.locator("#waiting-on")).to_contain_text("sample")
+        closed = console.http.post(
+            f"/api/v1/tasks/{task_id}/nodes/sample/complete",
+            json={"evidence": "tap 3 sampled: 0.4 NTU", "by": "crew lead"},
+        )
+        assert closed.status_code == 200, closed.text
+        expect(tab.locator("#status-counts")).to_contain_text("waiting 1")
+        expect(tab.locator("#waiting-on")).to_contain_text("human node(s) not completed")
+        expect(tab.locator("#waiting-on")).not_to_contain_text("sample")
+    finally:
+        tab.close()

@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import Connection, insert
 
+from orchestrator.agent.host import ToolHost
 from orchestrator.domain.fences import Fence
 from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.dispatch import RecordingDispatcher
@@ -25,10 +26,11 @@ from orchestrator.store import generations as generation_store
 from orchestrator.store.tables import executions, sessions, tasks
 from orchestrator.store.task_events import events_after
 from orchestrator.store.types import utcnow
-from orchestrator.tools.base import ToolContext
+from orchestrator.tools.base import ToolCall, ToolContext, ToolResult
 
 __all__ = [
     "READ_AND_QUERY",
+    "RecordingHost",
     "approve_the_action",
     "claim_as_worker",
     "execution_end",
@@ -336,3 +338,14 @@ def insert_running(
             for task_id, session_id, token in runs
         ],
     )
+
+
+class RecordingHost(ToolHost):
+    """The real host; it also keeps every (call, result) for the test to read."""
+
+    seen: list[tuple[ToolCall, ToolResult]] = []
+
+    def run_turn(self, ctx: ToolContext, calls: Any) -> list[ToolResult]:
+        results = super().run_turn(ctx, calls)
+        RecordingHost.seen.extend(zip(calls, results, strict=True))
+        return results

@@ -44,7 +44,7 @@ from orchestrator.tools.base import (
 )
 from orchestrator.tools.http_answers import Answer, AnswerTooLarge, read_answer
 from orchestrator.tools.openapi import SPEC_SETTING, ApiSpec, Operation, load_spec
-from orchestrator.tools.paging import more_past
+from orchestrator.tools.paging import more_past, rows_sent
 from orchestrator.tools.spec_errors import SpecError
 
 __all__ = ["CallApi", "CallApiArgs", "DescribeApiOperation", "gateway_tools", "holds_written"]
@@ -187,7 +187,7 @@ class CallApi(Tool):
             source=f"call_api:{operation.operation_id}",
             origin="live",
             # A page of a longer answer is part of it, as a preview the host cut is.
-            truncated=more_past(body, _rows_sent(body)) is not None,
+            truncated=more_past(body, rows_sent(body)) is not None,
             row_count=len(body) if isinstance(body, list) else None,
             params={"operation_id": operation.operation_id, "arguments": args.arguments},
             content=body,
@@ -340,18 +340,6 @@ class _Wire:
             info.get("exception"), httpcore.LocalProtocolError
         ):
             self.left = False
-
-
-def _rows_sent(body: Any) -> int | None:
-    """How many rows an answer holds: a list's length, or that of its `rows`, `items`, `data`
-    or `results` list; None for an answer that is no list of rows."""
-    if isinstance(body, list):
-        return len(body)
-    if isinstance(body, dict):
-        for key in ("rows", "items", "data", "results"):
-            if isinstance(body.get(key), list):
-                return len(body[key])
-    return None
 
 
 def _too_large(exc: AnswerTooLarge) -> _Sent:

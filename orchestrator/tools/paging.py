@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-__all__ = ["more_past"]
+__all__ = ["more_past", "rows_sent"]
 
 #: Keys whose non-empty value leads to the next page.
 _NEXT_KEYS: Final = (
@@ -73,4 +73,16 @@ def _said(body: Mapping[str, Any], sent: int | None, where: str) -> str | None:
             if total <= sent:
                 continue
             return f"the source counts {total} rows in range (its {where + key!r}) and sent {sent}"
+    return None
+
+
+def rows_sent(body: Any) -> int | None:
+    """How many rows an answer holds: a list's length, or that of its `rows`, `items`, `data`
+    or `results` list; None for an answer that is no list of rows."""
+    if isinstance(body, list):
+        return len(body)
+    if isinstance(body, dict):
+        for key in ("rows", "items", "data", "results"):
+            if isinstance(body.get(key), list):
+                return len(body[key])
     return None

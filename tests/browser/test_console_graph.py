@@ -9,6 +9,8 @@ every edge still ends on its own nodes, scrolled or not.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -18,6 +20,24 @@ from tests.browser.conftest import TOKEN, Console, shot
 from tests.browser.scripts import LONG_LABEL
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+@contextmanager
+def task_tab(
+    browser: Any, console: Console, task_id: str, width: int, height: int, scale: int = 1
+) -> Iterator[Any]:
+    """A signed-in tab, in a browser context of its own viewport, on the task's page."""
+    context = browser.new_context(
+        viewport={"width": width, "height": height}, device_scale_factor=scale
+    )
+    tab = context.new_page()
+    try:
+        tab.goto(f"{console.url}/console?token={TOKEN}")
+        tab.goto(f"{console.url}/console#/task/{task_id}")
+        yield tab
+    finally:
+        context.close()
+
 
 #: Per layer, the distinct tops of its nodes (one row: one top).
 ROWS = """() => [...document.querySelectorAll('ol.layers > li')].map((li) => new Set(
@@ -106,13 +126,7 @@ def branched_task(console: Console) -> str:
 def test_parallel_branches_stay_side_by_side_with_edges_on_their_nodes(
     browser: Any, console: Console, branched_task: str, width: int, scale: int
 ) -> None:
-    context = browser.new_context(
-        viewport={"width": width, "height": 800}, device_scale_factor=scale
-    )
-    tab = context.new_page()
-    try:
-        tab.goto(f"{console.url}/console?token={TOKEN}")
-        tab.goto(f"{console.url}/console#/task/{branched_task}")
+    with task_tab(browser, console, branched_task, width, 800, scale) as tab:
         expect(tab.locator("#live")).to_have_text("live")  # the stream's snapshot is drawn
         expect(tab.locator("svg.edges path")).to_have_count(12)
         expect(tab.locator("ol.layers > li")).to_have_count(3)  # triage, six branches, close
@@ -143,8 +157,6 @@ def test_parallel_branches_stay_side_by_side_with_edges_on_their_nodes(
         tab.keyboard.press("Enter")
         expect(tab.locator("#node-detail")).to_contain_text("hydrant")
         shot(tab, f"branches-{width}px-x{scale}-scrolled")
-    finally:
-        context.close()
 
 
 def test_a_new_revision_keeps_the_graph_where_it_was_scrolled(
@@ -152,11 +164,7 @@ def test_a_new_revision_keeps_the_graph_where_it_was_scrolled(
 ) -> None:
     task_id = console.trigger("branches", "Six branches, one closed")
     console.wait_for(task_id, lambda t: t["status"] == "waiting")
-    context = browser.new_context(viewport={"width": 320, "height": 800})
-    tab = context.new_page()
-    try:
-        tab.goto(f"{console.url}/console?token={TOKEN}")
-        tab.goto(f"{console.url}/console#/task/{task_id}")
+    with task_tab(browser, console, task_id, 320, 800) as tab:
         expect(tab.locator("#live")).to_have_text("live")
         expect(tab.locator("#status-counts")).to_contain_text("waiting 2")
         # Swiped to the far end of the branches (no focus moves with a swipe).
@@ -176,8 +184,6 @@ def test_a_new_revision_keeps_the_graph_where_it_was_scrolled(
         # The new revision's edges are drawn on the next animation frame, after its nodes.
         expect(tab.locator("svg.edges path")).to_have_count(12)
         assert max(tab.evaluate(MISSES)) < 2
-    finally:
-        context.close()
 
 
 @pytest.mark.parametrize("width", [320, 1280], ids=["320px", "1280px"])
@@ -188,11 +194,7 @@ def test_an_edge_that_skips_a_layer_goes_around_the_nodes_between(
     ran behind sample and lab and read as part of the chain."""
     task_id = console.trigger("skips", f"Skipping edges at {width} px")
     console.wait_for(task_id, lambda t: t["status"] == "waiting")
-    context = browser.new_context(viewport={"width": width, "height": 900})
-    tab = context.new_page()
-    try:
-        tab.goto(f"{console.url}/console?token={TOKEN}")
-        tab.goto(f"{console.url}/console#/task/{task_id}")
+    with task_tab(browser, console, task_id, width, 900) as tab:
         expect(tab.locator("svg.edges path")).to_have_count(5)
         expect(tab.locator("ol.layers > li")).to_have_count(4)
         assert tab.evaluate(BEHIND) == []
@@ -202,8 +204,6 @@ def test_an_edge_that_skips_a_layer_goes_around_the_nodes_between(
         assert tab.evaluate(OVERLAPS) == []
         assert tab.evaluate(OVERFLOW)["page"] == 0
         shot(tab, f"skips-{width}px")
-    finally:
-        context.close()
 
 
 #: Each edge label's lines as drawn (its tspans, or its text when on one line).
@@ -219,11 +219,7 @@ def test_labels_longer_than_the_gap_between_siblings_do_not_overlap(
 ) -> None:
     task_id = console.trigger("labels", f"Long labels at {width} px")
     console.wait_for(task_id, lambda t: t["status"] == "completed")
-    context = browser.new_context(viewport={"width": width, "height": 900})
-    tab = context.new_page()
-    try:
-        tab.goto(f"{console.url}/console?token={TOKEN}")
-        tab.goto(f"{console.url}/console#/task/{task_id}")
+    with task_tab(browser, console, task_id, width, 900) as tab:
         expect(tab.locator("svg.edges text")).to_have_count(3)
         # Before, each ran on over its neighbour's.
         assert tab.evaluate(OVERLAPS) == []
@@ -238,8 +234,6 @@ def test_labels_longer_than_the_gap_between_siblings_do_not_overlap(
                 assert LONG_LABEL.format("")[:6] in label[0]
                 assert label[-1].endswith("…")
         shot(tab, f"labels-{width}px")
-    finally:
-        context.close()
 
 
 def test_a_waiting_task_says_what_it_waits_on_now(browser: Any, console: Console) -> None:
@@ -247,10 +241,7 @@ def test_a_waiting_task_says_what_it_waits_on_now(browser: Any, console: Console
     the new reason, not the one the round ended with."""
     task_id = console.trigger("branches", "Six branches, waiting")
     console.wait_for(task_id, lambda t: t["status"] == "waiting")
-    tab = browser.new_page()
-    try:
-        tab.goto(f"{console.url}/console?token={TOKEN}")
-        tab.goto(f"{console.url}/console#/task/{task_id}")
+    with task_tab(browser, console, task_id, 1280, 720) as tab:
         expect(tab.locator("#live")).to_have_text("live")
         expect(tab.locator("#waiting-on")).to_contain_text("human node(s) not completed")
         expect(tab.locator("#waiting-on")).to_contain_text("sample")
@@ -262,5 +253,3 @@ def test_a_waiting_task_says_what_it_waits_on_now(browser: Any, console: Console
         expect(tab.locator("#status-counts")).to_contain_text("waiting 1")
         expect(tab.locator("#waiting-on")).to_contain_text("human node(s) not completed")
         expect(tab.locator("#waiting-on")).not_to_contain_text("sample")
-    finally:
-        tab.close()

@@ -10,13 +10,12 @@ from typing import Any
 
 import pytest
 
-from orchestrator.agent.host import ToolHost
 from orchestrator.runtime import Runtime
 from orchestrator.services import executions
 from orchestrator.services.tasks import Trigger
-from orchestrator.tools.base import ToolCall, ToolContext, ToolResult
 from tests.executions_support import (
     CITED,
+    RecordingHost,
     node,
     plan_call,
     query_call,
@@ -27,17 +26,6 @@ from tests.executions_support import (
 from tests.integration.fake_backend import Backend, api_call, gateway_overrides, running_backend
 
 SAMPLING = "${q0.evidence_id}"
-
-
-class RecordingHost(ToolHost):
-    """The real host; it also keeps every (call, result) for the test to read."""
-
-    seen: list[tuple[ToolCall, ToolResult]] = []
-
-    def run_turn(self, ctx: ToolContext, calls: Any) -> list[ToolResult]:
-        results = super().run_turn(ctx, calls)
-        RecordingHost.seen.extend(zip(calls, results, strict=True))
-        return results
 
 
 @pytest.fixture

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from orchestrator.agent.host import ToolHost
 from orchestrator.runtime import Runtime
 from orchestrator.services import executions
 from orchestrator.services.tasks import Trigger
-from orchestrator.tools.base import ToolCall, ToolContext, ToolResult
+from orchestrator.tools.base import ToolResult
 from tests.executions_support import (
     READ_AND_QUERY,
+    RecordingHost,
     approve_the_action,
     kept_node,
     node,
@@ -26,17 +26,6 @@ from tests.executions_support import (
     runtime_for,
     write_script,
 )
-
-
-class RecordingHost(ToolHost):
-    """The real host; it also keeps every (call, result) for the test to read."""
-
-    seen: list[tuple[ToolCall, ToolResult]] = []
-
-    def run_turn(self, ctx: ToolContext, calls: Any) -> list[ToolResult]:
-        results = super().run_turn(ctx, calls)
-        RecordingHost.seen.extend(zip(calls, results, strict=True))
-        return results
 
 
 @pytest.fixture

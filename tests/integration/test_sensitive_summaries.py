@@ -59,9 +59,12 @@ class Summaries:
         return self
 
 
-def test_a_summary_request_shows_a_sensitive_result_by_its_status_only(
-    server: OpenAIServer,
-) -> None:
+def summarised_round(
+    server: OpenAIServer, first: list[Any], tools: list[Tool], *, max_turns: int
+) -> tuple[Any, Summaries]:
+    """A round on `server` whose model makes the calls `first`, one a turn, then reads the log
+    for seven turns (the window is small: the turns are compacted) and answers; its summary
+    calls are answered by a model that copies what it was given."""
     asked: list[int] = []
 
     def answer(body: dict[str, Any]) -> Reply:
@@ -69,9 +72,9 @@ def test_a_summary_request_shows_a_sensitive_result_by_its_status_only(
             return Reply(content=body["messages"][-1]["content"])
         turns = len(asked)
         asked.append(turns)
-        if turns == 0:
-            return Reply(tool_calls=[call("p1", "read_password", {})])
-        if turns < 8:
+        if turns < len(first):
+            return Reply(tool_calls=[first[turns]])
+        if turns < len(first) + 7:
             return Reply(tool_calls=[call(f"l{turns}", "read_log", {})])
         return Reply(content="done")
 
@@ -84,13 +87,22 @@ def test_a_summary_request_shows_a_sensitive_result_by_its_status_only(
     transcript = Summaries()
     end = run_round(
         model,
-        ToolHost([ReadPassword(), ReadLog()], ledger=None),
+        ToolHost(tools, ledger=None),
         CTX,
         brief="check the pump station",
-        max_turns=12,
+        max_turns=max_turns,
         stop=threading.Event(),
         context=AgentContext(ContextBudget(3000), TokenCounter()),
         transcript=transcript,
+    )
+    return end, transcript
+
+
+def test_a_summary_request_shows_a_sensitive_result_by_its_status_only(
+    server: OpenAIServer,
+) -> None:
+    end, transcript = summarised_round(
+        server, [call("p1", "read_password", {})], [ReadPassword(), ReadLog()], max_turns=12
     )
     assert end.why == "final_answer"
     # The model itself was shown the password, before the turn holding it was compacted.
@@ -140,37 +152,12 @@ def test_a_summary_request_shows_arguments_as_the_transcript_keeps_them(
     """A sensitive call's argument values and a secret argument's values (a command's `env`)
     are not in a summary request either: its answer is recorded as it comes."""
     station, token = "station-kept-private", "tok-never-summarised"
-    asked: list[int] = []
-
-    def answer(body: dict[str, Any]) -> Reply:
-        if not body.get("tools"):  # the summary call: a model that copies what it was given
-            return Reply(content=body["messages"][-1]["content"])
-        turns = len(asked)
-        asked.append(turns)
-        if turns == 0:
-            return Reply(tool_calls=[call("p1", "read_station_password", {"station": station})])
-        if turns == 1:
-            return Reply(tool_calls=[call("e1", "check_with_env", {"env": {"TOKEN": token}})])
-        if turns < 9:
-            return Reply(tool_calls=[call(f"l{turns}", "read_log", {})])
-        return Reply(content="done")
-
-    for _ in range(30):
-        server.dynamic(answer)
-    settings = load_settings(
-        model="openai:test-model", llm_base_url=server.base_url, llm_timeout_seconds=5
-    )
-    model = load_model(settings.model, "water", settings=settings)
-    transcript = Summaries()
-    end = run_round(
-        model,
-        ToolHost([ReadStationPassword(), CheckWithEnv(), ReadLog()], ledger=None),
-        CTX,
-        brief="check the pump station",
-        max_turns=14,
-        stop=threading.Event(),
-        context=AgentContext(ContextBudget(3000), TokenCounter()),
-        transcript=transcript,
+    first = [
+        call("p1", "read_station_password", {"station": station}),
+        call("e1", "check_with_env", {"env": {"TOKEN": token}}),
+    ]
+    end, transcript = summarised_round(
+        server, first, [ReadStationPassword(), CheckWithEnv(), ReadLog()], max_turns=14
     )
     assert end.why == "final_answer"
     assert token in str(server.bodies[2]["messages"])  # the model sent it and sees it

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import select
@@ -42,6 +43,20 @@ PROPOSE = {
 }
 
 
+def proposes_and_waits(tmp_path: Path, nodes: list[dict[str, Any]]) -> None:
+    """The script `wo`: publish `nodes`, propose the repair's work order, report `waiting`."""
+    write_script(
+        tmp_path / "scripts",
+        "wo",
+        [
+            READ_AND_QUERY,
+            {"tool_calls": [plan_call("c1", "r1", nodes)]},
+            {"tool_calls": [PROPOSE]},
+            {"tool_calls": [report_call("c3", "waiting")]},
+        ],
+    )
+
+
 @pytest.fixture
 def rt(store_url: str, tmp_path: Path) -> Iterator[Runtime]:
     runtime, _ = runtime_for(store_url, tmp_path / "scripts")
@@ -50,22 +65,7 @@ def rt(store_url: str, tmp_path: Path) -> Iterator[Runtime]:
 
 
 def test_a_task_waiting_on_an_action_and_a_person_names_both(rt: Runtime, tmp_path: Path) -> None:
-    write_script(
-        tmp_path / "scripts",
-        "wo",
-        [
-            READ_AND_QUERY,
-            {
-                "tool_calls": [
-                    plan_call(
-                        "c1", "r1", [node("check", "completed"), SAMPLE, node("repair", "waiting")]
-                    )
-                ]
-            },
-            {"tool_calls": [PROPOSE]},
-            {"tool_calls": [report_call("c3", "waiting")]},
-        ],
-    )
+    proposes_and_waits(tmp_path, [node("check", "completed"), SAMPLE, node("repair", "waiting")])
     task_id = rt.tasks.trigger(Trigger(task_type="wo", title="Low pressure")).task.task_id
     assert rt.executions.run(task_id, 1, worker="w").outcome == "waiting"
 
@@ -105,23 +105,8 @@ def test_a_decision_that_leaves_the_task_waiting_says_what_it_waits_on_now(
     """DESIGN invariant 24: a decision re-decides the task at once. One that leaves it waiting
     on something else sends a new `waiting` event (stream and webhook) with the new reason;
     before, a backend following them went on reading that the action awaited approval."""
-    write_script(
-        tmp_path / "scripts",
-        "wo",
-        [
-            READ_AND_QUERY,
-            {
-                "tool_calls": [
-                    plan_call(
-                        "c1",
-                        "r1",
-                        [node("check", "completed"), SAMPLE, RETEST, node("repair", "waiting")],
-                    )
-                ]
-            },
-            {"tool_calls": [PROPOSE]},
-            {"tool_calls": [report_call("c3", "waiting")]},
-        ],
+    proposes_and_waits(
+        tmp_path, [node("check", "completed"), SAMPLE, RETEST, node("repair", "waiting")]
     )
     task_id = rt.tasks.trigger(Trigger(task_type="wo", title="Low pressure")).task.task_id
     assert rt.executions.run(task_id, 1, worker="w").outcome == "waiting"

@@ -14,9 +14,11 @@ from orchestrator.domain.fingerprints import fingerprint
 __all__ = ["action_digest", "still_bound"]
 
 #: A node in one of these statuses no longer waits for its action: skipped or cancelled (it no
-#: longer applies), or failed (never reopened: a retry is a new node, with its own action). An
-#: approval of its action would send work the plan holds nobody to.
-_GONE = frozenset({"skipped", "cancelled", "failed"})
+#: longer applies), failed (never reopened: a retry is a new node, with its own action), or
+#: completed while the action was pending, which only a person can do (the agent completes an
+#: action's node after its approval): the step was done without the order. An approval of
+#: its action would send work the plan holds nobody to, or send it a second time.
+_GONE = frozenset({"skipped", "cancelled", "failed", "completed"})
 
 
 def action_digest(kind: str, payload: Mapping[str, Any]) -> str:
@@ -28,7 +30,7 @@ def still_bound(
     action_id: str, node_id: str, plan_nodes: Sequence[Mapping[str, Any]] | None
 ) -> bool:
     """Whether the latest plan of the action's session still serves it: its node names the
-    action and was not skipped, cancelled or failed since."""
+    action and was not skipped, cancelled, failed or completed since."""
     for node in plan_nodes or ():
         if node.get("id") == node_id:
             return node.get("action_id") == action_id and node.get("status") not in _GONE

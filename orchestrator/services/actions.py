@@ -202,8 +202,10 @@ class ActionService:
                 "look at it again (`actions show`) before deciding"
             )
         # Only an approval carries the action forward, so only it must still be served by its
-        # node: a rejection of one whose node was cancelled, skipped or failed since is what
-        # lets the task, which waits on every pending action, move on.
+        # node: a rejection of one whose node was cancelled, skipped, failed or completed since
+        # is what lets the task, which waits on every pending action, move on. (A pending
+        # action's session is the task's current one: a requeue supersedes pending actions,
+        # and a step closed while one waits queues no generation.)
         plan = plan_store.latest_revision(conn, action.session_id) if approve else None
         if approve and not still_bound(action_id, action.node_id, plan.nodes if plan else None):
             raise _stale(
@@ -251,6 +253,9 @@ def _why_unbound(node_id: str, nodes: Sequence[Any] | None) -> str:
     if node is None:
         return "the node is not in the plan"
     status = node.get("status")
+    if status == "completed":
+        # Only a person completes a node while its action waits; the reason says who and when.
+        return f"the node was completed without it: {node.get('reason') or 'no reason given'}"
     if status in ("cancelled", "skipped", "failed"):
         return f"the node is {status}"
     return "the node was given another action"

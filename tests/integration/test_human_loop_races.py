@@ -551,3 +551,43 @@ def test_an_account_removed_or_demoted_in_the_operators_file_loses_its_rights_at
 
 def bearer(name: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {name}-token"}
+
+
+def test_an_action_on_a_human_node_a_person_completed_is_not_approved_but_is_rejected(
+    rt: Runtime, tmp_path: Path, client: TestClient
+) -> None:
+    """A person did the step (the call-back, say) while its work order waited: approving the
+    order now would send the work a second time, so the approval is stale; a rejection lets
+    the task move on."""
+    proposal = {
+        "id": "c2",
+        "name": "propose_action",
+        "arguments": {"node_id": "callback", "kind": "work_order", "payload": {"crew": "west"}},
+    }
+    write_script(
+        tmp_path / "scripts",
+        "human_order",
+        [
+            {"tool_calls": [plan_call("c1", "r1", [node("callback", "waiting", actor="human")])]},
+            {"tool_calls": [proposal]},
+            {"tool_calls": [report_call("c3", "waiting")]},
+        ],
+    )
+    task_id = rt.tasks.trigger(Trigger(task_type="human_order", title="Call back")).task.task_id
+    assert rt.executions.run(task_id, 1, worker="w").outcome == "waiting"
+    (action,) = rt.actions.list(task_id=task_id)
+    done = client.post(
+        f"/api/v1/tasks/{task_id}/nodes/callback/complete",
+        json={"by": "maria", "evidence": "called the customer at 10:05"},
+    )
+    assert done.status_code == 200, done.text
+    refused = client.post(
+        f"/api/v1/actions/{action.action_id}/approve", json={"by": "ana", "digest": action.digest}
+    )
+    assert (refused.status_code, refused.json()["error"]["code"]) == (409, "stale_approval")
+    assert "completed" in refused.json()["error"]["message"]
+    assert rt.actions.get(action.action_id).status == "pending_approval"
+    with rt.db.transaction(readonly=True) as conn:
+        assert outbox_store.list_rows(conn, task_id=task_id, kind="action") == []
+    rejected = client.post(f"/api/v1/actions/{action.action_id}/reject", json={"by": "ana"})
+    assert (rejected.status_code, rejected.json()["status"]) == (200, "rejected")

@@ -30,7 +30,11 @@ def test_the_digest_is_of_the_canonical_kind_and_payload() -> None:
     ("nodes", "bound"),
     [
         ([node("n", "waiting", "agent", action_id="x")], True),
-        ([node("n", "completed", "agent", action_id="x")], True),
+        # Completed while the action waits: done without it (only a person can, on a human
+        # node; the agent completes an action's node after its approval).
+        ([node("n", "completed", action_id="x")], False),
+        ([node("n", "completed", "agent", action_id="x")], False),
+        ([node("n", "running", action_id="x")], True),
         ([node("n", "cancelled", "agent", action_id="x")], False),
         ([node("n", "skipped", "agent", action_id="x")], False),
         ([node("n", "failed", "agent", action_id="x")], False),  # a retry is a new node

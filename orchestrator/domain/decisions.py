@@ -29,6 +29,7 @@ wait for it. What bounds an agent that never answers is the round limit: the tas
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -199,6 +200,18 @@ class Decision:
         return self.outcome == "continue"
 
 
+def _tally(nodes: Sequence[Mapping[str, Any]]) -> str:
+    """How a done plan's nodes ended, e.g. `2 completed, 1 skipped`: a plan whose every node
+    was skipped or cancelled is done too, and its completion should not read like work."""
+    counts = Counter(str(n["status"]) for n in nodes)
+    words = {"completed": "completed", "skipped": "skipped", "cancelled": "cancelled"}
+    words["failed"] = "failed and retried"  # a done plan's failed nodes all have a retry
+    parts = [f"{counts[status]} {word}" for status, word in words.items() if counts[status]]
+    if not counts["completed"]:
+        parts.insert(0, "none completed")
+    return ", ".join(parts)
+
+
 def decide(facts: RoundFacts) -> Decision:
     """The decision table of the executions issue; a round without a report never completes."""
     if facts.report_outcome == "failed":
@@ -231,7 +244,11 @@ def decide(facts: RoundFacts) -> Decision:
         unfinished = _unfinished_work(facts)
         if unfinished:
             return Decision("waiting", "waiting", "not completed: " + unfinished)
-        return Decision("completed", "completed", "every plan node is done and a report was saved")
+        return Decision(
+            "completed",
+            "completed",
+            f"every plan node is done ({_tally(nodes)}) and a report was saved",
+        )
     # Said in every reason below: the operator and the next round see what holds the task.
     retry = _retry_hint(nodes, unretried)
     if facts.rounds_done + 1 >= facts.max_rounds:

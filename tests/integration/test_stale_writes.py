@@ -197,7 +197,9 @@ LATE_WRITES: dict[str, Callable[[Runtime, Zombie], None]] = {
     "propose_action": late_action,
     "publish_plan": late_plan,
     "finish_completed": late_finish(
-        Decision("completed", "completed", "every plan node is done and a report was saved")
+        Decision(
+            "completed", "completed", "every plan node is done (1 completed) and a report was saved"
+        )
     ),
     "finish_continue": late_finish(Decision("queued", "continue", "plan nodes remain open")),
     "finish_failed": late_finish(Decision("failed", "failed", "agent error", "agent_error")),

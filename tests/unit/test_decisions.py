@@ -52,6 +52,16 @@ def test_all_nodes_done_and_report_saved_completes() -> None:
     nodes = [node("a", "completed"), node("b", "skipped"), node("c", "cancelled", "human")]
     decision = decide(facts(nodes, "completed"))
     assert (decision.task_status, decision.outcome) == ("completed", "completed")
+    assert "(1 completed, 1 skipped, 1 cancelled)" in decision.reason
+
+
+def test_a_completion_with_no_node_completed_says_so() -> None:
+    """A plan the agent skipped and cancelled through is done, but its completion must not read
+    like work done: the operator sees that no step was completed."""
+    nodes = [node("a", "skipped"), node("b", "cancelled"), node("c", "cancelled", "human")]
+    decision = decide(facts(nodes, "completed"))
+    assert decision.task_status == "completed"
+    assert "(none completed, 1 skipped, 2 cancelled)" in decision.reason
 
 
 def test_a_round_without_a_report_never_completes() -> None:

@@ -209,6 +209,13 @@ def _tally(nodes: Sequence[Mapping[str, Any]]) -> str:
     parts = [f"{counts[status]} {word}" for status, word in words.items() if counts[status]]
     if not counts["completed"]:
         parts.insert(0, "none completed")
+    # A person completes, fails or skips a human step, never cancels one: a cancelled human
+    # node is the agent's call that the step no longer applies, which the operator should see.
+    dropped = [
+        str(n["id"]) for n in nodes if n.get("actor") == "human" and n["status"] == "cancelled"
+    ]
+    if dropped:
+        parts.append("human step(s) the agent cancelled: " + ", ".join(dropped))
     return ", ".join(parts)
 
 

@@ -52,7 +52,9 @@ def test_all_nodes_done_and_report_saved_completes() -> None:
     nodes = [node("a", "completed"), node("b", "skipped"), node("c", "cancelled", "human")]
     decision = decide(facts(nodes, "completed"))
     assert (decision.task_status, decision.outcome) == ("completed", "completed")
-    assert "(1 completed, 1 skipped, 1 cancelled)" in decision.reason
+    assert "(1 completed, 1 skipped, 1 cancelled, human step(s) the agent cancelled: c)" in (
+        decision.reason
+    )
 
 
 def test_a_completion_with_no_node_completed_says_so() -> None:
@@ -61,7 +63,9 @@ def test_a_completion_with_no_node_completed_says_so() -> None:
     nodes = [node("a", "skipped"), node("b", "cancelled"), node("c", "cancelled", "human")]
     decision = decide(facts(nodes, "completed"))
     assert decision.task_status == "completed"
-    assert "(none completed, 1 skipped, 2 cancelled)" in decision.reason
+    assert "(none completed, 1 skipped, 2 cancelled, human step(s) the agent cancelled: c)" in (
+        decision.reason
+    )
 
 
 def test_a_round_without_a_report_never_completes() -> None:

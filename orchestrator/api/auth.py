@@ -120,7 +120,9 @@ def _identify(
         return ANONYMOUS
     headers = list(headers)
     scheme, _, presented = _authorization(headers).partition(b" ")
-    if scheme.lower() == b"bearer":
+    # An empty token names no one, even when an account's stored hash is the empty string's
+    # (`printf %s "$TOKEN" | sha256sum` with $TOKEN unset): a bare `Bearer` is no credential.
+    if scheme.lower() == b"bearer" and presented.strip():
         operator = find_operator(presented.strip(), accounts, api_token)
         if operator is not None:
             return operator

@@ -81,7 +81,9 @@ def _home(request: Request, query: list[tuple[str, str]] | None = None) -> str:
 
 def _start_session(request: Request, presented: str, query: list[tuple[str, str]]) -> Response:
     presented_bytes = presented.encode("utf-8", "surrogateescape")
-    account = find_account(presented_bytes, _accounts(request))
+    # An empty token signs no one in (an account whose hash is the empty string's would
+    # otherwise open to anyone who leaves the field blank): see auth._identify.
+    account = find_account(presented_bytes, _accounts(request)) if presented.strip() else None
     if account is None:
         return _sign_in_page(request, "That token is not accepted.", 401)
     response = RedirectResponse(_home(request, query), status_code=303, headers=_HEADERS)

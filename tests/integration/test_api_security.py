@@ -61,3 +61,92 @@ def test_an_empty_token_signs_no_one_in_to_the_console(empty_hash_account: TestC
     for answer in (by_form, by_url):
         assert session.COOKIE not in answer.headers.get("set-cookie", "")
     assert empty_hash_account.get("/console/session").json()["signed_in"] is False
+
+
+# ---- an open API (no token) against other sites' pages ---------------------------------------
+# TestClient puts the base URL's host and port in the ASGI scope's `server`, as uvicorn puts the
+# socket it accepted on: 127.0.0.1 here, the loopback address `orchestrator api` listens on
+# when no token is set.
+LOOPBACK = "http://127.0.0.1:8000"
+TRIGGER = {"task_type": "t", "title": "Pressure drop", "context": {}}
+
+
+@pytest.fixture
+def open_api(sqlite_url: str, tmp_path: Path) -> Iterator[TestClient]:
+    settings = load_settings(database_url=sqlite_url, home=tmp_path, redis_url=None)
+    with TestClient(create_app(settings), base_url=LOOPBACK) as client:
+        yield client
+
+
+def queued_task(client: TestClient) -> str:
+    answer = client.post("/api/v1/tasks", json=TRIGGER)
+    assert answer.status_code == 201, answer.text
+    return str(answer.json()["task_id"])
+
+
+def test_an_open_api_refuses_a_cross_site_form_post(open_api: TestClient) -> None:
+    task_id = queued_task(open_api)
+    # What a browser sends for <form method=post action=".../cancel"> on another site.
+    forged = open_api.post(
+        f"/api/v1/tasks/{task_id}/cancel",
+        content=b"",
+        headers={
+            "Origin": "https://evil.example",
+            "Content-Type": "application/x-www-form-urlencoded",
+        },
+    )
+    assert forged.status_code == 403, forged.text
+    assert forged.json()["error"]["code"] == "forbidden"
+    assert "another origin" in forged.json()["error"]["message"]
+    assert open_api.get(f"/api/v1/tasks/{task_id}").json()["status"] == "queued"
+    # The console's own page (same origin) and a program (no Origin) still write.
+    own = open_api.post(
+        f"/api/v1/tasks/{task_id}/requeue",
+        json={"reason": "again"},
+        headers={"Origin": LOOPBACK, "X-Orch-Console": "1"},
+    )
+    assert own.status_code == 200, own.text
+    cancelled = open_api.post(f"/api/v1/tasks/{task_id}/cancel")
+    assert cancelled.status_code == 200, cancelled.text
+    assert cancelled.json()["status"] == "cancelled"
+
+
+def test_an_open_api_refuses_a_rebound_host_name(open_api: TestClient) -> None:
+    task_id = queued_task(open_api)
+    # DNS rebinding: evil.example now resolves to 127.0.0.1, and its page calls "its" host,
+    # same-origin, so no Origin check could tell; the Host header still names evil.example.
+    rebound = {"Host": "evil.example:8000", "Origin": "http://evil.example:8000"}
+    read = open_api.get("/api/v1/tasks", headers={"Host": "evil.example:8000"})
+    assert read.status_code == 403, read.text
+    assert "localhost, 127.0.0.1 or [::1]" in read.json()["error"]["message"]
+    assert task_id not in read.text
+    cancel = open_api.post(f"/api/v1/tasks/{task_id}/cancel", headers=rebound)
+    assert cancel.status_code == 403
+    assert open_api.get("/console", headers={"Host": "evil.example:8000"}).status_code == 403
+    assert open_api.get(f"/api/v1/tasks/{task_id}").json()["status"] == "queued"
+    for host in ("localhost:8000", "127.0.0.1:8000", "[::1]:8000", "LOCALHOST"):
+        assert open_api.get("/api/v1/tasks", headers={"Host": host}).status_code == 200, host
+
+
+def test_a_front_end_listed_in_cors_origins_writes_to_an_open_api(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    front = "http://localhost:5173"
+    settings = load_settings(
+        database_url=sqlite_url, home=tmp_path, redis_url=None, cors_origins=front
+    )
+    with TestClient(create_app(settings), base_url=LOOPBACK) as client:
+        answer = client.post("/api/v1/tasks", json=TRIGGER, headers={"Origin": front})
+        assert answer.status_code == 201, answer.text
+        other = client.post("/api/v1/tasks", json=TRIGGER, headers={"Origin": "null"})
+        assert other.status_code == 403
+
+
+def test_with_a_token_the_guard_stays_out_of_the_way(sqlite_url: str, tmp_path: Path) -> None:
+    # Behind a proxy the Host may be any name; the token keeps other sites out there.
+    settings = load_settings(
+        database_url=sqlite_url, home=tmp_path, redis_url=None, api_token="tok-123456"
+    )
+    with TestClient(create_app(settings), base_url=LOOPBACK) as client:
+        headers = {"Host": "ops.example.com", "Authorization": "Bearer tok-123456"}
+        assert client.get("/api/v1/tasks", headers=headers).status_code == 200

@@ -43,6 +43,7 @@ __all__ = [
     "require_api_token",
     "require_internal_token",
     "require_role",
+    "still_admitted",
 ]
 
 #: Who calls when no token is configured at all (loopback only, see `orchestrator api`).
@@ -176,6 +177,27 @@ def require_api_token(request: Request) -> None:
     if refusal:
         raise Forbidden(refusal)
     request.state.operator = operator
+
+
+def still_admitted(request: Request) -> bool:
+    """Whether the credentials a request came with still name an account, asked again while
+    an open stream runs: one opened before its account was taken out of ORCH_OPERATORS, its
+    token changed, or its console cookie ran out, ends there rather than run on for days.
+    A stream is a read, so every role may go on; an operators file that no longer reads
+    ends it too (fail closed, as a new request would be refused)."""
+    settings = _settings(request)
+    try:
+        accounts = _accounts(request)
+    except OperatorsUnreadable:
+        return False
+    operator = _identify(
+        request.scope.get("headers", ()),
+        accounts,
+        settings.api_token,
+        method="GET",
+        console_secret=settings.console_secret,
+    )
+    return operator is not None
 
 
 def current_operator(request: Request) -> Operator:

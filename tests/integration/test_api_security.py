@@ -150,3 +150,63 @@ def test_with_a_token_the_guard_stays_out_of_the_way(sqlite_url: str, tmp_path: 
     with TestClient(create_app(settings), base_url=LOOPBACK) as client:
         headers = {"Host": "ops.example.com", "Authorization": "Bearer tok-123456"}
         assert client.get("/api/v1/tasks", headers=headers).status_code == 200
+
+
+# ---- open streams and the accounts they were opened with --------------------------------------
+KEEPALIVE = 0.2
+
+
+def write_operators(path: Path, names: dict[str, tuple[str, str]]) -> None:
+    """The operators file in one step (a new file moved over the old), as the README asks."""
+    lines = [
+        f"{name} {role} {hashlib.sha256(token.encode()).hexdigest()}"
+        for name, (role, token) in names.items()
+    ]
+    fresh = path.with_suffix(".new")
+    fresh.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    fresh.replace(path)
+
+
+def lines_until_the_end(lines: Iterator[str], keepalives: int) -> tuple[bool, int]:
+    """Read a stream until it ends or `keepalives` more keep-alives came: (ended, seen)."""
+    seen = 0
+    for line in lines:
+        if line.startswith(": keep-alive"):
+            seen += 1
+            if seen >= keepalives:
+                return False, seen
+    return True, seen
+
+
+@pytest.mark.parametrize("stream", ["task", "plan"])
+def test_an_open_stream_ends_once_its_account_is_taken_out(
+    sqlite_url: str, tmp_path: Path, stream: str
+) -> None:
+    path = tmp_path / "operators"
+    accounts = {"vera": ("viewer", "vera-token"), "alma": ("approver", "alma-token")}
+    write_operators(path, accounts)
+    settings = load_settings(database_url=sqlite_url, home=tmp_path, redis_url=None, operators=path)
+    app = create_app(settings, keepalive_seconds=KEEPALIVE)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        alma = {"Authorization": "Bearer alma-token"}
+        task = client.post("/api/v1/tasks", json=TRIGGER, headers=alma).json()
+        # vera follows it from the console: the stream authenticated by her session cookie.
+        signed_in = client.post("/console/session", data={"token": "vera-token"})
+        assert signed_in.status_code == 200, signed_in.text  # the redirect to /console
+        url = (
+            f"/api/v1/tasks/{task['task_id']}/stream"
+            if stream == "task"
+            else f"/api/v1/agent/chat/session/{task['session_id']}/stream"
+        )
+        with client.stream("GET", url) as response:
+            assert response.status_code == 200
+            lines = response.iter_lines()
+            assert next(lines) == "event: state"
+            # Still hers while she is in the file: the keep-alives go on.
+            assert lines_until_the_end(lines, 3) == (False, 3)
+            write_operators(path, {"alma": accounts["alma"]})  # vera left
+            ended, seen = lines_until_the_end(lines, 40)  # 8 s of keep-alives
+        assert ended, f"the stream ran on for {seen} keep-alives after vera was taken out"
+        assert seen <= 10
+        # Her browser's reconnect is refused, and so is a new request.
+        assert client.get(url).status_code == 401

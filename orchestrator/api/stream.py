@@ -38,6 +38,7 @@ from orchestrator.api.auth import still_admitted
 from orchestrator.api.contract import error_responses
 from orchestrator.api.deps import get_hub, get_plans
 from orchestrator.api.plan_views import plan_as_sent
+from orchestrator.api.sessions import readable_session
 from orchestrator.events import PlanHub
 from orchestrator.services.plans import PlanService, SessionPlans
 
@@ -200,8 +201,9 @@ async def _events(
     responses={
         200: {"description": "server-sent events", "content": {"text/event-stream": {}}},
         204: {"description": "the session is finished and the client has seen its newest revision"},
-        **error_responses(404),
+        **error_responses(403, 404),
     },
+    dependencies=[Depends(readable_session)],
 )
 async def plan_stream(
     session_id: str,

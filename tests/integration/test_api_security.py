@@ -210,3 +210,57 @@ def test_an_open_stream_ends_once_its_account_is_taken_out(
         assert seen <= 10
         # Her browser's reconnect is refused, and so is a new request.
         assert client.get(url).status_code == 401
+
+
+# ---- a person's chat session and its plans -------------------------------------------------------
+def test_the_plans_of_another_person_s_chat_are_refused_as_the_chat_is(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "operators"
+    write_operators(path, {"vera": ("viewer", "vera-token"), "alma": ("approver", "alma-token")})
+    settings = load_settings(
+        database_url=sqlite_url,
+        home=tmp_path,
+        redis_url=None,
+        operators=path,
+        api_token="shared-token-1234",
+        agent_internal_token="bridge-token-5678",
+    )
+    alma = {"Authorization": "Bearer alma-token"}
+    vera = {"Authorization": "Bearer vera-token"}
+    with TestClient(create_app(settings, keepalive_seconds=KEEPALIVE)) as client:
+        chat = client.post(
+            "/api/v1/sessions", json={"purpose": "ordinary_chat", "title": "mine"}, headers=alma
+        )
+        assert chat.status_code == 201, chat.text
+        session_id = chat.json()["session_id"]
+        plan = {
+            "request_id": "r1",
+            "title": "alma's own plan",
+            "reason": "first",
+            "nodes": [{"id": "a", "title": "private step", "actor": "agent", "status": "pending"}],
+            "edges": [],
+        }
+        published = client.post(
+            f"/api/v1/internal/sessions/{session_id}/execution-plans",
+            json=plan,
+            headers={"Authorization": "Bearer bridge-token-5678"},
+        )
+        assert published.status_code == 201, published.text
+        routes = [
+            f"/api/v1/sessions/{session_id}",
+            f"/api/v1/sessions/{session_id}/execution-plans",
+            f"/api/v1/sessions/{session_id}/execution-plans/1",
+            f"/api/v1/agent/chat/session/{session_id}/stream",
+        ]
+        for route in routes:
+            refused = client.get(route, headers=vera)
+            assert refused.status_code == 403, (route, refused.text)
+            assert refused.json()["error"]["code"] == "not_session_owner"
+            assert "private step" not in refused.text
+        for route in routes[:3]:  # the owner and the shared token read them
+            assert client.get(route, headers=alma).status_code == 200, route
+            shared = client.get(route, headers={"Authorization": "Bearer shared-token-1234"})
+            assert shared.status_code == 200, route
+        missing = client.get("/api/v1/sessions/no-such/execution-plans", headers=vera)
+        assert missing.status_code == 404

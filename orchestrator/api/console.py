@@ -183,8 +183,10 @@ def _redact(text: str) -> str:
     path, sep, query = text.partition("?")
     if not sep:
         return text
+    # Decoded whole: `token%3D<token>` (an `=` a tool encoded) signs no one in, but is the
+    # token all the same, and a person who sent it should not find it in the log.
     parts = [
-        "token=[redacted]" if unquote_plus(part.split("=", 1)[0]) == "token" else part
+        "token=[redacted]" if unquote_plus(part).split("=", 1)[0] == "token" else part
         for part in query.split("&")
     ]
     return path + "?" + "&".join(parts)

@@ -4,6 +4,7 @@ pages of other sites reaching the loopback API."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 
 from orchestrator.api import console_session as session
 from orchestrator.api import create_app
+from orchestrator.api.console import _RedactToken
 from orchestrator.settings import load_settings
 
 with warnings.catch_warnings():
@@ -264,3 +266,16 @@ def test_the_plans_of_another_person_s_chat_are_refused_as_the_chat_is(
             assert shared.status_code == 200, route
         missing = client.get("/api/v1/sessions/no-such/execution-plans", headers=vera)
         assert missing.status_code == 404
+
+
+@pytest.mark.parametrize("part", ["token%3D{}", "%74oken%3d{}", "token%3D{}%26x%3D1"])
+def test_a_token_behind_an_encoded_equals_sign_is_kept_out_of_the_access_log(part: str) -> None:
+    secret = "approver-token-3d0b"
+    path = f"/console?a=1&{part.format(secret)}"
+    record = logging.LogRecord(
+        "uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d',
+        ("127.0.0.1:1", "GET", path, "1.1", 200), None,
+    )  # fmt: skip
+    assert _RedactToken().filter(record)
+    assert secret not in record.getMessage()
+    assert "/console?a=1&token=[redacted]" in record.getMessage()

@@ -279,3 +279,31 @@ def test_a_token_behind_an_encoded_equals_sign_is_kept_out_of_the_access_log(par
     assert _RedactToken().filter(record)
     assert secret not in record.getMessage()
     assert "/console?a=1&token=[redacted]" in record.getMessage()
+
+
+def test_every_answer_is_data_never_sniffed_nor_cached(sqlite_url: str, tmp_path: Path) -> None:
+    settings = load_settings(
+        database_url=sqlite_url, home=tmp_path, redis_url=None, api_token="tok-123456"
+    )
+    auth = {"Authorization": "Bearer tok-123456"}
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        task = client.post("/api/v1/tasks", json=TRIGGER, headers=auth).json()
+        answers = {
+            "read": client.get("/api/v1/tasks", headers=auth),
+            # A 404's message repeats the id it was sent, markup included.
+            "not found": client.get("/api/v1/tasks/<img src=x onerror=alert(1)>", headers=auth),
+            "refused": client.get("/api/v1/tasks"),
+            "too large": client.post(
+                "/api/v1/tasks", content=b"x" * (settings.max_body_bytes + 1), headers=auth
+            ),
+        }
+        for what, answer in answers.items():
+            assert answer.headers["x-content-type-options"] == "nosniff", what
+            assert answer.headers["cache-control"] == "no-store", what
+        assert "<img src=x" in answers["not found"].json()["error"]["message"]
+        # A stream keeps its own Cache-Control; the console's script keeps its no-cache.
+        with client.stream("GET", f"/api/v1/tasks/{task['task_id']}/stream", headers=auth) as s:
+            assert s.headers["cache-control"] == "no-cache"
+            assert s.headers["x-content-type-options"] == "nosniff"
+            client.post(f"/api/v1/tasks/{task['task_id']}/cancel", headers=auth)
+        assert client.get("/console/app.js").headers["cache-control"] == "no-cache"

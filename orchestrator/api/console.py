@@ -94,9 +94,23 @@ def _start_session(request: Request, presented: str, query: list[tuple[str, str]
         path="/",
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        secure=_over_https(request),
     )
     return response
+
+
+def _over_https(request: Request) -> bool:
+    """Whether the browser reached us over HTTPS: directly, or through a proxy that ends TLS
+    and says so (`X-Forwarded-Proto: https`, or `Forwarded: proto=https`). uvicorn trusts
+    those headers only from 127.0.0.1, so behind a proxy in another container the scheme
+    reads `http`, and the cookie, without `Secure`, would go out on any plain-HTTP request to
+    the host (a typed URL, a redirect a network attacker injects). Believing the header here
+    can only make the cookie stricter: a browser keeps no Secure cookie set over plain HTTP."""
+    if request.url.scheme == "https":
+        return True
+    proto = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
+    forwarded = request.headers.get("forwarded", "").split(",")[0].lower()
+    return proto == "https" or "proto=https" in forwarded.replace(" ", "").replace('"', "")
 
 
 @router.get("")

@@ -307,3 +307,28 @@ def test_every_answer_is_data_never_sniffed_nor_cached(sqlite_url: str, tmp_path
             assert s.headers["x-content-type-options"] == "nosniff"
             client.post(f"/api/v1/tasks/{task['task_id']}/cancel", headers=auth)
         assert client.get("/console/app.js").headers["cache-control"] == "no-cache"
+
+
+@pytest.mark.parametrize(
+    "proxy",
+    [{"X-Forwarded-Proto": "https"}, {"Forwarded": 'for=10.0.0.2;proto="https"'}],
+    ids=["x-forwarded-proto", "forwarded"],
+)
+def test_the_console_cookie_is_secure_behind_a_proxy_that_ends_tls(
+    sqlite_url: str, tmp_path: Path, proxy: dict[str, str]
+) -> None:
+    # The proxy runs in another container: uvicorn trusts its headers from 127.0.0.1 only, so
+    # the request's scheme reads http though the browser sent it over HTTPS.
+    settings = load_settings(
+        database_url=sqlite_url, home=tmp_path, redis_url=None, api_token="tok-123456"
+    )
+    with TestClient(create_app(settings)) as client:
+        form = {"token": "tok-123456"}
+        behind = client.post("/console/session", data=form, headers=proxy, follow_redirects=False)
+        assert behind.status_code == 303
+        assert "secure" in behind.headers["set-cookie"].lower().split("; ")
+        by_url = client.get("/console?token=tok-123456", headers=proxy, follow_redirects=False)
+        assert "secure" in by_url.headers["set-cookie"].lower().split("; ")
+        # Plain HTTP on the machine itself (no proxy): a cookie the browser keeps.
+        plain = client.post("/console/session", data=form, follow_redirects=False)
+        assert "secure" not in plain.headers["set-cookie"].lower().split("; ")

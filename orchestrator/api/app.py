@@ -42,7 +42,9 @@ from orchestrator.api.contract import (
     INTERNAL_BEARER,
     declare_write_refusals,
 )
+from orchestrator.api.open_guard import OpenGuard
 from orchestrator.api.readiness import Readiness
+from orchestrator.api.response_headers import ResponseHeaders
 from orchestrator.errors import OrchestratorError, Unauthorized
 from orchestrator.events import CompositeNotifier, PlanHub, PlanNotifier, RedisNotifier
 from orchestrator.metrics import CONTENT_TYPE_LATEST, render
@@ -254,6 +256,12 @@ def create_app(
             allow_headers=["Authorization", "Content-Type", "Last-Event-ID", "X-Orch-Console"],
             max_age=600,
         )
+    if pages:
+        # No token keeps other sites out of an open API: only loopback names and own-origin
+        # writes (outermost: a rebound Host is refused before anything else looks at it).
+        app.add_middleware(OpenGuard, cors_origins=settings.cors_origin_list)
+    # Outermost: a refusal of the middlewares above carries them too.
+    app.add_middleware(ResponseHeaders)
     app.include_router(console_pages.router)
     console_pages.redact_access_log()
     # Security(...) only declares the bearer schemes in the OpenAPI document.

@@ -43,6 +43,7 @@ __all__ = [
     "require_api_token",
     "require_internal_token",
     "require_role",
+    "still_admitted",
 ]
 
 #: Who calls when no token is configured at all (loopback only, see `orchestrator api`).
@@ -120,7 +121,9 @@ def _identify(
         return ANONYMOUS
     headers = list(headers)
     scheme, _, presented = _authorization(headers).partition(b" ")
-    if scheme.lower() == b"bearer":
+    # An empty token names no one, even when an account's stored hash is the empty string's
+    # (`printf %s "$TOKEN" | sha256sum` with $TOKEN unset): a bare `Bearer` is no credential.
+    if scheme.lower() == b"bearer" and presented.strip():
         operator = find_operator(presented.strip(), accounts, api_token)
         if operator is not None:
             return operator
@@ -174,6 +177,27 @@ def require_api_token(request: Request) -> None:
     if refusal:
         raise Forbidden(refusal)
     request.state.operator = operator
+
+
+def still_admitted(request: Request) -> bool:
+    """Whether the credentials a request came with still name an account, asked again while
+    an open stream runs: one opened before its account was taken out of ORCH_OPERATORS, its
+    token changed, or its console cookie ran out, ends there rather than run on for days.
+    A stream is a read, so every role may go on; an operators file that no longer reads
+    ends it too (fail closed, as a new request would be refused)."""
+    settings = _settings(request)
+    try:
+        accounts = _accounts(request)
+    except OperatorsUnreadable:
+        return False
+    operator = _identify(
+        request.scope.get("headers", ()),
+        accounts,
+        settings.api_token,
+        method="GET",
+        console_secret=settings.console_secret,
+    )
+    return operator is not None
 
 
 def current_operator(request: Request) -> Operator:

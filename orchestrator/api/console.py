@@ -81,7 +81,9 @@ def _home(request: Request, query: list[tuple[str, str]] | None = None) -> str:
 
 def _start_session(request: Request, presented: str, query: list[tuple[str, str]]) -> Response:
     presented_bytes = presented.encode("utf-8", "surrogateescape")
-    account = find_account(presented_bytes, _accounts(request))
+    # An empty token signs no one in (an account whose hash is the empty string's would
+    # otherwise open to anyone who leaves the field blank): see auth._identify.
+    account = find_account(presented_bytes, _accounts(request)) if presented.strip() else None
     if account is None:
         return _sign_in_page(request, "That token is not accepted.", 401)
     response = RedirectResponse(_home(request, query), status_code=303, headers=_HEADERS)
@@ -92,9 +94,23 @@ def _start_session(request: Request, presented: str, query: list[tuple[str, str]
         path="/",
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        secure=_over_https(request),
     )
     return response
+
+
+def _over_https(request: Request) -> bool:
+    """Whether the browser reached us over HTTPS: directly, or through a proxy that ends TLS
+    and says so (`X-Forwarded-Proto: https`, or `Forwarded: proto=https`). uvicorn trusts
+    those headers only from 127.0.0.1, so behind a proxy in another container the scheme
+    reads `http`, and the cookie, without `Secure`, would go out on any plain-HTTP request to
+    the host (a typed URL, a redirect a network attacker injects). Believing the header here
+    can only make the cookie stricter: a browser keeps no Secure cookie set over plain HTTP."""
+    if request.url.scheme == "https":
+        return True
+    proto = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
+    forwarded = request.headers.get("forwarded", "").split(",")[0].lower()
+    return proto == "https" or "proto=https" in forwarded.replace(" ", "").replace('"', "")
 
 
 @router.get("")
@@ -181,8 +197,10 @@ def _redact(text: str) -> str:
     path, sep, query = text.partition("?")
     if not sep:
         return text
+    # Decoded whole: `token%3D<token>` (an `=` a tool encoded) signs no one in, but is the
+    # token all the same, and a person who sent it should not find it in the log.
     parts = [
-        "token=[redacted]" if unquote_plus(part.split("=", 1)[0]) == "token" else part
+        "token=[redacted]" if unquote_plus(part).split("=", 1)[0] == "token" else part
         for part in query.split("&")
     ]
     return path + "?" + "&".join(parts)

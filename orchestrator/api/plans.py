@@ -1,4 +1,8 @@
-"""Execution plans: the public readers and the internal bridge's publish."""
+"""Execution plans: the public readers and the internal bridge's publish.
+
+A session's plans are read as the session is (`sessions.readable_session`): a task's execution
+session by anyone who reads, a chat or a collaboration by its owner (or the shared token).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from fastapi import APIRouter, Body, Depends, Path, Response
 from orchestrator.api.contract import error_responses
 from orchestrator.api.deps import get_plans
 from orchestrator.api.plan_views import PlanHistoryView, PlanRevisionView
+from orchestrator.api.sessions import readable_session
 from orchestrator.domain.fences import Fence
 from orchestrator.domain.storable import storable_text
 from orchestrator.errors import ValidationFailed
@@ -25,7 +30,8 @@ internal_router = APIRouter(prefix="/sessions", tags=["internal"])
     "/{session_id}/execution-plans",
     response_model=PlanHistoryView,
     response_model_exclude_unset=True,
-    responses=error_responses(404),
+    responses=error_responses(403, 404),
+    dependencies=[Depends(readable_session)],
 )
 def plan_history(session_id: str, plans: PlanService = Depends(get_plans)) -> dict[str, Any]:
     """The latest revision in full and a summary of every revision, oldest first."""
@@ -36,7 +42,8 @@ def plan_history(session_id: str, plans: PlanService = Depends(get_plans)) -> di
     "/{session_id}/execution-plans/{revision}",
     response_model=PlanRevisionView,
     response_model_exclude_unset=True,
-    responses=error_responses(404),
+    responses=error_responses(403, 404),
+    dependencies=[Depends(readable_session)],
 )
 def plan_revision(
     session_id: str,

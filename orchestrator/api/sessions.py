@@ -15,7 +15,7 @@ from orchestrator.api.models import SessionView
 from orchestrator.operators import Operator
 from orchestrator.services.sessions import MAX_LIMIT, SessionService
 
-__all__ = ["CreateSession", "router"]
+__all__ = ["CreateSession", "readable_session", "router"]
 
 router = APIRouter(prefix="/api/v1/sessions", tags=["sessions"])
 
@@ -75,6 +75,18 @@ def list_sessions(
         "items": [record.to_dict() for record in page.items],
         "next_cursor": page.next_cursor,
     }
+
+
+def readable_session(
+    session_id: str,
+    service: SessionService = Depends(get_sessions),
+    operator: Operator = Depends(current_operator),
+) -> str:
+    """A route dependency for what a session holds (its plans, their stream): the session's
+    id, or `403 not_session_owner` for another person's chat or collaboration, as the session
+    itself is (404 for no session)."""
+    service.get_session(session_id, caller=caller_of(operator))
+    return session_id
 
 
 @router.get("/{session_id}", response_model=SessionView, responses=error_responses(403, 404))

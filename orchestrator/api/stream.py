@@ -34,13 +34,15 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.concurrency import run_in_threadpool
 
+from orchestrator.api.auth import still_admitted
 from orchestrator.api.contract import error_responses
 from orchestrator.api.deps import get_hub, get_plans
 from orchestrator.api.plan_views import plan_as_sent
+from orchestrator.api.sessions import readable_session
 from orchestrator.events import PlanHub
 from orchestrator.services.plans import PlanService, SessionPlans
 
-__all__ = ["StoreOutage", "last_event_id_of", "router", "sse_event"]
+__all__ = ["StoreOutage", "last_event_id_of", "router", "sse_event", "while_admitted"]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,9 @@ _BATCH = 100
 #: How often an open stream reads again while the store is away (at most; less with a shorter
 #: keep-alive).
 OUTAGE_RETRY_SECONDS: Final = 1.0
+#: How often an open stream asks whether its caller's account still holds (at most; the
+#: keep-alive, which goes out while no event does, bounds it from the other side).
+ADMISSION_CHECK_SECONDS: Final = 1.0
 
 T = TypeVar("T")
 
@@ -97,6 +102,27 @@ def sse_event(event: str, data: Any, event_id: int | None = None) -> bytes:
         lines.append(f"id: {event_id}")
     lines.append("data: " + json.dumps(data, ensure_ascii=False, separators=(",", ":")))
     return ("\n".join(lines) + "\n\n").encode("utf-8")
+
+
+async def while_admitted(
+    request: Request, chunks: AsyncIterator[bytes], every: float = ADMISSION_CHECK_SECONDS
+) -> AsyncIterator[bytes]:
+    """`chunks` for as long as the caller's credentials still hold (`auth.still_admitted`),
+    asked before a chunk goes out, at most once per `every` seconds: the keep-alives bound how
+    long a stream whose account was taken away goes on. It then ends; the `EventSource`'s
+    reconnect is a 401, which stops it."""
+    checked = time.monotonic()
+    try:
+        async for chunk in chunks:
+            if time.monotonic() - checked >= every:
+                if not still_admitted(request):
+                    return
+                checked = time.monotonic()
+            yield chunk
+    finally:
+        closing = getattr(chunks, "aclose", None)
+        if closing is not None:
+            await closing()
 
 
 def last_event_id_of(raw: str | None) -> int | None:
@@ -175,8 +201,9 @@ async def _events(
     responses={
         200: {"description": "server-sent events", "content": {"text/event-stream": {}}},
         204: {"description": "the session is finished and the client has seen its newest revision"},
-        **error_responses(404),
+        **error_responses(403, 404),
     },
+    dependencies=[Depends(readable_session)],
 )
 async def plan_stream(
     session_id: str,
@@ -193,7 +220,7 @@ async def plan_stream(
         return Response(status_code=204)
     keepalive = float(request.app.state.keepalive_seconds)
     return StreamingResponse(
-        _events(plans, hub, state, after, keepalive),
+        while_admitted(request, _events(plans, hub, state, after, keepalive)),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

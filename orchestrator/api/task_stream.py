@@ -33,7 +33,13 @@ from orchestrator.api.contract import error_responses
 from orchestrator.api.deps import get_db
 from orchestrator.api.explain_views import payload_as_sent
 from orchestrator.api.plan_views import plan_as_sent
-from orchestrator.api.stream import OUTAGE_RETRY_SECONDS, StoreOutage, last_event_id_of, sse_event
+from orchestrator.api.stream import (
+    OUTAGE_RETRY_SECONDS,
+    StoreOutage,
+    last_event_id_of,
+    sse_event,
+    while_admitted,
+)
 from orchestrator.domain.times import wire_time
 from orchestrator.events import PlanHub
 from orchestrator.services.task_stream import TaskSnapshot, TaskStreamService
@@ -137,7 +143,7 @@ async def task_stream(
     keepalive = float(request.app.state.keepalive_seconds)
     poll = float(request.app.state.settings.task_stream_poll_seconds)
     return StreamingResponse(
-        _events(service, hub, task_id, snapshot, after, keepalive, poll),
+        while_admitted(request, _events(service, hub, task_id, snapshot, after, keepalive, poll)),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

@@ -6,7 +6,7 @@ An approval names the digest of the action (shown by `GET /api/v1/actions/{id}`)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -30,7 +30,7 @@ from orchestrator.services.actions import ActionService
 from orchestrator.services.plans import PlanService
 from orchestrator.store.actions import ActionRecord
 
-__all__ = ["ActionOut", "router"]
+__all__ = ["ActionOut", "PendingCount", "router"]
 
 router = APIRouter(prefix="/api/v1/actions", tags=["actions"])
 
@@ -98,14 +98,45 @@ def list_actions(
     any_status: bool = Query(default=False, alias="any", description="every status"),
     task_id: str | None = Query(default=None, max_length=36),
     limit: int = Query(default=100, ge=1, le=200),
-    cursor: str | None = Query(default=None, max_length=512),
+    cursor: str | None = Query(
+        default=None,
+        max_length=512,
+        description="`next_cursor` of the previous page, asked with the same filters and order",
+    ),
+    order: Literal["newest", "oldest"] = Query(
+        default="newest",
+        description="`oldest` lists the longest waiting first, as an approver decides them",
+    ),
     service: ActionService = Depends(get_action_service),
 ) -> dict[str, Any]:
-    """Newest first; pending approvals unless `status` or `any` asks for others."""
+    """Newest first (or oldest, with `order=oldest`); pending approvals unless `status` or
+    `any` asks for others."""
     wanted = None if any_status or status is None else str(status)
-    rows = service.list(status=wanted, task_id=task_id, limit=limit + 1, cursor=cursor)
+    rows = service.list(
+        status=wanted,
+        task_id=task_id,
+        limit=limit + 1,
+        cursor=cursor,
+        oldest_first=order == "oldest",
+    )
     items, next_cursor = paged(rows, limit, lambda a: (a.created_at, a.action_id))
     return {"items": [action.to_dict() for action in items], "next_cursor": next_cursor}
+
+
+class PendingCount(BaseModel):
+    pending: int = Field(description="actions waiting for a decision")
+
+
+# Before `/{action_id}`, which would take `pending-count` for an id.
+@router.get("/pending-count", response_model=PendingCount)
+def count_pending(
+    task_id: str | None = Query(default=None, max_length=36),
+    service: ActionService = Depends(get_action_service),
+) -> dict[str, int]:
+    """How many actions wait for a decision (of one task), without fetching them: a page that
+    shows the oldest few says how many there are in all. Pending only: the decided ones are
+    history, and counting them would read all of it."""
+    return {"pending": service.count_pending(task_id)}
 
 
 @router.get("/{action_id}", response_model=ActionOut, responses=error_responses(404))

@@ -826,18 +826,46 @@
     return { ok: true, items };
   }
 
+  // The oldest `wanted` pending actions, oldest first, a page of the API at a time.
+  async function oldestPending(wanted) {
+    const items = [];
+    let cursor = null;
+    do {
+      const limit = Math.min(200, wanted - items.length);
+      const query = `actions?status=pending_approval&order=oldest&limit=${limit}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`;
+      const result = await api("GET", query);
+      if (!result.ok) return result;
+      items.push(...itemsOf(result.data));
+      cursor = result.data.next_cursor || null;
+    } while (cursor && items.length < wanted);
+    return { ok: true, items, more: Boolean(cursor) };
+  }
+
+  // How many wait (the API's count) and the oldest of them, a page more at each "Show more".
+  // A refresh reads the count and the cards shown: with thousands pending, every refresh
+  // fetched all of them, page after page, and drew a card for each.
+  const APPROVALS_PAGE = 50;
   function approvals() {
     const list = el("div", { class: "actions-list", id: "approvals" }, el("p", { class: "muted" }, "Loading…"));
     const say = el("p", { role: "status", id: "approvals-result" });
-    fill(main, el("h1", {}, "Pending approvals"), say, list);
+    const count = el("p", { id: "approvals-count" });
+    let shown = APPROVALS_PAGE;
+    const more = el("button", { type: "button", id: "approvals-more", hidden: true,
+      onclick: () => { shown += APPROVALS_PAGE; load(); } }, `Show ${APPROVALS_PAGE} more`);
+    fill(main, el("h1", {}, "Pending approvals"), count, say, list, more);
     let alive = true;
     async function load() {
-      const result = await pendingActions("");
+      const [counted, result] = await Promise.all([api("GET", "actions/pending-count"), oldestPending(shown)]);
       if (!alive || !result.ok) {
         if (alive && !result.down) fill(list, el("p", { class: "error" }, errorText(result)));
         return;
       }
-      showActions(list, result.items, load, say);
+      showActions(list, result.items.slice().reverse(), load, say);
+      more.hidden = !result.more;
+      const pending = counted.ok ? counted.data.pending : null;
+      fill(count, pending === null ? "" : result.more
+        ? `${pending} pending; the ${result.items.length} oldest are shown, the longest waiting first.`
+        : `${pending} pending.`);
     }
     load();
     const timer = setInterval(load, POLL_MS * 2);

@@ -237,14 +237,25 @@ class ActionService:
         task_id: str | None = None,
         limit: int = 100,
         cursor: str | None = None,
+        oldest_first: bool = False,
     ) -> list[ActionRecord]:
         if status is not None and status not in ACTION_STATUSES:
             raise ValidationFailed(f"unknown status {status!r}", code="invalid_status")
         after = decode_cursor(cursor) if cursor else None
         with self.db.transaction(readonly=True) as conn:
             return action_store.list_actions(
-                conn, status=status, task_id=task_id, limit=limit, after=after
+                conn,
+                status=status,
+                task_id=task_id,
+                limit=limit,
+                after=after,
+                oldest_first=oldest_first,
             )
+
+    def count_pending(self, task_id: str | None = None) -> int:
+        """How many actions wait for a decision (of one task)."""
+        with self.db.transaction(readonly=True) as conn:
+            return action_store.count_pending(conn, task_id=task_id)
 
 
 def _why_unbound(node_id: str, nodes: Sequence[Any] | None) -> str:

@@ -9,16 +9,18 @@ from datetime import datetime
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import Connection, Row, Update, and_, insert, select, update
+from sqlalchemy import Connection, Row, Update, func, insert, select, update
 
 from orchestrator.domain.approvals import action_digest
 from orchestrator.domain.fences import Fence
+from orchestrator.store.keyset import past
 from orchestrator.store.tables import actions
 from orchestrator.store.types import utcnow
 
 __all__ = [
     "ActionRecord",
     "actions_of_task",
+    "count_pending",
     "decide_action",
     "get_action",
     "insert_action",
@@ -125,21 +127,34 @@ def list_actions(
     task_id: str | None,
     limit: int,
     after: tuple[datetime, str] | None = None,
+    oldest_first: bool = False,
 ) -> list[ActionRecord]:
-    """Newest first; `after` is the (created_at, action_id) of the last row already seen."""
+    """Newest first, or oldest first (the longest waiting, what an approver decides first);
+    `after` is the (created_at, action_id) of the last row already seen in that order."""
     query = select(actions)
     if status is not None:
         query = query.where(actions.c.status == status)
     if task_id is not None:
         query = query.where(actions.c.task_id == task_id)
     if after is not None:
-        created_at, action_id = after
         query = query.where(
-            (actions.c.created_at < created_at)
-            | and_(actions.c.created_at == created_at, actions.c.action_id < action_id)
+            past(actions.c.created_at, actions.c.action_id, after, newest_first=not oldest_first)
         )
-    query = query.order_by(actions.c.created_at.desc(), actions.c.action_id.desc()).limit(limit)
-    return [ActionRecord.from_row(row) for row in conn.execute(query)]
+    if oldest_first:
+        query = query.order_by(actions.c.created_at, actions.c.action_id)
+    else:
+        query = query.order_by(actions.c.created_at.desc(), actions.c.action_id.desc())
+    return [ActionRecord.from_row(row) for row in conn.execute(query.limit(limit))]
+
+
+def count_pending(conn: Connection, *, task_id: str | None = None) -> int:
+    """How many actions wait for a decision (of one task): read from the (status, created_at)
+    index alone, so it costs what is pending, never the decided history."""
+    query = select(func.count()).select_from(actions)
+    query = query.where(actions.c.status == "pending_approval")
+    if task_id is not None:
+        query = query.where(actions.c.task_id == task_id)
+    return int(conn.execute(query).scalar_one())
 
 
 def same_proposal(conn: Connection, task_id: str, node_id: str, digest: str) -> ActionRecord | None:

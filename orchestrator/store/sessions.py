@@ -7,9 +7,10 @@ from datetime import datetime
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, bindparam, insert, or_, select
+from sqlalchemy import Connection, Row, bindparam, insert, or_, select
 
 from orchestrator.domain.times import wire_time
+from orchestrator.store.keyset import past
 from orchestrator.store.tables import sessions, tasks
 
 __all__ = [
@@ -112,12 +113,6 @@ def list_sessions(
     if task_id is not None:
         query = query.where(sessions.c.task_id == task_id)
     if after is not None:
-        created_at, session_id = after
-        query = query.where(
-            or_(
-                sessions.c.created_at < created_at,
-                and_(sessions.c.created_at == created_at, sessions.c.session_id < session_id),
-            )
-        )
+        query = query.where(past(sessions.c.created_at, sessions.c.session_id, after))
     query = query.order_by(sessions.c.created_at.desc(), sessions.c.session_id.desc()).limit(limit)
     return [SessionRecord.from_row(row) for row in conn.execute(query)]

@@ -264,6 +264,7 @@ actions = Table(
         name="decision_has_decider",
     ),
     Index(None, "status", "created_at"),
+    Index(None, "created_at", "action_id"),  # every action, newest first (`any=true`)
     Index(None, "task_id", "generation"),
     Index(None, "task_id", "node_id"),  # a re-proposal finds the same digest for its node
 )

@@ -20,7 +20,6 @@ from sqlalchemy import (
     Insert,
     Select,
     Table,
-    and_,
     bindparam,
     insert,
     null,
@@ -31,6 +30,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from orchestrator.domain.task_filter import TaskFilter
 from orchestrator.store.generations import GENERATION_COLUMNS, generation_rows, new_id
+from orchestrator.store.keyset import past
 from orchestrator.store.records import TaskRecord
 from orchestrator.store.tables import executions, sessions, tasks
 from orchestrator.store.types import utcnow
@@ -238,10 +238,6 @@ def list_tasks(
     if where.created_before is not None:
         query = query.where(tasks.c.created_at < where.created_before)
     if after is not None:
-        created_at, task_id = after
-        query = query.where(
-            (tasks.c.created_at < created_at)
-            | and_(tasks.c.created_at == created_at, tasks.c.task_id < task_id)
-        )
+        query = query.where(past(tasks.c.created_at, tasks.c.task_id, after))
     query = query.order_by(tasks.c.created_at.desc(), tasks.c.task_id.desc()).limit(limit)
     return [TaskRecord.from_row(row) for row in conn.execute(query)]

@@ -94,11 +94,12 @@ def test_a_task_that_does_not_exist_offers_no_form(page: Any, console: Console) 
     expect(page.locator("#task-error")).to_have_text("No such task: %ZZ.")
 
 
-def test_approvals_page_through_every_pending_action_oldest_first(
+def test_approvals_page_counts_every_pending_action_and_shows_the_oldest_first(
     page: Any, console: Console
 ) -> None:
-    """More pending actions than one page of the API: the oldest, the most urgent, are shown
-    at the top (before, only the 100 newest were fetched and the oldest never showed)."""
+    """More pending actions than a page: the page says how many wait and shows the oldest, the
+    most urgent, at the top, a page at a time (before, it fetched every pending action, page
+    after page, at each refresh, and said nowhere how many there were)."""
     import uuid
     from datetime import timedelta
 
@@ -121,12 +122,30 @@ def test_approvals_page_through_every_pending_action_oldest_first(
                 for n in range(250)
             ]  # fmt: skip
             conn.execute(insert(actions), seeded)
+        listed: list[str] = []
+        page.on(
+            "request",
+            lambda r: listed.append(r.url) if "/api/v1/actions?" in r.url else None,
+        )
+        # Other tests of the module may leave actions pending: 251 of ours and theirs.
+        pending = console.http.get("/api/v1/actions/pending-count").json()["pending"]
+        assert pending >= 251
         page.goto(f"{console.url}/console#/approvals")
         cards = page.locator("#approvals > article.action")
-        expect(cards.filter(has_text='"waiting #')).to_have_count(250)
+        expect(page.locator("#approvals-count")).to_have_text(
+            f"{pending} pending; the 50 oldest are shown, the longest waiting first."
+        )
+        expect(cards).to_have_count(50)
         expect(cards.first.locator("pre")).to_contain_text('"waiting #0"')
-        expect(cards.nth(249).locator("pre")).to_contain_text('"waiting #249"')
-        expect(cards.last).to_contain_text(task_id)
+        expect(cards.nth(49).locator("pre")).to_contain_text('"waiting #49"')
+        # One request of 50 rows drew the page, not every pending action.
+        [request] = listed
+        assert "limit=50" in request
+        assert "order=oldest" in request
+        page.click("#approvals-more")
+        expect(cards).to_have_count(100)
+        expect(cards.nth(99).locator("pre")).to_contain_text('"waiting #99"')
+        expect(cards.first.locator("pre")).to_contain_text('"waiting #0"')
         # The task's own page lists them all too, oldest first.
         page.goto(f"{console.url}/console#/task/{task_id}")
         mine = page.locator("#pending-actions > article.action")

@@ -327,3 +327,34 @@ def test_0015_outbox_rows_of_before_are_brought_within_their_attempts(empty_url:
     _round_trip(empty_url, "0014")
     with pytest.raises(IntegrityError), _transaction(empty_url) as conn:
         conn.execute(text("UPDATE outbox SET throttled = -1"))
+
+
+def test_0017_every_action_is_listed_from_an_index_and_rows_of_before_stay(
+    empty_url: str,
+) -> None:
+    _write_at(
+        empty_url,
+        "0016",
+        "INSERT INTO tasks (task_id, task_type, title, context, trigger_id, origin, status,"
+        " generation, created_at, updated_at) VALUES ('t1', 'x', 't', '{}', 'trig', 'live',"
+        " 'waiting', 1, :now, :now)",
+        "INSERT INTO sessions (session_id, purpose, task_id, generation, owner, title,"
+        " created_at, updated_at) VALUES ('s1', 'task_execution', 't1', 1, 'task:t1', 't',"
+        " :now, :now)",
+        "INSERT INTO actions (action_id, task_id, generation, session_id, node_id, kind,"
+        " payload, status, decided_by, created_at, digest) VALUES ('a1', 't1', 1, 's1', 'n',"
+        " 'command', '{}', 'approved', 'ops', :now, 'd')",
+    )
+
+    upgrade(empty_url)
+    assert _differences(empty_url) == []
+    engine = make_engine(empty_url)
+    try:
+        indexes = {i["name"]: i["column_names"] for i in inspect(engine).get_indexes("actions")}
+    finally:
+        engine.dispose()
+    assert indexes["ix_actions_created_at_action_id"] == ["created_at", "action_id"]
+    with _transaction(empty_url) as conn:
+        rows = conn.execute(text("SELECT action_id FROM actions")).scalars().all()
+        assert rows == ["a1"]
+    _round_trip(empty_url, "0016")

@@ -1,0 +1,113 @@
+"""Many pending approvals: a count the API serves without listing them, and a list an approver
+reads oldest first, a page at a time, however many wait.
+
+The actions are written as the store writes them (`insert_action`'s row), many at once.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import insert, select
+
+from orchestrator.api.app import create_app
+from orchestrator.services.tasks import Trigger
+from orchestrator.settings import load_settings
+from orchestrator.store import Database
+from orchestrator.store.tables import actions, tasks
+from orchestrator.store.types import utcnow
+from tests.executions_support import runtime_for
+
+
+def seed(db: Database, task_id: str, count: int, status: str = "pending_approval") -> list[str]:
+    """`count` actions of the task, three to a timestamp (a page boundary falls inside a tie);
+    their ids oldest first, in the order (created_at, action_id)."""
+    with db.transaction() as conn:
+        session_id = conn.execute(
+            select(tasks.c.session_id).where(tasks.c.task_id == task_id)
+        ).scalar_one()
+        start = utcnow() - timedelta(days=1)
+        rows: list[dict[str, Any]] = [
+            {
+                "action_id": str(uuid.uuid4()),
+                "task_id": task_id,
+                "generation": 1,
+                "session_id": session_id,
+                "node_id": f"n{n}",
+                "kind": "work_order",
+                "payload": {"n": n},
+                "status": status,
+                "decided_by": None if status == "pending_approval" else "ops",
+                "created_at": start + timedelta(seconds=n // 3),
+                "plan_revision": 1,
+                "digest": "0" * 64,
+            }
+            for n in range(count)
+        ]
+        conn.execute(insert(actions), rows)
+    return [r["action_id"] for r in sorted(rows, key=lambda r: (r["created_at"], r["action_id"]))]
+
+
+@pytest.fixture
+def client(store_url: str, tmp_path: Any) -> Iterator[tuple[TestClient, Database, str, str]]:
+    rt, _ = runtime_for(store_url, tmp_path / "scripts")
+    first = rt.tasks.trigger(Trigger(task_type="wo", title="Many waiting")).task.task_id
+    second = rt.tasks.trigger(Trigger(task_type="wo", title="A few waiting")).task.task_id
+    rt.close()
+    db = Database.from_url(store_url)
+    with TestClient(create_app(load_settings(database_url=store_url))) as http:
+        yield http, db, first, second
+    db.dispose()
+
+
+def test_the_pending_count_counts_only_what_waits(
+    client: tuple[TestClient, Database, str, str],
+) -> None:
+    http, db, first, second = client
+    seed(db, first, 230)
+    seed(db, second, 4)
+    seed(db, second, 50, status="approved")
+    assert http.get("/api/v1/actions/pending-count").json() == {"pending": 234}
+    mine = http.get("/api/v1/actions/pending-count", params={"task_id": second})
+    assert mine.json() == {"pending": 4}
+    unknown = http.get("/api/v1/actions/pending-count", params={"task_id": "no-such-task"})
+    assert unknown.json() == {"pending": 0}
+
+
+def test_pending_actions_page_oldest_first_without_repeats_or_gaps(
+    client: tuple[TestClient, Database, str, str],
+) -> None:
+    http, db, first, _ = client
+    oldest_first = seed(db, first, 230)
+    seen: list[str] = []
+    cursor: str | None = None
+    pages = 0
+    while True:
+        params: dict[str, Any] = {"order": "oldest", "limit": 50}
+        if cursor:
+            params["cursor"] = cursor
+        page = http.get("/api/v1/actions", params=params).json()
+        seen += [item["action_id"] for item in page["items"]]
+        pages += 1
+        cursor = page["next_cursor"]
+        if not cursor:
+            break
+    assert pages == 5
+    assert seen == oldest_first
+    # Newest first (the default) is the same rows the other way round, page for page.
+    newest = http.get("/api/v1/actions", params={"limit": 200}).json()
+    rest = http.get("/api/v1/actions", params={"limit": 200, "cursor": newest["next_cursor"]})
+    items = newest["items"] + rest.json()["items"]
+    assert [item["action_id"] for item in items] == oldest_first[::-1]
+
+
+def test_an_unknown_order_is_a_clear_422(client: tuple[TestClient, Database, str, str]) -> None:
+    http, *_ = client
+    answer = http.get("/api/v1/actions", params={"order": "sideways"})
+    assert answer.status_code == 422
+    assert answer.json()["error"]["details"][0]["field"] == "query.order"

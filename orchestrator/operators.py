@@ -80,6 +80,10 @@ def api_account(api_token: str | None) -> Account | None:
     return Account(Operator(API_TOKEN_ACCOUNT, "approver", shared=True), _sha256(api_token))
 
 
+#: sha256 of the empty string.
+_EMPTY_TOKEN_HASH = hashlib.sha256(b"").hexdigest()
+
+
 def load_operators(path: Path) -> tuple[Account, ...]:
     """The accounts in `path`; `OperatorsError` for an unreadable file or a bad line."""
     try:
@@ -102,6 +106,13 @@ def load_operators(path: Path) -> tuple[Account, ...]:
             raise OperatorsError(f"{path} line {number}: role must be one of {', '.join(ROLES)}")
         if not _HEX.fullmatch(digest):
             raise OperatorsError(f"{path} line {number}: the token hash is not 64 hex digits")
+        if digest == _EMPTY_TOKEN_HASH:
+            # What `printf %s "$TOKEN" | sha256sum` prints with $TOKEN unset: an account no
+            # one could sign in to (an empty token names no one), and surely not what was meant.
+            raise OperatorsError(
+                f"{path} line {number}: the token hash is the empty token's (sha256 of nothing: "
+                "was the token variable unset when it was hashed?)"
+            )
         if name in names:
             raise OperatorsError(
                 f"{path} line {number}: account {name} appears twice",
@@ -118,7 +129,9 @@ def load_operators(path: Path) -> tuple[Account, ...]:
 
 def find_account(presented: bytes, accounts: Sequence[Account]) -> Account | None:
     """The account whose token is `presented`, or None; every hash is compared, in constant
-    time each, whatever matched first."""
+    time each, whatever matched first. An empty token names no one."""
+    if not presented:
+        return None
     digest = hashlib.sha256(presented).digest()
     found: Account | None = None
     for account in accounts:

@@ -128,6 +128,9 @@ def test_a_bad_operators_file_stops_start_up_in_one_line(store_url: str, tmp_pat
         ("alma approver deadbeef\n", "64 hex digits"),
         ("api approver " + "a" * 64 + "\n", "reserved"),
         ("alma approver\n", "expected NAME ROLE"),
+        # `printf %s "$TOKEN" | sha256sum` with $TOKEN unset: the empty token's hash.
+        ("alma approver " + hashlib.sha256(b"").hexdigest() + "\n", "the empty token's"),
+        ("alma approver " + hashlib.sha256(b"").hexdigest().upper() + "\n", "the empty token's"),
     ]:
         path.write_text(text, encoding="utf-8")
         with pytest.raises(OperatorsError, match=needle):

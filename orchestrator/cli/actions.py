@@ -10,15 +10,28 @@ import argparse
 import getpass
 import json
 import re
+import shlex
+import sys
 from typing import Any
 
-from orchestrator.cli.common import add_json_flag, checked_body, load, print_json, printable
+from orchestrator.cli.common import (
+    add_json_flag,
+    bounded_int,
+    checked_body,
+    cursor_arg,
+    load,
+    print_json,
+    printable,
+)
+from orchestrator.domain.cursors import encode_cursor
 from orchestrator.domain.vocabulary import ACTION_STATUSES
 from orchestrator.runtime import build_runtime
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.store.actions import ActionRecord
 
 __all__ = ["register"]
+
+MAX_LIMIT = 200  # the API's bound on `GET /api/v1/actions?limit=`
 
 
 def register(commands: Any) -> None:
@@ -31,6 +44,20 @@ def register(commands: Any) -> None:
     statuses.add_argument("--status", choices=ACTION_STATUSES, default="pending_approval")
     statuses.add_argument("--all", action="store_true", help="every status")
     listing.add_argument("--task", dest="task_id")
+    listing.add_argument(
+        "--oldest",
+        action="store_true",
+        help="oldest first: the longest waiting, what an approver decides first",
+    )
+    listing.add_argument(
+        "--limit",
+        type=bounded_int(1, MAX_LIMIT),
+        default=100,
+        help=f"at most this many (1..{MAX_LIMIT}, default 100)",
+    )
+    listing.add_argument(
+        "--cursor", type=cursor_arg, help="the next page, as printed after the previous one"
+    )
     add_json_flag(listing)
     listing.set_defaults(handler=_list)
 
@@ -55,14 +82,31 @@ def register(commands: Any) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
+    status = None if args.all else args.status
     rt = build_runtime(load(), dispatcher=RecordingDispatcher())
     try:
-        found = rt.actions.list(status=None if args.all else args.status, task_id=args.task_id)
+        rows = rt.actions.list(
+            status=status,
+            task_id=args.task_id,
+            limit=args.limit + 1,  # one more says whether a next page exists
+            cursor=args.cursor,
+            oldest_first=args.oldest,
+        )
+        pending = rt.actions.count_pending(args.task_id) if status == "pending_approval" else None
     finally:
         rt.close()
+    found = rows[: args.limit]
+    last = found[-1] if len(rows) > args.limit else None
+    cursor = encode_cursor(last.created_at, last.action_id) if last else None
+    more = f"next page: {_next_page(args, cursor)}" if cursor else ""
     if args.json:
         print_json([_as_sent(action) for action in found])
+        if more:  # stdout stays one JSON array; the way on goes beside it
+            print(more, file=sys.stderr)
         return 0
+    if pending is not None and (args.cursor or cursor):
+        # Only some of them are shown: say how many wait in all.
+        print(f"{pending} pending; {len(found)} on this page")
     if not found:
         print("no actions")
     for action in found:
@@ -70,7 +114,24 @@ def _list(args: argparse.Namespace) -> int:
             f"{action.action_id}  {action.status:16}  {action.kind:10}  task {action.task_id}"
             f"  node {action.node_id}"
         )
+    if more:
+        print(more)
     return 0
+
+
+def _next_page(args: argparse.Namespace, cursor: str) -> str:
+    """The command that lists the page after this one, with the same filters and order."""
+    words = ["orchestrator", "actions", "list"]
+    words += ["--all"] if args.all else ["--status", args.status]
+    if args.task_id:
+        words += ["--task", args.task_id]
+    if args.oldest:
+        words.append("--oldest")
+    if args.limit != 100:
+        words += ["--limit", str(args.limit)]
+    if args.json:
+        words.append("--json")
+    return shlex.join([*words, "--cursor", cursor])
 
 
 def _digest(text: str) -> str:

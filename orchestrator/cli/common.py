@@ -13,7 +13,9 @@ from typing import Any, NoReturn
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from orchestrator.domain.cursors import decode_cursor
 from orchestrator.domain.times import wire_time
+from orchestrator.errors import ValidationFailed
 from orchestrator.settings import Settings, load_settings
 
 __all__ = [
@@ -63,6 +65,15 @@ def bounded_int(low: int, high: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def cursor_arg(text: str) -> str:
+    """An argparse `type`: a page cursor as a listing printed it (`next_cursor`)."""
+    try:
+        decode_cursor(text)
+    except ValidationFailed as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+    return text
 
 
 def checked_body(model: Any, values: Mapping[str, Any]) -> Any:

@@ -20,11 +20,11 @@ from orchestrator.cli.common import (
     CommandFailed,
     add_json_flag,
     bounded_int,
+    cursor_arg,
     load,
     print_json,
     printable,
 )
-from orchestrator.domain.cursors import decode_cursor
 from orchestrator.domain.task_filter import TaskFilter, as_utc, task_filter
 from orchestrator.domain.vocabulary import TASK_STATUSES
 from orchestrator.errors import ValidationFailed
@@ -58,7 +58,7 @@ def register_list(actions: Any) -> None:
         help=f"at most this many (1..{MAX_LIMIT}, default 50)",
     )
     listing.add_argument(
-        "--cursor", type=_cursor, help="the next page, as printed after the previous one"
+        "--cursor", type=cursor_arg, help="the next page, as printed after the previous one"
     )
     add_json_flag(listing)
     listing.set_defaults(handler=_list)
@@ -78,14 +78,6 @@ def _when(text: str) -> datetime:
     if moment is None:
         raise argparse.ArgumentTypeError(f"not an ISO-8601 time or an age like 24h: {text[:60]!r}")
     return moment
-
-
-def _cursor(text: str) -> str:
-    try:
-        decode_cursor(text)
-    except ValidationFailed as exc:
-        raise argparse.ArgumentTypeError(exc.message) from None
-    return text
 
 
 def _filter(args: argparse.Namespace) -> TaskFilter:

@@ -6,6 +6,8 @@ The actions are written as the store writes them (`insert_action`'s row), many a
 
 from __future__ import annotations
 
+import json
+import shlex
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -16,6 +18,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import insert, select
 
 from orchestrator.api.app import create_app
+from orchestrator.cli import main
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
 from orchestrator.store import Database
@@ -111,3 +114,42 @@ def test_an_unknown_order_is_a_clear_422(client: tuple[TestClient, Database, str
     answer = http.get("/api/v1/actions", params={"order": "sideways"})
     assert answer.status_code == 422
     assert answer.json()["error"]["details"][0]["field"] == "query.order"
+
+
+def test_the_cli_lists_pending_actions_a_page_at_a_time_oldest_first(
+    store_url: str,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`actions list` with thousands pending: before, it printed the 100 newest and stopped,
+    with no word of the others, so the longest waiting never showed."""
+    rt, _ = runtime_for(store_url, tmp_path / "scripts")
+    task_id = rt.tasks.trigger(Trigger(task_type="wo", title="Many waiting")).task.task_id
+    rt.close()
+    db = Database.from_url(store_url)
+    oldest_first = seed(db, task_id, 7)
+    db.dispose()
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path))
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    argv = ["actions", "list", "--oldest", "--limit", "3"]
+    seen: list[str] = []
+    pages = 0
+    while argv:
+        assert main(argv) == 0
+        lines = capsys.readouterr().out.splitlines()
+        pages += 1
+        assert lines[0] == f"7 pending; {3 if pages < 3 else 1} on this page"
+        seen += [line.split()[0] for line in lines[1:] if not line.startswith("next page:")]
+        more = [line for line in lines if line.startswith("next page: ")]
+        argv = shlex.split(more[0].removeprefix("next page: "))[1:] if more else []
+    assert (pages, seen) == (3, oldest_first)
+    # Newest first (the default), in JSON: stdout stays one array, the way on goes to stderr.
+    assert main(["actions", "list", "--limit", "5", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert [a["action_id"] for a in json.loads(out)] == oldest_first[::-1][:5]
+    assert err.startswith("next page: orchestrator actions list --status pending_approval")
+    with pytest.raises(SystemExit) as refused:
+        main(["actions", "list", "--cursor", "not-a-cursor"])
+    assert refused.value.code == 2
+    assert "argument --cursor: cursor is not one" in capsys.readouterr().err

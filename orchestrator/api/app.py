@@ -45,6 +45,7 @@ from orchestrator.api.contract import (
 from orchestrator.api.open_guard import OpenGuard
 from orchestrator.api.readiness import Readiness
 from orchestrator.api.response_headers import ResponseHeaders
+from orchestrator.api.signouts import SignOuts
 from orchestrator.errors import OrchestratorError, Unauthorized
 from orchestrator.events import CompositeNotifier, PlanHub, PlanNotifier, RedisNotifier
 from orchestrator.metrics import CONTENT_TYPE_LATEST, render
@@ -194,13 +195,16 @@ def create_app(
     database.after_commit = notifier.wake_keys
 
     readiness = Readiness(database, settings.redis_url)
+    signouts = SignOuts(database)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await plan_hub.start()
+        signouts.start()
         try:
             yield
         finally:
+            signouts.stop()
             await plan_hub.stop()
             readiness.close()
             if redis_notifier is not None:
@@ -222,6 +226,7 @@ def create_app(
     app.state.operators = accounts
     app.state.db = database
     app.state.hub = plan_hub
+    app.state.signouts = signouts
     app.state.plans = PlanService(database, notifier)
     app.state.sessions = SessionService(database)
     app.state.keepalive_seconds = keepalive_seconds
@@ -245,6 +250,7 @@ def create_app(
         open_paths=(_HEALTHZ, _READYZ),
         accounts=accounts,
         open_prefixes=(console_pages.PREFIX,),
+        revoked=signouts.revoked,
     )
     # Outside the token check, so a browser's preflight (no credentials) is answered.
     if settings.cors_origin_list:

@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from orchestrator.api.console_session import (
+    Revoked,
     cookie_operator,
     sign_in_accounts,
     write_without_header,
@@ -43,6 +44,7 @@ __all__ = [
     "require_api_token",
     "require_internal_token",
     "require_role",
+    "revoked_sessions",
     "still_admitted",
 ]
 
@@ -112,6 +114,7 @@ def _identify(
     *,
     method: str = "GET",
     console_secret: str | None = None,
+    revoked: Revoked | None = None,
 ) -> Operator | None:
     """The caller's account; ANONYMOUS when no token is configured; None for a wrong token.
 
@@ -128,7 +131,11 @@ def _identify(
         if operator is not None:
             return operator
     return cookie_operator(
-        headers, method, sign_in_accounts(api_token, accounts), secret=console_secret
+        headers,
+        method,
+        sign_in_accounts(api_token, accounts),
+        secret=console_secret,
+        revoked=revoked,
     )
 
 
@@ -139,10 +146,15 @@ def _unknown_caller(
     *,
     method: str,
     console_secret: str | None,
+    revoked: Revoked | None = None,
 ) -> Unauthorized:
     """The refusal of a request `_identify` found no account for, saying what is missing."""
     signed_in = write_without_header(
-        list(headers), method, sign_in_accounts(api_token, accounts), secret=console_secret
+        list(headers),
+        method,
+        sign_in_accounts(api_token, accounts),
+        secret=console_secret,
+        revoked=revoked,
     )
     return Unauthorized(_NO_CONSOLE_HEADER if signed_in else _WRONG)
 
@@ -164,6 +176,7 @@ def require_api_token(request: Request) -> None:
         settings.api_token,
         method=request.method,
         console_secret=settings.console_secret,
+        revoked=revoked_sessions(request),
     )
     if operator is None:
         raise _unknown_caller(
@@ -172,6 +185,7 @@ def require_api_token(request: Request) -> None:
             settings.api_token,
             method=request.method,
             console_secret=settings.console_secret,
+            revoked=revoked_sessions(request),
         )
     refusal = _role_refusal(operator, request.method)
     if refusal:
@@ -182,7 +196,8 @@ def require_api_token(request: Request) -> None:
 def still_admitted(request: Request) -> bool:
     """Whether the credentials a request came with still name an account, asked again while
     an open stream runs: one opened before its account was taken out of ORCH_OPERATORS, its
-    token changed, or its console cookie ran out, ends there rather than run on for days.
+    token changed, or its console cookie ran out or was signed out, ends there rather than
+    run on for days.
     A stream is a read, so every role may go on; an operators file that no longer reads
     ends it too (fail closed, as a new request would be refused)."""
     settings = _settings(request)
@@ -196,8 +211,15 @@ def still_admitted(request: Request) -> bool:
         settings.api_token,
         method="GET",
         console_secret=settings.console_secret,
+        revoked=revoked_sessions(request),
     )
     return operator is not None
+
+
+def revoked_sessions(request: Request) -> Revoked | None:
+    """The app's check of signed-out console sessions (`orchestrator.api.signouts`)."""
+    signouts = getattr(request.app.state, "signouts", None)
+    return signouts.revoked if signouts is not None else None
 
 
 def current_operator(request: Request) -> Operator:
@@ -254,9 +276,11 @@ class BearerTokens:
         open_paths: Collection[str] = (),
         accounts: AccountSource = (),
         open_prefixes: Collection[str] = (),
+        revoked: Revoked | None = None,
     ) -> None:
         self.app = app
         self.accounts = accounts
+        self.revoked = revoked
         self.api_token = settings.api_token or None
         self.console_secret = settings.console_secret
         self.internal_token = settings.agent_internal_token or None
@@ -287,6 +311,7 @@ class BearerTokens:
                 self.api_token,
                 method=scope.get("method", "GET"),
                 console_secret=self.console_secret,
+                revoked=self.revoked,
             )
             if operator is None:
                 return _unknown_caller(
@@ -295,6 +320,7 @@ class BearerTokens:
                     self.api_token,
                     method=scope.get("method", "GET"),
                     console_secret=self.console_secret,
+                    revoked=self.revoked,
                 )
             refusal = _role_refusal(operator, scope.get("method", "GET"))
             return Forbidden(refusal) if refusal else None

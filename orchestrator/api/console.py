@@ -22,7 +22,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from orchestrator.api import console_session
-from orchestrator.api.auth import ANONYMOUS, current_accounts
+from orchestrator.api.auth import ANONYMOUS, current_accounts, revoked_sessions
 from orchestrator.operators import Account, Operator, find_account
 
 __all__ = ["PREFIX", "redact_access_log", "router"]
@@ -60,7 +60,12 @@ def _signed_in_as(request: Request) -> Operator | None:
     value = console_session.cookie_from_headers(request.scope.get("headers", ()))
     if value is None:
         return None
-    return console_session.holder(value, accounts, secret=request.app.state.settings.console_secret)
+    return console_session.holder(
+        value,
+        accounts,
+        secret=request.app.state.settings.console_secret,
+        revoked=revoked_sessions(request),
+    )
 
 
 def _sign_in_page(request: Request, error: str = "", status: int = 200) -> HTMLResponse:
@@ -166,6 +171,20 @@ def session_state(request: Request) -> JSONResponse:
 
 @router.post("/signout")
 def sign_out(request: Request) -> Response:
+    """Clears the cookie, and records its session as signed out so that a copy of it is refused
+    too (by every API process: `orchestrator.api.signouts`). A store that cannot record it is
+    a 503, the cookie kept: the person learns that signing out did not take, and tries again."""
+    value = console_session.cookie_from_headers(request.scope.get("headers", ()))
+    accounts = _accounts(request)
+    session = (
+        console_session.signed_session(
+            value, accounts, secret=request.app.state.settings.console_secret
+        )
+        if value is not None and accounts
+        else None
+    )
+    if session is not None:
+        request.app.state.signouts.sign_out(session.nonce, session.expires)
     response = RedirectResponse(_home(request), status_code=303, headers=_HEADERS)
     response.delete_cookie(console_session.COOKIE, path="/", httponly=True, samesite="strict")
     return response

@@ -7,13 +7,15 @@ cannot shift the fields) and the MAC is an HMAC-SHA256 over the first four field
 secret derived from that account's stored token hash. The accounts are ORCH_API_TOKEN's (named
 `api`, full rights) and those of ORCH_OPERATORS.
 
-Nothing server-side is kept: a restarted API still accepts the cookie; changing an account's
-token (or removing the account) signs its browsers out; a forged name fails the MAC, because
-the name is signed and picks the key. With ORCH_CONSOLE_SECRET set, the key also depends on
-that secret: the operators file alone (token hashes) is then not enough to sign a cookie, and
-changing the secret signs every browser out. The role comes from the accounts file at each request,
-never from the cookie. The cookie is HttpOnly and SameSite=Strict; a cookie-authenticated write
-must also carry `X-Orch-Console: 1`, a header no cross-site form can send.
+The cookie itself is not stored: a restarted API still accepts it; signing out records its
+nonce until it expires (`orchestrator.api.signouts`), so a copy is refused too; changing an
+account's token (or removing the account) signs its browsers out; a forged name fails the
+MAC, because the name is signed and picks the key. With ORCH_CONSOLE_SECRET set, the key also
+depends on that secret: the operators file alone (token hashes) is then not enough to sign a
+cookie, and changing the secret signs every browser out. The role comes from the accounts file
+at each request, never from the cookie. The cookie is HttpOnly and SameSite=Strict; a
+cookie-authenticated write must also carry `X-Orch-Console: 1`, a header no cross-site form
+can send.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import hashlib
 import hmac
 import secrets
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 from orchestrator.operators import Account, Operator, api_account
 
@@ -32,13 +35,19 @@ __all__ = [
     "COOKIE",
     "SESSION_SECONDS",
     "WRITE_HEADER",
+    "Revoked",
+    "Session",
     "cookie_from_headers",
     "cookie_operator",
     "holder",
     "issue",
     "sign_in_accounts",
+    "signed_session",
     "write_without_header",
 ]
+
+#: Whether a session's nonce was signed out (`orchestrator.api.signouts.SignOuts.revoked`).
+Revoked = Callable[[str], bool]
 
 COOKIE = "orch_console"
 SESSION_SECONDS = 12 * 3600
@@ -91,8 +100,34 @@ def holder(
     now: float | None = None,
     *,
     secret: str | None = None,
+    revoked: Revoked | None = None,
 ) -> Operator | None:
-    """The account an unexpired, correctly signed session `value` stands for, or None."""
+    """The account an unexpired, correctly signed session `value` stands for, or None; None
+    too for a session signed out (`revoked(nonce)`, see `orchestrator.api.signouts`)."""
+    session = signed_session(value, accounts, now, secret=secret)
+    if session is None or (revoked is not None and revoked(session.nonce)):
+        return None
+    return session.operator
+
+
+@dataclass(frozen=True)
+class Session:
+    """A valid session cookie's account, its nonce and when it expires (epoch seconds)."""
+
+    operator: Operator
+    nonce: str
+    expires: int
+
+
+def signed_session(
+    value: str,
+    accounts: Sequence[Account],
+    now: float | None = None,
+    *,
+    secret: str | None = None,
+) -> Session | None:
+    """The session an unexpired, correctly signed cookie `value` is, whether signed out or not
+    (sign-out records its nonce): None for anything else."""
     if len(value) > _MAX_COOKIE or not value.isascii():
         return None
     message, _, mac = value.rpartition(".")
@@ -105,9 +140,9 @@ def holder(
     if name is None or int(parts[2]) < (time.time() if now is None else now):
         return None
     account = next((a for a in accounts if a.operator.name == name), None)
-    if account is None:
+    if account is None or not hmac.compare_digest(_mac(account, message, secret), mac):
         return None
-    return account.operator if hmac.compare_digest(_mac(account, message, secret), mac) else None
+    return Session(account.operator, parts[3], int(parts[2]))
 
 
 def cookie_from_headers(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
@@ -128,13 +163,14 @@ def cookie_operator(
     accounts: Sequence[Account],
     *,
     secret: str | None = None,
+    revoked: Revoked | None = None,
 ) -> Operator | None:
     """The account the request's console cookie stands for, or None (a write without
     WRITE_HEADER is None too: it could come from a cross-site form)."""
     value = cookie_from_headers(headers)
     if value is None:
         return None
-    operator = holder(value, accounts, secret=secret)
+    operator = holder(value, accounts, secret=secret, revoked=revoked)
     if operator is None:
         return None
     if method.upper() in _SAFE_METHODS:
@@ -150,6 +186,7 @@ def write_without_header(
     accounts: Sequence[Account],
     *,
     secret: str | None = None,
+    revoked: Revoked | None = None,
 ) -> bool:
     """Whether the request is a write with a valid console cookie but without WRITE_HEADER:
     refused all the same, and said so (a script replaying the console's requests would
@@ -157,4 +194,4 @@ def write_without_header(
     if method.upper() in _SAFE_METHODS:
         return False
     value = cookie_from_headers(headers)
-    return value is not None and holder(value, accounts, secret=secret) is not None
+    return value is not None and holder(value, accounts, secret=secret, revoked=revoked) is not None

@@ -31,6 +31,7 @@ from orchestrator.store.types import JSONDocument, UTCDateTime
 __all__ = [
     "actions",
     "collaboration_messages",
+    "console_signouts",
     "evidence",
     "executions",
     "invocation_receipts",
@@ -460,4 +461,15 @@ outbox = Table(
     CheckConstraint("throttled >= 0 AND throttled <= attempts", name="throttled_within_attempts"),
     Index(None, "status", "next_attempt_at"),
     Index(None, "task_id", "kind", "event_seq"),
+)
+
+#: Console sessions signed out before their cookie expired (`orchestrator.api.signouts`): the
+#: cookie's nonce, kept until that expiry, after which the cookie is refused anyway.
+console_signouts = Table(
+    "console_signouts",
+    metadata,
+    Column("nonce", String(64), primary_key=True),
+    Column("expires_at", UTCDateTime, nullable=False),
+    Column("signed_out_at", UTCDateTime, nullable=False),
+    Index(None, "expires_at"),
 )

@@ -1,0 +1,118 @@
+"""Signing out of the console ends the session, not only the browser's copy of its cookie.
+
+The cookie is signed, not stored: before, sign-out cleared it in the browser and a copy (a
+shared machine, a proxy's log, the developer tools) stayed good for the rest of its 12 hours,
+on every API process. Now the session's nonce is recorded until the cookie would expire.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from orchestrator.api import console_session as session
+from orchestrator.api import create_app
+from orchestrator.api.signouts import REFRESH_SECONDS, SignOuts
+from orchestrator.settings import load_settings
+from orchestrator.store import Database
+from orchestrator.store.tables import console_signouts
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
+    from fastapi.testclient import TestClient
+
+TOKEN = "console-signout-token"
+CONSOLE = {"X-Orch-Console": "1"}
+
+
+def make_client(store_url: str, tmp_path: Path) -> TestClient:
+    settings = load_settings(database_url=store_url, home=tmp_path, api_token=TOKEN)
+    return TestClient(create_app(settings), raise_server_exceptions=False)
+
+
+@pytest.fixture
+def replicas(store_url: str, tmp_path: Path) -> Iterator[tuple[TestClient, TestClient]]:
+    """Two API processes on one store, as behind a load balancer."""
+    with make_client(store_url, tmp_path) as one, make_client(store_url, tmp_path) as two:
+        yield one, two
+
+
+def sign_in(client: TestClient) -> str:
+    answer = client.post("/console/session", data={"token": TOKEN}, follow_redirects=False)
+    assert answer.status_code == 303, answer.text
+    return str(answer.cookies[session.COOKIE])
+
+
+def test_a_copy_of_a_signed_out_cookie_is_refused_here_and_on_every_replica(
+    replicas: tuple[TestClient, TestClient],
+) -> None:
+    one, two = replicas
+    copied = sign_in(one)
+    other_browser = sign_in(one)  # the same account in another browser stays signed in
+    for replica in (one, two):
+        replica.cookies.set(session.COOKIE, copied)
+        assert replica.get("/api/v1/tasks").status_code == 200
+    assert one.post("/console/signout", follow_redirects=False).status_code == 303
+    # The process that signed it out refuses the copy at once: reads, writes, pages, streams.
+    one.cookies.set(session.COOKIE, copied)
+    assert one.get("/api/v1/tasks").status_code == 401
+    assert one.post("/api/v1/tasks/x/cancel", json={}, headers=CONSOLE).status_code == 401
+    assert one.get("/console/session").json()["signed_in"] is False
+    assert 'id="signin-form"' in one.get("/console").text
+    # Another process learns of it within its refresh.
+    deadline = time.monotonic() + REFRESH_SECONDS + 3
+    while two.get("/api/v1/tasks").status_code == 200:
+        assert time.monotonic() < deadline, "the other replica still accepts the copy"
+        time.sleep(0.1)
+    assert two.get("/api/v1/tasks").status_code == 401
+    # Only that session ended.
+    one.cookies.set(session.COOKIE, other_browser)
+    assert one.get("/api/v1/tasks").status_code == 200
+
+
+def test_a_restarted_api_still_refuses_it_and_signing_out_twice_records_it_once(
+    store_url: str, tmp_path: Path
+) -> None:
+    with make_client(store_url, tmp_path) as first:
+        copied = sign_in(first)
+        for _ in range(2):  # two tabs
+            first.cookies.set(session.COOKIE, copied)
+            assert first.post("/console/signout", follow_redirects=False).status_code == 303
+    with make_client(store_url, tmp_path) as restarted:
+        restarted.cookies.set(session.COOKIE, copied)
+        deadline = time.monotonic() + 5
+        while restarted.get("/api/v1/tasks").status_code == 200:
+            assert time.monotonic() < deadline, "a restarted API accepts a signed-out session"
+            time.sleep(0.05)
+    db = Database.from_url(store_url)
+    try:
+        with db.transaction(readonly=True) as conn:
+            rows = conn.execute(select(func.count()).select_from(console_signouts)).scalar_one()
+    finally:
+        db.dispose()
+    assert rows == 1
+
+
+def test_a_store_that_cannot_be_read_keeps_the_known_sign_outs(store_url: str) -> None:
+    db = Database.from_url(store_url)
+    try:
+        signouts = SignOuts(db)
+        signouts.sign_out("n0nce", time.time() + 60)
+        signouts.sign_out("gone", time.time() - 1)  # its cookie expired: refused for age
+        other = SignOuts(db)
+        other.refresh()
+        assert other.revoked("n0nce")
+        assert not other.revoked("gone")
+        db.dispose()
+        broken = Database.from_url("postgresql+psycopg://nobody@127.0.0.1:1/none")
+        other.db = broken
+        other.refresh()  # logged, not raised
+        assert other.revoked("n0nce")
+        broken.dispose()
+    finally:
+        db.dispose()

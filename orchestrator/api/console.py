@@ -104,6 +104,14 @@ def _start_session(request: Request, presented: str, query: list[tuple[str, str]
     return response
 
 
+def _from_another_site(request: Request) -> bool:
+    """Whether a browser sent this form from a page of another site (`Sec-Fetch-Site`, which
+    pages cannot set): a sign-in form posted there would sign the person in as the other
+    site's account (login CSRF), and their decisions would be recorded under its name. The
+    console's own form is `same-origin`; programs send no such header."""
+    return request.headers.get("sec-fetch-site", "").strip().lower() == "cross-site"
+
+
 def _over_https(request: Request) -> bool:
     """Whether the browser reached us over HTTPS: directly, or through a proxy that ends TLS
     and says so (`X-Forwarded-Proto: https`, or `Forwarded: proto=https`). uvicorn trusts
@@ -144,6 +152,8 @@ async def sign_in(request: Request) -> Response:
     """The sign-in form's POST (`token=...`, form-encoded)."""
     if not _accounts(request):  # an open API: nothing to sign in to, as with `?token=`
         return RedirectResponse(_home(request), 303, headers=_HEADERS)
+    if _from_another_site(request):
+        return _sign_in_page(request, "A sign-in sent from another site is refused.", 403)
     size = request.headers.get("content-length", "")
     if not size.isdigit() or int(size) > _MAX_FORM_BYTES:
         return _sign_in_page(request, "The form is too large.", 413)
@@ -174,6 +184,9 @@ def sign_out(request: Request) -> Response:
     """Clears the cookie, and records its session as signed out so that a copy of it is refused
     too (by every API process: `orchestrator.api.signouts`). A store that cannot record it is
     a 503, the cookie kept: the person learns that signing out did not take, and tries again."""
+    if _from_another_site(request):
+        # SameSite keeps the cookie off such a request, but a forced sign-out is refused too.
+        return _sign_in_page(request, "A sign-out sent from another site is refused.", 403)
     value = console_session.cookie_from_headers(request.scope.get("headers", ()))
     accounts = _accounts(request)
     session = (

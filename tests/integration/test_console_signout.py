@@ -116,3 +116,26 @@ def test_a_store_that_cannot_be_read_keeps_the_known_sign_outs(store_url: str) -
         broken.dispose()
     finally:
         db.dispose()
+
+
+def test_a_sign_in_or_sign_out_form_posted_from_another_site_is_refused(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Login CSRF: another site's page posting its own account's token into the console would
+    sign the person in as that account, and their approvals would be recorded under it."""
+    cross = {"Sec-Fetch-Site": "cross-site"}
+    with make_client(store_url, tmp_path) as client:
+        answer = client.post(
+            "/console/session", data={"token": TOKEN}, headers=cross, follow_redirects=False
+        )
+        assert answer.status_code == 403
+        assert "from another site is refused" in answer.text
+        assert session.COOKIE not in answer.headers.get("set-cookie", "")
+        own = {"Sec-Fetch-Site": "same-origin"}
+        value = sign_in(client)
+        refused = client.post("/console/signout", headers=cross, follow_redirects=False)
+        assert refused.status_code == 403
+        client.cookies.set(session.COOKIE, value)
+        assert client.get("/api/v1/tasks").status_code == 200
+        done = client.post("/console/signout", headers=own, follow_redirects=False)
+        assert done.status_code == 303

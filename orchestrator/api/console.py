@@ -155,10 +155,15 @@ async def sign_in(request: Request) -> Response:
     if _from_another_site(request):
         return _sign_in_page(request, "A sign-in sent from another site is refused.", 403)
     size = request.headers.get("content-length", "")
-    if not size.isdigit() or int(size) > _MAX_FORM_BYTES:
+    if size.isdigit() and int(size) > _MAX_FORM_BYTES:
         return _sign_in_page(request, "The form is too large.", 413)
-    body = (await request.body())[:_MAX_FORM_BYTES].decode("utf-8", "replace")
-    form = dict(parse_qsl(body, keep_blank_values=True))
+    # Read up to the bound whatever the length says (a chunked form has none): no more is kept.
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > _MAX_FORM_BYTES:
+            return _sign_in_page(request, "The form is too large.", 413)
+    form = dict(parse_qsl(raw.decode("utf-8", "replace"), keep_blank_values=True))
     return _start_session(request, form.get("token", "").strip(), [])
 
 

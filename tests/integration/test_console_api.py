@@ -219,3 +219,26 @@ def test_the_access_log_never_shows_a_percent_encoded_token(client: TestClient, 
     assert _RedactToken().filter(record)
     assert TOKEN not in record.getMessage()
     assert "/console?a=1&token=[redacted]" in record.getMessage()
+
+
+def test_a_sign_in_form_sent_without_a_length_is_read_up_to_its_bound(
+    client: TestClient,
+) -> None:
+    """A form sent chunked (no Content-Length) was told "The form is too large" whatever its
+    size; it is read up to the bound, and only one past it is refused."""
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+
+    def chunked(body: bytes) -> Iterator[bytes]:
+        yield from (body[i : i + 1000] for i in range(0, len(body), 1000))
+
+    answer = client.post(
+        "/console/session",
+        content=chunked(f"token={TOKEN}".encode()),
+        headers=form,
+        follow_redirects=False,
+    )
+    assert answer.status_code == 303, answer.text
+    assert session.COOKIE in answer.headers["set-cookie"]
+    huge = client.post("/console/session", content=chunked(b"token=" + b"x" * 9000), headers=form)
+    assert huge.status_code == 413
+    assert "The form is too large." in huge.text

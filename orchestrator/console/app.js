@@ -401,7 +401,19 @@
     el("div", { class: "field" }, el("label", { for: "f-to" }, "To"),
       el("input", { id: "f-to", name: "to", type: "datetime-local", value: state.to })),
     el("button", { type: "submit" }, "Filter"));
-    fill(main, el("h1", {}, "Tasks"), el("section", { class: "card" }, form, rows, pager));
+    // A hand-edited address with a value the filters cannot hold is not an error, but it is
+    // said: "from=yesterday" quietly listing every task reads as "every task is from today".
+    const ignored = [];
+    if (params.get("since") && !since) ignored.push(`since=${params.get("since")} (one of 1h, 24h, 7d)`);
+    if (params.get("from") && !from) ignored.push(`from=${params.get("from")} (a local time, 2026-12-04T09:00)`);
+    if (params.get("to") && !to) ignored.push(`to=${params.get("to")} (a local time, 2026-12-04T11:30)`);
+    if (params.get("status") && !STATUSES.includes(state.status)) {
+      ignored.push(`status=${params.get("status")} (one of ${STATUSES.join(", ")})`);
+      state.status = "";
+    }
+    const notice = ignored.length ? el("p", { class: "notice", id: "filter-ignored", role: "status" },
+      `Not understood, so not applied: ${ignored.join("; ")}.`) : null;
+    fill(main, el("h1", {}, "Tasks"), el("section", { class: "card" }, form, notice, rows, pager));
 
     async function load() {
       const query = new URLSearchParams({ limit: String(state.limit) });

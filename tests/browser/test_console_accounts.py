@@ -165,7 +165,15 @@ def test_the_task_list_takes_a_time_range_in_local_time(page: Any, console: Cons
     page.fill("#f-to", two_hours_ago)
     page.click("#filters button")
     expect(page.locator("#list-error")).to_contain_text("created_after must be earlier")
-    # A hand-edited address with a time the field cannot hold is ignored, not an error.
-    page.goto(f"{console.url}/console#/?type=ranged&from=yesterday")
+    # A hand-edited address with a time the field cannot hold is ignored, not an error, and
+    # said, so that an unfiltered list does not pass for a filtered one.
+    page.goto(f"{console.url}/console#/?type=ranged&from=yesterday&since=5y&status=broken")
     expect(rows).to_have_count(1)
     expect(page.locator("#f-from")).to_have_value("")
+    ignored = page.locator("#filter-ignored")
+    expect(ignored).to_contain_text("from=yesterday")
+    expect(ignored).to_contain_text("since=5y")
+    expect(ignored).to_contain_text("status=broken")
+    page.goto(f"{console.url}/console#/?type=ranged&since=24h")
+    expect(rows).to_have_count(1)
+    expect(page.locator("#filter-ignored")).to_have_count(0)

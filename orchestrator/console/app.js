@@ -620,6 +620,7 @@
       const all = label.split(/\s+/).filter(Boolean).join(" ");
       const last = lines.length - 1;
       const whole = lines.join(" ") === all;
+      let shortened = false;
       lines.forEach((part, i) => {
         if (fits(part) && (whole || i < last)) return;
         // Cut the line (a word longer than the room, or the last of a label left unfinished)
@@ -627,6 +628,7 @@
         let cut = part;
         while (cut.length > 1 && !fits(`${cut}…`)) cut = cut.slice(0, -1);
         lines[i] = `${cut.trimEnd()}…`;
+        shortened = true;
       });
       text.replaceChildren();
       lines.forEach((part, i) => {
@@ -636,6 +638,13 @@
         span.textContent = part;
         text.appendChild(span);
       });
+      if (shortened) {
+        // The whole condition on hover (the edges' layer otherwise lets the pointer through).
+        const title = document.createElementNS(svg.namespaceURI, "title");
+        title.textContent = all;
+        text.appendChild(title);
+        text.classList.add("cut");
+      }
     }
     // An edge that skips a layer, drawn straight, ran behind the nodes of the layers between
     // and read as part of their chain: it goes down a lane beside them instead, on the side

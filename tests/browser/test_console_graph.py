@@ -233,6 +233,14 @@ def test_labels_longer_than_the_gap_between_siblings_do_not_overlap(
             for label in lines:
                 assert LONG_LABEL.format("")[:6] in label[0]
                 assert label[-1].endswith("…")
+            # The whole condition is a hover away.
+            titles = tab.evaluate(
+                "[...document.querySelectorAll('#plan-graph svg.edges text.cut > title')]"
+                ".map((t) => t.textContent)"
+            )
+            assert sorted(titles) == sorted(
+                LONG_LABEL.format(i) for i in ("east", "north", "south")
+            )
         shot(tab, f"labels-{width}px")
 
 

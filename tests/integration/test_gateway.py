@@ -225,6 +225,27 @@ def test_read_only_agents_cannot_write_or_read_sensitive(db: Database, backend: 
     assert backend.count("GET", "/secrets/db") == 0
 
 
+_MARKED = copy.deepcopy(SPEC)
+# A plain GET marked `x-sensitive` (no `x-effect`): a sensitive setting's original value.
+_MARKED["paths"]["/secrets/{key}"]["get"] = {"operationId": "getSecret", "x-sensitive": True}
+
+
+def test_a_read_marked_x_sensitive_is_refused_to_read_only_agents(
+    db: Database, backend: Backend
+) -> None:
+    """Seed 000: a sub-agent may not read a sensitive setting's original value, whether the
+    operation says so by `x-effect: sensitive_read` or by `x-sensitive: true`."""
+    host = _host(db, backend.url, document=_MARKED)
+    ctx = ToolContext("alice", chat_session(db), "r1", readonly=True)
+    [secret] = host.run_turn(ctx, [_call("b", "getSecret", key="db")])
+    assert secret.code == "readonly"
+    assert backend.count("GET", "/secrets/db") == 0
+    # The main agent still reads it.
+    main = ToolContext("alice", chat_session(db), "r2")
+    assert host.run_turn(main, [_call("c", "getSecret", key="db")])[0].status == "succeeded"
+    assert backend.count("GET", "/secrets/db") == 1
+
+
 def test_large_reads_are_paged_but_sensitive_ones_are_not(db: Database, backend: Backend) -> None:
     host = _host(db, backend.url)
     ctx = ToolContext("alice", chat_session(db), "r1")

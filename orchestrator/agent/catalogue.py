@@ -205,7 +205,9 @@ class Catalogue:
                         (*operation.tags, operation.method.lower(), "api"),
                         tool=name,
                         effect=operation.effect,
-                        read_ok=operation.effect == "read",
+                        # A read marked `x-sensitive` is a sensitive original value: not
+                        # for a read-only caller (seed 000), as `sensitive_read` is not.
+                        read_ok=operation.effect == "read" and not operation.sensitive,
                         schema=block,
                         operation_id=operation.operation_id,
                     )

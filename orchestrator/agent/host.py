@@ -202,9 +202,12 @@ class ToolHost:
                 f"invalid arguments; nothing was run: {exc.message}", code="invalid_arguments"
             )
         effect = tool.effect_for(args)
-        if ctx.readonly and (effect != "read" or tool.read_uses() is None):
+        if ctx.readonly and (
+            effect != "read" or tool.read_uses() is None or is_sensitive(tool, call.arguments)
+        ):
             # Seed 000: sub-agents are read-only at the host boundary, on every call, whatever
-            # identity they inherit; a sensitive original value is not readable either.
+            # identity they inherit; a sensitive original value is not readable either, whether
+            # its operation says `sensitive_read` or is a read marked `x-sensitive`.
             return ToolResult.failed(
                 f"{call.name} ({effect}) is not allowed for a read-only sub-agent; nothing was "
                 f"run. It may call instead: {self._read_uses()}. Put what should be written or "

@@ -105,7 +105,12 @@ class CallApi(Tool):
     # -- host hooks --------------------------------------------------------------------------
 
     def read_uses(self) -> str | None:
-        reads = [op.operation_id for op in self.spec.operations.values() if op.effect == "read"]
+        # What a read-only caller may call: never a sensitive value (`x-sensitive` included).
+        reads = [
+            op.operation_id
+            for op in self.spec.operations.values()
+            if op.effect == "read" and not op.sensitive
+        ]
         if not reads:
             return None
         return f"call_api with a read operation ({', '.join(reads)})"

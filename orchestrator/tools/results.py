@@ -39,9 +39,15 @@ TTL_SECONDS = 15 * 60
 
 
 def clearance_of(ctx: ToolContext) -> int:
-    """The reader's clearance: `ctx.extras["clearance"]` (an int, higher = more privileged)."""
-    value = ctx.extras.get("clearance", 0)
-    return value if isinstance(value, int) else 0
+    """The reader's clearance: `ctx.extras["clearance"]` (an int, higher = more privileged),
+    else 1, and 0 for a read-only caller. A sub-agent shares its main agent's session graph
+    but not its rights (seed 000: 管理员结果在降权后不能续读): what the main agent read, a
+    sensitive value among it, is not the sub-agent's to page, and its answer would carry it
+    into the transcript."""
+    value = ctx.extras.get("clearance")
+    if isinstance(value, int):
+        return value
+    return 0 if ctx.readonly else 1
 
 
 @dataclass(frozen=True)

@@ -225,6 +225,49 @@ def test_read_only_agents_cannot_write_or_read_sensitive(db: Database, backend: 
     assert backend.count("GET", "/secrets/db") == 0
 
 
+_MARKED = copy.deepcopy(SPEC)
+# A plain GET marked `x-sensitive` (no `x-effect`): a sensitive setting's original value.
+_MARKED["paths"]["/secrets/{key}"]["get"] = {"operationId": "getSecret", "x-sensitive": True}
+
+
+def test_a_read_marked_x_sensitive_is_refused_to_read_only_agents(
+    db: Database, backend: Backend
+) -> None:
+    """Seed 000: a sub-agent may not read a sensitive setting's original value, whether the
+    operation says so by `x-effect: sensitive_read` or by `x-sensitive: true`."""
+    host = _host(db, backend.url, document=_MARKED)
+    ctx = ToolContext("alice", chat_session(db), "r1", readonly=True)
+    [secret] = host.run_turn(ctx, [_call("b", "getSecret", key="db")])
+    assert secret.code == "readonly"
+    assert backend.count("GET", "/secrets/db") == 0
+    # The main agent still reads it.
+    main = ToolContext("alice", chat_session(db), "r2")
+    assert host.run_turn(main, [_call("c", "getSecret", key="db")])[0].status == "succeeded"
+    assert backend.count("GET", "/secrets/db") == 1
+
+
+def test_a_read_only_agent_cannot_page_what_the_main_agent_read(
+    db: Database, backend: Backend
+) -> None:
+    """Seed 000: 管理员结果在降权后不能续读. A sub-agent (read-only, in the same session graph)
+    cannot page a result kept for the main agent: handed its result_id, it would read a
+    sensitive value the host refuses it, and its answer would carry it into the transcript."""
+    host = _host(db, backend.url, document=_MARKED)
+    session_id = chat_session(db)
+    main = ToolContext("alice", session_id, "r1")
+    [secret] = host.run_turn(main, [_call("a", "getSecret", key="db")])
+    result_id = secret.payload["result_id"]
+    page = ToolCall("p", "read_tool_result", {"result_id": result_id, "offset": 0})
+    sub = ToolContext("alice", session_id, "r1/sub1", readonly=True)
+    [refused] = host.run_turn(sub, [page])
+    assert (refused.status, refused.code) == ("failed", "result_invalid")
+    assert host.run_turn(main, [page])[0].status == "succeeded"  # the main agent still pages it
+    # What a sub-agent read itself, it pages.
+    [own] = host.run_turn(sub, [_call("b", "bigReport")])
+    mine = ToolCall("q", "read_tool_result", {"result_id": own.payload["result_id"]})
+    assert host.run_turn(sub, [mine])[0].status == "succeeded"
+
+
 def test_large_reads_are_paged_but_sensitive_ones_are_not(db: Database, backend: Backend) -> None:
     host = _host(db, backend.url)
     ctx = ToolContext("alice", chat_session(db), "r1")

@@ -253,6 +253,26 @@ def test_discovery_never_grants_a_read_only_caller_a_write(catalogue: Catalogue)
     ]
 
 
+def test_a_read_marked_x_sensitive_is_not_found_by_a_read_only_caller() -> None:
+    """Seed 000: a sensitive setting's original value is not for a sub-agent, so its discovery
+    does not offer it (the host refuses it anyway), nor the hint of what it may call."""
+    document = spec(
+        operation("getPressure", "Pressure readings of a district meter", ["pressure"]),
+        operation("getApiKey", "Read the API key setting", ["key"], **{"x-sensitive": True}),
+    )
+    tools = tools_for(document)
+    catalogue = Catalogue(tools)
+    readonly = Discovery(
+        catalogue, ContextBudget(100_000, max_tools=8), TokenCounter(), brief="", readonly=True
+    )
+    assert names(readonly.discover("key")) == []
+    assert names(catalogue.search("key")) == ["getApiKey"]  # the main agent finds it
+    hint = tools["call_api"].read_uses()
+    assert hint is not None
+    assert "getPressure" in hint
+    assert "getApiKey" not in hint
+
+
 def test_search_tools_reports_candidates_and_is_off_without_discovery(
     catalogue: Catalogue,
 ) -> None:

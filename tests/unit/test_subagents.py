@@ -8,10 +8,11 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from orchestrator.agent.budget import ContextBudget, TokenCounter
 from orchestrator.agent.compaction import Compaction, TranscriptHook
 from orchestrator.agent.host import ToolHost
 from orchestrator.agent.model import Model, ModelTurn
-from orchestrator.agent.request import TRANSCRIPT
+from orchestrator.agent.request import TRANSCRIPT, AgentContext
 from orchestrator.agent.subagents import (
     MAX_ACTIVE,
     MAX_RESULT_CHARS,
@@ -200,3 +201,58 @@ def test_sub_agent_turns_go_under_the_parent_call() -> None:
 def test_without_a_round_there_is_no_delegation() -> None:
     result = host_with(Reader()).run_turn(ctx(), [ToolCall("d", "delegate", {"question": "q"})])
     assert result[0].code == "delegation_closed"
+
+
+class Bulky(Reader):
+    """A read whose result alone outgrows a small window (its preview is 4,000 characters)."""
+
+    name = "read_bulk"
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        self.calls += 1
+        return ToolResult.ok({"rows": ["水质 reading " * 40 for _ in range(40)]})
+
+
+class ReadsThenAnswers(Model):
+    """Calls `read_bulk` once, then answers; counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def next_turn(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        stop: threading.Event,
+    ) -> ModelTurn:
+        self.calls += 1
+        if self.calls == 1:
+            return ModelTurn(content=None, tool_calls=(ToolCall("b1", "read_bulk", {}),))
+        return ModelTurn(content="all quiet", tool_calls=())
+
+
+def test_a_sub_agent_whose_kept_parts_outgrow_the_window_fails_clearly() -> None:
+    """Seed 000: a sub-agent uses the main agent's request budget and compaction; when its
+    latest tool transaction or its fixed prompt alone outgrows the window, it fails clearly
+    (`context_overflow`), never answering from a history with the key content dropped."""
+    context = AgentContext(ContextBudget(1_200), TokenCounter())
+    bulky = Bulky()
+    host = host_with(bulky)
+    model = ReadsThenAnswers()
+    rounds = RoundDelegations(
+        "s1",
+        SubAgentRun(
+            model=lambda: model, host=host, max_turns=5, stop=threading.Event(), context=context
+        ),
+    )
+    # The latest tool transaction (the read and its 4,000-character preview) does not fit.
+    result = rounds.delegate(ctx(), "are the readings normal?")
+    assert (result.status, result.code) == ("failed", "context_overflow")
+    assert result.message is not None
+    assert result.message.startswith("the sub-agent ran out of context")
+    assert (bulky.calls, model.calls) == (1, 1)  # never asked again without the transaction
+    # The fixed prompt alone (system prompt and question) does not fit: the model is not asked.
+    model.calls = 0
+    too_long = rounds.delegate(ctx(), "why? " * 1_500)
+    assert (too_long.status, too_long.code) == ("failed", "context_overflow")
+    assert model.calls == 0

@@ -1,6 +1,7 @@
 """What a task's claims rest on, in a real headless chromium against a real API, worker and
 sweeper: the evidence ids a completed node and the report cite are the ids the Evidence
-section lists, so an operator can tell which record (and of which origin) backs a claim.
+section lists, so an operator can tell which record (and of which origin) backs a claim; and
+with more records than a page, the one they cite is still on the page, and "Show more" appends.
 """
 
 from __future__ import annotations

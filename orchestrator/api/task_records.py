@@ -1,16 +1,20 @@
-"""`GET /api/v1/tasks/{task_id}/plan` and `/evidence`: a task's record across its generations."""
+"""`GET /api/v1/tasks/{task_id}/plan` and `/evidence`: a task's record across its generations.
+
+The evidence is a page at a time, oldest first, like every list; `id` asks for the records a
+report or a plan node cites, wherever they fall in the pages (the console shows them beside the
+first page)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query
 
 from orchestrator.api.contract import Page, error_responses
 from orchestrator.api.deps import get_db
 from orchestrator.api.models import EvidenceView
 from orchestrator.api.plan_views import TaskPlanView
-from orchestrator.services.task_records import TaskRecords
+from orchestrator.services.task_records import EVIDENCE_PAGE, EVIDENCE_PAGE_MAX, TaskRecords
 from orchestrator.store.db import Database
 
 __all__ = ["router"]
@@ -32,6 +36,22 @@ def task_plan(task_id: str, db: Database = Depends(get_db)) -> dict[str, Any]:
 @router.get(
     "/{task_id}/evidence", response_model=Page[EvidenceView], responses=error_responses(404)
 )
-def task_evidence(task_id: str, db: Database = Depends(get_db)) -> dict[str, Any]:
-    """Every evidence record the host wrote for the task, oldest first."""
-    return TaskRecords(db).evidence(task_id)
+def task_evidence(
+    task_id: str,
+    limit: int = Query(default=EVIDENCE_PAGE, ge=1, le=EVIDENCE_PAGE_MAX),
+    cursor: str | None = Query(
+        default=None,
+        max_length=512,
+        description="`next_cursor` of the previous page, asked with the same `id`s",
+    ),
+    ids: list[str] | None = Query(
+        default=None,
+        alias="id",
+        description=f"only these records (repeat `id`, at most {EVIDENCE_PAGE_MAX}): the ones a "
+        "report or a node cites; an id of no record of this task is left out",
+    ),
+    db: Database = Depends(get_db),
+) -> dict[str, Any]:
+    """The evidence records the host wrote for the task, oldest first, a page at a time; follow
+    `next_cursor` for the records after."""
+    return TaskRecords(db).evidence(task_id, limit=limit, cursor=cursor, ids=ids)

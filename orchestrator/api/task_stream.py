@@ -15,6 +15,13 @@ finished task ended with (seed 004: the first `state` carries the saved plans).
 
 A store outage while the stream is open does not end it (`api.stream.StoreOutage`): it keeps
 the connection alive and goes on from its last id when the store answers again.
+
+An idle stream reads the store only when it must. While the API's Redis subscription is live,
+every commit of an event of the task wakes the stream, so its read without a wake-up is only
+the safety net for one lost on the way: the hub's poll (`events.REDIS_POLL_SECONDS`, 5 s).
+Read every `ORCH_TASK_STREAM_POLL_SECONDS` (1 s) regardless, 400 open console tabs were 400
+store reads a second for nothing. Without Redis, or while its subscription is down, no wake-up
+comes from another process and that setting's poll is the only way to see its events.
 """
 
 from __future__ import annotations
@@ -85,7 +92,8 @@ async def _events(
     last = snapshot.last_seq if after is None else min(after, snapshot.last_seq)
     sent_at = time.monotonic()
     # Woken when a process commits an event of this task (over Redis from workers and other
-    # API processes); the poll is the safety net for a wake-up lost on the way.
+    # API processes); the poll is the safety net for a wake-up lost on the way, or the only way
+    # when none can come (`_wait_for_more`).
     outage = StoreOutage(f"task stream of task {task_id}")
     with hub.subscribe(task_wake_key(task_id)) as subscription:
         while True:
@@ -112,7 +120,17 @@ async def _events(
                 yield b": keep-alive\n\n"
                 sent_at = time.monotonic()
                 idle = 0.0
-            await subscription.wait(max(0.01, min(poll, keepalive - idle)))
+            await subscription.wait(_wait_for_more(hub, poll, keepalive - idle))
+
+
+def _wait_for_more(hub: PlanHub, poll: float, until_keepalive: float) -> float:
+    """How long an idle stream waits for a wake-up before it reads the store anyway.
+
+    With the hub's Redis subscription live, until the keep-alive is due: `Subscription.wait`
+    stops at the hub's safety-net poll first. Otherwise (no Redis, or its subscription down
+    and wake-ups from other processes lost meanwhile) every `poll` seconds, the setting."""
+    live = hub.redis_url is not None and hub.subscribed.is_set()
+    return max(0.01, until_keepalive if live else min(poll, until_keepalive))
 
 
 @router.get(

@@ -174,13 +174,27 @@
     if (task.handbacks) row.push(`${task.handbacks} handed back after outages in a row`);
     return row.length ? `${lost} (${row.join(", ")})` : String(lost);
   }
+  // A cited evidence id, as a link to its record in the task's Evidence section: the record is
+  // there even when it falls on a page not shown (the task page reads cited records by id).
+  function citation(id) {
+    const text = String(id);
+    return el("a", { href: "#", class: "cite", "data-cite": text, onclick: (event) => {
+      event.preventDefault(); // the address is the page's route, not an anchor
+      const code = document.querySelector(`#evidence code[data-evidence="${CSS.escape(text)}"]`);
+      const row = code && code.closest("tr");
+      if (!row) return;
+      row.setAttribute("tabindex", "-1");
+      row.scrollIntoView({ block: "center" });
+      row.focus();
+    } }, el("code", {}, text));
+  }
   function finding(f) {
     if (typeof f === "string" || !f || typeof f !== "object") return el("li", {}, String(f));
     const ids = Array.isArray(f.evidence_ids) ? f.evidence_ids : [];
     return el("li", {}, f.text === undefined ? JSON.stringify(f) : String(f.text),
       f.origin ? [" ", badge(f.origin)] : null,
       f.whole_range ? el("span", { class: "muted" }, " (whole range)") : null,
-      ids.length ? el("div", { class: "muted small" }, "evidence: ", ids.map((id, i) => [i ? ", " : "", el("code", {}, String(id))])) : null);
+      ids.length ? el("div", { class: "muted small" }, "evidence: ", ids.map((id, i) => [i ? ", " : "", citation(id)])) : null);
   }
   function entryTitle(e) {
     const what = e.kind === "tool_result" ? ["result of ", el("code", {}, e.tool_name || "?"), " ", e.status ? badge(e.status, true) : null]
@@ -1033,8 +1047,9 @@
         el("p", { id: "report-summary" }, r.summary || ""),
         (r.findings || []).length ? el("ul", { class: "findings" }, r.findings.map(finding)) : null,
         (r.evidence_refs || []).length ? [el("h3", {}, "Evidence references"),
-          el("ul", { class: "refs" }, r.evidence_refs.map((ref) => el("li", {}, el("code", {}, typeof ref === "string" ? ref : JSON.stringify(ref)))))] : null]
+          el("ul", { class: "refs" }, r.evidence_refs.map((ref) => el("li", {}, typeof ref === "string" ? citation(ref) : el("code", {}, JSON.stringify(ref)))))] : null]
         : el("p", { class: "muted" }, "No report for this generation yet."));
+      loadCited(); // the records the report cites, when on no page shown
       const unknown = task.unknown_receipts || [];
       const receiptKey = unknown.map((x) => `${x.invocation_id}:${x.status}`).join();
       if (receiptKey !== s.receiptKey) { // keep a half-typed resolution across refreshes
@@ -1107,6 +1122,7 @@
     }
     function drawPlan() {
       const plan = drawnPlan();
+      loadCited(); // the records its nodes cite, when on no page shown
       const focused = document.activeElement && document.activeElement.getAttribute("data-node");
       const control = document.activeElement && ["plan-revision", "plan-latest"].includes(document.activeElement.id)
         ? document.activeElement.id : null;
@@ -1220,7 +1236,7 @@
     }
     function citedBy(node) {
       const ids = Array.isArray(node.evidence_ids) ? node.evidence_ids : [];
-      return ids.length ? el("span", { class: "cites" }, ids.map((x, i) => [i ? ", " : "", el("code", {}, String(x))])) : "—";
+      return ids.length ? el("span", { class: "cites" }, ids.map((x, i) => [i ? ", " : "", citation(x)])) : "—";
     }
     function showNode(id, focus) {
       const node = s.plan && nodesOf(drawnPlan()).find((n) => n.id === id);
@@ -1341,22 +1357,128 @@
       showActions(pending, result.items, refresh, pendingResult);
     }
 
-    async function loadOptional(box, route, render) {
-      const result = await api("GET", `${path}/${route}`);
-      if (!s.alive) return;
-      if (result.ok) fill(box, render(result.data));
-      else if (!result.down) fill(box, notice(missingRoute(result) ? "Not available on this server." : errorText(result)));
-    }
-    function renderEvidence(data) {
-      const items = itemsOf(data);
-      if (!items.length) return el("p", { class: "muted" }, "No evidence recorded.");
+    // The evidence, oldest first, a page at a time: the first page, and each "Show more" appends
+    // the next (a task with thousands of records came in one answer, ~700 KB, and the page drew
+    // ~22,700 elements). A reload reads again as many pages as are shown. The records the
+    // report, its findings and the plan's nodes cite that are on no page shown are read by id
+    // and listed apart, so every cited id still finds its record on the page.
+    const EVIDENCE_PAGE = 100;
+    const EVIDENCE_IDS = 50; // cited ids asked for in one request (each is in the address)
+    const EVIDENCE_COLUMNS = ["Evidence", "Source", "Origin", "Queried", "Summary", "Reference"];
+    const ev = { items: [], cursor: null, pages: 1, cited: [], citedKey: null, read: 0, key: null };
+    function evidenceRow(x) {
       // The id is what the report, its findings and the plan's nodes cite: shown, so a cited id
       // can be matched to its record (and its origin) on the page.
-      return table(["Evidence", "Source", "Origin", "Queried", "Summary", "Reference"], items.map((x) => [
-        x.evidence_id ? el("code", { "data-evidence": x.evidence_id }, x.evidence_id) : "—",
+      const cells = [x.evidence_id ? el("code", { "data-evidence": x.evidence_id }, x.evidence_id) : "—",
         x.source || "—", x.origin ? badge(x.origin) : "—", when(x.queried_at),
         [x.summary || "—", x.truncated ? el("span", { class: "muted" }, " (truncated)") : null],
-        x.content_ref ? el("code", {}, typeof x.content_ref === "string" ? x.content_ref : JSON.stringify(x.content_ref)) : "—"]));
+        x.content_ref ? el("code", {}, typeof x.content_ref === "string" ? x.content_ref : JSON.stringify(x.content_ref)) : "—"];
+      return el("tr", {}, cells.map((cell, i) => el("td", { "data-label": EVIDENCE_COLUMNS[i] }, cell)));
+    }
+    function evidenceTable(items, id) {
+      return el("div", { class: "scroll" }, el("table", { class: "cards", id },
+        el("thead", {}, el("tr", {}, EVIDENCE_COLUMNS.map((c) => el("th", { scope: "col" }, c)))),
+        el("tbody", {}, items.map(evidenceRow))));
+    }
+    function citedIds() {
+      const ids = new Set();
+      const add = (list) => { for (const x of Array.isArray(list) ? list : []) if (typeof x === "string") ids.add(x); };
+      const r = s.task && s.task.report;
+      if (r) {
+        add(r.evidence_refs);
+        for (const f of Array.isArray(r.findings) ? r.findings : []) if (isObject(f)) add(f.evidence_ids);
+      }
+      for (const plan of [s.plan, s.viewing]) if (plan) for (const n of nodesOf(plan)) add(n.evidence_ids);
+      return [...ids];
+    }
+    function drawEvidence() {
+      const focused = document.activeElement && document.activeElement.id === "evidence-more";
+      const shown = new Set(ev.items.map((x) => x.evidence_id));
+      const later = ev.cited.filter((x) => !shown.has(x.evidence_id));
+      fill(evidence,
+        ev.items.length ? evidenceTable(ev.items, "evidence-list") : el("p", { class: "muted" }, "No evidence recorded."),
+        ev.cursor ? el("div", { class: "row" },
+          el("button", { type: "button", class: "secondary", id: "evidence-more", onclick: showMoreEvidence }, `Show ${EVIDENCE_PAGE} more`),
+          el("span", { class: "muted", id: "evidence-shown" }, `the ${ev.items.length} oldest are shown`)) : null,
+        later.length ? [el("h3", { id: "h-evidence-cited" }, "Cited, further on"), evidenceTable(later, "evidence-cited")] : null);
+      if (focused && ev.cursor) document.getElementById("evidence-more").focus();
+    }
+    async function loadEvidence() {
+      const read = ++ev.read; // a newer read (or "Show more") wins over this one
+      const items = [];
+      let cursor = null;
+      for (let n = 0; n < ev.pages; n += 1) {
+        const query = new URLSearchParams({ limit: String(EVIDENCE_PAGE) });
+        if (cursor) query.set("cursor", cursor);
+        const result = await api("GET", `${path}/evidence?${query}`);
+        if (!s.alive || read !== ev.read) return;
+        if (!result.ok) {
+          if (!result.down) fill(evidence, notice(missingRoute(result) ? "Not available on this server." : errorText(result)));
+          return;
+        }
+        items.push(...itemsOf(result.data));
+        cursor = result.data.next_cursor || null;
+        if (!cursor) break;
+      }
+      const last = items[items.length - 1];
+      const key = `${items.length}:${last ? last.evidence_id : ""}:${cursor}`;
+      ev.items = items;
+      ev.cursor = cursor;
+      ev.loaded = true;
+      if (key !== ev.key) { ev.key = key; drawEvidence(); }
+      loadCited();
+    }
+    async function showMoreEvidence() {
+      const button = document.getElementById("evidence-more");
+      if (button) button.disabled = true;
+      ev.pages += 1; // a reload that starts meanwhile reads this page too
+      const read = ++ev.read;
+      const query = new URLSearchParams({ limit: String(EVIDENCE_PAGE), cursor: ev.cursor });
+      const result = await api("GET", `${path}/evidence?${query}`);
+      if (!s.alive || read !== ev.read) return;
+      if (!result.ok) {
+        ev.pages -= 1;
+        if (button) button.disabled = false;
+        fill(opResult, el("span", { class: "error" }, errorText(result)));
+        return;
+      }
+      const page = itemsOf(result.data);
+      ev.cursor = result.data.next_cursor || null;
+      const list = document.querySelector("#evidence-list tbody");
+      ev.items.push(...page);
+      const last = ev.items[ev.items.length - 1];
+      ev.key = `${ev.items.length}:${last ? last.evidence_id : ""}:${ev.cursor}`;
+      const shown = new Set(page.map((x) => x.evidence_id));
+      if (list && ev.cursor && !ev.cited.some((x) => shown.has(x.evidence_id))) {
+        // Appended where the list is: the rows shown, and the button, stay as they are.
+        append(list, page.map(evidenceRow));
+        fill(document.getElementById("evidence-shown"), `the ${ev.items.length} oldest are shown`);
+        button.disabled = false;
+      } else drawEvidence();
+    }
+    // The cited records on no page shown, read by id (once: a record never changes).
+    async function loadCited() {
+      if (!ev.loaded) return;
+      const shown = new Set(ev.items.map((x) => x.evidence_id));
+      const wanted = ev.cursor ? citedIds().filter((id) => !shown.has(id)) : [];
+      const key = wanted.join("\n");
+      if (key === ev.citedKey) return;
+      ev.citedKey = key;
+      const have = new Map(ev.cited.map((x) => [x.evidence_id, x]));
+      const missing = wanted.filter((id) => !have.has(id));
+      const found = wanted.filter((id) => have.has(id)).map((id) => have.get(id));
+      for (let i = 0; i < missing.length; i += EVIDENCE_IDS) {
+        const chunk = missing.slice(i, i + EVIDENCE_IDS);
+        const query = new URLSearchParams({ limit: String(EVIDENCE_IDS) });
+        for (const id of chunk) query.append("id", id);
+        const result = await api("GET", `${path}/evidence?${query}`);
+        if (!s.alive || key !== ev.citedKey) return;
+        if (!result.ok) { ev.citedKey = null; return; } // asked again at the next reload
+        const asked = new Set(chunk); // a server that ignores `id` answers other records
+        found.push(...itemsOf(result.data).filter((x) => asked.has(x.evidence_id)));
+      }
+      ev.cited = found;
+      drawEvidence();
     }
     // The transcript, oldest first, read a page at a time up to TRANSCRIPT_PAGES pages; it is
     // drawn again only when it grew.
@@ -1476,7 +1598,7 @@
     }
 
     function loadRecords() {
-      loadOptional(evidence, "evidence", renderEvidence);
+      loadEvidence();
       loadTranscript();
     }
 

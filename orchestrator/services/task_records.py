@@ -1,17 +1,28 @@
 """What a task has on record whichever session or generation wrote it: its current plan and the
-evidence the host recorded for it (operators, the console, collaboration answers)."""
+evidence the host recorded for it (operators, the console, collaboration answers).
+
+The evidence is read a page at a time, oldest first: a task with thousands of records answered
+all of them at once (~700 KB, and a console page of ~22,700 elements). The records a report or a
+plan node cites can be asked for by id, so a cited record on a later page is still shown."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from orchestrator.errors import NotFound, echoed
+from orchestrator.domain.cursors import decode_cursor, encode_cursor
+from orchestrator.domain.storable import storable_text
+from orchestrator.errors import NotFound, ValidationFailed, echoed
 from orchestrator.store import evidence as evidence_store
 from orchestrator.store import task_plans
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database
+from orchestrator.store.tables import ID
 
-__all__ = ["TaskRecords"]
+__all__ = ["EVIDENCE_PAGE", "EVIDENCE_PAGE_MAX", "TaskRecords"]
+
+EVIDENCE_PAGE = 100  # records in a page unless asked otherwise
+EVIDENCE_PAGE_MAX = 200  # the most in one page, and the most ids asked for at once
 
 
 class TaskRecords:
@@ -26,10 +37,48 @@ class TaskRecords:
             plan = task_plans.task_latest_plan(conn, task_id)
         return {"task_id": task_id, "plan": plan.to_dict() if plan else None}
 
-    def evidence(self, task_id: str) -> dict[str, Any]:
-        """`{"items", "next_cursor"}`: every evidence record of the task, oldest first."""
+    def evidence(
+        self,
+        task_id: str,
+        *,
+        limit: int = EVIDENCE_PAGE,
+        cursor: str | None = None,
+        ids: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        """`{"items", "next_cursor"}`: a page of the task's evidence records, oldest first,
+        after `cursor` (a previous page's `next_cursor`); only the records among `ids` when
+        given (an id of no record of this task is left out). `next_cursor` is None on the last
+        page."""
+        if not 1 <= limit <= EVIDENCE_PAGE_MAX:
+            raise ValidationFailed(
+                f"limit must be between 1 and {EVIDENCE_PAGE_MAX}", code="invalid_limit"
+            )
+        after = decode_cursor(cursor) if cursor else None
+        wanted = _checked_ids(ids) if ids is not None else None
         with self.db.transaction(readonly=True) as conn:
             if task_store.get_task(conn, task_id) is None:
                 raise NotFound(f"task {echoed(task_id)} does not exist")
-            items = evidence_store.evidence_of_task(conn, task_id)
-        return {"items": items, "next_cursor": None}
+            items, last = evidence_store.evidence_page(
+                conn, task_id, limit=limit, after=after, ids=wanted
+            )
+        return {"items": items, "next_cursor": encode_cursor(*last) if last else None}
+
+
+def _checked_ids(ids: Sequence[str]) -> list[str]:
+    """`ids` as the store can be asked for them, or a 422 naming what is wrong: at most
+    EVIDENCE_PAGE_MAX, each text an id column holds (a NUL would fail in Postgres)."""
+    if len(ids) > EVIDENCE_PAGE_MAX:
+        raise ValidationFailed(
+            f"at most {EVIDENCE_PAGE_MAX} evidence ids at once, not {len(ids)}",
+            code="too_many_ids",
+        )
+    for evidence_id in ids:
+        try:
+            storable_text(evidence_id)
+            if not 0 < len(evidence_id) <= ID:
+                raise ValueError(f"an evidence id is 1 to {ID} characters")
+        except ValueError as exc:
+            raise ValidationFailed(
+                f"invalid evidence id {echoed(evidence_id)}: {exc}", code="invalid_evidence_id"
+            ) from None
+    return list(ids)

@@ -20,6 +20,7 @@ from orchestrator.domain.fences import Fence
 from orchestrator.domain.times import wire_time
 from orchestrator.store import driver
 from orchestrator.store.fencing import LIVE_CTE, fence_params
+from orchestrator.store.keyset import past
 from orchestrator.store.records import driver_row
 from orchestrator.store.tables import evidence
 from orchestrator.store.types import utcnow
@@ -29,6 +30,7 @@ __all__ = [
     "content_ref",
     "evidence_by_ids",
     "evidence_of_task",
+    "evidence_page",
     "insert_record",
     "insert_record_fenced",
     "public",
@@ -132,6 +134,33 @@ def evidence_of_task(conn: Connection, task_id: str) -> list[dict[str, Any]]:
         .order_by(evidence.c.created_at, evidence.c.evidence_id)
     )
     return [public(r._asdict()) for r in rows]
+
+
+def evidence_page(
+    conn: Connection,
+    task_id: str,
+    *,
+    limit: int,
+    after: tuple[datetime, str] | None = None,
+    ids: Iterable[str] | None = None,
+) -> tuple[list[dict[str, Any]], tuple[datetime, str] | None]:
+    """Up to `limit` of the task's records (only those among `ids` when given), oldest first,
+    after the (created_at, evidence_id) `after`; and that key of the last one when more follow.
+
+    Read from the (task_id, created_at, evidence_id) index (migration 0018): a page reads its
+    own rows, not the thousands before it."""
+    query = select(evidence).where(evidence.c.task_id == task_id)
+    if ids is not None:
+        query = query.where(evidence.c.evidence_id.in_(sorted(set(ids))))
+    if after is not None:
+        query = query.where(
+            past(evidence.c.created_at, evidence.c.evidence_id, after, newest_first=False)
+        )
+    query = query.order_by(evidence.c.created_at, evidence.c.evidence_id).limit(limit + 1)
+    rows = [r._asdict() for r in conn.execute(query)]
+    page = rows[:limit]
+    last = (page[-1]["created_at"], page[-1]["evidence_id"]) if len(rows) > limit else None
+    return [public(row) for row in page], last
 
 
 def evidence_by_ids(

@@ -232,6 +232,7 @@ evidence = Table(
     Column("char_count", Integer, nullable=True),
     one_of("origin", v.EVIDENCE_ORIGINS),
     Index(None, "task_id", "generation"),
+    Index(None, "task_id", "created_at", "evidence_id"),  # a task's records, a page at a time
 )
 
 actions = Table(

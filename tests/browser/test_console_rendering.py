@@ -126,7 +126,7 @@ def test_host_text_of_other_routes_renders_as_text(page: Any, console: Console) 
         approved.append(route.request.post_data_json)
         route.fulfill(status=200, json=action | {"status": "approved"})
 
-    page.route(re.compile(r".*/api/v1/tasks/[^/]+/evidence$"), answer(evidence))
+    page.route(re.compile(r".*/api/v1/tasks/[^/]+/evidence(\?.*)?$"), answer(evidence))
     page.route(re.compile(r".*/api/v1/actions\?.*"), answer({"items": [action]}))
     page.route(re.compile(r".*/api/v1/actions/a-1/approve$"), approve)
     open_task(page, console, task_id)
@@ -211,7 +211,7 @@ def test_bidi_controls_and_zero_width_characters_are_shown_not_obeyed(
               "digest": "sha256:feed", "created_at": "2026-12-04T02:00:00+00:00"}  # fmt: skip
     page.route(re.compile(r".*/api/v1/tasks/[^/]+/transcript\?.*"), transcript)
     page.route(
-        re.compile(r".*/api/v1/tasks/[^/]+/evidence$"),
+        re.compile(r".*/api/v1/tasks/[^/]+/evidence(\?.*)?$"),
         lambda route: route.fulfill(status=200, json=evidence),
     )
     page.route(

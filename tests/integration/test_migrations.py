@@ -358,3 +358,38 @@ def test_0017_every_action_is_listed_from_an_index_and_rows_of_before_stay(
         rows = conn.execute(text("SELECT action_id FROM actions")).scalars().all()
         assert rows == ["a1"]
     _round_trip(empty_url, "0016")
+
+
+def test_0018_a_task_s_evidence_is_listed_from_an_index_and_rows_of_before_stay(
+    empty_url: str,
+) -> None:
+    _write_at(
+        empty_url,
+        "0017",
+        "INSERT INTO tasks (task_id, task_type, title, context, trigger_id, origin, status,"
+        " generation, created_at, updated_at) VALUES ('t1', 'x', 't', '{}', 'trig', 'live',"
+        " 'completed', 1, :now, :now)",
+        "INSERT INTO sessions (session_id, purpose, task_id, generation, owner, title,"
+        " created_at, updated_at) VALUES ('s1', 'task_execution', 't1', 1, 'task:t1', 't',"
+        " :now, :now)",
+        "INSERT INTO evidence (evidence_id, task_id, generation, session_id, source, queried_at,"
+        " content_ref, origin, truncated, summary, created_at) VALUES ('e1', 't1', 1, 's1',"
+        " 'scada_sim', :now, 'sha256:0', 'synthetic', false, 'read', :now)",
+    )
+
+    upgrade(empty_url)
+    assert _differences(empty_url) == []
+    engine = make_engine(empty_url)
+    try:
+        indexes = {i["name"]: i["column_names"] for i in inspect(engine).get_indexes("evidence")}
+    finally:
+        engine.dispose()
+    assert indexes["ix_evidence_task_id_created_at_evidence_id"] == [
+        "task_id",
+        "created_at",
+        "evidence_id",
+    ]
+    with _transaction(empty_url) as conn:
+        rows = conn.execute(text("SELECT evidence_id FROM evidence")).scalars().all()
+        assert rows == ["e1"]
+    _round_trip(empty_url, "0017")

@@ -147,7 +147,7 @@ def evidence_page(
     """Up to `limit` of the task's records (only those among `ids` when given), oldest first,
     after the (created_at, evidence_id) `after`; and that key of the last one when more follow.
 
-    Read from the (task_id, created_at, evidence_id) index (migration 0018): a page reads its
+    Read from the (task_id, created_at, evidence_id) index (migration 0019): a page reads its
     own rows, not the thousands before it."""
     query = select(evidence).where(evidence.c.task_id == task_id)
     if ids is not None:

@@ -360,12 +360,28 @@ def test_0017_every_action_is_listed_from_an_index_and_rows_of_before_stay(
     _round_trip(empty_url, "0016")
 
 
-def test_0018_a_task_s_evidence_is_listed_from_an_index_and_rows_of_before_stay(
+def test_0018_console_sign_outs_are_kept_until_their_cookie_expires(empty_url: str) -> None:
+    _write_at(empty_url, "0017")
+    upgrade(empty_url)
+    assert _differences(empty_url) == []
+    engine = make_engine(empty_url)
+    try:
+        inspector = inspect(engine)
+        columns = [c["name"] for c in inspector.get_columns("console_signouts")]
+        indexes = {i["name"]: i["column_names"] for i in inspector.get_indexes("console_signouts")}
+    finally:
+        engine.dispose()
+    assert columns == ["nonce", "expires_at", "signed_out_at"]
+    assert indexes["ix_console_signouts_expires_at"] == ["expires_at"]
+    _round_trip(empty_url, "0017")
+
+
+def test_0019_a_task_s_evidence_is_listed_from_an_index_and_rows_of_before_stay(
     empty_url: str,
 ) -> None:
     _write_at(
         empty_url,
-        "0017",
+        "0018",
         "INSERT INTO tasks (task_id, task_type, title, context, trigger_id, origin, status,"
         " generation, created_at, updated_at) VALUES ('t1', 'x', 't', '{}', 'trig', 'live',"
         " 'completed', 1, :now, :now)",
@@ -392,4 +408,4 @@ def test_0018_a_task_s_evidence_is_listed_from_an_index_and_rows_of_before_stay(
     with _transaction(empty_url) as conn:
         rows = conn.execute(text("SELECT evidence_id FROM evidence")).scalars().all()
         assert rows == ["e1"]
-    _round_trip(empty_url, "0017")
+    _round_trip(empty_url, "0018")

@@ -5,8 +5,8 @@ The only index was (task_id, generation): each page read every record of the tas
 them (a task with thousands of records: all of them for each page). With (task_id, created_at,
 evidence_id) a page reads its rows.
 
-Revision ID: 0018
-Revises: 0017
+Revision ID: 0019
+Revises: 0018
 Create Date: 2026-12-05
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "0018"
-down_revision = "0017"
+revision = "0019"
+down_revision = "0018"
 branch_labels = None
 depends_on = None
 

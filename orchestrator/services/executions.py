@@ -337,14 +337,17 @@ class ExecutionService:
             )
             transcript.flush()  # the last results are in before the generation ends
         except (LeaseLost, StaleGeneration, ToolCancelled) as exc:
-            log.warning("generation %s of %s stopped: %s", fence.generation, task.task_id, exc)
-            save_round_snapshot(self.db, transcript, f"stopped: {exc}")
+            if isinstance(exc, StaleGeneration):
+                keeper.hear_why_over()
+            stopped = _stop_line(keeper, exc)
+            log.warning("generation %s of %s stopped: %s", fence.generation, task.task_id, stopped)
+            save_round_snapshot(self.db, transcript, f"stopped: {stopped}")
             # A generation ended elsewhere (a cancel, a requeue) is left as it is by the hand-back;
             # one whose lease another holder took, or that went overdue, is requeued at the next
             # sweep. (A lease that merely vanished with Redis's data is taken back instead.)
             return RunResult(
                 True,
-                f"stopped without writing: {exc}",
+                f"stopped without writing: {stopped}",
                 give_back=True,
                 outage=not keeper.lapsed,
             )
@@ -433,6 +436,13 @@ class ExecutionService:
         """A sub-agent's model: the round's model in a new conversation. A scripted model plays
         `DIR/<task type>.subagent.json`."""
         return load_model(self.settings.model, f"{task_type}.subagent", settings=self.settings)
+
+
+def _stop_line(keeper: LeaseKeeper, exc: BaseException) -> str:
+    """Why a round stopped: what stopped it (a cancel and its reason, a requeue, a lease in
+    doubt) first, as every stop says it, then what the round met (a fenced write)."""
+    why, text = keeper.lost.why, str(exc)
+    return f"{why}; {text}" if why and why not in text else text
 
 
 #: Decides the round from what the generation left in the store.

@@ -58,7 +58,7 @@ from orchestrator.tools.base import (
     ToolContext,
     ToolResult,
 )
-from orchestrator.tools.results import PREVIEW_CHARS, ResultCache
+from orchestrator.tools.results import PREVIEW_CHARS, ResultCache, fitting
 
 __all__ = ["CANCEL_GRACE_SECONDS", "ToolHost"]
 
@@ -459,11 +459,13 @@ class ToolHost:
         plain = isinstance(result.payload, str)
         written = None if plain else result.written_payload()
         text = _as_text(result.payload) if written is None else written
-        if len(text) <= self.preview_chars:
+        # At most `preview_chars`, and what the model's context window can take (`RESULT_FIT`).
+        shown = fitting(ctx, text[: self.preview_chars])
+        if shown >= len(text):
             return result if plain or written is not None else result.with_payload_text(text)
         preview: dict[str, Any] = {
             "truncated": True,
-            "preview": text[: self.preview_chars],
+            "preview": text[:shown],
             "total_chars": len(text),
         }
         if unit.effect == "sensitive_read":
@@ -476,7 +478,7 @@ class ToolHost:
                 preview["note"] = stored.reason
             else:
                 preview["result_id"] = stored.result_id
-                preview["next_offset"] = self.preview_chars
+                preview["next_offset"] = shown
                 preview["note"] = "read the rest with read_tool_result(result_id, offset)"
         return replace(result, payload=preview, unpaged=result.payload)
 

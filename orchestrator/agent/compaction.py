@@ -8,8 +8,11 @@ works on whole transactions only, so an assistant tool call is never separated f
 
 Before each call the request is measured (`budget.TokenCounter`). Above the request limit (85 %
 of the window) the oldest transactions are folded into a summary: a summary call to the same
-model, or, when that fails, a deterministic digest of the receipts and the plan. If what must be
-kept does not fit on its own, `ContextOverflow` ends the round: nothing is dropped silently.
+model, or, when that fails, a deterministic digest of the receipts and the plan. A compaction
+that cannot reach its target because of the latest transaction carries the summary on with a
+digest of what it folds instead of asking the model (the next one would summarise it again).
+If what must be kept does not fit on its own, `ContextOverflow` ends the round: nothing is
+dropped silently.
 """
 
 from __future__ import annotations
@@ -273,18 +276,30 @@ class Conversation:
             used += unit.tokens
         old = self._units[: len(self._units) - len(kept)]
         old_messages = [message for unit in old for message in unit.messages]
-        text, source, usage = self._summary_text(old_messages)
         # Room left for the summary in this request, in uncalibrated tokens.
         kept_tokens = sum(unit.tokens for unit in kept)
         wrapper = counter.message({"role": "user", "content": SUMMARY_PREFIX})
         room = math.floor(budget.request_limit / counter.ratio) - fixed - kept_tokens - wrapper
         allowed = min(budget.summary_tokens, room)
-        if allowed < _MIN_SUMMARY_TOKENS:
-            text = "(the earlier turns were compacted; no room is left for their summary)"
-        elif source == "digest":
-            text = fit_digest(text, allowed, counter)
+        carried = None
+        if len(kept) == 1 and counter.scaled(used) > budget.compact_target and self.summary:
+            # The latest transaction alone keeps the request above the target: this compaction
+            # only gets it under the limit, and the next turn's folds that transaction too. A
+            # summary call now would be summarised again then (before, two model calls every
+            # turn while such transactions came): the summary is carried on with a digest line
+            # for each call folded now, and the compaction that reaches its target asks.
+            carried = _carried(self.summary, old_messages, allowed, counter)
+        source: Literal["model", "digest"]
+        if carried is not None:
+            text, source, usage = carried, "digest", None
         else:
-            text = counter.truncate(text, allowed)
+            text, source, usage = self._summary_text(old_messages)
+            if allowed < _MIN_SUMMARY_TOKENS:
+                text = "(the earlier turns were compacted; no room is left for their summary)"
+            elif source == "digest":
+                text = fit_digest(text, allowed, counter)
+            else:
+                text = counter.truncate(text, allowed)
         self.summary = text
         self._units = kept
         after = fixed + self._summary_tokens() + kept_tokens
@@ -454,6 +469,20 @@ def fit_digest(text: str, tokens: int, counter: TokenCounter) -> str:
     if plan:
         lines.append(plan)
     return counter.truncate("\n".join(lines), tokens)
+
+
+def _carried(
+    summary: str, messages: Sequence[Mapping[str, Any]], tokens: int, counter: TokenCounter
+) -> str | None:
+    """`summary` with a digest line for each call of `messages` after it, within `tokens`: the
+    summary's end gives way to the lines; None when the lines alone do not fit."""
+    lines = "\n".join(digest(messages).split("\n")[1:])  # the entries, not the header
+    if not lines:
+        return summary if counter.text(summary) <= tokens else counter.truncate(summary, tokens)
+    left = tokens - counter.text(lines) - 1
+    if left < _MIN_SUMMARY_TOKENS:
+        return None
+    return counter.truncate(summary, left).rstrip() + "\n" + lines
 
 
 def _digest_parts(text: str) -> tuple[int, list[str], str | None]:

@@ -187,8 +187,11 @@ class ToolHost:
     def _prepare(self, ctx: ToolContext, call: ToolCall) -> _Prepared | ToolResult:
         tool = self._tools.get(call.name)
         if tool is None:
+            # A model may write a name in another case: say which one it meant, run nothing.
+            alike = [name for name in self._tools if name.lower() == call.name.lower()]
+            hint = f"; tool names are case-sensitive: did you mean {alike[0]!r}?" if alike else ""
             return ToolResult.failed(
-                f"unknown tool {call.name!r}; nothing was run", code="unknown_tool"
+                f"unknown tool {call.name!r}; nothing was run{hint}", code="unknown_tool"
             )
         try:
             args = tool.normalize(tool.arguments.model_validate(call.arguments))

@@ -409,7 +409,9 @@ def _arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
         try:
             value = json.loads(raw)
         except json.JSONDecodeError as exc:
-            return {}, f"the arguments are not valid JSON ({exc.msg} at character {exc.pos})"
+            # Some of json's messages end in "at" ("Unterminated string starting at").
+            where = "" if exc.msg.endswith(" at") else " at"
+            return {}, f"the arguments are not valid JSON ({exc.msg}{where} character {exc.pos})"
     else:
         value = raw
     if not isinstance(value, dict):

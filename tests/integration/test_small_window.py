@@ -14,6 +14,7 @@ from orchestrator.agent.budget import ContextBudget, TokenCounter
 from orchestrator.agent.host import ToolHost
 from orchestrator.agent.loop import run_round
 from orchestrator.agent.request import AgentContext, result_fit
+from orchestrator.agent.subagents import SUBAGENTS, Delegate, RoundDelegations, SubAgentRun
 from orchestrator.tools.base import Tool, ToolArguments, ToolCall, ToolContext, ToolResult
 from orchestrator.tools.results import RESULT_FIT, ReadToolResult, ResultCache
 from tests.integration.test_openai_model import model_for
@@ -118,3 +119,47 @@ def test_the_default_window_keeps_the_4000_character_preview() -> None:
     host = ToolHost([ReadComplaints(plain)], ledger=None, results=cache)
     [shown] = host.run_turn(ctx, [ToolCall("c2", "read_complaints", {})])
     assert len(shown.payload["preview"]) == shown.payload["next_offset"] == 4000
+
+
+def test_a_sub_agent_s_long_answer_fits_the_window_it_returns_to(server: OpenAIServer) -> None:
+    """Before, the answer (up to 12,000 characters, not paged) was shown whole and failed the
+    round `context_overflow` in a 4,096-token window."""
+    answer = LOG[:3000]
+
+    def reply(body: dict[str, Any]) -> Reply:
+        messages = body["messages"]
+        if messages[0]["content"].startswith("You are a read-only sub-agent"):
+            return Reply(content=answer, usage=NO_USAGE)
+        if messages[-1]["role"] == "tool":
+            return Reply(content="the sub-agent answered", usage=NO_USAGE)
+        return Reply(
+            tool_calls=[call("d1", "delegate", {"question": "what do the complaints say?"})],
+            usage=NO_USAGE,
+        )
+
+    for _ in range(3):
+        server.dynamic(reply)
+    host = ToolHost([ReadComplaints(), Delegate()], ledger=None)
+    context = AgentContext(ContextBudget(4096, 512), TokenCounter())
+    stop = threading.Event()
+    rounds = RoundDelegations(
+        "s1",
+        SubAgentRun(
+            model=lambda: model_for(server), host=host, max_turns=3, stop=stop, context=context
+        ),
+    )
+    end = run_round(
+        model_for(server),
+        host,
+        replace(CTX, extras={SUBAGENTS: rounds}),
+        brief="read the complaint log",
+        max_turns=3,
+        stop=stop,
+        context=context,
+    )
+    assert (end.why, end.final_text) == ("final_answer", "the sub-agent answered")
+    shown = json.loads(server.bodies[-1]["messages"][-1]["content"])["result"]
+    assert shown["truncated"] is True
+    assert answer.startswith(shown["answer"].removesuffix("…"))
+    tokens = context.counter.text(json.dumps(shown["answer"], ensure_ascii=False))
+    assert tokens <= context.budget.result_tokens

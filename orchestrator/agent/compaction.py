@@ -242,7 +242,8 @@ class Conversation:
                     f"the context window of {self.budget.window} tokens is too small: the system "
                     "prompt, task brief, current plan, tool definitions and the latest tool "
                     f"transaction need about {must} tokens, above the request limit of {limit} "
-                    f"(the window less its 15 % margin); nothing was dropped"
+                    f"(the window less its 15 % margin; {self._sizes(fixed, tools)}); nothing "
+                    "was dropped"
                 )
             self._compact(fixed, before)
         return self._sent(notice, tools)
@@ -256,6 +257,38 @@ class Conversation:
         texts.extend(text for unit in self._units for text in unit.texts)
         self._last = (texts, tools)
         return [*head, *self.history, *tail]
+
+    def _sizes(self, fixed: int, tools: Sequence[Mapping[str, Any]]) -> str:
+        """Where the tokens of an overflow are, for the one who must act on it: the fixed
+        parts (of them the tool definitions) and the latest transaction's largest message."""
+        assert self.counter is not None
+        counter = self.counter
+        said = (
+            f"fixed parts about {counter.scaled(fixed)}, of which tool definitions about "
+            f"{counter.scaled(self._tools_tokens(tools))}"
+        )
+        if not self._units:
+            return said
+        unit = self._units[-1]
+        names = {
+            str(call.get("id")): str(call.get("name"))
+            for call in unit.messages[0].get("tool_calls") or ()
+        }
+        largest, where = 0, ""
+        for message, text in zip(unit.messages, unit.texts, strict=False):
+            tokens = counter.message_of_text(text)
+            if tokens <= largest:
+                continue
+            largest = tokens
+            if message.get("role") == "tool":
+                call_id = str(message.get("tool_call_id"))
+                where = f"the result of {names.get(call_id, 'a call')} {call_id}"
+            else:
+                where = "the model's own turn (its text, reasoning and calls)"
+        return (
+            f"{said}; the latest transaction about {counter.scaled(unit.tokens)}, its largest part "
+            f"{where}: about {counter.scaled(largest)}"
+        )
 
     # -- compaction --------------------------------------------------------------------------
 

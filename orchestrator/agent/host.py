@@ -157,16 +157,19 @@ class ToolHost:
             units.setdefault(outcome.unit_key, []).append(index)
             prepared.setdefault(outcome.unit_key, outcome)
 
-        ordered = list(units)
         done: dict[tuple[str, ...], ToolResult] = {}
         raised: BaseException | None = None
-        if len(ordered) == 1 and ctx.cancel is None and self.call_timeout is None:
-            try:
-                done = {ordered[0]: self._run_unit(ctx, prepared[ordered[0]])}
-            except BaseException as error:
-                raised = error
-        elif ordered:
-            done, raised = self._run_concurrently(ctx, [(key, prepared[key]) for key in ordered])
+        for ordered in _phases(units, prepared):
+            if len(ordered) == 1 and ctx.cancel is None and self.call_timeout is None:
+                try:
+                    done[ordered[0]] = self._run_unit(ctx, prepared[ordered[0]])
+                except BaseException as error:
+                    raised = error
+            else:
+                ran, raised = self._run_concurrently(ctx, [(key, prepared[key]) for key in ordered])
+                done.update(ran)
+            if raised is not None:
+                break  # the later phases do not start: their calls are not answered
         for key, indexes in units.items():
             if key in done:
                 for index in indexes:
@@ -484,6 +487,22 @@ class ToolHost:
                 preview["next_offset"] = shown
                 preview["note"] = "read the rest with read_tool_result(result_id, offset)"
         return replace(result, payload=preview, unpaged=result.payload)
+
+
+#: The calls of a turn that wait for the others: a proposal needs its node in a saved plan, and
+#: the report comes last (invariant 10). A model often sends them in one reply, in any order.
+_LATER = {"propose_action": 1, "save_report": 2}
+
+
+def _phases(
+    units: dict[tuple[str, ...], list[int]], prepared: dict[tuple[str, ...], _Prepared]
+) -> list[list[tuple[str, ...]]]:
+    """The units of a turn in the order they may run: each list after the previous returned,
+    the units of one list concurrently; calls without a later place run first, together."""
+    phases: dict[int, list[tuple[str, ...]]] = {}
+    for key in units:
+        phases.setdefault(_LATER.get(prepared[key].tool.name, 0), []).append(key)
+    return [phases[rank] for rank in sorted(phases)]
 
 
 def _digest(args: Any) -> str:

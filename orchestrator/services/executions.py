@@ -426,9 +426,11 @@ class ExecutionService:
             keeper.check()
             decision, next_generation = finish_generation(self.db, fence, rule)
         except (LeaseLost, StaleGeneration) as exc:
+            if isinstance(exc, StaleGeneration):
+                keeper.hear_why_over()
             return RunResult(
                 True,
-                f"stopped before its decision: {exc}",
+                f"stopped before its decision: {_stop_line(keeper, exc)}",
                 give_back=True,
                 outage=not keeper.lapsed,
             )

@@ -9,8 +9,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pydantic import Field
 
+from orchestrator.services import executions as executions_module
 from orchestrator.store import snapshots as snapshot_store
 from orchestrator.tools.base import Tool, ToolArguments, ToolContext, ToolResult
 from tests.openai_server import OpenAIServer, call
@@ -73,4 +75,27 @@ def test_a_write_fenced_by_a_cancel_leaves_a_snapshot_that_names_the_cancel(
         assert [c["call_id"] for c in snapshot.unknown] == ["c1"]
     finally:
         tool.release.set()
+        rt.close()
+
+
+def test_a_cancel_just_before_the_decision_is_named_in_the_round_s_end(
+    store_url: str, scripts: Path, server: OpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt = openai_runtime(store_url, scripts, server)
+    decide = executions_module.finish_generation
+
+    def cancelled_first(db: Any, fence: Any, rule: Any) -> Any:
+        rt.tasks.cancel(fence.task_id, "operator stop")  # committed before the decision
+        return decide(db, fence, rule)
+
+    monkeypatch.setattr(executions_module, "finish_generation", cancelled_first)
+    try:
+        server.reply(content="done")
+        task_id = trigger(rt)
+        result = rt.executions.run(task_id, 1, worker="w1")
+        assert result.detail.startswith(
+            "stopped before its decision: the task was cancelled: operator stop; "
+        ), result.detail
+        assert rt.tasks.get(task_id).status == "cancelled"
+    finally:
         rt.close()

@@ -190,9 +190,10 @@ class ToolHost:
     def _prepare(self, ctx: ToolContext, call: ToolCall) -> _Prepared | ToolResult:
         tool = self._tools.get(call.name)
         if tool is None:
-            # A model may write a name in another case: say which one it meant, run nothing.
-            alike = [name for name in self._tools if name.lower() == call.name.lower()]
-            hint = f"; tool names are case-sensitive: did you mean {alike[0]!r}?" if alike else ""
+            # A model may write a name in another case, with a hyphen or with "()": say which
+            # one it meant and run nothing (it corrects the name in its next turn).
+            alike = [name for name in self._tools if _loose(name) == _loose(call.name)]
+            hint = f"; tool names are exact: did you mean {alike[0]!r}?" if alike else ""
             return ToolResult.failed(
                 f"unknown tool {call.name!r}; nothing was run{hint}", code="unknown_tool"
             )
@@ -503,6 +504,11 @@ def _phases(
     for key in units:
         phases.setdefault(_LATER.get(prepared[key].tool.name, 0), []).append(key)
     return [phases[rank] for rank in sorted(phases)]
+
+
+def _loose(name: str) -> str:
+    """A tool name as a model may misspell it: case, hyphens, spaces and "()" aside."""
+    return name.strip().removesuffix("()").strip().replace("-", "_").lower()
 
 
 def _digest(args: Any) -> str:

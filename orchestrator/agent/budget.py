@@ -26,6 +26,7 @@ __all__ = [
     "EXTRA_TOOLS_MAX_TOKENS",
     "EXTRA_TOOLS_SHARE",
     "REQUEST_MARGIN",
+    "RESULT_SHARE",
     "SEARCH_LIMIT_DEFAULT",
     "SEARCH_LIMIT_MAX",
     "ContextBudget",
@@ -42,6 +43,9 @@ COMPACT_TARGET: Final = 0.60
 #: min(EXTRA_TOOLS_MAX_TOKENS, EXTRA_TOOLS_SHARE of the window).
 EXTRA_TOOLS_MAX_TOKENS: Final = 4096
 EXTRA_TOOLS_SHARE: Final = 0.10
+#: A large tool result's preview, and a `read_tool_result` page, take at most this share of the
+#: window (as the JSON string the model is shown): a small window pages sooner, never overflows.
+RESULT_SHARE: Final = 0.10
 #: `search_tools(search, limit)`: limit 5 unless given, never more than 8.
 SEARCH_LIMIT_DEFAULT: Final = 5
 SEARCH_LIMIT_MAX: Final = 8
@@ -97,6 +101,11 @@ class ContextBudget:
         return min(EXTRA_TOOLS_MAX_TOKENS, math.floor(self.window * EXTRA_TOOLS_SHARE))
 
     @property
+    def result_tokens(self) -> int:
+        """The most a large result's preview, or one page of it, may take."""
+        return max(64, math.floor(self.window * RESULT_SHARE))
+
+    @property
     def summary_tokens(self) -> int:
         """The most a compaction summary may take."""
         return max(64, min(2048, self.window // 10))
@@ -139,6 +148,25 @@ class TokenCounter:
         if len(encoded) <= tokens:
             return text
         return str(self._encoding.decode(encoded[:tokens]))
+
+    def fit_chars(self, text: str, tokens: int) -> int:
+        """How many characters from the start of `text` make at most `tokens` (uncalibrated)
+        tokens as a JSON string, the way a tool result's preview or page is shown (escapes
+        included). A character is at most one token's worth here, so the byte bound settles
+        most texts without tokenizing."""
+        if tokens <= 0:
+            return 0
+        end = len(text)
+        while end > 0:
+            shown = clean_text(json.dumps(text[:end], ensure_ascii=False))
+            if len(shown.encode()) <= tokens:
+                return end
+            over = len(self._encoding.encode_ordinary(shown)) - tokens
+            if over <= 0:
+                return end
+            # Cut in proportion to the excess, then measure again (two or three rounds).
+            end = min(end - 1, math.floor(end * tokens / (tokens + over)))
+        return 0
 
     def message(self, message: Mapping[str, Any]) -> int:
         """The uncalibrated tokens of one chat message, framing included."""

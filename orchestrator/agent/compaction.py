@@ -8,8 +8,11 @@ works on whole transactions only, so an assistant tool call is never separated f
 
 Before each call the request is measured (`budget.TokenCounter`). Above the request limit (85 %
 of the window) the oldest transactions are folded into a summary: a summary call to the same
-model, or, when that fails, a deterministic digest of the receipts and the plan. If what must be
-kept does not fit on its own, `ContextOverflow` ends the round: nothing is dropped silently.
+model, or, when that fails, a deterministic digest of the receipts and the plan. A compaction
+that cannot reach its target because of the latest transaction carries the summary on with a
+digest of what it folds instead of asking the model (the next one would summarise it again).
+If what must be kept does not fit on its own, `ContextOverflow` ends the round: nothing is
+dropped silently.
 """
 
 from __future__ import annotations
@@ -239,7 +242,8 @@ class Conversation:
                     f"the context window of {self.budget.window} tokens is too small: the system "
                     "prompt, task brief, current plan, tool definitions and the latest tool "
                     f"transaction need about {must} tokens, above the request limit of {limit} "
-                    f"(the window less its 15 % margin); nothing was dropped"
+                    f"(the window less its 15 % margin; {self._sizes(fixed, tools)}); nothing "
+                    "was dropped"
                 )
             self._compact(fixed, before)
         return self._sent(notice, tools)
@@ -253,6 +257,38 @@ class Conversation:
         texts.extend(text for unit in self._units for text in unit.texts)
         self._last = (texts, tools)
         return [*head, *self.history, *tail]
+
+    def _sizes(self, fixed: int, tools: Sequence[Mapping[str, Any]]) -> str:
+        """Where the tokens of an overflow are, for the one who must act on it: the fixed
+        parts (of them the tool definitions) and the latest transaction's largest message."""
+        assert self.counter is not None
+        counter = self.counter
+        said = (
+            f"fixed parts about {counter.scaled(fixed)}, of which tool definitions about "
+            f"{counter.scaled(self._tools_tokens(tools))}"
+        )
+        if not self._units:
+            return said
+        unit = self._units[-1]
+        names = {
+            str(call.get("id")): str(call.get("name"))
+            for call in unit.messages[0].get("tool_calls") or ()
+        }
+        largest, where = 0, ""
+        for message, text in zip(unit.messages, unit.texts, strict=False):
+            tokens = counter.message_of_text(text)
+            if tokens <= largest:
+                continue
+            largest = tokens
+            if message.get("role") == "tool":
+                call_id = str(message.get("tool_call_id"))
+                where = f"the result of {names.get(call_id, 'a call')} {call_id}"
+            else:
+                where = "the model's own turn (its text, reasoning and calls)"
+        return (
+            f"{said}; the latest transaction about {counter.scaled(unit.tokens)}, its largest part "
+            f"{where}: about {counter.scaled(largest)}"
+        )
 
     # -- compaction --------------------------------------------------------------------------
 
@@ -273,18 +309,30 @@ class Conversation:
             used += unit.tokens
         old = self._units[: len(self._units) - len(kept)]
         old_messages = [message for unit in old for message in unit.messages]
-        text, source, usage = self._summary_text(old_messages)
         # Room left for the summary in this request, in uncalibrated tokens.
         kept_tokens = sum(unit.tokens for unit in kept)
         wrapper = counter.message({"role": "user", "content": SUMMARY_PREFIX})
         room = math.floor(budget.request_limit / counter.ratio) - fixed - kept_tokens - wrapper
         allowed = min(budget.summary_tokens, room)
-        if allowed < _MIN_SUMMARY_TOKENS:
-            text = "(the earlier turns were compacted; no room is left for their summary)"
-        elif source == "digest":
-            text = fit_digest(text, allowed, counter)
+        carried = None
+        if len(kept) == 1 and counter.scaled(used) > budget.compact_target and self.summary:
+            # The latest transaction alone keeps the request above the target: this compaction
+            # only gets it under the limit, and the next turn's folds that transaction too. A
+            # summary call now would be summarised again then (before, two model calls every
+            # turn while such transactions came): the summary is carried on with a digest line
+            # for each call folded now, and the compaction that reaches its target asks.
+            carried = _carried(self.summary, old_messages, allowed, counter)
+        source: Literal["model", "digest"]
+        if carried is not None:
+            text, source, usage = carried, "digest", None
         else:
-            text = counter.truncate(text, allowed)
+            text, source, usage = self._summary_text(old_messages)
+            if allowed < _MIN_SUMMARY_TOKENS:
+                text = "(the earlier turns were compacted; no room is left for their summary)"
+            elif source == "digest":
+                text = fit_digest(text, allowed, counter)
+            else:
+                text = counter.truncate(text, allowed)
         self.summary = text
         self._units = kept
         after = fixed + self._summary_tokens() + kept_tokens
@@ -454,6 +502,20 @@ def fit_digest(text: str, tokens: int, counter: TokenCounter) -> str:
     if plan:
         lines.append(plan)
     return counter.truncate("\n".join(lines), tokens)
+
+
+def _carried(
+    summary: str, messages: Sequence[Mapping[str, Any]], tokens: int, counter: TokenCounter
+) -> str | None:
+    """`summary` with a digest line for each call of `messages` after it, within `tokens`: the
+    summary's end gives way to the lines; None when the lines alone do not fit."""
+    lines = "\n".join(digest(messages).split("\n")[1:])  # the entries, not the header
+    if not lines:
+        return summary if counter.text(summary) <= tokens else counter.truncate(summary, tokens)
+    left = tokens - counter.text(lines) - 1
+    if left < _MIN_SUMMARY_TOKENS:
+        return None
+    return counter.truncate(summary, left).rstrip() + "\n" + lines
 
 
 def _digest_parts(text: str) -> tuple[int, list[str], str | None]:

@@ -58,7 +58,7 @@ from orchestrator.tools.base import (
     ToolContext,
     ToolResult,
 )
-from orchestrator.tools.results import PREVIEW_CHARS, ResultCache
+from orchestrator.tools.results import PREVIEW_CHARS, ResultCache, fitting
 
 __all__ = ["CANCEL_GRACE_SECONDS", "ToolHost"]
 
@@ -157,16 +157,19 @@ class ToolHost:
             units.setdefault(outcome.unit_key, []).append(index)
             prepared.setdefault(outcome.unit_key, outcome)
 
-        ordered = list(units)
         done: dict[tuple[str, ...], ToolResult] = {}
         raised: BaseException | None = None
-        if len(ordered) == 1 and ctx.cancel is None and self.call_timeout is None:
-            try:
-                done = {ordered[0]: self._run_unit(ctx, prepared[ordered[0]])}
-            except BaseException as error:
-                raised = error
-        elif ordered:
-            done, raised = self._run_concurrently(ctx, [(key, prepared[key]) for key in ordered])
+        for ordered in _phases(units, prepared):
+            if len(ordered) == 1 and ctx.cancel is None and self.call_timeout is None:
+                try:
+                    done[ordered[0]] = self._run_unit(ctx, prepared[ordered[0]])
+                except BaseException as error:
+                    raised = error
+            else:
+                ran, raised = self._run_concurrently(ctx, [(key, prepared[key]) for key in ordered])
+                done.update(ran)
+            if raised is not None:
+                break  # the later phases do not start: their calls are not answered
         for key, indexes in units.items():
             if key in done:
                 for index in indexes:
@@ -187,8 +190,12 @@ class ToolHost:
     def _prepare(self, ctx: ToolContext, call: ToolCall) -> _Prepared | ToolResult:
         tool = self._tools.get(call.name)
         if tool is None:
+            # A model may write a name in another case, with a hyphen or with "()": say which
+            # one it meant and run nothing (it corrects the name in its next turn).
+            alike = [name for name in self._tools if _loose(name) == _loose(call.name)]
+            hint = f"; tool names are exact: did you mean {alike[0]!r}?" if alike else ""
             return ToolResult.failed(
-                f"unknown tool {call.name!r}; nothing was run", code="unknown_tool"
+                f"unknown tool {call.name!r}; nothing was run{hint}", code="unknown_tool"
             )
         try:
             args = tool.normalize(tool.arguments.model_validate(call.arguments))
@@ -462,11 +469,13 @@ class ToolHost:
         plain = isinstance(result.payload, str)
         written = None if plain else result.written_payload()
         text = _as_text(result.payload) if written is None else written
-        if len(text) <= self.preview_chars:
+        # At most `preview_chars`, and what the model's context window can take (`RESULT_FIT`).
+        shown = fitting(ctx, text[: self.preview_chars])
+        if shown >= len(text):
             return result if plain or written is not None else result.with_payload_text(text)
         preview: dict[str, Any] = {
             "truncated": True,
-            "preview": text[: self.preview_chars],
+            "preview": text[:shown],
             "total_chars": len(text),
         }
         if unit.effect == "sensitive_read":
@@ -479,9 +488,30 @@ class ToolHost:
                 preview["note"] = stored.reason
             else:
                 preview["result_id"] = stored.result_id
-                preview["next_offset"] = self.preview_chars
+                preview["next_offset"] = shown
                 preview["note"] = "read the rest with read_tool_result(result_id, offset)"
         return replace(result, payload=preview, unpaged=result.payload)
+
+
+#: The calls of a turn that wait for the others: a proposal needs its node in a saved plan, and
+#: the report comes last (invariant 10). A model often sends them in one reply, in any order.
+_LATER = {"propose_action": 1, "save_report": 2}
+
+
+def _phases(
+    units: dict[tuple[str, ...], list[int]], prepared: dict[tuple[str, ...], _Prepared]
+) -> list[list[tuple[str, ...]]]:
+    """The units of a turn in the order they may run: each list after the previous returned,
+    the units of one list concurrently; calls without a later place run first, together."""
+    phases: dict[int, list[tuple[str, ...]]] = {}
+    for key in units:
+        phases.setdefault(_LATER.get(prepared[key].tool.name, 0), []).append(key)
+    return [phases[rank] for rank in sorted(phases)]
+
+
+def _loose(name: str) -> str:
+    """A tool name as a model may misspell it: case, hyphens, spaces and "()" aside."""
+    return name.strip().removesuffix("()").strip().replace("-", "_").lower()
 
 
 def _digest(args: Any) -> str:

@@ -38,6 +38,7 @@ from orchestrator.tools.base import ToolCall
 
 __all__ = [
     "Model",
+    "ModelBusy",
     "ModelError",
     "ModelTurn",
     "ScriptedModel",
@@ -49,6 +50,17 @@ __all__ = [
 
 class ModelError(Exception):
     """The model cannot go on (a broken script, an unreachable service); the round fails."""
+
+
+class ModelBusy(ModelError):
+    """The model server rate-limits the round (HTTP 429) for longer than its retries may wait.
+    Neither the agent's fault nor lasting: the round hands its generation back to run again
+    once `retry_after` (the server's Retry-After, seconds; None when it gave none) has passed,
+    rather than failing the task."""
+
+    def __init__(self, message: str, retry_after: float | None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from typing import Any, Literal
 import httpx2
 import openai
 
-from orchestrator.agent.model import Model, ModelError, ModelTurn, TokenUsage
+from orchestrator.agent.model import Model, ModelBusy, ModelError, ModelTurn, TokenUsage
 from orchestrator.agent.model_http import (
     MAX_MODEL_ANSWER_BYTES,
     AnswerTooLarge,
@@ -57,6 +57,8 @@ _UNREADABLE = "the model server's answer is not readable as a chat completion"
 #: A completion without choices (some proxies and overloaded servers): retried the same way.
 _NO_CHOICES = "the model server returned no choices"
 _TIMED_OUT = "the model server timed out"
+#: How the reason of a 429 answer begins (`_outcome`).
+_RATE_LIMITED = "HTTP 429:"
 #: An answer past the cap: retried like an unreadable one (a proxy's hiccup, a looping model).
 _TOO_LARGE = (
     f"the model server's answer is larger than {MAX_MODEL_ANSWER_BYTES // (1024 * 1024)} MiB "
@@ -217,6 +219,11 @@ class OpenAIModel(Model):
                 reason, retry_after = outcome
             delay = budget.next_delay(retry_after)
             if isinstance(delay, str):
+                if reason.startswith(_RATE_LIMITED):
+                    # A rate limit outlasting the retries: handed back, not failed (ModelBusy).
+                    raise ModelBusy(
+                        f"the model server is rate limiting ({reason}); {delay}", retry_after
+                    )
                 raise ModelError(f"model call failed ({reason}); {delay}")
             if stop.wait(delay):
                 return ModelTurn(content=None, tool_calls=())
@@ -402,7 +409,9 @@ def _arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
         try:
             value = json.loads(raw)
         except json.JSONDecodeError as exc:
-            return {}, f"the arguments are not valid JSON ({exc.msg} at character {exc.pos})"
+            # Some of json's messages end in "at" ("Unterminated string starting at").
+            where = "" if exc.msg.endswith(" at") else " at"
+            return {}, f"the arguments are not valid JSON ({exc.msg}{where} character {exc.pos})"
     else:
         value = raw
     if not isinstance(value, dict):

@@ -7,8 +7,9 @@ read-only filter together; it records nothing itself (the transcript hook does).
 
 from __future__ import annotations
 
+import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -18,8 +19,9 @@ from orchestrator.agent.compaction import Conversation, SummaryAnswer, Transcrip
 from orchestrator.agent.model import Model, ModelTurn
 from orchestrator.agent.sensitive import hide_secret_arguments, is_sensitive, redact_values
 from orchestrator.tools.base import Tool, ToolCall, ToolContext, ToolResult
+from orchestrator.tools.results import RESULT_FIT
 
-__all__ = ["TRANSCRIPT", "AgentContext", "RequestBuilder"]
+__all__ = ["TRANSCRIPT", "AgentContext", "RequestBuilder", "result_fit"]
 
 #: The key of `ToolContext.extras` holding the round's transcript hook (for sub-agents).
 TRANSCRIPT = "transcript"
@@ -70,6 +72,9 @@ class RequestBuilder:
         extras = dict(ctx.extras)
         if transcript is not None:
             extras[TRANSCRIPT] = transcript
+        if context is not None:
+            # A large result's preview and pages fit the window (`ContextBudget.result_tokens`).
+            extras[RESULT_FIT] = result_fit(context)
         if self.catalogue is not None and context is not None and discovering:
             self.discovery = Discovery(
                 self.catalogue,
@@ -136,6 +141,17 @@ class RequestBuilder:
         reported = prompt_tokens_of(usage)
         if reported is not None and self.context is not None:
             self.context.counter.calibrate(self.conversation.last_raw, reported)
+
+
+def result_fit(context: AgentContext) -> Callable[[str], int]:
+    """`RESULT_FIT` of a conversation within `context`: how many characters of a text a tool
+    answer may show (`ContextBudget.result_tokens`, as the server counts them)."""
+
+    def fit(text: str) -> int:
+        counter = context.counter
+        return counter.fit_chars(text, math.floor(context.budget.result_tokens / counter.ratio))
+
+    return fit
 
 
 def _summary(turn: ModelTurn | None) -> SummaryAnswer | None:

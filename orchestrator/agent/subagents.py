@@ -34,6 +34,7 @@ from orchestrator.tools.base import (
     ToolContext,
     ToolResult,
 )
+from orchestrator.tools.results import fitting
 
 __all__ = [
     "MAX_ACTIVE",
@@ -169,7 +170,7 @@ class RoundDelegations:
         except ContextOverflow as exc:
             result = ToolResult.failed(f"the sub-agent ran out of context: {exc}", code=exc.code)
         else:
-            result = _answer(end, recorder.calls)
+            result = _answer(end, recorder.calls, ctx)
         # Its last results (written in the background) are in before the parent's answer is,
         # and a refused write (the generation was fenced) stops the round.
         flush = getattr(transcript, "flush", None)
@@ -178,13 +179,16 @@ class RoundDelegations:
         return result
 
 
-def _answer(end: RoundEnd, calls: list[dict[str, Any]]) -> ToolResult:
+def _answer(end: RoundEnd, calls: list[dict[str, Any]], ctx: ToolContext) -> ToolResult:
     text = end.final_text or ""
     if end.why == "turn_budget":
         text = text or "(the sub-agent ran out of turns before it answered)"
-    truncated = len(text) > MAX_RESULT_CHARS
+    # At most 12,000 characters, and what the parent's context window can take (an answer is
+    # not paged: shown whole, a long one failed the parent's round `context_overflow`).
+    shown = fitting(ctx, text[:MAX_RESULT_CHARS])
+    truncated = shown < len(text)
     if truncated:
-        text = text[: MAX_RESULT_CHARS - 1] + "…"
+        text = text[: max(1, shown - 1)] + "…"
     payload: dict[str, Any] = {
         "answer": text,
         "ended": end.why,

@@ -21,7 +21,7 @@ from orchestrator.agent.catalogue import SearchTools
 from orchestrator.agent.evidence import EvidenceRecorder
 from orchestrator.agent.host import ToolHost
 from orchestrator.agent.loop import LeaseLost, run_round
-from orchestrator.agent.model import Model, ModelError, load_model
+from orchestrator.agent.model import Model, ModelBusy, ModelError, load_model
 from orchestrator.agent.request import AgentContext
 from orchestrator.agent.subagents import SUBAGENTS, Delegate, SubAgentRegistry, SubAgentRun
 from orchestrator.agent.transcript import TranscriptWriter
@@ -77,6 +77,8 @@ _INFRASTRUCTURE = (DBAPIError, RedisError, LeaseBackendUnavailable)
 #: an outage, counted in `handbacks`. A statement the store answered and refused (a constraint,
 #: a value, a column the schema lacks) meets the same round again: counted in `recoveries`.
 _OUTAGES = (OperationalError, InterfaceError, RedisError, LeaseBackendUnavailable)
+#: The longest a rate-limited round waits to be requeued, whatever Retry-After says.
+MAX_RATE_LIMIT_WAIT = 900.0
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,10 @@ class RunResult:
     #: False when it was the round's own doing: its lease ran out while the lease back end
     #: answered (the worker stalled), or the store refused a statement (`recoveries`).
     outage: bool = True
+    #: With `give_back`: not requeued before this many seconds (the model server's
+    #: Retry-After), and why the generation was handed back, shown on its execution.
+    hand_back_after: float = 0.0
+    hand_back_reason: str | None = None
 
 
 class ExecutionService:
@@ -193,7 +199,12 @@ class ExecutionService:
             # Last, once nothing of the round runs on (its background commands reaped): the
             # next sweep may requeue the generation at once.
             if result is not None and result.give_back:
-                self.handback.give_back(fence, outage=result.outage)
+                self.handback.give_back(
+                    fence,
+                    outage=result.outage,
+                    after=result.hand_back_after,
+                    reason=result.hand_back_reason,
+                )
 
     def _end_of_round(self, session_id: str) -> None:
         """Nothing of the round outlives it: its paged results and its background commands,
@@ -337,16 +348,34 @@ class ExecutionService:
             )
             transcript.flush()  # the last results are in before the generation ends
         except (LeaseLost, StaleGeneration, ToolCancelled) as exc:
-            log.warning("generation %s of %s stopped: %s", fence.generation, task.task_id, exc)
-            save_round_snapshot(self.db, transcript, f"stopped: {exc}")
+            if isinstance(exc, StaleGeneration):
+                keeper.hear_why_over()
+            stopped = _stop_line(keeper, exc)
+            log.warning("generation %s of %s stopped: %s", fence.generation, task.task_id, stopped)
+            save_round_snapshot(self.db, transcript, f"stopped: {stopped}")
             # A generation ended elsewhere (a cancel, a requeue) is left as it is by the hand-back;
             # one whose lease another holder took, or that went overdue, is requeued at the next
             # sweep. (A lease that merely vanished with Redis's data is taken back instead.)
             return RunResult(
                 True,
-                f"stopped without writing: {exc}",
+                f"stopped without writing: {stopped}",
                 give_back=True,
                 outage=not keeper.lapsed,
+            )
+        except ModelBusy as exc:
+            # A rate limit is neither the task's fault nor lasting: handed back like an outage
+            # (counted in `handbacks`, parked at ORCH_MAX_HANDBACKS), requeued once the server's
+            # Retry-After has passed.
+            why = f"handed back: {exc}"
+            log.warning("generation %s of %s %s", fence.generation, task.task_id, why)
+            save_round_snapshot(self.db, transcript, why)
+            after = min(exc.retry_after or 0.0, MAX_RATE_LIMIT_WAIT)
+            return RunResult(
+                True,
+                f"{why}; requeued in {after:g}s",
+                give_back=True,
+                hand_back_after=after,
+                hand_back_reason=f"{why}; requeued in {after:g}s",
             )
         except ModelError as exc:
             save_round_snapshot(self.db, transcript, f"model_error: {exc}")
@@ -397,9 +426,11 @@ class ExecutionService:
             keeper.check()
             decision, next_generation = finish_generation(self.db, fence, rule)
         except (LeaseLost, StaleGeneration) as exc:
+            if isinstance(exc, StaleGeneration):
+                keeper.hear_why_over()
             return RunResult(
                 True,
-                f"stopped before its decision: {exc}",
+                f"stopped before its decision: {_stop_line(keeper, exc)}",
                 give_back=True,
                 outage=not keeper.lapsed,
             )
@@ -433,6 +464,13 @@ class ExecutionService:
         """A sub-agent's model: the round's model in a new conversation. A scripted model plays
         `DIR/<task type>.subagent.json`."""
         return load_model(self.settings.model, f"{task_type}.subagent", settings=self.settings)
+
+
+def _stop_line(keeper: LeaseKeeper, exc: BaseException) -> str:
+    """Why a round stopped: what stopped it (a cancel and its reason, a requeue, a lease in
+    doubt) first, as every stop says it, then what the round met (a fenced write)."""
+    why, text = keeper.lost.why, str(exc)
+    return f"{why}; {text}" if why and why not in text else text
 
 
 #: Decides the round from what the generation left in the store.

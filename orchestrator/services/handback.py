@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy.exc import InterfaceError, OperationalError
 
@@ -46,6 +46,8 @@ class _Pending:
     fence: Fence
     outage: bool
     until: float  # time.monotonic(): past it the mirror has run out by itself
+    after: float = 0.0  # seconds from the hand-back before the sweep may requeue it
+    reason: str | None = None  # why, on the execution
 
 
 class HandBack:
@@ -58,15 +60,19 @@ class HandBack:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    def give_back(self, fence: Fence, *, outage: bool = True) -> bool:
-        """End `fence`'s mirrored lease now, marked handed back after an outage unless `outage`
-        is False; True when that landed (or nothing was left to end), False when the store was
-        away and a retry is due."""
-        if self._try(fence, outage):
+    def give_back(
+        self, fence: Fence, *, outage: bool = True, after: float = 0.0, reason: str | None = None
+    ) -> bool:
+        """End `fence`'s mirrored lease now (or `after` seconds from now: a model server's
+        Retry-After), marked handed back after an outage unless `outage` is False, with
+        `reason` on the execution when given; True when that landed (or nothing was left to
+        end), False when the store was away and a retry is due."""
+        ending = _Pending(fence, outage, 0.0, after, reason)
+        if self._try(ending):
             return True
         with self._lock:
             until = time.monotonic() + self.lease_seconds
-            self._pending[(fence.task_id, fence.generation)] = _Pending(fence, outage, until)
+            self._pending[(fence.task_id, fence.generation)] = replace(ending, until=until)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._retry, name="handback", daemon=True)
                 self._thread.start()
@@ -76,11 +82,18 @@ class HandBack:
         with self._lock:
             return len(self._pending)
 
-    def _try(self, fence: Fence, outage: bool) -> bool:
+    def _try(self, ending: _Pending) -> bool:
+        fence = ending.fence
         try:
             with self.db.transaction() as conn:
                 generation_store.hand_back(
-                    conn, fence.task_id, fence.generation, fence.lease_token, outage=outage
+                    conn,
+                    fence.task_id,
+                    fence.generation,
+                    fence.lease_token,
+                    outage=ending.outage,
+                    after=ending.after,
+                    reason=ending.reason,
                 )
         except (OperationalError, InterfaceError) as exc:  # the store away: try again
             log.info(
@@ -100,7 +113,7 @@ class HandBack:
             with self._lock:
                 due = list(self._pending.items())
             for key, item in due:
-                landed = self._try(item.fence, item.outage)
+                landed = self._try(item)
                 with self._lock:
                     if landed or time.monotonic() >= item.until:
                         self._pending.pop(key, None)

@@ -170,6 +170,23 @@ class LeaseKeeper:
         if self.lost.is_set():
             raise LeaseLost(f"this generation no longer holds its lease: {self.lost.why}")
 
+    def hear_why_over(self) -> None:
+        """After the fence refused a write of the round: stop with why its generation ended, from
+        the store, if the round has not heard it yet. A cancel announces itself after its
+        commit, so a tool's own fenced write can be refused first; the line that says the round
+        stopped (and its recovery snapshot) then names the cancel and its reason, not only the
+        fence's "no longer live"."""
+        if self.lost.is_set():
+            return
+        try:
+            with self.db.transaction(readonly=True) as conn:
+                over = _why_ended(conn, self.fence)
+        except (OperationalError, InterfaceError) as exc:
+            log.info("why generation %s ended was not read: %s", self.fence.generation, exc)
+            return
+        if over is not None:
+            self._lose(over)
+
     def vouched_until(self) -> float:
         """The monotonic time until which the lease is surely held (now, once it is lost)."""
         if self.lost.is_set():
@@ -256,9 +273,14 @@ class LeaseKeeper:
 
 def _why_over(conn: Connection, fence: Fence) -> str:
     """What ended the generation elsewhere (a cancel, a requeue, a sweep), from the store."""
+    return _why_ended(conn, fence) or "the store says this generation is over"
+
+
+def _why_ended(conn: Connection, fence: Fence) -> str | None:
+    """`_why_over` when the store says how the generation ended, else None."""
     execution = execution_store.get_execution(conn, fence.task_id, fence.generation)
     if execution is None or execution.outcome is None:
-        return "the store says this generation is over"
+        return None
     reason = " ".join((execution.reason or "").split())[:200]
     said = _ENDED.get(execution.outcome, f"the generation ended ({execution.outcome})")
     return f"{said}: {reason}" if reason else said

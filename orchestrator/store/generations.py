@@ -11,7 +11,7 @@ calls them owns the transaction, so a check and the write it guards always commi
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -313,18 +313,29 @@ def _held_open(task_id: str, generation: int, lease_token: str) -> list[ColumnEl
 
 
 def hand_back(
-    conn: Connection, task_id: str, generation: int, lease_token: str, *, outage: bool = True
+    conn: Connection,
+    task_id: str,
+    generation: int,
+    lease_token: str,
+    *,
+    outage: bool = True,
+    after: float = 0.0,
+    reason: str | None = None,
 ) -> bool:
-    """A worker gives back the generation its round stopped: the mirrored lease ends now (the
-    next sweep requeues it) and, when an outage stopped it, `handed_back_at` says so; fenced
-    as a renewal is; False when the generation is over or another token holds it."""
+    """A worker gives back the generation its round stopped: the mirrored lease ends now, or
+    `after` seconds from now (a model server's Retry-After; the next sweep past it requeues
+    it), and, when an outage stopped it, `handed_back_at` says so, with `reason` as the
+    execution's reason when given (the sweep keeps it); fenced as a renewal is; False when the
+    generation is over or another token holds it."""
     now = utcnow()
-    marked = {"handed_back_at": now} if outage else {}
+    marked: dict[str, Any] = {"handed_back_at": now} if outage else {}
+    if reason is not None:
+        marked["reason"] = reason
     return (
         conn.execute(
             update(executions)
             .where(*_held_open(task_id, generation, lease_token))
-            .values(lease_expires_at=now, **marked)
+            .values(lease_expires_at=now + timedelta(seconds=max(0.0, after)), **marked)
         ).rowcount
         == 1
     )

@@ -35,6 +35,7 @@ from sqlalchemy import (
     any_,
     case,
     cast,
+    func,
     insert,
     literal,
     select,
@@ -174,8 +175,13 @@ def requeue_lost(
         )
         .values(
             outcome="lost",
+            # A hand-back that said why (a rate-limited model server) keeps its reason.
             reason=case(
-                (executions.c.handed_back_at.is_not(None), literal(HANDED_BACK)), else_=reason
+                (
+                    executions.c.handed_back_at.is_not(None),
+                    func.coalesce(executions.c.reason, literal(HANDED_BACK)),
+                ),
+                else_=reason,
             ),
             ended_at=now,
         )

@@ -24,18 +24,34 @@ from orchestrator.tools.base import Tool, ToolArguments, ToolContext, ToolResult
 __all__ = [
     "MAX_PAGE",
     "PREVIEW_CHARS",
+    "RESULT_FIT",
     "ReadToolResult",
     "ResultCache",
     "Stored",
     "clearance_of",
+    "fitting",
 ]
 
 PREVIEW_CHARS = 4000
+#: The key of `ToolContext.extras` holding how much of a text one answer may show the model:
+#: `fit(text) -> characters from its start`, set by the agent from the context window (a preview
+#: and a page of 4,000 and 16,000 characters do not fit a 4,096-token window). Unset: no limit
+#: but the sizes above (the internal bridge, a collaboration answer).
+RESULT_FIT = "result_fit"
 MAX_PAGE = 16000
 MAX_RESULT_BYTES = 1024 * 1024
 MAX_RESULTS_PER_GRAPH = 8
 MAX_BYTES_PER_GRAPH = 4 * 1024 * 1024
 TTL_SECONDS = 15 * 60
+
+
+def fitting(ctx: ToolContext, text: str) -> int:
+    """How many characters from the start of `text` an answer may show (`RESULT_FIT`); at
+    least one of a non-empty text, so that paging always moves on."""
+    fit = ctx.extras.get(RESULT_FIT)
+    if not callable(fit) or not text:
+        return len(text)
+    return max(1, min(len(text), int(fit(text))))
 
 
 def clearance_of(ctx: ToolContext) -> int:
@@ -176,7 +192,8 @@ class ReadToolResult(Tool):
     name = "read_tool_result"
     description = (
         "Read more of a large tool result by its result_id, from a Unicode character offset "
-        f"(at most {MAX_PAGE} characters a call). Use next_offset from the previous page."
+        f"(at most {MAX_PAGE} characters a call, fewer when the context window is small). Use "
+        "next_offset from the previous page."
     )
     effect = "read"
     arguments = ReadToolResultArgs
@@ -193,4 +210,9 @@ class ReadToolResult(Tool):
             return ToolResult.failed(str(exc), code="result_invalid")
         except IndexError as exc:
             return ToolResult.failed(str(exc), code="offset_out_of_range")
+        content = page["content"]
+        shown = fitting(ctx, content)
+        if shown < len(content):
+            # The page the context window can take: the next one starts where it ends.
+            page = {**page, "content": content[:shown], "next_offset": args.offset + shown}
         return ToolResult.ok(page)

@@ -352,3 +352,19 @@ def test_calibration_does_not_serialise_the_request_again(monkeypatch: pytest.Mo
     monkeypatch.setattr(budget, "_dump", lambda value: dumped.append(value) or original(value))
     assert convo.last_raw == expected
     assert dumped == []
+
+
+def test_a_context_overflow_says_where_the_tokens_are() -> None:
+    """Before, only the total: who reads `tasks show` could not tell a result (narrow the query,
+    lower a source's max_chars) from the tool definitions (LLM_MAX_TOOLS) or the model's own
+    reasoning."""
+    convo = conversation(window=2000)
+    transaction(convo, 1, calls=2, size=10)
+    transaction(convo, 2, calls=2, size=900)
+    with pytest.raises(ContextOverflow) as caught:
+        convo.prepare(TOOLS)
+    said = str(caught.value)
+    assert "tool definitions about" in said
+    assert "its largest part the result of call_api t2c0" in said or (
+        "its largest part the result of call_api t2c1" in said
+    )

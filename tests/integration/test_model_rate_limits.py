@@ -1,0 +1,98 @@
+"""A model server that rate-limits the round (HTTP 429) for longer than its retries may wait
+does not fail the task: a rate limit is neither the agent's fault nor lasting. The round hands
+its generation back, saying why, and the sweeper requeues it once the server's Retry-After has
+passed, as it requeues a round stopped by an outage: counted in `handbacks`, so a server that
+never lets up parks the task at ORCH_MAX_HANDBACKS instead of looping. Both stores."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from orchestrator.runtime import Runtime
+from orchestrator.store import executions as execution_store
+from orchestrator.store.types import utcnow
+from tests.executions_support import runtime_for, wait_for
+from tests.openai_server import OpenAIServer, call
+from tests.transcript_support import openai_runtime, trigger
+
+KEY = "sk-never-shown"
+
+
+def execution(rt: Runtime, task_id: str, generation: int) -> execution_store.ExecutionRecord:
+    with rt.db.transaction(readonly=True) as conn:
+        found = execution_store.get_execution(conn, task_id, generation)
+    assert found is not None
+    return found
+
+
+def test_a_retry_after_past_the_retry_budget_hands_the_round_back_until_then(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    rt = openai_runtime(store_url, scripts, server)
+    try:
+        server.reply(tool_calls=[call("c1", "read_task_context", {})])
+        server.fail(429, retry_after=120, message="rate limit reached for requests")
+        task_id = trigger(rt)
+        result = rt.executions.run(task_id, 1, worker="w1")
+        assert (result.ran, result.outcome, result.give_back) == (True, None, True)
+        assert "rate limit" in result.detail
+
+        task = rt.tasks.get(task_id)
+        assert task.status == "running"  # not failed model_error: handed back
+        first = execution(rt, task_id, 1)
+        assert first.outcome is None
+        assert first.handed_back_at is not None
+        assert first.reason is not None
+        assert first.reason.startswith("handed back: the model server is rate limiting")
+        assert "HTTP 429" in first.reason
+        assert "Retry-After" in first.reason
+        assert KEY not in first.reason
+        # Not requeued before the server's Retry-After has passed.
+        assert first.lease_expires_at is not None
+        left = (first.lease_expires_at - utcnow()).total_seconds()
+        assert 100 < left <= 121
+        assert rt.sweeper.sweep().requeued == []
+        assert "handed back: the model server is rate limiting" in str(rt.tasks.explain(task_id))
+    finally:
+        rt.close()
+
+
+def test_a_server_that_never_lets_up_parks_the_task_at_the_hand_back_limit(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    rt, _ = runtime_for(
+        store_url,
+        scripts,
+        model="openai:test-model",
+        llm_base_url=server.base_url,
+        llm_api_key=KEY,
+        llm_max_retries=0,
+        max_handbacks=2,
+    )
+    try:
+        for _ in range(2):
+            server.fail(429, retry_after=0.3, message="rate limit reached for requests")
+        task_id = trigger(rt)
+        for generation in (1, 2):
+            result = rt.executions.run(task_id, generation, worker="w1")
+            assert result.give_back, result.detail
+            swept = wait_for(
+                lambda: (
+                    (report := rt.sweeper.sweep()) and (report.requeued or report.parked) and report
+                ),
+                10,
+                what="the sweep after Retry-After",
+            )
+            if generation == 1:
+                assert swept.requeued == [(task_id, 1, 2)]
+                assert execution(rt, task_id, 1).outcome == "lost"
+                reason = execution(rt, task_id, 1).reason
+                assert reason is not None
+                assert reason.startswith("handed back: the model server is rate limiting")
+            else:
+                assert swept.parked == [(task_id, 2)]
+        task = rt.tasks.get(task_id)
+        assert (task.status, task.handbacks) == ("failed", 2)
+        assert task.last_error == "2 generations in a row were handed back after an outage"
+    finally:
+        rt.close()

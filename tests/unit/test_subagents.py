@@ -204,7 +204,7 @@ def test_without_a_round_there_is_no_delegation() -> None:
 
 
 class Bulky(Reader):
-    """A read whose result alone outgrows a small window (its preview is 4,000 characters)."""
+    """A large read: its preview takes a tenth of the window (the most a preview may)."""
 
     name = "read_bulk"
 
@@ -213,8 +213,13 @@ class Bulky(Reader):
         return ToolResult.ok({"rows": ["水质 reading " * 40 for _ in range(40)]})
 
 
+#: Parallel reads in the sub-agent's first turn: their previews, a tenth of the window each,
+#: outgrow it together.
+PARALLEL_READS = 14
+
+
 class ReadsThenAnswers(Model):
-    """Calls `read_bulk` once, then answers; counts its calls."""
+    """Calls `read_bulk` PARALLEL_READS times in one turn, then answers; counts its calls."""
 
     def __init__(self) -> None:
         self.calls = 0
@@ -227,7 +232,8 @@ class ReadsThenAnswers(Model):
     ) -> ModelTurn:
         self.calls += 1
         if self.calls == 1:
-            return ModelTurn(content=None, tool_calls=(ToolCall("b1", "read_bulk", {}),))
+            calls = tuple(ToolCall(f"b{n}", "read_bulk", {}) for n in range(PARALLEL_READS))
+            return ModelTurn(content=None, tool_calls=calls)
         return ModelTurn(content="all quiet", tool_calls=())
 
 
@@ -245,12 +251,13 @@ def test_a_sub_agent_whose_kept_parts_outgrow_the_window_fails_clearly() -> None
             model=lambda: model, host=host, max_turns=5, stop=threading.Event(), context=context
         ),
     )
-    # The latest tool transaction (the read and its 4,000-character preview) does not fit.
+    # The latest tool transaction (the reads and their previews) does not fit.
     result = rounds.delegate(ctx(), "are the readings normal?")
     assert (result.status, result.code) == ("failed", "context_overflow")
     assert result.message is not None
     assert result.message.startswith("the sub-agent ran out of context")
-    assert (bulky.calls, model.calls) == (1, 1)  # never asked again without the transaction
+    # Never asked again without the transaction.
+    assert (bulky.calls, model.calls) == (PARALLEL_READS, 1)
     # The fixed prompt alone (system prompt and question) does not fit: the model is not asked.
     model.calls = 0
     too_long = rounds.delegate(ctx(), "why? " * 1_500)

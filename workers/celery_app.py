@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from celery import Celery
+from celery import Celery, concurrency
 from celery.signals import after_setup_logger, setup_logging
 from celery.utils import uuid
 
@@ -40,6 +40,11 @@ PUBLISH_RETRY_POLICY = {
     "interval_step": 0.5,
     "interval_max": 0.5,
 }
+
+
+#: `--pool threads` is Celery's threads pool whose cold shutdown hands the rounds back instead of
+#: failing them (workers/pool.py), for `orchestrator worker` and `celery ... worker` alike.
+concurrency.ALIASES["threads"] = "workers.pool:ThreadPool"
 
 
 def broker_folder(settings: Settings) -> Path:

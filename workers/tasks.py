@@ -18,6 +18,7 @@ from orchestrator.services.cleanup import run_cleanup
 from orchestrator.settings import SettingsError, get_settings
 from orchestrator.tools.data_sources import DataSourceError, load_sources
 from orchestrator.tools.toolsets import SpecError, check_gateway
+from workers import shutdown
 from workers.celery_app import CeleryDispatcher, app
 from workers.constants import CLEANUP, RUN_GENERATION, SWEEP
 
@@ -57,7 +58,10 @@ class GenerationFailed(Exception):
 @app.task(name=RUN_GENERATION, bind=True, throws=(GenerationFailed,))
 def run_generation(self: Any, task_id: str, generation: int) -> str:
     worker = f"{self.request.hostname or socket.gethostname()}:{os.getpid()}"
-    with log_context(task_id=task_id, generation=generation, worker=worker):
+    with (
+        log_context(task_id=task_id, generation=generation, worker=worker),
+        shutdown.round_in_flight(),
+    ):
         result = runtime().executions.run(
             task_id, generation, worker=worker, celery_task_id=self.request.id
         )
@@ -89,6 +93,12 @@ def cleanup() -> dict[str, Any]:
     report = run_cleanup(current.db, current.settings).to_dict()
     log.info("cleanup: %s", report)
     return report
+
+
+@worker_init.connect
+def _hand_back_at_exit(**_: Any) -> None:
+    """A cold shutdown stops the running rounds and hands them back (workers/shutdown.py)."""
+    shutdown.install()
 
 
 @worker_init.connect

@@ -17,17 +17,22 @@ from celery.signals import after_setup_logger, setup_logging
 from celery.utils import uuid
 
 from orchestrator.logs import RedactFilter, configure_logging, secrets_of
+from orchestrator.services.cleanup import CLEANUP_INTERVAL_SECONDS
 from orchestrator.settings import Settings, SettingsError, get_settings
 from workers import filesystem_broker
 from workers.broker import TRANSPORT
 from workers.constants import CLEANUP, QUEUE, RUN_GENERATION, SWEEP
 
-__all__ = ["CeleryDispatcher", "app", "install_worker_logging", "make_celery"]
+__all__ = [
+    "CLEANUP_INTERVAL_SECONDS",
+    "CeleryDispatcher",
+    "app",
+    "install_worker_logging",
+    "make_celery",
+]
 
 #: Longer than any round may run; a redelivery before that would be a second wake-up only.
 VISIBILITY_TIMEOUT_SECONDS = 6 * 3600
-#: How often beat runs the retention pass (it does nothing when cleanup is disabled).
-CLEANUP_INTERVAL_SECONDS = 3600
 
 
 #: Bounds of one connection attempt and of one answer from a Redis broker.

@@ -8,10 +8,12 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 from orchestrator.agent.model import check_model_setting
+from orchestrator.cli.cleanup import describe as describe_cleanup
 from orchestrator.cli.common import (
     CommandFailed,
     add_json_flag,
@@ -25,6 +27,7 @@ from orchestrator.cli.stopping import StopSignals
 from orchestrator.logs import configure_logging
 from orchestrator.metrics_folders import claim_folder
 from orchestrator.runtime import build_runtime
+from orchestrator.services.cleanup import CLEANUP_INTERVAL_SECONDS, run_cleanup
 from orchestrator.services.outbox import OutboxDispatcher
 from orchestrator.services.sweeper import SweepReport
 from orchestrator.settings import Settings
@@ -186,6 +189,12 @@ def _sweeper(args: argparse.Namespace) -> int:
     sender = threading.Thread(target=outbox.run, args=(stop,), daemon=True) if outbox else None
     if sender is not None:
         sender.start()
+    # The retention pass (invariant 20), at start and hourly, in a thread of its own too: a
+    # long first pass never delays a requeue. The fleet runs sweepers, not always `--beat`.
+    if not args.once:
+        cleaner = threading.Thread(target=_clean_every, args=(settings, rt.db, stop, say))
+        cleaner.daemon = True
+        cleaner.start()
     try:
         while True:
             try:
@@ -222,6 +231,25 @@ def _sweeper(args: argparse.Namespace) -> int:
             outbox.close()
         signals.close()
         rt.close()
+
+
+def _clean_every(
+    settings: Settings, db: Database, stop: threading.Event, say: Callable[[str], None]
+) -> None:
+    """`orchestrator cleanup` now and every CLEANUP_INTERVAL_SECONDS until `stop`; a pass
+    that fails (the store away) is one line, and the next comes at the next interval."""
+    while True:
+        try:
+            say(f"cleanup: {describe_cleanup(run_cleanup(db, settings))}")
+        except Exception as exc:
+            log.warning(
+                "cleanup failed (%s: %s); next pass in %ds",
+                type(exc).__name__,
+                one_line(exc),
+                CLEANUP_INTERVAL_SECONDS,
+            )
+        if stop.wait(CLEANUP_INTERVAL_SECONDS):
+            return
 
 
 #: Touched after every sweep that ran; the compose health check reads its age.

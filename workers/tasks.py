@@ -12,7 +12,7 @@ from celery.signals import worker_init, worker_ready
 
 from orchestrator.agent.model import check_model_setting
 from orchestrator.logs import log_context
-from orchestrator.metrics import EXECUTIONS_ENDED
+from orchestrator.metrics import EXECUTIONS_ENDED, WORKER_SLOTS, WORKER_SLOTS_BUSY
 from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.cleanup import run_cleanup
 from orchestrator.settings import SettingsError, get_settings
@@ -61,6 +61,7 @@ def run_generation(self: Any, task_id: str, generation: int) -> str:
     with (
         log_context(task_id=task_id, generation=generation, worker=worker),
         shutdown.round_in_flight(),
+        WORKER_SLOTS_BUSY.track_inprogress(),
     ):
         result = runtime().executions.run(
             task_id, generation, worker=worker, celery_task_id=self.request.id
@@ -93,6 +94,14 @@ def cleanup() -> dict[str, Any]:
     report = run_cleanup(current.db, current.settings).to_dict()
     log.info("cleanup: %s", report)
     return report
+
+
+@worker_init.connect
+def _count_slots(sender: Any = None, **_: Any) -> None:
+    """`orchestrator_worker_slots`: this worker's concurrency, beside its busy slots."""
+    concurrency = getattr(sender, "concurrency", None)
+    if isinstance(concurrency, int):
+        WORKER_SLOTS.set(concurrency)
 
 
 @worker_init.connect

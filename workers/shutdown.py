@@ -29,7 +29,7 @@ from contextlib import contextmanager
 
 from orchestrator.services.lease_keeper import heartbeat
 
-__all__ = ["STOP_WAIT_SECONDS", "install", "round_in_flight"]
+__all__ = ["STOP_WAIT_SECONDS", "announce_warm_shutdown", "install", "round_in_flight"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,19 @@ def round_in_flight() -> Iterator[None]:
         with _changed:
             _in_flight -= 1
             _changed.notify_all()
+
+
+def announce_warm_shutdown() -> None:
+    """Say what a warm shutdown waits for: Celery's own line does not, and a round may take
+    many model turns."""
+    with _changed:
+        running = _in_flight
+    if running:
+        log.warning(
+            "warm shutdown: waiting for %d running round(s) to end; a second Ctrl+C or SIGQUIT "
+            "stops them now and hands their generations back",
+            running,
+        )
 
 
 def install() -> None:

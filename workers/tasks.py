@@ -8,7 +8,7 @@ import socket
 import threading
 from typing import Any
 
-from celery.signals import worker_init, worker_ready
+from celery.signals import worker_init, worker_ready, worker_shutting_down
 
 from orchestrator.agent.model import check_model_setting
 from orchestrator.logs import log_context
@@ -108,6 +108,12 @@ def _count_slots(sender: Any = None, **_: Any) -> None:
 def _hand_back_at_exit(**_: Any) -> None:
     """A cold shutdown stops the running rounds and hands them back (workers/shutdown.py)."""
     shutdown.install()
+
+
+@worker_shutting_down.connect
+def _say_what_a_warm_shutdown_waits_for(how: str = "", **_: Any) -> None:
+    if how == "Warm":
+        shutdown.announce_warm_shutdown()
 
 
 @worker_init.connect

@@ -76,6 +76,8 @@ def test_a_cold_shutdown_hands_running_rounds_back_instead_of_failing_them(
     assert "cannot schedule new futures" not in logs
     assert "Traceback" not in logs
     assert "handing their generations back" in logs
+    if signals[0] == signal.SIGINT:  # the first Ctrl+C, a warm shutdown, says what it waits for
+        assert "warm shutdown: waiting for 2 running round(s) to end" in logs
 
     # The sweep requeues the handed-back generations; a new worker finishes the tasks.
     for task_id in task_ids:

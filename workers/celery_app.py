@@ -47,9 +47,10 @@ PUBLISH_RETRY_POLICY = {
 }
 
 
-#: `--pool threads` is Celery's threads pool whose cold shutdown hands the rounds back instead of
-#: failing them (workers/pool.py), for `orchestrator worker` and `celery ... worker` alike.
+#: `--pool threads` and `--pool solo` are Celery's, whose cold shutdown hands the rounds back
+#: instead of failing them (workers/pool.py), for `orchestrator worker` and `celery ... worker`.
 concurrency.ALIASES["threads"] = "workers.pool:ThreadPool"
+concurrency.ALIASES["solo"] = "workers.pool:SoloPool"
 
 
 def broker_folder(settings: Settings) -> Path:

@@ -13,7 +13,8 @@ it saves its recovery snapshot and hands its generation back, and the stop waits
 most `workers.shutdown.STOP_WAIT_SECONDS`. A warm shutdown (SIGTERM, one Ctrl+C) is unchanged:
 it waits for the rounds to end.
 
-`workers.celery_app` makes this the `threads` pool, for `orchestrator worker` and
+`SoloPool` does the same for `--pool solo`, whose round runs on the main thread itself.
+`workers.celery_app` makes these the `threads` and `solo` pools, for `orchestrator worker` and
 `celery -A workers.celery_app worker` alike.
 """
 
@@ -22,12 +23,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from celery.concurrency import thread
+from celery.concurrency import solo, thread
 from celery.worker import state
 
 from workers import shutdown
 
-__all__ = ["ThreadPool"]
+__all__ = ["SoloPool", "ThreadPool"]
 
 
 class _Applied(thread.ApplyResult):  # type: ignore[misc]  # Celery is untyped
@@ -63,3 +64,13 @@ class ThreadPool(thread.TaskPool):  # type: ignore[misc]  # Celery is untyped
     def on_terminate(self) -> None:
         shutdown.stop_rounds()
         super().on_terminate()
+
+
+class SoloPool(solo.TaskPool):  # type: ignore[misc]  # Celery is untyped
+    """The solo pool: its one round runs on the main thread, which the cold shutdown's signal
+    handler interrupts; Celery's `kill_job` raised there, into the round, and failed its task
+    (`agent error: ... does not implement kill_job`). Here the round is told to stop and hands
+    its generation back once the handler returns."""
+
+    def terminate_job(self, pid: int, signal: int | None = None) -> None:
+        shutdown.stop_rounds_now()

@@ -29,7 +29,14 @@ from contextlib import contextmanager
 
 from orchestrator.services.lease_keeper import heartbeat
 
-__all__ = ["STOP_WAIT_SECONDS", "announce_warm_shutdown", "install", "round_in_flight"]
+__all__ = [
+    "STOP_WAIT_SECONDS",
+    "announce_warm_shutdown",
+    "install",
+    "round_in_flight",
+    "stop_rounds",
+    "stop_rounds_now",
+]
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +86,22 @@ def install() -> None:
     threading._register_atexit(stop_rounds)  # type: ignore[attr-defined]
 
 
+def stop_rounds_now() -> None:
+    """Stop the rounds still running without waiting for them: for the solo pool, whose one
+    round runs on the thread that stops it (it hands back once this returns)."""
+    stopped = heartbeat().stop_all(_WHY)
+    if stopped:
+        log.warning(
+            "the worker is stopping with %d round(s) running: stopping them and handing their "
+            "generations back",
+            stopped,
+        )
+
+
+#: Why a round stopped, in its lines and its recovery snapshot.
+_WHY = "the worker process is shutting down"
+
+
 def stop_rounds(wait_seconds: float = STOP_WAIT_SECONDS) -> int:
     """Stop the rounds still running and wait for them to end; how many did not end in time."""
     with _changed:
@@ -94,7 +117,7 @@ def stop_rounds(wait_seconds: float = STOP_WAIT_SECONDS) -> int:
     deadline = started + wait_seconds
     while True:
         # Again on every pass: a wake-up that claimed its generation meanwhile stops too.
-        heartbeat().stop_all("the worker process is shutting down")
+        heartbeat().stop_all(_WHY)
         with _changed:
             _changed.wait_for(
                 lambda: _in_flight == 0, timeout=min(0.5, max(0.0, deadline - time.monotonic()))

@@ -90,3 +90,28 @@ def test_a_cold_shutdown_hands_running_rounds_back_instead_of_failing_them(
     fleet.worker(2, "--name", "next@%h")
     for task_id in task_ids:
         wait_for(lambda t=task_id: rt.tasks.get(t).status == "completed", 60, what="the completion")
+
+
+@pytest.mark.slow
+def test_a_cold_shutdown_of_a_solo_worker_hands_its_round_back(
+    fleet: Fleet, rt: Runtime, scripts: Path
+) -> None:
+    """The solo pool's round runs on the main thread, which the cold shutdown interrupts: Celery's
+    `kill_job` raised into the round and failed its task."""
+    write_script(scripts, "slow", completing_turns(delay_s=30.0))
+    doomed = fleet.worker(1, "--pool", "solo", "--name", "solo@%h")
+    fleet.sweeper()
+    task_id = rt.tasks.trigger(Trigger(task_type="slow", title="solo")).task.task_id
+    wait_for(lambda: rt.plans.latest(rt.tasks.get(task_id).session_id or ""), 60, what="a plan")
+    started = time.monotonic()
+    doomed.send_signal(signal.SIGQUIT)
+    try:
+        doomed.wait(timeout=EXIT_WITHIN_SECONDS + 15)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the worker did not exit after a cold shutdown:\n{fleet.logs()}")
+    logs = fleet.logs()
+    task = rt.tasks.get(task_id)
+    assert task.status != "failed", (task.last_error, logs)
+    assert time.monotonic() - started < EXIT_WITHIN_SECONDS, logs
+    assert "kill_job" not in logs
+    wait_for(lambda: rt.tasks.get(task_id).generation == 2, 15, what="the requeue")

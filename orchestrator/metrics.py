@@ -29,6 +29,7 @@ from prometheus_client import (
     REGISTRY,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
     start_http_server,
@@ -66,6 +67,8 @@ __all__ = [
     "TOOL_CALLS",
     "TOOL_TIMEOUTS",
     "VERIFICATIONS",
+    "WORKER_SLOTS",
+    "WORKER_SLOTS_BUSY",
     "StoreCollector",
     "registry",
     "render",
@@ -145,6 +148,19 @@ TOOL_TIMEOUTS = Counter(
     ["tool"],
 )
 
+# A worker's capacity and what of it is in use: `busy == slots` for long is a worker with no
+# free slot (wake-ups wait in the queue). Summed over the live processes of a prefork worker.
+WORKER_SLOTS = Gauge(
+    "orchestrator_worker_slots",
+    "Wake-ups this worker runs at once at most (its --concurrency)",
+    multiprocess_mode="livesum",
+)
+WORKER_SLOTS_BUSY = Gauge(
+    "orchestrator_worker_slots_busy",
+    "Wake-ups this worker runs now (a round, or a wake-up that finds nothing to run)",
+    multiprocess_mode="livesum",
+)
+
 #: Every value a labelled counter is known to take, exported at 0 at import. Model and tool
 #: names are open sets (whatever ORCH_MODEL and the catalogue say): they appear on first use.
 KNOWN_LABELS: tuple[tuple[Counter, tuple[str, ...]], ...] = (
@@ -167,6 +183,7 @@ class _Counts(NamedTuple):
     approvals_pending: int
     dead: dict[str, int]  # dead-lettered outbox rows by kind
     oldest_pending_seconds: dict[str, float]  # by kind; 0 when nothing of it waits
+    oldest_queued_seconds: float  # 0 when no task is queued
 
 
 class StoreCollector(Collector):
@@ -201,6 +218,14 @@ class StoreCollector(Collector):
         for status in RECEIPT_STATUSES:
             family.add_metric([status], int(counts.receipts.get(status, 0)))
         yield family
+        # Queued tasks wait for a worker's free slot: the wait of the oldest says whether the
+        # fleet keeps up (a burst served shows many queued tasks, none of them old).
+        yield GaugeMetricFamily(
+            "orchestrator_tasks_oldest_queued_seconds",
+            "Time since the oldest queued task was queued (0 when none): tasks waiting for a "
+            "free worker slot",
+            value=counts.oldest_queued_seconds,
+        )
         yield GaugeMetricFamily(
             "orchestrator_approvals_pending",
             "Actions waiting for a human decision",
@@ -241,6 +266,9 @@ class StoreCollector(Collector):
             pending = conn.execute(
                 select(func.count()).where(actions.c.status == "pending_approval")
             ).scalar_one()
+            queued_since = conn.execute(
+                select(func.min(tasks.c.updated_at)).where(tasks.c.status == "queued")
+            ).scalar_one()
             dead: dict[str, int] = dict(
                 conn.execute(
                     select(outbox.c.kind, func.count())
@@ -255,7 +283,8 @@ class StoreCollector(Collector):
             ).all()
         now = utcnow()
         ages = {kind: max(0.0, (now - at).total_seconds()) for kind, at in oldest}
-        return _Counts(by_status, receipts, int(pending), dead, ages)
+        queued = 0.0 if queued_since is None else max(0.0, (now - queued_since).total_seconds())
+        return _Counts(by_status, receipts, int(pending), dead, ages, queued)
 
 
 def registry(db: Database | None, *, outage_tolerant: bool = False) -> CollectorRegistry:

@@ -12,22 +12,27 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from celery import Celery
+from celery import Celery, concurrency
 from celery.signals import after_setup_logger, setup_logging
 from celery.utils import uuid
 
 from orchestrator.logs import RedactFilter, configure_logging, secrets_of
+from orchestrator.services.cleanup import CLEANUP_INTERVAL_SECONDS
 from orchestrator.settings import Settings, SettingsError, get_settings
 from workers import filesystem_broker
 from workers.broker import TRANSPORT
 from workers.constants import CLEANUP, QUEUE, RUN_GENERATION, SWEEP
 
-__all__ = ["CeleryDispatcher", "app", "install_worker_logging", "make_celery"]
+__all__ = [
+    "CLEANUP_INTERVAL_SECONDS",
+    "CeleryDispatcher",
+    "app",
+    "install_worker_logging",
+    "make_celery",
+]
 
 #: Longer than any round may run; a redelivery before that would be a second wake-up only.
 VISIBILITY_TIMEOUT_SECONDS = 6 * 3600
-#: How often beat runs the retention pass (it does nothing when cleanup is disabled).
-CLEANUP_INTERVAL_SECONDS = 3600
 
 
 #: Bounds of one connection attempt and of one answer from a Redis broker.
@@ -40,6 +45,12 @@ PUBLISH_RETRY_POLICY = {
     "interval_step": 0.5,
     "interval_max": 0.5,
 }
+
+
+#: `--pool threads` and `--pool solo` are Celery's, whose cold shutdown hands the rounds back
+#: instead of failing them (workers/pool.py), for `orchestrator worker` and `celery ... worker`.
+concurrency.ALIASES["threads"] = "workers.pool:ThreadPool"
+concurrency.ALIASES["solo"] = "workers.pool:SoloPool"
 
 
 def broker_folder(settings: Settings) -> Path:

@@ -8,16 +8,17 @@ import socket
 import threading
 from typing import Any
 
-from celery.signals import worker_init, worker_ready
+from celery.signals import worker_init, worker_ready, worker_shutting_down
 
 from orchestrator.agent.model import check_model_setting
 from orchestrator.logs import log_context
-from orchestrator.metrics import EXECUTIONS_ENDED
+from orchestrator.metrics import EXECUTIONS_ENDED, WORKER_SLOTS, WORKER_SLOTS_BUSY
 from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.cleanup import run_cleanup
 from orchestrator.settings import SettingsError, get_settings
 from orchestrator.tools.data_sources import DataSourceError, load_sources
 from orchestrator.tools.toolsets import SpecError, check_gateway
+from workers import shutdown
 from workers.celery_app import CeleryDispatcher, app
 from workers.constants import CLEANUP, RUN_GENERATION, SWEEP
 
@@ -57,7 +58,11 @@ class GenerationFailed(Exception):
 @app.task(name=RUN_GENERATION, bind=True, throws=(GenerationFailed,))
 def run_generation(self: Any, task_id: str, generation: int) -> str:
     worker = f"{self.request.hostname or socket.gethostname()}:{os.getpid()}"
-    with log_context(task_id=task_id, generation=generation, worker=worker):
+    with (
+        log_context(task_id=task_id, generation=generation, worker=worker),
+        shutdown.round_in_flight(),
+        WORKER_SLOTS_BUSY.track_inprogress(),
+    ):
         result = runtime().executions.run(
             task_id, generation, worker=worker, celery_task_id=self.request.id
         )
@@ -89,6 +94,26 @@ def cleanup() -> dict[str, Any]:
     report = run_cleanup(current.db, current.settings).to_dict()
     log.info("cleanup: %s", report)
     return report
+
+
+@worker_init.connect
+def _count_slots(sender: Any = None, **_: Any) -> None:
+    """`orchestrator_worker_slots`: this worker's concurrency, beside its busy slots."""
+    concurrency = getattr(sender, "concurrency", None)
+    if isinstance(concurrency, int):
+        WORKER_SLOTS.set(concurrency)
+
+
+@worker_init.connect
+def _hand_back_at_exit(**_: Any) -> None:
+    """A cold shutdown stops the running rounds and hands them back (workers/shutdown.py)."""
+    shutdown.install()
+
+
+@worker_shutting_down.connect
+def _say_what_a_warm_shutdown_waits_for(how: str = "", **_: Any) -> None:
+    if how == "Warm":
+        shutdown.announce_warm_shutdown()
 
 
 @worker_init.connect

@@ -6,10 +6,10 @@ import argparse
 from typing import Any
 
 from orchestrator.cli.common import add_json_flag, bounded_int, load, print_json
-from orchestrator.services.cleanup import run_cleanup
+from orchestrator.services.cleanup import CleanupReport, run_cleanup
 from orchestrator.store.db import Database
 
-__all__ = ["MAX_BATCH", "register"]
+__all__ = ["MAX_BATCH", "describe", "register"]
 
 MAX_BATCH = 10_000
 
@@ -39,13 +39,18 @@ def _cleanup(args: argparse.Namespace) -> int:
         db.dispose()
     if args.json:
         print_json(report.to_dict())
-    elif not report.enabled:
-        print(f"cleanup disabled: {report.reason}; deleted nothing")
     else:
-        print(
-            f"deleted {report.receipts_deleted} invocation receipts older than "
-            f"{report.retention_days} days (before {report.cutoff:%Y-%m-%d %H:%M:%S} UTC) "
-            f"in {report.batches} batches, and {report.transcript_entries_deleted} transcript "
-            "entries of finished tasks; running and unknown receipts are kept"
-        )
+        print(describe(report))
     return 0
+
+
+def describe(report: CleanupReport) -> str:
+    """What a retention pass did, in one line (this command's, and the sweeper's hourly one)."""
+    if not report.enabled:
+        return f"cleanup disabled: {report.reason}; deleted nothing"
+    return (
+        f"deleted {report.receipts_deleted} invocation receipts older than "
+        f"{report.retention_days} days (before {report.cutoff:%Y-%m-%d %H:%M:%S} UTC) "
+        f"in {report.batches} batches, and {report.transcript_entries_deleted} transcript "
+        "entries of finished tasks; running and unknown receipts are kept"
+    )

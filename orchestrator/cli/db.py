@@ -10,7 +10,7 @@ from alembic.util.exc import CommandError
 from orchestrator.cli.common import CommandFailed, add_json_flag, load, mask_url, print_json
 from orchestrator.store import migrations
 
-__all__ = ["check_store_ready", "register"]
+__all__ = ["check_store_ready", "refuse_newer_store", "register"]
 
 
 def register(commands: Any) -> None:
@@ -37,11 +37,28 @@ def check_store_ready(url: str) -> None:
     """
     current = migrations.current_revision(url)
     head = migrations.head_revision()
+    _refuse_newer(url, current, head)
     if current != head:
         at = f"at revision {current}" if current else "empty"
         raise CommandFailed(
             f"the store at {mask_url(url)} is not migrated ({at}, this code needs {head}): "
             "run `orchestrator db upgrade`"
+        )
+
+
+def refuse_newer_store(url: str) -> None:
+    """Refuse, in one line, a store migrated by a newer version than this code."""
+    _refuse_newer(url, migrations.current_revision(url), migrations.head_revision())
+
+
+def _refuse_newer(url: str, current: str | None, head: str | None) -> None:
+    """A store at a revision this code does not know was migrated by a newer version (a rolling
+    upgrade under way, or a rollback of the code alone): `db upgrade` cannot help."""
+    if current is not None and not migrations.is_known(current):
+        raise CommandFailed(
+            f"the store at {mask_url(url)} is at revision {current}, newer than this code's "
+            f"newest ({head}): a newer orchestrator migrated it; run that version (or "
+            f"downgrade the store to {head} with it)"
         )
 
 
@@ -53,6 +70,7 @@ def _revision_error(exc: CommandError) -> CommandFailed:
 
 def _upgrade(args: argparse.Namespace) -> int:
     settings = load()
+    refuse_newer_store(settings.store_url)
     try:
         migrations.upgrade(settings.store_url, args.revision)
     except CommandError as exc:
@@ -78,5 +96,7 @@ def _current(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"current": current, "head": head})
     else:
-        print(f"current {current or 'base'} (head {head})")
+        newer = current is not None and not migrations.is_known(current)
+        said = ": newer than this code" if newer else ""
+        print(f"current {current or 'base'} (head {head}){said}")
     return 0

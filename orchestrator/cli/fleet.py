@@ -8,10 +8,14 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from orchestrator.agent.model import check_model_setting
+from orchestrator.cli.cleanup import describe as describe_cleanup
 from orchestrator.cli.common import (
     CommandFailed,
     add_json_flag,
@@ -20,11 +24,13 @@ from orchestrator.cli.common import (
     one_line,
     print_json,
 )
-from orchestrator.cli.db import check_store_ready
+from orchestrator.cli.db import check_store_ready, refuse_newer_store
 from orchestrator.cli.stopping import StopSignals
+from orchestrator.cli.store_errors import describe_store_error
 from orchestrator.logs import configure_logging
 from orchestrator.metrics_folders import claim_folder
 from orchestrator.runtime import build_runtime
+from orchestrator.services.cleanup import CLEANUP_INTERVAL_SECONDS, run_cleanup
 from orchestrator.services.outbox import OutboxDispatcher
 from orchestrator.services.sweeper import SweepReport
 from orchestrator.settings import Settings
@@ -158,6 +164,11 @@ def _serve(settings: Settings, db: Database) -> None:
 
 def _sweeper(args: argparse.Namespace) -> int:
     settings = load()
+    # A store migrated by a newer orchestrator stops here with one line: no sweep of this code
+    # can mend it. One behind is swept on (each failure says to run `db upgrade`), as one that
+    # does not answer is: both may be mended while the loop runs.
+    with contextlib.suppress(SQLAlchemyError):
+        refuse_newer_store(settings.store_url)
     configure_logging(settings)
     rt = build_runtime(settings)
     # Imported here: prometheus-client picks its value store on import, after the worker
@@ -186,6 +197,12 @@ def _sweeper(args: argparse.Namespace) -> int:
     sender = threading.Thread(target=outbox.run, args=(stop,), daemon=True) if outbox else None
     if sender is not None:
         sender.start()
+    # The retention pass (invariant 20), at start and hourly, in a thread of its own too: a
+    # long first pass never delays a requeue. The fleet runs sweepers, not always `--beat`.
+    if not args.once:
+        cleaner = threading.Thread(target=_clean_every, args=(settings, rt.db, stop, say))
+        cleaner.daemon = True
+        cleaner.start()
     try:
         while True:
             try:
@@ -203,12 +220,11 @@ def _sweeper(args: argparse.Namespace) -> int:
                     raise  # main() turns it into one line and a non-zero exit
                 # The store or the broker briefly unreachable must not end the loop: what this
                 # sweep missed is still expired at the next one.
-                log.warning(
-                    "sweep failed (%s: %s); retrying in %gs",
-                    type(exc).__name__,
-                    one_line(exc),
-                    settings.sweep_seconds,
+                # A store error says what is wrong and what to do (not migrated: `db upgrade`).
+                why = f"{type(exc).__name__}: " + (
+                    describe_store_error(exc) if isinstance(exc, SQLAlchemyError) else one_line(exc)
                 )
+                log.warning("sweep failed (%s); retrying in %gs", why, settings.sweep_seconds)
             else:
                 for line in [] if json_lines else report.lines():
                     print(line, flush=True)
@@ -222,6 +238,27 @@ def _sweeper(args: argparse.Namespace) -> int:
             outbox.close()
         signals.close()
         rt.close()
+
+
+#: How soon a cleanup pass that failed is tried again.
+CLEANUP_RETRY_SECONDS = 60
+
+
+def _clean_every(
+    settings: Settings, db: Database, stop: threading.Event, say: Callable[[str], None]
+) -> None:
+    """`orchestrator cleanup` now and every CLEANUP_INTERVAL_SECONDS until `stop`; a pass
+    that fails (the store away or not migrated) is one line, and is tried again sooner."""
+    while True:
+        wait = CLEANUP_INTERVAL_SECONDS
+        try:
+            say(f"cleanup: {describe_cleanup(run_cleanup(db, settings))}")
+        except Exception as exc:
+            wait = CLEANUP_RETRY_SECONDS
+            why = describe_store_error(exc) if isinstance(exc, SQLAlchemyError) else one_line(exc)
+            log.warning("cleanup failed (%s: %s); next pass in %ds", type(exc).__name__, why, wait)
+        if stop.wait(wait):
+            return
 
 
 #: Touched after every sweep that ran; the compose health check reads its age.

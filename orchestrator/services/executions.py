@@ -389,7 +389,9 @@ class ExecutionService:
         except _INFRASTRUCTURE as exc:
             # Not the task's fault: leave the generation open and hand it back (its mirrored
             # lease ends now, or once the store answers again); the sweeper requeues it.
-            log.warning("generation %s of %s stopped: %s", fence.generation, task.task_id, exc)
+            log.warning(
+                "generation %s of %s stopped: %s", fence.generation, task.task_id, cause_line(exc)
+            )
             save_round_snapshot(self.db, transcript, f"infrastructure error: {type(exc).__name__}")
             return RunResult(
                 True,
@@ -437,7 +439,9 @@ class ExecutionService:
         except _INFRASTRUCTURE as exc:
             # Should the decision have committed with its answer lost, the hand-back finds the
             # execution closed and leaves it.
-            log.warning("generation %s of %s stopped: %s", fence.generation, task.task_id, exc)
+            log.warning(
+                "generation %s of %s stopped: %s", fence.generation, task.task_id, cause_line(exc)
+            )
             return RunResult(
                 True,
                 f"stopped before its decision: {type(exc).__name__}",

@@ -328,6 +328,15 @@ class Heartbeat:
         with self._changed:
             return len(self._keepers)
 
+    def stop_all(self, why: str) -> int:
+        """Stop every generation this process holds, as a lost lease does (its round saves its
+        snapshot and hands the generation back); how many. For a process that is going away."""
+        with self._changed:
+            keepers = list(self._keepers)
+        for keeper in keepers:
+            keeper._lose(why)
+        return len(keepers)
+
     def _run(self) -> None:
         while True:
             with self._changed:

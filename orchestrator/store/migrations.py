@@ -8,10 +8,18 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util.exc import CommandError
 
 from orchestrator.store.db import make_engine
 
-__all__ = ["alembic_config", "current_revision", "downgrade", "head_revision", "upgrade"]
+__all__ = [
+    "alembic_config",
+    "current_revision",
+    "downgrade",
+    "head_revision",
+    "is_known",
+    "upgrade",
+]
 
 _ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,6 +46,15 @@ def downgrade(url: str, revision: str) -> None:
 
 def head_revision() -> str | None:
     return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+
+
+def is_known(revision: str) -> bool:
+    """Whether this code has `revision`: one it does not know was made by a newer version."""
+    scripts = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    try:
+        return scripts.get_revision(revision) is not None
+    except CommandError:
+        return False
 
 
 def current_revision(url: str) -> str | None:

@@ -83,6 +83,10 @@ def test_every_task_completes_through_a_postgres_restart_and_nothing_is_stored_t
     logs = fleet.logs()
     assert "Traceback" not in logs
     assert "CRITICAL" not in logs
+    # One line per failure: not the driver's hint and SQLAlchemy's link on lines of their own.
+    for path in fleet.folder.glob("worker-*.log"):
+        for line in path.read_text(errors="replace").splitlines():
+            assert not line.startswith(("\t", "(Background on this error")), (path.name, line)
 
 
 def _count(rt: Runtime, query: str) -> int:

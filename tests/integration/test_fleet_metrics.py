@@ -1,0 +1,136 @@
+"""What the metrics tell the person paged about the fleet: wake-ups waiting, and free slots.
+
+Before, a fleet whose workers were all busy (or gone) showed nothing but
+`orchestrator_tasks{status="queued"}`, which is also high during a burst that is being served:
+an operator could not tell tasks waiting for minutes from tasks about to start, nor a worker
+with no free slot from an idle one.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import urllib.request
+from datetime import timedelta
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import update
+
+from orchestrator.api.app import create_app
+from orchestrator.services.dispatch import RecordingDispatcher
+from orchestrator.services.tasks import TaskService, Trigger
+from orchestrator.settings import load_settings
+from orchestrator.store import migrations
+from orchestrator.store.db import Database
+from orchestrator.store.tables import tasks
+from orchestrator.store.types import utcnow
+from tests.acceptance.fleet import ORCHESTRATOR
+from tests.executions_support import completing_turns, wait_for, write_script
+from tests.services import free_port
+
+
+def _value(text: str, name: str) -> float | None:
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and not sample.labels:
+                return float(sample.value)
+    return None
+
+
+def test_the_oldest_queued_tasks_wait_is_a_gauge(sqlite_url: str, tmp_path: Path) -> None:
+    settings = load_settings(database_url=sqlite_url, home=tmp_path, api_token="tok")
+    db = Database.from_url(sqlite_url)
+    service = TaskService(db, RecordingDispatcher())
+    with TestClient(create_app(settings, db=db)) as client:
+        headers = {"Authorization": "Bearer tok"}
+        empty = client.get("/metrics", headers=headers).text
+        waiting = service.trigger(Trigger(task_type="demo", title="waits")).task.task_id
+        service.trigger(Trigger(task_type="demo", title="just now"))
+        with db.transaction() as conn:
+            conn.execute(
+                update(tasks)
+                .where(tasks.c.task_id == waiting)
+                .values(updated_at=utcnow() - timedelta(seconds=600))
+            )
+        text = client.get("/metrics", headers=headers).text
+    db.dispose()
+    assert _value(empty, "orchestrator_tasks_oldest_queued_seconds") == 0.0
+    age = _value(text, "orchestrator_tasks_oldest_queued_seconds")
+    assert age is not None, text
+    assert 600 <= age < 660
+    assert "# TYPE orchestrator_tasks_oldest_queued_seconds gauge" in text
+
+
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+        return str(response.read().decode())
+
+
+def test_a_worker_shows_its_slots_and_how_many_are_busy(tmp_path: Path, scripts: Path) -> None:
+    home = tmp_path / "home"
+    migrations.upgrade(f"sqlite:///{home / 'orchestrator.db'}")
+    write_script(scripts, "slow", completing_turns(delay_s=3.0))
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ORCH_", "PROMETHEUS_"))}
+    env |= {
+        "ORCH_HOME": str(home),
+        "ORCH_METRICS_PORT": str(port),
+        "ORCH_MODEL": f"scripted:{scripts}",
+    }
+    log = (tmp_path / "worker.log").open("wb")
+    worker = subprocess.Popen(
+        [ORCHESTRATOR, "worker", "--concurrency", "1"],
+        env=env,
+        cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+    def scrape() -> str:
+        try:
+            return _scrape(port)
+        except OSError:
+            return ""
+
+    try:
+        # The port answers before Celery has started; the slots are counted once it has.
+        idle = wait_for(
+            lambda: _value(text := scrape(), "orchestrator_worker_slots") == 1.0 and text,
+            40,
+            0.2,
+            what="the worker's one slot",
+        )
+        assert _value(idle, "orchestrator_worker_slots_busy") == 0.0
+        subprocess.run(
+            [ORCHESTRATOR, "tasks", "trigger", "--type", "slow", "--title", "s"],
+            env=env,
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        wait_for(
+            lambda: _value(scrape(), "orchestrator_worker_slots_busy") == 1.0,
+            20,
+            0.2,
+            what="its one slot busy",
+        )
+        wait_for(
+            lambda: 'orchestrator_tasks{status="completed"} 1.0' in (text := scrape()) and text,
+            30,
+            0.2,
+            what="the round's end",
+        )
+        assert _value(scrape(), "orchestrator_worker_slots_busy") == 0.0
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        try:
+            worker.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait(timeout=10)
+        log.close()

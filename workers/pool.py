@@ -9,9 +9,9 @@ shutdown was already under way, let the main thread leave while the rounds ran o
 
 Here a thread is not killed (nobody can), and a cancelled request's job is left alone; when the
 cold shutdown stops the pool, every round of the process is stopped as a lost lease stops it:
-it saves its recovery snapshot and hands its generation back, and the stop waits for that, at
-most `workers.shutdown.STOP_WAIT_SECONDS`. A warm shutdown (SIGTERM, one Ctrl+C) is unchanged:
-it waits for the rounds to end.
+it saves its recovery snapshot and hands its generation back, and the process's exit waits for
+that, at most `workers.shutdown.STOP_WAIT_SECONDS` (not the signal handler: see `on_stop`). A
+warm shutdown (SIGTERM, one Ctrl+C) is unchanged: it waits for the rounds to end.
 
 `SoloPool` does the same for `--pool solo`, whose round runs on the main thread itself.
 `workers.celery_app` makes these the `threads` and `solo` pools, for `orchestrator worker` and
@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from celery.concurrency import solo, thread
+from celery.concurrency.base import BasePool
 from celery.worker import state
 
 from workers import shutdown
@@ -56,13 +57,22 @@ class ThreadPool(thread.TaskPool):  # type: ignore[misc]  # Celery is untyped
 
     def on_stop(self) -> None:
         # A cold shutdown sets `should_terminate` before it stops the pool; a warm one does
-        # not, and waits for the rounds below.
-        if state.should_terminate:
-            shutdown.stop_rounds()
-        super().on_stop()
+        # not, and waits for the rounds (Celery's own stop joins the pool's threads).
+        if not state.should_terminate:
+            super().on_stop()
+            return
+        # The cold stop runs in a signal handler, on a main thread it may have interrupted
+        # while that held a lock the rounds need as they stop (logging's, when the second
+        # Ctrl+C came while the first was logging): waiting for them here deadlocked, and so
+        # did joining the pool's threads. The rounds are told to stop, nothing is joined, and
+        # the wait happens in the exit hook (`workers.shutdown.install`), once the handler
+        # has unwound.
+        shutdown.stop_rounds_now()
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        BasePool.on_stop(self)
 
     def on_terminate(self) -> None:
-        shutdown.stop_rounds()
+        shutdown.stop_rounds_now()  # the exit hook waits for them (see `on_stop`)
         super().on_terminate()
 
 

@@ -88,7 +88,8 @@ def install() -> None:
 
 def stop_rounds_now() -> None:
     """Stop the rounds still running without waiting for them: for the solo pool, whose one
-    round runs on the thread that stops it (it hands back once this returns)."""
+    round runs on the thread that stops it (it hands back once this returns), and the threads
+    pool's cold stop, which runs in a signal handler (the exit hook waits for them)."""
     stopped = heartbeat().stop_all(_WHY)
     if stopped:
         log.warning(

@@ -53,10 +53,11 @@ class ModelError(Exception):
 
 
 class ModelBusy(ModelError):
-    """The model server rate-limits the round (HTTP 429) for longer than its retries may wait.
-    Neither the agent's fault nor lasting: the round hands its generation back to run again
-    once `retry_after` (the server's Retry-After, seconds; None when it gave none) has passed,
-    rather than failing the task."""
+    """The model server rate-limits the round (HTTP 429), or is away (unreachable, timing out,
+    408, 5xx), for longer than its retries may wait. Neither the agent's fault nor lasting:
+    the round hands its generation back to run again once `retry_after` (the server's
+    Retry-After, seconds; None when it gave none: then after a back-off) has passed, rather
+    than failing the task."""
 
     def __init__(self, message: str, retry_after: float | None) -> None:
         super().__init__(message)

@@ -28,15 +28,17 @@ tool calls it is no final answer (the loop ends the round `model_error`).
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any, Literal
 
 import httpx2
 import openai
 
+from orchestrator.agent.call_threads import CallThreads
 from orchestrator.agent.model import Model, ModelBusy, ModelError, ModelTurn, TokenUsage
 from orchestrator.agent.model_http import (
     MAX_MODEL_ANSWER_BYTES,
@@ -57,8 +59,14 @@ _UNREADABLE = "the model server's answer is not readable as a chat completion"
 #: A completion without choices (some proxies and overloaded servers): retried the same way.
 _NO_CHOICES = "the model server returned no choices"
 _TIMED_OUT = "the model server timed out"
+_UNREACHABLE = "the model server is unreachable"
 #: How the reason of a 429 answer begins (`_outcome`).
 _RATE_LIMITED = "HTTP 429:"
+#: Reasons of a server that is away or overloaded rather than refusing this request: a
+#: timeout, no connection, 408 or a 5xx. Past the retries the round is handed back for later
+#: (`ModelBusy`), not failed: a model server restarting for a minute must not fail every task
+#: that was running.
+_AWAY = re.compile(r"HTTP (408|5\d\d):")
 #: An answer past the cap: retried like an unreadable one (a proxy's hiccup, a looping model).
 _TOO_LARGE = (
     f"the model server's answer is larger than {MAX_MODEL_ANSWER_BYTES // (1024 * 1024)} MiB "
@@ -73,14 +81,29 @@ MAX_CALL_ID_CHARS = 128
 MAX_RAW_ARGUMENT_CHARS = 500
 #: How often a waiting round looks at its stop event (a cancel, a lease in doubt).
 STOP_POLL_SECONDS = 0.1
-#: The most model calls of one process in flight at once. Every round waits on one call at a time
-#: (an abandoned call ends within its timeout, one read more at worst), so this must stay above a
-#: worker's concurrency: a smaller pool queues the calls of the rounds beyond it (64 made 200
-#: rounds of 2 s turns take 36 s instead of 14, bench/concurrency.py). Threads start only as calls
-#: need them.
-MAX_CALLS_IN_FLIGHT = 2048
-#: Model calls run here so a round waiting for one can stop at once; a process's rounds share it.
-_CALLS = ThreadPoolExecutor(max_workers=MAX_CALLS_IN_FLIGHT, thread_name_prefix="model-call")
+#: Model calls run on these daemon threads so a round waiting for one can stop at once; a
+#: process's rounds share them, and a call never waits for a thread (every round waits on one
+#: call at a time; an abandoned call ends within its timeout). Daemons: a call a stopped round
+#: left behind (a cold shutdown) does not hold up the worker's exit until the model answers or
+#: LLM_TIMEOUT_SECONDS.
+_CALLS = CallThreads("model-call")
+
+
+def _submit(create: Callable[..., Any], *args: Any) -> Future[Any]:
+    """`create(*args)` started on a model-call thread, its outcome in the future returned."""
+    future: Future[Any] = Future()
+
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return  # cancelled before it started
+        try:
+            future.set_result(create(*args))
+        except BaseException as exc:  # the caller reads it from the future
+            future.set_exception(exc)
+
+    _CALLS.run(run)
+    return future
+
 
 #: How a wait for a call ended: the call is done, the round was stopped, or the timeout passed.
 Waited = Literal["done", "stopped", "late"]
@@ -200,7 +223,7 @@ class OpenAIModel(Model):
             # The whole LLM_TIMEOUT_SECONDS, not the lease's window as it stands now: the
             # heartbeat renews the lease while the call is in flight, and a lease in doubt sets
             # `stop`, which ends the wait below at once.
-            call = _CALLS.submit(self._create, body, self.timeout)
+            call = _submit(self._create, body, self.timeout)
             waited = _wait(call, stop, started + self.timeout)
             if waited == "stopped":
                 # Cancelled or the lease is in doubt: the round stops now; the abandoned call
@@ -224,6 +247,10 @@ class OpenAIModel(Model):
                     raise ModelBusy(
                         f"the model server is rate limiting ({reason}); {delay}", retry_after
                     )
+                if reason in (_TIMED_OUT, _UNREACHABLE) or _AWAY.match(reason):
+                    raise ModelBusy(
+                        f"the model server is unavailable ({reason}); {delay}", retry_after
+                    )
                 raise ModelError(f"model call failed ({reason}); {delay}")
             if stop.wait(delay):
                 return ModelTurn(content=None, tool_calls=())
@@ -239,7 +266,7 @@ class OpenAIModel(Model):
             return _TIMED_OUT, None
         except openai.APIConnectionError:
             self._count("unreachable", started)
-            return "the model server is unreachable", None
+            return _UNREACHABLE, None
         except CorruptAnswer:
             self._count("unreadable", started)
             return _UNREADABLE, None

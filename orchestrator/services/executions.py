@@ -79,6 +79,11 @@ _INFRASTRUCTURE = (DBAPIError, RedisError, LeaseBackendUnavailable)
 _OUTAGES = (OperationalError, InterfaceError, RedisError, LeaseBackendUnavailable)
 #: The longest a rate-limited round waits to be requeued, whatever Retry-After says.
 MAX_RATE_LIMIT_WAIT = 900.0
+#: Without a Retry-After, a round the model server could not serve waits this long before it
+#: is requeued, doubled for each hand-back in a row before it (up to MAX_RATE_LIMIT_WAIT): a
+#: server down for an hour is asked a few times, not at every sweep, before ORCH_MAX_HANDBACKS
+#: parks the task.
+MODEL_AWAY_BACKOFF = 30.0
 
 
 @dataclass(frozen=True)
@@ -363,13 +368,18 @@ class ExecutionService:
                 outage=not keeper.lapsed,
             )
         except ModelBusy as exc:
-            # A rate limit is neither the task's fault nor lasting: handed back like an outage
-            # (counted in `handbacks`, parked at ORCH_MAX_HANDBACKS), requeued once the server's
-            # Retry-After has passed.
+            # A rate limit or a server away is neither the task's fault nor lasting: handed
+            # back like an outage (counted in `handbacks`, parked at ORCH_MAX_HANDBACKS),
+            # requeued once the server's Retry-After, or a back-off, has passed.
             why = f"handed back: {exc}"
             log.warning("generation %s of %s %s", fence.generation, task.task_id, why)
             save_round_snapshot(self.db, transcript, why)
-            after = min(exc.retry_after or 0.0, MAX_RATE_LIMIT_WAIT)
+            after = min(
+                exc.retry_after
+                if exc.retry_after is not None
+                else MODEL_AWAY_BACKOFF * 2 ** min(task.handbacks, 10),
+                MAX_RATE_LIMIT_WAIT,
+            )
             return RunResult(
                 True,
                 f"{why}; requeued in {after:g}s",

@@ -7,8 +7,12 @@ refuses every history a strict server refuses, so each test also shows the histo
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +21,7 @@ from pydantic import Field
 from orchestrator.agent.budget import ContextBudget, TokenCounter
 from orchestrator.agent.host import ToolHost
 from orchestrator.agent.loop import LeaseLost, run_round
-from orchestrator.agent.model import ModelError, ModelTurn, TokenUsage, load_model
+from orchestrator.agent.model import ModelBusy, ModelError, ModelTurn, TokenUsage, load_model
 from orchestrator.agent.openai_model import OpenAIModel
 from orchestrator.agent.request import AgentContext
 from orchestrator.settings import load_settings
@@ -238,10 +242,23 @@ def test_a_server_slower_than_the_timeout_is_retried_then_a_model_error_saying_s
     assert len(server.requests) == 2
 
 
-def test_an_unreachable_server_is_retried_then_a_model_error(server: OpenAIServer) -> None:
+def test_an_unreachable_server_is_retried_then_away_for_a_hand_back(server: OpenAIServer) -> None:
+    """Past its retries an unreachable server is `ModelBusy` (the round is handed back for
+    later), not a plain `ModelError` (which fails the task)."""
     model = model_for(server, llm_base_url="http://127.0.0.1:9/v1", llm_max_retries=1)
-    with pytest.raises(ModelError, match="unreachable"):
+    with pytest.raises(ModelBusy, match=r"unavailable \(the model server is unreachable\)") as away:
         play(model, CountSamples())
+    assert away.value.retry_after is None
+
+
+@pytest.mark.parametrize("status", [400, 401, 404, 422])
+def test_a_server_refusing_the_request_is_a_model_error_not_a_hand_back(
+    server: OpenAIServer, status: int
+) -> None:
+    server.fail(status, message="no such model")
+    with pytest.raises(ModelError, match=f"HTTP {status}") as refused:
+        play(model_for(server), CountSamples())
+    assert not isinstance(refused.value, ModelBusy)
 
 
 def test_malformed_arguments_are_a_failed_result_and_the_corrected_call_runs(
@@ -615,3 +632,39 @@ def test_a_completion_without_choices_is_retried_then_a_model_error(
     with pytest.raises(ModelError, match="no choices") as caught:
         play(model_for(server, llm_max_retries=1), CountSamples())
     assert "LLM_MAX_RETRIES=1" in str(caught.value)
+
+
+_ABANDONS_A_CALL = """
+import socket, sys, threading, time
+from orchestrator.agent.model import load_model
+from orchestrator.settings import load_settings
+
+silent = socket.socket()
+silent.bind(("127.0.0.1", 0))
+silent.listen()  # accepts, never answers
+url = "http://127.0.0.1:%d/v1" % silent.getsockname()[1]
+settings = load_settings(model="openai:m", llm_base_url=url, llm_timeout_seconds=60)
+model = load_model(settings.model, "water", settings=settings)
+stop = threading.Event()
+threading.Timer(0.5, stop.set).start()  # a cold shutdown stops the round
+model.next_turn([{"role": "user", "content": "hi"}], [], stop)
+print("stopped", flush=True)
+"""
+
+
+def test_a_process_does_not_wait_for_a_model_call_its_round_abandoned(tmp_path: Path) -> None:
+    """A round stopped mid-call (a cold shutdown) leaves the call to end by itself; before, the
+    call's thread was not a daemon, so the worker's exit waited for the model's answer or the
+    whole LLM_TIMEOUT_SECONDS (18-22 s seen in a fleet; 60 here)."""
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", _ABANDONS_A_CALL],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=tmp_path,
+        env={**os.environ, "ORCH_HOME": str(tmp_path)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "stopped"
+    assert time.monotonic() - started < 10

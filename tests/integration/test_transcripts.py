@@ -26,6 +26,7 @@ from orchestrator.domain.fences import Fence
 from orchestrator.errors import StaleGeneration
 from orchestrator.services.cleanup import run_cleanup
 from orchestrator.services.recovery import save_round_snapshot
+from orchestrator.store import executions as execution_store
 from orchestrator.store import snapshots as snapshot_store
 from orchestrator.store.tables import tasks, transcript_entries
 from orchestrator.store.types import utcnow
@@ -141,31 +142,65 @@ def test_the_usage_of_summary_calls_is_part_of_the_execution_s_usage(
         rt.close()
 
 
-def test_an_exhausted_retry_budget_fails_the_round_with_model_error(
+def test_a_server_away_past_the_retry_budget_hands_the_round_back_after_a_back_off(
     store_url: str, scripts: Path, server: OpenAIServer
 ) -> None:
+    """503 after 503: before, the round ended `model_error` and the task failed for good, so a
+    model server restarting for a minute failed every task that was running. It is handed back
+    (counted in `handbacks`), to be requeued after a back-off (no Retry-After was given)."""
     rt = openai_runtime(store_url, scripts, server)
     try:
-        server.fail(503, retry_after=0)
-        server.fail(503, retry_after=0)
+        server.fail(503)
+        server.fail(503)
+        task_id = trigger(rt)
+        result = rt.executions.run(task_id, 1, worker="w1")
+        assert (result.outcome, result.give_back) == (None, True)
+        view = rt.tasks.explain(task_id)
+        assert view["status"] == "running"
+        assert view["failure_code"] is None
+        reason = view["executions"][0]["reason"]
+        assert reason.startswith("handed back: the model server is unavailable (HTTP 503")
+        assert "LLM_MAX_RETRIES=1" in reason
+        assert "sk-never-shown" not in json.dumps(view, default=str)
+        with rt.db.transaction(readonly=True) as conn:
+            first = execution_store.get_execution(conn, task_id, 1)
+        assert first is not None
+        assert first.lease_expires_at is not None
+        assert first.handed_back_at is not None
+        left = (first.lease_expires_at - utcnow()).total_seconds()
+        assert 20 < left <= 30  # MODEL_AWAY_BACKOFF: not requeued at the next sweep
+        assert rt.sweeper.sweep().requeued == []
+    finally:
+        rt.close()
+
+
+def test_unreadable_answers_past_the_retry_budget_fail_the_round_with_model_error(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """A server that answers, but not a chat completion (a proxy's error page), is not away:
+    past the retries the round ends `model_error`, the reason on the execution."""
+    rt = openai_runtime(store_url, scripts, server)
+    try:
+        server.garble()
+        server.garble()
         task_id = trigger(rt)
         result = rt.executions.run(task_id, 1, worker="w1")
         assert result.outcome == "failed"
         view = rt.tasks.explain(task_id)
         assert view["failure_code"] == "model_error"
         reason = view["executions"][0]["reason"]
-        assert "HTTP 503" in reason
+        assert "not readable as a chat completion" in reason
         assert "LLM_MAX_RETRIES=1" in reason
-        assert "sk-never-shown" not in json.dumps(view, default=str)
     finally:
         rt.close()
 
 
-def test_a_model_server_dribbling_its_answers_fails_the_round_with_model_error(
+def test_a_model_server_dribbling_its_answers_times_out_and_hands_the_round_back(
     store_url: str, scripts: Path, server: OpenAIServer
 ) -> None:
     """Each byte within any read timeout: the round waited the whole answer out (~15 s each),
-    the task `running` all along. Now each call ends at LLM_TIMEOUT_SECONDS."""
+    the task `running` all along. Now each call ends at LLM_TIMEOUT_SECONDS, and a server
+    that keeps timing out is away: the round is handed back for later."""
     rt = openai_runtime(store_url, scripts, server, llm_timeout_seconds=1)
     try:
         server.dribble()
@@ -174,10 +209,10 @@ def test_a_model_server_dribbling_its_answers_fails_the_round_with_model_error(
         started = time.monotonic()
         result = rt.executions.run(task_id, 1, worker="w1")
         assert time.monotonic() - started < 6
-        assert result.outcome == "failed"
+        assert result.give_back
         view = rt.tasks.explain(task_id)
-        assert view["failure_code"] == "model_error"
         reason = view["executions"][0]["reason"]
+        assert reason.startswith("handed back: the model server is unavailable")
         assert "the model server timed out" in reason
         assert "LLM_MAX_RETRIES=1" in reason
     finally:

@@ -84,7 +84,10 @@ def run_generation(self: Any, task_id: str, generation: int) -> str:
 
 @app.task(name=SWEEP)
 def sweep() -> list[str]:
-    return runtime().sweeper.sweep().lines()
+    lines = runtime().sweeper.sweep().lines()
+    for line in lines:
+        log.info("%s", line)
+    return lines
 
 
 @app.task(name=CLEANUP)

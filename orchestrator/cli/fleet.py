@@ -183,8 +183,8 @@ def _sweeper(args: argparse.Namespace) -> int:
             raise
     signals = StopSignals()
     stop = signals.event
-    # With ORCH_LOG_FORMAT=json every line is a JSON object: the start is a log line, and what
-    # a sweep did is logged by the sweep itself (not printed again).
+    # With ORCH_LOG_FORMAT=json every line is a JSON object: the start and what each sweep did
+    # are log lines; otherwise they are printed (once: the sweep itself does not log them).
     json_lines = settings.log_format == "json"
     say = log.info if json_lines else partial(print, flush=True)
     if args.once:
@@ -214,8 +214,8 @@ def _sweeper(args: argparse.Namespace) -> int:
                 SWEEPS.labels("failed").inc()
                 if isinstance(exc, SweepDeferred):
                     # What it could do is done (and said); not a sweep that ran: no heartbeat.
-                    for line in [] if json_lines else exc.report.lines():
-                        print(line, flush=True)
+                    for line in exc.report.lines():
+                        say(line)
                 if args.once:
                     raise  # main() turns it into one line and a non-zero exit
                 # The store or the broker briefly unreachable must not end the loop: what this
@@ -226,8 +226,8 @@ def _sweeper(args: argparse.Namespace) -> int:
                 )
                 log.warning("sweep failed (%s); retrying in %gs", why, settings.sweep_seconds)
             else:
-                for line in [] if json_lines else report.lines():
-                    print(line, flush=True)
+                for line in report.lines():
+                    say(line)  # printed, or one JSON log line each: never both
                 _heartbeat(settings)
             if args.once or signals.wait(settings.sweep_seconds):
                 return 0

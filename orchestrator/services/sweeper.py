@@ -127,9 +127,7 @@ class Sweeper:
             self._recover(expired, now, report)
         self.recover_gone_processes(report)
         self._republish_stale(now, report)
-        for line in report.lines():
-            log.info("%s", line)
-        return report
+        return report  # what it did (`report.lines()`) is said by the caller: printed or logged
 
     def _past_grace(self, expired: list[ExecutionRecord]) -> list[ExecutionRecord]:
         """The expiries to recover now: all of them, or, in the grace after an outage, those

@@ -268,3 +268,26 @@ def test_the_sweeper_loop_counts_a_sweep_that_could_not_check_the_leases_as_fail
         out, _ = sweeper.communicate(timeout=30)
     assert not (home / HEARTBEAT).exists(), out
     assert b"lease back end is unavailable" in out
+
+
+def test_the_sweeper_says_each_requeue_once(tmp_path: Path) -> None:
+    """In text mode each requeue was written twice: printed, and logged by the sweep itself."""
+    home = tmp_path / "home"
+    env = cli_env(home)
+    assert run_cli(home, "db", "upgrade").returncode == 0
+    runtime, _ = runtime_for(f"sqlite:///{home / 'orchestrator.db'}", tmp_path / "scripts")
+    try:
+        task_id = expired_task(runtime)
+    finally:
+        runtime.close()
+    result = subprocess.run(
+        [ORCHESTRATOR, "sweeper", "--once"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    said = result.stdout + result.stderr
+    assert said.count(f"requeued task {task_id}") == 1, said

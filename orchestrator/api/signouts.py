@@ -88,10 +88,10 @@ class SignOuts:
             self._thread.start()
 
     def stop(self) -> None:
+        """Ends the re-reads; not waited for: a read hanging on a store that does not answer
+        must not hold up the API's stop (the thread is a daemon)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        self._thread = None
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -139,3 +139,20 @@ def test_a_sign_in_or_sign_out_form_posted_from_another_site_is_refused(
         assert client.get("/api/v1/tasks").status_code == 200
         done = client.post("/console/signout", headers=own, follow_redirects=False)
         assert done.status_code == 303
+
+
+def test_a_starting_api_refuses_a_signed_out_session_from_its_first_answer(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica that starts (a restart, a rolling deploy, one more behind the balancer) knows
+    the sign-outs before it answers: its refresher thread may not have read them yet (here it
+    never does), and until then a copy of a signed-out cookie was accepted."""
+    with make_client(store_url, tmp_path) as first:
+        copied = sign_in(first)
+        first.cookies.set(session.COOKIE, copied)
+        assert first.post("/console/signout", follow_redirects=False).status_code == 303
+    monkeypatch.setattr(SignOuts, "_run", lambda self: None)  # a refresher slow to start
+    with make_client(store_url, tmp_path) as starting:
+        starting.cookies.set(session.COOKIE, copied)
+        assert starting.get("/api/v1/tasks").status_code == 401
+        assert starting.get("/console/session").json()["signed_in"] is False

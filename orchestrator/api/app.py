@@ -17,6 +17,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import DataError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from orchestrator import __version__
@@ -200,7 +201,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await plan_hub.start()
-        signouts.start()
+        await run_in_threadpool(signouts.start)  # its first read of the store, off the loop
         try:
             yield
         finally:

@@ -104,12 +104,18 @@ def _start_session(request: Request, presented: str, query: list[tuple[str, str]
     return response
 
 
+#: `Sec-Fetch-Site` values of a form the console may have sent: its own page's, a person's own
+#: navigation's; programs send none.
+_OWN_FORMS = frozenset({"", "same-origin", "none"})
+
+
 def _from_another_site(request: Request) -> bool:
-    """Whether a browser sent this form from a page of another site (`Sec-Fetch-Site`, which
-    pages cannot set): a sign-in form posted there would sign the person in as the other
-    site's account (login CSRF), and their decisions would be recorded under its name. The
-    console's own form is `same-origin`; programs send no such header."""
-    return request.headers.get("sec-fetch-site", "").strip().lower() == "cross-site"
+    """Whether a browser sent this form from a page that is not the console's (`Sec-Fetch-Site`,
+    which pages cannot set): a sign-in form posted there would sign the person in as that
+    page's account (login CSRF), and their decisions would be recorded under its name. Another
+    host of the same site (`same-site`: wiki.example.com beside orch.example.com) is refused
+    as well as another site: the console's own form is `same-origin`."""
+    return request.headers.get("sec-fetch-site", "").strip().lower() not in _OWN_FORMS
 
 
 def _over_https(request: Request) -> bool:

@@ -83,6 +83,11 @@ class SignOuts:
             self._known = stored | frozenset(self._mine)
 
     def start(self) -> None:
+        """Read the sign-outs once, then again every `every` seconds on a thread of its own.
+        The first read is here, before the API answers: a replica that starts (a restart, a
+        rolling deploy) must not accept a signed-out session until its thread gets to it.
+        (A store that does not answer is logged, as at every refresh, and the API starts.)"""
+        self.refresh()
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="console-signouts", daemon=True)
             self._thread.start()
@@ -94,6 +99,5 @@ class SignOuts:
         self._thread = None
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while not self._stop.wait(self.every):
             self.refresh()
-            self._stop.wait(self.every)

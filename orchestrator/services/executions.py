@@ -79,10 +79,10 @@ _INFRASTRUCTURE = (DBAPIError, RedisError, LeaseBackendUnavailable)
 _OUTAGES = (OperationalError, InterfaceError, RedisError, LeaseBackendUnavailable)
 #: The longest a rate-limited round waits to be requeued, whatever Retry-After says.
 MAX_RATE_LIMIT_WAIT = 900.0
-#: Without a Retry-After, a round the model server could not serve waits this long before it
-#: is requeued, doubled for each hand-back in a row before it (up to MAX_RATE_LIMIT_WAIT): a
-#: server down for an hour is asked a few times, not at every sweep, before ORCH_MAX_HANDBACKS
-#: parks the task.
+#: A round the model server could not serve waits at least this long before it is requeued
+#: (longer when its Retry-After says so), doubled for each hand-back in a row before it (up to
+#: MAX_RATE_LIMIT_WAIT): a server down or rate-limiting for an hour is asked a few times, not
+#: at every sweep, before ORCH_MAX_HANDBACKS parks the task.
 MODEL_AWAY_BACKOFF = 30.0
 
 
@@ -370,16 +370,15 @@ class ExecutionService:
         except ModelBusy as exc:
             # A rate limit or a server away is neither the task's fault nor lasting: handed
             # back like an outage (counted in `handbacks`, parked at ORCH_MAX_HANDBACKS),
-            # requeued once the server's Retry-After, or a back-off, has passed.
+            # requeued once the back-off, and the server's Retry-After, have passed.
             why = f"handed back: {exc}"
             log.warning("generation %s of %s %s", fence.generation, task.task_id, why)
             save_round_snapshot(self.db, transcript, why)
-            after = min(
-                exc.retry_after
-                if exc.retry_after is not None
-                else MODEL_AWAY_BACKOFF * 2 ** min(task.handbacks, 10),
-                MAX_RATE_LIMIT_WAIT,
-            )
+            # The later of the server's Retry-After and the back-off: a short Retry-After the
+            # round's retries already waited out (a burst against a tokens-per-minute limit)
+            # would requeue it at every sweep and park it at ORCH_MAX_HANDBACKS in minutes.
+            backoff = MODEL_AWAY_BACKOFF * 2 ** min(task.handbacks, 10)
+            after = min(max(exc.retry_after or 0.0, backoff), MAX_RATE_LIMIT_WAIT)
             return RunResult(
                 True,
                 f"{why}; requeued in {after:g}s",

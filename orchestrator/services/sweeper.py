@@ -177,7 +177,8 @@ class Sweeper:
         self.requeue_lost(lost, LEASE_EXPIRED, report, expired_before=now)
 
     def recover_gone_processes(self, report: SweepReport | None = None) -> SweepReport:
-        """Requeue now the generations whose claiming process on this host no longer exists.
+        """Requeue now the generations whose claiming process on this host no longer exists
+        (and that it had not handed back: their mirrored lease says when they are requeued).
 
         Their leases are still live, so each is released with the dead holder's own token
         (compare-and-delete: a lease someone else took since is left alone) before the next

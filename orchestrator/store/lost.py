@@ -103,7 +103,10 @@ class Held:
 
 
 def held_on_host(conn: Connection, host: str) -> list[Held]:
-    """Open generations claimed by processes of `host` (index on `worker_host, outcome`)."""
+    """Open generations claimed by processes of `host` (index on `worker_host, outcome`) that
+    their workers still hold. One its worker handed back is no longer held: its mirrored lease
+    says when it is requeued (a model server's Retry-After), whether or not that process is
+    still there; requeued at once after a worker's restart, it met the same 429 again."""
     rows = conn.execute(
         select(
             executions.c.task_id,
@@ -115,6 +118,7 @@ def held_on_host(conn: Connection, host: str) -> list[Held]:
             executions.c.worker_host == host,
             executions.c.outcome.is_(None),
             executions.c.worker_pid.is_not(None),
+            executions.c.handed_back_at.is_(None),
         )
     )
     return [

@@ -139,3 +139,40 @@ def test_a_sign_in_or_sign_out_form_posted_from_another_site_is_refused(
         assert client.get("/api/v1/tasks").status_code == 200
         done = client.post("/console/signout", headers=own, follow_redirects=False)
         assert done.status_code == 303
+
+
+def test_a_starting_api_refuses_a_signed_out_session_from_its_first_answer(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica that starts (a restart, a rolling deploy, one more behind the balancer) knows
+    the sign-outs before it answers: its refresher thread may not have read them yet (here it
+    never does), and until then a copy of a signed-out cookie was accepted."""
+    with make_client(store_url, tmp_path) as first:
+        copied = sign_in(first)
+        first.cookies.set(session.COOKIE, copied)
+        assert first.post("/console/signout", follow_redirects=False).status_code == 303
+    monkeypatch.setattr(SignOuts, "_run", lambda self: None)  # a refresher slow to start
+    with make_client(store_url, tmp_path) as starting:
+        starting.cookies.set(session.COOKIE, copied)
+        assert starting.get("/api/v1/tasks").status_code == 401
+        assert starting.get("/console/session").json()["signed_in"] is False
+
+
+def test_a_sign_in_or_sign_out_form_posted_from_a_sibling_site_is_refused_too(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Another host of the same site (wiki.example.com beside orch.example.com) is not the
+    console either: `Sec-Fetch-Site: same-site` posting its own token signed the person in as
+    its account, and posting a sign-out ended the session (SameSite sends the cookie there)."""
+    sibling = {"Sec-Fetch-Site": "same-site"}
+    with make_client(store_url, tmp_path) as client:
+        answer = client.post(
+            "/console/session", data={"token": TOKEN}, headers=sibling, follow_redirects=False
+        )
+        assert answer.status_code == 403
+        assert session.COOKIE not in answer.headers.get("set-cookie", "")
+        value = sign_in(client)
+        refused = client.post("/console/signout", headers=sibling, follow_redirects=False)
+        assert refused.status_code == 403
+        client.cookies.set(session.COOKIE, value)
+        assert client.get("/api/v1/tasks").status_code == 200

@@ -85,6 +85,28 @@ def test_a_gone_process_is_requeued_at_once_and_its_lease_released(rt: Runtime) 
     assert rt.sweeper.sweep().requeued == []
 
 
+def test_a_round_handed_back_until_a_retry_after_waits_for_it_though_its_process_is_gone(
+    rt: Runtime,
+) -> None:
+    """A round a rate-limited model server stopped is handed back to be requeued once its
+    Retry-After has passed; the worker then restarts (a deploy). Its old process is gone, but
+    the generation is no longer its: restart recovery must not requeue it at once, straight
+    into the same 429, each time counted in `handbacks` towards parking the task."""
+    task_id, token = claim(rt, exited_process())
+    rt.leases.release(lease_name(task_id), token)  # the round ended: its lease went first
+    with rt.db.transaction() as conn:
+        assert generation_store.hand_back(
+            conn, task_id, 1, token, after=120, reason="handed back: rate limited"
+        )
+    assert rt.sweeper.sweep().requeued == []
+    assert rt.sweeper.recover_gone_processes().requeued == []
+    assert rt.tasks.get(task_id).status == "running"
+    # Once the Retry-After has passed, the expiry sweep requeues it, as a hand-back.
+    report = rt.sweeper.sweep(utcnow() + timedelta(seconds=121))
+    assert report.requeued == [(task_id, 1, 2)]
+    assert rt.tasks.get(task_id).handbacks == 1
+
+
 def test_live_processes_and_other_hosts_are_never_taken_for_dead(rt: Runtime) -> None:
     me = current_process()
     assert me.started is not None

@@ -6,12 +6,13 @@ never lets up parks the task at ORCH_MAX_HANDBACKS instead of looping. Both stor
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 from orchestrator.runtime import Runtime
 from orchestrator.store import executions as execution_store
 from orchestrator.store.types import utcnow
-from tests.executions_support import runtime_for, wait_for
+from tests.executions_support import runtime_for
 from tests.openai_server import OpenAIServer, call
 from tests.transcript_support import openai_runtime, trigger
 
@@ -57,6 +58,33 @@ def test_a_retry_after_past_the_retry_budget_hands_the_round_back_until_then(
         rt.close()
 
 
+def test_a_short_retry_after_the_round_waited_out_is_not_a_requeue_at_the_next_sweep(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """A server rate-limiting a burst of tasks (tokens per minute) answers 429 with a Retry-After
+    of a second or two, again and again. The round already waited it out and was refused
+    again: its hand-back waits at least the back-off (30 s, doubled per hand-back in a row).
+    Requeued after the 1 s instead, each task burnt its ORCH_MAX_HANDBACKS (10) in a few
+    minutes and was parked `failed` for good, where a server that gave no Retry-After at all
+    was asked again for an hour and a half."""
+    rt = openai_runtime(store_url, scripts, server)  # LLM_MAX_RETRIES=1
+    try:
+        server.fail(429, retry_after=1, message="rate limit reached for requests")
+        server.fail(429, retry_after=1, message="rate limit reached for requests")
+        task_id = trigger(rt)
+        result = rt.executions.run(task_id, 1, worker="w1")
+        assert result.give_back, result.detail
+        first = execution(rt, task_id, 1)
+        assert first.lease_expires_at is not None
+        left = (first.lease_expires_at - utcnow()).total_seconds()
+        assert 20 < left <= 30
+        assert first.reason is not None
+        assert first.reason.endswith("requeued in 30s")
+        assert rt.sweeper.sweep().requeued == []
+    finally:
+        rt.close()
+
+
 def test_a_server_that_never_lets_up_parks_the_task_at_the_hand_back_limit(
     store_url: str, scripts: Path, server: OpenAIServer
 ) -> None:
@@ -76,13 +104,9 @@ def test_a_server_that_never_lets_up_parks_the_task_at_the_hand_back_limit(
         for generation in (1, 2):
             result = rt.executions.run(task_id, generation, worker="w1")
             assert result.give_back, result.detail
-            swept = wait_for(
-                lambda: (
-                    (report := rt.sweeper.sweep()) and (report.requeued or report.parked) and report
-                ),
-                10,
-                what="the sweep after Retry-After",
-            )
+            # Not at the next sweep (the back-off, though the Retry-After was 0.3 s): after it.
+            assert rt.sweeper.sweep().requeued == []
+            swept = rt.sweeper.sweep(utcnow() + timedelta(seconds=30 * generation + 1))
             if generation == 1:
                 assert swept.requeued == [(task_id, 1, 2)]
                 assert execution(rt, task_id, 1).outcome == "lost"

@@ -174,6 +174,33 @@ def test_a_server_away_past_the_retry_budget_hands_the_round_back_after_a_back_o
         rt.close()
 
 
+def test_each_hand_back_in_a_row_doubles_the_back_off_before_the_requeue(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """The back-off reads how many hand-backs came before this one (the task's `handbacks`,
+    which the sweep's requeue counts): 30 s after the first, 60 s after the second."""
+    rt = openai_runtime(store_url, scripts, server)
+    try:
+        for _ in range(4):
+            server.fail(503)
+        task_id = trigger(rt)
+        waits = []
+        for generation in (1, 2):
+            assert rt.executions.run(task_id, generation, worker="w1").give_back
+            with rt.db.transaction(readonly=True) as conn:
+                ended = execution_store.get_execution(conn, task_id, generation)
+            assert ended is not None
+            assert ended.lease_expires_at is not None
+            waits.append((ended.lease_expires_at - utcnow()).total_seconds())
+            later = utcnow() + timedelta(seconds=waits[-1] + 1)
+            assert rt.sweeper.sweep(later).requeued == [(task_id, generation, generation + 1)]
+        assert 20 < waits[0] <= 30
+        assert 50 < waits[1] <= 60
+        assert rt.tasks.get(task_id).handbacks == 2
+    finally:
+        rt.close()
+
+
 def test_unreadable_answers_past_the_retry_budget_fail_the_round_with_model_error(
     store_url: str, scripts: Path, server: OpenAIServer
 ) -> None:

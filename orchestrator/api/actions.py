@@ -119,7 +119,9 @@ def list_actions(
         cursor=cursor,
         oldest_first=order == "oldest",
     )
-    items, next_cursor = paged(rows, limit, lambda a: (a.created_at, a.action_id))
+    items, next_cursor = paged(
+        rows, limit, lambda a: (a.created_at, a.action_id), oldest_first=order == "oldest"
+    )
     return {"items": [action.to_dict() for action in items], "next_cursor": next_cursor}
 
 

@@ -145,9 +145,12 @@ def paged(
     rows: Sequence[RowT],
     limit: int,
     key: Callable[[RowT], tuple[datetime, str]],
+    *,
+    oldest_first: bool = False,
 ) -> tuple[list[RowT], str | None]:
-    """The first `limit` of `rows` (fetched as `limit + 1`) and the cursor after them."""
+    """The first `limit` of `rows` (fetched as `limit + 1`) and the cursor after them (marked
+    as an oldest-first list's when it is one: see `encode_cursor`)."""
     items = list(rows[:limit])
     if len(rows) > limit and items:
-        return items, encode_cursor(*key(items[-1]))
+        return items, encode_cursor(*key(items[-1]), oldest_first=oldest_first)
     return items, None

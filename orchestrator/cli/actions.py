@@ -97,7 +97,9 @@ def _list(args: argparse.Namespace) -> int:
         rt.close()
     found = rows[: args.limit]
     last = found[-1] if len(rows) > args.limit else None
-    cursor = encode_cursor(last.created_at, last.action_id) if last else None
+    cursor = (
+        encode_cursor(last.created_at, last.action_id, oldest_first=args.oldest) if last else None
+    )
     more = f"next page: {_next_page(args, cursor)}" if cursor else ""
     if args.json:
         print_json([_as_sent(action) for action in found])

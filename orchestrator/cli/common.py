@@ -72,7 +72,10 @@ def cursor_arg(text: str) -> str:
     try:
         decode_cursor(text)
     except ValidationFailed as exc:
-        raise argparse.ArgumentTypeError(exc.message) from None
+        try:  # an oldest-first list's (the command checks the order it is asked with)
+            decode_cursor(text, oldest_first=True)
+        except ValidationFailed:
+            raise argparse.ArgumentTypeError(exc.message) from None
     return text
 
 

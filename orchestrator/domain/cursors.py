@@ -17,6 +17,7 @@ from orchestrator.domain.storable import storable_text
 from orchestrator.errors import ValidationFailed
 
 __all__ = [
+    "OLDEST",
     "decode_cursor",
     "decode_position",
     "encode_cursor",
@@ -34,8 +35,15 @@ def _unpack(cursor: str) -> Any:
     return json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
 
 
-def encode_cursor(created_at: datetime, row_id: str) -> str:
-    return _pack([created_at.isoformat(), row_id])
+#: The mark an oldest-first page's cursor carries (a list offered in both orders, the actions').
+OLDEST = "oldest"
+
+
+def encode_cursor(created_at: datetime, row_id: str, *, oldest_first: bool = False) -> str:
+    """The cursor after the row; an oldest-first list's is marked so, so that it cannot be
+    asked of the list in the other order (which would answer an empty page, not an error)."""
+    values: list[object] = [created_at.isoformat(), row_id]
+    return _pack([*values, OLDEST] if oldest_first else values)
 
 
 def encode_position(generation: int, seq: int) -> str:
@@ -56,6 +64,16 @@ def decode_position(cursor: str) -> tuple[int, int]:
     return generation, seq
 
 
+def _other_order(oldest: bool) -> ValidationFailed:
+    said, other = ("oldest", "newest") if oldest else ("newest", "oldest")
+    message = f"cursor is from the {said}-first list; ask it with that order, not {other} first"
+    return ValidationFailed(
+        message,
+        code="invalid_cursor",
+        details=[{"code": "invalid_cursor", "message": message, "field": "cursor"}],
+    )
+
+
 def invalid_cursor() -> ValidationFailed:
     """The 422 `invalid_cursor` error, for a cursor this API did not return."""
     message = "cursor is not one this API returned"
@@ -66,14 +84,22 @@ def invalid_cursor() -> ValidationFailed:
     )
 
 
-def decode_cursor(cursor: str) -> tuple[datetime, str]:
-    """The (created_at in UTC, id) of a cursor; anything else is 422 `invalid_cursor`.
+def decode_cursor(cursor: str, *, oldest_first: bool = False) -> tuple[datetime, str]:
+    """The (created_at in UTC, id) of a cursor of a list in that order; anything else is 422
+    `invalid_cursor` (a cursor of the other order says so).
 
     The conversion to UTC happens inside the check: a forged offset near the ends of the
     calendar overflows, and must not reach the store; nor must an id no store keeps.
     """
     try:
-        stamp, row_id = _unpack(cursor)
+        values = _unpack(cursor)
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
+        raise invalid_cursor() from None
+    marked = isinstance(values, list) and len(values) == 3 and values[2] == OLDEST
+    if marked != oldest_first and isinstance(values, list) and len(values) == (2 + marked):
+        raise _other_order(marked)
+    try:
+        stamp, row_id = values[:2] if marked else values
         if not isinstance(stamp, str) or not isinstance(row_id, str):
             raise ValueError("bad cursor")
         storable_text(row_id)  # a forged NUL or lone surrogate would fail in the store

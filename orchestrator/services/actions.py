@@ -241,7 +241,7 @@ class ActionService:
     ) -> list[ActionRecord]:
         if status is not None and status not in ACTION_STATUSES:
             raise ValidationFailed(f"unknown status {status!r}", code="invalid_status")
-        after = decode_cursor(cursor) if cursor else None
+        after = decode_cursor(cursor, oldest_first=oldest_first) if cursor else None
         with self.db.transaction(readonly=True) as conn:
             return action_store.list_actions(
                 conn,

@@ -153,3 +153,29 @@ def test_the_cli_lists_pending_actions_a_page_at_a_time_oldest_first(
         main(["actions", "list", "--cursor", "not-a-cursor"])
     assert refused.value.code == 2
     assert "argument --cursor: cursor is not one" in capsys.readouterr().err
+
+
+def test_a_cursor_asked_of_the_list_in_the_other_order_is_refused_not_an_empty_page(
+    client: tuple[TestClient, Database, str, str],
+) -> None:
+    """`order=oldest`'s cursor sent to the newest-first list answered `[]`: the rows after the
+    oldest one, newest first, are none. Each order's cursor is refused by the other, saying so."""
+    http, db, first, _ = client
+    seed(db, first, 5)
+    oldest = http.get("/api/v1/actions", params={"order": "oldest", "limit": 2}).json()
+    newest = http.get("/api/v1/actions", params={"limit": 2}).json()
+    assert oldest["next_cursor"]
+    assert newest["next_cursor"]
+    for cursor, asked, said in (
+        (oldest["next_cursor"], {}, "oldest-first"),
+        (newest["next_cursor"], {"order": "oldest"}, "newest-first"),
+    ):
+        answer = http.get("/api/v1/actions", params={"cursor": cursor, **asked})
+        assert answer.status_code == 422, answer.text
+        error = answer.json()["error"]
+        assert error["code"] == "invalid_cursor"
+        assert f"cursor is from the {said} list" in error["message"]
+    # Each in its own order goes on.
+    on = http.get("/api/v1/actions", params={"order": "oldest", "cursor": oldest["next_cursor"]})
+    assert on.status_code == 200
+    assert len(on.json()["items"]) == 3

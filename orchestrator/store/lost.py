@@ -353,7 +353,10 @@ class _Count:
 
     def why(self) -> str:
         if self.handed_back:
-            return f"{self.handbacks} generations in a row were handed back after an outage"
+            return (
+                f"{self.handbacks} generations in a row were handed back by their workers (the "
+                "store, Redis or the model server was away; each execution says which)"
+            )
         return f"{self.recoveries} generations in a row lost their lease"
 
 

@@ -137,7 +137,10 @@ def test_outages_in_a_row_park_the_task_at_their_own_limit(env: Runtime) -> None
     assert (report.requeued, report.parked) == ([], [(task_id, 5)])
     task = _task(rt, task_id)
     assert (task.status, task.failure_code) == ("failed", "recovery_limit")
-    assert task.last_error == "5 generations in a row were handed back after an outage"
+    assert task.last_error == (
+        "5 generations in a row were handed back by their workers (the "
+        "store, Redis or the model server was away; each execution says which)"
+    )
     assert (task.recoveries, task.handbacks) == (0, 5)
     with rt.db.transaction(readonly=True) as conn:
         [failed] = event_store.events_of_type(conn, task_id, "failed", 10)

@@ -117,6 +117,9 @@ def test_a_server_that_never_lets_up_parks_the_task_at_the_hand_back_limit(
                 assert swept.parked == [(task_id, 2)]
         task = rt.tasks.get(task_id)
         assert (task.status, task.handbacks) == ("failed", 2)
-        assert task.last_error == "2 generations in a row were handed back after an outage"
+        assert task.last_error == (
+            "2 generations in a row were handed back by their workers (the "
+            "store, Redis or the model server was away; each execution says which)"
+        )
     finally:
         rt.close()

@@ -478,7 +478,7 @@ class ToolHost:
             "preview": text[:shown],
             "total_chars": len(text),
         }
-        if unit.effect == "sensitive_read":
+        if is_sensitive(unit.tool, unit.call.arguments):  # sensitive_read, or marked x-sensitive
             preview["note"] = "sensitive results are not kept for paging; narrow the query"
         elif self.results is None:
             preview["note"] = "large results cannot be paged here; narrow the query"

@@ -255,8 +255,8 @@ def test_a_read_only_agent_cannot_page_what_the_main_agent_read(
     host = _host(db, backend.url, document=_MARKED)
     session_id = chat_session(db)
     main = ToolContext("alice", session_id, "r1")
-    [secret] = host.run_turn(main, [_call("a", "getSecret", key="db")])
-    result_id = secret.payload["result_id"]
+    [report] = host.run_turn(main, [_call("a", "bigReport")])
+    result_id = report.payload["result_id"]
     page = ToolCall("p", "read_tool_result", {"result_id": result_id, "offset": 0})
     sub = ToolContext("alice", session_id, "r1/sub1", readonly=True)
     [refused] = host.run_turn(sub, [page])
@@ -296,6 +296,21 @@ def test_large_reads_are_paged_but_sensitive_ones_are_not(db: Database, backend:
     assert len(full) == big.payload["total_chars"]
     assert full.startswith(big.payload["preview"])
     assert "é" * 100 in full
+
+
+def test_a_large_read_marked_x_sensitive_is_not_kept_for_paging(
+    db: Database, backend: Backend
+) -> None:
+    """A sensitive value is not kept in the session's result cache, whether its operation says
+    `x-effect: sensitive_read` or is a read marked `x-sensitive`; before, the latter was kept
+    (15 minutes in memory, a `result_id` any call of the session could page)."""
+    host = _host(db, backend.url, document=_MARKED)
+    ctx = ToolContext("alice", chat_session(db), "r1")
+    [secret] = host.run_turn(ctx, [_call("a", "getSecret", key="db")])
+    assert secret.status == "succeeded"
+    assert secret.payload["truncated"] is True
+    assert "result_id" not in secret.payload
+    assert secret.payload["note"] == "sensitive results are not kept for paging; narrow the query"
 
 
 def test_no_claim_no_request_when_the_store_is_down(tmp_path: Path, backend: Backend) -> None:

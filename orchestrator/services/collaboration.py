@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from orchestrator.agent.budget import TokenCounter
 from orchestrator.agent.host import ToolHost
 from orchestrator.agent.loop import run_calls
 from orchestrator.agent.model import ModelError, load_model
@@ -135,6 +136,48 @@ def snapshots(conn: Any, task: TaskRecord) -> dict[str, Any]:
     }
 
 
+#: The share of the model's context window the evidence of the snapshots may take: a task of
+#: thousands of records would otherwise make one question larger than any window.
+EVIDENCE_SHARE = 4
+
+
+def within_budget(authorised: dict[str, Any], tokens: int) -> dict[str, Any]:
+    """`authorised` with its evidence cut to about `tokens`: the records the report, its
+    findings and the plan's nodes cite first, then the newest; `evidence_not_shown` counts the
+    rest (`read_task_context` reads the task's records again)."""
+    cited = _cited_ids(authorised)
+    records = authorised["evidence"]
+    first = [r for r in records if r.get("evidence_id") in cited]
+    rest = [r for r in reversed(records) if r.get("evidence_id") not in cited]
+    counter, used = TokenCounter(), 0
+    kept: list[dict[str, Any]] = []
+    for record in [*first, *rest]:
+        size = counter.text(json.dumps(record, ensure_ascii=False, default=str))
+        if used + size > tokens and kept:
+            break
+        kept.append(record)
+        used += size
+    order = {id(record): n for n, record in enumerate(records)}
+    shown = sorted(kept, key=lambda record: order[id(record)])  # oldest first, as stored
+    bounded = {**authorised, "evidence": shown}
+    if len(shown) < len(records):
+        bounded["evidence_not_shown"] = len(records) - len(shown)
+    return bounded
+
+
+def _cited_ids(authorised: dict[str, Any]) -> set[str]:
+    report = authorised.get("report") or {}
+    plan = authorised.get("plan") or {}
+    cited = {str(i) for i in report.get("evidence_ids") or ()}
+    for finding in report.get("findings") or ():
+        if isinstance(finding, dict):
+            cited.update(str(i) for i in finding.get("evidence_ids") or ())
+    for node in plan.get("nodes") or ():
+        if isinstance(node, dict):
+            cited.update(str(i) for i in node.get("evidence_ids") or ())
+    return cited
+
+
 class CollaborationService:
     def __init__(self, db: Database, settings: Settings) -> None:
         self.db = db
@@ -207,7 +250,9 @@ class CollaborationService:
             task = task_store.get_task(conn, session.task_id)
             if task is None:
                 raise NotFound(f"task {session.task_id} does not exist")
-            authorised = snapshots(conn, task)
+            authorised = within_budget(
+                snapshots(conn, task), self.settings.llm_context_window // EVIDENCE_SHARE
+            )
             history = store.latest_messages(conn, session_id, MAX_LIMIT)
         reply = self._answer(task, session_id, authorised, history, text)
         try:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import insert
 
 from orchestrator.api.app import create_app
 from orchestrator.cli import main
@@ -22,8 +23,10 @@ from orchestrator.runtime import Runtime
 from orchestrator.services.collaboration import MAX_LIMIT, Answer, CollaborationService
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
+from orchestrator.store import reports as report_store
 from orchestrator.store.collaboration import insert_message
 from orchestrator.store.snapshots import save_snapshot
+from orchestrator.store.tables import evidence
 from orchestrator.store.types import utcnow
 from tests.executions_support import CITED, node, plan_call, query_call, runtime_for
 from tests.integration.test_operator_accounts import TOKENS, bearer, operators_file
@@ -291,13 +294,14 @@ def test_an_openai_model_is_called_with_the_apis_own_settings(
         assert body["messages"][-1] == {"role": "user", "content": "Why?"}
 
 
-def openai_client(store_url: str, server: OpenAIServer) -> TestClient:
+def openai_client(store_url: str, server: OpenAIServer, **overrides: Any) -> TestClient:
     settings = load_settings(
         database_url=store_url,
         model="openai:test-model",
         llm_base_url=server.base_url,
         llm_max_retries=0,
         llm_timeout_seconds=5,
+        **overrides,
     )
     return TestClient(create_app(settings))
 
@@ -604,3 +608,51 @@ def test_a_named_account_lists_its_own_collaborations_and_the_tasks_execution_se
     assert client.get(f"/api/v1/sessions/{almas['session_id']}", headers=alma).status_code == 200
     execution = next(k for k, v in for_alma.items() if v == "task_execution")
     assert client.get(f"/api/v1/sessions/{execution}", headers=alma).status_code == 200
+
+
+def test_a_long_task_s_evidence_is_cut_to_the_window_cited_records_first(
+    env: tuple[Runtime, Path, str], store_url: str
+) -> None:
+    """A task of thousands of records: every one went into the question's first message,
+    larger than any model's window (the server refused it, the asker got an error). Now the
+    records the report cites come first, then the newest, within a quarter of the window."""
+    rt, _, task_id = env
+    with rt.db.transaction(readonly=True) as conn:
+        (cited,) = [r["evidence_id"] for r in report_store.evidence_of(conn, task_id, 1)]
+        session_id = rt.tasks.get(task_id).session_id
+        start = utcnow()
+    rows = [
+        {
+            "evidence_id": f"bulk-{n:05d}",
+            "task_id": task_id,
+            "generation": 1,
+            "session_id": session_id,
+            "source": "scada_sim",
+            "queried_at": start,
+            "content_ref": f"sha256:{n:064x}",
+            "origin": "synthetic",
+            "truncated": False,
+            "summary": f"reading {n}: " + "turbidity within limits " * 8,
+            "created_at": start + timedelta(milliseconds=n),
+        }
+        for n in range(3_000)
+    ]
+    with rt.db.transaction() as conn:
+        conn.execute(insert(evidence), rows)
+    with OpenAIServer() as server:
+        server.reply(content="Zone 4 was turbid.")
+        with openai_client(store_url, server, llm_context_window=8192) as client:
+            opened = client.post(f"/api/v1/tasks/{task_id}/collaboration").json()
+            asked = client.post(
+                f"/api/v1/sessions/{opened['session_id']}/messages", json={"text": "Why?"}
+            )
+        assert asked.status_code == 201, asked.text
+        [body] = server.bodies
+    snapshot = json.loads(body["messages"][1]["content"].split("\n", 1)[1])
+    shown = [record["evidence_id"] for record in snapshot["evidence"]]
+    assert shown[0] == cited  # cited, and oldest first as stored
+    assert shown[-1] == "bulk-02999"  # then the newest
+    assert 10 < len(shown) < 3_001
+    assert snapshot["evidence_not_shown"] == 3_001 - len(shown)
+    # About a quarter of the window: 2,048 tokens, a few characters each.
+    assert len(body["messages"][1]["content"]) < 2048 * 6

@@ -144,7 +144,7 @@ EVIDENCE_SHARE = 4
 def within_budget(authorised: dict[str, Any], tokens: int) -> dict[str, Any]:
     """`authorised` with its evidence cut to about `tokens`: the records the report, its
     findings and the plan's nodes cite first, then the newest; `evidence_not_shown` counts the
-    rest (`read_task_context` reads the task's records again)."""
+    rest, so that the answer does not take the records shown for all there are."""
     cited = _cited_ids(authorised)
     records = authorised["evidence"]
     first = [r for r in records if r.get("evidence_id") in cited]

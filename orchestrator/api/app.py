@@ -259,7 +259,7 @@ def create_app(
             CORSMiddleware,
             allow_origins=settings.cors_origin_list,
             allow_credentials=True,
-            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
             allow_headers=["Authorization", "Content-Type", "Last-Event-ID", "X-Orch-Console"],
             max_age=600,
         )

@@ -98,3 +98,26 @@ def get_session(
     """One session; another person's chat or collaboration is `403 not_session_owner` for a
     named account (a task's execution session is the task's)."""
     return service.get_session(session_id, caller=caller_of(operator)).to_dict()
+
+
+class DeletedSession(BaseModel):
+    session_id: str
+    receipts_deleted: int = Field(
+        description="finished receipts that went with the session; running and unknown ones "
+        "stay, as orphans, for a recovery to verify"
+    )
+
+
+@router.delete(
+    "/{session_id}", response_model=DeletedSession, responses=error_responses(403, 404, 409)
+)
+def delete_session(
+    session_id: str,
+    service: SessionService = Depends(get_sessions),
+    operator: Operator = Depends(current_operator),
+) -> dict[str, Any]:
+    """Delete a chat or a collaboration session with its plans, messages and finished receipts
+    (a named account its own; `409 execution_session` for a task's execution session). Its
+    plan stream ends within a keep-alive."""
+    deleted = service.delete_session(session_id, caller=caller_of(operator))
+    return {"session_id": session_id, "receipts_deleted": deleted}

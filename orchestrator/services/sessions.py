@@ -15,6 +15,7 @@ from orchestrator.store import sessions as store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.collaboration import collaboration_session_of
 from orchestrator.store.db import Database
+from orchestrator.store.receipts import delete_session_txn
 from orchestrator.store.sessions import SessionRecord
 from orchestrator.store.types import utcnow
 
@@ -123,6 +124,31 @@ class SessionService:
         if caller is not None and record.purpose != "task_execution" and record.owner != caller:
             raise Forbidden(f"session {session_id} is another person's", code="not_session_owner")
         return record
+
+    def delete_session(self, session_id: str, *, caller: str | None = None) -> int:
+        """Delete a chat or a collaboration session with what it holds: its plans, messages,
+        snapshots and transcript, and its finished receipts (seed 000: receipts go with their
+        session); `running` and `unknown` receipts stay, as orphans, for a recovery to verify
+        (DESIGN invariant 20). How many receipts went.
+
+        Refused: 404 for no session, `403 not_session_owner` for another person's, `409
+        execution_session` for a task's execution session (the task's record, which follows
+        the retention period instead)."""
+        with self.db.transaction() as conn:
+            record = store.get_session(conn, session_id, lock=True)
+            if record is None:
+                raise NotFound(f"session {echoed(session_id)} does not exist")
+            if record.purpose == "task_execution":
+                raise ConflictError(
+                    f"session {session_id} is an execution of task {record.task_id}: the task's "
+                    "record, kept with the task and deleted by retention, never on its own",
+                    code="execution_session",
+                )
+            if caller is not None and record.owner != caller:
+                raise Forbidden(
+                    f"session {session_id} is another person's", code="not_session_owner"
+                )
+            return delete_session_txn(conn, session_id)
 
     def list_sessions(
         self,

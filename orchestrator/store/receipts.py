@@ -35,6 +35,7 @@ __all__ = [
     "CleanupResult",
     "Receipt",
     "ReceiptLedger",
+    "delete_session_txn",
     "new_token",
 ]
 
@@ -120,6 +121,15 @@ class CleanupResult:
     cutoff: datetime | None
     orphans: int = 0
     of_finished_tasks: int = 0
+
+
+def delete_session_txn(conn: Connection, session_id: str) -> int:
+    """In the caller's transaction: the session's finished receipts, then the session (what it
+    holds goes with it by the foreign keys); `running` and `unknown` receipts stay as orphans.
+    How many receipts went."""
+    result = conn.execute(delete(r).where(r.c.session_id == session_id, r.c.status.in_(_FINISHED)))
+    conn.execute(delete(sessions).where(sessions.c.session_id == session_id))
+    return int(result.rowcount)
 
 
 class ReceiptLedger:
@@ -382,11 +392,7 @@ class ReceiptLedger:
         NULL), and are never deleted for age: they are the boundary a recovery verifies.
         """
         with self.db.transaction() as conn:
-            result = conn.execute(
-                delete(r).where(r.c.session_id == session_id, r.c.status.in_(_FINISHED))
-            )
-            conn.execute(delete(sessions).where(sessions.c.session_id == session_id))
-            return int(result.rowcount)
+            return delete_session_txn(conn, session_id)
 
     def delete_expired(
         self,

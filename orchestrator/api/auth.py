@@ -139,7 +139,7 @@ def _identify(
     )
 
 
-def _unknown_caller(
+def _caller(
     headers: Iterable[tuple[bytes, bytes]],
     accounts: Sequence[Account],
     api_token: str | None,
@@ -147,10 +147,22 @@ def _unknown_caller(
     method: str,
     console_secret: str | None,
     revoked: Revoked | None = None,
-) -> Unauthorized:
-    """The refusal of a request `_identify` found no account for, saying what is missing."""
+) -> Operator | Unauthorized:
+    """The caller's account (`_identify`), or the refusal of a request it found none for,
+    saying what is missing."""
+    headers = list(headers)
+    operator = _identify(
+        headers,
+        accounts,
+        api_token,
+        method=method,
+        console_secret=console_secret,
+        revoked=revoked,
+    )
+    if operator is not None:
+        return operator
     signed_in = write_without_header(
-        list(headers),
+        headers,
         method,
         sign_in_accounts(api_token, accounts),
         secret=console_secret,
@@ -170,7 +182,7 @@ def require_api_token(request: Request) -> None:
     ORCH_API_TOKEN or ORCH_OPERATORS is set; a viewer only reads. The account goes on
     `request.state.operator`."""
     settings = _settings(request)
-    operator = _identify(
+    operator = _caller(
         request.scope.get("headers", ()),
         _accounts(request),
         settings.api_token,
@@ -178,15 +190,8 @@ def require_api_token(request: Request) -> None:
         console_secret=settings.console_secret,
         revoked=revoked_sessions(request),
     )
-    if operator is None:
-        raise _unknown_caller(
-            request.scope.get("headers", ()),
-            _accounts(request),
-            settings.api_token,
-            method=request.method,
-            console_secret=settings.console_secret,
-            revoked=revoked_sessions(request),
-        )
+    if isinstance(operator, Unauthorized):
+        raise operator
     refusal = _role_refusal(operator, request.method)
     if refusal:
         raise Forbidden(refusal)
@@ -305,7 +310,7 @@ class BearerTokens:
                 accounts = current_accounts(self.accounts)
             except OperatorsUnreadable as exc:
                 return exc
-            operator = _identify(
+            operator = _caller(
                 scope.get("headers", ()),
                 accounts,
                 self.api_token,
@@ -313,15 +318,8 @@ class BearerTokens:
                 console_secret=self.console_secret,
                 revoked=self.revoked,
             )
-            if operator is None:
-                return _unknown_caller(
-                    scope.get("headers", ()),
-                    accounts,
-                    self.api_token,
-                    method=scope.get("method", "GET"),
-                    console_secret=self.console_secret,
-                    revoked=self.revoked,
-                )
+            if isinstance(operator, Unauthorized):
+                return operator
             refusal = _role_refusal(operator, scope.get("method", "GET"))
             return Forbidden(refusal) if refusal else None
         if self.internal_token is None:

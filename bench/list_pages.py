@@ -26,6 +26,8 @@ from typing import Any
 from docs_section import DOC, write_section
 from execution_fleet import ROOT, servers
 
+from tests.query_plans import rows_scanned
+
 SEED_TASKS = (
     "INSERT INTO tasks (task_id, task_type, title, context, trigger_id, origin, status,"
     " generation, session_id, recoveries, handbacks, rounds, intent_round, created_at,"
@@ -128,41 +130,6 @@ def count_and_oldest(conn: Any) -> int:
     return min(len(page), 50)
 
 
-def rows_read(db: Any, read: Callable[[Any], Any]) -> int:
-    """Rows the scans of the statements `read` sends returned or discarded (EXPLAIN ANALYZE)."""
-    from sqlalchemy import event
-
-    sent: list[tuple[str, Any]] = []
-
-    def keep(_c: Any, _cur: Any, statement: str, params: Any, *_: Any) -> None:
-        sent.append((statement, params))
-
-    event.listen(db.engine, "before_cursor_execute", keep)
-    try:
-        with db.transaction(readonly=True) as conn:
-            read(conn)
-    finally:
-        event.remove(db.engine, "before_cursor_execute", keep)
-
-    def scanned(node: dict[str, Any]) -> int:
-        own = 0
-        # A bitmap heap scan's rows are its bitmap index scan's: counted once, at the heap.
-        if "Scan" in node["Node Type"] and node["Node Type"] != "Bitmap Index Scan":
-            own = int(node["Actual Rows"]) + int(node.get("Rows Removed by Filter", 0))
-        return own + sum(scanned(child) for child in node.get("Plans", []))
-
-    total = 0
-    with db.transaction(readonly=True) as conn:
-        for statement, params in sent:
-            if statement.lstrip().upper().startswith("SELECT"):
-                explain = f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}"
-                [[plan]] = conn.exec_driver_sql(explain, params).fetchall()
-                if os.environ.get("BENCH_PLANS"):
-                    print(statement[:80], plan[0]["Plan"])
-                total += scanned(plan[0]["Plan"])
-    return total
-
-
 def timed(db: Any, read: Callable[[Any], Any]) -> float:
     with db.transaction(readonly=True) as conn:
         started = time.perf_counter()
@@ -201,7 +168,8 @@ def main() -> int:
         for _ in range(args.rounds):
             for name, read in ways.items():
                 samples[name].append(timed(db, read))
-        read_rows = {name: rows_read(db, read) for name, read in ways.items()}
+        show = bool(os.environ.get("BENCH_PLANS"))
+        read_rows = {name: rows_scanned(db, read, show=show) for name, read in ways.items()}
         with db.transaction(readonly=True) as conn:
             shown = every_pending(conn)
         db.dispose()

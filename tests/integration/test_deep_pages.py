@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import text
 
 from orchestrator.domain.task_filter import TaskFilter
 from orchestrator.store import Database
@@ -20,6 +20,7 @@ from orchestrator.store import actions as action_store
 from orchestrator.store import sessions as session_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.types import utcnow
+from tests.query_plans import rows_scanned
 
 ROWS = 5000
 #: The API lists sessions of one purpose (`ordinary_chat` unless asked otherwise).
@@ -65,38 +66,6 @@ def db(pg_url: str) -> Iterator[Database]:
         conn.execute(text("ANALYZE tasks, sessions, actions"))
     yield database
     database.dispose()
-
-
-def rows_scanned(db: Database, read: Any) -> int:
-    """Rows the scans of the statements `read(conn)` sends returned or discarded by a filter."""
-    sent: list[tuple[str, Any]] = []
-
-    def keep(_conn: Any, _cursor: Any, statement: str, params: Any, *_: Any) -> None:
-        sent.append((statement, params))
-
-    event.listen(db.engine, "before_cursor_execute", keep)
-    try:
-        with db.transaction(readonly=True) as conn:
-            read(conn)
-    finally:
-        event.remove(db.engine, "before_cursor_execute", keep)
-    total = 0
-    with db.transaction(readonly=True) as conn:
-        for statement, params in sent:
-            if not statement.lstrip().upper().startswith("SELECT"):
-                continue
-            explain = f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}"
-            [[plan]] = conn.exec_driver_sql(explain, params).fetchall()
-            total += _scanned(plan[0]["Plan"])
-    return total
-
-
-def _scanned(node: dict[str, Any]) -> int:
-    # A bitmap heap scan's rows are its bitmap index scan's: counted once, at the heap.
-    own = 0
-    if "Scan" in node["Node Type"] and node["Node Type"] != "Bitmap Index Scan":
-        own = int(node["Actual Rows"]) + int(node.get("Rows Removed by Filter", 0))
-    return own + sum(_scanned(child) for child in node.get("Plans", []))
 
 
 def test_a_deep_page_of_tasks_reads_its_own_rows(db: Database) -> None:

@@ -27,7 +27,7 @@ from orchestrator.store import evidence as evidence_store
 from orchestrator.store.db import Database
 from orchestrator.store.tables import evidence, sessions
 from tests.executions_support import runtime_for
-from tests.integration.test_deep_pages import rows_scanned
+from tests.query_plans import rows_scanned
 
 BASE = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 

@@ -1,0 +1,48 @@
+"""How many rows the statements of a read make Postgres scan: what the deep-page tests assert
+and `bench/list_pages.py` reports (EXPLAIN ANALYZE of each SELECT the read sent, replayed)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import event
+
+from orchestrator.store import Database
+
+__all__ = ["rows_scanned"]
+
+
+def rows_scanned(db: Database, read: Callable[[Any], Any], *, show: bool = False) -> int:
+    """Rows the scans of the statements `read(conn)` sends returned or discarded by a filter
+    (`show`: print each statement's plan)."""
+    sent: list[tuple[str, Any]] = []
+
+    def keep(_conn: Any, _cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        sent.append((statement, params))
+
+    event.listen(db.engine, "before_cursor_execute", keep)
+    try:
+        with db.transaction(readonly=True) as conn:
+            read(conn)
+    finally:
+        event.remove(db.engine, "before_cursor_execute", keep)
+    total = 0
+    with db.transaction(readonly=True) as conn:
+        for statement, params in sent:
+            if not statement.lstrip().upper().startswith("SELECT"):
+                continue
+            explain = f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}"
+            [[plan]] = conn.exec_driver_sql(explain, params).fetchall()
+            if show:
+                print(statement[:80], plan[0]["Plan"])
+            total += _scanned(plan[0]["Plan"])
+    return total
+
+
+def _scanned(node: dict[str, Any]) -> int:
+    # A bitmap heap scan's rows are its bitmap index scan's: counted once, at the heap.
+    own = 0
+    if "Scan" in node["Node Type"] and node["Node Type"] != "Bitmap Index Scan":
+        own = int(node["Actual Rows"]) + int(node.get("Rows Removed by Filter", 0))
+    return own + sum(_scanned(child) for child in node.get("Plans", []))

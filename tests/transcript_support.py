@@ -3,17 +3,21 @@ what the transcript, brief and snapshot tests share."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
+
+from pydantic import Field
 
 from orchestrator.domain.fences import Fence
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import tasks as task_store
+from orchestrator.tools.base import Tool, ToolArguments, ToolContext, ToolResult
 from tests.executions_support import claim_as_worker, runtime_for
 from tests.openai_server import OpenAIServer, call
 
-__all__ = ["as_call", "claimed", "openai_runtime", "trigger"]
+__all__ = ["DeafWrite", "as_call", "claimed", "openai_runtime", "trigger"]
 
 
 def openai_runtime(store_url: str, scripts: Path, server: OpenAIServer, **extra: Any) -> Runtime:
@@ -48,3 +52,27 @@ def claimed(rt: Runtime) -> tuple[Fence, str]:
     assert task is not None
     assert task.session_id is not None
     return Fence(task_id, 1, token), task.session_id
+
+
+class DeafWriteArgs(ToolArguments):
+    order: str = Field(min_length=1)
+
+
+class DeafWrite(Tool):
+    """A write whose client library never looks at `ctx.cancel` (a hung HTTP call): it returns
+    when the test sets `release`."""
+
+    name = "deaf_write"
+    description = "a write that ignores its cancellation"
+    effect = "write"
+    identity = "intent"
+    arguments = DeafWriteArgs
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        self.started.set()
+        self.release.wait(30)
+        return ToolResult.ok({"order": args.order})

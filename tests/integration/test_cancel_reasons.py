@@ -10,48 +10,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import Field
 
 from orchestrator.services import executions as executions_module
 from orchestrator.store import snapshots as snapshot_store
-from orchestrator.tools.base import Tool, ToolArguments, ToolContext, ToolResult
 from tests.openai_server import OpenAIServer, call
 from tests.tool_threads import join_tool_threads
-from tests.transcript_support import openai_runtime, trigger
-
-
-class _Args(ToolArguments):
-    order: str = Field(min_length=1)
-
-
-class HeldWrite(Tool):
-    """A write that returns once the test lets it: after the cancel committed, so the record
-    of its outcome is refused by the fence."""
-
-    name = "held_write"
-    description = "a write held until released"
-    effect = "write"
-    identity = "intent"
-    arguments = _Args
-
-    def __init__(self) -> None:
-        self.started = threading.Event()
-        self.release = threading.Event()
-
-    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
-        self.started.set()
-        self.release.wait(10)
-        return ToolResult.ok({"order": args.order})
+from tests.transcript_support import DeafWrite, openai_runtime, trigger
 
 
 def test_a_write_fenced_by_a_cancel_leaves_a_snapshot_that_names_the_cancel(
     store_url: str, scripts: Path, server: OpenAIServer
 ) -> None:
     rt = openai_runtime(store_url, scripts, server)
-    tool = HeldWrite()
+    tool = DeafWrite()
     rt.executions.receipt_tools.append(tool)
     try:
-        server.reply(tool_calls=[call("c1", "held_write", {"order": "flush main 4"})])
+        server.reply(tool_calls=[call("c1", "deaf_write", {"order": "flush main 4"})])
         task_id = trigger(rt)
         results: list[Any] = []
         worker = threading.Thread(
@@ -63,7 +37,7 @@ def test_a_write_fenced_by_a_cancel_leaves_a_snapshot_that_names_the_cancel(
         tool.release.set()  # returns within the cancel's grace: its own record is fenced
         worker.join(timeout=8)
         assert not worker.is_alive()
-        join_tool_threads("held_write")
+        join_tool_threads("deaf_write")
 
         assert "no longer live" in results[0].detail  # the fence refused the tool's record
         assert "the task was cancelled: operator stop" in results[0].detail

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import Field
 
 from orchestrator.agent.budget import ContextBudget, TokenCounter
 from orchestrator.agent.host import ToolHost
@@ -40,7 +39,7 @@ from tests.executions_support import (
 )
 from tests.openai_server import OpenAIServer, call
 from tests.tool_threads import join_tool_threads
-from tests.transcript_support import as_call, claimed, openai_runtime, trigger
+from tests.transcript_support import DeafWrite, as_call, claimed, openai_runtime, trigger
 
 
 class _ReadArgs(ToolArguments):
@@ -272,29 +271,6 @@ def test_a_cancel_during_parallel_calls_keeps_the_results_that_returned(
         assert [(c["call_id"], c["status"]) for c in snapshot.received] == [("c2", "succeeded")]
     finally:
         rt.close()
-
-
-class DeafWriteArgs(ToolArguments):
-    order: str = Field(min_length=1)
-
-
-class DeafWrite(Tool):
-    """A write whose client library never looks at `ctx.cancel` (a hung HTTP call)."""
-
-    name = "deaf_write"
-    description = "a write that ignores its cancellation"
-    effect = "write"
-    identity = "intent"
-    arguments = DeafWriteArgs
-
-    def __init__(self) -> None:
-        self.started = threading.Event()
-        self.release = threading.Event()
-
-    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
-        self.started.set()
-        self.release.wait(30)
-        return ToolResult.ok({"order": args.order})
 
 
 def test_a_cancel_ends_the_round_when_a_write_ignores_it_and_its_receipt_is_unknown(

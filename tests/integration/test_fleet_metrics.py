@@ -8,10 +8,7 @@ with no free slot from an idle one.
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
-import urllib.request
 from datetime import timedelta
 from pathlib import Path
 
@@ -29,7 +26,7 @@ from orchestrator.store.tables import tasks
 from orchestrator.store.types import utcnow
 from tests.acceptance.fleet import ORCHESTRATOR
 from tests.executions_support import completing_turns, wait_for, write_script
-from tests.services import free_port
+from tests.integration.test_metrics import metrics_worker, scrape
 
 
 def _value(text: str, name: str) -> float | None:
@@ -64,42 +61,21 @@ def test_the_oldest_queued_tasks_wait_is_a_gauge(sqlite_url: str, tmp_path: Path
     assert "# TYPE orchestrator_tasks_oldest_queued_seconds gauge" in text
 
 
-def _scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
-        return str(response.read().decode())
-
-
 def test_a_worker_shows_its_slots_and_how_many_are_busy(tmp_path: Path, scripts: Path) -> None:
     home = tmp_path / "home"
     migrations.upgrade(f"sqlite:///{home / 'orchestrator.db'}")
     write_script(scripts, "slow", completing_turns(delay_s=3.0))
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ORCH_", "PROMETHEUS_"))}
-    env |= {
-        "ORCH_HOME": str(home),
-        "ORCH_METRICS_PORT": str(port),
-        "ORCH_MODEL": f"scripted:{scripts}",
-    }
-    log = (tmp_path / "worker.log").open("wb")
-    worker = subprocess.Popen(
-        [ORCHESTRATOR, "worker", "--concurrency", "1"],
-        env=env,
-        cwd=tmp_path,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    with metrics_worker(tmp_path, home, scripts, 1) as (_worker, env, port):
 
-    def scrape() -> str:
-        try:
-            return _scrape(port)
-        except OSError:
-            return ""
+        def scraped() -> str:
+            try:
+                return scrape(port)
+            except OSError:
+                return ""
 
-    try:
         # The port answers before Celery has started; the slots are counted once it has.
         idle = wait_for(
-            lambda: _value(text := scrape(), "orchestrator_worker_slots") == 1.0 and text,
+            lambda: _value(text := scraped(), "orchestrator_worker_slots") == 1.0 and text,
             40,
             0.2,
             what="the worker's one slot",
@@ -114,23 +90,15 @@ def test_a_worker_shows_its_slots_and_how_many_are_busy(tmp_path: Path, scripts:
             timeout=60,
         )
         wait_for(
-            lambda: _value(scrape(), "orchestrator_worker_slots_busy") == 1.0,
+            lambda: _value(scraped(), "orchestrator_worker_slots_busy") == 1.0,
             20,
             0.2,
             what="its one slot busy",
         )
         wait_for(
-            lambda: 'orchestrator_tasks{status="completed"} 1.0' in (text := scrape()) and text,
+            lambda: 'orchestrator_tasks{status="completed"} 1.0' in (text := scraped()) and text,
             30,
             0.2,
             what="the round's end",
         )
-        assert _value(scrape(), "orchestrator_worker_slots_busy") == 0.0
-    finally:
-        os.killpg(worker.pid, signal.SIGTERM)
-        try:
-            worker.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(worker.pid, signal.SIGKILL)
-            worker.wait(timeout=10)
-        log.close()
+        assert _value(scraped(), "orchestrator_worker_slots_busy") == 0.0

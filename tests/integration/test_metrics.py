@@ -11,6 +11,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -84,9 +86,46 @@ def test_every_known_label_value_is_a_series_at_zero_before_any_event(tmp_path: 
             assert samples.get((name, ((label, value),))) == 0.0, (name, value)
 
 
-def _scrape(port: int) -> str:
+def scrape(port: int) -> str:
+    """The metrics a process serves on `port`."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
         return str(response.read().decode())
+
+
+@contextmanager
+def metrics_worker(
+    tmp_path: Path, home: Path, scripts: Path, concurrency: int
+) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, str], int]]:
+    """An `orchestrator worker` on the store in `home`, serving its metrics on a port of its
+    own, with the scripted model: (the process, its environment, the port); stopped after."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ORCH_", "PROMETHEUS_"))}
+    env.update(
+        {
+            "ORCH_HOME": str(home),
+            "ORCH_METRICS_PORT": str(port),
+            "ORCH_MODEL": f"scripted:{scripts}",
+        }
+    )
+    log = (tmp_path / "worker.log").open("wb")
+    worker = subprocess.Popen(
+        [ORCHESTRATOR, "worker", "--concurrency", str(concurrency)],
+        env=env,
+        cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        yield worker, env, port
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        try:
+            worker.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait(timeout=10)
+        log.close()
 
 
 @pytest.mark.slow
@@ -99,30 +138,12 @@ def test_the_worker_serves_metrics_on_its_port(tmp_path: Path, scripts: Path) ->
         folder_of(home / "metrics", exited_process()),
         folder_of(home / "metrics", None, pid=exited_process().pid),
     ]
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ORCH_", "PROMETHEUS_"))}
-    env.update(
-        {
-            "ORCH_HOME": str(home),
-            "ORCH_METRICS_PORT": str(port),
-            "ORCH_MODEL": f"scripted:{scripts}",
-        }
-    )
-    log = (tmp_path / "worker.log").open("wb")
-    worker = subprocess.Popen(
-        [ORCHESTRATOR, "worker", "--concurrency", "2"],
-        env=env,
-        cwd=tmp_path,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
+    with metrics_worker(tmp_path, home, scripts, 2) as (worker, env, port):
         text = ""
         deadline = time.monotonic() + 40
         while time.monotonic() < deadline:
             try:
-                text = _scrape(port)
+                text = scrape(port)
                 break
             except OSError:
                 time.sleep(0.3)
@@ -139,7 +160,7 @@ def test_the_worker_serves_metrics_on_its_port(tmp_path: Path, scripts: Path) ->
         )
         # The round runs in a pool process; the parent's port shows its counters.
         while time.monotonic() < deadline:
-            text = _scrape(port)
+            text = scrape(port)
             if 'orchestrator_tasks{status="completed"} 1.0' in text:
                 break
             time.sleep(0.3)
@@ -150,14 +171,6 @@ def test_the_worker_serves_metrics_on_its_port(tmp_path: Path, scripts: Path) ->
             line for line in text.splitlines() if line.startswith("orchestrator_tool_calls")
         ]
         assert any('tool="read_task_context"' in line for line in tool_lines), tool_lines
-    finally:
-        os.killpg(worker.pid, signal.SIGTERM)
-        try:
-            worker.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(worker.pid, signal.SIGKILL)
-            worker.wait(timeout=10)
-        log.close()
 
 
 def test_the_sweepers_metrics_answer_while_the_store_is_down(tmp_path: Path) -> None:

@@ -189,8 +189,18 @@ class _Counts(NamedTuple):
 class StoreCollector(Collector):
     """Counts read from the store at scrape time: the same answer from any process."""
 
-    def __init__(self, db: Database, *, outage_tolerant: bool = False) -> None:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        outage_tolerant: bool = False,
+        delivered: tuple[str, ...] = OUTBOX_KINDS,
+    ) -> None:
         self.db = db
+        # The outbox kinds whose URL is set (`Settings.outbox_kinds`): a kind nobody sends has
+        # no oldest-pending age, since its rows wait for a URL on purpose and would make an
+        # alert on the age fire for ever.
+        self.delivered = delivered
         # The /metrics port of a worker or the sweeper: a store that is down leaves its counts
         # out of the scrape instead of failing it (the API answers 503 store_unavailable).
         self.outage_tolerant = outage_tolerant
@@ -240,14 +250,16 @@ class StoreCollector(Collector):
         for kind in OUTBOX_KINDS:
             family.add_metric([kind], int(counts.dead.get(kind, 0)))
         yield family
-        # By kind: rows of a kind whose URL is not set wait on purpose, and must not make an
-        # alert on the other kind's deliveries fire.
+        # By kind, and only for the kinds this deployment delivers: rows of a kind whose URL
+        # is not set wait on purpose (ORCH_WEBHOOK_URL unset: task events are kept for a URL
+        # set later), so their age would only grow and page someone for nothing.
         family = GaugeMetricFamily(
             "orchestrator_outbox_oldest_pending_seconds",
-            "Age of the oldest outbox row still to be delivered, by kind (0 when none)",
+            "Age of the oldest outbox row still to be delivered, by kind (0 when none; no "
+            "series for a kind whose URL is not set)",
             labels=["kind"],
         )
-        for kind in OUTBOX_KINDS:
+        for kind in (k for k in OUTBOX_KINDS if k in self.delivered):
             family.add_metric([kind], counts.oldest_pending_seconds.get(kind, 0.0))
         yield family
 
@@ -287,8 +299,14 @@ class StoreCollector(Collector):
         return _Counts(by_status, receipts, int(pending), dead, ages, queued)
 
 
-def registry(db: Database | None, *, outage_tolerant: bool = False) -> CollectorRegistry:
-    """What a scrape shows: this process's (or every pool process's) counters and the store."""
+def registry(
+    db: Database | None,
+    *,
+    outage_tolerant: bool = False,
+    delivered: tuple[str, ...] = OUTBOX_KINDS,
+) -> CollectorRegistry:
+    """What a scrape shows: this process's (or every pool process's) counters and the store
+    (`delivered`: the outbox kinds whose URL is set, `Settings.outbox_kinds`)."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         chosen = CollectorRegistry()
         MultiProcessCollector(chosen)  # type: ignore[no-untyped-call]
@@ -296,7 +314,7 @@ def registry(db: Database | None, *, outage_tolerant: bool = False) -> Collector
         chosen = CollectorRegistry()
         chosen.register(_Forward(REGISTRY))
     if db is not None:
-        chosen.register(StoreCollector(db, outage_tolerant=outage_tolerant))
+        chosen.register(StoreCollector(db, outage_tolerant=outage_tolerant, delivered=delivered))
     return chosen
 
 
@@ -310,11 +328,13 @@ class _Forward(Collector):
         yield from self.source.collect()
 
 
-def render(db: Database | None) -> bytes:
-    return generate_latest(registry(db))
+def render(db: Database | None, delivered: tuple[str, ...] = OUTBOX_KINDS) -> bytes:
+    return generate_latest(registry(db, delivered=delivered))
 
 
-def serve_metrics(port: int, db: Database | None) -> None:
+def serve_metrics(
+    port: int, db: Database | None, delivered: tuple[str, ...] = OUTBOX_KINDS
+) -> None:
     """A /metrics HTTP server on `port` (all interfaces) in a daemon thread; it answers with the
     process's counters while the store is down."""
-    start_http_server(port, registry=registry(db, outage_tolerant=True))
+    start_http_server(port, registry=registry(db, outage_tolerant=True, delivered=delivered))

@@ -153,7 +153,7 @@ def _serve(settings: Settings, db: Database) -> None:
     from orchestrator.metrics import serve_metrics
 
     try:
-        serve_metrics(settings.metrics_port, db)
+        serve_metrics(settings.metrics_port, db, settings.outbox_kinds)
     except OSError as exc:
         raise CommandFailed(
             f"ORCH_METRICS_PORT: cannot serve /metrics on port {settings.metrics_port}: "

@@ -2,9 +2,10 @@
 
 Two kinds, chosen for Celery prefork (one parent, several pool processes):
 
-- Counts of rows (tasks by status, receipts by status, approvals pending, dead-lettered outbox
-  rows, the oldest pending delivery's age) are read from the store at scrape time by
-  `StoreCollector`: every process and every replica agrees, nothing to merge.
+- Counts of rows (tasks by status and the running ones handed back, receipts by status,
+  approvals pending, dead-lettered outbox rows, the oldest pending delivery's age) are read
+  from the store at scrape time by `StoreCollector`: every process and every replica agrees,
+  nothing to merge.
 - Counters and histograms of events (executions started/ended, renewals, sweeps, model and tool
   calls, ...) are kept per process. With `PROMETHEUS_MULTIPROC_DIR` set (`orchestrator worker`
   sets it when ORCH_METRICS_PORT is on; the sweeper is one process and counts in memory),
@@ -42,6 +43,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from orchestrator.domain.vocabulary import EXECUTION_OUTCOMES, RECEIPT_STATUSES, TASK_STATUSES
 from orchestrator.store.db import Database
+from orchestrator.store.executions import count_handed_back
 from orchestrator.store.tables import OUTBOX_KINDS, actions, invocation_receipts, outbox, tasks
 from orchestrator.store.types import utcnow
 
@@ -184,6 +186,7 @@ class _Counts(NamedTuple):
     dead: dict[str, int]  # dead-lettered outbox rows by kind
     oldest_pending_seconds: dict[str, float]  # by kind; 0 when nothing of it waits
     oldest_queued_seconds: float  # 0 when no task is queued
+    handed_back: int  # running tasks whose generation waits, handed back, for the sweeper
 
 
 class StoreCollector(Collector):
@@ -235,6 +238,15 @@ class StoreCollector(Collector):
             "Time since the oldest queued task was queued (0 when none): tasks waiting for a "
             "free worker slot",
             value=counts.oldest_queued_seconds,
+        )
+        # `running` counts open generations, not rounds that run: one handed back (a model
+        # server rate limiting or away, an outage) waits for the sweeper, maybe for minutes.
+        yield GaugeMetricFamily(
+            "orchestrator_tasks_handed_back",
+            "Running tasks whose generation was handed back by its worker and waits for the "
+            "sweeper to requeue it (a model server's Retry-After or back-off, an outage): "
+            'counted in orchestrator_tasks{status="running"}, though no round runs',
+            value=counts.handed_back,
         )
         yield GaugeMetricFamily(
             "orchestrator_approvals_pending",
@@ -288,6 +300,7 @@ class StoreCollector(Collector):
                     .group_by(outbox.c.kind)
                 ).all()
             )
+            handed_back = count_handed_back(conn)
             oldest = conn.execute(
                 select(outbox.c.kind, func.min(outbox.c.created_at))
                 .where(outbox.c.status == "pending")
@@ -296,7 +309,7 @@ class StoreCollector(Collector):
         now = utcnow()
         ages = {kind: max(0.0, (now - at).total_seconds()) for kind, at in oldest}
         queued = 0.0 if queued_since is None else max(0.0, (now - queued_since).total_seconds())
-        return _Counts(by_status, receipts, int(pending), dead, ages, queued)
+        return _Counts(by_status, receipts, int(pending), dead, ages, queued, handed_back)
 
 
 def registry(

@@ -410,6 +410,16 @@ def render_explain(view: dict[str, Any], *, earlier: dict[str, Any] | None = Non
     ]
     if view.get("waiting_on"):
         lines.append(f"  waiting on: {printable(view['waiting_on'])}")
+    wait = view.get("handed_back")
+    if wait:
+        # `running`, yet no round runs: say so, why, and when the next generation is queued.
+        after = wait["requeue_after"]
+        lines.append(
+            "  handed back at "
+            + _time(wait["at"])
+            + (f", requeued at the first sweep after {_time(after)}" if after else "")
+            + (f": {printable(wait['reason'])}" if wait.get("reason") else "")
+        )
     if view.get("last_error"):
         lines.append(f"  last error: {printable(view['last_error'])}")
     if view.get("recoveries") or view.get("handbacks"):

@@ -74,6 +74,8 @@ def test_a_handed_back_task_says_it_waits_why_and_until_when_then_no_more(
         assert main(["tasks", "show", waiting_id]) == 0
         page = capsys.readouterr().out
         assert "  handed back at " in page
+        assert ": the model server is rate limiting (HTTP 429: slow down)" in page
+        assert "      1  handed-back  w1 " in page
         assert f"requeued at the first sweep after {first.lease_expires_at.isoformat()[:19]}" in (
             page
         )

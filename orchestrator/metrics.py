@@ -101,7 +101,8 @@ RECOVERIES = Counter(
 HANDBACKS = Counter(
     "orchestrator_handbacks",
     "Of the recoveries, the generations their workers had handed back after an outage of the "
-    "store or Redis (counted in tasks' handbacks, not their recoveries)",
+    "store or Redis, or because the model server was away or rate limiting past the round's "
+    "retries (counted in tasks' handbacks, not their recoveries; the execution says which)",
 )
 RECOVERY_DELAY = Histogram(
     "orchestrator_recovery_delay_seconds",

@@ -77,7 +77,8 @@ class TaskView(BaseModel):
     )
     handbacks: int = Field(
         description="generations in a row their workers handed back after an outage of the "
-        "store or Redis (ORCH_MAX_HANDBACKS parks the task)"
+        "store or Redis, or a model server away or rate limiting (ORCH_MAX_HANDBACKS parks "
+        "the task)"
     )
     created_at: IsoTime
     updated_at: IsoTime

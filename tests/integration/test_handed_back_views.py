@@ -80,6 +80,14 @@ def test_a_handed_back_task_says_it_waits_why_and_until_when_then_no_more(
             page
         )
         assert "sk-never-shown" not in page
+        # A sweep now leaves it (its Retry-After has not passed), and says so.
+        assert main(["recover"]) == 0
+        assert capsys.readouterr().out.splitlines() == [
+            "nothing to recover",
+            "1 generation(s) handed back by their workers wait to be requeued (a model "
+            "server's Retry-After or back-off: tasks list says until when; tasks requeue runs "
+            "one now)",
+        ]
 
         # The sweep past the Retry-After requeues it: nothing is handed back any more.
         swept = rt.sweeper.sweep(utcnow() + timedelta(seconds=130))

@@ -2,9 +2,10 @@
 
 Two kinds, chosen for Celery prefork (one parent, several pool processes):
 
-- Counts of rows (tasks by status, receipts by status, approvals pending, dead-lettered outbox
-  rows, the oldest pending delivery's age) are read from the store at scrape time by
-  `StoreCollector`: every process and every replica agrees, nothing to merge.
+- Counts of rows (tasks by status and the running ones handed back, receipts by status,
+  approvals pending, dead-lettered outbox rows, the oldest pending delivery's age) are read
+  from the store at scrape time by `StoreCollector`: every process and every replica agrees,
+  nothing to merge.
 - Counters and histograms of events (executions started/ended, renewals, sweeps, model and tool
   calls, ...) are kept per process. With `PROMETHEUS_MULTIPROC_DIR` set (`orchestrator worker`
   sets it when ORCH_METRICS_PORT is on; the sweeper is one process and counts in memory),
@@ -42,6 +43,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from orchestrator.domain.vocabulary import EXECUTION_OUTCOMES, RECEIPT_STATUSES, TASK_STATUSES
 from orchestrator.store.db import Database
+from orchestrator.store.executions import count_handed_back
 from orchestrator.store.tables import OUTBOX_KINDS, actions, invocation_receipts, outbox, tasks
 from orchestrator.store.types import utcnow
 
@@ -99,7 +101,8 @@ RECOVERIES = Counter(
 HANDBACKS = Counter(
     "orchestrator_handbacks",
     "Of the recoveries, the generations their workers had handed back after an outage of the "
-    "store or Redis (counted in tasks' handbacks, not their recoveries)",
+    "store or Redis, or because the model server was away or rate limiting past the round's "
+    "retries (counted in tasks' handbacks, not their recoveries; the execution says which)",
 )
 RECOVERY_DELAY = Histogram(
     "orchestrator_recovery_delay_seconds",
@@ -184,13 +187,24 @@ class _Counts(NamedTuple):
     dead: dict[str, int]  # dead-lettered outbox rows by kind
     oldest_pending_seconds: dict[str, float]  # by kind; 0 when nothing of it waits
     oldest_queued_seconds: float  # 0 when no task is queued
+    handed_back: int  # running tasks whose generation waits, handed back, for the sweeper
 
 
 class StoreCollector(Collector):
     """Counts read from the store at scrape time: the same answer from any process."""
 
-    def __init__(self, db: Database, *, outage_tolerant: bool = False) -> None:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        outage_tolerant: bool = False,
+        delivered: tuple[str, ...] = OUTBOX_KINDS,
+    ) -> None:
         self.db = db
+        # The outbox kinds whose URL is set (`Settings.outbox_kinds`): a kind nobody sends has
+        # no oldest-pending age, since its rows wait for a URL on purpose and would make an
+        # alert on the age fire for ever.
+        self.delivered = delivered
         # The /metrics port of a worker or the sweeper: a store that is down leaves its counts
         # out of the scrape instead of failing it (the API answers 503 store_unavailable).
         self.outage_tolerant = outage_tolerant
@@ -226,6 +240,15 @@ class StoreCollector(Collector):
             "free worker slot",
             value=counts.oldest_queued_seconds,
         )
+        # `running` counts open generations, not rounds that run: one handed back (a model
+        # server rate limiting or away, an outage) waits for the sweeper, maybe for minutes.
+        yield GaugeMetricFamily(
+            "orchestrator_tasks_handed_back",
+            "Running tasks whose generation was handed back by its worker and waits for the "
+            "sweeper to requeue it (a model server's Retry-After or back-off, an outage): "
+            'counted in orchestrator_tasks{status="running"}, though no round runs',
+            value=counts.handed_back,
+        )
         yield GaugeMetricFamily(
             "orchestrator_approvals_pending",
             "Actions waiting for a human decision",
@@ -240,14 +263,16 @@ class StoreCollector(Collector):
         for kind in OUTBOX_KINDS:
             family.add_metric([kind], int(counts.dead.get(kind, 0)))
         yield family
-        # By kind: rows of a kind whose URL is not set wait on purpose, and must not make an
-        # alert on the other kind's deliveries fire.
+        # By kind, and only for the kinds this deployment delivers: rows of a kind whose URL
+        # is not set wait on purpose (ORCH_WEBHOOK_URL unset: task events are kept for a URL
+        # set later), so their age would only grow and page someone for nothing.
         family = GaugeMetricFamily(
             "orchestrator_outbox_oldest_pending_seconds",
-            "Age of the oldest outbox row still to be delivered, by kind (0 when none)",
+            "Age of the oldest outbox row still to be delivered, by kind (0 when none; no "
+            "series for a kind whose URL is not set)",
             labels=["kind"],
         )
-        for kind in OUTBOX_KINDS:
+        for kind in (k for k in OUTBOX_KINDS if k in self.delivered):
             family.add_metric([kind], counts.oldest_pending_seconds.get(kind, 0.0))
         yield family
 
@@ -276,6 +301,7 @@ class StoreCollector(Collector):
                     .group_by(outbox.c.kind)
                 ).all()
             )
+            handed_back = count_handed_back(conn)
             oldest = conn.execute(
                 select(outbox.c.kind, func.min(outbox.c.created_at))
                 .where(outbox.c.status == "pending")
@@ -284,11 +310,17 @@ class StoreCollector(Collector):
         now = utcnow()
         ages = {kind: max(0.0, (now - at).total_seconds()) for kind, at in oldest}
         queued = 0.0 if queued_since is None else max(0.0, (now - queued_since).total_seconds())
-        return _Counts(by_status, receipts, int(pending), dead, ages, queued)
+        return _Counts(by_status, receipts, int(pending), dead, ages, queued, handed_back)
 
 
-def registry(db: Database | None, *, outage_tolerant: bool = False) -> CollectorRegistry:
-    """What a scrape shows: this process's (or every pool process's) counters and the store."""
+def registry(
+    db: Database | None,
+    *,
+    outage_tolerant: bool = False,
+    delivered: tuple[str, ...] = OUTBOX_KINDS,
+) -> CollectorRegistry:
+    """What a scrape shows: this process's (or every pool process's) counters and the store
+    (`delivered`: the outbox kinds whose URL is set, `Settings.outbox_kinds`)."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         chosen = CollectorRegistry()
         MultiProcessCollector(chosen)  # type: ignore[no-untyped-call]
@@ -296,7 +328,7 @@ def registry(db: Database | None, *, outage_tolerant: bool = False) -> Collector
         chosen = CollectorRegistry()
         chosen.register(_Forward(REGISTRY))
     if db is not None:
-        chosen.register(StoreCollector(db, outage_tolerant=outage_tolerant))
+        chosen.register(StoreCollector(db, outage_tolerant=outage_tolerant, delivered=delivered))
     return chosen
 
 
@@ -310,11 +342,13 @@ class _Forward(Collector):
         yield from self.source.collect()
 
 
-def render(db: Database | None) -> bytes:
-    return generate_latest(registry(db))
+def render(db: Database | None, delivered: tuple[str, ...] = OUTBOX_KINDS) -> bytes:
+    return generate_latest(registry(db, delivered=delivered))
 
 
-def serve_metrics(port: int, db: Database | None) -> None:
+def serve_metrics(
+    port: int, db: Database | None, delivered: tuple[str, ...] = OUTBOX_KINDS
+) -> None:
     """A /metrics HTTP server on `port` (all interfaces) in a daemon thread; it answers with the
     process's counters while the store is down."""
-    start_http_server(port, registry=registry(db, outage_tolerant=True))
+    start_http_server(port, registry=registry(db, outage_tolerant=True, delivered=delivered))

@@ -370,6 +370,16 @@ class Settings(BaseSettings):
         return [o.strip().rstrip("/") for o in self.cors_origins.split(",") if o.strip()]
 
     @property
+    def outbox_kinds(self) -> tuple[str, ...]:
+        """The outbox kinds this deployment delivers: those whose URL is set (the others' rows
+        wait for one, on purpose)."""
+        return tuple(
+            kind
+            for kind, url in (("action", self.actions_url), ("webhook", self.webhook_url))
+            if url
+        )
+
+    @property
     def embedded(self) -> bool:
         """True when no Redis is configured: file broker and SQL leases."""
         return self.redis_url is None

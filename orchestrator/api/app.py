@@ -283,7 +283,7 @@ def create_app(
     @app.get("/metrics", include_in_schema=False, dependencies=[Depends(auth.require_api_token)])
     def metrics() -> Response:
         """Prometheus text format; behind ORCH_API_TOKEN like every public route."""
-        return Response(render(database), media_type=CONTENT_TYPE_LATEST)
+        return Response(render(database, settings.outbox_kinds), media_type=CONTENT_TYPE_LATEST)
 
     @app.get(_HEALTHZ, include_in_schema=False)
     def healthz() -> dict[str, str]:

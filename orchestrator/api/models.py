@@ -30,6 +30,7 @@ __all__ = [
     "ExecutionView",
     "ExplainView",
     "GenerationUsageView",
+    "HandedBackView",
     "InvocationView",
     "LastWrite",
     "LeaseView",
@@ -43,6 +44,18 @@ __all__ = [
     "UsageTotal",
     "body_as_sent",
 ]
+
+
+class HandedBackView(BaseModel):
+    """A generation its worker stopped and gave back: nothing runs until the sweeper requeues
+    it, though the task's status stays `running` (the generation is still open)."""
+
+    at: IsoTime = Field(description="when the worker handed the generation back")
+    requeue_after: IsoTime | None = Field(
+        description="the first sweep after this time queues the next generation (a model "
+        "server's Retry-After or the back-off; at once after an outage)"
+    )
+    reason: str | None = Field(description="why, as the execution says it")
 
 
 class TaskView(BaseModel):
@@ -64,10 +77,16 @@ class TaskView(BaseModel):
     )
     handbacks: int = Field(
         description="generations in a row their workers handed back after an outage of the "
-        "store or Redis (ORCH_MAX_HANDBACKS parks the task)"
+        "store or Redis, or a model server away or rate limiting (ORCH_MAX_HANDBACKS parks "
+        "the task)"
     )
     created_at: IsoTime
     updated_at: IsoTime
+    handed_back: HandedBackView | None = Field(
+        default=None,
+        description="set while the current generation waits, handed back by its worker, for "
+        "the sweeper to requeue it: the task reads `running` but no round runs",
+    )
 
 
 class TriggerView(TaskView):

@@ -100,7 +100,7 @@ def list_tasks(
         created_before=created_before,
     )
     items, next_cursor = service.page_tasks(where=where, limit=limit, cursor=cursor)
-    return {"items": [task_view(task) for task in items], "next_cursor": next_cursor}
+    return {"items": service.views(items), "next_cursor": next_cursor}
 
 
 @router.get(

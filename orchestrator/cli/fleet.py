@@ -35,6 +35,7 @@ from orchestrator.services.outbox import OutboxDispatcher
 from orchestrator.services.sweeper import SweepReport
 from orchestrator.settings import Settings
 from orchestrator.store.db import Database
+from orchestrator.store.executions import count_handed_back
 from orchestrator.tools.data_sources import DataSourceError, load_sources
 from orchestrator.tools.toolsets import SpecError, check_gateway
 
@@ -153,7 +154,7 @@ def _serve(settings: Settings, db: Database) -> None:
     from orchestrator.metrics import serve_metrics
 
     try:
-        serve_metrics(settings.metrics_port, db)
+        serve_metrics(settings.metrics_port, db, settings.outbox_kinds)
     except OSError as exc:
         raise CommandFailed(
             f"ORCH_METRICS_PORT: cannot serve /metrics on port {settings.metrics_port}: "
@@ -290,12 +291,28 @@ def _recover(args: argparse.Namespace) -> int:
     logging.getLogger("orchestrator.services.sweeper").setLevel(logging.ERROR)
     try:
         report = rt.sweeper.sweep()
+        waiting = _handed_back_waiting(rt.db) if not args.json else 0
     finally:
         rt.close()
     _print_recovery(args, report)
+    if waiting:
+        # Not "nothing to recover" alone: these run nothing and this sweep leaves them.
+        print(
+            f"{waiting} generation(s) handed back by their workers wait to be requeued (a "
+            "model server's Retry-After or back-off: tasks list says until when; tasks "
+            "requeue runs one now)"
+        )
     if report.deferred:
         raise SweepDeferred(report)  # what it did is printed; what it could not do, one line
     return 0
+
+
+def _handed_back_waiting(db: Database) -> int:
+    try:
+        with db.transaction(readonly=True) as conn:
+            return count_handed_back(conn)
+    except SQLAlchemyError:  # the sweep's own line says what the store did
+        return 0
 
 
 def _print_recovery(args: argparse.Namespace, report: SweepReport) -> None:

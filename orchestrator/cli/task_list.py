@@ -29,7 +29,6 @@ from orchestrator.domain.task_filter import TaskFilter, as_utc, task_filter
 from orchestrator.domain.vocabulary import TASK_STATUSES
 from orchestrator.errors import ValidationFailed
 from orchestrator.runtime import build_runtime
-from orchestrator.services.tasks import task_view
 
 __all__ = ["MAX_LIMIT", "register_list"]
 
@@ -98,6 +97,19 @@ def _filter(args: argparse.Namespace) -> TaskFilter:
         ) from None
 
 
+def _utc(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _handed_back(wait: dict[str, Any] | None) -> str:
+    """After the title of a `running` task whose round was handed back: nothing runs until
+    the sweeper requeues it (the reason: `tasks show`)."""
+    if wait is None:
+        return ""
+    after = wait["requeue_after"]
+    return f"  [handed back, requeued after {_utc(after)}]" if after else "  [handed back]"
+
+
 def next_page_command(where: TaskFilter, limit: int, cursor: str) -> str:
     """The command that lists the page after this one, with the same filters."""
     words = ["orchestrator", "tasks", "list"]
@@ -119,11 +131,12 @@ def _list(args: argparse.Namespace) -> int:
     rt = build_runtime(load())
     try:
         found, cursor = rt.tasks.page_tasks(where=where, limit=args.limit, cursor=args.cursor)
+        views = rt.tasks.views(found)
     finally:
         rt.close()
     more = f"next page: {next_page_command(where, args.limit, cursor)}" if cursor else ""
     if args.json:
-        print_json([task_view(task) for task in found])
+        print_json(views)
         if more:  # stdout stays one JSON array; the way on goes beside it
             print(more, file=sys.stderr)
         return 0
@@ -131,11 +144,12 @@ def _list(args: argparse.Namespace) -> int:
         print("no tasks")
         return 0
     print(f"{'TASK':36}  {'STATUS':9}  {'GEN':>3}  {'TYPE':20}  {'CREATED':20}  TITLE")
-    for task in found:
-        created = task.created_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for task, view in zip(found, views, strict=True):
+        created = _utc(task.created_at)
         print(
             f"{task.task_id:36}  {task.status:9}  {task.generation:>3}  "
             f"{task.task_type[:20]:20}  {created:20}  {printable(task.title)}"
+            + _handed_back(view["handed_back"])
         )
     if more:
         print(more)

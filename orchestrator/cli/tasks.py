@@ -410,6 +410,16 @@ def render_explain(view: dict[str, Any], *, earlier: dict[str, Any] | None = Non
     ]
     if view.get("waiting_on"):
         lines.append(f"  waiting on: {printable(view['waiting_on'])}")
+    wait = view.get("handed_back")
+    if wait:
+        # `running`, yet no round runs: say so, why, and when the next generation is queued.
+        after, why = wait["requeue_after"], wait.get("reason") or ""
+        lines.append(
+            "  handed back at "
+            + _time(wait["at"])
+            + (f", requeued at the first sweep after {_time(after)}" if after else "")
+            + (f": {printable(why.removeprefix('handed back: '))}" if why else "")
+        )
     if view.get("last_error"):
         lines.append(f"  last error: {printable(view['last_error'])}")
     if view.get("recoveries") or view.get("handbacks"):
@@ -423,8 +433,10 @@ def render_explain(view: dict[str, Any], *, earlier: dict[str, Any] | None = Non
     lines.append("  generations:")
     for ex in view["executions"]:
         outcome = ex["outcome"] or ("running" if ex["started_at"] else "queued")
+        if wait and ex["generation"] == view["generation"] and not ex["outcome"]:
+            outcome = "handed-back"  # open, but its round stopped: it waits for the sweeper
         lines.append(
-            f"    {ex['generation']:>3}  {outcome:10}  {ex['worker'] or '-':24}  "
+            f"    {ex['generation']:>3}  {outcome:11}  {ex['worker'] or '-':24}  "
             f"{printable(ex['reason'] or '')}"
         )
     plan = view.get("plan")

@@ -128,6 +128,14 @@
     const at = value.at || value.time || value.written_at || value.created_at;
     return [value.kind || "write", " ", at ? when(at) : ""];
   }
+  // A `running` task whose generation its worker handed back (a model server's Retry-After,
+  // an outage): no round runs until the sweeper requeues it, after `requeue_after`.
+  function handedBack(task, id) {
+    const wait = task.handed_back;
+    if (!wait) return null;
+    return el("span", { class: "handed-back", id: id || null, title: wait.reason || "" },
+      " handed back", wait.requeue_after ? [", requeued after ", when(wait.requeue_after)] : "");
+  }
   function facts(pairs) {
     return el("dl", { class: "facts" },
       pairs.filter(([, v]) => v !== undefined).map(([k, v]) => [el("dt", {}, k), el("dd", {}, v ?? "—")]));
@@ -449,7 +457,7 @@
       fill(rows, tasks.length === 0 ? el("p", { class: "muted" }, "No tasks match.") :
         table(["Task", "Status", "Type", "Generation", "Created", "Updated"], tasks.map((t) => [
           el("a", { href: `#/task/${encodeURIComponent(t.task_id)}`, class: "task-link" }, t.title || t.task_id),
-          [badge(t.status), t.failure_code ? ` ${t.failure_code}` : ""],
+          [badge(t.status), t.failure_code ? ` ${t.failure_code}` : "", handedBack(t)],
           t.task_type, String(t.generation), when(t.created_at), when(t.updated_at)])));
       const next = result.data.next_cursor;
       fill(pager,
@@ -1024,7 +1032,9 @@
       if (cancelForm) cancelForm.hidden = FINAL_STATUSES.has(task.status);
       fill(head, el("h1", { id: "task-title" }, task.title || task.task_id),
         el("section", { class: "card" }, facts([
-          ["Status", [badge(task.status), task.failure_code ? ` ${task.failure_code}` : ""]],
+          ["Status", [badge(task.status), task.failure_code ? ` ${task.failure_code}` : "", handedBack(task, "handed-back")]],
+          // Why no round runs although the task reads `running`, and until when.
+          ...(task.handed_back ? [["Handed back", el("span", { id: "handed-back-reason" }, task.handed_back.reason || "—")]] : []),
           ["Task id", el("code", {}, task.task_id)], ["Type", task.task_type],
           ["Generation", String(task.generation)], ["Session", task.session_id ? el("code", {}, task.session_id) : "—"],
           ["Rounds", String(task.rounds)], ["Lost generations", lostGenerations(task)],
@@ -1035,11 +1045,13 @@
           ["Last write", lastWrite(task.last_write)]])));
       fill(lease, task.lease ? facts([["Holder", el("code", {}, task.lease.holder)],
         ["Expires", when(task.lease.expires_at)], ["Renewed", when(task.lease.last_renewed_at)]])
-        : el("p", { class: "muted" }, task.status === "running" ? "No live lease." : `No lease: the task is ${task.status}.`));
+        : el("p", { class: "muted" }, task.handed_back ? "No lease: the round was handed back and waits to be requeued."
+          : task.status === "running" ? "No live lease." : `No lease: the task is ${task.status}.`));
       const executions = task.executions || [];
       fill(generations, executions.length ? table(["Generation", "Outcome", "Worker", "Started", "Ended", "Reason"],
         executions.slice().reverse().map((x) => [String(x.generation),
-          x.outcome ? [badge(x.outcome), x.failure_code ? ` ${x.failure_code}` : ""] : el("span", { class: "muted" }, "in progress"),
+          x.outcome ? [badge(x.outcome), x.failure_code ? ` ${x.failure_code}` : ""]
+            : el("span", { class: "muted" }, task.handed_back && x.generation === task.generation ? "handed back" : "in progress"),
           x.worker || "—", when(x.started_at), when(x.ended_at), x.reason || "—"]))
         : el("p", { class: "muted" }, "No generation yet."));
       const r = task.report;

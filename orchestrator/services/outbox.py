@@ -135,12 +135,7 @@ class OutboxDispatcher:
     @property
     def kinds(self) -> tuple[str, ...]:
         """Only the kinds with a configured endpoint are claimed; the rest wait for one."""
-        kinds = []
-        if self.settings.actions_url:
-            kinds.append("action")
-        if self.settings.webhook_url:
-            kinds.append("webhook")
-        return tuple(kinds)
+        return self.settings.outbox_kinds
 
     def run_once(self, stop: threading.Event | None = None) -> DispatchReport:
         """Claim and send until nothing is due (at most a few batches). Once `stop` is set, the

@@ -38,7 +38,7 @@ from orchestrator.store import transcripts as transcript_store
 from orchestrator.store.db import Database, wake_after_commit
 from orchestrator.store.last_write import last_fenced_write
 from orchestrator.store.receipts import ReceiptLedger
-from orchestrator.store.records import TaskRecord
+from orchestrator.store.records import ExecutionRecord, TaskRecord
 from orchestrator.store.tables import tasks
 from orchestrator.store.types import utcnow
 
@@ -148,6 +148,13 @@ class TaskService:
         more = len(rows) > limit and items
         return items, encode_cursor(items[-1].created_at, items[-1].task_id) if more else None
 
+    def views(self, found: list[TaskRecord]) -> list[dict[str, Any]]:
+        """`task_view` of each, with `handed_back` read for the running ones in one query."""
+        running = [(t.task_id, t.generation) for t in found if t.status == "running"]
+        with self.db.transaction(readonly=True) as conn:
+            waits = execution_store.handed_back(conn, running)
+        return [task_view(task, waits.get(task.task_id)) for task in found]
+
     def requeue(self, task_id: str, reason: str) -> TaskRecord:
         """A new generation now; a running one is superseded and fenced out."""
         with self.db.transaction() as conn:
@@ -237,7 +244,9 @@ class TaskService:
                 if task.status == "waiting"
                 else []
             )
-        view = task_view(task)
+        current = [x for x in executions if x.generation == task.generation]
+        waits = current[0] if current and current[0].outcome is None else None
+        view = task_view(task, waits if waits and waits.handed_back_at else None)
         view.update(
             {
                 "lease": self._lease(task),
@@ -345,8 +354,9 @@ def _resolution_view(event: event_store.TaskEvent) -> dict[str, Any]:
     }
 
 
-def task_view(task: TaskRecord) -> dict[str, Any]:
-    """The fields of a task that list and show print."""
+def task_view(task: TaskRecord, handed_back: ExecutionRecord | None = None) -> dict[str, Any]:
+    """The fields of a task that list and show print; `handed_back`, its current generation
+    when its worker handed it back and the sweeper has not requeued it yet."""
     return {
         "task_id": task.task_id,
         "task_type": task.task_type,
@@ -364,6 +374,17 @@ def task_view(task: TaskRecord) -> dict[str, Any]:
         "handbacks": task.handbacks,
         "created_at": task.created_at,
         "updated_at": task.updated_at,
+        # `running` says the generation is open, not that a round runs: one handed back (a
+        # model server's Retry-After, an outage) waits for the sweeper, and says so here.
+        "handed_back": (
+            {
+                "at": handed_back.handed_back_at,
+                "requeue_after": handed_back.lease_expires_at,
+                "reason": handed_back.reason,
+            }
+            if handed_back is not None
+            else None
+        ),
     }
 
 

@@ -1,22 +1,26 @@
 """Execution rows as they are read: one generation's, a task's history, the sweeper's expired.
 
 Reads only: recovery looks at the last generation that started, the API and the CLI show a
-task's generations, and the sweeper finds the generations whose mirrored lease ran out. What
-changes an execution row is in `orchestrator.store.generations`.
+task's generations and which of them wait, handed back, for the sweeper, and the sweeper finds
+the generations whose mirrored lease ran out. What changes an execution row is in
+`orchestrator.store.generations`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, func, select
 
 from orchestrator.store.records import ExecutionRecord
 from orchestrator.store.tables import executions
 
 __all__ = [
+    "count_handed_back",
     "expired_executions",
     "get_execution",
+    "handed_back",
     "last_started_execution",
     "list_executions",
 ]
@@ -67,3 +71,37 @@ def expired_executions(conn: Connection, now: datetime, limit: int) -> list[Exec
         .limit(limit)
     )
     return [ExecutionRecord.from_row(row) for row in rows]
+
+
+def handed_back(conn: Connection, current: Sequence[tuple[str, int]]) -> dict[str, ExecutionRecord]:
+    """Of these (task, current generation) pairs, the generations their worker handed back and
+    the sweeper has not requeued yet, by task: the round stopped, nothing runs, and the task
+    still reads `running` until the first sweep after `lease_expires_at` (a model server's
+    Retry-After or back-off, or now after an outage)."""
+    wanted = dict(current)
+    if not wanted:
+        return {}
+    rows = conn.execute(
+        select(executions).where(
+            executions.c.task_id.in_(list(wanted)),
+            executions.c.outcome.is_(None),
+            executions.c.handed_back_at.is_not(None),
+        )
+    )
+    return {
+        row.task_id: ExecutionRecord.from_row(row)
+        for row in rows
+        if wanted.get(row.task_id) == row.generation
+    }
+
+
+def count_handed_back(conn: Connection) -> int:
+    """How many open generations wait, handed back, for the sweeper (an index range on the
+    open executions)."""
+    return int(
+        conn.execute(
+            select(func.count()).where(
+                executions.c.outcome.is_(None), executions.c.handed_back_at.is_not(None)
+            )
+        ).scalar_one()
+    )

@@ -691,3 +691,45 @@ def test_a_reload_restores_the_revision_and_the_node_shown(page: Any, console: C
     page.reload()
     expect(page.locator("#node-detail")).to_contain_text("skipped")
     expect(page.locator("#plan-old")).to_have_count(0)
+
+
+def test_a_handed_back_round_says_so_in_the_list_and_on_its_page(
+    page: Any, console: Console
+) -> None:
+    """A round its worker handed back (a model server's Retry-After) leaves the task `running`
+    with nothing running until the sweeper requeues it: the list and the page say it was handed
+    back, until when and why, not only `running`."""
+    from orchestrator.store import Database
+    from orchestrator.store import executions as execution_store
+    from orchestrator.store import generations as generation_store
+
+    (console.folder / "scripts" / "handed.json").write_text(json.dumps(HELD), encoding="utf-8")
+    task_id = console.trigger("handed", "A model server rate limiting")
+    try:
+        console.wait_for(task_id, lambda t: t["status"] == "running" and t["lease"] is not None)
+        why = (
+            "handed back: the model server is rate limiting (HTTP 429: slow down); requeued in 600s"
+        )
+        db = Database.from_url(console.env["ORCH_DATABASE_URL"])
+        try:  # as the round leaves it when the server's Retry-After outlasts its retries
+            with db.transaction() as conn:
+                row = execution_store.get_execution(conn, task_id, 1)
+                assert row is not None
+                assert row.lease_token is not None
+                assert generation_store.hand_back(
+                    conn, task_id, 1, row.lease_token, after=600, reason=why
+                )
+        finally:
+            db.dispose()
+        page.goto(f"{console.url}/console#/")
+        listed = page.locator("tr", has=page.locator(f'a[href="#/task/{task_id}"]'))
+        expect(listed.locator(".handed-back")).to_contain_text(
+            "handed back, requeued after", timeout=10_000
+        )
+        open_task(page, console, task_id)
+        expect(page.locator("#handed-back")).to_contain_text("handed back, requeued after")
+        expect(page.locator("#handed-back-reason")).to_have_text(why)
+        expect(page.locator("#generations tbody tr").first).to_contain_text("handed back")
+        shot(page, "handed-back")
+    finally:
+        console.http.post(f"/api/v1/tasks/{task_id}/cancel", json={"reason": "test over"})

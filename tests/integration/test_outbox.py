@@ -30,6 +30,7 @@ from orchestrator.store import outbox as outbox_store
 from orchestrator.store import task_events as event_store
 from orchestrator.store.tables import outbox
 from orchestrator.store.types import utcnow
+from tests.executions_support import runtime_for
 from tests.outbox_support import Recorder, outbox_runtime, running_recorder, waiting_task
 
 SECRET = "webhook-secret-for-tests"
@@ -281,6 +282,40 @@ def test_the_metrics_count_dead_letters_and_the_oldest_pending_delivery_from_the
     # wait on purpose, and must not make an alert on the other kind fire).
     assert 60 <= gauges["orchestrator_outbox_oldest_pending_seconds[('kind', 'webhook')]"] < 120
     assert gauges["orchestrator_outbox_oldest_pending_seconds[('kind', 'action')]"] == 0.0
+
+
+def test_a_kind_without_its_url_has_no_oldest_pending_age_to_page_on(
+    store_url: str, tmp_path: Path
+) -> None:
+    """With ORCH_WEBHOOK_URL unset the task events wait on purpose (kept for a URL set later):
+    the age of the oldest one would only grow, so an alert on it would always fire. The API's
+    /metrics has no series for it; the action kind, whose URL is set, keeps its row."""
+    rt, _ = runtime_for(
+        store_url,
+        tmp_path / "scripts",
+        actions_url="http://127.0.0.1:9/actions",
+        actions_secret=ACTIONS_SECRET,
+    )
+    try:
+        task_id, _ = waiting_task(rt, tmp_path)
+        with rt.db.transaction() as conn:  # the task's events were committed an hour ago
+            conn.execute(
+                update(outbox)
+                .where(outbox.c.task_id == task_id)
+                .values(created_at=utcnow() - timedelta(hours=1))
+            )
+        assert OutboxService(rt.db).list(task_id=task_id, status="pending")  # kept, unsent
+        with TestClient(create_app(rt.settings, db=rt.db)) as client:
+            scraped = client.get("/metrics")
+        assert scraped.status_code == 200
+        ages = [
+            line
+            for line in scraped.text.splitlines()
+            if line.startswith("orchestrator_outbox_oldest_pending_seconds{")
+        ]
+        assert ages == ['orchestrator_outbox_oldest_pending_seconds{kind="action"} 0.0']
+    finally:
+        rt.close()
 
 
 def test_an_action_retried_a_thousand_times_still_backs_off_to_the_maximum(

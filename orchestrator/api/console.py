@@ -23,6 +23,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Redirect
 
 from orchestrator.api import console_session
 from orchestrator.api.auth import ANONYMOUS, current_accounts, revoked_sessions
+from orchestrator.api.sign_in_limit import FailedSignIns, TooManyFailures, client_address
 from orchestrator.operators import Account, Operator, find_account
 
 __all__ = ["PREFIX", "redact_access_log", "router"]
@@ -88,8 +89,19 @@ def _start_session(request: Request, presented: str, query: list[tuple[str, str]
     presented_bytes = presented.encode("utf-8", "surrogateescape")
     # An empty token signs no one in (an account whose hash is the empty string's would
     # otherwise open to anyone who leaves the field blank): see auth._identify.
-    account = find_account(presented_bytes, _accounts(request)) if presented.strip() else None
+    if not presented.strip():
+        return _sign_in_page(request, "That token is not accepted.", 401)
+    failures: FailedSignIns = request.app.state.sign_in_failures
+    address = client_address(request.scope.get("client"))
+    try:
+        failures.check(address)  # before the token is looked at: see sign_in_limit
+    except TooManyFailures as exc:
+        page = _sign_in_page(request, exc.message[:1].upper() + exc.message[1:] + ".", 429)
+        page.headers["Retry-After"] = str(exc.retry_after)
+        return page
+    account = find_account(presented_bytes, _accounts(request))
     if account is None:
+        failures.failed(address)
         return _sign_in_page(request, "That token is not accepted.", 401)
     response = RedirectResponse(_home(request, query), status_code=303, headers=_HEADERS)
     response.set_cookie(

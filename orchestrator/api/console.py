@@ -220,7 +220,7 @@ def sign_out(request: Request) -> Response:
         else None
     )
     if session is not None:
-        request.app.state.signouts.sign_out(session.nonce, session.expires)
+        request.app.state.signouts.sign_out(session)
     response = RedirectResponse(_home(request), status_code=303, headers=_HEADERS)
     response.delete_cookie(console_session.COOKIE, path="/", httponly=True, samesite="strict")
     return response

@@ -46,8 +46,8 @@ __all__ = [
     "write_without_header",
 ]
 
-#: Whether a session's nonce was signed out (`orchestrator.api.signouts.SignOuts.revoked`).
-Revoked = Callable[[str], bool]
+#: Whether a session was signed out (`orchestrator.api.signouts.SignOuts.revoked`).
+Revoked = Callable[["Session"], bool]
 
 COOKIE = "orch_console"
 SESSION_SECONDS = 12 * 3600
@@ -103,9 +103,9 @@ def holder(
     revoked: Revoked | None = None,
 ) -> Operator | None:
     """The account an unexpired, correctly signed session `value` stands for, or None; None
-    too for a session signed out (`revoked(nonce)`, see `orchestrator.api.signouts`)."""
+    too for a session signed out (`revoked(session)`, see `orchestrator.api.signouts`)."""
     session = signed_session(value, accounts, now, secret=secret)
-    if session is None or (revoked is not None and revoked(session.nonce)):
+    if session is None or (revoked is not None and revoked(session)):
         return None
     return session.operator
 

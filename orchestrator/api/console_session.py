@@ -43,6 +43,8 @@ __all__ = [
     "issue",
     "sign_in_accounts",
     "signed_session",
+    "ticket",
+    "ticket_account",
     "write_without_header",
 ]
 
@@ -53,6 +55,9 @@ COOKIE = "orch_console"
 SESSION_SECONDS = 12 * 3600
 WRITE_HEADER = b"x-orch-console"
 _VERSION = "v2"
+_TICKET = "t1"
+#: How long a sign-in link's confirming page may wait for its click.
+TICKET_SECONDS = 300
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _MAX_NAME = 128
 _MAX_COOKIE = 1024
@@ -108,6 +113,34 @@ def holder(
     if session is None or (revoked is not None and revoked(session)):
         return None
     return session.operator
+
+
+def ticket(account: Account, now: float | None = None, *, secret: str | None = None) -> str:
+    """A short-lived proof that `account`'s token was presented (a `?token=` link opened from
+    another site), for the confirming page's form to post: not the token, and no cookie (its
+    first field keeps the two apart under one key)."""
+    expires = int((time.time() if now is None else now) + TICKET_SECONDS)
+    message = f"{_TICKET}.{_encode_name(account.operator.name)}.{expires}"
+    return f"{message}.{_mac(account, message, secret)}"
+
+
+def ticket_account(
+    value: str, accounts: Sequence[Account], now: float | None = None, *, secret: str | None = None
+) -> Account | None:
+    """The account an unexpired, correctly signed `ticket` stands for, or None."""
+    if len(value) > _MAX_COOKIE or not value.isascii():
+        return None
+    message, _, mac = value.rpartition(".")
+    parts = message.split(".")
+    if len(parts) != 3 or parts[0] != _TICKET or not parts[2].isdigit() or len(parts[2]) > 12:
+        return None
+    name = _decode_name(parts[1])
+    if name is None or int(parts[2]) < (time.time() if now is None else now):
+        return None
+    account = next((a for a in accounts if a.operator.name == name), None)
+    if account is None or not hmac.compare_digest(_mac(account, message, secret), mac):
+        return None
+    return account
 
 
 @dataclass(frozen=True)

@@ -179,15 +179,21 @@ def signed_session(
 
 
 def cookie_from_headers(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
-    """The console cookie's value from raw ASGI headers, or None."""
+    """The console cookie's value from raw ASGI headers, or None; None too when the browser
+    sends two: ours is host-only at `/`, so the other was set by a sibling host of the site
+    (`Domain=` the parent, a longer `Path`, sent first) to pass its own account's session off
+    as the person's (cookie tossing), and which one is ours cannot be told."""
+    found: str | None = None
     for name, raw in headers:
         if name.lower() != b"cookie":
             continue
         for part in raw.decode("latin-1").split(";"):
             key, _, value = part.strip().partition("=")
             if key == COOKIE and value:
-                return value
-    return None
+                if found is not None:
+                    return None
+                found = value
+    return found
 
 
 def cookie_operator(

@@ -125,6 +125,23 @@ def test_a_token_link_typed_or_opened_from_another_program_signs_in_at_once(
         assert answer.status_code == 303
 
 
+def test_a_second_console_cookie_a_sibling_host_tossed_in_is_no_session(
+    client: TestClient,
+) -> None:
+    """Cookie tossing: wiki.example.com sets `orch_console=<its own account's session>;
+    Domain=example.com; Path=/api`, which the browser sends before the person's own; the API
+    took the first, and the person acted as the tosser's account."""
+    tossed, own = sign_in(client), sign_in(client)
+    client.cookies.clear()
+    both = {"Cookie": f"{session.COOKIE}={tossed}; {session.COOKIE}={own}"}
+    assert client.get("/api/v1/tasks", headers=both).status_code == 401
+    assert client.get("/console/session", headers=both).json()["signed_in"] is False
+    assert (
+        client.get("/api/v1/tasks", headers={"Cookie": f"{session.COOKIE}={own}"}).status_code
+        == 200
+    )
+
+
 def test_a_wrong_token_is_refused_without_echoing_it(client: TestClient) -> None:
     answer = client.post("/console/session", data={"token": "<b>guess</b>"})
     assert answer.status_code == 401

@@ -102,6 +102,7 @@ def test_a_token_link_another_site_led_to_asks_before_signing_in(
     assert answer.status_code == 303
     assert client.get("/console/session").json()["account"]["name"] == "api"
     # A ticket is no cookie, a cookie no ticket, and an old ticket is refused.
+    client.cookies.clear()
     client.cookies.set(session.COOKIE, ticket)
     assert client.get("/api/v1/tasks").status_code == 401
     account = api_account(TOKEN)

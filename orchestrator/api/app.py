@@ -46,6 +46,7 @@ from orchestrator.api.contract import (
 from orchestrator.api.open_guard import OpenGuard
 from orchestrator.api.readiness import Readiness
 from orchestrator.api.response_headers import ResponseHeaders
+from orchestrator.api.sign_in_limit import FailedSignIns
 from orchestrator.api.signouts import SignOuts
 from orchestrator.errors import OrchestratorError, Unauthorized
 from orchestrator.events import CompositeNotifier, PlanHub, PlanNotifier, RedisNotifier
@@ -197,6 +198,8 @@ def create_app(
 
     readiness = Readiness(database, settings.redis_url)
     signouts = SignOuts(database)
+    # Wrong tokens per client address, the API's and the console sign-in's together.
+    failures = FailedSignIns()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -228,6 +231,7 @@ def create_app(
     app.state.db = database
     app.state.hub = plan_hub
     app.state.signouts = signouts
+    app.state.sign_in_failures = failures
     app.state.plans = PlanService(database, notifier)
     app.state.sessions = SessionService(database)
     app.state.keepalive_seconds = keepalive_seconds
@@ -252,6 +256,7 @@ def create_app(
         accounts=accounts,
         open_prefixes=(console_pages.PREFIX,),
         revoked=signouts.revoked,
+        failures=failures,
     )
     # Outside the token check, so a browser's preflight (no credentials) is answered.
     if settings.cors_origin_list:

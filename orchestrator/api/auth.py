@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Callable, Collection, Iterable, Sequence
+from functools import partial
 
 from fastapi import Request
 from starlette.responses import JSONResponse
@@ -29,6 +30,7 @@ from orchestrator.api.console_session import (
     sign_in_accounts,
     write_without_header,
 )
+from orchestrator.api.sign_in_limit import FailedSignIns, TooManyFailures, client_address
 from orchestrator.errors import Forbidden, OrchestratorError, Unauthorized
 from orchestrator.operators import Account, Operator, find_operator, may
 from orchestrator.operators_file import OperatorsFile, OperatorsUnreadable
@@ -73,6 +75,15 @@ def _authorization(headers: Iterable[tuple[bytes, bytes]]) -> bytes:
     return b""
 
 
+def _bearer(headers: Iterable[tuple[bytes, bytes]]) -> bytes:
+    """The bearer token of the Authorization header, stripped; empty when there is none.
+
+    An empty token names no one, even when an account's stored hash is the empty string's
+    (`printf %s "$TOKEN" | sha256sum` with $TOKEN unset): a bare `Bearer` is no credential."""
+    scheme, _, presented = _authorization(headers).partition(b" ")
+    return presented.strip() if scheme.lower() == b"bearer" else b""
+
+
 def bearer_matches(header: bytes, expected: str) -> bool:
     """Whether a raw Authorization header carries `expected` as its bearer token.
 
@@ -115,21 +126,24 @@ def _identify(
     method: str = "GET",
     console_secret: str | None = None,
     revoked: Revoked | None = None,
+    wrong_token: Callable[[], None] | None = None,
 ) -> Operator | None:
     """The caller's account; ANONYMOUS when no token is configured; None for a wrong token.
 
     A console session cookie (see `console_session`) stands for the account that signed in:
-    ORCH_API_TOKEN's full-rights account or an ORCH_OPERATORS account, with its role."""
+    ORCH_API_TOKEN's full-rights account or an ORCH_OPERATORS account, with its role.
+    `wrong_token` is called when a bearer token names no account, whatever the cookie does (a
+    guess beside one's own cookie is still a guess: the role answered would tell it right)."""
     if not accounts and not api_token:
         return ANONYMOUS
     headers = list(headers)
-    scheme, _, presented = _authorization(headers).partition(b" ")
-    # An empty token names no one, even when an account's stored hash is the empty string's
-    # (`printf %s "$TOKEN" | sha256sum` with $TOKEN unset): a bare `Bearer` is no credential.
-    if scheme.lower() == b"bearer" and presented.strip():
-        operator = find_operator(presented.strip(), accounts, api_token)
+    presented = _bearer(headers)
+    if presented:
+        operator = find_operator(presented, accounts, api_token)
         if operator is not None:
             return operator
+        if wrong_token is not None:
+            wrong_token()
     return cookie_operator(
         headers,
         method,
@@ -147,6 +161,7 @@ def _caller(
     method: str,
     console_secret: str | None,
     revoked: Revoked | None = None,
+    wrong_token: Callable[[], None] | None = None,
 ) -> Operator | Unauthorized:
     """The caller's account (`_identify`), or the refusal of a request it found none for,
     saying what is missing."""
@@ -158,6 +173,7 @@ def _caller(
         method=method,
         console_secret=console_secret,
         revoked=revoked,
+        wrong_token=wrong_token,
     )
     if operator is not None:
         return operator
@@ -282,10 +298,12 @@ class BearerTokens:
         accounts: AccountSource = (),
         open_prefixes: Collection[str] = (),
         revoked: Revoked | None = None,
+        failures: FailedSignIns | None = None,
     ) -> None:
         self.app = app
         self.accounts = accounts
         self.revoked = revoked
+        self.failures = failures
         self.api_token = settings.api_token or None
         self.console_secret = settings.console_secret
         self.internal_token = settings.agent_internal_token or None
@@ -305,18 +323,30 @@ class BearerTokens:
             or any(path == prefix or path.startswith(prefix + "/") for prefix in self.open_prefixes)
         ):
             return None
+        headers = scope.get("headers", ())
+        wrong: Callable[[], None] | None = None
+        if self.failures is not None and _bearer(headers):
+            # Ahead of the token's hashing: an address that guessed too often is refused
+            # whatever it presents now, the right token included (a 200 would say it was right).
+            address = client_address(scope.get("client"))
+            try:
+                self.failures.check(address)
+            except TooManyFailures as exc:
+                return exc
+            wrong = partial(self.failures.failed, address)
         if not internal:
             try:
                 accounts = current_accounts(self.accounts)
             except OperatorsUnreadable as exc:
                 return exc
             operator = _caller(
-                scope.get("headers", ()),
+                headers,
                 accounts,
                 self.api_token,
                 method=scope.get("method", "GET"),
                 console_secret=self.console_secret,
                 revoked=self.revoked,
+                wrong_token=wrong,
             )
             if isinstance(operator, Unauthorized):
                 return operator
@@ -324,8 +354,11 @@ class BearerTokens:
             return Forbidden(refusal) if refusal else None
         if self.internal_token is None:
             return Unauthorized(_CLOSED)
-        header = _authorization(scope.get("headers", ()))
-        return None if bearer_matches(header, self.internal_token) else Unauthorized(_WRONG)
+        if bearer_matches(_authorization(headers), self.internal_token):
+            return None
+        if wrong is not None:
+            wrong()
+        return Unauthorized(_WRONG)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -339,5 +372,7 @@ class BearerTokens:
             await send({"type": "websocket.close", "code": 1008})
             return
         headers = {"WWW-Authenticate": "Bearer"} if isinstance(refusal, Unauthorized) else {}
+        if isinstance(refusal, TooManyFailures):
+            headers = {"Retry-After": str(refusal.retry_after)}
         response = JSONResponse(refusal.to_dict(), status_code=refusal.http_status, headers=headers)
         await response(scope, receive, send)

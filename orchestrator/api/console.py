@@ -4,7 +4,8 @@ The pages are plain HTML, CSS and JavaScript shipped in `orchestrator/console/` 
 build, no CDN). With ORCH_API_TOKEN or ORCH_OPERATORS set, `/console` without a session answers
 the sign-in form; the form's POST or `/console?token=...` trades the token (the API token or an
 operator's) for the session cookie of `console_session`, which names that account, and
-redirects to `/console` without it. The token is never written into a page, and
+redirects to `/console` without it (a link a page of another site led to asks "Sign in as
+NAME?" first: `_confirm_page`). The token is never written into a page, and
 `redact_access_log` keeps it out of uvicorn's access log. `GET /console/session` tells the
 page who is signed in and with which role, so it can hide what the role cannot do (the API
 still refuses it).
@@ -23,6 +24,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Redirect
 
 from orchestrator.api import console_session
 from orchestrator.api.auth import ANONYMOUS, current_accounts, revoked_sessions
+from orchestrator.api.sign_in_limit import FailedSignIns, TooManyFailures, client_address
 from orchestrator.operators import Account, Operator, find_account
 
 __all__ = ["PREFIX", "redact_access_log", "router"]
@@ -84,13 +86,50 @@ def _home(request: Request, query: list[tuple[str, str]] | None = None) -> str:
     return root + PREFIX + (f"?{urlencode(query)}" if query else "")
 
 
-def _start_session(request: Request, presented: str, query: list[tuple[str, str]]) -> Response:
+def _start_session(
+    request: Request, presented: str, query: list[tuple[str, str]], *, confirm: bool = False
+) -> Response:
+    """Signs the browser in as the account whose token is `presented`; with `confirm` (a link
+    opened from another site) asks first, on a page of ours."""
     presented_bytes = presented.encode("utf-8", "surrogateescape")
     # An empty token signs no one in (an account whose hash is the empty string's would
     # otherwise open to anyone who leaves the field blank): see auth._identify.
-    account = find_account(presented_bytes, _accounts(request)) if presented.strip() else None
-    if account is None:
+    if not presented.strip():
         return _sign_in_page(request, "That token is not accepted.", 401)
+    failures: FailedSignIns = request.app.state.sign_in_failures
+    address = client_address(request.scope.get("client"))
+    try:
+        failures.check(address)  # before the token is looked at: see sign_in_limit
+    except TooManyFailures as exc:
+        page = _sign_in_page(request, exc.message[:1].upper() + exc.message[1:] + ".", 429)
+        page.headers["Retry-After"] = str(exc.retry_after)
+        return page
+    account = find_account(presented_bytes, _accounts(request))
+    if account is None:
+        failures.failed(address)
+        return _sign_in_page(request, "That token is not accepted.", 401)
+    if confirm:
+        return _confirm_page(request, account)
+    return _signed_in(request, account, query)
+
+
+def _confirm_page(request: Request, account: Account) -> HTMLResponse:
+    """ "Sign in as NAME?": a `?token=` link another site's page led to could otherwise sign
+    the person in as the link's account (login CSRF), their decisions then recorded under
+    it. The form posts a short-lived ticket (`console_session.ticket`), never the token."""
+    secret = request.app.state.settings.console_secret
+    page = (STATIC / "confirm.html").read_text(encoding="utf-8")
+    root = html.escape(str(request.scope.get("root_path", "")).rstrip("/"))
+    page = page.replace('href="console/', f'href="{root}{PREFIX}/')
+    page = page.replace('action="console/', f'action="{root}{PREFIX}/')
+    page = page.replace('href="console"', f'href="{root}{PREFIX}"')
+    page = page.replace("<!--name-->", html.escape(account.operator.name))
+    page = page.replace("<!--role-->", html.escape(account.operator.role))
+    page = page.replace("<!--ticket-->", console_session.ticket(account, secret=secret))
+    return HTMLResponse(page, headers=_HEADERS)
+
+
+def _signed_in(request: Request, account: Account, query: list[tuple[str, str]]) -> Response:
     response = RedirectResponse(_home(request, query), status_code=303, headers=_HEADERS)
     response.set_cookie(
         console_session.COOKIE,
@@ -139,7 +178,7 @@ def console_page(request: Request) -> Response:
     presented = [value for key, value in query if key == "token"]
     if presented and _accounts(request):
         rest = [(key, value) for key, value in query if key != "token"]
-        return _start_session(request, presented[-1], rest)
+        return _start_session(request, presented[-1], rest, confirm=_from_another_site(request))
     if presented:  # an open API: nothing to sign in to, but drop the token from the URL
         rest = [(key, value) for key, value in query if key != "token"]
         return RedirectResponse(_home(request, rest), 303)
@@ -170,6 +209,12 @@ async def sign_in(request: Request) -> Response:
         if len(raw) > _MAX_FORM_BYTES:
             return _sign_in_page(request, "The form is too large.", 413)
     form = dict(parse_qsl(raw.decode("utf-8", "replace"), keep_blank_values=True))
+    if "ticket" in form:  # the confirming page of a link opened from another site
+        secret = request.app.state.settings.console_secret
+        account = console_session.ticket_account(form["ticket"], _accounts(request), secret=secret)
+        if account is None:
+            return _sign_in_page(request, "That sign-in link has expired; sign in here.", 401)
+        return _signed_in(request, account, [])
     return _start_session(request, form.get("token", "").strip(), [])
 
 
@@ -208,7 +253,7 @@ def sign_out(request: Request) -> Response:
         else None
     )
     if session is not None:
-        request.app.state.signouts.sign_out(session.nonce, session.expires)
+        request.app.state.signouts.sign_out(session)
     response = RedirectResponse(_home(request), status_code=303, headers=_HEADERS)
     response.delete_cookie(console_session.COOKIE, path="/", httponly=True, samesite="strict")
     return response

@@ -43,16 +43,21 @@ __all__ = [
     "issue",
     "sign_in_accounts",
     "signed_session",
+    "ticket",
+    "ticket_account",
     "write_without_header",
 ]
 
-#: Whether a session's nonce was signed out (`orchestrator.api.signouts.SignOuts.revoked`).
-Revoked = Callable[[str], bool]
+#: Whether a session was signed out (`orchestrator.api.signouts.SignOuts.revoked`).
+Revoked = Callable[["Session"], bool]
 
 COOKIE = "orch_console"
 SESSION_SECONDS = 12 * 3600
 WRITE_HEADER = b"x-orch-console"
 _VERSION = "v2"
+_TICKET = "t1"
+#: How long a sign-in link's confirming page may wait for its click.
+TICKET_SECONDS = 300
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _MAX_NAME = 128
 _MAX_COOKIE = 1024
@@ -103,11 +108,39 @@ def holder(
     revoked: Revoked | None = None,
 ) -> Operator | None:
     """The account an unexpired, correctly signed session `value` stands for, or None; None
-    too for a session signed out (`revoked(nonce)`, see `orchestrator.api.signouts`)."""
+    too for a session signed out (`revoked(session)`, see `orchestrator.api.signouts`)."""
     session = signed_session(value, accounts, now, secret=secret)
-    if session is None or (revoked is not None and revoked(session.nonce)):
+    if session is None or (revoked is not None and revoked(session)):
         return None
     return session.operator
+
+
+def ticket(account: Account, now: float | None = None, *, secret: str | None = None) -> str:
+    """A short-lived proof that `account`'s token was presented (a `?token=` link opened from
+    another site), for the confirming page's form to post: not the token, and no cookie (its
+    first field keeps the two apart under one key)."""
+    expires = int((time.time() if now is None else now) + TICKET_SECONDS)
+    message = f"{_TICKET}.{_encode_name(account.operator.name)}.{expires}"
+    return f"{message}.{_mac(account, message, secret)}"
+
+
+def ticket_account(
+    value: str, accounts: Sequence[Account], now: float | None = None, *, secret: str | None = None
+) -> Account | None:
+    """The account an unexpired, correctly signed `ticket` stands for, or None."""
+    if len(value) > _MAX_COOKIE or not value.isascii():
+        return None
+    message, _, mac = value.rpartition(".")
+    parts = message.split(".")
+    if len(parts) != 3 or parts[0] != _TICKET or not parts[2].isdigit() or len(parts[2]) > 12:
+        return None
+    name = _decode_name(parts[1])
+    if name is None or int(parts[2]) < (time.time() if now is None else now):
+        return None
+    account = next((a for a in accounts if a.operator.name == name), None)
+    if account is None or not hmac.compare_digest(_mac(account, message, secret), mac):
+        return None
+    return account
 
 
 @dataclass(frozen=True)
@@ -146,15 +179,21 @@ def signed_session(
 
 
 def cookie_from_headers(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
-    """The console cookie's value from raw ASGI headers, or None."""
+    """The console cookie's value from raw ASGI headers, or None; None too when the browser
+    sends two: ours is host-only at `/`, so the other was set by a sibling host of the site
+    (`Domain=` the parent, a longer `Path`, sent first) to pass its own account's session off
+    as the person's (cookie tossing), and which one is ours cannot be told."""
+    found: str | None = None
     for name, raw in headers:
         if name.lower() != b"cookie":
             continue
         for part in raw.decode("latin-1").split(";"):
             key, _, value = part.strip().partition("=")
             if key == COOKIE and value:
-                return value
-    return None
+                if found is not None:
+                    return None
+                found = value
+    return found
 
 
 def cookie_operator(

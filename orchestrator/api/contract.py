@@ -102,6 +102,8 @@ _DESCRIPTIONS = {
     409: "conflicts with the current state (stale generation, already decided, ...)",
     413: "the request body is larger than ORCH_MAX_BODY_BYTES",
     422: "the request is not valid",
+    429: "too many wrong tokens from the caller's address (too_many_failures); retry after "
+    "Retry-After",
     502: "the model behind the answer failed (model_error)",
     503: "the store is unreachable or busy (store_unavailable); retry after Retry-After",
 }
@@ -116,7 +118,7 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 
 #: What any public route may answer whatever it does; added by `create_app`.
-COMMON_ERRORS = error_responses(401, 413, 422, 503)
+COMMON_ERRORS = error_responses(401, 413, 422, 429, 503)
 
 
 def declare_write_refusals(routes: Sequence[object]) -> None:

@@ -9,6 +9,11 @@ process counts here at once; on another replica within `every` seconds.
 
 While the store cannot be read the last known nonces stay in force (logged once per outage):
 an API that cannot reach its store serves nothing but its console's static pages anyway.
+
+An account that signs out more than `PER_ACCOUNT` times within a cookie's life (a script in a
+loop) has its sign-outs folded into one time (`store.console_signouts`): its sessions signed
+in no later than the latest of them are refused, so neither the table nor each process's
+read of it grows with the loop.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from orchestrator.api.console_session import Session
 from orchestrator.store import console_signouts as signout_store
 from orchestrator.store.db import Database
 from orchestrator.store.types import utcnow
@@ -40,24 +46,34 @@ class SignOuts:
         self.every = every
         self._lock = threading.Lock()
         self._known: frozenset[str] = frozenset()
+        # Per account, the expiry at or before which its sessions are out (folded sign-outs).
+        self._before: dict[str, float] = {}
         # This process's own sign-outs, kept beside a read that began before they committed.
         self._mine: dict[str, datetime] = {}
+        self._mine_before: dict[str, datetime] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing = False
 
-    def revoked(self, nonce: str) -> bool:
-        return nonce in self._known
+    def revoked(self, session: Session) -> bool:
+        if session.nonce in self._known:
+            return True
+        before = self._before.get(session.operator.name)
+        return before is not None and session.expires <= before
 
-    def sign_out(self, nonce: str, expires_at: float) -> None:
-        """Refuse the session `nonce` from now until `expires_at` (its cookie's expiry, epoch
-        seconds); raises the store's error when it cannot be recorded."""
-        until = datetime.fromtimestamp(expires_at, UTC)
+    def sign_out(self, session: Session) -> None:
+        """Refuse `session` from now until its cookie expires; raises the store's error when
+        it cannot be recorded."""
+        until = datetime.fromtimestamp(session.expires, UTC)
+        name = session.operator.name
         with self.db.transaction() as conn:
-            signout_store.record_signout(conn, nonce, until, utcnow())
+            folded = signout_store.record_signout(conn, session.nonce, name, until, utcnow())
         with self._lock:
-            self._mine[nonce] = until
-            self._known = self._known | {nonce}
+            self._mine[session.nonce] = until
+            self._known = self._known | {session.nonce}
+            if folded is not None:
+                self._mine_before[name] = max(folded, self._mine_before.get(name, folded))
+                self._before = _merged(self._before, {name: folded})
 
     def refresh(self) -> None:
         """Read the unexpired sign-outs again (every replica's)."""
@@ -80,7 +96,9 @@ class SignOuts:
             log.info("console sign-outs read again: the store answers")
         with self._lock:
             self._mine = {nonce: until for nonce, until in self._mine.items() if until >= now}
-            self._known = stored | frozenset(self._mine)
+            self._mine_before = {a: t for a, t in self._mine_before.items() if t >= now}
+            self._known = stored.nonces | frozenset(self._mine)
+            self._before = _merged({}, stored.before, self._mine_before)
 
     def start(self) -> None:
         """Read the sign-outs once, then again every `every` seconds on a thread of its own.
@@ -101,3 +119,13 @@ class SignOuts:
     def _run(self) -> None:
         while not self._stop.wait(self.every):
             self.refresh()
+
+
+def _merged(*times: dict[str, float] | dict[str, datetime]) -> dict[str, float]:
+    """Per account the latest of the times given (epoch seconds, as a cookie's expiry)."""
+    merged: dict[str, float] = {}
+    for each in times:
+        for account, at in each.items():
+            seconds = at.timestamp() if isinstance(at, datetime) else at
+            merged[account] = max(seconds, merged.get(account, seconds))
+    return merged

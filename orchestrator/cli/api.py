@@ -119,6 +119,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from orchestrator.api import create_app
+    from orchestrator.api.wire_errors import EnvelopeH11
 
     app = create_app(settings)
     # uvicorn catches SIGTERM, shuts down gracefully, restores the handler it found and raises
@@ -135,5 +136,7 @@ def _serve(args: argparse.Namespace) -> int:
         log_config=_log_config(settings, args.log_level),
         # Streams never end by themselves; do not let them hold a shutdown for ever.
         timeout_graceful_shutdown=3,
+        # A request uvicorn refuses itself (not HTTP, headers too large) gets the envelope.
+        http=EnvelopeH11,
     )
     return 0

@@ -31,6 +31,7 @@ from orchestrator.store.types import JSONDocument, UTCDateTime
 __all__ = [
     "actions",
     "collaboration_messages",
+    "console_account_signouts",
     "console_signouts",
     "evidence",
     "executions",
@@ -472,5 +473,17 @@ console_signouts = Table(
     Column("nonce", String(64), primary_key=True),
     Column("expires_at", UTCDateTime, nullable=False),
     Column("signed_out_at", UTCDateTime, nullable=False),
+    # The session's account (null on rows of before 0021): its sign-outs are counted.
+    Column("account", String(128), nullable=True),
     Index(None, "expires_at"),
+    Index(None, "account"),
+)
+
+#: Per account, the sign-outs folded into one time once it had too many: its sessions
+#: expiring no later than `before` (signed in no later than the one that folded them) are out.
+console_account_signouts = Table(
+    "console_account_signouts",
+    metadata,
+    Column("account", String(128), primary_key=True),
+    Column("before", UTCDateTime, nullable=False),
 )

@@ -177,3 +177,31 @@ def test_the_task_list_takes_a_time_range_in_local_time(page: Any, console: Cons
     page.goto(f"{console.url}/console#/?type=ranged&since=24h")
     expect(rows).to_have_count(1)
     expect(page.locator("#filter-ignored")).to_have_count(0)
+
+
+def test_a_token_link_on_another_site_asks_before_signing_in(
+    browser: Any, console: Console
+) -> None:
+    """Login CSRF by link: another site's link to `/console?token=<its account's token>` no
+    longer signs the person in as that account unasked."""
+    context = browser.new_context()
+    tab = context.new_page()
+    try:
+        elsewhere = console.url.replace("127.0.0.1", "localhost")  # another site to the browser
+        tab.goto(f"{elsewhere}/healthz")
+        link = f"{console.url}/console?token={token('otto')}"
+        tab.evaluate(
+            "(href) => { const a = document.createElement('a'); a.href = href; a.id = 'lure';"
+            " a.textContent = 'open'; document.body.append(a); }",
+            link,
+        )
+        tab.click("#lure")
+        expect(tab.locator("h1")).to_have_text("Sign in as otto?")
+        assert not any(c["name"] == "orch_console" for c in context.cookies())
+        assert token("otto") not in tab.content()
+        tab.click("#confirm-form button")
+        expect(tab.locator("#whoami-name")).to_have_text("otto")
+        assert tab.url.endswith("/console")
+    finally:
+        context.close()
+    assert token("otto") not in console.api_log()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from orchestrator.api import console_session as session
 from orchestrator.api import create_app
 from orchestrator.api.console import _RedactToken
+from orchestrator.operators import api_account
 from orchestrator.settings import SettingsError, load_settings
 
 with warnings.catch_warnings():
@@ -72,6 +74,73 @@ def test_token_in_the_url_becomes_a_cookie_and_leaves_the_url(client: TestClient
         "required": True,
         "account": {"name": "api", "role": "approver", "shared": True},
     }
+
+
+@pytest.mark.parametrize("site", ["cross-site", "same-site"])
+def test_a_token_link_another_site_led_to_asks_before_signing_in(
+    client: TestClient, site: str
+) -> None:
+    """Login CSRF by link: a page elsewhere linking `/console?token=<its account's token>`
+    signed the person in as that account at once, and their decisions went under its name."""
+    followed = {"Sec-Fetch-Site": site, "Sec-Fetch-Mode": "navigate"}
+    page = client.get(f"/console?token={TOKEN}", headers=followed, follow_redirects=False)
+    assert page.status_code == 200
+    assert session.COOKIE not in page.headers.get("set-cookie", "")
+    assert "Sign in as api?" in page.text
+    assert TOKEN not in page.text
+    assert page.headers["Referrer-Policy"] == "no-referrer"
+    assert client.get("/console/session").json()["signed_in"] is False
+    # The person's click posts the page's ticket from the console's own origin.
+    ticket = page.text.split('name="ticket" value="', 1)[1].split('"', 1)[0]
+    own = {"Sec-Fetch-Site": "same-origin"}
+    elsewhere = {"Sec-Fetch-Site": site}
+    refused = client.post("/console/session", data={"ticket": ticket}, headers=elsewhere)
+    assert refused.status_code == 403
+    answer = client.post(
+        "/console/session", data={"ticket": ticket}, headers=own, follow_redirects=False
+    )
+    assert answer.status_code == 303
+    assert client.get("/console/session").json()["account"]["name"] == "api"
+    # A ticket is no cookie, a cookie no ticket, and an old ticket is refused.
+    client.cookies.clear()
+    client.cookies.set(session.COOKIE, ticket)
+    assert client.get("/api/v1/tasks").status_code == 401
+    account = api_account(TOKEN)
+    assert account is not None
+    old = session.ticket(account, time.time() - session.TICKET_SECONDS - 1)
+    for bad in (old, session.issue(account), ticket[:-1] + "0"):
+        stale = client.post("/console/session", data={"ticket": bad}, headers=own)
+        assert stale.status_code == 401
+        assert "expired" in stale.text
+
+
+def test_a_token_link_typed_or_opened_from_another_program_signs_in_at_once(
+    client: TestClient,
+) -> None:
+    for fetch_site in ("none", "same-origin"):
+        answer = client.get(
+            f"/console?token={TOKEN}",
+            headers={"Sec-Fetch-Site": fetch_site},
+            follow_redirects=False,
+        )
+        assert answer.status_code == 303
+
+
+def test_a_second_console_cookie_a_sibling_host_tossed_in_is_no_session(
+    client: TestClient,
+) -> None:
+    """Cookie tossing: wiki.example.com sets `orch_console=<its own account's session>;
+    Domain=example.com; Path=/api`, which the browser sends before the person's own; the API
+    took the first, and the person acted as the tosser's account."""
+    tossed, own = sign_in(client), sign_in(client)
+    client.cookies.clear()
+    both = {"Cookie": f"{session.COOKIE}={tossed}; {session.COOKIE}={own}"}
+    assert client.get("/api/v1/tasks", headers=both).status_code == 401
+    assert client.get("/console/session", headers=both).json()["signed_in"] is False
+    assert (
+        client.get("/api/v1/tasks", headers={"Cookie": f"{session.COOKIE}={own}"}).status_code
+        == 200
+    )
 
 
 def test_a_wrong_token_is_refused_without_echoing_it(client: TestClient) -> None:

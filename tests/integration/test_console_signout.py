@@ -13,13 +13,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from orchestrator.api import console_session as session
 from orchestrator.api import create_app
 from orchestrator.api.signouts import REFRESH_SECONDS, SignOuts
+from orchestrator.operators import Operator, api_account
 from orchestrator.settings import load_settings
 from orchestrator.store import Database
+from orchestrator.store.console_signouts import PER_ACCOUNT
 from orchestrator.store.tables import console_signouts
 
 with warnings.catch_warnings():
@@ -42,9 +44,16 @@ def replicas(store_url: str, tmp_path: Path) -> Iterator[tuple[TestClient, TestC
         yield one, two
 
 
+def a_session(nonce: str, expires: float, name: str = "api") -> session.Session:
+    return session.Session(Operator(name, "approver", shared=True), nonce, int(expires))
+
+
 def sign_in(client: TestClient) -> str:
     answer = client.post("/console/session", data={"token": TOKEN}, follow_redirects=False)
     assert answer.status_code == 303, answer.text
+    # httpx keeps the answer's cookie beside one set by hand later, and two console cookies
+    # are no session (a sibling host's tossed cookie): the tests set the one they mean.
+    client.cookies.clear()
     return str(answer.cookies[session.COOKIE])
 
 
@@ -102,17 +111,19 @@ def test_a_store_that_cannot_be_read_keeps_the_known_sign_outs(store_url: str) -
     db = Database.from_url(store_url)
     try:
         signouts = SignOuts(db)
-        signouts.sign_out("n0nce", time.time() + 60)
-        signouts.sign_out("gone", time.time() - 1)  # its cookie expired: refused for age
+        kept = a_session("n0nce", time.time() + 60)
+        gone = a_session("gone", time.time() - 1)  # its cookie expired: refused for age
+        signouts.sign_out(kept)
+        signouts.sign_out(gone)
         other = SignOuts(db)
         other.refresh()
-        assert other.revoked("n0nce")
-        assert not other.revoked("gone")
+        assert other.revoked(kept)
+        assert not other.revoked(gone)
         db.dispose()
         broken = Database.from_url("postgresql+psycopg://nobody@127.0.0.1:1/none")
         other.db = broken
         other.refresh()  # logged, not raised
-        assert other.revoked("n0nce")
+        assert other.revoked(kept)
         broken.dispose()
     finally:
         db.dispose()
@@ -176,3 +187,33 @@ def test_a_sign_in_or_sign_out_form_posted_from_a_sibling_site_is_refused_too(
         assert refused.status_code == 403
         client.cookies.set(session.COOKIE, value)
         assert client.get("/api/v1/tasks").status_code == 200
+
+
+def test_signing_in_and_out_in_a_loop_keeps_a_bounded_store_and_every_copy_out(
+    replicas: tuple[TestClient, TestClient], store_url: str
+) -> None:
+    """Before, each sign-out kept its nonce for 12 hours and every API process read them all
+    every 2 seconds: an account looping sign-in and sign-out grew both without bound."""
+    one, two = replicas
+    copies = []
+    for _ in range(PER_ACCOUNT + 10):
+        copies.append(sign_in(one))
+        one.cookies.set(session.COOKIE, copies[-1])
+        assert one.post("/console/signout", follow_redirects=False).status_code == 303
+    db = Database.from_url(store_url)
+    try:
+        with db.transaction(readonly=True) as conn:
+            rows = conn.execute(text("SELECT count(*) FROM console_signouts")).scalar_one()
+    finally:
+        db.dispose()
+    assert rows <= PER_ACCOUNT
+    # Every copy of the loop's cookies stays out, here and on the other replica; a browser
+    # signed in afterwards is not.
+    later = session.issue(api_account(TOKEN), time.time() + 2)  # type: ignore[arg-type]
+    two.app.state.signouts.refresh()
+    for replica in (one, two):
+        for copy in copies:
+            replica.cookies.set(session.COOKIE, copy)
+            assert replica.get("/api/v1/tasks").status_code == 401
+        replica.cookies.set(session.COOKIE, later)
+        assert replica.get("/api/v1/tasks").status_code == 200

@@ -371,7 +371,7 @@ def test_0018_console_sign_outs_are_kept_until_their_cookie_expires(empty_url: s
         indexes = {i["name"]: i["column_names"] for i in inspector.get_indexes("console_signouts")}
     finally:
         engine.dispose()
-    assert columns == ["nonce", "expires_at", "signed_out_at"]
+    assert columns[:3] == ["nonce", "expires_at", "signed_out_at"]  # 0021 adds `account`
     assert indexes["ix_console_signouts_expires_at"] == ["expires_at"]
     _round_trip(empty_url, "0017")
 
@@ -409,3 +409,18 @@ def test_0019_a_task_s_evidence_is_listed_from_an_index_and_rows_of_before_stay(
         rows = conn.execute(text("SELECT evidence_id FROM evidence")).scalars().all()
         assert rows == ["e1"]
     _round_trip(empty_url, "0018")
+
+
+def test_0021_sign_outs_name_their_account_and_rows_of_before_stay(empty_url: str) -> None:
+    _write_at(
+        empty_url,
+        "0019",
+        "INSERT INTO console_signouts (nonce, expires_at, signed_out_at) VALUES ('n1', :now, :now)",
+    )
+    upgrade(empty_url)
+    assert _differences(empty_url) == []
+    with _transaction(empty_url) as conn:
+        rows = conn.execute(text("SELECT nonce, account FROM console_signouts")).all()
+        assert [tuple(row) for row in rows] == [("n1", None)]
+        assert conn.execute(text("SELECT count(*) FROM console_account_signouts")).scalar() == 0
+    _round_trip(empty_url, "0019")

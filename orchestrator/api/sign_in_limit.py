@@ -1,0 +1,122 @@
+"""Failed sign-ins per client address: a token cannot be guessed at the speed of the network.
+
+Before, a wrong bearer token (or a wrong token in the console's sign-in form or `?token=` link)
+was answered 401 as fast as it came: thousands of guesses a second from one machine. Each
+address now has a leaky bucket of failures: `burst` wrong tokens at once, then one more every
+`seconds_per_failure` seconds. An address over it is answered `429 too_many_failures` with
+`Retry-After` (a few seconds) for anything that presents a token, the right one included:
+a right token let through would tell the guesser it was right. A console session cookie is
+not a guess (its MAC cannot be guessed), so a signed-in browser at that address works on,
+and a request with no credentials at all is the usual 401, counted as nothing.
+
+The account is not known from a wrong token (no credential names its account but the cookie),
+so the count is per address: an IPv6 client counts by its /64, which one host usually holds
+whole. The buckets live in this process's memory, at most `max_addresses` of them (the least
+recently failed one goes first): a fleet of N API processes behind a balancer allows N times
+the rate, and a restart forgets. The check is one dict lookup, on the requests that present a
+bearer token only, ahead of the token's hashing.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import logging
+import math
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+from orchestrator.errors import OrchestratorError
+
+__all__ = ["FailedSignIns", "TooManyFailures", "client_address"]
+
+log = logging.getLogger(__name__)
+
+BURST = 20
+SECONDS_PER_FAILURE = 6.0
+MAX_ADDRESSES = 10_000
+
+
+class TooManyFailures(OrchestratorError):
+    """Too many wrong tokens from the caller's address: try again after `retry_after` s."""
+
+    code = "too_many_failures"
+    http_status = 429
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(f"too many wrong tokens from your address; try again in {retry_after} s")
+        self.retry_after = retry_after
+
+
+def client_address(client: object) -> str:
+    """The key an ASGI `scope["client"]` counts under: its address, an IPv6 one's /64."""
+    host = client[0] if isinstance(client, (tuple, list)) and client else ""
+    return _key(str(host))
+
+
+@functools.lru_cache(maxsize=4096)
+def _key(text: str) -> str:
+    # Cached: parsing an address costs twice the whole token check of a right token.
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return text  # a unix socket, a test client: one key for all of them
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
+
+
+class FailedSignIns:
+    """Per address, a level of recent failures that drains at one per `seconds_per_failure`."""
+
+    def __init__(
+        self,
+        *,
+        burst: int = BURST,
+        seconds_per_failure: float = SECONDS_PER_FAILURE,
+        max_addresses: int = MAX_ADDRESSES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.burst = burst
+        self.seconds_per_failure = seconds_per_failure
+        self.max_addresses = max_addresses
+        self.clock = clock
+        # address -> (level, when it was that): the least recently failed first.
+        self._levels: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        # The console's sign-in runs on the thread pool, the middleware on the event loop.
+        self._lock = threading.Lock()
+
+    def _level(self, address: str, now: float) -> float:
+        level, at = self._levels.get(address, (0.0, now))
+        return max(0.0, level - (now - at) / self.seconds_per_failure)
+
+    def check(self, address: str) -> None:
+        """`TooManyFailures` while `address` may not present a token."""
+        if address not in self._levels:  # the usual case: one lookup, no lock
+            return
+        with self._lock:
+            level = self._level(address, self.clock())
+        if level > self.burst - 1:
+            wait = (level - (self.burst - 1)) * self.seconds_per_failure
+            raise TooManyFailures(max(1, math.ceil(wait)))
+
+    def failed(self, address: str) -> None:
+        """Count a wrong token from `address`."""
+        with self._lock:
+            now = self.clock()
+            before = self._level(address, now)
+            self._levels[address] = (before + 1, now)
+            self._levels.move_to_end(address)
+            while len(self._levels) > self.max_addresses:
+                self._levels.popitem(last=False)
+        if before <= self.burst - 1 < before + 1:
+            # Once as it tips over (never the token: only where the guesses come from).
+            log.warning(
+                "%d wrong tokens in a row from %s: its tokens are refused (429) for a while",
+                self.burst,
+                address,
+            )

@@ -473,7 +473,7 @@ console_signouts = Table(
     Column("nonce", String(64), primary_key=True),
     Column("expires_at", UTCDateTime, nullable=False),
     Column("signed_out_at", UTCDateTime, nullable=False),
-    # The session's account (null on rows of before 0021): its sign-outs are counted.
+    # The session's account (null on rows of before 0020): its sign-outs are counted.
     Column("account", String(128), nullable=True),
     Index(None, "expires_at"),
     Index(None, "account"),

@@ -371,7 +371,7 @@ def test_0018_console_sign_outs_are_kept_until_their_cookie_expires(empty_url: s
         indexes = {i["name"]: i["column_names"] for i in inspector.get_indexes("console_signouts")}
     finally:
         engine.dispose()
-    assert columns[:3] == ["nonce", "expires_at", "signed_out_at"]  # 0021 adds `account`
+    assert columns[:3] == ["nonce", "expires_at", "signed_out_at"]  # 0020 adds `account`
     assert indexes["ix_console_signouts_expires_at"] == ["expires_at"]
     _round_trip(empty_url, "0017")
 
@@ -411,7 +411,7 @@ def test_0019_a_task_s_evidence_is_listed_from_an_index_and_rows_of_before_stay(
     _round_trip(empty_url, "0018")
 
 
-def test_0021_sign_outs_name_their_account_and_rows_of_before_stay(empty_url: str) -> None:
+def test_0020_sign_outs_name_their_account_and_rows_of_before_stay(empty_url: str) -> None:
     _write_at(
         empty_url,
         "0019",

@@ -5,7 +5,7 @@ them all every 2 seconds: an account signing in and out in a loop grew the table
 process's reads) without bound. A sign-out now names its account; past a cap, the account's
 sign-outs fold into one time in `console_account_signouts`.
 
-Revision ID: 0021
+Revision ID: 0020
 Revises: 0019
 Create Date: 2026-12-05
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0021"
+revision = "0020"
 down_revision = "0019"
 branch_labels = None
 depends_on = None

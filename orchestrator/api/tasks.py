@@ -8,13 +8,14 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.api.auth import current_operator
 from orchestrator.api.contract import FilledText, Page, error_responses
 from orchestrator.api.enums import TaskStatus
 from orchestrator.api.models import ExplainView, TaskView, TranscriptPage, TriggerView
 from orchestrator.domain.task_filter import TASK_TYPE_MAX, TASK_TYPE_PATTERN, task_filter
 from orchestrator.leases import make_lease_backend
 from orchestrator.runtime import celery_dispatcher
-from orchestrator.services.tasks import TaskService, Trigger, task_view
+from orchestrator.services.tasks import CANCELLED, TaskService, Trigger, task_view
 from orchestrator.store.receipts import ReceiptLedger
 
 __all__ = ["get_task_service", "router"]
@@ -42,14 +43,25 @@ _TRIGGER_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+#: Who asks, in a body sent with the shared API token (a named account is always its own name).
+_BY = Field(
+    default=None,
+    max_length=200,
+    description="who asks, recorded with the requeue or cancel; only with the shared API "
+    "token (an operator account is recorded by its name, whatever this says)",
+)
+
+
 class RequeueBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     reason: FilledText = Field(min_length=1, max_length=500)
+    by: FilledText | None = _BY
 
 
 class CancelBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    reason: FilledText = Field(default="cancelled by an operator", min_length=1, max_length=500)
+    reason: FilledText = Field(default=CANCELLED, min_length=1, max_length=500)
+    by: FilledText | None = _BY
 
 
 @router.post("", status_code=201, response_model=TriggerView, responses=_TRIGGER_RESPONSES)
@@ -134,16 +146,30 @@ def task_transcript(
 
 @router.post("/{task_id}/requeue", response_model=TaskView, responses=error_responses(404, 409))
 def requeue_task(
-    task_id: str, body: RequeueBody, service: TaskService = Depends(get_task_service)
+    task_id: str,
+    body: RequeueBody,
+    request: Request,
+    service: TaskService = Depends(get_task_service),
 ) -> dict[str, Any]:
-    return task_view(service.requeue(task_id, body.reason))
+    """A new generation now (a running one is fenced out); the requeue records who asked."""
+    by = _asker(request, body.by)
+    return task_view(service.requeue(task_id, body.reason, by=by))
 
 
 @router.post("/{task_id}/cancel", response_model=TaskView, responses=error_responses(404, 409))
 def cancel_task(
     task_id: str,
+    request: Request,
     body: CancelBody | None = None,
     service: TaskService = Depends(get_task_service),
 ) -> dict[str, Any]:
-    reason = body.reason if body is not None else "cancelled by an operator"
-    return task_view(service.cancel(task_id, reason))
+    """Fence the live generation and cancel the task; the reason it keeps names who asked."""
+    body = body or CancelBody()
+    return task_view(service.cancel(task_id, body.reason, by=_asker(request, body.by)))
+
+
+def _asker(request: Request, by: str | None) -> str | None:
+    """Who asks: an operator account by its name; the shared token by the body's `by`, or
+    no one (the business backend's requeues and cancels name nobody unless it says)."""
+    operator = current_operator(request)
+    return by if operator.shared else operator.name

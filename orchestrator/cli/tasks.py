@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import logging
 import math
@@ -17,6 +18,7 @@ from orchestrator.cli.common import (
     CommandFailed,
     add_json_flag,
     bounded_int,
+    checked_body,
     load,
     print_json,
     printable,
@@ -24,7 +26,7 @@ from orchestrator.cli.common import (
 from orchestrator.domain.recovery import readable_call
 from orchestrator.logs import redact, secrets_of
 from orchestrator.runtime import Runtime, build_runtime
-from orchestrator.services.tasks import Trigger, task_view
+from orchestrator.services.tasks import CANCELLED, Trigger, task_view
 
 __all__ = ["register"]
 
@@ -62,12 +64,14 @@ def register(commands: Any) -> None:
     requeue = actions.add_parser("requeue", help="start a new generation (fences a running one)")
     requeue.add_argument("task_id")
     requeue.add_argument("--reason", required=True)
+    requeue.add_argument("--by", help="who asks (default: your user name)")
     add_json_flag(requeue)
     requeue.set_defaults(handler=_requeue)
 
     cancel = actions.add_parser("cancel", help="fence the live generation and cancel the task")
     cancel.add_argument("task_id")
-    cancel.add_argument("--reason", default="cancelled by an operator")
+    cancel.add_argument("--reason", default=CANCELLED)
+    cancel.add_argument("--by", help="who asks (default: your user name)")
     add_json_flag(cancel)
     cancel.set_defaults(handler=_cancel)
 
@@ -171,12 +175,13 @@ def _json_kind(value: Any) -> str:
     return "a number"
 
 
-def _reason(args: argparse.Namespace, body: type[BaseModel]) -> str:
-    """`--reason` checked by the API's own body model: 1..500 characters."""
-    try:
-        return str(body.model_validate({"reason": args.reason}).model_dump()["reason"])
-    except ValidationError as exc:
-        raise CommandFailed(f"invalid --reason: {exc.errors()[0]['msg']}", exit_code=2) from None
+def _reason_and_by(args: argparse.Namespace, body: type[BaseModel]) -> tuple[str, str]:
+    """`--reason` and `--by` checked by the API's own body model (the reason 1..500
+    characters); only an absent --by means the user, an empty one (an unset $NAME) is
+    refused."""
+    by = getpass.getuser() if args.by is None else args.by
+    checked = checked_body(body, {"reason": args.reason, "by": by})
+    return str(checked.reason), str(checked.by)
 
 
 def _trigger(args: argparse.Namespace) -> int:
@@ -368,10 +373,10 @@ def _short(value: Any, limit: int = 160) -> str:
 def _requeue(args: argparse.Namespace) -> int:
     from orchestrator.api.tasks import RequeueBody
 
-    reason = _reason(args, RequeueBody)
+    reason, by = _reason_and_by(args, RequeueBody)
     rt = _runtime()
     try:
-        task = rt.tasks.requeue(args.task_id, reason)
+        task = rt.tasks.requeue(args.task_id, reason, by=by)
     finally:
         rt.close()
     if args.json:
@@ -384,10 +389,10 @@ def _requeue(args: argparse.Namespace) -> int:
 def _cancel(args: argparse.Namespace) -> int:
     from orchestrator.api.tasks import CancelBody
 
-    reason = _reason(args, CancelBody)
+    reason, by = _reason_and_by(args, CancelBody)
     rt = _runtime()
     try:
-        task = rt.tasks.cancel(args.task_id, reason)
+        task = rt.tasks.cancel(args.task_id, reason, by=by)
     finally:
         rt.close()
     if args.json:

@@ -42,13 +42,16 @@ from orchestrator.store.records import ExecutionRecord, TaskRecord
 from orchestrator.store.tables import tasks
 from orchestrator.store.types import utcnow
 
-__all__ = ["TaskService", "Trigger", "TriggerResult"]
+__all__ = ["CANCELLED", "TaskService", "Trigger", "TriggerResult"]
 
 _ID_PATTERN = TASK_TYPE_PATTERN
 
 #: How many of a task's write resolutions its view shows (the newest; the task stream and the
 #: webhooks carry every one).
 RESOLUTIONS_SHOWN = 50
+
+#: A cancel's reason when the operator gives none; with a name, "cancelled by NAME".
+CANCELLED = "cancelled by an operator"
 
 
 class Trigger(BaseModel):
@@ -155,8 +158,10 @@ class TaskService:
             waits = execution_store.handed_back(conn, running)
         return [task_view(task, waits.get(task.task_id)) for task in found]
 
-    def requeue(self, task_id: str, reason: str) -> TaskRecord:
-        """A new generation now; a running one is superseded and fenced out."""
+    def requeue(self, task_id: str, reason: str, *, by: str | None = None) -> TaskRecord:
+        """A new generation now; a running one is superseded and fenced out. `by` is who asked
+        (an account, the CLI's user; None: the shared API token named no one)."""
+        said = f"requeued by {by or 'an operator'}: {reason}"
         with self.db.transaction() as conn:
             task = task_store.get_task(conn, task_id, lock=True)
             if task is None:
@@ -166,7 +171,7 @@ class TaskService:
                 task_id,
                 task.generation,
                 outcome="superseded",
-                reason=f"requeued by an operator: {reason}",
+                reason=said,
             )
             generation_store.supersede_pending_actions(conn, task_id, "superseded by a requeue")
             nxt = generation_store.requeue_generation(
@@ -181,7 +186,7 @@ class TaskService:
             )
             assert nxt is not None  # the row lock keeps the generation ours
             event_store.record_event(
-                conn, task_id, "queued", generation=nxt, reason=f"requeued: {reason}"
+                conn, task_id, "queued", generation=nxt, reason=said, data=_by(by)
             )
             wake_after_commit(conn, ended_key(task_id))  # the superseded round stops at once
             # What this requeue did, read in its own transaction: a cancel that commits just
@@ -191,8 +196,11 @@ class TaskService:
         assert requeued is not None
         return requeued
 
-    def cancel(self, task_id: str, reason: str = "cancelled by an operator") -> TaskRecord:
-        """Fence the live generation and mark the task cancelled."""
+    def cancel(self, task_id: str, reason: str = CANCELLED, *, by: str | None = None) -> TaskRecord:
+        """Fence the live generation and mark the task cancelled. `by` is who asked (as for
+        `requeue`): the reason the task keeps names them."""
+        if by is not None:
+            reason = f"cancelled by {by}" if reason == CANCELLED else f"cancelled by {by}: {reason}"
         with self.db.transaction() as conn:
             task = task_store.get_task(conn, task_id, lock=True)
             if task is None:
@@ -210,7 +218,7 @@ class TaskService:
                 .where(tasks.c.task_id == task_id)
                 .values(status="cancelled", last_error=reason, updated_at=utcnow())
             )
-            event_store.record_event(conn, task_id, "cancelled", reason=reason)
+            event_store.record_event(conn, task_id, "cancelled", reason=reason, data=_by(by))
             wake_after_commit(conn, ended_key(task_id))  # its worker stops the round at once
             cancelled = task_store.get_task(conn, task_id)  # as this transaction left it
         assert cancelled is not None
@@ -413,3 +421,8 @@ def _refuse_other_payload(trigger_id: str, existing: TaskRecord, trigger: Trigge
 
 def _new_uuid() -> str:
     return str(uuid.uuid4())
+
+
+def _by(by: str | None) -> dict[str, Any] | None:
+    """The event data of an operator's requeue or cancel: who asked, when anyone was named."""
+    return {"by": by} if by is not None else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import subprocess
@@ -65,7 +66,14 @@ def test_trigger_list_show_requeue_cancel(run, tmp_path: Path) -> None:  # type:
 
     requeued = run("tasks", "requeue", task["task_id"], "--reason", "fresh look")
     assert "generation 2" in requeued.stdout
-    assert run("tasks", "cancel", task["task_id"]).returncode == 0
+    ended = json.loads(run("tasks", "show", task["task_id"], "--json").stdout)["executions"]
+    first = next(e for e in ended if e["generation"] == 1)
+    assert first["reason"] == f"requeued by {getpass.getuser()}: fresh look"  # who asked
+    unnamed = run("tasks", "cancel", task["task_id"], "--by", "")
+    assert (unnamed.returncode, unnamed.stdout) == (2, "")  # an empty --by is refused
+    assert unnamed.stderr.startswith("orchestrator: invalid --by")
+    cancelled = run("tasks", "cancel", task["task_id"], "--by", "night desk", "--json")
+    assert json.loads(cancelled.stdout)["last_error"] == "cancelled by night desk"
     twice = run("tasks", "cancel", task["task_id"])
     assert twice.returncode == 1
     assert "invalid_transition" in twice.stderr

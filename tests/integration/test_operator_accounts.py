@@ -19,6 +19,7 @@ from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.human_steps import HumanStepService
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import SettingsError, load_settings
+from orchestrator.store.task_events import events_of_type
 from tests.executions_support import node, plan_call, report_call, runtime_for
 
 TOKENS = {"vera": "viewer-token", "otto": "operator-token", "alma": "approver-token"}
@@ -265,3 +266,38 @@ def test_with_a_console_secret_a_cookie_signed_from_the_file_is_refused(
 def test_a_short_console_secret_stops_start_up(store_url: str) -> None:
     with pytest.raises(SettingsError, match=r"(?i)console_secret"):
         load_settings(database_url=store_url, console_secret="short")
+
+
+def test_a_requeue_and_a_cancel_record_who_asked(
+    setup: tuple[Runtime, TestClient, str, str],
+) -> None:
+    """An operator account's requeue and cancel name it, whatever the body's `by` says; the
+    shared token names whom the body says, or no one."""
+    rt, client, task_id, _action_id = setup
+    requeued = client.post(
+        f"/api/v1/tasks/{task_id}/requeue",
+        json={"reason": "fresh look", "by": "somebody else"},
+        headers=bearer(TOKENS["otto"]),
+    )
+    assert requeued.status_code == 200, requeued.text
+    with rt.db.transaction(readonly=True) as conn:
+        (queued,) = events_of_type(conn, task_id, "queued", 10)[-1:]
+    assert (queued.reason, queued.data) == ("requeued by otto: fresh look", {"by": "otto"})
+
+    cancelled = client.post(
+        f"/api/v1/tasks/{task_id}/cancel",
+        json={"reason": "wrong site", "by": "the night desk"},
+        headers=bearer("shared-token"),
+    )
+    assert cancelled.status_code == 200, cancelled.text
+    said = "cancelled by the night desk: wrong site"
+    assert cancelled.json()["last_error"] == said
+    task = rt.tasks.get(task_id)
+    assert (task.status, task.last_error) == ("cancelled", said)
+
+    other = rt.tasks.trigger(Trigger(task_type="op", title="Other")).task.task_id
+    bare = client.post(f"/api/v1/tasks/{other}/cancel", headers=bearer("shared-token"))
+    assert bare.json()["last_error"] == "cancelled by an operator"  # the token named no one
+    named = rt.tasks.trigger(Trigger(task_type="op", title="Third")).task.task_id
+    mine = client.post(f"/api/v1/tasks/{named}/cancel", headers=bearer(TOKENS["otto"]))
+    assert mine.json()["last_error"] == "cancelled by otto"

@@ -17,7 +17,12 @@ connection closed by `model_http`, which also refuses an answer past `MAX_MODEL_
 Tool-call arguments that are not a JSON object come back in `ModelTurn.malformed`, so the loop
 answers them `failed` and the model can correct itself; the round goes on. So do calls whose
 id repeats one of the same turn (under an id of their own: the history must name each call once);
-a missing id, or one longer than `MAX_CALL_ID_CHARS`, is replaced by one of the host's.
+a missing id, or one longer than `MAX_CALL_ID_CHARS`, is replaced by one of the host's. A server
+that numbers its ids per turn (`"0"` or `call_0` in every reply: every turn's ids start as the
+first turn's did) has a repeated id scoped to its turn (`call_0~t3`), since its id names a call
+within one reply only; once a turn came with a fresh first id, the server's ids are its own per
+call, and an earlier turn's id coming again is the model's, left for the host to refuse (other
+arguments) or deduplicate (the same).
 
 A reply the server cut short (`finish_reason` `length` or `content_filter`) says so in
 `ModelTurn.cut_off`: its last call, if unreadable, is answered `failed` naming the limit (the
@@ -166,6 +171,12 @@ class OpenAIModel(Model):
         self.deadline = deadline
         self._secret = secret
         self.calls = 0
+        #: The tool-call ids of this conversation's earlier turns, as the server sent them (the
+        #: first turn's, to recognise a server numbering its ids per turn) and as the history
+        #: holds them (every one, so a renamed id never meets another).
+        self._first_ids: tuple[str, ...] = ()
+        self._held: set[str] = set()
+        self._own_ids = False
 
     @classmethod
     def from_settings(
@@ -341,6 +352,7 @@ class OpenAIModel(Model):
         raw_arguments: list[tuple[str, str]] = []
         seen: set[str] = set()
         last = len(message.tool_calls or [])
+        numbered = self._numbers_per_turn(message.tool_calls or [])
         for number, call in enumerate(message.tool_calls or [], start=1):
             function = getattr(call, "function", None)
             if function is None:
@@ -356,9 +368,16 @@ class OpenAIModel(Model):
                 # goes on under an id of its own, answered `failed` without running.
                 problem = f"the call id {_short_id(call_id)!r} is repeated in this turn"
                 call_id = ""
+            elif numbered and call_id in self._held:
+                # The server numbers its ids per turn ("0", "call_0" in every reply): its id
+                # names a call within this turn only, so the call goes on under the id scoped
+                # to the turn. The host's rule for a repeated id (refused with other arguments)
+                # then holds for ids that name a call, not for the server's counter.
+                call_id = self._scoped(call_id)
             if not call_id or len(call_id) > MAX_CALL_ID_CHARS:
                 call_id = f"call_{self.calls}_{number}"
             seen.add(call_id)
+            self._held.add(call_id)
             name = clean_text(function.name) if isinstance(function.name, str) else ""
             if not name and problem is None:
                 problem = "the call names no tool"
@@ -389,6 +408,30 @@ class OpenAIModel(Model):
             raw_arguments=tuple(raw_arguments),
             cut_off=cut_off,
         )
+
+    def _numbers_per_turn(self, calls: Sequence[Any]) -> bool:
+        """Whether the server numbers tool-call ids per turn: every turn with calls so far
+        starts its ids as the first such turn did (`0`, `1`, ... or `call_0`, ... again). A
+        server with ids of its own per call gives a later turn a fresh first id, and then an id
+        repeated from an earlier turn is the model's, which the host judges as it comes."""
+        ids = tuple(clean_text(getattr(call, "id", None) or "") for call in calls)
+        if not ids or not ids[0]:
+            return False  # no id to judge by (the host gives the call one of its own)
+        if not self._first_ids:
+            self._first_ids = ids
+            return False
+        if not all(a == b for a, b in zip(ids, self._first_ids, strict=False)):
+            self._own_ids = True  # a fresh first id: the server's ids are its own per call
+        return not self._own_ids
+
+    def _scoped(self, call_id: str) -> str:
+        """`call_id` made unique in this conversation (with the number of the model call)."""
+        scoped = f"{call_id}~t{self.calls}"
+        extra = 1
+        while scoped in self._held:
+            extra += 1
+            scoped = f"{call_id}~t{self.calls}.{extra}"
+        return scoped
 
     def _cut_off(self, finish_reason: Any) -> str | None:
         """Why the server ended the reply before the model did, or None."""

@@ -19,7 +19,7 @@ from orchestrator.agent.compaction import Conversation, SummaryAnswer, Transcrip
 from orchestrator.agent.model import Model, ModelTurn
 from orchestrator.agent.sensitive import hide_secret_arguments, is_sensitive, redact_values
 from orchestrator.tools.base import Tool, ToolCall, ToolContext, ToolResult
-from orchestrator.tools.results import RESULT_FIT
+from orchestrator.tools.results import RESULT_FIT, WHOLE_FIT
 
 __all__ = ["TRANSCRIPT", "AgentContext", "RequestBuilder", "result_fit"]
 
@@ -75,6 +75,7 @@ class RequestBuilder:
         if context is not None:
             # A large result's preview and pages fit the window (`ContextBudget.result_tokens`).
             extras[RESULT_FIT] = result_fit(context)
+            extras[WHOLE_FIT] = result_fit(context, whole=True)
         if self.catalogue is not None and context is not None and discovering:
             self.discovery = Discovery(
                 self.catalogue,
@@ -143,13 +144,16 @@ class RequestBuilder:
             self.context.counter.calibrate(self.conversation.last_raw, reported)
 
 
-def result_fit(context: AgentContext) -> Callable[[str], int]:
+def result_fit(context: AgentContext, *, whole: bool = False) -> Callable[[str], int]:
     """`RESULT_FIT` of a conversation within `context`: how many characters of a text a tool
-    answer may show (`ContextBudget.result_tokens`, as the server counts them)."""
+    answer may show (`ContextBudget.result_tokens`, as the server counts them); with `whole`,
+    `WHOLE_FIT` (`ContextBudget.whole_result_tokens`)."""
+    budget = context.budget
+    tokens = budget.whole_result_tokens if whole else budget.result_tokens
 
     def fit(text: str) -> int:
         counter = context.counter
-        return counter.fit_chars(text, math.floor(context.budget.result_tokens / counter.ratio))
+        return counter.fit_chars(text, math.floor(tokens / counter.ratio))
 
     return fit
 

@@ -75,7 +75,7 @@ class RequestBuilder:
         if context is not None:
             # A large result's preview and pages fit the window (`ContextBudget.result_tokens`).
             extras[RESULT_FIT] = result_fit(context)
-            extras[WHOLE_FIT] = result_fit(context, whole=True)
+            extras[WHOLE_FIT] = self._whole_fit
         if self.catalogue is not None and context is not None and discovering:
             self.discovery = Discovery(
                 self.catalogue,
@@ -91,6 +91,17 @@ class RequestBuilder:
         else:
             # Discovery off: every tool, as the host lists them.
             self._schemas = list(fallback_schemas)
+
+    def _whole_fit(self, text: str) -> int:
+        """`WHOLE_FIT`: a result shown whole takes at most `ContextBudget.whole_result_tokens`,
+        and at most what the kept parts of the request (prompt, brief, plan, tool definitions)
+        leave of its limit, less a tenth of the window for the model's turn: in a small window
+        with many tools a quarter would not fit beside them."""
+        assert self.context is not None
+        budget, counter = self.context.budget, self.context.counter
+        room = budget.request_limit - self.conversation.kept_tokens() - budget.result_tokens
+        tokens = max(64, min(budget.whole_result_tokens, room))
+        return counter.fit_chars(text, math.floor(tokens / counter.ratio))
 
     def build(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """The messages and tool definitions of the next call (`ContextOverflow` when what
@@ -144,16 +155,13 @@ class RequestBuilder:
             self.context.counter.calibrate(self.conversation.last_raw, reported)
 
 
-def result_fit(context: AgentContext, *, whole: bool = False) -> Callable[[str], int]:
+def result_fit(context: AgentContext) -> Callable[[str], int]:
     """`RESULT_FIT` of a conversation within `context`: how many characters of a text a tool
-    answer may show (`ContextBudget.result_tokens`, as the server counts them); with `whole`,
-    `WHOLE_FIT` (`ContextBudget.whole_result_tokens`)."""
-    budget = context.budget
-    tokens = budget.whole_result_tokens if whole else budget.result_tokens
+    answer may show (`ContextBudget.result_tokens`, as the server counts them)."""
 
     def fit(text: str) -> int:
         counter = context.counter
-        return counter.fit_chars(text, math.floor(tokens / counter.ratio))
+        return counter.fit_chars(text, math.floor(context.budget.result_tokens / counter.ratio))
 
     return fit
 

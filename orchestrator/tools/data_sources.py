@@ -378,6 +378,10 @@ def _envelope(
                 f"the context window (LLM_CONTEXT_WINDOW) takes {len(shown)} of {len(kept)} "
                 "rows; query a narrower range (start, end) for the rest"
                 + (f" (the next row's time is {at})" if isinstance(at, str) else "")
+                if shown
+                else f"the context window (LLM_CONTEXT_WINDOW) takes none of the {len(kept)} "
+                "rows beside the prompt and the tool definitions: an operator must make room "
+                "(LLM_MAX_TOOLS, LLM_MAX_OUTPUT_TOKENS or a larger window)"
             )
         tail: dict[str, Any] = {"row_count": len(shown), "truncated": bool(reasons)}
         if reasons:

@@ -4,7 +4,8 @@ Built on the official `openai` package with its own retries off (`max_retries=0`
 the openai client itself retries (408, 409, 429, 5xx, or what `x-should-retry` says), connection
 errors and a 200 whose body is not a completion are retried here (`orchestrator.agent.retries`),
 within `LLM_MAX_RETRIES` and never past the point the lease keeper vouches for the round; any
-other 4xx is not retried. A completion without `choices` is retried like an unreadable one. When
+other 4xx is not retried, except one refusing an optional parameter, which is left out
+(`server_params`). A completion without `choices` is retried like an unreadable one. When
 the budget is spent the round ends `model_error` with the reason. The API key is a `SecretStr`
 and never appears in a log line or an error message.
 
@@ -52,6 +53,7 @@ from orchestrator.agent.model_http import (
     bounded_http_client,
 )
 from orchestrator.agent.retries import RetryBudget, parse_retry_after, should_retry
+from orchestrator.agent.server_params import adapt, refused_parameter
 from orchestrator.agent.text import clean, clean_text
 from orchestrator.agent.wire import HistoryError, check_history, to_wire_messages, to_wire_tools
 from orchestrator.settings import Settings
@@ -174,6 +176,8 @@ class OpenAIModel(Model):
         #: The tool-call ids of this conversation's earlier turns, as the server sent them (the
         #: first turn's, to recognise a server numbering its ids per turn) and as the history
         #: holds them (every one, so a renamed id never meets another).
+        #: Which server and model `server_params` remembers refused parameters for.
+        self._server = (str(client.base_url), model)
         self._first_ids: tuple[str, ...] = ()
         self._held: set[str] = set()
         self._own_ids = False
@@ -234,7 +238,8 @@ class OpenAIModel(Model):
             # The whole LLM_TIMEOUT_SECONDS, not the lease's window as it stands now: the
             # heartbeat renews the lease while the call is in flight, and a lease in doubt sets
             # `stop`, which ends the wait below at once.
-            call = _submit(self._create, body, self.timeout)
+            sent = adapt(self._server, body)  # without what the server refused before
+            call = _submit(self._create, sent, self.timeout)
             waited = _wait(call, stop, started + self.timeout)
             if waited == "stopped":
                 # Cancelled or the lease is in doubt: the round stops now; the abandoned call
@@ -247,9 +252,11 @@ class OpenAIModel(Model):
                 self._count("unreachable", started)
                 reason, retry_after = _TIMED_OUT, None
             else:
-                outcome = self._outcome(call, started)
+                outcome = self._outcome(call, started, sent)
                 if isinstance(outcome, ModelTurn):
                     return outcome
+                if outcome is None:
+                    continue  # a parameter the server refused is left out: at once, once
                 reason, retry_after = outcome
             delay = budget.next_delay(retry_after)
             if isinstance(delay, str):
@@ -266,9 +273,12 @@ class OpenAIModel(Model):
             if stop.wait(delay):
                 return ModelTurn(content=None, tool_calls=())
 
-    def _outcome(self, call: Future[Any], started: float) -> ModelTurn | tuple[str, float | None]:
-        """The finished call's turn, or why it failed and the Retry-After the server asked for;
-        a failure not worth retrying raises `ModelError`."""
+    def _outcome(
+        self, call: Future[Any], started: float, sent: dict[str, Any]
+    ) -> ModelTurn | tuple[str, float | None] | None:
+        """The finished call's turn, or why it failed and the Retry-After the server asked for,
+        or None when the server refused an optional parameter of `sent` (`server_params`: the
+        next call leaves it out); a failure not worth retrying raises `ModelError`."""
         try:
             completion = call.result()
         except (openai.APITimeoutError, httpx2.TimeoutException):
@@ -289,6 +299,9 @@ class OpenAIModel(Model):
             self._count(f"http_{status}", started)
             headers = dict(exc.response.headers)
             if not should_retry(status, headers):
+                error = exc.body.get("error", exc.body) if isinstance(exc.body, dict) else None
+                if refused_parameter(self._server, status, error, sent, self._describe(exc)):
+                    return None
                 hint = ""
                 if status == 404:
                     # The usual first-run mistakes, which the server's "Not Found" names neither.

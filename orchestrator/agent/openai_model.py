@@ -55,6 +55,7 @@ from orchestrator.agent.model_http import (
 from orchestrator.agent.retries import RetryBudget, parse_retry_after, should_retry
 from orchestrator.agent.server_params import adapt, refused_parameter
 from orchestrator.agent.text import clean, clean_text
+from orchestrator.agent.text_calls import written_call
 from orchestrator.agent.wire import HistoryError, check_history, to_wire_messages, to_wire_tools
 from orchestrator.settings import Settings
 from orchestrator.tools.base import ToolCall
@@ -254,7 +255,7 @@ class OpenAIModel(Model):
             else:
                 outcome = self._outcome(call, started, sent)
                 if isinstance(outcome, ModelTurn):
-                    return outcome
+                    return _as_calls(outcome, tools)
                 if outcome is None:
                     continue  # a parameter the server refused is left out: at once, once
                 reason, retry_after = outcome
@@ -456,6 +457,23 @@ class OpenAIModel(Model):
         if finish_reason == "content_filter":
             return "the model server withheld the rest of the reply (finish_reason=content_filter)"
         return None
+
+
+def _as_calls(turn: ModelTurn, tools: Sequence[dict[str, Any]]) -> ModelTurn:
+    """`turn`, unless it is a final reply that calls an offered tool as text (`text_calls`):
+    the server does not parse this model's tool calls, and no turn of the round will differ."""
+    if not turn.final or not tools:
+        return turn
+    names = [str(tool.get("function", tool).get("name")) for tool in tools]
+    name = written_call(turn.content, names)
+    if name is None:
+        return turn
+    raise ModelError(
+        f"the model wrote a call of {name} as text instead of calling it: the server does not "
+        "parse this model's tool calls (vLLM: start it with --enable-auto-tool-choice and the "
+        "model's --tool-call-parser; llama.cpp: --jinja; Ollama, LM Studio: a model whose chat "
+        "template supports tools)"
+    )
 
 
 def _wait(call: Future[Any], stop: threading.Event, deadline: float) -> Waited:

@@ -33,6 +33,7 @@ tool calls it is no final answer (the loop ends the round `model_error`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
@@ -324,7 +325,11 @@ class OpenAIModel(Model):
             return _UNREADABLE, None
         if not getattr(completion, "choices", None):
             self._count("no_choices", started)
-            return _NO_CHOICES, None
+            return _NO_CHOICES + self._error_of(completion), None
+        if getattr(completion.choices[0], "message", None) is None:
+            # A choice without a message (a server's error in the choice's place): unreadable.
+            self._count("unreadable", started)
+            return _UNREADABLE, None
         turn = self._turn(completion)
         self._count("ok", started, turn.usage)
         return turn
@@ -356,6 +361,21 @@ class OpenAIModel(Model):
             # Before the line is cut: a key across the cut would leave its beginning.
             line = line.replace(self._secret, "***")
         return line[:300]
+
+    def _error_of(self, completion: Any) -> str:
+        """What a 200 without choices says of itself (`{"error": ...}`, which some servers and
+        gateways send with a 200), secret-free, for the reason; "" when nothing."""
+        error = getattr(completion, "error", None)
+        if error is None and getattr(completion, "model_extra", None):
+            error = completion.model_extra.get("error")
+        if isinstance(error, dict):
+            error = error.get("message", error)
+        if not error:
+            return ""
+        line = " ".join(str(error).split())
+        if self._secret:
+            line = line.replace(self._secret, "***")
+        return f" (its error: {line[:300]})"
 
     def _turn(self, completion: Any) -> ModelTurn:
         choice = completion.choices[0]
@@ -406,13 +426,19 @@ class OpenAIModel(Model):
         reasoning = getattr(message, "reasoning_content", None)
         if reasoning is None and message.model_extra:
             reasoning = message.model_extra.get("reasoning_content")
+        content = message.content
+        if isinstance(content, list):
+            # Content as parts (Mistral's reasoning models: thinking, then text): the text is
+            # the reply, the thinking its reasoning; the rest of the loop takes text only.
+            content, thought = _parts_text(content)
+            if reasoning is None:
+                reasoning = thought
         usage = None
         if completion.usage is not None:
             usage = TokenUsage(
                 prompt_tokens=int(completion.usage.prompt_tokens or 0),
                 completion_tokens=int(completion.usage.completion_tokens or 0),
             )
-        content = message.content
         return ModelTurn(
             content=clean_text(content) if isinstance(content, str) else content,
             tool_calls=tuple(calls),
@@ -515,9 +541,34 @@ def _arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
             return {}, f"the arguments are not valid JSON ({exc.msg}{where} character {exc.pos})"
     else:
         value = raw
+    if isinstance(value, str) and value.strip().startswith("{"):
+        # Encoded twice by the server or a proxy (a JSON string holding the JSON object): the
+        # model wrote an object and cannot correct what the server did to it.
+        with contextlib.suppress(json.JSONDecodeError):
+            value = json.loads(value)
     if not isinstance(value, dict):
         return {}, f"the arguments must be a JSON object, not {_json_kind(value)}"
     return clean(value), None
+
+
+def _parts_text(parts: list[Any]) -> tuple[str | None, str | None]:
+    """The text and the thinking of content sent as parts (`{"type": "text", "text"}`,
+    `{"type": "thinking", "thinking": text or parts}`); None for what has none."""
+    text: list[str] = []
+    thinking: list[str] = []
+    for part in parts:
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("type")
+        if kind == "text" and isinstance(part.get("text"), str):
+            text.append(part["text"])
+        elif kind in ("thinking", "reasoning"):
+            inner = part.get(kind, part.get("text"))
+            if isinstance(inner, list):
+                inner = _parts_text(inner)[0]
+            if isinstance(inner, str):
+                thinking.append(inner)
+    return ("".join(text) if text else None), ("".join(thinking) if thinking else None)
 
 
 def _json_kind(value: Any) -> str:

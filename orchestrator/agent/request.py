@@ -95,11 +95,13 @@ class RequestBuilder:
     def _whole_fit(self, text: str) -> int:
         """`WHOLE_FIT`: a result shown whole takes at most `ContextBudget.whole_result_tokens`,
         and at most what the kept parts of the request (prompt, brief, plan, tool definitions)
-        leave of its limit, less a tenth of the window for the model's turn: in a small window
-        with many tools a quarter would not fit beside them."""
+        leave of its limit, less a twentieth of the window for the turn that called it (the
+        answer's own tokens are reserved in the limit already): in a small window with many
+        tools a quarter would not fit beside them."""
         assert self.context is not None
         budget, counter = self.context.budget, self.context.counter
-        room = budget.request_limit - self.conversation.kept_tokens() - budget.result_tokens
+        turn = budget.window // 20
+        room = budget.request_limit - self.conversation.kept_tokens() - turn
         tokens = max(64, min(budget.whole_result_tokens, room))
         return counter.fit_chars(text, math.floor(tokens / counter.ratio))
 

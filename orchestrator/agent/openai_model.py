@@ -180,6 +180,9 @@ class OpenAIModel(Model):
         #: holds them (every one, so a renamed id never meets another).
         #: Which server and model `server_params` remembers refused parameters for.
         self._server = (str(client.base_url), model)
+        #: The field the server names a reasoning model's thinking by, in its answers and in
+        #: the history sent back (DeepSeek's `reasoning_content` until one says `reasoning`).
+        self._reasoning_field = "reasoning_content"
         self._first_ids: tuple[str, ...] = ()
         self._held: set[str] = set()
         self._own_ids = False
@@ -208,6 +211,12 @@ class OpenAIModel(Model):
     ) -> dict[str, Any]:
         """The body of one chat-completions request (checked for strict servers)."""
         wire = to_wire_messages(messages)
+        if self._reasoning_field != "reasoning_content":
+            # Sent back under the name the server reads it by (an assistant message of the wire
+            # is a dict of its own).
+            for message in wire:
+                if "reasoning_content" in message:
+                    message[self._reasoning_field] = message.pop("reasoning_content")
         try:
             check_history(wire)
         except HistoryError as exc:
@@ -426,6 +435,11 @@ class OpenAIModel(Model):
         reasoning = getattr(message, "reasoning_content", None)
         if reasoning is None and message.model_extra:
             reasoning = message.model_extra.get("reasoning_content")
+            if reasoning is None and isinstance(message.model_extra.get("reasoning"), str):
+                # vLLM since 0.10 (and OpenRouter, LM Studio): `reasoning`, which its chat
+                # templates also read back from the history.
+                reasoning = message.model_extra["reasoning"]
+                self._reasoning_field = "reasoning"
         content = message.content
         if isinstance(content, list):
             # Content as parts (Mistral's reasoning models: thinking, then text): the text is

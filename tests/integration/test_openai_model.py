@@ -485,6 +485,27 @@ def test_reasoning_content_is_sent_back_on_tool_call_turns(server: OpenAIServer)
     assert assistant["reasoning_content"] == "first I count the north site"
 
 
+def test_reasoning_under_vllm_s_newer_name_is_kept_and_sent_back_by_it(
+    server: OpenAIServer,
+) -> None:
+    """vLLM 0.10+ names the thinking `reasoning` (and its chat templates read it back by that
+    name); before, it was lost from the transcript and never sent back."""
+    server.reply(
+        reasoning="first I count the north site",
+        tool_calls=[call("c1", "count_samples", {"site": "north", "hours": 1})],
+    )
+    server.reply(content="2 samples", reasoning="that is all")
+    recorder = Recorder()
+    assert play(model_for(server), CountSamples(), recorder) == "2 samples"
+    assert [t.reasoning_content for t in recorder.turns] == [
+        "first I count the north site",
+        "that is all",
+    ]
+    assistant = server.bodies[1]["messages"][2]
+    assert assistant["reasoning"] == "first I count the north site"
+    assert "reasoning_content" not in assistant
+
+
 def test_usage_of_every_call_is_reported(server: OpenAIServer) -> None:
     server.reply(
         tool_calls=[call("c1", "count_samples", {"site": "n", "hours": 1})], usage=(100, 9)

@@ -76,6 +76,11 @@ _RATE_LIMITED = "HTTP 429:"
 #: (`ModelBusy`), not failed: a model server restarting for a minute must not fail every task
 #: that was running.
 _AWAY = re.compile(r"HTTP (408|5\d\d):")
+#: How servers refuse a request past their context window (vLLM and OpenAI "maximum context
+#: length", llama.cpp "exceeds the available context size", TGI "must be <= N" of its inputs).
+_OVER_CONTEXT = re.compile(
+    r"context[ _](length|size|window)|maximum context|max_new_tokens` must be <=", re.IGNORECASE
+)
 #: An answer past the cap: retried like an unreadable one (a proxy's hiccup, a looping model).
 _TOO_LARGE = (
     f"the model server's answer is larger than {MAX_MODEL_ANSWER_BYTES // (1024 * 1024)} MiB "
@@ -165,6 +170,7 @@ class OpenAIModel(Model):
         temperature: float | None = None,
         deadline: Callable[[], float] | None = None,
         secret: str | None = None,
+        context_window: int | None = None,
     ) -> None:
         self.model = model
         self.client = client
@@ -174,6 +180,8 @@ class OpenAIModel(Model):
         self.temperature = temperature
         self.deadline = deadline
         self._secret = secret
+        #: LLM_CONTEXT_WINDOW, named when the server says a request is past its own window.
+        self.context_window = context_window
         self.calls = 0
         #: The tool-call ids of this conversation's earlier turns, as the server sent them (the
         #: first turn's, to recognise a server numbering its ids per turn) and as the history
@@ -204,6 +212,7 @@ class OpenAIModel(Model):
             temperature=settings.llm_temperature,
             deadline=deadline,
             secret=key or None,
+            context_window=settings.llm_context_window,
         )
 
     def request(
@@ -320,6 +329,14 @@ class OpenAIModel(Model):
                         "; check that LLM_BASE_URL includes the API's base path (often /v1, as "
                         f"in http://HOST:8000/v1) and that the server serves the model "
                         f"{self.model!r}"
+                    )
+                elif _OVER_CONTEXT.search(self._describe(exc)) and self.context_window:
+                    # The server's window is smaller than the one the agent budgets for: every
+                    # round would fail the same way (llama.cpp's -c, vLLM's --max-model-len).
+                    hint = (
+                        f"; LLM_CONTEXT_WINDOW is {self.context_window}: set it to the "
+                        "server's context size (llama.cpp -c, vLLM --max-model-len, Ollama "
+                        "num_ctx) so that requests are compacted within it"
                     )
                 raise ModelError(
                     f"the model server refused the request: HTTP {status}: "

@@ -182,6 +182,25 @@ def test_a_404_says_to_check_the_base_url_s_path_and_the_model_name(
     assert len(server.requests) == 1
 
 
+@pytest.mark.parametrize(
+    "message",
+    [
+        "This model's maximum context length is 4096 tokens. However, you requested 5210 tokens",
+        "the request exceeds the available context size, try increasing it",
+    ],
+)
+def test_a_request_past_the_server_s_window_names_llm_context_window(
+    server: OpenAIServer, message: str
+) -> None:
+    """A server started with a smaller window than LLM_CONTEXT_WINDOW fails every round; the
+    line says which setting to change, not only the server's words."""
+    server.fail(400, message=message)
+    with pytest.raises(ModelError) as caught:
+        play(model_for(server, llm_context_window=32768), CountSamples())
+    assert "LLM_CONTEXT_WINDOW is 32768: set it to the server's context size" in str(caught.value)
+    assert message in str(caught.value)
+
+
 def test_a_key_cut_by_the_error_line_s_length_does_not_leak_its_beginning(
     server: OpenAIServer,
 ) -> None:

@@ -183,14 +183,14 @@ class OpenAIModel(Model):
         #: LLM_CONTEXT_WINDOW, named when the server says a request is past its own window.
         self.context_window = context_window
         self.calls = 0
-        #: The tool-call ids of this conversation's earlier turns, as the server sent them (the
-        #: first turn's, to recognise a server numbering its ids per turn) and as the history
-        #: holds them (every one, so a renamed id never meets another).
         #: Which server and model `server_params` remembers refused parameters for.
         self._server = (str(client.base_url), model)
         #: The field the server names a reasoning model's thinking by, in its answers and in
         #: the history sent back (DeepSeek's `reasoning_content` until one says `reasoning`).
         self._reasoning_field = "reasoning_content"
+        #: The tool-call ids of this conversation's earlier turns, as the server sent them (the
+        #: first turn's, to recognise a server numbering its ids per turn) and as the history
+        #: holds them (every one, so a renamed id never meets another).
         self._first_ids: tuple[str, ...] = ()
         self._held: set[str] = set()
         self._own_ids = False
@@ -411,6 +411,7 @@ class OpenAIModel(Model):
         malformed: list[tuple[str, str]] = []
         raw_arguments: list[tuple[str, str]] = []
         seen: set[str] = set()
+        sent_ids: set[str] = set()  # as the server sent them: a repeat in one turn is refused
         last = len(message.tool_calls or [])
         numbered = self._numbers_per_turn(message.tool_calls or [])
         for number, call in enumerate(message.tool_calls or [], start=1):
@@ -422,7 +423,9 @@ class OpenAIModel(Model):
             # cannot be read, or a repeated id, is the model's mistake, not the limit's.
             cut = cut_off is not None and number == last
             call_id = clean_text(call.id or "")
-            if call_id in seen:
+            repeated = bool(call_id) and call_id in sent_ids
+            sent_ids.add(call_id)
+            if repeated or call_id in seen:
                 cut = False
                 # Two calls of one turn under one id: a history repeating it is refused, so it
                 # goes on under an id of its own, answered `failed` without running.

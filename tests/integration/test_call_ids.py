@@ -153,3 +153,16 @@ def test_missing_ids_are_the_host_s_own_and_never_meet(
     assert [r.status for r in recorder.results] == ["succeeded"] * 3
     assert len({c.id for c in recorder.calls}) == 3
     assert sorted(tool.ran) == ["meter read", "pump 2 restarted", "valve 3 closed"]
+
+
+def test_a_numbering_server_s_repeat_within_one_turn_is_still_refused(
+    server: OpenAIServer, ledger: ReceiptLedger
+) -> None:
+    """Scoping is across turns only: two calls of one reply under one id are answered
+    `failed` without running, whether or not the id was scoped."""
+    tool, recorder = _round(
+        server, ledger, [[("0", "valve 3 closed")], [("0", "pump 2 restarted"), ("0", "x")]]
+    )
+    assert [r.status for r in recorder.results] == ["succeeded", "succeeded", "failed"]
+    assert "repeated in this turn" in (recorder.results[2].message or "")
+    assert sorted(tool.ran) == ["pump 2 restarted", "valve 3 closed"]

@@ -325,10 +325,15 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _check_output_tokens(self) -> Settings:
+        if "llm_max_output_tokens" not in self.model_fields_set:
+            # Unset: 4096, but at most a quarter of the window, so that a small one (a local
+            # 4k model) works with LLM_CONTEXT_WINDOW alone rather than refusing to start.
+            self.llm_max_output_tokens = min(4096, self.llm_context_window // 4)
         if self.llm_max_output_tokens >= self.llm_context_window:
             raise ValueError(
                 "invalid setting LLM_MAX_OUTPUT_TOKENS: must be below LLM_CONTEXT_WINDOW "
-                f"({self.llm_max_output_tokens} >= {self.llm_context_window})"
+                f"({self.llm_max_output_tokens} >= {self.llm_context_window}); unset, it is a "
+                "quarter of the window at most"
             )
         return self
 

@@ -81,6 +81,8 @@ class Reply:
     content: str | None = None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     reasoning_content: str | None = None
+    #: The thinking under vLLM's newer name (`reasoning`), as vLLM 0.10+ and OpenRouter send it.
+    reasoning: str | None = None
     usage: tuple[int, int] | None = None
     delay_s: float = 0.0
     #: As the server says it ("length": cut at max_tokens); None = "tool_calls" or "stop".
@@ -359,6 +361,8 @@ class OpenAIServer:
             message["tool_calls"] = reply.tool_calls
         if reply.reasoning_content is not None:
             message["reasoning_content"] = reply.reasoning_content
+        if reply.reasoning is not None:
+            message["reasoning"] = reply.reasoning
         prompt, completion = reply.usage or (len(json.dumps(body["messages"])) // 4, 7)
         return {
             "id": f"chatcmpl-{len(self.requests)}",

@@ -29,6 +29,7 @@ __all__ = [
     "RESULT_SHARE",
     "SEARCH_LIMIT_DEFAULT",
     "SEARCH_LIMIT_MAX",
+    "WHOLE_RESULT_SHARE",
     "ContextBudget",
     "ContextOverflow",
     "TokenCounter",
@@ -46,6 +47,10 @@ EXTRA_TOOLS_SHARE: Final = 0.10
 #: A large tool result's preview, and a `read_tool_result` page, take at most this share of the
 #: window (as the JSON string the model is shown): a small window pages sooner, never overflows.
 RESULT_SHARE: Final = 0.10
+#: A result shown whole, never paged (a data source's rows: its `truncated` must be exactly what
+#: the model saw), takes at most this share: more rows than a preview, and still under the
+#: quarter of the window above which a transaction keeps a compaction from its target.
+WHOLE_RESULT_SHARE: Final = 0.25
 #: `search_tools(search, limit)`: limit 5 unless given, never more than 8.
 SEARCH_LIMIT_DEFAULT: Final = 5
 SEARCH_LIMIT_MAX: Final = 8
@@ -104,6 +109,11 @@ class ContextBudget:
     def result_tokens(self) -> int:
         """The most a large result's preview, or one page of it, may take."""
         return max(64, math.floor(self.window * RESULT_SHARE))
+
+    @property
+    def whole_result_tokens(self) -> int:
+        """The most a result shown whole (not paged) may take."""
+        return max(self.result_tokens, math.floor(self.window * WHOLE_RESULT_SHARE))
 
     @property
     def summary_tokens(self) -> int:

@@ -155,6 +155,16 @@ class Conversation:
     #: every call of a round, so it is dumped and looked up once, not once per call.
     _tools_measured: tuple[Sequence[Mapping[str, Any]], int] | None = None
 
+    def kept_tokens(self) -> int:
+        """What every request keeps, as the server counts it: the system prompt, the brief, the
+        current plan and the tool definitions of the last request (what a result shown whole
+        must leave room beside)."""
+        if self.counter is None:
+            return 0
+        _, tools = self._last
+        head = self.counter.raw(self._head(with_summary=False), ())
+        return self.counter.scaled(head + self._tools_tokens(tools))
+
     @property
     def last_raw(self) -> int:
         """The uncalibrated size of the last request `prepare` returned (for calibration),
@@ -243,7 +253,7 @@ class Conversation:
                     "prompt, task brief, current plan, tool definitions and the latest tool "
                     f"transaction need about {must} tokens, above the request limit of {limit} "
                     f"(the window less its 15 % margin; {self._sizes(fixed, tools)}); nothing "
-                    "was dropped"
+                    f"was dropped; {self._advice(tools)}"
                 )
             self._compact(fixed, before)
         return self._sent(notice, tools)
@@ -257,6 +267,30 @@ class Conversation:
         texts.extend(text for unit in self._units for text in unit.texts)
         self._last = (texts, tools)
         return [*head, *self.history, *tail]
+
+    def _advice(self, tools: Sequence[Mapping[str, Any]]) -> str:
+        """Which settings make room, for the operator who reads the line: the output reserved
+        when it narrows the limit, the tool definitions when they take a third of it, and the
+        window itself."""
+        assert self.budget is not None
+        assert self.counter is not None
+        budget = self.budget
+        advice = []
+        if budget.max_output_tokens and budget.request_limit == (
+            budget.window - budget.max_output_tokens
+        ):
+            advice.append(
+                f"lower LLM_MAX_OUTPUT_TOKENS (it reserves {budget.max_output_tokens} tokens of "
+                "the window for the model's answer)"
+            )
+        defined = self.counter.scaled(self._tools_tokens(tools))
+        if budget.max_tools == 0 and defined * 3 >= budget.request_limit:
+            advice.append(
+                "set LLM_MAX_TOOLS (e.g. 4: every call is offered the resident tools and 4 "
+                "chosen for the task, the agent finds the rest with search_tools)"
+            )
+        advice.append("run a model with a larger window and raise LLM_CONTEXT_WINDOW")
+        return "to make room: " + ", or ".join(advice)
 
     def _sizes(self, fixed: int, tools: Sequence[Mapping[str, Any]]) -> str:
         """Where the tokens of an overflow are, for the one who must act on it: the fixed

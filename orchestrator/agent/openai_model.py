@@ -4,7 +4,8 @@ Built on the official `openai` package with its own retries off (`max_retries=0`
 the openai client itself retries (408, 409, 429, 5xx, or what `x-should-retry` says), connection
 errors and a 200 whose body is not a completion are retried here (`orchestrator.agent.retries`),
 within `LLM_MAX_RETRIES` and never past the point the lease keeper vouches for the round; any
-other 4xx is not retried. A completion without `choices` is retried like an unreadable one. When
+other 4xx is not retried, except one refusing an optional parameter, which is left out
+(`server_params`). A completion without `choices` is retried like an unreadable one. When
 the budget is spent the round ends `model_error` with the reason. The API key is a `SecretStr`
 and never appears in a log line or an error message.
 
@@ -17,7 +18,12 @@ connection closed by `model_http`, which also refuses an answer past `MAX_MODEL_
 Tool-call arguments that are not a JSON object come back in `ModelTurn.malformed`, so the loop
 answers them `failed` and the model can correct itself; the round goes on. So do calls whose
 id repeats one of the same turn (under an id of their own: the history must name each call once);
-a missing id, or one longer than `MAX_CALL_ID_CHARS`, is replaced by one of the host's.
+a missing id, or one longer than `MAX_CALL_ID_CHARS`, is replaced by one of the host's. A server
+that numbers its ids per turn (`"0"` or `call_0` in every reply: every turn's ids start as the
+first turn's did) has a repeated id scoped to its turn (`call_0~t3`), since its id names a call
+within one reply only; once a turn came with a fresh first id, the server's ids are its own per
+call, and an earlier turn's id coming again is the model's, left for the host to refuse (other
+arguments) or deduplicate (the same).
 
 A reply the server cut short (`finish_reason` `length` or `content_filter`) says so in
 `ModelTurn.cut_off`: its last call, if unreadable, is answered `failed` naming the limit (the
@@ -27,6 +33,7 @@ tool calls it is no final answer (the loop ends the round `model_error`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
@@ -47,7 +54,9 @@ from orchestrator.agent.model_http import (
     bounded_http_client,
 )
 from orchestrator.agent.retries import RetryBudget, parse_retry_after, should_retry
+from orchestrator.agent.server_params import adapt, refused_parameter
 from orchestrator.agent.text import clean, clean_text
+from orchestrator.agent.text_calls import written_call
 from orchestrator.agent.wire import HistoryError, check_history, to_wire_messages, to_wire_tools
 from orchestrator.settings import Settings
 from orchestrator.tools.base import ToolCall
@@ -67,6 +76,11 @@ _RATE_LIMITED = "HTTP 429:"
 #: (`ModelBusy`), not failed: a model server restarting for a minute must not fail every task
 #: that was running.
 _AWAY = re.compile(r"HTTP (408|5\d\d):")
+#: How servers refuse a request past their context window (vLLM and OpenAI "maximum context
+#: length", llama.cpp "exceeds the available context size", TGI "must be <= N" of its inputs).
+_OVER_CONTEXT = re.compile(
+    r"context[ _](length|size|window)|maximum context|max_new_tokens` must be <=", re.IGNORECASE
+)
 #: An answer past the cap: retried like an unreadable one (a proxy's hiccup, a looping model).
 _TOO_LARGE = (
     f"the model server's answer is larger than {MAX_MODEL_ANSWER_BYTES // (1024 * 1024)} MiB "
@@ -156,6 +170,7 @@ class OpenAIModel(Model):
         temperature: float | None = None,
         deadline: Callable[[], float] | None = None,
         secret: str | None = None,
+        context_window: int | None = None,
     ) -> None:
         self.model = model
         self.client = client
@@ -165,7 +180,20 @@ class OpenAIModel(Model):
         self.temperature = temperature
         self.deadline = deadline
         self._secret = secret
+        #: LLM_CONTEXT_WINDOW, named when the server says a request is past its own window.
+        self.context_window = context_window
         self.calls = 0
+        #: Which server and model `server_params` remembers refused parameters for.
+        self._server = (str(client.base_url), model)
+        #: The field the server names a reasoning model's thinking by, in its answers and in
+        #: the history sent back (DeepSeek's `reasoning_content` until one says `reasoning`).
+        self._reasoning_field = "reasoning_content"
+        #: The tool-call ids of this conversation's earlier turns, as the server sent them (the
+        #: first turn's, to recognise a server numbering its ids per turn) and as the history
+        #: holds them (every one, so a renamed id never meets another).
+        self._first_ids: tuple[str, ...] = ()
+        self._held: set[str] = set()
+        self._own_ids = False
 
     @classmethod
     def from_settings(
@@ -184,6 +212,7 @@ class OpenAIModel(Model):
             temperature=settings.llm_temperature,
             deadline=deadline,
             secret=key or None,
+            context_window=settings.llm_context_window,
         )
 
     def request(
@@ -191,6 +220,12 @@ class OpenAIModel(Model):
     ) -> dict[str, Any]:
         """The body of one chat-completions request (checked for strict servers)."""
         wire = to_wire_messages(messages)
+        if self._reasoning_field != "reasoning_content":
+            # Sent back under the name the server reads it by (an assistant message of the wire
+            # is a dict of its own).
+            for message in wire:
+                if "reasoning_content" in message:
+                    message[self._reasoning_field] = message.pop("reasoning_content")
         try:
             check_history(wire)
         except HistoryError as exc:
@@ -223,7 +258,8 @@ class OpenAIModel(Model):
             # The whole LLM_TIMEOUT_SECONDS, not the lease's window as it stands now: the
             # heartbeat renews the lease while the call is in flight, and a lease in doubt sets
             # `stop`, which ends the wait below at once.
-            call = _submit(self._create, body, self.timeout)
+            sent = adapt(self._server, body)  # without what the server refused before
+            call = _submit(self._create, sent, self.timeout)
             waited = _wait(call, stop, started + self.timeout)
             if waited == "stopped":
                 # Cancelled or the lease is in doubt: the round stops now; the abandoned call
@@ -236,9 +272,11 @@ class OpenAIModel(Model):
                 self._count("unreachable", started)
                 reason, retry_after = _TIMED_OUT, None
             else:
-                outcome = self._outcome(call, started)
+                outcome = self._outcome(call, started, sent)
                 if isinstance(outcome, ModelTurn):
-                    return outcome
+                    return _as_calls(outcome, tools)
+                if outcome is None:
+                    continue  # a parameter the server refused is left out: at once, once
                 reason, retry_after = outcome
             delay = budget.next_delay(retry_after)
             if isinstance(delay, str):
@@ -255,9 +293,12 @@ class OpenAIModel(Model):
             if stop.wait(delay):
                 return ModelTurn(content=None, tool_calls=())
 
-    def _outcome(self, call: Future[Any], started: float) -> ModelTurn | tuple[str, float | None]:
-        """The finished call's turn, or why it failed and the Retry-After the server asked for;
-        a failure not worth retrying raises `ModelError`."""
+    def _outcome(
+        self, call: Future[Any], started: float, sent: dict[str, Any]
+    ) -> ModelTurn | tuple[str, float | None] | None:
+        """The finished call's turn, or why it failed and the Retry-After the server asked for,
+        or None when the server refused an optional parameter of `sent` (`server_params`: the
+        next call leaves it out); a failure not worth retrying raises `ModelError`."""
         try:
             completion = call.result()
         except (openai.APITimeoutError, httpx2.TimeoutException):
@@ -278,6 +319,9 @@ class OpenAIModel(Model):
             self._count(f"http_{status}", started)
             headers = dict(exc.response.headers)
             if not should_retry(status, headers):
+                error = exc.body.get("error", exc.body) if isinstance(exc.body, dict) else None
+                if refused_parameter(self._server, status, error, sent, self._describe(exc)):
+                    return None
                 hint = ""
                 if status == 404:
                     # The usual first-run mistakes, which the server's "Not Found" names neither.
@@ -285,6 +329,14 @@ class OpenAIModel(Model):
                         "; check that LLM_BASE_URL includes the API's base path (often /v1, as "
                         f"in http://HOST:8000/v1) and that the server serves the model "
                         f"{self.model!r}"
+                    )
+                elif _OVER_CONTEXT.search(self._describe(exc)) and self.context_window:
+                    # The server's window is smaller than the one the agent budgets for: every
+                    # round would fail the same way (llama.cpp's -c, vLLM's --max-model-len).
+                    hint = (
+                        f"; LLM_CONTEXT_WINDOW is {self.context_window}: set it to the "
+                        "server's context size (llama.cpp -c, vLLM --max-model-len, Ollama "
+                        "num_ctx) so that requests are compacted within it"
                     )
                 raise ModelError(
                     f"the model server refused the request: HTTP {status}: "
@@ -299,7 +351,11 @@ class OpenAIModel(Model):
             return _UNREADABLE, None
         if not getattr(completion, "choices", None):
             self._count("no_choices", started)
-            return _NO_CHOICES, None
+            return _NO_CHOICES + self._error_of(completion), None
+        if getattr(completion.choices[0], "message", None) is None:
+            # A choice without a message (a server's error in the choice's place): unreadable.
+            self._count("unreadable", started)
+            return _UNREADABLE, None
         turn = self._turn(completion)
         self._count("ok", started, turn.usage)
         return turn
@@ -332,6 +388,21 @@ class OpenAIModel(Model):
             line = line.replace(self._secret, "***")
         return line[:300]
 
+    def _error_of(self, completion: Any) -> str:
+        """What a 200 without choices says of itself (`{"error": ...}`, which some servers and
+        gateways send with a 200), secret-free, for the reason; "" when nothing."""
+        error = getattr(completion, "error", None)
+        if error is None and getattr(completion, "model_extra", None):
+            error = completion.model_extra.get("error")
+        if isinstance(error, dict):
+            error = error.get("message", error)
+        if not error:
+            return ""
+        line = " ".join(str(error).split())
+        if self._secret:
+            line = line.replace(self._secret, "***")
+        return f" (its error: {line[:300]})"
+
     def _turn(self, completion: Any) -> ModelTurn:
         choice = completion.choices[0]
         message = choice.message
@@ -340,7 +411,9 @@ class OpenAIModel(Model):
         malformed: list[tuple[str, str]] = []
         raw_arguments: list[tuple[str, str]] = []
         seen: set[str] = set()
+        sent_ids: set[str] = set()  # as the server sent them: a repeat in one turn is refused
         last = len(message.tool_calls or [])
+        numbered = self._numbers_per_turn(message.tool_calls or [])
         for number, call in enumerate(message.tool_calls or [], start=1):
             function = getattr(call, "function", None)
             if function is None:
@@ -350,15 +423,24 @@ class OpenAIModel(Model):
             # cannot be read, or a repeated id, is the model's mistake, not the limit's.
             cut = cut_off is not None and number == last
             call_id = clean_text(call.id or "")
-            if call_id in seen:
+            repeated = bool(call_id) and call_id in sent_ids
+            sent_ids.add(call_id)
+            if repeated or call_id in seen:
                 cut = False
                 # Two calls of one turn under one id: a history repeating it is refused, so it
                 # goes on under an id of its own, answered `failed` without running.
                 problem = f"the call id {_short_id(call_id)!r} is repeated in this turn"
                 call_id = ""
+            elif numbered and call_id in self._held:
+                # The server numbers its ids per turn ("0", "call_0" in every reply): its id
+                # names a call within this turn only, so the call goes on under the id scoped
+                # to the turn. The host's rule for a repeated id (refused with other arguments)
+                # then holds for ids that name a call, not for the server's counter.
+                call_id = self._scoped(call_id)
             if not call_id or len(call_id) > MAX_CALL_ID_CHARS:
                 call_id = f"call_{self.calls}_{number}"
             seen.add(call_id)
+            self._held.add(call_id)
             name = clean_text(function.name) if isinstance(function.name, str) else ""
             if not name and problem is None:
                 problem = "the call names no tool"
@@ -373,13 +455,24 @@ class OpenAIModel(Model):
         reasoning = getattr(message, "reasoning_content", None)
         if reasoning is None and message.model_extra:
             reasoning = message.model_extra.get("reasoning_content")
+            if reasoning is None and isinstance(message.model_extra.get("reasoning"), str):
+                # vLLM since 0.10 (and OpenRouter, LM Studio): `reasoning`, which its chat
+                # templates also read back from the history.
+                reasoning = message.model_extra["reasoning"]
+                self._reasoning_field = "reasoning"
+        content = message.content
+        if isinstance(content, list):
+            # Content as parts (Mistral's reasoning models: thinking, then text): the text is
+            # the reply, the thinking its reasoning; the rest of the loop takes text only.
+            content, thought = _parts_text(content)
+            if reasoning is None:
+                reasoning = thought
         usage = None
         if completion.usage is not None:
             usage = TokenUsage(
                 prompt_tokens=int(completion.usage.prompt_tokens or 0),
                 completion_tokens=int(completion.usage.completion_tokens or 0),
             )
-        content = message.content
         return ModelTurn(
             content=clean_text(content) if isinstance(content, str) else content,
             tool_calls=tuple(calls),
@@ -389,6 +482,30 @@ class OpenAIModel(Model):
             raw_arguments=tuple(raw_arguments),
             cut_off=cut_off,
         )
+
+    def _numbers_per_turn(self, calls: Sequence[Any]) -> bool:
+        """Whether the server numbers tool-call ids per turn: every turn with calls so far
+        starts its ids as the first such turn did (`0`, `1`, ... or `call_0`, ... again). A
+        server with ids of its own per call gives a later turn a fresh first id, and then an id
+        repeated from an earlier turn is the model's, which the host judges as it comes."""
+        ids = tuple(clean_text(getattr(call, "id", None) or "") for call in calls)
+        if not ids or not ids[0]:
+            return False  # no id to judge by (the host gives the call one of its own)
+        if not self._first_ids:
+            self._first_ids = ids
+            return False
+        if not all(a == b for a, b in zip(ids, self._first_ids, strict=False)):
+            self._own_ids = True  # a fresh first id: the server's ids are its own per call
+        return not self._own_ids
+
+    def _scoped(self, call_id: str) -> str:
+        """`call_id` made unique in this conversation (with the number of the model call)."""
+        scoped = f"{call_id}~t{self.calls}"
+        extra = 1
+        while scoped in self._held:
+            extra += 1
+            scoped = f"{call_id}~t{self.calls}.{extra}"
+        return scoped
 
     def _cut_off(self, finish_reason: Any) -> str | None:
         """Why the server ended the reply before the model did, or None."""
@@ -400,6 +517,23 @@ class OpenAIModel(Model):
         if finish_reason == "content_filter":
             return "the model server withheld the rest of the reply (finish_reason=content_filter)"
         return None
+
+
+def _as_calls(turn: ModelTurn, tools: Sequence[dict[str, Any]]) -> ModelTurn:
+    """`turn`, unless it is a final reply that calls an offered tool as text (`text_calls`):
+    the server does not parse this model's tool calls, and no turn of the round will differ."""
+    if not turn.final or not tools:
+        return turn
+    names = [str(tool.get("function", tool).get("name")) for tool in tools]
+    name = written_call(turn.content, names)
+    if name is None:
+        return turn
+    raise ModelError(
+        f"the model wrote a call of {name} as text instead of calling it: the server does not "
+        "parse this model's tool calls (vLLM: start it with --enable-auto-tool-choice and the "
+        "model's --tool-call-parser; llama.cpp: --jinja; Ollama, LM Studio: a model whose chat "
+        "template supports tools)"
+    )
 
 
 def _wait(call: Future[Any], stop: threading.Event, deadline: float) -> Waited:
@@ -441,9 +575,34 @@ def _arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
             return {}, f"the arguments are not valid JSON ({exc.msg}{where} character {exc.pos})"
     else:
         value = raw
+    if isinstance(value, str) and value.strip().startswith("{"):
+        # Encoded twice by the server or a proxy (a JSON string holding the JSON object): the
+        # model wrote an object and cannot correct what the server did to it.
+        with contextlib.suppress(json.JSONDecodeError):
+            value = json.loads(value)
     if not isinstance(value, dict):
         return {}, f"the arguments must be a JSON object, not {_json_kind(value)}"
     return clean(value), None
+
+
+def _parts_text(parts: list[Any]) -> tuple[str | None, str | None]:
+    """The text and the thinking of content sent as parts (`{"type": "text", "text"}`,
+    `{"type": "thinking", "thinking": text or parts}`); None for what has none."""
+    text: list[str] = []
+    thinking: list[str] = []
+    for part in parts:
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("type")
+        if kind == "text" and isinstance(part.get("text"), str):
+            text.append(part["text"])
+        elif kind in ("thinking", "reasoning"):
+            inner = part.get(kind, part.get("text"))
+            if isinstance(inner, list):
+                inner = _parts_text(inner)[0]
+            if isinstance(inner, str):
+                thinking.append(inner)
+    return ("".join(text) if text else None), ("".join(thinking) if thinking else None)
 
 
 def _json_kind(value: Any) -> str:

@@ -19,7 +19,7 @@ from orchestrator.agent.compaction import Conversation, SummaryAnswer, Transcrip
 from orchestrator.agent.model import Model, ModelTurn
 from orchestrator.agent.sensitive import hide_secret_arguments, is_sensitive, redact_values
 from orchestrator.tools.base import Tool, ToolCall, ToolContext, ToolResult
-from orchestrator.tools.results import RESULT_FIT
+from orchestrator.tools.results import RESULT_FIT, WHOLE_FIT
 
 __all__ = ["TRANSCRIPT", "AgentContext", "RequestBuilder", "result_fit"]
 
@@ -75,6 +75,7 @@ class RequestBuilder:
         if context is not None:
             # A large result's preview and pages fit the window (`ContextBudget.result_tokens`).
             extras[RESULT_FIT] = result_fit(context)
+            extras[WHOLE_FIT] = self._whole_fit
         if self.catalogue is not None and context is not None and discovering:
             self.discovery = Discovery(
                 self.catalogue,
@@ -90,6 +91,19 @@ class RequestBuilder:
         else:
             # Discovery off: every tool, as the host lists them.
             self._schemas = list(fallback_schemas)
+
+    def _whole_fit(self, text: str) -> int:
+        """`WHOLE_FIT`: a result shown whole takes at most `ContextBudget.whole_result_tokens`,
+        and at most what the kept parts of the request (prompt, brief, plan, tool definitions)
+        leave of its limit, less a twentieth of the window for the turn that called it (the
+        answer's own tokens are reserved in the limit already): in a small window with many
+        tools a quarter would not fit beside them."""
+        assert self.context is not None
+        budget, counter = self.context.budget, self.context.counter
+        turn = budget.window // 20
+        room = budget.request_limit - self.conversation.kept_tokens() - turn
+        tokens = max(64, min(budget.whole_result_tokens, room))
+        return counter.fit_chars(text, math.floor(tokens / counter.ratio))
 
     def build(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """The messages and tool definitions of the next call (`ContextOverflow` when what

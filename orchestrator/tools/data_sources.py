@@ -34,6 +34,7 @@ from orchestrator.tools.base import Tool, ToolArguments, ToolContext, ToolResult
 from orchestrator.tools.http_answers import AnswerTooLarge, read_answer
 from orchestrator.tools.openapi import load_spec
 from orchestrator.tools.paging import more_past
+from orchestrator.tools.results import fitting
 from orchestrator.tools.spec_errors import SpecError
 
 __all__ = [
@@ -179,8 +180,9 @@ class QueryDataSource(Tool):
     )
     effect = "read"
     arguments = QueryArgs
-    # The declared character limit bounds the envelope; the model sees all of it (not paged),
-    # so `truncated` is exactly the limits this tool applied.
+    # The declared character limit bounds the envelope, and so does the context window (a
+    # quarter of it, `WHOLE_FIT`: fewer rows, never a cut row); the model sees all of it (not
+    # paged), so `truncated` is exactly the limits this tool applied.
     pageable = False
 
     def __init__(self, db: Database, sources: dict[str, DataSource]) -> None:
@@ -231,7 +233,15 @@ class QueryDataSource(Tool):
             )
         limit = min(args.max_rows or source.limits.max_rows, source.limits.max_rows)
         return _envelope(
-            source.name, source.origin, start, end, rows, limit, source.limits, partial=partial
+            source.name,
+            source.origin,
+            start,
+            end,
+            rows,
+            limit,
+            source.limits,
+            partial=partial,
+            ctx=ctx,
         )
 
     def evidence_facts(self, args: Any, result: ToolResult) -> EvidenceFacts | None:
@@ -340,7 +350,10 @@ def _envelope(
     limits: Limits,
     *,
     partial: str | None = None,
+    ctx: ToolContext | None = None,
 ) -> ToolResult:
+    """The rows within the limits, and within what `ctx`'s context window takes (`WHOLE_FIT`;
+    none without a `ctx`), with `truncated` and why."""
     kept = rows[:limit]
     why: list[str] = [partial] if partial else []
     if len(rows) > limit:
@@ -353,12 +366,50 @@ def _envelope(
         if not why or "character" not in why[-1]:
             why.append(f"character limit {limits.max_chars} reached")
     head = {"source": name, "origin": origin, "start": wire_time(start), "end": wire_time(end)}
-    tail: dict[str, Any] = {"row_count": len(kept), "truncated": bool(why)}
-    if why:
-        tail["truncation"] = "; ".join(why) + ": the rows cover only part of the range"
-    payload = {**head, "rows": kept, **tail}
-    # The payload's text from the rows' text just measured, not the rows written again.
-    text = _json(head)[:-1] + ', "rows": ' + rows_text + ", " + _json(tail)[1:]
+
+    def written(shown: list[Any], rows_text: str) -> tuple[dict[str, Any], str]:
+        reasons = list(why)
+        if len(shown) < len(kept):
+            # The result is not paged (the model sees all of it, so `truncated` is exactly what
+            # it saw): in a small context window it shows fewer rows instead.
+            after = kept[len(shown)]
+            at = after.get("time") if isinstance(after, dict) else None
+            reasons.append(
+                f"the context window (LLM_CONTEXT_WINDOW) takes {len(shown)} of {len(kept)} "
+                "rows; query a narrower range (start, end) for the rest"
+                + (f" (the next row's time is {at})" if isinstance(at, str) else "")
+                if shown
+                else f"the context window (LLM_CONTEXT_WINDOW) takes none of the {len(kept)} "
+                "rows beside the prompt and the tool definitions: an operator must make room "
+                "(LLM_MAX_TOOLS, LLM_MAX_OUTPUT_TOKENS or a larger window)"
+            )
+        tail: dict[str, Any] = {"row_count": len(shown), "truncated": bool(reasons)}
+        if reasons:
+            tail["truncation"] = "; ".join(reasons) + ": the rows cover only part of the range"
+        payload = {**head, "rows": shown, **tail}
+        # The payload's text from the rows' text just measured, not the rows written again.
+        return payload, _json(head)[:-1] + ', "rows": ' + rows_text + ", " + _json(tail)[1:]
+
+    def fits(count: int) -> tuple[dict[str, Any], str] | None:
+        shown = kept[:count]
+        envelope = written(shown, rows_text if count == len(kept) else _json(shown))
+        if ctx is None or fitting(ctx, envelope[1], whole=True) >= len(envelope[1]):
+            return envelope
+        return None
+
+    envelope = fits(len(kept))
+    if envelope is None:
+        # The most rows whose envelope fits what one answer may show (`WHOLE_FIT`), found by
+        # bisection; none at worst (the envelope then says why).
+        low, high = 0, len(kept) - 1
+        while low < high:
+            middle = (low + high + 1) // 2
+            if fits(middle) is not None:
+                low = middle
+            else:
+                high = middle - 1
+        envelope = fits(low) or written([], "[]")
+    payload, text = envelope
     return ToolResult.ok(payload).with_payload_text(text)
 
 

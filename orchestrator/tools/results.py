@@ -25,6 +25,7 @@ __all__ = [
     "MAX_PAGE",
     "PREVIEW_CHARS",
     "RESULT_FIT",
+    "WHOLE_FIT",
     "ReadToolResult",
     "ResultCache",
     "Stored",
@@ -38,6 +39,10 @@ PREVIEW_CHARS = 4000
 #: and a page of 4,000 and 16,000 characters do not fit a 4,096-token window). Unset: no limit
 #: but the sizes above (the internal bridge, a collaboration answer).
 RESULT_FIT = "result_fit"
+#: As `RESULT_FIT`, for a result shown whole and never paged (a data source's rows): a larger
+#: share of the window (`ContextBudget.whole_result_tokens`), within which the tool shows fewer
+#: rows and says so.
+WHOLE_FIT = "whole_fit"
 MAX_PAGE = 16000
 MAX_RESULT_BYTES = 1024 * 1024
 MAX_RESULTS_PER_GRAPH = 8
@@ -45,10 +50,11 @@ MAX_BYTES_PER_GRAPH = 4 * 1024 * 1024
 TTL_SECONDS = 15 * 60
 
 
-def fitting(ctx: ToolContext, text: str) -> int:
-    """How many characters from the start of `text` an answer may show (`RESULT_FIT`); at
-    least one of a non-empty text, so that paging always moves on."""
-    fit = ctx.extras.get(RESULT_FIT)
+def fitting(ctx: ToolContext, text: str, *, whole: bool = False) -> int:
+    """How many characters from the start of `text` an answer may show (`RESULT_FIT`, or
+    `WHOLE_FIT` for a result that is not paged); at least one of a non-empty text, so that
+    paging always moves on."""
+    fit = ctx.extras.get(WHOLE_FIT if whole else RESULT_FIT)
     if not callable(fit) or not text:
         return len(text)
     return max(1, min(len(text), int(fit(text))))

@@ -144,8 +144,8 @@ def test_a_gzipped_answer_reads_as_a_plain_one(server: OpenAIServer) -> None:
             usage=(120, 8),
             gzip=gzip,
         )
-    model = model_for(server)
-    zipped, plain = (model.next_turn(MESSAGES, [], threading.Event()) for _ in range(2))
+    # A conversation each: in one, the same call id in a second turn would be scoped to it.
+    zipped, plain = (model_for(server).next_turn(MESSAGES, [], threading.Event()) for _ in "zp")
     assert zipped == plain
     assert zipped.content == "counting"
     assert zipped.reasoning_content == "north first"

@@ -1,5 +1,7 @@
 """Odd but legal replies of a real model, through the real OpenAI client and the loopback
-server: what the model is told back must let it correct itself."""
+server: what the model is told back must let it correct itself. And answers real servers and
+gateways send that are not quite OpenAI's: arguments encoded twice, content as parts, an error
+in a 200, a choice without a message."""
 
 from __future__ import annotations
 
@@ -8,8 +10,15 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_openai_model import CountSamples, model_for, play, tool_messages
-from tests.openai_server import OpenAIServer, call
+from orchestrator.agent.model import ModelError
+from tests.integration.test_openai_model import (
+    CountSamples,
+    Recorder,
+    model_for,
+    play,
+    tool_messages,
+)
+from tests.openai_server import Garbled, OpenAIServer, call
 
 
 @pytest.mark.parametrize("name", ["Count_Samples", "count-samples", " count_samples() "])
@@ -36,3 +45,63 @@ def test_arguments_cut_mid_string_say_where_in_plain_words(server: OpenAIServer)
     message: Any = answer["message"]
     assert "Unterminated string starting at character 9" in message, json.dumps(message)
     assert " at at " not in message
+
+
+def _completion(message: Any) -> Garbled:
+    """A 200 JSON completion whose one choice holds `message` as it is."""
+    body = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "test-model",
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+    }
+    return Garbled(body=json.dumps(body), content_type="application/json")
+
+
+def test_arguments_encoded_twice_by_the_server_run_as_the_object_they_hold(
+    server: OpenAIServer,
+) -> None:
+    """Before: "the arguments must be a JSON object, not a string", on every try: the model
+    wrote an object and could not correct what a proxy did to it."""
+    tool = CountSamples()
+    twice = json.dumps(json.dumps({"site": "north", "hours": 1}))
+    server.reply(tool_calls=[call("c1", "count_samples", twice)])
+    server.reply(content="2 samples")
+    assert play(model_for(server), tool) == "2 samples"
+    assert tool.ran == [("north", 1)]
+    # A string that is only a string is still refused, naming what it is.
+    server.reply(tool_calls=[call("c2", "count_samples", json.dumps("north"))])
+    server.reply(content="done")
+    play(model_for(server), tool)
+    [refused] = tool_messages(server.bodies[-1])
+    assert "must be a JSON object, not a string" in refused["message"]
+
+
+def test_content_sent_as_parts_is_the_reply_s_text_and_thinking(server: OpenAIServer) -> None:
+    """Mistral's reasoning models: before, the round's final text was the list of parts."""
+    parts = [
+        {"type": "thinking", "thinking": [{"type": "text", "text": "north took 2"}]},
+        {"type": "text", "text": "2 samples"},
+    ]
+    server.script.append(_completion({"role": "assistant", "content": parts}))
+    recorder = Recorder()
+    assert play(model_for(server), CountSamples(), recorder) == "2 samples"
+    assert recorder.turns[0].reasoning_content == "north took 2"
+
+
+def test_an_error_in_a_200_is_named_in_the_reason(server: OpenAIServer) -> None:
+    error = {"error": {"message": "upstream model overloaded", "code": 503}}
+    for _ in range(2):
+        server.script.append(Garbled(body=json.dumps(error), content_type="application/json"))
+    with pytest.raises(ModelError, match=r"no choices \(its error: upstream model overloaded\)"):
+        play(model_for(server, llm_max_retries=1), CountSamples())
+
+
+def test_a_choice_without_a_message_is_retried_as_unreadable(server: OpenAIServer) -> None:
+    """Before: the round crashed with AttributeError ('NoneType' object has no attribute
+    'tool_calls')."""
+    server.script.append(_completion(None))
+    server.reply(content="2 samples")
+    assert play(model_for(server), CountSamples()) == "2 samples"
+    assert len(server.requests) == 2

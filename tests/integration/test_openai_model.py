@@ -182,6 +182,25 @@ def test_a_404_says_to_check_the_base_url_s_path_and_the_model_name(
     assert len(server.requests) == 1
 
 
+@pytest.mark.parametrize(
+    "message",
+    [
+        "This model's maximum context length is 4096 tokens. However, you requested 5210 tokens",
+        "the request exceeds the available context size, try increasing it",
+    ],
+)
+def test_a_request_past_the_server_s_window_names_llm_context_window(
+    server: OpenAIServer, message: str
+) -> None:
+    """A server started with a smaller window than LLM_CONTEXT_WINDOW fails every round; the
+    line says which setting to change, not only the server's words."""
+    server.fail(400, message=message)
+    with pytest.raises(ModelError) as caught:
+        play(model_for(server, llm_context_window=32768), CountSamples())
+    assert "LLM_CONTEXT_WINDOW is 32768: set it to the server's context size" in str(caught.value)
+    assert message in str(caught.value)
+
+
 def test_a_key_cut_by_the_error_line_s_length_does_not_leak_its_beginning(
     server: OpenAIServer,
 ) -> None:
@@ -483,6 +502,27 @@ def test_reasoning_content_is_sent_back_on_tool_call_turns(server: OpenAIServer)
     play(model_for(server), CountSamples())
     assistant = server.bodies[1]["messages"][2]
     assert assistant["reasoning_content"] == "first I count the north site"
+
+
+def test_reasoning_under_vllm_s_newer_name_is_kept_and_sent_back_by_it(
+    server: OpenAIServer,
+) -> None:
+    """vLLM 0.10+ names the thinking `reasoning` (and its chat templates read it back by that
+    name); before, it was lost from the transcript and never sent back."""
+    server.reply(
+        reasoning="first I count the north site",
+        tool_calls=[call("c1", "count_samples", {"site": "north", "hours": 1})],
+    )
+    server.reply(content="2 samples", reasoning="that is all")
+    recorder = Recorder()
+    assert play(model_for(server), CountSamples(), recorder) == "2 samples"
+    assert [t.reasoning_content for t in recorder.turns] == [
+        "first I count the north site",
+        "that is all",
+    ]
+    assistant = server.bodies[1]["messages"][2]
+    assert assistant["reasoning"] == "first I count the north site"
+    assert "reasoning_content" not in assistant
 
 
 def test_usage_of_every_call_is_reported(server: OpenAIServer) -> None:

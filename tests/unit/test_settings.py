@@ -281,3 +281,27 @@ def test_api_keys_an_http_header_can_carry_pass(
     key = load_settings().llm_api_key
     assert key is not None
     assert key.get_secret_value() == value
+
+
+def test_a_small_window_alone_starts_with_a_quarter_of_it_for_the_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before, LLM_CONTEXT_WINDOW=4096 alone refused to start: the default 4096 output tokens
+    were not below it."""
+    monkeypatch.setenv("LLM_CONTEXT_WINDOW", "4096")
+    assert load_settings().llm_max_output_tokens == 1024
+    monkeypatch.setenv("LLM_CONTEXT_WINDOW", "8192")
+    assert load_settings().llm_max_output_tokens == 2048
+    monkeypatch.delenv("LLM_CONTEXT_WINDOW")
+    assert load_settings().llm_max_output_tokens == 4096  # the default window: as before
+    monkeypatch.setenv("LLM_MAX_OUTPUT_TOKENS", "3000")
+    monkeypatch.setenv("LLM_CONTEXT_WINDOW", "4096")
+    assert load_settings().llm_max_output_tokens == 3000  # set: as set
+
+
+def test_output_tokens_set_at_or_over_the_window_are_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LLM_CONTEXT_WINDOW", "4096")
+    message = refused(monkeypatch, "LLM_MAX_OUTPUT_TOKENS", "4096")
+    assert "must be below LLM_CONTEXT_WINDOW (4096 >= 4096)" in message

@@ -1,0 +1,55 @@
+"""A tool call the model wrote as text, because the server did not parse it as one.
+
+A server passes the model's tool calls through its function-calling parser: vLLM with
+`--enable-auto-tool-choice` and the model's `--tool-call-parser`, llama.cpp with `--jinja`,
+Ollama and LM Studio with a chat template that knows tools. With the wrong parser, or a template
+without tools, the call comes back as the reply's text (`<tool_call>{"name": ...}</tool_call>`,
+`[TOOL_CALLS]`, `<|python_tag|>`, a bare `{"name": ..., "arguments": ...}`) and no call: the
+round took it for the final answer, saved no report, and the task went round by round to its
+round limit saying only "the round saved no report". Every reply of such a server is the same,
+so the round ends `model_error` at once with a line that says what to fix on the server.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection
+from typing import Any
+
+__all__ = ["written_call"]
+
+#: How the chat templates of common model families open a tool call.
+_MARKUP = re.compile(
+    r"^(?:<tool_call>|\[TOOL_CALLS\]|<\|python_tag\|>|<function[=>]|<functioncall>|"
+    r"<\|tool_call_begin\|>|<\uff5ctool\u2581calls\u2581begin\uff5c>|<tool_calls>)"
+)
+_THINKING = re.compile(r"^<think>.*?</think>", re.DOTALL)
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+
+
+def written_call(content: Any, tools: Collection[str]) -> str | None:
+    """The name of an offered tool that `content` (a final reply's text) calls as text, or
+    None when it is an answer (a text merely naming a tool is one)."""
+    if not isinstance(content, str) or not tools:
+        return None
+    text = _THINKING.sub("", content.strip()).strip()
+    if _MARKUP.match(text):
+        return next((name for name in tools if name in text), None)
+    fenced = _FENCE.match(text)
+    if fenced:
+        text = fenced.group(1)
+    if not text.startswith(("{", "[")):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    for item in value if isinstance(value, list) else [value]:
+        if not isinstance(item, dict):
+            continue
+        called = item.get("function", item)
+        name = called.get("name") if isinstance(called, dict) else None
+        if name in tools and ("arguments" in called or "parameters" in called):
+            return str(name)
+    return None

@@ -1,0 +1,168 @@
+"""Tool-call ids as real servers send them, through the real `openai` client and loopback server.
+
+Some servers number their ids per turn (Text Generation Inference sends `"0"`, others `call_0`,
+in every reply); with the host's rule for a repeated id (seed 000: the same call id with other
+arguments is refused) every call after the first turn was refused `invocation_conflict` and
+no task could finish. The client scopes such ids to their turn; an id a server with ids of its
+own per call repeats from an earlier turn is still the model's, refused with other arguments
+and deduplicated with the same. The write tool is an ordinary one (its receipt identity is the
+call id), with real receipts.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from pydantic import Field
+
+from orchestrator.agent.host import ToolHost
+from orchestrator.agent.loop import run_round
+from orchestrator.store import Database
+from orchestrator.store.receipts import ReceiptLedger
+from orchestrator.tools.base import Tool, ToolArguments, ToolCall, ToolContext, ToolResult
+from tests.integration.receipt_rows import chat_session
+from tests.integration.test_openai_model import model_for
+from tests.openai_server import OpenAIServer, call
+
+
+class NoteArgs(ToolArguments):
+    text: str = Field(min_length=1)
+
+
+class WriteNote(Tool):
+    """An ordinary write (identity = the call id): a note on the site's log book."""
+
+    name = "write_note"
+    description = "Write a note in the site's log book."
+    effect = "write"
+    arguments = NoteArgs
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+        self.lock = threading.Lock()
+
+    def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+        with self.lock:
+            self.ran.append(args.text)
+        return ToolResult.ok({"written": args.text})
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[ToolCall] = []
+        self.results: list[ToolResult] = []
+
+    def model_turn(self, turn_number: int, message: dict[str, Any], turn: Any) -> None:
+        pass
+
+    def tool_results(
+        self, turn_number: int, calls: list[ToolCall], results: list[ToolResult]
+    ) -> None:
+        self.calls.extend(calls)
+        self.results.extend(results)
+
+
+@pytest.fixture
+def ledger(db: Database) -> ReceiptLedger:
+    return ReceiptLedger(db)
+
+
+def _round(
+    server: OpenAIServer, ledger: ReceiptLedger, turns: list[list[tuple[str, str]]]
+) -> tuple[WriteNote, Recorder]:
+    """Play `turns` (each a list of (server's call id, note text)) and end the round."""
+    for notes in turns:
+        server.reply(tool_calls=[call(cid, "write_note", {"text": text}) for cid, text in notes])
+    server.reply(content="noted")
+    tool = WriteNote()
+    recorder = Recorder()
+    ctx = ToolContext(owner="alice", session_id=chat_session(ledger.db), round_id="r1")
+    end = run_round(
+        model_for(server),
+        ToolHost([tool], ledger=ledger),
+        ctx,
+        brief="note what you see",
+        max_turns=len(turns) + 2,
+        stop=threading.Event(),
+        recorder=recorder,
+    )
+    assert end.why == "final_answer"
+    # The strict server accepted every history: each call named once and answered once.
+    assert all(r.refused is None for r in server.requests)
+    return tool, recorder
+
+
+@pytest.mark.parametrize("first", ["0", "call_0"])
+def test_a_server_numbering_its_ids_per_turn_has_every_turn_run(
+    server: OpenAIServer, ledger: ReceiptLedger, first: str
+) -> None:
+    second = first[:-1] + "1"
+    tool, recorder = _round(
+        server,
+        ledger,
+        [
+            [(first, "valve 3 closed")],
+            [(first, "pump 2 restarted"), (second, "meter read")],
+            [(first, "valve 3 closed")],  # the same note again is a new call, not a replay
+        ],
+    )
+    assert [r.status for r in recorder.results] == ["succeeded"] * 4
+    # The calls of one turn run concurrently, in any order.
+    assert sorted(tool.ran) == [
+        "meter read",
+        "pump 2 restarted",
+        "valve 3 closed",
+        "valve 3 closed",
+    ]
+    ids = [c.id for c in recorder.calls]
+    assert len(set(ids)) == 4
+    assert ids[0] == first  # the first turn's ids stay as the server sent them
+    invocations = {r.invocation_id for r in recorder.results}
+    assert len(invocations) == 4
+
+
+def test_ids_the_model_repeats_from_an_earlier_turn_are_still_judged_by_the_host(
+    server: OpenAIServer, ledger: ReceiptLedger
+) -> None:
+    tool, recorder = _round(
+        server,
+        ledger,
+        [
+            [("call_a1", "valve 3 closed")],
+            [("call_b2", "pump 2 restarted")],  # a fresh id: the server's ids are its own
+            [("call_a1", "valve 4 closed")],  # an earlier call's id with other arguments
+            [("call_a1", "valve 3 closed")],  # an earlier call replayed as it was
+        ],
+    )
+    statuses = [(r.status, r.code) for r in recorder.results]
+    assert statuses[:2] == [("succeeded", None), ("succeeded", None)]
+    assert statuses[2] == ("failed", "invocation_conflict")
+    assert statuses[3] == ("succeeded", "already_claimed")
+    assert recorder.results[3].invocation_id == recorder.results[0].invocation_id
+    assert tool.ran == ["valve 3 closed", "pump 2 restarted"]
+
+
+def test_missing_ids_are_the_host_s_own_and_never_meet(
+    server: OpenAIServer, ledger: ReceiptLedger
+) -> None:
+    tool, recorder = _round(
+        server, ledger, [[("", "valve 3 closed")], [("", "pump 2 restarted"), ("", "meter read")]]
+    )
+    assert [r.status for r in recorder.results] == ["succeeded"] * 3
+    assert len({c.id for c in recorder.calls}) == 3
+    assert sorted(tool.ran) == ["meter read", "pump 2 restarted", "valve 3 closed"]
+
+
+def test_a_numbering_server_s_repeat_within_one_turn_is_still_refused(
+    server: OpenAIServer, ledger: ReceiptLedger
+) -> None:
+    """Scoping is across turns only: two calls of one reply under one id are answered
+    `failed` without running, whether or not the id was scoped."""
+    tool, recorder = _round(
+        server, ledger, [[("0", "valve 3 closed")], [("0", "pump 2 restarted"), ("0", "x")]]
+    )
+    assert [r.status for r in recorder.results] == ["succeeded", "succeeded", "failed"]
+    assert "repeated in this turn" in (recorder.results[2].message or "")
+    assert sorted(tool.ran) == ["pump 2 restarted", "valve 3 closed"]

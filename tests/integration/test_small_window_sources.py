@@ -1,0 +1,123 @@
+"""`query_data_source` in a small context window (`LLM_CONTEXT_WINDOW=4096`, a local 4k model),
+a real round through the real `openai` client against the loopback server.
+
+Before, the result was shown whole (the bundled simulator's day of readings is about 3,600
+tokens) and the round failed `context_overflow` at its next request. Now the tool shows the rows
+that fit (a quarter of the window at most, and what the tool definitions and the prompt leave),
+says `truncated` with why, and the host's evidence record says exactly what the model saw
+(invariant 12: a truncated result cannot support a claim about the whole range). A window the
+kept parts alone overflow fails the round with one line that says which settings make room.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from orchestrator.services.task_records import TaskRecords
+from orchestrator.services.tasks import Trigger
+from tests.executions_support import runtime_for
+from tests.integration.fake_backend import gateway_overrides, running_backend
+from tests.openai_server import OpenAIServer, call
+
+KEY = "sk-test-small-window"
+
+
+#: A server that reports no prompt size: the local count stays uncalibrated (the loopback
+#: server's own count leaves the tool definitions out, which would make them look cheap).
+NO_USAGE = (0, 5)
+
+
+def _run(
+    store_url: str, scripts: Path, server: OpenAIServer, window: int, **overrides: Any
+) -> dict[str, Any]:
+    """One round that queries a day of turbidity readings: what the model was shown of it, the
+    host's evidence record, and the task's last error."""
+    settings: dict[str, Any] = {"llm_max_output_tokens": 512, **overrides}
+    rt, _ = runtime_for(
+        store_url,
+        scripts,
+        model="openai:test-model",
+        llm_base_url=server.base_url,
+        llm_api_key=KEY,
+        llm_context_window=window,
+        **settings,
+    )
+    try:
+        day = {"source": "scada_sim", "parameters": {"point": "DM-RN-01", "measure": "turbidity"}}
+        server.reply(tool_calls=[call("q1", "query_data_source", day)], usage=NO_USAGE)
+        server.reply(content="looked at the readings", usage=NO_USAGE)
+        task_id = rt.tasks.trigger(Trigger(task_type="looks", title="turbid water")).task.task_id
+        rt.executions.run(task_id, 1, worker="w1")
+        error = rt.tasks.get(task_id).last_error
+        records = TaskRecords(rt.db).evidence(task_id)["items"]
+        bodies = server.bodies
+        shown = json.loads(bodies[1]["messages"][-1]["content"])["result"] if bodies[1:] else None
+        return {"error": error, "records": records, "shown": shown}
+    finally:
+        rt.close()
+
+
+def test_a_day_of_readings_fits_a_4096_token_window_and_says_it_is_cut(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    seen = _run(store_url, scripts, server, 4096)
+    assert seen["error"] is None
+    shown, [record] = seen["shown"], seen["records"]
+    rows = shown["rows"]
+    assert 0 < len(rows) < 144  # a day every 10 minutes: 144 readings
+    assert shown["row_count"] == len(rows)
+    assert shown["truncated"] is True
+    said = f"the context window (LLM_CONTEXT_WINDOW) takes {len(rows)} of 14"  # 144 or 145
+    assert said in shown["truncation"]
+    # The host's record is what the model saw: truncated, with as many rows.
+    assert (record["truncated"], record["row_count"]) == (True, len(rows))
+    # Whole rows from the start of the range; the next one's time is named to query on from.
+    next_time = shown["truncation"].split("the next row's time is ")[1].split(")")[0]
+    assert next_time > rows[-1]["time"]
+
+
+def test_the_default_window_shows_the_whole_day(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    seen = _run(store_url, scripts, server, 32768, llm_max_output_tokens=4096)
+    assert seen["error"] is None
+    shown, [record] = seen["shown"], seen["records"]
+    assert shown["truncated"] is False
+    assert len(shown["rows"]) >= 144
+    assert (record["truncated"], record["row_count"]) == (False, len(shown["rows"]))
+
+
+def test_tool_definitions_too_large_for_the_window_name_the_settings_that_make_room(
+    store_url: str, scripts: Path, server: OpenAIServer, tmp_path: Path
+) -> None:
+    """The business API's tools and the command tool beside the task tools: about 3,000 tokens
+    of definitions, over the 3,072 a 4,096-token window with 1,024 for the answer lets a request
+    use. Before, the line gave the sizes and named no setting."""
+    with running_backend() as backend:
+        overrides = gateway_overrides(tmp_path, backend, enable_command_tool=True)
+        seen = _run(store_url, scripts, server, 4096, llm_max_output_tokens=1024, **overrides)
+    error = seen["error"]
+    assert error is not None
+    assert error.startswith("the context window of 4096 tokens is too small")
+    assert "lower LLM_MAX_OUTPUT_TOKENS (it reserves 1024 tokens" in error
+    assert "set LLM_MAX_TOOLS (e.g. 4" in error
+    assert "raise LLM_CONTEXT_WINDOW" in error
+    assert "\n" not in error
+    assert seen["shown"] is None  # no call was made
+    assert seen["records"] == []
+
+
+def test_with_the_business_api_trimmed_the_rows_leave_room_for_its_tools(
+    store_url: str, scripts: Path, server: OpenAIServer, tmp_path: Path
+) -> None:
+    """As the line advises: LLM_MAX_TOOLS=4 and 512 tokens for the answer. The kept parts then
+    take most of the request; a quarter of the window beside them would overflow it."""
+    with running_backend() as backend:
+        overrides = gateway_overrides(tmp_path, backend, enable_command_tool=True, llm_max_tools=4)
+        seen = _run(store_url, scripts, server, 4096, **overrides)
+    assert seen["error"] is None
+    shown, [record] = seen["shown"], seen["records"]
+    assert shown["truncated"] is True
+    assert (record["truncated"], record["row_count"]) == (True, len(shown["rows"]))

@@ -1,0 +1,63 @@
+"""A server that does not parse the model's tool calls (vLLM without the model's
+`--tool-call-parser`, llama.cpp without `--jinja`, a chat template without tools) returns them
+as the reply's text, through the real `openai` client against the loopback server. Before, the
+round took the text for the final answer and the task went round by round to its round limit
+saying only "the round saved no report"; now the round ends `model_error` with one line that
+says what to fix on the server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.services.tasks import Trigger
+from tests.executions_support import runtime_for
+from tests.openai_server import OpenAIServer, call
+
+REPORT = json.dumps(
+    {"name": "save_report", "arguments": {"summary": "ok", "findings": [], "outcome": "completed"}}
+)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"<tool_call>\n{REPORT}\n</tool_call>",
+        f"<think>the report now</think>\n{REPORT}",
+        f"```json\n[{REPORT}]\n```",
+    ],
+)
+def test_a_tool_call_written_as_text_ends_the_round_saying_what_to_fix(
+    store_url: str, scripts: Path, server: OpenAIServer, text: str
+) -> None:
+    rt, _ = runtime_for(store_url, scripts, model="openai:test-model", llm_base_url=server.base_url)
+    try:
+        server.reply(tool_calls=[call("c1", "read_task_context", {})])
+        server.reply(content=text)
+        task_id = rt.tasks.trigger(Trigger(task_type="looks", title="turbid water")).task.task_id
+        result = rt.executions.run(task_id, 1, worker="w1")
+        assert result.outcome == "failed"
+        assert result.detail is not None
+        assert "the model wrote a call of save_report as text instead of calling it" in (
+            result.detail
+        )
+        assert "--tool-call-parser" in result.detail
+        assert "--jinja" in result.detail
+        assert len(server.requests) == 2  # no more rounds of the same
+    finally:
+        rt.close()
+
+
+def test_an_answer_that_names_a_tool_is_still_an_answer(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    rt, _ = runtime_for(store_url, scripts, model="openai:test-model", llm_base_url=server.base_url)
+    try:
+        server.reply(content='I would call save_report with {"name": "save_report"} next.')
+        task_id = rt.tasks.trigger(Trigger(task_type="looks", title="turbid water")).task.task_id
+        result = rt.executions.run(task_id, 1, worker="w1")
+        assert result.detail == "the round saved no report"
+    finally:
+        rt.close()

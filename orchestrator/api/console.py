@@ -80,6 +80,24 @@ def _sign_in_page(request: Request, error: str = "", status: int = 200) -> HTMLR
     return HTMLResponse(page.replace("<!--error-->", message), status, headers=_HEADERS)
 
 
+#: The query parameter a refused `?token=` link is redirected with, to say why on the form.
+REFUSED = "sign_in_refused"
+
+
+def _refused_page(request: Request, why: str) -> HTMLResponse:
+    """The sign-in form after a refused `?token=` link, with the status the link had: `wait`,
+    too many wrong tokens from the address (while that lasts), else the token."""
+    failures: FailedSignIns = request.app.state.sign_in_failures
+    try:
+        if why == "wait":
+            failures.check(client_address(request.scope.get("client")))
+    except TooManyFailures as exc:
+        page = _sign_in_page(request, exc.message[:1].upper() + exc.message[1:] + ".", 429)
+        page.headers["Retry-After"] = str(exc.retry_after)
+        return page
+    return _sign_in_page(request, "That token is not accepted.", 401)
+
+
 def _home(request: Request, query: list[tuple[str, str]] | None = None) -> str:
     """The console's own URL (under the app's root path), with `query` if any."""
     root = str(request.scope.get("root_path", "")).rstrip("/")
@@ -176,14 +194,20 @@ def console_page(request: Request) -> Response:
     """The console, the sign-in form, or (with `?token=`) a signed-in redirect without it."""
     query = parse_qsl(request.url.query, keep_blank_values=True)
     presented = [value for key, value in query if key == "token"]
+    rest = [(key, value) for key, value in query if key not in ("token", REFUSED)]
     if presented and _accounts(request):
-        rest = [(key, value) for key, value in query if key != "token"]
-        return _start_session(request, presented[-1], rest, confirm=_from_another_site(request))
+        answer = _start_session(request, presented[-1], rest, confirm=_from_another_site(request))
+        if answer.status_code in (401, 429):
+            # Refused (a typo, a revoked token, too many): the sign-in page, at a URL without
+            # the token, so that it does not stay in the address bar and the history.
+            why = "wait" if answer.status_code == 429 else "token"
+            return RedirectResponse(_home(request, [*rest, (REFUSED, why)]), 303, headers=_HEADERS)
+        return answer
     if presented:  # an open API: nothing to sign in to, but drop the token from the URL
-        rest = [(key, value) for key, value in query if key != "token"]
         return RedirectResponse(_home(request, rest), 303)
     if _signed_in_as(request) is None:
-        return _sign_in_page(request)
+        reasons = [value for key, value in query if key == REFUSED]
+        return _refused_page(request, reasons[-1]) if reasons else _sign_in_page(request)
     return FileResponse(STATIC / "index.html", media_type="text/html", headers=_HEADERS)
 
 

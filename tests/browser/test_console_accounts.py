@@ -114,6 +114,24 @@ def test_an_operator_requeues_but_does_not_decide(browser: Any, console: Console
     console.wait_for(task_id, lambda t: t["generation"] == 2)
 
 
+def test_a_refused_token_link_leaves_no_token_in_the_address_bar(
+    browser: Any, console: Console
+) -> None:
+    """A link with a mistyped token shows the sign-in form at a URL without it: the token is
+    neither left in the address bar nor in the tab's history for the next person at the desk."""
+    context = browser.new_context()
+    tab = context.new_page()
+    typo = token("otto")[:-1] + "x"
+    try:
+        tab.goto(f"{console.url}/console?token={typo}&status=failed")
+        expect(tab.locator("p.error")).to_contain_text("not accepted")
+        assert typo not in tab.url
+        assert "status=failed" in tab.url
+        assert typo not in tab.evaluate("document.documentElement.outerHTML")
+    finally:
+        context.close()
+
+
 def test_the_task_list_filters_and_pages_on_the_server(page: Any, console: Console) -> None:
     titles = {f"Paged {n}" for n in range(5)}
     for title in sorted(titles):

@@ -149,7 +149,14 @@ def test_a_wrong_token_is_refused_without_echoing_it(client: TestClient) -> None
     assert "That token is not accepted." in answer.text
     assert "guess" not in answer.text
     assert session.COOKIE not in answer.headers.get("set-cookie", "")
-    assert client.get("/console?token=nope", follow_redirects=False).status_code == 401
+    link = client.get("/console?token=nope&status=failed", follow_redirects=False)
+    # A refused link leaves no token in the address bar: the form, at a URL without it.
+    assert (link.status_code, link.headers["location"]) == (
+        303,
+        "/console?status=failed&sign_in_refused=token",
+    )
+    form = client.get(link.headers["location"])
+    assert (form.status_code, "That token is not accepted." in form.text) == (401, True)
 
 
 def test_the_cookie_authenticates_reads_and_writes_with_the_console_header(

@@ -71,18 +71,33 @@ class SweepReport:
     republished: list[tuple[str, int]] = field(default_factory=list)
     #: Expired generations this sweep could not check (the lease back end was unavailable).
     deferred: int = 0
+    #: Of `requeued` and `parked`, those their workers handed back, and why (a model server's
+    #: Retry-After, an outage): planned, not a worker lost, and the log line says so.
+    handed_back: dict[tuple[str, int], str] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
         out = [
-            f"requeued task {t}: generation {g} lost, generation {n} queued"
+            f"requeued task {t}: generation {g} {self._ended(t, g)}, generation {n} queued"
             for t, g, n in self.requeued
         ]
         out += [
-            f"parked task {t} as failed (recovery_limit) after generation {g} was lost"
+            f"parked task {t} as failed (recovery_limit) after generation {g} "
+            f"{'was ' if (t, g) not in self.handed_back else ''}{self._ended(t, g)}"
             for t, g in self.parked
         ]
         out += [f"republished the wake-up of task {t} generation {g}" for t, g in self.republished]
         return out
+
+    def _ended(self, task_id: str, generation: int) -> str:
+        """How a requeued generation ended: lost, or handed back by its worker (and why)."""
+        why = self.handed_back.get((task_id, generation))
+        # The store's outcome stays `lost` (DESIGN: requeued as generation n+1), but a
+        # hand-back is no lost worker: an operator reading "lost" looks for a crash.
+        if why is None:
+            return "lost"
+        if why.startswith("handed back: "):  # a model server's: "handed back: <why>; ..."
+            return f"handed back ({why.removeprefix('handed back: ')})"
+        return why if why.startswith("handed back") else f"handed back ({why})"
 
 
 class Sweeper:
@@ -251,6 +266,7 @@ class Sweeper:
             )
         report.requeued += batch.requeued
         report.parked += batch.parked
+        report.handed_back.update({key: batch.reason(*key, reason) for key in batch.handed_back})
         _observe_recoveries(batch)
         for task_id, generation in [(t, g) for t, g, _ in batch.requeued] + batch.parked:
             token = (release or {}).get((task_id, generation))

@@ -236,7 +236,10 @@ def list_rows(
 
 
 def delivery_summary(conn: Connection, task_id: str) -> dict[str, Any]:
-    """For `tasks show`: counts per kind and status, and the dead and undelivered rows."""
+    """For `tasks show`: counts per kind and status, the dead and undelivered rows, and
+    `never_sent`: the kinds this task has pending of which no row of any task was ever
+    delivered or dead-lettered (nothing sends them: most likely their URL is not set where a
+    dispatcher runs; the reader, without the fleet's settings, cannot know which)."""
     counts: dict[str, dict[str, int]] = {}
     for kind, status, count in conn.execute(
         select(outbox.c.kind, outbox.c.status, func.count())
@@ -250,7 +253,27 @@ def delivery_summary(conn: Connection, task_id: str) -> dict[str, Any]:
         .order_by(outbox.c.outbox_id)
         .limit(20)
     )
-    return {"counts": counts, "undelivered": [OutboxRow.from_row(r).public() for r in open_rows]}
+    never_sent = [
+        kind
+        for kind, by_status in sorted(counts.items())
+        if by_status.get("pending") and not _ever_sent(conn, kind)
+    ]
+    return {
+        "counts": counts,
+        "undelivered": [OutboxRow.from_row(r).public() for r in open_rows],
+        "never_sent": never_sent,
+    }
+
+
+def _ever_sent(conn: Connection, kind: str) -> bool:
+    """Whether any row of `kind` was ever delivered or dead-lettered (an index lookup on the
+    status: a store full of never-sent rows is not scanned)."""
+    found = conn.execute(
+        select(outbox.c.outbox_id)
+        .where(outbox.c.status.in_(("delivered", "dead")), outbox.c.kind == kind)
+        .limit(1)
+    ).first()
+    return found is not None
 
 
 def delete_expired_webhooks(

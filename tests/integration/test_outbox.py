@@ -648,3 +648,37 @@ def test_an_event_as_recorded_is_the_event_as_the_log_reads_it_back(
     (hook,) = [row for row in hooks if row.event_seq == ended.seq]
     assert (hook.status, hook.attempts, hook.kind) == ("pending", 0, "webhook")
     assert hook.body == event_store.event_json(event_store.webhook_body(ended))
+
+
+def test_tasks_show_says_when_no_delivery_of_a_kind_was_ever_sent_not_attempts_0(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Without ORCH_WEBHOOK_URL the events wait unsent; "webhook pending 2, attempts 0" read
+    like a stuck dispatcher. `tasks show` (often run without the fleet's settings) says what
+    the store knows: nothing of the kind was ever sent from it, and which setting sends it."""
+    from orchestrator.cli.tasks import render_explain
+
+    rt, _ = runtime_for(store_url, tmp_path / "scripts")
+    try:
+        task_id, _ = waiting_task(rt, tmp_path)
+        view = rt.tasks.explain(task_id)
+        assert view["deliveries"]["never_sent"] == ["webhook"]
+        shown = render_explain(view)
+        assert (
+            "no task event webhook was ever delivered or dead-lettered from this store: they "
+            "wait until ORCH_WEBHOOK_URL is set where the sweeper or `outbox dispatch` runs"
+        ) in shown, shown
+        assert "attempts 0" not in shown, shown
+        assert "never attempted, written 20" in shown, shown
+        # Once one webhook of any task was delivered, a dispatcher sends them: no such note.
+        with rt.db.transaction() as conn:
+            conn.execute(
+                update(outbox)
+                .where(outbox.c.outbox_id == view["deliveries"]["undelivered"][-1]["outbox_id"])
+                .values(status="delivered", attempts=1, delivered_at=utcnow())
+            )
+        again = rt.tasks.explain(task_id)
+        assert again["deliveries"]["never_sent"] == []
+        assert "no task event webhook was ever" not in render_explain(again)
+    finally:
+        rt.close()

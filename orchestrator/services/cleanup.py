@@ -51,6 +51,9 @@ class CleanupReport:
     #: Webhooks deleted: delivered ones, and never attempted ones while no URL is set.
     webhooks_delivered_deleted: int = 0
     webhooks_never_sent_deleted: int = 0
+    #: Whether never-attempted webhooks were in scope: not when this process has a webhook URL
+    #: (its dispatcher sends them, however late).
+    never_sent_in_scope: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -66,6 +69,7 @@ class CleanupReport:
             "outbox_webhooks_deleted": {
                 "delivered": self.webhooks_delivered_deleted,
                 "never_sent": self.webhooks_never_sent_deleted,
+                "never_sent_in_scope": self.never_sent_in_scope,
             },
             "batches": self.batches,
             "cutoff": wire_time(self.cutoff) if self.cutoff else None,
@@ -108,6 +112,7 @@ def run_cleanup(
         transcript_entries_deleted=transcripts,
         webhooks_delivered_deleted=delivered,
         webhooks_never_sent_deleted=never_sent,
+        never_sent_in_scope=not settings.webhook_url,
     )
 
 

@@ -180,7 +180,7 @@ class DeliveriesView(BaseModel):
     undelivered: list[Delivery]
     never_sent: list[DeliveryKind] = Field(
         default_factory=list,
-        description="kinds this task has pending of which no delivery was ever delivered or "
-        "dead-lettered from this store: nothing sends them (most likely ORCH_WEBHOOK_URL or "
+        description="kinds this task has pending of which no delivery in this store is delivered "
+        "or dead-lettered: nothing sends them (most likely ORCH_WEBHOOK_URL or "
         "ORCH_ACTIONS_URL is not set where a dispatcher runs), not a dispatcher that is stuck",
     )

@@ -531,13 +531,14 @@ def _deliveries(deliveries: dict[str, Any] | None) -> list[str]:
     )
     lines = [f"  deliveries: {counts}"]
     # This command often runs without the fleet's settings: it cannot tell that a URL is
-    # unset, only that nothing of the kind was ever sent from this store (a stuck dispatcher
+    # unset, only that no row of the kind in the store was sent (a stuck dispatcher
     # would have sent some, or dead-lettered them).
     for kind in deliveries.get("never_sent") or []:
         lines.append(
-            f"    no {_KIND_NAMES.get(kind, kind)} was ever delivered or dead-lettered from this "
-            f"store: they wait until {_KIND_URLS.get(kind, 'its URL')} is set where the sweeper "
-            "or `outbox dispatch` runs"
+            f"    no {_KIND_NAMES.get(kind, kind)} in this store was delivered or dead-lettered "
+            "(delivered ones are kept ORCH_RETENTION_DAYS): they wait until "
+            f"{_KIND_URLS.get(kind, 'its URL')} is set where the sweeper or `outbox dispatch` "
+            "runs"
         )
     for row in sorted(deliveries["undelivered"], key=lambda r: r["status"] != "dead"):
         what = row["action_id"] or f"event {row['event_id']}"

@@ -1353,11 +1353,11 @@
       if (!Object.keys(counts).length) return el("p", { class: "muted" }, "Nothing was sent to the business backend yet.");
       const open = (d && d.undelivered) || [];
       const dead = open.filter((x) => x.status === "dead");
-      // Pending with no attempt, and nothing of the kind ever sent from this store: no dispatcher
+      // Pending with no attempt, and no row of the kind in the store sent: no dispatcher
       // sends that kind (its URL unset, most likely), which is not a stuck dispatcher. The
       // server cannot see the fleet's settings, so the note says what the store shows.
       const neverSent = ((d && d.never_sent) || []).map((kind) => el("p", { class: "muted never-sent" },
-        `No ${kind === "action" ? "approved action" : "task event webhook"} was ever delivered or dead-lettered from this store: ` +
+        `No ${kind === "action" ? "approved action" : "task event webhook"} in this store was delivered or dead-lettered (delivered ones are kept ORCH_RETENTION_DAYS): ` +
         `they wait until ${kind === "action" ? "ORCH_ACTIONS_URL" : "ORCH_WEBHOOK_URL"} is set where the sweeper or outbox dispatcher runs.`));
       return [facts([["Approved actions", line("action")], ["Task events", line("webhook")]]), neverSent,
         open.length ? table(["Delivery", "What", "Status", "Attempts", "Next attempt", "Last error", ""], open.map((x) => [

@@ -237,9 +237,10 @@ def list_rows(
 
 def delivery_summary(conn: Connection, task_id: str) -> dict[str, Any]:
     """For `tasks show`: counts per kind and status, the dead and undelivered rows, and
-    `never_sent`: the kinds this task has pending of which no row of any task was ever
-    delivered or dead-lettered (nothing sends them: most likely their URL is not set where a
-    dispatcher runs; the reader, without the fleet's settings, cannot know which)."""
+    `never_sent`: the kinds this task has pending of which no row of any task in the store
+    is delivered or dead-lettered (delivered ones are kept ORCH_RETENTION_DAYS): nothing
+    sends them, most likely their URL is not set where a dispatcher runs (the reader,
+    without the fleet's settings, cannot know which)."""
     counts: dict[str, dict[str, int]] = {}
     for kind, status, count in conn.execute(
         select(outbox.c.kind, outbox.c.status, func.count())
@@ -266,7 +267,7 @@ def delivery_summary(conn: Connection, task_id: str) -> dict[str, Any]:
 
 
 def _ever_sent(conn: Connection, kind: str) -> bool:
-    """Whether any row of `kind` was ever delivered or dead-lettered (an index lookup on the
+    """Whether any row of `kind` in the store is delivered or dead-lettered (an index lookup on the
     status: a store full of never-sent rows is not scanned)."""
     found = conn.execute(
         select(outbox.c.outbox_id)

@@ -359,6 +359,12 @@ def test_the_cli_lists_and_retries_with_one_line_errors(
     assert len(listed) == 2
     assert all("webhook  pending" in line for line in listed)
     first = int(listed[0].split()[0])
+    # A page cut short says so and how to read on (it was silently the oldest N).
+    assert main(["outbox", "list", "--task", task_id, "--limit", "1"]) == 0
+    page = capsys.readouterr().out.splitlines()
+    assert page == [listed[0], f"more follow: the same command with --after {first}"]
+    assert main(["outbox", "list", "--task", task_id, "--limit", "1", "--after", str(first)]) == 0
+    assert capsys.readouterr().out.splitlines() == [listed[1]]
     assert main(["outbox", "retry", str(first)]) == 1
     assert capsys.readouterr().err.strip().endswith("only a dead one can be retried")
     assert main(["outbox", "retry", "424242"]) == 1

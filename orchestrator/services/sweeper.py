@@ -22,6 +22,7 @@ store is back, for a worker that died (`recoveries`), and three such outages par
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import time
 from dataclasses import dataclass, field
@@ -56,6 +57,9 @@ LEASE_EXPIRED = "the lease expired without renewal (worker lost)"
 PROCESS_GONE = "its worker process is gone (found on the same host)"
 
 log = logging.getLogger(__name__)
+
+#: The tail of a hand-back's reason that said when it would be requeued.
+_REQUEUED_IN: Final = re.compile(r"; requeued in [0-9.e+]+s$")
 
 #: After a store outage, how long expired leases are left to their workers' hand-backs (tried
 #: every `RETRY_SECONDS`) before a sweep takes them for workers that died.
@@ -96,7 +100,9 @@ class SweepReport:
         if why is None:
             return "lost"
         if why.startswith("handed back: "):  # a model server's: "handed back: <why>; ..."
-            return f"handed back ({why.removeprefix('handed back: ')})"
+            # Its "; requeued in Ns" is past: this line says the requeue itself.
+            why = _REQUEUED_IN.sub("", why.removeprefix("handed back: "))
+            return f"handed back ({why})"
         return why if why.startswith("handed back") else f"handed back ({why})"
 
 

@@ -121,7 +121,7 @@ def test_a_server_that_never_lets_up_parks_the_task_at_the_hand_back_limit(
                     f"requeued task {task_id}: generation 1 handed back (the model server is "
                     "rate limiting"
                 ), line
-                assert line.endswith(", generation 2 queued"), line
+                assert line.endswith("(LLM_MAX_RETRIES=0)), generation 2 queued"), line
                 with rt.db.transaction(readonly=True) as conn:
                     [queued] = event_store.events_of_type(conn, task_id, "queued", 1)
                 assert queued.reason == f"generation 1: {reason}"

@@ -178,3 +178,9 @@ class DeliveriesView(BaseModel):
 
     counts: dict[DeliveryKind, dict[DeliveryStatus, int]]
     undelivered: list[Delivery]
+    never_sent: list[DeliveryKind] = Field(
+        default_factory=list,
+        description="kinds this task has pending of which no delivery in this store is delivered "
+        "or dead-lettered: nothing sends them (most likely ORCH_WEBHOOK_URL or "
+        "ORCH_ACTIONS_URL is not set where a dispatcher runs), not a dispatcher that is stuck",
+    )

@@ -1,4 +1,5 @@
-"""`orchestrator cleanup`: one retention pass over the receipts; prints what it deleted."""
+"""`orchestrator cleanup`: one retention pass over the receipts, transcripts and outbox webhooks;
+prints what it deleted."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ MAX_BATCH = 10_000
 def register(commands: Any) -> None:
     cleanup = commands.add_parser(
         "cleanup",
-        help="retention: delete expired receipts and transcripts of finished tasks "
-        "(never running or unknown receipts)",
+        help="retention: delete expired receipts, transcripts of finished tasks and done-with "
+        "outbox webhooks (never running or unknown receipts, nor dead-lettered deliveries)",
     )
     cleanup.add_argument(
         "--batch-size",
@@ -51,6 +52,19 @@ def describe(report: CleanupReport) -> str:
     return (
         f"deleted {report.receipts_deleted} invocation receipts older than "
         f"{report.retention_days} days (before {report.cutoff:%Y-%m-%d %H:%M:%S} UTC) "
-        f"in {report.batches} batches, and {report.transcript_entries_deleted} transcript "
-        "entries of finished tasks; running and unknown receipts are kept"
+        f"in {report.batches} batches, {report.transcript_entries_deleted} transcript "
+        f"entries of finished tasks, and {report.webhooks_delivered_deleted} delivered "
+        + (
+            f"and {report.webhooks_never_sent_deleted} never sent (no ORCH_WEBHOOK_URL) "
+            if report.never_sent_in_scope
+            else ""
+        )
+        + "outbox webhooks; running and unknown receipts, dead-lettered and retrying "
+        + "deliveries"
+        + (
+            ""
+            if report.never_sent_in_scope
+            else ", webhooks not sent yet (ORCH_WEBHOOK_URL is set)"
+        )
+        + " and approved actions are kept"
     )

@@ -33,6 +33,13 @@ def register(commands: Any) -> None:
     listing.add_argument("--status", choices=OUTBOX_STATUSES)
     listing.add_argument("--kind", choices=OUTBOX_KINDS)
     listing.add_argument("--limit", type=bounded_int(1, 200), default=50)
+    listing.add_argument(
+        "--after",
+        dest="after_id",
+        type=bounded_int(0, 2**63 - 1),
+        help="only deliveries after this outbox id (the next page: the line that ends a full "
+        "page gives it)",
+    )
     add_json_flag(listing)
     listing.set_defaults(handler=_list)
 
@@ -106,15 +113,24 @@ def _line(row: OutboxRow) -> str:
 def _list(args: argparse.Namespace) -> int:
     db = _db()
     try:
+        # One more than shown: a page cut short says so, and how to read on (300 dead letters
+        # after a backend outage were silently the 50 oldest).
         rows = OutboxService(db).list(
-            task_id=args.task_id, status=args.status, kind=args.kind, limit=args.limit
+            task_id=args.task_id,
+            status=args.status,
+            kind=args.kind,
+            after_id=args.after_id,
+            limit=args.limit + 1,
         )
     finally:
         db.dispose()
+    more, rows = len(rows) > args.limit, rows[: args.limit]
     if args.json:
         print_json([row.public() for row in rows])
         return 0
     print("\n".join(_line(row) for row in rows) or "no deliveries")
+    if more:
+        print(f"more follow: the same command with --after {rows[-1].outbox_id}")
     return 0
 
 

@@ -535,15 +535,34 @@ def _deliveries(deliveries: dict[str, Any] | None) -> list[str]:
         for kind, by_status in sorted(deliveries["counts"].items())
     )
     lines = [f"  deliveries: {counts}"]
+    # This command often runs without the fleet's settings: it cannot tell that a URL is
+    # unset, only that no row of the kind in the store was sent (a stuck dispatcher
+    # would have sent some, or dead-lettered them).
+    for kind in deliveries.get("never_sent") or []:
+        lines.append(
+            f"    no {_KIND_NAMES.get(kind, kind)} in this store was delivered or dead-lettered "
+            "(delivered ones are kept ORCH_RETENTION_DAYS): they wait until "
+            f"{_KIND_URLS.get(kind, 'its URL')} is set where the sweeper or `outbox dispatch` "
+            "runs"
+        )
     for row in sorted(deliveries["undelivered"], key=lambda r: r["status"] != "dead"):
         what = row["action_id"] or f"event {row['event_id']}"
         error = f", last error: {printable(row['last_error'])}" if row["last_error"] else ""
+        tried = (
+            f"attempts {row['attempts']} (throttled {row['throttled']})"
+            if row["attempts"]
+            else f"never attempted, written {_time(row['created_at'])}"
+        )
         lines.append(
             f"    {row['status'].upper() if row['status'] == 'dead' else row['status']}  "
-            f"outbox {row['outbox_id']}  {row['kind']} {what}  attempts {row['attempts']}"
-            f" (throttled {row['throttled']}){error}"
+            f"outbox {row['outbox_id']}  {row['kind']} {what}  {tried}{error}"
         )
     return lines
+
+
+#: What a row of each outbox kind is, and the setting that sends it.
+_KIND_NAMES = {"webhook": "task event webhook", "action": "approved action"}
+_KIND_URLS = {"webhook": "ORCH_WEBHOOK_URL", "action": "ORCH_ACTIONS_URL"}
 
 
 def _time(value: Any) -> str:

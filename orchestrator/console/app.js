@@ -1353,10 +1353,16 @@
       if (!Object.keys(counts).length) return el("p", { class: "muted" }, "Nothing was sent to the business backend yet.");
       const open = (d && d.undelivered) || [];
       const dead = open.filter((x) => x.status === "dead");
-      return [facts([["Approved actions", line("action")], ["Task events", line("webhook")]]),
+      // Pending with no attempt, and no row of the kind in the store sent: no dispatcher
+      // sends that kind (its URL unset, most likely), which is not a stuck dispatcher. The
+      // server cannot see the fleet's settings, so the note says what the store shows.
+      const neverSent = ((d && d.never_sent) || []).map((kind) => el("p", { class: "muted never-sent" },
+        `No ${kind === "action" ? "approved action" : "task event webhook"} in this store was delivered or dead-lettered (delivered ones are kept ORCH_RETENTION_DAYS): ` +
+        `they wait until ${kind === "action" ? "ORCH_ACTIONS_URL" : "ORCH_WEBHOOK_URL"} is set where the sweeper or outbox dispatcher runs.`));
+      return [facts([["Approved actions", line("action")], ["Task events", line("webhook")]]), neverSent,
         open.length ? table(["Delivery", "What", "Status", "Attempts", "Next attempt", "Last error", ""], open.map((x) => [
           el("code", {}, String(x.outbox_id)),
-          deliveryWhat(x), badge(x.status), deliveryAttempts(x),
+          deliveryWhat(x), badge(x.status), x.attempts ? deliveryAttempts(x) : ["none yet, written ", when(x.created_at)],
           x.status === "pending" ? when(x.next_attempt_at) : "—",
           x.last_error || "—",
           x.status === "dead" && can("operator") ? retryButton(x, opResult, refresh) : ""])) : null,

@@ -8,6 +8,12 @@ session). `running` and `unknown` are recovery boundaries and are never deleted 
 session is deleted they become orphans). `DATA_CLEANUP_ENABLE=false` or a retention of 0
 disables cleanup altogether. Transcripts and recovery snapshots of finished tasks follow the
 same retention as their receipts (a chat's go with its session).
+
+The outbox's webhooks follow the retention too, or the table grows with every task event for
+ever: delivered ones, and, when this process has no ORCH_WEBHOOK_URL, those never attempted
+(the rows a fleet without a webhook receiver writes for each event). Dead letters and rows
+still being retried stay until an operator deals with them, and so do approved actions (one
+per approval, which the action's delivery is read from): `store.outbox.delete_expired_webhooks`.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import Any
 
 from orchestrator.domain.times import wire_time
 from orchestrator.settings import Settings
+from orchestrator.store import outbox as outbox_store
 from orchestrator.store import transcripts as transcript_store
 from orchestrator.store.db import Database
 from orchestrator.store.receipts import ReceiptLedger
@@ -41,6 +48,12 @@ class CleanupReport:
     orphans_deleted: int = 0
     of_finished_tasks_deleted: int = 0
     transcript_entries_deleted: int = 0
+    #: Webhooks deleted: delivered ones, and never attempted ones while no URL is set.
+    webhooks_delivered_deleted: int = 0
+    webhooks_never_sent_deleted: int = 0
+    #: Whether never-attempted webhooks were in scope: not when this process has a webhook URL
+    #: (its dispatcher sends them, however late).
+    never_sent_in_scope: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -53,6 +66,11 @@ class CleanupReport:
                 "of_finished_tasks": self.of_finished_tasks_deleted,
             },
             "transcript_entries_deleted": self.transcript_entries_deleted,
+            "outbox_webhooks_deleted": {
+                "delivered": self.webhooks_delivered_deleted,
+                "never_sent": self.webhooks_never_sent_deleted,
+                "never_sent_in_scope": self.never_sent_in_scope,
+            },
             "batches": self.batches,
             "cutoff": wire_time(self.cutoff) if self.cutoff else None,
         }
@@ -72,7 +90,7 @@ def run_cleanup(
         batch_size=batch_size,
         now=now,
     )
-    transcripts = 0
+    transcripts = delivered = never_sent = 0
     if result.enabled and result.cutoff is not None:
         # Transcripts and recovery snapshots of finished tasks follow the same retention.
         while True:
@@ -81,6 +99,7 @@ def run_cleanup(
             transcripts += deleted
             if deleted < batch_size:
                 break
+        delivered, never_sent = _delete_webhooks(db, settings, result.cutoff, batch_size)
     return CleanupReport(
         enabled=result.enabled,
         reason=result.reason,
@@ -91,4 +110,27 @@ def run_cleanup(
         orphans_deleted=result.orphans,
         of_finished_tasks_deleted=result.of_finished_tasks,
         transcript_entries_deleted=transcripts,
+        webhooks_delivered_deleted=delivered,
+        webhooks_never_sent_deleted=never_sent,
+        never_sent_in_scope=not settings.webhook_url,
     )
+
+
+def _delete_webhooks(
+    db: Database, settings: Settings, cutoff: datetime, batch_size: int
+) -> tuple[int, int]:
+    """The outbox's expired webhooks, one short transaction a batch (a table of millions never
+    holds one long delete that the dispatcher's claims wait on)."""
+    # Without a URL here, a webhook never attempted is one nobody sends; with one, the
+    # dispatcher beside this process sends it (however late), so it is not for the cleanup.
+    never_sent = not settings.webhook_url
+    delivered = unsent = 0
+    while True:
+        with db.transaction() as conn:
+            done, dropped = outbox_store.delete_expired_webhooks(
+                conn, cutoff, batch_size, never_sent=never_sent
+            )
+        delivered += done
+        unsent += dropped
+        if done + dropped < batch_size:
+            return delivered, unsent

@@ -22,6 +22,7 @@ store is back, for a worker that died (`recoveries`), and three such outages par
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import time
 from dataclasses import dataclass, field
@@ -57,6 +58,9 @@ PROCESS_GONE = "its worker process is gone (found on the same host)"
 
 log = logging.getLogger(__name__)
 
+#: The tail of a hand-back's reason that said when it would be requeued.
+_REQUEUED_IN: Final = re.compile(r"; requeued in [0-9.e+]+s$")
+
 #: After a store outage, how long expired leases are left to their workers' hand-backs (tried
 #: every `RETRY_SECONDS`) before a sweep takes them for workers that died.
 HANDBACK_GRACE_SECONDS: Final = 3 * RETRY_SECONDS
@@ -71,18 +75,35 @@ class SweepReport:
     republished: list[tuple[str, int]] = field(default_factory=list)
     #: Expired generations this sweep could not check (the lease back end was unavailable).
     deferred: int = 0
+    #: Of `requeued` and `parked`, those their workers handed back, and why (a model server's
+    #: Retry-After, an outage): planned, not a worker lost, and the log line says so.
+    handed_back: dict[tuple[str, int], str] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
         out = [
-            f"requeued task {t}: generation {g} lost, generation {n} queued"
+            f"requeued task {t}: generation {g} {self._ended(t, g)}, generation {n} queued"
             for t, g, n in self.requeued
         ]
         out += [
-            f"parked task {t} as failed (recovery_limit) after generation {g} was lost"
+            f"parked task {t} as failed (recovery_limit) after generation {g} "
+            f"{'was ' if (t, g) not in self.handed_back else ''}{self._ended(t, g)}"
             for t, g in self.parked
         ]
         out += [f"republished the wake-up of task {t} generation {g}" for t, g in self.republished]
         return out
+
+    def _ended(self, task_id: str, generation: int) -> str:
+        """How a requeued generation ended: lost, or handed back by its worker (and why)."""
+        why = self.handed_back.get((task_id, generation))
+        # The store's outcome stays `lost` (DESIGN: requeued as generation n+1), but a
+        # hand-back is no lost worker: an operator reading "lost" looks for a crash.
+        if why is None:
+            return "lost"
+        if why.startswith("handed back: "):  # a model server's: "handed back: <why>; ..."
+            # Its "; requeued in Ns" is past: this line says the requeue itself.
+            why = _REQUEUED_IN.sub("", why.removeprefix("handed back: "))
+            return f"handed back ({why})"
+        return why if why.startswith("handed back") else f"handed back ({why})"
 
 
 class Sweeper:
@@ -251,6 +272,7 @@ class Sweeper:
             )
         report.requeued += batch.requeued
         report.parked += batch.parked
+        report.handed_back.update({key: batch.reason(*key, reason) for key in batch.handed_back})
         _observe_recoveries(batch)
         for task_id, generation in [(t, g) for t, g, _ in batch.requeued] + batch.parked:
             token = (release or {}).get((task_id, generation))

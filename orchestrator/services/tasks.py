@@ -213,10 +213,19 @@ class TaskService:
             generation_store.supersede_pending_actions(conn, task_id, "the task was cancelled")
             # An approval stands (it may be delivered or carried out): the backend hears of it.
             notice_store.record_cancelled_approvals(conn, task_id, reason)
+            # The losses in a row are counted toward parking a task that runs on; a cancelled
+            # one never runs again (it ends as a settled round ends: both reset). Its
+            # generations still show every loss.
             conn.execute(
                 update(tasks)
                 .where(tasks.c.task_id == task_id)
-                .values(status="cancelled", last_error=reason, updated_at=utcnow())
+                .values(
+                    status="cancelled",
+                    last_error=reason,
+                    recoveries=0,
+                    handbacks=0,
+                    updated_at=utcnow(),
+                )
             )
             event_store.record_event(conn, task_id, "cancelled", reason=reason, data=_by(by))
             wake_after_commit(conn, ended_key(task_id))  # its worker stops the round at once

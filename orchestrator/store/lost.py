@@ -77,10 +77,15 @@ class LostBatch:
     lease_expiries: dict[tuple[str, int], datetime | None] = field(default_factory=dict)
     superseded: list[ActionRecord] = field(default_factory=list)
     handed_back: set[tuple[str, int]] = field(default_factory=set)
+    #: Of `handed_back`, why each was handed back, as its execution says (a rate-limited
+    #: model server's reason, or `HANDED_BACK` after an outage).
+    handed_back_why: dict[tuple[str, int], str] = field(default_factory=dict)
 
     def reason(self, task_id: str, generation: int, reason: str) -> str:
         """Why this generation was lost: `reason`, unless its worker handed it back."""
-        return HANDED_BACK if (task_id, generation) in self.handed_back else reason
+        if (task_id, generation) in self.handed_back:
+            return self.handed_back_why.get((task_id, generation)) or HANDED_BACK
+        return reason
 
 
 @dataclass(frozen=True)
@@ -194,11 +199,17 @@ def requeue_lost(
             executions.c.generation,
             executions.c.lease_expires_at,
             executions.c.handed_back_at,
+            executions.c.reason,
         )
     ).all()
     batch.lease_expiries = {(row.task_id, row.generation): row.lease_expires_at for row in closed}
     batch.handed_back = {
         (row.task_id, row.generation) for row in closed if row.handed_back_at is not None
+    }
+    batch.handed_back_why = {
+        (row.task_id, row.generation): str(row.reason)
+        for row in closed
+        if row.handed_back_at is not None and row.reason
     }
     moving = [
         locked[row.task_id]

@@ -5,7 +5,9 @@ written by `orchestrator.store.action_notices`) and a webhook per reported task 
 with the event by `orchestrator.store.task_events`). The body is frozen when the row is written,
 so every retry sends the same bytes. The dispatcher (`orchestrator.services.outbox`) claims due
 rows here, sends them outside any transaction, and records the result: delivered, failed and
-due again, throttled, or dead until an operator retries it.
+due again, throttled, or dead until an operator retries it. The retention pass
+(`orchestrator.services.cleanup`) deletes old webhooks here that are done with:
+`delete_expired_webhooks`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Row, exists, func, or_, select, update
+from sqlalchemy import Connection, Row, and_, delete, exists, func, or_, select, update
 
 from orchestrator.store.tables import outbox
 from orchestrator.store.types import utcnow
@@ -22,6 +24,7 @@ from orchestrator.store.types import utcnow
 __all__ = [
     "OutboxRow",
     "claim_due",
+    "delete_expired_webhooks",
     "delivery_summary",
     "get_row",
     "list_rows",
@@ -233,7 +236,11 @@ def list_rows(
 
 
 def delivery_summary(conn: Connection, task_id: str) -> dict[str, Any]:
-    """For `tasks show`: counts per kind and status, and the dead and undelivered rows."""
+    """For `tasks show`: counts per kind and status, the dead and undelivered rows, and
+    `never_sent`: the kinds this task has pending of which no row of any task in the store
+    is delivered or dead-lettered (delivered ones are kept ORCH_RETENTION_DAYS): nothing
+    sends them, most likely their URL is not set where a dispatcher runs (the reader,
+    without the fleet's settings, cannot know which)."""
     counts: dict[str, dict[str, int]] = {}
     for kind, status, count in conn.execute(
         select(outbox.c.kind, outbox.c.status, func.count())
@@ -247,4 +254,72 @@ def delivery_summary(conn: Connection, task_id: str) -> dict[str, Any]:
         .order_by(outbox.c.outbox_id)
         .limit(20)
     )
-    return {"counts": counts, "undelivered": [OutboxRow.from_row(r).public() for r in open_rows]}
+    never_sent = [
+        kind
+        for kind, by_status in sorted(counts.items())
+        if by_status.get("pending") and not _ever_sent(conn, kind)
+    ]
+    return {
+        "counts": counts,
+        "undelivered": [OutboxRow.from_row(r).public() for r in open_rows],
+        "never_sent": never_sent,
+    }
+
+
+def _ever_sent(conn: Connection, kind: str) -> bool:
+    """Whether any row of `kind` in the store is delivered or dead-lettered (an index lookup on the
+    status: a store full of never-sent rows is not scanned)."""
+    found = conn.execute(
+        select(outbox.c.outbox_id)
+        .where(outbox.c.status.in_(("delivered", "dead")), outbox.c.kind == kind)
+        .limit(1)
+    ).first()
+    return found is not None
+
+
+def delete_expired_webhooks(
+    conn: Connection, cutoff: datetime, limit: int, *, never_sent: bool
+) -> tuple[int, int]:
+    """One retention batch of webhook rows: (delivered, never sent) deleted, at most `limit`.
+
+    Delivered webhooks delivered before `cutoff` go. With `never_sent` (the cleanup's process
+    has no ORCH_WEBHOOK_URL), so do pending webhooks written before `cutoff` that were never
+    attempted, unless their task has a webhook that was tried and not delivered: a dead letter
+    an operator has not dealt with holds its task's later events back, and they must still
+    follow it once it is retried. Kept whatever their age: pending rows being retried, dead
+    rows (an operator retries them from the console or `outbox retry`), and approved actions
+    (one per approval; the action's delivery is read from its row). A webhook is always
+    deleted from its task's oldest on, so no gap opens before an event still to be sent.
+    """
+    tried = outbox.alias("tried")
+    stuck_behind = exists().where(
+        tried.c.task_id == outbox.c.task_id,
+        tried.c.kind == "webhook",
+        tried.c.status != "delivered",
+        tried.c.attempts > 0,
+    )
+    delivered = and_(outbox.c.status == "delivered", outbox.c.delivered_at < cutoff)
+    unsent = and_(
+        outbox.c.status == "pending",
+        outbox.c.attempts == 0,
+        outbox.c.created_at < cutoff,
+        ~stuck_behind,
+    )
+    expired = and_(outbox.c.kind == "webhook", or_(delivered, unsent) if never_sent else delivered)
+    rows = conn.execute(
+        select(outbox.c.outbox_id, outbox.c.status)
+        .where(expired)
+        .order_by(outbox.c.outbox_id)
+        .limit(limit)
+    ).all()
+    if not rows:
+        return 0, 0
+    # The conditions are checked again as the rows are deleted: a row a dispatcher claimed
+    # meanwhile (its attempt counted) is no longer never sent, and stays.
+    gone = conn.execute(
+        delete(outbox)
+        .where(outbox.c.outbox_id.in_([row.outbox_id for row in rows]), expired)
+        .returning(outbox.c.status)
+    ).all()
+    done = sum(1 for row in gone if row.status == "delivered")
+    return done, len(gone) - done

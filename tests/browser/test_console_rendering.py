@@ -340,6 +340,22 @@ def test_lost_generations_show_both_counts_and_a_hand_back(page: Any, console: C
     expect(page.locator("#generations tbody tr").first).to_contain_text(HANDED_BACK)
 
 
+def test_events_no_dispatcher_ever_sent_say_so_not_attempts_0(page: Any, console: Console) -> None:
+    """This fleet has no ORCH_WEBHOOK_URL: its task events wait unsent. The page says nothing
+    of the kind was ever sent from the store, and which setting sends them, not "0 attempts"
+    (which read like a stuck dispatcher). No test of this module delivers or dead-letters one."""
+    task_id = console.trigger("xss", "Nobody listens")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    open_task(page, console, task_id)
+    card = page.locator("#deliveries")
+    expect(card.locator(".never-sent")).to_have_text(
+        "No task event webhook in this store was delivered or dead-lettered (delivered ones are "
+        "kept ORCH_RETENTION_DAYS): they wait until ORCH_WEBHOOK_URL is set where the sweeper "
+        "or outbox dispatcher runs."
+    )
+    expect(card.locator("tbody tr").first).to_contain_text("none yet, written")
+
+
 def test_the_console_has_an_icon_and_asks_for_no_missing_one(
     browser: Any, console: Console
 ) -> None:

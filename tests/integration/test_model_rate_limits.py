@@ -11,6 +11,7 @@ from pathlib import Path
 
 from orchestrator.runtime import Runtime
 from orchestrator.store import executions as execution_store
+from orchestrator.store import task_events as event_store
 from orchestrator.store.types import utcnow
 from tests.executions_support import runtime_for
 from tests.openai_server import OpenAIServer, call
@@ -113,8 +114,24 @@ def test_a_server_that_never_lets_up_parks_the_task_at_the_hand_back_limit(
                 reason = execution(rt, task_id, 1).reason
                 assert reason is not None
                 assert reason.startswith("handed back: the model server is rate limiting")
+                # The sweeper's log line and the task event say what happened: a planned
+                # hand-back, not a worker lost, nor a store or Redis outage.
+                line = swept.lines()[0]  # then its wake-up, republished (the sweep's clock)
+                assert line.startswith(
+                    f"requeued task {task_id}: generation 1 handed back (the model server is "
+                    "rate limiting"
+                ), line
+                assert line.endswith("(LLM_MAX_RETRIES=0)), generation 2 queued"), line
+                with rt.db.transaction(readonly=True) as conn:
+                    [queued] = event_store.events_of_type(conn, task_id, "queued", 1)
+                assert queued.reason == f"generation 1: {reason}"
             else:
                 assert swept.parked == [(task_id, 2)]
+                line = swept.lines()[0]
+                assert line.startswith(
+                    f"parked task {task_id} as failed (recovery_limit) after generation 2 "
+                    "handed back (the model server is rate limiting"
+                ), line
         task = rt.tasks.get(task_id)
         assert (task.status, task.handbacks) == ("failed", 2)
         assert task.last_error == (

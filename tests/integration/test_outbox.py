@@ -359,6 +359,12 @@ def test_the_cli_lists_and_retries_with_one_line_errors(
     assert len(listed) == 2
     assert all("webhook  pending" in line for line in listed)
     first = int(listed[0].split()[0])
+    # A page cut short says so and how to read on (it was silently the oldest N).
+    assert main(["outbox", "list", "--task", task_id, "--limit", "1"]) == 0
+    page = capsys.readouterr().out.splitlines()
+    assert page == [listed[0], f"more follow: the same command with --after {first}"]
+    assert main(["outbox", "list", "--task", task_id, "--limit", "1", "--after", str(first)]) == 0
+    assert capsys.readouterr().out.splitlines() == [listed[1]]
     assert main(["outbox", "retry", str(first)]) == 1
     assert capsys.readouterr().err.strip().endswith("only a dead one can be retried")
     assert main(["outbox", "retry", "424242"]) == 1
@@ -648,3 +654,38 @@ def test_an_event_as_recorded_is_the_event_as_the_log_reads_it_back(
     (hook,) = [row for row in hooks if row.event_seq == ended.seq]
     assert (hook.status, hook.attempts, hook.kind) == ("pending", 0, "webhook")
     assert hook.body == event_store.event_json(event_store.webhook_body(ended))
+
+
+def test_tasks_show_says_when_no_delivery_of_a_kind_was_ever_sent_not_attempts_0(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Without ORCH_WEBHOOK_URL the events wait unsent; "webhook pending 2, attempts 0" read
+    like a stuck dispatcher. `tasks show` (often run without the fleet's settings) says what
+    the store knows: nothing of the kind was ever sent from it, and which setting sends it."""
+    from orchestrator.cli.tasks import render_explain
+
+    rt, _ = runtime_for(store_url, tmp_path / "scripts")
+    try:
+        task_id, _ = waiting_task(rt, tmp_path)
+        view = rt.tasks.explain(task_id)
+        assert view["deliveries"]["never_sent"] == ["webhook"]
+        shown = render_explain(view)
+        assert (
+            "no task event webhook in this store was delivered or dead-lettered (delivered ones "
+            "are kept ORCH_RETENTION_DAYS): they wait until ORCH_WEBHOOK_URL is set where the "
+            "sweeper or `outbox dispatch` runs"
+        ) in shown, shown
+        assert "attempts 0" not in shown, shown
+        assert "never attempted, written 20" in shown, shown
+        # Once one webhook of any task was delivered, a dispatcher sends them: no such note.
+        with rt.db.transaction() as conn:
+            conn.execute(
+                update(outbox)
+                .where(outbox.c.outbox_id == view["deliveries"]["undelivered"][-1]["outbox_id"])
+                .values(status="delivered", attempts=1, delivered_at=utcnow())
+            )
+        again = rt.tasks.explain(task_id)
+        assert again["deliveries"]["never_sent"] == []
+        assert "no task event webhook in this store" not in render_explain(again)
+    finally:
+        rt.close()

@@ -96,6 +96,9 @@ class Failure:
     status: int
     retry_after: float | None = None
     message: str = "scripted failure"
+    #: The error's `param` and `code`, as OpenAI names the parameter a 400 is about.
+    param: str | None = None
+    code: str | None = None
 
 
 @dataclass
@@ -179,8 +182,16 @@ class OpenAIServer:
     def reply(self, **fields: Any) -> None:
         self.script.append(Reply(**fields))
 
-    def fail(self, status: int, retry_after: float | None = None, message: str = "busy") -> None:
-        self.script.append(Failure(status, retry_after, message))
+    def fail(
+        self,
+        status: int,
+        retry_after: float | None = None,
+        message: str = "busy",
+        *,
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        self.script.append(Failure(status, retry_after, message, param, code))
 
     def garble(
         self, body: str | None = None, content_type: str = "text/html", encoding: str | None = None
@@ -293,7 +304,10 @@ class OpenAIServer:
                     headers = {}
                     if answer.retry_after is not None:
                         headers["Retry-After"] = f"{answer.retry_after:g}"
-                    self._send(answer.status, {"error": {"message": answer.message}}, headers)
+                    error: dict[str, Any] = {"message": answer.message}
+                    if answer.param is not None:
+                        error.update(param=answer.param, code=answer.code)
+                    self._send(answer.status, {"error": error}, headers)
                     return
                 server.requests.append(Request(body, None, 200))
                 delay = max(answer.delay_s, server.delay_s)

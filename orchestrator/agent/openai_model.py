@@ -19,11 +19,12 @@ Tool-call arguments that are not a JSON object come back in `ModelTurn.malformed
 answers them `failed` and the model can correct itself; the round goes on. So do calls whose
 id repeats one of the same turn (under an id of their own: the history must name each call once);
 a missing id, or one longer than `MAX_CALL_ID_CHARS`, is replaced by one of the host's. A server
-that numbers its ids per turn (`"0"` or `call_0` in every reply: every turn's ids start as the
-first turn's did) has a repeated id scoped to its turn (`call_0~t3`), since its id names a call
-within one reply only; once a turn came with a fresh first id, the server's ids are its own per
-call, and an earlier turn's id coming again is the model's, left for the host to refuse (other
-arguments) or deduplicate (the same).
+that numbers its ids per turn (`"0"` or `call_0` in every reply: every turn's ids count from 0
+or 1 and start as the first turn's did) has a repeated id scoped to its turn (`call_0~t3`),
+since its id names a call within one reply only; once a turn came with an id that does not
+count (`call_a1`) or a fresh first id, the server's ids are its own per call, and an earlier
+turn's id coming again is the model's, left for the host to refuse (other arguments) or
+deduplicate (the same).
 
 A reply the server cut short (`finish_reason` `length` or `content_filter`) says so in
 `ModelTurn.cut_off`: its last call, if unreadable, is answered `failed` naming the limit (the
@@ -81,6 +82,9 @@ _AWAY = re.compile(r"HTTP (408|5\d\d):")
 _OVER_CONTEXT = re.compile(
     r"context[ _](length|size|window)|maximum context|max_new_tokens` must be <=", re.IGNORECASE
 )
+#: An id that counts a turn's calls: a number of up to four digits, alone or after a prefix
+#: that ends in a separator (`0`, `call_0`, `functions.write_note:1`).
+_COUNTER = re.compile(r"(?:.*[^0-9A-Za-z])?(\d{1,4})", re.DOTALL)
 #: An answer past the cap: retried like an unreadable one (a proxy's hiccup, a looping model).
 _TOO_LARGE = (
     f"the model server's answer is larger than {MAX_MODEL_ANSWER_BYTES // (1024 * 1024)} MiB "
@@ -491,6 +495,11 @@ class OpenAIModel(Model):
         ids = tuple(clean_text(getattr(call, "id", None) or "") for call in calls)
         if not ids or not ids[0]:
             return False  # no id to judge by (the host gives the call one of its own)
+        if not _counters(ids):
+            # An id of the server's own (`call_a1`, vLLM's `chatcmpl-tool-<hex>`) is never a
+            # per-turn number: the same one in a later turn is the model repeating a call.
+            self._own_ids = True
+            return False
         if not self._first_ids:
             self._first_ids = ids
             return False
@@ -517,6 +526,18 @@ class OpenAIModel(Model):
         if finish_reason == "content_filter":
             return "the model server withheld the rest of the reply (finish_reason=content_filter)"
         return None
+
+
+def _counters(ids: Sequence[str]) -> bool:
+    """Whether a turn's ids count its calls from 0 or from 1 (`0`, `call_0`, `call_1`,
+    Kimi's `functions.NAME:0`): a number alone, or after a prefix ending in a separator, the
+    first call's 0 or 1. An id of a server's own does not (`call_a1`, `chatcmpl-tool-9f2c`).
+    (A number repeated within the turn is refused as such, whatever the shape.)"""
+    matches = [_COUNTER.fullmatch(call_id) for call_id in ids if call_id]
+    if not matches or any(match is None for match in matches):
+        return False
+    first = matches[0]
+    return first is not None and int(first.group(1)) in (0, 1)
 
 
 def _as_calls(turn: ModelTurn, tools: Sequence[dict[str, Any]]) -> ModelTurn:

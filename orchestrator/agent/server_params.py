@@ -8,7 +8,9 @@ every round `model_error`. Now the refused parameter is dropped (`max_tokens` be
 `max_completion_tokens` when the server names it) and the call is made again at once; the
 server's answer is remembered per server and model for the process, so later calls send the
 adapted body first. A parameter is adapted once: a server that refuses the adapted body too
-fails the round as before, with its own reason.
+fails the round as before, with its own reason. A 400 about a parameter's value (OpenAI's
+`max_tokens is too large`, which names `param` too) is not a refusal of the parameter: the
+round fails with the server's reason, and the setting is fixed rather than ignored.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ _REFUSAL = re.compile(
     r"extra (inputs|fields)|not permitted|not allowed",
     re.IGNORECASE,
 )
+#: The error codes OpenAI refuses a parameter itself with (whatever the message says).
+_REFUSAL_CODES = frozenset({"unsupported_parameter", "unsupported_value", "unknown_parameter"})
 
 _LOCK = threading.Lock()
 #: (base URL, model) -> what is done to each refused parameter: dropped (None) or renamed.
@@ -61,13 +65,19 @@ def refused_parameter(
     if status not in (400, 422):
         return False
     param = error.get("param") if isinstance(error, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
     message = error.get("message") if isinstance(error, dict) else error
     text = f"{message or ''} {reason}"
+    # Refused as a parameter, not for its value: OpenAI names the parameter of a value it
+    # refuses too (`max_tokens is too large`, code `invalid_value`), and a value out of range is
+    # the operator's to fix (LLM_MAX_OUTPUT_TOKENS), not to leave out and run without the cap.
+    if code not in _REFUSAL_CODES and not _REFUSAL.search(text):
+        return False
     with _LOCK:
         known = _ADAPTED.setdefault(server, {})
         candidates = [name for name in _OPTIONAL if name in body and name not in known]
         refused = param if param in candidates else None
-        if refused is None and _REFUSAL.search(text):
+        if refused is None:
             refused = next((name for name in candidates if name in text), None)
         if refused is None:
             return False

@@ -5,8 +5,9 @@ build, no CDN). With ORCH_API_TOKEN or ORCH_OPERATORS set, `/console` without a 
 the sign-in form; the form's POST or `/console?token=...` trades the token (the API token or an
 operator's) for the session cookie of `console_session`, which names that account, and
 redirects to `/console` without it (a link a page of another site led to asks "Sign in as
-NAME?" first: `_confirm_page`). The token is never written into a page, and
-`redact_access_log` keeps it out of uvicorn's access log. `GET /console/session` tells the
+NAME?" first, at a URL holding a 5-minute ticket instead of the token: `_confirm_page`). The
+token is never written into a page, never stays in the address bar, and `redact_access_log`
+keeps it (and a ticket) out of uvicorn's access log. `GET /console/session` tells the
 page who is signed in and with which role, so it can hide what the role cannot do (the API
 still refuses it).
 """
@@ -82,6 +83,10 @@ def _sign_in_page(request: Request, error: str = "", status: int = 200) -> HTMLR
 
 #: The query parameter a refused `?token=` link is redirected with, to say why on the form.
 REFUSED = "sign_in_refused"
+#: The query parameter a `?token=` link opened from another site is redirected with: the
+#: confirming page's ticket (`console_session.ticket`, 5 minutes), so that the token does not
+#: stay in the address bar and the tab's history while the page asks.
+CONFIRM = "sign_in_ticket"
 
 
 def _refused_page(request: Request, why: str) -> HTMLResponse:
@@ -127,15 +132,20 @@ def _start_session(
         failures.failed(address)
         return _sign_in_page(request, "That token is not accepted.", 401)
     if confirm:
-        return _confirm_page(request, account)
+        secret = request.app.state.settings.console_secret
+        ticket = console_session.ticket(account, secret=secret)
+        return RedirectResponse(_home(request, [*query, (CONFIRM, ticket)]), 303, headers=_HEADERS)
     return _signed_in(request, account, query)
 
 
-def _confirm_page(request: Request, account: Account) -> HTMLResponse:
+def _confirm_page(request: Request, ticket: str) -> HTMLResponse:
     """ "Sign in as NAME?": a `?token=` link another site's page led to could otherwise sign
     the person in as the link's account (login CSRF), their decisions then recorded under
-    it. The form posts a short-lived ticket (`console_session.ticket`), never the token."""
+    it. The form posts the short-lived ticket (`console_session.ticket`), never the token."""
     secret = request.app.state.settings.console_secret
+    account = console_session.ticket_account(ticket, _accounts(request), secret=secret)
+    if account is None:
+        return _sign_in_page(request, _EXPIRED, 401)
     page = (STATIC / "confirm.html").read_text(encoding="utf-8")
     root = html.escape(str(request.scope.get("root_path", "")).rstrip("/"))
     page = page.replace('href="console/', f'href="{root}{PREFIX}/')
@@ -143,7 +153,7 @@ def _confirm_page(request: Request, account: Account) -> HTMLResponse:
     page = page.replace('href="console"', f'href="{root}{PREFIX}"')
     page = page.replace("<!--name-->", html.escape(account.operator.name))
     page = page.replace("<!--role-->", html.escape(account.operator.role))
-    page = page.replace("<!--ticket-->", console_session.ticket(account, secret=secret))
+    page = page.replace("<!--ticket-->", html.escape(ticket))
     return HTMLResponse(page, headers=_HEADERS)
 
 
@@ -160,6 +170,9 @@ def _signed_in(request: Request, account: Account, query: list[tuple[str, str]])
     )
     return response
 
+
+#: A ticket past its 5 minutes, or of a token changed since.
+_EXPIRED = "That sign-in link has expired; sign in here."
 
 #: `Sec-Fetch-Site` values of a form the console may have sent: its own page's, a person's own
 #: navigation's; programs send none.
@@ -194,7 +207,7 @@ def console_page(request: Request) -> Response:
     """The console, the sign-in form, or (with `?token=`) a signed-in redirect without it."""
     query = parse_qsl(request.url.query, keep_blank_values=True)
     presented = [value for key, value in query if key == "token"]
-    rest = [(key, value) for key, value in query if key not in ("token", REFUSED)]
+    rest = [(key, value) for key, value in query if key not in ("token", REFUSED, CONFIRM)]
     if presented and _accounts(request):
         answer = _start_session(request, presented[-1], rest, confirm=_from_another_site(request))
         if answer.status_code in (401, 429):
@@ -205,6 +218,9 @@ def console_page(request: Request) -> Response:
         return answer
     if presented:  # an open API: nothing to sign in to, but drop the token from the URL
         return RedirectResponse(_home(request, rest), 303)
+    tickets = [value for key, value in query if key == CONFIRM]
+    if tickets and _accounts(request):
+        return _confirm_page(request, tickets[-1])  # asks; only its form's POST signs in
     if _signed_in_as(request) is None:
         reasons = [value for key, value in query if key == REFUSED]
         return _refused_page(request, reasons[-1]) if reasons else _sign_in_page(request)
@@ -237,7 +253,7 @@ async def sign_in(request: Request) -> Response:
         secret = request.app.state.settings.console_secret
         account = console_session.ticket_account(form["ticket"], _accounts(request), secret=secret)
         if account is None:
-            return _sign_in_page(request, "That sign-in link has expired; sign in here.", 401)
+            return _sign_in_page(request, _EXPIRED, 401)
         return _signed_in(request, account, [])
     return _start_session(request, form.get("token", "").strip(), [])
 
@@ -294,9 +310,14 @@ def console_asset(asset: str) -> Response:
     return FileResponse(STATIC / asset, media_type=media_type, headers=headers)
 
 
+#: Query parameters whose values sign a browser in: never in an access line.
+_SECRET_PARAMETERS = frozenset({"token", CONFIRM})
+
+
 class _RedactToken(logging.Filter):
-    """Drops the value of any `token=` query parameter from uvicorn's access lines, however its
-    name is percent-encoded (the console decodes names, so `%74oken=` signs in too)."""
+    """Drops the value of any `token=` (or confirming page's ticket) query parameter from
+    uvicorn's access lines, however its name is percent-encoded (the console decodes names,
+    so `%74oken=` signs in too)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
@@ -311,10 +332,10 @@ def _redact(text: str) -> str:
         return text
     # Decoded whole: `token%3D<token>` (an `=` a tool encoded) signs no one in, but is the
     # token all the same, and a person who sent it should not find it in the log.
-    parts = [
-        "token=[redacted]" if unquote_plus(part).split("=", 1)[0] == "token" else part
-        for part in query.split("&")
-    ]
+    parts = []
+    for part in query.split("&"):
+        name = unquote_plus(part).split("=", 1)[0]
+        parts.append(f"{name}=[redacted]" if name in _SECRET_PARAMETERS else part)
     return path + "?" + "&".join(parts)
 
 

@@ -11,10 +11,15 @@ and a request with no credentials at all is the usual 401, counted as nothing.
 
 The account is not known from a wrong token (no credential names its account but the cookie),
 so the count is per address: an IPv6 client counts by its /64, which one host usually holds
-whole. The buckets live in this process's memory, at most `max_addresses` of them (the least
-recently failed one goes first): a fleet of N API processes behind a balancer allows N times
-the rate, and a restart forgets. The check is one dict lookup, on the requests that present a
-bearer token only, ahead of the token's hashing.
+whole, and also by its /48 with `WIDE` times the burst and the rate: a home or a server is
+often given a /56 or a /48, 256 to 65,536 /64s, each of which would otherwise have had a burst
+of its own, and past `max_addresses` of them the least recently failed is forgotten, its burst
+whole again: cycling through them, a /48 guessed without limit. The buckets live in this
+process's memory, at most `max_addresses` of them (the least recently failed one goes first;
+a /48's is touched by every failure of its /64s, so they cannot push it out): a fleet of N API
+processes behind a balancer allows N times the rate, and a restart forgets. The check is one
+or two dict lookups, on the requests that present a bearer token only, ahead of the token's
+hashing.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ log = logging.getLogger(__name__)
 BURST = 20
 SECONDS_PER_FAILURE = 6.0
 MAX_ADDRESSES = 10_000
+#: A /48's bucket against its /64s': this many times the burst, drained this many times faster.
+WIDE = 16
 
 
 class TooManyFailures(OrchestratorError):
@@ -54,6 +61,18 @@ def client_address(client: object) -> str:
     """The key an ASGI `scope["client"]` counts under: its address, an IPv6 one's /64."""
     host = client[0] if isinstance(client, (tuple, list)) and client else ""
     return _key(str(host))
+
+
+@functools.lru_cache(maxsize=4096)
+def _wider(key: str) -> str | None:
+    """The /48 an IPv6 key's /64 is in (counted too), None for any other key."""
+    if not key.endswith("/64"):
+        return None
+    try:
+        network = ipaddress.IPv6Network(key)
+    except ValueError:
+        return None
+    return str(network.supernet(new_prefix=48))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -90,33 +109,50 @@ class FailedSignIns:
         # The console's sign-in runs on the thread pool, the middleware on the event loop.
         self._lock = threading.Lock()
 
-    def _level(self, address: str, now: float) -> float:
-        level, at = self._levels.get(address, (0.0, now))
-        return max(0.0, level - (now - at) / self.seconds_per_failure)
+    def _buckets(self, address: str) -> list[tuple[str, int, float]]:
+        """The buckets a failure from `address` counts in: (key, burst, seconds per failure)."""
+        buckets = [(address, self.burst, self.seconds_per_failure)]
+        wider = _wider(address)
+        if wider is not None:
+            buckets.append((wider, self.burst * WIDE, self.seconds_per_failure / WIDE))
+        return buckets
+
+    def _level(self, key: str, now: float, seconds_per_failure: float) -> float:
+        level, at = self._levels.get(key, (0.0, now))
+        return max(0.0, level - (now - at) / seconds_per_failure)
 
     def check(self, address: str) -> None:
         """`TooManyFailures` while `address` may not present a token."""
-        if address not in self._levels:  # the usual case: one lookup, no lock
+        buckets = self._buckets(address)
+        if all(key not in self._levels for key, _, _ in buckets):  # the usual case: no lock
             return
+        wait = 0.0
         with self._lock:
-            level = self._level(address, self.clock())
-        if level > self.burst - 1:
-            wait = (level - (self.burst - 1)) * self.seconds_per_failure
+            now = self.clock()
+            for key, burst, seconds in buckets:
+                level = self._level(key, now, seconds)
+                if level > burst - 1:
+                    wait = max(wait, (level - (burst - 1)) * seconds)
+        if wait > 0:
             raise TooManyFailures(max(1, math.ceil(wait)))
 
     def failed(self, address: str) -> None:
         """Count a wrong token from `address`."""
+        tipped: list[tuple[str, int]] = []
         with self._lock:
             now = self.clock()
-            before = self._level(address, now)
-            self._levels[address] = (before + 1, now)
-            self._levels.move_to_end(address)
+            for key, burst, seconds in self._buckets(address):
+                before = self._level(key, now, seconds)
+                self._levels[key] = (before + 1, now)
+                self._levels.move_to_end(key)
+                if before <= burst - 1 < before + 1:
+                    tipped.append((key, burst))
             while len(self._levels) > self.max_addresses:
                 self._levels.popitem(last=False)
-        if before <= self.burst - 1 < before + 1:
+        for key, burst in tipped:
             # Once as it tips over (never the token: only where the guesses come from).
             log.warning(
                 "%d wrong tokens in a row from %s: its tokens are refused (429) for a while",
-                self.burst,
-                address,
+                burst,
+                key,
             )

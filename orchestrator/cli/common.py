@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -26,6 +27,7 @@ __all__ = [
     "bounded_int",
     "checked_body",
     "load",
+    "login_name",
     "one_line",
     "print_json",
     "printable",
@@ -113,6 +115,29 @@ def _escaped(match: re.Match[str]) -> str:
     char = match.group()
     code = ord(char)
     return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+def login_name(environ: Mapping[str, str] | None = None, uid: int | None = None) -> str:
+    """Who runs the command, for a `--by` left out, as `getpass.getuser()` reads it: $LOGNAME,
+    $USER, $LNAME, $USERNAME, else the password database's entry of the user id. A container
+    run under an id the image does not list (an arbitrary id, as OpenShift gives) with none of
+    those set has no name: a usage error saying to give --by, not getpass's traceback.
+    `environ` and `uid` are this process's unless given."""
+    import pwd
+
+    environ = os.environ if environ is None else environ
+    for key in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        if environ.get(key):
+            return environ[key]
+    uid = os.getuid() if uid is None else uid
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        raise CommandFailed(
+            f"give --by: your user name cannot be read (user id {uid} is not in the password "
+            "database, and LOGNAME and USER are unset)",
+            exit_code=2,
+        ) from None
 
 
 def printable(text: Any) -> str:

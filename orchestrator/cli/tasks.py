@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import logging
 import math
@@ -20,6 +19,7 @@ from orchestrator.cli.common import (
     bounded_int,
     checked_body,
     load,
+    login_name,
     print_json,
     printable,
 )
@@ -179,7 +179,7 @@ def _reason_and_by(args: argparse.Namespace, body: type[BaseModel]) -> tuple[str
     """`--reason` and `--by` checked by the API's own body model (the reason 1..500
     characters); only an absent --by means the user, an empty one (an unset $NAME) is
     refused."""
-    by = getpass.getuser() if args.by is None else args.by
+    by = login_name() if args.by is None else args.by
     checked = checked_body(body, {"reason": args.reason, "by": by})
     return str(checked.reason), str(checked.by)
 

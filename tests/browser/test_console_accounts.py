@@ -217,6 +217,7 @@ def test_a_token_link_on_another_site_asks_before_signing_in(
         expect(tab.locator("h1")).to_have_text("Sign in as otto?")
         assert not any(c["name"] == "orch_console" for c in context.cookies())
         assert token("otto") not in tab.content()
+        assert token("otto") not in tab.url  # not in the address bar while it asks
         tab.click("#confirm-form button")
         expect(tab.locator("#whoami-name")).to_have_text("otto")
         assert tab.url.endswith("/console")

@@ -166,3 +166,42 @@ def test_a_numbering_server_s_repeat_within_one_turn_is_still_refused(
     assert [r.status for r in recorder.results] == ["succeeded", "succeeded", "failed"]
     assert "repeated in this turn" in (recorder.results[2].message or "")
     assert sorted(tool.ran) == ["pump 2 restarted", "valve 3 closed"]
+
+
+@pytest.mark.parametrize("text", ["valve 4 closed", "valve 3 closed"])
+def test_an_id_the_model_repeats_in_the_very_next_turn_is_judged_by_the_host(
+    server: OpenAIServer, ledger: ReceiptLedger, text: str
+) -> None:
+    """An id of the server's own (not a per-turn counter) repeated in the second turn is the
+    model's: with other arguments it is refused, with the same it is the first call again. It
+    must not pass for a server numbering its ids per turn (the second turn starting its ids as
+    the first did), which would scope it to its turn and run the write a second time."""
+    tool, recorder = _round(server, ledger, [[("call_a1", "valve 3 closed")], [("call_a1", text)]])
+    assert [c.id for c in recorder.calls] == ["call_a1", "call_a1"]
+    assert tool.ran == ["valve 3 closed"]
+    if text == "valve 3 closed":
+        assert (recorder.results[1].status, recorder.results[1].code) == (
+            "succeeded",
+            "already_claimed",
+        )
+        assert recorder.results[1].invocation_id == recorder.results[0].invocation_id
+    else:
+        assert (recorder.results[1].status, recorder.results[1].code) == (
+            "failed",
+            "invocation_conflict",
+        )
+
+
+@pytest.mark.parametrize(
+    "ids", [["1"], ["call_1", "call_2"], ["functions.write_note:0"], ["tool-0", "tool-1"]]
+)
+def test_counters_of_other_shapes_are_scoped_too(
+    server: OpenAIServer, ledger: ReceiptLedger, ids: list[str]
+) -> None:
+    """Counters from 0 or 1 after any prefix (`call_1`, Kimi's `functions.NAME:0`) are a
+    server's numbering: every turn's calls run."""
+    turns = [[(cid, f"note {turn}.{n}") for n, cid in enumerate(ids)] for turn in range(3)]
+    tool, recorder = _round(server, ledger, turns)
+    assert [r.status for r in recorder.results] == ["succeeded"] * (3 * len(ids))
+    assert len(tool.ran) == 3 * len(ids)
+    assert len({c.id for c in recorder.calls}) == 3 * len(ids)

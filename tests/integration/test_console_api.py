@@ -83,7 +83,17 @@ def test_a_token_link_another_site_led_to_asks_before_signing_in(
     """Login CSRF by link: a page elsewhere linking `/console?token=<its account's token>`
     signed the person in as that account at once, and their decisions went under its name."""
     followed = {"Sec-Fetch-Site": site, "Sec-Fetch-Mode": "navigate"}
-    page = client.get(f"/console?token={TOKEN}", headers=followed, follow_redirects=False)
+    link = client.get(
+        f"/console?token={TOKEN}&status=failed", headers=followed, follow_redirects=False
+    )
+    # The page asks at a URL without the token (a 5-minute ticket instead): the token does
+    # not stay in the address bar and the tab's history while it asks.
+    assert link.status_code == 303
+    location = link.headers["location"]
+    assert location.startswith("/console?status=failed&sign_in_ticket=")
+    assert TOKEN not in location
+    assert session.COOKIE not in link.headers.get("set-cookie", "")
+    page = client.get(location, headers=followed, follow_redirects=False)
     assert page.status_code == 200
     assert session.COOKIE not in page.headers.get("set-cookie", "")
     assert "Sign in as api?" in page.text
@@ -112,6 +122,15 @@ def test_a_token_link_another_site_led_to_asks_before_signing_in(
         stale = client.post("/console/session", data={"ticket": bad}, headers=own)
         assert stale.status_code == 401
         assert "expired" in stale.text
+        asked = client.get("/console", params={"sign_in_ticket": bad}, headers=followed)
+        assert (asked.status_code, "expired" in asked.text) == (401, True)
+
+
+def test_the_access_log_never_shows_a_confirming_page_s_ticket() -> None:
+    record = access_line("/console?a=1&sign_in_ticket=t1.YXBp.1.abc")
+    assert _RedactToken().filter(record)
+    assert "YXBp" not in record.getMessage()
+    assert "/console?a=1&sign_in_ticket=[redacted]" in record.getMessage()
 
 
 def test_a_token_link_typed_or_opened_from_another_program_signs_in_at_once(

@@ -93,3 +93,32 @@ def test_a_server_refusing_the_adapted_body_too_fails_with_its_reason(
     with pytest.raises(ModelError, match="unsupported model"):
         play(_model(server), CountSamples())
     assert len(server.requests) == 2  # the parameter is left out once, not again and again
+
+
+def test_a_value_the_server_refuses_is_a_model_error_not_a_parameter_left_out(
+    server: OpenAIServer,
+) -> None:
+    """OpenAI names the parameter of a value it refuses too (`param: max_tokens`, code
+    `invalid_value`): LLM_MAX_OUTPUT_TOKENS past the model's limit must fail the round with the
+    server's words, so the operator lowers it; leaving `max_tokens` out instead ran every
+    later call without the cap the window is budgeted for, the setting silently ignored."""
+    server.fail(
+        400,
+        message="max_tokens is too large: 20000. This model supports at most 16384 "
+        "completion tokens, whereas you provided 20000.",
+        param="max_tokens",
+        code="invalid_value",
+    )
+    with pytest.raises(ModelError, match="HTTP 400: max_tokens is too large"):
+        play(_model(server, llm_max_output_tokens=20000), CountSamples())
+    assert len(server.requests) == 1
+
+
+def test_an_unsupported_parameter_named_by_param_alone_is_left_out(server: OpenAIServer) -> None:
+    """OpenAI's own refusal of a parameter: `param` and `code: unsupported_parameter`."""
+    server.fail(
+        400, message="Bad request.", param="parallel_tool_calls", code="unsupported_parameter"
+    )
+    assert play(_model(server), CountSamples()) == "done"
+    assert [r.answered for r in server.requests][:2] == [400, 200]
+    assert "parallel_tool_calls" not in server.bodies[-1]

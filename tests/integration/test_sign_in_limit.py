@@ -17,7 +17,13 @@ from fastapi import FastAPI
 
 from orchestrator.api import console_session as session
 from orchestrator.api import create_app
-from orchestrator.api.sign_in_limit import BURST, FailedSignIns, client_address
+from orchestrator.api.sign_in_limit import (
+    BURST,
+    WIDE,
+    FailedSignIns,
+    TooManyFailures,
+    client_address,
+)
 from orchestrator.settings import load_settings
 
 with warnings.catch_warnings():
@@ -138,3 +144,30 @@ def test_the_addresses_remembered_are_bounded_and_ipv6_counts_by_its_64() -> Non
     assert one == client_address(("2001:db8:1:2:bbbb::9", 1)) == "2001:db8:1:2::/64"
     assert client_address(("::ffff:192.0.2.1", 1)) == "192.0.2.1"
     assert client_address(None) == ""
+
+
+def test_a_48_cycling_through_its_64s_is_held_up_too(caplog: pytest.LogCaptureFixture) -> None:
+    """A home or a server is often given a /48 (65,536 /64s): each /64 had a burst of its own,
+    and past the addresses remembered the least recently failed was forgotten, its burst whole
+    again, so cycling through them guessed without limit. The /48 counts too, with WIDE times
+    the burst and the rate."""
+    clock = Clock()
+    failures = FailedSignIns(max_addresses=50, clock=clock)
+    guessed = 0
+    with caplog.at_level(logging.WARNING):
+        for n in range(BURST * WIDE + 100):
+            address = client_address((f"2001:db8:7:{n % 200:x}::1", 1))  # 200 /64s, in turn
+            try:
+                failures.check(address)
+            except TooManyFailures:
+                continue
+            failures.failed(address)
+            guessed += 1
+    assert guessed == BURST * WIDE
+    assert "from 2001:db8:7::/48" in caplog.text
+    # Another /48 is not held up; the /48's way out comes as its bucket drains.
+    failures.check(client_address(("2001:db8:8::1", 1)))
+    with pytest.raises(TooManyFailures) as refused:
+        failures.check(client_address(("2001:db8:7:ffff::1", 1)))
+    clock.now += refused.value.retry_after
+    failures.check(client_address(("2001:db8:7:ffff::1", 1)))

@@ -7,7 +7,6 @@ An approval names the digest `actions show` printed; a decision wakes the next g
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import re
 import shlex
@@ -20,6 +19,7 @@ from orchestrator.cli.common import (
     checked_body,
     cursor_arg,
     load,
+    login_name,
     print_json,
     printable,
 )
@@ -189,7 +189,7 @@ def _decide(args: argparse.Namespace) -> int:
     # Who decides and the note, checked as the API checks them (before the store is opened):
     # only an absent --by means the user; an empty one (an unset $APPROVER) is refused, not
     # recorded as the OS user's approval.
-    by = getpass.getuser() if args.by is None else args.by
+    by = login_name() if args.by is None else args.by
     body = checked_body(Decision, {"by": by, "note": args.note})
     rt = build_runtime(load())  # the real dispatcher: a decision may queue a generation
     try:

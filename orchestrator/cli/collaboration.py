@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import getpass
 from typing import Any
 
-from orchestrator.cli.common import CommandFailed, add_json_flag, load, print_json
+from orchestrator.cli.common import CommandFailed, add_json_flag, load, login_name, print_json
 from orchestrator.errors import ValidationFailed
 from orchestrator.services.collaboration import CollaborationService
 from orchestrator.services.collaboration import _checked_key as checked_key
@@ -49,7 +48,7 @@ def _ask(args: argparse.Namespace) -> int:
     db = Database.from_url(settings.store_url)
     try:
         service = CollaborationService(db, settings)
-        session, _ = service.open(args.task_id, owner=getpass.getuser())
+        session, _ = service.open(args.task_id, owner=login_name(option=None))
         answered = service.ask(
             session.session_id,
             args.question,

@@ -117,12 +117,18 @@ def _escaped(match: re.Match[str]) -> str:
     return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
 
 
-def login_name(environ: Mapping[str, str] | None = None, uid: int | None = None) -> str:
+def login_name(
+    environ: Mapping[str, str] | None = None,
+    uid: int | None = None,
+    *,
+    option: str | None = "--by",
+) -> str:
     """Who runs the command, for a `--by` left out, as `getpass.getuser()` reads it: $LOGNAME,
     $USER, $LNAME, $USERNAME, else the password database's entry of the user id. A container
     run under an id the image does not list (an arbitrary id, as OpenShift gives) with none of
-    those set has no name: a usage error saying to give --by, not getpass's traceback.
-    `environ` and `uid` are this process's unless given."""
+    those set has no name: a usage error saying to give `option` (or to set USER, for a
+    command with no such option), not getpass's traceback. `environ` and `uid` are this
+    process's unless given."""
     import pwd
 
     environ = os.environ if environ is None else environ
@@ -134,8 +140,8 @@ def login_name(environ: Mapping[str, str] | None = None, uid: int | None = None)
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         raise CommandFailed(
-            f"give --by: your user name cannot be read (user id {uid} is not in the password "
-            "database, and LOGNAME and USER are unset)",
+            f"{f'give {option}' if option else 'set USER'}: your user name cannot be read "
+            f"(user id {uid} is not in the password database, and LOGNAME and USER are unset)",
             exit_code=2,
         ) from None
 

@@ -6,7 +6,6 @@ The CLI talks to the store directly (an operator on the machine), so `--by` name
 from __future__ import annotations
 
 import argparse
-import getpass
 from typing import Any
 
 from orchestrator.cli.common import (
@@ -14,6 +13,7 @@ from orchestrator.cli.common import (
     add_json_flag,
     checked_body,
     load,
+    login_name,
     print_json,
 )
 from orchestrator.runtime import build_runtime
@@ -42,7 +42,7 @@ def _node(args: argparse.Namespace) -> int:
     from orchestrator.api.human_steps import CloseBody, CompleteBody
 
     # Only an absent --by means the user: an empty one (an unset $NAME) is refused below.
-    by = getpass.getuser() if args.by is None else args.by
+    by = login_name() if args.by is None else args.by
     # The API's own body models check the texts: the same limits on both paths.
     if args.status == "completed":
         if not args.evidence:

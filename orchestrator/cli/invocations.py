@@ -8,10 +8,16 @@ The CLI talks to the store directly (an operator on the machine), so `--by` name
 from __future__ import annotations
 
 import argparse
-import getpass
 from typing import Any
 
-from orchestrator.cli.common import CommandFailed, add_json_flag, checked_body, load, print_json
+from orchestrator.cli.common import (
+    CommandFailed,
+    add_json_flag,
+    checked_body,
+    load,
+    login_name,
+    print_json,
+)
 from orchestrator.store.db import Database
 from orchestrator.store.receipts import ReceiptLedger
 
@@ -63,7 +69,7 @@ def _resolve(args: argparse.Namespace) -> int:
     from orchestrator.services.invocations import InvocationService
 
     # Only an absent --by means the user: an empty one (an unset $NAME) is refused below.
-    by = getpass.getuser() if args.by is None else args.by
+    by = login_name() if args.by is None else args.by
     # The API's own body model checks the texts: the same limits on both paths.
     body = checked_body(ResolveBody, {"status": args.status, "reason": args.reason, "by": by})
     rt = build_runtime(load())  # the real dispatcher: the resolution may queue a generation

@@ -35,3 +35,10 @@ def test_an_unlisted_user_without_a_name_is_told_to_give_by() -> None:
     with pytest.raises(CommandFailed, match=f"give --by: .*user id {uid}") as raised:
         login_name({}, uid=uid)
     assert raised.value.exit_code == 2
+
+
+def test_a_command_without_by_says_to_set_user() -> None:
+    """`tasks ask` names the asker with no option to give: the line says what to set."""
+    uid = _unlisted_uid()
+    with pytest.raises(CommandFailed, match=f"^set USER: .*user id {uid}"):
+        login_name({}, uid=uid, option=None)

@@ -5,6 +5,10 @@ them all every 2 seconds: an account signing in and out in a loop grew the table
 process's reads) without bound. A sign-out now names its account; past a cap, the account's
 sign-outs fold into one time in `console_account_signouts`.
 
+Going down drops those times, and the sign-outs they folded are gone: their cookies work
+again until their 12 hours run out. To end every session after a downgrade, change
+ORCH_CONSOLE_SECRET (which signs every browser out).
+
 Revision ID: 0020
 Revises: 0019
 Create Date: 2026-12-05

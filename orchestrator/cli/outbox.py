@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import threading
 from typing import Any
 
@@ -125,12 +126,15 @@ def _list(args: argparse.Namespace) -> int:
     finally:
         db.dispose()
     more, rows = len(rows) > args.limit, rows[: args.limit]
+    follow = f"more follow: the same command with --after {rows[-1].outbox_id}" if more else ""
     if args.json:
         print_json([row.public() for row in rows])
+        if follow:  # stdout stays one JSON array (as `tasks list --json`); the way on beside it
+            print(follow, file=sys.stderr)
         return 0
     print("\n".join(_line(row) for row in rows) or "no deliveries")
-    if more:
-        print(f"more follow: the same command with --after {rows[-1].outbox_id}")
+    if follow:
+        print(follow)
     return 0
 
 

@@ -1,14 +1,19 @@
-"""`orchestrator outbox dispatch|list|retry`: deliveries to the business backend."""
+"""`orchestrator outbox dispatch|list|retry|discard`: deliveries to the business backend.
+
+The CLI talks to the store directly (an operator on the machine), so `--by` names who
+discards a dead letter (default: the user name), as `actions approve` and `tasks requeue` do.
+"""
 
 from __future__ import annotations
 
 import argparse
+import getpass
 import logging
 import sys
 import threading
 from typing import Any
 
-from orchestrator.cli.common import add_json_flag, bounded_int, load, print_json
+from orchestrator.cli.common import add_json_flag, bounded_int, checked_body, load, print_json
 from orchestrator.cli.stopping import StopSignals
 from orchestrator.logs import configure_logging
 from orchestrator.services.outbox import OutboxDispatcher, OutboxService
@@ -48,6 +53,17 @@ def register(commands: Any) -> None:
     retry.add_argument("outbox_id", type=bounded_int(1, 2**63 - 1))
     add_json_flag(retry)
     retry.set_defaults(handler=_retry)
+
+    discard = outbox.add_parser(
+        "discard",
+        help="settle a dead-lettered delivery dealt with by hand: never sent again, and its "
+        "task's later events go on",
+    )
+    discard.add_argument("outbox_id", type=bounded_int(1, 2**63 - 1))
+    discard.add_argument("--reason", required=True, help="how it was dealt with (1..500 chars)")
+    discard.add_argument("--by", default=None, help="who discards it (default: your user name)")
+    add_json_flag(discard)
+    discard.set_defaults(handler=_discard)
 
 
 def _db() -> Database:
@@ -105,6 +121,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 def _line(row: OutboxRow) -> str:
     what = row.action_id if row.kind == "action" else f"event {row.task_id}:{row.event_seq}"
     error = f"  last error: {row.last_error}" if row.last_error else ""
+    if row.status == "discarded":
+        error += f"  discarded by {row.discarded_by}: {row.discard_reason}"
     return (
         f"{row.outbox_id:>6}  {row.kind:7}  {row.status:9}  attempts {row.attempts:<3}  "
         f"throttled {row.throttled:<3}  task {row.task_id}  {what}{error}"
@@ -148,4 +166,28 @@ def _retry(args: argparse.Namespace) -> int:
         print_json(row.public())
     else:
         print(f"outbox {row.outbox_id} is due again (task {row.task_id})")
+    return 0
+
+
+def _discard(args: argparse.Namespace) -> int:
+    from orchestrator.api.outbox import DiscardBody
+
+    # Checked as the API checks them, before the store is opened: only an absent --by means
+    # the user; an empty one (an unset $NAME) is refused, not recorded as the OS user's.
+    by = getpass.getuser() if args.by is None else args.by
+    body = checked_body(DiscardBody, {"reason": args.reason, "by": by})
+    db = _db()
+    try:
+        row = OutboxService(db).discard(args.outbox_id, reason=body.reason, by=str(body.by))
+    finally:
+        db.dispose()
+    if args.json:
+        print_json(row.public())
+    else:
+        what = (
+            "its task's later events go on"
+            if row.kind == "webhook"
+            else f"approved action {row.action_id} is not sent"
+        )
+        print(f"outbox {row.outbox_id} discarded by {row.discarded_by}: {what}")
     return 0

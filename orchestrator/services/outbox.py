@@ -10,10 +10,11 @@ delivered, or the error and the next attempt after an exponential backoff (or th
 leaves its rows to be sent again when the hold runs out: at least once, and exactly once for a
 backend that honours the action id as `Idempotency-Key`. A row the backend refuses for good (a
 permanent 4xx, `delivery_answers`), and a webhook that failed `ORCH_WEBHOOK_MAX_ATTEMPTS` times,
-is dead-lettered until an operator retries it. A 429 is not a failure there: the backend asks
-for time, and a burst it rate-limits must not dead-letter webhooks and stop their tasks' event
-streams, so throttled attempts are counted apart (`outbox.throttled`) and back off without
-counting. How a send is signed: `outbox_signing`.
+is dead-lettered until an operator retries it, or discards it once dealt with by hand (the
+backend will never take those bytes: the task's later events then go on). A 429 is not a
+failure there: the backend asks for time, and a burst it rate-limits must not dead-letter
+webhooks and stop their tasks' event streams, so throttled attempts are counted apart
+(`outbox.throttled`) and back off without counting. How a send is signed: `outbox_signing`.
 """
 
 from __future__ import annotations
@@ -371,7 +372,7 @@ class OutboxDispatcher:
 
 
 class OutboxService:
-    """What operators see and do: list deliveries, retry a dead-lettered one."""
+    """What operators see and do: list deliveries, retry or discard a dead-lettered one."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -404,6 +405,32 @@ class OutboxService:
             retried = store.get_row(conn, outbox_id)
         assert retried is not None
         return retried
+
+    def discard(self, outbox_id: int, *, reason: str, by: str) -> OutboxRow:
+        """Settle a dead letter an operator dealt with by hand: never sent again, and its task's
+        later events go on. The row stays (who, when, why) until retention deletes it; an
+        approved action's row for good, saying its delivery was discarded, never delivered."""
+        if outbox_id > MAX_OUTBOX_ID:
+            raise NotFound(f"outbox row {outbox_id} does not exist")
+        with self.db.transaction() as conn:
+            row = store.get_row(conn, outbox_id)
+            if row is None:
+                raise NotFound(f"outbox row {outbox_id} does not exist")
+            if not store.discard_dead(conn, outbox_id, by=by, reason=reason):
+                raise InvalidTransition(
+                    f"outbox row {outbox_id} is {row.status}; only a dead one can be discarded"
+                )
+            discarded = store.get_row(conn, outbox_id)
+        assert discarded is not None
+        log.info(
+            "outbox %s (%s of task %s) discarded by %s: %s",
+            outbox_id,
+            discarded.kind,
+            discarded.task_id,
+            by,
+            reason,
+        )
+        return discarded
 
     def summary(self, task_id: str) -> dict[str, Any]:
         with self.db.transaction(readonly=True) as conn:

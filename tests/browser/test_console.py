@@ -261,6 +261,40 @@ def test_a_dead_lettered_delivery_is_shown_and_retried(page: Any, console: Conso
     assert (retried["status"], retried["attempts"], retried["throttled"]) == ("pending", 0, 0)
 
 
+def test_a_dead_letter_dealt_with_by_hand_is_discarded_with_who_and_why(
+    page: Any, console: Console
+) -> None:
+    """The backend will never take the event (a 422 for those bytes): the operator, having told
+    it by hand, discards it with a reason; it is then listed as discarded, by whom and why."""
+    task_id = console.trigger("xss", "The backend refuses this event for good")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    first, *rest = dead_letter_deliveries(console, task_id)
+    page.goto(f"{console.url}/console#/deliveries?status=dead")
+    form = page.locator(f'form[data-discard="{first}"]')
+    form.locator(f"#discard-by-{first}").fill("duty engineer")
+    form.locator(f"#discard-reason-{first}").fill("   ")  # a blank reason is not sent
+    form.locator("button").click()
+    expect(page.locator("#delivery-result")).to_have_text("A reason is needed.")
+    form.locator(f"#discard-reason-{first}").fill("told the backend by phone")
+    form.locator("button").click()
+    expect(page.locator("#delivery-result")).to_have_text(
+        f"Delivery {first} is discarded: the task's later events go on."
+    )
+    expect(page.locator(f'form[data-discard="{first}"]')).to_have_count(0)
+    rows = console.http.get("/api/v1/outbox", params={"task_id": task_id}).json()["items"]
+    discarded = next(row for row in rows if row["outbox_id"] == first)
+    assert (discarded["status"], discarded["discarded_by"]) == ("discarded", "duty engineer")
+    assert all(row["status"] == "dead" for row in rows if row["outbox_id"] in rest)
+    page.select_option("#d-status", "discarded")
+    page.click("#delivery-filters button")
+    row = page.locator("#delivery-rows tbody tr", has_text=task_id)
+    expect(row).to_have_count(1)
+    expect(row).to_contain_text("discarded by duty engineer: told the backend by phone")
+    shot(page, "deliveries-discarded")
+    open_task(page, console, task_id)
+    expect(page.locator("#deliveries")).to_contain_text("discarded 1")
+
+
 def test_the_deliveries_view_lists_dead_ones_across_tasks_and_retries_them(
     page: Any, console: Console
 ) -> None:
@@ -275,7 +309,7 @@ def test_the_deliveries_view_lists_dead_ones_across_tasks_and_retries_them(
     expect(row).to_contain_text("8 (2 throttled)")
     expect(row).to_contain_text("HTTP 503")
     shot(page, "deliveries-dead")
-    row.locator("button").click()
+    row.locator("button[data-retry]").click()
     expect(page.locator("#delivery-result")).to_have_text(f"Delivery {first} is due again.")
     expect(page.locator(f'button[data-retry="{first}"]')).to_have_count(0)
     # The same row among the pending ones, with fresh counts; the task link leads to the task.

@@ -1402,7 +1402,9 @@
         open.length ? table(["Delivery", "What", "Status", "Attempts", "Next attempt", "Last error", ""], open.map((x) => [
           el("code", {}, String(x.outbox_id)),
           deliveryWhat(x), badge(x.status), x.attempts ? deliveryAttempts(x) : ["none yet, written ", when(x.created_at)],
-          x.status === "pending" ? when(x.next_attempt_at) : "—",
+          // Due, but held in order behind a dead letter: not a stuck dispatcher.
+          x.waits_behind ? el("span", { class: "waits-behind" }, `waits behind dead letter ${x.waits_behind}`)
+            : x.status === "pending" ? when(x.next_attempt_at) : "—",
           x.last_error || "—",
           deadControls(x, opResult, refresh)])) : null,
         dead.length && !can("operator") ? cannot("operator", "retrying or discarding a delivery") : null];

@@ -14,6 +14,7 @@ retention pass
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -291,9 +292,26 @@ def delivery_summary(conn: Connection, task_id: str) -> dict[str, Any]:
     ]
     return {
         "counts": counts,
-        "undelivered": [OutboxRow.from_row(r).public() for r in open_rows],
+        "undelivered": _with_waits(OutboxRow.from_row(r) for r in open_rows),
         "never_sent": never_sent,
     }
+
+
+def _with_waits(rows: Iterable[OutboxRow]) -> list[dict[str, Any]]:
+    """Each row's public view, and for a pending webhook behind a dead one of its task its
+    `waits_behind`: that dead letter's id. Such a row reads "never attempted" and due, which
+    looked like a stuck dispatcher; it is sent once the dead letter is retried or discarded.
+    `rows` are one task's, oldest first (a task's webhooks are written in event order)."""
+    views, dead = [], None
+    for row in rows:
+        view = row.public()
+        if row.kind == "webhook":
+            if row.status == "dead" and dead is None:
+                dead = row.outbox_id
+            elif row.status == "pending" and dead is not None:
+                view["waits_behind"] = dead
+        views.append(view)
+    return views
 
 
 def _ever_sent(conn: Connection, kind: str) -> bool:

@@ -135,6 +135,35 @@ def test_a_discarded_dead_letter_lets_the_later_events_go_and_the_gauge_drop(
     assert [(i["outbox_id"], i["discarded_by"]) for i in listed["items"]] == [(dead_id, "otto")]
 
 
+def test_an_event_held_behind_a_dead_letter_says_so_where_the_task_is_shown(
+    rt: Runtime,
+    tmp_path: Path,
+    backend: Recorder,
+    dispatcher: OutboxDispatcher,
+    client: TestClient,
+    store_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """It read 'never attempted' and due, like a stuck dispatcher: it names its dead letter."""
+    from orchestrator.cli import main
+
+    dead_id = _refused_event(rt, tmp_path, backend, dispatcher)
+    [dead] = OutboxService(rt.db).list(status="dead")
+    view = client.get(f"/api/v1/tasks/{dead.task_id}", headers=bearer("viewer-token")).json()
+    held = [x for x in view["deliveries"]["undelivered"] if x["status"] == "pending"]
+    assert [x["waits_behind"] for x in held] == [dead_id]
+    assert [x.get("waits_behind") for x in view["deliveries"]["undelivered"][:1]] == [None]
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    assert main(["tasks", "show", dead.task_id]) == 0
+    out = capsys.readouterr().out
+    assert f"waits behind dead letter outbox {dead_id} (outbox retry or discard it)" in out
+    OutboxService(rt.db).discard(dead_id, reason="handled", by="ops")
+    view = client.get(f"/api/v1/tasks/{dead.task_id}", headers=bearer("viewer-token")).json()
+    assert all(x.get("waits_behind") is None for x in view["deliveries"]["undelivered"])
+
+
 def test_a_discarded_webhook_stays_visible_until_retention_deletes_it(
     rt: Runtime, tmp_path: Path, backend: Recorder, dispatcher: OutboxDispatcher
 ) -> None:

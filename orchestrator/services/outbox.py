@@ -68,6 +68,9 @@ _HOLD_MARGIN_SECONDS: Final = 5.0
 #: A throttled webhook's error: why the attempt did not bring it nearer to being dead-lettered.
 _THROTTLED_WEBHOOK: Final = "throttled: not counted toward ORCH_WEBHOOK_MAX_ATTEMPTS"
 
+#: Unauthorized, Forbidden: a refusal of who sent it (the signature), not of what was sent.
+_UNAUTHORISED: Final = frozenset({401, 403})
+
 #: The longest wait between outbox rounds that failed (the store or the network away).
 _MAX_BACKOFF_SECONDS: Final = 30.0
 
@@ -350,6 +353,16 @@ class OutboxDispatcher:
             return _Answer(redact(text, self._secrets)[:300])
         if 200 <= status < 300:
             return _Answer()
+        if status in _UNAUTHORISED:
+            # Most often a secret that is not the backend's (a rotation on one side only):
+            # every delivery of the kind is refused the same way. Named, never shown.
+            setting = "ORCH_ACTIONS_SECRET" if row.kind == "action" else "ORCH_WEBHOOK_SECRET"
+            return _Answer(
+                f"HTTP {status} (a permanent refusal, not retried: the backend did not accept "
+                f"the request's signature or credentials; check that it verifies with "
+                f"{setting}, then retry)",
+                permanent=True,
+            )
         if is_permanent_refusal(status):
             return _Answer(f"HTTP {status} (a permanent refusal, not retried)", permanent=True)
         wait = None

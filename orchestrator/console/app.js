@@ -767,7 +767,7 @@
   }
   function deliveryError(x) {
     return [x.last_error || "—", x.status === "discarded"
-      ? el("p", { class: "muted discarded" }, `discarded by ${x.discarded_by || "?"}: ${x.discard_reason || "—"}`) : null];
+      ? el("p", { class: "muted discarded" }, `discarded by ${x.discarded_by || "?"} `, when(x.discarded_at), `: ${x.discard_reason || "—"}`) : null];
   }
   function deliveryWhat(x) {
     return x.kind === "action" ? ["action ", el("code", {}, x.action_id || "?")] : ["event ", el("code", {}, x.event_id || "?")];
@@ -816,8 +816,7 @@
         el("code", {}, String(x.outbox_id)),
         el("a", { href: `#/task/${encodeURIComponent(x.task_id)}` }, el("code", {}, x.task_id)),
         deliveryWhat(x), badge(x.status), deliveryAttempts(x),
-        x.status === "pending" ? when(x.next_attempt_at) : x.status === "delivered" ? when(x.delivered_at)
-          : x.status === "discarded" ? when(x.discarded_at) : "—",
+        x.status === "pending" ? when(x.next_attempt_at) : x.status === "delivered" ? when(x.delivered_at) : "—",
         deliveryError(x),
         deadControls(x, say, load)])),
         result.data.next_cursor ? notice("The first 100 are shown; orchestrator outbox list prints them all.") : null,

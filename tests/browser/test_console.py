@@ -296,7 +296,10 @@ def test_a_dead_letter_dealt_with_by_hand_is_discarded_with_who_and_why(
     page.click("#delivery-filters button")
     row = page.locator("#delivery-rows tbody tr", has_text=task_id)
     expect(row).to_have_count(1)
-    expect(row).to_contain_text("discarded by duty engineer: told the backend by phone")
+    note = row.locator(".discarded")
+    expect(note).to_contain_text("discarded by duty engineer ")
+    expect(note).to_contain_text(": told the backend by phone")
+    expect(row.locator("td").nth(5)).to_have_text("—")  # no next attempt: never sent again
     shot(page, "deliveries-discarded")
     open_task(page, console, task_id)
     expect(page.locator("#deliveries")).to_contain_text("discarded 1")

@@ -13,7 +13,14 @@ import sys
 import threading
 from typing import Any
 
-from orchestrator.cli.common import add_json_flag, bounded_int, checked_body, load, print_json
+from orchestrator.cli.common import (
+    CommandFailed,
+    add_json_flag,
+    bounded_int,
+    checked_body,
+    load,
+    print_json,
+)
 from orchestrator.cli.stopping import StopSignals
 from orchestrator.logs import configure_logging
 from orchestrator.services.outbox import OutboxDispatcher, OutboxService
@@ -49,8 +56,16 @@ def register(commands: Any) -> None:
     add_json_flag(listing)
     listing.set_defaults(handler=_list)
 
-    retry = outbox.add_parser("retry", help="send a dead-lettered delivery again")
-    retry.add_argument("outbox_id", type=bounded_int(1, 2**63 - 1))
+    retry = outbox.add_parser("retry", help="send a dead-lettered delivery (or every one) again")
+    retry.add_argument("outbox_id", nargs="?", type=bounded_int(1, 2**63 - 1))
+    retry.add_argument(
+        "--all-dead",
+        action="store_true",
+        help="every dead-lettered delivery (with --kind, --task: of those only), once the "
+        "backend or a secret is mended",
+    )
+    retry.add_argument("--kind", choices=OUTBOX_KINDS, help="with --all-dead")
+    retry.add_argument("--task", dest="task_id", help="with --all-dead")
     add_json_flag(retry)
     retry.set_defaults(handler=_retry)
 
@@ -157,11 +172,24 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _retry(args: argparse.Namespace) -> int:
+    if (args.outbox_id is None) == (not args.all_dead):
+        raise CommandFailed("give one OUTBOX_ID, or --all-dead (not both)", exit_code=2)
+    if args.outbox_id is not None and (args.kind or args.task_id):
+        raise CommandFailed("--kind and --task go with --all-dead", exit_code=2)
     db = _db()
     try:
-        row = OutboxService(db).retry(args.outbox_id)
+        if args.all_dead:
+            count = OutboxService(db).retry_all(kind=args.kind, task_id=args.task_id)
+        else:
+            row = OutboxService(db).retry(args.outbox_id)
     finally:
         db.dispose()
+    if args.all_dead:
+        if args.json:
+            print_json({"retried": count})
+        else:
+            print(f"{count} dead-lettered deliver{'y is' if count == 1 else 'ies are'} due again")
+        return 0
     if args.json:
         print_json(row.public())
     else:

@@ -419,6 +419,15 @@ class OutboxService:
         assert retried is not None
         return retried
 
+    def retry_all(self, *, kind: str | None = None, task_id: str | None = None) -> int:
+        """Every dead-lettered delivery (of `kind`, of `task_id`) due again now, with fresh
+        counts: how many. Once the backend (or a secret) is mended after it refused them all."""
+        with self.db.transaction() as conn:
+            count = store.retry_all_dead(conn, kind=kind, task_id=task_id)
+        if count:
+            log.info("%d dead-lettered outbox row(s) are due again", count)
+        return count
+
     def discard(self, outbox_id: int, *, reason: str, by: str) -> OutboxRow:
         """Settle a dead letter an operator dealt with by hand: never sent again, and its task's
         later events go on. The row stays (who, when, why) until retention deletes it; an

@@ -37,6 +37,7 @@ __all__ = [
     "mark_failed",
     "release_claim",
     "renew_claim",
+    "retry_all_dead",
     "retry_dead",
 ]
 
@@ -219,6 +220,22 @@ def retry_dead(conn: Connection, outbox_id: int) -> bool:
         ).rowcount
         == 1
     )
+
+
+def retry_all_dead(conn: Connection, *, kind: str | None, task_id: str | None) -> int:
+    """`retry_dead` for every dead row (of `kind`, of `task_id`): after an outage or a secret
+    that was not the backend's, each dead letter is due again in one statement. How many."""
+    conditions = [outbox.c.status == "dead"]
+    if kind is not None:
+        conditions.append(outbox.c.kind == kind)
+    if task_id is not None:
+        conditions.append(outbox.c.task_id == task_id)
+    result = conn.execute(
+        update(outbox)
+        .where(*conditions)
+        .values(status="pending", attempts=0, throttled=0, next_attempt_at=utcnow())
+    )
+    return int(result.rowcount)
 
 
 def discard_dead(conn: Connection, outbox_id: int, *, by: str, reason: str) -> bool:

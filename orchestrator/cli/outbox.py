@@ -20,6 +20,7 @@ from orchestrator.cli.common import (
     checked_body,
     load,
     print_json,
+    printable,
 )
 from orchestrator.cli.stopping import StopSignals
 from orchestrator.logs import configure_logging
@@ -137,7 +138,8 @@ def _line(row: OutboxRow) -> str:
     what = row.action_id if row.kind == "action" else f"event {row.task_id}:{row.event_seq}"
     error = f"  last error: {row.last_error}" if row.last_error else ""
     if row.status == "discarded":
-        error += f"  discarded by {row.discarded_by}: {row.discard_reason}"
+        # Typed by a person: a newline or a bidi control must not forge or reorder a line.
+        error += f"  discarded by {printable(row.discarded_by)}: {printable(row.discard_reason)}"
     return (
         f"{row.outbox_id:>6}  {row.kind:7}  {row.status:9}  attempts {row.attempts:<3}  "
         f"throttled {row.throttled:<3}  task {row.task_id}  {what}{error}"
@@ -217,5 +219,5 @@ def _discard(args: argparse.Namespace) -> int:
             if row.kind == "webhook"
             else f"approved action {row.action_id} is not sent"
         )
-        print(f"outbox {row.outbox_id} discarded by {row.discarded_by}: {what}")
+        print(f"outbox {row.outbox_id} discarded by {printable(row.discarded_by)}: {what}")
     return 0

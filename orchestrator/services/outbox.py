@@ -445,7 +445,7 @@ class OutboxService:
             discarded = store.get_row(conn, outbox_id)
         assert discarded is not None
         log.info(
-            "outbox %s (%s of task %s) discarded by %s: %s",
+            "outbox %s (%s of task %s) discarded by %r: %r",  # typed text: one line, quoted
             outbox_id,
             discarded.kind,
             discarded.task_id,

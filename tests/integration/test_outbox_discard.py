@@ -227,11 +227,14 @@ def test_the_cli_discards_with_who_and_why_and_refuses_in_one_line(
     assert usage.value.code == 2
     assert main(["outbox", "discard", str(dead_id), "--reason", "x", "--by", ""]) == 2
     assert "invalid --by" in capsys.readouterr().err
-    assert main(["outbox", "discard", str(dead_id), "--reason", "handled by phone", "--json"]) == 0
+    reason = "handled by phone\n     9  webhook  delivered"  # typed text cannot forge a line
+    assert main(["outbox", "discard", str(dead_id), "--reason", reason, "--json"]) == 0
     row = json.loads(capsys.readouterr().out)
     assert (row["status"], row["discarded_by"]) == ("discarded", getpass.getuser())
     assert main(["outbox", "list", "--status", "discarded"]) == 0
-    line = capsys.readouterr().out.strip()
-    assert line.endswith(f"discarded by {getpass.getuser()}: handled by phone")
+    [line] = capsys.readouterr().out.strip().splitlines()
+    assert line.endswith(
+        f"discarded by {getpass.getuser()}: handled by phone\\n     9  webhook  delivered"
+    )
     assert main(["outbox", "discard", str(dead_id), "--reason", "again"]) == 1
     assert capsys.readouterr().err.strip().endswith("only a dead one can be discarded")

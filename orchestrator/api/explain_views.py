@@ -34,6 +34,7 @@ __all__ = [
     "PendingActionView",
     "RecoveryView",
     "ReportView",
+    "Undelivered",
     "UnknownCallView",
     "as_text_unless",
     "payload_as_sent",
@@ -172,12 +173,22 @@ class RecoveryView(BaseModel):
         return as_text_unless(PlanRevisionView | None, last_plan)
 
 
+class Undelivered(Delivery):
+    """A delivery of the task not delivered (nor discarded) yet."""
+
+    waits_behind: int | None = Field(
+        default=None,
+        description="a pending webhook held back by an earlier event of its task that is "
+        "dead-lettered: that row's outbox id (it is sent once that one is retried or discarded)",
+    )
+
+
 class DeliveriesView(BaseModel):
     """The task's outbox deliveries: counts per kind and status, and the first 20 rows that are
     not delivered (pending or dead)."""
 
     counts: dict[DeliveryKind, dict[DeliveryStatus, int]]
-    undelivered: list[Delivery]
+    undelivered: list[Undelivered]
     never_sent: list[DeliveryKind] = Field(
         default_factory=list,
         description="kinds this task has pending of which no delivery in this store is delivered "

@@ -1,16 +1,27 @@
-"""Deliveries to the business backend over HTTP: `/api/v1/outbox` (list, operator retry)."""
+"""Deliveries to the business backend over HTTP: `/api/v1/outbox` (list; an operator retries a
+dead letter, or discards one dealt with by hand, saying why)."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.api.contract import IsoTime, error_responses
+from orchestrator.api.auth import require_role
+from orchestrator.api.contract import FilledText, IsoTime, error_responses
+from orchestrator.api.human_steps import decider, says_who
+from orchestrator.operators import Operator
 from orchestrator.services.outbox import OutboxService
 
-__all__ = ["ERROR_RESPONSES", "Delivery", "DeliveryKind", "DeliveryStatus", "router"]
+__all__ = [
+    "ERROR_RESPONSES",
+    "Delivery",
+    "DeliveryKind",
+    "DeliveryStatus",
+    "DiscardBody",
+    "router",
+]
 
 router = APIRouter(prefix="/api/v1/outbox", tags=["outbox"])
 
@@ -21,7 +32,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = error_responses(404, 409)
 #: An approved action's delivery or a task event's webhook (`store.tables.OUTBOX_KINDS`).
 DeliveryKind = Literal["action", "webhook"]
 #: `store.tables.OUTBOX_STATUSES`.
-DeliveryStatus = Literal["pending", "delivered", "dead"]
+DeliveryStatus = Literal["pending", "delivered", "dead", "discarded"]
 
 
 class Delivery(BaseModel):
@@ -43,6 +54,25 @@ class Delivery(BaseModel):
     last_error: str | None
     created_at: IsoTime
     delivered_at: IsoTime | None
+    discarded_at: IsoTime | None = Field(
+        description="when an operator discarded the dead letter (settled it by hand)"
+    )
+    discarded_by: str | None = Field(description="who discarded it")
+    discard_reason: str | None = Field(description="why it was discarded")
+
+
+class DiscardBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: FilledText = Field(
+        min_length=1, max_length=500, description="why: how the delivery was dealt with by hand"
+    )
+    by: FilledText | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="who discards it; required with the shared API token (an operator account "
+        "is recorded by its name)",
+    )
 
 
 class DeliveryPage(BaseModel):
@@ -77,3 +107,17 @@ def retry_delivery(
 ) -> dict[str, Any]:
     """A dead-lettered delivery is due again now, with fresh attempt and throttled counts."""
     return service.retry(outbox_id).public()
+
+
+@router.post("/{outbox_id}/discard", response_model=Delivery, responses=ERROR_RESPONSES)
+@says_who
+def discard_delivery(
+    body: DiscardBody,
+    outbox_id: int = Path(ge=1, le=2**63 - 1),
+    service: OutboxService = Depends(get_outbox),
+    operator: Operator = Depends(require_role("operator")),
+) -> dict[str, Any]:
+    """Settle a dead-lettered delivery an operator dealt with by hand: never sent again, and its
+    task's later events go on; the row keeps who, when and why."""
+    by = decider(operator, body.by)
+    return service.discard(outbox_id, reason=body.reason, by=by).public()

@@ -53,7 +53,8 @@ def describe(report: CleanupReport) -> str:
         f"deleted {report.receipts_deleted} invocation receipts older than "
         f"{report.retention_days} days (before {report.cutoff:%Y-%m-%d %H:%M:%S} UTC) "
         f"in {report.batches} batches, {report.transcript_entries_deleted} transcript "
-        f"entries of finished tasks, and {report.webhooks_delivered_deleted} delivered "
+        f"entries of finished tasks, and {report.webhooks_delivered_deleted} delivered or "
+        "discarded "
         + (
             f"and {report.webhooks_never_sent_deleted} never sent (no ORCH_WEBHOOK_URL) "
             if report.never_sent_in_scope

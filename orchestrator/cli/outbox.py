@@ -1,13 +1,27 @@
-"""`orchestrator outbox dispatch|list|retry`: deliveries to the business backend."""
+"""`orchestrator outbox dispatch|list|retry|discard`: deliveries to the business backend.
+
+The CLI talks to the store directly (an operator on the machine), so `--by` names who
+discards a dead letter (default: the user name), as `actions approve` and `tasks requeue` do.
+"""
 
 from __future__ import annotations
 
 import argparse
+import getpass
 import logging
+import sys
 import threading
 from typing import Any
 
-from orchestrator.cli.common import add_json_flag, bounded_int, load, print_json
+from orchestrator.cli.common import (
+    CommandFailed,
+    add_json_flag,
+    bounded_int,
+    checked_body,
+    load,
+    print_json,
+    printable,
+)
 from orchestrator.cli.stopping import StopSignals
 from orchestrator.logs import configure_logging
 from orchestrator.services.outbox import OutboxDispatcher, OutboxService
@@ -43,10 +57,29 @@ def register(commands: Any) -> None:
     add_json_flag(listing)
     listing.set_defaults(handler=_list)
 
-    retry = outbox.add_parser("retry", help="send a dead-lettered delivery again")
-    retry.add_argument("outbox_id", type=bounded_int(1, 2**63 - 1))
+    retry = outbox.add_parser("retry", help="send a dead-lettered delivery (or every one) again")
+    retry.add_argument("outbox_id", nargs="?", type=bounded_int(1, 2**63 - 1))
+    retry.add_argument(
+        "--all-dead",
+        action="store_true",
+        help="every dead-lettered delivery (with --kind, --task: of those only), once the "
+        "backend or a secret is mended",
+    )
+    retry.add_argument("--kind", choices=OUTBOX_KINDS, help="with --all-dead")
+    retry.add_argument("--task", dest="task_id", help="with --all-dead")
     add_json_flag(retry)
     retry.set_defaults(handler=_retry)
+
+    discard = outbox.add_parser(
+        "discard",
+        help="settle a dead-lettered delivery dealt with by hand: never sent again, and its "
+        "task's later events go on",
+    )
+    discard.add_argument("outbox_id", type=bounded_int(1, 2**63 - 1))
+    discard.add_argument("--reason", required=True, help="how it was dealt with (1..500 chars)")
+    discard.add_argument("--by", default=None, help="who discards it (default: your user name)")
+    add_json_flag(discard)
+    discard.set_defaults(handler=_discard)
 
 
 def _db() -> Database:
@@ -104,6 +137,9 @@ def _dispatch(args: argparse.Namespace) -> int:
 def _line(row: OutboxRow) -> str:
     what = row.action_id if row.kind == "action" else f"event {row.task_id}:{row.event_seq}"
     error = f"  last error: {row.last_error}" if row.last_error else ""
+    if row.status == "discarded":
+        # Typed by a person: a newline or a bidi control must not forge or reorder a line.
+        error += f"  discarded by {printable(row.discarded_by)}: {printable(row.discard_reason)}"
     return (
         f"{row.outbox_id:>6}  {row.kind:7}  {row.status:9}  attempts {row.attempts:<3}  "
         f"throttled {row.throttled:<3}  task {row.task_id}  {what}{error}"
@@ -125,23 +161,63 @@ def _list(args: argparse.Namespace) -> int:
     finally:
         db.dispose()
     more, rows = len(rows) > args.limit, rows[: args.limit]
+    follow = f"more follow: the same command with --after {rows[-1].outbox_id}" if more else ""
     if args.json:
         print_json([row.public() for row in rows])
+        if follow:  # stdout stays one JSON array (as `tasks list --json`); the way on beside it
+            print(follow, file=sys.stderr)
         return 0
     print("\n".join(_line(row) for row in rows) or "no deliveries")
-    if more:
-        print(f"more follow: the same command with --after {rows[-1].outbox_id}")
+    if follow:
+        print(follow)
     return 0
 
 
 def _retry(args: argparse.Namespace) -> int:
+    if (args.outbox_id is None) == (not args.all_dead):
+        raise CommandFailed("give one OUTBOX_ID, or --all-dead (not both)", exit_code=2)
+    if args.outbox_id is not None and (args.kind or args.task_id):
+        raise CommandFailed("--kind and --task go with --all-dead", exit_code=2)
     db = _db()
     try:
-        row = OutboxService(db).retry(args.outbox_id)
+        if args.all_dead:
+            count = OutboxService(db).retry_all(kind=args.kind, task_id=args.task_id)
+        else:
+            row = OutboxService(db).retry(args.outbox_id)
+    finally:
+        db.dispose()
+    if args.all_dead:
+        if args.json:
+            print_json({"retried": count})
+        else:
+            print(f"{count} dead-lettered deliver{'y is' if count == 1 else 'ies are'} due again")
+        return 0
+    if args.json:
+        print_json(row.public())
+    else:
+        print(f"outbox {row.outbox_id} is due again (task {row.task_id})")
+    return 0
+
+
+def _discard(args: argparse.Namespace) -> int:
+    from orchestrator.api.outbox import DiscardBody
+
+    # Checked as the API checks them, before the store is opened: only an absent --by means
+    # the user; an empty one (an unset $NAME) is refused, not recorded as the OS user's.
+    by = getpass.getuser() if args.by is None else args.by
+    body = checked_body(DiscardBody, {"reason": args.reason, "by": by})
+    db = _db()
+    try:
+        row = OutboxService(db).discard(args.outbox_id, reason=body.reason, by=str(body.by))
     finally:
         db.dispose()
     if args.json:
         print_json(row.public())
     else:
-        print(f"outbox {row.outbox_id} is due again (task {row.task_id})")
+        what = (
+            "its task's later events go on"
+            if row.kind == "webhook"
+            else f"approved action {row.action_id} is not sent"
+        )
+        print(f"outbox {row.outbox_id} discarded by {printable(row.discarded_by)}: {what}")
     return 0

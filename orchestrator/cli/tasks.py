@@ -553,6 +553,11 @@ def _deliveries(deliveries: dict[str, Any] | None) -> list[str]:
             if row["attempts"]
             else f"never attempted, written {_time(row['created_at'])}"
         )
+        if row.get("waits_behind"):  # due, but in order: not a stuck dispatcher
+            tried += (
+                f"; waits behind dead letter outbox {row['waits_behind']} (outbox retry or "
+                "discard it)"
+            )
         lines.append(
             f"    {row['status'].upper() if row['status'] == 'dead' else row['status']}  "
             f"outbox {row['outbox_id']}  {row['kind']} {what}  {tried}{error}"

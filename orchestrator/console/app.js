@@ -737,6 +737,38 @@
       else fill(say, el("span", { class: "error" }, errorText(result)));
     } }, "Retry");
   }
+  // A dead letter the operator dealt with by hand (the backend will never take it) is
+  // discarded, saying why: never sent again, and the task's later events go on. The row keeps
+  // who, when and why (POST /api/v1/outbox/{id}/discard).
+  function discardForm(row, say, after) {
+    const id = row.outbox_id;
+    const reason = el("input", { id: `discard-reason-${id}`, name: "reason", required: true, maxlength: 500, placeholder: "how it was dealt with" });
+    const byId = `discard-by-${id}`;
+    return el("form", { class: "inline discard", "data-discard": String(id), onsubmit: async (event) => {
+      event.preventDefault();
+      const by = document.getElementById(byId).value.trim();
+      if (!by) { fill(say, el("span", { class: "error" }, "Your name is needed.")); return; }
+      if (!reason.value.trim()) { fill(say, el("span", { class: "error" }, "A reason is needed.")); return; }
+      remember(by);
+      const result = await api("POST", `outbox/${encodeURIComponent(id)}/discard`, { reason: reason.value.trim(), by });
+      if (result.ok) {
+        fill(say, row.kind === "action"
+          ? `Delivery ${id} is discarded: approved action ${row.action_id} will not be sent.`
+          : `Delivery ${id} is discarded: the task's later events go on.`);
+        after();
+      } else fill(say, el("span", { class: "error" }, errorText(result)));
+    } }, el("div", {}, byField(byId)),
+    el("div", {}, el("label", { for: reason.id }, "Discard reason"), reason),
+    el("button", { type: "submit", class: "danger" }, "Discard"));
+  }
+  // What is done about a dead letter: retried, or discarded; and who discarded one, and why.
+  function deadControls(x, say, after) {
+    return x.status === "dead" && can("operator") ? [retryButton(x, say, after), discardForm(x, say, after)] : "";
+  }
+  function deliveryError(x) {
+    return [x.last_error || "—", x.status === "discarded"
+      ? el("p", { class: "muted discarded" }, `discarded by ${x.discarded_by || "?"} `, when(x.discarded_at), `: ${x.discard_reason || "—"}`) : null];
+  }
   function deliveryWhat(x) {
     return x.kind === "action" ? ["action ", el("code", {}, x.action_id || "?")] : ["event ", el("code", {}, x.event_id || "?")];
   }
@@ -745,11 +777,12 @@
   }
 
   // Every delivery of a status (dead by default) and kind, across tasks, oldest first.
+  const DELIVERY_STATUSES = ["dead", "pending", "delivered", "discarded"];
   function deliveryList(params) {
-    const status = ["dead", "pending", "delivered"].includes(params.get("status")) ? params.get("status") : "dead";
+    const status = DELIVERY_STATUSES.includes(params.get("status")) ? params.get("status") : "dead";
     const kind = ["action", "webhook"].includes(params.get("kind")) ? params.get("kind") : "";
     const statusPick = el("select", { id: "d-status", name: "status" },
-      ["dead", "pending", "delivered"].map((x) => el("option", { value: x, selected: x === status }, x)));
+      DELIVERY_STATUSES.map((x) => el("option", { value: x, selected: x === status }, x)));
     const kindPick = el("select", { id: "d-kind", name: "kind" },
       [["", "any"], ["action", "approved actions"], ["webhook", "task events"]].map(([v, t]) => el("option", { value: v, selected: v === kind }, t)));
     const rows = el("div", { id: "delivery-rows" }, el("p", { class: "muted" }, "Loading…"));
@@ -778,16 +811,18 @@
       const key = JSON.stringify([items, result.data.next_cursor || null]);
       if (key === shown) return; // a button is not redrawn under the pointer
       shown = key;
+      const typed = typedIn(rows); // a discard reason being typed survives a redraw
       fill(rows, items.length ? [table(["Delivery", "Task", "What", "Status", "Attempts", "Next attempt", "Last error", ""], items.map((x) => [
         el("code", {}, String(x.outbox_id)),
         el("a", { href: `#/task/${encodeURIComponent(x.task_id)}` }, el("code", {}, x.task_id)),
         deliveryWhat(x), badge(x.status), deliveryAttempts(x),
         x.status === "pending" ? when(x.next_attempt_at) : x.status === "delivered" ? when(x.delivered_at) : "—",
-        x.last_error || "—",
-        x.status === "dead" && can("operator") ? retryButton(x, say, load) : ""])),
+        deliveryError(x),
+        deadControls(x, say, load)])),
         result.data.next_cursor ? notice("The first 100 are shown; orchestrator outbox list prints them all.") : null,
-        items.some((x) => x.status === "dead") && !can("operator") ? cannot("operator", "retrying a delivery") : null]
+        items.some((x) => x.status === "dead") && !can("operator") ? cannot("operator", "retrying or discarding a delivery") : null]
         : el("p", { class: "muted" }, `No ${status} delivery.`));
+      restoreTyped(rows, typed);
     }
     load();
     const timer = setInterval(load, POLL_MS * 2);
@@ -1094,7 +1129,9 @@
       const deliveryKey = JSON.stringify(task.deliveries === undefined ? "missing" : task.deliveries);
       if (deliveryKey !== s.deliveryKey) {
         s.deliveryKey = deliveryKey;
+        const typed = typedIn(deliveries); // a discard reason being typed survives a redraw
         fill(deliveries, renderDeliveries(task.deliveries));
+        restoreTyped(deliveries, typed);
       }
       if (task.plan && (!s.plan || task.plan.revision > s.plan.revision || task.plan.session_id !== s.plan.session_id)) showPlan(task.plan);
       if (!task.plan && !s.plan) loadEarlierPlan();
@@ -1341,13 +1378,14 @@
     }
 
     // What reached the business backend: approved actions and task events (the outbox). A
-    // dead-lettered one waits for an operator's retry, and the task's later events behind it.
+    // dead-lettered one waits for an operator's retry or discard, and the task's later events
+    // behind it.
     function renderDeliveries(d) {
       if (d === undefined) return notice("Not available on this server.");
       const counts = (d && d.counts) || {};
       const line = (kind) => {
         const byStatus = counts[kind] || {};
-        const parts = ["delivered", "pending", "dead"].filter((x) => byStatus[x]).map((x) => `${x} ${byStatus[x]}`);
+        const parts = ["delivered", "pending", "dead", "discarded"].filter((x) => byStatus[x]).map((x) => `${x} ${byStatus[x]}`);
         return parts.length ? parts.join(" · ") : "none";
       };
       if (!Object.keys(counts).length) return el("p", { class: "muted" }, "Nothing was sent to the business backend yet.");
@@ -1363,10 +1401,12 @@
         open.length ? table(["Delivery", "What", "Status", "Attempts", "Next attempt", "Last error", ""], open.map((x) => [
           el("code", {}, String(x.outbox_id)),
           deliveryWhat(x), badge(x.status), x.attempts ? deliveryAttempts(x) : ["none yet, written ", when(x.created_at)],
-          x.status === "pending" ? when(x.next_attempt_at) : "—",
+          // Due, but held in order behind a dead letter: not a stuck dispatcher.
+          x.waits_behind ? el("span", { class: "waits-behind" }, `waits behind dead letter ${x.waits_behind}`)
+            : x.status === "pending" ? when(x.next_attempt_at) : "—",
           x.last_error || "—",
-          x.status === "dead" && can("operator") ? retryButton(x, opResult, refresh) : ""])) : null,
-        dead.length && !can("operator") ? cannot("operator", "retrying a delivery") : null];
+          deadControls(x, opResult, refresh)])) : null,
+        dead.length && !can("operator") ? cannot("operator", "retrying or discarding a delivery") : null];
     }
 
     async function loadPending() {

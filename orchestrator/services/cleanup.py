@@ -10,9 +10,10 @@ disables cleanup altogether. Transcripts and recovery snapshots of finished task
 same retention as their receipts (a chat's go with its session).
 
 The outbox's webhooks follow the retention too, or the table grows with every task event for
-ever: delivered ones, and, when this process has no ORCH_WEBHOOK_URL, those never attempted
-(the rows a fleet without a webhook receiver writes for each event). Dead letters and rows
-still being retried stay until an operator deals with them, and so do approved actions (one
+ever: delivered ones, discarded ones (dead letters an operator settled by hand) and, when
+this process has no ORCH_WEBHOOK_URL, those never attempted (the rows a fleet without a webhook
+receiver writes for each event). Dead letters and rows still being retried stay until an
+operator deals with them (retries or discards them), and so do approved actions (one
 per approval, which the action's delivery is read from): `store.outbox.delete_expired_webhooks`.
 """
 

@@ -10,10 +10,11 @@ delivered, or the error and the next attempt after an exponential backoff (or th
 leaves its rows to be sent again when the hold runs out: at least once, and exactly once for a
 backend that honours the action id as `Idempotency-Key`. A row the backend refuses for good (a
 permanent 4xx, `delivery_answers`), and a webhook that failed `ORCH_WEBHOOK_MAX_ATTEMPTS` times,
-is dead-lettered until an operator retries it. A 429 is not a failure there: the backend asks
-for time, and a burst it rate-limits must not dead-letter webhooks and stop their tasks' event
-streams, so throttled attempts are counted apart (`outbox.throttled`) and back off without
-counting. How a send is signed: `outbox_signing`.
+is dead-lettered until an operator retries it, or discards it once dealt with by hand (the
+backend will never take those bytes: the task's later events then go on). A 429 is not a
+failure there: the backend asks for time, and a burst it rate-limits must not dead-letter
+webhooks and stop their tasks' event streams, so throttled attempts are counted apart
+(`outbox.throttled`) and back off without counting. How a send is signed: `outbox_signing`.
 """
 
 from __future__ import annotations
@@ -66,6 +67,9 @@ _HOLD_MARGIN_SECONDS: Final = 5.0
 
 #: A throttled webhook's error: why the attempt did not bring it nearer to being dead-lettered.
 _THROTTLED_WEBHOOK: Final = "throttled: not counted toward ORCH_WEBHOOK_MAX_ATTEMPTS"
+
+#: Unauthorized, Forbidden: a refusal of who sent it (the signature), not of what was sent.
+_UNAUTHORISED: Final = frozenset({401, 403})
 
 #: The longest wait between outbox rounds that failed (the store or the network away).
 _MAX_BACKOFF_SECONDS: Final = 30.0
@@ -349,6 +353,16 @@ class OutboxDispatcher:
             return _Answer(redact(text, self._secrets)[:300])
         if 200 <= status < 300:
             return _Answer()
+        if status in _UNAUTHORISED:
+            # Most often a secret that is not the backend's (a rotation on one side only):
+            # every delivery of the kind is refused the same way. Named, never shown.
+            setting = "ORCH_ACTIONS_SECRET" if row.kind == "action" else "ORCH_WEBHOOK_SECRET"
+            return _Answer(
+                f"HTTP {status} (a permanent refusal, not retried: the backend did not accept "
+                f"the request's signature or credentials; check that it verifies with "
+                f"{setting}, then retry)",
+                permanent=True,
+            )
         if is_permanent_refusal(status):
             return _Answer(f"HTTP {status} (a permanent refusal, not retried)", permanent=True)
         wait = None
@@ -371,7 +385,7 @@ class OutboxDispatcher:
 
 
 class OutboxService:
-    """What operators see and do: list deliveries, retry a dead-lettered one."""
+    """What operators see and do: list deliveries, retry or discard a dead-lettered one."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -404,6 +418,41 @@ class OutboxService:
             retried = store.get_row(conn, outbox_id)
         assert retried is not None
         return retried
+
+    def retry_all(self, *, kind: str | None = None, task_id: str | None = None) -> int:
+        """Every dead-lettered delivery (of `kind`, of `task_id`) due again now, with fresh
+        counts: how many. Once the backend (or a secret) is mended after it refused them all."""
+        with self.db.transaction() as conn:
+            count = store.retry_all_dead(conn, kind=kind, task_id=task_id)
+        if count:
+            log.info("%d dead-lettered outbox row(s) are due again", count)
+        return count
+
+    def discard(self, outbox_id: int, *, reason: str, by: str) -> OutboxRow:
+        """Settle a dead letter an operator dealt with by hand: never sent again, and its task's
+        later events go on. The row stays (who, when, why) until retention deletes it; an
+        approved action's row for good, saying its delivery was discarded, never delivered."""
+        if outbox_id > MAX_OUTBOX_ID:
+            raise NotFound(f"outbox row {outbox_id} does not exist")
+        with self.db.transaction() as conn:
+            row = store.get_row(conn, outbox_id)
+            if row is None:
+                raise NotFound(f"outbox row {outbox_id} does not exist")
+            if not store.discard_dead(conn, outbox_id, by=by, reason=reason):
+                raise InvalidTransition(
+                    f"outbox row {outbox_id} is {row.status}; only a dead one can be discarded"
+                )
+            discarded = store.get_row(conn, outbox_id)
+        assert discarded is not None
+        log.info(
+            "outbox %s (%s of task %s) discarded by %r: %r",  # typed text: one line, quoted
+            outbox_id,
+            discarded.kind,
+            discarded.task_id,
+            by,
+            reason,
+        )
+        return discarded
 
     def summary(self, task_id: str) -> dict[str, Any]:
         with self.db.transaction(readonly=True) as conn:

@@ -5,13 +5,16 @@ written by `orchestrator.store.action_notices`) and a webhook per reported task 
 with the event by `orchestrator.store.task_events`). The body is frozen when the row is written,
 so every retry sends the same bytes. The dispatcher (`orchestrator.services.outbox`) claims due
 rows here, sends them outside any transaction, and records the result: delivered, failed and
-due again, throttled, or dead until an operator retries it. The retention pass
+due again, throttled, or dead until an operator retries it or discards it (settles it by hand:
+`discarded`, with who, when and why; it no longer holds its task's later events back). The
+retention pass
 (`orchestrator.services.cleanup`) deletes old webhooks here that are done with:
 `delete_expired_webhooks`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -22,16 +25,19 @@ from orchestrator.store.tables import outbox
 from orchestrator.store.types import utcnow
 
 __all__ = [
+    "SETTLED",
     "OutboxRow",
     "claim_due",
     "delete_expired_webhooks",
     "delivery_summary",
+    "discard_dead",
     "get_row",
     "list_rows",
     "mark_delivered",
     "mark_failed",
     "release_claim",
     "renew_claim",
+    "retry_all_dead",
     "retry_dead",
 ]
 
@@ -51,6 +57,9 @@ class OutboxRow:
     last_error: str | None
     created_at: datetime
     delivered_at: datetime | None
+    discarded_at: datetime | None  # an operator settled the dead letter by hand: when,
+    discarded_by: str | None  # who,
+    discard_reason: str | None  # and why
 
     @classmethod
     def from_row(cls, row: Row[Any]) -> OutboxRow:
@@ -70,13 +79,19 @@ class OutboxRow:
         return view
 
 
+#: Done with: delivered, or a dead letter an operator discarded. Neither is sent again, and
+#: neither holds its task's later events back.
+SETTLED = ("delivered", "discarded")
+
+
 def claim_due(
     conn: Connection, kinds: tuple[str, ...], *, limit: int, hold_seconds: float
 ) -> list[OutboxRow]:
     """Due rows of `kinds`, each held for `hold_seconds` with its attempt counted.
 
-    A webhook is due only when every earlier event of its task was delivered (in order per
-    task; a dead one holds the later ones back until an operator retries it). The hold is
+    A webhook is due only when every earlier event of its task was delivered or discarded (in
+    order per task; a dead one holds the later ones back until an operator retries or
+    discards it). The hold is
     committed before anything is sent: a dispatcher killed mid-send leaves the row due again
     once the hold runs out, never lost. Postgres: `FOR UPDATE SKIP LOCKED`, so dispatchers
     share the work; SQLite: the write transaction is exclusive anyway.
@@ -88,7 +103,7 @@ def claim_due(
     held_back = exists().where(
         earlier.c.task_id == outbox.c.task_id,
         earlier.c.kind == "webhook",
-        earlier.c.status != "delivered",
+        earlier.c.status.not_in(SETTLED),
         earlier.c.event_seq < outbox.c.event_seq,
     )
     query = (
@@ -207,6 +222,38 @@ def retry_dead(conn: Connection, outbox_id: int) -> bool:
     )
 
 
+def retry_all_dead(conn: Connection, *, kind: str | None, task_id: str | None) -> int:
+    """`retry_dead` for every dead row (of `kind`, of `task_id`): after an outage or a secret
+    that was not the backend's, each dead letter is due again in one statement. How many."""
+    conditions = [outbox.c.status == "dead"]
+    if kind is not None:
+        conditions.append(outbox.c.kind == kind)
+    if task_id is not None:
+        conditions.append(outbox.c.task_id == task_id)
+    result = conn.execute(
+        update(outbox)
+        .where(*conditions)
+        .values(status="pending", attempts=0, throttled=0, next_attempt_at=utcnow())
+    )
+    return int(result.rowcount)
+
+
+def discard_dead(conn: Connection, outbox_id: int, *, by: str, reason: str) -> bool:
+    """An operator's discard: a dead row is settled by hand, never sent again, and its task's
+    later events go on. False when the row is not dead (a retry or another discard came
+    first)."""
+    return (
+        conn.execute(
+            update(outbox)
+            .where(outbox.c.outbox_id == outbox_id, outbox.c.status == "dead")
+            .values(
+                status="discarded", discarded_at=utcnow(), discarded_by=by, discard_reason=reason
+            )
+        ).rowcount
+        == 1
+    )
+
+
 def get_row(conn: Connection, outbox_id: int) -> OutboxRow | None:
     row = conn.execute(select(outbox).where(outbox.c.outbox_id == outbox_id)).one_or_none()
     return OutboxRow.from_row(row) if row is not None else None
@@ -236,7 +283,8 @@ def list_rows(
 
 
 def delivery_summary(conn: Connection, task_id: str) -> dict[str, Any]:
-    """For `tasks show`: counts per kind and status, the dead and undelivered rows, and
+    """For `tasks show`: counts per kind and status, the dead and undelivered rows (not the
+    discarded ones: settled, they are counted), and
     `never_sent`: the kinds this task has pending of which no row of any task in the store
     is delivered or dead-lettered (delivered ones are kept ORCH_RETENTION_DAYS): nothing
     sends them, most likely their URL is not set where a dispatcher runs (the reader,
@@ -250,7 +298,7 @@ def delivery_summary(conn: Connection, task_id: str) -> dict[str, Any]:
         counts.setdefault(str(kind), {})[str(status)] = int(count)
     open_rows = conn.execute(
         select(outbox)
-        .where(outbox.c.task_id == task_id, outbox.c.status != "delivered")
+        .where(outbox.c.task_id == task_id, outbox.c.status.not_in(SETTLED))
         .order_by(outbox.c.outbox_id)
         .limit(20)
     )
@@ -261,17 +309,35 @@ def delivery_summary(conn: Connection, task_id: str) -> dict[str, Any]:
     ]
     return {
         "counts": counts,
-        "undelivered": [OutboxRow.from_row(r).public() for r in open_rows],
+        "undelivered": _with_waits(OutboxRow.from_row(r) for r in open_rows),
         "never_sent": never_sent,
     }
 
 
+def _with_waits(rows: Iterable[OutboxRow]) -> list[dict[str, Any]]:
+    """Each row's public view, and for a pending webhook behind a dead one of its task its
+    `waits_behind`: that dead letter's id. Such a row reads "never attempted" and due, which
+    looked like a stuck dispatcher; it is sent once the dead letter is retried or discarded.
+    `rows` are one task's, oldest first (a task's webhooks are written in event order)."""
+    views, dead = [], None
+    for row in rows:
+        view = row.public()
+        if row.kind == "webhook":
+            if row.status == "dead" and dead is None:
+                dead = row.outbox_id
+            elif row.status == "pending" and dead is not None:
+                view["waits_behind"] = dead
+        views.append(view)
+    return views
+
+
 def _ever_sent(conn: Connection, kind: str) -> bool:
-    """Whether any row of `kind` in the store is delivered or dead-lettered (an index lookup on the
-    status: a store full of never-sent rows is not scanned)."""
+    """Whether any row of `kind` in the store is delivered or dead-lettered (discarded ones were
+    dead-lettered first; an index lookup on the status: a store full of never-sent rows is not
+    scanned)."""
     found = conn.execute(
         select(outbox.c.outbox_id)
-        .where(outbox.c.status.in_(("delivered", "dead")), outbox.c.kind == kind)
+        .where(outbox.c.status.in_(("delivered", "dead", "discarded")), outbox.c.kind == kind)
         .limit(1)
     ).first()
     return found is not None
@@ -280,14 +346,17 @@ def _ever_sent(conn: Connection, kind: str) -> bool:
 def delete_expired_webhooks(
     conn: Connection, cutoff: datetime, limit: int, *, never_sent: bool
 ) -> tuple[int, int]:
-    """One retention batch of webhook rows: (delivered, never sent) deleted, at most `limit`.
+    """One retention batch of webhook rows: (delivered or discarded, never sent) deleted, at most
+    `limit`.
 
-    Delivered webhooks delivered before `cutoff` go. With `never_sent` (the cleanup's process
-    has no ORCH_WEBHOOK_URL), so do pending webhooks written before `cutoff` that were never
-    attempted, unless their task has a webhook that was tried and not delivered: a dead letter
-    an operator has not dealt with holds its task's later events back, and they must still
-    follow it once it is retried. Kept whatever their age: pending rows being retried, dead
-    rows (an operator retries them from the console or `outbox retry`), and approved actions
+    Delivered webhooks delivered before `cutoff` go, and discarded ones discarded before it (an
+    operator settled them; who, when and why stay visible that long). With `never_sent` (the
+    cleanup's process has no ORCH_WEBHOOK_URL), so do pending webhooks written before `cutoff`
+    that were never attempted, unless their task has a webhook that was tried and not
+    delivered or discarded: a dead letter an operator has not dealt with holds its task's later
+    events back, and they must still follow it once it is retried or discarded. Kept whatever
+    their age: pending rows being retried, dead rows (an operator retries or discards them
+    from the console or `outbox retry|discard`), and approved actions
     (one per approval; the action's delivery is read from its row). A webhook is always
     deleted from its task's oldest on, so no gap opens before an event still to be sent.
     """
@@ -295,10 +364,13 @@ def delete_expired_webhooks(
     stuck_behind = exists().where(
         tried.c.task_id == outbox.c.task_id,
         tried.c.kind == "webhook",
-        tried.c.status != "delivered",
+        tried.c.status.not_in(SETTLED),
         tried.c.attempts > 0,
     )
-    delivered = and_(outbox.c.status == "delivered", outbox.c.delivered_at < cutoff)
+    delivered = or_(
+        and_(outbox.c.status == "delivered", outbox.c.delivered_at < cutoff),
+        and_(outbox.c.status == "discarded", outbox.c.discarded_at < cutoff),
+    )
     unsent = and_(
         outbox.c.status == "pending",
         outbox.c.attempts == 0,
@@ -321,5 +393,5 @@ def delete_expired_webhooks(
         .where(outbox.c.outbox_id.in_([row.outbox_id for row in rows]), expired)
         .returning(outbox.c.status)
     ).all()
-    done = sum(1 for row in gone if row.status == "delivered")
+    done = sum(1 for row in gone if row.status in SETTLED)
     return done, len(gone) - done

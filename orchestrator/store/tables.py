@@ -405,7 +405,9 @@ transcript_entries = Table(
 #: the task's own ordered log (the task stream reads it); outbox rows are deliveries, each
 #: written in the transaction of the change it reports.
 OUTBOX_KINDS = ("action", "webhook")
-OUTBOX_STATUSES = ("pending", "delivered", "dead")
+#: `discarded`: a dead letter an operator settled by hand (`outbox discard`): never sent again,
+#: and no longer holding its task's later events back.
+OUTBOX_STATUSES = ("pending", "delivered", "dead", "discarded")
 
 #: One task's events in commit order: `seq` is 1, 2, 3... per task, allocated under the task
 #: row lock, so it is the order in which the changes committed (the stream's event id).
@@ -450,6 +452,10 @@ outbox = Table(
     Column("last_error", Text, nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
     Column("delivered_at", UTCDateTime, nullable=True),
+    # Who settled a dead letter by hand, when and why (migration 0021): kept with the row.
+    Column("discarded_at", UTCDateTime, nullable=True),
+    Column("discarded_by", String(200), nullable=True),
+    Column("discard_reason", Text, nullable=True),
     UniqueConstraint("action_id"),  # one delivery per approval
     one_of("kind", OUTBOX_KINDS),
     one_of("status", OUTBOX_STATUSES),

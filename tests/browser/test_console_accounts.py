@@ -83,6 +83,8 @@ def test_a_viewer_reads_and_is_offered_no_write(browser: Any, console: Console) 
         expect(tab.locator("#deliveries")).to_contain_text("HTTP 503")
         expect(tab.locator("#deliveries .role-note")).to_contain_text("operator role")
         assert tab.locator("#deliveries button[data-retry]").count() == 0
+        assert tab.locator("#deliveries form[data-discard]").count() == 0
+        assert tab.evaluate(WRITE, f"api/v1/outbox/{dead[0]}/discard") == [403, "forbidden"]
         assert tab.evaluate(WRITE, f"api/v1/outbox/{dead[0]}/retry") == [403, "forbidden"]
         shot(tab, "task-detail-as-viewer")
         # The page offers nothing, and the API refuses what a script would try anyway.

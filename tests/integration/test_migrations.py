@@ -424,3 +424,31 @@ def test_0020_sign_outs_name_their_account_and_rows_of_before_stay(empty_url: st
         assert [tuple(row) for row in rows] == [("n1", None)]
         assert conn.execute(text("SELECT count(*) FROM console_account_signouts")).scalar() == 0
     _round_trip(empty_url, "0019")
+
+
+def test_0021_a_dead_letter_can_be_discarded_and_a_downgrade_makes_it_dead_again(
+    empty_url: str,
+) -> None:
+    _write_at(
+        empty_url,
+        "0020",
+        "INSERT INTO tasks (task_id, task_type, title, context, trigger_id, origin, status,"
+        " generation, created_at, updated_at) VALUES ('t1', 'x', 't', '{}', 'trig', 'live',"
+        " 'waiting', 1, :now, :now)",
+        "INSERT INTO outbox (kind, task_id, event_seq, body, status, attempts, next_attempt_at,"
+        " created_at) VALUES ('webhook', 't1', 1, '{}', 'dead', 1, :now, :now)",
+    )
+    upgrade(empty_url)
+    assert _differences(empty_url) == []
+    with _transaction(empty_url) as conn:
+        [row] = outbox_store.list_rows(conn, task_id="t1")
+        assert (row.status, row.discarded_by) == ("dead", None)  # a row of before: as it was
+        assert outbox_store.discard_dead(conn, row.outbox_id, by="ops", reason="by phone")
+    with pytest.raises(IntegrityError), _transaction(empty_url) as conn:
+        conn.execute(text("UPDATE outbox SET status = 'lost'"))
+    downgrade(empty_url, "0020")
+    with _transaction(empty_url) as conn:
+        assert conn.execute(text("SELECT status FROM outbox")).scalar_one() == "dead"
+        with pytest.raises(IntegrityError):
+            conn.execute(text("UPDATE outbox SET status = 'discarded'"))
+    _round_trip(empty_url, "0020")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -365,6 +366,15 @@ def test_the_cli_lists_and_retries_with_one_line_errors(
     assert page == [listed[0], f"more follow: the same command with --after {first}"]
     assert main(["outbox", "list", "--task", task_id, "--limit", "1", "--after", str(first)]) == 0
     assert capsys.readouterr().out.splitlines() == [listed[1]]
+    # --json too: stdout stays one JSON array, and the way on goes to stderr (as `tasks list`).
+    assert main(["outbox", "list", "--task", task_id, "--limit", "1", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert [row["outbox_id"] for row in json.loads(out)] == [first]
+    assert err.strip() == f"more follow: the same command with --after {first}"
+    assert main(["outbox", "list", "--task", task_id, "--after", str(first), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert len(json.loads(out)) == 1
+    assert err == ""
     assert main(["outbox", "retry", str(first)]) == 1
     assert capsys.readouterr().err.strip().endswith("only a dead one can be retried")
     assert main(["outbox", "retry", "424242"]) == 1

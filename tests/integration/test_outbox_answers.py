@@ -146,6 +146,11 @@ def test_a_webhook_refused_for_good_is_dead_lettered_without_spending_its_attemp
     assert (dead.event_seq, dead.attempts) == (3, 1)  # not ORCH_WEBHOOK_MAX_ATTEMPTS (3)
     assert dead.last_error is not None
     assert "HTTP 401" in dead.last_error
+    # A 401 is most often a secret the backend does not hold: the error names the setting
+    # (never its value).
+    assert "check that it verifies with ORCH_WEBHOOK_SECRET" in dead.last_error
+    assert rt.settings.webhook_secret is not None
+    assert rt.settings.webhook_secret not in dead.last_error
     assert [h.body["seq"] for h in backend.on("/hooks")] == [3]  # seq 4 waits behind it
 
 

@@ -1,0 +1,240 @@
+"""An operator discards a dead letter they dealt with by hand: it is never sent again, the task's
+later events go on, `orchestrator_outbox_dead` drops, and the row keeps who, when and why until
+retention deletes it (an approved action's row for good, saying its delivery was discarded).
+
+Before, a dead letter could only be retried: one the backend refuses for good (a 422 for those
+bytes) held its task's later events back for ever, and the gauge an alert reads never cleared.
+Both stores, a real HTTP backend on loopback, the API's routes and the CLI.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import update
+
+from orchestrator.api.app import create_app
+from orchestrator.runtime import Runtime
+from orchestrator.services.cleanup import run_cleanup
+from orchestrator.services.outbox import OutboxDispatcher, OutboxService
+from orchestrator.store.tables import outbox
+from orchestrator.store.task_events import events_of_type
+from orchestrator.store.types import utcnow
+from tests.integration.test_operator_accounts import bearer, operators_file
+from tests.outbox_support import Recorder, outbox_runtime, running_recorder, waiting_task
+
+DEAD_WEBHOOKS = "orchestrator_outbox_dead[('kind', 'webhook')]"
+DEAD_ACTIONS = "orchestrator_outbox_dead[('kind', 'action')]"
+
+
+@pytest.fixture
+def backend() -> Iterator[Recorder]:
+    with running_recorder() as recorder:
+        yield recorder
+
+
+@pytest.fixture
+def rt(store_url: str, tmp_path: Path, backend: Recorder) -> Iterator[Runtime]:
+    with outbox_runtime(
+        store_url, tmp_path, backend, webhook_secret="hook-secret", actions_secret="act-secret"
+    ) as runtime:
+        yield runtime
+
+
+@pytest.fixture
+def dispatcher(rt: Runtime) -> Iterator[OutboxDispatcher]:
+    sender = OutboxDispatcher(rt.settings, rt.db)
+    yield sender
+    sender.close()
+
+
+@pytest.fixture
+def client(rt: Runtime, tmp_path: Path) -> Iterator[TestClient]:
+    """The API with operator accounts (vera viewer, otto operator) and the shared token."""
+    settings = rt.settings.model_copy(
+        update={"operators": operators_file(tmp_path), "api_token": "shared-token"}
+    )
+    with TestClient(create_app(settings, db=rt.db)) as api:
+        yield api
+
+
+def _gauges(rt: Runtime) -> dict[str, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from orchestrator.metrics import render
+
+    return {
+        f"{s.name}{sorted(s.labels.items())}": s.value
+        for family in text_string_to_metric_families(render(rt.db).decode())
+        for s in family.samples
+        if s.name == "orchestrator_outbox_dead"
+    }
+
+
+def _refused_event(rt: Runtime, tmp_path: Path, backend: Recorder, sender: OutboxDispatcher) -> int:
+    """A waiting task whose first webhook the backend refused for good (422): its outbox id."""
+    task_id, _ = waiting_task(rt, tmp_path)
+    backend.answers = [422]
+    sender.run_once()
+    [dead] = OutboxService(rt.db).list(task_id=task_id, status="dead")
+    assert dead.last_error == "HTTP 422 (a permanent refusal, not retried)"
+    # The task's next event waits behind it, however often the dispatcher goes round.
+    sender.run_once()
+    assert [h.body["seq"] for h in backend.on("/hooks")] == [dead.event_seq]
+    return dead.outbox_id
+
+
+def test_a_discarded_dead_letter_lets_the_later_events_go_and_the_gauge_drop(
+    rt: Runtime, tmp_path: Path, backend: Recorder, dispatcher: OutboxDispatcher, client: TestClient
+) -> None:
+    dead_id = _refused_event(rt, tmp_path, backend, dispatcher)
+    assert _gauges(rt)[DEAD_WEBHOOKS] == 1.0
+    route = f"/api/v1/outbox/{dead_id}/discard"
+    # A viewer reads only; the shared token must say who acts; a reason is required.
+    refused = client.post(route, json={"reason": "x"}, headers=bearer("viewer-token"))
+    assert refused.status_code == 403
+    nobody = client.post(route, json={"reason": "x"}, headers=bearer("shared-token"))
+    assert (nobody.status_code, nobody.json()["error"]["details"][0]["field"]) == (422, "by")
+    blank = client.post(route, json={"reason": " ", "by": "a"}, headers=bearer("shared-token"))
+    assert blank.status_code == 422
+    # An operator account is recorded by its name, whatever the body says.
+    done = client.post(
+        route,
+        json={"reason": "the crew reported it by phone", "by": "someone else"},
+        headers=bearer("operator-token"),
+    )
+    assert done.status_code == 200, done.text
+    view = done.json()
+    assert (view["status"], view["discarded_by"]) == ("discarded", "otto")
+    assert view["discard_reason"] == "the crew reported it by phone"
+    assert view["discarded_at"] is not None
+    assert view["delivered_at"] is None
+    again = client.post(route, json={"reason": "x"}, headers=bearer("operator-token"))
+    assert (again.status_code, again.json()["error"]["code"]) == (409, "invalid_transition")
+    assert "only a dead one can be discarded" in again.json()["error"]["message"]
+    retried = client.post(f"/api/v1/outbox/{dead_id}/retry", headers=bearer("operator-token"))
+    assert retried.status_code == 409
+    missing = client.post(
+        "/api/v1/outbox/999999/discard", json={"reason": "x"}, headers=bearer("operator-token")
+    )
+    assert missing.status_code == 404
+    # Settled: the gauge drops, the later event goes, the discarded one is not sent again.
+    assert _gauges(rt)[DEAD_WEBHOOKS] == 0.0
+    dispatcher.run_once()
+    seqs = [h.body["seq"] for h in backend.on("/hooks")]
+    assert seqs == [seqs[0], seqs[0] + 1]
+    listed = client.get(
+        "/api/v1/outbox", params={"status": "discarded"}, headers=bearer("viewer-token")
+    ).json()
+    assert [(i["outbox_id"], i["discarded_by"]) for i in listed["items"]] == [(dead_id, "otto")]
+
+
+def test_an_event_held_behind_a_dead_letter_says_so_where_the_task_is_shown(
+    rt: Runtime,
+    tmp_path: Path,
+    backend: Recorder,
+    dispatcher: OutboxDispatcher,
+    client: TestClient,
+    store_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """It read 'never attempted' and due, like a stuck dispatcher: it names its dead letter."""
+    from orchestrator.cli import main
+
+    dead_id = _refused_event(rt, tmp_path, backend, dispatcher)
+    [dead] = OutboxService(rt.db).list(status="dead")
+    view = client.get(f"/api/v1/tasks/{dead.task_id}", headers=bearer("viewer-token")).json()
+    held = [x for x in view["deliveries"]["undelivered"] if x["status"] == "pending"]
+    assert [x["waits_behind"] for x in held] == [dead_id]
+    assert [x.get("waits_behind") for x in view["deliveries"]["undelivered"][:1]] == [None]
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    assert main(["tasks", "show", dead.task_id]) == 0
+    out = capsys.readouterr().out
+    assert f"waits behind dead letter outbox {dead_id} (outbox retry or discard it)" in out
+    OutboxService(rt.db).discard(dead_id, reason="handled", by="ops")
+    view = client.get(f"/api/v1/tasks/{dead.task_id}", headers=bearer("viewer-token")).json()
+    assert all(x.get("waits_behind") is None for x in view["deliveries"]["undelivered"])
+
+
+def test_a_discarded_webhook_stays_visible_until_retention_deletes_it(
+    rt: Runtime, tmp_path: Path, backend: Recorder, dispatcher: OutboxDispatcher
+) -> None:
+    dead_id = _refused_event(rt, tmp_path, backend, dispatcher)
+    OutboxService(rt.db).discard(dead_id, reason="handled", by="ops")
+    run_cleanup(rt.db, rt.settings)
+    row = OutboxService(rt.db).list(status="discarded")
+    assert [r.outbox_id for r in row] == [dead_id]  # kept: discarded just now
+    with rt.db.transaction() as conn:
+        conn.execute(
+            update(outbox)
+            .where(outbox.c.outbox_id == dead_id)
+            .values(discarded_at=utcnow() - timedelta(days=rt.settings.retention_days + 1))
+        )
+    report = run_cleanup(rt.db, rt.settings)
+    assert report.webhooks_delivered_deleted >= 1
+    assert OutboxService(rt.db).list(status="discarded") == []
+
+
+def test_a_discarded_approval_is_never_sent_and_a_cancel_says_it_was_discarded(
+    rt: Runtime, tmp_path: Path, backend: Recorder, dispatcher: OutboxDispatcher
+) -> None:
+    task_id, action_id = waiting_task(rt, tmp_path)
+    digest = rt.actions.get(action_id).digest
+    rt.actions.decide(action_id, approve=True, by="duty engineer", note="go", digest=digest)
+    # Only the approvals are sent here (no webhook URL): the backend refuses this one for good.
+    actions_only = OutboxDispatcher(rt.settings.model_copy(update={"webhook_url": None}), rt.db)
+    try:
+        backend.answers = [422]
+        actions_only.run_once()
+        [dead] = OutboxService(rt.db).list(task_id=task_id, kind="action", status="dead")
+        assert _gauges(rt)[DEAD_ACTIONS] == 1.0
+        OutboxService(rt.db).discard(dead.outbox_id, reason="the crew went anyway", by="ops")
+        actions_only.run_once()
+    finally:
+        actions_only.close()
+    assert len(backend.on("/actions")) == 1  # the refused send only
+    assert _gauges(rt)[DEAD_ACTIONS] == 0.0
+    rt.tasks.cancel(task_id, "done by hand")
+    with rt.db.transaction(readonly=True) as conn:
+        [cancelled] = events_of_type(conn, task_id, "action_task_cancelled", 10)
+    assert cancelled.data["action"]["delivery"] == "discarded"
+
+
+def test_the_cli_discards_with_who_and_why_and_refuses_in_one_line(
+    rt: Runtime,
+    tmp_path: Path,
+    backend: Recorder,
+    dispatcher: OutboxDispatcher,
+    store_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from orchestrator.cli import main
+
+    dead_id = _refused_event(rt, tmp_path, backend, dispatcher)
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    with pytest.raises(SystemExit) as usage:  # the reason is required
+        main(["outbox", "discard", str(dead_id)])
+    assert usage.value.code == 2
+    assert main(["outbox", "discard", str(dead_id), "--reason", "x", "--by", ""]) == 2
+    assert "invalid --by" in capsys.readouterr().err
+    reason = "handled by phone\n     9  webhook  delivered"  # typed text cannot forge a line
+    assert main(["outbox", "discard", str(dead_id), "--reason", reason, "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert (row["status"], row["discarded_by"]) == ("discarded", getpass.getuser())
+    assert main(["outbox", "list", "--status", "discarded"]) == 0
+    [line] = capsys.readouterr().out.strip().splitlines()
+    assert line.endswith(
+        f"discarded by {getpass.getuser()}: handled by phone\\n     9  webhook  delivered"
+    )
+    assert main(["outbox", "discard", str(dead_id), "--reason", "again"]) == 1
+    assert capsys.readouterr().err.strip().endswith("only a dead one can be discarded")

@@ -159,6 +159,11 @@ class TokenCounter:
             return text
         return str(self._encoding.decode(encoded[:tokens]))
 
+    def shown_bytes(self, text: str) -> int:
+        """The UTF-8 bytes of `text` as a JSON string, the way `fit_chars` measures it: never
+        fewer than its tokens."""
+        return len(clean_text(json.dumps(text, ensure_ascii=False)).encode())
+
     def fit_chars(self, text: str, tokens: int) -> int:
         """How many characters from the start of `text` make at most `tokens` (uncalibrated)
         tokens as a JSON string, the way a tool result's preview or page is shown (escapes

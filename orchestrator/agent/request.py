@@ -21,6 +21,12 @@ from orchestrator.agent.sensitive import hide_secret_arguments, is_sensitive, re
 from orchestrator.tools.base import Tool, ToolCall, ToolContext, ToolResult
 from orchestrator.tools.results import RESULT_FIT, WHOLE_FIT
 
+#: The bytes of a token by which the share of a result shown whole is estimated (`_whole_fit`)
+#: when it surely fits what the request leaves: JSON rows of readings run about 2.4 bytes a
+#: token, prose about 4. Denser text (digits, punctuation) may take more than its share,
+#: never more than the request leaves.
+BYTES_PER_TOKEN = 3
+
 __all__ = ["TRANSCRIPT", "AgentContext", "RequestBuilder", "result_fit"]
 
 #: The key of `ToolContext.extras` holding the round's transcript hook (for sub-agents).
@@ -101,8 +107,17 @@ class RequestBuilder:
         assert self.context is not None
         budget, counter = self.context.budget, self.context.counter
         turn = budget.window // 20
-        room = budget.request_limit - self.conversation.kept_tokens() - turn
-        tokens = max(64, min(budget.whole_result_tokens, room))
+        room = max(64, budget.request_limit - self.conversation.kept_tokens() - turn)
+        tokens = min(budget.whole_result_tokens, room)
+        # Tokenizing a day of readings (16 KB) costs about 2 ms of pure Python, more than the
+        # rest of a minimal round's agent loop. What the request leaves is a hard limit, so it
+        # is measured exactly unless the text's bytes (never fewer than its tokens) fit it;
+        # the quarter of the window is a share, estimated at `BYTES_PER_TOKEN` when the text
+        # surely fits the room, and measured only when that estimate says it may not.
+        size = counter.shown_bytes(text)
+        surely_fits_room = size <= math.floor(room / counter.ratio)
+        if surely_fits_room and size / BYTES_PER_TOKEN <= tokens / counter.ratio:
+            return len(text)
         return counter.fit_chars(text, math.floor(tokens / counter.ratio))
 
     def build(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

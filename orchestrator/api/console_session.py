@@ -128,19 +128,8 @@ def ticket_account(
     value: str, accounts: Sequence[Account], now: float | None = None, *, secret: str | None = None
 ) -> Account | None:
     """The account an unexpired, correctly signed `ticket` stands for, or None."""
-    if len(value) > _MAX_COOKIE or not value.isascii():
-        return None
-    message, _, mac = value.rpartition(".")
-    parts = message.split(".")
-    if len(parts) != 3 or parts[0] != _TICKET or not parts[2].isdigit() or len(parts[2]) > 12:
-        return None
-    name = _decode_name(parts[1])
-    if name is None or int(parts[2]) < (time.time() if now is None else now):
-        return None
-    account = next((a for a in accounts if a.operator.name == name), None)
-    if account is None or not hmac.compare_digest(_mac(account, message, secret), mac):
-        return None
-    return account
+    found = _signed(value, accounts, _TICKET, 3, now, secret)
+    return found[0] if found is not None else None
 
 
 @dataclass(frozen=True)
@@ -161,11 +150,29 @@ def signed_session(
 ) -> Session | None:
     """The session an unexpired, correctly signed cookie `value` is, whether signed out or not
     (sign-out records its nonce): None for anything else."""
+    found = _signed(value, accounts, _VERSION, 4, now, secret)
+    if found is None:
+        return None
+    account, parts = found
+    return Session(account.operator, parts[3], int(parts[2]))
+
+
+def _signed(
+    value: str,
+    accounts: Sequence[Account],
+    tag: str,
+    fields: int,
+    now: float | None,
+    secret: str | None,
+) -> tuple[Account, list[str]] | None:
+    """The account and the fields of `value` (`tag.NAME.EXPIRES[...].MAC`, `fields` before
+    the MAC) when it is unexpired and signed with that account's key; None for anything else
+    (a cookie offered as a ticket, or a ticket as a cookie, has another tag)."""
     if len(value) > _MAX_COOKIE or not value.isascii():
         return None
     message, _, mac = value.rpartition(".")
     parts = message.split(".")
-    if len(parts) != 4 or parts[0] != _VERSION or not mac:
+    if len(parts) != fields or parts[0] != tag or not mac:
         return None
     if not parts[2].isdigit() or len(parts[2]) > 12:
         return None
@@ -175,7 +182,7 @@ def signed_session(
     account = next((a for a in accounts if a.operator.name == name), None)
     if account is None or not hmac.compare_digest(_mac(account, message, secret), mac):
         return None
-    return Session(account.operator, parts[3], int(parts[2]))
+    return account, parts
 
 
 def cookie_from_headers(headers: Iterable[tuple[bytes, bytes]]) -> str | None:

@@ -23,6 +23,7 @@ from orchestrator.api.contract import (
 from orchestrator.api.enums import ActionStatus
 from orchestrator.api.explain_views import PAYLOAD_DESCRIPTION, payload_as_sent
 from orchestrator.api.human_steps import decider, says_who
+from orchestrator.api.outbox import Delivery
 from orchestrator.errors import ValidationFailed
 from orchestrator.operators import Operator
 from orchestrator.runtime import celery_dispatcher
@@ -72,6 +73,19 @@ class ActionOut(BaseModel):
     @classmethod
     def of(cls, record: ActionRecord) -> ActionOut:
         return cls(**record.to_dict())
+
+
+class ActionShown(ActionOut):
+    """One action, with where its delivery to the business backend stands."""
+
+    delivery: Delivery | None = Field(
+        default=None,
+        description="its outbox row once approved (null before, and for a rejected action): "
+        "`pending` (with `attempts`, `last_error`, `next_attempt_at`), `delivered` "
+        "(`delivered_at`), `dead` (retry or discard it: `POST /api/v1/outbox/{id}/retry`, "
+        "`/discard`) or `discarded` (`discarded_by`, `discarded_at`, `discard_reason`): never "
+        "read as delivered unless `delivered`",
+    )
 
 
 class Decision(BaseModel):
@@ -141,9 +155,13 @@ def count_pending(
     return {"pending": service.count_pending(task_id)}
 
 
-@router.get("/{action_id}", response_model=ActionOut, responses=error_responses(404))
-def show_action(action_id: str, service: ActionService = Depends(get_action_service)) -> ActionOut:
-    return ActionOut.of(service.get(action_id))
+@router.get("/{action_id}", response_model=ActionShown, responses=error_responses(404))
+def show_action(
+    action_id: str, service: ActionService = Depends(get_action_service)
+) -> ActionShown:
+    """One action, with its delivery: an approver sees whether the backend has it."""
+    action, delivery = service.shown(action_id)
+    return ActionShown(**ActionOut.of(action).model_dump(), delivery=delivery)
 
 
 _DECISION_ERRORS = error_responses(403, 404, 409)

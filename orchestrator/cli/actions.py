@@ -145,10 +145,10 @@ def _digest(text: str) -> str:
 def _show(args: argparse.Namespace) -> int:
     rt = build_runtime(load(), dispatcher=RecordingDispatcher())
     try:
-        action = rt.actions.get(args.action_id)
+        action, delivery = rt.actions.shown(args.action_id)
     finally:
         rt.close()
-    view = _as_sent(action)
+    view = {**_as_sent(action), "delivery": delivery}
     if args.json:
         print_json(view)
         return 0
@@ -172,7 +172,31 @@ def _show(args: argparse.Namespace) -> int:
             f"  decided by {printable(action.decided_by)} at {action.decided_at}: "
             f"{printable(action.note or '')}"
         )
+    if delivery is not None:
+        print(f"  delivery: {_delivery_line(delivery)}")
     return 0
+
+
+def _delivery_line(row: dict[str, Any]) -> str:
+    """Where an approved action's delivery to the business backend stands, in one line: only
+    `delivered` says the backend has it."""
+    number, status = row["outbox_id"], row["status"]
+    if status == "delivered":
+        return f"delivered at {row['delivered_at']} (outbox {number})"
+    if status == "discarded":
+        return (
+            f"discarded by {printable(row['discarded_by'] or '')} at {row['discarded_at']}: "
+            f"{printable(row['discard_reason'] or '')} (outbox {number}; never delivered)"
+        )
+    tried = f"{row['attempts']} attempt(s)" + (
+        f", last error: {printable(row['last_error'])}" if row["last_error"] else ""
+    )
+    if status == "dead":
+        return (
+            f"dead after {tried} (outbox {number}): `orchestrator outbox retry {number}` "
+            f"once the backend is mended, or `outbox discard {number} --reason R`"
+        )
+    return f"{status}, {tried}, next attempt at {row['next_attempt_at']} (outbox {number})"
 
 
 def _as_sent(action: ActionRecord) -> dict[str, Any]:

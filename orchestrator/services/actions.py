@@ -26,6 +26,7 @@ from orchestrator.services.plans import PlanService, publish_txn
 from orchestrator.services.redecide import redecide_txn
 from orchestrator.store import action_notices as notice_store
 from orchestrator.store import actions as action_store
+from orchestrator.store import outbox as outbox_store
 from orchestrator.store import plans as plan_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import tasks as task_store
@@ -229,6 +230,16 @@ class ActionService:
         if action is None:
             raise NotFound(f"action {echoed(action_id)} does not exist")
         return action
+
+    def shown(self, action_id: str) -> tuple[ActionRecord, dict[str, Any] | None]:
+        """The action and where its delivery to the business backend stands (its outbox row,
+        without the body; None until it is approved), read together."""
+        with self.db.transaction(readonly=True) as conn:
+            action = action_store.get_action(conn, action_id)
+            delivery = outbox_store.action_delivery(conn, action_id)
+        if action is None:
+            raise NotFound(f"action {echoed(action_id)} does not exist")
+        return action, delivery.public() if delivery is not None else None
 
     def list(
         self,

@@ -27,6 +27,7 @@ from orchestrator.store.types import utcnow
 __all__ = [
     "SETTLED",
     "OutboxRow",
+    "action_delivery",
     "claim_due",
     "delete_expired_webhooks",
     "delivery_summary",
@@ -256,6 +257,12 @@ def discard_dead(conn: Connection, outbox_id: int, *, by: str, reason: str) -> b
 
 def get_row(conn: Connection, outbox_id: int) -> OutboxRow | None:
     row = conn.execute(select(outbox).where(outbox.c.outbox_id == outbox_id)).one_or_none()
+    return OutboxRow.from_row(row) if row is not None else None
+
+
+def action_delivery(conn: Connection, action_id: str) -> OutboxRow | None:
+    """The delivery of an approved action (one per approval), or None before an approval."""
+    row = conn.execute(select(outbox).where(outbox.c.action_id == action_id)).one_or_none()
     return OutboxRow.from_row(row) if row is not None else None
 
 

@@ -253,6 +253,7 @@ def test_schemathesis_finds_no_server_error_and_no_response_outside_the_schema(
 FREE_FORM = {
     "ActionOut.payload": "what the agent proposed for the business backend, in the backend's "
     "own schema; the orchestrator only stores it and binds the approval to its digest",
+    "ActionShown.payload": "the same payload, in one action shown with its delivery",
     "PendingActionView.payload": "the same payload, in the pending actions of the explain view",
     "UnknownCallView.arguments": "what the model asked a tool for (redacted when sensitive), "
     "in each tool's own schema, in the explain view's recovery snapshot",

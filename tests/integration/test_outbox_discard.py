@@ -238,3 +238,54 @@ def test_the_cli_discards_with_who_and_why_and_refuses_in_one_line(
     )
     assert main(["outbox", "discard", str(dead_id), "--reason", "again"]) == 1
     assert capsys.readouterr().err.strip().endswith("only a dead one can be discarded")
+
+
+def test_an_actions_record_says_where_its_delivery_stands(
+    rt: Runtime,
+    tmp_path: Path,
+    backend: Recorder,
+    client: TestClient,
+    store_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`GET /api/v1/actions/{id}` and `actions show`: none before the approval, then pending,
+    dead (with what to do), discarded (never delivered); an approver sees whether the backend
+    has the work order without reading the outbox."""
+    from orchestrator.cli import main
+
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    task_id, action_id = waiting_task(rt, tmp_path)
+    shown = client.get(f"/api/v1/actions/{action_id}", headers=bearer("viewer-token"))
+    assert (shown.status_code, shown.json()["delivery"]) == (200, None)
+    digest = rt.actions.get(action_id).digest
+    rt.actions.decide(action_id, approve=True, by="duty engineer", note="go", digest=digest)
+    pending = client.get(f"/api/v1/actions/{action_id}", headers=bearer("viewer-token")).json()
+    assert (pending["delivery"]["status"], pending["delivery"]["attempts"]) == ("pending", 0)
+    actions_only = OutboxDispatcher(rt.settings.model_copy(update={"webhook_url": None}), rt.db)
+    try:
+        backend.answers = [422]
+        actions_only.run_once()
+    finally:
+        actions_only.close()
+    dead = client.get(f"/api/v1/actions/{action_id}", headers=bearer("viewer-token")).json()
+    number = dead["delivery"]["outbox_id"]
+    assert (dead["delivery"]["status"], dead["delivery"]["attempts"]) == ("dead", 1)
+    assert main(["actions", "show", action_id]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "delivery:" in x)
+    assert "dead after 1 attempt(s), last error: HTTP 422" in line
+    assert f"orchestrator outbox retry {number}" in line
+    OutboxService(rt.db).discard(number, reason="the crew went anyway", by="ops")
+    assert main(["actions", "show", action_id, "--json"]) == 0
+    delivery = json.loads(capsys.readouterr().out)["delivery"]
+    assert (delivery["status"], delivery["discarded_by"], delivery["delivered_at"]) == (
+        "discarded",
+        "ops",
+        None,
+    )
+    assert main(["actions", "show", action_id]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "delivery:" in x)
+    assert "discarded by ops" in line
+    assert "never delivered" in line
+    assert task_id == dead["task_id"]

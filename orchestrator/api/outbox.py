@@ -75,6 +75,18 @@ class DiscardBody(BaseModel):
     )
 
 
+class RetryDeadBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: DeliveryKind | None = Field(default=None, description="only deliveries of this kind")
+    task_id: str | None = Field(
+        default=None, min_length=1, max_length=36, description="only this task's deliveries"
+    )
+
+
+class RetriedDead(BaseModel):
+    retried: int = Field(description="how many dead-lettered deliveries are due again")
+
+
 class DeliveryPage(BaseModel):
     items: list[Delivery]
     next_cursor: str | None = Field(description="pass as `cursor` for the next page")
@@ -99,6 +111,16 @@ def list_deliveries(
     page = rows[:limit]
     next_cursor = str(page[-1].outbox_id) if len(rows) > limit else None
     return {"items": [row.public() for row in page], "next_cursor": next_cursor}
+
+
+@router.post("/retry-dead", response_model=RetriedDead, responses=ERROR_RESPONSES)
+def retry_every_dead(
+    body: RetryDeadBody | None = None, service: OutboxService = Depends(get_outbox)
+) -> dict[str, int]:
+    """Every dead-lettered delivery (of `kind`, of `task_id`) due again now, with fresh counts:
+    once the backend, or a secret rotated on one side, is mended (`outbox retry --all-dead`)."""
+    body = body or RetryDeadBody()
+    return {"retried": service.retry_all(kind=body.kind, task_id=body.task_id)}
 
 
 @router.post("/{outbox_id}/retry", response_model=Delivery, responses=ERROR_RESPONSES)

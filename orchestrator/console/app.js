@@ -737,6 +737,16 @@
       else fill(say, el("span", { class: "error" }, errorText(result)));
     } }, "Retry");
   }
+  // Every dead letter (of the kind shown) due again at once, once the backend or a secret
+  // rotated on one side is mended: POST /api/v1/outbox/retry-dead (`outbox retry --all-dead`).
+  function retryEveryButton(kind, say, after) {
+    const what = kind === "action" ? "approved action" : kind === "webhook" ? "task event" : "";
+    return el("button", { type: "button", class: "secondary", id: "retry-every-dead", onclick: async () => {
+      const result = await api("POST", "outbox/retry-dead", kind ? { kind } : {});
+      if (result.ok) { fill(say, `${result.data.retried} dead ${what ? what + " " : ""}deliveries are due again.`); after(); }
+      else fill(say, el("span", { class: "error" }, errorText(result)));
+    } }, `Retry every dead ${what ? what + " " : ""}delivery`);
+  }
   // A dead letter the operator dealt with by hand (the backend will never take it) is
   // discarded, saying why: never sent again, and the task's later events go on. The row keeps
   // who, when and why (POST /api/v1/outbox/{id}/discard).
@@ -819,6 +829,7 @@
         x.status === "pending" ? when(x.next_attempt_at) : x.status === "delivered" ? when(x.delivered_at) : "—",
         deliveryError(x),
         deadControls(x, say, load)])),
+        status === "dead" && can("operator") ? retryEveryButton(kind, say, load) : null,
         result.data.next_cursor ? notice("The first 100 are shown; orchestrator outbox list prints them all.") : null,
         items.some((x) => x.status === "dead") && !can("operator") ? cannot("operator", "retrying or discarding a delivery") : null]
         : el("p", { class: "muted" }, `No ${status} delivery.`));

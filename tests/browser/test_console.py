@@ -352,6 +352,25 @@ def test_the_deliveries_view_lists_dead_ones_across_tasks_and_retries_them(
     expect(page.locator("#task-title")).to_have_text("Its event never reached the backend")
 
 
+def test_every_dead_delivery_is_retried_at_once_from_the_deliveries_view(
+    page: Any, console: Console
+) -> None:
+    """After a backend refused everything (a secret rotated on one side), one button makes
+    every dead delivery of the kind shown due again, as `outbox retry --all-dead` does."""
+    task_id = console.trigger("xss", "Every event refused")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    dead = dead_letter_deliveries(console, task_id)
+    page.goto(f"{console.url}/console#/deliveries?status=dead&kind=webhook")
+    expect(page.locator(f'button[data-retry="{dead[0]}"]')).to_have_count(1)
+    page.click("#retry-every-dead")
+    said = page.locator("#delivery-result")
+    expect(said).to_contain_text("dead task event deliveries are due again.")
+    for number in dead:
+        expect(page.locator(f'button[data-retry="{number}"]')).to_have_count(0)
+    page.goto(f"{console.url}/console#/deliveries?status=pending&kind=webhook")
+    expect(page.locator("#retry-every-dead")).to_have_count(0)  # only over dead ones
+
+
 def test_the_recovery_snapshot_says_what_the_next_generation_continues_from(
     page: Any, console: Console
 ) -> None:

@@ -70,3 +70,38 @@ def test_every_dead_letter_is_retried_in_one_command_once_the_backend_is_mended(
     assert OutboxService(rt.db).list(status="dead") == []
     assert OutboxService(rt.db).list(status="pending") == []
     assert {h.body["task_id"] for h in backend.on("/hooks") if h.body["seq"] == 4} == set(tasks)
+
+
+def test_the_api_retries_every_dead_letter_for_an_operator_not_a_viewer(
+    rt: Runtime, tmp_path: Path, backend: Recorder
+) -> None:
+    """`POST /api/v1/outbox/retry-dead` (what the console's button sends): a viewer is refused,
+    an operator makes every dead letter of the kind or task due again, with fresh counts."""
+    from fastapi.testclient import TestClient
+
+    from orchestrator.api.app import create_app
+    from tests.integration.test_operator_accounts import TOKENS, bearer, operators_file
+
+    tasks = [waiting_task(rt, tmp_path)[0] for _ in range(2)]
+    backend.always_fail, backend.fail_status = True, 401
+    sender = OutboxDispatcher(rt.settings, rt.db)
+    try:
+        sender.run_once()
+    finally:
+        sender.close()
+    assert len(OutboxService(rt.db).list(status="dead")) == 2
+    settings = rt.settings.model_copy(update={"operators": operators_file(tmp_path)})
+    with TestClient(create_app(settings, db=rt.db)) as api:
+        path = "/api/v1/outbox/retry-dead"
+        refused = api.post(path, json={}, headers=bearer(TOKENS["vera"]))
+        assert (refused.status_code, refused.json()["error"]["code"]) == (403, "forbidden")
+        bad = api.post(path, json={"kind": "email"}, headers=bearer(TOKENS["otto"]))
+        assert bad.status_code == 422
+        one = api.post(path, json={"task_id": tasks[0]}, headers=bearer(TOKENS["otto"]))
+        assert (one.status_code, one.json()) == (200, {"retried": 1})
+        rest = api.post(path, headers=bearer(TOKENS["otto"]))  # no body: every dead letter
+        assert rest.json() == {"retried": 1}
+    assert OutboxService(rt.db).list(status="dead") == []
+    assert {(r.attempts, r.throttled) for r in OutboxService(rt.db).list(status="pending")} == {
+        (0, 0)
+    }

@@ -1,6 +1,7 @@
 """The console's flows in a real headless chromium against a real API, worker and sweeper:
 signing in, following a task live, deciding actions and writes, closing human steps, and
-coming back after the API restarts. How text and layout render is in test_console_rendering.py.
+coming back after the API restarts. How text and layout render is in test_console_rendering.py;
+deliveries to the business backend are in test_console_deliveries.py.
 
 Tests run in file order on one fleet.
 """
@@ -16,7 +17,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser.conftest import TOKEN, Console, shot
-from tests.browser.pages import dead_letter_deliveries, open_task, transcript_entry
+from tests.browser.pages import open_task, transcript_entry
 from tests.browser.scripts import HELD, XSS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -238,137 +239,6 @@ def test_an_operator_resolves_an_unknown_write(page: Any, console: Console) -> N
     expect(row).to_have_count(1)
     for text in (invocation_id, "unknown", "failed", "duty engineer", "no such order"):
         expect(row).to_contain_text(text)
-
-
-def test_a_dead_lettered_delivery_is_shown_and_retried(page: Any, console: Console) -> None:
-    """The business backend never took the task's event: the page says so (attempts, throttled,
-    the error) and an operator sends it again from there."""
-    task_id = console.trigger("xss", "A webhook the backend refused")
-    console.wait_for(task_id, lambda t: t["status"] == "completed")
-    first, *_ = dead_letter_deliveries(console, task_id)
-    open_task(page, console, task_id)
-    card = page.locator("#deliveries")
-    expect(card).to_contain_text("Task events")
-    expect(card).to_contain_text("dead")
-    expect(card).to_contain_text("8 (2 throttled)")
-    expect(card).to_contain_text("HTTP 503")
-    shot(page, "dead-delivery")
-    page.locator(f'button[data-retry="{first}"]').click()
-    expect(page.locator("#op-result")).to_have_text(f"Delivery {first} is due again.")
-    expect(page.locator(f'button[data-retry="{first}"]')).to_have_count(0)
-    rows = console.http.get("/api/v1/outbox", params={"task_id": task_id}).json()["items"]
-    retried = next(row for row in rows if row["outbox_id"] == first)
-    assert (retried["status"], retried["attempts"], retried["throttled"]) == ("pending", 0, 0)
-
-
-def test_a_dead_letter_dealt_with_by_hand_is_discarded_with_who_and_why(
-    page: Any, console: Console
-) -> None:
-    """The backend will never take the event (a 422 for those bytes): the operator, having told
-    it by hand, discards it with a reason; it is then listed as discarded, by whom and why."""
-    task_id = console.trigger("approval", "The backend refuses this event for good")
-    console.wait_for(task_id, lambda t: t["status"] == "waiting")
-    first, *rest = dead_letter_deliveries(console, task_id)
-    assert rest  # action_proposed, then waiting
-    held_back(console, rest)
-    # The later events are due but wait in order: the task's page names the dead letter.
-    open_task(page, console, task_id)
-    expect(page.locator("#deliveries .waits-behind").first).to_have_text(
-        f"waits behind dead letter {first}"
-    )
-    page.goto(f"{console.url}/console#/deliveries?status=dead")
-    form = page.locator(f'form[data-discard="{first}"]')
-    form.locator(f"#discard-by-{first}").fill("duty engineer")
-    form.locator(f"#discard-reason-{first}").fill("   ")  # a blank reason is not sent
-    form.locator("button").click()
-    expect(page.locator("#delivery-result")).to_have_text("A reason is needed.")
-    form.locator(f"#discard-reason-{first}").fill("told the backend by phone")
-    form.locator("button").click()
-    expect(page.locator("#delivery-result")).to_have_text(
-        f"Delivery {first} is discarded: the task's later events go on."
-    )
-    expect(page.locator(f'form[data-discard="{first}"]')).to_have_count(0)
-    rows = console.http.get("/api/v1/outbox", params={"task_id": task_id}).json()["items"]
-    discarded = next(row for row in rows if row["outbox_id"] == first)
-    assert (discarded["status"], discarded["discarded_by"]) == ("discarded", "duty engineer")
-    assert all(row["status"] == "pending" for row in rows if row["outbox_id"] in rest)
-    page.select_option("#d-status", "discarded")
-    page.click("#delivery-filters button")
-    row = page.locator("#delivery-rows tbody tr", has_text=task_id)
-    expect(row).to_have_count(1)
-    note = row.locator(".discarded")
-    expect(note).to_contain_text("discarded by duty engineer ")
-    expect(note).to_contain_text(": told the backend by phone")
-    expect(row.locator("td").nth(5)).to_have_text("—")  # no next attempt: never sent again
-    shot(page, "deliveries-discarded")
-    open_task(page, console, task_id)
-    expect(page.locator("#deliveries")).to_contain_text("discarded 1")
-    expect(page.locator("#deliveries .waits-behind")).to_have_count(0)
-
-
-def held_back(console: Console, ids: list[int]) -> None:
-    """These deliveries as the task's later events are behind a dead letter: never attempted."""
-    from sqlalchemy import update
-
-    from orchestrator.store import Database
-    from orchestrator.store.tables import outbox
-
-    db = Database.from_url(console.env["ORCH_DATABASE_URL"])
-    try:
-        with db.transaction() as conn:
-            conn.execute(
-                update(outbox)
-                .where(outbox.c.outbox_id.in_(ids))
-                .values(status="pending", attempts=0, throttled=0, last_error=None)
-            )
-    finally:
-        db.dispose()
-
-
-def test_the_deliveries_view_lists_dead_ones_across_tasks_and_retries_them(
-    page: Any, console: Console
-) -> None:
-    task_id = console.trigger("xss", "Its event never reached the backend")
-    console.wait_for(task_id, lambda t: t["status"] == "completed")
-    first, *_ = dead_letter_deliveries(console, task_id)
-    page.goto(f"{console.url}/console")
-    page.click("#nav-deliveries")
-    expect(page.locator("h1")).to_have_text("Deliveries to the business backend")
-    row = page.locator("#delivery-rows tbody tr", has=page.locator(f'button[data-retry="{first}"]'))
-    expect(row).to_contain_text(task_id)
-    expect(row).to_contain_text("8 (2 throttled)")
-    expect(row).to_contain_text("HTTP 503")
-    shot(page, "deliveries-dead")
-    row.locator("button[data-retry]").click()
-    expect(page.locator("#delivery-result")).to_have_text(f"Delivery {first} is due again.")
-    expect(page.locator(f'button[data-retry="{first}"]')).to_have_count(0)
-    # The same row among the pending ones, with fresh counts; the task link leads to the task.
-    page.select_option("#d-status", "pending")
-    page.click("#delivery-filters button")
-    pending = page.locator("#delivery-rows tbody tr", has_text=task_id)
-    expect(pending).to_contain_text("pending")
-    expect(pending.locator("td").nth(4)).to_have_text("0")
-    pending.get_by_role("link").click()
-    expect(page.locator("#task-title")).to_have_text("Its event never reached the backend")
-
-
-def test_every_dead_delivery_is_retried_at_once_from_the_deliveries_view(
-    page: Any, console: Console
-) -> None:
-    """After a backend refused everything (a secret rotated on one side), one button makes
-    every dead delivery of the kind shown due again, as `outbox retry --all-dead` does."""
-    task_id = console.trigger("xss", "Every event refused")
-    console.wait_for(task_id, lambda t: t["status"] == "completed")
-    dead = dead_letter_deliveries(console, task_id)
-    page.goto(f"{console.url}/console#/deliveries?status=dead&kind=webhook")
-    expect(page.locator(f'button[data-retry="{dead[0]}"]')).to_have_count(1)
-    page.click("#retry-every-dead")
-    said = page.locator("#delivery-result")
-    expect(said).to_contain_text("dead task event deliveries are due again.")
-    for number in dead:
-        expect(page.locator(f'button[data-retry="{number}"]')).to_have_count(0)
-    page.goto(f"{console.url}/console#/deliveries?status=pending&kind=webhook")
-    expect(page.locator("#retry-every-dead")).to_have_count(0)  # only over dead ones
 
 
 def test_the_recovery_snapshot_says_what_the_next_generation_continues_from(

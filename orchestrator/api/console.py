@@ -206,25 +206,31 @@ def _over_https(request: Request) -> bool:
 def console_page(request: Request) -> Response:
     """The console, the sign-in form, or (with `?token=`) a signed-in redirect without it."""
     query = parse_qsl(request.url.query, keep_blank_values=True)
-    presented = [value for key, value in query if key == "token"]
+    presented = _last(query, "token")
     rest = [(key, value) for key, value in query if key not in ("token", REFUSED, CONFIRM)]
-    if presented and _accounts(request):
-        answer = _start_session(request, presented[-1], rest, confirm=_from_another_site(request))
+    if presented is not None and _accounts(request):
+        answer = _start_session(request, presented, rest, confirm=_from_another_site(request))
         if answer.status_code in (401, 429):
             # Refused (a typo, a revoked token, too many): the sign-in page, at a URL without
             # the token, so that it does not stay in the address bar and the history.
             why = "wait" if answer.status_code == 429 else "token"
             return RedirectResponse(_home(request, [*rest, (REFUSED, why)]), 303, headers=_HEADERS)
         return answer
-    if presented:  # an open API: nothing to sign in to, but drop the token from the URL
+    if presented is not None:  # an open API: nothing to sign in to, but drop the token from the URL
         return RedirectResponse(_home(request, rest), 303)
-    tickets = [value for key, value in query if key == CONFIRM]
-    if tickets and _accounts(request):
-        return _confirm_page(request, tickets[-1])  # asks; only its form's POST signs in
+    ticket = _last(query, CONFIRM)
+    if ticket is not None and _accounts(request):
+        return _confirm_page(request, ticket)  # asks; only its form's POST signs in
     if _signed_in_as(request) is None:
-        reasons = [value for key, value in query if key == REFUSED]
-        return _refused_page(request, reasons[-1]) if reasons else _sign_in_page(request)
+        reason = _last(query, REFUSED)
+        return _refused_page(request, reason) if reason is not None else _sign_in_page(request)
     return FileResponse(STATIC / "index.html", media_type="text/html", headers=_HEADERS)
+
+
+def _last(query: list[tuple[str, str]], key: str) -> str | None:
+    """The last value of `key` in the query (empty if given empty), or None when absent."""
+    values = [value for name, value in query if name == key]
+    return values[-1] if values else None
 
 
 @router.get("/")

@@ -1,9 +1,15 @@
-"""An operator discards a dead letter they dealt with by hand: it is never sent again, the task's
-later events go on, `orchestrator_outbox_dead` drops, and the row keeps who, when and why until
-retention deletes it (an approved action's row for good, saying its delivery was discarded).
+"""Dead letters settled by an operator.
 
-Before, a dead letter could only be retried: one the backend refuses for good (a 422 for those
-bytes) held its task's later events back for ever, and the gauge an alert reads never cleared.
+One dealt with by hand is discarded: it is never sent again, the task's later events go on,
+`orchestrator_outbox_dead` drops, and the row keeps who, when and why until retention deletes
+it (an approved action's row for good, saying its delivery was discarded). Before, a dead
+letter could only be retried: one the backend refuses for good (a 422 for those bytes) held its
+task's later events back for ever, and the gauge an alert reads never cleared.
+
+After a backend refused every delivery (a secret rotated on one side only: 401 for all), the
+operator mends it and makes every dead letter due again at once (the CLI's `--all-dead`, the
+API's `retry-dead`), not one per row.
+
 Both stores, a real HTTP backend on loopback, the API's routes and the CLI.
 """
 
@@ -289,3 +295,79 @@ def test_an_actions_record_says_where_its_delivery_stands(
     assert "discarded by ops" in line
     assert "never delivered" in line
     assert task_id == dead["task_id"]
+
+
+def test_every_dead_letter_is_retried_in_one_command_once_the_backend_is_mended(
+    rt: Runtime,
+    tmp_path: Path,
+    backend: Recorder,
+    store_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from orchestrator.cli import main
+
+    tasks = [waiting_task(rt, tmp_path)[0] for _ in range(3)]
+    backend.always_fail, backend.fail_status = True, 401
+    sender = OutboxDispatcher(rt.settings, rt.db)
+    try:
+        sender.run_once()
+        assert len(OutboxService(rt.db).list(status="dead")) == 3  # one per task, at once
+        monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+        monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+        for wrong in (["outbox", "retry"], ["outbox", "retry", "1", "--all-dead"]):
+            assert main(wrong) == 2
+            assert "give one OUTBOX_ID, or --all-dead" in capsys.readouterr().err
+        assert main(["outbox", "retry", "1", "--kind", "webhook"]) == 2
+        assert "--kind and --task go with --all-dead" in capsys.readouterr().err
+        backend.always_fail = False  # the secret is mended
+        assert main(["outbox", "retry", "--all-dead", "--task", tasks[0], "--json"]) == 0
+        assert json.loads(capsys.readouterr().out) == {"retried": 1}
+        assert main(["outbox", "retry", "--all-dead", "--kind", "action"]) == 0
+        assert capsys.readouterr().out.strip() == "0 dead-lettered deliveries are due again"
+        assert main(["outbox", "retry", "--all-dead", "--kind", "webhook"]) == 0
+        assert capsys.readouterr().out.strip() == "2 dead-lettered deliveries are due again"
+        pending = OutboxService(rt.db).list(status="pending")
+        assert {(r.attempts, r.throttled) for r in pending} == {(0, 0)}  # fresh counts
+        for _ in range(3):
+            sender.run_once()
+    finally:
+        sender.close()
+    assert OutboxService(rt.db).list(status="dead") == []
+    assert OutboxService(rt.db).list(status="pending") == []
+    assert {h.body["task_id"] for h in backend.on("/hooks") if h.body["seq"] == 4} == set(tasks)
+
+
+def test_the_api_retries_every_dead_letter_for_an_operator_not_a_viewer(
+    rt: Runtime, tmp_path: Path, backend: Recorder
+) -> None:
+    """`POST /api/v1/outbox/retry-dead` (what the console's button sends): a viewer is refused,
+    an operator makes every dead letter of the kind or task due again, with fresh counts."""
+    from fastapi.testclient import TestClient
+
+    from orchestrator.api.app import create_app
+    from tests.integration.test_operator_accounts import TOKENS, bearer, operators_file
+
+    tasks = [waiting_task(rt, tmp_path)[0] for _ in range(2)]
+    backend.always_fail, backend.fail_status = True, 401
+    sender = OutboxDispatcher(rt.settings, rt.db)
+    try:
+        sender.run_once()
+    finally:
+        sender.close()
+    assert len(OutboxService(rt.db).list(status="dead")) == 2
+    settings = rt.settings.model_copy(update={"operators": operators_file(tmp_path)})
+    with TestClient(create_app(settings, db=rt.db)) as api:
+        path = "/api/v1/outbox/retry-dead"
+        refused = api.post(path, json={}, headers=bearer(TOKENS["vera"]))
+        assert (refused.status_code, refused.json()["error"]["code"]) == (403, "forbidden")
+        bad = api.post(path, json={"kind": "email"}, headers=bearer(TOKENS["otto"]))
+        assert bad.status_code == 422
+        one = api.post(path, json={"task_id": tasks[0]}, headers=bearer(TOKENS["otto"]))
+        assert (one.status_code, one.json()) == (200, {"retried": 1})
+        rest = api.post(path, headers=bearer(TOKENS["otto"]))  # no body: every dead letter
+        assert rest.json() == {"retried": 1}
+    assert OutboxService(rt.db).list(status="dead") == []
+    assert {(r.attempts, r.throttled) for r in OutboxService(rt.db).list(status="pending")} == {
+        (0, 0)
+    }

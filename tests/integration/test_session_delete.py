@@ -12,6 +12,7 @@ import hashlib
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select, update
@@ -111,15 +112,20 @@ def test_a_chat_goes_with_its_plans_and_finished_receipts_running_ones_stay(
     assert again.status_code == 404
 
 
+def _new_task(client: TestClient, title: str) -> dict[str, Any]:
+    """A task triggered through the API by otto (an operator)."""
+    answer = client.post(
+        "/api/v1/tasks", json={"task_type": "t", "title": title, "context": {}}, headers=as_("otto")
+    )
+    task: dict[str, Any] = answer.json()
+    return task
+
+
 def test_an_execution_session_is_the_task_s_record_and_is_not_deleted(
     api: tuple[TestClient, Database],
 ) -> None:
     client, _ = api
-    task = client.post(
-        "/api/v1/tasks",
-        json={"task_type": "t", "title": "Pressure drop", "context": {}},
-        headers=as_("otto"),
-    ).json()
+    task = _new_task(client, "Pressure drop")
     refused = client.delete(f"/api/v1/sessions/{task['session_id']}", headers=as_("alma"))
     assert refused.status_code == 409
     assert refused.json()["error"]["code"] == "execution_session"
@@ -132,11 +138,7 @@ def test_a_collaboration_session_can_be_deleted_and_opened_anew(
     api: tuple[TestClient, Database],
 ) -> None:
     client, _ = api
-    task = client.post(
-        "/api/v1/tasks",
-        json={"task_type": "t", "title": "Turbid water", "context": {}},
-        headers=as_("otto"),
-    ).json()
+    task = _new_task(client, "Turbid water")
     first = client.post(f"/api/v1/tasks/{task['task_id']}/collaboration", headers=as_("otto"))
     assert first.status_code == 201
     session_id = first.json()["session_id"]

@@ -26,6 +26,10 @@ count (`call_a1`) or a fresh first id, the server's ids are its own per call, an
 turn's id coming again is the model's, left for the host to refuse (other arguments) or
 deduplicate (the same).
 
+A call in the legacy shape (`message.function_call`) runs as one call under an id of the
+host's, and an event stream the request did not ask for is read as the reply it holds
+(`streamed`). The host's ids are unique to the round: a task's generations share one session.
+
 A reply the server cut short (`finish_reason` `length` or `content_filter`) says so in
 `ModelTurn.cut_off`: its last call, if unreadable, is answered `failed` naming the limit (the
 cut is at the reply's end; an earlier unreadable call is the model's own mistake), and without
@@ -37,14 +41,17 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from types import SimpleNamespace
 from typing import Any, Literal
 
 import httpx2
 import openai
+from openai.types.chat import ChatCompletion
 
 from orchestrator.agent.call_threads import CallThreads
 from orchestrator.agent.model import Model, ModelBusy, ModelError, ModelTurn, TokenUsage
@@ -56,6 +63,7 @@ from orchestrator.agent.model_http import (
 )
 from orchestrator.agent.retries import RetryBudget, parse_retry_after, should_retry
 from orchestrator.agent.server_params import adapt, refused_parameter
+from orchestrator.agent.streamed import StreamError, assembled, is_event_stream
 from orchestrator.agent.text import clean, clean_text
 from orchestrator.agent.text_calls import written_call
 from orchestrator.agent.wire import HistoryError, check_history, to_wire_messages, to_wire_tools
@@ -198,6 +206,10 @@ class OpenAIModel(Model):
         self._first_ids: tuple[str, ...] = ()
         self._held: set[str] = set()
         self._own_ids = False
+        #: The replies read so far, and what sets this round's own call ids apart from another
+        #: round's (`_turn`).
+        self._turns = 0
+        self._round_tag = secrets.token_hex(3)
 
     @classmethod
     def from_settings(
@@ -350,9 +362,16 @@ class OpenAIModel(Model):
         except (json.JSONDecodeError, openai.APIResponseValidationError):
             self._count("unreadable", started)
             return _UNREADABLE, None
-        if isinstance(completion, str):  # not JSON: a proxy's error page, say
-            self._count("unreadable", started)
-            return _UNREADABLE, None
+        if isinstance(completion, str):  # not JSON: a proxy's error page, or a stream
+            if not is_event_stream(completion):
+                self._count("unreadable", started)
+                return _UNREADABLE, None
+            try:
+                # A stream the request did not ask for (`streamed`): the reply it holds.
+                completion = ChatCompletion.construct(**assembled(completion))
+            except StreamError as exc:
+                self._count("unreadable", started)
+                return self._redacted(str(exc))[:400], None
         if not getattr(completion, "choices", None):
             self._count("no_choices", started)
             return _NO_CHOICES + self._error_of(completion), None
@@ -402,10 +421,11 @@ class OpenAIModel(Model):
             error = error.get("message", error)
         if not error:
             return ""
-        line = " ".join(str(error).split())
-        if self._secret:
-            line = line.replace(self._secret, "***")
-        return f" (its error: {line[:300]})"
+        return f" (its error: {self._redacted(' '.join(str(error).split()))[:300]})"
+
+    def _redacted(self, text: str) -> str:
+        """`text` without the API key (a gateway may echo the request's headers)."""
+        return text.replace(self._secret, "***") if self._secret else text
 
     def _turn(self, completion: Any) -> ModelTurn:
         choice = completion.choices[0]
@@ -416,9 +436,11 @@ class OpenAIModel(Model):
         raw_arguments: list[tuple[str, str]] = []
         seen: set[str] = set()
         sent_ids: set[str] = set()  # as the server sent them: a repeat in one turn is refused
-        last = len(message.tool_calls or [])
-        numbered = self._numbers_per_turn(message.tool_calls or [])
-        for number, call in enumerate(message.tool_calls or [], start=1):
+        self._turns += 1
+        tool_calls = message.tool_calls or _legacy_call(message)
+        last = len(tool_calls)
+        numbered = self._numbers_per_turn(tool_calls)
+        for number, call in enumerate(tool_calls, start=1):
             function = getattr(call, "function", None)
             if function is None:
                 continue  # a custom (non-function) tool call: nothing here can run it
@@ -442,7 +464,9 @@ class OpenAIModel(Model):
                 # then holds for ids that name a call, not for the server's counter.
                 call_id = self._scoped(call_id)
             if not call_id or len(call_id) > MAX_CALL_ID_CHARS:
-                call_id = f"call_{self.calls}_{number}"
+                # The host's own: the round's, so a later generation of the task (the same
+                # session, where a write's receipt is keyed by its call id) never meets it.
+                call_id = f"call_{self._round_tag}_{self._turns}_{number}"
             seen.add(call_id)
             self._held.add(call_id)
             name = clean_text(function.name) if isinstance(function.name, str) else ""
@@ -526,6 +550,16 @@ class OpenAIModel(Model):
         if finish_reason == "content_filter":
             return "the model server withheld the rest of the reply (finish_reason=content_filter)"
         return None
+
+
+def _legacy_call(message: Any) -> list[Any]:
+    """The one call of a reply in the shape before tool calls (`message.function_call`,
+    `finish_reason` `function_call`), still sent by older gateways and self-hosted servers; []
+    when the reply has none. It has no id: the host gives it one of its own (`_turn`)."""
+    function = getattr(message, "function_call", None)
+    if function is None or not getattr(function, "name", None):
+        return []
+    return [SimpleNamespace(id=None, function=function)]
 
 
 def _counters(ids: Sequence[str]) -> bool:

@@ -359,7 +359,11 @@ class OpenAIModel(Model):
                     f"{self._describe(exc)}{hint}"
                 ) from None
             return f"HTTP {status}: {self._describe(exc)}", parse_retry_after(headers)
-        except (json.JSONDecodeError, openai.APIResponseValidationError):
+        except json.JSONDecodeError as exc:
+            # Said to be JSON and not: a stream under `application/json` (some gateways) is
+            # read as a stream; anything else is unreadable.
+            completion = exc.doc
+        except openai.APIResponseValidationError:
             self._count("unreadable", started)
             return _UNREADABLE, None
         if isinstance(completion, str):  # not JSON: a proxy's error page, or a stream

@@ -114,3 +114,18 @@ def test_a_page_that_is_no_stream_is_unreadable_as_before(server: OpenAIServer) 
         server.garble()
     with pytest.raises(ModelError, match="not readable as a chat completion"):
         play(model_for(server, llm_max_retries=1), CountSamples())
+
+
+def test_a_stream_said_to_be_json_is_read_as_a_stream(server: OpenAIServer) -> None:
+    """Some gateways stream under `Content-Type: application/json`: the openai client fails
+    to parse it as JSON, and it was retried as unreadable."""
+    tool = CountSamples()
+    chunk = {
+        "id": "s",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"content": "nothing to count"}}],
+    }
+    body = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n"
+    server.script.append(Garbled(body=body, content_type="application/json"))
+    assert play(model_for(server), tool) == "nothing to count"
+    assert len(server.requests) == 1

@@ -346,6 +346,14 @@ class OpenAIModel(Model):
                         f"in http://HOST:8000/v1) and that the server serves the model "
                         f"{self.model!r}"
                     )
+                elif status in (401, 403):
+                    # The server's words name a key the operator never set ("not-needed",
+                    # which the client sends when LLM_API_KEY is unset) or none at all.
+                    hint = (
+                        "; check LLM_API_KEY (set)"
+                        if self._secret
+                        else "; LLM_API_KEY is not set: set it to the server's key"
+                    )
                 elif _OVER_CONTEXT.search(self._describe(exc)) and self.context_window:
                     # The server's window is smaller than the one the agent budgets for: every
                     # round would fail the same way (llama.cpp's -c, vLLM's --max-model-len).

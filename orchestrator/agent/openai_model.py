@@ -30,6 +30,9 @@ A call in the legacy shape (`message.function_call`) runs as one call under an i
 host's, and an event stream the request did not ask for is read as the reply it holds
 (`streamed`). The host's ids are unique to the round: a task's generations share one session.
 
+The calls' threads and the shared clients are `model_calls`'s; reading a reply's pieces
+(arguments, content parts, legacy calls, counting ids) is `reply_parts`'s.
+
 A reply the server cut short (`finish_reason` `length` or `content_filter`) says so in
 `ModelTurn.cut_off`: its last call, if unreadable, is answered `failed` naming the limit (the
 cut is at the reply's end; an earlier unreadable call is the model's own mistake), and without
@@ -38,7 +41,6 @@ tool calls it is no final answer (the loop ends the round `model_error`).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import secrets
@@ -46,26 +48,28 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from types import SimpleNamespace
-from typing import Any, Literal
+from typing import Any
 
 import httpx2
 import openai
 from openai.types.chat import ChatCompletion
 
-from orchestrator.agent.call_threads import CallThreads
 from orchestrator.agent.model import Model, ModelBusy, ModelError, ModelTurn, TokenUsage
-from orchestrator.agent.model_http import (
-    MAX_MODEL_ANSWER_BYTES,
-    AnswerTooLarge,
-    CorruptAnswer,
-    bounded_http_client,
+from orchestrator.agent.model_calls import client_for, close_clients, submit, wait
+from orchestrator.agent.model_http import MAX_MODEL_ANSWER_BYTES, AnswerTooLarge, CorruptAnswer
+from orchestrator.agent.reply_parts import (
+    arguments_of,
+    as_calls,
+    counters,
+    legacy_call,
+    parts_text,
+    raw_text,
+    short_id,
 )
 from orchestrator.agent.retries import RetryBudget, parse_retry_after, should_retry
 from orchestrator.agent.server_params import adapt, refused_parameter
 from orchestrator.agent.streamed import StreamError, assembled, is_event_stream
-from orchestrator.agent.text import clean, clean_text
-from orchestrator.agent.text_calls import written_call
+from orchestrator.agent.text import clean_text
 from orchestrator.agent.wire import HistoryError, check_history, to_wire_messages, to_wire_tools
 from orchestrator.settings import Settings
 from orchestrator.tools.base import ToolCall
@@ -90,9 +94,6 @@ _AWAY = re.compile(r"HTTP (408|5\d\d):")
 _OVER_CONTEXT = re.compile(
     r"context[ _](length|size|window)|maximum context|max_new_tokens` must be <=", re.IGNORECASE
 )
-#: An id that counts a turn's calls: a number of up to four digits, alone or after a prefix
-#: that ends in a separator (`0`, `call_0`, `functions.write_note:1`).
-_COUNTER = re.compile(r"(?:.*[^0-9A-Za-z])?(\d{1,4})", re.DOTALL)
 #: An answer past the cap: retried like an unreadable one (a proxy's hiccup, a looping model).
 _TOO_LARGE = (
     f"the model server's answer is larger than {MAX_MODEL_ANSWER_BYTES // (1024 * 1024)} MiB "
@@ -102,70 +103,6 @@ _NO_KEY = "not-needed"  # local servers take no key; the client insists on a val
 #: The longest tool-call id kept as the server sent it (the transcript's column); a longer or
 #: missing one is replaced by an id of the host's, used consistently in the history.
 MAX_CALL_ID_CHARS = 128
-#: How much of unreadable tool-call arguments the transcript keeps, so an operator sees what the
-#: model sent.
-MAX_RAW_ARGUMENT_CHARS = 500
-#: How often a waiting round looks at its stop event (a cancel, a lease in doubt).
-STOP_POLL_SECONDS = 0.1
-#: Model calls run on these daemon threads so a round waiting for one can stop at once; a
-#: process's rounds share them, and a call never waits for a thread (every round waits on one
-#: call at a time; an abandoned call ends within its timeout). Daemons: a call a stopped round
-#: left behind (a cold shutdown) does not hold up the worker's exit until the model answers or
-#: LLM_TIMEOUT_SECONDS.
-_CALLS = CallThreads("model-call")
-
-
-def _submit(create: Callable[..., Any], *args: Any) -> Future[Any]:
-    """`create(*args)` started on a model-call thread, its outcome in the future returned."""
-    future: Future[Any] = Future()
-
-    def run() -> None:
-        if not future.set_running_or_notify_cancel():
-            return  # cancelled before it started
-        try:
-            future.set_result(create(*args))
-        except BaseException as exc:  # the caller reads it from the future
-            future.set_exception(exc)
-
-    _CALLS.run(run)
-    return future
-
-
-#: How a wait for a call ended: the call is done, the round was stopped, or the timeout passed.
-Waited = Literal["done", "stopped", "late"]
-
-
-_CLIENTS: dict[tuple[str, str, float], openai.OpenAI] = {}
-_CLIENTS_LOCK = threading.Lock()
-
-
-def client_for(base_url: str, api_key: str, timeout: float) -> openai.OpenAI:
-    """One client (and one connection pool) per server and key, shared by a process's rounds.
-
-    Kept until `close_clients`: a client dropped while a round still used it would close that
-    round's connection, and one dropped unclosed leaves its sockets to the garbage collector."""
-    key = (base_url, api_key, timeout)
-    with _CLIENTS_LOCK:
-        client = _CLIENTS.get(key)
-        if client is None:
-            client = openai.OpenAI(
-                base_url=base_url,
-                api_key=api_key,
-                timeout=timeout,
-                max_retries=0,
-                http_client=bounded_http_client(),
-            )
-            _CLIENTS[key] = client
-        return client
-
-
-def close_clients() -> None:
-    """Close every shared client and forget it (a test between servers, a process stopping)."""
-    with _CLIENTS_LOCK:
-        clients = list(_CLIENTS.values())
-        _CLIENTS.clear()
-    for client in clients:
-        client.close()
 
 
 class OpenAIModel(Model):
@@ -275,8 +212,8 @@ class OpenAIModel(Model):
             # heartbeat renews the lease while the call is in flight, and a lease in doubt sets
             # `stop`, which ends the wait below at once.
             sent = adapt(self._server, body)  # without what the server refused before
-            call = _submit(self._create, sent, self.timeout)
-            waited = _wait(call, stop, started + self.timeout)
+            call = submit(self._create, sent, self.timeout)
+            waited = wait(call, stop, started + self.timeout)
             if waited == "stopped":
                 # Cancelled or the lease is in doubt: the round stops now; the abandoned call
                 # ends by itself within its timeout (`model_http`).
@@ -290,7 +227,7 @@ class OpenAIModel(Model):
             else:
                 outcome = self._outcome(call, started, sent)
                 if isinstance(outcome, ModelTurn):
-                    return _as_calls(outcome, tools)
+                    return as_calls(outcome, tools)
                 if outcome is None:
                     continue  # a parameter the server refused is left out: at once, once
                 reason, retry_after = outcome
@@ -449,14 +386,14 @@ class OpenAIModel(Model):
         seen: set[str] = set()
         sent_ids: set[str] = set()  # as the server sent them: a repeat in one turn is refused
         self._turns += 1
-        tool_calls = message.tool_calls or _legacy_call(message)
+        tool_calls = message.tool_calls or legacy_call(message)
         last = len(tool_calls)
         numbered = self._numbers_per_turn(tool_calls)
         for number, call in enumerate(tool_calls, start=1):
             function = getattr(call, "function", None)
             if function is None:
                 continue  # a custom (non-function) tool call: nothing here can run it
-            arguments, problem = _arguments(function.arguments)
+            arguments, problem = arguments_of(function.arguments)
             # The limit cuts the reply's end: only its last call can be cut; an earlier one that
             # cannot be read, or a repeated id, is the model's mistake, not the limit's.
             cut = cut_off is not None and number == last
@@ -467,7 +404,7 @@ class OpenAIModel(Model):
                 cut = False
                 # Two calls of one turn under one id: a history repeating it is refused, so it
                 # goes on under an id of its own, answered `failed` without running.
-                problem = f"the call id {_short_id(call_id)!r} is repeated in this turn"
+                problem = f"the call id {short_id(call_id)!r} is repeated in this turn"
                 call_id = ""
             elif numbered and call_id in self._held:
                 # The server numbers its ids per turn ("0", "call_0" in every reply): its id
@@ -489,7 +426,7 @@ class OpenAIModel(Model):
             calls.append(ToolCall(call_id, name, arguments))
             if problem is not None:
                 malformed.append((call_id, problem))
-                raw = _raw_text(function.arguments)
+                raw = raw_text(function.arguments)
                 if raw:
                     raw_arguments.append((call_id, raw))
         reasoning = getattr(message, "reasoning_content", None)
@@ -504,7 +441,7 @@ class OpenAIModel(Model):
         if isinstance(content, list):
             # Content as parts (Mistral's reasoning models: thinking, then text): the text is
             # the reply, the thinking its reasoning; the rest of the loop takes text only.
-            content, thought = _parts_text(content)
+            content, thought = parts_text(content)
             if reasoning is None:
                 reasoning = thought
         usage = None
@@ -531,7 +468,7 @@ class OpenAIModel(Model):
         ids = tuple(clean_text(getattr(call, "id", None) or "") for call in calls)
         if not ids or not ids[0]:
             return False  # no id to judge by (the host gives the call one of its own)
-        if not _counters(ids):
+        if not counters(ids):
             # An id of the server's own (`call_a1`, vLLM's `chatcmpl-tool-<hex>`) is never a
             # per-turn number: the same one in a later turn is the model repeating a call.
             self._own_ids = True
@@ -562,126 +499,3 @@ class OpenAIModel(Model):
         if finish_reason == "content_filter":
             return "the model server withheld the rest of the reply (finish_reason=content_filter)"
         return None
-
-
-def _legacy_call(message: Any) -> list[Any]:
-    """The one call of a reply in the shape before tool calls (`message.function_call`,
-    `finish_reason` `function_call`), still sent by older gateways and self-hosted servers; []
-    when the reply has none. It has no id: the host gives it one of its own (`_turn`)."""
-    function = getattr(message, "function_call", None)
-    if function is None or not getattr(function, "name", None):
-        return []
-    return [SimpleNamespace(id=None, function=function)]
-
-
-def _counters(ids: Sequence[str]) -> bool:
-    """Whether a turn's ids count its calls from 0 or from 1 (`0`, `call_0`, `call_1`,
-    Kimi's `functions.NAME:0`): a number alone, or after a prefix ending in a separator, the
-    first call's 0 or 1. An id of a server's own does not (`call_a1`, `chatcmpl-tool-9f2c`).
-    (A number repeated within the turn is refused as such, whatever the shape.)"""
-    matches = [_COUNTER.fullmatch(call_id) for call_id in ids if call_id]
-    if not matches or any(match is None for match in matches):
-        return False
-    first = matches[0]
-    return first is not None and int(first.group(1)) in (0, 1)
-
-
-def _as_calls(turn: ModelTurn, tools: Sequence[dict[str, Any]]) -> ModelTurn:
-    """`turn`, unless it is a final reply that calls an offered tool as text (`text_calls`):
-    the server does not parse this model's tool calls, and no turn of the round will differ."""
-    if not turn.final or not tools:
-        return turn
-    names = [str(tool.get("function", tool).get("name")) for tool in tools]
-    name = written_call(turn.content, names)
-    if name is None:
-        return turn
-    raise ModelError(
-        f"the model wrote a call of {name} as text instead of calling it: the server does not "
-        "parse this model's tool calls (vLLM: start it with --enable-auto-tool-choice and the "
-        "model's --tool-call-parser; llama.cpp: --jinja; Ollama, LM Studio: a model whose chat "
-        "template supports tools)"
-    )
-
-
-def _wait(call: Future[Any], stop: threading.Event, deadline: float) -> Waited:
-    """Wait for `call` until `deadline` (monotonic); sooner if `stop` is set first."""
-    done = threading.Event()
-    call.add_done_callback(lambda _: done.set())
-    while not done.wait(max(0.0, min(STOP_POLL_SECONDS, deadline - time.monotonic()))):
-        if stop.is_set():
-            return "stopped"
-        if time.monotonic() >= deadline:
-            return "late"
-    return "done"
-
-
-def _short_id(call_id: str) -> str:
-    return call_id if len(call_id) <= 40 else call_id[:39] + "…"
-
-
-def _raw_text(raw: Any) -> str:
-    """The beginning of arguments that could not be read, as text the store can hold."""
-    if raw is None:
-        return ""
-    if not isinstance(raw, str):
-        raw = json.dumps(raw, ensure_ascii=False, default=str)
-    return clean_text(raw[:MAX_RAW_ARGUMENT_CHARS])
-
-
-def _arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
-    """The call's arguments as an object, or `{}` and why they cannot be read. JSON text, as
-    the API says; some servers and proxies send the object itself."""
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
-        return {}, None
-    if isinstance(raw, str):
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            # Some of json's messages end in "at" ("Unterminated string starting at").
-            where = "" if exc.msg.endswith(" at") else " at"
-            return {}, f"the arguments are not valid JSON ({exc.msg}{where} character {exc.pos})"
-    else:
-        value = raw
-    if isinstance(value, str) and value.strip().startswith("{"):
-        # Encoded twice by the server or a proxy (a JSON string holding the JSON object): the
-        # model wrote an object and cannot correct what the server did to it.
-        with contextlib.suppress(json.JSONDecodeError):
-            value = json.loads(value)
-    if not isinstance(value, dict):
-        return {}, f"the arguments must be a JSON object, not {_json_kind(value)}"
-    return clean(value), None
-
-
-def _parts_text(parts: list[Any]) -> tuple[str | None, str | None]:
-    """The text and the thinking of content sent as parts (`{"type": "text", "text"}`,
-    `{"type": "thinking", "thinking": text or parts}`); None for what has none."""
-    text: list[str] = []
-    thinking: list[str] = []
-    for part in parts:
-        if not isinstance(part, dict):
-            continue
-        kind = part.get("type")
-        if kind == "text" and isinstance(part.get("text"), str):
-            text.append(part["text"])
-        elif kind in ("thinking", "reasoning"):
-            inner = part.get(kind, part.get("text"))
-            if isinstance(inner, list):
-                inner = _parts_text(inner)[0]
-            if isinstance(inner, str):
-                thinking.append(inner)
-    return ("".join(text) if text else None), ("".join(thinking) if thinking else None)
-
-
-def _json_kind(value: Any) -> str:
-    """What a value is called in JSON, which the model writes (not its Python type's name)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true or false"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return type(value).__name__

@@ -61,10 +61,13 @@ from orchestrator.agent.reply_parts import (
     arguments_of,
     as_calls,
     counters,
+    id_text,
     legacy_call,
     parts_text,
     raw_text,
+    shape_problem,
     short_id,
+    token_count,
 )
 from orchestrator.agent.retries import RetryBudget, parse_retry_after, should_retry
 from orchestrator.agent.server_params import adapt, refused_parameter
@@ -324,10 +327,12 @@ class OpenAIModel(Model):
         if not getattr(completion, "choices", None):
             self._count("no_choices", started)
             return _NO_CHOICES + self._error_of(completion), None
-        if getattr(completion.choices[0], "message", None) is None:
-            # A choice without a message (a server's error in the choice's place): unreadable.
+        problem = shape_problem(completion.choices[0])
+        if problem is not None:
+            # A choice without a message (a server's error in the choice's place), or parts of
+            # it in a wrong shape: unreadable, and the reason says which part.
             self._count("unreadable", started)
-            return _UNREADABLE, None
+            return f"{_UNREADABLE}: {problem}", None
         turn = self._turn(completion)
         self._count("ok", started, turn.usage)
         return turn
@@ -397,7 +402,7 @@ class OpenAIModel(Model):
             # The limit cuts the reply's end: only its last call can be cut; an earlier one that
             # cannot be read, or a repeated id, is the model's mistake, not the limit's.
             cut = cut_off is not None and number == last
-            call_id = clean_text(call.id or "")
+            call_id = id_text(call)
             repeated = bool(call_id) and call_id in sent_ids
             sent_ids.add(call_id)
             if repeated or call_id in seen:
@@ -447,8 +452,8 @@ class OpenAIModel(Model):
         usage = None
         if completion.usage is not None:
             usage = TokenUsage(
-                prompt_tokens=int(completion.usage.prompt_tokens or 0),
-                completion_tokens=int(completion.usage.completion_tokens or 0),
+                prompt_tokens=token_count(completion.usage, "prompt_tokens"),
+                completion_tokens=token_count(completion.usage, "completion_tokens"),
             )
         return ModelTurn(
             content=clean_text(content) if isinstance(content, str) else content,
@@ -465,7 +470,7 @@ class OpenAIModel(Model):
         starts its ids as the first such turn did (`0`, `1`, ... or `call_0`, ... again). A
         server with ids of its own per call gives a later turn a fresh first id, and then an id
         repeated from an earlier turn is the model's, which the host judges as it comes."""
-        ids = tuple(clean_text(getattr(call, "id", None) or "") for call in calls)
+        ids = tuple(id_text(call) for call in calls)
         if not ids or not ids[0]:
             return False  # no id to judge by (the host gives the call one of its own)
         if not counters(ids):

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
+import openai
+
 from orchestrator.agent.model import ModelError, ModelTurn
 from orchestrator.agent.text import clean, clean_text
 from orchestrator.agent.text_calls import written_call
@@ -23,10 +25,13 @@ __all__ = [
     "arguments_of",
     "as_calls",
     "counters",
+    "id_text",
     "legacy_call",
     "parts_text",
     "raw_text",
+    "shape_problem",
     "short_id",
+    "token_count",
 ]
 
 #: How much of unreadable tool-call arguments the transcript keeps, so an operator sees what the
@@ -35,6 +40,51 @@ MAX_RAW_ARGUMENT_CHARS = 500
 #: An id that counts a turn's calls: a number of up to four digits, alone or after a prefix
 #: that ends in a separator (`0`, `call_0`, `functions.write_note:1`).
 _COUNTER = re.compile(r"(?:.*[^0-9A-Za-z])?(\d{1,4})", re.DOTALL)
+
+
+def shape_problem(choice: Any) -> str | None:
+    """What makes a completion's first choice unreadable (a message, a tool call or a usage
+    that is not an object, content that is neither text nor parts), or None. The `openai`
+    client builds a completion without checking it, so a server's wrong shape reached the
+    reading as an `AttributeError` and failed the task "agent error" with a traceback."""
+    message = getattr(choice, "message", None)
+    if not isinstance(message, openai.BaseModel):
+        return "its choice has no message object"
+    content = getattr(message, "content", None)
+    if content is not None and not isinstance(content, str | list):
+        return f"its content is {json_kind(content)}, neither text nor parts"
+    calls = getattr(message, "tool_calls", None)
+    if calls is not None and not isinstance(calls, list):
+        return "its tool_calls is not a list"
+    for call in calls or []:
+        function = getattr(call, "function", None)
+        if not isinstance(call, openai.BaseModel) or not isinstance(
+            function, openai.BaseModel | None
+        ):
+            return "a tool call, or its function, is not an object"
+    legacy = getattr(message, "function_call", None)
+    if not isinstance(legacy, openai.BaseModel | None):
+        return "its function_call is not an object"
+    return None
+
+
+def id_text(call: Any) -> str:
+    """A tool call's id as text: some servers send a number; "" for none (or any other
+    value: the host then gives the call an id of its own)."""
+    value = getattr(call, "id", None)
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return ""
+
+
+def token_count(usage: Any, name: str) -> int:
+    """A count of the reported usage (`prompt_tokens`), 0 when it is missing or no count."""
+    value = usage.get(name) if isinstance(usage, dict) else getattr(usage, name, None)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def legacy_call(message: Any) -> list[Any]:
@@ -109,7 +159,7 @@ def arguments_of(raw: Any) -> tuple[dict[str, Any], str | None]:
         with contextlib.suppress(json.JSONDecodeError):
             value = json.loads(value)
     if not isinstance(value, dict):
-        return {}, f"the arguments must be a JSON object, not {_json_kind(value)}"
+        return {}, f"the arguments must be a JSON object, not {json_kind(value)}"
     return clean(value), None
 
 
@@ -133,7 +183,7 @@ def parts_text(parts: list[Any]) -> tuple[str | None, str | None]:
     return ("".join(text) if text else None), ("".join(thinking) if thinking else None)
 
 
-def _json_kind(value: Any) -> str:
+def json_kind(value: Any) -> str:
     """What a value is called in JSON, which the model writes (not its Python type's name)."""
     if value is None:
         return "null"

@@ -90,7 +90,8 @@ def assembled(text: str) -> dict[str, Any]:
             for field in ("reasoning_content", "reasoning"):
                 if isinstance(delta.get(field), str):
                     reasoning.setdefault(field, []).append(delta[field])
-            for piece in delta.get("tool_calls") or []:
+            pieces = delta.get("tool_calls")
+            for piece in pieces if isinstance(pieces, list) else []:
                 if isinstance(piece, dict):
                     _add_call_piece(calls, piece)
             if isinstance(delta.get("function_call"), dict):

@@ -31,7 +31,8 @@ host's, and an event stream the request did not ask for is read as the reply it 
 (`streamed`). The host's ids are unique to the round: a task's generations share one session.
 
 The calls' threads and the shared clients are `model_calls`'s; reading a reply's pieces
-(arguments, content parts, legacy calls, counting ids) is `reply_parts`'s.
+(arguments, content parts, legacy calls, counting ids) is `reply_parts`'s; the wording of a
+server's refusal, with the setting to change, is `model_errors`'s.
 
 A reply the server cut short (`finish_reason` `length` or `content_filter`) says so in
 `ModelTurn.cut_off`: its last call, if unreadable, is answered `failed` naming the limit (the
@@ -56,6 +57,7 @@ from openai.types.chat import ChatCompletion
 
 from orchestrator.agent.model import Model, ModelBusy, ModelError, ModelTurn, TokenUsage
 from orchestrator.agent.model_calls import client_for, close_clients, submit, wait
+from orchestrator.agent.model_errors import described, error_of, redacted, refusal_hint
 from orchestrator.agent.model_http import MAX_MODEL_ANSWER_BYTES, AnswerTooLarge, CorruptAnswer
 from orchestrator.agent.reply_parts import (
     arguments_of,
@@ -92,11 +94,6 @@ _RATE_LIMITED = "HTTP 429:"
 #: (`ModelBusy`), not failed: a model server restarting for a minute must not fail every task
 #: that was running.
 _AWAY = re.compile(r"HTTP (408|5\d\d):")
-#: How servers refuse a request past their context window (vLLM and OpenAI "maximum context
-#: length", llama.cpp "exceeds the available context size", TGI "must be <= N" of its inputs).
-_OVER_CONTEXT = re.compile(
-    r"context[ _](length|size|window)|maximum context|max_new_tokens` must be <=", re.IGNORECASE
-)
 #: An answer past the cap: retried like an unreadable one (a proxy's hiccup, a looping model).
 _TOO_LARGE = (
     f"the model server's answer is larger than {MAX_MODEL_ANSWER_BYTES // (1024 * 1024)} MiB "
@@ -278,30 +275,9 @@ class OpenAIModel(Model):
                 error = exc.body.get("error", exc.body) if isinstance(exc.body, dict) else None
                 if refused_parameter(self._server, status, error, sent, self._describe(exc)):
                     return None
-                hint = ""
-                if status == 404:
-                    # The usual first-run mistakes, which the server's "Not Found" names neither.
-                    hint = (
-                        "; check that LLM_BASE_URL includes the API's base path (often /v1, as "
-                        f"in http://HOST:8000/v1) and that the server serves the model "
-                        f"{self.model!r}"
-                    )
-                elif status in (401, 403):
-                    # The server's words name a key the operator never set ("not-needed",
-                    # which the client sends when LLM_API_KEY is unset) or none at all.
-                    hint = (
-                        "; check LLM_API_KEY (set)"
-                        if self._secret
-                        else "; LLM_API_KEY is not set: set it to the server's key"
-                    )
-                elif _OVER_CONTEXT.search(self._describe(exc)) and self.context_window:
-                    # The server's window is smaller than the one the agent budgets for: every
-                    # round would fail the same way (llama.cpp's -c, vLLM's --max-model-len).
-                    hint = (
-                        f"; LLM_CONTEXT_WINDOW is {self.context_window}: set it to the "
-                        "server's context size (llama.cpp -c, vLLM --max-model-len, Ollama "
-                        "num_ctx) so that requests are compacted within it"
-                    )
+                hint = refusal_hint(
+                    status, self._describe(exc), self.model, self.context_window, self._secret
+                )
                 raise ModelError(
                     f"the model server refused the request: HTTP {status}: "
                     f"{self._describe(exc)}{hint}"
@@ -351,35 +327,13 @@ class OpenAIModel(Model):
         return self.client.chat.completions.create(**body, timeout=timeout)
 
     def _describe(self, exc: openai.APIStatusError) -> str:
-        """A short, one-line, secret-free account of the server's error."""
-        body = exc.body
-        text: Any = None
-        if isinstance(body, dict):
-            inner = body.get("error", body)
-            text = inner.get("message") if isinstance(inner, dict) else inner
-        if not text:
-            text = exc.message
-        line = " ".join(str(text).split())
-        if self._secret:
-            # Before the line is cut: a key across the cut would leave its beginning.
-            line = line.replace(self._secret, "***")
-        return line[:300]
+        return described(exc, self._secret)
 
     def _error_of(self, completion: Any) -> str:
-        """What a 200 without choices says of itself (`{"error": ...}`, which some servers and
-        gateways send with a 200), secret-free, for the reason; "" when nothing."""
-        error = getattr(completion, "error", None)
-        if error is None and getattr(completion, "model_extra", None):
-            error = completion.model_extra.get("error")
-        if isinstance(error, dict):
-            error = error.get("message", error)
-        if not error:
-            return ""
-        return f" (its error: {self._redacted(' '.join(str(error).split()))[:300]})"
+        return error_of(completion, self._secret)
 
     def _redacted(self, text: str) -> str:
-        """`text` without the API key (a gateway may echo the request's headers)."""
-        return text.replace(self._secret, "***") if self._secret else text
+        return redacted(text, self._secret)
 
     def _turn(self, completion: Any) -> ModelTurn:
         choice = completion.choices[0]

@@ -295,6 +295,19 @@ class Settings(BaseSettings):
             raise ValueError("must be a valid http:// or https:// URL") from None
         return value
 
+    @field_validator("llm_base_url")
+    @classmethod
+    def _check_llm_base_url(cls, value: str | None) -> str | None:
+        # The client appends /chat/completions itself: the endpoint pasted whole (as curl
+        # examples show it) made every call a 404 at .../chat/completions/chat/completions.
+        path = urlsplit(value).path.rstrip("/") if value else ""
+        if path.endswith("/chat/completions"):
+            raise ValueError(
+                "must be the API's base (as in http://HOST:8000/v1), not the endpoint: the "
+                "client adds /chat/completions itself"
+            )
+        return value
+
     @field_validator("llm_api_key")
     @classmethod
     def _check_llm_api_key(cls, value: SecretStr | None) -> SecretStr | None:

@@ -20,7 +20,8 @@ whose history holds N-1 assistant messages), so many rounds can run at once, eac
 `OpenAIServer(delay_s=2)` answers every turn after at least 2 s, like a slow model; a thread per
 connection and a deep listen backlog let hundreds of clients wait on it at once.
 
-Answers that misbehave on the wire: `dribble()` sends a completion a byte at a time (each gap
+Answers that misbehave on the wire: `reply(stream=True)` sends the reply as an event stream
+(unasked, as some gateways do), `dribble()` sends a completion a byte at a time (each gap
 well within any read timeout), `oversize(size)` one padded with whitespace to `size` bytes
 (chunked, with its Content-Length, or gzipped: a compression bomb), `reply(gzip=True)` a normal
 one gzipped. `server.dropped` is set when the client closed the connection while such an
@@ -89,6 +90,12 @@ class Reply:
     finish_reason: str | None = None
     #: Sent with `Content-Encoding: gzip`.
     gzip: bool = False
+    #: The call in the shape before tool calls (`message.function_call`: `{name, arguments}`),
+    #: with `finish_reason` `function_call`, as older gateways and self-hosted servers send it.
+    function_call: dict[str, Any] | None = None
+    #: Sent as an event stream (`text/event-stream`, `chat.completion.chunk` deltas, then
+    #: `[DONE]`) whatever the request asked, as some gateways do.
+    stream: bool = False
 
 
 @dataclass
@@ -313,6 +320,14 @@ class OpenAIServer:
                 delay = max(answer.delay_s, server.delay_s)
                 if delay:
                     time.sleep(delay)
+                if answer.stream:
+                    data = _event_stream(server._completion(body, answer)).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 if answer.gzip:
                     data = gzip.compress(json.dumps(server._completion(body, answer)).encode())
                     self.send_response(200)
@@ -377,6 +392,8 @@ class OpenAIServer:
             message["reasoning_content"] = reply.reasoning_content
         if reply.reasoning is not None:
             message["reasoning"] = reply.reasoning
+        if reply.function_call is not None:
+            message["function_call"] = reply.function_call
         prompt, completion = reply.usage or (len(json.dumps(body["messages"])) // 4, 7)
         return {
             "id": f"chatcmpl-{len(self.requests)}",
@@ -388,7 +405,8 @@ class OpenAIServer:
                     "index": 0,
                     "message": message,
                     "finish_reason": reply.finish_reason
-                    or ("tool_calls" if reply.tool_calls else "stop"),
+                    or ("tool_calls" if reply.tool_calls else None)
+                    or ("function_call" if reply.function_call else "stop"),
                 }
             ],
             "usage": {
@@ -402,6 +420,51 @@ class OpenAIServer:
 #: What a dribbled and an oversized answer say, once read.
 _PLAIN: dict[type, Reply] = {Dribble: Reply(content="done"), Oversized: Reply(content="padded")}
 _MIB = 1024 * 1024
+
+
+def _event_stream(completion: dict[str, Any]) -> str:
+    """`completion` as a server streams it: the role, the text in two pieces, each tool call's
+    id and name and then its arguments in two pieces (the calls' pieces interleaved, as their
+    `index` allows), the finish reason, the usage in a chunk of its own, then `[DONE]`."""
+    choice = completion["choices"][0]
+    message = choice["message"]
+    deltas: list[dict[str, Any]] = [{"role": "assistant"}]
+    for name in ("content", "reasoning_content", "reasoning"):
+        text = message.get(name)
+        if isinstance(text, str):
+            deltas += [{name: text[: len(text) // 2]}, {name: text[len(text) // 2 :]}]
+    calls = message.get("tool_calls") or []
+    for index, item in enumerate(calls):
+        function = item["function"]
+        deltas.append(
+            {
+                "tool_calls": [
+                    {
+                        "index": index,
+                        "id": item["id"],
+                        "type": "function",
+                        "function": {"name": function["name"], "arguments": ""},
+                    }
+                ]
+            }
+        )
+    for half in (0, 1):
+        for index, item in enumerate(calls):
+            text = item["function"]["arguments"]
+            piece = text[: len(text) // 2] if half == 0 else text[len(text) // 2 :]
+            deltas.append({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+    if message.get("function_call"):
+        deltas.append({"function_call": message["function_call"]})
+    head = {key: completion[key] for key in ("id", "created", "model")}
+    chunks = [
+        {**head, "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}]}
+        for delta in deltas
+    ]
+    chunks[-1]["choices"][0]["finish_reason"] = choice["finish_reason"]
+    chunks.append(
+        {**head, "object": "chat.completion.chunk", "choices": [], "usage": completion["usage"]}
+    )
+    return "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks) + "data: [DONE]\n\n"
 
 
 def _padded(padding: int, data: bytes) -> Iterator[bytes]:

@@ -26,6 +26,14 @@ count (`call_a1`) or a fresh first id, the server's ids are its own per call, an
 turn's id coming again is the model's, left for the host to refuse (other arguments) or
 deduplicate (the same).
 
+A call in the legacy shape (`message.function_call`) runs as one call under an id of the
+host's, and an event stream the request did not ask for is read as the reply it holds
+(`streamed`). The host's ids are unique to the round: a task's generations share one session.
+
+The calls' threads and the shared clients are `model_calls`'s; reading a reply's pieces
+(arguments, content parts, legacy calls, counting ids) is `reply_parts`'s; the wording of a
+server's refusal, with the setting to change, is `model_errors`'s.
+
 A reply the server cut short (`finish_reason` `length` or `content_filter`) says so in
 `ModelTurn.cut_off`: its last call, if unreadable, is answered `failed` naming the limit (the
 cut is at the reply's end; an earlier unreadable call is the model's own mistake), and without
@@ -34,30 +42,39 @@ tool calls it is no final answer (the loop ends the round `model_error`).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
+import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Any, Literal
+from typing import Any
 
 import httpx2
 import openai
+from openai.types.chat import ChatCompletion
 
-from orchestrator.agent.call_threads import CallThreads
 from orchestrator.agent.model import Model, ModelBusy, ModelError, ModelTurn, TokenUsage
-from orchestrator.agent.model_http import (
-    MAX_MODEL_ANSWER_BYTES,
-    AnswerTooLarge,
-    CorruptAnswer,
-    bounded_http_client,
+from orchestrator.agent.model_calls import client_for, close_clients, submit, wait
+from orchestrator.agent.model_errors import described, error_of, redacted, refusal_hint
+from orchestrator.agent.model_http import MAX_MODEL_ANSWER_BYTES, AnswerTooLarge, CorruptAnswer
+from orchestrator.agent.reply_parts import (
+    arguments_of,
+    as_calls,
+    counters,
+    id_text,
+    legacy_call,
+    parts_text,
+    raw_text,
+    shape_problem,
+    short_id,
+    token_count,
 )
 from orchestrator.agent.retries import RetryBudget, parse_retry_after, should_retry
 from orchestrator.agent.server_params import adapt, refused_parameter
-from orchestrator.agent.text import clean, clean_text
-from orchestrator.agent.text_calls import written_call
+from orchestrator.agent.streamed import StreamError, assembled, is_event_stream
+from orchestrator.agent.text import clean_text
 from orchestrator.agent.wire import HistoryError, check_history, to_wire_messages, to_wire_tools
 from orchestrator.settings import Settings
 from orchestrator.tools.base import ToolCall
@@ -77,14 +94,6 @@ _RATE_LIMITED = "HTTP 429:"
 #: (`ModelBusy`), not failed: a model server restarting for a minute must not fail every task
 #: that was running.
 _AWAY = re.compile(r"HTTP (408|5\d\d):")
-#: How servers refuse a request past their context window (vLLM and OpenAI "maximum context
-#: length", llama.cpp "exceeds the available context size", TGI "must be <= N" of its inputs).
-_OVER_CONTEXT = re.compile(
-    r"context[ _](length|size|window)|maximum context|max_new_tokens` must be <=", re.IGNORECASE
-)
-#: An id that counts a turn's calls: a number of up to four digits, alone or after a prefix
-#: that ends in a separator (`0`, `call_0`, `functions.write_note:1`).
-_COUNTER = re.compile(r"(?:.*[^0-9A-Za-z])?(\d{1,4})", re.DOTALL)
 #: An answer past the cap: retried like an unreadable one (a proxy's hiccup, a looping model).
 _TOO_LARGE = (
     f"the model server's answer is larger than {MAX_MODEL_ANSWER_BYTES // (1024 * 1024)} MiB "
@@ -94,70 +103,6 @@ _NO_KEY = "not-needed"  # local servers take no key; the client insists on a val
 #: The longest tool-call id kept as the server sent it (the transcript's column); a longer or
 #: missing one is replaced by an id of the host's, used consistently in the history.
 MAX_CALL_ID_CHARS = 128
-#: How much of unreadable tool-call arguments the transcript keeps, so an operator sees what the
-#: model sent.
-MAX_RAW_ARGUMENT_CHARS = 500
-#: How often a waiting round looks at its stop event (a cancel, a lease in doubt).
-STOP_POLL_SECONDS = 0.1
-#: Model calls run on these daemon threads so a round waiting for one can stop at once; a
-#: process's rounds share them, and a call never waits for a thread (every round waits on one
-#: call at a time; an abandoned call ends within its timeout). Daemons: a call a stopped round
-#: left behind (a cold shutdown) does not hold up the worker's exit until the model answers or
-#: LLM_TIMEOUT_SECONDS.
-_CALLS = CallThreads("model-call")
-
-
-def _submit(create: Callable[..., Any], *args: Any) -> Future[Any]:
-    """`create(*args)` started on a model-call thread, its outcome in the future returned."""
-    future: Future[Any] = Future()
-
-    def run() -> None:
-        if not future.set_running_or_notify_cancel():
-            return  # cancelled before it started
-        try:
-            future.set_result(create(*args))
-        except BaseException as exc:  # the caller reads it from the future
-            future.set_exception(exc)
-
-    _CALLS.run(run)
-    return future
-
-
-#: How a wait for a call ended: the call is done, the round was stopped, or the timeout passed.
-Waited = Literal["done", "stopped", "late"]
-
-
-_CLIENTS: dict[tuple[str, str, float], openai.OpenAI] = {}
-_CLIENTS_LOCK = threading.Lock()
-
-
-def client_for(base_url: str, api_key: str, timeout: float) -> openai.OpenAI:
-    """One client (and one connection pool) per server and key, shared by a process's rounds.
-
-    Kept until `close_clients`: a client dropped while a round still used it would close that
-    round's connection, and one dropped unclosed leaves its sockets to the garbage collector."""
-    key = (base_url, api_key, timeout)
-    with _CLIENTS_LOCK:
-        client = _CLIENTS.get(key)
-        if client is None:
-            client = openai.OpenAI(
-                base_url=base_url,
-                api_key=api_key,
-                timeout=timeout,
-                max_retries=0,
-                http_client=bounded_http_client(),
-            )
-            _CLIENTS[key] = client
-        return client
-
-
-def close_clients() -> None:
-    """Close every shared client and forget it (a test between servers, a process stopping)."""
-    with _CLIENTS_LOCK:
-        clients = list(_CLIENTS.values())
-        _CLIENTS.clear()
-    for client in clients:
-        client.close()
 
 
 class OpenAIModel(Model):
@@ -198,6 +143,10 @@ class OpenAIModel(Model):
         self._first_ids: tuple[str, ...] = ()
         self._held: set[str] = set()
         self._own_ids = False
+        #: The replies read so far, and what sets this round's own call ids apart from another
+        #: round's (`_turn`).
+        self._turns = 0
+        self._round_tag = secrets.token_hex(3)
 
     @classmethod
     def from_settings(
@@ -263,8 +212,8 @@ class OpenAIModel(Model):
             # heartbeat renews the lease while the call is in flight, and a lease in doubt sets
             # `stop`, which ends the wait below at once.
             sent = adapt(self._server, body)  # without what the server refused before
-            call = _submit(self._create, sent, self.timeout)
-            waited = _wait(call, stop, started + self.timeout)
+            call = submit(self._create, sent, self.timeout)
+            waited = wait(call, stop, started + self.timeout)
             if waited == "stopped":
                 # Cancelled or the lease is in doubt: the round stops now; the abandoned call
                 # ends by itself within its timeout (`model_http`).
@@ -278,7 +227,7 @@ class OpenAIModel(Model):
             else:
                 outcome = self._outcome(call, started, sent)
                 if isinstance(outcome, ModelTurn):
-                    return _as_calls(outcome, tools)
+                    return as_calls(outcome, tools)
                 if outcome is None:
                     continue  # a parameter the server refused is left out: at once, once
                 reason, retry_after = outcome
@@ -326,40 +275,40 @@ class OpenAIModel(Model):
                 error = exc.body.get("error", exc.body) if isinstance(exc.body, dict) else None
                 if refused_parameter(self._server, status, error, sent, self._describe(exc)):
                     return None
-                hint = ""
-                if status == 404:
-                    # The usual first-run mistakes, which the server's "Not Found" names neither.
-                    hint = (
-                        "; check that LLM_BASE_URL includes the API's base path (often /v1, as "
-                        f"in http://HOST:8000/v1) and that the server serves the model "
-                        f"{self.model!r}"
-                    )
-                elif _OVER_CONTEXT.search(self._describe(exc)) and self.context_window:
-                    # The server's window is smaller than the one the agent budgets for: every
-                    # round would fail the same way (llama.cpp's -c, vLLM's --max-model-len).
-                    hint = (
-                        f"; LLM_CONTEXT_WINDOW is {self.context_window}: set it to the "
-                        "server's context size (llama.cpp -c, vLLM --max-model-len, Ollama "
-                        "num_ctx) so that requests are compacted within it"
-                    )
+                hint = refusal_hint(
+                    status, self._describe(exc), self.model, self.context_window, self._secret
+                )
                 raise ModelError(
                     f"the model server refused the request: HTTP {status}: "
                     f"{self._describe(exc)}{hint}"
                 ) from None
             return f"HTTP {status}: {self._describe(exc)}", parse_retry_after(headers)
-        except (json.JSONDecodeError, openai.APIResponseValidationError):
+        except json.JSONDecodeError as exc:
+            # Said to be JSON and not: a stream under `application/json` (some gateways) is
+            # read as a stream; anything else is unreadable.
+            completion = exc.doc
+        except openai.APIResponseValidationError:
             self._count("unreadable", started)
             return _UNREADABLE, None
-        if isinstance(completion, str):  # not JSON: a proxy's error page, say
-            self._count("unreadable", started)
-            return _UNREADABLE, None
+        if isinstance(completion, str):  # not JSON: a proxy's error page, or a stream
+            if not is_event_stream(completion):
+                self._count("unreadable", started)
+                return _UNREADABLE, None
+            try:
+                # A stream the request did not ask for (`streamed`): the reply it holds.
+                completion = ChatCompletion.construct(**assembled(completion))
+            except StreamError as exc:
+                self._count("unreadable", started)
+                return self._redacted(str(exc))[:400], None
         if not getattr(completion, "choices", None):
             self._count("no_choices", started)
             return _NO_CHOICES + self._error_of(completion), None
-        if getattr(completion.choices[0], "message", None) is None:
-            # A choice without a message (a server's error in the choice's place): unreadable.
+        problem = shape_problem(completion.choices[0])
+        if problem is not None:
+            # A choice without a message (a server's error in the choice's place), or parts of
+            # it in a wrong shape: unreadable, and the reason says which part.
             self._count("unreadable", started)
-            return _UNREADABLE, None
+            return f"{_UNREADABLE}: {problem}", None
         turn = self._turn(completion)
         self._count("ok", started, turn.usage)
         return turn
@@ -378,34 +327,13 @@ class OpenAIModel(Model):
         return self.client.chat.completions.create(**body, timeout=timeout)
 
     def _describe(self, exc: openai.APIStatusError) -> str:
-        """A short, one-line, secret-free account of the server's error."""
-        body = exc.body
-        text: Any = None
-        if isinstance(body, dict):
-            inner = body.get("error", body)
-            text = inner.get("message") if isinstance(inner, dict) else inner
-        if not text:
-            text = exc.message
-        line = " ".join(str(text).split())
-        if self._secret:
-            # Before the line is cut: a key across the cut would leave its beginning.
-            line = line.replace(self._secret, "***")
-        return line[:300]
+        return described(exc, self._secret)
 
     def _error_of(self, completion: Any) -> str:
-        """What a 200 without choices says of itself (`{"error": ...}`, which some servers and
-        gateways send with a 200), secret-free, for the reason; "" when nothing."""
-        error = getattr(completion, "error", None)
-        if error is None and getattr(completion, "model_extra", None):
-            error = completion.model_extra.get("error")
-        if isinstance(error, dict):
-            error = error.get("message", error)
-        if not error:
-            return ""
-        line = " ".join(str(error).split())
-        if self._secret:
-            line = line.replace(self._secret, "***")
-        return f" (its error: {line[:300]})"
+        return error_of(completion, self._secret)
+
+    def _redacted(self, text: str) -> str:
+        return redacted(text, self._secret)
 
     def _turn(self, completion: Any) -> ModelTurn:
         choice = completion.choices[0]
@@ -416,24 +344,26 @@ class OpenAIModel(Model):
         raw_arguments: list[tuple[str, str]] = []
         seen: set[str] = set()
         sent_ids: set[str] = set()  # as the server sent them: a repeat in one turn is refused
-        last = len(message.tool_calls or [])
-        numbered = self._numbers_per_turn(message.tool_calls or [])
-        for number, call in enumerate(message.tool_calls or [], start=1):
+        self._turns += 1
+        tool_calls = message.tool_calls or legacy_call(message)
+        last = len(tool_calls)
+        numbered = self._numbers_per_turn(tool_calls)
+        for number, call in enumerate(tool_calls, start=1):
             function = getattr(call, "function", None)
             if function is None:
                 continue  # a custom (non-function) tool call: nothing here can run it
-            arguments, problem = _arguments(function.arguments)
+            arguments, problem = arguments_of(function.arguments)
             # The limit cuts the reply's end: only its last call can be cut; an earlier one that
             # cannot be read, or a repeated id, is the model's mistake, not the limit's.
             cut = cut_off is not None and number == last
-            call_id = clean_text(call.id or "")
+            call_id = id_text(call)
             repeated = bool(call_id) and call_id in sent_ids
             sent_ids.add(call_id)
             if repeated or call_id in seen:
                 cut = False
                 # Two calls of one turn under one id: a history repeating it is refused, so it
                 # goes on under an id of its own, answered `failed` without running.
-                problem = f"the call id {_short_id(call_id)!r} is repeated in this turn"
+                problem = f"the call id {short_id(call_id)!r} is repeated in this turn"
                 call_id = ""
             elif numbered and call_id in self._held:
                 # The server numbers its ids per turn ("0", "call_0" in every reply): its id
@@ -442,7 +372,9 @@ class OpenAIModel(Model):
                 # then holds for ids that name a call, not for the server's counter.
                 call_id = self._scoped(call_id)
             if not call_id or len(call_id) > MAX_CALL_ID_CHARS:
-                call_id = f"call_{self.calls}_{number}"
+                # The host's own: the round's, so a later generation of the task (the same
+                # session, where a write's receipt is keyed by its call id) never meets it.
+                call_id = f"call_{self._round_tag}_{self._turns}_{number}"
             seen.add(call_id)
             self._held.add(call_id)
             name = clean_text(function.name) if isinstance(function.name, str) else ""
@@ -453,7 +385,7 @@ class OpenAIModel(Model):
             calls.append(ToolCall(call_id, name, arguments))
             if problem is not None:
                 malformed.append((call_id, problem))
-                raw = _raw_text(function.arguments)
+                raw = raw_text(function.arguments)
                 if raw:
                     raw_arguments.append((call_id, raw))
         reasoning = getattr(message, "reasoning_content", None)
@@ -468,14 +400,14 @@ class OpenAIModel(Model):
         if isinstance(content, list):
             # Content as parts (Mistral's reasoning models: thinking, then text): the text is
             # the reply, the thinking its reasoning; the rest of the loop takes text only.
-            content, thought = _parts_text(content)
+            content, thought = parts_text(content)
             if reasoning is None:
                 reasoning = thought
         usage = None
         if completion.usage is not None:
             usage = TokenUsage(
-                prompt_tokens=int(completion.usage.prompt_tokens or 0),
-                completion_tokens=int(completion.usage.completion_tokens or 0),
+                prompt_tokens=token_count(completion.usage, "prompt_tokens"),
+                completion_tokens=token_count(completion.usage, "completion_tokens"),
             )
         return ModelTurn(
             content=clean_text(content) if isinstance(content, str) else content,
@@ -492,10 +424,10 @@ class OpenAIModel(Model):
         starts its ids as the first such turn did (`0`, `1`, ... or `call_0`, ... again). A
         server with ids of its own per call gives a later turn a fresh first id, and then an id
         repeated from an earlier turn is the model's, which the host judges as it comes."""
-        ids = tuple(clean_text(getattr(call, "id", None) or "") for call in calls)
+        ids = tuple(id_text(call) for call in calls)
         if not ids or not ids[0]:
             return False  # no id to judge by (the host gives the call one of its own)
-        if not _counters(ids):
+        if not counters(ids):
             # An id of the server's own (`call_a1`, vLLM's `chatcmpl-tool-<hex>`) is never a
             # per-turn number: the same one in a later turn is the model repeating a call.
             self._own_ids = True
@@ -526,116 +458,3 @@ class OpenAIModel(Model):
         if finish_reason == "content_filter":
             return "the model server withheld the rest of the reply (finish_reason=content_filter)"
         return None
-
-
-def _counters(ids: Sequence[str]) -> bool:
-    """Whether a turn's ids count its calls from 0 or from 1 (`0`, `call_0`, `call_1`,
-    Kimi's `functions.NAME:0`): a number alone, or after a prefix ending in a separator, the
-    first call's 0 or 1. An id of a server's own does not (`call_a1`, `chatcmpl-tool-9f2c`).
-    (A number repeated within the turn is refused as such, whatever the shape.)"""
-    matches = [_COUNTER.fullmatch(call_id) for call_id in ids if call_id]
-    if not matches or any(match is None for match in matches):
-        return False
-    first = matches[0]
-    return first is not None and int(first.group(1)) in (0, 1)
-
-
-def _as_calls(turn: ModelTurn, tools: Sequence[dict[str, Any]]) -> ModelTurn:
-    """`turn`, unless it is a final reply that calls an offered tool as text (`text_calls`):
-    the server does not parse this model's tool calls, and no turn of the round will differ."""
-    if not turn.final or not tools:
-        return turn
-    names = [str(tool.get("function", tool).get("name")) for tool in tools]
-    name = written_call(turn.content, names)
-    if name is None:
-        return turn
-    raise ModelError(
-        f"the model wrote a call of {name} as text instead of calling it: the server does not "
-        "parse this model's tool calls (vLLM: start it with --enable-auto-tool-choice and the "
-        "model's --tool-call-parser; llama.cpp: --jinja; Ollama, LM Studio: a model whose chat "
-        "template supports tools)"
-    )
-
-
-def _wait(call: Future[Any], stop: threading.Event, deadline: float) -> Waited:
-    """Wait for `call` until `deadline` (monotonic); sooner if `stop` is set first."""
-    done = threading.Event()
-    call.add_done_callback(lambda _: done.set())
-    while not done.wait(max(0.0, min(STOP_POLL_SECONDS, deadline - time.monotonic()))):
-        if stop.is_set():
-            return "stopped"
-        if time.monotonic() >= deadline:
-            return "late"
-    return "done"
-
-
-def _short_id(call_id: str) -> str:
-    return call_id if len(call_id) <= 40 else call_id[:39] + "…"
-
-
-def _raw_text(raw: Any) -> str:
-    """The beginning of arguments that could not be read, as text the store can hold."""
-    if raw is None:
-        return ""
-    if not isinstance(raw, str):
-        raw = json.dumps(raw, ensure_ascii=False, default=str)
-    return clean_text(raw[:MAX_RAW_ARGUMENT_CHARS])
-
-
-def _arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
-    """The call's arguments as an object, or `{}` and why they cannot be read. JSON text, as
-    the API says; some servers and proxies send the object itself."""
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
-        return {}, None
-    if isinstance(raw, str):
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            # Some of json's messages end in "at" ("Unterminated string starting at").
-            where = "" if exc.msg.endswith(" at") else " at"
-            return {}, f"the arguments are not valid JSON ({exc.msg}{where} character {exc.pos})"
-    else:
-        value = raw
-    if isinstance(value, str) and value.strip().startswith("{"):
-        # Encoded twice by the server or a proxy (a JSON string holding the JSON object): the
-        # model wrote an object and cannot correct what the server did to it.
-        with contextlib.suppress(json.JSONDecodeError):
-            value = json.loads(value)
-    if not isinstance(value, dict):
-        return {}, f"the arguments must be a JSON object, not {_json_kind(value)}"
-    return clean(value), None
-
-
-def _parts_text(parts: list[Any]) -> tuple[str | None, str | None]:
-    """The text and the thinking of content sent as parts (`{"type": "text", "text"}`,
-    `{"type": "thinking", "thinking": text or parts}`); None for what has none."""
-    text: list[str] = []
-    thinking: list[str] = []
-    for part in parts:
-        if not isinstance(part, dict):
-            continue
-        kind = part.get("type")
-        if kind == "text" and isinstance(part.get("text"), str):
-            text.append(part["text"])
-        elif kind in ("thinking", "reasoning"):
-            inner = part.get(kind, part.get("text"))
-            if isinstance(inner, list):
-                inner = _parts_text(inner)[0]
-            if isinstance(inner, str):
-                thinking.append(inner)
-    return ("".join(text) if text else None), ("".join(thinking) if thinking else None)
-
-
-def _json_kind(value: Any) -> str:
-    """What a value is called in JSON, which the model writes (not its Python type's name)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true or false"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return type(value).__name__

@@ -7,6 +7,7 @@ read-only filter together; it records nothing itself (the transcript hook does).
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -28,6 +29,12 @@ from orchestrator.tools.results import RESULT_FIT, WHOLE_FIT
 BYTES_PER_TOKEN = 3
 
 __all__ = ["TRANSCRIPT", "AgentContext", "RequestBuilder", "result_fit"]
+
+log = logging.getLogger(__name__)
+
+#: How much a request must have grown (uncalibrated tokens) before a prompt count that did not
+#: grow with it is read as the server cutting the prompt (`_cut_by_server`).
+CUT_GROWTH_TOKENS = 256
 
 #: The key of `ToolContext.extras` holding the round's transcript hook (for sub-agents).
 TRANSCRIPT = "transcript"
@@ -75,6 +82,10 @@ class RequestBuilder:
         needed = tools is not None and (discovering or ctx.readonly)
         self.catalogue = Catalogue(tools) if needed and tools is not None else None
         self.discovery: Discovery | None = None
+        #: The last request's uncalibrated size and the prompt tokens the server reported for it,
+        #: and whether this round has warned of a server cutting its prompts.
+        self._reported: tuple[int, int] | None = None
+        self._warned_cut = False
         extras = dict(ctx.extras)
         if transcript is not None:
             extras[TRANSCRIPT] = transcript
@@ -166,10 +177,51 @@ class RequestBuilder:
         )
 
     def observe_usage(self, usage: Any) -> None:
-        """Calibrate the token counter with the prompt size the server reported, if any."""
+        """Calibrate the token counter with the prompt size the server reported, if any.
+
+        A server that cuts a prompt past its window without an error (Ollama's OpenAI API does,
+        at its context length, whatever LLM_CONTEXT_WINDOW says) reports the cut prompt's size:
+        the request grew and the count did not. The model then did not see the start of the
+        request (the system prompt, the brief) and nothing else says so: the worker warns once
+        a round, naming the settings, and the count is not calibrated by, since it is not the
+        size of this request (calibrating by it would make every later request look half its
+        size, in every round of the process)."""
         reported = prompt_tokens_of(usage)
-        if reported is not None and self.context is not None:
-            self.context.counter.calibrate(self.conversation.last_raw, reported)
+        if reported is None or self.context is None:
+            return
+        raw = self.conversation.last_raw
+        before, self._reported = self._reported, (raw, reported)
+        if before is not None and _cut_by_server(before, (raw, reported)):
+            if not self._warned_cut:
+                self._warned_cut = True
+                counter, window = self.context.counter, self.context.budget.window
+                log.warning(
+                    "the model server counted %d prompt tokens for a request of about %d (and "
+                    "%d for the one before, of about %d): it seems to cut prompts past its own "
+                    "window without an error, so the model does not see all of the request; "
+                    "make the server's window LLM_CONTEXT_WINDOW=%d (Ollama: "
+                    "OLLAMA_CONTEXT_LENGTH or the model's num_ctx), or set LLM_CONTEXT_WINDOW "
+                    "to the server's window",
+                    reported,
+                    counter.scaled(raw),
+                    before[1],
+                    counter.scaled(before[0]),
+                    window,
+                )
+            return
+        self.context.counter.calibrate(raw, reported)
+
+
+def _cut_by_server(before: tuple[int, int], now: tuple[int, int]) -> bool:
+    """Whether the prompt count `now` (uncalibrated size, reported tokens) is that of a prompt
+    the server cut: the request grew by `CUT_GROWTH_TOKENS` or more since `before`, and the
+    count is under half of what the ratio of `before` makes of its size. A tokenizer's ratio
+    to the local count moves with the text (JSON, prose, CJK), not by half in one turn;
+    Ollama cuts a prompt past its window to half of the window."""
+    grown = now[0] - before[0]
+    if before[0] <= 0 or before[1] <= 0 or now[1] <= 0 or grown < CUT_GROWTH_TOKENS:
+        return False
+    return now[1] * before[0] * 2 < before[1] * now[0]
 
 
 def result_fit(context: AgentContext) -> Callable[[str], int]:

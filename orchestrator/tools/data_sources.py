@@ -327,17 +327,14 @@ class QueryDataSource(Tool):
             task = task_store.get_task(conn, ctx.task_id)
         if task is None or task.sample_input is None:
             return ToolResult.failed("this task has no sample input", code="unknown_source")
-        rows = task.sample_input if isinstance(task.sample_input, list) else [task.sample_input]
-        return ToolResult.ok(
-            {
-                "source": SAMPLE_SOURCE,
-                "origin": "peripheral_sample",
-                "rows": rows,
-                "row_count": len(rows),
-                "truncated": False,
-                "note": "the trigger's fixed sample input: never present it as a live query",
-            }
-        )
+        sample = task.sample_input
+        rows = sample if isinstance(sample, list) else [sample]
+        # Fitted to the window as any source's rows are: a large sample input whole was a
+        # request past the window, and the round failed `context_overflow` on every try.
+        whole = _fitted(_SAMPLE_HEAD, rows, _json(rows), [], ctx, note=_SAMPLE_NOTE)
+        if whole.payload["row_count"] or not isinstance(sample, dict):
+            return whole
+        return _cut_sample(sample, ctx) or whole
 
 
 def _envelope(
@@ -366,6 +363,22 @@ def _envelope(
         if not why or "character" not in why[-1]:
             why.append(f"character limit {limits.max_chars} reached")
     head = {"source": name, "origin": origin, "start": wire_time(start), "end": wire_time(end)}
+    return _fitted(head, kept, rows_text, why, ctx)
+
+
+def _fitted(
+    head: dict[str, Any],
+    kept: list[Any],
+    rows_text: str,
+    why: list[str],
+    ctx: ToolContext | None,
+    *,
+    note: str | None = None,
+) -> ToolResult:
+    """`head` with the most of `kept` (whose JSON is `rows_text`) that `ctx`'s context window
+    takes (`WHOLE_FIT`; all without a `ctx`), with `truncated` and why. With a `note`, the
+    rows are the task's sample input, which has no range to narrow."""
+    sample = note is not None
 
     def written(shown: list[Any], rows_text: str) -> tuple[dict[str, Any], str]:
         reasons = list(why)
@@ -374,18 +387,38 @@ def _envelope(
             # it saw): in a small context window it shows fewer rows instead.
             after = kept[len(shown)]
             at = after.get("time") if isinstance(after, dict) else None
-            reasons.append(
-                f"the context window (LLM_CONTEXT_WINDOW) takes {len(shown)} of {len(kept)} "
-                "rows; query a narrower range (start, end) for the rest"
-                + (f" (the next row's time is {at})" if isinstance(at, str) else "")
-                if shown
-                else f"the context window (LLM_CONTEXT_WINDOW) takes none of the {len(kept)} "
-                "rows beside the prompt and the tool definitions: an operator must make room "
-                "(LLM_MAX_TOOLS, LLM_MAX_OUTPUT_TOKENS or a larger window)"
-            )
+            if sample:
+                # The business backend's input: say which part the model did not see, and
+                # where the whole of it is (read_task_context pages a large result).
+                unseen = (
+                    f"rows {len(shown) + 1} to {len(kept)} are not shown"
+                    if len(kept) > 1
+                    else f"its one row ({len(_json(after))} characters) is not shown"
+                )
+                reasons.append(
+                    f"the context window (LLM_CONTEXT_WINDOW) takes {len(shown)} of the "
+                    f"sample input's {len(kept)} rows: {unseen}; read_task_context returns "
+                    "the sample input whole, a page at a time"
+                )
+            else:
+                reasons.append(
+                    f"the context window (LLM_CONTEXT_WINDOW) takes {len(shown)} of {len(kept)} "
+                    "rows; query a narrower range (start, end) for the rest"
+                    + (f" (the next row's time is {at})" if isinstance(at, str) else "")
+                    if shown
+                    else f"the context window (LLM_CONTEXT_WINDOW) takes none of the "
+                    f"{len(kept)} rows beside the prompt and the tool definitions: an operator "
+                    "must make room (LLM_MAX_TOOLS, LLM_MAX_OUTPUT_TOKENS or a larger window)"
+                )
         tail: dict[str, Any] = {"row_count": len(shown), "truncated": bool(reasons)}
         if reasons:
-            tail["truncation"] = "; ".join(reasons) + ": the rows cover only part of the range"
+            tail["truncation"] = "; ".join(reasons) + (
+                ": the rows are only part of the sample input"
+                if sample
+                else ": the rows cover only part of the range"
+            )
+        if note is not None:
+            tail["note"] = note
         payload = {**head, "rows": shown, **tail}
         # The payload's text from the rows' text just measured, not the rows written again.
         return payload, _json(head)[:-1] + ', "rows": ' + rows_text + ", " + _json(tail)[1:]
@@ -411,6 +444,44 @@ def _envelope(
         envelope = fits(low) or written([], "[]")
     payload, text = envelope
     return ToolResult.ok(payload).with_payload_text(text)
+
+
+_SAMPLE_HEAD: Final = {"source": SAMPLE_SOURCE, "origin": "peripheral_sample"}
+_SAMPLE_NOTE: Final = "the trigger's fixed sample input: never present it as a live query"
+
+
+def _cut_sample(sample: dict[str, Any], ctx: ToolContext | None) -> ToolResult | None:
+    """A sample input too large for the window (one object: the trigger's), shown with the
+    leading items of its largest list that fit, and which items are not shown; None when it
+    has no list, or the rest of it alone does not fit. The whole of it stays readable, a page
+    at a time, through read_task_context."""
+    lists = [key for key, value in sample.items() if isinstance(value, list) and value]
+    if not lists:
+        return None
+    key = max(lists, key=lambda name: len(_json(sample[name])))
+    items: list[Any] = sample[key]
+
+    def shown(count: int) -> ToolResult | None:
+        row = {**sample, key: items[:count]}
+        why = [
+            f"the context window (LLM_CONTEXT_WINDOW) takes {count} of the {len(items)} items "
+            f"of the sample input's {key!r}: items {count + 1} to {len(items)} are not shown; "
+            "read_task_context returns the sample input whole, a page at a time"
+        ]
+        result = _fitted(_SAMPLE_HEAD, [row], _json([row]), why, ctx, note=_SAMPLE_NOTE)
+        return result if result.payload["row_count"] else None
+
+    # The most items that fit (the whole list did not), found by bisection.
+    low, high = 0, len(items) - 1
+    if shown(low) is None:
+        return None
+    while low < high:
+        middle = (low + high + 1) // 2
+        if shown(middle) is not None:
+            low = middle
+        else:
+            high = middle - 1
+    return shown(low)
 
 
 def _json(value: Any) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.agent.model import ModelError
+from orchestrator.agent.model import ModelError, TokenUsage
 from tests.integration.test_openai_model import (
     CountSamples,
     Recorder,
@@ -105,3 +105,51 @@ def test_a_choice_without_a_message_is_retried_as_unreadable(server: OpenAIServe
     server.reply(content="2 samples")
     assert play(model_for(server), CountSamples()) == "2 samples"
     assert len(server.requests) == 2
+
+
+@pytest.mark.parametrize(
+    ("message", "part"),
+    [
+        ("hello", "its choice has no message object"),
+        ({"content": 42}, "its content is a number, neither text nor parts"),
+        ({"content": None, "tool_calls": {"id": "a"}}, "its tool_calls is not a list"),
+        (
+            {"content": None, "tool_calls": [{"id": "a", "function": "count_samples"}]},
+            "a tool call, or its function, is not an object",
+        ),
+        ({"content": None, "function_call": "count_samples"}, "its function_call is not an"),
+    ],
+)
+def test_a_reply_in_a_wrong_shape_is_unreadable_naming_the_part(
+    server: OpenAIServer, message: Any, part: str
+) -> None:
+    """Before: some of these failed the task "agent error: 'str' object has no attribute
+    'arguments'" with a traceback; others ran as a final answer of no text."""
+    for _ in range(2):
+        server.script.append(_completion(message))
+    with pytest.raises(ModelError) as caught:
+        play(model_for(server, llm_max_retries=1), CountSamples())
+    assert f"not readable as a chat completion: {part}" in str(caught.value)
+
+
+def test_a_numeric_call_id_and_counts_as_text_are_read(server: OpenAIServer) -> None:
+    """Before: an id of 1 failed the task "agent error: argument of type 'int' is not
+    iterable", a usage of "120" one of int()."""
+    one = call("c1", "count_samples", {"site": "n", "hours": 1})
+    body = {
+        "choices": [
+            {
+                "index": 0,
+                "message": {"content": None, "tool_calls": [{**one, "id": 1}]},
+                "finish_reason": "tool_calls",
+            }
+        ],
+        "usage": {"prompt_tokens": "120", "completion_tokens": "many"},
+    }
+    server.script.append(Garbled(body=json.dumps(body), content_type="application/json"))
+    server.reply(content="2 samples")
+    recorder = Recorder()
+    assert play(model_for(server), CountSamples(), recorder) == "2 samples"
+    first = recorder.turns[0]
+    assert [c.id for c in first.tool_calls] == ["1"]
+    assert first.usage == TokenUsage(prompt_tokens=120, completion_tokens=0)

@@ -183,6 +183,23 @@ def test_a_404_says_to_check_the_base_url_s_path_and_the_model_name(
 
 
 @pytest.mark.parametrize(
+    ("key", "hint"),
+    [
+        (None, "; LLM_API_KEY is not set: set it to the server's key"),
+        (KEY, "; check LLM_API_KEY (set)"),
+    ],
+)
+def test_a_401_names_llm_api_key(server: OpenAIServer, key: str | None, hint: str) -> None:
+    """Unset, the client sends a placeholder the server then names ("Incorrect API key
+    provided: not-need***"): a key the operator never set, and no word of the setting."""
+    server.fail(401, message="Incorrect API key provided: not-need***")
+    with pytest.raises(ModelError) as caught:
+        play(model_for(server, llm_api_key=key), CountSamples())
+    assert str(caught.value).endswith(hint)
+    assert KEY not in str(caught.value)
+
+
+@pytest.mark.parametrize(
     "message",
     [
         "This model's maximum context length is 4096 tokens. However, you requested 5210 tokens",

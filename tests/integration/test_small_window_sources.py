@@ -121,3 +121,75 @@ def test_with_the_business_api_trimmed_the_rows_leave_room_for_its_tools(
     shown, [record] = seen["shown"], seen["records"]
     assert shown["truncated"] is True
     assert (record["truncated"], record["row_count"]) == (True, len(shown["rows"]))
+
+
+def _run_sample(store_url: str, scripts: Path, server: OpenAIServer, sample: Any) -> dict[str, Any]:
+    """One round in an 8,192-token window that queries the task's sample input."""
+    rt, _ = runtime_for(
+        store_url,
+        scripts,
+        model="openai:test-model",
+        llm_base_url=server.base_url,
+        llm_api_key=KEY,
+        llm_context_window=8192,
+        llm_max_output_tokens=512,
+    )
+    try:
+        query = {"source": "sample_input"}
+        server.reply(tool_calls=[call("q1", "query_data_source", query)], usage=NO_USAGE)
+        server.reply(content="looked at the sample", usage=NO_USAGE)
+        trigger = Trigger(task_type="looks", title="turbid water", sample_input=sample)
+        task_id = rt.tasks.trigger(trigger).task.task_id
+        rt.executions.run(task_id, 1, worker="w1")
+        error = rt.tasks.get(task_id).last_error
+        records = TaskRecords(rt.db).evidence(task_id)["items"]
+        bodies = server.bodies
+        shown = json.loads(bodies[1]["messages"][-1]["content"])["result"] if bodies[1:] else None
+        return {"error": error, "records": records, "shown": shown}
+    finally:
+        rt.close()
+
+
+#: A sample input of 2,000 readings (about 60,000 tokens): what a backend may well send.
+READINGS = [
+    {"t": n, "turbidity": round(0.1 * n, 1), "note": f"第{n}号 读数正常"} for n in range(2000)
+]
+
+
+def test_a_large_sample_input_shows_the_items_that_fit_and_names_the_rest(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """Before, the sample input was shown whole and the round failed `context_overflow`."""
+    sample = {"site": "tap 3", "readings": READINGS}
+    seen = _run_sample(store_url, scripts, server, sample)
+    assert seen["error"] is None
+    shown, [record] = seen["shown"], seen["records"]
+    [row] = shown["rows"]
+    kept = row["readings"]
+    assert 0 < len(kept) < 2000
+    assert row == {"site": "tap 3", "readings": READINGS[: len(kept)]}  # leading items, whole
+    assert (shown["origin"], shown["truncated"]) == ("peripheral_sample", True)
+    said = f"takes {len(kept)} of the 2000 items of the sample input's 'readings': items "
+    assert said + f"{len(kept) + 1} to 2000 are not shown" in shown["truncation"]
+    assert "read_task_context returns the sample input whole" in shown["truncation"]
+    assert (record["truncated"], record["row_count"]) == (True, 1)
+
+
+def test_a_sample_input_without_a_list_to_cut_says_none_of_it_is_shown(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    seen = _run_sample(store_url, scripts, server, {"log": json.dumps(READINGS)})
+    assert seen["error"] is None
+    shown = seen["shown"]
+    assert (shown["rows"], shown["truncated"]) == ([], True)
+    assert "takes 0 of the sample input's 1 rows: its one row (" in shown["truncation"]
+
+
+def test_a_small_sample_input_is_shown_whole(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    sample = {"readings": READINGS[:5]}
+    seen = _run_sample(store_url, scripts, server, sample)
+    shown = seen["shown"]
+    assert (shown["rows"], shown["truncated"], shown["row_count"]) == ([sample], False, 1)
+    assert "never present it as a live query" in shown["note"]

@@ -125,6 +125,19 @@ def test_finite_floats_still_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (settings.lease_seconds, settings.lease_renew_seconds) == (90.5, 30.0)
 
 
+@pytest.mark.parametrize(
+    "value", ["http://llm:8000/v1/chat/completions", "https://gw.example/openai/chat/completions/"]
+)
+def test_an_llm_base_url_that_is_the_endpoint_is_refused(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    """Before, every model call was a 404 at .../chat/completions/chat/completions."""
+    message = refused(monkeypatch, "LLM_BASE_URL", value)
+    assert "not the endpoint: the client adds /chat/completions itself" in message
+    monkeypatch.setenv("LLM_BASE_URL", "http://llm:8000/v1")
+    assert load_settings().llm_base_url == "http://llm:8000/v1"
+
+
 @pytest.mark.parametrize("name", ["ORCH_WEBHOOK_URL", "ORCH_ACTIONS_URL", "LLM_BASE_URL"])
 @pytest.mark.parametrize(
     ("value", "part"),

@@ -1,0 +1,82 @@
+"""What a model server's refusal and error say, in words an operator can act on.
+
+The server's own words, one line, cut to 300 characters and never with the API key (a gateway
+may echo the request's headers); and for the usual first-run mistakes, which the server's words
+do not name, the setting to change: a 404 (LLM_BASE_URL without its /v1, a model the server
+does not serve), a 401 or 403 (LLM_API_KEY, or none set), a request past the server's window
+(LLM_CONTEXT_WINDOW larger than llama.cpp's -c or vLLM's --max-model-len).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import openai
+
+__all__ = ["described", "error_of", "redacted", "refusal_hint"]
+
+#: How servers refuse a request past their context window (vLLM and OpenAI "maximum context
+#: length", llama.cpp "exceeds the available context size", TGI "must be <= N" of its inputs).
+_OVER_CONTEXT = re.compile(
+    r"context[ _](length|size|window)|maximum context|max_new_tokens` must be <=", re.IGNORECASE
+)
+
+
+def redacted(text: str, secret: str | None) -> str:
+    """`text` without the API key."""
+    return text.replace(secret, "***") if secret else text
+
+
+def described(exc: openai.APIStatusError, secret: str | None) -> str:
+    """A short, one-line, secret-free account of the server's error."""
+    body = exc.body
+    text: Any = None
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        text = inner.get("message") if isinstance(inner, dict) else inner
+    if not text:
+        text = exc.message
+    # Redacted before the line is cut: a key across the cut would leave its beginning.
+    return redacted(" ".join(str(text).split()), secret)[:300]
+
+
+def error_of(completion: Any, secret: str | None) -> str:
+    """What a 200 without choices says of itself (`{"error": ...}`, which some servers and
+    gateways send with a 200), secret-free, for the reason; "" when nothing."""
+    error = getattr(completion, "error", None)
+    if error is None and getattr(completion, "model_extra", None):
+        error = completion.model_extra.get("error")
+    if isinstance(error, dict):
+        error = error.get("message", error)
+    if not error:
+        return ""
+    return f" (its error: {redacted(' '.join(str(error).split()), secret)[:300]})"
+
+
+def refusal_hint(
+    status: int, said: str, model: str, context_window: int | None, secret: str | None
+) -> str:
+    """What to add to a refusal (`said`: the server's words) that names the setting to
+    change; "" when nothing is known to."""
+    if status == 404:
+        # The usual first-run mistakes, which the server's "Not Found" names neither.
+        return (
+            "; check that LLM_BASE_URL includes the API's base path (often /v1, as in "
+            f"http://HOST:8000/v1) and that the server serves the model {model!r}"
+        )
+    if status in (401, 403):
+        # The server's words name a key the operator never set ("not-needed", which the
+        # client sends when LLM_API_KEY is unset) or none at all.
+        if secret:
+            return "; check LLM_API_KEY (set)"
+        return "; LLM_API_KEY is not set: set it to the server's key"
+    if _OVER_CONTEXT.search(said) and context_window:
+        # The server's window is smaller than the one the agent budgets for: every round
+        # would fail the same way (llama.cpp's -c, vLLM's --max-model-len).
+        return (
+            f"; LLM_CONTEXT_WINDOW is {context_window}: set it to the server's context size "
+            "(llama.cpp -c, vLLM --max-model-len, Ollama num_ctx) so that requests are "
+            "compacted within it"
+        )
+    return ""

@@ -1,0 +1,198 @@
+"""Reading the pieces of a model's reply: its calls' arguments, content sent as parts, a call
+in the legacy shape, ids that count a turn's calls, and a final reply that writes a call as text.
+
+Each is how some server or proxy really answers (see `openai_model`, which reads a reply with
+these); none keeps state, so the conversation's own rules (ids across turns) stay there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import openai
+
+from orchestrator.agent.model import ModelError, ModelTurn
+from orchestrator.agent.text import clean, clean_text
+from orchestrator.agent.text_calls import written_call
+
+__all__ = [
+    "MAX_RAW_ARGUMENT_CHARS",
+    "arguments_of",
+    "as_calls",
+    "counters",
+    "id_text",
+    "legacy_call",
+    "parts_text",
+    "raw_text",
+    "shape_problem",
+    "short_id",
+    "token_count",
+]
+
+#: How much of unreadable tool-call arguments the transcript keeps, so an operator sees what the
+#: model sent.
+MAX_RAW_ARGUMENT_CHARS = 500
+#: An id that counts a turn's calls: a number of up to four digits, alone or after a prefix
+#: that ends in a separator (`0`, `call_0`, `functions.write_note:1`).
+_COUNTER = re.compile(r"(?:.*[^0-9A-Za-z])?(\d{1,4})", re.DOTALL)
+
+
+def shape_problem(choice: Any) -> str | None:
+    """What makes a completion's first choice unreadable (a message, a tool call or a usage
+    that is not an object, content that is neither text nor parts), or None. The `openai`
+    client builds a completion without checking it, so a server's wrong shape reached the
+    reading as an `AttributeError` and failed the task "agent error" with a traceback."""
+    message = getattr(choice, "message", None)
+    if not isinstance(message, openai.BaseModel):
+        return "its choice has no message object"
+    content = getattr(message, "content", None)
+    if content is not None and not isinstance(content, str | list):
+        return f"its content is {json_kind(content)}, neither text nor parts"
+    calls = getattr(message, "tool_calls", None)
+    if calls is not None and not isinstance(calls, list):
+        return "its tool_calls is not a list"
+    for call in calls or []:
+        function = getattr(call, "function", None)
+        if not isinstance(call, openai.BaseModel) or not isinstance(
+            function, openai.BaseModel | None
+        ):
+            return "a tool call, or its function, is not an object"
+    legacy = getattr(message, "function_call", None)
+    if not isinstance(legacy, openai.BaseModel | None):
+        return "its function_call is not an object"
+    return None
+
+
+def id_text(call: Any) -> str:
+    """A tool call's id as text: some servers send a number; "" for none (or any other
+    value: the host then gives the call an id of its own)."""
+    value = getattr(call, "id", None)
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return ""
+
+
+def token_count(usage: Any, name: str) -> int:
+    """A count of the reported usage (`prompt_tokens`), 0 when it is missing or no count."""
+    value = usage.get(name) if isinstance(usage, dict) else getattr(usage, name, None)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def legacy_call(message: Any) -> list[Any]:
+    """The one call of a reply in the shape before tool calls (`message.function_call`,
+    `finish_reason` `function_call`), still sent by older gateways and self-hosted servers; []
+    when the reply has none. It has no id: the host gives it one of its own (`_turn`)."""
+    function = getattr(message, "function_call", None)
+    if function is None or not getattr(function, "name", None):
+        return []
+    return [SimpleNamespace(id=None, function=function)]
+
+
+def counters(ids: Sequence[str]) -> bool:
+    """Whether a turn's ids count its calls from 0 or from 1 (`0`, `call_0`, `call_1`,
+    Kimi's `functions.NAME:0`): a number alone, or after a prefix ending in a separator, the
+    first call's 0 or 1. An id of a server's own does not (`call_a1`, `chatcmpl-tool-9f2c`).
+    (A number repeated within the turn is refused as such, whatever the shape.)"""
+    matches = [_COUNTER.fullmatch(call_id) for call_id in ids if call_id]
+    if not matches or any(match is None for match in matches):
+        return False
+    first = matches[0]
+    return first is not None and int(first.group(1)) in (0, 1)
+
+
+def as_calls(turn: ModelTurn, tools: Sequence[dict[str, Any]]) -> ModelTurn:
+    """`turn`, unless it is a final reply that calls an offered tool as text (`text_calls`):
+    the server does not parse this model's tool calls, and no turn of the round will differ."""
+    if not turn.final or not tools:
+        return turn
+    names = [str(tool.get("function", tool).get("name")) for tool in tools]
+    name = written_call(turn.content, names)
+    if name is None:
+        return turn
+    raise ModelError(
+        f"the model wrote a call of {name} as text instead of calling it: the server does not "
+        "parse this model's tool calls (vLLM: start it with --enable-auto-tool-choice and the "
+        "model's --tool-call-parser; llama.cpp: --jinja; Ollama, LM Studio: a model whose chat "
+        "template supports tools)"
+    )
+
+
+def short_id(call_id: str) -> str:
+    return call_id if len(call_id) <= 40 else call_id[:39] + "…"
+
+
+def raw_text(raw: Any) -> str:
+    """The beginning of arguments that could not be read, as text the store can hold."""
+    if raw is None:
+        return ""
+    if not isinstance(raw, str):
+        raw = json.dumps(raw, ensure_ascii=False, default=str)
+    return clean_text(raw[:MAX_RAW_ARGUMENT_CHARS])
+
+
+def arguments_of(raw: Any) -> tuple[dict[str, Any], str | None]:
+    """The call's arguments as an object, or `{}` and why they cannot be read. JSON text, as
+    the API says; some servers and proxies send the object itself."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}, None
+    if isinstance(raw, str):
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            # Some of json's messages end in "at" ("Unterminated string starting at").
+            where = "" if exc.msg.endswith(" at") else " at"
+            return {}, f"the arguments are not valid JSON ({exc.msg}{where} character {exc.pos})"
+    else:
+        value = raw
+    if isinstance(value, str) and value.strip().startswith("{"):
+        # Encoded twice by the server or a proxy (a JSON string holding the JSON object): the
+        # model wrote an object and cannot correct what the server did to it.
+        with contextlib.suppress(json.JSONDecodeError):
+            value = json.loads(value)
+    if not isinstance(value, dict):
+        return {}, f"the arguments must be a JSON object, not {json_kind(value)}"
+    return clean(value), None
+
+
+def parts_text(parts: list[Any]) -> tuple[str | None, str | None]:
+    """The text and the thinking of content sent as parts (`{"type": "text", "text"}`,
+    `{"type": "thinking", "thinking": text or parts}`); None for what has none."""
+    text: list[str] = []
+    thinking: list[str] = []
+    for part in parts:
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("type")
+        if kind == "text" and isinstance(part.get("text"), str):
+            text.append(part["text"])
+        elif kind in ("thinking", "reasoning"):
+            inner = part.get(kind, part.get("text"))
+            if isinstance(inner, list):
+                inner = parts_text(inner)[0]
+            if isinstance(inner, str):
+                thinking.append(inner)
+    return ("".join(text) if text else None), ("".join(thinking) if thinking else None)
+
+
+def json_kind(value: Any) -> str:
+    """What a value is called in JSON, which the model writes (not its Python type's name)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return type(value).__name__

@@ -26,7 +26,6 @@ from orchestrator.cli.stopping import StopSignals
 from orchestrator.logs import configure_logging
 from orchestrator.services.outbox import OutboxDispatcher, OutboxService
 from orchestrator.store.db import Database
-from orchestrator.store.outbox import OutboxRow
 from orchestrator.store.tables import OUTBOX_KINDS, OUTBOX_STATUSES
 
 __all__ = ["register"]
@@ -134,15 +133,23 @@ def _dispatch(args: argparse.Namespace) -> int:
         db.dispose()
 
 
-def _line(row: OutboxRow) -> str:
-    what = row.action_id if row.kind == "action" else f"event {row.task_id}:{row.event_seq}"
-    error = f"  last error: {row.last_error}" if row.last_error else ""
-    if row.status == "discarded":
+def _line(row: dict[str, Any]) -> str:
+    what = row["action_id"] if row["kind"] == "action" else f"event {row['event_id']}"
+    error = f"  last error: {row['last_error']}" if row["last_error"] else ""
+    if row["status"] == "discarded":
         # Typed by a person: a newline or a bidi control must not forge or reorder a line.
-        error += f"  discarded by {printable(row.discarded_by)}: {printable(row.discard_reason)}"
+        error += (
+            f"  discarded by {printable(row['discarded_by'])}: {printable(row['discard_reason'])}"
+        )
+    if row["waits_behind"]:
+        # Due and never attempted, it read as a stuck dispatcher: it is held back in order.
+        error += (
+            f"  waits behind dead letter outbox {row['waits_behind']} (outbox retry or discard it)"
+        )
     return (
-        f"{row.outbox_id:>6}  {row.kind:7}  {row.status:9}  attempts {row.attempts:<3}  "
-        f"throttled {row.throttled:<3}  task {row.task_id}  {what}{error}"
+        f"{row['outbox_id']:>6}  {row['kind']:7}  {row['status']:9}  "
+        f"attempts {row['attempts']:<3}  throttled {row['throttled']:<3}  "
+        f"task {row['task_id']}  {what}{error}"
     )
 
 
@@ -151,7 +158,7 @@ def _list(args: argparse.Namespace) -> int:
     try:
         # One more than shown: a page cut short says so, and how to read on (300 dead letters
         # after a backend outage were silently the 50 oldest).
-        rows = OutboxService(db).list(
+        rows = OutboxService(db).listed(
             task_id=args.task_id,
             status=args.status,
             kind=args.kind,
@@ -161,9 +168,9 @@ def _list(args: argparse.Namespace) -> int:
     finally:
         db.dispose()
     more, rows = len(rows) > args.limit, rows[: args.limit]
-    follow = f"more follow: the same command with --after {rows[-1].outbox_id}" if more else ""
+    follow = f"more follow: the same command with --after {rows[-1]['outbox_id']}" if more else ""
     if args.json:
-        print_json([row.public() for row in rows])
+        print_json(rows)
         if follow:  # stdout stays one JSON array (as `tasks list --json`); the way on beside it
             print(follow, file=sys.stderr)
         return 0

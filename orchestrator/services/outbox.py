@@ -19,6 +19,7 @@ webhooks and stop their tasks' event streams, so throttled attempts are counted 
 
 from __future__ import annotations
 
+import builtins
 import logging
 import threading
 import time
@@ -403,6 +404,24 @@ class OutboxService:
             return store.list_rows(
                 conn, task_id=task_id, status=status, kind=kind, after_id=after_id, limit=limit
             )
+
+    def listed(
+        self,
+        *,
+        task_id: str | None = None,
+        status: str | None = None,
+        kind: str | None = None,
+        after_id: int | None = None,
+        limit: int = 50,
+    ) -> builtins.list[dict[str, Any]]:
+        """`list` as operators read it: each row's public view, and a pending webhook held back
+        by its task's dead letter says which (`waits_behind`), read in the same transaction."""
+        with self.db.transaction(readonly=True) as conn:
+            rows = store.list_rows(
+                conn, task_id=task_id, status=status, kind=kind, after_id=after_id, limit=limit
+            )
+            held = store.waits_behind(conn, rows)
+        return [{**row.public(), "waits_behind": held.get(row.outbox_id)} for row in rows]
 
     def retry(self, outbox_id: int) -> OutboxRow:
         if outbox_id > MAX_OUTBOX_ID:  # the column holds no larger id: none such exists

@@ -40,6 +40,7 @@ __all__ = [
     "renew_claim",
     "retry_all_dead",
     "retry_dead",
+    "waits_behind",
 ]
 
 
@@ -77,6 +78,11 @@ class OutboxRow:
         """What the API and `tasks show` print (the body is the backend's, shown parsed)."""
         view = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "body"}
         view["event_id"] = f"{self.task_id}:{self.event_seq}" if self.event_seq else None
+        if self.status != "pending":
+            # Only a pending row has a next attempt. A dead one keeps the time of its last
+            # backoff in the column, which read as "due now"; delivered and discarded ones are
+            # never sent again either.
+            view["next_attempt_at"] = None
         return view
 
 
@@ -287,6 +293,35 @@ def list_rows(
         conditions.append(outbox.c.outbox_id > after_id)
     query = select(outbox).where(*conditions).order_by(outbox.c.outbox_id).limit(limit)
     return [OutboxRow.from_row(row) for row in conn.execute(query)]
+
+
+def waits_behind(conn: Connection, rows: Iterable[OutboxRow]) -> dict[int, int]:
+    """For each pending webhook of `rows` held back by a dead letter of its task (an earlier
+    event, dead-lettered): that dead letter's outbox id. One query for all of them: a listing
+    of pending rows showed them due and never attempted, which read as a stuck dispatcher."""
+    pending = [r for r in rows if r.kind == "webhook" and r.status == "pending"]
+    if not pending:
+        return {}
+    dead: dict[str, list[tuple[int, int]]] = {}
+    for task_id, seq, outbox_id in conn.execute(
+        select(outbox.c.task_id, outbox.c.event_seq, outbox.c.outbox_id)
+        .where(
+            outbox.c.task_id.in_({r.task_id for r in pending}),
+            outbox.c.kind == "webhook",
+            outbox.c.status == "dead",
+        )
+        .order_by(outbox.c.event_seq)
+    ):
+        dead.setdefault(str(task_id), []).append((int(seq), int(outbox_id)))
+    held = {}
+    for row in pending:
+        first = next(
+            (number for seq, number in dead.get(row.task_id, ()) if seq < (row.event_seq or 0)),
+            None,
+        )
+        if first is not None:
+            held[row.outbox_id] = first
+    return held
 
 
 def delivery_summary(conn: Connection, task_id: str) -> dict[str, Any]:

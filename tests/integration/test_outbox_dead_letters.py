@@ -170,6 +170,85 @@ def test_an_event_held_behind_a_dead_letter_says_so_where_the_task_is_shown(
     assert all(x.get("waits_behind") is None for x in view["deliveries"]["undelivered"])
 
 
+def test_the_outbox_list_names_the_dead_letter_a_pending_event_waits_behind(
+    rt: Runtime,
+    tmp_path: Path,
+    backend: Recorder,
+    dispatcher: OutboxDispatcher,
+    client: TestClient,
+    store_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`outbox list --status pending` and `GET /api/v1/outbox?status=pending` showed the held
+    event due and never attempted, as a stuck dispatcher would leave it; `tasks show` named
+    its dead letter, the list did not. A pending event of another task that is not held back
+    says nothing."""
+    from orchestrator.cli import main
+
+    dead_id = _refused_event(rt, tmp_path, backend, dispatcher)
+    [dead] = OutboxService(rt.db).list(status="dead")
+    free_task, _ = waiting_task(rt, tmp_path)  # its events are pending, behind nothing
+    listed = client.get(
+        "/api/v1/outbox", params={"status": "pending"}, headers=bearer("viewer-token")
+    ).json()["items"]
+    held = {i["outbox_id"]: i["waits_behind"] for i in listed if i["task_id"] == dead.task_id}
+    assert held
+    assert set(held.values()) == {dead_id}
+    assert {i["waits_behind"] for i in listed if i["task_id"] == free_task} == {None}
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    assert main(["outbox", "list", "--status", "pending", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["outbox_id"]: r["waits_behind"] for r in rows if r["outbox_id"] in held} == held
+    assert main(["outbox", "list", "--status", "pending", "--task", dead.task_id]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == len(held)
+    assert all(
+        line.endswith(f"waits behind dead letter outbox {dead_id} (outbox retry or discard it)")
+        for line in lines
+    )
+    OutboxService(rt.db).discard(dead_id, reason="handled", by="ops")
+    assert main(["outbox", "list", "--status", "pending", "--task", dead.task_id]) == 0
+    assert "waits behind" not in capsys.readouterr().out
+
+
+def test_a_dead_letter_has_no_next_attempt_where_it_is_listed(
+    rt: Runtime,
+    tmp_path: Path,
+    backend: Recorder,
+    dispatcher: OutboxDispatcher,
+    client: TestClient,
+    store_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A dead row's `next_attempt_at` was the past time of its last backoff, which reads as
+    "due now": it has none until an operator retries it (the stored column stays)."""
+    from orchestrator.cli import main
+
+    dead_id = _refused_event(rt, tmp_path, backend, dispatcher)
+    api = client.get("/api/v1/outbox", headers=bearer("viewer-token")).json()["items"]
+    # The one held behind it is pending: it still has its time.
+    assert {(i["status"], i["next_attempt_at"] is None) for i in api} == {
+        ("dead", True),
+        ("pending", False),
+    }
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    assert main(["outbox", "list", "--status", "dead", "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert (row["outbox_id"], row["next_attempt_at"]) == (dead_id, None)
+    task = client.get(f"/api/v1/tasks/{row['task_id']}", headers=bearer("viewer-token")).json()
+    [shown] = [x for x in task["deliveries"]["undelivered"] if x["status"] == "dead"]
+    assert shown["next_attempt_at"] is None
+    retried = client.post(f"/api/v1/outbox/{dead_id}/retry", headers=bearer("operator-token"))
+    assert retried.json()["next_attempt_at"] is not None  # due again: now
+    dispatcher.run_once()  # delivered now, and so is the event held behind it
+    api = client.get("/api/v1/outbox", headers=bearer("viewer-token")).json()["items"]
+    assert {(i["status"], i["next_attempt_at"]) for i in api} == {("delivered", None)}
+
+
 def test_a_discarded_webhook_stays_visible_until_retention_deletes_it(
     rt: Runtime, tmp_path: Path, backend: Recorder, dispatcher: OutboxDispatcher
 ) -> None:

@@ -85,7 +85,7 @@ def _list(args: argparse.Namespace) -> int:
     status = None if args.all else args.status
     rt = build_runtime(load(), dispatcher=RecordingDispatcher())
     try:
-        rows = rt.actions.list(
+        rows = rt.actions.listed(
             status=status,
             task_id=args.task_id,
             limit=args.limit + 1,  # one more says whether a next page exists
@@ -96,13 +96,13 @@ def _list(args: argparse.Namespace) -> int:
     finally:
         rt.close()
     found = rows[: args.limit]
-    last = found[-1] if len(rows) > args.limit else None
+    last = found[-1][0] if len(rows) > args.limit else None
     cursor = (
         encode_cursor(last.created_at, last.action_id, oldest_first=args.oldest) if last else None
     )
     more = f"next page: {_next_page(args, cursor)}" if cursor else ""
     if args.json:
-        print_json([_as_sent(action) for action in found])
+        print_json([{**_as_sent(action), "delivery": delivery} for action, delivery in found])
         if more:  # stdout stays one JSON array; the way on goes beside it
             print(more, file=sys.stderr)
         return 0
@@ -111,10 +111,10 @@ def _list(args: argparse.Namespace) -> int:
         print(f"{pending} pending; {len(found)} on this page")
     if not found:
         print("no actions")
-    for action in found:
+    for action, delivery in found:
         print(
             f"{action.action_id}  {action.status:16}  {action.kind:10}  task {action.task_id}"
-            f"  node {action.node_id}"
+            f"  node {action.node_id}" + (f"  {_delivery_brief(delivery)}" if delivery else "")
         )
     if more:
         print(more)
@@ -175,6 +175,21 @@ def _show(args: argparse.Namespace) -> int:
     if delivery is not None:
         print(f"  delivery: {_delivery_line(delivery)}")
     return 0
+
+
+def _delivery_brief(row: dict[str, Any]) -> str:
+    """An approved action's delivery in a list line: where it stands, and the outbox id to act
+    on (`actions show` says the rest)."""
+    status, number = row["status"], row["outbox_id"]
+    if status == "pending" and row["attempts"]:
+        status += f" after {row['attempts']} attempt(s)"
+    elif status == "pending":
+        status += ", not sent yet"
+    elif status == "dead":
+        status += f": outbox retry {number} or discard it"
+    elif status == "discarded":
+        status += ", never delivered"
+    return f"delivery {status} (outbox {number})"
 
 
 def _delivery_line(row: dict[str, Any]) -> str:

@@ -27,6 +27,7 @@ from orchestrator.store.types import utcnow
 __all__ = [
     "SETTLED",
     "OutboxRow",
+    "action_deliveries",
     "action_delivery",
     "claim_due",
     "delete_expired_webhooks",
@@ -270,6 +271,16 @@ def action_delivery(conn: Connection, action_id: str) -> OutboxRow | None:
     """The delivery of an approved action (one per approval), or None before an approval."""
     row = conn.execute(select(outbox).where(outbox.c.action_id == action_id)).one_or_none()
     return OutboxRow.from_row(row) if row is not None else None
+
+
+def action_deliveries(conn: Connection, action_ids: Iterable[str]) -> dict[str, OutboxRow]:
+    """`action_delivery` of each of `action_ids` that has one, in one query (a page of actions
+    is listed with its deliveries, not read a row at a time)."""
+    wanted = set(action_ids)
+    if not wanted:
+        return {}
+    rows = conn.execute(select(outbox).where(outbox.c.action_id.in_(wanted)))
+    return {str(row.action_id): OutboxRow.from_row(row) for row in rows}
 
 
 def list_rows(

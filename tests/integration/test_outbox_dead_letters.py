@@ -376,6 +376,69 @@ def test_an_actions_record_says_where_its_delivery_stands(
     assert task_id == dead["task_id"]
 
 
+def test_the_action_list_shows_each_approved_actions_delivery_in_one_query(
+    rt: Runtime,
+    tmp_path: Path,
+    backend: Recorder,
+    client: TestClient,
+    store_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`GET /api/v1/actions` and `actions list`: an approved work order the backend refused
+    is found in the list (before, only by opening each action), one still pending says it
+    has no delivery, and the page's deliveries are read in one statement, not one a row."""
+    from sqlalchemy import event
+
+    from orchestrator.cli import main
+
+    refused, delivered, undecided = (waiting_task(rt, tmp_path)[1] for _ in range(3))
+    for action_id in (refused, delivered):
+        digest = rt.actions.get(action_id).digest
+        rt.actions.decide(action_id, approve=True, by="duty engineer", note=None, digest=digest)
+    actions_only = OutboxDispatcher(rt.settings.model_copy(update={"webhook_url": None}), rt.db)
+    try:
+        backend.answers = [422]  # the older approval is sent first
+        actions_only.run_once()
+    finally:
+        actions_only.close()
+    sent: list[str] = []
+
+    def keep(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        sent.append(statement)
+
+    event.listen(rt.db.engine, "before_cursor_execute", keep)
+    try:
+        page = client.get("/api/v1/actions", params={"any": "true"}, headers=bearer("viewer-token"))
+    finally:
+        event.remove(rt.db.engine, "before_cursor_execute", keep)
+    assert page.status_code == 200, page.text
+    listed = {i["action_id"]: i["delivery"] for i in page.json()["items"]}
+    assert (listed[refused]["status"], listed[refused]["next_attempt_at"]) == ("dead", None)
+    assert listed[delivered]["status"] == "delivered"
+    assert listed[undecided] is None
+    assert len([x for x in sent if "FROM outbox" in x]) == 1
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    assert main(["actions", "list", "--all", "--json"]) == 0
+    rows = {r["action_id"]: r["delivery"] for r in json.loads(capsys.readouterr().out)}
+    assert {k: v and v["status"] for k, v in rows.items()} == {
+        refused: "dead",
+        delivered: "delivered",
+        undecided: None,
+    }
+    assert main(["actions", "list", "--all"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.strip().splitlines()}
+    number = listed[refused]["outbox_id"]
+    assert lines[refused].endswith(
+        f"delivery dead: outbox retry {number} or discard it (outbox {number})"
+    )
+    assert lines[delivered].endswith(
+        f"delivery delivered (outbox {listed[delivered]['outbox_id']})"
+    )
+    assert "delivery" not in lines[undecided]
+
+
 def test_every_dead_letter_is_retried_in_one_command_once_the_backend_is_mended(
     rt: Runtime,
     tmp_path: Path,

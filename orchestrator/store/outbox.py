@@ -37,11 +37,13 @@ __all__ = [
     "list_rows",
     "mark_delivered",
     "mark_failed",
+    "newest_sent_webhook",
     "release_claim",
     "renew_claim",
     "retry_all_dead",
     "retry_dead",
     "waits_behind",
+    "webhooks_were_sent",
 ]
 
 
@@ -396,37 +398,67 @@ def _ever_sent(conn: Connection, kind: str) -> bool:
     return found is not None
 
 
+def webhooks_were_sent(conn: Connection) -> bool:
+    """Whether a dispatcher ever sent this store's webhooks: one of them is delivered, dead or
+    discarded. Then the fleet has an ORCH_WEBHOOK_URL, whatever the settings of the process
+    asking (an operator's laptop); retention keeps the newest of them
+    (`newest_sent_webhook`), so the store goes on knowing it."""
+    return _ever_sent(conn, "webhook")
+
+
+def newest_sent_webhook(conn: Connection) -> int | None:
+    """The newest webhook delivered or discarded (a dead one is never deleted): retention keeps
+    it, whatever its age, as the store's record that its webhooks are sent."""
+    found = conn.execute(
+        select(outbox.c.outbox_id)
+        .where(outbox.c.kind == "webhook", outbox.c.status.in_(SETTLED))
+        .order_by(outbox.c.outbox_id.desc())
+        .limit(1)
+    ).first()
+    return int(found.outbox_id) if found is not None else None
+
+
 def delete_expired_webhooks(
-    conn: Connection, cutoff: datetime, limit: int, *, never_sent: bool
+    conn: Connection,
+    cutoff: datetime,
+    limit: int,
+    *,
+    never_sent: bool,
+    keep: int | None = None,
 ) -> tuple[int, int]:
     """One retention batch of webhook rows: (delivered or discarded, never sent) deleted, at most
     `limit`.
 
     Delivered webhooks delivered before `cutoff` go, and discarded ones discarded before it (an
-    operator settled them; who, when and why stay visible that long). With `never_sent` (the
-    cleanup's process has no ORCH_WEBHOOK_URL), so do pending webhooks written before `cutoff`
-    that were never attempted, unless their task has a webhook that was tried and not
-    delivered or discarded: a dead letter an operator has not dealt with holds its task's later
-    events back, and they must still follow it once it is retried or discarded. Kept whatever
-    their age: pending rows being retried, dead rows (an operator retries or discards them
-    from the console or `outbox retry|discard`), and approved actions
-    (one per approval; the action's delivery is read from its row). A webhook is always
-    deleted from its task's oldest on, so no gap opens before an event still to be sent.
+    operator settled them; who, when and why stay visible that long), but not the row `keep`
+    (`newest_sent_webhook`: the store's record that a dispatcher sends its webhooks). With
+    `never_sent` (no dispatcher sends webhooks: `services.cleanup` decides), so do pending
+    webhooks written before `cutoff` that were never attempted (no attempt counted, and no
+    error from before an operator's retry), unless their task has a webhook that was tried and
+    not delivered or discarded: a dead letter an operator has not dealt with holds its task's
+    later events back, and they must still follow it once it is retried or discarded. Kept
+    whatever their age: pending rows being retried, dead rows (an operator retries or discards
+    them from the console or `outbox retry|discard`), and approved actions (one per approval;
+    the action's delivery is read from its row). A webhook is always deleted from its task's
+    oldest on, so no gap opens before an event still to be sent.
     """
     tried = outbox.alias("tried")
     stuck_behind = exists().where(
         tried.c.task_id == outbox.c.task_id,
         tried.c.kind == "webhook",
         tried.c.status.not_in(SETTLED),
-        tried.c.attempts > 0,
+        or_(tried.c.attempts > 0, tried.c.last_error.is_not(None)),
     )
     delivered = or_(
         and_(outbox.c.status == "delivered", outbox.c.delivered_at < cutoff),
         and_(outbox.c.status == "discarded", outbox.c.discarded_at < cutoff),
     )
+    if keep is not None:
+        delivered = and_(delivered, outbox.c.outbox_id != keep)
     unsent = and_(
         outbox.c.status == "pending",
         outbox.c.attempts == 0,
+        outbox.c.last_error.is_(None),  # a retried dead letter is due, not unsent
         outbox.c.created_at < cutoff,
         ~stuck_behind,
     )

@@ -86,8 +86,25 @@ def _db() -> Database:
     return Database.from_url(settings.store_url, pool_size=1, max_overflow=1)
 
 
+#: What each kind is, and the setting without which this process does not send it.
+_UNSENT = {
+    "action": "approved actions (ORCH_ACTIONS_URL is unset here)",
+    "webhook": "task events (ORCH_WEBHOOK_URL is unset here)",
+}
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     settings = load()
+    if args.once and not settings.outbox_kinds:
+        # "delivered 0" read as nothing being due, from a laptop without the fleet's URLs.
+        raise CommandFailed(
+            "nothing to dispatch: neither ORCH_ACTIONS_URL nor ORCH_WEBHOOK_URL is set here "
+            "(deliveries wait in the outbox for a dispatcher that has them)",
+            exit_code=2,
+        )
+    # Said with every report: rows of a kind whose URL is unset here wait, they are not done.
+    unsent = [text for kind, text in _UNSENT.items() if kind not in settings.outbox_kinds]
+    left = f"; not sent here: {', '.join(unsent)}" if settings.outbox_kinds and unsent else ""
     # As the sweeper's: ORCH_LOG_FORMAT, and masked (httpx logs each request's URL at INFO).
     configure_logging(settings)
     db = Database.from_url(settings.store_url, pool_size=2, max_overflow=1)
@@ -97,11 +114,11 @@ def _dispatch(args: argparse.Namespace) -> int:
             report = dispatcher.run_once()
             print(
                 f"delivered {len(report.delivered)}, failed {len(report.failed)}, "
-                f"dead-lettered {len(report.dead)}, throttled {len(report.throttled)}"
+                f"dead-lettered {len(report.dead)}, throttled {len(report.throttled)}{left}"
             )
             return 0
         signals = StopSignals()
-        started = f"dispatching {', '.join(dispatcher.kinds) or 'nothing (no URL set)'}"
+        started = f"dispatching {', '.join(dispatcher.kinds) or 'nothing (no URL set)'}{left}"
         if settings.log_format == "json":
             log.info("%s", started)  # every line a JSON object, as the sweeper's
         else:

@@ -516,3 +516,34 @@ def test_the_api_retries_every_dead_letter_for_an_operator_not_a_viewer(
     assert {(r.attempts, r.throttled) for r in OutboxService(rt.db).list(status="pending")} == {
         (0, 0)
     }
+
+
+def test_a_dispatch_from_where_no_url_is_set_says_what_it_does_not_send(
+    rt: Runtime,
+    tmp_path: Path,
+    backend: Recorder,
+    store_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`outbox dispatch --once` on a laptop without the fleet's URLs printed `delivered 0,
+    failed 0, ...` and exit 0, which read as nothing being due: it refuses in one line, and
+    with one URL only, its report names the kind it left waiting."""
+    from orchestrator.cli import main
+
+    task_id, action_id = waiting_task(rt, tmp_path)
+    digest = rt.actions.get(action_id).digest
+    rt.actions.decide(action_id, approve=True, by="duty engineer", note=None, digest=digest)
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    assert main(["outbox", "dispatch", "--once"]) == 2
+    assert "neither ORCH_ACTIONS_URL nor ORCH_WEBHOOK_URL is set here" in capsys.readouterr().err
+    monkeypatch.setenv("ORCH_WEBHOOK_URL", f"{backend.url}/hooks")
+    monkeypatch.setenv("ORCH_WEBHOOK_SECRET", "hook-secret")
+    assert main(["outbox", "dispatch", "--once"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("delivered ")
+    assert line.endswith("; not sent here: approved actions (ORCH_ACTIONS_URL is unset here)")
+    assert backend.on("/actions") == []
+    [waiting] = OutboxService(rt.db).list(task_id=task_id, kind="action")
+    assert (waiting.status, waiting.attempts) == ("pending", 0)

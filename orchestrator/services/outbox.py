@@ -126,10 +126,14 @@ class OutboxDispatcher:
         # masked as a log line is (a Slack-style webhook keeps its secret in the URL's path).
         self._secrets = secrets_of(settings)
 
+    @property
+    def _connect_timeout(self) -> float:
+        return min(self.settings.outbox_timeout_seconds, 5.0)
+
     def _new_client(self) -> httpx.Client:
         timeout = self.settings.outbox_timeout_seconds
         return httpx.Client(
-            timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)), follow_redirects=False
+            timeout=httpx.Timeout(timeout, connect=self._connect_timeout), follow_redirects=False
         )
 
     @property
@@ -347,8 +351,15 @@ class OutboxDispatcher:
             with self.client.stream("POST", url, content=body, headers=headers) as response:
                 status = response.status_code
                 retry_after = response.headers.get("Retry-After")
+        except httpx.ConnectTimeout:
+            return _Answer(f"timed out connecting (after {self._connect_timeout:g} s)")
         except httpx.TimeoutException:
-            return _Answer("timed out")
+            # Named with its setting: a backend that always answers later than this (it may
+            # well take each request) dead-letters every webhook until the timeout is raised.
+            return _Answer(
+                f"timed out: no answer within ORCH_OUTBOX_TIMEOUT_SECONDS "
+                f"({self.settings.outbox_timeout_seconds:g} s)"
+            )
         except httpx.HTTPError as exc:
             text = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             return _Answer(redact(text, self._secrets)[:300])

@@ -23,6 +23,7 @@ from orchestrator.cli.common import (
     print_json,
     printable,
 )
+from orchestrator.cli.outbox import error_label
 from orchestrator.domain.cursors import encode_cursor
 from orchestrator.domain.vocabulary import ACTION_STATUSES
 from orchestrator.runtime import build_runtime
@@ -204,7 +205,7 @@ def _delivery_line(row: dict[str, Any]) -> str:
             f"{printable(row['discard_reason'] or '')} (outbox {number}; never delivered)"
         )
     tried = f"{row['attempts']} attempt(s)" + (
-        f", last error: {printable(row['last_error'])}" if row["last_error"] else ""
+        f", {error_label(row)}: {printable(row['last_error'])}" if row["last_error"] else ""
     )
     if status == "dead":
         return (

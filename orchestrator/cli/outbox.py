@@ -28,7 +28,7 @@ from orchestrator.services.outbox import OutboxDispatcher, OutboxService
 from orchestrator.store.db import Database
 from orchestrator.store.tables import OUTBOX_KINDS, OUTBOX_STATUSES
 
-__all__ = ["register"]
+__all__ = ["error_label", "register"]
 
 log = logging.getLogger("orchestrator.outbox")
 
@@ -152,7 +152,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 def _line(row: dict[str, Any]) -> str:
     what = row["action_id"] if row["kind"] == "action" else f"event {row['event_id']}"
-    error = f"  last error: {row['last_error']}" if row["last_error"] else ""
+    error = f"  {error_label(row)}: {row['last_error']}" if row["last_error"] else ""
     if row["status"] == "discarded":
         # Typed by a person: a newline or a bidi control must not forge or reorder a line.
         error += (
@@ -168,6 +168,14 @@ def _line(row: dict[str, Any]) -> str:
         f"attempts {row['attempts']:<3}  throttled {row['throttled']:<3}  "
         f"task {row['task_id']}  {what}{error}"
     )
+
+
+def error_label(row: dict[str, Any]) -> str:
+    """A pending row with an error and no attempt was retried by an operator since: its error
+    is from before (it read as the retry having failed, a 401's "then retry" most of all)."""
+    if row["status"] == "pending" and not row["attempts"]:
+        return "last error, before the retry"
+    return "last error"
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -244,6 +244,12 @@ def test_a_dead_letter_has_no_next_attempt_where_it_is_listed(
     assert shown["next_attempt_at"] is None
     retried = client.post(f"/api/v1/outbox/{dead_id}/retry", headers=bearer("operator-token"))
     assert retried.json()["next_attempt_at"] is not None  # due again: now
+    # Its error is from before the retry: it read as the retry having failed.
+    assert main(["outbox", "list", "--status", "pending", "--kind", "webhook"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith(
+        "last error, before the retry: HTTP 422 (a permanent refusal, not retried)"
+    )
     dispatcher.run_once()  # delivered now, and so is the event held behind it
     api = client.get("/api/v1/outbox", headers=bearer("viewer-token")).json()["items"]
     assert {(i["status"], i["next_attempt_at"]) for i in api} == {("delivered", None)}
@@ -440,6 +446,10 @@ def test_the_action_list_shows_each_approved_actions_delivery_in_one_query(
         f"delivery delivered (outbox {listed[delivered]['outbox_id']})"
     )
     assert "delivery" not in lines[undecided]
+    OutboxService(rt.db).retry(number)
+    assert main(["actions", "show", refused]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "delivery:" in x)
+    assert "pending, 0 attempt(s), last error, before the retry: HTTP 422" in line
 
 
 def test_every_dead_letter_is_retried_in_one_command_once_the_backend_is_mended(

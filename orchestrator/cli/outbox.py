@@ -183,13 +183,16 @@ def _list(args: argparse.Namespace) -> int:
     try:
         # One more than shown: a page cut short says so, and how to read on (300 dead letters
         # after a backend outage were silently the 50 oldest).
-        rows = OutboxService(db).listed(
+        service = OutboxService(db)
+        rows = service.listed(
             task_id=args.task_id,
             status=args.status,
             kind=args.kind,
             after_id=args.after_id,
             limit=args.limit + 1,
         )
+        if not rows and args.task_id:
+            service.require_task(args.task_id)  # not "no deliveries" for a mistyped id
     finally:
         db.dispose()
     more, rows = len(rows) > args.limit, rows[: args.limit]

@@ -30,7 +30,7 @@ from typing import Any, Final
 
 import httpx
 
-from orchestrator.errors import InvalidTransition, NotFound
+from orchestrator.errors import InvalidTransition, NotFound, echoed
 from orchestrator.logs import redact, secrets_of
 from orchestrator.services.delivery_answers import (
     RETRY_AFTER_STATUSES,
@@ -42,6 +42,7 @@ from orchestrator.services.delivery_answers import (
 from orchestrator.services.outbox_signing import SIGNATURE_HEADER, sign, signature_headers
 from orchestrator.settings import Settings
 from orchestrator.store import outbox as store
+from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database
 from orchestrator.store.outbox import OutboxRow
 from orchestrator.store.types import utcnow
@@ -433,6 +434,14 @@ class OutboxService:
             )
             held = store.waits_behind(conn, rows)
         return [{**row.public(), "waits_behind": held.get(row.outbox_id)} for row in rows]
+
+    def require_task(self, task_id: str) -> None:
+        """NotFound unless the task exists: an empty list filtered by a mistyped (or cut short)
+        task id read as a task with no deliveries."""
+        with self.db.transaction(readonly=True) as conn:
+            task = task_store.get_task(conn, task_id)
+        if task is None:
+            raise NotFound(f"task {echoed(task_id)} does not exist")
 
     def retry(self, outbox_id: int) -> OutboxRow:
         if outbox_id > MAX_OUTBOX_ID:  # the column holds no larger id: none such exists

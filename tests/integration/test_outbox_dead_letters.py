@@ -557,3 +557,26 @@ def test_a_dispatch_from_where_no_url_is_set_says_what_it_does_not_send(
     assert backend.on("/actions") == []
     [waiting] = OutboxService(rt.db).list(task_id=task_id, kind="action")
     assert (waiting.status, waiting.attempts) == ("pending", 0)
+
+
+def test_a_list_for_a_task_that_does_not_exist_says_so(
+    rt: Runtime,
+    tmp_path: Path,
+    store_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`outbox list --task` and `actions list --task` with a mistyped (or cut short) id said
+    `no deliveries` and `no actions`, as for a task with nothing to deliver: one line, exit 1."""
+    from orchestrator.cli import main
+
+    task_id, _ = waiting_task(rt, tmp_path)
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    for command in (["outbox", "list"], ["actions", "list"]):
+        assert main([*command, "--task", task_id[:8]]) == 1
+        assert capsys.readouterr().err.strip().endswith(f"task {task_id[:8]} does not exist")
+    assert main(["outbox", "list", "--task", task_id, "--status", "discarded"]) == 0
+    assert capsys.readouterr().out.strip() == "no deliveries"
+    assert main(["actions", "list", "--task", task_id, "--status", "rejected"]) == 0
+    assert capsys.readouterr().out.strip() == "no actions"

@@ -217,6 +217,8 @@ def _retry(args: argparse.Namespace) -> int:
     try:
         if args.all_dead:
             count = OutboxService(db).retry_all(kind=args.kind, task_id=args.task_id)
+            if not count and args.task_id:
+                OutboxService(db).require_task(args.task_id)  # not "0" for a mistyped id
         else:
             row = OutboxService(db).retry(args.outbox_id)
     finally:

@@ -567,13 +567,14 @@ def test_a_list_for_a_task_that_does_not_exist_says_so(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """`outbox list --task` and `actions list --task` with a mistyped (or cut short) id said
-    `no deliveries` and `no actions`, as for a task with nothing to deliver: one line, exit 1."""
+    `no deliveries` and `no actions` (and `retry --all-dead --task` retried 0), as for a task
+    with nothing to deliver: one line, exit 1."""
     from orchestrator.cli import main
 
     task_id, _ = waiting_task(rt, tmp_path)
     monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
     monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
-    for command in (["outbox", "list"], ["actions", "list"]):
+    for command in (["outbox", "list"], ["actions", "list"], ["outbox", "retry", "--all-dead"]):
         assert main([*command, "--task", task_id[:8]]) == 1
         assert capsys.readouterr().err.strip().endswith(f"task {task_id[:8]} does not exist")
     assert main(["outbox", "list", "--task", task_id, "--status", "discarded"]) == 0

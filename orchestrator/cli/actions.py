@@ -172,7 +172,7 @@ def _show(args: argparse.Namespace) -> int:
     if action.decided_by:
         # Escaped: a note (or a name) stored with terminal escapes must not drive the terminal.
         print(
-            f"  decided by {printable(action.decided_by)} at {action.decided_at}: "
+            f"  decided by {printable(action.decided_by)} at {_time(action.decided_at)}: "
             f"{printable(action.note or '')}"
         )
     if delivery is not None:
@@ -200,10 +200,10 @@ def _delivery_line(row: dict[str, Any]) -> str:
     `delivered` says the backend has it."""
     number, status = row["outbox_id"], row["status"]
     if status == "delivered":
-        return f"delivered at {row['delivered_at']} (outbox {number})"
+        return f"delivered at {_time(row['delivered_at'])} (outbox {number})"
     if status == "discarded":
         return (
-            f"discarded by {printable(row['discarded_by'] or '')} at {row['discarded_at']}: "
+            f"discarded by {printable(row['discarded_by'] or '')} at {_time(row['discarded_at'])}: "
             f"{printable(row['discard_reason'] or '')} (outbox {number}; never delivered)"
         )
     tried = f"{row['attempts']} attempt(s)" + (
@@ -214,7 +214,13 @@ def _delivery_line(row: dict[str, Any]) -> str:
             f"dead after {tried} (outbox {number}): `orchestrator outbox retry {number}` "
             f"once the backend is mended, or `outbox discard {number} --reason R`"
         )
-    return f"{status}, {tried}, next attempt at {row['next_attempt_at']} (outbox {number})"
+    return f"{status}, {tried}, next attempt at {_time(row['next_attempt_at'])} (outbox {number})"
+
+
+def _time(value: Any) -> str:
+    """A time as `tasks show` prints it (ISO 8601, to the second): it was Python's own form,
+    `2026-12-05 23:40:49.105250+00:00`, which `--since` and other tools do not read as one."""
+    return value.isoformat(timespec="seconds") if hasattr(value, "isoformat") else str(value)
 
 
 def _as_sent(action: ActionRecord) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import re
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -450,6 +451,8 @@ def test_the_action_list_shows_each_approved_actions_delivery_in_one_query(
     assert main(["actions", "show", refused]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if "delivery:" in x)
     assert "pending, 0 attempt(s), last error, before the retry: HTTP 422" in line
+    # As `tasks show` prints a time, not Python's `2026-12-05 23:40:49.105250+00:00`.
+    assert re.search(r"next attempt at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00 \(outbox", line)
 
 
 def test_every_dead_letter_is_retried_in_one_command_once_the_backend_is_mended(

@@ -104,7 +104,7 @@ class Decision(BaseModel):
     )
 
 
-@router.get("", response_model=Page[ActionOut])
+@router.get("", response_model=Page[ActionShown])
 def list_actions(
     status: ActionStatus | None = Query(
         default=ActionStatus.pending_approval, description="omit with `any=true` for every status"
@@ -124,9 +124,10 @@ def list_actions(
     service: ActionService = Depends(get_action_service),
 ) -> dict[str, Any]:
     """Newest first (or oldest, with `order=oldest`); pending approvals unless `status` or
-    `any` asks for others."""
+    `any` asks for others. Each with its `delivery`, as one action shows it: approved work
+    orders the backend never took are found in the list."""
     wanted = None if any_status or status is None else str(status)
-    rows = service.list(
+    rows = service.listed(
         status=wanted,
         task_id=task_id,
         limit=limit + 1,
@@ -134,9 +135,12 @@ def list_actions(
         oldest_first=order == "oldest",
     )
     items, next_cursor = paged(
-        rows, limit, lambda a: (a.created_at, a.action_id), oldest_first=order == "oldest"
+        rows, limit, lambda r: (r[0].created_at, r[0].action_id), oldest_first=order == "oldest"
     )
-    return {"items": [action.to_dict() for action in items], "next_cursor": next_cursor}
+    return {
+        "items": [{**action.to_dict(), "delivery": delivery} for action, delivery in items],
+        "next_cursor": next_cursor,
+    }
 
 
 class PendingCount(BaseModel):

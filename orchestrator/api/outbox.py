@@ -20,6 +20,7 @@ __all__ = [
     "DeliveryKind",
     "DeliveryStatus",
     "DiscardBody",
+    "ListedDelivery",
     "router",
 ]
 
@@ -50,7 +51,11 @@ class Delivery(BaseModel):
         description="of the attempts, those the backend answered 429 Too Many Requests: not "
         "counted toward ORCH_WEBHOOK_MAX_ATTEMPTS"
     )
-    next_attempt_at: IsoTime
+    next_attempt_at: IsoTime | None = Field(
+        description="when a pending delivery is next tried (or was claimed until); null for "
+        "one that has no next attempt: delivered, discarded, or dead (until an operator "
+        "retries it)"
+    )
     last_error: str | None
     created_at: IsoTime
     delivered_at: IsoTime | None
@@ -59,6 +64,17 @@ class Delivery(BaseModel):
     )
     discarded_by: str | None = Field(description="who discarded it")
     discard_reason: str | None = Field(description="why it was discarded")
+
+
+class ListedDelivery(Delivery):
+    """A delivery as the list shows it: a pending webhook held back in order says by what."""
+
+    waits_behind: int | None = Field(
+        default=None,
+        description="a pending webhook held back by an earlier event of its task that is "
+        "dead-lettered: that row's outbox id (it is sent once that one is retried or "
+        "discarded; not a stuck dispatcher)",
+    )
 
 
 class DiscardBody(BaseModel):
@@ -88,7 +104,7 @@ class RetriedDead(BaseModel):
 
 
 class DeliveryPage(BaseModel):
-    items: list[Delivery]
+    items: list[ListedDelivery]
     next_cursor: str | None = Field(description="pass as `cursor` for the next page")
 
 
@@ -105,12 +121,15 @@ def list_deliveries(
     limit: int = Query(default=50, ge=1, le=200),
     service: OutboxService = Depends(get_outbox),
 ) -> dict[str, Any]:
-    """Deliveries oldest first; `status=dead` lists what an operator may retry."""
+    """Deliveries oldest first; `status=dead` lists what an operator may retry, and a pending
+    webhook held back by its task's dead letter names it (`waits_behind`)."""
     # One row more than the page: a cursor only when another page has rows.
-    rows = service.list(task_id=task_id, status=status, kind=kind, after_id=cursor, limit=limit + 1)
+    rows = service.listed(
+        task_id=task_id, status=status, kind=kind, after_id=cursor, limit=limit + 1
+    )
     page = rows[:limit]
-    next_cursor = str(page[-1].outbox_id) if len(rows) > limit else None
-    return {"items": [row.public() for row in page], "next_cursor": next_cursor}
+    next_cursor = str(page[-1]["outbox_id"]) if len(rows) > limit else None
+    return {"items": page, "next_cursor": next_cursor}
 
 
 @router.post("/retry-dead", response_model=RetriedDead, responses=ERROR_RESPONSES)

@@ -23,6 +23,7 @@ from orchestrator.cli.common import (
     print_json,
     printable,
 )
+from orchestrator.cli.outbox import error_label
 from orchestrator.domain.cursors import encode_cursor
 from orchestrator.domain.vocabulary import ACTION_STATUSES
 from orchestrator.runtime import build_runtime
@@ -85,7 +86,7 @@ def _list(args: argparse.Namespace) -> int:
     status = None if args.all else args.status
     rt = build_runtime(load(), dispatcher=RecordingDispatcher())
     try:
-        rows = rt.actions.list(
+        rows = rt.actions.listed(
             status=status,
             task_id=args.task_id,
             limit=args.limit + 1,  # one more says whether a next page exists
@@ -93,16 +94,18 @@ def _list(args: argparse.Namespace) -> int:
             oldest_first=args.oldest,
         )
         pending = rt.actions.count_pending(args.task_id) if status == "pending_approval" else None
+        if not rows and args.task_id:
+            rt.tasks.get(args.task_id)  # not "no actions" for a mistyped task id
     finally:
         rt.close()
     found = rows[: args.limit]
-    last = found[-1] if len(rows) > args.limit else None
+    last = found[-1][0] if len(rows) > args.limit else None
     cursor = (
         encode_cursor(last.created_at, last.action_id, oldest_first=args.oldest) if last else None
     )
     more = f"next page: {_next_page(args, cursor)}" if cursor else ""
     if args.json:
-        print_json([_as_sent(action) for action in found])
+        print_json([{**_as_sent(action), "delivery": delivery} for action, delivery in found])
         if more:  # stdout stays one JSON array; the way on goes beside it
             print(more, file=sys.stderr)
         return 0
@@ -111,10 +114,10 @@ def _list(args: argparse.Namespace) -> int:
         print(f"{pending} pending; {len(found)} on this page")
     if not found:
         print("no actions")
-    for action in found:
+    for action, delivery in found:
         print(
             f"{action.action_id}  {action.status:16}  {action.kind:10}  task {action.task_id}"
-            f"  node {action.node_id}"
+            f"  node {action.node_id}" + (f"  {_delivery_brief(delivery)}" if delivery else "")
         )
     if more:
         print(more)
@@ -169,7 +172,7 @@ def _show(args: argparse.Namespace) -> int:
     if action.decided_by:
         # Escaped: a note (or a name) stored with terminal escapes must not drive the terminal.
         print(
-            f"  decided by {printable(action.decided_by)} at {action.decided_at}: "
+            f"  decided by {printable(action.decided_by)} at {_time(action.decided_at)}: "
             f"{printable(action.note or '')}"
         )
     if delivery is not None:
@@ -177,26 +180,47 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _delivery_brief(row: dict[str, Any]) -> str:
+    """An approved action's delivery in a list line: where it stands, and the outbox id to act
+    on (`actions show` says the rest)."""
+    status, number = row["status"], row["outbox_id"]
+    if status == "pending" and row["attempts"]:
+        status += f" after {row['attempts']} attempt(s)"
+    elif status == "pending":
+        status += ", not sent yet"
+    elif status == "dead":
+        status += f": outbox retry {number} or discard it"
+    elif status == "discarded":
+        status += ", never delivered"
+    return f"delivery {status} (outbox {number})"
+
+
 def _delivery_line(row: dict[str, Any]) -> str:
     """Where an approved action's delivery to the business backend stands, in one line: only
     `delivered` says the backend has it."""
     number, status = row["outbox_id"], row["status"]
     if status == "delivered":
-        return f"delivered at {row['delivered_at']} (outbox {number})"
+        return f"delivered at {_time(row['delivered_at'])} (outbox {number})"
     if status == "discarded":
         return (
-            f"discarded by {printable(row['discarded_by'] or '')} at {row['discarded_at']}: "
+            f"discarded by {printable(row['discarded_by'] or '')} at {_time(row['discarded_at'])}: "
             f"{printable(row['discard_reason'] or '')} (outbox {number}; never delivered)"
         )
     tried = f"{row['attempts']} attempt(s)" + (
-        f", last error: {printable(row['last_error'])}" if row["last_error"] else ""
+        f", {error_label(row)}: {printable(row['last_error'])}" if row["last_error"] else ""
     )
     if status == "dead":
         return (
             f"dead after {tried} (outbox {number}): `orchestrator outbox retry {number}` "
             f"once the backend is mended, or `outbox discard {number} --reason R`"
         )
-    return f"{status}, {tried}, next attempt at {row['next_attempt_at']} (outbox {number})"
+    return f"{status}, {tried}, next attempt at {_time(row['next_attempt_at'])} (outbox {number})"
+
+
+def _time(value: Any) -> str:
+    """A time as `tasks show` prints it (ISO 8601, to the second): it was Python's own form,
+    `2026-12-05 23:40:49.105250+00:00`, which `--since` and other tools do not read as one."""
+    return value.isoformat(timespec="seconds") if hasattr(value, "isoformat") else str(value)
 
 
 def _as_sent(action: ActionRecord) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from orchestrator.cli.common import add_json_flag, bounded_int, load, print_json
+from orchestrator.cli.common import CommandFailed, add_json_flag, bounded_int, load, print_json
 from orchestrator.services.cleanup import CleanupReport, run_cleanup
 from orchestrator.store.db import Database
 
@@ -27,15 +27,31 @@ def register(commands: Any) -> None:
         default=500,
         help=f"rows per transaction (1..{MAX_BATCH}, default 500)",
     )
+    cleanup.add_argument(
+        "--unsent-webhooks",
+        action="store_true",
+        help="the fleet has no ORCH_WEBHOOK_URL (any more): delete task-event webhooks never "
+        "attempted and older than the retention, even where earlier ones were sent (without "
+        "it they are kept wherever any webhook of the store was delivered or dead-lettered)",
+    )
     add_json_flag(cleanup)
     cleanup.set_defaults(handler=_cleanup)
 
 
 def _cleanup(args: argparse.Namespace) -> int:
     settings = load()
+    if args.unsent_webhooks and settings.webhook_url:
+        # Said before the store is opened: this process's own dispatcher would send them.
+        raise CommandFailed(
+            "--unsent-webhooks says the fleet has no webhook receiver, but ORCH_WEBHOOK_URL is "
+            "set here",
+            exit_code=2,
+        )
     db = Database.from_url(settings.store_url)
     try:
-        report = run_cleanup(db, settings, batch_size=args.batch_size)
+        report = run_cleanup(
+            db, settings, batch_size=args.batch_size, unsent_webhooks=args.unsent_webhooks
+        )
     finally:
         db.dispose()
     if args.json:
@@ -56,7 +72,7 @@ def describe(report: CleanupReport) -> str:
         f"entries of finished tasks, and {report.webhooks_delivered_deleted} delivered or "
         "discarded "
         + (
-            f"and {report.webhooks_never_sent_deleted} never sent (no ORCH_WEBHOOK_URL) "
+            f"and {report.webhooks_never_sent_deleted} never sent (nothing sends them) "
             if report.never_sent_in_scope
             else ""
         )
@@ -65,7 +81,7 @@ def describe(report: CleanupReport) -> str:
         + (
             ""
             if report.never_sent_in_scope
-            else ", webhooks not sent yet (ORCH_WEBHOOK_URL is set)"
+            else f", webhooks not sent yet ({report.never_sent_kept})"
         )
         + " and approved actions are kept"
     )

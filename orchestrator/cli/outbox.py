@@ -26,10 +26,9 @@ from orchestrator.cli.stopping import StopSignals
 from orchestrator.logs import configure_logging
 from orchestrator.services.outbox import OutboxDispatcher, OutboxService
 from orchestrator.store.db import Database
-from orchestrator.store.outbox import OutboxRow
 from orchestrator.store.tables import OUTBOX_KINDS, OUTBOX_STATUSES
 
-__all__ = ["register"]
+__all__ = ["error_label", "register"]
 
 log = logging.getLogger("orchestrator.outbox")
 
@@ -87,8 +86,25 @@ def _db() -> Database:
     return Database.from_url(settings.store_url, pool_size=1, max_overflow=1)
 
 
+#: What each kind is, and the setting without which this process does not send it.
+_UNSENT = {
+    "action": "approved actions (ORCH_ACTIONS_URL is unset here)",
+    "webhook": "task events (ORCH_WEBHOOK_URL is unset here)",
+}
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     settings = load()
+    if args.once and not settings.outbox_kinds:
+        # "delivered 0" read as nothing being due, from a laptop without the fleet's URLs.
+        raise CommandFailed(
+            "nothing to dispatch: neither ORCH_ACTIONS_URL nor ORCH_WEBHOOK_URL is set here "
+            "(deliveries wait in the outbox for a dispatcher that has them)",
+            exit_code=2,
+        )
+    # Said with every report: rows of a kind whose URL is unset here wait, they are not done.
+    unsent = [text for kind, text in _UNSENT.items() if kind not in settings.outbox_kinds]
+    left = f"; not sent here: {', '.join(unsent)}" if settings.outbox_kinds and unsent else ""
     # As the sweeper's: ORCH_LOG_FORMAT, and masked (httpx logs each request's URL at INFO).
     configure_logging(settings)
     db = Database.from_url(settings.store_url, pool_size=2, max_overflow=1)
@@ -98,11 +114,11 @@ def _dispatch(args: argparse.Namespace) -> int:
             report = dispatcher.run_once()
             print(
                 f"delivered {len(report.delivered)}, failed {len(report.failed)}, "
-                f"dead-lettered {len(report.dead)}, throttled {len(report.throttled)}"
+                f"dead-lettered {len(report.dead)}, throttled {len(report.throttled)}{left}"
             )
             return 0
         signals = StopSignals()
-        started = f"dispatching {', '.join(dispatcher.kinds) or 'nothing (no URL set)'}"
+        started = f"dispatching {', '.join(dispatcher.kinds) or 'nothing (no URL set)'}{left}"
         if settings.log_format == "json":
             log.info("%s", started)  # every line a JSON object, as the sweeper's
         else:
@@ -134,16 +150,32 @@ def _dispatch(args: argparse.Namespace) -> int:
         db.dispose()
 
 
-def _line(row: OutboxRow) -> str:
-    what = row.action_id if row.kind == "action" else f"event {row.task_id}:{row.event_seq}"
-    error = f"  last error: {row.last_error}" if row.last_error else ""
-    if row.status == "discarded":
+def _line(row: dict[str, Any]) -> str:
+    what = row["action_id"] if row["kind"] == "action" else f"event {row['event_id']}"
+    error = f"  {error_label(row)}: {row['last_error']}" if row["last_error"] else ""
+    if row["status"] == "discarded":
         # Typed by a person: a newline or a bidi control must not forge or reorder a line.
-        error += f"  discarded by {printable(row.discarded_by)}: {printable(row.discard_reason)}"
+        error += (
+            f"  discarded by {printable(row['discarded_by'])}: {printable(row['discard_reason'])}"
+        )
+    if row["waits_behind"]:
+        # Due and never attempted, it read as a stuck dispatcher: it is held back in order.
+        error += (
+            f"  waits behind dead letter outbox {row['waits_behind']} (outbox retry or discard it)"
+        )
     return (
-        f"{row.outbox_id:>6}  {row.kind:7}  {row.status:9}  attempts {row.attempts:<3}  "
-        f"throttled {row.throttled:<3}  task {row.task_id}  {what}{error}"
+        f"{row['outbox_id']:>6}  {row['kind']:7}  {row['status']:9}  "
+        f"attempts {row['attempts']:<3}  throttled {row['throttled']:<3}  "
+        f"task {row['task_id']}  {what}{error}"
     )
+
+
+def error_label(row: dict[str, Any]) -> str:
+    """A pending row with an error and no attempt was retried by an operator since: its error
+    is from before (it read as the retry having failed, a 401's "then retry" most of all)."""
+    if row["status"] == "pending" and not row["attempts"]:
+        return "last error, before the retry"
+    return "last error"
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -151,19 +183,22 @@ def _list(args: argparse.Namespace) -> int:
     try:
         # One more than shown: a page cut short says so, and how to read on (300 dead letters
         # after a backend outage were silently the 50 oldest).
-        rows = OutboxService(db).list(
+        service = OutboxService(db)
+        rows = service.listed(
             task_id=args.task_id,
             status=args.status,
             kind=args.kind,
             after_id=args.after_id,
             limit=args.limit + 1,
         )
+        if not rows and args.task_id:
+            service.require_task(args.task_id)  # not "no deliveries" for a mistyped id
     finally:
         db.dispose()
     more, rows = len(rows) > args.limit, rows[: args.limit]
-    follow = f"more follow: the same command with --after {rows[-1].outbox_id}" if more else ""
+    follow = f"more follow: the same command with --after {rows[-1]['outbox_id']}" if more else ""
     if args.json:
-        print_json([row.public() for row in rows])
+        print_json(rows)
         if follow:  # stdout stays one JSON array (as `tasks list --json`); the way on beside it
             print(follow, file=sys.stderr)
         return 0
@@ -182,6 +217,8 @@ def _retry(args: argparse.Namespace) -> int:
     try:
         if args.all_dead:
             count = OutboxService(db).retry_all(kind=args.kind, task_id=args.task_id)
+            if not count and args.task_id:
+                OutboxService(db).require_task(args.task_id)  # not "0" for a mistyped id
         else:
             row = OutboxService(db).retry(args.outbox_id)
     finally:

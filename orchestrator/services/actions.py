@@ -8,6 +8,7 @@ row that must commit with the decision (the outbox's) is written: see `DecisionH
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -250,11 +251,38 @@ class ActionService:
         cursor: str | None = None,
         oldest_first: bool = False,
     ) -> list[ActionRecord]:
+        return [
+            action for action, _ in self._list(status, task_id, limit, cursor, oldest_first, False)
+        ]
+
+    def listed(
+        self,
+        *,
+        status: str | None = "pending_approval",
+        task_id: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+        oldest_first: bool = False,
+    ) -> builtins.list[tuple[ActionRecord, dict[str, Any] | None]]:
+        """`list`, each action with its delivery (`shown`'s, None until approved), read in the
+        same transaction with one query for the page: an operator looking for approved work
+        orders the backend never took sees them in the list, without opening each one."""
+        return self._list(status, task_id, limit, cursor, oldest_first, True)
+
+    def _list(
+        self,
+        status: str | None,
+        task_id: str | None,
+        limit: int,
+        cursor: str | None,
+        oldest_first: bool,
+        deliveries: bool,
+    ) -> builtins.list[tuple[ActionRecord, dict[str, Any] | None]]:
         if status is not None and status not in ACTION_STATUSES:
             raise ValidationFailed(f"unknown status {status!r}", code="invalid_status")
         after = decode_cursor(cursor, oldest_first=oldest_first) if cursor else None
         with self.db.transaction(readonly=True) as conn:
-            return action_store.list_actions(
+            actions = action_store.list_actions(
                 conn,
                 status=status,
                 task_id=task_id,
@@ -262,6 +290,12 @@ class ActionService:
                 after=after,
                 oldest_first=oldest_first,
             )
+            rows = (
+                outbox_store.action_deliveries(conn, [a.action_id for a in actions])
+                if deliveries
+                else {}
+            )
+        return [(a, rows[a.action_id].public() if a.action_id in rows else None) for a in actions]
 
     def count_pending(self, task_id: str | None = None) -> int:
         """How many actions wait for a decision (of one task)."""

@@ -10,11 +10,18 @@ disables cleanup altogether. Transcripts and recovery snapshots of finished task
 same retention as their receipts (a chat's go with its session).
 
 The outbox's webhooks follow the retention too, or the table grows with every task event for
-ever: delivered ones, discarded ones (dead letters an operator settled by hand) and, when
-this process has no ORCH_WEBHOOK_URL, those never attempted (the rows a fleet without a webhook
-receiver writes for each event). Dead letters and rows still being retried stay until an
-operator deals with them (retries or discards them), and so do approved actions (one
-per approval, which the action's delivery is read from): `store.outbox.delete_expired_webhooks`.
+ever: delivered ones, discarded ones (dead letters an operator settled by hand) and those never
+attempted where nothing sends them (the rows a fleet without a webhook receiver writes for each
+event). Whether anything sends them is read from the store, not from this process's settings:
+a cleanup run from an operator's laptop without the fleet's ORCH_WEBHOOK_URL deleted events the
+fleet would still deliver (its dispatcher away longer than the retention, say). So never
+attempted webhooks go only while no webhook in the store was ever delivered, dead-lettered or
+discarded (and this process has no URL either); retention keeps the newest delivered one
+whatever its age, so the store does not forget that its webhooks are sent. A fleet that drops
+its webhook receiver says so: `orchestrator cleanup --unsent-webhooks`. Dead letters and rows
+still being retried stay until an operator deals with them (retries or discards them), and so
+do approved actions (one per approval, which the action's delivery is read from):
+`store.outbox.delete_expired_webhooks`.
 """
 
 from __future__ import annotations
@@ -53,8 +60,11 @@ class CleanupReport:
     webhooks_delivered_deleted: int = 0
     webhooks_never_sent_deleted: int = 0
     #: Whether never-attempted webhooks were in scope: not when this process has a webhook URL
-    #: (its dispatcher sends them, however late).
+    #: (its dispatcher sends them, however late), nor where webhooks were ever sent from the
+    #: store (the fleet's dispatcher sends them), unless told (`--unsent-webhooks`).
     never_sent_in_scope: bool = False
+    #: Why they were not: the reason, for the report's line.
+    never_sent_kept: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -71,6 +81,7 @@ class CleanupReport:
                 "delivered": self.webhooks_delivered_deleted,
                 "never_sent": self.webhooks_never_sent_deleted,
                 "never_sent_in_scope": self.never_sent_in_scope,
+                "never_sent_kept": self.never_sent_kept,
             },
             "batches": self.batches,
             "cutoff": wire_time(self.cutoff) if self.cutoff else None,
@@ -83,8 +94,12 @@ def run_cleanup(
     *,
     now: datetime | None = None,
     batch_size: int = 500,
+    unsent_webhooks: bool = False,
 ) -> CleanupReport:
-    """One retention pass; the CLI `orchestrator cleanup` and the periodic Celery task call it."""
+    """One retention pass; the CLI `orchestrator cleanup` and the periodic Celery task call it.
+    `unsent_webhooks`: an operator says the fleet has no webhook receiver (any more), so never
+    attempted webhooks go even where earlier ones were sent (never where this process has a
+    webhook URL)."""
     result = ReceiptLedger(db).delete_expired(
         retention_days=settings.retention_days,
         enabled=settings.data_cleanup_enable,
@@ -92,6 +107,7 @@ def run_cleanup(
         now=now,
     )
     transcripts = delivered = never_sent = 0
+    kept: str | None = _why_unsent_kept(db, settings, unsent_webhooks)
     if result.enabled and result.cutoff is not None:
         # Transcripts and recovery snapshots of finished tasks follow the same retention.
         while True:
@@ -100,7 +116,7 @@ def run_cleanup(
             transcripts += deleted
             if deleted < batch_size:
                 break
-        delivered, never_sent = _delete_webhooks(db, settings, result.cutoff, batch_size)
+        delivered, never_sent = _delete_webhooks(db, result.cutoff, batch_size, kept is None)
     return CleanupReport(
         enabled=result.enabled,
         reason=result.reason,
@@ -113,23 +129,41 @@ def run_cleanup(
         transcript_entries_deleted=transcripts,
         webhooks_delivered_deleted=delivered,
         webhooks_never_sent_deleted=never_sent,
-        never_sent_in_scope=not settings.webhook_url,
+        never_sent_in_scope=kept is None,
+        never_sent_kept=kept,
     )
 
 
+def _why_unsent_kept(db: Database, settings: Settings, told: bool) -> str | None:
+    """Why never-attempted webhooks are not for this cleanup, or None when they are: nothing
+    sends them. Read before anything is deleted (the delivered rows are the evidence)."""
+    if settings.webhook_url:
+        return "ORCH_WEBHOOK_URL is set"  # this process's dispatcher sends them, however late
+    if told or not settings.data_cleanup_enable or settings.retention_days <= 0:
+        return None
+    with db.transaction(readonly=True) as conn:
+        sent = outbox_store.webhooks_were_sent(conn)
+    if sent:
+        return (
+            "webhooks were sent from this store: the fleet's ORCH_WEBHOOK_URL sends them; "
+            "`orchestrator cleanup --unsent-webhooks` once the fleet has none"
+        )
+    return None
+
+
 def _delete_webhooks(
-    db: Database, settings: Settings, cutoff: datetime, batch_size: int
+    db: Database, cutoff: datetime, batch_size: int, never_sent: bool
 ) -> tuple[int, int]:
     """The outbox's expired webhooks, one short transaction a batch (a table of millions never
-    holds one long delete that the dispatcher's claims wait on)."""
-    # Without a URL here, a webhook never attempted is one nobody sends; with one, the
-    # dispatcher beside this process sends it (however late), so it is not for the cleanup.
-    never_sent = not settings.webhook_url
+    holds one long delete that the dispatcher's claims wait on); `never_sent`: those never
+    attempted too (nothing sends them)."""
+    with db.transaction(readonly=True) as conn:
+        keep = outbox_store.newest_sent_webhook(conn)  # the store's record that they are sent
     delivered = unsent = 0
     while True:
         with db.transaction() as conn:
             done, dropped = outbox_store.delete_expired_webhooks(
-                conn, cutoff, batch_size, never_sent=never_sent
+                conn, cutoff, batch_size, never_sent=never_sent, keep=keep
             )
         delivered += done
         unsent += dropped

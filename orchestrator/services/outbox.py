@@ -19,6 +19,7 @@ webhooks and stop their tasks' event streams, so throttled attempts are counted 
 
 from __future__ import annotations
 
+import builtins
 import logging
 import threading
 import time
@@ -29,7 +30,7 @@ from typing import Any, Final
 
 import httpx
 
-from orchestrator.errors import InvalidTransition, NotFound
+from orchestrator.errors import InvalidTransition, NotFound, echoed
 from orchestrator.logs import redact, secrets_of
 from orchestrator.services.delivery_answers import (
     RETRY_AFTER_STATUSES,
@@ -41,6 +42,7 @@ from orchestrator.services.delivery_answers import (
 from orchestrator.services.outbox_signing import SIGNATURE_HEADER, sign, signature_headers
 from orchestrator.settings import Settings
 from orchestrator.store import outbox as store
+from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database
 from orchestrator.store.outbox import OutboxRow
 from orchestrator.store.types import utcnow
@@ -125,10 +127,14 @@ class OutboxDispatcher:
         # masked as a log line is (a Slack-style webhook keeps its secret in the URL's path).
         self._secrets = secrets_of(settings)
 
+    @property
+    def _connect_timeout(self) -> float:
+        return min(self.settings.outbox_timeout_seconds, 5.0)
+
     def _new_client(self) -> httpx.Client:
         timeout = self.settings.outbox_timeout_seconds
         return httpx.Client(
-            timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)), follow_redirects=False
+            timeout=httpx.Timeout(timeout, connect=self._connect_timeout), follow_redirects=False
         )
 
     @property
@@ -346,8 +352,15 @@ class OutboxDispatcher:
             with self.client.stream("POST", url, content=body, headers=headers) as response:
                 status = response.status_code
                 retry_after = response.headers.get("Retry-After")
+        except httpx.ConnectTimeout:
+            return _Answer(f"timed out connecting (after {self._connect_timeout:g} s)")
         except httpx.TimeoutException:
-            return _Answer("timed out")
+            # Named with its setting: a backend that always answers later than this (it may
+            # well take each request) dead-letters every webhook until the timeout is raised.
+            return _Answer(
+                f"timed out: no answer within ORCH_OUTBOX_TIMEOUT_SECONDS "
+                f"({self.settings.outbox_timeout_seconds:g} s)"
+            )
         except httpx.HTTPError as exc:
             text = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             return _Answer(redact(text, self._secrets)[:300])
@@ -403,6 +416,32 @@ class OutboxService:
             return store.list_rows(
                 conn, task_id=task_id, status=status, kind=kind, after_id=after_id, limit=limit
             )
+
+    def listed(
+        self,
+        *,
+        task_id: str | None = None,
+        status: str | None = None,
+        kind: str | None = None,
+        after_id: int | None = None,
+        limit: int = 50,
+    ) -> builtins.list[dict[str, Any]]:
+        """`list` as operators read it: each row's public view, and a pending webhook held back
+        by its task's dead letter says which (`waits_behind`), read in the same transaction."""
+        with self.db.transaction(readonly=True) as conn:
+            rows = store.list_rows(
+                conn, task_id=task_id, status=status, kind=kind, after_id=after_id, limit=limit
+            )
+            held = store.waits_behind(conn, rows)
+        return [{**row.public(), "waits_behind": held.get(row.outbox_id)} for row in rows]
+
+    def require_task(self, task_id: str) -> None:
+        """NotFound unless the task exists: an empty list filtered by a mistyped (or cut short)
+        task id read as a task with no deliveries."""
+        with self.db.transaction(readonly=True) as conn:
+            task = task_store.get_task(conn, task_id)
+        if task is None:
+            raise NotFound(f"task {echoed(task_id)} does not exist")
 
     def retry(self, outbox_id: int) -> OutboxRow:
         if outbox_id > MAX_OUTBOX_ID:  # the column holds no larger id: none such exists

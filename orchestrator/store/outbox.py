@@ -27,6 +27,7 @@ from orchestrator.store.types import utcnow
 __all__ = [
     "SETTLED",
     "OutboxRow",
+    "action_deliveries",
     "action_delivery",
     "claim_due",
     "delete_expired_webhooks",
@@ -36,10 +37,13 @@ __all__ = [
     "list_rows",
     "mark_delivered",
     "mark_failed",
+    "newest_sent_webhook",
     "release_claim",
     "renew_claim",
     "retry_all_dead",
     "retry_dead",
+    "waits_behind",
+    "webhooks_were_sent",
 ]
 
 
@@ -77,6 +81,11 @@ class OutboxRow:
         """What the API and `tasks show` print (the body is the backend's, shown parsed)."""
         view = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "body"}
         view["event_id"] = f"{self.task_id}:{self.event_seq}" if self.event_seq else None
+        if self.status != "pending":
+            # Only a pending row has a next attempt. A dead one keeps the time of its last
+            # backoff in the column, which read as "due now"; delivered and discarded ones are
+            # never sent again either.
+            view["next_attempt_at"] = None
         return view
 
 
@@ -266,6 +275,16 @@ def action_delivery(conn: Connection, action_id: str) -> OutboxRow | None:
     return OutboxRow.from_row(row) if row is not None else None
 
 
+def action_deliveries(conn: Connection, action_ids: Iterable[str]) -> dict[str, OutboxRow]:
+    """`action_delivery` of each of `action_ids` that has one, in one query (a page of actions
+    is listed with its deliveries, not read a row at a time)."""
+    wanted = set(action_ids)
+    if not wanted:
+        return {}
+    rows = conn.execute(select(outbox).where(outbox.c.action_id.in_(wanted)))
+    return {str(row.action_id): OutboxRow.from_row(row) for row in rows}
+
+
 def list_rows(
     conn: Connection,
     *,
@@ -287,6 +306,35 @@ def list_rows(
         conditions.append(outbox.c.outbox_id > after_id)
     query = select(outbox).where(*conditions).order_by(outbox.c.outbox_id).limit(limit)
     return [OutboxRow.from_row(row) for row in conn.execute(query)]
+
+
+def waits_behind(conn: Connection, rows: Iterable[OutboxRow]) -> dict[int, int]:
+    """For each pending webhook of `rows` held back by a dead letter of its task (an earlier
+    event, dead-lettered): that dead letter's outbox id. One query for all of them: a listing
+    of pending rows showed them due and never attempted, which read as a stuck dispatcher."""
+    pending = [r for r in rows if r.kind == "webhook" and r.status == "pending"]
+    if not pending:
+        return {}
+    dead: dict[str, list[tuple[int, int]]] = {}
+    for task_id, seq, outbox_id in conn.execute(
+        select(outbox.c.task_id, outbox.c.event_seq, outbox.c.outbox_id)
+        .where(
+            outbox.c.task_id.in_({r.task_id for r in pending}),
+            outbox.c.kind == "webhook",
+            outbox.c.status == "dead",
+        )
+        .order_by(outbox.c.event_seq)
+    ):
+        dead.setdefault(str(task_id), []).append((int(seq), int(outbox_id)))
+    held = {}
+    for row in pending:
+        first = next(
+            (number for seq, number in dead.get(row.task_id, ()) if seq < (row.event_seq or 0)),
+            None,
+        )
+        if first is not None:
+            held[row.outbox_id] = first
+    return held
 
 
 def delivery_summary(conn: Connection, task_id: str) -> dict[str, Any]:
@@ -350,37 +398,67 @@ def _ever_sent(conn: Connection, kind: str) -> bool:
     return found is not None
 
 
+def webhooks_were_sent(conn: Connection) -> bool:
+    """Whether a dispatcher ever sent this store's webhooks: one of them is delivered, dead or
+    discarded. Then the fleet has an ORCH_WEBHOOK_URL, whatever the settings of the process
+    asking (an operator's laptop); retention keeps the newest of them
+    (`newest_sent_webhook`), so the store goes on knowing it."""
+    return _ever_sent(conn, "webhook")
+
+
+def newest_sent_webhook(conn: Connection) -> int | None:
+    """The newest webhook delivered or discarded (a dead one is never deleted): retention keeps
+    it, whatever its age, as the store's record that its webhooks are sent."""
+    found = conn.execute(
+        select(outbox.c.outbox_id)
+        .where(outbox.c.kind == "webhook", outbox.c.status.in_(SETTLED))
+        .order_by(outbox.c.outbox_id.desc())
+        .limit(1)
+    ).first()
+    return int(found.outbox_id) if found is not None else None
+
+
 def delete_expired_webhooks(
-    conn: Connection, cutoff: datetime, limit: int, *, never_sent: bool
+    conn: Connection,
+    cutoff: datetime,
+    limit: int,
+    *,
+    never_sent: bool,
+    keep: int | None = None,
 ) -> tuple[int, int]:
     """One retention batch of webhook rows: (delivered or discarded, never sent) deleted, at most
     `limit`.
 
     Delivered webhooks delivered before `cutoff` go, and discarded ones discarded before it (an
-    operator settled them; who, when and why stay visible that long). With `never_sent` (the
-    cleanup's process has no ORCH_WEBHOOK_URL), so do pending webhooks written before `cutoff`
-    that were never attempted, unless their task has a webhook that was tried and not
-    delivered or discarded: a dead letter an operator has not dealt with holds its task's later
-    events back, and they must still follow it once it is retried or discarded. Kept whatever
-    their age: pending rows being retried, dead rows (an operator retries or discards them
-    from the console or `outbox retry|discard`), and approved actions
-    (one per approval; the action's delivery is read from its row). A webhook is always
-    deleted from its task's oldest on, so no gap opens before an event still to be sent.
+    operator settled them; who, when and why stay visible that long), but not the row `keep`
+    (`newest_sent_webhook`: the store's record that a dispatcher sends its webhooks). With
+    `never_sent` (no dispatcher sends webhooks: `services.cleanup` decides), so do pending
+    webhooks written before `cutoff` that were never attempted (no attempt counted, and no
+    error from before an operator's retry), unless their task has a webhook that was tried and
+    not delivered or discarded: a dead letter an operator has not dealt with holds its task's
+    later events back, and they must still follow it once it is retried or discarded. Kept
+    whatever their age: pending rows being retried, dead rows (an operator retries or discards
+    them from the console or `outbox retry|discard`), and approved actions (one per approval;
+    the action's delivery is read from its row). A webhook is always deleted from its task's
+    oldest on, so no gap opens before an event still to be sent.
     """
     tried = outbox.alias("tried")
     stuck_behind = exists().where(
         tried.c.task_id == outbox.c.task_id,
         tried.c.kind == "webhook",
         tried.c.status.not_in(SETTLED),
-        tried.c.attempts > 0,
+        or_(tried.c.attempts > 0, tried.c.last_error.is_not(None)),
     )
     delivered = or_(
         and_(outbox.c.status == "delivered", outbox.c.delivered_at < cutoff),
         and_(outbox.c.status == "discarded", outbox.c.discarded_at < cutoff),
     )
+    if keep is not None:
+        delivered = and_(delivered, outbox.c.outbox_id != keep)
     unsent = and_(
         outbox.c.status == "pending",
         outbox.c.attempts == 0,
+        outbox.c.last_error.is_(None),  # a retried dead letter is due, not unsent
         outbox.c.created_at < cutoff,
         ~stuck_behind,
     )

@@ -281,3 +281,22 @@ def test_every_delivery_is_signed_over_its_id_send_time_and_body_as_the_readme_v
         later_on.setattr(time, "time", lambda: replay_at)
         assert not verified(action.raw, action.headers, ACTIONS_SECRET)
     assert not any(s in caplog.text for s in (SECRET, ACTIONS_SECRET))
+
+
+def test_a_timeout_says_how_long_it_waited_and_which_setting_that_is(
+    rt: Runtime, tmp_path: Path, backend: Recorder
+) -> None:
+    """A backend slower than the timeout (one that may well take each request) read `timed
+    out`: the error names ORCH_OUTBOX_TIMEOUT_SECONDS and its value, the setting to raise."""
+    task_id, _ = approved_action(rt, tmp_path)
+    backend.delay_seconds = 5.0  # held until released: longer than the timeout below
+    settings = rt.settings.model_copy(update={"webhook_url": None, "outbox_timeout_seconds": 0.3})
+    dispatcher = OutboxDispatcher(settings, rt.db)
+    try:
+        report = dispatcher.run_once()
+    finally:
+        backend.release.set()
+        dispatcher.close()
+    row = action_row(rt, task_id)
+    assert report.failed == [row.outbox_id]
+    assert row.last_error == "timed out: no answer within ORCH_OUTBOX_TIMEOUT_SECONDS (0.3 s)"

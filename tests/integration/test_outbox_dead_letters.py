@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import re
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -170,11 +171,99 @@ def test_an_event_held_behind_a_dead_letter_says_so_where_the_task_is_shown(
     assert all(x.get("waits_behind") is None for x in view["deliveries"]["undelivered"])
 
 
+def test_the_outbox_list_names_the_dead_letter_a_pending_event_waits_behind(
+    rt: Runtime,
+    tmp_path: Path,
+    backend: Recorder,
+    dispatcher: OutboxDispatcher,
+    client: TestClient,
+    store_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`outbox list --status pending` and `GET /api/v1/outbox?status=pending` showed the held
+    event due and never attempted, as a stuck dispatcher would leave it; `tasks show` named
+    its dead letter, the list did not. A pending event of another task that is not held back
+    says nothing."""
+    from orchestrator.cli import main
+
+    dead_id = _refused_event(rt, tmp_path, backend, dispatcher)
+    [dead] = OutboxService(rt.db).list(status="dead")
+    free_task, _ = waiting_task(rt, tmp_path)  # its events are pending, behind nothing
+    listed = client.get(
+        "/api/v1/outbox", params={"status": "pending"}, headers=bearer("viewer-token")
+    ).json()["items"]
+    held = {i["outbox_id"]: i["waits_behind"] for i in listed if i["task_id"] == dead.task_id}
+    assert held
+    assert set(held.values()) == {dead_id}
+    assert {i["waits_behind"] for i in listed if i["task_id"] == free_task} == {None}
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    assert main(["outbox", "list", "--status", "pending", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["outbox_id"]: r["waits_behind"] for r in rows if r["outbox_id"] in held} == held
+    assert main(["outbox", "list", "--status", "pending", "--task", dead.task_id]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == len(held)
+    assert all(
+        line.endswith(f"waits behind dead letter outbox {dead_id} (outbox retry or discard it)")
+        for line in lines
+    )
+    OutboxService(rt.db).discard(dead_id, reason="handled", by="ops")
+    assert main(["outbox", "list", "--status", "pending", "--task", dead.task_id]) == 0
+    assert "waits behind" not in capsys.readouterr().out
+
+
+def test_a_dead_letter_has_no_next_attempt_where_it_is_listed(
+    rt: Runtime,
+    tmp_path: Path,
+    backend: Recorder,
+    dispatcher: OutboxDispatcher,
+    client: TestClient,
+    store_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A dead row's `next_attempt_at` was the past time of its last backoff, which reads as
+    "due now": it has none until an operator retries it (the stored column stays)."""
+    from orchestrator.cli import main
+
+    dead_id = _refused_event(rt, tmp_path, backend, dispatcher)
+    api = client.get("/api/v1/outbox", headers=bearer("viewer-token")).json()["items"]
+    # The one held behind it is pending: it still has its time.
+    assert {(i["status"], i["next_attempt_at"] is None) for i in api} == {
+        ("dead", True),
+        ("pending", False),
+    }
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    assert main(["outbox", "list", "--status", "dead", "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert (row["outbox_id"], row["next_attempt_at"]) == (dead_id, None)
+    task = client.get(f"/api/v1/tasks/{row['task_id']}", headers=bearer("viewer-token")).json()
+    [shown] = [x for x in task["deliveries"]["undelivered"] if x["status"] == "dead"]
+    assert shown["next_attempt_at"] is None
+    retried = client.post(f"/api/v1/outbox/{dead_id}/retry", headers=bearer("operator-token"))
+    assert retried.json()["next_attempt_at"] is not None  # due again: now
+    # Its error is from before the retry: it read as the retry having failed.
+    assert main(["outbox", "list", "--status", "pending", "--kind", "webhook"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith(
+        "last error, before the retry: HTTP 422 (a permanent refusal, not retried)"
+    )
+    dispatcher.run_once()  # delivered now, and so is the event held behind it
+    api = client.get("/api/v1/outbox", headers=bearer("viewer-token")).json()["items"]
+    assert {(i["status"], i["next_attempt_at"]) for i in api} == {("delivered", None)}
+
+
 def test_a_discarded_webhook_stays_visible_until_retention_deletes_it(
     rt: Runtime, tmp_path: Path, backend: Recorder, dispatcher: OutboxDispatcher
 ) -> None:
     dead_id = _refused_event(rt, tmp_path, backend, dispatcher)
     OutboxService(rt.db).discard(dead_id, reason="handled", by="ops")
+    # The later event goes: the newest webhook sent, which retention keeps whatever its age
+    # (the store's record that its webhooks are sent), is that one.
+    dispatcher.run_once()
     run_cleanup(rt.db, rt.settings)
     row = OutboxService(rt.db).list(status="discarded")
     assert [r.outbox_id for r in row] == [dead_id]  # kept: discarded just now
@@ -297,6 +386,75 @@ def test_an_actions_record_says_where_its_delivery_stands(
     assert task_id == dead["task_id"]
 
 
+def test_the_action_list_shows_each_approved_actions_delivery_in_one_query(
+    rt: Runtime,
+    tmp_path: Path,
+    backend: Recorder,
+    client: TestClient,
+    store_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`GET /api/v1/actions` and `actions list`: an approved work order the backend refused
+    is found in the list (before, only by opening each action), one still pending says it
+    has no delivery, and the page's deliveries are read in one statement, not one a row."""
+    from sqlalchemy import event
+
+    from orchestrator.cli import main
+
+    refused, delivered, undecided = (waiting_task(rt, tmp_path)[1] for _ in range(3))
+    for action_id in (refused, delivered):
+        digest = rt.actions.get(action_id).digest
+        rt.actions.decide(action_id, approve=True, by="duty engineer", note=None, digest=digest)
+    actions_only = OutboxDispatcher(rt.settings.model_copy(update={"webhook_url": None}), rt.db)
+    try:
+        backend.answers = [422]  # the older approval is sent first
+        actions_only.run_once()
+    finally:
+        actions_only.close()
+    sent: list[str] = []
+
+    def keep(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        sent.append(statement)
+
+    event.listen(rt.db.engine, "before_cursor_execute", keep)
+    try:
+        page = client.get("/api/v1/actions", params={"any": "true"}, headers=bearer("viewer-token"))
+    finally:
+        event.remove(rt.db.engine, "before_cursor_execute", keep)
+    assert page.status_code == 200, page.text
+    listed = {i["action_id"]: i["delivery"] for i in page.json()["items"]}
+    assert (listed[refused]["status"], listed[refused]["next_attempt_at"]) == ("dead", None)
+    assert listed[delivered]["status"] == "delivered"
+    assert listed[undecided] is None
+    assert len([x for x in sent if "FROM outbox" in x]) == 1
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    assert main(["actions", "list", "--all", "--json"]) == 0
+    rows = {r["action_id"]: r["delivery"] for r in json.loads(capsys.readouterr().out)}
+    assert {k: v and v["status"] for k, v in rows.items()} == {
+        refused: "dead",
+        delivered: "delivered",
+        undecided: None,
+    }
+    assert main(["actions", "list", "--all"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.strip().splitlines()}
+    number = listed[refused]["outbox_id"]
+    assert lines[refused].endswith(
+        f"delivery dead: outbox retry {number} or discard it (outbox {number})"
+    )
+    assert lines[delivered].endswith(
+        f"delivery delivered (outbox {listed[delivered]['outbox_id']})"
+    )
+    assert "delivery" not in lines[undecided]
+    OutboxService(rt.db).retry(number)
+    assert main(["actions", "show", refused]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "delivery:" in x)
+    assert "pending, 0 attempt(s), last error, before the retry: HTTP 422" in line
+    # As `tasks show` prints a time, not Python's `2026-12-05 23:40:49.105250+00:00`.
+    assert re.search(r"next attempt at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00 \(outbox", line)
+
+
 def test_every_dead_letter_is_retried_in_one_command_once_the_backend_is_mended(
     rt: Runtime,
     tmp_path: Path,
@@ -371,3 +529,58 @@ def test_the_api_retries_every_dead_letter_for_an_operator_not_a_viewer(
     assert {(r.attempts, r.throttled) for r in OutboxService(rt.db).list(status="pending")} == {
         (0, 0)
     }
+
+
+def test_a_dispatch_from_where_no_url_is_set_says_what_it_does_not_send(
+    rt: Runtime,
+    tmp_path: Path,
+    backend: Recorder,
+    store_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`outbox dispatch --once` on a laptop without the fleet's URLs printed `delivered 0,
+    failed 0, ...` and exit 0, which read as nothing being due: it refuses in one line, and
+    with one URL only, its report names the kind it left waiting."""
+    from orchestrator.cli import main
+
+    task_id, action_id = waiting_task(rt, tmp_path)
+    digest = rt.actions.get(action_id).digest
+    rt.actions.decide(action_id, approve=True, by="duty engineer", note=None, digest=digest)
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    assert main(["outbox", "dispatch", "--once"]) == 2
+    assert "neither ORCH_ACTIONS_URL nor ORCH_WEBHOOK_URL is set here" in capsys.readouterr().err
+    monkeypatch.setenv("ORCH_WEBHOOK_URL", f"{backend.url}/hooks")
+    monkeypatch.setenv("ORCH_WEBHOOK_SECRET", "hook-secret")
+    assert main(["outbox", "dispatch", "--once"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("delivered ")
+    assert line.endswith("; not sent here: approved actions (ORCH_ACTIONS_URL is unset here)")
+    assert backend.on("/actions") == []
+    [waiting] = OutboxService(rt.db).list(task_id=task_id, kind="action")
+    assert (waiting.status, waiting.attempts) == ("pending", 0)
+
+
+def test_a_list_for_a_task_that_does_not_exist_says_so(
+    rt: Runtime,
+    tmp_path: Path,
+    store_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`outbox list --task` and `actions list --task` with a mistyped (or cut short) id said
+    `no deliveries` and `no actions` (and `retry --all-dead --task` retried 0), as for a task
+    with nothing to deliver: one line, exit 1."""
+    from orchestrator.cli import main
+
+    task_id, _ = waiting_task(rt, tmp_path)
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    for command in (["outbox", "list"], ["actions", "list"], ["outbox", "retry", "--all-dead"]):
+        assert main([*command, "--task", task_id[:8]]) == 1
+        assert capsys.readouterr().err.strip().endswith(f"task {task_id[:8]} does not exist")
+    assert main(["outbox", "list", "--task", task_id, "--status", "discarded"]) == 0
+    assert capsys.readouterr().out.strip() == "no deliveries"
+    assert main(["actions", "list", "--task", task_id, "--status", "rejected"]) == 0
+    assert capsys.readouterr().out.strip() == "no actions"

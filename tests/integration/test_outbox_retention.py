@@ -1,11 +1,15 @@
 """Retention of the outbox's webhooks: delivered ones and those nobody sends go after
-ORCH_RETENTION_DAYS; dead letters, retrying rows and approved actions stay."""
+ORCH_RETENTION_DAYS; dead letters, retrying rows and approved actions stay. Whether anybody
+sends them is read from the store (were any delivered, dead-lettered or discarded?), not from
+the settings of the process that cleans: an operator's laptop lacks the fleet's URL."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from sqlalchemy import insert, select, update
 
 from orchestrator.cli.cleanup import describe
@@ -50,17 +54,31 @@ def _left(rt: Runtime, task_id: str) -> list[tuple[str, int]]:
         return [(row.status, row.attempts) for row in rows]
 
 
-def test_delivered_and_never_sent_webhooks_expire_in_batches_dead_letters_and_actions_stay(
+def _retried(rt: Runtime, task_id: str) -> None:
+    """The task's webhooks are dead letters an operator retried: pending, no attempt counted,
+    the error of before kept."""
+    with rt.db.transaction() as conn:
+        conn.execute(
+            update(outbox)
+            .where(outbox.c.task_id == task_id, outbox.c.kind == "webhook")
+            .values(last_error="HTTP 500")
+        )
+
+
+def test_never_sent_webhooks_expire_in_batches_where_nothing_ever_sent_one(
     store_url: str, tmp_path: Path
 ) -> None:
+    """A fleet without a webhook receiver: no webhook of the store was ever delivered, dead or
+    discarded, and the never attempted ones go after the retention; retrying rows, a retried
+    dead letter, approved actions and the recent stay."""
     rt, _ = runtime_for(store_url, tmp_path / "scripts", retention_days=30)  # no webhook URL
     try:
         done = _task_with_webhooks(
-            rt, ("delivered", 1, OLD), ("pending", 0, OLD), ("pending", 0, timedelta(days=1))
+            rt, ("pending", 0, OLD), ("pending", 0, OLD), ("pending", 0, timedelta(days=1))
         )
-        # A dead letter holds its task's later events back; they follow it once retried.
-        held = _task_with_webhooks(rt, ("dead", 3, OLD), ("pending", 0, OLD))
-        retrying = _task_with_webhooks(rt, ("pending", 2, OLD))
+        retrying = _task_with_webhooks(rt, ("pending", 2, OLD), ("pending", 0, OLD))
+        retried = _task_with_webhooks(rt, ("pending", 0, OLD))
+        _retried(rt, retried)
         with rt.db.transaction() as conn:
             conn.execute(
                 insert(outbox).values(
@@ -75,25 +93,65 @@ def test_delivered_and_never_sent_webhooks_expire_in_batches_dead_letters_and_ac
                     delivered_at=utcnow() - OLD,
                 )
             )
-        recent = _task_with_webhooks(rt, ("delivered", 1, timedelta(days=29)))
 
         report = run_cleanup(rt.db, rt.settings, batch_size=1)
 
-        assert (report.webhooks_delivered_deleted, report.webhooks_never_sent_deleted) == (1, 1)
+        assert (report.webhooks_delivered_deleted, report.webhooks_never_sent_deleted) == (0, 2)
         assert _left(rt, done) == [("pending", 0)]  # the one from yesterday
-        assert _left(rt, held) == [("dead", 3), ("pending", 0)]
-        assert _left(rt, retrying) == [("pending", 2)]
-        assert _left(rt, recent) == [("delivered", 1)]
+        assert _left(rt, retrying) == [("pending", 2), ("pending", 0)]  # it follows the first
+        assert _left(rt, retried) == [("pending", 0)]  # due again, not unsent
         with rt.db.transaction(readonly=True) as conn:
             assert conn.execute(select(outbox.c.status).where(outbox.c.kind == "action")).all()
         line = describe(report)
-        deleted = "1 delivered or discarded and 1 never sent (no ORCH_WEBHOOK_URL) outbox webhooks"
-        assert deleted in line
+        assert "0 delivered or discarded and 2 never sent (nothing sends them) outbox" in line
         assert report.to_dict()["outbox_webhooks_deleted"] == {
-            "delivered": 1,
-            "never_sent": 1,
+            "delivered": 0,
+            "never_sent": 2,
             "never_sent_in_scope": True,
+            "never_sent_kept": None,
         }
+    finally:
+        rt.close()
+
+
+def test_a_cleanup_without_the_fleets_url_keeps_the_events_the_fleet_would_deliver(
+    store_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An operator's laptop has no ORCH_WEBHOOK_URL; the fleet has one, and its dispatcher was
+    away longer than the retention. The cleanup deleted the events the fleet would deliver:
+    the store, where webhooks were delivered, now says they are sent. It keeps the newest
+    delivered one whatever its age, so a second pass still knows; `--unsent-webhooks` is
+    how an operator says the fleet has no receiver any more."""
+    from orchestrator.cli import main
+
+    rt, _ = runtime_for(store_url, tmp_path / "scripts", retention_days=30)  # no webhook URL
+    try:
+        sent = _task_with_webhooks(rt, ("delivered", 1, OLD), ("delivered", 1, OLD))
+        waiting = _task_with_webhooks(rt, ("pending", 0, OLD), ("pending", 0, OLD))
+        held = _task_with_webhooks(rt, ("dead", 3, OLD), ("pending", 0, OLD))
+        for _ in range(2):
+            report = run_cleanup(rt.db, rt.settings, batch_size=1)
+            assert _left(rt, waiting) == [("pending", 0), ("pending", 0)]
+            assert _left(rt, sent) == [("delivered", 1)]  # the newest: the store's record
+        assert not report.never_sent_in_scope
+        assert "webhooks were sent from this store" in describe(report)
+        assert "--unsent-webhooks" in str(report.never_sent_kept)
+        monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+        monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+        monkeypatch.setenv("ORCH_WEBHOOK_URL", "http://127.0.0.1:9/hooks")
+        monkeypatch.setenv("ORCH_WEBHOOK_SECRET", "webhook-secret-for-tests")
+        assert main(["cleanup", "--unsent-webhooks"]) == 2  # its own dispatcher sends them
+        assert "ORCH_WEBHOOK_URL is set here" in capsys.readouterr().err
+        monkeypatch.delenv("ORCH_WEBHOOK_URL")
+        monkeypatch.delenv("ORCH_WEBHOOK_SECRET")
+        assert main(["cleanup", "--unsent-webhooks", "--json"]) == 0
+        deleted = json.loads(capsys.readouterr().out)["outbox_webhooks_deleted"]
+        assert (deleted["never_sent"], deleted["never_sent_in_scope"]) == (2, True)
+        assert _left(rt, waiting) == []
+        assert _left(rt, held) == [("dead", 3), ("pending", 0)]  # it follows its dead letter
     finally:
         rt.close()
 
@@ -109,13 +167,16 @@ def test_with_a_webhook_url_set_unsent_webhooks_wait_for_the_dispatcher_and_0_da
         webhook_secret="webhook-secret-for-tests",
     )
     try:
-        task_id = _task_with_webhooks(rt, ("delivered", 1, OLD), ("pending", 0, OLD))
+        task_id = _task_with_webhooks(
+            rt, ("delivered", 1, OLD), ("delivered", 1, OLD), ("pending", 0, OLD)
+        )
         off = run_cleanup(rt.db, rt.settings.model_copy(update={"retention_days": 0}))
         assert not off.enabled
-        assert _left(rt, task_id) == [("delivered", 1), ("pending", 0)]
+        assert _left(rt, task_id) == [("delivered", 1), ("delivered", 1), ("pending", 0)]
         report = run_cleanup(rt.db, rt.settings)
         assert (report.webhooks_delivered_deleted, report.webhooks_never_sent_deleted) == (1, 0)
-        assert _left(rt, task_id) == [("pending", 0)]
+        # The newest delivered one stays: the store's record that its webhooks are sent.
+        assert _left(rt, task_id) == [("delivered", 1), ("pending", 0)]
         line = describe(report)
         assert "1 delivered or discarded outbox webhooks" in line, line
         assert "webhooks not sent yet (ORCH_WEBHOOK_URL is set)" in line, line

@@ -149,8 +149,19 @@ class ExecutionService:
     ) -> RunResult:
         """Run `generation` of `task_id` if, and only if, it is the task's queued generation."""
         ttl = self.settings.lease_seconds
-        # The lease first, then the compare-and-set claim: a wake-up for a generation that is
-        # not queued any more takes the lease for a moment and gives it back unused.
+        # The store first: a wake-up for a generation that is not queued (delivered twice,
+        # republished while it was claimed) returns without touching the lease. Its lease is
+        # free while its round runs if Redis lost its data, until the round's heartbeat takes it
+        # back; a wake-up that took it, even for the moment its claim took, had that heartbeat
+        # refused, and the round stopped and was handed back for nothing.
+        try:
+            state = generation_store.task_state_alone(self.db, task_id)
+        except _INFRASTRUCTURE as exc:
+            return self._store_away(task_id, exc)
+        if state != (generation, "queued"):
+            return RunResult(False, _describe_state(state))
+        # Then the lease, then the compare-and-set claim: a wake-up whose generation was claimed
+        # since takes the lease for a moment and gives it back unused.
         token = self.leases.acquire(lease_name(task_id), worker, ttl)
         if token is None:
             return self._not_acquired(task_id, generation)
@@ -267,6 +278,20 @@ class ExecutionService:
             retry_after=self.settings.lease_renew_seconds,
         )
 
+    def _store_away(self, task_id: str, exc: BaseException) -> RunResult:
+        """The store could not be read before the lease was taken: nothing to give back; come
+        back as a claim that met the store away does."""
+        log.warning(
+            "task %s: the generation could not be claimed (%s); trying again",
+            task_id,
+            cause_line(exc),
+        )
+        return RunResult(
+            False,
+            f"the store could not be reached to claim the generation ({type(exc).__name__})",
+            retry_after=self.settings.lease_renew_seconds,
+        )
+
     def _not_acquired(self, task_id: str, generation: int) -> RunResult:
         with self.db.transaction(readonly=True) as conn:
             task = task_store.get_task(conn, task_id)
@@ -289,9 +314,7 @@ class ExecutionService:
 
     @staticmethod
     def _describe(task: TaskRecord | None) -> str:
-        if task is None:
-            return "no such task"
-        return f"task is at generation {task.generation} ({task.status})"
+        return _describe_state(None if task is None else (task.generation, task.status))
 
     def _round(
         self, task: TaskRecord, session_id: str, fence: Fence, keeper: LeaseKeeper
@@ -477,6 +500,14 @@ class ExecutionService:
         """A sub-agent's model: the round's model in a new conversation. A scripted model plays
         `DIR/<task type>.subagent.json`."""
         return load_model(self.settings.model, f"{task_type}.subagent", settings=self.settings)
+
+
+def _describe_state(state: tuple[int, str] | None) -> str:
+    """Why a wake-up starts nothing: the task's generation and status, as the store has them."""
+    if state is None:
+        return "no such task"
+    generation, status = state
+    return f"task is at generation {generation} ({status})"
 
 
 def _stop_line(keeper: LeaseKeeper, exc: BaseException) -> str:

@@ -7,6 +7,7 @@ queued one, or whose lease someone else holds, returns without starting an agent
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -77,6 +78,10 @@ _INFRASTRUCTURE = (DBAPIError, RedisError, LeaseBackendUnavailable)
 #: an outage, counted in `handbacks`. A statement the store answered and refused (a constraint,
 #: a value, a column the schema lacks) meets the same round again: counted in `recoveries`.
 _OUTAGES = (OperationalError, InterfaceError, RedisError, LeaseBackendUnavailable)
+#: How long a wake-up whose generation is queued but whose lease is held waits in its worker for
+#: the holder to let go, and how often it tries the lease meanwhile (see `_await_release`).
+RELEASE_WAIT_SECONDS = 0.5
+RELEASE_POLL_SECONDS = 0.01
 #: The longest a rate-limited round waits to be requeued, whatever Retry-After says.
 MAX_RATE_LIMIT_WAIT = 900.0
 #: A round the model server could not serve waits at least this long before it is requeued
@@ -162,7 +167,9 @@ class ExecutionService:
             return RunResult(False, _describe_state(state))
         # Then the lease, then the compare-and-set claim: a wake-up whose generation was claimed
         # since takes the lease for a moment and gives it back unused.
-        token = self.leases.acquire(lease_name(task_id), worker, ttl)
+        token = self.leases.acquire(lease_name(task_id), worker, ttl) or self._await_release(
+            task_id, worker, ttl
+        )
         if token is None:
             return self._not_acquired(task_id, generation)
         try:
@@ -291,6 +298,22 @@ class ExecutionService:
             f"the store could not be reached to claim the generation ({type(exc).__name__})",
             retry_after=self.settings.lease_renew_seconds,
         )
+
+    def _await_release(self, task_id: str, worker: str, ttl: float) -> str | None:
+        """The lease of a queued generation, once its holder lets go (None after
+        `RELEASE_WAIT_SECONDS`). Its holder is most often about to: a worker that stalled and
+        took the lease back for a generation the store then said was over (it releases it as
+        soon as that answer comes), another wake-up of the generation between its lease and its
+        claim, or the previous generation's worker, stopping. Before, the wake-up came back
+        after Celery's first retry (a second), then every ORCH_LEASE_RENEW_SECONDS, for a lease
+        let go a few milliseconds after it was asked."""
+        deadline = time.monotonic() + RELEASE_WAIT_SECONDS
+        while time.monotonic() < deadline:
+            time.sleep(RELEASE_POLL_SECONDS)  # the release is a store answer away: no event
+            token = self.leases.acquire(lease_name(task_id), worker, ttl)
+            if token is not None:
+                return token
+        return None
 
     def _not_acquired(self, task_id: str, generation: int) -> RunResult:
         with self.db.transaction(readonly=True) as conn:

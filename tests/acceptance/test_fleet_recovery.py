@@ -241,3 +241,39 @@ def test_a_duplicate_wake_up_after_redis_lost_its_data_leaves_the_running_round_
     logs = fleet.logs()
     assert stopped not in logs, logs
     assert [e["outcome"] for e in rt.tasks.explain(task_id)["executions"]] == ["completed"]
+
+
+def test_wake_ups_redis_lost_with_its_data_are_sent_again_at_the_next_sweep(
+    pg_url: str, redis_url: str, rt: Runtime, scripts: Path, tmp_path: Path
+) -> None:
+    """A task triggered while no worker was free has its wake-up in Redis; Redis loses its data.
+    Before, the task stayed queued until the sweeper took its wake-up for lost, after
+    ORCH_QUEUED_STALE_SECONDS (a minute by default); now the next sweep sees that Redis lost
+    its data and sends every queued task's wake-up again."""
+    write_script(scripts, "quick", completing_turns())
+    env = fleet_env(pg_url, redis_url, tmp_path) | {
+        "ORCH_MODEL": f"scripted:{scripts}",
+        "ORCH_LEASE_SECONDS": str(LEASE),
+        "ORCH_LEASE_RENEW_SECONDS": "1",
+        "ORCH_SWEEP_SECONDS": "0.2",
+        "ORCH_QUEUED_STALE_SECONDS": "30",
+    }
+    swept = tmp_path / "home" / "sweeper.heartbeat"
+    with running_fleet(env, tmp_path) as fleet:
+        fleet.sweeper()
+        wait_for(swept.exists, 30, interval=0.02, what="the first sweep")
+        task_id = rt.tasks.trigger(Trigger(task_type="quick", title="wiped")).task.task_id
+        client = redis.Redis.from_url(redis_url)
+        client.flushall()  # the wake-up goes with the rest
+        client.close()
+        worker = fleet.worker(concurrency=1)
+        wait_for(lambda: fleet.ready(worker), 30, interval=0.02, what="the worker")
+        ready_at = time.monotonic()
+        wait_for(
+            lambda: (e := execution(rt, task_id, 1)) is not None and e.started_at,
+            5,
+            interval=0.02,
+            what="generation 1 to start (it waited for its wake-up)",
+        )
+        assert time.monotonic() - ready_at < 5
+        assert f"republished the wake-up of task {task_id} generation 1" in fleet.logs()

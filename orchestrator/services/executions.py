@@ -167,9 +167,12 @@ class ExecutionService:
             return RunResult(False, _describe_state(state))
         # Then the lease, then the compare-and-set claim: a wake-up whose generation was claimed
         # since takes the lease for a moment and gives it back unused.
-        token = self.leases.acquire(lease_name(task_id), worker, ttl) or self._await_release(
-            task_id, worker, ttl
-        )
+        try:
+            token = self.leases.acquire(lease_name(task_id), worker, ttl) or self._await_release(
+                task_id, worker, ttl
+            )
+        except LeaseBackendUnavailable as exc:
+            return self._leases_away(task_id, exc)
         if token is None:
             return self._not_acquired(task_id, generation)
         try:
@@ -186,7 +189,10 @@ class ExecutionService:
         except _INFRASTRUCTURE as exc:
             return self._claim_failed(task_id, generation, token, exc)
         if claimed is None:
-            self.leases.release(lease_name(task_id), token)
+            try:
+                self.leases.release(lease_name(task_id), token)
+            except LeaseBackendUnavailable:
+                log.warning("task %s: its lease could not be given back; it runs out", task_id)
             return RunResult(False, self._why_not_queued(task_id, generation))
         task, session_id = claimed
         bind_log_context(session_id=session_id)  # the worker's log lines name the session
@@ -296,6 +302,18 @@ class ExecutionService:
         return RunResult(
             False,
             f"the store could not be reached to claim the generation ({type(exc).__name__})",
+            retry_after=self.settings.lease_renew_seconds,
+        )
+
+    def _leases_away(self, task_id: str, exc: LeaseBackendUnavailable) -> RunResult:
+        """Redis did not answer when the lease was asked for: nothing was taken; come back as a
+        claim that met the store away does. Before, the error escaped to Celery, which logged
+        it with a traceback and acknowledged the wake-up: the generation waited for the
+        sweeper to take its wake-up for lost."""
+        log.warning("task %s: the lease could not be taken (%s); trying again", task_id, exc)
+        return RunResult(
+            False,
+            "the lease back end could not be reached to take the task's lease",
             retry_after=self.settings.lease_renew_seconds,
         )
 

@@ -324,8 +324,8 @@ class Sweeper:
         if self._mark is None:
             return False  # another sweeper's
         log.warning(
-            "Redis has lost its data (or no sweeper ran for an hour): every queued task's "
-            "wake-up is sent again"
+            "the sweeper's mark in Redis was missing (Redis restarted empty, was flushed or is "
+            "new, or no sweeper ran for an hour): every queued task's wake-up is sent again"
         )
         return True
 

@@ -36,9 +36,7 @@ def dispatch_failure(dispatcher: Dispatcher, task_id: str, generation: int) -> s
     try:
         dispatcher.dispatch(task_id, generation)
     except Exception as exc:
-        # One line, no traceback: the broker's text names the host, never a password.
-        text = (str(exc).strip().splitlines() or [""])[0][:200]
-        reason = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+        reason = _one_line(exc)
         log.warning(
             "wake-up of task %s generation %s not sent (%s); the sweeper republishes it",
             task_id,
@@ -56,7 +54,19 @@ def safe_dispatch_many(dispatcher: Dispatcher, wakeups: list[tuple[str, int]]) -
         return [safe_dispatch(dispatcher, task_id, generation) for task_id, generation in wakeups]
     try:
         many(wakeups)
-    except Exception:
-        log.exception("a batch of %d wake-ups was not (entirely) sent", len(wakeups))
+    except Exception as exc:
+        # As for one wake-up: one line, no traceback (before, a sweep's batch logged one).
+        log.warning(
+            "a batch of %d wake-ups was not (entirely) sent (%s); the sweeper republishes them",
+            len(wakeups),
+            _one_line(exc),
+        )
         return [False] * len(wakeups)
     return [True] * len(wakeups)
+
+
+def _one_line(exc: BaseException) -> str:
+    """Why the broker did not take a wake-up: the error's type and first line. The broker's
+    text names the host, never a password."""
+    text = (str(exc).strip().splitlines() or [""])[0][:200]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

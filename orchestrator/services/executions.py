@@ -7,6 +7,7 @@ queued one, or whose lease someone else holds, returns without starting an agent
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -77,6 +78,10 @@ _INFRASTRUCTURE = (DBAPIError, RedisError, LeaseBackendUnavailable)
 #: an outage, counted in `handbacks`. A statement the store answered and refused (a constraint,
 #: a value, a column the schema lacks) meets the same round again: counted in `recoveries`.
 _OUTAGES = (OperationalError, InterfaceError, RedisError, LeaseBackendUnavailable)
+#: How long a wake-up whose generation is queued but whose lease is held waits in its worker for
+#: the holder to let go, and how often it tries the lease meanwhile (see `_await_release`).
+RELEASE_WAIT_SECONDS = 0.5
+RELEASE_POLL_SECONDS = 0.01
 #: The longest a rate-limited round waits to be requeued, whatever Retry-After says.
 MAX_RATE_LIMIT_WAIT = 900.0
 #: A round the model server could not serve waits at least this long before it is requeued
@@ -149,9 +154,25 @@ class ExecutionService:
     ) -> RunResult:
         """Run `generation` of `task_id` if, and only if, it is the task's queued generation."""
         ttl = self.settings.lease_seconds
-        # The lease first, then the compare-and-set claim: a wake-up for a generation that is
-        # not queued any more takes the lease for a moment and gives it back unused.
-        token = self.leases.acquire(lease_name(task_id), worker, ttl)
+        # The store first: a wake-up for a generation that is not queued (delivered twice,
+        # republished while it was claimed) returns without touching the lease. Its lease is
+        # free while its round runs if Redis lost its data, until the round's heartbeat takes it
+        # back; a wake-up that took it, even for the moment its claim took, had that heartbeat
+        # refused, and the round stopped and was handed back for nothing.
+        try:
+            state = generation_store.task_state_alone(self.db, task_id)
+        except _INFRASTRUCTURE as exc:
+            return self._store_away(task_id, exc)
+        if state != (generation, "queued"):
+            return RunResult(False, _describe_state(state))
+        # Then the lease, then the compare-and-set claim: a wake-up whose generation was claimed
+        # since takes the lease for a moment and gives it back unused.
+        try:
+            token = self.leases.acquire(lease_name(task_id), worker, ttl) or self._await_release(
+                task_id, worker, ttl
+            )
+        except LeaseBackendUnavailable as exc:
+            return self._leases_away(task_id, exc)
         if token is None:
             return self._not_acquired(task_id, generation)
         try:
@@ -168,7 +189,10 @@ class ExecutionService:
         except _INFRASTRUCTURE as exc:
             return self._claim_failed(task_id, generation, token, exc)
         if claimed is None:
-            self.leases.release(lease_name(task_id), token)
+            try:
+                self.leases.release(lease_name(task_id), token)
+            except LeaseBackendUnavailable:
+                log.warning("task %s: its lease could not be given back; it runs out", task_id)
             return RunResult(False, self._why_not_queued(task_id, generation))
         task, session_id = claimed
         bind_log_context(session_id=session_id)  # the worker's log lines name the session
@@ -267,6 +291,48 @@ class ExecutionService:
             retry_after=self.settings.lease_renew_seconds,
         )
 
+    def _store_away(self, task_id: str, exc: BaseException) -> RunResult:
+        """The store could not be read before the lease was taken: nothing to give back; come
+        back as a claim that met the store away does."""
+        log.warning(
+            "task %s: the generation could not be claimed (%s); trying again",
+            task_id,
+            cause_line(exc),
+        )
+        return RunResult(
+            False,
+            f"the store could not be reached to claim the generation ({type(exc).__name__})",
+            retry_after=self.settings.lease_renew_seconds,
+        )
+
+    def _leases_away(self, task_id: str, exc: LeaseBackendUnavailable) -> RunResult:
+        """Redis did not answer when the lease was asked for: nothing was taken; come back as a
+        claim that met the store away does. Before, the error escaped to Celery, which logged
+        it with a traceback and acknowledged the wake-up: the generation waited for the
+        sweeper to take its wake-up for lost."""
+        log.warning("task %s: the lease could not be taken (%s); trying again", task_id, exc)
+        return RunResult(
+            False,
+            "the lease back end could not be reached to take the task's lease",
+            retry_after=self.settings.lease_renew_seconds,
+        )
+
+    def _await_release(self, task_id: str, worker: str, ttl: float) -> str | None:
+        """The lease of a queued generation, once its holder lets go (None after
+        `RELEASE_WAIT_SECONDS`). Its holder is most often about to: a worker that stalled and
+        took the lease back for a generation the store then said was over (it releases it as
+        soon as that answer comes), another wake-up of the generation between its lease and its
+        claim, or the previous generation's worker, stopping. Before, the wake-up came back
+        after Celery's first retry (a second), then every ORCH_LEASE_RENEW_SECONDS, for a lease
+        let go a few milliseconds after it was asked."""
+        deadline = time.monotonic() + RELEASE_WAIT_SECONDS
+        while time.monotonic() < deadline:
+            time.sleep(RELEASE_POLL_SECONDS)  # the release is a store answer away: no event
+            token = self.leases.acquire(lease_name(task_id), worker, ttl)
+            if token is not None:
+                return token
+        return None
+
     def _not_acquired(self, task_id: str, generation: int) -> RunResult:
         with self.db.transaction(readonly=True) as conn:
             task = task_store.get_task(conn, task_id)
@@ -289,9 +355,7 @@ class ExecutionService:
 
     @staticmethod
     def _describe(task: TaskRecord | None) -> str:
-        if task is None:
-            return "no such task"
-        return f"task is at generation {task.generation} ({task.status})"
+        return _describe_state(None if task is None else (task.generation, task.status))
 
     def _round(
         self, task: TaskRecord, session_id: str, fence: Fence, keeper: LeaseKeeper
@@ -477,6 +541,14 @@ class ExecutionService:
         """A sub-agent's model: the round's model in a new conversation. A scripted model plays
         `DIR/<task type>.subagent.json`."""
         return load_model(self.settings.model, f"{task_type}.subagent", settings=self.settings)
+
+
+def _describe_state(state: tuple[int, str] | None) -> str:
+    """Why a wake-up starts nothing: the task's generation and status, as the store has them."""
+    if state is None:
+        return "no such task"
+    generation, status = state
+    return f"task is at generation {generation} ({status})"
 
 
 def _stop_line(keeper: LeaseKeeper, exc: BaseException) -> str:

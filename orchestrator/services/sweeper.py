@@ -17,6 +17,11 @@ every second until the store answers) and then counts as an outage (`handbacks`)
 ran out during a longer outage would otherwise be taken, by whichever sweep comes first once the
 store is back, for a worker that died (`recoveries`), and three such outages park the task as
 `recovery_limit`. A worker that really died waits those few seconds more.
+
+With Redis as the broker, a sweep also keeps a mark there (`BROKER_MARK`, a lease of its own).
+Should it be gone, Redis lost its data (restarted empty, flushed), and the wake-ups of the queued
+tasks went with it: the sweep sends them all again at once, instead of waiting
+ORCH_QUEUED_STALE_SECONDS for each to look lost. A wake-up sent twice starts at most one agent.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from typing import Final
 
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable
+from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable, Renewal
 from orchestrator.leases.keys import ended_key
 from orchestrator.leases.process import ProcessIdentity, is_gone
 from orchestrator.services.dispatch import Dispatcher, safe_dispatch, safe_dispatch_many
@@ -49,7 +54,14 @@ from orchestrator.store.records import ExecutionRecord
 from orchestrator.store.task_events import NewEvent
 from orchestrator.store.types import utcnow
 
-__all__ = ["HANDBACK_GRACE_SECONDS", "LEASE_EXPIRED", "PROCESS_GONE", "SweepReport", "Sweeper"]
+__all__ = [
+    "BROKER_MARK",
+    "HANDBACK_GRACE_SECONDS",
+    "LEASE_EXPIRED",
+    "PROCESS_GONE",
+    "SweepReport",
+    "Sweeper",
+]
 
 #: Why a generation whose lease ran out ended.
 LEASE_EXPIRED = "the lease expired without renewal (worker lost)"
@@ -64,6 +76,12 @@ _REQUEUED_IN: Final = re.compile(r"; requeued in [0-9.e+]+s$")
 #: After a store outage, how long expired leases are left to their workers' hand-backs (tried
 #: every `RETRY_SECONDS`) before a sweep takes them for workers that died.
 HANDBACK_GRACE_SECONDS: Final = 3 * RETRY_SECONDS
+
+
+#: The lease a sweeper keeps in Redis to notice that Redis lost its data (see the docstring),
+#: and how long it lasts without a sweep: past that, one sweep sends every queued wake-up again.
+BROKER_MARK: Final = "sweeper:broker"
+BROKER_MARK_SECONDS: Final = 3600.0
 
 
 @dataclass
@@ -128,6 +146,8 @@ class Sweeper:
         # restart the grace at each answer, and the lease of a worker that died would never
         # be recovered (invariant 8: within lease + sweep interval, here + the grace).
         self._left_since: dict[tuple[str, int], float] = {}
+        self._mark: str | None = None  # the token of `BROKER_MARK` while this sweeper holds it
+        self._holder = f"sweeper:{socket.gethostname()}"
 
     def sweep(self, now: datetime | None = None) -> SweepReport:
         try:
@@ -147,7 +167,7 @@ class Sweeper:
         if expired:
             self._recover(expired, now, report)
         self.recover_gone_processes(report)
-        self._republish_stale(now, report)
+        self._republish_stale(now, report, everything=self._broker_lost_data())
         return report  # what it did (`report.lines()`) is said by the caller: printed or logged
 
     def _past_grace(self, expired: list[ExecutionRecord]) -> list[ExecutionRecord]:
@@ -284,15 +304,51 @@ class Sweeper:
                 log.warning("could not release the lease of %s; it will expire", task_id)
         safe_dispatch_many(self.dispatcher, [(t, n) for t, _, n in batch.requeued])
 
-    def _republish_stale(self, now: datetime, report: SweepReport) -> None:
-        before = now - timedelta(seconds=self.settings.queued_stale_seconds)
-        with self.db.transaction(readonly=True) as conn:
-            stale = task_store.stale_queued(conn, before, self.batch)
-        for task in stale:
-            with self.db.transaction() as conn:
-                claimed = task_store.touch_queued(conn, task)
-            if claimed and safe_dispatch(self.dispatcher, task.task_id, task.generation):
-                report.republished.append((task.task_id, task.generation))
+    def _broker_lost_data(self) -> bool:
+        """Whether Redis lost its data since the last sweep: `BROKER_MARK` was gone. Also True
+        when no sweeper held the mark yet (a new Redis, or one that lost its data while no
+        sweeper ran): at worst every queued task is woken twice, which starts nothing more."""
+        if not self.settings.redis_url:
+            return False  # the file-system broker keeps its messages on disk
+        try:
+            if self._mark is not None:
+                [kept] = self.leases.keep_many(
+                    [(BROKER_MARK, self._mark, self._holder)], BROKER_MARK_SECONDS
+                )
+                if kept is not Renewal.REFUSED:
+                    return kept is Renewal.TAKEN_BACK
+                self._mark = None  # another sweeper made it anew first, and sends them
+            self._mark = self.leases.acquire(BROKER_MARK, self._holder, BROKER_MARK_SECONDS)
+        except LeaseBackendUnavailable:
+            return False  # Redis away: a later sweep finds the mark gone
+        if self._mark is None:
+            return False  # another sweeper's
+        log.warning(
+            "the sweeper's mark in Redis was missing (Redis restarted empty, was flushed or is "
+            "new, or no sweeper ran for an hour): every queued task's wake-up is sent again"
+        )
+        return True
+
+    def _republish_stale(self, now: datetime, report: SweepReport, *, everything: bool) -> None:
+        """Send again the wake-ups of the tasks queued for ORCH_QUEUED_STALE_SECONDS (that long
+        unclaimed, theirs may be lost), or of every queued task when Redis lost its data."""
+        if everything:  # queued before this sweep: a touched one is queued from now on
+            before = min(now, utcnow())
+        else:
+            before = now - timedelta(seconds=self.settings.queued_stale_seconds)
+        while True:
+            with self.db.transaction(readonly=True) as conn:
+                stale = task_store.stale_queued(conn, before, self.batch)
+            touched = 0
+            for task in stale:
+                with self.db.transaction() as conn:
+                    claimed = task_store.touch_queued(conn, task)
+                touched += claimed
+                if claimed and safe_dispatch(self.dispatcher, task.task_id, task.generation):
+                    report.republished.append((task.task_id, task.generation))
+            # Every lost wake-up in this sweep, not one batch of them a minute.
+            if not everything or len(stale) < self.batch or not touched:
+                return
 
 
 def _observe_recoveries(batch: LostBatch) -> None:

@@ -55,6 +55,7 @@ __all__ = [
     "requeue_generation",
     "session_title",
     "supersede_pending_actions",
+    "task_state_alone",
 ]
 
 
@@ -191,6 +192,29 @@ def claim_generation_alone(
         task_id, generation, lease_token, worker, celery_task_id, lease_expires_at, process
     )
     return _claimed(driver.rows(db.engine, _one_statement_claim(), params))
+
+
+def task_state_alone(db: Database, task_id: str) -> tuple[int, str] | None:
+    """The task's generation and status (None: no such task), read as a unit of work of its
+    own: on Postgres one statement in autocommit on `driver.rows`'s kept connections, as the
+    claim is; elsewhere one transaction."""
+    params = {"state_task_id": task_id}
+    if db.dialect != "postgresql":
+        with db.transaction(readonly=True) as conn:
+            rows = [tuple(row) for row in conn.execute(_task_state(), params)]
+    else:
+        rows = driver.rows(db.engine, _task_state(), params)
+    if not rows:
+        return None
+    generation, status = rows[0]
+    return int(generation), str(status)
+
+
+@cache
+def _task_state() -> Select[Any]:
+    return select(tasks.c.generation, tasks.c.status).where(
+        tasks.c.task_id == bindparam("state_task_id")
+    )
 
 
 def _claim_params(

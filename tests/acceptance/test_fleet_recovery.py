@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from orchestrator.domain.fences import Fence
 from orchestrator.errors import StaleGeneration
@@ -182,3 +183,96 @@ def test_requeue_of_a_running_task_hands_over_as_soon_as_the_old_generation_lets
     wait_for(lambda: rt.tasks.get(task_id).status == "completed", 30, what="completion")
     outcomes = [e["outcome"] for e in rt.tasks.explain(task_id)["executions"]]
     assert outcomes == ["superseded", "completed"]
+
+
+def test_a_duplicate_wake_up_after_redis_lost_its_data_leaves_the_running_round_alone(
+    fleet: Fleet, rt: Runtime, scripts: Path, redis_url: str
+) -> None:
+    """Redis loses every lease; before the running round's heartbeat takes its lease back, a
+    second wake-up for the same generation arrives (the sweeper republishing it, a message
+    delivered again). Before, that wake-up took the free lease for as long as its claim took;
+    the round's renewal in between was refused, and the round stopped and was handed back for
+    nothing. The claim is held up here (the tasks table locked against writes) so that the
+    heartbeat surely falls in that window; the wake-up must not take a lease the store says a
+    live generation holds."""
+    write_script(scripts, "slow", completing_turns(delay_s=3.0))
+    worker = fleet.worker(concurrency=2)
+    fleet.sweeper()
+    wait_for(lambda: fleet.ready(worker), 30, what="the worker")
+    task_id = rt.tasks.trigger(Trigger(task_type="slow", title="wiped")).task.task_id
+    wait_for(
+        lambda: rt.plans.latest(rt.tasks.get(task_id).session_id or ""),
+        30,
+        interval=0.02,
+        what="generation 1's first plan revision (the round now waits on its model)",
+    )
+    # Right after a heartbeat (its mirrored expiry moves), so the next one is a period away.
+    mirrored = execution(rt, task_id, 1).lease_expires_at
+    wait_for(
+        lambda: execution(rt, task_id, 1).lease_expires_at != mirrored,
+        5,
+        interval=0.01,
+        what="a heartbeat",
+    )
+    mirrored = execution(rt, task_id, 1).lease_expires_at
+    with rt.db.engine.connect() as blocker:
+        blocker.exec_driver_sql("LOCK TABLE tasks IN EXCLUSIVE MODE")  # reads still pass
+        client = redis.Redis.from_url(redis_url)
+        client.flushall()  # every lease is gone
+        client.close()
+        rt.dispatcher.dispatch(task_id, 1)  # the same wake-up, sent again
+        stopped = f"generation 1 of task {task_id} stops:"
+        wait_for(
+            lambda: (
+                execution(rt, task_id, 1).lease_expires_at != mirrored or stopped in fleet.logs()
+            ),
+            5,
+            interval=0.02,
+            what="the round's next heartbeat",
+        )
+        blocker.rollback()
+    wait_for(
+        lambda: f"task {task_id} generation 1: task is at generation" in fleet.logs(),
+        10,
+        what="the duplicate wake-up to be answered",
+    )
+    wait_for(lambda: rt.tasks.get(task_id).status == "completed", 30, what="completion")
+    logs = fleet.logs()
+    assert stopped not in logs, logs
+    assert [e["outcome"] for e in rt.tasks.explain(task_id)["executions"]] == ["completed"]
+
+
+def test_wake_ups_redis_lost_with_its_data_are_sent_again_at_the_next_sweep(
+    pg_url: str, redis_url: str, rt: Runtime, scripts: Path, tmp_path: Path
+) -> None:
+    """A task triggered while no worker was free has its wake-up in Redis; Redis loses its data.
+    Before, the task stayed queued until the sweeper took its wake-up for lost, after
+    ORCH_QUEUED_STALE_SECONDS (a minute by default); now the next sweep sees that Redis lost
+    its data and sends every queued task's wake-up again."""
+    write_script(scripts, "quick", completing_turns())
+    env = fleet_env(pg_url, redis_url, tmp_path) | {
+        "ORCH_MODEL": f"scripted:{scripts}",
+        "ORCH_LEASE_SECONDS": str(LEASE),
+        "ORCH_LEASE_RENEW_SECONDS": "1",
+        "ORCH_SWEEP_SECONDS": "0.2",
+        "ORCH_QUEUED_STALE_SECONDS": "30",
+    }
+    swept = tmp_path / "home" / "sweeper.heartbeat"
+    with running_fleet(env, tmp_path) as fleet:
+        fleet.sweeper()
+        wait_for(swept.exists, 30, interval=0.02, what="the first sweep")
+        task_id = rt.tasks.trigger(Trigger(task_type="quick", title="wiped")).task.task_id
+        client = redis.Redis.from_url(redis_url)
+        client.flushall()  # the wake-up goes with the rest
+        client.close()
+        worker = fleet.worker(concurrency=1)
+        wait_for(lambda: fleet.ready(worker), 30, interval=0.02, what="the worker")
+        ready_at = time.monotonic()
+        wait_for(
+            lambda: (e := execution(rt, task_id, 1)) is not None and e.started_at,
+            5,
+            interval=0.02,
+            what="generation 1 to start (it waited for its wake-up)",
+        )
+        assert time.monotonic() - ready_at < 5
+        assert f"republished the wake-up of task {task_id} generation 1" in fleet.logs()

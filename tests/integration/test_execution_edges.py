@@ -29,6 +29,7 @@ from tests.executions_support import (
     wait_for,
     write_script,
 )
+from tests.services import RedisServer, ServiceMissing, service_unavailable
 
 
 @pytest.fixture
@@ -287,3 +288,32 @@ def test_a_store_error_at_the_claim_gives_the_lease_back_and_asks_to_come_back(
     assert rt.tasks.get(task_id).status == "queued"
     # The lease was given back: the next wake-up runs the generation at once.
     assert rt.executions.run(task_id, 1, worker="w").outcome == "completed"
+
+
+def test_a_wake_up_that_meets_redis_away_comes_back_later_and_says_why(
+    pg_url: str, scripts: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Before, the lease back end's error escaped the service: Celery logged it with a
+    # traceback and acknowledged the wake-up, and the generation stayed queued until the
+    # sweeper took its wake-up for lost (a minute by default).
+    server = RedisServer()
+    try:
+        server.start()
+    except ServiceMissing as exc:
+        service_unavailable(str(exc))
+    rt, _ = runtime_for(pg_url, scripts, redis_url=server.url)
+    try:
+        write_script(scripts, "claim", completing_turns())
+        task_id = rt.tasks.trigger(Trigger(task_type="claim", title="t")).task.task_id
+        server.stop()
+        result = rt.executions.run(task_id, 1, worker="w")
+        assert result.ran is False
+        assert result.retry_after == rt.settings.lease_renew_seconds
+        assert "lease back end could not be reached" in result.detail
+        assert "Redis did not answer the lease call" in caplog.text
+        assert rt.tasks.get(task_id).status == "queued"
+        server.start()
+        assert rt.executions.run(task_id, 1, worker="w").outcome == "completed"
+    finally:
+        rt.close()
+        server.close()

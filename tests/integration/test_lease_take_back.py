@@ -16,6 +16,7 @@ the Redis lease back ends:
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,10 +28,18 @@ from orchestrator import metrics
 from orchestrator.domain.fences import Fence
 from orchestrator.runtime import Runtime
 from orchestrator.services import lease_keeper as lease_keeper_module
+from orchestrator.services.executions import RunResult
 from orchestrator.services.lease_keeper import Heartbeat, LeaseKeeper, lease_name
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import executions as execution_store
-from tests.executions_support import claim_as_worker, runtime_for
+from orchestrator.store.types import utcnow
+from tests.executions_support import (
+    claim_as_worker,
+    completing_turns,
+    runtime_for,
+    wait_for,
+    write_script,
+)
 
 TTL = 0.5
 
@@ -155,3 +164,61 @@ def test_a_take_back_the_store_could_not_confirm_is_settled_by_its_next_mirror(
         assert metrics.LEASES_TAKEN_BACK._value.get() == taken_back + 1  # confirmed now
         Heartbeat._beat([keeper])
         assert metrics.LEASES_TAKEN_BACK._value.get() == taken_back + 1  # once
+
+
+def test_a_wake_up_that_meets_a_take_back_waits_only_for_its_release(
+    pg_url: str, redis_url: str, tmp_path: Path
+) -> None:
+    """Generation 2's wake-up arrives between the stalled worker's take-back and its release
+    (the mirror held up here: the executions table locked against writes). Before, it found
+    the lease held and came back after a second (Celery's first retry), and after
+    ORCH_LEASE_RENEW_SECONDS if the lease was still held then; now it waits for the release."""
+    rt, _ = runtime_for(pg_url, tmp_path, redis_url=redis_url)
+    try:
+        write_script(tmp_path, "simple", completing_turns())
+        task_id, keeper = _stalled(rt)
+        assert rt.sweeper.sweep().requeued == [(task_id, 1, 2)]
+        refused = threading.Event()
+        real_acquire = rt.leases.acquire
+
+        def acquire(name: str, holder: str, ttl_seconds: float) -> str | None:
+            token = real_acquire(name, holder, ttl_seconds)
+            if token is None:
+                refused.set()
+            return token
+
+        rt.leases.acquire = acquire  # type: ignore[method-assign]
+        results: list[RunResult] = []
+        with rt.db.engine.connect() as blocker:
+            blocker.exec_driver_sql("LOCK TABLE executions IN EXCLUSIVE MODE")  # reads pass
+            beat = threading.Thread(target=Heartbeat._beat, args=([keeper],))
+            beat.start()
+            wait_for(
+                lambda: rt.leases.get(lease_name(task_id)) is not None,
+                5,
+                interval=0.005,
+                what="the stalled worker to take its lease back",
+            )
+            wake = threading.Thread(
+                target=lambda: results.append(rt.executions.run(task_id, 2, worker="w2"))
+            )
+            wake.start()
+            assert refused.wait(5), "the wake-up did not meet the taken-back lease"
+            released_at = utcnow()
+            blocker.rollback()  # the mirror answers (generation 1 is over) and the lease goes
+        beat.join(10)
+        wake.join(30)
+        [result] = results
+        assert keeper.lost.is_set()
+        assert result.ran, result.detail
+        assert result.retry_after is None
+        with rt.db.transaction(readonly=True) as conn:
+            second = execution_store.get_execution(conn, task_id, 2)
+        assert second is not None
+        assert second.started_at is not None
+        assert rt.tasks.get(task_id).status == "completed"
+        del rt.leases.acquire
+        # Claimed as soon as the lease was let go, not a second (a Celery retry) later.
+        assert (second.started_at - released_at).total_seconds() < 0.5
+    finally:
+        rt.close()

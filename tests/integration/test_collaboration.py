@@ -7,13 +7,14 @@ import base64
 import getpass
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import insert
+from sqlalchemy import Engine, event, insert
 
 from orchestrator.api.app import create_app
 from orchestrator.cli import main
@@ -610,6 +611,32 @@ def test_a_named_account_lists_its_own_collaborations_and_the_tasks_execution_se
     assert client.get(f"/api/v1/sessions/{execution}", headers=alma).status_code == 200
 
 
+@contextmanager
+def statements_sent() -> Iterator[list[tuple[str, Any]]]:
+    """The statements any engine sends meanwhile, with their parameters."""
+    sent: list[tuple[str, Any]] = []
+
+    def keep(_conn: Any, _cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        sent.append((statement, params))
+
+    event.listen(Engine, "before_cursor_execute", keep)
+    try:
+        yield sent
+    finally:
+        event.remove(Engine, "before_cursor_execute", keep)
+
+
+def evidence_rows_read(rt: Runtime, sent: list[tuple[str, Any]]) -> int:
+    """The rows the SELECTs of `sent` on the evidence table returned, sent again (the records
+    are as they were)."""
+    read = 0
+    with rt.db.transaction(readonly=True) as conn:
+        for statement, params in sent:
+            if statement.lstrip().upper().startswith("SELECT") and "FROM evidence" in statement:
+                read += len(conn.exec_driver_sql(statement, params).fetchall())
+    return read
+
+
 def test_a_long_task_s_evidence_is_cut_to_the_window_cited_records_first(
     env: tuple[Runtime, Path, str], store_url: str
 ) -> None:
@@ -643,11 +670,14 @@ def test_a_long_task_s_evidence_is_cut_to_the_window_cited_records_first(
         server.reply(content="Zone 4 was turbid.")
         with openai_client(store_url, server, llm_context_window=8192) as client:
             opened = client.post(f"/api/v1/tasks/{task_id}/collaboration").json()
-            asked = client.post(
-                f"/api/v1/sessions/{opened['session_id']}/messages", json={"text": "Why?"}
-            )
+            with statements_sent() as sent:
+                asked = client.post(
+                    f"/api/v1/sessions/{opened['session_id']}/messages", json={"text": "Why?"}
+                )
         assert asked.status_code == 201, asked.text
         [body] = server.bodies
+    # The store was asked for about the records sent, not every one before they were cut.
+    assert evidence_rows_read(rt, sent) < 200  # was all 3,001
     snapshot = json.loads(body["messages"][1]["content"].split("\n", 1)[1])
     shown = [record["evidence_id"] for record in snapshot["evidence"]]
     assert shown[0] == cited  # cited, and oldest first as stored

@@ -183,7 +183,8 @@ def bounded_evidence(
 def _cited_ids(authorised: dict[str, Any]) -> set[str]:
     report = authorised.get("report") or {}
     plan = authorised.get("plan") or {}
-    cited = {str(i) for i in report.get("evidence_ids") or ()}
+    # A stored report keeps what it cites as `evidence_refs` (`save_report`'s `evidence_ids`).
+    cited = {str(i) for i in report.get("evidence_refs") or ()}
     for finding in report.get("findings") or ():
         if isinstance(finding, dict):
             cited.update(str(i) for i in finding.get("evidence_ids") or ())

@@ -14,20 +14,20 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine, event, insert
+from sqlalchemy import Engine, event, insert, update
 
 from orchestrator.api.app import create_app
 from orchestrator.cli import main
 from orchestrator.domain.recovery import CallRecord, Snapshot
 from orchestrator.errors import ConflictError
 from orchestrator.runtime import Runtime
-from orchestrator.services.collaboration import MAX_LIMIT, Answer, CollaborationService
+from orchestrator.services.collaboration import MAX_LIMIT, Answer, CollaborationService, snapshots
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
 from orchestrator.store import reports as report_store
 from orchestrator.store.collaboration import insert_message
 from orchestrator.store.snapshots import save_snapshot
-from orchestrator.store.tables import evidence
+from orchestrator.store.tables import evidence, reports
 from orchestrator.store.types import utcnow
 from tests.executions_support import CITED, node, plan_call, query_call, runtime_for
 from tests.integration.test_operator_accounts import TOKENS, bearer, operators_file
@@ -305,6 +305,35 @@ def openai_client(store_url: str, server: OpenAIServer, **overrides: Any) -> Tes
         **overrides,
     )
     return TestClient(create_app(settings))
+
+
+def test_a_record_the_report_cites_is_shown_however_old(env: tuple[Runtime, Path, str]) -> None:
+    """The report keeps what it cites as `evidence_refs`: the snapshots looked for the key
+    `evidence_ids`, found none, and a record only the report cited was cut like any other."""
+    rt, _, task_id = env
+    task = rt.tasks.get(task_id)
+    start = utcnow()
+    rows = [
+        {
+            "evidence_id": f"bulk-{n:04d}", "task_id": task_id, "generation": 1,
+            "session_id": task.session_id, "source": "scada_sim", "queried_at": start,
+            "content_ref": f"sha256:{n:064x}", "origin": "synthetic", "truncated": False,
+            "summary": f"reading {n}: " + "turbidity within limits " * 8,
+            "created_at": start + timedelta(milliseconds=n),
+        }
+        for n in range(300)
+    ]  # fmt: skip
+    with rt.db.transaction() as conn:
+        conn.execute(insert(evidence), rows)
+        conn.execute(update(reports).where(reports.c.task_id == task_id).values(
+            evidence_refs=["bulk-0000"], findings=[]
+        ))  # fmt: skip
+        shown = [r["evidence_id"] for r in snapshots(conn, task, 1024)["evidence"]]
+    # The round's own record (its node cites it), then the oldest of the 300: the report
+    # alone cites it.
+    assert shown[1] == "bulk-0000"
+    assert shown[-1] == "bulk-0299"  # then the newest
+    assert len(shown) < 50
 
 
 def test_an_answer_the_server_cut_short_is_a_model_error_and_stores_nothing(

@@ -33,6 +33,7 @@ from orchestrator.store import outbox as outbox_store
 from orchestrator.store import plans as plan_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import task_events as event_store
+from orchestrator.store import task_versions
 from orchestrator.store import tasks as task_store
 from orchestrator.store import transcripts as transcript_store
 from orchestrator.store.db import Database, wake_after_commit
@@ -282,6 +283,21 @@ class TaskService:
             }
         )
         return view
+
+    def view_version(self, task_id: str) -> tuple[Any, ...] | None:
+        """What `explain(task_id)` is built from, summed up in one statement (and a running
+        task's lease as its back end holds it): equal versions, equal views. None when there
+        is no such task. Read before the view, so a tag never names a newer view than its own."""
+        with self.db.transaction(readonly=True) as conn:
+            row = task_versions.view_version(conn, task_id)
+        if row is None:
+            return None
+        lease = None
+        if row.status == "running" and self.leases is not None:
+            info = self.leases.get(lease_name(task_id))
+            # Not its expiry: read as the server's countdown from now, it moves at each read.
+            lease = (info.holder, info.token, info.renewed_at) if info is not None else None
+        return (*row, lease)
 
     def transcript(
         self,

@@ -41,6 +41,7 @@ __all__ = [
     "content_ref",
     "evidence_by_ids",
     "evidence_count",
+    "evidence_keys",
     "evidence_of_task",
     "evidence_page",
     "insert_record",
@@ -191,6 +192,29 @@ def keyed_evidence(
         order = [column.desc() for column in order]
     rows = conn.execute(query.order_by(*order).limit(limit))
     return [((row.created_at, row.evidence_id), public(row._asdict())) for row in rows]
+
+
+def evidence_keys(
+    conn: Connection,
+    task_id: str,
+    *,
+    limit: int,
+    after: tuple[datetime, str] | None = None,
+    ids: Iterable[str] | None = None,
+) -> list[tuple[datetime, str]]:
+    """The (created_at, evidence_id) keys of the records `evidence_page` would read with
+    `limit`, from the index alone: a record never changes, so equal keys are an equal page."""
+    query = select(evidence.c.created_at, evidence.c.evidence_id).where(
+        evidence.c.task_id == task_id
+    )
+    if ids is not None:
+        query = query.where(evidence.c.evidence_id.in_(sorted(set(ids))))
+    if after is not None:
+        query = query.where(
+            past(evidence.c.created_at, evidence.c.evidence_id, after, newest_first=False)
+        )
+    query = query.order_by(evidence.c.created_at, evidence.c.evidence_id).limit(limit + 1)
+    return [(row.created_at, row.evidence_id) for row in conn.execute(query)]
 
 
 def evidence_count(conn: Connection, task_id: str) -> int:

@@ -9,14 +9,13 @@ view built again.
 
 A write the view shows must change one of these values; a new source in the view needs its
 term here too (`tests/integration/test_task_etags.py` walks the writes a task goes through).
-Evidence is summed up by its count and newest key (its records never change).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, Row, bindparam, case, exists, func, select, true
+from sqlalchemy import Connection, Row, and_, bindparam, case, exists, func, select, true
 
 from orchestrator.store.tables import (
     actions,
@@ -31,6 +30,7 @@ from orchestrator.store.tables import (
     task_events,
     tasks,
     transcript_entries,
+    unresolved_receipt,
 )
 
 __all__ = ["view_version"]
@@ -42,15 +42,19 @@ def _tally(column: Any, value: str) -> Any:
     return func.sum(case((column == value, 1), else_=0))
 
 
-def _summary(table: Any, *terms: Any, where: Any = None) -> Any:
-    """One row of aggregates over the task's rows of `table`."""
+def _summary(table: Any, *terms: Any, where: Any = None, counted: bool = True) -> Any:
+    """One row of aggregates over the task's rows of `table` (their count unless not
+    `counted`: a table only ever appended to is summed up by its newest key, one index entry)."""
     condition = table.c.task_id == _TASK if where is None else where
-    return select(func.count(), *terms).where(condition).subquery()
+    return select(*([func.count()] if counted else []), *terms).where(condition).subquery()
 
 
 _SESSIONS = select(sessions.c.session_id).where(sessions.c.task_id == _TASK)
 _RECEIPTS = invocation_receipts.c
 
+# What each term stands for: a row added (a count, a newest stamp or key), a row changed (the
+# stamps and tallies its change sets). Appended-only tables are summed up from their indexes;
+# the few rows a task has of the others are read.
 _PARTS = [
     _summary(
         executions,
@@ -62,15 +66,16 @@ _PARTS = [
         func.max(executions.c.handed_back_at),
         func.max(executions.c.lease_expires_at),
     ),
-    # Revisions of every session of the task: the recovery shows the plan as it stands now.
+    # Revisions (never changed) of every session of the task: the recovery shows the plan as
+    # it stands now, whichever session a person's step went to.
     _summary(
         plan_revisions,
         func.max(plan_revisions.c.revision),
-        func.max(plan_revisions.c.updated_at),
         where=plan_revisions.c.session_id.in_(_SESSIONS),
     ),
     _summary(reports, func.max(reports.c.created_at)),
-    _summary(evidence, func.max(evidence.c.created_at), func.max(evidence.c.evidence_id)),
+    # Records never change, and go only with their task: the newest is enough (`last_write`).
+    _summary(evidence, func.max(evidence.c.created_at), counted=False),
     _summary(
         actions,
         func.max(actions.c.created_at),
@@ -78,11 +83,8 @@ _PARTS = [
         _tally(actions.c.status, "pending_approval"),
         _tally(actions.c.status, "superseded"),
     ),
-    _summary(
-        transcript_entries,
-        func.max(transcript_entries.c.created_at),
-        func.sum(transcript_entries.c.prompt_tokens),
-    ),
+    # Appended, and deleted by retention: counted (from the index) for the token usage.
+    _summary(transcript_entries),
     _summary(
         recovery_snapshots,
         func.max(recovery_snapshots.c.updated_at),
@@ -97,21 +99,32 @@ _PARTS = [
         func.max(outbox.c.discarded_at),
         *(_tally(outbox.c.status, status) for status in ("pending", "dead", "discarded")),
     ),
-    _summary(task_events, func.max(task_events.c.seq)),
+    # Appended in order under the task's lock: the newest seq is every event.
+    _summary(task_events, func.max(task_events.c.seq), counted=False),
+    # Only the running and unknown ones are shown (from the partial index that holds them).
     _summary(
         invocation_receipts,
         func.max(_RECEIPTS.updated_at),
         _tally(_RECEIPTS.status, "unknown"),
-        _tally(_RECEIPTS.status, "running"),
-        where=_RECEIPTS.owner == bindparam("owner"),
+        where=and_(_RECEIPTS.owner == bindparam("owner"), unresolved_receipt),
     ),
 ]
 
-#: The view's `never_sent` says whether any task's delivery of a kind ever went out.
+#: The view's `never_sent`: whether any task's delivery of a kind ever went out, asked (as the
+#: view asks it) only of a kind the task has pending: a store of many deliveries of one kind
+#: and none of the other is not read at every poll.
 _EVER_SENT = [
-    exists()
-    .where(outbox.c.status.in_(("delivered", "dead")), outbox.c.kind == kind)
-    .label(f"{kind}_ever_sent")
+    case(
+        (
+            exists().where(
+                outbox.c.task_id == _TASK, outbox.c.kind == kind, outbox.c.status == "pending"
+            ),
+            exists().where(
+                outbox.c.status.in_(("delivered", "dead", "discarded")), outbox.c.kind == kind
+            ),
+        ),
+        else_=None,
+    ).label(f"{kind}_ever_sent")
     for kind in ("action", "webhook")
 ]
 

@@ -146,20 +146,33 @@ def show_task(
     return service.explain(task_id)  # no such task: its 404
 
 
+_TRANSCRIPT_SHAPE = shape_of(TranscriptPage)
+
+
 @router.get(
     "/{task_id}/transcript",
     response_model=TranscriptPage,
-    responses=error_responses(404),
+    responses={**NOT_MODIFIED, **error_responses(404)},
 )
 def task_transcript(
     task_id: str,
+    response: Response,
     generation: int | None = Query(default=None, ge=1, le=2**31 - 1),
     limit: int = Query(default=200, ge=1, le=1000),
     cursor: str | None = Query(default=None, max_length=512),
+    if_none_match: str | None = IF_NONE_MATCH,
     service: TaskService = Depends(get_task_service),
-) -> dict[str, Any]:
+) -> Any:
     """The durable transcript, oldest entry first: model turns and the tool results the model
-    was shown, a page at a time."""
+    was shown, a page at a time. With the page's `ETag` in `If-None-Match`, `304` and no body
+    while it is unchanged."""
+    version = service.transcript_version(task_id, generation, limit=limit, cursor=cursor)
+    if version is not None:
+        tag = entity_tag(_TRANSCRIPT_SHAPE, version)
+        unchanged = not_modified(if_none_match, tag)
+        if unchanged is not None:
+            return unchanged
+        response.headers["ETag"] = tag
     return service.transcript(task_id, generation, limit=limit, cursor=cursor)
 
 

@@ -1573,7 +1573,7 @@
       for (let n = 0; n < TRANSCRIPT_PAGES; n += 1) {
         const query = new URLSearchParams({ limit: String(TRANSCRIPT_PAGE) });
         if (cursor) query.set("cursor", cursor);
-        const result = await api("GET", `${path}/transcript?${query}`);
+        const result = await watched(s.held, `${path}/transcript?${query}`);
         if (!s.alive) return;
         if (!result.ok) {
           if (!result.down) fill(transcript, notice(missingRoute(result) ? "Not available on this server." : errorText(result)));

@@ -309,9 +309,7 @@ class TaskService:
     ) -> dict[str, Any]:
         """The durable transcript of a task (one generation, or all), oldest entry first: one
         page of `limit` entries after `cursor`, or every entry when `limit` is None."""
-        after = decode_position(cursor) if cursor else None
-        if after is not None and generation is not None and after[0] != generation:
-            raise invalid_cursor()  # a cursor of another generation's pages
+        after = _transcript_position(cursor, generation)
         with self.db.transaction(readonly=True) as conn:
             task = task_store.get_task(conn, task_id)
             if task is None:
@@ -343,6 +341,24 @@ class TaskService:
             "token_usage": usage_view(usage),
         }
 
+    def transcript_version(
+        self, task_id: str, generation: int | None = None, *, limit: int, cursor: str | None = None
+    ) -> tuple[Any, ...] | None:
+        """What `transcript(...)` with the same arguments would answer, summed up from the
+        index: the keys of its entries (written once, never changed) and the count of entries
+        of the task, or of the generation asked for (its token usage changes only with it).
+        None when it would be a 404. Refuses a cursor as `transcript` does."""
+        after = _transcript_position(cursor, generation)
+        with self.db.transaction(readonly=True) as conn:
+            task = task_store.get_task(conn, task_id)
+            if task is None or (generation is not None and not 1 <= generation <= task.generation):
+                return None
+            keys = transcript_store.entry_keys(
+                conn, task_id=task_id, generation=generation, after=after, limit=limit + 1
+            )
+            count = transcript_store.entry_count(conn, task_id, generation)
+        return (generation, limit, after, count, *keys)
+
     def _lease(self, task: TaskRecord) -> dict[str, Any] | None:
         if self.leases is None or task.status != "running":
             return None
@@ -360,6 +376,14 @@ class TaskService:
             return []
         owner = f"task:{task_id}"
         return [r.public() for r in self.ledger.unknown_for_owner(owner, status=status)]
+
+
+def _transcript_position(cursor: str | None, generation: int | None) -> tuple[int, int] | None:
+    """The (generation, seq) a transcript page starts after, or `invalid_cursor`."""
+    after = decode_position(cursor) if cursor else None
+    if after is not None and generation is not None and after[0] != generation:
+        raise invalid_cursor()  # a cursor of another generation's pages
+    return after
 
 
 def usage_view(usage: list[transcript_store.GenerationUsage]) -> dict[str, Any]:

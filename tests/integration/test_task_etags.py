@@ -150,3 +150,29 @@ def test_an_evidence_page_is_304_while_unchanged_and_sent_again_with_a_new_recor
     assert (missing.status_code, missing.json()["error"]["code"]) == (404, "not_found")
     missing = client.get("/api/v1/tasks/nope", headers={"If-None-Match": page.tag})
     assert (missing.status_code, missing.json()["error"]["code"]) == (404, "not_found")
+
+
+def test_a_transcript_page_is_304_while_unchanged_and_sent_again_as_it_grows(
+    env: tuple[Runtime, TestClient],
+) -> None:
+    """The console reads up to five pages of 200 entries every 15 s per open task."""
+    rt, client = env
+    task_id = rt.tasks.trigger(Trigger(task_type="leak", title="Turbid water")).task.task_id
+    rt.executions.run(task_id, 1, worker="w:1")
+    every = Held(client, f"/api/v1/tasks/{task_id}/transcript?limit=200")
+    first = Held(client, f"/api/v1/tasks/{task_id}/transcript?generation=1&limit=2")
+    assert every.poll() == 304
+    assert first.poll() == 304
+    rt.tasks.requeue(task_id, "look again", by="ana")
+    rt.executions.run(task_id, 2, worker="w:1")  # generation 2's turns, and their tokens
+    every.changed_by("a second round")
+    assert {entry["generation"] for entry in every.body["items"]} == {1, 2}
+    assert first.poll() == 304  # generation 1's page and token usage are as they were
+    missing = client.get(
+        f"/api/v1/tasks/{task_id}/transcript?generation=9", headers={"If-None-Match": "*"}
+    )
+    assert (missing.status_code, missing.json()["error"]["code"]) == (404, "not_found")
+    bad = client.get(
+        f"/api/v1/tasks/{task_id}/transcript?cursor=zz", headers={"If-None-Match": "*"}
+    )
+    assert (bad.status_code, bad.json()["error"]["code"]) == (422, "invalid_cursor")

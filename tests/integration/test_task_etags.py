@@ -22,7 +22,24 @@ from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
 from orchestrator.store.tables import evidence, invocation_receipts, outbox
 from orchestrator.store.types import utcnow
-from tests.executions_support import completing_turns, runtime_for, settings_for, write_script
+from tests.executions_support import (
+    READ_AND_QUERY,
+    approve_the_action,
+    completing_turns,
+    node,
+    plan_call,
+    report_call,
+    runtime_for,
+    settings_for,
+    write_script,
+)
+
+#: A work order for the plan's `repair` node (the round then reports `waiting`).
+PROPOSE = {
+    "id": "c2",
+    "name": "propose_action",
+    "arguments": {"node_id": "repair", "kind": "work_order", "payload": {"crew": "north"}},
+}
 
 
 @pytest.fixture
@@ -114,6 +131,39 @@ def test_a_task_s_view_is_304_while_unchanged_and_sent_again_after_each_write(
     rt.tasks.cancel(task_id, "duplicate", by="ana")
     view.changed_by("a cancel")
     assert view.body["status"] == "cancelled"
+
+
+def test_a_waiting_task_s_view_is_sent_again_after_an_approval_and_a_person_s_step(
+    env: tuple[Runtime, TestClient], scripts: Path
+) -> None:
+    sample = node("sample", "waiting", actor="human")
+    write_script(
+        scripts,
+        "wo",
+        [
+            READ_AND_QUERY,
+            {
+                "tool_calls": [
+                    plan_call(
+                        "c1", "r1", [node("check", "completed"), sample, node("repair", "waiting")]
+                    )
+                ]
+            },
+            {"tool_calls": [PROPOSE]},
+            {"tool_calls": [report_call("c3", "waiting")]},
+        ],
+    )
+    rt, client = env
+    task_id = rt.tasks.trigger(Trigger(task_type="wo", title="Low pressure")).task.task_id
+    assert rt.executions.run(task_id, 1, worker="w").outcome == "waiting"
+    view = Held(client, f"/api/v1/tasks/{task_id}")
+    assert len(view.body["pending_actions"]) == 1
+    assert view.poll() == 304
+    approve_the_action(rt, task_id)
+    view.changed_by("an approval")
+    assert view.body["pending_actions"] == []
+    rt.human_steps.close(task_id, "sample", "completed", by="crew", evidence="bottle 7")
+    view.changed_by("a person's step")
 
 
 def test_an_evidence_page_is_304_while_unchanged_and_sent_again_with_a_new_record(

@@ -77,8 +77,13 @@ def trigger_task(
     return task_view(result.task) | {"created": result.created}
 
 
-@router.get("", response_model=Page[TaskView])
+#: Part of every tag of a page of the list: a client holding an older API's page gets the new one.
+_LIST_SHAPE = shape_of(Page[TaskView])
+
+
+@router.get("", response_model=Page[TaskView], responses=NOT_MODIFIED)
 def list_tasks(
+    response: Response,
     status: TaskStatus | None = Query(default=None),
     task_type: str | None = Query(
         default=None,
@@ -102,10 +107,12 @@ def list_tasks(
         max_length=512,
         description="`next_cursor` of the previous page, asked with the same filters",
     ),
+    if_none_match: str | None = IF_NONE_MATCH,
     service: TaskService = Depends(get_task_service),
-) -> dict[str, Any]:
+) -> Any:
     """Newest first, without contexts; follow `next_cursor` for older tasks. The filters
-    combine (all must hold); an invalid value is a 422 with the error envelope."""
+    combine (all must hold); an invalid value is a 422 with the error envelope. With the page's
+    `ETag` in `If-None-Match`, `304` and no body while the page is unchanged."""
     where = task_filter(
         status=str(status) if status else None,
         task_type=task_type,
@@ -113,7 +120,14 @@ def list_tasks(
         created_before=created_before,
     )
     items, next_cursor = service.page_tasks(where=where, limit=limit, cursor=cursor)
-    return {"items": service.views(items), "next_cursor": next_cursor}
+    waits = service.handed_back(items)
+    # The records the page is built from, as read: the tag cannot name another page.
+    tag = entity_tag(_LIST_SHAPE, (next_cursor, items, sorted(waits.items())))
+    unchanged = not_modified(if_none_match, tag)
+    if unchanged is not None:
+        return unchanged
+    response.headers["ETag"] = tag
+    return {"items": service.views(items, waits), "next_cursor": next_cursor}
 
 
 #: Part of every tag of a task's view: a client holding an older API's view gets the new one.

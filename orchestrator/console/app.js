@@ -409,7 +409,7 @@
       : since ? new Date(Date.now() - SINCE_MS[since]).toISOString() : null;
     const state = { status: params.get("status") || "", type: (params.get("type") || "").trim(),
       since, from, to, after, before: to ? new Date(to).toISOString() : null,
-      cursors: [], cursor: null, timer: null, alive: true,
+      cursors: [], cursor: null, timer: null, alive: true, held: new Map(),
       limit: Math.min(200, Math.max(1, parseInt(params.get("limit"), 10) || 50)) };
     const rows = el("div", { id: "task-rows" }, el("p", { class: "muted" }, "Loading…"));
     const pager = el("div", { class: "pager" });
@@ -460,8 +460,8 @@
       if (state.after) query.set("created_after", state.after);
       if (state.before) query.set("created_before", state.before);
       if (state.cursor) query.set("cursor", state.cursor);
-      const result = await api("GET", `tasks?${query}`);
-      if (!state.alive) return;
+      const result = await watched(state.held, `tasks?${query}`);
+      if (!state.alive || result.unchanged) return; // unchanged: as shown
       if (!result.ok) {
         if (!result.down) { fill(rows, el("p", { class: "error", id: "list-error" }, errorText(result))); fill(pager); state.seen = null; }
         return;

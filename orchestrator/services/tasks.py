@@ -152,12 +152,19 @@ class TaskService:
         more = len(rows) > limit and items
         return items, encode_cursor(items[-1].created_at, items[-1].task_id) if more else None
 
-    def views(self, found: list[TaskRecord]) -> list[dict[str, Any]]:
-        """`task_view` of each, with `handed_back` read for the running ones in one query."""
+    def views(
+        self, found: list[TaskRecord], waits: dict[str, ExecutionRecord] | None = None
+    ) -> list[dict[str, Any]]:
+        """`task_view` of each, with `handed_back` read for the running ones in one query
+        (unless given, as `handed_back` reads it)."""
+        waits = self.handed_back(found) if waits is None else waits
+        return [task_view(task, waits.get(task.task_id)) for task in found]
+
+    def handed_back(self, found: list[TaskRecord]) -> dict[str, ExecutionRecord]:
+        """The current generation of each running task of `found` that its worker handed back."""
         running = [(t.task_id, t.generation) for t in found if t.status == "running"]
         with self.db.transaction(readonly=True) as conn:
-            waits = execution_store.handed_back(conn, running)
-        return [task_view(task, waits.get(task.task_id)) for task in found]
+            return execution_store.handed_back(conn, running)
 
     def requeue(self, task_id: str, reason: str, *, by: str | None = None) -> TaskRecord:
         """A new generation now; a running one is superseded and fenced out. `by` is who asked

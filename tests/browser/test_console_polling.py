@@ -44,3 +44,16 @@ def test_an_unchanged_task_is_not_sent_again_and_a_change_is_drawn(
     )
     assert requeued.status_code == 200, requeued.text
     expect(generation).not_to_have_text("1")  # (its script runs on: later ones follow)
+
+
+def test_an_unchanged_page_of_the_task_list_is_not_sent_again(page: Any, console: Console) -> None:
+    task_id = console.trigger("retried", "Listed while unchanged")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    page.goto(f"{console.url}/console#/")
+    link = page.locator(f'#task-rows a[href="#/task/{task_id}"]')
+    expect(link).to_have_text("Listed while unchanged")
+    listed = f"{console.url}/api/v1/tasks?limit=50"
+    with page.expect_response(lambda r: r.url == listed and r.status == 304, timeout=10_000):
+        pass  # the next poll, 6 s on
+    expect(link).to_have_text("Listed while unchanged")  # the rows shown stay
+    expect(page.locator("#list-error")).to_have_count(0)

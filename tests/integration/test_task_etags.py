@@ -226,3 +226,22 @@ def test_a_transcript_page_is_304_while_unchanged_and_sent_again_as_it_grows(
         f"/api/v1/tasks/{task_id}/transcript?cursor=zz", headers={"If-None-Match": "*"}
     )
     assert (bad.status_code, bad.json()["error"]["code"]) == (422, "invalid_cursor")
+
+
+def test_a_page_of_the_task_list_is_304_while_unchanged_and_sent_again_after_a_change(
+    env: tuple[Runtime, TestClient],
+) -> None:
+    """The console's task list polls its page every 6 s."""
+    rt, client = env
+    task_id = rt.tasks.trigger(Trigger(task_type="leak", title="Turbid water")).task.task_id
+    page = Held(client, "/api/v1/tasks?limit=50")
+    waiting = Held(client, "/api/v1/tasks?status=queued&limit=50")
+    assert page.poll() == 304
+    rt.executions.run(task_id, 1, worker="w:1")
+    page.changed_by("a round")  # its status, rounds and times
+    assert page.body["items"][0]["status"] == "completed"
+    waiting.changed_by("a task no longer queued")
+    assert waiting.body["items"] == []
+    rt.tasks.trigger(Trigger(task_type="leak", title="Low pressure"))
+    page.changed_by("a new task")
+    assert [t["title"] for t in page.body["items"]] == ["Low pressure", "Turbid water"]

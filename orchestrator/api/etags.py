@@ -1,10 +1,12 @@
 """Conditional reads: an `ETag` on a view that is polled, `If-None-Match` answered `304`.
 
-The console reads each open task's view every 3 s and its evidence pages every 15 s, and
-nearly always nothing changed. The routes compute a tag from what the view is built from (the
-store keeps it: `store.task_versions`, the evidence keys) without building the view; a client
-that sends the tag of the view it holds gets `304 Not Modified` and no body while it still
-holds. A changed resource is answered as before, with its new tag.
+The console reads each open task's view every 3 s, its evidence and transcript pages every
+15 s, and the task list every 6 s; nearly always nothing changed. The routes compute a tag from
+what the answer is built from without building it (a task's view: `store.task_versions`; an
+evidence or transcript page: its records' keys, from their index, records being never changed;
+a page of the list: the records it is built from, as read); a client that sends the tag of the
+answer it holds gets `304 Not Modified` and no body while it still holds. A changed resource is
+answered as before, with its new tag.
 
 The tag also names the shape of the answer (its response model's schema), so that a client
 holding an answer of an older API is sent the new one after an upgrade.

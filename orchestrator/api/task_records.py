@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Response
 
 from orchestrator.api.contract import Page, error_responses
 from orchestrator.api.deps import get_db
+from orchestrator.api.etags import IF_NONE_MATCH, NOT_MODIFIED, entity_tag, not_modified, shape_of
 from orchestrator.api.models import EvidenceView
 from orchestrator.api.plan_views import TaskPlanView
 from orchestrator.services.task_records import EVIDENCE_PAGE, EVIDENCE_PAGE_MAX, TaskRecords
@@ -33,11 +34,18 @@ def task_plan(task_id: str, db: Database = Depends(get_db)) -> dict[str, Any]:
     return TaskRecords(db).plan(task_id)
 
 
+#: Part of every tag of an evidence page: a client holding an older API's page gets the new one.
+_EVIDENCE_SHAPE = shape_of(Page[EvidenceView])
+
+
 @router.get(
-    "/{task_id}/evidence", response_model=Page[EvidenceView], responses=error_responses(404)
+    "/{task_id}/evidence",
+    response_model=Page[EvidenceView],
+    responses={**NOT_MODIFIED, **error_responses(404)},
 )
 def task_evidence(
     task_id: str,
+    response: Response,
     limit: int = Query(default=EVIDENCE_PAGE, ge=1, le=EVIDENCE_PAGE_MAX),
     cursor: str | None = Query(
         default=None,
@@ -50,8 +58,18 @@ def task_evidence(
         description=f"only these records (repeat `id`, at most {EVIDENCE_PAGE_MAX}): the ones a "
         "report or a node cites; an id of no record of this task is left out",
     ),
+    if_none_match: str | None = IF_NONE_MATCH,
     db: Database = Depends(get_db),
-) -> dict[str, Any]:
+) -> Any:
     """The evidence records the host wrote for the task, oldest first, a page at a time; follow
-    `next_cursor` for the records after."""
-    return TaskRecords(db).evidence(task_id, limit=limit, cursor=cursor, ids=ids)
+    `next_cursor` for the records after. With the `ETag` of the page it holds in
+    `If-None-Match`, a client gets `304` and no body while the page is unchanged."""
+    records = TaskRecords(db)
+    version = records.evidence_version(task_id, limit=limit, cursor=cursor, ids=ids)
+    if version is not None:
+        tag = entity_tag(_EVIDENCE_SHAPE, version)
+        unchanged = not_modified(if_none_match, tag)
+        if unchanged is not None:
+            return unchanged
+        response.headers["ETag"] = tag
+    return records.evidence(task_id, limit=limit, cursor=cursor, ids=ids)

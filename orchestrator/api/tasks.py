@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from orchestrator.api.auth import current_operator
 from orchestrator.api.contract import FilledText, Page, error_responses
 from orchestrator.api.enums import TaskStatus
+from orchestrator.api.etags import IF_NONE_MATCH, NOT_MODIFIED, entity_tag, not_modified, shape_of
 from orchestrator.api.models import ExplainView, TaskView, TranscriptPage, TriggerView
 from orchestrator.domain.task_filter import TASK_TYPE_MAX, TASK_TYPE_PATTERN, task_filter
 from orchestrator.leases import make_lease_backend
@@ -76,8 +77,13 @@ def trigger_task(
     return task_view(result.task) | {"created": result.created}
 
 
-@router.get("", response_model=Page[TaskView])
+#: Part of every tag of a page of the list: a client holding an older API's page gets the new one.
+_LIST_SHAPE = shape_of(Page[TaskView])
+
+
+@router.get("", response_model=Page[TaskView], responses=NOT_MODIFIED)
 def list_tasks(
+    response: Response,
     status: TaskStatus | None = Query(default=None),
     task_type: str | None = Query(
         default=None,
@@ -101,10 +107,12 @@ def list_tasks(
         max_length=512,
         description="`next_cursor` of the previous page, asked with the same filters",
     ),
+    if_none_match: str | None = IF_NONE_MATCH,
     service: TaskService = Depends(get_task_service),
-) -> dict[str, Any]:
+) -> Any:
     """Newest first, without contexts; follow `next_cursor` for older tasks. The filters
-    combine (all must hold); an invalid value is a 422 with the error envelope."""
+    combine (all must hold); an invalid value is a 422 with the error envelope. With the page's
+    `ETag` in `If-None-Match`, `304` and no body while the page is unchanged."""
     where = task_filter(
         status=str(status) if status else None,
         task_type=task_type,
@@ -112,7 +120,18 @@ def list_tasks(
         created_before=created_before,
     )
     items, next_cursor = service.page_tasks(where=where, limit=limit, cursor=cursor)
-    return {"items": service.views(items), "next_cursor": next_cursor}
+    waits = service.handed_back(items)
+    # The records the page is built from, as read: the tag cannot name another page.
+    tag = entity_tag(_LIST_SHAPE, (next_cursor, items, sorted(waits.items())))
+    unchanged = not_modified(if_none_match, tag)
+    if unchanged is not None:
+        return unchanged
+    response.headers["ETag"] = tag
+    return {"items": service.views(items, waits), "next_cursor": next_cursor}
+
+
+#: Part of every tag of a task's view: a client holding an older API's view gets the new one.
+_EXPLAIN_SHAPE = shape_of(ExplainView)
 
 
 @router.get(
@@ -120,27 +139,54 @@ def list_tasks(
     response_model=ExplainView,
     # A key a stored record lacks stays absent (a plan node's `action_id`), as it always was.
     response_model_exclude_unset=True,
-    responses=error_responses(404),
+    responses={**NOT_MODIFIED, **error_responses(404)},
 )
-def show_task(task_id: str, service: TaskService = Depends(get_task_service)) -> dict[str, Any]:
-    """Generations, lease, plan, report, pending approvals and the last fenced write."""
-    return service.explain(task_id)
+def show_task(
+    task_id: str,
+    response: Response,
+    if_none_match: str | None = IF_NONE_MATCH,
+    service: TaskService = Depends(get_task_service),
+) -> Any:
+    """Generations, lease, plan, report, pending approvals and the last fenced write. With the
+    `ETag` of the view it holds in `If-None-Match`, a client gets `304` and no body while the
+    task is unchanged (read in one statement; the view is built only when it changed)."""
+    version = service.view_version(task_id)
+    if version is not None:
+        tag = entity_tag(_EXPLAIN_SHAPE, version)
+        unchanged = not_modified(if_none_match, tag)
+        if unchanged is not None:
+            return unchanged
+        response.headers["ETag"] = tag
+    return service.explain(task_id)  # no such task: its 404
+
+
+_TRANSCRIPT_SHAPE = shape_of(TranscriptPage)
 
 
 @router.get(
     "/{task_id}/transcript",
     response_model=TranscriptPage,
-    responses=error_responses(404),
+    responses={**NOT_MODIFIED, **error_responses(404)},
 )
 def task_transcript(
     task_id: str,
+    response: Response,
     generation: int | None = Query(default=None, ge=1, le=2**31 - 1),
     limit: int = Query(default=200, ge=1, le=1000),
     cursor: str | None = Query(default=None, max_length=512),
+    if_none_match: str | None = IF_NONE_MATCH,
     service: TaskService = Depends(get_task_service),
-) -> dict[str, Any]:
+) -> Any:
     """The durable transcript, oldest entry first: model turns and the tool results the model
-    was shown, a page at a time."""
+    was shown, a page at a time. With the page's `ETag` in `If-None-Match`, `304` and no body
+    while it is unchanged."""
+    version = service.transcript_version(task_id, generation, limit=limit, cursor=cursor)
+    if version is not None:
+        tag = entity_tag(_TRANSCRIPT_SHAPE, version)
+        unchanged = not_modified(if_none_match, tag)
+        if unchanged is not None:
+            return unchanged
+        response.headers["ETag"] = tag
     return service.transcript(task_id, generation, limit=limit, cursor=cursor)
 
 

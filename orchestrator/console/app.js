@@ -247,8 +247,13 @@
     if (text) { fill(banner, text); banner.hidden = false; }
     else if (!banner.hidden) { banner.hidden = true; fill(banner); }
   }
-  async function api(method, path, body, signal) {
+  async function api(method, path, body, signal, tag) {
     const init = { method, credentials: "same-origin", headers: { "X-Orch-Console": "1" }, signal };
+    if (tag) {
+      // The answer held is sent again only if it changed (304 otherwise, with no body).
+      init.headers["If-None-Match"] = tag;
+      init.cache = "no-store";
+    }
     if (body !== undefined) {
       init.headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
@@ -266,9 +271,20 @@
       location.assign(location.pathname); // the session ended: back to the sign-in form
       return { ok: false, status: 401, data: null };
     }
+    if (response.status === 304) return { ok: false, status: 304, data: null, tag: response.headers.get("ETag") };
     let data = null;
     try { data = await response.json(); } catch (_) { data = null; }
-    return { ok: response.ok, status: response.status, data };
+    return { ok: response.ok, status: response.status, data, tag: response.headers.get("ETag") };
+  }
+  // A GET polled again and again: the tag and answer held of each path (in `held`, a Map the
+  // view owns) are sent as If-None-Match; a 304 gives back the answer held, marked unchanged.
+  async function watched(held, path) {
+    const had = held.get(path);
+    const result = await api("GET", path, undefined, undefined, had ? had.tag : null);
+    if (result.status === 304 && had) return { ok: true, status: 200, data: had.data, unchanged: true };
+    if (result.ok && result.tag) held.set(path, { tag: result.tag, data: result.data });
+    else held.delete(path);
+    return result;
   }
   function errorText(result) {
     if (result.down) return "The API is not answering.";
@@ -393,7 +409,7 @@
       : since ? new Date(Date.now() - SINCE_MS[since]).toISOString() : null;
     const state = { status: params.get("status") || "", type: (params.get("type") || "").trim(),
       since, from, to, after, before: to ? new Date(to).toISOString() : null,
-      cursors: [], cursor: null, timer: null, alive: true,
+      cursors: [], cursor: null, timer: null, alive: true, held: new Map(),
       limit: Math.min(200, Math.max(1, parseInt(params.get("limit"), 10) || 50)) };
     const rows = el("div", { id: "task-rows" }, el("p", { class: "muted" }, "Loading…"));
     const pager = el("div", { class: "pager" });
@@ -444,8 +460,8 @@
       if (state.after) query.set("created_after", state.after);
       if (state.before) query.set("created_before", state.before);
       if (state.cursor) query.set("cursor", state.cursor);
-      const result = await api("GET", `tasks?${query}`);
-      if (!state.alive) return;
+      const result = await watched(state.held, `tasks?${query}`);
+      if (!state.alive || result.unchanged) return; // unchanged: as shown
       if (!result.ok) {
         if (!result.down) { fill(rows, el("p", { class: "error", id: "list-error" }, errorText(result))); fill(pager); state.seen = null; }
         return;
@@ -964,7 +980,7 @@
   // ---- task detail -----------------------------------------------------------------------
   function taskDetail(taskId, params) {
     const path = `tasks/${encodeURIComponent(taskId)}`;
-    const s = { alive: true, task: null, plan: null, selected: null, stream: null, timer: null,
+    const s = { alive: true, task: null, plan: null, selected: null, stream: null, timer: null, held: new Map(),
       graph: null, streamKind: null, retry: null, nodeDone: null, receiptKey: null, recordsKey: null, deliveryKey: null,
       recoveryKey: null };
     // A reload restores the revision and the node shown (#/task/ID?session=S&revision=N&node=X);
@@ -1479,7 +1495,7 @@
       for (let n = 0; n < ev.pages; n += 1) {
         const query = new URLSearchParams({ limit: String(EVIDENCE_PAGE) });
         if (cursor) query.set("cursor", cursor);
-        const result = await api("GET", `${path}/evidence?${query}`);
+        const result = await watched(s.held, `${path}/evidence?${query}`);
         if (!s.alive || read !== ev.read) return;
         if (!result.ok) {
           if (!result.down) fill(evidence, notice(missingRoute(result) ? "Not available on this server." : errorText(result)));
@@ -1557,7 +1573,7 @@
       for (let n = 0; n < TRANSCRIPT_PAGES; n += 1) {
         const query = new URLSearchParams({ limit: String(TRANSCRIPT_PAGE) });
         if (cursor) query.set("cursor", cursor);
-        const result = await api("GET", `${path}/transcript?${query}`);
+        const result = await watched(s.held, `${path}/transcript?${query}`);
         if (!s.alive) return;
         if (!result.ok) {
           if (!result.down) fill(transcript, notice(missingRoute(result) ? "Not available on this server." : errorText(result)));
@@ -1580,9 +1596,10 @@
     }
 
     async function refresh() {
-      const result = await api("GET", path);
+      const result = await watched(s.held, path);
       if (!s.alive) return;
-      if (result.ok) showTask(result.data);
+      if (result.unchanged) { /* the task as shown: nothing to draw again */ }
+      else if (result.ok) showTask(result.data);
       else if (result.status === 404 && !s.task) {
         // A mistyped or stale link: nothing to requeue, cancel or follow, so no form offered and
         // no "connecting" plan left waiting for a stream that never opens.

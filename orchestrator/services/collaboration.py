@@ -39,6 +39,7 @@ from orchestrator.errors import (
 from orchestrator.services.sessions import create_session_txn
 from orchestrator.settings import Settings
 from orchestrator.store import collaboration as store
+from orchestrator.store import evidence as evidence_store
 from orchestrator.store import executions as execution_store
 from orchestrator.store import plans as plan_store
 from orchestrator.store import reports as report_store
@@ -52,7 +53,7 @@ from orchestrator.store.types import utcnow
 from orchestrator.tools.base import Tool, ToolContext
 from orchestrator.tools.tasks import ReadTaskContext
 
-__all__ = ["Answer", "CollaborationService", "ModelUnavailable", "snapshots"]
+__all__ = ["Answer", "CollaborationService", "ModelUnavailable", "bounded_evidence", "snapshots"]
 
 MAX_LIMIT = 200
 _SYSTEM = (
@@ -103,8 +104,9 @@ def _replay(session_id: str, key: str, stored: KeyedAsk, digest: str) -> Answer:
     return Answer(stored.question, stored.answer, replayed=True)
 
 
-def snapshots(conn: Any, task: TaskRecord) -> dict[str, Any]:
-    """The authorised snapshots of a task: current plan, latest report, evidence records."""
+def snapshots(conn: Any, task: TaskRecord, evidence_tokens: int) -> dict[str, Any]:
+    """The authorised snapshots of a task: current plan, latest report, and its evidence
+    records within about `evidence_tokens` (`bounded_evidence`)."""
     executions = execution_store.list_executions(conn, task.task_id)
     plan = None
     for execution in sorted(executions, key=lambda e: e.generation, reverse=True):
@@ -116,12 +118,7 @@ def snapshots(conn: Any, task: TaskRecord) -> dict[str, Any]:
         report = report_store.latest_report(conn, task.task_id, execution.generation)
         if report is not None:
             break
-    evidence = [
-        item
-        for execution in sorted(executions, key=lambda e: e.generation)
-        for item in report_store.evidence_of(conn, task.task_id, execution.generation)
-    ]
-    return {
+    authorised: dict[str, Any] = {
         "task": {
             "task_id": task.task_id,
             "task_type": task.task_type,
@@ -132,43 +129,62 @@ def snapshots(conn: Any, task: TaskRecord) -> dict[str, Any]:
         },
         "plan": plan.to_dict() if plan is not None else None,
         "report": report,
-        "evidence": evidence,
     }
+    shown, not_shown = bounded_evidence(conn, task.task_id, _cited_ids(authorised), evidence_tokens)
+    authorised["evidence"] = shown
+    if not_shown:
+        authorised["evidence_not_shown"] = not_shown
+    return authorised
 
 
 #: The share of the model's context window the evidence of the snapshots may take: a task of
 #: thousands of records would otherwise make one question larger than any window.
 EVIDENCE_SHARE = 4
+#: Records read at a time, newest first, while the budget has room.
+_EVIDENCE_READ = 50
 
 
-def within_budget(authorised: dict[str, Any], tokens: int) -> dict[str, Any]:
-    """`authorised` with its evidence cut to about `tokens`: the records the report, its
-    findings and the plan's nodes cite first, then the newest; `evidence_not_shown` counts the
-    rest, so that the answer does not take the records shown for all there are."""
-    cited = _cited_ids(authorised)
-    records = authorised["evidence"]
-    first = [r for r in records if r.get("evidence_id") in cited]
-    rest = [r for r in reversed(records) if r.get("evidence_id") not in cited]
+def bounded_evidence(
+    conn: Any, task_id: str, cited: set[str], tokens: int
+) -> tuple[list[dict[str, Any]], int]:
+    """The task's records within about `tokens`, oldest first as stored: those `cited` (by the
+    report, its findings, the plan's nodes) first, then the newest, up to the first that does
+    not fit; and how many are not shown, so that the answer does not take the records shown
+    for all there are. Read as they are taken, newest first, a few at a time: a task of
+    thousands of records read them all to send a few dozen."""
     counter, used = TokenCounter(), 0
-    kept: list[dict[str, Any]] = []
-    for record in [*first, *rest]:
+    kept: list[tuple[Any, dict[str, Any]]] = []
+
+    def taken(key: Any, record: dict[str, Any]) -> bool:
+        nonlocal used
         size = counter.text(json.dumps(record, ensure_ascii=False, default=str))
         if used + size > tokens and kept:
-            break
-        kept.append(record)
+            return False
+        kept.append((key, record))
         used += size
-    order = {id(record): n for n, record in enumerate(records)}
-    shown = sorted(kept, key=lambda record: order[id(record)])  # oldest first, as stored
-    bounded = {**authorised, "evidence": shown}
-    if len(shown) < len(records):
-        bounded["evidence_not_shown"] = len(records) - len(shown)
-    return bounded
+        return True
+
+    full = bool(cited) and not all(
+        taken(key, record)
+        for key, record in evidence_store.keyed_evidence(conn, task_id, limit=len(cited), ids=cited)
+    )
+    before = None
+    while not full:
+        page = evidence_store.keyed_evidence(
+            conn, task_id, limit=_EVIDENCE_READ, after=before, newest_first=True
+        )
+        rest = [(key, record) for key, record in page if record["evidence_id"] not in cited]
+        full = not all(taken(key, record) for key, record in rest) or len(page) < _EVIDENCE_READ
+        before = page[-1][0] if page else None
+    shown = [record for _, record in sorted(kept, key=lambda pair: pair[0])]
+    return shown, evidence_store.evidence_count(conn, task_id) - len(shown)
 
 
 def _cited_ids(authorised: dict[str, Any]) -> set[str]:
     report = authorised.get("report") or {}
     plan = authorised.get("plan") or {}
-    cited = {str(i) for i in report.get("evidence_ids") or ()}
+    # A stored report keeps what it cites as `evidence_refs` (`save_report`'s `evidence_ids`).
+    cited = {str(i) for i in report.get("evidence_refs") or ()}
     for finding in report.get("findings") or ():
         if isinstance(finding, dict):
             cited.update(str(i) for i in finding.get("evidence_ids") or ())
@@ -250,9 +266,7 @@ class CollaborationService:
             task = task_store.get_task(conn, session.task_id)
             if task is None:
                 raise NotFound(f"task {session.task_id} does not exist")
-            authorised = within_budget(
-                snapshots(conn, task), self.settings.llm_context_window // EVIDENCE_SHARE
-            )
+            authorised = snapshots(conn, task, self.settings.llm_context_window // EVIDENCE_SHARE)
             history = store.latest_messages(conn, session_id, MAX_LIMIT)
         reply = self._answer(task, session_id, authorised, history, text)
         try:

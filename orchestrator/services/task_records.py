@@ -8,6 +8,7 @@ plan node cites can be asked for by id, so a cited record on a later page is sti
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from orchestrator.domain.cursors import decode_cursor, encode_cursor
@@ -37,6 +38,24 @@ class TaskRecords:
             plan = task_plans.task_latest_plan(conn, task_id)
         return {"task_id": task_id, "plan": plan.to_dict() if plan else None}
 
+    def evidence_version(
+        self,
+        task_id: str,
+        *,
+        limit: int = EVIDENCE_PAGE,
+        cursor: str | None = None,
+        ids: Sequence[str] | None = None,
+    ) -> tuple[Any, ...] | None:
+        """What `evidence(...)` with the same arguments would answer, summed up by the keys of
+        its records (read from the index; a record never changes); None when there is no such
+        task. Refuses what `evidence` refuses, alike."""
+        after, wanted = _checked_page(limit, cursor, ids)
+        with self.db.transaction(readonly=True) as conn:
+            keys = evidence_store.evidence_keys(conn, task_id, limit=limit, after=after, ids=wanted)
+            if not keys and task_store.get_task(conn, task_id) is None:
+                return None
+        return (limit, after, tuple(sorted(wanted)) if wanted is not None else None, *keys)
+
     def evidence(
         self,
         task_id: str,
@@ -49,12 +68,7 @@ class TaskRecords:
         after `cursor` (a previous page's `next_cursor`); only the records among `ids` when
         given (an id of no record of this task is left out). `next_cursor` is None on the last
         page."""
-        if not 1 <= limit <= EVIDENCE_PAGE_MAX:
-            raise ValidationFailed(
-                f"limit must be between 1 and {EVIDENCE_PAGE_MAX}", code="invalid_limit"
-            )
-        after = decode_cursor(cursor) if cursor else None
-        wanted = _checked_ids(ids) if ids is not None else None
+        after, wanted = _checked_page(limit, cursor, ids)
         with self.db.transaction(readonly=True) as conn:
             if task_store.get_task(conn, task_id) is None:
                 raise NotFound(f"task {echoed(task_id)} does not exist")
@@ -62,6 +76,18 @@ class TaskRecords:
                 conn, task_id, limit=limit, after=after, ids=wanted
             )
         return {"items": items, "next_cursor": encode_cursor(*last) if last else None}
+
+
+def _checked_page(
+    limit: int, cursor: str | None, ids: Sequence[str] | None
+) -> tuple[tuple[datetime, str] | None, list[str] | None]:
+    """The page asked for as the store reads it (`after`, the ids), or a 422."""
+    if not 1 <= limit <= EVIDENCE_PAGE_MAX:
+        raise ValidationFailed(
+            f"limit must be between 1 and {EVIDENCE_PAGE_MAX}", code="invalid_limit"
+        )
+    after = decode_cursor(cursor) if cursor else None
+    return after, _checked_ids(ids) if ids is not None else None
 
 
 def _checked_ids(ids: Sequence[str]) -> list[str]:

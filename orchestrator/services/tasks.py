@@ -33,6 +33,7 @@ from orchestrator.store import outbox as outbox_store
 from orchestrator.store import plans as plan_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import task_events as event_store
+from orchestrator.store import task_versions
 from orchestrator.store import tasks as task_store
 from orchestrator.store import transcripts as transcript_store
 from orchestrator.store.db import Database, wake_after_commit
@@ -151,12 +152,19 @@ class TaskService:
         more = len(rows) > limit and items
         return items, encode_cursor(items[-1].created_at, items[-1].task_id) if more else None
 
-    def views(self, found: list[TaskRecord]) -> list[dict[str, Any]]:
-        """`task_view` of each, with `handed_back` read for the running ones in one query."""
+    def views(
+        self, found: list[TaskRecord], waits: dict[str, ExecutionRecord] | None = None
+    ) -> list[dict[str, Any]]:
+        """`task_view` of each, with `handed_back` read for the running ones in one query
+        (unless given, as `handed_back` reads it)."""
+        waits = self.handed_back(found) if waits is None else waits
+        return [task_view(task, waits.get(task.task_id)) for task in found]
+
+    def handed_back(self, found: list[TaskRecord]) -> dict[str, ExecutionRecord]:
+        """The current generation of each running task of `found` that its worker handed back."""
         running = [(t.task_id, t.generation) for t in found if t.status == "running"]
         with self.db.transaction(readonly=True) as conn:
-            waits = execution_store.handed_back(conn, running)
-        return [task_view(task, waits.get(task.task_id)) for task in found]
+            return execution_store.handed_back(conn, running)
 
     def requeue(self, task_id: str, reason: str, *, by: str | None = None) -> TaskRecord:
         """A new generation now; a running one is superseded and fenced out. `by` is who asked
@@ -283,6 +291,21 @@ class TaskService:
         )
         return view
 
+    def view_version(self, task_id: str) -> tuple[Any, ...] | None:
+        """What `explain(task_id)` is built from, summed up in one statement (and a running
+        task's lease as its back end holds it): equal versions, equal views. None when there
+        is no such task. Read before the view, so a tag never names a newer view than its own."""
+        with self.db.transaction(readonly=True) as conn:
+            row = task_versions.view_version(conn, task_id)
+        if row is None:
+            return None
+        lease = None
+        if row.status == "running" and self.leases is not None:
+            info = self.leases.get(lease_name(task_id))
+            # Not its expiry: read as the server's countdown from now, it moves at each read.
+            lease = (info.holder, info.token, info.renewed_at) if info is not None else None
+        return (*row, lease)
+
     def transcript(
         self,
         task_id: str,
@@ -293,9 +316,7 @@ class TaskService:
     ) -> dict[str, Any]:
         """The durable transcript of a task (one generation, or all), oldest entry first: one
         page of `limit` entries after `cursor`, or every entry when `limit` is None."""
-        after = decode_position(cursor) if cursor else None
-        if after is not None and generation is not None and after[0] != generation:
-            raise invalid_cursor()  # a cursor of another generation's pages
+        after = _transcript_position(cursor, generation)
         with self.db.transaction(readonly=True) as conn:
             task = task_store.get_task(conn, task_id)
             if task is None:
@@ -327,6 +348,24 @@ class TaskService:
             "token_usage": usage_view(usage),
         }
 
+    def transcript_version(
+        self, task_id: str, generation: int | None = None, *, limit: int, cursor: str | None = None
+    ) -> tuple[Any, ...] | None:
+        """What `transcript(...)` with the same arguments would answer, summed up from the
+        index: the keys of its entries (written once, never changed) and the count of entries
+        of the task, or of the generation asked for (its token usage changes only with it).
+        None when it would be a 404. Refuses a cursor as `transcript` does."""
+        after = _transcript_position(cursor, generation)
+        with self.db.transaction(readonly=True) as conn:
+            task = task_store.get_task(conn, task_id)
+            if task is None or (generation is not None and not 1 <= generation <= task.generation):
+                return None
+            keys = transcript_store.entry_keys(
+                conn, task_id=task_id, generation=generation, after=after, limit=limit + 1
+            )
+            count = transcript_store.entry_count(conn, task_id, generation)
+        return (generation, limit, after, count, *keys)
+
     def _lease(self, task: TaskRecord) -> dict[str, Any] | None:
         if self.leases is None or task.status != "running":
             return None
@@ -344,6 +383,14 @@ class TaskService:
             return []
         owner = f"task:{task_id}"
         return [r.public() for r in self.ledger.unknown_for_owner(owner, status=status)]
+
+
+def _transcript_position(cursor: str | None, generation: int | None) -> tuple[int, int] | None:
+    """The (generation, seq) a transcript page starts after, or `invalid_cursor`."""
+    after = decode_position(cursor) if cursor else None
+    if after is not None and generation is not None and after[0] != generation:
+        raise invalid_cursor()  # a cursor of another generation's pages
+    return after
 
 
 def usage_view(usage: list[transcript_store.GenerationUsage]) -> dict[str, Any]:

@@ -14,7 +14,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ARRAY, Connection, Engine, String, any_, bindparam, insert, select, text
+from sqlalchemy import (
+    ARRAY,
+    Connection,
+    Engine,
+    String,
+    any_,
+    bindparam,
+    func,
+    insert,
+    select,
+    text,
+)
 
 from orchestrator.domain.fences import Fence
 from orchestrator.domain.times import wire_time
@@ -29,10 +40,13 @@ __all__ = [
     "EvidenceRow",
     "content_ref",
     "evidence_by_ids",
+    "evidence_count",
+    "evidence_keys",
     "evidence_of_task",
     "evidence_page",
     "insert_record",
     "insert_record_fenced",
+    "keyed_evidence",
     "public",
 ]
 
@@ -149,7 +163,50 @@ def evidence_page(
 
     Read from the (task_id, created_at, evidence_id) index (migration 0019): a page reads its
     own rows, not the thousands before it."""
+    rows = keyed_evidence(conn, task_id, limit=limit + 1, after=after, ids=ids)
+    page = rows[:limit]
+    last = page[-1][0] if len(rows) > limit else None
+    return [record for _, record in page], last
+
+
+def keyed_evidence(
+    conn: Connection,
+    task_id: str,
+    *,
+    limit: int,
+    after: tuple[datetime, str] | None = None,
+    ids: Iterable[str] | None = None,
+    newest_first: bool = False,
+) -> list[tuple[tuple[datetime, str], dict[str, Any]]]:
+    """Up to `limit` of the task's records after `after` in the order asked, each with its
+    (created_at, evidence_id) key: what a reader that merges or continues them needs."""
     query = select(evidence).where(evidence.c.task_id == task_id)
+    if ids is not None:
+        query = query.where(evidence.c.evidence_id.in_(sorted(set(ids))))
+    if after is not None:
+        query = query.where(
+            past(evidence.c.created_at, evidence.c.evidence_id, after, newest_first=newest_first)
+        )
+    order: list[Any] = [evidence.c.created_at, evidence.c.evidence_id]
+    if newest_first:
+        order = [column.desc() for column in order]
+    rows = conn.execute(query.order_by(*order).limit(limit))
+    return [((row.created_at, row.evidence_id), public(row._asdict())) for row in rows]
+
+
+def evidence_keys(
+    conn: Connection,
+    task_id: str,
+    *,
+    limit: int,
+    after: tuple[datetime, str] | None = None,
+    ids: Iterable[str] | None = None,
+) -> list[tuple[datetime, str]]:
+    """The (created_at, evidence_id) keys of the records `evidence_page` would read with
+    `limit`, from the index alone: a record never changes, so equal keys are an equal page."""
+    query = select(evidence.c.created_at, evidence.c.evidence_id).where(
+        evidence.c.task_id == task_id
+    )
     if ids is not None:
         query = query.where(evidence.c.evidence_id.in_(sorted(set(ids))))
     if after is not None:
@@ -157,10 +214,13 @@ def evidence_page(
             past(evidence.c.created_at, evidence.c.evidence_id, after, newest_first=False)
         )
     query = query.order_by(evidence.c.created_at, evidence.c.evidence_id).limit(limit + 1)
-    rows = [r._asdict() for r in conn.execute(query)]
-    page = rows[:limit]
-    last = (page[-1]["created_at"], page[-1]["evidence_id"]) if len(rows) > limit else None
-    return [public(row) for row in page], last
+    return [(row.created_at, row.evidence_id) for row in conn.execute(query)]
+
+
+def evidence_count(conn: Connection, task_id: str) -> int:
+    """How many records the task has (from the index, not the rows)."""
+    query = select(func.count()).select_from(evidence).where(evidence.c.task_id == task_id)
+    return int(conn.execute(query).scalar_one())
 
 
 def evidence_by_ids(

@@ -103,6 +103,8 @@ tasks = Table(
     # The task list filtered by status or by type, newest first (keyset on created_at).
     Index(None, "status", "created_at"),
     Index(None, "task_type", "created_at"),
+    # Both at once (migration 0022): a pair no task has, each alone common, walked every task.
+    Index(None, "status", "task_type", "created_at"),
 )
 
 sessions = Table(

@@ -46,6 +46,8 @@ __all__ = [
     "GenerationUsage",
     "delete_expired_batch",
     "entries_of",
+    "entry_count",
+    "entry_keys",
     "insert_entries",
     "insert_entries_fenced",
     "next_seq",
@@ -327,6 +329,43 @@ def usage_of(conn: Connection, task_id: str) -> list[GenerationUsage]:
         for g, calls, prompt, completion in rows
         if g is not None
     ]
+
+
+def entry_keys(
+    conn: Connection,
+    *,
+    task_id: str,
+    generation: int | None,
+    after: tuple[int, int] | None,
+    limit: int,
+) -> list[tuple[int | None, int]]:
+    """The (generation, seq) keys of the entries `entries_of` would read with the same
+    arguments, from the (task_id, generation, seq) index alone: an entry is written once and
+    never changed, so equal keys are an equal page."""
+    t = transcript_entries.c
+    query = select(t.generation, t.seq).where(t.task_id == task_id)
+    if generation is not None:
+        query = query.where(t.generation == generation)
+    if after is not None:
+        seen_generation, seen_seq = after
+        query = query.where(
+            or_(
+                t.generation > seen_generation,
+                and_(t.generation == seen_generation, t.seq > seen_seq),
+            )
+        )
+    query = query.order_by(t.generation, t.seq).limit(limit)
+    return [(row.generation, row.seq) for row in conn.execute(query)]
+
+
+def entry_count(conn: Connection, task_id: str, generation: int | None = None) -> int:
+    """How many entries the task (or one generation of it) has, from the index: its token
+    usage changes only with it."""
+    t = transcript_entries.c
+    query = select(func.count()).where(t.task_id == task_id)
+    if generation is not None:
+        query = query.where(t.generation == generation)
+    return int(conn.execute(query).scalar_one())
 
 
 def delete_expired_batch(conn: Connection, cutoff: datetime, batch_size: int) -> int:

@@ -7,26 +7,27 @@ import base64
 import getpass
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import insert
+from sqlalchemy import Engine, event, insert, update
 
 from orchestrator.api.app import create_app
 from orchestrator.cli import main
 from orchestrator.domain.recovery import CallRecord, Snapshot
 from orchestrator.errors import ConflictError
 from orchestrator.runtime import Runtime
-from orchestrator.services.collaboration import MAX_LIMIT, Answer, CollaborationService
+from orchestrator.services.collaboration import MAX_LIMIT, Answer, CollaborationService, snapshots
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
 from orchestrator.store import reports as report_store
 from orchestrator.store.collaboration import insert_message
 from orchestrator.store.snapshots import save_snapshot
-from orchestrator.store.tables import evidence
+from orchestrator.store.tables import evidence, reports
 from orchestrator.store.types import utcnow
 from tests.executions_support import CITED, node, plan_call, query_call, runtime_for
 from tests.integration.test_operator_accounts import TOKENS, bearer, operators_file
@@ -304,6 +305,35 @@ def openai_client(store_url: str, server: OpenAIServer, **overrides: Any) -> Tes
         **overrides,
     )
     return TestClient(create_app(settings))
+
+
+def test_a_record_the_report_cites_is_shown_however_old(env: tuple[Runtime, Path, str]) -> None:
+    """The report keeps what it cites as `evidence_refs`: the snapshots looked for the key
+    `evidence_ids`, found none, and a record only the report cited was cut like any other."""
+    rt, _, task_id = env
+    task = rt.tasks.get(task_id)
+    start = utcnow()
+    rows = [
+        {
+            "evidence_id": f"bulk-{n:04d}", "task_id": task_id, "generation": 1,
+            "session_id": task.session_id, "source": "scada_sim", "queried_at": start,
+            "content_ref": f"sha256:{n:064x}", "origin": "synthetic", "truncated": False,
+            "summary": f"reading {n}: " + "turbidity within limits " * 8,
+            "created_at": start + timedelta(milliseconds=n),
+        }
+        for n in range(300)
+    ]  # fmt: skip
+    with rt.db.transaction() as conn:
+        conn.execute(insert(evidence), rows)
+        conn.execute(update(reports).where(reports.c.task_id == task_id).values(
+            evidence_refs=["bulk-0000"], findings=[]
+        ))  # fmt: skip
+        shown = [r["evidence_id"] for r in snapshots(conn, task, 1024)["evidence"]]
+    # The round's own record (its node cites it), then the oldest of the 300: the report
+    # alone cites it.
+    assert shown[1] == "bulk-0000"
+    assert shown[-1] == "bulk-0299"  # then the newest
+    assert len(shown) < 50
 
 
 def test_an_answer_the_server_cut_short_is_a_model_error_and_stores_nothing(
@@ -610,6 +640,32 @@ def test_a_named_account_lists_its_own_collaborations_and_the_tasks_execution_se
     assert client.get(f"/api/v1/sessions/{execution}", headers=alma).status_code == 200
 
 
+@contextmanager
+def statements_sent() -> Iterator[list[tuple[str, Any]]]:
+    """The statements any engine sends meanwhile, with their parameters."""
+    sent: list[tuple[str, Any]] = []
+
+    def keep(_conn: Any, _cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        sent.append((statement, params))
+
+    event.listen(Engine, "before_cursor_execute", keep)
+    try:
+        yield sent
+    finally:
+        event.remove(Engine, "before_cursor_execute", keep)
+
+
+def evidence_rows_read(rt: Runtime, sent: list[tuple[str, Any]]) -> int:
+    """The rows the SELECTs of `sent` on the evidence table returned, sent again (the records
+    are as they were)."""
+    read = 0
+    with rt.db.transaction(readonly=True) as conn:
+        for statement, params in sent:
+            if statement.lstrip().upper().startswith("SELECT") and "FROM evidence" in statement:
+                read += len(conn.exec_driver_sql(statement, params).fetchall())
+    return read
+
+
 def test_a_long_task_s_evidence_is_cut_to_the_window_cited_records_first(
     env: tuple[Runtime, Path, str], store_url: str
 ) -> None:
@@ -643,11 +699,14 @@ def test_a_long_task_s_evidence_is_cut_to_the_window_cited_records_first(
         server.reply(content="Zone 4 was turbid.")
         with openai_client(store_url, server, llm_context_window=8192) as client:
             opened = client.post(f"/api/v1/tasks/{task_id}/collaboration").json()
-            asked = client.post(
-                f"/api/v1/sessions/{opened['session_id']}/messages", json={"text": "Why?"}
-            )
+            with statements_sent() as sent:
+                asked = client.post(
+                    f"/api/v1/sessions/{opened['session_id']}/messages", json={"text": "Why?"}
+                )
         assert asked.status_code == 201, asked.text
         [body] = server.bodies
+    # The store was asked for about the records sent, not every one before they were cut.
+    assert evidence_rows_read(rt, sent) < 200  # was all 3,001
     snapshot = json.loads(body["messages"][1]["content"].split("\n", 1)[1])
     shown = [record["evidence_id"] for record in snapshot["evidence"]]
     assert shown[0] == cited  # cited, and oldest first as stored

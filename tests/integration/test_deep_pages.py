@@ -27,6 +27,17 @@ ROWS = 5000
 PURPOSE = "task_execution"
 
 
+#: Tasks a second apart after `start`, without sessions (`rows` of them).
+MORE_TASKS = (
+    "INSERT INTO tasks (task_id, task_type, title, context, trigger_id, origin, status,"
+    " generation, recoveries, handbacks, rounds, intent_round, created_at, updated_at)"
+    " SELECT 'm' || lpad(i::text, 6, '0'), 'leak', 'Task ' || i, '{}', 'more-' || i, 'live',"
+    " (ARRAY['queued','waiting','completed'])[1 + i % 3], 1, 0, 0, 0, 1,"
+    " :start + i * interval '1 second', :start + i * interval '1 second'"
+    " FROM generate_series(1, :rows) i"
+)
+
+
 @pytest.fixture
 def db(pg_url: str) -> Iterator[Database]:
     """ROWS tasks a minute apart, each with its session (as the trigger writes them) and a
@@ -85,6 +96,38 @@ def test_a_deep_page_of_tasks_reads_its_own_rows(db: Database) -> None:
         task_store.list_tasks(conn, where=waiting, limit=51, after=seen)
 
     assert rows_scanned(db, read_waiting) < 400
+
+
+def test_a_status_and_type_filter_that_matches_nothing_reads_no_task(db: Database) -> None:
+    """Both filters at once, a pair no task has while each value alone is common: the planner,
+    taking the two for independent, walked the created_at index through every task to find
+    none (100,000 tasks: ~10-45 ms for an empty page). Migration 0022's index and statistics of
+    the pairs make it read the pair's rows."""
+    with db.transaction() as conn:
+        conn.execute(text(MORE_TASKS), {"start": utcnow(), "rows": 25_000})
+        # Half the tasks are leaks, and no leak ever failed.
+        conn.execute(
+            text(
+                "UPDATE tasks SET status = CASE WHEN n % 4 = 0 THEN 'failed' ELSE status END,"
+                " task_type = CASE WHEN n % 2 = 1 THEN 'leak' ELSE 'pressure' END"
+                " FROM (SELECT task_id AS id, row_number() OVER (ORDER BY task_id) AS n"
+                " FROM tasks) numbered WHERE task_id = numbered.id"
+            )
+        )
+    with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM ANALYZE tasks"))  # as autovacuum leaves it
+    rare = TaskFilter(status="failed", task_type="leak")
+    found: list[Any] = []
+
+    def read(conn: Any) -> None:
+        found.extend(task_store.list_tasks(conn, where=rare, limit=51))
+
+    assert rows_scanned(db, read) < 50  # was every failed task: 7,500
+    assert found == []
+    failed = TaskFilter(status="failed", task_type="pressure")
+    with db.transaction(readonly=True) as conn:
+        page = task_store.list_tasks(conn, where=failed, limit=2)
+    assert [(t.status, t.task_type) for t in page] == [("failed", "pressure")] * 2
 
 
 def test_a_deep_page_of_sessions_reads_its_own_rows(db: Database) -> None:

@@ -1,0 +1,168 @@
+"""What an open console tab costs the API while its task does not change: the task view every
+3 s, an evidence page and a transcript page every 15 s, each answered in full or, with the
+`ETag` the console holds, `304` with no body.
+
+    .venv/bin/python bench/task_polls.py [--polls 200] [--rounds 5] [--write]
+
+A throwaway Postgres (the tests' local binaries) and Redis get a task of realistic size: a plan
+of 10 nodes, 50 evidence records, 200 task events and 400 transcript entries, beside 20,000
+other tasks. The API runs in this process (FastAPI's TestClient): the CPU time per read is the
+process's, the client's share included alike in both columns. A full answer is what a client
+without the tag gets (and any client after a change): it includes reading the tag (about a
+millisecond). The ways alternate within each round; the figures are medians over the rounds.
+`--write` replaces this benchmark's section of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from typing import Any
+
+from docs_section import DOC, write_section
+from execution_fleet import ROOT, servers
+
+SEED = [
+    "INSERT INTO tasks (task_id, task_type, title, context, trigger_id, origin, status,"
+    " generation, session_id, recoveries, handbacks, rounds, intent_round, created_at,"
+    " updated_at) SELECT 't' || i, 'leak', 'Task ' || i, '{}', 'trig-' || i, 'live', 'completed',"
+    " 1, NULL, 0, 0, 1, 1, now() - i * interval '1 minute', now() FROM generate_series(1, 20000) i",
+    "INSERT INTO tasks (task_id, task_type, title, context, trigger_id, origin, status,"
+    " generation, session_id, recoveries, handbacks, rounds, intent_round, created_at,"
+    " updated_at) VALUES ('big', 'leak', 'Big task', '{\"site\": \"tap 3\"}', 'trig-big', 'live',"
+    " 'waiting', 1, 'sbig', 0, 0, 3, 1, now(), now())",
+    "INSERT INTO sessions (session_id, purpose, task_id, generation, owner, title, created_at,"
+    " updated_at) VALUES ('sbig', 'task_execution', 'big', 1, 'task:big', 'Big task', now(),"
+    " now())",
+    "INSERT INTO executions (task_id, generation, session_id, created_at, started_at, ended_at,"
+    " outcome, reason) VALUES ('big', 1, 'sbig', now(), now(), now(), 'waiting', 'waits')",
+    "INSERT INTO plan_revisions (session_id, revision, request_id, schema_version, title, reason,"
+    " nodes, edges, content_digest, task_id, generation, updated_at) VALUES ('sbig', 1, 'r1',"
+    " 'execution-plan@1', 'Plan', 'first', CAST(:nodes AS jsonb), CAST(:edges AS jsonb),"
+    " repeat('0', 64), 'big', 1, now())",
+    "INSERT INTO evidence (evidence_id, task_id, generation, session_id, source, queried_at,"
+    " content_ref, origin, truncated, summary, created_at, kind, params_digest, row_count,"
+    " char_count) SELECT 'ev' || lpad(i::text, 3, '0'), 'big', 1, 'sbig', 'meter_readings', now(),"
+    " 'sha256:' || repeat('a', 64), 'live', false, 'turbidity reading ' || i || repeat(' x', 60),"
+    " now() + i * interval '1 ms', 'data_source', repeat('b', 64), 10, 500"
+    " FROM generate_series(0, 49) i",
+    "INSERT INTO task_events (task_id, seq, type, generation, status, reason, data, created_at)"
+    " SELECT 'big', i, 'waiting', 1, 'waiting', 'event ' || i, '{}', now()"
+    " FROM generate_series(1, 200) i",
+    "INSERT INTO transcript_entries (session_id, seq, task_id, generation, turn, kind, body,"
+    " prompt_tokens, completion_tokens, created_at) SELECT 'sbig', i, 'big', 1, i / 2,"
+    " CASE WHEN i % 2 = 0 THEN 'model_turn' ELSE 'tool_result' END,"
+    " jsonb_build_object('content', repeat('the meter reads 4.1 NTU; ', 20)),"
+    " CASE WHEN i % 2 = 0 THEN 1200 END, CASE WHEN i % 2 = 0 THEN 80 END, now()"
+    " FROM generate_series(1, 400) i",
+    "INSERT INTO reports (report_id, task_id, generation, session_id, summary, findings,"
+    " evidence_refs, outcome, created_at) VALUES ('rep1', 'big', 1, 'sbig', 'waits for the crew',"
+    " '[]', '[\"ev001\"]', 'waiting', now())",
+]
+
+READS = {
+    "task view (every 3 s)": "/api/v1/tasks/big",
+    "evidence page of 100 (every 15 s)": "/api/v1/tasks/big/evidence?limit=100",
+    "transcript page of 200 (every 15 s)": "/api/v1/tasks/big/transcript?limit=200",
+}
+
+
+def seed(url: str) -> None:
+    from sqlalchemy import text
+
+    from orchestrator.store.db import Database
+
+    nodes = [
+        {"id": f"n{i}", "title": f"Step {i}", "actor": "agent" if i % 2 else "human",
+         "description": "check the meter " * 5, "evidence": "", "status": "pending",
+         "evidence_ids": [f"ev{i:03d}"]}
+        for i in range(10)
+    ]  # fmt: skip
+    edges = [{"from": f"n{i}", "to": f"n{i + 1}", "label": None} for i in range(9)]
+    db = Database.from_url(url)
+    with db.transaction() as conn:
+        for statement in SEED:
+            conn.execute(text(statement), {"nodes": json.dumps(nodes), "edges": json.dumps(edges)})
+    with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM ANALYZE"))
+    db.dispose()
+
+
+def per_read(client: Any, path: str, polls: int, tag: str | None) -> tuple[float, int]:
+    """CPU milliseconds and bytes of body per read of `path`."""
+    headers = {"If-None-Match": tag} if tag else {}
+    size = 0
+    started = time.process_time()
+    for _ in range(polls):
+        answer = client.get(path, headers=headers)
+        assert answer.status_code == (304 if tag else 200), answer.text
+        size += len(answer.content)
+    return (time.process_time() - started) * 1000 / polls, size // polls
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--polls", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    args = parser.parse_args()
+    from fastapi.testclient import TestClient
+
+    from orchestrator.api.app import create_app
+    from orchestrator.settings import load_settings
+
+    load_start = os.getloadavg()[0]
+    with servers() as (_pg, url, redis_url, _template):
+        seed(url)
+        settings = load_settings(database_url=url, redis_url=redis_url, model="scripted:/nowhere")
+        samples: dict[tuple[str, bool], list[float]] = {}
+        sizes: dict[tuple[str, bool], int] = {}
+        with TestClient(create_app(settings)) as client:
+            tags = {name: client.get(path).headers["ETag"] for name, path in READS.items()}
+            for _ in range(args.rounds):
+                for name, path in READS.items():
+                    for conditional in (False, True):
+                        tag = tags[name] if conditional else None
+                        ms, size = per_read(client, path, args.polls, tag)
+                        samples.setdefault((name, conditional), []).append(ms)
+                        sizes[(name, conditional)] = size
+    median = {key: statistics.median(values) for key, values in samples.items()}
+    command = (
+        f".venv/bin/python bench/task_polls.py --polls {args.polls} --rounds {args.rounds}"
+        f"{' --write' if args.write else ''}"
+    )
+    lines = [
+        "## An open console tab of an unchanged task (bench/task_polls.py)",
+        "",
+        f"`{command}`: a task with a plan of 10 nodes, 50 evidence records, 200 events and 400"
+        f" transcript entries among 20,000 tasks; median of {args.rounds} rounds of"
+        f" {args.polls} reads each, the ways alternating; load average {load_start:.2f} at the"
+        f" start, {os.getloadavg()[0]:.2f} at the end.",
+        "",
+        "| read | full answer: CPU ms | bytes | with its ETag (304): CPU ms | bytes | ratio |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name in READS:
+        full, cached = median[(name, False)], median[(name, True)]
+        lines.append(
+            f"| {name} | {full:.2f} | {sizes[(name, False)]} | {cached:.2f} |"
+            f" {sizes[(name, True)]} | {full / cached:.1f}x |"
+        )
+    lines += [
+        "",
+        "CPU: this process's, the API and the test client together. A full answer includes the"
+        " tag's own read (one statement), which an unchanged read is made of.",
+    ]
+    section = "\n".join(lines) + "\n"
+    print(section)
+    if args.write:
+        write_section("task-polls", section)
+        print(f"wrote the section to {DOC.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,147 @@
+"""What a task's view is built from, read in one statement: the version behind its ETag.
+
+The console reads a task's view every 3 s per open tab, and the view takes about eighteen
+statements (generations, plan, report, approvals, receipts, usage, recovery, deliveries,
+events, the last write). Nearly always nothing changed. Each table the view reads is summed up
+here by what any write to it changes (a count, the newest stamp, a status tally), so that one
+statement tells whether the view a client holds is still the view; only when it is not is the
+view built again.
+
+A write the view shows must change one of these values; a new source in the view needs its
+term here too (`tests/integration/test_task_etags.py` walks the writes a task goes through).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, Row, and_, bindparam, case, exists, func, select, true
+
+from orchestrator.store.tables import (
+    actions,
+    evidence,
+    executions,
+    invocation_receipts,
+    outbox,
+    plan_revisions,
+    recovery_snapshots,
+    reports,
+    sessions,
+    task_events,
+    tasks,
+    transcript_entries,
+    unresolved_receipt,
+)
+
+__all__ = ["view_version"]
+
+_TASK: Any = bindparam("task_id")
+
+
+def _tally(column: Any, value: str) -> Any:
+    return func.sum(case((column == value, 1), else_=0))
+
+
+def _summary(table: Any, *terms: Any, where: Any = None, counted: bool = True) -> Any:
+    """One row of aggregates over the task's rows of `table` (their count unless not
+    `counted`: a table only ever appended to is summed up by its newest key, one index entry)."""
+    condition = table.c.task_id == _TASK if where is None else where
+    return select(*([func.count()] if counted else []), *terms).where(condition).subquery()
+
+
+_SESSIONS = select(sessions.c.session_id).where(sessions.c.task_id == _TASK)
+_RECEIPTS = invocation_receipts.c
+
+# What each term stands for: a row added (a count, a newest stamp or key), a row changed (the
+# stamps and tallies its change sets). Appended-only tables are summed up from their indexes;
+# the few rows a task has of the others are read.
+_PARTS = [
+    _summary(
+        executions,
+        func.count(executions.c.outcome),
+        func.count(executions.c.worker),
+        func.max(executions.c.created_at),
+        func.max(executions.c.started_at),
+        func.max(executions.c.ended_at),
+        func.max(executions.c.handed_back_at),
+        func.max(executions.c.lease_expires_at),
+    ),
+    # Revisions (never changed) of every session of the task: the recovery shows the plan as
+    # it stands now, whichever session a person's step went to.
+    _summary(
+        plan_revisions,
+        func.max(plan_revisions.c.revision),
+        where=plan_revisions.c.session_id.in_(_SESSIONS),
+    ),
+    _summary(reports, func.max(reports.c.created_at)),
+    # Records never change, and go only with their task: the newest is enough (`last_write`).
+    _summary(evidence, func.max(evidence.c.created_at), counted=False),
+    _summary(
+        actions,
+        func.max(actions.c.created_at),
+        func.max(actions.c.decided_at),
+        _tally(actions.c.status, "pending_approval"),
+        _tally(actions.c.status, "superseded"),
+    ),
+    # Appended, and deleted by retention: counted (from the index) for the token usage.
+    _summary(transcript_entries),
+    _summary(
+        recovery_snapshots,
+        func.max(recovery_snapshots.c.updated_at),
+        where=recovery_snapshots.c.session_id.in_(_SESSIONS),
+    ),
+    _summary(
+        outbox,
+        func.sum(outbox.c.attempts),
+        func.sum(outbox.c.throttled),
+        func.max(outbox.c.next_attempt_at),
+        func.max(outbox.c.delivered_at),
+        func.max(outbox.c.discarded_at),
+        *(_tally(outbox.c.status, status) for status in ("pending", "dead", "discarded")),
+    ),
+    # Appended in order under the task's lock: the newest seq is every event.
+    _summary(task_events, func.max(task_events.c.seq), counted=False),
+    # Only the running and unknown ones are shown (from the partial index that holds them).
+    _summary(
+        invocation_receipts,
+        func.max(_RECEIPTS.updated_at),
+        _tally(_RECEIPTS.status, "unknown"),
+        where=and_(_RECEIPTS.owner == bindparam("owner"), unresolved_receipt),
+    ),
+]
+
+#: The view's `never_sent`: whether any task's delivery of a kind ever went out, asked (as the
+#: view asks it) only of a kind the task has pending: a store of many deliveries of one kind
+#: and none of the other is not read at every poll.
+_EVER_SENT = [
+    case(
+        (
+            exists().where(
+                outbox.c.task_id == _TASK, outbox.c.kind == kind, outbox.c.status == "pending"
+            ),
+            exists().where(
+                outbox.c.status.in_(("delivered", "dead", "discarded")), outbox.c.kind == kind
+            ),
+        ),
+        else_=None,
+    ).label(f"{kind}_ever_sent")
+    for kind in ("action", "webhook")
+]
+
+_LIGHT = [c for c in tasks.c if c.name not in ("context", "sample_input")]
+
+# Built once: sent for every poll of every open task page. Each part is one row: joined on
+# true, the task's row comes back with every summary beside it.
+_VERSION = select(*_LIGHT, *(column for part in _PARTS for column in part.c), *_EVER_SENT)
+_FROM: Any = tasks
+for _part in _PARTS:
+    _FROM = _FROM.join(_part, true())
+_VERSION = _VERSION.select_from(_FROM).where(tasks.c.task_id == _TASK)
+
+
+def view_version(conn: Connection, task_id: str) -> Row[Any] | None:
+    """The values the task's view is built from, summed up (the task's own columns by name);
+    None when there is no such task. Equal values: the same view, but for a running task's
+    lease, which lives in the lease back end (the caller adds it)."""
+    params = {"task_id": task_id, "owner": f"task:{task_id}"}
+    return conn.execute(_VERSION, params).one_or_none()

@@ -1,0 +1,59 @@
+"""What an open task page costs while nothing changes, in a real headless chromium against a
+real API, worker and sweeper: its poll every 3 s sends the tag of the view it holds and is
+answered `304` with no body (before: the whole view, built from about eighteen statements, at
+every poll of every open tab), the page keeps what it shows, and a change is drawn at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.conftest import Console
+from tests.browser.pages import open_task
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+def test_an_unchanged_task_is_not_sent_again_and_a_change_is_drawn(
+    page: Any, console: Console
+) -> None:
+    task_id = console.trigger("retried", "Polled while unchanged")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    view = f"{console.url}/api/v1/tasks/{task_id}"
+    tag = console.http.get(view).headers["ETag"]
+    answers: list[Any] = []
+    page.on("response", lambda r: answers.append(r) if r.url == view else None)
+    open_task(page, console, task_id)
+    generation = page.locator("#task-head dt:text-is('Generation') + dd")
+    expect(generation).to_have_text("1")
+    with page.expect_response(lambda r: r.url == view and r.status == 304, timeout=8_000):
+        pass  # the next poll
+    polled = [r for r in answers if r.status == 304]
+    assert polled[0].request.headers["if-none-match"] == tag
+    assert polled[0].headers.get("content-length", "0") == "0"  # no body
+    # The page shows what it had: the task, its report and evidence.
+    expect(page.locator("#task-title")).to_have_text("Polled while unchanged")
+    expect(generation).to_have_text("1")
+    expect(page.locator("#evidence tr")).not_to_have_count(0)
+    # A change is a new answer, drawn (the poll or the stream, whichever comes first).
+    requeued = console.http.post(
+        f"/api/v1/tasks/{task_id}/requeue", json={"reason": "look again", "by": "ana"}
+    )
+    assert requeued.status_code == 200, requeued.text
+    expect(generation).not_to_have_text("1")  # (its script runs on: later ones follow)
+
+
+def test_an_unchanged_page_of_the_task_list_is_not_sent_again(page: Any, console: Console) -> None:
+    task_id = console.trigger("retried", "Listed while unchanged")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    page.goto(f"{console.url}/console#/")
+    link = page.locator(f'#task-rows a[href="#/task/{task_id}"]')
+    expect(link).to_have_text("Listed while unchanged")
+    listed = f"{console.url}/api/v1/tasks?limit=50"
+    with page.expect_response(lambda r: r.url == listed and r.status == 304, timeout=10_000):
+        pass  # the next poll, 6 s on
+    expect(link).to_have_text("Listed while unchanged")  # the rows shown stay
+    expect(page.locator("#list-error")).to_have_count(0)

@@ -1,0 +1,247 @@
+"""Conditional reads of a task's view and its evidence pages: `ETag`, `If-None-Match`, `304`.
+
+The console polls an open task's view every 3 s and its evidence every 15 s. An unchanged
+resource is now answered `304` with no body from one statement (`store.task_versions`); a
+changed one is answered as before, with a new tag. The walk below makes the writes a task goes
+through, and after each one the tag the client holds must no longer match: a write the view
+shows that left the tag unchanged would leave the console showing a stale task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import insert, update
+
+from orchestrator.api.app import create_app
+from orchestrator.runtime import Runtime
+from orchestrator.services.tasks import Trigger
+from orchestrator.store.tables import evidence, invocation_receipts, outbox
+from orchestrator.store.types import utcnow
+from tests.executions_support import (
+    READ_AND_QUERY,
+    approve_the_action,
+    completing_turns,
+    node,
+    plan_call,
+    report_call,
+    runtime_for,
+    settings_for,
+    write_script,
+)
+
+#: A work order for the plan's `repair` node (the round then reports `waiting`).
+PROPOSE = {
+    "id": "c2",
+    "name": "propose_action",
+    "arguments": {"node_id": "repair", "kind": "work_order", "payload": {"crew": "north"}},
+}
+
+
+@pytest.fixture
+def env(store_url: str, scripts: Path) -> Iterator[tuple[Runtime, TestClient]]:
+    rt, _ = runtime_for(store_url, scripts)
+    write_script(scripts, "leak", completing_turns())
+    try:
+        with TestClient(create_app(settings_for(store_url, scripts))) as client:
+            yield rt, client
+    finally:
+        rt.close()
+
+
+class Held:
+    """What a polling client holds of one resource: its tag and body."""
+
+    def __init__(self, client: TestClient, path: str) -> None:
+        self.client, self.path = client, path
+        first = client.get(path)
+        assert first.status_code == 200, first.text
+        self.tag, self.body = first.headers["ETag"], first.json()
+
+    def poll(self) -> int:
+        """One conditional read; on a 200 the client holds the new answer."""
+        answer = self.client.get(self.path, headers={"If-None-Match": self.tag})
+        if answer.status_code == 304:
+            assert answer.content == b""
+            assert answer.headers["ETag"] == self.tag
+        else:
+            assert answer.status_code == 200, answer.text
+            assert answer.headers["ETag"] != self.tag
+            self.tag, self.body = answer.headers["ETag"], answer.json()
+        return answer.status_code
+
+    def changed_by(self, what: str) -> None:
+        """After a write the view shows: the poll answers the new view, then 304 again."""
+        before = self.body
+        assert self.client.get(self.path).json() != before, f"{what} changed nothing shown"
+        assert self.poll() == 200, f"{what}: the tag still matched a stale view"
+        assert self.body == self.client.get(self.path).json()
+        assert self.poll() == 304, f"{what}: unchanged since, but not 304"
+
+
+def test_a_task_s_view_is_304_while_unchanged_and_sent_again_after_each_write(
+    env: tuple[Runtime, TestClient],
+) -> None:
+    rt, client = env
+    task_id = rt.tasks.trigger(Trigger(task_type="leak", title="Turbid water")).task.task_id
+    view = Held(client, f"/api/v1/tasks/{task_id}")
+    assert view.poll() == 304
+    assert view.poll() == 304
+
+    rt.executions.run(task_id, 1, worker="w:1")  # plan, evidence, transcript, report
+    view.changed_by("a round")
+    assert view.body["status"] == "completed"
+    session_id = view.body["session_id"]
+
+    rt.tasks.requeue(task_id, "look again", by="ana")
+    view.changed_by("a requeue")
+
+    now = utcnow()
+    with rt.db.transaction() as conn:
+        conn.execute(
+            insert(outbox).values(
+                kind="webhook", task_id=task_id, event_seq=1, body="{}", status="pending",
+                next_attempt_at=now, created_at=now,
+            )
+        )  # fmt: skip
+    view.changed_by("a delivery written")
+    with rt.db.transaction() as conn:
+        conn.execute(
+            update(outbox)
+            .where(outbox.c.task_id == task_id)
+            .values(attempts=1, last_error="HTTP 503")
+        )
+    view.changed_by("a delivery attempt")
+
+    with rt.db.transaction() as conn:
+        conn.execute(
+            insert(invocation_receipts).values(
+                invocation_id="inv-1", owner=f"task:{task_id}", session_id=session_id,
+                tool_name="create_work_order", identity_key="k1", args_digest="0" * 64,
+                claim_token="c", status="unknown", summary="sent, no answer",
+                created_at=now, updated_at=now,
+            )
+        )  # fmt: skip
+    view.changed_by("a write of unknown outcome")
+
+    rt.tasks.cancel(task_id, "duplicate", by="ana")
+    view.changed_by("a cancel")
+    assert view.body["status"] == "cancelled"
+
+
+def test_a_waiting_task_s_view_is_sent_again_after_an_approval_and_a_person_s_step(
+    env: tuple[Runtime, TestClient], scripts: Path
+) -> None:
+    sample = node("sample", "waiting", actor="human")
+    write_script(
+        scripts,
+        "wo",
+        [
+            READ_AND_QUERY,
+            {
+                "tool_calls": [
+                    plan_call(
+                        "c1", "r1", [node("check", "completed"), sample, node("repair", "waiting")]
+                    )
+                ]
+            },
+            {"tool_calls": [PROPOSE]},
+            {"tool_calls": [report_call("c3", "waiting")]},
+        ],
+    )
+    rt, client = env
+    task_id = rt.tasks.trigger(Trigger(task_type="wo", title="Low pressure")).task.task_id
+    assert rt.executions.run(task_id, 1, worker="w").outcome == "waiting"
+    view = Held(client, f"/api/v1/tasks/{task_id}")
+    assert len(view.body["pending_actions"]) == 1
+    assert view.poll() == 304
+    approve_the_action(rt, task_id)
+    view.changed_by("an approval")
+    assert view.body["pending_actions"] == []
+    rt.human_steps.close(task_id, "sample", "completed", by="crew", evidence="bottle 7")
+    view.changed_by("a person's step")
+
+
+def test_an_evidence_page_is_304_while_unchanged_and_sent_again_with_a_new_record(
+    env: tuple[Runtime, TestClient],
+) -> None:
+    rt, client = env
+    task_id = rt.tasks.trigger(Trigger(task_type="leak", title="Turbid water")).task.task_id
+    rt.executions.run(task_id, 1, worker="w:1")
+    page = Held(client, f"/api/v1/tasks/{task_id}/evidence?limit=1")
+    (first,) = page.body["items"]
+    cited = Held(client, f"/api/v1/tasks/{task_id}/evidence?id={first['evidence_id']}")
+    assert page.body["next_cursor"] is None
+    assert page.poll() == 304
+
+    record: dict[str, Any] = {
+        "evidence_id": "later-1", "task_id": task_id, "generation": 1,
+        "session_id": rt.tasks.get(task_id).session_id, "source": "scada_sim",
+        "queried_at": utcnow(), "content_ref": "sha256:" + "a" * 64, "origin": "synthetic",
+        "truncated": False, "summary": "reading", "created_at": utcnow(),
+    }  # fmt: skip
+    with rt.db.transaction() as conn:
+        conn.execute(insert(evidence).values(**record))
+    page.changed_by("a record after the page")  # the page now has a next one
+    assert page.body["next_cursor"] is not None
+    assert cited.poll() == 304  # the record asked for by id is the same
+    # The same tag is no match for another page, another task, or nothing at all.
+    second = client.get(
+        f"/api/v1/tasks/{task_id}/evidence",
+        params={"limit": 1, "cursor": page.body["next_cursor"]},
+        headers={"If-None-Match": page.tag},
+    )
+    assert (second.status_code, second.json()["items"][0]["evidence_id"]) == (200, "later-1")
+    missing = client.get("/api/v1/tasks/nope/evidence", headers={"If-None-Match": "*"})
+    assert (missing.status_code, missing.json()["error"]["code"]) == (404, "not_found")
+    missing = client.get("/api/v1/tasks/nope", headers={"If-None-Match": page.tag})
+    assert (missing.status_code, missing.json()["error"]["code"]) == (404, "not_found")
+
+
+def test_a_transcript_page_is_304_while_unchanged_and_sent_again_as_it_grows(
+    env: tuple[Runtime, TestClient],
+) -> None:
+    """The console reads up to five pages of 200 entries every 15 s per open task."""
+    rt, client = env
+    task_id = rt.tasks.trigger(Trigger(task_type="leak", title="Turbid water")).task.task_id
+    rt.executions.run(task_id, 1, worker="w:1")
+    every = Held(client, f"/api/v1/tasks/{task_id}/transcript?limit=200")
+    first = Held(client, f"/api/v1/tasks/{task_id}/transcript?generation=1&limit=2")
+    assert every.poll() == 304
+    assert first.poll() == 304
+    rt.tasks.requeue(task_id, "look again", by="ana")
+    rt.executions.run(task_id, 2, worker="w:1")  # generation 2's turns, and their tokens
+    every.changed_by("a second round")
+    assert {entry["generation"] for entry in every.body["items"]} == {1, 2}
+    assert first.poll() == 304  # generation 1's page and token usage are as they were
+    missing = client.get(
+        f"/api/v1/tasks/{task_id}/transcript?generation=9", headers={"If-None-Match": "*"}
+    )
+    assert (missing.status_code, missing.json()["error"]["code"]) == (404, "not_found")
+    bad = client.get(
+        f"/api/v1/tasks/{task_id}/transcript?cursor=zz", headers={"If-None-Match": "*"}
+    )
+    assert (bad.status_code, bad.json()["error"]["code"]) == (422, "invalid_cursor")
+
+
+def test_a_page_of_the_task_list_is_304_while_unchanged_and_sent_again_after_a_change(
+    env: tuple[Runtime, TestClient],
+) -> None:
+    """The console's task list polls its page every 6 s."""
+    rt, client = env
+    task_id = rt.tasks.trigger(Trigger(task_type="leak", title="Turbid water")).task.task_id
+    page = Held(client, "/api/v1/tasks?limit=50")
+    waiting = Held(client, "/api/v1/tasks?status=queued&limit=50")
+    assert page.poll() == 304
+    rt.executions.run(task_id, 1, worker="w:1")
+    page.changed_by("a round")  # its status, rounds and times
+    assert page.body["items"][0]["status"] == "completed"
+    waiting.changed_by("a task no longer queued")
+    assert waiting.body["items"] == []
+    rt.tasks.trigger(Trigger(task_type="leak", title="Low pressure"))
+    page.changed_by("a new task")
+    assert [t["title"] for t in page.body["items"]] == ["Low pressure", "Turbid water"]

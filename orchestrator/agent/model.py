@@ -250,7 +250,11 @@ def load_model(
     `deadline` gives the monotonic time until which the round's lease is vouched for; an
     `openai:` model never waits for a retry past it.
     """
-    kind, _, target = (spec or "").partition(":")
+    if not spec:
+        raise ModelError(
+            "ORCH_MODEL is not set; use openai:MODEL (with LLM_BASE_URL) or scripted:DIR"
+        )
+    kind, _, target = spec.partition(":")
     if kind == "scripted" and target:
         if not _safe_name(task_type):
             raise ModelError(f"task type {task_type!r} cannot name a script file")

@@ -284,3 +284,12 @@ def test_a_reused_call_id_refers_to_its_latest_result(scripts: Path) -> None:
     assert model.next_turn(history, [], stop).tool_calls[0].arguments == {"cursor": "a"}
     history.append({"role": "tool", "tool_call_id": "p", "content": json.dumps({"cursor": "b"})})
     assert model.next_turn(history, [], stop).tool_calls[0].arguments == {"cursor": "b"}
+
+
+@pytest.mark.parametrize("spec", [None, ""])
+def test_a_model_setting_that_is_not_set_says_so(spec: str | None) -> None:
+    # `tasks ask` on a machine without ORCH_MODEL read "unsupported ORCH_MODEL None".
+    with pytest.raises(ModelError) as caught:
+        load_model(spec, "leak")
+    assert str(caught.value).startswith("ORCH_MODEL is not set;")
+    assert "None" not in str(caught.value)

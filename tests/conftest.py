@@ -5,6 +5,7 @@ A missing server binary skips the tests that need it locally, and fails them whe
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from collections.abc import Iterator
@@ -143,6 +144,19 @@ def _close_model_clients() -> Iterator[None]:
     test, so no pooled socket is left for the garbage collector to warn about in a later one."""
     yield
     close_clients()
+
+
+@pytest.fixture(autouse=True)
+def _keep_logging() -> Iterator[None]:
+    """A command run in process (`outbox dispatch --once`, the sweeper's) configures the
+    process's logging: give the root logger back after each test, and stop capturing warnings
+    into it. Left capturing, `logging` takes a later `captureWarnings(True)` for done and a
+    warning goes to pytest instead of the log line a test reads."""
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    yield
+    root.handlers, root.level = saved
+    logging.captureWarnings(False)
 
 
 @pytest.fixture

@@ -48,7 +48,7 @@ def assembled(text: str) -> dict[str, Any]:
     head: dict[str, Any] = {}
     content: list[str] = []
     reasoning: dict[str, list[str]] = {}
-    calls: dict[int, dict[str, Any]] = {}
+    calls: dict[tuple[int, int], dict[str, Any]] = {}
     function_call: dict[str, str] | None = None
     finish_reason: Any = None
     usage: Any = None
@@ -103,7 +103,7 @@ def assembled(text: str) -> dict[str, Any]:
     for field, pieces in reasoning.items():
         message[field] = "".join(pieces)
     if calls:
-        message["tool_calls"] = [calls[index] for index in sorted(calls)]
+        message["tool_calls"] = [calls[key] for key in sorted(calls)]
     if function_call is not None:
         message["function_call"] = function_call
     return {
@@ -135,17 +135,30 @@ def _events(text: str) -> list[str]:
     return events
 
 
-def _add_call_piece(calls: dict[int, dict[str, Any]], piece: dict[str, Any]) -> None:
-    """One tool-call delta into the call at its `index`. A piece without an index (some
-    gateways send each call whole, unnumbered) starts a call of its own when it has an id
-    other than the last call's, and continues the last call otherwise."""
-    index = piece.get("index")
-    if not isinstance(index, int):
-        last = max(calls) if calls else -1
-        fresh = piece.get("id") and (last < 0 or calls[last].get("id") != piece.get("id"))
-        index = last + 1 if fresh or last < 0 else last
+def _add_call_piece(calls: dict[tuple[int, int], dict[str, Any]], piece: dict[str, Any]) -> None:
+    """One tool-call delta into the call at its `index` (keyed `(index, n)`: the n-th call
+    sent under that index). A piece without an index (some gateways send each call whole,
+    unnumbered) starts a call of its own when it has an id other than the last call's, and
+    continues the last call otherwise. A piece whose id differs from that of the call at its
+    index starts a call of its own too: some gateways send every call whole under index 0, and
+    joining them made one call of two, its arguments the second's (sent as objects) or both
+    texts run together, under the first call's id and name."""
+    index, sent = piece.get("index"), piece.get("id")
+    if isinstance(index, int):
+        key = max((k for k in calls if k[0] == index), default=(index, 0))
+        held = calls[key]["id"] if key in calls else ""
+        if sent and held and sent != held:
+            key = (index, key[1] + 1)
+    else:
+        last = max(calls) if calls else None
+        if last is None:
+            key = (0, 0)
+        elif sent and calls[last].get("id") != sent:
+            key = (last[0] + 1, 0)
+        else:
+            key = last
     call = calls.setdefault(
-        index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+        key, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
     )
     if piece.get("id") and not call["id"]:
         call["id"] = piece["id"]

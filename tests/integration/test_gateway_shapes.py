@@ -129,3 +129,40 @@ def test_a_stream_said_to_be_json_is_read_as_a_stream(server: OpenAIServer) -> N
     server.script.append(Garbled(body=body, content_type="application/json"))
     assert play(model_for(server), tool) == "nothing to count"
     assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize("as_object", [False, True], ids=["arguments-as-text", "as-object"])
+def test_calls_streamed_whole_under_one_index_stay_apart(
+    server: OpenAIServer, as_object: bool
+) -> None:
+    """Some gateways stream each call whole under `index` 0. Joined by index, the two calls
+    became one under the first's id: with arguments as objects it ran the first call's tool
+    with the second's arguments (the north call never ran, the south one under c1's id); as
+    text, both ran together into JSON nobody could read, and neither ran."""
+    tool = CountSamples()
+    recorder = Recorder()
+    chunks = []
+    for call_id, site in (("c1", "north"), ("c2", "south")):
+        arguments: object = {"site": site, "hours": 2}
+        piece = {
+            "index": 0,
+            "id": call_id,
+            "type": "function",
+            "function": {
+                "name": "count_samples",
+                "arguments": arguments if as_object else json.dumps(arguments),
+            },
+        }
+        delta = {"role": "assistant", "tool_calls": [piece]}
+        chunk = {
+            "id": "s",
+            "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": delta}],
+        }
+        chunks.append(f"data: {json.dumps(chunk)}\n\n")
+    body = "".join(chunks) + "data: [DONE]\n\n"
+    server.script.append(Garbled(body=body, content_type="text/event-stream"))
+    server.reply(content="4 samples")
+    assert play(model_for(server), tool, recorder) == "4 samples"
+    assert [c.id for c in recorder.turns[0].tool_calls] == ["c1", "c2"]
+    assert sorted(tool.ran) == [("north", 2), ("south", 2)]

@@ -118,7 +118,10 @@ def test_a_server_numbering_its_ids_per_turn_has_every_turn_run(
     ]
     ids = [c.id for c in recorder.calls]
     assert len(set(ids)) == 4
-    assert ids[0] == first  # the first turn's ids stay as the server sent them
+    # Each scoped to the round and its turn, the first turn's too (the next generation counts
+    # from 0 again in the same session).
+    assert ids[0].startswith(f"{first}~")
+    assert all("~" in i for i in ids)
     invocations = {r.invocation_id for r in recorder.results}
     assert len(invocations) == 4
 
@@ -205,3 +208,39 @@ def test_counters_of_other_shapes_are_scoped_too(
     assert [r.status for r in recorder.results] == ["succeeded"] * (3 * len(ids))
     assert len(tool.ran) == 3 * len(ids)
     assert len({c.id for c in recorder.calls}) == 3 * len(ids)
+
+
+@pytest.mark.parametrize("first", ["0", "call_0"])
+def test_a_numbering_server_s_ids_never_meet_the_last_generation_s(
+    server: OpenAIServer, ledger: ReceiptLedger, first: str
+) -> None:
+    """A task's generations share one session, where an ordinary write's receipt is keyed by
+    the call id, and a server numbering its ids per turn starts every generation at `0` again:
+    the next generation's first note (`0`, and `0~t2` in its second turn) was refused
+    `invocation_conflict`, and the same note as the last generation's was answered from that
+    receipt without running. Every call of each generation runs."""
+    session = chat_session(ledger.db)
+    tool = WriteNote()
+    results: list[ToolResult] = []
+    for generation, notes in enumerate(
+        (["valve 3 closed", "pump 2 restarted"], ["valve 4 closed", "valve 3 closed"])
+    ):
+        for text in notes:
+            server.reply(tool_calls=[call(first, "write_note", {"text": text})])
+        server.reply(content="noted")
+        recorder = Recorder()
+        ctx = ToolContext(owner="alice", session_id=session, round_id=f"intent:{generation}")
+        end = run_round(
+            model_for(server),
+            ToolHost([tool], ledger=ledger),
+            ctx,
+            brief="note what you see",
+            max_turns=4,
+            stop=threading.Event(),
+            recorder=recorder,
+        )
+        assert end.why == "final_answer"
+        results.extend(recorder.results)
+    assert [(r.status, r.code) for r in results] == [("succeeded", None)] * 4
+    assert tool.ran == ["valve 3 closed", "pump 2 restarted", "valve 4 closed", "valve 3 closed"]
+    assert len({r.invocation_id for r in results}) == 4

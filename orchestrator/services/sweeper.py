@@ -87,6 +87,8 @@ BROKER_MARK_SECONDS: Final = 3600.0
 #: A store with many queued tasks is not sent in one sweep, which would hold back the recovery
 #: of expired leases (invariant 8) for as long as the sends take.
 LOST_WAKE_UP_BATCHES: Final = 2
+#: The token every sweeper keeps `BROKER_MARK` under (`Sweeper._broker_lost_data`).
+_MARK_TOKEN: Final = "sweepers"
 
 
 @dataclass
@@ -151,7 +153,6 @@ class Sweeper:
         # restart the grace at each answer, and the lease of a worker that died would never
         # be recovered (invariant 8: within lease + sweep interval, here + the grace).
         self._left_since: dict[tuple[str, int], float] = {}
-        self._mark: str | None = None  # the token of `BROKER_MARK` while this sweeper holds it
         #: Since Redis was found without its data: the wake-ups of the tasks queued before this
         #: are sent again, `LOST_WAKE_UP_BATCHES` batches a sweep, until none is left.
         self._lost_before: datetime | None = None
@@ -316,23 +317,23 @@ class Sweeper:
 
     def _broker_lost_data(self) -> bool:
         """Whether Redis lost its data since the last sweep: `BROKER_MARK` was gone. Also True
-        when no sweeper held the mark yet (a new Redis, or one that lost its data while no
-        sweeper ran): at worst every queued task is woken twice, which starts nothing more."""
+        when no sweeper kept the mark yet (a new Redis, or one that lost its data while no
+        sweeper ran): at worst every queued task is woken twice, which starts nothing more.
+
+        Every sweeper keeps the one mark under the same token (`_MARK_TOKEN`), whichever made
+        it: one that kept its own (a lease of its own token) could not renew a mark another
+        sweeper made, the one of a sweeper restarted or stopped, and when that mark ran out
+        (an hour after) it took it for Redis's data lost and sent every wake-up again."""
         if not self.settings.redis_url:
             return False  # the file-system broker keeps its messages on disk
         try:
-            if self._mark is not None:
-                [kept] = self.leases.keep_many(
-                    [(BROKER_MARK, self._mark, self._holder)], BROKER_MARK_SECONDS
-                )
-                if kept is not Renewal.REFUSED:
-                    return kept is Renewal.TAKEN_BACK
-                self._mark = None  # another sweeper made it anew first, and sends them
-            self._mark = self.leases.acquire(BROKER_MARK, self._holder, BROKER_MARK_SECONDS)
+            [kept] = self.leases.keep_many(
+                [(BROKER_MARK, _MARK_TOKEN, self._holder)], BROKER_MARK_SECONDS
+            )
         except LeaseBackendUnavailable:
             return False  # Redis away: a later sweep finds the mark gone
-        if self._mark is None:
-            return False  # another sweeper's
+        if kept is not Renewal.TAKEN_BACK:
+            return False  # there, and renewed (or one an older sweeper made, there as well)
         log.warning(
             "the sweeper's mark in Redis was missing (Redis restarted empty, was flushed or is "
             "new, or no sweeper ran for an hour): every queued task's wake-up is sent again"

@@ -219,3 +219,35 @@ def test_wake_ups_redis_lost_are_sent_again_a_bounded_number_a_sweep(
     finally:
         leases.close()
         rt.close()
+
+
+def test_a_restarted_sweeper_keeps_the_mark_and_sends_nothing_again(
+    store_url: str, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweeper keeps its mark in Redis to see that Redis lost its data. Restarted (a deploy)
+    or taking over from a stopped one, it could not renew the mark the other had made (a lease
+    of the other's token): once that ran out, an hour later, it took it for Redis's data lost
+    and sent every queued task's wake-up again. The mark here lasts 0.3 s instead of an hour;
+    the new sweeper keeps it, and sends nothing."""
+    from orchestrator.leases.redis import RedisLeaseBackend
+    from orchestrator.services import sweeper as sweeper_module
+
+    monkeypatch.setattr(sweeper_module, "BROKER_MARK_SECONDS", 0.3)
+    rt, _ = runtime_for(store_url, tmp_path, queued_stale_seconds=600)
+    leases = RedisLeaseBackend.from_url(redis_url)
+    try:
+        task_id = new_task(rt)
+        settings = rt.settings.model_copy(update={"redis_url": redis_url})
+        first = sweeper_module.Sweeper(settings, rt.db, leases, RecordingDispatcher())
+        assert first.sweep().republished == [(task_id, 1)]  # a new Redis: no mark yet
+        dispatcher = RecordingDispatcher()
+        restarted = sweeper_module.Sweeper(settings, rt.db, leases, dispatcher)
+        ends = time.monotonic() + 1.0  # past the first sweeper's mark, three times over
+        while time.monotonic() < ends:
+            restarted.sweep()
+            time.sleep(0.05)  # the sweep interval
+        assert dispatcher.sent == []
+        assert leases.get(BROKER_MARK) is not None
+    finally:
+        leases.close()
+        rt.close()

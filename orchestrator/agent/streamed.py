@@ -140,7 +140,7 @@ def _add_call_piece(calls: dict[tuple[int, int], dict[str, Any]], piece: dict[st
     sent under that index). A piece without an index (some gateways send each call whole,
     unnumbered) starts a call of its own when it has an id other than the last call's, and
     continues the last call otherwise. A piece whose id differs from that of the call at its
-    index starts a call of its own too: some gateways send every call whole under index 0, and
+    index starts a call of its own too: Ollama and some gateways send every call under index 0, and
     joining them made one call of two, its arguments the second's (sent as objects) or both
     texts run together, under the first call's id and name."""
     index, sent = piece.get("index"), piece.get("id")

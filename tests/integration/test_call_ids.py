@@ -70,15 +70,23 @@ def ledger(db: Database) -> ReceiptLedger:
 
 
 def _round(
-    server: OpenAIServer, ledger: ReceiptLedger, turns: list[list[tuple[str, str]]]
+    server: OpenAIServer,
+    ledger: ReceiptLedger,
+    turns: list[list[tuple[str, str]]],
+    *,
+    tool: WriteNote | None = None,
+    session: str | None = None,
+    round_id: str = "r1",
 ) -> tuple[WriteNote, Recorder]:
-    """Play `turns` (each a list of (server's call id, note text)) and end the round."""
+    """Play `turns` (each a list of (server's call id, note text)) and end the round (of
+    `session`, a new chat's by default)."""
     for notes in turns:
         server.reply(tool_calls=[call(cid, "write_note", {"text": text}) for cid, text in notes])
     server.reply(content="noted")
-    tool = WriteNote()
+    tool = tool or WriteNote()
     recorder = Recorder()
-    ctx = ToolContext(owner="alice", session_id=chat_session(ledger.db), round_id="r1")
+    session = session or chat_session(ledger.db)
+    ctx = ToolContext(owner="alice", session_id=session, round_id=round_id)
     end = run_round(
         model_for(server),
         ToolHost([tool], ledger=ledger),
@@ -225,21 +233,10 @@ def test_a_numbering_server_s_ids_never_meet_the_last_generation_s(
     for generation, notes in enumerate(
         (["valve 3 closed", "pump 2 restarted"], ["valve 4 closed", "valve 3 closed"])
     ):
-        for text in notes:
-            server.reply(tool_calls=[call(first, "write_note", {"text": text})])
-        server.reply(content="noted")
-        recorder = Recorder()
-        ctx = ToolContext(owner="alice", session_id=session, round_id=f"intent:{generation}")
-        end = run_round(
-            model_for(server),
-            ToolHost([tool], ledger=ledger),
-            ctx,
-            brief="note what you see",
-            max_turns=4,
-            stop=threading.Event(),
-            recorder=recorder,
+        turns = [[(first, text)] for text in notes]
+        _, recorder = _round(
+            server, ledger, turns, tool=tool, session=session, round_id=f"intent:{generation}"
         )
-        assert end.why == "final_answer"
         results.extend(recorder.results)
     assert [(r.status, r.code) for r in results] == [("succeeded", None)] * 4
     assert tool.ran == ["valve 3 closed", "pump 2 restarted", "valve 4 closed", "valve 3 closed"]

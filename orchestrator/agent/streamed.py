@@ -12,9 +12,9 @@ the last `finish_reason`, and `usage` from whichever chunk carries it. Legacy
 `delta.function_call` pieces are joined the same way.
 
 A body that is not an event stream at all (a proxy's error page) is not this module's: it is
-unreadable as before. A stream that carries an `error` event, or no chunk of a completion,
-is refused with a reason that says the server streamed, so the operator can look at the
-gateway's settings.
+unreadable as before. A stream that carries an `error` event, no chunk of a completion, or
+ends with neither a `finish_reason` nor `[DONE]` (cut off on the way), is refused with a reason
+that says the server streamed, so the operator can look at the gateway's settings.
 """
 
 from __future__ import annotations
@@ -53,8 +53,10 @@ def assembled(text: str) -> dict[str, Any]:
     finish_reason: Any = None
     usage: Any = None
     chunks = 0
+    done = False
     for data in _events(text):
         if data == "[DONE]":
+            done = True
             break
         try:
             chunk = json.loads(data)
@@ -62,8 +64,10 @@ def assembled(text: str) -> dict[str, Any]:
             raise StreamError(f"{STREAMED}, and an event of it is not JSON") from None
         if not isinstance(chunk, dict):
             raise StreamError(f"{STREAMED}, and an event of it is not a JSON object")
-        if chunk.get("error"):
-            error = chunk["error"]
+        if chunk.get("error") or chunk.get("object") == "error":
+            # `{"error": ...}` (OpenAI, gateways), or the error itself (older vLLM's
+            # `{"object": "error", "message": ...}`), which read as a chunk without choices.
+            error = chunk.get("error") or chunk.get("message") or "no message"
             if isinstance(error, dict):
                 error = error.get("message", error)
             said = " ".join(str(error).split())
@@ -99,6 +103,10 @@ def assembled(text: str) -> dict[str, Any]:
                 _join_function(function_call, delta["function_call"])
     if not chunks:
         raise StreamError(f"{STREAMED}, and it holds no chunk of a completion")
+    if not done and finish_reason is None:
+        # Cut off on the way (a proxy's timeout, a dropped connection): what came is the start
+        # of the reply, which must not pass for all of it (a final answer cut mid-sentence).
+        raise StreamError(f"{STREAMED}, and it ended before the reply did (no finish_reason)")
     message: dict[str, Any] = {"role": "assistant", "content": "".join(content) or None}
     for field, pieces in reasoning.items():
         message[field] = "".join(pieces)

@@ -166,3 +166,33 @@ def test_calls_streamed_whole_under_one_index_stay_apart(
     assert play(model_for(server), tool, recorder) == "4 samples"
     assert [c.id for c in recorder.turns[0].tool_calls] == ["c1", "c2"]
     assert sorted(tool.ran) == [("north", 2), ("south", 2)]
+
+
+@pytest.mark.parametrize(
+    ("last", "said"),
+    [
+        ("", "it ended before the reply did (no finish_reason)"),
+        (
+            'data: {"object": "error", "message": "upstream gone", "code": 502}\n\n',
+            "which ended in an error: upstream gone",
+        ),
+    ],
+    ids=["cut-off", "vllm-error-object"],
+)
+def test_a_stream_that_stops_mid_reply_is_not_the_reply(
+    server: OpenAIServer, last: str, said: str
+) -> None:
+    """A stream cut off on the way (no finish_reason, no [DONE]) or ending in an error object
+    (older vLLM's `{"object": "error"}`, no `error` key) was put together from what had come:
+    the start of a sentence taken for the model's final answer. It is retried as unreadable."""
+    chunk = {
+        "id": "s",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"content": "The north site shows no"}}],
+    }
+    body = f"data: {json.dumps(chunk)}\n\n{last}"
+    for _ in range(2):
+        server.script.append(Garbled(body=body, content_type="text/event-stream"))
+    with pytest.raises(ModelError) as caught:
+        play(model_for(server, llm_max_retries=1), CountSamples())
+    assert said in str(caught.value)

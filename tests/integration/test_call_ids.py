@@ -77,6 +77,7 @@ def _round(
     tool: WriteNote | None = None,
     session: str | None = None,
     round_id: str = "r1",
+    generation: int | None = None,
 ) -> tuple[WriteNote, Recorder]:
     """Play `turns` (each a list of (server's call id, note text)) and end the round (of
     `session`, a new chat's by default)."""
@@ -86,7 +87,7 @@ def _round(
     tool = tool or WriteNote()
     recorder = Recorder()
     session = session or chat_session(ledger.db)
-    ctx = ToolContext(owner="alice", session_id=session, round_id=round_id)
+    ctx = ToolContext(owner="alice", session_id=session, round_id=round_id, generation=generation)
     end = run_round(
         model_for(server),
         ToolHost([tool], ledger=ledger),
@@ -241,3 +242,24 @@ def test_a_numbering_server_s_ids_never_meet_the_last_generation_s(
     assert [(r.status, r.code) for r in results] == [("succeeded", None)] * 4
     assert tool.ran == ["valve 3 closed", "pump 2 restarted", "valve 4 closed", "valve 3 closed"]
     assert len({r.invocation_id for r in results}) == 4
+
+
+def test_ids_a_server_counts_over_the_conversation_never_meet_the_last_generation_s(
+    server: OpenAIServer, ledger: ReceiptLedger
+) -> None:
+    """Kimi K2 numbers its calls over the conversation (`functions.write_note:0`, then `:1`):
+    ids of its own from the second turn on, kept as sent, and the next generation of the task
+    (the same session) sends them again. Its second note was refused `invocation_conflict`,
+    and the same note as the last generation's answered from that receipt without running: a
+    receipt of an execution is keyed by its generation too."""
+    session = chat_session(ledger.db)
+    tool = WriteNote()
+    results: list[ToolResult] = []
+    for generation, notes in ((1, ["valve 3 closed", "pump 2 restarted"]), (2, ["x", "y"])):
+        turns = [[(f"functions.write_note:{n}", text)] for n, text in enumerate(notes)]
+        _, recorder = _round(
+            server, ledger, turns, tool=tool, session=session, generation=generation
+        )
+        results.extend(recorder.results)
+    assert [(r.status, r.code) for r in results] == [("succeeded", None)] * 4
+    assert tool.ran == ["valve 3 closed", "pump 2 restarted", "x", "y"]

@@ -236,8 +236,15 @@ class ToolHost:
             )
         if tool.identity == "intent":
             identity = identity_key("intent", ctx.intent_scope, ctx.round_id, tool.name, digest)
-        else:
+        elif ctx.generation is None:
             identity = identity_key("call", ctx.session_id, call.id)
+        else:
+            # A call id names a call of one conversation, and an execution's is its generation's:
+            # a task's generations share one session, and servers count their ids again in each
+            # (Kimi K2's functions.NAME:0, :1, ... over the conversation). Keyed by the session
+            # alone, the next generation's call under such an id was refused
+            # invocation_conflict, or answered from the last generation's receipt unrun.
+            identity = identity_key("call", ctx.session_id, f"g{ctx.generation}", call.id)
         return _Prepared(call, tool, args, effect, digest, identity)
 
     def _read_uses(self) -> str:

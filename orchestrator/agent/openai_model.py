@@ -20,8 +20,10 @@ answers them `failed` and the model can correct itself; the round goes on. So do
 id repeats one of the same turn (under an id of their own: the history must name each call once);
 a missing id, or one longer than `MAX_CALL_ID_CHARS`, is replaced by one of the host's. A server
 that numbers its ids per turn (`"0"` or `call_0` in every reply: every turn's ids count from 0
-or 1 and start as the first turn's did) has a repeated id scoped to its turn (`call_0~t3`),
-since its id names a call within one reply only; once a turn came with an id that does not
+or 1 and start as the first turn's did) has its ids scoped to the round and the turn
+(`call_0~3fa2c1t3`), the first turn's too, since its id names a call within one reply only (and
+the next generation of the task, in the same session, counts from 0 again); once a turn came
+with an id that does not
 count (`call_a1`) or a fresh first id, the server's ids are its own per call, and an earlier
 turn's id coming again is the model's, left for the host to refuse (other arguments) or
 deduplicate (the same).
@@ -365,11 +367,12 @@ class OpenAIModel(Model):
                 # goes on under an id of its own, answered `failed` without running.
                 problem = f"the call id {short_id(call_id)!r} is repeated in this turn"
                 call_id = ""
-            elif numbered and call_id in self._held:
+            elif numbered:
                 # The server numbers its ids per turn ("0", "call_0" in every reply): its id
                 # names a call within this turn only, so the call goes on under the id scoped
-                # to the turn. The host's rule for a repeated id (refused with other arguments)
-                # then holds for ids that name a call, not for the server's counter.
+                # to the round and the turn. The host's rule for a repeated id (refused with
+                # other arguments) then holds for ids that name a call, not for the server's
+                # counter: in a later turn, or in a later generation of the task (one session).
                 call_id = self._scoped(call_id)
             if not call_id or len(call_id) > MAX_CALL_ID_CHARS:
                 # The host's own: the round's, so a later generation of the task (the same
@@ -433,19 +436,21 @@ class OpenAIModel(Model):
             self._own_ids = True
             return False
         if not self._first_ids:
+            # Counted from 0 or 1 in the first turn: scoped from that turn on (the next
+            # generation's first turn counts from 0 again, in the same session).
             self._first_ids = ids
-            return False
+            return not self._own_ids
         if not all(a == b for a, b in zip(ids, self._first_ids, strict=False)):
             self._own_ids = True  # a fresh first id: the server's ids are its own per call
         return not self._own_ids
 
     def _scoped(self, call_id: str) -> str:
-        """`call_id` made unique in this conversation (with the number of the model call)."""
-        scoped = f"{call_id}~t{self.calls}"
+        """`call_id` made unique to this round (its tag) and turn (`call_0~3fa2c1t2`)."""
+        scoped = f"{call_id}~{self._round_tag}t{self._turns}"
         extra = 1
         while scoped in self._held:
             extra += 1
-            scoped = f"{call_id}~t{self.calls}.{extra}"
+            scoped = f"{call_id}~{self._round_tag}t{self._turns}.{extra}"
         return scoped
 
     def _cut_off(self, finish_reason: Any) -> str | None:

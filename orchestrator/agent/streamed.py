@@ -12,9 +12,9 @@ the last `finish_reason`, and `usage` from whichever chunk carries it. Legacy
 `delta.function_call` pieces are joined the same way.
 
 A body that is not an event stream at all (a proxy's error page) is not this module's: it is
-unreadable as before. A stream that carries an `error` event, or no chunk of a completion,
-is refused with a reason that says the server streamed, so the operator can look at the
-gateway's settings.
+unreadable as before. A stream that carries an `error` event, no chunk of a completion, or
+ends with neither a `finish_reason` nor `[DONE]` (cut off on the way), is refused with a reason
+that says the server streamed, so the operator can look at the gateway's settings.
 """
 
 from __future__ import annotations
@@ -48,13 +48,15 @@ def assembled(text: str) -> dict[str, Any]:
     head: dict[str, Any] = {}
     content: list[str] = []
     reasoning: dict[str, list[str]] = {}
-    calls: dict[int, dict[str, Any]] = {}
+    calls: dict[tuple[int, int], dict[str, Any]] = {}
     function_call: dict[str, str] | None = None
     finish_reason: Any = None
     usage: Any = None
     chunks = 0
+    done = False
     for data in _events(text):
         if data == "[DONE]":
+            done = True
             break
         try:
             chunk = json.loads(data)
@@ -62,8 +64,10 @@ def assembled(text: str) -> dict[str, Any]:
             raise StreamError(f"{STREAMED}, and an event of it is not JSON") from None
         if not isinstance(chunk, dict):
             raise StreamError(f"{STREAMED}, and an event of it is not a JSON object")
-        if chunk.get("error"):
-            error = chunk["error"]
+        if chunk.get("error") or chunk.get("object") == "error":
+            # `{"error": ...}` (OpenAI, gateways), or the error itself (older vLLM's
+            # `{"object": "error", "message": ...}`), which read as a chunk without choices.
+            error = chunk.get("error") or chunk.get("message") or "no message"
             if isinstance(error, dict):
                 error = error.get("message", error)
             said = " ".join(str(error).split())
@@ -99,11 +103,15 @@ def assembled(text: str) -> dict[str, Any]:
                 _join_function(function_call, delta["function_call"])
     if not chunks:
         raise StreamError(f"{STREAMED}, and it holds no chunk of a completion")
+    if not done and finish_reason is None:
+        # Cut off on the way (a proxy's timeout, a dropped connection): what came is the start
+        # of the reply, which must not pass for all of it (a final answer cut mid-sentence).
+        raise StreamError(f"{STREAMED}, and it ended before the reply did (no finish_reason)")
     message: dict[str, Any] = {"role": "assistant", "content": "".join(content) or None}
     for field, pieces in reasoning.items():
         message[field] = "".join(pieces)
     if calls:
-        message["tool_calls"] = [calls[index] for index in sorted(calls)]
+        message["tool_calls"] = [calls[key] for key in sorted(calls)]
     if function_call is not None:
         message["function_call"] = function_call
     return {
@@ -135,17 +143,30 @@ def _events(text: str) -> list[str]:
     return events
 
 
-def _add_call_piece(calls: dict[int, dict[str, Any]], piece: dict[str, Any]) -> None:
-    """One tool-call delta into the call at its `index`. A piece without an index (some
-    gateways send each call whole, unnumbered) starts a call of its own when it has an id
-    other than the last call's, and continues the last call otherwise."""
-    index = piece.get("index")
-    if not isinstance(index, int):
-        last = max(calls) if calls else -1
-        fresh = piece.get("id") and (last < 0 or calls[last].get("id") != piece.get("id"))
-        index = last + 1 if fresh or last < 0 else last
+def _add_call_piece(calls: dict[tuple[int, int], dict[str, Any]], piece: dict[str, Any]) -> None:
+    """One tool-call delta into the call at its `index` (keyed `(index, n)`: the n-th call
+    sent under that index). A piece without an index (some gateways send each call whole,
+    unnumbered) starts a call of its own when it has an id other than the last call's, and
+    continues the last call otherwise. A piece whose id differs from that of the call at its
+    index starts a call of its own too: Ollama and some gateways send every call under index 0, and
+    joining them made one call of two, its arguments the second's (sent as objects) or both
+    texts run together, under the first call's id and name."""
+    index, sent = piece.get("index"), piece.get("id")
+    if isinstance(index, int):
+        key = max((k for k in calls if k[0] == index), default=(index, 0))
+        held = calls[key]["id"] if key in calls else ""
+        if sent and held and sent != held:
+            key = (index, key[1] + 1)
+    else:
+        last = max(calls) if calls else None
+        if last is None:
+            key = (0, 0)
+        elif sent and calls[last].get("id") != sent:
+            key = (last[0] + 1, 0)
+        else:
+            key = last
     call = calls.setdefault(
-        index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+        key, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
     )
     if piece.get("id") and not call["id"]:
         call["id"] = piece["id"]

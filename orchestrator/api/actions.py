@@ -104,7 +104,7 @@ class Decision(BaseModel):
     )
 
 
-@router.get("", response_model=Page[ActionShown])
+@router.get("", response_model=Page[ActionShown], responses=error_responses(404))
 def list_actions(
     status: ActionStatus | None = Query(
         default=ActionStatus.pending_approval, description="omit with `any=true` for every status"
@@ -125,7 +125,8 @@ def list_actions(
 ) -> dict[str, Any]:
     """Newest first (or oldest, with `order=oldest`); pending approvals unless `status` or
     `any` asks for others. Each with its `delivery`, as one action shows it: approved work
-    orders the backend never took are found in the list."""
+    orders the backend never took are found in the list. A `task_id` that names no task is a
+    404, not an empty page."""
     wanted = None if any_status or status is None else str(status)
     rows = service.listed(
         status=wanted,

@@ -122,7 +122,8 @@ def list_deliveries(
     service: OutboxService = Depends(get_outbox),
 ) -> dict[str, Any]:
     """Deliveries oldest first; `status=dead` lists what an operator may retry, and a pending
-    webhook held back by its task's dead letter names it (`waits_behind`)."""
+    webhook held back by its task's dead letter names it (`waits_behind`). A `task_id` that
+    names no task is a 404, not an empty page."""
     # One row more than the page: a cursor only when another page has rows.
     rows = service.listed(
         task_id=task_id, status=status, kind=kind, after_id=cursor, limit=limit + 1
@@ -137,7 +138,8 @@ def retry_every_dead(
     body: RetryDeadBody | None = None, service: OutboxService = Depends(get_outbox)
 ) -> dict[str, int]:
     """Every dead-lettered delivery (of `kind`, of `task_id`) due again now, with fresh counts:
-    once the backend, or a secret rotated on one side, is mended (`outbox retry --all-dead`)."""
+    once the backend, or a secret rotated on one side, is mended (`outbox retry --all-dead`).
+    A `task_id` that names no task is a 404, not `{"retried": 0}`."""
     body = body or RetryDeadBody()
     return {"retried": service.retry_all(kind=body.kind, task_id=body.task_id)}
 

@@ -94,8 +94,6 @@ def _list(args: argparse.Namespace) -> int:
             oldest_first=args.oldest,
         )
         pending = rt.actions.count_pending(args.task_id) if status == "pending_approval" else None
-        if not rows and args.task_id:
-            rt.tasks.get(args.task_id)  # not "no actions" for a mistyped task id
     finally:
         rt.close()
     found = rows[: args.limit]

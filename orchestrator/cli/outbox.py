@@ -191,8 +191,6 @@ def _list(args: argparse.Namespace) -> int:
             after_id=args.after_id,
             limit=args.limit + 1,
         )
-        if not rows and args.task_id:
-            service.require_task(args.task_id)  # not "no deliveries" for a mistyped id
     finally:
         db.dispose()
     more, rows = len(rows) > args.limit, rows[: args.limit]
@@ -217,8 +215,6 @@ def _retry(args: argparse.Namespace) -> int:
     try:
         if args.all_dead:
             count = OutboxService(db).retry_all(kind=args.kind, task_id=args.task_id)
-            if not count and args.task_id:
-                OutboxService(db).require_task(args.task_id)  # not "0" for a mistyped id
         else:
             row = OutboxService(db).retry(args.outbox_id)
     finally:

@@ -290,6 +290,9 @@ class ActionService:
                 after=after,
                 oldest_first=oldest_first,
             )
+            if not actions and task_id is not None and task_store.get_task(conn, task_id) is None:
+                # Not "no actions" for a mistyped (or cut short) task id, in the API as in the CLI.
+                raise NotFound(f"task {echoed(task_id)} does not exist")
             rows = (
                 outbox_store.action_deliveries(conn, [a.action_id for a in actions])
                 if deliveries

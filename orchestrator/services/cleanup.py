@@ -16,7 +16,8 @@ event). Whether anything sends them is read from the store, not from this proces
 a cleanup run from an operator's laptop without the fleet's ORCH_WEBHOOK_URL deleted events the
 fleet would still deliver (its dispatcher away longer than the retention, say). So never
 attempted webhooks go only while no webhook in the store was ever delivered, dead-lettered or
-discarded (and this process has no URL either); retention keeps the newest delivered one
+discarded (and this process has no URL either), which each batch checks again as it deletes (a
+dispatcher may send one meanwhile); retention keeps the newest delivered one
 whatever its age, so the store does not forget that its webhooks are sent. A fleet that drops
 its webhook receiver says so: `orchestrator cleanup --unsent-webhooks`. Dead letters and rows
 still being retried stay until an operator deals with them (retries or discards them), and so
@@ -116,7 +117,9 @@ def run_cleanup(
             transcripts += deleted
             if deleted < batch_size:
                 break
-        delivered, never_sent = _delete_webhooks(db, result.cutoff, batch_size, kept is None)
+        delivered, never_sent = _delete_webhooks(
+            db, result.cutoff, batch_size, kept is None, told=unsent_webhooks
+        )
     return CleanupReport(
         enabled=result.enabled,
         reason=result.reason,
@@ -152,7 +155,7 @@ def _why_unsent_kept(db: Database, settings: Settings, told: bool) -> str | None
 
 
 def _delete_webhooks(
-    db: Database, cutoff: datetime, batch_size: int, never_sent: bool
+    db: Database, cutoff: datetime, batch_size: int, never_sent: bool, *, told: bool
 ) -> tuple[int, int]:
     """The outbox's expired webhooks, one short transaction a batch (a table of millions never
     holds one long delete that the dispatcher's claims wait on); `never_sent`: those never
@@ -163,7 +166,7 @@ def _delete_webhooks(
     while True:
         with db.transaction() as conn:
             done, dropped = outbox_store.delete_expired_webhooks(
-                conn, cutoff, batch_size, never_sent=never_sent, keep=keep
+                conn, cutoff, batch_size, never_sent=never_sent, keep=keep, told=told
             )
         delivered += done
         unsent += dropped

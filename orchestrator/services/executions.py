@@ -82,6 +82,9 @@ _OUTAGES = (OperationalError, InterfaceError, RedisError, LeaseBackendUnavailabl
 #: the holder to let go, and how often it tries the lease meanwhile (see `_await_release`).
 RELEASE_WAIT_SECONDS = 0.5
 RELEASE_POLL_SECONDS = 0.01
+#: Every this many tries, the wait reads the store again: a generation claimed meanwhile (by
+#: the wake-up that holds the lease: a duplicate) ends it.
+RELEASE_RECHECK_POLLS = 5
 #: The longest a rate-limited round waits to be requeued, whatever Retry-After says.
 MAX_RATE_LIMIT_WAIT = 900.0
 #: A round the model server could not serve waits at least this long before it is requeued
@@ -169,7 +172,7 @@ class ExecutionService:
         # since takes the lease for a moment and gives it back unused.
         try:
             token = self.leases.acquire(lease_name(task_id), worker, ttl) or self._await_release(
-                task_id, worker, ttl
+                task_id, generation, worker, ttl
             )
         except LeaseBackendUnavailable as exc:
             return self._leases_away(task_id, exc)
@@ -317,20 +320,36 @@ class ExecutionService:
             retry_after=self.settings.lease_renew_seconds,
         )
 
-    def _await_release(self, task_id: str, worker: str, ttl: float) -> str | None:
+    def _await_release(self, task_id: str, generation: int, worker: str, ttl: float) -> str | None:
         """The lease of a queued generation, once its holder lets go (None after
         `RELEASE_WAIT_SECONDS`). Its holder is most often about to: a worker that stalled and
         took the lease back for a generation the store then said was over (it releases it as
         soon as that answer comes), another wake-up of the generation between its lease and its
         claim, or the previous generation's worker, stopping. Before, the wake-up came back
         after Celery's first retry (a second), then every ORCH_LEASE_RENEW_SECONDS, for a lease
-        let go a few milliseconds after it was asked."""
+        let go a few milliseconds after it was asked.
+
+        Most often of all, though, the holder is a wake-up of the same generation (delivered
+        twice, or republished after Redis lost its data) that claims it and keeps the lease
+        for its round: the store is read again every `RELEASE_RECHECK_POLLS` tries, and a
+        generation no longer queued ends the wait. Before, each such duplicate held a worker
+        thread for the whole wait, a lease try every 10 ms, which a sweep's thousand
+        republished wake-ups made minutes of a threads pool's time."""
         deadline = time.monotonic() + RELEASE_WAIT_SECONDS
+        tries = 0
         while time.monotonic() < deadline:
             time.sleep(RELEASE_POLL_SECONDS)  # the release is a store answer away: no event
             token = self.leases.acquire(lease_name(task_id), worker, ttl)
             if token is not None:
                 return token
+            tries += 1
+            if tries % RELEASE_RECHECK_POLLS == 0:
+                try:
+                    state = generation_store.task_state_alone(self.db, task_id)
+                except _INFRASTRUCTURE:
+                    continue  # the store away: the lease is tried on; the claim meets it
+                if state != (generation, "queued"):
+                    return None  # claimed (or ended) meanwhile: `_not_acquired` says so
         return None
 
     def _not_acquired(self, task_id: str, generation: int) -> RunResult:

@@ -29,6 +29,7 @@ from datetime import timedelta
 from typing import Any, Final
 
 import httpx
+from sqlalchemy import Connection
 
 from orchestrator.errors import InvalidTransition, NotFound, echoed
 from orchestrator.logs import redact, secrets_of
@@ -427,21 +428,16 @@ class OutboxService:
         limit: int = 50,
     ) -> builtins.list[dict[str, Any]]:
         """`list` as operators read it: each row's public view, and a pending webhook held back
-        by its task's dead letter says which (`waits_behind`), read in the same transaction."""
+        by its task's dead letter says which (`waits_behind`), read in the same transaction.
+        NotFound for a `task_id` that names no task."""
         with self.db.transaction(readonly=True) as conn:
             rows = store.list_rows(
                 conn, task_id=task_id, status=status, kind=kind, after_id=after_id, limit=limit
             )
+            if not rows and task_id is not None:
+                _require_task(conn, task_id)
             held = store.waits_behind(conn, rows)
         return [{**row.public(), "waits_behind": held.get(row.outbox_id)} for row in rows]
-
-    def require_task(self, task_id: str) -> None:
-        """NotFound unless the task exists: an empty list filtered by a mistyped (or cut short)
-        task id read as a task with no deliveries."""
-        with self.db.transaction(readonly=True) as conn:
-            task = task_store.get_task(conn, task_id)
-        if task is None:
-            raise NotFound(f"task {echoed(task_id)} does not exist")
 
     def retry(self, outbox_id: int) -> OutboxRow:
         if outbox_id > MAX_OUTBOX_ID:  # the column holds no larger id: none such exists
@@ -463,6 +459,8 @@ class OutboxService:
         counts: how many. Once the backend (or a secret) is mended after it refused them all."""
         with self.db.transaction() as conn:
             count = store.retry_all_dead(conn, kind=kind, task_id=task_id)
+            if not count and task_id is not None:
+                _require_task(conn, task_id)  # not "0 retried" for a mistyped task id
         if count:
             log.info("%d dead-lettered outbox row(s) are due again", count)
         return count
@@ -496,3 +494,11 @@ class OutboxService:
     def summary(self, task_id: str) -> dict[str, Any]:
         with self.db.transaction(readonly=True) as conn:
             return store.delivery_summary(conn, task_id)
+
+
+def _require_task(conn: Connection, task_id: str) -> None:
+    """NotFound unless the task exists: an empty answer for a mistyped (or cut short) task id
+    read as a task with nothing to deliver (`outbox list --task`, `GET /api/v1/outbox?task_id`,
+    `retry-dead` with a `task_id`), not as the mistake it is."""
+    if task_store.get_task(conn, task_id) is None:
+        raise NotFound(f"task {echoed(task_id)} does not exist")

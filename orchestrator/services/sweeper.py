@@ -20,8 +20,9 @@ store is back, for a worker that died (`recoveries`), and three such outages par
 
 With Redis as the broker, a sweep also keeps a mark there (`BROKER_MARK`, a lease of its own).
 Should it be gone, Redis lost its data (restarted empty, flushed), and the wake-ups of the queued
-tasks went with it: the sweep sends them all again at once, instead of waiting
-ORCH_QUEUED_STALE_SECONDS for each to look lost. A wake-up sent twice starts at most one agent.
+tasks went with it: the sweep sends them all again (`LOST_WAKE_UP_BATCHES` batches a sweep, the
+rest at the next sweeps), instead of waiting ORCH_QUEUED_STALE_SECONDS for each to look lost. A
+wake-up sent twice starts at most one agent.
 """
 
 from __future__ import annotations
@@ -82,6 +83,12 @@ HANDBACK_GRACE_SECONDS: Final = 3 * RETRY_SECONDS
 #: and how long it lasts without a sweep: past that, one sweep sends every queued wake-up again.
 BROKER_MARK: Final = "sweeper:broker"
 BROKER_MARK_SECONDS: Final = 3600.0
+#: How many batches of those wake-ups one sweep sends at most; the next sweeps send the rest.
+#: A store with many queued tasks is not sent in one sweep, which would hold back the recovery
+#: of expired leases (invariant 8) for as long as the sends take.
+LOST_WAKE_UP_BATCHES: Final = 2
+#: The token every sweeper keeps `BROKER_MARK` under (`Sweeper._broker_lost_data`).
+_MARK_TOKEN: Final = "sweepers"
 
 
 @dataclass
@@ -146,7 +153,9 @@ class Sweeper:
         # restart the grace at each answer, and the lease of a worker that died would never
         # be recovered (invariant 8: within lease + sweep interval, here + the grace).
         self._left_since: dict[tuple[str, int], float] = {}
-        self._mark: str | None = None  # the token of `BROKER_MARK` while this sweeper holds it
+        #: Since Redis was found without its data: the wake-ups of the tasks queued before this
+        #: are sent again, `LOST_WAKE_UP_BATCHES` batches a sweep, until none is left.
+        self._lost_before: datetime | None = None
         self._holder = f"sweeper:{socket.gethostname()}"
 
     def sweep(self, now: datetime | None = None) -> SweepReport:
@@ -167,7 +176,9 @@ class Sweeper:
         if expired:
             self._recover(expired, now, report)
         self.recover_gone_processes(report)
-        self._republish_stale(now, report, everything=self._broker_lost_data())
+        if self._broker_lost_data():  # queued before this sweep: a touched one is queued after
+            self._lost_before = min(now, utcnow())
+        self._republish_stale(now, report)
         return report  # what it did (`report.lines()`) is said by the caller: printed or logged
 
     def _past_grace(self, expired: list[ExecutionRecord]) -> list[ExecutionRecord]:
@@ -306,48 +317,54 @@ class Sweeper:
 
     def _broker_lost_data(self) -> bool:
         """Whether Redis lost its data since the last sweep: `BROKER_MARK` was gone. Also True
-        when no sweeper held the mark yet (a new Redis, or one that lost its data while no
-        sweeper ran): at worst every queued task is woken twice, which starts nothing more."""
+        when no sweeper kept the mark yet (a new Redis, or one that lost its data while no
+        sweeper ran): at worst every queued task is woken twice, which starts nothing more.
+
+        Every sweeper keeps the one mark under the same token (`_MARK_TOKEN`), whichever made
+        it: one that kept its own (a lease of its own token) could not renew a mark another
+        sweeper made, the one of a sweeper restarted or stopped, and when that mark ran out
+        (an hour after) it took it for Redis's data lost and sent every wake-up again."""
         if not self.settings.redis_url:
             return False  # the file-system broker keeps its messages on disk
         try:
-            if self._mark is not None:
-                [kept] = self.leases.keep_many(
-                    [(BROKER_MARK, self._mark, self._holder)], BROKER_MARK_SECONDS
-                )
-                if kept is not Renewal.REFUSED:
-                    return kept is Renewal.TAKEN_BACK
-                self._mark = None  # another sweeper made it anew first, and sends them
-            self._mark = self.leases.acquire(BROKER_MARK, self._holder, BROKER_MARK_SECONDS)
+            [kept] = self.leases.keep_many(
+                [(BROKER_MARK, _MARK_TOKEN, self._holder)], BROKER_MARK_SECONDS
+            )
         except LeaseBackendUnavailable:
             return False  # Redis away: a later sweep finds the mark gone
-        if self._mark is None:
-            return False  # another sweeper's
+        if kept is not Renewal.TAKEN_BACK:
+            return False  # there, and renewed (or one an older sweeper made, there as well)
         log.warning(
             "the sweeper's mark in Redis was missing (Redis restarted empty, was flushed or is "
             "new, or no sweeper ran for an hour): every queued task's wake-up is sent again"
         )
         return True
 
-    def _republish_stale(self, now: datetime, report: SweepReport, *, everything: bool) -> None:
+    def _republish_stale(self, now: datetime, report: SweepReport) -> None:
         """Send again the wake-ups of the tasks queued for ORCH_QUEUED_STALE_SECONDS (that long
-        unclaimed, theirs may be lost), or of every queued task when Redis lost its data."""
-        if everything:  # queued before this sweep: a touched one is queued from now on
-            before = min(now, utcnow())
+        unclaimed, theirs may be lost): one batch a sweep. Since Redis lost its data, those of
+        every task queued before (`_lost_before`), `LOST_WAKE_UP_BATCHES` batches a sweep,
+        until a batch comes back short; a broker that does not take one stops them until the
+        next sweep."""
+        before = now - timedelta(seconds=self.settings.queued_stale_seconds)
+        lost = self._lost_before is not None and self._lost_before > before
+        if lost and self._lost_before is not None:
+            before = self._lost_before
         else:
-            before = now - timedelta(seconds=self.settings.queued_stale_seconds)
-        while True:
+            self._lost_before = None  # the stale ones are all of them now
+        for _ in range(LOST_WAKE_UP_BATCHES if lost else 1):
             with self.db.transaction(readonly=True) as conn:
                 stale = task_store.stale_queued(conn, before, self.batch)
-            touched = 0
             for task in stale:
                 with self.db.transaction() as conn:
                     claimed = task_store.touch_queued(conn, task)
-                touched += claimed
-                if claimed and safe_dispatch(self.dispatcher, task.task_id, task.generation):
-                    report.republished.append((task.task_id, task.generation))
-            # Every lost wake-up in this sweep, not one batch of them a minute.
-            if not everything or len(stale) < self.batch or not touched:
+                if not claimed:
+                    continue
+                if not safe_dispatch(self.dispatcher, task.task_id, task.generation):
+                    return  # the broker away: one line, not one a task; the next sweep goes on
+                report.republished.append((task.task_id, task.generation))
+            if len(stale) < self.batch:
+                self._lost_before = None  # every lost wake-up is sent again
                 return
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 from sqlalchemy import Connection, Row, and_, delete, exists, func, or_, select, update
 
@@ -92,6 +92,8 @@ class OutboxRow:
 #: Done with: delivered, or a dead letter an operator discarded. Neither is sent again, and
 #: neither holds its task's later events back.
 SETTLED = ("delivered", "discarded")
+#: A row in one of these was sent (discarded ones were dead-lettered first).
+_SENT_STATUSES: Final = ("delivered", "dead", "discarded")
 
 
 def claim_due(
@@ -392,7 +394,7 @@ def _ever_sent(conn: Connection, kind: str) -> bool:
     scanned)."""
     found = conn.execute(
         select(outbox.c.outbox_id)
-        .where(outbox.c.status.in_(("delivered", "dead", "discarded")), outbox.c.kind == kind)
+        .where(outbox.c.status.in_(_SENT_STATUSES), outbox.c.kind == kind)
         .limit(1)
     ).first()
     return found is not None
@@ -425,6 +427,7 @@ def delete_expired_webhooks(
     *,
     never_sent: bool,
     keep: int | None = None,
+    told: bool = False,
 ) -> tuple[int, int]:
     """One retention batch of webhook rows: (delivered or discarded, never sent) deleted, at most
     `limit`.
@@ -441,6 +444,11 @@ def delete_expired_webhooks(
     them from the console or `outbox retry|discard`), and approved actions (one per approval;
     the action's delivery is read from its row). A webhook is always deleted from its task's
     oldest on, so no gap opens before an event still to be sent.
+
+    Unless `told` (an operator said the fleet has no receiver), never attempted ones go only
+    while no webhook of the store was ever sent (`webhooks_were_sent`), checked again by each
+    batch as it deletes: a dispatcher that sent one since the cleanup decided (back after an
+    absence longer than the retention) would deliver them.
     """
     tried = outbox.alias("tried")
     stuck_behind = exists().where(
@@ -462,6 +470,12 @@ def delete_expired_webhooks(
         outbox.c.created_at < cutoff,
         ~stuck_behind,
     )
+    if not told:
+        sent = outbox.alias("sent")
+        unsent = and_(
+            unsent,
+            ~exists().where(sent.c.kind == "webhook", sent.c.status.in_(_SENT_STATUSES)),
+        )
     expired = and_(outbox.c.kind == "webhook", or_(delivered, unsent) if never_sent else delivered)
     rows = conn.execute(
         select(outbox.c.outbox_id, outbox.c.status)

@@ -15,6 +15,7 @@ truncation in that record come from here, never from the model's arguments.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -432,16 +433,9 @@ def _fitted(
 
     envelope = fits(len(kept))
     if envelope is None:
-        # The most rows whose envelope fits what one answer may show (`WHOLE_FIT`), found by
-        # bisection; none at worst (the envelope then says why).
-        low, high = 0, len(kept) - 1
-        while low < high:
-            middle = (low + high + 1) // 2
-            if fits(middle) is not None:
-                low = middle
-            else:
-                high = middle - 1
-        envelope = fits(low) or written([], "[]")
+        # The most rows whose envelope fits what one answer may show (`WHOLE_FIT`); none at
+        # worst (the envelope then says why).
+        envelope = fits(_most_that_fit(fits, len(kept) - 1)) or written([], "[]")
     payload, text = envelope
     return ToolResult.ok(payload).with_payload_text(text)
 
@@ -471,17 +465,23 @@ def _cut_sample(sample: dict[str, Any], ctx: ToolContext | None) -> ToolResult |
         result = _fitted(_SAMPLE_HEAD, [row], _json([row]), why, ctx, note=_SAMPLE_NOTE)
         return result if result.payload["row_count"] else None
 
-    # The most items that fit (the whole list did not), found by bisection.
-    low, high = 0, len(items) - 1
-    if shown(low) is None:
+    # The most items that fit (the whole list did not).
+    if shown(0) is None:
         return None
+    return shown(_most_that_fit(shown, len(items) - 1))
+
+
+def _most_that_fit(fits: Callable[[int], object | None], most: int) -> int:
+    """The largest count from 0 to `most` for which `fits(count)` is not None, found by
+    bisection (a larger count never fits where a smaller one does not); 0 when none does."""
+    low, high = 0, most
     while low < high:
         middle = (low + high + 1) // 2
-        if shown(middle) is not None:
+        if fits(middle) is not None:
             low = middle
         else:
             high = middle - 1
-    return shown(low)
+    return low
 
 
 def _json(value: Any) -> str:

@@ -70,15 +70,24 @@ def ledger(db: Database) -> ReceiptLedger:
 
 
 def _round(
-    server: OpenAIServer, ledger: ReceiptLedger, turns: list[list[tuple[str, str]]]
+    server: OpenAIServer,
+    ledger: ReceiptLedger,
+    turns: list[list[tuple[str, str]]],
+    *,
+    tool: WriteNote | None = None,
+    session: str | None = None,
+    round_id: str = "r1",
+    generation: int | None = None,
 ) -> tuple[WriteNote, Recorder]:
-    """Play `turns` (each a list of (server's call id, note text)) and end the round."""
+    """Play `turns` (each a list of (server's call id, note text)) and end the round (of
+    `session`, a new chat's by default)."""
     for notes in turns:
         server.reply(tool_calls=[call(cid, "write_note", {"text": text}) for cid, text in notes])
     server.reply(content="noted")
-    tool = WriteNote()
+    tool = tool or WriteNote()
     recorder = Recorder()
-    ctx = ToolContext(owner="alice", session_id=chat_session(ledger.db), round_id="r1")
+    session = session or chat_session(ledger.db)
+    ctx = ToolContext(owner="alice", session_id=session, round_id=round_id, generation=generation)
     end = run_round(
         model_for(server),
         ToolHost([tool], ledger=ledger),
@@ -118,7 +127,10 @@ def test_a_server_numbering_its_ids_per_turn_has_every_turn_run(
     ]
     ids = [c.id for c in recorder.calls]
     assert len(set(ids)) == 4
-    assert ids[0] == first  # the first turn's ids stay as the server sent them
+    # Each scoped to the round and its turn, the first turn's too (the next generation counts
+    # from 0 again in the same session).
+    assert ids[0].startswith(f"{first}~")
+    assert all("~" in i for i in ids)
     invocations = {r.invocation_id for r in recorder.results}
     assert len(invocations) == 4
 
@@ -205,3 +217,49 @@ def test_counters_of_other_shapes_are_scoped_too(
     assert [r.status for r in recorder.results] == ["succeeded"] * (3 * len(ids))
     assert len(tool.ran) == 3 * len(ids)
     assert len({c.id for c in recorder.calls}) == 3 * len(ids)
+
+
+@pytest.mark.parametrize("first", ["0", "call_0"])
+def test_a_numbering_server_s_ids_never_meet_the_last_generation_s(
+    server: OpenAIServer, ledger: ReceiptLedger, first: str
+) -> None:
+    """A task's generations share one session, where an ordinary write's receipt is keyed by
+    the call id, and a server numbering its ids per turn starts every generation at `0` again:
+    the next generation's first note (`0`, and `0~t2` in its second turn) was refused
+    `invocation_conflict`, and the same note as the last generation's was answered from that
+    receipt without running. Every call of each generation runs."""
+    session = chat_session(ledger.db)
+    tool = WriteNote()
+    results: list[ToolResult] = []
+    for generation, notes in enumerate(
+        (["valve 3 closed", "pump 2 restarted"], ["valve 4 closed", "valve 3 closed"])
+    ):
+        turns = [[(first, text)] for text in notes]
+        _, recorder = _round(
+            server, ledger, turns, tool=tool, session=session, round_id=f"intent:{generation}"
+        )
+        results.extend(recorder.results)
+    assert [(r.status, r.code) for r in results] == [("succeeded", None)] * 4
+    assert tool.ran == ["valve 3 closed", "pump 2 restarted", "valve 4 closed", "valve 3 closed"]
+    assert len({r.invocation_id for r in results}) == 4
+
+
+def test_ids_a_server_counts_over_the_conversation_never_meet_the_last_generation_s(
+    server: OpenAIServer, ledger: ReceiptLedger
+) -> None:
+    """Kimi K2 numbers its calls over the conversation (`functions.write_note:0`, then `:1`):
+    ids of its own from the second turn on, kept as sent, and the next generation of the task
+    (the same session) sends them again. Its second note was refused `invocation_conflict`,
+    and the same note as the last generation's answered from that receipt without running: a
+    receipt of an execution is keyed by its generation too."""
+    session = chat_session(ledger.db)
+    tool = WriteNote()
+    results: list[ToolResult] = []
+    for generation, notes in ((1, ["valve 3 closed", "pump 2 restarted"]), (2, ["x", "y"])):
+        turns = [[(f"functions.write_note:{n}", text)] for n, text in enumerate(notes)]
+        _, recorder = _round(
+            server, ledger, turns, tool=tool, session=session, generation=generation
+        )
+        results.extend(recorder.results)
+    assert [(r.status, r.code) for r in results] == [("succeeded", None)] * 4
+    assert tool.ran == ["valve 3 closed", "pump 2 restarted", "x", "y"]

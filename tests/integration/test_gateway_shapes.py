@@ -129,3 +129,70 @@ def test_a_stream_said_to_be_json_is_read_as_a_stream(server: OpenAIServer) -> N
     server.script.append(Garbled(body=body, content_type="application/json"))
     assert play(model_for(server), tool) == "nothing to count"
     assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize("as_object", [False, True], ids=["arguments-as-text", "as-object"])
+def test_calls_streamed_whole_under_one_index_stay_apart(
+    server: OpenAIServer, as_object: bool
+) -> None:
+    """Some gateways stream each call whole under `index` 0. Joined by index, the two calls
+    became one under the first's id: with arguments as objects it ran the first call's tool
+    with the second's arguments (the north call never ran, the south one under c1's id); as
+    text, both ran together into JSON nobody could read, and neither ran."""
+    tool = CountSamples()
+    recorder = Recorder()
+    chunks = []
+    for call_id, site in (("c1", "north"), ("c2", "south")):
+        arguments: object = {"site": site, "hours": 2}
+        piece = {
+            "index": 0,
+            "id": call_id,
+            "type": "function",
+            "function": {
+                "name": "count_samples",
+                "arguments": arguments if as_object else json.dumps(arguments),
+            },
+        }
+        delta = {"role": "assistant", "tool_calls": [piece]}
+        chunk = {
+            "id": "s",
+            "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": delta}],
+        }
+        chunks.append(f"data: {json.dumps(chunk)}\n\n")
+    body = "".join(chunks) + "data: [DONE]\n\n"
+    server.script.append(Garbled(body=body, content_type="text/event-stream"))
+    server.reply(content="4 samples")
+    assert play(model_for(server), tool, recorder) == "4 samples"
+    assert [c.id for c in recorder.turns[0].tool_calls] == ["c1", "c2"]
+    assert sorted(tool.ran) == [("north", 2), ("south", 2)]
+
+
+@pytest.mark.parametrize(
+    ("last", "said"),
+    [
+        ("", "it ended before the reply did (no finish_reason)"),
+        (
+            'data: {"object": "error", "message": "upstream gone", "code": 502}\n\n',
+            "which ended in an error: upstream gone",
+        ),
+    ],
+    ids=["cut-off", "vllm-error-object"],
+)
+def test_a_stream_that_stops_mid_reply_is_not_the_reply(
+    server: OpenAIServer, last: str, said: str
+) -> None:
+    """A stream cut off on the way (no finish_reason, no [DONE]) or ending in an error object
+    (older vLLM's `{"object": "error"}`, no `error` key) was put together from what had come:
+    the start of a sentence taken for the model's final answer. It is retried as unreadable."""
+    chunk = {
+        "id": "s",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"content": "The north site shows no"}}],
+    }
+    body = f"data: {json.dumps(chunk)}\n\n{last}"
+    for _ in range(2):
+        server.script.append(Garbled(body=body, content_type="text/event-stream"))
+    with pytest.raises(ModelError) as caught:
+        play(model_for(server, llm_max_retries=1), CountSamples())
+    assert said in str(caught.value)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -220,5 +221,60 @@ def test_a_wake_up_that_meets_a_take_back_waits_only_for_its_release(
         del rt.leases.acquire
         # Claimed as soon as the lease was let go, not a second (a Celery retry) later.
         assert (second.started_at - released_at).total_seconds() < 0.5
+    finally:
+        rt.close()
+
+
+def test_a_duplicate_wake_up_stops_waiting_once_its_generation_is_claimed(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Two wake-ups of one queued generation (delivered twice, or republished after Redis lost
+    its data): the second reads the store before the first claims, then finds the lease
+    held. It tried the lease every 10 ms for the whole 0.5 s, holding a worker thread, though
+    the first had claimed the generation and keeps the lease for its round; now it reads the
+    store again as it waits, and stops within a few tries of the claim."""
+    from orchestrator.store import generations as generation_store
+
+    rt, _ = runtime_for(store_url, tmp_path)
+    try:
+        task_id = rt.tasks.trigger(Trigger(task_type="simple", title="twice")).task.task_id
+        token = rt.leases.acquire(lease_name(task_id), "first", 30)  # the first wake-up's
+        assert token is not None
+        refused = threading.Event()
+        claimed = threading.Event()
+        after_claim: list[str] = []
+        real_acquire = rt.leases.acquire
+
+        def acquire(name: str, holder: str, ttl_seconds: float) -> str | None:
+            if claimed.is_set():
+                after_claim.append(holder)
+            found = real_acquire(name, holder, ttl_seconds)
+            refused.set()
+            return found
+
+        rt.leases.acquire = acquire  # type: ignore[method-assign]
+        results: list[RunResult] = []
+        second = threading.Thread(
+            target=lambda: results.append(rt.executions.run(task_id, 1, worker="second"))
+        )
+        second.start()
+        assert refused.wait(5), "the second wake-up did not meet the first's lease"
+        with rt.db.transaction() as conn:  # the first claims, and keeps the lease
+            assert generation_store.claim_generation(
+                conn,
+                task_id,
+                1,
+                lease_token=token,
+                worker="first",
+                celery_task_id=None,
+                lease_expires_at=utcnow() + timedelta(seconds=30),
+            )
+        claimed.set()
+        second.join(5)
+        del rt.leases.acquire
+        [result] = results
+        assert not result.ran
+        assert result.detail == "task is at generation 1 (running)"
+        assert len(after_claim) <= 5  # RELEASE_RECHECK_POLLS; before, the rest of the 0.5 s
     finally:
         rt.close()

@@ -584,3 +584,30 @@ def test_a_list_for_a_task_that_does_not_exist_says_so(
     assert capsys.readouterr().out.strip() == "no deliveries"
     assert main(["actions", "list", "--task", task_id, "--status", "rejected"]) == 0
     assert capsys.readouterr().out.strip() == "no actions"
+
+
+def test_the_api_says_a_task_that_does_not_exist_does_not_exist(
+    rt: Runtime, tmp_path: Path, backend: Recorder
+) -> None:
+    """`GET /api/v1/outbox?task_id=`, `POST /api/v1/outbox/retry-dead {"task_id"}` and
+    `GET /api/v1/actions?task_id=` with a mistyped (or cut short) id answered an empty page and
+    `{"retried": 0}`, as for a task with nothing to deliver, where the CLI says the task does
+    not exist: a 404 `not_found` naming it; a real task with nothing to show is still empty."""
+    task_id, _ = waiting_task(rt, tmp_path)
+    short = task_id[:8]
+    with TestClient(create_app(rt.settings, db=rt.db)) as api:
+        answers = [
+            api.get("/api/v1/outbox", params={"task_id": short}),
+            api.post("/api/v1/outbox/retry-dead", json={"task_id": short}),
+            api.get("/api/v1/actions", params={"task_id": short, "any": "true"}),
+        ]
+        for answer in answers:
+            error = answer.json()["error"]
+            assert (answer.status_code, error["code"]) == (404, "not_found")
+            assert error["message"] == f"task {short} does not exist"
+        empty = api.get("/api/v1/outbox", params={"task_id": task_id, "status": "discarded"})
+        assert (empty.status_code, empty.json()["items"]) == (200, [])
+        none = api.post("/api/v1/outbox/retry-dead", json={"task_id": task_id})
+        assert none.json() == {"retried": 0}
+        rejected = api.get("/api/v1/actions", params={"task_id": task_id, "status": "rejected"})
+        assert (rejected.status_code, rejected.json()["items"]) == (200, [])

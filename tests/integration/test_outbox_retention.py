@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import insert, select, update
@@ -181,5 +182,43 @@ def test_with_a_webhook_url_set_unsent_webhooks_wait_for_the_dispatcher_and_0_da
         assert "1 delivered or discarded outbox webhooks" in line, line
         assert "webhooks not sent yet (ORCH_WEBHOOK_URL is set)" in line, line
         assert "no ORCH_WEBHOOK_URL" not in line, line
+    finally:
+        rt.close()
+
+
+def test_a_dispatcher_that_sends_during_the_cleanup_keeps_the_rest_of_its_webhooks(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cleanup decides from the store that nothing sends webhooks, then deletes in
+    batches; the fleet's dispatcher, back after an absence longer than the retention, delivers
+    its first webhook meanwhile. The later batches went on deleting the never attempted events
+    it was about to deliver: each batch checks again that no webhook was ever sent."""
+    from orchestrator.services import cleanup as cleanup_module
+    from orchestrator.store import outbox as outbox_store
+
+    rt, _ = runtime_for(store_url, tmp_path / "scripts", retention_days=30)  # no webhook URL
+    try:
+        first = _task_with_webhooks(rt, ("pending", 0, OLD), ("pending", 0, OLD))
+        second = _task_with_webhooks(rt, ("pending", 0, OLD), ("pending", 0, OLD))
+        with rt.db.transaction(readonly=True) as conn:
+            [sending, *_] = conn.execute(
+                select(outbox.c.outbox_id)
+                .where(outbox.c.task_id == second, outbox.c.kind == "webhook")
+                .order_by(outbox.c.event_seq)
+            ).scalars()
+        real = outbox_store.delete_expired_webhooks
+        batches: list[tuple[int, int]] = []
+
+        def batch(conn: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+            if len(batches) == 1:  # after the first batch: the dispatcher delivers one
+                assert outbox_store.mark_delivered(conn, sending)
+            batches.append(real(conn, *args, **kwargs))
+            return batches[-1]
+
+        monkeypatch.setattr(cleanup_module.outbox_store, "delete_expired_webhooks", batch)
+        report = run_cleanup(rt.db, rt.settings, batch_size=1)
+        assert report.webhooks_never_sent_deleted == 1  # the first batch's, before the send
+        assert _left(rt, first) == [("pending", 0)]
+        assert _left(rt, second) == [("delivered", 0), ("pending", 0)]
     finally:
         rt.close()

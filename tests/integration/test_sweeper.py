@@ -11,7 +11,9 @@ from orchestrator.domain.fences import Fence
 from orchestrator.leases.keys import ended_key
 from orchestrator.runtime import Runtime
 from orchestrator.services.actions import ActionService
+from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.lease_keeper import lease_name
+from orchestrator.services.sweeper import BROKER_MARK
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import actions as action_store
 from orchestrator.store import executions as execution_store
@@ -173,3 +175,79 @@ def test_a_requeue_announces_the_end_of_the_lost_generation(rt: Runtime) -> None
     time.sleep(TTL + 0.2)
     assert rt.sweeper.sweep().requeued == [(task_id, 1, 2)]
     assert ended_key(task_id) in announced
+
+
+class _BrokerAway:
+    """A broker that takes no wake-up, counting those it was asked to take."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def dispatch(self, task_id: str, generation: int) -> None:
+        self.asked += 1
+        raise ConnectionError("Error 111 connecting to redis:6379. Connection refused.")
+
+
+def test_wake_ups_redis_lost_are_sent_again_a_bounded_number_a_sweep(
+    store_url: str, redis_url: str, tmp_path: Path
+) -> None:
+    """A sweep that finds its mark in Redis gone sends the wake-up of every queued task again.
+    It sent them all in that one sweep, one transaction and one publish each, however many
+    (the recovery of expired leases waited behind them), and with the broker away it tried
+    every one, a warning line each. Now two batches a sweep, the rest at the next sweeps, each
+    once, and the first wake-up the broker does not take ends the sweep's sends."""
+    from orchestrator.leases.redis import RedisLeaseBackend
+    from orchestrator.services.sweeper import Sweeper
+
+    rt, _ = runtime_for(store_url, tmp_path, queued_stale_seconds=600)
+    leases = RedisLeaseBackend.from_url(redis_url)
+    try:
+        tasks = {new_task(rt, n) for n in range(7)}
+        settings = rt.settings.model_copy(update={"redis_url": redis_url})
+        away = _BrokerAway()
+        assert Sweeper(settings, rt.db, leases, away, batch=2).sweep().republished == []
+        assert away.asked == 1  # the mark was new: every task, but not one failure a task
+        dispatcher = RecordingDispatcher()
+        sweeper = Sweeper(settings, rt.db, leases, dispatcher, batch=2)
+        mark = leases.get(BROKER_MARK)
+        assert mark is not None
+        leases.release(BROKER_MARK, mark.token)  # Redis lost its data
+        sent = [sweeper.sweep().republished for _ in range(4)]
+        # Two batches of 2 (LOST_WAKE_UP_BATCHES), then the 3 left (a batch, then a short one).
+        assert [len(wake_ups) for wake_ups in sent] == [4, 3, 0, 0]
+        assert sorted(t for t, _ in dispatcher.sent) == sorted(tasks)
+    finally:
+        leases.close()
+        rt.close()
+
+
+def test_a_restarted_sweeper_keeps_the_mark_and_sends_nothing_again(
+    store_url: str, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweeper keeps its mark in Redis to see that Redis lost its data. Restarted (a deploy)
+    or taking over from a stopped one, it could not renew the mark the other had made (a lease
+    of the other's token): once that ran out, an hour later, it took it for Redis's data lost
+    and sent every queued task's wake-up again. The mark here lasts 0.3 s instead of an hour;
+    the new sweeper keeps it, and sends nothing."""
+    from orchestrator.leases.redis import RedisLeaseBackend
+    from orchestrator.services import sweeper as sweeper_module
+
+    monkeypatch.setattr(sweeper_module, "BROKER_MARK_SECONDS", 0.3)
+    rt, _ = runtime_for(store_url, tmp_path, queued_stale_seconds=600)
+    leases = RedisLeaseBackend.from_url(redis_url)
+    try:
+        task_id = new_task(rt)
+        settings = rt.settings.model_copy(update={"redis_url": redis_url})
+        first = sweeper_module.Sweeper(settings, rt.db, leases, RecordingDispatcher())
+        assert first.sweep().republished == [(task_id, 1)]  # a new Redis: no mark yet
+        dispatcher = RecordingDispatcher()
+        restarted = sweeper_module.Sweeper(settings, rt.db, leases, dispatcher)
+        ends = time.monotonic() + 1.0  # past the first sweeper's mark, three times over
+        while time.monotonic() < ends:
+            restarted.sweep()
+            time.sleep(0.05)  # the sweep interval
+        assert dispatcher.sent == []
+        assert leases.get(BROKER_MARK) is not None
+    finally:
+        leases.close()
+        rt.close()

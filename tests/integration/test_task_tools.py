@@ -377,6 +377,58 @@ def test_the_next_generation_reads_the_plan_report_and_evidence_left_before(
     assert "sample_input" not in payload
 
 
+def test_the_previous_generations_evidence_is_bounded_and_keeps_what_it_cites(
+    rt: Runtime, scripts: Path
+) -> None:
+    """A generation that left 3,000 records: the next one is shown the newest
+    `EVIDENCE_SHOWN`, the two its report cites (the oldest of all), the count, and how to read
+    older ones. Before, every record came (~1 MB in the model's context, every request)."""
+    report = report_call("c2", "continue", cite=["${q0.evidence_id}"])
+    write_script(
+        scripts,
+        "bulky",
+        [
+            {"tool_calls": [query_call()]},
+            {"tool_calls": [report]},
+            {"content": "more next round"},
+        ],
+    )
+    task_id = trigger(rt, "bulky")
+    assert rt.executions.run(task_id, 1, worker="w").ran
+    with rt.db.transaction() as conn:
+        first = conn.execute(select(evidence).where(evidence.c.task_id == task_id)).one()._asdict()
+        later = first["created_at"] + timedelta(seconds=1)
+        conn.execute(
+            evidence.insert(),
+            [
+                dict(
+                    first,
+                    evidence_id=f"bulk-{n:05d}",
+                    queried_at=later + timedelta(milliseconds=n),
+                    created_at=later + timedelta(milliseconds=n),
+                )
+                for n in range(3000)
+            ],
+        )
+    previous = context_of(rt, task_id, 2)["previous_generation"]
+    ids = [record["evidence_id"] for record in previous["evidence"]]
+    assert previous["evidence_total"] == 3001
+    assert ids == [first["evidence_id"], *(f"bulk-{n:05d}" for n in range(2950, 3000))]
+    assert "read_task_context(evidence_skip=50)" in previous["evidence_page"]
+
+    # The next page: older ones, the cited record still shown; the last page says no more.
+    ctx = ToolContext(
+        owner=f"task:{task_id}", session_id="s", round_id="r", task_id=task_id, generation=2
+    )
+    tool = ReadTaskContext(rt.db)
+    older = tool.run(ctx, tool.arguments.model_validate({"evidence_skip": 50})).payload
+    ids = [record["evidence_id"] for record in older["previous_generation"]["evidence"]]
+    assert ids == [first["evidence_id"], *(f"bulk-{n:05d}" for n in range(2900, 2950))]
+    last = tool.run(ctx, tool.arguments.model_validate({"evidence_skip": 2990})).payload
+    assert len(last["previous_generation"]["evidence"]) == 11
+    assert "evidence_page" not in last["previous_generation"]
+
+
 def test_a_generation_superseded_before_it_started_is_skipped(rt: Runtime) -> None:
     task_id = trigger(rt)
     live = claim(rt, task_id, 1)

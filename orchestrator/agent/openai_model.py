@@ -59,7 +59,13 @@ from openai.types.chat import ChatCompletion
 
 from orchestrator.agent.model import Model, ModelBusy, ModelError, ModelTurn, TokenUsage
 from orchestrator.agent.model_calls import client_for, close_clients, submit, wait
-from orchestrator.agent.model_errors import described, error_of, redacted, refusal_hint
+from orchestrator.agent.model_errors import (
+    base_path_hint,
+    described,
+    error_of,
+    redacted,
+    refusal_hint,
+)
 from orchestrator.agent.model_http import MAX_MODEL_ANSWER_BYTES, AnswerTooLarge, CorruptAnswer
 from orchestrator.agent.reply_parts import (
     arguments_of,
@@ -304,7 +310,11 @@ class OpenAIModel(Model):
                 return self._redacted(str(exc))[:400], None
         if not getattr(completion, "choices", None):
             self._count("no_choices", started)
-            return _NO_CHOICES + self._error_of(completion), None
+            said = self._error_of(completion)
+            # An error object at 200 from a base URL without its /v1: LM Studio's "Unexpected
+            # endpoint or method", which names no setting.
+            hint = base_path_hint(self._server[0]) if said else ""
+            return _NO_CHOICES + said + hint, None
         problem = shape_problem(completion.choices[0])
         if problem is not None:
             # A choice without a message (a server's error in the choice's place), or parts of

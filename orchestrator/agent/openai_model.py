@@ -28,6 +28,10 @@ count (`call_a1`) or a fresh first id, the server's ids are its own per call, an
 turn's id coming again is the model's, left for the host to refuse (other arguments) or
 deduplicate (the same).
 
+A tool name a gpt-oss server leaked harmony into (`functions.save_report`,
+`save_report<|channel|>commentary`, `save_reportjson`) is put back to the offered tool it names
+by an exact rule (`tool_names`), the name as sent kept beside it for the transcript.
+
 A call in the legacy shape (`message.function_call`) runs as one call under an id of the
 host's, and an event stream the request did not ask for is read as the reply it holds
 (`streamed`). The host's ids are unique to the round: a task's generations share one session.
@@ -83,6 +87,7 @@ from orchestrator.agent.retries import RetryBudget, parse_retry_after, should_re
 from orchestrator.agent.server_params import adapt, refused_parameter
 from orchestrator.agent.streamed import StreamError, assembled, is_event_stream
 from orchestrator.agent.text import clean_text
+from orchestrator.agent.tool_names import named
 from orchestrator.agent.wire import HistoryError, check_history, to_wire_messages, to_wire_tools
 from orchestrator.settings import Settings
 from orchestrator.tools.base import ToolCall
@@ -235,7 +240,7 @@ class OpenAIModel(Model):
             else:
                 outcome = self._outcome(call, started, sent)
                 if isinstance(outcome, ModelTurn):
-                    return as_calls(outcome, tools)
+                    return as_calls(named(outcome, tools), tools)
                 if outcome is None:
                     continue  # a parameter the server refused is left out: at once, once
                 reason, retry_after = outcome

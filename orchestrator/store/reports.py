@@ -28,6 +28,7 @@ __all__ = [
     "generation_facts",
     "insert_report",
     "latest_report",
+    "newest_evidence_of",
     "pending_actions_of",
     "pending_actions_of_generation",
     "refuse_after_report",
@@ -122,7 +123,16 @@ def latest_report(conn: Connection, task_id: str, generation: int) -> dict[str, 
     return _report_dict(row._asdict()) if row is not None else None
 
 
-def evidence_of(
+def evidence_of(conn: Connection, task_id: str, generation: int) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        select(evidence)
+        .where(evidence.c.task_id == task_id, evidence.c.generation == generation)
+        .order_by(evidence.c.created_at, evidence.c.evidence_id)
+    )
+    return [_evidence_dict(r._asdict()) for r in rows]
+
+
+def newest_evidence_of(
     conn: Connection, task_id: str, generation: int, *, limit: int, skip: int = 0
 ) -> tuple[list[dict[str, Any]], int]:
     """The generation's newest `limit` records after skipping the `skip` newest, oldest first,

@@ -124,7 +124,7 @@ def _evidence_view(
 ) -> dict[str, Any]:
     """The generation's newest records (after `skip`) and every record its plan and report
     cite (of any generation), oldest first; the count, and how to read older ones."""
-    newest, total = report_store.evidence_of(
+    newest, total = report_store.newest_evidence_of(
         conn, task_id, generation, limit=EVIDENCE_SHOWN, skip=skip
     )
     shown = {record["evidence_id"]: record for record in newest}

@@ -90,8 +90,8 @@ class ReadTaskContext(Tool):
                         "generation": before.generation,
                         "outcome": before.outcome,
                         "reason": before.reason,
-                        "plan": plan.to_dict() if plan else None,
                         "report": report_store.latest_report(conn, ctx.task_id, before.generation),
+                        "plan": plan.to_dict() if plan else None,
                     }
                     skip = args.evidence_skip if isinstance(args, _ContextArguments) else 0
                     previous |= _evidence_view(conn, ctx.task_id, before.generation, previous, skip)
@@ -110,8 +110,11 @@ class ReadTaskContext(Tool):
             "origin": task.origin,
             "generation": ctx.generation,
             "session_id": ctx.session_id,
-            "previous_generation": previous,
+            # The actions before the previous generation: a long result is shown the model as
+            # its beginning (the rest paged), and its decisions must not sit past a plan and
+            # dozens of evidence records.
             "actions": task_actions,
+            "previous_generation": previous,
         }
         if task.sample_input is not None:
             # Seed 004: a fixed synthetic input must say so; it is never a live query result.
@@ -131,13 +134,14 @@ def _evidence_view(
     cited = [i for i in _cited(previous) if i not in shown]
     shown |= evidence_store.evidence_by_ids(conn, task_id, cited)
     records = sorted(shown.values(), key=lambda r: (r["queried_at"], r["evidence_id"]))
-    view: dict[str, Any] = {"evidence": records, "evidence_total": total}
+    view: dict[str, Any] = {"evidence_total": total}
     if skip + len(newest) < total:
         view["evidence_page"] = (
             f"the newest {len(newest)} of the generation's {total} records after skipping "
             f"{skip}, and those its plan and report cite; older ones: read_task_context"
             f"(evidence_skip={skip + len(newest)})"
         )
+    view["evidence"] = records  # last: the longest part
     return view
 
 

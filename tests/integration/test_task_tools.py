@@ -43,6 +43,7 @@ from tests.executions_support import (
     runtime_for,
     write_script,
 )
+from tests.integration.test_approvals import waiting_task
 
 LEASE = 60.0
 
@@ -427,6 +428,33 @@ def test_the_previous_generations_evidence_is_bounded_and_keeps_what_it_cites(
     last = tool.run(ctx, tool.arguments.model_validate({"evidence_skip": 2990})).payload
     assert len(last["previous_generation"]["evidence"]) == 11
     assert "evidence_page" not in last["previous_generation"]
+
+
+def test_a_decision_is_in_the_beginning_the_model_is_shown_of_a_long_context(
+    rt: Runtime, scripts: Path
+) -> None:
+    """A long read_task_context result is shown the model as its first `PREVIEW_CHARS` (the
+    rest paged). The task's actions came after the previous generation's plan and every
+    evidence record, so a rejection (do not propose it again) was past the preview."""
+    task_id, action_id = waiting_task(rt, scripts)
+    rt.actions.decide(action_id, approve=False, by="ben", note="not this valve")
+    with rt.db.transaction() as conn:
+        first = conn.execute(select(evidence).where(evidence.c.task_id == task_id)).one()._asdict()
+        conn.execute(
+            evidence.insert(),
+            [dict(first, evidence_id=f"bulk-{n:05d}") for n in range(40)],
+        )
+    ctx = ToolContext(
+        owner=f"task:{task_id}", session_id="s", round_id="r", task_id=task_id, generation=2
+    )
+    host = ToolHost([ReadTaskContext(rt.db)], ledger=None)
+    (shown,) = host.run_turn(ctx, [ToolCall("c0", "read_task_context", {})])
+    assert shown.payload["truncated"] is True
+    preview = shown.payload["preview"]
+    assert f'"action_id": "{action_id}"' in preview
+    assert '"status": "rejected"' in preview
+    assert '"note": "not this valve"' in preview
+    assert '"evidence_total": 41' in preview
 
 
 def test_a_generation_superseded_before_it_started_is_skipped(rt: Runtime) -> None:

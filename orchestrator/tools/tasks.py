@@ -106,14 +106,14 @@ class ReadTaskContext(Tool):
             "task_id": task.task_id,
             "task_type": task.task_type,
             "title": task.title,
-            "context": task.context,
             "origin": task.origin,
             "generation": ctx.generation,
             "session_id": ctx.session_id,
-            # The actions before the previous generation: a long result is shown the model as
-            # its beginning (the rest paged), and its decisions must not sit past a plan and
-            # dozens of evidence records.
+            # The actions before the context and the previous generation: a long result is
+            # shown the model as its beginning (the rest paged), and people's decisions must
+            # not sit past a large context, a plan and dozens of evidence records.
             "actions": task_actions,
+            "context": task.context,
             "previous_generation": previous,
         }
         if task.sample_input is not None:

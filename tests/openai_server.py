@@ -25,7 +25,8 @@ Answers that misbehave on the wire: `reply(stream=True)` sends the reply as an e
 well within any read timeout), `oversize(size)` one padded with whitespace to `size` bytes
 (chunked, with its Content-Length, or gzipped: a compression bomb), `reply(gzip=True)` a normal
 one gzipped. `server.dropped` is set when the client closed the connection while such an
-answer was still going out.
+answer was still going out. `OpenAIServer(lm_studio=True)` answers a POST to any other path
+than /v1/chat/completions as LM Studio does: a 200 whose body is an error object.
 """
 
 from __future__ import annotations
@@ -151,8 +152,13 @@ class Request:
 class OpenAIServer:
     """Serves `POST /v1/chat/completions` on 127.0.0.1 on a free port."""
 
-    def __init__(self, model: str = "test-model", *, delay_s: float = 0.0) -> None:
+    def __init__(
+        self, model: str = "test-model", *, delay_s: float = 0.0, lm_studio: bool = False
+    ) -> None:
         self.model = model
+        #: A POST to another path is answered 200 `{"error": "Unexpected endpoint or method..."}`
+        #: (LM Studio's answer to a base URL without its /v1), not 404.
+        self.lm_studio = lm_studio
         self.delay_s = delay_s  # the least time before any answer (200) goes out
         self.script: deque[Answer | Callable[[dict[str, Any]], Reply | Failure]] = deque()
         self.conversations: dict[str, list[Reply]] = {}  # by what the user messages mention
@@ -269,6 +275,11 @@ class OpenAIServer:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
+                if server.lm_studio and self.path.rstrip("/") != "/v1/chat/completions":
+                    server.requests.append(Request({}, None, 200))
+                    said = f"Unexpected endpoint or method. (POST {self.path})"
+                    self._send(200, {"error": said})
+                    return
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     self._send(404, {"error": {"message": "not found"}})
                     return

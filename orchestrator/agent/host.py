@@ -38,6 +38,7 @@ from orchestrator.agent.deadline import SETTING, CallWatch, timed_out
 from orchestrator.agent.evidence import EvidenceRecorder
 from orchestrator.agent.loop import RECEIVED, LeaseLost, stop_reason
 from orchestrator.agent.receipted import run_write
+from orchestrator.agent.tool_names import closest
 from orchestrator.agent.transcript import is_sensitive
 from orchestrator.domain.fingerprints import (
     NonCanonical,
@@ -194,6 +195,10 @@ class ToolHost:
             # one it meant and run nothing (it corrects the name in its next turn).
             alike = [name for name in self._tools if _loose(name) == _loose(call.name)]
             hint = f"; tool names are exact: did you mean {alike[0]!r}?" if alike else ""
+            near = closest(call.name, self._tools)
+            if not alike and near:
+                # Not one tool by an exact rule (`tool_names`): the names it may have meant.
+                hint = "; the closest tool names: " + ", ".join(repr(name) for name in near)
             return ToolResult.failed(
                 f"unknown tool {call.name!r}; nothing was run{hint}", code="unknown_tool"
             )

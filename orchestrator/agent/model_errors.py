@@ -4,23 +4,43 @@ The server's own words, one line, cut to 300 characters and never with the API k
 may echo the request's headers); and for the usual first-run mistakes, which the server's words
 do not name, the setting to change: a 404 (LLM_BASE_URL without its /v1, a model the server
 does not serve), a 401 or 403 (LLM_API_KEY, or none set), a request past the server's window
-(LLM_CONTEXT_WINDOW larger than llama.cpp's -c or vLLM's --max-model-len).
+(LLM_CONTEXT_WINDOW larger than llama.cpp's -c or vLLM's --max-model-len); and a 200 whose body
+is an error object from a base URL whose path names no API version (LM Studio answers
+`POST /chat/completions` without its /v1 with a 200 and "Unexpected endpoint or method").
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 import openai
 
-__all__ = ["described", "error_of", "redacted", "refusal_hint"]
+__all__ = ["base_path_hint", "described", "error_of", "redacted", "refusal_hint"]
 
 #: How servers refuse a request past their context window (vLLM and OpenAI "maximum context
 #: length", llama.cpp "exceeds the available context size", TGI "must be <= N" of its inputs).
 _OVER_CONTEXT = re.compile(
     r"context[ _](length|size|window)|maximum context|max_new_tokens` must be <=", re.IGNORECASE
 )
+
+
+#: The last segment of a base URL's path that names an OpenAI-compatible API: a version (/v1,
+#: /v1beta, /v4) or Gemini's and Azure's /openai.
+_API_PATH = re.compile(r"v\d+[a-z0-9]*|openai", re.IGNORECASE)
+
+
+def base_path_hint(base_url: str) -> str:
+    """What to add to a 200 carrying an error when LLM_BASE_URL's path names no API version:
+    the server answered, but not the chat-completions endpoint; "" otherwise."""
+    segments = [part for part in urlsplit(base_url).path.split("/") if part]
+    if segments and _API_PATH.fullmatch(segments[-1]):
+        return ""
+    return (
+        "; LLM_BASE_URL's path names no API version: check it (often it ends in /v1, as in "
+        "http://HOST:1234/v1)"
+    )
 
 
 def redacted(text: str, secret: str | None) -> str:

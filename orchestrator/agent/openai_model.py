@@ -28,6 +28,10 @@ count (`call_a1`) or a fresh first id, the server's ids are its own per call, an
 turn's id coming again is the model's, left for the host to refuse (other arguments) or
 deduplicate (the same).
 
+A tool name a gpt-oss server leaked harmony into (`functions.save_report`,
+`save_report<|channel|>commentary`, `save_reportjson`) is put back to the offered tool it names
+by an exact rule (`tool_names`), the name as sent kept beside it for the transcript.
+
 A call in the legacy shape (`message.function_call`) runs as one call under an id of the
 host's, and an event stream the request did not ask for is read as the reply it holds
 (`streamed`). The host's ids are unique to the round: a task's generations share one session.
@@ -59,7 +63,13 @@ from openai.types.chat import ChatCompletion
 
 from orchestrator.agent.model import Model, ModelBusy, ModelError, ModelTurn, TokenUsage
 from orchestrator.agent.model_calls import client_for, close_clients, submit, wait
-from orchestrator.agent.model_errors import described, error_of, redacted, refusal_hint
+from orchestrator.agent.model_errors import (
+    base_path_hint,
+    described,
+    error_of,
+    redacted,
+    refusal_hint,
+)
 from orchestrator.agent.model_http import MAX_MODEL_ANSWER_BYTES, AnswerTooLarge, CorruptAnswer
 from orchestrator.agent.reply_parts import (
     arguments_of,
@@ -77,6 +87,7 @@ from orchestrator.agent.retries import RetryBudget, parse_retry_after, should_re
 from orchestrator.agent.server_params import adapt, refused_parameter
 from orchestrator.agent.streamed import StreamError, assembled, is_event_stream
 from orchestrator.agent.text import clean_text
+from orchestrator.agent.tool_names import named
 from orchestrator.agent.wire import HistoryError, check_history, to_wire_messages, to_wire_tools
 from orchestrator.settings import Settings
 from orchestrator.tools.base import ToolCall
@@ -229,7 +240,7 @@ class OpenAIModel(Model):
             else:
                 outcome = self._outcome(call, started, sent)
                 if isinstance(outcome, ModelTurn):
-                    return as_calls(outcome, tools)
+                    return as_calls(named(outcome, tools), tools)
                 if outcome is None:
                     continue  # a parameter the server refused is left out: at once, once
                 reason, retry_after = outcome
@@ -304,7 +315,11 @@ class OpenAIModel(Model):
                 return self._redacted(str(exc))[:400], None
         if not getattr(completion, "choices", None):
             self._count("no_choices", started)
-            return _NO_CHOICES + self._error_of(completion), None
+            said = self._error_of(completion)
+            # An error object at 200 from a base URL without its /v1: LM Studio's "Unexpected
+            # endpoint or method", which names no setting.
+            hint = base_path_hint(self._server[0]) if said else ""
+            return _NO_CHOICES + said + hint, None
         problem = shape_problem(completion.choices[0])
         if problem is not None:
             # A choice without a message (a server's error in the choice's place), or parts of

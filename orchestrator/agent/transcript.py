@@ -139,6 +139,9 @@ class TranscriptWriter:
                 else clean(hide_secret_arguments(tool, call.arguments))
             )
             shown: dict[str, Any] = {"id": call.id, "name": call.name, "arguments": arguments}
+            if call.sent_name is not None:
+                # The name the model sent, which the host resolved to `name` (`tool_names`).
+                shown["sent_name"] = clean(call.sent_name[:_NAME_CHARS])
             if call.id in raw:
                 # Unreadable arguments: what the model sent, unless it may hold a secret.
                 text = raw[call.id]

@@ -350,7 +350,11 @@ def _entry_lines(entry: dict[str, Any], prefix: str) -> list[str]:
         if "raw_arguments" in call:
             # Unreadable arguments: what the model sent, not the `{}` the history carries.
             sent = f"raw {_short(call['raw_arguments'])}"
-        lines.append(f"{prefix}   -> {call['id']} {call['name']} {sent}")
+        name = call["name"]
+        if call.get("sent_name"):
+            # A leaked gpt-oss name the host resolved (`agent.tool_names`): what ran, as sent.
+            name = f"{name} (sent as {printable(_short(call['sent_name']))!r})"
+        lines.append(f"{prefix}   -> {call['id']} {name} {sent}")
         if call["id"] in malformed:
             lines.append(f"{prefix}      (not run: {_short(malformed[call['id']])})")
     if not body.get("content") and not body.get("tool_calls"):

@@ -28,6 +28,7 @@ __all__ = [
     "generation_facts",
     "insert_report",
     "latest_report",
+    "newest_evidence_of",
     "pending_actions_of",
     "pending_actions_of_generation",
     "refuse_after_report",
@@ -129,6 +130,25 @@ def evidence_of(conn: Connection, task_id: str, generation: int) -> list[dict[st
         .order_by(evidence.c.created_at, evidence.c.evidence_id)
     )
     return [_evidence_dict(r._asdict()) for r in rows]
+
+
+def newest_evidence_of(
+    conn: Connection, task_id: str, generation: int, *, limit: int, skip: int = 0
+) -> tuple[list[dict[str, Any]], int]:
+    """The generation's newest `limit` records after skipping the `skip` newest, oldest first,
+    and how many the generation has: a generation of thousands of records is not read whole
+    to show a few dozen."""
+    mine = (evidence.c.task_id == task_id, evidence.c.generation == generation)
+    rows = conn.execute(
+        select(evidence)
+        .where(*mine)
+        .order_by(evidence.c.created_at.desc(), evidence.c.evidence_id.desc())
+        .offset(skip)
+        .limit(limit)
+    )
+    records = [_evidence_dict(r._asdict()) for r in rows]
+    total = conn.execute(select(func.count()).select_from(evidence).where(*mine)).scalar_one()
+    return records[::-1], int(total)
 
 
 def _evidence_dict(row: dict[str, Any]) -> dict[str, Any]:

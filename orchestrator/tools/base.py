@@ -56,6 +56,9 @@ class ToolCall:
     id: str
     name: str
     arguments: dict[str, Any]
+    #: The name as the model sent it, when the host resolved it to `name` (a gpt-oss server's
+    #: leaked `functions.NAME` or `NAME<|channel|>commentary`: `agent.tool_names`).
+    sent_name: str | None = None
 
 
 @dataclass(frozen=True)

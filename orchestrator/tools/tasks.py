@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import Field
+from sqlalchemy import Connection
 
 from orchestrator.domain.evidence import Finding, report_problems
 from orchestrator.domain.recovery import Snapshot
@@ -22,11 +23,23 @@ from orchestrator.store.db import Database
 from orchestrator.store.fencing import check_fence
 from orchestrator.tools.base import Tool, ToolArguments, ToolContext, ToolResult
 
-__all__ = ["ReadTaskContext", "SaveReport"]
+__all__ = ["EVIDENCE_SHOWN", "ReadTaskContext", "SaveReport"]
 
 
-class _NoArguments(ToolArguments):
-    pass
+#: How many of the previous generation's evidence records `read_task_context` shows at once,
+#: the newest; a generation may leave thousands (each ~300 characters), which filled the
+#: model's context window and every request after it. Those its plan and report cite are shown
+#: whatever their age: the round's recovery rests on them.
+EVIDENCE_SHOWN = 50
+
+
+class _ContextArguments(ToolArguments):
+    evidence_skip: int = Field(
+        default=0,
+        ge=0,
+        description="Skip this many of the previous generation's newest evidence records "
+        "(to read older ones: the answer's evidence_page says what to send).",
+    )
 
 
 class ReadTaskContext(Tool):
@@ -46,7 +59,7 @@ class ReadTaskContext(Tool):
         "query_data_source(source='sample_input') and never present it as a live query result."
     )
     effect = "read"
-    arguments = _NoArguments
+    arguments = _ContextArguments
 
     def __init__(self, db: Database, *, recovery: bool = True) -> None:
         self.db = db
@@ -77,10 +90,11 @@ class ReadTaskContext(Tool):
                         "generation": before.generation,
                         "outcome": before.outcome,
                         "reason": before.reason,
-                        "plan": plan.to_dict() if plan else None,
                         "report": report_store.latest_report(conn, ctx.task_id, before.generation),
-                        "evidence": report_store.evidence_of(conn, ctx.task_id, before.generation),
+                        "plan": plan.to_dict() if plan else None,
                     }
+                    skip = args.evidence_skip if isinstance(args, _ContextArguments) else 0
+                    previous |= _evidence_view(conn, ctx.task_id, before.generation, previous, skip)
             task_actions = [
                 _action_view(a) for a in action_store.actions_of_task(conn, task.task_id)
             ]
@@ -92,17 +106,54 @@ class ReadTaskContext(Tool):
             "task_id": task.task_id,
             "task_type": task.task_type,
             "title": task.title,
-            "context": task.context,
             "origin": task.origin,
             "generation": ctx.generation,
             "session_id": ctx.session_id,
-            "previous_generation": previous,
+            # The actions before the context and the previous generation: a long result is
+            # shown the model as its beginning (the rest paged), and people's decisions must
+            # not sit past a large context, a plan and dozens of evidence records.
             "actions": task_actions,
+            "context": task.context,
+            "previous_generation": previous,
         }
         if task.sample_input is not None:
             # Seed 004: a fixed synthetic input must say so; it is never a live query result.
             payload["sample_input"] = {"origin": "peripheral_sample", "data": task.sample_input}
         return ToolResult.ok(payload)
+
+
+def _evidence_view(
+    conn: Connection, task_id: str, generation: int, previous: dict[str, Any], skip: int
+) -> dict[str, Any]:
+    """The generation's newest records (after `skip`) and every record its plan and report
+    cite (of any generation), oldest first; the count, and how to read older ones."""
+    newest, total = report_store.newest_evidence_of(
+        conn, task_id, generation, limit=EVIDENCE_SHOWN, skip=skip
+    )
+    shown = {record["evidence_id"]: record for record in newest}
+    cited = [i for i in _cited(previous) if i not in shown]
+    shown |= evidence_store.evidence_by_ids(conn, task_id, cited)
+    records = sorted(shown.values(), key=lambda r: (r["queried_at"], r["evidence_id"]))
+    view: dict[str, Any] = {"evidence_total": total}
+    if skip + len(newest) < total:
+        view["evidence_page"] = (
+            f"the newest {len(newest)} of the generation's {total} records after skipping "
+            f"{skip}, and those its plan and report cite; older ones: read_task_context"
+            f"(evidence_skip={skip + len(newest)})"
+        )
+    view["evidence"] = records  # last: the longest part
+    return view
+
+
+def _cited(previous: dict[str, Any]) -> list[str]:
+    """The evidence ids the report (its own and its findings') and the plan's nodes cite."""
+    report = previous.get("report") or {}
+    plan = previous.get("plan") or {}
+    cited = [str(i) for i in report.get("evidence_refs") or ()]
+    for item in [*(report.get("findings") or ()), *(plan.get("nodes") or ())]:
+        if isinstance(item, dict):
+            cited += [str(i) for i in item.get("evidence_ids") or ()]
+    return list(dict.fromkeys(cited))
 
 
 def _action_view(action: action_store.ActionRecord) -> dict[str, Any]:

@@ -691,6 +691,27 @@ def test_a_completion_without_choices_is_retried_then_a_model_error(
     assert "LLM_MAX_RETRIES=1" in str(caught.value)
 
 
+def test_an_error_at_200_from_a_base_url_without_v1_names_llm_base_url() -> None:
+    """LM Studio answers `POST /chat/completions` (LLM_BASE_URL without its /v1) with a 200
+    whose body is `{"error": "Unexpected endpoint or method. ..."}`: the reason says to check
+    LLM_BASE_URL's path. Before, it quoted the server's words only, which name no setting."""
+    with OpenAIServer(lm_studio=True) as studio:
+        model = model_for(studio, llm_base_url=studio.base_url.removesuffix("/v1"))
+        model.max_retries = 0
+        with pytest.raises(ModelError) as caught:
+            play(model, CountSamples())
+        said = str(caught.value)
+        assert "Unexpected endpoint or method. (POST /chat/completions)" in said
+        assert "check it (often it ends in /v1" in said
+        assert KEY not in said
+        # With its /v1 the same server answers; an error at 200 there names no path.
+        studio.garble(json.dumps({"error": "model crashed"}), content_type="application/json")
+        with pytest.raises(ModelError) as caught:
+            play(model_for(studio, llm_max_retries=0), CountSamples())
+        assert "model crashed" in str(caught.value)
+        assert "LLM_BASE_URL" not in str(caught.value)
+
+
 _ABANDONS_A_CALL = """
 import socket, sys, threading, time
 from orchestrator.agent.model import load_model

@@ -27,7 +27,7 @@ from orchestrator.services.task_records import TaskRecords
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import generations as generation_store
 from orchestrator.store import reports as report_store
-from orchestrator.store.tables import actions, evidence, plan_revisions, reports
+from orchestrator.store.tables import actions, evidence, plan_revisions, reports, tasks
 from orchestrator.store.types import utcnow
 from orchestrator.tools.actions import ProposeAction
 from orchestrator.tools.base import Tool, ToolCall, ToolContext, ToolResult
@@ -43,6 +43,7 @@ from tests.executions_support import (
     runtime_for,
     write_script,
 )
+from tests.integration.test_approvals import waiting_task
 
 LEASE = 60.0
 
@@ -375,6 +376,90 @@ def test_the_next_generation_reads_the_plan_report_and_evidence_left_before(
     assert len(set(cited)) == 2
     assert payload["origin"] == "live"
     assert "sample_input" not in payload
+
+
+def test_the_previous_generations_evidence_is_bounded_and_keeps_what_it_cites(
+    rt: Runtime, scripts: Path
+) -> None:
+    """A generation that left 3,000 records: the next one is shown the newest
+    `EVIDENCE_SHOWN`, the two its report cites (the oldest of all), the count, and how to read
+    older ones. Before, every record came (~1 MB in the model's context, every request)."""
+    report = report_call("c2", "continue", cite=["${q0.evidence_id}"])
+    write_script(
+        scripts,
+        "bulky",
+        [
+            {"tool_calls": [query_call()]},
+            {"tool_calls": [report]},
+            {"content": "more next round"},
+        ],
+    )
+    task_id = trigger(rt, "bulky")
+    assert rt.executions.run(task_id, 1, worker="w").ran
+    with rt.db.transaction() as conn:
+        first = conn.execute(select(evidence).where(evidence.c.task_id == task_id)).one()._asdict()
+        later = first["created_at"] + timedelta(seconds=1)
+        conn.execute(
+            evidence.insert(),
+            [
+                dict(
+                    first,
+                    evidence_id=f"bulk-{n:05d}",
+                    queried_at=later + timedelta(milliseconds=n),
+                    created_at=later + timedelta(milliseconds=n),
+                )
+                for n in range(3000)
+            ],
+        )
+    previous = context_of(rt, task_id, 2)["previous_generation"]
+    ids = [record["evidence_id"] for record in previous["evidence"]]
+    assert previous["evidence_total"] == 3001
+    assert ids == [first["evidence_id"], *(f"bulk-{n:05d}" for n in range(2950, 3000))]
+    assert "read_task_context(evidence_skip=50)" in previous["evidence_page"]
+
+    # The next page: older ones, the cited record still shown; the last page says no more.
+    ctx = ToolContext(
+        owner=f"task:{task_id}", session_id="s", round_id="r", task_id=task_id, generation=2
+    )
+    tool = ReadTaskContext(rt.db)
+    older = tool.run(ctx, tool.arguments.model_validate({"evidence_skip": 50})).payload
+    ids = [record["evidence_id"] for record in older["previous_generation"]["evidence"]]
+    assert ids == [first["evidence_id"], *(f"bulk-{n:05d}" for n in range(2900, 2950))]
+    last = tool.run(ctx, tool.arguments.model_validate({"evidence_skip": 2990})).payload
+    assert len(last["previous_generation"]["evidence"]) == 11
+    assert "evidence_page" not in last["previous_generation"]
+
+
+def test_a_decision_is_in_the_beginning_the_model_is_shown_of_a_long_context(
+    rt: Runtime, scripts: Path
+) -> None:
+    """A long read_task_context result is shown the model as its first `PREVIEW_CHARS` (the
+    rest paged). The task's actions came after its context, the previous generation's plan and
+    every evidence record, so a rejection (do not propose it again) was past the preview."""
+    task_id, action_id = waiting_task(rt, scripts)
+    rt.actions.decide(action_id, approve=False, by="ben", note="not this valve")
+    with rt.db.transaction() as conn:
+        first = conn.execute(select(evidence).where(evidence.c.task_id == task_id)).one()._asdict()
+        conn.execute(
+            evidence.insert(),
+            [dict(first, evidence_id=f"bulk-{n:05d}") for n in range(40)],
+        )
+        # A context larger than the preview (the brief cuts it; the tool returns it whole).
+        conn.execute(
+            tasks.update()
+            .where(tasks.c.task_id == task_id)
+            .values(context={"log": "pressure dropped at the north main " * 200})
+        )
+    ctx = ToolContext(
+        owner=f"task:{task_id}", session_id="s", round_id="r", task_id=task_id, generation=2
+    )
+    host = ToolHost([ReadTaskContext(rt.db)], ledger=None)
+    (shown,) = host.run_turn(ctx, [ToolCall("c0", "read_task_context", {})])
+    assert shown.payload["truncated"] is True
+    preview = shown.payload["preview"]
+    assert f'"action_id": "{action_id}"' in preview
+    assert '"status": "rejected"' in preview
+    assert '"note": "not this valve"' in preview
 
 
 def test_a_generation_superseded_before_it_started_is_skipped(rt: Runtime) -> None:

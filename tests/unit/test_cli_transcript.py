@@ -110,3 +110,26 @@ def test_a_reasoning_model_s_thinking_is_shown_before_its_answer_and_calls() -> 
     assert lines[3] == "  [ 1]   -> c1 read_task_context {}  [900+40 tokens]"
     assert lines[4] == "  [ 2] thinking: nothing left to do"
     assert lines[5] == "  [ 2] model: (no answer)"
+
+
+def test_a_call_under_a_resolved_name_shows_what_the_model_sent() -> None:
+    # agent/transcript.py records a leaked gpt-oss name the host resolved as `sent_name`.
+    turn = {
+        "seq": 1,
+        "generation": 1,
+        "turn": 2,
+        "kind": "model_turn",
+        "body": {
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c2",
+                    "name": "save_report",
+                    "arguments": {"outcome": "continue"},
+                    "sent_name": "save_report<|channel|>commentary",
+                }
+            ],
+        },
+    }
+    shown = render_transcript(_page(turn))
+    assert "-> c2 save_report (sent as 'save_report<|channel|>commentary') {" in shown

@@ -917,18 +917,21 @@
 
   // Every pending action (of one task, with `filter` "&task_id=..."), page after page: the API
   // lists newest first, so one page of 100 hid the oldest, the longest waiting, whenever more
-  // than 100 were pending. The failed answer if a page fails.
-  async function pendingActions(filter) {
+  // than 100 were pending. The failed answer if a page fails. With `held` (a Map the view owns,
+  // as for `watched`) each page's tag is sent, and `unchanged` says that every page was a 304:
+  // an open task's pending actions are polled every 3 s, nearly always unchanged.
+  async function pendingActions(filter, held) {
     const items = [];
-    let cursor = null;
+    let cursor = null, unchanged = Boolean(held);
     do {
       const query = `actions?status=pending_approval&limit=200${filter}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`;
-      const result = await api("GET", query);
+      const result = held ? await watched(held, query) : await api("GET", query);
       if (!result.ok) return result;
+      unchanged = unchanged && Boolean(result.unchanged);
       items.push(...itemsOf(result.data));
       cursor = result.data.next_cursor || null;
     } while (cursor);
-    return { ok: true, items };
+    return { ok: true, items, unchanged };
   }
 
   // The oldest `wanted` pending actions, oldest first, a page of the API at a time.
@@ -980,7 +983,7 @@
   // ---- task detail -----------------------------------------------------------------------
   function taskDetail(taskId, params) {
     const path = `tasks/${encodeURIComponent(taskId)}`;
-    const s = { alive: true, task: null, plan: null, selected: null, stream: null, timer: null, held: new Map(),
+    const s = { alive: true, task: null, plan: null, selected: null, stream: null, timer: null, held: new Map(), heldActions: new Map(),
       graph: null, streamKind: null, retry: null, nodeDone: null, receiptKey: null, recordsKey: null, deliveryKey: null,
       recoveryKey: null };
     // A reload restores the revision and the node shown (#/task/ID?session=S&revision=N&node=X);
@@ -1437,8 +1440,8 @@
     }
 
     async function loadPending() {
-      const result = await pendingActions(`&task_id=${encodeURIComponent(taskId)}`);
-      if (!s.alive || !result.ok) return;
+      const result = await pendingActions(`&task_id=${encodeURIComponent(taskId)}`, s.heldActions);
+      if (!s.alive || !result.ok || result.unchanged) return; // the cards shown still hold
       showActions(pending, result.items, refresh, pendingResult);
     }
 

@@ -801,6 +801,19 @@
   function deliveryAttempts(x) {
     return `${x.attempts}${x.throttled ? ` (${x.throttled} throttled)` : ""}`;
   }
+  // A pending task event held in order behind its task's dead letter (`waits_behind`): due, but
+  // not sent until that dead letter is retried or discarded, which read as a stuck dispatcher.
+  // The dead letter is named, with its Retry (once per table: `offered` holds those shown) and
+  // its task's page, where it is retried or discarded.
+  function waitsBehind(x, offered, say, after) {
+    const dead = x.waits_behind;
+    const offer = !offered.has(dead) && can("operator");
+    offered.add(dead);
+    return el("span", { class: "waits-behind" }, `waits behind dead letter ${dead}`,
+      " ", offer ? retryButton({ outbox_id: dead }, say, after) : null, " ",
+      el("a", { href: `#/task/${encodeURIComponent(x.task_id)}` }, offer ? "or discard it on its task's page"
+        : can("operator") ? "retry or discard it on its task's page" : "see it on its task's page"));
+  }
 
   // Every delivery of a status (dead by default) and kind, across tasks, oldest first.
   const DELIVERY_STATUSES = ["dead", "pending", "delivered", "discarded"];
@@ -838,11 +851,13 @@
       if (key === shown) return; // a button is not redrawn under the pointer
       shown = key;
       const typed = typedIn(rows); // a discard reason being typed survives a redraw
+      const offered = new Set();
       fill(rows, items.length ? [table(["Delivery", "Task", "What", "Status", "Attempts", "Next attempt", "Last error", ""], items.map((x) => [
         el("code", {}, String(x.outbox_id)),
         el("a", { href: `#/task/${encodeURIComponent(x.task_id)}` }, el("code", {}, x.task_id)),
         deliveryWhat(x), badge(x.status), deliveryAttempts(x),
-        x.status === "pending" ? when(x.next_attempt_at) : x.status === "delivered" ? when(x.delivered_at) : "—",
+        x.waits_behind ? waitsBehind(x, offered, say, load)
+          : x.status === "pending" ? when(x.next_attempt_at) : x.status === "delivered" ? when(x.delivered_at) : "—",
         deliveryError(x),
         deadControls(x, say, load)])),
         status === "dead" && can("operator") ? retryEveryButton(kind, say, load) : null,

@@ -1440,7 +1440,7 @@
       // sends that kind (its URL unset, most likely), which is not a stuck dispatcher. The
       // server cannot see the fleet's settings, so the note says what the store shows.
       const neverSent = ((d && d.never_sent) || []).map((kind) => el("p", { class: "muted never-sent" },
-        `No ${kind === "action" ? "approved action" : "task event webhook"} in this store was delivered or dead-lettered (delivered ones are kept ORCH_RETENTION_DAYS): ` +
+        `No ${kind === "action" ? "approved action" : "task event webhook"} in this store was delivered, dead-lettered or tried (delivered ones are kept ORCH_RETENTION_DAYS): ` +
         `they wait until ${kind === "action" ? "ORCH_ACTIONS_URL" : "ORCH_WEBHOOK_URL"} is set where the sweeper or outbox dispatcher runs.`));
       return [facts([["Approved actions", line("action")], ["Task events", line("webhook")]]), neverSent,
         open.length ? table(["Delivery", "What", "Status", "Attempts", "Next attempt", "Last error", ""], open.map((x) => [

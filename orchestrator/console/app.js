@@ -815,6 +815,25 @@
         : can("operator") ? "retry or discard it on its task's page" : "see it on its task's page"));
   }
 
+  // A task's webhooks are sent in event order: a pending one is held back by an earlier one of
+  // its task still pending too, not only by a dead one (`waits_behind`). While that earlier one
+  // fails (a receiver failing every time, not yet dead), the later ones read due and never
+  // attempted, as if nothing sent them. For the pending webhooks of `rows` (as listed, one task's
+  // in event order): the earlier one of its task that is being retried, by outbox id.
+  function behindRetried(rows) {
+    const first = new Map(), behind = new Map();
+    for (const x of rows) {
+      if (x.kind !== "webhook" || x.status !== "pending" || x.waits_behind) continue;
+      const head = first.get(x.task_id);
+      if (!head) first.set(x.task_id, x);
+      else if ((head.attempts || head.last_error) && (x.event_seq || 0) > (head.event_seq || 0)) behind.set(x.outbox_id, head);
+    }
+    return behind;
+  }
+  function waitsBehindRetried(head) {
+    return el("span", { class: "waits-behind" }, `waits behind delivery ${head.outbox_id}, being retried`);
+  }
+
   // Every delivery of a status (dead by default) and kind, across tasks, oldest first.
   const DELIVERY_STATUSES = ["dead", "pending", "delivered", "discarded"];
   function deliveryList(params) {
@@ -851,12 +870,13 @@
       if (key === shown) return; // a button is not redrawn under the pointer
       shown = key;
       const typed = typedIn(rows); // a discard reason being typed survives a redraw
-      const offered = new Set();
+      const offered = new Set(), retried = behindRetried(items);
       fill(rows, items.length ? [table(["Delivery", "Task", "What", "Status", "Attempts", "Next attempt", "Last error", ""], items.map((x) => [
         el("code", {}, String(x.outbox_id)),
         el("a", { href: `#/task/${encodeURIComponent(x.task_id)}` }, el("code", {}, x.task_id)),
         deliveryWhat(x), badge(x.status), deliveryAttempts(x),
         x.waits_behind ? waitsBehind(x, offered, say, load)
+          : retried.has(x.outbox_id) ? waitsBehindRetried(retried.get(x.outbox_id))
           : x.status === "pending" ? when(x.next_attempt_at) : x.status === "delivered" ? when(x.delivered_at) : "—",
         deliveryError(x),
         deadControls(x, say, load)])),
@@ -1436,6 +1456,7 @@
       if (!Object.keys(counts).length) return el("p", { class: "muted" }, "Nothing was sent to the business backend yet.");
       const open = (d && d.undelivered) || [];
       const dead = open.filter((x) => x.status === "dead");
+      const retried = behindRetried(open);
       // Pending with no attempt, and no row of the kind in the store sent: no dispatcher
       // sends that kind (its URL unset, most likely), which is not a stuck dispatcher. The
       // server cannot see the fleet's settings, so the note says what the store shows.
@@ -1448,6 +1469,7 @@
           deliveryWhat(x), badge(x.status), x.attempts ? deliveryAttempts(x) : ["none yet, written ", when(x.created_at)],
           // Due, but held in order behind a dead letter: not a stuck dispatcher.
           x.waits_behind ? el("span", { class: "waits-behind" }, `waits behind dead letter ${x.waits_behind}`)
+            : retried.has(x.outbox_id) ? waitsBehindRetried(retried.get(x.outbox_id))
             : x.status === "pending" ? when(x.next_attempt_at) : "—",
           x.last_error || "—",
           deadControls(x, opResult, refresh)])) : null,

@@ -173,7 +173,52 @@ def test_the_deliveries_view_says_which_dead_letter_a_pending_event_waits_behind
     shot(page, "deliveries-waits-behind")
     retry.click()
     expect(page.locator("#delivery-result")).to_have_text(f"Delivery {first} is due again.")
-    expect(waits).to_have_count(0)  # nothing waits behind it any more
+    # No longer behind a dead letter: behind the retried one, sent first (it is pending again).
+    expect(waits).to_have_text([f"waits behind delivery {first}, being retried"] * len(rest))
     expect(rows).to_have_count(len(rest) + 1)  # the dead letter itself is pending again
     listed = console.http.get("/api/v1/outbox", params={"task_id": task_id}).json()["items"]
     assert {row["outbox_id"]: row["status"] for row in listed}[first] == "pending"
+
+
+def test_a_pending_event_behind_an_earlier_one_being_retried_says_so(
+    page: Any, console: Console
+) -> None:
+    """A receiver failing every time, not yet dead: the task's first event is pending and
+    retried, and its later events are held back in order behind it. They read "next attempt
+    <a time past>" and never attempted (as if nothing sent them), in the deliveries view and
+    on the task's page; both now name the delivery they wait behind."""
+    task_id = console.trigger("approval", "Its receiver fails every time")
+    console.wait_for(task_id, lambda t: t["status"] == "waiting")
+    first, *rest = dead_letter_deliveries(console, task_id)
+    assert rest
+    held_back(console, rest)
+    failing(console, first)
+    page.goto(f"{console.url}/console#/deliveries?status=pending&kind=webhook")
+    rows = page.locator("#delivery-rows tbody tr", has_text=task_id)
+    expect(rows).to_have_count(len(rest) + 1)
+    waits = rows.locator(".waits-behind")
+    expect(waits).to_have_count(len(rest))  # not the first: it is the one being retried
+    expect(waits.first).to_have_text(f"waits behind delivery {first}, being retried")
+    open_task(page, console, task_id)
+    behind = page.locator("#deliveries .waits-behind")
+    expect(behind).to_have_count(len(rest))
+    expect(behind.first).to_have_text(f"waits behind delivery {first}, being retried")
+
+
+def failing(console: Console, outbox_id: int) -> None:
+    """The delivery as a dispatcher leaves it after two failed attempts: pending, retried."""
+    from sqlalchemy import update
+
+    from orchestrator.store import Database
+    from orchestrator.store.tables import outbox
+
+    db = Database.from_url(console.env["ORCH_DATABASE_URL"])
+    try:
+        with db.transaction() as conn:
+            conn.execute(
+                update(outbox)
+                .where(outbox.c.outbox_id == outbox_id)
+                .values(status="pending", attempts=2, throttled=0, last_error="HTTP 503")
+            )
+    finally:
+        db.dispose()

@@ -1,15 +1,16 @@
-"""What an open console tab costs the API while its task does not change: the task view every
-3 s, an evidence page and a transcript page every 15 s, each answered in full or, with the
-`ETag` the console holds, `304` with no body.
+"""What an open console tab costs the API while its task does not change: the task view and
+its pending actions every 3 s, an evidence page and a transcript page every 15 s, each answered
+in full or, with the `ETag` the console holds, `304` with no body.
 
     .venv/bin/python bench/task_polls.py [--polls 200] [--rounds 5] [--write]
 
 A throwaway Postgres (the tests' local binaries) and Redis get a task of realistic size: a plan
-of 10 nodes, 50 evidence records, 200 task events and 400 transcript entries, beside 20,000
-other tasks. The API runs in this process (FastAPI's TestClient): the CPU time per read is the
-process's, the client's share included alike in both columns. A full answer is what a client
-without the tag gets (and any client after a change): it includes reading the tag (about a
-millisecond). The ways alternate within each round; the figures are medians over the rounds.
+of 10 nodes, one pending action, 50 evidence records, 200 task events and 400 transcript
+entries, beside 20,000 other tasks. The API runs in this process (FastAPI's TestClient): the
+CPU time per read is the process's, the client's share included alike in both columns. A full
+answer is what a client without the tag gets (and any client after a change): it includes
+reading the tag (about a millisecond). The ways alternate within each round; the figures are
+medians over the rounds.
 `--write` replaces this benchmark's section of docs/benchmarks.md.
 """
 
@@ -58,6 +59,10 @@ SEED = [
     " jsonb_build_object('content', repeat('the meter reads 4.1 NTU; ', 20)),"
     " CASE WHEN i % 2 = 0 THEN 1200 END, CASE WHEN i % 2 = 0 THEN 80 END, now()"
     " FROM generate_series(1, 400) i",
+    "INSERT INTO actions (action_id, task_id, generation, session_id, node_id, kind, payload,"
+    " status, created_at, plan_revision, digest) VALUES ('a1', 'big', 1, 'sbig', 'n3',"
+    ' \'work_order\', \'{"crew": "north", "valve": "V-12"}\', \'pending_approval\', now(),'
+    " 1, repeat('c', 64))",
     "INSERT INTO reports (report_id, task_id, generation, session_id, summary, findings,"
     " evidence_refs, outcome, created_at) VALUES ('rep1', 'big', 1, 'sbig', 'waits for the crew',"
     " '[]', '[\"ev001\"]', 'waiting', now())",
@@ -65,6 +70,8 @@ SEED = [
 
 READS = {
     "task view (every 3 s)": "/api/v1/tasks/big",
+    "its pending actions (every 3 s)": "/api/v1/actions?status=pending_approval&limit=200"
+    "&task_id=big",
     "evidence page of 100 (every 15 s)": "/api/v1/tasks/big/evidence?limit=100",
     "transcript page of 200 (every 15 s)": "/api/v1/tasks/big/transcript?limit=200",
 }
@@ -137,10 +144,10 @@ def main() -> int:
     lines = [
         "## An open console tab of an unchanged task (bench/task_polls.py)",
         "",
-        f"`{command}`: a task with a plan of 10 nodes, 50 evidence records, 200 events and 400"
-        f" transcript entries among 20,000 tasks; median of {args.rounds} rounds of"
-        f" {args.polls} reads each, the ways alternating; load average {load_start:.2f} at the"
-        f" start, {os.getloadavg()[0]:.2f} at the end.",
+        f"`{command}`: a task with a plan of 10 nodes, a pending action, 50 evidence records,"
+        f" 200 events and 400 transcript entries among 20,000 tasks; median of {args.rounds}"
+        f" rounds of {args.polls} reads each, the ways alternating; load average"
+        f" {load_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end.",
         "",
         "| read | full answer: CPU ms | bytes | with its ETag (304): CPU ms | bytes | ratio |",
         "|---|---:|---:|---:|---:|---:|",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.api.auth import require_role
@@ -21,6 +21,7 @@ from orchestrator.api.contract import (
     paged,
 )
 from orchestrator.api.enums import ActionStatus
+from orchestrator.api.etags import IF_NONE_MATCH, NOT_MODIFIED, entity_tag, not_modified, shape_of
 from orchestrator.api.explain_views import PAYLOAD_DESCRIPTION, payload_as_sent
 from orchestrator.api.human_steps import decider, says_who
 from orchestrator.api.outbox import Delivery
@@ -104,8 +105,15 @@ class Decision(BaseModel):
     )
 
 
-@router.get("", response_model=Page[ActionShown], responses=error_responses(404))
+#: Part of every tag of a page of actions: a client holding an older API's page gets the new one.
+_LIST_SHAPE = shape_of(Page[ActionShown])
+
+
+@router.get(
+    "", response_model=Page[ActionShown], responses={**NOT_MODIFIED, **error_responses(404)}
+)
 def list_actions(
+    response: Response,
     status: ActionStatus | None = Query(
         default=ActionStatus.pending_approval, description="omit with `any=true` for every status"
     ),
@@ -121,12 +129,14 @@ def list_actions(
         default="newest",
         description="`oldest` lists the longest waiting first, as an approver decides them",
     ),
+    if_none_match: str | None = IF_NONE_MATCH,
     service: ActionService = Depends(get_action_service),
-) -> dict[str, Any]:
+) -> Any:
     """Newest first (or oldest, with `order=oldest`); pending approvals unless `status` or
     `any` asks for others. Each with its `delivery`, as one action shows it: approved work
     orders the backend never took are found in the list. A `task_id` that names no task is a
-    404, not an empty page."""
+    404, not an empty page. With the page's `ETag` in `If-None-Match`, `304` and no body while
+    the page is unchanged (the console polls an open task's pending actions every 3 s)."""
     wanted = None if any_status or status is None else str(status)
     rows = service.listed(
         status=wanted,
@@ -138,6 +148,13 @@ def list_actions(
     items, next_cursor = paged(
         rows, limit, lambda r: (r[0].created_at, r[0].action_id), oldest_first=order == "oldest"
     )
+    # The records the page is built from, as read (each action with its delivery row: a
+    # decision, or a delivery attempt, changes the tag): the tag cannot name another page.
+    tag = entity_tag(_LIST_SHAPE, (next_cursor, items))
+    unchanged = not_modified(if_none_match, tag)
+    if unchanged is not None:
+        return unchanged
+    response.headers["ETag"] = tag
     return {
         "items": [{**action.to_dict(), "delivery": delivery} for action, delivery in items],
         "next_cursor": next_cursor,

@@ -32,7 +32,8 @@ def register(commands: Any) -> None:
         action="store_true",
         help="the fleet has no ORCH_WEBHOOK_URL (any more): delete task-event webhooks never "
         "attempted and older than the retention, even where earlier ones were sent (without "
-        "it they are kept wherever any webhook of the store was delivered or dead-lettered)",
+        "it they are kept wherever any webhook of the store was delivered, dead-lettered or "
+        "tried)",
     )
     add_json_flag(cleanup)
     cleanup.set_defaults(handler=_cleanup)

@@ -544,8 +544,8 @@ def _deliveries(deliveries: dict[str, Any] | None) -> list[str]:
     # would have sent some, or dead-lettered them).
     for kind in deliveries.get("never_sent") or []:
         lines.append(
-            f"    no {_KIND_NAMES.get(kind, kind)} in this store was delivered or dead-lettered "
-            "(delivered ones are kept ORCH_RETENTION_DAYS): they wait until "
+            f"    no {_KIND_NAMES.get(kind, kind)} in this store was delivered, dead-lettered or "
+            "tried (delivered ones are kept ORCH_RETENTION_DAYS): they wait until "
             f"{_KIND_URLS.get(kind, 'its URL')} is set where the sweeper or `outbox dispatch` "
             "runs"
         )

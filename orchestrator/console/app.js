@@ -801,6 +801,38 @@
   function deliveryAttempts(x) {
     return `${x.attempts}${x.throttled ? ` (${x.throttled} throttled)` : ""}`;
   }
+  // A pending task event held in order behind its task's dead letter (`waits_behind`): due, but
+  // not sent until that dead letter is retried or discarded, which read as a stuck dispatcher.
+  // The dead letter is named, with its Retry (once per table: `offered` holds those shown) and
+  // its task's page, where it is retried or discarded.
+  function waitsBehind(x, offered, say, after) {
+    const dead = x.waits_behind;
+    const offer = !offered.has(dead) && can("operator");
+    offered.add(dead);
+    return el("span", { class: "waits-behind" }, `waits behind dead letter ${dead}`,
+      " ", offer ? retryButton({ outbox_id: dead }, say, after) : null, " ",
+      el("a", { href: `#/task/${encodeURIComponent(x.task_id)}` }, offer ? "or discard it on its task's page"
+        : can("operator") ? "retry or discard it on its task's page" : "see it on its task's page"));
+  }
+
+  // A task's webhooks are sent in event order: a pending one is held back by an earlier one of
+  // its task still pending too, not only by a dead one (`waits_behind`). While that earlier one
+  // fails (a receiver failing every time, not yet dead), the later ones read due and never
+  // attempted, as if nothing sent them. For the pending webhooks of `rows` (as listed, one task's
+  // in event order): the earlier one of its task that is being retried, by outbox id.
+  function behindRetried(rows) {
+    const first = new Map(), behind = new Map();
+    for (const x of rows) {
+      if (x.kind !== "webhook" || x.status !== "pending" || x.waits_behind) continue;
+      const head = first.get(x.task_id);
+      if (!head) first.set(x.task_id, x);
+      else if ((head.attempts || head.last_error) && (x.event_seq || 0) > (head.event_seq || 0)) behind.set(x.outbox_id, head);
+    }
+    return behind;
+  }
+  function waitsBehindRetried(head) {
+    return el("span", { class: "waits-behind" }, `waits behind delivery ${head.outbox_id}, being retried`);
+  }
 
   // Every delivery of a status (dead by default) and kind, across tasks, oldest first.
   const DELIVERY_STATUSES = ["dead", "pending", "delivered", "discarded"];
@@ -838,11 +870,14 @@
       if (key === shown) return; // a button is not redrawn under the pointer
       shown = key;
       const typed = typedIn(rows); // a discard reason being typed survives a redraw
+      const offered = new Set(), retried = behindRetried(items);
       fill(rows, items.length ? [table(["Delivery", "Task", "What", "Status", "Attempts", "Next attempt", "Last error", ""], items.map((x) => [
         el("code", {}, String(x.outbox_id)),
         el("a", { href: `#/task/${encodeURIComponent(x.task_id)}` }, el("code", {}, x.task_id)),
         deliveryWhat(x), badge(x.status), deliveryAttempts(x),
-        x.status === "pending" ? when(x.next_attempt_at) : x.status === "delivered" ? when(x.delivered_at) : "—",
+        x.waits_behind ? waitsBehind(x, offered, say, load)
+          : retried.has(x.outbox_id) ? waitsBehindRetried(retried.get(x.outbox_id))
+          : x.status === "pending" ? when(x.next_attempt_at) : x.status === "delivered" ? when(x.delivered_at) : "—",
         deliveryError(x),
         deadControls(x, say, load)])),
         status === "dead" && can("operator") ? retryEveryButton(kind, say, load) : null,
@@ -917,18 +952,21 @@
 
   // Every pending action (of one task, with `filter` "&task_id=..."), page after page: the API
   // lists newest first, so one page of 100 hid the oldest, the longest waiting, whenever more
-  // than 100 were pending. The failed answer if a page fails.
-  async function pendingActions(filter) {
+  // than 100 were pending. The failed answer if a page fails. With `held` (a Map the view owns,
+  // as for `watched`) each page's tag is sent, and `unchanged` says that every page was a 304:
+  // an open task's pending actions are polled every 3 s, nearly always unchanged.
+  async function pendingActions(filter, held) {
     const items = [];
-    let cursor = null;
+    let cursor = null, unchanged = Boolean(held);
     do {
       const query = `actions?status=pending_approval&limit=200${filter}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`;
-      const result = await api("GET", query);
+      const result = held ? await watched(held, query) : await api("GET", query);
       if (!result.ok) return result;
+      unchanged = unchanged && Boolean(result.unchanged);
       items.push(...itemsOf(result.data));
       cursor = result.data.next_cursor || null;
     } while (cursor);
-    return { ok: true, items };
+    return { ok: true, items, unchanged };
   }
 
   // The oldest `wanted` pending actions, oldest first, a page of the API at a time.
@@ -980,7 +1018,7 @@
   // ---- task detail -----------------------------------------------------------------------
   function taskDetail(taskId, params) {
     const path = `tasks/${encodeURIComponent(taskId)}`;
-    const s = { alive: true, task: null, plan: null, selected: null, stream: null, timer: null, held: new Map(),
+    const s = { alive: true, task: null, plan: null, selected: null, stream: null, timer: null, held: new Map(), heldActions: new Map(),
       graph: null, streamKind: null, retry: null, nodeDone: null, receiptKey: null, recordsKey: null, deliveryKey: null,
       recoveryKey: null };
     // A reload restores the revision and the node shown (#/task/ID?session=S&revision=N&node=X);
@@ -1418,11 +1456,12 @@
       if (!Object.keys(counts).length) return el("p", { class: "muted" }, "Nothing was sent to the business backend yet.");
       const open = (d && d.undelivered) || [];
       const dead = open.filter((x) => x.status === "dead");
+      const retried = behindRetried(open);
       // Pending with no attempt, and no row of the kind in the store sent: no dispatcher
       // sends that kind (its URL unset, most likely), which is not a stuck dispatcher. The
       // server cannot see the fleet's settings, so the note says what the store shows.
       const neverSent = ((d && d.never_sent) || []).map((kind) => el("p", { class: "muted never-sent" },
-        `No ${kind === "action" ? "approved action" : "task event webhook"} in this store was delivered or dead-lettered (delivered ones are kept ORCH_RETENTION_DAYS): ` +
+        `No ${kind === "action" ? "approved action" : "task event webhook"} in this store was delivered, dead-lettered or tried (delivered ones are kept ORCH_RETENTION_DAYS): ` +
         `they wait until ${kind === "action" ? "ORCH_ACTIONS_URL" : "ORCH_WEBHOOK_URL"} is set where the sweeper or outbox dispatcher runs.`));
       return [facts([["Approved actions", line("action")], ["Task events", line("webhook")]]), neverSent,
         open.length ? table(["Delivery", "What", "Status", "Attempts", "Next attempt", "Last error", ""], open.map((x) => [
@@ -1430,6 +1469,7 @@
           deliveryWhat(x), badge(x.status), x.attempts ? deliveryAttempts(x) : ["none yet, written ", when(x.created_at)],
           // Due, but held in order behind a dead letter: not a stuck dispatcher.
           x.waits_behind ? el("span", { class: "waits-behind" }, `waits behind dead letter ${x.waits_behind}`)
+            : retried.has(x.outbox_id) ? waitsBehindRetried(retried.get(x.outbox_id))
             : x.status === "pending" ? when(x.next_attempt_at) : "—",
           x.last_error || "—",
           deadControls(x, opResult, refresh)])) : null,
@@ -1437,8 +1477,8 @@
     }
 
     async function loadPending() {
-      const result = await pendingActions(`&task_id=${encodeURIComponent(taskId)}`);
-      if (!s.alive || !result.ok) return;
+      const result = await pendingActions(`&task_id=${encodeURIComponent(taskId)}`, s.heldActions);
+      if (!s.alive || !result.ok || result.unchanged) return; // the cards shown still hold
       showActions(pending, result.items, refresh, pendingResult);
     }
 

@@ -328,6 +328,23 @@ class OutboxDispatcher:
                     type(exc).__name__,
                 )
 
+    def _timed_out(self, exc: httpx.TimeoutException) -> str:
+        """What timed out, and the setting that bounds it: each of httpx's timeouts is a
+        different trouble (a read timeout alone is a backend that does not answer in time)."""
+        setting = f"ORCH_OUTBOX_TIMEOUT_SECONDS ({self.settings.outbox_timeout_seconds:g} s)"
+        if isinstance(exc, httpx.ConnectTimeout):
+            return f"timed out connecting (after {self._connect_timeout:g} s)"
+        if isinstance(exc, httpx.WriteTimeout):
+            # The backend (or a proxy before it) stopped reading the request: it never had it
+            # whole, so this is not a slow answer, and raising the timeout rarely helps.
+            return f"timed out sending: the backend took no more of the request within {setting}"
+        if isinstance(exc, httpx.PoolTimeout):
+            # Every connection of the client was busy with other sends: nothing was sent.
+            return f"timed out waiting for a free connection (nothing sent) within {setting}"
+        # Named with its setting: a backend that always answers later than this (it may well
+        # take each request) dead-letters every webhook until the timeout is raised.
+        return f"timed out: no answer within {setting}"
+
     def _send(self, row: OutboxRow) -> _Answer:
         """What the endpoint answered (never a secret in its error)."""
         body = row.body.encode("utf-8")
@@ -353,15 +370,8 @@ class OutboxDispatcher:
             with self.client.stream("POST", url, content=body, headers=headers) as response:
                 status = response.status_code
                 retry_after = response.headers.get("Retry-After")
-        except httpx.ConnectTimeout:
-            return _Answer(f"timed out connecting (after {self._connect_timeout:g} s)")
-        except httpx.TimeoutException:
-            # Named with its setting: a backend that always answers later than this (it may
-            # well take each request) dead-letters every webhook until the timeout is raised.
-            return _Answer(
-                f"timed out: no answer within ORCH_OUTBOX_TIMEOUT_SECONDS "
-                f"({self.settings.outbox_timeout_seconds:g} s)"
-            )
+        except httpx.TimeoutException as exc:
+            return _Answer(self._timed_out(exc))
         except httpx.HTTPError as exc:
             text = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             return _Answer(redact(text, self._secrets)[:300])

@@ -19,9 +19,20 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from sqlalchemy import Connection, Row, and_, delete, exists, func, or_, select, update
+from sqlalchemy import (
+    Connection,
+    Row,
+    and_,
+    delete,
+    exists,
+    func,
+    literal_column,
+    or_,
+    select,
+    update,
+)
 
-from orchestrator.store.tables import outbox
+from orchestrator.store.tables import attempted_pending, outbox
 from orchestrator.store.types import utcnow
 
 __all__ = [
@@ -343,7 +354,7 @@ def delivery_summary(conn: Connection, task_id: str) -> dict[str, Any]:
     """For `tasks show`: counts per kind and status, the dead and undelivered rows (not the
     discarded ones: settled, they are counted), and
     `never_sent`: the kinds this task has pending of which no row of any task in the store
-    is delivered or dead-lettered (delivered ones are kept ORCH_RETENTION_DAYS): nothing
+    is delivered, dead-lettered or tried (delivered ones are kept ORCH_RETENTION_DAYS): nothing
     sends them, most likely their URL is not set where a dispatcher runs (the reader,
     without the fleet's settings, cannot know which)."""
     counts: dict[str, dict[str, int]] = {}
@@ -389,22 +400,25 @@ def _with_waits(rows: Iterable[OutboxRow]) -> list[dict[str, Any]]:
 
 
 def _ever_sent(conn: Connection, kind: str) -> bool:
-    """Whether any row of `kind` in the store is delivered or dead-lettered (discarded ones were
-    dead-lettered first; an index lookup on the status: a store full of never-sent rows is not
-    scanned)."""
-    found = conn.execute(
-        select(outbox.c.outbox_id)
-        .where(outbox.c.status.in_(_SENT_STATUSES), outbox.c.kind == kind)
-        .limit(1)
-    ).first()
-    return found is not None
+    """Whether a dispatcher ever sent a row of `kind` in the store: one is delivered or
+    dead-lettered (discarded ones were dead-lettered first), or one still pending was tried (a
+    receiver failing every time, not yet dead). Two index lookups (the status index, and the
+    partial one of tried pending rows): a store full of never-sent rows is not scanned."""
+    for sent in (outbox.c.status.in_(_SENT_STATUSES), attempted_pending):
+        found = conn.execute(
+            select(outbox.c.outbox_id).where(sent, outbox.c.kind == kind).limit(1)
+        ).first()
+        if found is not None:
+            return True
+    return False
 
 
 def webhooks_were_sent(conn: Connection) -> bool:
     """Whether a dispatcher ever sent this store's webhooks: one of them is delivered, dead or
-    discarded. Then the fleet has an ORCH_WEBHOOK_URL, whatever the settings of the process
-    asking (an operator's laptop); retention keeps the newest of them
-    (`newest_sent_webhook`), so the store goes on knowing it."""
+    discarded, or pending and tried. Then the fleet has an ORCH_WEBHOOK_URL, whatever the
+    settings of the process asking (an operator's laptop); retention keeps the newest sent
+    one (`newest_sent_webhook`), and never deletes a dead or retrying one, so the store goes on
+    knowing it."""
     return _ever_sent(conn, "webhook")
 
 
@@ -446,8 +460,8 @@ def delete_expired_webhooks(
     oldest on, so no gap opens before an event still to be sent.
 
     Unless `told` (an operator said the fleet has no receiver), never attempted ones go only
-    while no webhook of the store was ever sent (`webhooks_were_sent`), checked again by each
-    batch as it deletes: a dispatcher that sent one since the cleanup decided (back after an
+    while no webhook of the store was ever sent or tried (`webhooks_were_sent`), checked again
+    by each batch as it deletes: a dispatcher that sent one since the cleanup decided (back after an
     absence longer than the retention) would deliver them.
     """
     tried = outbox.alias("tried")
@@ -471,10 +485,18 @@ def delete_expired_webhooks(
         ~stuck_behind,
     )
     if not told:
-        sent = outbox.alias("sent")
+        # `webhooks_were_sent` again, as two lookups of an index each (one OR would not be).
+        sent, tried_one = outbox.alias("sent"), outbox.alias("tried_one")
         unsent = and_(
             unsent,
             ~exists().where(sent.c.kind == "webhook", sent.c.status.in_(_SENT_STATUSES)),
+            ~exists().where(
+                tried_one.c.kind == literal_column("'webhook'"),
+                tried_one.c.status == literal_column("'pending'"),
+                or_(
+                    tried_one.c.attempts > literal_column("0"), tried_one.c.last_error.is_not(None)
+                ),
+            ),
         )
     expired = and_(outbox.c.kind == "webhook", or_(delivered, unsent) if never_sent else delivered)
     rows = conn.execute(

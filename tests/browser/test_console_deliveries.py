@@ -147,3 +147,78 @@ def test_every_dead_delivery_is_retried_at_once_from_the_deliveries_view(
         expect(page.locator(f'button[data-retry="{number}"]')).to_have_count(0)
     page.goto(f"{console.url}/console#/deliveries?status=pending&kind=webhook")
     expect(page.locator("#retry-every-dead")).to_have_count(0)  # only over dead ones
+
+
+def test_the_deliveries_view_says_which_dead_letter_a_pending_event_waits_behind(
+    page: Any, console: Console
+) -> None:
+    """A task's later events are due but held in order behind its dead letter: the pending
+    deliveries view read "next attempt <a time past>", which looked like a stuck dispatcher.
+    It names the dead letter, with its Retry (once) and its task's page to discard it."""
+    task_id = console.trigger("approval", "Its later events wait behind a dead letter")
+    console.wait_for(task_id, lambda t: t["status"] == "waiting")
+    first, *rest = dead_letter_deliveries(console, task_id)
+    assert rest
+    held_back(console, rest)
+    page.goto(f"{console.url}/console#/deliveries?status=pending&kind=webhook")
+    rows = page.locator("#delivery-rows tbody tr", has_text=task_id)
+    expect(rows).to_have_count(len(rest))
+    waits = rows.locator(".waits-behind")
+    expect(waits).to_have_count(len(rest))
+    for number in range(len(rest)):
+        expect(waits.nth(number)).to_contain_text(f"waits behind dead letter {first}")
+    expect(rows.locator(f'a[href="#/task/{task_id}"]', has_text="discard")).to_have_count(len(rest))
+    retry = page.locator(f'button[data-retry="{first}"]')
+    expect(retry).to_have_count(1)  # one Retry for the dead letter, not one per event behind it
+    shot(page, "deliveries-waits-behind")
+    retry.click()
+    expect(page.locator("#delivery-result")).to_have_text(f"Delivery {first} is due again.")
+    # No longer behind a dead letter: behind the retried one, sent first (it is pending again).
+    expect(waits).to_have_text([f"waits behind delivery {first}, being retried"] * len(rest))
+    expect(rows).to_have_count(len(rest) + 1)  # the dead letter itself is pending again
+    listed = console.http.get("/api/v1/outbox", params={"task_id": task_id}).json()["items"]
+    assert {row["outbox_id"]: row["status"] for row in listed}[first] == "pending"
+
+
+def test_a_pending_event_behind_an_earlier_one_being_retried_says_so(
+    page: Any, console: Console
+) -> None:
+    """A receiver failing every time, not yet dead: the task's first event is pending and
+    retried, and its later events are held back in order behind it. They read "next attempt
+    <a time past>" and never attempted (as if nothing sent them), in the deliveries view and
+    on the task's page; both now name the delivery they wait behind."""
+    task_id = console.trigger("approval", "Its receiver fails every time")
+    console.wait_for(task_id, lambda t: t["status"] == "waiting")
+    first, *rest = dead_letter_deliveries(console, task_id)
+    assert rest
+    held_back(console, rest)
+    failing(console, first)
+    page.goto(f"{console.url}/console#/deliveries?status=pending&kind=webhook")
+    rows = page.locator("#delivery-rows tbody tr", has_text=task_id)
+    expect(rows).to_have_count(len(rest) + 1)
+    waits = rows.locator(".waits-behind")
+    expect(waits).to_have_count(len(rest))  # not the first: it is the one being retried
+    expect(waits.first).to_have_text(f"waits behind delivery {first}, being retried")
+    open_task(page, console, task_id)
+    behind = page.locator("#deliveries .waits-behind")
+    expect(behind).to_have_count(len(rest))
+    expect(behind.first).to_have_text(f"waits behind delivery {first}, being retried")
+
+
+def failing(console: Console, outbox_id: int) -> None:
+    """The delivery as a dispatcher leaves it after two failed attempts: pending, retried."""
+    from sqlalchemy import update
+
+    from orchestrator.store import Database
+    from orchestrator.store.tables import outbox
+
+    db = Database.from_url(console.env["ORCH_DATABASE_URL"])
+    try:
+        with db.transaction() as conn:
+            conn.execute(
+                update(outbox)
+                .where(outbox.c.outbox_id == outbox_id)
+                .values(status="pending", attempts=2, throttled=0, last_error="HTTP 503")
+            )
+    finally:
+        db.dispose()

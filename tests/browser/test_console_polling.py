@@ -57,3 +57,28 @@ def test_an_unchanged_page_of_the_task_list_is_not_sent_again(page: Any, console
         pass  # the next poll, 6 s on
     expect(link).to_have_text("Listed while unchanged")  # the rows shown stay
     expect(page.locator("#list-error")).to_have_count(0)
+
+
+def test_an_open_task_s_unchanged_pending_actions_are_not_sent_again(
+    page: Any, console: Console
+) -> None:
+    """The pending actions of an open task are polled every 3 s with the tag of the list held:
+    `304` while nothing is decided; a decision made elsewhere is drawn at once."""
+    task_id = console.trigger("approval", "Waits for its approval")
+    console.wait_for(task_id, lambda t: t["status"] == "waiting")
+    listed = f"{console.url}/api/v1/actions?status=pending_approval&limit=200&task_id={task_id}"
+    first = console.http.get(listed)
+    tag, (action,) = first.headers["ETag"], first.json()["items"]
+    open_task(page, console, task_id)
+    card = page.locator(f'#pending-actions > article[data-action="{action["action_id"]}"]')
+    expect(card).to_have_count(1)
+    with page.expect_response(lambda r: r.url == listed and r.status == 304, timeout=8_000) as got:
+        pass  # the next poll
+    assert got.value.request.headers["if-none-match"] == tag
+    expect(card).to_have_count(1)  # the card shown stays
+    decided = console.http.post(
+        f"/api/v1/actions/{action['action_id']}/reject", json={"by": "ana", "note": "not now"}
+    )
+    assert decided.status_code == 200, decided.text
+    expect(card).to_have_count(0)
+    expect(page.locator("#pending-actions")).to_contain_text("Nothing waits for approval.")

@@ -349,9 +349,9 @@ def test_events_no_dispatcher_ever_sent_say_so_not_attempts_0(page: Any, console
     open_task(page, console, task_id)
     card = page.locator("#deliveries")
     expect(card.locator(".never-sent")).to_have_text(
-        "No task event webhook in this store was delivered or dead-lettered (delivered ones are "
-        "kept ORCH_RETENTION_DAYS): they wait until ORCH_WEBHOOK_URL is set where the sweeper "
-        "or outbox dispatcher runs."
+        "No task event webhook in this store was delivered, dead-lettered or tried (delivered "
+        "ones are kept ORCH_RETENTION_DAYS): they wait until ORCH_WEBHOOK_URL is set where the "
+        "sweeper or outbox dispatcher runs."
     )
     expect(card.locator("tbody tr").first).to_contain_text("none yet, written")
 

@@ -681,12 +681,23 @@ def test_tasks_show_says_when_no_delivery_of_a_kind_was_ever_sent_not_attempts_0
         assert view["deliveries"]["never_sent"] == ["webhook"]
         shown = render_explain(view)
         assert (
-            "no task event webhook in this store was delivered or dead-lettered (delivered ones "
-            "are kept ORCH_RETENTION_DAYS): they wait until ORCH_WEBHOOK_URL is set where the "
+            "no task event webhook in this store was delivered, dead-lettered or tried (delivered "
+            "ones are kept ORCH_RETENTION_DAYS): they wait until ORCH_WEBHOOK_URL is set where the "
             "sweeper or `outbox dispatch` runs"
         ) in shown, shown
         assert "attempts 0" not in shown, shown
         assert "never attempted, written 20" in shown, shown
+        # One tried and still pending (a receiver failing every time) is a dispatcher that
+        # sends them too: the note, which sent an operator to set a URL already set, goes.
+        with rt.db.transaction() as conn:
+            conn.execute(
+                update(outbox)
+                .where(outbox.c.outbox_id == view["deliveries"]["undelivered"][-1]["outbox_id"])
+                .values(attempts=2, last_error="HTTP 503")
+            )
+        tried = rt.tasks.explain(task_id)
+        assert tried["deliveries"]["never_sent"] == []
+        assert "no task event webhook in this store" not in render_explain(tried)
         # Once one webhook of any task was delivered, a dispatcher sends them: no such note.
         with rt.db.transaction() as conn:
             conn.execute(

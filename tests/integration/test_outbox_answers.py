@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -17,13 +19,16 @@ from email.utils import format_datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import update
 
 from orchestrator.api.app import create_app
 from orchestrator.runtime import Runtime
 from orchestrator.services.outbox import OutboxDispatcher, OutboxService
 from orchestrator.store.outbox import OutboxRow
+from orchestrator.store.tables import outbox
 from orchestrator.store.types import utcnow
 from tests.outbox_support import Recorder, outbox_runtime, running_recorder, waiting_task
 
@@ -300,3 +305,75 @@ def test_a_timeout_says_how_long_it_waited_and_which_setting_that_is(
     row = action_row(rt, task_id)
     assert report.failed == [row.outbox_id]
     assert row.last_error == "timed out: no answer within ORCH_OUTBOX_TIMEOUT_SECONDS (0.3 s)"
+
+
+def test_a_backend_that_stops_reading_the_request_is_said_to_have_stopped_not_to_be_slow(
+    rt: Runtime, tmp_path: Path
+) -> None:
+    """A write timeout (the backend, or a proxy before it, took no more of the request) read
+    "no answer within ORCH_OUTBOX_TIMEOUT_SECONDS", as if the backend were slow to answer a
+    request it never had whole. A real listener that accepts and never reads, a body larger
+    than the loopback's buffers."""
+    task_id, _ = approved_action(rt, tmp_path)
+    with rt.db.transaction() as conn:  # larger than what the socket buffers hold (4 MB each)
+        conn.execute(
+            update(outbox)
+            .where(outbox.c.task_id == task_id, outbox.c.kind == "action")
+            .values(body='{"pad": "' + "x" * (24 << 20) + '"}')
+        )
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    accepted: list[socket.socket] = []
+    taker = threading.Thread(target=lambda: accepted.append(listener.accept()[0]), daemon=True)
+    taker.start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/actions"
+    settings = rt.settings.model_copy(
+        update={"webhook_url": None, "actions_url": url, "outbox_timeout_seconds": 0.3}
+    )
+    dispatcher = OutboxDispatcher(settings, rt.db)
+    try:
+        report = dispatcher.run_once()
+    finally:
+        dispatcher.close()
+        taker.join(5)
+        for conn_ in accepted:
+            conn_.close()
+        listener.close()
+    row = action_row(rt, task_id)
+    assert report.failed == [row.outbox_id]
+    assert row.last_error == (
+        "timed out sending: the backend took no more of the request within "
+        "ORCH_OUTBOX_TIMEOUT_SECONDS (0.3 s)"
+    )
+
+
+def test_a_send_that_found_no_free_connection_says_nothing_was_sent(
+    rt: Runtime, tmp_path: Path, backend: Recorder
+) -> None:
+    """A pool timeout (every connection of the client busy with another send) is not the
+    backend's slowness: nothing was sent. The dispatcher's client shared, its one connection
+    held by a request the backend has not answered."""
+    task_id, _ = approved_action(rt, tmp_path)
+    backend.delay_seconds, backend.slow_path = 5.0, "/held"
+    client = httpx.Client(
+        timeout=httpx.Timeout(0.3, read=5.0), limits=httpx.Limits(max_connections=1)
+    )
+    settings = rt.settings.model_copy(update={"webhook_url": None, "outbox_timeout_seconds": 0.3})
+    holder = threading.Thread(target=client.post, args=(f"{backend.url}/held",), daemon=True)
+    holder.start()
+    assert backend.arrived.wait(5)
+    dispatcher = OutboxDispatcher(settings, rt.db, client=client)
+    try:
+        report = dispatcher.run_once()
+    finally:
+        backend.release.set()
+        holder.join(5)
+        client.close()
+    row = action_row(rt, task_id)
+    assert report.failed == [row.outbox_id]
+    assert row.last_error == (
+        "timed out waiting for a free connection (nothing sent) within "
+        "ORCH_OUTBOX_TIMEOUT_SECONDS (0.3 s)"
+    )

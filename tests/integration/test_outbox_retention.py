@@ -69,17 +69,14 @@ def _retried(rt: Runtime, task_id: str) -> None:
 def test_never_sent_webhooks_expire_in_batches_where_nothing_ever_sent_one(
     store_url: str, tmp_path: Path
 ) -> None:
-    """A fleet without a webhook receiver: no webhook of the store was ever delivered, dead or
-    discarded, and the never attempted ones go after the retention; retrying rows, a retried
-    dead letter, approved actions and the recent stay."""
+    """A fleet without a webhook receiver: no webhook of the store was ever delivered, dead,
+    discarded or tried, and the never attempted ones go after the retention; approved actions
+    and the recent stay."""
     rt, _ = runtime_for(store_url, tmp_path / "scripts", retention_days=30)  # no webhook URL
     try:
         done = _task_with_webhooks(
             rt, ("pending", 0, OLD), ("pending", 0, OLD), ("pending", 0, timedelta(days=1))
         )
-        retrying = _task_with_webhooks(rt, ("pending", 2, OLD), ("pending", 0, OLD))
-        retried = _task_with_webhooks(rt, ("pending", 0, OLD))
-        _retried(rt, retried)
         with rt.db.transaction() as conn:
             conn.execute(
                 insert(outbox).values(
@@ -99,8 +96,6 @@ def test_never_sent_webhooks_expire_in_batches_where_nothing_ever_sent_one(
 
         assert (report.webhooks_delivered_deleted, report.webhooks_never_sent_deleted) == (0, 2)
         assert _left(rt, done) == [("pending", 0)]  # the one from yesterday
-        assert _left(rt, retrying) == [("pending", 2), ("pending", 0)]  # it follows the first
-        assert _left(rt, retried) == [("pending", 0)]  # due again, not unsent
         with rt.db.transaction(readonly=True) as conn:
             assert conn.execute(select(outbox.c.status).where(outbox.c.kind == "action")).all()
         line = describe(report)
@@ -111,6 +106,38 @@ def test_never_sent_webhooks_expire_in_batches_where_nothing_ever_sent_one(
             "never_sent_in_scope": True,
             "never_sent_kept": None,
         }
+    finally:
+        rt.close()
+
+
+@pytest.mark.parametrize("tried", ["being retried", "a retried dead letter"])
+def test_a_webhook_being_retried_says_the_fleet_sends_them_and_keeps_the_never_attempted(
+    store_url: str, tmp_path: Path, tried: str
+) -> None:
+    """A receiver that fails every time (its webhook pending, tried, not yet dead), or a dead
+    letter an operator retried, is as much the store's proof that the fleet sends webhooks as
+    a delivered one: before, it was ignored, and a cleanup without the fleet's URL deleted the
+    never attempted events of other tasks, which the fleet's dispatcher would still send."""
+    rt, _ = runtime_for(store_url, tmp_path / "scripts", retention_days=30)  # no webhook URL
+    try:
+        waiting = _task_with_webhooks(rt, ("pending", 0, OLD), ("pending", 0, OLD))
+        if tried == "being retried":
+            retrying = _task_with_webhooks(rt, ("pending", 2, OLD), ("pending", 0, OLD))
+        else:
+            retrying = _task_with_webhooks(rt, ("pending", 0, OLD), ("pending", 0, OLD))
+            _retried(rt, retrying)
+        report = run_cleanup(rt.db, rt.settings, batch_size=1)
+
+        assert report.webhooks_never_sent_deleted == 0
+        assert not report.never_sent_in_scope
+        assert "webhooks were sent from this store" in describe(report)
+        assert _left(rt, waiting) == [("pending", 0), ("pending", 0)]
+        assert len(_left(rt, retrying)) == 2  # it follows the first
+        # Told that the fleet has no receiver any more, the cleanup deletes the never attempted
+        # ones (a retrying row and what follows it stay, as before).
+        told = run_cleanup(rt.db, rt.settings, batch_size=1, unsent_webhooks=True)
+        assert told.webhooks_never_sent_deleted == 2
+        assert _left(rt, waiting) == []
     finally:
         rt.close()
 

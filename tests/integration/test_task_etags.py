@@ -245,3 +245,61 @@ def test_a_page_of_the_task_list_is_304_while_unchanged_and_sent_again_after_a_c
     rt.tasks.trigger(Trigger(task_type="leak", title="Low pressure"))
     page.changed_by("a new task")
     assert [t["title"] for t in page.body["items"]] == ["Low pressure", "Turbid water"]
+
+
+def test_a_task_s_pending_actions_are_304_while_unchanged_and_sent_again_after_each_decision(
+    env: tuple[Runtime, TestClient], scripts: Path
+) -> None:
+    """The console polls an open task's pending actions every 3 s. A decision (approve,
+    reject), a new action and a delivery's attempt each change the tag of the lists that show
+    them: pending ones, and every status with each approved action's delivery."""
+    write_script(
+        scripts,
+        "wo",
+        [
+            READ_AND_QUERY,
+            {"tool_calls": [plan_call("c1", "r1", [node("repair", "waiting")])]},
+            {"tool_calls": [PROPOSE]},
+            {"tool_calls": [report_call("c3", "waiting")]},
+        ],
+    )
+    rt, client = env
+    task_id = rt.tasks.trigger(Trigger(task_type="wo", title="Low pressure")).task.task_id
+    assert rt.executions.run(task_id, 1, worker="w").outcome == "waiting"
+    pending = Held(client, f"/api/v1/actions?status=pending_approval&limit=200&task_id={task_id}")
+    every = Held(client, f"/api/v1/actions?any=true&task_id={task_id}")
+    assert len(pending.body["items"]) == 1
+    assert (pending.poll(), every.poll()) == (304, 304)
+    assert (pending.poll(), every.poll()) == (304, 304)
+
+    approve_the_action(rt, task_id)
+    pending.changed_by("an approval")
+    every.changed_by("an approval")
+    assert pending.body["items"] == []
+    assert every.body["items"][0]["delivery"]["status"] == "pending"
+    with rt.db.transaction() as conn:
+        conn.execute(
+            update(outbox)
+            .where(outbox.c.task_id == task_id, outbox.c.kind == "action")
+            .values(attempts=1, last_error="HTTP 503")
+        )
+    every.changed_by("a delivery attempt")
+    with rt.db.transaction() as conn:
+        conn.execute(
+            update(outbox)
+            .where(outbox.c.task_id == task_id, outbox.c.kind == "action")
+            .values(status="delivered", delivered_at=utcnow(), last_error=None)
+        )
+    every.changed_by("a delivery")
+    assert every.body["items"][0]["delivery"]["status"] == "delivered"
+
+    # Another task proposes a work order: the list of every pending one shows it; rejected.
+    every_pending = Held(client, "/api/v1/actions?status=pending_approval&limit=200")
+    assert every_pending.body["items"] == []
+    other = rt.tasks.trigger(Trigger(task_type="wo", title="Low pressure")).task.task_id
+    assert rt.executions.run(other, 1, worker="w").outcome == "waiting"
+    every_pending.changed_by("a new action")
+    (action,) = every_pending.body["items"]
+    rt.actions.decide(action["action_id"], approve=False, by="ana", note="not now", digest=None)
+    every_pending.changed_by("a rejection")
+    assert every_pending.body["items"] == []

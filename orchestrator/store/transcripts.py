@@ -281,13 +281,7 @@ def entries_of(
     if generation is not None:
         query = query.where(t.generation == generation)
     if after is not None:
-        seen_generation, seen_seq = after
-        query = query.where(
-            or_(
-                t.generation > seen_generation,
-                and_(t.generation == seen_generation, t.seq > seen_seq),
-            )
-        )
+        query = query.where(_past(after))
     query = query.order_by(t.generation, t.seq)
     if limit is not None:
         query = query.limit(limit)
@@ -347,15 +341,19 @@ def entry_keys(
     if generation is not None:
         query = query.where(t.generation == generation)
     if after is not None:
-        seen_generation, seen_seq = after
-        query = query.where(
-            or_(
-                t.generation > seen_generation,
-                and_(t.generation == seen_generation, t.seq > seen_seq),
-            )
-        )
+        query = query.where(_past(after))
     query = query.order_by(t.generation, t.seq).limit(limit)
     return [(row.generation, row.seq) for row in conn.execute(query)]
+
+
+def _past(after: tuple[int, int]) -> Any:
+    """Entries past the (generation, seq) `after`, in the order the transcript is read."""
+    t = transcript_entries.c
+    seen_generation, seen_seq = after
+    return or_(
+        t.generation > seen_generation,
+        and_(t.generation == seen_generation, t.seq > seen_seq),
+    )
 
 
 def entry_count(conn: Connection, task_id: str, generation: int | None = None) -> int:

@@ -84,6 +84,12 @@ def _gauges(rt: Runtime) -> dict[str, float]:
     }
 
 
+def _cli_on(monkeypatch: pytest.MonkeyPatch, store_url: str, tmp_path: Path) -> None:
+    """The CLI, run in process by a test, on this store (its home in the test's folder)."""
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+
+
 def _refused_event(rt: Runtime, tmp_path: Path, backend: Recorder, sender: OutboxDispatcher) -> int:
     """A waiting task whose first webhook the backend refused for good (422): its outbox id."""
     task_id, _ = waiting_task(rt, tmp_path)
@@ -161,8 +167,7 @@ def test_an_event_held_behind_a_dead_letter_says_so_where_the_task_is_shown(
     held = [x for x in view["deliveries"]["undelivered"] if x["status"] == "pending"]
     assert [x["waits_behind"] for x in held] == [dead_id]
     assert [x.get("waits_behind") for x in view["deliveries"]["undelivered"][:1]] == [None]
-    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
-    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    _cli_on(monkeypatch, store_url, tmp_path)
     assert main(["tasks", "show", dead.task_id]) == 0
     out = capsys.readouterr().out
     assert f"waits behind dead letter outbox {dead_id} (outbox retry or discard it)" in out
@@ -197,8 +202,7 @@ def test_the_outbox_list_names_the_dead_letter_a_pending_event_waits_behind(
     assert held
     assert set(held.values()) == {dead_id}
     assert {i["waits_behind"] for i in listed if i["task_id"] == free_task} == {None}
-    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
-    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    _cli_on(monkeypatch, store_url, tmp_path)
     assert main(["outbox", "list", "--status", "pending", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert {r["outbox_id"]: r["waits_behind"] for r in rows if r["outbox_id"] in held} == held
@@ -235,8 +239,7 @@ def test_a_dead_letter_has_no_next_attempt_where_it_is_listed(
         ("dead", True),
         ("pending", False),
     }
-    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
-    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    _cli_on(monkeypatch, store_url, tmp_path)
     assert main(["outbox", "list", "--status", "dead", "--json"]) == 0
     [row] = json.loads(capsys.readouterr().out)
     assert (row["outbox_id"], row["next_attempt_at"]) == (dead_id, None)
@@ -315,8 +318,7 @@ def test_the_cli_discards_with_who_and_why_and_refuses_in_one_line(
     from orchestrator.cli import main
 
     dead_id = _refused_event(rt, tmp_path, backend, dispatcher)
-    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
-    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    _cli_on(monkeypatch, store_url, tmp_path)
     with pytest.raises(SystemExit) as usage:  # the reason is required
         main(["outbox", "discard", str(dead_id)])
     assert usage.value.code == 2
@@ -349,8 +351,7 @@ def test_an_actions_record_says_where_its_delivery_stands(
     has the work order without reading the outbox."""
     from orchestrator.cli import main
 
-    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
-    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    _cli_on(monkeypatch, store_url, tmp_path)
     task_id, action_id = waiting_task(rt, tmp_path)
     shown = client.get(f"/api/v1/actions/{action_id}", headers=bearer("viewer-token"))
     assert (shown.status_code, shown.json()["delivery"]) == (200, None)
@@ -428,8 +429,7 @@ def test_the_action_list_shows_each_approved_actions_delivery_in_one_query(
     assert listed[delivered]["status"] == "delivered"
     assert listed[undecided] is None
     assert len([x for x in sent if "FROM outbox" in x]) == 1
-    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
-    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    _cli_on(monkeypatch, store_url, tmp_path)
     assert main(["actions", "list", "--all", "--json"]) == 0
     rows = {r["action_id"]: r["delivery"] for r in json.loads(capsys.readouterr().out)}
     assert {k: v and v["status"] for k, v in rows.items()} == {
@@ -471,8 +471,7 @@ def test_every_dead_letter_is_retried_in_one_command_once_the_backend_is_mended(
     try:
         sender.run_once()
         assert len(OutboxService(rt.db).list(status="dead")) == 3  # one per task, at once
-        monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
-        monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+        _cli_on(monkeypatch, store_url, tmp_path)
         for wrong in (["outbox", "retry"], ["outbox", "retry", "1", "--all-dead"]):
             assert main(wrong) == 2
             assert "give one OUTBOX_ID, or --all-dead" in capsys.readouterr().err
@@ -547,8 +546,7 @@ def test_a_dispatch_from_where_no_url_is_set_says_what_it_does_not_send(
     task_id, action_id = waiting_task(rt, tmp_path)
     digest = rt.actions.get(action_id).digest
     rt.actions.decide(action_id, approve=True, by="duty engineer", note=None, digest=digest)
-    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
-    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    _cli_on(monkeypatch, store_url, tmp_path)
     assert main(["outbox", "dispatch", "--once"]) == 2
     assert "neither ORCH_ACTIONS_URL nor ORCH_WEBHOOK_URL is set here" in capsys.readouterr().err
     monkeypatch.setenv("ORCH_WEBHOOK_URL", f"{backend.url}/hooks")
@@ -575,8 +573,7 @@ def test_a_list_for_a_task_that_does_not_exist_says_so(
     from orchestrator.cli import main
 
     task_id, _ = waiting_task(rt, tmp_path)
-    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
-    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    _cli_on(monkeypatch, store_url, tmp_path)
     for command in (["outbox", "list"], ["actions", "list"], ["outbox", "retry", "--all-dead"]):
         assert main([*command, "--task", task_id[:8]]) == 1
         assert capsys.readouterr().err.strip().endswith(f"task {task_id[:8]} does not exist")

@@ -30,10 +30,18 @@ NO_USAGE = (0, 5)
 
 
 def _run(
-    store_url: str, scripts: Path, server: OpenAIServer, window: int, **overrides: Any
+    store_url: str,
+    scripts: Path,
+    server: OpenAIServer,
+    window: int,
+    *,
+    query: dict[str, Any] | None = None,
+    sample: Any = None,
+    **overrides: Any,
 ) -> dict[str, Any]:
-    """One round that queries a day of turbidity readings: what the model was shown of it, the
-    host's evidence record, and the task's last error."""
+    """One round that queries a data source (a day of turbidity readings unless `query` says
+    otherwise, of a task with `sample` as its sample input): what the model was shown of it,
+    the host's evidence record, and the task's last error."""
     settings: dict[str, Any] = {"llm_max_output_tokens": 512, **overrides}
     rt, _ = runtime_for(
         store_url,
@@ -46,9 +54,10 @@ def _run(
     )
     try:
         day = {"source": "scada_sim", "parameters": {"point": "DM-RN-01", "measure": "turbidity"}}
-        server.reply(tool_calls=[call("q1", "query_data_source", day)], usage=NO_USAGE)
-        server.reply(content="looked at the readings", usage=NO_USAGE)
-        task_id = rt.tasks.trigger(Trigger(task_type="looks", title="turbid water")).task.task_id
+        server.reply(tool_calls=[call("q1", "query_data_source", query or day)], usage=NO_USAGE)
+        server.reply(content="looked at it", usage=NO_USAGE)
+        trigger = Trigger(task_type="looks", title="turbid water", sample_input=sample)
+        task_id = rt.tasks.trigger(trigger).task.task_id
         rt.executions.run(task_id, 1, worker="w1")
         error = rt.tasks.get(task_id).last_error
         records = TaskRecords(rt.db).evidence(task_id)["items"]
@@ -125,29 +134,7 @@ def test_with_the_business_api_trimmed_the_rows_leave_room_for_its_tools(
 
 def _run_sample(store_url: str, scripts: Path, server: OpenAIServer, sample: Any) -> dict[str, Any]:
     """One round in an 8,192-token window that queries the task's sample input."""
-    rt, _ = runtime_for(
-        store_url,
-        scripts,
-        model="openai:test-model",
-        llm_base_url=server.base_url,
-        llm_api_key=KEY,
-        llm_context_window=8192,
-        llm_max_output_tokens=512,
-    )
-    try:
-        query = {"source": "sample_input"}
-        server.reply(tool_calls=[call("q1", "query_data_source", query)], usage=NO_USAGE)
-        server.reply(content="looked at the sample", usage=NO_USAGE)
-        trigger = Trigger(task_type="looks", title="turbid water", sample_input=sample)
-        task_id = rt.tasks.trigger(trigger).task.task_id
-        rt.executions.run(task_id, 1, worker="w1")
-        error = rt.tasks.get(task_id).last_error
-        records = TaskRecords(rt.db).evidence(task_id)["items"]
-        bodies = server.bodies
-        shown = json.loads(bodies[1]["messages"][-1]["content"])["result"] if bodies[1:] else None
-        return {"error": error, "records": records, "shown": shown}
-    finally:
-        rt.close()
+    return _run(store_url, scripts, server, 8192, query={"source": "sample_input"}, sample=sample)
 
 
 #: A sample input of 2,000 readings (about 60,000 tokens): what a backend may well send.

@@ -21,7 +21,7 @@ from orchestrator.api.contract import (
     paged,
 )
 from orchestrator.api.enums import ActionStatus
-from orchestrator.api.etags import IF_NONE_MATCH, NOT_MODIFIED, entity_tag, not_modified, shape_of
+from orchestrator.api.etags import IF_NONE_MATCH, NOT_MODIFIED, shape_of, tagged
 from orchestrator.api.explain_views import PAYLOAD_DESCRIPTION, payload_as_sent
 from orchestrator.api.human_steps import decider, says_who
 from orchestrator.api.outbox import Delivery
@@ -150,11 +150,9 @@ def list_actions(
     )
     # The records the page is built from, as read (each action with its delivery row: a
     # decision, or a delivery attempt, changes the tag): the tag cannot name another page.
-    tag = entity_tag(_LIST_SHAPE, (next_cursor, items))
-    unchanged = not_modified(if_none_match, tag)
+    unchanged = tagged(response, if_none_match, _LIST_SHAPE, (next_cursor, items))
     if unchanged is not None:
         return unchanged
-    response.headers["ETag"] = tag
     return {
         "items": [{**action.to_dict(), "delivery": delivery} for action, delivery in items],
         "next_cursor": next_cursor,

@@ -21,7 +21,7 @@ from typing import Any
 from fastapi import Header, Response
 from pydantic import BaseModel
 
-__all__ = ["IF_NONE_MATCH", "NOT_MODIFIED", "entity_tag", "not_modified", "shape_of"]
+__all__ = ["IF_NONE_MATCH", "NOT_MODIFIED", "entity_tag", "not_modified", "shape_of", "tagged"]
 
 #: The request header, as a route declares it (so that the OpenAPI document lists it).
 IF_NONE_MATCH: Any = Header(
@@ -60,3 +60,15 @@ def not_modified(if_none_match: str | None, tag: str) -> Response | None:
     if tag in sent or "*" in sent:
         return Response(status_code=304, headers={"ETag": tag})
     return None
+
+
+def tagged(
+    response: Response, if_none_match: str | None, shape: str, version: object
+) -> Response | None:
+    """The `304` when the client holds the answer of `shape` built from `version`; else None,
+    with the answer's `ETag` set on `response` for the route to send it with its body."""
+    tag = entity_tag(shape, version)
+    unchanged = not_modified(if_none_match, tag)
+    if unchanged is None:
+        response.headers["ETag"] = tag
+    return unchanged

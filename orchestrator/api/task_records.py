@@ -12,7 +12,7 @@ from fastapi import APIRouter, Depends, Query, Response
 
 from orchestrator.api.contract import Page, error_responses
 from orchestrator.api.deps import get_db
-from orchestrator.api.etags import IF_NONE_MATCH, NOT_MODIFIED, entity_tag, not_modified, shape_of
+from orchestrator.api.etags import IF_NONE_MATCH, NOT_MODIFIED, shape_of, tagged
 from orchestrator.api.models import EvidenceView
 from orchestrator.api.plan_views import TaskPlanView
 from orchestrator.services.task_records import EVIDENCE_PAGE, EVIDENCE_PAGE_MAX, TaskRecords
@@ -67,9 +67,7 @@ def task_evidence(
     records = TaskRecords(db)
     version = records.evidence_version(task_id, limit=limit, cursor=cursor, ids=ids)
     if version is not None:
-        tag = entity_tag(_EVIDENCE_SHAPE, version)
-        unchanged = not_modified(if_none_match, tag)
+        unchanged = tagged(response, if_none_match, _EVIDENCE_SHAPE, version)
         if unchanged is not None:
             return unchanged
-        response.headers["ETag"] = tag
     return records.evidence(task_id, limit=limit, cursor=cursor, ids=ids)

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from orchestrator.api.auth import current_operator
 from orchestrator.api.contract import FilledText, Page, error_responses
 from orchestrator.api.enums import TaskStatus
-from orchestrator.api.etags import IF_NONE_MATCH, NOT_MODIFIED, entity_tag, not_modified, shape_of
+from orchestrator.api.etags import IF_NONE_MATCH, NOT_MODIFIED, shape_of, tagged
 from orchestrator.api.models import ExplainView, TaskView, TranscriptPage, TriggerView
 from orchestrator.domain.task_filter import TASK_TYPE_MAX, TASK_TYPE_PATTERN, task_filter
 from orchestrator.leases import make_lease_backend
@@ -122,11 +122,11 @@ def list_tasks(
     items, next_cursor = service.page_tasks(where=where, limit=limit, cursor=cursor)
     waits = service.handed_back(items)
     # The records the page is built from, as read: the tag cannot name another page.
-    tag = entity_tag(_LIST_SHAPE, (next_cursor, items, sorted(waits.items())))
-    unchanged = not_modified(if_none_match, tag)
+    unchanged = tagged(
+        response, if_none_match, _LIST_SHAPE, (next_cursor, items, sorted(waits.items()))
+    )
     if unchanged is not None:
         return unchanged
-    response.headers["ETag"] = tag
     return {"items": service.views(items, waits), "next_cursor": next_cursor}
 
 
@@ -152,11 +152,9 @@ def show_task(
     task is unchanged (read in one statement; the view is built only when it changed)."""
     version = service.view_version(task_id)
     if version is not None:
-        tag = entity_tag(_EXPLAIN_SHAPE, version)
-        unchanged = not_modified(if_none_match, tag)
+        unchanged = tagged(response, if_none_match, _EXPLAIN_SHAPE, version)
         if unchanged is not None:
             return unchanged
-        response.headers["ETag"] = tag
     return service.explain(task_id)  # no such task: its 404
 
 
@@ -182,11 +180,9 @@ def task_transcript(
     while it is unchanged."""
     version = service.transcript_version(task_id, generation, limit=limit, cursor=cursor)
     if version is not None:
-        tag = entity_tag(_TRANSCRIPT_SHAPE, version)
-        unchanged = not_modified(if_none_match, tag)
+        unchanged = tagged(response, if_none_match, _TRANSCRIPT_SHAPE, version)
         if unchanged is not None:
             return unchanged
-        response.headers["ETag"] = tag
     return service.transcript(task_id, generation, limit=limit, cursor=cursor)
 
 

@@ -55,6 +55,7 @@ def test_a_dead_letter_dealt_with_by_hand_is_discarded_with_who_and_why(
         f"waits behind dead letter {first}"
     )
     page.goto(f"{console.url}/console#/deliveries?status=dead")
+    expect(page.locator("#delivery-filters")).to_be_visible()  # the view, not the last one
     form = page.locator(f'form[data-discard="{first}"]')
     form.locator(f"#discard-by-{first}").fill("duty engineer")
     form.locator(f"#discard-reason-{first}").fill("   ")  # a blank reason is not sent
@@ -139,6 +140,7 @@ def test_every_dead_delivery_is_retried_at_once_from_the_deliveries_view(
     console.wait_for(task_id, lambda t: t["status"] == "completed")
     dead = dead_letter_deliveries(console, task_id)
     page.goto(f"{console.url}/console#/deliveries?status=dead&kind=webhook")
+    expect(page.locator("#delivery-filters")).to_be_visible()  # the view, not the last one
     expect(page.locator(f'button[data-retry="{dead[0]}"]')).to_have_count(1)
     page.click("#retry-every-dead")
     said = page.locator("#delivery-result")
@@ -146,6 +148,7 @@ def test_every_dead_delivery_is_retried_at_once_from_the_deliveries_view(
     for number in dead:
         expect(page.locator(f'button[data-retry="{number}"]')).to_have_count(0)
     page.goto(f"{console.url}/console#/deliveries?status=pending&kind=webhook")
+    expect(page.locator("#delivery-filters")).to_be_visible()  # the view, not the last one
     expect(page.locator("#retry-every-dead")).to_have_count(0)  # only over dead ones
 
 
@@ -161,6 +164,7 @@ def test_the_deliveries_view_says_which_dead_letter_a_pending_event_waits_behind
     assert rest
     held_back(console, rest)
     page.goto(f"{console.url}/console#/deliveries?status=pending&kind=webhook")
+    expect(page.locator("#delivery-filters")).to_be_visible()  # the view, not the last one
     rows = page.locator("#delivery-rows tbody tr", has_text=task_id)
     expect(rows).to_have_count(len(rest))
     waits = rows.locator(".waits-behind")
@@ -194,6 +198,7 @@ def test_a_pending_event_behind_an_earlier_one_being_retried_says_so(
     held_back(console, rest)
     failing(console, first)
     page.goto(f"{console.url}/console#/deliveries?status=pending&kind=webhook")
+    expect(page.locator("#delivery-filters")).to_be_visible()  # the view, not the last one
     rows = page.locator("#delivery-rows tbody tr", has_text=task_id)
     expect(rows).to_have_count(len(rest) + 1)
     waits = rows.locator(".waits-behind")

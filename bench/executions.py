@@ -166,9 +166,9 @@ class Bench:
         dispatcher = self.rt.dispatcher
         original = dispatcher.dispatch
 
-        def dispatch(task_id: str, generation: int) -> None:
+        def dispatch(task_id: str, generation: int, *, again: bool = False) -> None:
             published.append(time.time())
-            original(task_id, generation)
+            original(task_id, generation, again=again)
 
         dispatcher.dispatch = dispatch
         try:

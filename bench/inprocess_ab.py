@@ -23,7 +23,7 @@ HERE = Path(__file__).resolve().parents[1]
 
 # Run in the child, with the checkout under test as argv[1]: prints one JSON line of medians.
 _CHILD = r"""
-import json, statistics, sys, tempfile, shutil, time
+import inspect, json, statistics, sys, tempfile, shutil, time
 from contextlib import ExitStack
 from pathlib import Path
 checkout, count = sys.argv[1], int(sys.argv[2])
@@ -47,13 +47,17 @@ try:
             home=folder / "home",
         )
         rt = build_runtime(settings, dispatcher=RecordingDispatcher())
+        # A worker's common wake-up, on a checkout that tells it apart (a first delivery).
+        first = {"first_delivery": True}
+        if "first_delivery" not in inspect.signature(rt.executions.run).parameters:
+            first = {}
         try:
             for kind in (MINIMAL, REPORT_ONLY):
                 used = []
                 for number in range(count + 10):
                     task = rt.tasks.trigger(Trigger(task_type=kind, title="ab")).task.task_id
                     started = time.process_time()
-                    rt.executions.run(task, 1, worker="ab")
+                    rt.executions.run(task, 1, worker="ab", **first)
                     if number >= 10:
                         used.append((time.process_time() - started) * 1000)
                 medians[kind] = statistics.median(used)

@@ -83,7 +83,7 @@ def record(rt: Any, task_ids: Iterable[str], worker: str = "bench:replay") -> li
     psycopg.Connection.rollback = recording_rollback  # type: ignore[method-assign]
     try:
         for task_id in task_ids:
-            result = rt.executions.run(task_id, 1, worker=worker)
+            result = rt.executions.run(task_id, 1, worker=worker, first_delivery=True)
             if result.outcome != "completed":
                 raise RuntimeError(f"a recorded round ended {result.outcome}: {result.detail}")
             with lock:

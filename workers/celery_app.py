@@ -21,7 +21,7 @@ from orchestrator.services.cleanup import CLEANUP_INTERVAL_SECONDS
 from orchestrator.settings import Settings, SettingsError, get_settings
 from workers import filesystem_broker
 from workers.broker import TRANSPORT
-from workers.constants import CLEANUP, QUEUE, RUN_GENERATION, SWEEP
+from workers.constants import CLEANUP, QUEUE, RUN_GENERATION, SENT_AGAIN, SWEEP
 
 __all__ = [
     "CLEANUP_INTERVAL_SECONDS",
@@ -137,8 +137,12 @@ class CeleryDispatcher:
     def __init__(self, celery: Celery) -> None:
         self.celery = celery
 
-    def dispatch(self, task_id: str, generation: int) -> None:
-        self.celery.send_task(RUN_GENERATION, args=[task_id, generation], queue=QUEUE)
+    def dispatch(self, task_id: str, generation: int, *, again: bool = False) -> None:
+        # A header, not an argument: a worker of an earlier version ignores it.
+        headers = {SENT_AGAIN: True} if again else None
+        self.celery.send_task(
+            RUN_GENERATION, args=[task_id, generation], queue=QUEUE, headers=headers
+        )
 
     def dispatch_many(self, wakeups: list[tuple[str, int]]) -> None:
         """A sweep's batch of wake-ups in one publish: Kombu's publish batch, one Redis pipeline.

@@ -20,9 +20,9 @@ from orchestrator.tools.data_sources import DataSourceError, load_sources
 from orchestrator.tools.toolsets import SpecError, check_gateway
 from workers import shutdown
 from workers.celery_app import CeleryDispatcher, app
-from workers.constants import CLEANUP, RUN_GENERATION, SWEEP
+from workers.constants import CLEANUP, RUN_GENERATION, SENT_AGAIN, SWEEP
 
-__all__ = ["GenerationFailed", "cleanup", "run_generation", "sweep"]
+__all__ = ["GenerationFailed", "cleanup", "first_delivery", "run_generation", "sweep"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,20 @@ class GenerationFailed(Exception):
     """
 
 
+def first_delivery(request: Any) -> bool:
+    """Whether a wake-up is its generation's first, delivered once: not a retry of an earlier
+    one, not handed out again by the broker (Kombu marks a message it restores `redelivered`:
+    a worker lost, a connection dropped before the acknowledgement), not sent again by the
+    sweeper (its header). Only such a wake-up cannot find its generation claimed by another,
+    and takes the lease before it reads the store."""
+    if request.retries:
+        return False
+    if (request.delivery_info or {}).get("redelivered"):
+        return False
+    sent = request.headers or {}
+    return not (sent.get("redelivered") or sent.get(SENT_AGAIN))
+
+
 @app.task(name=RUN_GENERATION, bind=True, throws=(GenerationFailed,))
 def run_generation(self: Any, task_id: str, generation: int) -> str:
     worker = f"{self.request.hostname or socket.gethostname()}:{os.getpid()}"
@@ -64,7 +78,11 @@ def run_generation(self: Any, task_id: str, generation: int) -> str:
         WORKER_SLOTS_BUSY.track_inprogress(),
     ):
         result = runtime().executions.run(
-            task_id, generation, worker=worker, celery_task_id=self.request.id
+            task_id,
+            generation,
+            worker=worker,
+            celery_task_id=self.request.id,
+            first_delivery=first_delivery(self.request),
         )
         log.info("task %s generation %s: %s", task_id, generation, result.detail)
     if result.ran:

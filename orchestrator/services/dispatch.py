@@ -11,8 +11,13 @@ log = logging.getLogger(__name__)
 
 
 class Dispatcher(Protocol):
-    def dispatch(self, task_id: str, generation: int) -> None:
-        """Send a wake-up for `generation` of `task_id`; may raise if the broker is down."""
+    def dispatch(self, task_id: str, generation: int, *, again: bool = False) -> None:
+        """Send a wake-up for `generation` of `task_id`; may raise if the broker is down.
+
+        `again`: the generation was woken before (the sweeper republishing a wake-up it takes
+        for lost), so this one may find it claimed: the worker reads the store before it takes
+        the lease (services/executions.py). A generation's first wake-up takes the lease first.
+        """
 
 
 class RecordingDispatcher:
@@ -20,21 +25,31 @@ class RecordingDispatcher:
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, int]] = []
+        self.sent_again: list[tuple[str, int]] = []
 
-    def dispatch(self, task_id: str, generation: int) -> None:
+    def dispatch(self, task_id: str, generation: int, *, again: bool = False) -> None:
         self.sent.append((task_id, generation))
+        if again:
+            self.sent_again.append((task_id, generation))
 
 
-def safe_dispatch(dispatcher: Dispatcher, task_id: str, generation: int) -> bool:
+def safe_dispatch(
+    dispatcher: Dispatcher, task_id: str, generation: int, *, again: bool = False
+) -> bool:
     """Dispatch after a commit; a broker failure is logged, and the sweeper republishes later."""
-    return dispatch_failure(dispatcher, task_id, generation) is None
+    return dispatch_failure(dispatcher, task_id, generation, again=again) is None
 
 
-def dispatch_failure(dispatcher: Dispatcher, task_id: str, generation: int) -> str | None:
+def dispatch_failure(
+    dispatcher: Dispatcher, task_id: str, generation: int, *, again: bool = False
+) -> str | None:
     """`safe_dispatch`, returning why the broker did not take the wake-up (one line: the
     error's type and first line), or None when it did."""
     try:
-        dispatcher.dispatch(task_id, generation)
+        if again:
+            dispatcher.dispatch(task_id, generation, again=True)
+        else:  # as before `again` was added: a dispatcher of an earlier shape still works
+            dispatcher.dispatch(task_id, generation)
     except Exception as exc:
         reason = _one_line(exc)
         log.warning(

@@ -360,7 +360,7 @@ class Sweeper:
                     claimed = task_store.touch_queued(conn, task)
                 if not claimed:
                     continue
-                if not safe_dispatch(self.dispatcher, task.task_id, task.generation):
+                if not safe_dispatch(self.dispatcher, task.task_id, task.generation, again=True):
                     return  # the broker away: one line, not one a task; the next sweep goes on
                 report.republished.append((task.task_id, task.generation))
             if len(stale) < self.batch:

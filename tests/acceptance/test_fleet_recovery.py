@@ -220,7 +220,7 @@ def test_a_duplicate_wake_up_after_redis_lost_its_data_leaves_the_running_round_
         client = redis.Redis.from_url(redis_url)
         client.flushall()  # every lease is gone
         client.close()
-        rt.dispatcher.dispatch(task_id, 1)  # the same wake-up, sent again
+        rt.dispatcher.dispatch(task_id, 1, again=True)  # the sweeper republishing it
         stopped = f"generation 1 of task {task_id} stops:"
         wait_for(
             lambda: (

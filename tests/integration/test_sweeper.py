@@ -162,6 +162,9 @@ def test_a_queued_task_whose_wakeup_was_lost_is_republished_once(
         assert rt.sweeper.sweep().republished == [(task_id, 1)]
         assert rt.sweeper.sweep().republished == []  # not again until it is stale again
         assert dispatcher.sent == [(task_id, 1), (task_id, 1)]
+        # Marked as sent again: its worker reads the store before it takes the lease (the
+        # first wake-up may yet claim it); the trigger's own wake-up is not.
+        assert dispatcher.sent_again == [(task_id, 1)]
     finally:
         rt.close()
 
@@ -183,7 +186,7 @@ class _BrokerAway:
     def __init__(self) -> None:
         self.asked = 0
 
-    def dispatch(self, task_id: str, generation: int) -> None:
+    def dispatch(self, task_id: str, generation: int, *, again: bool = False) -> None:
         self.asked += 1
         raise ConnectionError("Error 111 connecting to redis:6379. Connection refused.")
 

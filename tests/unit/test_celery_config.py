@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from orchestrator.settings import load_settings
 from workers.celery_app import (
@@ -13,7 +14,7 @@ from workers.celery_app import (
     VISIBILITY_TIMEOUT_SECONDS,
     make_celery,
 )
-from workers.constants import CLEANUP, QUEUE, RUN_GENERATION, SWEEP
+from workers.constants import CLEANUP, QUEUE, RUN_GENERATION, SENT_AGAIN, SWEEP
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,3 +80,27 @@ def test_embedded_publishing_writes_nothing_outside_home(tmp_path: Path) -> None
     subprocess.run([sys.executable, "-c", publish], cwd=elsewhere, env=env, check=True)
     assert list(elsewhere.iterdir()) == []
     assert any(path.name.endswith(".exchange") for path in home.rglob("*"))
+
+
+def _request_of(headers: dict[str, Any] | None = None, **delivery: Any) -> Any:
+    """The `self.request` a worker builds for a run_generation message: Celery's own message
+    headers, with those the publisher added, and the message's delivery info."""
+    from celery.app.task import Context
+
+    from workers.celery_app import app
+
+    message_headers, *_ = app.amqp.create_task_message("id-1", RUN_GENERATION, ["t-1", 1], {})
+    message_headers.update(headers or {})  # as amqp.send_task_message adds them
+    return Context(dict(message_headers, delivery_info={"redelivered": False, **delivery}))
+
+
+def test_only_a_wake_up_delivered_once_is_a_first_delivery() -> None:
+    """It takes the lease before it reads the store; every wake-up that may find its generation
+    claimed by another reads the store first (services/executions.py)."""
+    from workers.tasks import first_delivery
+
+    assert first_delivery(_request_of())
+    assert not first_delivery(_request_of({SENT_AGAIN: True}))  # the sweeper republished it
+    assert not first_delivery(_request_of(redelivered=True))  # Kombu handed it out again
+    assert not first_delivery(_request_of({"redelivered": True}))  # Kombu's restored headers
+    assert not first_delivery(_request_of({"retries": 1}))  # a Celery retry

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from sqlalchemy import (
+    ColumnElement,
     Connection,
     Row,
     and_,
@@ -40,6 +41,7 @@ __all__ = [
     "OutboxRow",
     "action_deliveries",
     "action_delivery",
+    "behind_dead_letter",
     "claim_due",
     "delete_expired_webhooks",
     "delivery_summary",
@@ -105,6 +107,21 @@ class OutboxRow:
 SETTLED = ("delivered", "discarded")
 #: A row in one of these was sent (discarded ones were dead-lettered first).
 _SENT_STATUSES: Final = ("delivered", "dead", "discarded")
+
+
+def behind_dead_letter() -> ColumnElement[bool]:
+    """Whether an outbox row is a webhook held in order behind a dead letter of its task (an
+    earlier event, dead-lettered): not deliverable until an operator retries or discards it."""
+    earlier = outbox.alias("dead_earlier")
+    return and_(
+        outbox.c.kind == "webhook",
+        exists().where(
+            earlier.c.task_id == outbox.c.task_id,
+            earlier.c.kind == "webhook",
+            earlier.c.status == "dead",
+            earlier.c.event_seq < outbox.c.event_seq,
+        ),
+    )
 
 
 def claim_due(

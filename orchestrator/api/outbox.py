@@ -57,6 +57,11 @@ class Delivery(BaseModel):
         "retries it)"
     )
     last_error: str | None
+    dead_reason: Literal["refused", "max_attempts"] | None = Field(
+        description="why a dead (or discarded) delivery was dead-lettered: `refused`, the "
+        "backend refused it for good (a permanent 4xx) and it is never retried, or "
+        "`max_attempts`, a webhook out of ORCH_WEBHOOK_MAX_ATTEMPTS attempts; null otherwise"
+    )
     created_at: IsoTime
     delivered_at: IsoTime | None
     discarded_at: IsoTime | None = Field(

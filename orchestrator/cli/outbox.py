@@ -28,7 +28,7 @@ from orchestrator.services.outbox import OutboxDispatcher, OutboxService
 from orchestrator.store.db import Database
 from orchestrator.store.tables import OUTBOX_KINDS, OUTBOX_STATUSES
 
-__all__ = ["error_label", "register"]
+__all__ = ["dead_label", "error_label", "register"]
 
 log = logging.getLogger("orchestrator.outbox")
 
@@ -153,6 +153,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 def _line(row: dict[str, Any]) -> str:
     what = row["action_id"] if row["kind"] == "action" else f"event {row['event_id']}"
     error = f"  {error_label(row)}: {row['last_error']}" if row["last_error"] else ""
+    if dead_label(row):
+        error += f"  {dead_label(row)}"
     if row["status"] == "discarded":
         # Typed by a person: a newline or a bidi control must not forge or reorder a line.
         error += (
@@ -168,6 +170,16 @@ def _line(row: dict[str, Any]) -> str:
         f"attempts {row['attempts']:<3}  throttled {row['throttled']:<3}  "
         f"task {row['task_id']}  {what}{error}"
     )
+
+
+def dead_label(row: dict[str, Any]) -> str:
+    """Why the row was dead-lettered, when its error does not say it: a refusal's error does
+    (`a permanent refusal, not retried`), the last of a webhook's attempts' did not (`HTTP 503`
+    read as one more failure that the dispatcher would retry)."""
+    if row.get("dead_reason") != "max_attempts":
+        return ""
+    counted = row["attempts"] - row["throttled"]
+    return f"dead-lettered: out of attempts ({counted} failed, ORCH_WEBHOOK_MAX_ATTEMPTS)"
 
 
 def error_label(row: dict[str, Any]) -> str:

@@ -382,13 +382,13 @@ class OutboxDispatcher:
             # every delivery of the kind is refused the same way. Named, never shown.
             setting = "ORCH_ACTIONS_SECRET" if row.kind == "action" else "ORCH_WEBHOOK_SECRET"
             return _Answer(
-                f"HTTP {status} (a permanent refusal, not retried: the backend did not accept "
+                f"HTTP {status} ({store.REFUSAL}: the backend did not accept "
                 f"the request's signature or credentials; check that it verifies with "
                 f"{setting}, then retry)",
                 permanent=True,
             )
         if is_permanent_refusal(status):
-            return _Answer(f"HTTP {status} (a permanent refusal, not retried)", permanent=True)
+            return _Answer(f"HTTP {status} ({store.REFUSAL})", permanent=True)
         wait = None
         if status in RETRY_AFTER_STATUSES:
             wait = retry_after_seconds(retry_after, utcnow())

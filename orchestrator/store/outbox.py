@@ -37,6 +37,7 @@ from orchestrator.store.tables import attempted_pending, outbox
 from orchestrator.store.types import utcnow
 
 __all__ = [
+    "REFUSAL",
     "SETTLED",
     "OutboxRow",
     "action_deliveries",
@@ -90,10 +91,23 @@ class OutboxRow:
         counts)."""
         return self.attempts - self.throttled
 
+    @property
+    def dead_reason(self) -> str | None:
+        """Why a dead (or discarded, so dead first) row was dead-lettered: `refused`, the
+        backend refused it for good and it is never retried (an approved action is dead-lettered
+        for nothing else), or `max_attempts`, a webhook out of ORCH_WEBHOOK_MAX_ATTEMPTS. Its
+        error alone (`HTTP 503`) read as one more failure that would be retried."""
+        if self.status not in ("dead", "discarded"):
+            return None
+        if self.kind == "action" or REFUSAL in (self.last_error or ""):
+            return "refused"
+        return "max_attempts"
+
     def public(self) -> dict[str, Any]:
         """What the API and `tasks show` print (the body is the backend's, shown parsed)."""
         view = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "body"}
         view["event_id"] = f"{self.task_id}:{self.event_seq}" if self.event_seq else None
+        view["dead_reason"] = self.dead_reason
         if self.status != "pending":
             # Only a pending row has a next attempt. A dead one keeps the time of its last
             # backoff in the column, which read as "due now"; delivered and discarded ones are
@@ -101,6 +115,10 @@ class OutboxRow:
             view["next_attempt_at"] = None
         return view
 
+
+#: In the error of a send the backend refused for good (a permanent 4xx): the dispatcher
+#: writes it (`services.outbox`), `OutboxRow.dead_reason` reads it.
+REFUSAL: Final = "a permanent refusal, not retried"
 
 #: Done with: delivered, or a dead letter an operator discarded. Neither is sent again, and
 #: neither holds its task's later events back.

@@ -1,0 +1,137 @@
+"""One outbox row's whole state, where an operator reads it.
+
+Why a dead letter is dead: out of ORCH_WEBHOOK_MAX_ATTEMPTS or refused for good (the row showed
+only its last error, `HTTP 503`, which read as one more failure to be retried; the log line alone
+said it was dead-lettered).
+
+Both stores, a real HTTP backend on loopback, the API's routes and the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from orchestrator.api.app import create_app
+from orchestrator.runtime import Runtime
+from orchestrator.services.outbox import OutboxDispatcher, OutboxService
+from tests.integration.test_operator_accounts import bearer, operators_file
+from tests.outbox_support import Recorder, outbox_runtime, running_recorder, waiting_task
+
+
+@pytest.fixture
+def backend() -> Iterator[Recorder]:
+    with running_recorder() as recorder:
+        yield recorder
+
+
+@pytest.fixture
+def rt(store_url: str, tmp_path: Path, backend: Recorder) -> Iterator[Runtime]:
+    with outbox_runtime(
+        store_url, tmp_path, backend, webhook_secret="hook-secret", actions_secret="act-secret"
+    ) as runtime:
+        yield runtime
+
+
+@pytest.fixture
+def dispatcher(rt: Runtime) -> Iterator[OutboxDispatcher]:
+    sender = OutboxDispatcher(rt.settings, rt.db)
+    yield sender
+    sender.close()
+
+
+@pytest.fixture
+def client(rt: Runtime, tmp_path: Path) -> Iterator[TestClient]:
+    """The API with operator accounts (vera viewer, otto operator) and the shared token."""
+    settings = rt.settings.model_copy(
+        update={"operators": operators_file(tmp_path), "api_token": "shared-token"}
+    )
+    with TestClient(create_app(settings, db=rt.db)) as api:
+        yield api
+
+
+@pytest.fixture
+def cli(store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI, run in process by a test, on this store (its home in the test's folder)."""
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+
+
+def _dead_after_the_limit(
+    rt: Runtime, tmp_path: Path, backend: Recorder, sender: OutboxDispatcher
+) -> tuple[str, int]:
+    """A waiting task whose first webhook failed (503) its 3 allowed attempts: (task, row)."""
+    task_id, _ = waiting_task(rt, tmp_path)
+    backend.always_fail = True
+    for _ in range(rt.settings.webhook_max_attempts):
+        for row in OutboxService(rt.db).list(task_id=task_id, status="pending"):
+            _due_now(rt, row.outbox_id)
+        sender.run_once()
+    backend.always_fail = False
+    [dead] = OutboxService(rt.db).list(task_id=task_id, status="dead")
+    assert (dead.last_error, dead.attempts) == ("HTTP 503", rt.settings.webhook_max_attempts)
+    return task_id, dead.outbox_id
+
+
+def _due_now(rt: Runtime, outbox_id: int) -> None:
+    from sqlalchemy import update
+
+    from orchestrator.store.tables import outbox
+    from orchestrator.store.types import utcnow
+
+    with rt.db.transaction() as conn:
+        conn.execute(
+            update(outbox).where(outbox.c.outbox_id == outbox_id).values(next_attempt_at=utcnow())
+        )
+
+
+def test_a_dead_letter_says_why_it_is_dead_where_it_is_listed(
+    rt: Runtime,
+    tmp_path: Path,
+    backend: Recorder,
+    dispatcher: OutboxDispatcher,
+    client: TestClient,
+    cli: None,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Out of attempts or refused for good: `dead_reason` in the API (the list, the task's
+    view), and the CLI's lines say it where the error does not."""
+    from orchestrator.cli import main
+
+    limit_task, limit_id = _dead_after_the_limit(rt, tmp_path, backend, dispatcher)
+    refused_task, _ = waiting_task(rt, tmp_path)
+    backend.answers = [422]
+    dispatcher.run_once()
+    [refused] = OutboxService(rt.db).list(task_id=refused_task, status="dead")
+    listed = client.get(
+        "/api/v1/outbox", params={"status": "dead"}, headers=bearer("viewer-token")
+    ).json()["items"]
+    assert {i["outbox_id"]: i["dead_reason"] for i in listed} == {
+        limit_id: "max_attempts",
+        refused.outbox_id: "refused",
+    }
+    pending = client.get(
+        "/api/v1/outbox", params={"status": "pending"}, headers=bearer("viewer-token")
+    ).json()["items"]
+    assert pending
+    assert {i["dead_reason"] for i in pending} == {None}
+    view = client.get(f"/api/v1/tasks/{limit_task}", headers=bearer("viewer-token")).json()
+    [shown] = [x for x in view["deliveries"]["undelivered"] if x["status"] == "dead"]
+    assert shown["dead_reason"] == "max_attempts"
+    said = "dead-lettered: out of attempts (3 failed, ORCH_WEBHOOK_MAX_ATTEMPTS)"
+    assert main(["outbox", "list", "--status", "dead"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.endswith(said) for line in lines] == [True, False]
+    assert lines[1].endswith("last error: HTTP 422 (a permanent refusal, not retried)")
+    assert main(["tasks", "show", limit_task]) == 0
+    assert said in capsys.readouterr().out
+    # Discarded, it still says why it was dead; retried, it is not dead any more.
+    OutboxService(rt.db).discard(refused.outbox_id, reason="told them", by="ops")
+    OutboxService(rt.db).retry(limit_id)
+    assert main(["outbox", "list", "--json"]) == 0
+    rows = {r["outbox_id"]: r["dead_reason"] for r in json.loads(capsys.readouterr().out)}
+    assert (rows[limit_id], rows[refused.outbox_id]) == (None, "refused")

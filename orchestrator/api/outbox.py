@@ -72,13 +72,20 @@ class Delivery(BaseModel):
 
 
 class ListedDelivery(Delivery):
-    """A delivery as the list shows it: a pending webhook held back in order says by what."""
+    """A delivery as the list shows it: a pending webhook held back in order says by what (the
+    console's deliveries view says the same)."""
 
     waits_behind: int | None = Field(
         default=None,
         description="a pending webhook held back by an earlier event of its task that is "
         "dead-lettered: that row's outbox id (it is sent once that one is retried or "
         "discarded; not a stuck dispatcher)",
+    )
+    waits_behind_retried: int | None = Field(
+        default=None,
+        description="a pending webhook held back in order by an earlier event of its task "
+        "that failed and is being retried (pending and tried, not dead yet): that row's outbox "
+        "id (it is sent once that one is delivered; not a stuck dispatcher)",
     )
 
 
@@ -127,7 +134,8 @@ def list_deliveries(
     service: OutboxService = Depends(get_outbox),
 ) -> dict[str, Any]:
     """Deliveries oldest first; `status=dead` lists what an operator may retry, and a pending
-    webhook held back by its task's dead letter names it (`waits_behind`). A `task_id` that
+    webhook held back in order names what it waits behind (`waits_behind`, its task's dead
+    letter; `waits_behind_retried`, an earlier event being retried). A `task_id` that
     names no task is a 404, not an empty page."""
     # One row more than the page: a cursor only when another page has rows.
     rows = service.listed(

@@ -165,6 +165,9 @@ def _line(row: dict[str, Any]) -> str:
         error += (
             f"  waits behind dead letter outbox {row['waits_behind']} (outbox retry or discard it)"
         )
+    elif row.get("waits_behind_retried"):
+        # Behind an earlier event failing, not dead yet: the one to look at is that one.
+        error += f"  waits behind outbox {row['waits_behind_retried']}, being retried"
     return (
         f"{row['outbox_id']:>6}  {row['kind']:7}  {row['status']:9}  "
         f"attempts {row['attempts']:<3}  throttled {row['throttled']:<3}  "

@@ -565,6 +565,8 @@ def _deliveries(deliveries: dict[str, Any] | None) -> list[str]:
                 f"; waits behind dead letter outbox {row['waits_behind']} (outbox retry or "
                 "discard it)"
             )
+        elif row.get("waits_behind_retried"):
+            tried += f"; waits behind outbox {row['waits_behind_retried']}, being retried"
         lines.append(
             f"    {row['status'].upper() if row['status'] == 'dead' else row['status']}  "
             f"outbox {row['outbox_id']}  {row['kind']} {what}  {tried}{error}"

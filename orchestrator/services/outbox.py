@@ -438,7 +438,8 @@ class OutboxService:
         limit: int = 50,
     ) -> builtins.list[dict[str, Any]]:
         """`list` as operators read it: each row's public view, and a pending webhook held back
-        by its task's dead letter says which (`waits_behind`), read in the same transaction.
+        in order says by what, its task's dead letter (`waits_behind`) or an earlier event
+        failing and being retried (`waits_behind_retried`), read in the same transaction.
         NotFound for a `task_id` that names no task."""
         with self.db.transaction(readonly=True) as conn:
             rows = store.list_rows(
@@ -446,8 +447,7 @@ class OutboxService:
             )
             if not rows and task_id is not None:
                 _require_task(conn, task_id)
-            held = store.waits_behind(conn, rows)
-        return [{**row.public(), "waits_behind": held.get(row.outbox_id)} for row in rows]
+            return store.held_views(conn, rows)
 
     def retry(self, outbox_id: int) -> OutboxRow:
         if outbox_id > MAX_OUTBOX_ID:  # the column holds no larger id: none such exists

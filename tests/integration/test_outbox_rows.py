@@ -135,3 +135,52 @@ def test_a_dead_letter_says_why_it_is_dead_where_it_is_listed(
     assert main(["outbox", "list", "--json"]) == 0
     rows = {r["outbox_id"]: r["dead_reason"] for r in json.loads(capsys.readouterr().out)}
     assert (rows[limit_id], rows[refused.outbox_id]) == (None, "refused")
+
+
+def test_an_event_behind_an_earlier_one_being_retried_says_so_as_the_console_does(
+    rt: Runtime,
+    tmp_path: Path,
+    backend: Recorder,
+    dispatcher: OutboxDispatcher,
+    client: TestClient,
+    cli: None,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The console's deliveries view says `waits behind delivery N, being retried` of a pending
+    event whose task's earlier event keeps failing (not dead yet); the API and the CLI said
+    nothing, and the held event read due and never attempted, as a stuck dispatcher leaves it.
+    One behind an earlier event not tried yet (just written) is merely in order: nothing."""
+    from orchestrator.cli import main
+
+    task_id, _ = waiting_task(rt, tmp_path)
+    backend.always_fail = True
+    dispatcher.run_once()
+    first, *later = OutboxService(rt.db).list(task_id=task_id, status="pending")
+    assert (first.attempts, [r.attempts for r in later]) == (1, [0] * len(later))
+    assert later
+    other_task, _ = waiting_task(rt, tmp_path)  # written, not tried yet: in order, not held
+    listed = client.get(
+        "/api/v1/outbox", params={"status": "pending"}, headers=bearer("viewer-token")
+    ).json()["items"]
+    held = {i["outbox_id"]: (i["waits_behind"], i["waits_behind_retried"]) for i in listed}
+    assert held[first.outbox_id] == (None, None)
+    assert {held[r.outbox_id] for r in later} == {(None, first.outbox_id)}
+    assert {
+        v for i, v in held.items() if i not in {first.outbox_id, *(r.outbox_id for r in later)}
+    } == {(None, None)}
+    view = client.get(f"/api/v1/tasks/{task_id}", headers=bearer("viewer-token")).json()
+    undelivered = view["deliveries"]["undelivered"]
+    shown = {x["outbox_id"]: x.get("waits_behind_retried") for x in undelivered}
+    assert shown == {first.outbox_id: None, **{r.outbox_id: first.outbox_id for r in later}}
+    said = f"waits behind outbox {first.outbox_id}, being retried"
+    assert main(["outbox", "list", "--status", "pending", "--task", task_id]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.endswith(said) for line in lines] == [False] + [True] * len(later)
+    assert main(["outbox", "list", "--status", "pending", "--task", other_task]) == 0
+    assert "waits behind" not in capsys.readouterr().out
+    assert main(["tasks", "show", task_id]) == 0
+    assert said in capsys.readouterr().out
+    backend.always_fail = False
+    _due_now(rt, first.outbox_id)
+    dispatcher.run_once()
+    assert not OutboxService(rt.db).list(task_id=task_id, status="pending")

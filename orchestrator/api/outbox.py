@@ -1,5 +1,5 @@
-"""Deliveries to the business backend over HTTP: `/api/v1/outbox` (list; an operator retries a
-dead letter, or discards one dealt with by hand, saying why)."""
+"""Deliveries to the business backend over HTTP: `/api/v1/outbox` (list, or one by its id; an
+operator retries a dead letter, or discards one dealt with by hand, saying why)."""
 
 from __future__ import annotations
 
@@ -144,6 +144,16 @@ def list_deliveries(
     page = rows[:limit]
     next_cursor = str(page[-1]["outbox_id"]) if len(rows) > limit else None
     return {"items": page, "next_cursor": next_cursor}
+
+
+@router.get("/{outbox_id}", response_model=ListedDelivery, responses=ERROR_RESPONSES)
+def show_delivery(
+    outbox_id: int = Path(ge=1, le=2**63 - 1), service: OutboxService = Depends(get_outbox)
+) -> dict[str, Any]:
+    """One delivery's whole state, as the list shows it (`X-Orchestrator-Delivery`, a log
+    line or an alert names its id): status, attempts, last error, next attempt, why it is dead,
+    what it waits behind, who discarded it and why. An id that names no row is a 404."""
+    return service.shown(outbox_id)
 
 
 @router.post("/retry-dead", response_model=RetriedDead, responses=ERROR_RESPONSES)

@@ -1,4 +1,4 @@
-"""`orchestrator outbox dispatch|list|retry|discard`: deliveries to the business backend.
+"""`orchestrator outbox dispatch|list|show|retry|discard`: deliveries to the business backend.
 
 The CLI talks to the store directly (an operator on the machine), so `--by` names who
 discards a dead letter (default: the user name), as `actions approve` and `tasks requeue` do.
@@ -55,6 +55,11 @@ def register(commands: Any) -> None:
     )
     add_json_flag(listing)
     listing.set_defaults(handler=_list)
+
+    show = outbox.add_parser("show", help="one delivery's whole state")
+    show.add_argument("outbox_id", type=bounded_int(1, 2**63 - 1))
+    add_json_flag(show)
+    show.set_defaults(handler=_show)
 
     retry = outbox.add_parser("retry", help="send a dead-lettered delivery (or every one) again")
     retry.add_argument("outbox_id", nargs="?", type=bounded_int(1, 2**63 - 1))
@@ -219,6 +224,61 @@ def _list(args: argparse.Namespace) -> int:
     if follow:
         print(follow)
     return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    db = _db()
+    try:
+        row = OutboxService(db).shown(args.outbox_id)
+    finally:
+        db.dispose()
+    if args.json:
+        print_json(row)
+        return 0
+    print("\n".join(_shown(row)))
+    return 0
+
+
+def _shown(row: dict[str, Any]) -> list[str]:
+    """The row's whole state, a fact a line, and what an operator can do about it."""
+    number, status = row["outbox_id"], row["status"]
+    what = (
+        f"approved action {row['action_id']}"
+        if row["kind"] == "action"
+        else (f"task event {row['event_id']}")
+    )
+    lines = [f"outbox {number}  {status}  {what}  task {row['task_id']}"]
+    lines.append(f"  written {_time(row['created_at'])}")
+    lines.append(f"  attempts {row['attempts']} (throttled {row['throttled']})")
+    if row["last_error"]:
+        lines.append(f"  {error_label(row)}: {printable(row['last_error'])}")
+    if dead_label(row):
+        lines.append(f"  {dead_label(row)}")
+    if status == "pending" and not (row["waits_behind"] or row["waits_behind_retried"]):
+        lines.append(f"  next attempt {_time(row['next_attempt_at'])}")
+    if row["waits_behind"]:  # its own next attempt is past, and means nothing until then
+        lines.append(
+            f"  waits behind dead letter outbox {row['waits_behind']} (outbox retry or discard it)"
+        )
+    elif row["waits_behind_retried"]:
+        lines.append(f"  waits behind outbox {row['waits_behind_retried']}, being retried")
+    if status == "delivered":
+        lines.append(f"  delivered {_time(row['delivered_at'])}")
+    if status == "discarded":
+        lines.append(
+            f"  discarded by {printable(row['discarded_by'])} at {_time(row['discarded_at'])}: "
+            f"{printable(row['discard_reason'])}"
+        )
+    if status == "dead":
+        lines.append(
+            f"  `orchestrator outbox retry {number}` once the backend is mended, or "
+            f"`orchestrator outbox discard {number} --reason R` once dealt with by hand"
+        )
+    return lines
+
+
+def _time(value: Any) -> str:
+    return value.isoformat(timespec="seconds") if hasattr(value, "isoformat") else str(value)
 
 
 def _retry(args: argparse.Namespace) -> int:

@@ -409,7 +409,8 @@ class OutboxDispatcher:
 
 
 class OutboxService:
-    """What operators see and do: list deliveries, retry or discard a dead-lettered one."""
+    """What operators see and do: list deliveries or show one, retry or discard a dead-lettered
+    one."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -448,6 +449,18 @@ class OutboxService:
             if not rows and task_id is not None:
                 _require_task(conn, task_id)
             return store.held_views(conn, rows)
+
+    def shown(self, outbox_id: int) -> dict[str, Any]:
+        """One row as `listed` shows it (what it waits behind, why it is dead, who discarded
+        it); NotFound for an id that names no row."""
+        if outbox_id > MAX_OUTBOX_ID:
+            raise NotFound(f"outbox row {outbox_id} does not exist")
+        with self.db.transaction(readonly=True) as conn:
+            row = store.get_row(conn, outbox_id)
+            if row is None:
+                raise NotFound(f"outbox row {outbox_id} does not exist")
+            [view] = store.held_views(conn, [row])
+        return view
 
     def retry(self, outbox_id: int) -> OutboxRow:
         if outbox_id > MAX_OUTBOX_ID:  # the column holds no larger id: none such exists

@@ -184,3 +184,66 @@ def test_an_event_behind_an_earlier_one_being_retried_says_so_as_the_console_doe
     _due_now(rt, first.outbox_id)
     dispatcher.run_once()
     assert not OutboxService(rt.db).list(task_id=task_id, status="pending")
+
+
+def test_one_delivery_is_shown_whole_by_its_id_and_an_unknown_id_is_a_clear_404(
+    rt: Runtime,
+    tmp_path: Path,
+    backend: Recorder,
+    dispatcher: OutboxDispatcher,
+    client: TestClient,
+    cli: None,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A log line, an alert or `X-Orchestrator-Delivery` names a row by its id: there was no
+    `outbox show ID` nor `GET /api/v1/outbox/{id}` (`outbox list --after N-1 --limit 1` was the
+    way). Each says the row's whole state as the list does; an unknown id is a 404 `not_found`
+    and one CLI line with exit 1."""
+    from orchestrator.cli import main
+
+    task_id, dead_id = _dead_after_the_limit(rt, tmp_path, backend, dispatcher)
+    [held] = OutboxService(rt.db).list(task_id=task_id, status="pending")
+    viewer = bearer("viewer-token")
+    dead = client.get(f"/api/v1/outbox/{dead_id}", headers=viewer)
+    assert dead.status_code == 200, dead.text
+    assert {k: dead.json()[k] for k in ("status", "attempts", "last_error", "dead_reason")} == {
+        "status": "dead",
+        "attempts": 3,
+        "last_error": "HTTP 503",
+        "dead_reason": "max_attempts",
+    }
+    assert dead.json()["next_attempt_at"] is None
+    assert (
+        client.get(f"/api/v1/outbox/{held.outbox_id}", headers=viewer).json()["waits_behind"]
+        == dead_id
+    )
+    for unknown in (999999, 2**63 - 1):
+        missing = client.get(f"/api/v1/outbox/{unknown}", headers=viewer)
+        error = missing.json()["error"]
+        assert (missing.status_code, error["code"]) == (404, "not_found")
+        assert error["message"] == f"outbox row {unknown} does not exist"
+    assert client.get("/api/v1/outbox/0", headers=viewer).status_code == 422
+    assert main(["outbox", "show", str(dead_id)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"outbox {dead_id}  dead  task event {task_id}:")
+    assert "  last error: HTTP 503\n" in out
+    assert "  dead-lettered: out of attempts (3 failed, ORCH_WEBHOOK_MAX_ATTEMPTS)\n" in out
+    assert f"`orchestrator outbox retry {dead_id}`" in out
+    assert main(["outbox", "show", str(held.outbox_id)]) == 0
+    out = capsys.readouterr().out
+    assert f"waits behind dead letter outbox {dead_id} (outbox retry or discard it)" in out
+    assert "next attempt" not in out  # held: its own time means nothing until then
+    OutboxService(rt.db).discard(dead_id, reason="phoned\nthe crew", by="ops")
+    assert main(["outbox", "show", str(dead_id), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["status"], shown["discarded_by"], shown["dead_reason"]) == (
+        "discarded",
+        "ops",
+        "max_attempts",
+    )
+    assert main(["outbox", "show", str(dead_id)]) == 0
+    assert "  discarded by ops at " in capsys.readouterr().out
+    assert main(["outbox", "show", "999999"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.strip() == "orchestrator: not_found: outbox row 999999 does not exist"

@@ -247,3 +247,55 @@ def test_one_delivery_is_shown_whole_by_its_id_and_an_unknown_id_is_a_clear_404(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.strip() == "orchestrator: not_found: outbox row 999999 does not exist"
+
+
+def test_the_delivery_list_has_an_etag_that_every_write_to_a_listed_row_changes(
+    rt: Runtime,
+    tmp_path: Path,
+    backend: Recorder,
+    dispatcher: OutboxDispatcher,
+    client: TestClient,
+) -> None:
+    """The console's deliveries view polls `GET /api/v1/outbox` every 6 s and nearly always
+    nothing changed: `If-None-Match` with the page's `ETag` is a `304` with no body while it
+    holds. A new event, a delivery attempt, a dead letter, a retry and a discard each change
+    the tag (a client holding the old page must not be told it is current)."""
+    operator = bearer("operator-token")
+    tags: list[str] = []
+
+    def changed() -> None:
+        """The page's tag is new, and asking with it is a 304 with no body and the tag."""
+        page = client.get("/api/v1/outbox", params={"limit": 200}, headers=operator)
+        assert page.status_code == 200, page.text
+        tag = page.headers["ETag"]
+        assert tag not in tags
+        tags.append(tag)
+        again = client.get(
+            "/api/v1/outbox", params={"limit": 200}, headers={**operator, "If-None-Match": tag}
+        )
+        assert (again.status_code, again.content, again.headers["ETag"]) == (304, b"", tag)
+
+    changed()  # nothing in the outbox yet
+    task_id, _ = waiting_task(rt, tmp_path)
+    changed()  # new events
+    backend.always_fail = True
+    dispatcher.run_once()
+    changed()  # an attempt: its count, error and next attempt
+    [first, *_] = OutboxService(rt.db).list(task_id=task_id, status="pending")
+    backend.answers = [422]
+    _due_now(rt, first.outbox_id)
+    dispatcher.run_once()
+    changed()  # dead-lettered: the later events now wait behind it
+    client.post(f"/api/v1/outbox/{first.outbox_id}/retry", headers=operator).raise_for_status()
+    changed()  # due again with fresh counts
+    backend.answers = [422]
+    dispatcher.run_once()
+    changed()  # dead again
+    # A page of another filter is another answer: its tag is not this one's.
+    dead = client.get("/api/v1/outbox", params={"status": "dead"}, headers=operator)
+    assert [i["outbox_id"] for i in dead.json()["items"]] == [first.outbox_id]
+    assert dead.headers["ETag"] not in tags
+    client.post(
+        f"/api/v1/outbox/{first.outbox_id}/discard", json={"reason": "by phone"}, headers=operator
+    ).raise_for_status()
+    changed()  # settled by hand: the later events go on

@@ -44,7 +44,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from orchestrator.domain.vocabulary import EXECUTION_OUTCOMES, RECEIPT_STATUSES, TASK_STATUSES
 from orchestrator.store.db import Database
 from orchestrator.store.executions import count_handed_back
-from orchestrator.store.outbox import behind_dead_letter
+from orchestrator.store.outbox import oldest_deliverable
 from orchestrator.store.tables import OUTBOX_KINDS, actions, invocation_receipts, outbox, tasks
 from orchestrator.store.types import utcnow
 
@@ -308,13 +308,9 @@ class StoreCollector(Collector):
             # Deliverable rows only: one held behind a dead letter is not the dispatcher's or
             # the backend's delay but the dead letter's, which orchestrator_outbox_dead pages
             # on; counted here as well, it sent the on-call to a dispatcher that was fine.
-            oldest = conn.execute(
-                select(outbox.c.kind, func.min(outbox.c.created_at))
-                .where(outbox.c.status == "pending", ~behind_dead_letter())
-                .group_by(outbox.c.kind)
-            ).all()
+            oldest = oldest_deliverable(conn)
         now = utcnow()
-        ages = {kind: max(0.0, (now - at).total_seconds()) for kind, at in oldest}
+        ages = {kind: max(0.0, (now - at).total_seconds()) for kind, at in oldest.items()}
         queued = 0.0 if queued_since is None else max(0.0, (now - queued_since).total_seconds())
         return _Counts(by_status, receipts, int(pending), dead, ages, queued, handed_back)
 

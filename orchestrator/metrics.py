@@ -258,7 +258,7 @@ class StoreCollector(Collector):
         family = GaugeMetricFamily(
             "orchestrator_outbox_dead",
             "Outbox rows dead-lettered (out of attempts or refused for good), by kind, until an "
-            "operator retries them",
+            "operator retries or discards them",
             labels=["kind"],
         )
         for kind in OUTBOX_KINDS:

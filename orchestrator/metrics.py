@@ -3,7 +3,7 @@
 Two kinds, chosen for Celery prefork (one parent, several pool processes):
 
 - Counts of rows (tasks by status and the running ones handed back, receipts by status,
-  approvals pending, dead-lettered outbox rows, the oldest pending delivery's age) are read
+  approvals pending, dead-lettered outbox rows, the oldest deliverable pending row's age) are read
   from the store at scrape time by `StoreCollector`: every process and every replica agrees,
   nothing to merge.
 - Counters and histograms of events (executions started/ended, renewals, sweeps, model and tool
@@ -44,6 +44,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from orchestrator.domain.vocabulary import EXECUTION_OUTCOMES, RECEIPT_STATUSES, TASK_STATUSES
 from orchestrator.store.db import Database
 from orchestrator.store.executions import count_handed_back
+from orchestrator.store.outbox import oldest_deliverable
 from orchestrator.store.tables import OUTBOX_KINDS, actions, invocation_receipts, outbox, tasks
 from orchestrator.store.types import utcnow
 
@@ -257,7 +258,7 @@ class StoreCollector(Collector):
         family = GaugeMetricFamily(
             "orchestrator_outbox_dead",
             "Outbox rows dead-lettered (out of attempts or refused for good), by kind, until an "
-            "operator retries them",
+            "operator retries or discards them",
             labels=["kind"],
         )
         for kind in OUTBOX_KINDS:
@@ -268,8 +269,10 @@ class StoreCollector(Collector):
         # set later), so their age would only grow and page someone for nothing.
         family = GaugeMetricFamily(
             "orchestrator_outbox_oldest_pending_seconds",
-            "Age of the oldest outbox row still to be delivered, by kind (0 when none; no "
-            "series for a kind whose URL is not set)",
+            "Age of the oldest outbox row still to be delivered, by kind, of those the "
+            "dispatcher may send (due, or after its backoff): a webhook held in order behind "
+            "its task's dead letter is left out (orchestrator_outbox_dead counts that); 0 when "
+            "none; no series for a kind whose URL is not set",
             labels=["kind"],
         )
         for kind in (k for k in OUTBOX_KINDS if k in self.delivered):
@@ -302,13 +305,12 @@ class StoreCollector(Collector):
                 ).all()
             )
             handed_back = count_handed_back(conn)
-            oldest = conn.execute(
-                select(outbox.c.kind, func.min(outbox.c.created_at))
-                .where(outbox.c.status == "pending")
-                .group_by(outbox.c.kind)
-            ).all()
+            # Deliverable rows only: one held behind a dead letter is not the dispatcher's or
+            # the backend's delay but the dead letter's, which orchestrator_outbox_dead pages
+            # on; counted here as well, it sent the on-call to a dispatcher that was fine.
+            oldest = oldest_deliverable(conn)
         now = utcnow()
-        ages = {kind: max(0.0, (now - at).total_seconds()) for kind, at in oldest}
+        ages = {kind: max(0.0, (now - at).total_seconds()) for kind, at in oldest.items()}
         queued = 0.0 if queued_since is None else max(0.0, (now - queued_since).total_seconds())
         return _Counts(by_status, receipts, int(pending), dead, ages, queued, handed_back)
 

@@ -181,6 +181,12 @@ class Undelivered(Delivery):
         description="a pending webhook held back by an earlier event of its task that is "
         "dead-lettered: that row's outbox id (it is sent once that one is retried or discarded)",
     )
+    waits_behind_retried: int | None = Field(
+        default=None,
+        description="a pending webhook held back in order by an earlier event of its task "
+        "that failed and is being retried (pending and tried, not dead yet): that row's outbox "
+        "id (it is sent once that one is delivered; not a stuck dispatcher)",
+    )
 
 
 class DeliveriesView(BaseModel):

@@ -1,15 +1,16 @@
-"""Deliveries to the business backend over HTTP: `/api/v1/outbox` (list; an operator retries a
-dead letter, or discards one dealt with by hand, saying why)."""
+"""Deliveries to the business backend over HTTP: `/api/v1/outbox` (list, or one by its id; an
+operator retries a dead letter, or discards one dealt with by hand, saying why)."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.api.auth import require_role
 from orchestrator.api.contract import FilledText, IsoTime, error_responses
+from orchestrator.api.etags import IF_NONE_MATCH, NOT_MODIFIED, shape_of, tagged
 from orchestrator.api.human_steps import decider, says_who
 from orchestrator.operators import Operator
 from orchestrator.services.outbox import OutboxService
@@ -57,6 +58,11 @@ class Delivery(BaseModel):
         "retries it)"
     )
     last_error: str | None
+    dead_reason: Literal["refused", "max_attempts"] | None = Field(
+        description="why a dead (or discarded) delivery was dead-lettered: `refused`, the "
+        "backend refused it for good (a permanent 4xx) and it is never retried, or "
+        "`max_attempts`, a webhook out of ORCH_WEBHOOK_MAX_ATTEMPTS attempts; null otherwise"
+    )
     created_at: IsoTime
     delivered_at: IsoTime | None
     discarded_at: IsoTime | None = Field(
@@ -67,13 +73,20 @@ class Delivery(BaseModel):
 
 
 class ListedDelivery(Delivery):
-    """A delivery as the list shows it: a pending webhook held back in order says by what."""
+    """A delivery as the list shows it: a pending webhook held back in order says by what (the
+    console's deliveries view says the same)."""
 
     waits_behind: int | None = Field(
         default=None,
         description="a pending webhook held back by an earlier event of its task that is "
         "dead-lettered: that row's outbox id (it is sent once that one is retried or "
         "discarded; not a stuck dispatcher)",
+    )
+    waits_behind_retried: int | None = Field(
+        default=None,
+        description="a pending webhook held back in order by an earlier event of its task "
+        "that failed and is being retried (pending and tried, not dead yet): that row's outbox "
+        "id (it is sent once that one is delivered; not a stuck dispatcher)",
     )
 
 
@@ -112,25 +125,49 @@ def get_outbox(request: Request) -> OutboxService:
     return OutboxService(request.app.state.db)
 
 
-@router.get("", response_model=DeliveryPage, responses=ERROR_RESPONSES)
+#: Part of every tag of a page of deliveries: a client holding an older API's page gets the new.
+_LIST_SHAPE = shape_of(DeliveryPage)
+
+
+@router.get("", response_model=DeliveryPage, responses={**NOT_MODIFIED, **ERROR_RESPONSES})
 def list_deliveries(
+    response: Response,
     task_id: str | None = Query(default=None, max_length=36),
     status: DeliveryStatus | None = Query(default=None),
     kind: DeliveryKind | None = Query(default=None),
     cursor: int | None = Query(default=None, ge=0, le=2**63 - 1),
     limit: int = Query(default=50, ge=1, le=200),
+    if_none_match: str | None = IF_NONE_MATCH,
     service: OutboxService = Depends(get_outbox),
-) -> dict[str, Any]:
+) -> Any:
     """Deliveries oldest first; `status=dead` lists what an operator may retry, and a pending
-    webhook held back by its task's dead letter names it (`waits_behind`). A `task_id` that
-    names no task is a 404, not an empty page."""
+    webhook held back in order names what it waits behind (`waits_behind`, its task's dead
+    letter; `waits_behind_retried`, an earlier event being retried). A `task_id` that
+    names no task is a 404, not an empty page. With the page's `ETag` in `If-None-Match`,
+    `304` and no body while the page is unchanged (the console's deliveries view polls it)."""
     # One row more than the page: a cursor only when another page has rows.
     rows = service.listed(
         task_id=task_id, status=status, kind=kind, after_id=cursor, limit=limit + 1
     )
     page = rows[:limit]
     next_cursor = str(page[-1]["outbox_id"]) if len(rows) > limit else None
+    # The page as read, each row with what it waits behind (another row of its task, dead or
+    # retried, changes it too): an attempt, a dead letter, a retry, a discard or a new event
+    # on the page changes the tag, and the tag cannot name another page.
+    unchanged = tagged(response, if_none_match, _LIST_SHAPE, (next_cursor, page))
+    if unchanged is not None:
+        return unchanged
     return {"items": page, "next_cursor": next_cursor}
+
+
+@router.get("/{outbox_id}", response_model=ListedDelivery, responses=ERROR_RESPONSES)
+def show_delivery(
+    outbox_id: int = Path(ge=1, le=2**63 - 1), service: OutboxService = Depends(get_outbox)
+) -> dict[str, Any]:
+    """One delivery's whole state, as the list shows it (`X-Orchestrator-Delivery`, a log
+    line or an alert names its id): status, attempts, last error, next attempt, why it is dead,
+    what it waits behind, who discarded it and why. An id that names no row is a 404."""
+    return service.shown(outbox_id)
 
 
 @router.post("/retry-dead", response_model=RetriedDead, responses=ERROR_RESPONSES)

@@ -1,4 +1,4 @@
-"""`orchestrator outbox dispatch|list|retry|discard`: deliveries to the business backend.
+"""`orchestrator outbox dispatch|list|show|retry|discard`: deliveries to the business backend.
 
 The CLI talks to the store directly (an operator on the machine), so `--by` names who
 discards a dead letter (default: the user name), as `actions approve` and `tasks requeue` do.
@@ -28,7 +28,7 @@ from orchestrator.services.outbox import OutboxDispatcher, OutboxService
 from orchestrator.store.db import Database
 from orchestrator.store.tables import OUTBOX_KINDS, OUTBOX_STATUSES
 
-__all__ = ["error_label", "register"]
+__all__ = ["dead_label", "error_label", "register"]
 
 log = logging.getLogger("orchestrator.outbox")
 
@@ -55,6 +55,11 @@ def register(commands: Any) -> None:
     )
     add_json_flag(listing)
     listing.set_defaults(handler=_list)
+
+    show = outbox.add_parser("show", help="one delivery's whole state")
+    show.add_argument("outbox_id", type=bounded_int(1, 2**63 - 1))
+    add_json_flag(show)
+    show.set_defaults(handler=_show)
 
     retry = outbox.add_parser("retry", help="send a dead-lettered delivery (or every one) again")
     retry.add_argument("outbox_id", nargs="?", type=bounded_int(1, 2**63 - 1))
@@ -153,6 +158,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 def _line(row: dict[str, Any]) -> str:
     what = row["action_id"] if row["kind"] == "action" else f"event {row['event_id']}"
     error = f"  {error_label(row)}: {row['last_error']}" if row["last_error"] else ""
+    if dead_label(row):
+        error += f"  {dead_label(row)}"
     if row["status"] == "discarded":
         # Typed by a person: a newline or a bidi control must not forge or reorder a line.
         error += (
@@ -163,11 +170,24 @@ def _line(row: dict[str, Any]) -> str:
         error += (
             f"  waits behind dead letter outbox {row['waits_behind']} (outbox retry or discard it)"
         )
+    elif row.get("waits_behind_retried"):
+        # Behind an earlier event failing, not dead yet: the one to look at is that one.
+        error += f"  waits behind outbox {row['waits_behind_retried']}, being retried"
     return (
         f"{row['outbox_id']:>6}  {row['kind']:7}  {row['status']:9}  "
         f"attempts {row['attempts']:<3}  throttled {row['throttled']:<3}  "
         f"task {row['task_id']}  {what}{error}"
     )
+
+
+def dead_label(row: dict[str, Any]) -> str:
+    """Why the row was dead-lettered, when its error does not say it: a refusal's error does
+    (`a permanent refusal, not retried`), the last of a webhook's attempts' did not (`HTTP 503`
+    read as one more failure that the dispatcher would retry)."""
+    if row.get("dead_reason") != "max_attempts":
+        return ""
+    counted = row["attempts"] - row["throttled"]
+    return f"dead-lettered: out of attempts ({counted} failed, ORCH_WEBHOOK_MAX_ATTEMPTS)"
 
 
 def error_label(row: dict[str, Any]) -> str:
@@ -204,6 +224,61 @@ def _list(args: argparse.Namespace) -> int:
     if follow:
         print(follow)
     return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    db = _db()
+    try:
+        row = OutboxService(db).shown(args.outbox_id)
+    finally:
+        db.dispose()
+    if args.json:
+        print_json(row)
+        return 0
+    print("\n".join(_shown(row)))
+    return 0
+
+
+def _shown(row: dict[str, Any]) -> list[str]:
+    """The row's whole state, a fact a line, and what an operator can do about it."""
+    number, status = row["outbox_id"], row["status"]
+    what = (
+        f"approved action {row['action_id']}"
+        if row["kind"] == "action"
+        else (f"task event {row['event_id']}")
+    )
+    lines = [f"outbox {number}  {status}  {what}  task {row['task_id']}"]
+    lines.append(f"  written {_time(row['created_at'])}")
+    lines.append(f"  attempts {row['attempts']} (throttled {row['throttled']})")
+    if row["last_error"]:
+        lines.append(f"  {error_label(row)}: {printable(row['last_error'])}")
+    if dead_label(row):
+        lines.append(f"  {dead_label(row)}")
+    if status == "pending" and not (row["waits_behind"] or row["waits_behind_retried"]):
+        lines.append(f"  next attempt {_time(row['next_attempt_at'])}")
+    if row["waits_behind"]:  # its own next attempt is past, and means nothing until then
+        lines.append(
+            f"  waits behind dead letter outbox {row['waits_behind']} (outbox retry or discard it)"
+        )
+    elif row["waits_behind_retried"]:
+        lines.append(f"  waits behind outbox {row['waits_behind_retried']}, being retried")
+    if status == "delivered":
+        lines.append(f"  delivered {_time(row['delivered_at'])}")
+    if status == "discarded":
+        lines.append(
+            f"  discarded by {printable(row['discarded_by'])} at {_time(row['discarded_at'])}: "
+            f"{printable(row['discard_reason'])}"
+        )
+    if status == "dead":
+        lines.append(
+            f"  `orchestrator outbox retry {number}` once the backend is mended, or "
+            f"`orchestrator outbox discard {number} --reason R` once dealt with by hand"
+        )
+    return lines
+
+
+def _time(value: Any) -> str:
+    return value.isoformat(timespec="seconds") if hasattr(value, "isoformat") else str(value)
 
 
 def _retry(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ from orchestrator.cli.common import (
     print_json,
     printable,
 )
+from orchestrator.cli.outbox import dead_label
 from orchestrator.domain.recovery import readable_call
 from orchestrator.logs import redact, secrets_of
 from orchestrator.runtime import Runtime, build_runtime
@@ -552,6 +553,8 @@ def _deliveries(deliveries: dict[str, Any] | None) -> list[str]:
     for row in sorted(deliveries["undelivered"], key=lambda r: r["status"] != "dead"):
         what = row["action_id"] or f"event {row['event_id']}"
         error = f", last error: {printable(row['last_error'])}" if row["last_error"] else ""
+        if dead_label(row):
+            error += f"; {dead_label(row)}"
         tried = (
             f"attempts {row['attempts']} (throttled {row['throttled']})"
             if row["attempts"]
@@ -562,6 +565,8 @@ def _deliveries(deliveries: dict[str, Any] | None) -> list[str]:
                 f"; waits behind dead letter outbox {row['waits_behind']} (outbox retry or "
                 "discard it)"
             )
+        elif row.get("waits_behind_retried"):
+            tried += f"; waits behind outbox {row['waits_behind_retried']}, being retried"
         lines.append(
             f"    {row['status'].upper() if row['status'] == 'dead' else row['status']}  "
             f"outbox {row['outbox_id']}  {row['kind']} {what}  {tried}{error}"

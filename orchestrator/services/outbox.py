@@ -382,13 +382,13 @@ class OutboxDispatcher:
             # every delivery of the kind is refused the same way. Named, never shown.
             setting = "ORCH_ACTIONS_SECRET" if row.kind == "action" else "ORCH_WEBHOOK_SECRET"
             return _Answer(
-                f"HTTP {status} (a permanent refusal, not retried: the backend did not accept "
+                f"HTTP {status} ({store.REFUSAL}: the backend did not accept "
                 f"the request's signature or credentials; check that it verifies with "
                 f"{setting}, then retry)",
                 permanent=True,
             )
         if is_permanent_refusal(status):
-            return _Answer(f"HTTP {status} (a permanent refusal, not retried)", permanent=True)
+            return _Answer(f"HTTP {status} ({store.REFUSAL})", permanent=True)
         wait = None
         if status in RETRY_AFTER_STATUSES:
             wait = retry_after_seconds(retry_after, utcnow())
@@ -409,7 +409,8 @@ class OutboxDispatcher:
 
 
 class OutboxService:
-    """What operators see and do: list deliveries, retry or discard a dead-lettered one."""
+    """What operators see and do: list deliveries or show one, retry or discard a dead-lettered
+    one."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -438,7 +439,8 @@ class OutboxService:
         limit: int = 50,
     ) -> builtins.list[dict[str, Any]]:
         """`list` as operators read it: each row's public view, and a pending webhook held back
-        by its task's dead letter says which (`waits_behind`), read in the same transaction.
+        in order says by what, its task's dead letter (`waits_behind`) or an earlier event
+        failing and being retried (`waits_behind_retried`), read in the same transaction.
         NotFound for a `task_id` that names no task."""
         with self.db.transaction(readonly=True) as conn:
             rows = store.list_rows(
@@ -446,8 +448,19 @@ class OutboxService:
             )
             if not rows and task_id is not None:
                 _require_task(conn, task_id)
-            held = store.waits_behind(conn, rows)
-        return [{**row.public(), "waits_behind": held.get(row.outbox_id)} for row in rows]
+            return store.held_views(conn, rows)
+
+    def shown(self, outbox_id: int) -> dict[str, Any]:
+        """One row as `listed` shows it (what it waits behind, why it is dead, who discarded
+        it); NotFound for an id that names no row."""
+        if outbox_id > MAX_OUTBOX_ID:
+            raise NotFound(f"outbox row {outbox_id} does not exist")
+        with self.db.transaction(readonly=True) as conn:
+            row = store.get_row(conn, outbox_id)
+            if row is None:
+                raise NotFound(f"outbox row {outbox_id} does not exist")
+            [view] = store.held_views(conn, [row])
+        return view
 
     def retry(self, outbox_id: int) -> OutboxRow:
         if outbox_id > MAX_OUTBOX_ID:  # the column holds no larger id: none such exists

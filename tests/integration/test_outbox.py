@@ -256,7 +256,9 @@ def test_the_metrics_count_dead_letters_and_the_oldest_pending_delivery_from_the
     rt: Runtime, tmp_path: Path, backend: Recorder, dispatcher: OutboxDispatcher
 ) -> None:
     """What an operator alerts on, read from the store at scrape time: 0 before any failure,
-    then the dead-lettered webhook and the age of the event held behind it."""
+    then the dead-lettered webhook; the event held behind it is not deliverable and its age is
+    not counted (it paged as a slow dispatcher or backend, on top of the dead letter's alert),
+    until the dead letter is retried."""
     dead_webhooks = "orchestrator_outbox_dead[('kind', 'webhook')]"
     assert _store_gauges(rt) == {
         "orchestrator_outbox_dead[('kind', 'action')]": 0.0,
@@ -270,19 +272,27 @@ def test_the_metrics_count_dead_letters_and_the_oldest_pending_delivery_from_the
         dispatcher.run_once()
         if OutboxService(rt.db).list(task_id=task_id, status="dead"):
             break
-    with rt.db.transaction() as conn:  # the held event was committed a minute ago
+    with rt.db.transaction() as conn:  # the task's events were committed a minute ago
         conn.execute(
             update(outbox)
-            .where(outbox.c.status == "pending")
+            .where(outbox.c.task_id == task_id)
             .values(created_at=utcnow() - timedelta(seconds=60))
         )
+    oldest_webhook = "orchestrator_outbox_oldest_pending_seconds[('kind', 'webhook')]"
     gauges = _store_gauges(rt)
     assert gauges[dead_webhooks] == 1.0
     assert gauges["orchestrator_outbox_dead[('kind', 'action')]"] == 0.0
-    # By kind: the held webhook is a minute old; no action waits (an unconfigured kind's rows
-    # wait on purpose, and must not make an alert on the other kind fire).
-    assert 60 <= gauges["orchestrator_outbox_oldest_pending_seconds[('kind', 'webhook')]"] < 120
+    # The held webhook, a minute old, waits for an operator, not for the dispatcher.
+    [held] = OutboxService(rt.db).list(task_id=task_id, status="pending")
+    assert held.kind == "webhook"
+    assert gauges[oldest_webhook] == 0.0
+    # By kind: no action waits (an unconfigured kind's rows wait on purpose, and must not make
+    # an alert on the other kind fire).
     assert gauges["orchestrator_outbox_oldest_pending_seconds[('kind', 'action')]"] == 0.0
+    # Retried, the dead letter is deliverable again: its age counts.
+    [dead] = OutboxService(rt.db).list(task_id=task_id, status="dead")
+    OutboxService(rt.db).retry(dead.outbox_id)
+    assert 60 <= _store_gauges(rt)[oldest_webhook] < 120
 
 
 def test_a_kind_without_its_url_has_no_oldest_pending_age_to_page_on(

@@ -5,17 +5,29 @@ argument values and its result's body out of everything that outlives the model'
 them: the transcript (`agent.transcript`) and a compaction's summary request
 (`agent.compaction`), whose answer the transcript records as it is. A tool's secret arguments
 (a command's `env`) keep their values out of the same.
+
+A call of a tool the host does not have (`unknown_tool`) has no schema to say which of its
+arguments are secret, and a model that put a password or an API key into a mistaken call would
+leak it to everyone who reads the transcript. Its arguments are hidden by a conservative rule
+(`hide_unknown_arguments`): the values under a secret-looking key, at any depth, become `***`,
+and the text of every other value is masked as the logs mask theirs (`orchestrator.logs.redact`:
+the configured secrets, bearer tokens, `password=...`). The keys and the shape stay, so an
+operator still sees what the model got wrong.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from typing import Any
 
+from orchestrator.logs import Secret, redact
 from orchestrator.tools.base import Tool
 
 __all__ = [
     "REDACTED",
     "hide_secret_arguments",
+    "hide_unknown_arguments",
     "is_sensitive",
     "may_be_sensitive",
     "redact_values",
@@ -24,6 +36,11 @@ __all__ = [
 REDACTED = "***"
 #: Keys whose value says which operation was called, not with what: kept when redacting.
 _KEEP_KEYS = frozenset({"operation_id"})
+#: A key whose value may be a secret, in arguments no schema describes: the words the logs mask
+#: after (`token=`, `api_key:`, `password=`, `Authorization:`) and their usual kin.
+_SECRET_KEY = re.compile(
+    r"token|key|secret|passw|pwd|auth|credential|cookie|signature|private", re.IGNORECASE
+)
 
 
 def redact_values(value: Any) -> Any:
@@ -46,6 +63,25 @@ def hide_secret_arguments(tool: Tool | None, arguments: Any) -> Any:
         key: redact_values(value) if key in tool.secret_arguments else value
         for key, value in arguments.items()
     }
+
+
+def hide_unknown_arguments(arguments: Any, secrets: Iterable[Secret] = ()) -> Any:
+    """An unknown tool's `arguments` by the conservative rule above: a secret-looking key's
+    value as `***` (its shape kept), every other text with `secrets` and token-shaped values
+    masked; numbers, booleans and keys as they are."""
+    secrets = list(secrets)
+    if isinstance(arguments, dict):
+        return {
+            key: redact_values(value)
+            if _SECRET_KEY.search(str(key))
+            else hide_unknown_arguments(value, secrets)
+            for key, value in arguments.items()
+        }
+    if isinstance(arguments, list):
+        return [hide_unknown_arguments(item, secrets) for item in arguments]
+    if isinstance(arguments, str):
+        return redact(arguments, secrets)
+    return arguments
 
 
 def is_sensitive(tool: Tool | None, arguments: dict[str, Any]) -> bool:

@@ -8,7 +8,9 @@ the model thinks, and the next model turn, `flush()` or the end of the round wai
 
 What is written is redacted: the argument values of a sensitive operation (`sensitive_read`, or a
 business operation marked `x-sensitive`) become `"***"`, as do the values of a tool's secret
-arguments (`Tool.secret_arguments`: a command's `env`); a sensitive result keeps its status and
+arguments (`Tool.secret_arguments`: a command's `env`), and a call of a tool the host does not
+have keeps its arguments' shape with what may be secret masked (`hide_unknown_arguments`: no
+schema says which are secret); a sensitive result keeps its status and
 receipt id but not its body; a page of a large result (`read_tool_result`) is not kept, only
 which result and offset it was; everything else is the envelope exactly as shown (a large result
 is already a preview with its `result_id`).
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -39,6 +41,7 @@ from orchestrator.agent.model import ModelTurn
 from orchestrator.agent.sensitive import (
     REDACTED,
     hide_secret_arguments,
+    hide_unknown_arguments,
     is_sensitive,
     may_be_sensitive,
     redact_values,
@@ -47,6 +50,7 @@ from orchestrator.agent.text import clean, clean_json, storable_json
 from orchestrator.domain.fences import Fence
 from orchestrator.domain.recovery import CallRecord, Snapshot
 from orchestrator.errors import StaleGeneration
+from orchestrator.logs import Secret, redact
 from orchestrator.store import transcripts as transcript_store
 from orchestrator.store.db import Database
 from orchestrator.store.fencing import check_fence
@@ -90,8 +94,12 @@ class TranscriptWriter:
         *,
         parent_call_id: str | None = None,
         stop: threading.Event | None = None,
+        secrets: Iterable[Secret] = (),
     ) -> None:
+        """`secrets`: the configured secrets (`orchestrator.logs.secrets_of`), masked in the
+        arguments of a call of a tool the host does not have."""
         self.db = db
+        self.secrets = list(secrets)
         #: The round's stop event: once set, nothing more is written (see the module docstring).
         self.stop = stop
         self.fence = fence
@@ -117,6 +125,7 @@ class TranscriptWriter:
             self.tools if tools is None else tools,
             parent_call_id=parent_call_id,
             stop=self.stop,
+            secrets=self.secrets,
         )
         child._counter = self._counter
         return child
@@ -133,11 +142,13 @@ class TranscriptWriter:
             tool = self.tools.get(call.name)
             sensitive = is_sensitive(tool, call.arguments)
             self._sensitive[call.id] = sensitive
-            arguments = (
-                redact_values(call.arguments)
-                if sensitive
-                else clean(hide_secret_arguments(tool, call.arguments))
-            )
+            if sensitive:
+                arguments = redact_values(call.arguments)
+            elif tool is None:
+                # No schema says which arguments are secret: the conservative rule.
+                arguments = clean(hide_unknown_arguments(call.arguments, self.secrets))
+            else:
+                arguments = clean(hide_secret_arguments(tool, call.arguments))
             shown: dict[str, Any] = {"id": call.id, "name": call.name, "arguments": arguments}
             if call.sent_name is not None:
                 # The name the model sent, which the host resolved to `name` (`tool_names`).
@@ -146,7 +157,12 @@ class TranscriptWriter:
                 # Unreadable arguments: what the model sent, unless it may hold a secret.
                 text = raw[call.id]
                 hidden = may_be_sensitive(tool) or bool(tool and tool.secret_arguments)
-                shown["raw_arguments"] = REDACTED if hidden else clean(text)
+                if hidden:
+                    shown["raw_arguments"] = REDACTED
+                elif tool is None:  # masked as a log line is, by the same rule
+                    shown["raw_arguments"] = clean(redact(text, self.secrets))
+                else:
+                    shown["raw_arguments"] = clean(text)
             calls.append(shown)
             self.calls[call.id] = CallRecord(call.id, call.name, arguments, turn_number)
         body: dict[str, Any] = {"content": turn.content, "tool_calls": calls}

@@ -16,7 +16,9 @@ connection closed by `model_http`, which also refuses an answer past `MAX_MODEL_
 (decoded) without holding it; that is retried like an unreadable answer.
 
 Tool-call arguments that are not a JSON object come back in `ModelTurn.malformed`, so the loop
-answers them `failed` and the model can correct itself; the round goes on. So do calls whose
+answers them `failed` and the model can correct itself; the round goes on (arguments a gpt-oss
+server left its harmony markers around are read without them, by an exact rule:
+`argument_markers`). So do calls whose
 id repeats one of the same turn (under an id of their own: the history must name each call once);
 a missing id, or one longer than `MAX_CALL_ID_CHARS`, is replaced by one of the host's. A server
 that numbers its ids per turn (`"0"` or `call_0` in every reply: every turn's ids count from 0
@@ -61,6 +63,7 @@ import httpx2
 import openai
 from openai.types.chat import ChatCompletion
 
+from orchestrator.agent.argument_markers import read_arguments
 from orchestrator.agent.model import Model, ModelBusy, ModelError, ModelTurn, TokenUsage
 from orchestrator.agent.model_calls import client_for, close_clients, submit, wait
 from orchestrator.agent.model_errors import (
@@ -72,7 +75,6 @@ from orchestrator.agent.model_errors import (
 )
 from orchestrator.agent.model_http import MAX_MODEL_ANSWER_BYTES, AnswerTooLarge, CorruptAnswer
 from orchestrator.agent.reply_parts import (
-    arguments_of,
     as_calls,
     counters,
     id_text,
@@ -369,7 +371,8 @@ class OpenAIModel(Model):
             function = getattr(call, "function", None)
             if function is None:
                 continue  # a custom (non-function) tool call: nothing here can run it
-            arguments, problem = arguments_of(function.arguments)
+            # Read without a gpt-oss server's leaked harmony markers (`argument_markers`).
+            arguments, problem, markers = read_arguments(function.arguments)
             # The limit cuts the reply's end: only its last call can be cut; an earlier one that
             # cannot be read, or a repeated id, is the model's mistake, not the limit's.
             cut = cut_off is not None and number == last
@@ -400,7 +403,7 @@ class OpenAIModel(Model):
                 problem = "the call names no tool"
             if problem is not None and cut:
                 problem = f"{problem}; {cut_off}: make the call smaller"
-            calls.append(ToolCall(call_id, name, arguments))
+            calls.append(ToolCall(call_id, name, arguments, sent_markers=markers))
             if problem is not None:
                 malformed.append((call_id, problem))
                 raw = raw_text(function.arguments)

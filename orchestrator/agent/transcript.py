@@ -153,6 +153,10 @@ class TranscriptWriter:
             if call.sent_name is not None:
                 # The name the model sent, which the host resolved to `name` (`tool_names`).
                 shown["sent_name"] = clean(call.sent_name[:_NAME_CHARS])
+            if call.sent_markers:
+                # The markers around the arguments as sent, cut to read them
+                # (`argument_markers`): with `arguments`, what the server sent.
+                shown["arguments_markers"] = clean(call.sent_markers)
             if call.id in raw:
                 # Unreadable arguments: what the model sent, unless it may hold a secret.
                 text = raw[call.id]

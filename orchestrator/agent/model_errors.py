@@ -7,6 +7,11 @@ does not serve), a 401 or 403 (LLM_API_KEY, or none set), a request past the ser
 (LLM_CONTEXT_WINDOW larger than llama.cpp's -c or vLLM's --max-model-len); and a 200 whose body
 is an error object from a base URL whose path names no API version (LM Studio answers
 `POST /chat/completions` without its /v1 with a 200 and "Unexpected endpoint or method").
+
+That answer of LM Studio's says the path is not one it serves: every retry would get the same,
+so it is not retried (`wrong_endpoint`). Only those words are taken so: llama.cpp serves the
+chat completions at its root too, so a base URL without /v1 may be right, and another error at
+200 (a model loading, a proxy's hiccup) may pass and is retried as before.
 """
 
 from __future__ import annotations
@@ -17,7 +22,14 @@ from urllib.parse import urlsplit
 
 import openai
 
-__all__ = ["base_path_hint", "described", "error_of", "redacted", "refusal_hint"]
+__all__ = [
+    "base_path_hint",
+    "described",
+    "error_of",
+    "redacted",
+    "refusal_hint",
+    "wrong_endpoint",
+]
 
 #: How servers refuse a request past their context window (vLLM and OpenAI "maximum context
 #: length", llama.cpp "exceeds the available context size", TGI "must be <= N" of its inputs).
@@ -40,6 +52,25 @@ def base_path_hint(base_url: str) -> str:
     return (
         "; LLM_BASE_URL's path names no API version: check it (often it ends in /v1, as in "
         "http://HOST:1234/v1)"
+    )
+
+
+#: LM Studio's answer to a path it does not serve (`POST /chat/completions`, without /v1).
+_WRONG_ENDPOINT = "unexpected endpoint or method"
+
+
+def wrong_endpoint(said: str, base_url: str) -> str | None:
+    """The reason to fail at once, not retried, when a 200's error (`said`, as `error_of` gives
+    it) is LM Studio's "Unexpected endpoint or method": the request's path is not one the server
+    serves, and no retry changes that. None for any other error."""
+    if _WRONG_ENDPOINT not in said.lower():
+        return None
+    hint = base_path_hint(base_url) or (
+        "; check that LLM_BASE_URL is the server's API base URL (as in http://HOST:1234/v1)"
+    )
+    return (
+        "the model server does not serve chat completions under LLM_BASE_URL: it answered "
+        f"the request's path as an unknown endpoint{said}{hint}"
     )
 
 

@@ -72,6 +72,7 @@ from orchestrator.agent.model_errors import (
     error_of,
     redacted,
     refusal_hint,
+    wrong_endpoint,
 )
 from orchestrator.agent.model_http import MAX_MODEL_ANSWER_BYTES, AnswerTooLarge, CorruptAnswer
 from orchestrator.agent.reply_parts import (
@@ -318,8 +319,10 @@ class OpenAIModel(Model):
         if not getattr(completion, "choices", None):
             self._count("no_choices", started)
             said = self._error_of(completion)
-            # An error object at 200 from a base URL without its /v1: LM Studio's "Unexpected
-            # endpoint or method", which names no setting.
+            wrong = wrong_endpoint(said, self._server[0])
+            if wrong is not None:  # LM Studio's answer to a path it does not serve: no retry
+                raise ModelError(wrong)
+            # An error object at 200 from a base URL without its /v1 names no setting.
             hint = base_path_hint(self._server[0]) if said else ""
             return _NO_CHOICES + said + hint, None
         problem = shape_problem(completion.choices[0])

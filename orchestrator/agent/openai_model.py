@@ -53,6 +53,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import string
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -116,6 +117,8 @@ _TOO_LARGE = (
     "(the cap on a model answer)"
 )
 _NO_KEY = "not-needed"  # local servers take no key; the client insists on a value
+#: What the host's own call ids are drawn from (`_own_id`): Mistral's template takes no other.
+_ID_CHARS = string.ascii_letters + string.digits
 #: The longest tool-call id kept as the server sent it (the transcript's column); a longer or
 #: missing one is replaced by an id of the host's, used consistently in the history.
 MAX_CALL_ID_CHARS = 128
@@ -398,7 +401,7 @@ class OpenAIModel(Model):
             if not call_id or len(call_id) > MAX_CALL_ID_CHARS:
                 # The host's own: the round's, so a later generation of the task (the same
                 # session, where a write's receipt is keyed by its call id) never meets it.
-                call_id = f"call_{self._round_tag}_{self._turns}_{number}"
+                call_id = self._own_id()
             seen.add(call_id)
             self._held.add(call_id)
             name = clean_text(function.name) if isinstance(function.name, str) else ""
@@ -464,6 +467,16 @@ class OpenAIModel(Model):
         if not all(a == b for a, b in zip(ids, self._first_ids, strict=False)):
             self._own_ids = True  # a fresh first id: the server's ids are its own per call
         return not self._own_ids
+
+    def _own_id(self) -> str:
+        """A call id of the host's: 9 letters and digits, the one form every server takes back
+        (Mistral's chat template refuses any other: "must be a-z, A-Z, 0-9, with a length of
+        9"), random (53 bits) so that a later generation of the task never meets it, and never
+        one this conversation holds."""
+        while True:
+            call_id = "".join(secrets.choice(_ID_CHARS) for _ in range(9))
+            if call_id not in self._held:
+                return call_id
 
     def _scoped(self, call_id: str) -> str:
         """`call_id` made unique to this round (its tag) and turn (`call_0~3fa2c1t2`)."""

@@ -18,12 +18,7 @@ from orchestrator.agent.budget import ContextBudget, ContextOverflow, TokenCount
 from orchestrator.agent.catalogue import DISCOVERY, Catalogue, Discovery
 from orchestrator.agent.compaction import Conversation, SummaryAnswer, TranscriptHook
 from orchestrator.agent.model import Model, ModelTurn
-from orchestrator.agent.sensitive import (
-    hide_secret_arguments,
-    hide_unknown_arguments,
-    is_sensitive,
-    redact_values,
-)
+from orchestrator.agent.sensitive import is_sensitive, kept_arguments, redact_values
 from orchestrator.logs import Secret
 from orchestrator.tools.base import Tool, ToolCall, ToolContext, ToolResult
 from orchestrator.tools.results import RESULT_FIT, WHOLE_FIT
@@ -176,11 +171,13 @@ class RequestBuilder:
             tool = tools.get(call.name)
             if call.id in sensitive:
                 kept[call.id] = redact_values(call.arguments)
-            elif tool is None:  # no schema says which are secret: the conservative rule
-                secrets = self.context.secrets if self.context else ()
-                kept[call.id] = hide_unknown_arguments(call.arguments, secrets)
-            elif tool.secret_arguments:
-                kept[call.id] = hide_secret_arguments(tool, call.arguments)
+                continue
+            # What may be secret hidden, as the transcript keeps it (`sensitive.kept_arguments`).
+            shown = kept_arguments(
+                tool, call.arguments, self.context.secrets if self.context else ()
+            )
+            if shown != call.arguments:
+                kept[call.id] = shown
         self.conversation.add_tool_results(
             messages,
             [(call.name, result) for call, result in zip(calls, results, strict=True)],

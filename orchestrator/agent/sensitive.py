@@ -6,13 +6,16 @@ them: the transcript (`agent.transcript`) and a compaction's summary request
 (`agent.compaction`), whose answer the transcript records as it is. A tool's secret arguments
 (a command's `env`) keep their values out of the same.
 
-A call of a tool the host does not have (`unknown_tool`) has no schema to say which of its
-arguments are secret, and a model that put a password or an API key into a mistaken call would
-leak it to everyone who reads the transcript. Its arguments are hidden by a conservative rule
-(`hide_unknown_arguments`): the values under a secret-looking key, at any depth, become `***`,
-and the text of every other value is masked as the logs mask theirs (`orchestrator.logs.redact`:
-the configured secrets, bearer tokens, `password=...`). The keys and the shape stay, so an
-operator still sees what the model got wrong.
+A call of a tool the host does not have (`unknown_tool`), or one whose arguments its tool
+refused (an extra `password`, a wrong type: `invalid_arguments`), has no schema that vouches for
+its arguments, and a model that put a password or an API key into a mistaken call would leak it
+to everyone who reads the transcript. Those arguments are hidden by a conservative rule
+(`hide_unknown_arguments`, `kept_arguments`): the values under a secret-looking key, at any
+depth, become `***`, and the text of every other value is masked as the logs mask theirs
+(`orchestrator.logs.redact`: the configured secrets, bearer tokens, `password=...`). The keys
+and the shape stay, so an operator still sees what the model got wrong. In the arguments a tool
+accepted, a configured secret's text is still masked wherever it appears (`hide_configured`):
+none belongs in a record.
 """
 
 from __future__ import annotations
@@ -26,9 +29,11 @@ from orchestrator.tools.base import Tool
 
 __all__ = [
     "REDACTED",
+    "hide_configured",
     "hide_secret_arguments",
     "hide_unknown_arguments",
     "is_sensitive",
+    "kept_arguments",
     "may_be_sensitive",
     "redact_values",
 ]
@@ -82,6 +87,40 @@ def hide_unknown_arguments(arguments: Any, secrets: Iterable[Secret] = ()) -> An
     if isinstance(arguments, str):
         return redact(arguments, secrets)
     return arguments
+
+
+def hide_configured(arguments: Any, secrets: Iterable[Secret]) -> Any:
+    """`arguments` with the text of each configured secret (`orchestrator.logs.secrets_of`'s
+    plain ones, 4 characters or more) replaced by `***` wherever it appears; nothing else."""
+    plain = [s for s in secrets if isinstance(s, str) and len(s) >= 4]
+    if not plain:
+        return arguments
+    if isinstance(arguments, dict):
+        return {key: hide_configured(value, plain) for key, value in arguments.items()}
+    if isinstance(arguments, list):
+        return [hide_configured(item, plain) for item in arguments]
+    if isinstance(arguments, str):
+        for secret in plain:
+            arguments = arguments.replace(secret, REDACTED)
+    return arguments
+
+
+def kept_arguments(tool: Tool | None, arguments: Any, secrets: Iterable[Secret] = ()) -> Any:
+    """A call's arguments as a record keeps them (the transcript, a summary request), for a call
+    that is not sensitive (`is_sensitive`): the tool's secret arguments hidden, and arguments no
+    schema vouches for (an unknown tool's, or ones the tool refused) by the conservative rule."""
+    hidden = hide_secret_arguments(tool, arguments)
+    if tool is None or not _valid(tool, arguments):
+        return hide_unknown_arguments(hidden, secrets)
+    return hide_configured(hidden, secrets)
+
+
+def _valid(tool: Tool, arguments: Any) -> bool:
+    try:
+        tool.arguments.model_validate(arguments)
+    except Exception:
+        return False
+    return True
 
 
 def is_sensitive(tool: Tool | None, arguments: dict[str, Any]) -> bool:

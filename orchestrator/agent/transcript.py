@@ -8,9 +8,10 @@ the model thinks, and the next model turn, `flush()` or the end of the round wai
 
 What is written is redacted: the argument values of a sensitive operation (`sensitive_read`, or a
 business operation marked `x-sensitive`) become `"***"`, as do the values of a tool's secret
-arguments (`Tool.secret_arguments`: a command's `env`), and a call of a tool the host does not
-have keeps its arguments' shape with what may be secret masked (`hide_unknown_arguments`: no
-schema says which are secret); a sensitive result keeps its status and
+arguments (`Tool.secret_arguments`: a command's `env`); a call of a tool the host does not have,
+or whose arguments its tool refused, keeps their shape with what may be secret masked
+(`sensitive.kept_arguments`: no schema vouches for them), and a configured secret's text is
+masked in any call's arguments; a sensitive result keeps its status and
 receipt id but not its body; a page of a large result (`read_tool_result`) is not kept, only
 which result and offset it was; everything else is the envelope exactly as shown (a large result
 is already a preview with its `result_id`).
@@ -41,8 +42,8 @@ from orchestrator.agent.model import ModelTurn
 from orchestrator.agent.sensitive import (
     REDACTED,
     hide_secret_arguments,
-    hide_unknown_arguments,
     is_sensitive,
+    kept_arguments,
     may_be_sensitive,
     redact_values,
 )
@@ -142,13 +143,11 @@ class TranscriptWriter:
             tool = self.tools.get(call.name)
             sensitive = is_sensitive(tool, call.arguments)
             self._sensitive[call.id] = sensitive
-            if sensitive:
-                arguments = redact_values(call.arguments)
-            elif tool is None:
-                # No schema says which arguments are secret: the conservative rule.
-                arguments = clean(hide_unknown_arguments(call.arguments, self.secrets))
-            else:
-                arguments = clean(hide_secret_arguments(tool, call.arguments))
+            arguments = (
+                redact_values(call.arguments)
+                if sensitive
+                else clean(kept_arguments(tool, call.arguments, self.secrets))
+            )
             shown: dict[str, Any] = {"id": call.id, "name": call.name, "arguments": arguments}
             if call.sent_name is not None:
                 # The name the model sent, which the host resolved to `name` (`tool_names`).
@@ -161,12 +160,8 @@ class TranscriptWriter:
                 # Unreadable arguments: what the model sent, unless it may hold a secret.
                 text = raw[call.id]
                 hidden = may_be_sensitive(tool) or bool(tool and tool.secret_arguments)
-                if hidden:
-                    shown["raw_arguments"] = REDACTED
-                elif tool is None:  # masked as a log line is, by the same rule
-                    shown["raw_arguments"] = clean(redact(text, self.secrets))
-                else:
-                    shown["raw_arguments"] = clean(text)
+                # No schema vouches for them: masked as a log line is, by the same rule.
+                shown["raw_arguments"] = REDACTED if hidden else clean(redact(text, self.secrets))
             calls.append(shown)
             self.calls[call.id] = CallRecord(call.id, call.name, arguments, turn_number)
         body: dict[str, Any] = {"content": turn.content, "tool_calls": calls}

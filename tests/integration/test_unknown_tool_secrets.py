@@ -1,11 +1,11 @@
-"""What may be secret in a call of a tool the host does not have stays out of the transcript.
+"""What may be secret in a call no schema vouches for stays out of the transcript.
 
 A known tool's schema says which arguments are secret (a command's `env`) or sensitive; a call
-of an unknown tool has none, and its arguments reached the durable transcript as the model sent
-them: a model that put a password or the API key into a mistaken call leaked it to operators,
-the console and the API. They are now masked by a conservative rule (`hide_unknown_arguments`),
-tested here through a real round (the `openai` client, the loopback server) with the transcript
-read back from the store.
+of an unknown tool has none, nor do arguments its tool refused (an extra `password`), and they
+reached the durable transcript as the model sent them: a model that put a password or the API
+key into a mistaken call leaked it to operators, the console and the API. They are now masked
+by a conservative rule (`hide_unknown_arguments`), tested here through a real round (the
+`openai` client, the loopback server) with the transcript read back from the store.
 """
 
 from __future__ import annotations
@@ -88,3 +88,34 @@ def test_the_rule_masks_secret_looking_keys_at_any_depth_and_configured_secrets(
         "text": "key s3cr*** here",
         "ok": True,
     }
+
+
+def test_arguments_a_tool_refused_keep_their_secrets_out_of_the_transcript(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """An extra `password` makes a data-source query invalid: nothing ran, and its arguments,
+    which no schema vouches for, are kept by the same rule as an unknown tool's."""
+    refused = {
+        "source": "scada_sim",
+        "password": "hunter2-pw",
+        "parameters": {"point": "DM-RN-01", "measure": f"turbidity {API_KEY}"},
+    }
+    rt = openai_runtime(store_url, scripts, server)
+    try:
+        server.reply(tool_calls=[call("c1", "query_data_source", refused)])
+        server.reply(content="done")
+        task_id = trigger(rt)
+        assert rt.executions.run(task_id, 1, worker="w1").ran
+        entries = rt.tasks.transcript(task_id)["items"]
+    finally:
+        rt.close()
+    stored = json.dumps(entries)
+    assert "hunter2-pw" not in stored
+    assert API_KEY not in stored
+    (shown,) = [c for e in entries if e["kind"] == "model_turn" for c in e["body"]["tool_calls"]]
+    assert shown["arguments"]["source"] == "scada_sim"
+    assert shown["arguments"]["password"] == "***"
+    assert shown["arguments"]["parameters"]["point"] == "DM-RN-01"
+    (result,) = [e for e in entries if e["kind"] == "tool_result"]
+    assert result["status"] == "failed"
+    assert "password" in result["body"]["message"]  # what the model got wrong stays readable

@@ -11,10 +11,10 @@ business operation marked `x-sensitive`) become `"***"`, as do the values of a t
 arguments (`Tool.secret_arguments`: a command's `env`); a call of a tool the host does not have,
 or whose arguments its tool refused, keeps their shape with what may be secret masked
 (`sensitive.kept_arguments`: no schema vouches for them), and a configured secret's text is
-masked in any call's arguments; a sensitive result keeps its status and
-receipt id but not its body; a page of a large result (`read_tool_result`) is not kept, only
-which result and offset it was; everything else is the envelope exactly as shown (a large result
-is already a preview with its `result_id`).
+masked in any call's arguments and in a result that echoes it; a sensitive result keeps its
+status and receipt id but not its body; a page of a large result (`read_tool_result`) is not
+kept, only which result and offset it was; everything else is the envelope exactly as shown (a
+large result is already a preview with its `result_id`).
 
 The writer also remembers the calls and results of its round, so a round that ends by an
 exception, a cancel or a lost lease leaves a recovery snapshot that includes results the store
@@ -41,6 +41,7 @@ from orchestrator.agent.loop import LeaseLost, stop_reason
 from orchestrator.agent.model import ModelTurn
 from orchestrator.agent.sensitive import (
     REDACTED,
+    hide_configured,
     hide_secret_arguments,
     is_sensitive,
     kept_arguments,
@@ -274,9 +275,21 @@ class TranscriptWriter:
         redacted = result.payload is not None and (
             self._sensitive.get(call.id, False) or self._is_page(call)
         )
+        if self._holds_a_secret(result.message_text):
+            # A tool that echoed a configured secret the model sent it ("unknown source
+            # 'sk-...'"): its text masked, as in the call's arguments. Rare: found by a scan.
+            return hide_configured(self.envelope(call, result), self.secrets), None
         if not redacted and storable_json(result.message_text):
             return result.to_message(), result.message_text
         return self.envelope(call, result), None
+
+    def _holds_a_secret(self, text: str) -> bool:
+        """Does `text` (JSON) hold a configured secret's text, as it is or JSON-escaped?"""
+        return any(
+            secret in text or json.dumps(secret, ensure_ascii=False)[1:-1] in text
+            for secret in self.secrets
+            if isinstance(secret, str) and len(secret) >= 4
+        )
 
     def _is_page(self, call: ToolCall) -> bool:
         return isinstance(self.tools.get(call.name), ReadToolResult)

@@ -119,3 +119,27 @@ def test_arguments_a_tool_refused_keep_their_secrets_out_of_the_transcript(
     (result,) = [e for e in entries if e["kind"] == "tool_result"]
     assert result["status"] == "failed"
     assert "password" in result["body"]["message"]  # what the model got wrong stays readable
+
+
+def test_a_result_that_echoes_a_configured_secret_is_masked(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """A valid query naming the API key as its source is refused "unknown source 'sk-...'":
+    the key was in the transcript twice, in the call and in the tool's answer."""
+    rt = openai_runtime(store_url, scripts, server)
+    try:
+        server.reply(
+            tool_calls=[call("c1", "query_data_source", {"source": API_KEY, "parameters": {}})]
+        )
+        server.reply(content="done")
+        task_id = trigger(rt)
+        assert rt.executions.run(task_id, 1, worker="w1").ran
+        entries = rt.tasks.transcript(task_id)["items"]
+    finally:
+        rt.close()
+    assert API_KEY not in json.dumps(entries)
+    (result,) = [e for e in entries if e["kind"] == "tool_result"]
+    assert result["body"]["message"].startswith("unknown source '***'")
+    # The model was shown the tool's words as they were.
+    (shown,) = [m for m in server.bodies[1]["messages"] if m["role"] == "tool"]
+    assert API_KEY in shown["content"]

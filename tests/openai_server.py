@@ -600,7 +600,7 @@ def _resolved(calls: list[dict[str, Any]], body: dict[str, Any]) -> list[dict[st
         raw = function.get("arguments")
         try:
             arguments = json.loads(raw) if isinstance(raw, str) else None
-        except ValueError:
+        except (ValueError, RecursionError):  # nested past json's depth, too
             arguments = None  # a malformed call stays malformed
         if isinstance(arguments, dict):
             function["arguments"] = json.dumps(resolve_refs(arguments, messages))

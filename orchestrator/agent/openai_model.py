@@ -283,6 +283,9 @@ class OpenAIModel(Model):
         except CorruptAnswer:
             self._count("unreadable", started)
             return _UNREADABLE, None
+        except RecursionError:  # JSON nested past what json reads (a looping model's `[[[`)
+            self._count("unreadable", started)
+            return f"{_UNREADABLE}: it is nested too deeply to read", None
         except AnswerTooLarge:
             self._count("unreadable", started)
             return _TOO_LARGE, None

@@ -73,6 +73,7 @@ from orchestrator.agent.model_errors import (
     error_of,
     redacted,
     refusal_hint,
+    tools_refused,
     wrong_endpoint,
 )
 from orchestrator.agent.model_http import MAX_MODEL_ANSWER_BYTES, AnswerTooLarge, CorruptAnswer
@@ -293,7 +294,7 @@ class OpenAIModel(Model):
             status = exc.status_code
             self._count(f"http_{status}", started)
             headers = dict(exc.response.headers)
-            if not should_retry(status, headers):
+            if not should_retry(status, headers) or tools_refused(self._describe(exc)):
                 error = exc.body.get("error", exc.body) if isinstance(exc.body, dict) else None
                 if refused_parameter(self._server, status, error, sent, self._describe(exc)):
                     return None

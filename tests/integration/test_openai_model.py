@@ -712,6 +712,31 @@ def test_an_error_at_200_from_a_base_url_without_v1_names_llm_base_url() -> None
         assert "LLM_BASE_URL" not in str(caught.value)
 
 
+def test_a_server_that_cannot_take_tools_fails_at_once_naming_the_fix(
+    server: OpenAIServer,
+) -> None:
+    """llama.cpp's server started without --jinja answers every request with tools HTTP 500
+    "tools param requires --jinja flag": retried as a server that is away, then handed back
+    and requeued for about an hour before the task failed. It cannot pass: the round fails
+    `model_error` at the first answer, saying what to change. Ollama's 400 for a model without
+    tools ("... does not support tools") names the fix too."""
+    server.fail(500, message="tools param requires --jinja flag")
+    with pytest.raises(ModelError) as caught:
+        play(model_for(server), CountSamples())
+    assert len(server.requests) == 1
+    said = str(caught.value)
+    assert "HTTP 500: tools param requires --jinja flag" in said
+    assert "start llama-server with --jinja" in said
+    server.fail(400, message="registry.ollama.ai/library/gemma3:270m does not support tools")
+    with pytest.raises(ModelError) as caught:
+        play(model_for(server), CountSamples())
+    assert "a model that supports tool calling" in str(caught.value)
+    # Any other 500 is still a server that is away: retried.
+    server.fail(500, message="CUDA out of memory")
+    server.reply(content="0 samples")
+    assert play(model_for(server), CountSamples()) == "0 samples"
+
+
 def test_lm_studio_without_v1_fails_at_once_and_a_root_server_s_error_is_retried() -> None:
     """LM Studio's "Unexpected endpoint or method" at 200 cannot pass: it is not retried (the
     round fails at the first answer, naming LLM_BASE_URL's path), where it was retried

@@ -430,6 +430,31 @@ def test_the_previous_generations_evidence_is_bounded_and_keeps_what_it_cites(
     assert "evidence_page" not in last["previous_generation"]
 
 
+def test_an_evidence_skip_past_any_store_is_refused_as_invalid_arguments(
+    rt: Runtime, scripts: Path
+) -> None:
+    """`evidence_skip` 10**30 passed validation and failed in the store's OFFSET: "read_task_context
+    failed: OverflowError", which tells the model nothing. It is now refused before it runs."""
+    write_script(scripts, "skip", [{"tool_calls": [query_call()]}, {"content": "next round"}])
+    task_id = trigger(rt, "skip")
+    assert rt.executions.run(task_id, 1, worker="w").ran
+    ctx = ToolContext(
+        owner=f"task:{task_id}", session_id="s", round_id="r", task_id=task_id, generation=2
+    )
+    host = ToolHost([ReadTaskContext(rt.db)], ledger=None)
+    calls = [
+        ToolCall("c1", "read_task_context", {"evidence_skip": 10**30}),
+        ToolCall("c2", "read_task_context", {"evidence_skip": 1_000_000_000}),
+    ]
+    refused, far = host.run_turn(ctx, calls)
+    assert (refused.status, refused.code) == ("failed", "invalid_arguments")
+    assert "evidence_skip: Input should be less than or equal to 1000000000" in (
+        refused.message or ""
+    )
+    assert far.status == "succeeded"  # past the last record: none shown, no error
+    assert far.payload["previous_generation"]["evidence"] == []
+
+
 def test_a_decision_is_in_the_beginning_the_model_is_shown_of_a_long_context(
     rt: Runtime, scripts: Path
 ) -> None:

@@ -209,6 +209,22 @@ def test_origin_and_truncation_cannot_be_set_by_tool_arguments(rt: Runtime) -> N
     assert count(rt, evidence, task_id) == 0
 
 
+def test_a_query_range_past_the_calendar_is_refused_as_invalid_arguments(rt: Runtime) -> None:
+    """An end in the year 1 (its default start a day before it) or a range in the year 9999
+    failed as "query_data_source failed: OverflowError", which told the model nothing."""
+    live = claim(rt, trigger(rt), 1)
+    for arguments in (
+        {"end": "0001-01-01T00:00:00Z"},
+        {"start": "9999-12-31T23:00:00Z", "end": "9999-12-31T23:59:59Z"},
+    ):
+        refused = live.query(**arguments)
+        assert (refused.status, refused.code) == ("failed", "invalid_arguments")
+        assert "a time between the years 1900 and 2999" in (refused.message or "")
+    assert live.query(start="1999-12-31T22:00:00Z", end="2000-01-01T02:00:00Z").status == (
+        "succeeded"
+    )
+
+
 def test_a_report_citing_after_a_requeue_is_refused_and_writes_nothing(rt: Runtime) -> None:
     task_id = trigger(rt)
     live = claim(rt, task_id, 1)

@@ -27,12 +27,15 @@ well within any read timeout), `oversize(size)` one padded with whitespace to `s
 one gzipped. `server.dropped` is set when the client closed the connection while such an
 answer was still going out. `OpenAIServer(lm_studio=True)` answers a POST to any other path
 than /v1/chat/completions as LM Studio does: a 200 whose body is an error object.
+`OpenAIServer(mistral=True)` refuses (400) a history whose tool-call ids are not 9 letters and
+digits, as Mistral's chat template does (vLLM with `--tokenizer-mode mistral`).
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import re
 import sys
 import threading
 import time
@@ -53,6 +56,7 @@ __all__ = [
     "Oversized",
     "Reply",
     "call",
+    "mistral_problem",
     "replies",
     "strict_problem",
 ]
@@ -153,9 +157,16 @@ class OpenAIServer:
     """Serves `POST /v1/chat/completions` on 127.0.0.1 on a free port."""
 
     def __init__(
-        self, model: str = "test-model", *, delay_s: float = 0.0, lm_studio: bool = False
+        self,
+        model: str = "test-model",
+        *,
+        delay_s: float = 0.0,
+        lm_studio: bool = False,
+        mistral: bool = False,
     ) -> None:
         self.model = model
+        #: Refuse a history with a tool-call id Mistral's template refuses (`mistral_problem`).
+        self.mistral = mistral
         #: A POST to another path is answered 200 `{"error": "Unexpected endpoint or method..."}`
         #: (LM Studio's answer to a base URL without its /v1), not 404.
         self.lm_studio = lm_studio
@@ -289,6 +300,8 @@ class OpenAIServer:
                     self._send(400, {"error": {"message": "body is not JSON"}})
                     return
                 problem = strict_problem(body)
+                if problem is None and server.mistral:
+                    problem = mistral_problem(body)
                 if problem is not None:
                     server.requests.append(Request(body, problem, 400))
                     self._send(400, {"error": {"message": problem, "type": "invalid_request"}})
@@ -508,6 +521,22 @@ class _Server(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
+_MISTRAL_ID = re.compile(r"[a-zA-Z0-9]{9}")
+
+
+def mistral_problem(body: dict[str, Any]) -> str | None:
+    """Why Mistral's chat template refuses this history (vLLM's words), or None: every
+    tool-call id, in the assistant's calls and the tool messages, is 9 letters and digits."""
+    for message in body.get("messages") or []:
+        ids = [c.get("id") for c in message.get("tool_calls") or ()]
+        if message.get("role") == "tool":
+            ids.append(message.get("tool_call_id"))
+        for call_id in ids:
+            if not isinstance(call_id, str) or not _MISTRAL_ID.fullmatch(call_id):
+                return f"Tool call id was {call_id} but must be a-z, A-Z, 0-9, with a length of 9."
+    return None
+
+
 def strict_problem(body: dict[str, Any]) -> str | None:
     """Why a strict server refuses this request body, or None."""
     messages = body.get("messages")
@@ -571,7 +600,7 @@ def _resolved(calls: list[dict[str, Any]], body: dict[str, Any]) -> list[dict[st
         raw = function.get("arguments")
         try:
             arguments = json.loads(raw) if isinstance(raw, str) else None
-        except ValueError:
+        except (ValueError, RecursionError):  # nested past json's depth, too
             arguments = None  # a malformed call stays malformed
         if isinstance(arguments, dict):
             function["arguments"] = json.dumps(resolve_refs(arguments, messages))

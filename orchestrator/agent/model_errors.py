@@ -7,6 +7,16 @@ does not serve), a 401 or 403 (LLM_API_KEY, or none set), a request past the ser
 (LLM_CONTEXT_WINDOW larger than llama.cpp's -c or vLLM's --max-model-len); and a 200 whose body
 is an error object from a base URL whose path names no API version (LM Studio answers
 `POST /chat/completions` without its /v1 with a 200 and "Unexpected endpoint or method").
+
+A server that cannot take the request's tools says so in words no retry changes, whatever
+its status: llama.cpp's server started without --jinja answers HTTP 500 "tools param requires
+--jinja flag" (a 5xx, which is otherwise retried and then handed back for an hour of requeues),
+Ollama a 400 "... does not support tools" for a model without tool calling (`tools_refused`).
+
+That answer of LM Studio's says the path is not one it serves: every retry would get the same,
+so it is not retried (`wrong_endpoint`). Only those words are taken so: llama.cpp serves the
+chat completions at its root too, so a base URL without /v1 may be right, and another error at
+200 (a model loading, a proxy's hiccup) may pass and is retried as before.
 """
 
 from __future__ import annotations
@@ -17,7 +27,15 @@ from urllib.parse import urlsplit
 
 import openai
 
-__all__ = ["base_path_hint", "described", "error_of", "redacted", "refusal_hint"]
+__all__ = [
+    "base_path_hint",
+    "described",
+    "error_of",
+    "redacted",
+    "refusal_hint",
+    "tools_refused",
+    "wrong_endpoint",
+]
 
 #: How servers refuse a request past their context window (vLLM and OpenAI "maximum context
 #: length", llama.cpp "exceeds the available context size", TGI "must be <= N" of its inputs).
@@ -40,6 +58,46 @@ def base_path_hint(base_url: str) -> str:
     return (
         "; LLM_BASE_URL's path names no API version: check it (often it ends in /v1, as in "
         "http://HOST:1234/v1)"
+    )
+
+
+#: How servers refuse the tools themselves, and what to change (`tools_refused`).
+_NO_TOOLS = (
+    (
+        re.compile(r"requires --jinja", re.IGNORECASE),
+        "; start llama-server with --jinja (tool calling needs its chat templates)",
+    ),
+    (
+        re.compile(r"does not support tools", re.IGNORECASE),
+        "; ORCH_MODEL names a model without tool calling on this server: choose a model "
+        "that supports tool calling (Ollama: `ollama show MODEL` lists `tools` among its "
+        "capabilities)",
+    ),
+)
+
+
+def tools_refused(said: str) -> str | None:
+    """What to change when the server's words (`said`) refuse the request's tools, which no
+    retry changes; None for any other error."""
+    return next((hint for words, hint in _NO_TOOLS if words.search(said)), None)
+
+
+#: LM Studio's answer to a path it does not serve (`POST /chat/completions`, without /v1).
+_WRONG_ENDPOINT = "unexpected endpoint or method"
+
+
+def wrong_endpoint(said: str, base_url: str) -> str | None:
+    """The reason to fail at once, not retried, when a 200's error (`said`, as `error_of` gives
+    it) is LM Studio's "Unexpected endpoint or method": the request's path is not one the server
+    serves, and no retry changes that. None for any other error."""
+    if _WRONG_ENDPOINT not in said.lower():
+        return None
+    hint = base_path_hint(base_url) or (
+        "; check that LLM_BASE_URL is the server's API base URL (as in http://HOST:1234/v1)"
+    )
+    return (
+        "the model server does not serve chat completions under LLM_BASE_URL: it answered "
+        f"the request's path as an unknown endpoint{said}{hint}"
     )
 
 
@@ -79,6 +137,9 @@ def refusal_hint(
 ) -> str:
     """What to add to a refusal (`said`: the server's words) that names the setting to
     change; "" when nothing is known to."""
+    no_tools = tools_refused(said)
+    if no_tools is not None:
+        return no_tools
     if status == 404:
         # The usual first-run mistakes, which the server's "Not Found" names neither.
         return (

@@ -16,7 +16,9 @@ connection closed by `model_http`, which also refuses an answer past `MAX_MODEL_
 (decoded) without holding it; that is retried like an unreadable answer.
 
 Tool-call arguments that are not a JSON object come back in `ModelTurn.malformed`, so the loop
-answers them `failed` and the model can correct itself; the round goes on. So do calls whose
+answers them `failed` and the model can correct itself; the round goes on (arguments a gpt-oss
+server left its harmony markers around are read without them, by an exact rule:
+`argument_markers`). So do calls whose
 id repeats one of the same turn (under an id of their own: the history must name each call once);
 a missing id, or one longer than `MAX_CALL_ID_CHARS`, is replaced by one of the host's. A server
 that numbers its ids per turn (`"0"` or `call_0` in every reply: every turn's ids count from 0
@@ -51,6 +53,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import string
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -61,6 +64,7 @@ import httpx2
 import openai
 from openai.types.chat import ChatCompletion
 
+from orchestrator.agent.argument_markers import read_arguments
 from orchestrator.agent.model import Model, ModelBusy, ModelError, ModelTurn, TokenUsage
 from orchestrator.agent.model_calls import client_for, close_clients, submit, wait
 from orchestrator.agent.model_errors import (
@@ -69,10 +73,11 @@ from orchestrator.agent.model_errors import (
     error_of,
     redacted,
     refusal_hint,
+    tools_refused,
+    wrong_endpoint,
 )
 from orchestrator.agent.model_http import MAX_MODEL_ANSWER_BYTES, AnswerTooLarge, CorruptAnswer
 from orchestrator.agent.reply_parts import (
-    arguments_of,
     as_calls,
     counters,
     id_text,
@@ -113,6 +118,8 @@ _TOO_LARGE = (
     "(the cap on a model answer)"
 )
 _NO_KEY = "not-needed"  # local servers take no key; the client insists on a value
+#: What the host's own call ids are drawn from (`_own_id`): Mistral's template takes no other.
+_ID_CHARS = string.ascii_letters + string.digits
 #: The longest tool-call id kept as the server sent it (the transcript's column); a longer or
 #: missing one is replaced by an id of the host's, used consistently in the history.
 MAX_CALL_ID_CHARS = 128
@@ -277,6 +284,9 @@ class OpenAIModel(Model):
         except CorruptAnswer:
             self._count("unreadable", started)
             return _UNREADABLE, None
+        except RecursionError:  # JSON nested past what json reads (a looping model's `[[[`)
+            self._count("unreadable", started)
+            return f"{_UNREADABLE}: it is nested too deeply to read", None
         except AnswerTooLarge:
             self._count("unreadable", started)
             return _TOO_LARGE, None
@@ -284,7 +294,7 @@ class OpenAIModel(Model):
             status = exc.status_code
             self._count(f"http_{status}", started)
             headers = dict(exc.response.headers)
-            if not should_retry(status, headers):
+            if not should_retry(status, headers) or tools_refused(self._describe(exc)):
                 error = exc.body.get("error", exc.body) if isinstance(exc.body, dict) else None
                 if refused_parameter(self._server, status, error, sent, self._describe(exc)):
                     return None
@@ -316,8 +326,10 @@ class OpenAIModel(Model):
         if not getattr(completion, "choices", None):
             self._count("no_choices", started)
             said = self._error_of(completion)
-            # An error object at 200 from a base URL without its /v1: LM Studio's "Unexpected
-            # endpoint or method", which names no setting.
+            wrong = wrong_endpoint(said, self._server[0])
+            if wrong is not None:  # LM Studio's answer to a path it does not serve: no retry
+                raise ModelError(wrong)
+            # An error object at 200 from a base URL without its /v1 names no setting.
             hint = base_path_hint(self._server[0]) if said else ""
             return _NO_CHOICES + said + hint, None
         problem = shape_problem(completion.choices[0])
@@ -369,7 +381,8 @@ class OpenAIModel(Model):
             function = getattr(call, "function", None)
             if function is None:
                 continue  # a custom (non-function) tool call: nothing here can run it
-            arguments, problem = arguments_of(function.arguments)
+            # Read without a gpt-oss server's leaked harmony markers (`argument_markers`).
+            arguments, problem, markers = read_arguments(function.arguments)
             # The limit cuts the reply's end: only its last call can be cut; an earlier one that
             # cannot be read, or a repeated id, is the model's mistake, not the limit's.
             cut = cut_off is not None and number == last
@@ -392,7 +405,7 @@ class OpenAIModel(Model):
             if not call_id or len(call_id) > MAX_CALL_ID_CHARS:
                 # The host's own: the round's, so a later generation of the task (the same
                 # session, where a write's receipt is keyed by its call id) never meets it.
-                call_id = f"call_{self._round_tag}_{self._turns}_{number}"
+                call_id = self._own_id()
             seen.add(call_id)
             self._held.add(call_id)
             name = clean_text(function.name) if isinstance(function.name, str) else ""
@@ -400,7 +413,7 @@ class OpenAIModel(Model):
                 problem = "the call names no tool"
             if problem is not None and cut:
                 problem = f"{problem}; {cut_off}: make the call smaller"
-            calls.append(ToolCall(call_id, name, arguments))
+            calls.append(ToolCall(call_id, name, arguments, sent_markers=markers))
             if problem is not None:
                 malformed.append((call_id, problem))
                 raw = raw_text(function.arguments)
@@ -458,6 +471,16 @@ class OpenAIModel(Model):
         if not all(a == b for a, b in zip(ids, self._first_ids, strict=False)):
             self._own_ids = True  # a fresh first id: the server's ids are its own per call
         return not self._own_ids
+
+    def _own_id(self) -> str:
+        """A call id of the host's: 9 letters and digits, the one form every server takes back
+        (Mistral's chat template refuses any other: "must be a-z, A-Z, 0-9, with a length of
+        9"), random (53 bits) so that a later generation of the task never meets it, and never
+        one this conversation holds."""
+        while True:
+            call_id = "".join(secrets.choice(_ID_CHARS) for _ in range(9))
+            if call_id not in self._held:
+                return call_id
 
     def _scoped(self, call_id: str) -> str:
         """`call_id` made unique to this round (its tag) and turn (`call_0~3fa2c1t2`)."""

@@ -21,6 +21,7 @@ from orchestrator.agent.text import clean, clean_text
 from orchestrator.agent.text_calls import written_call
 
 __all__ = [
+    "MAX_ARGUMENT_DEPTH",
     "MAX_RAW_ARGUMENT_CHARS",
     "arguments_of",
     "as_calls",
@@ -32,6 +33,7 @@ __all__ = [
     "shape_problem",
     "short_id",
     "token_count",
+    "too_deep",
 ]
 
 #: How much of unreadable tool-call arguments the transcript keeps, so an operator sees what the
@@ -151,8 +153,13 @@ def arguments_of(raw: Any) -> tuple[dict[str, Any], str | None]:
             # Some of json's messages end in "at" ("Unterminated string starting at").
             where = "" if exc.msg.endswith(" at") else " at"
             return {}, f"the arguments are not valid JSON ({exc.msg}{where} character {exc.pos})"
+        except RecursionError:  # a looping model's `[[[[...`: past what json reads
+            return {}, _TOO_DEEP
     else:
         value = raw
+    if too_deep(value):
+        # Every reader after this one (the schema, the transcript's redaction) recurses.
+        return {}, _TOO_DEEP
     if isinstance(value, str) and value.strip().startswith("{"):
         # Encoded twice by the server or a proxy (a JSON string holding the JSON object): the
         # model wrote an object and cannot correct what the server did to it.
@@ -161,6 +168,28 @@ def arguments_of(raw: Any) -> tuple[dict[str, Any], str | None]:
     if not isinstance(value, dict):
         return {}, f"the arguments must be a JSON object, not {json_kind(value)}"
     return clean(value), None
+
+
+#: How deep the host reads a call's arguments: no tool's schema comes near (the business
+#: API's models stop at 12 levels), and deeper ones would exhaust the readers that recurse.
+MAX_ARGUMENT_DEPTH = 100
+_TOO_DEEP = f"the arguments are nested more than {MAX_ARGUMENT_DEPTH} levels deep"
+
+
+def too_deep(value: Any, limit: int = MAX_ARGUMENT_DEPTH) -> bool:
+    """Is `value` (parsed JSON) nested more than `limit` objects or lists deep? Walked level by
+    level without recursion, so a value of any depth is judged."""
+    level: list[Any] = [value]
+    for _ in range(limit):
+        level = [
+            item
+            for container in level
+            if isinstance(container, dict | list)
+            for item in (container.values() if isinstance(container, dict) else container)
+        ]
+        if not level:
+            return False
+    return any(isinstance(item, dict | list) for item in level)
 
 
 def parts_text(parts: list[Any]) -> tuple[str | None, str | None]:

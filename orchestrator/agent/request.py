@@ -18,7 +18,8 @@ from orchestrator.agent.budget import ContextBudget, ContextOverflow, TokenCount
 from orchestrator.agent.catalogue import DISCOVERY, Catalogue, Discovery
 from orchestrator.agent.compaction import Conversation, SummaryAnswer, TranscriptHook
 from orchestrator.agent.model import Model, ModelTurn
-from orchestrator.agent.sensitive import hide_secret_arguments, is_sensitive, redact_values
+from orchestrator.agent.sensitive import is_sensitive, kept_arguments, redact_values
+from orchestrator.logs import Secret
 from orchestrator.tools.base import Tool, ToolCall, ToolContext, ToolResult
 from orchestrator.tools.results import RESULT_FIT, WHOLE_FIT
 
@@ -46,6 +47,9 @@ class AgentContext:
 
     budget: ContextBudget
     counter: TokenCounter
+    #: The configured secrets (`orchestrator.logs.secrets_of`), masked in an unknown tool's
+    #: arguments where a summary request shows them (`sensitive.hide_unknown_arguments`).
+    secrets: tuple[Secret, ...] = ()
 
 
 class RequestBuilder:
@@ -167,8 +171,13 @@ class RequestBuilder:
             tool = tools.get(call.name)
             if call.id in sensitive:
                 kept[call.id] = redact_values(call.arguments)
-            elif tool is not None and tool.secret_arguments:
-                kept[call.id] = hide_secret_arguments(tool, call.arguments)
+                continue
+            # What may be secret hidden, as the transcript keeps it (`sensitive.kept_arguments`).
+            shown = kept_arguments(
+                tool, call.arguments, self.context.secrets if self.context else ()
+            )
+            if shown != call.arguments:
+                kept[call.id] = shown
         self.conversation.add_tool_results(
             messages,
             [(call.name, result) for call, result in zip(calls, results, strict=True)],

@@ -5,18 +5,35 @@ argument values and its result's body out of everything that outlives the model'
 them: the transcript (`agent.transcript`) and a compaction's summary request
 (`agent.compaction`), whose answer the transcript records as it is. A tool's secret arguments
 (a command's `env`) keep their values out of the same.
+
+A call of a tool the host does not have (`unknown_tool`), or one whose arguments its tool
+refused (an extra `password`, a wrong type: `invalid_arguments`), has no schema that vouches for
+its arguments, and a model that put a password or an API key into a mistaken call would leak it
+to everyone who reads the transcript. Those arguments are hidden by a conservative rule
+(`hide_unknown_arguments`, `kept_arguments`): the values under a secret-looking key, at any
+depth, become `***`, and the text of every other value is masked as the logs mask theirs
+(`orchestrator.logs.redact`: the configured secrets, bearer tokens, `password=...`). The keys
+and the shape stay, so an operator still sees what the model got wrong. In the arguments a tool
+accepted, a configured secret's text is still masked wherever it appears (`hide_configured`):
+none belongs in a record.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from typing import Any
 
+from orchestrator.logs import Secret, redact
 from orchestrator.tools.base import Tool
 
 __all__ = [
     "REDACTED",
+    "hide_configured",
     "hide_secret_arguments",
+    "hide_unknown_arguments",
     "is_sensitive",
+    "kept_arguments",
     "may_be_sensitive",
     "redact_values",
 ]
@@ -24,6 +41,11 @@ __all__ = [
 REDACTED = "***"
 #: Keys whose value says which operation was called, not with what: kept when redacting.
 _KEEP_KEYS = frozenset({"operation_id"})
+#: A key whose value may be a secret, in arguments no schema describes: the words the logs mask
+#: after (`token=`, `api_key:`, `password=`, `Authorization:`) and their usual kin.
+_SECRET_KEY = re.compile(
+    r"token|key|secret|passw|pwd|auth|credential|cookie|signature|private", re.IGNORECASE
+)
 
 
 def redact_values(value: Any) -> Any:
@@ -46,6 +68,59 @@ def hide_secret_arguments(tool: Tool | None, arguments: Any) -> Any:
         key: redact_values(value) if key in tool.secret_arguments else value
         for key, value in arguments.items()
     }
+
+
+def hide_unknown_arguments(arguments: Any, secrets: Iterable[Secret] = ()) -> Any:
+    """An unknown tool's `arguments` by the conservative rule above: a secret-looking key's
+    value as `***` (its shape kept), every other text with `secrets` and token-shaped values
+    masked; numbers, booleans and keys as they are."""
+    secrets = list(secrets)
+    if isinstance(arguments, dict):
+        return {
+            key: redact_values(value)
+            if _SECRET_KEY.search(str(key))
+            else hide_unknown_arguments(value, secrets)
+            for key, value in arguments.items()
+        }
+    if isinstance(arguments, list):
+        return [hide_unknown_arguments(item, secrets) for item in arguments]
+    if isinstance(arguments, str):
+        return redact(arguments, secrets)
+    return arguments
+
+
+def hide_configured(arguments: Any, secrets: Iterable[Secret]) -> Any:
+    """`arguments` with the text of each configured secret (`orchestrator.logs.secrets_of`'s
+    plain ones, 4 characters or more) replaced by `***` wherever it appears; nothing else."""
+    plain = [s for s in secrets if isinstance(s, str) and len(s) >= 4]
+    if not plain:
+        return arguments
+    if isinstance(arguments, dict):
+        return {key: hide_configured(value, plain) for key, value in arguments.items()}
+    if isinstance(arguments, list):
+        return [hide_configured(item, plain) for item in arguments]
+    if isinstance(arguments, str):
+        for secret in plain:
+            arguments = arguments.replace(secret, REDACTED)
+    return arguments
+
+
+def kept_arguments(tool: Tool | None, arguments: Any, secrets: Iterable[Secret] = ()) -> Any:
+    """A call's arguments as a record keeps them (the transcript, a summary request), for a call
+    that is not sensitive (`is_sensitive`): the tool's secret arguments hidden, and arguments no
+    schema vouches for (an unknown tool's, or ones the tool refused) by the conservative rule."""
+    hidden = hide_secret_arguments(tool, arguments)
+    if tool is None or not _valid(tool, arguments):
+        return hide_unknown_arguments(hidden, secrets)
+    return hide_configured(hidden, secrets)
+
+
+def _valid(tool: Tool, arguments: Any) -> bool:
+    try:
+        tool.arguments.model_validate(arguments)
+    except Exception:
+        return False
+    return True
 
 
 def is_sensitive(tool: Tool | None, arguments: dict[str, Any]) -> bool:

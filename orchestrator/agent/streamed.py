@@ -62,6 +62,8 @@ def assembled(text: str) -> dict[str, Any]:
             chunk = json.loads(data)
         except json.JSONDecodeError:
             raise StreamError(f"{STREAMED}, and an event of it is not JSON") from None
+        except RecursionError:  # nested past what json reads: unreadable, as above
+            raise StreamError(f"{STREAMED}, and an event of it is nested too deeply") from None
         if not isinstance(chunk, dict):
             raise StreamError(f"{STREAMED}, and an event of it is not a JSON object")
         if chunk.get("error") or chunk.get("object") == "error":

@@ -351,6 +351,11 @@ def _entry_lines(entry: dict[str, Any], prefix: str) -> list[str]:
         if "raw_arguments" in call:
             # Unreadable arguments: what the model sent, not the `{}` the history carries.
             sent = f"raw {_short(call['raw_arguments'])}"
+        markers = call.get("arguments_markers")
+        if isinstance(markers, dict) and markers:
+            # Leaked gpt-oss markers the host cut to read the arguments (`argument_markers`).
+            around = f"{markers.get('before', '')}…{markers.get('after', '')}"
+            sent = f"{sent} (sent as {printable(_short(around))})"
         name = call["name"]
         if call.get("sent_name"):
             # A leaked gpt-oss name the host resolved (`agent.tool_names`): what ran, as sent.

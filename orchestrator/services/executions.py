@@ -33,7 +33,7 @@ from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
 from orchestrator.errors import StaleGeneration
 from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable
 from orchestrator.leases.process import current_process
-from orchestrator.logs import bind_log_context
+from orchestrator.logs import bind_log_context, secrets_of
 from orchestrator.services.actions import ActionService
 from orchestrator.services.dispatch import Dispatcher, safe_dispatch
 from orchestrator.services.generation_watch import watch_for
@@ -143,6 +143,8 @@ class ExecutionService:
                 settings.llm_max_tools,
             ),
             TokenCounter(),
+            # Masked in an unknown tool's arguments, in the transcript and a summary request.
+            secrets=tuple(secrets_of(settings)),
         )
         self.subagents = SubAgentRegistry()
         self.handback = HandBack(db, settings.lease_seconds)
@@ -413,7 +415,9 @@ class ExecutionService:
             call_timeout=self.settings.tool_timeout_seconds,
         )
         # The durable transcript (fenced) and the memory of the round's recovery snapshot.
-        transcript = TranscriptWriter(self.db, fence, session_id, host.tools, stop=keeper.lost)
+        transcript = TranscriptWriter(
+            self.db, fence, session_id, host.tools, stop=keeper.lost, secrets=self.context.secrets
+        )
         delegations = self.subagents.open_round(
             session_id,
             SubAgentRun(

@@ -59,6 +59,9 @@ class ToolCall:
     #: The name as the model sent it, when the host resolved it to `name` (a gpt-oss server's
     #: leaked `functions.NAME` or `NAME<|channel|>commentary`: `agent.tool_names`).
     sent_name: str | None = None
+    #: The harmony markers a gpt-oss server left around the arguments, which the host cut to
+    #: read them (`{"after": "<|call|>"}`: `agent.argument_markers`).
+    sent_markers: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)

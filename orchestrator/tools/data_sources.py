@@ -22,7 +22,14 @@ from typing import Any, Final, Literal
 
 import httpx
 import yaml
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
 from orchestrator.domain.evidence import EvidenceFacts
 from orchestrator.domain.times import wire_time
@@ -167,6 +174,14 @@ class QueryArgs(ToolArguments):
     start: AwareDatetime | None = Field(default=None, description="range start, with time zone")
     end: AwareDatetime | None = Field(default=None, description="range end (default: now)")
     max_rows: int | None = Field(default=None, ge=1, description="at most the declared limit")
+
+    @field_validator("start", "end")
+    @classmethod
+    def _in_the_calendar(cls, value: datetime | None) -> datetime | None:
+        # The year 1 or 9999 overflowed the range's arithmetic ("OverflowError").
+        if value is not None and not 1900 <= value.year <= 2999:
+            raise ValueError("must be a time between the years 1900 and 2999")
+        return value
 
 
 class QueryDataSource(Tool):

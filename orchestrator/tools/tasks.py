@@ -37,6 +37,9 @@ class _ContextArguments(ToolArguments):
     evidence_skip: int = Field(
         default=0,
         ge=0,
+        # Beyond any generation's records, and within the store's OFFSET (10**30 failed there
+        # with an OverflowError that told the model nothing).
+        le=1_000_000_000,
         description="Skip this many of the previous generation's newest evidence records "
         "(to read older ones: the answer's evidence_page says what to send).",
     )

@@ -11,6 +11,7 @@ call id), with real receipts.
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
 
@@ -164,6 +165,23 @@ def test_missing_ids_are_the_host_s_own_and_never_meet(
     )
     assert [r.status for r in recorder.results] == ["succeeded"] * 3
     assert len({c.id for c in recorder.calls}) == 3
+    assert sorted(tool.ran) == ["meter read", "pump 2 restarted", "valve 3 closed"]
+
+
+def test_the_host_s_own_ids_fit_mistral_s_template(ledger: ReceiptLedger) -> None:
+    """A Mistral-template server that sends no ids refuses every history with an id that is not
+    9 letters and digits; the host's own ids (`call_<tag>_<turn>_<n>`) were refused at the
+    second request, failing the round. They are now of that form, and still never meet."""
+    with OpenAIServer(mistral=True) as mistral:
+        tool, recorder = _round(
+            mistral,
+            ledger,
+            [[("", "valve 3 closed")], [("", "pump 2 restarted"), ("", "meter read")]],
+        )
+    assert [r.status for r in recorder.results] == ["succeeded"] * 3
+    ids = [c.id for c in recorder.calls]
+    assert len(set(ids)) == 3
+    assert all(re.fullmatch(r"[a-zA-Z0-9]{9}", call_id) for call_id in ids)
     assert sorted(tool.ran) == ["meter read", "pump 2 restarted", "valve 3 closed"]
 
 

@@ -47,6 +47,44 @@ def test_arguments_cut_mid_string_say_where_in_plain_words(server: OpenAIServer)
     assert " at at " not in message
 
 
+def test_arguments_nested_past_reading_are_answered_and_the_round_goes_on(
+    server: OpenAIServer,
+) -> None:
+    """A looping model's `[[[[...` (cut at its output limit), nested deeper than JSON can be
+    read, or an object deeper than the host reads: before, the first failed the task
+    `agent_error` ("maximum recursion depth exceeded") with a traceback in the worker's log."""
+    tool = CountSamples()
+    looped = '{"site": ' + "[" * 20000
+    deep = '{"site": ' + "[" * 150 + "1" + "]" * 150 + "}"
+    server.reply(tool_calls=[call("c1", "count_samples", looped)], finish_reason="length")
+    server.reply(tool_calls=[call("c2", "count_samples", deep)])
+    server.reply(content="giving up")
+    assert play(model_for(server), tool) == "giving up"
+    [looped_answer] = tool_messages(server.bodies[1])
+    assert looped_answer["status"] == "failed"
+    assert "nested more than 100 levels deep" in looped_answer["message"]
+    deep_answer = tool_messages(server.bodies[2])[-1]
+    assert "nested more than 100 levels deep" in deep_answer["message"]
+    assert tool.ran == []
+
+
+def test_an_answer_nested_past_reading_is_retried_as_unreadable(server: OpenAIServer) -> None:
+    """A server that sends the arguments as an object (Ollama) nested past what JSON can be
+    read: the whole answer cannot be read. Before: `agent_error` with a traceback."""
+    nested = "[" * 5000 + "1" + "]" * 5000
+    function = {"name": "count_samples", "arguments": "NESTED"}
+    message = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c1", "type": "function", "function": function}],
+    }
+    completion = _completion(message).body.replace('"NESTED"', nested)
+    server.script.append(Garbled(body=completion, content_type="application/json"))
+    server.reply(content="2 samples")
+    assert play(model_for(server), CountSamples()) == "2 samples"
+    assert len(server.requests) == 2
+
+
 def _completion(message: Any) -> Garbled:
     """A 200 JSON completion whose one choice holds `message` as it is."""
     body = {
@@ -155,3 +193,21 @@ def test_a_numeric_call_id_and_counts_as_text_are_read(server: OpenAIServer) -> 
     [one_id] = [c.id for c in first.tool_calls]
     assert one_id.startswith("1~")
     assert first.usage == TokenUsage(prompt_tokens=120, completion_tokens=0)
+
+
+def test_a_stream_event_nested_past_reading_is_retried_as_unreadable(
+    server: OpenAIServer,
+) -> None:
+    """The same answer as an event stream the request did not ask for (gateways that always
+    stream). Before: `agent_error` with a traceback."""
+    nested = "[" * 5000 + "1" + "]" * 5000
+    chunk = {
+        "id": "s",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": "NESTED"}}],
+    }
+    stream = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".replace('"NESTED"', nested)
+    for _ in range(2):
+        server.script.append(Garbled(body=stream, content_type="text/event-stream"))
+    with pytest.raises(ModelError, match="an event of it is nested too deeply"):
+        play(model_for(server, llm_max_retries=1), CountSamples())

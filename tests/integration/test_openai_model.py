@@ -712,6 +712,55 @@ def test_an_error_at_200_from_a_base_url_without_v1_names_llm_base_url() -> None
         assert "LLM_BASE_URL" not in str(caught.value)
 
 
+def test_a_server_that_cannot_take_tools_fails_at_once_naming_the_fix(
+    server: OpenAIServer,
+) -> None:
+    """llama.cpp's server started without --jinja answers every request with tools HTTP 500
+    "tools param requires --jinja flag": retried as a server that is away, then handed back
+    and requeued for about an hour before the task failed. It cannot pass: the round fails
+    `model_error` at the first answer, saying what to change. Ollama's 400 for a model without
+    tools ("... does not support tools") names the fix too."""
+    server.fail(500, message="tools param requires --jinja flag")
+    with pytest.raises(ModelError) as caught:
+        play(model_for(server), CountSamples())
+    assert len(server.requests) == 1
+    said = str(caught.value)
+    assert "HTTP 500: tools param requires --jinja flag" in said
+    assert "start llama-server with --jinja" in said
+    server.fail(400, message="registry.ollama.ai/library/gemma3:270m does not support tools")
+    with pytest.raises(ModelError) as caught:
+        play(model_for(server), CountSamples())
+    assert "a model that supports tool calling" in str(caught.value)
+    # Any other 500 is still a server that is away: retried.
+    server.fail(500, message="CUDA out of memory")
+    server.reply(content="0 samples")
+    assert play(model_for(server), CountSamples()) == "0 samples"
+
+
+def test_lm_studio_without_v1_fails_at_once_and_a_root_server_s_error_is_retried() -> None:
+    """LM Studio's "Unexpected endpoint or method" at 200 cannot pass: it is not retried (the
+    round fails at the first answer, naming LLM_BASE_URL's path), where it was retried
+    LLM_MAX_RETRIES times with back-off first. llama.cpp serves at its root too: another error
+    at 200 from a base URL without /v1 may pass, and is retried."""
+    with OpenAIServer(lm_studio=True) as studio:
+        model = model_for(studio, llm_base_url=studio.base_url.removesuffix("/v1"))
+        assert model.max_retries == 3
+        with pytest.raises(ModelError) as caught:
+            play(model, CountSamples())
+        assert len(studio.requests) == 1
+        said = str(caught.value)
+        assert "does not serve chat completions under LLM_BASE_URL" in said
+        assert "check it (often it ends in /v1" in said
+        assert "retries" not in said
+        assert KEY not in said
+    with OpenAIServer() as root:  # llama.cpp: /chat/completions at the root
+        root.garble(json.dumps({"error": "loading model"}), content_type="application/json")
+        root.reply(content="0 samples")
+        model = model_for(root, llm_base_url=root.base_url.removesuffix("/v1"))
+        assert play(model, CountSamples()) == "0 samples"
+        assert len(root.requests) == 2
+
+
 _ABANDONS_A_CALL = """
 import socket, sys, threading, time
 from orchestrator.agent.model import load_model

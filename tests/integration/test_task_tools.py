@@ -209,6 +209,22 @@ def test_origin_and_truncation_cannot_be_set_by_tool_arguments(rt: Runtime) -> N
     assert count(rt, evidence, task_id) == 0
 
 
+def test_a_query_range_past_the_calendar_is_refused_as_invalid_arguments(rt: Runtime) -> None:
+    """An end in the year 1 (its default start a day before it) or a range in the year 9999
+    failed as "query_data_source failed: OverflowError", which told the model nothing."""
+    live = claim(rt, trigger(rt), 1)
+    for arguments in (
+        {"end": "0001-01-01T00:00:00Z"},
+        {"start": "9999-12-31T23:00:00Z", "end": "9999-12-31T23:59:59Z"},
+    ):
+        refused = live.query(**arguments)
+        assert (refused.status, refused.code) == ("failed", "invalid_arguments")
+        assert "a time between the years 1900 and 2999" in (refused.message or "")
+    assert live.query(start="1999-12-31T22:00:00Z", end="2000-01-01T02:00:00Z").status == (
+        "succeeded"
+    )
+
+
 def test_a_report_citing_after_a_requeue_is_refused_and_writes_nothing(rt: Runtime) -> None:
     task_id = trigger(rt)
     live = claim(rt, task_id, 1)
@@ -428,6 +444,31 @@ def test_the_previous_generations_evidence_is_bounded_and_keeps_what_it_cites(
     last = tool.run(ctx, tool.arguments.model_validate({"evidence_skip": 2990})).payload
     assert len(last["previous_generation"]["evidence"]) == 11
     assert "evidence_page" not in last["previous_generation"]
+
+
+def test_an_evidence_skip_past_any_store_is_refused_as_invalid_arguments(
+    rt: Runtime, scripts: Path
+) -> None:
+    """`evidence_skip` 10**30 passed validation and failed in the store's OFFSET: "read_task_context
+    failed: OverflowError", which tells the model nothing. It is now refused before it runs."""
+    write_script(scripts, "skip", [{"tool_calls": [query_call()]}, {"content": "next round"}])
+    task_id = trigger(rt, "skip")
+    assert rt.executions.run(task_id, 1, worker="w").ran
+    ctx = ToolContext(
+        owner=f"task:{task_id}", session_id="s", round_id="r", task_id=task_id, generation=2
+    )
+    host = ToolHost([ReadTaskContext(rt.db)], ledger=None)
+    calls = [
+        ToolCall("c1", "read_task_context", {"evidence_skip": 10**30}),
+        ToolCall("c2", "read_task_context", {"evidence_skip": 1_000_000_000}),
+    ]
+    refused, far = host.run_turn(ctx, calls)
+    assert (refused.status, refused.code) == ("failed", "invalid_arguments")
+    assert "evidence_skip: Input should be less than or equal to 1000000000" in (
+        refused.message or ""
+    )
+    assert far.status == "succeeded"  # past the last record: none shown, no error
+    assert far.payload["previous_generation"]["evidence"] == []
 
 
 def test_a_decision_is_in_the_beginning_the_model_is_shown_of_a_long_context(

@@ -133,3 +133,27 @@ def test_a_call_under_a_resolved_name_shows_what_the_model_sent() -> None:
     }
     shown = render_transcript(_page(turn))
     assert "-> c2 save_report (sent as 'save_report<|channel|>commentary') {" in shown
+
+
+def test_arguments_read_without_leaked_markers_show_the_markers_sent() -> None:
+    # agent/transcript.py records the harmony markers cut from the arguments as
+    # `arguments_markers` (agent/argument_markers.py).
+    turn = {
+        "seq": 1,
+        "generation": 1,
+        "turn": 2,
+        "kind": "model_turn",
+        "body": {
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c2",
+                    "name": "save_report",
+                    "arguments": {"outcome": "continue"},
+                    "arguments_markers": {"before": "<|message|>", "after": "<|call|>"},
+                }
+            ],
+        },
+    }
+    shown = render_transcript(_page(turn))
+    assert '-> c2 save_report {"outcome": "continue"} (sent as <|message|>…<|call|>)' in shown

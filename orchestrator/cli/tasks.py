@@ -219,9 +219,14 @@ def _trigger(args: argparse.Namespace) -> int:
         print(f"stored task {result.task.task_id} (queued, generation {result.task.generation})")
     if not result.dispatched:
         why = f" ({redact(result.dispatch_error, secrets)})" if result.dispatch_error else ""
+        when = (
+            "at its first sweep once the broker takes messages again"
+            if result.unsent_recorded
+            else f"after {stale:g}s (the store did not take the record that it was not sent)"
+        )
         raise CommandFailed(
             f"the broker did not take the wake-up of task {result.task.task_id}{why}; it is "
-            f"stored and the sweeper will republish the wake-up after {stale:g}s"
+            f"stored and the sweeper will republish the wake-up {when}"
         )
     return 0
 

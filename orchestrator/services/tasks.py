@@ -23,7 +23,12 @@ from orchestrator.domain.vocabulary import TASK_STATUSES, TERMINAL_TASK_STATUSES
 from orchestrator.errors import ConflictError, InvalidTransition, NotFound, echoed
 from orchestrator.leases import LeaseBackend
 from orchestrator.leases.keys import ended_key
-from orchestrator.services.dispatch import Dispatcher, dispatch_failure, safe_dispatch
+from orchestrator.services.dispatch import (
+    Dispatcher,
+    dispatch_failure,
+    dispatch_or_record,
+    record_unsent,
+)
 from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.recovery import snapshot_for
 from orchestrator.store import action_notices as notice_store
@@ -83,11 +88,14 @@ class Trigger(BaseModel):
 class TriggerResult:
     task: TaskRecord
     created: bool
-    #: False when the wake-up could not be sent (broker down): the task is queued all the same
-    #: and the sweeper republishes it after ORCH_QUEUED_STALE_SECONDS.
+    #: False when the wake-up could not be sent (broker down): the task is queued all the same,
+    #: the store records it, and the sweeper sends it at its first sweep the broker answers.
     dispatched: bool = True
     #: Why the broker did not take it (the error's type and first line), when it did not.
     dispatch_error: str | None = None
+    #: False when the store did not take that record either: the sweeper then republishes the
+    #: wake-up after ORCH_QUEUED_STALE_SECONDS.
+    unsent_recorded: bool = True
 
 
 class TaskService:
@@ -124,7 +132,12 @@ class TaskService:
             _refuse_other_payload(trigger_id, existing, trigger)
             return TriggerResult(existing, created=False)
         failure = dispatch_failure(self.dispatcher, task.task_id, task.generation)
-        return TriggerResult(task, created=True, dispatched=failure is None, dispatch_error=failure)
+        if failure is None:  # the benchmarked path: nothing more
+            return TriggerResult(task, created=True)
+        recorded = record_unsent(self.db, [(task.task_id, task.generation)])
+        return TriggerResult(
+            task, created=True, dispatched=False, dispatch_error=failure, unsent_recorded=recorded
+        )
 
     def get(self, task_id: str) -> TaskRecord:
         with self.db.transaction(readonly=True) as conn:
@@ -200,7 +213,7 @@ class TaskService:
             # What this requeue did, read in its own transaction: a cancel that commits just
             # after it must not make the requeue's answer say "cancelled".
             requeued = task_store.get_task(conn, task_id)
-        safe_dispatch(self.dispatcher, task_id, nxt)
+        dispatch_or_record(self.db, self.dispatcher, task_id, nxt)
         assert requeued is not None
         return requeued
 

@@ -3,7 +3,7 @@ closed vocabulary (the plan routes' models: `orchestrator.api.plan_views`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -97,6 +97,11 @@ class LeaseView(BaseModel):
     holder: str
     expires_at: IsoTime
     last_renewed_at: IsoTime | None
+    source: Literal["lease_backend", "store"] = Field(
+        description="`store`: the lease back end holds none (Redis restarted empty, flushed or "
+        "away) and this is the store's mirror of the running generation's lease; its worker "
+        "takes it back at its next renewal, or the sweeper requeues the task once it expires"
+    )
 
 
 class ExecutionView(BaseModel):

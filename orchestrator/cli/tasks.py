@@ -442,7 +442,13 @@ def render_explain(view: dict[str, Any], *, earlier: dict[str, Any] | None = Non
             f"{view.get('handbacks', 0)} handed back after an outage"
         )
     lease = view.get("lease")
-    if lease:
+    if lease and lease.get("source") == "store":
+        lines.append(
+            "  lease not confirmed by the lease back end (Redis restarted, flushed or away); "
+            f"the store's copy: held by {lease['holder']} until {_time(lease['expires_at'])}, "
+            "taken back at its worker's next renewal"
+        )
+    elif lease:
         lines.append(f"  lease held by {lease['holder']} until {_time(lease['expires_at'])}")
     lines.append("  generations:")
     for ex in view["executions"]:

@@ -21,7 +21,7 @@ from orchestrator.domain.task_filter import TASK_TYPE_PATTERN, TaskFilter
 from orchestrator.domain.times import wire_time
 from orchestrator.domain.vocabulary import TASK_STATUSES, TERMINAL_TASK_STATUSES
 from orchestrator.errors import ConflictError, InvalidTransition, NotFound, echoed
-from orchestrator.leases import LeaseBackend
+from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable
 from orchestrator.leases.keys import ended_key
 from orchestrator.services.dispatch import (
     Dispatcher,
@@ -287,7 +287,7 @@ class TaskService:
         view = task_view(task, waits if waits and waits.handed_back_at else None)
         view.update(
             {
-                "lease": self._lease(task),
+                "lease": self._lease(task, current[0] if current else None),
                 "executions": [execution.to_dict() for execution in executions],
                 "plan": plan.to_dict() if plan else None,
                 "report": report,
@@ -312,9 +312,12 @@ class TaskService:
             row = task_versions.view_version(conn, task_id)
         if row is None:
             return None
-        lease = None
+        lease: tuple[Any, ...] | None = None
         if row.status == "running" and self.leases is not None:
-            info = self.leases.get(lease_name(task_id))
+            try:
+                info = self.leases.get(lease_name(task_id))
+            except LeaseBackendUnavailable:  # the view shows the store's mirror: its own tag
+                return (*row, ("lease back end unavailable",))
             # Not its expiry: read as the server's countdown from now, it moves at each read.
             lease = (info.holder, info.token, info.renewed_at) if info is not None else None
         return (*row, lease)
@@ -379,16 +382,37 @@ class TaskService:
             count = transcript_store.entry_count(conn, task_id, generation)
         return (generation, limit, after, count, *keys)
 
-    def _lease(self, task: TaskRecord) -> dict[str, Any] | None:
+    def _lease(self, task: TaskRecord, current: ExecutionRecord | None) -> dict[str, Any] | None:
+        """The running generation's lease as the lease back end holds it; else (Redis restarted
+        empty, flushed, or away) the store's mirror of it, marked `source: store`: the round
+        goes on, and its heartbeat takes the lease back at its next renewal (or the sweeper
+        requeues the task once the mirror expires). Before, the view said no lease, or failed
+        altogether with Redis away."""
         if self.leases is None or task.status != "running":
             return None
-        info = self.leases.get(lease_name(task.task_id))
-        if info is None:
+        try:
+            info = self.leases.get(lease_name(task.task_id))
+        except LeaseBackendUnavailable:
+            info = None
+        if info is not None:
+            return {
+                "holder": info.holder,
+                "expires_at": info.expires_at,
+                "last_renewed_at": info.renewed_at,
+                "source": "lease_backend",
+            }
+        if (
+            current is None
+            or current.outcome is not None
+            or current.handed_back_at is not None  # said by `handed_back`: it holds none
+            or current.lease_expires_at is None
+        ):
             return None
         return {
-            "holder": info.holder,
-            "expires_at": info.expires_at,
-            "last_renewed_at": info.renewed_at,
+            "holder": current.worker or "?",
+            "expires_at": current.lease_expires_at,
+            "last_renewed_at": None,
+            "source": "store",
         }
 
     def _unknown_receipts(self, task_id: str, status: str = "unknown") -> list[dict[str, Any]]:

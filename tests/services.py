@@ -232,6 +232,7 @@ class RedisServer:
     def restart(self) -> None:
         """Kill the server and start it again on the same port, empty (its data is lost)."""
         self.stop()
+        (self.root / "dump.rdb").unlink(missing_ok=True)  # what a `pause` saved
         self.start()
 
     def close(self) -> None:

@@ -27,6 +27,7 @@ from orchestrator.store.records import TaskRecord
 from orchestrator.store.tables import executions, tasks
 from orchestrator.store.types import utcnow
 from tests.executions_support import claim_as_worker, settings_for
+from tests.integration.test_approvals import waiting_task
 from tests.services import free_port
 from workers.celery_app import CeleryDispatcher, make_celery
 
@@ -94,6 +95,20 @@ def test_a_requeue_the_broker_refused_is_sent_at_the_next_sweep(rt: Runtime, dow
     task_id = rt.tasks.trigger(Trigger(task_type="simple", title="r")).task.task_id
     down.up = None
     rt.tasks.requeue(task_id, "try again", by="op")
+    up = broker_back(down)
+    assert rt.sweeper.sweep().republished == [(task_id, 2)]
+    assert up.sent_again == [(task_id, 2)]
+
+
+def test_an_approval_the_broker_refused_is_sent_at_the_next_sweep(
+    rt: Runtime, down: Broker, tmp_path: Path
+) -> None:
+    broker_back(down)
+    task_id, action_id = waiting_task(rt, tmp_path)
+    down.up = None
+    digest = rt.actions.get(action_id).digest
+    rt.actions.decide(action_id, approve=True, by="ana", note=None, digest=digest)
+    assert (rt.tasks.get(task_id).status, rt.tasks.get(task_id).generation) == ("queued", 2)
     up = broker_back(down)
     assert rt.sweeper.sweep().republished == [(task_id, 2)]
     assert up.sent_again == [(task_id, 2)]

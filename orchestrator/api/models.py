@@ -91,6 +91,12 @@ class TaskView(BaseModel):
 
 class TriggerView(TaskView):
     created: bool = Field(description="false when the trigger_id named an existing task")
+    dispatched: bool = Field(
+        description="false when the broker did not take the new task's wake-up (Redis down): "
+        "the task is stored and queued all the same, and the sweeper sends its wake-up at its "
+        "first sweep once the broker takes messages again (the `tasks trigger` CLI's JSON "
+        "says the same)"
+    )
 
 
 class LeaseView(BaseModel):

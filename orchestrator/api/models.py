@@ -178,6 +178,11 @@ class InvocationView(BaseModel):
 
 class ExplainView(TaskView):
     lease: LeaseView | None
+    wake_up_unsent: bool = Field(
+        default=False,
+        description="a queued task whose wake-up the broker refused (Redis down): the sweeper "
+        "sends it at its first sweep once the broker takes messages again",
+    )
     executions: list[ExecutionView]
     plan: PlanRevisionView | None = Field(
         description="the latest revision of the current session's plan"

@@ -424,6 +424,11 @@ def render_explain(view: dict[str, Any], *, earlier: dict[str, Any] | None = Non
     ]
     if view.get("waiting_on"):
         lines.append(f"  waiting on: {printable(view['waiting_on'])}")
+    if view.get("wake_up_unsent"):
+        lines.append(
+            "  wake-up not sent: the broker refused it; the sweeper sends it at its first sweep "
+            "once the broker takes messages again"
+        )
     wait = view.get("handed_back")
     if wait:
         # `running`, yet no round runs: say so, why, and when the next generation is queued.

@@ -300,6 +300,8 @@ class TaskService:
                 "resolutions": [_resolution_view(event) for event in resolved],
                 "last_write": {"at": last_write[0], "kind": last_write[1]} if last_write else None,
                 "waiting_on": waited[-1].reason if waited else None,
+                # The broker refused its wake-up (store/tasks.py: `queued_at` NULL).
+                "wake_up_unsent": task.status == "queued" and task.queued_at is None,
             }
         )
         return view

@@ -17,6 +17,7 @@ import psycopg
 import pytest
 from sqlalchemy import event, select
 
+from orchestrator.cli.tasks import render_explain
 from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.tasks import Trigger
@@ -81,12 +82,16 @@ def broker_back(down: Broker) -> RecordingDispatcher:
 
 def test_a_trigger_the_broker_refused_is_sent_at_the_next_sweep(rt: Runtime, down: Broker) -> None:
     task_id = trigger_while_down(rt, down)
+    view = rt.tasks.explain(task_id)
+    assert view["wake_up_unsent"] is True
+    assert "wake-up not sent: the broker refused it" in render_explain(view)
     up = broker_back(down)
     report = rt.sweeper.sweep()
     # Before, nothing: the wake-up waited ORCH_QUEUED_STALE_SECONDS (a minute) to look lost.
     assert report.republished == [(task_id, 1)]
     assert up.sent_again == [(task_id, 1)]  # the worker reads the store before the lease
     assert rt.sweeper.sweep().republished == []  # sent once: the record is cleared
+    assert rt.tasks.explain(task_id)["wake_up_unsent"] is False
     assert rt.tasks.get(task_id).queued_at is not None
 
 

@@ -190,8 +190,7 @@ class Sweeper:
         self.recover_gone_processes(report)
         if self._broker_lost_data():  # queued before this sweep: a touched one is queued after
             self._lost_before = min(now, utcnow())
-        if self._republish_unsent(report):
-            self._republish_stale(now, report)
+        self._republish_stale(now, report)
         return report  # what it did (`report.lines()`) is said by the caller: printed or logged
 
     def _past_grace(self, expired: list[ExecutionRecord]) -> list[ExecutionRecord]:
@@ -355,20 +354,6 @@ class Sweeper:
         )
         return True
 
-    def _republish_unsent(self, report: SweepReport) -> bool:
-        """Send the wake-ups the broker refused at their commits (recorded in the store), up to
-        `LOST_WAKE_UP_BATCHES` batches; False when the broker still refuses (then the stale
-        ones wait as well: one line a sweep, not one a task)."""
-        for _ in range(LOST_WAKE_UP_BATCHES):
-            with self.db.transaction(readonly=True) as conn:
-                unsent = task_store.unsent_queued(conn, self.batch)
-            for task in unsent:
-                if not self._send_again(task, report):
-                    return False
-            if len(unsent) < self.batch:
-                break
-        return True
-
     def _send_again(self, task: TaskRecord, report: SweepReport) -> bool:
         """Claim one republish (compare-and-set: not claimed, already sent by another sweeper,
         or taken by a worker, it is left) and send it, again=True; a wake-up the broker did not
@@ -384,8 +369,9 @@ class Sweeper:
         return True
 
     def _republish_stale(self, now: datetime, report: SweepReport) -> None:
-        """Send again the wake-ups of the tasks queued for ORCH_QUEUED_STALE_SECONDS (that long
-        unclaimed, theirs may be lost): one batch a sweep. Since Redis lost its data, those of
+        """Send the wake-ups the broker refused at their commits (recorded in the store), first,
+        and again those of the tasks queued for ORCH_QUEUED_STALE_SECONDS (that long unclaimed,
+        theirs may be lost): one batch a sweep. Since Redis lost its data, those of
         every task queued before (`_lost_before`), `LOST_WAKE_UP_BATCHES` batches a sweep,
         until a batch comes back short; a broker that does not take one stops them until the
         next sweep."""

@@ -1,7 +1,7 @@
 """Task rows: the task a trigger creates, its reads and lists, and the republish of a queued one.
 
 A queued task's `queued_at` says when its generation's wake-up was last sent; NULL says the
-broker did not take it (`record_unsent`), so the next sweep sends it first (`unsent_queued`)
+broker did not take it (`record_unsent`), so the next sweep sends it first (`stale_queued`)
 instead of waiting ORCH_QUEUED_STALE_SECONDS to take it for lost. Only the failure path writes
 it: a trigger whose wake-up went out costs no statement more.
 
@@ -28,6 +28,7 @@ from sqlalchemy import (
     bindparam,
     insert,
     null,
+    or_,
     select,
     update,
 )
@@ -52,7 +53,6 @@ __all__ = [
     "stale_queued",
     "task_by_trigger",
     "touch_queued",
-    "unsent_queued",
 ]
 
 
@@ -194,20 +194,17 @@ def _one_statement_trigger() -> Insert:
 
 
 def stale_queued(conn: Connection, before: datetime, limit: int) -> list[TaskRecord]:
-    """Queued tasks whose wake-up message may be gone."""
+    """Queued tasks whose wake-up was not sent (`record_unsent`: due at once), first, then
+    those whose wake-up message may be gone (queued before `before`). One statement, as
+    before the unsent ones: every sweep sends it, and sweeps are benchmarked."""
     rows = conn.execute(
         select(tasks)
-        .where(tasks.c.status == "queued", tasks.c.queued_at < before)
-        .order_by(tasks.c.queued_at)
+        .where(
+            tasks.c.status == "queued",
+            or_(tasks.c.queued_at.is_(None), tasks.c.queued_at < before),
+        )
+        .order_by(tasks.c.queued_at.nulls_first())
         .limit(limit)
-    )
-    return [TaskRecord.from_row(row) for row in rows]
-
-
-def unsent_queued(conn: Connection, limit: int) -> list[TaskRecord]:
-    """Queued tasks whose wake-up the broker did not take (`record_unsent`): due at once."""
-    rows = conn.execute(
-        select(tasks).where(tasks.c.status == "queued", tasks.c.queued_at.is_(None)).limit(limit)
     )
     return [TaskRecord.from_row(row) for row in rows]
 

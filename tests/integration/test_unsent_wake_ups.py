@@ -205,7 +205,8 @@ def _allow_connections(admin_url: str, database: str, allow: bool) -> None:
 
 def _unsent(rt: Runtime) -> list[TaskRecord]:
     with rt.db.transaction(readonly=True) as conn:
-        return task_store.unsent_queued(conn, 100)
+        rows = conn.execute(select(tasks).where(tasks.c.queued_at.is_(None)))
+        return [TaskRecord.from_row(row) for row in rows]
 
 
 def test_a_trigger_whose_wake_up_went_out_sends_no_statement_more(

@@ -85,7 +85,15 @@ class RedisNotifier:
                 pipe.publish(f"{PLAN_CHANNEL_PREFIX}{key}", "1")
             pipe.execute()
         except redis.RedisError as exc:
-            log.warning("%d wake-ups not published: %s", len(keys), exc)
+            # Not a task's wake-up (the broker's, `services/dispatch.py`): said apart, since an
+            # operator in a Redis outage reads "wake-ups not published" as tasks left unwoken.
+            log.warning(
+                "%d change notice(s) for streams and running rounds not published over Redis "
+                "(%s); streams see the change at their next poll, a round ended elsewhere stops "
+                "at its next lease renewal",
+                len(keys),
+                exc,
+            )
 
     def close(self) -> None:
         self._client.close()

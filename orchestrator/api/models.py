@@ -3,7 +3,7 @@ closed vocabulary (the plan routes' models: `orchestrator.api.plan_views`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -91,12 +91,23 @@ class TaskView(BaseModel):
 
 class TriggerView(TaskView):
     created: bool = Field(description="false when the trigger_id named an existing task")
+    dispatched: bool = Field(
+        description="false when the broker did not take the new task's wake-up (Redis down): "
+        "the task is stored and queued all the same, and the sweeper sends its wake-up at its "
+        "first sweep once the broker takes messages again (the `tasks trigger` CLI's JSON "
+        "says the same)"
+    )
 
 
 class LeaseView(BaseModel):
     holder: str
     expires_at: IsoTime
     last_renewed_at: IsoTime | None
+    source: Literal["lease_backend", "store"] = Field(
+        description="`store`: the lease back end holds none (Redis restarted empty, flushed or "
+        "away) and this is the store's mirror of the running generation's lease; its worker "
+        "takes it back at its next renewal, or the sweeper requeues the task once it expires"
+    )
 
 
 class ExecutionView(BaseModel):
@@ -167,6 +178,11 @@ class InvocationView(BaseModel):
 
 class ExplainView(TaskView):
     lease: LeaseView | None
+    wake_up_unsent: bool = Field(
+        default=False,
+        description="a queued task whose wake-up the broker refused (Redis down): the sweeper "
+        "sends it at its first sweep once the broker takes messages again",
+    )
     executions: list[ExecutionView]
     plan: PlanRevisionView | None = Field(
         description="the latest revision of the current session's plan"

@@ -74,7 +74,7 @@ def trigger_task(
     result = service.trigger(body)
     if not result.created:
         response.status_code = 200
-    return task_view(result.task) | {"created": result.created}
+    return task_view(result.task) | {"created": result.created, "dispatched": result.dispatched}
 
 
 #: Part of every tag of a page of the list: a client holding an older API's page gets the new one.

@@ -220,9 +220,14 @@ def _trigger(args: argparse.Namespace) -> int:
         print(f"stored task {result.task.task_id} (queued, generation {result.task.generation})")
     if not result.dispatched:
         why = f" ({redact(result.dispatch_error, secrets)})" if result.dispatch_error else ""
+        when = (
+            "at its first sweep once the broker takes messages again"
+            if result.unsent_recorded
+            else f"after {stale:g}s (the store did not take the record that it was not sent)"
+        )
         raise CommandFailed(
             f"the broker did not take the wake-up of task {result.task.task_id}{why}; it is "
-            f"stored and the sweeper will republish the wake-up after {stale:g}s"
+            f"stored and the sweeper will republish the wake-up {when}"
         )
     return 0
 
@@ -425,6 +430,11 @@ def render_explain(view: dict[str, Any], *, earlier: dict[str, Any] | None = Non
     ]
     if view.get("waiting_on"):
         lines.append(f"  waiting on: {printable(view['waiting_on'])}")
+    if view.get("wake_up_unsent"):
+        lines.append(
+            "  wake-up not sent: the broker refused it; the sweeper sends it at its first sweep "
+            "once the broker takes messages again"
+        )
     wait = view.get("handed_back")
     if wait:
         # `running`, yet no round runs: say so, why, and when the next generation is queued.
@@ -443,7 +453,13 @@ def render_explain(view: dict[str, Any], *, earlier: dict[str, Any] | None = Non
             f"{view.get('handbacks', 0)} handed back after an outage"
         )
     lease = view.get("lease")
-    if lease:
+    if lease and lease.get("source") == "store":
+        lines.append(
+            "  lease not confirmed by the lease back end (Redis restarted, flushed or away); "
+            f"the store's copy: held by {lease['holder']} until {_time(lease['expires_at'])}, "
+            "taken back at its worker's next renewal"
+        )
+    elif lease:
         lines.append(f"  lease held by {lease['holder']} until {_time(lease['expires_at'])}")
     lines.append("  generations:")
     for ex in view["executions"]:

@@ -22,7 +22,7 @@ from orchestrator.domain.fingerprints import NonCanonical
 from orchestrator.domain.plans import distinct_edges
 from orchestrator.domain.vocabulary import ACTION_KINDS, ACTION_STATUSES, OPEN_NODE_STATUSES
 from orchestrator.errors import ConflictError, InvalidTransition, NotFound, ValidationFailed, echoed
-from orchestrator.services.dispatch import Dispatcher, RecordingDispatcher, safe_dispatch
+from orchestrator.services.dispatch import Dispatcher, RecordingDispatcher, dispatch_or_record
 from orchestrator.services.plans import PlanService, publish_txn
 from orchestrator.services.redecide import redecide_txn
 from orchestrator.store import action_notices as notice_store
@@ -167,7 +167,7 @@ class ActionService:
         with self.db.transaction() as conn:
             decided, next_generation = self._decide_txn(conn, action_id, approve, by, note, digest)
         if next_generation is not None:
-            safe_dispatch(self.dispatcher, decided.task_id, next_generation)
+            dispatch_or_record(self.db, self.dispatcher, decided.task_id, next_generation)
         from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
 
         metrics.APPROVALS_DECIDED.labels(decided.status).inc()

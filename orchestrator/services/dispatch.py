@@ -1,11 +1,31 @@
-"""How a queued generation is woken: a `Dispatcher` sends the wake-up (Celery in production)."""
+"""How a queued generation is woken: a `Dispatcher` sends the wake-up (Celery in production).
+
+A wake-up the broker did not take (Redis down at the commit) is recorded in the store
+(`dispatch_or_record`, `record_unsent`), and the sweeper sends it again at its first sweep once
+the broker takes messages, instead of after ORCH_QUEUED_STALE_SECONDS. The record is written on
+the failure path only: a wake-up that went out costs no statement.
+"""
 
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-__all__ = ["Dispatcher", "RecordingDispatcher", "safe_dispatch", "safe_dispatch_many"]
+from sqlalchemy.exc import SQLAlchemyError
+
+from orchestrator.store import tasks as task_store
+
+if TYPE_CHECKING:
+    from orchestrator.store.db import Database
+
+__all__ = [
+    "Dispatcher",
+    "RecordingDispatcher",
+    "dispatch_or_record",
+    "record_unsent",
+    "safe_dispatch",
+    "safe_dispatch_many",
+]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +80,37 @@ def dispatch_failure(
         )
         return reason
     return None
+
+
+def dispatch_or_record(
+    db: Database, dispatcher: Dispatcher, task_id: str, generation: int, *, again: bool = False
+) -> str | None:
+    """`dispatch_failure`, and a wake-up the broker did not take recorded in the store for the
+    next sweep (`record_unsent`). Why it was not sent, or None when it was."""
+    failure = dispatch_failure(dispatcher, task_id, generation, again=again)
+    if failure is not None:
+        record_unsent(db, [(task_id, generation)])
+    return failure
+
+
+def record_unsent(db: Database, wakeups: list[tuple[str, int]]) -> bool:
+    """Record, in one transaction, that these wake-ups were not sent; False when the store did
+    not take the record either (then nothing is written, and the sweeper takes them for lost
+    after ORCH_QUEUED_STALE_SECONDS, as before the record)."""
+    if not wakeups:
+        return True
+    try:
+        with db.transaction() as conn:
+            task_store.record_unsent(conn, wakeups)
+    except SQLAlchemyError as exc:
+        log.warning(
+            "%d unsent wake-up(s) not recorded either (%s); the sweeper republishes them after "
+            "ORCH_QUEUED_STALE_SECONDS",
+            len(wakeups),
+            _one_line(exc),
+        )
+        return False
+    return True
 
 
 def safe_dispatch_many(dispatcher: Dispatcher, wakeups: list[tuple[str, int]]) -> list[bool]:

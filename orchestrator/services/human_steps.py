@@ -24,7 +24,7 @@ from orchestrator.domain.human_steps import PERSON_REQUEST_PREFIX, close_human_n
 from orchestrator.domain.retries import next_retries
 from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
 from orchestrator.errors import ConflictError, NotFound, echoed
-from orchestrator.services.dispatch import Dispatcher, safe_dispatch
+from orchestrator.services.dispatch import Dispatcher, dispatch_or_record
 from orchestrator.services.plans import PlanService
 from orchestrator.services.redecide import redecide_txn
 from orchestrator.store import plans as plan_store
@@ -168,7 +168,7 @@ class HumanStepService:
             next_generation = redecide_txn(conn, task, failed_node=failed)
         self.plans.notify(record)
         if next_generation is not None:
-            safe_dispatch(self.dispatcher, task_id, next_generation)
+            dispatch_or_record(self.db, self.dispatcher, task_id, next_generation)
         return HumanStep(
             task_id=task_id,
             node_id=node_id,

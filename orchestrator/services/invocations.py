@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.errors import ConflictError, NotFound, ValidationFailed, echoed
-from orchestrator.services.dispatch import Dispatcher, safe_dispatch
+from orchestrator.services.dispatch import Dispatcher, dispatch_or_record
 from orchestrator.services.redecide import redecide_txn
 from orchestrator.store import open_work
 from orchestrator.store import task_events as event_store
@@ -124,7 +124,7 @@ class InvocationService:
             assert after is not None
             assert resolved is not None
         if queued is not None:
-            safe_dispatch(self.dispatcher, after.task_id, queued)
+            dispatch_or_record(self.db, self.dispatcher, after.task_id, queued)
         return Resolution(
             receipt=Receipt.from_row(resolved),
             previous_status=previous,

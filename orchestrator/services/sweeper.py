@@ -23,6 +23,13 @@ Should it be gone, Redis lost its data (restarted empty, flushed), and the wake-
 tasks went with it: the sweep sends them all again (`LOST_WAKE_UP_BATCHES` batches a sweep, the
 rest at the next sweeps), instead of waiting ORCH_QUEUED_STALE_SECONDS for each to look lost. A
 wake-up sent twice starts at most one agent.
+
+A wake-up the broker refused at its commit (Redis down: a trigger, a requeue, a decision that
+resumed a task) is recorded in the store (`services/dispatch.py`), and every sweep sends those
+first, whether Redis came back with its data or without: the task starts within a sweep of the
+broker's return. Each is claimed by a compare-and-set before it is sent (two sweepers never both
+send it; one claimed by a worker meanwhile is left) and recorded again if the broker still
+refuses it.
 """
 
 from __future__ import annotations
@@ -40,7 +47,12 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable, Renewal
 from orchestrator.leases.keys import ended_key
 from orchestrator.leases.process import ProcessIdentity, is_gone
-from orchestrator.services.dispatch import Dispatcher, safe_dispatch, safe_dispatch_many
+from orchestrator.services.dispatch import (
+    Dispatcher,
+    record_unsent,
+    safe_dispatch,
+    safe_dispatch_many,
+)
 from orchestrator.services.handback import RETRY_SECONDS
 from orchestrator.services.lease_keeper import lease_name
 from orchestrator.settings import Settings
@@ -51,7 +63,7 @@ from orchestrator.store import task_events as event_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database, wake_after_commit
 from orchestrator.store.lost import Limits, LostBatch, held_on_host, requeue_lost
-from orchestrator.store.records import ExecutionRecord
+from orchestrator.store.records import ExecutionRecord, TaskRecord
 from orchestrator.store.task_events import NewEvent
 from orchestrator.store.types import utcnow
 
@@ -313,7 +325,9 @@ class Sweeper:
                 self.leases.release(lease_name(task_id), token)
             except LeaseBackendUnavailable:
                 log.warning("could not release the lease of %s; it will expire", task_id)
-        safe_dispatch_many(self.dispatcher, [(t, n) for t, _, n in batch.requeued])
+        wakeups = [(t, n) for t, _, n in batch.requeued]
+        sent = safe_dispatch_many(self.dispatcher, wakeups)
+        record_unsent(self.db, [w for w, ok in zip(wakeups, sent, strict=True) if not ok])
 
     def _broker_lost_data(self) -> bool:
         """Whether Redis lost its data since the last sweep: `BROKER_MARK` was gone. Also True
@@ -340,9 +354,24 @@ class Sweeper:
         )
         return True
 
+    def _send_again(self, task: TaskRecord, report: SweepReport) -> bool:
+        """Claim one republish (compare-and-set: not claimed, already sent by another sweeper,
+        or taken by a worker, it is left) and send it, again=True; a wake-up the broker did not
+        take is recorded as unsent, for the next sweep. False when the broker refused it."""
+        with self.db.transaction() as conn:
+            claimed = task_store.touch_queued(conn, task)
+        if not claimed:
+            return True
+        if not safe_dispatch(self.dispatcher, task.task_id, task.generation, again=True):
+            record_unsent(self.db, [(task.task_id, task.generation)])
+            return False
+        report.republished.append((task.task_id, task.generation))
+        return True
+
     def _republish_stale(self, now: datetime, report: SweepReport) -> None:
-        """Send again the wake-ups of the tasks queued for ORCH_QUEUED_STALE_SECONDS (that long
-        unclaimed, theirs may be lost): one batch a sweep. Since Redis lost its data, those of
+        """Send the wake-ups the broker refused at their commits (recorded in the store), first,
+        and again those of the tasks queued for ORCH_QUEUED_STALE_SECONDS (that long unclaimed,
+        theirs may be lost): one batch a sweep. Since Redis lost its data, those of
         every task queued before (`_lost_before`), `LOST_WAKE_UP_BATCHES` batches a sweep,
         until a batch comes back short; a broker that does not take one stops them until the
         next sweep."""
@@ -356,13 +385,8 @@ class Sweeper:
             with self.db.transaction(readonly=True) as conn:
                 stale = task_store.stale_queued(conn, before, self.batch)
             for task in stale:
-                with self.db.transaction() as conn:
-                    claimed = task_store.touch_queued(conn, task)
-                if not claimed:
-                    continue
-                if not safe_dispatch(self.dispatcher, task.task_id, task.generation, again=True):
+                if not self._send_again(task, report):
                     return  # the broker away: one line, not one a task; the next sweep goes on
-                report.republished.append((task.task_id, task.generation))
             if len(stale) < self.batch:
                 self._lost_before = None  # every lost wake-up is sent again
                 return

@@ -21,9 +21,14 @@ from orchestrator.domain.task_filter import TASK_TYPE_PATTERN, TaskFilter
 from orchestrator.domain.times import wire_time
 from orchestrator.domain.vocabulary import TASK_STATUSES, TERMINAL_TASK_STATUSES
 from orchestrator.errors import ConflictError, InvalidTransition, NotFound, echoed
-from orchestrator.leases import LeaseBackend
+from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable
 from orchestrator.leases.keys import ended_key
-from orchestrator.services.dispatch import Dispatcher, dispatch_failure, safe_dispatch
+from orchestrator.services.dispatch import (
+    Dispatcher,
+    dispatch_failure,
+    dispatch_or_record,
+    record_unsent,
+)
 from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.recovery import snapshot_for
 from orchestrator.store import action_notices as notice_store
@@ -83,11 +88,14 @@ class Trigger(BaseModel):
 class TriggerResult:
     task: TaskRecord
     created: bool
-    #: False when the wake-up could not be sent (broker down): the task is queued all the same
-    #: and the sweeper republishes it after ORCH_QUEUED_STALE_SECONDS.
+    #: False when the wake-up could not be sent (broker down): the task is queued all the same,
+    #: the store records it, and the sweeper sends it at its first sweep the broker answers.
     dispatched: bool = True
     #: Why the broker did not take it (the error's type and first line), when it did not.
     dispatch_error: str | None = None
+    #: False when the store did not take that record either: the sweeper then republishes the
+    #: wake-up after ORCH_QUEUED_STALE_SECONDS.
+    unsent_recorded: bool = True
 
 
 class TaskService:
@@ -124,7 +132,12 @@ class TaskService:
             _refuse_other_payload(trigger_id, existing, trigger)
             return TriggerResult(existing, created=False)
         failure = dispatch_failure(self.dispatcher, task.task_id, task.generation)
-        return TriggerResult(task, created=True, dispatched=failure is None, dispatch_error=failure)
+        if failure is None:  # the benchmarked path: nothing more
+            return TriggerResult(task, created=True)
+        recorded = record_unsent(self.db, [(task.task_id, task.generation)])
+        return TriggerResult(
+            task, created=True, dispatched=False, dispatch_error=failure, unsent_recorded=recorded
+        )
 
     def get(self, task_id: str) -> TaskRecord:
         with self.db.transaction(readonly=True) as conn:
@@ -200,7 +213,7 @@ class TaskService:
             # What this requeue did, read in its own transaction: a cancel that commits just
             # after it must not make the requeue's answer say "cancelled".
             requeued = task_store.get_task(conn, task_id)
-        safe_dispatch(self.dispatcher, task_id, nxt)
+        dispatch_or_record(self.db, self.dispatcher, task_id, nxt)
         assert requeued is not None
         return requeued
 
@@ -274,7 +287,7 @@ class TaskService:
         view = task_view(task, waits if waits and waits.handed_back_at else None)
         view.update(
             {
-                "lease": self._lease(task),
+                "lease": self._lease(task, current[0] if current else None),
                 "executions": [execution.to_dict() for execution in executions],
                 "plan": plan.to_dict() if plan else None,
                 "report": report,
@@ -287,6 +300,8 @@ class TaskService:
                 "resolutions": [_resolution_view(event) for event in resolved],
                 "last_write": {"at": last_write[0], "kind": last_write[1]} if last_write else None,
                 "waiting_on": waited[-1].reason if waited else None,
+                # The broker refused its wake-up (store/tasks.py: `queued_at` NULL).
+                "wake_up_unsent": task.status == "queued" and task.queued_at is None,
             }
         )
         return view
@@ -299,9 +314,12 @@ class TaskService:
             row = task_versions.view_version(conn, task_id)
         if row is None:
             return None
-        lease = None
+        lease: tuple[Any, ...] | None = None
         if row.status == "running" and self.leases is not None:
-            info = self.leases.get(lease_name(task_id))
+            try:
+                info = self.leases.get(lease_name(task_id))
+            except LeaseBackendUnavailable:  # the view shows the store's mirror: its own tag
+                return (*row, ("lease back end unavailable",))
             # Not its expiry: read as the server's countdown from now, it moves at each read.
             lease = (info.holder, info.token, info.renewed_at) if info is not None else None
         return (*row, lease)
@@ -366,16 +384,37 @@ class TaskService:
             count = transcript_store.entry_count(conn, task_id, generation)
         return (generation, limit, after, count, *keys)
 
-    def _lease(self, task: TaskRecord) -> dict[str, Any] | None:
+    def _lease(self, task: TaskRecord, current: ExecutionRecord | None) -> dict[str, Any] | None:
+        """The running generation's lease as the lease back end holds it; else (Redis restarted
+        empty, flushed, or away) the store's mirror of it, marked `source: store`: the round
+        goes on, and its heartbeat takes the lease back at its next renewal (or the sweeper
+        requeues the task once the mirror expires). Before, the view said no lease, or failed
+        altogether with Redis away."""
         if self.leases is None or task.status != "running":
             return None
-        info = self.leases.get(lease_name(task.task_id))
-        if info is None:
+        try:
+            info = self.leases.get(lease_name(task.task_id))
+        except LeaseBackendUnavailable:
+            info = None
+        if info is not None:
+            return {
+                "holder": info.holder,
+                "expires_at": info.expires_at,
+                "last_renewed_at": info.renewed_at,
+                "source": "lease_backend",
+            }
+        if (
+            current is None
+            or current.outcome is not None
+            or current.handed_back_at is not None  # said by `handed_back`: it holds none
+            or current.lease_expires_at is None
+        ):
             return None
         return {
-            "holder": info.holder,
-            "expires_at": info.expires_at,
-            "last_renewed_at": info.renewed_at,
+            "holder": current.worker or "?",
+            "expires_at": current.lease_expires_at,
+            "last_renewed_at": None,
+            "source": "store",
         }
 
     def _unknown_receipts(self, task_id: str, status: str = "unknown") -> list[dict[str, Any]]:

@@ -1,5 +1,10 @@
 """Task rows: the task a trigger creates, its reads and lists, and the republish of a queued one.
 
+A queued task's `queued_at` says when its generation's wake-up was last sent; NULL says the
+broker did not take it (`record_unsent`), so the next sweep sends it first (`stale_queued`)
+instead of waiting ORCH_QUEUED_STALE_SECONDS to take it for lost. Only the failure path writes
+it: a trigger whose wake-up went out costs no statement more.
+
 A task is created once per trigger id, queued at generation 1 with the session and execution row
 of that generation (`orchestrator.store.generations` makes those rows, and every later change of
 a generation's life). Every state change here is a compare-and-set on the row. Functions take a
@@ -23,6 +28,7 @@ from sqlalchemy import (
     bindparam,
     insert,
     null,
+    or_,
     select,
     update,
 )
@@ -43,6 +49,7 @@ __all__ = [
     "get_task",
     "insert_task",
     "list_tasks",
+    "record_unsent",
     "stale_queued",
     "task_by_trigger",
     "touch_queued",
@@ -187,18 +194,41 @@ def _one_statement_trigger() -> Insert:
 
 
 def stale_queued(conn: Connection, before: datetime, limit: int) -> list[TaskRecord]:
-    """Queued tasks whose wake-up message may be gone."""
+    """Queued tasks whose wake-up was not sent (`record_unsent`: due at once), first, then
+    those whose wake-up message may be gone (queued before `before`). One statement, as
+    before the unsent ones: every sweep sends it, and sweeps are benchmarked."""
     rows = conn.execute(
         select(tasks)
-        .where(tasks.c.status == "queued", tasks.c.queued_at < before)
-        .order_by(tasks.c.queued_at)
+        .where(
+            tasks.c.status == "queued",
+            or_(tasks.c.queued_at.is_(None), tasks.c.queued_at < before),
+        )
+        .order_by(tasks.c.queued_at.nulls_first())
         .limit(limit)
     )
     return [TaskRecord.from_row(row) for row in rows]
 
 
+def record_unsent(conn: Connection, wakeups: list[tuple[str, int]]) -> int:
+    """Say that these generations' wake-ups were not sent (`queued_at` NULL), for those still
+    queued at that generation: one claimed meanwhile (a wake-up did arrive) needs none."""
+    marked = 0
+    for task_id, generation in wakeups:  # only on a broker's failure: rare, and few at once
+        marked += conn.execute(
+            update(tasks)
+            .where(
+                tasks.c.task_id == task_id,
+                tasks.c.generation == generation,
+                tasks.c.status == "queued",
+            )
+            .values(queued_at=None)
+        ).rowcount
+    return marked
+
+
 def touch_queued(conn: Connection, task: TaskRecord) -> bool:
-    """Claim one republish of a stale queued task (compare-and-set on `queued_at`)."""
+    """Claim one republish of a stale or unsent queued task (compare-and-set on `queued_at`,
+    NULL for an unsent one): two sweepers never both send it."""
     return (
         conn.execute(
             update(tasks)

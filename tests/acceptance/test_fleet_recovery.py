@@ -16,7 +16,7 @@ from orchestrator.errors import StaleGeneration
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import executions as execution_store
-from tests.acceptance.fleet import Fleet, fleet_env, running_fleet
+from tests.acceptance.fleet import Fleet, celery_runtime, fleet_env, running_fleet
 from tests.executions_support import (
     completing_turns,
     node,
@@ -276,3 +276,51 @@ def test_wake_ups_redis_lost_with_its_data_are_sent_again_at_the_next_sweep(
         )
         assert time.monotonic() - ready_at < 5
         assert f"republished the wake-up of task {task_id} generation 1" in fleet.logs()
+
+
+@pytest.mark.parametrize("data", ["kept", "lost"])
+def test_a_wake_up_redis_refused_at_the_trigger_goes_out_within_a_sweep_of_its_return(
+    pg_url: str, scripts: Path, tmp_path: Path, data: str
+) -> None:
+    """Redis is down when a task is triggered: the trigger says the wake-up was not sent.
+    Redis comes back, with its data or without. Before, the task waited
+    ORCH_QUEUED_STALE_SECONDS (a minute by default, 30 s here) unless Redis came back empty;
+    now the store recorded the wake-up as unsent and the next sweep sends it."""
+    write_script(scripts, "quick", completing_turns())
+    own = RedisServer()
+    own.start()
+    env = fleet_env(pg_url, own.url, tmp_path) | {
+        "ORCH_MODEL": f"scripted:{scripts}",
+        "ORCH_LEASE_SECONDS": str(LEASE),
+        "ORCH_LEASE_RENEW_SECONDS": "1",
+        "ORCH_SWEEP_SECONDS": "0.2",
+        "ORCH_QUEUED_STALE_SECONDS": "30",
+    }
+    swept = tmp_path / "home" / "sweeper.heartbeat"
+    try:
+        with running_fleet(env, tmp_path) as fleet, celery_runtime(pg_url, own.url, scripts) as rt:
+            worker = fleet.worker(concurrency=1)
+            fleet.sweeper()
+            wait_for(lambda: fleet.ready(worker), 30, interval=0.02, what="the worker")
+            wait_for(swept.exists, 30, interval=0.02, what="the first sweep")
+            if data == "kept":
+                own.pause()
+            else:
+                own.stop()
+            result = rt.tasks.trigger(Trigger(task_type="quick", title="refused"))
+            assert not result.dispatched
+            assert result.unsent_recorded
+            task_id = result.task.task_id
+            own.resume() if data == "kept" else own.start()
+            back_at = time.monotonic()
+            wait_for(
+                lambda: (e := execution(rt, task_id, 1)) is not None and e.started_at,
+                20,
+                interval=0.02,
+                what="generation 1 to start (its wake-up waited for the stale republish)",
+            )
+            # A sweep (0.2 s) and the worker's reconnection to Redis (about 2 s).
+            assert time.monotonic() - back_at < 8, fleet.logs()
+            assert f"republished the wake-up of task {task_id} generation 1" in fleet.logs()
+    finally:
+        own.close()

@@ -19,6 +19,7 @@ from orchestrator.settings import load_settings
 from orchestrator.store.db import Database
 from orchestrator.store.transcripts import Entry, insert_entries
 from tests.services import free_port
+from workers.celery_app import CeleryDispatcher, make_celery
 
 
 @pytest.fixture
@@ -51,6 +52,27 @@ def test_trigger_queues_generation_one_and_wakes_a_worker(
     body = response.json()
     assert (body["status"], body["generation"], body["origin"]) == ("queued", 1, "live")
     assert dispatcher.sent == [(body["task_id"], 1)]
+    assert body["dispatched"] is True
+
+
+def test_a_trigger_whose_wake_up_the_broker_refused_says_so(store_url: str, tmp_path: Path) -> None:
+    """Before, 201 and nothing more: the caller could not tell that no worker was woken (the
+    CLI said so; its JSON had `dispatched`)."""
+    settings = load_settings(database_url=store_url, home=tmp_path / "home")
+    refusing = CeleryDispatcher(
+        make_celery(load_settings(redis_url=f"redis://127.0.0.1:{free_port()}/0", home=tmp_path))
+    )
+    db = Database.from_url(store_url)
+    app = create_app(settings, db=db)
+    app.dependency_overrides[get_task_service] = lambda: TaskService(db, refusing)
+    try:
+        with TestClient(app, raise_server_exceptions=False) as refused:
+            response = trigger(refused, trigger_id="t-refused")
+            assert response.status_code == 201
+            assert response.json()["dispatched"] is False
+            assert response.json()["status"] == "queued"
+    finally:
+        db.dispose()
 
 
 def test_the_same_trigger_id_answers_200_with_the_same_task(

@@ -104,3 +104,24 @@ def test_the_redis_notifier_publishes_each_key_once(redis_url: str, keys: list[s
         notifier.close()
         subscription.close()
         listener.close()
+
+
+@pytest.mark.parametrize("keys", [["task:one"], ["task:a", "ended:a"]])
+def test_change_notices_redis_refused_are_not_called_task_wake_ups(
+    keys: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis away: one line that says what was not published. Before, "2 wake-ups not
+    published" after an operator's requeue read as the task's own wake-up lost."""
+    from orchestrator.events import RedisNotifier
+    from tests.services import free_port
+
+    notifier = RedisNotifier(f"redis://127.0.0.1:{free_port()}/0")
+    try:
+        notifier.wake_keys(keys)
+    finally:
+        notifier.close()
+    [record] = [r for r in caplog.records if r.name == "orchestrator.events"]
+    message = record.getMessage()
+    assert "wake-up" not in message
+    assert f"{len(keys)} change notice(s) for streams and running rounds" in message
+    assert "\n" not in message

@@ -360,6 +360,27 @@
     const [path, query] = hash.split("?");
     return { path, params: new URLSearchParams(query || "") };
   }
+  // The task a `#/task/ID` address names, or null.
+  function taskOf(path) {
+    const task = path.match(/^\/task\/([^/]+)$/);
+    if (!task) return null;
+    // A mistyped link ("%ZZ") is not valid percent-encoding: taken as typed, it is said to be
+    // no task, where decoding it threw and left the previous page up.
+    try { return decodeURIComponent(task[1]); } catch (error) { return task[1]; }
+  }
+  // Which view the address names (its query aside: a task page keeps its revision and node
+  // there, and a new filter opens the view afresh).
+  function viewKey() {
+    const { path } = route();
+    const task = taskOf(path);
+    return task !== null ? `task:${task}` : ["/deliveries", "/approvals"].includes(path) ? path : "/";
+  }
+  // Whether the view opened as `key` is still the one the address names. A hash-only
+  // navigation changes the address at once but tells the page (`hashchange`, which disposes
+  // the view) a task later: an answer of the view left that landed in between was drawn, and
+  // the task page then wrote its own address back over the new one (keepInAddress), so the
+  // view the operator asked for never showed. Every view checks this before it draws.
+  function shownAt(key) { return viewKey() === key; }
   function render() {
     if (view && view.dispose) view.dispose();
     view = null;
@@ -368,13 +389,9 @@
     document.getElementById("nav-tasks").toggleAttribute("aria-current", false);
     document.getElementById("nav-approvals").toggleAttribute("aria-current", false);
     document.getElementById("nav-deliveries").toggleAttribute("aria-current", false);
-    const task = path.match(/^\/task\/([^/]+)$/);
-    if (task) {
-      // A mistyped link ("%ZZ") is not valid percent-encoding: taken as typed, it is said to be
-      // no task, where decoding it threw and left the previous page up.
-      let id = task[1];
-      try { id = decodeURIComponent(id); } catch (error) { /* as typed */ }
-      view = taskDetail(id, params);
+    const task = taskOf(path);
+    if (task !== null) {
+      view = taskDetail(task, params);
     } else if (path === "/deliveries") {
       document.getElementById("nav-deliveries").setAttribute("aria-current", "page");
       view = deliveryList(params);
@@ -409,7 +426,7 @@
       : since ? new Date(Date.now() - SINCE_MS[since]).toISOString() : null;
     const state = { status: params.get("status") || "", type: (params.get("type") || "").trim(),
       since, from, to, after, before: to ? new Date(to).toISOString() : null,
-      cursors: [], cursor: null, timer: null, alive: true, held: new Map(),
+      cursors: [], cursor: null, timer: null, alive: true, held: new Map(), key: viewKey(),
       limit: Math.min(200, Math.max(1, parseInt(params.get("limit"), 10) || 50)) };
     const rows = el("div", { id: "task-rows" }, el("p", { class: "muted" }, "Loading…"));
     const pager = el("div", { class: "pager" });
@@ -461,7 +478,7 @@
       if (state.before) query.set("created_before", state.before);
       if (state.cursor) query.set("cursor", state.cursor);
       const result = await watched(state.held, `tasks?${query}`);
-      if (!state.alive || result.unchanged) return; // unchanged: as shown
+      if (!state.alive || !shownAt(state.key) || result.unchanged) return; // unchanged: as shown
       if (!result.ok) {
         if (!result.down) { fill(rows, el("p", { class: "error", id: "list-error" }, errorText(result))); fill(pager); state.seen = null; }
         return;
@@ -855,12 +872,13 @@
       el("div", {}, el("label", { for: "d-kind" }, "Kind"), kindPick),
       el("button", { type: "submit", class: "secondary" }, "Show")),
       say, rows);
+    const at = viewKey();
     let alive = true, shown = null;
     async function load() {
       const query = new URLSearchParams({ status, limit: "100" });
       if (kind) query.set("kind", kind);
       const result = await api("GET", `outbox?${query}`);
-      if (!alive) return;
+      if (!alive || !shownAt(at)) return;
       if (!result.ok) {
         if (!result.down) fill(rows, el("p", { class: "error" }, missingRoute(result) ? "Not available on this server." : errorText(result)));
         return;
@@ -996,11 +1014,13 @@
     const more = el("button", { type: "button", id: "approvals-more", hidden: true,
       onclick: () => { shown += APPROVALS_PAGE; load(); } }, `Show ${APPROVALS_PAGE} more`);
     fill(main, el("h1", {}, "Pending approvals"), count, say, list, more);
+    const at = viewKey();
     let alive = true;
     async function load() {
       const [counted, result] = await Promise.all([api("GET", "actions/pending-count"), oldestPending(shown)]);
-      if (!alive || !result.ok) {
-        if (alive && !result.down) fill(list, el("p", { class: "error" }, errorText(result)));
+      if (!alive || !shownAt(at)) return;
+      if (!result.ok) {
+        if (!result.down) fill(list, el("p", { class: "error" }, errorText(result)));
         return;
       }
       showActions(list, result.items.slice().reverse(), load, say);
@@ -1018,7 +1038,7 @@
   // ---- task detail -----------------------------------------------------------------------
   function taskDetail(taskId, params) {
     const path = `tasks/${encodeURIComponent(taskId)}`;
-    const s = { alive: true, task: null, plan: null, selected: null, stream: null, timer: null, held: new Map(), heldActions: new Map(),
+    const s = { alive: true, key: viewKey(), task: null, plan: null, selected: null, stream: null, timer: null, held: new Map(), heldActions: new Map(),
       graph: null, streamKind: null, retry: null, nodeDone: null, receiptKey: null, recordsKey: null, deliveryKey: null,
       recoveryKey: null };
     // A reload restores the revision and the node shown (#/task/ID?session=S&revision=N&node=X);
@@ -1026,7 +1046,10 @@
     s.selected = params.get("node") || null;
     s.restore = params.get("session") && Number(params.get("revision")) >= 1
       ? { session: params.get("session"), revision: Number(params.get("revision")) } : null;
+    // This page is open and the address still names it (see shownAt).
+    const here = () => s.alive && shownAt(s.key);
     function keepInAddress() {
+      if (!here()) return; // another view's address is not overwritten
       const query = new URLSearchParams();
       if (s.viewing) {
         query.set("session", s.viewing.session_id);
@@ -1293,7 +1316,7 @@
       }
       const session = s.plan.session_id;
       const result = await api("GET", `sessions/${encodeURIComponent(session)}/execution-plans/${revision}`);
-      if (!s.alive) return;
+      if (!here()) return;
       s.restore = null;
       if (!s.plan || s.plan.session_id !== session) { drawPlan(); return; } // a new generation meanwhile
       if (result.ok && result.data && Array.isArray(result.data.nodes)) {
@@ -1313,7 +1336,7 @@
     // session's (a newer generation's plan comes with the task).
     async function loadEarlierPlan(again = false) {
       const result = await api("GET", `${path}/plan`);
-      if (!s.alive) return;
+      if (!here()) return;
       const plan = result.ok && result.data ? result.data.plan : null;
       if (again) {
         if (plan && s.plan && plan.session_id === s.plan.session_id && plan.revision > s.plan.revision) showPlan(plan);
@@ -1478,7 +1501,7 @@
 
     async function loadPending() {
       const result = await pendingActions(`&task_id=${encodeURIComponent(taskId)}`, s.heldActions);
-      if (!s.alive || !result.ok || result.unchanged) return; // the cards shown still hold
+      if (!here() || !result.ok || result.unchanged) return; // the cards shown still hold
       showActions(pending, result.items, refresh, pendingResult);
     }
 
@@ -1536,7 +1559,7 @@
         const query = new URLSearchParams({ limit: String(EVIDENCE_PAGE) });
         if (cursor) query.set("cursor", cursor);
         const result = await watched(s.held, `${path}/evidence?${query}`);
-        if (!s.alive || read !== ev.read) return;
+        if (!here() || read !== ev.read) return;
         if (!result.ok) {
           if (!result.down) fill(evidence, notice(missingRoute(result) ? "Not available on this server." : errorText(result)));
           return;
@@ -1560,7 +1583,7 @@
       const read = ++ev.read;
       const query = new URLSearchParams({ limit: String(EVIDENCE_PAGE), cursor: ev.cursor });
       const result = await api("GET", `${path}/evidence?${query}`);
-      if (!s.alive || read !== ev.read) return;
+      if (!here() || read !== ev.read) return;
       if (!result.ok) {
         ev.pages -= 1;
         if (button) button.disabled = false;
@@ -1597,7 +1620,7 @@
         const query = new URLSearchParams({ limit: String(EVIDENCE_IDS) });
         for (const id of chunk) query.append("id", id);
         const result = await api("GET", `${path}/evidence?${query}`);
-        if (!s.alive || key !== ev.citedKey) return;
+        if (!here() || key !== ev.citedKey) return;
         if (!result.ok) { ev.citedKey = null; return; } // asked again at the next reload
         const asked = new Set(chunk); // a server that ignores `id` answers other records
         found.push(...itemsOf(result.data).filter((x) => asked.has(x.evidence_id)));
@@ -1614,7 +1637,7 @@
         const query = new URLSearchParams({ limit: String(TRANSCRIPT_PAGE) });
         if (cursor) query.set("cursor", cursor);
         const result = await watched(s.held, `${path}/transcript?${query}`);
-        if (!s.alive) return;
+        if (!here()) return;
         if (!result.ok) {
           if (!result.down) fill(transcript, notice(missingRoute(result) ? "Not available on this server." : errorText(result)));
           return;
@@ -1637,7 +1660,7 @@
 
     async function refresh() {
       const result = await watched(s.held, path);
-      if (!s.alive) return;
+      if (!here()) return;
       if (result.unchanged) { /* the task as shown: nothing to draw again */ }
       else if (result.ok) showTask(result.data);
       else if (result.status === 404 && !s.task) {
@@ -1664,6 +1687,7 @@
       live.textContent = "ended";
     }
     function onEvent(event) {
+      if (!here()) return; // an event the closed stream had queued
       let data = null;
       try { data = JSON.parse(event.data); } catch (_) { return; }
       if (data && typeof data.status === "string" && FINAL_STATUSES.has(data.status)) s.ended = true;
@@ -1683,7 +1707,7 @@
       live.textContent = on ? "live" : "reconnecting";
     }
     async function openStream() {
-      if (!s.alive || s.stream) return;
+      if (!here() || s.stream) return;
       let url = null;
       const probe = new AbortController();
       try {
@@ -1699,7 +1723,7 @@
         s.streamKind = "session";
         s.streamSession = s.task.session_id;
       }
-      if (!s.alive || s.stream) return;
+      if (!here() || s.stream) return;
       if (!url) { fill(live, "waiting for a session"); return; }
       const stream = new EventSource(url, { withCredentials: true });
       s.stream = stream;

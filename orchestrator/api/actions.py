@@ -136,7 +136,8 @@ def list_actions(
     `any` asks for others. Each with its `delivery`, as one action shows it: approved work
     orders the backend never took are found in the list. A `task_id` that names no task is a
     404, not an empty page. With the page's `ETag` in `If-None-Match`, `304` and no body while
-    the page is unchanged (the console polls an open task's pending actions every 3 s)."""
+    the page is unchanged (the console's task page reads its pending actions when the task's
+    view changed)."""
     wanted = None if any_status or status is None else str(status)
     rows = service.listed(
         status=wanted,

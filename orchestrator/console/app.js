@@ -1501,7 +1501,9 @@
 
     async function loadPending() {
       const result = await pendingActions(`&task_id=${encodeURIComponent(taskId)}`, s.heldActions);
-      if (!here() || !result.ok || result.unchanged) return; // the cards shown still hold
+      if (!here()) return;
+      s.pendingStale = !result.ok;
+      if (!result.ok || result.unchanged) return; // the cards shown still hold
       showActions(pending, result.items, refresh, pendingResult);
     }
 
@@ -1671,7 +1673,10 @@
           el("p", { class: "error", id: "task-error" }, "No such task: ", el("code", {}, taskId), "."));
         return;
       } else if (!result.down) fill(head, el("h1", {}, "Task"), el("p", { class: "error", id: "task-error" }, errorText(result)));
-      loadPending();
+      // The view's tag covers the task's pending actions (a new one, a decision, a supersede:
+      // store/task_versions.py): while the view is unchanged so are they, and an idle tab asks
+      // one thing per poll, not two. Asked again after a read of them that failed.
+      if (!result.unchanged || s.pendingStale) loadPending();
     }
 
     // Live updates: the task stream when the server has it, else the session's plan stream.

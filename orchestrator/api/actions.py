@@ -164,16 +164,27 @@ class PendingCount(BaseModel):
     pending: int = Field(description="actions waiting for a decision")
 
 
+_COUNT_SHAPE = shape_of(PendingCount)
+
+
 # Before `/{action_id}`, which would take `pending-count` for an id.
-@router.get("/pending-count", response_model=PendingCount)
+@router.get("/pending-count", response_model=PendingCount, responses=NOT_MODIFIED)
 def count_pending(
+    response: Response,
     task_id: str | None = Query(default=None, max_length=36),
+    if_none_match: str | None = IF_NONE_MATCH,
     service: ActionService = Depends(get_action_service),
-) -> dict[str, int]:
+) -> Any:
     """How many actions wait for a decision (of one task), without fetching them: a page that
     shows the oldest few says how many there are in all. Pending only: the decided ones are
-    history, and counting them would read all of it."""
-    return {"pending": service.count_pending(task_id)}
+    history, and counting them would read all of it. With its `ETag` in `If-None-Match`,
+    `304` and no body while the count is the same (the console's approvals page polls it with
+    the oldest pending actions every 6 s)."""
+    pending = service.count_pending(task_id)
+    unchanged = tagged(response, if_none_match, _COUNT_SHAPE, (task_id, pending))
+    if unchanged is not None:
+        return unchanged
+    return {"pending": pending}
 
 
 @router.get("/{action_id}", response_model=ActionShown, responses=error_responses(404))

@@ -873,12 +873,13 @@
       el("button", { type: "submit", class: "secondary" }, "Show")),
       say, rows);
     const at = viewKey();
+    const held = new Map(); // the list's tag, when the server gives one
     let alive = true, shown = null;
     async function load() {
       const query = new URLSearchParams({ status, limit: "100" });
       if (kind) query.set("kind", kind);
-      const result = await api("GET", `outbox?${query}`);
-      if (!alive || !shownAt(at)) return;
+      const result = await watched(held, `outbox?${query}`);
+      if (!alive || !shownAt(at) || result.unchanged) return;
       if (!result.ok) {
         if (!result.down) fill(rows, el("p", { class: "error" }, missingRoute(result) ? "Not available on this server." : errorText(result)));
         return;
@@ -987,19 +988,21 @@
     return { ok: true, items, unchanged };
   }
 
-  // The oldest `wanted` pending actions, oldest first, a page of the API at a time.
-  async function oldestPending(wanted) {
+  // The oldest `wanted` pending actions, oldest first, a page of the API at a time, each with
+  // the tag held of it (`held`, as for `watched`): `unchanged` when every page was a 304.
+  async function oldestPending(wanted, held) {
     const items = [];
-    let cursor = null;
+    let cursor = null, unchanged = true;
     do {
       const limit = Math.min(200, wanted - items.length);
       const query = `actions?status=pending_approval&order=oldest&limit=${limit}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`;
-      const result = await api("GET", query);
+      const result = await watched(held, query);
       if (!result.ok) return result;
+      unchanged = unchanged && Boolean(result.unchanged);
       items.push(...itemsOf(result.data));
       cursor = result.data.next_cursor || null;
     } while (cursor && items.length < wanted);
-    return { ok: true, items, more: Boolean(cursor) };
+    return { ok: true, items, more: Boolean(cursor), unchanged };
   }
 
   // How many wait (the API's count) and the oldest of them, a page more at each "Show more".
@@ -1015,14 +1018,16 @@
       onclick: () => { shown += APPROVALS_PAGE; load(); } }, `Show ${APPROVALS_PAGE} more`);
     fill(main, el("h1", {}, "Pending approvals"), count, say, list, more);
     const at = viewKey();
+    const held = new Map(); // the count and the pages shown, sent again only when changed
     let alive = true;
     async function load() {
-      const [counted, result] = await Promise.all([api("GET", "actions/pending-count"), oldestPending(shown)]);
+      const [counted, result] = await Promise.all([watched(held, "actions/pending-count"), oldestPending(shown, held)]);
       if (!alive || !shownAt(at)) return;
       if (!result.ok) {
         if (!result.down) fill(list, el("p", { class: "error" }, errorText(result)));
         return;
       }
+      if (counted.unchanged && result.unchanged) return; // as shown
       showActions(list, result.items.slice().reverse(), load, say);
       more.hidden = !result.more;
       const pending = counted.ok ? counted.data.pending : null;

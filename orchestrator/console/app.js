@@ -286,6 +286,20 @@
     else held.delete(path);
     return result;
   }
+  // A write is sent once per click: the buttons of the form that sends it (or the button) are
+  // disabled until its answer. On a slow API a second click sent it again: a requeue clicked
+  // twice made two generations, the first superseded for nothing. Null while one is on its way.
+  const sending = new WeakSet();
+  async function sendOnce(control, method, path, body) {
+    if (!control || sending.has(control)) return null;
+    sending.add(control);
+    const buttons = control.matches("button") ? [control] : [...control.querySelectorAll("button")];
+    for (const button of buttons) button.disabled = true;
+    try { return await api(method, path, body); } finally {
+      sending.delete(control);
+      for (const button of buttons) button.disabled = false;
+    }
+  }
   function errorText(result) {
     if (result.down) return "The API is not answering.";
     const error = result.data && result.data.error;
@@ -764,8 +778,9 @@
   // A dead-lettered delivery waits for an operator (a task's later events wait behind it): it
   // is sent again, with fresh counts, by POST /api/v1/outbox/{id}/retry.
   function retryButton(row, say, after) {
-    return el("button", { type: "button", class: "secondary", "data-retry": String(row.outbox_id), onclick: async () => {
-      const result = await api("POST", `outbox/${encodeURIComponent(row.outbox_id)}/retry`);
+    return el("button", { type: "button", class: "secondary", "data-retry": String(row.outbox_id), onclick: async (event) => {
+      const result = await sendOnce(event.currentTarget, "POST", `outbox/${encodeURIComponent(row.outbox_id)}/retry`);
+      if (!result) return;
       if (result.ok) { fill(say, `Delivery ${row.outbox_id} is due again.`); after(); }
       else fill(say, el("span", { class: "error" }, errorText(result)));
     } }, "Retry");
@@ -774,8 +789,9 @@
   // rotated on one side is mended: POST /api/v1/outbox/retry-dead (`outbox retry --all-dead`).
   function retryEveryButton(kind, say, after) {
     const what = kind === "action" ? "approved action" : kind === "webhook" ? "task event" : "";
-    return el("button", { type: "button", class: "secondary", id: "retry-every-dead", onclick: async () => {
-      const result = await api("POST", "outbox/retry-dead", kind ? { kind } : {});
+    return el("button", { type: "button", class: "secondary", id: "retry-every-dead", onclick: async (event) => {
+      const result = await sendOnce(event.currentTarget, "POST", "outbox/retry-dead", kind ? { kind } : {});
+      if (!result) return;
       if (result.ok) { fill(say, `${result.data.retried} dead ${what ? what + " " : ""}deliveries are due again.`); after(); }
       else fill(say, el("span", { class: "error" }, errorText(result)));
     } }, `Retry every dead ${what ? what + " " : ""}delivery`);
@@ -789,11 +805,13 @@
     const byId = `discard-by-${id}`;
     return el("form", { class: "inline discard", "data-discard": String(id), onsubmit: async (event) => {
       event.preventDefault();
+      const form = event.currentTarget;
       const by = document.getElementById(byId).value.trim();
       if (!by) { fill(say, el("span", { class: "error" }, "Your name is needed.")); return; }
       if (!reason.value.trim()) { fill(say, el("span", { class: "error" }, "A reason is needed.")); return; }
       remember(by);
-      const result = await api("POST", `outbox/${encodeURIComponent(id)}/discard`, { reason: reason.value.trim(), by });
+      const result = await sendOnce(form, "POST", `outbox/${encodeURIComponent(id)}/discard`, { reason: reason.value.trim(), by });
+      if (!result) return;
       if (result.ok) {
         fill(say, row.kind === "action"
           ? `Delivery ${id} is discarded: approved action ${row.action_id} will not be sent.`
@@ -935,14 +953,16 @@
     const message = el("p", { class: "result", role: "status" });
     const note = el("input", { name: "note", id: `note-${action.action_id}`, maxlength: 2000 });
     const byId = `by-${action.action_id}`;
-    async function decide(verb) {
+    async function decide(verb, event) {
+      const form = event.currentTarget.closest("form");
       const by = document.getElementById(byId).value.trim();
       if (!by) { fill(message, el("span", { class: "error" }, "Your name is needed to decide.")); return; }
       remember(by);
       const body = { by };
       if (note.value.trim()) body.note = note.value.trim();
       if (action.digest) body.digest = action.digest;
-      const result = await api("POST", `actions/${encodeURIComponent(action.action_id)}/${verb}`, body);
+      const result = await sendOnce(form, "POST", `actions/${encodeURIComponent(action.action_id)}/${verb}`, body);
+      if (!result) return;
       if (result.ok) {
         fill(message, `${verb === "approve" ? "Approved" : "Rejected"}.`);
         // The card leaves the list once decided: said where it stays.
@@ -963,8 +983,8 @@
       action.status === "pending_approval" ? el("form", { class: "inline", onsubmit: (e) => e.preventDefault() },
         el("div", {}, byField(byId)),
         el("div", {}, el("label", { for: note.id }, "Note"), note),
-        el("button", { type: "button", class: "approve", onclick: () => decide("approve") }, "Approve"),
-        el("button", { type: "button", class: "danger reject", onclick: () => decide("reject") }, "Reject"))
+        el("button", { type: "button", class: "approve", onclick: (event) => decide("approve", event) }, "Approve"),
+        el("button", { type: "button", class: "danger reject", onclick: (event) => decide("reject", event) }, "Reject"))
         : facts([["Decided by", action.decided_by], ["Note", action.note]]),
       message);
   }
@@ -1087,7 +1107,8 @@
         event.preventDefault();
         const reason = input.value.trim();
         if (!reason) { fill(opResult, el("span", { class: "error" }, "A reason is needed.")); return; }
-        const result = await api("POST", `${path}/${verb}`, { reason });
+        const result = await sendOnce(event.currentTarget, "POST", `${path}/${verb}`, { reason });
+        if (!result) return;
         if (result.ok) { input.value = ""; fill(opResult, `${label}: done.`); refresh(); }
         else fill(opResult, el("span", { class: "error" }, errorText(result)));
       } }, el("div", {}, el("label", { for: id }, `${label} reason`), input),
@@ -1104,12 +1125,14 @@
       const byId = `resolve-by-${id}`;
       return el("form", { class: "inline resolve", "data-invocation": id, onsubmit: async (event) => {
         event.preventDefault();
+        const form = event.currentTarget;
         const by = document.getElementById(byId).value.trim();
         if (!by) { fill(message, el("span", { class: "error" }, "Your name is needed.")); return; }
         if (!reason.value.trim()) { fill(message, el("span", { class: "error" }, "A reason is needed.")); return; }
         remember(by);
-        const result = await api("POST", `invocations/${encodeURIComponent(id)}/resolve`,
+        const result = await sendOnce(form, "POST", `invocations/${encodeURIComponent(id)}/resolve`,
           { status: status.value, reason: reason.value.trim(), by });
+        if (!result) return;
         if (result.ok) {
           fill(opResult, `Invocation ${id} resolved as ${result.data.status}; the task is ${result.data.task_status}.`);
           refresh();
@@ -1398,7 +1421,8 @@
         const by = document.getElementById("node-by").value.trim();
         if (!by) { fill(result, el("span", { class: "error" }, "Your name is needed.")); return; }
         remember(by);
-        const answer = await api("POST", `${path}/nodes/${encodeURIComponent(id)}/${verb}`, { by, ...body });
+        const answer = await sendOnce(document.getElementById("human-node"), "POST", `${path}/nodes/${encodeURIComponent(id)}/${verb}`, { by, ...body });
+        if (!answer) return;
         if (answer.ok) {
           s.nodeDone = { id, text: `Node ${CLOSED_AS[verb]}.` }; // kept when the new revision redraws the node
           // Said where the node is shown now: the stream may have drawn the new revision (and a

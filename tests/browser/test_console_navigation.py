@@ -5,54 +5,28 @@ above all does not put the page it belongs to back in the address.
 A hash-only navigation changes the address at once and tells the page (`hashchange`) a task
 later; an answer of the page left that lands in between was drawn, and the task page wrote its
 own address back (`history.replaceState`, which keeps a revision and node in it), so the view
-the operator asked for never showed. The answer is held in the page (a wrapped `fetch`, read in
-full from the real API first) and let go in the same task as the navigation, so that it lands
-in that gap every time: with `page.route` it lands there only sometimes.
+the operator asked for never showed. The answer is held in the page (`hold_answer`) and let go
+in the same task as the navigation, so that it lands in that gap every time: with `page.route`
+it lands there only sometimes.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 from playwright.sync_api import expect
 
 from tests.browser.conftest import Console
+from tests.browser.pages import hold_answer
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-
-#: Holds the first answer to a GET of `window.__holdPath` (the API's real answer, read in full)
-#: until `window.__release()`; then it resolves in microtasks only, before any other task.
-_HOLD = """
-(path) => {
-  const real = window.fetch.bind(window);
-  let held = false;
-  window.fetch = (input, init) => {
-    const url = new URL(String(input), location.href);
-    if (held || url.pathname + url.search !== path) return real(input, init);
-    held = true;
-    return real(input, init).then(async (response) => {
-      const text = await response.text();
-      await new Promise((resolve) => { window.__release = resolve; });
-      const answer = new Response(text, { status: response.status, headers: response.headers });
-      answer.json = async () => JSON.parse(text);
-      return answer;
-    });
-  };
-}
-"""
-
-
-def _hold(page: Any, console: Console, path: str) -> None:
-    page.goto("about:blank")
-    page.add_init_script(f"({_HOLD})({json.dumps(path)})")
 
 
 def test_an_answer_of_a_task_page_left_does_not_bring_it_back(page: Any, console: Console) -> None:
     task_id = console.trigger("approval", "Left while its view was on its way")
     console.wait_for(task_id, lambda t: t["status"] == "waiting")
-    _hold(page, console, f"/api/v1/tasks/{task_id}")
+    hold_answer(page, f"/api/v1/tasks/{task_id}")
     page.goto(f"{console.url}/console#/task/{task_id}")
     page.wait_for_function("() => window.__release !== undefined")  # the view's answer, held
     page.evaluate("() => { location.hash = '#/deliveries?status=dead'; window.__release(); }")

@@ -441,6 +441,7 @@
     const state = { status: params.get("status") || "", type: (params.get("type") || "").trim(),
       since, from, to, after, before: to ? new Date(to).toISOString() : null,
       cursors: [], cursor: null, timer: null, alive: true, held: new Map(), key: viewKey(),
+      asked: 0, drawn: 0, // each read numbered: one older than a read drawn is not drawn
       limit: Math.min(200, Math.max(1, parseInt(params.get("limit"), 10) || 50)) };
     const rows = el("div", { id: "task-rows" }, el("p", { class: "muted" }, "Loading…"));
     const pager = el("div", { class: "pager" });
@@ -491,8 +492,13 @@
       if (state.after) query.set("created_after", state.after);
       if (state.before) query.set("created_before", state.before);
       if (state.cursor) query.set("cursor", state.cursor);
+      const asked = ++state.asked;
       const result = await watched(state.held, `tasks?${query}`);
       if (!state.alive || !shownAt(state.key) || result.unchanged) return; // unchanged: as shown
+      // A slow poll of the page left, answered after the page asked for (Older, Newer, Show
+      // more): drawn, it put the old rows under the new page's number until the next poll.
+      if (asked < state.drawn) return;
+      state.drawn = asked;
       if (!result.ok) {
         if (!result.down) { fill(rows, el("p", { class: "error", id: "list-error" }, errorText(result))); fill(pager); state.seen = null; }
         return;
@@ -1039,10 +1045,14 @@
     fill(main, el("h1", {}, "Pending approvals"), count, say, list, more);
     const at = viewKey();
     const held = new Map(); // the count and the pages shown, sent again only when changed
-    let alive = true;
+    let alive = true, asked = 0, drawn = 0;
     async function load() {
+      const read = ++asked;
       const [counted, result] = await Promise.all([watched(held, "actions/pending-count"), oldestPending(shown, held)]);
       if (!alive || !shownAt(at)) return;
+      // A poll answered after a newer read (Show more, a decision) would take its cards away.
+      if (read < drawn) return;
+      drawn = read;
       if (!result.ok) {
         if (!result.down) fill(list, el("p", { class: "error" }, errorText(result)));
         return;

@@ -16,17 +16,16 @@ def open_task(page: Any, console: Console, task_id: str) -> None:
     expect(page.locator("#task-title")).to_be_visible()
 
 
-#: Holds the first answer to a request for `path` (its path and query; the API's real answer,
-#: read in full) until `window.__release()`; it then resolves in microtasks only, before any
-#: other task of the page runs (a navigation's `hashchange`, a poll's timer).
+#: Holds the `nth` answer (1: the first) to a request for `path` (its path and query; the
+#: API's real answer, read in full) until `window.__release()`; it then resolves in microtasks
+#: only, before any other task of the page runs (a navigation's `hashchange`, a poll's timer).
 _HOLD = """
-(path) => {
+(path, nth) => {
   const real = window.fetch.bind(window);
-  let held = false;
+  let seen = 0;
   window.fetch = (input, init) => {
     const url = new URL(String(input), location.href);
-    if (held || url.pathname + url.search !== path) return real(input, init);
-    held = true;
+    if (url.pathname + url.search !== path || ++seen !== nth) return real(input, init);
     return real(input, init).then(async (response) => {
       const text = await response.text();
       await new Promise((resolve) => { window.__release = resolve; });
@@ -39,12 +38,12 @@ _HOLD = """
 """
 
 
-def hold_answer(page: Any, path: str) -> None:
-    """From the next page load on, the API's first answer to `path` waits in the page until
+def hold_answer(page: Any, path: str, nth: int = 1) -> None:
+    """From the next page load on, the API's `nth` answer to `path` waits in the page until
     `window.__release()` (`window.__release` is defined once it has come). The page is left for
     about:blank, so that the next `goto` loads the console afresh, with the hold."""
     page.goto("about:blank")
-    page.add_init_script(f"({_HOLD})({json.dumps(path)})")
+    page.add_init_script(f"({_HOLD})({json.dumps(path)}, {nth})")
 
 
 def transcript_entry(seq: int, kind: str, body: dict[str, Any]) -> dict[str, Any]:

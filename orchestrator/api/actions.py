@@ -168,7 +168,11 @@ _COUNT_SHAPE = shape_of(PendingCount)
 
 
 # Before `/{action_id}`, which would take `pending-count` for an id.
-@router.get("/pending-count", response_model=PendingCount, responses=NOT_MODIFIED)
+@router.get(
+    "/pending-count",
+    response_model=PendingCount,
+    responses={**NOT_MODIFIED, **error_responses(404)},
+)
 def count_pending(
     response: Response,
     task_id: str | None = Query(default=None, max_length=36),
@@ -177,7 +181,8 @@ def count_pending(
 ) -> Any:
     """How many actions wait for a decision (of one task), without fetching them: a page that
     shows the oldest few says how many there are in all. Pending only: the decided ones are
-    history, and counting them would read all of it. With its `ETag` in `If-None-Match`,
+    history, and counting them would read all of it. A `task_id` that names no task is a 404,
+    not 0 (a mistyped id read as "nothing waits"). With its `ETag` in `If-None-Match`,
     `304` and no body while the count is the same (the console's approvals page polls it with
     the oldest pending actions every 6 s)."""
     pending = service.count_pending(task_id)

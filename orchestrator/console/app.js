@@ -1073,7 +1073,7 @@
   // ---- task detail -----------------------------------------------------------------------
   function taskDetail(taskId, params) {
     const path = `tasks/${encodeURIComponent(taskId)}`;
-    const s = { alive: true, key: viewKey(), task: null, plan: null, selected: null, stream: null, timer: null, held: new Map(), heldActions: new Map(),
+    const s = { alive: true, key: viewKey(), asked: 0, drawn: 0, task: null, plan: null, selected: null, stream: null, timer: null, held: new Map(), heldActions: new Map(),
       graph: null, streamKind: null, retry: null, nodeDone: null, receiptKey: null, recordsKey: null, deliveryKey: null,
       recoveryKey: null };
     // A reload restores the revision and the node shown (#/task/ID?session=S&revision=N&node=X);
@@ -1700,8 +1700,12 @@
     }
 
     async function refresh() {
+      // The poll and the stream's refresh often overlap: on a slow API the older answer came
+      // last and drew the task as it was (a finished task running again) until the next poll.
+      const asked = ++s.asked;
       const result = await watched(s.held, path);
-      if (!here()) return;
+      if (!here() || asked < s.drawn) return;
+      s.drawn = asked;
       if (result.unchanged) { /* the task as shown: nothing to draw again */ }
       else if (result.ok) showTask(result.data);
       else if (result.status === 404 && !s.task) {

@@ -12,6 +12,7 @@ it lands there only sometimes.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -56,5 +57,27 @@ def test_a_poll_answered_after_a_newer_page_of_the_list_does_not_replace_it(
     expect(page.locator("#page-number")).to_have_text("page 2")
     # Let go, and a task later (its answer resolves in microtasks) drawn, if it is drawn at all.
     page.evaluate("async () => { window.__release(); await new Promise((r) => setTimeout(r)); }")
-    expect(page.locator(f'#task-rows a[href="#/task/{older}"]')).to_have_count(1)
-    expect(page.locator("#page-number")).to_have_text("page 2")
+    assert page.locator(f'#task-rows a[href="#/task/{older}"]').count() == 1
+    assert page.locator("#page-number").inner_text() == "page 2"
+
+
+def test_a_task_s_older_answer_coming_last_does_not_replace_the_newer(
+    page: Any, console: Console
+) -> None:
+    """The task page's first read is slow; the task is requeued meanwhile, and the next poll
+    draws a later generation. The first read, answered last, is not drawn over it (before, the
+    page went back to generation 1 until the poll after)."""
+    task_id = console.trigger("xss", "Read twice on a slow API")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    hold_answer(page, f"/api/v1/tasks/{task_id}")
+    page.goto(f"{console.url}/console#/task/{task_id}")
+    page.wait_for_function("() => window.__release !== undefined")  # generation 1, held
+    requeued = console.http.post(
+        f"/api/v1/tasks/{task_id}/requeue", json={"reason": "look again", "by": "ana"}
+    )
+    assert requeued.status_code == 200, requeued.text
+    generation = page.locator("#task-head dt:text-is('Generation') + dd")
+    later = re.compile(r"^([2-9]|\d\d+)$")  # (its script runs on: later ones follow)
+    expect(generation).to_have_text(later)  # the next poll's answer
+    page.evaluate("async () => { window.__release(); await new Promise((r) => setTimeout(r)); }")
+    assert later.match(generation.inner_text())  # as it is now, not after a retry

@@ -898,12 +898,16 @@
       say, rows);
     const at = viewKey();
     const held = new Map(); // the list's tag, when the server gives one
-    let alive = true, shown = null;
+    let alive = true, shown = null, asked = 0, drawn = 0;
     async function load() {
       const query = new URLSearchParams({ status, limit: "100" });
       if (kind) query.set("kind", kind);
+      const read = ++asked;
       const result = await watched(held, `outbox?${query}`);
-      if (!alive || !shownAt(at) || result.unchanged) return;
+      // A poll answered after the read a Retry or Discard made would show the row as it was.
+      if (!alive || !shownAt(at) || read < drawn) return;
+      drawn = read;
+      if (result.unchanged) return;
       if (!result.ok) {
         if (!result.down) fill(rows, el("p", { class: "error" }, missingRoute(result) ? "Not available on this server." : errorText(result)));
         return;

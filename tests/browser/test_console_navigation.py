@@ -19,7 +19,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser.conftest import Console
-from tests.browser.pages import hold_answer
+from tests.browser.pages import dead_letter_deliveries, hold_answer
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -81,3 +81,24 @@ def test_a_task_s_older_answer_coming_last_does_not_replace_the_newer(
     expect(generation).to_have_text(later)  # the next poll's answer
     page.evaluate("async () => { window.__release(); await new Promise((r) => setTimeout(r)); }")
     assert later.match(generation.inner_text())  # as it is now, not after a retry
+
+
+def test_a_poll_answered_after_a_retry_does_not_show_the_dead_letter_again(
+    page: Any, console: Console
+) -> None:
+    """On the deliveries view, a slow poll is still on its way when the operator retries a dead
+    letter; the list read after the retry shows it gone from the dead ones. The poll's answer,
+    older, is not drawn over it (before, the row and its Retry came back until the next poll)."""
+    task_id = console.trigger("xss", "Retried while the poll was slow")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    dead, *_ = dead_letter_deliveries(console, task_id)
+    hold_answer(page, "/api/v1/outbox?status=dead&limit=100", nth=2)  # the first poll's
+    page.goto(f"{console.url}/console#/deliveries?status=dead")
+    retry = page.locator(f'#delivery-rows button[data-retry="{dead}"]')
+    expect(retry).to_have_count(1)
+    page.wait_for_function("() => window.__release !== undefined", timeout=10_000)
+    retry.click()
+    expect(page.locator("#delivery-result")).to_have_text(f"Delivery {dead} is due again.")
+    expect(retry).to_have_count(0)
+    page.evaluate("async () => { window.__release(); await new Promise((r) => setTimeout(r)); }")
+    assert retry.count() == 0  # as it is now, not after a retry

@@ -12,6 +12,10 @@
  * what the role cannot do is not offered (a viewer only reads, an operator does not decide on
  * actions). The API refuses it all the same; the page only spares a click that would fail. A
  * named account acts as itself: the API records its name as `by`, so no name is asked for.
+ *
+ * Answers come late and out of order on a slow API: a view draws only while the address still
+ * names it (`shownAt`), and not an answer older than one it already drew; a write's buttons
+ * wait, disabled, for its answer (`sendOnce`), so a second click does not send it again.
  */
 "use strict";
 

@@ -136,7 +136,8 @@ def list_actions(
     `any` asks for others. Each with its `delivery`, as one action shows it: approved work
     orders the backend never took are found in the list. A `task_id` that names no task is a
     404, not an empty page. With the page's `ETag` in `If-None-Match`, `304` and no body while
-    the page is unchanged (the console polls an open task's pending actions every 3 s)."""
+    the page is unchanged (the console's task page reads its pending actions when the task's
+    view changed)."""
     wanted = None if any_status or status is None else str(status)
     rows = service.listed(
         status=wanted,
@@ -163,16 +164,32 @@ class PendingCount(BaseModel):
     pending: int = Field(description="actions waiting for a decision")
 
 
+_COUNT_SHAPE = shape_of(PendingCount)
+
+
 # Before `/{action_id}`, which would take `pending-count` for an id.
-@router.get("/pending-count", response_model=PendingCount)
+@router.get(
+    "/pending-count",
+    response_model=PendingCount,
+    responses={**NOT_MODIFIED, **error_responses(404)},
+)
 def count_pending(
+    response: Response,
     task_id: str | None = Query(default=None, max_length=36),
+    if_none_match: str | None = IF_NONE_MATCH,
     service: ActionService = Depends(get_action_service),
-) -> dict[str, int]:
+) -> Any:
     """How many actions wait for a decision (of one task), without fetching them: a page that
     shows the oldest few says how many there are in all. Pending only: the decided ones are
-    history, and counting them would read all of it."""
-    return {"pending": service.count_pending(task_id)}
+    history, and counting them would read all of it. A `task_id` that names no task is a 404,
+    not 0 (a mistyped id read as "nothing waits"). With its `ETag` in `If-None-Match`,
+    `304` and no body while the count is the same (the console's approvals page polls it with
+    the oldest pending actions every 6 s)."""
+    pending = service.count_pending(task_id)
+    unchanged = tagged(response, if_none_match, _COUNT_SHAPE, (task_id, pending))
+    if unchanged is not None:
+        return unchanged
+    return {"pending": pending}
 
 
 @router.get("/{action_id}", response_model=ActionShown, responses=error_responses(404))

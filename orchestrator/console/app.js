@@ -12,6 +12,10 @@
  * what the role cannot do is not offered (a viewer only reads, an operator does not decide on
  * actions). The API refuses it all the same; the page only spares a click that would fail. A
  * named account acts as itself: the API records its name as `by`, so no name is asked for.
+ *
+ * Answers come late and out of order on a slow API: a view draws only while the address still
+ * names it (`shownAt`), and not an answer older than one it already drew; a write's buttons
+ * wait, disabled, for its answer (`sendOnce`), so a second click does not send it again.
  */
 "use strict";
 
@@ -286,6 +290,20 @@
     else held.delete(path);
     return result;
   }
+  // A write is sent once per click: the buttons of the form that sends it (or the button) are
+  // disabled until its answer. On a slow API a second click sent it again: a requeue clicked
+  // twice made two generations, the first superseded for nothing. Null while one is on its way.
+  const sending = new WeakSet();
+  async function sendOnce(control, method, path, body) {
+    if (!control || sending.has(control)) return null;
+    sending.add(control);
+    const buttons = control.matches("button") ? [control] : [...control.querySelectorAll("button")];
+    for (const button of buttons) button.disabled = true;
+    try { return await api(method, path, body); } finally {
+      sending.delete(control);
+      for (const button of buttons) button.disabled = false;
+    }
+  }
   function errorText(result) {
     if (result.down) return "The API is not answering.";
     const error = result.data && result.data.error;
@@ -360,6 +378,27 @@
     const [path, query] = hash.split("?");
     return { path, params: new URLSearchParams(query || "") };
   }
+  // The task a `#/task/ID` address names, or null.
+  function taskOf(path) {
+    const task = path.match(/^\/task\/([^/]+)$/);
+    if (!task) return null;
+    // A mistyped link ("%ZZ") is not valid percent-encoding: taken as typed, it is said to be
+    // no task, where decoding it threw and left the previous page up.
+    try { return decodeURIComponent(task[1]); } catch (error) { return task[1]; }
+  }
+  // Which view the address names (its query aside: a task page keeps its revision and node
+  // there, and a new filter opens the view afresh).
+  function viewKey() {
+    const { path } = route();
+    const task = taskOf(path);
+    return task !== null ? `task:${task}` : ["/deliveries", "/approvals"].includes(path) ? path : "/";
+  }
+  // Whether the view opened as `key` is still the one the address names. A hash-only
+  // navigation changes the address at once but tells the page (`hashchange`, which disposes
+  // the view) a task later: an answer of the view left that landed in between was drawn, and
+  // the task page then wrote its own address back over the new one (keepInAddress), so the
+  // view the operator asked for never showed. Every view checks this before it draws.
+  function shownAt(key) { return viewKey() === key; }
   function render() {
     if (view && view.dispose) view.dispose();
     view = null;
@@ -368,13 +407,9 @@
     document.getElementById("nav-tasks").toggleAttribute("aria-current", false);
     document.getElementById("nav-approvals").toggleAttribute("aria-current", false);
     document.getElementById("nav-deliveries").toggleAttribute("aria-current", false);
-    const task = path.match(/^\/task\/([^/]+)$/);
-    if (task) {
-      // A mistyped link ("%ZZ") is not valid percent-encoding: taken as typed, it is said to be
-      // no task, where decoding it threw and left the previous page up.
-      let id = task[1];
-      try { id = decodeURIComponent(id); } catch (error) { /* as typed */ }
-      view = taskDetail(id, params);
+    const task = taskOf(path);
+    if (task !== null) {
+      view = taskDetail(task, params);
     } else if (path === "/deliveries") {
       document.getElementById("nav-deliveries").setAttribute("aria-current", "page");
       view = deliveryList(params);
@@ -409,7 +444,8 @@
       : since ? new Date(Date.now() - SINCE_MS[since]).toISOString() : null;
     const state = { status: params.get("status") || "", type: (params.get("type") || "").trim(),
       since, from, to, after, before: to ? new Date(to).toISOString() : null,
-      cursors: [], cursor: null, timer: null, alive: true, held: new Map(),
+      cursors: [], cursor: null, timer: null, alive: true, held: new Map(), key: viewKey(),
+      asked: 0, drawn: 0, // each read numbered: one older than a read drawn is not drawn
       limit: Math.min(200, Math.max(1, parseInt(params.get("limit"), 10) || 50)) };
     const rows = el("div", { id: "task-rows" }, el("p", { class: "muted" }, "Loading…"));
     const pager = el("div", { class: "pager" });
@@ -460,8 +496,13 @@
       if (state.after) query.set("created_after", state.after);
       if (state.before) query.set("created_before", state.before);
       if (state.cursor) query.set("cursor", state.cursor);
+      const asked = ++state.asked;
       const result = await watched(state.held, `tasks?${query}`);
-      if (!state.alive || result.unchanged) return; // unchanged: as shown
+      if (!state.alive || !shownAt(state.key) || result.unchanged) return; // unchanged: as shown
+      // A slow poll of the page left, answered after the page asked for (Older, Newer, Show
+      // more): drawn, it put the old rows under the new page's number until the next poll.
+      if (asked < state.drawn) return;
+      state.drawn = asked;
       if (!result.ok) {
         if (!result.down) { fill(rows, el("p", { class: "error", id: "list-error" }, errorText(result))); fill(pager); state.seen = null; }
         return;
@@ -747,8 +788,9 @@
   // A dead-lettered delivery waits for an operator (a task's later events wait behind it): it
   // is sent again, with fresh counts, by POST /api/v1/outbox/{id}/retry.
   function retryButton(row, say, after) {
-    return el("button", { type: "button", class: "secondary", "data-retry": String(row.outbox_id), onclick: async () => {
-      const result = await api("POST", `outbox/${encodeURIComponent(row.outbox_id)}/retry`);
+    return el("button", { type: "button", class: "secondary", "data-retry": String(row.outbox_id), onclick: async (event) => {
+      const result = await sendOnce(event.currentTarget, "POST", `outbox/${encodeURIComponent(row.outbox_id)}/retry`);
+      if (!result) return;
       if (result.ok) { fill(say, `Delivery ${row.outbox_id} is due again.`); after(); }
       else fill(say, el("span", { class: "error" }, errorText(result)));
     } }, "Retry");
@@ -757,8 +799,9 @@
   // rotated on one side is mended: POST /api/v1/outbox/retry-dead (`outbox retry --all-dead`).
   function retryEveryButton(kind, say, after) {
     const what = kind === "action" ? "approved action" : kind === "webhook" ? "task event" : "";
-    return el("button", { type: "button", class: "secondary", id: "retry-every-dead", onclick: async () => {
-      const result = await api("POST", "outbox/retry-dead", kind ? { kind } : {});
+    return el("button", { type: "button", class: "secondary", id: "retry-every-dead", onclick: async (event) => {
+      const result = await sendOnce(event.currentTarget, "POST", "outbox/retry-dead", kind ? { kind } : {});
+      if (!result) return;
       if (result.ok) { fill(say, `${result.data.retried} dead ${what ? what + " " : ""}deliveries are due again.`); after(); }
       else fill(say, el("span", { class: "error" }, errorText(result)));
     } }, `Retry every dead ${what ? what + " " : ""}delivery`);
@@ -772,11 +815,13 @@
     const byId = `discard-by-${id}`;
     return el("form", { class: "inline discard", "data-discard": String(id), onsubmit: async (event) => {
       event.preventDefault();
+      const form = event.currentTarget;
       const by = document.getElementById(byId).value.trim();
       if (!by) { fill(say, el("span", { class: "error" }, "Your name is needed.")); return; }
       if (!reason.value.trim()) { fill(say, el("span", { class: "error" }, "A reason is needed.")); return; }
       remember(by);
-      const result = await api("POST", `outbox/${encodeURIComponent(id)}/discard`, { reason: reason.value.trim(), by });
+      const result = await sendOnce(form, "POST", `outbox/${encodeURIComponent(id)}/discard`, { reason: reason.value.trim(), by });
+      if (!result) return;
       if (result.ok) {
         fill(say, row.kind === "action"
           ? `Delivery ${id} is discarded: approved action ${row.action_id} will not be sent.`
@@ -855,12 +900,18 @@
       el("div", {}, el("label", { for: "d-kind" }, "Kind"), kindPick),
       el("button", { type: "submit", class: "secondary" }, "Show")),
       say, rows);
-    let alive = true, shown = null;
+    const at = viewKey();
+    const held = new Map(); // the list's tag, when the server gives one
+    let alive = true, shown = null, asked = 0, drawn = 0;
     async function load() {
       const query = new URLSearchParams({ status, limit: "100" });
       if (kind) query.set("kind", kind);
-      const result = await api("GET", `outbox?${query}`);
-      if (!alive) return;
+      const read = ++asked;
+      const result = await watched(held, `outbox?${query}`);
+      // A poll answered after the read a Retry or Discard made would show the row as it was.
+      if (!alive || !shownAt(at) || read < drawn) return;
+      drawn = read;
+      if (result.unchanged) return;
       if (!result.ok) {
         if (!result.down) fill(rows, el("p", { class: "error" }, missingRoute(result) ? "Not available on this server." : errorText(result)));
         return;
@@ -916,14 +967,16 @@
     const message = el("p", { class: "result", role: "status" });
     const note = el("input", { name: "note", id: `note-${action.action_id}`, maxlength: 2000 });
     const byId = `by-${action.action_id}`;
-    async function decide(verb) {
+    async function decide(verb, event) {
+      const form = event.currentTarget.closest("form");
       const by = document.getElementById(byId).value.trim();
       if (!by) { fill(message, el("span", { class: "error" }, "Your name is needed to decide.")); return; }
       remember(by);
       const body = { by };
       if (note.value.trim()) body.note = note.value.trim();
       if (action.digest) body.digest = action.digest;
-      const result = await api("POST", `actions/${encodeURIComponent(action.action_id)}/${verb}`, body);
+      const result = await sendOnce(form, "POST", `actions/${encodeURIComponent(action.action_id)}/${verb}`, body);
+      if (!result) return;
       if (result.ok) {
         fill(message, `${verb === "approve" ? "Approved" : "Rejected"}.`);
         // The card leaves the list once decided: said where it stays.
@@ -944,8 +997,8 @@
       action.status === "pending_approval" ? el("form", { class: "inline", onsubmit: (e) => e.preventDefault() },
         el("div", {}, byField(byId)),
         el("div", {}, el("label", { for: note.id }, "Note"), note),
-        el("button", { type: "button", class: "approve", onclick: () => decide("approve") }, "Approve"),
-        el("button", { type: "button", class: "danger reject", onclick: () => decide("reject") }, "Reject"))
+        el("button", { type: "button", class: "approve", onclick: (event) => decide("approve", event) }, "Approve"),
+        el("button", { type: "button", class: "danger reject", onclick: (event) => decide("reject", event) }, "Reject"))
         : facts([["Decided by", action.decided_by], ["Note", action.note]]),
       message);
   }
@@ -969,19 +1022,21 @@
     return { ok: true, items, unchanged };
   }
 
-  // The oldest `wanted` pending actions, oldest first, a page of the API at a time.
-  async function oldestPending(wanted) {
+  // The oldest `wanted` pending actions, oldest first, a page of the API at a time, each with
+  // the tag held of it (`held`, as for `watched`): `unchanged` when every page was a 304.
+  async function oldestPending(wanted, held) {
     const items = [];
-    let cursor = null;
+    let cursor = null, unchanged = true;
     do {
       const limit = Math.min(200, wanted - items.length);
       const query = `actions?status=pending_approval&order=oldest&limit=${limit}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`;
-      const result = await api("GET", query);
+      const result = await watched(held, query);
       if (!result.ok) return result;
+      unchanged = unchanged && Boolean(result.unchanged);
       items.push(...itemsOf(result.data));
       cursor = result.data.next_cursor || null;
     } while (cursor && items.length < wanted);
-    return { ok: true, items, more: Boolean(cursor) };
+    return { ok: true, items, more: Boolean(cursor), unchanged };
   }
 
   // How many wait (the API's count) and the oldest of them, a page more at each "Show more".
@@ -996,13 +1051,21 @@
     const more = el("button", { type: "button", id: "approvals-more", hidden: true,
       onclick: () => { shown += APPROVALS_PAGE; load(); } }, `Show ${APPROVALS_PAGE} more`);
     fill(main, el("h1", {}, "Pending approvals"), count, say, list, more);
-    let alive = true;
+    const at = viewKey();
+    const held = new Map(); // the count and the pages shown, sent again only when changed
+    let alive = true, asked = 0, drawn = 0;
     async function load() {
-      const [counted, result] = await Promise.all([api("GET", "actions/pending-count"), oldestPending(shown)]);
-      if (!alive || !result.ok) {
-        if (alive && !result.down) fill(list, el("p", { class: "error" }, errorText(result)));
+      const read = ++asked;
+      const [counted, result] = await Promise.all([watched(held, "actions/pending-count"), oldestPending(shown, held)]);
+      if (!alive || !shownAt(at)) return;
+      // A poll answered after a newer read (Show more, a decision) would take its cards away.
+      if (read < drawn) return;
+      drawn = read;
+      if (!result.ok) {
+        if (!result.down) fill(list, el("p", { class: "error" }, errorText(result)));
         return;
       }
+      if (counted.unchanged && result.unchanged) return; // as shown
       showActions(list, result.items.slice().reverse(), load, say);
       more.hidden = !result.more;
       const pending = counted.ok ? counted.data.pending : null;
@@ -1018,7 +1081,7 @@
   // ---- task detail -----------------------------------------------------------------------
   function taskDetail(taskId, params) {
     const path = `tasks/${encodeURIComponent(taskId)}`;
-    const s = { alive: true, task: null, plan: null, selected: null, stream: null, timer: null, held: new Map(), heldActions: new Map(),
+    const s = { alive: true, key: viewKey(), asked: 0, drawn: 0, task: null, plan: null, selected: null, stream: null, timer: null, held: new Map(), heldActions: new Map(),
       graph: null, streamKind: null, retry: null, nodeDone: null, receiptKey: null, recordsKey: null, deliveryKey: null,
       recoveryKey: null };
     // A reload restores the revision and the node shown (#/task/ID?session=S&revision=N&node=X);
@@ -1026,7 +1089,10 @@
     s.selected = params.get("node") || null;
     s.restore = params.get("session") && Number(params.get("revision")) >= 1
       ? { session: params.get("session"), revision: Number(params.get("revision")) } : null;
+    // This page is open and the address still names it (see shownAt).
+    const here = () => s.alive && shownAt(s.key);
     function keepInAddress() {
+      if (!here()) return; // another view's address is not overwritten
       const query = new URLSearchParams();
       if (s.viewing) {
         query.set("session", s.viewing.session_id);
@@ -1059,7 +1125,8 @@
         event.preventDefault();
         const reason = input.value.trim();
         if (!reason) { fill(opResult, el("span", { class: "error" }, "A reason is needed.")); return; }
-        const result = await api("POST", `${path}/${verb}`, { reason });
+        const result = await sendOnce(event.currentTarget, "POST", `${path}/${verb}`, { reason });
+        if (!result) return;
         if (result.ok) { input.value = ""; fill(opResult, `${label}: done.`); refresh(); }
         else fill(opResult, el("span", { class: "error" }, errorText(result)));
       } }, el("div", {}, el("label", { for: id }, `${label} reason`), input),
@@ -1076,12 +1143,14 @@
       const byId = `resolve-by-${id}`;
       return el("form", { class: "inline resolve", "data-invocation": id, onsubmit: async (event) => {
         event.preventDefault();
+        const form = event.currentTarget;
         const by = document.getElementById(byId).value.trim();
         if (!by) { fill(message, el("span", { class: "error" }, "Your name is needed.")); return; }
         if (!reason.value.trim()) { fill(message, el("span", { class: "error" }, "A reason is needed.")); return; }
         remember(by);
-        const result = await api("POST", `invocations/${encodeURIComponent(id)}/resolve`,
+        const result = await sendOnce(form, "POST", `invocations/${encodeURIComponent(id)}/resolve`,
           { status: status.value, reason: reason.value.trim(), by });
+        if (!result) return;
         if (result.ok) {
           fill(opResult, `Invocation ${id} resolved as ${result.data.status}; the task is ${result.data.task_status}.`);
           refresh();
@@ -1293,7 +1362,7 @@
       }
       const session = s.plan.session_id;
       const result = await api("GET", `sessions/${encodeURIComponent(session)}/execution-plans/${revision}`);
-      if (!s.alive) return;
+      if (!here()) return;
       s.restore = null;
       if (!s.plan || s.plan.session_id !== session) { drawPlan(); return; } // a new generation meanwhile
       if (result.ok && result.data && Array.isArray(result.data.nodes)) {
@@ -1313,7 +1382,7 @@
     // session's (a newer generation's plan comes with the task).
     async function loadEarlierPlan(again = false) {
       const result = await api("GET", `${path}/plan`);
-      if (!s.alive) return;
+      if (!here()) return;
       const plan = result.ok && result.data ? result.data.plan : null;
       if (again) {
         if (plan && s.plan && plan.session_id === s.plan.session_id && plan.revision > s.plan.revision) showPlan(plan);
@@ -1370,7 +1439,8 @@
         const by = document.getElementById("node-by").value.trim();
         if (!by) { fill(result, el("span", { class: "error" }, "Your name is needed.")); return; }
         remember(by);
-        const answer = await api("POST", `${path}/nodes/${encodeURIComponent(id)}/${verb}`, { by, ...body });
+        const answer = await sendOnce(document.getElementById("human-node"), "POST", `${path}/nodes/${encodeURIComponent(id)}/${verb}`, { by, ...body });
+        if (!answer) return;
         if (answer.ok) {
           s.nodeDone = { id, text: `Node ${CLOSED_AS[verb]}.` }; // kept when the new revision redraws the node
           // Said where the node is shown now: the stream may have drawn the new revision (and a
@@ -1478,7 +1548,9 @@
 
     async function loadPending() {
       const result = await pendingActions(`&task_id=${encodeURIComponent(taskId)}`, s.heldActions);
-      if (!s.alive || !result.ok || result.unchanged) return; // the cards shown still hold
+      if (!here()) return;
+      s.pendingStale = !result.ok;
+      if (!result.ok || result.unchanged) return; // the cards shown still hold
       showActions(pending, result.items, refresh, pendingResult);
     }
 
@@ -1536,7 +1608,7 @@
         const query = new URLSearchParams({ limit: String(EVIDENCE_PAGE) });
         if (cursor) query.set("cursor", cursor);
         const result = await watched(s.held, `${path}/evidence?${query}`);
-        if (!s.alive || read !== ev.read) return;
+        if (!here() || read !== ev.read) return;
         if (!result.ok) {
           if (!result.down) fill(evidence, notice(missingRoute(result) ? "Not available on this server." : errorText(result)));
           return;
@@ -1560,7 +1632,7 @@
       const read = ++ev.read;
       const query = new URLSearchParams({ limit: String(EVIDENCE_PAGE), cursor: ev.cursor });
       const result = await api("GET", `${path}/evidence?${query}`);
-      if (!s.alive || read !== ev.read) return;
+      if (!here() || read !== ev.read) return;
       if (!result.ok) {
         ev.pages -= 1;
         if (button) button.disabled = false;
@@ -1597,7 +1669,7 @@
         const query = new URLSearchParams({ limit: String(EVIDENCE_IDS) });
         for (const id of chunk) query.append("id", id);
         const result = await api("GET", `${path}/evidence?${query}`);
-        if (!s.alive || key !== ev.citedKey) return;
+        if (!here() || key !== ev.citedKey) return;
         if (!result.ok) { ev.citedKey = null; return; } // asked again at the next reload
         const asked = new Set(chunk); // a server that ignores `id` answers other records
         found.push(...itemsOf(result.data).filter((x) => asked.has(x.evidence_id)));
@@ -1614,7 +1686,7 @@
         const query = new URLSearchParams({ limit: String(TRANSCRIPT_PAGE) });
         if (cursor) query.set("cursor", cursor);
         const result = await watched(s.held, `${path}/transcript?${query}`);
-        if (!s.alive) return;
+        if (!here()) return;
         if (!result.ok) {
           if (!result.down) fill(transcript, notice(missingRoute(result) ? "Not available on this server." : errorText(result)));
           return;
@@ -1636,8 +1708,12 @@
     }
 
     async function refresh() {
+      // The poll and the stream's refresh often overlap: on a slow API the older answer came
+      // last and drew the task as it was (a finished task running again) until the next poll.
+      const asked = ++s.asked;
       const result = await watched(s.held, path);
-      if (!s.alive) return;
+      if (!here() || asked < s.drawn) return;
+      s.drawn = asked;
       if (result.unchanged) { /* the task as shown: nothing to draw again */ }
       else if (result.ok) showTask(result.data);
       else if (result.status === 404 && !s.task) {
@@ -1648,7 +1724,10 @@
           el("p", { class: "error", id: "task-error" }, "No such task: ", el("code", {}, taskId), "."));
         return;
       } else if (!result.down) fill(head, el("h1", {}, "Task"), el("p", { class: "error", id: "task-error" }, errorText(result)));
-      loadPending();
+      // The view's tag covers the task's pending actions (a new one, a decision, a supersede:
+      // store/task_versions.py): while the view is unchanged so are they, and an idle tab asks
+      // one thing per poll, not two. Asked again after a read of them that failed.
+      if (!result.unchanged || s.pendingStale) loadPending();
     }
 
     // Live updates: the task stream when the server has it, else the session's plan stream.
@@ -1664,6 +1743,7 @@
       live.textContent = "ended";
     }
     function onEvent(event) {
+      if (!here()) return; // an event the closed stream had queued
       let data = null;
       try { data = JSON.parse(event.data); } catch (_) { return; }
       if (data && typeof data.status === "string" && FINAL_STATUSES.has(data.status)) s.ended = true;
@@ -1683,7 +1763,7 @@
       live.textContent = on ? "live" : "reconnecting";
     }
     async function openStream() {
-      if (!s.alive || s.stream) return;
+      if (!here() || s.stream) return;
       let url = null;
       const probe = new AbortController();
       try {
@@ -1699,7 +1779,7 @@
         s.streamKind = "session";
         s.streamSession = s.task.session_id;
       }
-      if (!s.alive || s.stream) return;
+      if (!here() || s.stream) return;
       if (!url) { fill(live, "waiting for a session"); return; }
       const stream = new EventSource(url, { withCredentials: true });
       s.stream = stream;

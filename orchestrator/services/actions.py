@@ -301,9 +301,13 @@ class ActionService:
         return [(a, rows[a.action_id].public() if a.action_id in rows else None) for a in actions]
 
     def count_pending(self, task_id: str | None = None) -> int:
-        """How many actions wait for a decision (of one task)."""
+        """How many actions wait for a decision (of one task: a task that does not exist is
+        `NotFound`, as in the list, not "none waits")."""
         with self.db.transaction(readonly=True) as conn:
-            return action_store.count_pending(conn, task_id=task_id)
+            pending = action_store.count_pending(conn, task_id=task_id)
+            if not pending and task_id is not None and task_store.get_task(conn, task_id) is None:
+                raise NotFound(f"task {echoed(task_id)} does not exist")
+            return pending
 
 
 def _why_unbound(node_id: str, nodes: Sequence[Any] | None) -> str:

@@ -1,8 +1,9 @@
 """What the console's browser tests share: opening a task's page, a transcript entry as the
-API sends it, a task's deliveries dead-lettered."""
+API sends it, a task's deliveries dead-lettered, an answer of the API held in the page."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from playwright.sync_api import expect
@@ -13,6 +14,36 @@ from tests.browser.conftest import Console
 def open_task(page: Any, console: Console, task_id: str) -> None:
     page.goto(f"{console.url}/console#/task/{task_id}")
     expect(page.locator("#task-title")).to_be_visible()
+
+
+#: Holds the `nth` answer (1: the first) to a request for `path` (its path and query; the
+#: API's real answer, read in full) until `window.__release()`; it then resolves in microtasks
+#: only, before any other task of the page runs (a navigation's `hashchange`, a poll's timer).
+_HOLD = """
+(path, nth) => {
+  const real = window.fetch.bind(window);
+  let seen = 0;
+  window.fetch = (input, init) => {
+    const url = new URL(String(input), location.href);
+    if (url.pathname + url.search !== path || ++seen !== nth) return real(input, init);
+    return real(input, init).then(async (response) => {
+      const text = await response.text();
+      await new Promise((resolve) => { window.__release = resolve; });
+      const answer = new Response(text, { status: response.status, headers: response.headers });
+      answer.json = async () => JSON.parse(text);
+      return answer;
+    });
+  };
+}
+"""
+
+
+def hold_answer(page: Any, path: str, nth: int = 1) -> None:
+    """From the next page load on, the API's `nth` answer to `path` waits in the page until
+    `window.__release()` (`window.__release` is defined once it has come). The page is left for
+    about:blank, so that the next `goto` loads the console afresh, with the hold."""
+    page.goto("about:blank")
+    page.add_init_script(f"({_HOLD})({json.dumps(path)}, {nth})")
 
 
 def transcript_entry(seq: int, kind: str, body: dict[str, Any]) -> dict[str, Any]:

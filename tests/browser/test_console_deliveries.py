@@ -54,7 +54,6 @@ def test_a_dead_letter_dealt_with_by_hand_is_discarded_with_who_and_why(
     expect(page.locator("#deliveries .waits-behind").first).to_have_text(
         f"waits behind dead letter {first}"
     )
-    page.goto("about:blank")  # a fresh load: no render of the page left can land after it
     page.goto(f"{console.url}/console#/deliveries?status=dead")
     expect(page.locator("#delivery-filters")).to_be_visible()  # the view, not the last one
     form = page.locator(f'form[data-discard="{first}"]')
@@ -140,7 +139,6 @@ def test_every_dead_delivery_is_retried_at_once_from_the_deliveries_view(
     task_id = console.trigger("xss", "Every event refused")
     console.wait_for(task_id, lambda t: t["status"] == "completed")
     dead = dead_letter_deliveries(console, task_id)
-    page.goto("about:blank")  # a fresh load: no render of the page left can land after it
     page.goto(f"{console.url}/console#/deliveries?status=dead&kind=webhook")
     expect(page.locator("#delivery-filters")).to_be_visible()  # the view, not the last one
     expect(page.locator(f'button[data-retry="{dead[0]}"]')).to_have_count(1)
@@ -149,7 +147,6 @@ def test_every_dead_delivery_is_retried_at_once_from_the_deliveries_view(
     expect(said).to_contain_text("dead task event deliveries are due again.")
     for number in dead:
         expect(page.locator(f'button[data-retry="{number}"]')).to_have_count(0)
-    page.goto("about:blank")  # a fresh load: no render of the page left can land after it
     page.goto(f"{console.url}/console#/deliveries?status=pending&kind=webhook")
     expect(page.locator("#delivery-filters")).to_be_visible()  # the view, not the last one
     expect(page.locator("#retry-every-dead")).to_have_count(0)  # only over dead ones
@@ -166,7 +163,6 @@ def test_the_deliveries_view_says_which_dead_letter_a_pending_event_waits_behind
     first, *rest = dead_letter_deliveries(console, task_id)
     assert rest
     held_back(console, rest)
-    page.goto("about:blank")  # a fresh load: no render of the page left can land after it
     page.goto(f"{console.url}/console#/deliveries?status=pending&kind=webhook")
     expect(page.locator("#delivery-filters")).to_be_visible()  # the view, not the last one
     rows = page.locator("#delivery-rows tbody tr", has_text=task_id)
@@ -201,7 +197,6 @@ def test_a_pending_event_behind_an_earlier_one_being_retried_says_so(
     assert rest
     held_back(console, rest)
     failing(console, first)
-    page.goto("about:blank")  # a fresh load: no render of the page left can land after it
     page.goto(f"{console.url}/console#/deliveries?status=pending&kind=webhook")
     expect(page.locator("#delivery-filters")).to_be_visible()  # the view, not the last one
     rows = page.locator("#delivery-rows tbody tr", has_text=task_id)

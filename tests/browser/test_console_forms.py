@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser.conftest import Console
-from tests.browser.pages import open_task
+from tests.browser.pages import hold_answer, open_task
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -157,3 +157,27 @@ def test_approvals_page_counts_every_pending_action_and_shows_the_oldest_first(
                 delete(actions).where(actions.c.action_id.in_([s["action_id"] for s in seeded]))
             )
         db.dispose()
+
+
+def test_a_write_clicked_twice_on_a_slow_api_is_sent_once(page: Any, console: Console) -> None:
+    """The requeue's answer is slow to come: its button waits, disabled, and a second click
+    sends nothing (before, it sent the requeue again, and the first requeue's generation was
+    superseded by a second for nothing); once answered, the button is offered again."""
+    task_id = console.trigger("xss", "Requeued on a slow API")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    requeue = f"/api/v1/tasks/{task_id}/requeue"
+    hold_answer(page, requeue)
+    sent: list[str] = []
+    page.on("request", lambda r: sent.append(r.method) if r.url.endswith(requeue) else None)
+    open_task(page, console, task_id)
+    page.fill("#requeue-reason", "look again")
+    button = page.locator("#requeue-form button")
+    button.click()
+    page.wait_for_function("() => window.__release !== undefined")  # answered, held
+    expect(button).to_be_disabled()
+    button.click(force=True)  # as a second click would
+    page.locator("#requeue-reason").press("Enter")  # or Enter in the reason
+    page.evaluate("() => window.__release()")
+    expect(page.locator("#op-result")).to_have_text("Requeue: done.")
+    expect(button).to_be_enabled()
+    assert sent == ["POST"]

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import insert, select
+from sqlalchemy import insert, select, update
 
 from orchestrator.api.app import create_app
 from orchestrator.cli import main
@@ -78,8 +78,16 @@ def test_the_pending_count_counts_only_what_waits(
     assert http.get("/api/v1/actions/pending-count").json() == {"pending": 234}
     mine = http.get("/api/v1/actions/pending-count", params={"task_id": second})
     assert mine.json() == {"pending": 4}
+    # A mistyped task id is said to name no task (as the list says it), not "none waits".
     unknown = http.get("/api/v1/actions/pending-count", params={"task_id": "no-such-task"})
-    assert unknown.json() == {"pending": 0}
+    assert unknown.status_code == 404, unknown.text
+    assert unknown.json()["error"]["code"] == "not_found"
+    assert "no-such-task" in unknown.json()["error"]["message"]
+    # A task whose actions were all superseded has none pending: 0.
+    with db.transaction() as conn:
+        conn.execute(update(actions).where(actions.c.task_id == second).values(status="superseded"))
+    none = http.get("/api/v1/actions/pending-count", params={"task_id": second})
+    assert none.json() == {"pending": 0}
 
 
 def test_pending_actions_page_oldest_first_without_repeats_or_gaps(

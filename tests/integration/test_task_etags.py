@@ -303,3 +303,61 @@ def test_a_task_s_pending_actions_are_304_while_unchanged_and_sent_again_after_e
     rt.actions.decide(action["action_id"], approve=False, by="ana", note="not now", digest=None)
     every_pending.changed_by("a rejection")
     assert every_pending.body["items"] == []
+
+
+def test_the_approvals_page_s_reads_are_304_while_unchanged_and_sent_again_after_each_change(
+    env: tuple[Runtime, TestClient], scripts: Path
+) -> None:
+    """The console's approvals page polls the pending count and the oldest pending actions
+    every 6 s, each with the tag it holds. A new action, an approval, a rejection and a
+    supersede (a requeue) each change both; a decision and a new action between two polls
+    leave the count as it was (`304`: the same answer) but change the list."""
+    write_script(
+        scripts,
+        "wo",
+        [
+            READ_AND_QUERY,
+            {"tool_calls": [plan_call("c1", "r1", [node("repair", "waiting")])]},
+            {"tool_calls": [PROPOSE]},
+            {"tool_calls": [report_call("c3", "waiting")]},
+        ],
+    )
+    rt, client = env
+
+    def proposed() -> str:
+        task_id = rt.tasks.trigger(Trigger(task_type="wo", title="Low pressure")).task.task_id
+        assert rt.executions.run(task_id, 1, worker="w").outcome == "waiting"
+        return task_id
+
+    first = proposed()
+    count = Held(client, "/api/v1/actions/pending-count")
+    oldest = Held(client, "/api/v1/actions?status=pending_approval&order=oldest&limit=50")
+    assert (count.body, len(oldest.body["items"])) == ({"pending": 1}, 1)
+    assert (count.poll(), oldest.poll()) == (304, 304)
+    assert (count.poll(), oldest.poll()) == (304, 304)
+
+    second = proposed()
+    count.changed_by("a new action")
+    oldest.changed_by("a new action")
+    approve_the_action(rt, first)
+    count.changed_by("an approval")
+    oldest.changed_by("an approval")
+    (action,) = rt.actions.list(task_id=second)
+    rt.actions.decide(action.action_id, approve=False, by="ana", note="not now", digest=None)
+    count.changed_by("a rejection")
+    oldest.changed_by("a rejection")
+    third = proposed()
+    count.changed_by("a new action")
+    oldest.changed_by("a new action")
+    rt.tasks.requeue(third, "look again", by="ana")
+    count.changed_by("a supersede")
+    oldest.changed_by("a supersede")
+    assert (count.body, oldest.body["items"]) == ({"pending": 0}, [])
+
+    fourth = proposed()
+    count.changed_by("a new action")
+    oldest.changed_by("a new action")
+    approve_the_action(rt, fourth)
+    proposed()
+    assert count.poll() == 304  # one pending, as before: the same answer
+    oldest.changed_by("a decision and a new action")

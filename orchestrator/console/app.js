@@ -836,8 +836,16 @@
   function deadControls(x, say, after) {
     return x.status === "dead" && can("operator") ? [retryButton(x, say, after), discardForm(x, say, after)] : "";
   }
+  // Why a dead (or discarded) row was dead-lettered (`dead_reason`): its last error alone,
+  // `HTTP 503`, read as one more failure the dispatcher would retry. Failed attempts are the
+  // attempts less the throttled ones, as `outbox list` counts them.
+  function deadReason(x) {
+    const why = x.dead_reason === "max_attempts" ? `out of attempts (${(x.attempts || 0) - (x.throttled || 0)} failed)`
+      : x.dead_reason === "refused" ? "refused, never retried" : null;
+    return why ? el("span", { class: "dead-reason" }, ` (${why})`) : null;
+  }
   function deliveryError(x) {
-    return [x.last_error || "—", x.status === "discarded"
+    return [x.last_error || "—", deadReason(x), x.status === "discarded"
       ? el("p", { class: "muted discarded" }, `discarded by ${x.discarded_by || "?"} `, when(x.discarded_at), `: ${x.discard_reason || "—"}`) : null];
   }
   function deliveryWhat(x) {
@@ -860,23 +868,11 @@
         : can("operator") ? "retry or discard it on its task's page" : "see it on its task's page"));
   }
 
-  // A task's webhooks are sent in event order: a pending one is held back by an earlier one of
-  // its task still pending too, not only by a dead one (`waits_behind`). While that earlier one
-  // fails (a receiver failing every time, not yet dead), the later ones read due and never
-  // attempted, as if nothing sent them. For the pending webhooks of `rows` (as listed, one task's
-  // in event order): the earlier one of its task that is being retried, by outbox id.
-  function behindRetried(rows) {
-    const first = new Map(), behind = new Map();
-    for (const x of rows) {
-      if (x.kind !== "webhook" || x.status !== "pending" || x.waits_behind) continue;
-      const head = first.get(x.task_id);
-      if (!head) first.set(x.task_id, x);
-      else if ((head.attempts || head.last_error) && (x.event_seq || 0) > (head.event_seq || 0)) behind.set(x.outbox_id, head);
-    }
-    return behind;
-  }
-  function waitsBehindRetried(head) {
-    return el("span", { class: "waits-behind" }, `waits behind delivery ${head.outbox_id}, being retried`);
+  // A pending webhook held in order behind an earlier event of its task that keeps failing (not
+  // dead yet): it read due and never attempted, as if nothing sent it. The API names that one
+  // (`waits_behind_retried`), as `outbox list` and `tasks show` do, so all three say the same.
+  function waitsBehindRetried(x) {
+    return el("span", { class: "waits-behind" }, `waits behind delivery ${x.waits_behind_retried}, being retried`);
   }
 
   // Every delivery of a status (dead by default) and kind, across tasks, oldest first.
@@ -921,13 +917,13 @@
       if (key === shown) return; // a button is not redrawn under the pointer
       shown = key;
       const typed = typedIn(rows); // a discard reason being typed survives a redraw
-      const offered = new Set(), retried = behindRetried(items);
+      const offered = new Set();
       fill(rows, items.length ? [table(["Delivery", "Task", "What", "Status", "Attempts", "Next attempt", "Last error", ""], items.map((x) => [
         el("code", {}, String(x.outbox_id)),
         el("a", { href: `#/task/${encodeURIComponent(x.task_id)}` }, el("code", {}, x.task_id)),
         deliveryWhat(x), badge(x.status), deliveryAttempts(x),
         x.waits_behind ? waitsBehind(x, offered, say, load)
-          : retried.has(x.outbox_id) ? waitsBehindRetried(retried.get(x.outbox_id))
+          : x.waits_behind_retried ? waitsBehindRetried(x)
           : x.status === "pending" ? when(x.next_attempt_at) : x.status === "delivered" ? when(x.delivered_at) : "—",
         deliveryError(x),
         deadControls(x, say, load)])),
@@ -1526,7 +1522,6 @@
       if (!Object.keys(counts).length) return el("p", { class: "muted" }, "Nothing was sent to the business backend yet.");
       const open = (d && d.undelivered) || [];
       const dead = open.filter((x) => x.status === "dead");
-      const retried = behindRetried(open);
       // Pending with no attempt, and no row of the kind in the store sent: no dispatcher
       // sends that kind (its URL unset, most likely), which is not a stuck dispatcher. The
       // server cannot see the fleet's settings, so the note says what the store shows.
@@ -1539,9 +1534,9 @@
           deliveryWhat(x), badge(x.status), x.attempts ? deliveryAttempts(x) : ["none yet, written ", when(x.created_at)],
           // Due, but held in order behind a dead letter: not a stuck dispatcher.
           x.waits_behind ? el("span", { class: "waits-behind" }, `waits behind dead letter ${x.waits_behind}`)
-            : retried.has(x.outbox_id) ? waitsBehindRetried(retried.get(x.outbox_id))
+            : x.waits_behind_retried ? waitsBehindRetried(x)
             : x.status === "pending" ? when(x.next_attempt_at) : "—",
-          x.last_error || "—",
+          deliveryError(x),
           deadControls(x, opResult, refresh)])) : null,
         dead.length && !can("operator") ? cannot("operator", "retrying or discarding a delivery") : null];
     }

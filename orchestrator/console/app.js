@@ -1208,8 +1208,14 @@
           // What a waiting task waits on now: a decision or a person's step says it anew.
           ...(task.status === "waiting" && task.waiting_on ? [["Waiting on", el("span", { id: "waiting-on" }, task.waiting_on)]] : []),
           ["Last write", lastWrite(task.last_write)]])));
-      fill(lease, task.lease ? facts([["Holder", el("code", {}, task.lease.holder)],
-        ["Expires", when(task.lease.expires_at)], ["Renewed", when(task.lease.last_renewed_at)]])
+      // A lease Redis lost (restarted empty, flushed, away) is shown from the store's mirror
+      // (`source: "store"`): said so, since no live lease back end vouches for it.
+      const mirrored = task.lease && task.lease.source === "store";
+      fill(lease, task.lease ? [mirrored ? el("p", { class: "notice", id: "lease-from-store" },
+        "The store's copy, not confirmed by Redis: Redis holds no lease for this round (restarted empty, flushed or away). " +
+        "Its worker takes the lease back at its next renewal, or the sweeper requeues the task once it expires.") : null,
+        facts([["Holder", el("code", {}, task.lease.holder)],
+          ["Expires", when(task.lease.expires_at)], ["Renewed", when(task.lease.last_renewed_at)]])]
         : el("p", { class: "muted" }, task.handed_back ? "No lease: the round was handed back and waits to be requeued."
           : task.status === "running" ? "No live lease." : `No lease: the task is ${task.status}.`));
       const executions = task.executions || [];

@@ -1197,7 +1197,10 @@
       if (cancelForm) cancelForm.hidden = FINAL_STATUSES.has(task.status);
       fill(head, el("h1", { id: "task-title" }, task.title || task.task_id),
         el("section", { class: "card" }, facts([
-          ["Status", [badge(task.status), task.failure_code ? ` ${task.failure_code}` : "", handedBack(task, "handed-back")]],
+          ["Status", [badge(task.status), task.failure_code ? ` ${task.failure_code}` : "", handedBack(task, "handed-back"),
+            // Queued, and no worker was woken: it does not move until Redis takes messages.
+            task.wake_up_unsent ? el("span", { class: "muted", id: "wake-up-unsent" },
+              " wake-up not sent (Redis refused it); the sweeper sends it once Redis takes messages again") : ""]],
           // Why no round runs although the task reads `running`, and until when.
           ...(task.handed_back ? [["Handed back", el("span", { id: "handed-back-reason" }, task.handed_back.reason || "—")]] : []),
           ["Task id", el("code", {}, task.task_id)], ["Type", task.task_type],

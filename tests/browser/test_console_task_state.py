@@ -9,6 +9,7 @@ between two renewals a second apart cannot be timed from here) and put back afte
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -79,3 +80,24 @@ def test_a_lease_redis_lost_is_shown_as_the_store_s_copy(page: Any, console: Con
         )
         expect(card).to_contain_text("worker-7@ops-2")
         shot(page, "lease-from-store")
+
+
+def test_a_queued_task_whose_wake_up_redis_refused_says_so(page: Any, console: Console) -> None:
+    """A queued task whose wake-up the broker refused (`wake_up_unsent`): the page says the
+    wake-up was not sent and that the sweeper sends it, not a plain "queued". The sweeper is
+    stopped meanwhile: it would send the wake-up at its next sweep, a second away."""
+    task_id = console.trigger("xss", "Queued while Redis refused")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    assert console.sweeper is not None
+    console.sweeper.send_signal(signal.SIGSTOP)
+    try:
+        with stored_as(console, task_id, {"status": "queued", "queued_at": None}, {}):
+            assert console.task(task_id)["wake_up_unsent"] is True
+            open_task(page, console, task_id)
+            expect(page.locator("#wake-up-unsent")).to_have_text(
+                " wake-up not sent (Redis refused it); "
+                "the sweeper sends it once Redis takes messages again"
+            )
+            shot(page, "wake-up-unsent")
+    finally:
+        console.sweeper.send_signal(signal.SIGCONT)

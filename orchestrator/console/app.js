@@ -15,7 +15,8 @@
  *
  * Answers come late and out of order on a slow API: a view draws only while the address still
  * names it (`shownAt`), and not an answer older than one it already drew; a write's buttons
- * wait, disabled, for its answer (`sendOnce`), so a second click does not send it again.
+ * wait, disabled and marked "sending…", for its answer (`sendOnce`), so a second click does not
+ * send it again, and a form drawn again meanwhile waits too (`stillSending`).
  */
 "use strict";
 
@@ -291,18 +292,37 @@
     return result;
   }
   // A write is sent once per click: the buttons of the form that sends it (or the button) are
-  // disabled until its answer. On a slow API a second click sent it again: a requeue clicked
-  // twice made two generations, the first superseded for nothing. Null while one is on its way.
-  const sending = new WeakSet();
-  async function sendOnce(control, method, path, body) {
-    if (!control || sending.has(control)) return null;
-    sending.add(control);
+  // disabled until its answer, and "sending…" beside them says why. On a slow API a second
+  // click sent it again: a requeue clicked twice made two generations, the first superseded for
+  // nothing. Null while one is on its way. `key` names the write when its form may be drawn
+  // again before the answer (the human step's, on a poll or the stream): the form drawn anew
+  // waits too (`stillSending`), and all of them are let go at the answer.
+  const sending = new Map(); // key -> the controls drawn for that write while it is on its way
+  const sendingNotes = new WeakMap();
+  function holdControl(control, on) {
     const buttons = control.matches("button") ? [control] : [...control.querySelectorAll("button")];
-    for (const button of buttons) button.disabled = true;
+    for (const button of buttons) button.disabled = on;
+    sendingNotes.get(control)?.remove();
+    sendingNotes.delete(control);
+    if (!on) return;
+    const note = el("span", { class: "sending muted", role: "status" }, " sending…");
+    sendingNotes.set(control, note);
+    if (control.matches("button")) control.after(note); else control.appendChild(note);
+  }
+  async function sendOnce(control, method, path, body, key = control) {
+    if (!control || sending.has(key)) return null;
+    const drawn = new Set([control]);
+    sending.set(key, drawn);
+    holdControl(control, true);
     try { return await api(method, path, body); } finally {
-      sending.delete(control);
-      for (const button of buttons) button.disabled = false;
+      sending.delete(key);
+      for (const each of drawn) holdControl(each, false);
     }
+  }
+  function stillSending(control, key) {
+    const drawn = sending.get(key);
+    if (drawn) { drawn.add(control); holdControl(control, true); }
+    return control;
   }
   function errorText(result) {
     if (result.down) return "The API is not answering.";
@@ -788,12 +808,14 @@
   // A dead-lettered delivery waits for an operator (a task's later events wait behind it): it
   // is sent again, with fresh counts, by POST /api/v1/outbox/{id}/retry.
   function retryButton(row, say, after) {
-    return el("button", { type: "button", class: "secondary", "data-retry": String(row.outbox_id), onclick: async (event) => {
-      const result = await sendOnce(event.currentTarget, "POST", `outbox/${encodeURIComponent(row.outbox_id)}/retry`);
+    // Keyed: the list redrawn by a poll while it is on its way draws the button waiting too.
+    const key = `retry:${row.outbox_id}`;
+    return stillSending(el("button", { type: "button", class: "secondary", "data-retry": String(row.outbox_id), onclick: async (event) => {
+      const result = await sendOnce(event.currentTarget, "POST", `outbox/${encodeURIComponent(row.outbox_id)}/retry`, undefined, key);
       if (!result) return;
       if (result.ok) { fill(say, `Delivery ${row.outbox_id} is due again.`); after(); }
       else fill(say, el("span", { class: "error" }, errorText(result)));
-    } }, "Retry");
+    } }, "Retry"), key);
   }
   // Every dead letter (of the kind shown) due again at once, once the backend or a secret
   // rotated on one side is mended: POST /api/v1/outbox/retry-dead (`outbox retry --all-dead`).
@@ -812,15 +834,15 @@
   function discardForm(row, say, after) {
     const id = row.outbox_id;
     const reason = el("input", { id: `discard-reason-${id}`, name: "reason", required: true, maxlength: 500, placeholder: "how it was dealt with" });
-    const byId = `discard-by-${id}`;
-    return el("form", { class: "inline discard", "data-discard": String(id), onsubmit: async (event) => {
+    const byId = `discard-by-${id}`, key = `discard:${id}`;
+    return stillSending(el("form", { class: "inline discard", "data-discard": String(id), onsubmit: async (event) => {
       event.preventDefault();
       const form = event.currentTarget;
       const by = document.getElementById(byId).value.trim();
       if (!by) { fill(say, el("span", { class: "error" }, "Your name is needed.")); return; }
       if (!reason.value.trim()) { fill(say, el("span", { class: "error" }, "A reason is needed.")); return; }
       remember(by);
-      const result = await sendOnce(form, "POST", `outbox/${encodeURIComponent(id)}/discard`, { reason: reason.value.trim(), by });
+      const result = await sendOnce(form, "POST", `outbox/${encodeURIComponent(id)}/discard`, { reason: reason.value.trim(), by }, key);
       if (!result) return;
       if (result.ok) {
         fill(say, row.kind === "action"
@@ -830,7 +852,7 @@
       } else fill(say, el("span", { class: "error" }, errorText(result)));
     } }, el("div", {}, byField(byId)),
     el("div", {}, el("label", { for: reason.id }, "Discard reason"), reason),
-    el("button", { type: "submit", class: "danger" }, "Discard"));
+    el("button", { type: "submit", class: "danger" }, "Discard")), key);
   }
   // What is done about a dead letter: retried, or discarded; and who discarded one, and why.
   function deadControls(x, say, after) {
@@ -1440,11 +1462,12 @@
         : s.task && FINAL_STATUSES.has(s.task.status) ? `The task is ${s.task.status}: its steps can no longer be closed.`
         : null;
       const human = open && !closedHere && can("operator");
+      const stepKey = `step:${taskId}:${id}`; // the step's write, whichever form sent it
       async function finish(verb, body) {
         const by = document.getElementById("node-by").value.trim();
         if (!by) { fill(result, el("span", { class: "error" }, "Your name is needed.")); return; }
         remember(by);
-        const answer = await sendOnce(document.getElementById("human-node"), "POST", `${path}/nodes/${encodeURIComponent(id)}/${verb}`, { by, ...body });
+        const answer = await sendOnce(document.getElementById("human-node"), "POST", `${path}/nodes/${encodeURIComponent(id)}/${verb}`, { by, ...body }, stepKey);
         if (!answer) return;
         if (answer.ok) {
           s.nodeDone = { id, text: `Node ${CLOSED_AS[verb]}.` }; // kept when the new revision redraws the node
@@ -1475,7 +1498,7 @@
           ["Cites", citedBy(node)],
           ["Reason", node.reason || "—"], ["Action", node.action_id ? el("code", {}, node.action_id) : "—"],
           ["Retried by", node.status === "failed" ? retriesOf(node) : undefined]]),
-        human ? el("form", { id: "human-node", onsubmit: (e) => e.preventDefault() },
+        human ? stillSending(el("form", { id: "human-node", onsubmit: (e) => e.preventDefault() },
           el("h3", {}, "Human step"), byField("node-by"),
           el("label", { for: "node-evidence" }, "Evidence (to complete)"), evidenceInput,
           el("div", { class: "row" },
@@ -1489,7 +1512,7 @@
               finish("fail", { reason: reasonInput.value.trim() }); } }, "Fail"),
             el("button", { type: "button", class: "secondary", id: "node-skip", onclick: () => {
               if (!reasonInput.value.trim()) { fill(result, el("span", { class: "error" }, "A reason is needed.")); return; }
-              finish("skip", { reason: reasonInput.value.trim() }); } }, "Skip")))
+              finish("skip", { reason: reasonInput.value.trim() }); } }, "Skip"))), stepKey)
           : closedHere ? el("p", { class: "notice", id: "node-not-here" }, closedHere)
           : open ? cannot("operator", "closing a human step") : null,
         result);

@@ -15,7 +15,8 @@
  *
  * Answers come late and out of order on a slow API: a view draws only while the address still
  * names it (`shownAt`), and not an answer older than one it already drew; a write's buttons
- * wait, disabled, for its answer (`sendOnce`), so a second click does not send it again.
+ * wait, disabled and marked "sending…", for its answer (`sendOnce`), so a second click does not
+ * send it again, and a form drawn again meanwhile waits too (`stillSending`).
  */
 "use strict";
 
@@ -291,18 +292,37 @@
     return result;
   }
   // A write is sent once per click: the buttons of the form that sends it (or the button) are
-  // disabled until its answer. On a slow API a second click sent it again: a requeue clicked
-  // twice made two generations, the first superseded for nothing. Null while one is on its way.
-  const sending = new WeakSet();
-  async function sendOnce(control, method, path, body) {
-    if (!control || sending.has(control)) return null;
-    sending.add(control);
+  // disabled until its answer, and "sending…" beside them says why. On a slow API a second
+  // click sent it again: a requeue clicked twice made two generations, the first superseded for
+  // nothing. Null while one is on its way. `key` names the write when its form may be drawn
+  // again before the answer (the human step's, on a poll or the stream): the form drawn anew
+  // waits too (`stillSending`), and all of them are let go at the answer.
+  const sending = new Map(); // key -> the controls drawn for that write while it is on its way
+  const sendingNotes = new WeakMap();
+  function holdControl(control, on) {
     const buttons = control.matches("button") ? [control] : [...control.querySelectorAll("button")];
-    for (const button of buttons) button.disabled = true;
+    for (const button of buttons) button.disabled = on;
+    sendingNotes.get(control)?.remove();
+    sendingNotes.delete(control);
+    if (!on) return;
+    const note = el("span", { class: "sending muted", role: "status" }, " sending…");
+    sendingNotes.set(control, note);
+    if (control.matches("button")) control.after(note); else control.appendChild(note);
+  }
+  async function sendOnce(control, method, path, body, key = control) {
+    if (!control || sending.has(key)) return null;
+    const drawn = new Set([control]);
+    sending.set(key, drawn);
+    holdControl(control, true);
     try { return await api(method, path, body); } finally {
-      sending.delete(control);
-      for (const button of buttons) button.disabled = false;
+      sending.delete(key);
+      for (const each of drawn) holdControl(each, false);
     }
+  }
+  function stillSending(control, key) {
+    const drawn = sending.get(key);
+    if (drawn) { drawn.add(control); holdControl(control, true); }
+    return control;
   }
   function errorText(result) {
     if (result.down) return "The API is not answering.";
@@ -788,12 +808,14 @@
   // A dead-lettered delivery waits for an operator (a task's later events wait behind it): it
   // is sent again, with fresh counts, by POST /api/v1/outbox/{id}/retry.
   function retryButton(row, say, after) {
-    return el("button", { type: "button", class: "secondary", "data-retry": String(row.outbox_id), onclick: async (event) => {
-      const result = await sendOnce(event.currentTarget, "POST", `outbox/${encodeURIComponent(row.outbox_id)}/retry`);
+    // Keyed: the list redrawn by a poll while it is on its way draws the button waiting too.
+    const key = `retry:${row.outbox_id}`;
+    return stillSending(el("button", { type: "button", class: "secondary", "data-retry": String(row.outbox_id), onclick: async (event) => {
+      const result = await sendOnce(event.currentTarget, "POST", `outbox/${encodeURIComponent(row.outbox_id)}/retry`, undefined, key);
       if (!result) return;
       if (result.ok) { fill(say, `Delivery ${row.outbox_id} is due again.`); after(); }
       else fill(say, el("span", { class: "error" }, errorText(result)));
-    } }, "Retry");
+    } }, "Retry"), key);
   }
   // Every dead letter (of the kind shown) due again at once, once the backend or a secret
   // rotated on one side is mended: POST /api/v1/outbox/retry-dead (`outbox retry --all-dead`).
@@ -812,15 +834,15 @@
   function discardForm(row, say, after) {
     const id = row.outbox_id;
     const reason = el("input", { id: `discard-reason-${id}`, name: "reason", required: true, maxlength: 500, placeholder: "how it was dealt with" });
-    const byId = `discard-by-${id}`;
-    return el("form", { class: "inline discard", "data-discard": String(id), onsubmit: async (event) => {
+    const byId = `discard-by-${id}`, key = `discard:${id}`;
+    return stillSending(el("form", { class: "inline discard", "data-discard": String(id), onsubmit: async (event) => {
       event.preventDefault();
       const form = event.currentTarget;
       const by = document.getElementById(byId).value.trim();
       if (!by) { fill(say, el("span", { class: "error" }, "Your name is needed.")); return; }
       if (!reason.value.trim()) { fill(say, el("span", { class: "error" }, "A reason is needed.")); return; }
       remember(by);
-      const result = await sendOnce(form, "POST", `outbox/${encodeURIComponent(id)}/discard`, { reason: reason.value.trim(), by });
+      const result = await sendOnce(form, "POST", `outbox/${encodeURIComponent(id)}/discard`, { reason: reason.value.trim(), by }, key);
       if (!result) return;
       if (result.ok) {
         fill(say, row.kind === "action"
@@ -830,14 +852,22 @@
       } else fill(say, el("span", { class: "error" }, errorText(result)));
     } }, el("div", {}, byField(byId)),
     el("div", {}, el("label", { for: reason.id }, "Discard reason"), reason),
-    el("button", { type: "submit", class: "danger" }, "Discard"));
+    el("button", { type: "submit", class: "danger" }, "Discard")), key);
   }
   // What is done about a dead letter: retried, or discarded; and who discarded one, and why.
   function deadControls(x, say, after) {
     return x.status === "dead" && can("operator") ? [retryButton(x, say, after), discardForm(x, say, after)] : "";
   }
+  // Why a dead (or discarded) row was dead-lettered (`dead_reason`): its last error alone,
+  // `HTTP 503`, read as one more failure the dispatcher would retry. Failed attempts are the
+  // attempts less the throttled ones, as `outbox list` counts them.
+  function deadReason(x) {
+    const why = x.dead_reason === "max_attempts" ? `out of attempts (${(x.attempts || 0) - (x.throttled || 0)} failed)`
+      : x.dead_reason === "refused" ? "refused, never retried" : null;
+    return why ? el("span", { class: "dead-reason" }, ` (${why})`) : null;
+  }
   function deliveryError(x) {
-    return [x.last_error || "—", x.status === "discarded"
+    return [x.last_error || "—", deadReason(x), x.status === "discarded"
       ? el("p", { class: "muted discarded" }, `discarded by ${x.discarded_by || "?"} `, when(x.discarded_at), `: ${x.discard_reason || "—"}`) : null];
   }
   function deliveryWhat(x) {
@@ -860,23 +890,11 @@
         : can("operator") ? "retry or discard it on its task's page" : "see it on its task's page"));
   }
 
-  // A task's webhooks are sent in event order: a pending one is held back by an earlier one of
-  // its task still pending too, not only by a dead one (`waits_behind`). While that earlier one
-  // fails (a receiver failing every time, not yet dead), the later ones read due and never
-  // attempted, as if nothing sent them. For the pending webhooks of `rows` (as listed, one task's
-  // in event order): the earlier one of its task that is being retried, by outbox id.
-  function behindRetried(rows) {
-    const first = new Map(), behind = new Map();
-    for (const x of rows) {
-      if (x.kind !== "webhook" || x.status !== "pending" || x.waits_behind) continue;
-      const head = first.get(x.task_id);
-      if (!head) first.set(x.task_id, x);
-      else if ((head.attempts || head.last_error) && (x.event_seq || 0) > (head.event_seq || 0)) behind.set(x.outbox_id, head);
-    }
-    return behind;
-  }
-  function waitsBehindRetried(head) {
-    return el("span", { class: "waits-behind" }, `waits behind delivery ${head.outbox_id}, being retried`);
+  // A pending webhook held in order behind an earlier event of its task that keeps failing (not
+  // dead yet): it read due and never attempted, as if nothing sent it. The API names that one
+  // (`waits_behind_retried`), as `outbox list` and `tasks show` do, so all three say the same.
+  function waitsBehindRetried(x) {
+    return el("span", { class: "waits-behind" }, `waits behind delivery ${x.waits_behind_retried}, being retried`);
   }
 
   // Every delivery of a status (dead by default) and kind, across tasks, oldest first.
@@ -921,13 +939,13 @@
       if (key === shown) return; // a button is not redrawn under the pointer
       shown = key;
       const typed = typedIn(rows); // a discard reason being typed survives a redraw
-      const offered = new Set(), retried = behindRetried(items);
+      const offered = new Set();
       fill(rows, items.length ? [table(["Delivery", "Task", "What", "Status", "Attempts", "Next attempt", "Last error", ""], items.map((x) => [
         el("code", {}, String(x.outbox_id)),
         el("a", { href: `#/task/${encodeURIComponent(x.task_id)}` }, el("code", {}, x.task_id)),
         deliveryWhat(x), badge(x.status), deliveryAttempts(x),
         x.waits_behind ? waitsBehind(x, offered, say, load)
-          : retried.has(x.outbox_id) ? waitsBehindRetried(retried.get(x.outbox_id))
+          : x.waits_behind_retried ? waitsBehindRetried(x)
           : x.status === "pending" ? when(x.next_attempt_at) : x.status === "delivered" ? when(x.delivered_at) : "—",
         deliveryError(x),
         deadControls(x, say, load)])),
@@ -1201,7 +1219,10 @@
       if (cancelForm) cancelForm.hidden = FINAL_STATUSES.has(task.status);
       fill(head, el("h1", { id: "task-title" }, task.title || task.task_id),
         el("section", { class: "card" }, facts([
-          ["Status", [badge(task.status), task.failure_code ? ` ${task.failure_code}` : "", handedBack(task, "handed-back")]],
+          ["Status", [badge(task.status), task.failure_code ? ` ${task.failure_code}` : "", handedBack(task, "handed-back"),
+            // Queued, and no worker was woken: it does not move until Redis takes messages.
+            task.wake_up_unsent ? el("span", { class: "muted", id: "wake-up-unsent" },
+              " wake-up not sent (Redis refused it); the sweeper sends it once Redis takes messages again") : ""]],
           // Why no round runs although the task reads `running`, and until when.
           ...(task.handed_back ? [["Handed back", el("span", { id: "handed-back-reason" }, task.handed_back.reason || "—")]] : []),
           ["Task id", el("code", {}, task.task_id)], ["Type", task.task_type],
@@ -1212,8 +1233,14 @@
           // What a waiting task waits on now: a decision or a person's step says it anew.
           ...(task.status === "waiting" && task.waiting_on ? [["Waiting on", el("span", { id: "waiting-on" }, task.waiting_on)]] : []),
           ["Last write", lastWrite(task.last_write)]])));
-      fill(lease, task.lease ? facts([["Holder", el("code", {}, task.lease.holder)],
-        ["Expires", when(task.lease.expires_at)], ["Renewed", when(task.lease.last_renewed_at)]])
+      // A lease Redis lost (restarted empty, flushed, away) is shown from the store's mirror
+      // (`source: "store"`): said so, since no live lease back end vouches for it.
+      const mirrored = task.lease && task.lease.source === "store";
+      fill(lease, task.lease ? [mirrored ? el("p", { class: "notice", id: "lease-from-store" },
+        "The store's copy, not confirmed by Redis: Redis holds no lease for this round (restarted empty, flushed or away). " +
+        "Its worker takes the lease back at its next renewal, or the sweeper requeues the task once it expires.") : null,
+        facts([["Holder", el("code", {}, task.lease.holder)],
+          ["Expires", when(task.lease.expires_at)], ["Renewed", when(task.lease.last_renewed_at)]])]
         : el("p", { class: "muted" }, task.handed_back ? "No lease: the round was handed back and waits to be requeued."
           : task.status === "running" ? "No live lease." : `No lease: the task is ${task.status}.`));
       const executions = task.executions || [];
@@ -1435,11 +1462,12 @@
         : s.task && FINAL_STATUSES.has(s.task.status) ? `The task is ${s.task.status}: its steps can no longer be closed.`
         : null;
       const human = open && !closedHere && can("operator");
+      const stepKey = `step:${taskId}:${id}`; // the step's write, whichever form sent it
       async function finish(verb, body) {
         const by = document.getElementById("node-by").value.trim();
         if (!by) { fill(result, el("span", { class: "error" }, "Your name is needed.")); return; }
         remember(by);
-        const answer = await sendOnce(document.getElementById("human-node"), "POST", `${path}/nodes/${encodeURIComponent(id)}/${verb}`, { by, ...body });
+        const answer = await sendOnce(document.getElementById("human-node"), "POST", `${path}/nodes/${encodeURIComponent(id)}/${verb}`, { by, ...body }, stepKey);
         if (!answer) return;
         if (answer.ok) {
           s.nodeDone = { id, text: `Node ${CLOSED_AS[verb]}.` }; // kept when the new revision redraws the node
@@ -1470,7 +1498,7 @@
           ["Cites", citedBy(node)],
           ["Reason", node.reason || "—"], ["Action", node.action_id ? el("code", {}, node.action_id) : "—"],
           ["Retried by", node.status === "failed" ? retriesOf(node) : undefined]]),
-        human ? el("form", { id: "human-node", onsubmit: (e) => e.preventDefault() },
+        human ? stillSending(el("form", { id: "human-node", onsubmit: (e) => e.preventDefault() },
           el("h3", {}, "Human step"), byField("node-by"),
           el("label", { for: "node-evidence" }, "Evidence (to complete)"), evidenceInput,
           el("div", { class: "row" },
@@ -1484,7 +1512,7 @@
               finish("fail", { reason: reasonInput.value.trim() }); } }, "Fail"),
             el("button", { type: "button", class: "secondary", id: "node-skip", onclick: () => {
               if (!reasonInput.value.trim()) { fill(result, el("span", { class: "error" }, "A reason is needed.")); return; }
-              finish("skip", { reason: reasonInput.value.trim() }); } }, "Skip")))
+              finish("skip", { reason: reasonInput.value.trim() }); } }, "Skip"))), stepKey)
           : closedHere ? el("p", { class: "notice", id: "node-not-here" }, closedHere)
           : open ? cannot("operator", "closing a human step") : null,
         result);
@@ -1526,7 +1554,6 @@
       if (!Object.keys(counts).length) return el("p", { class: "muted" }, "Nothing was sent to the business backend yet.");
       const open = (d && d.undelivered) || [];
       const dead = open.filter((x) => x.status === "dead");
-      const retried = behindRetried(open);
       // Pending with no attempt, and no row of the kind in the store sent: no dispatcher
       // sends that kind (its URL unset, most likely), which is not a stuck dispatcher. The
       // server cannot see the fleet's settings, so the note says what the store shows.
@@ -1539,9 +1566,9 @@
           deliveryWhat(x), badge(x.status), x.attempts ? deliveryAttempts(x) : ["none yet, written ", when(x.created_at)],
           // Due, but held in order behind a dead letter: not a stuck dispatcher.
           x.waits_behind ? el("span", { class: "waits-behind" }, `waits behind dead letter ${x.waits_behind}`)
-            : retried.has(x.outbox_id) ? waitsBehindRetried(retried.get(x.outbox_id))
+            : x.waits_behind_retried ? waitsBehindRetried(x)
             : x.status === "pending" ? when(x.next_attempt_at) : "—",
-          x.last_error || "—",
+          deliveryError(x),
           deadControls(x, opResult, refresh)])) : null,
         dead.length && !can("operator") ? cannot("operator", "retrying or discarding a delivery") : null];
     }

@@ -51,6 +51,8 @@ class Console:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = folder / "api.log"
         self.process: subprocess.Popen[bytes] | None = None
+        #: The fleet's sweeper: a test stops it (SIGSTOP) to see a state it would mend at once.
+        self.sweeper: subprocess.Popen[bytes] | None = None
         self.http = httpx.Client(base_url=self.url, headers=HEADERS, timeout=10)
 
     def start_api(self) -> None:
@@ -168,7 +170,7 @@ def console(
     server = Console(env, folder)
     try:
         worker = fleet.worker(concurrency=3)
-        fleet.sweeper()
+        server.sweeper = fleet.sweeper()
         server.start_api()
         deadline = time.monotonic() + 60
         while not fleet.ready(worker):

@@ -1,5 +1,6 @@
 """What the console's browser tests share: opening a task's page, a transcript entry as the
-API sends it, a task's deliveries dead-lettered, an answer of the API held in the page."""
+API sends it, a task's deliveries dead-lettered, an answer of the API (or a request to it)
+held in the page."""
 
 from __future__ import annotations
 
@@ -44,6 +45,28 @@ def hold_answer(page: Any, path: str, nth: int = 1) -> None:
     about:blank, so that the next `goto` loads the console afresh, with the hold."""
     page.goto("about:blank")
     page.add_init_script(f"({_HOLD})({json.dumps(path)}, {nth})")
+
+
+#: Holds the first request for `path` in the page, unsent, until `window.__send()` (defined once
+#: it is asked): a write on its way on a slow network, before the API has seen it.
+_HOLD_REQUEST = """
+(path) => {
+  const real = window.fetch.bind(window);
+  let seen = 0;
+  window.fetch = (input, init) => {
+    const url = new URL(String(input), location.href);
+    if (url.pathname + url.search !== path || ++seen !== 1) return real(input, init);
+    return new Promise((resolve) => { window.__send = resolve; }).then(() => real(input, init));
+  };
+}
+"""
+
+
+def hold_request(page: Any, path: str) -> None:
+    """From the next page load on, the first request for `path` waits in the page, unsent,
+    until `window.__send()`; as `hold_answer`, the page is left for about:blank first."""
+    page.goto("about:blank")
+    page.add_init_script(f"({_HOLD_REQUEST})({json.dumps(path)})")
 
 
 def transcript_entry(seq: int, kind: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ Tests run in file order on one fleet.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -227,3 +228,99 @@ def failing(console: Console, outbox_id: int) -> None:
             )
     finally:
         db.dispose()
+
+
+def set_rows(console: Console, values: dict[int, dict[str, Any]]) -> None:
+    """Each delivery of `values` (by outbox id) as the dispatcher or an operator left it."""
+    from sqlalchemy import update
+
+    from orchestrator.store import Database
+    from orchestrator.store.tables import outbox
+
+    db = Database.from_url(console.env["ORCH_DATABASE_URL"])
+    try:
+        with db.transaction() as conn:
+            for outbox_id, columns in values.items():
+                row = outbox.c.outbox_id == outbox_id
+                conn.execute(update(outbox).where(row).values(**columns))
+    finally:
+        db.dispose()
+
+
+def more_events(console: Console, task_id: str, count: int) -> None:
+    """`count` more task events of the task in its outbox, after its own (copies of its last
+    one's row), as a longer task would leave: a finished test task has written one."""
+    from sqlalchemy import func, insert, select
+
+    from orchestrator.store import Database
+    from orchestrator.store.tables import outbox
+
+    db = Database.from_url(console.env["ORCH_DATABASE_URL"])
+    try:
+        with db.transaction() as conn:
+            last = conn.execute(
+                select(outbox).where(outbox.c.task_id == task_id, outbox.c.kind == "webhook")
+                .order_by(outbox.c.event_seq.desc()).limit(1)
+            ).one()._asdict()  # fmt: skip
+            top = conn.execute(select(func.max(outbox.c.event_seq))).scalar_one()
+            del last["outbox_id"]
+            for n in range(1, count + 1):
+                conn.execute(insert(outbox).values(**{**last, "event_seq": top + n}))
+    finally:
+        db.dispose()
+
+
+def delivery_row(page: Any, where: str, outbox_id: int) -> Any:
+    """The row of delivery `outbox_id` in the table under `where`."""
+    return page.locator(f"{where} tbody tr").filter(
+        has=page.locator("td:first-child", has_text=re.compile(f"^{outbox_id}$"))
+    )
+
+
+def test_a_dead_letter_says_why_it_was_dead_lettered(page: Any, console: Console) -> None:
+    """A dead letter's last error alone (`HTTP 503`) read as one more failure to be retried: the
+    console says why it is dead (`dead_reason`), out of attempts or refused for good, on the
+    deliveries view and the task's page alike."""
+    task_id = console.trigger("xss", "Out of attempts, or refused")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    more_events(console, task_id, 1)
+    refused, spent, *_ = dead_letter_deliveries(console, task_id)  # 8 attempts, 2 throttled
+    refusal = "HTTP 422 (a permanent refusal, not retried)"
+    set_rows(console, {refused: {"attempts": 1, "throttled": 0, "last_error": refusal}})
+    page.goto(f"{console.url}/console#/deliveries?status=dead")
+    for where in ("#delivery-rows", "#deliveries"):
+        expect(delivery_row(page, where, spent)).to_contain_text(
+            "HTTP 503 (out of attempts (6 failed))"
+        )
+        expect(delivery_row(page, where, refused)).to_contain_text("(refused, never retried)")
+        if where == "#delivery-rows":
+            shot(page, "deliveries-dead-reason")
+            page.goto(f"{console.url}/console#/task/{task_id}")
+
+
+def test_an_event_behind_one_being_retried_says_what_the_api_says(
+    page: Any, console: Console
+) -> None:
+    """The console names the delivery a pending event waits behind as the API does
+    (`waits_behind_retried`, as `outbox list` and `tasks show` print it), not by a rule of its
+    own over the rows it lists: here the task's first event is due afresh and its second keeps
+    failing, so the third waits behind the second (the console's own rule looked at the first
+    only, and said nothing). The task's page draws its view's field the same way; that view
+    (`_with_waits`) still takes the first unsent event for the one waited on, so it is not
+    checked here."""
+    task_id = console.trigger("xss", "An event behind a failing one")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    more_events(console, task_id, 2)
+    first, failing, behind, *_ = dead_letter_deliveries(console, task_id)
+    fresh = {"status": "pending", "attempts": 0, "throttled": 0, "last_error": None}
+    set_rows(console, {first: fresh, behind: fresh,
+                       failing: {**fresh, "attempts": 2, "last_error": "HTTP 503"}})  # fmt: skip
+    rows = console.http.get("/api/v1/outbox", params={"task_id": task_id}).json()["items"]
+    said = {row["outbox_id"]: row["waits_behind_retried"] for row in rows}
+    assert (said[first], said[failing], said[behind]) == (None, None, failing)
+    page.goto(f"{console.url}/console#/deliveries?status=pending&kind=webhook")
+    where = "#delivery-rows"
+    expect(delivery_row(page, where, behind).locator(".waits-behind")).to_have_text(
+        f"waits behind delivery {failing}, being retried"
+    )
+    expect(delivery_row(page, where, failing).locator(".waits-behind")).to_have_count(0)

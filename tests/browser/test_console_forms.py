@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser.conftest import Console
-from tests.browser.pages import hold_answer, open_task
+from tests.browser.pages import hold_answer, hold_request, open_task
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -180,4 +180,36 @@ def test_a_write_clicked_twice_on_a_slow_api_is_sent_once(page: Any, console: Co
     page.evaluate("() => window.__release()")
     expect(page.locator("#op-result")).to_have_text("Requeue: done.")
     expect(button).to_be_enabled()
+    assert sent == ["POST"]
+
+
+def test_a_human_step_on_its_way_says_so_and_stays_held_when_redrawn(
+    page: Any, console: Console
+) -> None:
+    """While a person's step is on its way its buttons wait, disabled, and "sending…" says why
+    (before, nothing did); the step's form drawn again meanwhile (the node clicked again, a poll
+    or the stream) waits too, where before its new buttons were offered and sent it again."""
+    task_id = console.trigger("steps", "A step sent on a slow network")
+    console.wait_for(task_id, lambda t: t["status"] == "waiting")
+    complete = f"/api/v1/tasks/{task_id}/nodes/sample/complete"
+    hold_request(page, complete)
+    sent: list[str] = []
+    page.on("request", lambda r: sent.append(r.method) if r.url.endswith(complete) else None)
+    open_task(page, console, task_id)
+    page.locator('button.node[data-node="sample"]').click()
+    page.fill("#node-by", "crew lead")
+    page.fill("#node-evidence", "tap 3 sampled at 09:10")
+    page.click("#node-complete")
+    page.wait_for_function("() => window.__send !== undefined")  # asked, not sent yet
+    form = page.locator("#human-node")
+    expect(form.locator(".sending")).to_have_text(" sending…")
+    expect(page.locator("#node-complete")).to_be_disabled()
+    page.locator('button.node[data-node="sample"]').click()  # the form drawn again
+    expect(form.locator(".sending")).to_have_text(" sending…")
+    for button in ("#node-complete", "#node-fail", "#node-skip"):
+        expect(page.locator(button)).to_be_disabled()
+    page.click("#node-complete", force=True)  # as a second click would
+    page.evaluate("() => window.__send()")
+    expect(page.locator("#node-detail .node-result")).to_have_text("Node completed.")
+    expect(page.locator(".sending")).to_have_count(0)
     assert sent == ["POST"]

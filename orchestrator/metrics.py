@@ -269,10 +269,13 @@ class StoreCollector(Collector):
         # set later), so their age would only grow and page someone for nothing.
         family = GaugeMetricFamily(
             "orchestrator_outbox_oldest_pending_seconds",
-            "Age of the oldest outbox row still to be delivered, by kind, of those the "
-            "dispatcher may send (due, or after its backoff): a webhook held in order behind "
-            "its task's dead letter is left out (orchestrator_outbox_dead counts that); 0 when "
-            "none; no series for a kind whose URL is not set",
+            "How long the oldest outbox row still to be delivered has waited, by kind, of those "
+            "the dispatcher may send (due, or after its backoff): since it was written or, "
+            "later, since an operator's retry or discard released it (a dead letter retried "
+            "after days, and the events of its task it held back, count from the retry); a "
+            "webhook held in order behind its task's dead letter is left out "
+            "(orchestrator_outbox_dead counts that); 0 when none; no series for a kind whose "
+            "URL is not set",
             labels=["kind"],
         )
         for kind in (k for k in OUTBOX_KINDS if k in self.delivered):

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.api.auth import require_role
 from orchestrator.api.contract import (
+    WAKE_UP_DISPATCHED,
     FilledText,
     IsoTime,
     Page,
@@ -28,11 +29,11 @@ from orchestrator.api.outbox import Delivery
 from orchestrator.errors import ValidationFailed
 from orchestrator.operators import Operator
 from orchestrator.runtime import celery_dispatcher
-from orchestrator.services.actions import ActionService
+from orchestrator.services.actions import ActionService, Decided
 from orchestrator.services.plans import PlanService
 from orchestrator.store.actions import ActionRecord
 
-__all__ = ["ActionOut", "PendingCount", "router"]
+__all__ = ["ActionOut", "DecidedView", "PendingCount", "router"]
 
 router = APIRouter(prefix="/api/v1/actions", tags=["actions"])
 
@@ -87,6 +88,24 @@ class ActionShown(ActionOut):
         "`/discard`) or `discarded` (`discarded_by`, `discarded_at`, `discard_reason`): never "
         "read as delivered unless `delivered`",
     )
+
+
+class DecidedView(ActionOut):
+    """An action as decided, and whether the generation the decision queued was woken."""
+
+    queued_generation: int | None = Field(
+        default=None, description="the generation the decision queued, when it queued one"
+    )
+    dispatched: bool | None = Field(default=None, description=WAKE_UP_DISPATCHED)
+
+    @classmethod
+    def decided(cls, decided: Decided) -> DecidedView:
+        wake_up = decided.wake_up
+        return cls(
+            **decided.action.to_dict(),
+            queued_generation=None if wake_up is None else wake_up.generation,
+            dispatched=None if wake_up is None else wake_up.sent,
+        )
 
 
 class Decision(BaseModel):
@@ -227,30 +246,30 @@ def _refuse_incomplete_approval(operator: Operator, body: Decision) -> None:
     raise ValidationFailed(message, code="digest_required", details=missing)
 
 
-@router.post("/{action_id}/approve", response_model=ActionOut, responses=_DECISION_ERRORS)
+@router.post("/{action_id}/approve", response_model=DecidedView, responses=_DECISION_ERRORS)
 @says_who
 def approve(
     action_id: str,
     body: Decision,
     service: ActionService = Depends(get_action_service),
     operator: Operator = Depends(require_role("approver")),
-) -> ActionOut:
+) -> DecidedView:
     _refuse_incomplete_approval(operator, body)
     by = decider(operator, body.by)
-    return ActionOut.of(
-        service.decide(action_id, approve=True, by=by, note=body.note, digest=body.digest)
+    return DecidedView.decided(
+        service.decide_and_wake(action_id, approve=True, by=by, note=body.note, digest=body.digest)
     )
 
 
-@router.post("/{action_id}/reject", response_model=ActionOut, responses=_DECISION_ERRORS)
+@router.post("/{action_id}/reject", response_model=DecidedView, responses=_DECISION_ERRORS)
 @says_who
 def reject(
     action_id: str,
     body: Decision,
     service: ActionService = Depends(get_action_service),
     operator: Operator = Depends(require_role("approver")),
-) -> ActionOut:
+) -> DecidedView:
     by = decider(operator, body.by)
-    return ActionOut.of(
-        service.decide(action_id, approve=False, by=by, note=body.note, digest=body.digest)
+    return DecidedView.decided(
+        service.decide_and_wake(action_id, approve=False, by=by, note=body.note, digest=body.digest)
     )

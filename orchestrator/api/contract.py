@@ -39,6 +39,7 @@ __all__ = [
     "BEARER",
     "COMMON_ERRORS",
     "INTERNAL_BEARER",
+    "WAKE_UP_DISPATCHED",
     "ErrorBody",
     "ErrorEnvelope",
     "FilledText",
@@ -156,3 +157,13 @@ def paged(
     if len(rows) > limit and items:
         return items, encode_cursor(*key(items[-1]), oldest_first=oldest_first)
     return items, None
+
+
+#: `dispatched` on the answer of a change that may queue a generation (a decision, a person's
+#: step, a resolution): as the trigger's, and null when the change queued none.
+WAKE_UP_DISPATCHED = (
+    "false when the broker did not take the wake-up of the generation this change queued "
+    "(Redis down): the change is committed all the same, and the sweeper sends the wake-up at "
+    "its first sweep once the broker takes messages again (the CLI says so in a line); null "
+    "when the change queued no generation"
+)

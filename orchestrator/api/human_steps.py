@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.api.auth import require_role
-from orchestrator.api.contract import FilledText, IsoTime, error_responses
+from orchestrator.api.contract import WAKE_UP_DISPATCHED, FilledText, IsoTime, error_responses
 from orchestrator.errors import ValidationFailed
 from orchestrator.operators import Operator
 from orchestrator.runtime import celery_dispatcher
@@ -109,6 +109,7 @@ class HumanStepOut(BaseModel):
     )
     task_status: str = Field(description="the task's status after the step was re-decided")
     generation: int
+    dispatched: bool | None = Field(default=None, description=WAKE_UP_DISPATCHED)
 
     @classmethod
     def of(cls, step: HumanStep) -> HumanStepOut:
@@ -123,6 +124,7 @@ class HumanStepOut(BaseModel):
             plan_generation=step.plan.generation,
             task_status=step.task_status,
             generation=step.generation,
+            dispatched=None if step.wake_up is None else step.wake_up.sent,
         )
 
 

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.api.auth import require_role
-from orchestrator.api.contract import FilledText, error_responses
+from orchestrator.api.contract import WAKE_UP_DISPATCHED, FilledText, error_responses
 from orchestrator.api.deps import get_db
 from orchestrator.api.enums import ReceiptStatus, TaskStatus
 from orchestrator.api.human_steps import decider, says_who
@@ -62,6 +62,7 @@ class ResolvedView(BaseModel):
     queued_generation: int | None = Field(
         description="the generation queued at once when the task waited only on open writes"
     )
+    dispatched: bool | None = Field(default=None, description=WAKE_UP_DISPATCHED)
 
     @classmethod
     def of(cls, resolution: Resolution) -> ResolvedView:
@@ -78,6 +79,7 @@ class ResolvedView(BaseModel):
             task_status=TaskStatus(resolution.task_status),
             generation=resolution.generation,
             queued_generation=resolution.queued_generation,
+            dispatched=None if resolution.wake_up is None else resolution.wake_up.sent,
         )
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "InvocationView",
     "LastWrite",
     "LeaseView",
+    "RequeuedView",
     "ResolutionView",
     "SessionView",
     "TaskView",
@@ -96,6 +97,15 @@ class TriggerView(TaskView):
         "the task is stored and queued all the same, and the sweeper sends its wake-up at its "
         "first sweep once the broker takes messages again (the `tasks trigger` CLI's JSON "
         "says the same)"
+    )
+
+
+class RequeuedView(TaskView):
+    dispatched: bool = Field(
+        description="false when the broker did not take the new generation's wake-up (Redis "
+        "down): the requeue is committed all the same, and the sweeper sends the wake-up at "
+        "its first sweep once the broker takes messages again (the `tasks requeue` CLI says so "
+        "in a line)"
     )
 
 

@@ -12,7 +12,13 @@ from orchestrator.api.auth import current_operator
 from orchestrator.api.contract import FilledText, Page, error_responses
 from orchestrator.api.enums import TaskStatus
 from orchestrator.api.etags import IF_NONE_MATCH, NOT_MODIFIED, shape_of, tagged
-from orchestrator.api.models import ExplainView, TaskView, TranscriptPage, TriggerView
+from orchestrator.api.models import (
+    ExplainView,
+    RequeuedView,
+    TaskView,
+    TranscriptPage,
+    TriggerView,
+)
 from orchestrator.domain.task_filter import TASK_TYPE_MAX, TASK_TYPE_PATTERN, task_filter
 from orchestrator.leases import make_lease_backend
 from orchestrator.runtime import celery_dispatcher
@@ -186,7 +192,7 @@ def task_transcript(
     return service.transcript(task_id, generation, limit=limit, cursor=cursor)
 
 
-@router.post("/{task_id}/requeue", response_model=TaskView, responses=error_responses(404, 409))
+@router.post("/{task_id}/requeue", response_model=RequeuedView, responses=error_responses(404, 409))
 def requeue_task(
     task_id: str,
     body: RequeueBody,
@@ -195,7 +201,8 @@ def requeue_task(
 ) -> dict[str, Any]:
     """A new generation now (a running one is fenced out); the requeue records who asked."""
     by = _asker(request, body.by)
-    return task_view(service.requeue(task_id, body.reason, by=by))
+    requeued = service.requeue_and_wake(task_id, body.reason, by=by)
+    return task_view(requeued.task) | {"dispatched": requeued.wake_up.sent}
 
 
 @router.post("/{task_id}/cancel", response_model=TaskView, responses=error_responses(404, 409))

@@ -24,6 +24,7 @@ from orchestrator.cli.common import (
     printable,
 )
 from orchestrator.cli.outbox import error_label
+from orchestrator.cli.wake_ups import quiet_dispatch_log, say_unsent
 from orchestrator.domain.cursors import encode_cursor
 from orchestrator.domain.vocabulary import ACTION_STATUSES
 from orchestrator.runtime import build_runtime
@@ -238,8 +239,9 @@ def _decide(args: argparse.Namespace) -> int:
     by = login_name() if args.by is None else args.by
     body = checked_body(Decision, {"by": by, "note": args.note})
     rt = build_runtime(load())  # the real dispatcher: a decision may queue a generation
+    quiet_dispatch_log()
     try:
-        action = rt.actions.decide(
+        decided = rt.actions.decide_and_wake(
             args.action_id,
             approve=args.approve,
             by=body.by,
@@ -248,8 +250,16 @@ def _decide(args: argparse.Namespace) -> int:
         )
     finally:
         rt.close()
+    action, wake_up = decided.action, decided.wake_up
     if args.json:
-        print_json(_as_sent(action))
+        print_json(
+            _as_sent(action)
+            | {
+                "queued_generation": None if wake_up is None else wake_up.generation,
+                "dispatched": None if wake_up is None else wake_up.sent,
+            }
+        )
     else:
         print(f"action {action.action_id} {action.status} by {action.decided_by}")
+    say_unsent(wake_up, action.task_id, "approval" if args.approve else "rejection", rt.settings)
     return 0

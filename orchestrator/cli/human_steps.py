@@ -16,6 +16,7 @@ from orchestrator.cli.common import (
     login_name,
     print_json,
 )
+from orchestrator.cli.wake_ups import quiet_dispatch_log, say_unsent
 from orchestrator.runtime import build_runtime
 
 __all__ = ["register_node"]
@@ -53,6 +54,7 @@ def _node(args: argparse.Namespace) -> int:
             raise CommandFailed(f"--{args.status[:4]} needs --reason TEXT", exit_code=2)
         text = _checked(CloseBody, {"by": by, "reason": args.reason})
     rt = build_runtime(load())  # the real dispatcher: the step may queue a generation
+    quiet_dispatch_log()
     try:
         step = rt.human_steps.close(
             args.task_id,
@@ -80,6 +82,7 @@ def _node(args: argparse.Namespace) -> int:
             f"{step.plan.revision}{of}); task {step.task_id} is {step.task_status}, "
             f"generation {step.generation}"
         )
+    say_unsent(step.wake_up, step.task_id, "step", rt.settings)
     return 0
 
 

@@ -11,6 +11,7 @@ import getpass
 import logging
 import sys
 import threading
+from datetime import datetime
 from typing import Any
 
 from orchestrator.cli.common import (
@@ -27,6 +28,7 @@ from orchestrator.logs import configure_logging
 from orchestrator.services.outbox import OutboxDispatcher, OutboxService
 from orchestrator.store.db import Database
 from orchestrator.store.tables import OUTBOX_KINDS, OUTBOX_STATUSES
+from orchestrator.store.types import utcnow
 
 __all__ = ["dead_label", "error_label", "register"]
 
@@ -155,8 +157,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         db.dispose()
 
 
-def _line(row: dict[str, Any]) -> str:
+def _line(row: dict[str, Any], now: datetime) -> str:
     what = row["action_id"] if row["kind"] == "action" else f"event {row['event_id']}"
+    what += _next_attempt(row, now)
     error = f"  {error_label(row)}: {row['last_error']}" if row["last_error"] else ""
     if dead_label(row):
         error += f"  {dead_label(row)}"
@@ -178,6 +181,34 @@ def _line(row: dict[str, Any]) -> str:
         f"attempts {row['attempts']:<3}  throttled {row['throttled']:<3}  "
         f"task {row['task_id']}  {what}{error}"
     )
+
+
+def _next_attempt(row: dict[str, Any], now: datetime) -> str:
+    """When a pending row is tried next, from now (`  next attempt in 4m10s`): an operator
+    watching a failing receiver sees when it is tried again, and one due long ago (`due 12m
+    ago`) is no dispatcher sending. Nothing for a row held behind another (its own time means
+    nothing until that one goes) nor for a row that is not pending."""
+    at = row.get("next_attempt_at")
+    if row["status"] != "pending" or not isinstance(at, datetime):
+        return ""
+    if row.get("waits_behind") or row.get("waits_behind_retried"):
+        return ""
+    seconds = (at - now).total_seconds()
+    if seconds >= 1:
+        return f"  next attempt in {_span(seconds)}"
+    return f"  next attempt due {_span(-seconds)} ago" if seconds <= -1 else "  next attempt due"
+
+
+def _span(seconds: float) -> str:
+    """A duration in its two largest units: 45s, 4m10s, 2h05m, 3d04h."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    if whole < 86400:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
 
 
 def dead_label(row: dict[str, Any]) -> str:
@@ -220,7 +251,8 @@ def _list(args: argparse.Namespace) -> int:
         if follow:  # stdout stays one JSON array (as `tasks list --json`); the way on beside it
             print(follow, file=sys.stderr)
         return 0
-    print("\n".join(_line(row) for row in rows) or "no deliveries")
+    now = utcnow()
+    print("\n".join(_line(row, now) for row in rows) or "no deliveries")
     if follow:
         print(follow)
     return 0

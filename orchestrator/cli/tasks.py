@@ -24,6 +24,7 @@ from orchestrator.cli.common import (
     printable,
 )
 from orchestrator.cli.outbox import dead_label
+from orchestrator.cli.wake_ups import quiet_dispatch_log, say_unsent
 from orchestrator.domain.recovery import readable_call
 from orchestrator.logs import redact, secrets_of
 from orchestrator.runtime import Runtime, build_runtime
@@ -390,14 +391,17 @@ def _requeue(args: argparse.Namespace) -> int:
 
     reason, by = _reason_and_by(args, RequeueBody)
     rt = _runtime()
+    quiet_dispatch_log()
     try:
-        task = rt.tasks.requeue(args.task_id, reason, by=by)
+        requeued = rt.tasks.requeue_and_wake(args.task_id, reason, by=by)
     finally:
         rt.close()
+    task = requeued.task
     if args.json:
-        print_json(task_view(task))
+        print_json(task_view(task) | {"dispatched": requeued.wake_up.sent})
     else:
         print(f"requeued task {task.task_id} as generation {task.generation}")
+    say_unsent(requeued.wake_up, task.task_id, "requeue", rt.settings)
     return 0
 
 

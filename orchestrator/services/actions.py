@@ -22,7 +22,7 @@ from orchestrator.domain.fingerprints import NonCanonical
 from orchestrator.domain.plans import distinct_edges
 from orchestrator.domain.vocabulary import ACTION_KINDS, ACTION_STATUSES, OPEN_NODE_STATUSES
 from orchestrator.errors import ConflictError, InvalidTransition, NotFound, ValidationFailed, echoed
-from orchestrator.services.dispatch import Dispatcher, RecordingDispatcher, dispatch_or_record
+from orchestrator.services.dispatch import Dispatcher, RecordingDispatcher, WakeUp, wake
 from orchestrator.services.plans import PlanService, publish_txn
 from orchestrator.services.redecide import redecide_txn
 from orchestrator.store import action_notices as notice_store
@@ -35,7 +35,7 @@ from orchestrator.store.actions import ActionRecord
 from orchestrator.store.db import Database
 from orchestrator.store.fencing import check_fence
 
-__all__ = ["ActionService", "DecisionHook", "Proposal"]
+__all__ = ["ActionService", "Decided", "DecisionHook", "Proposal"]
 
 #: Runs inside the decision's transaction, after the compare-and-set: what it writes commits
 #: with the decision or not at all (the outbox row of an approved action goes here).
@@ -47,6 +47,15 @@ class Proposal:
     action: ActionRecord
     plan_revision: int
     created: bool
+
+
+@dataclass(frozen=True)
+class Decided:
+    """A decision, and the wake-up of the generation it queued (None when it queued none, as
+    while another action of the task still waits)."""
+
+    action: ActionRecord
+    wake_up: WakeUp | None
 
 
 class ActionService:
@@ -152,7 +161,23 @@ class ActionService:
         note: str | None,
         digest: str | None = None,
     ) -> ActionRecord:
-        """A human's approval or rejection, decided once; the task moves at once.
+        """A human's approval or rejection, decided once; the task moves at once (see
+        `decide_and_wake`)."""
+        return self.decide_and_wake(
+            action_id, approve=approve, by=by, note=note, digest=digest
+        ).action
+
+    def decide_and_wake(
+        self,
+        action_id: str,
+        *,
+        approve: bool,
+        by: str,
+        note: str | None,
+        digest: str | None = None,
+    ) -> Decided:
+        """A human's approval or rejection, decided once; the task moves at once, and the
+        answer says what became of the wake-up of a generation it queued.
 
         An approval names the digest it approves: another digest, or an action that was
         superseded or no longer served by its plan node, is refused with 409 `stale_approval`.
@@ -166,12 +191,13 @@ class ActionService:
             )
         with self.db.transaction() as conn:
             decided, next_generation = self._decide_txn(conn, action_id, approve, by, note, digest)
+        wake_up = None
         if next_generation is not None:
-            dispatch_or_record(self.db, self.dispatcher, decided.task_id, next_generation)
+            wake_up = wake(self.db, self.dispatcher, decided.task_id, next_generation)
         from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
 
         metrics.APPROVALS_DECIDED.labels(decided.status).inc()
-        return decided
+        return Decided(decided, wake_up)
 
     def _decide_txn(
         self,

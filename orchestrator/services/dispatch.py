@@ -4,11 +4,16 @@ A wake-up the broker did not take (Redis down at the commit) is recorded in the 
 (`dispatch_or_record`, `record_unsent`), and the sweeper sends it again at its first sweep once
 the broker takes messages, instead of after ORCH_QUEUED_STALE_SECONDS. The record is written on
 the failure path only: a wake-up that went out costs no statement.
+
+A change an operator or the backend makes (a requeue, a decision, a person's step, a
+resolution) answers with its `WakeUp`, so the CLI and the API say a refused one as the trigger
+does: the change is committed all the same, and only its start waits for the broker.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -21,10 +26,12 @@ if TYPE_CHECKING:
 __all__ = [
     "Dispatcher",
     "RecordingDispatcher",
+    "WakeUp",
     "dispatch_or_record",
     "record_unsent",
     "safe_dispatch",
     "safe_dispatch_many",
+    "wake",
 ]
 
 log = logging.getLogger(__name__)
@@ -82,15 +89,37 @@ def dispatch_failure(
     return None
 
 
+@dataclass(frozen=True)
+class WakeUp:
+    """What became of the wake-up of a generation a change queued after its commit."""
+
+    generation: int
+    #: False when the broker did not take it (Redis down): the change is committed all the same.
+    sent: bool = True
+    #: Why the broker did not take it (the error's type and first line), when it did not.
+    error: str | None = None
+    #: False when the store did not take the record of the refusal either: the sweeper then
+    #: republishes the wake-up after ORCH_QUEUED_STALE_SECONDS, not at its first sweep.
+    recorded: bool = True
+
+
+def wake(
+    db: Database, dispatcher: Dispatcher, task_id: str, generation: int, *, again: bool = False
+) -> WakeUp:
+    """Send the wake-up of `generation`; one the broker did not take is recorded in the store
+    for the next sweep (`record_unsent`)."""
+    failure = dispatch_failure(dispatcher, task_id, generation, again=again)
+    if failure is None:
+        return WakeUp(generation)
+    recorded = record_unsent(db, [(task_id, generation)])
+    return WakeUp(generation, sent=False, error=failure, recorded=recorded)
+
+
 def dispatch_or_record(
     db: Database, dispatcher: Dispatcher, task_id: str, generation: int, *, again: bool = False
 ) -> str | None:
-    """`dispatch_failure`, and a wake-up the broker did not take recorded in the store for the
-    next sweep (`record_unsent`). Why it was not sent, or None when it was."""
-    failure = dispatch_failure(dispatcher, task_id, generation, again=again)
-    if failure is not None:
-        record_unsent(db, [(task_id, generation)])
-    return failure
+    """`wake`, answering why the wake-up was not sent, or None when it was."""
+    return wake(db, dispatcher, task_id, generation, again=again).error
 
 
 def record_unsent(db: Database, wakeups: list[tuple[str, int]]) -> bool:

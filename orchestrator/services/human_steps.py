@@ -24,7 +24,7 @@ from orchestrator.domain.human_steps import PERSON_REQUEST_PREFIX, close_human_n
 from orchestrator.domain.retries import next_retries
 from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
 from orchestrator.errors import ConflictError, NotFound, echoed
-from orchestrator.services.dispatch import Dispatcher, dispatch_or_record
+from orchestrator.services.dispatch import Dispatcher, WakeUp, wake
 from orchestrator.services.plans import PlanService
 from orchestrator.services.redecide import redecide_txn
 from orchestrator.store import plans as plan_store
@@ -52,6 +52,8 @@ class HumanStep:
     plan: PlanRecord
     task_status: str
     generation: int
+    #: The wake-up of the generation the step queued; None when it queued none.
+    wake_up: WakeUp | None = None
 
 
 def _plan_to_close_in(conn: Connection, task: TaskRecord) -> PlanRecord:
@@ -167,8 +169,9 @@ class HumanStepService:
             failed = node_id if status == "failed" else None
             next_generation = redecide_txn(conn, task, failed_node=failed)
         self.plans.notify(record)
+        wake_up = None
         if next_generation is not None:
-            dispatch_or_record(self.db, self.dispatcher, task_id, next_generation)
+            wake_up = wake(self.db, self.dispatcher, task_id, next_generation)
         return HumanStep(
             task_id=task_id,
             node_id=node_id,
@@ -178,4 +181,5 @@ class HumanStepService:
             plan=record,
             task_status="queued" if next_generation is not None else task.status,
             generation=next_generation or task.generation,
+            wake_up=wake_up,
         )

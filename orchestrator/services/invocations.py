@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.errors import ConflictError, NotFound, ValidationFailed, echoed
-from orchestrator.services.dispatch import Dispatcher, dispatch_or_record
+from orchestrator.services.dispatch import Dispatcher, WakeUp, wake
 from orchestrator.services.redecide import redecide_txn
 from orchestrator.store import open_work
 from orchestrator.store import task_events as event_store
@@ -53,6 +53,8 @@ class Resolution:
     task_status: str
     generation: int
     queued_generation: int | None  # the generation queued at once, when the task waited on it
+    #: What became of that generation's wake-up; None when none was queued.
+    wake_up: WakeUp | None = None
 
 
 class InvocationService:
@@ -123,8 +125,9 @@ class InvocationService:
             resolved = open_work.receipt_row(conn, invocation_id)
             assert after is not None
             assert resolved is not None
+        wake_up = None
         if queued is not None:
-            dispatch_or_record(self.db, self.dispatcher, after.task_id, queued)
+            wake_up = wake(self.db, self.dispatcher, after.task_id, queued)
         return Resolution(
             receipt=Receipt.from_row(resolved),
             previous_status=previous,
@@ -134,6 +137,7 @@ class InvocationService:
             task_status=after.status,
             generation=after.generation,
             queued_generation=queued,
+            wake_up=wake_up,
         )
 
 

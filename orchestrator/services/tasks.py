@@ -25,9 +25,10 @@ from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable
 from orchestrator.leases.keys import ended_key
 from orchestrator.services.dispatch import (
     Dispatcher,
+    WakeUp,
     dispatch_failure,
-    dispatch_or_record,
     record_unsent,
+    wake,
 )
 from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.recovery import snapshot_for
@@ -48,7 +49,7 @@ from orchestrator.store.records import ExecutionRecord, TaskRecord
 from orchestrator.store.tables import tasks
 from orchestrator.store.types import utcnow
 
-__all__ = ["CANCELLED", "TaskService", "Trigger", "TriggerResult"]
+__all__ = ["CANCELLED", "Requeued", "TaskService", "Trigger", "TriggerResult"]
 
 _ID_PATTERN = TASK_TYPE_PATTERN
 
@@ -96,6 +97,15 @@ class TriggerResult:
     #: False when the store did not take that record either: the sweeper then republishes the
     #: wake-up after ORCH_QUEUED_STALE_SECONDS.
     unsent_recorded: bool = True
+
+
+@dataclass(frozen=True)
+class Requeued:
+    """A requeue: the task after it, and whether the broker took its new generation's wake-up
+    (a refused one is sent by the next sweep: the CLI and the API say so)."""
+
+    task: TaskRecord
+    wake_up: WakeUp
 
 
 class TaskService:
@@ -182,6 +192,10 @@ class TaskService:
     def requeue(self, task_id: str, reason: str, *, by: str | None = None) -> TaskRecord:
         """A new generation now; a running one is superseded and fenced out. `by` is who asked
         (an account, the CLI's user; None: the shared API token named no one)."""
+        return self.requeue_and_wake(task_id, reason, by=by).task
+
+    def requeue_and_wake(self, task_id: str, reason: str, *, by: str | None = None) -> Requeued:
+        """`requeue`, answering with what became of the new generation's wake-up."""
         said = f"requeued by {by or 'an operator'}: {reason}"
         with self.db.transaction() as conn:
             task = task_store.get_task(conn, task_id, lock=True)
@@ -213,9 +227,9 @@ class TaskService:
             # What this requeue did, read in its own transaction: a cancel that commits just
             # after it must not make the requeue's answer say "cancelled".
             requeued = task_store.get_task(conn, task_id)
-        dispatch_or_record(self.db, self.dispatcher, task_id, nxt)
+        wake_up = wake(self.db, self.dispatcher, task_id, nxt)
         assert requeued is not None
-        return requeued
+        return Requeued(requeued, wake_up)
 
     def cancel(self, task_id: str, reason: str = CANCELLED, *, by: str | None = None) -> TaskRecord:
         """Fence the live generation and mark the task cancelled. `by` is who asked (as for

@@ -20,9 +20,11 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from sqlalchemy import (
+    ColumnElement,
     Connection,
     Row,
     and_,
+    case,
     delete,
     exists,
     func,
@@ -128,9 +130,12 @@ _SENT_STATUSES: Final = ("delivered", "dead", "discarded")
 
 
 def oldest_deliverable(conn: Connection) -> dict[str, datetime]:
-    """By kind, when the oldest pending row that a dispatcher may send was written: a webhook
-    held in order behind its task's dead letter (an earlier event, dead-lettered) is left out,
-    as it waits for an operator's retry or discard, not for a dispatcher or the backend.
+    """By kind, since when the oldest pending row that a dispatcher may send has waited: from
+    when it was written or, later, when an operator's retry or discard released it
+    (`released_at`: a dead letter retried after three days read three days until delivered,
+    and so did each event of its task it had held back). A webhook held in order behind its
+    task's dead letter (an earlier event, dead-lettered) is left out, as it waits for an
+    operator's retry or discard, not for a dispatcher or the backend.
 
     The dead letters are few: their first event per task is joined by hash, not looked up once
     per pending row (300,000 pending webhooks: about 90 ms on Postgres against 1.5 s for a
@@ -144,8 +149,13 @@ def oldest_deliverable(conn: Connection) -> dict[str, datetime]:
     joined = outbox.outerjoin(
         first_dead, and_(first_dead.c.task_id == outbox.c.task_id, outbox.c.kind == "webhook")
     )
+    # Waiting since it was written or, later, since an operator's retry or discard released it.
+    waiting_since = case(
+        (outbox.c.released_at > outbox.c.created_at, outbox.c.released_at),
+        else_=outbox.c.created_at,
+    )
     rows = conn.execute(
-        select(outbox.c.kind, func.min(outbox.c.created_at))
+        select(outbox.c.kind, func.min(waiting_since))
         .select_from(joined)
         .where(
             outbox.c.status == "pending",
@@ -283,12 +293,14 @@ def mark_failed(
 
 def retry_dead(conn: Connection, outbox_id: int) -> bool:
     """An operator's retry: a dead row is due again now, with fresh attempt and throttled
-    counts."""
+    counts, released now (as are the pending webhooks of its task, which it held back)."""
+    now = utcnow()
+    _release_held_behind(conn, [outbox.c.outbox_id == outbox_id, outbox.c.status == "dead"], now)
     return (
         conn.execute(
             update(outbox)
             .where(outbox.c.outbox_id == outbox_id, outbox.c.status == "dead")
-            .values(status="pending", attempts=0, throttled=0, next_attempt_at=utcnow())
+            .values(status="pending", attempts=0, throttled=0, next_attempt_at=now, released_at=now)
         ).rowcount
         == 1
     )
@@ -302,27 +314,46 @@ def retry_all_dead(conn: Connection, *, kind: str | None, task_id: str | None) -
         conditions.append(outbox.c.kind == kind)
     if task_id is not None:
         conditions.append(outbox.c.task_id == task_id)
+    now = utcnow()
+    _release_held_behind(conn, conditions, now)
     result = conn.execute(
         update(outbox)
         .where(*conditions)
-        .values(status="pending", attempts=0, throttled=0, next_attempt_at=utcnow())
+        .values(status="pending", attempts=0, throttled=0, next_attempt_at=now, released_at=now)
     )
     return int(result.rowcount)
 
 
 def discard_dead(conn: Connection, outbox_id: int, *, by: str, reason: str) -> bool:
     """An operator's discard: a dead row is settled by hand, never sent again, and its task's
-    later events go on. False when the row is not dead (a retry or another discard came
-    first)."""
+    later events go on (released now). False when the row is not dead (a retry or another
+    discard came first)."""
+    now = utcnow()
+    _release_held_behind(conn, [outbox.c.outbox_id == outbox_id, outbox.c.status == "dead"], now)
     return (
         conn.execute(
             update(outbox)
             .where(outbox.c.outbox_id == outbox_id, outbox.c.status == "dead")
-            .values(
-                status="discarded", discarded_at=utcnow(), discarded_by=by, discard_reason=reason
-            )
+            .values(status="discarded", discarded_at=now, discarded_by=by, discard_reason=reason)
         ).rowcount
         == 1
+    )
+
+
+def _release_held_behind(conn: Connection, dead: list[ColumnElement[bool]], now: datetime) -> None:
+    """Stamp `released_at` on the pending webhooks of the tasks of the `dead` webhooks an
+    operator retries or discards (read before that write): a task's events go in order, so its
+    pending ones waited behind the dead letter, for the operator, not for the dispatcher. The
+    oldest-pending gauge measures their wait from now (`oldest_deliverable`)."""
+    tasks_of_dead = select(outbox.c.task_id).where(*dead, outbox.c.kind == "webhook")
+    conn.execute(
+        update(outbox)
+        .where(
+            outbox.c.kind == "webhook",
+            outbox.c.status == "pending",
+            outbox.c.task_id.in_(tasks_of_dead),
+        )
+        .values(released_at=now)
     )
 
 

@@ -461,6 +461,11 @@ outbox = Table(
     Column("discarded_at", UTCDateTime, nullable=True),
     Column("discarded_by", String(200), nullable=True),
     Column("discard_reason", Text, nullable=True),
+    # When an operator's retry or discard last made the row deliverable again (migration 0024):
+    # the retried row, and the pending webhooks of its task that it (or a discarded one) held
+    # back. The oldest-pending gauge measures a row's wait from the later of this and
+    # `created_at`: a retried dead letter's wait starts at the retry, not when it was written.
+    Column("released_at", UTCDateTime, nullable=True),
     UniqueConstraint("action_id"),  # one delivery per approval
     one_of("kind", OUTBOX_KINDS),
     one_of("status", OUTBOX_STATUSES),

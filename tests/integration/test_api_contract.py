@@ -251,9 +251,9 @@ def test_schemathesis_finds_no_server_error_and_no_response_outside_the_schema(
 #: Response fields that stay free-form objects in the OpenAPI document, each with its reason. A
 #: generated client gets a plain dict for these and a typed model for everything else.
 FREE_FORM = {
-    "ActionOut.payload": "what the agent proposed for the business backend, in the backend's "
+    "ActionShown.payload": "what the agent proposed for the business backend, in the backend's "
     "own schema; the orchestrator only stores it and binds the approval to its digest",
-    "ActionShown.payload": "the same payload, in one action shown with its delivery",
+    "DecidedView.payload": "the same payload, in the answer to an approval or a rejection",
     "PendingActionView.payload": "the same payload, in the pending actions of the explain view",
     "UnknownCallView.arguments": "what the model asked a tool for (redacted when sensitive), "
     "in each tool's own schema, in the explain view's recovery snapshot",

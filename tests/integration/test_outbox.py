@@ -289,10 +289,68 @@ def test_the_metrics_count_dead_letters_and_the_oldest_pending_delivery_from_the
     # By kind: no action waits (an unconfigured kind's rows wait on purpose, and must not make
     # an alert on the other kind fire).
     assert gauges["orchestrator_outbox_oldest_pending_seconds[('kind', 'action')]"] == 0.0
-    # Retried, the dead letter is deliverable again: its age counts.
+    # Retried, the dead letter is deliverable again: it counts, waiting since the retry (and
+    # so does the event it held back), not since it was written a minute ago.
     [dead] = OutboxService(rt.db).list(task_id=task_id, status="dead")
     OutboxService(rt.db).retry(dead.outbox_id)
-    assert 60 <= _store_gauges(rt)[oldest_webhook] < 120
+    assert 0 <= _store_gauges(rt)[oldest_webhook] < 30
+
+
+def _age(rt: Runtime, task_id: str, seconds: float) -> None:
+    """The task's outbox rows written `seconds` ago, as is their `released_at` if they have
+    one (so much time passed since)."""
+    then = utcnow() - timedelta(seconds=seconds)
+    with rt.db.transaction() as conn:
+        conn.execute(update(outbox).where(outbox.c.task_id == task_id).values(created_at=then))
+        conn.execute(
+            update(outbox)
+            .where(outbox.c.task_id == task_id, outbox.c.released_at.is_not(None))
+            .values(released_at=then)
+        )
+
+
+def test_the_oldest_pending_age_of_a_retried_or_discarded_dead_letter_starts_at_the_operator(
+    rt: Runtime, tmp_path: Path, backend: Recorder, dispatcher: OutboxDispatcher
+) -> None:
+    """The gauge measured a row's wait from when it was written: an operator's retry of a
+    three-day-old dead letter read three days at once, and so did each event of its task it
+    had held back, in order, until all were delivered: an alert on the age fired for a backlog
+    that was draining. Now from the later of the writing and the operator's retry or discard;
+    a backend that keeps failing the retried row still shows, its wait growing from the retry."""
+    oldest_webhook = "orchestrator_outbox_oldest_pending_seconds[('kind', 'webhook')]"
+    three_days = 3 * 86400
+    backend.always_fail = True
+    retried_task, _ = waiting_task(rt, tmp_path)
+    discarded_task, _ = waiting_task(rt, tmp_path)
+    for _ in range(40):
+        dispatcher.run_once()
+        if all(
+            OutboxService(rt.db).list(task_id=t, status="dead")
+            for t in (retried_task, discarded_task)
+        ):
+            break
+    for task_id in (retried_task, discarded_task):
+        _age(rt, task_id, three_days)
+        assert OutboxService(rt.db).list(task_id=task_id, status="pending")  # held behind it
+    assert _store_gauges(rt)[oldest_webhook] == 0.0  # every pending one is held
+
+    [dead] = OutboxService(rt.db).list(task_id=retried_task, status="dead")
+    OutboxService(rt.db).retry(dead.outbox_id)
+    assert _store_gauges(rt)[oldest_webhook] < 30  # was three days
+    dispatcher.run_once()  # the backend still fails it: its wait grows from the retry
+    assert OutboxService(rt.db).list(task_id=retried_task)[0].attempts == 1
+    assert _store_gauges(rt)[oldest_webhook] < 30
+    _age(rt, retried_task, 600)
+    assert 600 <= _store_gauges(rt)[oldest_webhook] < 630
+
+    [dead] = OutboxService(rt.db).list(task_id=discarded_task, status="dead")
+    OutboxService(rt.db).discard(dead.outbox_id, reason="sent by hand", by="otto")
+    _age(rt, retried_task, 0)  # only the events the discard released are left to read
+    assert _store_gauges(rt)[oldest_webhook] < 30  # the events behind it: three days before
+    backend.always_fail = False
+    for _ in range(10):
+        dispatcher.run_once()
+    assert _store_gauges(rt)[oldest_webhook] == 0.0
 
 
 def test_a_kind_without_its_url_has_no_oldest_pending_age_to_page_on(

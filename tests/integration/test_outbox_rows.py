@@ -299,3 +299,47 @@ def test_the_delivery_list_has_an_etag_that_every_write_to_a_listed_row_changes(
         f"/api/v1/outbox/{first.outbox_id}/discard", json={"reason": "by phone"}, headers=operator
     ).raise_for_status()
     changed()  # settled by hand: the later events go on
+
+
+def test_the_list_says_when_a_pending_row_is_tried_next(
+    rt: Runtime, tmp_path: Path, cli: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`outbox list` printed no next attempt (only `outbox show` and `--json` did): an operator
+    watching a failing receiver could not see when it is tried again, nor tell a row due long
+    ago (no dispatcher sending) from one backing off."""
+    import re
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from orchestrator.cli import main
+    from orchestrator.store.tables import outbox
+    from orchestrator.store.types import utcnow
+
+    failing, _ = waiting_task(rt, tmp_path)
+    overdue, _ = waiting_task(rt, tmp_path)
+    [backing_off, held] = OutboxService(rt.db).list(task_id=failing)[:2]
+    [stuck, *_] = OutboxService(rt.db).list(task_id=overdue)
+    now = utcnow()
+    with rt.db.transaction() as conn:
+        conn.execute(  # failed once, backing off five minutes
+            update(outbox)
+            .where(outbox.c.outbox_id == backing_off.outbox_id)
+            .values(attempts=1, last_error="HTTP 503", next_attempt_at=now + timedelta(minutes=5))
+        )
+        conn.execute(  # due ten minutes ago, and not sent
+            update(outbox)
+            .where(outbox.c.outbox_id == stuck.outbox_id)
+            .values(next_attempt_at=now - timedelta(minutes=10))
+        )
+    assert main(["outbox", "list", "--status", "pending"]) == 0
+    lines = {int(line.split()[0]): line for line in capsys.readouterr().out.splitlines()}
+    assert re.search(
+        r"  next attempt in 4m5\ds  last error: HTTP 503$", lines[backing_off.outbox_id]
+    )
+    assert re.search(r"  next attempt due 10m0\ds ago$", lines[stuck.outbox_id])
+    # Held behind the one backing off: its own time means nothing until that one goes.
+    assert "next attempt" not in lines[held.outbox_id]
+    assert lines[held.outbox_id].endswith(
+        f"waits behind outbox {backing_off.outbox_id}, being retried"
+    )

@@ -1,0 +1,213 @@
+"""A change that queues a generation says when the broker refused its wake-up: a requeue, an
+approval, a person's step and a resolution answer `dispatched: false` in the API, and their CLI
+commands print a line and still exit 0 (the change is committed; the sweeper sends the wake-up
+at its first sweep once Redis is back, `test_unsent_wake_ups.py`). Before, only the service's
+log line said so: the operator read "requeued" and waited for a worker that was never woken.
+
+Redis is really stopped: a redis-server started, then killed (nothing listens on its port). The
+tasks are brought to the change with a `RecordingDispatcher`; the change itself goes through
+the CLI or the API on the stopped Redis.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from orchestrator.api.app import create_app
+from orchestrator.cli import main
+from orchestrator.runtime import Runtime
+from orchestrator.services.tasks import Trigger
+from orchestrator.settings import load_settings
+from tests.executions_support import runtime_for
+from tests.integration.fake_backend import Backend, gateway_overrides, running_backend
+from tests.integration.test_approvals import waiting_task
+from tests.integration.test_human_steps import waiting_on_a_sample
+from tests.integration.test_invocation_resolve import completing_after, order, run_first_round
+from tests.services import RedisServer, ServiceMissing, service_unavailable
+
+REFUSED = "the broker did not take the wake-up of task"
+
+
+@pytest.fixture
+def stopped_redis() -> str:
+    """The URL of a Redis that was started and is now stopped."""
+    server = RedisServer()
+    try:
+        server.start()
+    except ServiceMissing as exc:
+        service_unavailable(str(exc))
+    server.close()
+    return server.url
+
+
+@pytest.fixture
+def rt(store_url: str, scripts: Path) -> Iterator[Runtime]:
+    runtime, _ = runtime_for(store_url, scripts)
+    yield runtime
+    runtime.close()
+
+
+@pytest.fixture
+def cli(
+    store_url: str, stopped_redis: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI's commands on the store, with the broker on the stopped Redis."""
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("ORCH_REDIS_URL", stopped_redis)
+
+
+@pytest.fixture
+def api(store_url: str, stopped_redis: str, tmp_path: Path) -> Iterator[TestClient]:
+    """The API on the store, its services' dispatcher on the stopped Redis."""
+    settings = load_settings(
+        database_url=store_url, redis_url=stopped_redis, home=tmp_path / "api-home"
+    )
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        yield client
+
+
+def refused_line(err: str, task_id: str, generation: int, change: str) -> None:
+    [line] = [line for line in err.splitlines() if REFUSED in line]
+    assert f"task {task_id} generation {generation} (" in line
+    assert f"the {change} is committed, and the sweeper sends the wake-up at its first sweep" in (
+        line
+    )
+
+
+def test_a_requeue_says_its_wake_up_was_not_sent(
+    rt: Runtime, cli: None, api: TestClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="r")).task.task_id
+    assert main(["tasks", "requeue", task_id, "--reason", "again", "--by", "op"]) == 0
+    out, err = capsys.readouterr()
+    assert f"requeued task {task_id} as generation 2" in out
+    refused_line(err, task_id, 2, "requeue")
+    assert main(["tasks", "requeue", task_id, "--reason", "again", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["dispatched"] is False
+    refused_line(err, task_id, 3, "requeue")
+
+    answer = api.post(f"/api/v1/tasks/{task_id}/requeue", json={"reason": "again", "by": "op"})
+    assert answer.status_code == 200, answer.text
+    assert (answer.json()["generation"], answer.json()["dispatched"]) == (4, False)
+    assert rt.tasks.explain(task_id)["wake_up_unsent"] is True  # as it said: for the sweep
+
+
+def test_a_requeue_whose_wake_up_went_out_says_nothing_more(
+    rt: Runtime,
+    store_url: str,
+    redis_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="r")).task.task_id
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("ORCH_REDIS_URL", redis_url)  # up
+    assert main(["tasks", "requeue", task_id, "--reason", "again", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["dispatched"] is True
+    assert REFUSED not in err
+    app = create_app(load_settings(database_url=store_url, home=tmp_path / "api-home"))
+    app.state.tasks = rt.tasks  # its dispatcher takes every wake-up
+    with TestClient(app) as client:
+        answer = client.post(f"/api/v1/tasks/{task_id}/requeue", json={"reason": "again"})
+    assert (answer.json()["generation"], answer.json()["dispatched"]) == (3, True)
+    assert rt.dispatcher.sent[-1] == (task_id, 3)  # type: ignore[attr-defined]
+
+
+def test_an_approval_says_its_wake_up_was_not_sent(
+    rt: Runtime, scripts: Path, cli: None, api: TestClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    by_cli, action_id = waiting_task(rt, scripts)
+    digest = rt.actions.get(action_id).digest
+    assert main(["actions", "approve", action_id, "--digest", digest, "--by", "ana"]) == 0
+    out, err = capsys.readouterr()
+    assert f"action {action_id} approved by ana" in out
+    refused_line(err, by_cli, 2, "approval")
+
+    by_api, action_id = waiting_task(rt, scripts)
+    digest = rt.actions.get(action_id).digest
+    answer = api.post(f"/api/v1/actions/{action_id}/approve", json={"by": "ana", "digest": digest})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["status"] == "approved"
+    assert (answer.json()["queued_generation"], answer.json()["dispatched"]) == (2, False)
+    assert rt.tasks.explain(by_api)["wake_up_unsent"] is True
+
+
+def test_a_person_s_step_says_its_wake_up_was_not_sent(
+    rt: Runtime, scripts: Path, cli: None, api: TestClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    by_cli = waiting_on_a_sample(rt, scripts)
+    done = ["tasks", "node", by_cli, "sample", "--complete", "--evidence", "0.4", "--by", "lab"]
+    assert main([*done, "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert (json.loads(out)["task_status"], json.loads(out)["dispatched"]) == ("queued", False)
+    refused_line(err, by_cli, 2, "step")
+
+    by_api = waiting_on_a_sample(rt, scripts)
+    answer = api.post(
+        f"/api/v1/tasks/{by_api}/nodes/sample/complete", json={"by": "lab", "evidence": "0.4"}
+    )
+    assert answer.status_code == 200, answer.text
+    assert (answer.json()["generation"], answer.json()["dispatched"]) == (2, False)
+    # A step that queues nothing (the task still waits on its callback) has nothing to say.
+    waits = waiting_on_a_sample(rt, scripts, callback=True)
+    answer = api.post(
+        f"/api/v1/tasks/{waits}/nodes/sample/complete", json={"by": "lab", "evidence": "0.4"}
+    )
+    assert (answer.json()["task_status"], answer.json()["dispatched"]) == ("waiting", None)
+
+
+@pytest.fixture
+def backend() -> Iterator[Backend]:
+    with running_backend() as server:
+        yield server
+        server.release.set()
+
+
+@pytest.fixture
+def rt_backend(
+    store_url: str, scripts: Path, tmp_path: Path, backend: Backend
+) -> Iterator[Runtime]:
+    overrides = gateway_overrides(tmp_path, backend, gateway_timeout_seconds=2.0, max_rounds=10)
+    runtime, _ = runtime_for(store_url, scripts, **overrides)
+    yield runtime
+    runtime.close()
+
+
+def test_a_resolution_says_its_wake_up_was_not_sent(
+    rt_backend: Runtime,
+    scripts: Path,
+    backend: Backend,
+    cli: None,
+    api: TestClient,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    backend.mode["/orders"] = "drop"  # applied, then the connection drops: unknown
+    by_cli, by_api = (
+        run_first_round(rt_backend, scripts, completing_after([order()])) for _ in range(2)
+    )
+    [cli_write, api_write] = (
+        rt_backend.tasks.explain(task_id)["unknown_receipts"][0]["invocation_id"]
+        for task_id in (by_cli, by_api)
+    )
+    resolve = ["invocations", "resolve", cli_write, "--as", "failed", "--reason", "not there"]
+    assert main([*resolve, "--by", "otto"]) == 0
+    out, err = capsys.readouterr()
+    assert f"task {by_cli} is queued, generation 2 queued" in out
+    refused_line(err, by_cli, 2, "resolution")
+
+    answer = api.post(
+        f"/api/v1/invocations/{api_write}/resolve",
+        json={"status": "failed", "reason": "not there", "by": "otto"},
+    )
+    assert answer.status_code == 200, answer.text
+    assert (answer.json()["queued_generation"], answer.json()["dispatched"]) == (2, False)

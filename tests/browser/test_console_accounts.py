@@ -113,7 +113,8 @@ def test_an_operator_requeues_but_does_not_decide(browser: Any, console: Console
         assert tab.evaluate(f"fetch('{listing}').then(r => r.status)") == 200
     finally:
         context.close()
-    console.wait_for(task_id, lambda t: t["generation"] == 2)
+    # Requeued: generation 2 runs (the script then goes on to later generations at once).
+    console.wait_for(task_id, lambda t: t["generation"] >= 2)
 
 
 def test_a_refused_token_link_leaves_no_token_in_the_address_bar(

@@ -11,8 +11,9 @@ refused (an extra `password`, a wrong type: `invalid_arguments`), has no schema 
 its arguments, and a model that put a password or an API key into a mistaken call would leak it
 to everyone who reads the transcript. Those arguments are hidden by a conservative rule
 (`hide_unknown_arguments`, `kept_arguments`): the values under a secret-looking key, at any
-depth, become `***`, and the text of every other value is masked as the logs mask theirs
-(`orchestrator.logs.redact`: the configured secrets, bearer tokens, `password=...`). The keys
+depth, become `***`, a configured secret's text becomes `***` wherever it appears, and the
+rest of every other value is masked as the logs mask theirs (`orchestrator.logs.redact`: bearer
+tokens, `password=...`). The keys
 and the shape stay, so an operator still sees what the model got wrong. In the arguments a tool
 accepted, a configured secret's text is still masked wherever it appears (`hide_configured`):
 none belongs in a record.
@@ -85,7 +86,9 @@ def hide_unknown_arguments(arguments: Any, secrets: Iterable[Secret] = ()) -> An
     if isinstance(arguments, list):
         return [hide_unknown_arguments(item, secrets) for item in arguments]
     if isinstance(arguments, str):
-        return redact(arguments, secrets)
+        # A configured secret wholly, as in the arguments a tool accepted (`hide_configured`);
+        # the logs' rule keeps its first characters, which a record has no need of.
+        return redact(hide_configured(arguments, secrets), secrets)
     return arguments
 
 

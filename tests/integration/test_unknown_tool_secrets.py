@@ -85,7 +85,7 @@ def test_the_rule_masks_secret_looking_keys_at_any_depth_and_configured_secrets(
     assert hidden == {
         "rows": [{"id": 1, "Session-Token": ["***", "***"]}],
         "query": "SELECT 1",
-        "text": "key s3cr*** here",
+        "text": "key *** here",  # wholly, as in a call its tool accepted
         "ok": True,
     }
 
@@ -116,6 +116,8 @@ def test_arguments_a_tool_refused_keep_their_secrets_out_of_the_transcript(
     assert shown["arguments"]["source"] == "scada_sim"
     assert shown["arguments"]["password"] == "***"
     assert shown["arguments"]["parameters"]["point"] == "DM-RN-01"
+    # The key wholly, as in a call its tool accepted: no first characters kept.
+    assert shown["arguments"]["parameters"]["measure"] == "turbidity ***"
     (result,) = [e for e in entries if e["kind"] == "tool_result"]
     assert result["status"] == "failed"
     assert "password" in result["body"]["message"]  # what the model got wrong stays readable

@@ -158,15 +158,18 @@ def test_the_worker_serves_metrics_on_its_port(tmp_path: Path, scripts: Path) ->
             capture_output=True,
             timeout=60,
         )
-        # The round runs in a pool process; the parent's port shows its counters.
+        # The round runs in a pool process; the parent's port shows its counters. The task's
+        # status is the store's and the ended counter is counted after the round's end committed
+        # (once its clean-up is done): a scrape between the two shows one without the other.
+        ended = 'orchestrator_executions_ended_total{outcome="completed"} 1.0'
         while time.monotonic() < deadline:
             text = scrape(port)
-            if 'orchestrator_tasks{status="completed"} 1.0' in text:
+            if 'orchestrator_tasks{status="completed"} 1.0' in text and ended in text:
                 break
             time.sleep(0.3)
         assert 'orchestrator_tasks{status="completed"} 1.0' in text, text[-2000:]
         assert "orchestrator_executions_started_total 1.0" in text
-        assert 'orchestrator_executions_ended_total{outcome="completed"} 1.0' in text
+        assert ended in text
         tool_lines = [
             line for line in text.splitlines() if line.startswith("orchestrator_tool_calls")
         ]

@@ -517,12 +517,17 @@
       if (state.before) query.set("created_before", state.before);
       if (state.cursor) query.set("cursor", state.cursor);
       const asked = ++state.asked;
-      const result = await watched(state.held, `tasks?${query}`);
-      if (!state.alive || !shownAt(state.key) || result.unchanged) return; // unchanged: as shown
+      const path = `tasks?${query}`;
+      const result = await watched(state.held, path);
+      if (!state.alive || !shownAt(state.key)) return;
+      // Unchanged since this page was last read; as shown only if it is the page shown: back
+      // to a page read before (Newer), its 304 left the page left on screen under every poll.
+      if (result.unchanged && path === state.shownPath) return;
       // A slow poll of the page left, answered after the page asked for (Older, Newer, Show
       // more): drawn, it put the old rows under the new page's number until the next poll.
       if (asked < state.drawn) return;
       state.drawn = asked;
+      state.shownPath = result.ok ? path : null;
       if (!result.ok) {
         if (!result.down) { fill(rows, el("p", { class: "error", id: "list-error" }, errorText(result))); fill(pager); state.seen = null; }
         return;

@@ -1,7 +1,7 @@
 """How a queued generation is woken: a `Dispatcher` sends the wake-up (Celery in production).
 
 A wake-up the broker did not take (Redis down at the commit) is recorded in the store
-(`dispatch_or_record`, `record_unsent`), and the sweeper sends it again at its first sweep once
+(`wake`, `record_unsent`), and the sweeper sends it again at its first sweep once
 the broker takes messages, instead of after ORCH_QUEUED_STALE_SECONDS. The record is written on
 the failure path only: a wake-up that went out costs no statement.
 
@@ -27,7 +27,6 @@ __all__ = [
     "Dispatcher",
     "RecordingDispatcher",
     "WakeUp",
-    "dispatch_or_record",
     "record_unsent",
     "safe_dispatch",
     "safe_dispatch_many",
@@ -113,13 +112,6 @@ def wake(
         return WakeUp(generation)
     recorded = record_unsent(db, [(task_id, generation)])
     return WakeUp(generation, sent=False, error=failure, recorded=recorded)
-
-
-def dispatch_or_record(
-    db: Database, dispatcher: Dispatcher, task_id: str, generation: int, *, again: bool = False
-) -> str | None:
-    """`wake`, answering why the wake-up was not sent, or None when it was."""
-    return wake(db, dispatcher, task_id, generation, again=again).error
 
 
 def record_unsent(db: Database, wakeups: list[tuple[str, int]]) -> bool:

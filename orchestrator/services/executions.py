@@ -35,7 +35,7 @@ from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable
 from orchestrator.leases.process import current_process
 from orchestrator.logs import bind_log_context, secrets_of
 from orchestrator.services.actions import ActionService
-from orchestrator.services.dispatch import Dispatcher, dispatch_or_record
+from orchestrator.services.dispatch import Dispatcher, wake
 from orchestrator.services.generation_watch import watch_for
 from orchestrator.services.handback import HandBack
 from orchestrator.services.lease_keeper import LeaseKeeper, lease_name
@@ -559,7 +559,7 @@ class ExecutionService:
                 outage=isinstance(exc, _OUTAGES),
             )
         if next_generation is not None:
-            dispatch_or_record(self.db, self.dispatcher, task.task_id, next_generation)
+            wake(self.db, self.dispatcher, task.task_id, next_generation)
         return RunResult(True, decision.reason, decision.outcome)
 
     def _tools(self, keeper: LeaseKeeper) -> list[Tool]:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 from dataclasses import dataclass
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Final
 
 from orchestrator.agent.text import clean_text
 from orchestrator.domain.evidence import EvidenceFacts
@@ -24,10 +26,19 @@ from orchestrator.store.fencing import check_fence
 from orchestrator.store.types import utcnow
 from orchestrator.tools.base import ToolContext
 
-__all__ = ["DESCRIBED_LIMIT", "Citation", "EvidenceRecorder", "described"]
+__all__ = ["CITATION_CHARS", "DESCRIBED_LIMIT", "Citation", "EvidenceRecorder", "described"]
 
 #: The most of a command line (or the like) a record's summary repeats.
 DESCRIBED_LIMIT = 200
+
+#: The characters of a `Citation`'s values beside a result (an evidence id, a time with six
+#: fraction digits, a SHA-256 reference), the same for every record. What they tokenize to
+#: depends on their random digits; a token is at least one byte, so these bound it.
+CITATION_CHARS: Final = (
+    len(str(uuid.UUID(int=0)))
+    + len(wire_time(datetime(2000, 1, 1, tzinfo=UTC)))
+    + len(evidence_store.content_ref("0" * 64))
+)
 
 
 @dataclass(frozen=True)

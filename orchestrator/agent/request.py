@@ -7,6 +7,7 @@ read-only filter together; it records nothing itself (the transcript hook does).
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import threading
@@ -17,6 +18,7 @@ from typing import Any
 from orchestrator.agent.budget import ContextBudget, ContextOverflow, TokenCounter, prompt_tokens_of
 from orchestrator.agent.catalogue import DISCOVERY, Catalogue, Discovery
 from orchestrator.agent.compaction import Conversation, SummaryAnswer, TranscriptHook
+from orchestrator.agent.evidence import CITATION_CHARS
 from orchestrator.agent.model import Model, ModelTurn
 from orchestrator.agent.sensitive import is_sensitive, kept_arguments, redact_values
 from orchestrator.logs import Secret
@@ -32,6 +34,12 @@ BYTES_PER_TOKEN = 3
 __all__ = ["TRANSCRIPT", "AgentContext", "RequestBuilder", "result_fit"]
 
 log = logging.getLogger(__name__)
+
+#: A tool message's content around a result shown whole with the host's record, but for the
+#: result and the record's values (`ToolResult.to_message`; `null` stands for the result).
+_AROUND = json.dumps(
+    {"status": "succeeded", "evidence_id": "", "queried_at": "", "content_ref": "", "result": None}
+)
 
 #: How much a request must have grown (uncalibrated tokens) before a prompt count that did not
 #: grow with it is read as the server cutting the prompt (`_cut_by_server`).
@@ -90,6 +98,8 @@ class RequestBuilder:
         #: and whether this round has warned of a server cutting its prompts.
         self._reported: tuple[int, int] | None = None
         self._warned_cut = False
+        #: The latest assistant message: the turn whose calls are running (`_whole_fit`).
+        self._calling: dict[str, Any] | None = None
         extras = dict(ctx.extras)
         if transcript is not None:
             extras[TRANSCRIPT] = transcript
@@ -115,14 +125,18 @@ class RequestBuilder:
 
     def _whole_fit(self, text: str) -> int:
         """`WHOLE_FIT`: a result shown whole takes at most `ContextBudget.whole_result_tokens`,
-        and at most what the kept parts of the request (prompt, brief, plan, tool definitions)
-        leave of its limit, less a twentieth of the window for the turn that called it (the
-        answer's own tokens are reserved in the limit already): in a small window with many
-        tools a quarter would not fit beside them."""
+        and at most its share of what the kept parts of the request (prompt, brief, plan, tool
+        definitions) leave of its limit beside the turn that called it: the assistant message
+        and, for each of its calls, the tool message around a result with the host's record
+        (the answer's own tokens are reserved in the limit already). The turn's calls share
+        that room: two queries each fitted to all of it overflowed the request together. In a
+        small window with many tools a quarter would not fit beside them."""
         assert self.context is not None
         budget, counter = self.context.budget, self.context.counter
-        turn = budget.window // 20
-        room = max(64, budget.request_limit - self.conversation.kept_tokens() - turn)
+        calls = max(1, len(self._calls()))
+        turn = counter.scaled(self._turn_tokens())
+        room = budget.request_limit - self.conversation.kept_tokens() - turn
+        room = max(64, room // calls)
         tokens = min(budget.whole_result_tokens, room)
         # Tokenizing a day of readings (16 KB) costs about 2 ms of pure Python, more than the
         # rest of a minimal round's agent loop. What the request leaves is a hard limit, so it
@@ -152,7 +166,29 @@ class RequestBuilder:
         tools, notice = self.discovery.offer(room=0)
         return self.conversation.prepare(tools, notice), tools
 
+    def _calls(self) -> list[Any]:
+        """The tool calls of the latest assistant message (none before the first)."""
+        calls = (self._calling or {}).get("tool_calls")
+        return calls if isinstance(calls, list) else []
+
+    def _turn_tokens(self) -> int:
+        """The uncalibrated tokens of the turn whose results are being fitted, but for the
+        results themselves: its assistant message, exactly, and for each call the tool message
+        around a result and the host's record, the record's values bounded by their characters
+        (`CITATION_CHARS`: their tokens vary with their random digits)."""
+        assert self.context is not None
+        counter = self.context.counter
+        if self._calling is None:
+            return 0
+        tokens = counter.message(self._calling)
+        for call in self._calls():
+            call_id = call.get("id") if isinstance(call, Mapping) else None
+            around = {"role": "tool", "tool_call_id": str(call_id), "content": _AROUND}
+            tokens += counter.message(around) + CITATION_CHARS
+        return tokens
+
     def add_assistant(self, message: dict[str, Any]) -> None:
+        self._calling = message
         self.conversation.add_assistant(message)
 
     def add_results(

@@ -423,8 +423,9 @@ def _fitted(
                     + (f" (the next row's time is {at})" if isinstance(at, str) else "")
                     if shown
                     else f"the context window (LLM_CONTEXT_WINDOW) takes none of the "
-                    f"{len(kept)} rows beside the prompt and the tool definitions: an operator "
-                    "must make room (LLM_MAX_TOOLS, LLM_MAX_OUTPUT_TOKENS or a larger window)"
+                    f"{len(kept)} rows beside the prompt, the tool definitions and the turn's "
+                    "other calls: call it alone in a turn, or an operator must make room "
+                    "(LLM_MAX_TOOLS, LLM_MAX_OUTPUT_TOKENS or a larger window)"
                 )
         tail: dict[str, Any] = {"row_count": len(shown), "truncated": bool(reasons)}
         if reasons:

@@ -15,8 +15,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from orchestrator.agent.evidence import Citation
+from orchestrator.domain.times import wire_time
 from orchestrator.services.task_records import TaskRecords
 from orchestrator.services.tasks import Trigger
+from orchestrator.store.evidence import content_ref
+from orchestrator.store.types import utcnow
 from tests.executions_support import runtime_for
 from tests.integration.fake_backend import gateway_overrides, running_backend
 from tests.openai_server import OpenAIServer, call
@@ -37,11 +43,13 @@ def _run(
     *,
     query: dict[str, Any] | None = None,
     sample: Any = None,
+    also: dict[str, Any] | None = None,
     **overrides: Any,
 ) -> dict[str, Any]:
     """One round that queries a data source (a day of turbidity readings unless `query` says
-    otherwise, of a task with `sample` as its sample input): what the model was shown of it,
-    the host's evidence record, and the task's last error."""
+    otherwise, of a task with `sample` as its sample input; `also` a second query in the same
+    turn): what the model was shown of it (of each, `shown_all`), the host's evidence records,
+    and the task's last error."""
     settings: dict[str, Any] = {"llm_max_output_tokens": 512, **overrides}
     rt, _ = runtime_for(
         store_url,
@@ -54,7 +62,10 @@ def _run(
     )
     try:
         day = {"source": "scada_sim", "parameters": {"point": "DM-RN-01", "measure": "turbidity"}}
-        server.reply(tool_calls=[call("q1", "query_data_source", query or day)], usage=NO_USAGE)
+        calls = [call("q1", "query_data_source", query or day)]
+        if also is not None:
+            calls.append(call("q2", "query_data_source", also))
+        server.reply(tool_calls=calls, usage=NO_USAGE)
         server.reply(content="looked at it", usage=NO_USAGE)
         trigger = Trigger(task_type="looks", title="turbid water", sample_input=sample)
         task_id = rt.tasks.trigger(trigger).task.task_id
@@ -62,8 +73,10 @@ def _run(
         error = rt.tasks.get(task_id).last_error
         records = TaskRecords(rt.db).evidence(task_id)["items"]
         bodies = server.bodies
-        shown = json.loads(bodies[1]["messages"][-1]["content"])["result"] if bodies[1:] else None
-        return {"error": error, "records": records, "shown": shown}
+        answers = [m for m in bodies[1]["messages"] if m["role"] == "tool"] if bodies[1:] else []
+        shown_all = [json.loads(answer["content"])["result"] for answer in answers]
+        shown = shown_all[-1] if shown_all else None
+        return {"error": error, "records": records, "shown": shown, "shown_all": shown_all}
     finally:
         rt.close()
 
@@ -85,6 +98,54 @@ def test_a_day_of_readings_fits_a_4096_token_window_and_says_it_is_cut(
     # Whole rows from the start of the range; the next one's time is named to query on from.
     next_time = shown["truncation"].split("the next row's time is ")[1].split(")")[0]
     assert next_time > rows[-1]["time"]
+
+
+#: The host's record beside a result at its largest: values as long as an evidence id, a time
+#: with microseconds and a SHA-256 reference, each byte a token (`~|` is two tokens). A real
+#: record takes fewer, and how many depends on its random id and hash: a day's round in this
+#: window failed `context_overflow` about one time in twenty when they tokenized long.
+WORST = Citation("~|" * 18, "~|" * 16, "~|" * 35 + "~")
+
+
+def test_the_rows_leave_room_for_the_hosts_record_at_its_largest(
+    store_url: str, scripts: Path, server: OpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert (len(WORST.evidence_id), len(WORST.queried_at)) == (36, len(wire_time(utcnow())))
+    assert len(WORST.content_ref) == len(content_ref("0" * 64))
+    monkeypatch.setattr("orchestrator.agent.evidence._citation", lambda *_: WORST)
+    seen = _run(store_url, scripts, server, 4096)
+    assert seen["error"] is None
+    assert seen["shown"]["truncated"] is True
+    assert 0 < len(seen["shown"]["rows"]) < 144
+
+
+PRESSURE = {"source": "scada_sim", "parameters": {"point": "DM-RN-02", "measure": "pressure"}}
+
+
+def test_two_queries_in_one_turn_share_the_room(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """Each query was fitted to the whole room the kept parts leave, so two together
+    overflowed it and the round failed `context_overflow`."""
+    seen = _run(store_url, scripts, server, 6144, also=PRESSURE)
+    assert seen["error"] is None
+    assert len(seen["shown_all"]) == len(seen["records"]) == 2
+    for shown in seen["shown_all"]:
+        assert shown["truncated"] is True
+        assert 0 < len(shown["rows"]) < 144
+    assert sorted(record["row_count"] for record in seen["records"]) == sorted(
+        len(shown["rows"]) for shown in seen["shown_all"]
+    )
+
+
+def test_two_queries_with_no_room_for_either_say_to_call_one_alone(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    seen = _run(store_url, scripts, server, 4096, also=PRESSURE)
+    assert seen["error"] is None
+    for shown in seen["shown_all"]:
+        assert (shown["rows"], shown["truncated"]) == ([], True)
+        assert "call it alone in a turn, or an operator must make room" in shown["truncation"]
 
 
 def test_the_default_window_shows_the_whole_day(

@@ -164,16 +164,19 @@ class TokenCounter:
         fewer than its tokens."""
         return len(clean_text(json.dumps(text, ensure_ascii=False)).encode())
 
-    def fit_chars(self, text: str, tokens: int) -> int:
+    def fit_chars(self, text: str, tokens: int, *, nested: bool = False) -> int:
         """How many characters from the start of `text` make at most `tokens` (uncalibrated)
-        tokens as a JSON string, the way a tool result's preview or page is shown (escapes
-        included). A character is at most one token's worth here, so the byte bound settles
-        most texts without tokenizing."""
+        tokens as a JSON string, the way a data source's rows are shown (escapes included);
+        `nested`: as a string value inside the result's JSON, the way a preview or a page is
+        shown (the message's JSON escapes its escapes again). A character is at most one
+        token's worth here, so the byte bound settles most texts without tokenizing."""
         if tokens <= 0:
             return 0
         end = len(text)
         while end > 0:
             shown = clean_text(json.dumps(text[:end], ensure_ascii=False))
+            if nested:
+                shown = json.dumps(shown, ensure_ascii=False)
             if len(shown.encode()) <= tokens:
                 return end
             over = len(self._encoding.encode_ordinary(shown)) - tokens

@@ -11,7 +11,7 @@ import json
 import logging
 import math
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -31,7 +31,7 @@ from orchestrator.tools.results import RESULT_FIT, WHOLE_FIT
 #: never more than the request leaves.
 BYTES_PER_TOKEN = 3
 
-__all__ = ["TRANSCRIPT", "AgentContext", "RequestBuilder", "result_fit"]
+__all__ = ["TRANSCRIPT", "AgentContext", "RequestBuilder"]
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,24 @@ log = logging.getLogger(__name__)
 _AROUND = json.dumps(
     {"status": "succeeded", "evidence_id": "", "queried_at": "", "content_ref": "", "result": None}
 )
+
+#: A preview's keys around its text (`ToolHost._page`), but for the text and its result id
+#: (`ResultCache.put`: 32 hexadecimal characters).
+_PREVIEW_AROUND = json.dumps(
+    {
+        "truncated": True,
+        "preview": "",
+        "total_chars": 10**6,
+        "result_id": "",
+        "next_offset": 10**6,
+        "note": "read the rest with read_tool_result(result_id, offset)",
+    }
+)
+_RESULT_ID_CHARS = 32
+
+#: The least room a result is given (`RequestBuilder._room`), in tokens: a window that leaves
+#: less fails the next request, saying which settings make room.
+_LEAST_ROOM = 64
 
 #: How much a request must have grown (uncalibrated tokens) before a prompt count that did not
 #: grow with it is read as the server cutting the prompt (`_cut_by_server`).
@@ -100,12 +118,13 @@ class RequestBuilder:
         self._warned_cut = False
         #: The latest assistant message: the turn whose calls are running (`_whole_fit`).
         self._calling: dict[str, Any] | None = None
+        self._room_of_turn: int | None = None
         extras = dict(ctx.extras)
         if transcript is not None:
             extras[TRANSCRIPT] = transcript
         if context is not None:
             # A large result's preview and pages fit the window (`ContextBudget.result_tokens`).
-            extras[RESULT_FIT] = result_fit(context)
+            extras[RESULT_FIT] = self._result_fit
             extras[WHOLE_FIT] = self._whole_fit
         if self.catalogue is not None and context is not None and discovering:
             self.discovery = Discovery(
@@ -133,10 +152,7 @@ class RequestBuilder:
         small window with many tools a quarter would not fit beside them."""
         assert self.context is not None
         budget, counter = self.context.budget, self.context.counter
-        calls = max(1, len(self._calls()))
-        turn = counter.scaled(self._turn_tokens())
-        room = budget.request_limit - self.conversation.kept_tokens() - turn
-        room = max(64, room // calls)
+        room = self._room()
         tokens = min(budget.whole_result_tokens, room)
         # Tokenizing a day of readings (16 KB) costs about 2 ms of pure Python, more than the
         # rest of a minimal round's agent loop. What the request leaves is a hard limit, so it
@@ -166,6 +182,36 @@ class RequestBuilder:
         tools, notice = self.discovery.offer(room=0)
         return self.conversation.prepare(tools, notice), tools
 
+    def _result_fit(self, text: str) -> int:
+        """`RESULT_FIT`: a large result's preview, or a page of it, takes at most
+        `ContextBudget.result_tokens`, and at most its share of the room the turn leaves
+        (`_room`): two previews in one turn of a small window overflowed it together. Measured
+        as it is shown, a string inside the result's JSON: measured as the JSON string alone,
+        a preview of quoted text took a third more than its share."""
+        assert self.context is not None
+        budget, counter = self.context.budget, self.context.counter
+        # A preview's own keys beside it (`ToolHost._page`), its random result id counted at a
+        # token a character: the turn's reserve (`_turn_tokens`) is a result's, not a preview's.
+        around = counter.text(_PREVIEW_AROUND) + _RESULT_ID_CHARS
+        tokens = min(budget.result_tokens, self._room() - counter.scaled(around))
+        return counter.fit_chars(text, math.floor(tokens / counter.ratio), nested=True)
+
+    def _room(self) -> int:
+        """What one result of the running turn may take, as the server counts: what the kept
+        parts of the request (prompt, brief, plan, tool definitions) and the turn's own
+        messages (`_turn_tokens`) leave of its limit, shared equally by the turn's calls;
+        never under 64 (a window that leaves less fails the next request, saying why)."""
+        assert self.context is not None
+        if self._room_of_turn is not None:
+            return self._room_of_turn
+        budget, counter = self.context.budget, self.context.counter
+        turn = counter.scaled(self._turn_tokens())
+        room = budget.request_limit - self.conversation.kept_tokens() - turn
+        # Once per turn: every result with a payload is fitted, and the kept parts measure
+        # every tool definition. The turn's calls compute the same figure (two threads may).
+        self._room_of_turn = max(_LEAST_ROOM, room // max(1, len(self._calls())))
+        return self._room_of_turn
+
     def _calls(self) -> list[Any]:
         """The tool calls of the latest assistant message (none before the first)."""
         calls = (self._calling or {}).get("tool_calls")
@@ -188,7 +234,7 @@ class RequestBuilder:
         return tokens
 
     def add_assistant(self, message: dict[str, Any]) -> None:
-        self._calling = message
+        self._calling, self._room_of_turn = message, None
         self.conversation.add_assistant(message)
 
     def add_results(
@@ -267,17 +313,6 @@ def _cut_by_server(before: tuple[int, int], now: tuple[int, int]) -> bool:
     if before[0] <= 0 or before[1] <= 0 or now[1] <= 0 or grown < CUT_GROWTH_TOKENS:
         return False
     return now[1] * before[0] * 2 < before[1] * now[0]
-
-
-def result_fit(context: AgentContext) -> Callable[[str], int]:
-    """`RESULT_FIT` of a conversation within `context`: how many characters of a text a tool
-    answer may show (`ContextBudget.result_tokens`, as the server counts them)."""
-
-    def fit(text: str) -> int:
-        counter = context.counter
-        return counter.fit_chars(text, math.floor(context.budget.result_tokens / counter.ratio))
-
-    return fit
 
 
 def _summary(turn: ModelTurn | None) -> SummaryAnswer | None:

@@ -13,7 +13,7 @@ from typing import Any
 from orchestrator.agent.budget import ContextBudget, TokenCounter
 from orchestrator.agent.host import ToolHost
 from orchestrator.agent.loop import run_round
-from orchestrator.agent.request import AgentContext, result_fit
+from orchestrator.agent.request import AgentContext
 from orchestrator.agent.subagents import SUBAGENTS, Delegate, RoundDelegations, SubAgentRun
 from orchestrator.tools.base import Tool, ToolArguments, ToolCall, ToolContext, ToolResult
 from orchestrator.tools.results import RESULT_FIT, ReadToolResult, ResultCache
@@ -111,8 +111,11 @@ def test_the_default_window_keeps_the_4000_character_preview() -> None:
     """32,768 tokens: a tenth of them holds 4,000 characters of plain text, as before."""
     cache = ResultCache()
     host = ToolHost([ReadComplaints(), ReadToolResult(cache)], ledger=None, results=cache)
-    context = AgentContext(ContextBudget(32768, 4096), TokenCounter())
-    ctx = replace(CTX, extras={RESULT_FIT: result_fit(context)})
+    budget, counter = ContextBudget(32768, 4096), TokenCounter()
+    # A round's fit when the turn leaves room (`RequestBuilder._result_fit`): the share alone.
+    ctx = replace(
+        CTX, extras={RESULT_FIT: lambda text: counter.fit_chars(text, budget.result_tokens)}
+    )
     [preview] = host.run_turn(ctx, [ToolCall("c1", "read_complaints", {})])
     assert preview.payload["next_offset"] < 4000  # Chinese: about a token a character
     plain = "reading 42 NTU at DM-RN-01\n" * 600

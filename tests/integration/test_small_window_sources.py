@@ -44,12 +44,13 @@ def _run(
     query: dict[str, Any] | None = None,
     sample: Any = None,
     also: dict[str, Any] | None = None,
+    calls: list[dict[str, Any]] | None = None,
     **overrides: Any,
 ) -> dict[str, Any]:
     """One round that queries a data source (a day of turbidity readings unless `query` says
     otherwise, of a task with `sample` as its sample input; `also` a second query in the same
-    turn): what the model was shown of it (of each, `shown_all`), the host's evidence records,
-    and the task's last error."""
+    turn; `calls` the turn's calls instead): what the model was shown
+    of it (of each, `shown_all`), the host's evidence records, and the task's last error."""
     settings: dict[str, Any] = {"llm_max_output_tokens": 512, **overrides}
     rt, _ = runtime_for(
         store_url,
@@ -62,9 +63,10 @@ def _run(
     )
     try:
         day = {"source": "scada_sim", "parameters": {"point": "DM-RN-01", "measure": "turbidity"}}
-        calls = [call("q1", "query_data_source", query or day)]
-        if also is not None:
-            calls.append(call("q2", "query_data_source", also))
+        if calls is None:
+            calls = [call("q1", "query_data_source", query or day)]
+            if also is not None:
+                calls.append(call("q2", "query_data_source", also))
         server.reply(tool_calls=calls, usage=NO_USAGE)
         server.reply(content="looked at it", usage=NO_USAGE)
         trigger = Trigger(task_type="looks", title="turbid water", sample_input=sample)
@@ -74,7 +76,7 @@ def _run(
         records = TaskRecords(rt.db).evidence(task_id)["items"]
         bodies = server.bodies
         answers = [m for m in bodies[1]["messages"] if m["role"] == "tool"] if bodies[1:] else []
-        shown_all = [json.loads(answer["content"])["result"] for answer in answers]
+        shown_all = [json.loads(answer["content"]).get("result") for answer in answers]
         shown = shown_all[-1] if shown_all else None
         return {"error": error, "records": records, "shown": shown, "shown_all": shown_all}
     finally:
@@ -146,6 +148,24 @@ def test_two_queries_with_no_room_for_either_say_to_call_one_alone(
     for shown in seen["shown_all"]:
         assert (shown["rows"], shown["truncated"]) == ([], True)
         assert "call it alone in a turn, or an operator must make room" in shown["truncation"]
+
+
+@pytest.mark.parametrize(("window", "count"), [(4096, 2), (6144, 3)])
+def test_large_results_previewed_in_one_turn_share_the_room(
+    store_url: str, scripts: Path, server: OpenAIServer, window: int, count: int
+) -> None:
+    """A large result was shown as a preview of a tenth of the window, whatever the rest of the
+    request left, and measured as a JSON string alone though it is shown inside the result's
+    JSON (a third more, for quoted text): two in one turn (a sample input of 2,000 readings,
+    read twice) overflowed a 4,096-token window, and three a 6,144-token one, and the round
+    failed `context_overflow`."""
+    calls = [call(f"c{n}", "read_task_context", {}) for n in range(count)]
+    seen = _run(store_url, scripts, server, window, calls=calls, sample={"readings": READINGS})
+    assert seen["error"] is None
+    assert len(seen["shown_all"]) == count
+    for shown in seen["shown_all"]:
+        assert shown["truncated"] is True
+        assert 0 < len(shown["preview"]) < shown["total_chars"]
 
 
 def test_the_default_window_shows_the_whole_day(

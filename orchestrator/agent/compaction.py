@@ -165,6 +165,15 @@ class Conversation:
         head = self.counter.raw(self._head(with_summary=False), ())
         return self.counter.scaled(head + self._tools_tokens(tools))
 
+    def kept_bound(self) -> int:
+        """At least `kept_tokens()`, from the kept texts' bytes where they were never counted
+        (a token is at least one byte): nothing is tokenized."""
+        if self.counter is None:
+            return 0
+        _, tools = self._last
+        head = self.counter.raw_bound(self._head(with_summary=False), ())
+        return self.counter.scaled(head + self._tools_tokens(tools))
+
     @property
     def last_raw(self) -> int:
         """The uncalibrated size of the last request `prepare` returned (for calibration),

@@ -118,7 +118,8 @@ class RequestBuilder:
         self._warned_cut = False
         #: The latest assistant message: the turn whose calls are running (`_whole_fit`).
         self._calling: dict[str, Any] | None = None
-        self._room_of_turn: int | None = None
+        #: `_room` of the running turn, bounded (False) and exact (True), once computed.
+        self._rooms: dict[bool, int] = {}
         extras = dict(ctx.extras)
         if transcript is not None:
             extras[TRANSCRIPT] = transcript
@@ -145,24 +146,23 @@ class RequestBuilder:
     def _whole_fit(self, text: str) -> int:
         """`WHOLE_FIT`: a result shown whole takes at most `ContextBudget.whole_result_tokens`,
         and at most its share of what the kept parts of the request (prompt, brief, plan, tool
-        definitions) leave of its limit beside the turn that called it: the assistant message
-        and, for each of its calls, the tool message around a result with the host's record
-        (the answer's own tokens are reserved in the limit already). The turn's calls share
-        that room: two queries each fitted to all of it overflowed the request together. In a
-        small window with many tools a quarter would not fit beside them."""
+        definitions) leave of its limit beside the turn that called it (`_room`; the answer's
+        own tokens are reserved in the limit already): in a small window with many tools a
+        quarter would not fit beside them."""
         assert self.context is not None
         budget, counter = self.context.budget, self.context.counter
-        room = self._room()
-        tokens = min(budget.whole_result_tokens, room)
         # Tokenizing a day of readings (16 KB) costs about 2 ms of pure Python, more than the
         # rest of a minimal round's agent loop. What the request leaves is a hard limit, so it
         # is measured exactly unless the text's bytes (never fewer than its tokens) fit it;
         # the quarter of the window is a share, estimated at `BYTES_PER_TOKEN` when the text
         # surely fits the room, and measured only when that estimate says it may not.
         size = counter.shown_bytes(text)
-        surely_fits_room = size <= math.floor(room / counter.ratio)
-        if surely_fits_room and size / BYTES_PER_TOKEN <= tokens / counter.ratio:
-            return len(text)
+        for exact in (False, True):
+            room = self._room(exact=exact)
+            tokens = min(budget.whole_result_tokens, room)
+            surely_fits_room = size <= math.floor(room / counter.ratio)
+            if surely_fits_room and size / BYTES_PER_TOKEN <= tokens / counter.ratio:
+                return len(text)
         return counter.fit_chars(text, math.floor(tokens / counter.ratio))
 
     def build(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -192,49 +192,62 @@ class RequestBuilder:
         budget, counter = self.context.budget, self.context.counter
         # A preview's own keys beside it (`ToolHost._page`), its random result id counted at a
         # token a character: the turn's reserve (`_turn_tokens`) is a result's, not a preview's.
-        around = counter.text(_PREVIEW_AROUND) + _RESULT_ID_CHARS
-        tokens = min(budget.result_tokens, self._room() - counter.scaled(around))
-        return counter.fit_chars(text, math.floor(tokens / counter.ratio), nested=True)
+        around = counter.scaled(counter.text(_PREVIEW_AROUND) + _RESULT_ID_CHARS)
+        for exact in (False, True):
+            tokens = min(budget.result_tokens, self._room(exact=exact) - around)
+            shown = counter.fit_chars(text, math.floor(tokens / counter.ratio), nested=True)
+            if shown == len(text):
+                break
+        return shown
 
-    def _room(self) -> int:
+    def _room(self, *, exact: bool = True) -> int:
         """What one result of the running turn may take, as the server counts: what the kept
         parts of the request (prompt, brief, plan, tool definitions) and the turn's own
         messages (`_turn_tokens`) leave of its limit, shared equally by the turn's calls;
-        never under 64 (a window that leaves less fails the next request, saying why)."""
+        never under 64 (a window that leaves less fails the next request, saying why).
+        `exact=False`: a bound never above it, from the texts' bytes, nothing tokenized (most
+        results fit it: the exact count of a prompt, a brief and a plan costs more than the
+        rest of a short round's requests). Each figure once per turn: every result with a
+        payload is fitted (the turn's calls may compute it at once, in two threads)."""
         assert self.context is not None
-        if self._room_of_turn is not None:
-            return self._room_of_turn
+        known = self._rooms.get(exact)
+        if known is not None:
+            return known
         budget, counter = self.context.budget, self.context.counter
-        turn = counter.scaled(self._turn_tokens())
-        room = budget.request_limit - self.conversation.kept_tokens() - turn
-        # Once per turn: every result with a payload is fitted, and the kept parts measure
-        # every tool definition. The turn's calls compute the same figure (two threads may).
-        self._room_of_turn = max(_LEAST_ROOM, room // max(1, len(self._calls())))
-        return self._room_of_turn
+        if exact:
+            used = self.conversation.kept_tokens() + counter.scaled(self._turn_tokens())
+        else:
+            used = self.conversation.kept_bound() + counter.scaled(self._turn_tokens(bound=True))
+        room = max(_LEAST_ROOM, (budget.request_limit - used) // max(1, len(self._calls())))
+        self._rooms[exact] = room
+        return room
 
     def _calls(self) -> list[Any]:
         """The tool calls of the latest assistant message (none before the first)."""
         calls = (self._calling or {}).get("tool_calls")
         return calls if isinstance(calls, list) else []
 
-    def _turn_tokens(self) -> int:
+    def _turn_tokens(self, *, bound: bool = False) -> int:
         """The uncalibrated tokens of the turn whose results are being fitted, but for the
         results themselves: its assistant message, exactly, and for each call the tool message
         around a result and the host's record, the record's values bounded by their characters
-        (`CITATION_CHARS`: their tokens vary with their random digits)."""
+        (`CITATION_CHARS`: their tokens vary with their random digits). `bound`: at least
+        that, from the messages' bytes."""
         assert self.context is not None
         counter = self.context.counter
         if self._calling is None:
             return 0
-        tokens = counter.message(self._calling)
+        measure = counter.message_bound if bound else counter.message
+        tokens = measure(self._calling)
         for call in self._calls():
             call_id = call.get("id") if isinstance(call, Mapping) else None
             around = {"role": "tool", "tool_call_id": str(call_id), "content": _AROUND}
-            tokens += counter.message(around) + CITATION_CHARS
+            tokens += measure(around) + CITATION_CHARS
         return tokens
 
     def add_assistant(self, message: dict[str, Any]) -> None:
-        self._calling, self._room_of_turn = message, None
+        self._calling = message
+        self._rooms = {}
         self.conversation.add_assistant(message)
 
     def add_results(

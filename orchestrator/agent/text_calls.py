@@ -8,6 +8,14 @@ without tools, the call comes back as the reply's text (`<tool_call>{"name": ...
 round took it for the final answer, saved no report, and the task went round by round to its
 round limit saying only "the round saved no report". Every reply of such a server is the same,
 so the round ends `model_error` at once with a line that says what to fix on the server.
+
+gpt-oss writes in the harmony format, and a server without its parser (vLLM without
+`--tool-call-parser openai`) returns the call's messages as text:
+`<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}<|call|>`, often after
+its thinking (`<|channel|>analysis<|message|>...<|end|><|start|>assistant...`). Such a reply is
+a call when it opens with a harmony marker and a message header in it is addressed
+`to=functions.NAME`, NAME an offered tool, exactly; a text that only mentions the markers is an
+answer.
 """
 
 from __future__ import annotations
@@ -26,6 +34,12 @@ _MARKUP = re.compile(
 )
 _THINKING = re.compile(r"^<think>.*?</think>", re.DOTALL)
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+#: How a harmony reply opens, and a message header of it addressed to a tool (the recipient in
+#: the role or the channel part, then the channel and constraint, up to the message).
+_HARMONY = re.compile(r"^<\|(?:start|channel)\|>")
+_HARMONY_CALL = re.compile(
+    r"\bto=functions\.([A-Za-z0-9_-]+)[^<]*(?:<\|(?:channel|constrain)\|>[^<]*)*<\|message\|>"
+)
 
 
 def written_call(content: Any, tools: Collection[str]) -> str | None:
@@ -36,6 +50,8 @@ def written_call(content: Any, tools: Collection[str]) -> str | None:
     text = _THINKING.sub("", content.strip()).strip()
     if _MARKUP.match(text):
         return next((name for name in tools if name in text), None)
+    if _HARMONY.match(text):
+        return next((m.group(1) for m in _HARMONY_CALL.finditer(text) if m.group(1) in tools), None)
     fenced = _FENCE.match(text)
     if fenced:
         text = fenced.group(1)

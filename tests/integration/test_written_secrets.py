@@ -16,7 +16,9 @@ from typing import Any
 
 from pydantic import Field
 
+from orchestrator.agent.compaction import Compaction
 from orchestrator.agent.host import MASKED_NOTE, ToolHost
+from orchestrator.agent.transcript import TranscriptWriter
 from orchestrator.store import outbox as outbox_store
 from orchestrator.store.db import Database
 from orchestrator.store.receipts import ReceiptLedger
@@ -89,6 +91,34 @@ def test_a_key_the_model_writes_is_stored_and_served_as_stars(
     assert all(API_KEY not in r["message"] for r in shown)
     results = [e for e in entries if e["kind"] == "tool_result"]
     assert all(MASKED_NOTE in e["body"]["message"] for e in results)
+
+
+def test_the_models_own_text_keeps_a_key_out_of_the_transcript(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """The model's answer and thinking were written as sent: a key it read (or guessed) was in
+    the transcript, which the API and the console serve."""
+    rt = openai_runtime(store_url, scripts, server)
+    try:
+        server.reply(
+            content=f"the lab's key is {API_KEY}", reasoning_content=f"I saw {API_KEY} earlier"
+        )
+        task_id = trigger(rt)
+        assert rt.executions.run(task_id, 1, worker="w1").ran
+        entries = rt.tasks.transcript(task_id)["items"]
+        # A compaction's summary is the model's text too.
+        fence, session_id = claimed(rt)
+        writer = TranscriptWriter(rt.db, fence, session_id, {}, secrets=[API_KEY])
+        writer.compacted(Compaction(f"so far: the key {API_KEY}", "model", 4, 900, 100))
+        summaries = rt.tasks.transcript(fence.task_id)["items"]
+    finally:
+        rt.close()
+    assert API_KEY not in json.dumps([entries, summaries])
+    (turn,) = [e["body"] for e in entries if e["kind"] == "model_turn"]
+    assert turn["content"] == "the lab's key is ***"
+    assert turn["reasoning_content"] == "I saw *** earlier"
+    (summary,) = [e["body"] for e in summaries if e["kind"] == "summary"]
+    assert summary["summary"] == "so far: the key ***"
 
 
 def test_a_write_without_a_secret_is_run_and_answered_as_before(

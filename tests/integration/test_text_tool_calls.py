@@ -33,6 +33,10 @@ HARMONY = (
         f"<think>the report now</think>\n{REPORT}",
         f"```json\n[{REPORT}]\n```",
         HARMONY,
+        # Granite's and Phi-4-mini's marker; Llama 3.2's and Llama 4's pythonic calls.
+        f"<|tool_call|>[{REPORT}]",
+        "[save_report(summary='ok', findings=[], outcome='completed')]",
+        "<|python_start|>[save_report(summary='ok', outcome='completed')]<|python_end|>",
         # After its thinking, in the analysis channel; the recipient in the role part.
         "<|channel|>analysis<|message|>The report now.<|end|><|start|>assistant "
         "to=functions.save_report<|channel|>commentary json<|message|>{}<|call|>",
@@ -66,6 +70,7 @@ def test_a_tool_call_written_as_text_ends_the_round_saying_what_to_fix(
         # Prose about the harmony markers, and a harmony answer that mentions a call.
         f"The server returned {HARMONY} as text; start it with --tool-call-parser openai.",
         "<|channel|>final<|message|>I would send to=functions.save_report next.<|return|>",
+        "[save_report(summary='ok')] is what I would send next.",
     ],
 )
 def test_an_answer_that_names_a_tool_is_still_an_answer(

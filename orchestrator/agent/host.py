@@ -85,7 +85,8 @@ _THREADS = CallThreads("tool")
 #: Added to the result of a write whose arguments held a configured secret (never the secret).
 MASKED_NOTE = (
     "a configured secret (an API key, token or password of this deployment) in the arguments "
-    "was written as *** and is not kept; do not copy secrets into what you write"
+    "was replaced by *** before the call ran, and is not kept; do not copy secrets into what "
+    "you write or run"
 )
 #: The effects whose arguments are kept (the orchestrator's store, the business backend).
 _WRITES = frozenset({"write", "internal_write"})

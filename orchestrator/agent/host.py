@@ -16,6 +16,14 @@ that bounds itself, e.g. a command's own timeout): a call that has not returned 
 up (`orchestrator.agent.deadline`), answered `failed` (a read) or `unknown` (a write, its receipt
 `unknown` at once; a plan, proposal or report write, which may still commit), left to end by
 itself, and the turn goes on. It is not a cancel.
+
+What a write keeps (a report, a plan's nodes, a proposal's payload, a business write's fields)
+is stored and served as the model wrote it: to the API, the console and the business backend.
+A configured secret (`orchestrator.logs.secrets_of`: the model's API key, the API tokens, the
+store's password) that the model copied into a write's arguments is masked wholly (`***`, as the
+transcript masks it: `agent.sensitive.hide_configured`) before the tool sees them, here, for
+every write tool at once; the result tells the model so (`MASKED_NOTE`), so that it neither
+takes the `***` it reads back for a fault nor writes the secret again.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from orchestrator.agent.deadline import SETTING, CallWatch, timed_out
 from orchestrator.agent.evidence import EvidenceRecorder
 from orchestrator.agent.loop import RECEIVED, LeaseLost, stop_reason
 from orchestrator.agent.receipted import run_write
+from orchestrator.agent.sensitive import hide_configured
 from orchestrator.agent.tool_names import closest
 from orchestrator.agent.transcript import is_sensitive
 from orchestrator.domain.fingerprints import (
@@ -49,6 +58,7 @@ from orchestrator.domain.fingerprints import (
 )
 from orchestrator.domain.outcomes import summary_for
 from orchestrator.errors import OrchestratorError, StaleGeneration
+from orchestrator.logs import Secret
 from orchestrator.store.receipts import ReceiptLedger
 from orchestrator.tools.base import (
     CALL_ID,
@@ -61,7 +71,7 @@ from orchestrator.tools.base import (
 )
 from orchestrator.tools.results import PREVIEW_CHARS, ResultCache, fitting
 
-__all__ = ["CANCEL_GRACE_SECONDS", "ToolHost"]
+__all__ = ["CANCEL_GRACE_SECONDS", "MASKED_NOTE", "ToolHost"]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +82,14 @@ CANCEL_GRACE_SECONDS = 2.0
 _CANCEL_POLL_SECONDS = 0.05
 #: The threads every host of this process runs its calls on.
 _THREADS = CallThreads("tool")
+#: Added to the result of a write whose arguments held a configured secret (never the secret).
+MASKED_NOTE = (
+    "a configured secret (an API key, token or password of this deployment) in the arguments "
+    "was replaced by *** before the call ran, and is not kept; do not copy secrets into what "
+    "you write or run"
+)
+#: The effects whose arguments are kept (the orchestrator's store, the business backend).
+_WRITES = frozenset({"write", "internal_write"})
 
 
 @dataclass(frozen=True)
@@ -84,6 +102,8 @@ class _Prepared:
     effect: Effect
     digest: str | None = None
     identity: str | None = None
+    #: A configured secret was masked in the arguments (`MASKED_NOTE`).
+    masked: bool = False
 
     @property
     def unit_key(self) -> tuple[str, ...]:
@@ -107,6 +127,7 @@ class ToolHost:
         preview_chars: int = PREVIEW_CHARS,
         evidence: EvidenceRecorder | None = None,
         call_timeout: float | None = None,
+        secrets: Sequence[Secret] = (),
     ) -> None:
         self._tools: dict[str, Tool] = {}
         for tool in tools:
@@ -120,6 +141,8 @@ class ToolHost:
         self.evidence = evidence
         #: Seconds a call may run before it is given up (None: no limit of the host's).
         self.call_timeout = call_timeout
+        #: The configured secrets (`orchestrator.logs.secrets_of`), masked in a write's arguments.
+        self.secrets = tuple(secrets)
         # Call ids already seen per (session, round): a reused id with other arguments is
         # refused in any later turn of the round, not only within one turn.
         self._seen_ids: dict[tuple[str, str], dict[str, str]] = {}
@@ -202,17 +225,9 @@ class ToolHost:
             return ToolResult.failed(
                 f"unknown tool {call.name!r}; nothing was run{hint}", code="unknown_tool"
             )
-        try:
-            args = tool.normalize(tool.arguments.model_validate(call.arguments))
-        except ValidationError as exc:
-            return ToolResult.failed(
-                "invalid arguments; nothing was run: " + _validation_text(exc),
-                code="invalid_arguments",
-            )
-        except OrchestratorError as exc:
-            return ToolResult.failed(
-                f"invalid arguments; nothing was run: {exc.message}", code="invalid_arguments"
-            )
+        args = _validated(tool, call.arguments)
+        if isinstance(args, ToolResult):
+            return args
         effect = tool.effect_for(args)
         if ctx.readonly and (
             effect != "read" or tool.read_uses() is None or is_sensitive(tool, call.arguments)
@@ -226,8 +241,17 @@ class ToolHost:
                 "planned in the answer; the main agent decides.",
                 code="readonly",
             )
+        masked = False
+        if effect in _WRITES and self.secrets:
+            hidden = hide_configured(call.arguments, self.secrets)
+            if hidden != call.arguments:
+                # Validated again: the tool sees (and its receipt fingerprints) what is kept.
+                args = _validated(tool, hidden)
+                if isinstance(args, ToolResult):
+                    return args
+                masked = True
         if effect != "write":
-            return _Prepared(call, tool, args, effect)
+            return _Prepared(call, tool, args, effect, masked=masked)
         if self.ledger is None:
             return ToolResult.failed(
                 "write tools need the receipt ledger, which is not configured; nothing was run",
@@ -250,7 +274,7 @@ class ToolHost:
             # alone, the next generation's call under such an id was refused
             # invocation_conflict, or answered from the last generation's receipt unrun.
             identity = identity_key("call", ctx.session_id, f"g{ctx.generation}", call.id)
-        return _Prepared(call, tool, args, effect, digest, identity)
+        return _Prepared(call, tool, args, effect, digest, identity, masked)
 
     def _read_uses(self) -> str:
         uses = [use for tool in self._tools.values() if (use := tool.read_uses()) is not None]
@@ -422,6 +446,8 @@ class ToolHost:
         from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
 
         metrics.TOOL_CALLS.labels(unit.tool.name, result.status).inc()
+        if unit.masked:
+            result = replace(result, message=_noted(result.message))
         return self._cite(ctx, unit, result, self._page(ctx, unit, result))
 
     def _cite(
@@ -519,6 +545,26 @@ def _phases(
     for key in units:
         phases.setdefault(_LATER.get(prepared[key].tool.name, 0), []).append(key)
     return [phases[rank] for rank in sorted(phases)]
+
+
+def _validated(tool: Tool, arguments: dict[str, Any]) -> Any:
+    """The tool's arguments validated and normalised, or the `invalid_arguments` result."""
+    try:
+        return tool.normalize(tool.arguments.model_validate(arguments))
+    except ValidationError as exc:
+        return ToolResult.failed(
+            "invalid arguments; nothing was run: " + _validation_text(exc),
+            code="invalid_arguments",
+        )
+    except OrchestratorError as exc:
+        return ToolResult.failed(
+            f"invalid arguments; nothing was run: {exc.message}", code="invalid_arguments"
+        )
+
+
+def _noted(message: str | None) -> str:
+    """A result's message with `MASKED_NOTE` after it."""
+    return MASKED_NOTE if not message else f"{message.rstrip('. ')}. Note: {MASKED_NOTE}"
 
 
 def _loose(name: str) -> str:

@@ -17,6 +17,12 @@ That answer of LM Studio's says the path is not one it serves: every retry would
 so it is not retried (`wrong_endpoint`). Only those words are taken so: llama.cpp serves the
 chat completions at its root too, so a base URL without /v1 may be right, and another error at
 200 (a model loading, a proxy's hiccup) may pass and is retried as before.
+
+Gateways put an upstream's status in the error object they send at 200: OpenRouter answers an
+upstream rate limit `{"error": {"message": "Provider returned error", "code": 429, "metadata":
+{"raw": "... temporarily rate-limited upstream ..."}}}`. Its code (`error_status`) says the
+server is rate limiting (429) or away (408, 5xx) as an HTTP status would, and its `raw` says
+why in the upstream's words.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ __all__ = [
     "base_path_hint",
     "described",
     "error_of",
+    "error_status",
     "redacted",
     "refusal_hint",
     "tools_refused",
@@ -122,14 +129,35 @@ def described(exc: openai.APIStatusError, secret: str | None) -> str:
 def error_of(completion: Any, secret: str | None) -> str:
     """What a 200 without choices says of itself (`{"error": ...}`, which some servers and
     gateways send with a 200), secret-free, for the reason; "" when nothing."""
-    error = getattr(completion, "error", None)
-    if error is None and getattr(completion, "model_extra", None):
-        error = completion.model_extra.get("error")
+    error = _error_object(completion)
     if isinstance(error, dict):
+        metadata = error.get("metadata")
+        raw = metadata.get("raw") if isinstance(metadata, dict) else None
         error = error.get("message", error)
+        if isinstance(raw, str) and raw.strip():
+            error = f"{error}: {raw}"  # the upstream's own words (OpenRouter)
     if not error:
         return ""
     return f" (its error: {redacted(' '.join(str(error).split()), secret)[:300]})"
+
+
+def error_status(completion: Any) -> int | None:
+    """The status a 200 without choices carries in its error object's `code` when it says the
+    server is rate limiting or away (408, 429, 5xx), or None."""
+    error = _error_object(completion)
+    code = error.get("code") if isinstance(error, dict) else None
+    if isinstance(code, str) and code.strip().isdigit():
+        code = int(code)
+    if not isinstance(code, int) or isinstance(code, bool):
+        return None
+    return code if code in (408, 429) or 500 <= code <= 599 else None
+
+
+def _error_object(completion: Any) -> Any:
+    error = getattr(completion, "error", None)
+    if error is None and getattr(completion, "model_extra", None):
+        error = completion.model_extra.get("error")
+    return error
 
 
 def refusal_hint(

@@ -71,6 +71,7 @@ from orchestrator.agent.model_errors import (
     base_path_hint,
     described,
     error_of,
+    error_status,
     redacted,
     refusal_hint,
     tools_refused,
@@ -329,6 +330,11 @@ class OpenAIModel(Model):
             wrong = wrong_endpoint(said, self._server[0])
             if wrong is not None:  # LM Studio's answer to a path it does not serve: no retry
                 raise ModelError(wrong)
+            upstream = error_status(completion)
+            if upstream is not None:
+                # A gateway's upstream status at 200 (OpenRouter's 429): rate limited or away,
+                # as that HTTP status would be, so the round is handed back past its retries.
+                return f"HTTP {upstream}: {_NO_CHOICES}{said}, at HTTP 200", None
             # An error object at 200 from a base URL without its /v1 names no setting.
             hint = base_path_hint(self._server[0]) if said else ""
             return _NO_CHOICES + said + hint, None

@@ -123,8 +123,8 @@ def as_calls(turn: ModelTurn, tools: Sequence[dict[str, Any]]) -> ModelTurn:
     raise ModelError(
         f"the model wrote a call of {name} as text instead of calling it: the server does not "
         "parse this model's tool calls (vLLM: start it with --enable-auto-tool-choice and the "
-        "model's --tool-call-parser; llama.cpp: --jinja; Ollama, LM Studio: a model whose chat "
-        "template supports tools)"
+        "model's --tool-call-parser (gpt-oss: openai); llama.cpp: --jinja; Ollama, LM Studio: a "
+        "model whose chat template supports tools)"
     )
 
 

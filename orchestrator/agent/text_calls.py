@@ -4,10 +4,19 @@ A server passes the model's tool calls through its function-calling parser: vLLM
 `--enable-auto-tool-choice` and the model's `--tool-call-parser`, llama.cpp with `--jinja`,
 Ollama and LM Studio with a chat template that knows tools. With the wrong parser, or a template
 without tools, the call comes back as the reply's text (`<tool_call>{"name": ...}</tool_call>`,
-`[TOOL_CALLS]`, `<|python_tag|>`, a bare `{"name": ..., "arguments": ...}`) and no call: the
-round took it for the final answer, saved no report, and the task went round by round to its
-round limit saying only "the round saved no report". Every reply of such a server is the same,
+`[TOOL_CALLS]`, `<|python_tag|>`, `<|tool_call|>`, Llama's pythonic `[save_report(...)]`, a
+bare `{"name": ..., "arguments": ...}`) and no call: the round took it for the final answer,
+saved no report, and the task went round by round to its round limit saying only "the round
+saved no report". Every reply of such a server is the same,
 so the round ends `model_error` at once with a line that says what to fix on the server.
+
+gpt-oss writes in the harmony format, and a server without its parser (vLLM without
+`--tool-call-parser openai`) returns the call's messages as text:
+`<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}<|call|>`, often after
+its thinking (`<|channel|>analysis<|message|>...<|end|><|start|>assistant...`). Such a reply is
+a call when it opens with a harmony marker and a message header in it is addressed
+`to=functions.NAME`, NAME an offered tool, exactly; a text that only mentions the markers is an
+answer.
 """
 
 from __future__ import annotations
@@ -22,10 +31,22 @@ __all__ = ["written_call"]
 #: How the chat templates of common model families open a tool call.
 _MARKUP = re.compile(
     r"^(?:<tool_call>|\[TOOL_CALLS\]|<\|python_tag\|>|<function[=>]|<functioncall>|"
-    r"<\|tool_call_begin\|>|<\uff5ctool\u2581calls\u2581begin\uff5c>|<tool_calls>)"
+    r"<\|tool_call_begin\|>|<\uff5ctool\u2581calls\u2581begin\uff5c>|<tool_calls>|<\|tool_call\|>)"
+)
+#: The "pythonic" calls of Llama 3.2 and Llama 4 (vLLM's `--tool-call-parser pythonic`):
+#: `[save_report(summary='ok', outcome='completed')]`, in Llama 4's python markers or not.
+_PYTHONIC = re.compile(
+    r"^(?:<\|python_start\|>)?\s*\[\s*([A-Za-z_][\w.-]*)\(.*\)\s*\]\s*(?:<\|python_end\|>)?$",
+    re.DOTALL,
 )
 _THINKING = re.compile(r"^<think>.*?</think>", re.DOTALL)
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+#: How a harmony reply opens, and a message header of it addressed to a tool (the recipient in
+#: the role or the channel part, then the channel and constraint, up to the message).
+_HARMONY = re.compile(r"^<\|(?:start|channel)\|>")
+_HARMONY_CALL = re.compile(
+    r"\bto=functions\.([A-Za-z0-9_-]+)[^<]*(?:<\|(?:channel|constrain)\|>[^<]*)*<\|message\|>"
+)
 
 
 def written_call(content: Any, tools: Collection[str]) -> str | None:
@@ -36,6 +57,11 @@ def written_call(content: Any, tools: Collection[str]) -> str | None:
     text = _THINKING.sub("", content.strip()).strip()
     if _MARKUP.match(text):
         return next((name for name in tools if name in text), None)
+    if _HARMONY.match(text):
+        return next((m.group(1) for m in _HARMONY_CALL.finditer(text) if m.group(1) in tools), None)
+    pythonic = _PYTHONIC.match(text)
+    if pythonic:
+        return pythonic.group(1) if pythonic.group(1) in tools else None
     fenced = _FENCE.match(text)
     if fenced:
         text = fenced.group(1)

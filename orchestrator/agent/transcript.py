@@ -11,7 +11,9 @@ business operation marked `x-sensitive`) become `"***"`, as do the values of a t
 arguments (`Tool.secret_arguments`: a command's `env`); a call of a tool the host does not have,
 or whose arguments its tool refused, keeps their shape with what may be secret masked
 (`sensitive.kept_arguments`: no schema vouches for them), and a configured secret's text is
-masked in any call's arguments and in a result that echoes it; a sensitive result keeps its
+masked in any call's arguments, in a result that echoes it and in the model's own text (its
+answer, its thinking, a compaction's summary: a model that read the key in a tool's answer
+writes it back as readily as into a call); a sensitive result keeps its
 status and receipt id but not its body; a page of a large result (`read_tool_result`) is not
 kept, only which result and offset it was; everything else is the envelope exactly as shown (a
 large result is already a preview with its `result_id`).
@@ -99,8 +101,8 @@ class TranscriptWriter:
         stop: threading.Event | None = None,
         secrets: Iterable[Secret] = (),
     ) -> None:
-        """`secrets`: the configured secrets (`orchestrator.logs.secrets_of`), masked in the
-        arguments of a call of a tool the host does not have."""
+        """`secrets`: the configured secrets (`orchestrator.logs.secrets_of`), masked wherever
+        they appear in what is written (see the module docstring)."""
         self.db = db
         self.secrets = list(secrets)
         forms = {
@@ -178,9 +180,12 @@ class TranscriptWriter:
                 shown["raw_arguments"] = REDACTED if hidden else clean(redact(text, self.secrets))
             calls.append(shown)
             self.calls[call.id] = CallRecord(call.id, call.name, arguments, turn_number)
-        body: dict[str, Any] = {"content": turn.content, "tool_calls": calls}
+        body: dict[str, Any] = {
+            "content": hide_configured(turn.content, self.secrets),
+            "tool_calls": calls,
+        }
         if turn.reasoning_content is not None:
-            body["reasoning_content"] = turn.reasoning_content
+            body["reasoning_content"] = hide_configured(turn.reasoning_content, self.secrets)
         if turn.malformed:
             body["malformed"] = dict(turn.malformed)
         if turn.cut_off is not None:
@@ -245,7 +250,7 @@ class TranscriptWriter:
                     turn=self._last_turn,
                     kind="summary",
                     body={
-                        "summary": compaction.summary,
+                        "summary": hide_configured(compaction.summary, self.secrets),
                         "source": compaction.source,
                         "messages_replaced": compaction.messages_replaced,
                         "tokens_before": compaction.tokens_before,

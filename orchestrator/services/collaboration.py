@@ -24,6 +24,7 @@ from orchestrator.agent.budget import TokenCounter
 from orchestrator.agent.host import ToolHost
 from orchestrator.agent.loop import run_calls
 from orchestrator.agent.model import ModelError, load_model
+from orchestrator.agent.sensitive import hide_configured
 from orchestrator.domain.cursors import decode_cursor, encode_cursor
 from orchestrator.domain.fingerprints import fingerprint
 from orchestrator.domain.storable import storable_text
@@ -36,6 +37,7 @@ from orchestrator.errors import (
     ValidationFailed,
     echoed,
 )
+from orchestrator.logs import secrets_of
 from orchestrator.services.sessions import create_session_txn
 from orchestrator.settings import Settings
 from orchestrator.store import collaboration as store
@@ -268,7 +270,11 @@ class CollaborationService:
                 raise NotFound(f"task {session.task_id} does not exist")
             authorised = snapshots(conn, task, self.settings.llm_context_window // EVIDENCE_SHARE)
             history = store.latest_messages(conn, session_id, MAX_LIMIT)
-        reply = self._answer(task, session_id, authorised, history, text)
+        # A configured secret the model repeats (read in an old record, or guessed) is not
+        # stored or served: wholly `***`, as in an execution's writes and transcript.
+        reply = hide_configured(
+            self._answer(task, session_id, authorised, history, text), secrets_of(self.settings)
+        )
         try:
             storable_text(reply)  # a NUL or a lone surrogate: the model's fault, not the asker's
         except ValueError as exc:

@@ -413,6 +413,8 @@ class ExecutionService:
             results=self.results,
             evidence=self.evidence,
             call_timeout=self.settings.tool_timeout_seconds,
+            # What the model copies of them into a write is kept as `***` (`agent.host`).
+            secrets=self.context.secrets,
         )
         # The durable transcript (fenced) and the memory of the round's recovery snapshot.
         transcript = TranscriptWriter(

@@ -4,6 +4,12 @@ Its exit status is looked at (`waitid` with `WNOWAIT`) but never collected, so t
 pid, which is also the process-group id, cannot be reused by another process before its owner
 kills what is left of the group and reaps it. Ending one is TERM, then KILL, to the whole group,
 and counts only once the end is confirmed.
+
+Its environment is the worker's without the orchestrator's own settings (`ORCH_*`, `LLM_*`),
+which hold its secrets (the model's API key, the API tokens, the store's URL with its password,
+the outbox secrets), nor any other variable whose value holds one (`child_environment`): a
+command the model runs, or a task's context talks it into, must not read them (`env`,
+`curl ...?k=$LLM_API_KEY`). The variables a call sets itself (its `env`) are added on top.
 """
 
 from __future__ import annotations
@@ -13,14 +19,32 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterable, Mapping
 
 from orchestrator.tools.base import ToolCancelled, ToolContext
 
-__all__ = ["KILL_GRACE", "TERM_GRACE", "kill_group", "state", "wait_for"]
+__all__ = ["KILL_GRACE", "TERM_GRACE", "child_environment", "kill_group", "state", "wait_for"]
 
 _POLL = 0.05
 TERM_GRACE = 2.0
 KILL_GRACE = 3.0
+#: The prefixes of the orchestrator's settings (`orchestrator.settings`) in the environment.
+_OWN_SETTINGS = ("ORCH_", "LLM_")
+
+
+def child_environment(
+    parent: Mapping[str, str], secrets: Iterable[str], extra: Mapping[str, str]
+) -> dict[str, str]:
+    """`parent` without the orchestrator's settings and any variable whose value holds one of
+    `secrets` (4 characters or more, as the logs mask them), then `extra`."""
+    plain = [secret for secret in secrets if len(secret) >= 4]
+    kept = {
+        name: value
+        for name, value in parent.items()
+        if not name.upper().startswith(_OWN_SETTINGS)
+        and not any(secret in value for secret in plain)
+    }
+    return {**kept, **extra}
 
 
 def state(popen: subprocess.Popen[bytes]) -> tuple[bool, int | None]:

@@ -30,6 +30,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -37,6 +38,7 @@ from pydantic import Field, model_validator
 
 from orchestrator.domain.evidence import EvidenceFacts
 from orchestrator.domain.outcomes import Outcome, model_message, tool_status
+from orchestrator.logs import Secret, secrets_of
 from orchestrator.settings import Settings
 from orchestrator.tools import child_processes
 from orchestrator.tools.base import (
@@ -111,7 +113,10 @@ class ExecuteCommand(Tool):
     arguments = ExecuteCommandArgs
     # identity stays "call": running the same diagnostic twice is two intents, not one.
 
-    def __init__(self) -> None:
+    def __init__(self, secrets: Iterable[Secret] = ()) -> None:
+        #: The configured secrets (`orchestrator.logs.secrets_of`), kept from the child's
+        #: environment (`child_processes.child_environment`).
+        self._secrets = tuple(secret for secret in secrets if isinstance(secret, str))
         self._lock = threading.Lock()
         self._processes: dict[str, _Process] = {}
 
@@ -344,7 +349,7 @@ class ExecuteCommand(Tool):
             popen = subprocess.Popen(
                 ["/bin/sh", "-c", str(args.command)],
                 cwd=args.cwd,
-                env={**os.environ, **args.env},
+                env=child_processes.child_environment(os.environ, self._secrets, args.env),
                 stdin=subprocess.DEVNULL,
                 stdout=fd,
                 stderr=subprocess.STDOUT,
@@ -500,4 +505,4 @@ def _discard(process: _Process) -> None:
 
 def command_tools(settings: Settings) -> list[Tool]:
     """`execute_command` when `ORCH_ENABLE_COMMAND_TOOL` is set, else nothing."""
-    return [ExecuteCommand()] if settings.enable_command_tool else []
+    return [ExecuteCommand(secrets_of(settings))] if settings.enable_command_tool else []

@@ -295,6 +295,22 @@ def test_an_openai_model_is_called_with_the_apis_own_settings(
         assert body["messages"][-1] == {"role": "user", "content": "Why?"}
 
 
+def test_a_key_the_model_repeats_in_an_answer_is_stored_and_served_as_stars(
+    env: tuple[Runtime, Path, str], store_url: str
+) -> None:
+    _, _, task_id = env
+    with OpenAIServer() as server:
+        server.reply(content="Zone 4 was turbid; the lab's key is sk-collaboration.")
+        with openai_client(store_url, server, llm_api_key="sk-collaboration") as client:
+            session_id = client.post(f"/api/v1/tasks/{task_id}/collaboration").json()["session_id"]
+            path = f"/api/v1/sessions/{session_id}/messages"
+            asked = client.post(path, json={"text": "Why?"})
+            assert asked.status_code == 201, asked.text
+            listed = client.get(path).json()
+    assert asked.json()["answer"]["text"] == "Zone 4 was turbid; the lab's key is ***."
+    assert "sk-collaboration" not in json.dumps(listed)
+
+
 def openai_client(store_url: str, server: OpenAIServer, **overrides: Any) -> TestClient:
     settings = load_settings(
         database_url=store_url,

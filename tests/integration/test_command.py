@@ -23,7 +23,7 @@ from tests.integration.receipt_rows import chat_session
 @pytest.fixture
 def host(sqlite_url: str) -> Any:
     db = Database.from_url(sqlite_url)
-    tool = ExecuteCommand()
+    tool = ExecuteCommand(secrets=["store-pw-1234", "sk-worker-key"])
     yield ToolHost([tool], ledger=ReceiptLedger(db))
     tool.reap_all()
     db.dispose()
@@ -408,3 +408,32 @@ def test_a_finished_background_command_is_kept_for_the_round_end_past_the_cap(
     ended, running = _tool(host).background(ctx.session_id)
     assert running == []
     assert [status for _, status in ended] == ["succeeded"]
+
+
+def test_a_command_does_not_inherit_the_orchestrators_secrets(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The child's environment was the worker's whole: `env` (or a task's context that talks
+    the model into `curl ...?k=$LLM_API_KEY`) read the model's key, the API token and the
+    store's password."""
+    monkeypatch.setenv("LLM_API_KEY", "sk-worker-key")
+    monkeypatch.setenv("ORCH_API_TOKEN", "tok-worker-api")
+    monkeypatch.setenv("PGPASSWORD", "store-pw-1234")  # not a setting: its value is a secret
+    monkeypatch.setenv("SITE_NAME", "north works")
+    db = Database.from_url(sqlite_url)
+    tool = ExecuteCommand(secrets=["store-pw-1234", "sk-worker-key"])
+    host = ToolHost([tool], ledger=ReceiptLedger(db))
+    try:
+        ran = _run(host, _ctx(host), command="env", env={"GREETING": "hi"})
+    finally:
+        tool.reap_all()
+        db.dispose()
+    assert ran.status == "succeeded"
+    seen = dict(line.split("=", 1) for line in ran.payload["output"].splitlines() if "=" in line)
+    for name in ("LLM_API_KEY", "ORCH_API_TOKEN", "PGPASSWORD"):
+        assert name not in seen
+    assert not [name for name in seen if name.startswith(("ORCH_", "LLM_"))]
+    # The rest of the worker's environment, and what the call sets itself, are there.
+    assert seen["SITE_NAME"] == "north works"
+    assert seen["PATH"] == os.environ["PATH"]
+    assert seen["GREETING"] == "hi"

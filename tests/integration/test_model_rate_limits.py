@@ -6,8 +6,11 @@ never lets up parks the task at ORCH_MAX_HANDBACKS instead of looping. Both stor
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from pathlib import Path
+
+import pytest
 
 from orchestrator.runtime import Runtime
 from orchestrator.store import executions as execution_store
@@ -57,6 +60,57 @@ def test_a_retry_after_past_the_retry_budget_hands_the_round_back_until_then(
         assert "handed back: the model server is rate limiting" in str(rt.tasks.explain(task_id))
     finally:
         rt.close()
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [(429, "the model server is rate limiting"), ("503", "the model server is unavailable")],
+)
+def test_a_gateways_upstream_rate_limit_at_200_hands_the_round_back(
+    store_url: str, scripts: Path, server: OpenAIServer, code: int | str, said: str
+) -> None:
+    """OpenRouter answers an upstream's rate limit (or outage) with a 200 whose body is an
+    error object carrying the upstream's status: past the retries the round failed the task
+    `model_error` ("the model server returned no choices"), for good, where the same status
+    sent as the HTTP status hands the round back to run again."""
+    error = {
+        "message": "Provider returned error",
+        "code": code,
+        "metadata": {"raw": "z-ai/glm is temporarily rate-limited upstream", "key": KEY},
+    }
+    rt = openai_runtime(store_url, scripts, server)  # LLM_MAX_RETRIES=1
+    try:
+        for _ in range(2):
+            server.garble(json.dumps({"error": error}), content_type="application/json")
+        task_id = trigger(rt)
+        result = rt.executions.run(task_id, 1, worker="w1")
+        assert (result.outcome, result.give_back) == (None, True), result.detail
+        assert rt.tasks.get(task_id).status == "running"  # handed back, not failed
+        reason = execution(rt, task_id, 1).reason
+    finally:
+        rt.close()
+    assert reason is not None
+    assert reason.startswith(f"handed back: {said} (HTTP {code}: ")
+    assert "temporarily rate-limited upstream" in reason  # the upstream's own words
+    assert reason.endswith("requeued in 30s")
+    assert KEY not in reason
+
+
+def test_an_error_at_200_without_a_busy_code_still_fails_the_round(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    error = {"message": "model not found", "code": "model_not_found"}
+    rt = openai_runtime(store_url, scripts, server)
+    try:
+        for _ in range(2):
+            server.garble(json.dumps({"error": error}), content_type="application/json")
+        task_id = trigger(rt)
+        result = rt.executions.run(task_id, 1, worker="w1")
+    finally:
+        rt.close()
+    assert (result.outcome, result.give_back) == ("failed", False)
+    assert result.detail is not None
+    assert "returned no choices (its error: model not found)" in result.detail
 
 
 def test_a_short_retry_after_the_round_waited_out_is_not_a_requeue_at_the_next_sweep(

@@ -19,6 +19,11 @@ from tests.openai_server import OpenAIServer, call
 REPORT = json.dumps(
     {"name": "save_report", "arguments": {"summary": "ok", "findings": [], "outcome": "completed"}}
 )
+#: gpt-oss's harmony call, as vLLM without `--tool-call-parser openai` returns it.
+HARMONY = (
+    "<|channel|>commentary to=functions.save_report <|constrain|>json<|message|>"
+    '{"summary": "ok", "findings": [], "outcome": "completed"}<|call|>'
+)
 
 
 @pytest.mark.parametrize(
@@ -27,6 +32,14 @@ REPORT = json.dumps(
         f"<tool_call>\n{REPORT}\n</tool_call>",
         f"<think>the report now</think>\n{REPORT}",
         f"```json\n[{REPORT}]\n```",
+        HARMONY,
+        # Granite's and Phi-4-mini's marker; Llama 3.2's and Llama 4's pythonic calls.
+        f"<|tool_call|>[{REPORT}]",
+        "[save_report(summary='ok', findings=[], outcome='completed')]",
+        "<|python_start|>[save_report(summary='ok', outcome='completed')]<|python_end|>",
+        # After its thinking, in the analysis channel; the recipient in the role part.
+        "<|channel|>analysis<|message|>The report now.<|end|><|start|>assistant "
+        "to=functions.save_report<|channel|>commentary json<|message|>{}<|call|>",
     ],
 )
 def test_a_tool_call_written_as_text_ends_the_round_saying_what_to_fix(
@@ -43,19 +56,29 @@ def test_a_tool_call_written_as_text_ends_the_round_saying_what_to_fix(
         assert "the model wrote a call of save_report as text instead of calling it" in (
             result.detail
         )
-        assert "--tool-call-parser" in result.detail
+        assert "--tool-call-parser (gpt-oss: openai)" in result.detail
         assert "--jinja" in result.detail
         assert len(server.requests) == 2  # no more rounds of the same
     finally:
         rt.close()
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        'I would call save_report with {"name": "save_report"} next.',
+        # Prose about the harmony markers, and a harmony answer that mentions a call.
+        f"The server returned {HARMONY} as text; start it with --tool-call-parser openai.",
+        "<|channel|>final<|message|>I would send to=functions.save_report next.<|return|>",
+        "[save_report(summary='ok')] is what I would send next.",
+    ],
+)
 def test_an_answer_that_names_a_tool_is_still_an_answer(
-    store_url: str, scripts: Path, server: OpenAIServer
+    store_url: str, scripts: Path, server: OpenAIServer, text: str
 ) -> None:
     rt, _ = runtime_for(store_url, scripts, model="openai:test-model", llm_base_url=server.base_url)
     try:
-        server.reply(content='I would call save_report with {"name": "save_report"} next.')
+        server.reply(content=text)
         task_id = rt.tasks.trigger(Trigger(task_type="looks", title="turbid water")).task.task_id
         result = rt.executions.run(task_id, 1, worker="w1")
         assert result.detail == "the round saved no report"

@@ -43,6 +43,7 @@ __all__ = [
     "Secret",
     "bind_log_context",
     "configure_logging",
+    "distinctive",
     "log_context",
     "redact",
     "secrets_of",
@@ -112,6 +113,16 @@ def secrets_of(settings: Settings) -> list[Secret]:
     plain: list[Secret] = [*sorted({s for s in found if s}, key=len, reverse=True)]
     paths = (_url_path(getattr(settings, name, None)) for name in ("actions_url", "webhook_url"))
     return plain + [pattern for pattern in paths if pattern is not None]
+
+
+def distinctive(secret: str) -> bool:
+    """Whether a configured secret is looked for in what the model writes and in a command's
+    environment: 8 characters or more, and not letters alone. A log line masks every secret
+    (`redact`); there a word lost to `***` costs nothing, but a store password such as
+    `postgres` or `orchestrator` would turn that word into `***` in every report and every
+    command the model runs, and drop every variable that holds it (a PATH through
+    `/usr/lib/postgresql`) from a command's environment."""
+    return len(secret) >= 8 and not secret.isalpha()
 
 
 def _url_path(url: str | None) -> re.Pattern[str] | None:

@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from orchestrator.logs import Secret, redact
+from orchestrator.logs import Secret, distinctive, redact
 from orchestrator.tools.base import Tool
 
 __all__ = [
@@ -94,8 +94,9 @@ def hide_unknown_arguments(arguments: Any, secrets: Iterable[Secret] = ()) -> An
 
 def hide_configured(arguments: Any, secrets: Iterable[Secret]) -> Any:
     """`arguments` with the text of each configured secret (`orchestrator.logs.secrets_of`'s
-    plain ones, 4 characters or more) replaced by `***` wherever it appears; nothing else."""
-    plain = [s for s in secrets if isinstance(s, str) and len(s) >= 4]
+    plain ones that cannot be a word: `orchestrator.logs.distinctive`) replaced by `***`
+    wherever it appears; nothing else."""
+    plain = [s for s in secrets if isinstance(s, str) and distinctive(s)]
     if not plain:
         return arguments
     if isinstance(arguments, dict):

@@ -21,6 +21,7 @@ import subprocess
 import time
 from collections.abc import Iterable, Mapping
 
+from orchestrator.logs import distinctive
 from orchestrator.tools.base import ToolCancelled, ToolContext
 
 __all__ = ["KILL_GRACE", "TERM_GRACE", "child_environment", "kill_group", "state", "wait_for"]
@@ -35,14 +36,23 @@ _OWN_SETTINGS = ("ORCH_", "LLM_")
 def child_environment(
     parent: Mapping[str, str], secrets: Iterable[str], extra: Mapping[str, str]
 ) -> dict[str, str]:
-    """`parent` without the orchestrator's settings and any variable whose value holds one of
-    `secrets` (4 characters or more, as the logs mask them), then `extra`."""
+    """`parent` without the orchestrator's settings and any variable that holds one of
+    `secrets`, then `extra`. A variable holds a secret when its value is the secret, names it as
+    a URL's password (`:secret@`), or contains it anywhere when it cannot be a word
+    (`orchestrator.logs.distinctive`): a store password `postgres` is in PGPASSWORD and in a
+    database URL, and also in a PATH through `/usr/lib/postgresql`, which must stay."""
     plain = [secret for secret in secrets if len(secret) >= 4]
+
+    def holds(value: str, secret: str) -> bool:
+        if distinctive(secret):
+            return secret in value
+        return value == secret or f":{secret}@" in value
+
     kept = {
         name: value
         for name, value in parent.items()
         if not name.upper().startswith(_OWN_SETTINGS)
-        and not any(secret in value for secret in plain)
+        and not any(holds(value, secret) for secret in plain)
     }
     return {**kept, **extra}
 

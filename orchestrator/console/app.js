@@ -141,6 +141,14 @@
     return el("span", { class: "handed-back", id: id || null, title: wait.reason || "" },
       " handed back", wait.requeue_after ? [", requeued after ", when(wait.requeue_after)] : "");
   }
+  // Queued, and no worker was woken: the broker refused its wake-up (`wake_up_unsent`), and the
+  // task does not move until the sweeper sends it. The list said a plain "queued" of it.
+  function wakeUpUnsent(task, id) {
+    if (!task.wake_up_unsent) return null;
+    const why = "the sweeper sends it once Redis takes messages again";
+    return id ? el("span", { class: "muted", id }, ` wake-up not sent (Redis refused it); ${why}`)
+      : el("span", { class: "muted wake-up-unsent", title: why }, " wake-up not sent (Redis refused it)");
+  }
   function facts(pairs) {
     return el("dl", { class: "facts" },
       pairs.filter(([, v]) => v !== undefined).map(([k, v]) => [el("dt", {}, k), el("dd", {}, v ?? "—")]));
@@ -539,7 +547,7 @@
       fill(rows, tasks.length === 0 ? el("p", { class: "muted" }, "No tasks match.") :
         table(["Task", "Status", "Type", "Generation", "Created", "Updated"], tasks.map((t) => [
           el("a", { href: `#/task/${encodeURIComponent(t.task_id)}`, class: "task-link" }, t.title || t.task_id),
-          [badge(t.status), t.failure_code ? ` ${t.failure_code}` : "", handedBack(t)],
+          [badge(t.status), t.failure_code ? ` ${t.failure_code}` : "", handedBack(t), wakeUpUnsent(t)],
           t.task_type, String(t.generation), when(t.created_at), when(t.updated_at)])));
       const next = result.data.next_cursor;
       fill(pager,
@@ -1225,9 +1233,7 @@
       fill(head, el("h1", { id: "task-title" }, task.title || task.task_id),
         el("section", { class: "card" }, facts([
           ["Status", [badge(task.status), task.failure_code ? ` ${task.failure_code}` : "", handedBack(task, "handed-back"),
-            // Queued, and no worker was woken: it does not move until Redis takes messages.
-            task.wake_up_unsent ? el("span", { class: "muted", id: "wake-up-unsent" },
-              " wake-up not sent (Redis refused it); the sweeper sends it once Redis takes messages again") : ""]],
+            wakeUpUnsent(task, "wake-up-unsent")]],
           // Why no round runs although the task reads `running`, and until when.
           ...(task.handed_back ? [["Handed back", el("span", { id: "handed-back-reason" }, task.handed_back.reason || "—")]] : []),
           ["Task id", el("code", {}, task.task_id)], ["Type", task.task_type],

@@ -101,3 +101,30 @@ def test_a_queued_task_whose_wake_up_redis_refused_says_so(page: Any, console: C
             shot(page, "wake-up-unsent")
     finally:
         console.sweeper.send_signal(signal.SIGCONT)
+
+
+def test_the_task_list_says_a_queued_task_s_wake_up_was_not_sent(
+    page: Any, console: Console
+) -> None:
+    """The list's row of a queued task whose wake-up the broker refused says so, as the task's
+    page does: it read a plain "queued", the same as a task a worker is about to take. Once
+    the wake-up is sent (the sweeper's claim sets `queued_at`) the row says it no more. The
+    sweeper is stopped meanwhile, as above."""
+    task_id = console.trigger("xss", "Listed while Redis refused")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    assert console.sweeper is not None
+    console.sweeper.send_signal(signal.SIGSTOP)
+    try:
+        with stored_as(console, task_id, {"status": "queued", "queued_at": None}, {}):
+            page.goto(f"{console.url}/console#/?status=queued")
+            row = page.locator("tbody tr").filter(has_text="Listed while Redis refused")
+            expect(row.locator(".wake-up-unsent")).to_have_text(
+                " wake-up not sent (Redis refused it)"
+            )
+            shot(page, "list-wake-up-unsent")
+            with stored_as(console, task_id, {"queued_at": datetime.now(UTC)}, {}):
+                page.reload()  # read now, not at the list's next poll, 6 s away
+                expect(row).to_contain_text("queued")
+                expect(row.locator(".wake-up-unsent")).to_have_count(0)
+    finally:
+        console.sweeper.send_signal(signal.SIGCONT)

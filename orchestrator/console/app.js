@@ -1112,7 +1112,7 @@
   // ---- task detail -----------------------------------------------------------------------
   function taskDetail(taskId, params) {
     const path = `tasks/${encodeURIComponent(taskId)}`;
-    const s = { alive: true, key: viewKey(), asked: 0, drawn: 0, task: null, plan: null, selected: null, stream: null, timer: null, held: new Map(), heldActions: new Map(),
+    const s = { alive: true, key: viewKey(), asked: 0, drawn: 0, pendingAsked: 0, pendingDrawn: 0, task: null, plan: null, selected: null, stream: null, timer: null, held: new Map(), heldActions: new Map(),
       graph: null, streamKind: null, retry: null, nodeDone: null, receiptKey: null, recordsKey: null, deliveryKey: null,
       recoveryKey: null };
     // A reload restores the revision and the node shown (#/task/ID?session=S&revision=N&node=X);
@@ -1585,8 +1585,12 @@
     }
 
     async function loadPending() {
+      // As for the view (refresh): a slow read answered after a newer one drew the actions as
+      // they were, a decided one back with its buttons, and kept them while the view held.
+      const asked = ++s.pendingAsked;
       const result = await pendingActions(`&task_id=${encodeURIComponent(taskId)}`, s.heldActions);
-      if (!here()) return;
+      if (!here() || asked < s.pendingDrawn) return;
+      s.pendingDrawn = asked;
       s.pendingStale = !result.ok;
       if (!result.ok || result.unchanged) return; // the cards shown still hold
       showActions(pending, result.items, refresh, pendingResult);

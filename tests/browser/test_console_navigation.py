@@ -102,3 +102,24 @@ def test_a_poll_answered_after_a_retry_does_not_show_the_dead_letter_again(
     expect(retry).to_have_count(0)
     page.evaluate("async () => { window.__release(); await new Promise((r) => setTimeout(r)); }")
     assert retry.count() == 0  # as it is now, not after a retry
+
+
+def test_an_older_answer_of_a_task_s_pending_actions_does_not_bring_one_back(
+    page: Any, console: Console
+) -> None:
+    """The task page's first read of its pending actions is slow; the task is cancelled
+    meanwhile (its action superseded), and the read after the poll's changed view draws none.
+    The first read, answered last, is not drawn over it (before, the superseded action came
+    back with its Approve and Reject, and stayed while the view did not change again)."""
+    task_id = console.trigger("approval", "Cancelled while its actions were read")
+    console.wait_for(task_id, lambda t: t["status"] == "waiting")
+    hold_answer(page, f"/api/v1/actions?status=pending_approval&limit=200&task_id={task_id}")
+    page.goto(f"{console.url}/console#/task/{task_id}")
+    page.wait_for_function("() => window.__release !== undefined")  # the action, held
+    cancelled = console.http.post(f"/api/v1/tasks/{task_id}/cancel", json={"reason": "a duplicate"})
+    assert cancelled.status_code == 200, cancelled.text
+    pending = page.locator("#pending-actions")
+    expect(pending).to_have_text("Nothing waits for approval.")  # the next poll's read
+    page.evaluate("async () => { window.__release(); await new Promise((r) => setTimeout(r)); }")
+    assert pending.locator("[data-action]").count() == 0
+    assert pending.inner_text() == "Nothing waits for approval."

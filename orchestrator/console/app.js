@@ -1152,7 +1152,9 @@
 
     function reasonForm(id, label, verb, cls) {
       const input = el("input", { id, name: "reason", required: true, maxlength: 500, placeholder: "reason" });
-      return el("form", { class: "inline", id: `${verb}-form`, onsubmit: async (event) => {
+      // Hidden until the task's state is known (showTask): a finished task's page, slow to
+      // load, offered Cancel until its first answer, and the API then said 409.
+      return el("form", { class: "inline", id: `${verb}-form`, hidden: true, onsubmit: async (event) => {
         event.preventDefault();
         const reason = input.value.trim();
         if (!reason) { fill(opResult, el("span", { class: "error" }, "A reason is needed.")); return; }
@@ -1228,6 +1230,8 @@
       if (!FINAL_STATUSES.has(task.status)) s.ended = false;
       if (finished() && s.stream === null) endStream();
       // A finished task cannot be cancelled (the API says 409): the form is not offered.
+      const requeueForm = document.getElementById("requeue-form");
+      if (requeueForm) requeueForm.hidden = false;
       const cancelForm = document.getElementById("cancel-form");
       if (cancelForm) cancelForm.hidden = FINAL_STATUSES.has(task.status);
       fill(head, el("h1", { id: "task-title" }, task.title || task.task_id),

@@ -123,3 +123,22 @@ def test_an_older_answer_of_a_task_s_pending_actions_does_not_bring_one_back(
     page.evaluate("async () => { window.__release(); await new Promise((r) => setTimeout(r)); }")
     assert pending.locator("[data-action]").count() == 0
     assert pending.inner_text() == "Nothing waits for approval."
+
+
+def test_a_finished_task_s_page_offers_no_write_before_its_first_answer(
+    page: Any, console: Console
+) -> None:
+    """The task page's first read is slow: until it comes the page does not know the task's
+    state, and offers neither Requeue nor Cancel (before, a finished task offered Cancel until
+    then, which the API answers 409). Once it comes, a finished task offers Requeue only."""
+    task_id = console.trigger("xss", "Finished, on a slow API")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    hold_answer(page, f"/api/v1/tasks/{task_id}")
+    page.goto(f"{console.url}/console#/task/{task_id}")
+    page.wait_for_function("() => window.__release !== undefined")  # the view, held
+    expect(page.locator("#h-ops")).to_be_visible()  # the page is drawn, the task not yet
+    assert page.locator("#requeue-form").is_hidden()
+    assert page.locator("#cancel-form").is_hidden()
+    page.evaluate("() => window.__release()")
+    expect(page.locator("#requeue-form")).to_be_visible()
+    expect(page.locator("#cancel-form")).to_be_hidden()

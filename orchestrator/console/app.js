@@ -873,10 +873,12 @@
   }
   // Why a dead (or discarded) row was dead-lettered (`dead_reason`): its last error alone,
   // `HTTP 503`, read as one more failure the dispatcher would retry. Failed attempts are the
-  // attempts less the throttled ones, as `outbox list` counts them.
+  // attempts less the throttled ones, as `outbox list` counts them. A refusal's error says it
+  // already (`a permanent refusal, not retried`, store/outbox.py): the row said it twice.
   function deadReason(x) {
+    const said = String(x.last_error || "").includes("not retried");
     const why = x.dead_reason === "max_attempts" ? `out of attempts (${(x.attempts || 0) - (x.throttled || 0)} failed)`
-      : x.dead_reason === "refused" ? "refused, never retried" : null;
+      : x.dead_reason === "refused" && !said ? "refused, never retried" : null;
     return why ? el("span", { class: "dead-reason" }, ` (${why})`) : null;
   }
   function deliveryError(x) {

@@ -466,6 +466,9 @@
   }
 
   function taskList(params) {
+    // A page size as typed in the address: a whole number, at most 200 (the API's most).
+    const sized = params.get("limit") || "";
+    const size = /^\d+$/.test(sized) ? Number(sized) : 0;
     const since = SINCE_MS[params.get("since")] ? params.get("since") : "";
     const from = localTime(params.get("from")), to = localTime(params.get("to"));
     const after = from ? new Date(from).toISOString()
@@ -474,7 +477,7 @@
       since, from, to, after, before: to ? new Date(to).toISOString() : null,
       cursors: [], cursor: null, timer: null, alive: true, held: new Map(), key: viewKey(),
       asked: 0, drawn: 0, // each read numbered: one older than a read drawn is not drawn
-      limit: Math.min(200, Math.max(1, parseInt(params.get("limit"), 10) || 50)) };
+      limit: size >= 1 ? Math.min(200, size) : 50 };
     const rows = el("div", { id: "task-rows" }, el("p", { class: "muted" }, "Loading…"));
     const pager = el("div", { class: "pager" });
     const form = el("form", { class: "filters", id: "filters", onsubmit: (event) => {
@@ -509,6 +512,8 @@
     if (params.get("since") && !since) ignored.push(`since=${params.get("since")} (one of 1h, 24h, 7d)`);
     if (params.get("from") && !from) ignored.push(`from=${params.get("from")} (a local time, 2026-12-04T09:00)`);
     if (params.get("to") && !to) ignored.push(`to=${params.get("to")} (a local time, 2026-12-04T11:30)`);
+    // `limit=abc` listed 50 and `limit=500` 200, unsaid: a short list read as every task.
+    if (sized && !(size >= 1 && size <= 200)) ignored.push(`limit=${sized} (a page size from 1 to 200)`);
     if (params.get("status") && !STATUSES.includes(state.status)) {
       ignored.push(`status=${params.get("status")} (one of ${STATUSES.join(", ")})`);
       state.status = "";

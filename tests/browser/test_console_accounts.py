@@ -201,6 +201,16 @@ def test_the_task_list_takes_a_time_range_in_local_time(page: Any, console: Cons
     page.goto(f"{console.url}/console#/?type=ranged&since=24h")
     expect(rows).to_have_count(1)
     expect(page.locator("#filter-ignored")).to_have_count(0)
+    # A page size the list cannot take, as well (it listed 50, or 200, unsaid).
+    for size in ("abc", "0", "500"):
+        page.goto(f"{console.url}/console#/?type=ranged&limit={size}")
+        expect(ignored).to_have_text(
+            f"Not understood, so not applied: limit={size} (a page size from 1 to 200)."
+        )
+        expect(rows).to_have_count(1)
+    page.goto(f"{console.url}/console#/?type=ranged&limit=200")
+    expect(rows).to_have_count(1)
+    expect(page.locator("#filter-ignored")).to_have_count(0)
 
 
 def test_a_token_link_on_another_site_asks_before_signing_in(

@@ -928,6 +928,13 @@
       [["", "any"], ["action", "approved actions"], ["webhook", "task events"]].map(([v, t]) => el("option", { value: v, selected: v === kind }, t)));
     const rows = el("div", { id: "delivery-rows" }, el("p", { class: "muted" }, "Loading…"));
     const say = el("p", { role: "status", id: "delivery-result" });
+    // As the task list does: `status=failed` in a hand-edited address listed the dead ones, and
+    // `kind=email` every kind, unsaid.
+    const ignored = [];
+    if (params.get("status") && params.get("status") !== status) ignored.push(`status=${params.get("status")} (one of ${DELIVERY_STATUSES.join(", ")})`);
+    if (params.get("kind") && params.get("kind") !== kind) ignored.push(`kind=${params.get("kind")} (action or webhook)`);
+    const notice = ignored.length ? el("p", { class: "notice", id: "delivery-ignored", role: "status" },
+      `Not understood, so not applied: ${ignored.join("; ")}.`) : null;
     fill(main, el("h1", {}, "Deliveries to the business backend"),
       el("form", { class: "inline", id: "delivery-filters", onsubmit: (event) => {
         event.preventDefault();
@@ -937,7 +944,7 @@
       } }, el("div", {}, el("label", { for: "d-status" }, "Status"), statusPick),
       el("div", {}, el("label", { for: "d-kind" }, "Kind"), kindPick),
       el("button", { type: "submit", class: "secondary" }, "Show")),
-      say, rows);
+      notice, say, rows);
     const at = viewKey();
     const held = new Map(); // the list's tag, when the server gives one
     let alive = true, shown = null, asked = 0, drawn = 0;

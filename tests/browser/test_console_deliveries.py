@@ -130,6 +130,16 @@ def test_the_deliveries_view_lists_dead_ones_across_tasks_and_retries_them(
     expect(pending.locator("td").nth(4)).to_have_text("0")
     pending.get_by_role("link").click()
     expect(page.locator("#task-title")).to_have_text("Its event never reached the backend")
+    # A hand-edited address the filters cannot hold lists the dead ones of any kind, and says
+    # so (it listed them unsaid, `status=failed` reading as the failed ones).
+    page.goto(f"{console.url}/console#/deliveries?status=failed&kind=email")
+    expect(page.locator("#delivery-ignored")).to_have_text(
+        "Not understood, so not applied: status=failed (one of dead, pending, delivered, "
+        "discarded); kind=email (action or webhook)."
+    )
+    expect(page.locator("#d-status")).to_have_value("dead")
+    page.click("#delivery-filters button")
+    expect(page.locator("#delivery-ignored")).to_have_count(0)
 
 
 def test_every_dead_delivery_is_retried_at_once_from_the_deliveries_view(

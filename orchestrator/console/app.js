@@ -281,7 +281,10 @@
     }
     showBanner("");
     if (response.status === 401) {
-      location.assign(location.pathname); // the session ended: back to the sign-in form
+      // The session ended: back to the sign-in form, at this view's address, which it keeps
+      // through the sign-in (signin.js); a query (?sign_in_refused=...) is not kept.
+      if (location.search) location.assign(location.pathname + location.hash);
+      else location.reload();
       return { ok: false, status: 401, data: null };
     }
     if (response.status === 304) return { ok: false, status: 304, data: null, tag: response.headers.get("ETag") };

@@ -1129,7 +1129,7 @@
   // ---- task detail -----------------------------------------------------------------------
   function taskDetail(taskId, params) {
     const path = `tasks/${encodeURIComponent(taskId)}`;
-    const s = { alive: true, key: viewKey(), asked: 0, drawn: 0, pendingAsked: 0, pendingDrawn: 0, task: null, plan: null, selected: null, stream: null, timer: null, held: new Map(), heldActions: new Map(),
+    const s = { alive: true, key: viewKey(), asked: 0, drawn: 0, pendingAsked: 0, pendingDrawn: 0, transcriptAsked: 0, transcriptDrawn: 0, task: null, plan: null, selected: null, stream: null, timer: null, held: new Map(), heldActions: new Map(),
       graph: null, streamKind: null, retry: null, nodeDone: null, receiptKey: null, recordsKey: null, deliveryKey: null,
       recoveryKey: null };
     // A reload restores the revision and the node shown (#/task/ID?session=S&revision=N&node=X);
@@ -1741,15 +1741,17 @@
       drawEvidence();
     }
     // The transcript, oldest first, read a page at a time up to TRANSCRIPT_PAGES pages; it is
-    // drawn again only when it grew.
+    // drawn again only when it grew. A read answered after a newer one is not drawn (as for the
+    // evidence): it took the newer entries away, on a running task whose writes each read it.
     async function loadTranscript() {
+      const asked = ++s.transcriptAsked;
       const items = [];
       let cursor = null, more = false, usage = null;
       for (let n = 0; n < TRANSCRIPT_PAGES; n += 1) {
         const query = new URLSearchParams({ limit: String(TRANSCRIPT_PAGE) });
         if (cursor) query.set("cursor", cursor);
         const result = await watched(s.held, `${path}/transcript?${query}`);
-        if (!here()) return;
+        if (!here() || asked < s.transcriptDrawn) return;
         if (!result.ok) {
           if (!result.down) fill(transcript, notice(missingRoute(result) ? "Not available on this server." : errorText(result)));
           return;
@@ -1762,6 +1764,7 @@
       }
       const last = items[items.length - 1];
       const key = `${items.length}:${last ? `${last.generation}/${last.seq}` : ""}:${more}`;
+      s.transcriptDrawn = asked;
       if (key === s.transcriptKey) return;
       s.transcriptKey = key;
       // Drawn again because it grew (a running task): the entries a person opened stay open.

@@ -142,3 +142,29 @@ def test_a_finished_task_s_page_offers_no_write_before_its_first_answer(
     page.evaluate("() => window.__release()")
     expect(page.locator("#requeue-form")).to_be_visible()
     expect(page.locator("#cancel-form")).to_be_hidden()
+
+
+def test_an_older_answer_of_the_transcript_does_not_take_entries_away(
+    page: Any, console: Console
+) -> None:
+    """The task page's first read of the transcript is slow; the task is requeued meanwhile and
+    its next generation writes more entries, which the read after the task's change draws. The
+    first read, answered last, is not drawn over it (before, the entries of the new generation
+    went away until the next read, up to 15 s on)."""
+    task_id = console.trigger("xss", "Its transcript read twice")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    hold_answer(page, f"/api/v1/tasks/{task_id}/transcript?limit=200")
+    page.goto(f"{console.url}/console#/task/{task_id}")
+    page.wait_for_function("() => window.__release !== undefined")  # generation 1's, held
+    first = len(console.http.get(f"/api/v1/tasks/{task_id}/transcript").json()["items"])
+    requeued = console.http.post(
+        f"/api/v1/tasks/{task_id}/requeue", json={"reason": "look again", "by": "ana"}
+    )
+    assert requeued.status_code == 200, requeued.text
+    entries = page.locator("#transcript ol.transcript > li")
+    expect(entries.filter(has_text="generation 2")).not_to_have_count(0)
+    drawn = entries.count()
+    assert drawn > first
+    page.evaluate("async () => { window.__release(); await new Promise((r) => setTimeout(r)); }")
+    assert entries.count() >= drawn  # (its script runs on: later entries may follow)
+    assert entries.filter(has_text="generation 2").count() > 0

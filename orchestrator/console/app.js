@@ -1177,8 +1177,15 @@
         if (!reason) { fill(opResult, el("span", { class: "error" }, "A reason is needed.")); return; }
         const result = await sendOnce(event.currentTarget, "POST", `${path}/${verb}`, { reason });
         if (!result) return;
-        if (result.ok) { input.value = ""; fill(opResult, `${label}: done.`); refresh(); }
-        else fill(opResult, el("span", { class: "error" }, errorText(result)));
+        // A requeue the broker did not take (`dispatched: false`, Redis down) is committed all
+        // the same, and no worker was woken: "done." alone read as on its way.
+        const unsent = result.ok && result.data && result.data.dispatched === false;
+        if (result.ok) {
+          input.value = "";
+          fill(opResult, unsent ? `${label}: done; its wake-up was not sent (Redis refused it): the sweeper sends it once Redis takes messages again.`
+            : `${label}: done.`);
+          refresh();
+        } else fill(opResult, el("span", { class: "error" }, errorText(result)));
       } }, el("div", {}, el("label", { for: id }, `${label} reason`), input),
       el("button", { type: "submit", class: cls }, label));
     }

@@ -32,7 +32,7 @@ __all__ = ["PREFIX", "redact_access_log", "router"]
 
 PREFIX = "/console"
 STATIC = Path(__file__).resolve().parent.parent / "console"
-_ASSETS = {"app.js": "text/javascript", "style.css": "text/css"}
+_ASSETS = {"app.js": "text/javascript", "signin.js": "text/javascript", "style.css": "text/css"}
 _MAX_FORM_BYTES = 8192
 #: Scripts and styles from our own origin only: even a slip into innerHTML could not run code.
 _HEADERS = {
@@ -77,6 +77,7 @@ def _sign_in_page(request: Request, error: str = "", status: int = 200) -> HTMLR
     root = html.escape(str(request.scope.get("root_path", "")).rstrip("/"))
     page = page.replace('href="console/', f'href="{root}{PREFIX}/')
     page = page.replace('action="console/', f'action="{root}{PREFIX}/')
+    page = page.replace('src="console/', f'src="{root}{PREFIX}/')
     message = f'<p class="error" role="alert">{html.escape(error)}</p>' if error else ""
     return HTMLResponse(page.replace("<!--error-->", message), status, headers=_HEADERS)
 
@@ -150,6 +151,7 @@ def _confirm_page(request: Request, ticket: str) -> HTMLResponse:
     root = html.escape(str(request.scope.get("root_path", "")).rstrip("/"))
     page = page.replace('href="console/', f'href="{root}{PREFIX}/')
     page = page.replace('action="console/', f'action="{root}{PREFIX}/')
+    page = page.replace('src="console/', f'src="{root}{PREFIX}/')
     page = page.replace('href="console"', f'href="{root}{PREFIX}"')
     page = page.replace("<!--name-->", html.escape(account.operator.name))
     page = page.replace("<!--role-->", html.escape(account.operator.role))

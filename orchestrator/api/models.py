@@ -37,6 +37,7 @@ __all__ = [
     "RequeuedView",
     "ResolutionView",
     "SessionView",
+    "TaskRowView",
     "TaskView",
     "TokenUsageView",
     "TranscriptEntryView",
@@ -87,6 +88,17 @@ class TaskView(BaseModel):
         default=None,
         description="set while the current generation waits, handed back by its worker, for "
         "the sweeper to requeue it: the task reads `running` but no round runs",
+    )
+
+
+class TaskRowView(TaskView):
+    """A row of the task list, and the head of a task's view: read from the stored task, which
+    an answer to a trigger or a requeue is not (its wake-up is said there as `dispatched`)."""
+
+    wake_up_unsent: bool = Field(
+        default=False,
+        description="a queued task whose wake-up the broker refused (Redis down): the sweeper "
+        "sends it at its first sweep once the broker takes messages again",
     )
 
 
@@ -186,13 +198,8 @@ class InvocationView(BaseModel):
     updated_at: IsoTime
 
 
-class ExplainView(TaskView):
+class ExplainView(TaskRowView):
     lease: LeaseView | None
-    wake_up_unsent: bool = Field(
-        default=False,
-        description="a queued task whose wake-up the broker refused (Redis down): the sweeper "
-        "sends it at its first sweep once the broker takes messages again",
-    )
     executions: list[ExecutionView]
     plan: PlanRevisionView | None = Field(
         description="the latest revision of the current session's plan"

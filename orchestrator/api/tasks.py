@@ -15,6 +15,7 @@ from orchestrator.api.etags import IF_NONE_MATCH, NOT_MODIFIED, shape_of, tagged
 from orchestrator.api.models import (
     ExplainView,
     RequeuedView,
+    TaskRowView,
     TaskView,
     TranscriptPage,
     TriggerView,
@@ -84,10 +85,10 @@ def trigger_task(
 
 
 #: Part of every tag of a page of the list: a client holding an older API's page gets the new one.
-_LIST_SHAPE = shape_of(Page[TaskView])
+_LIST_SHAPE = shape_of(Page[TaskRowView])
 
 
-@router.get("", response_model=Page[TaskView], responses=NOT_MODIFIED)
+@router.get("", response_model=Page[TaskRowView], responses=NOT_MODIFIED)
 def list_tasks(
     response: Response,
     status: TaskStatus | None = Query(default=None),

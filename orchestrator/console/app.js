@@ -141,6 +141,14 @@
     return el("span", { class: "handed-back", id: id || null, title: wait.reason || "" },
       " handed back", wait.requeue_after ? [", requeued after ", when(wait.requeue_after)] : "");
   }
+  // Queued, and no worker was woken: the broker refused its wake-up (`wake_up_unsent`), and the
+  // task does not move until the sweeper sends it. The list said a plain "queued" of it.
+  function wakeUpUnsent(task, id) {
+    if (!task.wake_up_unsent) return null;
+    const why = "the sweeper sends it once Redis takes messages again";
+    return id ? el("span", { class: "muted", id }, ` wake-up not sent (Redis refused it); ${why}`)
+      : el("span", { class: "muted wake-up-unsent", title: why }, " wake-up not sent (Redis refused it)");
+  }
   function facts(pairs) {
     return el("dl", { class: "facts" },
       pairs.filter(([, v]) => v !== undefined).map(([k, v]) => [el("dt", {}, k), el("dd", {}, v ?? "—")]));
@@ -273,7 +281,10 @@
     }
     showBanner("");
     if (response.status === 401) {
-      location.assign(location.pathname); // the session ended: back to the sign-in form
+      // The session ended: back to the sign-in form, at this view's address, which it keeps
+      // through the sign-in (signin.js); a query (?sign_in_refused=...) is not kept.
+      if (location.search) location.assign(location.pathname + location.hash);
+      else location.reload();
       return { ok: false, status: 401, data: null };
     }
     if (response.status === 304) return { ok: false, status: 304, data: null, tag: response.headers.get("ETag") };
@@ -458,6 +469,9 @@
   }
 
   function taskList(params) {
+    // A page size as typed in the address: a whole number, at most 200 (the API's most).
+    const sized = params.get("limit") || "";
+    const size = /^\d+$/.test(sized) ? Number(sized) : 0;
     const since = SINCE_MS[params.get("since")] ? params.get("since") : "";
     const from = localTime(params.get("from")), to = localTime(params.get("to"));
     const after = from ? new Date(from).toISOString()
@@ -466,7 +480,7 @@
       since, from, to, after, before: to ? new Date(to).toISOString() : null,
       cursors: [], cursor: null, timer: null, alive: true, held: new Map(), key: viewKey(),
       asked: 0, drawn: 0, // each read numbered: one older than a read drawn is not drawn
-      limit: Math.min(200, Math.max(1, parseInt(params.get("limit"), 10) || 50)) };
+      limit: size >= 1 ? Math.min(200, size) : 50 };
     const rows = el("div", { id: "task-rows" }, el("p", { class: "muted" }, "Loading…"));
     const pager = el("div", { class: "pager" });
     const form = el("form", { class: "filters", id: "filters", onsubmit: (event) => {
@@ -501,6 +515,8 @@
     if (params.get("since") && !since) ignored.push(`since=${params.get("since")} (one of 1h, 24h, 7d)`);
     if (params.get("from") && !from) ignored.push(`from=${params.get("from")} (a local time, 2026-12-04T09:00)`);
     if (params.get("to") && !to) ignored.push(`to=${params.get("to")} (a local time, 2026-12-04T11:30)`);
+    // `limit=abc` listed 50 and `limit=500` 200, unsaid: a short list read as every task.
+    if (sized && !(size >= 1 && size <= 200)) ignored.push(`limit=${sized} (a page size from 1 to 200)`);
     if (params.get("status") && !STATUSES.includes(state.status)) {
       ignored.push(`status=${params.get("status")} (one of ${STATUSES.join(", ")})`);
       state.status = "";
@@ -539,7 +555,7 @@
       fill(rows, tasks.length === 0 ? el("p", { class: "muted" }, "No tasks match.") :
         table(["Task", "Status", "Type", "Generation", "Created", "Updated"], tasks.map((t) => [
           el("a", { href: `#/task/${encodeURIComponent(t.task_id)}`, class: "task-link" }, t.title || t.task_id),
-          [badge(t.status), t.failure_code ? ` ${t.failure_code}` : "", handedBack(t)],
+          [badge(t.status), t.failure_code ? ` ${t.failure_code}` : "", handedBack(t), wakeUpUnsent(t)],
           t.task_type, String(t.generation), when(t.created_at), when(t.updated_at)])));
       const next = result.data.next_cursor;
       fill(pager,
@@ -865,10 +881,12 @@
   }
   // Why a dead (or discarded) row was dead-lettered (`dead_reason`): its last error alone,
   // `HTTP 503`, read as one more failure the dispatcher would retry. Failed attempts are the
-  // attempts less the throttled ones, as `outbox list` counts them.
+  // attempts less the throttled ones, as `outbox list` counts them. A refusal's error says it
+  // already (`a permanent refusal, not retried`, store/outbox.py): the row said it twice.
   function deadReason(x) {
+    const said = String(x.last_error || "").includes("not retried");
     const why = x.dead_reason === "max_attempts" ? `out of attempts (${(x.attempts || 0) - (x.throttled || 0)} failed)`
-      : x.dead_reason === "refused" ? "refused, never retried" : null;
+      : x.dead_reason === "refused" && !said ? "refused, never retried" : null;
     return why ? el("span", { class: "dead-reason" }, ` (${why})`) : null;
   }
   function deliveryError(x) {
@@ -913,6 +931,13 @@
       [["", "any"], ["action", "approved actions"], ["webhook", "task events"]].map(([v, t]) => el("option", { value: v, selected: v === kind }, t)));
     const rows = el("div", { id: "delivery-rows" }, el("p", { class: "muted" }, "Loading…"));
     const say = el("p", { role: "status", id: "delivery-result" });
+    // As the task list does: `status=failed` in a hand-edited address listed the dead ones, and
+    // `kind=email` every kind, unsaid.
+    const ignored = [];
+    if (params.get("status") && params.get("status") !== status) ignored.push(`status=${params.get("status")} (one of ${DELIVERY_STATUSES.join(", ")})`);
+    if (params.get("kind") && params.get("kind") !== kind) ignored.push(`kind=${params.get("kind")} (action or webhook)`);
+    const notice = ignored.length ? el("p", { class: "notice", id: "delivery-ignored", role: "status" },
+      `Not understood, so not applied: ${ignored.join("; ")}.`) : null;
     fill(main, el("h1", {}, "Deliveries to the business backend"),
       el("form", { class: "inline", id: "delivery-filters", onsubmit: (event) => {
         event.preventDefault();
@@ -922,7 +947,7 @@
       } }, el("div", {}, el("label", { for: "d-status" }, "Status"), statusPick),
       el("div", {}, el("label", { for: "d-kind" }, "Kind"), kindPick),
       el("button", { type: "submit", class: "secondary" }, "Show")),
-      say, rows);
+      notice, say, rows);
     const at = viewKey();
     const held = new Map(); // the list's tag, when the server gives one
     let alive = true, shown = null, asked = 0, drawn = 0;
@@ -1104,7 +1129,7 @@
   // ---- task detail -----------------------------------------------------------------------
   function taskDetail(taskId, params) {
     const path = `tasks/${encodeURIComponent(taskId)}`;
-    const s = { alive: true, key: viewKey(), asked: 0, drawn: 0, task: null, plan: null, selected: null, stream: null, timer: null, held: new Map(), heldActions: new Map(),
+    const s = { alive: true, key: viewKey(), asked: 0, drawn: 0, pendingAsked: 0, pendingDrawn: 0, transcriptAsked: 0, transcriptDrawn: 0, task: null, plan: null, selected: null, stream: null, timer: null, held: new Map(), heldActions: new Map(),
       graph: null, streamKind: null, retry: null, nodeDone: null, receiptKey: null, recordsKey: null, deliveryKey: null,
       recoveryKey: null };
     // A reload restores the revision and the node shown (#/task/ID?session=S&revision=N&node=X);
@@ -1144,14 +1169,23 @@
 
     function reasonForm(id, label, verb, cls) {
       const input = el("input", { id, name: "reason", required: true, maxlength: 500, placeholder: "reason" });
-      return el("form", { class: "inline", id: `${verb}-form`, onsubmit: async (event) => {
+      // Hidden until the task's state is known (showTask): a finished task's page, slow to
+      // load, offered Cancel until its first answer, and the API then said 409.
+      return el("form", { class: "inline", id: `${verb}-form`, hidden: true, onsubmit: async (event) => {
         event.preventDefault();
         const reason = input.value.trim();
         if (!reason) { fill(opResult, el("span", { class: "error" }, "A reason is needed.")); return; }
         const result = await sendOnce(event.currentTarget, "POST", `${path}/${verb}`, { reason });
         if (!result) return;
-        if (result.ok) { input.value = ""; fill(opResult, `${label}: done.`); refresh(); }
-        else fill(opResult, el("span", { class: "error" }, errorText(result)));
+        // A requeue the broker did not take (`dispatched: false`, Redis down) is committed all
+        // the same, and no worker was woken: "done." alone read as on its way.
+        const unsent = result.ok && result.data && result.data.dispatched === false;
+        if (result.ok) {
+          input.value = "";
+          fill(opResult, unsent ? `${label}: done; its wake-up was not sent (Redis refused it): the sweeper sends it once Redis takes messages again.`
+            : `${label}: done.`);
+          refresh();
+        } else fill(opResult, el("span", { class: "error" }, errorText(result)));
       } }, el("div", {}, el("label", { for: id }, `${label} reason`), input),
       el("button", { type: "submit", class: cls }, label));
     }
@@ -1220,14 +1254,14 @@
       if (!FINAL_STATUSES.has(task.status)) s.ended = false;
       if (finished() && s.stream === null) endStream();
       // A finished task cannot be cancelled (the API says 409): the form is not offered.
+      const requeueForm = document.getElementById("requeue-form");
+      if (requeueForm) requeueForm.hidden = false;
       const cancelForm = document.getElementById("cancel-form");
       if (cancelForm) cancelForm.hidden = FINAL_STATUSES.has(task.status);
       fill(head, el("h1", { id: "task-title" }, task.title || task.task_id),
         el("section", { class: "card" }, facts([
           ["Status", [badge(task.status), task.failure_code ? ` ${task.failure_code}` : "", handedBack(task, "handed-back"),
-            // Queued, and no worker was woken: it does not move until Redis takes messages.
-            task.wake_up_unsent ? el("span", { class: "muted", id: "wake-up-unsent" },
-              " wake-up not sent (Redis refused it); the sweeper sends it once Redis takes messages again") : ""]],
+            wakeUpUnsent(task, "wake-up-unsent")]],
           // Why no round runs although the task reads `running`, and until when.
           ...(task.handed_back ? [["Handed back", el("span", { id: "handed-back-reason" }, task.handed_back.reason || "—")]] : []),
           ["Task id", el("code", {}, task.task_id)], ["Type", task.task_type],
@@ -1579,8 +1613,12 @@
     }
 
     async function loadPending() {
+      // As for the view (refresh): a slow read answered after a newer one drew the actions as
+      // they were, a decided one back with its buttons, and kept them while the view held.
+      const asked = ++s.pendingAsked;
       const result = await pendingActions(`&task_id=${encodeURIComponent(taskId)}`, s.heldActions);
-      if (!here()) return;
+      if (!here() || asked < s.pendingDrawn) return;
+      s.pendingDrawn = asked;
       s.pendingStale = !result.ok;
       if (!result.ok || result.unchanged) return; // the cards shown still hold
       showActions(pending, result.items, refresh, pendingResult);
@@ -1710,15 +1748,17 @@
       drawEvidence();
     }
     // The transcript, oldest first, read a page at a time up to TRANSCRIPT_PAGES pages; it is
-    // drawn again only when it grew.
+    // drawn again only when it grew. A read answered after a newer one is not drawn (as for the
+    // evidence): it took the newer entries away, on a running task whose writes each read it.
     async function loadTranscript() {
+      const asked = ++s.transcriptAsked;
       const items = [];
       let cursor = null, more = false, usage = null;
       for (let n = 0; n < TRANSCRIPT_PAGES; n += 1) {
         const query = new URLSearchParams({ limit: String(TRANSCRIPT_PAGE) });
         if (cursor) query.set("cursor", cursor);
         const result = await watched(s.held, `${path}/transcript?${query}`);
-        if (!here()) return;
+        if (!here() || asked < s.transcriptDrawn) return;
         if (!result.ok) {
           if (!result.down) fill(transcript, notice(missingRoute(result) ? "Not available on this server." : errorText(result)));
           return;
@@ -1731,6 +1771,7 @@
       }
       const last = items[items.length - 1];
       const key = `${items.length}:${last ? `${last.generation}/${last.seq}` : ""}:${more}`;
+      s.transcriptDrawn = asked;
       if (key === s.transcriptKey) return;
       s.transcriptKey = key;
       // Drawn again because it grew (a running task): the entries a person opened stay open.

@@ -179,9 +179,12 @@ class TaskService:
         self, found: list[TaskRecord], waits: dict[str, ExecutionRecord] | None = None
     ) -> list[dict[str, Any]]:
         """`task_view` of each, with `handed_back` read for the running ones in one query
-        (unless given, as `handed_back` reads it)."""
+        (unless given, as `handed_back` reads it), and whether its wake-up is unsent."""
         waits = self.handed_back(found) if waits is None else waits
-        return [task_view(task, waits.get(task.task_id)) for task in found]
+        return [
+            task_view(task, waits.get(task.task_id)) | {"wake_up_unsent": wake_up_unsent(task)}
+            for task in found
+        ]
 
     def handed_back(self, found: list[TaskRecord]) -> dict[str, ExecutionRecord]:
         """The current generation of each running task of `found` that its worker handed back."""
@@ -314,8 +317,7 @@ class TaskService:
                 "resolutions": [_resolution_view(event) for event in resolved],
                 "last_write": {"at": last_write[0], "kind": last_write[1]} if last_write else None,
                 "waiting_on": waited[-1].reason if waited else None,
-                # The broker refused its wake-up (store/tasks.py: `queued_at` NULL).
-                "wake_up_unsent": task.status == "queued" and task.queued_at is None,
+                "wake_up_unsent": wake_up_unsent(task),
             }
         )
         return view
@@ -469,6 +471,13 @@ def _resolution_view(event: event_store.TaskEvent) -> dict[str, Any]:
         "generation": event.generation,
         **{key: data.get(key) for key in keys},
     }
+
+
+def wake_up_unsent(task: TaskRecord) -> bool:
+    """Queued, and the broker refused its wake-up (store/tasks.py: `queued_at` NULL): no worker
+    was woken until the sweeper sends it. Read from the stored task only: a trigger's or a
+    requeue's record is from before its wake-up was tried."""
+    return task.status == "queued" and task.queued_at is None
 
 
 def task_view(task: TaskRecord, handed_back: ExecutionRecord | None = None) -> dict[str, Any]:

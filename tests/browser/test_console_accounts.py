@@ -201,6 +201,16 @@ def test_the_task_list_takes_a_time_range_in_local_time(page: Any, console: Cons
     page.goto(f"{console.url}/console#/?type=ranged&since=24h")
     expect(rows).to_have_count(1)
     expect(page.locator("#filter-ignored")).to_have_count(0)
+    # A page size the list cannot take, as well (it listed 50, or 200, unsaid).
+    for size in ("abc", "0", "500"):
+        page.goto(f"{console.url}/console#/?type=ranged&limit={size}")
+        expect(ignored).to_have_text(
+            f"Not understood, so not applied: limit={size} (a page size from 1 to 200)."
+        )
+        expect(rows).to_have_count(1)
+    page.goto(f"{console.url}/console#/?type=ranged&limit=200")
+    expect(rows).to_have_count(1)
+    expect(page.locator("#filter-ignored")).to_have_count(0)
 
 
 def test_a_token_link_on_another_site_asks_before_signing_in(
@@ -230,3 +240,34 @@ def test_a_token_link_on_another_site_asks_before_signing_in(
     finally:
         context.close()
     assert token("otto") not in console.api_log()
+
+
+def test_signing_in_goes_back_to_the_view_asked_for(browser: Any, console: Console) -> None:
+    """A task's page opened without a session shows the sign-in form, and signing in shows
+    that task's page; so does signing in again after the session ended while the page was
+    open (here signed out from another browser holding the cookie). Before, both landed on
+    the task list: the view is in the address's fragment, which the form's redirect dropped."""
+    task_id = console.trigger("xss", "Opened before signing in")
+    context = browser.new_context()
+    other = browser.new_context()
+    tab = context.new_page()
+    title = tab.locator("#task-title")
+    try:
+        tab.goto(f"{console.url}/console#/task/{task_id}")
+        tab.fill("#token", token("otto"))
+        tab.click("#signin-form button")
+        expect(title).to_have_text("Opened before signing in")
+        assert tab.url == f"{console.url}/console#/task/{task_id}"
+        other.add_cookies(context.cookies())
+        elsewhere = other.new_page()
+        elsewhere.goto(f"{console.url}/console")
+        elsewhere.click("#signout button")
+        expect(elsewhere.locator("#signin-form")).to_be_visible()
+        expect(tab.locator("#signin-form")).to_be_visible()  # at the page's next poll
+        tab.fill("#token", token("otto"))
+        tab.click("#signin-form button")
+        expect(title).to_have_text("Opened before signing in")
+        assert tab.url == f"{console.url}/console#/task/{task_id}"
+    finally:
+        other.close()
+        context.close()

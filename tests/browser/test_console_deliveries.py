@@ -130,6 +130,16 @@ def test_the_deliveries_view_lists_dead_ones_across_tasks_and_retries_them(
     expect(pending.locator("td").nth(4)).to_have_text("0")
     pending.get_by_role("link").click()
     expect(page.locator("#task-title")).to_have_text("Its event never reached the backend")
+    # A hand-edited address the filters cannot hold lists the dead ones of any kind, and says
+    # so (it listed them unsaid, `status=failed` reading as the failed ones).
+    page.goto(f"{console.url}/console#/deliveries?status=failed&kind=email")
+    expect(page.locator("#delivery-ignored")).to_have_text(
+        "Not understood, so not applied: status=failed (one of dead, pending, delivered, "
+        "discarded); kind=email (action or webhook)."
+    )
+    expect(page.locator("#d-status")).to_have_value("dead")
+    page.click("#delivery-filters button")
+    expect(page.locator("#delivery-ignored")).to_have_count(0)
 
 
 def test_every_dead_delivery_is_retried_at_once_from_the_deliveries_view(
@@ -280,7 +290,7 @@ def delivery_row(page: Any, where: str, outbox_id: int) -> Any:
 def test_a_dead_letter_says_why_it_was_dead_lettered(page: Any, console: Console) -> None:
     """A dead letter's last error alone (`HTTP 503`) read as one more failure to be retried: the
     console says why it is dead (`dead_reason`), out of attempts or refused for good, on the
-    deliveries view and the task's page alike."""
+    deliveries view and the task's page alike; a refusal once, since its error says it."""
     task_id = console.trigger("xss", "Out of attempts, or refused")
     console.wait_for(task_id, lambda t: t["status"] == "completed")
     more_events(console, task_id, 1)
@@ -292,7 +302,11 @@ def test_a_dead_letter_says_why_it_was_dead_lettered(page: Any, console: Console
         expect(delivery_row(page, where, spent)).to_contain_text(
             "HTTP 503 (out of attempts (6 failed))"
         )
-        expect(delivery_row(page, where, refused)).to_contain_text("(refused, never retried)")
+        # A refusal's error says so: said once, not again as "(refused, never retried)".
+        row = delivery_row(page, where, refused)
+        expect(row).to_contain_text(refusal)
+        assert row.locator(".dead-reason").count() == 0
+        assert row.inner_text().count("retried") == 1
         if where == "#delivery-rows":
             shot(page, "deliveries-dead-reason")
             page.goto(f"{console.url}/console#/task/{task_id}")

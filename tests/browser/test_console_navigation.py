@@ -102,3 +102,69 @@ def test_a_poll_answered_after_a_retry_does_not_show_the_dead_letter_again(
     expect(retry).to_have_count(0)
     page.evaluate("async () => { window.__release(); await new Promise((r) => setTimeout(r)); }")
     assert retry.count() == 0  # as it is now, not after a retry
+
+
+def test_an_older_answer_of_a_task_s_pending_actions_does_not_bring_one_back(
+    page: Any, console: Console
+) -> None:
+    """The task page's first read of its pending actions is slow; the task is cancelled
+    meanwhile (its action superseded), and the read after the poll's changed view draws none.
+    The first read, answered last, is not drawn over it (before, the superseded action came
+    back with its Approve and Reject, and stayed while the view did not change again)."""
+    task_id = console.trigger("approval", "Cancelled while its actions were read")
+    console.wait_for(task_id, lambda t: t["status"] == "waiting")
+    hold_answer(page, f"/api/v1/actions?status=pending_approval&limit=200&task_id={task_id}")
+    page.goto(f"{console.url}/console#/task/{task_id}")
+    page.wait_for_function("() => window.__release !== undefined")  # the action, held
+    cancelled = console.http.post(f"/api/v1/tasks/{task_id}/cancel", json={"reason": "a duplicate"})
+    assert cancelled.status_code == 200, cancelled.text
+    pending = page.locator("#pending-actions")
+    expect(pending).to_have_text("Nothing waits for approval.")  # the next poll's read
+    page.evaluate("async () => { window.__release(); await new Promise((r) => setTimeout(r)); }")
+    assert pending.locator("[data-action]").count() == 0
+    assert pending.inner_text() == "Nothing waits for approval."
+
+
+def test_a_finished_task_s_page_offers_no_write_before_its_first_answer(
+    page: Any, console: Console
+) -> None:
+    """The task page's first read is slow: until it comes the page does not know the task's
+    state, and offers neither Requeue nor Cancel (before, a finished task offered Cancel until
+    then, which the API answers 409). Once it comes, a finished task offers Requeue only."""
+    task_id = console.trigger("xss", "Finished, on a slow API")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    hold_answer(page, f"/api/v1/tasks/{task_id}")
+    page.goto(f"{console.url}/console#/task/{task_id}")
+    page.wait_for_function("() => window.__release !== undefined")  # the view, held
+    expect(page.locator("#h-ops")).to_be_visible()  # the page is drawn, the task not yet
+    assert page.locator("#requeue-form").is_hidden()
+    assert page.locator("#cancel-form").is_hidden()
+    page.evaluate("() => window.__release()")
+    expect(page.locator("#requeue-form")).to_be_visible()
+    expect(page.locator("#cancel-form")).to_be_hidden()
+
+
+def test_an_older_answer_of_the_transcript_does_not_take_entries_away(
+    page: Any, console: Console
+) -> None:
+    """The task page's first read of the transcript is slow; the task is requeued meanwhile and
+    its next generation writes more entries, which the read after the task's change draws. The
+    first read, answered last, is not drawn over it (before, the entries of the new generation
+    went away until the next read, up to 15 s on)."""
+    task_id = console.trigger("xss", "Its transcript read twice")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    hold_answer(page, f"/api/v1/tasks/{task_id}/transcript?limit=200")
+    page.goto(f"{console.url}/console#/task/{task_id}")
+    page.wait_for_function("() => window.__release !== undefined")  # generation 1's, held
+    first = len(console.http.get(f"/api/v1/tasks/{task_id}/transcript").json()["items"])
+    requeued = console.http.post(
+        f"/api/v1/tasks/{task_id}/requeue", json={"reason": "look again", "by": "ana"}
+    )
+    assert requeued.status_code == 200, requeued.text
+    entries = page.locator("#transcript ol.transcript > li")
+    expect(entries.filter(has_text="generation 2")).not_to_have_count(0)
+    drawn = entries.count()
+    assert drawn > first
+    page.evaluate("async () => { window.__release(); await new Promise((r) => setTimeout(r)); }")
+    assert entries.count() >= drawn  # (its script runs on: later entries may follow)
+    assert entries.filter(has_text="generation 2").count() > 0

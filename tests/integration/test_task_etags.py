@@ -247,6 +247,33 @@ def test_a_page_of_the_task_list_is_304_while_unchanged_and_sent_again_after_a_c
     assert [t["title"] for t in page.body["items"]] == ["Low pressure", "Turbid water"]
 
 
+def test_a_page_of_the_task_list_is_sent_again_when_a_wake_up_is_refused_and_when_it_is_sent(
+    env: tuple[Runtime, TestClient],
+) -> None:
+    """A row says `wake_up_unsent` as the task's view does: the page's tag changes when the
+    broker refuses a queued task's wake-up (`queued_at` NULL, the status still `queued`) and
+    again when the sweeper sends it, or the console's list would keep the row it holds."""
+    from orchestrator.store.tasks import get_task, record_unsent, touch_queued
+
+    rt, client = env
+    task_id = rt.tasks.trigger(Trigger(task_type="leak", title="Turbid water")).task.task_id
+    page = Held(client, "/api/v1/tasks?limit=50")
+    assert page.body["items"][0]["wake_up_unsent"] is False
+    with rt.db.transaction() as conn:
+        assert record_unsent(conn, [(task_id, 1)]) == 1
+    page.changed_by("a refused wake-up")
+    assert page.body["items"][0]["wake_up_unsent"] is True
+    with rt.db.transaction() as conn:
+        task = get_task(conn, task_id)
+        assert task is not None
+        assert touch_queued(conn, task)  # the sweeper's claim of its republish
+    page.changed_by("the wake-up sent")
+    assert (page.body["items"][0]["status"], page.body["items"][0]["wake_up_unsent"]) == (
+        "queued",
+        False,
+    )
+
+
 def test_a_task_s_pending_actions_are_304_while_unchanged_and_sent_again_after_each_decision(
     env: tuple[Runtime, TestClient], scripts: Path
 ) -> None:

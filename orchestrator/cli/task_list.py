@@ -150,6 +150,7 @@ def _list(args: argparse.Namespace) -> int:
             f"{task.task_id:36}  {task.status:9}  {task.generation:>3}  "
             f"{task.task_type[:20]:20}  {created:20}  {printable(task.title)}"
             + _handed_back(view["handed_back"])
+            + ("  [wake-up not sent: the sweeper sends it]" if view.get("wake_up_unsent") else "")
         )
     if more:
         print(more)

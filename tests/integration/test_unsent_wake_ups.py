@@ -17,6 +17,7 @@ import psycopg
 import pytest
 from sqlalchemy import event, select
 
+from orchestrator.cli import main
 from orchestrator.cli.tasks import render_explain
 from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.dispatch import RecordingDispatcher
@@ -93,6 +94,27 @@ def test_a_trigger_the_broker_refused_is_sent_at_the_next_sweep(rt: Runtime, dow
     assert rt.sweeper.sweep().republished == []  # sent once: the record is cleared
     assert rt.tasks.explain(task_id)["wake_up_unsent"] is False
     assert rt.tasks.get(task_id).queued_at is not None
+
+
+def test_tasks_list_says_which_wake_ups_were_not_sent(
+    rt: Runtime,
+    down: Broker,
+    store_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`tasks list` said `queued` alone, as for a wake-up on its way (the view, the API's list
+    and the console say it)."""
+    unsent = trigger_while_down(rt, down, title="unsent")
+    broker_back(down)
+    sent = rt.tasks.trigger(Trigger(task_type="simple", title="sent")).task.task_id
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    assert main(["tasks", "list"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    assert rows[unsent].endswith("unsent  [wake-up not sent: the sweeper sends it]")
+    assert rows[sent].endswith("  sent")
 
 
 def test_a_requeue_the_broker_refused_is_sent_at_the_next_sweep(rt: Runtime, down: Broker) -> None:

@@ -1,5 +1,6 @@
 """Deliveries to the business backend over HTTP: `/api/v1/outbox` (list, or one by its id; an
-operator retries a dead letter, or discards one dealt with by hand, saying why)."""
+operator retries a dead letter or hurries a failing one, or discards one dealt with by hand,
+saying why)."""
 
 from __future__ import annotations
 
@@ -70,6 +71,12 @@ class Delivery(BaseModel):
     )
     discarded_by: str | None = Field(description="who discarded it")
     discard_reason: str | None = Field(description="why it was discarded")
+    claimed_until: IsoTime | None = Field(
+        default=None,
+        description="while a dispatcher is sending it: until when its claim holds the row "
+        "(renewed while the send lasts); a retry is refused then (`409 being_sent`). A time "
+        "past is a dispatcher that stopped mid-send: the row is due again",
+    )
 
 
 class ListedDelivery(Delivery):
@@ -185,7 +192,11 @@ def retry_every_dead(
 def retry_delivery(
     outbox_id: int = Path(ge=1, le=2**63 - 1), service: OutboxService = Depends(get_outbox)
 ) -> dict[str, Any]:
-    """A dead-lettered delivery is due again now, with fresh attempt and throttled counts."""
+    """A dead-lettered delivery is due again now, with fresh attempt and throttled counts; a
+    pending one (failing, backing off) is due now, its counts kept, once the backend is mended.
+    `409 being_sent` while a dispatcher is sending it (retry once its answer is recorded),
+    `409 waits_behind` when it waits in order behind an earlier event of its task (retry that
+    one), `409 invalid_transition` for a delivered or discarded one."""
     return service.retry(outbox_id).public()
 
 

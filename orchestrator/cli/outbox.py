@@ -63,7 +63,10 @@ def register(commands: Any) -> None:
     add_json_flag(show)
     show.set_defaults(handler=_show)
 
-    retry = outbox.add_parser("retry", help="send a dead-lettered delivery (or every one) again")
+    retry = outbox.add_parser(
+        "retry",
+        help="send a dead-lettered delivery (or every one) again, or a failing one now",
+    )
     retry.add_argument("outbox_id", nargs="?", type=bounded_int(1, 2**63 - 1))
     retry.add_argument(
         "--all-dead",
@@ -186,17 +189,26 @@ def _line(row: dict[str, Any], now: datetime) -> str:
 def _next_attempt(row: dict[str, Any], now: datetime) -> str:
     """When a pending row is tried next, from now (`  next attempt in 4m10s`): an operator
     watching a failing receiver sees when it is tried again, and one due long ago (`due 12m
-    ago`) is no dispatcher sending. Nothing for a row held behind another (its own time means
-    nothing until that one goes) nor for a row that is not pending."""
+    ago`) is no dispatcher sending. One a dispatcher is sending says so (its time is the
+    claim's hold, not a next attempt). Nothing for a row held behind another (its own time
+    means nothing until that one goes) nor for a row that is not pending."""
     at = row.get("next_attempt_at")
     if row["status"] != "pending" or not isinstance(at, datetime):
         return ""
     if row.get("waits_behind") or row.get("waits_behind_retried"):
         return ""
+    if _being_sent(row, now):
+        return "  being sent now"
     seconds = (at - now).total_seconds()
     if seconds >= 1:
         return f"  next attempt in {_span(seconds)}"
     return f"  next attempt due {_span(-seconds)} ago" if seconds <= -1 else "  next attempt due"
+
+
+def _being_sent(row: dict[str, Any], now: datetime) -> bool:
+    """A dispatcher holds the pending row to send it (its claim's hold not run out)."""
+    until = row.get("claimed_until")
+    return row["status"] == "pending" and isinstance(until, datetime) and until > now
 
 
 def _span(seconds: float) -> str:
@@ -286,7 +298,12 @@ def _shown(row: dict[str, Any]) -> list[str]:
         lines.append(f"  {error_label(row)}: {printable(row['last_error'])}")
     if dead_label(row):
         lines.append(f"  {dead_label(row)}")
-    if status == "pending" and not (row["waits_behind"] or row["waits_behind_retried"]):
+    if _being_sent(row, utcnow()):
+        lines.append(
+            f"  being sent now (attempt {row['attempts']}, held until "
+            f"{_time(row['claimed_until'])}): a retry waits until its answer is recorded"
+        )
+    elif status == "pending" and not (row["waits_behind"] or row["waits_behind_retried"]):
         lines.append(f"  next attempt {_time(row['next_attempt_at'])}")
     if row["waits_behind"]:  # its own next attempt is past, and means nothing until then
         lines.append(

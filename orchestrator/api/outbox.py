@@ -71,6 +71,12 @@ class Delivery(BaseModel):
     )
     discarded_by: str | None = Field(description="who discarded it")
     discard_reason: str | None = Field(description="why it was discarded")
+    released_at: IsoTime | None = Field(
+        default=None,
+        description="when an operator's retry or discard last made it deliverable again: a "
+        "retry of this dead letter, or of (or a discard of) the dead letter of its task it "
+        "waited behind; `orchestrator_outbox_oldest_pending_seconds` counts its wait from then",
+    )
     claimed_until: IsoTime | None = Field(
         default=None,
         description="while a dispatcher is sending it: until when its claim holds the row "

@@ -298,6 +298,15 @@ def _shown(row: dict[str, Any]) -> list[str]:
         lines.append(f"  {error_label(row)}: {printable(row['last_error'])}")
     if dead_label(row):
         lines.append(f"  {dead_label(row)}")
+    released = row.get("released_at")
+    if isinstance(released, datetime) and released > row["created_at"]:
+        # Its wait counts from then (`orchestrator_outbox_oldest_pending_seconds`): written
+        # three days ago and retried a minute ago, it has not waited three days for a
+        # dispatcher.
+        lines.append(
+            f"  released {_time(released)} by an operator's retry or discard (of it, or of the "
+            "dead letter it waited behind): its wait counts from then"
+        )
     if _being_sent(row, utcnow()):
         lines.append(
             f"  being sent now (attempt {row['attempts']}, held until "

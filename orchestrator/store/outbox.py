@@ -82,6 +82,7 @@ class OutboxRow:
     discarded_at: datetime | None  # an operator settled the dead letter by hand: when,
     discarded_by: str | None  # who,
     discard_reason: str | None  # and why
+    released_at: datetime | None  # an operator's retry or discard made it deliverable again
     claimed_until: datetime | None  # a dispatcher sends it: its claim's hold (`being_sent`)
 
     @classmethod

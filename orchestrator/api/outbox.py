@@ -129,6 +129,14 @@ class RetriedDead(BaseModel):
     retried: int = Field(description="how many dead-lettered deliveries are due again")
 
 
+class RetriedFailing(BaseModel):
+    retried: int = Field(description="how many failing deliveries are due now")
+    being_sent: int = Field(
+        description="failing deliveries a dispatcher was sending: left to it (retry them once "
+        "their answer is recorded, if they failed again)"
+    )
+
+
 class DeliveryPage(BaseModel):
     items: list[ListedDelivery]
     next_cursor: str | None = Field(description="pass as `cursor` for the next page")
@@ -192,6 +200,19 @@ def retry_every_dead(
     A `task_id` that names no task is a 404, not `{"retried": 0}`."""
     body = body or RetryDeadBody()
     return {"retried": service.retry_all(kind=body.kind, task_id=body.task_id)}
+
+
+@router.post("/retry-failing", response_model=RetriedFailing, responses=ERROR_RESPONSES)
+def retry_every_failing(
+    body: RetryDeadBody | None = None, service: OutboxService = Depends(get_outbox)
+) -> dict[str, int]:
+    """Every pending delivery (of `kind`, of `task_id`) that failed and waits out its backoff,
+    due now with its counts kept: once the backend is mended after an outage (`outbox retry
+    --all-failing`). One a dispatcher is sending is left to it, and counted in `being_sent`.
+    A `task_id` that names no task is a 404."""
+    body = body or RetryDeadBody()
+    retried, being_sent = service.retry_failing(kind=body.kind, task_id=body.task_id)
+    return {"retried": retried, "being_sent": being_sent}
 
 
 @router.post("/{outbox_id}/retry", response_model=Delivery, responses=ERROR_RESPONSES)

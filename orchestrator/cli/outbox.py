@@ -74,8 +74,14 @@ def register(commands: Any) -> None:
         help="every dead-lettered delivery (with --kind, --task: of those only), once the "
         "backend or a secret is mended",
     )
-    retry.add_argument("--kind", choices=OUTBOX_KINDS, help="with --all-dead")
-    retry.add_argument("--task", dest="task_id", help="with --all-dead")
+    retry.add_argument(
+        "--all-failing",
+        action="store_true",
+        help="every pending delivery that failed and waits out its backoff (with --kind, "
+        "--task: of those only) due now, once the backend is mended after an outage",
+    )
+    retry.add_argument("--kind", choices=OUTBOX_KINDS, help="with --all-dead or --all-failing")
+    retry.add_argument("--task", dest="task_id", help="with --all-dead or --all-failing")
     add_json_flag(retry)
     retry.set_defaults(handler=_retry)
 
@@ -340,18 +346,34 @@ def _time(value: Any) -> str:
 
 
 def _retry(args: argparse.Namespace) -> int:
-    if (args.outbox_id is None) == (not args.all_dead):
-        raise CommandFailed("give one OUTBOX_ID, or --all-dead (not both)", exit_code=2)
+    if [args.outbox_id is not None, args.all_dead, args.all_failing].count(True) != 1:
+        raise CommandFailed(
+            "give one OUTBOX_ID, or --all-dead, or --all-failing (one of them)", exit_code=2
+        )
     if args.outbox_id is not None and (args.kind or args.task_id):
-        raise CommandFailed("--kind and --task go with --all-dead", exit_code=2)
+        raise CommandFailed("--kind and --task go with --all-dead or --all-failing", exit_code=2)
     db = _db()
     try:
         if args.all_dead:
             count = OutboxService(db).retry_all(kind=args.kind, task_id=args.task_id)
+        elif args.all_failing:
+            count, sending = OutboxService(db).retry_failing(kind=args.kind, task_id=args.task_id)
         else:
             row = OutboxService(db).retry(args.outbox_id)
     finally:
         db.dispose()
+    if args.all_failing:
+        if args.json:
+            print_json({"retried": count, "being_sent": sending})
+            return 0
+        left = (
+            f"; {sending} being sent {'was' if sending == 1 else 'were'} left to "
+            "the dispatcher (retry once the answer is recorded, if it failed again)"
+            if sending
+            else ""
+        )
+        print(f"{count} failing deliver{'y is' if count == 1 else 'ies are'} due now{left}")
+        return 0
     if args.all_dead:
         if args.json:
             print_json({"retried": count})

@@ -497,6 +497,20 @@ class OutboxService:
             log.info("%d dead-lettered outbox row(s) are due again", count)
         return count
 
+    def retry_failing(
+        self, *, kind: str | None = None, task_id: str | None = None
+    ) -> tuple[int, int]:
+        """Every pending delivery (of `kind`, of `task_id`) that failed and waits out its
+        backoff, due now with its counts kept: once the backend is mended after an outage.
+        Those a dispatcher is sending are left to it: (made due, being sent)."""
+        with self.db.transaction() as conn:
+            hurried, sending = store.hurry_all_pending(conn, kind=kind, task_id=task_id)
+            if not (hurried or sending) and task_id is not None:
+                _require_task(conn, task_id)  # not "0 due now" for a mistyped task id
+        if hurried:
+            log.info("%d failing outbox row(s) are due now", hurried)
+        return hurried, sending
+
     def discard(self, outbox_id: int, *, reason: str, by: str) -> OutboxRow:
         """Settle a dead letter an operator dealt with by hand: never sent again, and its task's
         later events go on. The row stays (who, when, why) until retention deletes it; an

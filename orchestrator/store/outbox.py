@@ -49,6 +49,7 @@ __all__ = [
     "discard_dead",
     "get_row",
     "held_views",
+    "hurry_all_pending",
     "hurry_pending",
     "list_rows",
     "mark_delivered",
@@ -347,6 +348,27 @@ def hurry_pending(conn: Connection, outbox_id: int) -> bool:
         ).rowcount
         == 1
     )
+
+
+def hurry_all_pending(
+    conn: Connection, *, kind: str | None, task_id: str | None
+) -> tuple[int, int]:
+    """`hurry_pending` for every pending row (of `kind`, of `task_id`) that failed and waits
+    out its backoff: after an outage of the backend, all of them due now in one statement.
+    Those a dispatcher is sending are left to it. How many were made due, and how many were
+    being sent."""
+    now = utcnow()
+    conditions = [attempted_pending, outbox.c.next_attempt_at > now]
+    if kind is not None:
+        conditions.append(outbox.c.kind == kind)
+    if task_id is not None:
+        conditions.append(outbox.c.task_id == task_id)
+    free = or_(outbox.c.claimed_until.is_(None), outbox.c.claimed_until <= now)
+    hurried = conn.execute(update(outbox).where(*conditions, free).values(next_attempt_at=now))
+    sending = conn.execute(
+        select(func.count()).select_from(outbox).where(*conditions, ~free)
+    ).scalar_one()
+    return int(hurried.rowcount), int(sending)
 
 
 def retry_all_dead(conn: Connection, *, kind: str | None, task_id: str | None) -> int:

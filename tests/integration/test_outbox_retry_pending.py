@@ -12,6 +12,7 @@ API's route and the CLI.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -228,3 +229,61 @@ def _until_a_statement_waits_for_a_lock(rt: Runtime) -> None:
             return
         threading.Event().wait(0.01)
     raise AssertionError("the retry never waited for the claim's lock")
+
+
+def test_every_failing_delivery_is_due_now_after_an_outage_but_the_one_being_sent(
+    rt: Runtime,
+    tmp_path: Path,
+    backend: Recorder,
+    store_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An outage of the backend fails a webhook of each task: once it is mended, they are made
+    due at once (`outbox retry --all-failing`, `POST /api/v1/outbox/retry-failing`), not one
+    retry per row; one a dispatcher is sending is left to it, and said."""
+    from orchestrator.cli import main
+
+    tasks = [waiting_task(rt, tmp_path)[0] for _ in range(3)]
+    first, second = _dispatcher(rt), _dispatcher(rt)
+    sending = threading.Thread(target=first.run_once)
+    try:
+        backend.always_fail = True
+        assert len(first.run_once().failed) == 3  # each task's first webhook, backing off
+        _cli_on(monkeypatch, store_url, tmp_path)
+        [held, *rest] = [_webhooks(rt, task_id)[0] for task_id in tasks]
+        OutboxService(rt.db).retry(held.outbox_id)  # due now: the dispatcher takes it
+        backend.delay_seconds, backend.slow_path = 30.0, "/hooks"
+        backend.arrived.clear()
+        sending.start()
+        assert backend.arrived.wait(10)
+        assert main(["outbox", "retry", "--all-failing", "--kind", "action"]) == 0
+        assert capsys.readouterr().out == "0 failing deliveries are due now\n"
+        assert main(["outbox", "retry", "--all-failing", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out) == {"retried": 2, "being_sent": 1}
+        for row in rest:
+            hurried = _webhooks(rt, row.task_id)[0]
+            assert hurried.next_attempt_at <= utcnow()
+            assert (hurried.attempts, hurried.status) == (1, "pending")  # counts kept
+        assert main(["outbox", "retry", "--all-failing"]) == 0  # the two are due already
+        assert capsys.readouterr().out == (
+            "0 failing deliveries are due now; 1 being sent was left to the dispatcher (retry "
+            "once the answer is recorded, if it failed again)\n"
+        )
+        with TestClient(create_app(rt.settings, db=rt.db)) as client:
+            answer = client.post("/api/v1/outbox/retry-failing", json={"task_id": tasks[0]})
+            assert answer.json() == {"retried": 0, "being_sent": 1}
+            unknown = client.post("/api/v1/outbox/retry-failing", json={"task_id": "nope"})
+            assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "not_found")
+        for wrong in (["outbox", "retry", "--all-dead", "--all-failing"], ["outbox", "retry"]):
+            assert main(wrong) == 2
+            assert "give one OUTBOX_ID, or --all-dead, or --all-failing" in capsys.readouterr().err
+        backend.release.set()  # the held attempt ends (failed), and the backend is mended
+        sending.join(10)
+        backend.always_fail = False
+        assert second.run_once().delivered[:2] == [r.outbox_id for r in rest]
+    finally:
+        backend.release.set()
+        sending.join(10)
+        first.close()
+        second.close()

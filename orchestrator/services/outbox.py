@@ -565,6 +565,8 @@ def _hurry(conn: Connection, row: OutboxRow) -> None:
     current = store.get_row(conn, row.outbox_id)
     if current is None:  # the cleanup deleted it meanwhile (never attempted, nothing sends it)
         raise NotFound(f"outbox row {row.outbox_id} does not exist")
+    if current.status == "dead" and store.retry_dead(conn, row.outbox_id):
+        return  # its attempt ended meanwhile, dead-lettered: retried as a dead one is
     if current.status != "pending":
         raise InvalidTransition(
             f"outbox row {row.outbox_id} is {current.status}; only a dead or pending one can "

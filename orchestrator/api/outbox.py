@@ -1,5 +1,6 @@
 """Deliveries to the business backend over HTTP: `/api/v1/outbox` (list, or one by its id; an
-operator retries a dead letter, or discards one dealt with by hand, saying why)."""
+operator retries a dead letter or hurries a failing one, or discards one dealt with by hand,
+saying why)."""
 
 from __future__ import annotations
 
@@ -70,6 +71,18 @@ class Delivery(BaseModel):
     )
     discarded_by: str | None = Field(description="who discarded it")
     discard_reason: str | None = Field(description="why it was discarded")
+    released_at: IsoTime | None = Field(
+        default=None,
+        description="when an operator's retry or discard last made it deliverable again: a "
+        "retry of this dead letter, or of (or a discard of) the dead letter of its task it "
+        "waited behind; `orchestrator_outbox_oldest_pending_seconds` counts its wait from then",
+    )
+    claimed_until: IsoTime | None = Field(
+        default=None,
+        description="while a dispatcher is sending it: until when its claim holds the row "
+        "(renewed while the send lasts); a retry is refused then (`409 being_sent`). A time "
+        "past is a dispatcher that stopped mid-send: the row is due again",
+    )
 
 
 class ListedDelivery(Delivery):
@@ -114,6 +127,14 @@ class RetryDeadBody(BaseModel):
 
 class RetriedDead(BaseModel):
     retried: int = Field(description="how many dead-lettered deliveries are due again")
+
+
+class RetriedFailing(BaseModel):
+    retried: int = Field(description="how many failing deliveries are due now")
+    being_sent: int = Field(
+        description="failing deliveries a dispatcher was sending: left to it (retry them once "
+        "their answer is recorded, if they failed again)"
+    )
 
 
 class DeliveryPage(BaseModel):
@@ -181,11 +202,28 @@ def retry_every_dead(
     return {"retried": service.retry_all(kind=body.kind, task_id=body.task_id)}
 
 
+@router.post("/retry-failing", response_model=RetriedFailing, responses=ERROR_RESPONSES)
+def retry_every_failing(
+    body: RetryDeadBody | None = None, service: OutboxService = Depends(get_outbox)
+) -> dict[str, int]:
+    """Every pending delivery (of `kind`, of `task_id`) that failed and waits out its backoff,
+    due now with its counts kept: once the backend is mended after an outage (`outbox retry
+    --all-failing`). One a dispatcher is sending is left to it, and counted in `being_sent`.
+    A `task_id` that names no task is a 404."""
+    body = body or RetryDeadBody()
+    retried, being_sent = service.retry_failing(kind=body.kind, task_id=body.task_id)
+    return {"retried": retried, "being_sent": being_sent}
+
+
 @router.post("/{outbox_id}/retry", response_model=Delivery, responses=ERROR_RESPONSES)
 def retry_delivery(
     outbox_id: int = Path(ge=1, le=2**63 - 1), service: OutboxService = Depends(get_outbox)
 ) -> dict[str, Any]:
-    """A dead-lettered delivery is due again now, with fresh attempt and throttled counts."""
+    """A dead-lettered delivery is due again now, with fresh attempt and throttled counts; a
+    pending one (failing, backing off) is due now, its counts kept, once the backend is mended.
+    `409 being_sent` while a dispatcher is sending it (retry once its answer is recorded),
+    `409 waits_behind` when it waits in order behind an earlier event of its task (retry that
+    one), `409 invalid_transition` for a delivered or discarded one."""
     return service.retry(outbox_id).public()
 
 

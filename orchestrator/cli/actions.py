@@ -24,7 +24,7 @@ from orchestrator.cli.common import (
     printable,
 )
 from orchestrator.cli.outbox import error_label
-from orchestrator.cli.wake_ups import quiet_dispatch_log, say_unsent
+from orchestrator.cli.wake_ups import held_notices, quiet_dispatch_log, say_unsent
 from orchestrator.domain.cursors import encode_cursor
 from orchestrator.domain.vocabulary import ACTION_STATUSES
 from orchestrator.runtime import build_runtime
@@ -241,13 +241,14 @@ def _decide(args: argparse.Namespace) -> int:
     rt = build_runtime(load())  # the real dispatcher: a decision may queue a generation
     quiet_dispatch_log()
     try:
-        decided = rt.actions.decide_and_wake(
-            args.action_id,
-            approve=args.approve,
-            by=body.by,
-            note=body.note,
-            digest=args.digest,
-        )
+        with held_notices() as notices:
+            decided = rt.actions.decide_and_wake(
+                args.action_id,
+                approve=args.approve,
+                by=body.by,
+                note=body.note,
+                digest=args.digest,
+            )
     finally:
         rt.close()
     action, wake_up = decided.action, decided.wake_up
@@ -261,5 +262,6 @@ def _decide(args: argparse.Namespace) -> int:
         )
     else:
         print(f"action {action.action_id} {action.status} by {action.decided_by}")
-    say_unsent(wake_up, action.task_id, "approval" if args.approve else "rejection", rt.settings)
+    change = "approval" if args.approve else "rejection"
+    say_unsent(wake_up, action.task_id, change, rt.settings, notices)
     return 0

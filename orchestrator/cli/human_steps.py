@@ -16,7 +16,7 @@ from orchestrator.cli.common import (
     login_name,
     print_json,
 )
-from orchestrator.cli.wake_ups import quiet_dispatch_log, say_unsent
+from orchestrator.cli.wake_ups import held_notices, quiet_dispatch_log, say_unsent
 from orchestrator.runtime import build_runtime
 
 __all__ = ["register_node"]
@@ -56,14 +56,15 @@ def _node(args: argparse.Namespace) -> int:
     rt = build_runtime(load())  # the real dispatcher: the step may queue a generation
     quiet_dispatch_log()
     try:
-        step = rt.human_steps.close(
-            args.task_id,
-            args.node_id,
-            args.status,
-            by=by,
-            evidence=text if args.status == "completed" else None,
-            reason=None if args.status == "completed" else text,
-        )
+        with held_notices() as notices:
+            step = rt.human_steps.close(
+                args.task_id,
+                args.node_id,
+                args.status,
+                by=by,
+                evidence=text if args.status == "completed" else None,
+                reason=None if args.status == "completed" else text,
+            )
     finally:
         rt.close()
     if args.json:
@@ -82,7 +83,7 @@ def _node(args: argparse.Namespace) -> int:
             f"{step.plan.revision}{of}); task {step.task_id} is {step.task_status}, "
             f"generation {step.generation}"
         )
-    say_unsent(step.wake_up, step.task_id, "step", rt.settings)
+    say_unsent(step.wake_up, step.task_id, "step", rt.settings, notices)
     return 0
 
 

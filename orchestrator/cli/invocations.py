@@ -18,7 +18,7 @@ from orchestrator.cli.common import (
     login_name,
     print_json,
 )
-from orchestrator.cli.wake_ups import quiet_dispatch_log, say_unsent
+from orchestrator.cli.wake_ups import held_notices, quiet_dispatch_log, say_unsent
 from orchestrator.store.db import Database
 from orchestrator.store.receipts import ReceiptLedger
 
@@ -76,14 +76,15 @@ def _resolve(args: argparse.Namespace) -> int:
     rt = build_runtime(load())  # the real dispatcher: the resolution may queue a generation
     quiet_dispatch_log()
     try:
-        resolution = InvocationService(rt.db, rt.dispatcher).resolve(
-            args.invocation_id, body.status, by=body.by or by, reason=body.reason
-        )
+        with held_notices() as notices:
+            resolution = InvocationService(rt.db, rt.dispatcher).resolve(
+                args.invocation_id, body.status, by=body.by or by, reason=body.reason
+            )
     finally:
         rt.close()
     if args.json:
         print_json(ResolvedView.of(resolution).model_dump(mode="json"))
-        say_unsent(resolution.wake_up, resolution.task_id, "resolution", rt.settings)
+        say_unsent(resolution.wake_up, resolution.task_id, "resolution", rt.settings, notices)
         return 0
     receipt = resolution.receipt
     queued = (
@@ -96,5 +97,5 @@ def _resolve(args: argparse.Namespace) -> int:
         f"-> {receipt.status} by {resolution.by}; task {resolution.task_id} is "
         f"{resolution.task_status}{queued}"
     )
-    say_unsent(resolution.wake_up, resolution.task_id, "resolution", rt.settings)
+    say_unsent(resolution.wake_up, resolution.task_id, "resolution", rt.settings, notices)
     return 0

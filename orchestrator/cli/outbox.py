@@ -63,7 +63,10 @@ def register(commands: Any) -> None:
     add_json_flag(show)
     show.set_defaults(handler=_show)
 
-    retry = outbox.add_parser("retry", help="send a dead-lettered delivery (or every one) again")
+    retry = outbox.add_parser(
+        "retry",
+        help="send a dead-lettered delivery (or every one) again, or a failing one now",
+    )
     retry.add_argument("outbox_id", nargs="?", type=bounded_int(1, 2**63 - 1))
     retry.add_argument(
         "--all-dead",
@@ -71,8 +74,14 @@ def register(commands: Any) -> None:
         help="every dead-lettered delivery (with --kind, --task: of those only), once the "
         "backend or a secret is mended",
     )
-    retry.add_argument("--kind", choices=OUTBOX_KINDS, help="with --all-dead")
-    retry.add_argument("--task", dest="task_id", help="with --all-dead")
+    retry.add_argument(
+        "--all-failing",
+        action="store_true",
+        help="every pending delivery that failed and waits out its backoff (with --kind, "
+        "--task: of those only) due now, once the backend is mended after an outage",
+    )
+    retry.add_argument("--kind", choices=OUTBOX_KINDS, help="with --all-dead or --all-failing")
+    retry.add_argument("--task", dest="task_id", help="with --all-dead or --all-failing")
     add_json_flag(retry)
     retry.set_defaults(handler=_retry)
 
@@ -186,17 +195,26 @@ def _line(row: dict[str, Any], now: datetime) -> str:
 def _next_attempt(row: dict[str, Any], now: datetime) -> str:
     """When a pending row is tried next, from now (`  next attempt in 4m10s`): an operator
     watching a failing receiver sees when it is tried again, and one due long ago (`due 12m
-    ago`) is no dispatcher sending. Nothing for a row held behind another (its own time means
-    nothing until that one goes) nor for a row that is not pending."""
+    ago`) is no dispatcher sending. One a dispatcher is sending says so (its time is the
+    claim's hold, not a next attempt). Nothing for a row held behind another (its own time
+    means nothing until that one goes) nor for a row that is not pending."""
     at = row.get("next_attempt_at")
     if row["status"] != "pending" or not isinstance(at, datetime):
         return ""
     if row.get("waits_behind") or row.get("waits_behind_retried"):
         return ""
+    if _being_sent(row, now):
+        return "  being sent now"
     seconds = (at - now).total_seconds()
     if seconds >= 1:
         return f"  next attempt in {_span(seconds)}"
     return f"  next attempt due {_span(-seconds)} ago" if seconds <= -1 else "  next attempt due"
+
+
+def _being_sent(row: dict[str, Any], now: datetime) -> bool:
+    """A dispatcher holds the pending row to send it (its claim's hold not run out)."""
+    until = row.get("claimed_until")
+    return row["status"] == "pending" and isinstance(until, datetime) and until > now
 
 
 def _span(seconds: float) -> str:
@@ -286,7 +304,21 @@ def _shown(row: dict[str, Any]) -> list[str]:
         lines.append(f"  {error_label(row)}: {printable(row['last_error'])}")
     if dead_label(row):
         lines.append(f"  {dead_label(row)}")
-    if status == "pending" and not (row["waits_behind"] or row["waits_behind_retried"]):
+    released = row.get("released_at")
+    if isinstance(released, datetime) and released > row["created_at"]:
+        # Its wait counts from then (`orchestrator_outbox_oldest_pending_seconds`): written
+        # three days ago and retried a minute ago, it has not waited three days for a
+        # dispatcher.
+        lines.append(
+            f"  released {_time(released)} by an operator's retry or discard (of it, or of the "
+            "dead letter it waited behind): its wait counts from then"
+        )
+    if _being_sent(row, utcnow()):
+        lines.append(
+            f"  being sent now (attempt {row['attempts']}, held until "
+            f"{_time(row['claimed_until'])}): a retry waits until its answer is recorded"
+        )
+    elif status == "pending" and not (row["waits_behind"] or row["waits_behind_retried"]):
         lines.append(f"  next attempt {_time(row['next_attempt_at'])}")
     if row["waits_behind"]:  # its own next attempt is past, and means nothing until then
         lines.append(
@@ -314,18 +346,34 @@ def _time(value: Any) -> str:
 
 
 def _retry(args: argparse.Namespace) -> int:
-    if (args.outbox_id is None) == (not args.all_dead):
-        raise CommandFailed("give one OUTBOX_ID, or --all-dead (not both)", exit_code=2)
+    if [args.outbox_id is not None, args.all_dead, args.all_failing].count(True) != 1:
+        raise CommandFailed(
+            "give one OUTBOX_ID, or --all-dead, or --all-failing (one of them)", exit_code=2
+        )
     if args.outbox_id is not None and (args.kind or args.task_id):
-        raise CommandFailed("--kind and --task go with --all-dead", exit_code=2)
+        raise CommandFailed("--kind and --task go with --all-dead or --all-failing", exit_code=2)
     db = _db()
     try:
         if args.all_dead:
             count = OutboxService(db).retry_all(kind=args.kind, task_id=args.task_id)
+        elif args.all_failing:
+            count, sending = OutboxService(db).retry_failing(kind=args.kind, task_id=args.task_id)
         else:
             row = OutboxService(db).retry(args.outbox_id)
     finally:
         db.dispose()
+    if args.all_failing:
+        if args.json:
+            print_json({"retried": count, "being_sent": sending})
+            return 0
+        left = (
+            f"; {sending} being sent {'was' if sending == 1 else 'were'} left to "
+            "the dispatcher (retry once the answer is recorded, if it failed again)"
+            if sending
+            else ""
+        )
+        print(f"{count} failing deliver{'y is' if count == 1 else 'ies are'} due now{left}")
+        return 0
     if args.all_dead:
         if args.json:
             print_json({"retried": count})

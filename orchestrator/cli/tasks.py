@@ -24,7 +24,7 @@ from orchestrator.cli.common import (
     printable,
 )
 from orchestrator.cli.outbox import dead_label
-from orchestrator.cli.wake_ups import quiet_dispatch_log, say_unsent
+from orchestrator.cli.wake_ups import held_notices, quiet_dispatch_log, say_unsent
 from orchestrator.domain.recovery import readable_call
 from orchestrator.logs import redact, secrets_of
 from orchestrator.runtime import Runtime, build_runtime
@@ -203,7 +203,8 @@ def _trigger(args: argparse.Namespace) -> int:
     # The CLI says it below, in its own words; the service's log line would repeat it.
     logging.getLogger("orchestrator.services.dispatch").setLevel(logging.ERROR)
     try:
-        result = rt.tasks.trigger(trigger)
+        with held_notices() as notices:
+            result = rt.tasks.trigger(trigger)
         stale = rt.settings.queued_stale_seconds
         secrets = secrets_of(rt.settings)
     finally:
@@ -230,6 +231,7 @@ def _trigger(args: argparse.Namespace) -> int:
             f"the broker did not take the wake-up of task {result.task.task_id}{why}; it is "
             f"stored and the sweeper will republish the wake-up {when}"
         )
+    say_unsent(None, result.task.task_id, "trigger", rt.settings, notices)
     return 0
 
 
@@ -393,7 +395,8 @@ def _requeue(args: argparse.Namespace) -> int:
     rt = _runtime()
     quiet_dispatch_log()
     try:
-        requeued = rt.tasks.requeue_and_wake(args.task_id, reason, by=by)
+        with held_notices() as notices:
+            requeued = rt.tasks.requeue_and_wake(args.task_id, reason, by=by)
     finally:
         rt.close()
     task = requeued.task
@@ -401,7 +404,7 @@ def _requeue(args: argparse.Namespace) -> int:
         print_json(task_view(task) | {"dispatched": requeued.wake_up.sent})
     else:
         print(f"requeued task {task.task_id} as generation {task.generation}")
-    say_unsent(requeued.wake_up, task.task_id, "requeue", rt.settings)
+    say_unsent(requeued.wake_up, task.task_id, "requeue", rt.settings, notices)
     return 0
 
 
@@ -411,13 +414,15 @@ def _cancel(args: argparse.Namespace) -> int:
     reason, by = _reason_and_by(args, CancelBody)
     rt = _runtime()
     try:
-        task = rt.tasks.cancel(args.task_id, reason, by=by)
+        with held_notices() as notices:
+            task = rt.tasks.cancel(args.task_id, reason, by=by)
     finally:
         rt.close()
     if args.json:
         print_json(task_view(task))
     else:
         print(f"cancelled task {task.task_id} (generation {task.generation} fenced)")
+    say_unsent(None, task.task_id, "cancel", rt.settings, notices)  # it queues no generation
     return 0
 
 

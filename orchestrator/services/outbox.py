@@ -31,7 +31,7 @@ from typing import Any, Final
 import httpx
 from sqlalchemy import Connection
 
-from orchestrator.errors import InvalidTransition, NotFound, echoed
+from orchestrator.errors import ConflictError, InvalidTransition, NotFound, echoed
 from orchestrator.logs import redact, secrets_of
 from orchestrator.services.delivery_answers import (
     RETRY_AFTER_STATUSES,
@@ -410,7 +410,7 @@ class OutboxDispatcher:
 
 class OutboxService:
     """What operators see and do: list deliveries or show one, retry or discard a dead-lettered
-    one."""
+    one, hurry a failing one (a retry of a pending row)."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -463,15 +463,24 @@ class OutboxService:
         return view
 
     def retry(self, outbox_id: int) -> OutboxRow:
+        """An operator's retry. A dead row is due again now with fresh counts; a pending one
+        (failing, backing off) is due now, its counts kept: once the backend is mended it need
+        not wait out its backoff. Refused (409) for a pending row a dispatcher is sending
+        (`being_sent`: made due, a second dispatcher would send it at the same time) and for
+        one held in order behind an earlier event of its task (`waits_behind`: that one is the
+        one to retry); NotFound for an id that names no row."""
         if outbox_id > MAX_OUTBOX_ID:  # the column holds no larger id: none such exists
             raise NotFound(f"outbox row {outbox_id} does not exist")
         with self.db.transaction() as conn:
             row = store.get_row(conn, outbox_id)
             if row is None:
                 raise NotFound(f"outbox row {outbox_id} does not exist")
-            if not store.retry_dead(conn, outbox_id):
+            if row.status == "pending":
+                _hurry(conn, row)
+            elif not store.retry_dead(conn, outbox_id):
                 raise InvalidTransition(
-                    f"outbox row {outbox_id} is {row.status}; only a dead one can be retried"
+                    f"outbox row {outbox_id} is {row.status}; only a dead or pending one can be "
+                    "retried"
                 )
             retried = store.get_row(conn, outbox_id)
         assert retried is not None
@@ -487,6 +496,20 @@ class OutboxService:
         if count:
             log.info("%d dead-lettered outbox row(s) are due again", count)
         return count
+
+    def retry_failing(
+        self, *, kind: str | None = None, task_id: str | None = None
+    ) -> tuple[int, int]:
+        """Every pending delivery (of `kind`, of `task_id`) that failed and waits out its
+        backoff, due now with its counts kept: once the backend is mended after an outage.
+        Those a dispatcher is sending are left to it: (made due, being sent)."""
+        with self.db.transaction() as conn:
+            hurried, sending = store.hurry_all_pending(conn, kind=kind, task_id=task_id)
+            if not (hurried or sending) and task_id is not None:
+                _require_task(conn, task_id)  # not "0 due now" for a mistyped task id
+        if hurried:
+            log.info("%d failing outbox row(s) are due now", hurried)
+        return hurried, sending
 
     def discard(self, outbox_id: int, *, reason: str, by: str) -> OutboxRow:
         """Settle a dead letter an operator dealt with by hand: never sent again, and its task's
@@ -517,6 +540,46 @@ class OutboxService:
     def summary(self, task_id: str) -> dict[str, Any]:
         with self.db.transaction(readonly=True) as conn:
             return store.delivery_summary(conn, task_id)
+
+
+def _hurry(conn: Connection, row: OutboxRow) -> None:
+    """Make the pending `row` due now, or say why not: a dispatcher is sending it, or it waits
+    in order behind an earlier event of its task (made due, it would still wait)."""
+    held = store.waits_behind(conn, [row]).get(row.outbox_id)
+    if held is not None:
+        status, head = held
+        what, action = (
+            ("a dead letter", "retry or discard")
+            if status == "dead"
+            else ("an earlier event being retried", "retry")
+        )
+        raise ConflictError(
+            f"outbox row {row.outbox_id} waits behind outbox {head}, {what} of its task "
+            f"(events go in order): {action} that one, and this one follows it",
+            code="waits_behind",
+        )
+    if store.hurry_pending(conn, row.outbox_id):
+        return
+    # Claimed as it was read or meanwhile (a retry waits for a claim being written): read
+    # again for what the claim holds.
+    current = store.get_row(conn, row.outbox_id)
+    if current is None:  # the cleanup deleted it meanwhile (never attempted, nothing sends it)
+        raise NotFound(f"outbox row {row.outbox_id} does not exist")
+    if current.status == "dead" and store.retry_dead(conn, row.outbox_id):
+        return  # its attempt ended meanwhile, dead-lettered: retried as a dead one is
+    if current.status != "pending":
+        raise InvalidTransition(
+            f"outbox row {row.outbox_id} is {current.status}; only a dead or pending one can "
+            "be retried"
+        )
+    until = (
+        f", held until {current.claimed_until:%Y-%m-%dT%H:%M:%S}Z" if current.claimed_until else ""
+    )
+    raise ConflictError(
+        f"outbox row {row.outbox_id} is being sent now (attempt {current.attempts}{until}); "
+        "its answer is recorded when the attempt ends: retry it then if it failed",
+        code="being_sent",
+    )
 
 
 def _require_task(conn: Connection, task_id: str) -> None:

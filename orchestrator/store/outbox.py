@@ -49,6 +49,8 @@ __all__ = [
     "discard_dead",
     "get_row",
     "held_views",
+    "hurry_all_pending",
+    "hurry_pending",
     "list_rows",
     "mark_delivered",
     "mark_failed",
@@ -81,6 +83,8 @@ class OutboxRow:
     discarded_at: datetime | None  # an operator settled the dead letter by hand: when,
     discarded_by: str | None  # who,
     discard_reason: str | None  # and why
+    released_at: datetime | None  # an operator's retry or discard made it deliverable again
+    claimed_until: datetime | None  # a dispatcher sends it: its claim's hold (`being_sent`)
 
     @classmethod
     def from_row(cls, row: Row[Any]) -> OutboxRow:
@@ -92,6 +96,14 @@ class OutboxRow:
         backend did not throttle (a claim whose send never reported, its dispatcher killed,
         counts)."""
         return self.attempts - self.throttled
+
+    def being_sent(self, now: datetime) -> bool:
+        """Whether a dispatcher holds the row to send it at `now`: claimed, its answer not
+        recorded yet, and the claim's hold not run out (a dispatcher killed mid-send holds it
+        no longer, and the row is due again)."""
+        return (
+            self.status == "pending" and self.claimed_until is not None and self.claimed_until > now
+        )
 
     @property
     def dead_reason(self) -> str | None:
@@ -208,10 +220,17 @@ def claim_due(
     conn.execute(
         update(outbox)
         .where(outbox.c.outbox_id.in_([row.outbox_id for row in rows]))
-        .values(attempts=outbox.c.attempts + 1, next_attempt_at=until)
+        .values(attempts=outbox.c.attempts + 1, next_attempt_at=until, claimed_until=until)
     )
     return [
-        OutboxRow(**{**row.__dict__, "attempts": row.attempts + 1, "next_attempt_at": until})
+        OutboxRow(
+            **{
+                **row.__dict__,
+                "attempts": row.attempts + 1,
+                "next_attempt_at": until,
+                "claimed_until": until,
+            }
+        )
         for row in rows
     ]
 
@@ -221,13 +240,16 @@ def renew_claim(conn: Connection, row: OutboxRow, *, hold_seconds: float) -> boo
     after another, and a later row's hold may run out meanwhile). False when the row is no
     longer this claim's: another dispatcher claimed it since (compare-and-set on the attempt
     count), or it is no longer pending; then it must not be sent."""
-    return _update_claim(conn, row, next_attempt_at=utcnow() + timedelta(seconds=hold_seconds))
+    until = utcnow() + timedelta(seconds=hold_seconds)
+    return _update_claim(conn, row, next_attempt_at=until, claimed_until=until)
 
 
 def release_claim(conn: Connection, row: OutboxRow) -> bool:
     """Give back a claimed `row` that was not sent (its dispatcher is stopping): due again now,
     its attempt not counted. False when the row is no longer this claim's (as `renew_claim`)."""
-    return _update_claim(conn, row, attempts=row.attempts - 1, next_attempt_at=utcnow())
+    return _update_claim(
+        conn, row, attempts=row.attempts - 1, next_attempt_at=utcnow(), claimed_until=None
+    )
 
 
 def _update_claim(conn: Connection, row: OutboxRow, **values: Any) -> bool:
@@ -251,7 +273,7 @@ def mark_delivered(conn: Connection, outbox_id: int) -> bool:
         conn.execute(
             update(outbox)
             .where(outbox.c.outbox_id == outbox_id, outbox.c.status != "delivered")
-            .values(status="delivered", delivered_at=utcnow(), last_error=None)
+            .values(status="delivered", delivered_at=utcnow(), last_error=None, claimed_until=None)
         ).rowcount
         == 1
     )
@@ -274,6 +296,7 @@ def mark_failed(
         "status": "dead" if dead else "pending",
         "last_error": error[:1000],
         "next_attempt_at": retry_at,
+        "claimed_until": None,  # the claim's answer is in: no longer being sent
     }
     if throttled:
         values["throttled"] = outbox.c.throttled + 1
@@ -304,6 +327,48 @@ def retry_dead(conn: Connection, outbox_id: int) -> bool:
         ).rowcount
         == 1
     )
+
+
+def hurry_pending(conn: Connection, outbox_id: int) -> bool:
+    """An operator's retry of a pending row (failing, backing off): due now, its counts kept
+    (it is not dead). False when the row is not pending, or a dispatcher is sending it (its
+    claim's hold not run out): made due meanwhile, a second dispatcher would send it while the
+    first waits for its answer. On Postgres a claim being written holds the row's lock: this
+    waits for it and then finds the row claimed."""
+    now = utcnow()
+    return (
+        conn.execute(
+            update(outbox)
+            .where(
+                outbox.c.outbox_id == outbox_id,
+                outbox.c.status == "pending",
+                or_(outbox.c.claimed_until.is_(None), outbox.c.claimed_until <= now),
+            )
+            .values(next_attempt_at=now)
+        ).rowcount
+        == 1
+    )
+
+
+def hurry_all_pending(
+    conn: Connection, *, kind: str | None, task_id: str | None
+) -> tuple[int, int]:
+    """`hurry_pending` for every pending row (of `kind`, of `task_id`) that failed and waits
+    out its backoff: after an outage of the backend, all of them due now in one statement.
+    Those a dispatcher is sending are left to it. How many were made due, and how many were
+    being sent."""
+    now = utcnow()
+    conditions = [attempted_pending, outbox.c.next_attempt_at > now]
+    if kind is not None:
+        conditions.append(outbox.c.kind == kind)
+    if task_id is not None:
+        conditions.append(outbox.c.task_id == task_id)
+    free = or_(outbox.c.claimed_until.is_(None), outbox.c.claimed_until <= now)
+    hurried = conn.execute(update(outbox).where(*conditions, free).values(next_attempt_at=now))
+    sending = conn.execute(
+        select(func.count()).select_from(outbox).where(*conditions, ~free)
+    ).scalar_one()
+    return int(hurried.rowcount), int(sending)
 
 
 def retry_all_dead(conn: Connection, *, kind: str | None, task_id: str | None) -> int:

@@ -466,6 +466,11 @@ outbox = Table(
     # back. The oldest-pending gauge measures a row's wait from the later of this and
     # `created_at`: a retried dead letter's wait starts at the retry, not when it was written.
     Column("released_at", UTCDateTime, nullable=True),
+    # Until when a dispatcher's claim holds the row to send it (migration 0025): set with the
+    # hold at the claim and at each renewal, cleared when the answer is recorded or the claim
+    # given back. A row is being sent while this is in the future: an operator's retry makes a
+    # pending row due now only when it is not (a second dispatcher would send it meanwhile).
+    Column("claimed_until", UTCDateTime, nullable=True),
     UniqueConstraint("action_id"),  # one delivery per approval
     one_of("kind", OUTBOX_KINDS),
     one_of("status", OUTBOX_STATUSES),

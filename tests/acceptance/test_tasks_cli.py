@@ -10,6 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.runtime import build_runtime
+from orchestrator.services.dispatch import RecordingDispatcher
+from orchestrator.services.tasks import Trigger
+from orchestrator.settings import load_settings
 from tests.acceptance.fleet import ORCHESTRATOR
 from tests.services import free_port
 
@@ -150,3 +154,42 @@ def test_a_trigger_the_broker_refuses_says_why_without_the_password(
     assert "the broker did not take the wake-up" in line
     assert "Connection refused" in line  # why, not only that
     assert "Broker-s3cret" not in made.stdout + made.stderr
+
+
+def test_with_redis_down_a_requeue_and_a_cancel_each_say_it_in_one_line(
+    run,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
+    """A change's notices for task streams and running rounds go over Redis after it commits.
+    With Redis down, the events module's warning, worded for a worker's log ("2 change
+    notice(s) for streams and running rounds not published over Redis ..."), was printed by
+    logging's last resort beside the command's own line (a requeue's), or alone (a cancel's).
+    Now one line of the command's: the broker's when the wake-up was refused too, else the
+    notice's."""
+    # Triggered in this process (one process less to start): the CLI's embedded store.
+    rt = build_runtime(
+        load_settings(home=tmp_path / ".orchestrator"), dispatcher=RecordingDispatcher()
+    )
+    try:
+        task_id = rt.tasks.trigger(Trigger(task_type="leak", title="Leak")).task.task_id
+    finally:
+        rt.close()
+    down = {"ORCH_REDIS_URL": f"redis://:Broker-s3cret@127.0.0.1:{free_port()}/0"}
+
+    requeued = run("tasks", "requeue", task_id, "--reason", "again", "--by", "op", **down)
+    assert requeued.returncode == 0, requeued.stderr
+    assert requeued.stdout == f"requeued task {task_id} as generation 2\n"
+    (line,) = requeued.stderr.strip().splitlines()
+    assert line.startswith(f"orchestrator: the broker did not take the wake-up of task {task_id}")
+
+    cancelled = run("tasks", "cancel", task_id, "--reason", "done", "--by", "op", **down)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert cancelled.stdout == f"cancelled task {task_id} (generation 2 fenced)\n"
+    (line,) = cancelled.stderr.strip().splitlines()
+    assert line.startswith("orchestrator: Redis did not take the notice of the cancel (")
+    assert "Connection refused" in line  # why, not only that
+    assert line.endswith(
+        "; the cancel is committed: task streams show it at their next poll, and a round "
+        "running elsewhere stops at its next lease renewal"
+    )
+    assert "Broker-s3cret" not in requeued.stderr + cancelled.stderr

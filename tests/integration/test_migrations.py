@@ -291,7 +291,7 @@ def test_0014_outbox_rows_of_before_have_no_throttled_attempts_and_keep_their_co
             throttled=True,
         )  # fmt: skip
         assert outbox_store.get_row(conn, row.outbox_id) == OutboxRow(
-            **{**claimed.__dict__, "throttled": 1, "last_error": "HTTP 429"}
+            **{**claimed.__dict__, "throttled": 1, "last_error": "HTTP 429", "claimed_until": None}
         )
     _round_trip(empty_url, "0013")
 

@@ -249,6 +249,44 @@ def test_one_delivery_is_shown_whole_by_its_id_and_an_unknown_id_is_a_clear_404(
     assert captured.err.strip() == "orchestrator: not_found: outbox row 999999 does not exist"
 
 
+def test_show_says_when_an_operator_released_a_row(
+    rt: Runtime,
+    tmp_path: Path,
+    backend: Recorder,
+    dispatcher: OutboxDispatcher,
+    client: TestClient,
+    cli: None,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An operator's retry of a dead letter (or a discard) releases it and the events of its
+    task it held back (`released_at`, migration 0024): the oldest-pending gauge counts their
+    wait from then. `outbox show` and the API did not say it, so a row written days ago and
+    read against the gauge looked days late; now it says when, and why."""
+    from orchestrator.cli import main
+
+    task_id, dead_id = _dead_after_the_limit(rt, tmp_path, backend, dispatcher)
+    [held] = OutboxService(rt.db).list(task_id=task_id, status="pending")
+    assert main(["outbox", "show", str(dead_id)]) == 0
+    assert "released" not in capsys.readouterr().out  # never released: nothing to say
+    operator = bearer("operator-token")
+    client.post(f"/api/v1/outbox/{dead_id}/retry", headers=operator).raise_for_status()
+    line = "by an operator's retry or discard (of it, or of the dead letter it waited behind)"
+    for number in (dead_id, held.outbox_id):
+        assert main(["outbox", "show", str(number)]) == 0
+        [released] = [x for x in capsys.readouterr().out.splitlines() if "  released " in x]
+        assert released.endswith(f"{line}: its wait counts from then")
+        shown = client.get(f"/api/v1/outbox/{number}", headers=operator).json()
+        assert shown["released_at"] is not None
+        assert shown["released_at"] > shown["created_at"]
+        assert main(["outbox", "show", str(number), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["released_at"] == shown["released_at"]
+    dispatcher.run_once()  # delivered: when it was released stays on the row
+    assert main(["outbox", "show", str(dead_id)]) == 0
+    out = capsys.readouterr().out
+    assert f"outbox {dead_id}  delivered" in out
+    assert "  released " in out
+
+
 def test_the_delivery_list_has_an_etag_that_every_write_to_a_listed_row_changes(
     rt: Runtime,
     tmp_path: Path,

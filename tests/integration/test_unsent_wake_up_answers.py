@@ -124,7 +124,12 @@ def test_a_requeue_whose_wake_up_went_out_says_nothing_more(
 
 
 def test_an_approval_says_its_wake_up_was_not_sent(
-    rt: Runtime, scripts: Path, cli: None, api: TestClient, capsys: pytest.CaptureFixture[str]
+    rt: Runtime,
+    scripts: Path,
+    cli: None,
+    api: TestClient,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     by_cli, action_id = waiting_task(rt, scripts)
     digest = rt.actions.get(action_id).digest
@@ -132,6 +137,9 @@ def test_an_approval_says_its_wake_up_was_not_sent(
     out, err = capsys.readouterr()
     assert f"action {action_id} approved by ana" in out
     refused_line(err, by_cli, 2, "approval")
+    # One line: the refused change notices' warning (a worker's log line) is not said beside it.
+    assert len(err.splitlines()) == 1
+    assert not [m for m in caplog.messages if "not published over Redis" in m]
 
     by_api, action_id = waiting_task(rt, scripts)
     digest = rt.actions.get(action_id).digest

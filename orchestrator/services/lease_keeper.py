@@ -16,7 +16,13 @@ stalled while its generation was requeued never holds the next generation's leas
 moment of its mirror, so the next generation's renewal in that moment is not refused (which
 stopped a live round). The lease is the generation's liveness; the store's fence is its
 authority (invariant 9), so a round in flight goes on through a Redis restart instead of losing
-its generation. A lease another token holds is refused, and stops the generation.
+its generation. A lease another token holds is refused; the generation stops unless the store
+says it is still live under this token. Then the other holder is a wake-up of the generation
+that took the lease free after Redis lost its data and gives it back once the store tells it the
+generation is claimed (a wake-up sent again that nothing marked as such, which takes the lease
+before it reads the store): the round goes on, and takes the lease back once it is free, at a
+next beat, within the lease it held (past that it stops as an outage). Before, that moment's
+refusal stopped a live round and handed it back for nothing.
 
 `lost` is set as soon as a generation can no longer be sure it holds its lease: a renewal was
 refused, the store says the generation is over, or the last good renewal is older than the lease
@@ -36,7 +42,7 @@ import os
 import threading
 import time
 from collections import defaultdict
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import InterfaceError, OperationalError
@@ -46,7 +52,7 @@ from orchestrator.domain.fences import Fence
 from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable, Renewal
 from orchestrator.store import executions as execution_store
 from orchestrator.store.db import Database, cause_line
-from orchestrator.store.heartbeats import mirror_leases
+from orchestrator.store.heartbeats import held_open, mirror_leases
 from orchestrator.store.types import utcnow
 
 __all__ = ["Heartbeat", "LeaseKeeper", "heartbeat", "lease_name"]
@@ -97,6 +103,9 @@ class LeaseKeeper:
         #: With `lost`: the lease ran out while the back end answered (this process stalled).
         self.lapsed = False
         self._unreachable = False  # the last renewal attempt could not reach the back end
+        #: The last renewal was refused while the store said this generation live under its
+        #: token: another holder has the lease for the moment (a wake-up of the generation).
+        self._contested = False
         self._lock = threading.Lock()
         now = time.monotonic()
         self._valid_until = now + ttl
@@ -137,8 +146,6 @@ class LeaseKeeper:
                 return False
             if answer is Renewal.REFUSED:
                 metrics.LEASE_RENEWAL_FAILURES.inc()
-                self._refused(sent_at)
-                return False
             fresh = sent_at - self._mirrored_at < self.renew_every / 2
             if answer is Renewal.RENEWED and not mirror and fresh:
                 self._unreachable = False
@@ -195,6 +202,7 @@ class LeaseKeeper:
         )
 
     def _renewed(self, sent_at: float) -> None:
+        self._contested = False
         self._valid_until = max(self._valid_until, sent_at + self.ttl)
         self.longest_gap = max(self.longest_gap, sent_at - self._renewed_at)
         self._renewed_at = max(self._renewed_at, sent_at)
@@ -213,19 +221,40 @@ class LeaseKeeper:
 
     def _check_overdue(self) -> None:
         if time.monotonic() > self._valid_until - self.margin:
-            # Overdue while the back end answered: nothing renewed, this process stalled.
+            # Overdue while the back end answered and gave the lease: this process stalled.
             self._lose(
                 "the last good renewal is older than the lease minus its safety margin",
-                lapsed=not self._unreachable,
+                lapsed=not (self._unreachable or self._contested),
             )
 
+    def _ran_out(self, sent_at: float) -> bool:
+        """The lease ran out before this renewal was sent, while the back end answered and
+        nobody else held it: this process stalled (a refusal then needs no store answer)."""
+        return sent_at > self._valid_until and not (self._unreachable or self._contested)
+
     def _refused(self, sent_at: float) -> None:
-        if sent_at > self._valid_until and not self._unreachable:
+        if self._ran_out(sent_at):
             self._lose(
                 "the lease ran out before it was renewed (this process stalled)", lapsed=True
             )
         else:
             self._lose("the lease renewal was refused")
+
+    def _held_elsewhere(self) -> None:
+        """Refused, but the store says this generation is live under its token: another holder
+        has the lease for the moment. Go on, within the lease this generation last renewed."""
+        if not self._contested:
+            log.warning(
+                "generation %s of task %s: another holder has its lease for the moment (a "
+                "wake-up of the generation, after Redis lost its data?), but the store says "
+                "the generation is live under this worker's token; it goes on, and takes the "
+                "lease back once it is free",
+                self.fence.generation,
+                self.fence.task_id,
+            )
+        self._contested = True
+        self._unreachable = False
+        self._check_overdue()
 
     def _lose(self, why: str, *, lapsed: bool = False) -> None:
         if not self.lost.is_set():
@@ -238,14 +267,20 @@ class LeaseKeeper:
 
 def _settle(group: list[LeaseKeeper], answers: list[Renewal], sent_at: float) -> None:
     """Act on one batch's answers (same back end, store and TTL): mirror the renewed and the
-    free leases in one fenced statement, take back the free ones the store says are live, and
-    stop the generations it says are over. Store errors propagate, with nothing taken back."""
+    free leases in one fenced statement and ask the store about the refused ones in the same
+    transaction, take back the free ones the store says are live, let the refused ones it says
+    are live go on (another holder for the moment), and stop the generations it says are over.
+    Store errors propagate, with nothing taken back and the refused ones stopped."""
     first = group[0]
     renewed: list[LeaseKeeper] = []
     free: list[LeaseKeeper] = []
+    refused: list[LeaseKeeper] = []
     for keeper, answer in zip(group, answers, strict=True):
         if answer is Renewal.REFUSED:
-            keeper._refused(sent_at)
+            if keeper._ran_out(sent_at):
+                keeper._refused(sent_at)
+            else:
+                refused.append(keeper)
             continue
         keeper._unreachable = False
         if answer is Renewal.FREE:
@@ -254,31 +289,35 @@ def _settle(group: list[LeaseKeeper], answers: list[Renewal], sent_at: float) ->
         keeper._renewed(sent_at)
         renewed.append(keeper)
     mirrored = renewed + free
-    if not mirrored:
+    if not mirrored and not refused:
         return
     try:
         with first.db.transaction() as conn:
-            live = mirror_leases(
-                conn,
-                [(k.fence.task_id, k.fence.generation, k.fence.lease_token) for k in mirrored],
-                utcnow() + timedelta(seconds=first.ttl),
-            )
+            live = mirror_leases(conn, [_held(k) for k in mirrored], _expiry(first))
+            live |= held_open(conn, [_held(k) for k in refused])
             # The rare generation ended elsewhere: its stop says by what (a cancel...).
             over = {
                 keeper: _why_over(conn, keeper.fence)
-                for keeper in mirrored
+                for keeper in mirrored + refused
                 if (keeper.fence.task_id, keeper.fence.generation) not in live
             }
     except Exception:
         for keeper in free:  # not taken back: the store did not say; overdue is an outage
             keeper._unreachable = True
             keeper._check_overdue()
+        for keeper in refused:  # the store did not say the generation is live
+            keeper._refused(sent_at)
         raise
     for keeper in mirrored:
         if keeper in over:
             keeper._lose(over[keeper])
         else:
             keeper._mirrored_at = sent_at
+    for keeper in refused:
+        if keeper in over:
+            keeper._lose(f"the lease renewal was refused: {over[keeper]}")
+        else:
+            keeper._held_elsewhere()
     taking = [k for k in free if k not in over]
     if not taking:
         return
@@ -294,11 +333,19 @@ def _settle(group: list[LeaseKeeper], answers: list[Renewal], sent_at: float) ->
         return
     for keeper, answer in zip(taking, answers, strict=True):
         if answer is Renewal.REFUSED:  # another holder took it since it was found free
-            keeper._refused(sent_at)
+            keeper._held_elsewhere()  # the store said live a moment ago
             continue
         keeper._renewed(sent_at)
         if answer is Renewal.TAKEN_BACK:
             keeper._taken_back()
+
+
+def _held(keeper: LeaseKeeper) -> tuple[str, int, str]:
+    return (keeper.fence.task_id, keeper.fence.generation, keeper.fence.lease_token)
+
+
+def _expiry(keeper: LeaseKeeper) -> datetime:
+    return utcnow() + timedelta(seconds=keeper.ttl)
 
 
 def _why_over(conn: Connection, fence: Fence) -> str:

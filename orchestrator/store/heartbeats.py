@@ -2,7 +2,9 @@
 
 The sweeper finds expired leases through the store's copy of each lease's expiry. A worker
 process renews all its leases together, so it mirrors them together too; a generation the
-store no longer has open (cancelled, requeued, lost) is missing from the answer.
+store no longer has open (cancelled, requeued, lost) is missing from the answer. The same beat
+asks, for a renewal the lease back end refused, whether the store still has that generation
+open under its token (`held_open`), in the same transaction.
 """
 
 from __future__ import annotations

@@ -267,14 +267,30 @@ HEARTBEAT = "sweeper.heartbeat"
 
 
 class SweepDeferred(CommandFailed):
-    """A sweep could not check its expired generations: the lease back end is unavailable."""
+    """A sweep could not do all its work: the lease back end was unavailable to check expired
+    generations, or the broker did not take wake-ups it sent (both Redis, most often down)."""
 
     def __init__(self, report: SweepReport) -> None:
-        super().__init__(
-            f"the lease back end is unavailable: {report.deferred} expired generation(s) were "
-            "not checked and are left for the next sweep"
-        )
+        said = []
+        if report.deferred:
+            said.append(
+                f"the lease back end is unavailable: {report.deferred} expired generation(s) "
+                "were not checked and are left for the next sweep"
+            )
+        if report.unsent:
+            said.append(
+                f"the broker did not take {len(report.unsent)} wake-up(s) this sweep sent "
+                f"({_named(report.unsent)}): they are recorded, and the next sweep sends them "
+                "first once the broker takes messages again"
+            )
+        super().__init__("; ".join(said))
         self.report = report
+
+
+def _named(wakeups: list[tuple[str, int]]) -> str:
+    """The first few wake-ups as `task T generation G`, and how many more."""
+    named = ", ".join(f"task {t} generation {g}" for t, g in wakeups[:3])
+    return named + (f" and {len(wakeups) - 3} more" if len(wakeups) > 3 else "")
 
 
 def _heartbeat(settings: Settings) -> None:
@@ -302,7 +318,7 @@ def _recover(args: argparse.Namespace) -> int:
             "model server's Retry-After or back-off: tasks list says until when; tasks "
             "requeue runs one now)"
         )
-    if report.deferred:
+    if report.deferred or report.unsent:
         raise SweepDeferred(report)  # what it did is printed; what it could not do, one line
     return 0
 
@@ -326,7 +342,8 @@ def _print_recovery(args: argparse.Namespace, report: SweepReport) -> None:
                 "parked": [{"task_id": t, "generation": g} for t, g in report.parked],
                 "republished": [{"task_id": t, "generation": g} for t, g in report.republished],
                 "deferred": report.deferred,
+                "unsent": [{"task_id": t, "generation": g} for t, g in report.unsent],
             }
         )
-    elif report.lines() or not report.deferred:
+    elif report.lines() or not (report.deferred or report.unsent):
         print("\n".join(report.lines()) or "nothing to recover")

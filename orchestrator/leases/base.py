@@ -48,6 +48,7 @@ class Renewal(IntEnum):
     REFUSED = 0  # another token holds it: the holder lost it
     RENEWED = 1  # its token held it, and holds it for the TTL from now
     TAKEN_BACK = 2  # nobody held it (gone with Redis's data, or run out): its token holds it again
+    FREE = 3  # nobody holds it, and it was left free (`keep_many(..., take_back=False)`)
 
 
 class LeaseBackendUnavailable(OrchestratorError):
@@ -120,16 +121,25 @@ class LeaseBackend(ABC):
         """
         return [self.renew(name, token, ttl_seconds) for name, token in held]
 
-    def keep_many(self, held: Sequence[tuple[str, str, str]], ttl_seconds: float) -> list[Renewal]:
+    def keep_many(
+        self,
+        held: Sequence[tuple[str, str, str]],
+        ttl_seconds: float,
+        *,
+        take_back: bool = True,
+    ) -> list[Renewal]:
         """Renew each (name, token, holder) its token holds, and take back, with the same token
         and holder, one that nobody holds any more; a lease another token holds is refused.
-        Back ends answer it in one round trip, atomically per lease.
+        Back ends answer it in one round trip, atomically per lease. With `take_back=False` a
+        lease nobody holds is left free and answered `Renewal.FREE`.
 
         A lease is the liveness of a generation, not its authority: the store's fence is
         (invariant 9). So a holder whose lease vanished (Redis restarted empty, or the lease ran
-        out while nobody took it) may hold it again, as long as the store still says its
-        generation is live, which the caller checks next (it mirrors the expiry, fenced). This
-        default cannot take back: a free lease is refused, as by `renew_many`.
+        out while nobody took it) may hold it again, as long as the store says its generation
+        is live: a generation's keeper asks with `take_back=False`, has the store's fenced
+        mirror agree, and only then takes the lease back (`services/lease_keeper.py`), so a
+        generation the store says is over never holds it again. This default cannot take back:
+        a free lease is refused, as by `renew_many`.
         """
         renewed = self.renew_many([(name, token) for name, token, _ in held], ttl_seconds)
         return [Renewal.RENEWED if ok else Renewal.REFUSED for ok in renewed]

@@ -72,19 +72,24 @@ end
 return renewed
 """
 
-# KEYS lease keys; ARGV[1] ttl ms, ARGV[2] now ms, ARGV[1 + 2i] the token and ARGV[2 + 2i] the
-# holder of KEYS[i]. `_RENEW_MANY` that also takes back a lease nobody holds (its key gone):
-# a list of 0 (refused), 1 (renewed) or 2 (taken back).
+# KEYS lease keys; ARGV[1] ttl ms, ARGV[2] now ms, ARGV[3] '1' to take back a lease nobody holds
+# (its key gone) or '0' to leave it free, ARGV[2 + 2i] the token and ARGV[3 + 2i] the holder of
+# KEYS[i]. `_RENEW_MANY` that also finds a free lease: a list of 0 (refused), 1 (renewed),
+# 2 (taken back) or 3 (free, left so).
 _KEEP_MANY = """
 local kept = {}
 for i, key in ipairs(KEYS) do
   kept[i] = 0
-  local token = ARGV[1 + 2 * i]
+  local token = ARGV[2 + 2 * i]
   local value = redis.call('GET', key)
   if not value then
-    redis.call('SET', key, token .. '|' .. ARGV[2] .. '|' .. ARGV[2] .. '|' .. ARGV[2 + 2 * i],
-               'PX', ARGV[1])
-    kept[i] = 2
+    if ARGV[3] == '1' then
+      redis.call('SET', key, token .. '|' .. ARGV[2] .. '|' .. ARGV[2] .. '|' .. ARGV[3 + 2 * i],
+                 'PX', ARGV[1])
+      kept[i] = 2
+    else
+      kept[i] = 3
+    end
   else
     local held, acquired, _, holder = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
     if held == token then
@@ -193,15 +198,22 @@ class RedisLeaseBackend(LeaseBackend):
 
         return [bool(result) for result in self._call(run)]
 
-    def keep_many(self, held: Sequence[tuple[str, str, str]], ttl_seconds: float) -> list[Renewal]:
-        """Every lease in one script call: renewed, taken back when its key is gone, or refused."""
+    def keep_many(
+        self,
+        held: Sequence[tuple[str, str, str]],
+        ttl_seconds: float,
+        *,
+        take_back: bool = True,
+    ) -> list[Renewal]:
+        """Every lease in one script call: renewed, taken back (or, without `take_back`, found
+        free) when its key is gone, or refused."""
         for name, _, holder in held:
             check_name(name)
             check_holder(holder)
         if not held:
             return []
         keys = [lease_key(name) for name, _, _ in held]
-        args: list[str | int] = [ttl_milliseconds(ttl_seconds), _now_ms()]
+        args: list[str | int] = [ttl_milliseconds(ttl_seconds), _now_ms(), int(take_back)]
         for _, token, holder in held:
             args += [token, holder]
 

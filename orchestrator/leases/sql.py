@@ -104,10 +104,17 @@ class SqlLeaseBackend(LeaseBackend):
         renewed = self._call(run)
         return [pair in renewed for pair in held]
 
-    def keep_many(self, held: Sequence[tuple[str, str, str]], ttl_seconds: float) -> list[Renewal]:
+    def keep_many(
+        self,
+        held: Sequence[tuple[str, str, str]],
+        ttl_seconds: float,
+        *,
+        take_back: bool = True,
+    ) -> list[Renewal]:
         """In one transaction: the renewal of every lease its token holds, then one upsert that
         takes back, with the same token and holder, each of the others nobody holds (its row
-        gone or run out); a row another token holds unexpired is left alone (refused)."""
+        gone or run out); a row another token holds unexpired is left alone (refused). Without
+        `take_back`, one read instead of the upsert tells the free ones (`Renewal.FREE`)."""
         for name, _, holder in held:
             check_name(name)
             check_holder(holder)
@@ -115,7 +122,7 @@ class SqlLeaseBackend(LeaseBackend):
             return []
         renewing = self._renewal([(n, t) for n, t, _ in held], ttl_seconds)
 
-        def run() -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+        def run() -> tuple[set[tuple[str, str]], set[tuple[str, str]], set[str]]:
             with self._database.transaction() as conn:
                 renewed = {(row.name, row.token) for row in conn.execute(renewing)}
                 rest: dict[str, tuple[str, str]] = {}  # an upsert may not touch a row twice
@@ -123,20 +130,30 @@ class SqlLeaseBackend(LeaseBackend):
                     if (name, token) not in renewed:
                         rest.setdefault(name, (token, holder))
                 if not rest:
-                    return renewed, set()
+                    return renewed, set(), set()
+                if not take_back:
+                    now, _ = self._clock()
+                    held_now = select(leases.c.name).where(
+                        leases.c.name.in_(sorted(rest)), leases.c.expires_at > now
+                    )
+                    taken_names = set(conn.execute(held_now).scalars())
+                    return renewed, set(), set(rest) - taken_names
                 free = [(n, t, h) for n, (t, h) in sorted(rest.items())]  # one lock order
                 statement = self._taking(free, ttl_seconds).returning(leases.c.name, leases.c.token)
-                return renewed, {(row.name, row.token) for row in conn.execute(statement)}
+                return renewed, {(row.name, row.token) for row in conn.execute(statement)}, set()
 
-        renewed, taken = self._call(run)
-        return [
-            Renewal.RENEWED
-            if (name, token) in renewed
-            else Renewal.TAKEN_BACK
-            if (name, token) in taken
-            else Renewal.REFUSED
-            for name, token, _ in held
-        ]
+        renewed, taken, free_names = self._call(run)
+        answers = []
+        for name, token, _ in held:
+            if (name, token) in renewed:
+                answers.append(Renewal.RENEWED)
+            elif (name, token) in taken:
+                answers.append(Renewal.TAKEN_BACK)
+            elif name in free_names:
+                answers.append(Renewal.FREE)
+            else:
+                answers.append(Renewal.REFUSED)
+        return answers
 
     def _taking(self, rows: list[tuple[str, str, str]], ttl_seconds: float) -> Any:
         """Each (name, token, holder) takes its lease if nobody holds it (no row, or one run

@@ -338,12 +338,12 @@ class ExecutionService:
 
     def _await_release(self, task_id: str, generation: int, worker: str, ttl: float) -> str | None:
         """The lease of a queued generation, once its holder lets go (None after
-        `RELEASE_WAIT_SECONDS`). Its holder is most often about to: a worker that stalled and
-        took the lease back for a generation the store then said was over (it releases it as
-        soon as that answer comes), another wake-up of the generation between its lease and its
-        claim, or the previous generation's worker, stopping. Before, the wake-up came back
-        after Celery's first retry (a second), then every ORCH_LEASE_RENEW_SECONDS, for a lease
-        let go a few milliseconds after it was asked.
+        `RELEASE_WAIT_SECONDS`). Its holder is most often about to: another wake-up of the
+        generation between its lease and its claim, or the previous generation's worker,
+        stopping. (A worker that stalled while its generation was requeued no longer takes the
+        lease back: the store is asked first, services/lease_keeper.py.) Before, the wake-up
+        came back after Celery's first retry (a second), then every ORCH_LEASE_RENEW_SECONDS,
+        for a lease let go a few milliseconds after it was asked.
 
         Most often of all, though, the holder is a wake-up of the same generation (delivered
         twice, or republished after Redis lost its data) that claims it and keeps the lease

@@ -7,15 +7,22 @@ their expiries in one statement. The answer is per lease, so a refused renewal s
 generation it concerns.
 
 A lease nobody holds any more (Redis restarted empty or was flushed; the lease ran out while
-nobody took it) is taken back by its holder, with the same token (`LeaseBackend.keep_many`),
-and its expiry mirrored in the store at once: the store's fenced update says whether the
-generation is still live, and if it is not the generation stops as for a refusal. The lease is
-the generation's liveness; the store's fence is its authority (invariant 9), so a round in
-flight goes on through a Redis restart instead of losing its generation. A lease another token
-holds is refused, and stops the generation. A lease taken back for a generation the store then
-says is over (a worker that stalled while its generation was requeued) is released at once:
-before take-back nobody held it, and the next generation's wake-up must find it free, not wait
-for the stalled round to end or for the lease to run out.
+nobody took it) is taken back by its holder, with the same token, once the store agreed: the
+renewal finds it free and leaves it so (`LeaseBackend.keep_many(..., take_back=False)`), the
+expiry is mirrored in the store (the fenced update says whether the generation is still live),
+and only a generation the store says is live takes its lease back (set if absent). One the store
+says is over stops as for a refusal, having written nothing to the lease back end: a worker that
+stalled while its generation was requeued never holds the next generation's lease, even for the
+moment of its mirror, so the next generation's renewal in that moment is not refused (which
+stopped a live round). The lease is the generation's liveness; the store's fence is its
+authority (invariant 9), so a round in flight goes on through a Redis restart instead of losing
+its generation. A lease another token holds is refused; the generation stops unless the store
+says it is still live under this token. Then the other holder is a wake-up of the generation
+that took the lease free after Redis lost its data and gives it back once the store tells it the
+generation is claimed (a wake-up sent again that nothing marked as such, which takes the lease
+before it reads the store): the round goes on, and takes the lease back once it is free, at a
+next beat, within the lease it held (past that it stops as an outage). Before, that moment's
+refusal stopped a live round and handed it back for nothing.
 
 `lost` is set as soon as a generation can no longer be sure it holds its lease: a renewal was
 refused, the store says the generation is over, or the last good renewal is older than the lease
@@ -35,7 +42,7 @@ import os
 import threading
 import time
 from collections import defaultdict
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import InterfaceError, OperationalError
@@ -44,9 +51,8 @@ from orchestrator.agent.loop import LeaseLost, StopSignal
 from orchestrator.domain.fences import Fence
 from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable, Renewal
 from orchestrator.store import executions as execution_store
-from orchestrator.store import generations as generation_store
 from orchestrator.store.db import Database, cause_line
-from orchestrator.store.heartbeats import mirror_leases
+from orchestrator.store.heartbeats import held_open, mirror_leases
 from orchestrator.store.types import utcnow
 
 __all__ = ["Heartbeat", "LeaseKeeper", "heartbeat", "lease_name"]
@@ -97,9 +103,9 @@ class LeaseKeeper:
         #: With `lost`: the lease ran out while the back end answered (this process stalled).
         self.lapsed = False
         self._unreachable = False  # the last renewal attempt could not reach the back end
-        #: It took its lease back and no mirror has answered since (the store away): the next
-        #: mirror's answer confirms it (counted) or ends it (the lease released at once).
-        self._unconfirmed = False
+        #: The last renewal was refused while the store said this generation live under its
+        #: token: another holder has the lease for the moment (a wake-up of the generation).
+        self._contested = False
         self._lock = threading.Lock()
         now = time.monotonic()
         self._valid_until = now + ttl
@@ -120,8 +126,7 @@ class LeaseKeeper:
 
         `mirror=False` (renewals on writes) skips the store write when the mirror is fresh: the
         sweeper asks the lease back end before it requeues, so a mirror that lags is safe. A
-        lease taken back is always mirrored, and so is every renewal until a mirror answered:
-        the store says whether it may be held.
+        lease found free is always mirrored first: the store says whether it may be taken back.
         """
         if self.lost.is_set():
             return False
@@ -131,7 +136,7 @@ class LeaseKeeper:
             sent_at = time.monotonic()
             try:
                 [answer] = self.leases.keep_many(
-                    [(self.name, self.fence.lease_token, self.holder)], self.ttl
+                    [(self.name, self.fence.lease_token, self.holder)], self.ttl, take_back=False
                 )
             except LeaseBackendUnavailable:
                 log.warning("lease back end unavailable while renewing %s", self.name)
@@ -141,28 +146,16 @@ class LeaseKeeper:
                 return False
             if answer is Renewal.REFUSED:
                 metrics.LEASE_RENEWAL_FAILURES.inc()
-                self._refused(sent_at)
-                return False
-            self._unreachable = False
-            metrics.LEASE_RENEWALS.inc()
-            self._renewed(sent_at)
-            if answer is Renewal.TAKEN_BACK:
-                self._taken_back()
             fresh = sent_at - self._mirrored_at < self.renew_every / 2
-            if not mirror and fresh and not self._unconfirmed:
+            if answer is Renewal.RENEWED and not mirror and fresh:
+                self._unreachable = False
+                metrics.LEASE_RENEWALS.inc()
+                self._renewed(sent_at)
                 return True
-            self._mirrored_at = sent_at
-            with self.db.transaction() as conn:
-                still_live = generation_store.mirror_lease(
-                    conn,
-                    self.fence.task_id,
-                    self.fence.generation,
-                    self.fence.lease_token,
-                    utcnow() + timedelta(seconds=self.ttl),
-                )
-                over = None if still_live else _why_over(conn, self.fence)
-            self._answered(over)
-            return over is None
+            _settle([self], [answer], sent_at)
+            if self._renewed_at >= sent_at:
+                metrics.LEASE_RENEWALS.inc()
+            return not self.lost.is_set() and self._renewed_at >= sent_at
 
     def check(self) -> None:
         """Raise `LeaseLost` unless the lease is surely still held."""
@@ -209,58 +202,59 @@ class LeaseKeeper:
         )
 
     def _renewed(self, sent_at: float) -> None:
+        self._contested = False
         self._valid_until = max(self._valid_until, sent_at + self.ttl)
         self.longest_gap = max(self.longest_gap, sent_at - self._renewed_at)
         self._renewed_at = max(self._renewed_at, sent_at)
 
     def _taken_back(self) -> None:
-        """Counted in `LEASES_TAKEN_BACK` once the store says the generation is live."""
-        self._unconfirmed = True
+        """The store said the generation is live, and its free lease is held again."""
+        from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
+
+        metrics.LEASES_TAKEN_BACK.inc()
         log.warning(
             "generation %s of task %s found its lease gone (Redis lost its data, or it ran out "
-            "while nobody took it) and took it back; the store decides whether it goes on",
+            "while nobody took it); the store says it is live, and it took the lease back",
             self.fence.generation,
             self.fence.task_id,
         )
 
     def _check_overdue(self) -> None:
         if time.monotonic() > self._valid_until - self.margin:
-            # Overdue while the back end answered: nothing renewed, this process stalled.
+            # Overdue while the back end answered and gave the lease: this process stalled.
             self._lose(
                 "the last good renewal is older than the lease minus its safety margin",
-                lapsed=not self._unreachable,
+                lapsed=not (self._unreachable or self._contested),
             )
 
+    def _ran_out(self, sent_at: float) -> bool:
+        """The lease ran out before this renewal was sent, while the back end answered and
+        nobody else held it: this process stalled (a refusal then needs no store answer)."""
+        return sent_at > self._valid_until and not (self._unreachable or self._contested)
+
     def _refused(self, sent_at: float) -> None:
-        if sent_at > self._valid_until and not self._unreachable:
+        if self._ran_out(sent_at):
             self._lose(
                 "the lease ran out before it was renewed (this process stalled)", lapsed=True
             )
         else:
             self._lose("the lease renewal was refused")
 
-    def _answered(self, over: str | None) -> None:
-        """A mirror's answer: the generation is live (`over` None) or over, and why.
-
-        A lease taken back since the last answer is counted once the store says live; for a
-        generation it says is over, it is released at once: nobody held it before, and the next
-        generation's wake-up must find it free. A lease held as claimed is released when the
-        round closes, as before.
-        """
-        retaken, self._unconfirmed = self._unconfirmed, False
-        if over is None:
-            if retaken:
-                from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
-
-                metrics.LEASES_TAKEN_BACK.inc()
-            return
-        self._lose(over)
-        if not retaken:
-            return
-        try:
-            self.leases.release(self.name, self.fence.lease_token)
-        except LeaseBackendUnavailable:
-            log.warning("could not release %s, taken back for an ended generation", self.name)
+    def _held_elsewhere(self) -> None:
+        """Refused, but the store says this generation is live under its token: another holder
+        has the lease for the moment. Go on, within the lease this generation last renewed."""
+        if not self._contested:
+            log.warning(
+                "generation %s of task %s: another holder has its lease for the moment (a "
+                "wake-up of the generation, after Redis lost its data?), but the store says "
+                "the generation is live under this worker's token; it goes on, and takes the "
+                "lease back once it is free",
+                self.fence.generation,
+                self.fence.task_id,
+            )
+        self._contested = True
+        self._unreachable = False
+        self._check_overdue()
 
     def _lose(self, why: str, *, lapsed: bool = False) -> None:
         if not self.lost.is_set():
@@ -269,6 +263,89 @@ class LeaseKeeper:
                 "generation %s of task %s stops: %s", self.fence.generation, self.fence.task_id, why
             )
             self.lost.stop(why)
+
+
+def _settle(group: list[LeaseKeeper], answers: list[Renewal], sent_at: float) -> None:
+    """Act on one batch's answers (same back end, store and TTL): mirror the renewed and the
+    free leases in one fenced statement and ask the store about the refused ones in the same
+    transaction, take back the free ones the store says are live, let the refused ones it says
+    are live go on (another holder for the moment), and stop the generations it says are over.
+    Store errors propagate, with nothing taken back and the refused ones stopped."""
+    first = group[0]
+    renewed: list[LeaseKeeper] = []
+    free: list[LeaseKeeper] = []
+    refused: list[LeaseKeeper] = []
+    for keeper, answer in zip(group, answers, strict=True):
+        if answer is Renewal.REFUSED:
+            if keeper._ran_out(sent_at):
+                keeper._refused(sent_at)
+            else:
+                refused.append(keeper)
+            continue
+        keeper._unreachable = False
+        if answer is Renewal.FREE:
+            free.append(keeper)
+            continue
+        keeper._renewed(sent_at)
+        renewed.append(keeper)
+    mirrored = renewed + free
+    if not mirrored and not refused:
+        return
+    try:
+        with first.db.transaction() as conn:
+            live = mirror_leases(conn, [_held(k) for k in mirrored], _expiry(first))
+            live |= held_open(conn, [_held(k) for k in refused])
+            # The rare generation ended elsewhere: its stop says by what (a cancel...).
+            over = {
+                keeper: _why_over(conn, keeper.fence)
+                for keeper in mirrored + refused
+                if (keeper.fence.task_id, keeper.fence.generation) not in live
+            }
+    except Exception:
+        for keeper in free:  # not taken back: the store did not say; overdue is an outage
+            keeper._unreachable = True
+            keeper._check_overdue()
+        for keeper in refused:  # the store did not say the generation is live
+            keeper._refused(sent_at)
+        raise
+    for keeper in mirrored:
+        if keeper in over:
+            keeper._lose(over[keeper])
+        else:
+            keeper._mirrored_at = sent_at
+    for keeper in refused:
+        if keeper in over:
+            keeper._lose(f"the lease renewal was refused: {over[keeper]}")
+        else:
+            keeper._held_elsewhere()
+    taking = [k for k in free if k not in over]
+    if not taking:
+        return
+    try:
+        answers = first.leases.keep_many(
+            [(k.name, k.fence.lease_token, k.holder) for k in taking], first.ttl
+        )
+    except LeaseBackendUnavailable:
+        log.warning("lease back end unavailable while taking back %d lease(s)", len(taking))
+        for keeper in taking:
+            keeper._unreachable = True
+            keeper._check_overdue()
+        return
+    for keeper, answer in zip(taking, answers, strict=True):
+        if answer is Renewal.REFUSED:  # another holder took it since it was found free
+            keeper._held_elsewhere()  # the store said live a moment ago
+            continue
+        keeper._renewed(sent_at)
+        if answer is Renewal.TAKEN_BACK:
+            keeper._taken_back()
+
+
+def _held(keeper: LeaseKeeper) -> tuple[str, int, str]:
+    return (keeper.fence.task_id, keeper.fence.generation, keeper.fence.lease_token)
+
+
+def _expiry(keeper: LeaseKeeper) -> datetime:
+    return utcnow() + timedelta(seconds=keeper.ttl)
 
 
 def _why_over(conn: Connection, fence: Fence) -> str:
@@ -371,7 +448,7 @@ class Heartbeat:
             keeper._attempted_at = sent_at
         try:
             answers = first.leases.keep_many(
-                [(k.name, k.fence.lease_token, k.holder) for k in group], first.ttl
+                [(k.name, k.fence.lease_token, k.holder) for k in group], first.ttl, take_back=False
             )
         except Exception as exc:
             if not isinstance(exc, LeaseBackendUnavailable):
@@ -382,43 +459,14 @@ class Heartbeat:
                 keeper._unreachable = True
                 keeper._check_overdue()
             return
-        renewed = []
-        for keeper, answer in zip(group, answers, strict=True):
-            if answer is Renewal.REFUSED:
-                keeper._refused(sent_at)
-                continue
-            keeper._unreachable = False
-            if answer is Renewal.TAKEN_BACK:
-                keeper._taken_back()
-            keeper._renewed(sent_at)
-            renewed.append(keeper)
-        if not renewed:
-            return
         try:
-            with first.db.transaction() as conn:
-                live = mirror_leases(
-                    conn,
-                    [(k.fence.task_id, k.fence.generation, k.fence.lease_token) for k in renewed],
-                    utcnow() + timedelta(seconds=first.ttl),
-                )
-                # The rare generation ended elsewhere: its stop says by what (a cancel...).
-                over = {
-                    keeper: _why_over(conn, keeper.fence)
-                    for keeper in renewed
-                    if (keeper.fence.task_id, keeper.fence.generation) not in live
-                }
+            _settle(group, answers, sent_at)
         except (OperationalError, InterfaceError) as exc:  # the store away: next beat retries
             log.warning(
-                "mirroring %d lease(s) in the store failed (%s)", len(renewed), cause_line(exc)
+                "mirroring %d lease(s) in the store failed (%s)", len(group), cause_line(exc)
             )
-            return
         except Exception:
-            log.exception("mirroring %d lease(s) in the store failed", len(renewed))
-            return
-        for keeper in renewed:
-            if keeper not in over:
-                keeper._mirrored_at = sent_at
-            keeper._answered(over.get(keeper))
+            log.exception("mirroring %d lease(s) in the store failed", len(group))
 
 
 _heartbeat: tuple[int, Heartbeat] | None = None

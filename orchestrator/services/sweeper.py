@@ -115,6 +115,9 @@ class SweepReport:
     #: Of `requeued` and `parked`, those their workers handed back, and why (a model server's
     #: Retry-After, an outage): planned, not a worker lost, and the log line says so.
     handed_back: dict[tuple[str, int], str] = field(default_factory=dict)
+    #: Wake-ups (task, generation) this sweep sent and the broker did not take (Redis down):
+    #: recorded in the store, the next sweep sends them first. The dispatcher logs each.
+    unsent: list[tuple[str, int]] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         out = [
@@ -327,7 +330,9 @@ class Sweeper:
                 log.warning("could not release the lease of %s; it will expire", task_id)
         wakeups = [(t, n) for t, _, n in batch.requeued]
         sent = safe_dispatch_many(self.dispatcher, wakeups)
-        record_unsent(self.db, [w for w, ok in zip(wakeups, sent, strict=True) if not ok])
+        unsent = [w for w, ok in zip(wakeups, sent, strict=True) if not ok]
+        record_unsent(self.db, unsent)
+        report.unsent += unsent
 
     def _broker_lost_data(self) -> bool:
         """Whether Redis lost its data since the last sweep: `BROKER_MARK` was gone. Also True
@@ -364,6 +369,7 @@ class Sweeper:
             return True
         if not safe_dispatch(self.dispatcher, task.task_id, task.generation, again=True):
             record_unsent(self.db, [(task.task_id, task.generation)])
+            report.unsent.append((task.task_id, task.generation))
             return False
         report.republished.append((task.task_id, task.generation))
         return True

@@ -185,8 +185,9 @@ def test_requeue_of_a_running_task_hands_over_as_soon_as_the_old_generation_lets
     assert outcomes == ["superseded", "completed"]
 
 
+@pytest.mark.parametrize("marked", [True, False], ids=["sent-again", "unmarked"])
 def test_a_duplicate_wake_up_after_redis_lost_its_data_leaves_the_running_round_alone(
-    fleet: Fleet, rt: Runtime, scripts: Path, redis_url: str
+    fleet: Fleet, rt: Runtime, scripts: Path, redis_url: str, marked: bool
 ) -> None:
     """Redis loses every lease; before the running round's heartbeat takes its lease back, a
     second wake-up for the same generation arrives (the sweeper republishing it, a message
@@ -194,7 +195,13 @@ def test_a_duplicate_wake_up_after_redis_lost_its_data_leaves_the_running_round_
     the round's renewal in between was refused, and the round stopped and was handed back for
     nothing. The claim is held up here (the tasks table locked against writes) so that the
     heartbeat surely falls in that window; the wake-up must not take a lease the store says a
-    live generation holds."""
+    live generation holds.
+
+    Unmarked: a trigger whose publish raised though Redis took the message, delivered late as a
+    first delivery (the sweeper's republish was the marked copy). It takes the lease before it
+    reads the store; the round's refused renewal is then no reason to stop, since the store
+    says the generation is live under the round's token: it goes on, and takes the lease back
+    once the duplicate gave it back. Before, the round stopped and was handed back."""
     write_script(scripts, "slow", completing_turns(delay_s=3.0))
     worker = fleet.worker(concurrency=2)
     fleet.sweeper()
@@ -220,11 +227,14 @@ def test_a_duplicate_wake_up_after_redis_lost_its_data_leaves_the_running_round_
         client = redis.Redis.from_url(redis_url)
         client.flushall()  # every lease is gone
         client.close()
-        rt.dispatcher.dispatch(task_id, 1, again=True)  # the sweeper republishing it
+        rt.dispatcher.dispatch(task_id, 1, again=marked)  # the sweeper republishing it, or not
         stopped = f"generation 1 of task {task_id} stops:"
+        contested = f"generation 1 of task {task_id}: another holder has its lease"
         wait_for(
             lambda: (
-                execution(rt, task_id, 1).lease_expires_at != mirrored or stopped in fleet.logs()
+                execution(rt, task_id, 1).lease_expires_at != mirrored
+                or stopped in fleet.logs()
+                or contested in fleet.logs()
             ),
             5,
             interval=0.02,
@@ -240,6 +250,8 @@ def test_a_duplicate_wake_up_after_redis_lost_its_data_leaves_the_running_round_
     logs = fleet.logs()
     assert stopped not in logs, logs
     assert [e["outcome"] for e in rt.tasks.explain(task_id)["executions"]] == ["completed"]
+    # Unmarked, the duplicate held the lease when the heartbeat came (the case this tests).
+    assert (contested in logs) is not marked, logs
 
 
 def test_wake_ups_redis_lost_with_its_data_are_sent_again_at_the_next_sweep(

@@ -103,7 +103,7 @@ def test_recover_json(home: Path, rt: Runtime) -> None:
     assert_requeued(rt, second)
 
     again = json.loads(run_cli(home, "recover", "--json").stdout)
-    assert again == {"requeued": [], "parked": [], "republished": [], "deferred": 0}
+    assert again == {"requeued": [], "parked": [], "republished": [], "deferred": 0, "unsent": []}
 
 
 @pytest.mark.redis

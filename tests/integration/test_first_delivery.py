@@ -17,10 +17,13 @@ import pytest
 import redis
 from sqlalchemy import event
 
+from orchestrator.domain.fences import Fence
 from orchestrator.runtime import Runtime
-from orchestrator.services.lease_keeper import lease_name
+from orchestrator.services import executions as executions_module
+from orchestrator.services.lease_keeper import Heartbeat, LeaseKeeper, lease_name
 from orchestrator.settings import load_settings
 from orchestrator.store import driver
+from orchestrator.store import executions as execution_store
 from tests.executions_support import claim_as_worker, runtime_for, simple_task
 from workers.celery_app import CeleryDispatcher, make_celery
 from workers.constants import QUEUE, SENT_AGAIN
@@ -136,6 +139,51 @@ def test_a_first_delivery_that_finds_its_generation_claimed_gives_the_lease_back
     # Given back: a fresh holder takes it at once.
     assert rt.leases.acquire(lease_name(task_id), "third", 30) is not None
     assert rt.tasks.get(task_id).status == "running"
+
+
+def test_an_unmarked_duplicate_that_takes_a_running_rounds_free_lease_does_not_stop_it(
+    rt: Runtime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wake-up sent again that nothing marked so (a trigger's publish raised though Redis took
+    the message; the sweeper's republish was the marked one) arrives as a first delivery after
+    Redis lost its data: it takes the running round's free lease, then its claim finds the
+    generation running and gives the lease back. The round's heartbeat falls in between.
+    Before, that renewal was refused and the round stopped (handed back for nothing); now the
+    store says the generation is live under the round's token, so the round goes on and takes
+    its lease back at the next beat."""
+    task_id = simple_task(rt, tmp_path)
+    token = claim_as_worker(rt, task_id, 1, "first", 30)
+    keeper = LeaseKeeper(
+        rt.leases, rt.db, Fence(task_id, 1, token), holder="first", ttl=30, renew_every=10
+    )
+    assert rt.leases.release(lease_name(task_id), token)  # as a wiped Redis would leave it
+    real_claim = executions_module.generation_store.claim_generation_alone
+    held_by: list[str | None] = []
+
+    def claim(*args: Any, **kwargs: Any) -> Any:
+        holder = rt.leases.get(lease_name(task_id))
+        held_by.append(None if holder is None else holder.holder)
+        Heartbeat._beat([keeper])  # the round's heartbeat, while the duplicate claims
+        return real_claim(*args, **kwargs)
+
+    monkeypatch.setattr(executions_module.generation_store, "claim_generation_alone", claim)
+    result = rt.executions.run(task_id, 1, worker="duplicate", first_delivery=True)
+    monkeypatch.undo()
+    assert held_by == ["duplicate"]  # the duplicate held the lease when the heartbeat came
+    assert not result.ran
+    assert not keeper.lost.is_set(), keeper.lost.why
+    keeper.check()
+    Heartbeat._beat([keeper])  # the next beat: the lease is free again, and taken back
+    assert not keeper.lost.is_set(), keeper.lost.why
+    held = rt.leases.get(lease_name(task_id))
+    assert held is not None
+    assert (held.token, held.holder) == (token, "first")
+    assert rt.tasks.get(task_id).status == "running"
+    with rt.db.transaction(readonly=True) as conn:
+        execution = execution_store.get_execution(conn, task_id, 1)
+    assert execution is not None
+    assert execution.outcome is None
+    assert execution.handed_back_at is None
 
 
 def test_a_wake_up_sent_again_carries_the_header_a_first_one_does_not(

@@ -84,7 +84,8 @@ def _take_over_after_revision(
     monkeypatch: pytest.MonkeyPatch, rt: Runtime, task_id: str, revision: int
 ) -> None:
     """Another holder takes the lease once plan `revision` is written, before the write's
-    renewal: that renewal is refused and the round stops."""
+    renewal, and keeps it: that renewal and the next are refused, and the round stops once the
+    lease it last renewed nears its end (the store says its generation is live meanwhile)."""
     real_renew = PublishExecutionPlan._renew
 
     def take_over(self: PublishExecutionPlan, result: object) -> None:
@@ -95,32 +96,42 @@ def _take_over_after_revision(
     monkeypatch.setattr(PublishExecutionPlan, "_renew", take_over)
 
 
-def test_a_round_whose_lease_another_holder_took_is_requeued_at_the_next_sweep(
-    env: Any, scripts: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_round_whose_lease_another_holder_keeps_is_requeued_at_the_next_sweep(
+    store_url: str, scripts: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The next renewal (a plan write renews) is refused, the round stops without writing, and
-    # the store is fine.
-    rt, _ = env
-    write_script(
-        scripts,
-        "simple",
-        [
-            {"tool_calls": [plan_call("c1", "r1", [node("a", "running")])]},
-            {"tool_calls": [plan_call("c2", "r2", [node("a", "running"), node("b", "pending")])]},
-            {"content": "done"},
-        ],
-    )
-    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
-    _take_over_after_revision(monkeypatch, rt, task_id, 1)
-    result = rt.executions.run(task_id, 1, worker="w1")
-    assert (result.ran, result.outcome) == (True, None)
-    assert "stopped without writing" in result.detail
-    assert _mirrored_expiry(rt, task_id, 1).lease_expires_at <= utcnow()
-    # Refused while still valid: gone with Redis's data and taken by another before this round
-    # took it back, an outage (not a worker that stalled).
-    assert _mirrored_expiry(rt, task_id, 1).handed_back_at is not None
-    assert rt.sweeper.sweep().requeued == [(task_id, 1, 2)]
-    assert (rt.tasks.get(task_id).recoveries, rt.tasks.get(task_id).handbacks) == (0, 1)
+    # Another holder takes the lease and keeps it; the store is fine and says the generation is
+    # live under the round's token. The round goes on (such a holder is most often a wake-up of
+    # the generation about to give the lease back), but only within the lease it last renewed:
+    # then it stops without writing, hands its generation back, and the next sweep requeues it.
+    rt, _ = runtime_for(store_url, scripts, lease_seconds=1, lease_renew_seconds=0.5)
+    try:
+        write_script(
+            scripts,
+            "simple",
+            [
+                {"tool_calls": [plan_call("c1", "r1", [node("a", "running")])]},
+                {
+                    "delay_s": 30,  # cut short when the round stops
+                    "tool_calls": [
+                        plan_call("c2", "r2", [node("a", "running"), node("b", "pending")])
+                    ],
+                },
+                {"content": "done"},
+            ],
+        )
+        task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+        _take_over_after_revision(monkeypatch, rt, task_id, 1)
+        result = rt.executions.run(task_id, 1, worker="w1")
+        assert (result.ran, result.outcome) == (True, None)
+        assert "stopped without writing" in result.detail
+        assert rt.tasks.explain(task_id)["plan"]["revision"] == 1
+        assert _mirrored_expiry(rt, task_id, 1).lease_expires_at <= utcnow()
+        # Held by another while the store said live: an outage (not a worker that stalled).
+        assert _mirrored_expiry(rt, task_id, 1).handed_back_at is not None
+        assert rt.sweeper.sweep().requeued == [(task_id, 1, 2)]
+        assert (rt.tasks.get(task_id).recoveries, rt.tasks.get(task_id).handbacks) == (0, 1)
+    finally:
+        rt.close()
 
 
 def test_a_round_whose_lease_vanished_takes_it_back_and_goes_on(
@@ -210,7 +221,7 @@ def test_a_round_hands_back_only_once_its_background_commands_are_reaped(
     # of the stopped round must be gone by then, not left running beside the next generation
     # (invariant 7) until the round's clean-up reaches it.
     rt, _ = runtime_for(
-        store_url, scripts, lease_seconds=120, lease_renew_seconds=40, enable_command_tool=True
+        store_url, scripts, lease_seconds=1, lease_renew_seconds=0.5, enable_command_tool=True
     )
     try:
         write_script(
@@ -232,10 +243,11 @@ def test_a_round_hands_back_only_once_its_background_commands_are_reaped(
                         plan_call("c2", "r2", [node("a", "running"), node("b", "pending")])
                     ]
                 },
-                {"content": "done"},
+                {"delay_s": 30, "content": "done"},  # cut short when the round stops
             ],
         )
         task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
+        # Another holder keeps the lease: the round stops once the lease it renewed nears its end.
         _take_over_after_revision(monkeypatch, rt, task_id, 2)
         [command] = [t for t in rt.executions.receipt_tools if isinstance(t, ExecuteCommand)]
         seen: list[list[str]] = []

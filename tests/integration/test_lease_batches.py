@@ -86,6 +86,42 @@ def test_keep_many_renews_takes_back_a_free_lease_and_refuses_a_taken_one(
     assert backend.keep_many([], TTL) == []
 
 
+def test_keep_many_without_take_back_finds_a_free_lease_and_leaves_it_free(
+    backend: LeaseBackend,
+) -> None:
+    """What a generation's heartbeat asks first: a free lease is taken back only once the
+    store said its generation is live (services/lease_keeper.py)."""
+    held = []
+    for n in range(3):
+        token = backend.acquire(f"find:{n}", f"w{n}", TTL)
+        assert token is not None
+        held.append((f"find:{n}", token, f"w{n}"))
+    assert backend.release(*held[1][:2])  # gone with Redis's data
+    assert backend.release(*held[2][:2])
+    thief = backend.acquire("find:2", "thief", TTL)
+    assert thief is not None
+    short = backend.acquire("find:short", "w-short", SHORT_TTL)
+    assert short is not None
+    time.sleep(SHORT_TTL + 0.2)  # ran out while nobody took it
+    asked = [*held, ("find:short", short, "w-short")]
+    assert backend.keep_many(asked, TTL * 4, take_back=False) == [
+        Renewal.RENEWED,
+        Renewal.FREE,
+        Renewal.REFUSED,
+        Renewal.FREE,
+    ]
+    assert backend.get("find:1") is None  # left free
+    assert backend.get("find:short") is None
+    taken = backend.get("find:2")
+    assert taken is not None
+    assert taken.token == thief
+    # Then taken back with its own token, as the keeper does once the store agreed.
+    assert backend.keep_many([held[1]], TTL) == [Renewal.TAKEN_BACK]
+    info = backend.get("find:1")
+    assert info is not None
+    assert (info.token, info.holder) == (held[1][1], "w1")
+
+
 def _take_back_race(backend: LeaseBackend, name: str) -> list[str]:
     """8 holders take `name` back (each its own token) while 8 wake-ups acquire it, at once:
     the tokens that ended up holding it."""

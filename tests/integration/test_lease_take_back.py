@@ -1,16 +1,17 @@
-"""A lease taken back (it vanished, or ran out while nobody took it) never outlives the
-generation the store says is over, and never costs a generation the store said was live.
+"""A lease taken back (it vanished, or ran out while nobody took it) is taken back only for a
+generation the store says is live, and never costs a generation the store said was live.
 
-The keeper takes a free lease back before it asks the store (the mirror) whether its generation
-is live. Two races follow from that order, both tested here on both stores, with the SQL and
-the Redis lease back ends:
+The keeper finds a free lease, leaves it free, asks the store (the fenced mirror) whether its
+generation is live, and only then takes the lease back. Tested here on both stores, with the
+SQL and the Redis lease back ends:
 
 - a worker that stalled past its lease while the sweeper requeued its generation wakes up and
-  re-creates the lease: the store refuses the mirror, and the lease must go at once, or the next
-  generation's wake-up finds it held and comes back only after ORCH_LEASE_RENEW_SECONDS (and,
-  if the stalled round is slow to end, the new generation waits out a whole lease);
-- the sweeper read the mirror expired and the lease absent, then the keeper took the lease back
-  and mirrored it before the sweeper's requeue committed: the requeue must see the fresh mirror
+  finds the lease free: the store refuses the mirror, and the lease is never written, so the
+  next generation's renewal (or wake-up) in that moment is not refused. Before, it re-created
+  the lease first and released it once the store said no; a renewal of the live next generation
+  in between was refused, which stopped that round;
+- the sweeper read the mirror expired and the lease absent, then the keeper mirrored and took
+  the lease back before the sweeper's requeue committed: the requeue must see the fresh mirror
   and leave the generation alone (the store decides, once).
 """
 
@@ -27,6 +28,7 @@ from sqlalchemy.exc import OperationalError
 
 from orchestrator import metrics
 from orchestrator.domain.fences import Fence
+from orchestrator.leases import Renewal
 from orchestrator.runtime import Runtime
 from orchestrator.services import lease_keeper as lease_keeper_module
 from orchestrator.services.executions import RunResult
@@ -125,6 +127,51 @@ def test_a_take_back_mirrored_before_the_sweepers_requeue_keeps_its_generation(
     assert metrics.LEASES_TAKEN_BACK._value.get() == taken_back + 1  # renewed, not taken back
 
 
+@pytest.mark.parametrize("how", ["write", "heartbeat"])
+def test_a_stalled_generation_never_holds_the_lease_of_the_live_next_one(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """Generation 1 stalled and was requeued; generation 2 runs; Redis loses its data; then
+    generation 1's keeper wakes first and finds the lease free. Generation 2's heartbeat falls
+    while generation 1 waits for the store's answer. Before, generation 1 had already taken the
+    lease back with its token, so that renewal was refused and generation 2, live, stopped
+    (handed back for nothing). Now generation 1 asks the store first and never writes the
+    lease: generation 2 takes it back and goes on."""
+    task_id, stalled = _stalled(rt)
+    assert rt.sweeper.sweep().requeued == [(task_id, 1, 2)]
+    token = claim_as_worker(rt, task_id, 2, "w2", 30)
+    live = LeaseKeeper(
+        rt.leases, rt.db, Fence(task_id, 2, token), holder="w2", ttl=30, renew_every=10
+    )
+    assert rt.leases.release(lease_name(task_id), token)  # Redis restarted empty
+    real_keep_many = rt.leases.keep_many
+    beats: list[str | None] = []
+
+    def keep_many(held: list[tuple[str, str, str]], ttl: float, **how: bool) -> list[Renewal]:
+        answer = real_keep_many(held, ttl, **how)
+        if [h[1] for h in held] == [stalled.fence.lease_token] and not beats:
+            # Generation 2's heartbeat, while generation 1 goes on to ask the store.
+            holder = rt.leases.get(lease_name(task_id))
+            beats.append(None if holder is None else holder.token)
+            Heartbeat._beat([live])
+        return answer
+
+    monkeypatch.setattr(rt.leases, "keep_many", keep_many)
+    if how == "write":
+        assert stalled.renew_now() is False
+    else:
+        Heartbeat._beat([stalled])
+    assert not live.lost.is_set(), live.lost.why
+    assert beats == [None]  # generation 1 wrote nothing to the lease back end before the store
+    assert stalled.lost.is_set()
+    assert "requeued" in (stalled.lost.why or "")
+    held = rt.leases.get(lease_name(task_id))
+    assert held is not None
+    assert held.token == token  # generation 2 took its lease back
+    assert live.renew_now() is True
+    assert rt.tasks.get(task_id).status == "running"
+
+
 def _live(rt: Runtime) -> tuple[str, LeaseKeeper]:
     """A claimed generation 1, held, whose lease then vanished (Redis lost its data)."""
     task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
@@ -141,86 +188,87 @@ def _store_away(*_args: object, **_kwargs: object) -> object:
 
 
 @pytest.mark.parametrize("then", ["cancelled", "live"])
-def test_a_take_back_the_store_could_not_confirm_is_settled_by_its_next_mirror(
+def test_a_free_lease_the_store_could_not_confirm_is_left_free_until_its_next_mirror(
     rt: Runtime, monkeypatch: pytest.MonkeyPatch, then: str
 ) -> None:
     task_id, keeper = _live(rt)
     taken_back = metrics.LEASES_TAKEN_BACK._value.get()
     with monkeypatch.context() as away:
         away.setattr(lease_keeper_module, "mirror_leases", _store_away)
-        Heartbeat._beat([keeper])  # taken back; the mirror fails: nobody confirmed it
+        Heartbeat._beat([keeper])  # found free; the mirror fails: nobody said it is live
     assert not keeper.lost.is_set()
-    assert rt.leases.get(lease_name(task_id)) is not None
+    assert rt.leases.get(lease_name(task_id)) is None  # not taken back without the store
     assert metrics.LEASES_TAKEN_BACK._value.get() == taken_back
     if then == "cancelled":
         rt.tasks.cancel(task_id)
-        Heartbeat._beat([keeper])  # renewed now, and the store says the generation is over
+        Heartbeat._beat([keeper])  # the store answers: the generation is over
         assert keeper.lost.is_set()
-        # The lease it re-created for an ended generation goes at once, as in the same beat.
-        assert rt.leases.get(lease_name(task_id)) is None
+        assert rt.leases.get(lease_name(task_id)) is None  # never held again
         assert metrics.LEASES_TAKEN_BACK._value.get() == taken_back
     else:
         Heartbeat._beat([keeper])
         assert not keeper.lost.is_set()
-        assert metrics.LEASES_TAKEN_BACK._value.get() == taken_back + 1  # confirmed now
+        held = rt.leases.get(lease_name(task_id))
+        assert held is not None
+        assert held.token == keeper.fence.lease_token  # taken back once the store said live
+        assert metrics.LEASES_TAKEN_BACK._value.get() == taken_back + 1
         Heartbeat._beat([keeper])
         assert metrics.LEASES_TAKEN_BACK._value.get() == taken_back + 1  # once
 
 
-def test_a_wake_up_that_meets_a_take_back_waits_only_for_its_release(
+def test_the_next_generations_wake_up_finds_the_lease_free_while_a_stalled_one_asks_the_store(
     pg_url: str, redis_url: str, tmp_path: Path
 ) -> None:
-    """Generation 2's wake-up arrives between the stalled worker's take-back and its release
-    (the mirror held up here: the executions table locked against writes). Before, it found
-    the lease held and came back after a second (Celery's first retry), and after
-    ORCH_LEASE_RENEW_SECONDS if the lease was still held then; now it waits for the release."""
+    """Generation 2's wake-up arrives while the stalled worker of generation 1, which found
+    its lease free after Redis lost its data, waits for the store's answer (its mirror held up
+    here: the executions table locked against writes). Before, generation 1 had taken the
+    lease back by then, and the wake-up found it held and waited for its release; now the
+    stalled worker writes nothing to Redis before the store says, and the wake-up takes it."""
     rt, _ = runtime_for(pg_url, tmp_path, redis_url=redis_url)
     try:
         write_script(tmp_path, "simple", completing_turns())
         task_id, keeper = _stalled(rt)
         assert rt.sweeper.sweep().requeued == [(task_id, 1, 2)]
-        refused = threading.Event()
+        mirroring = threading.Event()
+        real_mirror = lease_keeper_module.mirror_leases
+
+        def mirror(*args: object, **kwargs: object) -> object:
+            mirroring.set()
+            return real_mirror(*args, **kwargs)  # type: ignore[arg-type]
+
+        lease_keeper_module.mirror_leases = mirror  # type: ignore[assignment]
+        acquired: list[str | None] = []
         real_acquire = rt.leases.acquire
 
         def acquire(name: str, holder: str, ttl_seconds: float) -> str | None:
             token = real_acquire(name, holder, ttl_seconds)
-            if token is None:
-                refused.set()
+            acquired.append(token)
             return token
 
         rt.leases.acquire = acquire  # type: ignore[method-assign]
         results: list[RunResult] = []
-        with rt.db.engine.connect() as blocker:
-            blocker.exec_driver_sql("LOCK TABLE executions IN EXCLUSIVE MODE")  # reads pass
-            beat = threading.Thread(target=Heartbeat._beat, args=([keeper],))
-            beat.start()
-            wait_for(
-                lambda: rt.leases.get(lease_name(task_id)) is not None,
-                5,
-                interval=0.005,
-                what="the stalled worker to take its lease back",
-            )
-            wake = threading.Thread(
-                target=lambda: results.append(rt.executions.run(task_id, 2, worker="w2"))
-            )
-            wake.start()
-            assert refused.wait(5), "the wake-up did not meet the taken-back lease"
-            released_at = utcnow()
-            blocker.rollback()  # the mirror answers (generation 1 is over) and the lease goes
-        beat.join(10)
-        wake.join(30)
+        try:
+            with rt.db.engine.connect() as blocker:
+                blocker.exec_driver_sql("LOCK TABLE executions IN EXCLUSIVE MODE")  # reads pass
+                beat = threading.Thread(target=Heartbeat._beat, args=([keeper],))
+                beat.start()
+                assert mirroring.wait(5), "the stalled worker did not ask the store"
+                wake = threading.Thread(
+                    target=lambda: results.append(rt.executions.run(task_id, 2, worker="w2"))
+                )
+                wake.start()
+                wait_for(lambda: acquired, 5, interval=0.005, what="the wake-up's lease")
+                assert acquired[0] is not None  # free: the stalled worker never took it
+                blocker.rollback()  # the store answers: generation 1 is over
+            beat.join(10)
+            wake.join(30)
+        finally:
+            lease_keeper_module.mirror_leases = real_mirror
+            del rt.leases.acquire
         [result] = results
         assert keeper.lost.is_set()
         assert result.ran, result.detail
-        assert result.retry_after is None
-        with rt.db.transaction(readonly=True) as conn:
-            second = execution_store.get_execution(conn, task_id, 2)
-        assert second is not None
-        assert second.started_at is not None
         assert rt.tasks.get(task_id).status == "completed"
-        del rt.leases.acquire
-        # Claimed as soon as the lease was let go, not a second (a Celery retry) later.
-        assert (second.started_at - released_at).total_seconds() < 0.5
     finally:
         rt.close()
 

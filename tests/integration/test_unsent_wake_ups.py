@@ -8,6 +8,7 @@ takes wake-ups is the `RecordingDispatcher` the other sweeper tests use.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -261,3 +262,35 @@ def test_a_trigger_whose_wake_up_went_out_sends_no_statement_more(
         driver.observers.remove(told)
         event.remove(runtime.db.engine, "before_cursor_execute", observe)
         runtime.close()
+
+
+def test_recover_says_the_wake_ups_the_broker_still_refuses_and_exits_1(
+    rt: Runtime,
+    down: Broker,
+    store_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An operator runs `orchestrator recover` for a task whose wake-up Redis refused, with
+    Redis still down. Before, it printed `nothing to recover` and exited 0 (the task stayed
+    queued, nothing said so but a log line); now it names the wake-up the broker did not take
+    and exits 1, as it does when Redis is down and expired generations could not be checked."""
+    from orchestrator.cli import main
+
+    task_id = trigger_while_down(rt, down)
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_REDIS_URL", f"redis://127.0.0.1:{free_port()}/0")  # nothing there
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "cli-home"))
+    capsys.readouterr()
+    assert main(["recover"]) == 1
+    said = capsys.readouterr()
+    assert "nothing to recover" not in said.out
+    assert (
+        f"orchestrator: the broker did not take 1 wake-up(s) this sweep sent (task {task_id} "
+        "generation 1): they are recorded, and the next sweep sends them first once the broker "
+        "takes messages again"
+    ) in said.err
+    assert main(["recover", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["unsent"] == [{"task_id": task_id, "generation": 1}]
+    assert rt.tasks.explain(task_id)["wake_up_unsent"] is True  # still recorded for the sweeper

@@ -117,21 +117,46 @@ def sleep_until(start: float, offset: float) -> None:
     time.sleep(max(0.0, start + offset - time.monotonic()))
 
 
-def test_a_refused_renewal_sets_lost(claimed: Claimed, leases: FakeLeases) -> None:
+def test_a_refused_renewal_sets_lost_once_the_store_says_the_generation_is_over(
+    claimed: Claimed, leases: FakeLeases
+) -> None:
     keeper = keeper_for(claimed, leases, ttl=30, renew_every=10)
     keeper.check()  # fresh: held
     leases.answer = False
+    # Refused while the store says the generation is live under its token: another holder has
+    # the lease for the moment (a wake-up of the generation after Redis lost its data). It
+    # goes on, within the lease it last renewed.
+    assert keeper.renew_now() is False
+    assert not keeper.lost.is_set()
+    keeper.check()
+    assert leases.renewals[0][1:] == (lease_name(claimed.fence.task_id), TOKEN, 30)
+    claimed.tasks.cancel(claimed.fence.task_id, "an operator's cancel")
     assert keeper.renew_now() is False
     assert keeper.lost.is_set()
-    assert not keeper.lapsed  # refused while still valid: it vanished (Redis lost its data)
-    assert leases.renewals[0][1:] == (lease_name(claimed.fence.task_id), TOKEN, 30)
+    assert not keeper.lapsed  # refused while still valid: not this process stalling
+    assert (keeper.lost.why or "").startswith("the lease renewal was refused: ")
+    assert "cancelled" in (keeper.lost.why or "")
     with pytest.raises(LeaseLost):
         keeper.check()
     # Lost is final: a later renewal is not even attempted, and a good answer does not undo it.
     leases.answer = True
     assert keeper.renew_now() is False
     assert keeper.lost.is_set()
-    assert leases.renew_count() == 1
+    assert leases.renew_count() == 2
+
+
+def test_a_renewal_refused_until_the_lease_nears_its_end_stops_as_an_outage(
+    claimed: Claimed, leases: FakeLeases
+) -> None:
+    """Another holder that keeps the lease does not keep the round going past its lease."""
+    keeper = keeper_for(claimed, leases, ttl=0.3, renew_every=10)
+    leases.answer = False
+    assert keeper.renew_now() is False
+    assert not keeper.lost.is_set()
+    time.sleep(0.35)
+    assert keeper.renew_now() is False
+    assert keeper.lost.is_set()
+    assert not keeper.lapsed  # the lease was held by another, not let run out by a stall
 
 
 def test_check_raises_once_the_last_renewal_is_older_than_ttl_minus_margin(
@@ -229,6 +254,8 @@ def test_a_refusal_seen_by_the_heartbeat_sets_lost_promptly(
 ) -> None:
     keeper = keeper_for(claimed, leases, ttl=30, renew_every=0.1)
     leases.answer = False
+    # The generation ended elsewhere (the store says so), and another token holds its lease.
+    claimed.tasks.cancel(claimed.fence.task_id)
     keeper.start()
     try:
         assert keeper.lost.wait(1.0)

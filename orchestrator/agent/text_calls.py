@@ -17,6 +17,13 @@ its thinking (`<|channel|>analysis<|message|>...<|end|><|start|>assistant...`). 
 a call when it opens with a harmony marker and a message header in it is addressed
 `to=functions.NAME`, NAME an offered tool, exactly; a text that only mentions the markers is an
 answer.
+
+A reasoning parser can keep a call from the tool parser: vLLM with `--reasoning-parser qwen3`
+puts everything before `</think>` in `reasoning_content`, and a Qwen3 model that writes its
+`<tool_call>` inside its thinking gets a reply with the call in the thinking, no call and no
+text (vLLM issue #39056). Such a reply is a call when its thinking holds a template's call
+markup (not merely prose about a call) for an offered tool: `thought_call`. It is never run
+(the server did not return it as a call); the round ends naming the fix, as above.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import re
 from collections.abc import Collection
 from typing import Any
 
-__all__ = ["written_call"]
+__all__ = ["thought_call", "written_call"]
 
 #: How the chat templates of common model families open a tool call.
 _MARKUP = re.compile(
@@ -39,6 +46,8 @@ _PYTHONIC = re.compile(
     r"^(?:<\|python_start\|>)?\s*\[\s*([A-Za-z_][\w.-]*)\(.*\)\s*\]\s*(?:<\|python_end\|>)?$",
     re.DOTALL,
 )
+#: The same markup anywhere in a text (the thinking leads up to its call).
+_MARKUP_ANYWHERE = re.compile(_MARKUP.pattern.removeprefix("^"))
 _THINKING = re.compile(r"^<think>.*?</think>", re.DOTALL)
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 #: How a harmony reply opens, and a message header of it addressed to a tool (the recipient in
@@ -79,3 +88,12 @@ def written_call(content: Any, tools: Collection[str]) -> str | None:
         if name in tools and ("arguments" in called or "parameters" in called):
             return str(name)
     return None
+
+
+def thought_call(reasoning: Any, tools: Collection[str]) -> str | None:
+    """The name of an offered tool that `reasoning` (the thinking of a reply with neither text
+    nor calls) calls in a template's markup, from its last such markup on, or None."""
+    if not isinstance(reasoning, str) or not tools:
+        return None
+    starts = [match.start() for match in _MARKUP_ANYWHERE.finditer(reasoning)]
+    return written_call(reasoning[starts[-1] :], tools) if starts else None

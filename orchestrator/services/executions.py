@@ -530,6 +530,11 @@ class ExecutionService:
                 max_rounds=self.settings.max_rounds,
                 turn_budget_spent=end.why == "turn_budget",
                 running_commands=still_running,
+                empty_answer_turn=(
+                    end.turns
+                    if end.why == "final_answer" and not (end.final_text or "").strip()
+                    else None
+                ),
             ),
         )
 
@@ -607,13 +612,38 @@ def fixed(decision: Decision) -> DecisionRule:
 
 
 def decide_round(
-    facts: RoundFacts, *, max_rounds: int, turn_budget_spent: bool, running_commands: int = 0
+    facts: RoundFacts,
+    *,
+    max_rounds: int,
+    turn_budget_spent: bool,
+    running_commands: int = 0,
+    empty_answer_turn: int | None = None,
 ) -> Decision:
-    """The decision table, and a round whose turn budget ran out continues rather than fails."""
+    """The decision table, and a round whose turn budget ran out continues rather than fails.
+
+    A round that ended on an empty reply (`empty_answer_turn`: no text and no tool call) and
+    saved no report says so: "the round saved no report" alone, round after round, hid a model
+    or server that returns nothing."""
     decision = decide(replace(facts, max_rounds=max_rounds, running_commands=running_commands))
     if decision.queues_next and turn_budget_spent:
         return Decision("queued", "continue", "the turn budget of the round ran out")
-    return decision
+    if empty_answer_turn is None or facts.report_outcome is not None:
+        return decision
+    said = f"the model returned an empty answer (no text and no tool call) {_at(empty_answer_turn)}"
+    if decision.reason.startswith(_NO_REPORT):
+        return replace(decision, reason=f"{_NO_REPORT}: {said}{decision.reason[len(_NO_REPORT) :]}")
+    return replace(decision, reason=f"{decision.reason}; in the last round {said}")
+
+
+#: How the decision table says a round saved no report (`decide`).
+_NO_REPORT = "the round saved no report"
+
+
+def _at(turn: int) -> str:
+    """Where in the round the empty answer came: at once, or after turns of tool calls."""
+    if turn == 1:
+        return "to the round's first request"
+    return f"at turn {turn} of the round, after {turn - 1} turn(s) of tool calls"
 
 
 def finish_generation(

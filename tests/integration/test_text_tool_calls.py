@@ -59,6 +59,11 @@ def test_a_tool_call_written_as_text_ends_the_round_saying_what_to_fix(
         assert "--tool-call-parser (gpt-oss: openai)" in result.detail
         assert "--jinja" in result.detail
         assert len(server.requests) == 2  # no more rounds of the same
+        # The reply is in the transcript, and its call in the usage (before, the round ended
+        # before the turn was recorded: the operator could not see what the model wrote).
+        turns = [e for e in rt.tasks.transcript(task_id)["items"] if e["kind"] == "model_turn"]
+        assert [t["body"]["content"] for t in turns] == [None, text]
+        assert rt.tasks.explain(task_id)["token_usage"]["total"]["calls"] == 2
     finally:
         rt.close()
 
@@ -128,6 +133,9 @@ def test_a_tool_call_inside_the_thinking_ends_the_round_naming_the_server_fix(
         view = rt.tasks.explain(task_id)
         assert view["failure_code"] == "model_error"
         assert view["report"] is None  # the call in the thinking did not run
+        assert view["token_usage"]["total"]["calls"] == 2
+        turns = [e for e in rt.tasks.transcript(task_id)["items"] if e["kind"] == "model_turn"]
+        assert turns[-1]["body"]["reasoning_content"] == thinking  # what the model wrote
     finally:
         rt.close()
 

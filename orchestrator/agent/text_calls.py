@@ -33,7 +33,7 @@ import re
 from collections.abc import Collection
 from typing import Any
 
-__all__ = ["thought_call", "written_call"]
+__all__ = ["answer_text", "thought_call", "written_call"]
 
 #: How the chat templates of common model families open a tool call.
 _MARKUP = re.compile(
@@ -97,3 +97,9 @@ def thought_call(reasoning: Any, tools: Collection[str]) -> str | None:
         return None
     starts = [match.start() for match in _MARKUP_ANYWHERE.finditer(reasoning)]
     return written_call(reasoning[starts[-1] :], tools) if starts else None
+
+
+def answer_text(content: str | None) -> str:
+    """A final reply's answer: its text without the thinking a server without a reasoning
+    parser leaves in it (`<think>...</think>`), stripped; "" for an empty answer."""
+    return _THINKING.sub("", (content or "").strip()).strip()

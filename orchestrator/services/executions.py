@@ -25,6 +25,7 @@ from orchestrator.agent.loop import LeaseLost, run_round
 from orchestrator.agent.model import Model, ModelBusy, ModelError, load_model
 from orchestrator.agent.request import AgentContext
 from orchestrator.agent.subagents import SUBAGENTS, Delegate, SubAgentRegistry, SubAgentRun
+from orchestrator.agent.text_calls import answer_text
 from orchestrator.agent.transcript import TranscriptWriter
 from orchestrator.domain.decisions import Decision, RoundFacts, decide
 from orchestrator.domain.fences import Fence
@@ -532,7 +533,7 @@ class ExecutionService:
                 running_commands=still_running,
                 empty_answer_turn=(
                     end.turns
-                    if end.why == "final_answer" and not (end.final_text or "").strip()
+                    if end.why == "final_answer" and not answer_text(end.final_text)
                     else None
                 ),
             ),

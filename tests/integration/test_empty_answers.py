@@ -29,7 +29,8 @@ def test_empty_answers_say_so_in_each_round_and_at_the_round_limit(
         server.reply(content=None)  # round 1: nothing at all to the first request
         server.reply(tool_calls=[call("c1", "read_task_context", {})])  # round 2
         server.reply(content="", reasoning_content="I have nothing to add.")
-        server.reply(content="  \n")  # round 3: the round limit
+        # Round 3, the round limit: only thinking, from a server without a reasoning parser.
+        server.reply(content="<think>\nNothing to do.\n</think>\n\n")
         task_id = rt.tasks.trigger(Trigger(task_type="looks", title="turbid water")).task.task_id
         first = rt.executions.run(task_id, 1, worker="w1")
         assert first.outcome == "continue"

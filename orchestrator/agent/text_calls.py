@@ -4,7 +4,8 @@ A server passes the model's tool calls through its function-calling parser: vLLM
 `--enable-auto-tool-choice` and the model's `--tool-call-parser`, llama.cpp with `--jinja`,
 Ollama and LM Studio with a chat template that knows tools. With the wrong parser, or a template
 without tools, the call comes back as the reply's text (`<tool_call>{"name": ...}</tool_call>`,
-`[TOOL_CALLS]`, `<|python_tag|>`, `<|tool_call|>`, Llama's pythonic `[save_report(...)]`, a
+`[TOOL_CALLS]`, `<|python_tag|>`, `<|tool_call|>`, Kimi K2's `<|tool_calls_section_begin|>`,
+MiniMax-M2's `<minimax:tool_call>`, Llama's pythonic `[save_report(...)]`, a
 bare `{"name": ..., "arguments": ...}`) and no call: the round took it for the final answer,
 saved no report, and the task went round by round to its round limit saying only "the round
 saved no report". Every reply of such a server is the same,
@@ -38,7 +39,9 @@ __all__ = ["answer_text", "thought_call", "written_call"]
 #: How the chat templates of common model families open a tool call.
 _MARKUP = re.compile(
     r"^(?:<tool_call>|\[TOOL_CALLS\]|<\|python_tag\|>|<function[=>]|<functioncall>|"
-    r"<\|tool_call_begin\|>|<\uff5ctool\u2581calls\u2581begin\uff5c>|<tool_calls>|<\|tool_call\|>)"
+    r"<\|tool_call_begin\|>|<\uff5ctool\u2581calls\u2581begin\uff5c>|<tool_calls>|<\|tool_call\|>|"
+    # Kimi K2's call section and MiniMax-M2's call (vLLM: kimi_k2, minimax_m2).
+    r"<\|tool_calls_section_begin\|>|<minimax:tool_call>)"
 )
 #: The "pythonic" calls of Llama 3.2 and Llama 4 (vLLM's `--tool-call-parser pythonic`):
 #: `[save_report(summary='ok', outcome='completed')]`, in Llama 4's python markers or not.

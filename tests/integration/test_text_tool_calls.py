@@ -37,6 +37,11 @@ HARMONY = (
         f"<|tool_call|>[{REPORT}]",
         "[save_report(summary='ok', findings=[], outcome='completed')]",
         "<|python_start|>[save_report(summary='ok', outcome='completed')]<|python_end|>",
+        # Kimi K2's and MiniMax-M2's, from vLLM without kimi_k2 or minimax_m2.
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.save_report:0"
+        '<|tool_call_argument_begin|>{"summary": "ok"}<|tool_call_end|><|tool_calls_section_end|>',
+        '<minimax:tool_call>\n<invoke name="save_report">\n<parameter name="summary">ok'
+        "</parameter>\n</invoke>\n</minimax:tool_call>",
         # After its thinking, in the analysis channel; the recipient in the role part.
         "<|channel|>analysis<|message|>The report now.<|end|><|start|>assistant "
         "to=functions.save_report<|channel|>commentary json<|message|>{}<|call|>",

@@ -104,7 +104,8 @@ def run_round(
     """Run turns until the model answers without tool calls or the turn budget runs out.
 
     Raises `ModelError` when the server cut a reply without tool calls short (its output limit),
-    after the turn was recorded; `LeaseLost` as soon as `stop` is set; `StaleGeneration` from a
+    or returned a call it did not parse as the reply's text or thinking, after the turn was
+    recorded; `LeaseLost` as soon as `stop` is set; `StaleGeneration` from a
     refused write propagates from the host unchanged. Either way nothing more is written by this
     round.
     With a `context`, every request is measured and compacted within its budget
@@ -134,6 +135,10 @@ def run_round(
         requests.add_assistant(message)
         if recorder is not None:
             recorder.model_turn(turn_number, message, turn)
+        if turn.final and turn.unparsed is not None:
+            # A call the server did not parse (`reply_parts.as_calls`): never run, and every
+            # reply of this server would be the same.
+            raise ModelError(turn.unparsed)
         if turn.final and turn.cut_off is not None:
             # Stopped mid-answer, not done: the round must not be judged on half a sentence.
             raise ModelError(f"{turn.cut_off} before it called a tool or finished its answer")

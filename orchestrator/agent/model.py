@@ -87,6 +87,10 @@ class ModelTurn:
     #: Why the server cut the reply short (its output limit, a content filter); None when the
     #: model ended it. A cut reply without tool calls is not a final answer.
     cut_off: str | None = None
+    #: Why a reply without tool calls is no answer: it holds a call the server did not return
+    #: as one (`reply_parts.as_calls`). The round ends `model_error` with it once the turn is
+    #: recorded, so the transcript shows what the model wrote and the call's tokens count.
+    unparsed: str | None = None
 
     @property
     def final(self) -> bool:

@@ -104,6 +104,7 @@ __all__ = ["OpenAIModel", "client_for", "close_clients"]
 _UNREADABLE = "the model server's answer is not readable as a chat completion"
 #: A completion without choices (some proxies and overloaded servers): retried the same way.
 _NO_CHOICES = "the model server returned no choices"
+#: How a timeout's reason begins; `_timed_out` adds the setting that bounds the call.
 _TIMED_OUT = "the model server timed out"
 _UNREACHABLE = "the model server is unreachable"
 #: How the reason of a 429 answer begins (`_outcome`).
@@ -244,7 +245,7 @@ class OpenAIModel(Model):
                 # like any other; the abandoned call gives its connection up by itself.
                 call.cancel()
                 self._count("unreachable", started)
-                reason, retry_after = _TIMED_OUT, None
+                reason, retry_after = self._timed_out(), None
             else:
                 outcome = self._outcome(call, started, sent)
                 if isinstance(outcome, ModelTurn):
@@ -259,7 +260,7 @@ class OpenAIModel(Model):
                     raise ModelBusy(
                         f"the model server is rate limiting ({reason}); {delay}", retry_after
                     )
-                if reason in (_TIMED_OUT, _UNREACHABLE) or _AWAY.match(reason):
+                if reason.startswith(_TIMED_OUT) or reason == _UNREACHABLE or _AWAY.match(reason):
                     raise ModelBusy(
                         f"the model server is unavailable ({reason}); {delay}", retry_after
                     )
@@ -278,7 +279,7 @@ class OpenAIModel(Model):
         except (openai.APITimeoutError, httpx2.TimeoutException):
             # httpx2's own when the body of an error status came too slowly (`model_http`).
             self._count("unreachable", started)
-            return _TIMED_OUT, None
+            return self._timed_out(), None
         except openai.APIConnectionError:
             self._count("unreachable", started)
             return _UNREACHABLE, None
@@ -347,6 +348,11 @@ class OpenAIModel(Model):
         turn = self._turn(completion)
         self._count("ok", started, turn.usage)
         return turn
+
+    def _timed_out(self) -> str:
+        """A timeout's reason, naming the setting to raise for a model that is slow, not away
+        (a large model's long answer on a busy GPU)."""
+        return f"{_TIMED_OUT}: no answer within LLM_TIMEOUT_SECONDS={self.timeout:g}s"
 
     def _count(self, status: str, started: float, usage: TokenUsage | None = None) -> None:
         """The call in the Prometheus metrics: its outcome, latency and tokens."""

@@ -11,14 +11,15 @@ import contextlib
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
 import openai
 
-from orchestrator.agent.model import ModelError, ModelTurn
+from orchestrator.agent.model import ModelTurn
 from orchestrator.agent.text import clean, clean_text
-from orchestrator.agent.text_calls import written_call
+from orchestrator.agent.text_calls import thought_call, written_call
 
 __all__ = [
     "MAX_ARGUMENT_DEPTH",
@@ -112,19 +113,37 @@ def counters(ids: Sequence[str]) -> bool:
 
 
 def as_calls(turn: ModelTurn, tools: Sequence[dict[str, Any]]) -> ModelTurn:
-    """`turn`, unless it is a final reply that calls an offered tool as text (`text_calls`):
-    the server does not parse this model's tool calls, and no turn of the round will differ."""
+    """`turn`, with why it is no answer (`unparsed`) when it is a final reply that calls an
+    offered tool as text, or in its thinking with no text beside it (`text_calls`): the server
+    does not parse this model's tool calls, and no turn of the round will differ."""
     if not turn.final or not tools:
         return turn
     names = [str(tool.get("function", tool).get("name")) for tool in tools]
+    if not (turn.content or "").strip() and turn.cut_off is None:
+        thought = thought_call(turn.reasoning_content, names)
+        if thought is not None:
+            return replace(
+                turn,
+                unparsed=(
+                    f"the model wrote a call of {thought} inside its thinking (reasoning_content) "
+                    "and the server returned no call and no text: the server's reasoning parser "
+                    "keeps such a call from its tool parser (vLLM issue #39056, --reasoning-parser "
+                    "qwen3): start vLLM without --reasoning-parser, or with "
+                    "--default-chat-template-kwargs '{\"enable_thinking\": false}', or on a "
+                    "release that parses calls inside the thinking"
+                ),
+            )
     name = written_call(turn.content, names)
     if name is None:
         return turn
-    raise ModelError(
-        f"the model wrote a call of {name} as text instead of calling it: the server does not "
-        "parse this model's tool calls (vLLM: start it with --enable-auto-tool-choice and the "
-        "model's --tool-call-parser (gpt-oss: openai); llama.cpp: --jinja; Ollama, LM Studio: a "
-        "model whose chat template supports tools)"
+    return replace(
+        turn,
+        unparsed=(
+            f"the model wrote a call of {name} as text instead of calling it: the server does not "
+            "parse this model's tool calls (vLLM: start it with --enable-auto-tool-choice and the "
+            "model's --tool-call-parser (gpt-oss: openai); llama.cpp: --jinja; Ollama, LM Studio: "
+            "a model whose chat template supports tools)"
+        ),
     )
 
 

@@ -26,6 +26,7 @@ from orchestrator.agent.compaction import TranscriptHook
 from orchestrator.agent.loop import LeaseLost, RoundEnd, TurnRecorder, TurnRunner, run_round
 from orchestrator.agent.model import Model, ModelError
 from orchestrator.agent.request import TRANSCRIPT, AgentContext
+from orchestrator.agent.text_calls import answer_text
 from orchestrator.tools.base import (
     CALL_ID,
     Tool,
@@ -183,6 +184,9 @@ def _answer(end: RoundEnd, calls: list[dict[str, Any]], ctx: ToolContext) -> Too
     text = end.final_text or ""
     if end.why == "turn_budget":
         text = text or "(the sub-agent ran out of turns before it answered)"
+    elif not answer_text(text):
+        # Said, not "": an empty answer read as one with nothing to report.
+        text = "(the sub-agent's model returned an empty answer: no text and no tool call)"
     # At most 12,000 characters, and what the parent's context window can take (an answer is
     # not paged: shown whole, a long one failed the parent's round `context_overflow`).
     shown = fitting(ctx, text[:MAX_RESULT_CHARS])

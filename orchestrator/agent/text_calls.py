@@ -4,7 +4,8 @@ A server passes the model's tool calls through its function-calling parser: vLLM
 `--enable-auto-tool-choice` and the model's `--tool-call-parser`, llama.cpp with `--jinja`,
 Ollama and LM Studio with a chat template that knows tools. With the wrong parser, or a template
 without tools, the call comes back as the reply's text (`<tool_call>{"name": ...}</tool_call>`,
-`[TOOL_CALLS]`, `<|python_tag|>`, `<|tool_call|>`, Llama's pythonic `[save_report(...)]`, a
+`[TOOL_CALLS]`, `<|python_tag|>`, `<|tool_call|>`, Kimi K2's `<|tool_calls_section_begin|>`,
+MiniMax-M2's `<minimax:tool_call>`, Llama's pythonic `[save_report(...)]`, a
 bare `{"name": ..., "arguments": ...}`) and no call: the round took it for the final answer,
 saved no report, and the task went round by round to its round limit saying only "the round
 saved no report". Every reply of such a server is the same,
@@ -17,6 +18,13 @@ its thinking (`<|channel|>analysis<|message|>...<|end|><|start|>assistant...`). 
 a call when it opens with a harmony marker and a message header in it is addressed
 `to=functions.NAME`, NAME an offered tool, exactly; a text that only mentions the markers is an
 answer.
+
+A reasoning parser can keep a call from the tool parser: vLLM with `--reasoning-parser qwen3`
+puts everything before `</think>` in `reasoning_content`, and a Qwen3 model that writes its
+`<tool_call>` inside its thinking gets a reply with the call in the thinking, no call and no
+text (vLLM issue #39056). Such a reply is a call when its thinking holds a template's call
+markup (not merely prose about a call) for an offered tool: `thought_call`. It is never run
+(the server did not return it as a call); the round ends naming the fix, as above.
 """
 
 from __future__ import annotations
@@ -26,12 +34,14 @@ import re
 from collections.abc import Collection
 from typing import Any
 
-__all__ = ["written_call"]
+__all__ = ["answer_text", "thought_call", "written_call"]
 
 #: How the chat templates of common model families open a tool call.
 _MARKUP = re.compile(
     r"^(?:<tool_call>|\[TOOL_CALLS\]|<\|python_tag\|>|<function[=>]|<functioncall>|"
-    r"<\|tool_call_begin\|>|<\uff5ctool\u2581calls\u2581begin\uff5c>|<tool_calls>|<\|tool_call\|>)"
+    r"<\|tool_call_begin\|>|<\uff5ctool\u2581calls\u2581begin\uff5c>|<tool_calls>|<\|tool_call\|>|"
+    # Kimi K2's call section and MiniMax-M2's call (vLLM: kimi_k2, minimax_m2).
+    r"<\|tool_calls_section_begin\|>|<minimax:tool_call>)"
 )
 #: The "pythonic" calls of Llama 3.2 and Llama 4 (vLLM's `--tool-call-parser pythonic`):
 #: `[save_report(summary='ok', outcome='completed')]`, in Llama 4's python markers or not.
@@ -39,6 +49,8 @@ _PYTHONIC = re.compile(
     r"^(?:<\|python_start\|>)?\s*\[\s*([A-Za-z_][\w.-]*)\(.*\)\s*\]\s*(?:<\|python_end\|>)?$",
     re.DOTALL,
 )
+#: The same markup anywhere in a text (the thinking leads up to its call).
+_MARKUP_ANYWHERE = re.compile(_MARKUP.pattern.removeprefix("^"))
 _THINKING = re.compile(r"^<think>.*?</think>", re.DOTALL)
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 #: How a harmony reply opens, and a message header of it addressed to a tool (the recipient in
@@ -79,3 +91,18 @@ def written_call(content: Any, tools: Collection[str]) -> str | None:
         if name in tools and ("arguments" in called or "parameters" in called):
             return str(name)
     return None
+
+
+def thought_call(reasoning: Any, tools: Collection[str]) -> str | None:
+    """The name of an offered tool that `reasoning` (the thinking of a reply with neither text
+    nor calls) calls in a template's markup, from its last such markup on, or None."""
+    if not isinstance(reasoning, str) or not tools:
+        return None
+    starts = [match.start() for match in _MARKUP_ANYWHERE.finditer(reasoning)]
+    return written_call(reasoning[starts[-1] :], tools) if starts else None
+
+
+def answer_text(content: str | None) -> str:
+    """A final reply's answer: its text without the thinking a server without a reasoning
+    parser leaves in it (`<think>...</think>`), stripped; "" for an empty answer."""
+    return _THINKING.sub("", (content or "").strip()).strip()

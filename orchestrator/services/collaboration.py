@@ -350,6 +350,8 @@ class CollaborationService:
             schemas = host.schemas()
             for _ in range(self.settings.max_turns):
                 turn = model.next_turn(messages, schemas, stop)
+                if turn.final and turn.unparsed is not None:
+                    raise ModelError(turn.unparsed)  # a call the server did not parse
                 if turn.final and turn.cut_off is not None:
                     # Half a sentence is not the agent's answer (as in a round: model_error).
                     raise ModelError(f"{turn.cut_off} before it finished its answer")

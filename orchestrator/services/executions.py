@@ -25,6 +25,7 @@ from orchestrator.agent.loop import LeaseLost, run_round
 from orchestrator.agent.model import Model, ModelBusy, ModelError, load_model
 from orchestrator.agent.request import AgentContext
 from orchestrator.agent.subagents import SUBAGENTS, Delegate, SubAgentRegistry, SubAgentRun
+from orchestrator.agent.text_calls import answer_text
 from orchestrator.agent.transcript import TranscriptWriter
 from orchestrator.domain.decisions import Decision, RoundFacts, decide
 from orchestrator.domain.fences import Fence
@@ -529,7 +530,13 @@ class ExecutionService:
                 decide_round,
                 max_rounds=self.settings.max_rounds,
                 turn_budget_spent=end.why == "turn_budget",
+                max_turns=self.settings.max_turns,
                 running_commands=still_running,
+                empty_answer_turn=(
+                    end.turns
+                    if end.why == "final_answer" and not answer_text(end.final_text)
+                    else None
+                ),
             ),
         )
 
@@ -607,13 +614,47 @@ def fixed(decision: Decision) -> DecisionRule:
 
 
 def decide_round(
-    facts: RoundFacts, *, max_rounds: int, turn_budget_spent: bool, running_commands: int = 0
+    facts: RoundFacts,
+    *,
+    max_rounds: int,
+    turn_budget_spent: bool,
+    max_turns: int | None = None,
+    running_commands: int = 0,
+    empty_answer_turn: int | None = None,
 ) -> Decision:
-    """The decision table, and a round whose turn budget ran out continues rather than fails."""
+    """The decision table, and a round whose turn budget ran out continues rather than fails
+    (the round limit's reason says the last round's ran out, naming ORCH_MAX_TURNS).
+
+    A round that ended on an empty reply (`empty_answer_turn`: no text and no tool call) and
+    saved no report says so: "the round saved no report" alone, round after round, hid a model
+    or server that returns nothing."""
     decision = decide(replace(facts, max_rounds=max_rounds, running_commands=running_commands))
-    if decision.queues_next and turn_budget_spent:
-        return Decision("queued", "continue", "the turn budget of the round ran out")
-    return decision
+    if turn_budget_spent:
+        # The setting named: a model looping on calls that fail spends every round's budget.
+        spent = "the turn budget of the round ran out" + (
+            f" (ORCH_MAX_TURNS={max_turns})" if max_turns is not None else ""
+        )
+        if decision.queues_next:
+            return Decision("queued", "continue", spent)
+        if decision.failure_code == "round_limit":
+            return replace(decision, reason=f"{decision.reason}; in the last round {spent}")
+    if empty_answer_turn is None or facts.report_outcome is not None:
+        return decision
+    said = f"the model returned an empty answer (no text and no tool call) {_at(empty_answer_turn)}"
+    if decision.reason.startswith(_NO_REPORT):
+        return replace(decision, reason=f"{_NO_REPORT}: {said}{decision.reason[len(_NO_REPORT) :]}")
+    return replace(decision, reason=f"{decision.reason}; in the last round {said}")
+
+
+#: How the decision table says a round saved no report (`decide`).
+_NO_REPORT = "the round saved no report"
+
+
+def _at(turn: int) -> str:
+    """Where in the round the empty answer came: at once, or after turns of tool calls."""
+    if turn == 1:
+        return "to the round's first request"
+    return f"at turn {turn} of the round, after {turn - 1} turn(s) of tool calls"
 
 
 def finish_generation(

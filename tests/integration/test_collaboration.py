@@ -367,6 +367,24 @@ def test_an_answer_the_server_cut_short_is_a_model_error_and_stores_nothing(
         assert client.get(path).json() == {"items": [], "next_cursor": None}
 
 
+def test_a_call_the_server_did_not_parse_is_a_model_error_and_stores_nothing(
+    env: tuple[Runtime, Path, str], store_url: str
+) -> None:
+    # As in a round: a call written as text is not the agent's answer, and it is not run.
+    _, _, task_id = env
+    with OpenAIServer() as server, openai_client(store_url, server) as client:
+        server.reply(
+            content='<tool_call>{"name": "read_task_context", "arguments": {}}</tool_call>'
+        )
+        session_id = client.post(f"/api/v1/tasks/{task_id}/collaboration").json()["session_id"]
+        path = f"/api/v1/sessions/{session_id}/messages"
+        asked = client.post(path, json={"text": "Why?"})
+        assert (asked.status_code, asked.json()["error"]["code"]) == (502, "model_error")
+        assert "as text instead of calling it" in asked.json()["error"]["message"]
+        assert client.get(path).json() == {"items": [], "next_cursor": None}
+        assert len(server.requests) == 1
+
+
 def test_a_call_with_unreadable_arguments_is_answered_failed_and_not_run(
     env: tuple[Runtime, Path, str], store_url: str
 ) -> None:

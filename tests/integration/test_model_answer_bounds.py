@@ -49,7 +49,10 @@ def test_a_dribbled_answer_ends_at_the_timeout_is_retried_then_a_model_error(
         model.next_turn(MESSAGES, [], threading.Event())
     elapsed = time.monotonic() - started
     message = str(caught.value)
-    assert "(the model server timed out); gave up after 1 retries" in message
+    assert (
+        "(the model server timed out: no answer within LLM_TIMEOUT_SECONDS=1s); "
+        "gave up after 1 retries" in message
+    )
     assert KEY not in message
     assert 2.0 <= elapsed < 3.5  # two calls of 1 s and the back-off between them
     assert len(server.requests) == 2
@@ -73,7 +76,7 @@ def test_an_error_status_with_a_dribbled_body_is_a_timeout_too(server: OpenAISer
     server.dribble(status=503)
     server.dribble(status=503)
     started = time.monotonic()
-    with pytest.raises(ModelError, match=r"\(the model server timed out\); gave up"):
+    with pytest.raises(ModelError, match=r"timed out: no answer within LLM_TIMEOUT_SECONDS=1s\)"):
         model_for(server, llm_timeout_seconds=1).next_turn(MESSAGES, [], threading.Event())
     assert time.monotonic() - started < 3.5
     assert server.dropped.wait(5)

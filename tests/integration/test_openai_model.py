@@ -270,10 +270,13 @@ def test_a_lost_lease_stops_a_call_in_flight(server: OpenAIServer) -> None:
 def test_a_server_slower_than_the_timeout_is_retried_then_a_model_error_saying_so(
     server: OpenAIServer,
 ) -> None:
+    """The reason names the setting that bounds the call and its value (before: only "the
+    model server timed out", which did not say what to raise for a slow model)."""
     server.reply(content="too late", delay_s=1.5)
     server.reply(content="too late", delay_s=1.5)
     model = model_for(server, llm_timeout_seconds=0.5, llm_max_retries=1)
-    with pytest.raises(ModelError, match=r"\(the model server timed out\); gave up after 1 retr"):
+    said = r"\(the model server timed out: no answer within LLM_TIMEOUT_SECONDS=0\.5s\); gave up"
+    with pytest.raises(ModelError, match=said + r" after 1 retr"):
         play(model, CountSamples())
     assert len(server.requests) == 2
 

@@ -139,3 +139,35 @@ def test_a_sub_agents_openai_model_uses_the_runtimes_own_settings(
         assert str(model.client.base_url).rstrip("/") == server.base_url.rstrip("/")
     finally:
         rt.close()
+
+
+def test_a_sub_agents_empty_answer_is_said_to_be_empty(pg_url: str, scripts: Path) -> None:
+    """The parent's model was given `"answer": ""`, which reads as a sub-agent that found
+    nothing; now it is told the sub-agent's model returned nothing."""
+    rt, _ = runtime_for(pg_url, scripts)
+    try:
+        fence, session_id = claimed(rt)
+        delegations = RoundDelegations(
+            session_id,
+            SubAgentRun(
+                model=lambda: ScriptedModel([_ScriptTurn.model_validate({"content": "  "})]),
+                host=ToolHost([LockingRead(rt, fence.task_id)], ledger=None),
+                max_turns=3,
+                stop=threading.Event(),
+            ),
+        )
+        ctx = ToolContext(
+            owner=f"task:{fence.task_id}",
+            session_id=session_id,
+            round_id="intent:1",
+            task_id=fence.task_id,
+            generation=1,
+            fence=fence,
+        )
+        answer = delegations.delegate(ctx, "what does the read say?")
+        assert answer.payload["ended"] == "final_answer"
+        assert answer.payload["answer"] == (
+            "(the sub-agent's model returned an empty answer: no text and no tool call)"
+        )
+    finally:
+        rt.close()

@@ -37,6 +37,11 @@ HARMONY = (
         f"<|tool_call|>[{REPORT}]",
         "[save_report(summary='ok', findings=[], outcome='completed')]",
         "<|python_start|>[save_report(summary='ok', outcome='completed')]<|python_end|>",
+        # Kimi K2's and MiniMax-M2's, from vLLM without kimi_k2 or minimax_m2.
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.save_report:0"
+        '<|tool_call_argument_begin|>{"summary": "ok"}<|tool_call_end|><|tool_calls_section_end|>',
+        '<minimax:tool_call>\n<invoke name="save_report">\n<parameter name="summary">ok'
+        "</parameter>\n</invoke>\n</minimax:tool_call>",
         # After its thinking, in the analysis channel; the recipient in the role part.
         "<|channel|>analysis<|message|>The report now.<|end|><|start|>assistant "
         "to=functions.save_report<|channel|>commentary json<|message|>{}<|call|>",
@@ -59,6 +64,11 @@ def test_a_tool_call_written_as_text_ends_the_round_saying_what_to_fix(
         assert "--tool-call-parser (gpt-oss: openai)" in result.detail
         assert "--jinja" in result.detail
         assert len(server.requests) == 2  # no more rounds of the same
+        # The reply is in the transcript, and its call in the usage (before, the round ended
+        # before the turn was recorded: the operator could not see what the model wrote).
+        turns = [e for e in rt.tasks.transcript(task_id)["items"] if e["kind"] == "model_turn"]
+        assert [t["body"]["content"] for t in turns] == [None, text]
+        assert rt.tasks.explain(task_id)["token_usage"]["total"]["calls"] == 2
     finally:
         rt.close()
 
@@ -82,5 +92,77 @@ def test_an_answer_that_names_a_tool_is_still_an_answer(
         task_id = rt.tasks.trigger(Trigger(task_type="looks", title="turbid water")).task.task_id
         result = rt.executions.run(task_id, 1, worker="w1")
         assert result.detail == "the round saved no report"
+    finally:
+        rt.close()
+
+
+#: Qwen3-Coder's XML call, as the model writes it inside its thinking (vLLM issue #39056).
+XML_REPORT = (
+    "<tool_call>\n<function=save_report>\n<parameter=summary>\nok\n</parameter>\n"
+    "<parameter=outcome>\ncompleted\n</parameter>\n</function>\n</tool_call>"
+)
+
+
+@pytest.mark.parametrize(
+    ("content", "field", "thinking"),
+    [
+        (None, "reasoning_content", f"<tool_call>\n{REPORT}\n</tool_call>"),
+        (None, "reasoning_content", f"The data is in; I save the report.\n\n{XML_REPORT}\n"),
+        ("\n\n", "reasoning_content", f"Done.\n<tool_call>\n{REPORT}\n</tool_call>"),
+        ("", "reasoning", f"Done. {XML_REPORT}"),  # vLLM 0.10+'s field
+    ],
+)
+def test_a_tool_call_inside_the_thinking_ends_the_round_naming_the_server_fix(
+    store_url: str,
+    scripts: Path,
+    server: OpenAIServer,
+    content: str | None,
+    field: str,
+    thinking: str,
+) -> None:
+    """vLLM's reasoning parser put the call in the thinking and returned no call and no text.
+    Before, the round took the empty reply for its final answer and the task went round by
+    round to its round limit saying only "the round saved no report"; the call never runs."""
+    rt, _ = runtime_for(store_url, scripts, model="openai:test-model", llm_base_url=server.base_url)
+    try:
+        server.reply(tool_calls=[call("c1", "read_task_context", {})])
+        server.reply(content=content, **{field: thinking})
+        task_id = rt.tasks.trigger(Trigger(task_type="looks", title="turbid water")).task.task_id
+        result = rt.executions.run(task_id, 1, worker="w1")
+        assert result.outcome == "failed"
+        assert result.detail is not None
+        assert "the model wrote a call of save_report inside its thinking" in result.detail
+        assert "vLLM issue #39056" in result.detail
+        assert "without --reasoning-parser" in result.detail
+        assert len(server.requests) == 2  # no more rounds of the same
+        view = rt.tasks.explain(task_id)
+        assert view["failure_code"] == "model_error"
+        assert view["report"] is None  # the call in the thinking did not run
+        assert view["token_usage"]["total"]["calls"] == 2
+        turns = [e for e in rt.tasks.transcript(task_id)["items"] if e["kind"] == "model_turn"]
+        assert turns[-1]["body"]["reasoning_content"] == thinking  # what the model wrote
+    finally:
+        rt.close()
+
+
+@pytest.mark.parametrize(
+    ("content", "thinking"),
+    [
+        # Thinking that talks about a call is no call; nor is one beside the reply's text.
+        (None, "I should call save_report with the summary next."),
+        ("The water is fine.", f"<tool_call>\n{REPORT}\n</tool_call>"),
+    ],
+)
+def test_thinking_that_is_not_a_lone_call_is_not_taken_for_one(
+    store_url: str, scripts: Path, server: OpenAIServer, content: str | None, thinking: str
+) -> None:
+    rt, _ = runtime_for(store_url, scripts, model="openai:test-model", llm_base_url=server.base_url)
+    try:
+        server.reply(content=content, reasoning_content=thinking)
+        task_id = rt.tasks.trigger(Trigger(task_type="looks", title="turbid water")).task.task_id
+        result = rt.executions.run(task_id, 1, worker="w1")
+        assert result.outcome == "continue"
+        assert result.detail is not None
+        assert "inside its thinking" not in result.detail
     finally:
         rt.close()

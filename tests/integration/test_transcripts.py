@@ -240,7 +240,7 @@ def test_a_model_server_dribbling_its_answers_times_out_and_hands_the_round_back
         view = rt.tasks.explain(task_id)
         reason = view["executions"][0]["reason"]
         assert reason.startswith("handed back: the model server is unavailable")
-        assert "the model server timed out" in reason
+        assert "the model server timed out: no answer within LLM_TIMEOUT_SECONDS=1s" in reason
         assert "LLM_MAX_RETRIES=1" in reason
     finally:
         rt.close()

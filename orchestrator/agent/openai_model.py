@@ -80,6 +80,7 @@ from orchestrator.agent.model_errors import (
 from orchestrator.agent.model_http import MAX_MODEL_ANSWER_BYTES, AnswerTooLarge, CorruptAnswer
 from orchestrator.agent.reply_parts import (
     as_calls,
+    called_in_thinking,
     counters,
     id_text,
     legacy_call,
@@ -102,6 +103,8 @@ __all__ = ["OpenAIModel", "client_for", "close_clients"]
 
 #: A 200 whose body is not a completion (retried like a 5xx: a proxy or a load balancer hiccup).
 _UNREADABLE = "the model server's answer is not readable as a chat completion"
+#: Why a reply whose only call was in the thinking is asked again (`called_in_thinking`).
+_IN_THINKING = "the model's call came inside its thinking, with no call and no text"
 #: A completion without choices (some proxies and overloaded servers): retried the same way.
 _NO_CHOICES = "the model server returned no choices"
 #: How a timeout's reason begins; `_timed_out` adds the setting that bounds the call.
@@ -225,6 +228,8 @@ class OpenAIModel(Model):
     ) -> ModelTurn:
         body = self.request(messages, tools)
         budget = RetryBudget(self.max_retries, deadline=self.deadline)
+        #: The last reply whose call was in the thinking, asked again (`called_in_thinking`).
+        thought: ModelTurn | None = None
         while True:
             if stop.is_set():
                 return ModelTurn(content=None, tool_calls=())
@@ -249,11 +254,19 @@ class OpenAIModel(Model):
             else:
                 outcome = self._outcome(call, started, sent)
                 if isinstance(outcome, ModelTurn):
-                    return as_calls(named(outcome, tools), tools)
-                if outcome is None:
+                    turn = as_calls(named(outcome, tools), tools)
+                    if not called_in_thinking(turn, tools):
+                        return turn
+                    # vLLM #39056 strikes some replies, not all: asked again, the model may
+                    # call the tool as a call. Past the retries the round ends on it.
+                    thought, reason, retry_after = turn, _IN_THINKING, None
+                elif outcome is None:
                     continue  # a parameter the server refused is left out: at once, once
-                reason, retry_after = outcome
+                else:
+                    reason, retry_after = outcome
             delay = budget.next_delay(retry_after)
+            if isinstance(delay, str) and thought is not None and reason == _IN_THINKING:
+                return thought  # recorded, then `model_error` naming the server's fix
             if isinstance(delay, str):
                 if reason.startswith(_RATE_LIMITED):
                     # A rate limit outlasting the retries: handed back, not failed (ModelBusy).

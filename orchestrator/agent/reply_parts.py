@@ -26,6 +26,7 @@ __all__ = [
     "MAX_RAW_ARGUMENT_CHARS",
     "arguments_of",
     "as_calls",
+    "called_in_thinking",
     "counters",
     "id_text",
     "legacy_call",
@@ -118,7 +119,7 @@ def as_calls(turn: ModelTurn, tools: Sequence[dict[str, Any]]) -> ModelTurn:
     does not parse this model's tool calls, and no turn of the round will differ."""
     if not turn.final or not tools:
         return turn
-    names = [str(tool.get("function", tool).get("name")) for tool in tools]
+    names = _names(tools)
     if not (turn.content or "").strip() and turn.cut_off is None:
         thought = thought_call(turn.reasoning_content, names)
         if thought is not None:
@@ -145,6 +146,19 @@ def as_calls(turn: ModelTurn, tools: Sequence[dict[str, Any]]) -> ModelTurn:
             "a model whose chat template supports tools)"
         ),
     )
+
+
+def called_in_thinking(turn: ModelTurn, tools: Sequence[dict[str, Any]]) -> bool:
+    """Whether `turn` is a final reply with no text whose thinking holds a call of an offered
+    tool (`as_calls` says why it is no answer). vLLM issue #39056 strikes some replies of a
+    model, not all, so such a reply is asked again, unlike a call written as text."""
+    if not turn.final or not tools or (turn.content or "").strip() or turn.cut_off is not None:
+        return False
+    return thought_call(turn.reasoning_content, _names(tools)) is not None
+
+
+def _names(tools: Sequence[dict[str, Any]]) -> list[str]:
+    return [str(tool.get("function", tool).get("name")) for tool in tools]
 
 
 def short_id(call_id: str) -> str:

@@ -1,6 +1,6 @@
 """Deliveries to the business backend over HTTP: `/api/v1/outbox` (list, or one by its id; an
 operator retries a dead letter or hurries a failing one, or discards one dealt with by hand,
-saying why)."""
+dead or failing, saying why)."""
 
 from __future__ import annotations
 
@@ -67,10 +67,16 @@ class Delivery(BaseModel):
     created_at: IsoTime
     delivered_at: IsoTime | None
     discarded_at: IsoTime | None = Field(
-        description="when an operator discarded the dead letter (settled it by hand)"
+        description="when an operator discarded it (settled it by hand)"
     )
     discarded_by: str | None = Field(description="who discarded it")
     discard_reason: str | None = Field(description="why it was discarded")
+    discarded_from: Literal["dead", "pending"] | None = Field(
+        default=None,
+        description="what a discarded delivery was when discarded: `dead`, or `pending` "
+        "(failing, never dead-lettered: an action the backend answers 500 for every time); "
+        "null for one discarded before migration 0026 (dead) or not discarded",
+    )
     released_at: IsoTime | None = Field(
         default=None,
         description="when an operator's retry or discard last made it deliverable again: a "
@@ -235,7 +241,10 @@ def discard_delivery(
     service: OutboxService = Depends(get_outbox),
     operator: Operator = Depends(require_role("operator")),
 ) -> dict[str, Any]:
-    """Settle a dead-lettered delivery an operator dealt with by hand: never sent again, and its
-    task's later events go on; the row keeps who, when and why."""
+    """Settle a delivery an operator dealt with by hand, dead-lettered or pending (an action
+    the backend answers 500 for every time is retried for ever otherwise): never sent again,
+    and its task's later events go on; the row keeps who, when and why. `409 being_sent` while
+    a dispatcher sends it (its answer may deliver it), `409 invalid_transition` for a
+    delivered or discarded one."""
     by = decider(operator, body.by)
     return service.discard(outbox_id, reason=body.reason, by=by).public()

@@ -1,7 +1,7 @@
 """`orchestrator outbox dispatch|list|show|retry|discard`: deliveries to the business backend.
 
 The CLI talks to the store directly (an operator on the machine), so `--by` names who
-discards a dead letter (default: the user name), as `actions approve` and `tasks requeue` do.
+discards a delivery (default: the user name), as `actions approve` and `tasks requeue` do.
 """
 
 from __future__ import annotations
@@ -87,8 +87,8 @@ def register(commands: Any) -> None:
 
     discard = outbox.add_parser(
         "discard",
-        help="settle a dead-lettered delivery dealt with by hand: never sent again, and its "
-        "task's later events go on",
+        help="settle a delivery dealt with by hand, dead-lettered or failing (not while a "
+        "dispatcher sends it): never sent again, and its task's later events go on",
     )
     discard.add_argument("outbox_id", type=bounded_int(1, 2**63 - 1))
     discard.add_argument("--reason", required=True, help="how it was dealt with (1..500 chars)")
@@ -329,9 +329,21 @@ def _shown(row: dict[str, Any]) -> list[str]:
     if status == "delivered":
         lines.append(f"  delivered {_time(row['delivered_at'])}")
     if status == "discarded":
+        # One discarded while pending was never dead-lettered: it failed, and a person settled it.
+        was = (
+            " (it was pending, not dead-lettered)" if row.get("discarded_from") == "pending" else ""
+        )
         lines.append(
-            f"  discarded by {printable(row['discarded_by'])} at {_time(row['discarded_at'])}: "
-            f"{printable(row['discard_reason'])}"
+            f"  discarded by {printable(row['discarded_by'])} at {_time(row['discarded_at'])}"
+            f"{was}: {printable(row['discard_reason'])}"
+        )
+    held = row["waits_behind"] or row["waits_behind_retried"]
+    if status == "pending" and row["last_error"] and not (held or _being_sent(row, utcnow())):
+        # Failing, not dead: an action is retried until a 2xx, so one the backend always
+        # refuses with a 500 is settled by a person or sent for ever.
+        lines.append(
+            f"  `orchestrator outbox retry {number}` sends it now once the backend is mended, or "
+            f"`orchestrator outbox discard {number} --reason R` once dealt with by hand"
         )
     if status == "dead":
         lines.append(

@@ -512,26 +512,36 @@ class OutboxService:
         return hurried, sending
 
     def discard(self, outbox_id: int, *, reason: str, by: str) -> OutboxRow:
-        """Settle a dead letter an operator dealt with by hand: never sent again, and its task's
-        later events go on. The row stays (who, when, why) until retention deletes it; an
-        approved action's row for good, saying its delivery was discarded, never delivered."""
+        """Settle a delivery an operator dealt with by hand: never sent again, and its task's
+        later events go on. A dead one, or a pending one no dispatcher is sending: an action is
+        retried until a 2xx, and one the backend answers 500 for every time (a bug on its side
+        for that payload) was sent for ever. Refused (409 `being_sent`) while a dispatcher
+        sends it: its answer may yet deliver it. The row stays (who, when, why, and whether it
+        was dead or pending) until retention deletes it; an approved action's row for good,
+        saying its delivery was discarded, never delivered."""
         if outbox_id > MAX_OUTBOX_ID:
             raise NotFound(f"outbox row {outbox_id} does not exist")
         with self.db.transaction() as conn:
             row = store.get_row(conn, outbox_id)
             if row is None:
                 raise NotFound(f"outbox row {outbox_id} does not exist")
-            if not store.discard_dead(conn, outbox_id, by=by, reason=reason):
+            if not store.discard(conn, outbox_id, by=by, reason=reason):
+                # Read again: on Postgres the discard waited for a claim being written.
+                current = store.get_row(conn, outbox_id) or row
+                if current.being_sent(utcnow()):
+                    raise _being_sent(current, "discard it then if it failed")
                 raise InvalidTransition(
-                    f"outbox row {outbox_id} is {row.status}; only a dead one can be discarded"
+                    f"outbox row {outbox_id} is {current.status}; only a dead or pending one "
+                    "can be discarded"
                 )
             discarded = store.get_row(conn, outbox_id)
         assert discarded is not None
         log.info(
-            "outbox %s (%s of task %s) discarded by %r: %r",  # typed text: one line, quoted
+            "outbox %s (%s of task %s, %s) discarded by %r: %r",  # typed text: one line, quoted
             outbox_id,
             discarded.kind,
             discarded.task_id,
+            discarded.discarded_from,
             by,
             reason,
         )
@@ -572,12 +582,16 @@ def _hurry(conn: Connection, row: OutboxRow) -> None:
             f"outbox row {row.outbox_id} is {current.status}; only a dead or pending one can "
             "be retried"
         )
-    until = (
-        f", held until {current.claimed_until:%Y-%m-%dT%H:%M:%S}Z" if current.claimed_until else ""
-    )
-    raise ConflictError(
-        f"outbox row {row.outbox_id} is being sent now (attempt {current.attempts}{until}); "
-        "its answer is recorded when the attempt ends: retry it then if it failed",
+    raise _being_sent(current, "retry it then if it failed")
+
+
+def _being_sent(row: OutboxRow, then: str) -> ConflictError:
+    """409 `being_sent` for an operator's retry or discard of a row a dispatcher is sending:
+    what holds it, until when, and what to do once its answer is recorded."""
+    until = f", held until {row.claimed_until:%Y-%m-%dT%H:%M:%S}Z" if row.claimed_until else ""
+    return ConflictError(
+        f"outbox row {row.outbox_id} is being sent now (attempt {row.attempts}{until}); "
+        f"its answer is recorded when the attempt ends: {then}",
         code="being_sent",
     )
 

@@ -46,7 +46,7 @@ __all__ = [
     "claim_due",
     "delete_expired_webhooks",
     "delivery_summary",
-    "discard_dead",
+    "discard",
     "get_row",
     "held_views",
     "hurry_all_pending",
@@ -83,6 +83,7 @@ class OutboxRow:
     discarded_at: datetime | None  # an operator settled the dead letter by hand: when,
     discarded_by: str | None  # who,
     discard_reason: str | None  # and why
+    discarded_from: str | None  # `dead` or `pending` (null: before migration 0026, dead)
     released_at: datetime | None  # an operator's retry or discard made it deliverable again
     claimed_until: datetime | None  # a dispatcher sends it: its claim's hold (`being_sent`)
 
@@ -111,8 +112,8 @@ class OutboxRow:
         backend refused it for good and it is never retried (an approved action is dead-lettered
         for nothing else), or `max_attempts`, a webhook out of ORCH_WEBHOOK_MAX_ATTEMPTS. Its
         error alone (`HTTP 503`) read as one more failure that would be retried."""
-        if self.status not in ("dead", "discarded"):
-            return None
+        if self.status not in ("dead", "discarded") or self.discarded_from == "pending":
+            return None  # a row discarded while pending was never dead-lettered
         if self.kind == "action" or REFUSAL in (self.last_error or ""):
             return "refused"
         return "max_attempts"
@@ -389,17 +390,39 @@ def retry_all_dead(conn: Connection, *, kind: str | None, task_id: str | None) -
     return int(result.rowcount)
 
 
-def discard_dead(conn: Connection, outbox_id: int, *, by: str, reason: str) -> bool:
-    """An operator's discard: a dead row is settled by hand, never sent again, and its task's
-    later events go on (released now). False when the row is not dead (a retry or another
-    discard came first)."""
+def discard(conn: Connection, outbox_id: int, *, by: str, reason: str) -> bool:
+    """An operator's discard: a dead row, or a pending one no dispatcher is sending (an action
+    the backend answers 500 for every time is retried for ever otherwise), is settled by hand,
+    never sent again, and its task's later events go on (released now). The row keeps what it
+    was (`discarded_from`). False when it is neither: delivered or discarded already, or being
+    sent (its claim's hold not run out). On Postgres a claim being written holds the row's
+    lock: this waits for it and then finds the row claimed; a claim after this commit finds it
+    discarded, and one while this is written skips the locked row."""
     now = utcnow()
-    _release_held_behind(conn, [outbox.c.outbox_id == outbox_id, outbox.c.status == "dead"], now)
+    discardable = [
+        outbox.c.outbox_id == outbox_id,
+        or_(
+            outbox.c.status == "dead",
+            and_(
+                outbox.c.status == "pending",
+                or_(outbox.c.claimed_until.is_(None), outbox.c.claimed_until <= now),
+            ),
+        ),
+    ]
+    _release_held_behind(conn, discardable, now)
     return (
         conn.execute(
             update(outbox)
-            .where(outbox.c.outbox_id == outbox_id, outbox.c.status == "dead")
-            .values(status="discarded", discarded_at=now, discarded_by=by, discard_reason=reason)
+            .where(*discardable)
+            .values(
+                # The status before this statement: `dead` or `pending`.
+                discarded_from=outbox.c.status,
+                status="discarded",
+                discarded_at=now,
+                discarded_by=by,
+                discard_reason=reason,
+                claimed_until=None,
+            )
         ).rowcount
         == 1
     )
@@ -407,9 +430,10 @@ def discard_dead(conn: Connection, outbox_id: int, *, by: str, reason: str) -> b
 
 def _release_held_behind(conn: Connection, dead: list[ColumnElement[bool]], now: datetime) -> None:
     """Stamp `released_at` on the pending webhooks of the tasks of the `dead` webhooks an
-    operator retries or discards (read before that write): a task's events go in order, so its
-    pending ones waited behind the dead letter, for the operator, not for the dispatcher. The
-    oldest-pending gauge measures their wait from now (`oldest_deliverable`)."""
+    operator retries or discards (read before that write; a failing one discarded while
+    pending too): a task's events go in order, so its pending ones waited behind it, for the
+    operator, not for the dispatcher. The oldest-pending gauge measures their wait from now
+    (`oldest_deliverable`)."""
     tasks_of_dead = select(outbox.c.task_id).where(*dead, outbox.c.kind == "webhook")
     conn.execute(
         update(outbox)
@@ -417,6 +441,8 @@ def _release_held_behind(conn: Connection, dead: list[ColumnElement[bool]], now:
             outbox.c.kind == "webhook",
             outbox.c.status == "pending",
             outbox.c.task_id.in_(tasks_of_dead),
+            # Not a pending one discarded itself: it is settled, not deliverable again.
+            outbox.c.outbox_id.not_in(select(outbox.c.outbox_id).where(*dead)),
         )
         .values(released_at=now)
     )

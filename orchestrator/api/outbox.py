@@ -23,6 +23,7 @@ __all__ = [
     "DeliveryStatus",
     "DiscardBody",
     "ListedDelivery",
+    "RetryBody",
     "router",
 ]
 
@@ -83,6 +84,11 @@ class Delivery(BaseModel):
         "retry of this dead letter, or of (or a discard of) the dead letter of its task it "
         "waited behind; `orchestrator_outbox_oldest_pending_seconds` counts its wait from then",
     )
+    retried_at: IsoTime | None = Field(
+        default=None, description="when an operator last retried it (or hurried it, pending)"
+    )
+    retried_by: str | None = Field(default=None, description="who last retried it")
+    retry_note: str | None = Field(default=None, description="their note with that retry")
     claimed_until: IsoTime | None = Field(
         default=None,
         description="while a dispatcher is sending it: until when its claim holds the row "
@@ -123,8 +129,23 @@ class DiscardBody(BaseModel):
     )
 
 
-class RetryDeadBody(BaseModel):
+class RetryBody(BaseModel):
+    """Optional: who retries (the shared token's `by`) and a note, kept on the row."""
+
     model_config = ConfigDict(extra="forbid")
+    note: FilledText | None = Field(
+        default=None, min_length=1, max_length=500, description="why, or what was mended"
+    )
+    by: FilledText | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="who retries it, with the shared API token (recorded as `api` when not "
+        "said); an operator account is recorded by its name",
+    )
+
+
+class RetryDeadBody(RetryBody):
     kind: DeliveryKind | None = Field(default=None, description="only deliveries of this kind")
     task_id: str | None = Field(
         default=None, min_length=1, max_length=36, description="only this task's deliveries"
@@ -150,6 +171,14 @@ class DeliveryPage(BaseModel):
 
 def get_outbox(request: Request) -> OutboxService:
     return OutboxService(request.app.state.db)
+
+
+def _retrier(operator: Operator, body: RetryBody) -> str:
+    """Who retries: an account's name, or the shared token's `by`. Not required of the shared
+    token (a retry took no body before, and the console sends none): then its account, `api`."""
+    if operator.shared and body.by is not None:
+        return body.by
+    return operator.name
 
 
 #: Part of every tag of a page of deliveries: a client holding an older API's page gets the new.
@@ -199,38 +228,52 @@ def show_delivery(
 
 @router.post("/retry-dead", response_model=RetriedDead, responses=ERROR_RESPONSES)
 def retry_every_dead(
-    body: RetryDeadBody | None = None, service: OutboxService = Depends(get_outbox)
+    body: RetryDeadBody | None = None,
+    service: OutboxService = Depends(get_outbox),
+    operator: Operator = Depends(require_role("operator")),
 ) -> dict[str, int]:
     """Every dead-lettered delivery (of `kind`, of `task_id`) due again now, with fresh counts:
     once the backend, or a secret rotated on one side, is mended (`outbox retry --all-dead`).
     A `task_id` that names no task is a 404, not `{"retried": 0}`."""
     body = body or RetryDeadBody()
-    return {"retried": service.retry_all(kind=body.kind, task_id=body.task_id)}
+    by = _retrier(operator, body)
+    return {
+        "retried": service.retry_all(kind=body.kind, task_id=body.task_id, by=by, note=body.note)
+    }
 
 
 @router.post("/retry-failing", response_model=RetriedFailing, responses=ERROR_RESPONSES)
 def retry_every_failing(
-    body: RetryDeadBody | None = None, service: OutboxService = Depends(get_outbox)
+    body: RetryDeadBody | None = None,
+    service: OutboxService = Depends(get_outbox),
+    operator: Operator = Depends(require_role("operator")),
 ) -> dict[str, int]:
     """Every pending delivery (of `kind`, of `task_id`) that failed and waits out its backoff,
     due now with its counts kept: once the backend is mended after an outage (`outbox retry
     --all-failing`). One a dispatcher is sending is left to it, and counted in `being_sent`.
     A `task_id` that names no task is a 404."""
     body = body or RetryDeadBody()
-    retried, being_sent = service.retry_failing(kind=body.kind, task_id=body.task_id)
+    retried, being_sent = service.retry_failing(
+        kind=body.kind, task_id=body.task_id, by=_retrier(operator, body), note=body.note
+    )
     return {"retried": retried, "being_sent": being_sent}
 
 
 @router.post("/{outbox_id}/retry", response_model=Delivery, responses=ERROR_RESPONSES)
 def retry_delivery(
-    outbox_id: int = Path(ge=1, le=2**63 - 1), service: OutboxService = Depends(get_outbox)
+    body: RetryBody | None = None,
+    outbox_id: int = Path(ge=1, le=2**63 - 1),
+    service: OutboxService = Depends(get_outbox),
+    operator: Operator = Depends(require_role("operator")),
 ) -> dict[str, Any]:
     """A dead-lettered delivery is due again now, with fresh attempt and throttled counts; a
     pending one (failing, backing off) is due now, its counts kept, once the backend is mended.
     `409 being_sent` while a dispatcher is sending it (retry once its answer is recorded),
     `409 waits_behind` when it waits in order behind an earlier event of its task (retry that
-    one), `409 invalid_transition` for a delivered or discarded one."""
-    return service.retry(outbox_id).public()
+    one), `409 invalid_transition` for a delivered or discarded one. The row records who
+    retried it, when, and the body's `note` (`retried_by`, `retried_at`, `retry_note`)."""
+    body = body or RetryBody()
+    return service.retry(outbox_id, by=_retrier(operator, body), note=body.note).public()
 
 
 @router.post("/{outbox_id}/discard", response_model=Delivery, responses=ERROR_RESPONSES)

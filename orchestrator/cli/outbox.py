@@ -1,7 +1,8 @@
 """`orchestrator outbox dispatch|list|show|retry|discard`: deliveries to the business backend.
 
 The CLI talks to the store directly (an operator on the machine), so `--by` names who
-discards a delivery (default: the user name), as `actions approve` and `tasks requeue` do.
+retries or discards a delivery (default: the user name), as `actions approve` and `tasks
+requeue` do.
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ def register(commands: Any) -> None:
     )
     retry.add_argument("--kind", choices=OUTBOX_KINDS, help="with --all-dead or --all-failing")
     retry.add_argument("--task", dest="task_id", help="with --all-dead or --all-failing")
+    retry.add_argument("--by", default=None, help="who retries it (default: your user name)")
+    retry.add_argument("--note", default=None, help="why, or what was mended (1..500 chars)")
     add_json_flag(retry)
     retry.set_defaults(handler=_retry)
 
@@ -313,6 +316,12 @@ def _shown(row: dict[str, Any]) -> list[str]:
             f"  released {_time(released)} by an operator's retry or discard (of it, or of the "
             "dead letter it waited behind): its wait counts from then"
         )
+    if row.get("retried_at") is not None:
+        # Who made it due again (or hurried it), as a discard says who settled it.
+        note = f": {printable(row['retry_note'])}" if row.get("retry_note") else ""
+        lines.append(
+            f"  retried by {printable(row['retried_by'] or '')} at {_time(row['retried_at'])}{note}"
+        )
     if _being_sent(row, utcnow()):
         lines.append(
             f"  being sent now (attempt {row['attempts']}, held until "
@@ -364,14 +373,22 @@ def _retry(args: argparse.Namespace) -> int:
         )
     if args.outbox_id is not None and (args.kind or args.task_id):
         raise CommandFailed("--kind and --task go with --all-dead or --all-failing", exit_code=2)
+    from orchestrator.api.outbox import RetryBody
+
+    # Checked as the API checks them, before the store is opened (as `discard` does).
+    by = getpass.getuser() if args.by is None else args.by
+    body = checked_body(RetryBody, {"note": args.note, "by": by})
+    who = {"by": str(body.by), "note": body.note}
     db = _db()
     try:
         if args.all_dead:
-            count = OutboxService(db).retry_all(kind=args.kind, task_id=args.task_id)
+            count = OutboxService(db).retry_all(kind=args.kind, task_id=args.task_id, **who)
         elif args.all_failing:
-            count, sending = OutboxService(db).retry_failing(kind=args.kind, task_id=args.task_id)
+            count, sending = OutboxService(db).retry_failing(
+                kind=args.kind, task_id=args.task_id, **who
+            )
         else:
-            row = OutboxService(db).retry(args.outbox_id)
+            row = OutboxService(db).retry(args.outbox_id, **who)
     finally:
         db.dispose()
     if args.all_failing:

@@ -462,13 +462,14 @@ class OutboxService:
             [view] = store.held_views(conn, [row])
         return view
 
-    def retry(self, outbox_id: int) -> OutboxRow:
+    def retry(self, outbox_id: int, *, by: str, note: str | None = None) -> OutboxRow:
         """An operator's retry. A dead row is due again now with fresh counts; a pending one
         (failing, backing off) is due now, its counts kept: once the backend is mended it need
         not wait out its backoff. Refused (409) for a pending row a dispatcher is sending
         (`being_sent`: made due, a second dispatcher would send it at the same time) and for
         one held in order behind an earlier event of its task (`waits_behind`: that one is the
-        one to retry); NotFound for an id that names no row."""
+        one to retry); NotFound for an id that names no row. The row records who retried it,
+        when, and `note` (`retried_by`, `retried_at`, `retry_note`), as a discard does."""
         if outbox_id > MAX_OUTBOX_ID:  # the column holds no larger id: none such exists
             raise NotFound(f"outbox row {outbox_id} does not exist")
         with self.db.transaction() as conn:
@@ -476,39 +477,62 @@ class OutboxService:
             if row is None:
                 raise NotFound(f"outbox row {outbox_id} does not exist")
             if row.status == "pending":
-                _hurry(conn, row)
-            elif not store.retry_dead(conn, outbox_id):
+                _hurry(conn, row, by=by, note=note)
+            elif not store.retry_dead(conn, outbox_id, by=by, note=note):
                 raise InvalidTransition(
                     f"outbox row {outbox_id} is {row.status}; only a dead or pending one can be "
                     "retried"
                 )
             retried = store.get_row(conn, outbox_id)
         assert retried is not None
+        log.info(
+            "outbox %s (%s of task %s) retried by %r",  # typed text: quoted
+            outbox_id,
+            retried.kind,
+            retried.task_id,
+            by,
+        )
         return retried
 
-    def retry_all(self, *, kind: str | None = None, task_id: str | None = None) -> int:
+    def retry_all(
+        self,
+        *,
+        by: str,
+        note: str | None = None,
+        kind: str | None = None,
+        task_id: str | None = None,
+    ) -> int:
         """Every dead-lettered delivery (of `kind`, of `task_id`) due again now, with fresh
-        counts: how many. Once the backend (or a secret) is mended after it refused them all."""
+        counts, each recording who retried it: how many. Once the backend (or a secret) is
+        mended after it refused them all."""
         with self.db.transaction() as conn:
-            count = store.retry_all_dead(conn, kind=kind, task_id=task_id)
+            count = store.retry_all_dead(conn, kind=kind, task_id=task_id, by=by, note=note)
             if not count and task_id is not None:
                 _require_task(conn, task_id)  # not "0 retried" for a mistyped task id
         if count:
-            log.info("%d dead-lettered outbox row(s) are due again", count)
+            log.info("%d dead-lettered outbox row(s) are due again (retried by %r)", count, by)
         return count
 
     def retry_failing(
-        self, *, kind: str | None = None, task_id: str | None = None
+        self,
+        *,
+        by: str,
+        note: str | None = None,
+        kind: str | None = None,
+        task_id: str | None = None,
     ) -> tuple[int, int]:
         """Every pending delivery (of `kind`, of `task_id`) that failed and waits out its
-        backoff, due now with its counts kept: once the backend is mended after an outage.
-        Those a dispatcher is sending are left to it: (made due, being sent)."""
+        backoff, due now with its counts kept, each recording who retried it: once the backend
+        is mended after an outage. Those a dispatcher is sending are left to it: (made due,
+        being sent)."""
         with self.db.transaction() as conn:
-            hurried, sending = store.hurry_all_pending(conn, kind=kind, task_id=task_id)
+            hurried, sending = store.hurry_all_pending(
+                conn, kind=kind, task_id=task_id, by=by, note=note
+            )
             if not (hurried or sending) and task_id is not None:
                 _require_task(conn, task_id)  # not "0 due now" for a mistyped task id
         if hurried:
-            log.info("%d failing outbox row(s) are due now", hurried)
+            log.info("%d failing outbox row(s) are due now (retried by %r)", hurried, by)
         return hurried, sending
 
     def discard(self, outbox_id: int, *, reason: str, by: str) -> OutboxRow:
@@ -552,7 +576,7 @@ class OutboxService:
             return store.delivery_summary(conn, task_id)
 
 
-def _hurry(conn: Connection, row: OutboxRow) -> None:
+def _hurry(conn: Connection, row: OutboxRow, *, by: str, note: str | None) -> None:
     """Make the pending `row` due now, or say why not: a dispatcher is sending it, or it waits
     in order behind an earlier event of its task (made due, it would still wait)."""
     held = store.waits_behind(conn, [row]).get(row.outbox_id)
@@ -568,14 +592,14 @@ def _hurry(conn: Connection, row: OutboxRow) -> None:
             f"(events go in order): {action} that one, and this one follows it",
             code="waits_behind",
         )
-    if store.hurry_pending(conn, row.outbox_id):
+    if store.hurry_pending(conn, row.outbox_id, by=by, note=note):
         return
     # Claimed as it was read or meanwhile (a retry waits for a claim being written): read
     # again for what the claim holds.
     current = store.get_row(conn, row.outbox_id)
     if current is None:  # the cleanup deleted it meanwhile (never attempted, nothing sends it)
         raise NotFound(f"outbox row {row.outbox_id} does not exist")
-    if current.status == "dead" and store.retry_dead(conn, row.outbox_id):
+    if current.status == "dead" and store.retry_dead(conn, row.outbox_id, by=by, note=note):
         return  # its attempt ended meanwhile, dead-lettered: retried as a dead one is
     if current.status != "pending":
         raise InvalidTransition(

@@ -84,6 +84,9 @@ class OutboxRow:
     discarded_by: str | None  # who,
     discard_reason: str | None  # and why
     discarded_from: str | None  # `dead` or `pending` (null: before migration 0026, dead)
+    retried_at: datetime | None  # an operator's last retry of it: when,
+    retried_by: str | None  # who,
+    retry_note: str | None  # and their note, if any
     released_at: datetime | None  # an operator's retry or discard made it deliverable again
     claimed_until: datetime | None  # a dispatcher sends it: its claim's hold (`being_sent`)
 
@@ -315,22 +318,35 @@ def mark_failed(
     )
 
 
-def retry_dead(conn: Connection, outbox_id: int) -> bool:
+def _retried(now: datetime, by: str, note: str | None) -> dict[str, Any]:
+    """The record an operator's retry leaves on each row it retries: when, who, their note."""
+    return {"retried_at": now, "retried_by": by, "retry_note": note}
+
+
+def retry_dead(conn: Connection, outbox_id: int, *, by: str, note: str | None = None) -> bool:
     """An operator's retry: a dead row is due again now, with fresh attempt and throttled
-    counts, released now (as are the pending webhooks of its task, which it held back)."""
+    counts, released now (as are the pending webhooks of its task, which it held back), and
+    who retried it recorded."""
     now = utcnow()
     _release_held_behind(conn, [outbox.c.outbox_id == outbox_id, outbox.c.status == "dead"], now)
     return (
         conn.execute(
             update(outbox)
             .where(outbox.c.outbox_id == outbox_id, outbox.c.status == "dead")
-            .values(status="pending", attempts=0, throttled=0, next_attempt_at=now, released_at=now)
+            .values(
+                status="pending",
+                attempts=0,
+                throttled=0,
+                next_attempt_at=now,
+                released_at=now,
+                **_retried(now, by, note),
+            )
         ).rowcount
         == 1
     )
 
 
-def hurry_pending(conn: Connection, outbox_id: int) -> bool:
+def hurry_pending(conn: Connection, outbox_id: int, *, by: str, note: str | None = None) -> bool:
     """An operator's retry of a pending row (failing, backing off): due now, its counts kept
     (it is not dead). False when the row is not pending, or a dispatcher is sending it (its
     claim's hold not run out): made due meanwhile, a second dispatcher would send it while the
@@ -345,14 +361,14 @@ def hurry_pending(conn: Connection, outbox_id: int) -> bool:
                 outbox.c.status == "pending",
                 or_(outbox.c.claimed_until.is_(None), outbox.c.claimed_until <= now),
             )
-            .values(next_attempt_at=now)
+            .values(next_attempt_at=now, **_retried(now, by, note))
         ).rowcount
         == 1
     )
 
 
 def hurry_all_pending(
-    conn: Connection, *, kind: str | None, task_id: str | None
+    conn: Connection, *, kind: str | None, task_id: str | None, by: str, note: str | None = None
 ) -> tuple[int, int]:
     """`hurry_pending` for every pending row (of `kind`, of `task_id`) that failed and waits
     out its backoff: after an outage of the backend, all of them due now in one statement.
@@ -365,14 +381,20 @@ def hurry_all_pending(
     if task_id is not None:
         conditions.append(outbox.c.task_id == task_id)
     free = or_(outbox.c.claimed_until.is_(None), outbox.c.claimed_until <= now)
-    hurried = conn.execute(update(outbox).where(*conditions, free).values(next_attempt_at=now))
+    hurried = conn.execute(
+        update(outbox)
+        .where(*conditions, free)
+        .values(next_attempt_at=now, **_retried(now, by, note))
+    )
     sending = conn.execute(
         select(func.count()).select_from(outbox).where(*conditions, ~free)
     ).scalar_one()
     return int(hurried.rowcount), int(sending)
 
 
-def retry_all_dead(conn: Connection, *, kind: str | None, task_id: str | None) -> int:
+def retry_all_dead(
+    conn: Connection, *, kind: str | None, task_id: str | None, by: str, note: str | None = None
+) -> int:
     """`retry_dead` for every dead row (of `kind`, of `task_id`): after an outage or a secret
     that was not the backend's, each dead letter is due again in one statement. How many."""
     conditions = [outbox.c.status == "dead"]
@@ -385,7 +407,14 @@ def retry_all_dead(conn: Connection, *, kind: str | None, task_id: str | None) -
     result = conn.execute(
         update(outbox)
         .where(*conditions)
-        .values(status="pending", attempts=0, throttled=0, next_attempt_at=now, released_at=now)
+        .values(
+            status="pending",
+            attempts=0,
+            throttled=0,
+            next_attempt_at=now,
+            released_at=now,
+            **_retried(now, by, note),
+        )
     )
     return int(result.rowcount)
 

@@ -447,7 +447,7 @@ def test_the_action_list_shows_each_approved_actions_delivery_in_one_query(
         f"delivery delivered (outbox {listed[delivered]['outbox_id']})"
     )
     assert "delivery" not in lines[undecided]
-    OutboxService(rt.db).retry(number)
+    OutboxService(rt.db).retry(number, by="ops")
     assert main(["actions", "show", refused]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if "delivery:" in x)
     assert "pending, 0 attempt(s), last error, before the retry: HTTP 422" in line

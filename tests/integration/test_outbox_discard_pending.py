@@ -120,7 +120,7 @@ def test_a_failing_approved_action_is_discarded_and_never_sent_again(
         assert "(it was pending, not dead-lettered): done by phone" in capsys.readouterr().out
 
         backend.always_fail = False  # mended: still not sent, it was settled by hand
-        OutboxService(rt.db).retry_failing()  # every failing one due now, but it
+        OutboxService(rt.db).retry_failing(by="kim")  # every failing one due now, but it
         assert number not in dispatcher.run_once().delivered
         assert len(backend.on("/actions")) == 1  # the one failed attempt, no more
         assert _delivery(rt, action_id).status == "discarded"

@@ -31,7 +31,7 @@ from orchestrator.store.db import Database
 from orchestrator.store.tables import OUTBOX_KINDS, OUTBOX_STATUSES
 from orchestrator.store.types import utcnow
 
-__all__ = ["dead_label", "error_label", "register"]
+__all__ = ["being_sent", "dead_label", "error_label", "register"]
 
 log = logging.getLogger("orchestrator.outbox")
 
@@ -206,7 +206,7 @@ def _next_attempt(row: dict[str, Any], now: datetime) -> str:
         return ""
     if row.get("waits_behind") or row.get("waits_behind_retried"):
         return ""
-    if _being_sent(row, now):
+    if being_sent(row, now):
         return "  being sent now"
     seconds = (at - now).total_seconds()
     if seconds >= 1:
@@ -214,7 +214,7 @@ def _next_attempt(row: dict[str, Any], now: datetime) -> str:
     return f"  next attempt due {_span(-seconds)} ago" if seconds <= -1 else "  next attempt due"
 
 
-def _being_sent(row: dict[str, Any], now: datetime) -> bool:
+def being_sent(row: dict[str, Any], now: datetime) -> bool:
     """A dispatcher holds the pending row to send it (its claim's hold not run out)."""
     until = row.get("claimed_until")
     return row["status"] == "pending" and isinstance(until, datetime) and until > now
@@ -322,7 +322,7 @@ def _shown(row: dict[str, Any]) -> list[str]:
         lines.append(
             f"  retried by {printable(row['retried_by'] or '')} at {_time(row['retried_at'])}{note}"
         )
-    if _being_sent(row, utcnow()):
+    if being_sent(row, utcnow()):
         lines.append(
             f"  being sent now (attempt {row['attempts']}, held until "
             f"{_time(row['claimed_until'])}): a retry waits until its answer is recorded"
@@ -347,7 +347,7 @@ def _shown(row: dict[str, Any]) -> list[str]:
             f"{was}: {printable(row['discard_reason'])}"
         )
     held = row["waits_behind"] or row["waits_behind_retried"]
-    if status == "pending" and row["last_error"] and not (held or _being_sent(row, utcnow())):
+    if status == "pending" and row["last_error"] and not (held or being_sent(row, utcnow())):
         # Failing, not dead: an action is retried until a 2xx, so one the backend always
         # refuses with a 500 is settled by a person or sent for ever.
         lines.append(

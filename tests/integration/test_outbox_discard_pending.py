@@ -99,6 +99,22 @@ def test_a_failing_approved_action_is_discarded_and_never_sent_again(
         _cli_on(monkeypatch, store_url, tmp_path)
         assert main(["outbox", "show", str(number)]) == 0
         assert f"`orchestrator outbox discard {number} --reason R`" in capsys.readouterr().out
+        # Where the action shows its delivery, the ways out of a failing one are named.
+        assert main(["actions", "show", action_id]) == 0
+        [line] = [x for x in capsys.readouterr().out.splitlines() if "delivery:" in x]
+        assert line.endswith(
+            f"(outbox {number}): `orchestrator outbox retry {number}` sends it now once the "
+            f"backend is mended, or `outbox discard {number} --reason R` once dealt with by hand"
+        )
+        assert main(["actions", "list", "--status", "approved"]) == 0
+        assert (
+            capsys.readouterr()
+            .out.splitlines()[0]
+            .endswith(
+                f"delivery pending after 1 attempt(s): outbox retry {number} or discard it "
+                f"(outbox {number})"
+            )
+        )
         assert (
             main(["outbox", "discard", str(number), "--reason", "done by phone", "--by", "kim"])
             == 0
@@ -179,6 +195,10 @@ def test_a_delivery_being_sent_is_not_discarded(
             f"orchestrator: being_sent: outbox row {number} is being sent now (attempt 1, held "
         )
         assert _delivery(rt, action_id).status == "pending"
+        assert main(["actions", "show", action_id]) == 0
+        [line] = [x for x in capsys.readouterr().out.splitlines() if "delivery:" in x]
+        assert ", being sent now (attempt 1, held until " in line
+        assert "outbox retry" not in line  # refused while it is sent
 
         backend.release.set()
         sending.join(10)

@@ -349,10 +349,16 @@ def _shown(row: dict[str, Any]) -> list[str]:
     held = row["waits_behind"] or row["waits_behind_retried"]
     if status == "pending" and row["last_error"] and not (held or being_sent(row, utcnow())):
         # Failing, not dead: an action is retried until a 2xx, so one the backend always
-        # refuses with a 500 is settled by a person or sent for ever.
+        # refuses with a 500 is settled by a person or sent for ever. A retry hurries only one
+        # that backs off (one due now is due already).
+        at = row["next_attempt_at"]
+        hurry = (
+            f"`orchestrator outbox retry {number}` sends it now once the backend is mended, or "
+            if isinstance(at, datetime) and at > utcnow()
+            else ""
+        )
         lines.append(
-            f"  `orchestrator outbox retry {number}` sends it now once the backend is mended, or "
-            f"`orchestrator outbox discard {number} --reason R` once dealt with by hand"
+            f"  {hurry}`orchestrator outbox discard {number} --reason R` once dealt with by hand"
         )
     if status == "dead":
         lines.append(

@@ -71,6 +71,9 @@ def test_a_retry_records_who_when_and_why(
         text = capsys.readouterr().out
         assert f"  retried by kim at {shown['retried_at'][:19]}" in text
         assert text.count(": backend mended\n") == 1
+        # Due now: not offered a retry that would change nothing, only the way out.
+        assert "outbox retry" not in text
+        assert f"`orchestrator outbox discard {number} --reason R`" in text
 
         with TestClient(create_app(settings, db=rt.db)) as client:
             route = f"/api/v1/outbox/{number}/retry"

@@ -261,3 +261,25 @@ def test_a_discard_racing_a_claim_on_postgres(
         assert backend.on("/actions") == []
         row = _delivery(rt, action_id)
         assert (row.status, row.discarded_from, row.attempts) == ("discarded", "pending", 1)
+
+
+def test_a_claim_whose_hold_ran_out_is_discarded_and_then_not_sent(
+    rt: Runtime, tmp_path: Path, backend: Recorder
+) -> None:
+    """A row claimed in a batch waits for the rows before it; once its hold ran out it is no
+    longer being sent, and an operator may discard it: the claim's renewal before the send
+    then fails, so the dispatcher skips it, and its answer (had it sent) records nothing."""
+    _, action_id = _approved(rt, tmp_path)
+    with rt.db.transaction() as conn:
+        [claimed] = store.claim_due(conn, ("action",), limit=1, hold_seconds=0)
+    assert OutboxService(rt.db).discard(claimed.outbox_id, reason="x", by="kim").status == (
+        "discarded"
+    )
+    with rt.db.transaction() as conn:
+        assert not store.renew_claim(conn, claimed, hold_seconds=60)
+        assert not store.mark_failed(
+            conn, claimed, "HTTP 500", retry_at=claimed.created_at, dead=False
+        )
+    row = _delivery(rt, action_id)
+    assert (row.status, row.discarded_from, row.claimed_until) == ("discarded", "pending", None)
+    assert backend.on("/actions") == []

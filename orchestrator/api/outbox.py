@@ -63,7 +63,8 @@ class Delivery(BaseModel):
     dead_reason: Literal["refused", "max_attempts"] | None = Field(
         description="why a dead (or discarded) delivery was dead-lettered: `refused`, the "
         "backend refused it for good (a permanent 4xx) and it is never retried, or "
-        "`max_attempts`, a webhook out of ORCH_WEBHOOK_MAX_ATTEMPTS attempts; null otherwise"
+        "`max_attempts`, a webhook out of ORCH_WEBHOOK_MAX_ATTEMPTS attempts; null otherwise, "
+        "and for one discarded while pending (`discarded_from`: never dead-lettered)"
     )
     created_at: IsoTime
     delivered_at: IsoTime | None

@@ -11,7 +11,9 @@ leaves its rows to be sent again when the hold runs out: at least once, and exac
 backend that honours the action id as `Idempotency-Key`. A row the backend refuses for good (a
 permanent 4xx, `delivery_answers`), and a webhook that failed `ORCH_WEBHOOK_MAX_ATTEMPTS` times,
 is dead-lettered until an operator retries it, or discards it once dealt with by hand (the
-backend will never take those bytes: the task's later events then go on). A 429 is not a
+backend will never take those bytes: the task's later events then go on); a failing row not
+being sent may be discarded too (an action the backend answers 500 for every time is never
+dead-lettered, and would be sent for ever). A 429 is not a
 failure there: the backend asks for time, and a burst it rate-limits must not dead-letter
 webhooks and stop their tasks' event streams, so throttled attempts are counted apart
 (`outbox.throttled`) and back off without counting. How a send is signed: `outbox_signing`.

@@ -6,7 +6,9 @@ with the event by `orchestrator.store.task_events`). The body is frozen when the
 so every retry sends the same bytes. The dispatcher (`orchestrator.services.outbox`) claims due
 rows here, sends them outside any transaction, and records the result: delivered, failed and
 due again, throttled, or dead until an operator retries it or discards it (settles it by hand:
-`discarded`, with who, when and why; it no longer holds its task's later events back). The
+`discarded`, with who, when and why; it no longer holds its task's later events back), a
+pending one no dispatcher is sending discarded too (`discarded_from`); each retry records who
+made it (`retried_by`). The
 retention pass
 (`orchestrator.services.cleanup`) deletes old webhooks here that are done with:
 `delete_expired_webhooks`.

@@ -1,6 +1,6 @@
 """Deliveries to the business backend over HTTP: `/api/v1/outbox` (list, or one by its id; an
 operator retries a dead letter or hurries a failing one, or discards one dealt with by hand,
-saying why)."""
+dead or failing, saying why)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ __all__ = [
     "DeliveryStatus",
     "DiscardBody",
     "ListedDelivery",
+    "RetryBody",
     "router",
 ]
 
@@ -62,21 +63,33 @@ class Delivery(BaseModel):
     dead_reason: Literal["refused", "max_attempts"] | None = Field(
         description="why a dead (or discarded) delivery was dead-lettered: `refused`, the "
         "backend refused it for good (a permanent 4xx) and it is never retried, or "
-        "`max_attempts`, a webhook out of ORCH_WEBHOOK_MAX_ATTEMPTS attempts; null otherwise"
+        "`max_attempts`, a webhook out of ORCH_WEBHOOK_MAX_ATTEMPTS attempts; null otherwise, "
+        "and for one discarded while pending (`discarded_from`: never dead-lettered)"
     )
     created_at: IsoTime
     delivered_at: IsoTime | None
     discarded_at: IsoTime | None = Field(
-        description="when an operator discarded the dead letter (settled it by hand)"
+        description="when an operator discarded it (settled it by hand)"
     )
     discarded_by: str | None = Field(description="who discarded it")
     discard_reason: str | None = Field(description="why it was discarded")
+    discarded_from: Literal["dead", "pending"] | None = Field(
+        default=None,
+        description="what a discarded delivery was when discarded: `dead`, or `pending` "
+        "(failing, never dead-lettered: an action the backend answers 500 for every time); "
+        "null for one discarded before migration 0026 (dead) or not discarded",
+    )
     released_at: IsoTime | None = Field(
         default=None,
         description="when an operator's retry or discard last made it deliverable again: a "
         "retry of this dead letter, or of (or a discard of) the dead letter of its task it "
         "waited behind; `orchestrator_outbox_oldest_pending_seconds` counts its wait from then",
     )
+    retried_at: IsoTime | None = Field(
+        default=None, description="when an operator last retried it (or hurried it, pending)"
+    )
+    retried_by: str | None = Field(default=None, description="who last retried it")
+    retry_note: str | None = Field(default=None, description="their note with that retry")
     claimed_until: IsoTime | None = Field(
         default=None,
         description="while a dispatcher is sending it: until when its claim holds the row "
@@ -117,8 +130,23 @@ class DiscardBody(BaseModel):
     )
 
 
-class RetryDeadBody(BaseModel):
+class RetryBody(BaseModel):
+    """Optional: who retries (the shared token's `by`) and a note, kept on the row."""
+
     model_config = ConfigDict(extra="forbid")
+    note: FilledText | None = Field(
+        default=None, min_length=1, max_length=500, description="why, or what was mended"
+    )
+    by: FilledText | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="who retries it, with the shared API token (recorded as `api` when not "
+        "said); an operator account is recorded by its name",
+    )
+
+
+class RetryDeadBody(RetryBody):
     kind: DeliveryKind | None = Field(default=None, description="only deliveries of this kind")
     task_id: str | None = Field(
         default=None, min_length=1, max_length=36, description="only this task's deliveries"
@@ -144,6 +172,14 @@ class DeliveryPage(BaseModel):
 
 def get_outbox(request: Request) -> OutboxService:
     return OutboxService(request.app.state.db)
+
+
+def _retrier(operator: Operator, body: RetryBody) -> str:
+    """Who retries: an account's name, or the shared token's `by`. Not required of the shared
+    token (a retry took no body before, and the console sends none): then its account, `api`."""
+    if operator.shared and body.by is not None:
+        return body.by
+    return operator.name
 
 
 #: Part of every tag of a page of deliveries: a client holding an older API's page gets the new.
@@ -193,38 +229,52 @@ def show_delivery(
 
 @router.post("/retry-dead", response_model=RetriedDead, responses=ERROR_RESPONSES)
 def retry_every_dead(
-    body: RetryDeadBody | None = None, service: OutboxService = Depends(get_outbox)
+    body: RetryDeadBody | None = None,
+    service: OutboxService = Depends(get_outbox),
+    operator: Operator = Depends(require_role("operator")),
 ) -> dict[str, int]:
     """Every dead-lettered delivery (of `kind`, of `task_id`) due again now, with fresh counts:
     once the backend, or a secret rotated on one side, is mended (`outbox retry --all-dead`).
     A `task_id` that names no task is a 404, not `{"retried": 0}`."""
     body = body or RetryDeadBody()
-    return {"retried": service.retry_all(kind=body.kind, task_id=body.task_id)}
+    by = _retrier(operator, body)
+    return {
+        "retried": service.retry_all(kind=body.kind, task_id=body.task_id, by=by, note=body.note)
+    }
 
 
 @router.post("/retry-failing", response_model=RetriedFailing, responses=ERROR_RESPONSES)
 def retry_every_failing(
-    body: RetryDeadBody | None = None, service: OutboxService = Depends(get_outbox)
+    body: RetryDeadBody | None = None,
+    service: OutboxService = Depends(get_outbox),
+    operator: Operator = Depends(require_role("operator")),
 ) -> dict[str, int]:
     """Every pending delivery (of `kind`, of `task_id`) that failed and waits out its backoff,
     due now with its counts kept: once the backend is mended after an outage (`outbox retry
     --all-failing`). One a dispatcher is sending is left to it, and counted in `being_sent`.
     A `task_id` that names no task is a 404."""
     body = body or RetryDeadBody()
-    retried, being_sent = service.retry_failing(kind=body.kind, task_id=body.task_id)
+    retried, being_sent = service.retry_failing(
+        kind=body.kind, task_id=body.task_id, by=_retrier(operator, body), note=body.note
+    )
     return {"retried": retried, "being_sent": being_sent}
 
 
 @router.post("/{outbox_id}/retry", response_model=Delivery, responses=ERROR_RESPONSES)
 def retry_delivery(
-    outbox_id: int = Path(ge=1, le=2**63 - 1), service: OutboxService = Depends(get_outbox)
+    body: RetryBody | None = None,
+    outbox_id: int = Path(ge=1, le=2**63 - 1),
+    service: OutboxService = Depends(get_outbox),
+    operator: Operator = Depends(require_role("operator")),
 ) -> dict[str, Any]:
     """A dead-lettered delivery is due again now, with fresh attempt and throttled counts; a
     pending one (failing, backing off) is due now, its counts kept, once the backend is mended.
     `409 being_sent` while a dispatcher is sending it (retry once its answer is recorded),
     `409 waits_behind` when it waits in order behind an earlier event of its task (retry that
-    one), `409 invalid_transition` for a delivered or discarded one."""
-    return service.retry(outbox_id).public()
+    one), `409 invalid_transition` for a delivered or discarded one. The row records who
+    retried it, when, and the body's `note` (`retried_by`, `retried_at`, `retry_note`)."""
+    body = body or RetryBody()
+    return service.retry(outbox_id, by=_retrier(operator, body), note=body.note).public()
 
 
 @router.post("/{outbox_id}/discard", response_model=Delivery, responses=ERROR_RESPONSES)
@@ -235,7 +285,10 @@ def discard_delivery(
     service: OutboxService = Depends(get_outbox),
     operator: Operator = Depends(require_role("operator")),
 ) -> dict[str, Any]:
-    """Settle a dead-lettered delivery an operator dealt with by hand: never sent again, and its
-    task's later events go on; the row keeps who, when and why."""
+    """Settle a delivery an operator dealt with by hand, dead-lettered or pending (an action
+    the backend answers 500 for every time is retried for ever otherwise): never sent again,
+    and its task's later events go on; the row keeps who, when and why. `409 being_sent` while
+    a dispatcher sends it (its answer may deliver it), `409 invalid_transition` for a
+    delivered or discarded one."""
     by = decider(operator, body.by)
     return service.discard(outbox_id, reason=body.reason, by=by).public()

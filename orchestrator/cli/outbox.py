@@ -1,7 +1,8 @@
 """`orchestrator outbox dispatch|list|show|retry|discard`: deliveries to the business backend.
 
 The CLI talks to the store directly (an operator on the machine), so `--by` names who
-discards a dead letter (default: the user name), as `actions approve` and `tasks requeue` do.
+retries or discards a delivery (default: the user name), as `actions approve` and `tasks
+requeue` do.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from orchestrator.store.db import Database
 from orchestrator.store.tables import OUTBOX_KINDS, OUTBOX_STATUSES
 from orchestrator.store.types import utcnow
 
-__all__ = ["dead_label", "error_label", "register"]
+__all__ = ["being_sent", "dead_label", "error_label", "register"]
 
 log = logging.getLogger("orchestrator.outbox")
 
@@ -82,13 +83,15 @@ def register(commands: Any) -> None:
     )
     retry.add_argument("--kind", choices=OUTBOX_KINDS, help="with --all-dead or --all-failing")
     retry.add_argument("--task", dest="task_id", help="with --all-dead or --all-failing")
+    retry.add_argument("--by", default=None, help="who retries it (default: your user name)")
+    retry.add_argument("--note", default=None, help="why, or what was mended (1..500 chars)")
     add_json_flag(retry)
     retry.set_defaults(handler=_retry)
 
     discard = outbox.add_parser(
         "discard",
-        help="settle a dead-lettered delivery dealt with by hand: never sent again, and its "
-        "task's later events go on",
+        help="settle a delivery dealt with by hand, dead-lettered or failing (not while a "
+        "dispatcher sends it): never sent again, and its task's later events go on",
     )
     discard.add_argument("outbox_id", type=bounded_int(1, 2**63 - 1))
     discard.add_argument("--reason", required=True, help="how it was dealt with (1..500 chars)")
@@ -203,7 +206,7 @@ def _next_attempt(row: dict[str, Any], now: datetime) -> str:
         return ""
     if row.get("waits_behind") or row.get("waits_behind_retried"):
         return ""
-    if _being_sent(row, now):
+    if being_sent(row, now):
         return "  being sent now"
     seconds = (at - now).total_seconds()
     if seconds >= 1:
@@ -211,7 +214,7 @@ def _next_attempt(row: dict[str, Any], now: datetime) -> str:
     return f"  next attempt due {_span(-seconds)} ago" if seconds <= -1 else "  next attempt due"
 
 
-def _being_sent(row: dict[str, Any], now: datetime) -> bool:
+def being_sent(row: dict[str, Any], now: datetime) -> bool:
     """A dispatcher holds the pending row to send it (its claim's hold not run out)."""
     until = row.get("claimed_until")
     return row["status"] == "pending" and isinstance(until, datetime) and until > now
@@ -313,7 +316,13 @@ def _shown(row: dict[str, Any]) -> list[str]:
             f"  released {_time(released)} by an operator's retry or discard (of it, or of the "
             "dead letter it waited behind): its wait counts from then"
         )
-    if _being_sent(row, utcnow()):
+    if row.get("retried_at") is not None:
+        # Who made it due again (or hurried it), as a discard says who settled it.
+        note = f": {printable(row['retry_note'])}" if row.get("retry_note") else ""
+        lines.append(
+            f"  retried by {printable(row['retried_by'] or '')} at {_time(row['retried_at'])}{note}"
+        )
+    if being_sent(row, utcnow()):
         lines.append(
             f"  being sent now (attempt {row['attempts']}, held until "
             f"{_time(row['claimed_until'])}): a retry waits until its answer is recorded"
@@ -329,9 +338,27 @@ def _shown(row: dict[str, Any]) -> list[str]:
     if status == "delivered":
         lines.append(f"  delivered {_time(row['delivered_at'])}")
     if status == "discarded":
+        # One discarded while pending was never dead-lettered: it failed, and a person settled it.
+        was = (
+            " (it was pending, not dead-lettered)" if row.get("discarded_from") == "pending" else ""
+        )
         lines.append(
-            f"  discarded by {printable(row['discarded_by'])} at {_time(row['discarded_at'])}: "
-            f"{printable(row['discard_reason'])}"
+            f"  discarded by {printable(row['discarded_by'])} at {_time(row['discarded_at'])}"
+            f"{was}: {printable(row['discard_reason'])}"
+        )
+    held = row["waits_behind"] or row["waits_behind_retried"]
+    if status == "pending" and row["last_error"] and not (held or being_sent(row, utcnow())):
+        # Failing, not dead: an action is retried until a 2xx, so one the backend always
+        # refuses with a 500 is settled by a person or sent for ever. A retry hurries only one
+        # that backs off (one due now is due already).
+        at = row["next_attempt_at"]
+        hurry = (
+            f"`orchestrator outbox retry {number}` sends it now once the backend is mended, or "
+            if isinstance(at, datetime) and at > utcnow()
+            else ""
+        )
+        lines.append(
+            f"  {hurry}`orchestrator outbox discard {number} --reason R` once dealt with by hand"
         )
     if status == "dead":
         lines.append(
@@ -352,14 +379,22 @@ def _retry(args: argparse.Namespace) -> int:
         )
     if args.outbox_id is not None and (args.kind or args.task_id):
         raise CommandFailed("--kind and --task go with --all-dead or --all-failing", exit_code=2)
+    from orchestrator.api.outbox import RetryBody
+
+    # Checked as the API checks them, before the store is opened (as `discard` does).
+    by = getpass.getuser() if args.by is None else args.by
+    body = checked_body(RetryBody, {"note": args.note, "by": by})
+    who = {"by": str(body.by), "note": body.note}
     db = _db()
     try:
         if args.all_dead:
-            count = OutboxService(db).retry_all(kind=args.kind, task_id=args.task_id)
+            count = OutboxService(db).retry_all(kind=args.kind, task_id=args.task_id, **who)
         elif args.all_failing:
-            count, sending = OutboxService(db).retry_failing(kind=args.kind, task_id=args.task_id)
+            count, sending = OutboxService(db).retry_failing(
+                kind=args.kind, task_id=args.task_id, **who
+            )
         else:
-            row = OutboxService(db).retry(args.outbox_id)
+            row = OutboxService(db).retry(args.outbox_id, **who)
     finally:
         db.dispose()
     if args.all_failing:

@@ -11,7 +11,9 @@ leaves its rows to be sent again when the hold runs out: at least once, and exac
 backend that honours the action id as `Idempotency-Key`. A row the backend refuses for good (a
 permanent 4xx, `delivery_answers`), and a webhook that failed `ORCH_WEBHOOK_MAX_ATTEMPTS` times,
 is dead-lettered until an operator retries it, or discards it once dealt with by hand (the
-backend will never take those bytes: the task's later events then go on). A 429 is not a
+backend will never take those bytes: the task's later events then go on); a failing row not
+being sent may be discarded too (an action the backend answers 500 for every time is never
+dead-lettered, and would be sent for ever). A 429 is not a
 failure there: the backend asks for time, and a burst it rate-limits must not dead-letter
 webhooks and stop their tasks' event streams, so throttled attempts are counted apart
 (`outbox.throttled`) and back off without counting. How a send is signed: `outbox_signing`.
@@ -462,13 +464,14 @@ class OutboxService:
             [view] = store.held_views(conn, [row])
         return view
 
-    def retry(self, outbox_id: int) -> OutboxRow:
+    def retry(self, outbox_id: int, *, by: str, note: str | None = None) -> OutboxRow:
         """An operator's retry. A dead row is due again now with fresh counts; a pending one
         (failing, backing off) is due now, its counts kept: once the backend is mended it need
         not wait out its backoff. Refused (409) for a pending row a dispatcher is sending
         (`being_sent`: made due, a second dispatcher would send it at the same time) and for
         one held in order behind an earlier event of its task (`waits_behind`: that one is the
-        one to retry); NotFound for an id that names no row."""
+        one to retry); NotFound for an id that names no row. The row records who retried it,
+        when, and `note` (`retried_by`, `retried_at`, `retry_note`), as a discard does."""
         if outbox_id > MAX_OUTBOX_ID:  # the column holds no larger id: none such exists
             raise NotFound(f"outbox row {outbox_id} does not exist")
         with self.db.transaction() as conn:
@@ -476,62 +479,95 @@ class OutboxService:
             if row is None:
                 raise NotFound(f"outbox row {outbox_id} does not exist")
             if row.status == "pending":
-                _hurry(conn, row)
-            elif not store.retry_dead(conn, outbox_id):
+                _hurry(conn, row, by=by, note=note)
+            elif not store.retry_dead(conn, outbox_id, by=by, note=note):
                 raise InvalidTransition(
                     f"outbox row {outbox_id} is {row.status}; only a dead or pending one can be "
                     "retried"
                 )
             retried = store.get_row(conn, outbox_id)
         assert retried is not None
+        log.info(
+            "outbox %s (%s of task %s) retried by %r",  # typed text: quoted
+            outbox_id,
+            retried.kind,
+            retried.task_id,
+            by,
+        )
         return retried
 
-    def retry_all(self, *, kind: str | None = None, task_id: str | None = None) -> int:
+    def retry_all(
+        self,
+        *,
+        by: str,
+        note: str | None = None,
+        kind: str | None = None,
+        task_id: str | None = None,
+    ) -> int:
         """Every dead-lettered delivery (of `kind`, of `task_id`) due again now, with fresh
-        counts: how many. Once the backend (or a secret) is mended after it refused them all."""
+        counts, each recording who retried it: how many. Once the backend (or a secret) is
+        mended after it refused them all."""
         with self.db.transaction() as conn:
-            count = store.retry_all_dead(conn, kind=kind, task_id=task_id)
+            count = store.retry_all_dead(conn, kind=kind, task_id=task_id, by=by, note=note)
             if not count and task_id is not None:
                 _require_task(conn, task_id)  # not "0 retried" for a mistyped task id
         if count:
-            log.info("%d dead-lettered outbox row(s) are due again", count)
+            log.info("%d dead-lettered outbox row(s) are due again (retried by %r)", count, by)
         return count
 
     def retry_failing(
-        self, *, kind: str | None = None, task_id: str | None = None
+        self,
+        *,
+        by: str,
+        note: str | None = None,
+        kind: str | None = None,
+        task_id: str | None = None,
     ) -> tuple[int, int]:
         """Every pending delivery (of `kind`, of `task_id`) that failed and waits out its
-        backoff, due now with its counts kept: once the backend is mended after an outage.
-        Those a dispatcher is sending are left to it: (made due, being sent)."""
+        backoff, due now with its counts kept, each recording who retried it: once the backend
+        is mended after an outage. Those a dispatcher is sending are left to it: (made due,
+        being sent)."""
         with self.db.transaction() as conn:
-            hurried, sending = store.hurry_all_pending(conn, kind=kind, task_id=task_id)
+            hurried, sending = store.hurry_all_pending(
+                conn, kind=kind, task_id=task_id, by=by, note=note
+            )
             if not (hurried or sending) and task_id is not None:
                 _require_task(conn, task_id)  # not "0 due now" for a mistyped task id
         if hurried:
-            log.info("%d failing outbox row(s) are due now", hurried)
+            log.info("%d failing outbox row(s) are due now (retried by %r)", hurried, by)
         return hurried, sending
 
     def discard(self, outbox_id: int, *, reason: str, by: str) -> OutboxRow:
-        """Settle a dead letter an operator dealt with by hand: never sent again, and its task's
-        later events go on. The row stays (who, when, why) until retention deletes it; an
-        approved action's row for good, saying its delivery was discarded, never delivered."""
+        """Settle a delivery an operator dealt with by hand: never sent again, and its task's
+        later events go on. A dead one, or a pending one no dispatcher is sending: an action is
+        retried until a 2xx, and one the backend answers 500 for every time (a bug on its side
+        for that payload) was sent for ever. Refused (409 `being_sent`) while a dispatcher
+        sends it: its answer may yet deliver it. The row stays (who, when, why, and whether it
+        was dead or pending) until retention deletes it; an approved action's row for good,
+        saying its delivery was discarded, never delivered."""
         if outbox_id > MAX_OUTBOX_ID:
             raise NotFound(f"outbox row {outbox_id} does not exist")
         with self.db.transaction() as conn:
             row = store.get_row(conn, outbox_id)
             if row is None:
                 raise NotFound(f"outbox row {outbox_id} does not exist")
-            if not store.discard_dead(conn, outbox_id, by=by, reason=reason):
+            if not store.discard(conn, outbox_id, by=by, reason=reason):
+                # Read again: on Postgres the discard waited for a claim being written.
+                current = store.get_row(conn, outbox_id) or row
+                if current.being_sent(utcnow()):
+                    raise _being_sent(current, "discard it then if it failed")
                 raise InvalidTransition(
-                    f"outbox row {outbox_id} is {row.status}; only a dead one can be discarded"
+                    f"outbox row {outbox_id} is {current.status}; only a dead or pending one "
+                    "can be discarded"
                 )
             discarded = store.get_row(conn, outbox_id)
         assert discarded is not None
         log.info(
-            "outbox %s (%s of task %s) discarded by %r: %r",  # typed text: one line, quoted
+            "outbox %s (%s of task %s, %s) discarded by %r: %r",  # typed text: one line, quoted
             outbox_id,
             discarded.kind,
             discarded.task_id,
+            discarded.discarded_from,
             by,
             reason,
         )
@@ -542,7 +578,7 @@ class OutboxService:
             return store.delivery_summary(conn, task_id)
 
 
-def _hurry(conn: Connection, row: OutboxRow) -> None:
+def _hurry(conn: Connection, row: OutboxRow, *, by: str, note: str | None) -> None:
     """Make the pending `row` due now, or say why not: a dispatcher is sending it, or it waits
     in order behind an earlier event of its task (made due, it would still wait)."""
     held = store.waits_behind(conn, [row]).get(row.outbox_id)
@@ -558,26 +594,30 @@ def _hurry(conn: Connection, row: OutboxRow) -> None:
             f"(events go in order): {action} that one, and this one follows it",
             code="waits_behind",
         )
-    if store.hurry_pending(conn, row.outbox_id):
+    if store.hurry_pending(conn, row.outbox_id, by=by, note=note):
         return
     # Claimed as it was read or meanwhile (a retry waits for a claim being written): read
     # again for what the claim holds.
     current = store.get_row(conn, row.outbox_id)
     if current is None:  # the cleanup deleted it meanwhile (never attempted, nothing sends it)
         raise NotFound(f"outbox row {row.outbox_id} does not exist")
-    if current.status == "dead" and store.retry_dead(conn, row.outbox_id):
+    if current.status == "dead" and store.retry_dead(conn, row.outbox_id, by=by, note=note):
         return  # its attempt ended meanwhile, dead-lettered: retried as a dead one is
     if current.status != "pending":
         raise InvalidTransition(
             f"outbox row {row.outbox_id} is {current.status}; only a dead or pending one can "
             "be retried"
         )
-    until = (
-        f", held until {current.claimed_until:%Y-%m-%dT%H:%M:%S}Z" if current.claimed_until else ""
-    )
-    raise ConflictError(
-        f"outbox row {row.outbox_id} is being sent now (attempt {current.attempts}{until}); "
-        "its answer is recorded when the attempt ends: retry it then if it failed",
+    raise _being_sent(current, "retry it then if it failed")
+
+
+def _being_sent(row: OutboxRow, then: str) -> ConflictError:
+    """409 `being_sent` for an operator's retry or discard of a row a dispatcher is sending:
+    what holds it, until when, and what to do once its answer is recorded."""
+    until = f", held until {row.claimed_until:%Y-%m-%dT%H:%M:%S}Z" if row.claimed_until else ""
+    return ConflictError(
+        f"outbox row {row.outbox_id} is being sent now (attempt {row.attempts}{until}); "
+        f"its answer is recorded when the attempt ends: {then}",
         code="being_sent",
     )
 

@@ -6,7 +6,9 @@ with the event by `orchestrator.store.task_events`). The body is frozen when the
 so every retry sends the same bytes. The dispatcher (`orchestrator.services.outbox`) claims due
 rows here, sends them outside any transaction, and records the result: delivered, failed and
 due again, throttled, or dead until an operator retries it or discards it (settles it by hand:
-`discarded`, with who, when and why; it no longer holds its task's later events back). The
+`discarded`, with who, when and why; it no longer holds its task's later events back), a
+pending one no dispatcher is sending discarded too (`discarded_from`); each retry records who
+made it (`retried_by`). The
 retention pass
 (`orchestrator.services.cleanup`) deletes old webhooks here that are done with:
 `delete_expired_webhooks`.
@@ -46,7 +48,7 @@ __all__ = [
     "claim_due",
     "delete_expired_webhooks",
     "delivery_summary",
-    "discard_dead",
+    "discard",
     "get_row",
     "held_views",
     "hurry_all_pending",
@@ -83,6 +85,10 @@ class OutboxRow:
     discarded_at: datetime | None  # an operator settled the dead letter by hand: when,
     discarded_by: str | None  # who,
     discard_reason: str | None  # and why
+    discarded_from: str | None  # `dead` or `pending` (null: before migration 0026, dead)
+    retried_at: datetime | None  # an operator's last retry of it: when,
+    retried_by: str | None  # who,
+    retry_note: str | None  # and their note, if any
     released_at: datetime | None  # an operator's retry or discard made it deliverable again
     claimed_until: datetime | None  # a dispatcher sends it: its claim's hold (`being_sent`)
 
@@ -111,8 +117,8 @@ class OutboxRow:
         backend refused it for good and it is never retried (an approved action is dead-lettered
         for nothing else), or `max_attempts`, a webhook out of ORCH_WEBHOOK_MAX_ATTEMPTS. Its
         error alone (`HTTP 503`) read as one more failure that would be retried."""
-        if self.status not in ("dead", "discarded"):
-            return None
+        if self.status not in ("dead", "discarded") or self.discarded_from == "pending":
+            return None  # a row discarded while pending was never dead-lettered
         if self.kind == "action" or REFUSAL in (self.last_error or ""):
             return "refused"
         return "max_attempts"
@@ -314,22 +320,35 @@ def mark_failed(
     )
 
 
-def retry_dead(conn: Connection, outbox_id: int) -> bool:
+def _retried(now: datetime, by: str, note: str | None) -> dict[str, Any]:
+    """The record an operator's retry leaves on each row it retries: when, who, their note."""
+    return {"retried_at": now, "retried_by": by, "retry_note": note}
+
+
+def retry_dead(conn: Connection, outbox_id: int, *, by: str, note: str | None = None) -> bool:
     """An operator's retry: a dead row is due again now, with fresh attempt and throttled
-    counts, released now (as are the pending webhooks of its task, which it held back)."""
+    counts, released now (as are the pending webhooks of its task, which it held back), and
+    who retried it recorded."""
     now = utcnow()
     _release_held_behind(conn, [outbox.c.outbox_id == outbox_id, outbox.c.status == "dead"], now)
     return (
         conn.execute(
             update(outbox)
             .where(outbox.c.outbox_id == outbox_id, outbox.c.status == "dead")
-            .values(status="pending", attempts=0, throttled=0, next_attempt_at=now, released_at=now)
+            .values(
+                status="pending",
+                attempts=0,
+                throttled=0,
+                next_attempt_at=now,
+                released_at=now,
+                **_retried(now, by, note),
+            )
         ).rowcount
         == 1
     )
 
 
-def hurry_pending(conn: Connection, outbox_id: int) -> bool:
+def hurry_pending(conn: Connection, outbox_id: int, *, by: str, note: str | None = None) -> bool:
     """An operator's retry of a pending row (failing, backing off): due now, its counts kept
     (it is not dead). False when the row is not pending, or a dispatcher is sending it (its
     claim's hold not run out): made due meanwhile, a second dispatcher would send it while the
@@ -344,14 +363,14 @@ def hurry_pending(conn: Connection, outbox_id: int) -> bool:
                 outbox.c.status == "pending",
                 or_(outbox.c.claimed_until.is_(None), outbox.c.claimed_until <= now),
             )
-            .values(next_attempt_at=now)
+            .values(next_attempt_at=now, **_retried(now, by, note))
         ).rowcount
         == 1
     )
 
 
 def hurry_all_pending(
-    conn: Connection, *, kind: str | None, task_id: str | None
+    conn: Connection, *, kind: str | None, task_id: str | None, by: str, note: str | None = None
 ) -> tuple[int, int]:
     """`hurry_pending` for every pending row (of `kind`, of `task_id`) that failed and waits
     out its backoff: after an outage of the backend, all of them due now in one statement.
@@ -364,14 +383,20 @@ def hurry_all_pending(
     if task_id is not None:
         conditions.append(outbox.c.task_id == task_id)
     free = or_(outbox.c.claimed_until.is_(None), outbox.c.claimed_until <= now)
-    hurried = conn.execute(update(outbox).where(*conditions, free).values(next_attempt_at=now))
+    hurried = conn.execute(
+        update(outbox)
+        .where(*conditions, free)
+        .values(next_attempt_at=now, **_retried(now, by, note))
+    )
     sending = conn.execute(
         select(func.count()).select_from(outbox).where(*conditions, ~free)
     ).scalar_one()
     return int(hurried.rowcount), int(sending)
 
 
-def retry_all_dead(conn: Connection, *, kind: str | None, task_id: str | None) -> int:
+def retry_all_dead(
+    conn: Connection, *, kind: str | None, task_id: str | None, by: str, note: str | None = None
+) -> int:
     """`retry_dead` for every dead row (of `kind`, of `task_id`): after an outage or a secret
     that was not the backend's, each dead letter is due again in one statement. How many."""
     conditions = [outbox.c.status == "dead"]
@@ -384,22 +409,51 @@ def retry_all_dead(conn: Connection, *, kind: str | None, task_id: str | None) -
     result = conn.execute(
         update(outbox)
         .where(*conditions)
-        .values(status="pending", attempts=0, throttled=0, next_attempt_at=now, released_at=now)
+        .values(
+            status="pending",
+            attempts=0,
+            throttled=0,
+            next_attempt_at=now,
+            released_at=now,
+            **_retried(now, by, note),
+        )
     )
     return int(result.rowcount)
 
 
-def discard_dead(conn: Connection, outbox_id: int, *, by: str, reason: str) -> bool:
-    """An operator's discard: a dead row is settled by hand, never sent again, and its task's
-    later events go on (released now). False when the row is not dead (a retry or another
-    discard came first)."""
+def discard(conn: Connection, outbox_id: int, *, by: str, reason: str) -> bool:
+    """An operator's discard: a dead row, or a pending one no dispatcher is sending (an action
+    the backend answers 500 for every time is retried for ever otherwise), is settled by hand,
+    never sent again, and its task's later events go on (released now). The row keeps what it
+    was (`discarded_from`). False when it is neither: delivered or discarded already, or being
+    sent (its claim's hold not run out). On Postgres a claim being written holds the row's
+    lock: this waits for it and then finds the row claimed; a claim after this commit finds it
+    discarded, and one while this is written skips the locked row."""
     now = utcnow()
-    _release_held_behind(conn, [outbox.c.outbox_id == outbox_id, outbox.c.status == "dead"], now)
+    discardable = [
+        outbox.c.outbox_id == outbox_id,
+        or_(
+            outbox.c.status == "dead",
+            and_(
+                outbox.c.status == "pending",
+                or_(outbox.c.claimed_until.is_(None), outbox.c.claimed_until <= now),
+            ),
+        ),
+    ]
+    _release_held_behind(conn, discardable, now)
     return (
         conn.execute(
             update(outbox)
-            .where(outbox.c.outbox_id == outbox_id, outbox.c.status == "dead")
-            .values(status="discarded", discarded_at=now, discarded_by=by, discard_reason=reason)
+            .where(*discardable)
+            .values(
+                # The status before this statement: `dead` or `pending`.
+                discarded_from=outbox.c.status,
+                status="discarded",
+                discarded_at=now,
+                discarded_by=by,
+                discard_reason=reason,
+                claimed_until=None,
+            )
         ).rowcount
         == 1
     )
@@ -407,9 +461,10 @@ def discard_dead(conn: Connection, outbox_id: int, *, by: str, reason: str) -> b
 
 def _release_held_behind(conn: Connection, dead: list[ColumnElement[bool]], now: datetime) -> None:
     """Stamp `released_at` on the pending webhooks of the tasks of the `dead` webhooks an
-    operator retries or discards (read before that write): a task's events go in order, so its
-    pending ones waited behind the dead letter, for the operator, not for the dispatcher. The
-    oldest-pending gauge measures their wait from now (`oldest_deliverable`)."""
+    operator retries or discards (read before that write; a failing one discarded while
+    pending too): a task's events go in order, so its pending ones waited behind it, for the
+    operator, not for the dispatcher. The oldest-pending gauge measures their wait from now
+    (`oldest_deliverable`)."""
     tasks_of_dead = select(outbox.c.task_id).where(*dead, outbox.c.kind == "webhook")
     conn.execute(
         update(outbox)
@@ -417,6 +472,8 @@ def _release_held_behind(conn: Connection, dead: list[ColumnElement[bool]], now:
             outbox.c.kind == "webhook",
             outbox.c.status == "pending",
             outbox.c.task_id.in_(tasks_of_dead),
+            # Not a pending one discarded itself: it is settled, not deliverable again.
+            outbox.c.outbox_id.not_in(select(outbox.c.outbox_id).where(*dead)),
         )
         .values(released_at=now)
     )

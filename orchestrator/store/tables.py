@@ -461,6 +461,15 @@ outbox = Table(
     Column("discarded_at", UTCDateTime, nullable=True),
     Column("discarded_by", String(200), nullable=True),
     Column("discard_reason", Text, nullable=True),
+    # What the row was when an operator discarded it (migration 0026): `dead`, or `pending`
+    # (failing, and no dispatcher sending it: an action the backend answers 500 for every time
+    # is retried for ever otherwise). Null: discarded before 0026, when only a dead one could be.
+    Column("discarded_from", String(16), nullable=True),
+    # An operator's last retry of the row (migration 0026): when, who, and their note (a
+    # discard kept who, when and why; a retry kept nothing of it).
+    Column("retried_at", UTCDateTime, nullable=True),
+    Column("retried_by", String(200), nullable=True),
+    Column("retry_note", Text, nullable=True),
     # When an operator's retry or discard last made the row deliverable again (migration 0024):
     # the retried row, and the pending webhooks of its task that it (or a discarded one) held
     # back. The oldest-pending gauge measures a row's wait from the later of this and

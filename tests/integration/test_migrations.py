@@ -443,7 +443,7 @@ def test_0021_a_dead_letter_can_be_discarded_and_a_downgrade_makes_it_dead_again
     with _transaction(empty_url) as conn:
         [row] = outbox_store.list_rows(conn, task_id="t1")
         assert (row.status, row.discarded_by) == ("dead", None)  # a row of before: as it was
-        assert outbox_store.discard_dead(conn, row.outbox_id, by="ops", reason="by phone")
+        assert outbox_store.discard(conn, row.outbox_id, by="ops", reason="by phone")
     with pytest.raises(IntegrityError), _transaction(empty_url) as conn:
         conn.execute(text("UPDATE outbox SET status = 'lost'"))
     downgrade(empty_url, "0020")

@@ -294,7 +294,7 @@ def test_the_metrics_count_dead_letters_and_the_oldest_pending_delivery_from_the
     # Retried, the dead letter is deliverable again: it counts, waiting since the retry (and
     # so does the event it held back), not since it was written a minute ago.
     [dead] = OutboxService(rt.db).list(task_id=task_id, status="dead")
-    OutboxService(rt.db).retry(dead.outbox_id)
+    OutboxService(rt.db).retry(dead.outbox_id, by="ops")
     assert 0 <= _store_gauges(rt)[oldest_webhook] < 30
 
 
@@ -337,7 +337,7 @@ def test_the_oldest_pending_age_of_a_retried_or_discarded_dead_letter_starts_at_
     assert _store_gauges(rt)[oldest_webhook] == 0.0  # every pending one is held
 
     [dead] = OutboxService(rt.db).list(task_id=retried_task, status="dead")
-    OutboxService(rt.db).retry(dead.outbox_id)
+    OutboxService(rt.db).retry(dead.outbox_id, by="ops")
     assert _store_gauges(rt)[oldest_webhook] < 30  # was three days
     dispatcher.run_once()  # the backend still fails it: its wait grows from the retry
     assert OutboxService(rt.db).list(task_id=retried_task)[0].attempts == 1

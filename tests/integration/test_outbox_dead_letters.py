@@ -130,7 +130,7 @@ def test_a_discarded_dead_letter_lets_the_later_events_go_and_the_gauge_drop(
     assert view["delivered_at"] is None
     again = client.post(route, json={"reason": "x"}, headers=bearer("operator-token"))
     assert (again.status_code, again.json()["error"]["code"]) == (409, "invalid_transition")
-    assert "only a dead one can be discarded" in again.json()["error"]["message"]
+    assert "only a dead or pending one can be discarded" in again.json()["error"]["message"]
     retried = client.post(f"/api/v1/outbox/{dead_id}/retry", headers=bearer("operator-token"))
     assert retried.status_code == 409
     missing = client.post(
@@ -334,7 +334,7 @@ def test_the_cli_discards_with_who_and_why_and_refuses_in_one_line(
         f"discarded by {getpass.getuser()}: handled by phone\\n     9  webhook  delivered"
     )
     assert main(["outbox", "discard", str(dead_id), "--reason", "again"]) == 1
-    assert capsys.readouterr().err.strip().endswith("only a dead one can be discarded")
+    assert capsys.readouterr().err.strip().endswith("only a dead or pending one can be discarded")
 
 
 def test_an_actions_record_says_where_its_delivery_stands(
@@ -447,7 +447,7 @@ def test_the_action_list_shows_each_approved_actions_delivery_in_one_query(
         f"delivery delivered (outbox {listed[delivered]['outbox_id']})"
     )
     assert "delivery" not in lines[undecided]
-    OutboxService(rt.db).retry(number)
+    OutboxService(rt.db).retry(number, by="ops")
     assert main(["actions", "show", refused]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if "delivery:" in x)
     assert "pending, 0 attempt(s), last error, before the retry: HTTP 422" in line

@@ -143,7 +143,7 @@ def test_a_delivery_being_sent_is_not_retried_nor_sent_twice_at_once(
         assert row.being_sent(utcnow())
 
         with pytest.raises(ConflictError) as refused:
-            OutboxService(rt.db).retry(row.outbox_id)
+            OutboxService(rt.db).retry(row.outbox_id, by="ops")
         assert refused.value.code == "being_sent"
         assert f"outbox row {row.outbox_id} is being sent now (attempt 1, held until " in str(
             refused.value
@@ -172,7 +172,9 @@ def test_a_delivery_being_sent_is_not_retried_nor_sent_twice_at_once(
         assert recorded.claimed_until is None
         assert not recorded.being_sent(utcnow())
         backend.always_fail = False
-        assert OutboxService(rt.db).retry(row.outbox_id).attempts == 1  # due now, counts kept
+        assert (
+            OutboxService(rt.db).retry(row.outbox_id, by="ops").attempts == 1
+        )  # due now, counts kept
         assert second.run_once().delivered[0] == row.outbox_id
     finally:
         backend.release.set()
@@ -196,7 +198,7 @@ def test_a_retry_racing_a_claim_waits_for_it_and_finds_the_row_being_sent(
 
         def retry(outbox_id: int) -> None:
             try:
-                OutboxService(rt.db).retry(outbox_id)
+                OutboxService(rt.db).retry(outbox_id, by="ops")
             except BaseException as exc:  # read in the main thread
                 failures.append(exc)
 
@@ -252,7 +254,7 @@ def test_every_failing_delivery_is_due_now_after_an_outage_but_the_one_being_sen
         assert len(first.run_once().failed) == 3  # each task's first webhook, backing off
         _cli_on(monkeypatch, store_url, tmp_path)
         [held, *rest] = [_webhooks(rt, task_id)[0] for task_id in tasks]
-        OutboxService(rt.db).retry(held.outbox_id)  # due now: the dispatcher takes it
+        OutboxService(rt.db).retry(held.outbox_id, by="ops")  # due now: the dispatcher takes it
         backend.delay_seconds, backend.slow_path = 30.0, "/hooks"
         backend.arrived.clear()
         sending.start()

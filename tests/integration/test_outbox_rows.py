@@ -131,7 +131,7 @@ def test_a_dead_letter_says_why_it_is_dead_where_it_is_listed(
     assert said in capsys.readouterr().out
     # Discarded, it still says why it was dead; retried, it is not dead any more.
     OutboxService(rt.db).discard(refused.outbox_id, reason="told them", by="ops")
-    OutboxService(rt.db).retry(limit_id)
+    OutboxService(rt.db).retry(limit_id, by="ops")
     assert main(["outbox", "list", "--json"]) == 0
     rows = {r["outbox_id"]: r["dead_reason"] for r in json.loads(capsys.readouterr().out)}
     assert (rows[limit_id], rows[refused.outbox_id]) == (None, "refused")

@@ -1,0 +1,285 @@
+"""An operator's discard of a pending delivery: failing, and no dispatcher sending it.
+
+An approved action is retried until a 2xx, so one the backend answers 500 for every time (a
+bug on its side for that one payload) was sent for ever, and `outbox discard` said only a dead
+row can be discarded. A pending row no dispatcher is sending is discarded now, with who, when
+and why; one being sent is refused (`409 being_sent`: its answer may yet deliver it), and a
+dispatcher that claims after the discard (or while it is written, on Postgres) never sends it.
+
+Both stores (and the races on Postgres), a real HTTP backend on loopback, the API's route and
+the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from orchestrator.api.app import create_app
+from orchestrator.errors import ConflictError
+from orchestrator.runtime import Runtime
+from orchestrator.services.outbox import DispatchReport, OutboxDispatcher, OutboxService
+from orchestrator.store import outbox as store
+from orchestrator.store.outbox import OutboxRow
+from tests.integration.test_outbox_retry_pending import _until_a_statement_waits_for_a_lock
+from tests.outbox_support import Recorder, outbox_runtime, running_recorder, waiting_task
+
+
+@pytest.fixture
+def backend() -> Iterator[Recorder]:
+    with running_recorder() as recorder:
+        yield recorder
+
+
+@pytest.fixture
+def rt(store_url: str, tmp_path: Path, backend: Recorder) -> Iterator[Runtime]:
+    with outbox_runtime(
+        store_url, tmp_path, backend, webhook_secret="hook-secret", actions_secret="act-secret"
+    ) as runtime:
+        yield runtime
+
+
+def _dispatcher(rt: Runtime) -> OutboxDispatcher:
+    """A dispatcher whose failed attempts back off for minutes, as a production one's do."""
+    settings = rt.settings.model_copy(
+        update={
+            "outbox_backoff_seconds": 300.0,
+            "outbox_backoff_max_seconds": 3600.0,
+            "outbox_timeout_seconds": 30.0,
+        }
+    )
+    return OutboxDispatcher(settings, rt.db)
+
+
+def _approved(rt: Runtime, tmp_path: Path) -> tuple[str, str]:
+    """A task with an approved work order: (task, action)."""
+    task_id, action_id = waiting_task(rt, tmp_path)
+    rt.actions.decide(
+        action_id, approve=True, by="duty", note="go", digest=rt.actions.get(action_id).digest
+    )
+    return task_id, action_id
+
+
+def _delivery(rt: Runtime, action_id: str) -> OutboxRow:
+    with rt.db.transaction(readonly=True) as conn:
+        row = store.action_delivery(conn, action_id)
+    assert row is not None
+    return row
+
+
+def _cli_on(monkeypatch: pytest.MonkeyPatch, store_url: str, tmp_path: Path) -> None:
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+
+
+def test_a_failing_approved_action_is_discarded_and_never_sent_again(
+    rt: Runtime,
+    tmp_path: Path,
+    backend: Recorder,
+    store_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from orchestrator.cli import main
+
+    _, action_id = _approved(rt, tmp_path)
+    dispatcher = _dispatcher(rt)
+    try:
+        backend.always_fail, backend.fail_status = True, 500  # the backend's bug, every time
+        dispatcher.run_once()
+        row = _delivery(rt, action_id)
+        assert (row.status, row.attempts, row.last_error) == ("pending", 1, "HTTP 500")
+        number = row.outbox_id
+
+        _cli_on(monkeypatch, store_url, tmp_path)
+        assert main(["outbox", "show", str(number)]) == 0
+        assert f"`orchestrator outbox discard {number} --reason R`" in capsys.readouterr().out
+        # Where the action shows its delivery, the ways out of a failing one are named.
+        assert main(["actions", "show", action_id]) == 0
+        [line] = [x for x in capsys.readouterr().out.splitlines() if "delivery:" in x]
+        assert line.endswith(
+            f"(outbox {number}): `orchestrator outbox retry {number}` sends it now once the "
+            f"backend is mended, or `outbox discard {number} --reason R` once dealt with by hand"
+        )
+        assert main(["actions", "list", "--status", "approved"]) == 0
+        assert (
+            capsys.readouterr()
+            .out.splitlines()[0]
+            .endswith(
+                f"delivery pending after 1 attempt(s): outbox retry {number} or discard it "
+                f"(outbox {number})"
+            )
+        )
+        assert (
+            main(["outbox", "discard", str(number), "--reason", "done by phone", "--by", "kim"])
+            == 0
+        )
+        assert capsys.readouterr().out == (
+            f"outbox {number} discarded by kim: approved action {action_id} is not sent\n"
+        )
+        assert main(["outbox", "show", str(number), "--json"]) == 0
+        shown = json.loads(capsys.readouterr().out)
+        assert (shown["status"], shown["discarded_by"], shown["discard_reason"]) == (
+            "discarded",
+            "kim",
+            "done by phone",
+        )
+        assert shown["discarded_from"] == "pending"
+        assert shown["discarded_at"] is not None
+        assert shown["dead_reason"] is None  # never dead-lettered: it failed, and was settled
+        assert main(["outbox", "show", str(number)]) == 0
+        assert "(it was pending, not dead-lettered): done by phone" in capsys.readouterr().out
+
+        backend.always_fail = False  # mended: still not sent, it was settled by hand
+        OutboxService(rt.db).retry_failing(by="kim")  # every failing one due now, but it
+        assert number not in dispatcher.run_once().delivered
+        assert len(backend.on("/actions")) == 1  # the one failed attempt, no more
+        assert _delivery(rt, action_id).status == "discarded"
+        with TestClient(create_app(rt.settings, db=rt.db)) as client:
+            again = client.post(
+                f"/api/v1/outbox/{number}/discard", json={"reason": "again", "by": "kim"}
+            )
+        assert again.status_code == 409
+        assert again.json()["error"]["code"] == "invalid_transition"
+        assert again.json()["error"]["message"].endswith(
+            "is discarded; only a dead or pending one can be discarded"
+        )
+    finally:
+        dispatcher.close()
+
+
+def test_a_delivery_being_sent_is_not_discarded(
+    rt: Runtime,
+    tmp_path: Path,
+    backend: Recorder,
+    store_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Its answer may yet deliver it: the discard is refused, and takes once the attempt's
+    answer (a failure) is recorded."""
+    from orchestrator.cli import main
+
+    _, action_id = _approved(rt, tmp_path)
+    dispatcher = _dispatcher(rt)
+    reports: list[DispatchReport] = []
+    sending = threading.Thread(target=lambda: reports.append(dispatcher.run_once()))
+    try:
+        backend.always_fail, backend.fail_status = True, 500
+        backend.delay_seconds, backend.slow_path = 30.0, "/actions"  # held until `release`
+        sending.start()
+        assert backend.arrived.wait(10)
+        while not backend.on("/actions"):  # the webhooks of the batch may go first
+            backend.arrived.clear()
+            if not backend.on("/actions"):  # arrived since: set after the clear
+                assert backend.arrived.wait(10)
+        number = _delivery(rt, action_id).outbox_id
+
+        with pytest.raises(ConflictError) as refused:
+            OutboxService(rt.db).discard(number, reason="x", by="kim")
+        assert refused.value.code == "being_sent"
+        assert str(refused.value).endswith("discard it then if it failed")
+        with TestClient(create_app(rt.settings, db=rt.db)) as client:
+            answer = client.post(
+                f"/api/v1/outbox/{number}/discard", json={"reason": "x", "by": "k"}
+            )
+        assert (answer.status_code, answer.json()["error"]["code"]) == (409, "being_sent")
+        _cli_on(monkeypatch, store_url, tmp_path)
+        assert main(["outbox", "discard", str(number), "--reason", "x"]) == 1
+        assert capsys.readouterr().err.startswith(
+            f"orchestrator: being_sent: outbox row {number} is being sent now (attempt 1, held "
+        )
+        assert _delivery(rt, action_id).status == "pending"
+        assert main(["actions", "show", action_id]) == 0
+        [line] = [x for x in capsys.readouterr().out.splitlines() if "delivery:" in x]
+        assert ", being sent now (attempt 1, held until " in line
+        assert "outbox retry" not in line  # refused while it is sent
+
+        backend.release.set()
+        sending.join(10)
+        assert number in reports[0].failed
+        assert OutboxService(rt.db).discard(number, reason="x", by="kim").status == "discarded"
+    finally:
+        backend.release.set()
+        sending.join(10)
+        dispatcher.close()
+
+
+def test_a_discard_racing_a_claim_on_postgres(
+    pg_url: str, tmp_path: Path, backend: Recorder
+) -> None:
+    """A claim being written holds the row's lock: a discard meanwhile waits, then finds the
+    row claimed (`being_sent`). A discard being written holds it too: a dispatcher's claim
+    meanwhile skips the row, and one after its commit finds it discarded; it is never sent."""
+    with outbox_runtime(
+        pg_url, tmp_path, backend, webhook_secret="hook-secret", actions_secret="act-secret"
+    ) as rt:
+        _, action_id = _approved(rt, tmp_path)
+        failures: list[BaseException] = []
+
+        def discard(outbox_id: int) -> None:
+            try:
+                OutboxService(rt.db).discard(outbox_id, reason="x", by="kim")
+            except BaseException as exc:  # read in the main thread
+                failures.append(exc)
+
+        with rt.db.transaction() as conn:
+            [claimed] = store.claim_due(conn, ("action",), limit=1, hold_seconds=60)
+            racing = threading.Thread(target=discard, args=(claimed.outbox_id,))
+            racing.start()
+            _until_a_statement_waits_for_a_lock(rt)
+        racing.join(10)
+        assert not racing.is_alive()
+        [failure] = failures
+        assert isinstance(failure, ConflictError)
+        assert failure.code == "being_sent"
+        assert _delivery(rt, action_id).status == "pending"
+
+        with rt.db.transaction() as conn:  # the claim's answer: failed, due again now
+            assert store.mark_failed(
+                conn, claimed, "HTTP 500", retry_at=claimed.created_at, dead=False
+            )
+        dispatcher = _dispatcher(rt)
+        try:
+            reports: list[DispatchReport] = []
+            with rt.db.transaction() as conn:
+                assert store.discard(conn, claimed.outbox_id, by="kim", reason="by phone")
+                # Not committed yet: a dispatcher's round meanwhile skips the locked row.
+                claiming = threading.Thread(target=lambda: reports.append(dispatcher.run_once()))
+                claiming.start()
+                claiming.join(10)
+                assert not claiming.is_alive()
+            reports.append(dispatcher.run_once())  # after the commit: discarded, not due
+        finally:
+            dispatcher.close()
+        assert all(claimed.outbox_id not in r.delivered + r.failed for r in reports)
+        assert backend.on("/actions") == []
+        row = _delivery(rt, action_id)
+        assert (row.status, row.discarded_from, row.attempts) == ("discarded", "pending", 1)
+
+
+def test_a_claim_whose_hold_ran_out_is_discarded_and_then_not_sent(
+    rt: Runtime, tmp_path: Path, backend: Recorder
+) -> None:
+    """A row claimed in a batch waits for the rows before it; once its hold ran out it is no
+    longer being sent, and an operator may discard it: the claim's renewal before the send
+    then fails, so the dispatcher skips it, and its answer (had it sent) records nothing."""
+    _, action_id = _approved(rt, tmp_path)
+    with rt.db.transaction() as conn:
+        [claimed] = store.claim_due(conn, ("action",), limit=1, hold_seconds=0)
+    assert OutboxService(rt.db).discard(claimed.outbox_id, reason="x", by="kim").status == (
+        "discarded"
+    )
+    with rt.db.transaction() as conn:
+        assert not store.renew_claim(conn, claimed, hold_seconds=60)
+        assert not store.mark_failed(
+            conn, claimed, "HTTP 500", retry_at=claimed.created_at, dead=False
+        )
+    row = _delivery(rt, action_id)
+    assert (row.status, row.discarded_from, row.claimed_until) == ("discarded", "pending", None)
+    assert backend.on("/actions") == []

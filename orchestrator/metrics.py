@@ -93,7 +93,7 @@ LEASE_RENEWAL_FAILURES = Counter(
 LEASES_TAKEN_BACK = Counter(
     "orchestrator_leases_taken_back",
     "Leases a generation found gone (Redis lost its data, or the lease ran out while "
-    "nobody took it) and took back, and the store then confirmed the generation live",
+    "nobody took it) and took back once the store said the generation is live",
 )
 RECOVERIES = Counter(
     "orchestrator_recoveries",

@@ -468,8 +468,8 @@ def summary(c: Campaign, found: dict[str, Any], procs: dict[str, Any], **facts: 
         f"| faults injected | {faults['kill']} worker SIGKILLs, {faults['redis']} Redis wipes, "
         f"{faults['postgres']} Postgres stops, {faults['stall']} worker stalls |",
         f"| rounds that stopped themselves (worker logs) | {_counts(procs['stopped_rounds'])} |",
-        f"| leases found gone after a Redis wipe and taken back by their rounds (worker logs; "
-        f"the store decides whether each goes on) | {procs['taken_back']} |",
+        f"| leases found gone after a Redis wipe and taken back by their rounds once the store "
+        f"said each generation live (worker logs) | {procs['taken_back']} |",
         f"| tasks by final status | {_counts(by_status)} (of {c.args.tasks} triggered; "
         f"{len(c.untriggered)} could not be triggered) |",
         f"| tasks lost (`queued`/`running` after {facts['settle']:.0f} s of settling) | "

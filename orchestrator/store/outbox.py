@@ -325,6 +325,19 @@ def _retried(now: datetime, by: str, note: str | None) -> dict[str, Any]:
     return {"retried_at": now, "retried_by": by, "retry_note": note}
 
 
+def _revived(now: datetime, by: str, note: str | None) -> dict[str, Any]:
+    """A dead row an operator retried: pending and due now with fresh counts, released now (its
+    wait counts from here), and the retry's record (`_retried`)."""
+    return {
+        "status": "pending",
+        "attempts": 0,
+        "throttled": 0,
+        "next_attempt_at": now,
+        "released_at": now,
+        **_retried(now, by, note),
+    }
+
+
 def retry_dead(conn: Connection, outbox_id: int, *, by: str, note: str | None = None) -> bool:
     """An operator's retry: a dead row is due again now, with fresh attempt and throttled
     counts, released now (as are the pending webhooks of its task, which it held back), and
@@ -335,14 +348,7 @@ def retry_dead(conn: Connection, outbox_id: int, *, by: str, note: str | None = 
         conn.execute(
             update(outbox)
             .where(outbox.c.outbox_id == outbox_id, outbox.c.status == "dead")
-            .values(
-                status="pending",
-                attempts=0,
-                throttled=0,
-                next_attempt_at=now,
-                released_at=now,
-                **_retried(now, by, note),
-            )
+            .values(**_revived(now, by, note))
         ).rowcount
         == 1
     )
@@ -406,18 +412,7 @@ def retry_all_dead(
         conditions.append(outbox.c.task_id == task_id)
     now = utcnow()
     _release_held_behind(conn, conditions, now)
-    result = conn.execute(
-        update(outbox)
-        .where(*conditions)
-        .values(
-            status="pending",
-            attempts=0,
-            throttled=0,
-            next_attempt_at=now,
-            released_at=now,
-            **_retried(now, by, note),
-        )
-    )
+    result = conn.execute(update(outbox).where(*conditions).values(**_revived(now, by, note)))
     return int(result.rowcount)
 
 

@@ -23,11 +23,25 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import pytest
+from sqlalchemy import text
+
 from orchestrator.runtime import Runtime
+from orchestrator.services.outbox import OutboxDispatcher
 from orchestrator.services.tasks import Trigger
+from orchestrator.store.types import utcnow
 from tests.executions_support import node, plan_call, report_call, runtime_for, write_script
 
-__all__ = ["Received", "Recorder", "running_recorder", "waiting_task"]
+__all__ = [
+    "Received",
+    "Recorder",
+    "cli_on",
+    "outbox_runtime",
+    "running_recorder",
+    "slow_dispatcher",
+    "until_a_statement_waits_for_a_lock",
+    "waiting_task",
+]
 
 
 @dataclass(frozen=True)
@@ -176,3 +190,39 @@ def waiting_task(rt: Runtime, tmp_path: Path) -> tuple[str, str]:
     view = rt.tasks.explain(task_id)
     assert view["status"] == "waiting"
     return task_id, view["pending_actions"][0]["action_id"]
+
+
+def slow_dispatcher(rt: Runtime) -> OutboxDispatcher:
+    """A dispatcher whose failed attempts back off for minutes, as a production one's do, and
+    that waits for an answer long enough for a test to look at a row while it is sent."""
+    settings = rt.settings.model_copy(
+        update={
+            "outbox_backoff_seconds": 300.0,
+            "outbox_backoff_max_seconds": 3600.0,
+            "outbox_timeout_seconds": 30.0,
+        }
+    )
+    return OutboxDispatcher(settings, rt.db)
+
+
+def cli_on(monkeypatch: pytest.MonkeyPatch, store_url: str, tmp_path: Path) -> None:
+    """The CLI's settings pointed at the test's store."""
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+
+
+def until_a_statement_waits_for_a_lock(rt: Runtime) -> None:
+    """Returns once a session of the store (Postgres) waits for a row lock (a racing write)."""
+    deadline = utcnow().timestamp() + 10
+    while utcnow().timestamp() < deadline:
+        with rt.db.transaction(readonly=True) as conn:
+            waiting = conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+                )
+            ).scalar_one()
+        if waiting:
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError("no statement waited for the claim's lock")

@@ -23,11 +23,18 @@ from fastapi.testclient import TestClient
 from orchestrator.api.app import create_app
 from orchestrator.errors import ConflictError
 from orchestrator.runtime import Runtime
-from orchestrator.services.outbox import DispatchReport, OutboxDispatcher, OutboxService
+from orchestrator.services.outbox import DispatchReport, OutboxService
 from orchestrator.store import outbox as store
 from orchestrator.store.outbox import OutboxRow
-from tests.integration.test_outbox_retry_pending import _until_a_statement_waits_for_a_lock
-from tests.outbox_support import Recorder, outbox_runtime, running_recorder, waiting_task
+from tests.outbox_support import (
+    Recorder,
+    cli_on,
+    outbox_runtime,
+    running_recorder,
+    slow_dispatcher,
+    until_a_statement_waits_for_a_lock,
+    waiting_task,
+)
 
 
 @pytest.fixture
@@ -42,18 +49,6 @@ def rt(store_url: str, tmp_path: Path, backend: Recorder) -> Iterator[Runtime]:
         store_url, tmp_path, backend, webhook_secret="hook-secret", actions_secret="act-secret"
     ) as runtime:
         yield runtime
-
-
-def _dispatcher(rt: Runtime) -> OutboxDispatcher:
-    """A dispatcher whose failed attempts back off for minutes, as a production one's do."""
-    settings = rt.settings.model_copy(
-        update={
-            "outbox_backoff_seconds": 300.0,
-            "outbox_backoff_max_seconds": 3600.0,
-            "outbox_timeout_seconds": 30.0,
-        }
-    )
-    return OutboxDispatcher(settings, rt.db)
 
 
 def _approved(rt: Runtime, tmp_path: Path) -> tuple[str, str]:
@@ -72,11 +67,6 @@ def _delivery(rt: Runtime, action_id: str) -> OutboxRow:
     return row
 
 
-def _cli_on(monkeypatch: pytest.MonkeyPatch, store_url: str, tmp_path: Path) -> None:
-    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
-    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
-
-
 def test_a_failing_approved_action_is_discarded_and_never_sent_again(
     rt: Runtime,
     tmp_path: Path,
@@ -88,7 +78,7 @@ def test_a_failing_approved_action_is_discarded_and_never_sent_again(
     from orchestrator.cli import main
 
     _, action_id = _approved(rt, tmp_path)
-    dispatcher = _dispatcher(rt)
+    dispatcher = slow_dispatcher(rt)
     try:
         backend.always_fail, backend.fail_status = True, 500  # the backend's bug, every time
         dispatcher.run_once()
@@ -96,7 +86,7 @@ def test_a_failing_approved_action_is_discarded_and_never_sent_again(
         assert (row.status, row.attempts, row.last_error) == ("pending", 1, "HTTP 500")
         number = row.outbox_id
 
-        _cli_on(monkeypatch, store_url, tmp_path)
+        cli_on(monkeypatch, store_url, tmp_path)
         assert main(["outbox", "show", str(number)]) == 0
         assert f"`orchestrator outbox discard {number} --reason R`" in capsys.readouterr().out
         # Where the action shows its delivery, the ways out of a failing one are named.
@@ -166,7 +156,7 @@ def test_a_delivery_being_sent_is_not_discarded(
     from orchestrator.cli import main
 
     _, action_id = _approved(rt, tmp_path)
-    dispatcher = _dispatcher(rt)
+    dispatcher = slow_dispatcher(rt)
     reports: list[DispatchReport] = []
     sending = threading.Thread(target=lambda: reports.append(dispatcher.run_once()))
     try:
@@ -189,7 +179,7 @@ def test_a_delivery_being_sent_is_not_discarded(
                 f"/api/v1/outbox/{number}/discard", json={"reason": "x", "by": "k"}
             )
         assert (answer.status_code, answer.json()["error"]["code"]) == (409, "being_sent")
-        _cli_on(monkeypatch, store_url, tmp_path)
+        cli_on(monkeypatch, store_url, tmp_path)
         assert main(["outbox", "discard", str(number), "--reason", "x"]) == 1
         assert capsys.readouterr().err.startswith(
             f"orchestrator: being_sent: outbox row {number} is being sent now (attempt 1, held "
@@ -232,7 +222,7 @@ def test_a_discard_racing_a_claim_on_postgres(
             [claimed] = store.claim_due(conn, ("action",), limit=1, hold_seconds=60)
             racing = threading.Thread(target=discard, args=(claimed.outbox_id,))
             racing.start()
-            _until_a_statement_waits_for_a_lock(rt)
+            until_a_statement_waits_for_a_lock(rt)
         racing.join(10)
         assert not racing.is_alive()
         [failure] = failures
@@ -244,7 +234,7 @@ def test_a_discard_racing_a_claim_on_postgres(
             assert store.mark_failed(
                 conn, claimed, "HTTP 500", retry_at=claimed.created_at, dead=False
             )
-        dispatcher = _dispatcher(rt)
+        dispatcher = slow_dispatcher(rt)
         try:
             reports: list[DispatchReport] = []
             with rt.db.transaction() as conn:

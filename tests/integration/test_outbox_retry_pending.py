@@ -19,16 +19,23 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import text
 
 from orchestrator.api.app import create_app
 from orchestrator.errors import ConflictError
 from orchestrator.runtime import Runtime
-from orchestrator.services.outbox import DispatchReport, OutboxDispatcher, OutboxService
+from orchestrator.services.outbox import DispatchReport, OutboxService
 from orchestrator.store import outbox as store
 from orchestrator.store.outbox import OutboxRow
 from orchestrator.store.types import utcnow
-from tests.outbox_support import Recorder, outbox_runtime, running_recorder, waiting_task
+from tests.outbox_support import (
+    Recorder,
+    cli_on,
+    outbox_runtime,
+    running_recorder,
+    slow_dispatcher,
+    until_a_statement_waits_for_a_lock,
+    waiting_task,
+)
 
 
 @pytest.fixture
@@ -45,26 +52,8 @@ def rt(store_url: str, tmp_path: Path, backend: Recorder) -> Iterator[Runtime]:
         yield runtime
 
 
-def _dispatcher(rt: Runtime) -> OutboxDispatcher:
-    """A dispatcher whose failed attempts back off for minutes, as a production one's do, and
-    that waits for an answer long enough for a test to look at a row while it is sent."""
-    settings = rt.settings.model_copy(
-        update={
-            "outbox_backoff_seconds": 300.0,
-            "outbox_backoff_max_seconds": 3600.0,
-            "outbox_timeout_seconds": 30.0,
-        }
-    )
-    return OutboxDispatcher(settings, rt.db)
-
-
 def _webhooks(rt: Runtime, task_id: str) -> list[OutboxRow]:
     return [r for r in OutboxService(rt.db).list(task_id=task_id) if r.kind == "webhook"]
-
-
-def _cli_on(monkeypatch: pytest.MonkeyPatch, store_url: str, tmp_path: Path) -> None:
-    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
-    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
 
 
 def test_a_failing_pending_delivery_is_due_now_once_the_backend_is_mended(
@@ -78,7 +67,7 @@ def test_a_failing_pending_delivery_is_due_now_once_the_backend_is_mended(
     from orchestrator.cli import main
 
     task_id, _ = waiting_task(rt, tmp_path)
-    dispatcher = _dispatcher(rt)
+    dispatcher = slow_dispatcher(rt)
     try:
         backend.always_fail = True
         assert dispatcher.run_once().failed  # the task's first webhook; the next waits
@@ -88,7 +77,7 @@ def test_a_failing_pending_delivery_is_due_now_once_the_backend_is_mended(
         backend.always_fail = False  # the backend is mended: nothing goes out before the backoff
         assert dispatcher.run_once().sent == 0
 
-        _cli_on(monkeypatch, store_url, tmp_path)
+        cli_on(monkeypatch, store_url, tmp_path)
         # The one behind it is not hurried in its place: it names the one to retry.
         assert main(["outbox", "retry", str(second.outbox_id)]) == 1
         err = capsys.readouterr().err
@@ -131,7 +120,7 @@ def test_a_delivery_being_sent_is_not_retried_nor_sent_twice_at_once(
     from orchestrator.cli import main
 
     task_id, _ = waiting_task(rt, tmp_path)
-    first, second = _dispatcher(rt), _dispatcher(rt)
+    first, second = slow_dispatcher(rt), slow_dispatcher(rt)
     reports: list[DispatchReport] = []
     sending = threading.Thread(target=lambda: reports.append(first.run_once()))
     try:
@@ -154,7 +143,7 @@ def test_a_delivery_being_sent_is_not_retried_nor_sent_twice_at_once(
             assert answer.json()["error"]["code"] == "being_sent"
             shown = client.get(f"/api/v1/outbox/{row.outbox_id}").json()
             assert shown["claimed_until"] is not None
-        _cli_on(monkeypatch, store_url, tmp_path)
+        cli_on(monkeypatch, store_url, tmp_path)
         assert main(["outbox", "retry", str(row.outbox_id)]) == 1
         assert capsys.readouterr().err.startswith(
             f"orchestrator: being_sent: outbox row {row.outbox_id} is being sent now"
@@ -206,7 +195,7 @@ def test_a_retry_racing_a_claim_waits_for_it_and_finds_the_row_being_sent(
             [claimed] = store.claim_due(conn, ("webhook",), limit=1, hold_seconds=60)
             racing = threading.Thread(target=retry, args=(claimed.outbox_id,))
             racing.start()
-            _until_a_statement_waits_for_a_lock(rt)
+            until_a_statement_waits_for_a_lock(rt)
         racing.join(10)
         assert not racing.is_alive()
         [failure] = failures
@@ -214,23 +203,6 @@ def test_a_retry_racing_a_claim_waits_for_it_and_finds_the_row_being_sent(
         assert failure.code == "being_sent"
         [row] = [r for r in _webhooks(rt, task_id) if r.outbox_id == claimed.outbox_id]
         assert row.next_attempt_at == claimed.next_attempt_at  # still the claim's hold
-
-
-def _until_a_statement_waits_for_a_lock(rt: Runtime) -> None:
-    """Returns once a session of the store waits for a row lock (the racing retry)."""
-    deadline = utcnow().timestamp() + 10
-    while utcnow().timestamp() < deadline:
-        with rt.db.transaction(readonly=True) as conn:
-            waiting = conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE wait_event_type = 'Lock' AND datname = current_database()"
-                )
-            ).scalar_one()
-        if waiting:
-            return
-        threading.Event().wait(0.01)
-    raise AssertionError("the retry never waited for the claim's lock")
 
 
 def test_every_failing_delivery_is_due_now_after_an_outage_but_the_one_being_sent(
@@ -247,12 +219,12 @@ def test_every_failing_delivery_is_due_now_after_an_outage_but_the_one_being_sen
     from orchestrator.cli import main
 
     tasks = [waiting_task(rt, tmp_path)[0] for _ in range(3)]
-    first, second = _dispatcher(rt), _dispatcher(rt)
+    first, second = slow_dispatcher(rt), slow_dispatcher(rt)
     sending = threading.Thread(target=first.run_once)
     try:
         backend.always_fail = True
         assert len(first.run_once().failed) == 3  # each task's first webhook, backing off
-        _cli_on(monkeypatch, store_url, tmp_path)
+        cli_on(monkeypatch, store_url, tmp_path)
         [held, *rest] = [_webhooks(rt, task_id)[0] for task_id in tasks]
         OutboxService(rt.db).retry(held.outbox_id, by="ops")  # due now: the dispatcher takes it
         backend.delay_seconds, backend.slow_path = 30.0, "/hooks"

@@ -600,11 +600,16 @@ def _deliveries(deliveries: dict[str, Any] | None) -> list[str]:
             tried += f"; waits behind outbox {row['waits_behind_retried']}, being retried"
         elif being_sent(row, utcnow()):
             tried += f"; being sent now (held until {_time(row['claimed_until'])})"
+        if row.get("retried_by"):  # who hurried it or made it due again, as `outbox show` says
+            note = f": {printable(row['retry_note'])}" if row.get("retry_note") else ""
+            error += (
+                f"; retried by {printable(row['retried_by'])} at {_time(row['retried_at'])}{note}"
+            )
         # The ways out of a failing one, as `actions show` says them: it read as if waiting
         # were all an operator could do (an action is retried until a 2xx).
         if row["status"] == "dead":
             error += (
-                f": `orchestrator outbox retry {row['outbox_id']}` once the backend is mended, "
+                f"; `orchestrator outbox retry {row['outbox_id']}` once the backend is mended, "
                 f"or `outbox discard {row['outbox_id']} --reason R`"
             )
         elif hurriable(row):

@@ -321,11 +321,20 @@ def test_tasks_show_names_the_ways_out_of_a_failing_delivery(
 
     failing = line()
     assert "attempts 1 (throttled 0), last error: HTTP 500; next attempt at " in failing
-    assert failing.endswith(
-        f": `orchestrator outbox retry {number}` sends it now once the backend is mended, "
-        f"or `outbox discard {number} --reason R` once dealt with by hand"
-    )
-    with rt.db.transaction() as conn:  # a dispatcher's claim, as it holds the row mid-send
+    assert failing.endswith(ways_out_of(number))
+    assert main(["outbox", "retry", str(number), "--by", "kim", "--note", "mended"]) == 0
+    capsys.readouterr()
+    assert "; retried by kim at " in line()  # due now, and who made it so
+    assert line().endswith(": mended")  # after its last error
+    with rt.db.transaction() as conn:  # failed again, backing off; then a dispatcher's claim,
+        # as it holds the row mid-send
+        conn.execute(
+            update(outbox)
+            .where(outbox.c.outbox_id == number)
+            .values(next_attempt_at=utcnow() + timedelta(minutes=5))
+        )
+    assert line().endswith(ways_out_of(number))
+    with rt.db.transaction() as conn:
         conn.execute(
             update(outbox)
             .where(outbox.c.outbox_id == number)
@@ -335,3 +344,20 @@ def test_tasks_show_names_the_ways_out_of_a_failing_delivery(
     assert "; being sent now (held until " in sending
     assert "outbox retry" not in sending
     assert "outbox discard" not in sending
+    with rt.db.transaction() as conn:  # its answer refused it for good: a dead letter
+        conn.execute(
+            update(outbox)
+            .where(outbox.c.outbox_id == number)
+            .values(status="dead", claimed_until=None)
+        )
+    assert line().endswith(
+        f"; `orchestrator outbox retry {number}` once the backend is mended, "
+        f"or `outbox discard {number} --reason R`"
+    )
+
+
+def ways_out_of(number: int) -> str:
+    return (
+        f": `orchestrator outbox retry {number}` sends it now once the backend is mended, "
+        f"or `outbox discard {number} --reason R` once dealt with by hand"
+    )

@@ -894,6 +894,12 @@
   function isBeingSent(x) {
     return x.status === "pending" && Boolean(x.claimed_until) && new Date(x.claimed_until).getTime() > Date.now();
   }
+  // What of the rows shown changes with the clock alone: a claim's hold runs out (a dispatcher
+  // stopped mid-send: due again), a backoff ends. The list's tag and its rows stay the same
+  // then, so a view drawn once kept saying "being sent now", with no Retry, until a reload.
+  function deliveryClock(rows) {
+    return (rows || []).map((x) => `${isBeingSent(x) ? 1 : 0}${isFailing(x) ? 1 : 0}`).join();
+  }
   function beingSentNow(x) {
     return el("span", { class: "being-sent" }, "being sent now (attempt ", String(x.attempts), ", held until ", when(x.claimed_until), ")");
   }
@@ -988,7 +994,7 @@
       notice, say, rows);
     const at = viewKey();
     const held = new Map(); // the list's tag, when the server gives one
-    let alive = true, shown = null, asked = 0, drawn = 0;
+    let alive = true, shown = null, asked = 0, drawn = 0, last = null;
     async function load() {
       const query = new URLSearchParams({ status, limit: "100" });
       if (kind) query.set("kind", kind);
@@ -997,13 +1003,17 @@
       // A poll answered after the read a Retry or Discard made would show the row as it was.
       if (!alive || !shownAt(at) || read < drawn) return;
       drawn = read;
-      if (result.unchanged) return;
+      if (result.unchanged) { if (last) draw(last); return; } // as shown, unless by the clock
       if (!result.ok) {
         if (!result.down) fill(rows, el("p", { class: "error" }, missingRoute(result) ? "Not available on this server." : errorText(result)));
         return;
       }
-      const items = itemsOf(result.data);
-      const key = JSON.stringify([items, result.data.next_cursor || null]);
+      draw(result.data);
+    }
+    function draw(data) {
+      last = data;
+      const items = itemsOf(data);
+      const key = JSON.stringify([items, data.next_cursor || null, deliveryClock(items)]);
       if (key === shown) return; // a button is not redrawn under the pointer
       shown = key;
       const typed = typedIn(rows); // a discard reason being typed survives a redraw
@@ -1019,7 +1029,7 @@
         deliveryError(x),
         deadControls(x, say, load)])),
         status === "dead" && can("operator") ? retryEveryButton(kind, say, load) : null,
-        result.data.next_cursor ? notice("The first 100 are shown; orchestrator outbox list prints them all.") : null,
+        data.next_cursor ? notice("The first 100 are shown; orchestrator outbox list prints them all.") : null,
         items.some((x) => x.status === "dead" || isFailing(x)) && !can("operator") ? cannot("operator", "retrying or discarding a delivery") : null]
         : el("p", { class: "muted" }, `No ${status} delivery.`));
       restoreTyped(rows, typed);
@@ -1364,14 +1374,7 @@
         s.recoveryKey = recoveryKey;
         fill(recovery, renderRecovery(task.recovery));
       }
-      // Drawn again only when they changed: a retry button is not redrawn under the pointer.
-      const deliveryKey = JSON.stringify(task.deliveries === undefined ? "missing" : task.deliveries);
-      if (deliveryKey !== s.deliveryKey) {
-        s.deliveryKey = deliveryKey;
-        const typed = typedIn(deliveries); // a discard reason being typed survives a redraw
-        fill(deliveries, renderDeliveries(task.deliveries));
-        restoreTyped(deliveries, typed);
-      }
+      drawDeliveries(task);
       if (task.plan && (!s.plan || task.plan.revision > s.plan.revision || task.plan.session_id !== s.plan.session_id)) showPlan(task.plan);
       if (!task.plan && !s.plan) loadEarlierPlan();
       // A new generation without a plan yet: the one shown is now an earlier generation's, and
@@ -1820,6 +1823,19 @@
       fill(transcript, renderTranscript(items, more, usage, opened));
     }
 
+    // Drawn again only when they changed, or the clock changed what a row offers (a claim's
+    // hold ran out): a retry button is not redrawn under the pointer.
+    function drawDeliveries(task) {
+      const d = task.deliveries;
+      const deliveryKey = JSON.stringify([d === undefined ? "missing" : d, deliveryClock(d && d.undelivered)]);
+      if (deliveryKey !== s.deliveryKey) {
+        s.deliveryKey = deliveryKey;
+        const typed = typedIn(deliveries); // a discard reason being typed survives a redraw
+        fill(deliveries, renderDeliveries(d));
+        restoreTyped(deliveries, typed);
+      }
+    }
+
     async function refresh() {
       // The poll and the stream's refresh often overlap: on a slow API the older answer came
       // last and drew the task as it was (a finished task running again) until the next poll.
@@ -1827,7 +1843,7 @@
       const result = await watched(s.held, path);
       if (!here() || asked < s.drawn) return;
       s.drawn = asked;
-      if (result.unchanged) { /* the task as shown: nothing to draw again */ }
+      if (result.unchanged) { if (s.task) drawDeliveries(s.task); } // as shown, unless by the clock
       else if (result.ok) showTask(result.data);
       else if (result.status === 404 && !s.task) {
         // A mistyped or stale link: nothing to requeue, cancel or follow, so no form offered and

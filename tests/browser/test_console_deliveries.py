@@ -447,3 +447,22 @@ def test_a_delivery_being_sent_says_so_and_a_refused_retry_says_why(
     expect(delivery_row(page, "#deliveries", number).locator(".being-sent")).to_have_count(1)
     expect(page.locator(f'#deliveries button[data-retry="{number}"]')).to_have_count(0)
     expect(page.locator(f'#deliveries form[data-discard="{number}"]')).to_have_count(0)
+
+
+def test_a_send_whose_claim_ran_out_is_offered_again_without_a_reload(
+    page: Any, console: Console
+) -> None:
+    """A dispatcher stopped mid-send: its claim's hold runs out and the row is due again, but
+    nothing in the rows changes, so the task's page (its view unchanged, 304) kept saying
+    "being sent now", with no Retry nor Discard, until a reload."""
+    from orchestrator.store.types import utcnow
+
+    task_id = console.trigger("xss", "A dispatcher stopped mid-send")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    number = failing_alone(console, task_id)
+    set_rows(console, {number: {"claimed_until": utcnow() + timedelta(seconds=3)}})
+    open_task(page, console, task_id)
+    row = delivery_row(page, "#deliveries", number)
+    expect(row.locator(".being-sent")).to_have_count(1)
+    expect(row.locator(f'button[data-retry="{number}"]')).to_have_count(1, timeout=8_000)
+    expect(row.locator(".being-sent")).to_have_count(0)

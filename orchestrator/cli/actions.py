@@ -11,7 +11,6 @@ import json
 import re
 import shlex
 import sys
-from datetime import datetime
 from typing import Any
 
 from orchestrator.cli.common import (
@@ -24,7 +23,7 @@ from orchestrator.cli.common import (
     print_json,
     printable,
 )
-from orchestrator.cli.outbox import being_sent, error_label
+from orchestrator.cli.outbox import being_sent, error_label, hurriable, ways_out
 from orchestrator.cli.wake_ups import held_notices, quiet_dispatch_log, say_unsent
 from orchestrator.domain.cursors import encode_cursor
 from orchestrator.domain.vocabulary import ACTION_STATUSES
@@ -185,7 +184,7 @@ def _delivery_brief(row: dict[str, Any]) -> str:
     """An approved action's delivery in a list line: where it stands, and the outbox id to act
     on (`actions show` says the rest)."""
     status, number = row["status"], row["outbox_id"]
-    if _hurriable(row):
+    if hurriable(row):
         status += f" after {row['attempts']} attempt(s): outbox retry {number} or discard it"
     elif status == "pending" and row["attempts"]:
         status += f" after {row['attempts']} attempt(s)"
@@ -223,28 +222,11 @@ def _delivery_line(row: dict[str, Any]) -> str:
             f"{_time(row['claimed_until'])}) (outbox {number})"
         )
     line = f"{status}, {tried}, next attempt at {_time(row['next_attempt_at'])} (outbox {number})"
-    if _hurriable(row):
+    if hurriable(row):
         # Failing and backing off: an action is retried until a 2xx, so the operator's ways
         # out are to hurry it once the backend is mended, or settle it by hand.
-        line += (
-            f": `orchestrator outbox retry {number}` sends it now once the backend is mended, "
-            f"or `outbox discard {number} --reason R` once dealt with by hand"
-        )
+        line += f": {ways_out(number)}"
     return line
-
-
-def _hurriable(row: dict[str, Any]) -> bool:
-    """A pending delivery that failed and waits out its backoff (not being sent): `outbox
-    retry N` makes it due now."""
-    at = row.get("next_attempt_at")
-    now = utcnow()
-    return (
-        row["status"] == "pending"
-        and bool(row["attempts"] or row["last_error"])
-        and isinstance(at, datetime)
-        and at > now
-        and not being_sent(row, now)
-    )
 
 
 def _time(value: Any) -> str:

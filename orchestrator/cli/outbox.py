@@ -31,7 +31,7 @@ from orchestrator.store.db import Database
 from orchestrator.store.tables import OUTBOX_KINDS, OUTBOX_STATUSES
 from orchestrator.store.types import utcnow
 
-__all__ = ["being_sent", "dead_label", "error_label", "register"]
+__all__ = ["being_sent", "dead_label", "error_label", "hurriable", "register", "ways_out"]
 
 log = logging.getLogger("orchestrator.outbox")
 
@@ -218,6 +218,29 @@ def being_sent(row: dict[str, Any], now: datetime) -> bool:
     """A dispatcher holds the pending row to send it (its claim's hold not run out)."""
     until = row.get("claimed_until")
     return row["status"] == "pending" and isinstance(until, datetime) and until > now
+
+
+def hurriable(row: dict[str, Any]) -> bool:
+    """A pending delivery that failed and waits out its backoff (not being sent): `outbox
+    retry N` makes it due now, `outbox discard N` settles it."""
+    at = row.get("next_attempt_at")
+    now = utcnow()
+    return (
+        row["status"] == "pending"
+        and bool(row["attempts"] or row["last_error"])
+        and isinstance(at, datetime)
+        and at > now
+        and not being_sent(row, now)
+    )
+
+
+def ways_out(number: int) -> str:
+    """The operator's ways out of a failing delivery, as `actions show` and `tasks show` say
+    them: an action is retried until a 2xx, so waiting alone may never end."""
+    return (
+        f"`orchestrator outbox retry {number}` sends it now once the backend is mended, "
+        f"or `outbox discard {number} --reason R` once dealt with by hand"
+    )
 
 
 def _span(seconds: float) -> str:

@@ -23,12 +23,13 @@ from orchestrator.cli.common import (
     print_json,
     printable,
 )
-from orchestrator.cli.outbox import dead_label
+from orchestrator.cli.outbox import being_sent, dead_label, hurriable, ways_out
 from orchestrator.cli.wake_ups import held_notices, quiet_dispatch_log, say_unsent
 from orchestrator.domain.recovery import readable_call
 from orchestrator.logs import redact, secrets_of
 from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.tasks import CANCELLED, Trigger, task_view
+from orchestrator.store.types import utcnow
 
 __all__ = ["register"]
 
@@ -597,6 +598,24 @@ def _deliveries(deliveries: dict[str, Any] | None) -> list[str]:
             )
         elif row.get("waits_behind_retried"):
             tried += f"; waits behind outbox {row['waits_behind_retried']}, being retried"
+        elif being_sent(row, utcnow()):
+            tried += f"; being sent now (held until {_time(row['claimed_until'])})"
+        if row.get("retried_by"):  # who hurried it or made it due again, as `outbox show` says
+            note = f": {printable(row['retry_note'])}" if row.get("retry_note") else ""
+            error += (
+                f"; retried by {printable(row['retried_by'])} at {_time(row['retried_at'])}{note}"
+            )
+        # The ways out of a failing one, as `actions show` says them: it read as if waiting
+        # were all an operator could do (an action is retried until a 2xx).
+        if row["status"] == "dead":
+            error += (
+                f"; `orchestrator outbox retry {row['outbox_id']}` once the backend is mended, "
+                f"or `outbox discard {row['outbox_id']} --reason R`"
+            )
+        elif hurriable(row):
+            error += (
+                f"; next attempt at {_time(row['next_attempt_at'])}: {ways_out(row['outbox_id'])}"
+            )
         lines.append(
             f"    {row['status'].upper() if row['status'] == 'dead' else row['status']}  "
             f"outbox {row['outbox_id']}  {row['kind']} {what}  {tried}{error}"

@@ -832,10 +832,13 @@
     // Keyed: the list redrawn by a poll while it is on its way draws the button waiting too.
     const key = `retry:${row.outbox_id}`;
     return stillSending(el("button", { type: "button", class: "secondary", "data-retry": String(row.outbox_id), onclick: async (event) => {
-      const result = await sendOnce(event.currentTarget, "POST", `outbox/${encodeURIComponent(row.outbox_id)}/retry`, undefined, key);
+      // The shared token's retry is recorded by the name this browser signs discards with, if
+      // it has one (`retried_by`); it read `api`. An account is recorded by its own name.
+      const by = named() ? "" : operator();
+      const result = await sendOnce(event.currentTarget, "POST", `outbox/${encodeURIComponent(row.outbox_id)}/retry`, by ? { by } : undefined, key);
       if (!result) return;
       if (result.ok) { fill(say, `Delivery ${row.outbox_id} is due again.`); after(); }
-      else fill(say, el("span", { class: "error" }, errorText(result)));
+      else { fill(say, el("span", { class: "error" }, refusedText(row.outbox_id, result, "retry"))); if (beingSent409(result)) after(); }
     } }, "Retry"), key);
   }
   // Every dead letter (of the kind shown) due again at once, once the backend or a secret
@@ -870,14 +873,54 @@
           ? `Delivery ${id} is discarded: approved action ${row.action_id} will not be sent.`
           : `Delivery ${id} is discarded: the task's later events go on.`);
         after();
-      } else fill(say, el("span", { class: "error" }, errorText(result)));
+      } else { fill(say, el("span", { class: "error" }, refusedText(id, result, "discard"))); if (beingSent409(result)) after(); }
     } }, el("div", {}, byField(byId)),
     el("div", {}, el("label", { for: reason.id }, "Discard reason"), reason),
     el("button", { type: "submit", class: "danger" }, "Discard")), key);
   }
-  // What is done about a dead letter: retried, or discarded; and who discarded one, and why.
+  // A dispatcher sending the row (`409 being_sent`): its answer may yet deliver it, so the
+  // retry or discard waits for that answer. Said as such, not as a generic error; the view is
+  // read again, so the row says "being sent now" and offers nothing until the answer is in.
+  function beingSent409(result) {
+    return result.status === 409 && Boolean(result.data && result.data.error && result.data.error.code === "being_sent");
+  }
+  function refusedText(id, result, what) {
+    return beingSent409(result)
+      ? `Delivery ${id} is being sent now: its answer is recorded when the attempt ends; ${what} it then if it failed.`
+      : errorText(result);
+  }
+  // A dispatcher holds a pending row while it sends it (`claimed_until`, in the future): a
+  // time past is a dispatcher that stopped mid-send, and the row is due again.
+  function isBeingSent(x) {
+    return x.status === "pending" && Boolean(x.claimed_until) && new Date(x.claimed_until).getTime() > Date.now();
+  }
+  // What of the rows shown changes with the clock alone: a claim's hold runs out (a dispatcher
+  // stopped mid-send: due again), a backoff ends. The list's tag and its rows stay the same
+  // then, so a view drawn once kept saying "being sent now", with no Retry, until a reload.
+  function deliveryClock(rows) {
+    return (rows || []).map((x) => `${isBeingSent(x) ? 1 : 0}${isFailing(x) ? 1 : 0}`).join();
+  }
+  function beingSentNow(x) {
+    return el("span", { class: "being-sent" }, "being sent now (attempt ", String(x.attempts), ", held until ", when(x.claimed_until), ")");
+  }
+  // A pending row that failed and waits out its backoff (its next attempt ahead), not held in
+  // order behind another: the API retries it (due now, its counts kept) or discards it, as
+  // `outbox retry N` and `outbox discard N` do, and as `actions show` and `tasks show` name
+  // them. An approved action is retried until a 2xx, so one the backend answers 500 for
+  // every time was offered nothing here. One due now (just retried) waits for its dispatcher.
+  function isFailing(x) {
+    return x.status === "pending" && Boolean(x.attempts || x.last_error) && !x.waits_behind && !x.waits_behind_retried
+      && Boolean(x.next_attempt_at) && new Date(x.next_attempt_at).getTime() > Date.now();
+  }
+  // What is done about a dead letter or a failing delivery: retried, or discarded; one being
+  // sent offers neither (the API refuses both, `409 being_sent`).
   function deadControls(x, say, after) {
-    return x.status === "dead" && can("operator") ? [retryButton(x, say, after), discardForm(x, say, after)] : "";
+    return (x.status === "dead" || isFailing(x)) && !isBeingSent(x) && can("operator") ? [retryButton(x, say, after), discardForm(x, say, after)] : "";
+  }
+  // Who last retried the row (or hurried it, pending), when, and their note.
+  function retriedBy(x) {
+    return x.retried_by ? el("p", { class: "muted retried" }, `retried by ${x.retried_by} `, when(x.retried_at),
+      x.retry_note ? `: ${x.retry_note}` : "") : null;
   }
   // Why a dead (or discarded) row was dead-lettered (`dead_reason`): its last error alone,
   // `HTTP 503`, read as one more failure the dispatcher would retry. Failed attempts are the
@@ -890,8 +933,9 @@
     return why ? el("span", { class: "dead-reason" }, ` (${why})`) : null;
   }
   function deliveryError(x) {
-    return [x.last_error || "—", deadReason(x), x.status === "discarded"
-      ? el("p", { class: "muted discarded" }, `discarded by ${x.discarded_by || "?"} `, when(x.discarded_at), `: ${x.discard_reason || "—"}`) : null];
+    return [x.last_error || "—", deadReason(x), retriedBy(x), x.status === "discarded"
+      ? el("p", { class: "muted discarded" }, `discarded by ${x.discarded_by || "?"} `, when(x.discarded_at),
+        x.discarded_from === "pending" ? " (it was pending, not dead-lettered)" : "", `: ${x.discard_reason || "—"}`) : null];
   }
   function deliveryWhat(x) {
     return x.kind === "action" ? ["action ", el("code", {}, x.action_id || "?")] : ["event ", el("code", {}, x.event_id || "?")];
@@ -950,7 +994,7 @@
       notice, say, rows);
     const at = viewKey();
     const held = new Map(); // the list's tag, when the server gives one
-    let alive = true, shown = null, asked = 0, drawn = 0;
+    let alive = true, shown = null, asked = 0, drawn = 0, last = null;
     async function load() {
       const query = new URLSearchParams({ status, limit: "100" });
       if (kind) query.set("kind", kind);
@@ -959,13 +1003,17 @@
       // A poll answered after the read a Retry or Discard made would show the row as it was.
       if (!alive || !shownAt(at) || read < drawn) return;
       drawn = read;
-      if (result.unchanged) return;
+      if (result.unchanged) { if (last) draw(last); return; } // as shown, unless by the clock
       if (!result.ok) {
         if (!result.down) fill(rows, el("p", { class: "error" }, missingRoute(result) ? "Not available on this server." : errorText(result)));
         return;
       }
-      const items = itemsOf(result.data);
-      const key = JSON.stringify([items, result.data.next_cursor || null]);
+      draw(result.data);
+    }
+    function draw(data) {
+      last = data;
+      const items = itemsOf(data);
+      const key = JSON.stringify([items, data.next_cursor || null, deliveryClock(items)]);
       if (key === shown) return; // a button is not redrawn under the pointer
       shown = key;
       const typed = typedIn(rows); // a discard reason being typed survives a redraw
@@ -976,12 +1024,13 @@
         deliveryWhat(x), badge(x.status), deliveryAttempts(x),
         x.waits_behind ? waitsBehind(x, offered, say, load)
           : x.waits_behind_retried ? waitsBehindRetried(x)
+          : isBeingSent(x) ? beingSentNow(x)
           : x.status === "pending" ? when(x.next_attempt_at) : x.status === "delivered" ? when(x.delivered_at) : "—",
         deliveryError(x),
         deadControls(x, say, load)])),
         status === "dead" && can("operator") ? retryEveryButton(kind, say, load) : null,
-        result.data.next_cursor ? notice("The first 100 are shown; orchestrator outbox list prints them all.") : null,
-        items.some((x) => x.status === "dead") && !can("operator") ? cannot("operator", "retrying or discarding a delivery") : null]
+        data.next_cursor ? notice("The first 100 are shown; orchestrator outbox list prints them all.") : null,
+        items.some((x) => x.status === "dead" || isFailing(x)) && !can("operator") ? cannot("operator", "retrying or discarding a delivery") : null]
         : el("p", { class: "muted" }, `No ${status} delivery.`));
       restoreTyped(rows, typed);
     }
@@ -1325,14 +1374,7 @@
         s.recoveryKey = recoveryKey;
         fill(recovery, renderRecovery(task.recovery));
       }
-      // Drawn again only when they changed: a retry button is not redrawn under the pointer.
-      const deliveryKey = JSON.stringify(task.deliveries === undefined ? "missing" : task.deliveries);
-      if (deliveryKey !== s.deliveryKey) {
-        s.deliveryKey = deliveryKey;
-        const typed = typedIn(deliveries); // a discard reason being typed survives a redraw
-        fill(deliveries, renderDeliveries(task.deliveries));
-        restoreTyped(deliveries, typed);
-      }
+      drawDeliveries(task);
       if (task.plan && (!s.plan || task.plan.revision > s.plan.revision || task.plan.session_id !== s.plan.session_id)) showPlan(task.plan);
       if (!task.plan && !s.plan) loadEarlierPlan();
       // A new generation without a plan yet: the one shown is now an earlier generation's, and
@@ -1592,7 +1634,7 @@
       };
       if (!Object.keys(counts).length) return el("p", { class: "muted" }, "Nothing was sent to the business backend yet.");
       const open = (d && d.undelivered) || [];
-      const dead = open.filter((x) => x.status === "dead");
+      const dead = open.filter((x) => x.status === "dead" || isFailing(x));
       // Pending with no attempt, and no row of the kind in the store sent: no dispatcher
       // sends that kind (its URL unset, most likely), which is not a stuck dispatcher. The
       // server cannot see the fleet's settings, so the note says what the store shows.
@@ -1606,6 +1648,7 @@
           // Due, but held in order behind a dead letter: not a stuck dispatcher.
           x.waits_behind ? el("span", { class: "waits-behind" }, `waits behind dead letter ${x.waits_behind}`)
             : x.waits_behind_retried ? waitsBehindRetried(x)
+            : isBeingSent(x) ? beingSentNow(x)
             : x.status === "pending" ? when(x.next_attempt_at) : "—",
           deliveryError(x),
           deadControls(x, opResult, refresh)])) : null,
@@ -1780,6 +1823,19 @@
       fill(transcript, renderTranscript(items, more, usage, opened));
     }
 
+    // Drawn again only when they changed, or the clock changed what a row offers (a claim's
+    // hold ran out): a retry button is not redrawn under the pointer.
+    function drawDeliveries(task) {
+      const d = task.deliveries;
+      const deliveryKey = JSON.stringify([d === undefined ? "missing" : d, deliveryClock(d && d.undelivered)]);
+      if (deliveryKey !== s.deliveryKey) {
+        s.deliveryKey = deliveryKey;
+        const typed = typedIn(deliveries); // a discard reason being typed survives a redraw
+        fill(deliveries, renderDeliveries(d));
+        restoreTyped(deliveries, typed);
+      }
+    }
+
     async function refresh() {
       // The poll and the stream's refresh often overlap: on a slow API the older answer came
       // last and drew the task as it was (a finished task running again) until the next poll.
@@ -1787,7 +1843,7 @@
       const result = await watched(s.held, path);
       if (!here() || asked < s.drawn) return;
       s.drawn = asked;
-      if (result.unchanged) { /* the task as shown: nothing to draw again */ }
+      if (result.unchanged) { if (s.task) drawDeliveries(s.task); } // as shown, unless by the clock
       else if (result.ok) showTask(result.data);
       else if (result.status === 404 && !s.task) {
         // A mistyped or stale link: nothing to requeue, cancel or follow, so no form offered and

@@ -97,6 +97,12 @@ _PARTS = [
         func.max(outbox.c.next_attempt_at),
         func.max(outbox.c.delivered_at),
         func.max(outbox.c.discarded_at),
+        # An operator's retry of a pending row (due now: the newest next attempt may be another
+        # row's), and a claim's answer (a failure backs off below another row's next attempt):
+        # the console drew Retry, or "being sent now", beside a view that had moved on.
+        func.max(outbox.c.retried_at),
+        func.max(outbox.c.claimed_until),
+        func.count(outbox.c.claimed_until),
         *(_tally(outbox.c.status, status) for status in ("pending", "dead", "discarded")),
     ),
     # Appended in order under the task's lock: the newest seq is every event.

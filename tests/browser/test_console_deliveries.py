@@ -8,6 +8,7 @@ Tests run in file order on one fleet.
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -338,3 +339,130 @@ def test_an_event_behind_one_being_retried_says_what_the_api_says(
         f"waits behind delivery {failing}, being retried"
     )
     expect(delivery_row(page, where, failing).locator(".waits-behind")).to_have_count(0)
+
+
+def failing_alone(console: Console, task_id: str) -> int:
+    """The task's first event as a dispatcher leaves it after two failed attempts, backing off
+    for minutes (pending, not dead), and its later events delivered: its id."""
+    from orchestrator.store.types import utcnow
+
+    first, *rest = dead_letter_deliveries(console, task_id)
+    now = utcnow()
+    set_rows(console, {
+        first: {"status": "pending", "attempts": 2, "throttled": 0, "last_error": "HTTP 503",
+                "next_attempt_at": now + timedelta(minutes=10)},
+        **{n: {"status": "delivered", "delivered_at": now, "last_error": None} for n in rest},
+    })  # fmt: skip
+    return first
+
+
+def test_a_failing_pending_delivery_is_retried_or_discarded_with_who(
+    page: Any, console: Console
+) -> None:
+    """The API retries (due now, counts kept) or discards a failing delivery still pending, as
+    `outbox retry N` and `outbox discard N` do; the console offered both on dead rows only, so
+    an approved action the backend answers 500 for every time was sent for ever from there.
+    The row says who retried it, when, with what note, and a discarded one that it was pending."""
+    from orchestrator.store.types import utcnow
+
+    task_id = console.trigger("xss", "Its receiver fails every time")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    number = failing_alone(console, task_id)
+    open_task(page, console, task_id)
+    expect(page.locator(f'#deliveries button[data-retry="{number}"]')).to_have_count(1)
+    expect(page.locator(f'#deliveries form[data-discard="{number}"]')).to_have_count(1)
+    page.evaluate("localStorage.setItem('orch.by', 'duty engineer')")  # this browser's name
+    page.goto(f"{console.url}/console#/deliveries?status=pending&kind=webhook")
+    expect(page.locator("#delivery-filters")).to_be_visible()  # the view, not the last one
+    row = delivery_row(page, "#delivery-rows", number)
+    row.locator(f'button[data-retry="{number}"]').click()
+    expect(page.locator("#delivery-result")).to_have_text(f"Delivery {number} is due again.")
+    expect(row.locator(".retried")).to_contain_text("retried by duty engineer ")
+    expect(row.locator("button, form")).to_have_count(0)  # due now: its dispatcher's turn
+    # Its next attempt failed too, and backs off; the retry had a note (`outbox retry --note`).
+    later = utcnow() + timedelta(minutes=10)
+    set_rows(console, {number: {"retry_note": "backend mended", "next_attempt_at": later}})
+    page.reload()
+    expect(row.locator(".retried")).to_contain_text(": backend mended")
+    form = row.locator(f'form[data-discard="{number}"]')
+    form.locator(f"#discard-reason-{number}").fill("told the backend by phone")
+    form.locator("button").click()
+    expect(page.locator("#delivery-result")).to_have_text(
+        f"Delivery {number} is discarded: the task's later events go on."
+    )
+    page.goto(f"{console.url}/console#/deliveries?status=discarded&kind=webhook")
+    row = delivery_row(page, "#delivery-rows", number)
+    expect(row.locator(".discarded")).to_contain_text(
+        "(it was pending, not dead-lettered): told the backend by phone"
+    )
+    expect(row.locator(".retried")).to_contain_text("retried by duty engineer ")
+    shot(page, "deliveries-failing-discarded")
+
+
+#: From now on, until `window.__releaseList()`, the page's reads of the deliveries list wait
+#: unsent (a poll would draw the row afresh before the click), then go, as later ones do.
+HOLD_LIST = """
+() => {
+  const real = window.fetch.bind(window);
+  const waiting = [];
+  let held = true;
+  window.__releaseList = () => { held = false; waiting.splice(0).forEach((go) => go()); };
+  window.fetch = (input, init) => {
+    const url = new URL(String(input), location.href);
+    if (!held || url.pathname !== "/api/v1/outbox") return real(input, init);
+    return new Promise((resolve) => waiting.push(resolve)).then(() => real(input, init));
+  };
+}
+"""
+
+
+def test_a_delivery_being_sent_says_so_and_a_refused_retry_says_why(
+    page: Any, console: Console
+) -> None:
+    """A row a dispatcher is sending offers no Retry nor Discard (the API refuses both, `409
+    being_sent`) and says "being sent now"; one that became so after the page drew it is
+    refused in a line that says what happened and what to do, not as a generic error."""
+    from orchestrator.store.types import utcnow
+
+    task_id = console.trigger("xss", "A send held by a dispatcher")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    number = failing_alone(console, task_id)
+    page.goto(f"{console.url}/console#/deliveries?status=pending&kind=webhook")
+    expect(page.locator("#delivery-filters")).to_be_visible()  # the view, not the last one
+    row = delivery_row(page, "#delivery-rows", number)
+    retry = row.locator(f'button[data-retry="{number}"]')
+    expect(retry).to_have_count(1)
+    # The view's reads of the list wait in the page: the row stays as drawn until the click.
+    page.evaluate(HOLD_LIST)
+    set_rows(console, {number: {"claimed_until": utcnow() + timedelta(minutes=10)}})
+    retry.click()
+    expect(page.locator("#delivery-result")).to_have_text(
+        f"Delivery {number} is being sent now: its answer is recorded when the attempt ends; "
+        "retry it then if it failed."
+    )
+    page.evaluate("window.__releaseList()")
+    expect(row.locator(".being-sent")).to_contain_text("being sent now (attempt 2, held until ")
+    expect(row.locator("button, form")).to_have_count(0)
+    open_task(page, console, task_id)
+    expect(delivery_row(page, "#deliveries", number).locator(".being-sent")).to_have_count(1)
+    expect(page.locator(f'#deliveries button[data-retry="{number}"]')).to_have_count(0)
+    expect(page.locator(f'#deliveries form[data-discard="{number}"]')).to_have_count(0)
+
+
+def test_a_send_whose_claim_ran_out_is_offered_again_without_a_reload(
+    page: Any, console: Console
+) -> None:
+    """A dispatcher stopped mid-send: its claim's hold runs out and the row is due again, but
+    nothing in the rows changes, so the task's page (its view unchanged, 304) kept saying
+    "being sent now", with no Retry nor Discard, until a reload."""
+    from orchestrator.store.types import utcnow
+
+    task_id = console.trigger("xss", "A dispatcher stopped mid-send")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    number = failing_alone(console, task_id)
+    set_rows(console, {number: {"claimed_until": utcnow() + timedelta(seconds=3)}})
+    open_task(page, console, task_id)
+    row = delivery_row(page, "#deliveries", number)
+    expect(row.locator(".being-sent")).to_have_count(1)
+    expect(row.locator(f'button[data-retry="{number}"]')).to_have_count(1, timeout=8_000)
+    expect(row.locator(".being-sent")).to_have_count(0)

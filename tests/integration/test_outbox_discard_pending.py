@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -273,3 +274,80 @@ def test_a_claim_whose_hold_ran_out_is_discarded_and_then_not_sent(
     row = _delivery(rt, action_id)
     assert (row.status, row.discarded_from, row.claimed_until) == ("discarded", "pending", None)
     assert backend.on("/actions") == []
+
+
+def test_tasks_show_names_the_ways_out_of_a_failing_delivery(
+    rt: Runtime,
+    tmp_path: Path,
+    backend: Recorder,
+    store_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`tasks show` listed a failing approved action as its attempts and last error only, as if
+    waiting were all an operator could do: it names `outbox retry N` and `outbox discard N
+    --reason R` as `actions show` does, and says "being sent now" (no commands) for one a
+    dispatcher holds."""
+    from sqlalchemy import update
+
+    from orchestrator.cli import main
+    from orchestrator.store.tables import outbox
+    from orchestrator.store.types import utcnow
+
+    task_id, action_id = _approved(rt, tmp_path)
+    dispatcher = _dispatcher(rt)
+    try:
+        backend.always_fail, backend.fail_status = True, 500
+        dispatcher.run_once()
+    finally:
+        dispatcher.close()
+    number = _delivery(rt, action_id).outbox_id
+    _cli_on(monkeypatch, store_url, tmp_path)
+
+    def line() -> str:
+        assert main(["tasks", "show", task_id]) == 0
+        [shown] = [x for x in capsys.readouterr().out.splitlines() if f"outbox {number} " in x]
+        return shown
+
+    failing = line()
+    assert "attempts 1 (throttled 0), last error: HTTP 500; next attempt at " in failing
+    assert failing.endswith(ways_out_of(number))
+    assert main(["outbox", "retry", str(number), "--by", "kim", "--note", "mended"]) == 0
+    capsys.readouterr()
+    assert "; retried by kim at " in line()  # due now, and who made it so
+    assert line().endswith(": mended")  # after its last error
+    with rt.db.transaction() as conn:  # failed again, backing off; then a dispatcher's claim,
+        # as it holds the row mid-send
+        conn.execute(
+            update(outbox)
+            .where(outbox.c.outbox_id == number)
+            .values(next_attempt_at=utcnow() + timedelta(minutes=5))
+        )
+    assert line().endswith(ways_out_of(number))
+    with rt.db.transaction() as conn:
+        conn.execute(
+            update(outbox)
+            .where(outbox.c.outbox_id == number)
+            .values(claimed_until=utcnow() + timedelta(minutes=5))
+        )
+    sending = line()
+    assert "; being sent now (held until " in sending
+    assert "outbox retry" not in sending
+    assert "outbox discard" not in sending
+    with rt.db.transaction() as conn:  # its answer refused it for good: a dead letter
+        conn.execute(
+            update(outbox)
+            .where(outbox.c.outbox_id == number)
+            .values(status="dead", claimed_until=None)
+        )
+    assert line().endswith(
+        f"; `orchestrator outbox retry {number}` once the backend is mended, "
+        f"or `outbox discard {number} --reason R`"
+    )
+
+
+def ways_out_of(number: int) -> str:
+    return (
+        f": `orchestrator outbox retry {number}` sends it now once the backend is mended, "
+        f"or `outbox discard {number} --reason R` once dealt with by hand"
+    )

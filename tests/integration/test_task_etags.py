@@ -10,12 +10,13 @@ shows that left the tag unchanged would leave the console showing a stale task.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import insert, update
+from sqlalchemy import insert, select, update
 
 from orchestrator.api.app import create_app
 from orchestrator.runtime import Runtime
@@ -388,3 +389,46 @@ def test_the_approvals_page_s_reads_are_304_while_unchanged_and_sent_again_after
     proposed()
     assert count.poll() == 304  # one pending, as before: the same answer
     oldest.changed_by("a decision and a new action")
+
+
+def test_a_task_s_view_is_sent_again_after_a_retry_of_a_failing_delivery_and_an_answer(
+    env: tuple[Runtime, TestClient],
+) -> None:
+    """Two failing deliveries, backing off: an operator's retry of the one due sooner (due now,
+    who and when recorded) and a dispatcher's answer to it (claimed, then failed again, backing
+    off less than the other) left the newest next attempt, the attempts and the tallies as they
+    were, so the view's tag matched: the task's page kept its Retry, then "being sent now"."""
+    from orchestrator.services.outbox import OutboxService
+
+    rt, client = env
+    task_id = rt.tasks.trigger(Trigger(task_type="leak", title="Turbid water")).task.task_id
+    now = utcnow()
+    with rt.db.transaction() as conn:
+        for seq, minutes in ((1, 10), (2, 20)):
+            conn.execute(
+                insert(outbox).values(
+                    kind="webhook", task_id=task_id, event_seq=seq, body="{}", status="pending",
+                    attempts=1, last_error="HTTP 503", created_at=now,
+                    next_attempt_at=now + timedelta(minutes=minutes),
+                )
+            )  # fmt: skip
+        first = conn.execute(
+            select(outbox.c.outbox_id).where(outbox.c.task_id == task_id, outbox.c.event_seq == 1)
+        ).scalar_one()
+    view = Held(client, f"/api/v1/tasks/{task_id}")
+    OutboxService(rt.db).retry(first, by="kim", note="mended")
+    view.changed_by("an operator's retry")
+    with rt.db.transaction() as conn:
+        conn.execute(
+            update(outbox)
+            .where(outbox.c.outbox_id == first)
+            .values(attempts=2, claimed_until=now + timedelta(minutes=1))
+        )
+    view.changed_by("a dispatcher's claim")
+    with rt.db.transaction() as conn:
+        conn.execute(
+            update(outbox)
+            .where(outbox.c.outbox_id == first)
+            .values(claimed_until=None, next_attempt_at=now + timedelta(minutes=5))
+        )
+    view.changed_by("the claim's answer")

@@ -295,14 +295,14 @@ def test_tasks_show_names_the_ways_out_of_a_failing_delivery(
     from orchestrator.store.types import utcnow
 
     task_id, action_id = _approved(rt, tmp_path)
-    dispatcher = _dispatcher(rt)
+    dispatcher = slow_dispatcher(rt)
     try:
         backend.always_fail, backend.fail_status = True, 500
         dispatcher.run_once()
     finally:
         dispatcher.close()
     number = _delivery(rt, action_id).outbox_id
-    _cli_on(monkeypatch, store_url, tmp_path)
+    cli_on(monkeypatch, store_url, tmp_path)
 
     def line() -> str:
         assert main(["tasks", "show", task_id]) == 0

@@ -29,6 +29,7 @@ from orchestrator.domain.recovery import readable_call
 from orchestrator.logs import redact, secrets_of
 from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.tasks import CANCELLED, Trigger, task_view
+from orchestrator.store.outbox import SETTLED
 from orchestrator.store.types import utcnow
 
 __all__ = ["register"]
@@ -541,7 +542,7 @@ def render_explain(view: dict[str, Any], *, earlier: dict[str, Any] | None = Non
         )
     if view.get("running_receipts"):
         lines.append(f"  write receipts still running: {len(view['running_receipts'])}")
-    lines += _deliveries(view.get("deliveries"))
+    lines += _deliveries(view.get("deliveries"), str(view["task_id"]))
     return "\n".join(lines)
 
 
@@ -562,8 +563,9 @@ def _resolutions(resolutions: list[Any]) -> list[str]:
     return lines
 
 
-def _deliveries(deliveries: dict[str, Any] | None) -> list[str]:
-    """The outbox rows of the task: counts, and each one not delivered (dead ones first)."""
+def _deliveries(deliveries: dict[str, Any] | None, task_id: str) -> list[str]:
+    """The outbox rows of the task: counts, and each one not delivered (dead ones first; the
+    first `UNDELIVERED_SHOWN`, and how to list the rest)."""
     if not deliveries or not deliveries["counts"]:
         return []
     counts = "; ".join(
@@ -619,6 +621,17 @@ def _deliveries(deliveries: dict[str, Any] | None) -> list[str]:
         lines.append(
             f"    {row['status'].upper() if row['status'] == 'dead' else row['status']}  "
             f"outbox {row['outbox_id']}  {row['kind']} {what}  {tried}{error}"
+        )
+    open_count = sum(
+        n
+        for by_status in deliveries["counts"].values()
+        for status, n in by_status.items()
+        if status not in SETTLED
+    )
+    if open_count > len(deliveries["undelivered"]):
+        lines.append(
+            f"    ... {len(deliveries['undelivered'])} of the {open_count} not delivered shown "
+            f"(dead ones first): `orchestrator outbox list --task {task_id}` lists them all"
         )
     return lines
 

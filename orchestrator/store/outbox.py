@@ -42,6 +42,7 @@ from orchestrator.store.types import utcnow
 __all__ = [
     "REFUSAL",
     "SETTLED",
+    "UNDELIVERED_SHOWN",
     "OutboxRow",
     "action_deliveries",
     "action_delivery",
@@ -143,6 +144,8 @@ REFUSAL: Final = "a permanent refusal, not retried"
 #: Done with: delivered, or a dead letter an operator discarded. Neither is sent again, and
 #: neither holds its task's later events back.
 SETTLED = ("delivered", "discarded")
+#: The undelivered rows of a task `delivery_summary` lists (its counts cover them all).
+UNDELIVERED_SHOWN = 20
 #: A row in one of these was sent (discarded ones were dead-lettered first).
 _SENT_STATUSES: Final = ("delivered", "dead", "discarded")
 
@@ -587,11 +590,13 @@ def delivery_summary(conn: Connection, task_id: str) -> dict[str, Any]:
         .group_by(outbox.c.kind, outbox.c.status)
     ):
         counts.setdefault(str(kind), {})[str(status)] = int(count)
+    # Dead ones first (they need an operator), then in order: a dead action after twenty pending
+    # events was left out, though `tasks show` puts dead ones first among those it shows.
     open_rows = conn.execute(
         select(outbox)
         .where(outbox.c.task_id == task_id, outbox.c.status.not_in(SETTLED))
-        .order_by(outbox.c.outbox_id)
-        .limit(20)
+        .order_by(case((outbox.c.status == "dead", 0), else_=1), outbox.c.outbox_id)
+        .limit(UNDELIVERED_SHOWN)
     )
     never_sent = [
         kind

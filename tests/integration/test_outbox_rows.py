@@ -15,10 +15,13 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import func, insert, select
 
 from orchestrator.api.app import create_app
 from orchestrator.runtime import Runtime
 from orchestrator.services.outbox import OutboxDispatcher, OutboxService
+from orchestrator.store.tables import outbox
+from orchestrator.store.types import utcnow
 from tests.integration.test_operator_accounts import bearer, operators_file
 from tests.outbox_support import Recorder, outbox_runtime, running_recorder, waiting_task
 
@@ -381,3 +384,46 @@ def test_the_list_says_when_a_pending_row_is_tried_next(
     assert lines[held.outbox_id].endswith(
         f"waits behind outbox {backing_off.outbox_id}, being retried"
     )
+
+
+def test_tasks_show_lists_a_dead_row_wherever_it_is_and_says_what_it_leaves_out(
+    rt: Runtime, tmp_path: Path, cli: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A task's first 20 undelivered rows were listed, in order: a dead row after them was left
+    out (`tasks show` put dead ones first only among those), and nothing said rows were."""
+    from orchestrator.cli import main
+
+    task_id, _ = waiting_task(rt, tmp_path)
+    now = utcnow()
+    row = {"kind": "webhook", "task_id": task_id, "body": "{}", "attempts": 0, "throttled": 0}
+    with rt.db.transaction() as conn:
+        for seq in range(100, 125):
+            conn.execute(
+                insert(outbox).values(
+                    **row, event_seq=seq, status="pending", next_attempt_at=now, created_at=now
+                )
+            )
+        dead_id = conn.execute(
+            insert(outbox)
+            .values(
+                **row | {"attempts": 3},
+                event_seq=200,
+                status="dead",
+                last_error="HTTP 503",
+                next_attempt_at=now,
+                created_at=now,
+            )
+            .returning(outbox.c.outbox_id)
+        ).scalar_one()
+        undelivered = conn.execute(
+            select(func.count())
+            .select_from(outbox)
+            .where(outbox.c.task_id == task_id, outbox.c.status.in_(["pending", "dead"]))
+        ).scalar_one()
+    assert main(["tasks", "show", task_id]) == 0
+    out = capsys.readouterr().out
+    assert f"DEAD  outbox {dead_id}  webhook" in out
+    assert (
+        f"... 20 of the {undelivered} not delivered shown (dead ones first): "
+        f"`orchestrator outbox list --task {task_id}` lists them all"
+    ) in out

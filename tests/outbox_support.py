@@ -35,6 +35,7 @@ from tests.executions_support import node, plan_call, report_call, runtime_for, 
 __all__ = [
     "Received",
     "Recorder",
+    "approved_action",
     "cli_on",
     "outbox_runtime",
     "running_recorder",
@@ -226,3 +227,11 @@ def until_a_statement_waits_for_a_lock(rt: Runtime) -> None:
             return
         threading.Event().wait(0.01)
     raise AssertionError("no statement waited for the claim's lock")
+
+
+def approved_action(rt: Runtime, tmp_path: Path) -> tuple[str, str]:
+    """A waiting task whose work order a duty engineer approved: (task, action)."""
+    task_id, action_id = waiting_task(rt, tmp_path)
+    digest = rt.actions.get(action_id).digest
+    rt.actions.decide(action_id, approve=True, by="duty engineer", note=None, digest=digest)
+    return task_id, action_id

@@ -30,7 +30,13 @@ from orchestrator.services.outbox import OutboxDispatcher, OutboxService
 from orchestrator.store.outbox import OutboxRow
 from orchestrator.store.tables import outbox
 from orchestrator.store.types import utcnow
-from tests.outbox_support import Recorder, outbox_runtime, running_recorder, waiting_task
+from tests.outbox_support import (
+    Recorder,
+    approved_action,
+    outbox_runtime,
+    running_recorder,
+    waiting_task,
+)
 
 SECRET = "webhook-secret-for-answers"
 ACTIONS_SECRET = "actions-secret-for-answers"
@@ -54,13 +60,6 @@ def rt(store_url: str, tmp_path: Path, backend: Recorder) -> Iterator[Runtime]:
         outbox_backoff_max_seconds=300,
     ) as runtime:
         yield runtime
-
-
-def approved_action(rt: Runtime, tmp_path: Path) -> tuple[str, str]:
-    task_id, action_id = waiting_task(rt, tmp_path)
-    digest = rt.actions.get(action_id).digest
-    rt.actions.decide(action_id, approve=True, by="duty engineer", note=None, digest=digest)
-    return task_id, action_id
 
 
 def actions_only(rt: Runtime) -> OutboxDispatcher:

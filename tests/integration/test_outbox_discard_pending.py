@@ -29,12 +29,12 @@ from orchestrator.store import outbox as store
 from orchestrator.store.outbox import OutboxRow
 from tests.outbox_support import (
     Recorder,
+    approved_action,
     cli_on,
     outbox_runtime,
     running_recorder,
     slow_dispatcher,
     until_a_statement_waits_for_a_lock,
-    waiting_task,
 )
 
 
@@ -50,15 +50,6 @@ def rt(store_url: str, tmp_path: Path, backend: Recorder) -> Iterator[Runtime]:
         store_url, tmp_path, backend, webhook_secret="hook-secret", actions_secret="act-secret"
     ) as runtime:
         yield runtime
-
-
-def _approved(rt: Runtime, tmp_path: Path) -> tuple[str, str]:
-    """A task with an approved work order: (task, action)."""
-    task_id, action_id = waiting_task(rt, tmp_path)
-    rt.actions.decide(
-        action_id, approve=True, by="duty", note="go", digest=rt.actions.get(action_id).digest
-    )
-    return task_id, action_id
 
 
 def _delivery(rt: Runtime, action_id: str) -> OutboxRow:
@@ -78,7 +69,7 @@ def test_a_failing_approved_action_is_discarded_and_never_sent_again(
 ) -> None:
     from orchestrator.cli import main
 
-    _, action_id = _approved(rt, tmp_path)
+    _, action_id = approved_action(rt, tmp_path)
     dispatcher = slow_dispatcher(rt)
     try:
         backend.always_fail, backend.fail_status = True, 500  # the backend's bug, every time
@@ -156,7 +147,7 @@ def test_a_delivery_being_sent_is_not_discarded(
     answer (a failure) is recorded."""
     from orchestrator.cli import main
 
-    _, action_id = _approved(rt, tmp_path)
+    _, action_id = approved_action(rt, tmp_path)
     dispatcher = slow_dispatcher(rt)
     reports: list[DispatchReport] = []
     sending = threading.Thread(target=lambda: reports.append(dispatcher.run_once()))
@@ -210,7 +201,7 @@ def test_a_discard_racing_a_claim_on_postgres(
     with outbox_runtime(
         pg_url, tmp_path, backend, webhook_secret="hook-secret", actions_secret="act-secret"
     ) as rt:
-        _, action_id = _approved(rt, tmp_path)
+        _, action_id = approved_action(rt, tmp_path)
         failures: list[BaseException] = []
 
         def discard(outbox_id: int) -> None:
@@ -260,7 +251,7 @@ def test_a_claim_whose_hold_ran_out_is_discarded_and_then_not_sent(
     """A row claimed in a batch waits for the rows before it; once its hold ran out it is no
     longer being sent, and an operator may discard it: the claim's renewal before the send
     then fails, so the dispatcher skips it, and its answer (had it sent) records nothing."""
-    _, action_id = _approved(rt, tmp_path)
+    _, action_id = approved_action(rt, tmp_path)
     with rt.db.transaction() as conn:
         [claimed] = store.claim_due(conn, ("action",), limit=1, hold_seconds=0)
     assert OutboxService(rt.db).discard(claimed.outbox_id, reason="x", by="kim").status == (
@@ -294,7 +285,7 @@ def test_tasks_show_names_the_ways_out_of_a_failing_delivery(
     from orchestrator.store.tables import outbox
     from orchestrator.store.types import utcnow
 
-    task_id, action_id = _approved(rt, tmp_path)
+    task_id, action_id = approved_action(rt, tmp_path)
     dispatcher = slow_dispatcher(rt)
     try:
         backend.always_fail, backend.fail_status = True, 500

@@ -113,6 +113,7 @@ class LeaseKeeper:
         self._attempted_at = now  # and renewed the lease: the first beat is one period away
         self._renewed_at = now
         self.longest_gap = 0.0  # the longest time between two good renewals, for tests and logs
+        self.renewals = 0  # good renewals since the claim, for tests
 
     @property
     def name(self) -> str:
@@ -205,6 +206,7 @@ class LeaseKeeper:
         self._contested = False
         self._valid_until = max(self._valid_until, sent_at + self.ttl)
         self.longest_gap = max(self.longest_gap, sent_at - self._renewed_at)
+        self.renewals += 1
         self._renewed_at = max(self._renewed_at, sent_at)
 
     def _taken_back(self) -> None:

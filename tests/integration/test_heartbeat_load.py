@@ -50,6 +50,7 @@ def test_one_heartbeat_renews_every_lease_in_time_and_a_refusal_stops_only_its_o
 ) -> None:
     before = heartbeat().held()  # keepers another test may have left running
     held = keepers(rt, COUNT)
+    started = time.monotonic()  # every keeper claimed and renewing by now
     try:
         beats = [t for t in threading.enumerate() if t.name == "lease-heartbeat"]
         assert len(beats) == 1  # not a thread per generation
@@ -63,14 +64,20 @@ def test_one_heartbeat_renews_every_lease_in_time_and_a_refusal_stops_only_its_o
         cancelled = held[2]
         rt.tasks.cancel(cancelled.fence.task_id)
         time.sleep(TTL * 1.5)  # well past the TTL: only the heartbeat keeps the others alive
+        watched = time.monotonic() - started
         for keeper in [*stolen, cancelled]:
             assert keeper.lost.is_set()
         survivors = held[3:]
         assert not [k.fence.task_id for k in survivors if k.lost.is_set()]
         for keeper in survivors:
             keeper.check()
-            # Renewed on time: never a gap near the lease minus its margin.
-            assert keeper.longest_gap <= EVERY + 0.5, keeper.longest_gap
+            # Renewed in time: never a gap that reached the lease minus its safety margin (a
+            # loaded machine may hold one beat back for most of a second: the lease is what
+            # must not run out).
+            assert keeper.longest_gap < TTL - keeper.margin, keeper.longest_gap
+            # And on its period, not only as the lease nears its end: a heartbeat that renewed
+            # each lease once per lease would make about a third of these.
+            assert keeper.renewals >= watched / EVERY / 2, (keeper.renewals, watched)
             info = rt.leases.get(keeper.name)
             assert info is not None
             assert info.token == keeper.fence.lease_token

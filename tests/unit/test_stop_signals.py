@@ -24,7 +24,12 @@ def _child(body: str) -> subprocess.Popen[str]:
     )
 
 
-def _finish(child: subprocess.Popen[str], seconds: float = 10) -> str:
+#: How long a child may take before it counts as hung: it imports the CLI's package (about 2 s
+#: on an idle machine, over 10 s on two cores loaded six deep); a hang is for ever.
+HUNG_AFTER = 60
+
+
+def _finish(child: subprocess.Popen[str], seconds: float = HUNG_AFTER) -> str:
     try:
         out, _ = child.communicate(timeout=seconds)
     except subprocess.TimeoutExpired:

@@ -347,6 +347,16 @@
       ? `: ${detail.field ? `${String(detail.field).replace(/^query\./, "")}: ` : ""}${detail.message}` : "";
     return `${error.message}${more} (${error.code})`;
   }
+  // A read that failed (refused, or the network dropped), said where its content goes, with a
+  // button that reads it again: a section left empty read as "nothing there".
+  function readFailed(id, what, result, again) {
+    const text = `${what} could not be read: ${errorText(result).replace(/\.$/, "")}. `;
+    return el("p", { class: "error read-failed", id, role: "alert" }, text,
+      el("button", { type: "button", class: "secondary", onclick: (event) => {
+        event.currentTarget.disabled = true; // until the read's answer draws this again
+        again();
+      } }, "Retry"));
+  }
   function missingRoute(result) {
     // No such route: FastAPI's own 404 ("Not Found"), or a path that exists for other methods.
     const error = result.data && result.data.error;
@@ -1209,6 +1219,7 @@
     const nodeDetail = el("div", { id: "node-detail", class: "node-detail", tabindex: "-1", hidden: true });
     const pending = el("div", { id: "pending-actions", class: "actions-list" });
     const pendingResult = el("p", { role: "status", id: "pending-result" });
+    const pendingRead = el("div", { id: "pending-read" }); // says when they could not be read
     const report = part("report"), receipts = part("receipts");
     const inFlight = part("running-receipts");
     const resolved = part("resolutions");
@@ -1279,7 +1290,7 @@
         opResult),
       el("section", { class: "card", "aria-labelledby": "h-plan" },
         el("div", { class: "row" }, el("h2", { id: "h-plan" }, "Plan"), live), planBox, nodeDetail),
-      el("section", { class: "card", "aria-labelledby": "h-pending" }, el("h2", { id: "h-pending" }, "Pending approvals"), pendingResult, pending),
+      el("section", { class: "card", "aria-labelledby": "h-pending" }, el("h2", { id: "h-pending" }, "Pending approvals"), pendingResult, pendingRead, pending),
       el("div", { class: "grid2" },
         el("section", { class: "card", "aria-labelledby": "h-lease" }, el("h2", { id: "h-lease" }, "Lease"), lease),
         el("section", { class: "card", "aria-labelledby": "h-report" }, el("h2", { id: "h-report" }, "Report"), report)),
@@ -1663,7 +1674,16 @@
       if (!here() || asked < s.pendingDrawn) return;
       s.pendingDrawn = asked;
       s.pendingStale = !result.ok;
-      if (!result.ok || result.unchanged) return; // the cards shown still hold
+      // A read that failed said nothing: an empty section read as nothing waiting. It is said,
+      // the cards shown (if any) kept as last read, and read again at the next poll or Retry.
+      if (!result.ok) {
+        const failed = readFailed("pending-error", "The pending approvals", result, loadPending);
+        const shown = pendingRead.firstChild;
+        if (!shown || shown.textContent !== failed.textContent || shown.querySelector("button:disabled")) fill(pendingRead, failed);
+        return;
+      }
+      fill(pendingRead);
+      if (result.unchanged) return; // the cards shown still hold
       showActions(pending, result.items, refresh, pendingResult);
     }
 

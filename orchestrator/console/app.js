@@ -432,8 +432,10 @@
   function viewKey() {
     const { path } = route();
     const task = taskOf(path);
-    return task !== null ? `task:${task}` : ["/deliveries", "/approvals"].includes(path) ? path : "/";
+    return task !== null ? `task:${task}` : VIEWS.includes(path) ? path : `unknown:${path}`;
   }
+  // The addresses of the views other than a task's page ("#/" and "" are the task list).
+  const VIEWS = ["/", "/deliveries", "/approvals"];
   // Whether the view opened as `key` is still the one the address names. A hash-only
   // navigation changes the address at once but tells the page (`hashchange`, which disposes
   // the view) a task later: an answer of the view left that landed in between was drawn, and
@@ -457,10 +459,19 @@
     } else if (path === "/approvals") {
       document.getElementById("nav-approvals").setAttribute("aria-current", "page");
       view = approvals();
-    } else {
+    } else if (path === "/") {
       document.getElementById("nav-tasks").setAttribute("aria-current", "page");
       view = taskList(params);
+    } else {
+      view = noSuchPage(path);
     }
+  }
+  // A mistyped or stale address drew the task list, unsaid, as if it were what was asked for.
+  function noSuchPage(path) {
+    fill(main, el("h1", {}, "No such page"),
+      el("p", { id: "no-such-page" }, "The console has no page at ", el("code", {}, `#${path}`), ". ",
+        el("a", { href: "#/" }, "Back to the tasks")));
+    return null;
   }
 
   // ---- task list -------------------------------------------------------------------------

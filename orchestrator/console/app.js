@@ -120,12 +120,63 @@
     return el("span", { class: `badge s-${status}${marked ? " marked" : ""}` },
       marked ? `⚠ ${status}` : String(status));
   }
+  // ---- times: their zone, and the server's clock ---------------------------------------
+  // A time read `12/6/2026, 5:20:00 PM`, in a zone it did not name, and what is past or ahead
+  // was judged by the browser's clock, which may be hours adrift: a dispatcher's hold for ten
+  // more minutes read as run out (Retry offered, the API refusing it), "last hour" listed
+  // nothing. A time is shown in the browser's zone, named (`2026-12-06 17:20:00 GMT+8`; its
+  // tooltip in UTC), with how long ago or ahead it is by the server's clock: every API answer's
+  // `Date` header. That header is whole seconds (uvicorn writes it once a second), read
+  // before the answer left, so each sample is at most the server's lead on the browser and
+  // within two seconds of it; the largest of the recent ones is the nearest, and half a
+  // second is added for the seconds cut off. A few seconds either way read "just now".
+  const leads = [];
+  let lead = 0; // ms the server's clock is ahead of the browser's
+  function sampleClock(response) {
+    const at = Date.parse(response.headers.get("Date") || "");
+    if (Number.isNaN(at)) return;
+    leads.push(at - Date.now());
+    if (leads.length > 10) leads.shift(); // a browser clock set right meanwhile is followed
+    lead = Math.max(...leads) + 500;
+  }
+  function now() { return Date.now() + lead; }
+  const pad = (n, width = 2) => String(n).padStart(width, "0");
+  function zoneOf(date, timeZone) {
+    try {
+      const part = new Intl.DateTimeFormat("en-US", { timeZone, timeZoneName: "short" })
+        .formatToParts(date).find((x) => x.type === "timeZoneName");
+      return part ? part.value : "local time";
+    } catch (_) { return "local time"; }
+  }
+  function stamp(date, utc) {
+    const [y, mo, d, h, mi, sec] = utc
+      ? [date.getUTCFullYear(), date.getUTCMonth(), date.getUTCDate(), date.getUTCHours(), date.getUTCMinutes(), date.getUTCSeconds()]
+      : [date.getFullYear(), date.getMonth(), date.getDate(), date.getHours(), date.getMinutes(), date.getSeconds()];
+    return `${pad(y, 4)}-${pad(mo + 1)}-${pad(d)} ${pad(h)}:${pad(mi)}:${pad(sec)} ${utc ? "UTC" : zoneOf(date)}`;
+  }
+  // "3 min ago", "in 10 min": from the server's now, the larger unit only.
+  function howFar(date) {
+    const ms = date.getTime() - now();
+    const s = Math.floor(Math.abs(ms) / 1000);
+    if (s < 3) return "just now";
+    const size = s < 60 ? `${s} s` : s < 3600 ? `${Math.floor(s / 60)} min`
+      : s < 48 * 3600 ? `${Math.floor(s / 3600)} h` : `${Math.floor(s / 86400)} d`;
+    return ms > 0 ? `in ${size}` : `${size} ago`;
+  }
   function when(value) {
     if (!value) return "—";
     const date = new Date(value);
     if (Number.isNaN(date.getTime())) return String(value);
-    return el("time", { datetime: String(value), title: String(value) }, date.toLocaleString());
+    return el("time", { datetime: String(value), title: stamp(date, true) },
+      el("span", { class: "stamp" }, stamp(date, false)), " ", el("span", { class: "far" }, `(${howFar(date)})`));
   }
+  // How far each time shown is, kept true as the clock runs (nothing else redraws an idle page).
+  setInterval(() => {
+    for (const far of document.querySelectorAll("time[datetime] > span.far")) {
+      const text = `(${howFar(new Date(far.parentElement.getAttribute("datetime")))})`;
+      if (far.textContent !== text) far.textContent = text;
+    }
+  }, 5000);
   function lastWrite(value) {
     if (value === undefined) return undefined; // a server without `last_write`: no row
     if (!value) return "none in this generation";
@@ -279,6 +330,7 @@
       showBanner("The API is not answering; retrying…");
       return { ok: false, status: 0, data: null, down: true };
     }
+    sampleClock(response);
     showBanner("");
     if (response.status === 401) {
       // The session ended: back to the sign-in form, at this view's address, which it keeps
@@ -496,7 +548,7 @@
     const since = SINCE_MS[params.get("since")] ? params.get("since") : "";
     const from = localTime(params.get("from")), to = localTime(params.get("to"));
     const after = from ? new Date(from).toISOString()
-      : since ? new Date(Date.now() - SINCE_MS[since]).toISOString() : null;
+      : since ? new Date(now() - SINCE_MS[since]).toISOString() : null;
     const state = { status: params.get("status") || "", type: (params.get("type") || "").trim(),
       since, from, to, after, before: to ? new Date(to).toISOString() : null,
       cursors: [], cursor: null, timer: null, alive: true, held: new Map(), key: viewKey(),
@@ -525,9 +577,10 @@
     el("div", { class: "field" }, el("label", { for: "f-since" }, "Created"),
       el("select", { id: "f-since", name: "since" },
         Object.entries(SINCE).map(([k, v]) => el("option", { value: k, selected: k === state.since }, v)))),
-    el("div", { class: "field" }, el("label", { for: "f-from" }, "From"),
+    // Typed in the browser's zone, named: "From" alone left the operator to guess it.
+    el("div", { class: "field" }, el("label", { for: "f-from" }, `From (${zoneOf(new Date())})`),
       el("input", { id: "f-from", name: "from", type: "datetime-local", value: state.from })),
-    el("div", { class: "field" }, el("label", { for: "f-to" }, "To"),
+    el("div", { class: "field" }, el("label", { for: "f-to" }, `To (${zoneOf(new Date())})`),
       el("input", { id: "f-to", name: "to", type: "datetime-local", value: state.to })),
     el("button", { type: "submit" }, "Filter"));
     // A hand-edited address with a value the filters cannot hold is not an error, but it is
@@ -913,7 +966,7 @@
   // A dispatcher holds a pending row while it sends it (`claimed_until`, in the future): a
   // time past is a dispatcher that stopped mid-send, and the row is due again.
   function isBeingSent(x) {
-    return x.status === "pending" && Boolean(x.claimed_until) && new Date(x.claimed_until).getTime() > Date.now();
+    return x.status === "pending" && Boolean(x.claimed_until) && new Date(x.claimed_until).getTime() > now();
   }
   // What of the rows shown changes with the clock alone: a claim's hold runs out (a dispatcher
   // stopped mid-send: due again), a backoff ends. The list's tag and its rows stay the same
@@ -931,7 +984,7 @@
   // every time was offered nothing here. One due now (just retried) waits for its dispatcher.
   function isFailing(x) {
     return x.status === "pending" && Boolean(x.attempts || x.last_error) && !x.waits_behind && !x.waits_behind_retried
-      && Boolean(x.next_attempt_at) && new Date(x.next_attempt_at).getTime() > Date.now();
+      && Boolean(x.next_attempt_at) && new Date(x.next_attempt_at).getTime() > now();
   }
   // What is done about a dead letter or a failing delivery: retried, or discarded; one being
   // sent offers neither (the API refuses both, `409 being_sent`).
@@ -1992,7 +2045,7 @@
   // ---- start -----------------------------------------------------------------------------
   // Who is signed in decides what is offered, so it is known before the first view.
   fetch("console/session", { credentials: "same-origin" })
-    .then((r) => r.json())
+    .then((r) => { sampleClock(r); return r.json(); }) // the server's clock, before any view
     .then((state) => { me = state.account || null; showAccount(state); })
     .catch(() => {})
     .finally(() => {

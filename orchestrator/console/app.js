@@ -926,6 +926,41 @@
       else fill(say, el("span", { class: "error" }, errorText(result)));
     } }, `Retry every dead ${what ? what + " " : ""}delivery`);
   }
+  // Every pending delivery (of the kind shown) that failed and backs off, due now with
+  // its counts kept, once the backend is mended after an outage: POST
+  // /api/v1/outbox/retry-failing (`outbox retry --all-failing`). Asked first, in the page: it
+  // sends at once what may be many rows to a backend just back. One a dispatcher is sending
+  // is left to it (`being_sent`), and said.
+  function retryFailingBox(kind, say, after) {
+    const what = kind === "action" ? "approved action " : kind === "webhook" ? "task event " : "";
+    const box = el("div", { class: "row", id: "retry-failing" });
+    const plural = (n, one, many) => (n === 1 ? one : many);
+    function ask() {
+      const confirm = el("div", { class: "row notice-box", id: "retry-failing-confirm", role: "group" },
+        el("span", {}, `Send every ${what}delivery that failed and backs off now, its counts kept?`),
+        el("button", { type: "button", class: "secondary", onclick: async (event) => {
+          const body = {};
+          if (kind) body.kind = kind;
+          const result = await sendOnce(event.currentTarget.parentElement, "POST", "outbox/retry-failing", body);
+          if (!result) return;
+          confirm.remove();
+          if (!result.ok) { fill(say, el("span", { class: "error" }, errorText(result))); return; }
+          const { retried, being_sent: sending } = result.data;
+          fill(say, `${retried} failing ${what}${plural(retried, "delivery is", "deliveries are")} due now.`,
+            sending ? ` ${sending} being sent now ${plural(sending, "is left to its dispatcher: retry it once its answer is in, if it failed.",
+              "are left to their dispatchers: retry them once their answers are in, if they failed.")}` : "");
+          after();
+        } }, "Retry them"),
+        el("button", { type: "button", class: "secondary", onclick: () => { confirm.remove(); button.focus(); } }, "Cancel"));
+      document.getElementById("retry-failing-confirm")?.remove();
+      box.appendChild(confirm);
+      confirm.querySelector("button").focus();
+    }
+    const button = el("button", { type: "button", class: "secondary", id: "retry-every-failing", onclick: ask },
+      `Retry every failing ${what}delivery`);
+    box.appendChild(button);
+    return box;
+  }
   // A dead letter the operator dealt with by hand (the backend will never take it) is
   // discarded, saying why: never sent again, and the task's later events go on. The row keeps
   // who, when and why (POST /api/v1/outbox/{id}/discard).
@@ -1049,6 +1084,9 @@
       [["", "any"], ["action", "approved actions"], ["webhook", "task events"]].map(([v, t]) => el("option", { value: v, selected: v === kind }, t)));
     const rows = el("div", { id: "delivery-rows" }, el("p", { class: "muted" }, "Loading…"));
     const say = el("p", { role: "status", id: "delivery-result" });
+    // Drawn once, apart from the rows a poll redraws: a confirmation being answered stays.
+    const bulk = status === "pending" && can("operator") ? retryFailingBox(kind, say, load) : null;
+    if (bulk) bulk.hidden = true; // until there are rows
     // As the task list does: `status=failed` in a hand-edited address listed the dead ones, and
     // `kind=email` every kind, unsaid.
     const ignored = [];
@@ -1065,7 +1103,7 @@
       } }, el("div", {}, el("label", { for: "d-status" }, "Status"), statusPick),
       el("div", {}, el("label", { for: "d-kind" }, "Kind"), kindPick),
       el("button", { type: "submit", class: "secondary" }, "Show")),
-      notice, say, rows);
+      notice, bulk, say, rows);
     const at = viewKey();
     const held = new Map(); // the list's tag, when the server gives one
     let alive = true, shown = null, asked = 0, drawn = 0, last = null;
@@ -1107,6 +1145,7 @@
         items.some((x) => x.status === "dead" || isFailing(x)) && !can("operator") ? cannot("operator", "retrying or discarding a delivery") : null]
         : el("p", { class: "muted" }, `No ${status} delivery.`));
       restoreTyped(rows, typed);
+      if (bulk) bulk.hidden = !items.length;
     }
     load();
     const timer = setInterval(load, POLL_MS * 2);

@@ -1,0 +1,77 @@
+"""The console's lists of deliveries to the business backend, in a real headless chromium
+against a real API, worker and sweeper: every failing delivery retried at once after a
+confirmation, what a discarded or retried row says of who and how, and a task's page that
+shows some of its undelivered rows saying so and leading to them all.
+
+Tests run in file order on one fleet: the first counts every failing delivery of the store.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.conftest import OPERATORS, Console, shot
+from tests.browser.pages import (
+    delivery_row,
+    failing_alone,
+    set_rows,
+)
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+def test_every_failing_delivery_is_retried_at_once_after_a_confirmation(
+    page: Any, console: Console, browser: Any
+) -> None:
+    """The API makes every failing pending delivery due now (`POST /api/v1/outbox/retry-failing`,
+    `outbox retry --all-failing`) once the backend is mended after an outage; the deliveries
+    view offered Retry row by row only. One button does it, after a confirmation, and says how
+    many were retried and how many a dispatcher was sending (left to it). A viewer is not
+    offered it."""
+    from orchestrator.store.types import utcnow
+
+    retried, sending = (console.trigger("xss", f"Failing {n}") for n in ("alone", "and held"))
+    for task_id in (retried, sending):
+        console.wait_for(task_id, lambda t: t["status"] == "completed")
+    first = failing_alone(console, retried)
+    held = failing_alone(console, sending)
+    set_rows(console, {held: {"claimed_until": utcnow() + timedelta(minutes=10)}})
+    page.goto(f"{console.url}/console#/deliveries?status=pending&kind=webhook")
+    expect(delivery_row(page, "#delivery-rows", first).locator("button[data-retry]")).to_have_count(
+        1
+    )
+    button = page.locator("#retry-every-failing")
+    expect(button).to_have_text("Retry every failing task event delivery")
+    button.click()
+    confirm = page.locator("#retry-failing-confirm")
+    expect(confirm).to_contain_text(
+        "Send every task event delivery that failed and backs off now, its counts kept?"
+    )
+    confirm.get_by_role("button", name="Cancel").click()
+    expect(confirm).to_have_count(0)
+    listed = console.http.get(f"/api/v1/outbox/{first}").json()
+    assert listed["retried_at"] is None  # nothing was sent
+    button.click()
+    shot(page, "deliveries-retry-failing-confirm")
+    confirm.get_by_role("button", name="Retry them").click()
+    expect(page.locator("#delivery-result")).to_have_text(
+        "1 failing task event delivery is due now. 1 being sent now is left to its dispatcher: "
+        "retry it once its answer is in, if it failed."
+    )
+    expect(confirm).to_have_count(0)
+    assert console.http.get(f"/api/v1/outbox/{first}").json()["retried_at"] is not None
+    assert console.http.get(f"/api/v1/outbox/{held}").json()["retried_at"] is None
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        viewer = context.new_page()
+        viewer.goto(f"{console.url}/console?token={OPERATORS['vera'][1]}")
+        expect(viewer.locator("#whoami-role")).to_have_text("viewer")
+        viewer.goto(f"{console.url}/console#/deliveries?status=pending&kind=webhook")
+        expect(viewer.locator("#delivery-rows tbody tr").first).to_be_visible()
+        expect(viewer.locator("#retry-every-failing")).to_have_count(0)
+    finally:
+        context.close()

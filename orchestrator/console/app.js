@@ -1027,9 +1027,17 @@
     return (x.status === "dead" || isFailing(x)) && !isBeingSent(x) && can("operator") ? [retryButton(x, say, after), discardForm(x, say, after)] : "";
   }
   // Who last retried the row (or hurried it, pending), when, and their note.
+  // A retry recorded without a name (`retried_by` null) was not shown at all.
   function retriedBy(x) {
-    return x.retried_by ? el("p", { class: "muted retried" }, `retried by ${x.retried_by} `, when(x.retried_at),
+    return x.retried_by || x.retried_at ? el("p", { class: "muted retried" },
+      `retried by ${x.retried_by || "an unrecorded name"} `, when(x.retried_at),
       x.retry_note ? `: ${x.retry_note}` : "") : null;
+  }
+  // A row discarded while pending was never dead-lettered (`discarded_from`): its status says
+  // so, where a bare "discarded" read as a dead letter settled by hand.
+  function deliveryStatus(x) {
+    return [badge(x.status), x.status === "discarded" && x.discarded_from === "pending"
+      ? el("span", { class: "discarded-from" }, " while pending") : null];
   }
   // Why a dead (or discarded) row was dead-lettered (`dead_reason`): its last error alone,
   // `HTTP 503`, read as one more failure the dispatcher would retry. Failed attempts are the
@@ -1133,7 +1141,7 @@
       fill(rows, items.length ? [table(["Delivery", "Task", "What", "Status", "Attempts", "Next attempt", "Last error", ""], items.map((x) => [
         el("code", {}, String(x.outbox_id)),
         el("a", { href: `#/task/${encodeURIComponent(x.task_id)}` }, el("code", {}, x.task_id)),
-        deliveryWhat(x), badge(x.status), deliveryAttempts(x),
+        deliveryWhat(x), deliveryStatus(x), deliveryAttempts(x),
         x.waits_behind ? waitsBehind(x, offered, say, load)
           : x.waits_behind_retried ? waitsBehindRetried(x)
           : isBeingSent(x) ? beingSentNow(x)

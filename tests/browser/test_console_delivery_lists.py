@@ -16,8 +16,10 @@ from playwright.sync_api import expect
 
 from tests.browser.conftest import OPERATORS, Console, shot
 from tests.browser.pages import (
+    dead_letter_deliveries,
     delivery_row,
     failing_alone,
+    more_events,
     set_rows,
 )
 
@@ -75,3 +77,30 @@ def test_every_failing_delivery_is_retried_at_once_after_a_confirmation(
         expect(viewer.locator("#retry-every-failing")).to_have_count(0)
     finally:
         context.close()
+
+
+def test_a_row_discarded_while_pending_and_one_retried_by_no_name_say_so_plainly(
+    page: Any, console: Console
+) -> None:
+    """The deliveries list's Status read a bare `discarded` for a row discarded while pending
+    (`discarded_from: pending`: never dead-lettered), and a retry recorded without a name
+    (`retried_by` null, `retried_at` set) was not shown at all."""
+    from orchestrator.store.types import utcnow
+
+    task_id = console.trigger("xss", "Discarded while pending, retried by no name")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    more_events(console, task_id, 1)
+    discarded, retried, *_ = dead_letter_deliveries(console, task_id)
+    now = utcnow()
+    set_rows(console, {
+        discarded: {"status": "discarded", "discarded_from": "pending", "discarded_at": now,
+                    "discarded_by": "kim", "discard_reason": "settled by phone"},
+        retried: {"retried_at": now, "retried_by": None},
+    })  # fmt: skip
+    page.goto(f"{console.url}/console#/deliveries?status=discarded&kind=webhook")
+    row = delivery_row(page, "#delivery-rows", discarded)
+    expect(row.locator("td").nth(3)).to_have_text("discarded while pending")
+    page.goto(f"{console.url}/console#/deliveries?status=dead&kind=webhook")
+    row = delivery_row(page, "#delivery-rows", retried)
+    expect(row.locator(".retried")).to_contain_text("retried by an unrecorded name ")
+    shot(page, "deliveries-retried-by-no-name")

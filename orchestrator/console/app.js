@@ -917,30 +917,35 @@
   }
   // Every dead letter (of the kind shown) due again at once, once the backend or a secret
   // rotated on one side is mended: POST /api/v1/outbox/retry-dead (`outbox retry --all-dead`).
-  function retryEveryButton(kind, say, after) {
+  function retryEveryButton(kind, task, say, after) {
     const what = kind === "action" ? "approved action" : kind === "webhook" ? "task event" : "";
     return el("button", { type: "button", class: "secondary", id: "retry-every-dead", onclick: async (event) => {
-      const result = await sendOnce(event.currentTarget, "POST", "outbox/retry-dead", kind ? { kind } : {});
+      const body = {};
+      if (kind) body.kind = kind;
+      if (task) body.task_id = task; // the task's only, as listed
+      const result = await sendOnce(event.currentTarget, "POST", "outbox/retry-dead", body);
       if (!result) return;
       if (result.ok) { fill(say, `${result.data.retried} dead ${what ? what + " " : ""}deliveries are due again.`); after(); }
       else fill(say, el("span", { class: "error" }, errorText(result)));
     } }, `Retry every dead ${what ? what + " " : ""}delivery`);
   }
-  // Every pending delivery (of the kind shown) that failed and backs off, due now with
+  // Every pending delivery (of the kind and task shown) that failed and backs off, due now with
   // its counts kept, once the backend is mended after an outage: POST
   // /api/v1/outbox/retry-failing (`outbox retry --all-failing`). Asked first, in the page: it
   // sends at once what may be many rows to a backend just back. One a dispatcher is sending
   // is left to it (`being_sent`), and said.
-  function retryFailingBox(kind, say, after) {
+  function retryFailingBox(kind, task, say, after) {
     const what = kind === "action" ? "approved action " : kind === "webhook" ? "task event " : "";
     const box = el("div", { class: "row", id: "retry-failing" });
     const plural = (n, one, many) => (n === 1 ? one : many);
     function ask() {
       const confirm = el("div", { class: "row notice-box", id: "retry-failing-confirm", role: "group" },
-        el("span", {}, `Send every ${what}delivery that failed and backs off now, its counts kept?`),
+        el("span", {}, `Send every ${what}delivery that failed and backs off now, its counts kept?`,
+          task ? [" Of task ", el("code", {}, task), " only."] : ""),
         el("button", { type: "button", class: "secondary", onclick: async (event) => {
           const body = {};
           if (kind) body.kind = kind;
+          if (task) body.task_id = task;
           const result = await sendOnce(event.currentTarget.parentElement, "POST", "outbox/retry-failing", body);
           if (!result) return;
           confirm.remove();
@@ -1086,6 +1091,11 @@
   function deliveryList(params) {
     const status = DELIVERY_STATUSES.includes(params.get("status")) ? params.get("status") : "dead";
     const kind = ["action", "webhook"].includes(params.get("kind")) ? params.get("kind") : "";
+    // One task's deliveries (`task=ID`, as `outbox list --task`): a task's page links here.
+    const task = (params.get("task") || "").trim();
+    const taskNote = task ? el("p", { id: "delivery-task" }, "Of task ",
+      el("a", { href: `#/task/${encodeURIComponent(task)}` }, el("code", {}, task)), " only. ",
+      el("a", { href: `#/deliveries?${new URLSearchParams(kind ? { status, kind } : { status })}` }, "All tasks")) : null;
     const statusPick = el("select", { id: "d-status", name: "status" },
       DELIVERY_STATUSES.map((x) => el("option", { value: x, selected: x === status }, x)));
     const kindPick = el("select", { id: "d-kind", name: "kind" },
@@ -1093,7 +1103,7 @@
     const rows = el("div", { id: "delivery-rows" }, el("p", { class: "muted" }, "Loading…"));
     const say = el("p", { role: "status", id: "delivery-result" });
     // Drawn once, apart from the rows a poll redraws: a confirmation being answered stays.
-    const bulk = status === "pending" && can("operator") ? retryFailingBox(kind, say, load) : null;
+    const bulk = status === "pending" && can("operator") ? retryFailingBox(kind, task, say, load) : null;
     if (bulk) bulk.hidden = true; // until there are rows
     // As the task list does: `status=failed` in a hand-edited address listed the dead ones, and
     // `kind=email` every kind, unsaid.
@@ -1107,17 +1117,19 @@
         event.preventDefault();
         const query = new URLSearchParams({ status: statusPick.value });
         if (kindPick.value) query.set("kind", kindPick.value);
+        if (task) query.set("task", task);
         location.hash = `#/deliveries?${query}`;
       } }, el("div", {}, el("label", { for: "d-status" }, "Status"), statusPick),
       el("div", {}, el("label", { for: "d-kind" }, "Kind"), kindPick),
       el("button", { type: "submit", class: "secondary" }, "Show")),
-      notice, bulk, say, rows);
+      notice, taskNote, bulk, say, rows);
     const at = viewKey();
     const held = new Map(); // the list's tag, when the server gives one
     let alive = true, shown = null, asked = 0, drawn = 0, last = null;
     async function load() {
       const query = new URLSearchParams({ status, limit: "100" });
       if (kind) query.set("kind", kind);
+      if (task) query.set("task_id", task);
       const read = ++asked;
       const result = await watched(held, `outbox?${query}`);
       // A poll answered after the read a Retry or Discard made would show the row as it was.
@@ -1148,8 +1160,8 @@
           : x.status === "pending" ? when(x.next_attempt_at) : x.status === "delivered" ? when(x.delivered_at) : "—",
         deliveryError(x),
         deadControls(x, say, load)])),
-        status === "dead" && can("operator") ? retryEveryButton(kind, say, load) : null,
-        data.next_cursor ? notice("The first 100 are shown; orchestrator outbox list prints them all.") : null,
+        status === "dead" && can("operator") ? retryEveryButton(kind, task, say, load) : null,
+        data.next_cursor ? notice(`The first 100 are shown; orchestrator outbox list${task ? ` --task ${task}` : ""} prints them all.`) : null,
         items.some((x) => x.status === "dead" || isFailing(x)) && !can("operator") ? cannot("operator", "retrying or discarding a delivery") : null]
         : el("p", { class: "muted" }, `No ${status} delivery.`));
       restoreTyped(rows, typed);
@@ -1774,7 +1786,21 @@
             : x.status === "pending" ? when(x.next_attempt_at) : "—",
           deliveryError(x),
           deadControls(x, opResult, refresh)])) : null,
+        moreUndelivered(counts, open.length),
         dead.length && !can("operator") ? cannot("operator", "retrying or discarding a delivery") : null];
+    }
+    // The view lists the first 20 undelivered rows, dead ones first (`tasks show` says "... 20 of
+    // the N not delivered shown"): the page cut there without a word. It says so, and leads to
+    // the deliveries view of this task's dead and pending rows, which lists them all.
+    function moreUndelivered(counts, shown) {
+      const open = { dead: 0, pending: 0 };
+      for (const byStatus of Object.values(counts)) for (const x of Object.keys(open)) open[x] += byStatus[x] || 0;
+      const total = open.dead + open.pending;
+      if (total <= shown) return null;
+      const links = Object.entries(open).filter(([, n]) => n).map(([x, n], i) => [i ? ", " : "",
+        el("a", { href: `#/deliveries?${new URLSearchParams({ status: x, task: taskId })}` }, `all ${n} ${x}`)]);
+      return el("p", { class: "notice", id: "deliveries-more" },
+        `${shown} of the ${total} not delivered are shown, dead ones first: `, links, ".");
     }
 
     async function loadPending() {

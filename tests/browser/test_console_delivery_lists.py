@@ -8,6 +8,7 @@ Tests run in file order on one fleet: the first counts every failing delivery of
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -20,6 +21,7 @@ from tests.browser.pages import (
     delivery_row,
     failing_alone,
     more_events,
+    open_task,
     set_rows,
 )
 
@@ -104,3 +106,40 @@ def test_a_row_discarded_while_pending_and_one_retried_by_no_name_say_so_plainly
     row = delivery_row(page, "#delivery-rows", retried)
     expect(row.locator(".retried")).to_contain_text("retried by an unrecorded name ")
     shot(page, "deliveries-retried-by-no-name")
+
+
+def test_a_task_page_showing_some_undelivered_rows_says_so_and_links_to_them_all(
+    page: Any, console: Console
+) -> None:
+    """A task's page lists the first 20 of its undelivered rows (dead ones first), as `tasks
+    show` does; it cut there without a word, where `tasks show` says `... 20 of the N not
+    delivered shown`. It says so, and links to the deliveries view of that task's dead and
+    pending rows, which lists them all."""
+    task_id = console.trigger("xss", "Twenty-six events not delivered")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    more_events(console, task_id, 25)
+    dead = dead_letter_deliveries(console, task_id)  # all 26, dead
+    fresh = {"status": "pending", "attempts": 0, "throttled": 0, "last_error": None}
+    set_rows(console, dict.fromkeys(dead[2:], fresh))
+    open_task(page, console, task_id)
+    expect(page.locator("#deliveries tbody tr")).to_have_count(20)
+    said = page.locator("#deliveries-more")
+    expect(said).to_have_text(
+        "20 of the 26 not delivered are shown, dead ones first: all 2 dead, all 24 pending."
+    )
+    shot(page, "task-deliveries-more")
+    said.get_by_role("link", name="all 24 pending").click()
+    expect(page.locator("h1")).to_have_text("Deliveries to the business backend")
+    expect(page.locator("#delivery-task")).to_contain_text(f"Of task {task_id} only.")
+    rows = page.locator("#delivery-rows tbody tr")
+    expect(rows).to_have_count(24)
+    expect(rows.filter(has_text=task_id)).to_have_count(24)
+    expect(page.locator("#d-status")).to_have_value("pending")
+    # Another status of the same task, from the filters: the task is kept.
+    page.select_option("#d-status", "dead")
+    page.click("#delivery-filters button")
+    expect(rows).to_have_count(2)
+    expect(page.locator("#delivery-task")).to_contain_text(f"Of task {task_id} only.")
+    page.locator("#delivery-task").get_by_role("link", name="All tasks").click()
+    expect(page.locator("#delivery-task")).to_have_count(0)
+    assert re.search(r"#/deliveries\?status=dead$", page.url)

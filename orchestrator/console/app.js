@@ -479,6 +479,8 @@
     // no task, where decoding it threw and left the previous page up.
     try { return decodeURIComponent(task[1]); } catch (error) { return task[1]; }
   }
+  // The addresses of the views other than a task's page ("#/" and "" are the task list).
+  const VIEWS = ["/", "/deliveries", "/approvals"];
   // Which view the address names (its query aside: a task page keeps its revision and node
   // there, and a new filter opens the view afresh).
   function viewKey() {
@@ -486,8 +488,6 @@
     const task = taskOf(path);
     return task !== null ? `task:${task}` : VIEWS.includes(path) ? path : `unknown:${path}`;
   }
-  // The addresses of the views other than a task's page ("#/" and "" are the task list).
-  const VIEWS = ["/", "/deliveries", "/approvals"];
   // Whether the view opened as `key` is still the one the address names. A hash-only
   // navigation changes the address at once but tells the page (`hashchange`, which disposes
   // the view) a task later: an answer of the view left that landed in between was drawn, and
@@ -939,7 +939,7 @@
     const box = el("div", { class: "row", id: "retry-failing" });
     const plural = (n, one, many) => (n === 1 ? one : many);
     function ask() {
-      const confirm = el("div", { class: "row notice-box", id: "retry-failing-confirm", role: "group" },
+      const confirm = el("div", { class: "row", id: "retry-failing-confirm", role: "group" },
         el("span", {}, `Send every ${what}delivery that failed and backs off now, its counts kept?`,
           task ? [" Of task ", el("code", {}, task), " only."] : ""),
         el("button", { type: "button", class: "secondary", onclick: async (event) => {

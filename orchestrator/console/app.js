@@ -120,12 +120,63 @@
     return el("span", { class: `badge s-${status}${marked ? " marked" : ""}` },
       marked ? `⚠ ${status}` : String(status));
   }
+  // ---- times: their zone, and the server's clock ---------------------------------------
+  // A time read `12/6/2026, 5:20:00 PM`, in a zone it did not name, and what is past or ahead
+  // was judged by the browser's clock, which may be hours adrift: a dispatcher's hold for ten
+  // more minutes read as run out (Retry offered, the API refusing it), "last hour" listed
+  // nothing. A time is shown in the browser's zone, named (`2026-12-06 17:20:00 GMT+8`; its
+  // tooltip in UTC), with how long ago or ahead it is by the server's clock: every API answer's
+  // `Date` header. That header is whole seconds (uvicorn writes it once a second), read
+  // before the answer left, so each sample is at most the server's lead on the browser and
+  // within two seconds of it; the largest of the recent ones is the nearest, and half a
+  // second is added for the seconds cut off. A few seconds either way read "just now".
+  const leads = [];
+  let lead = 0; // ms the server's clock is ahead of the browser's
+  function sampleClock(response) {
+    const at = Date.parse(response.headers.get("Date") || "");
+    if (Number.isNaN(at)) return;
+    leads.push(at - Date.now());
+    if (leads.length > 10) leads.shift(); // a browser clock set right meanwhile is followed
+    lead = Math.max(...leads) + 500;
+  }
+  function now() { return Date.now() + lead; }
+  const pad = (n, width = 2) => String(n).padStart(width, "0");
+  function zoneOf(date, timeZone) {
+    try {
+      const part = new Intl.DateTimeFormat("en-US", { timeZone, timeZoneName: "short" })
+        .formatToParts(date).find((x) => x.type === "timeZoneName");
+      return part ? part.value : "local time";
+    } catch (_) { return "local time"; }
+  }
+  function stamp(date, utc) {
+    const [y, mo, d, h, mi, sec] = utc
+      ? [date.getUTCFullYear(), date.getUTCMonth(), date.getUTCDate(), date.getUTCHours(), date.getUTCMinutes(), date.getUTCSeconds()]
+      : [date.getFullYear(), date.getMonth(), date.getDate(), date.getHours(), date.getMinutes(), date.getSeconds()];
+    return `${pad(y, 4)}-${pad(mo + 1)}-${pad(d)} ${pad(h)}:${pad(mi)}:${pad(sec)} ${utc ? "UTC" : zoneOf(date)}`;
+  }
+  // "3 min ago", "in 10 min": from the server's now, the larger unit only.
+  function howFar(date) {
+    const ms = date.getTime() - now();
+    const s = Math.floor(Math.abs(ms) / 1000);
+    if (s < 3) return "just now";
+    const size = s < 60 ? `${s} s` : s < 3600 ? `${Math.floor(s / 60)} min`
+      : s < 48 * 3600 ? `${Math.floor(s / 3600)} h` : `${Math.floor(s / 86400)} d`;
+    return ms > 0 ? `in ${size}` : `${size} ago`;
+  }
   function when(value) {
     if (!value) return "—";
     const date = new Date(value);
     if (Number.isNaN(date.getTime())) return String(value);
-    return el("time", { datetime: String(value), title: String(value) }, date.toLocaleString());
+    return el("time", { datetime: String(value), title: stamp(date, true) },
+      el("span", { class: "stamp" }, stamp(date, false)), " ", el("span", { class: "far" }, `(${howFar(date)})`));
   }
+  // How far each time shown is, kept true as the clock runs (nothing else redraws an idle page).
+  setInterval(() => {
+    for (const far of document.querySelectorAll("time[datetime] > span.far")) {
+      const text = `(${howFar(new Date(far.parentElement.getAttribute("datetime")))})`;
+      if (far.textContent !== text) far.textContent = text;
+    }
+  }, 5000);
   function lastWrite(value) {
     if (value === undefined) return undefined; // a server without `last_write`: no row
     if (!value) return "none in this generation";
@@ -279,6 +330,7 @@
       showBanner("The API is not answering; retrying…");
       return { ok: false, status: 0, data: null, down: true };
     }
+    sampleClock(response);
     showBanner("");
     if (response.status === 401) {
       // The session ended: back to the sign-in form, at this view's address, which it keeps
@@ -346,6 +398,16 @@
     const more = detail && detail.message && detail.message !== error.message
       ? `: ${detail.field ? `${String(detail.field).replace(/^query\./, "")}: ` : ""}${detail.message}` : "";
     return `${error.message}${more} (${error.code})`;
+  }
+  // A read that failed (refused, or the network dropped), said where its content goes, with a
+  // button that reads it again: a section left empty read as "nothing there".
+  function readFailed(id, what, result, again) {
+    const text = `${what} could not be read: ${errorText(result).replace(/\.$/, "")}. `;
+    return el("p", { class: "error read-failed", id, role: "alert" }, text,
+      el("button", { type: "button", class: "secondary", onclick: (event) => {
+        event.currentTarget.disabled = true; // until the read's answer draws this again
+        again();
+      } }, "Retry"));
   }
   function missingRoute(result) {
     // No such route: FastAPI's own 404 ("Not Found"), or a path that exists for other methods.
@@ -417,12 +479,14 @@
     // no task, where decoding it threw and left the previous page up.
     try { return decodeURIComponent(task[1]); } catch (error) { return task[1]; }
   }
+  // The addresses of the views other than a task's page ("#/" and "" are the task list).
+  const VIEWS = ["/", "/deliveries", "/approvals"];
   // Which view the address names (its query aside: a task page keeps its revision and node
   // there, and a new filter opens the view afresh).
   function viewKey() {
     const { path } = route();
     const task = taskOf(path);
-    return task !== null ? `task:${task}` : ["/deliveries", "/approvals"].includes(path) ? path : "/";
+    return task !== null ? `task:${task}` : VIEWS.includes(path) ? path : `unknown:${path}`;
   }
   // Whether the view opened as `key` is still the one the address names. A hash-only
   // navigation changes the address at once but tells the page (`hashchange`, which disposes
@@ -447,10 +511,19 @@
     } else if (path === "/approvals") {
       document.getElementById("nav-approvals").setAttribute("aria-current", "page");
       view = approvals();
-    } else {
+    } else if (path === "/") {
       document.getElementById("nav-tasks").setAttribute("aria-current", "page");
       view = taskList(params);
+    } else {
+      view = noSuchPage(path);
     }
+  }
+  // A mistyped or stale address drew the task list, unsaid, as if it were what was asked for.
+  function noSuchPage(path) {
+    fill(main, el("h1", {}, "No such page"),
+      el("p", { id: "no-such-page" }, "The console has no page at ", el("code", {}, `#${path}`), ". ",
+        el("a", { href: "#/" }, "Back to the tasks")));
+    return null;
   }
 
   // ---- task list -------------------------------------------------------------------------
@@ -475,7 +548,7 @@
     const since = SINCE_MS[params.get("since")] ? params.get("since") : "";
     const from = localTime(params.get("from")), to = localTime(params.get("to"));
     const after = from ? new Date(from).toISOString()
-      : since ? new Date(Date.now() - SINCE_MS[since]).toISOString() : null;
+      : since ? new Date(now() - SINCE_MS[since]).toISOString() : null;
     const state = { status: params.get("status") || "", type: (params.get("type") || "").trim(),
       since, from, to, after, before: to ? new Date(to).toISOString() : null,
       cursors: [], cursor: null, timer: null, alive: true, held: new Map(), key: viewKey(),
@@ -504,9 +577,10 @@
     el("div", { class: "field" }, el("label", { for: "f-since" }, "Created"),
       el("select", { id: "f-since", name: "since" },
         Object.entries(SINCE).map(([k, v]) => el("option", { value: k, selected: k === state.since }, v)))),
-    el("div", { class: "field" }, el("label", { for: "f-from" }, "From"),
+    // Typed in the browser's zone, named: "From" alone left the operator to guess it.
+    el("div", { class: "field" }, el("label", { for: "f-from" }, `From (${zoneOf(new Date())})`),
       el("input", { id: "f-from", name: "from", type: "datetime-local", value: state.from })),
-    el("div", { class: "field" }, el("label", { for: "f-to" }, "To"),
+    el("div", { class: "field" }, el("label", { for: "f-to" }, `To (${zoneOf(new Date())})`),
       el("input", { id: "f-to", name: "to", type: "datetime-local", value: state.to })),
     el("button", { type: "submit" }, "Filter"));
     // A hand-edited address with a value the filters cannot hold is not an error, but it is
@@ -843,14 +917,54 @@
   }
   // Every dead letter (of the kind shown) due again at once, once the backend or a secret
   // rotated on one side is mended: POST /api/v1/outbox/retry-dead (`outbox retry --all-dead`).
-  function retryEveryButton(kind, say, after) {
+  function retryEveryButton(kind, task, say, after) {
     const what = kind === "action" ? "approved action" : kind === "webhook" ? "task event" : "";
     return el("button", { type: "button", class: "secondary", id: "retry-every-dead", onclick: async (event) => {
-      const result = await sendOnce(event.currentTarget, "POST", "outbox/retry-dead", kind ? { kind } : {});
+      const body = {};
+      if (kind) body.kind = kind;
+      if (task) body.task_id = task; // the task's only, as listed
+      const result = await sendOnce(event.currentTarget, "POST", "outbox/retry-dead", body);
       if (!result) return;
       if (result.ok) { fill(say, `${result.data.retried} dead ${what ? what + " " : ""}deliveries are due again.`); after(); }
       else fill(say, el("span", { class: "error" }, errorText(result)));
     } }, `Retry every dead ${what ? what + " " : ""}delivery`);
+  }
+  // Every pending delivery (of the kind and task shown) that failed and backs off, due now with
+  // its counts kept, once the backend is mended after an outage: POST
+  // /api/v1/outbox/retry-failing (`outbox retry --all-failing`). Asked first, in the page: it
+  // sends at once what may be many rows to a backend just back. One a dispatcher is sending
+  // is left to it (`being_sent`), and said.
+  function retryFailingBox(kind, task, say, after) {
+    const what = kind === "action" ? "approved action " : kind === "webhook" ? "task event " : "";
+    const box = el("div", { class: "row", id: "retry-failing" });
+    const plural = (n, one, many) => (n === 1 ? one : many);
+    function ask() {
+      const confirm = el("div", { class: "row", id: "retry-failing-confirm", role: "group" },
+        el("span", {}, `Send every ${what}delivery that failed and backs off now, its counts kept?`,
+          task ? [" Of task ", el("code", {}, task), " only."] : ""),
+        el("button", { type: "button", class: "secondary", onclick: async (event) => {
+          const body = {};
+          if (kind) body.kind = kind;
+          if (task) body.task_id = task;
+          const result = await sendOnce(event.currentTarget.parentElement, "POST", "outbox/retry-failing", body);
+          if (!result) return;
+          confirm.remove();
+          if (!result.ok) { fill(say, el("span", { class: "error" }, errorText(result))); return; }
+          const { retried, being_sent: sending } = result.data;
+          fill(say, `${retried} failing ${what}${plural(retried, "delivery is", "deliveries are")} due now.`,
+            sending ? ` ${sending} being sent now ${plural(sending, "is left to its dispatcher: retry it once its answer is in, if it failed.",
+              "are left to their dispatchers: retry them once their answers are in, if they failed.")}` : "");
+          after();
+        } }, "Retry them"),
+        el("button", { type: "button", class: "secondary", onclick: () => { confirm.remove(); button.focus(); } }, "Cancel"));
+      document.getElementById("retry-failing-confirm")?.remove();
+      box.appendChild(confirm);
+      confirm.querySelector("button").focus();
+    }
+    const button = el("button", { type: "button", class: "secondary", id: "retry-every-failing", onclick: ask },
+      `Retry every failing ${what}delivery`);
+    box.appendChild(button);
+    return box;
   }
   // A dead letter the operator dealt with by hand (the backend will never take it) is
   // discarded, saying why: never sent again, and the task's later events go on. The row keeps
@@ -892,7 +1006,7 @@
   // A dispatcher holds a pending row while it sends it (`claimed_until`, in the future): a
   // time past is a dispatcher that stopped mid-send, and the row is due again.
   function isBeingSent(x) {
-    return x.status === "pending" && Boolean(x.claimed_until) && new Date(x.claimed_until).getTime() > Date.now();
+    return x.status === "pending" && Boolean(x.claimed_until) && new Date(x.claimed_until).getTime() > now();
   }
   // What of the rows shown changes with the clock alone: a claim's hold runs out (a dispatcher
   // stopped mid-send: due again), a backoff ends. The list's tag and its rows stay the same
@@ -910,7 +1024,7 @@
   // every time was offered nothing here. One due now (just retried) waits for its dispatcher.
   function isFailing(x) {
     return x.status === "pending" && Boolean(x.attempts || x.last_error) && !x.waits_behind && !x.waits_behind_retried
-      && Boolean(x.next_attempt_at) && new Date(x.next_attempt_at).getTime() > Date.now();
+      && Boolean(x.next_attempt_at) && new Date(x.next_attempt_at).getTime() > now();
   }
   // What is done about a dead letter or a failing delivery: retried, or discarded; one being
   // sent offers neither (the API refuses both, `409 being_sent`).
@@ -918,9 +1032,17 @@
     return (x.status === "dead" || isFailing(x)) && !isBeingSent(x) && can("operator") ? [retryButton(x, say, after), discardForm(x, say, after)] : "";
   }
   // Who last retried the row (or hurried it, pending), when, and their note.
+  // A retry recorded without a name (`retried_by` null) was not shown at all.
   function retriedBy(x) {
-    return x.retried_by ? el("p", { class: "muted retried" }, `retried by ${x.retried_by} `, when(x.retried_at),
+    return x.retried_by || x.retried_at ? el("p", { class: "muted retried" },
+      `retried by ${x.retried_by || "an unrecorded name"} `, when(x.retried_at),
       x.retry_note ? `: ${x.retry_note}` : "") : null;
+  }
+  // A row discarded while pending was never dead-lettered (`discarded_from`): its status says
+  // so, where a bare "discarded" read as a dead letter settled by hand.
+  function deliveryStatus(x) {
+    return [badge(x.status), x.status === "discarded" && x.discarded_from === "pending"
+      ? el("span", { class: "discarded-from" }, " while pending") : null];
   }
   // Why a dead (or discarded) row was dead-lettered (`dead_reason`): its last error alone,
   // `HTTP 503`, read as one more failure the dispatcher would retry. Failed attempts are the
@@ -969,12 +1091,20 @@
   function deliveryList(params) {
     const status = DELIVERY_STATUSES.includes(params.get("status")) ? params.get("status") : "dead";
     const kind = ["action", "webhook"].includes(params.get("kind")) ? params.get("kind") : "";
+    // One task's deliveries (`task=ID`, as `outbox list --task`): a task's page links here.
+    const task = (params.get("task") || "").trim();
+    const taskNote = task ? el("p", { id: "delivery-task" }, "Of task ",
+      el("a", { href: `#/task/${encodeURIComponent(task)}` }, el("code", {}, task)), " only. ",
+      el("a", { href: `#/deliveries?${new URLSearchParams(kind ? { status, kind } : { status })}` }, "All tasks")) : null;
     const statusPick = el("select", { id: "d-status", name: "status" },
       DELIVERY_STATUSES.map((x) => el("option", { value: x, selected: x === status }, x)));
     const kindPick = el("select", { id: "d-kind", name: "kind" },
       [["", "any"], ["action", "approved actions"], ["webhook", "task events"]].map(([v, t]) => el("option", { value: v, selected: v === kind }, t)));
     const rows = el("div", { id: "delivery-rows" }, el("p", { class: "muted" }, "Loading…"));
     const say = el("p", { role: "status", id: "delivery-result" });
+    // Drawn once, apart from the rows a poll redraws: a confirmation being answered stays.
+    const bulk = status === "pending" && can("operator") ? retryFailingBox(kind, task, say, load) : null;
+    if (bulk) bulk.hidden = true; // until there are rows
     // As the task list does: `status=failed` in a hand-edited address listed the dead ones, and
     // `kind=email` every kind, unsaid.
     const ignored = [];
@@ -987,17 +1117,19 @@
         event.preventDefault();
         const query = new URLSearchParams({ status: statusPick.value });
         if (kindPick.value) query.set("kind", kindPick.value);
+        if (task) query.set("task", task);
         location.hash = `#/deliveries?${query}`;
       } }, el("div", {}, el("label", { for: "d-status" }, "Status"), statusPick),
       el("div", {}, el("label", { for: "d-kind" }, "Kind"), kindPick),
       el("button", { type: "submit", class: "secondary" }, "Show")),
-      notice, say, rows);
+      notice, taskNote, bulk, say, rows);
     const at = viewKey();
     const held = new Map(); // the list's tag, when the server gives one
     let alive = true, shown = null, asked = 0, drawn = 0, last = null;
     async function load() {
       const query = new URLSearchParams({ status, limit: "100" });
       if (kind) query.set("kind", kind);
+      if (task) query.set("task_id", task);
       const read = ++asked;
       const result = await watched(held, `outbox?${query}`);
       // A poll answered after the read a Retry or Discard made would show the row as it was.
@@ -1021,18 +1153,19 @@
       fill(rows, items.length ? [table(["Delivery", "Task", "What", "Status", "Attempts", "Next attempt", "Last error", ""], items.map((x) => [
         el("code", {}, String(x.outbox_id)),
         el("a", { href: `#/task/${encodeURIComponent(x.task_id)}` }, el("code", {}, x.task_id)),
-        deliveryWhat(x), badge(x.status), deliveryAttempts(x),
+        deliveryWhat(x), deliveryStatus(x), deliveryAttempts(x),
         x.waits_behind ? waitsBehind(x, offered, say, load)
           : x.waits_behind_retried ? waitsBehindRetried(x)
           : isBeingSent(x) ? beingSentNow(x)
           : x.status === "pending" ? when(x.next_attempt_at) : x.status === "delivered" ? when(x.delivered_at) : "—",
         deliveryError(x),
         deadControls(x, say, load)])),
-        status === "dead" && can("operator") ? retryEveryButton(kind, say, load) : null,
-        data.next_cursor ? notice("The first 100 are shown; orchestrator outbox list prints them all.") : null,
+        status === "dead" && can("operator") ? retryEveryButton(kind, task, say, load) : null,
+        data.next_cursor ? notice(`The first 100 are shown; orchestrator outbox list${task ? ` --task ${task}` : ""} prints them all.`) : null,
         items.some((x) => x.status === "dead" || isFailing(x)) && !can("operator") ? cannot("operator", "retrying or discarding a delivery") : null]
         : el("p", { class: "muted" }, `No ${status} delivery.`));
       restoreTyped(rows, typed);
+      if (bulk) bulk.hidden = !items.length;
     }
     load();
     const timer = setInterval(load, POLL_MS * 2);
@@ -1209,6 +1342,7 @@
     const nodeDetail = el("div", { id: "node-detail", class: "node-detail", tabindex: "-1", hidden: true });
     const pending = el("div", { id: "pending-actions", class: "actions-list" });
     const pendingResult = el("p", { role: "status", id: "pending-result" });
+    const pendingRead = el("div", { id: "pending-read" }); // says when they could not be read
     const report = part("report"), receipts = part("receipts");
     const inFlight = part("running-receipts");
     const resolved = part("resolutions");
@@ -1279,7 +1413,7 @@
         opResult),
       el("section", { class: "card", "aria-labelledby": "h-plan" },
         el("div", { class: "row" }, el("h2", { id: "h-plan" }, "Plan"), live), planBox, nodeDetail),
-      el("section", { class: "card", "aria-labelledby": "h-pending" }, el("h2", { id: "h-pending" }, "Pending approvals"), pendingResult, pending),
+      el("section", { class: "card", "aria-labelledby": "h-pending" }, el("h2", { id: "h-pending" }, "Pending approvals"), pendingResult, pendingRead, pending),
       el("div", { class: "grid2" },
         el("section", { class: "card", "aria-labelledby": "h-lease" }, el("h2", { id: "h-lease" }, "Lease"), lease),
         el("section", { class: "card", "aria-labelledby": "h-report" }, el("h2", { id: "h-report" }, "Report"), report)),
@@ -1652,7 +1786,21 @@
             : x.status === "pending" ? when(x.next_attempt_at) : "—",
           deliveryError(x),
           deadControls(x, opResult, refresh)])) : null,
+        moreUndelivered(counts, open.length),
         dead.length && !can("operator") ? cannot("operator", "retrying or discarding a delivery") : null];
+    }
+    // The view lists the first 20 undelivered rows, dead ones first (`tasks show` says "... 20 of
+    // the N not delivered shown"): the page cut there without a word. It says so, and leads to
+    // the deliveries view of this task's dead and pending rows, which lists them all.
+    function moreUndelivered(counts, shown) {
+      const open = { dead: 0, pending: 0 };
+      for (const byStatus of Object.values(counts)) for (const x of Object.keys(open)) open[x] += byStatus[x] || 0;
+      const total = open.dead + open.pending;
+      if (total <= shown) return null;
+      const links = Object.entries(open).filter(([, n]) => n).map(([x, n], i) => [i ? ", " : "",
+        el("a", { href: `#/deliveries?${new URLSearchParams({ status: x, task: taskId })}` }, `all ${n} ${x}`)]);
+      return el("p", { class: "notice", id: "deliveries-more" },
+        `${shown} of the ${total} not delivered are shown, dead ones first: `, links, ".");
     }
 
     async function loadPending() {
@@ -1663,7 +1811,16 @@
       if (!here() || asked < s.pendingDrawn) return;
       s.pendingDrawn = asked;
       s.pendingStale = !result.ok;
-      if (!result.ok || result.unchanged) return; // the cards shown still hold
+      // A read that failed said nothing: an empty section read as nothing waiting. It is said,
+      // the cards shown (if any) kept as last read, and read again at the next poll or Retry.
+      if (!result.ok) {
+        const failed = readFailed("pending-error", "The pending approvals", result, loadPending);
+        const shown = pendingRead.firstChild;
+        if (!shown || shown.textContent !== failed.textContent || shown.querySelector("button:disabled")) fill(pendingRead, failed);
+        return;
+      }
+      fill(pendingRead);
+      if (result.unchanged) return; // the cards shown still hold
       showActions(pending, result.items, refresh, pendingResult);
     }
 
@@ -1961,7 +2118,7 @@
   // ---- start -----------------------------------------------------------------------------
   // Who is signed in decides what is offered, so it is known before the first view.
   fetch("console/session", { credentials: "same-origin" })
-    .then((r) => r.json())
+    .then((r) => { sampleClock(r); return r.json(); }) // the server's clock, before any view
     .then((state) => { me = state.account || null; showAccount(state); })
     .catch(() => {})
     .finally(() => {

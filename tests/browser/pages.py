@@ -1,10 +1,13 @@
 """What the console's browser tests share: opening a task's page, a transcript entry as the
-API sends it, a task's deliveries dead-lettered, an answer of the API (or a request to it)
-held in the page."""
+API sends it, a task's deliveries dead-lettered (or set as a dispatcher or an operator left
+them, and more of them written), a delivery's row in a table, an answer of the API (or a
+request to it) held in the page."""
 
 from __future__ import annotations
 
 import json
+import re
+from datetime import timedelta
 from typing import Any
 
 from playwright.sync_api import expect
@@ -96,3 +99,65 @@ def dead_letter_deliveries(console: Console, task_id: str) -> list[int]:
     finally:
         db.dispose()
     return [int(row[0]) for row in ids]
+
+
+def set_rows(console: Console, values: dict[int, dict[str, Any]]) -> None:
+    """Each delivery of `values` (by outbox id) as the dispatcher or an operator left it."""
+    from sqlalchemy import update
+
+    from orchestrator.store import Database
+    from orchestrator.store.tables import outbox
+
+    db = Database.from_url(console.env["ORCH_DATABASE_URL"])
+    try:
+        with db.transaction() as conn:
+            for outbox_id, columns in values.items():
+                row = outbox.c.outbox_id == outbox_id
+                conn.execute(update(outbox).where(row).values(**columns))
+    finally:
+        db.dispose()
+
+
+def more_events(console: Console, task_id: str, count: int) -> None:
+    """`count` more task events of the task in its outbox, after its own (copies of its last
+    one's row), as a longer task would leave: a finished test task has written one."""
+    from sqlalchemy import func, insert, select
+
+    from orchestrator.store import Database
+    from orchestrator.store.tables import outbox
+
+    db = Database.from_url(console.env["ORCH_DATABASE_URL"])
+    try:
+        with db.transaction() as conn:
+            last = conn.execute(
+                select(outbox).where(outbox.c.task_id == task_id, outbox.c.kind == "webhook")
+                .order_by(outbox.c.event_seq.desc()).limit(1)
+            ).one()._asdict()  # fmt: skip
+            top = conn.execute(select(func.max(outbox.c.event_seq))).scalar_one()
+            del last["outbox_id"]
+            for n in range(1, count + 1):
+                conn.execute(insert(outbox).values(**{**last, "event_seq": top + n}))
+    finally:
+        db.dispose()
+
+
+def delivery_row(page: Any, where: str, outbox_id: int) -> Any:
+    """The row of delivery `outbox_id` in the table under `where`."""
+    return page.locator(f"{where} tbody tr").filter(
+        has=page.locator("td:first-child", has_text=re.compile(f"^{outbox_id}$"))
+    )
+
+
+def failing_alone(console: Console, task_id: str) -> int:
+    """The task's first event as a dispatcher leaves it after two failed attempts, backing off
+    for minutes (pending, not dead), and its later events delivered: its id."""
+    from orchestrator.store.types import utcnow
+
+    first, *rest = dead_letter_deliveries(console, task_id)
+    now = utcnow()
+    set_rows(console, {
+        first: {"status": "pending", "attempts": 2, "throttled": 0, "last_error": "HTTP 503",
+                "next_attempt_at": now + timedelta(minutes=10)},
+        **{n: {"status": "delivered", "delivered_at": now, "last_error": None} for n in rest},
+    })  # fmt: skip
+    return first

@@ -7,7 +7,6 @@ Tests run in file order on one fleet.
 
 from __future__ import annotations
 
-import re
 from datetime import timedelta
 from typing import Any
 
@@ -15,7 +14,14 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser.conftest import Console, shot
-from tests.browser.pages import dead_letter_deliveries, open_task
+from tests.browser.pages import (
+    dead_letter_deliveries,
+    delivery_row,
+    failing_alone,
+    more_events,
+    open_task,
+    set_rows,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -241,53 +247,6 @@ def failing(console: Console, outbox_id: int) -> None:
         db.dispose()
 
 
-def set_rows(console: Console, values: dict[int, dict[str, Any]]) -> None:
-    """Each delivery of `values` (by outbox id) as the dispatcher or an operator left it."""
-    from sqlalchemy import update
-
-    from orchestrator.store import Database
-    from orchestrator.store.tables import outbox
-
-    db = Database.from_url(console.env["ORCH_DATABASE_URL"])
-    try:
-        with db.transaction() as conn:
-            for outbox_id, columns in values.items():
-                row = outbox.c.outbox_id == outbox_id
-                conn.execute(update(outbox).where(row).values(**columns))
-    finally:
-        db.dispose()
-
-
-def more_events(console: Console, task_id: str, count: int) -> None:
-    """`count` more task events of the task in its outbox, after its own (copies of its last
-    one's row), as a longer task would leave: a finished test task has written one."""
-    from sqlalchemy import func, insert, select
-
-    from orchestrator.store import Database
-    from orchestrator.store.tables import outbox
-
-    db = Database.from_url(console.env["ORCH_DATABASE_URL"])
-    try:
-        with db.transaction() as conn:
-            last = conn.execute(
-                select(outbox).where(outbox.c.task_id == task_id, outbox.c.kind == "webhook")
-                .order_by(outbox.c.event_seq.desc()).limit(1)
-            ).one()._asdict()  # fmt: skip
-            top = conn.execute(select(func.max(outbox.c.event_seq))).scalar_one()
-            del last["outbox_id"]
-            for n in range(1, count + 1):
-                conn.execute(insert(outbox).values(**{**last, "event_seq": top + n}))
-    finally:
-        db.dispose()
-
-
-def delivery_row(page: Any, where: str, outbox_id: int) -> Any:
-    """The row of delivery `outbox_id` in the table under `where`."""
-    return page.locator(f"{where} tbody tr").filter(
-        has=page.locator("td:first-child", has_text=re.compile(f"^{outbox_id}$"))
-    )
-
-
 def test_a_dead_letter_says_why_it_was_dead_lettered(page: Any, console: Console) -> None:
     """A dead letter's last error alone (`HTTP 503`) read as one more failure to be retried: the
     console says why it is dead (`dead_reason`), out of attempts or refused for good, on the
@@ -339,21 +298,6 @@ def test_an_event_behind_one_being_retried_says_what_the_api_says(
         f"waits behind delivery {failing}, being retried"
     )
     expect(delivery_row(page, where, failing).locator(".waits-behind")).to_have_count(0)
-
-
-def failing_alone(console: Console, task_id: str) -> int:
-    """The task's first event as a dispatcher leaves it after two failed attempts, backing off
-    for minutes (pending, not dead), and its later events delivered: its id."""
-    from orchestrator.store.types import utcnow
-
-    first, *rest = dead_letter_deliveries(console, task_id)
-    now = utcnow()
-    set_rows(console, {
-        first: {"status": "pending", "attempts": 2, "throttled": 0, "last_error": "HTTP 503",
-                "next_attempt_at": now + timedelta(minutes=10)},
-        **{n: {"status": "delivered", "delivered_at": now, "last_error": None} for n in rest},
-    })  # fmt: skip
-    return first
 
 
 def test_a_failing_pending_delivery_is_retried_or_discarded_with_who(

@@ -1,0 +1,66 @@
+"""What the console says when it cannot read what a view shows, in a real headless chromium
+against a real API, worker and sweeper: a read the API refuses or the network drops is said
+where its content would be, with a way to read it again, and an address the console has no
+view for says so.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.conftest import Console
+from tests.browser.pages import open_task
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+#: A task's pending actions, as its page reads them.
+PENDING = re.compile(r".*/api/v1/actions\?status=pending_approval&limit=200&task_id=.*")
+
+
+def test_a_task_s_pending_actions_that_cannot_be_read_say_so_and_are_read_again(
+    page: Any, console: Console
+) -> None:
+    """The page's read of the task's pending actions failed (a 503, then the network dropped):
+    the section stayed empty and said nothing, as if nothing waited for approval. It says the
+    read failed, why, and offers to read them again; read, the card is shown."""
+    task_id = console.trigger("approval", "Its approvals cannot be read")
+    console.wait_for(task_id, lambda t: t["status"] == "waiting")
+    refused = {"error": {"code": "store_unavailable", "message": "The store is not answering"}}
+    page.route(PENDING, lambda route: route.fulfill(status=503, json=refused))
+    open_task(page, console, task_id)
+    said = page.locator("#pending-error")
+    expect(said).to_have_text(
+        "The pending approvals could not be read: The store is not answering "
+        "(store_unavailable). Retry"
+    )
+    page.unroute(PENDING)
+    page.route(PENDING, lambda route: route.abort("connectionreset"))
+    said.get_by_role("button", name="Retry").click()
+    expect(said).to_have_text(
+        "The pending approvals could not be read: The API is not answering. Retry"
+    )
+    page.unroute(PENDING)
+    said.get_by_role("button", name="Retry").click()
+    expect(page.locator("#pending-actions > article[data-action]")).to_have_count(1)
+    expect(said).to_have_count(0)
+
+
+def test_an_address_the_console_has_no_view_for_says_so(page: Any, console: Console) -> None:
+    """A mistyped or stale address (a view the console does not have, a task address with a
+    slash too many) drew the task list, unsaid, as if it were what was asked for: it says there
+    is no such page, with a link back to the tasks; a known view with a query still opens."""
+    for address in ("#/nonsense", "#/task/", "#/task/a/b", "#/deliveries/dead", "#/%ZZ"):
+        page.goto(f"{console.url}/console{address}")
+        expect(page.locator("h1")).to_have_text("No such page")
+        expect(page.locator("#no-such-page")).to_contain_text("The console has no page at ")
+        expect(page.locator("#task-rows")).to_have_count(0)
+        expect(page.locator("nav [aria-current]")).to_have_count(0)
+    page.get_by_role("link", name="Back to the tasks").click()
+    expect(page.locator("h1")).to_have_text("Tasks")
+    assert page.url.endswith("#/")
+    page.goto(f"{console.url}/console#/approvals?x=1")
+    expect(page.locator("h1")).to_have_text("Pending approvals")

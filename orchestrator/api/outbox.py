@@ -69,7 +69,9 @@ class Delivery(BaseModel):
     created_at: IsoTime
     delivered_at: IsoTime | None
     discarded_at: IsoTime | None = Field(
-        description="when an operator discarded it (settled it by hand)"
+        description="when an operator discarded it (settled it by hand); also on a `delivered` "
+        "one when a send under way at the discard (its claim's hold had run out) was answered "
+        "2xx: delivered after its discard, the backend did act on it"
     )
     discarded_by: str | None = Field(description="who discarded it")
     discard_reason: str | None = Field(description="why it was discarded")

@@ -31,7 +31,15 @@ from orchestrator.store.db import Database
 from orchestrator.store.tables import OUTBOX_KINDS, OUTBOX_STATUSES
 from orchestrator.store.types import utcnow
 
-__all__ = ["being_sent", "dead_label", "error_label", "hurriable", "register", "ways_out"]
+__all__ = [
+    "being_sent",
+    "dead_label",
+    "delivered_after_discard",
+    "error_label",
+    "hurriable",
+    "register",
+    "ways_out",
+]
 
 log = logging.getLogger("orchestrator.outbox")
 
@@ -180,6 +188,11 @@ def _line(row: dict[str, Any], now: datetime) -> str:
         error += (
             f"  discarded by {printable(row['discarded_by'])}: {printable(row['discard_reason'])}"
         )
+    elif delivered_after_discard(row):
+        error += (
+            f"  delivered after its discard by {printable(row['discarded_by'])}: "
+            f"{printable(row['discard_reason'])}"
+        )
     if row["waits_behind"]:
         # Due and never attempted, it read as a stuck dispatcher: it is held back in order.
         error += (
@@ -218,6 +231,12 @@ def being_sent(row: dict[str, Any], now: datetime) -> bool:
     """A dispatcher holds the pending row to send it (its claim's hold not run out)."""
     until = row.get("claimed_until")
     return row["status"] == "pending" and isinstance(until, datetime) and until > now
+
+
+def delivered_after_discard(row: dict[str, Any]) -> bool:
+    """Delivered, though an operator discarded it before: the send under way at the discard
+    (its hold had run out) was answered 2xx, so the backend did act on it."""
+    return row["status"] == "delivered" and row.get("discarded_at") is not None
 
 
 def hurriable(row: dict[str, Any]) -> bool:
@@ -359,8 +378,14 @@ def _shown(row: dict[str, Any]) -> list[str]:
     elif row["waits_behind_retried"]:
         lines.append(f"  waits behind outbox {row['waits_behind_retried']}, being retried")
     if status == "delivered":
-        lines.append(f"  delivered {_time(row['delivered_at'])}")
-    if status == "discarded":
+        after = (
+            ", after its discard: the send under way then was answered 2xx (the backend did act "
+            "on it)"
+            if delivered_after_discard(row)
+            else ""
+        )
+        lines.append(f"  delivered {_time(row['delivered_at'])}{after}")
+    if status == "discarded" or delivered_after_discard(row):
         # One discarded while pending was never dead-lettered: it failed, and a person settled it.
         was = (
             " (it was pending, not dead-lettered)" if row.get("discarded_from") == "pending" else ""

@@ -229,8 +229,19 @@ class OutboxDispatcher:
             (metrics.OUTBOX_THROTTLED if answer.throttled else metrics.OUTBOX_FAILURES).inc()
         with self.db.transaction() as conn:
             if error is None:
-                store.mark_delivered(conn, row.outbox_id)
+                delivered = store.mark_delivered(conn, row.outbox_id)
                 report.delivered.append(row.outbox_id)
+                if delivered is not None and delivered.delivered_after_discard:
+                    # The operator was told it is not sent (an action: "not sent"): say it.
+                    log.warning(
+                        "outbox %s (%s of task %s) was discarded by %r while a send was under "
+                        "way, and the backend answered it 2xx: delivered after the discard "
+                        "(the backend did act on it)",
+                        row.outbox_id,
+                        row.kind,
+                        row.task_id,
+                        delivered.discarded_by,
+                    )
                 return
             # This claim's attempt is the throttled one when the backend answered 429: it never
             # dead-letters (the backend is there, and asked for time).

@@ -113,6 +113,12 @@ class OutboxRow:
         )
 
     @property
+    def delivered_after_discard(self) -> bool:
+        """Delivered, and discarded by an operator before: the send under way at the discard
+        (its hold had run out) was answered 2xx, so the backend did act on it."""
+        return self.status == "delivered" and self.discarded_at is not None
+
+    @property
     def dead_reason(self) -> str | None:
         """Why a dead (or discarded, so dead first) row was dead-lettered: `refused`, the
         backend refused it for good and it is never retried (an approved action is dead-lettered
@@ -277,15 +283,18 @@ def _update_claim(conn: Connection, row: OutboxRow, **values: Any) -> bool:
     )
 
 
-def mark_delivered(conn: Connection, outbox_id: int) -> bool:
-    return (
-        conn.execute(
-            update(outbox)
-            .where(outbox.c.outbox_id == outbox_id, outbox.c.status != "delivered")
-            .values(status="delivered", delivered_at=utcnow(), last_error=None, claimed_until=None)
-        ).rowcount
-        == 1
-    )
+def mark_delivered(conn: Connection, outbox_id: int) -> OutboxRow | None:
+    """Record a 2xx: the row as delivered, or None when it was already. A row an operator
+    discarded while its send was under way (its hold had run out) is delivered too, the
+    backend having acted on it, and keeps who discarded it, when and why: delivered after
+    its discard (`OutboxRow.delivered_after_discard`), neither fact hidden."""
+    row = conn.execute(
+        update(outbox)
+        .where(outbox.c.outbox_id == outbox_id, outbox.c.status != "delivered")
+        .values(status="delivered", delivered_at=utcnow(), last_error=None, claimed_until=None)
+        .returning(*outbox.c)
+    ).first()
+    return OutboxRow.from_row(row) if row is not None else None
 
 
 def mark_failed(

@@ -349,20 +349,20 @@ def _shown(row: dict[str, Any]) -> list[str]:
         lines.append(f"  {error_label(row)}: {printable(row['last_error'])}")
     if dead_label(row):
         lines.append(f"  {dead_label(row)}")
-    released = row.get("released_at")
-    if isinstance(released, datetime) and released > row["created_at"]:
-        # Its wait counts from then (`orchestrator_outbox_oldest_pending_seconds`): written
-        # three days ago and retried a minute ago, it has not waited three days for a
-        # dispatcher.
-        lines.append(
-            f"  released {_time(released)} by an operator's retry or discard (of it, or of the "
-            "dead letter it waited behind): its wait counts from then"
-        )
     if row.get("retried_at") is not None:
         # Who made it due again (or hurried it), as a discard says who settled it.
         note = f": {printable(row['retry_note'])}" if row.get("retry_note") else ""
         lines.append(
             f"  retried by {printable(row['retried_by'] or '')} at {_time(row['retried_at'])}{note}"
+        )
+    released = row.get("released_at")
+    if isinstance(released, datetime) and released > row["created_at"]:
+        # The gauge times its wait from then: written three days ago and retried a minute ago,
+        # it has not waited three days for a dispatcher.
+        lines.append(
+            f"  due again from {_time(released)}, {_released_by(row)}: "
+            "orchestrator_outbox_oldest_pending_seconds times its wait from then, not from "
+            "when it was written"
         )
     if being_sent(row, utcnow()):
         lines.append(
@@ -414,6 +414,24 @@ def _shown(row: dict[str, Any]) -> list[str]:
             f"`orchestrator outbox discard {number} --reason R` once dealt with by hand"
         )
     return lines
+
+
+def _released_by(row: dict[str, Any]) -> str:
+    """What made the row deliverable again at its `released_at`, as far as the row tells: its
+    own retry out of the dead letters (the retry's time is the release's), or, for a task
+    event, a retry or discard of an earlier event of its task that held it back."""
+    own = row.get("retried_at") == row["released_at"] or row["kind"] == "action"
+    if own:
+        return "when an operator's retry took it out of the dead letters (fresh counts)"
+    earlier = (
+        "when an operator retried or discarded an earlier event of its task that held it back "
+        "(a task's events go in order)"
+    )
+    if row.get("retried_at") is None:
+        return earlier
+    # Retried since (hurried while pending): its own retry out of the dead letters before that,
+    # or an earlier event's; the row does not keep which.
+    return f"{earlier}, or retried it out of the dead letters"
 
 
 def _time(value: Any) -> str:

@@ -98,6 +98,13 @@ class Delivery(BaseModel):
         "(renewed while the send lasts); a retry is refused then (`409 being_sent`). A time "
         "past is a dispatcher that stopped mid-send: the row is due again",
     )
+    sending_since: IsoTime | None = Field(
+        default=None,
+        description="while a dispatcher holds it (`claimed_until` ahead): when it posted it, "
+        "the row being sent now; null for a row claimed with others in the dispatcher's batch "
+        "that waits its turn (the batch is posted one row after another), and for one not "
+        "held (migration 0027)",
+    )
 
 
 class ListedDelivery(Delivery):

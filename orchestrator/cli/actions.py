@@ -27,6 +27,7 @@ from orchestrator.cli.outbox import (
     being_sent,
     delivered_after_discard,
     error_label,
+    holding,
     hurriable,
     ways_out,
 )
@@ -230,11 +231,8 @@ def _delivery_line(row: dict[str, Any]) -> str:
             f"dead after {tried} (outbox {number}): `orchestrator outbox retry {number}` "
             f"once the backend is mended, or `outbox discard {number} --reason R`"
         )
-    if being_sent(row, utcnow()):
-        return (
-            f"{status}, {tried}, being sent now (attempt {row['attempts']}, held until "
-            f"{_time(row['claimed_until'])}) (outbox {number})"
-        )
+    if being_sent(row, utcnow()):  # posted, or waiting its turn in the dispatcher's batch
+        return f"{status}, {tried}, {holding(row)} (outbox {number})"
     line = f"{status}, {tried}, next attempt at {_time(row['next_attempt_at'])} (outbox {number})"
     if hurriable(row):
         # Failing and backing off: an action is retried until a 2xx, so the operator's ways

@@ -36,7 +36,9 @@ __all__ = [
     "dead_label",
     "delivered_after_discard",
     "error_label",
+    "holding",
     "hurriable",
+    "posting",
     "register",
     "ways_out",
 ]
@@ -219,8 +221,10 @@ def _next_attempt(row: dict[str, Any], now: datetime) -> str:
         return ""
     if row.get("waits_behind") or row.get("waits_behind_retried"):
         return ""
-    if being_sent(row, now):
+    if posting(row, now):
         return "  being sent now"
+    if being_sent(row, now):  # claimed with the rows before it in the batch, not posted yet
+        return "  claimed by a dispatcher: waits its turn in its batch"
     seconds = (at - now).total_seconds()
     if seconds >= 1:
         return f"  next attempt in {_span(seconds)}"
@@ -228,9 +232,25 @@ def _next_attempt(row: dict[str, Any], now: datetime) -> str:
 
 
 def being_sent(row: dict[str, Any], now: datetime) -> bool:
-    """A dispatcher holds the pending row to send it (its claim's hold not run out)."""
+    """A dispatcher holds the pending row to send it (its claim's hold not run out): posted
+    (`posting`), or waiting its turn in the dispatcher's batch."""
     until = row.get("claimed_until")
     return row["status"] == "pending" and isinstance(until, datetime) and until > now
+
+
+def posting(row: dict[str, Any], now: datetime) -> bool:
+    """`being_sent`, and posted: its dispatcher waits for the backend's answer to it. A
+    batch's rows are claimed together and posted one after another (`sending_since`)."""
+    return being_sent(row, now) and row.get("sending_since") is not None
+
+
+def holding(row: dict[str, Any]) -> str:
+    """What a dispatcher's claim of the row is doing, for a line: `being sent now (attempt N,
+    held until T, posted at S)` or that it waits its turn in the batch (attempt, hold)."""
+    claim = f"attempt {row['attempts']}, held until {_time(row['claimed_until'])}"
+    if posting(row, utcnow()):
+        return f"being sent now ({claim}, posted at {_time(row['sending_since'])})"
+    return f"claimed by a dispatcher, waiting its turn in its batch ({claim})"
 
 
 def delivered_after_discard(row: dict[str, Any]) -> bool:
@@ -364,10 +384,18 @@ def _shown(row: dict[str, Any]) -> list[str]:
             "orchestrator_outbox_oldest_pending_seconds times its wait from then, not from "
             "when it was written"
         )
-    if being_sent(row, utcnow()):
+    if posting(row, utcnow()):
         lines.append(
             f"  being sent now (attempt {row['attempts']}, held until "
-            f"{_time(row['claimed_until'])}): a retry waits until its answer is recorded"
+            f"{_time(row['claimed_until'])}, posted at {_time(row['sending_since'])}): a retry "
+            "or discard waits until its answer is recorded"
+        )
+    elif being_sent(row, utcnow()):
+        lines.append(
+            "  claimed by a dispatcher, not sent yet: it waits its turn in the batch the "
+            f"dispatcher sends (attempt {row['attempts']}, held until "
+            f"{_time(row['claimed_until'])}); a retry or discard waits until its answer is "
+            "recorded"
         )
     elif status == "pending" and not (row["waits_behind"] or row["waits_behind_retried"]):
         lines.append(f"  next attempt {_time(row['next_attempt_at'])}")

@@ -22,7 +22,7 @@ from orchestrator.cli.common import (
     print_json,
     printable,
 )
-from orchestrator.cli.outbox import being_sent, dead_label, hurriable, ways_out
+from orchestrator.cli.outbox import being_sent, dead_label, hurriable, posting, ways_out
 from orchestrator.cli.wake_ups import held_notices, quiet_dispatch_log, say_unsent
 from orchestrator.domain.recovery import readable_call
 from orchestrator.runtime import Runtime, build_runtime
@@ -597,8 +597,13 @@ def _deliveries(deliveries: dict[str, Any] | None, task_id: str) -> list[str]:
             )
         elif row.get("waits_behind_retried"):
             tried += f"; waits behind outbox {row['waits_behind_retried']}, being retried"
-        elif being_sent(row, utcnow()):
+        elif posting(row, utcnow()):
             tried += f"; being sent now (held until {_time(row['claimed_until'])})"
+        elif being_sent(row, utcnow()):
+            tried += (
+                "; claimed by a dispatcher, waiting its turn in its batch (held until "
+                f"{_time(row['claimed_until'])})"
+            )
         if row.get("retried_by"):  # who hurried it or made it due again, as `outbox show` says
             note = f": {printable(row['retry_note'])}" if row.get("retry_note") else ""
             error += (

@@ -321,6 +321,13 @@ def test_tasks_show_names_the_ways_out_of_a_failing_delivery(
             .where(outbox.c.outbox_id == number)
             .values(claimed_until=utcnow() + timedelta(minutes=5))
         )
+    waiting = line()  # claimed in a dispatcher's batch, not posted yet
+    assert "; claimed by a dispatcher, waiting its turn in its batch (held until " in waiting
+    assert "outbox retry" not in waiting
+    with rt.db.transaction() as conn:  # posted
+        conn.execute(
+            update(outbox).where(outbox.c.outbox_id == number).values(sending_since=utcnow())
+        )
     sending = line()
     assert "; being sent now (held until " in sending
     assert "outbox retry" not in sending

@@ -66,6 +66,7 @@ __all__ = [
     "OUTBOX_THROTTLED",
     "RECOVERIES",
     "RECOVERY_DELAY",
+    "SWEEPER_REDIS_UNREACHABLE",
     "SWEEPS",
     "TOOL_CALLS",
     "TOOL_TIMEOUTS",
@@ -111,6 +112,13 @@ RECOVERY_DELAY = Histogram(
     buckets=(1, 5, 15, 30, 60, 120, 300, 900),
 )
 SWEEPS = Counter("orchestrator_sweeps", "Sweeps run, by result", ["result"])
+# A sweep with Redis away may have nothing to fail (no expiry, no wake-up): it counts as ok.
+SWEEPER_REDIS_UNREACHABLE = Gauge(
+    "orchestrator_sweeper_redis_unreachable_seconds",
+    "How long Redis (leases, broker) has not answered the sweeper, as of its last sweep; 0 "
+    "when it answers",
+    multiprocess_mode="livemax",
+)
 VERIFICATIONS = Counter(
     "orchestrator_verifications", "Write verifications (read-back), by result", ["result"]
 )

@@ -69,7 +69,9 @@ class Delivery(BaseModel):
     created_at: IsoTime
     delivered_at: IsoTime | None
     discarded_at: IsoTime | None = Field(
-        description="when an operator discarded it (settled it by hand)"
+        description="when an operator discarded it (settled it by hand); also on a `delivered` "
+        "one when a send under way at the discard (its claim's hold had run out) was answered "
+        "2xx: delivered after its discard, the backend did act on it"
     )
     discarded_by: str | None = Field(description="who discarded it")
     discard_reason: str | None = Field(description="why it was discarded")
@@ -95,6 +97,13 @@ class Delivery(BaseModel):
         description="while a dispatcher is sending it: until when its claim holds the row "
         "(renewed while the send lasts); a retry is refused then (`409 being_sent`). A time "
         "past is a dispatcher that stopped mid-send: the row is due again",
+    )
+    sending_since: IsoTime | None = Field(
+        default=None,
+        description="while a dispatcher holds it (`claimed_until` ahead): when it posted it, "
+        "the row being sent now; null for a row claimed with others in the dispatcher's batch "
+        "that waits its turn (the batch is posted one row after another), and for one not "
+        "held (migration 0027)",
     )
 
 

@@ -23,7 +23,14 @@ from orchestrator.cli.common import (
     print_json,
     printable,
 )
-from orchestrator.cli.outbox import being_sent, error_label, hurriable, ways_out
+from orchestrator.cli.outbox import (
+    being_sent,
+    delivered_after_discard,
+    error_label,
+    holding,
+    hurriable,
+    ways_out,
+)
 from orchestrator.cli.wake_ups import held_notices, quiet_dispatch_log, say_unsent
 from orchestrator.domain.cursors import encode_cursor
 from orchestrator.domain.vocabulary import ACTION_STATUSES
@@ -194,6 +201,8 @@ def _delivery_brief(row: dict[str, Any]) -> str:
         status += f": outbox retry {number} or discard it"
     elif status == "discarded":
         status += ", never delivered"
+    elif delivered_after_discard(row):
+        status += " after its discard"
     return f"delivery {status} (outbox {number})"
 
 
@@ -202,7 +211,13 @@ def _delivery_line(row: dict[str, Any]) -> str:
     `delivered` says the backend has it."""
     number, status = row["outbox_id"], row["status"]
     if status == "delivered":
-        return f"delivered at {_time(row['delivered_at'])} (outbox {number})"
+        line = f"delivered at {_time(row['delivered_at'])} (outbox {number})"
+        if delivered_after_discard(row):  # the backend acted on it all the same: say both
+            line += (
+                f", after its discard by {printable(row['discarded_by'] or '')} at "
+                f"{_time(row['discarded_at'])}: {printable(row['discard_reason'] or '')}"
+            )
+        return line
     if status == "discarded":
         return (
             f"discarded by {printable(row['discarded_by'] or '')} at {_time(row['discarded_at'])}: "
@@ -216,11 +231,8 @@ def _delivery_line(row: dict[str, Any]) -> str:
             f"dead after {tried} (outbox {number}): `orchestrator outbox retry {number}` "
             f"once the backend is mended, or `outbox discard {number} --reason R`"
         )
-    if being_sent(row, utcnow()):
-        return (
-            f"{status}, {tried}, being sent now (attempt {row['attempts']}, held until "
-            f"{_time(row['claimed_until'])}) (outbox {number})"
-        )
+    if being_sent(row, utcnow()):  # posted, or waiting its turn in the dispatcher's batch
+        return f"{status}, {tried}, {holding(row)} (outbox {number})"
     line = f"{status}, {tried}, next attempt at {_time(row['next_attempt_at'])} (outbox {number})"
     if hurriable(row):
         # Failing and backing off: an action is retried until a 2xx, so the operator's ways

@@ -219,6 +219,11 @@ def _sweeper(args: argparse.Namespace) -> int:
                         say(line)
                 if args.once:
                     raise  # main() turns it into one line and a non-zero exit
+                if isinstance(exc, SweepDeferred) and exc.report.redis_error:
+                    # Redis away: the sweeper says it once an outage, not at every sweep.
+                    if signals.wait(settings.sweep_seconds):
+                        return 0
+                    continue
                 # The store or the broker briefly unreachable must not end the loop: what this
                 # sweep missed is still expired at the next one.
                 # A store error says what is wrong and what to do (not migrated: `db upgrade`).

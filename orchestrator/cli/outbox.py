@@ -31,7 +31,17 @@ from orchestrator.store.db import Database
 from orchestrator.store.tables import OUTBOX_KINDS, OUTBOX_STATUSES
 from orchestrator.store.types import utcnow
 
-__all__ = ["being_sent", "dead_label", "error_label", "hurriable", "register", "ways_out"]
+__all__ = [
+    "being_sent",
+    "dead_label",
+    "delivered_after_discard",
+    "error_label",
+    "holding",
+    "hurriable",
+    "posting",
+    "register",
+    "ways_out",
+]
 
 log = logging.getLogger("orchestrator.outbox")
 
@@ -180,6 +190,11 @@ def _line(row: dict[str, Any], now: datetime) -> str:
         error += (
             f"  discarded by {printable(row['discarded_by'])}: {printable(row['discard_reason'])}"
         )
+    elif delivered_after_discard(row):
+        error += (
+            f"  delivered after its discard by {printable(row['discarded_by'])}: "
+            f"{printable(row['discard_reason'])}"
+        )
     if row["waits_behind"]:
         # Due and never attempted, it read as a stuck dispatcher: it is held back in order.
         error += (
@@ -206,8 +221,10 @@ def _next_attempt(row: dict[str, Any], now: datetime) -> str:
         return ""
     if row.get("waits_behind") or row.get("waits_behind_retried"):
         return ""
-    if being_sent(row, now):
+    if posting(row, now):
         return "  being sent now"
+    if being_sent(row, now):  # claimed with the rows before it in the batch, not posted yet
+        return "  claimed by a dispatcher: waits its turn in its batch"
     seconds = (at - now).total_seconds()
     if seconds >= 1:
         return f"  next attempt in {_span(seconds)}"
@@ -215,9 +232,31 @@ def _next_attempt(row: dict[str, Any], now: datetime) -> str:
 
 
 def being_sent(row: dict[str, Any], now: datetime) -> bool:
-    """A dispatcher holds the pending row to send it (its claim's hold not run out)."""
+    """A dispatcher holds the pending row to send it (its claim's hold not run out): posted
+    (`posting`), or waiting its turn in the dispatcher's batch."""
     until = row.get("claimed_until")
     return row["status"] == "pending" and isinstance(until, datetime) and until > now
+
+
+def posting(row: dict[str, Any], now: datetime) -> bool:
+    """`being_sent`, and posted: its dispatcher waits for the backend's answer to it. A
+    batch's rows are claimed together and posted one after another (`sending_since`)."""
+    return being_sent(row, now) and row.get("sending_since") is not None
+
+
+def holding(row: dict[str, Any]) -> str:
+    """What a dispatcher's claim of the row is doing, for a line: `being sent now (attempt N,
+    held until T, posted at S)` or that it waits its turn in the batch (attempt, hold)."""
+    claim = f"attempt {row['attempts']}, held until {_time(row['claimed_until'])}"
+    if posting(row, utcnow()):
+        return f"being sent now ({claim}, posted at {_time(row['sending_since'])})"
+    return f"claimed by a dispatcher, waiting its turn in its batch ({claim})"
+
+
+def delivered_after_discard(row: dict[str, Any]) -> bool:
+    """Delivered, though an operator discarded it before: the send under way at the discard
+    (its hold had run out) was answered 2xx, so the backend did act on it."""
+    return row["status"] == "delivered" and row.get("discarded_at") is not None
 
 
 def hurriable(row: dict[str, Any]) -> bool:
@@ -330,25 +369,33 @@ def _shown(row: dict[str, Any]) -> list[str]:
         lines.append(f"  {error_label(row)}: {printable(row['last_error'])}")
     if dead_label(row):
         lines.append(f"  {dead_label(row)}")
-    released = row.get("released_at")
-    if isinstance(released, datetime) and released > row["created_at"]:
-        # Its wait counts from then (`orchestrator_outbox_oldest_pending_seconds`): written
-        # three days ago and retried a minute ago, it has not waited three days for a
-        # dispatcher.
-        lines.append(
-            f"  released {_time(released)} by an operator's retry or discard (of it, or of the "
-            "dead letter it waited behind): its wait counts from then"
-        )
     if row.get("retried_at") is not None:
         # Who made it due again (or hurried it), as a discard says who settled it.
         note = f": {printable(row['retry_note'])}" if row.get("retry_note") else ""
         lines.append(
             f"  retried by {printable(row['retried_by'] or '')} at {_time(row['retried_at'])}{note}"
         )
-    if being_sent(row, utcnow()):
+    released = row.get("released_at")
+    if isinstance(released, datetime) and released > row["created_at"]:
+        # The gauge times its wait from then: written three days ago and retried a minute ago,
+        # it has not waited three days for a dispatcher.
+        lines.append(
+            f"  due again from {_time(released)}, {_released_by(row)}: "
+            "orchestrator_outbox_oldest_pending_seconds times its wait from then, not from "
+            "when it was written"
+        )
+    if posting(row, utcnow()):
         lines.append(
             f"  being sent now (attempt {row['attempts']}, held until "
-            f"{_time(row['claimed_until'])}): a retry waits until its answer is recorded"
+            f"{_time(row['claimed_until'])}, posted at {_time(row['sending_since'])}): a retry "
+            "or discard waits until its answer is recorded"
+        )
+    elif being_sent(row, utcnow()):
+        lines.append(
+            "  claimed by a dispatcher, not sent yet: it waits its turn in the batch the "
+            f"dispatcher sends (attempt {row['attempts']}, held until "
+            f"{_time(row['claimed_until'])}); a retry or discard waits until its answer is "
+            "recorded"
         )
     elif status == "pending" and not (row["waits_behind"] or row["waits_behind_retried"]):
         lines.append(f"  next attempt {_time(row['next_attempt_at'])}")
@@ -359,8 +406,14 @@ def _shown(row: dict[str, Any]) -> list[str]:
     elif row["waits_behind_retried"]:
         lines.append(f"  waits behind outbox {row['waits_behind_retried']}, being retried")
     if status == "delivered":
-        lines.append(f"  delivered {_time(row['delivered_at'])}")
-    if status == "discarded":
+        after = (
+            ", after its discard: the send under way then was answered 2xx (the backend did act "
+            "on it)"
+            if delivered_after_discard(row)
+            else ""
+        )
+        lines.append(f"  delivered {_time(row['delivered_at'])}{after}")
+    if status == "discarded" or delivered_after_discard(row):
         # One discarded while pending was never dead-lettered: it failed, and a person settled it.
         was = (
             " (it was pending, not dead-lettered)" if row.get("discarded_from") == "pending" else ""
@@ -389,6 +442,24 @@ def _shown(row: dict[str, Any]) -> list[str]:
             f"`orchestrator outbox discard {number} --reason R` once dealt with by hand"
         )
     return lines
+
+
+def _released_by(row: dict[str, Any]) -> str:
+    """What made the row deliverable again at its `released_at`, as far as the row tells: its
+    own retry out of the dead letters (the retry's time is the release's), or, for a task
+    event, a retry or discard of an earlier event of its task that held it back."""
+    own = row.get("retried_at") == row["released_at"] or row["kind"] == "action"
+    if own:
+        return "when an operator's retry took it out of the dead letters (fresh counts)"
+    earlier = (
+        "when an operator retried or discarded an earlier event of its task that held it back "
+        "(a task's events go in order)"
+    )
+    if row.get("retried_at") is None:
+        return earlier
+    # Retried since (hurried while pending): its own retry out of the dead letters before that,
+    # or an earlier event's; the row does not keep which.
+    return f"{earlier}, or retried it out of the dead letters"
 
 
 def _time(value: Any) -> str:

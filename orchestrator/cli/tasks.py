@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -23,11 +22,11 @@ from orchestrator.cli.common import (
     print_json,
     printable,
 )
-from orchestrator.cli.outbox import being_sent, dead_label, hurriable, ways_out
+from orchestrator.cli.outbox import being_sent, dead_label, hurriable, posting, ways_out
 from orchestrator.cli.wake_ups import held_notices, quiet_dispatch_log, say_unsent
 from orchestrator.domain.recovery import readable_call
-from orchestrator.logs import redact, secrets_of
 from orchestrator.runtime import Runtime, build_runtime
+from orchestrator.services.dispatch import WakeUp
 from orchestrator.services.tasks import CANCELLED, Trigger, task_view
 from orchestrator.store.outbox import SETTLED
 from orchestrator.store.types import utcnow
@@ -202,38 +201,36 @@ def _trigger(args: argparse.Namespace) -> int:
         field = ".".join(str(part) for part in first["loc"])
         raise CommandFailed(f"invalid {field}: {first['msg']}", exit_code=2) from None
     rt = _runtime()
-    # The CLI says it below, in its own words; the service's log line would repeat it.
-    logging.getLogger("orchestrator.services.dispatch").setLevel(logging.ERROR)
+    quiet_dispatch_log()  # the CLI says it below, in its own words
     try:
         with held_notices() as notices:
             result = rt.tasks.trigger(trigger)
-        stale = rt.settings.queued_stale_seconds
-        secrets = secrets_of(rt.settings)
     finally:
         rt.close()
-    view = task_view(result.task) | {"created": result.created}
+    task = result.task
+    view = task_view(task) | {"created": result.created}
     if args.json:
         print_json(view | {"dispatched": result.dispatched})
     elif result.dispatched:
         verb = "queued" if result.created else "already exists:"
-        print(
-            f"{verb} task {result.task.task_id} ({result.task.status}, "
-            f"generation {result.task.generation})"
-        )
+        print(f"{verb} task {task.task_id} ({task.status}, generation {task.generation})")
     else:
-        print(f"stored task {result.task.task_id} (queued, generation {result.task.generation})")
-    if not result.dispatched:
-        why = f" ({redact(result.dispatch_error, secrets)})" if result.dispatch_error else ""
-        when = (
-            "at its first sweep once the broker takes messages again"
-            if result.unsent_recorded
-            else f"after {stale:g}s (the store did not take the record that it was not sent)"
-        )
-        raise CommandFailed(
-            f"the broker did not take the wake-up of task {result.task.task_id}{why}; it is "
-            f"stored and the sweeper will republish the wake-up {when}"
-        )
-    say_unsent(None, result.task.task_id, "trigger", rt.settings, notices)
+        print(f"stored task {task.task_id} (queued, generation {task.generation})")
+    # Exit 0 either way, as a requeue: the task is stored and will run (`wake_ups.py`).
+    wake_up = WakeUp(
+        task.generation,
+        sent=result.dispatched,
+        error=result.dispatch_error,
+        recorded=result.unsent_recorded,
+    )
+    say_unsent(
+        wake_up,
+        task.task_id,
+        "trigger",
+        rt.settings,
+        notices,
+        done="the task is stored and will run:",
+    )
     return 0
 
 
@@ -600,8 +597,13 @@ def _deliveries(deliveries: dict[str, Any] | None, task_id: str) -> list[str]:
             )
         elif row.get("waits_behind_retried"):
             tried += f"; waits behind outbox {row['waits_behind_retried']}, being retried"
-        elif being_sent(row, utcnow()):
+        elif posting(row, utcnow()):
             tried += f"; being sent now (held until {_time(row['claimed_until'])})"
+        elif being_sent(row, utcnow()):
+            tried += (
+                "; claimed by a dispatcher, waiting its turn in its batch (held until "
+                f"{_time(row['claimed_until'])})"
+            )
         if row.get("retried_by"):  # who hurried it or made it due again, as `outbox show` says
             note = f": {printable(row['retry_note'])}" if row.get("retry_note") else ""
             error += (

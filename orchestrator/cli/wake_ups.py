@@ -6,8 +6,9 @@ and `tasks cancel`).
 Each of these commits its change first and wakes the generation after (`services/dispatch.py`):
 with Redis down the wake-up is refused, recorded in the store, and sent by the next sweep once
 the broker is back. The change happened, so the command still exits 0; but no worker starts the
-task until then, and before only a log line of the service said so. The trigger, whose whole
-point is the start, says the same as an error (`tasks.py`). A change notice Redis refused is a
+task until then, and before only a log line of the service said so. The trigger says it the same
+way and exits 0 too: its task is stored and will run, and a script told otherwise by exit 1
+retried it (a second task, without --trigger-id). A change notice Redis refused is a
 warning of `orchestrator.events`, worded for a worker's log: a command holds it back
 (`held_notices`) and says it in its own words, once, and not at all beside the broker's line
 (which already says that Redis takes nothing).
@@ -67,10 +68,13 @@ def say_unsent(
     change: str,
     settings: Settings,
     notices: Notices | None = None,
+    *,
+    done: str | None = None,
 ) -> None:
     """One line on stderr when `wake_up` was refused (None: the change queued no generation),
     or else when Redis refused the change's `notices`; nothing when all went out. The errors
-    are redacted of the configured secrets."""
+    are redacted of the configured secrets. `done` leads the sweeper's part: what stands
+    (default `the CHANGE is committed, and`)."""
     secrets = secrets_of(settings)
     if wake_up is None or wake_up.sent:
         if notices is not None and notices.errors:
@@ -91,7 +95,7 @@ def say_unsent(
     )
     print(
         f"orchestrator: the broker did not take the wake-up of task {task_id} generation "
-        f"{wake_up.generation}{why}; the {change} is committed, and the sweeper sends the "
-        f"wake-up {when}",
+        f"{wake_up.generation}{why}; {done or f'the {change} is committed, and'} the sweeper "
+        f"sends the wake-up {when}",
         file=sys.stderr,
     )

@@ -27,6 +27,8 @@ __all__ = [
     "Dispatcher",
     "RecordingDispatcher",
     "WakeUp",
+    "dispatch_failure",
+    "dispatch_many",
     "record_unsent",
     "safe_dispatch",
     "safe_dispatch_many",
@@ -67,10 +69,16 @@ def safe_dispatch(
 
 
 def dispatch_failure(
-    dispatcher: Dispatcher, task_id: str, generation: int, *, again: bool = False
+    dispatcher: Dispatcher,
+    task_id: str,
+    generation: int,
+    *,
+    again: bool = False,
+    quiet: bool = False,
 ) -> str | None:
     """`safe_dispatch`, returning why the broker did not take the wake-up (one line: the
-    error's type and first line), or None when it did."""
+    error's type and first line), or None when it did. `quiet`: the caller says it (the
+    sweeper, once an outage), so no line here."""
     try:
         if again:
             dispatcher.dispatch(task_id, generation, again=True)
@@ -78,12 +86,13 @@ def dispatch_failure(
             dispatcher.dispatch(task_id, generation)
     except Exception as exc:
         reason = _one_line(exc)
-        log.warning(
-            "wake-up of task %s generation %s not sent (%s); the sweeper republishes it",
-            task_id,
-            generation,
-            reason,
-        )
+        if not quiet:
+            log.warning(
+                "wake-up of task %s generation %s not sent (%s); the sweeper republishes it",
+                task_id,
+                generation,
+                reason,
+            )
         return reason
     return None
 
@@ -136,20 +145,31 @@ def record_unsent(db: Database, wakeups: list[tuple[str, int]]) -> bool:
 
 def safe_dispatch_many(dispatcher: Dispatcher, wakeups: list[tuple[str, int]]) -> list[bool]:
     """Dispatch a batch after its commit: over one broker connection when the dispatcher can."""
+    return dispatch_many(dispatcher, wakeups)[0]
+
+
+def dispatch_many(
+    dispatcher: Dispatcher, wakeups: list[tuple[str, int]], *, quiet: bool = False
+) -> tuple[list[bool], str | None]:
+    """`safe_dispatch_many`, with why the broker did not take (the first) one, or None when it
+    took them all; `quiet` as for `dispatch_failure`."""
     many = getattr(dispatcher, "dispatch_many", None)
     if many is None or len(wakeups) < 2:
-        return [safe_dispatch(dispatcher, task_id, generation) for task_id, generation in wakeups]
+        failures = [dispatch_failure(dispatcher, t, g, quiet=quiet) for t, g in wakeups]
+        return [f is None for f in failures], next((f for f in failures if f), None)
     try:
         many(wakeups)
     except Exception as exc:
-        # As for one wake-up: one line, no traceback (before, a sweep's batch logged one).
-        log.warning(
-            "a batch of %d wake-ups was not (entirely) sent (%s); the sweeper republishes them",
-            len(wakeups),
-            _one_line(exc),
-        )
-        return [False] * len(wakeups)
-    return [True] * len(wakeups)
+        reason = _one_line(exc)
+        if not quiet:
+            # As for one wake-up: one line, no traceback (before, a sweep's batch logged one).
+            log.warning(
+                "a batch of %d wake-ups was not (entirely) sent (%s); the sweeper republishes them",
+                len(wakeups),
+                reason,
+            )
+        return [False] * len(wakeups), reason
+    return [True] * len(wakeups), None
 
 
 def _one_line(exc: BaseException) -> str:

@@ -167,10 +167,11 @@ class OutboxDispatcher:
                 if stop is not None and stop.is_set():
                     self._release(rows[index:])
                     return report
-                # The rows of a batch are sent one after another, each within one hold: a later
-                # row's claim is renewed first, and skipped when its hold ran out meanwhile and
-                # another dispatcher took it (it is that one's to send).
-                if index and not self._renew(row):
+                # The rows of a batch are sent one after another, each within one hold: each
+                # row's claim is renewed as it is posted (which records that it is being sent;
+                # the rows after it wait their turn), and a row whose hold ran out meanwhile
+                # and that another dispatcher took is skipped (it is that one's to send).
+                if not self._start_send(row):
                     continue
                 self._deliver(row, report)
             # A delivered webhook makes its task's next event due: go again while work flows.
@@ -218,6 +219,10 @@ class OutboxDispatcher:
         with self.db.transaction() as conn:
             return store.renew_claim(conn, row, hold_seconds=self.hold_seconds)
 
+    def _start_send(self, row: OutboxRow) -> bool:
+        with self.db.transaction() as conn:
+            return store.start_send(conn, row, hold_seconds=self.hold_seconds)
+
     def _deliver(self, row: OutboxRow, report: DispatchReport) -> None:
         from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
 
@@ -229,8 +234,19 @@ class OutboxDispatcher:
             (metrics.OUTBOX_THROTTLED if answer.throttled else metrics.OUTBOX_FAILURES).inc()
         with self.db.transaction() as conn:
             if error is None:
-                store.mark_delivered(conn, row.outbox_id)
+                delivered = store.mark_delivered(conn, row.outbox_id)
                 report.delivered.append(row.outbox_id)
+                if delivered is not None and delivered.delivered_after_discard:
+                    # The operator was told it is not sent (an action: "not sent"): say it.
+                    log.warning(
+                        "outbox %s (%s of task %s) was discarded by %r while a send was under "
+                        "way, and the backend answered it 2xx: delivered after the discard "
+                        "(the backend did act on it)",
+                        row.outbox_id,
+                        row.kind,
+                        row.task_id,
+                        delivered.discarded_by,
+                    )
                 return
             # This claim's attempt is the throttled one when the backend answered 429: it never
             # dead-letters (the backend is there, and asked for time).
@@ -612,11 +628,17 @@ def _hurry(conn: Connection, row: OutboxRow, *, by: str, note: str | None) -> No
 
 
 def _being_sent(row: OutboxRow, then: str) -> ConflictError:
-    """409 `being_sent` for an operator's retry or discard of a row a dispatcher is sending:
-    what holds it, until when, and what to do once its answer is recorded."""
+    """409 `being_sent` for an operator's retry or discard of a row a dispatcher holds: posted
+    or waiting its turn in the dispatcher's batch, until when, and what to do once its answer
+    is recorded."""
     until = f", held until {row.claimed_until:%Y-%m-%dT%H:%M:%S}Z" if row.claimed_until else ""
+    what = (
+        "is being sent now"
+        if row.posting(utcnow())
+        else "is claimed by a dispatcher and waits its turn in the batch it sends"
+    )
     return ConflictError(
-        f"outbox row {row.outbox_id} is being sent now (attempt {row.attempts}{until}); "
+        f"outbox row {row.outbox_id} {what} (attempt {row.attempts}{until}); "
         f"its answer is recorded when the attempt ends: {then}",
         code="being_sent",
     )

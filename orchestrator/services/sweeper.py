@@ -30,6 +30,10 @@ first, whether Redis came back with its data or without: the task starts within 
 broker's return. Each is claimed by a compare-and-set before it is sent (two sweepers never both
 send it; one claimed by a worker meanwhile is left) and recorded again if the broker still
 refuses it.
+
+With Redis down a sweep can do little of this, and says so once an outage: one warning when
+Redis first does not answer (what the sweep could not do, and that it tries again), one line
+when it answers again, nothing at the sweeps between (`services/redis_outage.py`).
 """
 
 from __future__ import annotations
@@ -49,12 +53,13 @@ from orchestrator.leases.keys import ended_key
 from orchestrator.leases.process import ProcessIdentity, is_gone
 from orchestrator.services.dispatch import (
     Dispatcher,
+    dispatch_failure,
+    dispatch_many,
     record_unsent,
-    safe_dispatch,
-    safe_dispatch_many,
 )
 from orchestrator.services.handback import RETRY_SECONDS
 from orchestrator.services.lease_keeper import lease_name
+from orchestrator.services.redis_outage import RedisOutage, SweepMisses, where
 from orchestrator.settings import Settings
 from orchestrator.store import action_notices as notice_store
 from orchestrator.store import executions as execution_store
@@ -116,8 +121,11 @@ class SweepReport:
     #: Retry-After, an outage): planned, not a worker lost, and the log line says so.
     handed_back: dict[tuple[str, int], str] = field(default_factory=dict)
     #: Wake-ups (task, generation) this sweep sent and the broker did not take (Redis down):
-    #: recorded in the store, the next sweep sends them first. The dispatcher logs each.
+    #: recorded in the store, the next sweep sends them first.
     unsent: list[tuple[str, int]] = field(default_factory=list)
+    #: Why Redis did not answer this sweep (its first error), or None: the sweeper said it
+    #: once for the outage (`redis_outage.py`), so the loop need not say it at every sweep.
+    redis_error: str | None = None
 
     def lines(self) -> list[str]:
         out = [
@@ -172,13 +180,29 @@ class Sweeper:
         #: are sent again, `LOST_WAKE_UP_BATCHES` batches a sweep, until none is left.
         self._lost_before: datetime | None = None
         self._holder = f"sweeper:{socket.gethostname()}"
+        #: Redis not answering, said once an outage (None: no Redis, embedded mode).
+        self.redis_outage = (
+            RedisOutage(where(settings.redis_url), settings.sweep_seconds)
+            if settings.redis_url
+            else None
+        )
+        self._misses = SweepMisses()  # this sweep's
 
     def sweep(self, now: datetime | None = None) -> SweepReport:
+        self._misses = SweepMisses()
         try:
-            return self._sweep(now or utcnow())
+            report = self._sweep(now or utcnow())
         except (OperationalError, InterfaceError):
             self._store_away = True
             raise
+        report.redis_error = self._misses.error
+        if self.redis_outage is not None:  # a whole sweep: Redis answered it all, or not
+            self.redis_outage.swept(self._misses)
+        return report
+
+    def _missed(self, exc: BaseException | str) -> None:
+        """Redis did not answer: the error for the outage's line (the caller counts what)."""
+        self._misses.note(exc)
 
     def _sweep(self, now: datetime) -> SweepReport:
         report = SweepReport()
@@ -225,10 +249,13 @@ class Sweeper:
         """One lease read for the batch, one transaction, one publish over one connection."""
         try:
             infos = self.leases.get_many([lease_name(e.task_id) for e in expired])
-        except LeaseBackendUnavailable:
-            log.warning(
-                "lease back end unavailable; %d expiries left for the next sweep", len(expired)
-            )
+        except LeaseBackendUnavailable as exc:
+            if self.redis_outage is None:  # the store's leases: the store's own trouble
+                log.warning(
+                    "lease back end unavailable; %d expiries left for the next sweep", len(expired)
+                )
+            self._missed(exc)
+            self._misses.unchecked += len(expired)
             report.deferred += len(expired)
             return
         lost: list[tuple[str, int]] = []
@@ -326,11 +353,17 @@ class Sweeper:
                 continue
             try:
                 self.leases.release(lease_name(task_id), token)
-            except LeaseBackendUnavailable:
-                log.warning("could not release the lease of %s; it will expire", task_id)
+            except LeaseBackendUnavailable as exc:
+                if self.redis_outage is None:
+                    log.warning("could not release the lease of %s; it will expire", task_id)
+                self._missed(exc)
+                self._misses.unreleased += 1
         wakeups = [(t, n) for t, _, n in batch.requeued]
-        sent = safe_dispatch_many(self.dispatcher, wakeups)
+        sent, why = dispatch_many(self.dispatcher, wakeups, quiet=self.redis_outage is not None)
         unsent = [w for w, ok in zip(wakeups, sent, strict=True) if not ok]
+        if why is not None:
+            self._missed(why)
+            self._misses.unsent += len(unsent)
         record_unsent(self.db, unsent)
         report.unsent += unsent
 
@@ -349,7 +382,9 @@ class Sweeper:
             [kept] = self.leases.keep_many(
                 [(BROKER_MARK, _MARK_TOKEN, self._holder)], BROKER_MARK_SECONDS
             )
-        except LeaseBackendUnavailable:
+        except LeaseBackendUnavailable as exc:
+            self._missed(exc)
+            self._misses.mark = True
             return False  # Redis away: a later sweep finds the mark gone
         if kept is not Renewal.TAKEN_BACK:
             return False  # there, and renewed (or one an older sweeper made, there as well)
@@ -367,7 +402,16 @@ class Sweeper:
             claimed = task_store.touch_queued(conn, task)
         if not claimed:
             return True
-        if not safe_dispatch(self.dispatcher, task.task_id, task.generation, again=True):
+        why = dispatch_failure(
+            self.dispatcher,
+            task.task_id,
+            task.generation,
+            again=True,
+            quiet=self.redis_outage is not None,
+        )
+        if why is not None:
+            self._missed(why)
+            self._misses.unsent += 1
             record_unsent(self.db, [(task.task_id, task.generation)])
             report.unsent.append((task.task_id, task.generation))
             return False

@@ -63,6 +63,7 @@ __all__ = [
     "renew_claim",
     "retry_all_dead",
     "retry_dead",
+    "start_send",
     "waits_behind",
     "webhooks_were_sent",
 ]
@@ -91,7 +92,8 @@ class OutboxRow:
     retried_by: str | None  # who,
     retry_note: str | None  # and their note, if any
     released_at: datetime | None  # an operator's retry or discard made it deliverable again
-    claimed_until: datetime | None  # a dispatcher sends it: its claim's hold (`being_sent`)
+    claimed_until: datetime | None  # a dispatcher holds it to send it: its claim's hold
+    sending_since: datetime | None  # when that dispatcher posted it (`posting`); None: waiting
 
     @classmethod
     def from_row(cls, row: Row[Any]) -> OutboxRow:
@@ -107,10 +109,22 @@ class OutboxRow:
     def being_sent(self, now: datetime) -> bool:
         """Whether a dispatcher holds the row to send it at `now`: claimed, its answer not
         recorded yet, and the claim's hold not run out (a dispatcher killed mid-send holds it
-        no longer, and the row is due again)."""
+        no longer, and the row is due again). Posted already (`posting`), or waiting its turn
+        in the dispatcher's batch."""
         return (
             self.status == "pending" and self.claimed_until is not None and self.claimed_until > now
         )
+
+    def posting(self, now: datetime) -> bool:
+        """`being_sent`, and posted: the dispatcher waits for the backend's answer to it (not a
+        row of its batch still waiting its turn)."""
+        return self.being_sent(now) and self.sending_since is not None
+
+    @property
+    def delivered_after_discard(self) -> bool:
+        """Delivered, and discarded by an operator before: the send under way at the discard
+        (its hold had run out) was answered 2xx, so the backend did act on it."""
+        return self.status == "delivered" and self.discarded_at is not None
 
     @property
     def dead_reason(self) -> str | None:
@@ -229,7 +243,12 @@ def claim_due(
     conn.execute(
         update(outbox)
         .where(outbox.c.outbox_id.in_([row.outbox_id for row in rows]))
-        .values(attempts=outbox.c.attempts + 1, next_attempt_at=until, claimed_until=until)
+        .values(
+            attempts=outbox.c.attempts + 1,
+            next_attempt_at=until,
+            claimed_until=until,
+            sending_since=None,  # posted one by one (`start_send`), not at the claim
+        )
     )
     return [
         OutboxRow(
@@ -238,10 +257,20 @@ def claim_due(
                 "attempts": row.attempts + 1,
                 "next_attempt_at": until,
                 "claimed_until": until,
+                "sending_since": None,
             }
         )
         for row in rows
     ]
+
+
+def start_send(conn: Connection, row: OutboxRow, *, hold_seconds: float) -> bool:
+    """`renew_claim` just before the claimed `row` is posted, recording when (`sending_since`):
+    from then it is being sent, where the rows of the batch after it wait their turn. False,
+    and nothing recorded, when the row is no longer this claim's (then it must not be sent)."""
+    now = utcnow()
+    until = now + timedelta(seconds=hold_seconds)
+    return _update_claim(conn, row, next_attempt_at=until, claimed_until=until, sending_since=now)
 
 
 def renew_claim(conn: Connection, row: OutboxRow, *, hold_seconds: float) -> bool:
@@ -257,7 +286,12 @@ def release_claim(conn: Connection, row: OutboxRow) -> bool:
     """Give back a claimed `row` that was not sent (its dispatcher is stopping): due again now,
     its attempt not counted. False when the row is no longer this claim's (as `renew_claim`)."""
     return _update_claim(
-        conn, row, attempts=row.attempts - 1, next_attempt_at=utcnow(), claimed_until=None
+        conn,
+        row,
+        attempts=row.attempts - 1,
+        next_attempt_at=utcnow(),
+        claimed_until=None,
+        sending_since=None,
     )
 
 
@@ -277,15 +311,24 @@ def _update_claim(conn: Connection, row: OutboxRow, **values: Any) -> bool:
     )
 
 
-def mark_delivered(conn: Connection, outbox_id: int) -> bool:
-    return (
-        conn.execute(
-            update(outbox)
-            .where(outbox.c.outbox_id == outbox_id, outbox.c.status != "delivered")
-            .values(status="delivered", delivered_at=utcnow(), last_error=None, claimed_until=None)
-        ).rowcount
-        == 1
-    )
+def mark_delivered(conn: Connection, outbox_id: int) -> OutboxRow | None:
+    """Record a 2xx: the row as delivered, or None when it was already. A row an operator
+    discarded while its send was under way (its hold had run out) is delivered too, the
+    backend having acted on it, and keeps who discarded it, when and why: delivered after
+    its discard (`OutboxRow.delivered_after_discard`), neither fact hidden."""
+    row = conn.execute(
+        update(outbox)
+        .where(outbox.c.outbox_id == outbox_id, outbox.c.status != "delivered")
+        .values(
+            status="delivered",
+            delivered_at=utcnow(),
+            last_error=None,
+            claimed_until=None,
+            sending_since=None,
+        )
+        .returning(*outbox.c)
+    ).first()
+    return OutboxRow.from_row(row) if row is not None else None
 
 
 def mark_failed(
@@ -306,6 +349,7 @@ def mark_failed(
         "last_error": error[:1000],
         "next_attempt_at": retry_at,
         "claimed_until": None,  # the claim's answer is in: no longer being sent
+        "sending_since": None,
     }
     if throttled:
         values["throttled"] = outbox.c.throttled + 1
@@ -451,6 +495,7 @@ def discard(conn: Connection, outbox_id: int, *, by: str, reason: str) -> bool:
                 discarded_by=by,
                 discard_reason=reason,
                 claimed_until=None,
+                sending_since=None,
             )
         ).rowcount
         == 1

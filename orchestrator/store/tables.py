@@ -480,6 +480,10 @@ outbox = Table(
     # given back. A row is being sent while this is in the future: an operator's retry makes a
     # pending row due now only when it is not (a second dispatcher would send it meanwhile).
     Column("claimed_until", UTCDateTime, nullable=True),
+    # When the dispatcher holding the claim posted its attempt (migration 0027): a batch's rows
+    # are claimed together and posted one after another, so a claimed row without it waits its
+    # turn in the batch, and only the one posted is being sent. Cleared with `claimed_until`.
+    Column("sending_since", UTCDateTime, nullable=True),
     UniqueConstraint("action_id"),  # one delivery per approval
     one_of("kind", OUTBOX_KINDS),
     one_of("status", OUTBOX_STATUSES),

@@ -251,23 +251,31 @@ def test_the_sweeper_loop_counts_a_sweep_that_could_not_check_the_leases_as_fail
     )
     try:
 
-        def failed_sweeps() -> float:
+        def scraped(series: str) -> float:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
                     text = r.read().decode()
             except OSError:
                 return 0.0
             for line in text.splitlines():
-                if line.startswith('orchestrator_sweeps_total{result="failed"}'):
+                if line.startswith(series):
                     return float(line.split()[-1])
             return 0.0
 
-        wait_for(lambda: failed_sweeps() >= 2, 30, what="two failed sweeps")
+        wait_for(
+            lambda: scraped('orchestrator_sweeps_total{result="failed"}') >= 2,
+            30,
+            what="two failed sweeps",
+        )
+        # How long Redis has not answered, for an alert (0 before the outage's first sweep).
+        assert scraped("orchestrator_sweeper_redis_unreachable_seconds") > 0
     finally:
         os.killpg(sweeper.pid, signal.SIGTERM)
         out, _ = sweeper.communicate(timeout=30)
     assert not (home / HEARTBEAT).exists(), out
-    assert b"lease back end is unavailable" in out
+    # Said once for the outage, not at each failed sweep.
+    assert out.count(b"does not answer") == 1, out
+    assert b"1 expired generation(s) not checked" in out
 
 
 def test_the_sweeper_says_each_requeue_once(tmp_path: Path) -> None:

@@ -321,6 +321,13 @@ def test_tasks_show_names_the_ways_out_of_a_failing_delivery(
             .where(outbox.c.outbox_id == number)
             .values(claimed_until=utcnow() + timedelta(minutes=5))
         )
+    waiting = line()  # claimed in a dispatcher's batch, not posted yet
+    assert "; claimed by a dispatcher, waiting its turn in its batch (held until " in waiting
+    assert "outbox retry" not in waiting
+    with rt.db.transaction() as conn:  # posted
+        conn.execute(
+            update(outbox).where(outbox.c.outbox_id == number).values(sending_since=utcnow())
+        )
     sending = line()
     assert "; being sent now (held until " in sending
     assert "outbox retry" not in sending
@@ -341,4 +348,96 @@ def ways_out_of(number: int) -> str:
     return (
         f": `orchestrator outbox retry {number}` sends it now once the backend is mended, "
         f"or `outbox discard {number} --reason R` once dealt with by hand"
+    )
+
+
+def test_a_send_answered_2xx_after_its_discard_is_recorded_as_delivered_after_it(
+    rt: Runtime,
+    tmp_path: Path,
+    backend: Recorder,
+    store_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A send's hold ran out while the backend still worked on it (its renewals failed: the
+    store away a moment), so an operator could discard the row; then the backend answered 200.
+    The backend did act: the row is delivered, and still says who discarded it, when and why.
+    Before, `outbox show` said `delivered T` alone, and the discard (the operator was told
+    "approved action A is not sent") was hidden; nothing was logged."""
+    from sqlalchemy import update
+
+    from orchestrator.cli import main
+    from orchestrator.store.tables import outbox
+    from orchestrator.store.types import utcnow
+
+    _, action_id = approved_action(rt, tmp_path)
+    dispatcher = slow_dispatcher(rt)
+    reports: list[DispatchReport] = []
+    sending = threading.Thread(target=lambda: reports.append(dispatcher.run_once()))
+    try:
+        backend.delay_seconds, backend.slow_path = 30.0, "/actions"  # answered on `release`
+        sending.start()
+        assert backend.arrived.wait(10)
+        while not backend.on("/actions"):  # the webhooks of the batch may go first
+            backend.arrived.clear()
+            if not backend.on("/actions"):
+                assert backend.arrived.wait(10)
+        number = _delivery(rt, action_id).outbox_id
+        with rt.db.transaction() as conn:  # the hold ran out mid-send
+            conn.execute(
+                update(outbox)
+                .where(outbox.c.outbox_id == number)
+                .values(claimed_until=utcnow() - timedelta(seconds=1))
+            )
+        cli_on(monkeypatch, store_url, tmp_path)
+        discard = ["outbox", "discard", str(number), "--reason", "done by phone", "--by", "kim"]
+        assert main(discard) == 0
+        capsys.readouterr()
+
+        caplog.set_level("INFO", logger="orchestrator.services.outbox")
+        backend.release.set()  # the backend answers 200: it took the work order
+        sending.join(10)
+        assert number in reports[0].delivered
+    finally:
+        backend.release.set()
+        sending.join(10)
+        dispatcher.close()
+
+    row = _delivery(rt, action_id)
+    assert (row.status, row.discarded_by, row.discard_reason) == (
+        "delivered",
+        "kim",
+        "done by phone",
+    )
+    assert row.delivered_at is not None
+    assert row.discarded_at is not None
+    assert row.discarded_at <= row.delivered_at
+    [warned] = [r.getMessage() for r in caplog.records if "after" in r.getMessage()]
+    assert warned.startswith(f"outbox {number} (action of task ")
+    assert warned.endswith(
+        "was discarded by 'kim' while a send was under way, and the backend answered it 2xx: "
+        "delivered after the discard (the backend did act on it)"
+    )
+
+    assert main(["outbox", "show", str(number)]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[0].startswith(f"outbox {number}  delivered  approved action {action_id}")
+    [delivered] = [x for x in shown if x.startswith("  delivered ")]
+    assert delivered.endswith(
+        ", after its discard: the send under way then was answered 2xx (the backend did act on it)"
+    )
+    [discarded] = [x for x in shown if x.startswith("  discarded by ")]
+    assert discarded.endswith("(it was pending, not dead-lettered): done by phone")
+    assert main(["outbox", "list", "--task", row.task_id]) == 0
+    [listed] = [
+        x for x in capsys.readouterr().out.splitlines() if x.lstrip().startswith(str(number))
+    ]
+    assert "delivered" in listed
+    assert listed.endswith("  delivered after its discard by kim: done by phone")
+    assert main(["actions", "show", action_id]) == 0
+    [line] = [x for x in capsys.readouterr().out.splitlines() if "delivery:" in x]
+    assert line.endswith(
+        f"(outbox {number}), after its discard by kim at "
+        f"{row.discarded_at.isoformat(timespec='seconds')}: done by phone"
     )

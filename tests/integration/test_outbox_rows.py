@@ -270,14 +270,23 @@ def test_show_says_when_an_operator_released_a_row(
     task_id, dead_id = _dead_after_the_limit(rt, tmp_path, backend, dispatcher)
     [held] = OutboxService(rt.db).list(task_id=task_id, status="pending")
     assert main(["outbox", "show", str(dead_id)]) == 0
-    assert "released" not in capsys.readouterr().out  # never released: nothing to say
+    assert "due again from" not in capsys.readouterr().out  # never released: nothing to say
     operator = bearer("operator-token")
     client.post(f"/api/v1/outbox/{dead_id}/retry", headers=operator).raise_for_status()
-    line = "by an operator's retry or discard (of it, or of the dead letter it waited behind)"
+    why = {  # in plain words: which retry or discard, and what the gauge makes of it
+        dead_id: "when an operator's retry took it out of the dead letters (fresh counts)",
+        held.outbox_id: "when an operator retried or discarded an earlier event of its task "
+        "that held it back (a task's events go in order)",
+    }
     for number in (dead_id, held.outbox_id):
         assert main(["outbox", "show", str(number)]) == 0
-        [released] = [x for x in capsys.readouterr().out.splitlines() if "  released " in x]
-        assert released.endswith(f"{line}: its wait counts from then")
+        [released] = [x for x in capsys.readouterr().out.splitlines() if "  due again " in x]
+        at = OutboxService(rt.db).shown(number)["released_at"].isoformat(timespec="seconds")
+        assert released == (
+            f"  due again from {at}, {why[number]}: "
+            "orchestrator_outbox_oldest_pending_seconds times its wait from then, not from "
+            "when it was written"
+        )
         shown = client.get(f"/api/v1/outbox/{number}", headers=operator).json()
         assert shown["released_at"] is not None
         assert shown["released_at"] > shown["created_at"]
@@ -287,7 +296,7 @@ def test_show_says_when_an_operator_released_a_row(
     assert main(["outbox", "show", str(dead_id)]) == 0
     out = capsys.readouterr().out
     assert f"outbox {dead_id}  delivered" in out
-    assert "  released " in out
+    assert "  due again from " in out
 
 
 def test_the_delivery_list_has_an_etag_that_every_write_to_a_listed_row_changes(

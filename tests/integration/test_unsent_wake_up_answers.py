@@ -99,6 +99,38 @@ def test_a_requeue_says_its_wake_up_was_not_sent(
     assert rt.tasks.explain(task_id)["wake_up_unsent"] is True  # as it said: for the sweep
 
 
+def test_a_trigger_the_broker_refuses_exits_0_as_a_requeue_does(
+    rt: Runtime, cli: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The task is stored and will run (the sweeper sends its wake-up), as after a requeue: a
+    script told so by exit 1 retried, and a trigger without --trigger-id then made a second
+    task. Both commands now exit 0 with one line on stderr, and --json says `dispatched`."""
+    trigger = ["tasks", "trigger", "--type", "simple", "--title", "t"]
+    assert main(trigger) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("stored task ")
+    task_id = out.split()[2]
+    assert out == f"stored task {task_id} (queued, generation 1)\n"
+    [line] = err.splitlines()
+    assert line.startswith(f"orchestrator: {REFUSED} {task_id} generation 1 (")
+    assert line.endswith(
+        "; the task is stored and will run: the sweeper sends the wake-up at its first sweep "
+        "once the broker takes messages again"
+    )
+    assert rt.tasks.explain(task_id)["wake_up_unsent"] is True
+
+    assert main([*trigger, "--trigger-id", "k1", "--json"]) == 0
+    out, err = capsys.readouterr()
+    made = json.loads(out)  # stdout is the JSON alone
+    assert (made["created"], made["dispatched"], made["status"]) == (True, False, "queued")
+    [line] = err.splitlines()
+    assert f"{REFUSED} {made['task_id']} generation 1 (" in line
+
+    assert main(["tasks", "requeue", task_id, "--reason", "again", "--by", "op"]) == 0
+    _, err = capsys.readouterr()
+    refused_line(err, task_id, 2, "requeue")
+
+
 def test_a_requeue_whose_wake_up_went_out_says_nothing_more(
     rt: Runtime,
     store_url: str,

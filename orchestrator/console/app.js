@@ -999,9 +999,12 @@
     return result.status === 409 && Boolean(result.data && result.data.error && result.data.error.code === "being_sent");
   }
   function refusedText(id, result, what) {
-    return beingSent409(result)
-      ? `Delivery ${id} is being sent now: its answer is recorded when the attempt ends; ${what} it then if it failed.`
-      : errorText(result);
+    if (!beingSent409(result)) return errorText(result);
+    // Posted now, or claimed in a dispatcher's batch and waiting its turn (the API says which).
+    const waiting = /waits its turn/.test(String(result.data.error.message || ""));
+    return waiting
+      ? `Delivery ${id} is claimed by a dispatcher and waits its turn in its batch: its answer is recorded when the attempt ends; ${what} it then if it failed.`
+      : `Delivery ${id} is being sent now: its answer is recorded when the attempt ends; ${what} it then if it failed.`;
   }
   // A dispatcher holds a pending row while it sends it (`claimed_until`, in the future): a
   // time past is a dispatcher that stopped mid-send, and the row is due again.
@@ -1014,8 +1017,16 @@
   function deliveryClock(rows) {
     return (rows || []).map((x) => `${isBeingSent(x) ? 1 : 0}${isFailing(x) ? 1 : 0}`).join();
   }
+  // A dispatcher claims a batch of rows and posts them one after another, recording when it
+  // posts each (`sending_since`): the others of the batch wait their turn, held as well. Every
+  // row of a batch read "being sent now". (A dispatcher older than `sending_since` records no
+  // post: its rows read as waiting their turn.)
   function beingSentNow(x) {
-    return el("span", { class: "being-sent" }, "being sent now (attempt ", String(x.attempts), ", held until ", when(x.claimed_until), ")");
+    return x.sending_since
+      ? el("span", { class: "being-sent" }, "being sent now (attempt ", String(x.attempts), ", held until ",
+        when(x.claimed_until), ", posted at ", when(x.sending_since), ")")
+      : el("span", { class: "being-sent waiting-turn" }, "claimed by a dispatcher: waits its turn in its batch (attempt ",
+        String(x.attempts), ", held until ", when(x.claimed_until), ")");
   }
   // A pending row that failed and waits out its backoff (its next attempt ahead), not held in
   // order behind another: the API retries it (due now, its counts kept) or discards it, as

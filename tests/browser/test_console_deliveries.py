@@ -378,7 +378,8 @@ def test_a_delivery_being_sent_says_so_and_a_refused_retry_says_why(
     expect(retry).to_have_count(1)
     # The view's reads of the list wait in the page: the row stays as drawn until the click.
     page.evaluate(HOLD_LIST)
-    set_rows(console, {number: {"claimed_until": utcnow() + timedelta(minutes=10)}})
+    posted = {"claimed_until": utcnow() + timedelta(minutes=10), "sending_since": utcnow()}
+    set_rows(console, {number: posted})
     retry.click()
     expect(page.locator("#delivery-result")).to_have_text(
         f"Delivery {number} is being sent now: its answer is recorded when the attempt ends; "
@@ -386,11 +387,46 @@ def test_a_delivery_being_sent_says_so_and_a_refused_retry_says_why(
     )
     page.evaluate("window.__releaseList()")
     expect(row.locator(".being-sent")).to_contain_text("being sent now (attempt 2, held until ")
+    expect(row.locator(".being-sent")).to_contain_text(", posted at ")
     expect(row.locator("button, form")).to_have_count(0)
     open_task(page, console, task_id)
     expect(delivery_row(page, "#deliveries", number).locator(".being-sent")).to_have_count(1)
     expect(page.locator(f'#deliveries button[data-retry="{number}"]')).to_have_count(0)
     expect(page.locator(f'#deliveries form[data-discard="{number}"]')).to_have_count(0)
+
+
+def test_a_delivery_claimed_in_a_batch_waits_its_turn_and_says_so(
+    page: Any, console: Console
+) -> None:
+    """A dispatcher claims a batch of rows and posts them one after another (`sending_since`
+    is set as it posts each): every claimed row read "being sent now", the ones still waiting
+    their turn too. Such a row says it waits its turn in its batch, offers no Retry nor Discard
+    (the API refuses both while the claim holds), and a refused retry says why in those words."""
+    from orchestrator.store.types import utcnow
+
+    task_id = console.trigger("xss", "A send waiting in a dispatcher's batch")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    number = failing_alone(console, task_id)
+    page.goto(f"{console.url}/console#/deliveries?status=pending&kind=webhook")
+    expect(page.locator("#delivery-filters")).to_be_visible()
+    row = delivery_row(page, "#delivery-rows", number)
+    retry = row.locator(f'button[data-retry="{number}"]')
+    expect(retry).to_have_count(1)
+    page.evaluate(HOLD_LIST)
+    set_rows(console, {number: {"claimed_until": utcnow() + timedelta(minutes=10)}})
+    retry.click()
+    expect(page.locator("#delivery-result")).to_have_text(
+        f"Delivery {number} is claimed by a dispatcher and waits its turn in its batch: its "
+        "answer is recorded when the attempt ends; retry it then if it failed."
+    )
+    page.evaluate("window.__releaseList()")
+    expect(row.locator(".being-sent")).to_contain_text(
+        "claimed by a dispatcher: waits its turn in its batch (attempt 2, held until "
+    )
+    expect(row.locator(".being-sent")).not_to_contain_text("being sent now")
+    expect(row.locator("button, form")).to_have_count(0)
+    open_task(page, console, task_id)
+    expect(delivery_row(page, "#deliveries", number).locator(".waiting-turn")).to_have_count(1)
 
 
 def test_a_send_whose_claim_ran_out_is_offered_again_without_a_reload(
@@ -404,7 +440,10 @@ def test_a_send_whose_claim_ran_out_is_offered_again_without_a_reload(
     task_id = console.trigger("xss", "A dispatcher stopped mid-send")
     console.wait_for(task_id, lambda t: t["status"] == "completed")
     number = failing_alone(console, task_id)
-    set_rows(console, {number: {"claimed_until": utcnow() + timedelta(seconds=3)}})
+    set_rows(
+        console,
+        {number: {"claimed_until": utcnow() + timedelta(seconds=3), "sending_since": utcnow()}},
+    )
     open_task(page, console, task_id)
     row = delivery_row(page, "#deliveries", number)
     expect(row.locator(".being-sent")).to_have_count(1)

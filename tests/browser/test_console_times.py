@@ -63,7 +63,7 @@ def test_times_have_their_zone_and_durations_follow_the_server_s_clock(
     held = utcnow() + timedelta(minutes=10)
     set_rows(console, {
         number: {"status": "pending", "attempts": 2, "last_error": "HTTP 503",
-                 "next_attempt_at": held, "claimed_until": held},
+                 "next_attempt_at": held, "claimed_until": held, "sending_since": utcnow()},
         **{n: {"status": "delivered", "delivered_at": utcnow()} for n in rest},
     })  # fmt: skip
     page.goto(f"{console.url}/console#/task/{task_id}")
@@ -80,7 +80,7 @@ def test_times_have_their_zone_and_durations_follow_the_server_s_clock(
     expect(row.locator(".being-sent")).to_have_text(
         re.compile(
             rf"^being sent now \(attempt 2, held until {re.escape(local(held))} GMT\+8 "
-            r"\(in (9|10) min\)\)$"
+            r"\(in (9|10) min\), posted at .* GMT\+8 \((just now|\d+ s ago)\)\)$"
         )
     )
     expect(row.locator("button, form")).to_have_count(0)

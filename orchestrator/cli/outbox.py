@@ -372,9 +372,7 @@ def _shown(row: dict[str, Any]) -> list[str]:
     if row.get("retried_at") is not None:
         # Who made it due again (or hurried it), as a discard says who settled it.
         note = f": {printable(row['retry_note'])}" if row.get("retry_note") else ""
-        lines.append(
-            f"  retried by {printable(row['retried_by'] or '')} at {_time(row['retried_at'])}{note}"
-        )
+        lines.append(f"  retried by {_retrier(row)} at {_time(row['retried_at'])}{note}")
     released = row.get("released_at")
     if isinstance(released, datetime) and released > row["created_at"]:
         # The gauge times its wait from then: written three days ago and retried a minute ago,
@@ -538,3 +536,8 @@ def _discard(args: argparse.Namespace) -> int:
         )
         print(f"outbox {row.outbox_id} discarded by {printable(row.discarded_by)}: {what}")
     return 0
+
+
+def _retrier(row: dict[str, Any]) -> str:
+    """Who retried the row; a retry stored without a name read `retried by  at T`."""
+    return printable(row["retried_by"]) if row.get("retried_by") else "an unrecorded name"

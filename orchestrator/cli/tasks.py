@@ -604,11 +604,10 @@ def _deliveries(deliveries: dict[str, Any] | None, task_id: str) -> list[str]:
                 "; claimed by a dispatcher, waiting its turn in its batch (held until "
                 f"{_time(row['claimed_until'])})"
             )
-        if row.get("retried_by"):  # who hurried it or made it due again, as `outbox show` says
+        if row.get("retried_at"):  # who hurried it or made it due again, as `outbox show` says
             note = f": {printable(row['retry_note'])}" if row.get("retry_note") else ""
-            error += (
-                f"; retried by {printable(row['retried_by'])} at {_time(row['retried_at'])}{note}"
-            )
+            by = printable(row["retried_by"]) if row.get("retried_by") else "an unrecorded name"
+            error += f"; retried by {by} at {_time(row['retried_at'])}{note}"
         # The ways out of a failing one, as `actions show` says them: it read as if waiting
         # were all an operator could do (an action is retried until a 2xx).
         if row["status"] == "dead":

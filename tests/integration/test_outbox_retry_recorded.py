@@ -117,3 +117,36 @@ def test_a_retry_records_who_when_and_why(
         )
     finally:
         dispatcher.close()
+
+
+def test_a_retry_stored_without_a_name_says_so(
+    rt: Runtime,
+    tmp_path: Path,
+    backend: Recorder,
+    store_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A retry whose row keeps no name (`retried_by` NULL: written by hand, or by a tool that
+    gave none) read `retried by  at T` in `outbox show` and nothing at all in `tasks show`."""
+    from sqlalchemy import update
+
+    from orchestrator.cli import main
+    from orchestrator.store.tables import outbox
+
+    task_id, _ = waiting_task(rt, tmp_path)
+    backend.always_fail = True
+    OutboxDispatcher(rt.settings, rt.db).run_once()
+    [row] = [r for r in OutboxService(rt.db).list(task_id=task_id) if r.attempts]
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    assert main(["outbox", "retry", str(row.outbox_id), "--by", "kim"]) == 0
+    with rt.db.transaction() as conn:
+        conn.execute(
+            update(outbox).where(outbox.c.outbox_id == row.outbox_id).values(retried_by=None)
+        )
+    capsys.readouterr()
+    assert main(["outbox", "show", str(row.outbox_id)]) == 0
+    assert "  retried by an unrecorded name at " in capsys.readouterr().out
+    assert main(["tasks", "show", task_id]) == 0
+    assert "; retried by an unrecorded name at " in capsys.readouterr().out

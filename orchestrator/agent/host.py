@@ -24,6 +24,12 @@ store's password) that the model copied into a write's arguments is masked wholl
 transcript masks it: `agent.sensitive.hide_configured`) before the tool sees them, here, for
 every write tool at once; the result tells the model so (`MASKED_NOTE`), so that it neither
 takes the `***` it reads back for a fault nor writes the secret again.
+
+The same secrets are masked in every tool's result (its payload, keys included, and its
+message) before it is paged, cited, written to the transcript or shown to the model: a command
+that prints a file holding the model's key (`cat .env`), an answer or an error that echoes it.
+The model reads `***` and why (`RESULT_MASKED_NOTE`); the evidence record is of the masked
+result, which is what the model and the transcript have.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -58,7 +65,7 @@ from orchestrator.domain.fingerprints import (
 )
 from orchestrator.domain.outcomes import summary_for
 from orchestrator.errors import OrchestratorError, StaleGeneration
-from orchestrator.logs import Secret
+from orchestrator.logs import Secret, distinctive
 from orchestrator.store.receipts import ReceiptLedger
 from orchestrator.tools.base import (
     CALL_ID,
@@ -71,7 +78,7 @@ from orchestrator.tools.base import (
 )
 from orchestrator.tools.results import PREVIEW_CHARS, ResultCache, fitting
 
-__all__ = ["CANCEL_GRACE_SECONDS", "MASKED_NOTE", "ToolHost"]
+__all__ = ["CANCEL_GRACE_SECONDS", "MASKED_NOTE", "RESULT_MASKED_NOTE", "ToolHost"]
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +94,11 @@ MASKED_NOTE = (
     "a configured secret (an API key, token or password of this deployment) in the arguments "
     "was replaced by *** before the call ran, and is not kept; do not copy secrets into what "
     "you write or run"
+)
+#: Added to a result in which a configured secret was masked (never the secret).
+RESULT_MASKED_NOTE = (
+    "a configured secret (an API key, token or password of this deployment) in this result was "
+    "replaced by ***; it is neither shown to you nor kept"
 )
 #: The effects whose arguments are kept (the orchestrator's store, the business backend).
 _WRITES = frozenset({"write", "internal_write"})
@@ -141,8 +153,12 @@ class ToolHost:
         self.evidence = evidence
         #: Seconds a call may run before it is given up (None: no limit of the host's).
         self.call_timeout = call_timeout
-        #: The configured secrets (`orchestrator.logs.secrets_of`), masked in a write's arguments.
+        #: The configured secrets (`orchestrator.logs.secrets_of`), masked in a write's arguments
+        #: and in every result.
         self.secrets = tuple(secrets)
+        #: Any of them (`hide_configured`'s) in a result's JSON text, as it is or JSON-escaped:
+        #: a result whose text was written already is looked at once, not walked.
+        self._secret_text = _any_of(self.secrets)
         # Call ids already seen per (session, round): a reused id with other arguments is
         # refused in any later turn of the round, not only within one turn.
         self._seen_ids: dict[tuple[str, str], dict[str, str]] = {}
@@ -176,7 +192,8 @@ class ToolHost:
                 continue
             outcome = self._prepare(ctx, call)
             if isinstance(outcome, ToolResult):
-                results[index] = outcome
+                # A refusal may echo what the model sent (a key, a tool's name).
+                results[index] = self._hidden(outcome)
                 continue
             units.setdefault(outcome.unit_key, []).append(index)
             prepared.setdefault(outcome.unit_key, outcome)
@@ -447,8 +464,24 @@ class ToolHost:
 
         metrics.TOOL_CALLS.labels(unit.tool.name, result.status).inc()
         if unit.masked:
-            result = replace(result, message=_noted(result.message))
+            result = replace(result, message=_noted(result.message, MASKED_NOTE))
+        # Before it is paged (a page is read later, unmasked no more) and cited.
+        result = self._hidden(result)
         return self._cite(ctx, unit, result, self._page(ctx, unit, result))
+
+    def _hidden(self, result: ToolResult) -> ToolResult:
+        """`result` with every configured secret in its payload and message masked and
+        `RESULT_MASKED_NOTE` added; `result` itself when it holds none."""
+        if not self.secrets:
+            return result
+        written = result.written_payload()
+        payload = result.payload
+        if written is None or self._secret_text.search(written) is not None:
+            payload = hide_configured(payload, self.secrets)
+        message = hide_configured(result.message, self.secrets)
+        if payload is result.payload and message is result.message:
+            return result
+        return replace(result, payload=payload, message=_noted(message, RESULT_MASKED_NOTE))
 
     def _cite(
         self, ctx: ToolContext, unit: _Prepared, full: ToolResult, shown: ToolResult
@@ -462,6 +495,8 @@ class ToolHost:
         if facts.described is not None and is_sensitive(unit.tool, unit.call.arguments):
             # What a sensitive call was asked stays out of the record, as out of the transcript.
             facts = replace(facts, described=None)
+        elif facts.described is not None:
+            facts = replace(facts, described=hide_configured(facts.described, self.secrets))
         cut = shown is not full and shown.payload is not full.payload
         result_id = (
             shown.payload.get("result_id") if cut and isinstance(shown.payload, dict) else None
@@ -562,9 +597,22 @@ def _validated(tool: Tool, arguments: dict[str, Any]) -> Any:
         )
 
 
-def _noted(message: str | None) -> str:
-    """A result's message with `MASKED_NOTE` after it."""
-    return MASKED_NOTE if not message else f"{message.rstrip('. ')}. Note: {MASKED_NOTE}"
+def _noted(message: str | None, note: str) -> str:
+    """A result's message with `note` after it."""
+    return note if not message else f"{message.rstrip('. ')}. Note: {note}"
+
+
+def _any_of(secrets: Sequence[Secret]) -> re.Pattern[str]:
+    """A pattern that finds any masked secret in a JSON text (one that never matches if none)."""
+    forms = {
+        form
+        for secret in secrets
+        if isinstance(secret, str) and distinctive(secret)
+        for form in (secret, json.dumps(secret, ensure_ascii=False)[1:-1])
+    }
+    if not forms:
+        return re.compile(r"(?!)")
+    return re.compile("|".join(map(re.escape, sorted(forms, key=len, reverse=True))))
 
 
 def _loose(name: str) -> str:

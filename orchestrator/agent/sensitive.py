@@ -16,7 +16,9 @@ rest of every other value is masked as the logs mask theirs (`orchestrator.logs.
 tokens, `password=...`). The keys
 and the shape stay, so an operator still sees what the model got wrong. In the arguments a tool
 accepted, a configured secret's text is still masked wherever it appears (`hide_configured`):
-none belongs in a record.
+none belongs in a record. "Wherever" includes a dict's keys (a model that writes
+`{"sk-...": "prod"}` as a query's parameters), not only its values; and a tool's result, which
+the host masks the same way before anyone keeps or reads it (`agent.host`).
 """
 
 from __future__ import annotations
@@ -77,12 +79,16 @@ def hide_unknown_arguments(arguments: Any, secrets: Iterable[Secret] = ()) -> An
     masked; numbers, booleans and keys as they are."""
     secrets = list(secrets)
     if isinstance(arguments, dict):
-        return {
-            key: redact_values(value)
-            if _SECRET_KEY.search(str(key))
-            else hide_unknown_arguments(value, secrets)
-            for key, value in arguments.items()
-        }
+        hidden: dict[Any, Any] = {}
+        for key, value in arguments.items():
+            # The key by the same rule as a text (a secret written as a key); whether its value
+            # is hidden wholly is read from the key as the model wrote it.
+            kept = _unused(hide_unknown_arguments(key, secrets), hidden)
+            if _SECRET_KEY.search(str(key)):
+                hidden[kept] = redact_values(value)
+            else:
+                hidden[kept] = hide_unknown_arguments(value, secrets)
+        return hidden
     if isinstance(arguments, list):
         return [hide_unknown_arguments(item, secrets) for item in arguments]
     if isinstance(arguments, str):
@@ -99,14 +105,46 @@ def hide_configured(arguments: Any, secrets: Iterable[Secret]) -> Any:
     plain = [s for s in secrets if isinstance(s, str) and distinctive(s)]
     if not plain:
         return arguments
-    if isinstance(arguments, dict):
-        return {key: hide_configured(value, plain) for key, value in arguments.items()}
-    if isinstance(arguments, list):
-        return [hide_configured(item, plain) for item in arguments]
-    if isinstance(arguments, str):
+    return _masked(arguments, plain)
+
+
+def _masked(value: Any, plain: list[str]) -> Any:
+    """`hide_configured` for distinctive `plain` secrets: `value` itself (the same object) when
+    it holds none, so a caller keeps what it knows of it (a result's JSON text) and a payload
+    of thousands of rows is not copied to find nothing."""
+    if isinstance(value, str):
         for secret in plain:
-            arguments = arguments.replace(secret, REDACTED)
-    return arguments
+            if secret in value:
+                value = value.replace(secret, REDACTED)
+        return value
+    if isinstance(value, dict):
+        items = [(_masked(key, plain), _masked(item, plain)) for key, item in value.items()]
+        if all(
+            new_key is key and new_item is item
+            for (new_key, new_item), (key, item) in zip(items, value.items(), strict=True)
+        ):
+            return value
+        hidden: dict[Any, Any] = {}
+        for key, item in items:
+            hidden[_unused(key, hidden)] = item
+        return hidden
+    if isinstance(value, list | tuple):
+        masked = [_masked(item, plain) for item in value]
+        if all(new is old for new, old in zip(masked, value, strict=True)):
+            return value
+        return masked if isinstance(value, list) else tuple(masked)
+    return value
+
+
+def _unused(key: Any, taken: dict[Any, Any]) -> Any:
+    """`key`, or `key (2)`, `key (3)`, ... when a masked key is already in `taken`: two keys
+    that differ by a secret (`sk-a...`, `sk-b...`) both stay, neither value is lost."""
+    if key not in taken or not isinstance(key, str):
+        return key
+    number = 2
+    while f"{key} ({number})" in taken:
+        number += 1
+    return f"{key} ({number})"
 
 
 def kept_arguments(tool: Tool | None, arguments: Any, secrets: Iterable[Secret] = ()) -> Any:

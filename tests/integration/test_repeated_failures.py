@@ -1,0 +1,117 @@
+"""A model that fails the same way again and again stops early, saying why; one that makes
+progress does not. Through the real `openai` client against the loopback server and a real
+store and its generations.
+
+Before, a model that sent the same refused call every turn spent ORCH_MAX_TURNS turns in each
+of ORCH_MAX_ROUNDS rounds (here 8 x 3 = 24 requests) and failed `round_limit`; a server that
+answered every round's first request with nothing ran every round to the round limit. Now the
+same refusal `SAME_FAILURE_LIMIT` turns in a row, or the same empty answer that many rounds in
+a row, ends the task `model_error` naming it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from orchestrator.agent.repeats import SAME_FAILURE_LIMIT
+from orchestrator.services.tasks import Trigger
+from tests.executions_support import runtime_for
+from tests.openai_server import OpenAIServer, Reply, call
+
+#: A query the source refuses (its parameters are not the source's): the same answer each time.
+BAD = {"source": "scada_sim", "parameters": {"point": "nowhere"}}
+GOOD = {"source": "scada_sim", "parameters": {"point": "DM-RN-01", "measure": "turbidity"}}
+
+
+def _runtime(store_url: str, scripts: Path, server: OpenAIServer) -> Any:
+    rt, _ = runtime_for(
+        store_url,
+        scripts,
+        model="openai:test-model",
+        llm_base_url=server.base_url,
+        max_rounds=3,
+        max_turns=8,
+    )
+    return rt
+
+
+def _trigger(rt: Any) -> str:
+    return rt.tasks.trigger(Trigger(task_type="looks", title="turbid water")).task.task_id
+
+
+def test_the_same_refused_call_turn_after_turn_ends_the_task_naming_it(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    rt = _runtime(store_url, scripts, server)
+    try:
+        server.converse(
+            [Reply(tool_calls=[call(f"c{n}", "query_data_source", BAD)]) for n in range(20)]
+        )
+        task_id = _trigger(rt)
+        result = rt.executions.run(task_id, 1, worker="w1")
+        view = rt.tasks.explain(task_id)
+        entries = rt.tasks.transcript(task_id)["items"]
+    finally:
+        rt.close()
+    assert result.outcome == "failed"
+    assert view["failure_code"] == "model_error"
+    assert view["last_error"].startswith(
+        f"the model made the same refused call {SAME_FAILURE_LIMIT} turns in a row, shown why "
+        "each time: query_data_source: invalid_arguments: scada_sim takes point"
+    )
+    assert "ORCH_MAX_TURNS" in view["last_error"]
+    assert len(server.requests) == SAME_FAILURE_LIMIT  # not 8 turns x 3 rounds
+    # Every refused call and what the model was told are in the transcript.
+    results = [e for e in entries if e["kind"] == "tool_result"]
+    assert [e["status"] for e in results] == ["failed"] * SAME_FAILURE_LIMIT
+
+
+def test_a_model_that_corrects_its_call_between_refusals_goes_on(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """Refused twice, then a call that runs, then refused twice again, then another refusal
+    twice: no run of three, and the round ends as the model ends it."""
+    unknown = {"source": "nowhere"}
+    turns = [BAD, BAD, GOOD, BAD, BAD, unknown]
+    rt = _runtime(store_url, scripts, server)
+    try:
+        server.converse(
+            [
+                Reply(tool_calls=[call(f"c{n}", "query_data_source", args)])
+                for n, args in enumerate(turns)
+            ]
+            + [Reply(content="the water is fine")]
+        )
+        task_id = _trigger(rt)
+        result = rt.executions.run(task_id, 1, worker="w1")
+    finally:
+        rt.close()
+    assert result.outcome == "continue", result.detail
+    assert result.detail == "the round saved no report"
+    assert len(server.requests) == len(turns) + 1
+
+
+def test_the_same_empty_answer_round_after_round_ends_the_task_naming_it(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    rt, _ = runtime_for(
+        store_url, scripts, model="openai:test-model", llm_base_url=server.base_url, max_rounds=5
+    )
+    try:
+        server.converse([Reply(content=None)])  # every round's first request: nothing
+        task_id = _trigger(rt)
+        outcomes = []
+        for generation in range(1, SAME_FAILURE_LIMIT + 1):
+            outcomes.append(rt.executions.run(task_id, generation, worker="w1").outcome)
+        view = rt.tasks.explain(task_id)
+    finally:
+        rt.close()
+    assert outcomes == ["continue"] * (SAME_FAILURE_LIMIT - 1) + ["failed"]
+    assert view["status"] == "failed"
+    assert view["failure_code"] == "model_error"  # not round_limit, 2 rounds early
+    assert view["last_error"].startswith(
+        "the model returned an empty answer (no text and no tool call) to the round's first "
+        f"request in {SAME_FAILURE_LIMIT} rounds in a row, saving no report"
+    )
+    assert len(server.requests) == SAME_FAILURE_LIMIT

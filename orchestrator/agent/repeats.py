@@ -72,8 +72,8 @@ class RepeatedRefusals:
         more = f" (and {len(refusals) - 1} more call(s) of the turn)" if len(refusals) > 1 else ""
         return (
             f"the model made the same refused call {self._count} turns in a row, shown why each "
-            f"time: {name}: {code}: {message}{more}; it does not correct it, so the round ends "
-            "here rather than at the turn budget (ORCH_MAX_TURNS) of each of the task's rounds"
+            f"time: {name}: {code}: {message}{more}; it does not correct it, so it is not asked "
+            "again for the rest of its turns (ORCH_MAX_TURNS)"
         )
 
 

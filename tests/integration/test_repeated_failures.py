@@ -14,8 +14,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from fastapi.testclient import TestClient
+
 from orchestrator.agent.repeats import SAME_FAILURE_LIMIT
+from orchestrator.api.app import create_app
 from orchestrator.services.tasks import Trigger
+from orchestrator.settings import load_settings
 from tests.executions_support import runtime_for
 from tests.openai_server import OpenAIServer, Reply, call
 
@@ -115,3 +119,45 @@ def test_the_same_empty_answer_round_after_round_ends_the_task_naming_it(
         f"request in {SAME_FAILURE_LIMIT} rounds in a row, saving no report"
     )
     assert len(server.requests) == SAME_FAILURE_LIMIT
+
+
+def test_a_collaboration_stops_at_the_same_refusal_and_shows_no_key(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """A collaboration's model has the same loop of turns (ORCH_MAX_TURNS, 30 by default): the
+    same refusal ends it `502 model_error` naming it. Its tool host masked no result: a task
+    context holding the model's key was shown to the model as it was."""
+    key = "sk-collaboration-9"
+    rt, _ = runtime_for(store_url, scripts)
+    try:
+        task_id = rt.tasks.trigger(
+            Trigger(task_type="looks", title="turbid water", context={"lab_key": key})
+        ).task.task_id
+    finally:
+        rt.close()
+    settings = load_settings(
+        database_url=store_url,
+        model="openai:test-model",
+        llm_base_url=server.base_url,
+        llm_api_key=key,
+        llm_max_retries=0,
+    )
+    server.reply(tool_calls=[call("q0", "read_task_context", {})])
+    server.converse(
+        [
+            Reply(tool_calls=[call(f"q{n}", "read_task_context", {"evidence_skip": -1})])
+            for n in range(1, 20)
+        ]
+    )
+    with TestClient(create_app(settings)) as client:
+        session_id = client.post(f"/api/v1/tasks/{task_id}/collaboration").json()["session_id"]
+        asked = client.post(f"/api/v1/sessions/{session_id}/messages", json={"text": "Why?"})
+    assert (asked.status_code, asked.json()["error"]["code"]) == (502, "model_error")
+    assert (
+        f"the model made the same refused call {SAME_FAILURE_LIMIT} turns in a row, shown why "
+        "each time: read_task_context: invalid_arguments: "
+    ) in asked.json()["error"]["message"]
+    assert len(server.requests) == 1 + SAME_FAILURE_LIMIT
+    (context,) = [m for m in server.bodies[1]["messages"] if m["role"] == "tool"]
+    assert key not in context["content"]
+    assert "***" in context["content"]

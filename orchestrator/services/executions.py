@@ -25,6 +25,7 @@ from orchestrator.agent.loop import LeaseLost, run_round
 from orchestrator.agent.model import Model, ModelBusy, ModelError, load_model
 from orchestrator.agent.repeats import SAME_FAILURE_LIMIT
 from orchestrator.agent.request import AgentContext
+from orchestrator.agent.sensitive import hide_configured
 from orchestrator.agent.subagents import SUBAGENTS, Delegate, SubAgentRegistry, SubAgentRun
 from orchestrator.agent.text_calls import answer_text
 from orchestrator.agent.transcript import TranscriptWriter
@@ -446,11 +447,18 @@ class ExecutionService:
                 model,
                 host,
                 ctx,
-                # Seed 004: the task's context comes first, in the brief of every request.
+                # Seed 004: the task's context comes first, in the brief of every request;
+                # a configured secret in it reaches the model as `***`, as in a tool's answer.
                 brief=task_brief(
-                    task.task_id, task.task_type, task.title, fence.generation, task.context
+                    task.task_id,
+                    task.task_type,
+                    hide_configured(task.title, self.context.secrets),
+                    fence.generation,
+                    hide_configured(task.context, self.context.secrets),
                 ),
-                topic=task_topic(task.task_id, task.task_type, task.title),
+                topic=task_topic(
+                    task.task_id, task.task_type, hide_configured(task.title, self.context.secrets)
+                ),
                 max_turns=self.settings.max_turns,
                 stop=keeper.lost,
                 recorder=transcript,

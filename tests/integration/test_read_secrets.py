@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.agent.host import RESULT_MASKED_NOTE, ToolHost
+from orchestrator.services.tasks import Trigger
 from orchestrator.store.db import Database
 from orchestrator.store.receipts import ReceiptLedger
 from orchestrator.tools.base import Tool, ToolArguments, ToolCall, ToolContext, ToolResult
@@ -257,3 +258,26 @@ def test_every_result_is_masked_before_it_is_paged() -> None:
     assert second.message == f"read with ***. Note: {RESULT_MASKED_NOTE}"
     assert third.payload is plain.payload
     assert third.message is None
+
+
+def test_a_key_in_the_tasks_context_reaches_the_model_as_stars(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """The business backend's context is data the model reads in the brief of every request
+    and in `read_task_context`'s answer: a configured secret in it (a backend that copied the
+    deployment's key into a task) was shown as it was."""
+    rt = openai_runtime(store_url, scripts, server)
+    try:
+        server.reply(tool_calls=[call("c1", "read_task_context", {})])
+        server.reply(content="done")
+        task_id = rt.tasks.trigger(
+            Trigger(task_type="water", title=f"lab {API_KEY}", context={"lab_key": API_KEY})
+        ).task.task_id
+        assert rt.executions.run(task_id, 1, worker="w1").ran
+    finally:
+        rt.close()
+    assert API_KEY not in json.dumps(server.bodies)
+    brief = server.bodies[0]["messages"][1]["content"]
+    assert 'Task context: {"lab_key":"***"}' in brief
+    (context,) = _tool_messages(server)
+    assert RESULT_MASKED_NOTE in context["message"]

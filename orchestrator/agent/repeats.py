@@ -4,12 +4,14 @@ A model that calls a tool with arguments its schema refuses (or an unknown tool,
 host's rules refuse) and, shown why, sends the same again gets the same answer every turn: the
 round spent ORCH_MAX_TURNS turns on it and ended "the turn budget of the round ran out", and the
 task did the same in each of its ORCH_MAX_ROUNDS rounds before it failed `round_limit`. The same
-refusals `SAME_FAILURE_LIMIT` turns in a row (every call of each turn refused, with the same
-answers in the same order) end the round `model_error`, naming the refusal.
+turn `SAME_FAILURE_LIMIT` times in a row (the same refusals, in the same order) ends the round
+`model_error`, naming the refusal.
 
-A model that makes progress is not stopped: a turn with any call that was not refused (one that
-ran, even if it failed for a reason outside the model: a source down, a time limit), or with
-another refusal (a different message, another tool), starts the count again.
+A model that makes progress is not stopped: a turn with no refusal, with a failure outside the
+model's call (a source down, a time limit: the same call may work later), with another refusal
+(a different message, another tool), or with another call that ran (other arguments), starts
+the count again. A call that ran with the same arguments as in the turn before (the task's
+context read again before the same refused report) does not: the turn is the same again.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from orchestrator.domain.fingerprints import NonCanonical, canonical_json
 from orchestrator.tools.base import ToolCall, ToolResult
 
 __all__ = ["SAME_FAILURE_LIMIT", "RepeatedRefusals"]
@@ -48,28 +51,29 @@ _MESSAGE_CHARS: Final = 300
 
 
 class RepeatedRefusals:
-    """Counts the turns in a row whose calls were all refused the same way."""
+    """Counts the turns in a row that were the same turn again, refused the same way."""
 
     def __init__(self, limit: int = SAME_FAILURE_LIMIT) -> None:
         self.limit = limit
-        self._last: tuple[tuple[str, str, str], ...] | None = None
+        self._last: _Turn | None = None
         self._count = 0
 
     def observe(self, calls: Sequence[ToolCall], results: Sequence[ToolResult]) -> str | None:
         """Take one turn's calls and results; why the round ends, once the same refusals came
         `limit` turns in a row, else None."""
-        refusals = _refusals(calls, results)
-        if refusals is None:
+        turn = _turn(calls, results)
+        if turn is None:
             self._last, self._count = None, 0
             return None
-        self._count = self._count + 1 if refusals == self._last else 1
-        self._last = refusals
+        self._count = self._count + 1 if turn == self._last else 1
+        self._last = turn
         if self._count < self.limit:
             return None
+        refusals = turn[0]
         name, code, message = refusals[0]
         if len(message) > _MESSAGE_CHARS:
             message = message[:_MESSAGE_CHARS] + "..."
-        more = f" (and {len(refusals) - 1} more call(s) of the turn)" if len(refusals) > 1 else ""
+        more = f" (and {len(refusals) - 1} more refused call(s))" if len(refusals) > 1 else ""
         return (
             f"the model made the same refused call {self._count} turns in a row, shown why each "
             f"time: {name}: {code}: {message}{more}; it does not correct it, so it is not asked "
@@ -77,13 +81,27 @@ class RepeatedRefusals:
         )
 
 
-def _refusals(
-    calls: Sequence[ToolCall], results: Sequence[ToolResult]
-) -> tuple[tuple[str, str, str], ...] | None:
-    """(tool, code, message) of each call, when every call of the turn was refused; else None."""
-    refused = []
+#: A turn as compared: (tool, code, message) of each refused call, then (tool, arguments) of
+#: each other call.
+_Turn = tuple[tuple[tuple[str, str, str], ...], tuple[tuple[str, str], ...]]
+
+
+def _turn(calls: Sequence[ToolCall], results: Sequence[ToolResult]) -> _Turn | None:
+    """What makes a turn the same again, or None when it refused nothing of what the model
+    wrote. Besides its refusals, the calls that ran count by what the model sent (a read of the
+    task's context before the same refused report, every turn, is the same turn again), not by
+    their answers, which carry a new evidence id and time each time."""
+    refused: list[tuple[str, str, str]] = []
+    others: list[tuple[str, str]] = []
     for call, result in zip(calls, results, strict=True):
-        if result.status != "failed" or result.code is None or result.code in _NOT_THE_CALL:
-            return None
-        refused.append((call.name, result.code, result.message or ""))
-    return tuple(refused) or None
+        if result.status == "failed" and result.code is not None:
+            if result.code in _NOT_THE_CALL:
+                return None  # something outside the call failed: it may not fail again
+            refused.append((call.name, result.code, result.message or ""))
+        else:
+            try:
+                sent = canonical_json(call.arguments)
+            except NonCanonical:
+                sent = repr(call.arguments)
+            others.append((call.name, sent))
+    return (tuple(refused), tuple(others)) if refused else None

@@ -75,8 +75,8 @@ def hide_secret_arguments(tool: Tool | None, arguments: Any) -> Any:
 
 def hide_unknown_arguments(arguments: Any, secrets: Iterable[Secret] = ()) -> Any:
     """An unknown tool's `arguments` by the conservative rule above: a secret-looking key's
-    value as `***` (its shape kept), every other text with `secrets` and token-shaped values
-    masked; numbers, booleans and keys as they are."""
+    value as `***` (its shape kept), every other text, keys included, with `secrets` and
+    token-shaped values masked; numbers and booleans as they are."""
     secrets = list(secrets)
     if isinstance(arguments, dict):
         hidden: dict[Any, Any] = {}

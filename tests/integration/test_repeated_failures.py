@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from orchestrator.agent.repeats import SAME_FAILURE_LIMIT
@@ -44,13 +45,22 @@ def _trigger(rt: Any) -> str:
     return rt.tasks.trigger(Trigger(task_type="looks", title="turbid water")).task.task_id
 
 
+@pytest.mark.parametrize("reads_first", [False, True], ids=["alone", "after_a_read"])
 def test_the_same_refused_call_turn_after_turn_ends_the_task_naming_it(
-    store_url: str, scripts: Path, server: OpenAIServer
+    store_url: str, scripts: Path, server: OpenAIServer, reads_first: bool
 ) -> None:
+    """Also when the model reads the task's context again before each refused call: the read
+    runs, the turn is the same again."""
     rt = _runtime(store_url, scripts, server)
     try:
         server.converse(
-            [Reply(tool_calls=[call(f"c{n}", "query_data_source", BAD)]) for n in range(20)]
+            [
+                Reply(
+                    tool_calls=[call(f"r{n}", "read_task_context", {})] * reads_first
+                    + [call(f"c{n}", "query_data_source", BAD)]
+                )
+                for n in range(20)
+            ]
         )
         task_id = _trigger(rt)
         result = rt.executions.run(task_id, 1, worker="w1")
@@ -67,8 +77,8 @@ def test_the_same_refused_call_turn_after_turn_ends_the_task_naming_it(
     assert "ORCH_MAX_TURNS" in view["last_error"]
     assert len(server.requests) == SAME_FAILURE_LIMIT  # not 8 turns x 3 rounds
     # Every refused call and what the model was told are in the transcript.
-    results = [e for e in entries if e["kind"] == "tool_result"]
-    assert [e["status"] for e in results] == ["failed"] * SAME_FAILURE_LIMIT
+    results = [e["status"] for e in entries if e["kind"] == "tool_result"]
+    assert results == (["succeeded"] * reads_first + ["failed"]) * SAME_FAILURE_LIMIT
 
 
 def test_a_model_that_corrects_its_call_between_refusals_goes_on(

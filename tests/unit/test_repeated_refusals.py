@@ -33,9 +33,21 @@ def test_a_call_that_ran_or_another_refusal_starts_the_count_again() -> None:
     refusals = RepeatedRefusals()
     turns = [[(CALL, REFUSED)], [(CALL, REFUSED)], [(CALL, ran)], [(CALL, REFUSED)]]
     turns += [[(CALL, REFUSED)], [(CALL, other)], [(CALL, REFUSED)], [(CALL, REFUSED)]]
-    # A turn with one call refused and another that ran is progress too.
-    turns += [[(CALL, REFUSED), (ToolCall("c2", "read_task_context", {}), ran)]]
+    # Beside the same refusal, a call that ran with other arguments each time.
+    turns += [
+        [(CALL, REFUSED), (ToolCall("c2", "query_data_source", {"point": point}), ran)]
+        for point in ("a", "b", "c", "d")
+    ]
     assert not any(_turns(refusals, turns))
+
+
+def test_the_same_turn_again_counts_with_a_call_that_ran_beside_the_refusal() -> None:
+    """A model that reads the task's context again before the same refused report, turn after
+    turn: the read runs (a new evidence id each time), the turn is the same."""
+    refusals = RepeatedRefusals()
+    read = ToolCall("c2", "read_task_context", {})
+    turns = [[(read, ToolResult.ok({"n": n})), (CALL, REFUSED)] for n in range(SAME_FAILURE_LIMIT)]
+    assert _turns(refusals, turns)[-1]
 
 
 def test_failures_outside_the_call_are_not_counted() -> None:
@@ -60,4 +72,4 @@ def test_a_turn_of_several_refusals_counts_when_all_repeat_in_order() -> None:
     assert _turns(refusals, [turn] * SAME_FAILURE_LIMIT)[-1]
     why = refusals.observe([CALL, second], [REFUSED, unknown])
     assert why is not None
-    assert "(and 1 more call(s) of the turn)" in why
+    assert "(and 1 more refused call(s))" in why

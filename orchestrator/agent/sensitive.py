@@ -33,6 +33,7 @@ from orchestrator.tools.base import Tool
 __all__ = [
     "REDACTED",
     "hide_configured",
+    "hide_cut_secret",
     "hide_secret_arguments",
     "hide_unknown_arguments",
     "is_sensitive",
@@ -106,6 +107,20 @@ def hide_configured(arguments: Any, secrets: Iterable[Secret]) -> Any:
     if not plain:
         return arguments
     return _masked(arguments, plain)
+
+
+def hide_cut_secret(text: str, secrets: Iterable[Secret]) -> str:
+    """`text`, which was cut to its first characters (a call's unreadable arguments kept to
+    `reply_parts.MAX_RAW_ARGUMENT_CHARS`), with the start of a configured secret it ends in
+    masked: the cut may fall inside one, which `hide_configured` then does not find whole.
+    Four characters or more, as the logs keep at most (`orchestrator.logs.redact`)."""
+    for secret in secrets:
+        if not isinstance(secret, str) or not distinctive(secret):
+            continue
+        for length in range(len(secret) - 1, 3, -1):
+            if text.endswith(secret[:length]):
+                return text[:-length] + REDACTED
+    return text
 
 
 def _masked(value: Any, plain: list[str]) -> Any:

@@ -45,6 +45,7 @@ from orchestrator.agent.model import ModelTurn
 from orchestrator.agent.sensitive import (
     REDACTED,
     hide_configured,
+    hide_cut_secret,
     hide_secret_arguments,
     hide_unknown_arguments,
     is_sensitive,
@@ -184,7 +185,11 @@ class TranscriptWriter:
                 # No schema vouches for them: masked by the rule for such arguments, a
                 # configured secret wholly (the logs' rule kept its first 4 characters).
                 shown["raw_arguments"] = (
-                    REDACTED if hidden else clean(hide_unknown_arguments(text, self.secrets))
+                    REDACTED
+                    if hidden
+                    else clean(
+                        hide_cut_secret(hide_unknown_arguments(text, self.secrets), self.secrets)
+                    )
                 )
             calls.append(shown)
             self.calls[call.id] = CallRecord(call.id, name, arguments, turn_number)

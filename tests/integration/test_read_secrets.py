@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.agent.host import RESULT_MASKED_NOTE, ToolHost
+from orchestrator.agent.reply_parts import MAX_RAW_ARGUMENT_CHARS
 from orchestrator.services.tasks import Trigger
 from orchestrator.store.db import Database
 from orchestrator.store.receipts import ReceiptLedger
@@ -98,6 +99,11 @@ def test_a_secret_written_as_a_key_is_kept_as_stars(
     assert payload == {"***": "prod", "crew": "north"}
 
 
+#: Unreadable arguments whose first 500 characters (`MAX_RAW_ARGUMENT_CHARS`) end 6 characters
+#: into what follows.
+CUT = '{"note": "' + "x" * (MAX_RAW_ARGUMENT_CHARS - len('{"note": "') - 6)
+
+
 def test_unreadable_arguments_keep_no_part_of_a_secret(
     store_url: str, scripts: Path, server: OpenAIServer
 ) -> None:
@@ -107,6 +113,8 @@ def test_unreadable_arguments_keep_no_part_of_a_secret(
             tool_calls=[
                 call("c1", "query_data_source", '{"source": "scada_sim", "note": "' + API_KEY),
                 call("c2", "login_scada", '{"token": "' + API_KEY + '", "user": "ops"'),
+                # Kept to its first 500 characters, cut inside the key: its first 6 were kept.
+                call("c3", "query_data_source", CUT + API_KEY + '", }'),
             ]
         )
         server.reply(content="done")
@@ -124,7 +132,11 @@ def test_unreadable_arguments_keep_no_part_of_a_secret(
         if e["kind"] == "model_turn"
         for c in e["body"]["tool_calls"]
     ]
-    assert raw == ['{"source": "scada_sim", "note": "***', '{"token": "***", "user": "ops"']
+    assert raw == [
+        '{"source": "scada_sim", "note": "***',
+        '{"token": "***", "user": "ops"',
+        CUT + "***",
+    ]
 
 
 def test_a_command_that_prints_a_secret_shows_the_model_stars(

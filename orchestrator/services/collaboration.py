@@ -388,7 +388,9 @@ class CollaborationService:
                         }
                     )
         except ModelError as exc:
-            raise ModelUnavailable(f"the model could not answer: {exc}") from None
+            # It may repeat what the model wrote (a tool's name): the caller is shown it.
+            why = hide_configured(str(exc), secrets_of(self.settings))
+            raise ModelUnavailable(f"the model could not answer: {why}") from None
         return "(the agent ran out of turns before answering)"
 
     def messages(

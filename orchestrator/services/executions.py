@@ -501,9 +501,11 @@ class ExecutionService:
                 hand_back_reason=f"{why}; requeued in {after:g}s",
             )
         except ModelError as exc:
-            save_round_snapshot(self.db, transcript, f"model_error: {exc}")
+            # It may repeat what the model wrote (a tool's name): served as the task's error.
+            why = hide_configured(str(exc), self.context.secrets)
+            save_round_snapshot(self.db, transcript, f"model_error: {why}")
             return self._finish(
-                task, fence, keeper, fixed(Decision("failed", "failed", str(exc), "model_error"))
+                task, fence, keeper, fixed(Decision("failed", "failed", why, "model_error"))
             )
         except ContextOverflow as exc:
             save_round_snapshot(self.db, transcript, f"context_overflow: {exc}")

@@ -171,3 +171,33 @@ def test_a_collaboration_stops_at_the_same_refusal_and_shows_no_key(
     (context,) = [m for m in server.bodies[1]["messages"] if m["role"] == "tool"]
     assert key not in context["content"]
     assert "***" in context["content"]
+
+
+def test_the_reason_keeps_no_key_the_model_wrote_as_a_tools_name(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """The reason names the refused call's tool as the model wrote it, and is the task's
+    error that the API and the console serve."""
+    key = "sk-never-shown"
+    rt, _ = runtime_for(
+        store_url,
+        scripts,
+        model="openai:test-model",
+        llm_base_url=server.base_url,
+        llm_api_key=key,
+        max_rounds=3,
+        max_turns=8,
+    )
+    try:
+        server.converse([Reply(tool_calls=[call(f"c{n}", f"login_{key}", {})]) for n in range(20)])
+        task_id = _trigger(rt)
+        assert rt.executions.run(task_id, 1, worker="w1").outcome == "failed"
+        view = rt.tasks.explain(task_id)
+    finally:
+        rt.close()
+    assert view["failure_code"] == "model_error"
+    assert (
+        "shown why each time: login_***: unknown_tool: unknown tool 'login_***'"
+        in (view["last_error"])
+    )
+    assert key not in view["last_error"]

@@ -28,17 +28,15 @@ takes the `***` it reads back for a fault nor writes the secret again.
 The same secrets are masked in every tool's result (its payload, keys included, and its
 message) before it is paged, cited, written to the transcript or shown to the model: a command
 that prints a file holding the model's key (`cat .env`), an answer or an error that echoes it.
-The model reads `***` and why (`RESULT_MASKED_NOTE`); the evidence record is of the masked
+The model reads `***` and why (`sensitive.RESULT_MASKED_NOTE`); the evidence record is of the masked
 result, which is what the model and the transcript have.
 """
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import json
 import logging
-import re
 import threading
 import time
 from collections.abc import Sequence
@@ -54,7 +52,7 @@ from orchestrator.agent.deadline import SETTING, CallWatch, timed_out
 from orchestrator.agent.evidence import EvidenceRecorder
 from orchestrator.agent.loop import RECEIVED, LeaseLost, stop_reason
 from orchestrator.agent.receipted import run_write
-from orchestrator.agent.sensitive import hide_configured
+from orchestrator.agent.sensitive import RESULT_MASKED_NOTE, ResultMask, hide_configured, noted
 from orchestrator.agent.tool_names import closest
 from orchestrator.agent.transcript import is_sensitive
 from orchestrator.domain.fingerprints import (
@@ -66,7 +64,7 @@ from orchestrator.domain.fingerprints import (
 )
 from orchestrator.domain.outcomes import summary_for
 from orchestrator.errors import OrchestratorError, StaleGeneration
-from orchestrator.logs import Secret, distinctive
+from orchestrator.logs import Secret
 from orchestrator.store.receipts import ReceiptLedger
 from orchestrator.tools.base import (
     CALL_ID,
@@ -95,11 +93,6 @@ MASKED_NOTE = (
     "a configured secret (an API key, token or password of this deployment) in the arguments "
     "was replaced by *** before the call ran, and is not kept; do not copy secrets into what "
     "you write or run"
-)
-#: Added to a result in which a configured secret was masked (never the secret).
-RESULT_MASKED_NOTE = (
-    "a configured secret (an API key, token or password of this deployment) in this result was "
-    "replaced by ***; it is neither shown to you nor kept"
 )
 #: The effects whose arguments are kept (the orchestrator's store, the business backend).
 _WRITES = frozenset({"write", "internal_write"})
@@ -157,9 +150,8 @@ class ToolHost:
         #: The configured secrets (`orchestrator.logs.secrets_of`), masked in a write's arguments
         #: and in every result.
         self.secrets = tuple(secrets)
-        #: Any of them (`hide_configured`'s) in a result's JSON text, as it is or JSON-escaped:
-        #: a result whose text was written already is looked at once, not walked.
-        self._secret_text = _any_of(self.secrets)
+        #: What masks them in every result (`sensitive.ResultMask`).
+        self._mask = ResultMask(self.secrets)
         # Call ids already seen per (session, round): a reused id with other arguments is
         # refused in any later turn of the round, not only within one turn.
         self._seen_ids: dict[tuple[str, str], dict[str, str]] = {}
@@ -194,7 +186,7 @@ class ToolHost:
             outcome = self._prepare(ctx, call)
             if isinstance(outcome, ToolResult):
                 # A refusal may echo what the model sent (a key, a tool's name).
-                results[index] = self._hidden(outcome)
+                results[index] = self._mask.hidden(outcome)
                 continue
             units.setdefault(outcome.unit_key, []).append(index)
             prepared.setdefault(outcome.unit_key, outcome)
@@ -465,33 +457,10 @@ class ToolHost:
 
         metrics.TOOL_CALLS.labels(unit.tool.name, result.status).inc()
         if unit.masked:
-            result = replace(result, message=_noted(result.message, MASKED_NOTE))
+            result = replace(result, message=noted(result.message, MASKED_NOTE))
         # Before it is paged (a page is read later, unmasked no more) and cited.
-        result = self._hidden(result)
+        result = self._mask.hidden(result)
         return self._cite(ctx, unit, result, self._page(ctx, unit, result))
-
-    def _hidden(self, result: ToolResult) -> ToolResult:
-        """`result` with every configured secret in its payload and message masked and
-        `RESULT_MASKED_NOTE` added; `result` itself when it holds none."""
-        if not self.secrets:
-            return result
-        payload = result.payload
-        if isinstance(payload, str):
-            text: str | None = payload
-        else:
-            text = result.written_payload()
-            if text is None and payload is not None:
-                # Written once here (the message and the paging use the same text): a scan of
-                # it is about ten times quicker than walking the payload (~0.2 ms for 20 KB).
-                with contextlib.suppress(TypeError, ValueError):
-                    text = json.dumps(payload, ensure_ascii=False, default=str)
-                    result = result.with_payload_text(text)
-        if text is None or self._secret_text.search(text) is not None:
-            payload = hide_configured(payload, self.secrets)
-        message = hide_configured(result.message, self.secrets)
-        if payload is result.payload and message is result.message:
-            return result
-        return replace(result, payload=payload, message=_noted(message, RESULT_MASKED_NOTE))
 
     def _cite(
         self, ctx: ToolContext, unit: _Prepared, full: ToolResult, shown: ToolResult
@@ -605,24 +574,6 @@ def _validated(tool: Tool, arguments: dict[str, Any]) -> Any:
         return ToolResult.failed(
             f"invalid arguments; nothing was run: {exc.message}", code="invalid_arguments"
         )
-
-
-def _noted(message: str | None, note: str) -> str:
-    """A result's message with `note` after it."""
-    return note if not message else f"{message.rstrip('. ')}. Note: {note}"
-
-
-def _any_of(secrets: Sequence[Secret]) -> re.Pattern[str]:
-    """A pattern that finds any masked secret in a JSON text (one that never matches if none)."""
-    forms = {
-        form
-        for secret in secrets
-        if isinstance(secret, str) and distinctive(secret)
-        for form in (secret, json.dumps(secret, ensure_ascii=False)[1:-1])
-    }
-    if not forms:
-        return re.compile(r"(?!)")
-    return re.compile("|".join(map(re.escape, sorted(forms, key=len, reverse=True))))
 
 
 def _loose(name: str) -> str:

@@ -58,8 +58,10 @@ _PYTHONIC = re.compile(
 )
 #: The same markup anywhere in a text (the thinking leads up to its call).
 _MARKUP_ANYWHERE = re.compile(_MARKUP.pattern.removeprefix("^"))
-#: How those templates close a call, its arguments or its section (`closing_call`).
+#: How those templates close a call, its arguments or its section (`closing_call`), and the
+#: thinking or the turn itself (a server may leave `</think>` or an end token in the thinking).
 _CLOSER = re.compile(
+    r"</think>|<\|im_end\|>|<\|eot_id\|>|<\|end\|>|<\|call\|>|"
     r"</tool_call>|</function>|</functioncall>|</tool_calls>|</invoke>|</minimax:tool_call>|"
     r"<\|tool_call_end\|>|<\|tool_calls_section_end\|>|<\|python_end\|>|<\|eom_id\|>|"
     r"<\uff5ctool\u2581call\u2581end\uff5c>|<\uff5ctool\u2581calls\u2581end\uff5c>"

@@ -114,6 +114,8 @@ XML_REPORT = (
         ("I'll save the report now.", "reasoning_content", f"<tool_call>\n{REPORT}\n</tool_call>"),
         ("The water is fine.", "reasoning_content", f"The data is in.\n{XML_REPORT}\n"),
         ("Saving it.", "reasoning", f"[TOOL_CALLS][{REPORT}]"),
+        # The thinking's own end left in it by the server.
+        ("Saving it.", "reasoning_content", f"<tool_call>\n{REPORT}\n</tool_call>\n</think>"),
     ],
 )
 def test_a_tool_call_inside_the_thinking_ends_the_round_naming_the_server_fix(

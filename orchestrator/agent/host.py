@@ -24,6 +24,12 @@ store's password) that the model copied into a write's arguments is masked wholl
 transcript masks it: `agent.sensitive.hide_configured`) before the tool sees them, here, for
 every write tool at once; the result tells the model so (`MASKED_NOTE`), so that it neither
 takes the `***` it reads back for a fault nor writes the secret again.
+
+The same secrets are masked in every tool's result (its payload, keys included, and its
+message) before it is paged, cited, written to the transcript or shown to the model: a command
+that prints a file holding the model's key (`cat .env`), an answer or an error that echoes it.
+The model reads `***` and why (`sensitive.RESULT_MASKED_NOTE`); the evidence record is of the masked
+result, which is what the model and the transcript have.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ from orchestrator.agent.deadline import SETTING, CallWatch, timed_out
 from orchestrator.agent.evidence import EvidenceRecorder
 from orchestrator.agent.loop import RECEIVED, LeaseLost, stop_reason
 from orchestrator.agent.receipted import run_write
-from orchestrator.agent.sensitive import hide_configured
+from orchestrator.agent.sensitive import RESULT_MASKED_NOTE, ResultMask, hide_configured, noted
 from orchestrator.agent.tool_names import closest
 from orchestrator.agent.transcript import is_sensitive
 from orchestrator.domain.fingerprints import (
@@ -71,7 +77,7 @@ from orchestrator.tools.base import (
 )
 from orchestrator.tools.results import PREVIEW_CHARS, ResultCache, fitting
 
-__all__ = ["CANCEL_GRACE_SECONDS", "MASKED_NOTE", "ToolHost"]
+__all__ = ["CANCEL_GRACE_SECONDS", "MASKED_NOTE", "RESULT_MASKED_NOTE", "ToolHost"]
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +147,11 @@ class ToolHost:
         self.evidence = evidence
         #: Seconds a call may run before it is given up (None: no limit of the host's).
         self.call_timeout = call_timeout
-        #: The configured secrets (`orchestrator.logs.secrets_of`), masked in a write's arguments.
+        #: The configured secrets (`orchestrator.logs.secrets_of`), masked in a write's arguments
+        #: and in every result.
         self.secrets = tuple(secrets)
+        #: What masks them in every result (`sensitive.ResultMask`).
+        self._mask = ResultMask(self.secrets)
         # Call ids already seen per (session, round): a reused id with other arguments is
         # refused in any later turn of the round, not only within one turn.
         self._seen_ids: dict[tuple[str, str], dict[str, str]] = {}
@@ -176,7 +185,8 @@ class ToolHost:
                 continue
             outcome = self._prepare(ctx, call)
             if isinstance(outcome, ToolResult):
-                results[index] = outcome
+                # A refusal may echo what the model sent (a key, a tool's name).
+                results[index] = self._mask.hidden(outcome)
                 continue
             units.setdefault(outcome.unit_key, []).append(index)
             prepared.setdefault(outcome.unit_key, outcome)
@@ -447,7 +457,9 @@ class ToolHost:
 
         metrics.TOOL_CALLS.labels(unit.tool.name, result.status).inc()
         if unit.masked:
-            result = replace(result, message=_noted(result.message))
+            result = replace(result, message=noted(result.message, MASKED_NOTE))
+        # Before it is paged (a page is read later, unmasked no more) and cited.
+        result = self._mask.hidden(result)
         return self._cite(ctx, unit, result, self._page(ctx, unit, result))
 
     def _cite(
@@ -462,6 +474,8 @@ class ToolHost:
         if facts.described is not None and is_sensitive(unit.tool, unit.call.arguments):
             # What a sensitive call was asked stays out of the record, as out of the transcript.
             facts = replace(facts, described=None)
+        elif facts.described is not None:
+            facts = replace(facts, described=hide_configured(facts.described, self.secrets))
         cut = shown is not full and shown.payload is not full.payload
         result_id = (
             shown.payload.get("result_id") if cut and isinstance(shown.payload, dict) else None
@@ -560,11 +574,6 @@ def _validated(tool: Tool, arguments: dict[str, Any]) -> Any:
         return ToolResult.failed(
             f"invalid arguments; nothing was run: {exc.message}", code="invalid_arguments"
         )
-
-
-def _noted(message: str | None) -> str:
-    """A result's message with `MASKED_NOTE` after it."""
-    return MASKED_NOTE if not message else f"{message.rstrip('. ')}. Note: {MASKED_NOTE}"
 
 
 def _loose(name: str) -> str:

@@ -9,6 +9,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from orchestrator.agent.compaction import TranscriptHook
 from orchestrator.agent.model import Model, ModelError, ModelTurn
+from orchestrator.agent.repeats import RepeatedRefusals
 from orchestrator.agent.request import AgentContext, RequestBuilder
 from orchestrator.agent.text import clean_text
 from orchestrator.agent.wire import assistant_message
@@ -105,9 +106,10 @@ def run_round(
 
     Raises `ModelError` when the server cut a reply without tool calls short (its output limit),
     or returned a call it did not parse as the reply's text or thinking, after the turn was
-    recorded; `LeaseLost` as soon as `stop` is set; `StaleGeneration` from a
-    refused write propagates from the host unchanged. Either way nothing more is written by this
-    round.
+    recorded, and when the model made the same refused calls `SAME_FAILURE_LIMIT` turns in a
+    row (`agent.repeats`), after their results were recorded; `LeaseLost` as soon as `stop` is
+    set; `StaleGeneration` from a refused write propagates from the host unchanged. Either way
+    nothing more is written by this round.
     With a `context`, every request is measured and compacted within its budget
     (`ContextOverflow` when what must stay does not fit) and tools are discovered
     (`LLM_MAX_TOOLS`) by `topic` (the brief when None); see `orchestrator.agent.request`.
@@ -125,6 +127,7 @@ def run_round(
         transcript=transcript,
     )
     ctx = requests.ctx
+    refusals = RepeatedRefusals()
     for turn_number in range(1, max_turns + 1):
         _check(stop)
         messages, tools = requests.build()
@@ -151,6 +154,10 @@ def run_round(
             raise
         if recorder is not None:
             recorder.tool_results(turn_number, list(turn.tool_calls), results)
+        repeated = refusals.observe(turn.tool_calls, results)
+        if repeated is not None:
+            # Recorded first: the transcript shows the calls and what the model was told.
+            raise ModelError(repeated)
         answers = [
             {
                 "role": "tool",

@@ -104,7 +104,7 @@ __all__ = ["OpenAIModel", "client_for", "close_clients"]
 #: A 200 whose body is not a completion (retried like a 5xx: a proxy or a load balancer hiccup).
 _UNREADABLE = "the model server's answer is not readable as a chat completion"
 #: Why a reply whose only call was in the thinking is asked again (`called_in_thinking`).
-_IN_THINKING = "the model's call came inside its thinking, with no call and no text"
+_IN_THINKING = "the model's call came inside its thinking, with no call and no answer"
 #: A completion without choices (some proxies and overloaded servers): retried the same way.
 _NO_CHOICES = "the model server returned no choices"
 #: How a timeout's reason begins; `_timed_out` adds the setting that bounds the call.

@@ -19,7 +19,7 @@ import openai
 
 from orchestrator.agent.model import ModelTurn
 from orchestrator.agent.text import clean, clean_text
-from orchestrator.agent.text_calls import thought_call, written_call
+from orchestrator.agent.text_calls import closing_call, thought_call, written_call
 
 __all__ = [
     "MAX_ARGUMENT_DEPTH",
@@ -115,25 +115,31 @@ def counters(ids: Sequence[str]) -> bool:
 
 def as_calls(turn: ModelTurn, tools: Sequence[dict[str, Any]]) -> ModelTurn:
     """`turn`, with why it is no answer (`unparsed`) when it is a final reply that calls an
-    offered tool as text, or in its thinking with no text beside it (`text_calls`): the server
-    does not parse this model's tool calls, and no turn of the round will differ."""
+    offered tool as text, or in its thinking (`text_calls`): with no text beside it, or with
+    text written after a call that closes the thinking (`text_calls.closing_call`). The server
+    does not parse this model's tool calls as text, and no turn of the round will differ; the
+    thinking's call is asked again first (`called_in_thinking`)."""
     if not turn.final or not tools:
         return turn
     names = _names(tools)
-    if not (turn.content or "").strip() and turn.cut_off is None:
-        thought = thought_call(turn.reasoning_content, names)
-        if thought is not None:
-            return replace(
-                turn,
-                unparsed=(
-                    f"the model wrote a call of {thought} inside its thinking (reasoning_content) "
-                    "and the server returned no call and no text: the server's reasoning parser "
-                    "keeps such a call from its tool parser (vLLM issue #39056, --reasoning-parser "
-                    "qwen3): start vLLM without --reasoning-parser, or with "
-                    "--default-chat-template-kwargs '{\"enable_thinking\": false}', or on a "
-                    "release that parses calls inside the thinking"
-                ),
-            )
+    thought = _thought_call(turn, names)
+    if thought is not None:
+        beside = (
+            "no call and no text"
+            if not (turn.content or "").strip()
+            else "no call, only text the model wrote after it (no answer: the call never ran)"
+        )
+        return replace(
+            turn,
+            unparsed=(
+                f"the model wrote a call of {thought} inside its thinking (reasoning_content) "
+                f"and the server returned {beside}: the server's reasoning parser "
+                "keeps such a call from its tool parser (vLLM issue #39056, --reasoning-parser "
+                "qwen3): start vLLM without --reasoning-parser, or with "
+                "--default-chat-template-kwargs '{\"enable_thinking\": false}', or on a "
+                "release that parses calls inside the thinking"
+            ),
+        )
     name = written_call(turn.content, names)
     if name is None:
         return turn
@@ -149,12 +155,26 @@ def as_calls(turn: ModelTurn, tools: Sequence[dict[str, Any]]) -> ModelTurn:
 
 
 def called_in_thinking(turn: ModelTurn, tools: Sequence[dict[str, Any]]) -> bool:
-    """Whether `turn` is a final reply with no text whose thinking holds a call of an offered
-    tool (`as_calls` says why it is no answer). vLLM issue #39056 strikes some replies of a
-    model, not all, so such a reply is asked again, unlike a call written as text."""
-    if not turn.final or not tools or (turn.content or "").strip() or turn.cut_off is not None:
+    """Whether `turn` is a final reply whose thinking holds a call of an offered tool, with no
+    text beside it or only text written after it (`as_calls` says why it is no answer). vLLM
+    issue #39056 strikes some replies of a model, not all, so such a reply is asked again,
+    unlike a call written as text."""
+    if not turn.final or not tools:
         return False
-    return thought_call(turn.reasoning_content, _names(tools)) is not None
+    return _thought_call(turn, _names(tools)) is not None
+
+
+def _thought_call(turn: ModelTurn, names: list[str]) -> str | None:
+    """The offered tool a final reply calls in its thinking and not otherwise: its thinking's
+    call when it has no text; when it has, the call that closes its thinking, unless the text
+    is itself a call written as text (the server parses no call at all: `written_call`)."""
+    if turn.cut_off is not None:
+        return None
+    if not (turn.content or "").strip():
+        return thought_call(turn.reasoning_content, names)
+    if written_call(turn.content, names) is not None:
+        return None
+    return closing_call(turn.reasoning_content, names)
 
 
 def _names(tools: Sequence[dict[str, Any]]) -> list[str]:

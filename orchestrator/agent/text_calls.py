@@ -25,6 +25,13 @@ puts everything before `</think>` in `reasoning_content`, and a Qwen3 model that
 text (vLLM issue #39056). Such a reply is a call when its thinking holds a template's call
 markup (not merely prose about a call) for an offered tool: `thought_call`. It is never run
 (the server did not return it as a call); the round ends naming the fix, as above.
+
+The same reply may carry text beside the call (`Let me save the report.` after `</think>`).
+That text was written after a call the model expected to see answered, not from its result:
+it is a preamble, not the round's answer, when the thinking ends with the call
+(`closing_call`: after the call's markup come only its body and its closing markers). A model
+whose thinking goes on past a call it wrote (`<tool_call>...</tool_call> No: the context
+already says so.`) moved on from it, and its text is its answer.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ import re
 from collections.abc import Collection
 from typing import Any
 
-__all__ = ["answer_text", "thought_call", "written_call"]
+__all__ = ["answer_text", "closing_call", "thought_call", "written_call"]
 
 #: How the chat templates of common model families open a tool call.
 _MARKUP = re.compile(
@@ -51,6 +58,14 @@ _PYTHONIC = re.compile(
 )
 #: The same markup anywhere in a text (the thinking leads up to its call).
 _MARKUP_ANYWHERE = re.compile(_MARKUP.pattern.removeprefix("^"))
+#: How those templates close a call, its arguments or its section (`closing_call`), and the
+#: thinking or the turn itself (a server may leave `</think>` or an end token in the thinking).
+_CLOSER = re.compile(
+    r"</think>|<\|im_end\|>|<\|eot_id\|>|<\|end\|>|<\|call\|>|"
+    r"</tool_call>|</function>|</functioncall>|</tool_calls>|</invoke>|</minimax:tool_call>|"
+    r"<\|tool_call_end\|>|<\|tool_calls_section_end\|>|<\|python_end\|>|<\|eom_id\|>|"
+    r"<\uff5ctool\u2581call\u2581end\uff5c>|<\uff5ctool\u2581calls\u2581end\uff5c>"
+)
 _THINKING = re.compile(r"^<think>.*?</think>", re.DOTALL)
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 #: How a harmony reply opens, and a message header of it addressed to a tool (the recipient in
@@ -100,6 +115,28 @@ def thought_call(reasoning: Any, tools: Collection[str]) -> str | None:
         return None
     starts = [match.start() for match in _MARKUP_ANYWHERE.finditer(reasoning)]
     return written_call(reasoning[starts[-1] :], tools) if starts else None
+
+
+def closing_call(reasoning: Any, tools: Collection[str]) -> str | None:
+    """`thought_call`, when that call is the last thing of the thinking: after its markup come
+    only its body (a JSON value, or markup up to its last closing marker) and closing markers;
+    None when the thinking holds no call or goes on past it."""
+    name = thought_call(reasoning, tools)
+    if name is None or not isinstance(reasoning, str):
+        return None
+    *_, opener = _MARKUP_ANYWHERE.finditer(reasoning)
+    body = reasoning[opener.end() :]
+    closers = list(_CLOSER.finditer(body))
+    if closers:
+        rest = body[closers[-1].end() :]
+    else:
+        # No closing marker (`[TOOL_CALLS][{...}]`, a call cut short): the end of its JSON.
+        text = body.lstrip()
+        try:
+            rest = text[json.JSONDecoder().raw_decode(text)[1] :] if text[:1] in "{[" else ""
+        except ValueError:
+            rest = ""  # the thinking ends inside its call
+    return name if not rest.strip() else None
 
 
 def answer_text(content: str | None) -> str:

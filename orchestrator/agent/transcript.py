@@ -45,7 +45,9 @@ from orchestrator.agent.model import ModelTurn
 from orchestrator.agent.sensitive import (
     REDACTED,
     hide_configured,
+    hide_cut_secret,
     hide_secret_arguments,
+    hide_unknown_arguments,
     is_sensitive,
     kept_arguments,
     may_be_sensitive,
@@ -55,7 +57,7 @@ from orchestrator.agent.text import clean, clean_json, storable_json
 from orchestrator.domain.fences import Fence
 from orchestrator.domain.recovery import CallRecord, Snapshot
 from orchestrator.errors import StaleGeneration
-from orchestrator.logs import Secret, redact
+from orchestrator.logs import Secret
 from orchestrator.store import transcripts as transcript_store
 from orchestrator.store.db import Database
 from orchestrator.store.fencing import check_fence
@@ -160,14 +162,18 @@ class TranscriptWriter:
             sensitive = is_sensitive(tool, call.arguments)
             self._sensitive[call.id] = sensitive
             arguments = (
-                redact_values(call.arguments)
+                # Its keys too may hold a configured secret: masked before its shape is kept.
+                redact_values(hide_configured(call.arguments, self.secrets))
                 if sensitive
                 else clean(kept_arguments(tool, call.arguments, self.secrets))
             )
-            shown: dict[str, Any] = {"id": call.id, "name": call.name, "arguments": arguments}
+            # A name the host does not have is the model's text, like its arguments.
+            name = hide_configured(call.name, self.secrets)
+            shown: dict[str, Any] = {"id": call.id, "name": name, "arguments": arguments}
             if call.sent_name is not None:
                 # The name the model sent, which the host resolved to `name` (`tool_names`).
-                shown["sent_name"] = clean(call.sent_name[:_NAME_CHARS])
+                sent_name = hide_configured(call.sent_name, self.secrets)
+                shown["sent_name"] = clean(sent_name[:_NAME_CHARS])
             if call.sent_markers:
                 # The markers around the arguments as sent, cut to read them
                 # (`argument_markers`): with `arguments`, what the server sent.
@@ -176,10 +182,17 @@ class TranscriptWriter:
                 # Unreadable arguments: what the model sent, unless it may hold a secret.
                 text = raw[call.id]
                 hidden = may_be_sensitive(tool) or bool(tool and tool.secret_arguments)
-                # No schema vouches for them: masked as a log line is, by the same rule.
-                shown["raw_arguments"] = REDACTED if hidden else clean(redact(text, self.secrets))
+                # No schema vouches for them: masked by the rule for such arguments, a
+                # configured secret wholly (the logs' rule kept its first 4 characters).
+                shown["raw_arguments"] = (
+                    REDACTED
+                    if hidden
+                    else clean(
+                        hide_cut_secret(hide_unknown_arguments(text, self.secrets), self.secrets)
+                    )
+                )
             calls.append(shown)
-            self.calls[call.id] = CallRecord(call.id, call.name, arguments, turn_number)
+            self.calls[call.id] = CallRecord(call.id, name, arguments, turn_number)
         body: dict[str, Any] = {
             "content": hide_configured(turn.content, self.secrets),
             "tool_calls": calls,
@@ -220,7 +233,7 @@ class TranscriptWriter:
                     body=body,
                     body_json=body_json,
                     call_id=call.id,
-                    tool_name=call.name,
+                    tool_name=hide_configured(call.name, self.secrets),
                     status=result.status,
                     parent_call_id=self.parent_call_id,
                 )

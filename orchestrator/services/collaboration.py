@@ -24,6 +24,7 @@ from orchestrator.agent.budget import TokenCounter
 from orchestrator.agent.host import ToolHost
 from orchestrator.agent.loop import run_calls
 from orchestrator.agent.model import ModelError, load_model
+from orchestrator.agent.repeats import RepeatedRefusals
 from orchestrator.agent.sensitive import hide_configured
 from orchestrator.domain.cursors import decode_cursor, encode_cursor
 from orchestrator.domain.fingerprints import fingerprint
@@ -332,7 +333,13 @@ class CollaborationService:
         messages.append({"role": "user", "content": text})
         # Read tools only, and no execution's transcript: not the recovery built from it.
         tools: list[Tool] = [ReadTaskContext(self.db, recovery=False)]
-        host = ToolHost(tools, ledger=None, call_timeout=self.settings.tool_timeout_seconds)
+        host = ToolHost(
+            tools,
+            ledger=None,
+            call_timeout=self.settings.tool_timeout_seconds,
+            # Masked in what the tools answer (a context that holds a key), as in a round.
+            secrets=secrets_of(self.settings),
+        )
         ctx = ToolContext(
             owner=f"collaboration:{session_id}",
             session_id=session_id,
@@ -348,6 +355,7 @@ class CollaborationService:
             )
             model.check_tools(list(host.tools))
             schemas = host.schemas()
+            refusals = RepeatedRefusals()
             for _ in range(self.settings.max_turns):
                 turn = model.next_turn(messages, schemas, stop)
                 if turn.final and turn.unparsed is not None:
@@ -368,6 +376,9 @@ class CollaborationService:
                     }
                 )
                 results = run_calls(host, ctx, turn)  # unreadable arguments: failed, not run
+                repeated = refusals.observe(turn.tool_calls, results)
+                if repeated is not None:
+                    raise ModelError(repeated)  # as in a round: not every turn of the budget
                 for call, result in zip(turn.tool_calls, results, strict=True):
                     messages.append(
                         {
@@ -377,7 +388,9 @@ class CollaborationService:
                         }
                     )
         except ModelError as exc:
-            raise ModelUnavailable(f"the model could not answer: {exc}") from None
+            # It may repeat what the model wrote (a tool's name): the caller is shown it.
+            why = hide_configured(str(exc), secrets_of(self.settings))
+            raise ModelUnavailable(f"the model could not answer: {why}") from None
         return "(the agent ran out of turns before answering)"
 
     def messages(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from functools import partial
@@ -23,7 +23,9 @@ from orchestrator.agent.evidence import EvidenceRecorder
 from orchestrator.agent.host import ToolHost
 from orchestrator.agent.loop import LeaseLost, run_round
 from orchestrator.agent.model import Model, ModelBusy, ModelError, load_model
+from orchestrator.agent.repeats import SAME_FAILURE_LIMIT
 from orchestrator.agent.request import AgentContext
+from orchestrator.agent.sensitive import hide_configured
 from orchestrator.agent.subagents import SUBAGENTS, Delegate, SubAgentRegistry, SubAgentRun
 from orchestrator.agent.text_calls import answer_text
 from orchestrator.agent.transcript import TranscriptWriter
@@ -43,6 +45,7 @@ from orchestrator.services.lease_keeper import LeaseKeeper, lease_name
 from orchestrator.services.plans import PlanService
 from orchestrator.services.recovery import save_round_snapshot
 from orchestrator.settings import Settings
+from orchestrator.store import executions as execution_store
 from orchestrator.store import generations as generation_store
 from orchestrator.store import open_work
 from orchestrator.store import reports as report_store
@@ -444,11 +447,18 @@ class ExecutionService:
                 model,
                 host,
                 ctx,
-                # Seed 004: the task's context comes first, in the brief of every request.
+                # Seed 004: the task's context comes first, in the brief of every request;
+                # a configured secret in it reaches the model as `***`, as in a tool's answer.
                 brief=task_brief(
-                    task.task_id, task.task_type, task.title, fence.generation, task.context
+                    task.task_id,
+                    task.task_type,
+                    hide_configured(task.title, self.context.secrets),
+                    fence.generation,
+                    hide_configured(task.context, self.context.secrets),
                 ),
-                topic=task_topic(task.task_id, task.task_type, task.title),
+                topic=task_topic(
+                    task.task_id, task.task_type, hide_configured(task.title, self.context.secrets)
+                ),
                 max_turns=self.settings.max_turns,
                 stop=keeper.lost,
                 recorder=transcript,
@@ -491,9 +501,11 @@ class ExecutionService:
                 hand_back_reason=f"{why}; requeued in {after:g}s",
             )
         except ModelError as exc:
-            save_round_snapshot(self.db, transcript, f"model_error: {exc}")
+            # It may repeat what the model wrote (a tool's name): served as the task's error.
+            why = hide_configured(str(exc), self.context.secrets)
+            save_round_snapshot(self.db, transcript, f"model_error: {why}")
             return self._finish(
-                task, fence, keeper, fixed(Decision("failed", "failed", str(exc), "model_error"))
+                task, fence, keeper, fixed(Decision("failed", "failed", why, "model_error"))
             )
         except ContextOverflow as exc:
             save_round_snapshot(self.db, transcript, f"context_overflow: {exc}")
@@ -522,6 +534,7 @@ class ExecutionService:
         except Exception:
             log.exception("background commands of task %s could not be read", task.task_id)
             still_running = 1  # cannot tell: never complete on it
+        empty = end.why == "final_answer" and not answer_text(end.final_text)
         return self._finish(
             task,
             fence,
@@ -532,13 +545,26 @@ class ExecutionService:
                 turn_budget_spent=end.why == "turn_budget",
                 max_turns=self.settings.max_turns,
                 running_commands=still_running,
-                empty_answer_turn=(
-                    end.turns
-                    if end.why == "final_answer" and not answer_text(end.final_text)
-                    else None
-                ),
+                empty_answer_turn=end.turns if empty else None,
+                earlier_reasons=self._earlier_reasons(fence) if empty else (),
             ),
         )
+
+    def _earlier_reasons(self, fence: Fence) -> tuple[str | None, ...]:
+        """Why each of the generations before `fence`'s ended, newest first, as many as a run
+        of the same empty answer needs (`SAME_FAILURE_LIMIT`); () when they cannot be read."""
+        earlier = range(fence.generation - 1, fence.generation - SAME_FAILURE_LIMIT, -1)
+        try:
+            with self.db.transaction(readonly=True) as conn:
+                found = [
+                    execution_store.get_execution(conn, fence.task_id, generation)
+                    for generation in earlier
+                    if generation >= 1
+                ]
+        except Exception:  # judged on this round alone, as before
+            log.warning("the earlier generations of %s could not be read", fence.task_id)
+            return ()
+        return tuple(None if row is None else row.reason for row in found)
 
     def _finish(
         self, task: TaskRecord, fence: Fence, keeper: LeaseKeeper, rule: DecisionRule
@@ -621,13 +647,17 @@ def decide_round(
     max_turns: int | None = None,
     running_commands: int = 0,
     empty_answer_turn: int | None = None,
+    earlier_reasons: Sequence[str | None] = (),
 ) -> Decision:
     """The decision table, and a round whose turn budget ran out continues rather than fails
     (the round limit's reason says the last round's ran out, naming ORCH_MAX_TURNS).
 
     A round that ended on an empty reply (`empty_answer_turn`: no text and no tool call) and
     saved no report says so: "the round saved no report" alone, round after round, hid a model
-    or server that returns nothing."""
+    or server that returns nothing. When the generations before it ended for that same reason
+    (`earlier_reasons`, newest first), `SAME_FAILURE_LIMIT` rounds in a row, the task fails
+    `model_error` rather than running round after round to ORCH_MAX_ROUNDS: the next round
+    would be asked the same and answer the same."""
     decision = decide(replace(facts, max_rounds=max_rounds, running_commands=running_commands))
     if turn_budget_spent:
         # The setting named: a model looping on calls that fail spends every round's budget.
@@ -641,9 +671,22 @@ def decide_round(
     if empty_answer_turn is None or facts.report_outcome is not None:
         return decision
     said = f"the model returned an empty answer (no text and no tool call) {_at(empty_answer_turn)}"
-    if decision.reason.startswith(_NO_REPORT):
-        return replace(decision, reason=f"{_NO_REPORT}: {said}{decision.reason[len(_NO_REPORT) :]}")
-    return replace(decision, reason=f"{decision.reason}; in the last round {said}")
+    if not decision.reason.startswith(_NO_REPORT):
+        return replace(decision, reason=f"{decision.reason}; in the last round {said}")
+    decision = replace(decision, reason=f"{_NO_REPORT}: {said}{decision.reason[len(_NO_REPORT) :]}")
+    same = list(earlier_reasons[: SAME_FAILURE_LIMIT - 1])
+    if not decision.queues_next or len(same) < SAME_FAILURE_LIMIT - 1:
+        return decision
+    if any(reason != decision.reason for reason in same):
+        return decision  # another end between: the model did something else
+    return Decision(
+        "failed",
+        "failed",
+        f"{said} in {SAME_FAILURE_LIMIT} rounds in a row, saving no report: the next round "
+        "would be asked the same; look at the model server (its log, the model's chat "
+        "template, the output limit) rather than run it again",
+        "model_error",
+    )
 
 
 #: How the decision table says a round saved no report (`decide`).

@@ -50,6 +50,7 @@ from orchestrator.tools.base import (
     ToolResult,
 )
 from orchestrator.tools.command_output import (
+    MASKED_OUTPUT,
     PREVIEW,
     delete_output,
     output_page,
@@ -100,6 +101,18 @@ class _Process:
     output: str | None = None  # the whole output once ended, when short enough to drop the file
     invocation_id: str | None = None  # the receipt of a background `start`, settled at round end
     command: str = ""  # the command line, for the evidence record of its output
+    secrets: tuple[str, ...] = ()  # masked in every read of the output (`read_output`)
+    masked: bool = False  # one was found in the output: its results say so (`MASKED_OUTPUT`)
+
+    def text(self) -> str:
+        """The output so far, whole, its secrets masked."""
+        text, masked = read_output(self.path, self.secrets)
+        self.masked = self.masked or masked
+        return text
+
+    def said(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """`payload`, saying a secret was masked in the output when one was."""
+        return {**payload, "secrets_masked": MASKED_OUTPUT} if self.masked else payload
 
 
 class ExecuteCommand(Tool):
@@ -275,18 +288,20 @@ class ExecuteCommand(Tool):
 
     def _read(self, process_id: str, process: _Process, offset: int) -> ToolResult:
         if not child_processes.state(process.popen)[0]:
-            page, next_offset = output_page(read_output(process.path), offset)
+            page, next_offset = output_page(process.text(), offset)
             return ToolResult.ok(
-                {
-                    "process_id": process_id,
-                    "running": True,
-                    "exit_code": None,
-                    "content": page,
-                    "next_offset": next_offset,
-                }
+                process.said(
+                    {
+                        "process_id": process_id,
+                        "running": True,
+                        "exit_code": None,
+                        "content": page,
+                        "next_offset": next_offset,
+                    }
+                )
             )
         final = self._ended(process)
-        text = process.output if process.output is not None else read_output(process.path)
+        text = process.output if process.output is not None else process.text()
         page, next_offset = output_page(text, offset)
         return _repeat(final, process_id, content=page, next_offset=next_offset)
 
@@ -366,7 +381,14 @@ class ExecuteCommand(Tool):
         finally:
             os.close(fd)  # the child has its own copy; the parent never writes to the file
         process_id = uuid.uuid4().hex
-        process = _Process(ctx.owner, ctx.session_id, popen, path, command=str(args.command))
+        process = _Process(
+            ctx.owner,
+            ctx.session_id,
+            popen,
+            path,
+            command=str(args.command),
+            secrets=self._secrets,
+        )
         with self._lock:
             # Tracked from the first moment, so `reap` finds it whatever happens next.
             self._processes[process_id] = process
@@ -435,7 +457,7 @@ def _final(process: _Process) -> ToolResult:
         outcome = "command_failed"
         execution = "exited" if code > 0 else "killed_by_signal"
     status = tool_status(outcome)
-    text = read_output(process.path)
+    text = process.text()
     output_file: str | None = None
     if len(text) > PREVIEW:
         output_file = process.path  # kept for `read` paging until `reap`
@@ -453,7 +475,10 @@ def _final(process: _Process) -> ToolResult:
     if process.timed_out or process.stopped:
         payload["note"] = _NOT_UNDONE
     return ToolResult(
-        status=status, payload=payload, message=model_message(outcome), outcome=outcome
+        status=status,
+        payload=process.said(payload),
+        message=model_message(outcome),
+        outcome=outcome,
     )
 
 
@@ -465,13 +490,13 @@ def _unconfirmed(process: _Process, process_id: str) -> ToolResult:
         "timed_out": process.timed_out,
         "execution_outcome": "unconfirmed",
         "status": "unknown",
-        "output": output_preview(read_output(process.path)),
+        "output": output_preview(process.text()),
         "output_file": process.path,
         "note": _NOT_UNDONE,
     }
     return ToolResult(
         status="unknown",
-        payload=payload,
+        payload=process.said(payload),
         message=model_message("indeterminate"),
         outcome="indeterminate",
     )

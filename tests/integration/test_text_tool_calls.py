@@ -110,6 +110,12 @@ XML_REPORT = (
         (None, "reasoning_content", f"The data is in; I save the report.\n\n{XML_REPORT}\n"),
         ("\n\n", "reasoning_content", f"Done.\n<tool_call>\n{REPORT}\n</tool_call>"),
         ("", "reasoning", f"Done. {XML_REPORT}"),  # vLLM 0.10+'s field
+        # Text beside a call that closes the thinking: written after a call never run.
+        ("I'll save the report now.", "reasoning_content", f"<tool_call>\n{REPORT}\n</tool_call>"),
+        ("The water is fine.", "reasoning_content", f"The data is in.\n{XML_REPORT}\n"),
+        ("Saving it.", "reasoning", f"[TOOL_CALLS][{REPORT}]"),
+        # The thinking's own end left in it by the server.
+        ("Saving it.", "reasoning_content", f"<tool_call>\n{REPORT}\n</tool_call>\n</think>"),
     ],
 )
 def test_a_tool_call_inside_the_thinking_ends_the_round_naming_the_server_fix(
@@ -120,10 +126,11 @@ def test_a_tool_call_inside_the_thinking_ends_the_round_naming_the_server_fix(
     field: str,
     thinking: str,
 ) -> None:
-    """vLLM's reasoning parser put the call in the thinking and returned no call and no text,
-    every time it was asked (LLM_MAX_RETRIES=1: asked twice). Before, the round took the empty
-    reply for its final answer and the task went round by round to its round limit saying only
-    "the round saved no report"; the call never runs."""
+    """vLLM's reasoning parser put the call in the thinking and returned no call and no text
+    (or only text written after the call), every time it was asked (LLM_MAX_RETRIES=1: asked
+    twice). Before, the round took the reply for its final answer and the task went round by
+    round to its round limit saying only "the round saved no report" (with text beside the
+    call, until this stop); the call never runs."""
     rt, _ = runtime_for(
         store_url,
         scripts,
@@ -142,6 +149,10 @@ def test_a_tool_call_inside_the_thinking_ends_the_round_naming_the_server_fix(
         assert "the model wrote a call of save_report inside its thinking" in result.detail
         assert "vLLM issue #39056" in result.detail
         assert "without --reasoning-parser" in result.detail
+        if (content or "").strip():
+            assert "only text the model wrote after it (no answer: the call never ran)" in (
+                result.detail
+            )
         assert len(server.requests) == 3  # asked again once; no more rounds of the same
         view = rt.tasks.explain(task_id)
         assert view["failure_code"] == "model_error"
@@ -153,15 +164,17 @@ def test_a_tool_call_inside_the_thinking_ends_the_round_naming_the_server_fix(
         rt.close()
 
 
+@pytest.mark.parametrize("content", [None, "Let me save the report."])
 def test_a_call_inside_the_thinking_is_asked_again_and_a_proper_call_goes_on(
-    store_url: str, scripts: Path, server: OpenAIServer
+    store_url: str, scripts: Path, server: OpenAIServer, content: str | None
 ) -> None:
     """vLLM issue #39056 strikes some replies of a model, not all: the round asks again, and a
     reply that calls the tool as a call goes on. Before (the stop's first version), the first
-    such reply failed the task `model_error`."""
+    such reply failed the task `model_error`; with text beside the call, the round took the
+    text for its answer and ended with no report (`continue`) after 1 request."""
     rt, _ = runtime_for(store_url, scripts, model="openai:test-model", llm_base_url=server.base_url)
     try:
-        server.reply(reasoning_content=f"<tool_call>\n{REPORT}\n</tool_call>")
+        server.reply(content=content, reasoning_content=f"<tool_call>\n{REPORT}\n</tool_call>")
         server.reply(tool_calls=[call("c1", "save_report", json.loads(REPORT)["arguments"])])
         server.reply(content="saved")
         task_id = rt.tasks.trigger(Trigger(task_type="looks", title="turbid water")).task.task_id
@@ -180,9 +193,14 @@ def test_a_call_inside_the_thinking_is_asked_again_and_a_proper_call_goes_on(
 @pytest.mark.parametrize(
     ("content", "thinking"),
     [
-        # Thinking that talks about a call is no call; nor is one beside the reply's text.
+        # Thinking that talks about a call is no call.
         (None, "I should call save_report with the summary next."),
-        ("The water is fine.", f"<tool_call>\n{REPORT}\n</tool_call>"),
+        # A model whose thinking goes on past the call it wrote moved on: its text answers.
+        (
+            "The water is fine.",
+            f"<tool_call>\n{REPORT}\n</tool_call>\nNo: the context already says so.",
+        ),
+        ("The water is fine.", f"[TOOL_CALLS][{REPORT}] but it is not needed."),
     ],
 )
 def test_thinking_that_is_not_a_lone_call_is_not_taken_for_one(

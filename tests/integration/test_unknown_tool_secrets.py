@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from orchestrator.agent.host import RESULT_MASKED_NOTE
 from orchestrator.agent.sensitive import hide_unknown_arguments
 from tests.openai_server import OpenAIServer, call
 from tests.transcript_support import openai_runtime, trigger
@@ -142,6 +143,8 @@ def test_a_result_that_echoes_a_configured_secret_is_masked(
     assert API_KEY not in json.dumps(entries)
     (result,) = [e for e in entries if e["kind"] == "tool_result"]
     assert result["body"]["message"].startswith("unknown source '***'")
-    # The model was shown the tool's words as they were.
+    # The model is shown the tool's words masked too, and why (every result is masked before
+    # the model or the transcript has it: `agent.host`).
     (shown,) = [m for m in server.bodies[1]["messages"] if m["role"] == "tool"]
-    assert API_KEY in shown["content"]
+    assert API_KEY not in shown["content"]
+    assert RESULT_MASKED_NOTE in json.loads(shown["content"])["message"]

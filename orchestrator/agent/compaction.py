@@ -328,9 +328,18 @@ class Conversation:
                 where = f"the result of {names.get(call_id, 'a call')} {call_id}"
             else:
                 where = "the model's own turn (its text, reasoning and calls)"
+        calls = len(names)
+        # Each result of a turn needs room of its own (`agent.turn_room`): the operator who
+        # reads the line learns that the model's calls, not one result, filled it.
+        several = (
+            f" ({calls} tool calls in one turn, each result with room of its own: a model "
+            "that makes fewer calls a turn needs less)"
+            if calls > 1
+            else ""
+        )
         return (
-            f"{said}; the latest transaction about {counter.scaled(unit.tokens)}, its largest part "
-            f"{where}: about {counter.scaled(largest)}"
+            f"{said}; the latest transaction about {counter.scaled(unit.tokens)}{several}, its "
+            f"largest part {where}: about {counter.scaled(largest)}"
         )
 
     # -- compaction --------------------------------------------------------------------------

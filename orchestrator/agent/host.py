@@ -55,6 +55,7 @@ from orchestrator.agent.receipted import run_write
 from orchestrator.agent.sensitive import RESULT_MASKED_NOTE, ResultMask, hide_configured, noted
 from orchestrator.agent.tool_names import closest
 from orchestrator.agent.transcript import is_sensitive
+from orchestrator.agent.turn_room import TURN_FIT, Planned
 from orchestrator.domain.fingerprints import (
     NonCanonical,
     canonical_json,
@@ -190,6 +191,8 @@ class ToolHost:
                 continue
             units.setdefault(outcome.unit_key, []).append(index)
             prepared.setdefault(outcome.unit_key, outcome)
+        if len(calls) > 1:
+            self._leave_for_later(ctx, calls, results, units, prepared)
 
         done: dict[tuple[str, ...], ToolResult] = {}
         raised: BaseException | None = None
@@ -218,6 +221,47 @@ class ToolHost:
             )
             raise raised
         return [result for result in results if result is not None]
+
+    @staticmethod
+    def _leave_for_later(
+        ctx: ToolContext,
+        calls: Sequence[ToolCall],
+        results: list[ToolResult | None],
+        units: dict[tuple[str, ...], list[int]],
+        prepared: dict[tuple[str, ...], _Prepared],
+    ) -> None:
+        """Answer `no_room` the reads of this turn the context window cannot hold beside the
+        others (`agent.turn_room`), before anything runs: they are not run, and record nothing."""
+        fit = ctx.extras.get(TURN_FIT)
+        if not callable(fit):
+            return
+        key_of = {index: key for key, indexes in units.items() for index in indexes}
+        planned: list[Planned] = []
+        reads: list[tuple[str, ...]] = []
+        for index, call in enumerate(calls):
+            answered = results[index]
+            if answered is not None:
+                planned.append(Planned(call.id, "answered", answer=answered))
+                continue
+            unit = prepared[key_of[index]]
+            if unit.effect != "read":
+                planned.append(Planned(call.id, "write"))
+                continue
+            reads.append(key_of[index])
+            least = unit.tool.least_shown(unit.args)
+            planned.append(Planned(call.id, "read", least=least, pageable=unit.tool.pageable))
+        turn = fit(planned) if reads else None
+        if turn is None:
+            return
+        for key in reads[turn.runs :]:
+            for index in units.pop(key):
+                results[index] = turn.answer
+            del prepared[key]
+        log.info(
+            "%d of the turn's %d calls left for a later turn: the context window holds no more",
+            len(reads) - turn.runs,
+            len(calls),
+        )
 
     # -- preparation ------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from orchestrator.agent.compaction import Conversation, SummaryAnswer, Transcrip
 from orchestrator.agent.evidence import CITATION_CHARS
 from orchestrator.agent.model import Model, ModelTurn
 from orchestrator.agent.sensitive import is_sensitive, kept_arguments, redact_values
+from orchestrator.agent.turn_room import TURN_FIT, Planned, TurnFit, no_room
 from orchestrator.logs import Secret
 from orchestrator.tools.base import Tool, ToolCall, ToolContext, ToolResult
 from orchestrator.tools.results import RESULT_FIT, WHOLE_FIT
@@ -120,6 +121,8 @@ class RequestBuilder:
         self._calling: dict[str, Any] | None = None
         #: `_room` of the running turn, bounded (False) and exact (True), once computed.
         self._rooms: dict[bool, int] = {}
+        #: The running turn's calls left for a later turn (`_turn_fit`): their answers' messages.
+        self._left: dict[str, dict[str, Any]] = {}
         extras = dict(ctx.extras)
         if transcript is not None:
             extras[TRANSCRIPT] = transcript
@@ -127,6 +130,7 @@ class RequestBuilder:
             # A large result's preview and pages fit the window (`ContextBudget.result_tokens`).
             extras[RESULT_FIT] = self._result_fit
             extras[WHOLE_FIT] = self._whole_fit
+            extras[TURN_FIT] = self._turn_fit
         if self.catalogue is not None and context is not None and discovering:
             self.discovery = Discovery(
                 self.catalogue,
@@ -218,9 +222,65 @@ class RequestBuilder:
             used = self.conversation.kept_tokens() + counter.scaled(self._turn_tokens())
         else:
             used = self.conversation.kept_bound() + counter.scaled(self._turn_tokens(bound=True))
-        room = max(_LEAST_ROOM, (budget.request_limit - used) // max(1, len(self._calls())))
+        shared = len(self._calls()) - len(self._left)
+        room = max(_LEAST_ROOM, (budget.request_limit - used) // max(1, shared))
         self._rooms[exact] = room
         return room
+
+    def _turn_fit(self, planned: Sequence[Planned]) -> TurnFit | None:
+        """`TURN_FIT`: how many of the running turn's reads the next request holds at their
+        smallest (`turn_room`), beside its writes and its calls answered already; None when
+        all of them fit (or when the writes, or the first read, alone do not: every call then
+        runs, as before). The rest are answered `no_room`, and their share of the room goes to
+        the calls that run."""
+        assert self.context is not None
+        reads = [plan for plan in planned if plan.kind == "read"]
+        if self._calling is None or len(planned) < 2 or not reads:
+            return None
+        budget, counter = self.context.budget, self.context.counter
+        # Calls the host was not handed (unreadable arguments, answered in the loop) count as
+        # a result's envelope, as in `_turn_tokens`.
+        unhanded = max(0, len(self._calls()) - len(planned)) * self._least(None, "")
+        free = budget.request_limit - self.conversation.kept_tokens()
+        fixed = counter.message(self._calling) + unhanded
+        for plan in planned:
+            if plan.answer is not None and plan.kind == "answered":
+                fixed += counter.message(_answer_message(plan.call_id, plan.answer))
+            elif plan.kind == "write":
+                fixed += self._least(plan, plan.call_id)
+        needs = [self._least(plan, plan.call_id) for plan in reads]
+        if counter.scaled(fixed + sum(needs)) <= free:
+            return None
+        # With a write beside them every read may wait; else the first one runs.
+        least_runs = 0 if any(plan.kind == "write" for plan in planned) else 1
+        for runs in range(len(reads) - 1, least_runs - 1, -1):
+            left = reads[runs:]
+            answer = no_room(len(planned), len(planned) - len(left), budget.window)
+            messages = {plan.call_id: _answer_message(plan.call_id, answer) for plan in left}
+            tokens = sum(counter.message(message) for message in messages.values())
+            if counter.scaled(fixed + sum(needs[:runs]) + tokens) <= free:
+                self._left = messages
+                self._rooms = {}
+                return TurnFit(runs, answer)
+        return None
+
+    def _least(self, plan: Planned | None, call_id: str) -> int:
+        """The uncalibrated tokens of a result's answer at its smallest: the tool message and
+        the host's record around it (`_turn_tokens`), and its payload at its least (the tool's
+        own, a preview's keys, at least `_LEAST_ROOM`)."""
+        assert self.context is not None
+        counter = self.context.counter
+        around = {"role": "tool", "tool_call_id": call_id, "content": _AROUND}
+        tokens = counter.message(around) + CITATION_CHARS
+        if plan is None:
+            return tokens
+        least = _LEAST_ROOM
+        if plan.least is not None:
+            # As it is shown: a JSON text inside the tool message's (its quotes escaped).
+            least = max(least, counter.text(json.dumps(plan.least, ensure_ascii=False)))
+        elif plan.pageable:
+            least = max(least, counter.text(_PREVIEW_AROUND) + _RESULT_ID_CHARS)
+        return tokens + least
 
     def _calls(self) -> list[Any]:
         """The tool calls of the latest assistant message (none before the first)."""
@@ -241,6 +301,11 @@ class RequestBuilder:
         tokens = measure(self._calling)
         for call in self._calls():
             call_id = call.get("id") if isinstance(call, Mapping) else None
+            answer = self._left.get(str(call_id))
+            if answer is not None:
+                # Left for a later turn (`_turn_fit`): its answer, as it is shown.
+                tokens += measure(answer)
+                continue
             around = {"role": "tool", "tool_call_id": str(call_id), "content": _AROUND}
             tokens += measure(around) + CITATION_CHARS
         return tokens
@@ -248,6 +313,7 @@ class RequestBuilder:
     def add_assistant(self, message: dict[str, Any]) -> None:
         self._calling = message
         self._rooms = {}
+        self._left = {}
         self.conversation.add_assistant(message)
 
     def add_results(
@@ -326,6 +392,11 @@ def _cut_by_server(before: tuple[int, int], now: tuple[int, int]) -> bool:
     if before[0] <= 0 or before[1] <= 0 or now[1] <= 0 or grown < CUT_GROWTH_TOKENS:
         return False
     return now[1] * before[0] * 2 < before[1] * now[0]
+
+
+def _answer_message(call_id: str, answer: ToolResult) -> dict[str, Any]:
+    """The tool message a call answered without running is shown as (`loop.run_round`)."""
+    return {"role": "tool", "tool_call_id": call_id, "content": answer.message_text}
 
 
 def _summary(turn: ModelTurn | None) -> SummaryAnswer | None:

@@ -210,6 +210,13 @@ class Tool(ABC):
         Only from the tool's own knowledge and declaration, never from the model."""
         return None
 
+    def least_shown(self, args: Any) -> str | None:
+        """The JSON text of the smallest payload this call's answer is shown with, however
+        small the context window (a data source's: none of its rows, and why), or None when
+        that is short (a preview's keys, a brief answer). The host runs no more calls of a
+        turn than the window holds at this size (`orchestrator.agent.turn_room`)."""
+        return None
+
     def verify(self, ctx: ToolContext, args: Any) -> bool | None:
         """Read-only read-back of a write: True = the intended state is in place, False = it is
         not, None = cannot tell (no verifier, sensitive, list append...)."""

@@ -42,7 +42,7 @@ from orchestrator.tools.base import Tool, ToolArguments, ToolContext, ToolResult
 from orchestrator.tools.http_answers import AnswerTooLarge, read_answer
 from orchestrator.tools.openapi import load_spec
 from orchestrator.tools.paging import more_past
-from orchestrator.tools.results import fitting
+from orchestrator.tools.results import WHOLE_FIT, fitting
 from orchestrator.tools.spec_errors import SpecError
 
 __all__ = [
@@ -216,6 +216,22 @@ class QueryDataSource(Tool):
             "origin peripheral_sample, when it has one)"
         )
         return body
+
+    def least_shown(self, args: Any) -> str | None:
+        """None of the rows, and why (`_fitted` in a window that takes none of them): a
+        range's envelope, or the sample input's; None for an unknown source (a short refusal)."""
+        assert isinstance(args, QueryArgs)
+        if args.source == SAMPLE_SOURCE:
+            return _fitted(
+                _SAMPLE_HEAD, [None, None], "", [], _NO_ROOM, note=_SAMPLE_NOTE
+            ).written_payload()
+        source = self.sources.get(args.source)
+        if source is None:
+            return None
+        at = wire_time(utcnow())
+        head = {"source": source.name, "origin": source.origin, "start": at, "end": at}
+        rows = [None] * source.limits.max_rows
+        return _fitted(head, rows, _json(rows), [], _NO_ROOM).written_payload()
 
     def run(self, ctx: ToolContext, args: Any) -> ToolResult:
         assert isinstance(args, QueryArgs)
@@ -456,6 +472,8 @@ def _fitted(
     return ToolResult.ok(payload).with_payload_text(text)
 
 
+#: A context window that takes none of a result's rows (`QueryDataSource.least_shown`).
+_NO_ROOM: Final = ToolContext("", "", "", extras={WHOLE_FIT: lambda _text: 0})
 _SAMPLE_HEAD: Final = {"source": SAMPLE_SOURCE, "origin": "peripheral_sample"}
 _SAMPLE_NOTE: Final = "the trigger's fixed sample input: never present it as a live query"
 

@@ -76,9 +76,16 @@ def _run(
         records = TaskRecords(rt.db).evidence(task_id)["items"]
         bodies = server.bodies
         answers = [m for m in bodies[1]["messages"] if m["role"] == "tool"] if bodies[1:] else []
-        shown_all = [json.loads(answer["content"]).get("result") for answer in answers]
+        told = [json.loads(answer["content"]) for answer in answers]
+        shown_all = [answer.get("result") for answer in told]
         shown = shown_all[-1] if shown_all else None
-        return {"error": error, "records": records, "shown": shown, "shown_all": shown_all}
+        return {
+            "error": error,
+            "records": records,
+            "shown": shown,
+            "shown_all": shown_all,
+            "told": told,
+        }
     finally:
         rt.close()
 
@@ -140,14 +147,49 @@ def test_two_queries_in_one_turn_share_the_room(
     )
 
 
-def test_two_queries_with_no_room_for_either_say_to_call_one_alone(
-    store_url: str, scripts: Path, server: OpenAIServer
+FLOW = {"source": "scada_sim", "parameters": {"point": "DM-RN-03", "measure": "flow"}}
+DAY = {"source": "scada_sim", "parameters": {"point": "DM-RN-01", "measure": "turbidity"}}
+
+
+@pytest.mark.parametrize("worst", [False, True])
+@pytest.mark.parametrize("count", [2, 3])
+def test_queries_a_4096_window_cannot_hold_together_wait_for_a_later_turn(
+    store_url: str,
+    scripts: Path,
+    server: OpenAIServer,
+    monkeypatch: pytest.MonkeyPatch,
+    count: int,
+    worst: bool,
 ) -> None:
-    seen = _run(store_url, scripts, server, 4096, also=PRESSURE)
+    """Each result of a turn needs room of its own (the tool message, the host's record and
+    the rows' envelope), and in 4,096 tokens the task tools' definitions leave room for one.
+    Before, three queries in one turn (and two whose records tokenized long) overflowed the
+    next request and the round failed `context_overflow`; two others were shown none of their
+    rows. Now the first runs with rows, and the others are not run: they answer `no_room`, say
+    how many calls of a turn the window holds, and leave no evidence record."""
+    if worst:
+        monkeypatch.setattr("orchestrator.agent.evidence._citation", lambda *_: WORST)
+    queries = [DAY, PRESSURE, FLOW][:count]
+    calls = [call(f"q{n}", "query_data_source", query) for n, query in enumerate(queries, 1)]
+    seen = _run(store_url, scripts, server, 4096, calls=calls)
     assert seen["error"] is None
-    for shown in seen["shown_all"]:
-        assert (shown["rows"], shown["truncated"]) == ([], True)
-        assert "call it alone in a turn, or an operator must make room" in shown["truncation"]
+    first, *others = seen["told"]
+    assert first["status"] == "succeeded"
+    rows = first["result"]["rows"]
+    assert 0 < len(rows) < 144
+    assert first["result"]["truncated"] is True
+    for answer in others:
+        assert (answer["status"], answer["code"]) == ("failed", "no_room")
+        assert answer["message"] == (
+            f"not run: the context window (4096 tokens) holds the results of 1 of this turn's "
+            f"{count} calls; make this call again in a later turn, at most 1 call a turn"
+        )
+        assert "evidence_id" not in answer
+    # Only what ran is recorded, as the model saw it.
+    [record] = seen["records"]
+    cited = WORST.evidence_id if worst else record["evidence_id"]  # the model's, at its longest
+    assert first["evidence_id"] == cited
+    assert (record["truncated"], record["row_count"]) == (True, len(rows))
 
 
 @pytest.mark.parametrize(("window", "count"), [(4096, 2), (6144, 3)])

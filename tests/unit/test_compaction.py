@@ -368,3 +368,18 @@ def test_a_context_overflow_says_where_the_tokens_are() -> None:
     assert "its largest part the result of call_api t2c0" in said or (
         "its largest part the result of call_api t2c1" in said
     )
+
+
+@pytest.mark.parametrize(("calls", "said"), [(1, False), (3, True)])
+def test_a_context_overflow_says_when_the_latest_turn_made_several_calls(
+    calls: int, said: bool
+) -> None:
+    """Each result of a turn needs room of its own: before, the line named the largest result
+    alone, and an operator narrowed a query that was not the trouble."""
+    convo = conversation(window=2000)
+    transaction(convo, 1, calls=calls, size=2400 // calls)
+    with pytest.raises(ContextOverflow) as caught:
+        convo.prepare(TOOLS)
+    line = str(caught.value)
+    several = f"({calls} tool calls in one turn, each result with room of its own: a model"
+    assert (several in line) is said

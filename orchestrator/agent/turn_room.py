@@ -1,0 +1,76 @@
+"""How many calls of one turn a small context window holds, and what the others are answered.
+
+Every result of a turn is shown in the next request beside the others, and each needs room of
+its own however little it shows: the tool message and the host's record around it, and what the
+tool shows at its smallest (a data source's: none of its rows, and why; `Tool.least_shown`). In
+a local 4k model's window the task tools' definitions leave room for one or two such results:
+three queries in one turn overflowed the next request and the round failed `context_overflow`.
+
+Before a turn's calls run, the host asks (`TURN_FIT`, set by the request builder from the
+window) how many of its reads the next request holds at their smallest. The reads after those,
+in call order, are not run: each is answered `no_room` (`no_room`), saying how many of the
+turn's calls the window holds and to make the rest in later turns. Not run, they leave no
+evidence record: the host's records are exactly what the model was shown (invariant 12).
+Writes always run (leaving one out would be a decision the model did not make); when the
+writes alone do not fit, or not even the first read does, every call runs as before, and the
+next request fails `context_overflow` with a line naming the settings and the turn's calls.
+
+`no_room` is the model's doing (`agent.repeats`): a model that sends the same calls in the
+same order every turn never has the later ones run, and is stopped as a repeated refusal; one
+that makes the rest in later turns makes progress, and is not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from orchestrator.tools.base import ToolResult
+
+__all__ = ["NO_ROOM", "TURN_FIT", "Planned", "TurnFit", "no_room"]
+
+#: The key of `ToolContext.extras` holding `fit(planned) -> TurnFit | None` (the request
+#: builder's, from the context window). Unset: every call runs.
+TURN_FIT: Final = "turn_fit"
+#: The code of a call left for a later turn.
+NO_ROOM: Final = "no_room"
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One call of a turn as the host is about to answer it."""
+
+    call_id: str
+    #: `read`: may be left for a later turn; `write`: always runs; `answered`: refused before
+    #: anything ran (`answer`).
+    kind: Literal["read", "write", "answered"]
+    answer: ToolResult | None = None
+    #: The JSON text of the smallest payload its answer is shown with (`Tool.least_shown`),
+    #: if the tool knows it.
+    least: str | None = None
+    #: A large answer becomes a preview (its keys are its least).
+    pageable: bool = True
+
+
+@dataclass(frozen=True)
+class TurnFit:
+    """The reads that run (the first `runs` in call order) and the answer of the others."""
+
+    runs: int
+    answer: ToolResult
+
+
+Fit = Callable[[Sequence[Planned]], TurnFit | None]
+
+
+def no_room(calls: int, held: int, window: int) -> ToolResult:
+    """The answer of a read left for a later turn: `held` of the turn's `calls` calls fit a
+    window of `window` tokens. The same words for the same turn (a repeated turn compares
+    equal, `agent.repeats`)."""
+    most = f"at most {held} call{'s' if held != 1 else ''} a turn"
+    return ToolResult.failed(
+        f"not run: the context window ({window} tokens) holds the results of {held} of this "
+        f"turn's {calls} calls; make this call again in a later turn, {most}",
+        code=NO_ROOM,
+    )

@@ -12,6 +12,12 @@ model's call (a source down, a time limit: the same call may work later), with a
 (a different message, another tool), or with another call that ran (other arguments), starts
 the count again. A call that ran with the same arguments as in the turn before (the task's
 context read again before the same refused report) does not: the turn is the same again.
+
+A read left for a later turn because the context window holds no more of the turn's results
+(`no_room`, `agent.turn_room`) is the model's doing: it counts as a refusal. A model that sends
+the same calls in the same order every turn never has the later ones run (the first runs, and
+is the same call again), and is stopped; one that makes the rest in later turns runs a call it
+had not run each turn, which starts the count again.
 """
 
 from __future__ import annotations

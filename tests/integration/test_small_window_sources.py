@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from orchestrator.agent.evidence import Citation
+from orchestrator.agent.repeats import SAME_FAILURE_LIMIT
 from orchestrator.domain.times import wire_time
 from orchestrator.services.task_records import TaskRecords
 from orchestrator.services.tasks import Trigger
@@ -25,7 +26,7 @@ from orchestrator.store.evidence import content_ref
 from orchestrator.store.types import utcnow
 from tests.executions_support import runtime_for
 from tests.integration.fake_backend import gateway_overrides, running_backend
-from tests.openai_server import OpenAIServer, call
+from tests.openai_server import OpenAIServer, Reply, call
 
 KEY = "sk-test-small-window"
 
@@ -147,7 +148,7 @@ def test_two_queries_in_one_turn_share_the_room(
     )
 
 
-FLOW = {"source": "scada_sim", "parameters": {"point": "DM-RN-03", "measure": "flow"}}
+FLOW = {"source": "scada_sim", "parameters": {"point": "DM-HS-01", "measure": "pressure"}}
 DAY = {"source": "scada_sim", "parameters": {"point": "DM-RN-01", "measure": "turbidity"}}
 
 
@@ -190,6 +191,93 @@ def test_queries_a_4096_window_cannot_hold_together_wait_for_a_later_turn(
     cited = WORST.evidence_id if worst else record["evidence_id"]  # the model's, at its longest
     assert first["evidence_id"] == cited
     assert (record["truncated"], record["row_count"]) == (True, len(rows))
+
+
+def _turns(
+    store_url: str, scripts: Path, server: OpenAIServer, turns: list[list[dict[str, Any]]]
+) -> dict[str, Any]:
+    """A round in a 4,096-token window whose model makes `turns` (each a list of calls), then
+    answers: what it was told after each turn, the task's records and its last error."""
+    rt, _ = runtime_for(
+        store_url,
+        scripts,
+        model="openai:test-model",
+        llm_base_url=server.base_url,
+        llm_api_key=KEY,
+        llm_context_window=4096,
+        llm_max_output_tokens=512,
+    )
+    try:
+        replies = [Reply(tool_calls=calls, usage=NO_USAGE) for calls in turns]
+        replies.append(Reply(content="looked at it", usage=NO_USAGE))
+
+        def answer(body: dict[str, Any]) -> Reply:
+            # Each turn's result fills the window: the next request compacts the one before
+            # with a summary call, which must not take the model's next turn.
+            if body["messages"][0]["content"].startswith("Summarise"):
+                return Reply(content="queried the sources", usage=NO_USAGE)
+            return replies.pop(0) if replies else Reply(content="done", usage=NO_USAGE)
+
+        for _ in range(2 * len(replies)):  # one answer each: a turn and its summary call
+            server.dynamic(answer)
+        task_id = rt.tasks.trigger(Trigger(task_type="looks", title="turbid water")).task.task_id
+        rt.executions.run(task_id, 1, worker="w1")
+        view = rt.tasks.explain(task_id)
+        records = TaskRecords(rt.db).evidence(task_id)["items"]
+    finally:
+        rt.close()
+    bodies = [b for b in server.bodies if not b["messages"][0]["content"].startswith("Summarise")]
+    told = []
+    for body, calls in zip(bodies[1:], turns, strict=False):
+        answers = [m for m in body["messages"] if m["role"] == "tool"][-len(calls) :]
+        told.append([json.loads(answer["content"]) for answer in answers])
+    return {"view": view, "records": records, "told": told, "requests": len(bodies)}
+
+
+def test_a_model_that_makes_the_rest_in_later_turns_gets_every_query(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """Three queries, then the two left, then the last: each turn runs its first call, and the
+    round ends as the model ends it, with a record of each query as the model saw it."""
+    q1, q2, q3 = (
+        call(f"q{n}", "query_data_source", q) for n, q in enumerate([DAY, PRESSURE, FLOW], 1)
+    )
+    q2b, q3b, q3c = (
+        dict(q, id=f"{q['id']}{turn}") for q, turn in ((q2, "b"), (q3, "b"), (q3, "c"))
+    )
+    seen = _turns(store_url, scripts, server, [[q1, q2, q3], [q2b, q3b], [q3c]])
+    assert seen["view"]["last_error"] is None
+    codes = [[answer.get("code") for answer in turn] for turn in seen["told"]]
+    assert codes == [[None, "no_room", "no_room"], [None, "no_room"], [None]]
+    assert "holds the results of 1 of this turn's 2 calls" in seen["told"][1][1]["message"]
+    ran = [turn[0] for turn in seen["told"]]
+    assert [answer["result"]["source"] for answer in ran] == ["scada_sim"] * 3
+    by_id = {record["evidence_id"]: record for record in seen["records"]}
+    assert sorted(by_id) == sorted(answer["evidence_id"] for answer in ran)
+    for answer in ran:
+        record = by_id[answer["evidence_id"]]
+        assert (record["truncated"], record["row_count"]) == (
+            answer["result"]["truncated"],
+            len(answer["result"]["rows"]),
+        )
+
+
+def test_a_model_that_sends_the_same_three_queries_every_turn_is_stopped(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """The first query runs each time, the two after it never do: the model is stuck, as one
+    that repeats a refused call is, and the task ends model_error naming it after 3 turns, not
+    ORCH_MAX_TURNS."""
+    calls = [call(f"q{n}", "query_data_source", q) for n, q in enumerate([DAY, PRESSURE, FLOW], 1)]
+    seen = _turns(store_url, scripts, server, [calls] * 10)
+    view = seen["view"]
+    assert view["failure_code"] == "model_error"
+    assert view["last_error"].startswith(
+        f"the model made the same refused call {SAME_FAILURE_LIMIT} turns in a row, shown why "
+        "each time: query_data_source: no_room: not run: the context window (4096 tokens) "
+        "holds the results of 1 of this turn's 3 calls"
+    )
+    assert seen["requests"] == SAME_FAILURE_LIMIT
 
 
 @pytest.mark.parametrize(("window", "count"), [(4096, 2), (6144, 3)])

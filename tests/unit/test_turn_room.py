@@ -1,0 +1,96 @@
+"""The reads of a turn a small context window cannot hold beside the others wait for a later
+turn (`agent.turn_room`): the host asks how many fit before anything runs, never leaves a write,
+and `no_room` is the model's doing for the repeated-refusal rule (`agent.repeats`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from orchestrator.agent.host import ToolHost
+from orchestrator.agent.repeats import SAME_FAILURE_LIMIT, RepeatedRefusals
+from orchestrator.agent.turn_room import NO_ROOM, TURN_FIT, Planned, TurnFit, no_room
+from orchestrator.tools.base import ToolCall, ToolContext, ToolResult
+from tests.unit.test_host import Scripted, _calls
+
+
+class Fit:
+    """A window that holds `runs` of a turn's reads; keeps what the host planned."""
+
+    def __init__(self, runs: int | None) -> None:
+        self.runs = runs
+        self.planned: list[list[Planned]] = []
+
+    def __call__(self, planned: Sequence[Planned]) -> TurnFit | None:
+        self.planned.append(list(planned))
+        if self.runs is None:
+            return None
+        return TurnFit(self.runs, no_room(len(planned), len(planned) - 1, 4096))
+
+
+def _turn(fit: Fit, *texts: str) -> tuple[Scripted, list[ToolResult]]:
+    tool = Scripted()
+    ctx = ToolContext("alice", "s1", "r1", extras={TURN_FIT: fit})
+    return tool, ToolHost([tool], ledger=None).run_turn(ctx, _calls(*texts))
+
+
+def test_the_reads_after_those_that_fit_are_not_run() -> None:
+    tool, results = _turn(Fit(1), "a", "b", "c")
+    assert tool.ran == ["a"]
+    assert results[0].status == "succeeded"
+    for result in results[1:]:
+        assert (result.status, result.code) == ("failed", NO_ROOM)
+        assert result.message == (
+            "not run: the context window (4096 tokens) holds the results of 2 of this turn's 3 "
+            "calls; make this call again in a later turn, at most 2 calls a turn"
+        )
+
+
+def test_a_write_always_runs_and_a_refusal_is_planned_as_answered() -> None:
+    fit = Fit(0)
+    tool, results = _turn(fit, "a", "refuse", "internal", "b")
+    assert tool.ran == ["internal"]  # a store write (plan, proposal, report) is never left
+    assert [result.code for result in results] == [NO_ROOM, "invalid_arguments", None, NO_ROOM]
+    [planned] = fit.planned
+    assert [plan.kind for plan in planned] == ["read", "answered", "write", "read"]
+    assert planned[1].answer == results[1]
+    assert [plan.call_id for plan in planned] == ["c0", "c1", "c2", "c3"]
+
+
+def test_every_call_runs_when_they_fit_and_one_call_asks_nothing() -> None:
+    fit = Fit(None)
+    tool, results = _turn(fit, "a", "b", "c")
+    assert sorted(tool.ran) == ["a", "b", "c"]
+    assert all(result.status == "succeeded" for result in results)
+    tool, _ = _turn(fit, "a")
+    assert tool.ran == ["a"]
+    assert len(fit.planned) == 1  # the single call did not ask
+
+
+# -- the repeated-refusal rule ------------------------------------------------------------------
+
+QUERIES = [
+    ToolCall(f"q{n}", "query_data_source", {"point": point}) for n, point in enumerate("ABC")
+]
+RAN = ToolResult.ok({"rows": []})
+LEFT = no_room(3, 1, 4096)
+
+
+def test_the_same_calls_every_turn_are_stuck() -> None:
+    """The model sends the same three queries every turn: the first runs each time, the other
+    two never do. It is stuck, as a model that repeats a refused call is."""
+    refusals = RepeatedRefusals()
+    why = None
+    for _ in range(SAME_FAILURE_LIMIT):
+        why = refusals.observe(QUERIES, [RAN, LEFT, LEFT])
+    assert why is not None
+    assert "query_data_source: no_room: not run: the context window (4096 tokens)" in why
+
+
+def test_making_the_rest_in_later_turns_is_progress() -> None:
+    """Each turn runs a call it did not run before: the count starts again every turn."""
+    refusals = RepeatedRefusals()
+    turns = [QUERIES, [*QUERIES[1:], ToolCall("q3", "query_data_source", {"point": "D"})]]
+    turns.append([QUERIES[2], ToolCall("q4", "query_data_source", {"point": "E"})])
+    for turn in turns * SAME_FAILURE_LIMIT:
+        results = [RAN] + [LEFT] * (len(turn) - 1)
+        assert refusals.observe(turn, results) is None

@@ -193,6 +193,22 @@ def test_queries_a_4096_window_cannot_hold_together_wait_for_a_later_turn(
     assert (record["truncated"], record["row_count"]) == (True, len(rows))
 
 
+def test_a_window_that_holds_not_even_one_query_says_the_turn_made_several_calls(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """1,024 tokens reserved for the answer leave no room for even one query's result beside
+    the turn: every call runs, as before, and the round fails `context_overflow`; the line
+    says the turn made three calls (before, it named the largest result alone)."""
+    calls = [call(f"q{n}", "query_data_source", q) for n, q in enumerate([DAY, PRESSURE, FLOW], 1)]
+    seen = _run(store_url, scripts, server, 4096, calls=calls, llm_max_output_tokens=1024)
+    error = seen["error"]
+    assert error is not None
+    assert error.startswith("the context window of 4096 tokens is too small")
+    assert "(3 tool calls in one turn, each result with room of its own: a model that" in error
+    assert "lower LLM_MAX_OUTPUT_TOKENS (it reserves 1024 tokens" in error
+    assert len(seen["records"]) == 3  # every call ran: none was answered no_room
+
+
 def _turns(
     store_url: str, scripts: Path, server: OpenAIServer, turns: list[list[dict[str, Any]]]
 ) -> dict[str, Any]:

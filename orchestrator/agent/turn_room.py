@@ -22,7 +22,6 @@ that makes the rest in later turns makes progress, and is not.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -59,9 +58,6 @@ class TurnFit:
 
     runs: int
     answer: ToolResult
-
-
-Fit = Callable[[Sequence[Planned]], TurnFit | None]
 
 
 def no_room(calls: int, held: int, window: int) -> ToolResult:

@@ -14,6 +14,7 @@ truncation in that record come from here, never from the model's arguments.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -222,16 +223,11 @@ class QueryDataSource(Tool):
         range's envelope, or the sample input's; None for an unknown source (a short refusal)."""
         assert isinstance(args, QueryArgs)
         if args.source == SAMPLE_SOURCE:
-            return _fitted(
-                _SAMPLE_HEAD, [None, None], "", [], _NO_ROOM, note=_SAMPLE_NOTE
-            ).written_payload()
+            return _least_shown(SAMPLE_SOURCE, "peripheral_sample", 2)
         source = self.sources.get(args.source)
         if source is None:
             return None
-        at = wire_time(utcnow())
-        head = {"source": source.name, "origin": source.origin, "start": at, "end": at}
-        rows = [None] * source.limits.max_rows
-        return _fitted(head, rows, _json(rows), [], _NO_ROOM).written_payload()
+        return _least_shown(source.name, source.origin, source.limits.max_rows)
 
     def run(self, ctx: ToolContext, args: Any) -> ToolResult:
         assert isinstance(args, QueryArgs)
@@ -474,6 +470,23 @@ def _fitted(
 
 #: A context window that takes none of a result's rows (`QueryDataSource.least_shown`).
 _NO_ROOM: Final = ToolContext("", "", "", extras={WHOLE_FIT: lambda _text: 0})
+
+
+@functools.lru_cache(maxsize=64)
+def _least_shown(name: str, origin: str, max_rows: int) -> str | None:
+    """The envelope of none of a source's rows (of as many as its limit lets a range hold:
+    their count is written; bounded, only the count's digits matter), with a time of the
+    wire's length. Once per source: it is measured, never shown."""
+    rows: list[Any] = [None] * min(max_rows, 9999)
+    if name == SAMPLE_SOURCE:
+        shown = _fitted(_SAMPLE_HEAD, rows, _json(rows), [], _NO_ROOM, note=_SAMPLE_NOTE)
+    else:
+        at = wire_time(utcnow())
+        head = {"source": name, "origin": origin, "start": at, "end": at}
+        shown = _fitted(head, rows, _json(rows), [], _NO_ROOM)
+    return shown.written_payload()
+
+
 _SAMPLE_HEAD: Final = {"source": SAMPLE_SOURCE, "origin": "peripheral_sample"}
 _SAMPLE_NOTE: Final = "the trigger's fixed sample input: never present it as a live query"
 

@@ -4,10 +4,15 @@ and `no_room` is the model's doing for the repeated-refusal rule (`agent.repeats
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Sequence
 
+from orchestrator.agent.budget import ContextBudget, TokenCounter
 from orchestrator.agent.host import ToolHost
+from orchestrator.agent.model import ScriptedModel
 from orchestrator.agent.repeats import SAME_FAILURE_LIMIT, RepeatedRefusals
+from orchestrator.agent.request import AgentContext, RequestBuilder
 from orchestrator.agent.turn_room import NO_ROOM, TURN_FIT, Planned, TurnFit, no_room
 from orchestrator.tools.base import ToolCall, ToolContext, ToolResult
 from tests.unit.test_host import Scripted, _calls
@@ -94,3 +99,59 @@ def test_making_the_rest_in_later_turns_is_progress() -> None:
     for turn in turns * SAME_FAILURE_LIMIT:
         results = [RAN] + [LEFT] * (len(turn) - 1)
         assert refusals.observe(turn, results) is None
+
+
+# -- the request builder's arithmetic -----------------------------------------------------------
+
+
+def _fit(window: int, *kinds: str, least: int = 1000) -> tuple[RequestBuilder, TurnFit | None]:
+    """A turn of calls of `kinds` (`read`, `write`) in a window of `window` tokens, each read
+    shown at its least as `least` tokens or so: what the builder says runs."""
+    builder = RequestBuilder(
+        ScriptedModel([]),
+        None,
+        [],
+        ToolContext(owner="o", session_id="s", round_id="r"),
+        system="s",
+        brief="b",
+        stop=threading.Event(),
+        context=AgentContext(ContextBudget(window, max_output_tokens=256), TokenCounter()),
+    )
+    builder.build()
+    calls = [
+        {"id": f"c{n}", "type": "function", "function": {"name": "t", "arguments": "{}"}}
+        for n in range(len(kinds))
+    ]
+    builder.add_assistant({"role": "assistant", "content": None, "tool_calls": calls})
+    text = json.dumps({"rows": [], "truncation": "word " * least})
+    planned = [
+        Planned(f"c{n}", "read", least=text) if kind == "read" else Planned(f"c{n}", "write")
+        for n, kind in enumerate(kinds)
+    ]
+    fit = builder.ctx.extras[TURN_FIT]
+    return builder, fit(planned)
+
+
+def test_the_builder_runs_the_reads_that_fit_and_gives_them_the_room_of_the_others() -> None:
+    builder, turn = _fit(4096, "read", "read", "read")
+    assert turn is not None
+    assert turn.runs == 2
+    assert "holds the results of 2 of this turn's 3 calls" in (turn.answer.message or "")
+    # The room is shared by the two that run, less the third's short answer.
+    assert builder._room() > 1000
+    _, turn = _fit(8192, "read", "read", "read")
+    assert turn is None  # all fit: every call runs
+
+
+def test_the_builder_leaves_every_read_beside_a_write_but_never_the_write() -> None:
+    _, turn = _fit(1200, "write", "read", "read")
+    assert turn is not None
+    assert turn.runs == 0
+    # The first read runs when there is no write, even if it alone may not fit.
+    _, turn = _fit(1200, "read", "read")
+    assert turn is None
+
+
+def test_writes_that_alone_do_not_fit_leave_every_call_to_run() -> None:
+    _, turn = _fit(700, "write", "write", "write", "write", "read", least=10)
+    assert turn is None

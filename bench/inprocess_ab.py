@@ -1,13 +1,16 @@
 """CPU per execution in process: this checkout against another one, the two alternating.
 
     python bench/inprocess_ab.py --baseline /path/to/other/checkout [--executions 150] [--pairs 3]
+        [--secret]
 
 Each side runs in a child process of its own, with its checkout first on `sys.path` and its own
 Postgres and Redis (`execution_fleet.servers`): scripted minimal and report-only executions
 through `rt.executions.run`, the CPU of every thread of the process (`time.process_time`) around
 each, the median after a warm-up of 10. The sides alternate, so the machine's drift shows in
-every pair and the ratio within a pair is the figure to read. It prints and writes nothing else:
-`bench/executions.py` is the benchmark of record; this is how a change's effect on the
+every pair and the ratio within a pair is the figure to read. `--secret` configures an API key
+on both sides, as a deployment has one (`LLM_API_KEY`): what the host masks in every write's
+arguments and every tool's result is then looked for, as in production. It prints and writes
+nothing else: `bench/executions.py` is the benchmark of record; this is how a change's effect on the
 worker's own Python is checked before and after (a worktree of the older commit as baseline).
 """
 
@@ -26,7 +29,7 @@ _CHILD = r"""
 import inspect, json, statistics, sys, tempfile, shutil, time
 from contextlib import ExitStack
 from pathlib import Path
-checkout, count = sys.argv[1], int(sys.argv[2])
+checkout, count, secret = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 sys.path[:0] = [checkout, checkout + "/bench"]
 from execution_fleet import servers, MINIMAL, REPORT_ONLY, minimal_turns, report_only_turns
 from execution_fleet import LEASE, RENEW, SWEEP
@@ -44,7 +47,7 @@ try:
         settings = settings_for(
             pg_url, folder / "scripts", redis_url=redis_url, lease_seconds=LEASE,
             lease_renew_seconds=RENEW, sweep_seconds=SWEEP, queued_stale_seconds=60,
-            home=folder / "home",
+            home=folder / "home", **({"llm_api_key": secret} if secret else {}),
         )
         rt = build_runtime(settings, dispatcher=RecordingDispatcher())
         # A worker's common wake-up, on a checkout that tells it apart (a first delivery).
@@ -69,9 +72,13 @@ print(json.dumps(medians))
 """
 
 
-def _side(checkout: Path, count: int) -> dict[str, float]:
+#: The key `--secret` configures: distinctive (`orchestrator.logs.distinctive`), so looked for.
+SECRET = "sk-bench-5c1e7a0d9b3f"
+
+
+def _side(checkout: Path, count: int, secret: str) -> dict[str, float]:
     done = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(checkout), str(count)],
+        [sys.executable, "-c", _CHILD, str(checkout), str(count), secret],
         capture_output=True,
         text=True,
         cwd=checkout,
@@ -89,14 +96,18 @@ def main() -> int:
     parser.add_argument("--baseline", type=Path, required=True, help="the other checkout")
     parser.add_argument("--executions", type=int, default=150, help="timed runs per kind")
     parser.add_argument("--pairs", type=int, default=3, help="baseline/this alternations")
+    parser.add_argument(
+        "--secret", action="store_true", help="configure an API key on both sides (LLM_API_KEY)"
+    )
     args = parser.parse_args()
     baseline = args.baseline.resolve()
     if not (baseline / "orchestrator").is_dir():
         raise SystemExit(f"--baseline {baseline}: not a checkout of this project")
     print("pair  kind          baseline ms  this ms  this/baseline")
     for pair in range(1, args.pairs + 1):
-        before = _side(baseline, args.executions)
-        after = _side(HERE, args.executions)
+        secret = SECRET if args.secret else ""
+        before = _side(baseline, args.executions, secret)
+        after = _side(HERE, args.executions, secret)
         for kind in before:
             ratio = after[kind] / before[kind]
             print(

@@ -1291,10 +1291,11 @@
     let shown = APPROVALS_PAGE;
     const more = el("button", { type: "button", id: "approvals-more", hidden: true,
       onclick: () => { shown += APPROVALS_PAGE; load(); } }, `Show ${APPROVALS_PAGE} more`);
-    fill(main, el("h1", {}, "Pending approvals"), count, say, list, more);
+    const readBox = el("div", { id: "approvals-read" }); // says when they could not be read
+    fill(main, el("h1", {}, "Pending approvals"), count, say, readBox, list, more);
     const at = viewKey();
     const held = new Map(); // the count and the pages shown, sent again only when changed
-    let alive = true, asked = 0, drawn = 0;
+    let alive = true, asked = 0, drawn = 0, listed = false;
     async function load() {
       const read = ++asked;
       const [counted, result] = await Promise.all([watched(held, "actions/pending-count"), oldestPending(shown, held)]);
@@ -1302,10 +1303,18 @@
       // A poll answered after a newer read (Show more, a decision) would take its cards away.
       if (read < drawn) return;
       drawn = read;
+      // A read that failed was said as text alone, in place of the cards, with no way to read
+      // them again but a reload: said as the task page says it (readFailed), with Retry, the
+      // cards shown (if any) kept as last read.
       if (!result.ok) {
-        if (!result.down) fill(list, el("p", { class: "error" }, errorText(result)));
+        const failed = readFailed("approvals-error", "The pending approvals", result, load);
+        const shownError = readBox.firstChild;
+        if (!shownError || shownError.textContent !== failed.textContent || shownError.querySelector("button:disabled")) fill(readBox, failed);
+        if (!listed) fill(list); // not "Loading…" under the error
         return;
       }
+      fill(readBox);
+      listed = true;
       if (counted.unchanged && result.unchanged) return; // as shown
       showActions(list, result.items.slice().reverse(), load, say);
       more.hidden = !result.more;

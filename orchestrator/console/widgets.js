@@ -3,6 +3,8 @@
 import { when } from "./clock.js";
 import { el } from "./text.js";
 
+export const FINAL_STATUSES = new Set(["completed", "failed", "cancelled"]);
+
 export function lastWrite(value) {
   if (value === undefined) return undefined; // a server without `last_write`: no row
   if (!value) return "none in this generation";

@@ -14,6 +14,8 @@ const STEP_TEXT_MAX = 1500; // a human step's evidence or reason, as the API tak
 // refresh, loadCited}, task.js): `s.plan` is the live plan, `s.viewing` an older revision.
 export function taskPlan(page) {
   const { taskId, path, s, here, planBox, nodeDetail, refresh, loadCited } = page;
+  // The revision and the node shown, in the address (replaced: no history entry, no
+  // hashchange), so that a reload shows them again.
   function keepInAddress() {
     if (!here()) return; // another view's address is not overwritten
     const query = new URLSearchParams();

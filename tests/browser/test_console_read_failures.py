@@ -7,6 +7,7 @@ view for says so.
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 import pytest
@@ -47,6 +48,45 @@ def test_a_task_s_pending_actions_that_cannot_be_read_say_so_and_are_read_again(
     said.get_by_role("button", name="Retry").click()
     expect(page.locator("#pending-actions > article[data-action]")).to_have_count(1)
     expect(said).to_have_count(0)
+
+
+#: The approvals page's read of the oldest pending actions.
+OLDEST = re.compile(r".*/api/v1/actions\?status=pending_approval&order=oldest&.*")
+
+
+def test_the_approvals_page_that_cannot_read_them_says_so_and_reads_them_again(
+    page: Any, console: Console
+) -> None:
+    """The approvals page's read that failed was said as text alone, in place of the cards:
+    no way to read them again but a reload. It says so as the task page's pending approvals
+    do, with Retry; read, the card is shown; a poll that fails later keeps the cards shown.
+    The page's clock is stopped: its poll (every 6 s) runs only when the test says, never
+    between the read mended and the click on Retry."""
+    task_id = console.trigger("approval", "The approvals page cannot read it")
+    console.wait_for(task_id, lambda t: t["status"] == "waiting")
+    refused = {"error": {"code": "store_unavailable", "message": "The store is not answering"}}
+    page.route(OLDEST, lambda route: route.fulfill(status=503, json=refused))
+    page.goto("about:blank")
+    page.clock.install(time=time.time())
+    page.clock.pause_at(time.time() + 1)
+    page.goto(f"{console.url}/console#/approvals")
+    said = page.locator("#approvals-error")
+    expect(said).to_have_text(
+        "The pending approvals could not be read: The store is not answering "
+        "(store_unavailable). Retry"
+    )
+    expect(page.locator("#approvals")).not_to_contain_text("Loading")
+    page.unroute(OLDEST)
+    said.get_by_role("button", name="Retry").click()
+    card = page.locator("#approvals > article.action").filter(has_text=task_id)
+    expect(card).to_have_count(1)
+    expect(said).to_have_count(0)
+    page.route(OLDEST, lambda route: route.abort("connectionreset"))
+    page.clock.fast_forward(6_000)  # the next poll
+    expect(said).to_have_text(
+        "The pending approvals could not be read: The API is not answering. Retry"
+    )
+    expect(card).to_have_count(1)  # as last read
 
 
 def test_an_address_the_console_has_no_view_for_says_so(page: Any, console: Console) -> None:

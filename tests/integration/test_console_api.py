@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 import warnings
 from collections.abc import Iterator
@@ -212,11 +213,31 @@ def test_a_cookie_signed_before_the_token_changed_is_refused(
         assert 'id="signin-form"' in rotated.get("/console").text
 
 
+#: What a module imports: `import { ... } from "./name.js";` (the console's own, by relative path).
+_IMPORT = re.compile(r'^import [^;]* from "\./([a-z_]+\.js)";$', re.MULTILINE)
+
+
 def test_static_files_are_served_and_nothing_else(client: TestClient) -> None:
-    script = client.get("/console/app.js")
-    assert script.status_code == 200
-    assert script.headers["content-type"].startswith("text/javascript")
-    assert "innerHTML" not in script.text
+    # The page's script is app.js, a module; every module it imports, and theirs, is served.
+    seen: set[str] = set()
+    wanted = ["app.js"]
+    while wanted:
+        name = wanted.pop()
+        script = client.get(f"/console/{name}")
+        assert script.status_code == 200, name
+        # A module script of another type is refused by the browser (strict MIME checking).
+        assert script.headers["content-type"].startswith("text/javascript"), name
+        assert script.headers["cache-control"] == "no-cache", name
+        assert script.headers["x-content-type-options"] == "nosniff", name
+        assert "innerHTML" not in script.text, name
+        # One job each, none past the 800 lines of STYLE.md (app.js alone was 2,150).
+        assert len(script.text.splitlines()) < 800, name
+        seen.add(name)
+        wanted += [found for found in _IMPORT.findall(script.text) if found not in seen]
+    assert len(seen) > 1  # app.js imports the others
+    # Every script of the folder is one the console loads (none left unserved or unused).
+    folder = Path(__file__).resolve().parents[2] / "orchestrator" / "console"
+    assert seen | {"signin.js"} == {path.name for path in folder.glob("*.js")}
     assert client.get("/console/style.css").status_code == 200
     assert client.get("/console/index.html").status_code == 404
     assert client.get("/console/..%2Fsettings.py").status_code == 404

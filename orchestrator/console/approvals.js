@@ -1,0 +1,153 @@
+/* Actions that wait for a decision: the approvals view (#/approvals), and the cards a task's
+ * page draws for its own. */
+import { byField, can, cannot, remember } from "./account.js";
+import { api, errorText, readFailed, sendOnce, watched } from "./api.js";
+import { when } from "./clock.js";
+import { badge, el, fill } from "./text.js";
+import { POLL_MS, main, shownAt, viewKey } from "./views.js";
+import { facts, itemsOf, json, unreadable } from "./widgets.js";
+
+// ---- actions (approvals) ---------------------------------------------------------------
+// The pending actions in `list`, one card each, as the API lists them. A card still pending
+// stays the same element: a poll that found a new action (or one decided elsewhere) used to
+// draw every card again, wiping the name and note an approver was typing and the focus.
+// Cards already shown keep their order, so none is moved (a moved element loses focus).
+// Oldest first (the API lists newest first): one proposed meanwhile is added at the end, not
+// on top, where it pushed the card being decided down under the pointer.
+export function showActions(list, newestFirst, after, say) {
+  const actions = newestFirst.slice().reverse();
+  const cards = new Map([...list.querySelectorAll(":scope > [data-action]")]
+    .map((card) => [card.getAttribute("data-action"), card]));
+  const next = actions.map((a) => cards.get(a.action_id) || actionCard(a, after, say));
+  const keep = new Set(next);
+  for (const child of [...list.childNodes]) if (!keep.has(child)) child.remove();
+  let at = list.firstChild;
+  for (const card of next) {
+    if (card === at) at = at.nextSibling;
+    else list.insertBefore(card, at);
+  }
+  if (!actions.length) list.appendChild(el("p", { class: "muted" }, "Nothing waits for approval."));
+}
+function actionCard(action, after, say) {
+  const message = el("p", { class: "result", role: "status" });
+  const note = el("input", { name: "note", id: `note-${action.action_id}`, maxlength: 2000 });
+  const byId = `by-${action.action_id}`;
+  async function decide(verb, event) {
+    const form = event.currentTarget.closest("form");
+    const by = document.getElementById(byId).value.trim();
+    if (!by) { fill(message, el("span", { class: "error" }, "Your name is needed to decide.")); return; }
+    remember(by);
+    const body = { by };
+    if (note.value.trim()) body.note = note.value.trim();
+    if (action.digest) body.digest = action.digest;
+    const result = await sendOnce(form, "POST", `actions/${encodeURIComponent(action.action_id)}/${verb}`, body);
+    if (!result) return;
+    if (result.ok) {
+      fill(message, `${verb === "approve" ? "Approved" : "Rejected"}.`);
+      // The card leaves the list once decided: said where it stays.
+      if (say) fill(say, `${verb === "approve" ? "Approved" : "Rejected"}: ${action.kind || "action"} for node ${action.node_id} of task ${action.task_id}.`);
+      if (after) after();
+    } else {
+      fill(message, el("span", { class: "error" }, errorText(result)));
+    }
+  }
+  return el("article", { class: "card action", "data-action": action.action_id },
+    el("h3", {}, `${action.kind || "action"} for node `, el("code", {}, action.node_id)),
+    facts([["Status", badge(action.status)],
+      ["Task", el("a", { href: `#/task/${encodeURIComponent(action.task_id)}` }, action.task_id)],
+      ["Generation", String(action.generation)], ["Proposed", when(action.created_at)],
+      ["Digest", action.digest ? el("code", { class: "digest" }, action.digest) : el("span", { class: "muted" }, "not provided by this server")]]),
+    el("h3", {}, "Payload"), typeof action.payload === "string" ? unreadable(action.payload) : json(action.payload),
+    action.status === "pending_approval" && !can("approver") ? cannot("approver", "deciding on an action") :
+    action.status === "pending_approval" ? el("form", { class: "inline", onsubmit: (e) => e.preventDefault() },
+      el("div", {}, byField(byId)),
+      el("div", {}, el("label", { for: note.id }, "Note"), note),
+      el("button", { type: "button", class: "approve", onclick: (event) => decide("approve", event) }, "Approve"),
+      el("button", { type: "button", class: "danger reject", onclick: (event) => decide("reject", event) }, "Reject"))
+      : facts([["Decided by", action.decided_by], ["Note", action.note]]),
+    message);
+}
+
+// Every pending action (of one task, with `filter` "&task_id=..."), page after page: the API
+// lists newest first, so one page of 100 hid the oldest, the longest waiting, whenever more
+// than 100 were pending. The failed answer if a page fails. With `held` (a Map the view owns,
+// as for `watched`) each page's tag is sent, and `unchanged` says that every page was a 304:
+// an open task's pending actions are polled every 3 s, nearly always unchanged.
+export async function pendingActions(filter, held) {
+  const items = [];
+  let cursor = null, unchanged = Boolean(held);
+  do {
+    const query = `actions?status=pending_approval&limit=200${filter}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`;
+    const result = held ? await watched(held, query) : await api("GET", query);
+    if (!result.ok) return result;
+    unchanged = unchanged && Boolean(result.unchanged);
+    items.push(...itemsOf(result.data));
+    cursor = result.data.next_cursor || null;
+  } while (cursor);
+  return { ok: true, items, unchanged };
+}
+
+// The oldest `wanted` pending actions, oldest first, a page of the API at a time, each with
+// the tag held of it (`held`, as for `watched`): `unchanged` when every page was a 304.
+async function oldestPending(wanted, held) {
+  const items = [];
+  let cursor = null, unchanged = true;
+  do {
+    const limit = Math.min(200, wanted - items.length);
+    const query = `actions?status=pending_approval&order=oldest&limit=${limit}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`;
+    const result = await watched(held, query);
+    if (!result.ok) return result;
+    unchanged = unchanged && Boolean(result.unchanged);
+    items.push(...itemsOf(result.data));
+    cursor = result.data.next_cursor || null;
+  } while (cursor && items.length < wanted);
+  return { ok: true, items, more: Boolean(cursor), unchanged };
+}
+
+// How many wait (the API's count) and the oldest of them, a page more at each "Show more".
+// A refresh reads the count and the cards shown: with thousands pending, every refresh
+// fetched all of them, page after page, and drew a card for each.
+const APPROVALS_PAGE = 50;
+export function approvals() {
+  const list = el("div", { class: "actions-list", id: "approvals" }, el("p", { class: "muted" }, "Loading…"));
+  const say = el("p", { role: "status", id: "approvals-result" });
+  const count = el("p", { id: "approvals-count" });
+  let shown = APPROVALS_PAGE;
+  const more = el("button", { type: "button", id: "approvals-more", hidden: true,
+    onclick: () => { shown += APPROVALS_PAGE; load(); } }, `Show ${APPROVALS_PAGE} more`);
+  const readBox = el("div", { id: "approvals-read" }); // says when they could not be read
+  fill(main, el("h1", {}, "Pending approvals"), count, say, readBox, list, more);
+  const at = viewKey();
+  const held = new Map(); // the count and the pages shown, sent again only when changed
+  let alive = true, asked = 0, drawn = 0, listed = false;
+  async function load() {
+    const read = ++asked;
+    const [counted, result] = await Promise.all([watched(held, "actions/pending-count"), oldestPending(shown, held)]);
+    if (!alive || !shownAt(at)) return;
+    // A poll answered after a newer read (Show more, a decision) would take its cards away.
+    if (read < drawn) return;
+    drawn = read;
+    // A read that failed was said as text alone, in place of the cards, with no way to read
+    // them again but a reload: said as the task page says it (readFailed), with Retry, the
+    // cards shown (if any) kept as last read.
+    if (!result.ok) {
+      const failed = readFailed("approvals-error", "The pending approvals", result, load);
+      const shownError = readBox.firstChild;
+      if (!shownError || shownError.textContent !== failed.textContent || shownError.querySelector("button:disabled")) fill(readBox, failed);
+      if (!listed) fill(list); // not "Loading…" under the error
+      return;
+    }
+    fill(readBox);
+    listed = true;
+    if (counted.unchanged && result.unchanged) return; // as shown
+    showActions(list, result.items.slice().reverse(), load, say);
+    more.hidden = !result.more;
+    const pending = counted.ok ? counted.data.pending : null;
+    fill(count, pending === null ? "" : result.more
+      ? `${pending} pending; the ${result.items.length} oldest are shown, the longest waiting first.`
+      : `${pending} pending.`);
+  }
+  load();
+  const timer = setInterval(load, POLL_MS * 2);
+  return { dispose() { alive = false; clearInterval(timer); } };
+}

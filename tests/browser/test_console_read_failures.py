@@ -27,11 +27,16 @@ def test_a_task_s_pending_actions_that_cannot_be_read_say_so_and_are_read_again(
 ) -> None:
     """The page's read of the task's pending actions failed (a 503, then the network dropped):
     the section stayed empty and said nothing, as if nothing waited for approval. It says the
-    read failed, why, and offers to read them again; read, the card is shown."""
+    read failed, why, and offers to read them again; read, the card is shown. The page's clock
+    is stopped: its poll (every 3 s) read the mended approvals before the click on Retry once,
+    under load, and the button was gone."""
     task_id = console.trigger("approval", "Its approvals cannot be read")
     console.wait_for(task_id, lambda t: t["status"] == "waiting")
     refused = {"error": {"code": "store_unavailable", "message": "The store is not answering"}}
     page.route(PENDING, lambda route: route.fulfill(status=503, json=refused))
+    page.goto("about:blank")
+    page.clock.install(time=time.time())
+    page.clock.pause_at(time.time() + 1)
     open_task(page, console, task_id)
     said = page.locator("#pending-error")
     expect(said).to_have_text(

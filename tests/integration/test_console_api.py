@@ -358,3 +358,25 @@ def test_a_sign_in_form_sent_without_a_length_is_read_up_to_its_bound(
     huge = client.post("/console/session", content=chunked(b"token=" + b"x" * 9000), headers=form)
     assert huge.status_code == 413
     assert "The form is too large." in huge.text
+
+
+def test_a_script_the_browser_holds_is_answered_304(client: TestClient) -> None:
+    """The console's fourteen modules are `no-cache`: the browser asks for each at every
+    load, and each was sent whole every time (`FileResponse` answers no conditional request).
+    One it holds unchanged is answered `304`, with no body and the same headers."""
+    first = client.get("/console/app.js")
+    tag = first.headers["etag"]
+    again = client.get("/console/app.js", headers={"If-None-Match": tag})
+    assert again.status_code == 304
+    assert again.content == b""
+    assert again.headers["etag"] == tag
+    assert again.headers["cache-control"] == "no-cache"
+    assert again.headers["x-content-type-options"] == "nosniff"
+    # A weak form of the tag, or one among others, is the same; another tag is not.
+    assert (
+        client.get("/console/app.js", headers={"If-None-Match": f'"x", W/{tag}'}).status_code == 304
+    )
+    other = client.get("/console/app.js", headers={"If-None-Match": '"another"'})
+    assert (other.status_code, other.text) == (200, first.text)
+    # Each file has its own tag: a module's is not another's.
+    assert client.get("/console/api.js", headers={"If-None-Match": tag}).status_code == 200

@@ -142,10 +142,13 @@ export function approvals() {
     if (counted.unchanged && result.unchanged) return; // as shown
     showActions(list, result.items.slice().reverse(), load, say);
     more.hidden = !result.more;
+    // The count's own read may fail while the cards are read: its line was left blank.
     const pending = counted.ok ? counted.data.pending : null;
-    fill(count, pending === null ? "" : result.more
-      ? `${pending} pending; the ${result.items.length} oldest are shown, the longest waiting first.`
-      : `${pending} pending.`);
+    fill(count, pending === null
+      ? `How many are pending could not be read: ${errorText(counted).replace(/\.$/, "")}. ${result.items.length} shown, the longest waiting first.`
+      : result.more
+        ? `${pending} pending; the ${result.items.length} oldest are shown, the longest waiting first.`
+        : `${pending} pending.`);
   }
   load();
   const timer = setInterval(load, POLL_MS * 2);

@@ -94,6 +94,35 @@ def test_the_approvals_page_that_cannot_read_them_says_so_and_reads_them_again(
     expect(card).to_have_count(1)  # as last read
 
 
+#: The approvals page's read of how many actions are pending.
+COUNT = re.compile(r".*/api/v1/actions/pending-count$")
+
+
+def test_the_approvals_page_whose_count_cannot_be_read_says_so(page: Any, console: Console) -> None:
+    """The count's read failed while the cards were read: its line was left blank, as if
+    nothing were said to be pending. It says the count could not be read, and how many cards
+    are shown; read again, the count is back."""
+    task_id = console.trigger("approval", "Its count cannot be read")
+    console.wait_for(task_id, lambda t: t["status"] == "waiting")
+    refused = {"error": {"code": "store_unavailable", "message": "The store is not answering"}}
+    page.route(COUNT, lambda route: route.fulfill(status=503, json=refused))
+    page.goto("about:blank")
+    page.clock.install(time=time.time())
+    page.clock.pause_at(time.time() + 1)
+    page.goto(f"{console.url}/console#/approvals")
+    expect(page.locator("#approvals > article.action").filter(has_text=task_id)).to_have_count(1)
+    shown = page.locator("#approvals > article.action").count()  # the file's other tasks too
+    expect(page.locator("#approvals-count")).to_have_text(
+        "How many are pending could not be read: The store is not answering "
+        f"(store_unavailable). {shown} shown, the longest waiting first."
+    )
+    page.unroute(COUNT)
+    page.clock.fast_forward(6_000)  # the next poll
+    pending = console.http.get("/api/v1/actions/pending-count").json()["pending"]
+    assert pending >= shown
+    expect(page.locator("#approvals-count")).to_contain_text(f"{pending} pending")
+
+
 def test_an_address_the_console_has_no_view_for_says_so(page: Any, console: Console) -> None:
     """A mistyped or stale address (a view the console does not have, a task address with a
     slash too many) drew the task list, unsaid, as if it were what was asked for: it says there

@@ -151,12 +151,28 @@ def _keep_logging() -> Iterator[None]:
     """A command run in process (`outbox dispatch --once`, the sweeper's) configures the
     process's logging: give the root logger back after each test, and stop capturing warnings
     into it. Left capturing, `logging` takes a later `captureWarnings(True)` for done and a
-    warning goes to pytest instead of the log line a test reads."""
+    warning goes to pytest instead of the log line a test reads. The project's own loggers get
+    their levels back too: a command quiets a service's logger for the line it says itself
+    (`recover` the sweeper's, a write command the dispatcher's), and once quieted in this
+    process the sweeper's outage warning never reached a later test that reads it."""
     root = logging.getLogger()
     saved = (root.handlers[:], root.level)
+    levels = _project_levels()
     yield
     root.handlers, root.level = saved
+    for name, logger in logging.root.manager.loggerDict.items():
+        if isinstance(logger, logging.Logger) and name.startswith(("orchestrator", "workers")):
+            logger.setLevel(levels.get(name, logging.NOTSET))
     logging.captureWarnings(False)
+
+
+def _project_levels() -> dict[str, int]:
+    """The levels of the project's loggers as they are set now."""
+    return {
+        name: logger.level
+        for name, logger in logging.root.manager.loggerDict.items()
+        if isinstance(logger, logging.Logger) and name.startswith(("orchestrator", "workers"))
+    }
 
 
 @pytest.fixture

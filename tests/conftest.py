@@ -109,6 +109,18 @@ def redis_server() -> Iterator[RedisServer]:
 
 
 @pytest.fixture
+def redis_of_its_own() -> Iterator[RedisServer]:
+    """A redis-server of the test's own, which it may stop and start (an outage)."""
+    server = RedisServer()
+    try:
+        server.start()
+    except ServiceMissing as exc:
+        service_unavailable(str(exc))
+    yield server
+    server.close()
+
+
+@pytest.fixture
 def redis_url(redis_server: RedisServer) -> str:
     """The session's Redis, emptied for this test."""
     if redis_server.process is None or redis_server.process.poll() is not None:

@@ -18,22 +18,11 @@ import pytest
 from orchestrator.services.tasks import Trigger
 from tests.acceptance.fleet import Fleet, fleet_env, running_fleet
 from tests.executions_support import claim_as_worker, runtime_for, wait_for
-from tests.services import RedisServer, ServiceMissing, service_unavailable
+from tests.services import RedisServer
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
 SWEEP = 0.3
-
-
-@pytest.fixture
-def redis_of_its_own() -> Iterator[RedisServer]:
-    server = RedisServer()
-    try:
-        server.start()
-    except ServiceMissing as exc:
-        service_unavailable(str(exc))
-    yield server
-    server.close()
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -161,3 +162,11 @@ def failing_alone(console: Console, task_id: str) -> int:
         **{n: {"status": "delivered", "delivered_at": now, "last_error": None} for n in rest},
     })  # fmt: skip
     return first
+
+
+def pause_clock(page: Any) -> None:
+    """Stop the page's clock before it opens the console: its polls run only when the test
+    fast-forwards it, never between a read the test mends and the click that reads again."""
+    page.goto("about:blank")
+    page.clock.install(time=time.time())
+    page.clock.pause_at(time.time() + 1)

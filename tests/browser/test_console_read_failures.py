@@ -7,14 +7,13 @@ view for says so.
 from __future__ import annotations
 
 import re
-import time
 from typing import Any
 
 import pytest
 from playwright.sync_api import expect
 
 from tests.browser.conftest import Console
-from tests.browser.pages import open_task
+from tests.browser.pages import open_task, pause_clock
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -34,9 +33,7 @@ def test_a_task_s_pending_actions_that_cannot_be_read_say_so_and_are_read_again(
     console.wait_for(task_id, lambda t: t["status"] == "waiting")
     refused = {"error": {"code": "store_unavailable", "message": "The store is not answering"}}
     page.route(PENDING, lambda route: route.fulfill(status=503, json=refused))
-    page.goto("about:blank")
-    page.clock.install(time=time.time())
-    page.clock.pause_at(time.time() + 1)
+    pause_clock(page)
     open_task(page, console, task_id)
     said = page.locator("#pending-error")
     expect(said).to_have_text(
@@ -71,9 +68,7 @@ def test_the_approvals_page_that_cannot_read_them_says_so_and_reads_them_again(
     console.wait_for(task_id, lambda t: t["status"] == "waiting")
     refused = {"error": {"code": "store_unavailable", "message": "The store is not answering"}}
     page.route(OLDEST, lambda route: route.fulfill(status=503, json=refused))
-    page.goto("about:blank")
-    page.clock.install(time=time.time())
-    page.clock.pause_at(time.time() + 1)
+    pause_clock(page)
     page.goto(f"{console.url}/console#/approvals")
     said = page.locator("#approvals-error")
     expect(said).to_have_text(
@@ -106,9 +101,7 @@ def test_the_approvals_page_whose_count_cannot_be_read_says_so(page: Any, consol
     console.wait_for(task_id, lambda t: t["status"] == "waiting")
     refused = {"error": {"code": "store_unavailable", "message": "The store is not answering"}}
     page.route(COUNT, lambda route: route.fulfill(status=503, json=refused))
-    page.goto("about:blank")
-    page.clock.install(time=time.time())
-    page.clock.pause_at(time.time() + 1)
+    pause_clock(page)
     page.goto(f"{console.url}/console#/approvals")
     expect(page.locator("#approvals > article.action").filter(has_text=task_id)).to_have_count(1)
     shown = page.locator("#approvals > article.action").count()  # the file's other tasks too

@@ -24,20 +24,9 @@ from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.tasks import Trigger
 from orchestrator.store.types import utcnow
 from tests.executions_support import claim_as_worker, settings_for
-from tests.services import RedisServer, ServiceMissing, service_unavailable
+from tests.services import RedisServer
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
-
-
-@pytest.fixture
-def redis_of_its_own() -> Iterator[RedisServer]:
-    server = RedisServer()
-    try:
-        server.start()
-    except ServiceMissing as exc:
-        service_unavailable(str(exc))
-    yield server
-    server.close()
 
 
 @pytest.fixture

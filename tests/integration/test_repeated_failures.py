@@ -81,13 +81,58 @@ def test_the_same_refused_call_turn_after_turn_ends_the_task_naming_it(
     assert results == (["succeeded"] * reads_first + ["failed"]) * SAME_FAILURE_LIMIT
 
 
+#: A source the store does not declare: refused `unknown_source`, the same answer each time.
+NOWHERE = {"source": "nowhere"}
+
+
+@pytest.mark.parametrize(
+    "cycle",
+    [
+        [("query_data_source", BAD), ("query_data_source", NOWHERE)],
+        [("query_data_source", BAD), ("save_reprt", {}), ("query_data_source", NOWHERE)],
+    ],
+    ids=["two", "three"],
+)
+def test_refused_calls_in_turn_ends_the_task_naming_them(
+    store_url: str, scripts: Path, server: OpenAIServer, cycle: list[tuple[str, Any]]
+) -> None:
+    """A model that alternates between refused calls (A, B, A, B, ...; or cycles among three),
+    shown why each time, makes no turn the same as the one before it. Before, it spent every
+    round's 8 turns and the task all 3 rounds (24 requests) before `round_limit`; now the
+    round ends once each refusal of a turn came `SAME_FAILURE_LIMIT` times with nothing run
+    in between, naming them all."""
+    rt = _runtime(store_url, scripts, server)
+    try:
+        server.converse(
+            [Reply(tool_calls=[call(f"c{n}", *cycle[n % len(cycle)])]) for n in range(30)]
+        )
+        task_id = _trigger(rt)
+        result = rt.executions.run(task_id, 1, worker="w1")
+        view = rt.tasks.explain(task_id)
+    finally:
+        rt.close()
+    turns = len(cycle) * (SAME_FAILURE_LIMIT - 1) + 1
+    assert result.outcome == "failed"
+    assert view["failure_code"] == "model_error"
+    assert len(server.requests) == turns  # not 8 turns x 3 rounds
+    assert view["last_error"].startswith(
+        f"the model made the same {len(cycle)} refused calls in turn, {turns} turns with "
+        "nothing run in between, shown why each time: query_data_source: invalid_arguments: "
+        "scada_sim takes point"
+    )
+    assert "query_data_source: unknown_source: unknown source 'nowhere'" in view["last_error"]
+    assert ("save_reprt: unknown_tool: unknown tool 'save_reprt'" in view["last_error"]) == (
+        len(cycle) == 3
+    )
+    assert "ORCH_MAX_TURNS" in view["last_error"]
+
+
 def test_a_model_that_corrects_its_call_between_refusals_goes_on(
     store_url: str, scripts: Path, server: OpenAIServer
 ) -> None:
     """Refused twice, then a call that runs, then refused twice again, then another refusal
     twice: no run of three, and the round ends as the model ends it."""
-    unknown = {"source": "nowhere"}
-    turns = [BAD, BAD, GOOD, BAD, BAD, unknown]
+    turns = [BAD, BAD, GOOD, BAD, BAD, NOWHERE]
     rt = _runtime(store_url, scripts, server)
     try:
         server.converse(

@@ -27,18 +27,72 @@ def test_the_same_refusal_ends_at_the_limit_and_names_it() -> None:
     assert "query_data_source: unknown_source: unknown source 'x'" in why
 
 
-def test_a_call_that_ran_or_another_refusal_starts_the_count_again() -> None:
+def test_a_call_that_ran_starts_the_count_again() -> None:
     ran = ToolResult.ok({"rows": []})
-    other = ToolResult.failed("unknown source 'y'", code="unknown_source")
     refusals = RepeatedRefusals()
     turns = [[(CALL, REFUSED)], [(CALL, REFUSED)], [(CALL, ran)], [(CALL, REFUSED)]]
-    turns += [[(CALL, REFUSED)], [(CALL, other)], [(CALL, REFUSED)], [(CALL, REFUSED)]]
+    turns += [[(CALL, REFUSED)], [(CALL, OTHER)], [(READ, ran)], [(CALL, REFUSED)]]
     # Beside the same refusal, a call that ran with other arguments each time.
     turns += [
         [(CALL, REFUSED), (ToolCall("c2", "query_data_source", {"point": point}), ran)]
         for point in ("a", "b", "c", "d")
     ]
     assert not any(_turns(refusals, turns))
+
+
+OTHER = ToolResult.failed("unknown source 'y'", code="unknown_source")
+SECOND = ToolCall("c2", "save_reprt", {})
+UNKNOWN = ToolResult.failed("unknown tool 'save_reprt'", code="unknown_tool")
+READ = ToolCall("c3", "read_task_context", {})
+
+
+def test_refusals_in_turn_end_once_each_came_the_limit_times() -> None:
+    """A, B, A, B, A: no turn is the one before again, and the fifth ends the round, naming
+    both; a cycle of three ends at the seventh."""
+    refusals = RepeatedRefusals()
+    a, b = [(CALL, REFUSED)], [(SECOND, UNKNOWN)]
+    assert _turns(refusals, [a, b, a, b, a]) == [False] * 4 + [True]
+    why = RepeatedRefusals()
+    said = [why.observe([call for call, _ in t], [r for _, r in t]) for t in [a, b, a, b, a]]
+    assert said[-1] == (
+        "the model made the same 2 refused calls in turn, 5 turns with nothing run in between, "
+        "shown why each time: query_data_source: unknown_source: unknown source 'x'; "
+        "save_reprt: unknown_tool: unknown tool 'save_reprt'; it does not correct them, so it "
+        "is not asked again for the rest of its turns (ORCH_MAX_TURNS)"
+    )
+    c = [(CALL, OTHER)]
+    assert _turns(RepeatedRefusals(), [a, b, c, a, b, c, a]) == [False] * 6 + [True]
+
+
+def test_another_refusal_between_does_not_end_the_round_but_does_not_start_it_again() -> None:
+    """A new refusal is the model trying something else: that turn does not end the round.
+    The same refusal before and after it still counts: it came a third time at the fourth."""
+    refusals = RepeatedRefusals()
+    said = [
+        refusals.observe([call for call, _ in t], [r for _, r in t])
+        for t in [[(CALL, REFUSED)], [(CALL, REFUSED)], [(CALL, OTHER)], [(CALL, REFUSED)]]
+    ]
+    assert [why is not None for why in said] == [False, False, False, True]
+    assert (said[-1] or "").startswith(
+        "the model made the same refused call 3 times in 4 turns with nothing run in between, "
+        "shown why each time: query_data_source: unknown_source: unknown source 'x'; "
+    )
+
+
+def test_reads_made_before_beside_refusals_in_turn_are_no_progress() -> None:
+    """Two reads, each beside its own refusal, in turn: each read ran before, so the refusals
+    still come in turn with nothing new run; a read with new arguments starts it again."""
+    ran = ToolResult.ok({"rows": []})
+    other_read = ToolCall("c4", "query_data_source", {"point": "p"})
+    a, b = [(READ, ran), (CALL, REFUSED)], [(other_read, ran), (SECOND, UNKNOWN)]
+    assert _turns(RepeatedRefusals(), [a, b, a, b, a, b]) == [False] * 5 + [True]
+    fresh = [
+        [(ToolCall("c5", "query_data_source", {"point": n}), ran), (CALL, REFUSED)]
+        for n in range(6)
+    ]
+    # The refusal beside each new read counts from the last of them: ends two turns later.
+    said = _turns(RepeatedRefusals(), [a, b, *fresh, a, b, a])
+    assert said == [False] * (len(fresh) + 4) + [True]
 
 
 def test_the_same_turn_again_counts_with_a_call_that_ran_beside_the_refusal() -> None:

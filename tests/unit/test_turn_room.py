@@ -92,13 +92,28 @@ def test_the_same_calls_every_turn_are_stuck() -> None:
 
 
 def test_making_the_rest_in_later_turns_is_progress() -> None:
-    """Each turn runs a call it did not run before: the count starts again every turn."""
+    """Each turn runs a call it did not run before (the first of those left, with one more
+    behind them): the count starts again every turn."""
+    refusals = RepeatedRefusals()
+    calls = [ToolCall(f"q{n}", "query_data_source", {"point": f"P{n}"}) for n in range(12)]
+    for first in range(len(calls) - 2):
+        turn = calls[first : first + 3]
+        assert refusals.observe(turn, [RAN, LEFT, LEFT]) is None
+
+
+def test_going_round_the_reads_already_run_is_stuck() -> None:
+    """Three turns that each run a read the one before did not, then the same three again:
+    no read is new any more, and the calls left for later come a third time."""
     refusals = RepeatedRefusals()
     turns = [QUERIES, [*QUERIES[1:], ToolCall("q3", "query_data_source", {"point": "D"})]]
     turns.append([QUERIES[2], ToolCall("q4", "query_data_source", {"point": "E"})])
-    for turn in turns * SAME_FAILURE_LIMIT:
-        results = [RAN] + [LEFT] * (len(turn) - 1)
-        assert refusals.observe(turn, results) is None
+    said = [
+        refusals.observe(turn, [RAN] + [LEFT] * (len(turn) - 1))
+        for turn in turns * SAME_FAILURE_LIMIT
+    ]
+    # Progress at each of the first three; the left calls then come in turns 3, 4 and 5.
+    assert [why is not None for why in said[:5]] == [False] * 4 + [True]
+    assert "query_data_source: no_room: not run" in (said[4] or "")
 
 
 # -- the request builder's arithmetic -----------------------------------------------------------

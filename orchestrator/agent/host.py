@@ -244,12 +244,15 @@ class ToolHost:
                 planned.append(Planned(call.id, "answered", answer=answered))
                 continue
             unit = prepared[key_of[index]]
+            cited = unit.tool.records_evidence()
             if unit.effect != "read":
-                planned.append(Planned(call.id, "write"))
+                planned.append(Planned(call.id, "write", cited=cited))
                 continue
             reads.append(key_of[index])
             least = unit.tool.least_shown(unit.args)
-            planned.append(Planned(call.id, "read", least=least, pageable=unit.tool.pageable))
+            planned.append(
+                Planned(call.id, "read", least=least, pageable=unit.tool.pageable, cited=cited)
+            )
         turn = fit(planned) if reads else None
         if turn is None:
             return

@@ -11,7 +11,7 @@ import json
 import logging
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 _AROUND = json.dumps(
     {"status": "succeeded", "evidence_id": "", "queried_at": "", "content_ref": "", "result": None}
 )
+
+#: The same for a tool that records no evidence (`Tool.records_evidence`): no record beside it.
+_BARE = json.dumps({"status": "succeeded", "result": None})
 
 #: A preview's keys around its text (`ToolHost._page`), but for the text and its result id
 #: (`ResultCache.put`: 32 hexadecimal characters).
@@ -266,12 +269,11 @@ class RequestBuilder:
 
     def _least(self, plan: Planned | None, call_id: str) -> int:
         """The uncalibrated tokens of a result's answer at its smallest: the tool message and
-        the host's record around it (`_turn_tokens`), and its payload at its least (the tool's
-        own, a preview's keys, at least `_LEAST_ROOM`)."""
+        the host's record around it when its tool records one (`_turn_tokens`), and its payload
+        at its least (the tool's own, a preview's keys, at least `_LEAST_ROOM`)."""
         assert self.context is not None
         counter = self.context.counter
-        around = {"role": "tool", "tool_call_id": call_id, "content": _AROUND}
-        tokens = counter.message(around) + CITATION_CHARS
+        tokens = self._around(counter.message, call_id, cited=plan is None or plan.cited)
         if plan is None:
             return tokens
         least = _LEAST_ROOM
@@ -290,7 +292,8 @@ class RequestBuilder:
     def _turn_tokens(self, *, bound: bool = False) -> int:
         """The uncalibrated tokens of the turn whose results are being fitted, but for the
         results themselves: its assistant message, exactly, and for each call the tool message
-        around a result and the host's record, the record's values bounded by their characters
+        around a result and the host's record (of a tool that records one), the record's values
+        bounded by their characters
         (`CITATION_CHARS`: their tokens vary with their random digits). `bound`: at least
         that, from the messages' bytes."""
         assert self.context is not None
@@ -306,9 +309,24 @@ class RequestBuilder:
                 # Left for a later turn (`_turn_fit`): its answer, as it is shown.
                 tokens += measure(answer)
                 continue
-            around = {"role": "tool", "tool_call_id": str(call_id), "content": _AROUND}
-            tokens += measure(around) + CITATION_CHARS
+            tokens += self._around(measure, str(call_id), cited=self._cited(call))
         return tokens
+
+    @staticmethod
+    def _around(measure: Callable[[dict[str, Any]], int], call_id: str, *, cited: bool) -> int:
+        """A result's tool message but for the result: with the host's record (its keys, and
+        its values bounded by their characters) when `cited`."""
+        content = _AROUND if cited else _BARE
+        around = measure({"role": "tool", "tool_call_id": call_id, "content": content})
+        return around + CITATION_CHARS if cited else around
+
+    def _cited(self, call: Any) -> bool:
+        """Whether the answer of `call` (as the model sent it) may carry the host's record:
+        unless its tool is known to record none (`Tool.records_evidence`)."""
+        function = call.get("function") if isinstance(call, Mapping) else None
+        name = function.get("name") if isinstance(function, Mapping) else None
+        tool = (self.tools or {}).get(name) if isinstance(name, str) else None
+        return tool is None or tool.records_evidence()
 
     def add_assistant(self, message: dict[str, Any]) -> None:
         self._calling = message

@@ -193,6 +193,20 @@ def test_queries_a_4096_window_cannot_hold_together_wait_for_a_later_turn(
     assert (record["truncated"], record["row_count"]) == (True, len(rows))
 
 
+def test_small_reads_that_record_no_evidence_all_run_in_a_4096_window(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """Four receipt look-ups in one turn: each answer is about 51 tokens (a found receipt at
+    most 178), and the task tools' definitions leave about 740. Before, each was reserved the
+    host's evidence record too (about 160 tokens: its keys and their 139 characters), which a
+    tool that records none never shows, and three were answered no_room; now all four run."""
+    calls = [call(f"g{n}", "get_tool_execution", {"invocation_id": f"inv-{n}"}) for n in range(4)]
+    seen = _run(store_url, scripts, server, 4096, calls=calls)
+    assert seen["error"] is None
+    assert [answer.get("code") for answer in seen["told"]] == ["not_found"] * 4
+    assert seen["records"] == []
+
+
 def test_a_window_that_holds_not_even_one_query_says_the_turn_made_several_calls(
     store_url: str, scripts: Path, server: OpenAIServer
 ) -> None:

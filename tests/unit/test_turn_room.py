@@ -119,7 +119,9 @@ def test_going_round_the_reads_already_run_is_stuck() -> None:
 # -- the request builder's arithmetic -----------------------------------------------------------
 
 
-def _fit(window: int, *kinds: str, least: int = 1000) -> tuple[RequestBuilder, TurnFit | None]:
+def _fit(
+    window: int, *kinds: str, least: int = 1000, cited: bool = True
+) -> tuple[RequestBuilder, TurnFit | None]:
     """A turn of calls of `kinds` (`read`, `write`) in a window of `window` tokens, each read
     shown at its least as `least` tokens or so: what the builder says runs."""
     builder = RequestBuilder(
@@ -140,7 +142,9 @@ def _fit(window: int, *kinds: str, least: int = 1000) -> tuple[RequestBuilder, T
     builder.add_assistant({"role": "assistant", "content": None, "tool_calls": calls})
     text = json.dumps({"rows": [], "truncation": "word " * least})
     planned = [
-        Planned(f"c{n}", "read", least=text) if kind == "read" else Planned(f"c{n}", "write")
+        Planned(f"c{n}", "read", least=text, cited=cited)
+        if kind == "read"
+        else Planned(f"c{n}", "write")
         for n, kind in enumerate(kinds)
     ]
     fit = builder.ctx.extras[TURN_FIT]
@@ -156,6 +160,16 @@ def test_the_builder_runs_the_reads_that_fit_and_gives_them_the_room_of_the_othe
     assert builder._room() > 1000
     _, turn = _fit(8192, "read", "read", "read")
     assert turn is None  # all fit: every call runs
+
+
+def test_reads_of_a_tool_that_records_no_evidence_need_no_room_for_a_record() -> None:
+    """The host's record (its keys and about 139 characters) is beside an answer only when
+    the tool records evidence: three reads that leave one out with it all run without it."""
+    _, turn = _fit(4096, "read", "read", "read")
+    assert turn is not None
+    assert turn.runs == 2
+    _, turn = _fit(4096, "read", "read", "read", cited=False)
+    assert turn is None
 
 
 def test_the_builder_leaves_every_read_beside_a_write_but_never_the_write() -> None:

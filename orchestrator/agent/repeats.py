@@ -27,17 +27,23 @@ A read left for a later turn because the context window holds no more of the tur
 the same calls in the same order every turn never has the later ones run (the first runs, and
 is the same call again), and is stopped; one that makes the rest in later turns runs a call it
 had not run each turn, which starts the count again.
+
+Across rounds, a round that ends on the same empty answer as the rounds before it, saving no
+report, is stuck only if it made the same calls as they did (`calls_made`, from the rounds'
+transcripts): the next would be asked the same and do the same. A round that read something
+new or published another plan made progress, and the task goes on (to ORCH_MAX_ROUNDS).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 from orchestrator.domain.fingerprints import NonCanonical, canonical_json
+from orchestrator.store.transcripts import Entry
 from orchestrator.tools.base import ToolCall, ToolResult
 
-__all__ = ["SAME_FAILURE_LIMIT", "RepeatedRefusals"]
+__all__ = ["SAME_FAILURE_LIMIT", "RepeatedRefusals", "calls_made"]
 
 #: Turns in a row with the same refusals that end the round: the first, then two more after the
 #: model was shown why (a model that can correct a call does so at once or at the next turn).
@@ -168,3 +174,25 @@ def _parts(
             sent = repr(call.arguments)
         ran.add((call.name, sent))
     return refused, ran, outside
+
+
+def calls_made(entries: Iterable[Entry]) -> frozenset[tuple[str, str]]:
+    """What a round asked of its tools: the (tool, arguments) of every call of its model turns
+    (not its sub-agents'), as its transcript keeps them, whatever their order and ids. Two
+    rounds that made the same calls did the same work."""
+    made: set[tuple[str, str]] = set()
+    for entry in entries:
+        body = entry.body if entry.kind == "model_turn" else None
+        # An older row's body may be of another shape (`tasks transcript` shows it unreadable).
+        calls = body.get("tool_calls") if isinstance(body, Mapping) else None
+        if entry.parent_call_id is not None or not isinstance(calls, list):
+            continue
+        for call in calls:
+            if not isinstance(call, Mapping):
+                continue
+            try:
+                sent = canonical_json(call.get("arguments"))
+            except NonCanonical:
+                sent = repr(call.get("arguments"))
+            made.add((str(call.get("name")), sent))
+    return frozenset(made)

@@ -23,7 +23,7 @@ from orchestrator.agent.evidence import EvidenceRecorder
 from orchestrator.agent.host import ToolHost
 from orchestrator.agent.loop import LeaseLost, run_round
 from orchestrator.agent.model import Model, ModelBusy, ModelError, load_model
-from orchestrator.agent.repeats import SAME_FAILURE_LIMIT
+from orchestrator.agent.repeats import SAME_FAILURE_LIMIT, calls_made
 from orchestrator.agent.request import AgentContext
 from orchestrator.agent.sensitive import hide_configured
 from orchestrator.agent.subagents import SUBAGENTS, Delegate, SubAgentRegistry, SubAgentRun
@@ -51,6 +51,7 @@ from orchestrator.store import open_work
 from orchestrator.store import reports as report_store
 from orchestrator.store import task_events as event_store
 from orchestrator.store import tasks as task_store
+from orchestrator.store import transcripts as transcript_store
 from orchestrator.store.db import Database, cause_line
 from orchestrator.store.fencing import check_fence
 from orchestrator.store.receipts import ReceiptLedger
@@ -552,19 +553,26 @@ class ExecutionService:
 
     def _earlier_reasons(self, fence: Fence) -> tuple[str | None, ...]:
         """Why each of the generations before `fence`'s ended, newest first, as many as a run
-        of the same empty answer needs (`SAME_FAILURE_LIMIT`); () when they cannot be read."""
+        of the same empty answer needs (`SAME_FAILURE_LIMIT`); None for one whose model made
+        other calls than this generation's (`calls_made`: it read something else, published
+        another plan; the rounds made progress); () when they cannot be read."""
         earlier = range(fence.generation - 1, fence.generation - SAME_FAILURE_LIMIT, -1)
         try:
             with self.db.transaction(readonly=True) as conn:
+                calls = partial(transcript_store.entries_of, conn, task_id=fence.task_id)
+                these = calls_made(calls(generation=fence.generation))
                 found = [
-                    execution_store.get_execution(conn, fence.task_id, generation)
+                    (
+                        execution_store.get_execution(conn, fence.task_id, generation),
+                        calls_made(calls(generation=generation)),
+                    )
                     for generation in earlier
                     if generation >= 1
                 ]
         except Exception:  # judged on this round alone, as before
             log.warning("the earlier generations of %s could not be read", fence.task_id)
             return ()
-        return tuple(None if row is None else row.reason for row in found)
+        return tuple(None if row is None or calls != these else row.reason for row, calls in found)
 
     def _finish(
         self, task: TaskRecord, fence: Fence, keeper: LeaseKeeper, rule: DecisionRule
@@ -655,9 +663,9 @@ def decide_round(
     A round that ended on an empty reply (`empty_answer_turn`: no text and no tool call) and
     saved no report says so: "the round saved no report" alone, round after round, hid a model
     or server that returns nothing. When the generations before it ended for that same reason
-    (`earlier_reasons`, newest first), `SAME_FAILURE_LIMIT` rounds in a row, the task fails
-    `model_error` rather than running round after round to ORCH_MAX_ROUNDS: the next round
-    would be asked the same and answer the same."""
+    having made the same calls (`earlier_reasons`, newest first), `SAME_FAILURE_LIMIT` rounds
+    in a row, the task fails `model_error` rather than running round after round to
+    ORCH_MAX_ROUNDS: the next round would be asked the same and answer the same."""
     decision = decide(replace(facts, max_rounds=max_rounds, running_commands=running_commands))
     if turn_budget_spent:
         # The setting named: a model looping on calls that fail spends every round's budget.

@@ -176,6 +176,52 @@ def test_the_same_empty_answer_round_after_round_ends_the_task_naming_it(
     assert len(server.requests) == SAME_FAILURE_LIMIT
 
 
+POINTS = ["DM-RN-01", "DM-RN-02", "DM-HS-01", "DM-RN-01"]
+
+
+@pytest.mark.parametrize("new_reads", [False, True], ids=["same_reads", "new_reads"])
+def test_an_empty_answer_after_work_ends_the_task_only_when_the_rounds_did_the_same(
+    store_url: str, scripts: Path, server: OpenAIServer, new_reads: bool
+) -> None:
+    """Each round queries a source, then answers nothing at turn 2. Rounds that make the same
+    query each time are stuck (the next is asked the same and does the same): the third ends
+    the task model_error. Before, rounds that each queried something new ended the same way,
+    at the third, though each made progress; now they go on, to the round limit."""
+    rt, _ = runtime_for(
+        store_url, scripts, model="openai:test-model", llm_base_url=server.base_url, max_rounds=4
+    )
+    try:
+        for n, point in enumerate(POINTS):
+            query = {
+                "source": "scada_sim",
+                "parameters": {"point": point if new_reads else "DM-RN-01", "measure": "pressure"},
+            }
+            server.reply(tool_calls=[call(f"q{n}", "query_data_source", query)])
+            server.reply(content=None)
+        task_id = _trigger(rt)
+        outcomes = []
+        for generation in range(1, len(POINTS) + 1):
+            result = rt.executions.run(task_id, generation, worker="w1")
+            outcomes.append(result.outcome)
+            if result.outcome == "failed":
+                break
+        view = rt.tasks.explain(task_id)
+    finally:
+        rt.close()
+    said = "the model returned an empty answer (no text and no tool call) at turn 2 of the round"
+    if not new_reads:
+        assert outcomes == ["continue"] * (SAME_FAILURE_LIMIT - 1) + ["failed"]
+        assert view["failure_code"] == "model_error"
+        assert view["last_error"].startswith(f"{said}, after 1 turn(s) of tool calls in 3 rounds")
+        return
+    assert outcomes == ["continue"] * (len(POINTS) - 1) + ["failed"]
+    assert view["failure_code"] == "round_limit"
+    assert view["last_error"] == (
+        f"the task did not finish within {len(POINTS)} rounds; in the last round {said}, "
+        "after 1 turn(s) of tool calls"
+    )
+
+
 def test_a_collaboration_stops_at_the_same_refusal_and_shows_no_key(
     store_url: str, scripts: Path, server: OpenAIServer
 ) -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from orchestrator.agent.repeats import SAME_FAILURE_LIMIT, RepeatedRefusals
+from orchestrator.agent.repeats import SAME_FAILURE_LIMIT, RepeatedRefusals, calls_made
+from orchestrator.store.transcripts import Entry
 from orchestrator.tools.base import ToolCall, ToolResult
 
 CALL = ToolCall("c1", "query_data_source", {"source": "x"})
@@ -127,3 +128,26 @@ def test_a_turn_of_several_refusals_counts_when_all_repeat_in_order() -> None:
     why = refusals.observe([CALL, second], [REFUSED, unknown])
     assert why is not None
     assert "(and 1 more refused call(s))" in why
+
+
+def test_the_calls_a_round_made_are_compared_whatever_their_order_and_ids() -> None:
+    """`calls_made` reads a round's transcript: its own model turns' calls, by tool and
+    arguments; a sub-agent's turns, tool results and a body of another shape are not."""
+
+    def turn(*calls: tuple[str, str, dict[str, object]], parent: str | None = None) -> Entry:
+        body = {"tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in calls]}
+        return Entry(turn=1, kind="model_turn", body=body, parent_call_id=parent)
+
+    read, query = ("a", "read_task_context", {}), ("b", "query_data_source", {"source": "x"})
+    first = calls_made([turn(read), turn(query), Entry(turn=2, kind="model_turn", body={})])
+    again = calls_made(
+        [
+            turn(("c", "query_data_source", {"source": "x"}), ("d", "read_task_context", {})),
+            turn(("e", "delegate", {"task": "look"}), parent="c"),
+            Entry(turn=1, kind="tool_result", body={"tool_calls": [{"name": "x"}]}),
+            Entry(turn=3, kind="model_turn", body=["an", "older", "body"]),  # type: ignore[arg-type]
+        ]
+    )
+    assert first == again == {("read_task_context", "{}"), ("query_data_source", '{"source":"x"}')}
+    other = calls_made([turn(read), turn(("b", "query_data_source", {"source": "y"}))])
+    assert other != first

@@ -5,8 +5,9 @@ store and its generations.
 Before, a model that sent the same refused call every turn spent ORCH_MAX_TURNS turns in each
 of ORCH_MAX_ROUNDS rounds (here 8 x 3 = 24 requests) and failed `round_limit`; a server that
 answered every round's first request with nothing ran every round to the round limit. Now the
-same refusal `SAME_FAILURE_LIMIT` turns in a row, or the same empty answer that many rounds in
-a row, ends the task `model_error` naming it.
+same refusal `SAME_FAILURE_LIMIT` turns in a row (or each of refusals made in turn that many
+times with nothing run in between), or the same empty answer that many rounds in a row of
+rounds that made the same calls, ends the task `model_error` naming it.
 """
 
 from __future__ import annotations

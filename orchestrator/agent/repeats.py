@@ -1,4 +1,4 @@
-"""A model that repeats refused calls, turn after turn, with nothing run in between, ends the round.
+"""A model that repeats refused calls with nothing new run in between ends the round.
 
 A model that calls a tool with arguments its schema refuses (or an unknown tool, or a call the
 host's rules refuse) and, shown why, sends the same again gets the same answer every turn: the
@@ -130,7 +130,7 @@ class RepeatedRefusals:
         else:
             made = f"the same {len(named)} refused calls in turn, {self._turns} turns"
         return (
-            f"the model made {made} with nothing run in between, shown why each time: {said}; "
+            f"the model made {made} with nothing new run in between, shown why each time: {said}; "
             "it does not correct them, so it is not asked again for the rest of its turns "
             "(ORCH_MAX_TURNS)"
         )

@@ -6,7 +6,7 @@ Before, a model that sent the same refused call every turn spent ORCH_MAX_TURNS 
 of ORCH_MAX_ROUNDS rounds (here 8 x 3 = 24 requests) and failed `round_limit`; a server that
 answered every round's first request with nothing ran every round to the round limit. Now the
 same refusal `SAME_FAILURE_LIMIT` turns in a row (or each of refusals made in turn that many
-times with nothing run in between), or the same empty answer that many rounds in a row of
+times with nothing new run in between), or the same empty answer that many rounds in a row of
 rounds that made the same calls, ends the task `model_error` naming it.
 """
 
@@ -100,7 +100,7 @@ def test_refused_calls_in_turn_ends_the_task_naming_them(
     """A model that alternates between refused calls (A, B, A, B, ...; or cycles among three),
     shown why each time, makes no turn the same as the one before it. Before, it spent every
     round's 8 turns and the task all 3 rounds (24 requests) before `round_limit`; now the
-    round ends once each refusal of a turn came `SAME_FAILURE_LIMIT` times with nothing run
+    round ends once each refusal of a turn came `SAME_FAILURE_LIMIT` times with nothing new run
     in between, naming them all."""
     rt = _runtime(store_url, scripts, server)
     try:
@@ -118,7 +118,7 @@ def test_refused_calls_in_turn_ends_the_task_naming_them(
     assert len(server.requests) == turns  # not 8 turns x 3 rounds
     assert view["last_error"].startswith(
         f"the model made the same {len(cycle)} refused calls in turn, {turns} turns with "
-        "nothing run in between, shown why each time: query_data_source: invalid_arguments: "
+        "nothing new run in between, shown why each time: query_data_source: invalid_arguments: "
         "scada_sim takes point"
     )
     assert "query_data_source: unknown_source: unknown source 'nowhere'" in view["last_error"]

@@ -56,7 +56,7 @@ def test_refusals_in_turn_end_once_each_came_the_limit_times() -> None:
     why = RepeatedRefusals()
     said = [why.observe([call for call, _ in t], [r for _, r in t]) for t in [a, b, a, b, a]]
     assert said[-1] == (
-        "the model made the same 2 refused calls in turn, 5 turns with nothing run in between, "
+        "the model made the same 2 refused calls in turn, 5 turns with nothing new run in between, "
         "shown why each time: query_data_source: unknown_source: unknown source 'x'; "
         "save_reprt: unknown_tool: unknown tool 'save_reprt'; it does not correct them, so it "
         "is not asked again for the rest of its turns (ORCH_MAX_TURNS)"
@@ -75,7 +75,7 @@ def test_another_refusal_between_does_not_end_the_round_but_does_not_start_it_ag
     ]
     assert [why is not None for why in said] == [False, False, False, True]
     assert (said[-1] or "").startswith(
-        "the model made the same refused call 3 times in 4 turns with nothing run in between, "
+        "the model made the same refused call 3 times in 4 turns with nothing new run in between, "
         "shown why each time: query_data_source: unknown_source: unknown source 'x'; "
     )
 

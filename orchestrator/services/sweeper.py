@@ -16,7 +16,9 @@ seconds. A round the outage stopped is handed back by its worker (`services/hand
 every second until the store answers) and then counts as an outage (`handbacks`); a lease that
 ran out during a longer outage would otherwise be taken, by whichever sweep comes first once the
 store is back, for a worker that died (`recoveries`), and three such outages park the task as
-`recovery_limit`. A worker that really died waits those few seconds more.
+`recovery_limit`. A worker that really died waits those few seconds more. A one-shot sweep
+(`orchestrator recover`) cannot know whether the store has just come back: it starts the
+grace itself (`start_grace`) and sweeps again once the grace is over.
 
 With Redis as the broker, a sweep also keeps a mark there (`BROKER_MARK`, a lease of its own).
 Should it be gone, Redis lost its data (restarted empty, flushed), and the wake-ups of the queued
@@ -126,6 +128,9 @@ class SweepReport:
     #: Why Redis did not answer this sweep (its first error), or None: the sweeper said it
     #: once for the outage (`redis_outage.py`), so the loop need not say it at every sweep.
     redis_error: str | None = None
+    #: Expired generations this sweep left to their workers' hand-backs (the grace after a
+    #: store outage), for a later sweep.
+    left: int = 0
 
     def lines(self) -> list[str]:
         out = [
@@ -211,7 +216,9 @@ class Sweeper:
         if self._store_away:  # the store answers again
             self._store_away = False
             self._grace_until = time.monotonic() + self.handback_grace
-        expired = self._past_grace(expired)
+        due = self._past_grace(expired)
+        report.left = len(expired) - len(due)
+        expired = due
         if expired:
             self._recover(expired, now, report)
         self.recover_gone_processes(report)
@@ -219,6 +226,17 @@ class Sweeper:
             self._lost_before = min(now, utcnow())
         self._republish_stale(now, report)
         return report  # what it did (`report.lines()`) is said by the caller: printed or logged
+
+    def start_grace(self) -> float:
+        """Leave expired leases to their workers' hand-backs for a grace from now, as after a
+        store outage; the seconds it lasts. For a sweep run once, which did not see whether
+        the store was away."""
+        self._grace_until = time.monotonic() + self.handback_grace
+        return self.handback_grace
+
+    def grace_left(self) -> float:
+        """Seconds until the grace is over (0 when there is none)."""
+        return max(0.0, self._grace_until - time.monotonic())
 
     def _past_grace(self, expired: list[ExecutionRecord]) -> list[ExecutionRecord]:
         """The expiries to recover now: all of them, or, in the grace after an outage, those

@@ -35,7 +35,9 @@ refuses it.
 
 With Redis down a sweep can do little of this, and says so once an outage: one warning when
 Redis first does not answer (what the sweep could not do, and that it tries again), one line
-when it answers again, nothing at the sweeps between (`services/redis_outage.py`).
+when it answers again, nothing at the sweeps between (`services/redis_outage.py`). A Redis that
+answers but refuses (full, read-only, the sweeper's password no longer taken) is said as that,
+once, and is no outage.
 """
 
 from __future__ import annotations
@@ -125,8 +127,8 @@ class SweepReport:
     #: Wake-ups (task, generation) this sweep sent and the broker did not take (Redis down):
     #: recorded in the store, the next sweep sends them first.
     unsent: list[tuple[str, int]] = field(default_factory=list)
-    #: Why Redis did not answer this sweep (its first error), or None: the sweeper said it
-    #: once for the outage (`redis_outage.py`), so the loop need not say it at every sweep.
+    #: Why Redis did not answer this sweep, or refused it (its first error), or None: the
+    #: sweeper said it once (`redis_outage.py`), so the loop need not say it at every sweep.
     redis_error: str | None = None
     #: Expired generations this sweep left to their workers' hand-backs (the grace after a
     #: store outage), for a later sweep.
@@ -200,13 +202,14 @@ class Sweeper:
         except (OperationalError, InterfaceError):
             self._store_away = True
             raise
-        report.redis_error = self._misses.error
+        report.redis_error = self._misses.error or self._misses.refused
         if self.redis_outage is not None:  # a whole sweep: Redis answered it all, or not
             self.redis_outage.swept(self._misses)
         return report
 
-    def _missed(self, exc: BaseException | str) -> None:
-        """Redis did not answer: the error for the outage's line (the caller counts what)."""
+    def _missed(self, exc: BaseException) -> None:
+        """A call to Redis failed: the error for the line that says it, an outage or a refusal
+        (`redis_outage.py`); the caller counts what it could not do."""
         self._misses.note(exc)
 
     def _sweep(self, now: datetime) -> SweepReport:
@@ -377,10 +380,11 @@ class Sweeper:
                 self._missed(exc)
                 self._misses.unreleased += 1
         wakeups = [(t, n) for t, _, n in batch.requeued]
-        sent, why = dispatch_many(self.dispatcher, wakeups, quiet=self.redis_outage is not None)
+        sent, why = dispatch_many(
+            self.dispatcher, wakeups, quiet=self.redis_outage is not None, on_error=self._missed
+        )
         unsent = [w for w, ok in zip(wakeups, sent, strict=True) if not ok]
         if why is not None:
-            self._missed(why)
             self._misses.unsent += len(unsent)
         record_unsent(self.db, unsent)
         report.unsent += unsent
@@ -426,9 +430,9 @@ class Sweeper:
             task.generation,
             again=True,
             quiet=self.redis_outage is not None,
+            on_error=self._missed,
         )
         if why is not None:
-            self._missed(why)
             self._misses.unsent += 1
             record_unsent(self.db, [(task.task_id, task.generation)])
             report.unsent.append((task.task_id, task.generation))

@@ -181,7 +181,10 @@ def _sweeper(args: argparse.Namespace) -> int:
     rt = build_runtime(settings)
     # Imported here: prometheus-client picks its value store on import, after the worker
     # command has set PROMETHEUS_MULTIPROC_DIR.
-    from orchestrator.metrics import SWEEPS
+    from orchestrator.metrics import SWEEPS, sweeper_redis_unreachable
+
+    if settings.redis_url:
+        sweeper_redis_unreachable()  # exported from the start, a store away at the first sweep
 
     if settings.metrics_port and not args.once:
         try:

@@ -464,20 +464,14 @@ def retry_all_dead(
 
 
 def discard(conn: Connection, outbox_id: int, *, by: str, reason: str) -> bool:
-    """An operator's discard: a dead row, or a pending one no dispatcher has posted (an action
-    the backend answers 500 for every time is retried for ever otherwise), is settled by hand,
-    never sent again, and its task's later events go on (released now). The row keeps what it
-    was (`discarded_from`). False when it is neither: delivered or discarded already, or posted
-    (`sending_since`, its claim's hold not run out): its answer may yet deliver it.
-
-    A row claimed in a dispatcher's batch and waiting its turn is discarded: the dispatcher
-    posts a row only after `start_send`'s compare-and-set (still pending, under its claim's
-    attempt) commits, so it finds this one discarded and skips it. The two are one row's
-    updates: on Postgres the later waits for the earlier's lock and re-reads the row, so
-    either the discard commits first (the post is skipped) or `start_send` does (the discard
-    finds it posted and is refused). A claim being written holds the row's lock as well; a
-    claim after this commit finds it discarded, and one while this is written skips the
-    locked row."""
+    """An operator's discard: a dead row, or a pending one no dispatcher has posted (one that
+    waits its turn in a batch too), is settled by hand, never sent again, and its task's later
+    events go on (released now); it keeps what it was (`discarded_from`). False when it is
+    neither: delivered or discarded already, or posted (`sending_since`, its hold not run out).
+    A dispatcher posts a row only after `start_send`'s compare-and-set (pending, its claim's
+    attempt): both update the row, so on Postgres the later waits for the earlier's lock and
+    re-reads it; either the post is skipped or this finds it posted. A claim being written
+    holds the lock too; one while this is written skips the locked row."""
     now = utcnow()
     discardable = [
         outbox.c.outbox_id == outbox_id,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -66,7 +67,6 @@ __all__ = [
     "OUTBOX_THROTTLED",
     "RECOVERIES",
     "RECOVERY_DELAY",
-    "SWEEPER_REDIS_UNREACHABLE",
     "SWEEPS",
     "TOOL_CALLS",
     "TOOL_TIMEOUTS",
@@ -77,6 +77,7 @@ __all__ = [
     "registry",
     "render",
     "serve_metrics",
+    "sweeper_redis_unreachable",
 ]
 
 log = logging.getLogger(__name__)
@@ -113,12 +114,30 @@ RECOVERY_DELAY = Histogram(
 )
 SWEEPS = Counter("orchestrator_sweeps", "Sweeps run, by result", ["result"])
 # A sweep with Redis away may have nothing to fail (no expiry, no wake-up): it counts as ok.
-SWEEPER_REDIS_UNREACHABLE = Gauge(
-    "orchestrator_sweeper_redis_unreachable_seconds",
-    "How long Redis (leases, broker) has not answered the sweeper, as of its last sweep; 0 "
-    "when it answers",
-    multiprocess_mode="livemax",
-)
+# The gauge of Redis not answering the sweeper is made by the first sweep with Redis
+# (`sweeper_redis_unreachable`), not at import: the API and the workers import this module and
+# never sweep, and exported it at 0 for ever, which a fleet-wide max or average read as "Redis
+# answers".
+_SWEEPER_REDIS_UNREACHABLE: Gauge | None = None
+_SWEEPER_GAUGE_LOCK = threading.Lock()
+
+
+def sweeper_redis_unreachable() -> Gauge:
+    """`orchestrator_sweeper_redis_unreachable_seconds`, registered by its first use: only a
+    process that sweeps with Redis (the sweeper, a worker running `--beat`) exports it."""
+    global _SWEEPER_REDIS_UNREACHABLE
+    with _SWEEPER_GAUGE_LOCK:
+        if _SWEEPER_REDIS_UNREACHABLE is None:
+            _SWEEPER_REDIS_UNREACHABLE = Gauge(
+                "orchestrator_sweeper_redis_unreachable_seconds",
+                "How long Redis (leases, broker) has not answered the sweeper, from its first "
+                "failed attempt to the sweeper's last sweep; 0 when it answers (also when it "
+                "answers but refuses: the sweeper's log says why)",
+                multiprocess_mode="livemax",
+            )
+        return _SWEEPER_REDIS_UNREACHABLE
+
+
 VERIFICATIONS = Counter(
     "orchestrator_verifications", "Write verifications (read-back), by result", ["result"]
 )

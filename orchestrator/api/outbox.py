@@ -278,7 +278,8 @@ def retry_delivery(
 ) -> dict[str, Any]:
     """A dead-lettered delivery is due again now, with fresh attempt and throttled counts; a
     pending one (failing, backing off) is due now, its counts kept, once the backend is mended.
-    `409 being_sent` while a dispatcher is sending it (retry once its answer is recorded),
+    `409 being_sent` while a dispatcher is sending it or holds it in its batch, about to post
+    it (retry once its answer is recorded),
     `409 waits_behind` when it waits in order behind an earlier event of its task (retry that
     one), `409 invalid_transition` for a delivered or discarded one. The row records who
     retried it, when, and the body's `note` (`retried_by`, `retried_at`, `retry_note`)."""
@@ -296,8 +297,10 @@ def discard_delivery(
 ) -> dict[str, Any]:
     """Settle a delivery an operator dealt with by hand, dead-lettered or pending (an action
     the backend answers 500 for every time is retried for ever otherwise): never sent again,
-    and its task's later events go on; the row keeps who, when and why. `409 being_sent` while
-    a dispatcher sends it (its answer may deliver it), `409 invalid_transition` for a
+    and its task's later events go on; the row keeps who, when and why. One claimed in a
+    dispatcher's batch and waiting its turn (`sending_since` null) is discarded too: the
+    dispatcher re-checks it as its turn comes and does not post it. `409 being_sent` once a
+    dispatcher has posted it (its answer may deliver it), `409 invalid_transition` for a
     delivered or discarded one."""
     by = decider(operator, body.by)
     return service.discard(outbox_id, reason=body.reason, by=by).public()

@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -32,7 +33,7 @@ from orchestrator.metrics_folders import claim_folder
 from orchestrator.runtime import build_runtime
 from orchestrator.services.cleanup import CLEANUP_INTERVAL_SECONDS, run_cleanup
 from orchestrator.services.outbox import OutboxDispatcher
-from orchestrator.services.sweeper import SweepReport
+from orchestrator.services.sweeper import Sweeper, SweepReport
 from orchestrator.settings import Settings
 from orchestrator.store.db import Database
 from orchestrator.store.executions import count_handed_back
@@ -79,6 +80,12 @@ def register(commands: Any) -> None:
 
     recover = commands.add_parser("recover", help="one sweep now, printing what it requeued")
     add_json_flag(recover)
+    recover.add_argument(
+        "--no-grace",
+        action="store_true",
+        help="requeue expired leases at once, without leaving them a few seconds to their "
+        "workers' hand-backs (as after a store outage)",
+    )
     recover.set_defaults(handler=_recover)
 
 
@@ -174,7 +181,10 @@ def _sweeper(args: argparse.Namespace) -> int:
     rt = build_runtime(settings)
     # Imported here: prometheus-client picks its value store on import, after the worker
     # command has set PROMETHEUS_MULTIPROC_DIR.
-    from orchestrator.metrics import SWEEPS
+    from orchestrator.metrics import SWEEPS, sweeper_redis_unreachable
+
+    if settings.redis_url:
+        sweeper_redis_unreachable()  # exported from the start, a store away at the first sweep
 
     if settings.metrics_port and not args.once:
         try:
@@ -311,7 +321,7 @@ def _recover(args: argparse.Namespace) -> int:
     # would repeat it.
     logging.getLogger("orchestrator.services.sweeper").setLevel(logging.ERROR)
     try:
-        report = rt.sweeper.sweep()
+        report = _sweep_once(rt.sweeper, grace=not args.no_grace)
         waiting = _handed_back_waiting(rt.db) if not args.json else 0
     finally:
         rt.close()
@@ -326,6 +336,43 @@ def _recover(args: argparse.Namespace) -> int:
     if report.deferred or report.unsent:
         raise SweepDeferred(report)  # what it did is printed; what it could not do, one line
     return 0
+
+
+def _sweep_once(sweeper: Sweeper, *, grace: bool) -> SweepReport:
+    """One sweep, with the sweeper's rule after a store outage unless not `grace`.
+
+    Run within seconds of the store's return from an outage longer than a lease, a sweep finds
+    the leases of the rounds the outage stopped expired, and their workers' hand-backs (tried
+    every second) not landed yet: it would take them for workers that died (`recoveries`,
+    which park a task at ORCH_MAX_RECOVERIES). This process cannot know whether the store was
+    away, so expired leases get the sweeper's grace first; a second sweep then takes them.
+    """
+    if not grace:
+        return sweeper.sweep()
+    seconds = sweeper.start_grace()
+    report = sweeper.sweep()
+    if not report.left:
+        return report
+    if report.redis_error is not None:
+        # Redis away: those leases cannot be checked, with or without a wait.
+        report.deferred += report.left
+        return report
+    print(
+        f"orchestrator recover: {report.left} expired lease(s) left {seconds:g}s to their "
+        "workers' hand-backs (a round a store outage stopped is handed back once the store "
+        "answers; --no-grace takes them now)",
+        file=sys.stderr,
+        flush=True,
+    )
+    time.sleep(sweeper.grace_left())
+    after = sweeper.sweep()
+    after.requeued[:0] = report.requeued
+    after.parked[:0] = report.parked
+    after.republished[:0] = report.republished
+    after.handed_back = report.handed_back | after.handed_back
+    after.unsent[:0] = report.unsent
+    after.deferred += report.deferred
+    return after
 
 
 def _handed_back_waiting(db: Database) -> int:

@@ -13,6 +13,7 @@ does: the change is committed all the same, and only its start waits for the bro
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -75,10 +76,12 @@ def dispatch_failure(
     *,
     again: bool = False,
     quiet: bool = False,
+    on_error: Callable[[BaseException], None] | None = None,
 ) -> str | None:
     """`safe_dispatch`, returning why the broker did not take the wake-up (one line: the
     error's type and first line), or None when it did. `quiet`: the caller says it (the
-    sweeper, once an outage), so no line here."""
+    sweeper, once an outage), so no line here; `on_error` is given the error itself (the
+    sweeper tells a Redis that does not answer from one that refuses)."""
     try:
         if again:
             dispatcher.dispatch(task_id, generation, again=True)
@@ -86,6 +89,8 @@ def dispatch_failure(
             dispatcher.dispatch(task_id, generation)
     except Exception as exc:
         reason = _one_line(exc)
+        if on_error is not None:
+            on_error(exc)
         if not quiet:
             log.warning(
                 "wake-up of task %s generation %s not sent (%s); the sweeper republishes it",
@@ -149,18 +154,26 @@ def safe_dispatch_many(dispatcher: Dispatcher, wakeups: list[tuple[str, int]]) -
 
 
 def dispatch_many(
-    dispatcher: Dispatcher, wakeups: list[tuple[str, int]], *, quiet: bool = False
+    dispatcher: Dispatcher,
+    wakeups: list[tuple[str, int]],
+    *,
+    quiet: bool = False,
+    on_error: Callable[[BaseException], None] | None = None,
 ) -> tuple[list[bool], str | None]:
     """`safe_dispatch_many`, with why the broker did not take (the first) one, or None when it
-    took them all; `quiet` as for `dispatch_failure`."""
+    took them all; `quiet` and `on_error` as for `dispatch_failure`."""
     many = getattr(dispatcher, "dispatch_many", None)
     if many is None or len(wakeups) < 2:
-        failures = [dispatch_failure(dispatcher, t, g, quiet=quiet) for t, g in wakeups]
+        failures = [
+            dispatch_failure(dispatcher, t, g, quiet=quiet, on_error=on_error) for t, g in wakeups
+        ]
         return [f is None for f in failures], next((f for f in failures if f), None)
     try:
         many(wakeups)
     except Exception as exc:
         reason = _one_line(exc)
+        if on_error is not None:
+            on_error(exc)
         if not quiet:
             # As for one wake-up: one line, no traceback (before, a sweep's batch logged one).
             log.warning(

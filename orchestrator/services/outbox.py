@@ -555,10 +555,12 @@ class OutboxService:
 
     def discard(self, outbox_id: int, *, reason: str, by: str) -> OutboxRow:
         """Settle a delivery an operator dealt with by hand: never sent again, and its task's
-        later events go on. A dead one, or a pending one no dispatcher is sending: an action is
-        retried until a 2xx, and one the backend answers 500 for every time (a bug on its side
-        for that payload) was sent for ever. Refused (409 `being_sent`) while a dispatcher
-        sends it: its answer may yet deliver it. The row stays (who, when, why, and whether it
+        later events go on. A dead one, or a pending one no dispatcher has posted (one claimed
+        in a dispatcher's batch, waiting its turn, too: the dispatcher re-checks it as its turn
+        comes and does not post it): an action is retried until a 2xx, and one the backend
+        answers 500 for every time (a bug on its side for that payload) was sent for ever.
+        Refused (409 `being_sent`) once a dispatcher has posted it: its answer may yet deliver
+        it. The row stays (who, when, why, and whether it
         was dead or pending) until retention deletes it; an approved action's row for good,
         saying its delivery was discarded, never delivered."""
         if outbox_id > MAX_OUTBOX_ID:
@@ -637,8 +639,15 @@ def _being_sent(row: OutboxRow, then: str) -> ConflictError:
         if row.posting(utcnow())
         else "is claimed by a dispatcher and waits its turn in the batch it sends"
     )
+    # Only a retry is refused for a row waiting its turn (a discard settles it): made due, a
+    # second dispatcher would post it beside the first, and it is about to be posted anyway.
+    soon = (
+        ""
+        if row.posting(utcnow())
+        else "; it is posted when its turn comes: a retry would not send it sooner"
+    )
     return ConflictError(
-        f"outbox row {row.outbox_id} {what} (attempt {row.attempts}{until}); "
+        f"outbox row {row.outbox_id} {what} (attempt {row.attempts}{until}){soon}; "
         f"its answer is recorded when the attempt ends: {then}",
         code="being_sent",
     )

@@ -16,7 +16,9 @@ seconds. A round the outage stopped is handed back by its worker (`services/hand
 every second until the store answers) and then counts as an outage (`handbacks`); a lease that
 ran out during a longer outage would otherwise be taken, by whichever sweep comes first once the
 store is back, for a worker that died (`recoveries`), and three such outages park the task as
-`recovery_limit`. A worker that really died waits those few seconds more.
+`recovery_limit`. A worker that really died waits those few seconds more. A one-shot sweep
+(`orchestrator recover`) cannot know whether the store has just come back: it starts the
+grace itself (`start_grace`) and sweeps again once the grace is over.
 
 With Redis as the broker, a sweep also keeps a mark there (`BROKER_MARK`, a lease of its own).
 Should it be gone, Redis lost its data (restarted empty, flushed), and the wake-ups of the queued
@@ -33,7 +35,9 @@ refuses it.
 
 With Redis down a sweep can do little of this, and says so once an outage: one warning when
 Redis first does not answer (what the sweep could not do, and that it tries again), one line
-when it answers again, nothing at the sweeps between (`services/redis_outage.py`).
+when it answers again, nothing at the sweeps between (`services/redis_outage.py`). A Redis that
+answers but refuses (full, read-only, the sweeper's password no longer taken) is said as that,
+once, and is no outage.
 """
 
 from __future__ import annotations
@@ -123,9 +127,12 @@ class SweepReport:
     #: Wake-ups (task, generation) this sweep sent and the broker did not take (Redis down):
     #: recorded in the store, the next sweep sends them first.
     unsent: list[tuple[str, int]] = field(default_factory=list)
-    #: Why Redis did not answer this sweep (its first error), or None: the sweeper said it
-    #: once for the outage (`redis_outage.py`), so the loop need not say it at every sweep.
+    #: Why Redis did not answer this sweep, or refused it (its first error), or None: the
+    #: sweeper said it once (`redis_outage.py`), so the loop need not say it at every sweep.
     redis_error: str | None = None
+    #: Expired generations this sweep left to their workers' hand-backs (the grace after a
+    #: store outage), for a later sweep.
+    left: int = 0
 
     def lines(self) -> list[str]:
         out = [
@@ -195,13 +202,14 @@ class Sweeper:
         except (OperationalError, InterfaceError):
             self._store_away = True
             raise
-        report.redis_error = self._misses.error
+        report.redis_error = self._misses.error or self._misses.refused
         if self.redis_outage is not None:  # a whole sweep: Redis answered it all, or not
             self.redis_outage.swept(self._misses)
         return report
 
-    def _missed(self, exc: BaseException | str) -> None:
-        """Redis did not answer: the error for the outage's line (the caller counts what)."""
+    def _missed(self, exc: BaseException) -> None:
+        """A call to Redis failed: the error for the line that says it, an outage or a refusal
+        (`redis_outage.py`); the caller counts what it could not do."""
         self._misses.note(exc)
 
     def _sweep(self, now: datetime) -> SweepReport:
@@ -211,7 +219,9 @@ class Sweeper:
         if self._store_away:  # the store answers again
             self._store_away = False
             self._grace_until = time.monotonic() + self.handback_grace
-        expired = self._past_grace(expired)
+        due = self._past_grace(expired)
+        report.left = len(expired) - len(due)
+        expired = due
         if expired:
             self._recover(expired, now, report)
         self.recover_gone_processes(report)
@@ -219,6 +229,17 @@ class Sweeper:
             self._lost_before = min(now, utcnow())
         self._republish_stale(now, report)
         return report  # what it did (`report.lines()`) is said by the caller: printed or logged
+
+    def start_grace(self) -> float:
+        """Leave expired leases to their workers' hand-backs for a grace from now, as after a
+        store outage; the seconds it lasts. For a sweep run once, which did not see whether
+        the store was away."""
+        self._grace_until = time.monotonic() + self.handback_grace
+        return self.handback_grace
+
+    def grace_left(self) -> float:
+        """Seconds until the grace is over (0 when there is none)."""
+        return max(0.0, self._grace_until - time.monotonic())
 
     def _past_grace(self, expired: list[ExecutionRecord]) -> list[ExecutionRecord]:
         """The expiries to recover now: all of them, or, in the grace after an outage, those
@@ -359,10 +380,11 @@ class Sweeper:
                 self._missed(exc)
                 self._misses.unreleased += 1
         wakeups = [(t, n) for t, _, n in batch.requeued]
-        sent, why = dispatch_many(self.dispatcher, wakeups, quiet=self.redis_outage is not None)
+        sent, why = dispatch_many(
+            self.dispatcher, wakeups, quiet=self.redis_outage is not None, on_error=self._missed
+        )
         unsent = [w for w, ok in zip(wakeups, sent, strict=True) if not ok]
         if why is not None:
-            self._missed(why)
             self._misses.unsent += len(unsent)
         record_unsent(self.db, unsent)
         report.unsent += unsent
@@ -408,9 +430,9 @@ class Sweeper:
             task.generation,
             again=True,
             quiet=self.redis_outage is not None,
+            on_error=self._missed,
         )
         if why is not None:
-            self._missed(why)
             self._misses.unsent += 1
             record_unsent(self.db, [(task.task_id, task.generation)])
             report.unsent.append((task.task_id, task.generation))

@@ -464,13 +464,14 @@ def retry_all_dead(
 
 
 def discard(conn: Connection, outbox_id: int, *, by: str, reason: str) -> bool:
-    """An operator's discard: a dead row, or a pending one no dispatcher is sending (an action
-    the backend answers 500 for every time is retried for ever otherwise), is settled by hand,
-    never sent again, and its task's later events go on (released now). The row keeps what it
-    was (`discarded_from`). False when it is neither: delivered or discarded already, or being
-    sent (its claim's hold not run out). On Postgres a claim being written holds the row's
-    lock: this waits for it and then finds the row claimed; a claim after this commit finds it
-    discarded, and one while this is written skips the locked row."""
+    """An operator's discard: a dead row, or a pending one no dispatcher has posted (one that
+    waits its turn in a batch too), is settled by hand, never sent again, and its task's later
+    events go on (released now); it keeps what it was (`discarded_from`). False when it is
+    neither: delivered or discarded already, or posted (`sending_since`, its hold not run out).
+    A dispatcher posts a row only after `start_send`'s compare-and-set (pending, its claim's
+    attempt): both update the row, so on Postgres the later waits for the earlier's lock and
+    re-reads it; either the post is skipped or this finds it posted. A claim being written
+    holds the lock too; one while this is written skips the locked row."""
     now = utcnow()
     discardable = [
         outbox.c.outbox_id == outbox_id,
@@ -478,7 +479,11 @@ def discard(conn: Connection, outbox_id: int, *, by: str, reason: str) -> bool:
             outbox.c.status == "dead",
             and_(
                 outbox.c.status == "pending",
-                or_(outbox.c.claimed_until.is_(None), outbox.c.claimed_until <= now),
+                or_(
+                    outbox.c.claimed_until.is_(None),
+                    outbox.c.claimed_until <= now,
+                    outbox.c.sending_since.is_(None),  # claimed, waiting its turn: not posted
+                ),
             ),
         ),
     ]

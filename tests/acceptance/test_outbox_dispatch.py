@@ -10,9 +10,10 @@ import pytest
 
 from orchestrator.runtime import Runtime
 from orchestrator.services.outbox import OutboxService
+from orchestrator.store.outbox import OutboxRow
 from tests.acceptance.fleet import Fleet
 from tests.executions_support import runtime_for, wait_for
-from tests.outbox_support import Recorder, running_recorder, waiting_task
+from tests.outbox_support import Recorder, approved_action, running_recorder, waiting_task
 
 SECRET = "acceptance-webhook-secret"
 
@@ -91,3 +92,72 @@ def test_an_approval_reaches_the_backend_once_across_a_sigkilled_dispatcher(
     show = fleet.cli("tasks", "show", task_id)
     assert show.returncode == 0, show.stderr
     assert "deliveries: action delivered 1; webhook delivered 3" in show.stdout
+
+
+def _action_row(rt: Runtime, outbox_id: int) -> OutboxRow:
+    [row] = [r for r in OutboxService(rt.db).list(kind="action") if r.outbox_id == outbox_id]
+    return row
+
+
+@pytest.mark.slow
+def test_a_delivery_waiting_its_turn_in_a_dispatchers_batch_can_be_discarded_and_is_not_sent(
+    settings_env: dict[str, str], rt: Runtime, backend: Recorder, tmp_path: Path
+) -> None:
+    """A dispatcher claims a batch and posts its rows one after another, each re-checked by a
+    compare-and-set (pending, the claim's attempt) as its turn comes. An operator's discard of
+    a row still waiting its turn was refused `being_sent`, though nothing had been sent: it is
+    settled now, and the dispatcher, its turn come, finds it discarded and does not post it. A
+    retry of it is still refused: it is about to be sent."""
+    actions_only = {k: v for k, v in settings_env.items() if "WEBHOOK" not in k}
+    fleet = Fleet(actions_only | {"ORCH_OUTBOX_TIMEOUT_SECONDS": "30"}, tmp_path)
+    try:
+        for _ in range(2):
+            approved_action(rt, tmp_path)
+        backend.delay_seconds, backend.slow_path = 60.0, "/actions"  # held until `release`
+        fleet.dispatcher()
+        wait_for(lambda: backend.on("/actions"), 30, what="the batch's first send")
+        first = int(backend.on("/actions")[0].headers["x-orchestrator-delivery"])
+        [second] = [
+            r.outbox_id for r in OutboxService(rt.db).list(kind="action") if r.outbox_id != first
+        ]
+        waiting = _action_row(rt, second)
+        assert (waiting.status, waiting.attempts, waiting.sending_since) == ("pending", 1, None)
+        assert waiting.claimed_until is not None  # claimed in the batch, not posted
+
+        retried = fleet.cli("outbox", "retry", str(second), "--by", "kim")
+        assert retried.returncode == 1, retried.stdout + retried.stderr
+        assert retried.stderr.startswith(
+            f"orchestrator: being_sent: outbox row {second} is claimed by a dispatcher and "
+            "waits its turn in the batch it sends (attempt 1, held until "
+        ), retried.stderr
+        assert "it is posted when its turn comes: a retry would not send it sooner" in (
+            retried.stderr
+        )
+
+        discarded = fleet.cli(
+            "outbox", "discard", str(second), "--reason", "done by phone", "--by", "kim"
+        )
+        assert discarded.returncode == 0, discarded.stdout + discarded.stderr
+        row = _action_row(rt, second)
+        assert (row.status, row.discarded_from, row.discarded_by) == ("discarded", "pending", "kim")
+
+        backend.release.set()
+        backend.delay_seconds = 0.0
+        wait_for(lambda: _action_row(rt, first).status == "delivered", 30, what="the first")
+        # A third approval, delivered by the same dispatcher: its batch (and the discarded
+        # row's turn in it) is over.
+        _, third_action = approved_action(rt, tmp_path)
+        wait_for(
+            lambda: any(
+                s.headers["idempotency-key"] == third_action for s in backend.on("/actions")
+            ),
+            30,
+            what="the next batch",
+        )
+        assert second not in {
+            int(s.headers["x-orchestrator-delivery"]) for s in backend.on("/actions")
+        }, fleet.logs()
+        assert _action_row(rt, second).status == "discarded"
+    finally:
+        backend.release.set()
+        fleet.stop()

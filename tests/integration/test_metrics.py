@@ -86,6 +86,45 @@ def test_every_known_label_value_is_a_series_at_zero_before_any_event(tmp_path: 
             assert samples.get((name, ((label, value),))) == 0.0, (name, value)
 
 
+@pytest.mark.postgres
+@pytest.mark.redis
+def test_only_a_process_that_sweeps_exports_the_sweepers_redis_gauge(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    """The API and the workers serve this module's registry and never sweep: they exported
+    `orchestrator_sweeper_redis_unreachable_seconds` at 0 for ever, which a dashboard summing
+    or averaging it over the fleet read as Redis answering. It is exported by a process once
+    it swept with Redis: the sweeper (or a worker running `--beat`'s sweeps)."""
+    name = "orchestrator_sweeper_redis_unreachable_seconds"
+    code = (
+        "import sys\n"
+        "from orchestrator.metrics import render\n"
+        "print(render(None).decode())\n"
+        "if len(sys.argv) > 1:\n"
+        "    from orchestrator.runtime import build_runtime\n"
+        "    from orchestrator.settings import load_settings\n"
+        "    rt = build_runtime(load_settings(database_url=sys.argv[1], redis_url=sys.argv[2],"
+        " home=sys.argv[3]))\n"
+        "    rt.sweeper.sweep()\n"
+        "    rt.close()\n"
+        "    print('--- swept ---')\n"
+        "    print(render(None).decode())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PROMETHEUS_", "ORCH_"))}
+    ran = subprocess.run(
+        [sys.executable, "-c", code, pg_url, redis_url, str(tmp_path)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == 0, ran.stderr
+    before, after = ran.stdout.split("--- swept ---")
+    assert name not in before  # what the API and a worker serve
+    assert f"{name} 0.0" in after  # what a sweeper serves, Redis answering
+
+
 def scrape(port: int) -> str:
     """The metrics a process serves on `port`."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:

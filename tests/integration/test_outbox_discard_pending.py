@@ -196,12 +196,16 @@ def test_a_discard_racing_a_claim_on_postgres(
     pg_url: str, tmp_path: Path, backend: Recorder
 ) -> None:
     """A claim being written holds the row's lock: a discard meanwhile waits, then finds the
-    row claimed (`being_sent`). A discard being written holds it too: a dispatcher's claim
-    meanwhile skips the row, and one after its commit finds it discarded; it is never sent."""
+    row claimed in a batch and not posted, and settles it; the dispatcher's compare-and-set
+    before the post (`start_send`) then fails, and nothing is sent (the discard was refused
+    `being_sent` before, though the row had not been sent). A post being recorded holds the
+    lock too: a discard meanwhile waits, then finds the row posted, and is refused. A discard
+    being written holds it as well: a dispatcher's claim meanwhile skips the row, and one after
+    its commit finds it discarded; it is never sent."""
     with outbox_runtime(
         pg_url, tmp_path, backend, webhook_secret="hook-secret", actions_secret="act-secret"
     ) as rt:
-        _, action_id = approved_action(rt, tmp_path)
+        _, first_action = approved_action(rt, tmp_path)
         failures: list[BaseException] = []
 
         def discard(outbox_id: int) -> None:
@@ -217,20 +221,37 @@ def test_a_discard_racing_a_claim_on_postgres(
             until_a_statement_waits_for_a_lock(rt)
         racing.join(10)
         assert not racing.is_alive()
+        assert failures == []
+        row = _delivery(rt, first_action)
+        assert (row.status, row.discarded_from) == ("discarded", "pending")
+        with rt.db.transaction() as conn:  # its turn in the batch comes: not posted
+            assert not store.start_send(conn, claimed, hold_seconds=60)
+
+        _, second_action = approved_action(rt, tmp_path)
+        with rt.db.transaction() as conn:
+            [second] = store.claim_due(conn, ("action",), limit=1, hold_seconds=60)
+        with rt.db.transaction() as conn:  # its turn: posted (the post itself is left out)
+            assert store.start_send(conn, second, hold_seconds=60)
+            racing = threading.Thread(target=discard, args=(second.outbox_id,))
+            racing.start()
+            until_a_statement_waits_for_a_lock(rt)
+        racing.join(10)
+        assert not racing.is_alive()
         [failure] = failures
         assert isinstance(failure, ConflictError)
         assert failure.code == "being_sent"
-        assert _delivery(rt, action_id).status == "pending"
+        assert f"outbox row {second.outbox_id} is being sent now (attempt 1" in str(failure)
+        assert _delivery(rt, second_action).status == "pending"
 
         with rt.db.transaction() as conn:  # the claim's answer: failed, due again now
             assert store.mark_failed(
-                conn, claimed, "HTTP 500", retry_at=claimed.created_at, dead=False
+                conn, second, "HTTP 500", retry_at=second.created_at, dead=False
             )
         dispatcher = slow_dispatcher(rt)
         try:
             reports: list[DispatchReport] = []
             with rt.db.transaction() as conn:
-                assert store.discard(conn, claimed.outbox_id, by="kim", reason="by phone")
+                assert store.discard(conn, second.outbox_id, by="kim", reason="by phone")
                 # Not committed yet: a dispatcher's round meanwhile skips the locked row.
                 claiming = threading.Thread(target=lambda: reports.append(dispatcher.run_once()))
                 claiming.start()
@@ -239,9 +260,9 @@ def test_a_discard_racing_a_claim_on_postgres(
             reports.append(dispatcher.run_once())  # after the commit: discarded, not due
         finally:
             dispatcher.close()
-        assert all(claimed.outbox_id not in r.delivered + r.failed for r in reports)
+        assert all(second.outbox_id not in r.delivered + r.failed for r in reports)
         assert backend.on("/actions") == []
-        row = _delivery(rt, action_id)
+        row = _delivery(rt, second_action)
         assert (row.status, row.discarded_from, row.attempts) == ("discarded", "pending", 1)
 
 

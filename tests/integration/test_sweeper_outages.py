@@ -18,6 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import redis
 
 from orchestrator import metrics
 from orchestrator.runtime import Runtime, build_runtime
@@ -54,7 +55,7 @@ def said(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 def unreachable_seconds() -> float:
-    return float(metrics.SWEEPER_REDIS_UNREACHABLE.collect()[0].samples[0].value)
+    return float(metrics.sweeper_redis_unreachable().collect()[0].samples[0].value)
 
 
 def test_one_line_an_outage_and_one_when_redis_answers_again(
@@ -75,6 +76,8 @@ def test_one_line_an_outage_and_one_when_redis_answers_again(
     later = utcnow() + timedelta(minutes=5)  # the claimed generation's lease ran out by then
     first = rt.sweeper.sweep(later)
     assert (first.deferred, first.unsent) == (1, [(quiet, 1)])
+    # From the outage's first sweep: the time since its first failed attempt (it read 0).
+    assert unreachable_seconds() > 0.0
     [line] = said(caplog)
     assert line.startswith(f"Redis at 127.0.0.1:{redis_of_its_own.port} does not answer (")
     assert "Connection refused" in line  # why
@@ -108,3 +111,55 @@ def test_one_line_an_outage_and_one_when_redis_answers_again(
     [line] = said(caplog)
     assert "does not answer" in line
     assert "its mark (to notice Redis losing its data) not kept" in line
+
+
+@pytest.mark.parametrize("refusal", ["out_of_memory", "credentials"])
+def test_redis_that_answers_but_refuses_is_said_as_such_once_and_is_no_outage(
+    rt: Runtime, redis_of_its_own: RedisServer, caplog: pytest.LogCaptureFixture, refusal: str
+) -> None:
+    """Every wake-up the broker did not take was said as `Redis ... does not answer`, and the
+    outage gauge counted it, though Redis answered: a full server (OOM, noeviction) or one
+    that no longer takes the sweeper's password is not mended by waiting for it to come back.
+    It is said as what it is, once, Redis still counts as answering, and one line says when
+    Redis takes the sweeper's commands again."""
+    caplog.set_level(logging.INFO, logger="orchestrator")
+    rt.sweeper.sweep()
+    admin = redis.Redis.from_url(redis_of_its_own.url)
+    if refusal == "out_of_memory":
+        admin.config_set("maxmemory-policy", "noeviction")
+        admin.config_set("maxmemory", "1")
+    else:  # the sweeper's connections authenticated as default: a new password refuses them
+        admin.execute_command("ACL", "SETUSER", "default", "resetpass", ">another-secret")
+        admin = redis.Redis.from_url(redis_of_its_own.url, password="another-secret")
+        admin.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+    task_id = rt.tasks.trigger(Trigger(task_type="simple", title="refused")).task.task_id
+    caplog.clear()  # the trigger's own refusal (its caller says it)
+
+    first = rt.sweeper.sweep()
+    assert first.unsent == [(task_id, 1)]
+    [line] = said(caplog)
+    assert "does not answer" not in line, line
+    where = f"Redis at 127.0.0.1:{redis_of_its_own.port}"
+    if refusal == "out_of_memory":
+        assert line.startswith(f"{where} answers but refused a command (OutOfMemoryError: "), line
+    else:
+        assert line.startswith(
+            f"{where} answers but refuses the sweeper's credentials (AuthenticationError: "
+        ), line
+        assert "another-secret" not in line
+    assert "1 wake-up(s) not sent (recorded in the store" in line
+    assert unreachable_seconds() == 0.0  # Redis answers: no outage to page on
+    for _ in range(2):  # the same refusal: nothing more
+        rt.sweeper.sweep()
+        assert said(caplog) == []
+    assert unreachable_seconds() == 0.0
+
+    if refusal == "out_of_memory":
+        admin.config_set("maxmemory", "0")
+    else:
+        admin.execute_command("ACL", "SETUSER", "default", "nopass")
+    back = rt.sweeper.sweep()
+    assert (task_id, 1) in back.republished
+    [line] = said(caplog)
+    assert line.startswith(f"{where} takes the sweeper's commands again"), line
+    admin.close()

@@ -19,7 +19,10 @@ RUN mkdir -p orchestrator workers \
 # Editable on purpose: `orchestrator db upgrade` finds alembic.ini and alembic/ beside the
 # package source, which a plain site-packages install would leave behind.
 COPY . .
+# The bytecode is written here, once: with PYTHONDONTWRITEBYTECODE every process of the fleet
+# would otherwise compile the package's source as it starts (about 0.3 s of CPU each).
 RUN pip install --no-deps -e . \
+    && python -m compileall -q orchestrator workers alembic \
     && useradd --system --home-dir "$ORCH_HOME" --create-home orchestrator
 
 USER orchestrator

@@ -111,7 +111,7 @@ function refusedText(id, result, what) {
   // Posted now, or claimed in a dispatcher's batch and waiting its turn (the API says which).
   const waiting = /waits its turn/.test(String(result.data.error.message || ""));
   return waiting
-    ? `Delivery ${id} is claimed by a dispatcher and waits its turn in its batch: its answer is recorded when the attempt ends; ${what} it then if it failed.`
+    ? `Delivery ${id} is claimed by a dispatcher and waits its turn in its batch: it is posted when its turn comes, and a retry would not send it sooner; discard it if it must not be sent.`
     : `Delivery ${id} is being sent now: its answer is recorded when the attempt ends; ${what} it then if it failed.`;
 }
 // A dispatcher holds a pending row while it sends it (`claimed_until`, in the future): a
@@ -145,10 +145,17 @@ export function isFailing(x) {
   return x.status === "pending" && Boolean(x.attempts || x.last_error) && !x.waits_behind && !x.waits_behind_retried
     && Boolean(x.next_attempt_at) && new Date(x.next_attempt_at).getTime() > now();
 }
-// What is done about a dead letter or a failing delivery: retried, or discarded; one being
-// sent offers neither (the API refuses both, `409 being_sent`).
+// What is done about a dead letter or a failing delivery: retried, or discarded. A row posted
+// now offers neither (the API refuses both, `409 being_sent`). One claimed in a dispatcher's
+// batch and waiting its turn (held, not posted) can be discarded: the dispatcher checks the row
+// again before it posts it and skips it. A retry would not send it sooner, and is refused.
 export function deadControls(x, say, after) {
-  return (x.status === "dead" || isFailing(x)) && !isBeingSent(x) && can("operator") ? [retryButton(x, say, after), discardForm(x, say, after)] : "";
+  if (!can("operator")) return "";
+  if (waitsItsTurn(x)) return [discardForm(x, say, after)];
+  return (x.status === "dead" || isFailing(x)) && !isBeingSent(x) ? [retryButton(x, say, after), discardForm(x, say, after)] : "";
+}
+function waitsItsTurn(x) {
+  return isBeingSent(x) && !x.sending_since;
 }
 // Who last retried the row (or hurried it, pending), when, and their note.
 // A retry recorded without a name (`retried_by` null) was not shown at all.

@@ -400,8 +400,9 @@ def test_a_delivery_claimed_in_a_batch_waits_its_turn_and_says_so(
 ) -> None:
     """A dispatcher claims a batch of rows and posts them one after another (`sending_since`
     is set as it posts each): every claimed row read "being sent now", the ones still waiting
-    their turn too. Such a row says it waits its turn in its batch, offers no Retry nor Discard
-    (the API refuses both while the claim holds), and a refused retry says why in those words."""
+    their turn too. Such a row says it waits its turn in its batch and offers Discard alone: its
+    dispatcher checks the row again before it posts it, and skips it; a retry would not send it
+    sooner (the API refuses it), and a refused retry says why in those words."""
     from orchestrator.store.types import utcnow
 
     task_id = console.trigger("xss", "A send waiting in a dispatcher's batch")
@@ -416,17 +417,30 @@ def test_a_delivery_claimed_in_a_batch_waits_its_turn_and_says_so(
     set_rows(console, {number: {"claimed_until": utcnow() + timedelta(minutes=10)}})
     retry.click()
     expect(page.locator("#delivery-result")).to_have_text(
-        f"Delivery {number} is claimed by a dispatcher and waits its turn in its batch: its "
-        "answer is recorded when the attempt ends; retry it then if it failed."
+        f"Delivery {number} is claimed by a dispatcher and waits its turn in its batch: it is "
+        "posted when its turn comes, and a retry would not send it sooner; discard it if it "
+        "must not be sent."
     )
     page.evaluate("window.__releaseList()")
     expect(row.locator(".being-sent")).to_contain_text(
         "claimed by a dispatcher: waits its turn in its batch (attempt 2, held until "
     )
     expect(row.locator(".being-sent")).not_to_contain_text("being sent now")
-    expect(row.locator("button, form")).to_have_count(0)
+    expect(row.locator(f'button[data-retry="{number}"]')).to_have_count(0)
+    expect(row.locator(f'form[data-discard="{number}"]')).to_have_count(1)
     open_task(page, console, task_id)
-    expect(delivery_row(page, "#deliveries", number).locator(".waiting-turn")).to_have_count(1)
+    waiting = delivery_row(page, "#deliveries", number)
+    expect(waiting.locator(".waiting-turn")).to_have_count(1)
+    expect(waiting.locator(f'button[data-retry="{number}"]')).to_have_count(0)
+    form = waiting.locator(f'form[data-discard="{number}"]')
+    form.locator(f"#discard-by-{number}").fill("duty engineer")
+    form.locator(f"#discard-reason-{number}").fill("the backend already has it")
+    form.locator("button").click()
+    expect(page.locator("#op-result")).to_have_text(
+        f"Delivery {number} is discarded: the task's later events go on."
+    )
+    row = console.http.get(f"/api/v1/outbox/{number}").json()
+    assert (row["status"], row["discarded_from"]) == ("discarded", "pending"), row
 
 
 def test_a_send_whose_claim_ran_out_is_offered_again_without_a_reload(

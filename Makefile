@@ -28,7 +28,7 @@ format: $(BIN)/.installed
 
 # Three test processes (pytest-xdist), each file on one of them, on two cores: the tests wait on
 # real processes and servers much of the time. Measured with every process's CPU sampled: two
-# left a quarter of the two cores idle (22 min 24 s), three 18 min 39 s with all passing.
+# left more than a third of the two cores idle (22 min 24 s), three 18 min 39 s, a quarter idle.
 # TEST_WORKERS=0 runs it in this process alone.
 TEST_WORKERS ?= 3
 

@@ -13,13 +13,13 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from orchestrator.settings import load_settings
-from tests.services import RedisServer, ServiceMissing, service_unavailable
+from tests.services import RedisServer
 from workers.celery_app import make_celery
 
 RESTARTS = 20
@@ -34,17 +34,6 @@ WORKER = [
 ]
 
 
-@pytest.fixture
-def own_redis() -> Iterator[RedisServer]:
-    server = RedisServer()
-    try:
-        server.start()
-    except ServiceMissing as exc:
-        service_unavailable(str(exc))
-    yield server
-    server.close()
-
-
 def _wait(condition: Callable[[], bool], seconds: float, what: str, log: Path) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
@@ -56,11 +45,11 @@ def _wait(condition: Callable[[], bool], seconds: float, what: str, log: Path) -
 @pytest.mark.slow
 @pytest.mark.redis
 def test_worker_survives_twenty_redis_restarts_with_an_unacked_message(
-    own_redis: RedisServer, sqlite_url: str, tmp_path: Path
+    redis_of_its_own: RedisServer, sqlite_url: str, tmp_path: Path
 ) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
     env.update(
-        ORCH_REDIS_URL=own_redis.url,
+        ORCH_REDIS_URL=redis_of_its_own.url,
         # Unused by the probes, but a worker refuses to start on a store that is not migrated.
         ORCH_DATABASE_URL=sqlite_url,
         ORCH_HOME=str(tmp_path / "home"),
@@ -77,13 +66,13 @@ def test_worker_survives_twenty_redis_restarts_with_an_unacked_message(
             cwd=Path(__file__).parents[2],
         )
     try:
-        sender = make_celery(load_settings(redis_url=own_redis.url, home=tmp_path / "home"))
+        sender = make_celery(load_settings(redis_url=redis_of_its_own.url, home=tmp_path / "home"))
         _wait(lambda: " ready." in log.read_text(), 30, "the worker", log)
         for number in range(RESTARTS):
             sender.send_task("tests.probe", args=[number, 0.5])
             started = tmp_path / f"{number}.started"
             _wait(started.exists, 15, f"probe {number} to start", log)
-            own_redis.restart()  # killed, started again with no data
+            redis_of_its_own.restart()  # killed, started again with no data
             _wait((tmp_path / f"{number}.done").exists, 15, f"probe {number} to finish", log)
             assert worker.poll() is None, log.read_text()[-3000:]
         sender.send_task("tests.probe", args=[RESTARTS, 0.0])

@@ -21,18 +21,10 @@ from tests.services import RedisServer
 
 
 @pytest.fixture
-def own_redis() -> Iterator[RedisServer]:
-    server = RedisServer()
-    server.start()
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def rt(pg_url: str, scripts: Path, own_redis: RedisServer) -> Iterator[Runtime]:
+def rt(pg_url: str, scripts: Path, redis_of_its_own: RedisServer) -> Iterator[Runtime]:
     # Renewals far apart: the view is read between Redis's loss and the next renewal.
     runtime, _ = runtime_for(
-        pg_url, scripts, redis_url=own_redis.url, lease_seconds=30, lease_renew_seconds=10
+        pg_url, scripts, redis_url=redis_of_its_own.url, lease_seconds=30, lease_renew_seconds=10
     )
     yield runtime
     runtime.close()
@@ -40,7 +32,7 @@ def rt(pg_url: str, scripts: Path, own_redis: RedisServer) -> Iterator[Runtime]:
 
 @pytest.mark.parametrize("how", ["flushed", "away"])
 def test_a_running_task_whose_lease_redis_lost_shows_the_stores_lease(
-    rt: Runtime, scripts: Path, own_redis: RedisServer, how: str
+    rt: Runtime, scripts: Path, redis_of_its_own: RedisServer, how: str
 ) -> None:
     write_script(scripts, "simple", completing_turns(delay_s=2.0))
     task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
@@ -65,11 +57,11 @@ def test_a_running_task_whose_lease_redis_lost_shows_the_stores_lease(
             what="the publish's renewal of the lease",
         )
         if how == "flushed":
-            client = redis.Redis.from_url(own_redis.url)
+            client = redis.Redis.from_url(redis_of_its_own.url)
             client.flushall()
             client.close()
         else:
-            own_redis.stop()
+            redis_of_its_own.stop()
         view = rt.tasks.explain(task_id)  # before, with Redis away: LeaseBackendUnavailable
         assert view["status"] == "running"
         with rt.db.transaction(readonly=True) as conn:
@@ -87,5 +79,5 @@ def test_a_running_task_whose_lease_redis_lost_shows_the_stores_lease(
         assert "store's copy: held by w1 until" in shown
     finally:
         if how == "away":
-            own_redis.start()
+            redis_of_its_own.start()
         runner.join(timeout=30)

@@ -365,14 +365,7 @@ def _sweep_once(sweeper: Sweeper, *, grace: bool) -> SweepReport:
         flush=True,
     )
     time.sleep(sweeper.grace_left())
-    after = sweeper.sweep()
-    after.requeued[:0] = report.requeued
-    after.parked[:0] = report.parked
-    after.republished[:0] = report.republished
-    after.handed_back = report.handed_back | after.handed_back
-    after.unsent[:0] = report.unsent
-    after.deferred += report.deferred
-    return after
+    return sweeper.sweep().after(report)
 
 
 def _handed_back_waiting(db: Database) -> int:

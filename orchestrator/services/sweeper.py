@@ -134,6 +134,17 @@ class SweepReport:
     #: store outage), for a later sweep.
     left: int = 0
 
+    def after(self, earlier: SweepReport) -> SweepReport:
+        """This report with what an `earlier` sweep of the same pass did put before it (a
+        one-shot sweep run again once its grace is over: `orchestrator recover`)."""
+        self.requeued[:0] = earlier.requeued
+        self.parked[:0] = earlier.parked
+        self.republished[:0] = earlier.republished
+        self.handed_back = earlier.handed_back | self.handed_back
+        self.unsent[:0] = earlier.unsent
+        self.deferred += earlier.deferred
+        return self
+
     def lines(self) -> list[str]:
         out = [
             f"requeued task {t}: generation {g} {self._ended(t, g)}, generation {n} queued"

@@ -487,6 +487,14 @@ def discard(conn: Connection, outbox_id: int, *, by: str, reason: str) -> bool:
             ),
         ),
     ]
+    # A claim it meets unposted (waiting its turn, or its dispatcher gone before the post)
+    # never sends it now: its attempt is taken back, as `release_claim` does. One posted keeps
+    # it, and so do earlier claims never posted (their dispatchers died: the attempt budget).
+    unposted = and_(
+        outbox.c.claimed_until.is_not(None),
+        outbox.c.sending_since.is_(None),
+        outbox.c.attempts > outbox.c.throttled,  # a claim's own attempt is never a throttled one
+    )
     _release_held_behind(conn, discardable, now)
     return (
         conn.execute(
@@ -495,6 +503,7 @@ def discard(conn: Connection, outbox_id: int, *, by: str, reason: str) -> bool:
             .values(
                 # The status before this statement: `dead` or `pending`.
                 discarded_from=outbox.c.status,
+                attempts=case((unposted, outbox.c.attempts - 1), else_=outbox.c.attempts),
                 status="discarded",
                 discarded_at=now,
                 discarded_by=by,

@@ -224,6 +224,7 @@ def test_a_discard_racing_a_claim_on_postgres(
         assert failures == []
         row = _delivery(rt, first_action)
         assert (row.status, row.discarded_from) == ("discarded", "pending")
+        assert row.attempts == 0  # the claim it met unposted counts no attempt
         with rt.db.transaction() as conn:  # its turn in the batch comes: not posted
             assert not store.start_send(conn, claimed, hold_seconds=60)
 
@@ -285,6 +286,7 @@ def test_a_claim_whose_hold_ran_out_is_discarded_and_then_not_sent(
         )
     row = _delivery(rt, action_id)
     assert (row.status, row.discarded_from, row.claimed_until) == ("discarded", "pending", None)
+    assert row.attempts == 0  # its dispatcher never posted it
     assert backend.on("/actions") == []
 
 

@@ -24,7 +24,7 @@ from orchestrator.api.app import create_app
 from orchestrator.errors import ConflictError
 from orchestrator.runtime import Runtime
 from orchestrator.services.outbox import OutboxDispatcher, OutboxService
-from orchestrator.store import outbox as store
+from orchestrator.store import outbox_sending
 from orchestrator.store.outbox import OutboxRow
 from tests.outbox_support import (
     Recorder,
@@ -149,17 +149,19 @@ def test_a_row_discarded_before_its_turn_keeps_no_attempt_for_that_claim(
 
     _, tried_action = approved_action(rt, tmp_path)
     with rt.db.transaction() as conn:  # posted once, failed
-        [first] = store.claim_due(conn, ("action",), limit=1, hold_seconds=60)
-        assert store.start_send(conn, first, hold_seconds=60)
-        assert store.mark_failed(conn, first, "HTTP 500", retry_at=first.created_at, dead=False)
+        [first] = outbox_sending.claim_due(conn, ("action",), limit=1, hold_seconds=60)
+        assert outbox_sending.start_send(conn, first, hold_seconds=60)
+        assert outbox_sending.mark_failed(
+            conn, first, "HTTP 500", retry_at=first.created_at, dead=False
+        )
     _, fresh_action = approved_action(rt, tmp_path)
     with rt.db.transaction() as conn:  # a batch of both, neither posted yet
-        batch = store.claim_due(conn, ("action",), limit=2, hold_seconds=60)
+        batch = outbox_sending.claim_due(conn, ("action",), limit=2, hold_seconds=60)
     assert sorted(row.attempts for row in batch) == [1, 2]
     for row in batch:
         OutboxService(rt.db).discard(row.outbox_id, reason="done by phone", by="kim")
     with rt.db.transaction() as conn:  # their turn comes: neither is posted
-        assert not any(store.start_send(conn, row, hold_seconds=60) for row in batch)
+        assert not any(outbox_sending.start_send(conn, row, hold_seconds=60) for row in batch)
 
     tried = OutboxService(rt.db).shown(first.outbox_id)
     [fresh_id] = {row.outbox_id for row in batch} - {first.outbox_id}
@@ -193,7 +195,7 @@ def test_a_claim_its_dispatcher_never_posted_still_counts_toward_the_webhook_lim
     task_id, _ = approved_action(rt, tmp_path)
     for killed in (1, 2):  # claimed, never posted: its dispatcher died, its hold ran out
         with rt.db.transaction() as conn:
-            [claimed] = store.claim_due(conn, ("webhook",), limit=1, hold_seconds=0)
+            [claimed] = outbox_sending.claim_due(conn, ("webhook",), limit=1, hold_seconds=0)
         assert (claimed.task_id, claimed.attempts) == (task_id, killed)
     backend.always_fail = True
     only_webhooks = rt.settings.model_copy(update={"actions_url": None})

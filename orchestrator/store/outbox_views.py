@@ -116,58 +116,75 @@ def list_rows(
 
 
 def waits_behind(conn: Connection, rows: Iterable[OutboxRow]) -> dict[int, tuple[str, int]]:
-    """For each pending webhook of `rows` held back in order by an earlier event of its task
-    that is not sent and was tried: whether that one is `dead` (an operator retries or discards
-    it) or `retried` (pending, failing, not dead yet), and its outbox id. One query for all of
-    them: a listing of pending rows showed them due and never attempted, which read as a stuck
-    dispatcher. A task's events go one at a time, so the tried one is the first of its task not
-    sent; one held behind an earlier event never tried yet (just written) is in order, not held."""
+    """For each pending webhook of `rows` held back in order, what it waits behind: the
+    earliest event of its task before it that is not delivered or discarded (the dispatcher
+    sends a task's events in that order, `outbox_sending.claim_due`), when that one was tried:
+    `dead` (an operator retries or discards it) or `retried` (pending, failing, not dead yet),
+    and its outbox id. One behind an event never tried yet (just written) is in order, not
+    held. Both views ask this: `outbox list` and `GET /api/v1/outbox` (`held_views`), and the
+    task's (`delivery_summary`); held rows listed due and never attempted read as a stuck
+    dispatcher. One query for all of them: each task's earliest unsent webhook (the earliest
+    before a row, when it is before it at all), from the index on (task, kind, seq)."""
     pending = [r for r in rows if r.kind == "webhook" and r.status == "pending"]
     if not pending:
         return {}
-    tried: dict[str, list[tuple[int, str, int]]] = {}
-    for task_id, seq, status, outbox_id in conn.execute(
-        select(outbox.c.task_id, outbox.c.event_seq, outbox.c.status, outbox.c.outbox_id)
-        .where(
-            outbox.c.task_id.in_({r.task_id for r in pending}),
-            outbox.c.kind == "webhook",
-            or_(outbox.c.status == "dead", attempted_pending),
+    unsent = and_(
+        outbox.c.task_id.in_({r.task_id for r in pending}),
+        outbox.c.kind == "webhook",
+        outbox.c.status.not_in(SETTLED),
+    )
+    earliest = (
+        select(outbox.c.task_id, func.min(outbox.c.event_seq).label("seq"))
+        .where(unsent)
+        .group_by(outbox.c.task_id)
+        .subquery()
+    )
+    heads = {
+        str(head.task_id): head
+        for head in conn.execute(
+            select(outbox).join(
+                earliest,
+                and_(
+                    outbox.c.task_id == earliest.c.task_id,
+                    outbox.c.kind == "webhook",
+                    outbox.c.event_seq == earliest.c.seq,
+                ),
+            )
         )
-        .order_by(outbox.c.event_seq)
-    ):
-        tried.setdefault(str(task_id), []).append((int(seq), str(status), int(outbox_id)))
+    }
     held = {}
     for row in pending:
-        first = next(
-            (
-                ("dead" if status == "dead" else "retried", number)
-                for seq, status, number in tried.get(row.task_id, ())
-                if seq < (row.event_seq or 0)
-            ),
-            None,
-        )
-        if first is not None:
-            held[row.outbox_id] = first
+        head = heads.get(row.task_id)
+        if head is None or head.event_seq >= (row.event_seq or 0):
+            continue  # the first of its task not sent: nothing before it
+        if head.status == "dead":
+            held[row.outbox_id] = ("dead", int(head.outbox_id))
+        elif head.attempts or head.last_error:
+            held[row.outbox_id] = ("retried", int(head.outbox_id))
     return held
+
+
+def _waits(row: OutboxRow, held: dict[int, tuple[str, int]]) -> dict[str, int]:
+    """What the row waits behind (`waits_behind`) as its view says it: its task's dead letter
+    (`waits_behind`) or an earlier event failing and being retried (`waits_behind_retried`);
+    nothing for a row not held."""
+    found = held.get(row.outbox_id)
+    if found is None:
+        return {}
+    status, number = found
+    return {"waits_behind" if status == "dead" else "waits_behind_retried": number}
 
 
 def held_views(conn: Connection, rows: Iterable[OutboxRow]) -> list[dict[str, Any]]:
     """Each row's public view, with what a pending webhook waits behind (`waits_behind`: its
     task's dead letter; `waits_behind_retried`: an earlier event of its task failing and being
-    retried), read in `conn`'s transaction."""
+    retried; both null for a row not held), read in `conn`'s transaction."""
     rows = list(rows)
     held = waits_behind(conn, rows)
-    views = []
-    for row in rows:
-        status, number = held.get(row.outbox_id, ("", None))
-        views.append(
-            {
-                **row.public(),
-                "waits_behind": number if status == "dead" else None,
-                "waits_behind_retried": number if status == "retried" else None,
-            }
-        )
-    return views
+    return [
+        {**row.public(), "waits_behind": None, "waits_behind_retried": None, **_waits(row, held)}
+        for row in rows
+    ]
 
 
 def delivery_summary(conn: Connection, task_id: str) -> dict[str, Any]:
@@ -186,43 +203,27 @@ def delivery_summary(conn: Connection, task_id: str) -> dict[str, Any]:
         counts.setdefault(str(kind), {})[str(status)] = int(count)
     # Dead ones first (they need an operator), then in order: a dead action after twenty pending
     # events was left out, though `tasks show` puts dead ones first among those it shows.
-    open_rows = conn.execute(
-        select(outbox)
-        .where(outbox.c.task_id == task_id, outbox.c.status.not_in(SETTLED))
-        .order_by(case((outbox.c.status == "dead", 0), else_=1), outbox.c.outbox_id)
-        .limit(UNDELIVERED_SHOWN)
-    )
+    undelivered = [
+        OutboxRow.from_row(row)
+        for row in conn.execute(
+            select(outbox)
+            .where(outbox.c.task_id == task_id, outbox.c.status.not_in(SETTLED))
+            .order_by(case((outbox.c.status == "dead", 0), else_=1), outbox.c.outbox_id)
+            .limit(UNDELIVERED_SHOWN)
+        )
+    ]
     never_sent = [
         kind
         for kind, by_status in sorted(counts.items())
         if by_status.get("pending") and not kind_was_sent(conn, kind)
     ]
+    held = waits_behind(conn, undelivered)
     return {
         "counts": counts,
-        "undelivered": _with_waits(OutboxRow.from_row(r) for r in open_rows),
+        # A key only for a row held (the task's view leaves out what a record does not have).
+        "undelivered": [{**row.public(), **_waits(row, held)} for row in undelivered],
         "never_sent": never_sent,
     }
-
-
-def _with_waits(rows: Iterable[OutboxRow]) -> list[dict[str, Any]]:
-    """Each row's public view, and for a pending webhook behind a dead one of its task its
-    `waits_behind`: that dead letter's id; behind one failing and being retried (pending and
-    tried, not dead yet), its `waits_behind_retried`. Such a row reads "never attempted" and
-    due, which looked like a stuck dispatcher; it is sent once the one before it is. `rows` are
-    one task's not sent, oldest first (a task's webhooks are written in event order), so the
-    first webhook is the one the others wait for."""
-    views, head = [], None
-    for row in rows:
-        view = row.public()
-        if row.kind == "webhook":
-            if head is None:
-                head = row
-            elif row.status == "pending" and head.status == "dead":
-                view["waits_behind"] = head.outbox_id
-            elif row.status == "pending" and (head.attempts or head.last_error):
-                view["waits_behind_retried"] = head.outbox_id
-        views.append(view)
-    return views
 
 
 def kind_was_sent(conn: Connection, kind: str) -> bool:

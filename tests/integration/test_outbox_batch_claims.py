@@ -103,6 +103,11 @@ def test_only_the_row_posted_is_being_sent_the_rest_of_the_batch_waits_its_turn(
             "  claimed by a dispatcher, not sent yet: it waits its turn in the batch the "
             "dispatcher sends (attempt 1, held until "
         ) in shown
+        # A discard is not refused for it (the dispatcher skips it at its turn): not told to wait.
+        assert shown.rstrip().endswith(
+            "; a retry waits until its answer is recorded, a discard settles it now (the "
+            "dispatcher then skips it)"
+        ), shown
         assert main(["actions", "show", str(waiting.action_id)]) == 0
         [delivery] = [x for x in capsys.readouterr().out.splitlines() if "delivery:" in x]
         assert (

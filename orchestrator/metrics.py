@@ -45,7 +45,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from orchestrator.domain.vocabulary import EXECUTION_OUTCOMES, RECEIPT_STATUSES, TASK_STATUSES
 from orchestrator.store.db import Database
 from orchestrator.store.executions import count_handed_back
-from orchestrator.store.outbox import oldest_deliverable
+from orchestrator.store.outbox_views import oldest_deliverable
 from orchestrator.store.tables import OUTBOX_KINDS, actions, invocation_receipts, outbox, tasks
 from orchestrator.store.types import utcnow
 

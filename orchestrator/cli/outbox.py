@@ -392,8 +392,8 @@ def _shown(row: dict[str, Any]) -> list[str]:
         lines.append(
             "  claimed by a dispatcher, not sent yet: it waits its turn in the batch the "
             f"dispatcher sends (attempt {row['attempts']}, held until "
-            f"{_time(row['claimed_until'])}); a retry or discard waits until its answer is "
-            "recorded"
+            f"{_time(row['claimed_until'])}); a retry waits until its answer is recorded, a "
+            "discard settles it now (the dispatcher then skips it)"
         )
     elif status == "pending" and not (row["waits_behind"] or row["waits_behind_retried"]):
         lines.append(f"  next attempt {_time(row['next_attempt_at'])}")

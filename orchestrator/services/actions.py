@@ -27,7 +27,7 @@ from orchestrator.services.plans import PlanService, publish_txn
 from orchestrator.services.redecide import redecide_txn
 from orchestrator.store import action_notices as notice_store
 from orchestrator.store import actions as action_store
-from orchestrator.store import outbox as outbox_store
+from orchestrator.store import outbox_views
 from orchestrator.store import plans as plan_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import tasks as task_store
@@ -263,7 +263,7 @@ class ActionService:
         without the body; None until it is approved), read together."""
         with self.db.transaction(readonly=True) as conn:
             action = action_store.get_action(conn, action_id)
-            delivery = outbox_store.action_delivery(conn, action_id)
+            delivery = outbox_views.action_delivery(conn, action_id)
         if action is None:
             raise NotFound(f"action {echoed(action_id)} does not exist")
         return action, delivery.public() if delivery is not None else None
@@ -320,7 +320,7 @@ class ActionService:
                 # Not "no actions" for a mistyped (or cut short) task id, in the API as in the CLI.
                 raise NotFound(f"task {echoed(task_id)} does not exist")
             rows = (
-                outbox_store.action_deliveries(conn, [a.action_id for a in actions])
+                outbox_views.action_deliveries(conn, [a.action_id for a in actions])
                 if deliveries
                 else {}
             )

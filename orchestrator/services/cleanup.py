@@ -23,7 +23,7 @@ one whatever its age, so the store does not forget that its webhooks are sent. A
 its webhook receiver says so: `orchestrator cleanup --unsent-webhooks`. Dead letters and rows
 still being retried stay until an operator deals with them (retries or discards them), and so
 do approved actions (one per approval, which the action's delivery is read from):
-`store.outbox.delete_expired_webhooks`.
+`store.outbox_retention.delete_expired_webhooks`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any
 
 from orchestrator.domain.times import wire_time
 from orchestrator.settings import Settings
-from orchestrator.store import outbox as outbox_store
+from orchestrator.store import outbox_retention
 from orchestrator.store import transcripts as transcript_store
 from orchestrator.store.db import Database
 from orchestrator.store.receipts import ReceiptLedger
@@ -146,7 +146,7 @@ def _why_unsent_kept(db: Database, settings: Settings, told: bool) -> str | None
     if told or not settings.data_cleanup_enable or settings.retention_days <= 0:
         return None
     with db.transaction(readonly=True) as conn:
-        sent = outbox_store.webhooks_were_sent(conn)
+        sent = outbox_retention.webhooks_were_sent(conn)
     if sent:
         return (
             "webhooks were sent from this store: the fleet's ORCH_WEBHOOK_URL sends them; "
@@ -162,11 +162,11 @@ def _delete_webhooks(
     holds one long delete that the dispatcher's claims wait on); `never_sent`: those never
     attempted too (nothing sends them)."""
     with db.transaction(readonly=True) as conn:
-        keep = outbox_store.newest_sent_webhook(conn)  # the store's record that they are sent
+        keep = outbox_retention.newest_sent_webhook(conn)  # the store's record that they are sent
     delivered = unsent = 0
     while True:
         with db.transaction() as conn:
-            done, dropped = outbox_store.delete_expired_webhooks(
+            done, dropped = outbox_retention.delete_expired_webhooks(
                 conn, cutoff, batch_size, never_sent=never_sent, keep=keep, told=told
             )
         delivered += done

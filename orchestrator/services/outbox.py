@@ -44,10 +44,10 @@ from orchestrator.services.delivery_answers import (
 )
 from orchestrator.services.outbox_signing import SIGNATURE_HEADER, sign, signature_headers
 from orchestrator.settings import Settings
-from orchestrator.store import outbox as store
+from orchestrator.store import outbox_operator, outbox_sending, outbox_views
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database
-from orchestrator.store.outbox import OutboxRow
+from orchestrator.store.outbox import REFUSAL, OutboxRow
 from orchestrator.store.types import utcnow
 
 __all__ = [
@@ -156,7 +156,7 @@ class OutboxDispatcher:
         report = DispatchReport()
         for _ in range(10):
             with self.db.transaction() as conn:
-                rows = store.claim_due(
+                rows = outbox_sending.claim_due(
                     conn,
                     self.kinds,
                     limit=self.batch,
@@ -213,15 +213,15 @@ class OutboxDispatcher:
     def _release(self, rows: list[OutboxRow]) -> None:
         with self.db.transaction() as conn:
             for row in rows:
-                store.release_claim(conn, row)
+                outbox_sending.release_claim(conn, row)
 
     def _renew(self, row: OutboxRow) -> bool:
         with self.db.transaction() as conn:
-            return store.renew_claim(conn, row, hold_seconds=self.hold_seconds)
+            return outbox_sending.renew_claim(conn, row, hold_seconds=self.hold_seconds)
 
     def _start_send(self, row: OutboxRow) -> bool:
         with self.db.transaction() as conn:
-            return store.start_send(conn, row, hold_seconds=self.hold_seconds)
+            return outbox_sending.start_send(conn, row, hold_seconds=self.hold_seconds)
 
     def _deliver(self, row: OutboxRow, report: DispatchReport) -> None:
         from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
@@ -234,7 +234,7 @@ class OutboxDispatcher:
             (metrics.OUTBOX_THROTTLED if answer.throttled else metrics.OUTBOX_FAILURES).inc()
         with self.db.transaction() as conn:
             if error is None:
-                delivered = store.mark_delivered(conn, row.outbox_id)
+                delivered = outbox_sending.mark_delivered(conn, row.outbox_id)
                 report.delivered.append(row.outbox_id)
                 if delivered is not None and delivered.delivered_after_discard:
                     # The operator was told it is not sent (an action: "not sent"): say it.
@@ -261,7 +261,7 @@ class OutboxDispatcher:
                 maximum=self.settings.outbox_backoff_max_seconds,
                 retry_after=answer.retry_after,
             )
-            store.mark_failed(
+            outbox_sending.mark_failed(
                 conn,
                 row,
                 error,
@@ -400,13 +400,13 @@ class OutboxDispatcher:
             # every delivery of the kind is refused the same way. Named, never shown.
             setting = "ORCH_ACTIONS_SECRET" if row.kind == "action" else "ORCH_WEBHOOK_SECRET"
             return _Answer(
-                f"HTTP {status} ({store.REFUSAL}: the backend did not accept "
+                f"HTTP {status} ({REFUSAL}: the backend did not accept "
                 f"the request's signature or credentials; check that it verifies with "
                 f"{setting}, then retry)",
                 permanent=True,
             )
         if is_permanent_refusal(status):
-            return _Answer(f"HTTP {status} ({store.REFUSAL})", permanent=True)
+            return _Answer(f"HTTP {status} ({REFUSAL})", permanent=True)
         wait = None
         if status in RETRY_AFTER_STATUSES:
             wait = retry_after_seconds(retry_after, utcnow())
@@ -443,7 +443,7 @@ class OutboxService:
         limit: int = 50,
     ) -> list[OutboxRow]:
         with self.db.transaction(readonly=True) as conn:
-            return store.list_rows(
+            return outbox_views.list_rows(
                 conn, task_id=task_id, status=status, kind=kind, after_id=after_id, limit=limit
             )
 
@@ -461,12 +461,12 @@ class OutboxService:
         failing and being retried (`waits_behind_retried`), read in the same transaction.
         NotFound for a `task_id` that names no task."""
         with self.db.transaction(readonly=True) as conn:
-            rows = store.list_rows(
+            rows = outbox_views.list_rows(
                 conn, task_id=task_id, status=status, kind=kind, after_id=after_id, limit=limit
             )
             if not rows and task_id is not None:
                 _require_task(conn, task_id)
-            return store.held_views(conn, rows)
+            return outbox_views.held_views(conn, rows)
 
     def shown(self, outbox_id: int) -> dict[str, Any]:
         """One row as `listed` shows it (what it waits behind, why it is dead, who discarded
@@ -474,10 +474,10 @@ class OutboxService:
         if outbox_id > MAX_OUTBOX_ID:
             raise NotFound(f"outbox row {outbox_id} does not exist")
         with self.db.transaction(readonly=True) as conn:
-            row = store.get_row(conn, outbox_id)
+            row = outbox_views.get_row(conn, outbox_id)
             if row is None:
                 raise NotFound(f"outbox row {outbox_id} does not exist")
-            [view] = store.held_views(conn, [row])
+            [view] = outbox_views.held_views(conn, [row])
         return view
 
     def retry(self, outbox_id: int, *, by: str, note: str | None = None) -> OutboxRow:
@@ -491,17 +491,17 @@ class OutboxService:
         if outbox_id > MAX_OUTBOX_ID:  # the column holds no larger id: none such exists
             raise NotFound(f"outbox row {outbox_id} does not exist")
         with self.db.transaction() as conn:
-            row = store.get_row(conn, outbox_id)
+            row = outbox_views.get_row(conn, outbox_id)
             if row is None:
                 raise NotFound(f"outbox row {outbox_id} does not exist")
             if row.status == "pending":
                 _hurry(conn, row, by=by, note=note)
-            elif not store.retry_dead(conn, outbox_id, by=by, note=note):
+            elif not outbox_operator.retry_dead(conn, outbox_id, by=by, note=note):
                 raise InvalidTransition(
                     f"outbox row {outbox_id} is {row.status}; only a dead or pending one can be "
                     "retried"
                 )
-            retried = store.get_row(conn, outbox_id)
+            retried = outbox_views.get_row(conn, outbox_id)
         assert retried is not None
         log.info(
             "outbox %s (%s of task %s) retried by %r",  # typed text: quoted
@@ -524,7 +524,9 @@ class OutboxService:
         counts, each recording who retried it: how many. Once the backend (or a secret) is
         mended after it refused them all."""
         with self.db.transaction() as conn:
-            count = store.retry_all_dead(conn, kind=kind, task_id=task_id, by=by, note=note)
+            count = outbox_operator.retry_all_dead(
+                conn, kind=kind, task_id=task_id, by=by, note=note
+            )
             if not count and task_id is not None:
                 _require_task(conn, task_id)  # not "0 retried" for a mistyped task id
         if count:
@@ -544,7 +546,7 @@ class OutboxService:
         is mended after an outage. Those a dispatcher is sending are left to it: (made due,
         being sent)."""
         with self.db.transaction() as conn:
-            hurried, sending = store.hurry_all_pending(
+            hurried, sending = outbox_operator.hurry_all_pending(
                 conn, kind=kind, task_id=task_id, by=by, note=note
             )
             if not (hurried or sending) and task_id is not None:
@@ -566,19 +568,19 @@ class OutboxService:
         if outbox_id > MAX_OUTBOX_ID:
             raise NotFound(f"outbox row {outbox_id} does not exist")
         with self.db.transaction() as conn:
-            row = store.get_row(conn, outbox_id)
+            row = outbox_views.get_row(conn, outbox_id)
             if row is None:
                 raise NotFound(f"outbox row {outbox_id} does not exist")
-            if not store.discard(conn, outbox_id, by=by, reason=reason):
+            if not outbox_operator.discard(conn, outbox_id, by=by, reason=reason):
                 # Read again: on Postgres the discard waited for a claim being written.
-                current = store.get_row(conn, outbox_id) or row
+                current = outbox_views.get_row(conn, outbox_id) or row
                 if current.being_sent(utcnow()):
                     raise _being_sent(current, "discard it then if it failed")
                 raise InvalidTransition(
                     f"outbox row {outbox_id} is {current.status}; only a dead or pending one "
                     "can be discarded"
                 )
-            discarded = store.get_row(conn, outbox_id)
+            discarded = outbox_views.get_row(conn, outbox_id)
         assert discarded is not None
         log.info(
             "outbox %s (%s of task %s, %s) discarded by %r: %r",  # typed text: one line, quoted
@@ -593,13 +595,13 @@ class OutboxService:
 
     def summary(self, task_id: str) -> dict[str, Any]:
         with self.db.transaction(readonly=True) as conn:
-            return store.delivery_summary(conn, task_id)
+            return outbox_views.delivery_summary(conn, task_id)
 
 
 def _hurry(conn: Connection, row: OutboxRow, *, by: str, note: str | None) -> None:
     """Make the pending `row` due now, or say why not: a dispatcher is sending it, or it waits
     in order behind an earlier event of its task (made due, it would still wait)."""
-    held = store.waits_behind(conn, [row]).get(row.outbox_id)
+    held = outbox_views.waits_behind(conn, [row]).get(row.outbox_id)
     if held is not None:
         status, head = held
         what, action = (
@@ -612,14 +614,16 @@ def _hurry(conn: Connection, row: OutboxRow, *, by: str, note: str | None) -> No
             f"(events go in order): {action} that one, and this one follows it",
             code="waits_behind",
         )
-    if store.hurry_pending(conn, row.outbox_id, by=by, note=note):
+    if outbox_operator.hurry_pending(conn, row.outbox_id, by=by, note=note):
         return
     # Claimed as it was read or meanwhile (a retry waits for a claim being written): read
     # again for what the claim holds.
-    current = store.get_row(conn, row.outbox_id)
+    current = outbox_views.get_row(conn, row.outbox_id)
     if current is None:  # the cleanup deleted it meanwhile (never attempted, nothing sends it)
         raise NotFound(f"outbox row {row.outbox_id} does not exist")
-    if current.status == "dead" and store.retry_dead(conn, row.outbox_id, by=by, note=note):
+    if current.status == "dead" and outbox_operator.retry_dead(
+        conn, row.outbox_id, by=by, note=note
+    ):
         return  # its attempt ended meanwhile, dead-lettered: retried as a dead one is
     if current.status != "pending":
         raise InvalidTransition(

@@ -35,11 +35,10 @@ from orchestrator.services.recovery import snapshot_for
 from orchestrator.store import action_notices as notice_store
 from orchestrator.store import executions as execution_store
 from orchestrator.store import generations as generation_store
-from orchestrator.store import outbox as outbox_store
+from orchestrator.store import outbox_views, task_versions
 from orchestrator.store import plans as plan_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import task_events as event_store
-from orchestrator.store import task_versions
 from orchestrator.store import tasks as task_store
 from orchestrator.store import transcripts as transcript_store
 from orchestrator.store.db import Database, wake_after_commit
@@ -287,7 +286,7 @@ class TaskService:
             before = task.generation + (0 if task.status == "running" else 1)
             last = execution_store.last_started_execution(conn, task_id, before)
             recovery = snapshot_for(conn, last) if last is not None else None
-            deliveries = outbox_store.delivery_summary(conn, task_id)
+            deliveries = outbox_views.delivery_summary(conn, task_id)
             resolved = event_store.events_of_type(
                 conn, task_id, "invocation_resolved", RESOLUTIONS_SHOWN
             )

@@ -507,7 +507,7 @@ attempted_pending = and_(
     or_(outbox.c.attempts > literal_column("0"), outbox.c.last_error.is_not(None)),
 )
 
-# Whether a dispatcher sends a kind is read from its rows (`store.outbox.kind_was_sent`): one
+# Whether a dispatcher sends a kind is read from its rows (`store.outbox_views.kind_was_sent`): one
 # delivered, dead or discarded (the status index), or one pending that was tried. A store of
 # 300,000 never attempted rows (a fleet without a webhook receiver) has none of the latter,
 # which without this index was a walk through all of its pending rows at each look.

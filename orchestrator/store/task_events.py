@@ -5,7 +5,7 @@ task row is locked, so seq order is commit order: the task stream's durable even
 event whose type is one of `WEBHOOK_EVENTS` gets its webhook row in the outbox in the same
 statements, its body frozen then, so every retry sends the same bytes. Every producer calls
 these inside the transaction of the change it reports; the deliveries themselves (claims,
-attempts, retries) are `orchestrator.store.outbox`.
+attempts, retries) are `orchestrator.store.outbox` and the modules beside it.
 """
 
 from __future__ import annotations

@@ -107,7 +107,8 @@ def test_a_delivery_waiting_its_turn_in_a_dispatchers_batch_can_be_discarded_and
     compare-and-set (pending, the claim's attempt) as its turn comes. An operator's discard of
     a row still waiting its turn was refused `being_sent`, though nothing had been sent: it is
     settled now, and the dispatcher, its turn come, finds it discarded and does not post it. A
-    retry of it is still refused: it is about to be sent."""
+    retry of it is still refused: it is about to be sent. Never posted, it shows no attempt
+    (it kept the attempt its claim counted)."""
     actions_only = {k: v for k, v in settings_env.items() if "WEBHOOK" not in k}
     fleet = Fleet(actions_only | {"ORCH_OUTBOX_TIMEOUT_SECONDS": "30"}, tmp_path)
     try:
@@ -140,6 +141,8 @@ def test_a_delivery_waiting_its_turn_in_a_dispatchers_batch_can_be_discarded_and
         assert discarded.returncode == 0, discarded.stdout + discarded.stderr
         row = _action_row(rt, second)
         assert (row.status, row.discarded_from, row.discarded_by) == ("discarded", "pending", "kim")
+        # Nothing was posted: the claim's attempt is taken back (it read `attempts 1`).
+        assert (row.attempts, row.claimed_until) == (0, None)
 
         backend.release.set()
         backend.delay_seconds = 0.0
@@ -157,7 +160,11 @@ def test_a_delivery_waiting_its_turn_in_a_dispatchers_batch_can_be_discarded_and
         assert second not in {
             int(s.headers["x-orchestrator-delivery"]) for s in backend.on("/actions")
         }, fleet.logs()
-        assert _action_row(rt, second).status == "discarded"
+        row = _action_row(rt, second)
+        assert (row.status, row.attempts, row.last_error) == ("discarded", 0, None)
+        shown = fleet.cli("outbox", "show", str(second))
+        assert "  attempts 0 (throttled 0)\n" in shown.stdout, shown.stdout + shown.stderr
+        assert _action_row(rt, first).attempts == 1  # posted once, delivered
     finally:
         backend.release.set()
         fleet.stop()

@@ -277,17 +277,18 @@ def test_an_event_behind_one_being_retried_says_what_the_api_says(
 ) -> None:
     """The console names the delivery a pending event waits behind as the API does
     (`waits_behind_retried`, as `outbox list` and `tasks show` print it), not by a rule of its
-    own over the rows it lists: here the task's first event is due afresh and its second keeps
-    failing, so the third waits behind the second (the console's own rule looked at the first
-    only, and said nothing). The task's page draws its view's field the same way; that view
-    (`_with_waits`) still takes the first unsent event for the one waited on, so it is not
-    checked here."""
+    own over the rows it lists: here the task's first event is delivered and its second keeps
+    failing, so the third waits behind the second, the earliest of the task not sent. The
+    task's page draws its view's field, which one function computes for both views."""
+    from orchestrator.store.types import utcnow
+
     task_id = console.trigger("xss", "An event behind a failing one")
     console.wait_for(task_id, lambda t: t["status"] == "completed")
     more_events(console, task_id, 2)
     first, failing, behind, *_ = dead_letter_deliveries(console, task_id)
     fresh = {"status": "pending", "attempts": 0, "throttled": 0, "last_error": None}
-    set_rows(console, {first: fresh, behind: fresh,
+    set_rows(console, {first: {**fresh, "status": "delivered", "delivered_at": utcnow()},
+                       behind: fresh,
                        failing: {**fresh, "attempts": 2, "last_error": "HTTP 503"}})  # fmt: skip
     rows = console.http.get("/api/v1/outbox", params={"task_id": task_id}).json()["items"]
     said = {row["outbox_id"]: row["waits_behind_retried"] for row in rows}
@@ -298,6 +299,10 @@ def test_an_event_behind_one_being_retried_says_what_the_api_says(
         f"waits behind delivery {failing}, being retried"
     )
     expect(delivery_row(page, where, failing).locator(".waits-behind")).to_have_count(0)
+    open_task(page, console, task_id)
+    expect(page.locator("#deliveries .waits-behind")).to_have_text(
+        [f"waits behind delivery {failing}, being retried"]
+    )
 
 
 def test_a_failing_pending_delivery_is_retried_or_discarded_with_who(

@@ -21,9 +21,8 @@ from orchestrator.runtime import Runtime
 from orchestrator.services.actions import ActionService
 from orchestrator.services.outbox import OutboxDispatcher
 from orchestrator.services.tasks import Trigger
-from orchestrator.store import driver
+from orchestrator.store import driver, outbox_sending, outbox_views
 from orchestrator.store import generations as generation_store
-from orchestrator.store import outbox as outbox_store
 from orchestrator.store import task_events as event_store
 from orchestrator.store.types import utcnow
 from tests.executions_support import (
@@ -53,7 +52,7 @@ def events(rt: Runtime, task_id: str) -> list[str]:
 def hooks(rt: Runtime, task_id: str, event_type: str) -> list[dict[str, Any]]:
     """The webhook bodies of `event_type` the outbox holds for the task, oldest first."""
     with rt.db.transaction(readonly=True) as conn:
-        rows = outbox_store.list_rows(conn, task_id=task_id, kind="webhook")
+        rows = outbox_views.list_rows(conn, task_id=task_id, kind="webhook")
     bodies = [json.loads(row.body) for row in rows]
     return [body for body in bodies if body["type"] == event_type]
 
@@ -263,8 +262,8 @@ def test_a_cancel_names_an_approval_already_delivered_as_delivered(
     digest = rt.actions.get(action_id).digest
     rt.actions.decide(action_id, approve=True, by="alma", note=None, digest=digest)
     with rt.db.transaction() as conn:
-        [row] = outbox_store.list_rows(conn, task_id=task_id, kind="action")
-        outbox_store.mark_delivered(conn, row.outbox_id)
+        [row] = outbox_views.list_rows(conn, task_id=task_id, kind="action")
+        outbox_sending.mark_delivered(conn, row.outbox_id)
     rt.tasks.cancel(task_id)
     [notice] = hooks(rt, task_id, "action_task_cancelled")
     assert (notice["action"]["action_id"], notice["action"]["delivery"]) == (action_id, "delivered")

@@ -18,7 +18,7 @@ from orchestrator.runtime import Runtime
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
-from orchestrator.store import outbox as outbox_store
+from orchestrator.store import outbox_views
 from orchestrator.store import task_events as event_store
 from tests.executions_support import (
     kept_node,
@@ -214,7 +214,7 @@ def test_a_failed_tasks_pending_action_is_superseded_and_never_approved_or_deliv
         rt.actions.decide(action.action_id, approve=True, by="x", note=None, digest=action.digest)
     assert stale.value.code == "stale_approval"
     with rt.db.transaction(readonly=True) as conn:
-        assert outbox_store.list_rows(conn, task_id=task_id, kind="action") == []
+        assert outbox_views.list_rows(conn, task_id=task_id, kind="action") == []
         assert [e.type for e in event_store.events_after(conn, task_id, 0, 100)][-1] == "failed"
 
 

@@ -26,7 +26,7 @@ from orchestrator.services.human_steps import HumanStepService
 from orchestrator.services.outbox import OutboxDispatcher, OutboxService
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import SettingsError, load_settings
-from orchestrator.store import outbox as outbox_store
+from orchestrator.store import outbox_views
 from orchestrator.store import plans as plan_store
 from orchestrator.store import task_events as event_store
 from tests.executions_support import node, plan_call, report_call, write_script
@@ -130,7 +130,7 @@ def test_the_cli_refuses_a_decision_text_the_api_refuses_and_decides_nothing(
     assert rt.actions.get(action_id).status == "pending_approval"
     assert rt.tasks.get(task_id).status == "waiting"
     with rt.db.transaction(readonly=True) as conn:
-        assert outbox_store.list_rows(conn, task_id=task_id, kind="action") == []
+        assert outbox_views.list_rows(conn, task_id=task_id, kind="action") == []
 
 
 def test_the_cli_refuses_an_empty_by_on_a_human_step(
@@ -193,7 +193,7 @@ def test_an_action_whose_node_the_agent_failed_is_not_approved_or_delivered_but_
     assert "failed" in refused.json()["error"]["message"]
     assert rt.actions.get(action_id).status == "pending_approval"
     with rt.db.transaction(readonly=True) as conn:
-        assert outbox_store.list_rows(conn, task_id=task_id, kind="action") == []
+        assert outbox_views.list_rows(conn, task_id=task_id, kind="action") == []
     # A rejection still lets the task, which waits on every pending action, move on.
     rejected = client.post(f"/api/v1/actions/{action_id}/reject", json={"by": "ana"})
     assert (rejected.status_code, rejected.json()["status"]) == (200, "rejected")
@@ -414,7 +414,7 @@ def test_two_approvers_and_an_operator_at_once_decide_once_and_deliver_at_most_t
     assert action.status == expected[tuple(took)]
     assert rt.tasks.get(task_id).status == "cancelled"
     with rt.db.transaction(readonly=True) as conn:
-        rows = outbox_store.list_rows(conn, task_id=task_id, kind="action")
+        rows = outbox_views.list_rows(conn, task_id=task_id, kind="action")
         types = [e.type for e in event_store.events_after(conn, task_id, 0, 100)]
     # The approval, and only an approval, is in the outbox once; the backend hears of the
     # cancel after the decision it followed, or of the superseded proposal.
@@ -588,6 +588,6 @@ def test_an_action_on_a_human_node_a_person_completed_is_not_approved_but_is_rej
     assert "completed" in refused.json()["error"]["message"]
     assert rt.actions.get(action.action_id).status == "pending_approval"
     with rt.db.transaction(readonly=True) as conn:
-        assert outbox_store.list_rows(conn, task_id=task_id, kind="action") == []
+        assert outbox_views.list_rows(conn, task_id=task_id, kind="action") == []
     rejected = client.post(f"/api/v1/actions/{action.action_id}/reject", json={"by": "ana"})
     assert (rejected.status_code, rejected.json()["status"]) == (200, "rejected")

@@ -13,8 +13,7 @@ from sqlalchemy import Connection, inspect, text
 from sqlalchemy.exc import IntegrityError
 
 from orchestrator.store import executions as execution_store
-from orchestrator.store import make_engine, metadata
-from orchestrator.store import outbox as outbox_store
+from orchestrator.store import make_engine, metadata, outbox_operator, outbox_sending, outbox_views
 from orchestrator.store import tasks as task_store
 from orchestrator.store.lost import Limits, requeue_lost
 from orchestrator.store.migrations import current_revision, downgrade, head_revision, upgrade
@@ -282,15 +281,15 @@ def test_0014_outbox_rows_of_before_have_no_throttled_attempts_and_keep_their_co
     upgrade(empty_url)
     assert _differences(empty_url) == []
     with _transaction(empty_url) as conn:
-        [row] = outbox_store.list_rows(conn, task_id="t1")
+        [row] = outbox_views.list_rows(conn, task_id="t1")
         # Its attempts were counted before, 429s too: they still count toward the limit.
         assert (row.attempts, row.throttled, row.counted) == (2, 0, 2)
-        [claimed] = outbox_store.claim_due(conn, ("webhook",), limit=1, hold_seconds=60)
-        assert outbox_store.mark_failed(
+        [claimed] = outbox_sending.claim_due(conn, ("webhook",), limit=1, hold_seconds=60)
+        assert outbox_sending.mark_failed(
             conn, claimed, "HTTP 429", retry_at=claimed.next_attempt_at, dead=False,
             throttled=True,
         )  # fmt: skip
-        assert outbox_store.get_row(conn, row.outbox_id) == OutboxRow(
+        assert outbox_views.get_row(conn, row.outbox_id) == OutboxRow(
             **{**claimed.__dict__, "throttled": 1, "last_error": "HTTP 429", "claimed_until": None}
         )
     _round_trip(empty_url, "0013")
@@ -316,7 +315,7 @@ def test_0015_outbox_rows_of_before_are_brought_within_their_attempts(empty_url:
     upgrade(empty_url)
     assert _differences(empty_url) == []
     with _transaction(empty_url) as conn:
-        rows = outbox_store.list_rows(conn, task_id="t1")
+        rows = outbox_views.list_rows(conn, task_id="t1")
         assert sorted((r.event_seq, r.attempts, r.throttled) for r in rows) == [
             (1, 3, 1),
             (2, 1, 1),
@@ -441,9 +440,9 @@ def test_0021_a_dead_letter_can_be_discarded_and_a_downgrade_makes_it_dead_again
     upgrade(empty_url)
     assert _differences(empty_url) == []
     with _transaction(empty_url) as conn:
-        [row] = outbox_store.list_rows(conn, task_id="t1")
+        [row] = outbox_views.list_rows(conn, task_id="t1")
         assert (row.status, row.discarded_by) == ("dead", None)  # a row of before: as it was
-        assert outbox_store.discard(conn, row.outbox_id, by="ops", reason="by phone")
+        assert outbox_operator.discard(conn, row.outbox_id, by="ops", reason="by phone")
     with pytest.raises(IntegrityError), _transaction(empty_url) as conn:
         conn.execute(text("UPDATE outbox SET status = 'lost'"))
     downgrade(empty_url, "0020")

@@ -27,7 +27,7 @@ from sqlalchemy import update
 from orchestrator.api.app import create_app
 from orchestrator.runtime import Runtime
 from orchestrator.services.outbox import OutboxDispatcher, OutboxService
-from orchestrator.store import outbox as outbox_store
+from orchestrator.store import outbox_views
 from orchestrator.store import task_events as event_store
 from orchestrator.store.tables import outbox
 from orchestrator.store.types import utcnow
@@ -630,7 +630,7 @@ def test_a_batch_of_events_keeps_each_tasks_seq_gapless_and_queues_their_webhook
         for task_id in (first, second):
             logged = event_store.events_after(conn, task_id, 0, 100)
             assert [e.seq for e in logged] == list(range(1, len(logged) + 1))
-        hooks = outbox_store.list_rows(conn, kind="webhook", limit=100)
+        hooks = outbox_views.list_rows(conn, kind="webhook", limit=100)
     assert (second, recorded[1].seq) in {(h.task_id, h.event_seq) for h in hooks}
     assert not {(first, recorded[0].seq), (first, recorded[2].seq)} & {
         (h.task_id, h.event_seq) for h in hooks
@@ -669,7 +669,7 @@ def test_outbox_ids_past_32_bits_are_stored_listed_and_retried(rt: Runtime, tmp_
     waiting_task(rt, tmp_path)
     big = 2**31 + 7
     with rt.db.transaction() as conn:
-        [first, *_] = outbox_store.list_rows(conn, limit=1)
+        [first, *_] = outbox_views.list_rows(conn, limit=1)
         conn.execute(
             update(outbox)
             .where(outbox.c.outbox_id == first.outbox_id)
@@ -727,7 +727,7 @@ def test_an_event_as_recorded_is_the_event_as_the_log_reads_it_back(
         ended = event_store.record_event(conn, task_id, "failed", reason="it broke")
     with rt.db.transaction(readonly=True) as conn:
         logged = event_store.events_after(conn, task_id, noted.seq - 1, 10)
-        hooks = outbox_store.list_rows(conn, task_id=task_id, kind="webhook")
+        hooks = outbox_views.list_rows(conn, task_id=task_id, kind="webhook")
     assert logged == [noted, ended]
     assert (noted.generation, noted.status) == (ended.generation, "waiting")
     assert noted.created_at.tzinfo is not None

@@ -24,6 +24,7 @@ from orchestrator.api.app import create_app
 from orchestrator.errors import ConflictError
 from orchestrator.runtime import Runtime
 from orchestrator.services.outbox import OutboxDispatcher, OutboxService
+from orchestrator.store import outbox_sending
 from orchestrator.store.outbox import OutboxRow
 from tests.outbox_support import (
     Recorder,
@@ -102,6 +103,11 @@ def test_only_the_row_posted_is_being_sent_the_rest_of_the_batch_waits_its_turn(
             "  claimed by a dispatcher, not sent yet: it waits its turn in the batch the "
             "dispatcher sends (attempt 1, held until "
         ) in shown
+        # A discard is not refused for it (the dispatcher skips it at its turn): not told to wait.
+        assert shown.rstrip().endswith(
+            "; a retry waits until its answer is recorded, a discard settles it now (the "
+            "dispatcher then skips it)"
+        ), shown
         assert main(["actions", "show", str(waiting.action_id)]) == 0
         [delivery] = [x for x in capsys.readouterr().out.splitlines() if "delivery:" in x]
         assert (
@@ -130,3 +136,80 @@ def test_only_the_row_posted_is_being_sent_the_rest_of_the_batch_waits_its_turn(
     assert {_row(rt, n).sending_since for n in (first, second)} == {None}
     assert main(["outbox", "show", str(second), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["sending_since"] is None
+
+
+def test_a_row_discarded_before_its_turn_keeps_no_attempt_for_that_claim(
+    rt: Runtime,
+    tmp_path: Path,
+    store_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A batch's claim counts each row's attempt; a row an operator discards before its turn
+    is never posted (the dispatcher's compare-and-set before the post finds it discarded). It
+    kept the attempt of that claim, and read as tried: `attempts 1` for a row never sent, one
+    more than the posts of a row that had failed before. The discard takes that claim's
+    attempt back; a row posted (or tried before) keeps its posts."""
+    from orchestrator.cli import main
+
+    _, tried_action = approved_action(rt, tmp_path)
+    with rt.db.transaction() as conn:  # posted once, failed
+        [first] = outbox_sending.claim_due(conn, ("action",), limit=1, hold_seconds=60)
+        assert outbox_sending.start_send(conn, first, hold_seconds=60)
+        assert outbox_sending.mark_failed(
+            conn, first, "HTTP 500", retry_at=first.created_at, dead=False
+        )
+    _, fresh_action = approved_action(rt, tmp_path)
+    with rt.db.transaction() as conn:  # a batch of both, neither posted yet
+        batch = outbox_sending.claim_due(conn, ("action",), limit=2, hold_seconds=60)
+    assert sorted(row.attempts for row in batch) == [1, 2]
+    for row in batch:
+        OutboxService(rt.db).discard(row.outbox_id, reason="done by phone", by="kim")
+    with rt.db.transaction() as conn:  # their turn comes: neither is posted
+        assert not any(outbox_sending.start_send(conn, row, hold_seconds=60) for row in batch)
+
+    tried = OutboxService(rt.db).shown(first.outbox_id)
+    [fresh_id] = {row.outbox_id for row in batch} - {first.outbox_id}
+    fresh = OutboxService(rt.db).shown(fresh_id)
+    assert (tried["action_id"], fresh["action_id"]) == (tried_action, fresh_action)
+    assert (tried["status"], tried["attempts"], tried["last_error"]) == (
+        "discarded",
+        1,
+        "HTTP 500",
+    )
+    assert (fresh["status"], fresh["attempts"], fresh["last_error"]) == ("discarded", 0, None)
+    with TestClient(create_app(rt.settings, db=rt.db)) as client:
+        listed = client.get("/api/v1/outbox?kind=action&status=discarded").json()["items"]
+    assert {item["outbox_id"]: item["attempts"] for item in listed} == {
+        first.outbox_id: 1,
+        fresh_id: 0,
+    }
+    cli_on(monkeypatch, store_url, tmp_path)
+    assert main(["outbox", "show", str(fresh_id)]) == 0
+    assert "  attempts 0 (throttled 0)\n" in capsys.readouterr().out
+
+
+def test_a_claim_its_dispatcher_never_posted_still_counts_toward_the_webhook_limit(
+    rt: Runtime, tmp_path: Path, backend: Recorder
+) -> None:
+    """A dispatcher killed between its claim and the post leaves the row's attempt counted
+    (the hold runs out, and the row is due again): a row that kills its dispatchers is not
+    claimed for ever without nearing ORCH_WEBHOOK_MAX_ATTEMPTS (3 here). Two such claims and
+    one failed post dead-letter a task event; only an operator's discard takes a claim's
+    attempt back."""
+    task_id, _ = approved_action(rt, tmp_path)
+    for killed in (1, 2):  # claimed, never posted: its dispatcher died, its hold ran out
+        with rt.db.transaction() as conn:
+            [claimed] = outbox_sending.claim_due(conn, ("webhook",), limit=1, hold_seconds=0)
+        assert (claimed.task_id, claimed.attempts) == (task_id, killed)
+    backend.always_fail = True
+    only_webhooks = rt.settings.model_copy(update={"actions_url": None})
+    dispatcher = OutboxDispatcher(only_webhooks, rt.db)
+    try:
+        report = dispatcher.run_once()
+    finally:
+        dispatcher.close()
+    assert report.dead == [claimed.outbox_id]
+    assert len(backend.on("/hooks")) == 1
+    row = OutboxService(rt.db).shown(claimed.outbox_id)
+    assert (row["status"], row["attempts"], row["dead_reason"]) == ("dead", 3, "max_attempts")

@@ -25,7 +25,7 @@ from orchestrator.api.app import create_app
 from orchestrator.errors import ConflictError
 from orchestrator.runtime import Runtime
 from orchestrator.services.outbox import DispatchReport, OutboxService
-from orchestrator.store import outbox as store
+from orchestrator.store import outbox_operator, outbox_sending, outbox_views
 from orchestrator.store.outbox import OutboxRow
 from tests.outbox_support import (
     Recorder,
@@ -54,7 +54,7 @@ def rt(store_url: str, tmp_path: Path, backend: Recorder) -> Iterator[Runtime]:
 
 def _delivery(rt: Runtime, action_id: str) -> OutboxRow:
     with rt.db.transaction(readonly=True) as conn:
-        row = store.action_delivery(conn, action_id)
+        row = outbox_views.action_delivery(conn, action_id)
     assert row is not None
     return row
 
@@ -215,7 +215,7 @@ def test_a_discard_racing_a_claim_on_postgres(
                 failures.append(exc)
 
         with rt.db.transaction() as conn:
-            [claimed] = store.claim_due(conn, ("action",), limit=1, hold_seconds=60)
+            [claimed] = outbox_sending.claim_due(conn, ("action",), limit=1, hold_seconds=60)
             racing = threading.Thread(target=discard, args=(claimed.outbox_id,))
             racing.start()
             until_a_statement_waits_for_a_lock(rt)
@@ -224,14 +224,15 @@ def test_a_discard_racing_a_claim_on_postgres(
         assert failures == []
         row = _delivery(rt, first_action)
         assert (row.status, row.discarded_from) == ("discarded", "pending")
+        assert row.attempts == 0  # the claim it met unposted counts no attempt
         with rt.db.transaction() as conn:  # its turn in the batch comes: not posted
-            assert not store.start_send(conn, claimed, hold_seconds=60)
+            assert not outbox_sending.start_send(conn, claimed, hold_seconds=60)
 
         _, second_action = approved_action(rt, tmp_path)
         with rt.db.transaction() as conn:
-            [second] = store.claim_due(conn, ("action",), limit=1, hold_seconds=60)
+            [second] = outbox_sending.claim_due(conn, ("action",), limit=1, hold_seconds=60)
         with rt.db.transaction() as conn:  # its turn: posted (the post itself is left out)
-            assert store.start_send(conn, second, hold_seconds=60)
+            assert outbox_sending.start_send(conn, second, hold_seconds=60)
             racing = threading.Thread(target=discard, args=(second.outbox_id,))
             racing.start()
             until_a_statement_waits_for_a_lock(rt)
@@ -244,14 +245,14 @@ def test_a_discard_racing_a_claim_on_postgres(
         assert _delivery(rt, second_action).status == "pending"
 
         with rt.db.transaction() as conn:  # the claim's answer: failed, due again now
-            assert store.mark_failed(
+            assert outbox_sending.mark_failed(
                 conn, second, "HTTP 500", retry_at=second.created_at, dead=False
             )
         dispatcher = slow_dispatcher(rt)
         try:
             reports: list[DispatchReport] = []
             with rt.db.transaction() as conn:
-                assert store.discard(conn, second.outbox_id, by="kim", reason="by phone")
+                assert outbox_operator.discard(conn, second.outbox_id, by="kim", reason="by phone")
                 # Not committed yet: a dispatcher's round meanwhile skips the locked row.
                 claiming = threading.Thread(target=lambda: reports.append(dispatcher.run_once()))
                 claiming.start()
@@ -274,17 +275,18 @@ def test_a_claim_whose_hold_ran_out_is_discarded_and_then_not_sent(
     then fails, so the dispatcher skips it, and its answer (had it sent) records nothing."""
     _, action_id = approved_action(rt, tmp_path)
     with rt.db.transaction() as conn:
-        [claimed] = store.claim_due(conn, ("action",), limit=1, hold_seconds=0)
+        [claimed] = outbox_sending.claim_due(conn, ("action",), limit=1, hold_seconds=0)
     assert OutboxService(rt.db).discard(claimed.outbox_id, reason="x", by="kim").status == (
         "discarded"
     )
     with rt.db.transaction() as conn:
-        assert not store.renew_claim(conn, claimed, hold_seconds=60)
-        assert not store.mark_failed(
+        assert not outbox_sending.renew_claim(conn, claimed, hold_seconds=60)
+        assert not outbox_sending.mark_failed(
             conn, claimed, "HTTP 500", retry_at=claimed.created_at, dead=False
         )
     row = _delivery(rt, action_id)
     assert (row.status, row.discarded_from, row.claimed_until) == ("discarded", "pending", None)
+    assert row.attempts == 0  # its dispatcher never posted it
     assert backend.on("/actions") == []
 
 

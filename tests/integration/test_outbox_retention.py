@@ -221,7 +221,7 @@ def test_a_dispatcher_that_sends_during_the_cleanup_keeps_the_rest_of_its_webhoo
     its first webhook meanwhile. The later batches went on deleting the never attempted events
     it was about to deliver: each batch checks again that no webhook was ever sent."""
     from orchestrator.services import cleanup as cleanup_module
-    from orchestrator.store import outbox as outbox_store
+    from orchestrator.store import outbox_retention, outbox_sending
 
     rt, _ = runtime_for(store_url, tmp_path / "scripts", retention_days=30)  # no webhook URL
     try:
@@ -233,16 +233,16 @@ def test_a_dispatcher_that_sends_during_the_cleanup_keeps_the_rest_of_its_webhoo
                 .where(outbox.c.task_id == second, outbox.c.kind == "webhook")
                 .order_by(outbox.c.event_seq)
             ).scalars()
-        real = outbox_store.delete_expired_webhooks
+        real = outbox_retention.delete_expired_webhooks
         batches: list[tuple[int, int]] = []
 
         def batch(conn: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
             if len(batches) == 1:  # after the first batch: the dispatcher delivers one
-                assert outbox_store.mark_delivered(conn, sending)
+                assert outbox_sending.mark_delivered(conn, sending)
             batches.append(real(conn, *args, **kwargs))
             return batches[-1]
 
-        monkeypatch.setattr(cleanup_module.outbox_store, "delete_expired_webhooks", batch)
+        monkeypatch.setattr(cleanup_module.outbox_retention, "delete_expired_webhooks", batch)
         report = run_cleanup(rt.db, rt.settings, batch_size=1)
         assert report.webhooks_never_sent_deleted == 1  # the first batch's, before the send
         assert _left(rt, first) == [("pending", 0)]

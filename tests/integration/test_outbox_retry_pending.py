@@ -24,7 +24,7 @@ from orchestrator.api.app import create_app
 from orchestrator.errors import ConflictError
 from orchestrator.runtime import Runtime
 from orchestrator.services.outbox import DispatchReport, OutboxService
-from orchestrator.store import outbox as store
+from orchestrator.store import outbox_sending
 from orchestrator.store.outbox import OutboxRow
 from orchestrator.store.types import utcnow
 from tests.outbox_support import (
@@ -192,7 +192,7 @@ def test_a_retry_racing_a_claim_waits_for_it_and_finds_the_row_being_sent(
                 failures.append(exc)
 
         with rt.db.transaction() as conn:
-            [claimed] = store.claim_due(conn, ("webhook",), limit=1, hold_seconds=60)
+            [claimed] = outbox_sending.claim_due(conn, ("webhook",), limit=1, hold_seconds=60)
             racing = threading.Thread(target=retry, args=(claimed.outbox_id,))
             racing.start()
             until_a_statement_waits_for_a_lock(rt)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -436,3 +437,82 @@ def test_tasks_show_lists_a_dead_row_wherever_it_is_and_says_what_it_leaves_out(
         f"... 20 of the {undelivered} not delivered shown (dead ones first): "
         f"`orchestrator outbox list --task {task_id}` lists them all"
     ) in out
+
+
+def _events_as(rt: Runtime, task_id: str, *states: tuple[str, int]) -> list[int]:
+    """The task's webhooks so far delivered, and one more for each (status, attempts) of
+    `states`, in event order (a failed one's error `HTTP 503`, backing off): their ids."""
+    from sqlalchemy import update
+
+    now = utcnow()
+    with rt.db.transaction() as conn:
+        conn.execute(
+            update(outbox)
+            .where(outbox.c.task_id == task_id, outbox.c.kind == "webhook")
+            .values(status="delivered", delivered_at=now)
+        )
+        last = conn.execute(
+            select(func.max(outbox.c.event_seq)).where(outbox.c.task_id == task_id)
+        ).scalar_one()
+        return [
+            conn.execute(
+                insert(outbox)
+                .values(
+                    kind="webhook",
+                    task_id=task_id,
+                    event_seq=last + number,
+                    body="{}",
+                    status=status,
+                    attempts=attempts,
+                    throttled=0,
+                    last_error="HTTP 503" if attempts else None,
+                    next_attempt_at=now + timedelta(minutes=5) if attempts else now,
+                    created_at=now,
+                )
+                .returning(outbox.c.outbox_id)
+            ).scalar_one()
+            for number, (status, attempts) in enumerate(states, start=1)
+        ]
+
+
+def test_a_held_event_names_the_earliest_unsent_event_before_it_in_both_views(
+    rt: Runtime, tmp_path: Path, client: TestClient
+) -> None:
+    """What a pending event waits behind is the earliest event of its task not yet delivered
+    or discarded that comes before it: the dispatcher sends a task's events in that order. The
+    task's view took the first row it lists (dead ones first) as the one every later event
+    waits behind, and `GET /api/v1/outbox` the first earlier one tried: a dead letter listed
+    first named itself the head of an event sent before it, and an event behind one never
+    tried named a dead letter further on. Both views now ask one function."""
+    failing_first, _ = waiting_task(rt, tmp_path)
+    retried, dead, held = _events_as(rt, failing_first, ("pending", 1), ("dead", 3), ("pending", 0))
+    untried_first, _ = waiting_task(rt, tmp_path)
+    next_one, later_dead, in_order = _events_as(
+        rt, untried_first, ("pending", 0), ("dead", 3), ("pending", 0)
+    )
+    viewer = bearer("viewer-token")
+
+    def waits(item: dict[str, object]) -> tuple[object, object]:
+        return item.get("waits_behind"), item.get("waits_behind_retried")
+
+    for task_id, expected in (
+        # The first of its task not sent waits behind nothing; the one after the dead letter
+        # waits behind the failing one, sent before the dead letter.
+        (failing_first, {retried: (None, None), dead: (None, None), held: (None, retried)}),
+        # Behind one not tried yet: in order, not held.
+        (untried_first, {next_one: (None, None), later_dead: (None, None), in_order: (None, None)}),
+    ):
+        view = client.get(f"/api/v1/tasks/{task_id}", headers=viewer).json()
+        shown = {x["outbox_id"]: waits(x) for x in view["deliveries"]["undelivered"]}
+        assert {k: v for k, v in shown.items() if k in expected} == expected
+        listed = client.get(
+            "/api/v1/outbox", params={"task_id": task_id, "status": "pending"}, headers=viewer
+        ).json()["items"]
+        pending = {k: v for k, v in expected.items() if k not in (dead, later_dead)}
+        assert {item["outbox_id"]: waits(item) for item in listed} == pending
+    refused = client.post(f"/api/v1/outbox/{held}/retry", headers=bearer("operator-token"))
+    assert (refused.status_code, refused.json()["error"]["code"]) == (409, "waits_behind")
+    assert (
+        f"waits behind outbox {retried}, an earlier event being retried"
+        in (refused.json()["error"]["message"])
+    )

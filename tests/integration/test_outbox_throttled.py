@@ -21,7 +21,7 @@ from sqlalchemy import update
 from orchestrator.api.app import create_app
 from orchestrator.runtime import Runtime
 from orchestrator.services.outbox import OutboxDispatcher, OutboxService
-from orchestrator.store import outbox as outbox_store
+from orchestrator.store import outbox_sending
 from orchestrator.store.outbox import OutboxRow
 from orchestrator.store.tables import outbox
 from orchestrator.store.types import utcnow
@@ -189,15 +189,15 @@ def test_a_throttled_answer_of_a_claim_taken_over_is_not_recorded(
     out and whose row another claimed records nothing, not even the 429."""
     task_id, _ = waiting_task(rt, tmp_path)
     with rt.db.transaction() as conn:
-        [stale] = outbox_store.claim_due(conn, ("webhook",), limit=1, hold_seconds=0)
+        [stale] = outbox_sending.claim_due(conn, ("webhook",), limit=1, hold_seconds=0)
     with rt.db.transaction() as conn:
-        [current] = outbox_store.claim_due(conn, ("webhook",), limit=1, hold_seconds=60)
+        [current] = outbox_sending.claim_due(conn, ("webhook",), limit=1, hold_seconds=60)
     assert (stale.outbox_id, stale.attempts, current.attempts) == (current.outbox_id, 1, 2)
     with rt.db.transaction() as conn:
-        assert not outbox_store.mark_failed(
+        assert not outbox_sending.mark_failed(
             conn, stale, NOT_COUNTED, retry_at=utcnow(), dead=False, throttled=True
         )
-        assert outbox_store.mark_failed(
+        assert outbox_sending.mark_failed(
             conn, current, NOT_COUNTED, retry_at=utcnow(), dead=False, throttled=True
         )
     hook = first_hook(rt, task_id)

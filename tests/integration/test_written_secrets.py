@@ -19,7 +19,7 @@ from pydantic import Field
 from orchestrator.agent.compaction import Compaction
 from orchestrator.agent.host import MASKED_NOTE, ToolHost
 from orchestrator.agent.transcript import TranscriptWriter
-from orchestrator.store import outbox as outbox_store
+from orchestrator.store import outbox_views
 from orchestrator.store.db import Database
 from orchestrator.store.receipts import ReceiptLedger
 from orchestrator.tools.base import Tool, ToolArguments, ToolCall, ToolContext, ToolResult
@@ -71,7 +71,7 @@ def test_a_key_the_model_writes_is_stored_and_served_as_stars(
         (action,) = view["pending_actions"]
         payload = rt.actions.get(action["action_id"]).payload
         with rt.db.transaction(readonly=True) as conn:
-            outbox = [row.body for row in outbox_store.list_rows(conn, task_id=task_id)]
+            outbox = [row.body for row in outbox_views.list_rows(conn, task_id=task_id)]
         entries = rt.tasks.transcript(task_id)["items"]
     finally:
         rt.close()

@@ -52,7 +52,13 @@ from orchestrator.agent.deadline import SETTING, CallWatch, timed_out
 from orchestrator.agent.evidence import EvidenceRecorder
 from orchestrator.agent.loop import RECEIVED, LeaseLost, stop_reason
 from orchestrator.agent.receipted import run_write
-from orchestrator.agent.sensitive import RESULT_MASKED_NOTE, ResultMask, hide_configured, noted
+from orchestrator.agent.sensitive import (
+    MASKED_NOTE,
+    RESULT_MASKED_NOTE,
+    ResultMask,
+    hide_configured,
+    noted,
+)
 from orchestrator.agent.tool_names import closest
 from orchestrator.agent.transcript import is_sensitive
 from orchestrator.agent.turn_room import TURN_FIT, Planned
@@ -89,12 +95,6 @@ CANCEL_GRACE_SECONDS = 2.0
 _CANCEL_POLL_SECONDS = 0.05
 #: The threads every host of this process runs its calls on.
 _THREADS = CallThreads("tool")
-#: Added to the result of a write whose arguments held a configured secret (never the secret).
-MASKED_NOTE = (
-    "a configured secret (an API key, token or password of this deployment) in the arguments "
-    "was replaced by *** before the call ran, and is not kept; do not copy secrets into what "
-    "you write or run"
-)
 #: The effects whose arguments are kept (the orchestrator's store, the business backend).
 _WRITES = frozenset({"write", "internal_write"})
 
@@ -191,8 +191,7 @@ class ToolHost:
                 continue
             units.setdefault(outcome.unit_key, []).append(index)
             prepared.setdefault(outcome.unit_key, outcome)
-        if len(calls) > 1:
-            self._leave_for_later(ctx, calls, results, units, prepared)
+        self._leave_for_later(ctx, calls, results, units, prepared)
 
         done: dict[tuple[str, ...], ToolResult] = {}
         raised: BaseException | None = None
@@ -231,7 +230,8 @@ class ToolHost:
         prepared: dict[tuple[str, ...], _Prepared],
     ) -> None:
         """Answer `no_room` the reads of this turn the context window cannot hold beside the
-        others (`agent.turn_room`), before anything runs: they are not run, and record nothing."""
+        others (`agent.turn_room`), before anything runs: they are not run, and record nothing.
+        A turn of one call is told too: the room of its answer depends on what it is."""
         fit = ctx.extras.get(TURN_FIT)
         if not callable(fit):
             return
@@ -246,15 +246,15 @@ class ToolHost:
             unit = prepared[key_of[index]]
             cited = unit.tool.records_evidence()
             if unit.effect != "read":
-                planned.append(Planned(call.id, "write", cited=cited))
+                planned.append(Planned(call.id, "write", cited=cited, masked=unit.masked))
                 continue
             reads.append(key_of[index])
             least = unit.tool.least_shown(unit.args)
             planned.append(
                 Planned(call.id, "read", least=least, pageable=unit.tool.pageable, cited=cited)
             )
-        turn = fit(planned) if reads else None
-        if turn is None:
+        turn = fit(planned)
+        if turn is None or not reads or len(calls) < 2:
             return
         for key in reads[turn.runs :]:
             for index in units.pop(key):

@@ -13,14 +13,21 @@ import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 from orchestrator.agent.budget import ContextBudget, ContextOverflow, TokenCounter, prompt_tokens_of
 from orchestrator.agent.catalogue import DISCOVERY, Catalogue, Discovery
 from orchestrator.agent.compaction import Conversation, SummaryAnswer, TranscriptHook
 from orchestrator.agent.evidence import CITATION_CHARS
 from orchestrator.agent.model import Model, ModelTurn
-from orchestrator.agent.sensitive import is_sensitive, kept_arguments, redact_values
+from orchestrator.agent.receipted import answer_texts
+from orchestrator.agent.sensitive import (
+    MASKED_NOTE,
+    is_sensitive,
+    kept_arguments,
+    noted,
+    redact_values,
+)
 from orchestrator.agent.turn_room import TURN_FIT, Planned, TurnFit, no_room
 from orchestrator.logs import Secret
 from orchestrator.tools.base import Tool, ToolCall, ToolContext, ToolResult
@@ -58,6 +65,8 @@ _PREVIEW_AROUND = json.dumps(
     }
 )
 _RESULT_ID_CHARS = 32
+#: A receipt's invocation id (`store.receipts`: a uuid4 as text), counted a token a character.
+_INVOCATION_ID_CHARS = 36
 
 #: The least room a result is given (`RequestBuilder._room`), in tokens: a window that leaves
 #: less fails the next request, saying which settings make room.
@@ -126,6 +135,10 @@ class RequestBuilder:
         self._rooms: dict[bool, int] = {}
         #: The running turn's calls left for a later turn (`_turn_fit`): their answers' messages.
         self._left: dict[str, dict[str, Any]] = {}
+        #: The running turn's calls as the host is about to answer them (`_turn_fit`), by id.
+        self._planned: dict[str, Planned] = {}
+        #: `_content` once written, by (write, cited, masked).
+        self._contents: dict[tuple[bool, bool, bool], str] = {}
         extras = dict(ctx.extras)
         if transcript is not None:
             extras[TRANSCRIPT] = transcript
@@ -237,6 +250,8 @@ class RequestBuilder:
         runs, as before). The rest are answered `no_room`, and their share of the room goes to
         the calls that run."""
         assert self.context is not None
+        self._planned = {plan.call_id: plan for plan in planned}
+        self._rooms = {}
         reads = [plan for plan in planned if plan.kind == "read"]
         if self._calling is None or len(planned) < 2 or not reads:
             return None
@@ -273,7 +288,7 @@ class RequestBuilder:
         at its least (the tool's own, a preview's keys, at least `_LEAST_ROOM`)."""
         assert self.context is not None
         counter = self.context.counter
-        tokens = self._around(counter.message, call_id, cited=plan is None or plan.cited)
+        tokens = self._around(counter.message, call_id, plan or Planned(call_id, "read"))
         if plan is None:
             return tokens
         least = _LEAST_ROOM
@@ -309,24 +324,57 @@ class RequestBuilder:
                 # Left for a later turn (`_turn_fit`): its answer, as it is shown.
                 tokens += measure(answer)
                 continue
-            tokens += self._around(measure, str(call_id), cited=self._cited(call))
+            plan = self._planned.get(str(call_id)) or self._guessed(call)
+            tokens += self._around(measure, str(call_id), plan)
         return tokens
 
-    @staticmethod
-    def _around(measure: Callable[[dict[str, Any]], int], call_id: str, *, cited: bool) -> int:
-        """A result's tool message but for the result: with the host's record (its keys, and
-        its values bounded by their characters) when `cited`."""
-        content = _AROUND if cited else _BARE
+    def _around(self, measure: Callable[[dict[str, Any]], int], call_id: str, plan: Planned) -> int:
+        """A result's tool message but for the result (`_content`): with the host's record (its
+        keys, and its values bounded by their characters) when `plan.cited`, and a write's
+        code, message and receipt id."""
+        content = self._content(plan)
         around = measure({"role": "tool", "tool_call_id": call_id, "content": content})
-        return around + CITATION_CHARS if cited else around
+        if plan.cited:
+            around += CITATION_CHARS
+        return around + _INVOCATION_ID_CHARS if plan.kind == "write" else around
 
-    def _cited(self, call: Any) -> bool:
-        """Whether the answer of `call` (as the model sent it) may carry the host's record:
-        unless its tool is known to record none (`Tool.records_evidence`)."""
+    def _guessed(self, call: Any) -> Planned:
+        """`call` (as the model sent it) when the host did not say what it is (`_turn_fit`):
+        its answer may carry the host's record unless its tool is known to record none
+        (`Tool.records_evidence`), and a receipt's id and message unless its tool is known
+        to be a read."""
         function = call.get("function") if isinstance(call, Mapping) else None
         name = function.get("name") if isinstance(function, Mapping) else None
         tool = (self.tools or {}).get(name) if isinstance(name, str) else None
-        return tool is None or tool.records_evidence()
+        cited = tool is None or tool.records_evidence()
+        kind: Literal["read", "write"] = "read" if tool and tool.effect == "read" else "write"
+        return Planned(str(call.get("id") if isinstance(call, Mapping) else ""), kind, cited=cited)
+
+    def _content(self, plan: Planned) -> str:
+        """The content of `plan`'s tool message but for its result (`null`) and the values of
+        the host's record (`_around`): a write's with a code, the host's message at its
+        longest (and the note of a masked secret, `Planned.masked`) and its receipt's id (its
+        characters are added, a token each)."""
+        assert self.context is not None
+        key = (plan.kind == "write", plan.cited, plan.masked)
+        known = self._contents.get(key)
+        if known is not None:
+            return known
+        content = _AROUND if plan.cited else _BARE
+        if plan.kind == "write":
+            measure = self.context.counter.text
+            name = max([*(self.tools or {}), "x" * 64], key=len)
+            # An id inside a message (an unresolved earlier write's) at its longest: a token a
+            # character (`~|` is two).
+            messages, codes = answer_texts("~|" * (_INVOCATION_ID_CHARS // 2), name)
+            message = max(messages, key=measure)
+            if plan.masked:
+                message = noted(message, MASKED_NOTE)
+            shown = json.loads(content)
+            written = {"code": max(codes, key=measure), "message": message, "invocation_id": ""}
+            content = json.dumps({"status": shown.pop("status"), **written, **shown})
+        self._contents[key] = content
+        return content
 
     def add_assistant(self, message: dict[str, Any]) -> None:
         self._calling = message

@@ -8,8 +8,10 @@ smallest (a data source's: none of its rows, and why; `Tool.least_shown`). In
 a local 4k model's window the task tools' definitions leave room for one or two such results:
 three queries in one turn overflowed the next request and the round failed `context_overflow`.
 
-Before a turn's calls run, the host asks (`TURN_FIT`, set by the request builder from the
-window) how many of its reads the next request holds at their smallest. The reads after those,
+Before a turn's calls run, the host tells the request builder what each call is (`TURN_FIT`,
+set by the builder from the window; for a turn of one call too: a write's answer carries its
+receipt's id and the host's message, which its room counts) and asks how many of its reads the
+next request holds at their smallest. The reads after those,
 in call order, are not run: each is answered `no_room` (`no_room`), saying how many of the
 turn's calls the window holds and to make the rest in later turns. Not run, they leave no
 evidence record: the host's records are exactly what the model was shown (invariant 12).
@@ -54,6 +56,8 @@ class Planned:
     pageable: bool = True
     #: Its answer may carry the host's evidence record (`Tool.records_evidence`).
     cited: bool = True
+    #: A write whose arguments held a configured secret: its answer says so (`host.MASKED_NOTE`).
+    masked: bool = False
 
 
 @dataclass(frozen=True)

@@ -244,7 +244,7 @@ class ToolHost:
                 planned.append(Planned(call.id, "answered", answer=answered))
                 continue
             unit = prepared[key_of[index]]
-            cited = unit.tool.records_evidence()
+            cited = unit.tool.records_evidence(unit.args)
             if unit.effect != "read":
                 planned.append(Planned(call.id, "write", cited=cited, masked=unit.masked))
                 continue

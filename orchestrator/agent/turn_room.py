@@ -2,8 +2,9 @@
 
 Every result of a turn is shown in the next request beside the others, and each needs room of
 its own however little it shows: the tool message and the host's evidence record around it
-(for a tool that records evidence, `Tool.records_evidence`: a receipt's status or a tool search
-shows none, and its answer is as small as the record alone), and what the tool shows at its
+(for a call that records evidence, `Tool.records_evidence` of its arguments: a receipt's status,
+a tool search or a query of an undeclared source shows none, and its answer is as small as the
+record alone), and what the tool shows at its
 smallest (a data source's: none of its rows, and why; `Tool.least_shown`). In
 a local 4k model's window the task tools' definitions leave room for one or two such results:
 three queries in one turn overflowed the next request and the round failed `context_overflow`.

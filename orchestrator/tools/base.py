@@ -210,11 +210,11 @@ class Tool(ABC):
         Only from the tool's own knowledge and declaration, never from the model."""
         return None
 
-    def records_evidence(self) -> bool:
-        """Whether an answer of this tool may carry the host's evidence record (its id, time
-        and content reference): only when the tool says what to record (`evidence_facts`).
-        A small context window reserves the record's room for these answers alone
-        (`orchestrator.agent.turn_room`)."""
+    def records_evidence(self, args: Any = None) -> bool:
+        """Whether an answer of this tool (of this call, given its validated `args`) may carry
+        the host's evidence record (its id, time and content reference): only when the tool
+        says what to record (`evidence_facts`). A small context window reserves the record's
+        room for these answers alone (`orchestrator.agent.turn_room`)."""
         return type(self).evidence_facts is not Tool.evidence_facts
 
     def least_shown(self, args: Any) -> str | None:

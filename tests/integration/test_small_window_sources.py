@@ -207,6 +207,26 @@ def test_small_reads_that_record_no_evidence_all_run_in_a_4096_window(
     assert seen["records"] == []
 
 
+def test_a_query_of_an_unknown_source_needs_no_room_for_a_record(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """A query of a source that is not declared is refused (about 30 tokens) and records
+    nothing. Before, it was reserved the host's evidence record's room (about 160 tokens) as a
+    declared source's query is, and beside it a day's query in a 4,096-token window was shown
+    none of its rows; now the day's rows have that room, and the refusal says which sources
+    are declared."""
+    unknown = {"source": "scada_live", "parameters": {"point": "DM-RN-01"}}
+    calls = [call("q1", "query_data_source", DAY), call("q2", "query_data_source", unknown)]
+    seen = _run(store_url, scripts, server, 4096, calls=calls)
+    assert seen["error"] is None
+    day, refused = seen["told"]
+    assert 0 < len(day["result"]["rows"]) < 144
+    assert (refused["status"], refused["code"]) == ("failed", "unknown_source")
+    assert "declared: scada_sim" in refused["message"]
+    [record] = seen["records"]
+    assert day["evidence_id"] == record["evidence_id"]
+
+
 def test_a_window_that_holds_not_even_one_query_says_the_turn_made_several_calls(
     store_url: str, scripts: Path, server: OpenAIServer
 ) -> None:

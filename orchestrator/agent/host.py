@@ -39,7 +39,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, replace
 from functools import partial
@@ -111,6 +111,10 @@ class _Prepared:
     identity: str | None = None
     #: A configured secret was masked in the arguments (`MASKED_NOTE`).
     masked: bool = False
+    #: A look-up the context window had no room for (`agent.turn_room`): its answer when its
+    #: own takes more room (`TurnFit.held`), and what says so (`TurnFit.shown`).
+    held: ToolResult | None = None
+    shown: Callable[[ToolResult], bool] | None = None
 
     @property
     def unit_key(self) -> tuple[str, ...]:
@@ -251,20 +255,35 @@ class ToolHost:
             reads.append(key_of[index])
             least = unit.tool.least_shown(unit.args)
             planned.append(
-                Planned(call.id, "read", least=least, pageable=unit.tool.pageable, cited=cited)
+                Planned(
+                    call.id,
+                    "read",
+                    least=least,
+                    pageable=unit.tool.pageable,
+                    cited=cited,
+                    look_up=unit.tool.look_up,
+                )
             )
         turn = fit(planned)
         if turn is None or not reads or len(calls) < 2:
             return
+        left = 0
         for key in reads[turn.runs :]:
+            unit = prepared[key]
+            if unit.tool.look_up and turn.held is not None and turn.shown is not None:
+                # Run all the same: shown if it takes no more room than `held` (`_run_unit`).
+                prepared[key] = replace(unit, held=turn.held, shown=turn.shown)
+                continue
+            left += 1
             for index in units.pop(key):
                 results[index] = turn.answer
             del prepared[key]
-        log.info(
-            "%d of the turn's %d calls left for a later turn: the context window holds no more",
-            len(reads) - turn.runs,
-            len(calls),
-        )
+        if left:
+            log.info(
+                "%d of the turn's %d calls left for a later turn: the context window holds no more",
+                left,
+                len(calls),
+            )
 
     # -- preparation ------------------------------------------------------------------------
 
@@ -507,6 +526,9 @@ class ToolHost:
             result = replace(result, message=noted(result.message, MASKED_NOTE))
         # Before it is paged (a page is read later, unmasked no more) and cited.
         result = self._mask.hidden(result)
+        if unit.held is not None and unit.shown is not None:
+            # A look-up the window had no room for: whole if it is no larger than `held`.
+            return result if unit.shown(result) else unit.held
         return self._cite(ctx, unit, result, self._page(ctx, unit, result))
 
     def _cite(

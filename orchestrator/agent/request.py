@@ -13,6 +13,7 @@ import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Literal
 
 from orchestrator.agent.budget import ContextBudget, ContextOverflow, TokenCounter, prompt_tokens_of
@@ -28,6 +29,7 @@ from orchestrator.agent.sensitive import (
     noted,
     redact_values,
 )
+from orchestrator.agent.text import clean_text
 from orchestrator.agent.turn_room import TURN_FIT, Planned, TurnFit, no_room
 from orchestrator.logs import Secret
 from orchestrator.tools.base import Tool, ToolCall, ToolContext, ToolResult
@@ -273,13 +275,21 @@ class RequestBuilder:
         least_runs = 0 if any(plan.kind == "write" for plan in planned) else 1
         for runs in range(len(reads) - 1, least_runs - 1, -1):
             left = reads[runs:]
-            answer = no_room(len(planned), len(planned) - len(left), budget.window)
-            messages = {plan.call_id: _answer_message(plan.call_id, answer) for plan in left}
+            calls, held = len(planned), len(planned) - len(left)
+            answer = no_room(calls, held, budget.window)
+            # A look-up left runs all the same, shown if no larger than this (`turn_room`).
+            unshown = no_room(calls, held, budget.window, ran=True)
+            messages = {
+                plan.call_id: _answer_message(plan.call_id, unshown if plan.look_up else answer)
+                for plan in left
+            }
             tokens = sum(counter.message(message) for message in messages.values())
             if counter.scaled(fixed + sum(needs[:runs]) + tokens) <= free:
                 self._left = messages
                 self._rooms = {}
-                return TurnFit(runs, answer)
+                if not any(plan.look_up for plan in left):
+                    return TurnFit(runs, answer)
+                return TurnFit(runs, answer, unshown, partial(_no_larger, counter, unshown))
         return None
 
     def _least(self, plan: Planned | None, call_id: str) -> int:
@@ -458,6 +468,11 @@ def _cut_by_server(before: tuple[int, int], now: tuple[int, int]) -> bool:
     if before[0] <= 0 or before[1] <= 0 or now[1] <= 0 or grown < CUT_GROWTH_TOKENS:
         return False
     return now[1] * before[0] * 2 < before[1] * now[0]
+
+
+def _no_larger(counter: TokenCounter, than: ToolResult, result: ToolResult) -> bool:
+    """Whether `result`'s answer takes no more tokens than `than`'s (`TurnFit.shown`)."""
+    return counter.text(clean_text(result.message_text)) <= counter.text(than.message_text)
 
 
 def _answer_message(call_id: str, answer: ToolResult) -> dict[str, Any]:

@@ -20,6 +20,11 @@ Writes always run (leaving one out would be a decision the model did not make); 
 writes alone do not fit, or not even the first read does, every call runs as before, and the
 next request fails `context_overflow` with a line naming the settings and the turn's calls.
 
+A look-up (`Tool.look_up`: a receipt's status) left for a later turn runs all the same: it is
+quick, changes nothing and records nothing, and its answer often takes less room than `no_room`
+(51 tokens against about 82). It is shown when it takes no more room than its `no_room` answer
+would (which the turn's fit counted), else that answer is given, saying it was not shown.
+
 `no_room` is the model's doing (`agent.repeats`): a model that sends the same calls in the
 same order every turn never has the later ones run, and is stopped as a repeated refusal; one
 that makes the rest in later turns makes progress, and is not.
@@ -27,6 +32,7 @@ that makes the rest in later turns makes progress, and is not.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -59,6 +65,8 @@ class Planned:
     cited: bool = True
     #: A write whose arguments held a configured secret: its answer says so (`host.MASKED_NOTE`).
     masked: bool = False
+    #: A look-up (`Tool.look_up`): left for a later turn, it runs all the same.
+    look_up: bool = False
 
 
 @dataclass(frozen=True)
@@ -67,15 +75,21 @@ class TurnFit:
 
     runs: int
     answer: ToolResult
+    #: The answer of a look-up left for a later turn whose own answer takes more room
+    #: (`no_room(..., ran=True)`); None when no look-up is left.
+    held: ToolResult | None = None
+    #: `shown(result)`: whether a left look-up's `result` takes no more room than `held`.
+    shown: Callable[[ToolResult], bool] | None = None
 
 
-def no_room(calls: int, held: int, window: int) -> ToolResult:
+def no_room(calls: int, held: int, window: int, *, ran: bool = False) -> ToolResult:
     """The answer of a read left for a later turn: `held` of the turn's `calls` calls fit a
-    window of `window` tokens. The same words for the same turn (a repeated turn compares
-    equal, `agent.repeats`)."""
+    window of `window` tokens; `ran`: a look-up that ran, its answer not shown. The same
+    words for the same turn (a repeated turn compares equal, `agent.repeats`)."""
     most = f"at most {held} call{'s' if held != 1 else ''} a turn"
     return ToolResult.failed(
-        f"not run: the context window ({window} tokens) holds the results of {held} of this "
-        f"turn's {calls} calls; make this call again in a later turn, {most}",
+        f"{'not shown' if ran else 'not run'}: the context window ({window} tokens) holds the "
+        f"results of {held} of this turn's {calls} calls; make this call again in a later "
+        f"turn, {most}",
         code=NO_ROOM,
     )

@@ -182,6 +182,11 @@ class Tool(ABC):
     pageable: ClassVar[bool] = True
     #: True for tools that need their call id (`ctx.extras[CALL_ID]`), e.g. to nest a transcript.
     wants_call_id: ClassVar[bool] = False
+    #: A quick read of the orchestrator's own records that changes nothing (a receipt's
+    #: status): a turn whose context window has no room for its answer runs it all the same,
+    #: and shows its answer when that takes no more room than `no_room` would
+    #: (`orchestrator.agent.turn_room`).
+    look_up: ClassVar[bool] = False
     #: Arguments whose values the host keeps as `***` wherever it writes the call down (the
     #: transcript, the recovery snapshot): a command's environment often carries a credential.
     secret_arguments: ClassVar[frozenset[str]] = frozenset()

@@ -207,6 +207,36 @@ def test_small_reads_that_record_no_evidence_all_run_in_a_4096_window(
     assert seen["records"] == []
 
 
+def test_a_look_up_smaller_than_the_no_room_answer_is_answered(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """Two queries and a receipt look-up in one turn, in a 4,096-token window: the first query
+    runs, and the second and the look-up were answered no_room (about 82 tokens each), though
+    the look-up's answer (about 51 tokens, not found) takes less room than that: holding it
+    back saved nothing. Now a look-up (`Tool.look_up`) the window has no room for runs all the
+    same, and its answer is shown when it takes no more room than the no_room answer."""
+    calls = [
+        call("q1", "query_data_source", DAY),
+        call("q2", "query_data_source", PRESSURE),
+        call("g1", "get_tool_execution", {"invocation_id": "inv-1"}),
+    ]
+    seen = _run(store_url, scripts, server, 4096, calls=calls)
+    assert seen["error"] is None
+    day, pressure, looked = seen["told"]
+    assert 0 < len(day["result"]["rows"]) < 144
+    assert (pressure["code"], pressure["message"]) == (
+        "no_room",
+        "not run: the context window (4096 tokens) holds the results of 1 of this turn's 3 "
+        "calls; make this call again in a later turn, at most 1 call a turn",
+    )
+    assert (looked["code"], looked["message"]) == (
+        "not_found",
+        "no invocation 'inv-1' for this conversation",
+    )
+    [record] = seen["records"]
+    assert day["evidence_id"] == record["evidence_id"]
+
+
 def test_a_query_of_an_unknown_source_needs_no_room_for_a_record(
     store_url: str, scripts: Path, server: OpenAIServer
 ) -> None:

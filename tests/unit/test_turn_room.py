@@ -86,6 +86,44 @@ def test_every_call_runs_when_they_fit_and_one_call_always_runs() -> None:
     assert tool.ran == ["a"]
 
 
+class LookUp(Echo):
+    """A quick read of the store's own records (`Tool.look_up`)."""
+
+    name = "look_up"
+    look_up = True
+
+
+def test_a_look_up_left_for_later_runs_and_is_shown_only_if_no_larger_than_no_room() -> None:
+    """The window holds the first read: a short look-up after it is answered as it ran (it
+    takes no more room than the no_room answer would), a long one is answered that it was
+    not shown, and a read that is not a look-up is not run."""
+    held = no_room(4, 1, 4096, ran=True)
+    planned: list[Planned] = []
+
+    def fit(plans: Sequence[Planned]) -> TurnFit:
+        planned.extend(plans)
+        no_larger = len(held.message_text)
+        return TurnFit(1, no_room(4, 1, 4096), held, lambda r: len(r.message_text) <= no_larger)
+
+    echo, look = Echo(), LookUp()
+    ctx = ToolContext("alice", "s1", "r1", extras={TURN_FIT: fit})
+    calls = [
+        ToolCall("c0", "echo", {"text": "first"}),
+        ToolCall("c1", "look_up", {"text": "short"}),
+        ToolCall("c2", "look_up", {"text": "long " * 100}),
+        ToolCall("c3", "echo", {"text": "later"}),
+    ]
+    results = ToolHost([echo, look], ledger=None).run_turn(ctx, calls)
+    assert [plan.look_up for plan in planned] == [False, True, True, False]
+    assert (echo.calls, look.calls) == (1, 2)
+    assert [result.payload for result in results[:2]] == ["first", "short"]
+    assert results[2] == held
+    assert results[2].message is not None
+    assert results[2].message.startswith("not shown: the context window (4096 tokens) holds")
+    assert results[3].message is not None
+    assert results[3].message.startswith("not run: the context window (4096 tokens) holds")
+
+
 # -- the repeated-refusal rule ------------------------------------------------------------------
 
 QUERIES = [

@@ -82,7 +82,13 @@ from orchestrator.tools.base import (
     ToolContext,
     ToolResult,
 )
-from orchestrator.tools.results import PREVIEW_CHARS, ResultCache, fitting
+from orchestrator.tools.results import (
+    NO_PREVIEW_NOTE,
+    PAGE_NOTE,
+    PREVIEW_CHARS,
+    ResultCache,
+    fitting,
+)
 
 __all__ = ["CANCEL_GRACE_SECONDS", "MASKED_NOTE", "RESULT_MASKED_NOTE", "ToolHost"]
 
@@ -590,8 +596,9 @@ class ToolHost:
         plain = isinstance(result.payload, str)
         written = None if plain else result.written_payload()
         text = _as_text(result.payload) if written is None else written
-        # At most `preview_chars`, and what the model's context window can take (`RESULT_FIT`).
-        shown = fitting(ctx, text[: self.preview_chars])
+        # At most `preview_chars`, and what the model's context window can take (`PREVIEW_FIT`:
+        # none when that is too little to show anything worth showing).
+        shown = fitting(ctx, text[: self.preview_chars], preview=True)
         if shown >= len(text):
             return result if plain or written is not None else result.with_payload_text(text)
         preview: dict[str, Any] = {
@@ -610,7 +617,7 @@ class ToolHost:
             else:
                 preview["result_id"] = stored.result_id
                 preview["next_offset"] = shown
-                preview["note"] = "read the rest with read_tool_result(result_id, offset)"
+                preview["note"] = NO_PREVIEW_NOTE if not shown else PAGE_NOTE
         return replace(result, payload=preview, unpaged=result.payload)
 
 

@@ -33,7 +33,13 @@ from orchestrator.agent.text import clean_text
 from orchestrator.agent.turn_room import TURN_FIT, Planned, TurnFit, no_room
 from orchestrator.logs import Secret
 from orchestrator.tools.base import Tool, ToolCall, ToolContext, ToolResult
-from orchestrator.tools.results import RESULT_FIT, WHOLE_FIT
+from orchestrator.tools.results import (
+    NO_PREVIEW_NOTE,
+    PAGE_NOTE,
+    PREVIEW_FIT,
+    RESULT_FIT,
+    WHOLE_FIT,
+)
 
 #: The bytes of a token by which the share of a result shown whole is estimated (`_whole_fit`)
 #: when it surely fits what the request leaves: JSON rows of readings run about 2.4 bytes a
@@ -63,12 +69,17 @@ _PREVIEW_AROUND = json.dumps(
         "total_chars": 10**6,
         "result_id": "",
         "next_offset": 10**6,
-        "note": "read the rest with read_tool_result(result_id, offset)",
+        "note": max(PAGE_NOTE, NO_PREVIEW_NOTE, key=len),
     }
 )
 _RESULT_ID_CHARS = 32
 #: A receipt's invocation id (`store.receipts`: a uuid4 as text), counted a token a character.
 _INVOCATION_ID_CHARS = 36
+
+#: The least a preview shows (`RequestBuilder._preview_fit`), in tokens (about 150 characters
+#: of JSON): fewer (`{`, `{"task_id"`) tell the model nothing; a turn reserves this much for
+#: each pageable read that runs (`_least`), and a preview that would show fewer shows none.
+_LEAST_PREVIEW = 48
 
 #: The least room a result is given (`RequestBuilder._room`), in tokens: a window that leaves
 #: less fails the next request, saying which settings make room.
@@ -147,6 +158,7 @@ class RequestBuilder:
         if context is not None:
             # A large result's preview and pages fit the window (`ContextBudget.result_tokens`).
             extras[RESULT_FIT] = self._result_fit
+            extras[PREVIEW_FIT] = self._preview_fit
             extras[WHOLE_FIT] = self._whole_fit
             extras[TURN_FIT] = self._turn_fit
         if self.catalogue is not None and context is not None and discovering:
@@ -222,6 +234,23 @@ class RequestBuilder:
                 break
         return shown
 
+    def _preview_fit(self, text: str) -> int:
+        """`PREVIEW_FIT`: a large result's preview as `_result_fit`, but none when it would
+        show fewer than `_LEAST_PREVIEW` tokens (`{` was all a preview of six in a turn
+        showed), and the whole of a result that takes no more than its preview's answer would
+        (the preview's keys around it, and the text they hold): it costs no more room."""
+        assert self.context is not None
+        budget, counter = self.context.budget, self.context.counter
+        around = counter.scaled(counter.text(_PREVIEW_AROUND) + _RESULT_ID_CHARS)
+        shown = self._result_fit(text)
+        if shown == len(text):
+            return shown
+        tokens = max(0, min(budget.result_tokens, self._room() - around))
+        # As a JSON string (its quotes escaped): never less than the payload's own JSON.
+        if counter.fit_chars(text, math.floor((tokens + around) / counter.ratio)) == len(text):
+            return len(text)
+        return shown if tokens >= counter.scaled(_LEAST_PREVIEW) else 0
+
     def _room(self, *, exact: bool = True) -> int:
         """What one result of the running turn may take, as the server counts: what the kept
         parts of the request (prompt, brief, plan, tool definitions) and the turn's own
@@ -295,7 +324,8 @@ class RequestBuilder:
     def _least(self, plan: Planned | None, call_id: str) -> int:
         """The uncalibrated tokens of a result's answer at its smallest: the tool message and
         the host's record around it when its tool records one (`_turn_tokens`), and its payload
-        at its least (the tool's own, a preview's keys, at least `_LEAST_ROOM`)."""
+        at its least (the tool's own, or a preview's keys and least text, `_LEAST_PREVIEW`; at
+        least `_LEAST_ROOM`)."""
         assert self.context is not None
         counter = self.context.counter
         tokens = self._around(counter.message, call_id, plan or Planned(call_id, "read"))
@@ -306,7 +336,7 @@ class RequestBuilder:
             # As it is shown: a JSON text inside the tool message's (its quotes escaped).
             least = max(least, counter.text(json.dumps(plan.least, ensure_ascii=False)))
         elif plan.pageable:
-            least = max(least, counter.text(_PREVIEW_AROUND) + _RESULT_ID_CHARS)
+            least = max(least, counter.text(_PREVIEW_AROUND) + _RESULT_ID_CHARS + _LEAST_PREVIEW)
         return tokens + least
 
     def _calls(self) -> list[Any]:

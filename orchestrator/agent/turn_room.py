@@ -59,7 +59,8 @@ class Planned:
     #: The JSON text of the smallest payload its answer is shown with (`Tool.least_shown`),
     #: if the tool knows it.
     least: str | None = None
-    #: A large answer becomes a preview (its keys are its least).
+    #: A large answer becomes a preview (its keys and the least text worth showing are its
+    #: least, `request._LEAST_PREVIEW`).
     pageable: bool = True
     #: Its answer may carry the host's evidence record (`Tool.records_evidence`).
     cited: bool = True

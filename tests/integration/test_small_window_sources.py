@@ -378,6 +378,29 @@ def test_large_results_previewed_in_one_turn_share_the_room(
         assert 0 < len(shown["preview"]) < shown["total_chars"]
 
 
+@pytest.mark.parametrize("count", [5, 6])
+def test_a_preview_shows_enough_to_act_on_or_the_read_waits(
+    store_url: str, scripts: Path, server: OpenAIServer, count: int
+) -> None:
+    """Five or six reads of the task's context (about 2,300 characters each) in one turn of a
+    4,096-token window: each was reserved a preview's keys alone, and each preview showed
+    `{"task_id"` (five) or `{` (three of six, the others no_room), which tells the model
+    nothing. Now a read runs only with room for a preview worth showing (its first keys and
+    values), and the others are answered no_room, to be made in a later turn."""
+    calls = [call(f"c{n}", "read_task_context", {}) for n in range(count)]
+    seen = _run(store_url, scripts, server, 4096, calls=calls, sample={"readings": READINGS[:40]})
+    assert seen["error"] is None
+    shown = [answer for answer in seen["told"] if answer.get("code") != "no_room"]
+    assert 0 < len(shown) < count
+    for answer in shown:
+        preview = answer["result"]
+        assert '"task_type": "looks"' in preview["preview"]
+        assert preview["next_offset"] == len(preview["preview"])
+        assert preview["note"] == "read the rest with read_tool_result(result_id, offset)"
+    for answer in seen["told"][len(shown) :]:
+        assert answer["code"] == "no_room"
+
+
 def test_the_default_window_shows_the_whole_day(
     store_url: str, scripts: Path, server: OpenAIServer
 ) -> None:

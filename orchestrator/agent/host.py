@@ -598,7 +598,7 @@ class ToolHost:
         text = _as_text(result.payload) if written is None else written
         # At most `preview_chars`, and what the model's context window can take (`PREVIEW_FIT`:
         # none when that is too little to show anything worth showing).
-        shown = fitting(ctx, text[: self.preview_chars], preview=True)
+        shown = fitting(ctx, text[: self.preview_chars], preview=len(text))
         if shown >= len(text):
             return result if plain or written is not None else result.with_payload_text(text)
         preview: dict[str, Any] = {

@@ -234,11 +234,12 @@ class RequestBuilder:
                 break
         return shown
 
-    def _preview_fit(self, text: str) -> int:
-        """`PREVIEW_FIT`: a large result's preview as `_result_fit`, but none when it would
-        show fewer than `_LEAST_PREVIEW` tokens (`{` was all a preview of six in a turn
-        showed), and the whole of a result that takes no more than its preview's answer would
-        (the preview's keys around it, and the text they hold): it costs no more room."""
+    def _preview_fit(self, text: str, total: int) -> int:
+        """`PREVIEW_FIT`: the preview of a result of `total` characters that `text` starts,
+        as `_result_fit`, but none when it would show fewer than `_LEAST_PREVIEW` tokens (`{`
+        was all a preview of six in a turn showed), and the whole of a result that takes no
+        more than its preview's answer would (the preview's keys around it, and the text they
+        hold): it costs no more room."""
         assert self.context is not None
         budget, counter = self.context.budget, self.context.counter
         around = counter.scaled(counter.text(_PREVIEW_AROUND) + _RESULT_ID_CHARS)
@@ -247,7 +248,8 @@ class RequestBuilder:
             return shown
         tokens = max(0, min(budget.result_tokens, self._room() - around))
         # As a JSON string (its quotes escaped): never less than the payload's own JSON.
-        if counter.fit_chars(text, math.floor((tokens + around) / counter.ratio)) == len(text):
+        most = math.floor((tokens + around) / counter.ratio)
+        if len(text) == total and counter.fit_chars(text, most) == len(text):
             return len(text)
         return shown if tokens >= counter.scaled(_LEAST_PREVIEW) else 0
 

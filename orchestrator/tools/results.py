@@ -42,9 +42,11 @@ PREVIEW_CHARS = 4000
 #: and a page of 4,000 and 16,000 characters do not fit a 4,096-token window). Unset: no limit
 #: but the sizes above (the internal bridge, a collaboration answer).
 RESULT_FIT = "result_fit"
-#: As `RESULT_FIT`, for a large result's preview: 0 when the window leaves no room for a preview
+#: As `RESULT_FIT`, for a large result's preview, `fit(text, total) -> characters` (`total`: the
+#: result's length, of which `text` is the start): 0 when the window leaves no room for a preview
 #: worth showing (the answer then says how to read it, `ToolHost._page`), and the whole text when
-#: it takes no more room than its preview's answer would. Unset: `RESULT_FIT`'s.
+#: it is the whole result and takes no more room than its preview's answer would. Unset:
+#: `RESULT_FIT`'s.
 PREVIEW_FIT = "preview_fit"
 #: As `RESULT_FIT`, for a result shown whole and never paged (a data source's rows): a larger
 #: share of the window (`ContextBudget.whole_result_tokens`), within which the tool shows fewer
@@ -65,14 +67,15 @@ MAX_BYTES_PER_GRAPH = 4 * 1024 * 1024
 TTL_SECONDS = 15 * 60
 
 
-def fitting(ctx: ToolContext, text: str, *, whole: bool = False, preview: bool = False) -> int:
+def fitting(ctx: ToolContext, text: str, *, whole: bool = False, preview: int | None = None) -> int:
     """How many characters from the start of `text` an answer may show (`RESULT_FIT`, or
     `WHOLE_FIT` for a result that is not paged); at least one of a non-empty text, so that
-    paging always moves on. `preview`: a large result's preview (`PREVIEW_FIT`), none when
-    the window leaves no room for one worth showing."""
-    fit = ctx.extras.get(PREVIEW_FIT) if preview else None
+    paging always moves on. `preview`: the length of a large result whose start `text` is,
+    for its preview (`PREVIEW_FIT`): none when the window leaves no room for one worth
+    showing."""
+    fit = ctx.extras.get(PREVIEW_FIT) if preview is not None else None
     if callable(fit) and text:
-        return max(0, min(len(text), int(fit(text))))
+        return max(0, min(len(text), int(fit(text, preview))))
     fit = ctx.extras.get(WHOLE_FIT if whole else RESULT_FIT)
     if not callable(fit) or not text:
         return len(text)

@@ -15,17 +15,26 @@ from orchestrator.agent.host import ToolHost
 from orchestrator.agent.model import ScriptedModel
 from orchestrator.agent.request import _PREVIEW_AROUND, AgentContext, RequestBuilder
 from orchestrator.tools.base import ToolCall, ToolContext, ToolResult
-from orchestrator.tools.results import NO_PREVIEW_NOTE, ReadToolResult, ResultCache
+from orchestrator.tools.results import (
+    NO_PREVIEW_NOTE,
+    PREVIEW_CHARS,
+    ReadToolResult,
+    ResultCache,
+)
 from tests.unit.test_host import Echo
 
 CTX = ToolContext(owner="o", session_id="s", round_id="r")
 
 
-def _turn(window: int, times: list[int]) -> tuple[RequestBuilder, ToolHost, list[ToolResult]]:
+def _turn(
+    window: int, times: list[int], preview_chars: int = PREVIEW_CHARS
+) -> tuple[RequestBuilder, ToolHost, list[ToolResult]]:
     """One turn of `echo` calls (one per count: `WORD` that many times) in a window of `window`
     tokens, through the request builder's fit: what the model is answered."""
     cache = ResultCache()
-    host = ToolHost([Echo(), ReadToolResult(cache)], ledger=None, results=cache)
+    host = ToolHost(
+        [Echo(), ReadToolResult(cache)], ledger=None, results=cache, preview_chars=preview_chars
+    )
     builder = RequestBuilder(
         ScriptedModel([]),
         host.tools,
@@ -95,3 +104,16 @@ def test_a_room_too_small_for_a_preview_shows_none_and_says_how_to_read_it() -> 
         CTX, ReadToolResult.arguments(result_id=shown["result_id"], offset=0)
     )
     assert page.payload["content"] == WORD * 300
+
+
+def test_the_start_of_a_longer_result_is_never_shown_as_if_it_were_whole() -> None:
+    """The first `preview_chars` of a result take no more than its preview's answer would,
+    but are not the whole result: they are held to the room a preview's text has (in 700
+    tokens, 37 of a 135-token room: too few for a preview worth showing)."""
+    builder, _, _ = _turn(700, [1])
+    counter = builder.context.counter  # type: ignore[union-attr]
+    keys = counter.text(_PREVIEW_AROUND) + 32
+    assert builder._room() - keys < 48
+    cut = max(n for n in range(1, 2000) if counter.text(json.dumps((WORD * 300)[:n])) <= keys)
+    [result] = _turn(700, [300], preview_chars=cut)[2]
+    assert (result.payload["preview"], result.payload["note"]) == ("", NO_PREVIEW_NOTE)

@@ -256,7 +256,10 @@ class ToolHost:
             unit = prepared[key_of[index]]
             cited = unit.tool.records_evidence(unit.args)
             if unit.effect != "read":
-                planned.append(Planned(call.id, "write", cited=cited, masked=unit.masked))
+                receipted = unit.effect == "write"
+                planned.append(
+                    Planned(call.id, "write", cited=cited, receipted=receipted, masked=unit.masked)
+                )
                 continue
             reads.append(key_of[index])
             least = unit.tool.least_shown(unit.args)

@@ -150,7 +150,7 @@ class RequestBuilder:
         self._left: dict[str, dict[str, Any]] = {}
         #: The running turn's calls as the host is about to answer them (`_turn_fit`), by id.
         self._planned: dict[str, Planned] = {}
-        #: `_content` once written, by (write, cited, masked).
+        #: `_content` once written, by (receipted, cited, masked).
         self._contents: dict[tuple[bool, bool, bool], str] = {}
         extras = dict(ctx.extras)
         if transcript is not None:
@@ -378,32 +378,34 @@ class RequestBuilder:
         around = measure({"role": "tool", "tool_call_id": call_id, "content": content})
         if plan.cited:
             around += CITATION_CHARS
-        return around + _INVOCATION_ID_CHARS if plan.kind == "write" else around
+        return around + _INVOCATION_ID_CHARS if plan.receipted else around
 
     def _guessed(self, call: Any) -> Planned:
         """`call` (as the model sent it) when the host did not say what it is (`_turn_fit`):
         its answer may carry the host's record unless its tool is known to record none
         (`Tool.records_evidence`), and a receipt's id and message unless its tool is known
-        to be a read."""
+        to be a read or a store write (a plan, a report)."""
         function = call.get("function") if isinstance(call, Mapping) else None
         name = function.get("name") if isinstance(function, Mapping) else None
         tool = (self.tools or {}).get(name) if isinstance(name, str) else None
         cited = tool is None or tool.records_evidence()
         kind: Literal["read", "write"] = "read" if tool and tool.effect == "read" else "write"
-        return Planned(str(call.get("id") if isinstance(call, Mapping) else ""), kind, cited=cited)
+        receipted = tool is None or tool.effect == "write"
+        call_id = str(call.get("id") if isinstance(call, Mapping) else "")
+        return Planned(call_id, kind, cited=cited, receipted=receipted)
 
     def _content(self, plan: Planned) -> str:
         """The content of `plan`'s tool message but for its result (`null`) and the values of
-        the host's record (`_around`): a write's with a code, the host's message at its
-        longest (and the note of a masked secret, `Planned.masked`) and its receipt's id (its
-        characters are added, a token each)."""
+        the host's record (`_around`): a receipt-backed write's with a code, the host's message
+        at its longest (and the note of a masked secret, `Planned.masked`) and its receipt's id
+        (its characters are added, a token each)."""
         assert self.context is not None
-        key = (plan.kind == "write", plan.cited, plan.masked)
+        key = (plan.receipted, plan.cited, plan.masked)
         known = self._contents.get(key)
         if known is not None:
             return known
         content = _AROUND if plan.cited else _BARE
-        if plan.kind == "write":
+        if plan.receipted:
             measure = self.context.counter.text
             name = max([*(self.tools or {}), "x" * 64], key=len)
             # An id inside a message (an unresolved earlier write's) at its longest: a token a
@@ -422,6 +424,7 @@ class RequestBuilder:
         self._calling = message
         self._rooms = {}
         self._left = {}
+        self._planned = {}
         self.conversation.add_assistant(message)
 
     def add_results(

@@ -64,6 +64,9 @@ class Planned:
     pageable: bool = True
     #: Its answer may carry the host's evidence record (`Tool.records_evidence`).
     cited: bool = True
+    #: A write behind a receipt (`agent.receipted`): its answer carries the receipt's id and
+    #: the host's message.
+    receipted: bool = False
     #: A write whose arguments held a configured secret: its answer says so (`host.MASKED_NOTE`).
     masked: bool = False
     #: A look-up (`Tool.look_up`): left for a later turn, it runs all the same.

@@ -82,6 +82,7 @@ def test_every_call_runs_when_they_fit_and_one_call_always_runs() -> None:
     tool, _ = _turn(fit, "internal")
     assert tool.ran == ["internal"]
     assert [[plan.kind for plan in turn] for turn in fit.planned] == [["write"]]
+    assert fit.planned[0][0].receipted is False  # a store write: no receipt in its answer
     tool, _ = _turn(fit, "a")
     assert tool.ran == ["a"]
 
@@ -320,7 +321,7 @@ def test_a_writes_room_counts_its_receipt_id_and_the_hosts_message(cited: bool) 
     call = {"id": "w1", "type": "function", "function": {"name": tool.name, "arguments": "{}"}}
     assistant = {"role": "assistant", "content": None, "tool_calls": [call]}
     builder.add_assistant(assistant)
-    plan = Planned("w1", "write", cited=cited)
+    plan = Planned("w1", "write", cited=cited, receipted=True)
     assert builder.ctx.extras[TURN_FIT]([plan]) is None  # one call: nothing left
     around = builder._turn_tokens() - counter.message(assistant)
     least = builder._least(plan, "w1")
@@ -334,7 +335,7 @@ def test_a_masked_writes_room_counts_the_note_it_is_answered_with() -> None:
     tool = Verifies()
     builder = _builder({tool.name: tool})
     counter = builder.context.counter  # type: ignore[union-attr]
-    plan = Planned("w1", "write", cited=False, masked=True)
+    plan = Planned("w1", "write", cited=False, receipted=True, masked=True)
     longest = max(_write_answers(), key=lambda answer: counter.message(_message(answer)))
     noted_answer = replace(longest, message=noted(longest.message, MASKED_NOTE))
     assert builder._least(plan, "w1") >= counter.message(_message(noted_answer))

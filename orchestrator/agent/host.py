@@ -39,7 +39,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, replace
 from functools import partial
@@ -52,7 +52,13 @@ from orchestrator.agent.deadline import SETTING, CallWatch, timed_out
 from orchestrator.agent.evidence import EvidenceRecorder
 from orchestrator.agent.loop import RECEIVED, LeaseLost, stop_reason
 from orchestrator.agent.receipted import run_write
-from orchestrator.agent.sensitive import RESULT_MASKED_NOTE, ResultMask, hide_configured, noted
+from orchestrator.agent.sensitive import (
+    MASKED_NOTE,
+    RESULT_MASKED_NOTE,
+    ResultMask,
+    hide_configured,
+    noted,
+)
 from orchestrator.agent.tool_names import closest
 from orchestrator.agent.transcript import is_sensitive
 from orchestrator.agent.turn_room import TURN_FIT, Planned
@@ -76,7 +82,13 @@ from orchestrator.tools.base import (
     ToolContext,
     ToolResult,
 )
-from orchestrator.tools.results import PREVIEW_CHARS, ResultCache, fitting
+from orchestrator.tools.results import (
+    NO_PREVIEW_NOTE,
+    PAGE_NOTE,
+    PREVIEW_CHARS,
+    ResultCache,
+    fitting,
+)
 
 __all__ = ["CANCEL_GRACE_SECONDS", "MASKED_NOTE", "RESULT_MASKED_NOTE", "ToolHost"]
 
@@ -89,12 +101,6 @@ CANCEL_GRACE_SECONDS = 2.0
 _CANCEL_POLL_SECONDS = 0.05
 #: The threads every host of this process runs its calls on.
 _THREADS = CallThreads("tool")
-#: Added to the result of a write whose arguments held a configured secret (never the secret).
-MASKED_NOTE = (
-    "a configured secret (an API key, token or password of this deployment) in the arguments "
-    "was replaced by *** before the call ran, and is not kept; do not copy secrets into what "
-    "you write or run"
-)
 #: The effects whose arguments are kept (the orchestrator's store, the business backend).
 _WRITES = frozenset({"write", "internal_write"})
 
@@ -111,6 +117,10 @@ class _Prepared:
     identity: str | None = None
     #: A configured secret was masked in the arguments (`MASKED_NOTE`).
     masked: bool = False
+    #: A look-up the context window had no room for (`agent.turn_room`): its answer when its
+    #: own takes more room (`TurnFit.held`), and what says so (`TurnFit.shown`).
+    held: ToolResult | None = None
+    shown: Callable[[ToolResult], bool] | None = None
 
     @property
     def unit_key(self) -> tuple[str, ...]:
@@ -191,8 +201,7 @@ class ToolHost:
                 continue
             units.setdefault(outcome.unit_key, []).append(index)
             prepared.setdefault(outcome.unit_key, outcome)
-        if len(calls) > 1:
-            self._leave_for_later(ctx, calls, results, units, prepared)
+        self._leave_for_later(ctx, calls, results, units, prepared)
 
         done: dict[tuple[str, ...], ToolResult] = {}
         raised: BaseException | None = None
@@ -231,7 +240,8 @@ class ToolHost:
         prepared: dict[tuple[str, ...], _Prepared],
     ) -> None:
         """Answer `no_room` the reads of this turn the context window cannot hold beside the
-        others (`agent.turn_room`), before anything runs: they are not run, and record nothing."""
+        others (`agent.turn_room`), before anything runs: they are not run, and record nothing.
+        A turn of one call is told too: the room of its answer depends on what it is."""
         fit = ctx.extras.get(TURN_FIT)
         if not callable(fit):
             return
@@ -244,27 +254,45 @@ class ToolHost:
                 planned.append(Planned(call.id, "answered", answer=answered))
                 continue
             unit = prepared[key_of[index]]
-            cited = unit.tool.records_evidence()
+            cited = unit.tool.records_evidence(unit.args)
             if unit.effect != "read":
-                planned.append(Planned(call.id, "write", cited=cited))
+                receipted = unit.effect == "write"
+                planned.append(
+                    Planned(call.id, "write", cited=cited, receipted=receipted, masked=unit.masked)
+                )
                 continue
             reads.append(key_of[index])
             least = unit.tool.least_shown(unit.args)
             planned.append(
-                Planned(call.id, "read", least=least, pageable=unit.tool.pageable, cited=cited)
+                Planned(
+                    call.id,
+                    "read",
+                    least=least,
+                    pageable=unit.tool.pageable,
+                    cited=cited,
+                    look_up=unit.tool.look_up,
+                )
             )
-        turn = fit(planned) if reads else None
-        if turn is None:
+        turn = fit(planned)
+        if turn is None or not reads or len(calls) < 2:
             return
+        left = 0
         for key in reads[turn.runs :]:
+            unit = prepared[key]
+            if unit.tool.look_up and turn.held is not None and turn.shown is not None:
+                # Run all the same: shown if it takes no more room than `held` (`_run_unit`).
+                prepared[key] = replace(unit, held=turn.held, shown=turn.shown)
+                continue
+            left += 1
             for index in units.pop(key):
                 results[index] = turn.answer
             del prepared[key]
-        log.info(
-            "%d of the turn's %d calls left for a later turn: the context window holds no more",
-            len(reads) - turn.runs,
-            len(calls),
-        )
+        if left:
+            log.info(
+                "%d of the turn's %d calls left for a later turn: the context window holds no more",
+                left,
+                len(calls),
+            )
 
     # -- preparation ------------------------------------------------------------------------
 
@@ -507,6 +535,9 @@ class ToolHost:
             result = replace(result, message=noted(result.message, MASKED_NOTE))
         # Before it is paged (a page is read later, unmasked no more) and cited.
         result = self._mask.hidden(result)
+        if unit.held is not None and unit.shown is not None:
+            # A look-up the window had no room for: whole if it is no larger than `held`.
+            return result if unit.shown(result) else unit.held
         return self._cite(ctx, unit, result, self._page(ctx, unit, result))
 
     def _cite(
@@ -568,8 +599,9 @@ class ToolHost:
         plain = isinstance(result.payload, str)
         written = None if plain else result.written_payload()
         text = _as_text(result.payload) if written is None else written
-        # At most `preview_chars`, and what the model's context window can take (`RESULT_FIT`).
-        shown = fitting(ctx, text[: self.preview_chars])
+        # At most `preview_chars`, and what the model's context window can take (`PREVIEW_FIT`:
+        # none when that is too little to show anything worth showing).
+        shown = fitting(ctx, text[: self.preview_chars], preview=len(text))
         if shown >= len(text):
             return result if plain or written is not None else result.with_payload_text(text)
         preview: dict[str, Any] = {
@@ -588,7 +620,7 @@ class ToolHost:
             else:
                 preview["result_id"] = stored.result_id
                 preview["next_offset"] = shown
-                preview["note"] = "read the rest with read_tool_result(result_id, offset)"
+                preview["note"] = NO_PREVIEW_NOTE if not shown else PAGE_NOTE
         return replace(result, payload=preview, unpaged=result.payload)
 
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Any
+from typing import Any, Final
 
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from orchestrator.agent.deadline import CallWatch
+from orchestrator.agent.deadline import CallWatch, timed_out
 from orchestrator.domain.outcomes import (
     OUTCOMES,
+    UNRESOLVED,
     Outcome,
     default_outcome,
     model_message,
@@ -28,11 +29,51 @@ from orchestrator.store.db import cause_line
 from orchestrator.store.receipts import Receipt, ReceiptLedger
 from orchestrator.tools.base import Tool, ToolCancelled, ToolContext, ToolResult
 
-__all__ = ["run_write"]
+__all__ = ["answer_texts", "run_write"]
 
 log = logging.getLogger(__name__)
 
 _VALID = frozenset({"succeeded", "failed", "pending", "unknown"})
+
+#: What the model is told of an identical call this round already settled (`_existing`).
+_SETTLED: Final[dict[str, str]] = {
+    "succeeded": "This identical call already succeeded in this round; it was not run again "
+    "(its output is not kept).",
+    "pending": "This identical call was already submitted in this round and is not finished; "
+    "it was not submitted again.",
+    "failed": "This identical call already failed in this round; it was not run again. "
+    "Change the arguments or start a new round.",
+}
+#: How the read-back of an unresolved identical write went (`_verify_previous`).
+_HOW: Final[dict[bool | None, str]] = {
+    True: "the read-back matched but could not be recorded",
+    False: "a read-only read-back does not show the intended value",
+    None: "no automatic read-only verification is available for this call",
+}
+#: The codes a write's answer may carry beside the outcomes' (`orchestrator.domain.outcomes`).
+_CODES: Final = ("already_claimed", "verify_first", "invocation_conflict", "receipt_unavailable")
+
+
+def _unresolved(invocation_id: str, status: str, how: str) -> str:
+    return (
+        f"An identical earlier write ({invocation_id}) is {status}: its outcome is unknown and "
+        f"it was not sent again; {how}. Check the actual state with a read-only query or "
+        "get_tool_execution before deciding anything."
+    )
+
+
+def answer_texts(invocation_id: str, tool_name: str) -> tuple[list[str], list[str]]:
+    """The host's fixed messages a write's answer may carry (for a receipt `invocation_id` of
+    a tool `tool_name`), and its codes: a small context window reserves room for the longest
+    beside every write (`orchestrator.agent.request`). A tool's own message (a command's, an
+    outcome's with the gateway's detail) is no longer than these."""
+    late = timed_out(tool_name, 86400.0, write=True, receipt=None)
+    messages = [late.message or "", *(model_message(outcome) for outcome in OUTCOMES)]
+    messages += _SETTLED.values()
+    messages += [
+        _unresolved(invocation_id, status, how) for status in UNRESOLVED for how in _HOW.values()
+    ]
+    return messages, [late.code or "", *OUTCOMES, *_CODES]
 
 
 def run_write(
@@ -208,17 +249,9 @@ def _existing(
     """The identity was already claimed (this round, or the same call id): never run again."""
     if receipt.status in ("running", "unknown"):
         return _verify_previous(ledger, ctx, tool, args, receipt, watch)
-    messages = {
-        "succeeded": "This identical call already succeeded in this round; it was not run again "
-        "(its output is not kept).",
-        "pending": "This identical call was already submitted in this round and is not finished; "
-        "it was not submitted again.",
-        "failed": "This identical call already failed in this round; it was not run again. "
-        "Change the arguments or start a new round.",
-    }
     return ToolResult(
         status=receipt.status,  # type: ignore[arg-type]
-        message=messages[receipt.status],
+        message=_SETTLED[receipt.status],
         invocation_id=receipt.invocation_id,
         code="already_claimed",
     )
@@ -268,18 +301,9 @@ def _verify_previous(
                 code="verified",
                 outcome="verified",
             )
-    how = {
-        True: "the read-back matched but could not be recorded",
-        False: "a read-only read-back does not show the intended value",
-        None: "no automatic read-only verification is available for this call",
-    }[verdict]
     return ToolResult(
         status="unknown",
-        message=(
-            f"An identical earlier write ({previous.invocation_id}) is {previous.status}: its "
-            f"outcome is unknown and it was not sent again; {how}. Check the actual state with a "
-            "read-only query or get_tool_execution before deciding anything."
-        ),
+        message=_unresolved(previous.invocation_id, previous.status, _HOW[verdict]),
         payload={
             "previous_invocation_id": previous.invocation_id,
             "previous_status": previous.status,

@@ -13,18 +13,33 @@ import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from functools import partial
+from typing import Any, Literal
 
 from orchestrator.agent.budget import ContextBudget, ContextOverflow, TokenCounter, prompt_tokens_of
 from orchestrator.agent.catalogue import DISCOVERY, Catalogue, Discovery
 from orchestrator.agent.compaction import Conversation, SummaryAnswer, TranscriptHook
 from orchestrator.agent.evidence import CITATION_CHARS
 from orchestrator.agent.model import Model, ModelTurn
-from orchestrator.agent.sensitive import is_sensitive, kept_arguments, redact_values
+from orchestrator.agent.receipted import answer_texts
+from orchestrator.agent.sensitive import (
+    MASKED_NOTE,
+    is_sensitive,
+    kept_arguments,
+    noted,
+    redact_values,
+)
+from orchestrator.agent.text import clean_text
 from orchestrator.agent.turn_room import TURN_FIT, Planned, TurnFit, no_room
 from orchestrator.logs import Secret
 from orchestrator.tools.base import Tool, ToolCall, ToolContext, ToolResult
-from orchestrator.tools.results import RESULT_FIT, WHOLE_FIT
+from orchestrator.tools.results import (
+    NO_PREVIEW_NOTE,
+    PAGE_NOTE,
+    PREVIEW_FIT,
+    RESULT_FIT,
+    WHOLE_FIT,
+)
 
 #: The bytes of a token by which the share of a result shown whole is estimated (`_whole_fit`)
 #: when it surely fits what the request leaves: JSON rows of readings run about 2.4 bytes a
@@ -54,10 +69,17 @@ _PREVIEW_AROUND = json.dumps(
         "total_chars": 10**6,
         "result_id": "",
         "next_offset": 10**6,
-        "note": "read the rest with read_tool_result(result_id, offset)",
+        "note": max(PAGE_NOTE, NO_PREVIEW_NOTE, key=len),
     }
 )
 _RESULT_ID_CHARS = 32
+#: A receipt's invocation id (`store.receipts`: a uuid4 as text), counted a token a character.
+_INVOCATION_ID_CHARS = 36
+
+#: The least a preview shows (`RequestBuilder._preview_fit`), in tokens (about 150 characters
+#: of JSON): fewer (`{`, `{"task_id"`) tell the model nothing; a turn reserves this much for
+#: each pageable read that runs (`_least`), and a preview that would show fewer shows none.
+_LEAST_PREVIEW = 48
 
 #: The least room a result is given (`RequestBuilder._room`), in tokens: a window that leaves
 #: less fails the next request, saying which settings make room.
@@ -126,12 +148,17 @@ class RequestBuilder:
         self._rooms: dict[bool, int] = {}
         #: The running turn's calls left for a later turn (`_turn_fit`): their answers' messages.
         self._left: dict[str, dict[str, Any]] = {}
+        #: The running turn's calls as the host is about to answer them (`_turn_fit`), by id.
+        self._planned: dict[str, Planned] = {}
+        #: `_content` once written, by (receipted, cited, masked).
+        self._contents: dict[tuple[bool, bool, bool], str] = {}
         extras = dict(ctx.extras)
         if transcript is not None:
             extras[TRANSCRIPT] = transcript
         if context is not None:
             # A large result's preview and pages fit the window (`ContextBudget.result_tokens`).
             extras[RESULT_FIT] = self._result_fit
+            extras[PREVIEW_FIT] = self._preview_fit
             extras[WHOLE_FIT] = self._whole_fit
             extras[TURN_FIT] = self._turn_fit
         if self.catalogue is not None and context is not None and discovering:
@@ -207,6 +234,25 @@ class RequestBuilder:
                 break
         return shown
 
+    def _preview_fit(self, text: str, total: int) -> int:
+        """`PREVIEW_FIT`: the preview of a result of `total` characters that `text` starts,
+        as `_result_fit`, but none when it would show fewer than `_LEAST_PREVIEW` tokens (`{`
+        was all a preview of six in a turn showed), and the whole of a result that takes no
+        more than its preview's answer would (the preview's keys around it, and the text they
+        hold): it costs no more room."""
+        assert self.context is not None
+        budget, counter = self.context.budget, self.context.counter
+        around = counter.scaled(counter.text(_PREVIEW_AROUND) + _RESULT_ID_CHARS)
+        shown = self._result_fit(text)
+        if shown == len(text):
+            return shown
+        tokens = max(0, min(budget.result_tokens, self._room() - around))
+        # As a JSON string (its quotes escaped): never less than the payload's own JSON.
+        most = math.floor((tokens + around) / counter.ratio)
+        if len(text) == total and counter.fit_chars(text, most) == len(text):
+            return len(text)
+        return shown if tokens >= counter.scaled(_LEAST_PREVIEW) else 0
+
     def _room(self, *, exact: bool = True) -> int:
         """What one result of the running turn may take, as the server counts: what the kept
         parts of the request (prompt, brief, plan, tool definitions) and the turn's own
@@ -237,6 +283,8 @@ class RequestBuilder:
         runs, as before). The rest are answered `no_room`, and their share of the room goes to
         the calls that run."""
         assert self.context is not None
+        self._planned = {plan.call_id: plan for plan in planned}
+        self._rooms = {}
         reads = [plan for plan in planned if plan.kind == "read"]
         if self._calling is None or len(planned) < 2 or not reads:
             return None
@@ -258,22 +306,31 @@ class RequestBuilder:
         least_runs = 0 if any(plan.kind == "write" for plan in planned) else 1
         for runs in range(len(reads) - 1, least_runs - 1, -1):
             left = reads[runs:]
-            answer = no_room(len(planned), len(planned) - len(left), budget.window)
-            messages = {plan.call_id: _answer_message(plan.call_id, answer) for plan in left}
+            calls, held = len(planned), len(planned) - len(left)
+            answer = no_room(calls, held, budget.window)
+            # A look-up left runs all the same, shown if no larger than this (`turn_room`).
+            unshown = no_room(calls, held, budget.window, ran=True)
+            messages = {
+                plan.call_id: _answer_message(plan.call_id, unshown if plan.look_up else answer)
+                for plan in left
+            }
             tokens = sum(counter.message(message) for message in messages.values())
             if counter.scaled(fixed + sum(needs[:runs]) + tokens) <= free:
                 self._left = messages
                 self._rooms = {}
-                return TurnFit(runs, answer)
+                if not any(plan.look_up for plan in left):
+                    return TurnFit(runs, answer)
+                return TurnFit(runs, answer, unshown, partial(_no_larger, counter, unshown))
         return None
 
     def _least(self, plan: Planned | None, call_id: str) -> int:
         """The uncalibrated tokens of a result's answer at its smallest: the tool message and
         the host's record around it when its tool records one (`_turn_tokens`), and its payload
-        at its least (the tool's own, a preview's keys, at least `_LEAST_ROOM`)."""
+        at its least (the tool's own, or a preview's keys and least text, `_LEAST_PREVIEW`; at
+        least `_LEAST_ROOM`)."""
         assert self.context is not None
         counter = self.context.counter
-        tokens = self._around(counter.message, call_id, cited=plan is None or plan.cited)
+        tokens = self._around(counter.message, call_id, plan or Planned(call_id, "read"))
         if plan is None:
             return tokens
         least = _LEAST_ROOM
@@ -281,7 +338,7 @@ class RequestBuilder:
             # As it is shown: a JSON text inside the tool message's (its quotes escaped).
             least = max(least, counter.text(json.dumps(plan.least, ensure_ascii=False)))
         elif plan.pageable:
-            least = max(least, counter.text(_PREVIEW_AROUND) + _RESULT_ID_CHARS)
+            least = max(least, counter.text(_PREVIEW_AROUND) + _RESULT_ID_CHARS + _LEAST_PREVIEW)
         return tokens + least
 
     def _calls(self) -> list[Any]:
@@ -309,29 +366,65 @@ class RequestBuilder:
                 # Left for a later turn (`_turn_fit`): its answer, as it is shown.
                 tokens += measure(answer)
                 continue
-            tokens += self._around(measure, str(call_id), cited=self._cited(call))
+            plan = self._planned.get(str(call_id)) or self._guessed(call)
+            tokens += self._around(measure, str(call_id), plan)
         return tokens
 
-    @staticmethod
-    def _around(measure: Callable[[dict[str, Any]], int], call_id: str, *, cited: bool) -> int:
-        """A result's tool message but for the result: with the host's record (its keys, and
-        its values bounded by their characters) when `cited`."""
-        content = _AROUND if cited else _BARE
+    def _around(self, measure: Callable[[dict[str, Any]], int], call_id: str, plan: Planned) -> int:
+        """A result's tool message but for the result (`_content`): with the host's record (its
+        keys, and its values bounded by their characters) when `plan.cited`, and a write's
+        code, message and receipt id."""
+        content = self._content(plan)
         around = measure({"role": "tool", "tool_call_id": call_id, "content": content})
-        return around + CITATION_CHARS if cited else around
+        if plan.cited:
+            around += CITATION_CHARS
+        return around + _INVOCATION_ID_CHARS if plan.receipted else around
 
-    def _cited(self, call: Any) -> bool:
-        """Whether the answer of `call` (as the model sent it) may carry the host's record:
-        unless its tool is known to record none (`Tool.records_evidence`)."""
+    def _guessed(self, call: Any) -> Planned:
+        """`call` (as the model sent it) when the host did not say what it is (`_turn_fit`):
+        its answer may carry the host's record unless its tool is known to record none
+        (`Tool.records_evidence`), and a receipt's id and message unless its tool is known
+        to be a read or a store write (a plan, a report)."""
         function = call.get("function") if isinstance(call, Mapping) else None
         name = function.get("name") if isinstance(function, Mapping) else None
         tool = (self.tools or {}).get(name) if isinstance(name, str) else None
-        return tool is None or tool.records_evidence()
+        cited = tool is None or tool.records_evidence()
+        kind: Literal["read", "write"] = "read" if tool and tool.effect == "read" else "write"
+        receipted = tool is None or tool.effect == "write"
+        call_id = str(call.get("id") if isinstance(call, Mapping) else "")
+        return Planned(call_id, kind, cited=cited, receipted=receipted)
+
+    def _content(self, plan: Planned) -> str:
+        """The content of `plan`'s tool message but for its result (`null`) and the values of
+        the host's record (`_around`): a receipt-backed write's with a code, the host's message
+        at its longest (and the note of a masked secret, `Planned.masked`) and its receipt's id
+        (its characters are added, a token each)."""
+        assert self.context is not None
+        key = (plan.receipted, plan.cited, plan.masked)
+        known = self._contents.get(key)
+        if known is not None:
+            return known
+        content = _AROUND if plan.cited else _BARE
+        if plan.receipted:
+            measure = self.context.counter.text
+            name = max([*(self.tools or {}), "x" * 64], key=len)
+            # An id inside a message (an unresolved earlier write's) at its longest: a token a
+            # character (`~|` is two).
+            messages, codes = answer_texts("~|" * (_INVOCATION_ID_CHARS // 2), name)
+            message = max(messages, key=measure)
+            if plan.masked:
+                message = noted(message, MASKED_NOTE)
+            shown = json.loads(content)
+            written = {"code": max(codes, key=measure), "message": message, "invocation_id": ""}
+            content = json.dumps({"status": shown.pop("status"), **written, **shown})
+        self._contents[key] = content
+        return content
 
     def add_assistant(self, message: dict[str, Any]) -> None:
         self._calling = message
         self._rooms = {}
         self._left = {}
+        self._planned = {}
         self.conversation.add_assistant(message)
 
     def add_results(
@@ -410,6 +503,11 @@ def _cut_by_server(before: tuple[int, int], now: tuple[int, int]) -> bool:
     if before[0] <= 0 or before[1] <= 0 or now[1] <= 0 or grown < CUT_GROWTH_TOKENS:
         return False
     return now[1] * before[0] * 2 < before[1] * now[0]
+
+
+def _no_larger(counter: TokenCounter, than: ToolResult, result: ToolResult) -> bool:
+    """Whether `result`'s answer takes no more tokens than `than`'s (`TurnFit.shown`)."""
+    return counter.text(clean_text(result.message_text)) <= counter.text(than.message_text)
 
 
 def _answer_message(call_id: str, answer: ToolResult) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from orchestrator.logs import Secret, distinctive, redact
 from orchestrator.tools.base import Tool, ToolResult
 
 __all__ = [
+    "MASKED_NOTE",
     "REDACTED",
     "RESULT_MASKED_NOTE",
     "ResultMask",
@@ -49,6 +50,12 @@ __all__ = [
 ]
 
 REDACTED = "***"
+#: Added to the result of a write whose arguments held a configured secret (never the secret).
+MASKED_NOTE = (
+    "a configured secret (an API key, token or password of this deployment) in the arguments "
+    "was replaced by *** before the call ran, and is not kept; do not copy secrets into what "
+    "you write or run"
+)
 #: Added to a result in which a configured secret was masked (never the secret).
 RESULT_MASKED_NOTE = (
     "a configured secret (an API key, token or password of this deployment) in this result was "

@@ -2,20 +2,28 @@
 
 Every result of a turn is shown in the next request beside the others, and each needs room of
 its own however little it shows: the tool message and the host's evidence record around it
-(for a tool that records evidence, `Tool.records_evidence`: a receipt's status or a tool search
-shows none, and its answer is as small as the record alone), and what the tool shows at its
+(for a call that records evidence, `Tool.records_evidence` of its arguments: a receipt's status,
+a tool search or a query of an undeclared source shows none, and its answer is as small as the
+record alone), and what the tool shows at its
 smallest (a data source's: none of its rows, and why; `Tool.least_shown`). In
 a local 4k model's window the task tools' definitions leave room for one or two such results:
 three queries in one turn overflowed the next request and the round failed `context_overflow`.
 
-Before a turn's calls run, the host asks (`TURN_FIT`, set by the request builder from the
-window) how many of its reads the next request holds at their smallest. The reads after those,
+Before a turn's calls run, the host tells the request builder what each call is (`TURN_FIT`,
+set by the builder from the window; for a turn of one call too: a write's answer carries its
+receipt's id and the host's message, which its room counts) and asks how many of its reads the
+next request holds at their smallest. The reads after those,
 in call order, are not run: each is answered `no_room` (`no_room`), saying how many of the
 turn's calls the window holds and to make the rest in later turns. Not run, they leave no
 evidence record: the host's records are exactly what the model was shown (invariant 12).
 Writes always run (leaving one out would be a decision the model did not make); when the
 writes alone do not fit, or not even the first read does, every call runs as before, and the
 next request fails `context_overflow` with a line naming the settings and the turn's calls.
+
+A look-up (`Tool.look_up`: a receipt's status) left for a later turn runs all the same: it is
+quick, changes nothing and records nothing, and its answer often takes less room than `no_room`
+(51 tokens against about 82). It is shown when it takes no more room than its `no_room` answer
+would (which the turn's fit counted), else that answer is given, saying it was not shown.
 
 `no_room` is the model's doing (`agent.repeats`): a model that sends the same calls in the
 same order every turn never has the later ones run, and is stopped as a repeated refusal; one
@@ -24,6 +32,7 @@ that makes the rest in later turns makes progress, and is not.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -50,10 +59,18 @@ class Planned:
     #: The JSON text of the smallest payload its answer is shown with (`Tool.least_shown`),
     #: if the tool knows it.
     least: str | None = None
-    #: A large answer becomes a preview (its keys are its least).
+    #: A large answer becomes a preview (its keys and the least text worth showing are its
+    #: least, `request._LEAST_PREVIEW`).
     pageable: bool = True
     #: Its answer may carry the host's evidence record (`Tool.records_evidence`).
     cited: bool = True
+    #: A write behind a receipt (`agent.receipted`): its answer carries the receipt's id and
+    #: the host's message.
+    receipted: bool = False
+    #: A write whose arguments held a configured secret: its answer says so (`host.MASKED_NOTE`).
+    masked: bool = False
+    #: A look-up (`Tool.look_up`): left for a later turn, it runs all the same.
+    look_up: bool = False
 
 
 @dataclass(frozen=True)
@@ -62,15 +79,21 @@ class TurnFit:
 
     runs: int
     answer: ToolResult
+    #: The answer of a look-up left for a later turn whose own answer takes more room
+    #: (`no_room(..., ran=True)`); None when no look-up is left.
+    held: ToolResult | None = None
+    #: `shown(result)`: whether a left look-up's `result` takes no more room than `held`.
+    shown: Callable[[ToolResult], bool] | None = None
 
 
-def no_room(calls: int, held: int, window: int) -> ToolResult:
+def no_room(calls: int, held: int, window: int, *, ran: bool = False) -> ToolResult:
     """The answer of a read left for a later turn: `held` of the turn's `calls` calls fit a
-    window of `window` tokens. The same words for the same turn (a repeated turn compares
-    equal, `agent.repeats`)."""
+    window of `window` tokens; `ran`: a look-up that ran, its answer not shown. The same
+    words for the same turn (a repeated turn compares equal, `agent.repeats`)."""
     most = f"at most {held} call{'s' if held != 1 else ''} a turn"
     return ToolResult.failed(
-        f"not run: the context window ({window} tokens) holds the results of {held} of this "
-        f"turn's {calls} calls; make this call again in a later turn, {most}",
+        f"{'not shown' if ran else 'not run'}: the context window ({window} tokens) holds the "
+        f"results of {held} of this turn's {calls} calls; make this call again in a later "
+        f"turn, {most}",
         code=NO_ROOM,
     )

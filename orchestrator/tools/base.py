@@ -182,6 +182,11 @@ class Tool(ABC):
     pageable: ClassVar[bool] = True
     #: True for tools that need their call id (`ctx.extras[CALL_ID]`), e.g. to nest a transcript.
     wants_call_id: ClassVar[bool] = False
+    #: A quick read of the orchestrator's own records that changes nothing (a receipt's
+    #: status): a turn whose context window has no room for its answer runs it all the same,
+    #: and shows its answer when that takes no more room than `no_room` would
+    #: (`orchestrator.agent.turn_room`).
+    look_up: ClassVar[bool] = False
     #: Arguments whose values the host keeps as `***` wherever it writes the call down (the
     #: transcript, the recovery snapshot): a command's environment often carries a credential.
     secret_arguments: ClassVar[frozenset[str]] = frozenset()
@@ -210,11 +215,11 @@ class Tool(ABC):
         Only from the tool's own knowledge and declaration, never from the model."""
         return None
 
-    def records_evidence(self) -> bool:
-        """Whether an answer of this tool may carry the host's evidence record (its id, time
-        and content reference): only when the tool says what to record (`evidence_facts`).
-        A small context window reserves the record's room for these answers alone
-        (`orchestrator.agent.turn_room`)."""
+    def records_evidence(self, args: Any = None) -> bool:
+        """Whether an answer of this tool (of this call, given its validated `args`) may carry
+        the host's evidence record (its id, time and content reference): only when the tool
+        says what to record (`evidence_facts`). A small context window reserves the record's
+        room for these answers alone (`orchestrator.agent.turn_room`)."""
         return type(self).evidence_facts is not Tool.evidence_facts
 
     def least_shown(self, args: Any) -> str | None:

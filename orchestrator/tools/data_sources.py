@@ -229,6 +229,12 @@ class QueryDataSource(Tool):
             return None
         return _least_shown(source.name, source.origin, source.limits.max_rows)
 
+    def records_evidence(self, args: Any = None) -> bool:
+        """A query of an unknown source is refused, and records nothing (nor needs its room)."""
+        if isinstance(args, QueryArgs) and args.source != SAMPLE_SOURCE:
+            return args.source in self.sources
+        return True
+
     def run(self, ctx: ToolContext, args: Any) -> ToolResult:
         assert isinstance(args, QueryArgs)
         if args.source == SAMPLE_SOURCE:

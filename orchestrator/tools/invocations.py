@@ -39,6 +39,7 @@ class GetToolExecution(Tool):
     )
     effect = "read"
     arguments = GetToolExecutionArgs
+    look_up = True  # one row of the store, by its key
 
     def __init__(self, ledger: ReceiptLedger) -> None:
         self.ledger = ledger

@@ -23,7 +23,10 @@ from orchestrator.tools.base import Tool, ToolArguments, ToolContext, ToolResult
 
 __all__ = [
     "MAX_PAGE",
+    "NO_PREVIEW_NOTE",
+    "PAGE_NOTE",
     "PREVIEW_CHARS",
+    "PREVIEW_FIT",
     "RESULT_FIT",
     "WHOLE_FIT",
     "ReadToolResult",
@@ -39,21 +42,40 @@ PREVIEW_CHARS = 4000
 #: and a page of 4,000 and 16,000 characters do not fit a 4,096-token window). Unset: no limit
 #: but the sizes above (the internal bridge, a collaboration answer).
 RESULT_FIT = "result_fit"
+#: As `RESULT_FIT`, for a large result's preview, `fit(text, total) -> characters` (`total`: the
+#: result's length, of which `text` is the start): 0 when the window leaves no room for a preview
+#: worth showing (the answer then says how to read it, `ToolHost._page`), and the whole text when
+#: it is the whole result and takes no more room than its preview's answer would. Unset:
+#: `RESULT_FIT`'s.
+PREVIEW_FIT = "preview_fit"
 #: As `RESULT_FIT`, for a result shown whole and never paged (a data source's rows): a larger
 #: share of the window (`ContextBudget.whole_result_tokens`), within which the tool shows fewer
 #: rows and says so.
 WHOLE_FIT = "whole_fit"
 MAX_PAGE = 16000
+#: The note of a large result's preview (`agent.host.ToolHost._page`).
+PAGE_NOTE = "read the rest with read_tool_result(result_id, offset)"
+#: Its note when the context window left no room for a preview worth showing beside the turn's
+#: other calls (`PREVIEW_FIT`): nothing of it is shown, and the model reads it from offset 0.
+NO_PREVIEW_NOTE = (
+    "nothing shown: no room in this turn; read it with read_tool_result(result_id, offset) "
+    "in a later turn, with fewer calls"
+)
 MAX_RESULT_BYTES = 1024 * 1024
 MAX_RESULTS_PER_GRAPH = 8
 MAX_BYTES_PER_GRAPH = 4 * 1024 * 1024
 TTL_SECONDS = 15 * 60
 
 
-def fitting(ctx: ToolContext, text: str, *, whole: bool = False) -> int:
+def fitting(ctx: ToolContext, text: str, *, whole: bool = False, preview: int | None = None) -> int:
     """How many characters from the start of `text` an answer may show (`RESULT_FIT`, or
     `WHOLE_FIT` for a result that is not paged); at least one of a non-empty text, so that
-    paging always moves on."""
+    paging always moves on. `preview`: the length of a large result whose start `text` is,
+    for its preview (`PREVIEW_FIT`): none when the window leaves no room for one worth
+    showing."""
+    fit = ctx.extras.get(PREVIEW_FIT) if preview is not None else None
+    if callable(fit) and text:
+        return max(0, min(len(text), int(fit(text, preview))))
     fit = ctx.extras.get(WHOLE_FIT if whole else RESULT_FIT)
     if not callable(fit) or not text:
         return len(text)

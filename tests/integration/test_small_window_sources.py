@@ -207,6 +207,56 @@ def test_small_reads_that_record_no_evidence_all_run_in_a_4096_window(
     assert seen["records"] == []
 
 
+def test_a_look_up_smaller_than_the_no_room_answer_is_answered(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """Two queries and a receipt look-up in one turn, in a 4,096-token window: the first query
+    runs, and the second and the look-up were answered no_room (about 82 tokens each), though
+    the look-up's answer (about 51 tokens, not found) takes less room than that: holding it
+    back saved nothing. Now a look-up (`Tool.look_up`) the window has no room for runs all the
+    same, and its answer is shown when it takes no more room than the no_room answer."""
+    calls = [
+        call("q1", "query_data_source", DAY),
+        call("q2", "query_data_source", PRESSURE),
+        call("g1", "get_tool_execution", {"invocation_id": "inv-1"}),
+    ]
+    seen = _run(store_url, scripts, server, 4096, calls=calls)
+    assert seen["error"] is None
+    day, pressure, looked = seen["told"]
+    assert 0 < len(day["result"]["rows"]) < 144
+    assert (pressure["code"], pressure["message"]) == (
+        "no_room",
+        "not run: the context window (4096 tokens) holds the results of 1 of this turn's 3 "
+        "calls; make this call again in a later turn, at most 1 call a turn",
+    )
+    assert (looked["code"], looked["message"]) == (
+        "not_found",
+        "no invocation 'inv-1' for this conversation",
+    )
+    [record] = seen["records"]
+    assert day["evidence_id"] == record["evidence_id"]
+
+
+def test_a_query_of_an_unknown_source_needs_no_room_for_a_record(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """A query of a source that is not declared is refused (about 30 tokens) and records
+    nothing. Before, it was reserved the host's evidence record's room (about 160 tokens) as a
+    declared source's query is, and beside it a day's query in a 4,096-token window was shown
+    none of its rows; now the day's rows have that room, and the refusal says which sources
+    are declared."""
+    unknown = {"source": "scada_live", "parameters": {"point": "DM-RN-01"}}
+    calls = [call("q1", "query_data_source", DAY), call("q2", "query_data_source", unknown)]
+    seen = _run(store_url, scripts, server, 4096, calls=calls)
+    assert seen["error"] is None
+    day, refused = seen["told"]
+    assert 0 < len(day["result"]["rows"]) < 144
+    assert (refused["status"], refused["code"]) == ("failed", "unknown_source")
+    assert "declared: scada_sim" in refused["message"]
+    [record] = seen["records"]
+    assert day["evidence_id"] == record["evidence_id"]
+
+
 def test_a_window_that_holds_not_even_one_query_says_the_turn_made_several_calls(
     store_url: str, scripts: Path, server: OpenAIServer
 ) -> None:
@@ -326,6 +376,29 @@ def test_large_results_previewed_in_one_turn_share_the_room(
     for shown in seen["shown_all"]:
         assert shown["truncated"] is True
         assert 0 < len(shown["preview"]) < shown["total_chars"]
+
+
+@pytest.mark.parametrize("count", [5, 6])
+def test_a_preview_shows_enough_to_act_on_or_the_read_waits(
+    store_url: str, scripts: Path, server: OpenAIServer, count: int
+) -> None:
+    """Five or six reads of the task's context (about 2,300 characters each) in one turn of a
+    4,096-token window: each was reserved a preview's keys alone, and each preview showed
+    `{"task_id"` (five) or `{` (three of six, the others no_room), which tells the model
+    nothing. Now a read runs only with room for a preview worth showing (its first keys and
+    values), and the others are answered no_room, to be made in a later turn."""
+    calls = [call(f"c{n}", "read_task_context", {}) for n in range(count)]
+    seen = _run(store_url, scripts, server, 4096, calls=calls, sample={"readings": READINGS[:40]})
+    assert seen["error"] is None
+    shown = [answer for answer in seen["told"] if answer.get("code") != "no_room"]
+    assert 0 < len(shown) < count
+    for answer in shown:
+        preview = answer["result"]
+        assert '"task_type": "looks"' in preview["preview"]
+        assert preview["next_offset"] == len(preview["preview"])
+        assert preview["note"] == "read the rest with read_tool_result(result_id, offset)"
+    for answer in seen["told"][len(shown) :]:
+        assert answer["code"] == "no_room"
 
 
 def test_the_default_window_shows_the_whole_day(

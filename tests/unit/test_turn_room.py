@@ -7,15 +7,26 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
 
+import pytest
+
+from orchestrator.agent import receipted
 from orchestrator.agent.budget import ContextBudget, TokenCounter
-from orchestrator.agent.host import ToolHost
+from orchestrator.agent.deadline import timed_out
+from orchestrator.agent.host import MASKED_NOTE, ToolHost
 from orchestrator.agent.model import ScriptedModel
 from orchestrator.agent.repeats import SAME_FAILURE_LIMIT, RepeatedRefusals
 from orchestrator.agent.request import AgentContext, RequestBuilder
+from orchestrator.agent.sensitive import noted
 from orchestrator.agent.turn_room import NO_ROOM, TURN_FIT, Planned, TurnFit, no_room
-from orchestrator.tools.base import ToolCall, ToolContext, ToolResult
-from tests.unit.test_host import Scripted, _calls
+from orchestrator.domain.evidence import EvidenceFacts
+from orchestrator.domain.outcomes import OUTCOMES, model_message, tool_status
+from orchestrator.store.receipts import Receipt
+from orchestrator.tools.base import Tool, ToolCall, ToolContext, ToolResult
+from tests.unit.test_host import CTX, Echo, EchoArgs, Scripted, _calls
 
 
 class Fit:
@@ -61,14 +72,57 @@ def test_a_write_always_runs_and_a_refusal_is_planned_as_answered() -> None:
     assert [plan.call_id for plan in planned] == ["c0", "c1", "c2", "c3"]
 
 
-def test_every_call_runs_when_they_fit_and_one_call_asks_nothing() -> None:
+def test_every_call_runs_when_they_fit_and_one_call_always_runs() -> None:
     fit = Fit(None)
     tool, results = _turn(fit, "a", "b", "c")
     assert sorted(tool.ran) == ["a", "b", "c"]
     assert all(result.status == "succeeded" for result in results)
+    # A single call is told (its answer's room depends on what it is), and never left.
+    fit = Fit(0)
+    tool, _ = _turn(fit, "internal")
+    assert tool.ran == ["internal"]
+    assert [[plan.kind for plan in turn] for turn in fit.planned] == [["write"]]
+    assert fit.planned[0][0].receipted is False  # a store write: no receipt in its answer
     tool, _ = _turn(fit, "a")
     assert tool.ran == ["a"]
-    assert len(fit.planned) == 1  # the single call did not ask
+
+
+class LookUp(Echo):
+    """A quick read of the store's own records (`Tool.look_up`)."""
+
+    name = "look_up"
+    look_up = True
+
+
+def test_a_look_up_left_for_later_runs_and_is_shown_only_if_no_larger_than_no_room() -> None:
+    """The window holds the first read: a short look-up after it is answered as it ran (it
+    takes no more room than the no_room answer would), a long one is answered that it was
+    not shown, and a read that is not a look-up is not run."""
+    held = no_room(4, 1, 4096, ran=True)
+    planned: list[Planned] = []
+
+    def fit(plans: Sequence[Planned]) -> TurnFit:
+        planned.extend(plans)
+        no_larger = len(held.message_text)
+        return TurnFit(1, no_room(4, 1, 4096), held, lambda r: len(r.message_text) <= no_larger)
+
+    echo, look = Echo(), LookUp()
+    ctx = ToolContext("alice", "s1", "r1", extras={TURN_FIT: fit})
+    calls = [
+        ToolCall("c0", "echo", {"text": "first"}),
+        ToolCall("c1", "look_up", {"text": "short"}),
+        ToolCall("c2", "look_up", {"text": "long " * 100}),
+        ToolCall("c3", "echo", {"text": "later"}),
+    ]
+    results = ToolHost([echo, look], ledger=None).run_turn(ctx, calls)
+    assert [plan.look_up for plan in planned] == [False, True, True, False]
+    assert (echo.calls, look.calls) == (1, 2)
+    assert [result.payload for result in results[:2]] == ["first", "short"]
+    assert results[2] == held
+    assert results[2].message is not None
+    assert results[2].message.startswith("not shown: the context window (4096 tokens) holds")
+    assert results[3].message is not None
+    assert results[3].message.startswith("not run: the context window (4096 tokens) holds")
 
 
 # -- the repeated-refusal rule ------------------------------------------------------------------
@@ -184,3 +238,109 @@ def test_the_builder_leaves_every_read_beside_a_write_but_never_the_write() -> N
 def test_writes_that_alone_do_not_fit_leave_every_call_to_run() -> None:
     _, turn = _fit(700, "write", "write", "write", "write", "read", least=10)
     assert turn is None
+
+
+# -- a write's answer -----------------------------------------------------------------------------
+
+INVOCATION = "0f1e2d3c-4b5a-4968-a7b6-c5d4e3f2a1b0"  # as `store.receipts` makes them
+
+
+class Verifies(Echo):
+    """A write tool whose read-back says `verdict`."""
+
+    name = "write_thing"
+    effect = "write"
+    identity = "intent"
+
+    def __init__(self, verdict: bool | None = None) -> None:
+        super().__init__()
+        self.verdict = verdict
+
+    def verify(self, ctx: ToolContext, args: Any) -> bool | None:
+        return self.verdict
+
+
+class Recorded(Verifies):
+    """A write tool whose answers carry the host's evidence record (a call_api write's)."""
+
+    def evidence_facts(self, args: Any, result: ToolResult) -> EvidenceFacts | None:
+        return None
+
+
+def _write_answers() -> list[ToolResult]:
+    """Every answer a receipt-backed write is given by the host (`agent.receipted`,
+    `agent.deadline`), without the tool's payload: each outcome's, an identical call's settled
+    this round, an unresolved earlier one's (with its small payload), one given up at the
+    time limit."""
+    answers = [
+        ToolResult(
+            status=tool_status(outcome),
+            message=model_message(outcome),
+            invocation_id=INVOCATION,
+            code=outcome,
+        )
+        for outcome in OUTCOMES
+    ]
+    now = datetime.now(UTC)
+    for status in ("succeeded", "pending", "failed", "running", "unknown"):
+        receipt = Receipt(INVOCATION, "o", "s", "write_thing", "k", "d", "t", status, "", now, now)
+        for verdict in (False, None):
+            tool = Verifies(verdict)
+            args = EchoArgs(text="x")
+            answers.append(receipted._existing(None, CTX, tool, args, receipt, None))  # type: ignore[arg-type]
+        answers.append(timed_out("write_thing", 30, write=True, receipt=receipt))
+    return answers
+
+
+def _builder(tools: dict[str, Tool] | None = None, window: int = 4096) -> RequestBuilder:
+    builder = RequestBuilder(
+        ScriptedModel([]),
+        tools,
+        [],
+        ToolContext(owner="o", session_id="s", round_id="r"),
+        system="s",
+        brief="b",
+        stop=threading.Event(),
+        context=AgentContext(ContextBudget(window, max_output_tokens=256), TokenCounter()),
+    )
+    builder.build()
+    return builder
+
+
+@pytest.mark.parametrize("cited", [False, True])
+def test_a_writes_room_counts_its_receipt_id_and_the_hosts_message(cited: bool) -> None:
+    """A write's answer carries its receipt's id and the host's message (up to about 80
+    tokens: an unresolved earlier write's), which a read's does not: its room counted them
+    not, and a write's answer could be larger than the room kept for it. Now the room around
+    a write's result (what `_room` leaves it) and its least (what the turn's fit reserves)
+    hold each answer the host gives."""
+    tool = Recorded() if cited else Verifies()
+    assert tool.records_evidence() is cited
+    builder = _builder({tool.name: tool})
+    counter = builder.context.counter  # type: ignore[union-attr]
+    call = {"id": "w1", "type": "function", "function": {"name": tool.name, "arguments": "{}"}}
+    assistant = {"role": "assistant", "content": None, "tool_calls": [call]}
+    builder.add_assistant(assistant)
+    plan = Planned("w1", "write", cited=cited, receipted=True)
+    assert builder.ctx.extras[TURN_FIT]([plan]) is None  # one call: nothing left
+    around = builder._turn_tokens() - counter.message(assistant)
+    least = builder._least(plan, "w1")
+    for answer in _write_answers():
+        bare = replace(answer, payload=None)
+        assert around >= counter.message(_message(bare)), bare.message
+        assert least >= counter.message(_message(answer)), answer.message
+
+
+def test_a_masked_writes_room_counts_the_note_it_is_answered_with() -> None:
+    tool = Verifies()
+    builder = _builder({tool.name: tool})
+    counter = builder.context.counter  # type: ignore[union-attr]
+    plan = Planned("w1", "write", cited=False, receipted=True, masked=True)
+    longest = max(_write_answers(), key=lambda answer: counter.message(_message(answer)))
+    noted_answer = replace(longest, message=noted(longest.message, MASKED_NOTE))
+    assert builder._least(plan, "w1") >= counter.message(_message(noted_answer))
+    assert builder._least(plan, "w1") > builder._least(replace(plan, masked=False), "w1")
+
+
+def _message(answer: ToolResult) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": "w1", "content": answer.message_text}

@@ -6,6 +6,8 @@ The store is the event log: a stream sends the revisions above the last one it s
 uncommitted is ever shown, a reconnect replays from `Last-Event-ID`, and a lost wake-up only
 delays an event. Wake-ups travel over Redis pub/sub when Redis is configured; in embedded mode
 streams poll the store (which every process shares) and same-process publishes wake them at once.
+redis-py is imported by the Redis side alone: an embedded process (an operator's command) never
+imports it.
 """
 
 from __future__ import annotations
@@ -16,9 +18,6 @@ import logging
 import threading
 from collections.abc import Collection, Iterator, Sequence
 from typing import Final, Protocol
-
-import redis
-import redis.asyncio as aioredis
 
 from orchestrator.leases.keys import PLAN_CHANNEL_PREFIX
 from orchestrator.settings import Settings
@@ -65,9 +64,13 @@ class RedisNotifier:
     """Publishes a wake-up on the session's channel; a Redis failure is logged, not raised."""
 
     def __init__(self, url: str) -> None:
+        import redis
+
         self._client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
 
     def notify(self, session_id: str, revision: int) -> None:
+        import redis
+
         try:
             self._client.publish(f"{PLAN_CHANNEL_PREFIX}{session_id}", str(revision))
         except redis.RedisError as exc:
@@ -75,6 +78,8 @@ class RedisNotifier:
 
     def wake_keys(self, keys: Collection[str]) -> None:
         """One round trip however many keys (a sweep's batch of requeues is pipelined)."""
+        import redis
+
         try:
             if len(keys) == 1:  # most commits: a pipeline would cost more than it saves
                 (key,) = keys
@@ -233,6 +238,8 @@ class PlanHub:
                         del self._waiters[session_id]
 
     async def _listen(self, url: str) -> None:
+        import redis.asyncio as aioredis
+
         backoff = 0.2
         while not self._stopping:
             client = aioredis.Redis.from_url(url)

@@ -1,17 +1,21 @@
-"""The composition root: settings in, services out. Every process builds one."""
+"""The composition root: settings in, services out. Every process builds one.
+
+A service is built, and its module imported, when a process first asks for it: an operator's
+`orchestrator tasks list` does not import the agent and its tools (`executions`).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from orchestrator.events import PlanNotifier, RedisNotifier, make_notifier
 from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable, make_lease_backend
+from orchestrator.leases.keys import task_lease
 from orchestrator.services.actions import ActionService
 from orchestrator.services.dispatch import Dispatcher
-from orchestrator.services.executions import ExecutionService
 from orchestrator.services.human_steps import HumanStepService
-from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.plans import PlanService
 from orchestrator.services.sweeper import Sweeper
 from orchestrator.services.tasks import TaskService
@@ -20,6 +24,9 @@ from orchestrator.store.db import Database
 from orchestrator.store.receipts import ReceiptLedger
 from orchestrator.store.recovery import lagging_generations, orphan_running_receipts
 from orchestrator.store.types import utcnow
+
+if TYPE_CHECKING:
+    from orchestrator.services.executions import ExecutionService
 
 __all__ = ["Runtime", "build_runtime", "celery_dispatcher"]
 
@@ -55,6 +62,8 @@ class Runtime:
 
     @cached_property
     def executions(self) -> ExecutionService:
+        from orchestrator.services.executions import ExecutionService
+
         return ExecutionService(
             self.settings, self.db, self.leases, self.plans, self.dispatcher, self.ledger
         )
@@ -81,7 +90,7 @@ class Runtime:
         end cannot tell: the sweeper orphans their receipts when it declares them lost)."""
         owners = [f"task:{task_id}" for task_id, _ in lagging]
         try:
-            infos = self.leases.get_many([lease_name(task_id) for task_id, _ in lagging])
+            infos = self.leases.get_many([task_lease(task_id) for task_id, _ in lagging])
         except LeaseBackendUnavailable:
             return owners
         return [

@@ -1,4 +1,7 @@
-"""`orchestrator tasks ask ID "question"`: ask about a task in its collaboration session."""
+"""`orchestrator tasks ask ID "question"`: ask about a task in its collaboration session.
+
+The collaboration service runs the agent: it is imported when `ask` runs, not with the parser.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +10,6 @@ from typing import Any
 
 from orchestrator.cli.common import CommandFailed, add_json_flag, load, login_name, print_json
 from orchestrator.errors import ValidationFailed
-from orchestrator.services.collaboration import CollaborationService
-from orchestrator.services.collaboration import _checked_key as checked_key
 from orchestrator.store.db import Database
 
 __all__ = ["register_ask"]
@@ -33,6 +34,8 @@ def register_ask(tasks: Any) -> None:
 def _idempotency_key(text: str) -> str:
     """An argparse `type`: the API's rule for an `Idempotency-Key`, checked before the store or
     the model is reached, so a malformed key is a usage error (exit 2) like any bad argument."""
+    from orchestrator.services.collaboration import _checked_key as checked_key
+
     try:
         checked = checked_key(text)
     except ValidationFailed as exc:
@@ -42,6 +45,8 @@ def _idempotency_key(text: str) -> str:
 
 
 def _ask(args: argparse.Namespace) -> int:
+    from orchestrator.services.collaboration import CollaborationService
+
     if not args.question.strip() or len(args.question) > 4000:
         raise CommandFailed("the question must be 1-4000 characters", exit_code=2)
     settings = load()

@@ -1,14 +1,18 @@
-"""`orchestrator db upgrade|downgrade|current`: the schema, through Alembic."""
+"""`orchestrator db upgrade|downgrade|current`: the schema, through Alembic.
+
+Alembic is imported by the functions that migrate or read a revision, not with the parser
+that every command builds.
+"""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
-
-from alembic.util.exc import CommandError
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.cli.common import CommandFailed, add_json_flag, load, mask_url, print_json
-from orchestrator.store import migrations
+
+if TYPE_CHECKING:
+    from alembic.util.exc import CommandError
 
 __all__ = ["check_store_ready", "refuse_newer_store", "register"]
 
@@ -35,6 +39,8 @@ def check_store_ready(url: str) -> None:
 
     An unreachable store raises the driver's error, which `main` turns into one line too.
     """
+    from orchestrator.store import migrations
+
     current = migrations.current_revision(url)
     head = migrations.head_revision()
     _refuse_newer(url, current, head)
@@ -48,12 +54,16 @@ def check_store_ready(url: str) -> None:
 
 def refuse_newer_store(url: str) -> None:
     """Refuse, in one line, a store migrated by a newer version than this code."""
+    from orchestrator.store import migrations
+
     _refuse_newer(url, migrations.current_revision(url), migrations.head_revision())
 
 
 def _refuse_newer(url: str, current: str | None, head: str | None) -> None:
     """A store at a revision this code does not know was migrated by a newer version (a rolling
     upgrade under way, or a rollback of the code alone): `db upgrade` cannot help."""
+    from orchestrator.store import migrations
+
     if current is not None and not migrations.is_known(current):
         raise CommandFailed(
             f"the store at {mask_url(url)} is at revision {current}, newer than this code's "
@@ -63,12 +73,18 @@ def _refuse_newer(url: str, current: str | None, head: str | None) -> None:
 
 
 def _revision_error(exc: CommandError) -> CommandFailed:
+    from orchestrator.store import migrations
+
     line = str(exc).strip().splitlines()[0] if str(exc).strip() else "unknown revision"
     head = migrations.head_revision()
     return CommandFailed(f"{line} (the newest is {head}; or use head, base)", exit_code=2)
 
 
 def _upgrade(args: argparse.Namespace) -> int:
+    from alembic.util.exc import CommandError
+
+    from orchestrator.store import migrations
+
     settings = load()
     refuse_newer_store(settings.store_url)
     try:
@@ -80,6 +96,10 @@ def _upgrade(args: argparse.Namespace) -> int:
 
 
 def _downgrade(args: argparse.Namespace) -> int:
+    from alembic.util.exc import CommandError
+
+    from orchestrator.store import migrations
+
     settings = load()
     try:
         migrations.downgrade(settings.store_url, args.revision)
@@ -90,6 +110,8 @@ def _downgrade(args: argparse.Namespace) -> int:
 
 
 def _current(args: argparse.Namespace) -> int:
+    from orchestrator.store import migrations
+
     settings = load()
     current = migrations.current_revision(settings.store_url)
     head = migrations.head_revision()

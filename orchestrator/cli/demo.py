@@ -25,7 +25,6 @@ from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
 from orchestrator.store import executions as execution_store
-from orchestrator.store import migrations
 from orchestrator.store import plans as plan_store
 
 __all__ = ["register"]
@@ -121,6 +120,8 @@ def _say(text: str) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from orchestrator.store import migrations
+
     os.environ.update({k: v for k, v in DEMO_SETTINGS.items() if k not in os.environ})
     own_model = os.environ.get("ORCH_MODEL")
     os.environ["ORCH_MODEL"] = DEMO_MODEL

@@ -15,7 +15,6 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from orchestrator.agent.model import check_model_setting
 from orchestrator.cli.cleanup import describe as describe_cleanup
 from orchestrator.cli.common import (
     CommandFailed,
@@ -37,8 +36,6 @@ from orchestrator.services.sweeper import Sweeper, SweepReport
 from orchestrator.settings import Settings
 from orchestrator.store.db import Database
 from orchestrator.store.executions import count_handed_back
-from orchestrator.tools.data_sources import DataSourceError, load_sources
-from orchestrator.tools.toolsets import SpecError, check_gateway
 
 __all__ = ["HEARTBEAT", "WORKER_LOG_LEVELS", "register"]
 
@@ -90,6 +87,11 @@ def register(commands: Any) -> None:
 
 
 def _worker(args: argparse.Namespace) -> int:
+    # The agent's and its tools' checks: imported by this command alone.
+    from orchestrator.agent.model import check_model_setting
+    from orchestrator.tools.data_sources import DataSourceError, load_sources
+    from orchestrator.tools.toolsets import SpecError, check_gateway
+
     if args.name:
         from celery.utils.nodenames import host_format
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from orchestrator.cli.common import add_json_flag, bounded_int, cursor_arg, load, print_json
 from orchestrator.runtime import build_runtime
+from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.task_records import EVIDENCE_PAGE, EVIDENCE_PAGE_MAX, TaskRecords
 
 __all__ = ["register"]
@@ -49,7 +50,7 @@ def _next_page(args: argparse.Namespace, cursor: str) -> str:
 
 
 def _evidence(args: argparse.Namespace) -> int:
-    rt = build_runtime(load())
+    rt = build_runtime(load(), dispatcher=RecordingDispatcher())  # reads: no broker, no Celery
     try:
         page = TaskRecords(rt.db).evidence(args.task_id, limit=args.limit, cursor=args.cursor)
     finally:

@@ -26,7 +26,7 @@ from orchestrator.cli.outbox import being_sent, dead_label, hurriable, posting, 
 from orchestrator.cli.wake_ups import held_notices, quiet_dispatch_log, say_unsent
 from orchestrator.domain.recovery import readable_call
 from orchestrator.runtime import Runtime, build_runtime
-from orchestrator.services.dispatch import WakeUp
+from orchestrator.services.dispatch import RecordingDispatcher, WakeUp
 from orchestrator.services.tasks import CANCELLED, Trigger, task_view
 from orchestrator.store.outbox import SETTLED
 from orchestrator.store.types import utcnow
@@ -85,6 +85,11 @@ def register(commands: Any) -> None:
 
 def _runtime() -> Runtime:
     return build_runtime(load())
+
+
+def _reading_runtime() -> Runtime:
+    """For a command that only reads: it wakes nothing, so no broker (Celery is not imported)."""
+    return build_runtime(load(), dispatcher=RecordingDispatcher())
 
 
 class _NotFinite(ValueError):
@@ -237,7 +242,7 @@ def _trigger(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     from orchestrator.services.task_records import TaskRecords
 
-    rt = _runtime()
+    rt = _reading_runtime()
     try:
         view = _as_sent(rt.tasks.explain(args.task_id))
         # Until the current generation publishes, the task's plan (where a person's step
@@ -281,7 +286,7 @@ def _as_sent(view: dict[str, Any]) -> dict[str, Any]:
 
 
 def _transcript(args: argparse.Namespace) -> int:
-    rt = _runtime()
+    rt = _reading_runtime()
     try:
         view = rt.tasks.transcript(args.task_id, args.generation)
     finally:

@@ -14,6 +14,7 @@ __all__ = [
     "ended_key",
     "lease_key",
     "lease_name",
+    "task_lease",
 ]
 
 PREFIX = "orch:"
@@ -33,6 +34,11 @@ ENDED_CHANNEL_PREFIX = f"{PLAN_CHANNEL_PREFIX}ended:"
 def ended_key(task_id: str) -> str:
     """The wake-up key of "the live generation of `task_id` was ended elsewhere"."""
     return f"ended:{task_id}"
+
+
+def task_lease(task_id: str) -> str:
+    """The name of the lease that the live generation of `task_id` holds."""
+    return f"task:{task_id}"
 
 
 def lease_key(name: str) -> str:

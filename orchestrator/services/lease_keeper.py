@@ -50,6 +50,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from orchestrator.agent.loop import LeaseLost, StopSignal
 from orchestrator.domain.fences import Fence
 from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable, Renewal
+from orchestrator.leases.keys import task_lease
 from orchestrator.store import executions as execution_store
 from orchestrator.store.db import Database, cause_line
 from orchestrator.store.heartbeats import held_open, mirror_leases
@@ -72,7 +73,7 @@ _ENDED = {
 
 
 def lease_name(task_id: str) -> str:
-    return f"task:{task_id}"
+    return task_lease(task_id)
 
 
 class LeaseKeeper:

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
-from orchestrator.agent.transcript import TranscriptWriter
 from orchestrator.domain.recovery import Snapshot
 from orchestrator.store import plans as plan_store
 from orchestrator.store import snapshots as snapshot_store
@@ -27,6 +26,9 @@ from orchestrator.store import task_plans
 from orchestrator.store import transcripts as transcript_store
 from orchestrator.store.db import Database
 from orchestrator.store.records import ExecutionRecord
+
+if TYPE_CHECKING:  # a worker's round passes its writer; the API and CLI read snapshots alone
+    from orchestrator.agent.transcript import TranscriptWriter
 
 __all__ = ["SNAPSHOT_WAIT_SECONDS", "save_round_snapshot", "snapshot_for"]
 

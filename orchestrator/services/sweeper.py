@@ -53,7 +53,7 @@ from typing import Final
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable, Renewal
-from orchestrator.leases.keys import ended_key
+from orchestrator.leases.keys import ended_key, task_lease
 from orchestrator.leases.process import ProcessIdentity, is_gone
 from orchestrator.services.dispatch import (
     Dispatcher,
@@ -62,7 +62,6 @@ from orchestrator.services.dispatch import (
     record_unsent,
 )
 from orchestrator.services.handback import RETRY_SECONDS
-from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.redis_outage import RedisOutage, SweepMisses, where
 from orchestrator.settings import Settings
 from orchestrator.store import action_notices as notice_store
@@ -280,7 +279,7 @@ class Sweeper:
     def _recover(self, expired: list[ExecutionRecord], now: datetime, report: SweepReport) -> None:
         """One lease read for the batch, one transaction, one publish over one connection."""
         try:
-            infos = self.leases.get_many([lease_name(e.task_id) for e in expired])
+            infos = self.leases.get_many([task_lease(e.task_id) for e in expired])
         except LeaseBackendUnavailable as exc:
             if self.redis_outage is None:  # the store's leases: the store's own trouble
                 log.warning(
@@ -384,7 +383,7 @@ class Sweeper:
             if token is None:
                 continue
             try:
-                self.leases.release(lease_name(task_id), token)
+                self.leases.release(task_lease(task_id), token)
             except LeaseBackendUnavailable as exc:
                 if self.redis_outage is None:
                     log.warning("could not release the lease of %s; it will expire", task_id)

@@ -22,7 +22,7 @@ from orchestrator.domain.times import wire_time
 from orchestrator.domain.vocabulary import TASK_STATUSES, TERMINAL_TASK_STATUSES
 from orchestrator.errors import ConflictError, InvalidTransition, NotFound, echoed
 from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable
-from orchestrator.leases.keys import ended_key
+from orchestrator.leases.keys import ended_key, task_lease
 from orchestrator.services.dispatch import (
     Dispatcher,
     WakeUp,
@@ -30,7 +30,6 @@ from orchestrator.services.dispatch import (
     record_unsent,
     wake,
 )
-from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.recovery import snapshot_for
 from orchestrator.store import action_notices as notice_store
 from orchestrator.store import executions as execution_store
@@ -332,7 +331,7 @@ class TaskService:
         lease: tuple[Any, ...] | None = None
         if row.status == "running" and self.leases is not None:
             try:
-                info = self.leases.get(lease_name(task_id))
+                info = self.leases.get(task_lease(task_id))
             except LeaseBackendUnavailable:  # the view shows the store's mirror: its own tag
                 return (*row, ("lease back end unavailable",))
             # Not its expiry: read as the server's countdown from now, it moves at each read.
@@ -408,7 +407,7 @@ class TaskService:
         if self.leases is None or task.status != "running":
             return None
         try:
-            info = self.leases.get(lease_name(task.task_id))
+            info = self.leases.get(task_lease(task.task_id))
         except LeaseBackendUnavailable:
             info = None
         if info is not None:

@@ -1,7 +1,10 @@
-"""Bad input and an unusable store, through the `orchestrator` CLI as a real process.
+"""Bad input and an unusable store, through the `orchestrator` CLI.
 
 The rule: a clear line and a non-zero exit, never a traceback, never a partial write, never the
-password of the store's URL.
+password of the store's URL. One real process per kind of failure (a bad argument, a store that
+does not answer, one never migrated, a task not found, an argument that is not UTF-8) and the
+commands that set up logging of their own; the cases that differ from those only in their
+arguments run through the CLI's `main()` in this process (`tests.cli_in_process`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from tests.acceptance.fleet import ORCHESTRATOR
+from tests.cli_in_process import run_main
 from tests.services import free_port
 
 PASSWORD = "s3cret-Pa55word"
@@ -59,14 +63,27 @@ def with_password(url: str) -> str:
 def migrated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An embedded store migrated once by `orchestrator db upgrade`, copied for each test."""
     home = tmp_path_factory.mktemp("template") / "home"
-    result = run_cli("db", "upgrade", env={"ORCH_HOME": str(home)})
+    result = run_main("db", "upgrade", env={"ORCH_HOME": str(home)})
     assert result.returncode == 0, result.stderr
     return home / "orchestrator.db"
 
 
 @pytest.fixture
 def embedded(migrated: Path, tmp_path: Path) -> Run:
-    """The CLI on a fresh migrated embedded store in `tmp_path/home`."""
+    """The CLI, in this process, on a fresh migrated embedded store in `tmp_path/home`."""
+    (tmp_path / "home").mkdir()
+    shutil.copyfile(migrated, tmp_path / "home" / "orchestrator.db")
+    env = {"ORCH_HOME": str(tmp_path / "home")}
+
+    def _run(*args: str) -> subprocess.CompletedProcess[str]:
+        return run_main(*args, env=env, cwd=tmp_path)
+
+    return _run
+
+
+@pytest.fixture
+def embedded_process(migrated: Path, tmp_path: Path) -> Run:
+    """The same, as a real process."""
     (tmp_path / "home").mkdir()
     shutil.copyfile(migrated, tmp_path / "home" / "orchestrator.db")
     env = {"ORCH_HOME": str(tmp_path / "home")}
@@ -87,23 +104,25 @@ def task_count(tmp_path: Path) -> int:
 
 
 @pytest.mark.parametrize(
-    "args",
+    ("args", "run"),
     [
-        ("tasks", "list"),
-        ("tasks", "show", "t1"),
-        ("invocations", "show", "X"),
-        ("cleanup",),
-        ("recover",),
-        ("sweeper", "--once"),
-        ("actions", "list"),
+        (("tasks", "list"), run_cli),
+        (("tasks", "show", "t1"), run_main),
+        (("invocations", "show", "X"), run_main),
+        (("cleanup",), run_main),
+        # These two set up logging of their own: the process's stderr is theirs.
+        (("recover",), run_cli),
+        (("sweeper", "--once"), run_cli),
+        (("actions", "list"), run_main),
     ],
+    ids=lambda value: " ".join(value) if isinstance(value, tuple) else value.__name__,
 )
 def test_a_store_never_migrated_is_one_line_naming_db_upgrade(
-    args: tuple[str, ...], tmp_path: Path
+    args: tuple[str, ...], run: Run, tmp_path: Path
 ) -> None:
     store = tmp_path / "empty.db"
     store.touch()
-    result = run_cli(*args, env={"ORCH_DATABASE_URL": f"sqlite:///{store}"}, cwd=tmp_path)
+    result = run(*args, env={"ORCH_DATABASE_URL": f"sqlite:///{store}"}, cwd=tmp_path)
     line = one_clear_line(result, 1)
     assert str(store) in line
     assert "not migrated" in line
@@ -112,7 +131,7 @@ def test_a_store_never_migrated_is_one_line_naming_db_upgrade(
 
 def test_an_empty_postgres_database_is_one_line_without_the_password(pg_empty_url: str) -> None:
     for args in (("tasks", "list"), ("invocations", "show", "X"), ("cleanup",)):
-        result = run_cli(*args, env={"ORCH_DATABASE_URL": with_password(pg_empty_url)})
+        result = run_main(*args, env={"ORCH_DATABASE_URL": with_password(pg_empty_url)})
         line = one_clear_line(result, 1)
         assert "not migrated" in line
         assert "***" in line  # the URL is shown, its password masked
@@ -120,8 +139,9 @@ def test_an_empty_postgres_database_is_one_line_without_the_password(pg_empty_ur
 
 def test_a_postgres_that_is_down_is_one_line_without_the_password(tmp_path: Path) -> None:
     url = f"postgresql+psycopg://orch:{PASSWORD}@127.0.0.1:{free_port()}/orch"
-    for args in (("tasks", "list"), ("tasks", "trigger", "--type", "leak", "--title", "x")):
-        result = run_cli(*args, env={"ORCH_DATABASE_URL": url}, cwd=tmp_path)
+    trigger = ("tasks", "trigger", "--type", "leak", "--title", "x")
+    for args, run in ((("tasks", "list"), run_cli), (trigger, run_main)):
+        result = run(*args, env={"ORCH_DATABASE_URL": url}, cwd=tmp_path)
         line = one_clear_line(result, 1)
         assert "postgresql+psycopg://orch:***@127.0.0.1" in line
         assert "unavailable" in line
@@ -137,7 +157,7 @@ def test_a_postgres_that_is_down_is_one_line_without_the_password(tmp_path: Path
     ids=["password", "all-in-the-query", "sslpassword"],
 )
 def test_a_password_in_the_url_query_is_masked_too(url: str, tmp_path: Path) -> None:
-    result = run_cli(
+    result = run_main(
         "tasks", "list", env={"ORCH_DATABASE_URL": url.format(port=free_port())}, cwd=tmp_path
     )
     line = one_clear_line(result, 1)
@@ -159,15 +179,15 @@ def test_a_value_the_store_refuses_is_exit_2_and_writes_nothing(pg_url: str) -> 
             "CREATE TRIGGER refuse BEFORE INSERT ON tasks FOR EACH ROW EXECUTE FUNCTION refuse()"
         )
     env = {"ORCH_DATABASE_URL": with_password(pg_url)}
-    result = run_cli("tasks", "trigger", "--type", "leak", "--title", "x", env=env)
+    result = run_main("tasks", "trigger", "--type", "leak", "--title", "x", env=env)
     line = one_clear_line(result, 2)
     assert "the store refused a value: value refused by the store" in line
-    listed = run_cli("tasks", "list", "--json", env=env)
+    listed = run_main("tasks", "list", "--json", env=env)
     assert json.loads(listed.stdout) == []
 
 
 def test_a_negative_limit_on_postgres_is_exit_2(pg_url: str) -> None:
-    result = run_cli("tasks", "list", "--limit", "-1", env={"ORCH_DATABASE_URL": pg_url})
+    result = run_main("tasks", "list", "--limit", "-1", env={"ORCH_DATABASE_URL": pg_url})
     assert result.returncode == 2
     assert "--limit" in result.stderr
     assert "Traceback" not in result.stderr
@@ -182,6 +202,25 @@ def test_limit_is_bounded_like_the_api(embedded: Run, value: str) -> None:
     assert result.returncode == 2
     assert "argument --limit" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_bad_argument_is_one_line_and_exit_2_from_a_real_process(
+    embedded_process: Run,
+) -> None:
+    line = one_clear_line(embedded_process("tasks", "list", "--limit", "0"), 2)
+    assert line == (
+        "orchestrator tasks list: argument --limit: must be between 1 and 200, not 0 "
+        "(see orchestrator tasks list --help)"
+    )
+
+
+def test_a_task_not_found_is_one_line_and_exit_1_from_a_real_process(
+    embedded_process: Run,
+) -> None:
+    result = embedded_process("tasks", "show", "no-such-task")
+    line = one_clear_line(result, 1)
+    assert line == "orchestrator: not_found: task no-such-task does not exist"
+    assert result.stdout == ""
 
 
 def test_the_largest_limit_is_accepted(embedded: Run) -> None:
@@ -241,9 +280,9 @@ def test_a_good_context_file_is_still_accepted(embedded: Run, tmp_path: Path) ->
     assert task_count(tmp_path) == 1
 
 
-def test_an_argument_that_is_not_utf8_is_one_line_exit_2(embedded: Run) -> None:
+def test_an_argument_that_is_not_utf8_is_one_line_exit_2(embedded_process: Run) -> None:
     # b"a\xffb" on the command line arrives as "a\udcffb"; no store can take it.
-    result = embedded("tasks", "show", "a\udcffb")
+    result = embedded_process("tasks", "show", "a\udcffb")
     assert "not valid UTF-8" in one_clear_line(result, 2)
 
 
@@ -284,12 +323,12 @@ def test_a_reason_of_500_characters_is_accepted(embedded: Run, task_id: str) -> 
 
 
 def test_a_worker_name_celery_cannot_expand_is_one_line_exit_2(tmp_path: Path) -> None:
-    result = run_cli("worker", "--name", "w@%h%Q", env={"ORCH_HOME": str(tmp_path / "home")})
+    result = run_main("worker", "--name", "w@%h%Q", env={"ORCH_HOME": str(tmp_path / "home")})
     assert "--name" in one_clear_line(result, 2)
 
 
 def test_a_worker_concurrency_below_one_is_exit_2(tmp_path: Path) -> None:
-    result = run_cli("worker", "--concurrency", "0", env={"ORCH_HOME": str(tmp_path / "home")})
+    result = run_main("worker", "--concurrency", "0", env={"ORCH_HOME": str(tmp_path / "home")})
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert "--concurrency" in result.stderr.strip().splitlines()[-1]

@@ -1,7 +1,11 @@
-"""`orchestrator recover` and `orchestrator sweeper` as real processes on the embedded store.
+"""`orchestrator recover` and `orchestrator sweeper` on the embedded store.
 
 A running generation whose lease expired is made in-process (a worker that claimed it and died);
 the CLI then has to requeue it and say so. The loop sweeper survives a store it cannot use.
+The sweeper runs as a real process (its signals, its logging on the process's stderr), and so
+does `recover` where its stderr is at stake; what `recover` prints runs through `main()` in this
+process (`tests.cli_in_process`), and the store is migrated in this process as `db upgrade`
+would.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ import pytest
 from orchestrator.cli.fleet import HEARTBEAT
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
+from orchestrator.store import migrations
 from tests.acceptance.fleet import ORCHESTRATOR
+from tests.cli_in_process import run_main
 from tests.executions_support import claim_as_worker, runtime_for, wait_for
 from tests.services import free_port
 
@@ -44,10 +50,21 @@ def run_cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def recover(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`orchestrator recover ARGS`, in this process."""
+    return run_main("recover", *args, env={"ORCH_HOME": str(home)}, cwd=home.parent)
+
+
+def migrate(home: Path) -> None:
+    """The embedded store in `home` brought to head, as `orchestrator db upgrade` does."""
+    home.mkdir(parents=True, exist_ok=True)
+    migrations.upgrade(f"sqlite:///{home / 'orchestrator.db'}")
+
+
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
     folder = tmp_path / "home"
-    assert run_cli(folder, "db", "upgrade").returncode == 0
+    migrate(folder)
     return folder
 
 
@@ -75,19 +92,19 @@ def assert_requeued(rt: Runtime, task_id: str) -> None:
 
 def test_recover_prints_what_it_requeued(home: Path, rt: Runtime) -> None:
     task_id = expired_task(rt)
-    result = run_cli(home, "recover")
+    result = recover(home)
     assert result.returncode == 0, result.stderr
     assert f"requeued task {task_id}: generation 1 lost, generation 2 queued" in result.stdout
     assert_requeued(rt, task_id)
 
-    again = run_cli(home, "recover")
+    again = recover(home)
     assert again.returncode == 0, again.stderr
     assert again.stdout.strip() == "nothing to recover"
 
 
 def test_recover_json(home: Path, rt: Runtime) -> None:
     first, second = expired_task(rt, "one"), expired_task(rt, "two")
-    result = run_cli(home, "recover", "--json")
+    result = recover(home, "--json")
     assert result.returncode == 0, result.stderr
     payload = json.loads(result.stdout)
     assert sorted(payload["requeued"], key=lambda r: r["task_id"]) == sorted(
@@ -102,7 +119,7 @@ def test_recover_json(home: Path, rt: Runtime) -> None:
     assert_requeued(rt, first)
     assert_requeued(rt, second)
 
-    again = json.loads(run_cli(home, "recover", "--json").stdout)
+    again = json.loads(recover(home, "--json").stdout)
     assert again == {"requeued": [], "parked": [], "republished": [], "deferred": 0, "unsent": []}
 
 
@@ -194,7 +211,7 @@ def test_the_sweeper_loop_survives_a_failing_sweep(
         wait_for(lambda: failures() >= 3, timeout=30, what="three failed sweeps")
         assert sweeper.poll() is None, err.read_text()
 
-        assert run_cli(home, "db", "upgrade").returncode == 0
+        migrate(home)
         runtime, _ = runtime_for(f"sqlite:///{home / 'orchestrator.db'}", tmp_path / "scripts")
         try:
             task_id = expired_task(runtime)
@@ -282,7 +299,7 @@ def test_the_sweeper_says_each_requeue_once(tmp_path: Path) -> None:
     """In text mode each requeue was written twice: printed, and logged by the sweep itself."""
     home = tmp_path / "home"
     env = cli_env(home)
-    assert run_cli(home, "db", "upgrade").returncode == 0
+    migrate(home)
     runtime, _ = runtime_for(f"sqlite:///{home / 'orchestrator.db'}", tmp_path / "scripts")
     try:
         task_id = expired_task(runtime)

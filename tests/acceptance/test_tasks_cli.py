@@ -1,4 +1,9 @@
-"""`orchestrator tasks ...` as real processes on the embedded default."""
+"""`orchestrator tasks ...` on the embedded default.
+
+Through the CLI's `main()` in this process (`tests.cli_in_process`), but for what a real process
+shows: the lines the broker's and Redis's failures leave on stderr (logging's last resort
+there). The real-process cases of bad input and a task not found are in `test_cli_errors`.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import getpass
 import json
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,15 +21,30 @@ from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
 from tests.acceptance.fleet import ORCHESTRATOR
+from tests.cli_in_process import run_main
 from tests.services import free_port
+
+Run = Callable[..., subprocess.CompletedProcess[str]]
 
 
 @pytest.fixture
-def run(tmp_path: Path):  # type: ignore[no-untyped-def]
+def run(tmp_path: Path) -> Run:
+    """`orchestrator ARGS` in the test's folder, in this process; `settings` are extra ORCH_
+    variables."""
+
+    def _run(*args: str, **settings: str) -> subprocess.CompletedProcess[str]:
+        return run_main(*args, env=settings, cwd=tmp_path)
+
+    assert _run("db", "upgrade").returncode == 0
+    return _run
+
+
+@pytest.fixture
+def run_process(run: Run, tmp_path: Path) -> Run:
+    """The same as a real process (on the store `run` migrated)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
 
     def _run(*args: str, **settings: str) -> subprocess.CompletedProcess[str]:
-        """`orchestrator ARGS` in the task's folder; `settings` are extra ORCH_ variables."""
         return subprocess.run(
             [ORCHESTRATOR, *args],
             cwd=tmp_path,
@@ -33,11 +54,10 @@ def run(tmp_path: Path):  # type: ignore[no-untyped-def]
             timeout=60,
         )
 
-    assert _run("db", "upgrade").returncode == 0
     return _run
 
 
-def test_trigger_list_show_requeue_cancel(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_trigger_list_show_requeue_cancel(run: Run, tmp_path: Path) -> None:
     (tmp_path / "ctx.json").write_text('{"district": "north"}')
     made = run(
         "tasks",
@@ -84,7 +104,7 @@ def test_trigger_list_show_requeue_cancel(run, tmp_path: Path) -> None:  # type:
     assert "Traceback" not in twice.stderr
 
 
-def test_unknown_task_is_one_line_and_exit_1(run) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_task_is_one_line_and_exit_1(run: Run) -> None:
     result = run("tasks", "show", "no-such-task")
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
@@ -100,7 +120,9 @@ def test_unknown_task_is_one_line_and_exit_1(run) -> None:  # type: ignore[no-un
         (("--context-file", "list.json"), "must hold a JSON object"),
     ],
 )
-def test_bad_trigger_input_is_a_clear_line(run, tmp_path: Path, args, needle) -> None:  # type: ignore[no-untyped-def]
+def test_bad_trigger_input_is_a_clear_line(
+    run: Run, tmp_path: Path, args: tuple[str, ...], needle: str
+) -> None:
     (tmp_path / "bad.json").write_text("{oops")
     (tmp_path / "list.json").write_text("[1]")
     result = run("tasks", "trigger", "--type", "leak", "--title", "Leak", *args)
@@ -110,14 +132,14 @@ def test_bad_trigger_input_is_a_clear_line(run, tmp_path: Path, args, needle) ->
     assert "no tasks" in run("tasks", "list").stdout
 
 
-def test_bad_task_type_is_refused_before_anything_is_written(run) -> None:  # type: ignore[no-untyped-def]
+def test_bad_task_type_is_refused_before_anything_is_written(run: Run) -> None:
     result = run("tasks", "trigger", "--type", "../../etc/passwd", "--title", "x")
     assert result.returncode == 2
     assert "task_type" in result.stderr
     assert "no tasks" in run("tasks", "list").stdout
 
 
-def test_transcript_of_a_task_and_its_errors(run) -> None:  # type: ignore[no-untyped-def]
+def test_transcript_of_a_task_and_its_errors(run: Run) -> None:
     created = run("tasks", "trigger", "--type", "water", "--title", "t", "--json")
     task_id = json.loads(created.stdout)["task_id"]
     shown = run("tasks", "transcript", task_id)
@@ -136,10 +158,8 @@ def test_transcript_of_a_task_and_its_errors(run) -> None:  # type: ignore[no-un
     assert "Traceback" not in bad.stderr
 
 
-def test_a_trigger_the_broker_refuses_says_why_without_the_password(
-    run,  # type: ignore[no-untyped-def]
-) -> None:
-    made = run(
+def test_a_trigger_the_broker_refuses_says_why_without_the_password(run_process: Run) -> None:
+    made = run_process(
         "tasks",
         "trigger",
         "--type",
@@ -158,8 +178,7 @@ def test_a_trigger_the_broker_refuses_says_why_without_the_password(
 
 
 def test_with_redis_down_a_requeue_and_a_cancel_each_say_it_in_one_line(
-    run,  # type: ignore[no-untyped-def]
-    tmp_path: Path,
+    run_process: Run, tmp_path: Path
 ) -> None:
     """A change's notices for task streams and running rounds go over Redis after it commits.
     With Redis down, the events module's warning, worded for a worker's log ("2 change
@@ -177,13 +196,13 @@ def test_with_redis_down_a_requeue_and_a_cancel_each_say_it_in_one_line(
         rt.close()
     down = {"ORCH_REDIS_URL": f"redis://:Broker-s3cret@127.0.0.1:{free_port()}/0"}
 
-    requeued = run("tasks", "requeue", task_id, "--reason", "again", "--by", "op", **down)
+    requeued = run_process("tasks", "requeue", task_id, "--reason", "again", "--by", "op", **down)
     assert requeued.returncode == 0, requeued.stderr
     assert requeued.stdout == f"requeued task {task_id} as generation 2\n"
     (line,) = requeued.stderr.strip().splitlines()
     assert line.startswith(f"orchestrator: the broker did not take the wake-up of task {task_id}")
 
-    cancelled = run("tasks", "cancel", task_id, "--reason", "done", "--by", "op", **down)
+    cancelled = run_process("tasks", "cancel", task_id, "--reason", "done", "--by", "op", **down)
     assert cancelled.returncode == 0, cancelled.stderr
     assert cancelled.stdout == f"cancelled task {task_id} (generation 2 fenced)\n"
     (line,) = cancelled.stderr.strip().splitlines()

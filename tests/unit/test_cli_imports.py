@@ -1,0 +1,103 @@
+"""The CLI's start-up imports what its parser needs, not the runtime behind every command.
+
+An operator pays every import on each `orchestrator tasks list`, and the suite starts hundreds
+of CLI processes: the agent and its tools, Alembic, Celery, FastAPI and redis-py are imported
+by the commands that use them (a worker, the demo, `db`, `api`, a Redis store), not by all.
+Each case runs in a fresh interpreter: this process has imported them all already.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+#: Never imported to build the parser or to print a command's help.
+NOT_AT_START = (
+    "orchestrator.agent",
+    "orchestrator.tools",
+    "orchestrator.api",
+    "alembic",
+    "celery",
+    "kombu",
+    "fastapi",
+    "uvicorn",
+    "redis",
+    "workers",
+)
+
+PROBE = """
+import contextlib, io, json, sys
+from orchestrator.cli import main
+argv = json.loads(sys.argv[1])
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+print(json.dumps({"code": code, "out": out.getvalue(), "modules": sorted(sys.modules)}))
+"""
+
+
+def _imported(argv: list[str], home: Path) -> dict[str, object]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    env["ORCH_HOME"] = str(home)
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(argv)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=home.parent,
+        timeout=60,
+    )
+    assert done.stdout, done.stderr
+    found: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
+    found["err"] = done.stderr
+    return found
+
+
+def _loaded(modules: object, prefix: str) -> list[str]:
+    assert isinstance(modules, list)
+    return [name for name in modules if name == prefix or name.startswith(prefix + ".")]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--help"], ["tasks", "list", "--help"], ["worker", "--help"], ["db", "--help"]],
+    ids=" ".join,
+)
+def test_the_parser_and_a_commands_help_leave_the_runtime_unimported(
+    argv: list[str], tmp_path: Path
+) -> None:
+    found = _imported(argv, tmp_path / "home")
+    assert found["code"] == 0
+    assert "usage: orchestrator" in str(found["out"])
+    loaded = {prefix: _loaded(found["modules"], prefix) for prefix in NOT_AT_START}
+    assert {prefix: names for prefix, names in loaded.items() if names} == {}
+
+
+def test_a_listing_and_a_lookup_read_the_store_without_the_broker_or_the_agent(
+    tmp_path: Path,
+) -> None:
+    """Nor does a command that reads an embedded store: the broker is for wake-ups."""
+    from orchestrator.store import migrations
+
+    home = tmp_path / "home"
+    home.mkdir()
+    migrations.upgrade(f"sqlite:///{home / 'orchestrator.db'}")
+    listed = _imported(["tasks", "list"], home)
+    assert (listed["code"], listed["out"]) == (0, "no tasks\n"), listed["err"]
+    shown = _imported(["tasks", "show", "no-such-task"], home)
+    assert shown["code"] == 1
+    assert "not_found" in str(shown["err"])
+    for found in (listed, shown):
+        loaded = {prefix: _loaded(found["modules"], prefix) for prefix in NOT_AT_START}
+        assert {prefix: names for prefix, names in loaded.items() if names} == {}

@@ -30,7 +30,7 @@ from orchestrator.api.console_session import (
     sign_in_accounts,
     write_without_header,
 )
-from orchestrator.api.sign_in_limit import FailedSignIns, TooManyFailures, client_address
+from orchestrator.api.sign_in_limit import SignInLimit, TooManyFailures, client_address
 from orchestrator.errors import Forbidden, OrchestratorError, Unauthorized
 from orchestrator.operators import Account, Operator, find_operator, may
 from orchestrator.operators_file import OperatorsFile, OperatorsUnreadable
@@ -298,7 +298,7 @@ class BearerTokens:
         accounts: AccountSource = (),
         open_prefixes: Collection[str] = (),
         revoked: Revoked | None = None,
-        failures: FailedSignIns | None = None,
+        failures: SignInLimit | None = None,
     ) -> None:
         self.app = app
         self.accounts = accounts
@@ -311,7 +311,7 @@ class BearerTokens:
         self.open_paths = frozenset(open_paths)
         self.open_prefixes = tuple(prefix.rstrip("/") for prefix in open_prefixes)
 
-    def _refusal(self, scope: Scope) -> OrchestratorError | None:
+    async def _refusal(self, scope: Scope) -> OrchestratorError | None:
         """Why the request is refused, or None when it may go on."""
         path: str = scope.get("path", "")
         root: str = scope.get("root_path", "")
@@ -324,16 +324,27 @@ class BearerTokens:
         ):
             return None
         headers = scope.get("headers", ())
-        wrong: Callable[[], None] | None = None
+        wrong: list[bool] = []
+        refusal = self._decision(scope, headers, internal, partial(wrong.append, True))
         if self.failures is not None and _bearer(headers):
-            # Ahead of the token's hashing: an address that guessed too often is refused
+            # Whatever the token turned out to be: an address that guessed too often is refused
             # whatever it presents now, the right token included (a 200 would say it was right).
             address = client_address(scope.get("client"))
             try:
-                self.failures.check(address)
+                await self.failures.attempt_async(address, wrong=bool(wrong))
             except TooManyFailures as exc:
                 return exc
-            wrong = partial(self.failures.failed, address)
+        return refusal
+
+    def _decision(
+        self,
+        scope: Scope,
+        headers: Iterable[tuple[bytes, bytes]],
+        internal: bool,
+        wrong: Callable[[], None],
+    ) -> OrchestratorError | None:
+        """What the request's credentials allow, before the limit on wrong tokens; `wrong` is
+        called when a bearer token names no one."""
         if not internal:
             try:
                 accounts = current_accounts(self.accounts)
@@ -356,15 +367,14 @@ class BearerTokens:
             return Unauthorized(_CLOSED)
         if bearer_matches(_authorization(headers), self.internal_token):
             return None
-        if wrong is not None:
-            wrong()
+        wrong()
         return Unauthorized(_WRONG)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        refusal = self._refusal(scope)
+        refusal = await self._refusal(scope)
         if refusal is None:
             await self.app(scope, receive, send)
             return

@@ -22,11 +22,12 @@ from urllib.parse import parse_qsl, unquote_plus, urlencode
 
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from orchestrator.api import console_session
 from orchestrator.api.auth import ANONYMOUS, current_accounts, revoked_sessions
 from orchestrator.api.etags import IF_NONE_MATCH, not_modified
-from orchestrator.api.sign_in_limit import FailedSignIns, TooManyFailures, client_address
+from orchestrator.api.sign_in_limit import SignInLimit, TooManyFailures, client_address
 from orchestrator.operators import Account, Operator, find_account
 
 __all__ = ["PREFIX", "redact_access_log", "router"]
@@ -116,10 +117,10 @@ CONFIRM = "sign_in_ticket"
 def _refused_page(request: Request, why: str) -> HTMLResponse:
     """The sign-in form after a refused `?token=` link, with the status the link had: `wait`,
     too many wrong tokens from the address (while that lasts), else the token."""
-    failures: FailedSignIns = request.app.state.sign_in_failures
+    failures: SignInLimit = request.app.state.sign_in_failures
     try:
         if why == "wait":
-            failures.check(client_address(request.scope.get("client")))
+            failures.attempt(client_address(request.scope.get("client")), wrong=False)
     except TooManyFailures as exc:
         page = _sign_in_page(request, exc.message[:1].upper() + exc.message[1:] + ".", 429)
         page.headers["Retry-After"] = str(exc.retry_after)
@@ -137,23 +138,23 @@ def _start_session(
     request: Request, presented: str, query: list[tuple[str, str]], *, confirm: bool = False
 ) -> Response:
     """Signs the browser in as the account whose token is `presented`; with `confirm` (a link
-    opened from another site) asks first, on a page of ours."""
+    opened from another site) asks first, on a page of ours. May wait on Redis (the limit on
+    wrong tokens): not on the event loop."""
     presented_bytes = presented.encode("utf-8", "surrogateescape")
     # An empty token signs no one in (an account whose hash is the empty string's would
     # otherwise open to anyone who leaves the field blank): see auth._identify.
     if not presented.strip():
         return _sign_in_page(request, "That token is not accepted.", 401)
-    failures: FailedSignIns = request.app.state.sign_in_failures
-    address = client_address(request.scope.get("client"))
+    failures: SignInLimit = request.app.state.sign_in_failures
+    account = find_account(presented_bytes, _accounts(request))
     try:
-        failures.check(address)  # before the token is looked at: see sign_in_limit
+        # Refused past the limit whatever the token is, the right one too: see sign_in_limit.
+        failures.attempt(client_address(request.scope.get("client")), wrong=account is None)
     except TooManyFailures as exc:
         page = _sign_in_page(request, exc.message[:1].upper() + exc.message[1:] + ".", 429)
         page.headers["Retry-After"] = str(exc.retry_after)
         return page
-    account = find_account(presented_bytes, _accounts(request))
     if account is None:
-        failures.failed(address)
         return _sign_in_page(request, "That token is not accepted.", 401)
     if confirm:
         secret = request.app.state.settings.console_secret
@@ -286,7 +287,7 @@ async def sign_in(request: Request) -> Response:
         if account is None:
             return _sign_in_page(request, _EXPIRED, 401)
         return _signed_in(request, account, [])
-    return _start_session(request, form.get("token", "").strip(), [])
+    return await run_in_threadpool(_start_session, request, form.get("token", "").strip(), [])
 
 
 @router.get("/session")

@@ -26,6 +26,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from orchestrator.api.console_session import (
     Revoked,
+    cookie_name,
     cookie_operator,
     sign_in_accounts,
     write_without_header,
@@ -124,6 +125,7 @@ def _identify(
     api_token: str | None,
     *,
     method: str = "GET",
+    cookie: str,
     console_secret: str | None = None,
     revoked: Revoked | None = None,
     wrong_token: Callable[[], None] | None = None,
@@ -131,7 +133,8 @@ def _identify(
     """The caller's account; ANONYMOUS when no token is configured; None for a wrong token.
 
     A console session cookie (see `console_session`) stands for the account that signed in:
-    ORCH_API_TOKEN's full-rights account or an ORCH_OPERATORS account, with its role.
+    ORCH_API_TOKEN's full-rights account or an ORCH_OPERATORS account, with its role; `cookie`
+    is its name for the request (`console_session.cookie_name`).
     `wrong_token` is called when a bearer token names no account, whatever the cookie does (a
     guess beside one's own cookie is still a guess: the role answered would tell it right)."""
     if not accounts and not api_token:
@@ -148,6 +151,7 @@ def _identify(
         headers,
         method,
         sign_in_accounts(api_token, accounts),
+        cookie=cookie,
         secret=console_secret,
         revoked=revoked,
     )
@@ -159,6 +163,7 @@ def _caller(
     api_token: str | None,
     *,
     method: str,
+    cookie: str,
     console_secret: str | None,
     revoked: Revoked | None = None,
     wrong_token: Callable[[], None] | None = None,
@@ -171,6 +176,7 @@ def _caller(
         accounts,
         api_token,
         method=method,
+        cookie=cookie,
         console_secret=console_secret,
         revoked=revoked,
         wrong_token=wrong_token,
@@ -181,6 +187,7 @@ def _caller(
         headers,
         method,
         sign_in_accounts(api_token, accounts),
+        cookie=cookie,
         secret=console_secret,
         revoked=revoked,
     )
@@ -203,6 +210,7 @@ def require_api_token(request: Request) -> None:
         _accounts(request),
         settings.api_token,
         method=request.method,
+        cookie=cookie_name(request.scope),
         console_secret=settings.console_secret,
         revoked=revoked_sessions(request),
     )
@@ -231,6 +239,7 @@ def still_admitted(request: Request) -> bool:
         accounts,
         settings.api_token,
         method="GET",
+        cookie=cookie_name(request.scope),
         console_secret=settings.console_secret,
         revoked=revoked_sessions(request),
     )
@@ -355,6 +364,7 @@ class BearerTokens:
                 accounts,
                 self.api_token,
                 method=scope.get("method", "GET"),
+                cookie=cookie_name(scope),
                 console_secret=self.console_secret,
                 revoked=self.revoked,
                 wrong_token=wrong,

@@ -129,7 +129,6 @@ def test_wrong_tokens_spread_over_two_processes_and_a_restart_meet_one_limit(
     # process that forgot would let a whole burst through again).
     first.restart()
     assert wrong_until_refused(first) < drained(full)
-    assert second.get(TOKEN).status_code == 429
     for api in (first, second):
         text = api.log.read_text()
         assert "guess-" not in text
@@ -156,11 +155,17 @@ def test_with_redis_stopped_each_process_still_holds_to_its_own_count(
     assert len(lines) == 1, text  # once per outage, not per request
     assert "Traceback" not in text, text
 
-    # Redis back (empty): it is asked again, and this process's own count still holds.
+    # Redis back (empty): it is asked again, and this process's own count still holds (an
+    # empty Redis alone would let a whole burst through again).
     redis_of_its_own.start()
     deadline = time.monotonic() + 15
+    meanwhile = 0
     while "answers again" not in first.log.read_text():
-        assert first.get(TOKEN).status_code == 429
+        status = first.get(f"meanwhile-{meanwhile}").status_code
+        assert status in (401, 429)
+        meanwhile += status == 401
         assert time.monotonic() < deadline, first.log.read_text()
         time.sleep(0.1)
-    assert second.get(TOKEN).status_code == 429
+    counted = 5 + answered + meanwhile + wrong_until_refused(first)
+    # A leaky bucket never lets more through than its burst and what drained since it began.
+    assert counted < BURST + drained(started), counted

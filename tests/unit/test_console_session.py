@@ -167,3 +167,28 @@ def test_changing_the_console_secret_signs_every_browser_out() -> None:
         _identify(headers, (VERA, ALMA), API_TOKEN, cookie=session.COOKIE, console_secret="x" * 16)
         is None
     )
+
+
+@pytest.mark.parametrize(
+    ("scheme", "headers", "name"),
+    [
+        ("http", [], "orch_console"),
+        ("https", [], "__Host-orch_console"),
+        ("wss", [], "__Host-orch_console"),  # a websocket opened from an HTTPS page
+        ("http", [(b"x-forwarded-proto", b"https")], "__Host-orch_console"),
+        ("http", [(b"X-Forwarded-Proto", b"HTTPS, http")], "__Host-orch_console"),
+        ("http", [(b"x-forwarded-proto", b"http, https")], "orch_console"),  # the first hop's
+        ("http", [(b"forwarded", b'for=10.0.0.2; proto="https"')], "__Host-orch_console"),
+        ("http", [(b"forwarded", b"proto=http, proto=https")], "orch_console"),
+    ],
+)
+def test_the_cookies_name_follows_how_the_request_arrived(
+    scheme: str, headers: list[tuple[bytes, bytes]], name: str
+) -> None:
+    scope = {"type": "http", "scheme": scheme, "headers": headers}
+    assert session.cookie_name(scope) == name
+    value = session.issue(VERA)
+    other = session.HTTPS_COOKIE if name == session.COOKIE else session.COOKIE
+    sent = [*headers, (b"cookie", f"{other}=x; {name}={value}".encode())]
+    assert session.cookie_from_headers(sent, session.cookie_name(scope)) == value
+    assert session.cookie_from_headers([(b"cookie", f"{other}={value}".encode())], name) is None

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
+import httpx
 import pytest
 import redis
+import uvicorn
 
+from orchestrator.api import create_app, shared_sign_ins
 from orchestrator.api.shared_sign_ins import SOCKET_TIMEOUT_SECONDS, SharedFailedSignIns
 from orchestrator.api.sign_in_limit import (
     BURST,
@@ -23,7 +28,8 @@ from orchestrator.api.sign_in_limit import (
     client_address,
 )
 from orchestrator.leases.keys import SIGN_IN_PREFIX
-from tests.services import RedisServer
+from orchestrator.settings import load_settings
+from tests.services import RedisServer, free_port
 
 pytestmark = pytest.mark.redis
 
@@ -137,4 +143,56 @@ def test_a_redis_that_hangs_holds_a_check_up_once_then_this_process_counts_alone
         assert "Redis does not answer" in lines[0].getMessage()
     finally:
         limit.close()
+        silent.close()
+
+
+def test_a_redis_that_hangs_holds_up_the_request_that_asks_it_not_the_api(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The middleware asks Redis on a worker thread: while one request with a token waits out
+    the socket timeout (2 s here), the event loop answers others (a health check) at once."""
+    hang = 2.0
+    monkeypatch.setattr(shared_sign_ins, "SOCKET_TIMEOUT_SECONDS", hang)
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    settings = load_settings(
+        database_url=sqlite_url,
+        home=tmp_path,
+        redis_url=f"redis://127.0.0.1:{silent.getsockname()[1]}/0",
+        api_token="hang-token-1234",
+    )
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert thread.is_alive()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{port}"
+        answers: list[int] = []
+
+        def signed_in() -> None:
+            headers = {"Authorization": "Bearer hang-token-1234"}
+            answers.append(
+                httpx.get(f"{url}/api/v1/tasks", headers=headers, timeout=10).status_code
+            )
+
+        waiting = threading.Thread(target=signed_in)
+        started = time.monotonic()
+        waiting.start()
+        time.sleep(0.1)  # the request is in, waiting on Redis
+        assert httpx.get(f"{url}/healthz", timeout=10).status_code == 200
+        assert time.monotonic() - started < hang / 2
+        waiting.join(timeout=10)
+        assert answers == [200]  # this process's count let it through
+        assert time.monotonic() - started >= hang  # it did wait on Redis
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
         silent.close()

@@ -46,7 +46,7 @@ from orchestrator.api.contract import (
 from orchestrator.api.open_guard import OpenGuard
 from orchestrator.api.readiness import Readiness
 from orchestrator.api.response_headers import ResponseHeaders
-from orchestrator.api.sign_in_limit import FailedSignIns
+from orchestrator.api.sign_in_limit import FailedSignIns, SignInLimit
 from orchestrator.api.signouts import SignOuts
 from orchestrator.errors import OrchestratorError, Unauthorized
 from orchestrator.events import CompositeNotifier, PlanHub, PlanNotifier, RedisNotifier
@@ -167,6 +167,16 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     return _envelope(500, "internal_error", "the server failed unexpectedly; see its log")
 
 
+def _sign_in_limit(redis_url: str | None) -> SignInLimit:
+    """The limit on wrong tokens: shared in Redis when it is configured (redis-py is imported
+    then only), else this process's own."""
+    if not redis_url:
+        return FailedSignIns()
+    from orchestrator.api.shared_sign_ins import SharedFailedSignIns
+
+    return SharedFailedSignIns(redis_url)
+
+
 def create_app(
     settings: Settings | None = None,
     *,
@@ -198,8 +208,9 @@ def create_app(
 
     readiness = Readiness(database, settings.redis_url)
     signouts = SignOuts(database)
-    # Wrong tokens per client address, the API's and the console sign-in's together.
-    failures = FailedSignIns()
+    # Wrong tokens per client address, the API's and the console sign-in's together: in Redis
+    # for every API process when it is configured, else in this process's memory.
+    failures = _sign_in_limit(settings.redis_url)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -209,6 +220,7 @@ def create_app(
             yield
         finally:
             signouts.stop()
+            failures.close()
             await plan_hub.stop()
             readiness.close()
             if redis_notifier is not None:

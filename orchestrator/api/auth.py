@@ -26,11 +26,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from orchestrator.api.console_session import (
     Revoked,
+    cookie_name,
     cookie_operator,
     sign_in_accounts,
     write_without_header,
 )
-from orchestrator.api.sign_in_limit import FailedSignIns, TooManyFailures, client_address
+from orchestrator.api.sign_in_limit import SignInLimit, TooManyFailures, client_address
 from orchestrator.errors import Forbidden, OrchestratorError, Unauthorized
 from orchestrator.operators import Account, Operator, find_operator, may
 from orchestrator.operators_file import OperatorsFile, OperatorsUnreadable
@@ -124,6 +125,7 @@ def _identify(
     api_token: str | None,
     *,
     method: str = "GET",
+    cookie: str,
     console_secret: str | None = None,
     revoked: Revoked | None = None,
     wrong_token: Callable[[], None] | None = None,
@@ -131,7 +133,8 @@ def _identify(
     """The caller's account; ANONYMOUS when no token is configured; None for a wrong token.
 
     A console session cookie (see `console_session`) stands for the account that signed in:
-    ORCH_API_TOKEN's full-rights account or an ORCH_OPERATORS account, with its role.
+    ORCH_API_TOKEN's full-rights account or an ORCH_OPERATORS account, with its role; `cookie`
+    is its name for the request (`console_session.cookie_name`).
     `wrong_token` is called when a bearer token names no account, whatever the cookie does (a
     guess beside one's own cookie is still a guess: the role answered would tell it right)."""
     if not accounts and not api_token:
@@ -148,6 +151,7 @@ def _identify(
         headers,
         method,
         sign_in_accounts(api_token, accounts),
+        cookie=cookie,
         secret=console_secret,
         revoked=revoked,
     )
@@ -159,6 +163,7 @@ def _caller(
     api_token: str | None,
     *,
     method: str,
+    cookie: str,
     console_secret: str | None,
     revoked: Revoked | None = None,
     wrong_token: Callable[[], None] | None = None,
@@ -171,6 +176,7 @@ def _caller(
         accounts,
         api_token,
         method=method,
+        cookie=cookie,
         console_secret=console_secret,
         revoked=revoked,
         wrong_token=wrong_token,
@@ -181,6 +187,7 @@ def _caller(
         headers,
         method,
         sign_in_accounts(api_token, accounts),
+        cookie=cookie,
         secret=console_secret,
         revoked=revoked,
     )
@@ -203,6 +210,7 @@ def require_api_token(request: Request) -> None:
         _accounts(request),
         settings.api_token,
         method=request.method,
+        cookie=cookie_name(request.scope),
         console_secret=settings.console_secret,
         revoked=revoked_sessions(request),
     )
@@ -231,6 +239,7 @@ def still_admitted(request: Request) -> bool:
         accounts,
         settings.api_token,
         method="GET",
+        cookie=cookie_name(request.scope),
         console_secret=settings.console_secret,
         revoked=revoked_sessions(request),
     )
@@ -298,7 +307,7 @@ class BearerTokens:
         accounts: AccountSource = (),
         open_prefixes: Collection[str] = (),
         revoked: Revoked | None = None,
-        failures: FailedSignIns | None = None,
+        failures: SignInLimit | None = None,
     ) -> None:
         self.app = app
         self.accounts = accounts
@@ -311,7 +320,7 @@ class BearerTokens:
         self.open_paths = frozenset(open_paths)
         self.open_prefixes = tuple(prefix.rstrip("/") for prefix in open_prefixes)
 
-    def _refusal(self, scope: Scope) -> OrchestratorError | None:
+    async def _refusal(self, scope: Scope) -> OrchestratorError | None:
         """Why the request is refused, or None when it may go on."""
         path: str = scope.get("path", "")
         root: str = scope.get("root_path", "")
@@ -324,16 +333,27 @@ class BearerTokens:
         ):
             return None
         headers = scope.get("headers", ())
-        wrong: Callable[[], None] | None = None
+        wrong: list[bool] = []
+        refusal = self._decision(scope, headers, internal, partial(wrong.append, True))
         if self.failures is not None and _bearer(headers):
-            # Ahead of the token's hashing: an address that guessed too often is refused
+            # Whatever the token turned out to be: an address that guessed too often is refused
             # whatever it presents now, the right token included (a 200 would say it was right).
             address = client_address(scope.get("client"))
             try:
-                self.failures.check(address)
+                await self.failures.attempt_async(address, wrong=bool(wrong))
             except TooManyFailures as exc:
                 return exc
-            wrong = partial(self.failures.failed, address)
+        return refusal
+
+    def _decision(
+        self,
+        scope: Scope,
+        headers: Iterable[tuple[bytes, bytes]],
+        internal: bool,
+        wrong: Callable[[], None],
+    ) -> OrchestratorError | None:
+        """What the request's credentials allow, before the limit on wrong tokens; `wrong` is
+        called when a bearer token names no one."""
         if not internal:
             try:
                 accounts = current_accounts(self.accounts)
@@ -344,6 +364,7 @@ class BearerTokens:
                 accounts,
                 self.api_token,
                 method=scope.get("method", "GET"),
+                cookie=cookie_name(scope),
                 console_secret=self.console_secret,
                 revoked=self.revoked,
                 wrong_token=wrong,
@@ -356,15 +377,14 @@ class BearerTokens:
             return Unauthorized(_CLOSED)
         if bearer_matches(_authorization(headers), self.internal_token):
             return None
-        if wrong is not None:
-            wrong()
+        wrong()
         return Unauthorized(_WRONG)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        refusal = self._refusal(scope)
+        refusal = await self._refusal(scope)
         if refusal is None:
             await self.app(scope, receive, send)
             return

@@ -22,11 +22,12 @@ from urllib.parse import parse_qsl, unquote_plus, urlencode
 
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from orchestrator.api import console_session
 from orchestrator.api.auth import ANONYMOUS, current_accounts, revoked_sessions
 from orchestrator.api.etags import IF_NONE_MATCH, not_modified
-from orchestrator.api.sign_in_limit import FailedSignIns, TooManyFailures, client_address
+from orchestrator.api.sign_in_limit import SignInLimit, TooManyFailures, client_address
 from orchestrator.operators import Account, Operator, find_account
 
 __all__ = ["PREFIX", "redact_access_log", "router"]
@@ -83,7 +84,9 @@ def _signed_in_as(request: Request) -> Operator | None:
     accounts = _accounts(request)
     if not accounts:
         return ANONYMOUS  # no token configured: the API is open, so is the console
-    value = console_session.cookie_from_headers(request.scope.get("headers", ()))
+    value = console_session.cookie_from_headers(
+        request.scope.get("headers", ()), console_session.cookie_name(request.scope)
+    )
     if value is None:
         return None
     return console_session.holder(
@@ -116,10 +119,10 @@ CONFIRM = "sign_in_ticket"
 def _refused_page(request: Request, why: str) -> HTMLResponse:
     """The sign-in form after a refused `?token=` link, with the status the link had: `wait`,
     too many wrong tokens from the address (while that lasts), else the token."""
-    failures: FailedSignIns = request.app.state.sign_in_failures
+    failures: SignInLimit = request.app.state.sign_in_failures
     try:
         if why == "wait":
-            failures.check(client_address(request.scope.get("client")))
+            failures.attempt(client_address(request.scope.get("client")), wrong=False)
     except TooManyFailures as exc:
         page = _sign_in_page(request, exc.message[:1].upper() + exc.message[1:] + ".", 429)
         page.headers["Retry-After"] = str(exc.retry_after)
@@ -137,23 +140,23 @@ def _start_session(
     request: Request, presented: str, query: list[tuple[str, str]], *, confirm: bool = False
 ) -> Response:
     """Signs the browser in as the account whose token is `presented`; with `confirm` (a link
-    opened from another site) asks first, on a page of ours."""
+    opened from another site) asks first, on a page of ours. May wait on Redis (the limit on
+    wrong tokens): not on the event loop."""
     presented_bytes = presented.encode("utf-8", "surrogateescape")
     # An empty token signs no one in (an account whose hash is the empty string's would
     # otherwise open to anyone who leaves the field blank): see auth._identify.
     if not presented.strip():
         return _sign_in_page(request, "That token is not accepted.", 401)
-    failures: FailedSignIns = request.app.state.sign_in_failures
-    address = client_address(request.scope.get("client"))
+    failures: SignInLimit = request.app.state.sign_in_failures
+    account = find_account(presented_bytes, _accounts(request))
     try:
-        failures.check(address)  # before the token is looked at: see sign_in_limit
+        # Refused past the limit whatever the token is, the right one too: see sign_in_limit.
+        failures.attempt(client_address(request.scope.get("client")), wrong=account is None)
     except TooManyFailures as exc:
         page = _sign_in_page(request, exc.message[:1].upper() + exc.message[1:] + ".", 429)
         page.headers["Retry-After"] = str(exc.retry_after)
         return page
-    account = find_account(presented_bytes, _accounts(request))
     if account is None:
-        failures.failed(address)
         return _sign_in_page(request, "That token is not accepted.", 401)
     if confirm:
         secret = request.app.state.settings.console_secret
@@ -184,14 +187,16 @@ def _confirm_page(request: Request, ticket: str) -> HTMLResponse:
 
 def _signed_in(request: Request, account: Account, query: list[tuple[str, str]]) -> Response:
     response = RedirectResponse(_home(request, query), status_code=303, headers=_HEADERS)
+    # Over HTTPS `__Host-orch_console`: Secure, at `/`, no Domain, as a browser requires of
+    # that name (see console_session); over plain HTTP `orch_console`, which it keeps.
     response.set_cookie(
-        console_session.COOKIE,
+        console_session.cookie_name(request.scope),
         console_session.issue(account, secret=request.app.state.settings.console_secret),
         max_age=console_session.SESSION_SECONDS,
         path="/",
         httponly=True,
         samesite="strict",
-        secure=_over_https(request),
+        secure=console_session.over_https(request.scope),
     )
     return response
 
@@ -211,20 +216,6 @@ def _from_another_site(request: Request) -> bool:
     host of the same site (`same-site`: wiki.example.com beside orch.example.com) is refused
     as well as another site: the console's own form is `same-origin`."""
     return request.headers.get("sec-fetch-site", "").strip().lower() not in _OWN_FORMS
-
-
-def _over_https(request: Request) -> bool:
-    """Whether the browser reached us over HTTPS: directly, or through a proxy that ends TLS
-    and says so (`X-Forwarded-Proto: https`, or `Forwarded: proto=https`). uvicorn trusts
-    those headers only from 127.0.0.1, so behind a proxy in another container the scheme
-    reads `http`, and the cookie, without `Secure`, would go out on any plain-HTTP request to
-    the host (a typed URL, a redirect a network attacker injects). Believing the header here
-    can only make the cookie stricter: a browser keeps no Secure cookie set over plain HTTP."""
-    if request.url.scheme == "https":
-        return True
-    proto = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
-    forwarded = request.headers.get("forwarded", "").split(",")[0].lower()
-    return proto == "https" or "proto=https" in forwarded.replace(" ", "").replace('"', "")
 
 
 @router.get("")
@@ -286,7 +277,7 @@ async def sign_in(request: Request) -> Response:
         if account is None:
             return _sign_in_page(request, _EXPIRED, 401)
         return _signed_in(request, account, [])
-    return _start_session(request, form.get("token", "").strip(), [])
+    return await run_in_threadpool(_start_session, request, form.get("token", "").strip(), [])
 
 
 @router.get("/session")
@@ -314,7 +305,8 @@ def sign_out(request: Request) -> Response:
     if _from_another_site(request):
         # SameSite keeps the cookie off such a request, but a forced sign-out is refused too.
         return _sign_in_page(request, "A sign-out sent from another site is refused.", 403)
-    value = console_session.cookie_from_headers(request.scope.get("headers", ()))
+    cookie = console_session.cookie_name(request.scope)
+    value = console_session.cookie_from_headers(request.scope.get("headers", ()), cookie)
     accounts = _accounts(request)
     session = (
         console_session.signed_session(
@@ -326,7 +318,14 @@ def sign_out(request: Request) -> Response:
     if session is not None:
         request.app.state.signouts.sign_out(session)
     response = RedirectResponse(_home(request), status_code=303, headers=_HEADERS)
-    response.delete_cookie(console_session.COOKIE, path="/", httponly=True, samesite="strict")
+    # A browser refuses a `__Host-` cookie without Secure, the one that clears it included.
+    response.delete_cookie(
+        cookie,
+        path="/",
+        secure=cookie == console_session.HTTPS_COOKIE,
+        httponly=True,
+        samesite="strict",
+    )
     return response
 
 

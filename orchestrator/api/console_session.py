@@ -16,6 +16,14 @@ cookie, and changing the secret signs every browser out. The role comes from the
 at each request, never from the cookie. The cookie is HttpOnly and SameSite=Strict; a
 cookie-authenticated write must also carry `X-Orch-Console: 1`, a header no cross-site form
 can send.
+
+Over HTTPS the cookie is named `__Host-orch_console` (`HTTPS_COOKIE`): a browser keeps a cookie
+of that name only when it is Secure, at `Path=/` and without `Domain`, and set over HTTPS, so a
+sibling host of the site (wiki.example.com beside orch.example.com) or a page over plain HTTP
+cannot set one to pass its own account's session off as the person's (cookie tossing). Over
+plain HTTP (loopback development) it keeps the name `orch_console` (`COOKIE`). A request is read
+by the name that applies to how it arrived (`cookie_name`); a cookie of the other name is no
+session.
 """
 
 from __future__ import annotations
@@ -26,21 +34,25 @@ import hashlib
 import hmac
 import secrets
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from orchestrator.operators import Account, Operator, api_account
 
 __all__ = [
     "COOKIE",
+    "HTTPS_COOKIE",
     "SESSION_SECONDS",
     "WRITE_HEADER",
     "Revoked",
     "Session",
     "cookie_from_headers",
+    "cookie_name",
     "cookie_operator",
     "holder",
     "issue",
+    "over_https",
     "sign_in_accounts",
     "signed_session",
     "ticket",
@@ -51,7 +63,9 @@ __all__ = [
 #: Whether a session was signed out (`orchestrator.api.signouts.SignOuts.revoked`).
 Revoked = Callable[["Session"], bool]
 
+#: The cookie's name over plain HTTP, and over HTTPS (see the module).
 COOKIE = "orch_console"
+HTTPS_COOKIE = "__Host-orch_console"
 SESSION_SECONDS = 12 * 3600
 WRITE_HEADER = b"x-orch-console"
 _VERSION = "v2"
@@ -185,18 +199,43 @@ def _signed(
     return account, parts
 
 
-def cookie_from_headers(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
-    """The console cookie's value from raw ASGI headers, or None; None too when the browser
-    sends two: ours is host-only at `/`, so the other was set by a sibling host of the site
-    (`Domain=` the parent, a longer `Path`, sent first) to pass its own account's session off
-    as the person's (cookie tossing), and which one is ours cannot be told."""
+def over_https(scope: Mapping[str, Any]) -> bool:
+    """Whether the browser reached us over HTTPS: directly, or through a proxy that ends TLS
+    and says so (`X-Forwarded-Proto: https`, or `Forwarded: proto=https`). uvicorn trusts
+    those headers only from 127.0.0.1, so behind a proxy in another container the scheme
+    reads `http`, and the cookie, without `Secure`, would go out on any plain-HTTP request to
+    the host (a typed URL, a redirect a network attacker injects). Believing the header here
+    can only make the cookie stricter: a browser keeps no Secure cookie set over plain HTTP,
+    and sends none over it."""
+    if scope.get("scheme") in ("https", "wss"):
+        return True
+    proto = forwarded = ""
+    for name, raw in scope.get("headers", ()):
+        if name.lower() == b"x-forwarded-proto" and not proto:
+            proto = raw.decode("latin-1").split(",")[0].strip().lower()
+        elif name.lower() == b"forwarded" and not forwarded:
+            forwarded = raw.decode("latin-1").split(",")[0].lower()
+    return proto == "https" or "proto=https" in forwarded.replace(" ", "").replace('"', "")
+
+
+def cookie_name(scope: Mapping[str, Any]) -> str:
+    """The name the console cookie has for a request that arrived as `scope` says."""
+    return HTTPS_COOKIE if over_https(scope) else COOKIE
+
+
+def cookie_from_headers(headers: Iterable[tuple[bytes, bytes]], cookie: str) -> str | None:
+    """The value of the console cookie named `cookie` (`cookie_name`) from raw ASGI headers,
+    or None; None too when the browser sends two of that name: ours is host-only at `/`, so
+    the other was set by a sibling host of the site (`Domain=` the parent, a longer `Path`,
+    sent first) to pass its own account's session off as the person's (cookie tossing), and
+    which one is ours cannot be told (a `__Host-` cookie no sibling can set)."""
     found: str | None = None
     for name, raw in headers:
         if name.lower() != b"cookie":
             continue
         for part in raw.decode("latin-1").split(";"):
             key, _, value = part.strip().partition("=")
-            if key == COOKIE and value:
+            if key == cookie and value:
                 if found is not None:
                     return None
                 found = value
@@ -208,12 +247,13 @@ def cookie_operator(
     method: str,
     accounts: Sequence[Account],
     *,
+    cookie: str,
     secret: str | None = None,
     revoked: Revoked | None = None,
 ) -> Operator | None:
-    """The account the request's console cookie stands for, or None (a write without
-    WRITE_HEADER is None too: it could come from a cross-site form)."""
-    value = cookie_from_headers(headers)
+    """The account the request's console cookie (named `cookie`) stands for, or None (a write
+    without WRITE_HEADER is None too: it could come from a cross-site form)."""
+    value = cookie_from_headers(headers, cookie)
     if value is None:
         return None
     operator = holder(value, accounts, secret=secret, revoked=revoked)
@@ -231,6 +271,7 @@ def write_without_header(
     method: str,
     accounts: Sequence[Account],
     *,
+    cookie: str,
     secret: str | None = None,
     revoked: Revoked | None = None,
 ) -> bool:
@@ -239,5 +280,5 @@ def write_without_header(
     otherwise read "wrong bearer token" and look for a token it never needed)."""
     if method.upper() in _SAFE_METHODS:
         return False
-    value = cookie_from_headers(headers)
+    value = cookie_from_headers(headers, cookie)
     return value is not None and holder(value, accounts, secret=secret, revoked=revoked) is not None

@@ -14,12 +14,18 @@ so the count is per address: an IPv6 client counts by its /64, which one host us
 whole, and also by its /48 with `WIDE` times the burst and the rate: a home or a server is
 often given a /56 or a /48, 256 to 65,536 /64s, each of which would otherwise have had a burst
 of its own, and past `max_addresses` of them the least recently failed is forgotten, its burst
-whole again: cycling through them, a /48 guessed without limit. The buckets live in this
-process's memory, at most `max_addresses` of them (the least recently failed one goes first;
-a /48's is touched by every failure of its /64s, so they cannot push it out): a fleet of N API
-processes behind a balancer allows N times the rate, and a restart forgets. The check is one
-or two dict lookups, on the requests that present a bearer token only, ahead of the token's
-hashing.
+whole again: cycling through them, a /48 guessed without limit.
+
+`FailedSignIns` keeps the buckets in this process's memory, at most `max_addresses` of them
+(the least recently failed one goes first; a /48's is touched by every failure of its /64s,
+so they cannot push it out): the embedded API's limit, whose check is one or two dict lookups.
+With Redis configured, `shared_sign_ins.SharedFailedSignIns` keeps them in Redis by the same
+rules, for every API process at once and across their restarts (a fleet of N processes behind
+a balancer allowed N times the rate, each counting alone, and a restart forgot): one round
+trip per request that presents a token, and this process's own count beside it for when Redis
+does not answer. Either way the limit is asked about the requests that present a bearer token
+(or the console's sign-in form or link) only, never one with no token or the cookie alone; a
+token is looked at first, but its answer is given only if the address is within its limit.
 """
 
 from __future__ import annotations
@@ -32,10 +38,18 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import Protocol
 
 from orchestrator.errors import OrchestratorError
 
-__all__ = ["FailedSignIns", "TooManyFailures", "client_address"]
+__all__ = [
+    "FailedSignIns",
+    "SignInLimit",
+    "TooManyFailures",
+    "client_address",
+    "refuse_after",
+    "tipped_over",
+]
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +103,20 @@ def _key(text: str) -> str:
     return str(address)
 
 
+class SignInLimit(Protocol):
+    """What a token check asks: `FailedSignIns` (this process's memory) or, with Redis,
+    `shared_sign_ins.SharedFailedSignIns` (every API process's)."""
+
+    def attempt(self, address: str, *, wrong: bool) -> None:
+        """`TooManyFailures` while `address` may not present a token, else count a wrong one."""
+
+    async def attempt_async(self, address: str, *, wrong: bool) -> None:
+        """`attempt` from the event loop, which it never holds up."""
+
+    def close(self) -> None:
+        """Let go of what it holds (a connection)."""
+
+
 class FailedSignIns:
     """Per address, a level of recent failures that drains at one per `seconds_per_failure`."""
 
@@ -109,7 +137,7 @@ class FailedSignIns:
         # The console's sign-in runs on the thread pool, the middleware on the event loop.
         self._lock = threading.Lock()
 
-    def _buckets(self, address: str) -> list[tuple[str, int, float]]:
+    def buckets(self, address: str) -> list[tuple[str, int, float]]:
         """The buckets a failure from `address` counts in: (key, burst, seconds per failure)."""
         buckets = [(address, self.burst, self.seconds_per_failure)]
         wider = _wider(address)
@@ -121,11 +149,11 @@ class FailedSignIns:
         level, at = self._levels.get(key, (0.0, now))
         return max(0.0, level - (now - at) / seconds_per_failure)
 
-    def check(self, address: str) -> None:
-        """`TooManyFailures` while `address` may not present a token."""
-        buckets = self._buckets(address)
+    def wait(self, address: str) -> float:
+        """How many seconds `address` must wait before it may present a token; 0 when it may."""
+        buckets = self.buckets(address)
         if all(key not in self._levels for key, _, _ in buckets):  # the usual case: no lock
-            return
+            return 0.0
         wait = 0.0
         with self._lock:
             now = self.clock()
@@ -133,15 +161,32 @@ class FailedSignIns:
                 level = self._level(key, now, seconds)
                 if level > burst - 1:
                     wait = max(wait, (level - (burst - 1)) * seconds)
-        if wait > 0:
-            raise TooManyFailures(max(1, math.ceil(wait)))
+        return wait
 
-    def failed(self, address: str) -> None:
-        """Count a wrong token from `address`."""
+    def check(self, address: str) -> None:
+        """`TooManyFailures` while `address` may not present a token."""
+        refuse_after(self.wait(address))
+
+    def attempt(self, address: str, *, wrong: bool) -> None:
+        """A token from `address`: `TooManyFailures` while it may not present one (whether
+        right or not: it is not counted then), else a wrong one is counted."""
+        self.check(address)
+        if wrong:
+            self.failed(address)
+
+    async def attempt_async(self, address: str, *, wrong: bool) -> None:
+        """`attempt` from the event loop (it never waits here: dict look-ups)."""
+        self.attempt(address, wrong=wrong)
+
+    def close(self) -> None:
+        """Nothing to let go of."""
+
+    def count(self, address: str) -> list[tuple[str, int]]:
+        """Count a wrong token from `address`; the buckets it tipped over, (key, burst)."""
         tipped: list[tuple[str, int]] = []
         with self._lock:
             now = self.clock()
-            for key, burst, seconds in self._buckets(address):
+            for key, burst, seconds in self.buckets(address):
                 before = self._level(key, now, seconds)
                 self._levels[key] = (before + 1, now)
                 self._levels.move_to_end(key)
@@ -149,10 +194,22 @@ class FailedSignIns:
                     tipped.append((key, burst))
             while len(self._levels) > self.max_addresses:
                 self._levels.popitem(last=False)
-        for key, burst in tipped:
-            # Once as it tips over (never the token: only where the guesses come from).
-            log.warning(
-                "%d wrong tokens in a row from %s: its tokens are refused (429) for a while",
-                burst,
-                key,
-            )
+        return tipped
+
+    def failed(self, address: str) -> None:
+        """Count a wrong token from `address` (and log a bucket it tips over)."""
+        for key, burst in self.count(address):
+            tipped_over(key, burst)
+
+
+def refuse_after(wait: float) -> None:
+    """`TooManyFailures` when `wait` (seconds) is more than nothing."""
+    if wait > 0:
+        raise TooManyFailures(max(1, math.ceil(wait)))
+
+
+def tipped_over(key: str, burst: int) -> None:
+    """Said once as a bucket tips over (never the token: only where the guesses come from)."""
+    log.warning(
+        "%d wrong tokens in a row from %s: its tokens are refused (429) for a while", burst, key
+    )

@@ -11,9 +11,11 @@ __all__ = [
     "LEASE_PREFIX",
     "PLAN_CHANNEL_PREFIX",
     "PREFIX",
+    "SIGN_IN_PREFIX",
     "ended_key",
     "lease_key",
     "lease_name",
+    "sign_in_key",
     "task_lease",
 ]
 
@@ -29,6 +31,11 @@ PLAN_CHANNEL_PREFIX = f"{PREFIX}plans:"
 #: operator requeue, a sweep): the wake-up key `ended:<task_id>`, published on the channel
 #: `orch:plans:ended:<task_id>`; the worker running that generation listens for it.
 ENDED_CHANNEL_PREFIX = f"{PLAN_CHANNEL_PREFIX}ended:"
+
+#: One string key per bucket of wrong tokens (`orchestrator.api.shared_sign_ins`): a client
+#: address, an IPv6 /64 or /48: `orch:sign-in:<bucket>`, value `level at_ms`, expiring when
+#: its level would have drained to nothing.
+SIGN_IN_PREFIX = f"{PREFIX}sign-in:"
 
 
 def ended_key(task_id: str) -> str:
@@ -52,3 +59,8 @@ def lease_name(key: str | bytes) -> str:
     if not text.startswith(LEASE_PREFIX):
         raise ValueError(f"not a lease key: {text!r}")
     return text[len(LEASE_PREFIX) :]
+
+
+def sign_in_key(bucket: str) -> str:
+    """The Redis key of the bucket of wrong tokens called `bucket` (an address, a network)."""
+    return f"{SIGN_IN_PREFIX}{bucket}"

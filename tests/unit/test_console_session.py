@@ -111,21 +111,34 @@ def cookie_headers(value: str, *, write_header: bool = False) -> list[tuple[byte
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE"])
 def test_a_cookie_write_needs_the_console_header(method: str) -> None:
     value = session.issue(ALMA)
-    assert session.cookie_operator(cookie_headers(value), method, ACCOUNTS) is None
-    found = session.cookie_operator(cookie_headers(value, write_header=True), method, ACCOUNTS)
+    assert (
+        session.cookie_operator(cookie_headers(value), method, ACCOUNTS, cookie=session.COOKIE)
+        is None
+    )
+    found = session.cookie_operator(
+        cookie_headers(value, write_header=True), method, ACCOUNTS, cookie=session.COOKIE
+    )
     assert found == ALMA.operator
-    assert session.cookie_operator(cookie_headers(value), "GET", ACCOUNTS) == ALMA.operator
+    assert (
+        session.cookie_operator(cookie_headers(value), "GET", ACCOUNTS, cookie=session.COOKIE)
+        == ALMA.operator
+    )
 
 
 def test_identify_gives_the_cookies_account_and_a_bearer_token_wins() -> None:
     value = session.issue(VERA)
     operators = (VERA, ALMA)
-    assert _identify(cookie_headers(value), operators, API_TOKEN) == VERA.operator
+    assert (
+        _identify(cookie_headers(value), operators, API_TOKEN, cookie=session.COOKIE)
+        == VERA.operator
+    )
     with_bearer = [*cookie_headers(value), (b"authorization", b"Bearer alma-token")]
-    assert _identify(with_bearer, operators, API_TOKEN) == ALMA.operator
+    assert _identify(with_bearer, operators, API_TOKEN, cookie=session.COOKIE) == ALMA.operator
     # Operators without ORCH_API_TOKEN: the cookie works the same.
-    assert _identify(cookie_headers(value), operators, None) == VERA.operator
-    assert _identify(cookie_headers("v2.x.1.n.m"), operators, API_TOKEN) is None
+    assert _identify(cookie_headers(value), operators, None, cookie=session.COOKIE) == VERA.operator
+    assert (
+        _identify(cookie_headers("v2.x.1.n.m"), operators, API_TOKEN, cookie=session.COOKIE) is None
+    )
 
 
 SECRET = "a-console-secret-of-32-characters"
@@ -146,5 +159,36 @@ def test_changing_the_console_secret_signs_every_browser_out() -> None:
     assert session.holder(value, ACCOUNTS, secret=SECRET + "-rotated") is None
     assert session.holder(value, ACCOUNTS) is None  # nor is it good once the secret is unset
     headers = [(b"cookie", f"{session.COOKIE}={value}".encode())]
-    assert _identify(headers, (VERA, ALMA), API_TOKEN, console_secret=SECRET) == VERA.operator
-    assert _identify(headers, (VERA, ALMA), API_TOKEN, console_secret="x" * 16) is None
+    assert (
+        _identify(headers, (VERA, ALMA), API_TOKEN, cookie=session.COOKIE, console_secret=SECRET)
+        == VERA.operator
+    )
+    assert (
+        _identify(headers, (VERA, ALMA), API_TOKEN, cookie=session.COOKIE, console_secret="x" * 16)
+        is None
+    )
+
+
+@pytest.mark.parametrize(
+    ("scheme", "headers", "name"),
+    [
+        ("http", [], "orch_console"),
+        ("https", [], "__Host-orch_console"),
+        ("wss", [], "__Host-orch_console"),  # a websocket opened from an HTTPS page
+        ("http", [(b"x-forwarded-proto", b"https")], "__Host-orch_console"),
+        ("http", [(b"X-Forwarded-Proto", b"HTTPS, http")], "__Host-orch_console"),
+        ("http", [(b"x-forwarded-proto", b"http, https")], "orch_console"),  # the first hop's
+        ("http", [(b"forwarded", b'for=10.0.0.2; proto="https"')], "__Host-orch_console"),
+        ("http", [(b"forwarded", b"proto=http, proto=https")], "orch_console"),
+    ],
+)
+def test_the_cookies_name_follows_how_the_request_arrived(
+    scheme: str, headers: list[tuple[bytes, bytes]], name: str
+) -> None:
+    scope = {"type": "http", "scheme": scheme, "headers": headers}
+    assert session.cookie_name(scope) == name
+    value = session.issue(VERA)
+    other = session.HTTPS_COOKIE if name == session.COOKIE else session.COOKIE
+    sent = [*headers, (b"cookie", f"{other}=x; {name}={value}".encode())]
+    assert session.cookie_from_headers(sent, session.cookie_name(scope)) == value
+    assert session.cookie_from_headers([(b"cookie", f"{other}={value}".encode())], name) is None

@@ -15,7 +15,7 @@ from sqlalchemy import Connection, and_, delete, exists, literal_column, or_, se
 
 from orchestrator.store.outbox import SENT_STATUSES, SETTLED
 from orchestrator.store.outbox_views import kind_was_sent
-from orchestrator.store.tables import outbox
+from orchestrator.store.tables import outbox, unsettled
 
 __all__ = ["delete_expired_webhooks", "newest_sent_webhook", "webhooks_were_sent"]
 
@@ -75,7 +75,7 @@ def delete_expired_webhooks(
     stuck_behind = exists().where(
         tried.c.task_id == outbox.c.task_id,
         tried.c.kind == "webhook",
-        tried.c.status.not_in(SETTLED),
+        unsettled(tried),
         or_(tried.c.attempts > 0, tried.c.last_error.is_not(None)),
     )
     delivered = or_(

@@ -16,8 +16,8 @@ from typing import Any
 
 from sqlalchemy import Connection, exists, or_, select, update
 
-from orchestrator.store.outbox import SETTLED, OutboxRow
-from orchestrator.store.tables import outbox
+from orchestrator.store.outbox import OutboxRow
+from orchestrator.store.tables import outbox, unsettled
 from orchestrator.store.types import utcnow
 
 __all__ = [
@@ -49,7 +49,7 @@ def claim_due(
     held_back = exists().where(
         earlier.c.task_id == outbox.c.task_id,
         earlier.c.kind == "webhook",
-        earlier.c.status.not_in(SETTLED),
+        unsettled(earlier),  # from its partial index: not the task's delivered ones
         earlier.c.event_seq < outbox.c.event_seq,
     )
     query = (

@@ -14,8 +14,8 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, case, func, or_, select
 
-from orchestrator.store.outbox import SENT_STATUSES, SETTLED, OutboxRow
-from orchestrator.store.tables import attempted_pending, outbox
+from orchestrator.store.outbox import SENT_STATUSES, OutboxRow
+from orchestrator.store.tables import attempted_pending, outbox, unsettled
 
 __all__ = [
     "UNDELIVERED_SHOWN",
@@ -124,14 +124,15 @@ def waits_behind(conn: Connection, rows: Iterable[OutboxRow]) -> dict[int, tuple
     held. Both views ask this: `outbox list` and `GET /api/v1/outbox` (`held_views`), and the
     task's (`delivery_summary`); held rows listed due and never attempted read as a stuck
     dispatcher. One query for all of them: each task's earliest unsent webhook (the earliest
-    before a row, when it is before it at all), from the index on (task, kind, seq)."""
+    before a row, when it is before it at all), from the partial index of the rows not
+    delivered or discarded (a task's thousands of delivered webhooks are not read)."""
     pending = [r for r in rows if r.kind == "webhook" and r.status == "pending"]
     if not pending:
         return {}
     unsent = and_(
         outbox.c.task_id.in_({r.task_id for r in pending}),
         outbox.c.kind == "webhook",
-        outbox.c.status.not_in(SETTLED),
+        unsettled(outbox),
     )
     earliest = (
         select(outbox.c.task_id, func.min(outbox.c.event_seq).label("seq"))
@@ -207,7 +208,7 @@ def delivery_summary(conn: Connection, task_id: str) -> dict[str, Any]:
         OutboxRow.from_row(row)
         for row in conn.execute(
             select(outbox)
-            .where(outbox.c.task_id == task_id, outbox.c.status.not_in(SETTLED))
+            .where(outbox.c.task_id == task_id, unsettled(outbox))
             .order_by(case((outbox.c.status == "dead", 0), else_=1), outbox.c.outbox_id)
             .limit(UNDELIVERED_SHOWN)
         )

@@ -513,7 +513,8 @@ attempted_pending = and_(
 )
 
 # Whether a dispatcher sends a kind is read from its rows (`store.outbox_views.kind_was_sent`): one
-# delivered, dead or discarded (the status index), or one pending that was tried. A store of
+# delivered or dead, or one discarded that was tried (the status index), or one pending that was
+# tried (`outbox_views.sent_lookups` repeats this predicate for an alias too). A store of
 # 300,000 never attempted rows (a fleet without a webhook receiver) has none of the latter,
 # which without this index was a walk through all of its pending rows at each look.
 Index(None, outbox.c.kind, postgresql_where=attempted_pending, sqlite_where=attempted_pending)

@@ -16,10 +16,12 @@ event). Whether anything sends them is read from the store, not from this proces
 a cleanup run from an operator's laptop without the fleet's ORCH_WEBHOOK_URL deleted events the
 fleet would still deliver (its dispatcher away longer than the retention, say). So never
 attempted webhooks go only while no webhook in the store was ever delivered, dead-lettered or
-discarded, nor is pending after an attempt (a receiver failing every time, not yet dead; or a
-dead letter an operator retried), and this process has no URL either, which each batch checks
-again as it deletes (a dispatcher may send one meanwhile); retention keeps the newest delivered
-one whatever its age, so the store does not forget that its webhooks are sent. A fleet that drops
+discarded after an attempt (one discarded while pending, before any, was never sent), nor is
+pending after an attempt (a receiver failing every time, not yet dead; or a dead letter an
+operator retried), and this process has no URL either, which each batch checks again as it
+deletes (a dispatcher may send one meanwhile); retention keeps the newest delivered (or
+discarded after an attempt) one whatever its age, so the store does not forget that its
+webhooks are sent. A fleet that drops
 its webhook receiver says so: `orchestrator cleanup --unsent-webhooks`. Dead letters and rows
 still being retried stay until an operator deals with them (retries or discards them), and so
 do approved actions (one per approval, which the action's delivery is read from):

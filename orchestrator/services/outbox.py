@@ -167,13 +167,16 @@ class OutboxDispatcher:
                 if stop is not None and stop.is_set():
                     self._release(rows[index:])
                     return report
-                # The rows of a batch are sent one after another, each within one hold: each
-                # row's claim is renewed as it is posted (which records that it is being sent;
-                # the rows after it wait their turn), and a row whose hold ran out meanwhile
-                # and that another dispatcher took is skipped (it is that one's to send).
-                if not self._start_send(row):
+                # The rows of a batch are sent one after another: each row's claim is renewed
+                # as it is posted (which records that it is being sent), and the rows after it,
+                # waiting their turn, are held again with it and while its send lasts: another
+                # dispatcher claiming them would count an attempt that this one never posts. A
+                # row no longer this claim's (discarded, or taken once this dispatcher's store
+                # was away) is skipped.
+                waiting = rows[index + 1 :]
+                if not self._start_send(row, waiting):
                     continue
-                self._deliver(row, report)
+                self._deliver(row, report, waiting)
             # A delivered webhook makes its task's next event due: go again while work flows.
             if len(rows) < self.batch and len(report.delivered) == delivered:
                 break
@@ -215,18 +218,22 @@ class OutboxDispatcher:
             for row in rows:
                 outbox_sending.release_claim(conn, row)
 
-    def _renew(self, row: OutboxRow) -> bool:
+    def _renew(self, row: OutboxRow, waiting: list[OutboxRow]) -> bool:
         with self.db.transaction() as conn:
-            return outbox_sending.renew_claim(conn, row, hold_seconds=self.hold_seconds)
+            return outbox_sending.renew_claim(
+                conn, row, hold_seconds=self.hold_seconds, waiting=waiting
+            )
 
-    def _start_send(self, row: OutboxRow) -> bool:
+    def _start_send(self, row: OutboxRow, waiting: list[OutboxRow]) -> bool:
         with self.db.transaction() as conn:
-            return outbox_sending.start_send(conn, row, hold_seconds=self.hold_seconds)
+            return outbox_sending.start_send(
+                conn, row, hold_seconds=self.hold_seconds, waiting=waiting
+            )
 
-    def _deliver(self, row: OutboxRow, report: DispatchReport) -> None:
+    def _deliver(self, row: OutboxRow, report: DispatchReport, waiting: list[OutboxRow]) -> None:
         from orchestrator import metrics  # on use: see orchestrator.metrics on prefork
 
-        answer = self._send_held(row)
+        answer = self._send_held(row, waiting)
         error = answer.error
         if error is None:
             metrics.OUTBOX_DELIVERIES.inc()
@@ -293,7 +300,7 @@ class OutboxDispatcher:
             "; dead-lettered" if dead else "",
         )
 
-    def _send_held(self, row: OutboxRow) -> _Answer:
+    def _send_held(self, row: OutboxRow, waiting: list[OutboxRow]) -> _Answer:
         """`_send`, the row's hold renewed while the send lasts.
 
         The timeout bounds each read of the answer, not the whole send: a backend that trickles
@@ -301,10 +308,10 @@ class OutboxDispatcher:
         Another dispatcher would then claim the row and send the approval again while the
         backend still works on the first request. Renewed at a third of the hold, the row stays
         this dispatcher's while it is alive; one killed mid-send renews nothing, and the row is
-        due again when its hold runs out.
+        due again when its hold runs out. So are the rows of its batch `waiting` their turn.
         """
         done, gave_up = threading.Event(), threading.Event()
-        keeping = self._keeper.submit(self._keep_held, row, done, gave_up)
+        keeping = self._keeper.submit(self._keep_held, row, waiting, done, gave_up)
         try:
             answer = self._send(row)
         finally:
@@ -321,7 +328,13 @@ class OutboxDispatcher:
             "status line and headers); sent again later"
         )
 
-    def _keep_held(self, row: OutboxRow, done: threading.Event, gave_up: threading.Event) -> None:
+    def _keep_held(
+        self,
+        row: OutboxRow,
+        waiting: list[OutboxRow],
+        done: threading.Event,
+        gave_up: threading.Event,
+    ) -> None:
         # The hold is renewed for a send that lasts, but not for ever: a backend that trickles
         # its headers without end would keep the row (and this dispatcher) for good.
         deadline = time.monotonic() + self.send_deadline
@@ -337,7 +350,7 @@ class OutboxDispatcher:
                     self.client.close()
                 return  # renewed no more: the row is due again when its hold runs out
             try:
-                if not self._renew(row):
+                if not self._renew(row, waiting):
                     return  # no longer this claim's (released, or recorded): nothing to hold
             except Exception as exc:  # the store briefly away: the next renewal may do
                 log.warning(

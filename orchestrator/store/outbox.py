@@ -23,6 +23,8 @@ from typing import Any, Final
 
 from sqlalchemy import Row
 
+from orchestrator.store.tables import OUTBOX_SETTLED
+
 __all__ = ["REFUSAL", "SENT_STATUSES", "SETTLED", "OutboxRow"]
 
 
@@ -114,6 +116,7 @@ REFUSAL: Final = "a permanent refusal, not retried"
 
 #: Done with: delivered, or a dead letter an operator discarded. Neither is sent again, and
 #: neither holds its task's later events back.
-SETTLED = ("delivered", "discarded")
-#: A row in one of these was sent (discarded ones were dead-lettered first).
-SENT_STATUSES: Final = ("delivered", "dead", "discarded")
+SETTLED: Final = OUTBOX_SETTLED
+#: A row in one of these was sent. A discarded one only when its row records an attempt: it
+#: may have been discarded while pending, before any (`outbox_views.sent_lookups`).
+SENT_STATUSES: Final = ("delivered", "dead")

@@ -13,28 +13,31 @@ from datetime import datetime
 
 from sqlalchemy import Connection, and_, delete, exists, literal_column, or_, select
 
-from orchestrator.store.outbox import SENT_STATUSES, SETTLED
-from orchestrator.store.outbox_views import kind_was_sent
-from orchestrator.store.tables import outbox
+from orchestrator.store.outbox import SETTLED
+from orchestrator.store.outbox_views import kind_was_sent, sent_lookups
+from orchestrator.store.tables import outbox, unsettled
 
 __all__ = ["delete_expired_webhooks", "newest_sent_webhook", "webhooks_were_sent"]
 
 
 def webhooks_were_sent(conn: Connection) -> bool:
-    """Whether a dispatcher ever sent this store's webhooks: one of them is delivered, dead or
-    discarded, or pending and tried. Then the fleet has an ORCH_WEBHOOK_URL, whatever the
-    settings of the process asking (an operator's laptop); retention keeps the newest sent
-    one (`newest_sent_webhook`), and never deletes a dead or retrying one, so the store goes on
-    knowing it."""
+    """Whether a dispatcher ever sent this store's webhooks: one of them is delivered or dead,
+    or pending or discarded and tried (not one discarded while pending, before any attempt).
+    Then the fleet has an ORCH_WEBHOOK_URL, whatever the settings of the process asking (an
+    operator's laptop); retention keeps the newest sent one (`newest_sent_webhook`), and never
+    deletes a dead or retrying one, so the store goes on knowing it."""
     return kind_was_sent(conn, "webhook")
 
 
 def newest_sent_webhook(conn: Connection) -> int | None:
-    """The newest webhook delivered or discarded (a dead one is never deleted): retention keeps
-    it, whatever its age, as the store's record that its webhooks are sent."""
+    """The newest webhook delivered, or discarded after an attempt (a dead one is never
+    deleted): retention keeps it, whatever its age, as the store's record that its webhooks
+    are sent. Not one discarded before any attempt: kept in its place, the delivered one went,
+    and the next pass found nothing sent."""
+    *_, discarded_tried = sent_lookups(outbox)
     found = conn.execute(
         select(outbox.c.outbox_id)
-        .where(outbox.c.kind == "webhook", outbox.c.status.in_(SETTLED))
+        .where(outbox.c.kind == "webhook", or_(outbox.c.status == "delivered", discarded_tried))
         .order_by(outbox.c.outbox_id.desc())
         .limit(1)
     ).first()
@@ -75,7 +78,7 @@ def delete_expired_webhooks(
     stuck_behind = exists().where(
         tried.c.task_id == outbox.c.task_id,
         tried.c.kind == "webhook",
-        tried.c.status.not_in(SETTLED),
+        unsettled(tried),
         or_(tried.c.attempts > 0, tried.c.last_error.is_not(None)),
     )
     delivered = or_(
@@ -92,19 +95,16 @@ def delete_expired_webhooks(
         ~stuck_behind,
     )
     if not told:
-        # `webhooks_were_sent` again, as two lookups of an index each (one OR would not be).
-        sent, tried_one = outbox.alias("sent"), outbox.alias("tried_one")
-        unsent = and_(
-            unsent,
-            ~exists().where(sent.c.kind == "webhook", sent.c.status.in_(SENT_STATUSES)),
-            ~exists().where(
-                tried_one.c.kind == literal_column("'webhook'"),
-                tried_one.c.status == literal_column("'pending'"),
-                or_(
-                    tried_one.c.attempts > literal_column("0"), tried_one.c.last_error.is_not(None)
-                ),
-            ),
-        )
+        # `webhooks_were_sent` again, as lookups of an index each (one OR would not be).
+        checks = []
+        for number in range(len(sent_lookups(outbox))):
+            sent = outbox.alias(f"sent_{number}")
+            checks.append(
+                ~exists().where(
+                    sent.c.kind == literal_column("'webhook'"), sent_lookups(sent)[number]
+                )
+            )
+        unsent = and_(unsent, *checks)
     expired = and_(outbox.c.kind == "webhook", or_(delivered, unsent) if never_sent else delivered)
     rows = conn.execute(
         select(outbox.c.outbox_id, outbox.c.status)

@@ -3,7 +3,8 @@ each answer.
 
 The dispatcher (`orchestrator.services.outbox`) claims due rows here (the claim, with its
 attempt counted and a hold, commits before anything is sent), posts each after a
-compare-and-set on its claim (`start_send`), renews the hold while a send lasts, and records
+compare-and-set on its claim (`start_send`), renews the hold while a send lasts (and that of
+the rows of its batch waiting their turn, at each post and renewal), and records
 the answer: delivered, or failed and due again, throttled, or dead. The claim's attempt count is
 its compare-and-set token: a row whose hold ran out and that another dispatcher claimed is no
 longer this claim's to post or record.
@@ -11,13 +12,14 @@ longer this claim's to post or record.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, exists, or_, select, update
+from sqlalchemy import Connection, and_, case, exists, literal, or_, select, update
 
-from orchestrator.store.outbox import SETTLED, OutboxRow
-from orchestrator.store.tables import outbox
+from orchestrator.store.outbox import OutboxRow
+from orchestrator.store.tables import outbox, unsettled
 from orchestrator.store.types import utcnow
 
 __all__ = [
@@ -49,7 +51,7 @@ def claim_due(
     held_back = exists().where(
         earlier.c.task_id == outbox.c.task_id,
         earlier.c.kind == "webhook",
-        earlier.c.status.not_in(SETTLED),
+        unsettled(earlier),  # from its partial index: not the task's delivered ones
         earlier.c.event_seq < outbox.c.event_seq,
     )
     query = (
@@ -93,22 +95,61 @@ def claim_due(
     ]
 
 
-def start_send(conn: Connection, row: OutboxRow, *, hold_seconds: float) -> bool:
+def start_send(
+    conn: Connection, row: OutboxRow, *, hold_seconds: float, waiting: Sequence[OutboxRow] = ()
+) -> bool:
     """`renew_claim` just before the claimed `row` is posted, recording when (`sending_since`):
-    from then it is being sent, where the rows of the batch after it wait their turn. False,
-    and nothing recorded, when the row is no longer this claim's (then it must not be sent)."""
+    from then it is being sent, where the rows of the batch after it wait their turn (those of
+    `waiting` held again in the same statement). False, and nothing recorded, when the row is
+    no longer this claim's (then it must not be sent)."""
     now = utcnow()
-    until = now + timedelta(seconds=hold_seconds)
-    return _update_claim(conn, row, next_attempt_at=until, claimed_until=until, sending_since=now)
+    return _hold(conn, row, waiting, until=now + timedelta(seconds=hold_seconds), posted_at=now)
 
 
-def renew_claim(conn: Connection, row: OutboxRow, *, hold_seconds: float) -> bool:
-    """Hold the claimed `row` again, from now, just before it is sent (a batch is sent one row
-    after another, and a later row's hold may run out meanwhile). False when the row is no
-    longer this claim's: another dispatcher claimed it since (compare-and-set on the attempt
-    count), or it is no longer pending; then it must not be sent."""
+def renew_claim(
+    conn: Connection, row: OutboxRow, *, hold_seconds: float, waiting: Sequence[OutboxRow] = ()
+) -> bool:
+    """Hold the claimed `row` again, from now, while its send lasts, and the rows of its batch
+    still waiting their turn (`waiting`) with it: a batch is sent one row after another, and
+    a waiting row whose hold ran out was claimed by another dispatcher, an attempt counted that
+    this one, finding it taken at its turn, never posted (a webhook was dead-lettered before it
+    was posted ORCH_WEBHOOK_MAX_ATTEMPTS times). A dispatcher killed holds them no more: they
+    are due again when the hold runs out. False when the row is no longer this claim's:
+    another dispatcher claimed it since (compare-and-set on the attempt count), or it is no
+    longer pending; then it must not be sent."""
     until = utcnow() + timedelta(seconds=hold_seconds)
-    return _update_claim(conn, row, next_attempt_at=until, claimed_until=until)
+    return _hold(conn, row, waiting, until=until)
+
+
+def _hold(
+    conn: Connection,
+    row: OutboxRow,
+    waiting: Sequence[OutboxRow],
+    *,
+    until: datetime,
+    posted_at: datetime | None = None,
+) -> bool:
+    """Hold `row` and the rows of `waiting` until `until`, each while still pending under its
+    claim's attempt count (one a discard settled, or another dispatcher claimed, is left
+    alone), `row` recorded as posted at `posted_at` when given; one statement. Whether `row`
+    was."""
+    values: dict[str, Any] = {"next_attempt_at": until, "claimed_until": until}
+    if posted_at is not None:
+        values["sending_since"] = case(
+            (outbox.c.outbox_id == row.outbox_id, literal(posted_at, outbox.c.sending_since.type)),
+            else_=outbox.c.sending_since,
+        )
+    claims = [
+        and_(outbox.c.outbox_id == claimed.outbox_id, outbox.c.attempts == claimed.attempts)
+        for claimed in (row, *waiting)
+    ]
+    held = conn.execute(
+        update(outbox)
+        .where(outbox.c.status == "pending", or_(*claims))
+        .values(**values)
+        .returning(outbox.c.outbox_id)
+    ).scalars()
+    return row.outbox_id in set(held)
 
 
 def release_claim(conn: Connection, row: OutboxRow) -> bool:

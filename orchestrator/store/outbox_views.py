@@ -12,10 +12,20 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, case, func, or_, select
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    FromClause,
+    and_,
+    case,
+    func,
+    literal_column,
+    or_,
+    select,
+)
 
-from orchestrator.store.outbox import SENT_STATUSES, SETTLED, OutboxRow
-from orchestrator.store.tables import attempted_pending, outbox
+from orchestrator.store.outbox import SENT_STATUSES, OutboxRow
+from orchestrator.store.tables import outbox, unsettled
 
 __all__ = [
     "UNDELIVERED_SHOWN",
@@ -27,6 +37,7 @@ __all__ = [
     "kind_was_sent",
     "list_rows",
     "oldest_deliverable",
+    "sent_lookups",
     "waits_behind",
 ]
 
@@ -124,14 +135,15 @@ def waits_behind(conn: Connection, rows: Iterable[OutboxRow]) -> dict[int, tuple
     held. Both views ask this: `outbox list` and `GET /api/v1/outbox` (`held_views`), and the
     task's (`delivery_summary`); held rows listed due and never attempted read as a stuck
     dispatcher. One query for all of them: each task's earliest unsent webhook (the earliest
-    before a row, when it is before it at all), from the index on (task, kind, seq)."""
+    before a row, when it is before it at all), from the partial index of the rows not
+    delivered or discarded (a task's thousands of delivered webhooks are not read)."""
     pending = [r for r in rows if r.kind == "webhook" and r.status == "pending"]
     if not pending:
         return {}
     unsent = and_(
         outbox.c.task_id.in_({r.task_id for r in pending}),
         outbox.c.kind == "webhook",
-        outbox.c.status.not_in(SETTLED),
+        unsettled(outbox),
     )
     earliest = (
         select(outbox.c.task_id, func.min(outbox.c.event_seq).label("seq"))
@@ -207,7 +219,7 @@ def delivery_summary(conn: Connection, task_id: str) -> dict[str, Any]:
         OutboxRow.from_row(row)
         for row in conn.execute(
             select(outbox)
-            .where(outbox.c.task_id == task_id, outbox.c.status.not_in(SETTLED))
+            .where(outbox.c.task_id == task_id, unsettled(outbox))
             .order_by(case((outbox.c.status == "dead", 0), else_=1), outbox.c.outbox_id)
             .limit(UNDELIVERED_SHOWN)
         )
@@ -228,13 +240,32 @@ def delivery_summary(conn: Connection, task_id: str) -> dict[str, Any]:
 
 def kind_was_sent(conn: Connection, kind: str) -> bool:
     """Whether a dispatcher ever sent a row of `kind` in the store: one is delivered or
-    dead-lettered (discarded ones were dead-lettered first), or one still pending was tried (a
-    receiver failing every time, not yet dead). Two index lookups (the status index, and the
-    partial one of tried pending rows): a store full of never-sent rows is not scanned."""
-    for sent in (outbox.c.status.in_(SENT_STATUSES), attempted_pending):
+    dead-lettered, or one pending or discarded was tried (a receiver failing every time, not
+    yet dead; a dead letter or a failing row an operator discarded). A row discarded while
+    pending before any attempt was never sent: a store whose only settled webhooks are such
+    has nothing that sends them. Index lookups (`sent_lookups`): a store full of never-sent
+    rows is not scanned."""
+    for sent in sent_lookups(outbox):
         found = conn.execute(
             select(outbox.c.outbox_id).where(sent, outbox.c.kind == kind).limit(1)
         ).first()
         if found is not None:
             return True
     return False
+
+
+def sent_lookups(table: FromClause) -> tuple[ColumnElement[bool], ...]:
+    """What says, from what a row of `table` (the outbox, or an alias of it) records, that a
+    dispatcher sent or tried it: three conditions, each one index's lookup (an OR of them
+    would not be). Delivered or dead-lettered (the status index); pending and tried, an
+    attempt counted or the error of one (an operator's retry of a dead letter resets the
+    counts and keeps the error: the partial index of tried pending rows, whose predicate this
+    repeats with literals); discarded and tried likewise (the status index). A discard takes
+    back the attempt of a claim that never posted the row, so a row discarded before any post
+    records none."""
+    tried = or_(table.c.attempts > literal_column("0"), table.c.last_error.is_not(None))
+    return (
+        table.c.status.in_(SENT_STATUSES),
+        and_(table.c.status == literal_column("'pending'"), tried),
+        and_(table.c.status == literal_column("'discarded'"), tried),
+    )

@@ -12,7 +12,9 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     Column,
+    ColumnElement,
     ForeignKey,
+    FromClause,
     Index,
     Integer,
     MetaData,
@@ -50,6 +52,7 @@ __all__ = [
     "tasks",
     "transcript_entries",
     "unresolved_receipt",
+    "unsettled",
 ]
 
 metadata = MetaData(
@@ -413,6 +416,8 @@ OUTBOX_KINDS = ("action", "webhook")
 #: `discarded`: a dead letter an operator settled by hand (`outbox discard`): never sent again,
 #: and no longer holding its task's later events back.
 OUTBOX_STATUSES = ("pending", "delivered", "dead", "discarded")
+#: Done with (`store.outbox.SETTLED`): delivered, or discarded by an operator.
+OUTBOX_SETTLED = ("delivered", "discarded")
 
 #: One task's events in commit order: `seq` is 1, 2, 3... per task, allocated under the task
 #: row lock, so it is the order in which the changes committed (the stream's event id).
@@ -508,10 +513,33 @@ attempted_pending = and_(
 )
 
 # Whether a dispatcher sends a kind is read from its rows (`store.outbox_views.kind_was_sent`): one
-# delivered, dead or discarded (the status index), or one pending that was tried. A store of
+# delivered or dead, or one discarded that was tried (the status index), or one pending that was
+# tried (`outbox_views.sent_lookups` repeats this predicate for an alias too). A store of
 # 300,000 never attempted rows (a fleet without a webhook receiver) has none of the latter,
 # which without this index was a walk through all of its pending rows at each look.
 Index(None, outbox.c.kind, postgresql_where=attempted_pending, sqlite_where=attempted_pending)
+
+
+def unsettled(table: FromClause) -> ColumnElement[bool]:
+    """A row of `table` (the outbox, or an alias of it) not delivered nor discarded
+    (`store.outbox.SETTLED`): still to send, or dead. With literals, as `attempted_pending`:
+    the predicate of the partial index below, and the filter of the queries meant to use it."""
+    return table.c.status.not_in([literal_column(f"'{status}'") for status in OUTBOX_SETTLED])
+
+
+# What a task's webhooks wait behind is its earliest one not delivered or discarded
+# (`outbox_sending.claim_due` checks it for each due row, `outbox_views.waits_behind` for each
+# held one). A task keeps its delivered webhooks ORCH_RETENTION_DAYS, thousands for a busy one:
+# the index on (task, kind, seq) walked them all at each look. This one holds only the rows
+# still to send or dead, few per task.
+Index(
+    "ix_outbox_unsettled",
+    outbox.c.task_id,
+    outbox.c.kind,
+    outbox.c.event_seq,
+    postgresql_where=unsettled(outbox),
+    sqlite_where=unsettled(outbox),
+)
 
 #: Console sessions signed out before their cookie expired (`orchestrator.api.signouts`): the
 #: cookie's nonce, kept until that expiry, after which the cookie is refused anyway.

@@ -3,6 +3,7 @@ SIGKILLed while the business backend holds the action's answer, then restarted."
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import pytest
 
 from orchestrator.runtime import Runtime
 from orchestrator.services.outbox import OutboxService
+from orchestrator.services.tasks import Trigger
+from orchestrator.store import task_events as event_store
 from orchestrator.store.outbox import OutboxRow
 from tests.acceptance.fleet import Fleet
 from tests.executions_support import runtime_for, wait_for
@@ -167,4 +170,48 @@ def test_a_delivery_waiting_its_turn_in_a_dispatchers_batch_can_be_discarded_and
         assert _action_row(rt, first).attempts == 1  # posted once, delivered
     finally:
         backend.release.set()
+        fleet.stop()
+
+
+@pytest.mark.slow
+def test_a_webhook_is_dead_lettered_only_after_its_attempts_were_posted_across_dispatchers(
+    settings_env: dict[str, str], rt: Runtime, backend: Recorder, tmp_path: Path
+) -> None:
+    """Two `orchestrator outbox dispatch` processes and a backend slow to answer (and failing
+    every time). A dispatcher claims a batch, each row's attempt counted, and posts its rows
+    one after another; the rows waiting their turn were not held again meanwhile, so once
+    their hold ran out the other dispatcher claimed them, counting a second attempt for one
+    post, and the first, its turn come, skipped them. Webhooks were dead-lettered (3 attempts,
+    ORCH_WEBHOOK_MAX_ATTEMPTS) after one or two posts. A live dispatcher now keeps its
+    batch's waiting rows held as it posts the others: each row's attempts are its posts."""
+    env = settings_env | {
+        "ORCH_OUTBOX_TIMEOUT_SECONDS": "1",  # a claim holds a row 2 s
+        "ORCH_WEBHOOK_MAX_ATTEMPTS": "3",
+    }
+    fleet = Fleet(env, tmp_path)
+    try:
+        task_ids = [
+            rt.tasks.trigger(Trigger(task_type="t", title=f"Main {n}")).task.task_id
+            for n in range(10)
+        ]
+        with rt.db.transaction() as conn:  # one event each: all ten due at once
+            for task_id in task_ids:
+                event_store.record_event(conn, task_id, "waiting", reason="r")
+        backend.always_fail = True
+        backend.delay_seconds = 0.6  # each answer: ten rows in a batch take 6 s
+        first = fleet.dispatcher()
+        wait_for(lambda: backend.on("/hooks"), 30, what="the first batch's first post")
+        fleet.dispatcher()  # starts while the first batch is posted
+
+        def all_dead() -> list[OutboxRow]:
+            rows = OutboxService(rt.db).list(kind="webhook")
+            return rows if {row.status for row in rows} == {"dead"} else []
+
+        rows = wait_for(all_dead, 90, what="every webhook dead-lettered", interval=0.5)
+        assert first.poll() is None, fleet.logs()
+        posts = Counter(int(r.headers["x-orchestrator-delivery"]) for r in backend.on("/hooks"))
+        assert {row.outbox_id: (row.attempts, posts[row.outbox_id]) for row in rows} == {
+            row.outbox_id: (3, 3) for row in rows
+        }, fleet.logs()
+    finally:
         fleet.stop()

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import update
 
 from orchestrator.api.app import create_app
 from orchestrator.errors import ConflictError
@@ -26,6 +27,8 @@ from orchestrator.runtime import Runtime
 from orchestrator.services.outbox import OutboxDispatcher, OutboxService
 from orchestrator.store import outbox_sending
 from orchestrator.store.outbox import OutboxRow
+from orchestrator.store.tables import outbox
+from orchestrator.store.types import utcnow
 from tests.outbox_support import (
     Recorder,
     approved_action,
@@ -213,3 +216,49 @@ def test_a_claim_its_dispatcher_never_posted_still_counts_toward_the_webhook_lim
     assert len(backend.on("/hooks")) == 1
     row = OutboxService(rt.db).shown(claimed.outbox_id)
     assert (row["status"], row["attempts"], row["dead_reason"]) == ("dead", 3, "max_attempts")
+
+
+def test_the_rows_waiting_their_turn_are_held_as_the_batch_is_posted(
+    rt: Runtime, tmp_path: Path
+) -> None:
+    """A batch's waiting rows are held again with each row posted and each renewal of its
+    hold (one statement): their hold no longer runs out while the dispatcher lives, for
+    another dispatcher to claim them and count an attempt never posted. Each is held under its
+    own claim only: one an operator discarded, or one another claim took, is left alone."""
+    for _ in range(4):
+        approved_action(rt, tmp_path)
+    with rt.db.transaction() as conn:  # the holds run out at once: as if the sends were slow
+        first, *waiting = outbox_sending.claim_due(conn, ("action",), limit=4, hold_seconds=0)
+    discarded, taken, kept = waiting
+    OutboxService(rt.db).discard(discarded.outbox_id, reason="done by phone", by="kim")
+    with rt.db.transaction() as conn:  # another dispatcher's claim of it: its attempt counted
+        conn.execute(
+            update(outbox)
+            .where(outbox.c.outbox_id == taken.outbox_id)
+            .values(attempts=outbox.c.attempts + 1)
+        )
+
+    with rt.db.transaction() as conn:
+        assert outbox_sending.start_send(conn, first, hold_seconds=60, waiting=waiting)
+    with rt.db.transaction() as conn:  # nothing of the batch is due for another dispatcher
+        [claimed] = outbox_sending.claim_due(conn, ("action",), limit=4, hold_seconds=60)
+    assert claimed.outbox_id == taken.outbox_id  # the other claim's, its hold run out
+    now = utcnow()
+    held = _row(rt, kept.outbox_id)
+    assert held.being_sent(now)  # held,
+    assert not held.posting(now)  # waiting its turn
+    assert (held.attempts, held.sending_since) == (1, None)
+    assert _row(rt, first.outbox_id).posting(now)
+    assert (_row(rt, discarded.outbox_id).status, _row(rt, discarded.outbox_id).claimed_until) == (
+        "discarded",
+        None,
+    )
+    assert _row(rt, taken.outbox_id).attempts == 3  # the other claim's was not held by the batch
+
+    with rt.db.transaction() as conn:  # a renewal mid-send holds them too
+        assert outbox_sending.renew_claim(conn, first, hold_seconds=120, waiting=waiting)
+    renewed = _row(rt, kept.outbox_id)
+    assert renewed.claimed_until is not None
+    assert held.claimed_until is not None
+    assert renewed.claimed_until > held.claimed_until
+    assert _row(rt, taken.outbox_id).claimed_until == claimed.claimed_until

@@ -16,6 +16,7 @@ from sqlalchemy import insert, select, update
 from orchestrator.cli.cleanup import describe
 from orchestrator.runtime import Runtime
 from orchestrator.services.cleanup import run_cleanup
+from orchestrator.services.outbox import OutboxService
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import task_events as event_store
 from orchestrator.store.tables import outbox
@@ -247,5 +248,91 @@ def test_a_dispatcher_that_sends_during_the_cleanup_keeps_the_rest_of_its_webhoo
         assert report.webhooks_never_sent_deleted == 1  # the first batch's, before the send
         assert _left(rt, first) == [("pending", 0)]
         assert _left(rt, second) == [("delivered", 0), ("pending", 0)]
+    finally:
+        rt.close()
+
+
+def _discard_first(rt: Runtime, task_id: str, *, age: timedelta = OLD) -> None:
+    """An operator discards the task's first webhook (still pending), `age` ago."""
+    with rt.db.transaction(readonly=True) as conn:
+        first = conn.execute(
+            select(outbox.c.outbox_id)
+            .where(outbox.c.task_id == task_id, outbox.c.kind == "webhook")
+            .order_by(outbox.c.event_seq)
+            .limit(1)
+        ).scalar_one()
+    OutboxService(rt.db).discard(first, reason="told them by phone", by="kim")
+    with rt.db.transaction() as conn:
+        conn.execute(
+            update(outbox)
+            .where(outbox.c.outbox_id == first)
+            .values(discarded_at=utcnow() - age, created_at=utcnow() - age)
+        )
+
+
+@pytest.mark.parametrize(
+    ("discarded", "sent"),
+    [
+        (("pending", 0, None), False),  # never attempted: nothing was ever sent
+        (("pending", 2, "HTTP 503"), True),  # failing, then discarded: a dispatcher sends them
+        (("pending", 0, "HTTP 503"), True),  # a dead letter retried, then discarded
+        (("dead", 3, "HTTP 503"), True),  # dead-lettered, then discarded
+    ],
+)
+def test_a_webhook_discarded_before_any_attempt_does_not_say_that_webhooks_are_sent(
+    store_url: str, tmp_path: Path, discarded: tuple[str, int, str | None], sent: bool
+) -> None:
+    """A webhook an operator discarded while it was pending and never attempted was counted
+    as sent (`kind_was_sent`, `webhooks_were_sent`): in a store where nothing sends webhooks,
+    the task's view said nothing of `never_sent` for them, and the cleanup kept the never
+    attempted ones for ever ("webhooks were sent from this store"). A discarded row counts as
+    sent only when its row records an attempt (attempts, or the error of one)."""
+    rt, _ = runtime_for(store_url, tmp_path / "scripts", retention_days=30)  # no webhook URL
+    try:
+        status, attempts, error = discarded
+        settled = _task_with_webhooks(rt, (status, attempts, OLD), ("pending", 0, OLD))
+        with rt.db.transaction() as conn:
+            conn.execute(
+                update(outbox)
+                .where(outbox.c.task_id == settled, outbox.c.event_seq == 1)
+                .values(last_error=error)
+            )
+        _discard_first(rt, settled, age=timedelta(days=1))  # recent: it stays
+        waiting = _task_with_webhooks(rt, ("pending", 0, OLD), ("pending", 0, OLD))
+
+        assert OutboxService(rt.db).summary(waiting)["never_sent"] == ([] if sent else ["webhook"])
+        report = run_cleanup(rt.db, rt.settings, batch_size=1)
+
+        assert report.never_sent_in_scope is not sent
+        if sent:
+            assert "webhooks were sent from this store" in describe(report)
+            assert _left(rt, waiting) == [("pending", 0), ("pending", 0)]
+        else:
+            assert report.webhooks_never_sent_deleted == 3  # the settled task's second too
+            assert _left(rt, waiting) == []
+        assert _left(rt, settled)[0] == ("discarded", attempts)
+    finally:
+        rt.close()
+
+
+def test_the_newest_webhook_really_sent_is_kept_not_a_newer_one_discarded_unsent(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Retention keeps the newest settled webhook whatever its age, as the store's record that
+    its webhooks are sent. A newer one discarded before any attempt is no such record: kept in
+    its place, the delivered one went, and the next pass found nothing sent and deleted the
+    never attempted events the fleet's dispatcher would deliver."""
+    rt, _ = runtime_for(store_url, tmp_path / "scripts", retention_days=30)  # no webhook URL
+    try:
+        sent = _task_with_webhooks(rt, ("delivered", 1, OLD), ("delivered", 1, OLD))
+        unsent = _task_with_webhooks(rt, ("pending", 0, OLD))
+        _discard_first(rt, unsent)
+        waiting = _task_with_webhooks(rt, ("pending", 0, OLD), ("pending", 0, OLD))
+        for _ in range(2):
+            report = run_cleanup(rt.db, rt.settings, batch_size=1)
+            assert not report.never_sent_in_scope
+            assert _left(rt, waiting) == [("pending", 0), ("pending", 0)]
+            assert _left(rt, sent) == [("delivered", 1)]  # the newest really sent
+        assert _left(rt, unsent) == []  # discarded past the retention
     finally:
         rt.close()

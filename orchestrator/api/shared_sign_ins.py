@@ -31,6 +31,7 @@ from redis.retry import Retry
 
 from orchestrator.api.sign_in_limit import FailedSignIns, refuse_after, tipped_over
 from orchestrator.leases.keys import sign_in_key
+from orchestrator.services.redis_outage import Kind, kind_of
 
 __all__ = ["RETRY_SECONDS", "SOCKET_TIMEOUT_SECONDS", "SharedFailedSignIns"]
 
@@ -40,6 +41,15 @@ log = logging.getLogger(__name__)
 SOCKET_TIMEOUT_SECONDS = 0.5
 #: How long Redis is left alone after it did not answer.
 RETRY_SECONDS = 1.0
+#: The outage line's words for what failed (`redis_outage.kind_of`): a Redis full under
+#: `noeviction`, or one whose password changed, answers; sending the operator to the network
+#: for it would mislead.
+_WHAT_FAILED: dict[Kind, str] = {
+    "unreachable": "does not answer",
+    "credentials": "refuses the API's credentials",
+    "refused": "answers but refused the sign-in count",
+    "failed": "failed the sign-in count",
+}
 
 # KEYS the buckets; ARGV[1] '1' to count a wrong token, '0' to check only; ARGV[2i] the burst
 # and ARGV[2i + 1] the milliseconds per failure of KEYS[i]. Each value is `level at_ms`.
@@ -160,11 +170,13 @@ class SharedFailedSignIns:
             self._away_until = time.monotonic() + self.retry_seconds
             first, self._failing = not self._failing, True
         if first:
-            cause = (str(exc).strip().splitlines() or [""])[0]
+            kind, error = kind_of(exc)
+            cause = (str(error).strip().splitlines() or [""])[0]
             log.warning(
-                "Redis does not answer (%s: %s): wrong sign-in tokens are counted by each API "
-                "process on its own until it does",
-                type(exc).__name__,
+                "Redis %s (%s: %s): wrong sign-in tokens are counted by each API process on "
+                "its own until it takes them again",
+                _WHAT_FAILED[kind],
+                type(error).__name__,
                 cause,
             )
 

@@ -196,3 +196,28 @@ def test_a_redis_that_hangs_holds_up_the_request_that_asks_it_not_the_api(
         server.should_exit = True
         thread.join(timeout=15)
         silent.close()
+
+
+def test_a_redis_that_refuses_the_count_is_said_to_refuse_not_to_be_down(
+    redis_of_its_own: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Redis full under `noeviction` answers, and refuses the script's write: the one warning
+    says so (not "does not answer", which sends an operator to the network), and this process's
+    own count still holds the address to the limit."""
+    client = redis.Redis.from_url(redis_of_its_own.url)
+    client.config_set("maxmemory-policy", "noeviction")
+    client.config_set("maxmemory", "1")  # any write is now refused: OOM
+    limit = SharedFailedSignIns(redis_of_its_own.url, retry_seconds=0)
+    try:
+        with caplog.at_level(logging.WARNING, logger=shared_sign_ins.__name__):
+            counted = guesses(limit, ["203.0.113.9"], BURST + 5)
+        assert counted == BURST  # this process's count: no more than one burst
+        lines = [r.getMessage() for r in caplog.records if r.name == shared_sign_ins.__name__]
+        assert len(lines) == 1, lines
+        assert "answers but refused the sign-in count" in lines[0], lines[0]
+        assert "OutOfMemoryError" in lines[0], lines[0]
+        assert "does not answer" not in lines[0]
+    finally:
+        limit.close()
+        client.config_set("maxmemory", "0")
+        client.close()

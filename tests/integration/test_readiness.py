@@ -89,7 +89,9 @@ def test_a_store_and_a_redis_that_hang_answer_503_within_the_timeout(
         response = client.get("/readyz")
         elapsed = time.monotonic() - started
     assert response.status_code == 503
-    assert elapsed < READY_TIMEOUT_SECONDS + 1.5
+    # Both checks at once, each cut at its timeout: one after the other would take at least
+    # twice the timeout (a loaded machine adds more than a second to the one answer).
+    assert elapsed < 2 * READY_TIMEOUT_SECONDS
     details = {detail["field"]: detail["message"] for detail in response.json()["error"]["details"]}
     assert set(details) == {"store", "redis"}
     assert "did not answer within" in details["store"]

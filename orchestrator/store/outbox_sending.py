@@ -223,15 +223,4 @@ def mark_failed(
     }
     if throttled:
         values["throttled"] = outbox.c.throttled + 1
-    return (
-        conn.execute(
-            update(outbox)
-            .where(
-                outbox.c.outbox_id == row.outbox_id,
-                outbox.c.status == "pending",
-                outbox.c.attempts == row.attempts,
-            )
-            .values(**values)
-        ).rowcount
-        == 1
-    )
+    return _update_claim(conn, row, **values)

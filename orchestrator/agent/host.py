@@ -277,15 +277,15 @@ class ToolHost:
         if turn is None or not reads or len(calls) < 2:
             return
         left = 0
-        for key in reads[turn.runs :]:
+        for key, answer in zip(reads[turn.runs :], turn.answers, strict=True):
             unit = prepared[key]
-            if unit.tool.look_up and turn.held is not None and turn.shown is not None:
-                # Run all the same: shown if it takes no more room than `held` (`_run_unit`).
-                prepared[key] = replace(unit, held=turn.held, shown=turn.shown)
+            if unit.tool.look_up and turn.shown is not None:
+                # Run all the same: shown if it takes no more room than `answer` (`_run_unit`).
+                prepared[key] = replace(unit, held=answer, shown=partial(turn.shown, answer))
                 continue
             left += 1
             for index in units.pop(key):
-                results[index] = turn.answer
+                results[index] = answer
             del prepared[key]
         if left:
             log.info(

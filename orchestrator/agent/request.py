@@ -280,8 +280,9 @@ class RequestBuilder:
         """`TURN_FIT`: how many of the running turn's reads the next request holds at their
         smallest (`turn_room`), beside its writes and its calls answered already; None when
         all of them fit (or when the writes, or the first read, alone do not: every call then
-        runs, as before). The rest are answered `no_room`, and their share of the room goes to
-        the calls that run."""
+        runs, as before). The rest are answered `no_room` (the first in full and the others in
+        fewer words when the window has no room for each in full), and their share of the room
+        goes to the calls that run."""
         assert self.context is not None
         self._planned = {plan.call_id: plan for plan in planned}
         self._rooms = {}
@@ -307,20 +308,23 @@ class RequestBuilder:
         for runs in range(len(reads) - 1, least_runs - 1, -1):
             left = reads[runs:]
             calls, held = len(planned), len(planned) - len(left)
-            answer = no_room(calls, held, budget.window)
-            # A look-up left runs all the same, shown if no larger than this (`turn_room`).
-            unshown = no_room(calls, held, budget.window, ran=True)
-            messages = {
-                plan.call_id: _answer_message(plan.call_id, unshown if plan.look_up else answer)
-                for plan in left
-            }
-            tokens = sum(counter.message(message) for message in messages.values())
-            if counter.scaled(fixed + sum(needs[:runs]) + tokens) <= free:
-                self._left = messages
-                self._rooms = {}
-                if not any(plan.look_up for plan in left):
-                    return TurnFit(runs, answer)
-                return TurnFit(runs, answer, unshown, partial(_no_larger, counter, unshown))
+            # Each told in full; else the first in full and the others in fewer words.
+            for short in (False, True):
+                answers = tuple(
+                    no_room(calls, held, budget.window, ran=plan.look_up, short=short and n > 0)
+                    for n, plan in enumerate(left)
+                )
+                messages = {
+                    plan.call_id: _answer_message(plan.call_id, answer)
+                    for plan, answer in zip(left, answers, strict=True)
+                }
+                tokens = sum(counter.message(message) for message in messages.values())
+                if counter.scaled(fixed + sum(needs[:runs]) + tokens) <= free:
+                    self._left = messages
+                    self._rooms = {}
+                    # A look-up left runs all the same, shown if no larger (`turn_room`).
+                    shown = partial(_no_larger, counter) if any(p.look_up for p in left) else None
+                    return TurnFit(runs, answers, shown)
         return None
 
     def _least(self, plan: Planned | None, call_id: str) -> int:

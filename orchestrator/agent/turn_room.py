@@ -14,7 +14,10 @@ set by the builder from the window; for a turn of one call too: a write's answer
 receipt's id and the host's message, which its room counts) and asks how many of its reads the
 next request holds at their smallest. The reads after those,
 in call order, are not run: each is answered `no_room` (`no_room`), saying how many of the
-turn's calls the window holds and to make the rest in later turns. Not run, they leave no
+turn's calls the window holds and to make the rest in later turns. When the window has no room
+for each to say so (about 82 tokens: a day's query, a pressure query and two look-ups in 4,096
+tokens), the first left says it and the others say in fewer words (about 61) that they did not
+run and to make them in a later turn, with fewer calls (`SHORT_NO_ROOM`). Not run, they leave no
 evidence record: the host's records are exactly what the model was shown (invariant 12).
 Writes always run (leaving one out would be a decision the model did not make); when the
 writes alone do not fit, or not even the first read does, every call runs as before, and the
@@ -22,8 +25,9 @@ next request fails `context_overflow` with a line naming the settings and the tu
 
 A look-up (`Tool.look_up`: a receipt's status) left for a later turn runs all the same: it is
 quick, changes nothing and records nothing, and its answer often takes less room than `no_room`
-(51 tokens against about 82). It is shown when it takes no more room than its `no_room` answer
-would (which the turn's fit counted), else that answer is given, saying it was not shown.
+(51 tokens against about 82, or 61 in fewer words). It is shown when it takes no more room than
+its `no_room` answer would (which the turn's fit counted), else that answer is given, saying it
+was not shown.
 
 `no_room` is the model's doing (`agent.repeats`): a model that sends the same calls in the
 same order every turn never has the later ones run, and is stopped as a repeated refusal; one
@@ -38,13 +42,16 @@ from typing import Final, Literal
 
 from orchestrator.tools.base import ToolResult
 
-__all__ = ["NO_ROOM", "TURN_FIT", "Planned", "TurnFit", "no_room"]
+__all__ = ["NO_ROOM", "SHORT_NO_ROOM", "TURN_FIT", "Planned", "TurnFit", "no_room"]
 
 #: The key of `ToolContext.extras` holding `fit(planned) -> TurnFit | None` (the request
 #: builder's, from the context window). Unset: every call runs.
 TURN_FIT: Final = "turn_fit"
 #: The code of a call left for a later turn.
 NO_ROOM: Final = "no_room"
+#: What a read left after the first one left is told when the window has no room for each to
+#: be told in full (`no_room(..., short=True)`): the first says how many calls a turn holds.
+SHORT_NO_ROOM: Final = "no room in this turn; make it again in a later turn, with fewer calls"
 
 
 @dataclass(frozen=True)
@@ -75,24 +82,30 @@ class Planned:
 
 @dataclass(frozen=True)
 class TurnFit:
-    """The reads that run (the first `runs` in call order) and the answer of the others."""
+    """The reads that run (the first `runs` in call order) and the answers of the others."""
 
     runs: int
-    answer: ToolResult
-    #: The answer of a look-up left for a later turn whose own answer takes more room
-    #: (`no_room(..., ran=True)`); None when no look-up is left.
-    held: ToolResult | None = None
-    #: `shown(result)`: whether a left look-up's `result` takes no more room than `held`.
-    shown: Callable[[ToolResult], bool] | None = None
+    #: The answer of each read left, in call order: `no_room`; a look-up's says it ran but is
+    #: not shown (`no_room(..., ran=True)`), and is given when its own answer takes more room.
+    answers: tuple[ToolResult, ...]
+    #: `shown(held, result)`: whether a left look-up's `result` takes no more room than its
+    #: answer `held`; None when no look-up is left.
+    shown: Callable[[ToolResult, ToolResult], bool] | None = None
 
 
-def no_room(calls: int, held: int, window: int, *, ran: bool = False) -> ToolResult:
+def no_room(
+    calls: int, held: int, window: int, *, ran: bool = False, short: bool = False
+) -> ToolResult:
     """The answer of a read left for a later turn: `held` of the turn's `calls` calls fit a
-    window of `window` tokens; `ran`: a look-up that ran, its answer not shown. The same
-    words for the same turn (a repeated turn compares equal, `agent.repeats`)."""
+    window of `window` tokens; `ran`: a look-up that ran, its answer not shown; `short`: a
+    read left after the first one left, whose answer says it in fewer words (`SHORT_NO_ROOM`).
+    The same words for the same turn (a repeated turn compares equal, `agent.repeats`)."""
+    said = "not shown" if ran else "not run"
+    if short:
+        return ToolResult.failed(f"{said}: {SHORT_NO_ROOM}", code=NO_ROOM)
     most = f"at most {held} call{'s' if held != 1 else ''} a turn"
     return ToolResult.failed(
-        f"{'not shown' if ran else 'not run'}: the context window ({window} tokens) holds the "
+        f"{said}: the context window ({window} tokens) holds the "
         f"results of {held} of this turn's {calls} calls; make this call again in a later "
         f"turn, {most}",
         code=NO_ROOM,

@@ -237,6 +237,47 @@ def test_a_look_up_smaller_than_the_no_room_answer_is_answered(
     assert day["evidence_id"] == record["evidence_id"]
 
 
+def test_a_turn_whose_no_room_answers_do_not_fit_ends_in_a_request_that_fits(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """A day's query, a pressure query and two receipt look-ups in one turn of a 4,096-token
+    window: the day's query at its least leaves about 220 tokens, and the three no_room answers
+    (about 82 each) take more, so no number of reads fit, every call ran and the next request
+    failed `context_overflow`. Now the reads left after the first are answered a shorter fixed
+    refusal: the pressure query is told how many calls the window holds, the look-ups (which
+    run all the same) are shown or told they were not, and only the day's query is recorded."""
+    calls = [
+        call("q1", "query_data_source", DAY),
+        call("q2", "query_data_source", PRESSURE),
+        call("g1", "get_tool_execution", {"invocation_id": "inv-1"}),
+        call("g2", "get_tool_execution", {"invocation_id": "inv-2"}),
+    ]
+    seen = _run(store_url, scripts, server, 4096, calls=calls)
+    assert seen["error"] is None
+    day, pressure, *looked = seen["told"]
+    # Few rows if any (the day's query at its least takes most of the room), and it says so.
+    rows = day["result"]["rows"]
+    assert day["result"]["truncated"] is True
+    assert "the context window (LLM_CONTEXT_WINDOW) takes " in day["result"]["truncation"]
+    assert (pressure["code"], pressure["message"]) == (
+        "no_room",
+        "not run: the context window (4096 tokens) holds the results of 1 of this turn's 4 "
+        "calls; make this call again in a later turn, at most 1 call a turn",
+    )
+    for n, answer in enumerate(looked, 1):
+        assert (answer["code"], answer["message"]) in {
+            ("not_found", f"no invocation 'inv-{n}' for this conversation"),
+            ("no_room", SHORT_NOT_SHOWN),
+        }
+    [record] = seen["records"]
+    assert (record["evidence_id"], record["row_count"]) == (day["evidence_id"], len(rows))
+
+
+#: What a look-up left after the first call left for a later turn is answered when its own
+#: answer takes more room (`turn_room.no_room(..., short=True, ran=True)`).
+SHORT_NOT_SHOWN = "not shown: no room in this turn; make it again in a later turn, with fewer calls"
+
+
 def test_a_query_of_an_unknown_source_needs_no_room_for_a_record(
     store_url: str, scripts: Path, server: OpenAIServer
 ) -> None:

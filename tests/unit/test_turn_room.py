@@ -40,7 +40,9 @@ class Fit:
         self.planned.append(list(planned))
         if self.runs is None:
             return None
-        return TurnFit(self.runs, no_room(len(planned), len(planned) - 1, 4096))
+        left = [plan for plan in planned if plan.kind == "read"][self.runs :]
+        answer = no_room(len(planned), len(planned) - 1, 4096)
+        return TurnFit(self.runs, (answer,) * len(left))
 
 
 def _turn(fit: Fit, *texts: str) -> tuple[Scripted, list[ToolResult]]:
@@ -103,8 +105,8 @@ def test_a_look_up_left_for_later_runs_and_is_shown_only_if_no_larger_than_no_ro
 
     def fit(plans: Sequence[Planned]) -> TurnFit:
         planned.extend(plans)
-        no_larger = len(held.message_text)
-        return TurnFit(1, no_room(4, 1, 4096), held, lambda r: len(r.message_text) <= no_larger)
+        answers = (held, held, no_room(4, 1, 4096))
+        return TurnFit(1, answers, lambda than, r: len(r.message_text) <= len(than.message_text))
 
     echo, look = Echo(), LookUp()
     ctx = ToolContext("alice", "s1", "r1", extras={TURN_FIT: fit})
@@ -209,7 +211,8 @@ def test_the_builder_runs_the_reads_that_fit_and_gives_them_the_room_of_the_othe
     builder, turn = _fit(4096, "read", "read", "read")
     assert turn is not None
     assert turn.runs == 2
-    assert "holds the results of 2 of this turn's 3 calls" in (turn.answer.message or "")
+    [answer] = turn.answers
+    assert "holds the results of 2 of this turn's 3 calls" in (answer.message or "")
     # The room is shared by the two that run, less the third's short answer.
     assert builder._room() > 1000
     _, turn = _fit(8192, "read", "read", "read")
@@ -233,6 +236,28 @@ def test_the_builder_leaves_every_read_beside_a_write_but_never_the_write() -> N
     # The first read runs when there is no write, even if it alone may not fit.
     _, turn = _fit(1200, "read", "read")
     assert turn is None
+
+
+def test_reads_left_after_the_first_are_told_in_fewer_words_when_that_alone_fits() -> None:
+    """Five reads whose first at its least leaves no room for four no_room answers in full
+    (about 82 tokens each): every call ran, and the next request overflowed. Now the first
+    read left is told in full how many calls the window holds, and the others in fewer words
+    that still say they did not run and to make them in a later turn; in a larger window
+    every one is told in full."""
+    builder, turn = _fit(1150, "read", "read", "read", "read", "read", least=200)
+    assert turn is not None
+    assert turn.runs == 1
+    first, *others = turn.answers
+    assert first == no_room(5, 1, 1150)
+    assert others == [no_room(5, 1, 1150, short=True)] * 3
+    assert others[0].message == (
+        "not run: no room in this turn; make it again in a later turn, with fewer calls"
+    )
+    counter = builder.context.counter  # type: ignore[union-attr]
+    assert counter.text(others[0].message_text) < counter.text(first.message_text) - 15
+    _, turn = _fit(1250, "read", "read", "read", "read", "read", least=200)
+    assert turn is not None
+    assert turn.answers == (no_room(5, 1, 1250),) * 4
 
 
 def test_writes_that_alone_do_not_fit_leave_every_call_to_run() -> None:

@@ -30,7 +30,7 @@ from orchestrator.agent.sensitive import (
     redact_values,
 )
 from orchestrator.agent.text import clean_text
-from orchestrator.agent.turn_room import TURN_FIT, Planned, TurnFit, no_room
+from orchestrator.agent.turn_room import TURN_ANSWERED, TURN_FIT, Planned, TurnFit, no_room
 from orchestrator.logs import Secret
 from orchestrator.tools.base import Tool, ToolCall, ToolContext, ToolResult
 from orchestrator.tools.results import (
@@ -148,6 +148,9 @@ class RequestBuilder:
         self._rooms: dict[bool, int] = {}
         #: The running turn's calls left for a later turn (`_turn_fit`): their answers' messages.
         self._left: dict[str, dict[str, Any]] = {}
+        #: The running turn's calls whose answers are known before the others fit theirs (a
+        #: refusal, a look-up that ran first: `_answered`), their messages.
+        self._known: dict[str, dict[str, Any]] = {}
         #: The running turn's calls as the host is about to answer them (`_turn_fit`), by id.
         self._planned: dict[str, Planned] = {}
         #: `_content` once written, by (receipted, cited, masked).
@@ -161,6 +164,7 @@ class RequestBuilder:
             extras[PREVIEW_FIT] = self._preview_fit
             extras[WHOLE_FIT] = self._whole_fit
             extras[TURN_FIT] = self._turn_fit
+            extras[TURN_ANSWERED] = self._answered
         if self.catalogue is not None and context is not None and discovering:
             self.discovery = Discovery(
                 self.catalogue,
@@ -256,12 +260,15 @@ class RequestBuilder:
     def _room(self, *, exact: bool = True) -> int:
         """What one result of the running turn may take, as the server counts: what the kept
         parts of the request (prompt, brief, plan, tool definitions) and the turn's own
-        messages (`_turn_tokens`) leave of its limit, shared equally by the turn's calls;
-        never under 64 (a window that leaves less fails the next request, saying why).
+        messages (`_turn_tokens`: the answers known already, a refusal's, a look-up's that ran
+        first, a no_room's, as they are shown) leave of its limit, shared equally by the
+        turn's calls whose answers are not known yet; never under 64 (a window that leaves
+        less fails the next request, saying why).
         `exact=False`: a bound never above it, from the texts' bytes, nothing tokenized (most
         results fit it: the exact count of a prompt, a brief and a plan costs more than the
-        rest of a short round's requests). Each figure once per turn: every result with a
-        payload is fitted (the turn's calls may compute it at once, in two threads)."""
+        rest of a short round's requests). Each figure once per turn, and again once more
+        answers are known (`_answered`: the look-ups run before the others): every result with
+        a payload is fitted (the turn's calls may compute it at once, in two threads)."""
         assert self.context is not None
         known = self._rooms.get(exact)
         if known is not None:
@@ -271,7 +278,7 @@ class RequestBuilder:
             used = self.conversation.kept_tokens() + counter.scaled(self._turn_tokens())
         else:
             used = self.conversation.kept_bound() + counter.scaled(self._turn_tokens(bound=True))
-        shared = len(self._calls()) - len(self._left)
+        shared = len(self._calls()) - len(self._left.keys() | self._known.keys())
         room = max(_LEAST_ROOM, (budget.request_limit - used) // max(1, shared))
         self._rooms[exact] = room
         return room
@@ -286,6 +293,9 @@ class RequestBuilder:
         assert self.context is not None
         self._planned = {plan.call_id: plan for plan in planned}
         self._rooms = {}
+        for plan in planned:
+            if plan.kind == "answered" and plan.answer is not None:
+                self._answered(plan.call_id, plan.answer)
         reads = [plan for plan in planned if plan.kind == "read"]
         if self._calling is None or len(planned) < 2 or not reads:
             return None
@@ -327,6 +337,14 @@ class RequestBuilder:
                     return TurnFit(runs, answers, shown)
         return None
 
+    def _answered(self, call_id: str, result: ToolResult) -> None:
+        """`TURN_ANSWERED`: the running turn's call `call_id` is answered `result` (refused, or
+        run before the others: a look-up): its answer takes the room it takes, and the rest of
+        its share goes to the calls whose results are fitted after (`_room`)."""
+        content = clean_text(result.message_text)
+        self._known[call_id] = {"role": "tool", "tool_call_id": call_id, "content": content}
+        self._rooms = {}
+
     def _least(self, plan: Planned | None, call_id: str) -> int:
         """The uncalibrated tokens of a result's answer at its smallest: the tool message and
         the host's record around it when its tool records one (`_turn_tokens`), and its payload
@@ -365,9 +383,9 @@ class RequestBuilder:
         tokens = measure(self._calling)
         for call in self._calls():
             call_id = call.get("id") if isinstance(call, Mapping) else None
-            answer = self._left.get(str(call_id))
+            answer = self._known.get(str(call_id)) or self._left.get(str(call_id))
             if answer is not None:
-                # Left for a later turn (`_turn_fit`): its answer, as it is shown.
+                # Answered already, or left for a later turn (`_turn_fit`): as it is shown.
                 tokens += measure(answer)
                 continue
             plan = self._planned.get(str(call_id)) or self._guessed(call)
@@ -428,6 +446,7 @@ class RequestBuilder:
         self._calling = message
         self._rooms = {}
         self._left = {}
+        self._known = {}
         self._planned = {}
         self.conversation.add_assistant(message)
 

@@ -29,6 +29,13 @@ quick, changes nothing and records nothing, and its answer often takes less room
 its `no_room` answer would (which the turn's fit counted), else that answer is given, saying it
 was not shown.
 
+The room a result may take is what the request leaves, shared equally by the turn's calls
+but for those whose answers are known first, which take what their answers take: a refusal,
+a read left (its `no_room`), and a look-up, which runs before the turn's other calls and whose
+answer the host hands the builder (`TURN_ANSWERED`). Beside two look-ups (about 51 tokens each)
+a day's query in a 4,096-token window was given a third of the room and showed no row; it now
+has what they leave, and shows 3.
+
 `no_room` is the model's doing (`agent.repeats`): a model that sends the same calls in the
 same order every turn never has the later ones run, and is stopped as a repeated refusal; one
 that makes the rest in later turns makes progress, and is not.
@@ -42,11 +49,15 @@ from typing import Final, Literal
 
 from orchestrator.tools.base import ToolResult
 
-__all__ = ["NO_ROOM", "SHORT_NO_ROOM", "TURN_FIT", "Planned", "TurnFit", "no_room"]
+__all__ = ["NO_ROOM", "SHORT_NO_ROOM", "TURN_ANSWERED", "TURN_FIT", "Planned", "TurnFit", "no_room"]
 
 #: The key of `ToolContext.extras` holding `fit(planned) -> TurnFit | None` (the request
 #: builder's, from the context window). Unset: every call runs.
 TURN_FIT: Final = "turn_fit"
+#: The key of `ToolContext.extras` holding `answered(call_id, result)` (the request builder's):
+#: the host tells it the answers of a turn's calls that ran before the others (a look-up), whose
+#: results are then fitted to the room those answers leave, not to an equal share.
+TURN_ANSWERED: Final = "turn_answered"
 #: The code of a call left for a later turn.
 NO_ROOM: Final = "no_room"
 #: What a read left after the first one left is told when the window has no room for each to

@@ -183,8 +183,9 @@ class Tool(ABC):
     #: True for tools that need their call id (`ctx.extras[CALL_ID]`), e.g. to nest a transcript.
     wants_call_id: ClassVar[bool] = False
     #: A quick read of the orchestrator's own records that changes nothing (a receipt's
-    #: status): a turn whose context window has no room for its answer runs it all the same,
-    #: and shows its answer when that takes no more room than `no_room` would
+    #: status): it runs before the turn's other calls, whose results then have the room its
+    #: answer leaves, and a turn whose context window has no room for its answer runs it all
+    #: the same, and shows its answer when that takes no more room than `no_room` would
     #: (`orchestrator.agent.turn_room`).
     look_up: ClassVar[bool] = False
     #: Arguments whose values the host keeps as `***` wherever it writes the call down (the

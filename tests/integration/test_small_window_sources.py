@@ -273,6 +273,32 @@ def test_a_turn_whose_no_room_answers_do_not_fit_ends_in_a_request_that_fits(
     assert (record["evidence_id"], record["row_count"]) == (day["evidence_id"], len(rows))
 
 
+def test_a_days_query_beside_look_ups_gets_the_room_they_leave(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """A day's query and two receipt look-ups in one turn of a 4,096-token window: each call
+    was given an equal share of the room (or its no_room answer's), and the day's query showed
+    no row though each look-up's answer takes about 51 tokens. Now the look-ups run first and
+    the day's rows are fitted to the room their answers leave."""
+    calls = [
+        call("q1", "query_data_source", DAY),
+        call("g1", "get_tool_execution", {"invocation_id": "inv-1"}),
+        call("g2", "get_tool_execution", {"invocation_id": "inv-2"}),
+    ]
+    seen = _run(store_url, scripts, server, 4096, calls=calls)
+    assert seen["error"] is None  # the next request fits
+    day, *looked = seen["told"]
+    rows = day["result"]["rows"]
+    assert 2 <= len(rows) < 144  # 3 in this window
+    for n, answer in enumerate(looked, 1):
+        assert (answer["code"], answer["message"]) == (
+            "not_found",
+            f"no invocation 'inv-{n}' for this conversation",
+        )
+    [record] = seen["records"]
+    assert (record["evidence_id"], record["row_count"]) == (day["evidence_id"], len(rows))
+
+
 #: What a look-up left after the first call left for a later turn is answered when its own
 #: answer takes more room (`turn_room.no_room(..., short=True, ran=True)`).
 SHORT_NOT_SHOWN = "not shown: no room in this turn; make it again in a later turn, with fewer calls"

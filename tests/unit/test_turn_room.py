@@ -127,6 +127,51 @@ def test_a_look_up_left_for_later_runs_and_is_shown_only_if_no_larger_than_no_ro
     assert results[3].message.startswith("not run: the context window (4096 tokens) holds")
 
 
+def test_look_ups_run_first_and_the_room_they_leave_goes_to_the_calls_after() -> None:
+    """A read beside two look-ups: each was given an equal share of the room, though a
+    look-up's answer takes a few tokens of it. Now the look-ups run first, the builder is told
+    their answers (`TURN_ANSWERED`), and the read is fitted to the room they leave."""
+    order: list[str] = []
+    rooms: list[int] = []
+
+    class Looks(LookUp):
+        def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+            order.append(args.text)
+            return super().run(ctx, args)
+
+    class Reads(Echo):
+        def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+            order.append(args.text)
+            rooms.append(builder._room())
+            return super().run(ctx, args)
+
+    host = ToolHost([Reads(), Looks()], ledger=None)
+    builder = _builder(host.tools, window=2048)
+    calls = [
+        ToolCall("c0", "echo", {"text": "read"}),
+        ToolCall("c1", "look_up", {"text": "one"}),
+        ToolCall("c2", "look_up", {"text": "two"}),
+    ]
+    builder.add_assistant(
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": "{}"}}
+                for c in calls
+            ],
+        }
+    )
+    results = host.run_turn(builder.ctx, calls)
+    assert [result.payload for result in results] == ["read", "one", "two"]
+    assert order[-1] == "read"
+    # Each look-up's answer takes a few tokens: the read has nearly all the room, not a third.
+    builder._known, builder._rooms = {}, {}
+    shared = builder._room()
+    assert rooms == [rooms[0]]
+    assert rooms[0] > 2 * shared
+
+
 # -- the repeated-refusal rule ------------------------------------------------------------------
 
 QUERIES = [

@@ -276,7 +276,7 @@ class ToolHost:
                     least=least,
                     pageable=unit.tool.pageable,
                     cited=cited,
-                    look_up=unit.tool.look_up,
+                    look_up=unit.tool.looks_up(unit.args),
                 )
             )
         turn = fit(planned)
@@ -285,7 +285,7 @@ class ToolHost:
         left = 0
         for key, answer in zip(reads[turn.runs :], turn.answers, strict=True):
             unit = prepared[key]
-            if unit.tool.look_up and turn.shown is not None:
+            if unit.tool.looks_up(unit.args) and turn.shown is not None:
                 # Run all the same: shown if it takes no more room than `answer` (`_run_unit`).
                 prepared[key] = replace(unit, held=answer, shown=partial(turn.shown, answer))
                 continue
@@ -639,14 +639,15 @@ def _phases(
     units: dict[tuple[str, ...], list[int]], prepared: dict[tuple[str, ...], _Prepared]
 ) -> list[list[tuple[str, ...]]]:
     """The units of a turn in the order they may run: each list after the previous returned,
-    the units of one list concurrently; the look-ups (`Tool.look_up`: quick, their answers
+    the units of one list concurrently; the look-ups (`Tool.looks_up`: quick, their answers
     mostly small) first, so that the calls after them fit their results to the room those
     answers leave (`turn_room.TURN_ANSWERED`), then the calls without a later place,
     together."""
     phases: dict[int, list[tuple[str, ...]]] = {}
     for key in units:
         unit = prepared[key]
-        rank = -1 if unit.tool.look_up and unit.effect == "read" else _LATER.get(unit.tool.name, 0)
+        first = unit.effect == "read" and unit.tool.looks_up(unit.args)
+        rank = -1 if first else _LATER.get(unit.tool.name, 0)
         phases.setdefault(rank, []).append(key)
     return [phases[rank] for rank in sorted(phases)]
 

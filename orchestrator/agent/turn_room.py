@@ -23,18 +23,18 @@ Writes always run (leaving one out would be a decision the model did not make); 
 writes alone do not fit, or not even the first read does, every call runs as before, and the
 next request fails `context_overflow` with a line naming the settings and the turn's calls.
 
-A look-up (`Tool.look_up`: a receipt's status) left for a later turn runs all the same: it is
-quick, changes nothing and records nothing, and its answer often takes less room than `no_room`
-(51 tokens against about 82, or 61 in fewer words). It is shown when it takes no more room than
-its `no_room` answer would (which the turn's fit counted), else that answer is given, saying it
-was not shown.
+A look-up (`Tool.looks_up`: a receipt's status, a query of an undeclared source, refused at
+once) left for a later turn runs all the same: it is quick, changes nothing and records nothing,
+and its answer often takes less room than `no_room` (51 tokens against about 82, or 61 in fewer
+words). It is shown when it takes no more room than its `no_room` answer would (which the turn's
+fit counted), else that answer is given, saying it was not shown.
 
-The room a result may take is what the request leaves, shared equally by the turn's calls
-but for those whose answers are known first, which take what their answers take: a refusal,
-a read left (its `no_room`), and a look-up, which runs before the turn's other calls and whose
-answer the host hands the builder (`TURN_ANSWERED`). Beside two look-ups (about 51 tokens each)
-a day's query in a 4,096-token window was given a third of the room and showed no row; it now
-has what they leave, and shows 3.
+The room a result may take is what the request leaves, shared equally by the turn's calls but
+for those whose answers are known first, which take what their answers take: a refusal, a read
+left (its `no_room`), and a look-up, which runs before the turn's other calls and whose answer
+the host hands the builder (`TURN_ANSWERED`). Beside two look-ups (about 51 tokens each) a day's
+query in a 4,096-token window was given a third of the room and showed no row; it now has what
+they leave, and shows 3 (beside an undeclared source's query, 4 where it showed 1).
 
 `no_room` is the model's doing (`agent.repeats`): a model that sends the same calls in the
 same order every turn never has the later ones run, and is stopped as a repeated refusal; one
@@ -87,7 +87,7 @@ class Planned:
     receipted: bool = False
     #: A write whose arguments held a configured secret: its answer says so (`host.MASKED_NOTE`).
     masked: bool = False
-    #: A look-up (`Tool.look_up`): left for a later turn, it runs all the same.
+    #: A look-up (`Tool.looks_up`): left for a later turn, it runs all the same.
     look_up: bool = False
 
 

@@ -223,6 +223,12 @@ class Tool(ABC):
         room for these answers alone (`orchestrator.agent.turn_room`)."""
         return type(self).evidence_facts is not Tool.evidence_facts
 
+    def looks_up(self, args: Any) -> bool:
+        """Whether this call (of validated `args`) is a look-up (`look_up`): quick, changing
+        and recording nothing, with a small answer (a tool's refusal of a call it cannot
+        serve, too: a query of an undeclared source)."""
+        return self.look_up
+
     def least_shown(self, args: Any) -> str | None:
         """The JSON text of the smallest payload this call's answer is shown with, however
         small the context window (a data source's: none of its rows, and why), or None when

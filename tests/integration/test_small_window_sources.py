@@ -324,6 +324,26 @@ def test_a_query_of_an_unknown_source_needs_no_room_for_a_record(
     assert day["evidence_id"] == record["evidence_id"]
 
 
+def test_a_days_query_beside_a_refused_query_gets_the_room_the_refusal_leaves(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """A query of an undeclared source is refused at once (about 30 tokens): beside it a day's
+    query was given half the room and showed 1 row in a 4,096-token window (6 alone). The
+    refusal now runs first, as a look-up does, and the day's rows have the room it leaves."""
+    unknown = {"source": "scada_live", "parameters": {"point": "DM-RN-01"}}
+    calls = [call("q1", "query_data_source", DAY), call("q2", "query_data_source", unknown)]
+    seen = _run(store_url, scripts, server, 4096, calls=calls)
+    assert seen["error"] is None
+    day, refused = seen["told"]
+    assert 3 <= len(day["result"]["rows"]) < 144
+    assert (refused["status"], refused["code"]) == ("failed", "unknown_source")
+    [record] = seen["records"]
+    assert (record["evidence_id"], record["row_count"]) == (
+        day["evidence_id"],
+        len(day["result"]["rows"]),
+    )
+
+
 def test_a_window_that_holds_not_even_one_query_says_the_turn_made_several_calls(
     store_url: str, scripts: Path, server: OpenAIServer
 ) -> None:

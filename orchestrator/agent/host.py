@@ -61,7 +61,7 @@ from orchestrator.agent.sensitive import (
 )
 from orchestrator.agent.tool_names import closest
 from orchestrator.agent.transcript import is_sensitive
-from orchestrator.agent.turn_room import TURN_ANSWERED, TURN_FIT, Planned
+from orchestrator.agent.turn_room import TURN_ANSWERED, TURN_FIT, Planned, in_fit_order
 from orchestrator.domain.fingerprints import (
     NonCanonical,
     canonical_json,
@@ -282,6 +282,7 @@ class ToolHost:
         turn = fit(planned)
         if turn is None or not reads or len(calls) < 2:
             return
+        reads = in_fit_order(reads, lambda key: prepared[key].tool.looks_up(prepared[key].args))
         left = 0
         for key, answer in zip(reads[turn.runs :], turn.answers, strict=True):
             unit = prepared[key]

@@ -30,7 +30,14 @@ from orchestrator.agent.sensitive import (
     redact_values,
 )
 from orchestrator.agent.text import clean_text
-from orchestrator.agent.turn_room import TURN_ANSWERED, TURN_FIT, Planned, TurnFit, no_room
+from orchestrator.agent.turn_room import (
+    TURN_ANSWERED,
+    TURN_FIT,
+    Planned,
+    TurnFit,
+    in_fit_order,
+    no_room,
+)
 from orchestrator.logs import Secret
 from orchestrator.tools.base import Tool, ToolCall, ToolContext, ToolResult
 from orchestrator.tools.results import (
@@ -296,7 +303,7 @@ class RequestBuilder:
         for plan in planned:
             if plan.kind == "answered" and plan.answer is not None:
                 self._answered(plan.call_id, plan.answer)
-        reads = [plan for plan in planned if plan.kind == "read"]
+        reads = _in_fit_order([plan for plan in planned if plan.kind == "read"])
         if self._calling is None or len(planned) < 2 or not reads:
             return None
         budget, counter = self.context.budget, self.context.counter
@@ -526,6 +533,11 @@ def _cut_by_server(before: tuple[int, int], now: tuple[int, int]) -> bool:
     if before[0] <= 0 or before[1] <= 0 or now[1] <= 0 or grown < CUT_GROWTH_TOKENS:
         return False
     return now[1] * before[0] * 2 < before[1] * now[0]
+
+
+def _in_fit_order(reads: list[Planned]) -> list[Planned]:
+    """A turn's reads in the order the window holds them (`turn_room.in_fit_order`)."""
+    return in_fit_order(reads, lambda plan: plan.look_up)
 
 
 def _no_larger(counter: TokenCounter, than: ToolResult, result: ToolResult) -> bool:

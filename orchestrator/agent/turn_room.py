@@ -9,19 +9,19 @@ smallest (a data source's: none of its rows, and why; `Tool.least_shown`). In
 a local 4k model's window the task tools' definitions leave room for one or two such results:
 three queries in one turn overflowed the next request and the round failed `context_overflow`.
 
-Before a turn's calls run, the host tells the request builder what each call is (`TURN_FIT`,
-set by the builder from the window; for a turn of one call too: a write's answer carries its
+Before a turn's calls run, the host tells the request builder what each call is (`TURN_FIT`, set
+by the builder from the window; for a turn of one call too: a write's answer carries its
 receipt's id and the host's message, which its room counts) and asks how many of its reads the
-next request holds at their smallest. The reads after those,
-in call order, are not run: each is answered `no_room` (`no_room`), saying how many of the
+next request holds at their smallest. The reads after those, in call order but the look-ups last
+(`in_fit_order`), are not run: each is answered `no_room` (`no_room`), saying how many of the
 turn's calls the window holds and to make the rest in later turns. When the window has no room
 for each to say so (about 82 tokens: a day's query, a pressure query and two look-ups in 4,096
 tokens), the first left says it and the others say in fewer words (about 61) that they did not
 run and to make them in a later turn, with fewer calls (`SHORT_NO_ROOM`). Not run, they leave no
-evidence record: the host's records are exactly what the model was shown (invariant 12).
-Writes always run (leaving one out would be a decision the model did not make); when the
-writes alone do not fit, or not even the first read does, every call runs as before, and the
-next request fails `context_overflow` with a line naming the settings and the turn's calls.
+evidence record: the host's records are exactly what the model was shown (invariant 12). Writes
+always run (leaving one out would be a decision the model did not make); when the writes alone
+do not fit, or not even the first read does, every call runs as before, and the next request
+fails `context_overflow` with a line naming the settings and the turn's calls.
 
 A look-up (`Tool.looks_up`: a receipt's status, a query of an undeclared source, refused at
 once) left for a later turn runs all the same: it is quick, changes nothing and records nothing,
@@ -43,13 +43,24 @@ that makes the rest in later turns makes progress, and is not.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, TypeVar
 
 from orchestrator.tools.base import ToolResult
 
-__all__ = ["NO_ROOM", "SHORT_NO_ROOM", "TURN_ANSWERED", "TURN_FIT", "Planned", "TurnFit", "no_room"]
+__all__ = [
+    "NO_ROOM",
+    "SHORT_NO_ROOM",
+    "TURN_ANSWERED",
+    "TURN_FIT",
+    "Planned",
+    "TurnFit",
+    "in_fit_order",
+    "no_room",
+]
+
+T = TypeVar("T")
 
 #: The key of `ToolContext.extras` holding `fit(planned) -> TurnFit | None` (the request
 #: builder's, from the context window). Unset: every call runs.
@@ -93,15 +104,22 @@ class Planned:
 
 @dataclass(frozen=True)
 class TurnFit:
-    """The reads that run (the first `runs` in call order) and the answers of the others."""
+    """The reads that run (the first `runs` in `in_fit_order`) and the answers of the others."""
 
     runs: int
-    #: The answer of each read left, in call order: `no_room`; a look-up's says it ran but is
+    #: The answer of each read left, in `in_fit_order`: `no_room`; a look-up's says it ran but is
     #: not shown (`no_room(..., ran=True)`), and is given when its own answer takes more room.
     answers: tuple[ToolResult, ...]
     #: `shown(held, result)`: whether a left look-up's `result` takes no more room than its
     #: answer `held`; None when no look-up is left.
     shown: Callable[[ToolResult, ToolResult], bool] | None = None
+
+
+def in_fit_order(reads: Sequence[T], look_up: Callable[[T], bool]) -> list[T]:
+    """A turn's reads in the order the window holds them, the first `TurnFit.runs` running:
+    in call order, but the look-ups last. A look-up left runs all the same; made first, it
+    took the place of a read that does not (a data source's query) and that read waited."""
+    return sorted(reads, key=look_up)
 
 
 def no_room(

@@ -299,6 +299,42 @@ def test_a_days_query_beside_look_ups_gets_the_room_they_leave(
     assert (record["evidence_id"], record["row_count"]) == (day["evidence_id"], len(rows))
 
 
+def test_a_look_up_made_first_does_not_take_the_place_of_a_query(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """A look-up, a day's query, a look-up and a pressure query in one turn of a 4,096-token
+    window: the window holds one read's result beside the others' answers, and that was the
+    first in call order, the look-up, though a look-up runs anyway: both queries were answered
+    no_room. The queries now come before the look-ups for the reads the window holds: the
+    day's query runs, the pressure query waits, and the look-ups are answered as they ran."""
+    calls = [
+        call("g1", "get_tool_execution", {"invocation_id": "inv-1"}),
+        call("q1", "query_data_source", DAY),
+        call("g2", "get_tool_execution", {"invocation_id": "inv-2"}),
+        call("q2", "query_data_source", PRESSURE),
+    ]
+    seen = _run(store_url, scripts, server, 4096, calls=calls)
+    assert seen["error"] is None
+    first, day, second, pressure = seen["told"]
+    assert day["status"] == "succeeded"
+    assert day["result"]["truncated"] is True
+    assert (pressure["code"], pressure["message"]) == (
+        "no_room",
+        "not run: the context window (4096 tokens) holds the results of 1 of this turn's 4 "
+        "calls; make this call again in a later turn, at most 1 call a turn",
+    )
+    for n, answer in ((1, first), (2, second)):
+        assert (answer["code"], answer["message"]) == (
+            "not_found",
+            f"no invocation 'inv-{n}' for this conversation",
+        )
+    [record] = seen["records"]
+    assert (record["evidence_id"], record["row_count"]) == (
+        day["evidence_id"],
+        len(day["result"]["rows"]),
+    )
+
+
 #: What a look-up left after the first call left for a later turn is answered when its own
 #: answer takes more room (`turn_room.no_room(..., short=True, ran=True)`).
 SHORT_NOT_SHOWN = "not shown: no room in this turn; make it again in a later turn, with fewer calls"

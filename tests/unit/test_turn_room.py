@@ -105,7 +105,8 @@ def test_a_look_up_left_for_later_runs_and_is_shown_only_if_no_larger_than_no_ro
 
     def fit(plans: Sequence[Planned]) -> TurnFit:
         planned.extend(plans)
-        answers = (held, held, no_room(4, 1, 4096))
+        # The reads left in the order the window holds them: the look-ups last.
+        answers = (no_room(4, 1, 4096), held, held)
         return TurnFit(1, answers, lambda than, r: len(r.message_text) <= len(than.message_text))
 
     echo, look = Echo(), LookUp()

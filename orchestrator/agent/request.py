@@ -293,10 +293,11 @@ class RequestBuilder:
     def _turn_fit(self, planned: Sequence[Planned]) -> TurnFit | None:
         """`TURN_FIT`: how many of the running turn's reads the next request holds at their
         smallest (`turn_room`), beside its writes and its calls answered already; None when
-        all of them fit (or when the writes, or the first read, alone do not: every call then
-        runs, as before). The rest are answered `no_room` (the first in full and the others in
-        fewer words when the window has no room for each in full), and their share of the room
-        goes to the calls that run."""
+        all of them fit (or when the writes alone do not, or the first read does not fit beside
+        the others' answers nor in a turn of its own: every call then runs, as before; when it
+        fits a turn of its own, every read waits). The rest are answered `no_room` (the first
+        in full and the others in fewer words when the window has no room for each in full),
+        and their share of the room goes to the calls that run."""
         assert self.context is not None
         self._planned = {plan.call_id: plan for plan in planned}
         self._rooms = {}
@@ -320,8 +321,10 @@ class RequestBuilder:
         needs = [self._least(plan, plan.call_id) for plan in reads]
         if counter.scaled(fixed + sum(needs)) <= free:
             return None
-        # With a write beside them every read may wait; else the first one runs.
-        least_runs = 0 if any(plan.kind == "write" for plan in planned) else 1
+        # With a write beside them every read may wait; else the first one runs, or waits
+        # with the others when it fits a turn of its own but not beside their answers.
+        writes = any(plan.kind == "write" for plan in planned)
+        least_runs = 0 if writes or self._fits_alone(reads[0], needs[0], free) else 1
         for runs in range(len(reads) - 1, least_runs - 1, -1):
             left = reads[runs:]
             calls, held = len(planned), len(planned) - len(left)
@@ -343,6 +346,19 @@ class RequestBuilder:
                     shown = partial(_no_larger, counter) if any(p.look_up for p in left) else None
                     return TurnFit(runs, answers, shown)
         return None
+
+    def _fits_alone(self, plan: Planned, need: int, free: int) -> bool:
+        """Whether the read `plan`, at its least (`need`), fits the request in a turn of its own
+        (the running turn's message with its call alone), so that a later turn holds it."""
+        assert self.context is not None
+        counter = self.context.counter
+        calls = [
+            call
+            for call in self._calls()
+            if isinstance(call, Mapping) and str(call.get("id")) == plan.call_id
+        ]
+        alone = {**(self._calling or {}), "tool_calls": calls[:1]}
+        return counter.scaled(counter.message(alone) + need) <= free
 
     def _answered(self, call_id: str, result: ToolResult) -> None:
         """`TURN_ANSWERED`: the running turn's call `call_id` is answered `result` (refused, or

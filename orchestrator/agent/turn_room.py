@@ -20,8 +20,10 @@ tokens), the first left says it and the others say in fewer words (about 61) tha
 run and to make them in a later turn, with fewer calls (`SHORT_NO_ROOM`). Not run, they leave no
 evidence record: the host's records are exactly what the model was shown (invariant 12). Writes
 always run (leaving one out would be a decision the model did not make); when the writes alone
-do not fit, or not even the first read does, every call runs as before, and the next request
-fails `context_overflow` with a line naming the settings and the turn's calls.
+do not fit, or the first read fits neither beside the others' answers nor in a turn of its own,
+every call runs as before, and the next request fails `context_overflow` with a line naming the
+settings and the turn's calls. A first read that fits a turn of its own waits with the others
+(three queries and two look-ups in 4,096 tokens): none of the turn's calls fit together.
 
 A look-up (`Tool.looks_up`: a receipt's status, a query of an undeclared source, refused at
 once) left for a later turn runs all the same: it is quick, changes nothing and records nothing,
@@ -126,12 +128,21 @@ def no_room(
     calls: int, held: int, window: int, *, ran: bool = False, short: bool = False
 ) -> ToolResult:
     """The answer of a read left for a later turn: `held` of the turn's `calls` calls fit a
-    window of `window` tokens; `ran`: a look-up that ran, its answer not shown; `short`: a
+    window of `window` tokens (none: not even the first read beside the others' answers, though
+    it fits a turn of its own); `ran`: a look-up that ran, its answer not shown; `short`: a
     read left after the first one left, whose answer says it in fewer words (`SHORT_NO_ROOM`).
     The same words for the same turn (a repeated turn compares equal, `agent.repeats`)."""
     said = "not shown" if ran else "not run"
     if short:
         return ToolResult.failed(f"{said}: {SHORT_NO_ROOM}", code=NO_ROOM)
+    if not held:
+        # Not even the first read beside the others' answers, though it fits a turn of its own.
+        return ToolResult.failed(
+            f"{said}: the context window ({window} tokens) holds the results of none of this "
+            f"turn's {calls} calls together; make this call again in a later turn, at most 1 "
+            "call a turn",
+            code=NO_ROOM,
+        )
     most = f"at most {held} call{'s' if held != 1 else ''} a turn"
     return ToolResult.failed(
         f"{said}: the context window ({window} tokens) holds the "

@@ -335,6 +335,41 @@ def test_a_look_up_made_first_does_not_take_the_place_of_a_query(
     )
 
 
+def test_a_turn_too_large_for_its_first_query_beside_the_others_waits_whole(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """Three queries and two look-ups in one turn of a 4,096-token window: the turn's own
+    message (about 35 tokens a call) and the others' answers, told in as few words as they
+    are, leave the first query no room, though it fits a turn of its own. Every call ran and
+    the next request failed `context_overflow`; now no query runs, each is told to come in a
+    later turn, one a turn, and the look-ups are answered as they ran."""
+    calls = [
+        call("q1", "query_data_source", DAY),
+        call("q2", "query_data_source", PRESSURE),
+        call("q3", "query_data_source", FLOW),
+        call("g1", "get_tool_execution", {"invocation_id": "inv-1"}),
+        call("g2", "get_tool_execution", {"invocation_id": "inv-2"}),
+    ]
+    seen = _run(store_url, scripts, server, 4096, calls=calls)
+    assert seen["error"] is None
+    none = (
+        "not run: the context window (4096 tokens) holds the results of none of this turn's 5 "
+        "calls together; make this call again in a later turn, at most 1 call a turn"
+    )
+    first, *others = seen["told"][:3]
+    assert (first["code"], first["message"]) == ("no_room", none)
+    for answer in others:
+        assert answer["code"] == "no_room"
+        assert answer["message"] in {none, SHORT_NOT_SHOWN.replace("not shown", "not run")}
+    for n, answer in enumerate(seen["told"][3:], 1):
+        assert answer["code"] in {"not_found", "no_room"}
+        assert answer["message"] in {
+            f"no invocation 'inv-{n}' for this conversation",
+            SHORT_NOT_SHOWN,
+        }
+    assert seen["records"] == []
+
+
 #: What a look-up left after the first call left for a later turn is answered when its own
 #: answer takes more room (`turn_room.no_room(..., short=True, ran=True)`).
 SHORT_NOT_SHOWN = "not shown: no room in this turn; make it again in a later turn, with fewer calls"

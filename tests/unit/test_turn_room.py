@@ -306,6 +306,25 @@ def test_reads_left_after_the_first_are_told_in_fewer_words_when_that_alone_fits
     assert turn.answers == (no_room(5, 1, 1250),) * 4
 
 
+def test_a_first_read_that_fits_a_turn_of_its_own_but_not_beside_the_others_waits_too() -> None:
+    """Eight reads: the turn's own message and seven answers, told in as few words as they
+    are, leave the first read no room, though it fits a turn of its own. Every call ran and the
+    next request overflowed; now every read waits, the first told that none of the turn's
+    calls fit together and to make one a turn. A first read that does not fit a turn of its
+    own still runs (the request then fails, naming the turn's calls)."""
+    _, turn = _fit(1100, *["read"] * 8, least=150)
+    assert turn is not None
+    assert turn.runs == 0
+    first, *others = turn.answers
+    assert first.message == (
+        "not run: the context window (1100 tokens) holds the results of none of this turn's 8 "
+        "calls together; make this call again in a later turn, at most 1 call a turn"
+    )
+    assert others == [no_room(8, 0, 1100, short=True)] * 7
+    _, turn = _fit(1100, *["read"] * 8, least=700)
+    assert turn is None
+
+
 def test_writes_that_alone_do_not_fit_leave_every_call_to_run() -> None:
     _, turn = _fit(700, "write", "write", "write", "write", "read", least=10)
     assert turn is None

@@ -91,7 +91,7 @@ class Planned:
     #: if the tool knows it.
     least: str | None = None
     #: A large answer becomes a preview (its keys and the least text worth showing are its
-    #: least, `request._LEAST_PREVIEW`).
+    #: least, `result_room._LEAST_PREVIEW`).
     pageable: bool = True
     #: Its answer may carry the host's evidence record (`Tool.records_evidence`).
     cited: bool = True

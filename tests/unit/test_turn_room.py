@@ -20,6 +20,7 @@ from orchestrator.agent.host import MASKED_NOTE, ToolHost
 from orchestrator.agent.model import ScriptedModel
 from orchestrator.agent.repeats import SAME_FAILURE_LIMIT, RepeatedRefusals
 from orchestrator.agent.request import AgentContext, RequestBuilder
+from orchestrator.agent.result_room import ResultRoom
 from orchestrator.agent.sensitive import noted
 from orchestrator.agent.turn_room import NO_ROOM, TURN_FIT, Planned, TurnFit, no_room
 from orchestrator.domain.evidence import EvidenceFacts
@@ -143,7 +144,7 @@ def test_look_ups_run_first_and_the_room_they_leave_goes_to_the_calls_after() ->
     class Reads(Echo):
         def run(self, ctx: ToolContext, args: Any) -> ToolResult:
             order.append(args.text)
-            rooms.append(builder._room())
+            rooms.append(_room_of(builder)._room())
             return super().run(ctx, args)
 
     host = ToolHost([Reads(), Looks()], ledger=None)
@@ -167,8 +168,9 @@ def test_look_ups_run_first_and_the_room_they_leave_goes_to_the_calls_after() ->
     assert [result.payload for result in results] == ["read", "one", "two"]
     assert order[-1] == "read"
     # Each look-up's answer takes a few tokens: the read has nearly all the room, not a third.
-    builder._known, builder._rooms = {}, {}
-    shared = builder._room()
+    room = _room_of(builder)
+    room._known, room._rooms = {}, {}
+    shared = room._room()
     assert rooms == [rooms[0]]
     assert rooms[0] > 2 * shared
 
@@ -260,7 +262,7 @@ def test_the_builder_runs_the_reads_that_fit_and_gives_them_the_room_of_the_othe
     [answer] = turn.answers
     assert "holds the results of 2 of this turn's 3 calls" in (answer.message or "")
     # The room is shared by the two that run, less the third's short answer.
-    assert builder._room() > 1000
+    assert _room_of(builder)._room() > 1000
     _, turn = _fit(8192, "read", "read", "read")
     assert turn is None  # all fit: every call runs
 
@@ -413,8 +415,8 @@ def test_a_writes_room_counts_its_receipt_id_and_the_hosts_message(cited: bool) 
     builder.add_assistant(assistant)
     plan = Planned("w1", "write", cited=cited, receipted=True)
     assert builder.ctx.extras[TURN_FIT]([plan]) is None  # one call: nothing left
-    around = builder._turn_tokens() - counter.message(assistant)
-    least = builder._least(plan, "w1")
+    around = _room_of(builder)._turn_tokens() - counter.message(assistant)
+    least = _room_of(builder)._least(plan, "w1")
     for answer in _write_answers():
         bare = replace(answer, payload=None)
         assert around >= counter.message(_message(bare)), bare.message
@@ -428,9 +430,16 @@ def test_a_masked_writes_room_counts_the_note_it_is_answered_with() -> None:
     plan = Planned("w1", "write", cited=False, receipted=True, masked=True)
     longest = max(_write_answers(), key=lambda answer: counter.message(_message(answer)))
     noted_answer = replace(longest, message=noted(longest.message, MASKED_NOTE))
-    assert builder._least(plan, "w1") >= counter.message(_message(noted_answer))
-    assert builder._least(plan, "w1") > builder._least(replace(plan, masked=False), "w1")
+    room = _room_of(builder)
+    assert room._least(plan, "w1") >= counter.message(_message(noted_answer))
+    assert room._least(plan, "w1") > room._least(replace(plan, masked=False), "w1")
 
 
 def _message(answer: ToolResult) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": "w1", "content": answer.message_text}
+
+
+def _room_of(builder: RequestBuilder) -> ResultRoom:
+    """The builder's room of the running turn's results (it has a window)."""
+    assert builder.room is not None
+    return builder.room

@@ -61,7 +61,7 @@ from orchestrator.agent.sensitive import (
 )
 from orchestrator.agent.tool_names import closest
 from orchestrator.agent.transcript import is_sensitive
-from orchestrator.agent.turn_room import TURN_FIT, Planned
+from orchestrator.agent.turn_room import TURN_ANSWERED, TURN_FIT, Planned, in_fit_order
 from orchestrator.domain.fingerprints import (
     NonCanonical,
     canonical_json,
@@ -205,6 +205,7 @@ class ToolHost:
 
         done: dict[tuple[str, ...], ToolResult] = {}
         raised: BaseException | None = None
+        answered = ctx.extras.get(TURN_ANSWERED)
         for ordered in _phases(units, prepared):
             if len(ordered) == 1 and ctx.cancel is None and self.call_timeout is None:
                 try:
@@ -216,6 +217,11 @@ class ToolHost:
                 done.update(ran)
             if raised is not None:
                 break  # the later phases do not start: their calls are not answered
+            if callable(answered):
+                # The calls after fit their results to the room these answers leave.
+                for key in ordered:
+                    for index in units[key] if key in done else ():
+                        answered(calls[index].id, done[key])
         for key, indexes in units.items():
             if key in done:
                 for index in indexes:
@@ -270,22 +276,23 @@ class ToolHost:
                     least=least,
                     pageable=unit.tool.pageable,
                     cited=cited,
-                    look_up=unit.tool.look_up,
+                    look_up=unit.tool.looks_up(unit.args),
                 )
             )
         turn = fit(planned)
         if turn is None or not reads or len(calls) < 2:
             return
+        reads = in_fit_order(reads, lambda key: prepared[key].tool.looks_up(prepared[key].args))
         left = 0
-        for key in reads[turn.runs :]:
+        for key, answer in zip(reads[turn.runs :], turn.answers, strict=True):
             unit = prepared[key]
-            if unit.tool.look_up and turn.held is not None and turn.shown is not None:
-                # Run all the same: shown if it takes no more room than `held` (`_run_unit`).
-                prepared[key] = replace(unit, held=turn.held, shown=turn.shown)
+            if unit.tool.looks_up(unit.args) and turn.shown is not None:
+                # Run all the same: shown if it takes no more room than `answer` (`_run_unit`).
+                prepared[key] = replace(unit, held=answer, shown=partial(turn.shown, answer))
                 continue
             left += 1
             for index in units.pop(key):
-                results[index] = turn.answer
+                results[index] = answer
             del prepared[key]
         if left:
             log.info(
@@ -633,10 +640,16 @@ def _phases(
     units: dict[tuple[str, ...], list[int]], prepared: dict[tuple[str, ...], _Prepared]
 ) -> list[list[tuple[str, ...]]]:
     """The units of a turn in the order they may run: each list after the previous returned,
-    the units of one list concurrently; calls without a later place run first, together."""
+    the units of one list concurrently; the look-ups (`Tool.looks_up`: quick, their answers
+    mostly small) first, so that the calls after them fit their results to the room those
+    answers leave (`turn_room.TURN_ANSWERED`), then the calls without a later place,
+    together."""
     phases: dict[int, list[tuple[str, ...]]] = {}
     for key in units:
-        phases.setdefault(_LATER.get(prepared[key].tool.name, 0), []).append(key)
+        unit = prepared[key]
+        first = unit.effect == "read" and unit.tool.looks_up(unit.args)
+        rank = -1 if first else _LATER.get(unit.tool.name, 0)
+        phases.setdefault(rank, []).append(key)
     return [phases[rank] for rank in sorted(phases)]
 
 

@@ -65,7 +65,7 @@ def _unresolved(invocation_id: str, status: str, how: str) -> str:
 def answer_texts(invocation_id: str, tool_name: str) -> tuple[list[str], list[str]]:
     """The host's fixed messages a write's answer may carry (for a receipt `invocation_id` of
     a tool `tool_name`), and its codes: a small context window reserves room for the longest
-    beside every write (`orchestrator.agent.request`). A tool's own message (a command's, an
+    beside every write (`orchestrator.agent.result_room`). A tool's own message (a command's, an
     outcome's with the gateway's detail) is no longer than these."""
     late = timed_out(tool_name, 86400.0, write=True, receipt=None)
     messages = [late.message or "", *(model_message(outcome) for outcome in OUTCOMES)]

@@ -1,89 +1,44 @@
 """What each model call of a round is sent: messages within the budget and the tool definitions.
 
 The agent loop hands every turn and result here and asks for the next request. This module puts
-the conversation (`compaction.Conversation`), tool discovery (`catalogue.Discovery`) and the
-read-only filter together; it records nothing itself (the transcript hook does).
+the conversation (`compaction.Conversation`), tool discovery (`catalogue.Discovery`), the room
+of each turn's results (`result_room.ResultRoom`) and the read-only filter together; it records
+nothing itself (the transcript hook does).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
-from typing import Any, Literal
+from typing import Any
 
 from orchestrator.agent.budget import ContextBudget, ContextOverflow, TokenCounter, prompt_tokens_of
 from orchestrator.agent.catalogue import DISCOVERY, Catalogue, Discovery
 from orchestrator.agent.compaction import Conversation, SummaryAnswer, TranscriptHook
-from orchestrator.agent.evidence import CITATION_CHARS
 from orchestrator.agent.model import Model, ModelTurn
-from orchestrator.agent.receipted import answer_texts
+from orchestrator.agent.result_room import ResultRoom
 from orchestrator.agent.sensitive import (
-    MASKED_NOTE,
     is_sensitive,
     kept_arguments,
-    noted,
     redact_values,
 )
-from orchestrator.agent.text import clean_text
-from orchestrator.agent.turn_room import TURN_FIT, Planned, TurnFit, no_room
+from orchestrator.agent.turn_room import (
+    TURN_ANSWERED,
+    TURN_FIT,
+)
 from orchestrator.logs import Secret
 from orchestrator.tools.base import Tool, ToolCall, ToolContext, ToolResult
 from orchestrator.tools.results import (
-    NO_PREVIEW_NOTE,
-    PAGE_NOTE,
     PREVIEW_FIT,
     RESULT_FIT,
     WHOLE_FIT,
 )
 
-#: The bytes of a token by which the share of a result shown whole is estimated (`_whole_fit`)
-#: when it surely fits what the request leaves: JSON rows of readings run about 2.4 bytes a
-#: token, prose about 4. Denser text (digits, punctuation) may take more than its share,
-#: never more than the request leaves.
-BYTES_PER_TOKEN = 3
-
 __all__ = ["TRANSCRIPT", "AgentContext", "RequestBuilder"]
 
 log = logging.getLogger(__name__)
-
-#: A tool message's content around a result shown whole with the host's record, but for the
-#: result and the record's values (`ToolResult.to_message`; `null` stands for the result).
-_AROUND = json.dumps(
-    {"status": "succeeded", "evidence_id": "", "queried_at": "", "content_ref": "", "result": None}
-)
-
-#: The same for a tool that records no evidence (`Tool.records_evidence`): no record beside it.
-_BARE = json.dumps({"status": "succeeded", "result": None})
-
-#: A preview's keys around its text (`ToolHost._page`), but for the text and its result id
-#: (`ResultCache.put`: 32 hexadecimal characters).
-_PREVIEW_AROUND = json.dumps(
-    {
-        "truncated": True,
-        "preview": "",
-        "total_chars": 10**6,
-        "result_id": "",
-        "next_offset": 10**6,
-        "note": max(PAGE_NOTE, NO_PREVIEW_NOTE, key=len),
-    }
-)
-_RESULT_ID_CHARS = 32
-#: A receipt's invocation id (`store.receipts`: a uuid4 as text), counted a token a character.
-_INVOCATION_ID_CHARS = 36
-
-#: The least a preview shows (`RequestBuilder._preview_fit`), in tokens (about 150 characters
-#: of JSON): fewer (`{`, `{"task_id"`) tell the model nothing; a turn reserves this much for
-#: each pageable read that runs (`_least`), and a preview that would show fewer shows none.
-_LEAST_PREVIEW = 48
-
-#: The least room a result is given (`RequestBuilder._room`), in tokens: a window that leaves
-#: less fails the next request, saying which settings make room.
-_LEAST_ROOM = 64
 
 #: How much a request must have grown (uncalibrated tokens) before a prompt count that did not
 #: grow with it is read as the server cutting the prompt (`_cut_by_server`).
@@ -142,25 +97,18 @@ class RequestBuilder:
         #: and whether this round has warned of a server cutting its prompts.
         self._reported: tuple[int, int] | None = None
         self._warned_cut = False
-        #: The latest assistant message: the turn whose calls are running (`_whole_fit`).
-        self._calling: dict[str, Any] | None = None
-        #: `_room` of the running turn, bounded (False) and exact (True), once computed.
-        self._rooms: dict[bool, int] = {}
-        #: The running turn's calls left for a later turn (`_turn_fit`): their answers' messages.
-        self._left: dict[str, dict[str, Any]] = {}
-        #: The running turn's calls as the host is about to answer them (`_turn_fit`), by id.
-        self._planned: dict[str, Planned] = {}
-        #: `_content` once written, by (receipted, cited, masked).
-        self._contents: dict[tuple[bool, bool, bool], str] = {}
         extras = dict(ctx.extras)
         if transcript is not None:
             extras[TRANSCRIPT] = transcript
-        if context is not None:
+        #: The room of the running turn's results (`result_room`), when the window is known.
+        self.room = ResultRoom(context, tools, self.conversation) if context else None
+        if self.room is not None:
             # A large result's preview and pages fit the window (`ContextBudget.result_tokens`).
-            extras[RESULT_FIT] = self._result_fit
-            extras[PREVIEW_FIT] = self._preview_fit
-            extras[WHOLE_FIT] = self._whole_fit
-            extras[TURN_FIT] = self._turn_fit
+            extras[RESULT_FIT] = self.room.result_fit
+            extras[PREVIEW_FIT] = self.room.preview_fit
+            extras[WHOLE_FIT] = self.room.whole_fit
+            extras[TURN_FIT] = self.room.turn_fit
+            extras[TURN_ANSWERED] = self.room.answered
         if self.catalogue is not None and context is not None and discovering:
             self.discovery = Discovery(
                 self.catalogue,
@@ -176,28 +124,6 @@ class RequestBuilder:
         else:
             # Discovery off: every tool, as the host lists them.
             self._schemas = list(fallback_schemas)
-
-    def _whole_fit(self, text: str) -> int:
-        """`WHOLE_FIT`: a result shown whole takes at most `ContextBudget.whole_result_tokens`,
-        and at most its share of what the kept parts of the request (prompt, brief, plan, tool
-        definitions) leave of its limit beside the turn that called it (`_room`; the answer's
-        own tokens are reserved in the limit already): in a small window with many tools a
-        quarter would not fit beside them."""
-        assert self.context is not None
-        budget, counter = self.context.budget, self.context.counter
-        # Tokenizing a day of readings (16 KB) costs about 2 ms of pure Python, more than the
-        # rest of a minimal round's agent loop. What the request leaves is a hard limit, so it
-        # is measured exactly unless the text's bytes (never fewer than its tokens) fit it;
-        # the quarter of the window is a share, estimated at `BYTES_PER_TOKEN` when the text
-        # surely fits the room, and measured only when that estimate says it may not.
-        size = counter.shown_bytes(text)
-        for exact in (False, True):
-            room = self._room(exact=exact)
-            tokens = min(budget.whole_result_tokens, room)
-            surely_fits_room = size <= math.floor(room / counter.ratio)
-            if surely_fits_room and size / BYTES_PER_TOKEN <= tokens / counter.ratio:
-                return len(text)
-        return counter.fit_chars(text, math.floor(tokens / counter.ratio))
 
     def build(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """The messages and tool definitions of the next call (`ContextOverflow` when what
@@ -216,215 +142,9 @@ class RequestBuilder:
         tools, notice = self.discovery.offer(room=0)
         return self.conversation.prepare(tools, notice), tools
 
-    def _result_fit(self, text: str) -> int:
-        """`RESULT_FIT`: a large result's preview, or a page of it, takes at most
-        `ContextBudget.result_tokens`, and at most its share of the room the turn leaves
-        (`_room`): two previews in one turn of a small window overflowed it together. Measured
-        as it is shown, a string inside the result's JSON: measured as the JSON string alone,
-        a preview of quoted text took a third more than its share."""
-        assert self.context is not None
-        budget, counter = self.context.budget, self.context.counter
-        # A preview's own keys beside it (`ToolHost._page`), its random result id counted at a
-        # token a character: the turn's reserve (`_turn_tokens`) is a result's, not a preview's.
-        around = counter.scaled(counter.text(_PREVIEW_AROUND) + _RESULT_ID_CHARS)
-        for exact in (False, True):
-            tokens = min(budget.result_tokens, self._room(exact=exact) - around)
-            shown = counter.fit_chars(text, math.floor(tokens / counter.ratio), nested=True)
-            if shown == len(text):
-                break
-        return shown
-
-    def _preview_fit(self, text: str, total: int) -> int:
-        """`PREVIEW_FIT`: the preview of a result of `total` characters that `text` starts,
-        as `_result_fit`, but none when it would show fewer than `_LEAST_PREVIEW` tokens (`{`
-        was all a preview of six in a turn showed), and the whole of a result that takes no
-        more than its preview's answer would (the preview's keys around it, and the text they
-        hold): it costs no more room."""
-        assert self.context is not None
-        budget, counter = self.context.budget, self.context.counter
-        around = counter.scaled(counter.text(_PREVIEW_AROUND) + _RESULT_ID_CHARS)
-        shown = self._result_fit(text)
-        if shown == len(text):
-            return shown
-        tokens = max(0, min(budget.result_tokens, self._room() - around))
-        # As a JSON string (its quotes escaped): never less than the payload's own JSON.
-        most = math.floor((tokens + around) / counter.ratio)
-        if len(text) == total and counter.fit_chars(text, most) == len(text):
-            return len(text)
-        return shown if tokens >= counter.scaled(_LEAST_PREVIEW) else 0
-
-    def _room(self, *, exact: bool = True) -> int:
-        """What one result of the running turn may take, as the server counts: what the kept
-        parts of the request (prompt, brief, plan, tool definitions) and the turn's own
-        messages (`_turn_tokens`) leave of its limit, shared equally by the turn's calls;
-        never under 64 (a window that leaves less fails the next request, saying why).
-        `exact=False`: a bound never above it, from the texts' bytes, nothing tokenized (most
-        results fit it: the exact count of a prompt, a brief and a plan costs more than the
-        rest of a short round's requests). Each figure once per turn: every result with a
-        payload is fitted (the turn's calls may compute it at once, in two threads)."""
-        assert self.context is not None
-        known = self._rooms.get(exact)
-        if known is not None:
-            return known
-        budget, counter = self.context.budget, self.context.counter
-        if exact:
-            used = self.conversation.kept_tokens() + counter.scaled(self._turn_tokens())
-        else:
-            used = self.conversation.kept_bound() + counter.scaled(self._turn_tokens(bound=True))
-        shared = len(self._calls()) - len(self._left)
-        room = max(_LEAST_ROOM, (budget.request_limit - used) // max(1, shared))
-        self._rooms[exact] = room
-        return room
-
-    def _turn_fit(self, planned: Sequence[Planned]) -> TurnFit | None:
-        """`TURN_FIT`: how many of the running turn's reads the next request holds at their
-        smallest (`turn_room`), beside its writes and its calls answered already; None when
-        all of them fit (or when the writes, or the first read, alone do not: every call then
-        runs, as before). The rest are answered `no_room`, and their share of the room goes to
-        the calls that run."""
-        assert self.context is not None
-        self._planned = {plan.call_id: plan for plan in planned}
-        self._rooms = {}
-        reads = [plan for plan in planned if plan.kind == "read"]
-        if self._calling is None or len(planned) < 2 or not reads:
-            return None
-        budget, counter = self.context.budget, self.context.counter
-        # Calls the host was not handed (unreadable arguments, answered in the loop) count as
-        # a result's envelope, as in `_turn_tokens`.
-        unhanded = max(0, len(self._calls()) - len(planned)) * self._least(None, "")
-        free = budget.request_limit - self.conversation.kept_tokens()
-        fixed = counter.message(self._calling) + unhanded
-        for plan in planned:
-            if plan.answer is not None and plan.kind == "answered":
-                fixed += counter.message(_answer_message(plan.call_id, plan.answer))
-            elif plan.kind == "write":
-                fixed += self._least(plan, plan.call_id)
-        needs = [self._least(plan, plan.call_id) for plan in reads]
-        if counter.scaled(fixed + sum(needs)) <= free:
-            return None
-        # With a write beside them every read may wait; else the first one runs.
-        least_runs = 0 if any(plan.kind == "write" for plan in planned) else 1
-        for runs in range(len(reads) - 1, least_runs - 1, -1):
-            left = reads[runs:]
-            calls, held = len(planned), len(planned) - len(left)
-            answer = no_room(calls, held, budget.window)
-            # A look-up left runs all the same, shown if no larger than this (`turn_room`).
-            unshown = no_room(calls, held, budget.window, ran=True)
-            messages = {
-                plan.call_id: _answer_message(plan.call_id, unshown if plan.look_up else answer)
-                for plan in left
-            }
-            tokens = sum(counter.message(message) for message in messages.values())
-            if counter.scaled(fixed + sum(needs[:runs]) + tokens) <= free:
-                self._left = messages
-                self._rooms = {}
-                if not any(plan.look_up for plan in left):
-                    return TurnFit(runs, answer)
-                return TurnFit(runs, answer, unshown, partial(_no_larger, counter, unshown))
-        return None
-
-    def _least(self, plan: Planned | None, call_id: str) -> int:
-        """The uncalibrated tokens of a result's answer at its smallest: the tool message and
-        the host's record around it when its tool records one (`_turn_tokens`), and its payload
-        at its least (the tool's own, or a preview's keys and least text, `_LEAST_PREVIEW`; at
-        least `_LEAST_ROOM`)."""
-        assert self.context is not None
-        counter = self.context.counter
-        tokens = self._around(counter.message, call_id, plan or Planned(call_id, "read"))
-        if plan is None:
-            return tokens
-        least = _LEAST_ROOM
-        if plan.least is not None:
-            # As it is shown: a JSON text inside the tool message's (its quotes escaped).
-            least = max(least, counter.text(json.dumps(plan.least, ensure_ascii=False)))
-        elif plan.pageable:
-            least = max(least, counter.text(_PREVIEW_AROUND) + _RESULT_ID_CHARS + _LEAST_PREVIEW)
-        return tokens + least
-
-    def _calls(self) -> list[Any]:
-        """The tool calls of the latest assistant message (none before the first)."""
-        calls = (self._calling or {}).get("tool_calls")
-        return calls if isinstance(calls, list) else []
-
-    def _turn_tokens(self, *, bound: bool = False) -> int:
-        """The uncalibrated tokens of the turn whose results are being fitted, but for the
-        results themselves: its assistant message, exactly, and for each call the tool message
-        around a result and the host's record (of a tool that records one), the record's values
-        bounded by their characters
-        (`CITATION_CHARS`: their tokens vary with their random digits). `bound`: at least
-        that, from the messages' bytes."""
-        assert self.context is not None
-        counter = self.context.counter
-        if self._calling is None:
-            return 0
-        measure = counter.message_bound if bound else counter.message
-        tokens = measure(self._calling)
-        for call in self._calls():
-            call_id = call.get("id") if isinstance(call, Mapping) else None
-            answer = self._left.get(str(call_id))
-            if answer is not None:
-                # Left for a later turn (`_turn_fit`): its answer, as it is shown.
-                tokens += measure(answer)
-                continue
-            plan = self._planned.get(str(call_id)) or self._guessed(call)
-            tokens += self._around(measure, str(call_id), plan)
-        return tokens
-
-    def _around(self, measure: Callable[[dict[str, Any]], int], call_id: str, plan: Planned) -> int:
-        """A result's tool message but for the result (`_content`): with the host's record (its
-        keys, and its values bounded by their characters) when `plan.cited`, and a write's
-        code, message and receipt id."""
-        content = self._content(plan)
-        around = measure({"role": "tool", "tool_call_id": call_id, "content": content})
-        if plan.cited:
-            around += CITATION_CHARS
-        return around + _INVOCATION_ID_CHARS if plan.receipted else around
-
-    def _guessed(self, call: Any) -> Planned:
-        """`call` (as the model sent it) when the host did not say what it is (`_turn_fit`):
-        its answer may carry the host's record unless its tool is known to record none
-        (`Tool.records_evidence`), and a receipt's id and message unless its tool is known
-        to be a read or a store write (a plan, a report)."""
-        function = call.get("function") if isinstance(call, Mapping) else None
-        name = function.get("name") if isinstance(function, Mapping) else None
-        tool = (self.tools or {}).get(name) if isinstance(name, str) else None
-        cited = tool is None or tool.records_evidence()
-        kind: Literal["read", "write"] = "read" if tool and tool.effect == "read" else "write"
-        receipted = tool is None or tool.effect == "write"
-        call_id = str(call.get("id") if isinstance(call, Mapping) else "")
-        return Planned(call_id, kind, cited=cited, receipted=receipted)
-
-    def _content(self, plan: Planned) -> str:
-        """The content of `plan`'s tool message but for its result (`null`) and the values of
-        the host's record (`_around`): a receipt-backed write's with a code, the host's message
-        at its longest (and the note of a masked secret, `Planned.masked`) and its receipt's id
-        (its characters are added, a token each)."""
-        assert self.context is not None
-        key = (plan.receipted, plan.cited, plan.masked)
-        known = self._contents.get(key)
-        if known is not None:
-            return known
-        content = _AROUND if plan.cited else _BARE
-        if plan.receipted:
-            measure = self.context.counter.text
-            name = max([*(self.tools or {}), "x" * 64], key=len)
-            # An id inside a message (an unresolved earlier write's) at its longest: a token a
-            # character (`~|` is two).
-            messages, codes = answer_texts("~|" * (_INVOCATION_ID_CHARS // 2), name)
-            message = max(messages, key=measure)
-            if plan.masked:
-                message = noted(message, MASKED_NOTE)
-            shown = json.loads(content)
-            written = {"code": max(codes, key=measure), "message": message, "invocation_id": ""}
-            content = json.dumps({"status": shown.pop("status"), **written, **shown})
-        self._contents[key] = content
-        return content
-
     def add_assistant(self, message: dict[str, Any]) -> None:
-        self._calling = message
-        self._rooms = {}
-        self._left = {}
-        self._planned = {}
+        if self.room is not None:
+            self.room.start(message)
         self.conversation.add_assistant(message)
 
     def add_results(
@@ -503,16 +223,6 @@ def _cut_by_server(before: tuple[int, int], now: tuple[int, int]) -> bool:
     if before[0] <= 0 or before[1] <= 0 or now[1] <= 0 or grown < CUT_GROWTH_TOKENS:
         return False
     return now[1] * before[0] * 2 < before[1] * now[0]
-
-
-def _no_larger(counter: TokenCounter, than: ToolResult, result: ToolResult) -> bool:
-    """Whether `result`'s answer takes no more tokens than `than`'s (`TurnFit.shown`)."""
-    return counter.text(clean_text(result.message_text)) <= counter.text(than.message_text)
-
-
-def _answer_message(call_id: str, answer: ToolResult) -> dict[str, Any]:
-    """The tool message a call answered without running is shown as (`loop.run_round`)."""
-    return {"role": "tool", "tool_call_id": call_id, "content": answer.message_text}
 
 
 def _summary(turn: ModelTurn | None) -> SummaryAnswer | None:

@@ -183,8 +183,9 @@ class Tool(ABC):
     #: True for tools that need their call id (`ctx.extras[CALL_ID]`), e.g. to nest a transcript.
     wants_call_id: ClassVar[bool] = False
     #: A quick read of the orchestrator's own records that changes nothing (a receipt's
-    #: status): a turn whose context window has no room for its answer runs it all the same,
-    #: and shows its answer when that takes no more room than `no_room` would
+    #: status): it runs before the turn's other calls, whose results then have the room its
+    #: answer leaves, and a turn whose context window has no room for its answer runs it all
+    #: the same, and shows its answer when that takes no more room than `no_room` would
     #: (`orchestrator.agent.turn_room`).
     look_up: ClassVar[bool] = False
     #: Arguments whose values the host keeps as `***` wherever it writes the call down (the
@@ -221,6 +222,12 @@ class Tool(ABC):
         says what to record (`evidence_facts`). A small context window reserves the record's
         room for these answers alone (`orchestrator.agent.turn_room`)."""
         return type(self).evidence_facts is not Tool.evidence_facts
+
+    def looks_up(self, args: Any) -> bool:
+        """Whether this call (of validated `args`) is a look-up (`look_up`): quick, changing
+        and recording nothing, with a small answer (a tool's refusal of a call it cannot
+        serve, too: a query of an undeclared source)."""
+        return self.look_up
 
     def least_shown(self, args: Any) -> str | None:
         """The JSON text of the smallest payload this call's answer is shown with, however

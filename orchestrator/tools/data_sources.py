@@ -229,6 +229,10 @@ class QueryDataSource(Tool):
             return None
         return _least_shown(source.name, source.origin, source.limits.max_rows)
 
+    def looks_up(self, args: Any) -> bool:
+        """A query of a source that is not declared is refused at once (`unknown_source`)."""
+        return not self.records_evidence(args)
+
     def records_evidence(self, args: Any = None) -> bool:
         """A query of an unknown source is refused, and records nothing (nor needs its room)."""
         if isinstance(args, QueryArgs) and args.source != SAMPLE_SOURCE:

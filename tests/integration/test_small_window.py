@@ -112,7 +112,7 @@ def test_the_default_window_keeps_the_4000_character_preview() -> None:
     cache = ResultCache()
     host = ToolHost([ReadComplaints(), ReadToolResult(cache)], ledger=None, results=cache)
     budget, counter = ContextBudget(32768, 4096), TokenCounter()
-    # A round's fit when the turn leaves room (`RequestBuilder._result_fit`): the share alone.
+    # A round's fit when the turn leaves room (`ResultRoom.result_fit`): the share alone.
     ctx = replace(
         CTX, extras={RESULT_FIT: lambda text: counter.fit_chars(text, budget.result_tokens)}
     )

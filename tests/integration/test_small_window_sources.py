@@ -237,6 +237,144 @@ def test_a_look_up_smaller_than_the_no_room_answer_is_answered(
     assert day["evidence_id"] == record["evidence_id"]
 
 
+def test_a_turn_whose_no_room_answers_do_not_fit_ends_in_a_request_that_fits(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """A day's query, a pressure query and two receipt look-ups in one turn of a 4,096-token
+    window: the day's query at its least leaves about 220 tokens, and the three no_room answers
+    (about 82 each) take more, so no number of reads fit, every call ran and the next request
+    failed `context_overflow`. Now the reads left after the first are answered a shorter fixed
+    refusal: the pressure query is told how many calls the window holds, the look-ups (which
+    run all the same) are shown or told they were not, and only the day's query is recorded."""
+    calls = [
+        call("q1", "query_data_source", DAY),
+        call("q2", "query_data_source", PRESSURE),
+        call("g1", "get_tool_execution", {"invocation_id": "inv-1"}),
+        call("g2", "get_tool_execution", {"invocation_id": "inv-2"}),
+    ]
+    seen = _run(store_url, scripts, server, 4096, calls=calls)
+    assert seen["error"] is None
+    day, pressure, *looked = seen["told"]
+    # Few rows if any (the day's query at its least takes most of the room), and it says so.
+    rows = day["result"]["rows"]
+    assert day["result"]["truncated"] is True
+    assert "the context window (LLM_CONTEXT_WINDOW) takes " in day["result"]["truncation"]
+    assert (pressure["code"], pressure["message"]) == (
+        "no_room",
+        "not run: the context window (4096 tokens) holds the results of 1 of this turn's 4 "
+        "calls; make this call again in a later turn, at most 1 call a turn",
+    )
+    for n, answer in enumerate(looked, 1):
+        assert (answer["code"], answer["message"]) in {
+            ("not_found", f"no invocation 'inv-{n}' for this conversation"),
+            ("no_room", SHORT_NOT_SHOWN),
+        }
+    [record] = seen["records"]
+    assert (record["evidence_id"], record["row_count"]) == (day["evidence_id"], len(rows))
+
+
+def test_a_days_query_beside_look_ups_gets_the_room_they_leave(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """A day's query and two receipt look-ups in one turn of a 4,096-token window: each call
+    was given an equal share of the room (or its no_room answer's), and the day's query showed
+    no row though each look-up's answer takes about 51 tokens. Now the look-ups run first and
+    the day's rows are fitted to the room their answers leave."""
+    calls = [
+        call("q1", "query_data_source", DAY),
+        call("g1", "get_tool_execution", {"invocation_id": "inv-1"}),
+        call("g2", "get_tool_execution", {"invocation_id": "inv-2"}),
+    ]
+    seen = _run(store_url, scripts, server, 4096, calls=calls)
+    assert seen["error"] is None  # the next request fits
+    day, *looked = seen["told"]
+    rows = day["result"]["rows"]
+    assert 2 <= len(rows) < 144  # 3 in this window
+    for n, answer in enumerate(looked, 1):
+        assert (answer["code"], answer["message"]) == (
+            "not_found",
+            f"no invocation 'inv-{n}' for this conversation",
+        )
+    [record] = seen["records"]
+    assert (record["evidence_id"], record["row_count"]) == (day["evidence_id"], len(rows))
+
+
+def test_a_look_up_made_first_does_not_take_the_place_of_a_query(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """A look-up, a day's query, a look-up and a pressure query in one turn of a 4,096-token
+    window: the window holds one read's result beside the others' answers, and that was the
+    first in call order, the look-up, though a look-up runs anyway: both queries were answered
+    no_room. The queries now come before the look-ups for the reads the window holds: the
+    day's query runs, the pressure query waits, and the look-ups are answered as they ran."""
+    calls = [
+        call("g1", "get_tool_execution", {"invocation_id": "inv-1"}),
+        call("q1", "query_data_source", DAY),
+        call("g2", "get_tool_execution", {"invocation_id": "inv-2"}),
+        call("q2", "query_data_source", PRESSURE),
+    ]
+    seen = _run(store_url, scripts, server, 4096, calls=calls)
+    assert seen["error"] is None
+    first, day, second, pressure = seen["told"]
+    assert day["status"] == "succeeded"
+    assert day["result"]["truncated"] is True
+    assert (pressure["code"], pressure["message"]) == (
+        "no_room",
+        "not run: the context window (4096 tokens) holds the results of 1 of this turn's 4 "
+        "calls; make this call again in a later turn, at most 1 call a turn",
+    )
+    for n, answer in ((1, first), (2, second)):
+        assert (answer["code"], answer["message"]) == (
+            "not_found",
+            f"no invocation 'inv-{n}' for this conversation",
+        )
+    [record] = seen["records"]
+    assert (record["evidence_id"], record["row_count"]) == (
+        day["evidence_id"],
+        len(day["result"]["rows"]),
+    )
+
+
+def test_a_turn_too_large_for_its_first_query_beside_the_others_waits_whole(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """Three queries and two look-ups in one turn of a 4,096-token window: the turn's own
+    message (about 35 tokens a call) and the others' answers, told in as few words as they
+    are, leave the first query no room, though it fits a turn of its own. Every call ran and
+    the next request failed `context_overflow`; now no query runs, each is told to come in a
+    later turn, one a turn, and the look-ups are answered as they ran."""
+    calls = [
+        call("q1", "query_data_source", DAY),
+        call("q2", "query_data_source", PRESSURE),
+        call("q3", "query_data_source", FLOW),
+        call("g1", "get_tool_execution", {"invocation_id": "inv-1"}),
+        call("g2", "get_tool_execution", {"invocation_id": "inv-2"}),
+    ]
+    seen = _run(store_url, scripts, server, 4096, calls=calls)
+    assert seen["error"] is None
+    none = (
+        "not run: the context window (4096 tokens) holds the results of none of this turn's 5 "
+        "calls together; make this call again in a later turn, at most 1 call a turn"
+    )
+    first, *others = seen["told"][:3]
+    assert (first["code"], first["message"]) == ("no_room", none)
+    for answer in others:
+        assert answer["code"] == "no_room"
+        assert answer["message"] in {none, SHORT_NOT_SHOWN.replace("not shown", "not run")}
+    for n, answer in enumerate(seen["told"][3:], 1):
+        assert answer["code"] in {"not_found", "no_room"}
+        assert answer["message"] in {
+            f"no invocation 'inv-{n}' for this conversation",
+            SHORT_NOT_SHOWN,
+        }
+    assert seen["records"] == []
+
+
+#: What a look-up left after the first call left for a later turn is answered when its own
+#: answer takes more room (`turn_room.no_room(..., short=True, ran=True)`).
+SHORT_NOT_SHOWN = "not shown: no room in this turn; make it again in a later turn, with fewer calls"
+
+
 def test_a_query_of_an_unknown_source_needs_no_room_for_a_record(
     store_url: str, scripts: Path, server: OpenAIServer
 ) -> None:
@@ -255,6 +393,26 @@ def test_a_query_of_an_unknown_source_needs_no_room_for_a_record(
     assert "declared: scada_sim" in refused["message"]
     [record] = seen["records"]
     assert day["evidence_id"] == record["evidence_id"]
+
+
+def test_a_days_query_beside_a_refused_query_gets_the_room_the_refusal_leaves(
+    store_url: str, scripts: Path, server: OpenAIServer
+) -> None:
+    """A query of an undeclared source is refused at once (about 30 tokens): beside it a day's
+    query was given half the room and showed 1 row in a 4,096-token window (6 alone). The
+    refusal now runs first, as a look-up does, and the day's rows have the room it leaves."""
+    unknown = {"source": "scada_live", "parameters": {"point": "DM-RN-01"}}
+    calls = [call("q1", "query_data_source", DAY), call("q2", "query_data_source", unknown)]
+    seen = _run(store_url, scripts, server, 4096, calls=calls)
+    assert seen["error"] is None
+    day, refused = seen["told"]
+    assert 3 <= len(day["result"]["rows"]) < 144
+    assert (refused["status"], refused["code"]) == ("failed", "unknown_source")
+    [record] = seen["records"]
+    assert (record["evidence_id"], record["row_count"]) == (
+        day["evidence_id"],
+        len(day["result"]["rows"]),
+    )
 
 
 def test_a_window_that_holds_not_even_one_query_says_the_turn_made_several_calls(

@@ -1,4 +1,4 @@
-"""A large result's preview in a small context window (`RequestBuilder._preview_fit`,
+"""A large result's preview in a small context window (`ResultRoom.preview_fit`,
 `ToolHost._page`): a result a little over its room is shown whole when that takes no more room
 than its preview would, and a room too small for a preview worth showing shows none of it but
 says how to read it, never `{`."""
@@ -13,7 +13,8 @@ import pytest
 from orchestrator.agent.budget import ContextBudget, TokenCounter
 from orchestrator.agent.host import ToolHost
 from orchestrator.agent.model import ScriptedModel
-from orchestrator.agent.request import _PREVIEW_AROUND, AgentContext, RequestBuilder
+from orchestrator.agent.request import AgentContext, RequestBuilder
+from orchestrator.agent.result_room import _PREVIEW_AROUND, ResultRoom
 from orchestrator.tools.base import ToolCall, ToolContext, ToolResult
 from orchestrator.tools.results import (
     NO_PREVIEW_NOTE,
@@ -79,7 +80,7 @@ def test_a_result_no_larger_than_its_preview_would_be_is_shown_whole(window: int
     answer would is now shown whole."""
     builder, _, _ = _turn(window, [1])
     counter = builder.context.counter  # type: ignore[union-attr]
-    room = builder._room()
+    room = _room_of(builder)._room()
     keys = counter.text(_PREVIEW_AROUND) + 32
     most = max(room, keys) - 4
     count = max(n for n in range(1, 400) if counter.text(json.dumps(WORD * n)) <= most)
@@ -113,7 +114,13 @@ def test_the_start_of_a_longer_result_is_never_shown_as_if_it_were_whole() -> No
     builder, _, _ = _turn(700, [1])
     counter = builder.context.counter  # type: ignore[union-attr]
     keys = counter.text(_PREVIEW_AROUND) + 32
-    assert builder._room() - keys < 48
+    assert _room_of(builder)._room() - keys < 48
     cut = max(n for n in range(1, 2000) if counter.text(json.dumps((WORD * 300)[:n])) <= keys)
     [result] = _turn(700, [300], preview_chars=cut)[2]
     assert (result.payload["preview"], result.payload["note"]) == ("", NO_PREVIEW_NOTE)
+
+
+def _room_of(builder: RequestBuilder) -> ResultRoom:
+    """The builder's room of the running turn's results (it has a window)."""
+    assert builder.room is not None
+    return builder.room

@@ -20,6 +20,7 @@ from orchestrator.agent.host import MASKED_NOTE, ToolHost
 from orchestrator.agent.model import ScriptedModel
 from orchestrator.agent.repeats import SAME_FAILURE_LIMIT, RepeatedRefusals
 from orchestrator.agent.request import AgentContext, RequestBuilder
+from orchestrator.agent.result_room import ResultRoom
 from orchestrator.agent.sensitive import noted
 from orchestrator.agent.turn_room import NO_ROOM, TURN_FIT, Planned, TurnFit, no_room
 from orchestrator.domain.evidence import EvidenceFacts
@@ -40,7 +41,9 @@ class Fit:
         self.planned.append(list(planned))
         if self.runs is None:
             return None
-        return TurnFit(self.runs, no_room(len(planned), len(planned) - 1, 4096))
+        left = [plan for plan in planned if plan.kind == "read"][self.runs :]
+        answer = no_room(len(planned), len(planned) - 1, 4096)
+        return TurnFit(self.runs, (answer,) * len(left))
 
 
 def _turn(fit: Fit, *texts: str) -> tuple[Scripted, list[ToolResult]]:
@@ -103,8 +106,9 @@ def test_a_look_up_left_for_later_runs_and_is_shown_only_if_no_larger_than_no_ro
 
     def fit(plans: Sequence[Planned]) -> TurnFit:
         planned.extend(plans)
-        no_larger = len(held.message_text)
-        return TurnFit(1, no_room(4, 1, 4096), held, lambda r: len(r.message_text) <= no_larger)
+        # The reads left in the order the window holds them: the look-ups last.
+        answers = (no_room(4, 1, 4096), held, held)
+        return TurnFit(1, answers, lambda than, r: len(r.message_text) <= len(than.message_text))
 
     echo, look = Echo(), LookUp()
     ctx = ToolContext("alice", "s1", "r1", extras={TURN_FIT: fit})
@@ -123,6 +127,52 @@ def test_a_look_up_left_for_later_runs_and_is_shown_only_if_no_larger_than_no_ro
     assert results[2].message.startswith("not shown: the context window (4096 tokens) holds")
     assert results[3].message is not None
     assert results[3].message.startswith("not run: the context window (4096 tokens) holds")
+
+
+def test_look_ups_run_first_and_the_room_they_leave_goes_to_the_calls_after() -> None:
+    """A read beside two look-ups: each was given an equal share of the room, though a
+    look-up's answer takes a few tokens of it. Now the look-ups run first, the builder is told
+    their answers (`TURN_ANSWERED`), and the read is fitted to the room they leave."""
+    order: list[str] = []
+    rooms: list[int] = []
+
+    class Looks(LookUp):
+        def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+            order.append(args.text)
+            return super().run(ctx, args)
+
+    class Reads(Echo):
+        def run(self, ctx: ToolContext, args: Any) -> ToolResult:
+            order.append(args.text)
+            rooms.append(_room_of(builder)._room())
+            return super().run(ctx, args)
+
+    host = ToolHost([Reads(), Looks()], ledger=None)
+    builder = _builder(host.tools, window=2048)
+    calls = [
+        ToolCall("c0", "echo", {"text": "read"}),
+        ToolCall("c1", "look_up", {"text": "one"}),
+        ToolCall("c2", "look_up", {"text": "two"}),
+    ]
+    builder.add_assistant(
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": "{}"}}
+                for c in calls
+            ],
+        }
+    )
+    results = host.run_turn(builder.ctx, calls)
+    assert [result.payload for result in results] == ["read", "one", "two"]
+    assert order[-1] == "read"
+    # Each look-up's answer takes a few tokens: the read has nearly all the room, not a third.
+    room = _room_of(builder)
+    room._known, room._rooms = {}, {}
+    shared = room._room()
+    assert rooms == [rooms[0]]
+    assert rooms[0] > 2 * shared
 
 
 # -- the repeated-refusal rule ------------------------------------------------------------------
@@ -209,9 +259,10 @@ def test_the_builder_runs_the_reads_that_fit_and_gives_them_the_room_of_the_othe
     builder, turn = _fit(4096, "read", "read", "read")
     assert turn is not None
     assert turn.runs == 2
-    assert "holds the results of 2 of this turn's 3 calls" in (turn.answer.message or "")
+    [answer] = turn.answers
+    assert "holds the results of 2 of this turn's 3 calls" in (answer.message or "")
     # The room is shared by the two that run, less the third's short answer.
-    assert builder._room() > 1000
+    assert _room_of(builder)._room() > 1000
     _, turn = _fit(8192, "read", "read", "read")
     assert turn is None  # all fit: every call runs
 
@@ -232,6 +283,47 @@ def test_the_builder_leaves_every_read_beside_a_write_but_never_the_write() -> N
     assert turn.runs == 0
     # The first read runs when there is no write, even if it alone may not fit.
     _, turn = _fit(1200, "read", "read")
+    assert turn is None
+
+
+def test_reads_left_after_the_first_are_told_in_fewer_words_when_that_alone_fits() -> None:
+    """Five reads whose first at its least leaves no room for four no_room answers in full
+    (about 82 tokens each): every call ran, and the next request overflowed. Now the first
+    read left is told in full how many calls the window holds, and the others in fewer words
+    that still say they did not run and to make them in a later turn; in a larger window
+    every one is told in full."""
+    builder, turn = _fit(1150, "read", "read", "read", "read", "read", least=200)
+    assert turn is not None
+    assert turn.runs == 1
+    first, *others = turn.answers
+    assert first == no_room(5, 1, 1150)
+    assert others == [no_room(5, 1, 1150, short=True)] * 3
+    assert others[0].message == (
+        "not run: no room in this turn; make it again in a later turn, with fewer calls"
+    )
+    counter = builder.context.counter  # type: ignore[union-attr]
+    assert counter.text(others[0].message_text) < counter.text(first.message_text) - 15
+    _, turn = _fit(1250, "read", "read", "read", "read", "read", least=200)
+    assert turn is not None
+    assert turn.answers == (no_room(5, 1, 1250),) * 4
+
+
+def test_a_first_read_that_fits_a_turn_of_its_own_but_not_beside_the_others_waits_too() -> None:
+    """Eight reads: the turn's own message and seven answers, told in as few words as they
+    are, leave the first read no room, though it fits a turn of its own. Every call ran and the
+    next request overflowed; now every read waits, the first told that none of the turn's
+    calls fit together and to make one a turn. A first read that does not fit a turn of its
+    own still runs (the request then fails, naming the turn's calls)."""
+    _, turn = _fit(1100, *["read"] * 8, least=150)
+    assert turn is not None
+    assert turn.runs == 0
+    first, *others = turn.answers
+    assert first.message == (
+        "not run: the context window (1100 tokens) holds the results of none of this turn's 8 "
+        "calls together; make this call again in a later turn, at most 1 call a turn"
+    )
+    assert others == [no_room(8, 0, 1100, short=True)] * 7
+    _, turn = _fit(1100, *["read"] * 8, least=700)
     assert turn is None
 
 
@@ -323,8 +415,8 @@ def test_a_writes_room_counts_its_receipt_id_and_the_hosts_message(cited: bool) 
     builder.add_assistant(assistant)
     plan = Planned("w1", "write", cited=cited, receipted=True)
     assert builder.ctx.extras[TURN_FIT]([plan]) is None  # one call: nothing left
-    around = builder._turn_tokens() - counter.message(assistant)
-    least = builder._least(plan, "w1")
+    around = _room_of(builder)._turn_tokens() - counter.message(assistant)
+    least = _room_of(builder)._least(plan, "w1")
     for answer in _write_answers():
         bare = replace(answer, payload=None)
         assert around >= counter.message(_message(bare)), bare.message
@@ -338,9 +430,16 @@ def test_a_masked_writes_room_counts_the_note_it_is_answered_with() -> None:
     plan = Planned("w1", "write", cited=False, receipted=True, masked=True)
     longest = max(_write_answers(), key=lambda answer: counter.message(_message(answer)))
     noted_answer = replace(longest, message=noted(longest.message, MASKED_NOTE))
-    assert builder._least(plan, "w1") >= counter.message(_message(noted_answer))
-    assert builder._least(plan, "w1") > builder._least(replace(plan, masked=False), "w1")
+    room = _room_of(builder)
+    assert room._least(plan, "w1") >= counter.message(_message(noted_answer))
+    assert room._least(plan, "w1") > room._least(replace(plan, masked=False), "w1")
 
 
 def _message(answer: ToolResult) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": "w1", "content": answer.message_text}
+
+
+def _room_of(builder: RequestBuilder) -> ResultRoom:
+    """The builder's room of the running turn's results (it has a window)."""
+    assert builder.room is not None
+    return builder.room

@@ -13,8 +13,10 @@ from typing import Any
 
 __all__ = [
     "FLUSH",
+    "after_human_step",
     "after_the_decision",
     "proposes_a_flush",
+    "waits_for_a_crew",
     "write_loop_script",
 ]
 
@@ -50,6 +52,12 @@ _FLUSH_NODE = {
     "title": "Flush the hydrant",
     "actor": "agent",
     "description": "flush the hydrant on Mill Lane (work order, needs approval)",
+}
+_INSPECT = {
+    "id": "inspect",
+    "title": "Inspect the valve",
+    "actor": "human",
+    "description": "a crew looks at the valve on Mill Lane",
 }
 #: The previous generation's node `index` exactly as read_task_context gave it (kept unchanged).
 _KEPT = "${{c0.result.previous_generation.plan.nodes.{}}}"
@@ -108,6 +116,38 @@ def after_the_decision(approved: bool) -> dict[str, Any]:
             _READ,
             _plan("g2", [_KEPT.format(0), flush], [{"from": "check", "to": "flush"}]),
             report,
+            {"content": "done"},
+        ]
+    }
+
+
+def waits_for_a_crew() -> dict[str, Any]:
+    """Generation 1: checks, plans a crew's inspection (a human node) and waits for it."""
+    inspect = _INSPECT | {"status": "waiting", "reason": "a crew must look at the valve"}
+    return {
+        "turns": [
+            _READ,
+            _plan("g1", [_CHECK, inspect], [{"from": "check", "to": "inspect"}]),
+            _report("waits for the crew's inspection", "waiting", []),
+            {"content": "waiting for the crew"},
+        ]
+    }
+
+
+def after_human_step() -> dict[str, Any]:
+    """Generation 2 after the person closed the inspection: keeps both nodes as they are,
+    closes the task with a node of its own whose evidence is what the person wrote."""
+    person = "${c0.result.previous_generation.plan.nodes.1.evidence}"
+    close = {"id": "close", "title": "Close the complaint", "actor": "agent",
+             "description": "answer the customer", "status": "completed", "evidence": person,
+             "evidence_ids": [_CITED]}  # fmt: skip
+    edges = [{"from": "check", "to": "inspect"}, {"from": "inspect", "to": "close"}]
+    closed_by = "${c0.result.previous_generation.plan.nodes.1.reason}"
+    return {
+        "turns": [
+            _READ,
+            _plan("g2", [_KEPT.format(0), _KEPT.format(1), close], edges),
+            _report("the crew inspected the valve", "completed", [closed_by, person]),
             {"content": "done"},
         ]
     }

@@ -21,8 +21,10 @@ from playwright.sync_api import expect
 from tests.browser.conftest import OPERATORS, Console, running_console, shot
 from tests.browser.loop_scripts import (
     FLUSH,
+    after_human_step,
     after_the_decision,
     proposes_a_flush,
+    waits_for_a_crew,
     write_loop_script,
 )
 from tests.browser.pages import open_task
@@ -83,6 +85,13 @@ def signed_in(browser: Any, console: Console, name: str) -> Iterator[Any]:
 def alma(browser: Any, console: Console) -> Iterator[Any]:
     """The approver."""
     with signed_in(browser, console, "alma") as tab:
+        yield tab
+
+
+@pytest.fixture
+def otto(browser: Any, console: Console) -> Iterator[Any]:
+    """An operator: closes human steps, decides no action."""
+    with signed_in(browser, console, "otto") as tab:
         yield tab
 
 
@@ -182,3 +191,51 @@ def test_a_rejected_work_order_is_never_delivered_and_the_task_fails_with_the_re
     expect(alma.locator("#deliveries dl.facts dd").first).to_have_text("none")
     shot(alma, "loop-rejection-failed")
     assert [r for r in backend.on("/actions") if r.body["action_id"] == action_id] == []
+
+
+def test_a_human_step_closed_in_the_console_lets_the_next_generation_complete_the_task(
+    otto: Any, console: Console, backend: Recorder
+) -> None:
+    scripts = scripts_of(console)
+    write_loop_script(scripts, "loop_human", waits_for_a_crew())
+    task_id = console.trigger("loop_human", "A valve on Mill Lane hums")
+    open_task(otto, console, task_id)
+    expect(otto.locator("#task-head .badge").first).to_have_text("waiting")
+    expect(otto.locator("#waiting-on")).to_contain_text("human node(s) not completed: inspect")
+    inspect = node(otto, "inspect")
+    expect(inspect.locator(".badge").first).to_have_text("waiting")
+    inspect.click()
+    detail = otto.locator("#node-detail")
+    expect(detail.locator("#human-node")).to_be_visible()
+    expect(detail.locator(".acting-as")).to_have_text("Acting as otto")  # no name to type
+    # Completing a step needs evidence: the form says so and sends nothing without it.
+    otto.click("#node-complete")
+    expect(detail.locator(".node-result")).to_have_text("Evidence is needed to complete.")
+    assert console.task(task_id)["generation"] == 1
+    shot(otto, "loop-human-waiting")
+
+    write_loop_script(scripts, "loop_human", after_human_step())
+    seen = "valve 7 reseated, no leak; photo 114 in the crew log"
+    otto.fill("#node-evidence", seen)
+    otto.click("#node-complete")
+    expect(detail.locator(".node-result")).to_contain_text("completed")
+    # The step closed, the next generation reads it, closes the complaint citing what the
+    # person wrote, and the task is completed.
+    expect(otto.locator("#task-head .badge").first).to_have_text("completed")
+    expect(node(otto, "close").locator(".badge")).to_have_text("completed")
+    expect(inspect.locator(".badge").first).to_have_text("completed")
+    inspect.click()
+    expect(detail).to_contain_text(seen)
+    reason = detail.locator("dt", has_text="Reason").locator("xpath=following-sibling::dd[1]")
+    expect(reason).to_contain_text("otto")
+    expect(detail.locator("#human-node")).to_have_count(0)  # closed: no form any more
+    node(otto, "close").click()
+    expect(detail).to_contain_text(seen)
+    report = otto.locator("#report")
+    expect(report).to_contain_text("the crew inspected the valve")
+    expect(report.locator("ul.findings li").filter(has_text="otto")).to_have_count(1)
+    expect(otto.locator("#status-counts")).to_contain_text("completed 3")
+    expect(otto.locator("#plan-earlier")).to_have_count(0)
+    expect(otto.locator("#generations tbody tr")).to_have_count(2)
+    expect(otto.locator("#decided-actions")).to_have_text("No action of this task was decided yet.")
+    shot(otto, "loop-human-completed")

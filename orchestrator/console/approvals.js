@@ -64,8 +64,34 @@ function actionCard(action, after, say) {
       el("div", {}, el("label", { for: note.id }, "Note"), note),
       el("button", { type: "button", class: "approve", onclick: (event) => decide("approve", event) }, "Approve"),
       el("button", { type: "button", class: "danger reject", onclick: (event) => decide("reject", event) }, "Reject"))
-      : facts([["Decided by", action.decided_by], ["Note", action.note]]),
+      : facts([["Decided by", action.decided_by], ["Decided", action.decided_at ? when(action.decided_at) : undefined],
+        ["Note", action.note], ["Delivery", action.status === "approved" ? deliveryOf(action.delivery) : undefined]]),
     message);
+}
+// Where an approved action's delivery to the business backend stands (the API's `delivery`):
+// read as delivered only when it was.
+function deliveryOf(delivery) {
+  if (delivery === undefined) return "not available on this server";
+  if (!delivery) return el("span", { class: "muted" }, "not written yet");
+  const at = delivery.status === "delivered" && delivery.delivered_at ? [" ", when(delivery.delivered_at)] : "";
+  const tried = delivery.status !== "delivered" && delivery.attempts ? ` (${delivery.attempts} attempt(s))` : "";
+  return el("span", { class: "delivery" }, badge(delivery.status), at, tried, ` · outbox ${delivery.outbox_id}`);
+}
+
+// The task's decided actions (approved, rejected, superseded), newest first, with who decided,
+// the note and, for an approved one, its delivery: once decided an action left the task's page,
+// and nothing there said who approved the work order or whether the backend had it.
+export async function decidedActions(taskId, held) {
+  const query = `actions?any=true&limit=200&task_id=${encodeURIComponent(taskId)}`;
+  const result = await watched(held, query);
+  if (!result.ok || result.unchanged) return result;
+  const items = itemsOf(result.data).filter((a) => a.status !== "pending_approval");
+  return { ok: true, items, more: Boolean(result.data.next_cursor) };
+}
+export function showDecided(list, items, more) {
+  fill(list, items.length ? items.map((a) => actionCard(a, null, null))
+    : el("p", { class: "muted" }, "No action of this task was decided yet."),
+  more ? el("p", { class: "muted" }, "The 200 newest actions of the task are shown; `orchestrator actions list --all --task ID` lists them all.") : null);
 }
 
 // Every pending action (of one task, with `filter` "&task_id=..."), page after page: the API

@@ -3,7 +3,7 @@
  * records (records.js) are sections of it. */
 import { byField, can, cannot, remember } from "./account.js";
 import { API, errorText, readFailed, sendOnce, watched } from "./api.js";
-import { pendingActions, showActions } from "./approvals.js";
+import { decidedActions, pendingActions, showActions, showDecided } from "./approvals.js";
 import { when } from "./clock.js";
 import {
   beingSentNow,
@@ -47,7 +47,7 @@ function lostGenerations(task) {
 // ---- task detail -----------------------------------------------------------------------
 export function taskDetail(taskId, params) {
   const path = `tasks/${encodeURIComponent(taskId)}`;
-  const s = { alive: true, key: viewKey(), asked: 0, drawn: 0, pendingAsked: 0, pendingDrawn: 0, transcriptAsked: 0, transcriptDrawn: 0, task: null, plan: null, selected: null, stream: null, timer: null, held: new Map(), heldActions: new Map(),
+  const s = { alive: true, key: viewKey(), asked: 0, drawn: 0, pendingAsked: 0, pendingDrawn: 0, transcriptAsked: 0, transcriptDrawn: 0, task: null, plan: null, selected: null, stream: null, timer: null, held: new Map(), heldActions: new Map(), heldDecided: new Map(), decidedAsked: 0, decidedDrawn: 0,
     graph: null, streamKind: null, retry: null, nodeDone: null, receiptKey: null, recordsKey: null, deliveryKey: null,
     recoveryKey: null };
   // A reload restores the revision and the node shown (#/task/ID?session=S&revision=N&node=X);
@@ -65,6 +65,8 @@ export function taskDetail(taskId, params) {
   const pending = el("div", { id: "pending-actions", class: "actions-list" });
   const pendingResult = el("p", { role: "status", id: "pending-result" });
   const pendingRead = el("div", { id: "pending-read" }); // says when they could not be read
+  const decided = el("div", { id: "decided-actions", class: "actions-list" });
+  const decidedRead = el("div", { id: "decided-read" });
   const report = part("report"), receipts = part("receipts");
   const inFlight = part("running-receipts");
   const resolved = part("resolutions");
@@ -141,6 +143,7 @@ export function taskDetail(taskId, params) {
     el("section", { class: "card", "aria-labelledby": "h-plan" },
       el("div", { class: "row" }, el("h2", { id: "h-plan" }, "Plan"), live), planBox, nodeDetail),
     el("section", { class: "card", "aria-labelledby": "h-pending" }, el("h2", { id: "h-pending" }, "Pending approvals"), pendingResult, pendingRead, pending),
+    el("section", { class: "card", "aria-labelledby": "h-decided" }, el("h2", { id: "h-decided" }, "Decided actions"), decidedRead, decided),
     el("div", { class: "grid2" },
       el("section", { class: "card", "aria-labelledby": "h-lease" }, el("h2", { id: "h-lease" }, "Lease"), lease),
       el("section", { class: "card", "aria-labelledby": "h-report" }, el("h2", { id: "h-report" }, "Report"), report)),
@@ -377,6 +380,23 @@ export function taskDetail(taskId, params) {
     // store/task_versions.py): while the view is unchanged so are they, and an idle tab asks
     // one thing per poll, not two. Asked again after a read of them that failed.
     if (!result.unchanged || s.pendingStale) loadPending();
+    if (!result.unchanged || s.decidedStale) loadDecided();
+  }
+
+  // Who approved or rejected each action of the task, and where an approved one's delivery
+  // stands: read with the pending ones (a decision, or a delivery attempt, changes the view).
+  async function loadDecided() {
+    const asked = ++s.decidedAsked;
+    const result = await decidedActions(taskId, s.heldDecided);
+    if (!here() || asked < s.decidedDrawn) return;
+    s.decidedDrawn = asked;
+    s.decidedStale = !result.ok;
+    if (!result.ok) {
+      fill(decidedRead, readFailed("decided-error", "The decided actions", result, loadDecided));
+      return;
+    }
+    fill(decidedRead);
+    if (!result.unchanged) showDecided(decided, result.items, result.more);
   }
 
   // Live updates: the task stream when the server has it, else the session's plan stream.

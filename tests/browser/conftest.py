@@ -16,6 +16,7 @@ import os
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +137,15 @@ def browser() -> Iterator[Any]:
 def console(
     tmp_path_factory: pytest.TempPathFactory, browser: Any, redis_server: RedisServer
 ) -> Iterator[Console]:
-    folder = tmp_path_factory.mktemp("console")
+    with running_console(tmp_path_factory.mktemp("console"), redis_server) as server:
+        yield server
+
+
+@contextmanager
+def running_console(folder: Path, redis_server: RedisServer, **settings: str) -> Iterator[Console]:
+    """The API, a worker (3 slots) and the sweeper (with its outbox dispatcher) on a SQLite
+    store in `folder`; `settings` are more environment variables of all three (say
+    ORCH_ACTIONS_URL, for a module that watches deliveries reach a backend)."""
     if redis_server.process is None or redis_server.process.poll() is not None:
         redis_server.start()
     flush = redis.Redis.from_url(redis_server.url)
@@ -166,6 +175,7 @@ def console(
         ORCH_QUEUED_STALE_SECONDS="3",  # a wake-up lost by the file broker is re-sent soon
         PYTHONPATH=str(ROOT),
     )
+    env.update(settings)
     fleet = Fleet(env, folder)
     server = Console(env, folder)
     try:
@@ -207,4 +217,13 @@ def shot(page: Any, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
-__all__ = ["ARTIFACTS", "CHROMIUM", "HEADERS", "OPERATORS", "TOKEN", "Console", "shot"]
+__all__ = [
+    "ARTIFACTS",
+    "CHROMIUM",
+    "HEADERS",
+    "OPERATORS",
+    "TOKEN",
+    "Console",
+    "running_console",
+    "shot",
+]

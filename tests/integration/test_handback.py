@@ -220,8 +220,10 @@ def test_a_round_hands_back_only_once_its_background_commands_are_reaped(
     # The hand-back lets the next sweep requeue the generation at once: a background command
     # of the stopped round must be gone by then, not left running beside the next generation
     # (invariant 7) until the round's clean-up reaches it.
+    # A 2 s lease: with 1 s, a loaded machine (load 10) held a renewal back past the lease's
+    # end, and the round stopped on a lease it found gone, not on the holder that took it.
     rt, _ = runtime_for(
-        store_url, scripts, lease_seconds=1, lease_renew_seconds=0.5, enable_command_tool=True
+        store_url, scripts, lease_seconds=2, lease_renew_seconds=0.5, enable_command_tool=True
     )
     try:
         write_script(

@@ -157,7 +157,11 @@ export function taskPlan(page) {
   const CLOSED_AS = { complete: "completed", fail: "failed", skip: "skipped" };
   function retriesOf(node) {
     const retries = retriesIn(drawnPlan(), node);
-    if (!retries.length) return el("span", { class: "error" }, "no retry yet: the task cannot complete until one is completed");
+    if (!retries.length) {
+      // On a task that ended, no retry will come: the page says what was, not what is awaited.
+      return s.task && FINAL_STATUSES.has(s.task.status) ? el("span", { class: "muted" }, "none")
+        : el("span", { class: "error" }, "no retry yet: the task cannot complete until one is completed");
+    }
     return retries.map((n, i) => [i ? ", " : "", el("code", {}, n.id), " ", badge(n.status)]);
   }
   function citedBy(node) {

@@ -181,6 +181,11 @@ def test_a_rejected_work_order_is_never_delivered_and_the_task_fails_with_the_re
     expect(node(alma, "flush").locator(".badge")).to_have_text("failed")
     node(alma, "flush").click()
     expect(alma.locator("#node-detail")).to_contain_text(why)
+    # The task ended: no retry is awaited, so none is asked for.
+    retried = alma.locator("#node-detail dt", has_text="Retried by").locator(
+        "xpath=following-sibling::dd[1]"
+    )
+    expect(retried).to_have_text("none")
     report = alma.locator("#report")
     expect(report).to_contain_text("the flush was rejected")
     for finding in ("rejected", "alma", why):

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import psycopg
 
 __all__ = ["PostgresServer", "RedisServer", "ServiceMissing", "free_port"]
@@ -238,6 +239,21 @@ class RedisServer:
     def close(self) -> None:
         self.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def wait_until_answering(
+    url: str, process: subprocess.Popen[bytes], log: Path, seconds: float = 30
+) -> None:
+    """Until the API at `url`, served by `process`, answers `GET /healthz` with 200; an
+    AssertionError with the process's `log` when it exits first or `seconds` pass."""
+    deadline = time.monotonic() + seconds
+    while True:
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"api did not start: {log.read_text()}")
+        time.sleep(0.05)
 
 
 def service_unavailable(message: str) -> None:

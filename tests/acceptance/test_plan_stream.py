@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.services import free_port
+from tests.services import free_port, wait_until_answering
 
 ROOT = Path(__file__).resolve().parents[2]
 API_TOKEN = "acceptance-public"
@@ -61,17 +61,11 @@ class Api:
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise AssertionError(f"api did not start: {log.read_text()}")
-            time.sleep(0.1)
+        try:
+            wait_until_answering(self.url, self.process, log)
+        except AssertionError:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         self.process.terminate()

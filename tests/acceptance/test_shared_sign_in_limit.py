@@ -19,7 +19,7 @@ import pytest
 
 from orchestrator.api.sign_in_limit import BURST, SECONDS_PER_FAILURE
 from tests.acceptance.fleet import ORCHESTRATOR
-from tests.services import RedisServer, free_port
+from tests.services import RedisServer, free_port, wait_until_answering
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis, pytest.mark.postgres]
 
@@ -45,16 +45,7 @@ class Api:
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            assert self.process.poll() is None, self.log.read_text()
-            assert time.monotonic() < deadline, self.log.read_text()
-            time.sleep(0.05)
+        wait_until_answering(self.url, self.process, self.log)
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -27,7 +27,7 @@ import redis
 from orchestrator.store.migrations import upgrade
 from tests.acceptance.fleet import ORCHESTRATOR, Fleet
 from tests.browser.scripts import write_scripts
-from tests.services import RedisServer, free_port, service_unavailable
+from tests.services import RedisServer, free_port, service_unavailable, wait_until_answering
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / ".artifacts" / "browser"
@@ -65,16 +65,7 @@ class Console:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"api did not start: {self.log_path.read_text()}")
-            time.sleep(0.1)
+        wait_until_answering(self.url, self.process, self.log_path)
 
     def stop_api(self) -> None:
         if self.process is None:

@@ -53,6 +53,7 @@ from typing import Any
 
 from docs_section import DOC, write_section
 from execution_fleet import ROOT, Proc, Processes
+from fault_approvals import Approver, approval_turns, is_approval, outbox_facts, wait_for_outbox
 from fault_checks import Accepted, duplicate_writes, late_rows
 
 # After execution_fleet, which puts the project root on the path.
@@ -63,9 +64,21 @@ SLOW_WRITE_S = 1.0
 #: A stalled worker stays stopped this long past its lease: its generations are requeued (and
 #: usually started again elsewhere) while its rounds are frozen mid-way.
 STALL_BEYOND_LEASE = 3.0
-KINDS = ("kill", "redis", "postgres", "stall")
+KINDS = ("kill", "redis", "postgres", "stall", "dispatcher")
 DATABASE = "faults"
 SETTLED = ("completed", "failed", "cancelled", "waiting")
+#: The outbox's secret for both kinds (actions and signed webhooks): the campaign's own.
+OUTBOX_SECRET = "faults-outbox-secret-0123456789"
+#: What bench/fault_approvals.outbox_facts finds that fails the campaign: an approval lost or
+#: sent for a decision that was not one, an event lost, or a task's events applied out of order.
+OUTBOX_FAILURES = (
+    "approved_missing",
+    "approved_undelivered",
+    "not_approved_sent",
+    "events_undelivered",
+    "events_unreceived",
+    "out_of_order",
+)
 #: Receipt summaries written by someone other than the receipt's own generation (the requeue
 #: that ended it, a cold start, the next generation's verification, an operator).
 NOT_ITS_OWN = (
@@ -75,6 +88,11 @@ NOT_ITS_OWN = (
     "resolved_succeeded",
     "resolved_failed",
 )
+
+
+def task_type(number: int, approvals: int) -> str:
+    """`aNNNN` for a task that proposes a work order (bench/fault_approvals.py), else `fNNNN`."""
+    return f"{'a' if is_approval(number, approvals) else 'f'}{number:04d}"
 
 
 def turns(number: int, key: str, delay: float) -> list[dict[str, Any]]:
@@ -115,6 +133,8 @@ class Campaign:
     untriggered: list[int] = field(default_factory=list)
     timers: list[threading.Timer] = field(default_factory=list)
     stalled: set[int] = field(default_factory=set)
+    sweepers: list[Proc] = field(default_factory=list)
+    numbers: dict[str, int] = field(default_factory=dict)  # task id -> task number
 
     def at(self) -> float:
         return time.monotonic() - self.begun
@@ -146,7 +166,9 @@ class Campaign:
             if pause > 0:
                 time.sleep(pause)
             trigger = Trigger(
-                task_type=f"f{number:04d}", title=f"fault {number}", trigger_id=f"faults-{number}"
+                task_type=task_type(number, self.args.approvals),
+                title=f"fault {number}",
+                trigger_id=f"faults-{number}",
             )
             deadline = time.monotonic() + 60
             while True:
@@ -160,6 +182,7 @@ class Campaign:
                     time.sleep(0.5)
                     continue
                 self.task_ids[number] = result.task.task_id
+                self.numbers[result.task.task_id] = number
                 self.undispatched += not result.dispatched
                 break
 
@@ -193,6 +216,19 @@ class Campaign:
             "SIGKILL worker",
             f"pid {victim.process.pid} holding {held} rounds; "
             f"replacement pid {replacement.process.pid}",
+        )
+
+    def kill_dispatcher(self) -> None:
+        """SIGKILL the sweeper, whose thread is the outbox's dispatcher, and start another: a
+        row it was posting is sent again once its hold runs out (with the same key)."""
+        victim = self.sweepers[-1]
+        self.killed.add(victim.process.pid)
+        victim.kill()
+        replacement = self.procs.sweeper()
+        self.sweepers.append(replacement)
+        self.log(
+            "SIGKILL sweeper and its dispatcher",
+            f"pid {victim.process.pid}; replacement pid {replacement.process.pid}",
         )
 
     def wipe_redis(self, number: int) -> None:
@@ -245,6 +281,8 @@ class Campaign:
                 self.stall_worker()
             elif kind == "redis":
                 self.wipe_redis(done["redis"])
+            elif kind == "dispatcher":
+                self.kill_dispatcher()
             else:
                 self.stop_postgres()
             done[kind] += 1
@@ -323,7 +361,8 @@ def collect(c: Campaign, backend: Any) -> dict[str, Any]:
     open_executions = [
         (t, g) for t, g, s, o, _ in executions if o is None and s is not None and t in settled
     ]
-    key_of = {t[0]: f"k{t[1][1:]}" for t in tasks}
+    writing = [t for t in tasks if t[1].startswith("f")]  # the approval tasks write nothing
+    key_of = {t[0]: f"k{t[1][1:]}" for t in writing}
     with backend.lock:
         received = {
             path.removeprefix("/settings/"): count
@@ -331,8 +370,8 @@ def collect(c: Campaign, backend: Any) -> dict[str, Any]:
             if method == "PUT"
         }
         reads = sum(n for (m, _), n in backend.requests.items() if m == "GET")
-    allowed = {key_of[t[0]]: t[6] for t in tasks}
-    incomplete = [t[0] for t in tasks if t[2] != "completed"][:10]
+    allowed = {key_of[t[0]]: t[6] for t in writing}
+    incomplete = [t[0] for t in tasks if t[2] != "completed" and t[1].startswith("f")][:10]
     story = c.query(
         "SELECT e.task_id, e.generation, e.outcome, left(e.reason, 120), "
         "(SELECT string_agg(x.tool_name || ':' || x.status || coalesce(':' || "
@@ -359,15 +398,15 @@ def collect(c: Campaign, backend: Any) -> dict[str, Any]:
     }
 
 
-def process_findings(c: Campaign, sweeper: Proc) -> dict[str, Any]:
+def process_findings(c: Campaign, sweepers: list[Proc]) -> dict[str, Any]:
     """Processes that exited on their own before the campaign stopped them, then the exit codes
     of the graceful stop, and the log lines worth reading."""
     own = [
         (p.name, p.process.pid, p.process.returncode)
-        for p in [*c.workers, sweeper]
+        for p in [*c.workers, *sweepers]
         if p.process.poll() is not None and p.process.pid not in c.killed
     ]
-    running = [p for p in [*c.workers, sweeper] if p.process.poll() is None]
+    running = [p for p in [*c.workers, *sweepers] if p.process.poll() is None]
     c.procs.stop_all()
     stopped = [(p.name, p.process.pid, p.process.returncode) for p in running]
     tracebacks: Counter[str] = Counter()
@@ -399,6 +438,7 @@ _WHY = (
     ("fenced by the store", "does not hold the lease"),
     ("fenced by the store", "no longer holds its lease"),
     ("store unavailable", "psycopg"),
+    ("store unavailable", "OperationalError"),
 )
 
 
@@ -456,7 +496,9 @@ def summary(c: Campaign, found: dict[str, Any], procs: dict[str, Any], **facts: 
         "kill-and-restart-empty alternately); Postgres stopped for "
         f"{c.args.pg_down:g} s (fast shutdown) and started again; SIGSTOP of the worker "
         f"holding the most rounds for {LEASE + STALL_BEYOND_LEASE:g} s (past its leases: its "
-        "generations are requeued while its rounds are frozen), then SIGCONT. Run took "
+        "generations are requeued while its rounds are frozen), then SIGCONT; SIGKILL of the "
+        "sweeper, whose thread is the outbox's dispatcher (another started at once). "
+        f"{_approval_text(c.args.approvals)}Run took "
         f"{facts['elapsed']:.0f} s. Command:",
         "",
         f"    {facts['command']}",
@@ -466,7 +508,8 @@ def summary(c: Campaign, found: dict[str, Any], procs: dict[str, Any], **facts: 
         "| check | result |",
         "| --- | --- |",
         f"| faults injected | {faults['kill']} worker SIGKILLs, {faults['redis']} Redis wipes, "
-        f"{faults['postgres']} Postgres stops, {faults['stall']} worker stalls |",
+        f"{faults['postgres']} Postgres stops, {faults['stall']} worker stalls, "
+        f"{faults['dispatcher']} sweeper (dispatcher) SIGKILLs |",
         f"| rounds that stopped themselves (worker logs) | {_counts(procs['stopped_rounds'])} |",
         f"| leases found gone after a Redis wipe and taken back by their rounds once the store "
         f"said each generation live (worker logs) | {procs['taken_back']} |",
@@ -495,6 +538,7 @@ def summary(c: Campaign, found: dict[str, Any], procs: dict[str, Any], **facts: 
         f"{_counts(Counter(str(code) for _, _, code in procs['stopped']))} |",
         f"| trigger retries while a server was away / wake-ups not sent | "
         f"{c.trigger_retries} / {c.undispatched} |",
+        *_outbox_rows(c, found, facts["drained"]),
         "",
         "Faults, seconds from the first trigger:",
         "",
@@ -503,7 +547,7 @@ def summary(c: Campaign, found: dict[str, Any], procs: dict[str, Any], **facts: 
     if procs["tracebacks"]:
         lines += ["", "Tracebacks in the process logs (last line, count):", ""]
         lines += [f"- `{line}`: {n}" for line, n in procs["tracebacks"].most_common(10)]
-    unsettled = [t for t in tasks if t[2] != "completed"]
+    unsettled = [t for t in tasks if t[2] != "completed" and t[1].startswith("f")]
     written: dict[str, list[str]] = {}
     for task_id, status, _summary in found["receipts"]:
         written.setdefault(task_id, []).append(status)
@@ -554,6 +598,62 @@ def summary(c: Campaign, found: dict[str, Any], procs: dict[str, Any], **facts: 
     return "\n".join(lines) + "\n"
 
 
+def _approval_text(every: int) -> str:
+    if not every:
+        return ""
+    return (
+        f"One task in {every} proposes a work order instead of writing (reads, plans, proposes "
+        "the order for a waiting node, reports waiting); a person (a thread of the benchmark, "
+        "through the service the API calls) decides each pending one as it appears, rejecting "
+        "one in three, after writing the task's next script (it closes the node as decided and "
+        "reports); the sweeper's dispatcher posts each approval to a loopback business backend "
+        "that applies an action once per `Idempotency-Key`, and every task event there as a "
+        "signed webhook (bench/fault_approvals.py). "
+    )
+
+
+def _outbox_rows(c: Campaign, found: dict[str, Any], drained: float) -> list[str]:
+    """The human loop's rows of the table: decisions, deliveries, events."""
+    from fault_approvals import rejects
+
+    if not c.args.approvals:
+        return []
+    out, person = found["outbox"], found["approver"]
+    approval_tasks = [t for t in found["tasks"] if t[1].startswith("a")]
+    expected = {
+        t[0]: "failed" if rejects(int(t[1][1:]), c.args.approvals) else "completed"
+        for t in approval_tasks
+    }
+    astray = [t for t in approval_tasks if t[2] != expected[t[0]]]
+    decisions = Counter(person.decided.values())
+    approved = out["actions"].get("approved", 0)
+    return [
+        f"| approval tasks by final status | {_counts(Counter(t[2] for t in approval_tasks))} "
+        f"(of {len(approval_tasks)}; not where their decision leads: {len(astray)}) |",
+        f"| the person's decisions | approved: {decisions['approved']}, rejected: "
+        f"{decisions['rejected']}; refused by the store: {_counts(person.refused)}; tried again "
+        f"after an error: {person.retries}; stopped by: {'; '.join(person.errors) or 'nothing'} |",
+        f"| actions by status (the store) | {_counts(out['actions'])} |",
+        f"| approved actions the backend applied (once per key) | "
+        f"{approved - len(out['approved_missing'])} of {approved}; outbox row not delivered: "
+        f"{len(out['approved_undelivered'])} |",
+        f"| actions not approved that reached the backend | {len(out['not_approved_sent'])} |",
+        f"| task events the backend received | undelivered rows: "
+        f"{len(out['events_undelivered'])}, delivered but never received: "
+        f"{len(out['events_unreceived'])}; tasks whose events arrived out of order: "
+        f"{len(out['out_of_order'])} |",
+        f"| outbox rows by kind and status | {_counts(out['outbox'])} |",
+        f"| posts the backend received / sent again with the same delivery id (a dispatcher "
+        f"killed between its post and its record) | {out['received']} / {out['resent']} |",
+        f"| outbox drained after every task settled | {drained:.1f} s |",
+        *[
+            f"| approval task astray | {t[0]} ({t[1]}): {t[2]} at generation {t[3]}, "
+            f"{t[4] or '-'} |"
+            for t in astray[:5]
+        ],
+    ]
+
+
 def _counts(counter: Counter[Any], prefix: str = "") -> str:
     return ", ".join(f"{prefix}{key}: {n}" for key, n in sorted(counter.items())) or "none"
 
@@ -577,12 +677,20 @@ def main() -> int:
     parser.add_argument("--delay", type=float, default=1.0, help="model think time, s")
     parser.add_argument("--pg-down", type=float, default=3.0, help="Postgres outage, s")
     parser.add_argument("--settle", type=float, default=150.0, help="most seconds to settle")
+    parser.add_argument(
+        "--approvals",
+        type=int,
+        default=4,
+        help="one task in N proposes a work order a person decides (0: none)",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--logs", type=Path, help="copy the processes' logs to this folder")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
     if args.tasks < 1 or args.faults < 0 or args.workers < 1 or args.rate <= 0:
         parser.error("--tasks and --workers must be at least 1, --faults 0 or more, --rate > 0")
+    if args.approvals < 0:
+        parser.error("--approvals must be 0 (none) or more")
     if not args.kinds or set(args.kinds) - set(KINDS):
         parser.error(f"--kinds: a comma-separated list of {', '.join(KINDS)}")
     random.seed(args.seed)
@@ -590,11 +698,12 @@ def main() -> int:
         f".venv/bin/python bench/faults.py --tasks {args.tasks} --faults {args.faults} "
         f"--rate {args.rate:g} --workers {args.workers} --concurrency {args.concurrency} "
         f"--delay {args.delay:g} --pg-down {args.pg_down:g} --kinds {','.join(args.kinds)} "
-        f"--seed {args.seed}" + (" --write" if args.write else "")
+        f"--approvals {args.approvals} --seed {args.seed}" + (" --write" if args.write else "")
     )
     from orchestrator.runtime import build_runtime
     from tests.executions_support import settings_for, write_script
     from tests.integration.fake_backend import SPEC, running_backend
+    from tests.outbox_support import running_recorder
     from workers.celery_app import CeleryDispatcher, make_celery
 
     load_start = os.getloadavg()[0]
@@ -613,7 +722,11 @@ def main() -> int:
         spec = folder / "backend.json"
         spec.write_text(json.dumps(SPEC))
         scripts = folder / "scripts"
+        recorder = stack.enter_context(running_recorder())  # where the outbox delivers
         for number in range(args.tasks):
+            if is_approval(number, args.approvals):
+                write_script(scripts, task_type(number, args.approvals), approval_turns(number))
+                continue
             key = f"k{number:04d}"
             write_script(scripts, f"f{number:04d}", turns(number, key, args.delay))
             if number % 3 == 0:
@@ -629,6 +742,15 @@ def main() -> int:
             "ORCH_GATEWAY_SPEC": str(spec),
             "ORCH_GATEWAY_BASE_URL": backend.url,
             "ORCH_HOME": str(folder / "home"),
+            "ORCH_ACTIONS_URL": f"{recorder.url}/actions",
+            "ORCH_ACTIONS_SECRET": OUTBOX_SECRET,
+            "ORCH_WEBHOOK_URL": f"{recorder.url}/hooks",
+            "ORCH_WEBHOOK_SECRET": OUTBOX_SECRET,
+            "ORCH_OUTBOX_BACKOFF_SECONDS": "0.2",
+            "ORCH_OUTBOX_BACKOFF_MAX_SECONDS": "2",
+            "ORCH_OUTBOX_POLL_SECONDS": "0.2",
+            "ORCH_OUTBOX_TIMEOUT_SECONDS": "3",
+            "ORCH_WEBHOOK_MAX_ATTEMPTS": "1000",
             "PYTHONPATH": str(ROOT),  # the workers run this checkout
         }
         procs = Processes(folder, env)
@@ -641,7 +763,10 @@ def main() -> int:
         campaign = Campaign(args, pg_server, DATABASE, redis_server, procs, rt)
         for _ in range(args.workers):
             campaign.start_worker()
-        sweeper = procs.sweeper()
+        campaign.sweepers.append(procs.sweeper())
+        approver = Approver(rt, scripts, args.approvals, campaign.numbers)
+        approving = threading.Thread(target=approver.run, daemon=True)
+        approving.start()
         for worker in campaign.workers:
             wait_for(worker.ready, 60, what="the workers to be ready", interval=0.1)
         window = args.tasks / args.rate
@@ -653,8 +778,13 @@ def main() -> int:
         for timer in campaign.timers:
             timer.join()
         settle = campaign.settle(args.settle)
+        drained = wait_for_outbox(campaign.query, args.settle)
+        approver.stop.set()
+        approving.join()
         found = collect(campaign, backend)
-        processes = process_findings(campaign, sweeper)
+        found["outbox"] = outbox_facts(campaign.query, recorder)
+        found["approver"] = approver
+        processes = process_findings(campaign, campaign.sweepers)
         lost = [t for t in found["tasks"] if t[2] not in SETTLED]
         ok = not (
             lost
@@ -665,6 +795,8 @@ def main() -> int:
             or any(found["twice"])
             or found["open_executions"]
             or processes["exited"]
+            or any(found["outbox"][name] for name in OUTBOX_FAILURES)
+            or approver.errors
         )
         section = summary(
             campaign,
@@ -674,6 +806,7 @@ def main() -> int:
             faults=faults,
             window=window,
             settle=settle,
+            drained=drained,
             command=command,
             load=(load_start, os.getloadavg()[0]),
             elapsed=time.monotonic() - started,

@@ -21,7 +21,8 @@ deciding (the scripted model reads a changed script at the next round's start): 
 `check`, closes `flush` (completed with the approver's note, or failed with the rejection's) and
 reports completed or failed. A generation the faults cut short starts its script again; what
 the host refuses of a script run twice (a plan that drops the node's action id) is refused,
-and the round goes on as a model's would.
+and the round goes on as a model's would; the next script closes `flush` citing what `check`
+cites, so running it again publishes the same completed node.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from fault_checks import OutboxRow, Post, delivery_findings
 
 from tests.executions_support import kept_node, plan_call, query_call
 
@@ -50,6 +53,10 @@ __all__ = [
 _NOTE = "approved by the duty engineer"
 _REJECTION = "rejected: the crew is needed elsewhere"
 _CITED = "${q0.evidence_id}"
+#: What the kept `check` node cites: the same in every generation, so a generation that runs
+#: the next script again publishes `flush` completed exactly as an earlier one did (a completed
+#: node never changes, DESIGN 22), where citing its own query would be refused as a change.
+_KEPT_EVIDENCE = "${c0.result.previous_generation.plan.nodes.0.evidence_ids.0}"
 _READ = {"tool_calls": [{"id": "c0", "name": "read_task_context", "arguments": {}}, query_call()]}
 _CHECK = {
     "id": "check",
@@ -110,7 +117,7 @@ def _after_turns(action_id: str, approved: bool) -> list[dict[str, Any]]:
     """The next generation once the person decided: keeps `check`, closes `flush`, reports."""
     flush = _FLUSH | {"action_id": action_id}
     if approved:
-        flush |= {"status": "completed", "evidence": _NOTE, "evidence_ids": [_CITED]}
+        flush |= {"status": "completed", "evidence": _NOTE, "evidence_ids": [_KEPT_EVIDENCE]}
     else:
         flush |= {"status": "failed", "reason": _REJECTION}
     outcome = "completed" if approved else "failed"
@@ -209,48 +216,26 @@ def wait_for_outbox(query: Any, timeout: float) -> float:
 
 
 def outbox_facts(query: Any, recorder: Any) -> dict[str, Any]:
-    """What the store says was decided and delivered, against what the backend received."""
-    actions = query("SELECT action_id, task_id, status FROM actions")
-    rows = query(
-        "SELECT outbox_id, kind, status, task_id, action_id, event_seq, attempts FROM outbox "
-        "ORDER BY outbox_id"
-    )
+    """What the store says was decided and delivered, against what the backend received
+    (`fault_checks.delivery_findings` concludes)."""
+    actions = query("SELECT action_id, status FROM actions")
+    rows = query("SELECT outbox_id, kind, status, action_id FROM outbox ORDER BY outbox_id")
     with recorder.lock:
         received = list(recorder.received)
-        applied = list(recorder.applied)
-    actions_sent = [r for r in received if r.path == "/actions"]
-    keys_received = Counter(r.headers.get("idempotency-key") for r in actions_sent)
-    deliveries = Counter(r.headers.get("x-orchestrator-delivery") for r in received)
-    approved = {a for a, _, s in actions if s == "approved"}
-    not_approved = {a for a, _, s in actions if s != "approved"}
-    action_rows = {r[4]: r for r in rows if r[1] == "action"}
-    event_rows = [r for r in rows if r[1] == "webhook"]
-    # Each task's events as the backend received them, first arrival of each seq.
-    seen: dict[str, list[int]] = {}
-    firsts: set[tuple[str, int]] = set()
+    posts = []
     for r in received:
-        if r.path != "/hooks":
-            continue
-        body = r.body
-        task, seq = body.get("task_id"), body.get("seq")
-        if (task, seq) in firsts:
-            continue
-        firsts.add((task, seq))
-        seen.setdefault(task, []).append(seq)
-    out_of_order = sorted(t for t, seqs in seen.items() if seqs != sorted(seqs))
-    delivered_events = {str(r[0]) for r in event_rows if r[2] == "delivered"}
-    return {
-        "actions": Counter(s for _, _, s in actions),
-        "outbox": Counter(f"{r[1]} {r[2]}" for r in rows),
-        "approved_missing": sorted(approved - set(applied)),
-        "approved_undelivered": sorted(
-            a for a in approved if a not in action_rows or action_rows[a][2] != "delivered"
-        ),
-        "not_approved_sent": sorted(not_approved & set(keys_received)),
-        "events_undelivered": sorted(str(r[0]) for r in event_rows if r[2] != "delivered"),
-        "events_unreceived": sorted(delivered_events - {str(d) for d in deliveries}),
-        "out_of_order": out_of_order,
-        "resent": sum(n - 1 for n in deliveries.values() if n > 1),
-        "received": len(received),
-        "attempts": Counter(min(r[6], 3) for r in rows),
-    }
+        event = r.body if r.path == "/hooks" else {}
+        posts.append(
+            Post(
+                r.path.lstrip("/"),
+                r.headers.get("x-orchestrator-delivery"),
+                r.headers.get("idempotency-key"),
+                event.get("task_id"),
+                event.get("seq"),
+            )
+        )
+    return delivery_findings(
+        [(a, status) for a, status in actions],
+        [OutboxRow(str(i), kind, status, action) for i, kind, status, action in rows],
+        posts,
+    )

@@ -371,7 +371,7 @@ def collect(c: Campaign, backend: Any) -> dict[str, Any]:
         }
         reads = sum(n for (m, _), n in backend.requests.items() if m == "GET")
     allowed = {key_of[t[0]]: t[6] for t in writing}
-    incomplete = [t[0] for t in tasks if t[2] != "completed" and t[1].startswith("f")][:10]
+    incomplete = [t[0] for t in tasks if t[2] != _expected(t[1], c.args.approvals)][:10]
     story = c.query(
         "SELECT e.task_id, e.generation, e.outcome, left(e.reason, 120), "
         "(SELECT string_agg(x.tool_name || ':' || x.status || coalesce(':' || "
@@ -547,7 +547,7 @@ def summary(c: Campaign, found: dict[str, Any], procs: dict[str, Any], **facts: 
     if procs["tracebacks"]:
         lines += ["", "Tracebacks in the process logs (last line, count):", ""]
         lines += [f"- `{line}`: {n}" for line, n in procs["tracebacks"].most_common(10)]
-    unsettled = [t for t in tasks if t[2] != "completed" and t[1].startswith("f")]
+    unsettled = [t for t in tasks if t[2] != _expected(t[1], c.args.approvals)]
     written: dict[str, list[str]] = {}
     for task_id, status, _summary in found["receipts"]:
         written.setdefault(task_id, []).append(status)
@@ -598,6 +598,15 @@ def summary(c: Campaign, found: dict[str, Any], procs: dict[str, Any], **facts: 
     return "\n".join(lines) + "\n"
 
 
+def _expected(task_type: str, every: int) -> str:
+    """Where a task should end: completed, or failed for a rejected work order."""
+    from fault_approvals import rejects
+
+    if task_type.startswith("a") and rejects(int(task_type[1:]), every):
+        return "failed"
+    return "completed"
+
+
 def _approval_text(every: int) -> str:
     if not every:
         return ""
@@ -614,22 +623,20 @@ def _approval_text(every: int) -> str:
 
 def _outbox_rows(c: Campaign, found: dict[str, Any], drained: float) -> list[str]:
     """The human loop's rows of the table: decisions, deliveries, events."""
-    from fault_approvals import rejects
-
     if not c.args.approvals:
         return []
     out, person = found["outbox"], found["approver"]
     approval_tasks = [t for t in found["tasks"] if t[1].startswith("a")]
-    expected = {
-        t[0]: "failed" if rejects(int(t[1][1:]), c.args.approvals) else "completed"
-        for t in approval_tasks
-    }
-    astray = [t for t in approval_tasks if t[2] != expected[t[0]]]
+    expected = {t[0]: _expected(t[1], c.args.approvals) for t in approval_tasks}
+    proposed = {row[0] for row in c.query("SELECT DISTINCT task_id FROM actions")}
+    # Not where its decision leads, or ended before a work order was proposed at all.
+    astray = [t for t in approval_tasks if t[2] != expected[t[0]] or t[0] not in proposed]
     decisions = Counter(person.decided.values())
     approved = out["actions"].get("approved", 0)
     return [
         f"| approval tasks by final status | {_counts(Counter(t[2] for t in approval_tasks))} "
-        f"(of {len(approval_tasks)}; not where their decision leads: {len(astray)}) |",
+        f"(of {len(approval_tasks)}; not where their decision leads, or never proposed: "
+        f"{len(astray)}) |",
         f"| the person's decisions | approved: {decisions['approved']}, rejected: "
         f"{decisions['rejected']}; refused by the store: {_counts(person.refused)}; tried again "
         f"after an error: {person.retries}; stopped by: {'; '.join(person.errors) or 'nothing'} |",
@@ -648,7 +655,7 @@ def _outbox_rows(c: Campaign, found: dict[str, Any], drained: float) -> list[str
         f"| outbox drained after every task settled | {drained:.1f} s |",
         *[
             f"| approval task astray | {t[0]} ({t[1]}): {t[2]} at generation {t[3]}, "
-            f"{t[4] or '-'} |"
+            f"{t[4] or '-'}: {(t[5] or '-').splitlines()[0][:120]} |"
             for t in astray[:5]
         ],
     ]

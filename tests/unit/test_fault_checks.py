@@ -44,3 +44,57 @@ def test_a_generation_never_started_fences_nothing_yet_and_the_earliest_later_on
     assert [x.later_generation for x in late_rows([Accepted("plan", "t", 2, at(21))], starts)] == [
         3
     ]
+
+
+def test_deliveries_name_an_approval_lost_a_refusal_sent_and_events_out_of_order() -> None:
+    from bench.fault_checks import OutboxRow, Post, delivery_findings
+
+    actions = [("a1", "approved"), ("a2", "approved"), ("a3", "rejected"), ("a4", "superseded")]
+    rows = [
+        OutboxRow("1", "action", "delivered", "a1"),
+        OutboxRow("2", "action", "pending", "a2"),
+        OutboxRow("3", "webhook", "delivered", None),
+        OutboxRow("4", "webhook", "delivered", None),
+        OutboxRow("5", "webhook", "dead", None),
+        OutboxRow("6", "webhook", "delivered", None),
+    ]
+    posts = [
+        Post("actions", "1", "a1"),
+        Post("actions", "1", "a1"),  # its dispatcher killed after the post: sent again
+        Post("actions", "9", "a3"),  # a rejected action must never arrive
+        Post("hooks", "4", None, "t", 2),
+        Post("hooks", "3", None, "t", 1),  # seq 1 first arrived after seq 2
+        Post("hooks", "3", None, "t", 1),
+    ]
+    found = delivery_findings(actions, rows, posts)
+    assert found["approved_missing"] == ["a2"]
+    assert found["approved_undelivered"] == ["a2"]
+    assert found["not_approved_sent"] == ["a3"]
+    assert found["events_undelivered"] == ["5"]
+    assert found["events_unreceived"] == ["6"]
+    assert found["out_of_order"] == ["t"]
+    assert found["resent"] == 2
+    assert found["received"] == 6
+
+
+def test_deliveries_in_order_and_each_applied_once_find_nothing() -> None:
+    from bench.fault_checks import OutboxRow, Post, delivery_findings
+
+    found = delivery_findings(
+        [("a1", "approved"), ("a2", "rejected")],
+        [
+            OutboxRow("1", "action", "delivered", "a1"),
+            OutboxRow("2", "webhook", "delivered", None),
+            OutboxRow("3", "webhook", "delivered", None),
+        ],
+        [
+            Post("hooks", "2", None, "t", 1),
+            Post("actions", "1", "a1"),
+            Post("hooks", "3", None, "t", 2),
+            Post("hooks", "2", None, "t", 1),
+        ],
+    )
+    failures = ("approved_missing", "approved_undelivered", "not_approved_sent",
+                "events_undelivered", "events_unreceived", "out_of_order")  # fmt: skip
+    assert [name for name in failures if found[name]] == []
+    assert found["resent"] == 1

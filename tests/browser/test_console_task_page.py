@@ -7,6 +7,7 @@ more decided actions than a page lists the newest and reads older ones a page at
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -69,3 +70,74 @@ def test_a_task_the_report_failed_says_why_in_its_last_error(page: Any, console:
     expect(last_error).to_contain_text("…")  # shortened: the report holds the whole summary
     expect(page.locator("#report-summary")).to_contain_text(SUMMARY.split(". ")[-2])
     shot(page, "task-failed-by-report")
+
+
+def decided_actions(console: Console, task_id: str, count: int) -> list[str]:
+    """`count` decided actions of the task written into the store, a second apart (approved,
+    rejected or superseded in turn): their ids, newest first."""
+    from sqlalchemy import insert
+
+    from orchestrator.store import Database
+    from orchestrator.store.tables import actions
+    from orchestrator.store.types import utcnow
+
+    session_id = console.task(task_id)["session_id"]
+    now = utcnow()
+    statuses = ("approved", "rejected", "superseded")
+    rows = [
+        {
+            "action_id": f"old-{i:03d}-{task_id[:8]}",
+            "task_id": task_id,
+            "generation": 1,
+            "session_id": session_id,
+            "node_id": "a",
+            "kind": "work_order",
+            "payload": {"what": f"work order {i}"},
+            "status": statuses[i % 3],
+            "decided_by": f"approver {i}",
+            "decided_at": now - timedelta(seconds=count - i),
+            "note": f"decided as number {i}",
+            "created_at": now - timedelta(seconds=count - i),
+            "plan_revision": 1,
+            "digest": f"{i:064x}",
+        }
+        for i in range(count)
+    ]
+    db = Database.from_url(console.env["ORCH_DATABASE_URL"])
+    try:
+        with db.transaction() as conn:
+            conn.execute(insert(actions), rows)
+    finally:
+        db.dispose()
+    return [str(row["action_id"]) for row in reversed(rows)]
+
+
+def test_older_decided_actions_are_read_a_page_at_a_time(page: Any, console: Console) -> None:
+    task_id = console.trigger("xss", "A main with a long history of work orders")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    newest_first = decided_actions(console, task_id, 45)
+    open_task(page, console, task_id)
+    cards = page.locator("#decided-actions article.action")
+    # The 20 newest, and a way to the older ones: before, every one of them up to 200, and
+    # past 200 a note that the page could show no more.
+    expect(cards).to_have_count(20)
+    expect(cards.first).to_have_attribute("data-action", newest_first[0])
+    expect(cards.last).to_have_attribute("data-action", newest_first[19])
+    expect(page.locator("#decided-shown")).to_have_text(
+        "The 20 newest decided actions are shown; older ones follow."
+    )
+    more = page.locator("#decided-more")
+    expect(more).to_have_text("Show 20 more")
+    more.click()
+    expect(cards).to_have_count(40)
+    expect(page.locator("#decided-shown")).to_contain_text("The 40 newest")
+    more.click()
+    expect(cards).to_have_count(45)
+    expect(more).to_be_hidden()
+    expect(page.locator("#decided-shown")).to_be_hidden()
+    oldest = cards.last
+    expect(oldest).to_have_attribute("data-action", newest_first[-1])
+    expect(oldest).to_contain_text("approver 0")
+    expect(oldest).to_contain_text("decided as number 0")
+    assert [c.get_attribute("data-action") for c in cards.all()] == newest_first
+    shot(page, "task-decided-actions-paged")

@@ -1,5 +1,6 @@
 """How many rows the statements of a read make Postgres scan: what the deep-page tests assert
-and `bench/list_pages.py` reports (EXPLAIN ANALYZE of each SELECT the read sent, replayed)."""
+and `bench/list_pages.py` reports (EXPLAIN ANALYZE of each SELECT the read sent, replayed); and
+how many rows a read's statements hand to Python, on either store (`rows_returned`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from sqlalchemy import event
 
 from orchestrator.store import Database
 
-__all__ = ["rows_scanned"]
+__all__ = ["rows_returned", "rows_scanned"]
 
 
 def rows_scanned(db: Database, read: Callable[[Any], Any], *, show: bool = False) -> int:
@@ -46,3 +47,26 @@ def _scanned(node: dict[str, Any]) -> int:
     if "Scan" in node["Node Type"] and node["Node Type"] != "Bitmap Index Scan":
         own = int(node["Actual Rows"]) + int(node.get("Rows Removed by Filter", 0))
     return own + sum(_scanned(child) for child in node.get("Plans", []))
+
+
+def rows_returned(db: Database, read: Callable[[Any], Any]) -> tuple[int, int]:
+    """How many statements `read(conn)` sends and how many rows their SELECTs hand to Python
+    (each replayed and fetched), on either store: a read that counts in SQL returns its counts,
+    one that counts in Python returns every row it counts."""
+    sent: list[tuple[str, Any]] = []
+
+    def keep(_conn: Any, _cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        sent.append((statement, params))
+
+    event.listen(db.engine, "before_cursor_execute", keep)
+    try:
+        with db.transaction(readonly=True) as conn:
+            read(conn)
+    finally:
+        event.remove(db.engine, "before_cursor_execute", keep)
+    returned = 0
+    with db.transaction(readonly=True) as conn:
+        for statement, params in sent:
+            if statement.lstrip().upper().startswith("SELECT"):
+                returned += len(conn.exec_driver_sql(statement, params).fetchall())
+    return len(sent), returned

@@ -132,11 +132,17 @@ _LIST_SHAPE = shape_of(Page[ActionShown])
     "", response_model=Page[ActionShown], responses={**NOT_MODIFIED, **error_responses(404)}
 )
 def list_actions(
+    request: Request,
     response: Response,
     status: ActionStatus | None = Query(
         default=ActionStatus.pending_approval, description="omit with `any=true` for every status"
     ),
     any_status: bool = Query(default=False, alias="any", description="every status"),
+    decided: bool = Query(
+        default=False,
+        description="every status but `pending_approval` (approved, rejected, superseded): a "
+        "task's decided actions, page after page; not with `status` or `any`",
+    ),
     task_id: str | None = Query(default=None, max_length=36),
     limit: int = Query(default=100, ge=1, le=200),
     cursor: str | None = Query(
@@ -151,19 +157,22 @@ def list_actions(
     if_none_match: str | None = IF_NONE_MATCH,
     service: ActionService = Depends(get_action_service),
 ) -> Any:
-    """Newest first (or oldest, with `order=oldest`); pending approvals unless `status` or
-    `any` asks for others. Each with its `delivery`, as one action shows it: approved work
-    orders the backend never took are found in the list. A `task_id` that names no task is a
-    404, not an empty page. With the page's `ETag` in `If-None-Match`, `304` and no body while
-    the page is unchanged (the console's task page reads its pending actions when the task's
-    view changed)."""
-    wanted = None if any_status or status is None else str(status)
+    """Newest first (or oldest, with `order=oldest`); pending approvals unless `status`, `any`
+    or `decided` asks for others. Each with its `delivery`, as one action shows it: approved
+    work orders the backend never took are found in the list. A `task_id` that names no task is
+    a 404, not an empty page. With the page's `ETag` in `If-None-Match`, `304` and no body
+    while the page is unchanged (the console's task page reads its pending and its decided
+    actions when the task's view changed)."""
+    if decided and (any_status or "status" in request.query_params):
+        _refuse_decided_with_status()
+    wanted = None if any_status or decided or status is None else str(status)
     rows = service.listed(
         status=wanted,
         task_id=task_id,
         limit=limit + 1,
         cursor=cursor,
         oldest_first=order == "oldest",
+        decided=decided,
     )
     items, next_cursor = paged(
         rows, limit, lambda r: (r[0].created_at, r[0].action_id), oldest_first=order == "oldest"
@@ -177,6 +186,14 @@ def list_actions(
         "items": [{**action.to_dict(), "delivery": delivery} for action, delivery in items],
         "next_cursor": next_cursor,
     }
+
+
+def _refuse_decided_with_status() -> None:
+    """`decided=true` is a status filter of its own: with `status` or `any` beside it, one of
+    them would be ignored (`status=approved&decided=true` listing the rejected ones too)."""
+    message = "`decided=true` lists every decided status: ask it without `status` or `any`"
+    detail = {"code": "invalid_request", "message": message, "field": "decided"}
+    raise ValidationFailed(message, code="invalid_request", details=[detail])
 
 
 class PendingCount(BaseModel):

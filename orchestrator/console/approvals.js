@@ -80,18 +80,19 @@ function deliveryOf(delivery) {
 
 // The task's decided actions (approved, rejected, superseded), newest first, with who decided,
 // the note and, for an approved one, its delivery: once decided an action left the task's page,
-// and nothing there said who approved the work order or whether the backend had it.
-export async function decidedActions(taskId, held) {
-  const query = `actions?any=true&limit=200&task_id=${encodeURIComponent(taskId)}`;
-  const result = await watched(held, query);
-  if (!result.ok || result.unchanged) return result;
-  const items = itemsOf(result.data).filter((a) => a.status !== "pending_approval");
-  return { ok: true, items, more: Boolean(result.data.next_cursor) };
+// and nothing there said who approved the work order or whether the backend had it. The
+// `wanted` newest, a page of the API at a time (`decided=true`, by its cursor): the 200 newest
+// were all the page had, with no way to reach an older decision.
+export const DECIDED_PAGE = 20;
+export async function decidedActions(taskId, held, wanted) {
+  const result = await firstOf(`actions?decided=true&task_id=${encodeURIComponent(taskId)}`, wanted, held);
+  if (!result.ok) return result;
+  // Never drawn as decided, whatever a server sends.
+  return { ...result, items: result.items.filter((a) => a.status !== "pending_approval") };
 }
-export function showDecided(list, items, more) {
+export function showDecided(list, items) {
   fill(list, items.length ? items.map((a) => actionCard(a, null, null))
-    : el("p", { class: "muted" }, "No action of this task was decided yet."),
-  more ? el("p", { class: "muted" }, "The 200 newest actions of the task are shown; `orchestrator actions list --all --task ID` lists them all.") : null);
+    : el("p", { class: "muted" }, "No action of this task was decided yet."));
 }
 
 // Every pending action (of one task, with `filter` "&task_id=..."), page after page: the API
@@ -113,14 +114,15 @@ export async function pendingActions(filter, held) {
   return { ok: true, items, unchanged };
 }
 
-// The oldest `wanted` pending actions, oldest first, a page of the API at a time, each with
-// the tag held of it (`held`, as for `watched`): `unchanged` when every page was a 304.
-async function oldestPending(wanted, held) {
+// The first `wanted` actions of the list `base` (a query of GET /api/v1/actions, without
+// `limit` and `cursor`), a page of the API at a time, each with the tag held of it (`held`, as
+// for `watched`): `unchanged` when every page was a 304, `more` when the list goes on.
+async function firstOf(base, wanted, held) {
   const items = [];
   let cursor = null, unchanged = true;
   do {
     const limit = Math.min(200, wanted - items.length);
-    const query = `actions?status=pending_approval&order=oldest&limit=${limit}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`;
+    const query = `${base}&limit=${limit}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`;
     const result = await watched(held, query);
     if (!result.ok) return result;
     unchanged = unchanged && Boolean(result.unchanged);
@@ -128,6 +130,11 @@ async function oldestPending(wanted, held) {
     cursor = result.data.next_cursor || null;
   } while (cursor && items.length < wanted);
   return { ok: true, items, more: Boolean(cursor), unchanged };
+}
+
+// The oldest `wanted` pending actions, oldest first.
+function oldestPending(wanted, held) {
+  return firstOf("actions?status=pending_approval&order=oldest", wanted, held);
 }
 
 // How many wait (the API's count) and the oldest of them, a page more at each "Show more".

@@ -3,7 +3,7 @@
  * records (records.js) are sections of it. */
 import { byField, can, cannot, remember } from "./account.js";
 import { API, errorText, readFailed, sendOnce, watched } from "./api.js";
-import { decidedActions, pendingActions, showActions, showDecided } from "./approvals.js";
+import { DECIDED_PAGE, decidedActions, pendingActions, showActions, showDecided } from "./approvals.js";
 import { when } from "./clock.js";
 import {
   beingSentNow,
@@ -47,7 +47,7 @@ function lostGenerations(task) {
 // ---- task detail -----------------------------------------------------------------------
 export function taskDetail(taskId, params) {
   const path = `tasks/${encodeURIComponent(taskId)}`;
-  const s = { alive: true, key: viewKey(), asked: 0, drawn: 0, pendingAsked: 0, pendingDrawn: 0, transcriptAsked: 0, transcriptDrawn: 0, task: null, plan: null, selected: null, stream: null, timer: null, held: new Map(), heldActions: new Map(), heldDecided: new Map(), decidedAsked: 0, decidedDrawn: 0,
+  const s = { alive: true, key: viewKey(), asked: 0, drawn: 0, pendingAsked: 0, pendingDrawn: 0, transcriptAsked: 0, transcriptDrawn: 0, task: null, plan: null, selected: null, stream: null, timer: null, held: new Map(), heldActions: new Map(), heldDecided: new Map(), decidedAsked: 0, decidedDrawn: 0, decidedShown: DECIDED_PAGE,
     graph: null, streamKind: null, retry: null, nodeDone: null, receiptKey: null, recordsKey: null, deliveryKey: null,
     recoveryKey: null };
   // A reload restores the revision and the node shown (#/task/ID?session=S&revision=N&node=X);
@@ -67,6 +67,10 @@ export function taskDetail(taskId, params) {
   const pendingRead = el("div", { id: "pending-read" }); // says when they could not be read
   const decided = el("div", { id: "decided-actions", class: "actions-list" });
   const decidedRead = el("div", { id: "decided-read" });
+  // Said when older decided actions than those shown are left to read, with a page more of them.
+  const decidedShown = el("p", { class: "muted", id: "decided-shown", hidden: true });
+  const decidedMore = el("button", { type: "button", class: "secondary", id: "decided-more", hidden: true,
+    onclick: () => { s.decidedShown += DECIDED_PAGE; loadDecided(); } }, `Show ${DECIDED_PAGE} more`);
   const report = part("report"), receipts = part("receipts");
   const inFlight = part("running-receipts");
   const resolved = part("resolutions");
@@ -143,7 +147,7 @@ export function taskDetail(taskId, params) {
     el("section", { class: "card", "aria-labelledby": "h-plan" },
       el("div", { class: "row" }, el("h2", { id: "h-plan" }, "Plan"), live), planBox, nodeDetail),
     el("section", { class: "card", "aria-labelledby": "h-pending" }, el("h2", { id: "h-pending" }, "Pending approvals"), pendingResult, pendingRead, pending),
-    el("section", { class: "card", "aria-labelledby": "h-decided" }, el("h2", { id: "h-decided" }, "Decided actions"), decidedRead, decided),
+    el("section", { class: "card", "aria-labelledby": "h-decided" }, el("h2", { id: "h-decided" }, "Decided actions"), decidedRead, decided, decidedShown, decidedMore),
     el("div", { class: "grid2" },
       el("section", { class: "card", "aria-labelledby": "h-lease" }, el("h2", { id: "h-lease" }, "Lease"), lease),
       el("section", { class: "card", "aria-labelledby": "h-report" }, el("h2", { id: "h-report" }, "Report"), report)),
@@ -387,7 +391,7 @@ export function taskDetail(taskId, params) {
   // stands: read with the pending ones (a decision, or a delivery attempt, changes the view).
   async function loadDecided() {
     const asked = ++s.decidedAsked;
-    const result = await decidedActions(taskId, s.heldDecided);
+    const result = await decidedActions(taskId, s.heldDecided, s.decidedShown);
     if (!here() || asked < s.decidedDrawn) return;
     s.decidedDrawn = asked;
     s.decidedStale = !result.ok;
@@ -396,7 +400,11 @@ export function taskDetail(taskId, params) {
       return;
     }
     fill(decidedRead);
-    if (!result.unchanged) showDecided(decided, result.items, result.more);
+    if (result.unchanged) return; // the cards shown still hold
+    showDecided(decided, result.items);
+    // The newest are shown, a page more at each "Show more": the older ones are said to be there.
+    decidedShown.hidden = decidedMore.hidden = !result.more;
+    fill(decidedShown, result.more ? `The ${result.items.length} newest decided actions are shown; older ones follow.` : "");
   }
 
   // Live updates: the task stream when the server has it, else the session's plan stream.

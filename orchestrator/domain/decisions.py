@@ -43,6 +43,7 @@ __all__ = [
     "awaited_human_nodes",
     "decide",
     "open_human_nodes",
+    "report_failure",
     "unanswered_failed_human_nodes",
     "unretried_failed_nodes",
     "waiting_reason",
@@ -179,6 +180,8 @@ class RoundFacts:
     #: Which node retries which failed node, as stored with the revision (`domain.retries`);
     #: None for a revision stored before the relation was kept, read from its edges.
     plan_retries: Mapping[str, Sequence[str]] | None = None
+    #: The summary of the same report: a report that declared the task failed says why there.
+    report_summary: str | None = None
 
     @property
     def relation(self) -> Mapping[str, Sequence[str]]:
@@ -222,7 +225,8 @@ def _tally(nodes: Sequence[Mapping[str, Any]]) -> str:
 def decide(facts: RoundFacts) -> Decision:
     """The decision table of the executions issue; a round without a report never completes."""
     if facts.report_outcome == "failed":
-        return Decision("failed", "failed", "the report declared the task failed", "report_failed")
+        reason = report_failure(facts.report_summary, facts.plan_nodes)
+        return Decision("failed", "failed", reason, "report_failed")
     nodes = list(facts.plan_nodes or [])
     # A skipped or cancelled human node no longer applies, a failed one was closed by a person;
     # any other is awaited, unless a person failed a step the plan does not answer (no retry
@@ -287,6 +291,41 @@ def decide(facts: RoundFacts) -> Decision:
     if facts.report_outcome == "continue" and all_done:
         return Decision("queued", "continue", "the report declared continue")
     return Decision("queued", "continue", "plan nodes remain open" + retry)
+
+
+#: How a failure the report declared begins: the words that follow are the report's.
+REPORT_FAILED = "the report declared the task failed"
+#: How much of the report's summary the reason holds (the report keeps it whole).
+_SUMMARY_SHOWN = 240
+
+
+def report_failure(summary: str | None, nodes: Sequence[Mapping[str, Any]] | None) -> str:
+    """Why the task failed, in the report's words: its summary on one line, cut between words
+    after about 240 characters (`…`: the report shows it whole); for a blank summary, the
+    reasons of the plan's failed nodes. The task's last error, the generation's reason and the
+    `failed` event say it: "the report declared the task failed" alone told an operator that
+    the agent gave up, not why."""
+    said = " ".join((summary or "").split())
+    if said:
+        return f"{REPORT_FAILED}: {_shortened(said, _SUMMARY_SHOWN)}"
+    failed = [
+        f"failed node {n['id']}: {_shortened(' '.join(str(n.get('reason') or '').split()), 120)}"
+        for n in nodes or ()
+        if n.get("status") == "failed" and str(n.get("reason") or "").strip()
+    ]
+    return "; ".join([REPORT_FAILED, *failed[:3]])
+
+
+def _shortened(text: str, limit: int) -> str:
+    """`text` if it holds in `limit` characters, else cut at the last space before the limit
+    (or at it, in a word longer than half of it) and ended with `…`."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    space = cut.rfind(" ")
+    if space > limit // 2:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:") + "…"
 
 
 #: Why a round that published no plan of its own continues, and what the next one must do.

@@ -277,9 +277,8 @@ class ActionService:
         cursor: str | None = None,
         oldest_first: bool = False,
     ) -> list[ActionRecord]:
-        return [
-            action for action, _ in self._list(status, task_id, limit, cursor, oldest_first, False)
-        ]
+        listed = self._list(status, task_id, limit, cursor, oldest_first, deliveries=False)
+        return [action for action, _ in listed]
 
     def listed(
         self,
@@ -289,11 +288,15 @@ class ActionService:
         limit: int = 100,
         cursor: str | None = None,
         oldest_first: bool = False,
+        decided: bool = False,
     ) -> builtins.list[tuple[ActionRecord, dict[str, Any] | None]]:
         """`list`, each action with its delivery (`shown`'s, None until approved), read in the
         same transaction with one query for the page: an operator looking for approved work
-        orders the backend never took sees them in the list, without opening each one."""
-        return self._list(status, task_id, limit, cursor, oldest_first, True)
+        orders the backend never took sees them in the list, without opening each one.
+        `decided` (with `status` None): every status but `pending_approval`."""
+        return self._list(
+            status, task_id, limit, cursor, oldest_first, deliveries=True, decided=decided
+        )
 
     def _list(
         self,
@@ -302,7 +305,9 @@ class ActionService:
         limit: int,
         cursor: str | None,
         oldest_first: bool,
+        *,
         deliveries: bool,
+        decided: bool = False,
     ) -> builtins.list[tuple[ActionRecord, dict[str, Any] | None]]:
         if status is not None and status not in ACTION_STATUSES:
             raise ValidationFailed(f"unknown status {status!r}", code="invalid_status")
@@ -315,6 +320,7 @@ class ActionService:
                 limit=limit,
                 after=after,
                 oldest_first=oldest_first,
+                decided=decided,
             )
             if not actions and task_id is not None and task_store.get_task(conn, task_id) is None:
                 # Not "no actions" for a mistyped (or cut short) task id, in the API as in the CLI.

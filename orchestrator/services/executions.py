@@ -734,6 +734,7 @@ def finish_generation(
                 person_revised_last=is_person_revision(facts.plan_request_id),
                 unreadable_nodes=facts.unreadable_nodes,
                 plan_retries=facts.plan_retries,
+                report_summary=facts.report_summary,
             )
         )
         if decision.queues_next:

@@ -128,12 +128,16 @@ def list_actions(
     limit: int,
     after: tuple[datetime, str] | None = None,
     oldest_first: bool = False,
+    decided: bool = False,
 ) -> list[ActionRecord]:
     """Newest first, or oldest first (the longest waiting, what an approver decides first);
-    `after` is the (created_at, action_id) of the last row already seen in that order."""
+    `after` is the (created_at, action_id) of the last row already seen in that order;
+    `decided`: every status but `pending_approval` (a task's decided history)."""
     query = select(actions)
     if status is not None:
         query = query.where(actions.c.status == status)
+    if decided:
+        query = query.where(actions.c.status != "pending_approval")
     if task_id is not None:
         query = query.where(actions.c.task_id == task_id)
     if after is not None:

@@ -227,6 +227,8 @@ class GenerationFacts:
     #: The same revision's relation of retries (`domain.retries`); None when it was stored
     #: before the relation was kept (the decision then reads the edges).
     plan_retries: Retries | None = None
+    #: The same report's summary: a failure it declared is said in its words.
+    report_summary: str | None = None
 
 
 def _of_latest_revision(column: Any, label: str) -> Any:
@@ -241,21 +243,29 @@ def _of_latest_revision(column: Any, label: str) -> Any:
     )
 
 
+def _of_latest_report(column: Any, label: str) -> Any:
+    """`column` of the generation's latest report, as a scalar subquery."""
+    return (
+        select(column)
+        .where(
+            reports.c.task_id == bindparam("task_id"),
+            reports.c.generation == bindparam("generation"),
+        )
+        .order_by(reports.c.created_at.desc(), reports.c.report_id.desc())
+        .limit(1)
+        .scalar_subquery()
+        .label(label)
+    )
+
+
 # Built once: read at the end of every round, in the transaction that applies the decision.
 _FACTS = select(
     _of_latest_revision(plan_revisions.c.nodes, "plan_nodes"),
     _of_latest_revision(plan_revisions.c.edges, "plan_edges"),
     _of_latest_revision(plan_revisions.c.request_id, "plan_request_id"),
     _of_latest_revision(plan_revisions.c.retries, "plan_retries"),
-    select(reports.c.outcome)
-    .where(
-        reports.c.task_id == bindparam("task_id"),
-        reports.c.generation == bindparam("generation"),
-    )
-    .order_by(reports.c.created_at.desc(), reports.c.report_id.desc())
-    .limit(1)
-    .scalar_subquery()
-    .label("report_outcome"),
+    _of_latest_report(reports.c.outcome, "report_outcome"),
+    _of_latest_report(reports.c.summary, "report_summary"),
     select(func.count())
     .select_from(actions)
     .where(
@@ -272,7 +282,7 @@ def generation_facts(
     conn: Connection, task_id: str, generation: int, session_id: str | None
 ) -> GenerationFacts:
     """The latest plan of `session_id`, the generation's latest report and pending actions."""
-    ((nodes, edges, request_id, retries, report_outcome, pending),) = driver.fetch(
+    ((nodes, edges, request_id, retries, report_outcome, summary, pending),) = driver.fetch(
         conn, _FACTS, {"task_id": task_id, "generation": generation, "session_id": session_id}
     )
     readable = readable_nodes(nodes)
@@ -284,4 +294,5 @@ def generation_facts(
         plan_request_id=request_id,
         unreadable_nodes=len(stored_list(nodes)) - len(readable or []),
         plan_retries=readable_retries(retries),
+        report_summary=summary,
     )

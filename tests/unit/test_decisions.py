@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.domain.decisions import RoundFacts, decide
+from orchestrator.domain.decisions import RoundFacts, decide, report_failure
 
 
 def node(node_id: str, status: str, actor: str = "agent") -> dict[str, Any]:
@@ -26,6 +26,34 @@ def facts(
 def test_report_failed_fails_the_task_whatever_the_plan() -> None:
     decision = decide(facts([node("a", "completed")], "failed", pending=2))
     assert (decision.task_status, decision.outcome) == ("failed", "failed")
+
+
+def test_a_failed_report_s_reason_is_its_summary_said_as_the_report_s() -> None:
+    nodes = [node("a", "completed")]
+    decided = decide(RoundFacts(nodes, "failed", 0, 0, 5, report_summary="Valve\n stuck shut."))
+    assert decided.reason == "the report declared the task failed: Valve stuck shut."
+    assert decided.failure_code == "report_failed"
+
+
+def test_a_long_summary_is_cut_between_words() -> None:
+    said = report_failure("word " * 100 + "end", None)
+    assert said.startswith("the report declared the task failed: word word")
+    assert said.endswith("word…")
+    assert len(said) <= len("the report declared the task failed: ") + 241
+    one_word = report_failure("x" * 500, None)
+    assert one_word == "the report declared the task failed: " + "x" * 240 + "…"
+
+
+def test_a_blank_summary_names_the_failed_nodes_and_their_reasons() -> None:
+    nodes = [
+        node("a", "completed"),
+        node("b", "failed") | {"reason": "meter\tgone"},
+        node("c", "failed") | {"reason": " "},
+    ]
+    assert report_failure(" \n ", nodes) == (
+        "the report declared the task failed; failed node b: meter gone"
+    )
+    assert report_failure(None, []) == "the report declared the task failed"
 
 
 def test_pending_approvals_wait() -> None:

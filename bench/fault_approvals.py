@@ -47,6 +47,7 @@ __all__ = [
     "outbox_facts",
     "outbox_settled",
     "rejects",
+    "wait_for_outbox",
 ]
 
 #: The work order every approval task proposes (its own crew, so digests differ by task).

@@ -137,7 +137,16 @@ def _demo(args: argparse.Namespace) -> int:
     os.environ.update({k: v for k, v in DEMO_SETTINGS.items() if k not in os.environ})
     own_model = os.environ.get("ORCH_MODEL")
     os.environ["ORCH_MODEL"] = DEMO_MODEL
-    fleet = [name for name in ("ORCH_DATABASE_URL", "ORCH_REDIS_URL") if os.environ.get(name)]
+    # As the shell (its environment, or a `.env` file) configures them, before they are blanked.
+    configured = load()
+    fleet = [
+        name
+        for name, value in (
+            ("ORCH_DATABASE_URL", configured.database_url),
+            ("ORCH_REDIS_URL", configured.redis_url),
+        )
+        if value
+    ]
     os.environ.update(FLEET_SETTINGS)
     settings = load()
     folder = (settings.home / "demo").resolve()

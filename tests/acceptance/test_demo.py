@@ -79,3 +79,21 @@ def test_a_demo_that_gives_up_says_where_its_logs_are(tmp_path: Path) -> None:
     # It gave up, and says where its logs are: under ORCH_HOME, not the default folder.
     assert result.returncode == 1
     assert f"logs are in {tmp_path / 'home' / 'demo'}" in result.stderr, result.stderr
+
+
+def test_a_fleet_store_named_in_the_env_file_is_not_used_either(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ORCH_", "LLM_"))}
+    (tmp_path / ".env").write_text(
+        f"ORCH_DATABASE_URL=postgresql+psycopg://orch:{SECRET}@127.0.0.1:9/orchestrator\n"
+    )
+    result = subprocess.run(
+        [ORCHESTRATOR, "demo", "--timeout", "0.5"],  # what matters is what it printed first
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert "(ORCH_DATABASE_URL of this shell is not used by the demo)" in result.stdout
+    assert "  store: sqlite:///" in result.stdout
+    assert SECRET not in result.stdout + result.stderr

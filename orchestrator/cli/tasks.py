@@ -204,7 +204,8 @@ def _trigger(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(part) for part in first["loc"])
-        raise CommandFailed(f"invalid {field}: {first['msg']}", exit_code=2) from None
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise CommandFailed(f"invalid {field}: {message}", exit_code=2) from None
     rt = _runtime()
     quiet_dispatch_log()  # the CLI says it below, in its own words
     try:

@@ -109,7 +109,9 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
         code = "invalid_json" if kind == "json_invalid" else "invalid_request"
         where = ".".join(str(part) for part in error.get("loc", ()))
         # The input itself is never echoed: it may be large or hold secrets.
-        details.append({"code": code, "message": str(error.get("msg", "")), "field": where})
+        # A validator's own words, not pydantic's kind of error before them ("Value error, ").
+        message = str(error.get("msg", "")).removeprefix("Value error, ")
+        details.append({"code": code, "message": message, "field": where})
     said_who = human_steps.missing_by(request, exc.body)
     if said_who is not None and not any(d["field"] == "body.by" for d in details):
         details.append(said_who)  # named with the rest, not on the next call

@@ -108,7 +108,8 @@ class TriggerView(TaskView):
         description="false when the broker did not take the new task's wake-up (Redis down): "
         "the task is stored and queued all the same, and the sweeper sends its wake-up at its "
         "first sweep once the broker takes messages again (the `tasks trigger` CLI's JSON "
-        "says the same)"
+        "says the same); for a trigger_id found again (nothing is sent), false while that "
+        "task's wake-up is still not sent"
     )
 
 

@@ -91,7 +91,8 @@ def checked_body(model: Any, values: Mapping[str, Any]) -> Any:
     except ValidationError as exc:
         first = exc.errors()[0]
         option = ".".join(str(part) for part in first["loc"])
-        raise CommandFailed(f"invalid --{option}: {first['msg']}", exit_code=2) from None
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise CommandFailed(f"invalid --{option}: {message}", exit_code=2) from None
 
 
 def load() -> Settings:

@@ -1,7 +1,9 @@
 """`orchestrator demo`: a real worker killed mid-round, the sweeper's recovery, the finished task.
 
-Everything runs as real processes on the configured store (the embedded SQLite default when
-nothing is configured), with short lease settings that the demo prints.
+Everything runs as real processes on the embedded default (a SQLite store and a file-system
+broker under ORCH_HOME), with short lease settings that the demo prints. A shell set up for the
+fleet names its Postgres, Redis and business backend: the demo uses none of them, or the fleet's
+workers would take its task (and run it on the real model) while the demo kills its own.
 """
 
 from __future__ import annotations
@@ -38,6 +40,16 @@ DEMO_SETTINGS = {
 #: Always the bundled script: a shell set up for the fleet names a real model (ORCH_MODEL,
 #: LLM_BASE_URL), and the demo waits on the script's steps, which no real model follows.
 DEMO_MODEL = f"scripted:{SCRIPTS}"
+#: A fleet's services, blanked for the demo (empty is unset, and beats a `.env` file): its
+#: store and broker, where its workers would take the demo's task; its business backend, which
+#: would be sent the demo's events; its metrics port, which its worker holds.
+FLEET_SETTINGS = {
+    "ORCH_DATABASE_URL": "",
+    "ORCH_REDIS_URL": "",
+    "ORCH_ACTIONS_URL": "",
+    "ORCH_WEBHOOK_URL": "",
+    "ORCH_METRICS_PORT": "0",
+}
 
 T = TypeVar("T")
 
@@ -125,15 +137,28 @@ def _demo(args: argparse.Namespace) -> int:
     os.environ.update({k: v for k, v in DEMO_SETTINGS.items() if k not in os.environ})
     own_model = os.environ.get("ORCH_MODEL")
     os.environ["ORCH_MODEL"] = DEMO_MODEL
+    # As the shell (its environment, or a `.env` file) configures them, before they are blanked.
+    configured = load()
+    fleet = [
+        name
+        for name, value in (
+            ("ORCH_DATABASE_URL", configured.database_url),
+            ("ORCH_REDIS_URL", configured.redis_url),
+        )
+        if value
+    ]
+    os.environ.update(FLEET_SETTINGS)
     settings = load()
     folder = (settings.home / "demo").resolve()
     folder.mkdir(parents=True, exist_ok=True)
     migrations.upgrade(settings.store_url)
     _say("condition-orchestrator demo")
-    # The URLs as configured, their passwords masked.
+    # Its own store (a SQLite path under ORCH_HOME), masked as any URL printed.
     _say(f"  store: {mask_url(settings.store_url)}")
-    broker = mask_url(settings.redis_url) if settings.redis_url else None
-    _say(f"  broker: {broker or 'Kombu filesystem transport in ' + str(settings.home)}")
+    _say(f"  broker: Kombu filesystem transport in {settings.home}")
+    if fleet:
+        verb = "are" if len(fleet) > 1 else "is"
+        _say(f"  ({' and '.join(fleet)} of this shell {verb} not used by the demo)")
     _say(
         f"  demo lease settings: lease {settings.lease_seconds:g}s, renewed every "
         f"{settings.lease_renew_seconds:g}s, sweep every {settings.sweep_seconds:g}s "
@@ -178,7 +203,12 @@ def _demo(args: argparse.Namespace) -> int:
     finally:
         processes.stop_all()
         rt.close()
-    _say("\nlook again with: orchestrator tasks list; orchestrator tasks show " + task.task_id)
+    # In a fleet's shell a bare `orchestrator tasks list` reads the fleet's store.
+    embedded = "".join(f"{name}= " for name in fleet)
+    _say(
+        f"\nlook again with: {embedded}orchestrator tasks list; "
+        f"{embedded}orchestrator tasks show {task.task_id}"
+    )
     return 0
 
 

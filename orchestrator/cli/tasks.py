@@ -204,7 +204,8 @@ def _trigger(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(part) for part in first["loc"])
-        raise CommandFailed(f"invalid {field}: {first['msg']}", exit_code=2) from None
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise CommandFailed(f"invalid {field}: {message}", exit_code=2) from None
     rt = _runtime()
     quiet_dispatch_log()  # the CLI says it below, in its own words
     try:
@@ -216,9 +217,10 @@ def _trigger(args: argparse.Namespace) -> int:
     view = task_view(task) | {"created": result.created}
     if args.json:
         print_json(view | {"dispatched": result.dispatched})
+    elif not result.created:
+        print(f"already exists: task {task.task_id} ({task.status}, generation {task.generation})")
     elif result.dispatched:
-        verb = "queued" if result.created else "already exists:"
-        print(f"{verb} task {task.task_id} ({task.status}, generation {task.generation})")
+        print(f"queued task {task.task_id} ({task.status}, generation {task.generation})")
     else:
         print(f"stored task {task.task_id} (queued, generation {task.generation})")
     # Exit 0 either way, as a requeue: the task is stored and will run (`wake_ups.py`).

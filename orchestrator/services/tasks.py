@@ -138,7 +138,9 @@ class TaskService:
                 existing = task_store.task_by_trigger(conn, trigger_id)
             assert existing is not None  # trigger ids are never deleted on their own
             _refuse_other_payload(trigger_id, existing, trigger)
-            return TriggerResult(existing, created=False)
+            # Nothing is sent again: a retried trigger says what its first answer said, and
+            # `false` while the broker has still not taken the wake-up (the sweeper sends it).
+            return TriggerResult(existing, created=False, dispatched=not wake_up_unsent(existing))
         failure = dispatch_failure(self.dispatcher, task.task_id, task.generation)
         if failure is None:  # the benchmarked path: nothing more
             return TriggerResult(task, created=True)

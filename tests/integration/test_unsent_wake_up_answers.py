@@ -131,6 +131,51 @@ def test_a_trigger_the_broker_refuses_exits_0_as_a_requeue_does(
     refused_line(err, task_id, 2, "requeue")
 
 
+def test_a_trigger_sent_again_says_its_wake_up_is_still_not_sent(
+    rt: Runtime, cli: None, api: TestClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The business backend retries a trigger whose answer it lost, while Redis is down: the
+    same task comes back, and `dispatched` says what the first answer said, `false`: its
+    wake-up is still not sent (the sweeper sends it). Before, a trigger_id found again always
+    answered `true`, though nothing was sent, then or since."""
+    body = {"task_type": "simple", "title": "t", "trigger_id": "crm-1"}
+    first = api.post("/api/v1/tasks", json=body)
+    assert (first.status_code, first.json()["created"], first.json()["dispatched"]) == (
+        201,
+        True,
+        False,
+    )
+    again = api.post("/api/v1/tasks", json=body)
+    assert again.status_code == 200, again.text
+    assert (again.json()["task_id"], again.json()["created"], again.json()["dispatched"]) == (
+        first.json()["task_id"],
+        False,
+        False,
+    )
+    task_id = first.json()["task_id"]
+    trigger = ["tasks", "trigger", "--type", "simple", "--title", "t", "--trigger-id", "crm-1"]
+    assert main(trigger) == 0
+    out, err = capsys.readouterr()
+    assert out == f"already exists: task {task_id} (queued, generation 1)\n"
+    [line] = err.splitlines()
+    assert line.startswith(f"orchestrator: {REFUSED} {task_id} generation 1; ")
+    assert main([*trigger, "--json"]) == 0
+    out, _ = capsys.readouterr()
+    assert (json.loads(out)["created"], json.loads(out)["dispatched"]) == (False, False)
+
+    # One whose wake-up went out (here a recording broker's) says so when triggered again.
+    sent = rt.tasks.trigger(Trigger(task_type="simple", title="s", trigger_id="crm-2")).task
+    again = api.post(
+        "/api/v1/tasks", json={"task_type": "simple", "title": "s", "trigger_id": "crm-2"}
+    )
+    assert (again.json()["task_id"], again.json()["dispatched"]) == (sent.task_id, True)
+    assert (
+        main(["tasks", "trigger", "--type", "simple", "--title", "s", "--trigger-id", "crm-2"]) == 0
+    )
+    out, err = capsys.readouterr()
+    assert (out, err) == (f"already exists: task {sent.task_id} (queued, generation 1)\n", "")
+
+
 def test_a_requeue_whose_wake_up_went_out_says_nothing_more(
     rt: Runtime,
     store_url: str,

@@ -9,11 +9,12 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from orchestrator.cli import build_parser
 from orchestrator.cli.fleet import HEARTBEAT
-from orchestrator.settings import setting_names
+from orchestrator.settings import load_settings, setting_names
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -161,7 +162,9 @@ def test_the_model_settings_reach_every_app_and_the_model_is_required() -> None:
             "LLM_TIMEOUT_SECONDS",
             "LLM_MAX_RETRIES",
         ):
-            assert environment[setting].startswith(f"${{{setting}:-"), (name, setting)
+            # The shell's value or none: a default written here would shadow the code's own
+            # (LLM_MAX_OUTPUT_TOKENS unset is at most a quarter of the window).
+            assert environment[setting] is None, (name, setting)
 
 
 def test_every_llm_setting_is_passed_through_to_every_app() -> None:
@@ -238,6 +241,48 @@ def test_docker_compose_v1_accepts_the_file() -> None:
     )
     assert refused.returncode != 0
     assert "POSTGRES_PASSWORD" in refused.stderr
+
+
+def _resolved_environments(shell: dict[str, str]) -> dict[str, dict[str, str]]:
+    """Each app's environment as `docker-compose config` resolves it from `shell`."""
+    binary = shutil.which("docker-compose")
+    assert binary, "docker-compose is not installed: run scripts/ensure-services.sh as root"
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("ORCH_", "LLM_"))}
+    config = subprocess.run(
+        [binary, "-f", str(COMPOSE), "config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**env, **MODEL_ENV, "ORCH_API_TOKEN": "test-token", **shell},
+        cwd=ROOT,
+        check=True,
+    )
+    services = yaml.safe_load(config.stdout)["services"]
+    return {
+        service: {
+            name: str(value)
+            for name, value in services[service]["environment"].items()
+            if value is not None
+        }
+        for service in APPS
+    }
+
+
+def test_a_small_context_window_alone_starts_the_compose_fleet(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The README's advice for a local 4k model, `LLM_CONTEXT_WINDOW` alone, holds in the compose
+    fleet too: an output budget the shell did not set stays unset, a quarter of the window,
+    rather than the file's 4096, which a 4,096-token window refuses at start."""
+    for name in os.environ:
+        if name.startswith(("ORCH_", "LLM_")):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)  # no .env of the developer's
+    for environment in _resolved_environments({"LLM_CONTEXT_WINDOW": "4096"}).values():
+        for name, value in environment.items():
+            monkeypatch.setenv(name, value)
+        settings = load_settings()
+        assert (settings.llm_context_window, settings.llm_max_output_tokens) == (4096, 1024)
 
 
 def test_worker_can_be_scaled() -> None:

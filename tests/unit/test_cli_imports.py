@@ -101,3 +101,46 @@ def test_a_listing_and_a_lookup_read_the_store_without_the_broker_or_the_agent(
     for found in (listed, shown):
         loaded = {prefix: _loaded(found["modules"], prefix) for prefix in NOT_AT_START}
         assert {prefix: names for prefix, names in loaded.items() if names} == {}
+
+
+#: What serves HTTP: a command that changes a task in the store has no use for it.
+WEB = ("fastapi", "starlette", "uvicorn", "orchestrator.api")
+
+
+def test_requeue_and_cancel_check_their_options_without_the_web_stack(tmp_path: Path) -> None:
+    """`tasks requeue` and `tasks cancel` checked `--reason` and `--by` with the API's body
+    models, imported from `orchestrator.api.tasks`: FastAPI, Starlette and the whole app (the
+    package builds it) on every requeue. The same checks, the same lines, without them."""
+    from orchestrator.services.dispatch import RecordingDispatcher
+    from orchestrator.services.tasks import TaskService, Trigger
+    from orchestrator.store import migrations
+    from orchestrator.store.db import Database
+
+    home = tmp_path / "home"
+    home.mkdir()
+    store = f"sqlite:///{home / 'orchestrator.db'}"
+    migrations.upgrade(store)
+    db = Database.from_url(store)
+    try:
+        task_id = (
+            TaskService(db, RecordingDispatcher())
+            .trigger(Trigger(task_type="demo", title="t"))
+            .task.task_id
+        )
+    finally:
+        db.dispose()
+    requeued = _imported(["tasks", "requeue", task_id, "--reason", "again", "--by", "ana"], home)
+    assert requeued["code"] == 0, requeued["err"]
+    assert requeued["out"] == f"requeued task {task_id} as generation 2\n"
+    blank = _imported(["tasks", "requeue", task_id, "--reason", " "], home)
+    assert blank["code"] == 2
+    assert "invalid --reason: Value error, must not be blank" in str(blank["err"]), blank["err"]
+    too_long = _imported(["tasks", "cancel", task_id, "--by", "x" * 201], home)
+    assert too_long["code"] == 2
+    assert "invalid --by: Value should have at most 200 items" in str(too_long["err"])
+    cancelled = _imported(["tasks", "cancel", task_id, "--by", "ana"], home)
+    assert cancelled["code"] == 0, cancelled["err"]
+    assert cancelled["out"] == f"cancelled task {task_id} (generation 2 fenced)\n"
+    for found in (requeued, blank, too_long, cancelled):
+        loaded = {prefix: _loaded(found["modules"], prefix) for prefix in WEB}
+        assert {prefix: names for prefix, names in loaded.items() if names} == {}

@@ -259,7 +259,7 @@ def _time(value: Any) -> str:
 def _as_sent(action: ActionRecord) -> dict[str, Any]:
     """The action as the API sends its payload: one an older version stored in another shape
     than an object is its JSON text."""
-    from orchestrator.api.explain_views import payload_as_sent
+    from orchestrator.api.older_shapes import payload_as_sent
 
     return {**action.to_dict(), "payload": payload_as_sent(action.payload)}
 

@@ -144,3 +144,55 @@ def test_requeue_and_cancel_check_their_options_without_the_web_stack(tmp_path: 
     for found in (requeued, blank, too_long, cancelled):
         loaded = {prefix: _loaded(found["modules"], prefix) for prefix in WEB}
         assert {prefix: names for prefix, names in loaded.items() if names} == {}
+
+
+def test_an_action_listed_or_shown_is_read_without_the_web_stack(tmp_path: Path) -> None:
+    """`actions list` and `actions show` send a payload as the API does (`payload_as_sent`),
+    imported from the API's response models: FastAPI, Starlette and the whole app for every
+    page of actions with one on it."""
+    from sqlalchemy import insert
+
+    from orchestrator.services.dispatch import RecordingDispatcher
+    from orchestrator.services.tasks import TaskService, Trigger
+    from orchestrator.store import migrations
+    from orchestrator.store.db import Database
+    from orchestrator.store.tables import actions
+    from orchestrator.store.types import utcnow
+
+    home = tmp_path / "home"
+    home.mkdir()
+    store = f"sqlite:///{home / 'orchestrator.db'}"
+    migrations.upgrade(store)
+    db = Database.from_url(store)
+    try:
+        task = TaskService(db, RecordingDispatcher()).trigger(Trigger(task_type="t", title="t"))
+        row = {
+            "action_id": "act-1",
+            "task_id": task.task.task_id,
+            "generation": 1,
+            "session_id": task.task.session_id,
+            "node_id": "a",
+            "kind": "work_order",
+            "payload": [1, 2],  # an older shape: sent as its JSON text
+            "status": "approved",
+            "decided_by": "ana",
+            "decided_at": utcnow(),
+            "created_at": utcnow(),
+            "plan_revision": 1,
+            "digest": "0" * 64,
+        }
+        with db.transaction() as conn:
+            conn.execute(insert(actions), [row])
+    finally:
+        db.dispose()
+    listed = _imported(["actions", "list", "--decided", "--json"], home)
+    assert listed["code"] == 0, listed["err"]
+    assert [(a["action_id"], a["payload"]) for a in json.loads(str(listed["out"]))] == [
+        ("act-1", "[1, 2]")
+    ]
+    shown = _imported(["actions", "show", "act-1"], home)
+    assert shown["code"] == 0, shown["err"]
+    assert "    [1, 2]" in str(shown["out"])
+    for found in (listed, shown):
+        loaded = {prefix: _loaded(found["modules"], prefix) for prefix in WEB[:3]}
+        assert {prefix: names for prefix, names in loaded.items() if names} == {}

@@ -143,7 +143,8 @@ def test_requeue_and_cancel_check_their_options_without_the_web_stack(tmp_path: 
     env = {"ORCH_HOME": str(home)}
     blank = run_main("tasks", "requeue", task_id, "--reason", " ", env=env)
     assert (blank.returncode, blank.stdout) == (2, "")
-    assert blank.stderr == "orchestrator: invalid --reason: Value error, must not be blank\n"
+    assert blank.stderr.startswith("orchestrator: invalid --reason: ")
+    assert blank.stderr.endswith("must not be blank\n")  # after pydantic's "Value error, "
     too_long = run_main("tasks", "cancel", task_id, "--by", "x" * 201, env=env)
     assert (too_long.returncode, too_long.stdout) == (2, "")
     assert too_long.stderr == (

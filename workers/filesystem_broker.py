@@ -154,3 +154,12 @@ class Transport(kombu_filesystem.Transport):
     """Kombu's filesystem transport with the channel above."""
 
     Channel = Channel
+
+    @property
+    def default_connection_params(self) -> dict[str, Any]:
+        """No default host: a folder has none. Kombu's virtual transports default to
+        `localhost`, and every connection it derives from the app's `filesystem://` (the
+        producer pool's at each wake-up sent, the worker's consumer, its banner) logged "No
+        hostname was supplied. Reverting to default 'localhost'", read as a broker
+        misconfigured. The folders are in the transport options; the host was never read."""
+        return {"port": self.default_port}

@@ -23,7 +23,6 @@ from typing import Annotated, Any, Generic, TypeVar
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -32,7 +31,7 @@ from pydantic import (
 )
 
 from orchestrator.domain.cursors import encode_cursor
-from orchestrator.domain.storable import filled_text, storable_text
+from orchestrator.domain.storable import FilledText, StoredText  # the API's, re-exported
 from orchestrator.domain.times import wire_time
 
 __all__ = [
@@ -50,12 +49,6 @@ __all__ = [
     "error_responses",
     "paged",
 ]
-
-#: Free text of a request body (a reason, a note, a question, who acted): refused with a 422
-#: naming the field when no store keeps it (a NUL character), before any work is spent on it.
-StoredText = Annotated[str, AfterValidator(storable_text)]
-#: StoredText that is required: blanks alone are refused like nothing (a reason, who acted).
-FilledText = Annotated[str, AfterValidator(filled_text)]
 
 #: Every time a response model sends: `wire_time` (`...:05.000000+00:00`, six fraction digits
 #: always), the form of the signed webhook bodies, the evidence citations, the task stream and

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from orchestrator.api.contract import IsoTime
 from orchestrator.api.enums import ActionKind, ActionStatus, EvidenceOrigin, ReportOutcome
-from orchestrator.api.older_shapes import as_text_unless, items_as_text_unless
+from orchestrator.api.older_shapes import as_text_unless, items_as_text_unless, payload_as_sent
 from orchestrator.api.outbox import Delivery, DeliveryKind, DeliveryStatus
 from orchestrator.api.plan_views import PlanRevisionView
 
@@ -75,12 +75,6 @@ class ReportView(BaseModel):
     def _older_refs_as_text(cls, refs: Any) -> list[Any]:
         """A reference that is not text (an older report's number or object) is its JSON text."""
         return items_as_text_unless(str, refs)
-
-
-def payload_as_sent(payload: Any) -> Any:
-    """An action's payload as the API sends it: an object, or the JSON text of one an older
-    version stored in another shape (a list, a number; a string stays itself)."""
-    return as_text_unless(dict[str, Any], payload)
 
 
 #: The description of an action's `payload` wherever it is sent.

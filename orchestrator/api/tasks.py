@@ -6,10 +6,9 @@ from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.api.auth import current_operator
-from orchestrator.api.contract import FilledText, Page, error_responses
+from orchestrator.api.contract import Page, error_responses
 from orchestrator.api.enums import TaskStatus
 from orchestrator.api.etags import IF_NONE_MATCH, NOT_MODIFIED, shape_of, tagged
 from orchestrator.api.models import (
@@ -23,7 +22,8 @@ from orchestrator.api.models import (
 from orchestrator.domain.task_filter import TASK_TYPE_MAX, TASK_TYPE_PATTERN, task_filter
 from orchestrator.leases import make_lease_backend
 from orchestrator.runtime import celery_dispatcher
-from orchestrator.services.tasks import CANCELLED, TaskService, Trigger, task_view
+from orchestrator.services.task_requests import CancelBody, RequeueBody
+from orchestrator.services.tasks import TaskService, Trigger, task_view
 from orchestrator.store.receipts import ReceiptLedger
 
 __all__ = ["get_task_service", "router"]
@@ -49,27 +49,6 @@ _TRIGGER_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"model": TriggerView, "description": "the trigger_id named an existing task"},
     **error_responses(403, 409),
 }
-
-
-#: Who asks, in a body sent with the shared API token (a named account is always its own name).
-_BY = Field(
-    default=None,
-    max_length=200,
-    description="who asks, recorded with the requeue or cancel; only with the shared API "
-    "token (an operator account is recorded by its name, whatever this says)",
-)
-
-
-class RequeueBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    reason: FilledText = Field(min_length=1, max_length=500)
-    by: FilledText | None = _BY
-
-
-class CancelBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    reason: FilledText = Field(default=CANCELLED, min_length=1, max_length=500)
-    by: FilledText | None = _BY
 
 
 @router.post("", status_code=201, response_model=TriggerView, responses=_TRIGGER_RESPONSES)

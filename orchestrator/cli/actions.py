@@ -53,6 +53,11 @@ def register(commands: Any) -> None:
     statuses = listing.add_mutually_exclusive_group()
     statuses.add_argument("--status", choices=ACTION_STATUSES, default="pending_approval")
     statuses.add_argument("--all", action="store_true", help="every status")
+    statuses.add_argument(
+        "--decided",
+        action="store_true",
+        help="every status but pending_approval: who approved or rejected what",
+    )
     listing.add_argument("--task", dest="task_id")
     listing.add_argument(
         "--oldest",
@@ -92,7 +97,7 @@ def register(commands: Any) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    status = None if args.all else args.status
+    status = None if args.all or args.decided else args.status
     rt = build_runtime(load(), dispatcher=RecordingDispatcher())
     try:
         rows = rt.actions.listed(
@@ -101,6 +106,7 @@ def _list(args: argparse.Namespace) -> int:
             limit=args.limit + 1,  # one more says whether a next page exists
             cursor=args.cursor,
             oldest_first=args.oldest,
+            decided=args.decided,
         )
         pending = rt.actions.count_pending(args.task_id) if status == "pending_approval" else None
     finally:
@@ -134,7 +140,10 @@ def _list(args: argparse.Namespace) -> int:
 def _next_page(args: argparse.Namespace, cursor: str) -> str:
     """The command that lists the page after this one, with the same filters and order."""
     words = ["orchestrator", "actions", "list"]
-    words += ["--all"] if args.all else ["--status", args.status]
+    if args.all or args.decided:
+        words.append("--all" if args.all else "--decided")
+    else:
+        words += ["--status", args.status]
     if args.task_id:
         words += ["--task", args.task_id]
     if args.oldest:
@@ -250,7 +259,7 @@ def _time(value: Any) -> str:
 def _as_sent(action: ActionRecord) -> dict[str, Any]:
     """The action as the API sends its payload: one an older version stored in another shape
     than an object is its JSON text."""
-    from orchestrator.api.explain_views import payload_as_sent
+    from orchestrator.api.older_shapes import payload_as_sent
 
     return {**action.to_dict(), "payload": payload_as_sent(action.payload)}
 

@@ -27,6 +27,7 @@ from orchestrator.cli.wake_ups import held_notices, quiet_dispatch_log, say_unse
 from orchestrator.domain.recovery import readable_call
 from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.dispatch import RecordingDispatcher, WakeUp
+from orchestrator.services.task_requests import CancelBody, RequeueBody
 from orchestrator.services.tasks import CANCELLED, Trigger, task_view
 from orchestrator.store.outbox import SETTLED
 from orchestrator.store.types import utcnow
@@ -395,8 +396,6 @@ def _short(value: Any, limit: int = 160) -> str:
 
 
 def _requeue(args: argparse.Namespace) -> int:
-    from orchestrator.api.tasks import RequeueBody
-
     reason, by = _reason_and_by(args, RequeueBody)
     rt = _runtime()
     quiet_dispatch_log()
@@ -415,8 +414,6 @@ def _requeue(args: argparse.Namespace) -> int:
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    from orchestrator.api.tasks import CancelBody
-
     reason, by = _reason_and_by(args, CancelBody)
     rt = _runtime()
     try:

@@ -1,15 +1,25 @@
 """Values every store keeps alike: Postgres refuses a NUL character in text and jsonb, NaN and
 infinity in jsonb, and text that is not UTF-8 (an unpaired surrogate); SQLite would keep them for
-a worker or a reader to trip on. Request models refuse them up front, as a 422 naming the field.
+a worker or a reader to trip on. Request models refuse them up front, as a 422 naming the field
+(the API) or one line naming the option (the CLI), through `StoredText` and `FilledText`.
 """
 
 from __future__ import annotations
 
 import math
 import unicodedata
-from typing import Any
+from typing import Annotated, Any
 
-__all__ = ["MAX_JSON_DEPTH", "filled_text", "storable_json", "storable_text"]
+from pydantic import AfterValidator
+
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "FilledText",
+    "StoredText",
+    "filled_text",
+    "storable_json",
+    "storable_text",
+]
 
 #: How deep free-form JSON (a trigger's context or sample input) may nest, objects and arrays:
 #: deeper is no task's data, and exhausts the recursion of the code that copies and renders it.
@@ -35,6 +45,15 @@ def filled_text(text: str) -> str:
     if not any(_visible(char) for char in storable_text(text)):
         raise ValueError("must not be blank")
     return text
+
+
+#: Free text of a request body (a reason, a note, a question, who acted): refused with a 422
+#: naming the field when no store keeps it (a NUL character), before any work is spent on it.
+#: Here, with pydantic only, not in the API's contract: the CLI checks its options with the
+#: API's body models, and `orchestrator.api` builds the FastAPI app when imported.
+StoredText = Annotated[str, AfterValidator(storable_text)]
+#: StoredText that is required: blanks alone are refused like nothing (a reason, who acted).
+FilledText = Annotated[str, AfterValidator(filled_text)]
 
 
 def _visible(char: str) -> bool:

@@ -101,3 +101,105 @@ def test_a_listing_and_a_lookup_read_the_store_without_the_broker_or_the_agent(
     for found in (listed, shown):
         loaded = {prefix: _loaded(found["modules"], prefix) for prefix in NOT_AT_START}
         assert {prefix: names for prefix, names in loaded.items() if names} == {}
+
+
+#: What serves HTTP: a command that changes a task in the store has no use for it.
+WEB = ("fastapi", "starlette", "uvicorn", "orchestrator.api")
+
+
+def test_requeue_and_cancel_check_their_options_without_the_web_stack(tmp_path: Path) -> None:
+    """`tasks requeue` and `tasks cancel` checked `--reason` and `--by` with the API's body
+    models, imported from `orchestrator.api.tasks`: FastAPI, Starlette and the whole app (the
+    package builds it) on every requeue. The same checks, the same lines, without them."""
+    from orchestrator.services.dispatch import RecordingDispatcher
+    from orchestrator.services.tasks import TaskService, Trigger
+    from orchestrator.store import migrations
+    from orchestrator.store.db import Database
+    from tests.cli_in_process import run_main
+
+    home = tmp_path / "home"
+    home.mkdir()
+    store = f"sqlite:///{home / 'orchestrator.db'}"
+    migrations.upgrade(store)
+    db = Database.from_url(store)
+    try:
+        task_id = (
+            TaskService(db, RecordingDispatcher())
+            .trigger(Trigger(task_type="demo", title="t"))
+            .task.task_id
+        )
+    finally:
+        db.dispose()
+    requeued = _imported(["tasks", "requeue", task_id, "--reason", "again", "--by", "ana"], home)
+    assert requeued["code"] == 0, requeued["err"]
+    assert requeued["out"] == f"requeued task {task_id} as generation 2\n"
+    cancelled = _imported(["tasks", "cancel", task_id, "--by", "ana"], home)
+    assert cancelled["code"] == 0, cancelled["err"]
+    assert cancelled["out"] == f"cancelled task {task_id} (generation 2 fenced)\n"
+    for found in (requeued, cancelled):
+        loaded = {prefix: _loaded(found["modules"], prefix) for prefix in WEB}
+        assert {prefix: names for prefix, names in loaded.items() if names} == {}
+    # Refused as before, in the same words (in this process: only the words are checked).
+    env = {"ORCH_HOME": str(home)}
+    blank = run_main("tasks", "requeue", task_id, "--reason", " ", env=env)
+    assert (blank.returncode, blank.stdout) == (2, "")
+    assert blank.stderr.startswith("orchestrator: invalid --reason: ")
+    assert blank.stderr.endswith("must not be blank\n")  # after pydantic's "Value error, "
+    too_long = run_main("tasks", "cancel", task_id, "--by", "x" * 201, env=env)
+    assert (too_long.returncode, too_long.stdout) == (2, "")
+    assert too_long.stderr == (
+        "orchestrator: invalid --by: Value should have at most 200 items after validation, "
+        "not 201\n"
+    )
+
+
+def test_an_action_listed_or_shown_is_read_without_the_web_stack(tmp_path: Path) -> None:
+    """`actions list` and `actions show` send a payload as the API does (`payload_as_sent`),
+    imported from the API's response models: FastAPI, Starlette and the whole app for every
+    page of actions with one on it."""
+    from sqlalchemy import insert
+
+    from orchestrator.services.dispatch import RecordingDispatcher
+    from orchestrator.services.tasks import TaskService, Trigger
+    from orchestrator.store import migrations
+    from orchestrator.store.db import Database
+    from orchestrator.store.tables import actions
+    from orchestrator.store.types import utcnow
+
+    home = tmp_path / "home"
+    home.mkdir()
+    store = f"sqlite:///{home / 'orchestrator.db'}"
+    migrations.upgrade(store)
+    db = Database.from_url(store)
+    try:
+        task = TaskService(db, RecordingDispatcher()).trigger(Trigger(task_type="t", title="t"))
+        row = {
+            "action_id": "act-1",
+            "task_id": task.task.task_id,
+            "generation": 1,
+            "session_id": task.task.session_id,
+            "node_id": "a",
+            "kind": "work_order",
+            "payload": [1, 2],  # an older shape: sent as its JSON text
+            "status": "approved",
+            "decided_by": "ana",
+            "decided_at": utcnow(),
+            "created_at": utcnow(),
+            "plan_revision": 1,
+            "digest": "0" * 64,
+        }
+        with db.transaction() as conn:
+            conn.execute(insert(actions), [row])
+    finally:
+        db.dispose()
+    listed = _imported(["actions", "list", "--decided", "--json"], home)
+    assert listed["code"] == 0, listed["err"]
+    assert [(a["action_id"], a["payload"]) for a in json.loads(str(listed["out"]))] == [
+        ("act-1", "[1, 2]")
+    ]
+    shown = _imported(["actions", "show", "act-1"], home)
+    assert shown["code"] == 0, shown["err"]
+    assert "    [1, 2]" in str(shown["out"])
+    for found in (listed, shown):
+        loaded = {prefix: _loaded(found["modules"], prefix) for prefix in WEB[:3]}
+        assert {prefix: names for prefix, names in loaded.items() if names} == {}

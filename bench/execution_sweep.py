@@ -37,9 +37,8 @@ def measure(
     import psycopg
     from sqlalchemy import select
 
-    from orchestrator.leases.keys import lease_key
+    from orchestrator.leases.keys import lease_key, task_lease
     from orchestrator.runtime import build_runtime
-    from orchestrator.services.lease_keeper import lease_name
     from orchestrator.store import executions as execution_store
     from orchestrator.store.tables import executions
     from orchestrator.store.types import utcnow
@@ -61,7 +60,7 @@ def measure(
         for task_id, _, token in runs:
             live.append(task_id)
             pipe.set(
-                lease_key(lease_name(task_id)),
+                lease_key(task_lease(task_id)),
                 f"{token}|{stamp}|{stamp}|bench:bulk",
                 px=3_600_000,
             )
@@ -83,7 +82,7 @@ def measure(
             "WHERE task_id = ANY(%s) AND generation = 1",
             (batch,),
         )
-        redis_client.delete(*[lease_key(lease_name(t)) for t in batch])
+        redis_client.delete(*[lease_key(task_lease(t)) for t in batch])
         return batch
 
     def lookup() -> int:
@@ -151,7 +150,7 @@ def measure(
                 found_rows = execution_store.expired_executions(conn, utcnow(), rt.sweeper.batch)
             one_by_one = SweepReport()
             for row in found_rows:
-                rt.leases.get(lease_name(row.task_id))
+                rt.leases.get(task_lease(row.task_id))
                 rt.sweeper.requeue_lost([(row.task_id, row.generation)], LEASE_EXPIRED, one_by_one)
             single.samples.append((time.perf_counter() - t0) * 1000)
             if len(one_by_one.requeued) != len(batch):
@@ -164,7 +163,7 @@ def measure(
         rows = running_rows()
         missing = 0
         for row in rows:
-            info = rt.leases.get(lease_name(row.task_id))
+            info = rt.leases.get(task_lease(row.task_id))
             if info is None or info.token != row.lease_token:
                 missing += 1
         naive_ms = (time.perf_counter() - t0) * 1000
@@ -172,7 +171,7 @@ def measure(
         rows = running_rows()
         pipe = redis_client.pipeline(transaction=False)
         for row in rows:
-            pipe.get(lease_key(lease_name(row.task_id)))
+            pipe.get(lease_key(task_lease(row.task_id)))
         missing_pipelined = sum(1 for value in pipe.execute() if value is None)
         pipelined_ms = (time.perf_counter() - t0) * 1000
     finally:

@@ -15,9 +15,9 @@ from sqlalchemy import Connection, insert
 
 from orchestrator.agent.host import ToolHost
 from orchestrator.domain.fences import Fence
+from orchestrator.leases.keys import task_lease
 from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.dispatch import RecordingDispatcher
-from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.sweeper import SweepReport
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import Settings, load_settings
@@ -228,7 +228,7 @@ def wait_for(
 
 def claim_as_worker(rt: Runtime, task_id: str, generation: int, worker: str, ttl: float) -> str:
     """Take the lease and claim `generation` as a worker would (and never renew): the token."""
-    token = rt.leases.acquire(lease_name(task_id), worker, ttl)
+    token = rt.leases.acquire(task_lease(task_id), worker, ttl)
     assert token is not None
     with rt.db.transaction() as conn:
         assert generation_store.claim_generation(

@@ -35,13 +35,14 @@ from orchestrator.domain.human_steps import is_person_revision
 from orchestrator.domain.vocabulary import TERMINAL_TASK_STATUSES
 from orchestrator.errors import StaleGeneration
 from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable
+from orchestrator.leases.keys import task_lease
 from orchestrator.leases.process import current_process
 from orchestrator.logs import bind_log_context, secrets_of
 from orchestrator.services.actions import ActionService
 from orchestrator.services.dispatch import Dispatcher, wake
 from orchestrator.services.generation_watch import watch_for
 from orchestrator.services.handback import HandBack
-from orchestrator.services.lease_keeper import LeaseKeeper, lease_name
+from orchestrator.services.lease_keeper import LeaseKeeper
 from orchestrator.services.plans import PlanService
 from orchestrator.services.recovery import save_round_snapshot
 from orchestrator.settings import Settings
@@ -192,7 +193,7 @@ class ExecutionService:
         # Then the lease, then the compare-and-set claim: a wake-up whose generation was claimed
         # since takes the lease for a moment and gives it back unused.
         try:
-            token = self.leases.acquire(lease_name(task_id), worker, ttl) or self._await_release(
+            token = self.leases.acquire(task_lease(task_id), worker, ttl) or self._await_release(
                 task_id, generation, worker, ttl
             )
         except LeaseBackendUnavailable as exc:
@@ -214,7 +215,7 @@ class ExecutionService:
             return self._claim_failed(task_id, generation, token, exc)
         if claimed is None:
             try:
-                self.leases.release(lease_name(task_id), token)
+                self.leases.release(task_lease(task_id), token)
             except LeaseBackendUnavailable:
                 log.warning("task %s: its lease could not be given back; it runs out", task_id)
             return RunResult(False, self._why_not_queued(task_id, generation))
@@ -305,7 +306,7 @@ class ExecutionService:
             cause_line(exc),
         )
         try:
-            self.leases.release(lease_name(task_id), token)
+            self.leases.release(task_lease(task_id), token)
         except _INFRASTRUCTURE:
             log.warning("task %s: its lease could not be given back; it runs out", task_id)
         self.handback.give_back(Fence(task_id, generation, token))
@@ -360,7 +361,7 @@ class ExecutionService:
         tries = 0
         while time.monotonic() < deadline:
             time.sleep(RELEASE_POLL_SECONDS)  # the release is a store answer away: no event
-            token = self.leases.acquire(lease_name(task_id), worker, ttl)
+            token = self.leases.acquire(task_lease(task_id), worker, ttl)
             if token is not None:
                 return token
             tries += 1

@@ -56,7 +56,7 @@ from orchestrator.store.db import Database, cause_line
 from orchestrator.store.heartbeats import held_open, mirror_leases
 from orchestrator.store.types import utcnow
 
-__all__ = ["Heartbeat", "LeaseKeeper", "heartbeat", "lease_name"]
+__all__ = ["Heartbeat", "LeaseKeeper", "heartbeat"]
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +70,6 @@ _ENDED = {
     "superseded": "the generation was superseded",
     "lost": "the generation was found lost and requeued",
 }
-
-
-def lease_name(task_id: str) -> str:
-    return task_lease(task_id)
 
 
 class LeaseKeeper:
@@ -118,7 +114,7 @@ class LeaseKeeper:
 
     @property
     def name(self) -> str:
-        return lease_name(self.fence.task_id)
+        return task_lease(self.fence.task_id)
 
     def start(self) -> None:
         heartbeat().add(self)

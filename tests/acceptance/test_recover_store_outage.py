@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.domain.fences import Fence
-from orchestrator.services.lease_keeper import lease_name
+from orchestrator.leases.keys import task_lease
 from orchestrator.services.tasks import Trigger
 from orchestrator.store.migrations import upgrade
 from orchestrator.store.types import utcnow
@@ -125,7 +125,7 @@ def test_recover_right_after_an_outage_leaves_a_late_hand_back_its_grace(
         runs_out = utcnow() + timedelta(seconds=LEASE)
         store.pause()
         try:
-            assert rt.leases.release(lease_name(task_id), token)  # the stopped round's worker
+            assert rt.leases.release(task_lease(task_id), token)  # the stopped round's worker
             wait_for(lambda: utcnow() > runs_out, 5, 0.05, what="the mirror to run out")
         finally:
             store.resume()

@@ -7,7 +7,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from orchestrator.cli.tasks import render_explain
-from orchestrator.services.lease_keeper import lease_name
+from orchestrator.leases.keys import task_lease
 from orchestrator.services.tasks import Trigger
 from orchestrator.store.types import utcnow
 from tests.executions_support import claim_as_worker, runtime_for
@@ -21,7 +21,7 @@ def test_a_cancel_after_a_worker_loss_leaves_no_losses_in_a_row(
         task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
         token = claim_as_worker(rt, task_id, 1, "doomed-worker", 30)
         # Its worker dies: the lease is gone, and the sweep's clock is past the mirrored one.
-        rt.leases.release(lease_name(task_id), token)
+        rt.leases.release(task_lease(task_id), token)
         assert rt.sweeper.sweep(utcnow() + timedelta(seconds=31)).requeued == [(task_id, 1, 2)]
         assert rt.tasks.get(task_id).recoveries == 1
 

@@ -18,9 +18,10 @@ import redis
 from sqlalchemy import event
 
 from orchestrator.domain.fences import Fence
+from orchestrator.leases.keys import task_lease
 from orchestrator.runtime import Runtime
 from orchestrator.services import executions as executions_module
-from orchestrator.services.lease_keeper import Heartbeat, LeaseKeeper, lease_name
+from orchestrator.services.lease_keeper import Heartbeat, LeaseKeeper
 from orchestrator.settings import load_settings
 from orchestrator.store import driver
 from orchestrator.store import executions as execution_store
@@ -106,7 +107,7 @@ def test_a_duplicate_leaves_a_running_rounds_free_lease_alone(rt: Runtime, tmp_p
     """The round's lease is gone (Redis lost its data): a wake-up sent again does not take it."""
     task_id = simple_task(rt, tmp_path)
     token = claim_as_worker(rt, task_id, 1, "first", 30)
-    assert rt.leases.release(lease_name(task_id), token)  # as a wiped Redis would leave it
+    assert rt.leases.release(task_lease(task_id), token)  # as a wiped Redis would leave it
     asked: list[str] = []
     real_acquire = rt.leases.acquire
 
@@ -132,12 +133,12 @@ def test_a_first_delivery_that_finds_its_generation_claimed_gives_the_lease_back
     and leaves the lease free, as before the store read was added."""
     task_id = simple_task(rt, tmp_path)
     token = claim_as_worker(rt, task_id, 1, "first", 30)
-    assert rt.leases.release(lease_name(task_id), token)
+    assert rt.leases.release(task_lease(task_id), token)
     result = rt.executions.run(task_id, 1, worker="second", first_delivery=True)
     assert not result.ran
     assert result.detail == "task is at generation 1 (running)"
     # Given back: a fresh holder takes it at once.
-    assert rt.leases.acquire(lease_name(task_id), "third", 30) is not None
+    assert rt.leases.acquire(task_lease(task_id), "third", 30) is not None
     assert rt.tasks.get(task_id).status == "running"
 
 
@@ -156,12 +157,12 @@ def test_an_unmarked_duplicate_that_takes_a_running_rounds_free_lease_does_not_s
     keeper = LeaseKeeper(
         rt.leases, rt.db, Fence(task_id, 1, token), holder="first", ttl=30, renew_every=10
     )
-    assert rt.leases.release(lease_name(task_id), token)  # as a wiped Redis would leave it
+    assert rt.leases.release(task_lease(task_id), token)  # as a wiped Redis would leave it
     real_claim = executions_module.generation_store.claim_generation_alone
     held_by: list[str | None] = []
 
     def claim(*args: Any, **kwargs: Any) -> Any:
-        holder = rt.leases.get(lease_name(task_id))
+        holder = rt.leases.get(task_lease(task_id))
         held_by.append(None if holder is None else holder.holder)
         Heartbeat._beat([keeper])  # the round's heartbeat, while the duplicate claims
         return real_claim(*args, **kwargs)
@@ -175,7 +176,7 @@ def test_an_unmarked_duplicate_that_takes_a_running_rounds_free_lease_does_not_s
     keeper.check()
     Heartbeat._beat([keeper])  # the next beat: the lease is free again, and taken back
     assert not keeper.lost.is_set(), keeper.lost.why
-    held = rt.leases.get(lease_name(task_id))
+    held = rt.leases.get(task_lease(task_id))
     assert held is not None
     assert (held.token, held.holder) == (token, "first")
     assert rt.tasks.get(task_id).status == "running"

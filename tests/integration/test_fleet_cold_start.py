@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.domain.fences import Fence
+from orchestrator.leases.keys import task_lease
 from orchestrator.runtime import Runtime
-from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import executions as execution_store
 from orchestrator.store.receipts import ReceiptLedger
@@ -68,7 +68,7 @@ def test_a_worker_start_leaves_a_live_generation_with_a_lagging_mirror_alone(rt:
     task_id = rt.tasks.trigger(Trigger(task_type="x", title="lagging")).task.task_id
     token = claim_as_worker(rt, task_id, 1, "alive", TTL)
     invocation_id = running_receipt(rt, task_id, "k")
-    assert rt.leases.renew(lease_name(task_id), token, 30)
+    assert rt.leases.renew(task_lease(task_id), token, 30)
     time.sleep(TTL + 0.2)
     assert rt.cold_start() == 0
     assert status(rt, invocation_id) == "running"

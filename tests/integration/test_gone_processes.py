@@ -22,9 +22,9 @@ import pytest
 import redis
 
 from orchestrator.leases import process
+from orchestrator.leases.keys import task_lease
 from orchestrator.leases.process import ProcessIdentity, current_process, is_gone
 from orchestrator.runtime import Runtime
-from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.sweeper import SweepReport
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import generations as generation_store
@@ -58,7 +58,7 @@ def exited_process() -> ProcessIdentity:
 
 def claim(rt: Runtime, process: ProcessIdentity) -> tuple[str, str]:
     task_id = rt.tasks.trigger(Trigger(task_type="simple", title="held")).task.task_id
-    token = rt.leases.acquire(lease_name(task_id), "w", LEASE)
+    token = rt.leases.acquire(task_lease(task_id), "w", LEASE)
     assert token is not None
     with rt.db.transaction() as conn:
         assert generation_store.claim_generation(
@@ -81,7 +81,7 @@ def test_a_gone_process_is_requeued_at_once_and_its_lease_released(rt: Runtime) 
     view = rt.tasks.explain(task_id)
     assert (view["status"], view["generation"]) == ("queued", 2)
     assert view["executions"][0]["outcome"] == "lost"
-    assert rt.leases.get(lease_name(task_id)) is None  # generation 2 can take it now
+    assert rt.leases.get(task_lease(task_id)) is None  # generation 2 can take it now
     assert rt.sweeper.sweep().requeued == []
 
 
@@ -93,7 +93,7 @@ def test_a_round_handed_back_until_a_retry_after_waits_for_it_though_its_process
     the generation is no longer its: restart recovery must not requeue it at once, straight
     into the same 429, each time counted in `handbacks` towards parking the task."""
     task_id, token = claim(rt, exited_process())
-    rt.leases.release(lease_name(task_id), token)  # the round ended: its lease went first
+    rt.leases.release(task_lease(task_id), token)  # the round ended: its lease went first
     with rt.db.transaction() as conn:
         assert generation_store.hand_back(
             conn, task_id, 1, token, after=120, reason="handed back: rate limited"

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.domain.fences import Fence
+from orchestrator.leases.keys import task_lease
 from orchestrator.runtime import Runtime
-from orchestrator.services.lease_keeper import LeaseKeeper, heartbeat, lease_name
+from orchestrator.services.lease_keeper import LeaseKeeper, heartbeat
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import executions as execution_store
 from tests.executions_support import claim_as_worker, runtime_for
@@ -98,4 +99,4 @@ def test_one_heartbeat_renews_every_lease_in_time_and_a_refusal_stops_only_its_o
         for keeper in held:
             keeper.close()
     assert heartbeat().held() <= before
-    assert all(rt.leases.get(lease_name(k.fence.task_id)) is None for k in held[2:])
+    assert all(rt.leases.get(task_lease(k.fence.task_id)) is None for k in held[2:])

@@ -16,10 +16,10 @@ from fastapi.testclient import TestClient
 from orchestrator.api.app import create_app
 from orchestrator.domain.fences import Fence
 from orchestrator.errors import OrchestratorError
+from orchestrator.leases.keys import task_lease
 from orchestrator.runtime import Runtime
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.human_steps import HumanStepService
-from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.task_stream import TaskStreamService
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
@@ -353,7 +353,7 @@ def test_after_a_generation_with_no_plan_the_next_reads_the_step_it_must_keep(
     task_id, first_session = fail_the_sample(rt, scripts)
     stuck = claim_as_worker(rt, task_id, 2, "w", ttl=60)
     rt.tasks.requeue(task_id, "worker stuck")
-    assert rt.leases.release(lease_name(task_id), stuck)  # its worker stopped
+    assert rt.leases.release(task_lease(task_id), stuck)  # its worker stopped
     step = rt.human_steps.close(task_id, "callback", "completed", by="desk", evidence="clear")
     assert (step.plan.session_id, step.plan.generation, step.generation) == (first_session, 1, 3)
     fence = Fence(task_id, 3, claim_as_worker(rt, task_id, 3, "w", ttl=60))

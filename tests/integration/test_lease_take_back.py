@@ -29,10 +29,11 @@ from sqlalchemy.exc import OperationalError
 from orchestrator import metrics
 from orchestrator.domain.fences import Fence
 from orchestrator.leases import Renewal
+from orchestrator.leases.keys import task_lease
 from orchestrator.runtime import Runtime
 from orchestrator.services import lease_keeper as lease_keeper_module
 from orchestrator.services.executions import RunResult
-from orchestrator.services.lease_keeper import Heartbeat, LeaseKeeper, lease_name
+from orchestrator.services.lease_keeper import Heartbeat, LeaseKeeper
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import executions as execution_store
 from orchestrator.store.types import utcnow
@@ -84,8 +85,8 @@ def test_a_lease_taken_back_by_a_generation_that_is_over_is_given_back_at_once(
     assert "requeued" in (keeper.lost.why or "")
     # Before: the lease stayed held by generation 1's token until its round closed (or a whole
     # lease later), and generation 2's wake-up came back after ORCH_LEASE_RENEW_SECONDS.
-    assert rt.leases.get(lease_name(task_id)) is None
-    assert rt.leases.acquire(lease_name(task_id), "w2", TTL) is not None
+    assert rt.leases.get(task_lease(task_id)) is None
+    assert rt.leases.acquire(task_lease(task_id), "w2", TTL) is not None
     # Not counted as a lease a live generation took back: the store said it was over.
     assert metrics.LEASES_TAKEN_BACK._value.get() == taken_back
 
@@ -143,7 +144,7 @@ def test_a_stalled_generation_never_holds_the_lease_of_the_live_next_one(
     live = LeaseKeeper(
         rt.leases, rt.db, Fence(task_id, 2, token), holder="w2", ttl=30, renew_every=10
     )
-    assert rt.leases.release(lease_name(task_id), token)  # Redis restarted empty
+    assert rt.leases.release(task_lease(task_id), token)  # Redis restarted empty
     real_keep_many = rt.leases.keep_many
     beats: list[str | None] = []
 
@@ -151,7 +152,7 @@ def test_a_stalled_generation_never_holds_the_lease_of_the_live_next_one(
         answer = real_keep_many(held, ttl, **how)
         if [h[1] for h in held] == [stalled.fence.lease_token] and not beats:
             # Generation 2's heartbeat, while generation 1 goes on to ask the store.
-            holder = rt.leases.get(lease_name(task_id))
+            holder = rt.leases.get(task_lease(task_id))
             beats.append(None if holder is None else holder.token)
             Heartbeat._beat([live])
         return answer
@@ -165,7 +166,7 @@ def test_a_stalled_generation_never_holds_the_lease_of_the_live_next_one(
     assert beats == [None]  # generation 1 wrote nothing to the lease back end before the store
     assert stalled.lost.is_set()
     assert "requeued" in (stalled.lost.why or "")
-    held = rt.leases.get(lease_name(task_id))
+    held = rt.leases.get(task_lease(task_id))
     assert held is not None
     assert held.token == token  # generation 2 took its lease back
     assert live.renew_now() is True
@@ -179,7 +180,7 @@ def _live(rt: Runtime) -> tuple[str, LeaseKeeper]:
     keeper = LeaseKeeper(
         rt.leases, rt.db, Fence(task_id, 1, token), holder="w1", ttl=30, renew_every=10
     )
-    assert rt.leases.release(lease_name(task_id), token)
+    assert rt.leases.release(task_lease(task_id), token)
     return task_id, keeper
 
 
@@ -197,18 +198,18 @@ def test_a_free_lease_the_store_could_not_confirm_is_left_free_until_its_next_mi
         away.setattr(lease_keeper_module, "mirror_leases", _store_away)
         Heartbeat._beat([keeper])  # found free; the mirror fails: nobody said it is live
     assert not keeper.lost.is_set()
-    assert rt.leases.get(lease_name(task_id)) is None  # not taken back without the store
+    assert rt.leases.get(task_lease(task_id)) is None  # not taken back without the store
     assert metrics.LEASES_TAKEN_BACK._value.get() == taken_back
     if then == "cancelled":
         rt.tasks.cancel(task_id)
         Heartbeat._beat([keeper])  # the store answers: the generation is over
         assert keeper.lost.is_set()
-        assert rt.leases.get(lease_name(task_id)) is None  # never held again
+        assert rt.leases.get(task_lease(task_id)) is None  # never held again
         assert metrics.LEASES_TAKEN_BACK._value.get() == taken_back
     else:
         Heartbeat._beat([keeper])
         assert not keeper.lost.is_set()
-        held = rt.leases.get(lease_name(task_id))
+        held = rt.leases.get(task_lease(task_id))
         assert held is not None
         assert held.token == keeper.fence.lease_token  # taken back once the store said live
         assert metrics.LEASES_TAKEN_BACK._value.get() == taken_back + 1
@@ -286,7 +287,7 @@ def test_a_duplicate_wake_up_stops_waiting_once_its_generation_is_claimed(
     rt, _ = runtime_for(store_url, tmp_path)
     try:
         task_id = rt.tasks.trigger(Trigger(task_type="simple", title="twice")).task.task_id
-        token = rt.leases.acquire(lease_name(task_id), "first", 30)  # the first wake-up's
+        token = rt.leases.acquire(task_lease(task_id), "first", 30)  # the first wake-up's
         assert token is not None
         refused = threading.Event()
         claimed = threading.Event()

@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy.exc import OperationalError
 
 from orchestrator.domain.fences import Fence
-from orchestrator.services.lease_keeper import lease_name
+from orchestrator.leases.keys import task_lease
 from orchestrator.services.tasks import Trigger
 from orchestrator.store.types import utcnow
 from tests.executions_support import claim_as_worker, runtime_for, wait_for
@@ -39,7 +39,7 @@ def test_a_round_handed_back_after_an_outage_longer_than_its_lease_counts_as_an_
         postgres.pause()
         try:
             # The round met the store away and stopped: its lease released, as the worker does.
-            assert rt.leases.release(lease_name(task_id), token)
+            assert rt.leases.release(task_lease(task_id), token)
             with pytest.raises(OperationalError):
                 rt.sweeper.sweep()  # the sweeper meets the outage too
             # The outage outlasts the lease mirrored in the store.

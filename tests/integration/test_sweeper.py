@@ -8,11 +8,10 @@ from pathlib import Path
 import pytest
 
 from orchestrator.domain.fences import Fence
-from orchestrator.leases.keys import ended_key
+from orchestrator.leases.keys import ended_key, task_lease
 from orchestrator.runtime import Runtime
 from orchestrator.services.actions import ActionService
 from orchestrator.services.dispatch import RecordingDispatcher
-from orchestrator.services.lease_keeper import lease_name
 from orchestrator.services.sweeper import BROKER_MARK
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import actions as action_store
@@ -60,7 +59,7 @@ def test_a_held_lease_with_a_stale_mirror_is_not_requeued(rt: Runtime) -> None:
     assert execution is not None
     assert execution.lease_token is not None
     # The worker renewed in the lease back end, but its mirror write did not land.
-    assert rt.leases.renew(lease_name(task_id), execution.lease_token, 30)
+    assert rt.leases.renew(task_lease(task_id), execution.lease_token, 30)
     time.sleep(TTL + 0.2)
     assert rt.sweeper.sweep().requeued == []
     assert rt.tasks.get(task_id).status == "running"

@@ -20,9 +20,10 @@ from orchestrator.agent.host import ToolHost
 from orchestrator.domain.decisions import RoundFacts, decide
 from orchestrator.domain.fences import Fence
 from orchestrator.errors import StaleGeneration
+from orchestrator.leases.keys import task_lease
 from orchestrator.runtime import Runtime
 from orchestrator.services.actions import ActionService
-from orchestrator.services.lease_keeper import LeaseKeeper, lease_name
+from orchestrator.services.lease_keeper import LeaseKeeper
 from orchestrator.services.task_records import TaskRecords
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import generations as generation_store
@@ -105,7 +106,7 @@ class Live:
 
 
 def claim(rt: Runtime, task_id: str, generation: int) -> Live:
-    token = rt.leases.acquire(lease_name(task_id), "test-worker", LEASE)
+    token = rt.leases.acquire(task_lease(task_id), "test-worker", LEASE)
     assert token is not None
     with rt.db.transaction() as conn:
         claimed = generation_store.claim_generation(
@@ -563,7 +564,7 @@ def test_a_plan_a_proposal_and_a_report_each_renew_the_lease(rt: Runtime, write:
     live = claim(rt, task_id, 1)
     if write != "plan":
         assert live.publish("r1", [node("fix", "waiting")]).status == "succeeded"
-    before = rt.leases.get(lease_name(task_id))
+    before = rt.leases.get(task_lease(task_id))
     assert before is not None
     time.sleep(0.05)
     if write == "plan":
@@ -574,7 +575,7 @@ def test_a_plan_a_proposal_and_a_report_each_renew_the_lease(rt: Runtime, write:
         result = live.report("continue")
     # A proposal is `pending`: it waits for a person and has not been carried out.
     assert result.status == ("pending" if write == "proposal" else "succeeded"), result
-    after = rt.leases.get(lease_name(task_id))
+    after = rt.leases.get(task_lease(task_id))
     assert after is not None
     assert after.token == before.token
     assert after.expires_at > before.expires_at
@@ -601,7 +602,7 @@ def test_the_decision_reads_only_the_current_generations_plan_and_report(rt: Run
         ["completed"],
     )
     rt.tasks.requeue(task_id, "look again")
-    rt.leases.release(lease_name(task_id), first.fence.lease_token)
+    rt.leases.release(task_lease(task_id), first.fence.lease_token)
     second = claim(rt, task_id, 2)
     assert second.session_id != first.session_id
     with rt.db.transaction(readonly=True) as conn:

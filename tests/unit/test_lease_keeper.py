@@ -15,8 +15,9 @@ import pytest
 from orchestrator.agent.loop import LeaseLost
 from orchestrator.domain.fences import Fence
 from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable, LeaseInfo
+from orchestrator.leases.keys import task_lease
 from orchestrator.services.dispatch import RecordingDispatcher
-from orchestrator.services.lease_keeper import LeaseKeeper, lease_name
+from orchestrator.services.lease_keeper import LeaseKeeper
 from orchestrator.services.tasks import TaskService, Trigger
 from orchestrator.store import executions as execution_store
 from orchestrator.store import generations as generation_store
@@ -129,7 +130,7 @@ def test_a_refused_renewal_sets_lost_once_the_store_says_the_generation_is_over(
     assert keeper.renew_now() is False
     assert not keeper.lost.is_set()
     keeper.check()
-    assert leases.renewals[0][1:] == (lease_name(claimed.fence.task_id), TOKEN, 30)
+    assert leases.renewals[0][1:] == (task_lease(claimed.fence.task_id), TOKEN, 30)
     claimed.tasks.cancel(claimed.fence.task_id, "an operator's cancel")
     assert keeper.renew_now() is False
     assert keeper.lost.is_set()
@@ -227,7 +228,7 @@ def test_the_heartbeat_renews_about_every_renew_every(claimed: Claimed, leases: 
     assert times[0] - start >= every * 0.8  # the first beat waits one period (claim renewed)
     gaps = [b - a for a, b in itertools.pairwise(times)]
     assert every * 0.7 <= statistics.median(gaps) <= every * 1.6, gaps
-    assert all(name == lease_name(claimed.fence.task_id) for _, name, _, _ in leases.renewals)
+    assert all(name == task_lease(claimed.fence.task_id) for _, name, _, _ in leases.renewals)
     assert all(token == TOKEN and t == ttl for _, _, token, t in leases.renewals)
     assert not keeper.lost.is_set()
 
@@ -323,7 +324,7 @@ def test_close_releases_the_lease_and_stops_the_heartbeat(
     started = time.monotonic()
     keeper.close()
     assert time.monotonic() - started < every + 1
-    assert leases.releases == [(lease_name(claimed.fence.task_id), TOKEN)]
+    assert leases.releases == [(task_lease(claimed.fence.task_id), TOKEN)]
     count = leases.renew_count()
     time.sleep(every * 4)
     assert leases.renew_count() == count
@@ -335,7 +336,7 @@ def test_close_survives_an_unavailable_back_end(claimed: Claimed, leases: FakeLe
     keeper.start()
     leases.release_fails = True
     keeper.close()  # the lease will expire on its own
-    assert leases.releases == [(lease_name(claimed.fence.task_id), TOKEN)]
+    assert leases.releases == [(task_lease(claimed.fence.task_id), TOKEN)]
 
 
 def test_an_unavailable_back_end_is_not_lost_until_overdue(

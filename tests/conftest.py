@@ -137,38 +137,36 @@ def redis_url(redis_server: RedisServer) -> str:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """Once a test's fixtures are torn down, what it left open for the garbage collector fails
-    it here (`tests.leaks`), not whichever later test the collector's warning would fail."""
+    """Once the last test of a file and the file's fixtures are torn down, what its tests left
+    open for the garbage collector fails that test here (`tests.leaks`), not whichever later
+    test the collector's warning would have failed."""
     try:
         return (yield)
     finally:
-        _locate_leaks(item, nextitem)
+        if nextitem is None or nextitem.path != item.path:
+            _locate_leaks(item)
 
 
-def _locate_leaks(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    # pytest lets go of the fixtures' values, and a failed test's frames, only after this hook:
-    # let go of them first, or what they hold is found after the next test instead.
+def _locate_leaks(item: pytest.Item) -> None:
+    # pytest lets go of the fixtures' values, and of a failed test's frames, only after this
+    # hook: let go of them first, or what they hold is found after the next file instead.
     if hasattr(item, "funcargs"):
         item.funcargs = {}
     for name in ("last_type", "last_value", "last_traceback", "last_exc"):
         if hasattr(sys, name):
             delattr(sys, name)
-    last_of_file = nextitem is None or nextitem.path != item.path
-    found = leaks.check(everything=last_of_file)
+    found = leaks.check()
     if found:
-        scope = "its file's fixtures included" if last_of_file else "the test's own"
         listed = "\n".join(f"  - {line}" for line in found)
         pytest.fail(
-            f"left open for the garbage collector ({scope}), which would fail whichever test "
-            f"ran when it came:\n{listed}",
+            f"the tests of {item.path.name} left open for the garbage collector, which would "
+            f"have failed whichever test ran when it came to it:\n{listed}",
             pytrace=False,
         )
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Under pytest-xdist, a test process hands what it started to the controller. pytest's
-    own last garbage collection sees every object again (the leak locator froze them)."""
-    leaks.unfreeze()
+    """Under pytest-xdist, a test process hands what it started to the controller."""
     output = getattr(session.config, "workeroutput", None)
     if output is not None:
         output["orch_started"] = dict(_STARTED)

@@ -1,6 +1,7 @@
-"""The leak locator (tests.leaks, hooked in tests/conftest.py) fails the test that dropped a
-resource open, in its own teardown, naming what and where: not the later test the garbage
-collector's warning would fail under `filterwarnings = error`."""
+"""The leak locator (tests.leaks, hooked in tests/conftest.py) fails the file whose test dropped
+a resource open, in the teardown of its last test, naming what and (for a psycopg connection)
+the test and line that opened it: not the later test that the garbage collector's warning would
+fail under `filterwarnings = error`."""
 
 from __future__ import annotations
 
@@ -13,9 +14,8 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-INNER = """
+ENGINE = """
 import os
-import socket
 
 from orchestrator.store import Database
 
@@ -28,12 +28,26 @@ def test_drops_an_engine():
 
 def test_after_the_engine():
     pass
+"""
+
+SOCKET = """
+import socket
 
 
 def test_drops_a_socket():
     sock = socket.socket()
     cycle = [sock]
     cycle.append(cycle)
+
+
+def test_after_the_socket():
+    pass
+"""
+
+CLEAN = """
+import os
+
+from orchestrator.store import Database
 
 
 def test_closes_its_engine():
@@ -44,10 +58,11 @@ def test_closes_its_engine():
 """
 
 
-def test_the_test_that_drops_an_engine_or_a_socket_open_fails_naming_it(
+def test_the_file_whose_test_drops_an_engine_or_a_socket_open_fails_naming_it(
     pg_url: str, tmp_path: Path
 ) -> None:
-    (tmp_path / "test_inner.py").write_text(INNER, encoding="utf-8")
+    for name, text in {"engine": ENGINE, "socket": SOCKET, "clean": CLEAN}.items():
+        (tmp_path / f"test_{name}.py").write_text(text, encoding="utf-8")
     (tmp_path / "conftest.py").write_text(
         "from tests.conftest import *  # noqa: F403  (the suite's hooks and fixtures)\n",
         encoding="utf-8",
@@ -62,16 +77,18 @@ def test_the_test_that_drops_an_engine_or_a_socket_open_fails_naming_it(
         timeout=60,
     )
     out = run.stdout
-    assert "4 passed, 2 errors" in out, out
-    errors = [line for line in out.splitlines() if line.startswith("ERROR ")]
-    assert [line.split(" - ")[0] for line in errors] == [
-        "ERROR test_inner.py::test_drops_an_engine",
-        "ERROR test_inner.py::test_drops_a_socket",
+    errors = [line.split(" - ")[0] for line in out.splitlines() if line.startswith("ERROR ")]
+    assert errors == [
+        "ERROR test_engine.py::test_after_the_engine",
+        "ERROR test_socket.py::test_after_the_socket",
     ], out
-    engine, socket_ = out.split("ERROR at teardown of test_drops_an_engine")[1].split(
-        "ERROR at teardown of test_drops_a_socket"
+    assert "5 passed, 2 errors" in out, out
+    engine, socket_ = out.split("ERROR at teardown of test_after_the_engine")[1].split(
+        "ERROR at teardown of test_after_the_socket"
     )
     database = pg_url.rsplit("/", 1)[1]
-    assert f"psycopg connection to database {database!r} opened in test_inner.py::" in engine
-    assert "test_drops_an_engine (call), at orchestrator/store/db.py:" in engine
+    assert (
+        f"psycopg connection to database {database!r} opened in "
+        "test_engine.py::test_drops_an_engine (call), at orchestrator/store/db.py:"
+    ) in engine
     assert "ResourceWarning: unclosed <socket.socket" in socket_

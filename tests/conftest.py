@@ -144,10 +144,10 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return (yield)
     finally:
         if nextitem is None or nextitem.path != item.path:
-            _locate_leaks(item)
+            _locate_leaks(item, last=nextitem is None)
 
 
-def _locate_leaks(item: pytest.Item) -> None:
+def _locate_leaks(item: pytest.Item, *, last: bool) -> None:
     # pytest lets go of the fixtures' values, and of a failed test's frames, only after this
     # hook: let go of them first, or what they hold is found after the next file instead.
     if hasattr(item, "funcargs"):
@@ -155,7 +155,7 @@ def _locate_leaks(item: pytest.Item) -> None:
     for name in ("last_type", "last_value", "last_traceback", "last_exc"):
         if hasattr(sys, name):
             delattr(sys, name)
-    found = leaks.check()
+    found = leaks.check(last=last)
     if found:
         listed = "\n".join(f"  - {line}" for line in found)
         pytest.fail(
@@ -166,7 +166,9 @@ def _locate_leaks(item: pytest.Item) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Under pytest-xdist, a test process hands what it started to the controller."""
+    """Under pytest-xdist, a test process hands what it started to the controller; pytest's
+    own last garbage collection sees every object (the leak locator froze those it kept)."""
+    leaks.unfreeze()
     output = getattr(session.config, "workeroutput", None)
     if output is not None:
         output["orch_started"] = dict(_STARTED)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import redis
 from orchestrator.agent.openai_model import close_clients
 from orchestrator.store import Database
 from orchestrator.store.migrations import upgrade
+from tests import leaks
 from tests.openai_server import OpenAIServer
 from tests.services import PostgresServer, RedisServer, ServiceMissing, service_unavailable
 
@@ -29,6 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 os.environ["PYTHONPATH"] = os.pathsep.join(
     part for part in (str(ROOT), os.environ.get("PYTHONPATH")) if part
 )
+
+leaks.watch_psycopg()
 
 
 @pytest.fixture(scope="session")
@@ -131,8 +135,40 @@ def redis_url(redis_server: RedisServer) -> str:
     return redis_server.url
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Once the last test of a file and the file's fixtures are torn down, what its tests left
+    open for the garbage collector fails that test here (`tests.leaks`), not whichever later
+    test the collector's warning would have failed."""
+    try:
+        return (yield)
+    finally:
+        if nextitem is None or nextitem.path != item.path:
+            _locate_leaks(item, last=nextitem is None)
+
+
+def _locate_leaks(item: pytest.Item, *, last: bool) -> None:
+    # pytest lets go of the fixtures' values, and of a failed test's frames, only after this
+    # hook: let go of them first, or what they hold is found after the next file instead.
+    if hasattr(item, "funcargs"):
+        item.funcargs = {}
+    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+        if hasattr(sys, name):
+            delattr(sys, name)
+    found = leaks.check(last=last)
+    if found:
+        listed = "\n".join(f"  - {line}" for line in found)
+        pytest.fail(
+            f"the tests of {item.path.name} left open for the garbage collector, which would "
+            f"have failed whichever test ran when it came to it:\n{listed}",
+            pytrace=False,
+        )
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Under pytest-xdist, a test process hands what it started to the controller."""
+    """Under pytest-xdist, a test process hands what it started to the controller; pytest's
+    own last garbage collection sees every object (the leak locator froze those it kept)."""
+    leaks.unfreeze()
     output = getattr(session.config, "workeroutput", None)
     if output is not None:
         output["orch_started"] = dict(_STARTED)

@@ -143,6 +143,8 @@ class Database:
         #: Told the keys a unit of work marked with `wake_after_commit`, after it committed
         #: (never for one that failed); must not raise. None: nobody listens.
         self.after_commit: Callable[[Collection[str]], None] | None = None
+        self._disposed = False
+        event.listen(engine, "checkin", self._close_once_disposed)
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> Database:
@@ -194,7 +196,15 @@ class Database:
             log.warning("wake-ups after a commit not sent", exc_info=True)
 
     def dispose(self) -> None:
+        """Close the store's connections: those idle now, and each one in use now or taken
+        later (a thread that outlived its process's close) when it is given back. Kept in a
+        pool nobody disposes again, it stayed open until the garbage collector freed it."""
+        self._disposed = True
         self.engine.dispose()
+
+    def _close_once_disposed(self, _dbapi_conn: Any, record: ConnectionPoolEntry) -> None:
+        if self._disposed:
+            record.invalidate()
 
 
 def _integrity_message(exc: IntegrityError) -> str:

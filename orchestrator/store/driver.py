@@ -92,6 +92,7 @@ class _Connections:
         self.size = size
         self.idle: deque[_Cursor] = deque()
         self.epoch = 0
+        self.disposed = False
         # At most `size` connections open at once, like the store's pool: a threads-pool worker
         # with hundreds of executions must not open a connection per claiming thread.
         self.slots = threading.BoundedSemaphore(size)
@@ -133,7 +134,12 @@ class _Connections:
 
     def give(self, cursor: _Cursor, epoch: int) -> None:
         # The size check may race and keep one or two more: harmless, still bounded.
-        if epoch == self.epoch and len(self.idle) < self.size and not cursor.connection.closed:
+        if (
+            epoch == self.epoch
+            and not self.disposed
+            and len(self.idle) < self.size
+            and not cursor.connection.closed
+        ):
             if isinstance(cursor, _Kept):
                 cursor.given_at = time.monotonic()
             self.idle.append(cursor)
@@ -147,6 +153,8 @@ class _Connections:
         self.slots.release()
 
     def dispose(self) -> None:
+        """Close the idle connections; one given back later is closed then (as the store's)."""
+        self.disposed = True
         self.epoch += 1
         _close_all(self.idle, self.pid)
 

@@ -50,9 +50,13 @@ class Fleet:
         self._paths[process.pid] = path
         return process
 
+    def log_of(self, process: subprocess.Popen[bytes]) -> Path:
+        """The file a process of this fleet writes its output to."""
+        return self._paths[process.pid]
+
     def ready(self, process: subprocess.Popen[bytes]) -> bool:
         """True once a Celery worker says it is ready to take wake-ups."""
-        return " ready." in self._paths[process.pid].read_text(errors="replace")
+        return " ready." in self.log_of(process).read_text(errors="replace")
 
     def worker(self, concurrency: int = 2, *more: str) -> subprocess.Popen[bytes]:
         return self._start(

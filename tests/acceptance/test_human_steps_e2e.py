@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ from tests.executions_support import (
     runtime_for,
     wait_for,
 )
-from tests.services import free_port
+from tests.services import free_port, wait_until_answering
 
 pytestmark = pytest.mark.slow
 
@@ -66,21 +65,15 @@ def rt(pg_url: str, redis_url: str, scripts: Path) -> Iterator[Runtime]:
     runtime.close()
 
 
-def api_up(url: str) -> bool:
-    with contextlib.suppress(httpx.HTTPError):
-        return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
-    return False
-
-
 def test_a_sample_completed_through_the_api_resumes_the_task(
     fleet: Fleet, rt: Runtime, scripts: Path
 ) -> None:
     write(scripts, [node("check", "completed"), sample("waiting")], "waiting")
     port = free_port()
-    fleet._start("api", "api", "--port", str(port))
+    api = fleet.api(port)
     worker = fleet.worker(concurrency=1)
     url = f"http://127.0.0.1:{port}"
-    wait_for(lambda: api_up(url), 30, what="the API")
+    wait_until_answering(url, api, fleet.log_of(api))
     wait_for(lambda: fleet.ready(worker), 30, what="the worker")
     headers = {"Authorization": "Bearer lab-token"}
     made = httpx.post(

@@ -14,8 +14,8 @@ import pytest
 
 from orchestrator.store import task_events as event_store
 from tests.acceptance.fleet import Fleet, fleet_env, running_fleet
-from tests.executions_support import completing_turns, runtime_for, wait_for, write_script
-from tests.services import free_port
+from tests.executions_support import completing_turns, runtime_for, write_script
+from tests.services import free_port, wait_until_answering
 
 
 @pytest.fixture
@@ -36,14 +36,7 @@ def start_api(fleet: Fleet) -> tuple[Any, str]:
     port = free_port()
     process = fleet.api(port)
     url = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        try:
-            return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    wait_for(up, 30, what="the api")
+    wait_until_answering(url, process, fleet.log_of(process))
     return process, url
 
 

@@ -17,17 +17,7 @@ __all__ = ["rows_returned", "rows_scanned"]
 def rows_scanned(db: Database, read: Callable[[Any], Any], *, show: bool = False) -> int:
     """Rows the scans of the statements `read(conn)` sends returned or discarded by a filter
     (`show`: print each statement's plan)."""
-    sent: list[tuple[str, Any]] = []
-
-    def keep(_conn: Any, _cursor: Any, statement: str, params: Any, *_: Any) -> None:
-        sent.append((statement, params))
-
-    event.listen(db.engine, "before_cursor_execute", keep)
-    try:
-        with db.transaction(readonly=True) as conn:
-            read(conn)
-    finally:
-        event.remove(db.engine, "before_cursor_execute", keep)
+    sent = _sent(db, read)
     total = 0
     with db.transaction(readonly=True) as conn:
         for statement, params in sent:
@@ -39,6 +29,22 @@ def rows_scanned(db: Database, read: Callable[[Any], Any], *, show: bool = False
                 print(statement[:80], plan[0]["Plan"])
             total += _scanned(plan[0]["Plan"])
     return total
+
+
+def _sent(db: Database, read: Callable[[Any], Any]) -> list[tuple[str, Any]]:
+    """The statements (and parameters) `read(conn)` sends, in a read-only transaction."""
+    sent: list[tuple[str, Any]] = []
+
+    def keep(_conn: Any, _cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        sent.append((statement, params))
+
+    event.listen(db.engine, "before_cursor_execute", keep)
+    try:
+        with db.transaction(readonly=True) as conn:
+            read(conn)
+    finally:
+        event.remove(db.engine, "before_cursor_execute", keep)
+    return sent
 
 
 def _scanned(node: dict[str, Any]) -> int:
@@ -53,17 +59,7 @@ def rows_returned(db: Database, read: Callable[[Any], Any]) -> tuple[int, int]:
     """How many statements `read(conn)` sends and how many rows their SELECTs hand to Python
     (each replayed and fetched), on either store: a read that counts in SQL returns its counts,
     one that counts in Python returns every row it counts."""
-    sent: list[tuple[str, Any]] = []
-
-    def keep(_conn: Any, _cursor: Any, statement: str, params: Any, *_: Any) -> None:
-        sent.append((statement, params))
-
-    event.listen(db.engine, "before_cursor_execute", keep)
-    try:
-        with db.transaction(readonly=True) as conn:
-            read(conn)
-    finally:
-        event.remove(db.engine, "before_cursor_execute", keep)
+    sent = _sent(db, read)
     returned = 0
     with db.transaction(readonly=True) as conn:
         for statement, params in sent:

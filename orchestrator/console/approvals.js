@@ -54,7 +54,8 @@ function actionCard(action, after, say) {
   return el("article", { class: "card action", "data-action": action.action_id },
     el("h3", {}, `${action.kind || "action"} for node `, el("code", {}, action.node_id)),
     facts([["Status", badge(action.status)],
-      ["Task", el("a", { href: `#/task/${encodeURIComponent(action.task_id)}` }, action.task_id)],
+      ["Task", taskOf(action)], ["Node", nodeOf(action)],
+      ["Step", action.node && action.node.description ? el("span", { class: "action-step" }, action.node.description) : undefined],
       ["Generation", String(action.generation)], ["Proposed", when(action.created_at)],
       ["Digest", action.digest ? el("code", { class: "digest" }, action.digest) : el("span", { class: "muted" }, "not provided by this server")]]),
     el("h3", {}, "Payload"), typeof action.payload === "string" ? unreadable(action.payload) : json(action.payload),
@@ -67,6 +68,23 @@ function actionCard(action, after, say) {
       : facts([["Decided by", action.decided_by], ["Decided", action.decided_at ? when(action.decided_at) : undefined],
         ["Note", action.note], ["Delivery", action.status === "approved" ? deliveryOf(action.delivery) : undefined]]),
     message);
+}
+// Which task the action would act for, by its title: cards of two incidents proposing the same
+// work order differed only by a task id, and an approver could not tell them apart.
+function taskOf(action) {
+  const link = `#/task/${encodeURIComponent(action.task_id)}`;
+  return el("span", { class: "action-task" }, action.task_title
+    ? [el("a", { href: link }, action.task_title), " (", el("code", {}, action.task_id), ")"]
+    : el("a", { href: link }, action.task_id));
+}
+// The node it serves, as the plan it was proposed under drew it: its title, status and why it
+// waits (the API's `node`; no row from a server without it).
+function nodeOf(action) {
+  if (action.node === undefined) return undefined;
+  if (!action.node) return el("span", { class: "action-node muted" }, `${action.node_id}: not in the plan it was proposed under`);
+  const n = action.node;
+  return el("span", { class: "action-node" }, `${n.title || action.node_id} (${action.node_id})`,
+    n.status ? `, ${n.status}` : "", n.reason ? `: ${n.reason}` : "");
 }
 // Where an approved action's delivery to the business backend stands (the API's `delivery`):
 // read as delivered only when it was.

@@ -200,8 +200,12 @@ export function taskDetail(taskId, params) {
       : el("p", { class: "muted" }, task.handed_back ? "No lease: the round was handed back and waits to be requeued."
         : task.status === "running" ? "No live lease." : `No lease: the task is ${task.status}.`));
     const executions = task.executions || [];
-    fill(generations, executions.length ? table(["Generation", "Outcome", "Worker", "Started", "Ended", "Reason"],
-      executions.slice().reverse().map((x) => [String(x.generation),
+    // Why each generation ran: a requeue of a finished task left generation 1 "completed"
+    // and a generation 2 with no word of who requeued it or why.
+    const queuedBecause = (x) => x.queued_because === undefined ? "—"
+      : x.queued_because || (x.generation === 1 ? "triggered" : "—");
+    fill(generations, executions.length ? table(["Generation", "Queued because", "Outcome", "Worker", "Started", "Ended", "Reason"],
+      executions.slice().reverse().map((x) => [String(x.generation), queuedBecause(x),
         x.outcome ? [badge(x.outcome), x.failure_code ? ` ${x.failure_code}` : ""]
           : el("span", { class: "muted" }, task.handed_back && x.generation === task.generation ? "handed back" : "in progress"),
         x.worker || "—", when(x.started_at), when(x.ended_at), x.reason || "—"]))

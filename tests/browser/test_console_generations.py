@@ -52,3 +52,25 @@ def test_a_finished_task_requeued_says_who_requeued_it_and_why(
     view = console.task(task_id)
     [again] = [x for x in view["executions"] if x["generation"] == 2]
     assert again["queued_because"] == "requeued by otto: meter data corrected"
+
+
+def test_a_cancelled_task_s_plan_says_its_open_nodes_will_not_run(
+    page: Any, console: Console
+) -> None:
+    """A task cancelled while a node runs: its plan stays as its last revision left it. Before,
+    the page drew that node `running` (and the counts "running 1") under a cancelled status,
+    with no word that nothing of it runs any more."""
+    task_id = console.trigger("slow", "Cancelled mid-step")
+    console.wait_for(task_id, lambda t: bool(t["plan"]))
+    open_task(page, console, task_id)
+    expect(page.locator("#plan-title")).to_have_text("Slow")
+    expect(page.locator("#plan-stopped")).to_have_count(0)  # running: its nodes may still move
+    cancelled = console.http.post(
+        f"/api/v1/tasks/{task_id}/cancel", json={"reason": "duplicate complaint"}
+    )
+    assert cancelled.status_code == 200, cancelled.text
+    expect(page.locator("#plan-stopped")).to_have_text(
+        "The task is cancelled: nothing more of this plan runs. 1 node (running 1) stays as "
+        "the last revision left it."
+    )
+    shot(page, "cancelled-plan")

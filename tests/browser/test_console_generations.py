@@ -74,3 +74,24 @@ def test_a_cancelled_task_s_plan_says_its_open_nodes_will_not_run(
         "the last revision left it."
     )
     shot(page, "cancelled-plan")
+
+
+def test_a_requeue_with_the_api_token_records_the_name_given(page: Any, console: Console) -> None:
+    """Signed in with the shared API token, approvals ask the person's name; Requeue and Cancel
+    did not, and the task's generations said "requeued by an operator": who it was was lost."""
+    task_id = console.trigger("xss", "Requeued by a named person")
+    console.wait_for(task_id, lambda t: t["status"] == "completed")
+    open_task(page, console, task_id)
+    page.fill("#requeue-by", "dana")
+    page.fill("#requeue-reason", "the meter was recalibrated")
+    page.click("#requeue-form button[type=submit]")
+    expect(page.locator("#op-result")).to_have_text("Requeue: done.")
+    row = page.locator("#generations tbody tr").filter(
+        has=page.locator('td[data-label="Generation"]', has_text=re.compile(r"^2$"))
+    )
+    expect(row.locator('td[data-label="Queued because"]')).to_have_text(
+        "requeued by dana: the meter was recalibrated"
+    )
+    # The name is kept for the next time, as an approval's is.
+    page.reload()
+    expect(page.locator("#requeue-by")).to_have_value("dana")

@@ -49,6 +49,14 @@ function actionCard(action, after, say) {
       if (after) after();
     } else {
       fill(message, el("span", { class: "error" }, errorText(result)));
+      // Decided or superseded meanwhile (a requeue, a cancel, another approver), or gone: the
+      // card is stale. Said where it stays, and the list read again: the card went on reading
+      // pending_approval with its buttons, and the next poll took it away with the only word
+      // of what had happened.
+      if ((result.status === 409 || result.status === 404) && say) {
+        fill(say, el("span", { class: "error" }, `Not ${verb === "approve" ? "approved" : "rejected"}: ${action.kind || "action"} for node ${action.node_id} of task ${action.task_id}: ${errorText(result)}`));
+        if (after) after();
+      }
     }
   }
   return el("article", { class: "card action", "data-action": action.action_id },

@@ -43,3 +43,25 @@ def test_an_approval_card_names_its_task_and_the_step_it_serves(
         "reason": "waits for the duty engineer's approval",
         "description": None,
     }
+
+
+def test_a_stale_approval_is_said_where_it_stays_and_its_card_leaves(
+    page: Any, console: Console
+) -> None:
+    """The task was cancelled elsewhere while the approver read the card. Before, Approve said
+    the refusal inside the card, which went on reading `pending_approval` with its buttons,
+    and the next poll took the card away with the only word of what had happened."""
+    task_id = console.trigger("approval", "Cancelled while the approver read it")
+    console.wait_for(task_id, lambda t: t["status"] == "waiting")
+    [action] = console.http.get("/api/v1/actions", params={"task_id": task_id}).json()["items"]
+    page.goto(f"{console.url}/console#/approvals")
+    card = page.locator("#approvals > article.action").filter(has_text=task_id)
+    card.locator("input[name=by]").fill("duty engineer")
+    cancelled = console.http.post(f"/api/v1/tasks/{task_id}/cancel", json={"reason": "duplicate"})
+    assert cancelled.status_code == 200, cancelled.text
+    card.locator("button.approve").click()
+    expect(page.locator("#approvals-result")).to_have_text(
+        f"Not approved: work_order for node flush of task {task_id}: action "
+        f"{action['action_id']} was superseded: the task was cancelled (stale_approval)"
+    )
+    expect(card).to_have_count(0)

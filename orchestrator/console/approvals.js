@@ -101,7 +101,13 @@ function deliveryOf(delivery) {
   if (!delivery) return el("span", { class: "muted" }, "not written yet");
   const at = delivery.status === "delivered" && delivery.delivered_at ? [" ", when(delivery.delivered_at)] : "";
   const tried = delivery.status !== "delivered" && delivery.attempts ? ` (${delivery.attempts} attempt(s))` : "";
-  return el("span", { class: "delivery" }, badge(delivery.status), at, tried, ` · outbox ${delivery.outbox_id}`);
+  // Why it is not delivered yet, and when it is tried again: "pending (3 attempt(s))" alone
+  // read as on its way while the backend answered 500 to every attempt.
+  const open = delivery.status === "pending" || delivery.status === "dead";
+  const error = open && delivery.last_error ? [", ", el("span", { class: "delivery-error" }, `last error: ${delivery.last_error}`)] : "";
+  const next = delivery.status === "pending" && delivery.attempts && delivery.next_attempt_at
+    ? [", ", el("span", { class: "delivery-next" }, "next attempt ", when(delivery.next_attempt_at))] : "";
+  return el("span", { class: "delivery" }, badge(delivery.status), at, tried, error, next, ` · outbox ${delivery.outbox_id}`);
 }
 
 // The task's decided actions (approved, rejected, superseded), newest first, with who decided,

@@ -31,6 +31,7 @@ from orchestrator.operators import Operator
 from orchestrator.runtime import celery_dispatcher
 from orchestrator.services.actions import ActionService, Decided
 from orchestrator.services.plans import PlanService
+from orchestrator.store.action_context import ActionContext
 from orchestrator.store.actions import ActionRecord
 
 __all__ = ["ActionOut", "DecidedView", "PendingCount", "router"]
@@ -77,8 +78,25 @@ class ActionOut(BaseModel):
         return cls(**record.to_dict())
 
 
+class ActionNode(BaseModel):
+    """The node an action serves, as the plan revision it was proposed under drew it."""
+
+    title: str | None
+    status: str | None
+    reason: str | None = Field(description="why the node stood as it did (it waits for this)")
+    description: str | None
+
+
 class ActionShown(ActionOut):
-    """One action, with where its delivery to the business backend stands."""
+    """One action, with where its delivery to the business backend stands and what an
+    approver reads beside it: the task's title and the node it serves."""
+
+    task_title: str | None = Field(default=None, description="the title of the task it acts for")
+    node: ActionNode | None = Field(
+        default=None,
+        description="its node in the plan revision it was proposed under (null when that "
+        "revision or node is not stored)",
+    )
 
     delivery: Delivery | None = Field(
         default=None,
@@ -182,10 +200,19 @@ def list_actions(
     unchanged = tagged(response, if_none_match, _LIST_SHAPE, (next_cursor, items))
     if unchanged is not None:
         return unchanged
+    contexts = service.contexts([action for action, _ in items])
     return {
-        "items": [{**action.to_dict(), "delivery": delivery} for action, delivery in items],
+        "items": [
+            {**action.to_dict(), "delivery": delivery, **_context(contexts, action.action_id)}
+            for action, delivery in items
+        ],
         "next_cursor": next_cursor,
     }
+
+
+def _context(contexts: dict[str, ActionContext], action_id: str) -> dict[str, Any]:
+    context = contexts.get(action_id)
+    return {} if context is None else {"task_title": context.task_title, "node": context.node}
 
 
 def _refuse_decided_with_status() -> None:
@@ -234,7 +261,8 @@ def show_action(
 ) -> ActionShown:
     """One action, with its delivery: an approver sees whether the backend has it."""
     action, delivery = service.shown(action_id)
-    return ActionShown(**ActionOut.of(action).model_dump(), delivery=delivery)
+    context = _context(service.contexts([action]), action_id)
+    return ActionShown(**ActionOut.of(action).model_dump(), delivery=delivery, **context)
 
 
 _DECISION_ERRORS = error_responses(403, 404, 409)

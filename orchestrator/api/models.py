@@ -146,6 +146,11 @@ class ExecutionView(BaseModel):
     handed_back_at: IsoTime | None = Field(
         description="when its worker stopped the round on an outage and gave it back"
     )
+    queued_because: str | None = Field(
+        default=None,
+        description="why this generation was queued (a requeue with who asked and why, a "
+        "decision, a recovery); null for the first, which the trigger queued",
+    )
 
 
 class LastWrite(BaseModel):

@@ -16,14 +16,14 @@ export function cannot(role, what) {
     `Signed in as ${me ? me.name : "?"} (${me ? me.role : "?"}): ${what} needs the ${role} role.`);
 }
 export function operator() { return localStorage.getItem("orch.by") || ""; }
-export function byField(id) {
+export function byField(id, optional = false) {
   // A named account acts as itself (the API records its name); the shared token asks.
   if (named()) {
     return [el("input", { type: "hidden", id, name: "by", value: me.name }),
       el("p", { class: "muted acting-as" }, `Acting as ${me.name}`)];
   }
-  return [el("label", { for: id }, "Your name"),
-    el("input", { id, name: "by", required: true, maxlength: 128, value: operator(), autocomplete: "name" })];
+  return [el("label", { for: id }, optional ? "Your name (recorded with it)" : "Your name"),
+    el("input", { id, name: "by", required: !optional, maxlength: 128, value: operator(), autocomplete: "name" })];
 }
 export function remember(by) { if (by && !named()) localStorage.setItem("orch.by", by); }
 function showAccount(state) {

@@ -11,8 +11,18 @@ export function showBanner(text) {
   if (text) { fill(banner, text); banner.hidden = false; }
   else if (!banner.hidden) { banner.hidden = true; fill(banner); }
 }
+// A read unanswered after this long is given up and said as the API not answering: an API
+// that took the connection and never answered (its process stopped, a proxy or a network
+// holding the request) left every poll waiting for ever, and the page showed the last rows
+// read as if fresh, their "(N min ago)" ticking on. A write is never given up (the API may
+// still apply it): its buttons wait, and the banner says the API has not answered yet.
+export const READ_TIMEOUT_MS = 10_000;
+const UNANSWERED = `The API is not answering (nothing in ${READ_TIMEOUT_MS / 1000} s); retrying…`;
 export async function api(method, path, body, signal, tag) {
-  const init = { method, credentials: "same-origin", headers: { "X-Orch-Console": "1" }, signal };
+  const read = method === "GET";
+  const timeout = read ? AbortSignal.timeout(READ_TIMEOUT_MS) : null;
+  const init = { method, credentials: "same-origin", headers: { "X-Orch-Console": "1" },
+    signal: timeout ? (signal ? AbortSignal.any([signal, timeout]) : timeout) : signal };
   if (tag) {
     // The answer held is sent again only if it changed (304 otherwise, with no body).
     init.headers["If-None-Match"] = tag;
@@ -23,12 +33,16 @@ export async function api(method, path, body, signal, tag) {
     init.body = JSON.stringify(body);
   }
   let response;
+  const slow = read ? null : setTimeout(() => showBanner(`The API has not answered this ${method} in ${READ_TIMEOUT_MS / 1000} s yet; waiting for it…`), READ_TIMEOUT_MS);
   try {
     response = await fetch(API + path, init);
   } catch (error) {
+    if (timeout && timeout.aborted) return unanswered();
     if (error && error.name === "AbortError") throw error;
     showBanner("The API is not answering; retrying…");
     return { ok: false, status: 0, data: null, down: true };
+  } finally {
+    clearTimeout(slow);
   }
   sampleClock(response);
   showBanner("");
@@ -41,8 +55,15 @@ export async function api(method, path, body, signal, tag) {
   }
   if (response.status === 304) return { ok: false, status: 304, data: null, tag: response.headers.get("ETag") };
   let data = null;
-  try { data = await response.json(); } catch (_) { data = null; }
+  try { data = await response.json(); } catch (_) {
+    if (timeout && timeout.aborted) return unanswered(); // the body never came
+    data = null;
+  }
   return { ok: response.ok, status: response.status, data, tag: response.headers.get("ETag") };
+}
+function unanswered() {
+  showBanner(UNANSWERED);
+  return { ok: false, status: 0, data: null, down: true };
 }
 // A GET polled again and again: the tag and answer held of each path (in `held`, a Map the
 // view owns) are sent as If-None-Match; a 304 gives back the answer held, marked unchanged.

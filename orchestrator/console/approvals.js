@@ -49,12 +49,21 @@ function actionCard(action, after, say) {
       if (after) after();
     } else {
       fill(message, el("span", { class: "error" }, errorText(result)));
+      // Decided or superseded meanwhile (a requeue, a cancel, another approver), or gone: the
+      // card is stale. Said where it stays, and the list read again: the card went on reading
+      // pending_approval with its buttons, and the next poll took it away with the only word
+      // of what had happened.
+      if ((result.status === 409 || result.status === 404) && say) {
+        fill(say, el("span", { class: "error" }, `Not ${verb === "approve" ? "approved" : "rejected"}: ${action.kind || "action"} for node ${action.node_id} of task ${action.task_id}: ${errorText(result)}`));
+        if (after) after();
+      }
     }
   }
   return el("article", { class: "card action", "data-action": action.action_id },
     el("h3", {}, `${action.kind || "action"} for node `, el("code", {}, action.node_id)),
     facts([["Status", badge(action.status)],
-      ["Task", el("a", { href: `#/task/${encodeURIComponent(action.task_id)}` }, action.task_id)],
+      ["Task", taskOf(action)], ["Node", nodeOf(action)],
+      ["Step", action.node && action.node.description ? el("span", { class: "action-step" }, action.node.description) : undefined],
       ["Generation", String(action.generation)], ["Proposed", when(action.created_at)],
       ["Digest", action.digest ? el("code", { class: "digest" }, action.digest) : el("span", { class: "muted" }, "not provided by this server")]]),
     el("h3", {}, "Payload"), typeof action.payload === "string" ? unreadable(action.payload) : json(action.payload),
@@ -68,6 +77,23 @@ function actionCard(action, after, say) {
         ["Note", action.note], ["Delivery", action.status === "approved" ? deliveryOf(action.delivery) : undefined]]),
     message);
 }
+// Which task the action would act for, by its title: cards of two incidents proposing the same
+// work order differed only by a task id, and an approver could not tell them apart.
+function taskOf(action) {
+  const link = `#/task/${encodeURIComponent(action.task_id)}`;
+  return el("span", { class: "action-task" }, action.task_title
+    ? [el("a", { href: link }, action.task_title), " (", el("code", {}, action.task_id), ")"]
+    : el("a", { href: link }, action.task_id));
+}
+// The node it serves, as the plan it was proposed under drew it: its title, status and why it
+// waits (the API's `node`; no row from a server without it).
+function nodeOf(action) {
+  if (action.node === undefined) return undefined;
+  if (!action.node) return el("span", { class: "action-node muted" }, `${action.node_id}: not in the plan it was proposed under`);
+  const n = action.node;
+  return el("span", { class: "action-node" }, `${n.title || action.node_id} (${action.node_id})`,
+    n.status ? `, ${n.status}` : "", n.reason ? `: ${n.reason}` : "");
+}
 // Where an approved action's delivery to the business backend stands (the API's `delivery`):
 // read as delivered only when it was.
 function deliveryOf(delivery) {
@@ -75,7 +101,13 @@ function deliveryOf(delivery) {
   if (!delivery) return el("span", { class: "muted" }, "not written yet");
   const at = delivery.status === "delivered" && delivery.delivered_at ? [" ", when(delivery.delivered_at)] : "";
   const tried = delivery.status !== "delivered" && delivery.attempts ? ` (${delivery.attempts} attempt(s))` : "";
-  return el("span", { class: "delivery" }, badge(delivery.status), at, tried, ` · outbox ${delivery.outbox_id}`);
+  // Why it is not delivered yet, and when it is tried again: "pending (3 attempt(s))" alone
+  // read as on its way while the backend answered 500 to every attempt.
+  const open = delivery.status === "pending" || delivery.status === "dead";
+  const error = open && delivery.last_error ? [", ", el("span", { class: "delivery-error" }, `last error: ${delivery.last_error}`)] : "";
+  const next = delivery.status === "pending" && delivery.attempts && delivery.next_attempt_at
+    ? [", ", el("span", { class: "delivery-next" }, "next attempt ", when(delivery.next_attempt_at))] : "";
+  return el("span", { class: "delivery" }, badge(delivery.status), at, tried, error, next, ` · outbox ${delivery.outbox_id}`);
 }
 
 // The task's decided actions (approved, rejected, superseded), newest first, with who decided,

@@ -1,7 +1,7 @@
 /* A task's page (#/task/ID): its state, lease, generations, report, receipts, recovery,
  * deliveries and pending approvals, polled and followed live; the plan (task_plan.js) and the
  * records (records.js) are sections of it. */
-import { byField, can, cannot, remember } from "./account.js";
+import { byField, can, cannot, named, remember } from "./account.js";
 import { API, errorText, readFailed, sendOnce, watched } from "./api.js";
 import { DECIDED_PAGE, decidedActions, pendingActions, showActions, showDecided } from "./approvals.js";
 import { when } from "./clock.js";
@@ -85,13 +85,20 @@ export function taskDetail(taskId, params) {
 
   function reasonForm(id, label, verb, cls) {
     const input = el("input", { id, name: "reason", required: true, maxlength: 500, placeholder: "reason" });
+    // Signed in with the shared API token, the requeue or cancel named no one: the task's
+    // generations said "requeued by an operator" while approvals asked the name. A named
+    // account acts as itself (the API records its name).
+    const byId = `${verb}-by`;
     // Hidden until the task's state is known (showTask): a finished task's page, slow to
     // load, offered Cancel until its first answer, and the API then said 409.
     return el("form", { class: "inline", id: `${verb}-form`, hidden: true, onsubmit: async (event) => {
       event.preventDefault();
       const reason = input.value.trim();
       if (!reason) { fill(opResult, el("span", { class: "error" }, "A reason is needed.")); return; }
-      const result = await sendOnce(event.currentTarget, "POST", `${path}/${verb}`, { reason });
+      const body = { reason };
+      const by = named() ? "" : document.getElementById(byId).value.trim();
+      if (by) { body.by = by; remember(by); }
+      const result = await sendOnce(event.currentTarget, "POST", `${path}/${verb}`, body);
       if (!result) return;
       // A requeue the broker did not take (`dispatched: false`, Redis down) is committed all
       // the same, and no worker was woken: "done." alone read as on its way.
@@ -102,7 +109,8 @@ export function taskDetail(taskId, params) {
           : `${label}: done.`);
         refresh();
       } else fill(opResult, el("span", { class: "error" }, errorText(result)));
-    } }, el("div", {}, el("label", { for: id }, `${label} reason`), input),
+    } }, named() ? null : el("div", {}, byField(byId, true)),
+    el("div", {}, el("label", { for: id }, `${label} reason`), input),
     el("button", { type: "submit", class: cls }, label));
   }
 
@@ -200,8 +208,12 @@ export function taskDetail(taskId, params) {
       : el("p", { class: "muted" }, task.handed_back ? "No lease: the round was handed back and waits to be requeued."
         : task.status === "running" ? "No live lease." : `No lease: the task is ${task.status}.`));
     const executions = task.executions || [];
-    fill(generations, executions.length ? table(["Generation", "Outcome", "Worker", "Started", "Ended", "Reason"],
-      executions.slice().reverse().map((x) => [String(x.generation),
+    // Why each generation ran: a requeue of a finished task left generation 1 "completed"
+    // and a generation 2 with no word of who requeued it or why.
+    const queuedBecause = (x) => x.queued_because === undefined ? "—"
+      : x.queued_because || (x.generation === 1 ? "triggered" : "—");
+    fill(generations, executions.length ? table(["Generation", "Queued because", "Outcome", "Worker", "Started", "Ended", "Reason"],
+      executions.slice().reverse().map((x) => [String(x.generation), queuedBecause(x),
         x.outcome ? [badge(x.outcome), x.failure_code ? ` ${x.failure_code}` : ""]
           : el("span", { class: "muted" }, task.handed_back && x.generation === task.generation ? "handed back" : "in progress"),
         x.worker || "—", when(x.started_at), when(x.ended_at), x.reason || "—"]))

@@ -7,6 +7,8 @@ import { citation } from "./records.js";
 import { badge, el, fill } from "./text.js";
 import { FINAL_STATUSES, facts, nodesOf, restoreTyped, typedIn } from "./widgets.js";
 
+const OPEN = ["running", "waiting", "pending"]; // node statuses a finished task leaves as they were
+
 const NODE_DONE = ["completed", "failed", "skipped", "cancelled"];
 const STEP_TEXT_MAX = 1500; // a human step's evidence or reason, as the API takes it
 
@@ -58,8 +60,10 @@ export function taskPlan(page) {
     if (s.graph && s.graph.dispose) s.graph.dispose();
     s.graph = planGraph(plan, s.selected, select);
     const earlier = earlierNotice();
+    const stopped = stoppedNotice(plan);
     fill(planBox, el("h3", { id: "plan-title" }, plan.title || ""),
       earlier ? el("p", { class: "notice", id: "plan-earlier" }, earlier) : null,
+      stopped ? el("p", { class: "notice", id: "plan-stopped" }, stopped) : null,
       revisionPicker(),
       el("p", { class: "muted" }, `revision ${plan.revision}`, plan.reason ? " · " : "", plan.reason ? el("span", { id: "plan-reason" }, plan.reason) : null),
       countsOf(plan), s.graph, olderParts(plan));
@@ -74,6 +78,20 @@ export function taskPlan(page) {
     if (control) (document.getElementById(control) || document.getElementById("plan-revision")).focus();
     if (s.selected) showNode(s.selected, false);
     keepInAddress();
+  }
+  // A finished task's latest plan with nodes still open (running, pending, waiting): drawn as
+  // they were, under a cancelled or failed status, they read as work going on.
+  function stoppedNotice(plan) {
+    if (!s.task || !FINAL_STATUSES.has(s.task.status) || plan !== s.plan) return null;
+    const open = {};
+    for (const node of nodesOf(plan)) {
+      if (OPEN.includes(node.status)) open[node.status] = (open[node.status] || 0) + 1;
+    }
+    const count = Object.values(open).reduce((a, b) => a + b, 0);
+    if (!count) return null;
+    const which = OPEN.filter((x) => open[x]).map((x) => `${x} ${open[x]}`).join(", ");
+    return `The task is ${s.task.status}: nothing more of this plan runs. ${count} node${count === 1 ? "" : "s"} (${which}) ` +
+      `${count === 1 ? "stays" : "stay"} as the last revision left ${count === 1 ? "it" : "them"}.`;
   }
   // What the shown plan is when an earlier generation published it, or null: said again when
   // the task moves on (another generation, a final status).

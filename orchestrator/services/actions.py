@@ -31,6 +31,7 @@ from orchestrator.store import outbox_views
 from orchestrator.store import plans as plan_store
 from orchestrator.store import reports as report_store
 from orchestrator.store import tasks as task_store
+from orchestrator.store.action_context import ActionContext, action_contexts
 from orchestrator.store.actions import ActionRecord
 from orchestrator.store.db import Database
 from orchestrator.store.fencing import check_fence
@@ -331,6 +332,12 @@ class ActionService:
                 else {}
             )
         return [(a, rows[a.action_id].public() if a.action_id in rows else None) for a in actions]
+
+    def contexts(self, records: Sequence[ActionRecord]) -> dict[str, ActionContext]:
+        """What an approver reads beside each action: its task's title and its node as the
+        plan it was proposed under drew it."""
+        with self.db.transaction(readonly=True) as conn:
+            return action_contexts(conn, records)
 
     def count_pending(self, task_id: str | None = None) -> int:
         """How many actions wait for a decision (of one task: a task that does not exist is

@@ -294,18 +294,25 @@ class TaskService:
             last_write = last_fenced_write(conn, task_id, task.generation)
             # The execution's reason says how its round ended; a decision since (an approval,
             # a person's step) that left the task waiting said anew on what, in this event.
+            # Why each generation after the first was queued: a requeue (who, why), a
+            # decision, a recovery; said nowhere else once its generation has ended.
+            queued = event_store.events_of_type(conn, task_id, "queued", len(executions) + 1)
             waited = (
                 event_store.events_of_type(conn, task_id, "waiting", 1)
                 if task.status == "waiting"
                 else []
             )
+        because = {event.generation: event.reason for event in queued}
         current = [x for x in executions if x.generation == task.generation]
         waits = current[0] if current and current[0].outcome is None else None
         view = task_view(task, waits if waits and waits.handed_back_at else None)
         view.update(
             {
                 "lease": self._lease(task, current[0] if current else None),
-                "executions": [execution.to_dict() for execution in executions],
+                "executions": [
+                    execution.to_dict() | {"queued_because": because.get(execution.generation)}
+                    for execution in executions
+                ],
                 "plan": plan.to_dict() if plan else None,
                 "report": report,
                 "pending_actions": pending,

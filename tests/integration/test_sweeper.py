@@ -229,12 +229,13 @@ def test_a_restarted_sweeper_keeps_the_mark_and_sends_nothing_again(
     """A sweeper keeps its mark in Redis to see that Redis lost its data. Restarted (a deploy)
     or taking over from a stopped one, it could not renew the mark the other had made (a lease
     of the other's token): once that ran out, an hour later, it took it for Redis's data lost
-    and sent every queued task's wake-up again. The mark here lasts 0.3 s instead of an hour;
-    the new sweeper keeps it, and sends nothing."""
+    and sent every queued task's wake-up again. The mark here lasts 1 s instead of an hour;
+    the new sweeper keeps it, and sends nothing. (At 0.3 s, load 10 held a sweep past the mark's
+    end in a full run: a mark that ran out between two sweeps is Redis's data lost, rightly.)"""
     from orchestrator.leases.redis import RedisLeaseBackend
     from orchestrator.services import sweeper as sweeper_module
 
-    monkeypatch.setattr(sweeper_module, "BROKER_MARK_SECONDS", 0.3)
+    monkeypatch.setattr(sweeper_module, "BROKER_MARK_SECONDS", 1.0)
     rt, _ = runtime_for(store_url, tmp_path, queued_stale_seconds=600)
     leases = RedisLeaseBackend.from_url(redis_url)
     try:
@@ -244,7 +245,7 @@ def test_a_restarted_sweeper_keeps_the_mark_and_sends_nothing_again(
         assert first.sweep().republished == [(task_id, 1)]  # a new Redis: no mark yet
         dispatcher = RecordingDispatcher()
         restarted = sweeper_module.Sweeper(settings, rt.db, leases, dispatcher)
-        ends = time.monotonic() + 1.0  # past the first sweeper's mark, three times over
+        ends = time.monotonic() + 3.0  # past the first sweeper's mark, three times over
         while time.monotonic() < ends:
             restarted.sweep()
             time.sleep(0.05)  # the sweep interval

@@ -43,6 +43,7 @@ from tests.executions_support import kept_node, plan_call, query_call
 __all__ = [
     "Approver",
     "approval_turns",
+    "expected_status",
     "is_approval",
     "outbox_facts",
     "outbox_settled",
@@ -81,6 +82,13 @@ _EDGES = [{"from": "check", "to": "flush"}]
 def is_approval(number: int, every: int) -> bool:
     """Whether task `number` is one of the campaign's approval tasks (one in `every`)."""
     return every > 0 and number % every == every - 1
+
+
+def expected_status(task_type: str, every: int) -> str:
+    """Where a campaign task should end: completed, or failed for a rejected work order."""
+    if task_type.startswith("a") and rejects(int(task_type[1:]), every):
+        return "failed"
+    return "completed"
 
 
 def rejects(number: int, every: int) -> bool:

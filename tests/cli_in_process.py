@@ -20,7 +20,7 @@ from unittest import mock
 
 from orchestrator.cli import common, main
 
-__all__ = ["run_main"]
+__all__ = ["embedded_store", "run_main"]
 
 
 @contextlib.contextmanager
@@ -56,3 +56,14 @@ def run_main(
     return subprocess.CompletedProcess(
         ["orchestrator", *args], code, out.getvalue(), err.getvalue()
     )
+
+
+def embedded_store(home: Path) -> str:
+    """A migrated embedded store (SQLite) in `home`, made here, as the CLI finds it there with
+    `ORCH_HOME`: its URL."""
+    from orchestrator.store import migrations
+
+    home.mkdir()
+    store = f"sqlite:///{home / 'orchestrator.db'}"
+    migrations.upgrade(store)
+    return store

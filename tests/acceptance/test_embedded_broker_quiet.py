@@ -16,9 +16,9 @@ import pytest
 
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.tasks import TaskService, Trigger
-from orchestrator.store import migrations
 from orchestrator.store.db import Database
 from tests.acceptance.fleet import running_fleet
+from tests.cli_in_process import embedded_store
 
 NOISE = "No hostname was supplied"
 
@@ -27,9 +27,7 @@ def _embedded(tmp_path: Path) -> tuple[dict[str, str], str]:
     """An embedded fleet's environment with one queued task whose wake-up looks lost: it and
     the task's id."""
     home = tmp_path / "home"
-    home.mkdir()
-    store = f"sqlite:///{home / 'orchestrator.db'}"
-    migrations.upgrade(store)
+    store = embedded_store(home)
     db = Database.from_url(store)
     try:
         trigger = Trigger(task_type="demo", title="t")

@@ -88,11 +88,10 @@ def test_a_listing_and_a_lookup_read_the_store_without_the_broker_or_the_agent(
     tmp_path: Path,
 ) -> None:
     """Nor does a command that reads an embedded store: the broker is for wake-ups."""
-    from orchestrator.store import migrations
+    from tests.cli_in_process import embedded_store
 
     home = tmp_path / "home"
-    home.mkdir()
-    migrations.upgrade(f"sqlite:///{home / 'orchestrator.db'}")
+    embedded_store(home)
     listed = _imported(["tasks", "list"], home)
     assert (listed["code"], listed["out"]) == (0, "no tasks\n"), listed["err"]
     shown = _imported(["tasks", "show", "no-such-task"], home)
@@ -113,14 +112,11 @@ def test_requeue_and_cancel_check_their_options_without_the_web_stack(tmp_path: 
     package builds it) on every requeue. The same checks, the same lines, without them."""
     from orchestrator.services.dispatch import RecordingDispatcher
     from orchestrator.services.tasks import TaskService, Trigger
-    from orchestrator.store import migrations
     from orchestrator.store.db import Database
-    from tests.cli_in_process import run_main
+    from tests.cli_in_process import embedded_store, run_main
 
     home = tmp_path / "home"
-    home.mkdir()
-    store = f"sqlite:///{home / 'orchestrator.db'}"
-    migrations.upgrade(store)
+    store = embedded_store(home)
     db = Database.from_url(store)
     try:
         task_id = (
@@ -161,15 +157,13 @@ def test_an_action_listed_or_shown_is_read_without_the_web_stack(tmp_path: Path)
 
     from orchestrator.services.dispatch import RecordingDispatcher
     from orchestrator.services.tasks import TaskService, Trigger
-    from orchestrator.store import migrations
     from orchestrator.store.db import Database
     from orchestrator.store.tables import actions
     from orchestrator.store.types import utcnow
+    from tests.cli_in_process import embedded_store
 
     home = tmp_path / "home"
-    home.mkdir()
-    store = f"sqlite:///{home / 'orchestrator.db'}"
-    migrations.upgrade(store)
+    store = embedded_store(home)
     db = Database.from_url(store)
     try:
         task = TaskService(db, RecordingDispatcher()).trigger(Trigger(task_type="t", title="t"))

@@ -6,7 +6,8 @@ import itertools
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ __all__ = [
     "plan_call",
     "query_call",
     "report_call",
+    "runtime_and_api",
     "runtime_for",
     "simple_task",
     "sweep_at_once",
@@ -202,6 +204,22 @@ def settings_for(store_url: str, scripts: Path, **overrides: Any) -> Settings:
     }
     values.update(overrides)
     return load_settings(**values)
+
+
+@contextmanager
+def runtime_and_api(store_url: str, scripts: Path) -> Iterator[tuple[Runtime, Any]]:
+    """A runtime on the store and a test client of an API on the same settings (its lifespan
+    run), both closed after."""
+    from fastapi.testclient import TestClient
+
+    from orchestrator.api.app import create_app
+
+    rt, _ = runtime_for(store_url, scripts)
+    try:
+        with TestClient(create_app(settings_for(store_url, scripts))) as client:
+            yield rt, client
+    finally:
+        rt.close()
 
 
 def runtime_for(

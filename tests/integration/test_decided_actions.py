@@ -17,11 +17,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import insert
 
-from orchestrator.api.app import create_app
 from orchestrator.runtime import Runtime
 from orchestrator.store.tables import actions
 from orchestrator.store.types import utcnow
-from tests.executions_support import runtime_for, settings_for, simple_task
+from tests.executions_support import runtime_and_api, simple_task
 
 #: (status, seconds before now) of each action written; two share a time (the id breaks it).
 WRITTEN = [
@@ -38,12 +37,8 @@ WRITTEN = [
 
 @pytest.fixture
 def env(store_url: str, scripts: Path) -> Iterator[tuple[Runtime, TestClient]]:
-    rt, _ = runtime_for(store_url, scripts)
-    try:
-        with TestClient(create_app(settings_for(store_url, scripts))) as client:
-            yield rt, client
-    finally:
-        rt.close()
+    with runtime_and_api(store_url, scripts) as both:
+        yield both
 
 
 def with_actions(rt: Runtime, scripts: Path) -> tuple[str, list[str]]:

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from orchestrator.api.app import create_app
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
 from tests.cli_in_process import run_main
@@ -24,8 +23,7 @@ from tests.executions_support import (
     execution_end,
     node,
     plan_call,
-    runtime_for,
-    settings_for,
+    runtime_and_api,
     write_script,
 )
 
@@ -54,12 +52,8 @@ def failing_turns(summary: str) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def env(store_url: str, scripts: Path) -> Iterator[tuple[Runtime, TestClient]]:
-    rt, _ = runtime_for(store_url, scripts)
-    try:
-        with TestClient(create_app(settings_for(store_url, scripts))) as client:
-            yield rt, client
-    finally:
-        rt.close()
+    with runtime_and_api(store_url, scripts) as both:
+        yield both
 
 
 def failed_task(rt: Runtime, scripts: Path, task_type: str, summary: str) -> str:

@@ -18,7 +18,6 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import insert, select, update
 
-from orchestrator.api.app import create_app
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
 from orchestrator.store.tables import evidence, invocation_receipts, outbox
@@ -30,8 +29,7 @@ from tests.executions_support import (
     node,
     plan_call,
     report_call,
-    runtime_for,
-    settings_for,
+    runtime_and_api,
     write_script,
 )
 
@@ -45,13 +43,9 @@ PROPOSE = {
 
 @pytest.fixture
 def env(store_url: str, scripts: Path) -> Iterator[tuple[Runtime, TestClient]]:
-    rt, _ = runtime_for(store_url, scripts)
     write_script(scripts, "leak", completing_turns())
-    try:
-        with TestClient(create_app(settings_for(store_url, scripts))) as client:
-            yield rt, client
-    finally:
-        rt.close()
+    with runtime_and_api(store_url, scripts) as both:
+        yield both
 
 
 class Held:

@@ -426,3 +426,51 @@ def test_a_task_s_view_is_sent_again_after_a_retry_of_a_failing_delivery_and_an_
             .values(claimed_until=None, next_attempt_at=now + timedelta(minutes=5))
         )
     view.changed_by("the claim's answer")
+
+
+def test_a_task_s_view_is_sent_again_as_its_settled_deliveries_are_deleted_or_delivered(
+    env: tuple[Runtime, TestClient],
+) -> None:
+    """The tag sums up the task's delivered and discarded rows by their counts alone (read
+    from an index, not row by row): deleting one (retention) and delivering a discarded one
+    (its send was under way: the backend acted on it) change only those counts."""
+    from orchestrator.store import outbox_operator, outbox_retention, outbox_sending
+
+    rt, client = env
+    task_id = rt.tasks.trigger(Trigger(task_type="leak", title="Turbid water")).task.task_id
+    now = utcnow()
+    with rt.db.transaction() as conn:
+        for seq, status, delivered in (
+            (1, "delivered", 10),
+            (2, "delivered", 0),
+            (3, "pending", None),
+        ):
+            conn.execute(
+                insert(outbox).values(
+                    kind="webhook", task_id=task_id, event_seq=seq, body="{}", status=status,
+                    attempts=1, last_error=None if delivered is not None else "HTTP 503",
+                    created_at=now - timedelta(days=10), next_attempt_at=now,
+                    delivered_at=None if delivered is None else now - timedelta(days=delivered),
+                )
+            )  # fmt: skip
+        failing = conn.execute(
+            select(outbox.c.outbox_id).where(outbox.c.task_id == task_id, outbox.c.event_seq == 3)
+        ).scalar_one()
+    view = Held(client, f"/api/v1/tasks/{task_id}")
+    assert view.body["deliveries"]["counts"] == {"webhook": {"delivered": 2, "pending": 1}}
+
+    with rt.db.transaction() as conn:
+        gone = outbox_retention.delete_expired_webhooks(
+            conn, now - timedelta(days=1), 10, never_sent=False
+        )
+    assert gone == (1, 0)
+    view.changed_by("retention deleting a delivered webhook")
+    assert view.body["deliveries"]["counts"] == {"webhook": {"delivered": 1, "pending": 1}}
+
+    with rt.db.transaction() as conn:
+        assert outbox_operator.discard(conn, failing, by="kim", reason="backend mended by hand")
+    view.changed_by("a discard")
+    with rt.db.transaction() as conn:
+        assert outbox_sending.mark_delivered(conn, failing) is not None
+    view.changed_by("a discarded delivery answered at last")
+    assert view.body["deliveries"]["counts"] == {"webhook": {"delivered": 2}}

@@ -15,7 +15,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, bindparam, case, exists, func, select, true
+from sqlalchemy import (
+    Connection,
+    Row,
+    and_,
+    bindparam,
+    case,
+    exists,
+    func,
+    literal_column,
+    select,
+    true,
+)
 
 from orchestrator.store.tables import (
     OUTBOX_KINDS,
@@ -29,7 +40,6 @@ from orchestrator.store.tables import (
     recovery_snapshots,
     reports,
     sessions,
-    settled,
     task_events,
     tasks,
     transcript_entries,
@@ -65,15 +75,24 @@ def _tally_of(kind: str, status: str) -> Any:
 # are shown only as counts per kind and status, and a settled row never changes but for its
 # status (a row discarded while its send was under way, then delivered) and its deletion
 # (retention): their counts are their whole term, read from the partial index that holds them
-# (index-only, no row read). The rows still to send or dead, a few per task however busy it is,
-# are shown one by one: summed up from theirs. Before, every poll read each row of the task: a
-# busy task keeps thousands of delivered webhooks ORCH_RETENTION_DAYS.
+# (`ix_outbox_settled`: index-only, no row read). Each count is its own range of the index
+# (literals: the planner proves the index's predicate from them), with no expression to
+# evaluate per entry: a third of the time of one scan summing a CASE per kind and status, at
+# 10,000 entries. The rows still to send or dead, a few per task however busy it is, are shown
+# one by one: summed up from theirs. Before, every poll read each row of the task: a busy task
+# keeps thousands of delivered webhooks ORCH_RETENTION_DAYS.
 _OUTBOX = [
-    _summary(
-        outbox,
-        *(_tally_of(kind, status) for kind in OUTBOX_KINDS for status in OUTBOX_SETTLED),
-        where=and_(outbox.c.task_id == _TASK, settled(outbox)),
-        counted=False,
+    *(
+        _summary(
+            outbox,
+            where=and_(
+                outbox.c.task_id == _TASK,
+                outbox.c.kind == literal_column(f"'{kind}'"),
+                outbox.c.status == literal_column(f"'{status}'"),
+            ),
+        )
+        for kind in OUTBOX_KINDS
+        for status in OUTBOX_SETTLED
     ),
     _summary(
         outbox,

@@ -96,3 +96,21 @@ def test_the_first_page_of_a_busy_task_s_decided_actions_walks_its_index(db: Dat
     assert [a.action_id for a in page[:3]] == ["t0-a2999", "t0-a2998", "t0-a2997"]
     assert len(page) == 51
     assert all(a.status == "approved" for a in page)
+
+
+def test_a_busy_task_s_pending_actions_are_not_read_through_its_decided_ones(
+    db: Database,
+) -> None:
+    """The task page's pending actions (read when its view changed): the index of the task's
+    actions in the list's order must not make them a walk through its decided history."""
+    pages: list[Any] = []
+
+    def pending(conn: Any) -> None:
+        pages.append(
+            action_store.list_actions(conn, status="pending_approval", task_id="t0", limit=200)
+        )
+
+    table, _index = table_and_index_rows(db, pending, of="actions")
+    assert table < 100, f"{table} actions read for 3 pending ones"
+    [page] = pages
+    assert [a.action_id for a in page] == ["t0-a3000", "t0-a2000", "t0-a1000"]

@@ -13,7 +13,7 @@ from sqlalchemy import event, text
 
 from orchestrator.store import Database
 
-__all__ = ["rows_returned", "rows_scanned", "table_and_index_rows", "vacuumed"]
+__all__ = ["rows_returned", "rows_scanned", "sqlite_plans", "table_and_index_rows", "vacuumed"]
 
 
 def rows_scanned(db: Database, read: Callable[[Any], Any], *, show: bool = False) -> int:
@@ -55,6 +55,18 @@ def _plans(db: Database, read: Callable[[Any], Any], *, show: bool) -> list[dict
                 print(statement[:80], plan[0]["Plan"])
             plans.append(plan[0]["Plan"])
     return plans
+
+
+def sqlite_plans(db: Database, read: Callable[[Any], Any]) -> list[str]:
+    """SQLite's EXPLAIN QUERY PLAN of each SELECT `read(conn)` sends: each step's detail
+    (`SEARCH outbox USING COVERING INDEX ...`, `SCAN actions`)."""
+    details = []
+    with db.transaction(readonly=True) as conn:
+        for statement, params in _sent(db, read):
+            if statement.lstrip().upper().startswith("SELECT"):
+                plan = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", params)
+                details.extend(str(row[-1]) for row in plan)
+    return details
 
 
 def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:

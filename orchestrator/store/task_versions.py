@@ -40,6 +40,7 @@ from orchestrator.store.tables import (
     recovery_snapshots,
     reports,
     sessions,
+    settled,
     task_events,
     tasks,
     transcript_entries,
@@ -87,6 +88,9 @@ _OUTBOX = [
             outbox,
             where=and_(
                 outbox.c.task_id == _TASK,
+                # The index's predicate as it is written: SQLite uses a partial index only for
+                # a query that repeats it (Postgres proves it from the status alone).
+                settled(outbox),
                 outbox.c.kind == literal_column(f"'{kind}'"),
                 outbox.c.status == literal_column(f"'{status}'"),
             ),

@@ -1,4 +1,5 @@
-"""What an open task page's reads cost a busy task (Postgres): rows read, not time.
+"""What an open task page's reads cost a busy task: rows read, not time (Postgres), and the
+indexes they search (the embedded SQLite store).
 
 A task keeps its delivered webhooks ORCH_RETENTION_DAYS, thousands for a busy one, and its
 decided actions for good. The tag of its view (`store.task_versions`, read at every 3 s poll of
@@ -18,7 +19,7 @@ from sqlalchemy import text
 from orchestrator.store import Database
 from orchestrator.store import actions as action_store
 from orchestrator.store.task_versions import view_version
-from tests.query_plans import table_and_index_rows, vacuumed
+from tests.query_plans import sqlite_plans, table_and_index_rows, vacuumed
 
 #: The busy task's delivered webhooks and its decided actions, each.
 BUSY = 3000
@@ -114,3 +115,29 @@ def test_a_busy_task_s_pending_actions_are_not_read_through_its_decided_ones(
     assert table < 100, f"{table} actions read for 3 pending ones"
     [page] = pages
     assert [a.action_id for a in page] == ["t0-a3000", "t0-a2000", "t0-a1000"]
+
+
+def test_the_embedded_store_reads_them_from_the_same_indexes(sqlite_url: str) -> None:
+    """SQLite uses a partial index only for a query that repeats its predicate: the counts of
+    settled deliveries search `ix_outbox_settled` alone (covering), the rows still to send
+    `ix_outbox_unsettled`, and the decided actions' page the task's actions in its order."""
+    database = Database.from_url(sqlite_url)
+    try:
+
+        def poll(conn: Any) -> None:
+            view_version(conn, "t0")
+
+        outbox_steps = [step for step in sqlite_plans(database, poll) if " outbox " in step]
+        settled = [step for step in outbox_steps if "ix_outbox_settled" in step]
+        assert len(settled) == 4
+        assert all("COVERING INDEX" in step for step in settled)
+        assert any("ix_outbox_unsettled" in step for step in outbox_steps)
+        assert not [step for step in outbox_steps if step.startswith("SCAN")]
+
+        def first_page(conn: Any) -> None:
+            action_store.list_actions(conn, status=None, task_id="t0", limit=51, decided=True)
+
+        [step] = sqlite_plans(database, first_page)
+        assert "USING INDEX ix_actions_task_id_created_at_action_id (task_id=?)" in step
+    finally:
+        database.dispose()

@@ -129,8 +129,9 @@ def seed(url: str) -> None:
 
 
 def old_version() -> Any:
-    """The tag's statement as it was before migration 0029: every outbox row of the task summed
-    up (`store.task_versions` of then, its outbox terms copied here)."""
+    """The tag's statement with its outbox terms as they were before migration 0029: every
+    outbox row of the task summed up (copied here; the busy tasks have no actions, whose terms
+    changed too)."""
     from sqlalchemy import func
 
     from orchestrator.store import task_versions as tv

@@ -6,7 +6,9 @@ ORCH_RETENTION_DAYS, thousands for a busy one. The view shows the delivered and 
 as counts per kind and status: `ix_outbox_settled` holds them, so each poll counts them from
 the index alone. The first page of a task's decided actions (newest first, by created_at and
 action_id) read each action of the task and sorted them: the index on
-(task_id, created_at, action_id) is walked in the page's order instead.
+(task_id, created_at, action_id) is walked in the page's order instead. The tag read each
+action of the task too: it reads the newest from that index, and counts the task's pending
+ones from `ix_actions_pending_task_id`, which holds the pending ones alone.
 
 On Postgres both are built CONCURRENTLY, outside the migration's transaction: a live
 installation goes on writing deliveries and actions while they are built. A build that was
@@ -34,6 +36,8 @@ depends_on = None
 SETTLED = "ix_outbox_settled"
 SETTLED_WHERE = sa.text("status IN ('delivered', 'discarded')")
 TASK_ACTIONS = "ix_actions_task_id_created_at_action_id"
+PENDING = "ix_actions_pending_task_id"
+PENDING_WHERE = sa.text("status = 'pending_approval'")
 
 
 def upgrade() -> None:
@@ -55,10 +59,20 @@ def upgrade() -> None:
             unique=False,
             postgresql_concurrently=True,
         )
+        op.create_index(
+            PENDING,
+            "actions",
+            ["task_id"],
+            unique=False,
+            postgresql_where=PENDING_WHERE,
+            sqlite_where=PENDING_WHERE,
+            postgresql_concurrently=True,
+        )
 
 
 def downgrade() -> None:
     with op.get_context().autocommit_block():
+        op.drop_index(PENDING, table_name="actions", postgresql_concurrently=True)
         op.drop_index(TASK_ACTIONS, table_name="actions", postgresql_concurrently=True)
         op.drop_index(SETTLED, table_name="outbox", postgresql_concurrently=True)
 
@@ -68,5 +82,5 @@ def _drop_leftovers() -> None:
     concurrent build left (Postgres keeps it, invalid): dropped, it is built anew."""
     if op.get_bind().dialect.name != "postgresql":
         return
-    for name in (SETTLED, TASK_ACTIONS):
+    for name in (SETTLED, TASK_ACTIONS, PENDING):
         op.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")

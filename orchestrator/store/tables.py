@@ -33,6 +33,7 @@ from orchestrator.domain.outcomes import UNRESOLVED
 from orchestrator.store.types import JSONDocument, UTCDateTime
 
 __all__ = [
+    "PENDING_ACTION",
     "actions",
     "attempted_pending",
     "collaboration_messages",
@@ -283,6 +284,13 @@ actions = Table(
     # (the task page's "Decided actions") walk it, where they read each action of the task.
     Index(None, "task_id", "created_at", "action_id"),
 )
+
+#: A pending action, with a literal: the predicate of the partial index below and the filter
+#: of the query meant to use it (`store.task_versions` counts a task's pending actions at each
+#: poll of its page, where the status index walked every pending action of the store).
+PENDING_ACTION = actions.c.status == literal_column("'pending_approval'")
+Index("ix_actions_pending_task_id", actions.c.task_id, postgresql_where=PENDING_ACTION,
+      sqlite_where=PENDING_ACTION)  # fmt: skip
 
 invocation_receipts = Table(
     "invocation_receipts",

@@ -31,6 +31,7 @@ from sqlalchemy import (
 from orchestrator.store.tables import (
     OUTBOX_KINDS,
     OUTBOX_SETTLED,
+    PENDING_ACTION,
     actions,
     evidence,
     executions,
@@ -142,13 +143,12 @@ _PARTS = [
     _summary(reports, func.max(reports.c.created_at)),
     # Records never change, and go only with their task: the newest is enough (`last_write`).
     _summary(evidence, func.max(evidence.c.created_at), counted=False),
-    _summary(
-        actions,
-        func.max(actions.c.created_at),
-        func.max(actions.c.decided_at),
-        _tally(actions.c.status, "pending_approval"),
-        _tally(actions.c.status, "superseded"),
-    ),
+    # No statement changes an action that is not pending: a new one is the task's newest (the
+    # last entry of its index on (task_id, created_at, action_id)), and every other change is
+    # a pending one decided or superseded (their count, from the partial index of pending
+    # ones). Before, each poll read every action of the task.
+    _summary(actions, func.max(actions.c.created_at), counted=False),
+    _summary(actions, where=and_(actions.c.task_id == _TASK, PENDING_ACTION)),
     # Appended, and deleted by retention: counted (from the index) for the token usage.
     _summary(transcript_entries),
     _summary(

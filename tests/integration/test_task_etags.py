@@ -20,7 +20,7 @@ from sqlalchemy import insert, select, update
 
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
-from orchestrator.store.tables import evidence, invocation_receipts, outbox
+from orchestrator.store.tables import actions, evidence, invocation_receipts, outbox
 from orchestrator.store.types import utcnow
 from tests.executions_support import (
     READ_AND_QUERY,
@@ -159,6 +159,48 @@ def test_a_waiting_task_s_view_is_sent_again_after_an_approval_and_a_person_s_st
     assert view.body["pending_actions"] == []
     rt.human_steps.close(task_id, "sample", "completed", by="crew", evidence="bottle 7")
     view.changed_by("a person's step")
+
+
+def test_a_task_s_view_is_sent_again_after_an_action_proposed_and_decided_between_two_polls(
+    env: tuple[Runtime, TestClient], scripts: Path
+) -> None:
+    """The tag counts the task's pending actions and takes its newest one: an action proposed
+    and decided between two polls leaves the pending ones as they were, but is the task's
+    last write (and one more decided action on its page)."""
+    write_script(
+        scripts,
+        "wo",
+        [
+            READ_AND_QUERY,
+            {"tool_calls": [plan_call("c1", "r1", [node("check", "completed"),
+                                                   node("repair", "waiting")])]},
+            {"tool_calls": [PROPOSE]},
+            {"tool_calls": [report_call("c3", "waiting")]},
+        ],
+    )  # fmt: skip
+    rt, client = env
+    task_id = rt.tasks.trigger(Trigger(task_type="wo", title="Low pressure")).task.task_id
+    assert rt.executions.run(task_id, 1, worker="w").outcome == "waiting"
+    view = Held(client, f"/api/v1/tasks/{task_id}")
+    [pending] = view.body["pending_actions"]
+    now = utcnow()
+    with rt.db.transaction() as conn:
+        conn.execute(
+            insert(actions).values(
+                action_id="a-between", task_id=task_id, generation=1,
+                session_id=view.body["session_id"], node_id="repair", kind="command",
+                payload={"run": "flush"}, status="pending_approval", created_at=now,
+                plan_revision=1, digest="1" * 64,
+            )
+        )  # fmt: skip
+    with rt.db.transaction() as conn:
+        conn.execute(
+            update(actions)
+            .where(actions.c.action_id == "a-between")
+            .values(status="approved", decided_by="ana", decided_at=now)
+        )
+    view.changed_by("an action proposed and decided")
+    assert [a["action_id"] for a in view.body["pending_actions"]] == [pending["action_id"]]
 
 
 def test_an_evidence_page_is_304_while_unchanged_and_sent_again_with_a_new_record(

@@ -68,12 +68,15 @@ def db(pg_url: str) -> Iterator[Database]:
 def test_the_tag_of_a_busy_task_s_view_reads_its_undelivered_rows_not_its_history(
     db: Database,
 ) -> None:
-    """Before: every outbox row of the task read at each poll (3,000 and more)."""
+    """Before: every outbox row and every action of the task read at each poll (3,000 and
+    more of each)."""
     version: list[Any] = []
 
     def poll(conn: Any) -> None:
         version.append(view_version(conn, "t0"))
 
+    actions_read, _entries = table_and_index_rows(db, poll, of="actions")
+    assert actions_read < 10, f"{actions_read} actions read for one poll"
     table, index = table_and_index_rows(db, poll, of="outbox")
     assert table < 100, f"{table} outbox rows read for one poll"
     # The delivered ones counted from the index alone, once.
@@ -133,6 +136,9 @@ def test_the_embedded_store_reads_them_from_the_same_indexes(sqlite_url: str) ->
         assert all("COVERING INDEX" in step for step in settled)
         assert any("ix_outbox_unsettled" in step for step in outbox_steps)
         assert not [step for step in outbox_steps if step.startswith("SCAN")]
+        action_steps = [step for step in sqlite_plans(database, poll) if " actions " in step]
+        assert any("ix_actions_pending_task_id" in step for step in action_steps)
+        assert not [step for step in action_steps if step.startswith("SCAN")]
 
         def first_page(conn: Any) -> None:
             action_store.list_actions(conn, status=None, task_id="t0", limit=51, decided=True)

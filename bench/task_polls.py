@@ -12,7 +12,8 @@ answer is what a client without the tag gets (and any client after a change): it
 reading the tag (about a millisecond). The ways alternate within each round; the figures are
 medians over the rounds.
 Busy tasks beside it: two tasks with 1,000 and 10,000 delivered webhooks and 3 failing ones
-each (a task keeps its delivered webhooks ORCH_RETENTION_DAYS; each generation writes several).
+each (a task keeps its delivered webhooks ORCH_RETENTION_DAYS; each generation writes several),
+and 100 and 1,000 actions, one pending.
 For each, the statement of the view's tag (`store.task_versions`) as it was before (every
 outbox row of the task summed up) and now, timed in the store and read with EXPLAIN ANALYZE,
 and an unchanged poll of the task's view through the API with each statement (wall time: the
@@ -76,7 +77,8 @@ SEED = [
     " '[]', '[\"ev001\"]', 'waiting', now())",
 ]
 
-#: The busy tasks: their delivered webhooks, each with 3 failing ones after them.
+#: The busy tasks: their delivered webhooks, each with 3 failing ones after them, and a tenth as
+#: many actions, one of them pending.
 BUSY = {"busy1k": 1_000, "busy10k": 10_000}
 
 SEED_BUSY = [
@@ -91,6 +93,17 @@ SEED_BUSY = [
     "INSERT INTO outbox (kind, task_id, event_seq, body, status, attempts, next_attempt_at,"
     " created_at, last_error) SELECT 'webhook', :task, :rows + i, '{}', 'pending', 1,"
     " now() + interval '1 hour', now(), 'HTTP 503' FROM generate_series(1, 3) i",
+    "INSERT INTO sessions (session_id, purpose, task_id, generation, owner, title, created_at,"
+    " updated_at) VALUES (:session, 'task_execution', :task, 1, :owner, 'Busy task', now(),"
+    " now())",
+    # A decided action for every tenth delivery, and one pending.
+    "INSERT INTO actions (action_id, task_id, generation, session_id, node_id, kind, payload,"
+    " status, decided_by, decided_at, created_at, plan_revision, digest)"
+    " SELECT :task || '-a' || i, :task, 1, :session, 'n' || i, 'work_order', '{}',"
+    " CASE WHEN i = :rows / 10 THEN 'pending_approval' ELSE 'approved' END,"
+    " CASE WHEN i = :rows / 10 THEN NULL ELSE 'ops' END, now(),"
+    " now() - interval '1 day' + i * interval '1 second', 1, repeat('0', 64)"
+    " FROM generate_series(1, :rows / 10) i",
 ]
 
 READS = {
@@ -121,21 +134,22 @@ def seed(url: str) -> None:
         for task, rows in BUSY.items():
             for statement in SEED_BUSY:
                 conn.execute(
-                    text(statement), {"task": task, "rows": rows, "trigger": f"trig-{task}"}
-                )
+                    text(statement),
+                    {"task": task, "rows": rows, "trigger": f"trig-{task}", "session": f"s{task}",
+                     "owner": f"task:{task}"},
+                )  # fmt: skip
     # As autovacuum leaves the tables: statistics, and the visibility map.
-    vacuumed(db, "outbox", "tasks")
+    vacuumed(db, "outbox", "tasks", "actions")
     db.dispose()
 
 
 def old_version() -> Any:
-    """The tag's statement with its outbox terms as they were before migration 0029: every
-    outbox row of the task summed up (copied here; the busy tasks have no actions, whose terms
-    changed too)."""
+    """The tag's statement with its outbox and actions terms as they were before migration
+    0029: every outbox row and every action of the task summed up (copied here)."""
     from sqlalchemy import func
 
     from orchestrator.store import task_versions as tv
-    from orchestrator.store.tables import outbox
+    from orchestrator.store.tables import actions, outbox
 
     everything = tv._summary(
         outbox,
@@ -149,7 +163,15 @@ def old_version() -> Any:
         func.count(outbox.c.claimed_until),
         *(tv._tally(outbox.c.status, status) for status in ("pending", "dead", "discarded")),
     )
-    parts = [part for part in tv._PARTS if part not in tv._OUTBOX] + [everything]
+    every_action = tv._summary(
+        actions,
+        func.max(actions.c.created_at),
+        func.max(actions.c.decided_at),
+        tv._tally(actions.c.status, "pending_approval"),
+        tv._tally(actions.c.status, "superseded"),
+    )
+    changed = [*tv._OUTBOX, *tv._ACTIONS]
+    parts = [part for part in tv._PARTS if part not in changed] + [everything, every_action]
     ever_sent = [old_ever_sent(kind) for kind in ("action", "webhook")]
     return tv._statement(parts, ever_sent)
 
@@ -295,9 +317,10 @@ def main() -> int:
         "CPU: this process's, the API and the test client together. A full answer includes the"
         " tag's own read (one statement), which an unchanged read is made of.",
         "",
-        "Busy tasks: the view's tag before (every outbox row of the task summed up) and now"
-        " (delivered and discarded rows counted per kind and status from `ix_outbox_settled`,"
-        " migration 0029; the rows still to send or dead summed up), the ways alternating.",
+        "Busy tasks: the view's tag before (every outbox row and every action of the task"
+        " summed up) and now (delivered and discarded rows counted per kind and status from"
+        " `ix_outbox_settled`, the rows still to send or dead summed up; the newest action and"
+        " the count of pending ones, from indexes: migration 0029), the ways alternating.",
         "",
         "| task | tag statement before: ms | rows read | now: ms | rows read + index entries"
         " | ratio | unchanged poll (304) before: wall ms | now: wall ms | ratio |",
@@ -311,7 +334,7 @@ def main() -> int:
             busy["rows"][(task, "now")],
         )
         lines.append(
-            f"| {rows:,} delivered webhooks, 3 failing | {before:.2f} |"
+            f"| {rows:,} delivered webhooks, 3 failing; {rows // 10:,} actions | {before:.2f} |"
             f" {read_before + entries_before} | {now:.2f} | {read_now} + {entries_now} |"
             f" {before / now:.1f}x | {poll_before:.2f} | {poll_now:.2f} |"
             f" {poll_before / poll_now:.1f}x |"

@@ -119,6 +119,15 @@ _OUTBOX = [
     ),
 ]
 
+# No statement changes an action that is not pending: a new one is the task's newest (the last
+# entry of its index on (task_id, created_at, action_id)), and every other change is a pending
+# one decided or superseded (their count, from the partial index of pending ones). Before,
+# each poll read every action of the task.
+_ACTIONS = [
+    _summary(actions, func.max(actions.c.created_at), counted=False),
+    _summary(actions, where=and_(actions.c.task_id == _TASK, PENDING_ACTION)),
+]
+
 # What each term stands for: a row added (a count, a newest stamp or key), a row changed (the
 # stamps and tallies its change sets). Appended-only tables are summed up from their indexes;
 # the few rows a task has of the others are read.
@@ -143,12 +152,7 @@ _PARTS = [
     _summary(reports, func.max(reports.c.created_at)),
     # Records never change, and go only with their task: the newest is enough (`last_write`).
     _summary(evidence, func.max(evidence.c.created_at), counted=False),
-    # No statement changes an action that is not pending: a new one is the task's newest (the
-    # last entry of its index on (task_id, created_at, action_id)), and every other change is
-    # a pending one decided or superseded (their count, from the partial index of pending
-    # ones). Before, each poll read every action of the task.
-    _summary(actions, func.max(actions.c.created_at), counted=False),
-    _summary(actions, where=and_(actions.c.task_id == _TASK, PENDING_ACTION)),
+    *_ACTIONS,
     # Appended, and deleted by retention: counted (from the index) for the token usage.
     _summary(transcript_entries),
     _summary(

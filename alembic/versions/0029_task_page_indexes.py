@@ -10,7 +10,7 @@ action_id) read each action of the task and sorted them: the index on
 action of the task too: it reads the newest from that index, and counts the task's pending
 ones from `ix_actions_pending_task_id`, which holds the pending ones alone.
 
-On Postgres both are built CONCURRENTLY, outside the migration's transaction: a live
+On Postgres the three are built CONCURRENTLY, outside the migration's transaction: a live
 installation goes on writing deliveries and actions while they are built. A build that was
 interrupted leaves an invalid index behind and the store at 0028; the next upgrade drops it
 first and builds it again.

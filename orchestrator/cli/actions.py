@@ -265,7 +265,7 @@ def _as_sent(action: ActionRecord) -> dict[str, Any]:
 
 
 def _decide(args: argparse.Namespace) -> int:
-    from orchestrator.api.actions import Decision
+    from orchestrator.services.operator_requests import Decision
 
     # Who decides and the note, checked as the API checks them (before the store is opened):
     # only an absent --by means the user; an empty one (an unset $APPROVER) is refused, not

@@ -40,7 +40,7 @@ def register_node(tasks: Any) -> None:
 
 
 def _node(args: argparse.Namespace) -> int:
-    from orchestrator.api.human_steps import CloseBody, CompleteBody
+    from orchestrator.services.operator_requests import CloseBody, CompleteBody
 
     # Only an absent --by means the user: an empty one (an unset $NAME) is refused below.
     by = login_name() if args.by is None else args.by
@@ -68,7 +68,7 @@ def _node(args: argparse.Namespace) -> int:
     finally:
         rt.close()
     if args.json:
-        from orchestrator.api.human_steps import HumanStepOut
+        from orchestrator.api.change_views import HumanStepOut
 
         print_json(HumanStepOut.of(step).model_dump(mode="json"))
     else:

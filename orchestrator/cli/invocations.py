@@ -65,9 +65,10 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _resolve(args: argparse.Namespace) -> int:
-    from orchestrator.api.invocations import ResolveBody, ResolvedView
+    from orchestrator.api.change_views import ResolvedView
     from orchestrator.runtime import build_runtime
     from orchestrator.services.invocations import InvocationService
+    from orchestrator.services.operator_requests import ResolveBody
 
     # Only an absent --by means the user: an empty one (an unset $NAME) is refused below.
     by = login_name() if args.by is None else args.by

@@ -471,7 +471,7 @@ def _retry(args: argparse.Namespace) -> int:
         )
     if args.outbox_id is not None and (args.kind or args.task_id):
         raise CommandFailed("--kind and --task go with --all-dead or --all-failing", exit_code=2)
-    from orchestrator.api.outbox import RetryBody
+    from orchestrator.services.operator_requests import RetryBody
 
     # Checked as the API checks them, before the store is opened (as `discard` does).
     by = getpass.getuser() if args.by is None else args.by
@@ -515,7 +515,7 @@ def _retry(args: argparse.Namespace) -> int:
 
 
 def _discard(args: argparse.Namespace) -> int:
-    from orchestrator.api.outbox import DiscardBody
+    from orchestrator.services.operator_requests import DiscardBody
 
     # Checked as the API checks them, before the store is opened: only an absent --by means
     # the user; an empty one (an unset $NAME) is refused, not recorded as the OS user's.

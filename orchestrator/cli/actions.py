@@ -17,8 +17,8 @@ from orchestrator.cli.common import (
     add_json_flag,
     bounded_int,
     checked_body,
+    command_runtime,
     cursor_arg,
-    load,
     login_name,
     print_json,
     printable,
@@ -34,8 +34,6 @@ from orchestrator.cli.outbox import (
 from orchestrator.cli.wake_ups import held_notices, quiet_dispatch_log, say_unsent
 from orchestrator.domain.cursors import encode_cursor
 from orchestrator.domain.vocabulary import ACTION_STATUSES
-from orchestrator.runtime import build_runtime
-from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.store.actions import ActionRecord
 from orchestrator.store.types import utcnow
 
@@ -98,7 +96,7 @@ def register(commands: Any) -> None:
 
 def _list(args: argparse.Namespace) -> int:
     status = None if args.all or args.decided else args.status
-    rt = build_runtime(load(), dispatcher=RecordingDispatcher())
+    rt = command_runtime()
     try:
         rows = rt.actions.listed(
             status=status,
@@ -162,7 +160,7 @@ def _digest(text: str) -> str:
 
 
 def _show(args: argparse.Namespace) -> int:
-    rt = build_runtime(load(), dispatcher=RecordingDispatcher())
+    rt = command_runtime()
     try:
         action, delivery = rt.actions.shown(args.action_id)
     finally:
@@ -272,7 +270,7 @@ def _decide(args: argparse.Namespace) -> int:
     # recorded as the OS user's approval.
     by = login_name() if args.by is None else args.by
     body = checked_body(Decision, {"by": by, "note": args.note})
-    rt = build_runtime(load())  # the real dispatcher: a decision may queue a generation
+    rt = command_runtime()  # a decision may queue a generation
     quiet_dispatch_log()
     try:
         with held_notices() as notices:

@@ -9,7 +9,7 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -19,6 +19,9 @@ from orchestrator.domain.times import wire_time
 from orchestrator.errors import ValidationFailed
 from orchestrator.settings import Settings, load_settings
 
+if TYPE_CHECKING:
+    from orchestrator.runtime import Runtime
+
 __all__ = [
     "CommandFailed",
     "Handler",
@@ -26,6 +29,7 @@ __all__ = [
     "add_json_flag",
     "bounded_int",
     "checked_body",
+    "command_runtime",
     "load",
     "login_name",
     "one_line",
@@ -100,6 +104,20 @@ def load() -> Settings:
     global _loaded
     _loaded = load_settings()
     return _loaded
+
+
+def command_runtime() -> Runtime:
+    """The runtime of a command that reads or changes the store, on the settings `load` reads.
+    Its dispatcher is the production one, made at the first wake-up the command sends
+    (`FirstUseDispatcher`): a read, a cancel or a decision that queues nothing never imports
+    Celery, and no command can drop a wake-up it came to send."""
+    from orchestrator.runtime import build_runtime, celery_dispatcher
+    from orchestrator.services.dispatch import FirstUseDispatcher
+
+    settings = load()
+    return build_runtime(
+        settings, dispatcher=FirstUseDispatcher(lambda: celery_dispatcher(settings))
+    )
 
 
 #: C0 and C1 controls, line separators, and the characters that reorder or hide text on a

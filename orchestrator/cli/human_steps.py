@@ -12,12 +12,11 @@ from orchestrator.cli.common import (
     CommandFailed,
     add_json_flag,
     checked_body,
-    load,
+    command_runtime,
     login_name,
     print_json,
 )
 from orchestrator.cli.wake_ups import held_notices, quiet_dispatch_log, say_unsent
-from orchestrator.runtime import build_runtime
 
 __all__ = ["register_node"]
 
@@ -53,7 +52,7 @@ def _node(args: argparse.Namespace) -> int:
         if not args.reason:
             raise CommandFailed(f"--{args.status[:4]} needs --reason TEXT", exit_code=2)
         text = _checked(CloseBody, {"by": by, "reason": args.reason})
-    rt = build_runtime(load())  # the real dispatcher: the step may queue a generation
+    rt = command_runtime()  # the step may queue a generation
     quiet_dispatch_log()
     try:
         with held_notices() as notices:

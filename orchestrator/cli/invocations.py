@@ -14,6 +14,7 @@ from orchestrator.cli.common import (
     CommandFailed,
     add_json_flag,
     checked_body,
+    command_runtime,
     load,
     login_name,
     print_json,
@@ -66,7 +67,6 @@ def _show(args: argparse.Namespace) -> int:
 
 def _resolve(args: argparse.Namespace) -> int:
     from orchestrator.api.change_views import ResolvedView
-    from orchestrator.runtime import build_runtime
     from orchestrator.services.invocations import InvocationService
     from orchestrator.services.operator_requests import ResolveBody
 
@@ -74,7 +74,7 @@ def _resolve(args: argparse.Namespace) -> int:
     by = login_name() if args.by is None else args.by
     # The API's own body model checks the texts: the same limits on both paths.
     body = checked_body(ResolveBody, {"status": args.status, "reason": args.reason, "by": by})
-    rt = build_runtime(load())  # the real dispatcher: the resolution may queue a generation
+    rt = command_runtime()  # the resolution may queue a generation
     quiet_dispatch_log()
     try:
         with held_notices() as notices:

@@ -20,16 +20,14 @@ from orchestrator.cli.common import (
     CommandFailed,
     add_json_flag,
     bounded_int,
+    command_runtime,
     cursor_arg,
-    load,
     print_json,
     printable,
 )
 from orchestrator.domain.task_filter import TaskFilter, as_utc, task_filter
 from orchestrator.domain.vocabulary import TASK_STATUSES
 from orchestrator.errors import ValidationFailed
-from orchestrator.runtime import build_runtime
-from orchestrator.services.dispatch import RecordingDispatcher
 
 __all__ = ["MAX_LIMIT", "register_list"]
 
@@ -129,7 +127,7 @@ def next_page_command(where: TaskFilter, limit: int, cursor: str) -> str:
 
 def _list(args: argparse.Namespace) -> int:
     where = _filter(args)
-    rt = build_runtime(load(), dispatcher=RecordingDispatcher())  # reads: no broker, no Celery
+    rt = command_runtime()
     try:
         found, cursor = rt.tasks.page_tasks(where=where, limit=args.limit, cursor=args.cursor)
         views = rt.tasks.views(found)

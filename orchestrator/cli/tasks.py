@@ -17,7 +17,7 @@ from orchestrator.cli.common import (
     add_json_flag,
     bounded_int,
     checked_body,
-    load,
+    command_runtime,
     login_name,
     print_json,
     printable,
@@ -25,8 +25,7 @@ from orchestrator.cli.common import (
 from orchestrator.cli.outbox import being_sent, dead_label, hurriable, posting, ways_out
 from orchestrator.cli.wake_ups import held_notices, quiet_dispatch_log, say_unsent
 from orchestrator.domain.recovery import readable_call
-from orchestrator.runtime import Runtime, build_runtime
-from orchestrator.services.dispatch import RecordingDispatcher, WakeUp
+from orchestrator.services.dispatch import WakeUp
 from orchestrator.services.task_requests import CancelBody, RequeueBody
 from orchestrator.services.tasks import CANCELLED, Trigger, task_view
 from orchestrator.store.outbox import SETTLED
@@ -82,15 +81,6 @@ def register(commands: Any) -> None:
     task_evidence.register(actions)
     human_steps.register_node(actions)
     collaboration.register_ask(actions)
-
-
-def _runtime() -> Runtime:
-    return build_runtime(load())
-
-
-def _reading_runtime() -> Runtime:
-    """For a command that only reads: it wakes nothing, so no broker (Celery is not imported)."""
-    return build_runtime(load(), dispatcher=RecordingDispatcher())
 
 
 class _NotFinite(ValueError):
@@ -207,7 +197,7 @@ def _trigger(args: argparse.Namespace) -> int:
         field = ".".join(str(part) for part in first["loc"])
         message = str(first["msg"]).removeprefix("Value error, ")
         raise CommandFailed(f"invalid {field}: {message}", exit_code=2) from None
-    rt = _runtime()
+    rt = command_runtime()
     quiet_dispatch_log()  # the CLI says it below, in its own words
     try:
         with held_notices() as notices:
@@ -245,7 +235,7 @@ def _trigger(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     from orchestrator.services.task_records import TaskRecords
 
-    rt = _reading_runtime()
+    rt = command_runtime()
     try:
         view = _as_sent(rt.tasks.explain(args.task_id))
         # Until the current generation publishes, the task's plan (where a person's step
@@ -289,7 +279,7 @@ def _as_sent(view: dict[str, Any]) -> dict[str, Any]:
 
 
 def _transcript(args: argparse.Namespace) -> int:
-    rt = _reading_runtime()
+    rt = command_runtime()
     try:
         view = rt.tasks.transcript(args.task_id, args.generation)
     finally:
@@ -397,7 +387,7 @@ def _short(value: Any, limit: int = 160) -> str:
 
 def _requeue(args: argparse.Namespace) -> int:
     reason, by = _reason_and_by(args, RequeueBody)
-    rt = _runtime()
+    rt = command_runtime()
     quiet_dispatch_log()
     try:
         with held_notices() as notices:
@@ -415,7 +405,7 @@ def _requeue(args: argparse.Namespace) -> int:
 
 def _cancel(args: argparse.Namespace) -> int:
     reason, by = _reason_and_by(args, CancelBody)
-    rt = _runtime()
+    rt = command_runtime()
     try:
         with held_notices() as notices:
             task = rt.tasks.cancel(args.task_id, reason, by=by)

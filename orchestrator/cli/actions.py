@@ -11,7 +11,7 @@ import json
 import re
 import shlex
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.cli.common import (
     add_json_flag,
@@ -32,10 +32,10 @@ from orchestrator.cli.outbox import (
     ways_out,
 )
 from orchestrator.cli.wake_ups import held_notices, quiet_dispatch_log, say_unsent
-from orchestrator.domain.cursors import encode_cursor
 from orchestrator.domain.vocabulary import ACTION_STATUSES
-from orchestrator.store.actions import ActionRecord
-from orchestrator.store.types import utcnow
+
+if TYPE_CHECKING:
+    from orchestrator.store.actions import ActionRecord
 
 __all__ = ["register"]
 
@@ -95,6 +95,8 @@ def register(commands: Any) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
+    from orchestrator.domain.cursors import encode_cursor
+
     status = None if args.all or args.decided else args.status
     rt = command_runtime()
     try:
@@ -216,6 +218,8 @@ def _delivery_brief(row: dict[str, Any]) -> str:
 def _delivery_line(row: dict[str, Any]) -> str:
     """Where an approved action's delivery to the business backend stands, in one line: only
     `delivered` says the backend has it."""
+    from orchestrator.store.types import utcnow
+
     number, status = row["outbox_id"], row["status"]
     if status == "delivered":
         line = f"delivered at {_time(row['delivered_at'])} (outbox {number})"

@@ -11,16 +11,11 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
-
-from orchestrator.domain.cursors import decode_cursor
 from orchestrator.domain.times import wire_time
-from orchestrator.errors import ValidationFailed
-from orchestrator.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from orchestrator.runtime import Runtime
+    from orchestrator.settings import Settings
 
 __all__ = [
     "CommandFailed",
@@ -75,6 +70,9 @@ def bounded_int(low: int, high: int) -> Callable[[str], int]:
 
 def cursor_arg(text: str) -> str:
     """An argparse `type`: a page cursor as a listing printed it (`next_cursor`)."""
+    from orchestrator.domain.cursors import decode_cursor
+    from orchestrator.errors import ValidationFailed
+
     try:
         decode_cursor(text)
     except ValidationFailed as exc:
@@ -101,6 +99,8 @@ def checked_body(model: Any, values: Mapping[str, Any]) -> Any:
 
 def load() -> Settings:
     """Settings for a command; a bad value raises `SettingsError` (exit code 2)."""
+    from orchestrator.settings import load_settings
+
     global _loaded
     _loaded = load_settings()
     return _loaded
@@ -182,6 +182,9 @@ def safe_store_url() -> str | None:
 def mask_url(url: str) -> str:
     """`url` with its password masked, also one given in the query (`?password=`, libpq's
     `sslpassword`), which `hide_password` leaves as it is."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         parsed = make_url(url)
     except ArgumentError:
@@ -215,6 +218,9 @@ def one_line(exc: BaseException, limit: int = 300) -> str:
 
 def _passwords() -> list[str]:
     """The store URL's secrets: its password, and any given in its query."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     if _loaded is None:
         return []
     try:

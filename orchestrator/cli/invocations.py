@@ -20,8 +20,6 @@ from orchestrator.cli.common import (
     print_json,
 )
 from orchestrator.cli.wake_ups import held_notices, quiet_dispatch_log, say_unsent
-from orchestrator.store.db import Database
-from orchestrator.store.receipts import ReceiptLedger
 
 __all__ = ["register"]
 
@@ -47,6 +45,9 @@ def register(commands: Any) -> None:
 
 
 def _show(args: argparse.Namespace) -> int:
+    from orchestrator.store.db import Database
+    from orchestrator.store.receipts import ReceiptLedger
+
     settings = load()
     db = Database.from_url(settings.store_url)
     try:

@@ -18,7 +18,7 @@ from orchestrator.cli.common import (
     cursor_arg,
     print_json,
 )
-from orchestrator.services.task_records import EVIDENCE_PAGE, EVIDENCE_PAGE_MAX, TaskRecords
+from orchestrator.domain.pages import EVIDENCE_PAGE, EVIDENCE_PAGE_MAX
 
 __all__ = ["register"]
 
@@ -54,6 +54,8 @@ def _next_page(args: argparse.Namespace, cursor: str) -> str:
 
 
 def _evidence(args: argparse.Namespace) -> int:
+    from orchestrator.services.task_records import TaskRecords
+
     rt = command_runtime()
     try:
         page = TaskRecords(rt.db).evidence(args.task_id, limit=args.limit, cursor=args.cursor)

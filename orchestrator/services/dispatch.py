@@ -66,8 +66,8 @@ class RecordingDispatcher:
 class FirstUseDispatcher:
     """The dispatcher `make` returns, made when the first wake-up is sent: an operator's
     command that sends none (a read, a cancel, a decision that queues nothing) does not import
-    Celery, Kombu and redis-py to build it (0.4 s of each `tasks cancel`), and one that sends
-    one sends it as ever. A `RecordingDispatcher` in its place would drop, silently, any
+    Celery, Kombu and redis-py to build it (0.3 s of CPU of each `tasks cancel`), and one that
+    sends one sends it as ever. A `RecordingDispatcher` in its place would drop, silently, any
     wake-up such a command came to send. A batch goes one wake-up at a time (no
     `dispatch_many`): the commands that use it send one."""
 

@@ -4,7 +4,7 @@ paths take and refuse the same values (a requeue's and a cancel's are in `task_r
 
 Pydantic only: the CLI checked its options with these models imported from the API's route
 modules (`api.actions`, `api.human_steps`, `api.invocations`, `api.outbox`), which import
-FastAPI and Starlette: 0.5 s of each `actions approve`, `tasks node` or `outbox retry`.
+FastAPI and Starlette: 0.5 s of CPU of each `actions approve`, `tasks node` or `outbox retry`.
 """
 
 from __future__ import annotations

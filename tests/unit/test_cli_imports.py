@@ -285,7 +285,7 @@ def test_every_operator_command_runs_without_the_web_stack_and_the_broker_only_t
     """`tasks show`, `plans show`, `actions approve` and `reject`, `tasks node`, `invocations
     resolve` and `outbox retry` and `discard` imported FastAPI and Starlette for the API's
     models (0.5 s each); `tasks cancel`, the decisions, the step and the resolution built the
-    Celery dispatcher (Celery, Kombu, redis-py: 0.4 s) whether or not they sent a wake-up. Now
+    Celery dispatcher (Celery, Kombu, redis-py: 0.3 s) whether or not they sent a wake-up. Now
     the dispatcher is made at the first wake-up: the commands before the first one that queues
     a generation import no broker, and the ones that queue one still send its wake-up."""
     from orchestrator.store.db import Database

@@ -42,11 +42,16 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from orchestrator.domain.vocabulary import EXECUTION_OUTCOMES, RECEIPT_STATUSES, TASK_STATUSES
+from orchestrator.domain.vocabulary import (
+    EXECUTION_OUTCOMES,
+    OUTBOX_KINDS,
+    RECEIPT_STATUSES,
+    TASK_STATUSES,
+)
 from orchestrator.store.db import Database
 from orchestrator.store.executions import count_handed_back
 from orchestrator.store.outbox_views import oldest_deliverable
-from orchestrator.store.tables import OUTBOX_KINDS, actions, invocation_receipts, outbox, tasks
+from orchestrator.store.tables import actions, invocation_receipts, outbox, tasks
 from orchestrator.store.types import utcnow
 
 __all__ = [

@@ -2,9 +2,8 @@
 and the CLI's `--reason` and `--by`, so both paths take and refuse the same values.
 
 Pydantic only: the CLI checked its options with these models imported from
-`orchestrator.api.tasks`, and `orchestrator.api` builds the whole FastAPI app when imported
-(FastAPI, Starlette and every route: 0.9 s of CPU on each requeue or cancel, of 2.4 s) for a
-command that writes to the store.
+`orchestrator.api.tasks`, a route module, which imports FastAPI and Starlette (0.9 s of CPU on
+each requeue or cancel, of 2.4 s) for a command that writes to the store.
 """
 
 from __future__ import annotations

@@ -42,7 +42,15 @@ from orchestrator.api.sessions import readable_session
 from orchestrator.events import PlanHub
 from orchestrator.services.plans import PlanService, SessionPlans
 
-__all__ = ["StoreOutage", "last_event_id_of", "router", "sse_event", "while_admitted"]
+__all__ = [
+    "KEEPALIVE_EVENT",
+    "StoreOutage",
+    "keepalive_event",
+    "last_event_id_of",
+    "router",
+    "sse_event",
+    "while_admitted",
+]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +63,9 @@ OUTAGE_RETRY_SECONDS: Final = 1.0
 #: How often an open stream asks whether its caller's account still holds (at most; the
 #: keep-alive, which goes out while no event does, bounds it from the other side).
 ADMISSION_CHECK_SECONDS: Final = 1.0
+
+#: The name of the keep-alive event (`keepalive_event`).
+KEEPALIVE_EVENT: Final = "keepalive"
 
 T = TypeVar("T")
 
@@ -102,6 +113,15 @@ def sse_event(event: str, data: Any, event_id: int | None = None) -> bytes:
         lines.append(f"id: {event_id}")
     lines.append("data: " + json.dumps(data, ensure_ascii=False, separators=(",", ":")))
     return ("\n".join(lines) + "\n\n").encode("utf-8")
+
+
+def keepalive_event(every: float) -> bytes:
+    """The keep-alive of an idle stream: a named event, `keepalive`, with no id (a browser's
+    `Last-Event-ID` stays the last real event's). It was an SSE comment, which an `EventSource`
+    never surfaces, so a page could not tell a quiet stream from an API that stopped answering
+    and showed it live. Its data says how often one comes; a client that listens only for the
+    other events (or `onmessage`) never sees it."""
+    return sse_event(KEEPALIVE_EVENT, {"interval_seconds": every})
 
 
 async def while_admitted(
@@ -168,7 +188,7 @@ async def _events(
             records = await outage.read(plans.revisions_after, session_id, last, _BATCH)
             if records is None:
                 if time.monotonic() - sent_at >= keepalive:
-                    yield b": keep-alive\n\n"
+                    yield keepalive_event(keepalive)
                     sent_at = time.monotonic()
                 await subscription.wait(min(keepalive, OUTAGE_RETRY_SECONDS))
                 continue
@@ -189,7 +209,7 @@ async def _events(
                 if takes_writes is False:  # None: the store is away, read again later
                     finished = True
                     continue
-                yield b": keep-alive\n\n"
+                yield keepalive_event(keepalive)
                 sent_at = time.monotonic()
                 idle = 0.0
             await subscription.wait(keepalive - idle)

@@ -43,6 +43,7 @@ from orchestrator.api.plan_views import plan_as_sent
 from orchestrator.api.stream import (
     OUTAGE_RETRY_SECONDS,
     StoreOutage,
+    keepalive_event,
     last_event_id_of,
     sse_event,
     while_admitted,
@@ -101,7 +102,7 @@ async def _events(
             events = await outage.read(service.events_after, task_id, last, _BATCH)
             if events is None:  # the store is away: keep the client, read again
                 if time.monotonic() - sent_at >= keepalive:
-                    yield b": keep-alive\n\n"
+                    yield keepalive_event(keepalive)
                     sent_at = time.monotonic()
                 await subscription.wait(min(keepalive, OUTAGE_RETRY_SECONDS))
                 continue
@@ -117,7 +118,7 @@ async def _events(
                 return  # finished before the stream opened, and nothing follows
             idle = time.monotonic() - sent_at
             if idle >= keepalive:
-                yield b": keep-alive\n\n"
+                yield keepalive_event(keepalive)
                 sent_at = time.monotonic()
                 idle = 0.0
             await subscription.wait(_wait_for_more(hub, poll, keepalive - idle))

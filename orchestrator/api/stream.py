@@ -119,9 +119,9 @@ def keepalive_event(every: float) -> bytes:
     """The keep-alive of an idle stream: a named event, `keepalive`, with no id (a browser's
     `Last-Event-ID` stays the last real event's). It was an SSE comment, which an `EventSource`
     never surfaces, so a page could not tell a quiet stream from an API that stopped answering
-    and showed it live. Its data says how often one comes; a client that listens only for the
-    other events (or `onmessage`) never sees it."""
-    return sse_event(KEEPALIVE_EVENT, {"interval_seconds": every})
+    and showed it live. Its data, as the `state` event's `keepalive_seconds`, says how often
+    one comes; a client that listens only for the other events (or `onmessage`) never sees it."""
+    return sse_event(KEEPALIVE_EVENT, {"keepalive_seconds": every})
 
 
 async def while_admitted(
@@ -169,6 +169,8 @@ async def _events(
         "session_id": session_id,
         "running": state.running,
         "execution_plans": [plan_as_sent(latest.to_dict())] if latest else [],
+        # How long this stream may be silent: a page knows it from the first event.
+        "keepalive_seconds": keepalive,
     }
     newest = state.newest
     # A first connection's snapshot carries the id it is current to; a resumed one's does not

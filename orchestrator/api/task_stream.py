@@ -88,7 +88,9 @@ async def _events(
     # A first connection's snapshot carries the id it is current to; a resumed one's does not
     # (the events after the client's id follow, and must not be skipped on the next resume).
     first = after is None
-    yield sse_event("state", _as_sent(snapshot.data), snapshot.last_seq if first else None)
+    # How long this stream may be silent (`stream.keepalive_event`): known from the first event.
+    state = {**_as_sent(snapshot.data), "keepalive_seconds": keepalive}
+    yield sse_event("state", state, snapshot.last_seq if first else None)
     # An id above the newest is not one of ours (the log is never trimmed): resume at the newest.
     last = snapshot.last_seq if after is None else min(after, snapshot.last_seq)
     sent_at = time.monotonic()

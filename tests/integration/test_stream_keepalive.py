@@ -50,13 +50,16 @@ def test_an_idle_stream_sends_a_keepalive_event_at_its_interval(
             assert response.status_code == 200
             read = blocks(response.iter_lines())
             opened, first = next(read)
-            assert parse(first)[0]["event"] == "state"
+            [state] = parse(first)
+            assert state["event"] == "state"
+            # Every connection says at once how long it may be silent.
+            assert state["data"]["keepalive_seconds"] == EVERY
             keepalives = [next(read) for _ in range(3)]
     texts = [text for _, text in keepalives]
     # A named event with data (an event with no data is never dispatched), and no id: a
     # browser's reconnect still says the last real event it saw.
-    assert texts == ['event: keepalive\ndata: {"interval_seconds":0.3}\n\n'] * 3
-    assert parse(texts[0]) == [{"event": "keepalive", "data": {"interval_seconds": EVERY}}]
+    assert texts == ['event: keepalive\ndata: {"keepalive_seconds":0.3}\n\n'] * 3
+    assert parse(texts[0]) == [{"event": "keepalive", "data": {"keepalive_seconds": EVERY}}]
     times = [opened] + [at for at, _ in keepalives]
     gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
     # At the interval: not more often (a busy machine may make one late, never early).

@@ -114,7 +114,8 @@ class Stream:
     def next(self, timeout: float = 10) -> dict[str, Any]:
         while True:
             event = self.events.get(timeout=timeout)
-            if "comment" not in event:
+            # A keep-alive (a comment before, an event of its own now) is no plan news.
+            if "comment" not in event and event.get("event") != "keepalive":
                 return {**event, "data": json.loads(event["data"])}
 
     def close(self) -> None:
@@ -177,7 +178,12 @@ def test_state_first_then_revisions_from_another_process(api: Api, env: dict[str
         assert stream.content_type.startswith("text/event-stream")
         first = stream.next()
         assert first["event"] == "state"
-        assert first["data"] == {"session_id": session_id, "running": False, "execution_plans": []}
+        assert first["data"] == {
+            "session_id": session_id,
+            "running": False,
+            "execution_plans": [],
+            "keepalive_seconds": 10.0,
+        }
 
         started = time.monotonic()
         assert publish_elsewhere(env, session_id, plan("r1", ["a"])) == 1

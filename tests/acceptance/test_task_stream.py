@@ -41,7 +41,9 @@ def start_api(fleet: Fleet) -> tuple[Any, str]:
 
 
 def messages(response: httpx.Response) -> Iterator[dict[str, Any]]:
-    """SSE messages as {"event", "id"?, "data"} until the server ends the stream."""
+    """SSE messages as {"event", "id"?, "data"} until the server ends the stream; keep-alives
+    (`event: keepalive`) are left out, as a client listening for the task's events never sees
+    them."""
     current: dict[str, Any] = {}
     for line in response.iter_lines():
         if line:
@@ -51,7 +53,8 @@ def messages(response: httpx.Response) -> Iterator[dict[str, Any]]:
             elif name == "data":
                 current["data"] = json.loads(value)
         elif current:
-            yield current
+            if current.get("event") != "keepalive":
+                yield current
             current = {}
 
 

@@ -76,6 +76,7 @@ __all__ = [
     "TOOL_CALLS",
     "TOOL_TIMEOUTS",
     "VERIFICATIONS",
+    "WORKER_READY",
     "WORKER_SLOTS",
     "WORKER_SLOTS_BUSY",
     "StoreCollector",
@@ -186,10 +187,17 @@ TOOL_TIMEOUTS = Counter(
 
 # A worker's capacity and what of it is in use: `busy == slots` for long is a worker with no
 # free slot (wake-ups wait in the queue). Summed over the live processes of a prefork worker.
+# The slots are set by `orchestrator worker` before its port answers: a scrape in its first
+# seconds reads its capacity, and `ready` (0/1, as Prometheus' `up`) whether it takes wake-ups.
 WORKER_SLOTS = Gauge(
     "orchestrator_worker_slots",
-    "Wake-ups this worker runs at once at most (its --concurrency)",
+    "Wake-ups this worker runs at once at most (its --concurrency), from its start",
     multiprocess_mode="livesum",
+)
+WORKER_READY = Gauge(
+    "orchestrator_worker_ready",
+    "1 while this worker takes wake-ups (Celery ready), 0 before and from its shutdown",
+    multiprocess_mode="livemax",
 )
 WORKER_SLOTS_BUSY = Gauge(
     "orchestrator_worker_slots_busy",

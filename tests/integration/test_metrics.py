@@ -133,10 +133,15 @@ def scrape(port: int) -> str:
 
 @contextmanager
 def metrics_worker(
-    tmp_path: Path, home: Path, scripts: Path, concurrency: int
+    tmp_path: Path,
+    home: Path,
+    scripts: Path,
+    concurrency: int,
+    settings: dict[str, str] | None = None,
 ) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, str], int]]:
     """An `orchestrator worker` on the store in `home`, serving its metrics on a port of its
-    own, with the scripted model: (the process, its environment, the port); stopped after."""
+    own, with the scripted model and any other `settings`: (the process, its environment, the
+    port); stopped after."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ORCH_", "PROMETHEUS_"))}
     env.update(
@@ -144,6 +149,7 @@ def metrics_worker(
             "ORCH_HOME": str(home),
             "ORCH_METRICS_PORT": str(port),
             "ORCH_MODEL": f"scripted:{scripts}",
+            **(settings or {}),
         }
     )
     log = (tmp_path / "worker.log").open("wb")

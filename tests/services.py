@@ -2,6 +2,11 @@
 
 Each server lives in a temporary folder on a free loopback port and is stopped at the end of
 the session. Postgres refuses to run as root, so under root it runs as the `postgres` user.
+
+A port `free_port()` found free may be taken by another process before the server binds it (a
+busy machine runs other test sessions): a first start whose server says the address is in use
+is tried again on a new port (`PORT_ATTEMPTS` in all). A restart keeps its port, which its
+clients hold. Neither Postgres nor Redis can choose a free port itself and say which.
 """
 
 from __future__ import annotations
@@ -20,10 +25,16 @@ from pathlib import Path
 import httpx
 import psycopg
 
-__all__ = ["PostgresServer", "RedisServer", "ServiceMissing", "free_port"]
+__all__ = ["PORT_ATTEMPTS", "PostgresServer", "RedisServer", "ServiceMissing", "free_port"]
 
 PG_INSTALL_HINT = "install it with `apt-get install postgresql` (Debian) to run these tests"
 REDIS_INSTALL_HINT = "install it with `apt-get install redis-server` (Debian) to run these tests"
+
+
+#: Starts of a server on a new free port when another process took the last one first.
+PORT_ATTEMPTS = 5
+#: What Postgres and Redis log when their port is taken (the text of EADDRINUSE).
+IN_USE = "Address already in use"
 
 
 class ServiceMissing(Exception):
@@ -48,6 +59,23 @@ def _pg_bin(name: str) -> str:
 
 def _as_root() -> bool:
     return os.geteuid() == 0
+
+
+def _logged_since(log: Path, offset: int) -> str:
+    """What a server wrote to its `log` after `offset` bytes."""
+    try:
+        with log.open("rb") as file:
+            file.seek(offset)
+            return file.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def _size(log: Path) -> int:
+    try:
+        return log.stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 @dataclass
@@ -78,10 +106,19 @@ class PostgresServer:
         if _as_root():
             shutil.chown(self.root, "postgres", "postgres")
         self._run(initdb, "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
-        self._run(
-            pg_ctl, "-D", str(self.data), "-o", self._options(), "-l", str(self.root / "log"),
-            "-w", "start",
-        )  # fmt: skip
+        log = self.root / "log"
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            before = _size(log)
+            try:
+                self._run(
+                    pg_ctl, "-D", str(self.data), "-o", self._options(), "-l", str(log),
+                    "-w", "start",
+                )  # fmt: skip
+                break
+            except subprocess.CalledProcessError:
+                if attempt == PORT_ATTEMPTS or IN_USE not in _logged_since(log, before):
+                    raise
+                self.port = free_port()  # another process took it first
         with self.connect() as conn:
             row = conn.execute("SHOW server_version").fetchone()
             self.version = str(row[0]) if row else "?"
@@ -165,7 +202,28 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self) -> None:
+    def start(self, *, keep_port: bool = False) -> None:
+        """Start the server; the first time, on a new port if another process took this one
+        first, unless `keep_port` (its URL was already given out). Started again (after `stop`),
+        it keeps its port, which its clients hold."""
+        if keep_port or self.version:
+            self._again()
+            return
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            before = _size(self.log)
+            if self._launch():
+                return
+            logged = _logged_since(self.log, before)
+            if attempt == PORT_ATTEMPTS or IN_USE not in logged:
+                raise RuntimeError(f"redis-server did not start on port {self.port}: {logged}")
+            self.port = free_port()
+
+    @property
+    def log(self) -> Path:
+        return self.root / "log"
+
+    def _launch(self) -> bool:
+        """Run the server on `self.port`: True once it answers, False if it exited first."""
         binary = shutil.which("redis-server")
         if binary is None:
             raise ServiceMissing(f"`redis-server` not found; {REDIS_INSTALL_HINT}")
@@ -185,28 +243,36 @@ class RedisServer:
                 "--daemonize",
                 "no",
                 "--logfile",
-                str(self.root / "log"),
+                str(self.log),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        self._wait_ready()
+        return self._wait_ready(self.process)
 
-    def _wait_ready(self) -> None:
+    def _wait_ready(self, process: subprocess.Popen[bytes]) -> bool:
+        """True once `process` answers on the port; False if it exited. Another server that
+        answers there (it took the port first) is not taken for it: its pid differs."""
         import redis
 
         deadline = time.monotonic() + 15
-        while True:
+        while process.poll() is None:
+            client = redis.Redis.from_url(self.url, socket_timeout=1, socket_connect_timeout=1)
             try:
-                client = redis.Redis.from_url(self.url)
                 info = client.info("server")
-                self.version = str(info.get("redis_version", "?"))
+                if info.get("process_id") == process.pid:
+                    self.version = str(info.get("redis_version", "?"))
+                    return True
+            except (redis.ConnectionError, redis.TimeoutError):
+                pass  # not answering yet; or a program that took the port and says nothing
+            finally:
                 client.close()
-                return
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"redis-server did not answer on port {self.port} in 15 s")
+            time.sleep(0.05)
+        process.wait()
+        self.process = None
+        return False
 
     def stop(self) -> None:
         if self.process is not None:
@@ -227,14 +293,23 @@ class RedisServer:
             self.process = None
 
     def resume(self) -> None:
-        """Start the server `pause` stopped, with the data it saved."""
-        self.start()
+        """Start the server `pause` stopped, with the data it saved, on its port."""
+        self._again()
 
     def restart(self) -> None:
         """Kill the server and start it again on the same port, empty (its data is lost)."""
         self.stop()
         (self.root / "dump.rdb").unlink(missing_ok=True)  # what a `pause` saved
-        self.start()
+        self._again()
+
+    def _again(self) -> None:
+        """Start the server again on its port, which its clients hold."""
+        before = _size(self.log)
+        if not self._launch():
+            raise RuntimeError(
+                f"redis-server did not start again on port {self.port}: "
+                f"{_logged_since(self.log, before)}"
+            )
 
     def close(self) -> None:
         self.stop()

@@ -137,7 +137,7 @@ def test_a_worker_shows_its_slots_from_the_start_and_whether_it_takes_wake_ups(
             assert _value(first, "orchestrator_worker_slots") == 3.0, first
             assert _value(first, "orchestrator_worker_ready") == 0.0, first
             assert "# TYPE orchestrator_worker_ready gauge" in first
-            broker.start()
+            broker.start(keep_port=True)  # the worker has its URL
             ready = wait_for(
                 lambda: _value(text := _scraped(port), "orchestrator_worker_ready") == 1.0 and text,
                 40,

@@ -1,0 +1,87 @@
+"""The servers the tests start (`tests/services.py`) survive a port taken between the moment
+`free_port()` found it free and the moment they bind it: on a busy machine another process may
+take it first. Before, Postgres failed the session ("Address already in use"), and Redis was
+worse: its fixture waited for *a* server to answer on the port, found the other one, and the
+tests ran against it (the `redis_url` fixture empties it). Now the start is tried again on a
+new port, a few times, when the server says the address is in use."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from tests.services import PostgresServer, RedisServer
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A port another process listens on (and never answers)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield int(sock.getsockname()[1])
+
+
+@pytest.mark.slow  # two clusters made and started: 15 s on a loaded machine
+def test_postgres_starts_on_another_port_when_its_port_was_taken(
+    postgres: PostgresServer, taken_port: int
+) -> None:
+    for taken in (postgres.port, taken_port):  # another Postgres; another program
+        server = PostgresServer(port=taken)
+        try:
+            server.start()
+            assert server.port != taken
+            with server.connect() as conn:
+                row = conn.execute("SELECT inet_server_port()").fetchone()
+            assert row is not None
+            assert row[0] == server.port
+        finally:
+            server.stop()
+
+
+def test_redis_starts_on_another_port_and_never_takes_the_server_there_for_its_own(
+    redis_of_its_own: RedisServer, taken_port: int
+) -> None:
+    other = redis.Redis.from_url(redis_of_its_own.url)
+    other.set("theirs", "1")
+    for taken in (redis_of_its_own.port, taken_port):  # another Redis; another program
+        server = RedisServer(port=taken)
+        try:
+            server.start()
+            assert server.port != taken
+            assert server.process is not None
+            assert server.process.poll() is None
+            mine = redis.Redis.from_url(server.url)
+            assert mine.info("server")["process_id"] == server.process.pid
+            assert mine.get("theirs") is None
+            mine.close()
+        finally:
+            server.close()
+    assert other.get("theirs") == b"1"
+    other.close()
+
+
+def test_a_redis_started_again_keeps_its_port(redis_of_its_own: RedisServer) -> None:
+    port = redis_of_its_own.port
+    for again in (redis_of_its_own.restart, redis_of_its_own.stop, redis_of_its_own.start):
+        again()
+        assert redis_of_its_own.port == port
+    assert redis_of_its_own.process is not None
+    client = redis.Redis.from_url(redis_of_its_own.url)
+    assert client.info("server")["process_id"] == redis_of_its_own.process.pid
+    client.close()
+
+
+def test_a_redis_started_again_on_a_port_taken_meanwhile_says_so(
+    redis_of_its_own: RedisServer,
+) -> None:
+    redis_of_its_own.stop()
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past its TIME_WAITs
+        sock.bind(("127.0.0.1", redis_of_its_own.port))
+        sock.listen()
+        with pytest.raises(RuntimeError, match="did not start again on port"):
+            redis_of_its_own.start()

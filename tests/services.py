@@ -19,16 +19,30 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 import psycopg
 
-__all__ = ["PORT_ATTEMPTS", "PostgresServer", "RedisServer", "ServiceMissing", "free_port"]
+__all__ = [
+    "PORT_ATTEMPTS",
+    "PortTaken",
+    "PostgresServer",
+    "RedisServer",
+    "ServiceMissing",
+    "free_port",
+    "on_a_free_port",
+    "says_port_taken",
+    "wait_until_answering",
+]
 
 PG_INSTALL_HINT = "install it with `apt-get install postgresql` (Debian) to run these tests"
 REDIS_INSTALL_HINT = "install it with `apt-get install redis-server` (Debian) to run these tests"
+
+T = TypeVar("T")
 
 
 #: Starts of a server on a new free port when another process took the last one first.
@@ -316,19 +330,49 @@ class RedisServer:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+class PortTaken(AssertionError):
+    """A server process exited at its start because another process had taken its port."""
+
+
 def wait_until_answering(
     url: str, process: subprocess.Popen[bytes], log: Path, seconds: float = 30
 ) -> None:
     """Until the API at `url`, served by `process`, answers `GET /healthz` with 200; an
-    AssertionError with the process's `log` when it exits first or `seconds` pass."""
+    AssertionError with the process's `log` when it exits first or `seconds` pass (`PortTaken`
+    when it exited saying its port is in use)."""
     deadline = time.monotonic() + seconds
     while True:
         with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+            # Alive too: a server that took the port first answers while this one exits.
+            answer = httpx.get(f"{url}/healthz", timeout=1)
+            if answer.status_code == 200 and process.poll() is None:
                 return
         if process.poll() is not None or time.monotonic() > deadline:
-            raise AssertionError(f"api did not start: {log.read_text()}")
+            text = log.read_text(errors="replace")
+            port = httpx.URL(url).port
+            if process.poll() is not None and port is not None and says_port_taken(text, port):
+                raise PortTaken(f"api did not start: {text}")
+            raise AssertionError(f"api did not start: {text}")
         time.sleep(0.05)
+
+
+def says_port_taken(output: str, port: int) -> bool:
+    """Whether the last lines of a server's `output` say that `port` is in use: `orchestrator
+    api`'s and `orchestrator worker`'s own line, or uvicorn's (a port taken after their check)."""
+    return any("in use" in line.lower() and str(port) in line for line in output.splitlines()[-5:])
+
+
+def on_a_free_port(start: Callable[[int], T]) -> T:
+    """`start(port)` on a free port; again on a new one, up to `PORT_ATTEMPTS` starts in all,
+    while it raises `PortTaken` (another process took the port between `free_port()` and
+    the server's bind)."""
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        try:
+            return start(free_port())
+        except PortTaken:
+            if attempt == PORT_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
 
 
 def service_unavailable(message: str) -> None:

@@ -3,6 +3,7 @@ worker's metrics port summing its prefork pool processes."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -30,7 +31,7 @@ from orchestrator.store.db import Database
 from tests.acceptance.fleet import ORCHESTRATOR
 from tests.executions_support import completing_turns, runtime_for, wait_for, write_script
 from tests.integration.test_metrics_folders import exited_process, folder_of
-from tests.services import free_port
+from tests.services import PortTaken, free_port, on_a_free_port, says_port_taken
 
 
 def test_api_metrics_count_tasks_from_the_store(sqlite_url: str, tmp_path: Path) -> None:
@@ -140,37 +141,52 @@ def metrics_worker(
     settings: dict[str, str] | None = None,
 ) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, str], int]]:
     """An `orchestrator worker` on the store in `home`, serving its metrics on a port of its
-    own, with the scripted model and any other `settings`: (the process, its environment, the
-    port); stopped after."""
-    port = free_port()
+    own (a new one if another process took it first), with the scripted model and any other
+    `settings`, once its port answers: (the process, its environment, the port); stopped
+    after. Its output is in `tmp_path / "worker.log"`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ORCH_", "PROMETHEUS_"))}
-    env.update(
-        {
-            "ORCH_HOME": str(home),
-            "ORCH_METRICS_PORT": str(port),
-            "ORCH_MODEL": f"scripted:{scripts}",
-            **(settings or {}),
-        }
-    )
-    log = (tmp_path / "worker.log").open("wb")
-    worker = subprocess.Popen(
-        [ORCHESTRATOR, "worker", "--concurrency", str(concurrency)],
-        env=env,
-        cwd=tmp_path,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    env.update({"ORCH_HOME": str(home), "ORCH_MODEL": f"scripted:{scripts}", **(settings or {})})
+    path = tmp_path / "worker.log"
+    workers: list[subprocess.Popen[bytes]] = []
+
+    def start(port: int) -> int:
+        env["ORCH_METRICS_PORT"] = str(port)
+        with path.open("ab") as log:
+            worker = subprocess.Popen(
+                [ORCHESTRATOR, "worker", "--concurrency", str(concurrency)],
+                env=env,
+                cwd=tmp_path,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        workers.append(worker)
+        deadline = time.monotonic() + 40
+        while worker.poll() is None and time.monotonic() < deadline:
+            try:
+                scrape(port)
+            except OSError:
+                time.sleep(0.05)
+                continue
+            if worker.poll() is None:  # not another server that took the port first
+                return port
+        output = path.read_text(errors="replace")
+        if worker.poll() is not None and says_port_taken(output, port):
+            raise PortTaken(output)
+        raise AssertionError(f"the worker's metrics port did not answer: {output[-3000:]}")
+
     try:
-        yield worker, env, port
+        port = on_a_free_port(start)
+        yield workers[-1], env, port
     finally:
-        os.killpg(worker.pid, signal.SIGTERM)
-        try:
-            worker.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(worker.pid, signal.SIGKILL)
-            worker.wait(timeout=10)
-        log.close()
+        for worker in workers:  # its process group: prefork's pool processes too
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(worker.pid, signal.SIGTERM)
+            try:
+                worker.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(worker.pid, signal.SIGKILL)
+                worker.wait(timeout=10)
 
 
 @pytest.mark.slow

@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
+import httpx
 import pytest
 import redis
 
-from tests.services import PostgresServer, RedisServer
+from orchestrator.store import migrations
+from tests import services
+from tests.acceptance.fleet import Fleet
+from tests.executions_support import completing_turns, write_script
+from tests.integration.test_metrics import metrics_worker, scrape
+from tests.services import PostgresServer, RedisServer, free_port
 
 
 @pytest.fixture
@@ -85,3 +92,38 @@ def test_a_redis_started_again_on_a_port_taken_meanwhile_says_so(
         sock.listen()
         with pytest.raises(RuntimeError, match="did not start again on port"):
             redis_of_its_own.start()
+
+
+def test_an_api_process_starts_again_on_a_new_port_when_its_port_was_taken(
+    tmp_path: Path, sqlite_url: str, taken_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API processes the tests start (`Fleet.answering_api`, the console's, the stream
+    tests') exit at start with one line when their port is in use: started again elsewhere."""
+    ports = iter([taken_port])
+    monkeypatch.setattr(services, "free_port", lambda: next(ports, None) or free_port())
+    fleet = Fleet({"ORCH_DATABASE_URL": sqlite_url, "ORCH_HOME": str(tmp_path)}, tmp_path)
+    try:
+        process, url = fleet.answering_api()
+        assert url != f"http://127.0.0.1:{taken_port}"
+        assert httpx.get(f"{url}/healthz", timeout=5).status_code == 200
+        assert [p.pid for p in fleet.processes] == [fleet.processes[0].pid, process.pid]
+        first = fleet.log_of(fleet.processes[0]).read_text()
+        assert services.says_port_taken(first, taken_port), first
+    finally:
+        fleet.stop()
+
+
+def test_a_worker_serving_metrics_starts_again_on_a_new_port_when_its_port_was_taken(
+    tmp_path: Path, scripts: Path, taken_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`orchestrator worker` stops at start with one line when ORCH_METRICS_PORT is in use."""
+    home = tmp_path / "home"
+    migrations.upgrade(f"sqlite:///{home / 'orchestrator.db'}")
+    write_script(scripts, "good", completing_turns())
+    ports = iter([taken_port])
+    monkeypatch.setattr(services, "free_port", lambda: next(ports, None) or free_port())
+    with metrics_worker(tmp_path, home, scripts, 1) as (worker, _env, port):
+        assert port != taken_port
+        assert worker.poll() is None
+        assert "orchestrator_worker_slots 1.0" in scrape(port)
+    assert services.says_port_taken((tmp_path / "worker.log").read_text(), taken_port)

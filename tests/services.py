@@ -33,6 +33,7 @@ __all__ = [
     "PostgresServer",
     "RedisServer",
     "ServiceMissing",
+    "bound_socket",
     "free_port",
     "on_a_free_port",
     "says_port_taken",
@@ -59,6 +60,15 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def bound_socket() -> socket.socket:
+    """A loopback TCP socket bound to a port the kernel chose, for a server in this process
+    (uvicorn's `Server.run(sockets=[...])` listens on it): no other process can take the port
+    first, as one can between `free_port()` and the server's own bind. Closed by the caller."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    return sock
 
 
 def _pg_bin(name: str) -> str:

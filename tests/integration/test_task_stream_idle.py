@@ -32,6 +32,7 @@ from orchestrator.services.task_stream import TaskStreamService
 from orchestrator.services.tasks import Trigger
 from tests.executions_support import runtime_for, settings_for, wait_for
 from tests.integration.test_task_stream import seconds_to_see_cancel
+from tests.services import bound_socket
 
 STREAMS = 20
 WINDOW = 2.5  # seconds the idle streams are watched
@@ -54,14 +55,13 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 @contextlib.contextmanager
 def serving(app: Any) -> Iterator[str]:
     """`app` behind a real uvicorn on a free loopback port, for as long as the block runs."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    sock = bound_socket()  # its port cannot be taken by another process before uvicorn listens
+    port = sock.getsockname()[1]
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=1
     )
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
         wait_for(lambda: server.started, 10, 0.02, what="uvicorn")
@@ -69,6 +69,7 @@ def serving(app: Any) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(10)
+        sock.close()
 
 
 def idle_reads(url: str, task_ids: list[str], reads: list[float]) -> int:

@@ -15,10 +15,13 @@ import contextlib
 import glob
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +40,7 @@ __all__ = [
     "free_port",
     "on_a_free_port",
     "says_port_taken",
+    "serving_metrics",
     "wait_until_answering",
 ]
 
@@ -370,6 +374,44 @@ def says_port_taken(output: str, port: int) -> bool:
     """Whether the last lines of a server's `output` say that `port` is in use: `orchestrator
     api`'s and `orchestrator worker`'s own line, or uvicorn's (a port taken after their check)."""
     return any("in use" in line.lower() and str(port) in line for line in output.splitlines()[-5:])
+
+
+def serving_metrics(
+    argv: list[str], env: dict[str, str], log: Path, cwd: Path, seconds: float = 40
+) -> tuple[subprocess.Popen[bytes], int]:
+    """`argv` (`orchestrator worker` or `sweeper`) serving /metrics on a free port (set as
+    ORCH_METRICS_PORT in `env`; a new one if another process took it first: it exits with one
+    line), its output appended to `log`, once that port answers: the process (in a session of
+    its own, so `os.killpg` reaches its pool processes) and the port."""
+
+    def start(port: int) -> tuple[subprocess.Popen[bytes], int]:
+        env["ORCH_METRICS_PORT"] = str(port)
+        with log.open("ab") as out:
+            process = subprocess.Popen(
+                argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        deadline = time.monotonic() + seconds
+        while process.poll() is None and time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2):
+                    pass
+            except urllib.error.HTTPError:
+                pass  # it answers (a 503 is an answer)
+            except OSError:
+                time.sleep(0.05)
+                continue
+            if process.poll() is None:  # not another server that took the port first
+                return process, port
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+            raise AssertionError(f"/metrics did not answer: {log.read_text(errors='replace')}")
+        output = log.read_text(errors="replace")
+        if says_port_taken(output, port):
+            raise PortTaken(output)
+        raise AssertionError(f"it exited before /metrics answered: {output[-3000:]}")
+
+    return on_a_free_port(start)
 
 
 def on_a_free_port(start: Callable[[int], T]) -> T:

@@ -31,7 +31,7 @@ from orchestrator.store.db import Database
 from tests.acceptance.fleet import ORCHESTRATOR
 from tests.executions_support import completing_turns, runtime_for, wait_for, write_script
 from tests.integration.test_metrics_folders import exited_process, folder_of
-from tests.services import PortTaken, free_port, on_a_free_port, says_port_taken
+from tests.services import free_port, serving_metrics
 
 
 def test_api_metrics_count_tasks_from_the_store(sqlite_url: str, tmp_path: Path) -> None:
@@ -146,47 +146,18 @@ def metrics_worker(
     after. Its output is in `tmp_path / "worker.log"`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ORCH_", "PROMETHEUS_"))}
     env.update({"ORCH_HOME": str(home), "ORCH_MODEL": f"scripted:{scripts}", **(settings or {})})
-    path = tmp_path / "worker.log"
-    workers: list[subprocess.Popen[bytes]] = []
-
-    def start(port: int) -> int:
-        env["ORCH_METRICS_PORT"] = str(port)
-        with path.open("ab") as log:
-            worker = subprocess.Popen(
-                [ORCHESTRATOR, "worker", "--concurrency", str(concurrency)],
-                env=env,
-                cwd=tmp_path,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        workers.append(worker)
-        deadline = time.monotonic() + 40
-        while worker.poll() is None and time.monotonic() < deadline:
-            try:
-                scrape(port)
-            except OSError:
-                time.sleep(0.05)
-                continue
-            if worker.poll() is None:  # not another server that took the port first
-                return port
-        output = path.read_text(errors="replace")
-        if worker.poll() is not None and says_port_taken(output, port):
-            raise PortTaken(output)
-        raise AssertionError(f"the worker's metrics port did not answer: {output[-3000:]}")
-
+    argv = [ORCHESTRATOR, "worker", "--concurrency", str(concurrency)]
+    worker, port = serving_metrics(argv, env, tmp_path / "worker.log", tmp_path)
     try:
-        port = on_a_free_port(start)
-        yield workers[-1], env, port
+        yield worker, env, port
     finally:
-        for worker in workers:  # its process group: prefork's pool processes too
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(worker.pid, signal.SIGTERM)
-            try:
-                worker.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(worker.pid, signal.SIGKILL)
-                worker.wait(timeout=10)
+        with contextlib.suppress(ProcessLookupError):  # its group: prefork's pool processes too
+            os.killpg(worker.pid, signal.SIGTERM)
+        try:
+            worker.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait(timeout=10)
 
 
 @pytest.mark.slow
@@ -239,25 +210,16 @@ def test_the_worker_serves_metrics_on_its_port(tmp_path: Path, scripts: Path) ->
 
 def test_the_sweepers_metrics_answer_while_the_store_is_down(tmp_path: Path) -> None:
     """A scrape during an outage shows the failed sweeps, without a traceback in the log."""
-    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ORCH_", "PROMETHEUS_"))}
     env.update(
         {
             "ORCH_HOME": str(tmp_path / "home"),
             "ORCH_DATABASE_URL": f"postgresql+psycopg://orch:pw@127.0.0.1:{free_port()}/orch",
-            "ORCH_METRICS_PORT": str(port),
             "ORCH_SWEEP_SECONDS": "0.5",
         }
     )
-    log = (tmp_path / "sweeper.log").open("wb")
-    sweeper = subprocess.Popen(
-        [ORCHESTRATOR, "sweeper", "--no-outbox"],
-        env=env,
-        cwd=tmp_path,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    argv = [ORCHESTRATOR, "sweeper", "--no-outbox"]
+    sweeper, port = serving_metrics(argv, env, tmp_path / "sweeper.log", tmp_path)
     try:
         status, text = 0, ""
         deadline = time.monotonic() + 30
@@ -277,7 +239,6 @@ def test_the_sweepers_metrics_answer_while_the_store_is_down(tmp_path: Path) -> 
     finally:
         os.killpg(sweeper.pid, signal.SIGTERM)
         sweeper.wait(timeout=20)
-        log.close()
     logged = (tmp_path / "sweeper.log").read_text()
     assert status == 200, logged[-3000:]
     assert _failed_sweeps(text) >= 1, text

@@ -11,6 +11,7 @@ clients hold. Neither Postgres nor Redis can choose a free port itself and say w
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import glob
 import os
@@ -39,6 +40,7 @@ __all__ = [
     "bound_socket",
     "free_port",
     "on_a_free_port",
+    "refused_port",
     "says_port_taken",
     "serving_metrics",
     "wait_until_answering",
@@ -64,6 +66,21 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+#: The sockets `refused_port` holds for the session (closed at exit).
+_HELD: list[socket.socket] = []
+
+
+def refused_port() -> int:
+    """A loopback port where a connection is refused (a store or a Redis that is down), held
+    for the rest of the session: bound and never listening, so that no other process can start
+    a server there, as it could on a port `free_port()` found free, and answer instead."""
+    if not _HELD:
+        atexit.register(lambda: [sock.close() for sock in _HELD])
+    sock = bound_socket()
+    _HELD.append(sock)
+    return int(sock.getsockname()[1])
 
 
 def bound_socket() -> socket.socket:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.acceptance.fleet import ORCHESTRATOR
-from tests.services import free_port, on_a_free_port, wait_until_answering
+from tests.services import on_a_free_port, refused_port, wait_until_answering
 
 SECRET = "query-token-5a4b3c2d1e0f9a8b"
 
@@ -93,7 +93,7 @@ def test_the_apis_own_lines_are_formatted_and_masked_in_text(tmp_path: Path) -> 
         {
             "ORCH_HOME": str(tmp_path / "home"),
             "ORCH_API_TOKEN": TOKEN,
-            "ORCH_DATABASE_URL": f"postgresql+psycopg://orch:pw@127.0.0.1:{free_port()}/orch",
+            "ORCH_DATABASE_URL": f"postgresql+psycopg://orch:pw@127.0.0.1:{refused_port()}/orch",
         }
     )
     with running_api(tmp_path, env) as port:

@@ -28,7 +28,7 @@ from orchestrator.store import migrations
 from tests.acceptance.fleet import ORCHESTRATOR
 from tests.cli_in_process import run_main
 from tests.executions_support import claim_as_worker, runtime_for, wait_for
-from tests.services import free_port, serving_metrics
+from tests.services import refused_port, serving_metrics
 
 TTL = 0.3
 
@@ -137,7 +137,7 @@ def test_recover_says_when_it_cannot_check_the_leases(
         task_id = expired_task(runtime)
     finally:
         runtime.close()
-    down = f"redis://127.0.0.1:{free_port()}/0"
+    down = f"redis://127.0.0.1:{refused_port()}/0"
     result = subprocess.run(
         [ORCHESTRATOR, "recover", *json_flag],
         capture_output=True,
@@ -251,7 +251,7 @@ def test_the_sweeper_loop_counts_a_sweep_that_could_not_check_the_leases_as_fail
     finally:
         runtime.close()
     env = cli_env(
-        home, ORCH_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0", ORCH_SWEEP_SECONDS="0.5"
+        home, ORCH_REDIS_URL=f"redis://127.0.0.1:{refused_port()}/0", ORCH_SWEEP_SECONDS="0.5"
     )
     env = {k: v for k, v in env.items() if not k.startswith("PROMETHEUS_")}
     log = tmp_path / "sweeper.log"

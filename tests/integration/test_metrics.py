@@ -31,7 +31,7 @@ from orchestrator.store.db import Database
 from tests.acceptance.fleet import ORCHESTRATOR
 from tests.executions_support import completing_turns, runtime_for, wait_for, write_script
 from tests.integration.test_metrics_folders import exited_process, folder_of
-from tests.services import free_port, serving_metrics
+from tests.services import refused_port, serving_metrics
 
 
 def test_api_metrics_count_tasks_from_the_store(sqlite_url: str, tmp_path: Path) -> None:
@@ -214,7 +214,7 @@ def test_the_sweepers_metrics_answer_while_the_store_is_down(tmp_path: Path) -> 
     env.update(
         {
             "ORCH_HOME": str(tmp_path / "home"),
-            "ORCH_DATABASE_URL": f"postgresql+psycopg://orch:pw@127.0.0.1:{free_port()}/orch",
+            "ORCH_DATABASE_URL": f"postgresql+psycopg://orch:pw@127.0.0.1:{refused_port()}/orch",
             "ORCH_SWEEP_SECONDS": "0.5",
         }
     )

@@ -127,3 +127,16 @@ def test_a_worker_serving_metrics_starts_again_on_a_new_port_when_its_port_was_t
         assert worker.poll() is None
         assert "orchestrator_worker_slots 1.0" in scrape(port)
     assert services.says_port_taken((tmp_path / "worker.log").read_text(), taken_port)
+
+
+def test_a_refused_port_refuses_and_cannot_be_taken() -> None:
+    """A store or Redis that is down in a test is a port where a connection is refused: held,
+    so no other process's server can start there and answer instead (it could on a port that
+    `free_port()` found free)."""
+    port = services.refused_port()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=2)
+    with socket.socket() as other:
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        with pytest.raises(OSError, match="in use"):
+            other.bind(("127.0.0.1", port))

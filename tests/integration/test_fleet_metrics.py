@@ -169,3 +169,20 @@ def test_a_worker_shows_its_slots_from_the_start_and_whether_it_takes_wake_ups(
             assert _value(stopping, "orchestrator_worker_slots_busy") == 1.0
     finally:
         broker.close()
+
+
+def test_a_solo_worker_shows_one_slot_whatever_its_concurrency(
+    tmp_path: Path, scripts: Path
+) -> None:
+    """The solo pool runs one wake-up at a time; before, its slots read its --concurrency."""
+    home = tmp_path / "home"
+    migrations.upgrade(f"sqlite:///{home / 'orchestrator.db'}")
+    write_script(scripts, "good", completing_turns())
+    with metrics_worker(tmp_path, home, scripts, 4, pool="solo") as (_worker, _env, port):
+        ready = wait_for(
+            lambda: _value(text := _scraped(port), "orchestrator_worker_ready") == 1.0 and text,
+            40,
+            0.2,
+            what="the worker ready",
+        )
+        assert _value(ready, "orchestrator_worker_slots") == 1.0, ready

@@ -139,14 +139,15 @@ def metrics_worker(
     scripts: Path,
     concurrency: int,
     settings: dict[str, str] | None = None,
+    pool: str = "threads",
 ) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, str], int]]:
     """An `orchestrator worker` on the store in `home`, serving its metrics on a port of its
     own (a new one if another process took it first), with the scripted model and any other
-    `settings`, once its port answers: (the process, its environment, the port); stopped
+    `settings`, on `pool`, once its port answers: (the process, its environment, the port); stopped
     after. Its output is in `tmp_path / "worker.log"`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ORCH_", "PROMETHEUS_"))}
     env.update({"ORCH_HOME": str(home), "ORCH_MODEL": f"scripted:{scripts}", **(settings or {})})
-    argv = [ORCHESTRATOR, "worker", "--concurrency", str(concurrency)]
+    argv = [ORCHESTRATOR, "worker", "--pool", pool, "--concurrency", str(concurrency)]
     worker, port = serving_metrics(argv, env, tmp_path / "worker.log", tmp_path)
     try:
         yield worker, env, port

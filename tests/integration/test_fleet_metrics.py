@@ -58,6 +58,8 @@ def test_the_oldest_queued_tasks_wait_is_a_gauge(sqlite_url: str, tmp_path: Path
         text = client.get("/metrics", headers=headers).text
     db.dispose()
     assert _value(empty, "orchestrator_tasks_oldest_queued_seconds") == 0.0
+    # A worker's gauges are its port's: the API showed a worker with no slots.
+    assert "orchestrator_worker_" not in text, text
     age = _value(text, "orchestrator_tasks_oldest_queued_seconds")
     assert age is not None, text
     assert 600 <= age < 660

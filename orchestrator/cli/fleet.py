@@ -108,8 +108,15 @@ def _worker(args: argparse.Namespace) -> int:
         return 2
     # An unreachable or unmigrated store stops here too, instead of a traceback and "ready".
     check_store_ready(settings.store_url)
+    concurrency = args.concurrency or (DEFAULT_THREADS if args.pool == "threads" else _cpus())
     if settings.metrics_port:
         _metrics_for_prefork(settings)
+        from orchestrator.metrics import WORKER_SLOTS
+        from orchestrator.store.db import Database
+
+        # Before the port answers (`_serve` below): a scrape never reads a worker with no slots.
+        WORKER_SLOTS.set(1 if args.pool == "solo" else concurrency)  # solo runs one at a time
+        _serve(settings, Database.from_url(settings.store_url, pool_size=1))
     from workers.celery_app import app
 
     argv = ["worker", "--loglevel", args.loglevel, "--without-gossip", "--without-mingle"]
@@ -118,10 +125,7 @@ def _worker(args: argparse.Namespace) -> int:
         # Celery warns (as root: its superuser warning) before it sets up its logging, which
         # would print that warning as several lines of text: JSON from the start.
         configure_logging(settings, args.loglevel.upper())
-    argv += ["--pool", args.pool]
-    concurrency = args.concurrency or (DEFAULT_THREADS if args.pool == "threads" else None)
-    if concurrency:
-        argv += ["--concurrency", str(concurrency)]
+    argv += ["--pool", args.pool, "--concurrency", str(concurrency)]
     if args.beat:
         argv.append("--beat")
     if args.name:
@@ -138,9 +142,9 @@ def _worker(args: argparse.Namespace) -> int:
 def _metrics_for_prefork(settings: Settings) -> None:
     """Pool processes count into files of a fresh PROMETHEUS_MULTIPROC_DIR; this (parent)
     process serves their sum and the store's counts on ORCH_METRICS_PORT. The folders that
-    workers now gone left there are removed first (`orchestrator.metrics_folders`)."""
+    workers now gone left there are removed first (`orchestrator.metrics_folders`). Before
+    `orchestrator.metrics` is imported: prometheus-client picks its value store then."""
     from orchestrator.metrics_folders import claim_folder
-    from orchestrator.store.db import Database
 
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         try:
@@ -152,7 +156,14 @@ def _metrics_for_prefork(settings: Settings) -> None:
                 exit_code=2,
             ) from None
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
-    _serve(settings, Database.from_url(settings.store_url, pool_size=1))
+
+
+def _cpus() -> int:
+    """Celery's default concurrency (billiard's count of CPUs), given to it explicitly so that
+    its pool and `orchestrator_worker_slots` agree."""
+    from billiard import cpu_count  # type: ignore[import-untyped]  # Celery's, untyped
+
+    return int(cpu_count())
 
 
 def _serve(settings: Settings, db: Database) -> None:

@@ -11,13 +11,14 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.services import free_port, wait_until_answering
+from tests.services import on_a_free_port, wait_until_answering
 
 ROOT = Path(__file__).resolve().parents[2]
 API_TOKEN = "acceptance-public"
@@ -50,22 +51,25 @@ class Api:
     """`orchestrator api` as a child process."""
 
     def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.port = free_port()
         self.env = env
+        self.port = on_a_free_port(partial(self._start, log))  # a new one if another took it
         self.url = f"http://127.0.0.1:{self.port}"
-        self._log = log.open("wb")
+
+    def _start(self, log: Path, port: int) -> int:
+        self._log = log.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator", "api", "--port", str(self.port)],
-            env=env,
+            [sys.executable, "-m", "orchestrator", "api", "--port", str(port)],
+            env=self.env,
             cwd=ROOT,
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )
         try:
-            wait_until_answering(self.url, self.process, log)
+            wait_until_answering(f"http://127.0.0.1:{port}", self.process, log)
         except AssertionError:
             self.stop()
             raise
+        return port
 
     def stop(self) -> None:
         self.process.terminate()

@@ -13,6 +13,7 @@ from sqlalchemy.exc import DataError, OperationalError
 from orchestrator.errors import ConstraintViolation
 from orchestrator.store import Database, driver
 from orchestrator.store.db import CONNECT_TIMEOUT_SECONDS
+from tests.services import refused_port
 
 
 @pytest.fixture
@@ -146,18 +147,10 @@ def test_observers_are_told_every_statement_and_whether_it_commits_alone(
     assert told == [("SELECT", True), ("SELECT", False), ("VALUES", True)]
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_a_store_that_cannot_be_reached_is_sqlalchemys_operational_error(pg_url: str) -> None:
     # The rounds stop on an infrastructure error (`DBAPIError`) and let recovery requeue the
     # generation: a raw psycopg error would fail the task as an agent error instead.
-    url = make_url(pg_url).set(host="127.0.0.1", port=_free_port(), password="pw-do-not-log")
+    url = make_url(pg_url).set(host="127.0.0.1", port=refused_port(), password="pw-do-not-log")
     database = Database.from_url(url.render_as_string(hide_password=False))
     try:
         with pytest.raises(OperationalError) as raised:

@@ -280,8 +280,9 @@ def report(figures: dict[str, Any], command: str, versions: str, durable: bool =
         "rows in one INSERT ... WITH). The pooled connections are not pinged: the samples come "
         "closer together than the pool's 0.5 s bypass window. The goal budgets one lease round "
         "trip and one commit; the path has the lease round trip and two statements (each its "
-        "own commit), plus the Python of the service on each side (the claim goes to the driver "
-        "past SQLAlchemy's execution layer; the trigger goes through it as compiled SQL).",
+        "own commit), plus the Python of the service on each side (the claim and the trigger "
+        "both go to the driver past SQLAlchemy's execution layer, on `store.driver`'s kept "
+        "connections).",
         "- Sweep: the lookup is one index range scan on (outcome, lease_expires_at); the "
         "requeues are batched (one pipelined lease read, one transaction of set-wise "
         "compare-and-sets, one publish batch; see the batched-sweeps section).",

@@ -42,11 +42,16 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from orchestrator.domain.vocabulary import EXECUTION_OUTCOMES, RECEIPT_STATUSES, TASK_STATUSES
+from orchestrator.domain.vocabulary import (
+    EXECUTION_OUTCOMES,
+    OUTBOX_KINDS,
+    RECEIPT_STATUSES,
+    TASK_STATUSES,
+)
 from orchestrator.store.db import Database
 from orchestrator.store.executions import count_handed_back
 from orchestrator.store.outbox_views import oldest_deliverable
-from orchestrator.store.tables import OUTBOX_KINDS, actions, invocation_receipts, outbox, tasks
+from orchestrator.store.tables import actions, invocation_receipts, outbox, tasks
 from orchestrator.store.types import utcnow
 
 __all__ = [
@@ -71,6 +76,7 @@ __all__ = [
     "TOOL_CALLS",
     "TOOL_TIMEOUTS",
     "VERIFICATIONS",
+    "WORKER_READY",
     "WORKER_SLOTS",
     "WORKER_SLOTS_BUSY",
     "StoreCollector",
@@ -181,15 +187,28 @@ TOOL_TIMEOUTS = Counter(
 
 # A worker's capacity and what of it is in use: `busy == slots` for long is a worker with no
 # free slot (wake-ups wait in the queue). Summed over the live processes of a prefork worker.
+# The slots are set by `orchestrator worker` before its port answers: a scrape in its first
+# seconds reads its capacity, and `ready` (0/1, as Prometheus' `up`) whether it takes wake-ups.
+# Registered nowhere: a worker's port shows them from its processes' files (it always counts
+# in PROMETHEUS_MULTIPROC_DIR), and the API and the sweeper do not show a worker's gauges at 0,
+# which an alert on `orchestrator_worker_ready == 0` would read as a worker not ready.
 WORKER_SLOTS = Gauge(
     "orchestrator_worker_slots",
-    "Wake-ups this worker runs at once at most (its --concurrency)",
+    "Wake-ups this worker runs at once at most (its --concurrency), from its start",
     multiprocess_mode="livesum",
+    registry=None,
+)
+WORKER_READY = Gauge(
+    "orchestrator_worker_ready",
+    "1 while this worker takes wake-ups (Celery ready), 0 before and from its shutdown",
+    multiprocess_mode="livemax",
+    registry=None,
 )
 WORKER_SLOTS_BUSY = Gauge(
     "orchestrator_worker_slots_busy",
     "Wake-ups this worker runs now (a round, or a wake-up that finds nothing to run)",
     multiprocess_mode="livesum",
+    registry=None,
 )
 
 #: Every value a labelled counter is known to take, exported at 0 at import. Model and tool

@@ -100,6 +100,11 @@ class Runtime:
         ]
 
     def close(self) -> None:
+        # The hand-back retries first: none runs on against the store closed below. Built on
+        # first use, the execution service is not built here to be closed.
+        executions: ExecutionService | None = self.__dict__.get("executions")
+        if executions is not None:
+            executions.handback.close()
         self.leases.close()
         self.db.dispose()
         if isinstance(self.notifier, RedisNotifier):

@@ -199,6 +199,9 @@ class Settings(BaseSettings):
     outbox_poll_seconds: float = Field(default=1.0, gt=0)
     webhook_max_attempts: int = Field(default=8, ge=1)
     task_stream_poll_seconds: float = Field(default=1.0, gt=0)
+    # How often an idle event stream sends its `keepalive` event: the console takes a stream
+    # silent for 2.5 of them as not live (the API hung, a proxy holding it) and reconnects.
+    stream_keepalive_seconds: float = Field(default=10.0, ge=0.1, le=300)
     # Operations (issue 16): log lines as JSON or text; a /metrics port for workers and the
     # sweeper (0 = none); the API's request body limit, refused with 413 before it is read.
     log_format: Literal["text", "json"] = "text"

@@ -91,9 +91,13 @@ def _sent(db: Database, read: Callable[[Any], Any]) -> list[tuple[str, Any]]:
 
 def _scanned(node: dict[str, Any]) -> int:
     # A bitmap heap scan's rows are its bitmap index scan's: counted once, at the heap.
+    # EXPLAIN gives a node's rows (returned and filtered out) per loop, averaged and rounded;
+    # a scan that runs once per outer row (a nested loop's inner side, a correlated
+    # subquery) reads them each time: times its loops (0 when it never ran).
     own = 0
     if "Scan" in node["Node Type"] and node["Node Type"] != "Bitmap Index Scan":
-        own = int(node["Actual Rows"]) + int(node.get("Rows Removed by Filter", 0))
+        per_loop = float(node["Actual Rows"]) + float(node.get("Rows Removed by Filter", 0))
+        own = round(per_loop * float(node["Actual Loops"]))
     return own + sum(_scanned(child) for child in node.get("Plans", []))
 
 

@@ -7,7 +7,8 @@ from typing import Any
 
 
 def parse(text: str) -> list[dict[str, Any]]:
-    """SSE messages as {"event", "id", "data"}; comments (keep-alives) are skipped."""
+    """SSE messages as {"event", "id", "data"}; comments are skipped (a keep-alive is an
+    event, `keepalive`)."""
     out = []
     for block in text.split("\n\n"):
         fields: dict[str, Any] = {}

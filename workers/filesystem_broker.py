@@ -154,6 +154,18 @@ class Transport(kombu_filesystem.Transport):
     """Kombu's filesystem transport with the channel above."""
 
     Channel = Channel
+    #: The app's `filesystem://` is kept as given (a folder has no host, user or port to parse
+    #: out of it), and `as_uri` below names the connection.
+    can_parse_url = True
+
+    def as_uri(self, uri: str, include_password: bool = False, mask: str = "**") -> str:
+        """The broker's folder, `filesystem:///.../broker`: what Celery's worker banner
+        (`.> transport:`) and its `Connected to` line print. Kombu's own rendering read
+        `workers.filesystem_broker:Transport://:**@localhost//` (the transport's import path,
+        a masked password and a host it never had). No secret is in a folder's name."""
+        options = self.client.transport_options if self.client is not None else {}
+        queue = options.get("data_folder_in")
+        return f"filesystem://{Path(queue).parent}" if queue else uri
 
     @property
     def default_connection_params(self) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from celery.signals import worker_init, worker_ready, worker_shutting_down
 
 from orchestrator.agent.model import check_model_setting
 from orchestrator.logs import log_context
-from orchestrator.metrics import EXECUTIONS_ENDED, WORKER_SLOTS, WORKER_SLOTS_BUSY
+from orchestrator.metrics import EXECUTIONS_ENDED, WORKER_READY, WORKER_SLOTS_BUSY
 from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.cleanup import run_cleanup
 from orchestrator.settings import SettingsError, get_settings
@@ -118,14 +118,6 @@ def cleanup() -> dict[str, Any]:
 
 
 @worker_init.connect
-def _count_slots(sender: Any = None, **_: Any) -> None:
-    """`orchestrator_worker_slots`: this worker's concurrency, beside its busy slots."""
-    concurrency = getattr(sender, "concurrency", None)
-    if isinstance(concurrency, int):
-        WORKER_SLOTS.set(concurrency)
-
-
-@worker_init.connect
 def _hand_back_at_exit(**_: Any) -> None:
     """A cold shutdown stops the running rounds and hands them back (workers/shutdown.py)."""
     shutdown.install()
@@ -133,6 +125,7 @@ def _hand_back_at_exit(**_: Any) -> None:
 
 @worker_shutting_down.connect
 def _say_what_a_warm_shutdown_waits_for(how: str = "", **_: Any) -> None:
+    WORKER_READY.set(0)  # it takes no more wake-ups (a warm shutdown lets its rounds run on)
     if how == "Warm":
         shutdown.announce_warm_shutdown()
 
@@ -194,3 +187,10 @@ def _cold_start(**_: Any) -> None:
     marked = runtime().cold_start()
     if marked:
         log.warning("cold start: %d running receipt(s) of dead generations are now unknown", marked)
+
+
+@worker_ready.connect
+def _ready(**_: Any) -> None:
+    """`orchestrator_worker_ready` 1: Celery consumes wake-ups (after the restart recovery
+    above, a receiver connected before this one)."""
+    WORKER_READY.set(1)

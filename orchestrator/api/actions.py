@@ -9,27 +9,26 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 
 from orchestrator.api.auth import require_role
 from orchestrator.api.contract import (
     WAKE_UP_DISPATCHED,
-    FilledText,
     IsoTime,
     Page,
-    StoredText,
     error_responses,
     paged,
 )
+from orchestrator.api.delivery_views import Delivery
 from orchestrator.api.enums import ActionStatus
 from orchestrator.api.etags import IF_NONE_MATCH, NOT_MODIFIED, shape_of, tagged
 from orchestrator.api.explain_views import PAYLOAD_DESCRIPTION, payload_as_sent
 from orchestrator.api.human_steps import decider, says_who
-from orchestrator.api.outbox import Delivery
 from orchestrator.errors import ValidationFailed
 from orchestrator.operators import Operator
 from orchestrator.runtime import celery_dispatcher
 from orchestrator.services.actions import ActionService, Decided
+from orchestrator.services.operator_requests import Decision
 from orchestrator.services.plans import PlanService
 from orchestrator.store.action_context import ActionContext
 from orchestrator.store.actions import ActionRecord
@@ -124,22 +123,6 @@ class DecidedView(ActionOut):
             queued_generation=None if wake_up is None else wake_up.generation,
             dispatched=None if wake_up is None else wake_up.sent,
         )
-
-
-class Decision(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    by: FilledText | None = Field(
-        default=None,
-        min_length=1,
-        max_length=128,
-        description="who decides; with operator accounts the authenticated name is used instead",
-    )
-    note: StoredText | None = Field(default=None, max_length=2000)
-    digest: str | None = Field(
-        default=None,
-        pattern=r"^[0-9a-f]{64}$",
-        description="the digest being approved (required to approve, optional to reject)",
-    )
 
 
 #: Part of every tag of a page of actions: a client holding an older API's page gets the new one.

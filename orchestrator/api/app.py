@@ -184,11 +184,12 @@ def create_app(
     *,
     db: Database | None = None,
     hub: PlanHub | None = None,
-    keepalive_seconds: float = 10.0,
+    keepalive_seconds: float | None = None,
     public_routers: Sequence[APIRouter] | None = None,
     internal_routers: Sequence[APIRouter] | None = None,
 ) -> FastAPI:
-    """The API for `settings` (read from the environment when None)."""
+    """The API for `settings` (read from the environment when None); `keepalive_seconds`, when
+    given, stands for ORCH_STREAM_KEEPALIVE_SECONDS."""
     settings = settings or load_settings()
     try:
         # Read again at each request when it changed: see orchestrator.operators_file.
@@ -248,7 +249,9 @@ def create_app(
     app.state.sign_in_failures = failures
     app.state.plans = PlanService(database, notifier)
     app.state.sessions = SessionService(database)
-    app.state.keepalive_seconds = keepalive_seconds
+    app.state.keepalive_seconds = (
+        settings.stream_keepalive_seconds if keepalive_seconds is None else keepalive_seconds
+    )
 
     app.add_exception_handler(OrchestratorError, _orchestrator_error)
     app.add_exception_handler(RequestValidationError, _validation_error)

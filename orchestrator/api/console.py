@@ -44,6 +44,7 @@ _MODULES = (
     "clock.js",
     "deliveries.js",
     "graph.js",
+    "liveness.js",
     "records.js",
     "task.js",
     "task_plan.js",

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Annotated, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
@@ -26,13 +26,11 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PlainSerializer,
-    WithJsonSchema,
 )
 
+from orchestrator.api.wire_types import WAKE_UP_DISPATCHED, IsoTime  # re-exported
 from orchestrator.domain.cursors import encode_cursor
 from orchestrator.domain.storable import FilledText, StoredText  # the API's, re-exported
-from orchestrator.domain.times import wire_time
 
 __all__ = [
     "BEARER",
@@ -48,17 +46,6 @@ __all__ = [
     "declare_write_refusals",
     "error_responses",
     "paged",
-]
-
-#: Every time a response model sends: `wire_time` (`...:05.000000+00:00`, six fraction digits
-#: always), the form of the signed webhook bodies, the evidence citations, the task stream and
-#: the CLI's `--json`, so a client never sees one instant written two ways or two widths;
-#: documented as an RFC 3339 date-time. A plain `datetime` field would go out in pydantic's
-#: `...Z` form (tests/unit/test_api_times.py refuses one in any route's response model).
-IsoTime = Annotated[
-    datetime,
-    PlainSerializer(wire_time, return_type=str),
-    WithJsonSchema({"type": "string", "format": "date-time"}),
 ]
 
 ItemT = TypeVar("ItemT")
@@ -150,13 +137,3 @@ def paged(
     if len(rows) > limit and items:
         return items, encode_cursor(*key(items[-1]), oldest_first=oldest_first)
     return items, None
-
-
-#: `dispatched` on the answer of a change that may queue a generation (a decision, a person's
-#: step, a resolution): as the trigger's, and null when the change queued none.
-WAKE_UP_DISPATCHED = (
-    "false when the broker did not take the wake-up of the generation this change queued "
-    "(Redis down): the change is committed all the same, and the sweeper sends the wake-up at "
-    "its first sweep once the broker takes messages again (the CLI says so in a line); null "
-    "when the change queued no generation"
-)

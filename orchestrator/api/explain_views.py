@@ -20,11 +20,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from orchestrator.api.contract import IsoTime
+from orchestrator.api.delivery_views import Delivery, DeliveryKind, DeliveryStatus
 from orchestrator.api.enums import ActionKind, ActionStatus, EvidenceOrigin, ReportOutcome
 from orchestrator.api.older_shapes import as_text_unless, items_as_text_unless, payload_as_sent
-from orchestrator.api.outbox import Delivery, DeliveryKind, DeliveryStatus
 from orchestrator.api.plan_views import PlanRevisionView
+from orchestrator.api.wire_types import IsoTime
 
 __all__ = [
     "PAYLOAD_DESCRIPTION",

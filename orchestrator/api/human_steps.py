@@ -10,14 +10,15 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.api.auth import require_role
-from orchestrator.api.contract import WAKE_UP_DISPATCHED, FilledText, IsoTime, error_responses
+from orchestrator.api.change_views import HumanStepOut
+from orchestrator.api.contract import error_responses
 from orchestrator.errors import ValidationFailed
 from orchestrator.operators import Operator
 from orchestrator.runtime import celery_dispatcher
-from orchestrator.services.human_steps import HumanStep, HumanStepService
+from orchestrator.services.human_steps import HumanStepService
+from orchestrator.services.operator_requests import CloseBody, CompleteBody
 from orchestrator.services.plans import PlanService
 
 __all__ = ["HumanStepOut", "decider", "missing_by", "router", "says_who"]
@@ -75,57 +76,6 @@ def missing_by(request: Request, body: Any) -> dict[str, str] | None:
     if not isinstance(body, dict) or body.get("by") is not None:
         return None
     return {"code": "invalid_request", "message": "by is required", "field": "body.by"}
-
-
-class CompleteBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    by: FilledText | None = Field(
-        default=None, min_length=1, max_length=128, description="who did it"
-    )
-    evidence: FilledText = Field(min_length=1, max_length=1500, description="what the person found")
-
-
-class CloseBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    by: FilledText | None = Field(
-        default=None, min_length=1, max_length=128, description="who did it"
-    )
-    reason: FilledText = Field(
-        min_length=1, max_length=1500, description="why it failed or is skipped"
-    )
-
-
-class HumanStepOut(BaseModel):
-    task_id: str
-    node_id: str
-    status: str
-    by: str
-    at: IsoTime
-    plan_revision: int = Field(description="the revision the step wrote")
-    session_id: str
-    plan_generation: int | None = Field(
-        description="the generation whose plan the step went into: the task's `generation`, "
-        "or an earlier one's until the task's generation publishes its own (which keeps it)"
-    )
-    task_status: str = Field(description="the task's status after the step was re-decided")
-    generation: int
-    dispatched: bool | None = Field(default=None, description=WAKE_UP_DISPATCHED)
-
-    @classmethod
-    def of(cls, step: HumanStep) -> HumanStepOut:
-        return cls(
-            task_id=step.task_id,
-            node_id=step.node_id,
-            status=step.status,
-            by=step.by,
-            at=step.at,
-            plan_revision=step.plan.revision,
-            session_id=step.plan.session_id,
-            plan_generation=step.plan.generation,
-            task_status=step.task_status,
-            generation=step.generation,
-            dispatched=None if step.wake_up is None else step.wake_up.sent,
-        )
 
 
 _ERRORS: dict[int | str, dict[str, Any]] = error_responses(401, 403, 404, 409, 422)

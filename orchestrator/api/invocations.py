@@ -4,21 +4,21 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.api.auth import require_role
-from orchestrator.api.contract import WAKE_UP_DISPATCHED, FilledText, error_responses
+from orchestrator.api.change_views import ResolvedView
+from orchestrator.api.contract import error_responses
 from orchestrator.api.deps import get_db
-from orchestrator.api.enums import ReceiptStatus, TaskStatus
 from orchestrator.api.human_steps import decider, says_who
 from orchestrator.api.models import InvocationView
 from orchestrator.errors import NotFound, echoed
 from orchestrator.operators import Operator
 from orchestrator.runtime import celery_dispatcher
-from orchestrator.services.invocations import REASON_MAX, InvocationService, Resolution
+from orchestrator.services.invocations import InvocationService
+from orchestrator.services.operator_requests import ResolveBody
 from orchestrator.store.db import Database
 from orchestrator.store.receipts import ReceiptLedger
 
@@ -35,52 +35,6 @@ def get_invocations(request: Request) -> InvocationService:
         service = InvocationService(request.app.state.db, dispatcher)
         request.app.state.invocations = service
     return service
-
-
-class ResolveBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    status: Literal["succeeded", "failed"] = Field(description="what really happened")
-    reason: FilledText = Field(
-        min_length=1, max_length=REASON_MAX, description="how the operator knows"
-    )
-    by: FilledText | None = Field(
-        default=None, min_length=1, max_length=128, description="who resolves it"
-    )
-
-
-class ResolvedView(BaseModel):
-    invocation_id: str
-    tool_name: str
-    status: ReceiptStatus = Field(description="the receipt's status now")
-    previous_status: ReceiptStatus
-    summary: str
-    resolved_by: str
-    reason: str
-    task_id: str
-    task_status: TaskStatus = Field(description="the task's status after the resolution")
-    generation: int
-    queued_generation: int | None = Field(
-        description="the generation queued at once when the task waited only on open writes"
-    )
-    dispatched: bool | None = Field(default=None, description=WAKE_UP_DISPATCHED)
-
-    @classmethod
-    def of(cls, resolution: Resolution) -> ResolvedView:
-        receipt = resolution.receipt
-        return cls(
-            invocation_id=receipt.invocation_id,
-            tool_name=receipt.tool_name,
-            status=ReceiptStatus(receipt.status),
-            previous_status=ReceiptStatus(resolution.previous_status),
-            summary=receipt.summary,
-            resolved_by=resolution.by,
-            reason=resolution.reason,
-            task_id=resolution.task_id,
-            task_status=TaskStatus(resolution.task_status),
-            generation=resolution.generation,
-            queued_generation=resolution.queued_generation,
-            dispatched=None if resolution.wake_up is None else resolution.wake_up.sent,
-        )
 
 
 @router.get("/{invocation_id}", response_model=InvocationView, responses=error_responses(404))

@@ -7,7 +7,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from orchestrator.api.contract import IsoTime
 from orchestrator.api.enums import (
     EvidenceOrigin,
     ExecutionOutcome,
@@ -24,6 +23,7 @@ from orchestrator.api.explain_views import (
     as_text_unless,
 )
 from orchestrator.api.plan_views import PlanRevisionView
+from orchestrator.api.wire_types import IsoTime
 
 __all__ = [
     "EvidenceView",

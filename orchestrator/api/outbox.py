@@ -4,16 +4,18 @@ dead or failing, saying why)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from orchestrator.api.auth import require_role
-from orchestrator.api.contract import FilledText, IsoTime, error_responses
+from orchestrator.api.contract import error_responses
+from orchestrator.api.delivery_views import Delivery, DeliveryKind, DeliveryStatus
 from orchestrator.api.etags import IF_NONE_MATCH, NOT_MODIFIED, shape_of, tagged
 from orchestrator.api.human_steps import decider, says_who
 from orchestrator.operators import Operator
+from orchestrator.services.operator_requests import DiscardBody, RetryBody
 from orchestrator.services.outbox import OutboxService
 
 __all__ = [
@@ -33,79 +35,6 @@ router = APIRouter(prefix="/api/v1/outbox", tags=["outbox"])
 #: The error answers the outbox routes declare (the shared envelope).
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = error_responses(404, 409)
 
-#: An approved action's delivery or a task event's webhook (`store.tables.OUTBOX_KINDS`).
-DeliveryKind = Literal["action", "webhook"]
-#: `store.tables.OUTBOX_STATUSES`.
-DeliveryStatus = Literal["pending", "delivered", "dead", "discarded"]
-
-
-class Delivery(BaseModel):
-    """One outbox row: an approved action's delivery or a task event's webhook."""
-
-    outbox_id: int
-    kind: DeliveryKind
-    task_id: str
-    event_id: str | None = Field(description="`TASK_ID:SEQ` of a webhook's event")
-    event_seq: int | None
-    action_id: str | None
-    status: DeliveryStatus
-    attempts: int = Field(description="sends so far (a dispatcher's claim counts one)")
-    throttled: int = Field(
-        description="of the attempts, those the backend answered 429 Too Many Requests: not "
-        "counted toward ORCH_WEBHOOK_MAX_ATTEMPTS"
-    )
-    next_attempt_at: IsoTime | None = Field(
-        description="when a pending delivery is next tried (or was claimed until); null for "
-        "one that has no next attempt: delivered, discarded, or dead (until an operator "
-        "retries it)"
-    )
-    last_error: str | None
-    dead_reason: Literal["refused", "max_attempts"] | None = Field(
-        description="why a dead (or discarded) delivery was dead-lettered: `refused`, the "
-        "backend refused it for good (a permanent 4xx) and it is never retried, or "
-        "`max_attempts`, a webhook out of ORCH_WEBHOOK_MAX_ATTEMPTS attempts; null otherwise, "
-        "and for one discarded while pending (`discarded_from`: never dead-lettered)"
-    )
-    created_at: IsoTime
-    delivered_at: IsoTime | None
-    discarded_at: IsoTime | None = Field(
-        description="when an operator discarded it (settled it by hand); also on a `delivered` "
-        "one when a send under way at the discard (its claim's hold had run out) was answered "
-        "2xx: delivered after its discard, the backend did act on it"
-    )
-    discarded_by: str | None = Field(description="who discarded it")
-    discard_reason: str | None = Field(description="why it was discarded")
-    discarded_from: Literal["dead", "pending"] | None = Field(
-        default=None,
-        description="what a discarded delivery was when discarded: `dead`, or `pending` "
-        "(failing, never dead-lettered: an action the backend answers 500 for every time); "
-        "null for one discarded before migration 0026 (dead) or not discarded",
-    )
-    released_at: IsoTime | None = Field(
-        default=None,
-        description="when an operator's retry or discard last made it deliverable again: a "
-        "retry of this dead letter, or of (or a discard of) the dead letter of its task it "
-        "waited behind; `orchestrator_outbox_oldest_pending_seconds` counts its wait from then",
-    )
-    retried_at: IsoTime | None = Field(
-        default=None, description="when an operator last retried it (or hurried it, pending)"
-    )
-    retried_by: str | None = Field(default=None, description="who last retried it")
-    retry_note: str | None = Field(default=None, description="their note with that retry")
-    claimed_until: IsoTime | None = Field(
-        default=None,
-        description="while a dispatcher is sending it: until when its claim holds the row "
-        "(renewed while the send lasts); a retry is refused then (`409 being_sent`). A time "
-        "past is a dispatcher that stopped mid-send: the row is due again",
-    )
-    sending_since: IsoTime | None = Field(
-        default=None,
-        description="while a dispatcher holds it (`claimed_until` ahead): when it posted it, "
-        "the row being sent now; null for a row claimed with others in the dispatcher's batch "
-        "that waits its turn (the batch is posted one row after another), and for one not "
-        "held (migration 0027)",
-    )
-
 
 class ListedDelivery(Delivery):
     """A delivery as the list shows it: a pending webhook held back in order says by what (the
@@ -122,36 +51,6 @@ class ListedDelivery(Delivery):
         description="a pending webhook held back in order by an earlier event of its task "
         "that failed and is being retried (pending and tried, not dead yet): that row's outbox "
         "id (it is sent once that one is delivered; not a stuck dispatcher)",
-    )
-
-
-class DiscardBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    reason: FilledText = Field(
-        min_length=1, max_length=500, description="why: how the delivery was dealt with by hand"
-    )
-    by: FilledText | None = Field(
-        default=None,
-        min_length=1,
-        max_length=200,
-        description="who discards it; required with the shared API token (an operator account "
-        "is recorded by its name)",
-    )
-
-
-class RetryBody(BaseModel):
-    """Optional: who retries (the shared token's `by`) and a note, kept on the row."""
-
-    model_config = ConfigDict(extra="forbid")
-    note: FilledText | None = Field(
-        default=None, min_length=1, max_length=500, description="why, or what was mended"
-    )
-    by: FilledText | None = Field(
-        default=None,
-        min_length=1,
-        max_length=200,
-        description="who retries it, with the shared API token (recorded as `api` when not "
-        "said); an operator account is recorded by its name",
     )
 
 

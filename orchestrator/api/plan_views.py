@@ -17,9 +17,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from orchestrator.api.contract import IsoTime
 from orchestrator.api.enums import NodeActor, NodeStatus
 from orchestrator.api.older_shapes import items_as_text_unless
+from orchestrator.api.wire_types import IsoTime
 
 __all__ = [
     "PlanEdgeView",

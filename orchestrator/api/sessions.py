@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from orchestrator.api.auth import caller_of, current_operator
-from orchestrator.api.contract import FilledText, Page, StoredText, error_responses
+from orchestrator.api.contract import FilledText, Page, error_responses
 from orchestrator.api.deps import get_sessions
 from orchestrator.api.enums import SessionPurpose
 from orchestrator.api.models import SessionView
+from orchestrator.domain.storable import filled_text, storable_text
 from orchestrator.operators import Operator
 from orchestrator.services.sessions import MAX_LIMIT, SessionService
 
 __all__ = ["CreateSession", "readable_session", "router"]
 
 router = APIRouter(prefix="/api/v1/sessions", tags=["sessions"])
+
+
+#: Optional texts with their limits before the check (`FilledText`).
+_TaskId = Annotated[str, StringConstraints(max_length=36), AfterValidator(storable_text)]
+_Owner = Annotated[
+    str, StringConstraints(min_length=1, max_length=128), AfterValidator(filled_text)
+]
 
 
 class CreateSession(BaseModel):
@@ -28,11 +36,9 @@ class CreateSession(BaseModel):
     purpose: SessionPurpose
     # Refused up front, naming the field, when no store keeps it (a NUL character).
     title: FilledText = Field(min_length=1, max_length=200)
-    task_id: StoredText | None = Field(default=None, max_length=36)
-    owner: FilledText | None = Field(
+    task_id: _TaskId | None = None
+    owner: _Owner | None = Field(
         default=None,
-        min_length=1,
-        max_length=128,
         description="whose session: an account's own name whatever this says; the shared "
         "API token may name anyone (default: the caller's account)",
     )

@@ -42,7 +42,15 @@ from orchestrator.api.sessions import readable_session
 from orchestrator.events import PlanHub
 from orchestrator.services.plans import PlanService, SessionPlans
 
-__all__ = ["StoreOutage", "last_event_id_of", "router", "sse_event", "while_admitted"]
+__all__ = [
+    "KEEPALIVE_EVENT",
+    "StoreOutage",
+    "keepalive_event",
+    "last_event_id_of",
+    "router",
+    "sse_event",
+    "while_admitted",
+]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +63,9 @@ OUTAGE_RETRY_SECONDS: Final = 1.0
 #: How often an open stream asks whether its caller's account still holds (at most; the
 #: keep-alive, which goes out while no event does, bounds it from the other side).
 ADMISSION_CHECK_SECONDS: Final = 1.0
+
+#: The name of the keep-alive event (`keepalive_event`).
+KEEPALIVE_EVENT: Final = "keepalive"
 
 T = TypeVar("T")
 
@@ -104,6 +115,15 @@ def sse_event(event: str, data: Any, event_id: int | None = None) -> bytes:
     return ("\n".join(lines) + "\n\n").encode("utf-8")
 
 
+def keepalive_event(every: float) -> bytes:
+    """The keep-alive of an idle stream: a named event, `keepalive`, with no id (a browser's
+    `Last-Event-ID` stays the last real event's). It was an SSE comment, which an `EventSource`
+    never surfaces, so a page could not tell a quiet stream from an API that stopped answering
+    and showed it live. Its data, as the `state` event's `keepalive_seconds`, says how often
+    one comes; a client that listens only for the other events (or `onmessage`) never sees it."""
+    return sse_event(KEEPALIVE_EVENT, {"keepalive_seconds": every})
+
+
 async def while_admitted(
     request: Request, chunks: AsyncIterator[bytes], every: float = ADMISSION_CHECK_SECONDS
 ) -> AsyncIterator[bytes]:
@@ -149,6 +169,8 @@ async def _events(
         "session_id": session_id,
         "running": state.running,
         "execution_plans": [plan_as_sent(latest.to_dict())] if latest else [],
+        # How long this stream may be silent: a page knows it from the first event.
+        "keepalive_seconds": keepalive,
     }
     newest = state.newest
     # A first connection's snapshot carries the id it is current to; a resumed one's does not
@@ -168,7 +190,7 @@ async def _events(
             records = await outage.read(plans.revisions_after, session_id, last, _BATCH)
             if records is None:
                 if time.monotonic() - sent_at >= keepalive:
-                    yield b": keep-alive\n\n"
+                    yield keepalive_event(keepalive)
                     sent_at = time.monotonic()
                 await subscription.wait(min(keepalive, OUTAGE_RETRY_SECONDS))
                 continue
@@ -189,7 +211,7 @@ async def _events(
                 if takes_writes is False:  # None: the store is away, read again later
                     finished = True
                     continue
-                yield b": keep-alive\n\n"
+                yield keepalive_event(keepalive)
                 sent_at = time.monotonic()
                 idle = 0.0
             await subscription.wait(keepalive - idle)

@@ -43,6 +43,7 @@ from orchestrator.api.plan_views import plan_as_sent
 from orchestrator.api.stream import (
     OUTAGE_RETRY_SECONDS,
     StoreOutage,
+    keepalive_event,
     last_event_id_of,
     sse_event,
     while_admitted,
@@ -87,7 +88,9 @@ async def _events(
     # A first connection's snapshot carries the id it is current to; a resumed one's does not
     # (the events after the client's id follow, and must not be skipped on the next resume).
     first = after is None
-    yield sse_event("state", _as_sent(snapshot.data), snapshot.last_seq if first else None)
+    # How long this stream may be silent (`stream.keepalive_event`): known from the first event.
+    state = {**_as_sent(snapshot.data), "keepalive_seconds": keepalive}
+    yield sse_event("state", state, snapshot.last_seq if first else None)
     # An id above the newest is not one of ours (the log is never trimmed): resume at the newest.
     last = snapshot.last_seq if after is None else min(after, snapshot.last_seq)
     sent_at = time.monotonic()
@@ -101,7 +104,7 @@ async def _events(
             events = await outage.read(service.events_after, task_id, last, _BATCH)
             if events is None:  # the store is away: keep the client, read again
                 if time.monotonic() - sent_at >= keepalive:
-                    yield b": keep-alive\n\n"
+                    yield keepalive_event(keepalive)
                     sent_at = time.monotonic()
                 await subscription.wait(min(keepalive, OUTAGE_RETRY_SECONDS))
                 continue
@@ -117,7 +120,7 @@ async def _events(
                 return  # finished before the stream opened, and nothing follows
             idle = time.monotonic() - sent_at
             if idle >= keepalive:
-                yield b": keep-alive\n\n"
+                yield keepalive_event(keepalive)
                 sent_at = time.monotonic()
                 idle = 0.0
             await subscription.wait(_wait_for_more(hub, poll, keepalive - idle))

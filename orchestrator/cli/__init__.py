@@ -1,13 +1,14 @@
-"""The operator CLI `orchestrator`. Each command group lives in its own module with `register()`."""
+"""The operator CLI `orchestrator`. Each command group lives in its own module with `register()`.
+
+Building the parser imports the group modules and no more: `orchestrator --help` and a usage
+error are answered without the store, the settings or the HTTP client, which a command's
+handler imports when it runs (tests/unit/test_cli_imports.py holds them to it)."""
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
-
-from sqlalchemy.exc import DataError, OperationalError, ProgrammingError, SQLAlchemyError
 
 from orchestrator import __version__
 from orchestrator.cli import (
@@ -22,10 +23,7 @@ from orchestrator.cli import (
     plans,
     tasks,
 )
-from orchestrator.cli.common import CommandFailed, Handler, OneLineParser, one_line, safe_store_url
-from orchestrator.cli.store_errors import describe_store_error
-from orchestrator.errors import OrchestratorError
-from orchestrator.settings import SettingsError
+from orchestrator.cli.common import Handler, OneLineParser
 
 __all__ = ["build_parser", "main"]
 
@@ -61,38 +59,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help()
         return 2
-    try:
-        code = handler(args)
-        sys.stdout.flush()  # a closed pipe shows here, inside the try, not at exit
-        return code
-    except SettingsError as exc:
-        print(f"orchestrator: {exc}", file=sys.stderr)
-        return 2
-    except CommandFailed as exc:
-        print(f"orchestrator: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except OrchestratorError as exc:
-        print(f"orchestrator: {exc.code}: {exc.message}", file=sys.stderr)
-        for detail in exc.details:
-            print(f"  - {detail.get('code', '')}: {detail.get('message', '')}", file=sys.stderr)
-        return 1
-    except DataError as exc:
-        # A value the store cannot hold (a negative LIMIT, a JSON text Postgres refuses):
-        # bad input, and the transaction that carried it wrote nothing.
-        print(f"orchestrator: the store refused a value: {one_line(exc)}", file=sys.stderr)
-        return 2
-    except (OperationalError, ProgrammingError) as exc:
-        print(f"orchestrator: {describe_store_error(exc)}", file=sys.stderr)
-        return 1
-    except SQLAlchemyError as exc:
-        store = safe_store_url() or "the configured URL"
-        print(f"orchestrator: the store at {store} failed: {one_line(exc)}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        # `orchestrator tasks list --json | head`: the reader left; end quietly, and keep the
-        # interpreter's final flush from reporting the closed pipe.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 141
+    from orchestrator.cli.running import run
+
+    return run(handler, args)

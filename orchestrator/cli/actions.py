@@ -11,14 +11,14 @@ import json
 import re
 import shlex
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.cli.common import (
     add_json_flag,
     bounded_int,
     checked_body,
+    command_runtime,
     cursor_arg,
-    load,
     login_name,
     print_json,
     printable,
@@ -32,12 +32,10 @@ from orchestrator.cli.outbox import (
     ways_out,
 )
 from orchestrator.cli.wake_ups import held_notices, quiet_dispatch_log, say_unsent
-from orchestrator.domain.cursors import encode_cursor
 from orchestrator.domain.vocabulary import ACTION_STATUSES
-from orchestrator.runtime import build_runtime
-from orchestrator.services.dispatch import RecordingDispatcher
-from orchestrator.store.actions import ActionRecord
-from orchestrator.store.types import utcnow
+
+if TYPE_CHECKING:
+    from orchestrator.store.actions import ActionRecord
 
 __all__ = ["register"]
 
@@ -97,8 +95,10 @@ def register(commands: Any) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
+    from orchestrator.domain.cursors import encode_cursor
+
     status = None if args.all or args.decided else args.status
-    rt = build_runtime(load(), dispatcher=RecordingDispatcher())
+    rt = command_runtime()
     try:
         rows = rt.actions.listed(
             status=status,
@@ -162,7 +162,7 @@ def _digest(text: str) -> str:
 
 
 def _show(args: argparse.Namespace) -> int:
-    rt = build_runtime(load(), dispatcher=RecordingDispatcher())
+    rt = command_runtime()
     try:
         action, delivery = rt.actions.shown(args.action_id)
     finally:
@@ -218,6 +218,8 @@ def _delivery_brief(row: dict[str, Any]) -> str:
 def _delivery_line(row: dict[str, Any]) -> str:
     """Where an approved action's delivery to the business backend stands, in one line: only
     `delivered` says the backend has it."""
+    from orchestrator.store.types import utcnow
+
     number, status = row["outbox_id"], row["status"]
     if status == "delivered":
         line = f"delivered at {_time(row['delivered_at'])} (outbox {number})"
@@ -265,14 +267,14 @@ def _as_sent(action: ActionRecord) -> dict[str, Any]:
 
 
 def _decide(args: argparse.Namespace) -> int:
-    from orchestrator.api.actions import Decision
+    from orchestrator.services.operator_requests import Decision
 
     # Who decides and the note, checked as the API checks them (before the store is opened):
     # only an absent --by means the user; an empty one (an unset $APPROVER) is refused, not
     # recorded as the OS user's approval.
     by = login_name() if args.by is None else args.by
     body = checked_body(Decision, {"by": by, "note": args.note})
-    rt = build_runtime(load())  # the real dispatcher: a decision may queue a generation
+    rt = command_runtime()  # a decision may queue a generation
     quiet_dispatch_log()
     try:
         with held_notices() as notices:

@@ -11,11 +11,12 @@ import ipaddress
 import signal
 import socket
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.cli.common import CommandFailed, bounded_int, load
-from orchestrator.logs import TEXT_FORMAT, RedactFilter, configure_logging, secrets_of
-from orchestrator.settings import Settings
+
+if TYPE_CHECKING:
+    from orchestrator.settings import Settings
 
 __all__ = ["LOG_LEVELS", "check_listen", "is_loopback", "register"]
 
@@ -78,6 +79,8 @@ def check_listen(host: str, port: int) -> None:
 
 def _log_config(settings: Settings, level: str) -> dict[str, Any] | None:
     """uvicorn's logging in ORCH_LOG_FORMAT, secrets masked (a `?token=` in an access line)."""
+    from orchestrator.logs import TEXT_FORMAT, RedactFilter, configure_logging, secrets_of
+
     if settings.log_format == "json":
         configure_logging(settings, "DEBUG" if level == "trace" else level.upper())
         return None  # uvicorn's loggers propagate to the root handler just set

@@ -4,11 +4,12 @@ prints what it deleted."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.cli.common import CommandFailed, add_json_flag, bounded_int, load, print_json
-from orchestrator.services.cleanup import CleanupReport, run_cleanup
-from orchestrator.store.db import Database
+
+if TYPE_CHECKING:
+    from orchestrator.services.cleanup import CleanupReport
 
 __all__ = ["MAX_BATCH", "describe", "register"]
 
@@ -40,6 +41,9 @@ def register(commands: Any) -> None:
 
 
 def _cleanup(args: argparse.Namespace) -> int:
+    from orchestrator.services.cleanup import run_cleanup
+    from orchestrator.store.db import Database
+
     settings = load()
     if args.unsent_webhooks and settings.webhook_url:
         # Said before the store is opened: this process's own dispatcher would send them.

@@ -10,7 +10,6 @@ from typing import Any
 
 from orchestrator.cli.common import CommandFailed, add_json_flag, load, login_name, print_json
 from orchestrator.errors import ValidationFailed
-from orchestrator.store.db import Database
 
 __all__ = ["register_ask"]
 
@@ -46,6 +45,7 @@ def _idempotency_key(text: str) -> str:
 
 def _ask(args: argparse.Namespace) -> int:
     from orchestrator.services.collaboration import CollaborationService
+    from orchestrator.store.db import Database
 
     if not args.question.strip() or len(args.question) > 4000:
         raise CommandFailed("the question must be 1-4000 characters", exit_code=2)

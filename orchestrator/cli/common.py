@@ -9,15 +9,13 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
-
-from orchestrator.domain.cursors import decode_cursor
 from orchestrator.domain.times import wire_time
-from orchestrator.errors import ValidationFailed
-from orchestrator.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from orchestrator.runtime import Runtime
+    from orchestrator.settings import Settings
 
 __all__ = [
     "CommandFailed",
@@ -26,6 +24,7 @@ __all__ = [
     "add_json_flag",
     "bounded_int",
     "checked_body",
+    "command_runtime",
     "load",
     "login_name",
     "one_line",
@@ -71,6 +70,9 @@ def bounded_int(low: int, high: int) -> Callable[[str], int]:
 
 def cursor_arg(text: str) -> str:
     """An argparse `type`: a page cursor as a listing printed it (`next_cursor`)."""
+    from orchestrator.domain.cursors import decode_cursor
+    from orchestrator.errors import ValidationFailed
+
     try:
         decode_cursor(text)
     except ValidationFailed as exc:
@@ -97,9 +99,25 @@ def checked_body(model: Any, values: Mapping[str, Any]) -> Any:
 
 def load() -> Settings:
     """Settings for a command; a bad value raises `SettingsError` (exit code 2)."""
+    from orchestrator.settings import load_settings
+
     global _loaded
     _loaded = load_settings()
     return _loaded
+
+
+def command_runtime() -> Runtime:
+    """The runtime of a command that reads or changes the store, on the settings `load` reads.
+    Its dispatcher is the production one, made at the first wake-up the command sends
+    (`FirstUseDispatcher`): a read, a cancel or a decision that queues nothing never imports
+    Celery, and no command can drop a wake-up it came to send."""
+    from orchestrator.runtime import build_runtime, celery_dispatcher
+    from orchestrator.services.dispatch import FirstUseDispatcher
+
+    settings = load()
+    return build_runtime(
+        settings, dispatcher=FirstUseDispatcher(lambda: celery_dispatcher(settings))
+    )
 
 
 #: C0 and C1 controls, line separators, and the characters that reorder or hide text on a
@@ -164,6 +182,9 @@ def safe_store_url() -> str | None:
 def mask_url(url: str) -> str:
     """`url` with its password masked, also one given in the query (`?password=`, libpq's
     `sslpassword`), which `hide_password` leaves as it is."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         parsed = make_url(url)
     except ArgumentError:
@@ -197,6 +218,9 @@ def one_line(exc: BaseException, limit: int = 300) -> str:
 
 def _passwords() -> list[str]:
     """The store URL's secrets: its password, and any given in its query."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     if _loaded is None:
         return []
     try:

@@ -18,16 +18,14 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from orchestrator.cli.common import CommandFailed, load, mask_url
 from orchestrator.cli.plans import render_tree
 from orchestrator.demo import DEMO_CONTEXT, DEMO_TASK_TYPE, SCRIPTS
-from orchestrator.runtime import Runtime, build_runtime
-from orchestrator.services.tasks import Trigger
-from orchestrator.settings import load_settings
-from orchestrator.store import executions as execution_store
-from orchestrator.store import plans as plan_store
+
+if TYPE_CHECKING:
+    from orchestrator.runtime import Runtime
 
 __all__ = ["register"]
 
@@ -132,6 +130,9 @@ def _say(text: str) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from orchestrator.runtime import build_runtime
+    from orchestrator.services.tasks import Trigger
+    from orchestrator.settings import load_settings
     from orchestrator.store import migrations
 
     os.environ.update({k: v for k, v in DEMO_SETTINGS.items() if k not in os.environ})
@@ -213,6 +214,9 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _revision(rt: Runtime, task_id: str, generation: int) -> int:
+    from orchestrator.store import executions as execution_store
+    from orchestrator.store import plans as plan_store
+
     with rt.db.transaction(readonly=True) as conn:
         execution = execution_store.get_execution(conn, task_id, generation)
         if execution is None:
@@ -221,6 +225,8 @@ def _revision(rt: Runtime, task_id: str, generation: int) -> int:
 
 
 def _started(rt: Runtime, task_id: str, generation: int) -> bool:
+    from orchestrator.store import executions as execution_store
+
     with rt.db.transaction(readonly=True) as conn:
         execution = execution_store.get_execution(conn, task_id, generation)
     return execution is not None and execution.started_at is not None
@@ -232,6 +238,8 @@ def _finished(rt: Runtime, task_id: str) -> str | None:
 
 
 def _summary(rt: Runtime, task_id: str) -> None:
+    from orchestrator.store import plans as plan_store
+
     view = rt.tasks.explain(task_id)
     _say("generations:")
     for ex in view["executions"]:

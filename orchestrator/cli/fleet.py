@@ -11,9 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any
-
-from sqlalchemy.exc import SQLAlchemyError
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.cli.cleanup import describe as describe_cleanup
 from orchestrator.cli.common import (
@@ -26,16 +24,11 @@ from orchestrator.cli.common import (
 )
 from orchestrator.cli.db import check_store_ready, refuse_newer_store
 from orchestrator.cli.stopping import StopSignals
-from orchestrator.cli.store_errors import describe_store_error
-from orchestrator.logs import configure_logging
-from orchestrator.metrics_folders import claim_folder
-from orchestrator.runtime import build_runtime
-from orchestrator.services.cleanup import CLEANUP_INTERVAL_SECONDS, run_cleanup
-from orchestrator.services.outbox import OutboxDispatcher
-from orchestrator.services.sweeper import Sweeper, SweepReport
-from orchestrator.settings import Settings
-from orchestrator.store.db import Database
-from orchestrator.store.executions import count_handed_back
+
+if TYPE_CHECKING:
+    from orchestrator.services.sweeper import Sweeper, SweepReport
+    from orchestrator.settings import Settings
+    from orchestrator.store.db import Database
 
 __all__ = ["HEARTBEAT", "WORKER_LOG_LEVELS", "register"]
 
@@ -89,6 +82,7 @@ def register(commands: Any) -> None:
 def _worker(args: argparse.Namespace) -> int:
     # The agent's and its tools' checks: imported by this command alone.
     from orchestrator.agent.model import check_model_setting
+    from orchestrator.logs import configure_logging
     from orchestrator.tools.data_sources import DataSourceError, load_sources
     from orchestrator.tools.toolsets import SpecError, check_gateway
 
@@ -114,8 +108,15 @@ def _worker(args: argparse.Namespace) -> int:
         return 2
     # An unreachable or unmigrated store stops here too, instead of a traceback and "ready".
     check_store_ready(settings.store_url)
+    concurrency = args.concurrency or (DEFAULT_THREADS if args.pool == "threads" else _cpus())
     if settings.metrics_port:
         _metrics_for_prefork(settings)
+        from orchestrator.metrics import WORKER_SLOTS
+        from orchestrator.store.db import Database
+
+        # Before the port answers (`_serve` below): a scrape never reads a worker with no slots.
+        WORKER_SLOTS.set(1 if args.pool == "solo" else concurrency)  # solo runs one at a time
+        _serve(settings, Database.from_url(settings.store_url, pool_size=1))
     from workers.celery_app import app
 
     argv = ["worker", "--loglevel", args.loglevel, "--without-gossip", "--without-mingle"]
@@ -124,10 +125,7 @@ def _worker(args: argparse.Namespace) -> int:
         # Celery warns (as root: its superuser warning) before it sets up its logging, which
         # would print that warning as several lines of text: JSON from the start.
         configure_logging(settings, args.loglevel.upper())
-    argv += ["--pool", args.pool]
-    concurrency = args.concurrency or (DEFAULT_THREADS if args.pool == "threads" else None)
-    if concurrency:
-        argv += ["--concurrency", str(concurrency)]
+    argv += ["--pool", args.pool, "--concurrency", str(concurrency)]
     if args.beat:
         argv.append("--beat")
     if args.name:
@@ -144,7 +142,10 @@ def _worker(args: argparse.Namespace) -> int:
 def _metrics_for_prefork(settings: Settings) -> None:
     """Pool processes count into files of a fresh PROMETHEUS_MULTIPROC_DIR; this (parent)
     process serves their sum and the store's counts on ORCH_METRICS_PORT. The folders that
-    workers now gone left there are removed first (`orchestrator.metrics_folders`)."""
+    workers now gone left there are removed first (`orchestrator.metrics_folders`). Before
+    `orchestrator.metrics` is imported: prometheus-client picks its value store then."""
+    from orchestrator.metrics_folders import claim_folder
+
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         try:
             folder = claim_folder((settings.home / "metrics").resolve())
@@ -155,7 +156,14 @@ def _metrics_for_prefork(settings: Settings) -> None:
                 exit_code=2,
             ) from None
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
-    _serve(settings, Database.from_url(settings.store_url, pool_size=1))
+
+
+def _cpus() -> int:
+    """Celery's default concurrency (billiard's count of CPUs), given to it explicitly so that
+    its pool and `orchestrator_worker_slots` agree."""
+    from billiard import cpu_count  # type: ignore[import-untyped]  # Celery's, untyped
+
+    return int(cpu_count())
 
 
 def _serve(settings: Settings, db: Database) -> None:
@@ -173,6 +181,13 @@ def _serve(settings: Settings, db: Database) -> None:
 
 
 def _sweeper(args: argparse.Namespace) -> int:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from orchestrator.cli.store_errors import describe_store_error
+    from orchestrator.logs import configure_logging
+    from orchestrator.runtime import build_runtime
+    from orchestrator.services.outbox import OutboxDispatcher
+
     settings = load()
     # A store migrated by a newer orchestrator stops here with one line: no sweep of this code
     # can mend it. One behind is swept on (each failure says to run `db upgrade`), as one that
@@ -267,6 +282,11 @@ def _clean_every(
 ) -> None:
     """`orchestrator cleanup` now and every CLEANUP_INTERVAL_SECONDS until `stop`; a pass
     that fails (the store away or not migrated) is one line, and is tried again sooner."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from orchestrator.cli.store_errors import describe_store_error
+    from orchestrator.services.cleanup import CLEANUP_INTERVAL_SECONDS, run_cleanup
+
     while True:
         wait = CLEANUP_INTERVAL_SECONDS
         try:
@@ -318,6 +338,8 @@ def _heartbeat(settings: Settings) -> None:
 
 
 def _recover(args: argparse.Namespace) -> int:
+    from orchestrator.runtime import build_runtime
+
     rt = build_runtime(load())
     # The CLI says what the sweep could not do below, in its own words; the service's log line
     # would repeat it.
@@ -371,6 +393,10 @@ def _sweep_once(sweeper: Sweeper, *, grace: bool) -> SweepReport:
 
 
 def _handed_back_waiting(db: Database) -> int:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from orchestrator.store.executions import count_handed_back
+
     try:
         with db.transaction(readonly=True) as conn:
             return count_handed_back(conn)

@@ -12,12 +12,11 @@ from orchestrator.cli.common import (
     CommandFailed,
     add_json_flag,
     checked_body,
-    load,
+    command_runtime,
     login_name,
     print_json,
 )
 from orchestrator.cli.wake_ups import held_notices, quiet_dispatch_log, say_unsent
-from orchestrator.runtime import build_runtime
 
 __all__ = ["register_node"]
 
@@ -40,7 +39,7 @@ def register_node(tasks: Any) -> None:
 
 
 def _node(args: argparse.Namespace) -> int:
-    from orchestrator.api.human_steps import CloseBody, CompleteBody
+    from orchestrator.services.operator_requests import CloseBody, CompleteBody
 
     # Only an absent --by means the user: an empty one (an unset $NAME) is refused below.
     by = login_name() if args.by is None else args.by
@@ -53,7 +52,7 @@ def _node(args: argparse.Namespace) -> int:
         if not args.reason:
             raise CommandFailed(f"--{args.status[:4]} needs --reason TEXT", exit_code=2)
         text = _checked(CloseBody, {"by": by, "reason": args.reason})
-    rt = build_runtime(load())  # the real dispatcher: the step may queue a generation
+    rt = command_runtime()  # the step may queue a generation
     quiet_dispatch_log()
     try:
         with held_notices() as notices:
@@ -68,7 +67,7 @@ def _node(args: argparse.Namespace) -> int:
     finally:
         rt.close()
     if args.json:
-        from orchestrator.api.human_steps import HumanStepOut
+        from orchestrator.api.change_views import HumanStepOut
 
         print_json(HumanStepOut.of(step).model_dump(mode="json"))
     else:

@@ -14,13 +14,12 @@ from orchestrator.cli.common import (
     CommandFailed,
     add_json_flag,
     checked_body,
+    command_runtime,
     load,
     login_name,
     print_json,
 )
 from orchestrator.cli.wake_ups import held_notices, quiet_dispatch_log, say_unsent
-from orchestrator.store.db import Database
-from orchestrator.store.receipts import ReceiptLedger
 
 __all__ = ["register"]
 
@@ -46,6 +45,9 @@ def register(commands: Any) -> None:
 
 
 def _show(args: argparse.Namespace) -> int:
+    from orchestrator.store.db import Database
+    from orchestrator.store.receipts import ReceiptLedger
+
     settings = load()
     db = Database.from_url(settings.store_url)
     try:
@@ -65,15 +67,15 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _resolve(args: argparse.Namespace) -> int:
-    from orchestrator.api.invocations import ResolveBody, ResolvedView
-    from orchestrator.runtime import build_runtime
+    from orchestrator.api.change_views import ResolvedView
     from orchestrator.services.invocations import InvocationService
+    from orchestrator.services.operator_requests import ResolveBody
 
     # Only an absent --by means the user: an empty one (an unset $NAME) is refused below.
     by = login_name() if args.by is None else args.by
     # The API's own body model checks the texts: the same limits on both paths.
     body = checked_body(ResolveBody, {"status": args.status, "reason": args.reason, "by": by})
-    rt = build_runtime(load())  # the real dispatcher: the resolution may queue a generation
+    rt = command_runtime()  # the resolution may queue a generation
     quiet_dispatch_log()
     try:
         with held_notices() as notices:

@@ -13,7 +13,7 @@ import logging
 import sys
 import threading
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.cli.common import (
     CommandFailed,
@@ -25,11 +25,10 @@ from orchestrator.cli.common import (
     printable,
 )
 from orchestrator.cli.stopping import StopSignals
-from orchestrator.logs import configure_logging
-from orchestrator.services.outbox import OutboxDispatcher, OutboxService
-from orchestrator.store.db import Database
-from orchestrator.store.tables import OUTBOX_KINDS, OUTBOX_STATUSES
-from orchestrator.store.types import utcnow
+from orchestrator.domain.vocabulary import OUTBOX_KINDS, OUTBOX_STATUSES
+
+if TYPE_CHECKING:
+    from orchestrator.store.db import Database
 
 __all__ = [
     "being_sent",
@@ -111,6 +110,8 @@ def register(commands: Any) -> None:
 
 
 def _db() -> Database:
+    from orchestrator.store.db import Database
+
     settings = load()
     return Database.from_url(settings.store_url, pool_size=1, max_overflow=1)
 
@@ -123,6 +124,10 @@ _UNSENT = {
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    from orchestrator.logs import configure_logging
+    from orchestrator.services.outbox import OutboxDispatcher
+    from orchestrator.store.db import Database
+
     settings = load()
     if args.once and not settings.outbox_kinds:
         # "delivered 0" read as nothing being due, from a laptop without the fleet's URLs.
@@ -247,6 +252,8 @@ def posting(row: dict[str, Any], now: datetime) -> bool:
 def holding(row: dict[str, Any]) -> str:
     """What a dispatcher's claim of the row is doing, for a line: `being sent now (attempt N,
     held until T, posted at S)` or that it waits its turn in the batch (attempt, hold)."""
+    from orchestrator.store.types import utcnow
+
     claim = f"attempt {row['attempts']}, held until {_time(row['claimed_until'])}"
     if posting(row, utcnow()):
         return f"being sent now ({claim}, posted at {_time(row['sending_since'])})"
@@ -262,6 +269,8 @@ def delivered_after_discard(row: dict[str, Any]) -> bool:
 def hurriable(row: dict[str, Any]) -> bool:
     """A pending delivery that failed and waits out its backoff (not being sent): `outbox
     retry N` makes it due now, `outbox discard N` settles it."""
+    from orchestrator.store.types import utcnow
+
     at = row.get("next_attempt_at")
     now = utcnow()
     return (
@@ -313,6 +322,9 @@ def error_label(row: dict[str, Any]) -> str:
 
 
 def _list(args: argparse.Namespace) -> int:
+    from orchestrator.services.outbox import OutboxService
+    from orchestrator.store.types import utcnow
+
     db = _db()
     try:
         # One more than shown: a page cut short says so, and how to read on (300 dead letters
@@ -342,6 +354,8 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    from orchestrator.services.outbox import OutboxService
+
     db = _db()
     try:
         row = OutboxService(db).shown(args.outbox_id)
@@ -356,6 +370,8 @@ def _show(args: argparse.Namespace) -> int:
 
 def _shown(row: dict[str, Any]) -> list[str]:
     """The row's whole state, a fact a line, and what an operator can do about it."""
+    from orchestrator.store.types import utcnow
+
     number, status = row["outbox_id"], row["status"]
     what = (
         f"approved action {row['action_id']}"
@@ -465,13 +481,15 @@ def _time(value: Any) -> str:
 
 
 def _retry(args: argparse.Namespace) -> int:
+    from orchestrator.services.outbox import OutboxService
+
     if [args.outbox_id is not None, args.all_dead, args.all_failing].count(True) != 1:
         raise CommandFailed(
             "give one OUTBOX_ID, or --all-dead, or --all-failing (one of them)", exit_code=2
         )
     if args.outbox_id is not None and (args.kind or args.task_id):
         raise CommandFailed("--kind and --task go with --all-dead or --all-failing", exit_code=2)
-    from orchestrator.api.outbox import RetryBody
+    from orchestrator.services.operator_requests import RetryBody
 
     # Checked as the API checks them, before the store is opened (as `discard` does).
     by = getpass.getuser() if args.by is None else args.by
@@ -515,7 +533,8 @@ def _retry(args: argparse.Namespace) -> int:
 
 
 def _discard(args: argparse.Namespace) -> int:
-    from orchestrator.api.outbox import DiscardBody
+    from orchestrator.services.operator_requests import DiscardBody
+    from orchestrator.services.outbox import OutboxService
 
     # Checked as the API checks them, before the store is opened: only an absent --by means
     # the user; an empty one (an unset $NAME) is refused, not recorded as the OS user's.

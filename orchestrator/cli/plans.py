@@ -7,8 +7,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from orchestrator.cli.common import add_json_flag, bounded_int, load, print_json, printable
-from orchestrator.services.plans import PlanService
-from orchestrator.store.db import Database
 
 __all__ = ["register", "render_tree"]
 
@@ -76,6 +74,8 @@ def render_tree(
 
 def _show(args: argparse.Namespace) -> int:
     from orchestrator.api.plan_views import plan_as_sent
+    from orchestrator.services.plans import PlanService
+    from orchestrator.store.db import Database
 
     settings = load()
     db = Database.from_url(settings.store_url)

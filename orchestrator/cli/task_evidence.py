@@ -11,10 +11,14 @@ import shlex
 import sys
 from typing import Any
 
-from orchestrator.cli.common import add_json_flag, bounded_int, cursor_arg, load, print_json
-from orchestrator.runtime import build_runtime
-from orchestrator.services.dispatch import RecordingDispatcher
-from orchestrator.services.task_records import EVIDENCE_PAGE, EVIDENCE_PAGE_MAX, TaskRecords
+from orchestrator.cli.common import (
+    add_json_flag,
+    bounded_int,
+    command_runtime,
+    cursor_arg,
+    print_json,
+)
+from orchestrator.domain.pages import EVIDENCE_PAGE, EVIDENCE_PAGE_MAX
 
 __all__ = ["register"]
 
@@ -50,7 +54,9 @@ def _next_page(args: argparse.Namespace, cursor: str) -> str:
 
 
 def _evidence(args: argparse.Namespace) -> int:
-    rt = build_runtime(load(), dispatcher=RecordingDispatcher())  # reads: no broker, no Celery
+    from orchestrator.services.task_records import TaskRecords
+
+    rt = command_runtime()
     try:
         page = TaskRecords(rt.db).evidence(args.task_id, limit=args.limit, cursor=args.cursor)
     finally:

@@ -20,16 +20,14 @@ from orchestrator.cli.common import (
     CommandFailed,
     add_json_flag,
     bounded_int,
+    command_runtime,
     cursor_arg,
-    load,
     print_json,
     printable,
 )
 from orchestrator.domain.task_filter import TaskFilter, as_utc, task_filter
 from orchestrator.domain.vocabulary import TASK_STATUSES
 from orchestrator.errors import ValidationFailed
-from orchestrator.runtime import build_runtime
-from orchestrator.services.dispatch import RecordingDispatcher
 
 __all__ = ["MAX_LIMIT", "register_list"]
 
@@ -129,7 +127,7 @@ def next_page_command(where: TaskFilter, limit: int, cursor: str) -> str:
 
 def _list(args: argparse.Namespace) -> int:
     where = _filter(args)
-    rt = build_runtime(load(), dispatcher=RecordingDispatcher())  # reads: no broker, no Celery
+    rt = command_runtime()
     try:
         found, cursor = rt.tasks.page_tasks(where=where, limit=args.limit, cursor=args.cursor)
         views = rt.tasks.views(found)
@@ -144,12 +142,15 @@ def _list(args: argparse.Namespace) -> int:
     if not found:
         print("no tasks")
         return 0
-    print(f"{'TASK':36}  {'STATUS':9}  {'GEN':>3}  {'TYPE':20}  {'CREATED':20}  TITLE")
+    # As wide as the longest type shown (up to 64 characters), never cut: two types that
+    # differ after their 20th character read alike when cut there.
+    wide = max(20, *(len(printable(task.task_type)) for task in found))
+    print(f"{'TASK':36}  {'STATUS':9}  {'GEN':>3}  {'TYPE':{wide}}  {'CREATED':20}  TITLE")
     for task, view in zip(found, views, strict=True):
         created = _utc(task.created_at)
         print(
             f"{task.task_id:36}  {task.status:9}  {task.generation:>3}  "
-            f"{task.task_type[:20]:20}  {created:20}  {printable(task.title)}"
+            f"{printable(task.task_type):{wide}}  {created:20}  {printable(task.title)}"
             + _handed_back(view["handed_back"])
             + ("  [wake-up not sent: the sweeper sends it]" if view.get("wake_up_unsent") else "")
         )

@@ -7,9 +7,7 @@ import argparse
 import json
 import math
 from pathlib import Path
-from typing import Any
-
-from pydantic import BaseModel, ValidationError
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.cli import collaboration, human_steps, task_evidence, task_list
 from orchestrator.cli.common import (
@@ -17,7 +15,7 @@ from orchestrator.cli.common import (
     add_json_flag,
     bounded_int,
     checked_body,
-    load,
+    command_runtime,
     login_name,
     print_json,
     printable,
@@ -25,12 +23,9 @@ from orchestrator.cli.common import (
 from orchestrator.cli.outbox import being_sent, dead_label, hurriable, posting, ways_out
 from orchestrator.cli.wake_ups import held_notices, quiet_dispatch_log, say_unsent
 from orchestrator.domain.recovery import readable_call
-from orchestrator.runtime import Runtime, build_runtime
-from orchestrator.services.dispatch import RecordingDispatcher, WakeUp
-from orchestrator.services.task_requests import CancelBody, RequeueBody
-from orchestrator.services.tasks import CANCELLED, Trigger, task_view
-from orchestrator.store.outbox import SETTLED
-from orchestrator.store.types import utcnow
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 __all__ = ["register"]
 
@@ -74,7 +69,7 @@ def register(commands: Any) -> None:
 
     cancel = actions.add_parser("cancel", help="fence the live generation and cancel the task")
     cancel.add_argument("task_id")
-    cancel.add_argument("--reason", default=CANCELLED)
+    cancel.add_argument("--reason", help="why (recorded with the cancel)")
     cancel.add_argument("--by", help="who asks (default: your user name)")
     add_json_flag(cancel)
     cancel.set_defaults(handler=_cancel)
@@ -82,15 +77,6 @@ def register(commands: Any) -> None:
     task_evidence.register(actions)
     human_steps.register_node(actions)
     collaboration.register_ask(actions)
-
-
-def _runtime() -> Runtime:
-    return build_runtime(load())
-
-
-def _reading_runtime() -> Runtime:
-    """For a command that only reads: it wakes nothing, so no broker (Celery is not imported)."""
-    return build_runtime(load(), dispatcher=RecordingDispatcher())
 
 
 class _NotFinite(ValueError):
@@ -189,11 +175,17 @@ def _reason_and_by(args: argparse.Namespace, body: type[BaseModel]) -> tuple[str
     characters); only an absent --by means the user, an empty one (an unset $NAME) is
     refused."""
     by = login_name() if args.by is None else args.by
-    checked = checked_body(body, {"reason": args.reason, "by": by})
+    given = {} if args.reason is None else {"reason": args.reason}  # a cancel's has a default
+    checked = checked_body(body, given | {"by": by})
     return str(checked.reason), str(checked.by)
 
 
 def _trigger(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from orchestrator.services.dispatch import WakeUp
+    from orchestrator.services.tasks import Trigger, task_view
+
     try:
         trigger = Trigger(
             task_type=args.task_type,
@@ -207,7 +199,7 @@ def _trigger(args: argparse.Namespace) -> int:
         field = ".".join(str(part) for part in first["loc"])
         message = str(first["msg"]).removeprefix("Value error, ")
         raise CommandFailed(f"invalid {field}: {message}", exit_code=2) from None
-    rt = _runtime()
+    rt = command_runtime()
     quiet_dispatch_log()  # the CLI says it below, in its own words
     try:
         with held_notices() as notices:
@@ -245,7 +237,7 @@ def _trigger(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     from orchestrator.services.task_records import TaskRecords
 
-    rt = _reading_runtime()
+    rt = command_runtime()
     try:
         view = _as_sent(rt.tasks.explain(args.task_id))
         # Until the current generation publishes, the task's plan (where a person's step
@@ -289,7 +281,7 @@ def _as_sent(view: dict[str, Any]) -> dict[str, Any]:
 
 
 def _transcript(args: argparse.Namespace) -> int:
-    rt = _reading_runtime()
+    rt = command_runtime()
     try:
         view = rt.tasks.transcript(args.task_id, args.generation)
     finally:
@@ -396,8 +388,11 @@ def _short(value: Any, limit: int = 160) -> str:
 
 
 def _requeue(args: argparse.Namespace) -> int:
+    from orchestrator.services.task_requests import RequeueBody
+    from orchestrator.services.tasks import task_view
+
     reason, by = _reason_and_by(args, RequeueBody)
-    rt = _runtime()
+    rt = command_runtime()
     quiet_dispatch_log()
     try:
         with held_notices() as notices:
@@ -414,8 +409,11 @@ def _requeue(args: argparse.Namespace) -> int:
 
 
 def _cancel(args: argparse.Namespace) -> int:
+    from orchestrator.services.task_requests import CancelBody
+    from orchestrator.services.tasks import task_view
+
     reason, by = _reason_and_by(args, CancelBody)
-    rt = _runtime()
+    rt = command_runtime()
     try:
         with held_notices() as notices:
             task = rt.tasks.cancel(args.task_id, reason, by=by)
@@ -567,6 +565,9 @@ def _resolutions(resolutions: list[Any]) -> list[str]:
 def _deliveries(deliveries: dict[str, Any] | None, task_id: str) -> list[str]:
     """The outbox rows of the task: counts, and each one not delivered (dead ones first; the
     first `UNDELIVERED_SHOWN`, and how to list the rest)."""
+    from orchestrator.store.outbox import SETTLED
+    from orchestrator.store.types import utcnow
+
     if not deliveries or not deliveries["counts"]:
         return []
     counts = "; ".join(

@@ -20,10 +20,12 @@ import logging
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-from orchestrator.logs import redact, secrets_of
-from orchestrator.services.dispatch import WakeUp
-from orchestrator.settings import Settings
+if TYPE_CHECKING:
+    from orchestrator.services.dispatch import WakeUp
+    from orchestrator.settings import Settings
+
 
 __all__ = ["Notices", "held_notices", "quiet_dispatch_log", "say_unsent"]
 
@@ -75,6 +77,8 @@ def say_unsent(
     or else when Redis refused the change's `notices`; nothing when all went out. The errors
     are redacted of the configured secrets. `done` leads the sweeper's part: what stands
     (default `the CHANGE is committed, and`)."""
+    from orchestrator.logs import redact, secrets_of
+
     secrets = secrets_of(settings)
     if wake_up is None or wake_up.sent:
         if notices is not None and notices.errors:

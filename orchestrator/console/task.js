@@ -2,7 +2,7 @@
  * deliveries and pending approvals, polled and followed live; the plan (task_plan.js) and the
  * records (records.js) are sections of it. */
 import { byField, can, cannot, named, remember } from "./account.js";
-import { API, errorText, readFailed, sendOnce, watched } from "./api.js";
+import { API, READ_TIMEOUT_MS, errorText, readFailed, sendOnce, watched } from "./api.js";
 import { DECIDED_PAGE, decidedActions, pendingActions, showActions, showDecided } from "./approvals.js";
 import { when } from "./clock.js";
 import {
@@ -16,6 +16,7 @@ import {
   isFailing,
   waitsBehindRetried,
 } from "./deliveries.js";
+import { liveness } from "./liveness.js";
 import { citation, finding, taskRecords } from "./records.js";
 import { taskPlan } from "./task_plan.js";
 import { badge, el, fill } from "./text.js";
@@ -49,7 +50,7 @@ export function taskDetail(taskId, params) {
   const path = `tasks/${encodeURIComponent(taskId)}`;
   const s = { alive: true, key: viewKey(), asked: 0, drawn: 0, pendingAsked: 0, pendingDrawn: 0, transcriptAsked: 0, transcriptDrawn: 0, task: null, plan: null, selected: null, stream: null, timer: null, held: new Map(), heldActions: new Map(), heldDecided: new Map(), decidedAsked: 0, decidedDrawn: 0, decidedShown: DECIDED_PAGE,
     graph: null, streamKind: null, retry: null, nodeDone: null, receiptKey: null, recordsKey: null, deliveryKey: null,
-    recoveryKey: null };
+    recoveryKey: null, probe: null };
   // A reload restores the revision and the node shown (#/task/ID?session=S&revision=N&node=X);
   // a revision of another session than the live plan's (a newer generation) is not restored.
   s.selected = params.get("node") || null;
@@ -428,6 +429,7 @@ export function taskDetail(taskId, params) {
     if (s.stream) s.stream.close();
     s.stream = null;
     clearTimeout(s.retry);
+    watch.stop();
     live.className = "live off";
     live.textContent = "ended";
   }
@@ -436,7 +438,8 @@ export function taskDetail(taskId, params) {
     let data = null;
     try { data = JSON.parse(event.data); } catch (_) { return; }
     if (data && typeof data.status === "string" && FINAL_STATUSES.has(data.status)) s.ended = true;
-    setLive(true);
+    // Every connection's `state` says how long the stream may be quiet.
+    if (event.currentTarget === s.stream) heard(data && data.keepalive_seconds);
     if (data && Array.isArray(data.execution_plans)) showPlan(data.execution_plans[data.execution_plans.length - 1]);
     else if (data && Array.isArray(data.nodes)) showPlan(data);
     else if (data && data.plan && Array.isArray(data.plan.nodes)) showPlan(data.plan);
@@ -451,18 +454,48 @@ export function taskDetail(taskId, params) {
     live.className = `live ${on ? "on" : "off"}`;
     live.textContent = on ? "live" : "reconnecting";
   }
+  // "live" only while the stream is heard from (liveness.js): an API that stopped answering
+  // kept the marker lit, as its connection stayed open. Said, and the stream opened again
+  // (a connection a proxy dropped without a word is never answered again).
+  const watch = liveness((seconds) => {
+    if (!here() || finished()) return;
+    live.className = "live off";
+    live.textContent = `live updates paused: nothing from the API in ${seconds} s; reconnecting`;
+    if (s.stream) s.stream.close();
+    s.stream = null;
+    openStream();
+  });
+  function heard(keepalive) {
+    watch.heard(keepalive);
+    setLive(true);
+  }
+  function onKeepalive(event) {
+    if (!here() || event.currentTarget !== s.stream) return;
+    let data = null;
+    try { data = JSON.parse(event.data); } catch (_) { /* heard all the same */ }
+    heard(data && data.keepalive_seconds);
+  }
   async function openStream() {
-    if (!here() || s.stream) return;
+    // One probe at a time: on a hung API the 3-s poll sent one more each time, all left waiting.
+    if (!here() || s.stream || s.probe) return;
     let url = null;
+    let answered = false;
     const probe = new AbortController();
+    s.probe = probe;
     try {
-      const response = await fetch(`${API}${path}/stream`, { credentials: "same-origin", signal: probe.signal });
+      // Given up as any read is (api.js): it had no timeout.
+      const signal = AbortSignal.any([probe.signal, AbortSignal.timeout(READ_TIMEOUT_MS)]);
+      const response = await fetch(`${API}${path}/stream`, { credentials: "same-origin", signal });
+      answered = true;
       if (response.ok && (response.headers.get("content-type") || "").startsWith("text/event-stream")) {
         url = `${API}${path}/stream`;
         s.streamKind = "task";
       }
-    } catch (_) { /* down: the poll shows it */ }
+    } catch (_) { /* down or not answering: the poll says so, and asks again */ }
     probe.abort();
+    if (s.probe === probe) s.probe = null;
+    // Unanswered says nothing of the server's streams: not taken for one without the task's.
+    if (!answered) return;
     if (!url && s.task && s.task.session_id) {
       url = `${API}agent/chat/session/${encodeURIComponent(s.task.session_id)}/stream`;
       s.streamKind = "session";
@@ -472,11 +505,13 @@ export function taskDetail(taskId, params) {
     if (!url) { fill(live, "waiting for a session"); return; }
     const stream = new EventSource(url, { withCredentials: true });
     s.stream = stream;
+    watch.opened();
     for (const name of ["state", "execution_plan", "plan", "task", "status", "execution", "action", "report", "evidence", "node"]) {
       stream.addEventListener(name, onEvent);
     }
+    stream.addEventListener("keepalive", onKeepalive);
     stream.onmessage = onEvent;
-    stream.onopen = () => setLive(true);
+    stream.onopen = () => { if (stream === s.stream) heard(); };
     stream.onerror = () => {
       if (finished()) { endStream(); return; }
       setLive(false);
@@ -506,6 +541,8 @@ export function taskDetail(taskId, params) {
       clearInterval(slow);
       clearTimeout(s.retry);
       clearTimeout(pendingRefresh);
+      watch.stop();
+      if (s.probe) s.probe.abort();
       if (s.stream) s.stream.close();
       if (s.graph && s.graph.dispose) s.graph.dispose();
     },

@@ -53,6 +53,12 @@ def filled_text(text: str) -> str:
 #: API's body models, and `orchestrator.api` builds the FastAPI app when imported.
 StoredText = Annotated[str, AfterValidator(storable_text)]
 #: StoredText that is required: blanks alone are refused like nothing (a reason, who acted).
+#: An optional one with a length limit names the limit before the check, `Annotated[str,
+#: StringConstraints(max_length=N), AfterValidator(filled_text)] | None`: a `max_length` on the
+#: field of a `FilledText | None` is measured around the union, after the check, and refused
+#: in pydantic's words for a list ("Value should have at most 200 items after validation"),
+#: where the limit before says "String should have at most 200 characters", as for a required
+#: text (tests/unit/test_text_limits.py holds every request body to it).
 FilledText = Annotated[str, AfterValidator(filled_text)]
 
 

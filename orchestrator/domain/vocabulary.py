@@ -13,6 +13,8 @@ __all__ = [
     "NODE_ACTORS",
     "NODE_STATUSES",
     "OPEN_NODE_STATUSES",
+    "OUTBOX_KINDS",
+    "OUTBOX_STATUSES",
     "RECEIPT_STATUSES",
     "REPORT_OUTCOMES",
     "SESSION_PURPOSES",
@@ -52,3 +54,8 @@ ACTION_KINDS: Final = ("work_order", "command")
 ACTION_STATUSES: Final = ("pending_approval", "approved", "rejected", "superseded")
 RECEIPT_STATUSES: Final = ("running", "succeeded", "failed", "pending", "unknown")
 MESSAGE_ROLES: Final = ("user", "agent")
+#: What an outbox row carries: an approved action's delivery, or a task event's webhook.
+OUTBOX_KINDS: Final = ("action", "webhook")
+#: `discarded`: a dead letter an operator settled by hand (`outbox discard`): never sent again,
+#: and no longer holding its task's later events back.
+OUTBOX_STATUSES: Final = ("pending", "delivered", "dead", "discarded")

@@ -17,7 +17,8 @@ requeue, another sweeper) is left as it is.
 
 The store may still be away when the round stops: the update is tried again on one thread per
 process, every `RETRY_SECONDS`, until it lands or the mirror would have run out by itself. A
-worker that dies meanwhile leaves the generation to its lease, as before.
+worker that dies meanwhile leaves the generation to its lease, as before; so does one whose
+runtime closes (`close`): the retries stop with it, not a lease later against a closed store.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ log = logging.getLogger(__name__)
 
 #: How often a hand-back the store refused is tried again.
 RETRY_SECONDS = 1.0
+#: How long `close` waits for a try under way (a connection to a store that does not answer
+#: can take its connect timeout; the thread is a daemon and tries nothing after it).
+CLOSE_WAIT_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,7 @@ class HandBack:
         self._pending: dict[tuple[str, int], _Pending] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._closed = threading.Event()
 
     def give_back(
         self, fence: Fence, *, outage: bool = True, after: float = 0.0, reason: str | None = None
@@ -68,15 +73,34 @@ class HandBack:
         `reason` on the execution when given; True when that landed (or nothing was left to
         end), False when the store was away and a retry is due."""
         ending = _Pending(fence, outage, 0.0, after, reason)
+        if self._closed.is_set():
+            _left_to_its_lease(fence)
+            return False
         if self._try(ending):
             return True
         with self._lock:
+            if self._closed.is_set():  # closed during the try
+                _left_to_its_lease(fence)
+                return False
             until = time.monotonic() + self.lease_seconds
             self._pending[(fence.task_id, fence.generation)] = replace(ending, until=until)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._retry, name="handback", daemon=True)
                 self._thread.start()
         return False
+
+    def close(self) -> None:
+        """Stop the retries (the runtime closes its store next). What was not handed back is
+        left to its mirrored lease, which the sweeper requeues once it runs out."""
+        with self._lock:
+            self._closed.set()
+            thread = self._thread
+            left = list(self._pending.values())
+            self._pending.clear()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(CLOSE_WAIT_SECONDS)
+        for item in left:
+            _left_to_its_lease(item.fence)
 
     def pending(self) -> int:
         with self._lock:
@@ -108,11 +132,12 @@ class HandBack:
         return True
 
     def _retry(self) -> None:
-        while True:
-            time.sleep(RETRY_SECONDS)
+        while not self._closed.wait(RETRY_SECONDS):
             with self._lock:
                 due = list(self._pending.items())
             for key, item in due:
+                if self._closed.is_set():
+                    return
                 landed = self._try(item)
                 with self._lock:
                     if landed or time.monotonic() >= item.until:
@@ -121,3 +146,11 @@ class HandBack:
                 if not self._pending:
                     self._thread = None
                     return
+
+
+def _left_to_its_lease(fence: Fence) -> None:
+    log.info(
+        "generation %s of %s: left to its lease, which the sweeper requeues",
+        fence.generation,
+        fence.task_id,
+    )

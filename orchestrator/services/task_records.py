@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from orchestrator.domain.cursors import decode_cursor, encode_cursor
+from orchestrator.domain.pages import EVIDENCE_PAGE, EVIDENCE_PAGE_MAX
 from orchestrator.domain.storable import storable_text
 from orchestrator.errors import NotFound, ValidationFailed, echoed
 from orchestrator.store import evidence as evidence_store
@@ -21,9 +22,6 @@ from orchestrator.store.db import Database
 from orchestrator.store.tables import ID
 
 __all__ = ["EVIDENCE_PAGE", "EVIDENCE_PAGE_MAX", "TaskRecords"]
-
-EVIDENCE_PAGE = 100  # records in a page unless asked otherwise
-EVIDENCE_PAGE_MAX = 200  # the most in one page, and the most ids asked for at once
 
 
 class TaskRecords:

@@ -122,17 +122,16 @@ class TaskService:
     def trigger(self, trigger: Trigger) -> TriggerResult:
         """Create and queue a task; the same `trigger_id` again returns the same task."""
         trigger_id = trigger.trigger_id or f"auto:{_new_uuid()}"
-        with self.db.single_statement() as conn:  # one statement on Postgres
-            task = task_store.insert_task(
-                conn,
-                task_store.NewTask(
-                    task_type=trigger.task_type,
-                    title=trigger.title,
-                    context=trigger.context,
-                    trigger_id=trigger_id,
-                    sample_input=trigger.sample_input,
-                ),
-            )
+        task = task_store.insert_task_alone(  # one statement on Postgres
+            self.db,
+            task_store.NewTask(
+                task_type=trigger.task_type,
+                title=trigger.title,
+                context=trigger.context,
+                trigger_id=trigger_id,
+                sample_input=trigger.sample_input,
+            ),
+        )
         if task is None:
             with self.db.transaction(readonly=True) as conn:
                 existing = task_store.task_by_trigger(conn, trigger_id)

@@ -237,11 +237,13 @@ class _Compiled:
     given: dict[str, Any]  # the values the statement carries itself (`.values(status="x")`)
 
     def values(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
-        values = tuple(params[n] if n in params else self.given[n] for n in self.names)
+        given = self.given
+        values = tuple([params[n] if n in params else given[n] for n in self.names])
         # As `types.UTCDateTime` refuses one through SQLAlchemy: the server would read a naive
         # timestamp in the session's time zone.
-        if any(isinstance(value, datetime) and value.tzinfo is None for value in values):
-            raise ValueError("naive datetime given to the store: timestamps must be aware")
+        for value in values:
+            if isinstance(value, datetime) and value.tzinfo is None:
+                raise ValueError("naive datetime given to the store: timestamps must be aware")
         return values
 
 

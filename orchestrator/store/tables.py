@@ -423,11 +423,7 @@ transcript_entries = Table(
 
 #: What must reach the business backend (DESIGN section 8, invariant 24). Event rows below are
 #: the task's own ordered log (the task stream reads it); outbox rows are deliveries, each
-#: written in the transaction of the change it reports.
-OUTBOX_KINDS = ("action", "webhook")
-#: `discarded`: a dead letter an operator settled by hand (`outbox discard`): never sent again,
-#: and no longer holding its task's later events back.
-OUTBOX_STATUSES = ("pending", "delivered", "dead", "discarded")
+#: written in the transaction of the change it reports (kinds and statuses: `vocabulary`).
 #: Done with (`store.outbox.SETTLED`): delivered, or discarded by an operator.
 OUTBOX_SETTLED = ("delivered", "discarded")
 
@@ -502,8 +498,8 @@ outbox = Table(
     # turn in the batch, and only the one posted is being sent. Cleared with `claimed_until`.
     Column("sending_since", UTCDateTime, nullable=True),
     UniqueConstraint("action_id"),  # one delivery per approval
-    one_of("kind", OUTBOX_KINDS),
-    one_of("status", OUTBOX_STATUSES),
+    one_of("kind", v.OUTBOX_KINDS),
+    one_of("status", v.OUTBOX_STATUSES),
     CheckConstraint(
         "(kind = 'action' AND action_id IS NOT NULL) "
         "OR (kind = 'webhook' AND event_seq IS NOT NULL)",

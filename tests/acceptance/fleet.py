@@ -15,6 +15,7 @@ from typing import IO
 
 from orchestrator.runtime import Runtime
 from tests.executions_support import runtime_for
+from tests.services import on_a_free_port, wait_until_answering
 from workers.celery_app import CeleryDispatcher, make_celery
 
 __all__ = ["ORCHESTRATOR", "Fleet", "celery_runtime", "fleet_env", "running_fleet"]
@@ -71,6 +72,18 @@ class Fleet:
 
     def api(self, port: int) -> subprocess.Popen[bytes]:
         return self._start("api", "api", "--port", str(port))
+
+    def answering_api(self) -> tuple[subprocess.Popen[bytes], str]:
+        """`orchestrator api` on a free port (a new one if another process took it first),
+        once it answers: the process and its URL."""
+
+        def start(port: int) -> tuple[subprocess.Popen[bytes], str]:
+            process = self.api(port)
+            url = f"http://127.0.0.1:{port}"
+            wait_until_answering(url, process, self.log_of(process))
+            return process, url
+
+        return on_a_free_port(start)
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         merged = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}

@@ -16,36 +16,49 @@ from pathlib import Path
 import pytest
 
 from tests.acceptance.fleet import ORCHESTRATOR
-from tests.services import free_port
+from tests.services import on_a_free_port, refused_port, wait_until_answering
 
 SECRET = "query-token-5a4b3c2d1e0f9a8b"
 
 
 @contextmanager
-def running_api(tmp_path: Path, env: dict[str, str], port: int) -> Iterator[None]:
-    """`orchestrator api` on `port`, its output in `tmp_path/api.log`, stopped on leaving."""
-    with (tmp_path / "api.log").open("wb") as log:
-        api = subprocess.Popen(
-            [ORCHESTRATOR, "api", "--port", str(port)],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+def running_api(tmp_path: Path, env: dict[str, str]) -> Iterator[int]:
+    """`orchestrator api` on a free port (a new one if another process took it first), once it
+    answers, its output in `tmp_path/api.log`: its port; stopped on leaving."""
+    path = tmp_path / "api.log"
+
+    def start(port: int) -> tuple[subprocess.Popen[bytes], int]:
+        with path.open("wb") as log:
+            api = subprocess.Popen(
+                [ORCHESTRATOR, "api", "--port", str(port)],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         try:
-            yield
-        finally:
-            api.terminate()
-            # A clean stop on SIGTERM is exit 0 (tests/acceptance/test_api_shutdown.py).
-            assert api.wait(timeout=20) == 0
+            wait_until_answering(f"http://127.0.0.1:{port}", api, path)
+        except AssertionError:
+            if api.poll() is None:
+                api.kill()
+            api.wait(timeout=10)
+            raise
+        return api, port
+
+    api, port = on_a_free_port(start)
+    try:
+        yield port
+    finally:
+        api.terminate()
+        # A clean stop on SIGTERM is exit 0 (tests/acceptance/test_api_shutdown.py).
+        assert api.wait(timeout=20) == 0
 
 
 @pytest.mark.parametrize("log_format", ["text", "json"])
 def test_api_access_lines_are_masked(tmp_path: Path, log_format: str) -> None:
-    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
     env.update({"ORCH_HOME": str(tmp_path / "home"), "ORCH_LOG_FORMAT": log_format})
     assert subprocess.run([ORCHESTRATOR, "db", "upgrade"], env=env, timeout=60).returncode == 0
-    with running_api(tmp_path, env, port):
+    with running_api(tmp_path, env) as port:
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -75,16 +88,15 @@ TOKEN = "api-token-0f1e2d3c4b5a6978"
 def test_the_apis_own_lines_are_formatted_and_masked_in_text(tmp_path: Path) -> None:
     """In text format the orchestrator's lines of the API (here: the store is down) carry time,
     level and logger, as the worker's and the sweeper's do, and are masked."""
-    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
     env.update(
         {
             "ORCH_HOME": str(tmp_path / "home"),
             "ORCH_API_TOKEN": TOKEN,
-            "ORCH_DATABASE_URL": f"postgresql+psycopg://orch:pw@127.0.0.1:{free_port()}/orch",
+            "ORCH_DATABASE_URL": f"postgresql+psycopg://orch:pw@127.0.0.1:{refused_port()}/orch",
         }
     )
-    with running_api(tmp_path, env, port):
+    with running_api(tmp_path, env) as port:
         deadline = time.monotonic() + 30
         while True:
             # A path that repeats a secret (a token pasted where an id belongs).

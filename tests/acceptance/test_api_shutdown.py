@@ -15,42 +15,53 @@ import urllib.request
 from pathlib import Path
 
 from tests.acceptance.fleet import ORCHESTRATOR
-from tests.services import free_port
+from tests.services import on_a_free_port, wait_until_answering
 
 
 def stop_after(tmp_path: Path, env: dict[str, str], expected_status: int) -> tuple[int, float, str]:
     """Start the API, wait until /readyz answers `expected_status`, send SIGTERM; the exit
     code, the seconds the stop took, and the log."""
-    port = free_port()
     log_path = tmp_path / "api.log"
-    with log_path.open("wb") as log:
-        api = subprocess.Popen(
-            [ORCHESTRATOR, "api", "--port", str(port)], env=env, stdout=log, stderr=log
-        )
+
+    def start(port: int) -> tuple[subprocess.Popen[bytes], int]:
+        with log_path.open("wb") as log:
+            api = subprocess.Popen(
+                [ORCHESTRATOR, "api", "--port", str(port)], env=env, stdout=log, stderr=log
+            )
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    url = f"http://127.0.0.1:{port}/readyz"
-                    with urllib.request.urlopen(url, timeout=10) as response:
-                        status = response.status
-                except urllib.error.HTTPError as exc:
-                    status = exc.code
-                except OSError:
-                    assert api.poll() is None, log_path.read_text()
-                    assert time.monotonic() < deadline, log_path.read_text()
-                    time.sleep(0.1)
-                    continue
-                break
-            assert status == expected_status, log_path.read_text()
-            started = time.monotonic()
-            api.send_signal(signal.SIGTERM)
-            code = api.wait(timeout=30)
-            took = time.monotonic() - started
-        finally:
+            wait_until_answering(f"http://127.0.0.1:{port}", api, log_path)
+        except AssertionError:
             if api.poll() is None:
                 api.kill()
-                api.wait(timeout=10)
+            api.wait(timeout=10)
+            raise
+        return api, port
+
+    api, port = on_a_free_port(start)  # a new port if another process took it first
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                url = f"http://127.0.0.1:{port}/readyz"
+                with urllib.request.urlopen(url, timeout=10) as response:
+                    status = response.status
+            except urllib.error.HTTPError as exc:
+                status = exc.code
+            except OSError:
+                assert api.poll() is None, log_path.read_text()
+                assert time.monotonic() < deadline, log_path.read_text()
+                time.sleep(0.1)
+                continue
+            break
+        assert status == expected_status, log_path.read_text()
+        started = time.monotonic()
+        api.send_signal(signal.SIGTERM)
+        code = api.wait(timeout=30)
+        took = time.monotonic() - started
+    finally:
+        if api.poll() is None:
+            api.kill()
+            api.wait(timeout=10)
     return code, took, log_path.read_text()
 
 

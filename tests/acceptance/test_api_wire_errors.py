@@ -13,7 +13,6 @@ from pathlib import Path
 
 from tests.acceptance.fleet import ORCHESTRATOR
 from tests.acceptance.test_api_logs import running_api
-from tests.services import free_port
 
 TOKEN = "wire-errors-token-9f8e7d"
 
@@ -49,11 +48,10 @@ def exchange(port: int, request: bytes) -> tuple[str, dict[str, str], bytes]:
 
 
 def test_a_huge_header_and_a_malformed_request_get_the_envelope(tmp_path: Path) -> None:
-    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
     env.update({"ORCH_HOME": str(tmp_path / "home"), "ORCH_API_TOKEN": TOKEN})
     assert subprocess.run([ORCHESTRATOR, "db", "upgrade"], env=env, timeout=60).returncode == 0
-    with running_api(tmp_path, env, port):
+    with running_api(tmp_path, env) as port:
         deadline = time.monotonic() + 30
         while True:  # until it listens
             try:

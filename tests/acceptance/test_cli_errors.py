@@ -24,7 +24,7 @@ from sqlalchemy.engine import make_url
 
 from tests.acceptance.fleet import ORCHESTRATOR
 from tests.cli_in_process import run_main
-from tests.services import free_port
+from tests.services import refused_port
 
 PASSWORD = "s3cret-Pa55word"
 REPO = Path(__file__).resolve().parents[2]
@@ -138,7 +138,7 @@ def test_an_empty_postgres_database_is_one_line_without_the_password(pg_empty_ur
 
 
 def test_a_postgres_that_is_down_is_one_line_without_the_password(tmp_path: Path) -> None:
-    url = f"postgresql+psycopg://orch:{PASSWORD}@127.0.0.1:{free_port()}/orch"
+    url = f"postgresql+psycopg://orch:{PASSWORD}@127.0.0.1:{refused_port()}/orch"
     trigger = ("tasks", "trigger", "--type", "leak", "--title", "x")
     for args, run in ((("tasks", "list"), run_cli), (trigger, run_main)):
         result = run(*args, env={"ORCH_DATABASE_URL": url}, cwd=tmp_path)
@@ -158,7 +158,7 @@ def test_a_postgres_that_is_down_is_one_line_without_the_password(tmp_path: Path
 )
 def test_a_password_in_the_url_query_is_masked_too(url: str, tmp_path: Path) -> None:
     result = run_main(
-        "tasks", "list", env={"ORCH_DATABASE_URL": url.format(port=free_port())}, cwd=tmp_path
+        "tasks", "list", env={"ORCH_DATABASE_URL": url.format(port=refused_port())}, cwd=tmp_path
     )
     line = one_clear_line(result, 1)
     assert PASSWORD not in line

@@ -17,7 +17,7 @@ from orchestrator.services.tasks import TaskService, Trigger
 from orchestrator.store import migrations
 from orchestrator.store.db import Database
 from tests.acceptance.fleet import ORCHESTRATOR
-from tests.services import free_port
+from tests.services import refused_port
 
 
 def run(
@@ -107,7 +107,7 @@ def silent_redis() -> Iterator[int]:
 def test_trigger_with_the_broker_unreachable_says_the_sweeper_sends_it(
     migrated_home: Path, broker: str, request: pytest.FixtureRequest
 ) -> None:
-    port = free_port() if broker == "down" else request.getfixturevalue("silent_redis")
+    port = refused_port() if broker == "down" else request.getfixturevalue("silent_redis")
     started = time.monotonic()
     result = run(
         "tasks",
@@ -135,7 +135,7 @@ def test_the_worker_refuses_an_unmigrated_store(tmp_path: Path) -> None:
 
 
 def test_the_worker_refuses_a_store_it_cannot_reach(tmp_path: Path) -> None:
-    url = f"postgresql+psycopg://orch:pw@127.0.0.1:{free_port()}/orch"
+    url = f"postgresql+psycopg://orch:pw@127.0.0.1:{refused_port()}/orch"
     env = {"ORCH_DATABASE_URL": url, "ORCH_MODEL": f"scripted:{tmp_path}"}
     result = run("worker", home=tmp_path / "home", env=env)
     line = one_line(result, 1)

@@ -22,7 +22,6 @@ from tests.executions_support import (
     runtime_for,
     wait_for,
 )
-from tests.services import free_port, wait_until_answering
 
 pytestmark = pytest.mark.slow
 
@@ -69,11 +68,8 @@ def test_a_sample_completed_through_the_api_resumes_the_task(
     fleet: Fleet, rt: Runtime, scripts: Path
 ) -> None:
     write(scripts, [node("check", "completed"), sample("waiting")], "waiting")
-    port = free_port()
-    api = fleet.api(port)
     worker = fleet.worker(concurrency=1)
-    url = f"http://127.0.0.1:{port}"
-    wait_until_answering(url, api, fleet.log_of(api))
+    _, url = fleet.answering_api()
     wait_for(lambda: fleet.ready(worker), 30, what="the worker")
     headers = {"Authorization": "Bearer lab-token"}
     made = httpx.post(

@@ -97,3 +97,14 @@ def test_the_outbox_dispatcher_writes_only_json_lines(tmp_path: Path) -> None:
     text = _run_for(["outbox", "dispatch"], env, tmp_path, until="dispatching")
     events = [json.loads(line)["event"] for line in text.splitlines()]  # each line is JSON
     assert "dispatching nothing (no URL set)" in events, events
+
+
+def test_the_worker_banner_names_the_embedded_brokers_folder(tmp_path: Path) -> None:
+    """In text, the banner's transport is the broker's folder (it read
+    `workers.filesystem_broker:Transport://:**@localhost//`)."""
+    env = _env(tmp_path) | {"ORCH_LOG_FORMAT": "text"}
+    migrations.upgrade(f"sqlite:///{tmp_path / 'home' / 'orchestrator.db'}")
+    text = _run_for(["worker", "--concurrency", "1"], env, tmp_path, until=" ready.")
+    folder = (tmp_path / "home" / "broker").resolve()
+    [line] = [line for line in text.splitlines() if ".> transport:" in line]
+    assert line.split(".> transport:")[1].strip() == f"filesystem://{folder}", text

@@ -11,13 +11,14 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.services import free_port, wait_until_answering
+from tests.services import on_a_free_port, wait_until_answering
 
 ROOT = Path(__file__).resolve().parents[2]
 API_TOKEN = "acceptance-public"
@@ -50,22 +51,25 @@ class Api:
     """`orchestrator api` as a child process."""
 
     def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.port = free_port()
         self.env = env
+        self.port = on_a_free_port(partial(self._start, log))  # a new one if another took it
         self.url = f"http://127.0.0.1:{self.port}"
-        self._log = log.open("wb")
+
+    def _start(self, log: Path, port: int) -> int:
+        self._log = log.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator", "api", "--port", str(self.port)],
-            env=env,
+            [sys.executable, "-m", "orchestrator", "api", "--port", str(port)],
+            env=self.env,
             cwd=ROOT,
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )
         try:
-            wait_until_answering(self.url, self.process, log)
+            wait_until_answering(f"http://127.0.0.1:{port}", self.process, log)
         except AssertionError:
             self.stop()
             raise
+        return port
 
     def stop(self) -> None:
         self.process.terminate()
@@ -114,7 +118,8 @@ class Stream:
     def next(self, timeout: float = 10) -> dict[str, Any]:
         while True:
             event = self.events.get(timeout=timeout)
-            if "comment" not in event:
+            # A keep-alive (a comment before, an event of its own now) is no plan news.
+            if "comment" not in event and event.get("event") != "keepalive":
                 return {**event, "data": json.loads(event["data"])}
 
     def close(self) -> None:
@@ -177,7 +182,12 @@ def test_state_first_then_revisions_from_another_process(api: Api, env: dict[str
         assert stream.content_type.startswith("text/event-stream")
         first = stream.next()
         assert first["event"] == "state"
-        assert first["data"] == {"session_id": session_id, "running": False, "execution_plans": []}
+        assert first["data"] == {
+            "session_id": session_id,
+            "running": False,
+            "execution_plans": [],
+            "keepalive_seconds": 10.0,
+        }
 
         started = time.monotonic()
         assert publish_elsewhere(env, session_id, plan("r1", ["a"])) == 1

@@ -28,7 +28,7 @@ from orchestrator.store import migrations
 from tests.acceptance.fleet import ORCHESTRATOR
 from tests.cli_in_process import run_main
 from tests.executions_support import claim_as_worker, runtime_for, wait_for
-from tests.services import free_port
+from tests.services import refused_port, serving_metrics
 
 TTL = 0.3
 
@@ -137,7 +137,7 @@ def test_recover_says_when_it_cannot_check_the_leases(
         task_id = expired_task(runtime)
     finally:
         runtime.close()
-    down = f"redis://127.0.0.1:{free_port()}/0"
+    down = f"redis://127.0.0.1:{refused_port()}/0"
     result = subprocess.run(
         [ORCHESTRATOR, "recover", *json_flag],
         capture_output=True,
@@ -250,22 +250,13 @@ def test_the_sweeper_loop_counts_a_sweep_that_could_not_check_the_leases_as_fail
         expired_task(runtime)
     finally:
         runtime.close()
-    port = free_port()
     env = cli_env(
-        home,
-        ORCH_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0",
-        ORCH_SWEEP_SECONDS="0.5",
-        ORCH_METRICS_PORT=str(port),
+        home, ORCH_REDIS_URL=f"redis://127.0.0.1:{refused_port()}/0", ORCH_SWEEP_SECONDS="0.5"
     )
     env = {k: v for k, v in env.items() if not k.startswith("PROMETHEUS_")}
-    sweeper = subprocess.Popen(
-        [ORCHESTRATOR, "sweeper", "--no-outbox"],
-        env=env,
-        cwd=home.parent,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    log = tmp_path / "sweeper.log"
+    argv = [ORCHESTRATOR, "sweeper", "--no-outbox"]
+    sweeper, port = serving_metrics(argv, env, log, home.parent)  # a port no one else took
     try:
 
         def scraped(series: str) -> float:
@@ -288,7 +279,8 @@ def test_the_sweeper_loop_counts_a_sweep_that_could_not_check_the_leases_as_fail
         assert scraped("orchestrator_sweeper_redis_unreachable_seconds") > 0
     finally:
         os.killpg(sweeper.pid, signal.SIGTERM)
-        out, _ = sweeper.communicate(timeout=30)
+        sweeper.wait(timeout=30)
+    out = log.read_bytes()
     assert not (home / HEARTBEAT).exists(), out
     # Said once for the outage, not at each failed sweep.
     assert out.count(b"does not answer") == 1, out

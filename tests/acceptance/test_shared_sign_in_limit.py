@@ -19,7 +19,7 @@ import pytest
 
 from orchestrator.api.sign_in_limit import BURST, SECONDS_PER_FAILURE
 from tests.acceptance.fleet import ORCHESTRATOR
-from tests.services import RedisServer, free_port, wait_until_answering
+from tests.services import RedisServer, on_a_free_port, wait_until_answering
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis, pytest.mark.postgres]
 
@@ -32,20 +32,23 @@ class Api:
     def __init__(self, env: dict[str, str], log: Path) -> None:
         self.env = env
         self.log = log
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
-        self.start()
+        self.port = on_a_free_port(self._start)  # a new one if another process took it first
+        self.url = f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
+        self._start(self.port)
+
+    def _start(self, port: int) -> int:
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
-                [ORCHESTRATOR, "api", "--port", str(self.port)],
+                [ORCHESTRATOR, "api", "--port", str(port)],
                 env=self.env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
-        wait_until_answering(self.url, self.process, self.log)
+        wait_until_answering(f"http://127.0.0.1:{port}", self.process, self.log)
+        return port
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -15,7 +15,6 @@ import pytest
 from orchestrator.store import task_events as event_store
 from tests.acceptance.fleet import Fleet, fleet_env, running_fleet
 from tests.executions_support import completing_turns, runtime_for, write_script
-from tests.services import free_port, wait_until_answering
 
 
 @pytest.fixture
@@ -33,15 +32,13 @@ def fleet(pg_url: str, redis_url: str, scripts: Path, tmp_path: Path) -> Iterato
 
 
 def start_api(fleet: Fleet) -> tuple[Any, str]:
-    port = free_port()
-    process = fleet.api(port)
-    url = f"http://127.0.0.1:{port}"
-    wait_until_answering(url, process, fleet.log_of(process))
-    return process, url
+    return fleet.answering_api()
 
 
 def messages(response: httpx.Response) -> Iterator[dict[str, Any]]:
-    """SSE messages as {"event", "id"?, "data"} until the server ends the stream."""
+    """SSE messages as {"event", "id"?, "data"} until the server ends the stream; keep-alives
+    (`event: keepalive`) are left out, as a client listening for the task's events never sees
+    them."""
     current: dict[str, Any] = {}
     for line in response.iter_lines():
         if line:
@@ -51,7 +48,8 @@ def messages(response: httpx.Response) -> Iterator[dict[str, Any]]:
             elif name == "data":
                 current["data"] = json.loads(value)
         elif current:
-            yield current
+            if current.get("event") != "keepalive":
+                yield current
             current = {}
 
 

@@ -22,7 +22,7 @@ from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
 from tests.acceptance.fleet import ORCHESTRATOR
 from tests.cli_in_process import run_main
-from tests.services import free_port
+from tests.services import refused_port
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -166,7 +166,7 @@ def test_a_trigger_the_broker_refuses_says_why_without_the_password(run_process:
         "leak",
         "--title",
         "Leak",
-        ORCH_REDIS_URL=f"redis://:Broker-s3cret@127.0.0.1:{free_port()}/0",
+        ORCH_REDIS_URL=f"redis://:Broker-s3cret@127.0.0.1:{refused_port()}/0",
     )
     assert made.returncode == 0  # stored, and it will run: as a requeue
     assert "stored task" in made.stdout
@@ -194,7 +194,7 @@ def test_with_redis_down_a_requeue_and_a_cancel_each_say_it_in_one_line(
         task_id = rt.tasks.trigger(Trigger(task_type="leak", title="Leak")).task.task_id
     finally:
         rt.close()
-    down = {"ORCH_REDIS_URL": f"redis://:Broker-s3cret@127.0.0.1:{free_port()}/0"}
+    down = {"ORCH_REDIS_URL": f"redis://:Broker-s3cret@127.0.0.1:{refused_port()}/0"}
 
     requeued = run_process("tasks", "requeue", task_id, "--reason", "again", "--by", "op", **down)
     assert requeued.returncode == 0, requeued.stderr

@@ -27,7 +27,12 @@ import redis
 from orchestrator.store.migrations import upgrade
 from tests.acceptance.fleet import ORCHESTRATOR, Fleet
 from tests.browser.scripts import write_scripts
-from tests.services import RedisServer, free_port, service_unavailable, wait_until_answering
+from tests.services import (
+    RedisServer,
+    on_a_free_port,
+    service_unavailable,
+    wait_until_answering,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / ".artifacts" / "browser"
@@ -48,24 +53,35 @@ class Console:
     def __init__(self, env: dict[str, str], folder: Path) -> None:
         self.env = env
         self.folder = folder
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.port = 0  # chosen at the first `start_api`
+        self.url = ""
         self.log_path = folder / "api.log"
         self.process: subprocess.Popen[bytes] | None = None
         #: The fleet's sweeper: a test stops it (SIGSTOP) to see a state it would mend at once.
         self.sweeper: subprocess.Popen[bytes] | None = None
-        self.http = httpx.Client(base_url=self.url, headers=HEADERS, timeout=10)
+        self.http = httpx.Client(headers=HEADERS, timeout=10)
 
     def start_api(self) -> None:
+        """Start the API: the first time on a free port (a new one if another process took it
+        first), then again on that port, which the pages hold."""
+        if self.port:
+            self._start_api(self.port)
+        else:
+            on_a_free_port(self._start_api)
+
+    def _start_api(self, port: int) -> None:
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [ORCHESTRATOR, "api", "--port", str(self.port)],
+                [ORCHESTRATOR, "api", "--port", str(port)],
                 env=self.env,
                 cwd=self.folder,
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        wait_until_answering(self.url, self.process, self.log_path)
+        url = f"http://127.0.0.1:{port}"
+        wait_until_answering(url, self.process, self.log_path)
+        self.port, self.url = port, url
+        self.http.base_url = httpx.URL(url)
 
     def stop_api(self) -> None:
         if self.process is None:

@@ -21,7 +21,7 @@ from playwright.sync_api import expect
 from orchestrator.api import create_app
 from orchestrator.settings import load_settings
 from tests.browser.conftest import TOKEN
-from tests.services import free_port
+from tests.services import bound_socket
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -33,7 +33,8 @@ def https_url(sqlite_url: str, tmp_path: Path) -> Iterator[str]:
     )
     pem = tmp_path / "server.pem"
     trustme.CA().issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(pem))
-    port = free_port()
+    sock = bound_socket()  # its port cannot be taken by another process before uvicorn listens
+    port = sock.getsockname()[1]
     config = uvicorn.Config(
         create_app(settings),
         host="127.0.0.1",
@@ -43,7 +44,7 @@ def https_url(sqlite_url: str, tmp_path: Path) -> Iterator[str]:
         log_level="warning",
     )
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
     while not server.started:
@@ -53,6 +54,7 @@ def https_url(sqlite_url: str, tmp_path: Path) -> Iterator[str]:
     yield f"https://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(timeout=15)
+    sock.close()
 
 
 def test_signed_in_over_https_the_browser_holds_a_host_cookie(browser: Any, https_url: str) -> None:

@@ -8,6 +8,13 @@ own address back (`history.replaceState`, which keeps a revision and node in it)
 the operator asked for never showed. The answer is held in the page (`hold_answer`) and let go
 in the same task as the navigation, so that it lands in that gap every time: with `page.route`
 it lands there only sometimes.
+
+A test that holds a poll's answer (the list's, every 6 s) stops the page's clock and runs the
+poll itself (`pages.pause_clock`): it waited for the poll's own timer, within 10 s, 6 of them
+the timer's, and at load 7 the poll's answer came later than the 4 s left (the two tests failed
+once in a 5-file run). The task page's first read is held with the clock stopped too: the 3-s
+poll read the task again meanwhile, and its answer, not held, drew the forms the test looks for
+before that answer.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser.conftest import Console
-from tests.browser.pages import dead_letter_deliveries, hold_answer
+from tests.browser.pages import dead_letter_deliveries, hold_answer, pause_clock
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -49,9 +56,12 @@ def test_a_poll_answered_after_a_newer_page_of_the_list_does_not_replace_it(
     older = console.trigger("xss", "The older of two")
     newer = console.trigger("xss", "The newer of two")
     hold_answer(page, "/api/v1/tasks?limit=1", nth=2)  # the first poll after the page opens
+    pause_clock(page)
     page.goto(f"{console.url}/console#/?limit=1")
     expect(page.locator(f'#task-rows a[href="#/task/{newer}"]')).to_have_count(1)
-    page.wait_for_function("() => window.__release !== undefined", timeout=10_000)
+    page.clock.fast_forward(6_000)  # that poll
+    page.wait_for_function("() => window.__release !== undefined", polling=100)
+    page.clock.resume()
     page.click("#next-page")
     expect(page.locator(f'#task-rows a[href="#/task/{older}"]')).to_have_count(1)
     expect(page.locator("#page-number")).to_have_text("page 2")
@@ -93,10 +103,13 @@ def test_a_poll_answered_after_a_retry_does_not_show_the_dead_letter_again(
     console.wait_for(task_id, lambda t: t["status"] == "completed")
     dead, *_ = dead_letter_deliveries(console, task_id)
     hold_answer(page, "/api/v1/outbox?status=dead&limit=100", nth=2)  # the first poll's
+    pause_clock(page)
     page.goto(f"{console.url}/console#/deliveries?status=dead")
     retry = page.locator(f'#delivery-rows button[data-retry="{dead}"]')
     expect(retry).to_have_count(1)
-    page.wait_for_function("() => window.__release !== undefined", timeout=10_000)
+    page.clock.fast_forward(6_000)  # that poll
+    page.wait_for_function("() => window.__release !== undefined", polling=100)
+    page.clock.resume()
     retry.click()
     expect(page.locator("#delivery-result")).to_have_text(f"Delivery {dead} is due again.")
     expect(retry).to_have_count(0)
@@ -134,8 +147,9 @@ def test_a_finished_task_s_page_offers_no_write_before_its_first_answer(
     task_id = console.trigger("xss", "Finished, on a slow API")
     console.wait_for(task_id, lambda t: t["status"] == "completed")
     hold_answer(page, f"/api/v1/tasks/{task_id}")
+    pause_clock(page)  # no poll reads the task meanwhile
     page.goto(f"{console.url}/console#/task/{task_id}")
-    page.wait_for_function("() => window.__release !== undefined")  # the view, held
+    page.wait_for_function("() => window.__release !== undefined", polling=100)  # the view, held
     expect(page.locator("#h-ops")).to_be_visible()  # the page is drawn, the task not yet
     assert page.locator("#requeue-form").is_hidden()
     assert page.locator("#cancel-form").is_hidden()

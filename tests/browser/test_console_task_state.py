@@ -21,7 +21,7 @@ from playwright.sync_api import expect
 
 from tests.browser.conftest import Console, shot
 from tests.browser.pages import open_task
-from tests.services import free_port
+from tests.services import refused_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -138,7 +138,7 @@ def test_a_requeue_whose_wake_up_redis_refused_says_so(page: Any, console: Conso
     The page is served by a second API on the same store whose Redis refuses connections (a
     port nothing listens on); the session cookie, the host's, signs it in there too."""
     task_id = console.trigger("xss", "Requeued while Redis refused")
-    refusing = Console({**console.env, "ORCH_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"},
+    refusing = Console({**console.env, "ORCH_REDIS_URL": f"redis://127.0.0.1:{refused_port()}/0"},
                        console.folder)  # fmt: skip
     try:
         refusing.start_api()  # meanwhile the task's round runs

@@ -171,7 +171,7 @@ def lines_until_the_end(lines: Iterator[str], keepalives: int) -> tuple[bool, in
     """Read a stream until it ends or `keepalives` more keep-alives came: (ended, seen)."""
     seen = 0
     for line in lines:
-        if line.startswith(": keep-alive"):
+        if line == "event: keepalive":
             seen += 1
             if seen >= keepalives:
                 return False, seen

@@ -13,6 +13,7 @@ from sqlalchemy.exc import DataError, OperationalError
 from orchestrator.errors import ConstraintViolation
 from orchestrator.store import Database, driver
 from orchestrator.store.db import CONNECT_TIMEOUT_SECONDS
+from tests.services import refused_port
 
 
 @pytest.fixture
@@ -146,18 +147,10 @@ def test_observers_are_told_every_statement_and_whether_it_commits_alone(
     assert told == [("SELECT", True), ("SELECT", False), ("VALUES", True)]
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_a_store_that_cannot_be_reached_is_sqlalchemys_operational_error(pg_url: str) -> None:
     # The rounds stop on an infrastructure error (`DBAPIError`) and let recovery requeue the
     # generation: a raw psycopg error would fail the task as an agent error instead.
-    url = make_url(pg_url).set(host="127.0.0.1", port=_free_port(), password="pw-do-not-log")
+    url = make_url(pg_url).set(host="127.0.0.1", port=refused_port(), password="pw-do-not-log")
     database = Database.from_url(url.render_as_string(hide_password=False))
     try:
         with pytest.raises(OperationalError) as raised:
@@ -250,3 +243,41 @@ def test_a_naive_timestamp_is_refused_as_sqlalchemy_refuses_it(pg_db: Database) 
         driver.fetch(conn, stamp, {"at": datetime(2026, 1, 1, 12)})
     aware = datetime(2026, 1, 1, 12, tzinfo=UTC)
     assert driver.rows(pg_db.engine, stamp, {"at": aware})[0][0] == aware
+
+
+def test_a_trigger_is_one_autocommit_statement_on_the_drivers_kept_connections(
+    pg_db: Database,
+) -> None:
+    """The trigger is on the business backend's trigger -> agent start path: its one statement
+    goes to the driver (as the worker's claim does), not through a pooled connection switched
+    to autocommit and back; a second trigger with the same id inserts nothing."""
+    from sqlalchemy import event
+
+    from orchestrator.services.dispatch import RecordingDispatcher
+    from orchestrator.services.tasks import TaskService, Trigger
+
+    told: list[tuple[str, bool]] = []
+    checkouts: list[object] = []
+
+    def observe(sql: str, autocommit: bool) -> None:
+        told.append((sql.split()[0], autocommit))
+
+    def checked_out(*_: object) -> None:
+        checkouts.append(_)
+
+    service = TaskService(pg_db, RecordingDispatcher())
+    service.trigger(Trigger(task_type="t", title="warm", trigger_id="warm"))  # pool filled
+    driver.observers.append(observe)
+    event.listen(pg_db.engine, "checkout", checked_out)
+    try:
+        sent = Trigger(task_type="t", title="once", context={"zone": 4}, trigger_id="driver:1")
+        first = service.trigger(sent)
+        assert (told, checkouts) == ([("WITH", True)], [])
+        again = service.trigger(sent)
+    finally:
+        event.remove(pg_db.engine, "checkout", checked_out)
+        driver.observers.remove(observe)
+    assert (first.created, again.created) == (True, False)
+    assert again.task.task_id == first.task.task_id
+    stored = service.get(first.task.task_id)
+    assert (stored.context, stored.status, stored.generation) == ({"zone": 4}, "queued", 1)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from orchestrator.tools.openapi import parse_spec
 from orchestrator.tools.results import ReadToolResult, ResultCache
 from tests.integration.fake_backend import SPEC, Backend, running_backend
 from tests.integration.receipt_rows import chat_session, running_task, supersede
+from tests.services import refused_port
 
 
 @pytest.fixture
@@ -140,10 +140,7 @@ def test_a_timeout_after_sending_is_unknown(db: Database, backend: Backend) -> N
 
 
 def test_nothing_listening_is_failed_not_unknown(db: Database) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    host = _host(db, f"http://127.0.0.1:{port}")
+    host = _host(db, f"http://127.0.0.1:{refused_port()}")
     ctx = ToolContext(owner="alice", session_id=chat_session(db), round_id="r1")
     result = host.run_turn(ctx, [_put("a")])[0]
     assert result.status == "failed"

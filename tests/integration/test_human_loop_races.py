@@ -101,14 +101,40 @@ def cli_env(store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
 
 
+def test_a_name_or_note_over_its_limit_is_refused_as_too_long_in_characters(
+    rt: Runtime, tmp_path: Path, client: TestClient
+) -> None:
+    task_id, action_id = waiting_task(rt, tmp_path)
+    step = f"/api/v1/tasks/{task_id}/nodes/repair"
+    refusals = [
+        (f"{step}/skip", {"by": "n" * 129, "reason": "no longer needed"}, "body.by", 128),
+        (f"/api/v1/actions/{action_id}/reject", {"by": "n" * 129}, "body.by", 128),
+        (
+            f"/api/v1/actions/{action_id}/reject",
+            {"by": "ana", "note": "x" * 2001},
+            "body.note",
+            2000,
+        ),
+    ]
+    for path, body, field, limit in refusals:
+        answer = client.post(path, json=body)
+        assert answer.status_code == 422, (path, answer.text)
+        (detail,) = answer.json()["error"]["details"]
+        said = f"String should have at most {limit} characters"
+        assert (detail["field"], detail["message"]) == (field, said)
+    assert rt.actions.get(action_id).status == "pending_approval"
+
+
 @pytest.mark.parametrize(
     ("flag", "value", "said"),
     [
         ("--by", "", "--by"),  # an unset $APPROVER: not the OS user's approval
         ("--by", "   ", "--by"),
         ("--by", "\u200b\u202e", "--by"),  # invisible: reads as nobody, or as someone else
-        ("--by", "n" * 129, "--by"),
-        ("--note", "x" * 2001, "--note"),
+        # In characters, as the API's 422 says (not pydantic's "at most 128 items after
+        # validation", which the optional texts read).
+        ("--by", "n" * 129, "--by: String should have at most 128 characters\n"),
+        ("--note", "x" * 2001, "--note: String should have at most 2000 characters\n"),
     ],
 )
 def test_the_cli_refuses_a_decision_text_the_api_refuses_and_decides_nothing(

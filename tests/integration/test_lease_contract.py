@@ -16,7 +16,7 @@ from orchestrator.leases.keys import lease_key
 from orchestrator.leases.redis import RedisLeaseBackend
 from orchestrator.leases.sql import SqlLeaseBackend
 from orchestrator.store.db import Database
-from tests.services import RedisServer, free_port
+from tests.services import RedisServer, refused_port
 
 # Short enough to keep the suite quick, long enough that a busy two-core machine does not let a
 # lease run out between two calls that expect it held.
@@ -265,7 +265,7 @@ def test_redis_restart_ends_the_lease_and_the_client_recovers(
 
 @pytest.mark.redis
 def test_redis_unreachable_is_reported_as_unavailable() -> None:
-    backend = RedisLeaseBackend.from_url(f"redis://127.0.0.1:{free_port()}/0")
+    backend = RedisLeaseBackend.from_url(f"redis://127.0.0.1:{refused_port()}/0")
     try:
         started = time.monotonic()
         with pytest.raises(LeaseBackendUnavailable):

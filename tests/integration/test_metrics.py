@@ -3,6 +3,7 @@ worker's metrics port summing its prefork pool processes."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -30,7 +31,7 @@ from orchestrator.store.db import Database
 from tests.acceptance.fleet import ORCHESTRATOR
 from tests.executions_support import completing_turns, runtime_for, wait_for, write_script
 from tests.integration.test_metrics_folders import exited_process, folder_of
-from tests.services import free_port
+from tests.services import refused_port, serving_metrics
 
 
 def test_api_metrics_count_tasks_from_the_store(sqlite_url: str, tmp_path: Path) -> None:
@@ -133,38 +134,31 @@ def scrape(port: int) -> str:
 
 @contextmanager
 def metrics_worker(
-    tmp_path: Path, home: Path, scripts: Path, concurrency: int
+    tmp_path: Path,
+    home: Path,
+    scripts: Path,
+    concurrency: int,
+    settings: dict[str, str] | None = None,
+    pool: str = "threads",
 ) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, str], int]]:
     """An `orchestrator worker` on the store in `home`, serving its metrics on a port of its
-    own, with the scripted model: (the process, its environment, the port); stopped after."""
-    port = free_port()
+    own (a new one if another process took it first), with the scripted model and any other
+    `settings`, on `pool`, once its port answers: (the process, its environment, the port); stopped
+    after. Its output is in `tmp_path / "worker.log"`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ORCH_", "PROMETHEUS_"))}
-    env.update(
-        {
-            "ORCH_HOME": str(home),
-            "ORCH_METRICS_PORT": str(port),
-            "ORCH_MODEL": f"scripted:{scripts}",
-        }
-    )
-    log = (tmp_path / "worker.log").open("wb")
-    worker = subprocess.Popen(
-        [ORCHESTRATOR, "worker", "--concurrency", str(concurrency)],
-        env=env,
-        cwd=tmp_path,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    env.update({"ORCH_HOME": str(home), "ORCH_MODEL": f"scripted:{scripts}", **(settings or {})})
+    argv = [ORCHESTRATOR, "worker", "--pool", pool, "--concurrency", str(concurrency)]
+    worker, port = serving_metrics(argv, env, tmp_path / "worker.log", tmp_path)
     try:
         yield worker, env, port
     finally:
-        os.killpg(worker.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):  # its group: prefork's pool processes too
+            os.killpg(worker.pid, signal.SIGTERM)
         try:
             worker.wait(timeout=20)
         except subprocess.TimeoutExpired:
             os.killpg(worker.pid, signal.SIGKILL)
             worker.wait(timeout=10)
-        log.close()
 
 
 @pytest.mark.slow
@@ -217,25 +211,16 @@ def test_the_worker_serves_metrics_on_its_port(tmp_path: Path, scripts: Path) ->
 
 def test_the_sweepers_metrics_answer_while_the_store_is_down(tmp_path: Path) -> None:
     """A scrape during an outage shows the failed sweeps, without a traceback in the log."""
-    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ORCH_", "PROMETHEUS_"))}
     env.update(
         {
             "ORCH_HOME": str(tmp_path / "home"),
-            "ORCH_DATABASE_URL": f"postgresql+psycopg://orch:pw@127.0.0.1:{free_port()}/orch",
-            "ORCH_METRICS_PORT": str(port),
+            "ORCH_DATABASE_URL": f"postgresql+psycopg://orch:pw@127.0.0.1:{refused_port()}/orch",
             "ORCH_SWEEP_SECONDS": "0.5",
         }
     )
-    log = (tmp_path / "sweeper.log").open("wb")
-    sweeper = subprocess.Popen(
-        [ORCHESTRATOR, "sweeper", "--no-outbox"],
-        env=env,
-        cwd=tmp_path,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    argv = [ORCHESTRATOR, "sweeper", "--no-outbox"]
+    sweeper, port = serving_metrics(argv, env, tmp_path / "sweeper.log", tmp_path)
     try:
         status, text = 0, ""
         deadline = time.monotonic() + 30
@@ -255,7 +240,6 @@ def test_the_sweepers_metrics_answer_while_the_store_is_down(tmp_path: Path) -> 
     finally:
         os.killpg(sweeper.pid, signal.SIGTERM)
         sweeper.wait(timeout=20)
-        log.close()
     logged = (tmp_path / "sweeper.log").read_text()
     assert status == 200, logged[-3000:]
     assert _failed_sweeps(text) >= 1, text

@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from orchestrator.api.app import create_app
-from orchestrator.api.stream import _events
+from orchestrator.api.stream import _events, keepalive_event
 from orchestrator.domain.fences import Fence
 from orchestrator.errors import NotFound
 from orchestrator.events import PlanHub, RedisNotifier
@@ -83,7 +83,7 @@ def test_stream_sends_state_revisions_and_keep_alives(sqlite_url: str) -> None:
             chunks.append(await anext(stream))
             await asyncio.to_thread(plans.publish_execution_plan, session_id, body)
             chunks.append(await anext(stream))
-            chunks.append(await anext(stream))  # idle: a keep-alive comment comes next
+            chunks.append(await anext(stream))  # idle: a keep-alive comes next
         finally:
             await stream.aclose()
             await hub.stop()
@@ -95,7 +95,7 @@ def test_stream_sends_state_revisions_and_keep_alives(sqlite_url: str) -> None:
         db.dispose()
     assert state.startswith(b"event: state\n")
     assert plan.startswith(b"event: execution_plan\nid: 1\ndata: {")
-    assert keepalive == b": keep-alive\n\n"
+    assert keepalive == keepalive_event(0.3)
 
 
 def test_an_event_id_from_elsewhere_resumes_from_the_newest_revision(sqlite_url: str) -> None:
@@ -153,7 +153,7 @@ def test_a_deleted_sessions_stream_ends_and_a_new_connection_is_404(sqlite_url: 
     finally:
         db.dispose()
     assert chunks[0].startswith(b"event: state\n")
-    assert chunks[1] == b": keep-alive\n\n"
+    assert chunks[1] == keepalive_event(0.2)
     assert len(chunks) <= 3  # at most one more keep-alive before the session was found gone
 
 
@@ -312,4 +312,4 @@ def test_a_session_that_can_still_change_keeps_its_stream(rt: Runtime, kind: str
 
     chunks = asyncio.run(scenario())
     assert chunks[0].startswith(b"event: state\n")
-    assert chunks[1:] == [b": keep-alive\n\n"] * 3
+    assert chunks[1:] == [keepalive_event(0.1)] * 3

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from orchestrator.api.app import create_app
 from orchestrator.api.readiness import READY_TIMEOUT_SECONDS
 from orchestrator.settings import load_settings
-from tests.services import free_port
+from tests.services import refused_port
 
 PASSWORD = "pg-pa55word-for-readyz"
 TOKEN = "api-token-for-readyz-0123"
@@ -53,8 +53,8 @@ def test_ready_embedded_checks_the_sqlite_store_only(sqlite_url: str, tmp_path: 
 def test_a_store_and_a_redis_that_are_down_are_named_in_a_503(
     tmp_path: Path, redis_url: str
 ) -> None:
-    store = f"postgresql+psycopg://orch:{PASSWORD}@127.0.0.1:{free_port()}/orch"
-    redis_down = f"redis://:{PASSWORD}@127.0.0.1:{free_port()}/0"
+    store = f"postgresql+psycopg://orch:{PASSWORD}@127.0.0.1:{refused_port()}/orch"
+    redis_down = f"redis://:{PASSWORD}@127.0.0.1:{refused_port()}/0"
     with client_for(tmp_path, database_url=store, redis_url=redis_down) as client:
         response = client.get("/readyz")
         assert client.get("/healthz").status_code == 200  # liveness does not look at them
@@ -71,7 +71,7 @@ def test_a_store_and_a_redis_that_are_down_are_named_in_a_503(
 
 
 def test_only_the_part_that_failed_is_named(pg_url: str, tmp_path: Path) -> None:
-    redis_down = f"redis://127.0.0.1:{free_port()}/0"
+    redis_down = f"redis://127.0.0.1:{refused_port()}/0"
     with client_for(tmp_path, database_url=pg_url, redis_url=redis_down) as client:
         response = client.get("/readyz")
     assert response.status_code == 503

@@ -29,7 +29,7 @@ from orchestrator.api.sign_in_limit import (
 )
 from orchestrator.leases.keys import SIGN_IN_PREFIX
 from orchestrator.settings import load_settings
-from tests.services import RedisServer, free_port
+from tests.services import RedisServer, bound_socket
 
 pytestmark = pytest.mark.redis
 
@@ -162,11 +162,12 @@ def test_a_redis_that_hangs_holds_up_the_request_that_asks_it_not_the_api(
         redis_url=f"redis://127.0.0.1:{silent.getsockname()[1]}/0",
         api_token="hang-token-1234",
     )
-    port = free_port()
+    sock = bound_socket()  # its port cannot be taken by another process before uvicorn listens
+    port = sock.getsockname()[1]
     server = uvicorn.Server(
         uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
     )
-    thread = threading.Thread(target=server.run, daemon=True)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
         deadline = time.monotonic() + 30
@@ -195,6 +196,7 @@ def test_a_redis_that_hangs_holds_up_the_request_that_asks_it_not_the_api(
     finally:
         server.should_exit = True
         thread.join(timeout=15)
+        sock.close()
         silent.close()
 
 

@@ -44,7 +44,7 @@ def test_the_task_stream_stays_open_through_a_store_outage_and_goes_on(
             with caplog.at_level(logging.INFO, logger="orchestrator"):
                 postgres.stop_for(1.0)  # the stream reads every 0.05 s meanwhile
                 # Kept alive while the store was away (or right after): not ended.
-                lines_until(lines, ": keep-alive")
+                lines_until(lines, "event: keepalive")
                 answer = client.post(f"/api/v1/tasks/{task_id}/cancel", json={"reason": "stop"})
                 assert answer.status_code == 200, answer.text
                 status = next_status(lines)
@@ -74,7 +74,7 @@ def test_the_plan_stream_stays_open_through_a_store_outage_and_goes_on(
             lines_until(lines, "event: state")
             with caplog.at_level(logging.INFO, logger="orchestrator"):
                 postgres.stop_for(1.0)
-                lines_until(lines, ": keep-alive")
+                lines_until(lines, "event: keepalive")
                 answer = client.post(
                     f"/api/v1/internal/sessions/{session_id}/execution-plans",
                     json={"request_id": "r1", "title": "plan", "reason": "", "nodes": [NODE]},

@@ -282,3 +282,30 @@ def test_control_characters_in_a_title_cannot_forge_cli_lines_or_reach_the_termi
     for text in (out, shown):
         assert not any(c in text for c in "\x1b\x9b\r")
     assert "last error: why\\r\\x1b[31m not" in shown
+
+
+def test_a_long_task_type_is_listed_whole_with_the_columns_aligned(
+    service: TaskService,
+    store_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The type column was cut at 20 characters: `water_quality_complai` for two types that
+    differ after it. It widens to the longest type shown; a page of short ones is as before."""
+    long_type = "water_quality_complaint.north:" + "x" * 34  # 64, the longest a type may be
+    short_id = service.trigger(Trigger(task_type="pump", title="short")).task.task_id
+    long_id = service.trigger(Trigger(task_type=long_type, title="long")).task.task_id
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    out, _ = cli(["tasks", "list"], capsys)
+    header, *rows = out.splitlines()
+    row = {line.split()[0]: line for line in rows}
+    assert row[long_id].split()[3] == long_type
+    # The created time and the title start where the header says, in every row.
+    for line in (row[long_id], row[short_id]):
+        assert line.index(line.split()[4]) == header.index("CREATED")
+        assert line.endswith(("  short", "  long"))
+    assert header.index("CREATED") - header.index("TYPE") == len(long_type) + 2
+    only_short, _ = cli(["tasks", "list", "--type", "pump"], capsys)
+    assert only_short.splitlines()[0] == header.replace(" " * (len(long_type) - 20), "", 1)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -32,6 +31,7 @@ from orchestrator.services.task_stream import TaskStreamService
 from orchestrator.services.tasks import Trigger
 from tests.executions_support import runtime_for, settings_for, wait_for
 from tests.integration.test_task_stream import seconds_to_see_cancel
+from tests.services import bound_socket, refused_port
 
 STREAMS = 20
 WINDOW = 2.5  # seconds the idle streams are watched
@@ -54,14 +54,13 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 @contextlib.contextmanager
 def serving(app: Any) -> Iterator[str]:
     """`app` behind a real uvicorn on a free loopback port, for as long as the block runs."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    sock = bound_socket()  # its port cannot be taken by another process before uvicorn listens
+    port = sock.getsockname()[1]
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=1
     )
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
         wait_for(lambda: server.started, 10, 0.02, what="uvicorn")
@@ -69,6 +68,7 @@ def serving(app: Any) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(10)
+        sock.close()
 
 
 def idle_reads(url: str, task_ids: list[str], reads: list[float]) -> int:
@@ -182,9 +182,7 @@ def test_while_the_redis_subscription_is_down_the_stream_polls_at_the_setting(
 ) -> None:
     """Redis configured but unreachable: no wake-up can come, so the stream's own poll (here
     0.05 s) is what finds the event, not the hub's safety net (here 30 s)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        dead = f"redis://127.0.0.1:{probe.getsockname()[1]}/0"  # nothing listens there
+    dead = f"redis://127.0.0.1:{refused_port()}/0"  # nothing listens there
     worker, _ = runtime_for(pg_url, tmp_path / "scripts")
     try:
         task_id = worker.tasks.trigger(Trigger(task_type="x", title="down")).task.task_id

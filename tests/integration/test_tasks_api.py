@@ -18,7 +18,7 @@ from orchestrator.services.tasks import TaskService
 from orchestrator.settings import load_settings
 from orchestrator.store.db import Database
 from orchestrator.store.transcripts import Entry, insert_entries
-from tests.services import free_port
+from tests.services import refused_port
 from workers.celery_app import CeleryDispatcher, make_celery
 
 
@@ -60,7 +60,7 @@ def test_a_trigger_whose_wake_up_the_broker_refused_says_so(store_url: str, tmp_
     CLI said so; its JSON had `dispatched`)."""
     settings = load_settings(database_url=store_url, home=tmp_path / "home")
     refusing = CeleryDispatcher(
-        make_celery(load_settings(redis_url=f"redis://127.0.0.1:{free_port()}/0", home=tmp_path))
+        make_celery(load_settings(redis_url=f"redis://127.0.0.1:{refused_port()}/0", home=tmp_path))
     )
     db = Database.from_url(store_url)
     app = create_app(settings, db=db)
@@ -338,7 +338,7 @@ def test_the_transcript_is_paged_oldest_first_across_generations(
 def test_a_store_that_is_down_is_503_store_unavailable_with_one_log_line(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    url = f"postgresql+psycopg://orch:s3cret-Pa55word@127.0.0.1:{free_port()}/orch"
+    url = f"postgresql+psycopg://orch:s3cret-Pa55word@127.0.0.1:{refused_port()}/orch"
     app = create_app(load_settings(database_url=url, home=tmp_path / "home"))
     with TestClient(app, raise_server_exceptions=False) as client:
         answers = [client.get("/api/v1/tasks"), trigger(client), client.get("/metrics")]

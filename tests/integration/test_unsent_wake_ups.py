@@ -31,7 +31,7 @@ from orchestrator.store.tables import executions, tasks
 from orchestrator.store.types import utcnow
 from tests.executions_support import claim_as_worker, settings_for
 from tests.integration.test_approvals import waiting_task
-from tests.services import free_port
+from tests.services import refused_port
 from workers.celery_app import CeleryDispatcher, make_celery
 
 
@@ -40,7 +40,7 @@ class Broker:
     or up (the wake-ups are kept in `up`)."""
 
     def __init__(self, tmp_path: Path) -> None:
-        url = f"redis://127.0.0.1:{free_port()}/0"
+        url = f"redis://127.0.0.1:{refused_port()}/0"
         self.refusing = CeleryDispatcher(make_celery(load_settings(redis_url=url, home=tmp_path)))
         self.up: RecordingDispatcher | None = None
         self.before_refusing: Callable[[], None] = lambda: None
@@ -280,7 +280,7 @@ def test_recover_says_the_wake_ups_the_broker_still_refuses_and_exits_1(
 
     task_id = trigger_while_down(rt, down)
     monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
-    monkeypatch.setenv("ORCH_REDIS_URL", f"redis://127.0.0.1:{free_port()}/0")  # nothing there
+    monkeypatch.setenv("ORCH_REDIS_URL", f"redis://127.0.0.1:{refused_port()}/0")  # nothing there
     monkeypatch.setenv("ORCH_HOME", str(tmp_path / "cli-home"))
     capsys.readouterr()
     assert main(["recover"]) == 1

@@ -113,9 +113,9 @@ def test_change_notices_redis_refused_are_not_called_task_wake_ups(
     """Redis away: one line that says what was not published. Before, "2 wake-ups not
     published" after an operator's requeue read as the task's own wake-up lost."""
     from orchestrator.events import RedisNotifier
-    from tests.services import free_port
+    from tests.services import refused_port
 
-    notifier = RedisNotifier(f"redis://127.0.0.1:{free_port()}/0")
+    notifier = RedisNotifier(f"redis://127.0.0.1:{refused_port()}/0")
     try:
         notifier.wake_keys(keys)
     finally:

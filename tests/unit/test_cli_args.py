@@ -153,7 +153,7 @@ def test_cleanup_says_how_many_transcript_entries_it_deleted(
         of_finished_tasks_deleted=1,
         transcript_entries_deleted=7,
     )
-    monkeypatch.setattr("orchestrator.cli.cleanup.run_cleanup", lambda *_a, **_k: report)
+    monkeypatch.setattr("orchestrator.services.cleanup.run_cleanup", lambda *_a, **_k: report)
     assert run("cleanup") == 0
     out = capsys.readouterr().out
     assert "2 invocation receipts" in out

@@ -13,8 +13,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from orchestrator.services.tasks import Trigger
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -69,9 +72,33 @@ def _loaded(modules: object, prefix: str) -> list[str]:
     return [name for name in modules if name == prefix or name.startswith(prefix + ".")]
 
 
+#: Nor what only a command that runs needs: the store, the settings, the HTTP client. `--help`
+#: imported them all (SQLAlchemy, pydantic, psycopg, httpx: 700 modules, about a second).
+NOT_FOR_HELP = (
+    *NOT_AT_START,
+    "sqlalchemy",
+    "psycopg",
+    "pydantic",
+    "pydantic_settings",
+    "httpx",
+    "orchestrator.settings",
+    "orchestrator.store",
+    "orchestrator.services",
+    "orchestrator.runtime",
+)
+
+
 @pytest.mark.parametrize(
     "argv",
-    [["--help"], ["tasks", "list", "--help"], ["worker", "--help"], ["db", "--help"]],
+    [
+        ["--help"],
+        ["tasks", "--help"],
+        ["tasks", "list", "--help"],
+        ["actions", "--help"],
+        ["outbox", "--help"],
+        ["worker", "--help"],
+        ["db", "--help"],
+    ],
     ids=" ".join,
 )
 def test_the_parser_and_a_commands_help_leave_the_runtime_unimported(
@@ -80,7 +107,15 @@ def test_the_parser_and_a_commands_help_leave_the_runtime_unimported(
     found = _imported(argv, tmp_path / "home")
     assert found["code"] == 0
     assert "usage: orchestrator" in str(found["out"])
-    loaded = {prefix: _loaded(found["modules"], prefix) for prefix in NOT_AT_START}
+    loaded = {prefix: _loaded(found["modules"], prefix) for prefix in NOT_FOR_HELP}
+    assert {prefix: names for prefix, names in loaded.items() if names} == {}
+
+
+def test_a_usage_error_is_said_without_the_runtime(tmp_path: Path) -> None:
+    found = _imported(["tasks", "list", "--limit", "0"], tmp_path / "home")
+    assert found["code"] == 2
+    assert "--limit: must be between 1 and 200, not 0" in str(found["err"])
+    loaded = {prefix: _loaded(found["modules"], prefix) for prefix in NOT_FOR_HELP}
     assert {prefix: names for prefix, names in loaded.items() if names} == {}
 
 
@@ -143,9 +178,9 @@ def test_requeue_and_cancel_check_their_options_without_the_web_stack(tmp_path: 
     assert blank.stderr.endswith("must not be blank\n")  # after pydantic's "Value error, "
     too_long = run_main("tasks", "cancel", task_id, "--by", "x" * 201, env=env)
     assert (too_long.returncode, too_long.stdout) == (2, "")
-    assert too_long.stderr == (
-        "orchestrator: invalid --by: Value should have at most 200 items after validation, "
-        "not 201\n"
+    # In characters, as --reason's (pydantic said "at most 200 items after validation").
+    assert (
+        too_long.stderr == "orchestrator: invalid --by: String should have at most 200 characters\n"
     )
 
 
@@ -197,3 +232,117 @@ def test_an_action_listed_or_shown_is_read_without_the_web_stack(tmp_path: Path)
     for found in (listed, shown):
         loaded = {prefix: _loaded(found["modules"], prefix) for prefix in WEB[:3]}
         assert {prefix: names for prefix, names in loaded.items() if names} == {}
+
+
+#: Runs each command of argv lists in turn, in one interpreter: what each printed and what was
+#: imported once it ended (a module stays imported: a later command's set holds every earlier's).
+STEPS = """
+import contextlib, io, json, sys
+from orchestrator.cli import main
+steps = []
+for argv in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code
+    steps.append(
+        {"code": code, "out": out.getvalue(), "err": err.getvalue(), "modules": sorted(sys.modules)}
+    )
+print(json.dumps(steps))
+"""
+
+#: What sends a wake-up: imported by a command that sends one, and by no other.
+BROKER = ("celery", "kombu", "redis", "workers")
+
+
+def _steps(argvs: list[list[str]], home: Path) -> list[dict[str, Any]]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    env["ORCH_HOME"] = str(home)
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", STEPS, json.dumps(argvs)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=home.parent,
+        timeout=90,
+    )
+    assert done.stdout, done.stderr
+    steps: list[dict[str, Any]] = json.loads(done.stdout.splitlines()[-1])
+    return steps
+
+
+def _any_of(found: dict[str, Any], prefixes: tuple[str, ...]) -> dict[str, list[str]]:
+    loaded = {prefix: _loaded(found["modules"], prefix) for prefix in prefixes}
+    return {prefix: names for prefix, names in loaded.items() if names}
+
+
+def test_every_operator_command_runs_without_the_web_stack_and_the_broker_only_to_wake(
+    tmp_path: Path,
+) -> None:
+    """`tasks show`, `plans show`, `actions approve` and `reject`, `tasks node`, `invocations
+    resolve` and `outbox retry` and `discard` imported FastAPI and Starlette for the API's
+    models (0.5 s each); `tasks cancel`, the decisions, the step and the resolution built the
+    Celery dispatcher (Celery, Kombu, redis-py: 0.3 s) whether or not they sent a wake-up. Now
+    the dispatcher is made at the first wake-up: the commands before the first one that queues
+    a generation import no broker, and the ones that queue one still send its wake-up."""
+    from orchestrator.store.db import Database
+    from tests.cli_in_process import embedded_store
+    from tests.executions_support import runtime_for
+    from tests.integration.test_approvals import waiting_task
+    from tests.integration.test_human_steps import waiting_on_a_sample
+
+    home = tmp_path / "home"
+    store = embedded_store(home)
+    rt, _ = runtime_for(store, tmp_path / "scripts")
+    try:
+        cancelled = rt.tasks.trigger(Trigger(task_type="demo", title="t")).task.task_id
+        to_approve, approved = waiting_task(rt, tmp_path / "scripts")
+        digest = rt.actions.get(approved).digest
+        _, rejected = waiting_task(rt, tmp_path / "scripts")
+        sampled = waiting_on_a_sample(rt, tmp_path / "scripts")
+        session = rt.tasks.get(to_approve).session_id
+    finally:
+        rt.close()
+    assert session is not None
+    quiet = [  # none of these queues a generation
+        ["tasks", "cancel", cancelled, "--by", "ana"],
+        ["tasks", "show", to_approve],
+        ["plans", "show", session],
+        ["invocations", "resolve", "no-such-call", "--as", "failed", "--reason", "r"],
+        ["outbox", "retry", "4242", "--by", "ana"],
+        ["outbox", "discard", "4242", "--reason", "settled by hand", "--by", "ana"],
+    ]
+    waking = [  # each queues the next generation of its task
+        ["actions", "reject", rejected, "--by", "ana", "--json"],
+        ["tasks", "node", sampled, "sample", "--complete", "--evidence", "done", "--json"],
+        ["actions", "approve", approved, "--digest", digest, "--by", "ana", "--json"],
+    ]
+    steps = dict(zip(map(" ".join, quiet + waking), _steps(quiet + waking, home), strict=True))
+    said = [(s["code"], s["out"].splitlines()[:1], s["err"]) for s in steps.values()]
+    assert [code for code, _, _ in said] == [0, 0, 0, 1, 1, 1, 0, 0, 0], said
+    assert "Traceback" not in "".join(err for _, _, err in said)
+    shown, plan, resolved, retried, discarded, rejection, step, approval = list(steps.values())[1:]
+    assert shown["out"].startswith(f"task {to_approve}  ")
+    assert f"(session {session}, revision 2)" in plan["out"]
+    assert "not_found" in resolved["err"]
+    assert "not_found" in retried["err"]
+    assert "not_found" in discarded["err"]
+    # Each queued a generation, and its wake-up went to the broker.
+    for waked in (rejection, step, approval):
+        assert json.loads(waked["out"])["dispatched"] is True, waked
+    db = Database.from_url(store)
+    try:
+        from orchestrator.services.dispatch import RecordingDispatcher
+        from orchestrator.services.tasks import TaskService
+
+        tasks = TaskService(db, RecordingDispatcher())
+        assert tasks.get(cancelled).status == "cancelled"
+        assert [tasks.get(t).generation for t in (sampled, to_approve)] == [2, 2]
+        assert tasks.get(to_approve).status == "queued"
+    finally:
+        db.dispose()
+    last_quiet = list(steps.values())[len(quiet) - 1]
+    assert (_any_of(last_quiet, BROKER), _any_of(approval, WEB[:3])) == ({}, {})

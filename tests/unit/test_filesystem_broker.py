@@ -136,3 +136,14 @@ def test_the_embedded_celery_app_uses_the_mended_transport(tmp_path: Path) -> No
     staging = Path(conf.broker_transport_options["staging_folder"])
     assert staging == broker_folder(settings) / "staging"
     assert staging.is_dir()
+
+
+def test_the_broker_is_named_by_its_folder(tmp_path: Path) -> None:
+    """What Celery's worker banner (`.> transport:`) and its `Connected to` line print,
+    `app.connection().as_uri()`, read `workers.filesystem_broker:Transport://:**@localhost//`
+    for the embedded broker: a module path, a password and a host it never had."""
+    settings = load_settings(home=tmp_path / "home")
+    celery = make_celery(settings)
+    with celery.connection() as connection:
+        assert connection.as_uri() == f"filesystem://{broker_folder(settings)}"
+        assert connection.as_uri(include_password=True) == connection.as_uri()

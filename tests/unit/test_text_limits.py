@@ -1,0 +1,61 @@
+"""A text field's length limit is said in characters, on every request body the API takes
+(and so on the CLI's options, which the same models check).
+
+An optional `FilledText` with `max_length` on its field (`by: FilledText | None =
+Field(max_length=200)`) was measured after the validator, around the union, in pydantic's words
+for a list: `--by` of 201 characters read "Value should have at most 200 items after
+validation, not 201", in the CLI's line and in the API's 422.
+"""
+
+from __future__ import annotations
+
+from typing import Any, get_args
+
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, ValidationError
+
+from orchestrator.api.app import INTERNAL_ROUTERS, PUBLIC_ROUTERS
+
+
+def _bodies() -> set[type[BaseModel]]:
+    found: set[type[BaseModel]] = set()
+    for route in (
+        route for router in (*PUBLIC_ROUTERS, *INTERNAL_ROUTERS) for route in router.routes
+    ):
+        if isinstance(route, APIRoute) and route.body_field is not None:
+            annotation = route.body_field.field_info.annotation
+            for model in (annotation, *get_args(annotation)):  # a body that may be left out
+                if isinstance(model, type) and issubclass(model, BaseModel):
+                    found.add(model)
+    return found
+
+
+def _max_length(schema: dict[str, Any]) -> int | None:
+    """A text field's maxLength, given on it or on the text side of its `| None`."""
+    for side in [schema, *schema.get("anyOf", [])]:
+        if side.get("type") == "string" and "maxLength" in side:
+            return int(side["maxLength"])
+    return None
+
+
+def test_a_text_over_its_limit_is_said_too_long_in_characters() -> None:
+    checked, wrong = [], []
+    for model in sorted(_bodies(), key=lambda m: m.__name__):
+        properties = model.model_json_schema()["properties"]
+        for name, schema in properties.items():
+            limit = _max_length(schema)
+            if limit is None:
+                continue
+            try:
+                model.model_validate({name: "x" * (limit + 1)})
+            except ValidationError as exc:
+                said = [e["msg"] for e in exc.errors() if e["loc"] == (name,)]
+            else:
+                said = []
+            checked.append(f"{model.__name__}.{name}")
+            if said != [f"String should have at most {limit} characters"]:
+                wrong.append(f"{model.__name__}.{name}: {said}")
+    assert not wrong, "\n".join(wrong)
+    # The walk reaches the bodies whose `by` is optional (a requeue's, a decision's, a step's).
+    shown = {"RequeueBody.by", "CancelBody.by", "Decision.by", "CloseBody.by", "RetryBody.by"}
+    assert shown <= set(checked)

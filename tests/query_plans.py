@@ -33,8 +33,14 @@ def table_and_index_rows(
         for node in _nodes(plan):
             if of is not None and node.get("Relation Name") != of:
                 continue
-            rows = int(node.get("Actual Rows", 0)) + int(node.get("Rows Removed by Filter", 0))
+            # Per loop, as `_scanned` counts them: times the loops (0 when it never ran).
+            loops = float(node.get("Actual Loops", 1))
+            per_loop = float(node.get("Actual Rows", 0)) + float(
+                node.get("Rows Removed by Filter", 0)
+            )
+            rows = round(per_loop * loops)
             if node["Node Type"] == "Index Only Scan":
+                # EXPLAIN gives an index-only scan's heap fetches for all its loops together.
                 fetched = int(node.get("Heap Fetches", 0))
                 table, index = table + fetched, index + rows - fetched
             elif "Scan" in node["Node Type"] and node["Node Type"] != "Bitmap Index Scan":

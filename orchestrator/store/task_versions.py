@@ -28,8 +28,8 @@ from sqlalchemy import (
     true,
 )
 
+from orchestrator.domain.vocabulary import OUTBOX_KINDS
 from orchestrator.store.tables import (
-    OUTBOX_KINDS,
     OUTBOX_SETTLED,
     PENDING_ACTION,
     actions,

@@ -1,7 +1,8 @@
 """What a large installation's lists cost the store: a deep page of the task list, and one
 refresh of the console's approvals page, each beside the way it was done before, in one run.
 
-    .venv/bin/python bench/list_pages.py [--tasks 50000] [--pending 3000] [--rounds 15] [--write]
+    .venv/bin/python bench/list_pages.py [--tasks 50000] [--pending 3000] [--busy 5000]
+        [--rounds 15] [--write]
 
 A throwaway Postgres (the tests' local binaries) gets `--tasks` tasks with their sessions and
 `--pending` pending actions, written as the trigger and `insert_action` write them, then ANALYZE.
@@ -9,6 +10,10 @@ A throwaway Postgres (the tests' local binaries) gets `--tasks` tasks with their
   alone (before) and with the range bound of `store/keyset.py` (now); time and rows read.
 - Approvals refresh: every pending action, 200 a page, newest first (the page before) beside the
   pending count and the 50 oldest (now), through the store's functions.
+- A task's decided actions, the first page (the task page's "Decided actions"): one task with
+  `--busy` decided actions, made over its lifetime among the others', read without the index
+  on (task_id, created_at, action_id) (before migration 0029: dropped before the read,
+  built again after it) and with it.
 The ways alternate within each round, so load on the machine hits them alike; the figures are
 medians over the rounds. `--write` replaces this benchmark's section of docs/benchmarks.md.
 """
@@ -53,7 +58,7 @@ SEED_ACTIONS = (
 )
 
 
-def seed(db: Any, tasks: int, pending: int) -> None:
+def seed(db: Any, tasks: int, pending: int, busy: int) -> None:
     from sqlalchemy import text
 
     start = datetime.now(UTC) - timedelta(minutes=tasks)
@@ -71,9 +76,51 @@ def seed(db: Any, tasks: int, pending: int) -> None:
                 " created_at, plan_revision, digest FROM actions, generate_series(1, 10) n"
             )
         )
+        conn.execute(text(SEED_BUSY), {"busy": busy, "task": busy_task(tasks)})
     # As autovacuum leaves a table: statistics, and the visibility map an index-only scan needs.
     with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("VACUUM ANALYZE"))
+
+
+#: The task with a long decided history (`busy_task`, an early one: its actions, ten seconds
+#: apart from its creation on, are not the store's newest).
+SEED_BUSY = (
+    "INSERT INTO actions (action_id, task_id, generation, session_id, node_id, kind, payload,"
+    " status, decided_by, decided_at, created_at, plan_revision, digest)"
+    " SELECT 'b' || k, task_id, 1, session_id, 'n' || k, 'work_order',"
+    " jsonb_build_object('crew', 'north', 'notes', repeat('n', 300)), 'approved', 'ops',"
+    " created_at + k * interval '10 seconds', created_at + k * interval '10 seconds', 1,"
+    " repeat('0', 64) FROM tasks, generate_series(1, :busy) k WHERE task_id = :task"
+)
+TASK_ACTIONS_INDEX = "ix_actions_task_id_created_at_action_id"
+
+
+def busy_task(tasks: int) -> str:
+    return f"t{max(1, tasks // 500):07d}"
+
+
+def decided_page(conn: Any, task_id: str) -> int:
+    """The first page of the task's decided actions, as the API reads it."""
+    from orchestrator.store import actions as action_store
+
+    page = action_store.list_actions(conn, status=None, task_id=task_id, limit=51, decided=True)
+    return min(len(page), 50)
+
+
+def index_built(db: Any, built: bool) -> None:
+    """The task's actions index there (now) or not (before migration 0029)."""
+    from sqlalchemy import text
+
+    with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        if built:
+            conn.execute(
+                text(
+                    f"CREATE INDEX IF NOT EXISTS {TASK_ACTIONS_INDEX}"
+                    " ON actions (task_id, created_at, action_id)"
+                )
+            )
+        else:
+            conn.execute(text(f"DROP INDEX IF EXISTS {TASK_ACTIONS_INDEX}"))
 
 
 def old_task_page(conn: Any, seen: tuple[datetime, str], limit: int) -> list[Any]:
@@ -141,9 +188,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=50_000)
     parser.add_argument("--pending", type=int, default=3_000)
+    parser.add_argument("--busy", type=int, default=5_000)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
+    from sqlalchemy import text
+
     from orchestrator.domain.task_filter import TaskFilter
     from orchestrator.store import tasks as task_store
     from orchestrator.store.db import Database
@@ -151,7 +201,7 @@ def main() -> int:
     load_start = os.getloadavg()[0]
     with servers() as (_pg, url, _redis, _template):
         db = Database.from_url(url)
-        seed(db, args.tasks, args.pending)
+        seed(db, args.tasks, args.pending, args.busy)
         depths = [d for d in (50, 1_000, 10_000, 25_000, args.tasks - 100) if d < args.tasks]
         cursors: dict[int, tuple[datetime, str]] = {}
         with db.transaction(readonly=True) as conn:
@@ -164,25 +214,36 @@ def main() -> int:
             ways[f"new {depth}"] = lambda c, s=seen: new_task_page(c, s, 51)
         ways["old approvals"] = every_pending
         ways["new approvals"] = count_and_oldest
+        ways["old decided"] = lambda c: decided_page(c, busy_task(args.tasks))
+        ways["new decided"] = lambda c: decided_page(c, busy_task(args.tasks))
+        with_index = {"old decided": False, "new decided": True}
         samples: dict[str, list[float]] = {name: [] for name in ways}
         for _ in range(args.rounds):
             for name, read in ways.items():
+                if name in with_index:
+                    index_built(db, with_index[name])
                 samples[name].append(timed(db, read))
         show = bool(os.environ.get("BENCH_PLANS"))
-        read_rows = {name: rows_scanned(db, read, show=show) for name, read in ways.items()}
+        read_rows = {}
+        for name, read in ways.items():
+            if name in with_index:
+                index_built(db, with_index[name])
+            read_rows[name] = rows_scanned(db, read, show=show)
         with db.transaction(readonly=True) as conn:
             shown = every_pending(conn)
+            total = conn.execute(text("SELECT count(*) FROM actions")).scalar_one()
         db.dispose()
     median = {name: statistics.median(values) for name, values in samples.items()}
     command = (
         f".venv/bin/python bench/list_pages.py --tasks {args.tasks} --pending {args.pending}"
-        f" --rounds {args.rounds}{' --write' if args.write else ''}"
+        f" --busy {args.busy} --rounds {args.rounds}{' --write' if args.write else ''}"
     )
     lines = [
         "## Lists of a large installation (bench/list_pages.py)",
         "",
         f"`{command}`: {args.tasks} tasks with their sessions, {shown} pending actions and ten"
-        f" times as many decided; median of {args.rounds} rounds, the ways alternating; load"
+        f" times as many decided, and one task with {args.busy} decided actions ({total} actions"
+        f" in all); median of {args.rounds} rounds, the ways alternating; load"
         f" average {load_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end.",
         "",
         "| read | before: ms | rows read | now: ms | rows read |",
@@ -198,6 +259,10 @@ def main() -> int:
         f"| approvals page refresh (before: all {shown}, 200 a page; now: count and 50 oldest)"
         f" | {median['old approvals']:.2f} | {read_rows['old approvals']} |"
         f" {median['new approvals']:.2f} | {read_rows['new approvals']} |",
+        f"| a task's decided actions, first page of 50 (before: no index on (task_id, created_at,"
+        f" action_id); now: migration 0029's) | {median['old decided']:.2f} |"
+        f" {read_rows['old decided']} | {median['new decided']:.2f} |"
+        f" {read_rows['new decided']} |",
         "",
         "Rows read: what the scans of the statements returned or filtered out (EXPLAIN ANALYZE)."
         " The pending count reads each pending action's index entry, never the decided ones.",

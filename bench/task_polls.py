@@ -11,6 +11,13 @@ CPU time per read is the process's, the client's share included alike in both co
 answer is what a client without the tag gets (and any client after a change): it includes
 reading the tag (about a millisecond). The ways alternate within each round; the figures are
 medians over the rounds.
+Busy tasks beside it: two tasks with 1,000 and 10,000 delivered webhooks and 3 failing ones
+each (a task keeps its delivered webhooks ORCH_RETENTION_DAYS; each generation writes several),
+and 100 and 1,000 actions, one pending.
+For each, the statement of the view's tag (`store.task_versions`) as it was before (every
+outbox row of the task summed up) and now, timed in the store and read with EXPLAIN ANALYZE,
+and an unchanged poll of the task's view through the API with each statement (wall time: the
+statement runs in Postgres, not in this process), the ways alternating.
 `--write` replaces this benchmark's section of docs/benchmarks.md.
 """
 
@@ -25,6 +32,8 @@ from typing import Any
 
 from docs_section import DOC, write_section
 from execution_fleet import ROOT, servers
+
+from tests.query_plans import table_and_index_rows, vacuumed
 
 SEED = [
     "INSERT INTO tasks (task_id, task_type, title, context, trigger_id, origin, status,"
@@ -68,6 +77,35 @@ SEED = [
     " '[]', '[\"ev001\"]', 'waiting', now())",
 ]
 
+#: The busy tasks: their delivered webhooks, each with 3 failing ones after them, and a tenth as
+#: many actions, one of them pending.
+BUSY = {"busy1k": 1_000, "busy10k": 10_000}
+
+SEED_BUSY = [
+    "INSERT INTO tasks (task_id, task_type, title, context, trigger_id, origin, status,"
+    " generation, session_id, recoveries, handbacks, rounds, intent_round, created_at,"
+    " updated_at) VALUES (:task, 'leak', 'Busy task', '{}', :trigger, 'live',"
+    " 'completed', 1, NULL, 0, 0, 1, 1, now(), now())",
+    "INSERT INTO outbox (kind, task_id, event_seq, body, status, attempts, next_attempt_at,"
+    " created_at, delivered_at) SELECT 'webhook', :task, i, '{\"type\": \"waiting\"}',"
+    " 'delivered', 1, now(), now() - interval '1 day' + i * interval '1 second', now()"
+    " FROM generate_series(1, :rows) i",
+    "INSERT INTO outbox (kind, task_id, event_seq, body, status, attempts, next_attempt_at,"
+    " created_at, last_error) SELECT 'webhook', :task, :rows + i, '{}', 'pending', 1,"
+    " now() + interval '1 hour', now(), 'HTTP 503' FROM generate_series(1, 3) i",
+    "INSERT INTO sessions (session_id, purpose, task_id, generation, owner, title, created_at,"
+    " updated_at) VALUES (:session, 'task_execution', :task, 1, :owner, 'Busy task', now(),"
+    " now())",
+    # A decided action for every tenth delivery, and one pending.
+    "INSERT INTO actions (action_id, task_id, generation, session_id, node_id, kind, payload,"
+    " status, decided_by, decided_at, created_at, plan_revision, digest)"
+    " SELECT :task || '-a' || i, :task, 1, :session, 'n' || i, 'work_order', '{}',"
+    " CASE WHEN i = :rows / 10 THEN 'pending_approval' ELSE 'approved' END,"
+    " CASE WHEN i = :rows / 10 THEN NULL ELSE 'ops' END, now(),"
+    " now() - interval '1 day' + i * interval '1 second', 1, repeat('0', 64)"
+    " FROM generate_series(1, :rows / 10) i",
+]
+
 READS = {
     "task view (every 3 s)": "/api/v1/tasks/big",
     "its pending actions (every 3 s)": "/api/v1/actions?status=pending_approval&limit=200"
@@ -93,9 +131,124 @@ def seed(url: str) -> None:
     with db.transaction() as conn:
         for statement in SEED:
             conn.execute(text(statement), {"nodes": json.dumps(nodes), "edges": json.dumps(edges)})
-    with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text("VACUUM ANALYZE"))
+        for task, rows in BUSY.items():
+            for statement in SEED_BUSY:
+                conn.execute(
+                    text(statement),
+                    {"task": task, "rows": rows, "trigger": f"trig-{task}", "session": f"s{task}",
+                     "owner": f"task:{task}"},
+                )  # fmt: skip
+    # As autovacuum leaves the tables: statistics, and the visibility map.
+    vacuumed(db, "outbox", "tasks", "actions")
     db.dispose()
+
+
+def old_version() -> Any:
+    """The tag's statement with its outbox and actions terms as they were before migration
+    0029: every outbox row and every action of the task summed up (copied here)."""
+    from sqlalchemy import func
+
+    from orchestrator.store import task_versions as tv
+    from orchestrator.store.tables import actions, outbox
+
+    everything = tv._summary(
+        outbox,
+        func.sum(outbox.c.attempts),
+        func.sum(outbox.c.throttled),
+        func.max(outbox.c.next_attempt_at),
+        func.max(outbox.c.delivered_at),
+        func.max(outbox.c.discarded_at),
+        func.max(outbox.c.retried_at),
+        func.max(outbox.c.claimed_until),
+        func.count(outbox.c.claimed_until),
+        *(tv._tally(outbox.c.status, status) for status in ("pending", "dead", "discarded")),
+    )
+    every_action = tv._summary(
+        actions,
+        func.max(actions.c.created_at),
+        func.max(actions.c.decided_at),
+        tv._tally(actions.c.status, "pending_approval"),
+        tv._tally(actions.c.status, "superseded"),
+    )
+    changed = [*tv._OUTBOX, *tv._ACTIONS]
+    parts = [part for part in tv._PARTS if part not in changed] + [everything, every_action]
+    ever_sent = [old_ever_sent(kind) for kind in ("action", "webhook")]
+    return tv._statement(parts, ever_sent)
+
+
+def old_ever_sent(kind: str) -> Any:
+    from sqlalchemy import case, exists
+
+    from orchestrator.store.tables import outbox
+    from orchestrator.store.task_versions import _TASK
+
+    return case(
+        (
+            exists().where(
+                outbox.c.task_id == _TASK, outbox.c.kind == kind, outbox.c.status == "pending"
+            ),
+            exists().where(
+                outbox.c.status.in_(("delivered", "dead", "discarded")), outbox.c.kind == kind
+            ),
+        ),
+        else_=None,
+    ).label(f"{kind}_ever_sent")
+
+
+def busy_polls(client: Any, url: str, polls: int, rounds: int) -> dict[str, Any]:
+    """For each busy task and each way (the tag's statement before, now): the statement's
+    milliseconds in the store, the rows it read (from tables, and index entries alone), and an
+    unchanged poll's wall milliseconds through the API; medians over the rounds."""
+    from orchestrator.store import task_versions
+    from orchestrator.store.db import Database
+
+    now = task_versions._VERSION
+    ways = {"before": old_version(), "now": now}
+    db = Database.from_url(url)
+    params = {task: {"task_id": task, "owner": f"task:{task}"} for task in BUSY}
+    tags = {}  # each way's statement makes its own tag
+    for way, statement in ways.items():
+        task_versions._VERSION = statement
+        for task in BUSY:
+            tags[(task, way)] = client.get(f"/api/v1/tasks/{task}").headers["ETag"]
+    task_versions._VERSION = now
+    store: dict[tuple[str, str], list[float]] = {}
+    wall: dict[tuple[str, str], list[float]] = {}
+    try:
+        for _ in range(rounds):
+            for task in BUSY:
+                for way, statement in ways.items():
+                    with db.transaction(readonly=True) as conn:
+                        started = time.perf_counter()
+                        for _ in range(polls):
+                            conn.execute(statement, params[task]).one()
+                        spent = (time.perf_counter() - started) * 1000 / polls
+                    store.setdefault((task, way), []).append(spent)
+                    task_versions._VERSION = statement
+                    try:
+                        headers = {"If-None-Match": tags[(task, way)]}
+                        started = time.perf_counter()
+                        for _ in range(polls):
+                            answer = client.get(f"/api/v1/tasks/{task}", headers=headers)
+                            assert answer.status_code == 304, answer.status_code
+                        spent = (time.perf_counter() - started) * 1000 / polls
+                    finally:
+                        task_versions._VERSION = now
+                    wall.setdefault((task, way), []).append(spent)
+        rows = {
+            (task, way): table_and_index_rows(
+                db, lambda conn, s=statement, t=task: conn.execute(s, params[t]).one()
+            )
+            for task in BUSY
+            for way, statement in ways.items()
+        }
+    finally:
+        db.dispose()
+    return {
+        "store": {key: statistics.median(values) for key, values in store.items()},
+        "wall": {key: statistics.median(values) for key, values in wall.items()},
+        "rows": rows,
+    }
 
 
 def per_read(client: Any, path: str, polls: int, tag: str | None) -> tuple[float, int]:
@@ -136,6 +289,7 @@ def main() -> int:
                         ms, size = per_read(client, path, args.polls, tag)
                         samples.setdefault((name, conditional), []).append(ms)
                         sizes[(name, conditional)] = size
+            busy = busy_polls(client, url, args.polls, args.rounds)
     median = {key: statistics.median(values) for key, values in samples.items()}
     command = (
         f".venv/bin/python bench/task_polls.py --polls {args.polls} --rounds {args.rounds}"
@@ -162,6 +316,34 @@ def main() -> int:
         "",
         "CPU: this process's, the API and the test client together. A full answer includes the"
         " tag's own read (one statement), which an unchanged read is made of.",
+        "",
+        "Busy tasks: the view's tag before (every outbox row and every action of the task"
+        " summed up) and now (delivered and discarded rows counted per kind and status from"
+        " `ix_outbox_settled`, the rows still to send or dead summed up; the newest action and"
+        " the count of pending ones, from indexes: migration 0029), the ways alternating.",
+        "",
+        "| task | tag statement before: ms | rows read | now: ms | rows read + index entries"
+        " | ratio | unchanged poll (304) before: wall ms | now: wall ms | ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for task, rows in BUSY.items():
+        before, now = busy["store"][(task, "before")], busy["store"][(task, "now")]
+        poll_before, poll_now = busy["wall"][(task, "before")], busy["wall"][(task, "now")]
+        (read_before, entries_before), (read_now, entries_now) = (
+            busy["rows"][(task, "before")],
+            busy["rows"][(task, "now")],
+        )
+        lines.append(
+            f"| {rows:,} delivered webhooks, 3 failing; {rows // 10:,} actions | {before:.2f} |"
+            f" {read_before + entries_before} | {now:.2f} | {read_now} + {entries_now} |"
+            f" {before / now:.1f}x | {poll_before:.2f} | {poll_now:.2f} |"
+            f" {poll_before / poll_now:.1f}x |"
+        )
+    lines += [
+        "",
+        "Rows read: what the scans of the tag's statement returned or filtered out (EXPLAIN"
+        " ANALYZE), of every table; index entries: those an index-only scan counted without"
+        " reading their rows. Wall ms of a poll: the API in this process and Postgres together.",
     ]
     section = "\n".join(lines) + "\n"
     print(section)

@@ -33,6 +33,7 @@ from orchestrator.domain.outcomes import UNRESOLVED
 from orchestrator.store.types import JSONDocument, UTCDateTime
 
 __all__ = [
+    "PENDING_ACTION",
     "actions",
     "attempted_pending",
     "collaboration_messages",
@@ -48,6 +49,7 @@ __all__ = [
     "recovery_snapshots",
     "reports",
     "sessions",
+    "settled",
     "task_events",
     "tasks",
     "transcript_entries",
@@ -278,7 +280,17 @@ actions = Table(
     Index(None, "created_at", "action_id"),  # every action, newest first (`any=true`)
     Index(None, "task_id", "generation"),
     Index(None, "task_id", "node_id"),  # a re-proposal finds the same digest for its node
+    # A task's actions newest first, the list's keyset order: its decided actions' pages
+    # (the task page's "Decided actions") walk it, where they read each action of the task.
+    Index(None, "task_id", "created_at", "action_id"),
 )
+
+#: A pending action, with a literal: the predicate of the partial index below and the filter
+#: of the query meant to use it (`store.task_versions` counts a task's pending actions at each
+#: poll of its page, where the status index walked every pending action of the store).
+PENDING_ACTION = actions.c.status == literal_column("'pending_approval'")
+Index("ix_actions_pending_task_id", actions.c.task_id, postgresql_where=PENDING_ACTION,
+      sqlite_where=PENDING_ACTION)  # fmt: skip
 
 invocation_receipts = Table(
     "invocation_receipts",
@@ -535,6 +547,26 @@ Index(
     outbox.c.event_seq,
     postgresql_where=unsettled(outbox),
     sqlite_where=unsettled(outbox),
+)
+
+
+def settled(table: FromClause) -> ColumnElement[bool]:
+    """A row of `table` delivered or discarded (`store.outbox.SETTLED`), with literals: the
+    predicate of the partial index below and the filter of the query meant to use it."""
+    return table.c.status.in_([literal_column(f"'{status}'") for status in OUTBOX_SETTLED])
+
+
+# A task's view shows its delivered and discarded rows as counts per kind and status
+# (`store.task_versions` reads them at each poll of an open task page): counted from this
+# index alone (an index-only scan, no row read), where the other indexes of the task's rows
+# made each poll read each of its thousands of delivered webhooks.
+Index(
+    "ix_outbox_settled",
+    outbox.c.task_id,
+    outbox.c.kind,
+    outbox.c.status,
+    postgresql_where=settled(outbox),
+    sqlite_where=settled(outbox),
 )
 
 #: Console sessions signed out before their cookie expired (`orchestrator.api.signouts`): the

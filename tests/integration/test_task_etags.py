@@ -20,7 +20,7 @@ from sqlalchemy import insert, select, update
 
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
-from orchestrator.store.tables import evidence, invocation_receipts, outbox
+from orchestrator.store.tables import actions, evidence, invocation_receipts, outbox
 from orchestrator.store.types import utcnow
 from tests.executions_support import (
     READ_AND_QUERY,
@@ -159,6 +159,48 @@ def test_a_waiting_task_s_view_is_sent_again_after_an_approval_and_a_person_s_st
     assert view.body["pending_actions"] == []
     rt.human_steps.close(task_id, "sample", "completed", by="crew", evidence="bottle 7")
     view.changed_by("a person's step")
+
+
+def test_a_task_s_view_is_sent_again_after_an_action_proposed_and_decided_between_two_polls(
+    env: tuple[Runtime, TestClient], scripts: Path
+) -> None:
+    """The tag counts the task's pending actions and takes its newest one: an action proposed
+    and decided between two polls leaves the pending ones as they were, but is the task's
+    last write (and one more decided action on its page)."""
+    write_script(
+        scripts,
+        "wo",
+        [
+            READ_AND_QUERY,
+            {"tool_calls": [plan_call("c1", "r1", [node("check", "completed"),
+                                                   node("repair", "waiting")])]},
+            {"tool_calls": [PROPOSE]},
+            {"tool_calls": [report_call("c3", "waiting")]},
+        ],
+    )  # fmt: skip
+    rt, client = env
+    task_id = rt.tasks.trigger(Trigger(task_type="wo", title="Low pressure")).task.task_id
+    assert rt.executions.run(task_id, 1, worker="w").outcome == "waiting"
+    view = Held(client, f"/api/v1/tasks/{task_id}")
+    [pending] = view.body["pending_actions"]
+    now = utcnow()
+    with rt.db.transaction() as conn:
+        conn.execute(
+            insert(actions).values(
+                action_id="a-between", task_id=task_id, generation=1,
+                session_id=view.body["session_id"], node_id="repair", kind="command",
+                payload={"run": "flush"}, status="pending_approval", created_at=now,
+                plan_revision=1, digest="1" * 64,
+            )
+        )  # fmt: skip
+    with rt.db.transaction() as conn:
+        conn.execute(
+            update(actions)
+            .where(actions.c.action_id == "a-between")
+            .values(status="approved", decided_by="ana", decided_at=now)
+        )
+    view.changed_by("an action proposed and decided")
+    assert [a["action_id"] for a in view.body["pending_actions"]] == [pending["action_id"]]
 
 
 def test_an_evidence_page_is_304_while_unchanged_and_sent_again_with_a_new_record(
@@ -426,3 +468,51 @@ def test_a_task_s_view_is_sent_again_after_a_retry_of_a_failing_delivery_and_an_
             .values(claimed_until=None, next_attempt_at=now + timedelta(minutes=5))
         )
     view.changed_by("the claim's answer")
+
+
+def test_a_task_s_view_is_sent_again_as_its_settled_deliveries_are_deleted_or_delivered(
+    env: tuple[Runtime, TestClient],
+) -> None:
+    """The tag sums up the task's delivered and discarded rows by their counts alone (read
+    from an index, not row by row): deleting one (retention) and delivering a discarded one
+    (its send was under way: the backend acted on it) change only those counts."""
+    from orchestrator.store import outbox_operator, outbox_retention, outbox_sending
+
+    rt, client = env
+    task_id = rt.tasks.trigger(Trigger(task_type="leak", title="Turbid water")).task.task_id
+    now = utcnow()
+    with rt.db.transaction() as conn:
+        for seq, status, delivered in (
+            (1, "delivered", 10),
+            (2, "delivered", 0),
+            (3, "pending", None),
+        ):
+            conn.execute(
+                insert(outbox).values(
+                    kind="webhook", task_id=task_id, event_seq=seq, body="{}", status=status,
+                    attempts=1, last_error=None if delivered is not None else "HTTP 503",
+                    created_at=now - timedelta(days=10), next_attempt_at=now,
+                    delivered_at=None if delivered is None else now - timedelta(days=delivered),
+                )
+            )  # fmt: skip
+        failing = conn.execute(
+            select(outbox.c.outbox_id).where(outbox.c.task_id == task_id, outbox.c.event_seq == 3)
+        ).scalar_one()
+    view = Held(client, f"/api/v1/tasks/{task_id}")
+    assert view.body["deliveries"]["counts"] == {"webhook": {"delivered": 2, "pending": 1}}
+
+    with rt.db.transaction() as conn:
+        gone = outbox_retention.delete_expired_webhooks(
+            conn, now - timedelta(days=1), 10, never_sent=False
+        )
+    assert gone == (1, 0)
+    view.changed_by("retention deleting a delivered webhook")
+    assert view.body["deliveries"]["counts"] == {"webhook": {"delivered": 1, "pending": 1}}
+
+    with rt.db.transaction() as conn:
+        assert outbox_operator.discard(conn, failing, by="kim", reason="backend mended by hand")
+    view.changed_by("a discard")
+    with rt.db.transaction() as conn:
+        assert outbox_sending.mark_delivered(conn, failing) is not None
+    view.changed_by("a discarded delivery answered at last")
+    assert view.body["deliveries"]["counts"] == {"webhook": {"delivered": 2}}

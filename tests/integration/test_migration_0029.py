@@ -1,0 +1,195 @@
+"""Migration 0029: the indexes an open task page reads, built on a live store.
+
+On Postgres they are built CONCURRENTLY, outside the migration's transaction: a transaction
+that writes deliveries or actions while they are built is not held up (a plain CREATE INDEX
+waits for the writers before it and holds up every writer after it). The embedded SQLite
+store gets the same indexes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Connection, inspect, text
+
+from orchestrator.store import make_engine, metadata
+from orchestrator.store.migrations import current_revision, downgrade, upgrade
+
+INDEXES = {
+    "ix_outbox_settled": ("outbox", ["task_id", "kind", "status"]),
+    "ix_actions_task_id_created_at_action_id": ("actions", ["task_id", "created_at", "action_id"]),
+    "ix_actions_pending_task_id": ("actions", ["task_id"]),
+}
+
+ROWS = [
+    "INSERT INTO tasks (task_id, task_type, title, context, trigger_id, origin, status,"
+    " generation, created_at, updated_at) VALUES ('t1', 'x', 't', '{}', 'trig', 'live',"
+    " 'waiting', 1, '2026-01-01', '2026-01-01')",
+    "INSERT INTO sessions (session_id, purpose, task_id, generation, owner, title, created_at,"
+    " updated_at) VALUES ('s1', 'task_execution', 't1', 1, 'task:t1', 't', '2026-01-01',"
+    " '2026-01-01')",
+    "INSERT INTO outbox (kind, task_id, event_seq, body, status, attempts, next_attempt_at,"
+    " created_at, delivered_at) VALUES ('webhook', 't1', 1, '{}', 'delivered', 1,"
+    " '2026-01-01', '2026-01-01', '2026-01-01')",
+    "INSERT INTO actions (action_id, task_id, generation, session_id, node_id, kind, payload,"
+    " status, decided_by, created_at, digest) VALUES ('a1', 't1', 1, 's1', 'n1', 'command',"
+    " '{}', 'approved', 'ops', '2026-01-01', '" + "0" * 64 + "')",
+]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def empty_url(request: pytest.FixtureRequest, tmp_path: object) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{request.getfixturevalue('tmp_path') / 'empty.db'}"
+    return str(request.getfixturevalue("pg_empty_url"))
+
+
+@contextmanager
+def _connection(url: str, *, autocommit: bool = False) -> Iterator[Connection]:
+    engine = make_engine(url)
+    try:
+        if autocommit:
+            with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                yield conn
+        else:
+            with engine.begin() as conn:
+                yield conn
+    finally:
+        engine.dispose()
+
+
+def _indexes(url: str, table: str) -> dict[str, list[str]]:
+    engine = make_engine(url)
+    try:
+        return {str(i["name"]): list(i["column_names"]) for i in inspect(engine).get_indexes(table)}
+    finally:
+        engine.dispose()
+
+
+def _differences(url: str) -> list[object]:
+    with _connection(url) as conn:
+        context = MigrationContext.configure(conn, opts={"compare_type": True})
+        return list(compare_metadata(context, metadata))
+
+
+def test_0029_builds_the_task_page_s_indexes_and_rows_of_before_stay(empty_url: str) -> None:
+    upgrade(empty_url, "0028")
+    with _connection(empty_url) as conn:
+        for statement in ROWS:
+            conn.execute(text(statement))
+    upgrade(empty_url)
+    assert _differences(empty_url) == []
+    for name, (table, columns) in INDEXES.items():
+        assert _indexes(empty_url, table)[name] == columns
+    with _connection(empty_url) as conn:
+        assert conn.execute(text("SELECT count(*) FROM outbox")).scalar_one() == 1
+        assert conn.execute(text("SELECT action_id FROM actions")).scalar_one() == "a1"
+
+    downgrade(empty_url, "0028")
+    assert current_revision(empty_url) == "0028"
+    for name, (table, _) in INDEXES.items():
+        assert name not in _indexes(empty_url, table)
+    upgrade(empty_url)
+    assert _differences(empty_url) == []
+
+
+def test_0029_an_index_an_interrupted_build_left_is_built_anew(pg_empty_url: str) -> None:
+    """Postgres keeps the index of a concurrent build that failed (invalid, not used), and
+    the store stays at 0028: the next upgrade builds it again rather than failing on its
+    name."""
+    upgrade(pg_empty_url, "0028")
+    with _connection(pg_empty_url) as conn:
+        conn.execute(text("CREATE INDEX ix_outbox_settled ON outbox (task_id)"))
+    upgrade(pg_empty_url)
+    assert _indexes(pg_empty_url, "outbox")["ix_outbox_settled"] == INDEXES["ix_outbox_settled"][1]
+    assert _differences(pg_empty_url) == []
+
+
+def test_0029_deliveries_and_actions_are_written_while_its_indexes_are_built(
+    pg_empty_url: str,
+) -> None:
+    """A dispatcher's transaction is open on the outbox when the upgrade starts: the build
+    waits for it, and meanwhile another writer's delivery and action go in at once (a plain
+    CREATE INDEX queues them behind it: their lock_timeout ran out)."""
+    upgrade(pg_empty_url, "0028")
+    with _connection(pg_empty_url) as conn:
+        for statement in ROWS:
+            conn.execute(text(statement))
+    failures: list[BaseException] = []
+
+    def migrate() -> None:
+        try:
+            upgrade(pg_empty_url)
+        except BaseException as error:  # reported by the test, not lost in the thread
+            failures.append(error)
+
+    engine = make_engine(pg_empty_url)
+    try:
+        with engine.connect() as held:
+            held.execute(text("BEGIN"))
+            held.execute(
+                text(
+                    "UPDATE outbox SET attempts = attempts + 1, status = 'delivered'"
+                    " WHERE task_id = 't1'"
+                )
+            )
+            thread = threading.Thread(target=migrate)
+            thread.start()
+            try:
+                _wait_for_the_build_to_wait(pg_empty_url)
+                with _connection(pg_empty_url) as writer:
+                    writer.execute(text("SET LOCAL lock_timeout = '2s'"))
+                    writer.execute(
+                        text(
+                            "INSERT INTO outbox (kind, task_id, event_seq, body, status,"
+                            " next_attempt_at, created_at) VALUES ('webhook', 't1', 2, '{}',"
+                            " 'pending', now(), now())"
+                        )
+                    )
+                    writer.execute(
+                        text(
+                            "INSERT INTO actions (action_id, task_id, generation, session_id,"
+                            " node_id, kind, payload, status, created_at, digest) VALUES"
+                            " ('a2', 't1', 1, 's1', 'n2', 'command', '{}', 'pending_approval',"
+                            " now(), repeat('1', 64))"
+                        )
+                    )
+            finally:
+                held.execute(text("COMMIT"))
+                thread.join(timeout=60)
+    finally:
+        engine.dispose()
+    assert not thread.is_alive()
+    assert failures == []
+    assert current_revision(pg_empty_url) == "0029"
+    with _connection(pg_empty_url) as conn:
+        invalid = conn.execute(
+            text("SELECT count(*) FROM pg_index WHERE NOT indisvalid OR NOT indisready")
+        ).scalar_one()
+        assert invalid == 0
+        assert conn.execute(text("SELECT count(*) FROM outbox")).scalar_one() == 2
+    for name, (table, columns) in INDEXES.items():
+        assert _indexes(pg_empty_url, table)[name] == columns
+
+
+def _wait_for_the_build_to_wait(url: str, within: float = 30.0) -> None:
+    """Until the upgrade's CREATE INDEX waits on a lock (the held transaction's)."""
+    deadline = time.monotonic() + within
+    with _connection(url, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            waiting = conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND query ILIKE 'CREATE INDEX%'"
+                )
+            ).scalar_one()
+            if waiting:
+                return
+            time.sleep(0.05)
+    raise AssertionError(f"the upgrade's CREATE INDEX did not wait within {within} s")

@@ -166,6 +166,12 @@ def test_the_cli_refuses_an_empty_by_on_a_human_step(
     task_id, _ = waiting_task(rt, tmp_path)
     argv = ["tasks", "node", task_id, "repair", "--complete", "--evidence", "done", "--by", ""]
     assert main(argv) == 2
+    # Empty: the limits come before the blank check (the rule a required text's `--reason`
+    # follows), so it is said as a length; blanks only are "must not be blank".
+    assert capsys.readouterr().err == (
+        "orchestrator: invalid --by: String should have at least 1 character\n"
+    )
+    assert main([*argv[:-1], "  "]) == 2
     assert capsys.readouterr().err == "orchestrator: invalid --by: must not be blank\n"
 
 

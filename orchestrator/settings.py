@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Final, Literal
 from urllib.parse import urlsplit
 
-import httpx
 from dotenv import dotenv_values
 from pydantic import (
     AliasChoices,
@@ -291,6 +290,8 @@ class Settings(BaseSettings):
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("must be an http:// or https:// URL with a host")
         _check_host(parts.hostname)
+        import httpx  # here: only a URL set needs it, and every command loads the settings
+
         try:  # what the dispatcher's client will make of it (control characters, a bad port)
             _ = parts.port
             httpx.URL(value)

@@ -18,9 +18,37 @@ from tests.executions_support import runtime_for
 from tests.services import on_a_free_port, wait_until_answering
 from workers.celery_app import CeleryDispatcher, make_celery
 
-__all__ = ["ORCHESTRATOR", "Fleet", "celery_runtime", "fleet_env", "running_fleet"]
+__all__ = [
+    "ORCHESTRATOR",
+    "Fleet",
+    "answering_api_on",
+    "celery_runtime",
+    "fleet_env",
+    "running_fleet",
+]
 
 ORCHESTRATOR = str(Path(sys.executable).with_name("orchestrator"))
+
+
+def answering_api_on(port: int, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """`orchestrator api --port PORT` with `env`, its output in `log` (written anew), once it
+    answers; killed when it does not (`PortTaken` when another process had the port: give this
+    to `on_a_free_port` for a new one)."""
+    with log.open("wb") as out:
+        api = subprocess.Popen(
+            [ORCHESTRATOR, "api", "--port", str(port)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_until_answering(f"http://127.0.0.1:{port}", api, log)
+    except AssertionError:
+        if api.poll() is None:
+            api.kill()
+        api.wait(timeout=10)
+        raise
+    return api
 
 
 @dataclass

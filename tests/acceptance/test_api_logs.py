@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.fleet import ORCHESTRATOR
-from tests.services import on_a_free_port, refused_port, wait_until_answering
+from tests.acceptance.fleet import ORCHESTRATOR, answering_api_on
+from tests.services import on_a_free_port, refused_port
 
 SECRET = "query-token-5a4b3c2d1e0f9a8b"
 
@@ -28,21 +28,7 @@ def running_api(tmp_path: Path, env: dict[str, str]) -> Iterator[int]:
     path = tmp_path / "api.log"
 
     def start(port: int) -> tuple[subprocess.Popen[bytes], int]:
-        with path.open("wb") as log:
-            api = subprocess.Popen(
-                [ORCHESTRATOR, "api", "--port", str(port)],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        try:
-            wait_until_answering(f"http://127.0.0.1:{port}", api, path)
-        except AssertionError:
-            if api.poll() is None:
-                api.kill()
-            api.wait(timeout=10)
-            raise
-        return api, port
+        return answering_api_on(port, env, path), port
 
     api, port = on_a_free_port(start)
     try:

@@ -14,8 +14,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tests.acceptance.fleet import ORCHESTRATOR
-from tests.services import on_a_free_port, wait_until_answering
+from tests.acceptance.fleet import answering_api_on
+from tests.services import on_a_free_port
 
 
 def stop_after(tmp_path: Path, env: dict[str, str], expected_status: int) -> tuple[int, float, str]:
@@ -24,18 +24,7 @@ def stop_after(tmp_path: Path, env: dict[str, str], expected_status: int) -> tup
     log_path = tmp_path / "api.log"
 
     def start(port: int) -> tuple[subprocess.Popen[bytes], int]:
-        with log_path.open("wb") as log:
-            api = subprocess.Popen(
-                [ORCHESTRATOR, "api", "--port", str(port)], env=env, stdout=log, stderr=log
-            )
-        try:
-            wait_until_answering(f"http://127.0.0.1:{port}", api, log_path)
-        except AssertionError:
-            if api.poll() is None:
-                api.kill()
-            api.wait(timeout=10)
-            raise
-        return api, port
+        return answering_api_on(port, env, log_path), port
 
     api, port = on_a_free_port(start)  # a new port if another process took it first
     try:

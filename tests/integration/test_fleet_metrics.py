@@ -11,6 +11,7 @@ from __future__ import annotations
 import signal
 import subprocess
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -71,13 +72,7 @@ def test_a_worker_shows_its_slots_and_how_many_are_busy(tmp_path: Path, scripts:
     migrations.upgrade(f"sqlite:///{home / 'orchestrator.db'}")
     write_script(scripts, "slow", completing_turns(delay_s=3.0))
     with metrics_worker(tmp_path, home, scripts, 1) as (_worker, env, port):
-
-        def scraped() -> str:
-            try:
-                return scrape(port)
-            except OSError:
-                return ""
-
+        scraped = partial(_scraped, port)
         idle = wait_for(
             lambda: _value(text := scraped(), "orchestrator_worker_ready") == 1.0 and text,
             40,
@@ -86,14 +81,7 @@ def test_a_worker_shows_its_slots_and_how_many_are_busy(tmp_path: Path, scripts:
         )
         assert _value(idle, "orchestrator_worker_slots") == 1.0
         assert _value(idle, "orchestrator_worker_slots_busy") == 0.0
-        subprocess.run(
-            [ORCHESTRATOR, "tasks", "trigger", "--type", "slow", "--title", "s"],
-            env=env,
-            cwd=tmp_path,
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
+        _trigger_slow(env, tmp_path)
         wait_for(
             lambda: _value(scraped(), "orchestrator_worker_slots_busy") == 1.0,
             20,
@@ -110,10 +98,23 @@ def test_a_worker_shows_its_slots_and_how_many_are_busy(tmp_path: Path, scripts:
 
 
 def _scraped(port: int) -> str:
+    """The worker's /metrics, or "" while its port does not answer."""
     try:
         return scrape(port)
     except OSError:
         return ""
+
+
+def _trigger_slow(env: dict[str, str], folder: Path) -> None:
+    """One task of the slow script, triggered with the CLI (the worker's wake-up)."""
+    subprocess.run(
+        [ORCHESTRATOR, "tasks", "trigger", "--type", "slow", "--title", "s"],
+        env=env,
+        cwd=folder,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
 
 
 @pytest.mark.slow
@@ -147,14 +148,7 @@ def test_a_worker_shows_its_slots_from_the_start_and_whether_it_takes_wake_ups(
                 what="the worker ready once its broker answers",
             )
             assert _value(ready, "orchestrator_worker_slots") == 3.0
-            subprocess.run(
-                [ORCHESTRATOR, "tasks", "trigger", "--type", "slow", "--title", "s"],
-                env=env,
-                cwd=tmp_path,
-                check=True,
-                capture_output=True,
-                timeout=60,
-            )
+            _trigger_slow(env, tmp_path)
             wait_for(
                 lambda: _value(_scraped(port), "orchestrator_worker_slots_busy") == 1.0,
                 20,

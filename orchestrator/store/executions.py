@@ -14,7 +14,7 @@ from datetime import datetime
 from sqlalchemy import Connection, func, select
 
 from orchestrator.store.records import ExecutionRecord
-from orchestrator.store.tables import executions
+from orchestrator.store.tables import OPEN_LEASE, executions
 
 __all__ = [
     "count_handed_back",
@@ -96,12 +96,11 @@ def handed_back(conn: Connection, current: Sequence[tuple[str, int]]) -> dict[st
 
 
 def count_handed_back(conn: Connection) -> int:
-    """How many open generations wait, handed back, for the sweeper (an index range on the
-    open executions)."""
+    """How many open generations wait, handed back, for the sweeper: read from the index of
+    the claimed open generations (a hand-back sets the lease's expiry, `OPEN_LEASE`), never
+    the queued ones."""
     return int(
         conn.execute(
-            select(func.count()).where(
-                executions.c.outcome.is_(None), executions.c.handed_back_at.is_not(None)
-            )
+            select(func.count()).where(OPEN_LEASE, executions.c.handed_back_at.is_not(None))
         ).scalar_one()
     )

@@ -161,9 +161,19 @@ executions = Table(
     PrimaryKeyConstraint("task_id", "generation"),
     one_of("outcome", v.EXECUTION_OUTCOMES),
     CheckConstraint("generation >= 1", name="generation_positive"),
-    Index(None, "outcome", "lease_expires_at"),
     Index(None, "worker_host", "outcome"),
 )
+
+#: A claimed generation still open: its lease mirrored here (set at the claim, kept while it
+#: runs or waits, handed back). The predicate of the partial index below; the sweep's reads of
+#: expired leases imply it (`lease_expires_at < now` is never true of a null). A queued
+#: generation is not in it: a backlog of thousands leaves the index as small as the generations
+#: that run. An index that also held the queued ones (on `outcome, lease_expires_at`, before
+#: 0030) was the planner's choice for a fenced write's `outcome IS NULL` whenever its statistics
+#: predated the backlog, and every fenced write read the whole backlog.
+OPEN_LEASE = and_(executions.c.outcome.is_(None), executions.c.lease_expires_at.is_not(None))
+Index("ix_executions_open_leases", executions.c.lease_expires_at, postgresql_where=OPEN_LEASE,
+      sqlite_where=OPEN_LEASE)  # fmt: skip
 
 plan_revisions = Table(
     "plan_revisions",

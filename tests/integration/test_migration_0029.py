@@ -125,7 +125,7 @@ def test_0029_deliveries_and_actions_are_written_while_its_indexes_are_built(
 
     def migrate() -> None:
         try:
-            upgrade(pg_empty_url)
+            upgrade(pg_empty_url, "0029")
         except BaseException as error:  # reported by the test, not lost in the thread
             failures.append(error)
 

@@ -10,6 +10,7 @@ not approve its action.
 
 from __future__ import annotations
 
+import hashlib
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,7 +20,9 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from orchestrator.api.app import create_app
 from orchestrator.cli import main
+from orchestrator.operators import OperatorsError, load_operators
 from orchestrator.runtime import Runtime
 from orchestrator.services.invocations import InvocationService
 from orchestrator.services.outbox import OutboxDispatcher, OutboxService
@@ -170,10 +173,7 @@ def test_the_api_takes_a_name_of_the_limit_everywhere_and_refuses_one_more_alike
     rt: Runtime, tmp_path: Path, backend: Recorder, store_url: str
 ) -> None:
     s = scene(rt, tmp_path, backend)
-    app_settings = load_settings(database_url=store_url)
-    from orchestrator.api.app import create_app
-
-    app = create_app(app_settings)
+    app = create_app(load_settings(database_url=store_url))
     app.state.tasks = rt.tasks
     app.state.actions = rt.actions
     app.state.human_steps = rt.human_steps
@@ -216,3 +216,28 @@ def test_the_cli_takes_a_name_of_the_limit_everywhere_and_refuses_one_more_alike
         assert main(argv) == 0, (argv, capsys.readouterr().err)
     capsys.readouterr()
     assert_recorded(rt, s)
+
+
+def test_an_account_is_named_within_the_limit_and_acts_by_its_name(
+    rt: Runtime, tmp_path: Path, backend: Recorder, store_url: str
+) -> None:
+    """An operator account's name is the `by` of what it does (the console's too, signed in
+    as it): an account named in NAME_MAX characters decides and is recorded whole; a name
+    one longer is refused when the operators file is read, never cut when it acts."""
+    s = scene(rt, tmp_path, backend)
+    token = "long-named-approver-token"
+    path = tmp_path / "operators"
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    path.write_text(f"{TOO_LONG} approver {digest}\n", encoding="utf-8")
+    with pytest.raises(OperatorsError, match="line 1: invalid or reserved name"):
+        load_operators(path)
+    path.write_text(f"{NAME} approver {digest}\n", encoding="utf-8")
+    app = create_app(load_settings(database_url=store_url, operators=path))
+    app.state.actions = rt.actions
+    with TestClient(app) as client:
+        answer = client.post(
+            f"/api/v1/actions/{s.approved}/approve",
+            json={"digest": s.digest},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+    assert (answer.status_code, answer.json()["decided_by"]) == (200, NAME)

@@ -1,5 +1,7 @@
 """What one SQL statement costs the worker's CPU, by how it is sent: raw psycopg beside
-SQLAlchemy Core, on a kept connection and through the store's pool.
+SQLAlchemy Core, on a kept connection and through the store's pool, and the store's own way
+(`store.driver`) beside the pooled autocommit checkout it replaced (the removed
+`Database.single_statement`, inlined here as the "before").
 
     .venv/bin/python bench/statement_overhead.py [--blocks 40] [--calls 50] [--write]
 
@@ -35,6 +37,10 @@ WRITE_RAW = WRITE_SA.replace(":name", "%(name)s").replace(":number", "%(number)s
 WRITE_RAW = WRITE_RAW.replace(":body", "%(body)s")
 READ_RAW = "SELECT id, name, number, body FROM bench_rows WHERE id = %(id)s"
 OWN_POOL = "write: SQLAlchemy, an engine in autocommit with a pool of its own"
+CHECKOUT = "write: SQLAlchemy, a pooled connection checked out in autocommit (the store before)"
+RAW_READ = "read in a transaction: raw psycopg, kept connection"
+SA_READ = "read in a transaction: SQLAlchemy Core, kept connection"
+STORE_WRITE = "write: store.driver.rows, a kept autocommit connection (the store)"
 PARAMS = {"name": "a name", "number": 3, "body": '{"status": "succeeded", "result": [1, 2, 3]}'}
 
 
@@ -43,6 +49,7 @@ def ways(url: str) -> tuple[dict[str, Callable[[], Any]], Callable[[], None]]:
     from sqlalchemy.dialects.postgresql import JSONB
 
     from orchestrator.store.db import Database
+    from orchestrator.store.driver import rows as driver_rows
 
     db = Database.from_url(url)
     meta = MetaData()
@@ -96,9 +103,15 @@ def ways(url: str) -> tuple[dict[str, Callable[[], Any]], Callable[[], None]]:
         with autocommit_engine.connect() as conn:
             return conn.execute(write, PARAMS).all()
 
+    def checkout_autocommit_write() -> Any:
+        # What `Database.single_statement` did, before the store sent such statements on
+        # `store.driver` (and the method went): a pooled connection checked out, switched to
+        # autocommit, and switched back and reset on its return.
+        with db.engine.connect() as conn:
+            return conn.execution_options(isolation_level="AUTOCOMMIT").execute(write, PARAMS).all()
+
     def store_write() -> Any:
-        with db.single_statement() as conn:
-            return conn.execute(write, PARAMS).all()
+        return driver_rows(db.engine, write, PARAMS)
 
     read_driver = db.engine.raw_connection().driver_connection  # in a transaction per read
     assert read_driver is not None
@@ -123,9 +136,10 @@ def ways(url: str) -> tuple[dict[str, Callable[[], Any]], Callable[[], None]]:
         "write: raw psycopg through the store's pool": pooled_raw_write,
         "write: SQLAlchemy Core, kept connection": sa_kept_write,
         OWN_POOL: own_pool_write,
-        "write: SQLAlchemy through Database.single_statement (the store)": store_write,
-        "read in a transaction: raw psycopg, kept connection": raw_read,
-        "read in a transaction: SQLAlchemy Core, kept connection": sa_kept_read,
+        CHECKOUT: checkout_autocommit_write,
+        STORE_WRITE: store_write,
+        RAW_READ: raw_read,
+        SA_READ: sa_kept_read,
         "read in a transaction: SQLAlchemy through Database.transaction (the store)": store_read,
     }
 
@@ -156,7 +170,8 @@ def measure(calls: dict[str, Callable[[], Any]], blocks: int, per_block: int) ->
 def report(blocks_us: dict[str, list[float]], command: str, load: tuple[float, float]) -> str:
     median = {label: statistics.median(v) for label, v in blocks_us.items()}
     write_floor = median["write: raw psycopg, kept connection"]
-    read_floor = median["read in a transaction: raw psycopg, kept connection"]
+    read_floor = median[RAW_READ]
+    sa_read = median[SA_READ]
     lines = [
         "## Statement overhead",
         "",
@@ -176,24 +191,24 @@ def report(blocks_us: dict[str, list[float]], command: str, load: tuple[float, f
             f"| {label} | {median[label]:.0f} | {min(samples):.0f} | "
             f"+{median[label] - floor:.0f} us ({median[label] / floor:.2f}x) |"
         )
-    store_write = median["write: SQLAlchemy through Database.single_statement (the store)"]
+    store_write = median[STORE_WRITE]
+    checkout = median[CHECKOUT]
     kept_write = median["write: SQLAlchemy Core, kept connection"]
     lines += [
         "",
-        f"- A fenced-write-shaped statement costs the store {store_write:.0f} us of CPU against "
-        f"{write_floor:.0f} us sent raw on a kept connection: {kept_write - write_floor:.0f} us "
-        f"is SQLAlchemy's execution of the statement, {store_write - kept_write:.0f} us the "
-        "checkout of a pooled connection in autocommit and its return (the pre-ping bookkeeping, "
-        "the isolation level set and reset, the reset on return). An engine kept in autocommit, "
-        f"with a pool of its own, costs {median[OWN_POOL]:.0f} us.",
-        "- A minimal execution checks out a pooled connection 12 times (9 statements in "
-        "autocommit, 3 transactions) and sends 24 statements (bench/executions.py): at these "
-        f"rates the layers above the driver cost it about "
-        f"{(12 * (store_write - kept_write) + 24 * (kept_write - write_floor)) / 1000:.1f} ms "
-        "of worker CPU (12 checkouts and 24 executions), a part, not most, of what it spends "
-        "over the same round trips sent by raw drivers.",
+        f"- A fenced-write-shaped statement sent alone costs the store {store_write:.0f} us of "
+        f"CPU on `store.driver`'s kept autocommit connections (a trigger's insert, a claim, a "
+        f"fenced write), against {write_floor:.0f} us sent raw on a kept connection. Through "
+        f"a pooled connection checked out in autocommit, as `Database.single_statement` sent "
+        f"it before, it cost {checkout:.0f} us: {kept_write - write_floor:.0f} us of "
+        f"SQLAlchemy's execution of the statement and {checkout - kept_write:.0f} us of the "
+        "checkout and its return (the pre-ping bookkeeping, the isolation level set and reset, "
+        "the reset on return). An engine kept in autocommit, with a pool of its own, costs "
+        f"{median[OWN_POOL]:.0f} us.",
         "- The reads are one row by primary key, each its own transaction (BEGIN, SELECT, "
-        "COMMIT); raw and SQLAlchemy on a kept connection are within the noise of each other.",
+        f"COMMIT): SQLAlchemy on a kept connection adds {sa_read - read_floor:.0f} us to raw "
+        f"psycopg's median, {min(blocks_us[SA_READ]) - min(blocks_us[RAW_READ]):.0f} us to its "
+        "best block.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from orchestrator.domain.storable import NAME_MAX
+
 __all__ = [
     "API_TOKEN_ACCOUNT",
     "ROLES",
@@ -32,7 +34,8 @@ __all__ = [
 #: Roles, each allowed what the one before is, and more.
 ROLES: Final = ("viewer", "operator", "approver")
 API_TOKEN_ACCOUNT: Final = "api"
-_NAME: Final = re.compile(r"[A-Za-z0-9_.@-]{1,128}")
+#: An account's name is the `by` of what it does: no longer than any `by` (NAME_MAX).
+_NAME: Final = re.compile(rf"[A-Za-z0-9_.@-]{{1,{NAME_MAX}}}")
 _HEX: Final = re.compile(r"[0-9a-f]{64}")
 
 

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import math
 import unicodedata
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, StringConstraints
 
 __all__ = [
     "MAX_JSON_DEPTH",
+    "NAME_MAX",
     "FilledText",
+    "Name",
     "StoredText",
     "filled_text",
     "storable_json",
@@ -60,6 +62,19 @@ StoredText = Annotated[str, AfterValidator(storable_text)]
 #: where the limit before says "String should have at most 200 characters", as for a required
 #: text (tests/unit/test_text_limits.py holds every request body to it).
 FilledText = Annotated[str, AfterValidator(filled_text)]
+
+#: The most characters of who did a thing (`by`): an operator account's name
+#: (`orchestrator.operators`), which is the `by` of every request an account sends, and of a
+#: `--by` or a body's `by` under the shared token. One limit for every command that records
+#: one (a requeue, a cancel, a decision, a person's step, a write's resolution, a delivery's
+#: retry or discard); every column that keeps one is at least this wide.
+NAME_MAX: Final = 128
+#: Who did a thing, in a request body (the CLI's `--by` is checked by the same models). The
+#: limits before the check, as for an optional `FilledText` above: an empty name is said as a
+#: length, blanks only as blank.
+Name = Annotated[
+    str, StringConstraints(min_length=1, max_length=NAME_MAX), AfterValidator(filled_text)
+]
 
 
 def _visible(char: str) -> bool:

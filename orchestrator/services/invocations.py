@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from orchestrator.domain.storable import NAME_MAX
 from orchestrator.errors import ConflictError, NotFound, ValidationFailed, echoed
 from orchestrator.services.dispatch import Dispatcher, WakeUp, wake
 from orchestrator.services.redecide import redecide_txn
@@ -145,8 +146,8 @@ def _check(status: str, by: str, reason: str) -> None:
     problems = []
     if status not in open_work.RESOLUTIONS:
         problems.append(("status", f"status must be succeeded or failed, not {status!r}"))
-    if not by.strip() or len(by) > 128:
-        problems.append(("by", "by must name who resolves it (1-128 characters)"))
+    if not by.strip() or len(by) > NAME_MAX:
+        problems.append(("by", f"by must name who resolves it (1-{NAME_MAX} characters)"))
     if not reason.strip() or len(reason) > REASON_MAX:
         problems.append(("reason", f"reason must say why (1-{REASON_MAX} characters)"))
     if problems:

@@ -13,19 +13,11 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
-from orchestrator.domain.storable import FilledText, filled_text, storable_text
+from orchestrator.domain.storable import FilledText, Name, filled_text, storable_text
 from orchestrator.services.invocations import REASON_MAX
 
 __all__ = ["CloseBody", "CompleteBody", "Decision", "DiscardBody", "ResolveBody", "RetryBody"]
 
-#: Who decided, did a step or resolved a write (limits before the check: `FilledText`).
-_Decider = Annotated[
-    str, StringConstraints(min_length=1, max_length=128), AfterValidator(filled_text)
-]
-#: Who retries or discards a delivery.
-_Retrier = Annotated[
-    str, StringConstraints(min_length=1, max_length=200), AfterValidator(filled_text)
-]
 #: A decision's note.
 _DecisionNote = Annotated[str, StringConstraints(max_length=2000), AfterValidator(storable_text)]
 #: Why a delivery is retried, or what was mended.
@@ -36,7 +28,7 @@ _RetryNote = Annotated[
 
 class Decision(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    by: _Decider | None = Field(
+    by: Name | None = Field(
         default=None,
         description="who decides; with operator accounts the authenticated name is used instead",
     )
@@ -50,13 +42,13 @@ class Decision(BaseModel):
 
 class CompleteBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    by: _Decider | None = Field(default=None, description="who did it")
+    by: Name | None = Field(default=None, description="who did it")
     evidence: FilledText = Field(min_length=1, max_length=1500, description="what the person found")
 
 
 class CloseBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    by: _Decider | None = Field(default=None, description="who did it")
+    by: Name | None = Field(default=None, description="who did it")
     reason: FilledText = Field(
         min_length=1, max_length=1500, description="why it failed or is skipped"
     )
@@ -68,7 +60,7 @@ class ResolveBody(BaseModel):
     reason: FilledText = Field(
         min_length=1, max_length=REASON_MAX, description="how the operator knows"
     )
-    by: _Decider | None = Field(default=None, description="who resolves it")
+    by: Name | None = Field(default=None, description="who resolves it")
 
 
 class DiscardBody(BaseModel):
@@ -76,7 +68,7 @@ class DiscardBody(BaseModel):
     reason: FilledText = Field(
         min_length=1, max_length=500, description="why: how the delivery was dealt with by hand"
     )
-    by: _Retrier | None = Field(
+    by: Name | None = Field(
         default=None,
         description="who discards it; required with the shared API token (an operator account "
         "is recorded by its name)",
@@ -88,7 +80,7 @@ class RetryBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     note: _RetryNote | None = Field(default=None, description="why, or what was mended")
-    by: _Retrier | None = Field(
+    by: Name | None = Field(
         default=None,
         description="who retries it, with the shared API token (recorded as `api` when not "
         "said); an operator account is recorded by its name",

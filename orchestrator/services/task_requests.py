@@ -8,17 +8,13 @@ each requeue or cancel, of 2.4 s) for a command that writes to the store.
 
 from __future__ import annotations
 
-from typing import Annotated
+from pydantic import BaseModel, ConfigDict, Field
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
-
-from orchestrator.domain.storable import FilledText, filled_text
+from orchestrator.domain.storable import FilledText, Name
 from orchestrator.services.tasks import CANCELLED
 
 __all__ = ["CancelBody", "RequeueBody"]
 
-#: Who asks (its limit before the check: `FilledText`).
-_Asker = Annotated[str, StringConstraints(max_length=200), AfterValidator(filled_text)]
 #: Who asks, in a body sent with the shared API token (a named account is always its own name).
 _BY = Field(
     default=None,
@@ -30,10 +26,10 @@ _BY = Field(
 class RequeueBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     reason: FilledText = Field(min_length=1, max_length=500)
-    by: _Asker | None = _BY
+    by: Name | None = _BY
 
 
 class CancelBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     reason: FilledText = Field(default=CANCELLED, min_length=1, max_length=500)
-    by: _Asker | None = _BY
+    by: Name | None = _BY

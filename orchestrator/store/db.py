@@ -169,24 +169,6 @@ class Database:
                 marked = conn.info.pop(_WAKE, None)
         self._announce(marked)  # with the connection given back
 
-    @contextmanager
-    def single_statement(self) -> Iterator[Connection]:
-        """A unit of work that is one statement on Postgres: sent in autocommit, no BEGIN or
-        COMMIT round trip (the statement is its own transaction). Elsewhere a transaction."""
-        if self.dialect != "postgresql":
-            with self.transaction() as conn:
-                yield conn
-            return
-        with self.engine.connect() as conn:
-            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            try:
-                yield conn
-            except IntegrityError as exc:
-                raise ConstraintViolation(_integrity_message(exc)) from exc
-            finally:
-                marked = conn.info.pop(_WAKE, None)
-        self._announce(marked)  # with the connection given back
-
     def _announce(self, marked: set[str] | None) -> None:
         if not marked or self.after_commit is None:
             return

@@ -30,6 +30,7 @@ from sqlalchemy import (
 
 from orchestrator.domain import vocabulary as v
 from orchestrator.domain.outcomes import UNRESOLVED
+from orchestrator.domain.storable import NAME_MAX
 from orchestrator.store.types import JSONDocument, UTCDateTime
 
 __all__ = [
@@ -272,7 +273,7 @@ actions = Table(
     Column("kind", String(16), nullable=False),
     Column("payload", JSONDocument, nullable=False),
     Column("status", String(24), nullable=False),
-    Column("decided_by", String(128), nullable=True),
+    Column("decided_by", String(NAME_MAX), nullable=True),
     Column("decided_at", UTCDateTime, nullable=True),
     Column("note", Text, nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
@@ -481,6 +482,8 @@ outbox = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("delivered_at", UTCDateTime, nullable=True),
     # Who settled a dead letter by hand, when and why (migration 0021): kept with the row.
+    # `discarded_by` and `retried_by` are wider than a name now is (NAME_MAX): they keep the
+    # names of up to 200 characters a retry or discard took before the one limit.
     Column("discarded_at", UTCDateTime, nullable=True),
     Column("discarded_by", String(200), nullable=True),
     Column("discard_reason", Text, nullable=True),
@@ -588,7 +591,7 @@ console_signouts = Table(
     Column("expires_at", UTCDateTime, nullable=False),
     Column("signed_out_at", UTCDateTime, nullable=False),
     # The session's account (null on rows of before 0020): its sign-outs are counted.
-    Column("account", String(128), nullable=True),
+    Column("account", String(NAME_MAX), nullable=True),
     Index(None, "expires_at"),
     Index(None, "account"),
 )
@@ -598,6 +601,6 @@ console_signouts = Table(
 console_account_signouts = Table(
     "console_account_signouts",
     metadata,
-    Column("account", String(128), primary_key=True),
+    Column("account", String(NAME_MAX), primary_key=True),
     Column("before", UTCDateTime, nullable=False),
 )

@@ -140,8 +140,7 @@ def test_observers_are_told_every_statement_and_whether_it_commits_alone(
         driver.rows(pg_db.engine, text("SELECT 1"), {})
         with pg_db.transaction() as conn:
             driver.fetch(conn, text("SELECT 2"), {})
-        with pg_db.single_statement() as conn:
-            driver.fetch(conn, text("VALUES (3)"), {})
+        driver.rows(pg_db.engine, text("VALUES (3)"), {})
     finally:
         driver.observers.remove(observe)
     assert told == [("SELECT", True), ("SELECT", False), ("VALUES", True)]

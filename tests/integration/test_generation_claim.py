@@ -19,13 +19,13 @@ from orchestrator.store.types import utcnow
 
 
 def new_task(db: Database) -> str:
-    with db.single_statement() as conn:
-        task = task_store.insert_task(
-            conn,
-            task_store.NewTask(
-                task_type="t", title="claim", context={}, trigger_id=f"claim:{uuid.uuid4()}"
-            ),
-        )
+    # As a trigger inserts it: one statement on Postgres (`store.driver`), else a transaction.
+    task = task_store.insert_task_alone(
+        db,
+        task_store.NewTask(
+            task_type="t", title="claim", context={}, trigger_id=f"claim:{uuid.uuid4()}"
+        ),
+    )
     assert task is not None
     return task.task_id
 

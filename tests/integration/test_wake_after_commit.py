@@ -39,7 +39,7 @@ def test_keys_are_announced_once_the_write_is_visible(db: Database, probe: Recor
         wake_after_commit(conn, "task:a")
         wake_after_commit(conn, "task:b")
         wake_after_commit(conn, "task:a")
-    with db.single_statement() as conn:
+    with db.transaction() as conn:  # the next unit of work: its own keys, its own write
         conn.execute(text("INSERT INTO wake_probe VALUES (2)"))
         wake_after_commit(conn, "task:c")
     with db.transaction(readonly=True) as conn:  # marks nothing: announces nothing

@@ -177,11 +177,12 @@ def test_requeue_and_cancel_check_their_options_without_the_web_stack(tmp_path: 
     assert (blank.returncode, blank.stdout) == (2, "")
     assert blank.stderr.startswith("orchestrator: invalid --reason: ")
     assert blank.stderr.endswith("must not be blank\n")  # after pydantic's "Value error, "
-    too_long = run_main("tasks", "cancel", task_id, "--by", "x" * 201, env=env)
+    too_long = run_main("tasks", "cancel", task_id, "--by", "x" * 129, env=env)
     assert (too_long.returncode, too_long.stdout) == (2, "")
-    # In characters, as --reason's (pydantic said "at most 200 items after validation").
+    # In characters, as --reason's (pydantic said "at most 200 items after validation"); 128,
+    # as every `by` (tests/integration/test_operator_names.py).
     assert (
-        too_long.stderr == "orchestrator: invalid --by: String should have at most 200 characters\n"
+        too_long.stderr == "orchestrator: invalid --by: String should have at most 128 characters\n"
     )
 
 

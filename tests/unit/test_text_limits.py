@@ -59,3 +59,41 @@ def test_a_text_over_its_limit_is_said_too_long_in_characters() -> None:
     # The walk reaches the bodies whose `by` is optional (a requeue's, a decision's, a step's).
     shown = {"RequeueBody.by", "CancelBody.by", "Decision.by", "CloseBody.by", "RetryBody.by"}
     assert shown <= set(checked)
+
+
+def test_who_acted_has_one_limit_on_every_body_and_fits_every_column_that_keeps_it() -> None:
+    """A requeue's, a cancel's and a delivery's retry or discard took a `by` of 200 characters,
+    a decision, a step and a resolution one of 128: a name one command recorded, the next
+    refused. Every body's `by` is now `Name`: 1 to NAME_MAX characters, as an account's."""
+    from sqlalchemy import String
+
+    from orchestrator.domain.storable import NAME_MAX
+    from orchestrator.store.tables import (
+        actions,
+        console_account_signouts,
+        console_signouts,
+        outbox,
+    )
+
+    limits = {}
+    for model in _bodies():
+        schema = model.model_json_schema()["properties"].get("by")
+        if schema is not None:
+            [text] = [s for s in schema.get("anyOf", [schema]) if s.get("type") == "string"]
+            limits[model.__name__] = (text.get("minLength"), text.get("maxLength"))
+    assert {"RequeueBody", "CancelBody", "Decision", "CompleteBody", "CloseBody"} <= set(limits)
+    assert {"ResolveBody", "RetryBody", "RetryDeadBody", "DiscardBody"} <= set(limits)
+    assert {name: limit for name, limit in limits.items() if limit != (1, NAME_MAX)} == {}
+    keeping = [
+        actions.c.decided_by,
+        outbox.c.retried_by,
+        outbox.c.discarded_by,
+        console_signouts.c.account,  # a console operator's `by` is their account
+        console_account_signouts.c.account,
+    ]
+    narrow = [
+        str(column)
+        for column in keeping
+        if not isinstance(column.type, String) or (column.type.length or 0) < NAME_MAX
+    ]
+    assert narrow == []

@@ -8,7 +8,6 @@ requeue` do.
 from __future__ import annotations
 
 import argparse
-import getpass
 import logging
 import sys
 import threading
@@ -21,6 +20,7 @@ from orchestrator.cli.common import (
     bounded_int,
     checked_body,
     load,
+    login_name,
     print_json,
     printable,
 )
@@ -492,7 +492,7 @@ def _retry(args: argparse.Namespace) -> int:
     from orchestrator.services.operator_requests import RetryBody
 
     # Checked as the API checks them, before the store is opened (as `discard` does).
-    by = getpass.getuser() if args.by is None else args.by
+    by = login_name() if args.by is None else args.by
     body = checked_body(RetryBody, {"note": args.note, "by": by})
     who = {"by": str(body.by), "note": body.note}
     db = _db()
@@ -538,7 +538,7 @@ def _discard(args: argparse.Namespace) -> int:
 
     # Checked as the API checks them, before the store is opened: only an absent --by means
     # the user; an empty one (an unset $NAME) is refused, not recorded as the OS user's.
-    by = getpass.getuser() if args.by is None else args.by
+    by = login_name() if args.by is None else args.by
     body = checked_body(DiscardBody, {"reason": args.reason, "by": by})
     db = _db()
     try:

@@ -241,3 +241,37 @@ def test_an_account_is_named_within_the_limit_and_acts_by_its_name(
             headers={"Authorization": f"Bearer {token}"},
         )
     assert (answer.status_code, answer.json()["decided_by"]) == (200, NAME)
+
+
+def test_every_command_without_by_and_no_user_name_says_to_give_by(
+    rt: Runtime,
+    tmp_path: Path,
+    backend: Recorder,
+    store_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A container under a user id its image does not list, with LOGNAME and USER unset: each
+    command that records who did it, its `--by` left out, refuses with one line (the outbox's
+    retry and discard raised getpass's KeyError)."""
+    s = scene(rt, tmp_path, backend)
+    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        monkeypatch.delenv(name, raising=False)
+
+    def unlisted(uid: int) -> Any:
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.setattr("pwd.getpwuid", unlisted)
+    before = dump_database(rt.db)
+    for argv in cli_commands(s, NAME):
+        without = argv[: argv.index("--by")]
+        assert main(without) == 2, without
+        said = capsys.readouterr()
+        assert said.out == "", without
+        assert said.err.startswith("orchestrator: give --by: your user name cannot be read"), (
+            without,
+            said.err,
+        )
+    assert dump_database(rt.db) == before  # nothing written

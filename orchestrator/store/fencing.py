@@ -18,6 +18,7 @@ from sqlalchemy import Connection, and_, bindparam, select
 from orchestrator.domain.fences import Fence
 from orchestrator.errors import StaleGeneration
 from orchestrator.store import driver
+from orchestrator.store.row_checks import STATUS_RUNNING_ON_T
 from orchestrator.store.tables import executions, tasks
 
 __all__ = ["LIVE_CTE", "LiveGeneration", "check_fence", "fence_params"]
@@ -30,7 +31,7 @@ __all__ = ["LIVE_CTE", "LiveGeneration", "check_fence", "fence_params"]
 LIVE_CTE = (
     "WITH live AS (SELECT t.task_id FROM tasks t JOIN executions e "
     "ON e.task_id = t.task_id AND e.generation = t.generation "
-    "WHERE t.task_id = :task_id AND t.generation = :generation AND t.status = 'running' "
+    f"WHERE t.task_id = :task_id AND t.generation = :generation AND {STATUS_RUNNING_ON_T} "
     "AND e.outcome IS NULL AND e.lease_token = :lease_token FOR UPDATE OF t) "
 )
 

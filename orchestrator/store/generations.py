@@ -34,6 +34,7 @@ from orchestrator.store import actions as action_store
 from orchestrator.store import driver
 from orchestrator.store.open_work import generation_receipts_to_unknown
 from orchestrator.store.records import TaskRecord, driver_row
+from orchestrator.store.row_checks import on_the_row
 from orchestrator.store.tables import actions, executions, sessions, tasks
 from orchestrator.store.types import utcnow
 
@@ -264,7 +265,7 @@ def _claim_task() -> Update:
         .where(
             tasks.c.task_id == bindparam("claim_task_id"),
             tasks.c.generation == bindparam("claim_generation"),
-            tasks.c.status == "queued",
+            on_the_row(tasks.c.status == "queued"),
             exists().where(_open_execution()),
         )
         .values(status="running", updated_at=bindparam("claim_now", type_=tasks.c.updated_at.type))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -36,13 +37,19 @@ def quiet_dispatch_log() -> None:
 
 
 class Notices(logging.Handler):
-    """The change notices Redis refused while a command ran: each warning's error."""
+    """The change notices Redis refused while a command ran: each warning's error. Only the
+    command's own, logged on its thread (a change's notices are sent by the thread that
+    committed it): another thread of the process, such as an API's subscription to the
+    notices in the same process, logs its own troubles, which are not the command's."""
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
         self.errors: list[str] = []
+        self._thread = threading.get_ident()
 
     def emit(self, record: logging.LogRecord) -> None:
+        if record.thread != self._thread:
+            return
         # The events module logs the exception as the last argument of its warnings.
         args = record.args if isinstance(record.args, tuple) else ()
         cause = args[-1] if args and isinstance(args[-1], BaseException) else None

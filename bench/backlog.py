@@ -26,7 +26,8 @@ import shutil
 import statistics
 import tempfile
 import time
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -53,18 +54,30 @@ INDEXES = {
 }
 
 
-def _use(db: Database, index: str) -> None:
+@contextmanager
+def _session(url: str) -> Iterator[Any]:
+    """An autocommit connection of its own, closed after: the rows its statements read reach
+    `pg_stat_user_tables` when it ends, before a cell is measured, not during it."""
+    db = Database.from_url(url)
+    try:
+        with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            yield conn
+    finally:
+        db.dispose()
+
+
+def _use(url: str, index: str) -> None:
     """Only `index`'s lease index on executions."""
-    with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+    with _session(url) as conn:
         conn.exec_driver_sql("DROP INDEX IF EXISTS ix_executions_open_leases")
         conn.exec_driver_sql("DROP INDEX IF EXISTS ix_executions_outcome_lease_expires_at")
         conn.exec_driver_sql(INDEXES[index])
 
 
-def _rows_read(db: Database) -> dict[str, int]:
+def _rows_read(url: str) -> dict[str, int]:
     """Rows `executions` and `tasks` gave their scans so far: every other session of the
     database is ended first (a session's counts reach the view when it ends)."""
-    with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+    with _session(url) as conn:
         others = (
             "SELECT pid FROM pg_stat_activity"
             " WHERE datname = current_database() AND pid <> pg_backend_pid()"
@@ -90,11 +103,11 @@ def _trigger(rt: Runtime, count: int, title: str) -> list[str]:
     ]
 
 
-def _cell(settings: Any, db: Database, queued: list[str] | None, count: int) -> dict[str, float]:
+def _cell(settings: Any, url: str, queued: list[str] | None, count: int) -> dict[str, float]:
     """`count` executions, of tasks from `queued` (taken from its front) or, without it, each
     triggered just before it runs: per execution, Postgres's and this process's CPU (ms) and
     the rows each table gave."""
-    before_rows = _rows_read(db)
+    before_rows = _rows_read(url)
     rt = build_runtime(settings, dispatcher=RecordingDispatcher())
     own: list[float] = []
     try:
@@ -109,7 +122,7 @@ def _cell(settings: Any, db: Database, queued: list[str] | None, count: int) -> 
         used = cpu.cpu_used(before, cpu.cpu_seconds({}, execution_fleet.SERVER_PIDS))
     finally:
         rt.close()
-    after_rows = _rows_read(db)
+    after_rows = _rows_read(url)
     return {
         "postgres_ms": used.get("postgres", 0.0) * 1000 / count,
         "process_ms": statistics.median(own),
@@ -141,18 +154,16 @@ def main() -> int:
                 queued_stale_seconds=600,
                 home=folder / "home",
             )
-            db = Database.from_url(pg_url)
-            stack.callback(db.dispose)
             rt = build_runtime(settings, dispatcher=RecordingDispatcher())
             try:
                 _trigger(rt, args.history, "past")
-                with db.transaction() as conn:
+                with _session(pg_url) as conn:
                     conn.exec_driver_sql(
                         "UPDATE executions SET outcome = 'completed', started_at = now(),"
                         " ended_at = now()"
                     )
                     conn.exec_driver_sql("UPDATE tasks SET status = 'completed'")
-                with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
+                with _session(pg_url) as c:
                     c.exec_driver_sql("VACUUM ANALYZE tasks, executions")
                     for table in ("tasks", "executions"):
                         c.exec_driver_sql(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
@@ -165,8 +176,8 @@ def main() -> int:
                     if phase != "nothing queued":
                         queued = _trigger(rt, args.backlog + 4 * args.executions, "queued")
                     for index in [*INDEXES, *INDEXES]:
-                        _use(db, index)
-                        cell = _cell(settings, db, queued if queued else None, args.executions)
+                        _use(pg_url, index)
+                        cell = _cell(settings, pg_url, queued if queued else None, args.executions)
                         results.setdefault((phase, index), []).append(cell)
                         print(phase, "|", index, "|", {k: round(v, 2) for k, v in cell.items()})
             finally:

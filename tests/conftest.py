@@ -70,6 +70,14 @@ def pg_empty_url(postgres: PostgresServer) -> Iterator[str]:
     postgres.drop_database(name)
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty store (no schema) on each database: what the migration tests build on."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'empty.db'}"
+    return str(request.getfixturevalue("pg_empty_url"))
+
+
 @pytest.fixture(scope="session")
 def _sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("sqlite-template") / "template.db"

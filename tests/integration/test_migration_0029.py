@@ -10,16 +10,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
-import pytest
-from alembic.autogenerate import compare_metadata
-from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Connection, inspect, text
+from sqlalchemy import text
 
-from orchestrator.store import make_engine, metadata
+from orchestrator.store import make_engine
 from orchestrator.store.migrations import current_revision, downgrade, upgrade
+from tests.migration_checks import connection, differences, indexes
 
 INDEXES = {
     "ix_outbox_settled": ("outbox", ["task_id", "kind", "status"]),
@@ -43,60 +39,25 @@ ROWS = [
 ]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def empty_url(request: pytest.FixtureRequest, tmp_path: object) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{request.getfixturevalue('tmp_path') / 'empty.db'}"
-    return str(request.getfixturevalue("pg_empty_url"))
-
-
-@contextmanager
-def _connection(url: str, *, autocommit: bool = False) -> Iterator[Connection]:
-    engine = make_engine(url)
-    try:
-        if autocommit:
-            with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-                yield conn
-        else:
-            with engine.begin() as conn:
-                yield conn
-    finally:
-        engine.dispose()
-
-
-def _indexes(url: str, table: str) -> dict[str, list[str]]:
-    engine = make_engine(url)
-    try:
-        return {str(i["name"]): list(i["column_names"]) for i in inspect(engine).get_indexes(table)}
-    finally:
-        engine.dispose()
-
-
-def _differences(url: str) -> list[object]:
-    with _connection(url) as conn:
-        context = MigrationContext.configure(conn, opts={"compare_type": True})
-        return list(compare_metadata(context, metadata))
-
-
 def test_0029_builds_the_task_page_s_indexes_and_rows_of_before_stay(empty_url: str) -> None:
     upgrade(empty_url, "0028")
-    with _connection(empty_url) as conn:
+    with connection(empty_url) as conn:
         for statement in ROWS:
             conn.execute(text(statement))
     upgrade(empty_url)
-    assert _differences(empty_url) == []
+    assert differences(empty_url) == []
     for name, (table, columns) in INDEXES.items():
-        assert _indexes(empty_url, table)[name] == columns
-    with _connection(empty_url) as conn:
+        assert indexes(empty_url, table)[name] == columns
+    with connection(empty_url) as conn:
         assert conn.execute(text("SELECT count(*) FROM outbox")).scalar_one() == 1
         assert conn.execute(text("SELECT action_id FROM actions")).scalar_one() == "a1"
 
     downgrade(empty_url, "0028")
     assert current_revision(empty_url) == "0028"
     for name, (table, _) in INDEXES.items():
-        assert name not in _indexes(empty_url, table)
+        assert name not in indexes(empty_url, table)
     upgrade(empty_url)
-    assert _differences(empty_url) == []
+    assert differences(empty_url) == []
 
 
 def test_0029_an_index_an_interrupted_build_left_is_built_anew(pg_empty_url: str) -> None:
@@ -104,11 +65,11 @@ def test_0029_an_index_an_interrupted_build_left_is_built_anew(pg_empty_url: str
     the store stays at 0028: the next upgrade builds it again rather than failing on its
     name."""
     upgrade(pg_empty_url, "0028")
-    with _connection(pg_empty_url) as conn:
+    with connection(pg_empty_url) as conn:
         conn.execute(text("CREATE INDEX ix_outbox_settled ON outbox (task_id)"))
     upgrade(pg_empty_url)
-    assert _indexes(pg_empty_url, "outbox")["ix_outbox_settled"] == INDEXES["ix_outbox_settled"][1]
-    assert _differences(pg_empty_url) == []
+    assert indexes(pg_empty_url, "outbox")["ix_outbox_settled"] == INDEXES["ix_outbox_settled"][1]
+    assert differences(pg_empty_url) == []
 
 
 def test_0029_deliveries_and_actions_are_written_while_its_indexes_are_built(
@@ -118,7 +79,7 @@ def test_0029_deliveries_and_actions_are_written_while_its_indexes_are_built(
     waits for it, and meanwhile another writer's delivery and action go in at once (a plain
     CREATE INDEX queues them behind it: their lock_timeout ran out)."""
     upgrade(pg_empty_url, "0028")
-    with _connection(pg_empty_url) as conn:
+    with connection(pg_empty_url) as conn:
         for statement in ROWS:
             conn.execute(text(statement))
     failures: list[BaseException] = []
@@ -143,7 +104,7 @@ def test_0029_deliveries_and_actions_are_written_while_its_indexes_are_built(
             thread.start()
             try:
                 _wait_for_the_build_to_wait(pg_empty_url)
-                with _connection(pg_empty_url) as writer:
+                with connection(pg_empty_url) as writer:
                     writer.execute(text("SET LOCAL lock_timeout = '2s'"))
                     writer.execute(
                         text(
@@ -168,20 +129,20 @@ def test_0029_deliveries_and_actions_are_written_while_its_indexes_are_built(
     assert not thread.is_alive()
     assert failures == []
     assert current_revision(pg_empty_url) == "0029"
-    with _connection(pg_empty_url) as conn:
+    with connection(pg_empty_url) as conn:
         invalid = conn.execute(
             text("SELECT count(*) FROM pg_index WHERE NOT indisvalid OR NOT indisready")
         ).scalar_one()
         assert invalid == 0
         assert conn.execute(text("SELECT count(*) FROM outbox")).scalar_one() == 2
     for name, (table, columns) in INDEXES.items():
-        assert _indexes(pg_empty_url, table)[name] == columns
+        assert indexes(pg_empty_url, table)[name] == columns
 
 
 def _wait_for_the_build_to_wait(url: str, within: float = 30.0) -> None:
     """Until the upgrade's CREATE INDEX waits on a lock (the held transaction's)."""
     deadline = time.monotonic() + within
-    with _connection(url, autocommit=True) as conn:
+    with connection(url, autocommit=True) as conn:
         while time.monotonic() < deadline:
             waiting = conn.execute(
                 text(

@@ -7,19 +7,15 @@ changes run CONCURRENTLY, outside the migration's transaction; SQLite gets the s
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 
-import pytest
-from alembic.autogenerate import compare_metadata
-from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Connection, inspect, text
+from sqlalchemy import text
 
-from orchestrator.store import Database, make_engine, metadata
+from orchestrator.store import Database
 from orchestrator.store.executions import count_handed_back, expired_executions
 from orchestrator.store.migrations import current_revision, downgrade, upgrade
 from orchestrator.store.types import utcnow
+from tests.migration_checks import connection, differences, indexes
 
 NEW, OLD = "ix_executions_open_leases", "ix_executions_outcome_lease_expires_at"
 
@@ -41,34 +37,8 @@ TASKS = [
 ]  # fmt: skip
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def empty_url(request: pytest.FixtureRequest, tmp_path: object) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{request.getfixturevalue('tmp_path') / 'empty.db'}"
-    return str(request.getfixturevalue("pg_empty_url"))
-
-
-@contextmanager
-def _connection(url: str) -> Iterator[Connection]:
-    engine = make_engine(url)
-    try:
-        with engine.begin() as conn:
-            yield conn
-    finally:
-        engine.dispose()
-
-
-def _indexes(url: str) -> dict[str, list[str]]:
-    engine = make_engine(url)
-    try:
-        found = inspect(engine).get_indexes("executions")
-        return {str(i["name"]): list(i["column_names"]) for i in found}
-    finally:
-        engine.dispose()
-
-
 def _definition(url: str, name: str) -> str:
-    with _connection(url) as conn:
+    with connection(url) as conn:
         if conn.dialect.name == "sqlite":
             query = "SELECT sql FROM sqlite_master WHERE name = :name"
         else:
@@ -76,24 +46,18 @@ def _definition(url: str, name: str) -> str:
         return str(conn.execute(text(query), {"name": name}).scalar_one())
 
 
-def _differences(url: str) -> list[object]:
-    with _connection(url) as conn:
-        context = MigrationContext.configure(conn, opts={"compare_type": True})
-        return list(compare_metadata(context, metadata))
-
-
 def test_0030_replaces_the_lease_index_and_the_sweep_s_reads_answer_as_before(
     empty_url: str,
 ) -> None:
     upgrade(empty_url, "0029")
-    with _connection(empty_url) as conn:
+    with connection(empty_url) as conn:
         for values in TASKS:
             for statement in ROWS:
                 conn.execute(text(statement.format(**values)))
     upgrade(empty_url)
-    assert _differences(empty_url) == []
-    indexes = _indexes(empty_url)
-    assert (indexes[NEW], OLD in indexes) == (["lease_expires_at"], False)
+    assert differences(empty_url) == []
+    found = indexes(empty_url, "executions")
+    assert (found[NEW], OLD in found) == (["lease_expires_at"], False)
     definition = "".join(_definition(empty_url, NEW).split()).lower().replace("(", "")
     assert "whereoutcomeisnullandlease_expires_atisnotnull" in definition.replace(")", "")
     db = Database.from_url(empty_url)
@@ -107,11 +71,11 @@ def test_0030_replaces_the_lease_index_and_the_sweep_s_reads_answer_as_before(
 
     downgrade(empty_url, "0029")
     assert current_revision(empty_url) == "0029"
-    indexes = _indexes(empty_url)
-    assert (indexes[OLD], NEW in indexes) == (["outcome", "lease_expires_at"], False)
+    found = indexes(empty_url, "executions")
+    assert (found[OLD], NEW in found) == (["outcome", "lease_expires_at"], False)
     upgrade(empty_url)
-    assert _differences(empty_url) == []
-    with _connection(empty_url) as conn:
+    assert differences(empty_url) == []
+    with connection(empty_url) as conn:
         assert conn.execute(text("SELECT count(*) FROM executions")).scalar_one() == 3
 
 
@@ -120,16 +84,16 @@ def test_0030_run_again_after_an_interruption_finishes(pg_empty_url: str) -> Non
     left invalid by a concurrent build that failed), the next upgrade builds the index anew
     and drops the old one only if it is still there."""
     upgrade(pg_empty_url)
-    with _connection(pg_empty_url) as conn:
+    with connection(pg_empty_url) as conn:
         conn.execute(text("UPDATE alembic_version SET version_num = '0029'"))
     upgrade(pg_empty_url)
     assert current_revision(pg_empty_url) == "0030"
-    assert _differences(pg_empty_url) == []
+    assert differences(pg_empty_url) == []
 
     downgrade(pg_empty_url, "0029")
-    with _connection(pg_empty_url) as conn:
+    with connection(pg_empty_url) as conn:
         conn.execute(text(f"CREATE INDEX {NEW} ON executions (task_id)"))  # a failed build's
     upgrade(pg_empty_url)
-    assert _indexes(pg_empty_url)[NEW] == ["lease_expires_at"]
-    assert OLD not in _indexes(pg_empty_url)
-    assert _differences(pg_empty_url) == []
+    assert indexes(pg_empty_url, "executions")[NEW] == ["lease_expires_at"]
+    assert OLD not in indexes(pg_empty_url, "executions")
+    assert differences(pg_empty_url) == []

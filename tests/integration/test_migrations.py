@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
-from alembic.autogenerate import compare_metadata
-from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, inspect, text
 from sqlalchemy.exc import IntegrityError
 
@@ -18,13 +15,7 @@ from orchestrator.store import tasks as task_store
 from orchestrator.store.lost import Limits, requeue_lost
 from orchestrator.store.migrations import current_revision, downgrade, head_revision, upgrade
 from orchestrator.store.outbox import OutboxRow
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'empty.db'}"
-    return str(request.getfixturevalue("pg_empty_url"))
+from tests.migration_checks import differences
 
 
 def _tables(url: str) -> set[str]:
@@ -35,21 +26,11 @@ def _tables(url: str) -> set[str]:
         engine.dispose()
 
 
-def _differences(url: str) -> list[object]:
-    engine = make_engine(url)
-    try:
-        with engine.connect() as conn:
-            context = MigrationContext.configure(conn, opts={"compare_type": True})
-            return list(compare_metadata(context, metadata))
-    finally:
-        engine.dispose()
-
-
 def test_upgrade_builds_the_models_schema_without_difference(empty_url: str) -> None:
     upgrade(empty_url)
     assert current_revision(empty_url) == head_revision()
     assert _tables(empty_url) == set(metadata.tables)
-    assert _differences(empty_url) == []
+    assert differences(empty_url) == []
 
 
 def test_downgrade_removes_everything_and_upgrade_again_works(empty_url: str) -> None:
@@ -59,7 +40,7 @@ def test_downgrade_removes_everything_and_upgrade_again_works(empty_url: str) ->
     assert current_revision(empty_url) is None
     upgrade(empty_url)
     assert _tables(empty_url) == set(metadata.tables)
-    assert _differences(empty_url) == []
+    assert differences(empty_url) == []
 
 
 #: When the rows a migration test writes were written (bound as `:now`).
@@ -90,7 +71,7 @@ def _round_trip(url: str, revision: str) -> None:
     """Down to `revision` and up again: the models' schema, without difference."""
     downgrade(url, revision)
     upgrade(url)
-    assert _differences(url) == []
+    assert differences(url) == []
 
 
 def _receipt_fk_ondelete(url: str) -> str | None:
@@ -134,7 +115,7 @@ def test_0002_receipts_outlive_sessions_and_tasks_index_queued(empty_url: str) -
     upgrade(empty_url)
     assert (_receipt_fk_ondelete(empty_url) or "").upper() == "SET NULL"
     assert "ix_tasks_status_queued_at" in _task_indexes(empty_url)
-    assert _differences(empty_url) == []
+    assert differences(empty_url) == []
     with _transaction(empty_url) as conn:
         # The rebuilt SQLite table kept its rows; deleting the session orphans the receipt.
         conn.execute(text("DELETE FROM sessions WHERE session_id = 's1'"))
@@ -209,7 +190,7 @@ def test_0012_outbox_ids_are_64_bit_on_postgres_and_keep_their_rows(empty_url: s
     upgrade(empty_url)
     # SQLite's INTEGER PRIMARY KEY is already 64 bits (and the rowid: autoincrement stays).
     assert _outbox_id_types(empty_url) == (("BIGINT", "BIGINT") if postgres else ("INTEGER", None))
-    assert _differences(empty_url) == []
+    assert differences(empty_url) == []
     with _transaction(empty_url) as conn:
         assert (
             conn.execute(
@@ -233,7 +214,7 @@ def test_0012_outbox_ids_are_64_bit_on_postgres_and_keep_their_rows(empty_url: s
         ("INTEGER", "INTEGER") if postgres else ("INTEGER", None)
     )
     upgrade(empty_url)
-    assert _differences(empty_url) == []
+    assert differences(empty_url) == []
 
 
 def test_0013_rows_of_before_count_no_hand_backs_and_a_loss_is_a_recovery(empty_url: str) -> None:
@@ -248,7 +229,7 @@ def test_0013_rows_of_before_count_no_hand_backs_and_a_loss_is_a_recovery(empty_
     )
 
     upgrade(empty_url)
-    assert _differences(empty_url) == []
+    assert differences(empty_url) == []
     with _transaction(empty_url) as conn:
         task = task_store.get_task(conn, "t1")
         execution = execution_store.get_execution(conn, "t1", 1)
@@ -279,7 +260,7 @@ def test_0014_outbox_rows_of_before_have_no_throttled_attempts_and_keep_their_co
     )
 
     upgrade(empty_url)
-    assert _differences(empty_url) == []
+    assert differences(empty_url) == []
     with _transaction(empty_url) as conn:
         [row] = outbox_views.list_rows(conn, task_id="t1")
         # Its attempts were counted before, 429s too: they still count toward the limit.
@@ -313,7 +294,7 @@ def test_0015_outbox_rows_of_before_are_brought_within_their_attempts(empty_url:
     )
 
     upgrade(empty_url)
-    assert _differences(empty_url) == []
+    assert differences(empty_url) == []
     with _transaction(empty_url) as conn:
         rows = outbox_views.list_rows(conn, task_id="t1")
         assert sorted((r.event_seq, r.attempts, r.throttled) for r in rows) == [
@@ -346,7 +327,7 @@ def test_0017_every_action_is_listed_from_an_index_and_rows_of_before_stay(
     )
 
     upgrade(empty_url)
-    assert _differences(empty_url) == []
+    assert differences(empty_url) == []
     engine = make_engine(empty_url)
     try:
         indexes = {i["name"]: i["column_names"] for i in inspect(engine).get_indexes("actions")}
@@ -362,7 +343,7 @@ def test_0017_every_action_is_listed_from_an_index_and_rows_of_before_stay(
 def test_0018_console_sign_outs_are_kept_until_their_cookie_expires(empty_url: str) -> None:
     _write_at(empty_url, "0017")
     upgrade(empty_url)
-    assert _differences(empty_url) == []
+    assert differences(empty_url) == []
     engine = make_engine(empty_url)
     try:
         inspector = inspect(engine)
@@ -393,7 +374,7 @@ def test_0019_a_task_s_evidence_is_listed_from_an_index_and_rows_of_before_stay(
     )
 
     upgrade(empty_url)
-    assert _differences(empty_url) == []
+    assert differences(empty_url) == []
     engine = make_engine(empty_url)
     try:
         indexes = {i["name"]: i["column_names"] for i in inspect(engine).get_indexes("evidence")}
@@ -417,7 +398,7 @@ def test_0020_sign_outs_name_their_account_and_rows_of_before_stay(empty_url: st
         "INSERT INTO console_signouts (nonce, expires_at, signed_out_at) VALUES ('n1', :now, :now)",
     )
     upgrade(empty_url)
-    assert _differences(empty_url) == []
+    assert differences(empty_url) == []
     with _transaction(empty_url) as conn:
         rows = conn.execute(text("SELECT nonce, account FROM console_signouts")).all()
         assert [tuple(row) for row in rows] == [("n1", None)]
@@ -438,7 +419,7 @@ def test_0021_a_dead_letter_can_be_discarded_and_a_downgrade_makes_it_dead_again
         " created_at) VALUES ('webhook', 't1', 1, '{}', 'dead', 1, :now, :now)",
     )
     upgrade(empty_url)
-    assert _differences(empty_url) == []
+    assert differences(empty_url) == []
     with _transaction(empty_url) as conn:
         [row] = outbox_views.list_rows(conn, task_id="t1")
         assert (row.status, row.discarded_by) == ("dead", None)  # a row of before: as it was

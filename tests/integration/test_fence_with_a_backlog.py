@@ -17,18 +17,12 @@ from pathlib import Path
 
 from sqlalchemy import text
 
+from bench.execution_fleet import minimal_turns
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import Database
 from orchestrator.store.executions import count_handed_back, expired_executions
 from orchestrator.store.types import utcnow
-from tests.executions_support import (
-    node,
-    plan_call,
-    query_call,
-    report_call,
-    runtime_for,
-    write_script,
-)
+from tests.executions_support import runtime_for, write_script
 from tests.query_plans import rows_scanned, vacuumed
 
 #: Tasks ended before the statistics were taken; of them, those running after (other workers'
@@ -39,13 +33,7 @@ HISTORY, RUNNING, BACKLOG = 600, 300, 1500
 def test_a_round_reads_its_own_rows_not_the_queue_or_the_other_running_tasks(
     pg_url: str, scripts: Path
 ) -> None:
-    turns = [
-        {"tool_calls": [query_call()]},
-        {"tool_calls": [plan_call("c1", "r1", [node("a", "completed")])]},
-        {"tool_calls": [report_call("c2", "completed")]},
-        {"content": "done"},
-    ]
-    write_script(scripts, "minimal", turns)
+    write_script(scripts, "minimal", minimal_turns())
     rt, _ = runtime_for(pg_url, scripts)
     try:
         for _ in range(HISTORY):

@@ -195,17 +195,25 @@ def test_the_api_takes_a_name_of_the_limit_everywhere_and_refuses_one_more_alike
     assert_recorded(rt, s)
 
 
-def test_the_cli_takes_a_name_of_the_limit_everywhere_and_refuses_one_more_alike(
+@pytest.fixture
+def cli_scene(
     rt: Runtime,
     tmp_path: Path,
     backend: Recorder,
     store_url: str,
     monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+) -> Scene:
+    """The scene, with the CLI (`main`, in this process) pointed at its store."""
     s = scene(rt, tmp_path, backend)
     monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
     monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    return s
+
+
+def test_the_cli_takes_a_name_of_the_limit_everywhere_and_refuses_one_more_alike(
+    rt: Runtime, cli_scene: Scene, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s = cli_scene
     before = dump_database(rt.db)
     for argv in cli_commands(s, TOO_LONG):
         assert main(argv) == 2, argv
@@ -245,18 +253,14 @@ def test_an_account_is_named_within_the_limit_and_acts_by_its_name(
 
 def test_every_command_without_by_and_no_user_name_says_to_give_by(
     rt: Runtime,
-    tmp_path: Path,
-    backend: Recorder,
-    store_url: str,
+    cli_scene: Scene,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A container under a user id its image does not list, with LOGNAME and USER unset: each
     command that records who did it, its `--by` left out, refuses with one line (the outbox's
     retry and discard raised getpass's KeyError)."""
-    s = scene(rt, tmp_path, backend)
-    monkeypatch.setenv("ORCH_DATABASE_URL", store_url)
-    monkeypatch.setenv("ORCH_HOME", str(tmp_path / "home"))
+    s = cli_scene
     for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
         monkeypatch.delenv(name, raising=False)
 

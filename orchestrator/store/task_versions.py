@@ -54,8 +54,9 @@ __all__ = ["view_version"]
 _TASK: Any = bindparam("task_id")
 
 
-def _tally(column: Any, value: str) -> Any:
-    return func.sum(case((column == value, 1), else_=0))
+def _tally(condition: Any) -> Any:
+    """How many of the rows summed up meet `condition`."""
+    return func.sum(case((condition, 1), else_=0))
 
 
 def _summary(table: Any, *terms: Any, where: Any = None, counted: bool = True) -> Any:
@@ -67,10 +68,6 @@ def _summary(table: Any, *terms: Any, where: Any = None, counted: bool = True) -
 
 _SESSIONS = select(sessions.c.session_id).where(sessions.c.task_id == _TASK)
 _RECEIPTS = invocation_receipts.c
-
-
-def _tally_of(kind: str, status: str) -> Any:
-    return func.sum(case((and_(outbox.c.kind == kind, outbox.c.status == status), 1), else_=0))
 
 
 # A task's deliveries, in two parts. Delivered and discarded rows (`unsettled` is the rest)
@@ -114,7 +111,11 @@ _OUTBOX = [
         func.count(outbox.c.claimed_until),
         func.max(outbox.c.sending_since),
         func.max(outbox.c.released_at),
-        *(_tally_of(kind, status) for kind in OUTBOX_KINDS for status in ("pending", "dead")),
+        *(
+            _tally(and_(outbox.c.kind == kind, outbox.c.status == status))
+            for kind in OUTBOX_KINDS
+            for status in ("pending", "dead")
+        ),
         where=and_(outbox.c.task_id == _TASK, unsettled(outbox)),
     ),
 ]
@@ -167,7 +168,7 @@ _PARTS = [
     _summary(
         invocation_receipts,
         func.max(_RECEIPTS.updated_at),
-        _tally(_RECEIPTS.status, "unknown"),
+        _tally(_RECEIPTS.status == "unknown"),
         where=and_(_RECEIPTS.owner == bindparam("owner"), unresolved_receipt),
     ),
 ]

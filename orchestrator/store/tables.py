@@ -34,6 +34,7 @@ from orchestrator.domain.storable import NAME_MAX
 from orchestrator.store.types import JSONDocument, UTCDateTime
 
 __all__ = [
+    "OPEN_LEASE",
     "PENDING_ACTION",
     "actions",
     "attempted_pending",

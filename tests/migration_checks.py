@@ -1,19 +1,30 @@
 """What the migration tests read of a store at a URL, on SQLite and Postgres alike: its
-difference from the models, its indexes, a transaction or an autocommit connection on it (each
-on an engine of its own, disposed after). They run on `empty_url` (tests/conftest.py)."""
+difference from the models, its indexes and their definitions, a transaction or an autocommit
+connection on it (each on an engine of its own, disposed after); and, on Postgres, a migration
+run beside a live writer (`migrate_beside_writers`). They run on `empty_url`
+(tests/conftest.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Connection, inspect
+from sqlalchemy import Connection, inspect, text
 
 from orchestrator.store import make_engine, metadata
 
-__all__ = ["connection", "differences", "indexes"]
+__all__ = [
+    "connection",
+    "differences",
+    "index_definition",
+    "indexes",
+    "invalid_indexes",
+    "migrate_beside_writers",
+]
 
 
 @contextmanager
@@ -45,3 +56,92 @@ def indexes(url: str, table: str) -> dict[str, list[str]]:
         return {str(i["name"]): list(i["column_names"]) for i in inspect(engine).get_indexes(table)}
     finally:
         engine.dispose()
+
+
+def index_definition(url: str, name: str) -> str:
+    """The index `name` as the store says it (its CREATE INDEX statement), predicate included."""
+    with connection(url) as conn:
+        if conn.dialect.name == "sqlite":
+            query = "SELECT sql FROM sqlite_master WHERE name = :name"
+        else:
+            query = "SELECT indexdef FROM pg_indexes WHERE indexname = :name"
+        return str(conn.execute(text(query), {"name": name}).scalar_one())
+
+
+def invalid_indexes(url: str) -> list[str]:
+    """The Postgres indexes that are not valid or not ready: what a concurrent build that
+    failed leaves behind."""
+    with connection(url) as conn:
+        found = conn.execute(
+            text(
+                "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+                " WHERE NOT i.indisvalid OR NOT i.indisready ORDER BY c.relname"
+            )
+        )
+        return [str(name) for name in found.scalars()]
+
+
+def migrate_beside_writers(
+    url: str,
+    migrate: Callable[[], None],
+    *,
+    held: str,
+    writes: Sequence[str],
+    statement: str = "CREATE INDEX",
+    within: float = 30.0,
+) -> None:
+    """Run `migrate` (on the Postgres store at `url`) while a transaction that ran `held` is
+    open, as a dispatcher's is on a live store. Once the migration's `statement` waits on a lock
+    (the held transaction's), `writes` run in one transaction of another writer whose lock
+    timeout is 2 s: a DDL statement that queues writers behind it makes them fail with that
+    timeout (raised here); one built CONCURRENTLY lets them in at once. The held transaction
+    then commits and the migration finishes; its error, if any, is raised here too."""
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            migrate()
+        except BaseException as error:  # reported by the caller, not lost in the thread
+            failures.append(error)
+
+    engine = make_engine(url)
+    try:
+        with engine.connect() as holder:
+            holder.execute(text("BEGIN"))
+            holder.execute(text(held))
+            thread = threading.Thread(target=run)
+            thread.start()
+            try:
+                _wait_for_the_migration_to_wait(url, statement, within)
+                with connection(url) as writer:
+                    writer.execute(text("SET LOCAL lock_timeout = '2s'"))
+                    for write in writes:
+                        writer.execute(text(write))
+            finally:
+                holder.execute(text("COMMIT"))
+                thread.join(timeout=60)
+    finally:
+        engine.dispose()
+    assert not thread.is_alive(), "the migration did not finish within 60 s of the commit"
+    if failures:
+        raise failures[0]
+
+
+def _wait_for_the_migration_to_wait(url: str, statement: str, within: float) -> None:
+    """Until a session's query that starts with `statement` (a regular expression) waits on a
+    lock."""
+    deadline = time.monotonic() + within
+    with connection(url, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            waiting = conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND query ~* :statement"
+                ),
+                # Alembic's DDL starts on a new line.
+                {"statement": rf"^\s*{statement}"},
+            ).scalar_one()
+            if waiting:
+                return
+            time.sleep(0.05)
+    raise AssertionError(f"the migration's {statement} did not wait within {within} s")

@@ -12,7 +12,7 @@ from orchestrator.api.contract import FilledText, Page, error_responses
 from orchestrator.api.deps import get_sessions
 from orchestrator.api.enums import SessionPurpose
 from orchestrator.api.models import SessionView
-from orchestrator.domain.storable import filled_text, storable_text
+from orchestrator.domain.storable import Name, storable_text
 from orchestrator.operators import Operator
 from orchestrator.services.sessions import MAX_LIMIT, SessionService
 
@@ -21,11 +21,8 @@ __all__ = ["CreateSession", "readable_session", "router"]
 router = APIRouter(prefix="/api/v1/sessions", tags=["sessions"])
 
 
-#: Optional texts with their limits before the check (`FilledText`).
+#: An optional text with its limit before the check (`FilledText`).
 _TaskId = Annotated[str, StringConstraints(max_length=36), AfterValidator(storable_text)]
-_Owner = Annotated[
-    str, StringConstraints(min_length=1, max_length=128), AfterValidator(filled_text)
-]
 
 
 class CreateSession(BaseModel):
@@ -37,7 +34,8 @@ class CreateSession(BaseModel):
     # Refused up front, naming the field, when no store keeps it (a NUL character).
     title: FilledText = Field(min_length=1, max_length=200)
     task_id: _TaskId | None = None
-    owner: _Owner | None = Field(
+    # A person, named as who acted is (`Name`): the account that makes it, or whom the token names.
+    owner: Name | None = Field(
         default=None,
         description="whose session: an account's own name whatever this says; the shared "
         "API token may name anyone (default: the caller's account)",

@@ -2,6 +2,10 @@
  * recorded under. */
 import { el, fill } from "./text.js";
 
+// The most characters of who acted (`by`): orchestrator.domain.storable.NAME_MAX, as the API
+// takes it (tests/unit/test_text_limits.py holds the two equal).
+export const NAME_MAX = 128;
+
 let me = null; // the signed-in account {name, role, shared}; null when unknown
 const ROLES = ["viewer", "operator", "approver"];
 
@@ -23,7 +27,7 @@ export function byField(id, optional = false) {
       el("p", { class: "muted acting-as" }, `Acting as ${me.name}`)];
   }
   return [el("label", { for: id }, optional ? "Your name (recorded with it)" : "Your name"),
-    el("input", { id, name: "by", required: !optional, maxlength: 128, value: operator(), autocomplete: "name" })];
+    el("input", { id, name: "by", required: !optional, maxlength: NAME_MAX, value: operator(), autocomplete: "name" })];
 }
 export function remember(by) { if (by && !named()) localStorage.setItem("orch.by", by); }
 function showAccount(state) {

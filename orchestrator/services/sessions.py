@@ -9,6 +9,7 @@ from datetime import datetime
 from sqlalchemy import Connection
 
 from orchestrator.domain.cursors import decode_cursor, encode_cursor
+from orchestrator.domain.storable import NAME_MAX
 from orchestrator.domain.vocabulary import SESSION_PURPOSES
 from orchestrator.errors import ConflictError, Forbidden, NotFound, ValidationFailed, echoed
 from orchestrator.store import sessions as store
@@ -22,7 +23,9 @@ from orchestrator.store.types import utcnow
 __all__ = ["MAX_LIMIT", "SessionPage", "SessionService", "create_session_txn"]
 
 MAX_LIMIT = 200
-MAX_OWNER = 128
+#: Whose session: a person (an account's name, or whom the shared token names), as long as who
+#: acted may be, or a task (`task:<id>`, shorter).
+MAX_OWNER = NAME_MAX
 MAX_TITLE = 200
 
 

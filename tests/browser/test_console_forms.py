@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
+from orchestrator.domain.storable import NAME_MAX
 from tests.browser.conftest import Console
 from tests.browser.pages import hold_answer, hold_request, open_task
 
@@ -28,7 +29,11 @@ def test_a_human_step_s_evidence_and_reason_stop_at_what_the_api_takes(
     # A crew's notes pasted in: the field keeps what the API takes, and the step closes
     # (before, the field took 2,000 characters and the API refused the step with a 422).
     page.locator('button.node[data-node="sample"]').click()
-    page.fill("#node-by", "crew lead")
+    # Who acts (the shared token's `by`) stops at NAME_MAX too, and is recorded whole.
+    page.fill("#node-by", "")
+    page.focus("#node-by")
+    page.keyboard.insert_text("c" * (NAME_MAX + 20))
+    assert len(page.input_value("#node-by")) == NAME_MAX
     page.focus("#node-reason")
     page.keyboard.insert_text("r" * (STEP_TEXT_MAX + 100))
     assert len(page.input_value("#node-reason")) == STEP_TEXT_MAX
@@ -45,6 +50,7 @@ def test_a_human_step_s_evidence_and_reason_stop_at_what_the_api_takes(
         for n in console.http.get(f"/api/v1/tasks/{task_id}/plan").json()["plan"]["nodes"]
     }
     assert nodes["sample"]["reason"].startswith("r" * STEP_TEXT_MAX)  # then who and when
+    assert f"by {'c' * NAME_MAX} at " in nodes["sample"]["reason"]
     assert nodes["callback"]["evidence"].startswith("e" * STEP_TEXT_MAX)
 
 

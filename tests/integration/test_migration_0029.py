@@ -8,14 +8,16 @@ store gets the same indexes.
 
 from __future__ import annotations
 
-import threading
-import time
-
 from sqlalchemy import text
 
-from orchestrator.store import make_engine
 from orchestrator.store.migrations import current_revision, downgrade, upgrade
-from tests.migration_checks import connection, differences, indexes
+from tests.migration_checks import (
+    connection,
+    differences,
+    indexes,
+    invalid_indexes,
+    migrate_beside_writers,
+)
 
 INDEXES = {
     "ix_outbox_settled": ("outbox", ["task_id", "kind", "status"]),
@@ -82,75 +84,21 @@ def test_0029_deliveries_and_actions_are_written_while_its_indexes_are_built(
     with connection(pg_empty_url) as conn:
         for statement in ROWS:
             conn.execute(text(statement))
-    failures: list[BaseException] = []
-
-    def migrate() -> None:
-        try:
-            upgrade(pg_empty_url, "0029")
-        except BaseException as error:  # reported by the test, not lost in the thread
-            failures.append(error)
-
-    engine = make_engine(pg_empty_url)
-    try:
-        with engine.connect() as held:
-            held.execute(text("BEGIN"))
-            held.execute(
-                text(
-                    "UPDATE outbox SET attempts = attempts + 1, status = 'delivered'"
-                    " WHERE task_id = 't1'"
-                )
-            )
-            thread = threading.Thread(target=migrate)
-            thread.start()
-            try:
-                _wait_for_the_build_to_wait(pg_empty_url)
-                with connection(pg_empty_url) as writer:
-                    writer.execute(text("SET LOCAL lock_timeout = '2s'"))
-                    writer.execute(
-                        text(
-                            "INSERT INTO outbox (kind, task_id, event_seq, body, status,"
-                            " next_attempt_at, created_at) VALUES ('webhook', 't1', 2, '{}',"
-                            " 'pending', now(), now())"
-                        )
-                    )
-                    writer.execute(
-                        text(
-                            "INSERT INTO actions (action_id, task_id, generation, session_id,"
-                            " node_id, kind, payload, status, created_at, digest) VALUES"
-                            " ('a2', 't1', 1, 's1', 'n2', 'command', '{}', 'pending_approval',"
-                            " now(), repeat('1', 64))"
-                        )
-                    )
-            finally:
-                held.execute(text("COMMIT"))
-                thread.join(timeout=60)
-    finally:
-        engine.dispose()
-    assert not thread.is_alive()
-    assert failures == []
+    migrate_beside_writers(
+        pg_empty_url,
+        lambda: upgrade(pg_empty_url, "0029"),
+        held="UPDATE outbox SET attempts = attempts + 1, status = 'delivered' WHERE task_id = 't1'",
+        writes=[
+            "INSERT INTO outbox (kind, task_id, event_seq, body, status, next_attempt_at,"
+            " created_at) VALUES ('webhook', 't1', 2, '{}', 'pending', now(), now())",
+            "INSERT INTO actions (action_id, task_id, generation, session_id, node_id, kind,"
+            " payload, status, created_at, digest) VALUES ('a2', 't1', 1, 's1', 'n2',"
+            " 'command', '{}', 'pending_approval', now(), repeat('1', 64))",
+        ],
+    )
     assert current_revision(pg_empty_url) == "0029"
+    assert invalid_indexes(pg_empty_url) == []
     with connection(pg_empty_url) as conn:
-        invalid = conn.execute(
-            text("SELECT count(*) FROM pg_index WHERE NOT indisvalid OR NOT indisready")
-        ).scalar_one()
-        assert invalid == 0
         assert conn.execute(text("SELECT count(*) FROM outbox")).scalar_one() == 2
     for name, (table, columns) in INDEXES.items():
         assert indexes(pg_empty_url, table)[name] == columns
-
-
-def _wait_for_the_build_to_wait(url: str, within: float = 30.0) -> None:
-    """Until the upgrade's CREATE INDEX waits on a lock (the held transaction's)."""
-    deadline = time.monotonic() + within
-    with connection(url, autocommit=True) as conn:
-        while time.monotonic() < deadline:
-            waiting = conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                    " AND query ILIKE 'CREATE INDEX%'"
-                )
-            ).scalar_one()
-            if waiting:
-                return
-            time.sleep(0.05)
-    raise AssertionError(f"the upgrade's CREATE INDEX did not wait within {within} s")

@@ -15,7 +15,7 @@ from orchestrator.store import Database
 from orchestrator.store.executions import count_handed_back, expired_executions
 from orchestrator.store.migrations import current_revision, downgrade, upgrade
 from orchestrator.store.types import utcnow
-from tests.migration_checks import connection, differences, indexes
+from tests.migration_checks import connection, differences, index_definition, indexes
 
 NEW, OLD = "ix_executions_open_leases", "ix_executions_outcome_lease_expires_at"
 
@@ -37,15 +37,6 @@ TASKS = [
 ]  # fmt: skip
 
 
-def _definition(url: str, name: str) -> str:
-    with connection(url) as conn:
-        if conn.dialect.name == "sqlite":
-            query = "SELECT sql FROM sqlite_master WHERE name = :name"
-        else:
-            query = "SELECT indexdef FROM pg_indexes WHERE indexname = :name"
-        return str(conn.execute(text(query), {"name": name}).scalar_one())
-
-
 def test_0030_replaces_the_lease_index_and_the_sweep_s_reads_answer_as_before(
     empty_url: str,
 ) -> None:
@@ -58,7 +49,7 @@ def test_0030_replaces_the_lease_index_and_the_sweep_s_reads_answer_as_before(
     assert differences(empty_url) == []
     found = indexes(empty_url, "executions")
     assert (found[NEW], OLD in found) == (["lease_expires_at"], False)
-    definition = "".join(_definition(empty_url, NEW).split()).lower().replace("(", "")
+    definition = "".join(index_definition(empty_url, NEW).split()).lower().replace("(", "")
     assert "whereoutcomeisnullandlease_expires_atisnotnull" in definition.replace(")", "")
     db = Database.from_url(empty_url)
     try:

@@ -97,3 +97,48 @@ def test_who_acted_has_one_limit_on_every_body_and_fits_every_column_that_keeps_
         if not isinstance(column.type, String) or (column.type.length or 0) < NAME_MAX
     ]
     assert narrow == []
+
+
+def test_a_session_s_owner_is_a_name_with_the_limit_of_one() -> None:
+    """A session belongs to a person (the account that made it, or whom the shared token
+    names: who acted, as a `by`) or to a task (`task:<id>`): its owner is 1 to NAME_MAX
+    characters in the API's body and in the service's check, and its column keeps that."""
+    from sqlalchemy import String
+
+    from orchestrator.api.sessions import CreateSession
+    from orchestrator.domain.storable import NAME_MAX
+    from orchestrator.services import sessions as service
+    from orchestrator.store.tables import ID, sessions
+
+    [text] = [
+        s
+        for s in CreateSession.model_json_schema()["properties"]["owner"]["anyOf"]
+        if s.get("type") == "string"
+    ]
+    assert (text["minLength"], text["maxLength"]) == (1, NAME_MAX)
+    assert service.MAX_OWNER == NAME_MAX
+    assert isinstance(sessions.c.owner.type, String)
+    assert (sessions.c.owner.type.length or 0) >= NAME_MAX
+    assert len(f"task:{'t' * ID}") <= NAME_MAX  # an execution's session
+
+
+def test_the_console_s_by_field_takes_a_name_of_the_limit() -> None:
+    """The console's `by` input (every form's, `account.js byField`) stops at NAME_MAX, the
+    limit the API puts on it, said once in the console: `account.js`'s NAME_MAX."""
+    import re
+    from pathlib import Path
+
+    from orchestrator.domain.storable import NAME_MAX
+
+    console = Path(__file__).resolve().parents[2] / "orchestrator" / "console"
+    account = (console / "account.js").read_text(encoding="utf-8")
+    said = re.findall(r"^export const NAME_MAX = (\d+);", account, re.MULTILINE)
+    assert said == [str(NAME_MAX)]
+    by_inputs = [
+        line
+        for path in sorted(console.glob("*.js"))
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if 'name: "by"' in line and "maxlength" in line
+    ]
+    assert by_inputs, "no `by` input with a maxlength found in the console"
+    assert [line for line in by_inputs if "maxlength: NAME_MAX" not in line] == []

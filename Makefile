@@ -29,7 +29,8 @@ format: $(BIN)/.installed
 # Three test processes (pytest-xdist), each file on one of them, on two cores: the tests wait on
 # real processes and servers much of the time. Measured with every process's CPU sampled: two
 # left more than a third of the two cores idle (22 min 24 s), three 18 min 39 s, a quarter idle.
-# TEST_WORKERS=0 runs it in this process alone.
+# TEST_WORKERS=0 runs it in this process alone. The run ends with its 30 slowest tests: the
+# whole run must stay well under 20 minutes on two cores, and they show where it goes.
 TEST_WORKERS ?= 3
 
 # The suite starts hundreds of `orchestrator` processes. Where PYTHONDONTWRITEBYTECODE is set (as
@@ -37,7 +38,7 @@ TEST_WORKERS ?= 3
 # of CPU per process. compileall writes the bytecode once, whatever that variable says.
 test: $(BIN)/.installed services lint
 	$(BIN)/python -m compileall -q orchestrator workers
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --durations=30
 
 clean:
 	rm -rf .orchestrator .pytest_cache .mypy_cache .ruff_cache

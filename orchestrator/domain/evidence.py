@@ -24,7 +24,7 @@ __all__ = [
 
 LIVE: Final = "live"
 
-#: Codes a refused `save_report` can carry (the README's table lists them).
+#: Codes a refused `save_report` can carry (the table of docs/evidence.md lists them).
 REPORT_CODES: Final = (
     "unknown_evidence",
     "evidence_required",

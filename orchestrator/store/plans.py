@@ -367,7 +367,8 @@ def session_standing(conn: Connection, session_id: str) -> SessionStanding | Non
     stops holding the latest plan once a newer generation publishes; so once this reads the
     session as finished, every write it will ever hold has committed (but for a requeue of a
     final task, whose last plan takes steps again until the new generation publishes: the
-    plan stream's client learns of it from the task, README "A requeue of a finished task").
+    plan stream's client learns of it from the task, docs/business-backend.md "A requeue of a
+    finished task").
     Chats and collaborations take unfenced publishes at any time: they never finish (a
     deleted one is gone, which is None).
     """

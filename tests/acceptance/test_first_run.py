@@ -1,5 +1,6 @@
-"""A first run as the README tells it: bad flags, a closed pipe, a broker that is down or silent,
-an unmigrated store and a misspelt setting each end in one line, never a traceback or a hang."""
+"""A first run as the README and docs/cli.md tell it: bad flags, a closed pipe, a broker that is
+down or silent, an unmigrated store and a misspelt setting each end in one line, never a
+traceback or a hang."""
 
 from __future__ import annotations
 

@@ -157,7 +157,8 @@ KEEPALIVE = 0.2
 
 
 def write_operators(path: Path, names: dict[str, tuple[str, str]]) -> None:
-    """The operators file in one step (a new file moved over the old), as the README asks."""
+    """The operators file in one step (a new file moved over the old), as
+    docs/people-in-the-loop.md asks."""
     lines = [
         f"{name} {role} {hashlib.sha256(token.encode()).hexdigest()}"
         for name, (role, token) in names.items()

@@ -40,7 +40,8 @@ from tests.outbox_support import (
 
 SECRET = "webhook-secret-for-answers"
 ACTIONS_SECRET = "actions-secret-for-answers"
-README = Path(__file__).resolve().parents[2] / "README.md"
+#: The chapter for the business backend, with the verification example it gives receivers.
+BACKEND_DOC = Path(__file__).resolve().parents[2] / "docs" / "business-backend.md"
 
 
 @pytest.fixture
@@ -241,11 +242,11 @@ def test_a_redirect_is_not_followed_and_says_which_setting_to_mend(
 
 
 def _readme_verifier() -> Callable[..., bool]:
-    """The verification example the README gives receivers, run as it is written there."""
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+    """The verification example docs/business-backend.md gives receivers, run as written there."""
+    blocks = re.findall(r"```python\n(.*?)```", BACKEND_DOC.read_text(encoding="utf-8"), re.S)
     [code] = [block for block in blocks if "webhook-signature" in block]
     namespace: dict[str, Any] = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "business-backend.md", "exec"), namespace)
     verified: Callable[..., bool] = namespace["verified"]
     return verified
 
@@ -279,7 +280,7 @@ def test_every_delivery_is_signed_over_its_id_send_time_and_body_as_the_readme_v
         assert not verified(request.raw, {**headers, "webhook-id": "t:99"}, secret)
         assert not verified(request.raw, {**headers, "webhook-timestamp": "1"}, secret)
         assert headers["x-orchestrator-signature"].startswith("sha256=")  # today's receivers
-    # The same request captured and sent ten minutes on is refused by the README's check.
+    # The same request captured and sent ten minutes on is refused by the documented check.
     replay_at = time.time() + 600
     with pytest.MonkeyPatch.context() as later_on:
         later_on.setattr(time, "time", lambda: replay_at)

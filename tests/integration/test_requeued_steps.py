@@ -94,7 +94,8 @@ def test_the_recovery_shows_the_plan_with_the_step_a_person_closed_after_the_rou
 
 
 def test_a_requeue_reopens_the_stream_of_the_failed_task_s_last_plan(failed: Requeued) -> None:
-    """The documented behaviour (README, API: the plan stream): a final task's last session
+    """The documented behaviour (the README's HTTP API table, the plan stream, and "A requeue of
+    a finished task" in docs/business-backend.md): a final task's last session
     is finished, so a reconnect that saw its newest revision is a 204; a requeue makes that
     session take a person's steps again until the new generation publishes, and a new
     connection follows it again. The client learns of the requeue as it learns of any, from

@@ -97,7 +97,7 @@ def test_a_time_a_client_sends_may_take_either_form() -> None:
 
 
 def test_a_time_a_client_sends_may_take_rfc_3339_s_lower_case_t_and_z() -> None:
-    """RFC 3339 allows `t` and `z` in lower case: the README says any RFC 3339 form is read."""
+    """RFC 3339 allows `t` and `z` in lower case: docs/api.md says any RFC 3339 form is read."""
     parsed = build_parser().parse_args(["tasks", "list", "--since", "2026-12-05t09:12:40.5z"])
     assert parsed.since == datetime(2026, 12, 5, 9, 12, 40, 500000, tzinfo=UTC)
 

@@ -271,9 +271,9 @@ def _resolved_environments(shell: dict[str, str]) -> dict[str, dict[str, str]]:
 def test_a_small_context_window_alone_starts_the_compose_fleet(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """The README's advice for a local 4k model, `LLM_CONTEXT_WINDOW` alone, holds in the compose
-    fleet too: an output budget the shell did not set stays unset, a quarter of the window,
-    rather than the file's 4096, which a 4,096-token window refuses at start."""
+    """The advice of docs/model.md for a local 4k model, `LLM_CONTEXT_WINDOW` alone, holds in the
+    compose fleet too: an output budget the shell did not set stays unset, a quarter of the
+    window, rather than the file's 4096, which a 4,096-token window refuses at start."""
     for name in os.environ:
         if name.startswith(("ORCH_", "LLM_")):
             monkeypatch.delenv(name)

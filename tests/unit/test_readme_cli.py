@@ -1,6 +1,7 @@
 """The README's CLI synopsis against the parser: every command it shows exists, every flag it
 shows is the command's, and every flag a command takes is shown (`--json` and `--help` aside:
-the README says every read command takes `--json`)."""
+the README says every read command takes `--json`). The commands docs/ shows are checked too:
+each exists, with flags it takes."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from pathlib import Path
 
 from orchestrator.cli import build_parser
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+DOCS = sorted((ROOT / "docs").glob("*.md"))
 UNSHOWN = {"-h", "--help", "--json"}
 
 
@@ -58,11 +61,11 @@ def _alternatives(usage: str) -> list[str]:
     return [*parts, current.strip()]
 
 
-def _synopsis() -> dict[str, set[str]]:
-    """Each command the README's code blocks show (`orchestrator GROUP CMD ...`, and the
+def _synopsis(document: Path = README) -> dict[str, set[str]]:
+    """Each command the document's code blocks show (`orchestrator GROUP CMD ...`, and the
     `| CMD ...` alternatives after one), with the flags shown on it."""
     commands = _commands()
-    text = README.read_text(encoding="utf-8")
+    text = document.read_text(encoding="utf-8")
     shown: dict[str, set[str]] = {}
     for block in re.findall(r"```[a-z]*\n(.*?)```", text, re.DOTALL):
         for line in block.splitlines():
@@ -89,11 +92,12 @@ def test_every_command_of_the_readme_exists_and_every_command_is_shown() -> None
     assert sorted(_synopsis().keys() - {""}) == sorted(_commands())
 
 
-def test_the_flags_the_readme_shows_are_the_commands_flags() -> None:
+def test_the_flags_the_readme_and_docs_show_are_the_commands_flags() -> None:
     commands = _commands() | {"": build_parser()}
     wrong = {
-        name: {"only in README": sorted(flags - _flags(commands[name]))}
-        for name, flags in _synopsis().items()
+        (document.name, name): sorted(flags - _flags(commands[name]))
+        for document in [README, *DOCS]
+        for name, flags in _synopsis(document).items()
         if flags - _flags(commands[name])
     }
     assert not wrong, wrong

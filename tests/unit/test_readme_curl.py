@@ -1,6 +1,6 @@
-"""The README's curl examples against the API's OpenAPI document: each names a route the API
-serves, with the method it serves, sends a JSON body as JSON with every field the route requires,
-and carries the bearer token an API with `ORCH_API_TOKEN` asks for."""
+"""The curl examples of the README and docs/ against the API's OpenAPI document: each names a
+route the API serves, with the method it serves, sends a JSON body as JSON with every field the
+route requires, and carries the bearer token an API with `ORCH_API_TOKEN` asks for."""
 
 from __future__ import annotations
 
@@ -14,16 +14,21 @@ from urllib.parse import urlsplit
 from orchestrator.api.app import create_app
 from orchestrator.settings import load_settings
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 #: Served outside the OpenAPI document (liveness, readiness, metrics, the console's pages).
 UNDOCUMENTED = {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/metrics")}
 
 
 def _curls() -> list[list[str]]:
-    """Each `curl` command of the README's code blocks, its continued lines joined, as words."""
-    text = README.read_text(encoding="utf-8")
+    """Each `curl` command of the documents' code blocks, its continued lines joined, as words."""
+    blocks = [
+        block
+        for document in DOCUMENTS
+        for block in re.findall(r"```[a-z]*\n(.*?)```", document.read_text("utf-8"), re.DOTALL)
+    ]
     commands = []
-    for block in re.findall(r"```[a-z]*\n(.*?)```", text, re.DOTALL):
+    for block in blocks:
         for command in block.replace("\\\n", " ").splitlines():
             if command.startswith("curl "):
                 commands.append(shlex.split(command.split("  #", 1)[0]))
@@ -51,7 +56,7 @@ def _required(spec: dict[str, Any], operation: dict[str, Any]) -> set[str]:
     return set()
 
 
-def test_the_readme_shows_curl_examples() -> None:
+def test_the_readme_and_docs_show_curl_examples() -> None:
     assert len(_curls()) >= 3
 
 

@@ -1,6 +1,7 @@
-"""The README's example of a scripted model is a script that runs: it loads as the scripted model
-reads scripts, names only tools the agent has, and every plan it publishes passes the plan's
-validation (a user copying it to try the scripted model saw its plan refused, `empty_plan`)."""
+"""The example of a scripted model in docs/model.md is a script that runs: it loads as the
+scripted model reads scripts, names only tools the agent has, and every plan it publishes passes
+the plan's validation (a user copying it to try the scripted model saw its plan refused,
+`empty_plan`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 from orchestrator.domain.plans import parse_plan
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+MODEL_DOC = Path(__file__).resolve().parents[2] / "docs" / "model.md"
 TASK_TOOLS = {
     "read_task_context",
     "query_data_source",
@@ -22,7 +23,7 @@ TASK_TOOLS = {
 
 
 def _example() -> dict[str, Any]:
-    section = README.read_text(encoding="utf-8").split("\n## The scripted model\n", 1)[1]
+    section = MODEL_DOC.read_text(encoding="utf-8").split("\n## The scripted model\n", 1)[1]
     block = re.search(r"```json\n(.*?)```", section, re.DOTALL)
     assert block is not None
     # `${CALL_ID.path}` takes an id the host makes up at run time: one stands in for it here.

@@ -82,7 +82,7 @@ def test_the_largest_brief_leaves_the_default_window_ample_room() -> None:
     for filler in ("水", "😀", "\u0301", "ab"):
         brief = task_brief("t" * 40, "water_quality", "标" * 200, 9, {"x": filler * 4000})
         tokens = counter.text(brief)
-        # As the README says: under 5,000 tokens, under a fifth of a request.
+        # As docs/tools-and-context.md says: under 5,000 tokens, under a fifth of a request.
         assert tokens < 5000, filler
         assert tokens < budget.request_limit // 5, filler
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.documents import CHAPTERS, ROOT
+
 _FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.MULTILINE | re.DOTALL)
 _CODE = re.compile(r"(`+)(?!`).*?(?<!`)\1(?!`)", re.DOTALL)
 _LINK = re.compile(r"(?<!!)\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
@@ -73,7 +74,7 @@ def test_the_readme_links_to_every_chapter_of_docs() -> None:
     """The README's Documentation list names every file of docs/, so none is out of reach."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     listed = set(_LINK.findall(_prose(readme)))
-    chapters = {f"docs/{path.name}" for path in (ROOT / "docs").glob("*.md")}
+    chapters = {f"docs/{path.name}" for path in CHAPTERS}
     assert sorted(chapters - listed) == []
 
 

@@ -10,10 +10,8 @@ import re
 from pathlib import Path
 
 from orchestrator.cli import build_parser
+from tests.documents import DOCUMENTS, README, code_blocks
 
-ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
-DOCS = sorted((ROOT / "docs").glob("*.md"))
 UNSHOWN = {"-h", "--help", "--json"}
 
 
@@ -65,9 +63,8 @@ def _synopsis(document: Path = README) -> dict[str, set[str]]:
     """Each command the document's code blocks show (`orchestrator GROUP CMD ...`, and the
     `| CMD ...` alternatives after one), with the flags shown on it."""
     commands = _commands()
-    text = document.read_text(encoding="utf-8")
     shown: dict[str, set[str]] = {}
-    for block in re.findall(r"```[a-z]*\n(.*?)```", text, re.DOTALL):
+    for block in code_blocks(document):
         for line in block.splitlines():
             if not line.startswith("orchestrator "):
                 continue
@@ -96,7 +93,7 @@ def test_the_flags_the_readme_and_docs_show_are_the_commands_flags() -> None:
     commands = _commands() | {"": build_parser()}
     wrong = {
         (document.name, name): sorted(flags - _flags(commands[name]))
-        for document in [README, *DOCS]
+        for document in DOCUMENTS
         for name, flags in _synopsis(document).items()
         if flags - _flags(commands[name])
     }

@@ -13,20 +13,15 @@ from urllib.parse import urlsplit
 
 from orchestrator.api.app import create_app
 from orchestrator.settings import load_settings
+from tests.documents import DOCUMENTS, code_blocks
 
-ROOT = Path(__file__).resolve().parents[2]
-DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 #: Served outside the OpenAPI document (liveness, readiness, metrics, the console's pages).
 UNDOCUMENTED = {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/metrics")}
 
 
 def _curls() -> list[list[str]]:
     """Each `curl` command of the documents' code blocks, its continued lines joined, as words."""
-    blocks = [
-        block
-        for document in DOCUMENTS
-        for block in re.findall(r"```[a-z]*\n(.*?)```", document.read_text("utf-8"), re.DOTALL)
-    ]
+    blocks = [block for document in DOCUMENTS for block in code_blocks(document)]
     commands = []
     for block in blocks:
         for command in block.replace("\\\n", " ").splitlines():

@@ -24,6 +24,7 @@ __all__ = [
     "indexes",
     "invalid_indexes",
     "migrate_beside_writers",
+    "task_row",
 ]
 
 
@@ -56,6 +57,16 @@ def indexes(url: str, table: str) -> dict[str, list[str]]:
         return {str(i["name"]): list(i["column_names"]) for i in inspect(engine).get_indexes(table)}
     finally:
         engine.dispose()
+
+
+def task_row(task_id: str = "t1", status: str = "waiting", trigger_id: str = "trig") -> str:
+    """The INSERT of a task at generation 1, in the columns every revision since has: the rows
+    a migration test writes before the upgrade, in SQL (the models are the head's schema)."""
+    return (
+        "INSERT INTO tasks (task_id, task_type, title, context, trigger_id, origin, status,"
+        f" generation, created_at, updated_at) VALUES ('{task_id}', 'x', 't', '{{}}',"
+        f" '{trigger_id}', 'live', '{status}', 1, '2026-01-01', '2026-01-01')"
+    )
 
 
 def index_definition(url: str, name: str) -> str:

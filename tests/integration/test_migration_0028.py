@@ -23,15 +23,10 @@ from tests.migration_checks import (
     indexes,
     invalid_indexes,
     migrate_beside_writers,
+    task_row,
 )
 
 NAME, COLUMNS = "ix_outbox_unsettled", ["task_id", "kind", "event_seq"]
-
-TASK = (
-    "INSERT INTO tasks (task_id, task_type, title, context, trigger_id, origin, status,"
-    " generation, created_at, updated_at) VALUES ('t1', 'x', 't', '{}', 'trig', 'live',"
-    " 'waiting', 1, '2026-01-01', '2026-01-01')"
-)
 
 
 def _webhook(seq: int, status: str) -> str:
@@ -43,7 +38,7 @@ def _webhook(seq: int, status: str) -> str:
 
 
 #: A task's webhooks at 0027: delivered, discarded, still to send, dead.
-ROWS = [TASK, _webhook(1, "delivered"), _webhook(2, "discarded"), _webhook(3, "pending"),
+ROWS = [task_row(), _webhook(1, "delivered"), _webhook(2, "discarded"), _webhook(3, "pending"),
         _webhook(4, "dead")]  # fmt: skip
 
 

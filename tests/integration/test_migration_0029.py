@@ -17,6 +17,7 @@ from tests.migration_checks import (
     indexes,
     invalid_indexes,
     migrate_beside_writers,
+    task_row,
 )
 
 INDEXES = {
@@ -26,9 +27,7 @@ INDEXES = {
 }
 
 ROWS = [
-    "INSERT INTO tasks (task_id, task_type, title, context, trigger_id, origin, status,"
-    " generation, created_at, updated_at) VALUES ('t1', 'x', 't', '{}', 'trig', 'live',"
-    " 'waiting', 1, '2026-01-01', '2026-01-01')",
+    task_row(),
     "INSERT INTO sessions (session_id, purpose, task_id, generation, owner, title, created_at,"
     " updated_at) VALUES ('s1', 'task_execution', 't1', 1, 'task:t1', 't', '2026-01-01',"
     " '2026-01-01')",

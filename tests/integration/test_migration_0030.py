@@ -15,18 +15,21 @@ from orchestrator.store import Database
 from orchestrator.store.executions import count_handed_back, expired_executions
 from orchestrator.store.migrations import current_revision, downgrade, upgrade
 from orchestrator.store.types import utcnow
-from tests.migration_checks import connection, differences, index_definition, indexes
+from tests.migration_checks import (
+    connection,
+    differences,
+    index_definition,
+    indexes,
+    task_row,
+)
 
 NEW, OLD = "ix_executions_open_leases", "ix_executions_outcome_lease_expires_at"
 
-ROWS = [
-    "INSERT INTO tasks (task_id, task_type, title, context, trigger_id, origin, status,"
-    " generation, created_at, updated_at) VALUES ('{t}', 'x', 't', '{{}}', '{t}', 'live',"
-    " '{status}', 1, '2026-01-01', '2026-01-01')",
+EXECUTION = (
     "INSERT INTO executions (task_id, generation, session_id, created_at, lease_token,"
     " lease_expires_at, started_at, handed_back_at) VALUES ('{t}', 1, 's-{t}', '2026-01-01',"
-    " {token}, {expires}, {expires}, {handed})",
-]
+    " {token}, {expires}, {expires}, {handed})"
+)
 #: A queued generation, one that runs with its lease expired, one handed back.
 TASKS = [
     {"t": "queued", "status": "queued", "token": "NULL", "expires": "NULL", "handed": "NULL"},
@@ -43,8 +46,8 @@ def test_0030_replaces_the_lease_index_and_the_sweep_s_reads_answer_as_before(
     upgrade(empty_url, "0029")
     with connection(empty_url) as conn:
         for values in TASKS:
-            for statement in ROWS:
-                conn.execute(text(statement.format(**values)))
+            conn.execute(text(task_row(values["t"], values["status"], values["t"])))
+            conn.execute(text(EXECUTION.format(**values)))
     upgrade(empty_url)
     assert differences(empty_url) == []
     found = indexes(empty_url, "executions")

@@ -30,6 +30,7 @@ from orchestrator.services.outbox import OutboxDispatcher, OutboxService
 from orchestrator.store.outbox import OutboxRow
 from orchestrator.store.tables import outbox
 from orchestrator.store.types import utcnow
+from tests.documents import ROOT
 from tests.outbox_support import (
     Recorder,
     approved_action,
@@ -41,7 +42,7 @@ from tests.outbox_support import (
 SECRET = "webhook-secret-for-answers"
 ACTIONS_SECRET = "actions-secret-for-answers"
 #: The chapter for the business backend, with the verification example it gives receivers.
-BACKEND_DOC = Path(__file__).resolve().parents[2] / "docs" / "business-backend.md"
+BACKEND_DOC = ROOT / "docs" / "business-backend.md"
 
 
 @pytest.fixture

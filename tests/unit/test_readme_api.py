@@ -6,15 +6,14 @@ none that the route requires."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from orchestrator.api.app import create_app
 from orchestrator.settings import load_settings
+from tests.documents import README
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 #: Served outside the OpenAPI document: liveness, readiness, metrics.
 UNDOCUMENTED = {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/metrics")}
 #: Shown as required though the schema leaves it out: the route itself refuses an approval

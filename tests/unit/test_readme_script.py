@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 from orchestrator.domain.plans import parse_plan
+from tests.documents import ROOT
 
-MODEL_DOC = Path(__file__).resolve().parents[2] / "docs" / "model.md"
+MODEL_DOC = ROOT / "docs" / "model.md"
 TASK_TOOLS = {
     "read_task_context",
     "query_data_source",

@@ -4,12 +4,10 @@ nothing documented that is not read, and each documented default the code's."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 from orchestrator.settings import Settings, _env_name, setting_names
-
-README = Path(__file__).resolve().parents[2] / "README.md"
+from tests.documents import README
 
 
 def _rows() -> list[tuple[list[str], list[str]]]:

@@ -450,7 +450,7 @@ def test_the_end_of_a_round_does_not_complete_over_a_node_it_cannot_read(
     # rules did not see it, and a plan whose other nodes were done completed the task.
     from dataclasses import replace
 
-    from orchestrator.services.executions import decide_round, finish_generation, fixed
+    from orchestrator.services.round_end import decide_round, finish_generation, fixed
 
     fence, session_id = _running_generation(rt, scripts)
     running = {**GOOD, "status": "running"}  # completed in the store below (no citation here)

@@ -22,8 +22,9 @@ from orchestrator.domain.fences import Fence
 from orchestrator.errors import StaleGeneration
 from orchestrator.runtime import Runtime
 from orchestrator.services.actions import ActionService
-from orchestrator.services.executions import RunResult, decide_round, finish_generation, fixed
+from orchestrator.services.executions import RunResult
 from orchestrator.services.lease_keeper import LeaseKeeper
+from orchestrator.services.round_end import decide_round, finish_generation, fixed
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import executions as execution_store
 from orchestrator.store import tasks as task_store

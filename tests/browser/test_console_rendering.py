@@ -26,6 +26,10 @@ NO_OVERFLOW = """() => {
 }"""
 
 
+#: How far each table's box scrolls sideways (0: the table fits its card).
+SCROLLED = "[...document.querySelectorAll('.scroll')].map((s) => s.scrollWidth - s.clientWidth)"
+
+
 def test_model_text_is_shown_as_text(page: Any, console: Console) -> None:
     task_id = console.trigger("xss", XSS)
     console.wait_for(task_id, lambda t: t["status"] == "completed")
@@ -73,7 +77,9 @@ def finished_task(console: Console) -> str:
 
 
 @pytest.mark.parametrize(
-    ("width", "scale"), [(320, 1), (375, 2), (640, 2)], ids=["320px", "375px", "zoom200"]
+    ("width", "scale"),
+    [(320, 1), (375, 2), (640, 2), (1280, 1)],
+    ids=["320px", "375px", "zoom200", "desk"],
 )
 def test_narrow_and_zoomed_without_horizontal_overflow(
     browser: Any, console: Console, finished_task: str, width: int, scale: int
@@ -87,12 +93,14 @@ def test_narrow_and_zoomed_without_horizontal_overflow(
         tab.goto(f"{console.url}/console?token={TOKEN}")
         expect(tab.locator("#task-rows table")).to_be_visible()
         assert tab.evaluate(NO_OVERFLOW) == {"page": 0, "main": 0}
+        assert set(tab.evaluate(SCROLLED)) <= {0}  # and no table wider than its card
         shot(tab, f"list-{width}px-x{scale}")
         link = tab.locator("a.task-link").filter(has_text=finished_task).first
         link.click()
         expect(tab.locator("svg.edges path").first).to_be_attached()
         expect(tab.locator("#generations")).to_contain_text("completed")
         assert tab.evaluate(NO_OVERFLOW) == {"page": 0, "main": 0}
+        assert set(tab.evaluate(SCROLLED)) <= {0}
         shot(tab, f"detail-{width}px-x{scale}")
     finally:
         context.close()
@@ -383,9 +391,6 @@ def test_the_console_has_an_icon_and_asks_for_no_missing_one(
         context.close()
     assert missing == []
 
-
-#: How far each table's box scrolls sideways (0: the table fits its card).
-SCROLLED = "[...document.querySelectorAll('.scroll')].map((s) => s.scrollWidth - s.clientWidth)"
 
 #: The words of the generations' and evidence tables' cells (ids and hashes, in `code`, aside)
 #: that the browser broke over two lines, and the times whose date and clock, or how long ago

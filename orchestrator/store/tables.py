@@ -124,7 +124,7 @@ sessions = Table(
     Column("purpose", String(24), nullable=False),
     Column("task_id", String(ID), ForeignKey("tasks.task_id", ondelete="CASCADE"), nullable=True),
     Column("generation", Integer, nullable=True),
-    Column("owner", String(128), nullable=False),
+    Column("owner", String(NAME_MAX), nullable=False),  # a name, or "task:<id>"
     Column("title", String(200), nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),

@@ -348,3 +348,45 @@ def test_every_operator_command_runs_without_the_web_stack_and_the_broker_only_t
         db.dispose()
     last_quiet = list(steps.values())[len(quiet) - 1]
     assert (_any_of(last_quiet, BROKER), _any_of(approval, WEB[:3])) == ({}, {})
+
+
+@pytest.fixture(scope="module")
+def store_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An embedded store with no task in it, shared by the cases below (none writes to it)."""
+    from tests.cli_in_process import embedded_store
+
+    home = tmp_path_factory.mktemp("store") / "home"
+    embedded_store(home)
+    return home
+
+
+#: The services a runtime builds when asked for them: each command imports its own.
+SERVICES = (
+    "orchestrator.services.sweeper",
+    "orchestrator.services.actions",
+    "orchestrator.services.human_steps",
+    "orchestrator.services.plans",
+    "orchestrator.services.tasks",
+)
+
+
+@pytest.mark.parametrize(
+    ("argv", "out", "absent"),
+    [
+        pytest.param(["tasks", "list"], "no tasks\n", SERVICES[:4], id="tasks list"),
+        pytest.param(
+            ["actions", "list"],
+            "no actions\n",
+            (SERVICES[0], SERVICES[2], SERVICES[4]),
+            id="actions list",
+        ),
+    ],
+)
+def test_a_command_imports_the_services_it_runs_and_no_other(
+    argv: list[str], out: str, absent: tuple[str, ...], store_home: Path
+) -> None:
+    """The runtime imported every service it can build (the sweeper, the actions, the human
+    steps, the plans, the tasks) for a command that uses one of them."""
+    found = _imported(argv, store_home)
+    assert (found["code"], found["out"]) == (0, out), found["err"]
+    assert _any_of(found, absent) == {}

@@ -29,6 +29,9 @@ Errors read as they would through SQLAlchemy: a refused write is `ConstraintViol
 other driver error (a connect that failed included) the `sqlalchemy.exc.DBAPIError` subclass
 SQLAlchemy would have raised (the rounds tell infrastructure failures by it), and a connection
 that failed is closed, not kept.
+
+The psycopg side (the cache, the compiled statements, the raw cursors) is `driver_psycopg`,
+imported at the first statement sent to Postgres: a process on SQLite never imports psycopg.
 """
 
 from __future__ import annotations

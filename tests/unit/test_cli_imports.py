@@ -411,3 +411,31 @@ def test_a_trigger_sends_its_wake_up_to_the_file_broker_without_redis_or_httpx(
     assert json.loads(str(found["out"]))["dispatched"] is True
     assert _any_of(found, ("redis", "httpx", "psycopg")) == {}
     assert _any_of(found, ("celery",)) != {}
+
+
+def test_a_worker_start_reads_the_migration_scripts_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's start checks the store's revision against this code's (`check_store_ready`):
+    it read the migration scripts, which runs every one of them, twice (the head, then whether
+    the store's revision is known), and `db upgrade` twice before Alembic's own reading."""
+    from alembic.script import ScriptDirectory
+
+    from orchestrator.cli.db import check_store_ready, refuse_newer_store
+    from orchestrator.store import migrations
+    from tests.cli_in_process import embedded_store
+
+    store = embedded_store(tmp_path / "home")
+    read: list[object] = []
+
+    class Counted:
+        @staticmethod
+        def from_config(config: object) -> ScriptDirectory:
+            read.append(config)
+            return ScriptDirectory.from_config(config)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(migrations, "ScriptDirectory", Counted)
+    migrations._scripts.cache_clear()  # read by an earlier test of this process
+    check_store_ready(store)
+    refuse_newer_store(store)
+    assert len(read) == 1

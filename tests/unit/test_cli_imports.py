@@ -350,16 +350,6 @@ def test_every_operator_command_runs_without_the_web_stack_and_the_broker_only_t
     assert (_any_of(last_quiet, BROKER), _any_of(approval, WEB[:3])) == ({}, {})
 
 
-@pytest.fixture(scope="module")
-def store_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An embedded store with no task in it, shared by the cases below (none writes to it)."""
-    from tests.cli_in_process import embedded_store
-
-    home = tmp_path_factory.mktemp("store") / "home"
-    embedded_store(home)
-    return home
-
-
 #: The services a runtime builds when asked for them: each command imports its own.
 SERVICES = (
     "orchestrator.services.sweeper",
@@ -370,30 +360,24 @@ SERVICES = (
 )
 
 
-@pytest.mark.parametrize(
-    ("argv", "said", "absent"),
-    [
-        pytest.param(["tasks", "list"], (0, "no tasks\n"), SERVICES[:4], id="tasks list"),
-        pytest.param(
-            ["actions", "list"],
-            (0, "no actions\n"),
-            (SERVICES[0], SERVICES[2], SERVICES[4]),
-            id="actions list",
-        ),
-        # The outbox's operator commands import the module that sends, and never send.
-        pytest.param(["outbox", "list"], (0, "no deliveries\n"), ("httpx",), id="outbox list"),
-    ],
-)
-def test_a_command_imports_the_services_it_runs_and_no_other(
-    argv: list[str], said: tuple[int, str], absent: tuple[str, ...], store_home: Path
-) -> None:
+def test_a_command_imports_the_services_it_runs_and_no_other(tmp_path: Path) -> None:
     """The runtime imported every service it can build (the sweeper, the actions, the human
     steps, the plans, the tasks) for a command that uses one of them; `outbox list` imported
     httpx (0.1 s) for the dispatcher beside the listing; and each imported psycopg (0.13 s with
-    SQLAlchemy's dialect for it), which an embedded store (SQLite) never calls."""
-    found = _imported(argv, store_home)
-    assert (found["code"], found["out"]) == said, found["err"]
-    assert _any_of(found, (*absent, "psycopg")) == {}
+    SQLAlchemy's dialect for it), which an embedded store (SQLite) never calls. The commands
+    run in turn in one interpreter: each is checked for what it and the ones before imported."""
+    from tests.cli_in_process import embedded_store
+
+    home = tmp_path / "home"
+    embedded_store(home)
+    listed, actions, outbox = _steps(
+        [["tasks", "list"], ["actions", "list"], ["outbox", "list"]], home
+    )
+    said = [(step["code"], step["out"], step["err"]) for step in (listed, actions, outbox)]
+    assert said == [(0, "no tasks\n", ""), (0, "no actions\n", ""), (0, "no deliveries\n", "")]
+    assert _any_of(listed, (*SERVICES[:4], "psycopg")) == {}
+    assert _any_of(actions, (SERVICES[0], SERVICES[2], "psycopg")) == {}
+    assert _any_of(outbox, (SERVICES[0], SERVICES[2], "psycopg", "httpx")) == {}
 
 
 def test_a_trigger_sends_its_wake_up_to_the_file_broker_without_redis_or_httpx(

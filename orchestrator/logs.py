@@ -29,7 +29,6 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
 from pydantic import SecretStr
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -132,6 +131,8 @@ def _url_path(url: str | None) -> re.Pattern[str] | None:
     at INFO. The host stays readable; the same text elsewhere in a line is left alone."""
     if not url:
         return None
+    import httpx  # here: only an outbox URL set needs it, not every command that masks a line
+
     try:
         parts = urlsplit(url)
         hosts = {parts.hostname or ""}

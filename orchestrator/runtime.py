@@ -1,7 +1,8 @@
 """The composition root: settings in, services out. Every process builds one.
 
 A service is built, and its module imported, when a process first asks for it: an operator's
-`orchestrator tasks list` does not import the agent and its tools (`executions`).
+`orchestrator tasks list` imports the task service alone, not the sweeper, the actions, the
+human steps, the plans, nor the agent and its tools (`executions`), each paid at every start.
 """
 
 from __future__ import annotations
@@ -11,22 +12,19 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from orchestrator.events import PlanNotifier, RedisNotifier, make_notifier
-from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable, make_lease_backend
-from orchestrator.leases.keys import task_lease
-from orchestrator.services.actions import ActionService
-from orchestrator.services.dispatch import Dispatcher
-from orchestrator.services.human_steps import HumanStepService
-from orchestrator.services.plans import PlanService
-from orchestrator.services.sweeper import Sweeper
-from orchestrator.services.tasks import TaskService
-from orchestrator.settings import Settings
+from orchestrator.leases import LeaseBackend, make_lease_backend
 from orchestrator.store.db import Database
-from orchestrator.store.receipts import ReceiptLedger
-from orchestrator.store.recovery import lagging_generations, orphan_running_receipts
-from orchestrator.store.types import utcnow
 
 if TYPE_CHECKING:
+    from orchestrator.services.actions import ActionService
+    from orchestrator.services.dispatch import Dispatcher
     from orchestrator.services.executions import ExecutionService
+    from orchestrator.services.human_steps import HumanStepService
+    from orchestrator.services.plans import PlanService
+    from orchestrator.services.sweeper import Sweeper
+    from orchestrator.services.tasks import TaskService
+    from orchestrator.settings import Settings
+    from orchestrator.store.receipts import ReceiptLedger
 
 __all__ = ["Runtime", "build_runtime", "celery_dispatcher"]
 
@@ -42,22 +40,32 @@ class Runtime:
 
     @cached_property
     def plans(self) -> PlanService:
+        from orchestrator.services.plans import PlanService
+
         return PlanService(self.db, self.notifier)
 
     @cached_property
     def actions(self) -> ActionService:
+        from orchestrator.services.actions import ActionService
+
         return ActionService(self.db, self.plans, self.dispatcher)
 
     @cached_property
     def human_steps(self) -> HumanStepService:
+        from orchestrator.services.human_steps import HumanStepService
+
         return HumanStepService(self.db, self.plans, self.dispatcher)
 
     @cached_property
     def ledger(self) -> ReceiptLedger:
+        from orchestrator.store.receipts import ReceiptLedger
+
         return ReceiptLedger(self.db)
 
     @cached_property
     def tasks(self) -> TaskService:
+        from orchestrator.services.tasks import TaskService
+
         return TaskService(self.db, self.dispatcher, self.leases, self.ledger)
 
     @cached_property
@@ -70,6 +78,8 @@ class Runtime:
 
     @cached_property
     def sweeper(self) -> Sweeper:
+        from orchestrator.services.sweeper import Sweeper
+
         return Sweeper(self.settings, self.db, self.leases, self.dispatcher)
 
     def cold_start(self) -> int:
@@ -78,6 +88,9 @@ class Runtime:
         A generation whose mirrored expiry passed is live while the lease back end still holds
         its lease with its token (the mirror lags), as the sweeper finds it.
         """
+        from orchestrator.store.recovery import lagging_generations, orphan_running_receipts
+        from orchestrator.store.types import utcnow
+
         now = utcnow()
         with self.db.transaction(readonly=True) as conn:
             lagging = lagging_generations(conn, now)
@@ -88,6 +101,9 @@ class Runtime:
     def _still_held(self, lagging: list[tuple[str, str | None]]) -> list[str]:
         """The owners of `lagging` generations whose lease is held (all of them, if the back
         end cannot tell: the sweeper orphans their receipts when it declares them lost)."""
+        from orchestrator.leases import LeaseBackendUnavailable
+        from orchestrator.leases.keys import task_lease
+
         owners = [f"task:{task_id}" for task_id, _ in lagging]
         try:
             infos = self.leases.get_many([task_lease(task_id) for task_id, _ in lagging])

@@ -20,7 +20,6 @@ from orchestrator.logs import RedactFilter, configure_logging, secrets_of
 from orchestrator.services.cleanup import CLEANUP_INTERVAL_SECONDS
 from orchestrator.settings import Settings, SettingsError, get_settings
 from workers import filesystem_broker
-from workers.broker import TRANSPORT
 from workers.constants import CLEANUP, QUEUE, RUN_GENERATION, SENT_AGAIN, SWEEP
 
 __all__ = [
@@ -62,6 +61,10 @@ def make_celery(settings: Settings) -> Celery:
     options: dict[str, Any] = {"visibility_timeout": VISIBILITY_TIMEOUT_SECONDS}
     transport: str | None = None
     if settings.redis_url:
+        # Imported for a Redis broker alone: it imports redis-py, which an embedded process
+        # (an operator's command sending a wake-up to the file broker) has no use for.
+        from workers.broker import TRANSPORT
+
         broker = settings.redis_url
         transport = TRANSPORT  # Kombu's, mended to survive a Redis restart (see broker.py)
         # A Redis that is down or does not answer fails a publish in bounded time (a trigger

@@ -20,11 +20,14 @@ import threading
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import redis
 from sqlalchemy import text
 
 from orchestrator.store.db import Database
+
+if TYPE_CHECKING:
+    import redis
 
 __all__ = ["READY_TIMEOUT_SECONDS", "Check", "Readiness"]
 
@@ -94,11 +97,13 @@ class Readiness:
     ) -> None:
         self.db = db
         self.timeout = timeout
-        self.redis = (
-            redis.Redis.from_url(redis_url, socket_timeout=timeout, socket_connect_timeout=timeout)
-            if redis_url
-            else None
-        )
+        self.redis: redis.Redis | None = None
+        if redis_url:
+            import redis  # here: an embedded API (no Redis) never imports redis-py (0.1 s)
+
+            self.redis = redis.Redis.from_url(
+                redis_url, socket_timeout=timeout, socket_connect_timeout=timeout
+            )
         self._ready = True
 
     async def check(self) -> list[Check]:

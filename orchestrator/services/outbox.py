@@ -28,9 +28,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import httpx
 from sqlalchemy import Connection
 
 from orchestrator.errors import ConflictError, InvalidTransition, NotFound, echoed
@@ -49,6 +48,9 @@ from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database
 from orchestrator.store.outbox import REFUSAL, OutboxRow
 from orchestrator.store.types import utcnow
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = [
     "EVENT_ID_HEADER",
@@ -108,7 +110,10 @@ _SEND_TIMEOUTS: Final = 6
 
 
 class OutboxDispatcher:
-    """Claims, sends and records; `run_once` is one round, `run` loops until `stop` is set."""
+    """Claims, sends and records; `run_once` is one round, `run` loops until `stop` is set.
+
+    httpx is imported by the methods that send: the operator's commands on the outbox
+    (`OutboxService`, below) import this module and never send."""
 
     def __init__(
         self, settings: Settings, db: Database, client: httpx.Client | None = None, batch: int = 20
@@ -135,6 +140,8 @@ class OutboxDispatcher:
         return min(self.settings.outbox_timeout_seconds, 5.0)
 
     def _new_client(self) -> httpx.Client:
+        import httpx
+
         timeout = self.settings.outbox_timeout_seconds
         return httpx.Client(
             timeout=httpx.Timeout(timeout, connect=self._connect_timeout), follow_redirects=False
@@ -362,6 +369,8 @@ class OutboxDispatcher:
     def _timed_out(self, exc: httpx.TimeoutException) -> str:
         """What timed out, and the setting that bounds it: each of httpx's timeouts is a
         different trouble (a read timeout alone is a backend that does not answer in time)."""
+        import httpx
+
         setting = f"ORCH_OUTBOX_TIMEOUT_SECONDS ({self.settings.outbox_timeout_seconds:g} s)"
         if isinstance(exc, httpx.ConnectTimeout):
             return f"timed out connecting (after {self._connect_timeout:g} s)"
@@ -378,6 +387,8 @@ class OutboxDispatcher:
 
     def _send(self, row: OutboxRow) -> _Answer:
         """What the endpoint answered (never a secret in its error)."""
+        import httpx
+
         body = row.body.encode("utf-8")
         headers = {
             "Content-Type": "application/json",

@@ -23,12 +23,10 @@ from collections.abc import Sequence
 from datetime import UTC
 from typing import Any
 
-import psycopg
 from sqlalchemy import Engine
 
 from orchestrator.errors import ConstraintViolation
 from orchestrator.store import driver
-from orchestrator.store.driver import connections_for
 
 __all__ = ["COLUMNS", "claim_row"]
 
@@ -69,7 +67,9 @@ def claim_row(store: Engine, row: tuple[Any, ...]) -> tuple[Any, ...]:
 
     Returns the row that stands, in the same order: `row` itself when this call inserted it.
     """
-    cache = connections_for(store)
+    import psycopg  # here: the receipts import this module on SQLite too, which has no use for it
+
+    cache = driver.connections_for(store)
     key = (row[_OWNER], row[_IDENTITY])
     for attempt in (1, 2):
         cursor, epoch = cache.take()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
 from alembic import command
@@ -44,15 +45,21 @@ def downgrade(url: str, revision: str) -> None:
     command.downgrade(alembic_config(url), revision)
 
 
+@cache
+def _scripts() -> ScriptDirectory:
+    """This code's migration scripts, read once a process: reading them runs each of them
+    (a worker's start checked the store's revision against them three times)."""
+    return ScriptDirectory.from_config(alembic_config("sqlite://"))
+
+
 def head_revision() -> str | None:
-    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+    return _scripts().get_current_head()
 
 
 def is_known(revision: str) -> bool:
     """Whether this code has `revision`: one it does not know was made by a newer version."""
-    scripts = ScriptDirectory.from_config(alembic_config("sqlite://"))
     try:
-        return scripts.get_revision(revision) is not None
+        return _scripts().get_revision(revision) is not None
     except CommandError:
         return False
 

@@ -11,7 +11,7 @@ from sqlalchemy import Integer, make_url, text
 from sqlalchemy.exc import DataError, OperationalError
 
 from orchestrator.errors import ConstraintViolation
-from orchestrator.store import Database, driver
+from orchestrator.store import Database, driver, driver_psycopg
 from orchestrator.store.db import CONNECT_TIMEOUT_SECONDS
 from tests.services import refused_port
 
@@ -228,7 +228,7 @@ def test_a_kept_connection_older_than_the_recycle_age_is_replaced(
 ) -> None:
     pid = _backend_pid(pg_db)
     assert _backend_pid(pg_db) == pid  # kept while young
-    monkeypatch.setattr(driver, "RECYCLE_SECONDS", 0.0)
+    monkeypatch.setattr(driver_psycopg, "RECYCLE_SECONDS", 0.0)
     assert _backend_pid(pg_db) != pid  # as the pool's pool_recycle: a new connection
 
 

@@ -13,7 +13,7 @@ import sqlalchemy.exc
 
 from orchestrator.domain.fingerprints import fingerprint
 from orchestrator.errors import ConflictError
-from orchestrator.store import Database
+from orchestrator.store import Database, driver_psycopg
 from orchestrator.store import driver as driver_module
 from orchestrator.store.receipts import Claim, Receipt, ReceiptLedger
 from tests.integration.receipt_rows import chat_session, claim_arguments
@@ -78,7 +78,7 @@ def pg_db(pg_url: str) -> Iterator[Database]:
 
 
 def _lose_answers(monkeypatch: pytest.MonkeyPatch, count: int) -> list[_LosesTheAnswer]:
-    take = driver_module._Connections.take
+    take = driver_psycopg._Connections.take
     lost: list[_LosesTheAnswer] = []
 
     def losing_take(self: Any) -> tuple[Any, int]:
@@ -88,7 +88,7 @@ def _lose_answers(monkeypatch: pytest.MonkeyPatch, count: int) -> list[_LosesThe
             return lost[-1], epoch
         return cursor, epoch
 
-    monkeypatch.setattr(driver_module._Connections, "take", losing_take)
+    monkeypatch.setattr(driver_psycopg._Connections, "take", losing_take)
     return lost
 
 
@@ -155,13 +155,13 @@ def test_many_claiming_threads_open_at_most_the_pool_size_of_connections(
 
     cache = driver_module.connections_for(pg_db.engine)
     opened: list[int] = []
-    connect = driver_module.psycopg.connect
+    connect = driver_psycopg.psycopg.connect
 
     def counting_connect(*args: Any, **kwargs: Any) -> Any:
         opened.append(1)
         return connect(*args, **kwargs)
 
-    monkeypatch.setattr(driver_module.psycopg, "connect", counting_connect)
+    monkeypatch.setattr(driver_psycopg.psycopg, "connect", counting_connect)
     ledger = ReceiptLedger(pg_db)
     barrier = threading.Barrier(40)
     granted: list[bool] = []

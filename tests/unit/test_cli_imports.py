@@ -348,3 +348,78 @@ def test_every_operator_command_runs_without_the_web_stack_and_the_broker_only_t
         db.dispose()
     last_quiet = list(steps.values())[len(quiet) - 1]
     assert (_any_of(last_quiet, BROKER), _any_of(approval, WEB[:3])) == ({}, {})
+
+
+#: The services a runtime builds when asked for them: each command imports its own.
+SERVICES = (
+    "orchestrator.services.sweeper",
+    "orchestrator.services.actions",
+    "orchestrator.services.human_steps",
+    "orchestrator.services.plans",
+    "orchestrator.services.tasks",
+)
+
+
+def test_a_command_imports_the_services_it_runs_and_no_other(tmp_path: Path) -> None:
+    """The runtime imported every service it can build (the sweeper, the actions, the human
+    steps, the plans, the tasks) for a command that uses one of them; `outbox list` imported
+    httpx (0.1 s) for the dispatcher beside the listing; and each imported psycopg (0.13 s with
+    SQLAlchemy's dialect for it), which an embedded store (SQLite) never calls. The commands
+    run in turn in one interpreter: each is checked for what it and the ones before imported."""
+    from tests.cli_in_process import embedded_store
+
+    home = tmp_path / "home"
+    embedded_store(home)
+    listed, actions, outbox = _steps(
+        [["tasks", "list"], ["actions", "list"], ["outbox", "list"]], home
+    )
+    said = [(step["code"], step["out"], step["err"]) for step in (listed, actions, outbox)]
+    assert said == [(0, "no tasks\n", ""), (0, "no actions\n", ""), (0, "no deliveries\n", "")]
+    assert _any_of(listed, (*SERVICES[:4], "psycopg")) == {}
+    assert _any_of(actions, (SERVICES[0], SERVICES[2], "psycopg")) == {}
+    assert _any_of(outbox, (SERVICES[0], SERVICES[2], "psycopg", "httpx")) == {}
+
+
+def test_a_trigger_sends_its_wake_up_to_the_file_broker_without_redis_or_httpx(
+    tmp_path: Path,
+) -> None:
+    """An embedded trigger imported redis-py with the Redis transport's module (0.1 s), httpx
+    with the log masking its wake-up's line would use (0.1 s), and psycopg: a file broker and
+    a SQLite store need none of them. The wake-up still goes out."""
+    from tests.cli_in_process import embedded_store
+
+    home = tmp_path / "home"
+    embedded_store(home)
+    found = _imported(["tasks", "trigger", "--type", "demo", "--title", "t", "--json"], home)
+    assert found["code"] == 0, found["err"]
+    assert json.loads(str(found["out"]))["dispatched"] is True
+    assert _any_of(found, ("redis", "httpx", "psycopg")) == {}
+    assert _any_of(found, ("celery",)) != {}
+
+
+def test_a_worker_start_reads_the_migration_scripts_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's start checks the store's revision against this code's (`check_store_ready`):
+    it read the migration scripts, which runs every one of them, twice (the head, then whether
+    the store's revision is known), and `db upgrade` twice before Alembic's own reading."""
+    from alembic.script import ScriptDirectory
+
+    from orchestrator.cli.db import check_store_ready, refuse_newer_store
+    from orchestrator.store import migrations
+    from tests.cli_in_process import embedded_store
+
+    store = embedded_store(tmp_path / "home")
+    read: list[object] = []
+
+    class Counted:
+        @staticmethod
+        def from_config(config: object) -> ScriptDirectory:
+            read.append(config)
+            return ScriptDirectory.from_config(config)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(migrations, "ScriptDirectory", Counted)
+    migrations._scripts.cache_clear()  # read by an earlier test of this process
+    check_store_ready(store)
+    refuse_newer_store(store)
+    assert len(read) == 1

@@ -12,7 +12,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from orchestrator.events import PlanNotifier, RedisNotifier, make_notifier
-from orchestrator.leases import LeaseBackend, make_lease_backend
+from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable, make_lease_backend
+from orchestrator.leases.keys import task_lease
 from orchestrator.store.db import Database
 
 if TYPE_CHECKING:
@@ -101,9 +102,6 @@ class Runtime:
     def _still_held(self, lagging: list[tuple[str, str | None]]) -> list[str]:
         """The owners of `lagging` generations whose lease is held (all of them, if the back
         end cannot tell: the sweeper orphans their receipts when it declares them lost)."""
-        from orchestrator.leases import LeaseBackendUnavailable
-        from orchestrator.leases.keys import task_lease
-
         owners = [f"task:{task_id}" for task_id, _ in lagging]
         try:
             infos = self.leases.get_many([task_lease(task_id) for task_id, _ in lagging])

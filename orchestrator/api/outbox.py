@@ -16,7 +16,7 @@ from orchestrator.api.etags import IF_NONE_MATCH, NOT_MODIFIED, shape_of, tagged
 from orchestrator.api.human_steps import decider, says_who
 from orchestrator.operators import Operator
 from orchestrator.services.operator_requests import DiscardBody, RetryBody
-from orchestrator.services.outbox import OutboxService
+from orchestrator.services.outbox_operations import OutboxService
 
 __all__ = [
     "ERROR_RESPONSES",

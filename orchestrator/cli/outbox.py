@@ -322,7 +322,7 @@ def error_label(row: dict[str, Any]) -> str:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from orchestrator.services.outbox import OutboxService
+    from orchestrator.services.outbox_operations import OutboxService
     from orchestrator.store.types import utcnow
 
     db = _db()
@@ -354,7 +354,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from orchestrator.services.outbox import OutboxService
+    from orchestrator.services.outbox_operations import OutboxService
 
     db = _db()
     try:
@@ -481,7 +481,7 @@ def _time(value: Any) -> str:
 
 
 def _retry(args: argparse.Namespace) -> int:
-    from orchestrator.services.outbox import OutboxService
+    from orchestrator.services.outbox_operations import OutboxService
 
     if [args.outbox_id is not None, args.all_dead, args.all_failing].count(True) != 1:
         raise CommandFailed(
@@ -534,7 +534,7 @@ def _retry(args: argparse.Namespace) -> int:
 
 def _discard(args: argparse.Namespace) -> int:
     from orchestrator.services.operator_requests import DiscardBody
-    from orchestrator.services.outbox import OutboxService
+    from orchestrator.services.outbox_operations import OutboxService
 
     # Checked as the API checks them, before the store is opened: only an absent --by means
     # the user; an empty one (an unset $NAME) is refused, not recorded as the OS user's.

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.runtime import Runtime
-from orchestrator.services.outbox import OutboxService
+from orchestrator.services.outbox_operations import OutboxService
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import task_events as event_store
 from orchestrator.store.outbox import OutboxRow

@@ -23,7 +23,8 @@ from orchestrator.runtime import Runtime
 from orchestrator.services.actions import ActionService
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.human_steps import HumanStepService
-from orchestrator.services.outbox import OutboxDispatcher, OutboxService
+from orchestrator.services.outbox import OutboxDispatcher
+from orchestrator.services.outbox_operations import OutboxService
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import SettingsError, load_settings
 from orchestrator.store import outbox_views

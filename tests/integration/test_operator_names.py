@@ -25,7 +25,8 @@ from orchestrator.cli import main
 from orchestrator.operators import OperatorsError, load_operators
 from orchestrator.runtime import Runtime
 from orchestrator.services.invocations import InvocationService
-from orchestrator.services.outbox import OutboxDispatcher, OutboxService
+from orchestrator.services.outbox import OutboxDispatcher
+from orchestrator.services.outbox_operations import OutboxService
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import load_settings
 from orchestrator.store.tables import task_events

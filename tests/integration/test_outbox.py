@@ -27,7 +27,8 @@ from sqlalchemy import update
 
 from orchestrator.api.app import create_app
 from orchestrator.runtime import Runtime
-from orchestrator.services.outbox import OutboxDispatcher, OutboxService
+from orchestrator.services.outbox import OutboxDispatcher
+from orchestrator.services.outbox_operations import OutboxService
 from orchestrator.store import outbox_views
 from orchestrator.store import task_events as event_store
 from orchestrator.store.tables import outbox

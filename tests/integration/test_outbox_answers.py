@@ -26,7 +26,8 @@ from sqlalchemy import update
 
 from orchestrator.api.app import create_app
 from orchestrator.runtime import Runtime
-from orchestrator.services.outbox import OutboxDispatcher, OutboxService
+from orchestrator.services.outbox import OutboxDispatcher
+from orchestrator.services.outbox_operations import OutboxService
 from orchestrator.store.outbox import OutboxRow
 from orchestrator.store.tables import outbox
 from orchestrator.store.types import utcnow

@@ -29,7 +29,8 @@ from sqlalchemy import update
 from orchestrator.api.app import create_app
 from orchestrator.runtime import Runtime
 from orchestrator.services.cleanup import run_cleanup
-from orchestrator.services.outbox import OutboxDispatcher, OutboxService
+from orchestrator.services.outbox import OutboxDispatcher
+from orchestrator.services.outbox_operations import OutboxService
 from orchestrator.store.tables import outbox
 from orchestrator.store.task_events import events_of_type
 from orchestrator.store.types import utcnow

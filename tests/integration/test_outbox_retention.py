@@ -16,7 +16,7 @@ from sqlalchemy import insert, select, update
 from orchestrator.cli.cleanup import describe
 from orchestrator.runtime import Runtime
 from orchestrator.services.cleanup import run_cleanup
-from orchestrator.services.outbox import OutboxService
+from orchestrator.services.outbox_operations import OutboxService
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import task_events as event_store
 from orchestrator.store.tables import outbox

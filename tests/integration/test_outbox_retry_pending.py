@@ -23,7 +23,8 @@ from fastapi.testclient import TestClient
 from orchestrator.api.app import create_app
 from orchestrator.errors import ConflictError
 from orchestrator.runtime import Runtime
-from orchestrator.services.outbox import DispatchReport, OutboxService
+from orchestrator.services.outbox import DispatchReport
+from orchestrator.services.outbox_operations import OutboxService
 from orchestrator.store import outbox_sending
 from orchestrator.store.outbox import OutboxRow
 from orchestrator.store.types import utcnow

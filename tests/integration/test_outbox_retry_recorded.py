@@ -16,7 +16,8 @@ from fastapi.testclient import TestClient
 
 from orchestrator.api.app import create_app
 from orchestrator.runtime import Runtime
-from orchestrator.services.outbox import OutboxDispatcher, OutboxService
+from orchestrator.services.outbox import OutboxDispatcher
+from orchestrator.services.outbox_operations import OutboxService
 from tests.integration.test_operator_accounts import bearer, operators_file
 from tests.outbox_support import Recorder, outbox_runtime, running_recorder, waiting_task
 

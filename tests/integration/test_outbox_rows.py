@@ -20,7 +20,8 @@ from sqlalchemy import func, insert, select
 
 from orchestrator.api.app import create_app
 from orchestrator.runtime import Runtime
-from orchestrator.services.outbox import OutboxDispatcher, OutboxService
+from orchestrator.services.outbox import OutboxDispatcher
+from orchestrator.services.outbox_operations import OutboxService
 from orchestrator.store.tables import outbox
 from orchestrator.store.types import utcnow
 from tests.integration.test_operator_accounts import bearer, operators_file

@@ -434,7 +434,7 @@ def test_a_task_s_view_is_sent_again_after_a_retry_of_a_failing_delivery_and_an_
     who and when recorded) and a dispatcher's answer to it (claimed, then failed again, backing
     off less than the other) left the newest next attempt, the attempts and the tallies as they
     were, so the view's tag matched: the task's page kept its Retry, then "being sent now"."""
-    from orchestrator.services.outbox import OutboxService
+    from orchestrator.services.outbox_operations import OutboxService
 
     rt, client = env
     task_id = rt.tasks.trigger(Trigger(task_type="leak", title="Turbid water")).task.task_id

@@ -20,6 +20,7 @@ from orchestrator.agent.openai_model import close_clients
 from orchestrator.store import Database
 from orchestrator.store.migrations import upgrade
 from tests import leaks
+from tests.databases import TemplateCopies
 from tests.openai_server import OpenAIServer
 from tests.services import PostgresServer, RedisServer, ServiceMissing, service_unavailable
 
@@ -54,12 +55,25 @@ def postgres() -> Iterator[PostgresServer]:
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def _template_copies(postgres: PostgresServer) -> Iterator[TemplateCopies]:
+    copies = TemplateCopies(
+        postgres.connect,
+        lambda template: postgres.create_database(template=template),
+        postgres.drop_database,
+        "orch_template",
+    )
+    yield copies
+    copies.close()
+
+
 @pytest.fixture
-def pg_url(postgres: PostgresServer) -> Iterator[str]:
-    """A fresh database migrated to head, dropped after the test."""
-    name = postgres.create_database(template="orch_template")
+def pg_url(postgres: PostgresServer, _template_copies: TemplateCopies) -> Iterator[str]:
+    """A database of the test's own, migrated to head, as a new copy of the template is (one a
+    test before it gave back emptied, or a new copy: `tests.databases`)."""
+    name = _template_copies.take()
     yield postgres.url(name)
-    postgres.drop_database(name)
+    _template_copies.give_back(name)
 
 
 @pytest.fixture

@@ -57,12 +57,7 @@ def postgres() -> Iterator[PostgresServer]:
 
 @pytest.fixture(scope="session")
 def _template_copies(postgres: PostgresServer) -> Iterator[TemplateCopies]:
-    copies = TemplateCopies(
-        postgres.connect,
-        lambda template: postgres.create_database(template=template),
-        postgres.drop_database,
-        "orch_template",
-    )
+    copies = TemplateCopies(postgres, "orch_template")
     yield copies
     copies.close()
 

@@ -21,12 +21,7 @@ pytestmark = pytest.mark.postgres
 
 @pytest.fixture
 def copies(postgres: PostgresServer) -> Iterator[TemplateCopies]:
-    own = TemplateCopies(
-        postgres.connect,
-        lambda template: postgres.create_database(template=template),
-        postgres.drop_database,
-        "orch_template",
-    )
+    own = TemplateCopies(postgres, "orch_template")
     yield own
     own.close()
 
@@ -69,10 +64,17 @@ def what_a_test_reads(postgres: PostgresServer, name: str) -> dict[str, Any]:
         }
 
 
+def database_oid(postgres: PostgresServer, name: str) -> int | None:
+    with postgres.connect() as conn:
+        row = conn.execute("SELECT oid FROM pg_database WHERE datname = %s", [name]).fetchone()
+    return None if row is None else int(row[0])
+
+
 def test_a_copy_given_back_written_is_taken_again_as_a_new_copy(
     copies: TemplateCopies, postgres: PostgresServer, scripts: Path
 ) -> None:
     name = copies.take()
+    oid = database_oid(postgres, name)
     new = what_a_test_reads(postgres, name)
     assert {count for table, count in new["rows"].items() if table != "alembic_version"} == {(0,)}
     rt, _ = runtime_for(postgres.url(name), scripts)
@@ -94,7 +96,9 @@ def test_a_copy_given_back_written_is_taken_again_as_a_new_copy(
         lingering.execute("SELECT 1")  # ended, as DROP DATABASE ... WITH (FORCE) ended it
     lingering.close()
     again = copies.take()
-    assert again == name
+    assert again != name  # the same database, by another name: the test's URL leads nowhere
+    assert database_oid(postgres, again) == oid
+    assert database_oid(postgres, name) is None
     assert (copies.reused, copies.dropped) == (1, 0)
     assert what_a_test_reads(postgres, again) == new
 
@@ -126,9 +130,7 @@ def test_a_copy_changed_beyond_its_rows_is_dropped(
     copies.give_back(name)
 
     assert (copies.reused, copies.dropped) == (0, 1)
-    with postgres.connect() as conn:
-        gone = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
-    assert gone is None
+    assert database_oid(postgres, name) is None
     another = copies.take()
     assert another != name
     assert what_a_test_reads(postgres, another) == new

@@ -1,4 +1,5 @@
-"""Shared fixtures: real Postgres and Redis servers, fresh migrated databases per test.
+"""Shared fixtures: real Postgres and Redis servers, a migrated database of each test's own, as
+new (`tests.databases`).
 
 A missing server binary skips the tests that need it locally, and fails them when `CI` is set.
 """

@@ -1,4 +1,5 @@
-"""Shared fixtures: real Postgres and Redis servers, fresh migrated databases per test.
+"""Shared fixtures: real Postgres and Redis servers, a migrated database of each test's own, as
+new (`tests.databases`).
 
 A missing server binary skips the tests that need it locally, and fails them when `CI` is set.
 """
@@ -20,6 +21,7 @@ from orchestrator.agent.openai_model import close_clients
 from orchestrator.store import Database
 from orchestrator.store.migrations import upgrade
 from tests import leaks
+from tests.databases import TemplateCopies
 from tests.openai_server import OpenAIServer
 from tests.services import PostgresServer, RedisServer, ServiceMissing, service_unavailable
 
@@ -54,12 +56,20 @@ def postgres() -> Iterator[PostgresServer]:
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def _template_copies(postgres: PostgresServer) -> Iterator[TemplateCopies]:
+    copies = TemplateCopies(postgres, "orch_template")
+    yield copies
+    copies.close()
+
+
 @pytest.fixture
-def pg_url(postgres: PostgresServer) -> Iterator[str]:
-    """A fresh database migrated to head, dropped after the test."""
-    name = postgres.create_database(template="orch_template")
+def pg_url(postgres: PostgresServer, _template_copies: TemplateCopies) -> Iterator[str]:
+    """A database of the test's own, migrated to head, as a new copy of the template is (one a
+    test before it gave back emptied, or a new copy: `tests.databases`)."""
+    name = _template_copies.take()
     yield postgres.url(name)
-    postgres.drop_database(name)
+    _template_copies.give_back(name)
 
 
 @pytest.fixture

@@ -220,8 +220,7 @@ class PostgresServer:
 
     def create_database(self, template: str | None = None) -> str:
         """A new empty database (or a copy of `template`); returns its name."""
-        self._counter += 1
-        name = f"t{os.getpid()}_{self._counter}"
+        name = self._new_name()
         # FILE_COPY: a copy of the template's files, about half the time of Postgres 15's
         # default (WAL_LOG, every block through the WAL) for a small schema without fsync.
         clause = f" TEMPLATE {template} STRATEGY FILE_COPY" if template else ""
@@ -232,6 +231,18 @@ class PostgresServer:
     def drop_database(self, name: str) -> None:
         with self.connect() as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")  # type: ignore[arg-type]
+
+    def rename_database(self, name: str) -> str:
+        """Give database `name` a new name (no session may be connected to it); returns it."""
+        new = self._new_name()
+        with self.connect() as conn:
+            conn.execute(f"ALTER DATABASE {name} RENAME TO {new}")  # type: ignore[arg-type]
+        return new
+
+    def _new_name(self) -> str:
+        """A database name no other of this cluster's test processes uses."""
+        self._counter += 1
+        return f"t{os.getpid()}_{self._counter}"
 
 
 @dataclass

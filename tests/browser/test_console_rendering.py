@@ -434,7 +434,8 @@ def test_table_cells_on_a_desk_break_between_words(page: Any, console: Console) 
     # letters a line.
     assert set(page.evaluate(SCROLLED)) == {0}
     reason = page.locator('#generations td[data-label="Reason"]').first
-    assert reason.evaluate("(td) => td.getBoundingClientRect().width") >= 160
+    # At least about 15 characters a line (its width moves with the worker's name and the times).
+    assert reason.evaluate("(td) => td.getBoundingClientRect().width") >= 120
     shot(page, "tables-1280px")
     # Wider, the page keeps its width; narrower, whole words would push a table past its card.
     for width in (1920, 1024, 768, 700):

@@ -16,7 +16,7 @@ from orchestrator.api.etags import IF_NONE_MATCH, NOT_MODIFIED, shape_of, tagged
 from orchestrator.api.human_steps import decider, says_who
 from orchestrator.operators import Operator
 from orchestrator.services.operator_requests import DiscardBody, RetryBody
-from orchestrator.services.outbox_operations import OutboxService
+from orchestrator.services.outbox_operations import MAX_OUTBOX_ID, OutboxService
 
 __all__ = [
     "ERROR_RESPONSES",
@@ -100,7 +100,7 @@ def list_deliveries(
     task_id: str | None = Query(default=None, max_length=36),
     status: DeliveryStatus | None = Query(default=None),
     kind: DeliveryKind | None = Query(default=None),
-    cursor: int | None = Query(default=None, ge=0, le=2**63 - 1),
+    cursor: int | None = Query(default=None, ge=0, le=MAX_OUTBOX_ID),
     limit: int = Query(default=50, ge=1, le=200),
     if_none_match: str | None = IF_NONE_MATCH,
     service: OutboxService = Depends(get_outbox),
@@ -127,7 +127,7 @@ def list_deliveries(
 
 @router.get("/{outbox_id}", response_model=ListedDelivery, responses=ERROR_RESPONSES)
 def show_delivery(
-    outbox_id: int = Path(ge=1, le=2**63 - 1), service: OutboxService = Depends(get_outbox)
+    outbox_id: int = Path(ge=1, le=MAX_OUTBOX_ID), service: OutboxService = Depends(get_outbox)
 ) -> dict[str, Any]:
     """One delivery's whole state, as the list shows it (`X-Orchestrator-Delivery`, a log
     line or an alert names its id): status, attempts, last error, next attempt, why it is dead,
@@ -171,7 +171,7 @@ def retry_every_failing(
 @router.post("/{outbox_id}/retry", response_model=Delivery, responses=ERROR_RESPONSES)
 def retry_delivery(
     body: RetryBody | None = None,
-    outbox_id: int = Path(ge=1, le=2**63 - 1),
+    outbox_id: int = Path(ge=1, le=MAX_OUTBOX_ID),
     service: OutboxService = Depends(get_outbox),
     operator: Operator = Depends(require_role("operator")),
 ) -> dict[str, Any]:
@@ -190,7 +190,7 @@ def retry_delivery(
 @says_who
 def discard_delivery(
     body: DiscardBody,
-    outbox_id: int = Path(ge=1, le=2**63 - 1),
+    outbox_id: int = Path(ge=1, le=MAX_OUTBOX_ID),
     service: OutboxService = Depends(get_outbox),
     operator: Operator = Depends(require_role("operator")),
 ) -> dict[str, Any]:

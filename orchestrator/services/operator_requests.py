@@ -16,7 +16,15 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 from orchestrator.domain.storable import FilledText, Name, filled_text, storable_text
 from orchestrator.services.invocations import REASON_MAX
 
-__all__ = ["CloseBody", "CompleteBody", "Decision", "DiscardBody", "ResolveBody", "RetryBody"]
+__all__ = [
+    "STEP_TEXT_MAX",
+    "CloseBody",
+    "CompleteBody",
+    "Decision",
+    "DiscardBody",
+    "ResolveBody",
+    "RetryBody",
+]
 
 #: A decision's note.
 _DecisionNote = Annotated[str, StringConstraints(max_length=2000), AfterValidator(storable_text)]
@@ -40,17 +48,24 @@ class Decision(BaseModel):
     )
 
 
+#: The most a person's evidence or reason for a human step may hold (the console's fields
+#: take as much: `STEP_TEXT_MAX` in console/task_plan.js, checked by a browser test).
+STEP_TEXT_MAX = 1500
+
+
 class CompleteBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     by: Name | None = Field(default=None, description="who did it")
-    evidence: FilledText = Field(min_length=1, max_length=1500, description="what the person found")
+    evidence: FilledText = Field(
+        min_length=1, max_length=STEP_TEXT_MAX, description="what the person found"
+    )
 
 
 class CloseBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     by: Name | None = Field(default=None, description="who did it")
     reason: FilledText = Field(
-        min_length=1, max_length=1500, description="why it failed or is skipped"
+        min_length=1, max_length=STEP_TEXT_MAX, description="why it failed or is skipped"
     )
 
 

@@ -11,13 +11,11 @@ import pytest
 from playwright.sync_api import expect
 
 from orchestrator.domain.storable import NAME_MAX
+from orchestrator.services.operator_requests import STEP_TEXT_MAX
 from tests.browser.conftest import Console
 from tests.browser.pages import hold_answer, hold_request, open_task
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-
-#: The API's limit on a human step's evidence and reason (api/human_steps.py).
-STEP_TEXT_MAX = 1500
 
 
 def test_a_human_step_s_evidence_and_reason_stop_at_what_the_api_takes(

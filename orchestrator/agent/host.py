@@ -39,14 +39,19 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from pydantic import ValidationError
-
+from orchestrator.agent.call_prep import (
+    Prepared,
+    leave_for_later,
+    phases,
+    prepare,
+    reused_id,
+)
 from orchestrator.agent.call_threads import CallThreads
 from orchestrator.agent.deadline import SETTING, CallWatch, timed_out
 from orchestrator.agent.evidence import EvidenceRecorder
@@ -59,23 +64,14 @@ from orchestrator.agent.sensitive import (
     hide_configured,
     noted,
 )
-from orchestrator.agent.tool_names import closest
 from orchestrator.agent.transcript import is_sensitive
-from orchestrator.agent.turn_room import TURN_ANSWERED, TURN_FIT, Planned, in_fit_order
-from orchestrator.domain.fingerprints import (
-    NonCanonical,
-    canonical_json,
-    fingerprint,
-    identity_key,
-    refuse_non_finite,
-)
+from orchestrator.agent.turn_room import TURN_ANSWERED
 from orchestrator.domain.outcomes import summary_for
 from orchestrator.errors import OrchestratorError, StaleGeneration
 from orchestrator.logs import Secret
 from orchestrator.store.receipts import ReceiptLedger
 from orchestrator.tools.base import (
     CALL_ID,
-    Effect,
     Tool,
     ToolCall,
     ToolCancelled,
@@ -101,34 +97,6 @@ CANCEL_GRACE_SECONDS = 2.0
 _CANCEL_POLL_SECONDS = 0.05
 #: The threads every host of this process runs its calls on.
 _THREADS = CallThreads("tool")
-#: The effects whose arguments are kept (the orchestrator's store, the business backend).
-_WRITES = frozenset({"write", "internal_write"})
-
-
-@dataclass(frozen=True)
-class _Prepared:
-    """A call that passed validation: what runs, and (for writes) its receipt identity."""
-
-    call: ToolCall
-    tool: Tool
-    args: Any
-    effect: Effect
-    digest: str | None = None
-    identity: str | None = None
-    #: A configured secret was masked in the arguments (`MASKED_NOTE`).
-    masked: bool = False
-    #: A look-up the context window had no room for (`agent.turn_room`): its answer when its
-    #: own takes more room (`TurnFit.held`), and what says so (`TurnFit.shown`).
-    held: ToolResult | None = None
-    shown: Callable[[ToolResult], bool] | None = None
-
-    @property
-    def unit_key(self) -> tuple[str, ...]:
-        # Identical writes of one turn share one unit (and one receipt); every other call is
-        # its own unit, keyed by its position so two reads with one id still both run.
-        if self.identity is not None and self.digest is not None:
-            return ("write", self.identity, self.digest)
-        return ("call", str(id(self)))
 
 
 class ToolHost:
@@ -183,10 +151,10 @@ class ToolHost:
         """
         results: list[ToolResult | None] = [None] * len(calls)
         units: dict[tuple[str, ...], list[int]] = {}
-        prepared: dict[tuple[str, ...], _Prepared] = {}
+        prepared: dict[tuple[str, ...], Prepared] = {}
         seen_ids = self._seen_ids.setdefault((ctx.session_id, ctx.round_id), {})
         for index, call in enumerate(calls):
-            if _reused_id(seen_ids, call):
+            if reused_id(seen_ids, call):
                 # Seed 000: the same call id with other arguments is refused, not run.
                 results[index] = ToolResult.failed(
                     f"call id {call.id!r} was already used in this round with other arguments; "
@@ -194,19 +162,21 @@ class ToolHost:
                     code="invocation_conflict",
                 )
                 continue
-            outcome = self._prepare(ctx, call)
+            outcome = prepare(
+                ctx, call, tools=self._tools, secrets=self.secrets, receipts=self.ledger is not None
+            )
             if isinstance(outcome, ToolResult):
                 # A refusal may echo what the model sent (a key, a tool's name).
                 results[index] = self._mask.hidden(outcome)
                 continue
             units.setdefault(outcome.unit_key, []).append(index)
             prepared.setdefault(outcome.unit_key, outcome)
-        self._leave_for_later(ctx, calls, results, units, prepared)
+        leave_for_later(ctx, calls, results, units, prepared)
 
         done: dict[tuple[str, ...], ToolResult] = {}
         raised: BaseException | None = None
         answered = ctx.extras.get(TURN_ANSWERED)
-        for ordered in _phases(units, prepared):
+        for ordered in phases(units, prepared):
             if len(ordered) == 1 and ctx.cancel is None and self.call_timeout is None:
                 try:
                     done[ordered[0]] = self._run_unit(ctx, prepared[ordered[0]])
@@ -237,145 +207,10 @@ class ToolHost:
             raise raised
         return [result for result in results if result is not None]
 
-    @staticmethod
-    def _leave_for_later(
-        ctx: ToolContext,
-        calls: Sequence[ToolCall],
-        results: list[ToolResult | None],
-        units: dict[tuple[str, ...], list[int]],
-        prepared: dict[tuple[str, ...], _Prepared],
-    ) -> None:
-        """Answer `no_room` the reads of this turn the context window cannot hold beside the
-        others (`agent.turn_room`), before anything runs: they are not run, and record nothing.
-        A turn of one call is told too: the room of its answer depends on what it is."""
-        fit = ctx.extras.get(TURN_FIT)
-        if not callable(fit):
-            return
-        key_of = {index: key for key, indexes in units.items() for index in indexes}
-        planned: list[Planned] = []
-        reads: list[tuple[str, ...]] = []
-        for index, call in enumerate(calls):
-            answered = results[index]
-            if answered is not None:
-                planned.append(Planned(call.id, "answered", answer=answered))
-                continue
-            unit = prepared[key_of[index]]
-            cited = unit.tool.records_evidence(unit.args)
-            if unit.effect != "read":
-                receipted = unit.effect == "write"
-                planned.append(
-                    Planned(call.id, "write", cited=cited, receipted=receipted, masked=unit.masked)
-                )
-                continue
-            reads.append(key_of[index])
-            least = unit.tool.least_shown(unit.args)
-            planned.append(
-                Planned(
-                    call.id,
-                    "read",
-                    least=least,
-                    pageable=unit.tool.pageable,
-                    cited=cited,
-                    look_up=unit.tool.looks_up(unit.args),
-                )
-            )
-        turn = fit(planned)
-        if turn is None or not reads or len(calls) < 2:
-            return
-        reads = in_fit_order(reads, lambda key: prepared[key].tool.looks_up(prepared[key].args))
-        left = 0
-        for key, answer in zip(reads[turn.runs :], turn.answers, strict=True):
-            unit = prepared[key]
-            if unit.tool.looks_up(unit.args) and turn.shown is not None:
-                # Run all the same: shown if it takes no more room than `answer` (`_run_unit`).
-                prepared[key] = replace(unit, held=answer, shown=partial(turn.shown, answer))
-                continue
-            left += 1
-            for index in units.pop(key):
-                results[index] = answer
-            del prepared[key]
-        if left:
-            log.info(
-                "%d of the turn's %d calls left for a later turn: the context window holds no more",
-                left,
-                len(calls),
-            )
-
-    # -- preparation ------------------------------------------------------------------------
-
-    def _prepare(self, ctx: ToolContext, call: ToolCall) -> _Prepared | ToolResult:
-        tool = self._tools.get(call.name)
-        if tool is None:
-            # A model may write a name in another case, with a hyphen or with "()": say which
-            # one it meant and run nothing (it corrects the name in its next turn).
-            alike = [name for name in self._tools if _loose(name) == _loose(call.name)]
-            hint = f"; tool names are exact: did you mean {alike[0]!r}?" if alike else ""
-            near = closest(call.name, self._tools)
-            if not alike and near:
-                # Not one tool by an exact rule (`tool_names`): the names it may have meant.
-                hint = "; the closest tool names: " + ", ".join(repr(name) for name in near)
-            return ToolResult.failed(
-                f"unknown tool {call.name!r}; nothing was run{hint}", code="unknown_tool"
-            )
-        args = _validated(tool, call.arguments)
-        if isinstance(args, ToolResult):
-            return args
-        effect = tool.effect_for(args)
-        if ctx.readonly and (
-            effect != "read" or tool.read_uses() is None or is_sensitive(tool, call.arguments)
-        ):
-            # Seed 000: sub-agents are read-only at the host boundary, on every call, whatever
-            # identity they inherit; a sensitive original value is not readable either, whether
-            # its operation says `sensitive_read` or is a read marked `x-sensitive`.
-            return ToolResult.failed(
-                f"{call.name} ({effect}) is not allowed for a read-only sub-agent; nothing was "
-                f"run. It may call instead: {self._read_uses()}. Put what should be written or "
-                "planned in the answer; the main agent decides.",
-                code="readonly",
-            )
-        masked = False
-        if effect in _WRITES and self.secrets:
-            hidden = hide_configured(call.arguments, self.secrets)
-            if hidden != call.arguments:
-                # Validated again: the tool sees (and its receipt fingerprints) what is kept.
-                args = _validated(tool, hidden)
-                if isinstance(args, ToolResult):
-                    return args
-                masked = True
-        if effect != "write":
-            return _Prepared(call, tool, args, effect, masked=masked)
-        if self.ledger is None:
-            return ToolResult.failed(
-                "write tools need the receipt ledger, which is not configured; nothing was run",
-                code="receipt_unavailable",
-            )
-        try:
-            digest = _digest(args)
-        except NonCanonical as exc:
-            return ToolResult.failed(
-                f"invalid arguments; nothing was run: {exc}", code="invalid_arguments"
-            )
-        if tool.identity == "intent":
-            identity = identity_key("intent", ctx.intent_scope, ctx.round_id, tool.name, digest)
-        elif ctx.generation is None:
-            identity = identity_key("call", ctx.session_id, call.id)
-        else:
-            # A call id names a call of one conversation, and an execution's is its generation's:
-            # a task's generations share one session, and servers count their ids again in each
-            # (Kimi K2's functions.NAME:0, :1, ... over the conversation). Keyed by the session
-            # alone, the next generation's call under such an id was refused
-            # invocation_conflict, or answered from the last generation's receipt unrun.
-            identity = identity_key("call", ctx.session_id, f"g{ctx.generation}", call.id)
-        return _Prepared(call, tool, args, effect, digest, identity, masked)
-
-    def _read_uses(self) -> str:
-        uses = [use for tool in self._tools.values() if (use := tool.read_uses()) is not None]
-        return "; ".join(uses) or "nothing"
-
     # -- execution --------------------------------------------------------------------------
 
     def _run_concurrently(
-        self, ctx: ToolContext, units: list[tuple[tuple[str, ...], _Prepared]]
+        self, ctx: ToolContext, units: list[tuple[tuple[str, ...], Prepared]]
     ) -> tuple[dict[tuple[str, ...], ToolResult], BaseException | None]:
         """Run the units on threads of their own (at most `max_workers` at once) and wait for
         each until it returns or passes its time limit, or, once `ctx.cancel` is set, for at
@@ -449,12 +284,12 @@ class ToolHost:
             )
         return done, raised[0] if raised else None
 
-    def _limit(self, unit: _Prepared) -> float | None:
+    def _limit(self, unit: Prepared) -> float | None:
         if self.call_timeout is None:
             return None
         return unit.tool.time_limit(unit.args, self.call_timeout)
 
-    def _give_up(self, ctx: ToolContext, unit: _Prepared, watch: CallWatch) -> ToolResult:
+    def _give_up(self, ctx: ToolContext, unit: Prepared, watch: CallWatch) -> ToolResult:
         """Answer a call that passed its time limit; a write's receipt becomes `unknown` now
         (its late finish is refused: the receipt is no longer `running`)."""
         assert watch.limit is not None
@@ -489,7 +324,7 @@ class ToolHost:
         metrics.TOOL_TIMEOUTS.labels(unit.tool.name).inc()
         return result
 
-    def _start(self, ctx: ToolContext, unit: _Prepared, watch: CallWatch) -> Future[ToolResult]:
+    def _start(self, ctx: ToolContext, unit: Prepared, watch: CallWatch) -> Future[ToolResult]:
         """Run `unit` on a daemon thread of its own (`call_threads`: one the round leaves
         behind never holds up the worker's exit), named `tool-<name>` while it runs, in a copy
         of the caller's context: its log lines name the task."""
@@ -514,7 +349,7 @@ class ToolHost:
         return future
 
     def _run_unit(
-        self, ctx: ToolContext, unit: _Prepared, watch: CallWatch | None = None
+        self, ctx: ToolContext, unit: Prepared, watch: CallWatch | None = None
     ) -> ToolResult:
         if ctx.cancel is not None and ctx.cancel.is_set():
             raise ToolCancelled("the round was cancelled before the call started")
@@ -548,7 +383,7 @@ class ToolHost:
         return self._cite(ctx, unit, result, self._page(ctx, unit, result))
 
     def _cite(
-        self, ctx: ToolContext, unit: _Prepared, full: ToolResult, shown: ToolResult
+        self, ctx: ToolContext, unit: Prepared, full: ToolResult, shown: ToolResult
     ) -> ToolResult:
         """Record what the tool really returned as evidence and hand the model its id."""
         if self.evidence is None or ctx.fence is None:
@@ -578,7 +413,7 @@ class ToolHost:
         )
 
     @staticmethod
-    def _run_read(ctx: ToolContext, unit: _Prepared) -> ToolResult:
+    def _run_read(ctx: ToolContext, unit: Prepared) -> ToolResult:
         if unit.tool.wants_call_id:
             ctx = replace(ctx, extras={**ctx.extras, CALL_ID: unit.call.id})
         try:
@@ -599,7 +434,7 @@ class ToolHost:
 
     # -- large results ----------------------------------------------------------------------
 
-    def _page(self, ctx: ToolContext, unit: _Prepared, result: ToolResult) -> ToolResult:
+    def _page(self, ctx: ToolContext, unit: Prepared, result: ToolResult) -> ToolResult:
         if result.payload is None or not unit.tool.pageable:
             return result
         # A string is measured and paged as itself, not as its JSON text.
@@ -631,73 +466,7 @@ class ToolHost:
         return replace(result, payload=preview, unpaged=result.payload)
 
 
-#: The calls of a turn that wait for the others: a proposal needs its node in a saved plan, and
-#: the report comes last (invariant 10). A model often sends them in one reply, in any order.
-_LATER = {"propose_action": 1, "save_report": 2}
-
-
-def _phases(
-    units: dict[tuple[str, ...], list[int]], prepared: dict[tuple[str, ...], _Prepared]
-) -> list[list[tuple[str, ...]]]:
-    """The units of a turn in the order they may run: each list after the previous returned,
-    the units of one list concurrently; the look-ups (`Tool.looks_up`: quick, their answers
-    mostly small) first, so that the calls after them fit their results to the room those
-    answers leave (`turn_room.TURN_ANSWERED`), then the calls without a later place,
-    together."""
-    phases: dict[int, list[tuple[str, ...]]] = {}
-    for key in units:
-        unit = prepared[key]
-        first = unit.effect == "read" and unit.tool.looks_up(unit.args)
-        rank = -1 if first else _LATER.get(unit.tool.name, 0)
-        phases.setdefault(rank, []).append(key)
-    return [phases[rank] for rank in sorted(phases)]
-
-
-def _validated(tool: Tool, arguments: dict[str, Any]) -> Any:
-    """The tool's arguments validated and normalised, or the `invalid_arguments` result."""
-    try:
-        return tool.normalize(tool.arguments.model_validate(arguments))
-    except ValidationError as exc:
-        return ToolResult.failed(
-            "invalid arguments; nothing was run: " + _validation_text(exc),
-            code="invalid_arguments",
-        )
-    except OrchestratorError as exc:
-        return ToolResult.failed(
-            f"invalid arguments; nothing was run: {exc.message}", code="invalid_arguments"
-        )
-
-
-def _loose(name: str) -> str:
-    """A tool name as a model may misspell it: case, hyphens, spaces and "()" aside."""
-    return name.strip().removesuffix("()").strip().replace("-", "_").lower()
-
-
-def _digest(args: Any) -> str:
-    # Validated and normalised arguments: pydantic filled defaults and coerced types first.
-    refuse_non_finite(args.model_dump(mode="python"))
-    return fingerprint(args.model_dump(mode="json"))
-
-
-def _reused_id(seen: dict[str, str], call: ToolCall) -> bool:
-    """True when `call.id` already came with another tool or other arguments in this round."""
-    try:
-        signature = call.name + "\x1f" + canonical_json(call.arguments)
-    except NonCanonical:
-        signature = call.name + "\x1f" + repr(call.arguments)
-    first = seen.setdefault(call.id, signature)
-    return first != signature
-
-
 def _as_text(payload: Any) -> str:
     if isinstance(payload, str):
         return payload
     return json.dumps(payload, ensure_ascii=False, default=str)
-
-
-def _validation_text(exc: ValidationError) -> str:
-    parts = []
-    for error in exc.errors(include_url=False, include_input=False)[:10]:
-        location = ".".join(str(part) for part in error["loc"]) or "(arguments)"
-        parts.append(f"{location}: {error['msg']}")
-    return "; ".join(parts)

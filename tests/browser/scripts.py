@@ -242,7 +242,7 @@ def _labels() -> dict[str, Any]:
 
 
 #: A condition longer than a node is wide, on an edge between two others with labels.
-CONDITION = "if the crew confirms the hydrant on Elm Street can be flushed before noon"
+CONDITION = "if the crew confirms the hydrant on Elm Street can be flushed"
 
 
 def _conditions() -> dict[str, Any]:

@@ -77,87 +77,161 @@ export function planGraph(plan, selected, onSelect) {
     const next = buttons[buttons.indexOf(event.target) + keys[event.key]];
     if (next) { event.preventDefault(); next.focus(); }
   });
+  const layerOf = new Map(layers.flatMap((ids, index) => ids.map((id) => [id, index])));
+  // Room on the right for the lanes of the edges that skip a layer (laneFor): with none, a
+  // lane beside a layer as wide as the card ran over the border of its last node.
+  const skips = edgesOf(plan).filter((e) => layerOf.get(e.to) - layerOf.get(e.from) > 1).length;
+  if (skips) list.style.paddingRight = `${8 * skips + 4}px`;
   const graph = el("div", { class: "graph", id: "plan-graph" }, svg, list);
-  function draw() {
+  // Each edge's line runs straight down out of its node, crosses to the other's column in a
+  // band across the gap between the two rows, and runs straight down into the other. Its label
+  // sits beside one of those straight ends, in the room to the next line: drawn over the end
+  // of a line that came in sideways, a label lay across it and across its siblings' lines on
+  // their way to the nodes beside, and the reader could not see where an edge went. A gap
+  // with labels grows to hold them over or under its band.
+  const BAND = 12; // the least height of the band the lines cross in
+  const PAD = 2; // between a label and the band or a node
+  const ASIDE = 5; // between a label and the line it is beside, or the next line
+  const nodeOf = (id) => graph.querySelector(`button[data-node="${CSS.escape(id)}"]`);
+  function draw(inObserver = false) {
     if (!graph.isConnected) return;
     // In the graph's own coordinates: a layer wider than the card scrolls the graph, and the
     // SVG (its overflow visible) scrolls with the nodes. Sized to the card, not to the
     // scrolled width, which it would then hold wide when the card narrows.
     const box = graph.getBoundingClientRect();
     const dx = graph.scrollLeft - box.left, dy = graph.scrollTop - box.top;
+    const width = graph.scrollWidth;
     svg.replaceChildren();
-    const fans = { out: new Map(), in: new Map() };
-    for (const e of edgesOf(plan)) {
-      fans.out.set(e.from, (fans.out.get(e.from) || 0) + 1);
-      fans.in.set(e.to, (fans.in.get(e.to) || 0) + 1);
-    }
+    const lines = document.createElementNS(svg.namespaceURI, "g");
+    const words = document.createElementNS(svg.namespaceURI, "g");
+    svg.append(lines, words); // the labels over the lines
+    const centre = (button) => { const r = button.getBoundingClientRect(); return r.left + r.width / 2 + dx; };
     const lanes = { left: 0, right: 0 };
-    const labels = [];
+    const edges = [];
     for (const e of edgesOf(plan)) {
-      const a = graph.querySelector(`button[data-node="${CSS.escape(e.from)}"]`);
-      const b = graph.querySelector(`button[data-node="${CSS.escape(e.to)}"]`);
+      const a = nodeOf(e.from), b = nodeOf(e.to);
       if (!a || !b) continue;
-      const ra = a.getBoundingClientRect();
-      const rb = b.getBoundingClientRect();
-      const x1 = ra.left + ra.width / 2 + dx, y1 = ra.bottom + dy;
-      const x2 = rb.left + rb.width / 2 + dx, y2 = rb.top + dy;
+      const from = layerOf.get(e.from), to = layerOf.get(e.to);
+      const x1 = centre(a), x2 = centre(b);
+      // An edge past a layer goes down a column between its two crossings: a lane beside the
+      // nodes it skips, or the column of the node it leads to when that is clear of them.
+      const column = to - from > 1 ? laneFor(e, Math.min(x1, x2), Math.max(x1, x2), lanes, dx) ?? x2 : null;
+      edges.push({ e, a, b, from, to, x1, x2, column, forward: to > from });
+    }
+    // The straight parts of the lines in each gap's zone over its band ("top") and under it
+    // ("bottom"), by their x.
+    const straight = new Map();
+    const along = (gap, side, x) => {
+      const key = `${gap} ${side}`;
+      (straight.get(key) || straight.set(key, []).get(key)).push(x);
+    };
+    for (const { from, to, x1, x2, column, forward } of edges) {
+      if (!forward) continue;
+      along(from, "top", x1);
+      along(to - 1, "bottom", x2);
+      if (column === null) continue;
+      along(from, "bottom", column);
+      for (let gap = from + 1; gap < to - 1; gap += 1) { along(gap, "top", column); along(gap, "bottom", column); }
+      along(to - 1, "top", column);
+    }
+    // A label goes at the end it has to itself: beside the line into its node where no other
+    // label leads there (the branches out of one step), else beside the line out of the
+    // node it leaves (the branches into one step); else at the end with fewer.
+    const labelled = edges.filter((d) => d.e.label && d.forward);
+    const into = counts(labelled.map((d) => d.e.to)), outOf = counts(labelled.map((d) => d.e.from));
+    for (const d of labelled) d.end = into.get(d.e.to) === 1 ? "in" : outOf.get(d.e.from) === 1 ? "out" : null;
+    for (const d of labelled.filter((l) => !l.end)) {
+      const taken = (end, id) => labelled.filter((l) => l.end === end && (end === "in" ? l.e.to : l.e.from) === id).length;
+      d.end = taken("in", d.e.to) <= taken("out", d.e.from) ? "in" : "out";
+    }
+    const labels = [];
+    for (const d of labelled) {
+      const [gap, side, at] = d.end === "in" ? [d.to - 1, "bottom", d.x2] : [d.from, "top", d.x1];
+      const x = at + ASIDE;
+      const next = Math.min(width - 2 + ASIDE, ...(straight.get(`${gap} ${side}`) || []).filter((v) => v > at + 1));
+      const text = labelText(d.e.label, x, words);
+      fitLabel(text, d.e.label, x, next - ASIDE - x);
+      labels.push({ text, gap, side, at: Math.round(at), box: text.getBBox() });
+    }
+    // Labels beside the same line stack, each under the one before.
+    const zones = new Map();
+    for (const l of labels) {
+      const key = `${l.gap} ${l.side}`;
+      const zone = zones.get(key) || zones.set(key, new Map()).get(key);
+      const stack = zone.get(l.at) || zone.set(l.at, { height: -PAD }).get(l.at);
+      l.offset = stack.height + PAD;
+      stack.height = l.offset + l.box.height;
+    }
+    const zoneHeight = (gap, side) => {
+      const zone = zones.get(`${gap} ${side}`);
+      return zone ? Math.max(...[...zone.values()].map((s) => s.height)) + 2 * PAD : 0;
+    };
+    // The gaps that hold labels grow to hold them and the band; one without keeps the whole gap
+    // for its band. Not while the observer reports a size: a size changed then is an error of
+    // the page ("loop completed with undelivered notifications"); the next frame does it.
+    const items = [...list.children];
+    const base = parseFloat(getComputedStyle(list).rowGap) || 0;
+    const margins = items.map((li, i) => {
+      const above = zoneHeight(i - 1, "top"), below = zoneHeight(i - 1, "bottom");
+      const need = above || below ? above + BAND + below : 0;
+      return i && need > base ? `${Math.ceil(need - base)}px` : "";
+    });
+    if (margins.some((m, i) => items[i].style.marginTop !== m)) {
+      if (inObserver) requestAnimationFrame(() => draw());
+      else items.forEach((li, i) => { li.style.marginTop = margins[i]; });
+    }
+    const rows = layers.map((ids) => {
+      const rects = ids.map(nodeOf).filter(Boolean).map((button) => button.getBoundingClientRect());
+      return { top: Math.min(...rects.map((r) => r.top)) + dy, bottom: Math.max(...rects.map((r) => r.bottom)) + dy };
+    });
+    const bands = rows.slice(1).map((row, gap) => {
+      const top = rows[gap].bottom + zoneHeight(gap, "top"), bottom = row.top - zoneHeight(gap, "bottom");
+      return { top, bottom: Math.max(bottom, top) };
+    });
+    const cross = (xa, xb, gap) => {
+      const { top, bottom } = bands[gap], mid = (top + bottom) / 2;
+      return `L${xa},${top} C${xa},${mid} ${xb},${mid} ${xb},${bottom}`;
+    };
+    for (const { e, a, b, from, to, x1, x2, column, forward } of edges) {
+      const y1 = a.getBoundingClientRect().bottom + dy, y2 = b.getBoundingClientRect().top + dy;
       const mid = (y1 + y2) / 2;
       const path = document.createElementNS(svg.namespaceURI, "path");
-      const lane = laneFor(e, Math.min(x1, x2), Math.max(x1, x2), lanes, dx, dy);
-      path.setAttribute("d", lane
-        ? `M${x1},${y1} C${x1},${(y1 + lane.top) / 2} ${lane.x},${(y1 + lane.top) / 2} ${lane.x},${lane.top} `
-          + `L${lane.x},${lane.bottom} C${lane.x},${(lane.bottom + y2) / 2} ${x2},${(lane.bottom + y2) / 2} ${x2},${y2}`
-        : `M${x1},${y1} C${x1},${mid} ${x2},${mid} ${x2},${y2}`);
+      path.setAttribute("d", !forward ? `M${x1},${y1} C${x1},${mid} ${x2},${mid} ${x2},${y2}` // never for a valid plan
+        : `M${x1},${y1} ${column === null ? cross(x1, x2, from) : `${cross(x1, column, from)} ${cross(column, x2, to - 1)}`} L${x2},${y2}`);
       path.setAttribute("data-from", e.from);
       path.setAttribute("data-to", e.to);
       // The trunk's own edges join consecutive layers: one skipping a layer between two trunk
       // nodes is not part of the chain.
-      if (trunk.has(e.from) && trunk.has(e.to) && layerOf.get(e.to) - layerOf.get(e.from) === 1) path.setAttribute("class", "trunk");
-      svg.appendChild(path);
-      if (e.label) {
-        // Beside the line at the end where edges fan out (over the branch it leads to, under
-        // the branch it leaves): at the middle, the labels of sibling edges lay over one
-        // another and none could be read.
-        const fanOut = fans.out.get(e.from) || 0, fanIn = fans.in.get(e.to) || 0;
-        // An edge around the steps it skips: over the step it leads to (its middle is behind
-        // them, and its lane at the graph's edge leaves no room).
-        const [x, y] = lane || (fanOut > 1 && fanOut >= fanIn) ? [x2, y2 - 4]
-          : fanIn > 1 ? [x1, y1 + 12] : [(x1 + x2) / 2, mid];
-        const text = document.createElementNS(svg.namespaceURI, "text");
-        text.setAttribute("x", String(x + 4));
-        text.setAttribute("y", String(y));
-        text.textContent = shown(e.label);
-        svg.appendChild(text);
-        labels.push({ text, label: shown(e.label), x: x + 4, y, up: y >= (y1 + y2) / 2 });
-      }
+      if (trunk.has(e.from) && trunk.has(e.to) && to - from === 1) path.setAttribute("class", "trunk");
+      lines.appendChild(path);
+      if (e.label && !forward) labelText(e.label, (x1 + x2) / 2 + ASIDE, words).setAttribute("y", String(mid));
     }
-    fitLabels(labels, graph.scrollWidth);
-  }
-  // A label longer than the room to the next label on its line (the next sibling's) ran over
-  // it and neither could be read: it wraps onto a second line (upward over the step it leads
-  // to, downward under the step it leaves), and what a second line cannot hold ends in "…".
-  function fitLabels(labels, width) {
-    const lines = new Map();
+    // Over the band, a label hangs from the node it leaves; under it, stands on the one it
+    // leads to.
     for (const l of labels) {
-      const key = Math.round(l.y);
-      (lines.get(key) || lines.set(key, []).get(key)).push(l);
-    }
-    for (const row of lines.values()) {
-      row.sort((a, b) => a.x - b.x);
-      row.forEach((l) => {
-        // Up to the next label that starts further right (one at the same place, over the
-        // same step, is no room to give).
-        const next = row.find((other) => other.x > l.x + 1);
-        const room = (next ? next.x - 8 : width - 2) - l.x;
-        if (l.text.getComputedTextLength() > room) wrapLabel(l, Math.max(room, 24));
-      });
+      const top = l.side === "top" ? rows[l.gap].bottom + PAD + l.offset
+        : rows[l.gap + 1].top - PAD - l.offset - l.box.height;
+      l.text.setAttribute("y", String(top - l.box.y));
     }
   }
-  function wrapLabel({ text, label, x, up }, room) {
+  function labelText(label, x, parent) {
+    const text = document.createElementNS(svg.namespaceURI, "text");
+    text.setAttribute("x", String(x));
+    text.setAttribute("y", "0");
+    text.textContent = shown(label);
+    parent.appendChild(text);
+    return text;
+  }
+  // A label longer than the room to the next line (a sibling's, or the graph's edge) wraps onto
+  // a second line, and what a second line cannot hold ends in "…".
+  function fitLabel(text, label, x, room) {
+    if (text.getComputedTextLength() <= room) return;
+    room = Math.max(room, 24);
     const fits = (candidate) => { text.textContent = candidate; return text.getComputedTextLength() <= room; };
+    const all = shown(label).split(/\s+/).filter(Boolean);
     const lines = [];
     let line = "";
-    for (const word of label.split(/\s+/).filter(Boolean)) {
+    for (const word of all) {
       if (lines.length === 2) break;
       const longer = line ? `${line} ${word}` : word;
       if (fits(longer)) { line = longer; continue; }
@@ -165,9 +239,8 @@ export function planGraph(plan, selected, onSelect) {
       line = word;
     }
     if (line && lines.length < 2) lines.push(line);
-    const all = label.split(/\s+/).filter(Boolean).join(" ");
     const last = lines.length - 1;
-    const whole = lines.join(" ") === all;
+    const whole = lines.join(" ") === all.join(" ");
     let shortened = false;
     lines.forEach((part, i) => {
       if (fits(part) && (whole || i < last)) return;
@@ -182,28 +255,25 @@ export function planGraph(plan, selected, onSelect) {
     lines.forEach((part, i) => {
       const span = document.createElementNS(svg.namespaceURI, "tspan");
       span.setAttribute("x", String(x));
-      span.setAttribute("dy", i ? "1.1em" : up ? `${-1.1 * last}em` : "0");
+      span.setAttribute("dy", i ? "1.1em" : "0");
       span.textContent = part;
       text.appendChild(span);
     });
     if (shortened) {
       // The whole condition on hover (the edges' layer otherwise lets the pointer through).
       const title = document.createElementNS(svg.namespaceURI, "title");
-      title.textContent = all;
+      title.textContent = all.join(" ");
       text.appendChild(title);
       text.classList.add("cut");
     }
   }
   // An edge that skips a layer, drawn straight, ran behind the nodes of the layers between
   // and read as part of their chain: it goes down a lane beside them instead, on the side
-  // with more room (each further edge on that side one lane further out). Null when the
-  // straight line passes clear of them.
-  const layerOf = new Map(layers.flatMap((ids, index) => ids.map((id) => [id, index])));
-  function laneFor(e, left, right, lanes, dx, dy) {
+  // with more room (each further edge on that side one lane further out). The lane's x, or
+  // null when the straight line passes clear of them.
+  function laneFor(e, left, right, lanes, dx) {
     const from = layerOf.get(e.from), to = layerOf.get(e.to);
-    if (from === undefined || to === undefined || to - from < 2) return null;
-    const between = layers.slice(from + 1, to).flat()
-      .map((id) => graph.querySelector(`button[data-node="${CSS.escape(id)}"]`))
+    const between = layers.slice(from + 1, to).flat().map(nodeOf)
       .filter(Boolean).map((button) => button.getBoundingClientRect());
     if (!between.some((r) => r.left + dx < right + 2 && r.right + dx > left - 2)) return null;
     const outerLeft = Math.min(...between.map((r) => r.left)) + dx;
@@ -211,15 +281,20 @@ export function planGraph(plan, selected, onSelect) {
     const width = graph.scrollWidth;
     const side = width - outerRight >= outerLeft ? 1 : -1;
     const n = side > 0 ? ++lanes.right : ++lanes.left;
-    const x = side > 0 ? Math.min(outerRight + 8 * n, width - 2) : Math.max(outerLeft - 8 * n, 2);
-    return { x, top: Math.min(...between.map((r) => r.top)) + dy - 4,
-      bottom: Math.max(...between.map((r) => r.bottom)) + dy + 4 };
+    return side > 0 ? Math.min(outerRight + 8 * n, width - 2) : Math.max(outerLeft - 8 * n, 2);
   }
-  const observer = new ResizeObserver(() => draw());
+  const observer = new ResizeObserver(() => draw(true));
   observer.observe(graph);
-  requestAnimationFrame(draw);
+  requestAnimationFrame(() => draw());
   graph.dispose = () => observer.disconnect();
   return graph;
+}
+
+// How many times each value is in `values`.
+function counts(values) {
+  const seen = new Map();
+  for (const v of values) seen.set(v, (seen.get(v) || 0) + 1);
+  return seen;
 }
 
 // Nodes and edges of an older shape, listed as written under the graph they are not in.

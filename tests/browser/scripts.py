@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HELD", "LONG_LABEL", "RLO", "XSS", "write_scripts"]
+__all__ = ["CONDITION", "HELD", "LONG_LABEL", "RLO", "XSS", "write_scripts"]
 
 XSS = '<img src=x onerror="window.__xss=1">'
 #: Logically "abc", a right-to-left override, then "dcba": drawn as is, it reads "abcabcd".
@@ -241,6 +241,35 @@ def _labels() -> dict[str, Any]:
     }
 
 
+#: A condition longer than a node is wide, on an edge between two others with labels.
+CONDITION = "if the crew confirms the hydrant on Elm Street can be flushed"
+
+
+def _conditions() -> dict[str, Any]:
+    """Conditions on the edges of a plan of three layers: out of one step to three (one of
+    them CONDITION), from two of those into the last, and one past them all (drawn in a lane
+    beside them)."""
+    nodes = [_node("triage", "completed")] + [
+        _node(i, "completed") for i in ("inspect", "sample", "notify", "close")
+    ]
+    edges = [
+        {"from": "triage", "to": "inspect", "label": "if turbidity is over 4 NTU"},
+        {"from": "triage", "to": "sample", "label": CONDITION},
+        {"from": "triage", "to": "notify", "label": "if customers called"},
+        {"from": "inspect", "to": "close", "label": "when the main is clear"},
+        {"from": "sample", "to": "close", "label": "if the sample passes"},
+        {"from": "notify", "to": "close"},
+        {"from": "triage", "to": "close", "label": "if no leak is found"},
+    ]
+    return {
+        "turns": [
+            _turn(0.1, _plan("c1", "r1", nodes, title="Conditions", edges=edges)),
+            _turn(0.1, _report("c2", "the conditions were met")),
+            {"content": "done"},
+        ]
+    }
+
+
 #: A version of a script that holds its round (a later generation that has not published).
 HELD: dict[str, Any] = {"turns": [{"delay_s": 120, "content": "never reached"}]}
 
@@ -319,6 +348,7 @@ def write_scripts(folder: Path) -> Path:
     scripts["branches"] = _branches()
     scripts["skips"] = _skips()
     scripts["labels"] = _labels()
+    scripts["conditions"] = _conditions()
     for name, script in scripts.items():
         # Every round queries the simulated SCADA source first: completed nodes and reports cite it.
         script["turns"].insert(0, _turn(3.0 if name == "records" else 0.0, _QUERY))

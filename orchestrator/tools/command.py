@@ -16,28 +16,25 @@ before `reap` signals the group. Neither a timeout nor a cancellation undoes wha
 already did, and the result says so.
 
 The child process itself (its state, waits, the killing of its group) is
-`orchestrator.tools.child_processes`; its output file, `orchestrator.tools.command_output`.
+`orchestrator.tools.child_processes`; its output file, `orchestrator.tools.command_output`; the
+record of one command and how its end is told, `orchestrator.tools.command_process`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import signal
 import subprocess
 import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
 from orchestrator.domain.evidence import EvidenceFacts
-from orchestrator.domain.outcomes import Outcome, model_message, tool_status
 from orchestrator.logs import Secret, secrets_of
 from orchestrator.settings import Settings
 from orchestrator.tools import child_processes
@@ -50,19 +47,22 @@ from orchestrator.tools.base import (
     ToolResult,
 )
 from orchestrator.tools.command_output import (
-    MASKED_OUTPUT,
-    PREVIEW,
     delete_output,
     output_page,
-    output_preview,
-    read_output,
+)
+from orchestrator.tools.command_process import (
+    NOT_UNDONE,
+    CommandProcess,
+    discard,
+    final_result,
+    repeat_result,
+    unconfirmed_result,
 )
 
 __all__ = ["ExecuteCommand", "ExecuteCommandArgs", "command_tools"]
 
 #: Finished commands a session keeps handles (and long-output files) for; the oldest go first.
 MAX_FINISHED = 32
-_NOT_UNDONE = "A timeout or cancellation does not undo what the command already did."
 
 log = logging.getLogger(__name__)
 
@@ -85,36 +85,6 @@ class ExecuteCommandArgs(ToolArguments):
         return self
 
 
-@dataclass
-class _Process:
-    """One command, from its spawn until `reap` (or eviction) forgets it."""
-
-    owner: str
-    session_id: str
-    popen: subprocess.Popen[bytes]
-    path: str
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    timed_out: bool = False  # a run's timeout signalled it: never a success afterwards
-    stopped: bool = False  # `stop` ended it
-    final: ToolResult | None = None
-    ended_at: float = 0.0
-    output: str | None = None  # the whole output once ended, when short enough to drop the file
-    invocation_id: str | None = None  # the receipt of a background `start`, settled at round end
-    command: str = ""  # the command line, for the evidence record of its output
-    secrets: tuple[str, ...] = ()  # masked in every read of the output (`read_output`)
-    masked: bool = False  # one was found in the output: its results say so (`MASKED_OUTPUT`)
-
-    def text(self) -> str:
-        """The output so far, whole, its secrets masked."""
-        text, masked = read_output(self.path, self.secrets)
-        self.masked = self.masked or masked
-        return text
-
-    def said(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """`payload`, saying a secret was masked in the output when one was."""
-        return {**payload, "secrets_masked": MASKED_OUTPUT} if self.masked else payload
-
-
 class ExecuteCommand(Tool):
     name = "execute_command"
     description = (
@@ -131,7 +101,7 @@ class ExecuteCommand(Tool):
         #: environment (`child_processes.child_environment`).
         self._secrets = tuple(secret for secret in secrets if isinstance(secret, str))
         self._lock = threading.Lock()
-        self._processes: dict[str, _Process] = {}
+        self._processes: dict[str, CommandProcess] = {}
 
     def effect_for(self, args: Any) -> Effect:
         return "read" if args.action in ("read", "wait") else "write"
@@ -215,7 +185,7 @@ class ExecuteCommand(Tool):
             ids = [pid for pid, entry in self._processes.items() if entry.session_id == session_id]
             gone = [self._processes.pop(process_id) for process_id in ids]
         for process in gone:
-            _discard(process)
+            discard(process)
         return len(gone)
 
     def background(self, session_id: str) -> tuple[list[tuple[str, str]], list[str]]:
@@ -264,8 +234,8 @@ class ExecuteCommand(Tool):
             ended = child_processes.kill_group(process.popen)
         if not ended:
             # The handle (and the file) stay so the model can read, wait for or stop it later.
-            return _unconfirmed(process, process_id)
-        return _repeat(self._ended(process), process_id, running=None)
+            return unconfirmed_result(process, process_id)
+        return repeat_result(self._ended(process), process_id, running=None)
 
     def _start(self, ctx: ToolContext, args: ExecuteCommandArgs) -> ToolResult:
         spawned = self._spawn(ctx, args)
@@ -286,7 +256,7 @@ class ExecuteCommand(Tool):
             outcome="submitted",
         )
 
-    def _read(self, process_id: str, process: _Process, offset: int) -> ToolResult:
+    def _read(self, process_id: str, process: CommandProcess, offset: int) -> ToolResult:
         if not child_processes.state(process.popen)[0]:
             page, next_offset = output_page(process.text(), offset)
             return ToolResult.ok(
@@ -303,10 +273,10 @@ class ExecuteCommand(Tool):
         final = self._ended(process)
         text = process.output if process.output is not None else process.text()
         page, next_offset = output_page(text, offset)
-        return _repeat(final, process_id, content=page, next_offset=next_offset)
+        return repeat_result(final, process_id, content=page, next_offset=next_offset)
 
     def _wait(
-        self, ctx: ToolContext, process_id: str, process: _Process, timeout: float
+        self, ctx: ToolContext, process_id: str, process: CommandProcess, timeout: float
     ) -> ToolResult:
         if not child_processes.wait_for(process.popen, timeout, ctx, kill_on_cancel=False):
             return ToolResult(
@@ -315,12 +285,12 @@ class ExecuteCommand(Tool):
                 message="Still running after the wait; it is not finished.",
                 outcome="submitted",
             )
-        return _repeat(self._ended(process), process_id)
+        return repeat_result(self._ended(process), process_id)
 
-    def _stop(self, process_id: str, process: _Process) -> ToolResult:
+    def _stop(self, process_id: str, process: CommandProcess) -> ToolResult:
         if child_processes.state(process.popen)[0]:
             # Already over: nothing to stop, the final result stands.
-            return _repeat(self._ended(process), process_id)
+            return repeat_result(self._ended(process), process_id)
         if not child_processes.kill_group(process.popen):
             return ToolResult(
                 status="unknown",
@@ -342,7 +312,7 @@ class ExecuteCommand(Tool):
                 "output_file": payload["output_file"],
             },
             message=(
-                f"Stopped before it finished; read and wait now report it as failed. {_NOT_UNDONE}"
+                f"Stopped before it finished; read and wait now report it as failed. {NOT_UNDONE}"
             ),
             outcome="succeeded",
         )
@@ -351,7 +321,7 @@ class ExecuteCommand(Tool):
 
     def _spawn(
         self, ctx: ToolContext, args: ExecuteCommandArgs
-    ) -> tuple[str, _Process] | ToolResult:
+    ) -> tuple[str, CommandProcess] | ToolResult:
         if args.cwd is not None and not os.path.isdir(args.cwd):
             return ToolResult(
                 status="failed",
@@ -381,7 +351,7 @@ class ExecuteCommand(Tool):
         finally:
             os.close(fd)  # the child has its own copy; the parent never writes to the file
         process_id = uuid.uuid4().hex
-        process = _Process(
+        process = CommandProcess(
             ctx.owner,
             ctx.session_id,
             popen,
@@ -394,7 +364,7 @@ class ExecuteCommand(Tool):
             self._processes[process_id] = process
         return process_id, process
 
-    def _lookup(self, ctx: ToolContext, process_id: str) -> _Process | None:
+    def _lookup(self, ctx: ToolContext, process_id: str) -> CommandProcess | None:
         with self._lock:
             process = self._processes.get(process_id)
         if process is None or process.owner != ctx.owner or process.session_id != ctx.session_id:
@@ -405,14 +375,14 @@ class ExecuteCommand(Tool):
         with self._lock:
             process = self._processes.pop(process_id, None)
         if process is not None:
-            _discard(process)
+            discard(process)
 
-    def _ended(self, process: _Process) -> ToolResult:
+    def _ended(self, process: CommandProcess) -> ToolResult:
         """The final result of a process whose end is confirmed, computed on first use."""
         with process.lock:
             if process.final is not None:
                 return process.final
-            process.final = _final(process)
+            process.final = final_result(process)
             process.ended_at = time.monotonic()
             final = process.final
         self._evict(process.session_id)
@@ -437,95 +407,7 @@ class ExecuteCommand(Tool):
             excess = finished[: max(0, len(finished) - MAX_FINISHED)]
             evicted = [self._processes.pop(process_id) for _, process_id in excess]
         for entry in evicted:
-            _discard(entry)
-
-
-def _final(process: _Process) -> ToolResult:
-    """The result of a command whose end is confirmed (short output: the file goes now)."""
-    _, code = child_processes.state(process.popen)
-    outcome: Outcome
-    if process.timed_out:
-        outcome, execution = "command_failed", "timed_out_and_stopped"
-    elif process.stopped:
-        outcome, execution = "command_failed", "stopped"
-    elif code is None:
-        # Something else in this process collected the exit status: it ended, but how is lost.
-        outcome, execution = "indeterminate", "exit_status_lost"
-    elif code == 0:
-        outcome, execution = "succeeded", "exited"
-    else:
-        outcome = "command_failed"
-        execution = "exited" if code > 0 else "killed_by_signal"
-    status = tool_status(outcome)
-    text = process.text()
-    output_file: str | None = None
-    if len(text) > PREVIEW:
-        output_file = process.path  # kept for `read` paging until `reap`
-    else:
-        process.output = text
-        delete_output(process.path)
-    payload: dict[str, Any] = {
-        "exit_code": code,
-        "timed_out": process.timed_out,
-        "execution_outcome": execution,
-        "status": status,
-        "output": output_preview(text),
-        "output_file": output_file,
-    }
-    if process.timed_out or process.stopped:
-        payload["note"] = _NOT_UNDONE
-    return ToolResult(
-        status=status,
-        payload=process.said(payload),
-        message=model_message(outcome),
-        outcome=outcome,
-    )
-
-
-def _unconfirmed(process: _Process, process_id: str) -> ToolResult:
-    """A run whose end cannot be confirmed: `unknown`; the file stays for later reads."""
-    payload: dict[str, Any] = {
-        "process_id": process_id,
-        "exit_code": None,
-        "timed_out": process.timed_out,
-        "execution_outcome": "unconfirmed",
-        "status": "unknown",
-        "output": output_preview(process.text()),
-        "output_file": process.path,
-        "note": _NOT_UNDONE,
-    }
-    return ToolResult(
-        status="unknown",
-        payload=process.said(payload),
-        message=model_message("indeterminate"),
-        outcome="indeterminate",
-    )
-
-
-def _repeat(
-    final: ToolResult, process_id: str, running: bool | None = False, **extra: Any
-) -> ToolResult:
-    """The final result again, for a read, wait or stop after the end."""
-    payload = {**final.payload, "process_id": process_id, **extra}
-    if running is not None:
-        payload["running"] = running
-    return replace(final, payload=payload)
-
-
-def _discard(process: _Process) -> None:
-    """Kill what is left of the process group and delete the output file."""
-    ended, code = child_processes.state(process.popen)
-    if not ended and not child_processes.kill_group(process.popen):
-        log.warning("command process %s did not end when reaped", process.popen.pid)
-    # Children an ended leader left behind. Safe while the unreaped leader holds the id; not
-    # when something else collected its status (the id may belong to another process now).
-    if not (ended and code is None):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.popen.pid, signal.SIGKILL)
-    if child_processes.state(process.popen)[0]:
-        with contextlib.suppress(ChildProcessError):
-            process.popen.wait(timeout=child_processes.KILL_GRACE)  # reap the zombie
-    delete_output(process.path)
+            discard(entry)
 
 
 def command_tools(settings: Settings) -> list[Tool]:

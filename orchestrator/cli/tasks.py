@@ -184,7 +184,8 @@ def _trigger(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from orchestrator.services.dispatch import WakeUp
-    from orchestrator.services.tasks import Trigger, task_view
+    from orchestrator.services.task_views import task_view
+    from orchestrator.services.tasks import Trigger
 
     try:
         trigger = Trigger(
@@ -389,7 +390,7 @@ def _short(value: Any, limit: int = 160) -> str:
 
 def _requeue(args: argparse.Namespace) -> int:
     from orchestrator.services.task_requests import RequeueBody
-    from orchestrator.services.tasks import task_view
+    from orchestrator.services.task_views import task_view
 
     reason, by = _reason_and_by(args, RequeueBody)
     rt = command_runtime()
@@ -410,7 +411,7 @@ def _requeue(args: argparse.Namespace) -> int:
 
 def _cancel(args: argparse.Namespace) -> int:
     from orchestrator.services.task_requests import CancelBody
-    from orchestrator.services.tasks import task_view
+    from orchestrator.services.task_views import task_view
 
     reason, by = _reason_and_by(args, CancelBody)
     rt = command_runtime()

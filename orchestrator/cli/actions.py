@@ -23,7 +23,7 @@ from orchestrator.cli.common import (
     print_json,
     printable,
 )
-from orchestrator.cli.outbox import (
+from orchestrator.cli.delivery_states import (
     being_sent,
     delivered_after_discard,
     error_label,

@@ -8,7 +8,7 @@ import argparse
 from typing import Any
 
 from orchestrator.cli.common import add_json_flag, command_runtime, print_json, printable
-from orchestrator.cli.outbox import being_sent, dead_label, hurriable, posting, ways_out
+from orchestrator.cli.delivery_states import being_sent, dead_label, hurriable, posting, ways_out
 
 __all__ = ["register", "render_explain"]
 

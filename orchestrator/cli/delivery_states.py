@@ -9,6 +9,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from orchestrator.cli.common import time_text
+
 __all__ = [
     "being_sent",
     "dead_label",
@@ -39,9 +41,9 @@ def holding(row: dict[str, Any]) -> str:
     held until T, posted at S)` or that it waits its turn in the batch (attempt, hold)."""
     from orchestrator.store.types import utcnow
 
-    claim = f"attempt {row['attempts']}, held until {_time(row['claimed_until'])}"
+    claim = f"attempt {row['attempts']}, held until {time_text(row['claimed_until'])}"
     if posting(row, utcnow()):
-        return f"being sent now ({claim}, posted at {_time(row['sending_since'])})"
+        return f"being sent now ({claim}, posted at {time_text(row['sending_since'])})"
     return f"claimed by a dispatcher, waiting its turn in its batch ({claim})"
 
 
@@ -92,7 +94,3 @@ def error_label(row: dict[str, Any]) -> str:
     if row["status"] == "pending" and not row["attempts"]:
         return "last error, before the retry"
     return "last error"
-
-
-def _time(value: Any) -> str:
-    return value.isoformat(timespec="seconds") if hasattr(value, "isoformat") else str(value)

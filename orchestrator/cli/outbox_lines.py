@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from orchestrator.cli.common import printable
+from orchestrator.cli.common import printable, time_text
 from orchestrator.cli.delivery_states import (
     being_sent,
     dead_label,
@@ -95,7 +95,7 @@ def show_lines(row: dict[str, Any]) -> list[str]:
         else (f"task event {row['event_id']}")
     )
     lines = [f"outbox {number}  {status}  {what}  task {row['task_id']}"]
-    lines.append(f"  written {_time(row['created_at'])}")
+    lines.append(f"  written {time_text(row['created_at'])}")
     lines.append(f"  attempts {row['attempts']} (throttled {row['throttled']})")
     if row["last_error"]:
         lines.append(f"  {error_label(row)}: {printable(row['last_error'])}")
@@ -104,31 +104,31 @@ def show_lines(row: dict[str, Any]) -> list[str]:
     if row.get("retried_at") is not None:
         # Who made it due again (or hurried it), as a discard says who settled it.
         note = f": {printable(row['retry_note'])}" if row.get("retry_note") else ""
-        lines.append(f"  retried by {_retrier(row)} at {_time(row['retried_at'])}{note}")
+        lines.append(f"  retried by {_retrier(row)} at {time_text(row['retried_at'])}{note}")
     released = row.get("released_at")
     if isinstance(released, datetime) and released > row["created_at"]:
         # The gauge times its wait from then: written three days ago and retried a minute ago,
         # it has not waited three days for a dispatcher.
         lines.append(
-            f"  due again from {_time(released)}, {_released_by(row)}: "
+            f"  due again from {time_text(released)}, {_released_by(row)}: "
             "orchestrator_outbox_oldest_pending_seconds times its wait from then, not from "
             "when it was written"
         )
     if posting(row, utcnow()):
         lines.append(
             f"  being sent now (attempt {row['attempts']}, held until "
-            f"{_time(row['claimed_until'])}, posted at {_time(row['sending_since'])}): a retry "
-            "or discard waits until its answer is recorded"
+            f"{time_text(row['claimed_until'])}, posted at {time_text(row['sending_since'])}): "
+            "a retry or discard waits until its answer is recorded"
         )
     elif being_sent(row, utcnow()):
         lines.append(
             "  claimed by a dispatcher, not sent yet: it waits its turn in the batch the "
             f"dispatcher sends (attempt {row['attempts']}, held until "
-            f"{_time(row['claimed_until'])}); a retry waits until its answer is recorded, a "
+            f"{time_text(row['claimed_until'])}); a retry waits until its answer is recorded, a "
             "discard settles it now (the dispatcher then skips it)"
         )
     elif status == "pending" and not (row["waits_behind"] or row["waits_behind_retried"]):
-        lines.append(f"  next attempt {_time(row['next_attempt_at'])}")
+        lines.append(f"  next attempt {time_text(row['next_attempt_at'])}")
     if row["waits_behind"]:  # its own next attempt is past, and means nothing until then
         lines.append(
             f"  waits behind dead letter outbox {row['waits_behind']} (outbox retry or discard it)"
@@ -142,14 +142,14 @@ def show_lines(row: dict[str, Any]) -> list[str]:
             if delivered_after_discard(row)
             else ""
         )
-        lines.append(f"  delivered {_time(row['delivered_at'])}{after}")
+        lines.append(f"  delivered {time_text(row['delivered_at'])}{after}")
     if status == "discarded" or delivered_after_discard(row):
         # One discarded while pending was never dead-lettered: it failed, and a person settled it.
         was = (
             " (it was pending, not dead-lettered)" if row.get("discarded_from") == "pending" else ""
         )
         lines.append(
-            f"  discarded by {printable(row['discarded_by'])} at {_time(row['discarded_at'])}"
+            f"  discarded by {printable(row['discarded_by'])} at {time_text(row['discarded_at'])}"
             f"{was}: {printable(row['discard_reason'])}"
         )
     held = row["waits_behind"] or row["waits_behind_retried"]
@@ -190,10 +190,6 @@ def _released_by(row: dict[str, Any]) -> str:
     # Retried since (hurried while pending): its own retry out of the dead letters before that,
     # or an earlier event's; the row does not keep which.
     return f"{earlier}, or retried it out of the dead letters"
-
-
-def _time(value: Any) -> str:
-    return value.isoformat(timespec="seconds") if hasattr(value, "isoformat") else str(value)
 
 
 def _retrier(row: dict[str, Any]) -> str:

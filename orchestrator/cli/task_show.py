@@ -7,7 +7,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from orchestrator.cli.common import add_json_flag, command_runtime, print_json, printable
+from orchestrator.cli.common import (
+    add_json_flag,
+    command_runtime,
+    print_json,
+    printable,
+    time_text,
+)
 from orchestrator.cli.delivery_states import being_sent, dead_label, hurriable, posting, ways_out
 
 __all__ = ["register", "render_explain"]
@@ -91,8 +97,8 @@ def render_explain(view: dict[str, Any], *, earlier: dict[str, Any] | None = Non
         after, why = wait["requeue_after"], wait.get("reason") or ""
         lines.append(
             "  handed back at "
-            + _time(wait["at"])
-            + (f", requeued at the first sweep after {_time(after)}" if after else "")
+            + time_text(wait["at"])
+            + (f", requeued at the first sweep after {time_text(after)}" if after else "")
             + (f": {printable(why.removeprefix('handed back: '))}" if why else "")
         )
     if view.get("last_error"):
@@ -106,11 +112,11 @@ def render_explain(view: dict[str, Any], *, earlier: dict[str, Any] | None = Non
     if lease and lease.get("source") == "store":
         lines.append(
             "  lease not confirmed by the lease back end (Redis restarted, flushed or away); "
-            f"the store's copy: held by {lease['holder']} until {_time(lease['expires_at'])}, "
+            f"the store's copy: held by {lease['holder']} until {time_text(lease['expires_at'])}, "
             "taken back at its worker's next renewal"
         )
     elif lease:
-        lines.append(f"  lease held by {lease['holder']} until {_time(lease['expires_at'])}")
+        lines.append(f"  lease held by {lease['holder']} until {time_text(lease['expires_at'])}")
     lines.append("  generations:")
     for ex in view["executions"]:
         outcome = ex["outcome"] or ("running" if ex["started_at"] else "queued")
@@ -135,7 +141,7 @@ def render_explain(view: dict[str, Any], *, earlier: dict[str, Any] | None = Non
         lines.append("  plan: none yet for this generation")
     last_write = view.get("last_write")
     if last_write:
-        lines.append(f"  last fenced write: {last_write['kind']} at {_time(last_write['at'])}")
+        lines.append(f"  last fenced write: {last_write['kind']} at {time_text(last_write['at'])}")
     elif view["status"] == "running":
         lines.append("  last fenced write: none yet in this generation")
     report = view.get("report")
@@ -156,7 +162,7 @@ def render_explain(view: dict[str, Any], *, earlier: dict[str, Any] | None = Non
         for receipt in view["unknown_receipts"]:
             lines.append(
                 f"    {receipt['invocation_id']}  {receipt['tool_name']}  {receipt['status']}"
-                f"  since {_time(receipt['updated_at'])}  {receipt.get('summary') or ''}"
+                f"  since {time_text(receipt['updated_at'])}  {receipt.get('summary') or ''}"
             )
     lines += _resolutions(view.get("resolutions") or [])
     recovery = view.get("recovery")
@@ -196,7 +202,7 @@ def _resolutions(resolutions: list[Any]) -> list[str]:
             continue
         lines.append(
             f"    {r['invocation_id']}  {r['tool_name']}  {r['previous_status']} -> "
-            f"{r['resolved_status']}  by {printable(r['by'])}  at {_time(r['at'])}  "
+            f"{r['resolved_status']}  by {printable(r['by'])}  at {time_text(r['at'])}  "
             f"(generation {r['generation']}): {printable(r['note'])}"
         )
     return lines
@@ -233,7 +239,7 @@ def _deliveries(deliveries: dict[str, Any] | None, task_id: str) -> list[str]:
         tried = (
             f"attempts {row['attempts']} (throttled {row['throttled']})"
             if row["attempts"]
-            else f"never attempted, written {_time(row['created_at'])}"
+            else f"never attempted, written {time_text(row['created_at'])}"
         )
         if row.get("waits_behind"):  # due, but in order: not a stuck dispatcher
             tried += (
@@ -243,16 +249,16 @@ def _deliveries(deliveries: dict[str, Any] | None, task_id: str) -> list[str]:
         elif row.get("waits_behind_retried"):
             tried += f"; waits behind outbox {row['waits_behind_retried']}, being retried"
         elif posting(row, utcnow()):
-            tried += f"; being sent now (held until {_time(row['claimed_until'])})"
+            tried += f"; being sent now (held until {time_text(row['claimed_until'])})"
         elif being_sent(row, utcnow()):
             tried += (
                 "; claimed by a dispatcher, waiting its turn in its batch (held until "
-                f"{_time(row['claimed_until'])})"
+                f"{time_text(row['claimed_until'])})"
             )
         if row.get("retried_at"):  # who hurried it or made it due again, as `outbox show` says
             note = f": {printable(row['retry_note'])}" if row.get("retry_note") else ""
             by = printable(row["retried_by"]) if row.get("retried_by") else "an unrecorded name"
-            error += f"; retried by {by} at {_time(row['retried_at'])}{note}"
+            error += f"; retried by {by} at {time_text(row['retried_at'])}{note}"
         # The ways out of a failing one, as `actions show` says them: it read as if waiting
         # were all an operator could do (an action is retried until a 2xx).
         if row["status"] == "dead":
@@ -261,9 +267,8 @@ def _deliveries(deliveries: dict[str, Any] | None, task_id: str) -> list[str]:
                 f"or `outbox discard {row['outbox_id']} --reason R`"
             )
         elif hurriable(row):
-            error += (
-                f"; next attempt at {_time(row['next_attempt_at'])}: {ways_out(row['outbox_id'])}"
-            )
+            at = time_text(row["next_attempt_at"])
+            error += f"; next attempt at {at}: {ways_out(row['outbox_id'])}"
         lines.append(
             f"    {row['status'].upper() if row['status'] == 'dead' else row['status']}  "
             f"outbox {row['outbox_id']}  {row['kind']} {what}  {tried}{error}"
@@ -285,7 +290,3 @@ def _deliveries(deliveries: dict[str, Any] | None, task_id: str) -> list[str]:
 #: What a row of each outbox kind is, and the setting that sends it.
 _KIND_NAMES = {"webhook": "task event webhook", "action": "approved action"}
 _KIND_URLS = {"webhook": "ORCH_WEBHOOK_URL", "action": "ORCH_ACTIONS_URL"}
-
-
-def _time(value: Any) -> str:
-    return value.isoformat(timespec="seconds") if hasattr(value, "isoformat") else str(value)

@@ -2,8 +2,8 @@
 current generation's report and pending actions, the recovery snapshot the next generation
 continues from, and the task's outbox deliveries.
 
-They describe what `services.tasks.explain` already sends (every time as `wire_time` text,
-see `IsoTime`). The route sets `response_model_exclude_unset`, so a key the
+They describe what `services.task_explain.explain` already sends (every time as `wire_time`
+text, see `IsoTime`). The route sets `response_model_exclude_unset`, so a key the
 record does not have stays absent: a plan node's `action_id`, a finding's `whole_range` in a
 report saved before findings had it.
 

@@ -23,7 +23,8 @@ from orchestrator.domain.task_filter import TASK_TYPE_MAX, TASK_TYPE_PATTERN, ta
 from orchestrator.leases import make_lease_backend
 from orchestrator.runtime import celery_dispatcher
 from orchestrator.services.task_requests import CancelBody, RequeueBody
-from orchestrator.services.tasks import TaskService, Trigger, task_view
+from orchestrator.services.task_views import task_view
+from orchestrator.services.tasks import TaskService, Trigger
 from orchestrator.store.receipts import ReceiptLedger
 
 __all__ = ["get_task_service", "router"]

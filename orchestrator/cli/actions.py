@@ -22,8 +22,9 @@ from orchestrator.cli.common import (
     login_name,
     print_json,
     printable,
+    time_text,
 )
-from orchestrator.cli.outbox import (
+from orchestrator.cli.delivery_states import (
     being_sent,
     delivered_after_discard,
     error_label,
@@ -188,7 +189,7 @@ def _show(args: argparse.Namespace) -> int:
     if action.decided_by:
         # Escaped: a note (or a name) stored with terminal escapes must not drive the terminal.
         print(
-            f"  decided by {printable(action.decided_by)} at {_time(action.decided_at)}: "
+            f"  decided by {printable(action.decided_by)} at {time_text(action.decided_at)}: "
             f"{printable(action.note or '')}"
         )
     if delivery is not None:
@@ -222,17 +223,18 @@ def _delivery_line(row: dict[str, Any]) -> str:
 
     number, status = row["outbox_id"], row["status"]
     if status == "delivered":
-        line = f"delivered at {_time(row['delivered_at'])} (outbox {number})"
+        line = f"delivered at {time_text(row['delivered_at'])} (outbox {number})"
         if delivered_after_discard(row):  # the backend acted on it all the same: say both
             line += (
                 f", after its discard by {printable(row['discarded_by'] or '')} at "
-                f"{_time(row['discarded_at'])}: {printable(row['discard_reason'] or '')}"
+                f"{time_text(row['discarded_at'])}: {printable(row['discard_reason'] or '')}"
             )
         return line
     if status == "discarded":
         return (
-            f"discarded by {printable(row['discarded_by'] or '')} at {_time(row['discarded_at'])}: "
-            f"{printable(row['discard_reason'] or '')} (outbox {number}; never delivered)"
+            f"discarded by {printable(row['discarded_by'] or '')} at "
+            f"{time_text(row['discarded_at'])}: {printable(row['discard_reason'] or '')} "
+            f"(outbox {number}; never delivered)"
         )
     tried = f"{row['attempts']} attempt(s)" + (
         f", {error_label(row)}: {printable(row['last_error'])}" if row["last_error"] else ""
@@ -244,18 +246,13 @@ def _delivery_line(row: dict[str, Any]) -> str:
         )
     if being_sent(row, utcnow()):  # posted, or waiting its turn in the dispatcher's batch
         return f"{status}, {tried}, {holding(row)} (outbox {number})"
-    line = f"{status}, {tried}, next attempt at {_time(row['next_attempt_at'])} (outbox {number})"
+    at = time_text(row["next_attempt_at"])
+    line = f"{status}, {tried}, next attempt at {at} (outbox {number})"
     if hurriable(row):
         # Failing and backing off: an action is retried until a 2xx, so the operator's ways
         # out are to hurry it once the backend is mended, or settle it by hand.
         line += f": {ways_out(number)}"
     return line
-
-
-def _time(value: Any) -> str:
-    """A time as `tasks show` prints it (ISO 8601, to the second): it was Python's own form,
-    `2026-12-05 23:40:49.105250+00:00`, which `--since` and other tools do not read as one."""
-    return value.isoformat(timespec="seconds") if hasattr(value, "isoformat") else str(value)
 
 
 def _as_sent(action: ActionRecord) -> dict[str, Any]:

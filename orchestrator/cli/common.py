@@ -31,6 +31,7 @@ __all__ = [
     "print_json",
     "printable",
     "safe_store_url",
+    "time_text",
 ]
 
 Handler = Callable[[argparse.Namespace], int]
@@ -170,6 +171,12 @@ def printable(text: Any) -> str:
     reason) can neither forge a line of the output, nor drive the operator's terminal, nor
     reorder or hide what the operator reads (`abc\u202edcba` prints as written)."""
     return _CONTROL.sub(_escaped, str(text))
+
+
+def time_text(value: Any) -> str:
+    """A time as the CLI's pages print it: ISO 8601, to the second, which `--since` and other
+    tools read (Python's own form, `2026-12-05 23:40:49.105250+00:00`, they do not)."""
+    return value.isoformat(timespec="seconds") if hasattr(value, "isoformat") else str(value)
 
 
 def safe_store_url() -> str | None:

@@ -1,4 +1,5 @@
-"""`orchestrator outbox dispatch|list|show|retry|discard`: deliveries to the business backend.
+"""`orchestrator outbox list|show|retry|discard`: what an operator sees and does with the
+deliveries to the business backend (`dispatch`, which sends them, lives in `outbox_dispatch`).
 
 The CLI talks to the store directly (an operator on the machine), so `--by` names who
 retries or discards a delivery (default: the user name), as `actions approve` and `tasks
@@ -8,10 +9,7 @@ requeue` do.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
-import threading
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.cli.common import (
@@ -24,34 +22,21 @@ from orchestrator.cli.common import (
     print_json,
     printable,
 )
-from orchestrator.cli.stopping import StopSignals
+from orchestrator.cli.outbox_dispatch import register_dispatch
+from orchestrator.cli.outbox_lines import list_line, show_lines
 from orchestrator.domain.vocabulary import OUTBOX_KINDS, OUTBOX_STATUSES
 
 if TYPE_CHECKING:
     from orchestrator.store.db import Database
 
-__all__ = [
-    "being_sent",
-    "dead_label",
-    "delivered_after_discard",
-    "error_label",
-    "holding",
-    "hurriable",
-    "posting",
-    "register",
-    "ways_out",
-]
-
-log = logging.getLogger("orchestrator.outbox")
+__all__ = ["register"]
 
 
 def register(commands: Any) -> None:
     group = commands.add_parser("outbox", help="approved actions and webhooks to the backend")
     outbox = group.add_subparsers(dest="outbox_command", metavar="ACTION", required=True)
 
-    dispatch = outbox.add_parser("dispatch", help="send due deliveries, in a loop")
-    dispatch.add_argument("--once", action="store_true", help="one round, then exit")
-    dispatch.set_defaults(handler=_dispatch)
+    register_dispatch(outbox)
 
     listing = outbox.add_parser("list", help="deliveries, oldest first")
     listing.add_argument("--task", dest="task_id")
@@ -116,211 +101,6 @@ def _db() -> Database:
     return Database.from_url(settings.store_url, pool_size=1, max_overflow=1)
 
 
-#: What each kind is, and the setting without which this process does not send it.
-_UNSENT = {
-    "action": "approved actions (ORCH_ACTIONS_URL is unset here)",
-    "webhook": "task events (ORCH_WEBHOOK_URL is unset here)",
-}
-
-
-def _dispatch(args: argparse.Namespace) -> int:
-    from orchestrator.logs import configure_logging
-    from orchestrator.services.outbox import OutboxDispatcher
-    from orchestrator.store.db import Database
-
-    settings = load()
-    if args.once and not settings.outbox_kinds:
-        # "delivered 0" read as nothing being due, from a laptop without the fleet's URLs.
-        raise CommandFailed(
-            "nothing to dispatch: neither ORCH_ACTIONS_URL nor ORCH_WEBHOOK_URL is set here "
-            "(deliveries wait in the outbox for a dispatcher that has them)",
-            exit_code=2,
-        )
-    # Said with every report: rows of a kind whose URL is unset here wait, they are not done.
-    unsent = [text for kind, text in _UNSENT.items() if kind not in settings.outbox_kinds]
-    left = f"; not sent here: {', '.join(unsent)}" if settings.outbox_kinds and unsent else ""
-    # As the sweeper's: ORCH_LOG_FORMAT, and masked (httpx logs each request's URL at INFO).
-    configure_logging(settings)
-    db = Database.from_url(settings.store_url, pool_size=2, max_overflow=1)
-    dispatcher = OutboxDispatcher(settings, db)
-    try:
-        if args.once:
-            report = dispatcher.run_once()
-            print(
-                f"delivered {len(report.delivered)}, failed {len(report.failed)}, "
-                f"dead-lettered {len(report.dead)}, throttled {len(report.throttled)}{left}"
-            )
-            return 0
-        signals = StopSignals()
-        started = f"dispatching {', '.join(dispatcher.kinds) or 'nothing (no URL set)'}{left}"
-        if settings.log_format == "json":
-            log.info("%s", started)  # every line a JSON object, as the sweeper's
-        else:
-            print(started, flush=True)
-        # The rounds run in a thread: the main thread only waits for the signal, so no handler
-        # ever meets a lock the main thread holds (see orchestrator.cli.stopping).
-        failed: list[BaseException] = []
-
-        def _send() -> None:
-            try:
-                dispatcher.run(signals.event)
-            except BaseException as exc:  # raised again below, in the main thread
-                failed.append(exc)
-
-        sender = threading.Thread(target=_send, name="outbox", daemon=True)
-        sender.start()
-        try:
-            while sender.is_alive() and not signals.wait(1.0):
-                pass
-        finally:
-            signals.event.set()
-            sender.join(timeout=settings.outbox_timeout_seconds + 1)
-            signals.close()
-        if failed:
-            raise failed[0]
-        return 0
-    finally:
-        dispatcher.close()
-        db.dispose()
-
-
-def _line(row: dict[str, Any], now: datetime) -> str:
-    what = row["action_id"] if row["kind"] == "action" else f"event {row['event_id']}"
-    what += _next_attempt(row, now)
-    error = f"  {error_label(row)}: {row['last_error']}" if row["last_error"] else ""
-    if dead_label(row):
-        error += f"  {dead_label(row)}"
-    if row["status"] == "discarded":
-        # Typed by a person: a newline or a bidi control must not forge or reorder a line.
-        error += (
-            f"  discarded by {printable(row['discarded_by'])}: {printable(row['discard_reason'])}"
-        )
-    elif delivered_after_discard(row):
-        error += (
-            f"  delivered after its discard by {printable(row['discarded_by'])}: "
-            f"{printable(row['discard_reason'])}"
-        )
-    if row["waits_behind"]:
-        # Due and never attempted, it read as a stuck dispatcher: it is held back in order.
-        error += (
-            f"  waits behind dead letter outbox {row['waits_behind']} (outbox retry or discard it)"
-        )
-    elif row.get("waits_behind_retried"):
-        # Behind an earlier event failing, not dead yet: the one to look at is that one.
-        error += f"  waits behind outbox {row['waits_behind_retried']}, being retried"
-    return (
-        f"{row['outbox_id']:>6}  {row['kind']:7}  {row['status']:9}  "
-        f"attempts {row['attempts']:<3}  throttled {row['throttled']:<3}  "
-        f"task {row['task_id']}  {what}{error}"
-    )
-
-
-def _next_attempt(row: dict[str, Any], now: datetime) -> str:
-    """When a pending row is tried next, from now (`  next attempt in 4m10s`): an operator
-    watching a failing receiver sees when it is tried again, and one due long ago (`due 12m
-    ago`) is no dispatcher sending. One a dispatcher is sending says so (its time is the
-    claim's hold, not a next attempt). Nothing for a row held behind another (its own time
-    means nothing until that one goes) nor for a row that is not pending."""
-    at = row.get("next_attempt_at")
-    if row["status"] != "pending" or not isinstance(at, datetime):
-        return ""
-    if row.get("waits_behind") or row.get("waits_behind_retried"):
-        return ""
-    if posting(row, now):
-        return "  being sent now"
-    if being_sent(row, now):  # claimed with the rows before it in the batch, not posted yet
-        return "  claimed by a dispatcher: waits its turn in its batch"
-    seconds = (at - now).total_seconds()
-    if seconds >= 1:
-        return f"  next attempt in {_span(seconds)}"
-    return f"  next attempt due {_span(-seconds)} ago" if seconds <= -1 else "  next attempt due"
-
-
-def being_sent(row: dict[str, Any], now: datetime) -> bool:
-    """A dispatcher holds the pending row to send it (its claim's hold not run out): posted
-    (`posting`), or waiting its turn in the dispatcher's batch."""
-    until = row.get("claimed_until")
-    return row["status"] == "pending" and isinstance(until, datetime) and until > now
-
-
-def posting(row: dict[str, Any], now: datetime) -> bool:
-    """`being_sent`, and posted: its dispatcher waits for the backend's answer to it. A
-    batch's rows are claimed together and posted one after another (`sending_since`)."""
-    return being_sent(row, now) and row.get("sending_since") is not None
-
-
-def holding(row: dict[str, Any]) -> str:
-    """What a dispatcher's claim of the row is doing, for a line: `being sent now (attempt N,
-    held until T, posted at S)` or that it waits its turn in the batch (attempt, hold)."""
-    from orchestrator.store.types import utcnow
-
-    claim = f"attempt {row['attempts']}, held until {_time(row['claimed_until'])}"
-    if posting(row, utcnow()):
-        return f"being sent now ({claim}, posted at {_time(row['sending_since'])})"
-    return f"claimed by a dispatcher, waiting its turn in its batch ({claim})"
-
-
-def delivered_after_discard(row: dict[str, Any]) -> bool:
-    """Delivered, though an operator discarded it before: the send under way at the discard
-    (its hold had run out) was answered 2xx, so the backend did act on it."""
-    return row["status"] == "delivered" and row.get("discarded_at") is not None
-
-
-def hurriable(row: dict[str, Any]) -> bool:
-    """A pending delivery that failed and waits out its backoff (not being sent): `outbox
-    retry N` makes it due now, `outbox discard N` settles it."""
-    from orchestrator.store.types import utcnow
-
-    at = row.get("next_attempt_at")
-    now = utcnow()
-    return (
-        row["status"] == "pending"
-        and bool(row["attempts"] or row["last_error"])
-        and isinstance(at, datetime)
-        and at > now
-        and not being_sent(row, now)
-    )
-
-
-def ways_out(number: int) -> str:
-    """The operator's ways out of a failing delivery, as `actions show` and `tasks show` say
-    them: an action is retried until a 2xx, so waiting alone may never end."""
-    return (
-        f"`orchestrator outbox retry {number}` sends it now once the backend is mended, "
-        f"or `outbox discard {number} --reason R` once dealt with by hand"
-    )
-
-
-def _span(seconds: float) -> str:
-    """A duration in its two largest units: 45s, 4m10s, 2h05m, 3d04h."""
-    whole = int(seconds)
-    if whole < 60:
-        return f"{whole}s"
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60:02d}s"
-    if whole < 86400:
-        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
-    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
-
-
-def dead_label(row: dict[str, Any]) -> str:
-    """Why the row was dead-lettered, when its error does not say it: a refusal's error does
-    (`a permanent refusal, not retried`), the last of a webhook's attempts' did not (`HTTP 503`
-    read as one more failure that the dispatcher would retry)."""
-    if row.get("dead_reason") != "max_attempts":
-        return ""
-    counted = row["attempts"] - row["throttled"]
-    return f"dead-lettered: out of attempts ({counted} failed, ORCH_WEBHOOK_MAX_ATTEMPTS)"
-
-
-def error_label(row: dict[str, Any]) -> str:
-    """A pending row with an error and no attempt was retried by an operator since: its error
-    is from before (it read as the retry having failed, a 401's "then retry" most of all)."""
-    if row["status"] == "pending" and not row["attempts"]:
-        return "last error, before the retry"
-    return "last error"
-
-
 def _list(args: argparse.Namespace) -> int:
     from orchestrator.services.outbox_operations import OutboxService
     from orchestrator.store.types import utcnow
@@ -347,7 +127,7 @@ def _list(args: argparse.Namespace) -> int:
             print(follow, file=sys.stderr)
         return 0
     now = utcnow()
-    print("\n".join(_line(row, now) for row in rows) or "no deliveries")
+    print("\n".join(list_line(row, now) for row in rows) or "no deliveries")
     if follow:
         print(follow)
     return 0
@@ -364,120 +144,8 @@ def _show(args: argparse.Namespace) -> int:
     if args.json:
         print_json(row)
         return 0
-    print("\n".join(_shown(row)))
+    print("\n".join(show_lines(row)))
     return 0
-
-
-def _shown(row: dict[str, Any]) -> list[str]:
-    """The row's whole state, a fact a line, and what an operator can do about it."""
-    from orchestrator.store.types import utcnow
-
-    number, status = row["outbox_id"], row["status"]
-    what = (
-        f"approved action {row['action_id']}"
-        if row["kind"] == "action"
-        else (f"task event {row['event_id']}")
-    )
-    lines = [f"outbox {number}  {status}  {what}  task {row['task_id']}"]
-    lines.append(f"  written {_time(row['created_at'])}")
-    lines.append(f"  attempts {row['attempts']} (throttled {row['throttled']})")
-    if row["last_error"]:
-        lines.append(f"  {error_label(row)}: {printable(row['last_error'])}")
-    if dead_label(row):
-        lines.append(f"  {dead_label(row)}")
-    if row.get("retried_at") is not None:
-        # Who made it due again (or hurried it), as a discard says who settled it.
-        note = f": {printable(row['retry_note'])}" if row.get("retry_note") else ""
-        lines.append(f"  retried by {_retrier(row)} at {_time(row['retried_at'])}{note}")
-    released = row.get("released_at")
-    if isinstance(released, datetime) and released > row["created_at"]:
-        # The gauge times its wait from then: written three days ago and retried a minute ago,
-        # it has not waited three days for a dispatcher.
-        lines.append(
-            f"  due again from {_time(released)}, {_released_by(row)}: "
-            "orchestrator_outbox_oldest_pending_seconds times its wait from then, not from "
-            "when it was written"
-        )
-    if posting(row, utcnow()):
-        lines.append(
-            f"  being sent now (attempt {row['attempts']}, held until "
-            f"{_time(row['claimed_until'])}, posted at {_time(row['sending_since'])}): a retry "
-            "or discard waits until its answer is recorded"
-        )
-    elif being_sent(row, utcnow()):
-        lines.append(
-            "  claimed by a dispatcher, not sent yet: it waits its turn in the batch the "
-            f"dispatcher sends (attempt {row['attempts']}, held until "
-            f"{_time(row['claimed_until'])}); a retry waits until its answer is recorded, a "
-            "discard settles it now (the dispatcher then skips it)"
-        )
-    elif status == "pending" and not (row["waits_behind"] or row["waits_behind_retried"]):
-        lines.append(f"  next attempt {_time(row['next_attempt_at'])}")
-    if row["waits_behind"]:  # its own next attempt is past, and means nothing until then
-        lines.append(
-            f"  waits behind dead letter outbox {row['waits_behind']} (outbox retry or discard it)"
-        )
-    elif row["waits_behind_retried"]:
-        lines.append(f"  waits behind outbox {row['waits_behind_retried']}, being retried")
-    if status == "delivered":
-        after = (
-            ", after its discard: the send under way then was answered 2xx (the backend did act "
-            "on it)"
-            if delivered_after_discard(row)
-            else ""
-        )
-        lines.append(f"  delivered {_time(row['delivered_at'])}{after}")
-    if status == "discarded" or delivered_after_discard(row):
-        # One discarded while pending was never dead-lettered: it failed, and a person settled it.
-        was = (
-            " (it was pending, not dead-lettered)" if row.get("discarded_from") == "pending" else ""
-        )
-        lines.append(
-            f"  discarded by {printable(row['discarded_by'])} at {_time(row['discarded_at'])}"
-            f"{was}: {printable(row['discard_reason'])}"
-        )
-    held = row["waits_behind"] or row["waits_behind_retried"]
-    if status == "pending" and row["last_error"] and not (held or being_sent(row, utcnow())):
-        # Failing, not dead: an action is retried until a 2xx, so one the backend always
-        # refuses with a 500 is settled by a person or sent for ever. A retry hurries only one
-        # that backs off (one due now is due already).
-        at = row["next_attempt_at"]
-        hurry = (
-            f"`orchestrator outbox retry {number}` sends it now once the backend is mended, or "
-            if isinstance(at, datetime) and at > utcnow()
-            else ""
-        )
-        lines.append(
-            f"  {hurry}`orchestrator outbox discard {number} --reason R` once dealt with by hand"
-        )
-    if status == "dead":
-        lines.append(
-            f"  `orchestrator outbox retry {number}` once the backend is mended, or "
-            f"`orchestrator outbox discard {number} --reason R` once dealt with by hand"
-        )
-    return lines
-
-
-def _released_by(row: dict[str, Any]) -> str:
-    """What made the row deliverable again at its `released_at`, as far as the row tells: its
-    own retry out of the dead letters (the retry's time is the release's), or, for a task
-    event, a retry or discard of an earlier event of its task that held it back."""
-    own = row.get("retried_at") == row["released_at"] or row["kind"] == "action"
-    if own:
-        return "when an operator's retry took it out of the dead letters (fresh counts)"
-    earlier = (
-        "when an operator retried or discarded an earlier event of its task that held it back "
-        "(a task's events go in order)"
-    )
-    if row.get("retried_at") is None:
-        return earlier
-    # Retried since (hurried while pending): its own retry out of the dead letters before that,
-    # or an earlier event's; the row does not keep which.
-    return f"{earlier}, or retried it out of the dead letters"
-
-
-def _time(value: Any) -> str:
-    return value.isoformat(timespec="seconds") if hasattr(value, "isoformat") else str(value)
 
 
 def _retry(args: argparse.Namespace) -> int:
@@ -555,8 +223,3 @@ def _discard(args: argparse.Namespace) -> int:
         )
         print(f"outbox {row.outbox_id} discarded by {printable(row.discarded_by)}: {what}")
     return 0
-
-
-def _retrier(row: dict[str, Any]) -> str:
-    """Who retried the row; a retry stored without a name read `retried by  at T`."""
-    return printable(row["retried_by"]) if row.get("retried_by") else "an unrecorded name"

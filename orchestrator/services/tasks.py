@@ -1,28 +1,26 @@
-"""Triggers and operator commands on tasks: trigger, list, explain, requeue, cancel."""
+"""Triggers and operator commands on tasks: trigger, list, requeue, cancel.
+
+The task service is the one the runtime hands out for tasks; it also answers a task's explain
+view and its transcript, read by `task_explain` and `task_transcripts`, which it imports when
+first asked: a trigger, a requeue or `tasks list` does not import the dozen store modules those
+read (about 40 ms of each CLI start).
+"""
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import update
 
-from orchestrator.domain.cursors import (
-    decode_cursor,
-    decode_position,
-    encode_cursor,
-    encode_position,
-    invalid_cursor,
-)
+from orchestrator.domain.cursors import decode_cursor, encode_cursor
 from orchestrator.domain.storable import filled_text, storable_json
 from orchestrator.domain.task_filter import TASK_TYPE_PATTERN, TaskFilter
-from orchestrator.domain.times import wire_time
 from orchestrator.domain.vocabulary import TASK_STATUSES, TERMINAL_TASK_STATUSES
 from orchestrator.errors import ConflictError, InvalidTransition, NotFound, echoed
-from orchestrator.leases import LeaseBackend, LeaseBackendUnavailable
-from orchestrator.leases.keys import ended_key, task_lease
+from orchestrator.leases.keys import ended_key
 from orchestrator.services.dispatch import (
     Dispatcher,
     WakeUp,
@@ -30,30 +28,24 @@ from orchestrator.services.dispatch import (
     record_unsent,
     wake,
 )
-from orchestrator.services.recovery import snapshot_for
+from orchestrator.services.task_views import task_view, wake_up_unsent
 from orchestrator.store import action_notices as notice_store
 from orchestrator.store import executions as execution_store
 from orchestrator.store import generations as generation_store
-from orchestrator.store import outbox_views, task_versions
-from orchestrator.store import plans as plan_store
-from orchestrator.store import reports as report_store
 from orchestrator.store import task_events as event_store
 from orchestrator.store import tasks as task_store
-from orchestrator.store import transcripts as transcript_store
 from orchestrator.store.db import Database, wake_after_commit
-from orchestrator.store.last_write import last_fenced_write
-from orchestrator.store.receipts import ReceiptLedger
 from orchestrator.store.records import ExecutionRecord, TaskRecord
 from orchestrator.store.tables import tasks
 from orchestrator.store.types import utcnow
 
+if TYPE_CHECKING:
+    from orchestrator.leases import LeaseBackend
+    from orchestrator.store.receipts import ReceiptLedger
+
 __all__ = ["CANCELLED", "Requeued", "TaskService", "Trigger", "TriggerResult"]
 
 _ID_PATTERN = TASK_TYPE_PATTERN
-
-#: How many of a task's write resolutions its view shows (the newest; the task stream and the
-#: webhooks carry every one).
-RESOLUTIONS_SHOWN = 50
 
 #: A cancel's reason when the operator gives none; with a name, "cancelled by NAME".
 CANCELLED = "cancelled by an operator"
@@ -271,80 +263,18 @@ class TaskService:
         return cancelled
 
     def explain(self, task_id: str) -> dict[str, Any]:
-        """The operator's view of one task: generations, lease, plan, report, what is pending."""
-        with self.db.transaction(readonly=True) as conn:
-            task = task_store.get_task(conn, task_id)
-            if task is None:
-                raise NotFound(f"task {echoed(task_id)} does not exist")
-            executions = execution_store.list_executions(conn, task_id)
-            plan = plan_store.latest_revision(conn, task.session_id) if task.session_id else None
-            report = report_store.latest_report(conn, task_id, task.generation)
-            pending = report_store.pending_actions_of_generation(conn, task_id, task.generation)
-            usage = transcript_store.usage_of(conn, task_id)
-            # What the next generation continues from: the previous one's, or (once the task
-            # stopped running) the last generation's own recovery snapshot.
-            before = task.generation + (0 if task.status == "running" else 1)
-            last = execution_store.last_started_execution(conn, task_id, before)
-            recovery = snapshot_for(conn, last) if last is not None else None
-            deliveries = outbox_views.delivery_summary(conn, task_id)
-            resolved = event_store.events_of_type(
-                conn, task_id, "invocation_resolved", RESOLUTIONS_SHOWN
-            )
-            last_write = last_fenced_write(conn, task_id, task.generation)
-            # The execution's reason says how its round ended; a decision since (an approval,
-            # a person's step) that left the task waiting said anew on what, in this event.
-            # Why each generation after the first was queued: a requeue (who, why), a
-            # decision, a recovery; said nowhere else once its generation has ended.
-            queued = event_store.events_of_type(conn, task_id, "queued", len(executions) + 1)
-            waited = (
-                event_store.events_of_type(conn, task_id, "waiting", 1)
-                if task.status == "waiting"
-                else []
-            )
-        because = {event.generation: event.reason for event in queued}
-        current = [x for x in executions if x.generation == task.generation]
-        waits = current[0] if current and current[0].outcome is None else None
-        view = task_view(task, waits if waits and waits.handed_back_at else None)
-        view.update(
-            {
-                "lease": self._lease(task, current[0] if current else None),
-                "executions": [
-                    execution.to_dict() | {"queued_because": because.get(execution.generation)}
-                    for execution in executions
-                ],
-                "plan": plan.to_dict() if plan else None,
-                "report": report,
-                "pending_actions": pending,
-                "unknown_receipts": self._unknown_receipts(task_id),
-                "token_usage": usage_view(usage),
-                "recovery": recovery.to_dict() if recovery is not None else None,
-                "running_receipts": self._unknown_receipts(task_id, "running"),
-                "deliveries": deliveries,
-                "resolutions": [_resolution_view(event) for event in resolved],
-                "last_write": {"at": last_write[0], "kind": last_write[1]} if last_write else None,
-                "waiting_on": waited[-1].reason if waited else None,
-                "wake_up_unsent": wake_up_unsent(task),
-            }
-        )
-        return view
+        """The operator's view of one task: generations, lease, plan, report, what is pending
+        (`task_explain`, imported at the first view: a trigger or a listing reads none)."""
+        from orchestrator.services import task_explain
+
+        return task_explain.explain(self.db, task_id, leases=self.leases, ledger=self.ledger)
 
     def view_version(self, task_id: str) -> tuple[Any, ...] | None:
-        """What `explain(task_id)` is built from, summed up in one statement (and a running
-        task's lease as its back end holds it): equal versions, equal views. None when there
-        is no such task. Read before the view, so a tag never names a newer view than its own."""
-        with self.db.transaction(readonly=True) as conn:
-            row = task_versions.view_version(conn, task_id)
-        if row is None:
-            return None
-        lease: tuple[Any, ...] | None = None
-        if row.status == "running" and self.leases is not None:
-            try:
-                info = self.leases.get(task_lease(task_id))
-            except LeaseBackendUnavailable:  # the view shows the store's mirror: its own tag
-                return (*row, ("lease back end unavailable",))
-            # Not its expiry: read as the server's countdown from now, it moves at each read.
-            lease = (info.holder, info.token, info.renewed_at) if info is not None else None
-        return (*row, lease)
+        """What `explain(task_id)` is built from, summed up: equal versions, equal views; None
+        when there is no such task (`task_explain.view_version`)."""
+        from orchestrator.services import task_explain
+
+        return task_explain.view_version(self.db, task_id, leases=self.leases)
 
     def transcript(
         self,
@@ -356,168 +286,20 @@ class TaskService:
     ) -> dict[str, Any]:
         """The durable transcript of a task (one generation, or all), oldest entry first: one
         page of `limit` entries after `cursor`, or every entry when `limit` is None."""
-        after = _transcript_position(cursor, generation)
-        with self.db.transaction(readonly=True) as conn:
-            task = task_store.get_task(conn, task_id)
-            if task is None:
-                raise NotFound(f"task {echoed(task_id)} does not exist")
-            if generation is not None and not 1 <= generation <= task.generation:
-                raise NotFound(
-                    f"task {task_id} has no generation {generation} (it is at {task.generation})"
-                )
-            entries = transcript_store.entries_of(
-                conn,
-                task_id=task_id,
-                generation=generation,
-                after=after,
-                limit=None if limit is None else limit + 1,
-            )
-            usage = transcript_store.usage_of(conn, task_id)
-        next_cursor = None
-        if limit is not None and len(entries) > limit:
-            entries = entries[:limit]
-            last = entries[-1]
-            next_cursor = encode_position(last.generation or 0, last.seq)
-        if generation is not None:
-            usage = [u for u in usage if u.generation == generation]
-        return {
-            "task_id": task_id,
-            "generation": generation,
-            "items": [entry.to_dict() for entry in entries],
-            "next_cursor": next_cursor,
-            "token_usage": usage_view(usage),
-        }
+        from orchestrator.services import task_transcripts
+
+        return task_transcripts.transcript(self.db, task_id, generation, limit=limit, cursor=cursor)
 
     def transcript_version(
         self, task_id: str, generation: int | None = None, *, limit: int, cursor: str | None = None
     ) -> tuple[Any, ...] | None:
-        """What `transcript(...)` with the same arguments would answer, summed up from the
-        index: the keys of its entries (written once, never changed) and the count of entries
-        of the task, or of the generation asked for (its token usage changes only with it).
-        None when it would be a 404. Refuses a cursor as `transcript` does."""
-        after = _transcript_position(cursor, generation)
-        with self.db.transaction(readonly=True) as conn:
-            task = task_store.get_task(conn, task_id)
-            if task is None or (generation is not None and not 1 <= generation <= task.generation):
-                return None
-            keys = transcript_store.entry_keys(
-                conn, task_id=task_id, generation=generation, after=after, limit=limit + 1
-            )
-            count = transcript_store.entry_count(conn, task_id, generation)
-        return (generation, limit, after, count, *keys)
+        """What `transcript(...)` with the same arguments would answer, summed up; None when it
+        would be a 404 (`task_transcripts.transcript_version`)."""
+        from orchestrator.services import task_transcripts
 
-    def _lease(self, task: TaskRecord, current: ExecutionRecord | None) -> dict[str, Any] | None:
-        """The running generation's lease as the lease back end holds it; else (Redis restarted
-        empty, flushed, or away) the store's mirror of it, marked `source: store`: the round
-        goes on, and its heartbeat takes the lease back at its next renewal (or the sweeper
-        requeues the task once the mirror expires). Before, the view said no lease, or failed
-        altogether with Redis away."""
-        if self.leases is None or task.status != "running":
-            return None
-        try:
-            info = self.leases.get(task_lease(task.task_id))
-        except LeaseBackendUnavailable:
-            info = None
-        if info is not None:
-            return {
-                "holder": info.holder,
-                "expires_at": info.expires_at,
-                "last_renewed_at": info.renewed_at,
-                "source": "lease_backend",
-            }
-        if (
-            current is None
-            or current.outcome is not None
-            or current.handed_back_at is not None  # said by `handed_back`: it holds none
-            or current.lease_expires_at is None
-        ):
-            return None
-        return {
-            "holder": current.worker or "?",
-            "expires_at": current.lease_expires_at,
-            "last_renewed_at": None,
-            "source": "store",
-        }
-
-    def _unknown_receipts(self, task_id: str, status: str = "unknown") -> list[dict[str, Any]]:
-        if self.ledger is None:
-            return []
-        owner = f"task:{task_id}"
-        return [r.public() for r in self.ledger.unknown_for_owner(owner, status=status)]
-
-
-def _transcript_position(cursor: str | None, generation: int | None) -> tuple[int, int] | None:
-    """The (generation, seq) a transcript page starts after, or `invalid_cursor`."""
-    after = decode_position(cursor) if cursor else None
-    if after is not None and generation is not None and after[0] != generation:
-        raise invalid_cursor()  # a cursor of another generation's pages
-    return after
-
-
-def usage_view(usage: list[transcript_store.GenerationUsage]) -> dict[str, Any]:
-    """Token usage per generation and the task's total."""
-    return {
-        "generations": [u.to_dict() for u in usage],
-        "total": {
-            "calls": sum(u.calls for u in usage),
-            "prompt_tokens": sum(u.prompt_tokens for u in usage),
-            "completion_tokens": sum(u.completion_tokens for u in usage),
-        },
-    }
-
-
-def _resolution_view(event: event_store.TaskEvent) -> dict[str, Any]:
-    """An operator's resolution of a write, from its `invocation_resolved` task event (a key an
-    older event lacks is None: the API sends such a resolution as its JSON text)."""
-    data = event.data if isinstance(event.data, dict) else {}
-    keys = ("invocation_id", "tool_name", "previous_status", "resolved_status", "by", "note")
-    return {
-        "seq": event.seq,
-        "at": wire_time(event.created_at),
-        "generation": event.generation,
-        **{key: data.get(key) for key in keys},
-    }
-
-
-def wake_up_unsent(task: TaskRecord) -> bool:
-    """Queued, and the broker refused its wake-up (store/tasks.py: `queued_at` NULL): no worker
-    was woken until the sweeper sends it. Read from the stored task only: a trigger's or a
-    requeue's record is from before its wake-up was tried."""
-    return task.status == "queued" and task.queued_at is None
-
-
-def task_view(task: TaskRecord, handed_back: ExecutionRecord | None = None) -> dict[str, Any]:
-    """The fields of a task that list and show print; `handed_back`, its current generation
-    when its worker handed it back and the sweeper has not requeued it yet."""
-    return {
-        "task_id": task.task_id,
-        "task_type": task.task_type,
-        "title": task.title,
-        "status": task.status,
-        "failure_code": task.failure_code if task.status == "failed" else None,
-        "intent_round": task.intent_round,
-        "last_error": task.last_error,
-        "origin": task.origin,
-        "trigger_id": task.trigger_id,
-        "generation": task.generation,
-        "session_id": task.session_id,
-        "rounds": task.rounds,
-        "recoveries": task.recoveries,
-        "handbacks": task.handbacks,
-        "created_at": task.created_at,
-        "updated_at": task.updated_at,
-        # `running` says the generation is open, not that a round runs: one handed back (a
-        # model server's Retry-After, an outage) waits for the sweeper, and says so here.
-        "handed_back": (
-            {
-                "at": handed_back.handed_back_at,
-                "requeue_after": handed_back.lease_expires_at,
-                "reason": handed_back.reason,
-            }
-            if handed_back is not None
-            else None
-        ),
-    }
+        return task_transcripts.transcript_version(
+            self.db, task_id, generation, limit=limit, cursor=cursor
+        )
 
 
 def _refuse_other_payload(trigger_id: str, existing: TaskRecord, trigger: Trigger) -> None:

@@ -1,9 +1,9 @@
 """What operators and metrics read of the outbox: rows, one task's deliveries, what a held
 task event waits behind, and the oldest delivery still to send.
 
-Read by the API, the CLI and the console (through `orchestrator.services.outbox`,
-`services.tasks` and `services.actions`) and by the metrics' oldest-pending gauge; nothing here
-writes.
+Read by the API, the CLI and the console (through `orchestrator.services.outbox_operations`,
+`services.task_explain` and `services.actions`) and by the metrics' oldest-pending gauge;
+nothing here writes.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from schemathesis.specs.openapi.checks import (
 from orchestrator.api import enums
 from orchestrator.api.app import create_app
 from orchestrator.api.tasks import get_task_service
-from orchestrator.cli.tasks import render_explain
+from orchestrator.cli.task_show import render_explain
 from orchestrator.domain import vocabulary
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.tasks import TaskService, Trigger

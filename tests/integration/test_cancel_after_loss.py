@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from orchestrator.cli.tasks import render_explain
+from orchestrator.cli.task_show import render_explain
 from orchestrator.leases.keys import task_lease
 from orchestrator.services.tasks import Trigger
 from orchestrator.store.types import utcnow

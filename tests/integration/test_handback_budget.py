@@ -18,7 +18,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 from orchestrator import metrics
 from orchestrator.api.app import create_app
-from orchestrator.cli.tasks import render_explain
+from orchestrator.cli.task_show import render_explain
 from orchestrator.domain.fences import Fence
 from orchestrator.runtime import Runtime
 from orchestrator.services import executions as executions_module

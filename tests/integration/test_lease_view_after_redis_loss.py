@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from orchestrator.cli.tasks import render_explain
+from orchestrator.cli.task_show import render_explain
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import executions as execution_store

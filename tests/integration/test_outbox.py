@@ -756,7 +756,7 @@ def test_tasks_show_says_when_no_delivery_of_a_kind_was_ever_sent_not_attempts_0
     """Without ORCH_WEBHOOK_URL the events wait unsent; "webhook pending 2, attempts 0" read
     like a stuck dispatcher. `tasks show` (often run without the fleet's settings) says what
     the store knows: nothing of the kind was ever sent from it, and which setting sends it."""
-    from orchestrator.cli.tasks import render_explain
+    from orchestrator.cli.task_show import render_explain
 
     rt, _ = runtime_for(store_url, tmp_path / "scripts")
     try:

@@ -20,7 +20,8 @@ from orchestrator.agent.loop import LeaseLost, StopSignal, run_round
 from orchestrator.agent.model import Model, ModelTurn
 from orchestrator.agent.request import AgentContext
 from orchestrator.agent.transcript import TranscriptWriter
-from orchestrator.cli.tasks import render_explain, render_transcript
+from orchestrator.cli.task_show import render_explain
+from orchestrator.cli.task_transcript import render_transcript
 from orchestrator.domain.recovery import Snapshot
 from orchestrator.services.recovery import save_round_snapshot
 from orchestrator.store import snapshots as snapshot_store

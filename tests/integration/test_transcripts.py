@@ -21,7 +21,7 @@ from sqlalchemy import update
 
 from orchestrator.agent.model import ModelTurn, TokenUsage
 from orchestrator.agent.transcript import REDACTED, TranscriptWriter
-from orchestrator.cli.tasks import render_transcript
+from orchestrator.cli.task_transcript import render_transcript
 from orchestrator.domain.fences import Fence
 from orchestrator.errors import StaleGeneration
 from orchestrator.services.cleanup import run_cleanup

@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy import event, select
 
 from orchestrator.cli import main
-from orchestrator.cli.tasks import render_explain
+from orchestrator.cli.task_show import render_explain
 from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.tasks import Trigger

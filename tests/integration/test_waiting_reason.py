@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from orchestrator.cli.tasks import render_explain
+from orchestrator.cli.task_show import render_explain
 from orchestrator.runtime import Runtime
 from orchestrator.services.tasks import Trigger
 from orchestrator.store.tables import outbox

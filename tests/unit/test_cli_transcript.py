@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator.cli.tasks import render_transcript
+from orchestrator.cli.task_transcript import render_transcript
 
 
 def _page(*items: dict[str, object]) -> dict[str, object]:

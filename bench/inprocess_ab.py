@@ -1,7 +1,7 @@
 """CPU per execution in process: this checkout against another one, the two alternating.
 
     python bench/inprocess_ab.py --baseline /path/to/other/checkout [--executions 150] [--pairs 3]
-        [--secret]
+        [--secret] [--callgrind]
 
 Each side runs in a child process of its own, with its checkout first on `sys.path` and its own
 Postgres and Redis (`execution_fleet.servers`): scripted minimal and report-only executions
@@ -12,12 +12,22 @@ on both sides, as a deployment has one (`LLM_API_KEY`): what the host masks in e
 arguments and every tool's result is then looked for, as in production. It prints and writes
 nothing else: `bench/executions.py` is the benchmark of record; this is how a change's effect on the
 worker's own Python is checked before and after (a worktree of the older commit as baseline).
+
+On a shared machine the CPU medians move 10 to 20 % from one pair to the next. `--callgrind`
+counts instructions instead: each side runs under valgrind's callgrind (Debian's `valgrind`),
+one kind at a time, with collection switched on only around its timed executions (after the
+warm-up, `callgrind_control -i on` from inside the process), every thread of the process; it
+prints millions of instructions per execution. Counts stay within about 1.5 % from run to run,
+whatever else the machine does, so a change of 3 % shows. About 30 s per side and kind for
+30 executions (`--executions 30` is enough).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +40,12 @@ import inspect, json, statistics, sys, tempfile, shutil, time
 from contextlib import ExitStack
 from pathlib import Path
 checkout, count, secret = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+only = sys.argv[4] if len(sys.argv) > 4 else ""  # one kind, counted under callgrind
+def collect(on):
+    if only:  # callgrind_control talks to the valgrind this process runs under
+        import os, subprocess
+        switch = ["callgrind_control", "-i", "on" if on else "off", str(os.getpid())]
+        subprocess.run(switch, check=True, capture_output=True)
 sys.path[:0] = [checkout, checkout + "/bench"]
 from execution_fleet import servers, MINIMAL, REPORT_ONLY, minimal_turns, report_only_turns
 from execution_fleet import LEASE, RENEW, SWEEP
@@ -55,14 +71,20 @@ try:
         if "first_delivery" not in inspect.signature(rt.executions.run).parameters:
             first = {}
         try:
-            for kind in (MINIMAL, REPORT_ONLY):
+            for kind in [only] if only else (MINIMAL, REPORT_ONLY):
                 used = []
-                for number in range(count + 10):
-                    task = rt.tasks.trigger(Trigger(task_type=kind, title="ab")).task.task_id
+                tasks = [
+                    rt.tasks.trigger(Trigger(task_type=kind, title="ab")).task.task_id
+                    for _ in range(count + 10)
+                ]
+                for number, task in enumerate(tasks):
+                    if number == 10:
+                        collect(True)
                     started = time.process_time()
                     rt.executions.run(task, 1, worker="ab", **first)
                     if number >= 10:
                         used.append((time.process_time() - started) * 1000)
+                collect(False)
                 medians[kind] = statistics.median(used)
         finally:
             rt.close()
@@ -71,6 +93,9 @@ finally:
 print(json.dumps(medians))
 """
 
+
+#: The kinds of execution each side runs (execution_fleet.MINIMAL, REPORT_ONLY).
+KINDS = ("minimal", "report-only")
 
 #: The key `--secret` configures: distinctive (`orchestrator.logs.distinctive`), so looked for.
 SECRET = "sk-bench-5c1e7a0d9b3f"
@@ -91,6 +116,37 @@ def _side(checkout: Path, count: int, secret: str) -> dict[str, float]:
     return medians
 
 
+def _counted(checkout: Path, count: int, secret: str) -> dict[str, float]:
+    """Millions of instructions per execution of each kind, counted by callgrind."""
+    counts: dict[str, float] = {}
+    for kind in KINDS:
+        done = subprocess.run(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                "--instr-atstart=no",
+                "--callgrind-out-file=/dev/null",
+                sys.executable,
+                "-c",
+                _CHILD,
+                str(checkout),
+                str(count),
+                secret,
+                kind,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=checkout,
+            timeout=1800,
+            check=False,
+        )
+        found = re.search(r"Collected : (\d+)", done.stderr)
+        if done.returncode != 0 or found is None:
+            raise SystemExit(f"the counted run on {checkout} failed:\n{done.stderr[-2000:]}")
+        counts[kind] = int(found.group(1)) / count / 1e6
+    return counts
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", type=Path, required=True, help="the other checkout")
@@ -99,20 +155,26 @@ def main() -> int:
     parser.add_argument(
         "--secret", action="store_true", help="configure an API key on both sides (LLM_API_KEY)"
     )
+    parser.add_argument(
+        "--callgrind", action="store_true", help="count instructions (valgrind) instead of CPU"
+    )
     args = parser.parse_args()
     baseline = args.baseline.resolve()
     if not (baseline / "orchestrator").is_dir():
         raise SystemExit(f"--baseline {baseline}: not a checkout of this project")
-    print("pair  kind          baseline ms  this ms  this/baseline")
+    if args.callgrind and shutil.which("valgrind") is None:
+        raise SystemExit("--callgrind needs valgrind (Debian: apt-get install valgrind)")
+    side = _counted if args.callgrind else _side
+    unit = "M instr" if args.callgrind else "ms"
+    print(f"pair  kind          {'baseline ' + unit:>16}  {'this ' + unit:>12}  this/baseline")
     for pair in range(1, args.pairs + 1):
         secret = SECRET if args.secret else ""
-        before = _side(baseline, args.executions, secret)
-        after = _side(HERE, args.executions, secret)
+        before = side(baseline, args.executions, secret)
+        after = side(HERE, args.executions, secret)
         for kind in before:
             ratio = after[kind] / before[kind]
-            print(
-                f"{pair:>4}  {kind:<12}  {before[kind]:>11.2f}  {after[kind]:>7.2f}  {ratio:>12.2f}"
-            )
+            figures = f"{before[kind]:>16.2f}  {after[kind]:>12.2f}  {ratio:>13.3f}"
+            print(f"{pair:>4}  {kind:<12}  {figures}")
     return 0
 
 

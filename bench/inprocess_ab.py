@@ -19,7 +19,8 @@ one kind at a time, with collection switched on only around its timed executions
 warm-up, `callgrind_control -i on` from inside the process), every thread of the process; it
 prints millions of instructions per execution. Counts stay within about 1.5 % from run to run,
 whatever else the machine does, so a change of 3 % shows. About 30 s per side and kind for
-30 executions (`--executions 30` is enough).
+30 executions (`--executions 30` is enough). The kernel's work for the process (system calls,
+threads started) is not counted.
 """
 
 from __future__ import annotations

@@ -33,6 +33,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from execution_fleet import MINIMAL, REPORT_ONLY
+
 HERE = Path(__file__).resolve().parents[1]
 
 # Run in the child, with the checkout under test as argv[1]: prints one JSON line of medians.
@@ -95,9 +97,6 @@ print(json.dumps(medians))
 """
 
 
-#: The kinds of execution each side runs (execution_fleet.MINIMAL, REPORT_ONLY).
-KINDS = ("minimal", "report-only")
-
 #: The key `--secret` configures: distinctive (`orchestrator.logs.distinctive`), so looked for.
 SECRET = "sk-bench-5c1e7a0d9b3f"
 
@@ -120,7 +119,7 @@ def _side(checkout: Path, count: int, secret: str) -> dict[str, float]:
 def _counted(checkout: Path, count: int, secret: str) -> dict[str, float]:
     """Millions of instructions per execution of each kind, counted by callgrind."""
     counts: dict[str, float] = {}
-    for kind in KINDS:
+    for kind in (MINIMAL, REPORT_ONLY):
         done = subprocess.run(
             [
                 "valgrind",

@@ -17,10 +17,16 @@ from celery.signals import after_setup_logger, setup_logging
 from celery.utils import uuid
 
 from orchestrator.logs import RedactFilter, configure_logging, secrets_of
-from orchestrator.services.cleanup import CLEANUP_INTERVAL_SECONDS
 from orchestrator.settings import Settings, SettingsError, get_settings
 from workers import filesystem_broker
-from workers.constants import CLEANUP, QUEUE, RUN_GENERATION, SENT_AGAIN, SWEEP
+from workers.constants import (
+    CLEANUP,
+    CLEANUP_INTERVAL_SECONDS,
+    QUEUE,
+    RUN_GENERATION,
+    SENT_AGAIN,
+    SWEEP,
+)
 
 __all__ = [
     "CLEANUP_INTERVAL_SECONDS",

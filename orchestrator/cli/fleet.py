@@ -285,7 +285,8 @@ def _clean_every(
     from sqlalchemy.exc import SQLAlchemyError
 
     from orchestrator.cli.store_errors import describe_store_error
-    from orchestrator.services.cleanup import CLEANUP_INTERVAL_SECONDS, run_cleanup
+    from orchestrator.services.cleanup import run_cleanup
+    from workers.constants import CLEANUP_INTERVAL_SECONDS
 
     while True:
         wait = CLEANUP_INTERVAL_SECONDS

@@ -41,10 +41,7 @@ from orchestrator.store import transcripts as transcript_store
 from orchestrator.store.db import Database
 from orchestrator.store.receipts import ReceiptLedger
 
-__all__ = ["CLEANUP_INTERVAL_SECONDS", "CleanupReport", "run_cleanup"]
-
-#: How often the sweeper (and `worker --beat`) runs the retention pass.
-CLEANUP_INTERVAL_SECONDS = 3600
+__all__ = ["CleanupReport", "run_cleanup"]
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,7 @@ class Runtime:
     def tasks(self) -> TaskService:
         from orchestrator.services.tasks import TaskService
 
-        return TaskService(self.db, self.dispatcher, self.leases, self.ledger)
+        return TaskService(self.db, self.dispatcher, self.leases, receipts=True)
 
     @cached_property
     def executions(self) -> ExecutionService:

@@ -25,7 +25,6 @@ from orchestrator.runtime import celery_dispatcher
 from orchestrator.services.task_requests import CancelBody, RequeueBody
 from orchestrator.services.task_views import task_view
 from orchestrator.services.tasks import TaskService, Trigger
-from orchestrator.store.receipts import ReceiptLedger
 
 __all__ = ["get_task_service", "router"]
 
@@ -39,7 +38,7 @@ def get_task_service(request: Request) -> TaskService:
         settings = request.app.state.settings
         db = request.app.state.db
         service = TaskService(
-            db, celery_dispatcher(settings), make_lease_backend(settings, db), ReceiptLedger(db)
+            db, celery_dispatcher(settings), make_lease_backend(settings, db), receipts=True
         )
         request.app.state.tasks = service
     return service

@@ -41,7 +41,6 @@ from orchestrator.store.types import utcnow
 
 if TYPE_CHECKING:
     from orchestrator.leases import LeaseBackend
-    from orchestrator.store.receipts import ReceiptLedger
 
 __all__ = ["CANCELLED", "Requeued", "TaskService", "Trigger", "TriggerResult"]
 
@@ -104,12 +103,16 @@ class TaskService:
         db: Database,
         dispatcher: Dispatcher,
         leases: LeaseBackend | None = None,
-        ledger: ReceiptLedger | None = None,
+        *,
+        receipts: bool = False,
     ) -> None:
+        """`receipts`: the explain view lists the task's unknown and running receipts (read
+        through a `ReceiptLedger` built at the first view: a trigger, a requeue or a listing
+        has no use for its module)."""
         self.db = db
         self.dispatcher = dispatcher
         self.leases = leases
-        self.ledger = ledger
+        self.receipts = receipts
 
     def trigger(self, trigger: Trigger) -> TriggerResult:
         """Create and queue a task; the same `trigger_id` again returns the same task."""
@@ -266,8 +269,10 @@ class TaskService:
         """The operator's view of one task: generations, lease, plan, report, what is pending
         (`task_explain`, imported at the first view: a trigger or a listing reads none)."""
         from orchestrator.services import task_explain
+        from orchestrator.store.receipts import ReceiptLedger
 
-        return task_explain.explain(self.db, task_id, leases=self.leases, ledger=self.ledger)
+        ledger = ReceiptLedger(self.db) if self.receipts else None
+        return task_explain.explain(self.db, task_id, leases=self.leases, ledger=ledger)
 
     def view_version(self, task_id: str) -> tuple[Any, ...] | None:
         """What `explain(task_id)` is built from, summed up: equal versions, equal views; None

@@ -90,7 +90,7 @@ def claimed_generation(url: str) -> tuple[Any, Any, str]:
     from orchestrator.domain.fences import Fence
     from orchestrator.services.dispatch import RecordingDispatcher
     from orchestrator.services.tasks import TaskService, Trigger
-    from orchestrator.store import generations as generation_store
+    from orchestrator.store import generation_claims as claim_store
     from orchestrator.store.db import Database
     from orchestrator.store.types import utcnow
 
@@ -100,7 +100,7 @@ def claimed_generation(url: str) -> tuple[Any, Any, str]:
     )
     task_id = task.task.task_id
     with db.transaction() as conn:
-        claimed = generation_store.claim_generation(
+        claimed = claim_store.claim_generation(
             conn,
             task_id,
             1,

@@ -23,7 +23,7 @@ from orchestrator.services.sweeper import SweepReport
 from orchestrator.services.tasks import Trigger
 from orchestrator.settings import Settings, load_settings
 from orchestrator.store import executions as execution_store
-from orchestrator.store import generations as generation_store
+from orchestrator.store import generation_claims as claim_store
 from orchestrator.store.tables import executions, sessions, tasks
 from orchestrator.store.task_events import events_after
 from orchestrator.store.types import utcnow
@@ -249,7 +249,7 @@ def claim_as_worker(rt: Runtime, task_id: str, generation: int, worker: str, ttl
     token = rt.leases.acquire(task_lease(task_id), worker, ttl)
     assert token is not None
     with rt.db.transaction() as conn:
-        assert generation_store.claim_generation(
+        assert claim_store.claim_generation(
             conn,
             task_id,
             generation,

@@ -45,7 +45,7 @@ from orchestrator.services.recovery import save_round_snapshot
 from orchestrator.services.round_end import DecisionRule, decide_round, finish_generation, fixed
 from orchestrator.settings import Settings
 from orchestrator.store import executions as execution_store
-from orchestrator.store import generations as generation_store
+from orchestrator.store import generation_claims as claim_store
 from orchestrator.store import open_work
 from orchestrator.store import tasks as task_store
 from orchestrator.store import transcripts as transcript_store
@@ -176,7 +176,7 @@ class ExecutionService:
         # skips it (0.6 ms of its start): only a wake-up sent again can be such a duplicate.
         if not first_delivery:
             try:
-                state = generation_store.task_state_alone(self.db, task_id)
+                state = claim_store.task_state_alone(self.db, task_id)
             except _INFRASTRUCTURE as exc:
                 return self._store_away(task_id, exc)
             if state != (generation, "queued"):
@@ -192,7 +192,7 @@ class ExecutionService:
         if token is None:
             return self._not_acquired(task_id, generation)
         try:
-            claimed = generation_store.claim_generation_alone(  # one statement on Postgres
+            claimed = claim_store.claim_generation_alone(  # one statement on Postgres
                 self.db,
                 task_id,
                 generation,
@@ -358,7 +358,7 @@ class ExecutionService:
             tries += 1
             if tries % RELEASE_RECHECK_POLLS == 0:
                 try:
-                    state = generation_store.task_state_alone(self.db, task_id)
+                    state = claim_store.task_state_alone(self.db, task_id)
                 except _INFRASTRUCTURE:
                     continue  # the store away: the lease is tried on; the claim meets it
                 if state != (generation, "queued"):

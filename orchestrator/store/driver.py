@@ -11,7 +11,7 @@ would send) whose adapters are kept from one statement to the next:
 - `rows(engine, ...)`: a statement that is its own transaction, sent in autocommit on plain
   psycopg connections kept in a small LIFO cache beside the store's pool (shared with the
   receipt claim, `store.fastclaim`, and the generation's claim,
-  `generations.claim_generation_alone`);
+  `generation_claims.claim_generation_alone`);
 - `fetch(conn, ...)`: a statement inside the caller's SQLAlchemy transaction, on that pooled
   connection's own driver connection (SQLAlchemy itself sends it on SQLite).
 

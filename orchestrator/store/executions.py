@@ -3,7 +3,8 @@
 Reads only: recovery looks at the last generation that started, the API and the CLI show a
 task's generations and which of them wait, handed back, for the sweeper, and the sweeper finds
 the generations whose mirrored lease ran out. What changes an execution row is in
-`orchestrator.store.generations`.
+`orchestrator.store.generations`, and the claim that puts a lease on it in
+`orchestrator.store.generation_claims`.
 """
 
 from __future__ import annotations

@@ -1,51 +1,32 @@
 """The life of an execution generation: opened, claimed, kept, handed back, ended, requeued.
 
 A generation is one run of a task: its session and execution row are opened with it, a worker
-claims it (queued → running) with a lease token, mirrors each lease renewal into the execution
-row (the sweeper's index), and it ends with an outcome, the task settled or moved on to the next
-generation. Every step is a compare-and-set on the task or execution row, so of two writers the
-second finds the row moved and does nothing. Functions take a `Connection`; the service that
-calls them owns the transaction, so a check and the write it guards always commit together.
+claims it (queued → running) with a lease token (`orchestrator.store.generation_claims`),
+mirrors each lease renewal into the execution row (the sweeper's index), and it ends with an
+outcome, the task settled or moved on to the next generation. Every step is a compare-and-set on
+the task or execution row, so of two writers the second finds the row moved and does nothing.
+Functions take a `Connection`; the service that calls them owns the transaction, so a check and
+the write it guards always commit together.
 """
 
 from __future__ import annotations
 
 import uuid
 from datetime import datetime, timedelta
-from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sqlalchemy import (
-    ColumnElement,
-    Connection,
-    Select,
-    Update,
-    and_,
-    bindparam,
-    exists,
-    insert,
-    select,
-    true,
-    update,
-)
+from sqlalchemy import ColumnElement, Connection, bindparam, insert, select, update
 
 from orchestrator.store import action_notices as notice_store
 from orchestrator.store import actions as action_store
 from orchestrator.store import driver
 from orchestrator.store.open_work import generation_receipts_to_unknown
-from orchestrator.store.records import TaskRecord, driver_row
-from orchestrator.store.row_checks import on_the_row
+from orchestrator.store.records import driver_row
 from orchestrator.store.tables import actions, executions, sessions, tasks
 from orchestrator.store.types import utcnow
 
-if TYPE_CHECKING:
-    from orchestrator.domain.processes import ProcessIdentity
-    from orchestrator.store.db import Database
-
 __all__ = [
     "GENERATION_COLUMNS",
-    "claim_generation",
-    "claim_generation_alone",
     "end_and_settle",
     "end_generation",
     "generation_rows",
@@ -56,7 +37,6 @@ __all__ = [
     "requeue_generation",
     "session_title",
     "supersede_pending_actions",
-    "task_state_alone",
 ]
 
 
@@ -130,187 +110,6 @@ def session_title(title: str, generation: int) -> str:
     """The title of a generation's session, cut to fit the column."""
     suffix = f" (generation {generation})"
     return title[: SESSION_TITLE_MAX - len(suffix)] + suffix
-
-
-def claim_generation(
-    conn: Connection,
-    task_id: str,
-    generation: int,
-    *,
-    lease_token: str,
-    worker: str,
-    celery_task_id: str | None,
-    lease_expires_at: datetime,
-    process: ProcessIdentity | None = None,
-) -> tuple[TaskRecord, str] | None:
-    """queued → running for exactly this generation: the task and the generation's session id.
-
-    None when the generation is not the task's queued one (claimed, superseded, finished), or
-    its execution row is already closed. On Postgres one statement: send it in autocommit
-    (`claim_generation_alone` does). `process` (where the claim runs) lets a restart on that
-    host recover it without the lease.
-    """
-    params = _claim_params(
-        task_id, generation, lease_token, worker, celery_task_id, lease_expires_at, process
-    )
-    if conn.dialect.name == "postgresql":
-        return _claimed(driver.fetch(conn, _one_statement_claim(), params))
-    task_row = conn.execute(_claim_task(), params).one_or_none()
-    if task_row is None:
-        return None
-    session_id = conn.execute(_claim_execution(), params).scalar_one()
-    return TaskRecord.from_row(task_row), str(session_id)
-
-
-def claim_generation_alone(
-    db: Database,
-    task_id: str,
-    generation: int,
-    *,
-    lease_token: str,
-    worker: str,
-    celery_task_id: str | None,
-    lease_expires_at: datetime,
-    process: ProcessIdentity | None = None,
-) -> tuple[TaskRecord, str] | None:
-    """`claim_generation` as a unit of work of its own. On Postgres its one statement goes in
-    autocommit on `store.driver`'s kept connections (`driver.rows`): the same statement and
-    round trip, without checking a pooled connection out, switching it to autocommit and back
-    (about as much Python as the claim itself). Elsewhere one transaction."""
-    if db.dialect != "postgresql":
-        with db.transaction() as conn:
-            return claim_generation(
-                conn,
-                task_id,
-                generation,
-                lease_token=lease_token,
-                worker=worker,
-                celery_task_id=celery_task_id,
-                lease_expires_at=lease_expires_at,
-                process=process,
-            )
-    params = _claim_params(
-        task_id, generation, lease_token, worker, celery_task_id, lease_expires_at, process
-    )
-    return _claimed(driver.rows(db.engine, _one_statement_claim(), params))
-
-
-def task_state_alone(db: Database, task_id: str) -> tuple[int, str] | None:
-    """The task's generation and status (None: no such task), read as a unit of work of its
-    own: on Postgres one statement in autocommit on `driver.rows`'s kept connections, as the
-    claim is; elsewhere one transaction."""
-    params = {"state_task_id": task_id}
-    if db.dialect != "postgresql":
-        with db.transaction(readonly=True) as conn:
-            rows = [tuple(row) for row in conn.execute(_task_state(), params)]
-    else:
-        rows = driver.rows(db.engine, _task_state(), params)
-    if not rows:
-        return None
-    generation, status = rows[0]
-    return int(generation), str(status)
-
-
-@cache
-def _task_state() -> Select[Any]:
-    return select(tasks.c.generation, tasks.c.status).where(
-        tasks.c.task_id == bindparam("state_task_id")
-    )
-
-
-def _claim_params(
-    task_id: str,
-    generation: int,
-    lease_token: str,
-    worker: str,
-    celery_task_id: str | None,
-    lease_expires_at: datetime,
-    process: ProcessIdentity | None,
-) -> dict[str, Any]:
-    return {
-        "claim_worker_host": process.host if process else None,
-        "claim_worker_pid": process.pid if process else None,
-        "claim_worker_started": process.started if process else None,
-        "claim_task_id": task_id,
-        "claim_generation": generation,
-        "claim_now": utcnow(),
-        "claim_lease_token": lease_token,
-        "claim_worker": worker,
-        "claim_celery_task_id": celery_task_id,
-        "claim_lease_expires_at": lease_expires_at,
-    }
-
-
-def _claimed(rows: list[tuple[Any, ...]]) -> tuple[TaskRecord, str] | None:
-    """The task and session id the one-statement claim returned, if it claimed."""
-    if not rows:
-        return None
-    (*task_values, session_id), *_ = rows
-    return TaskRecord.from_row(driver_row(_TASK_COLUMNS, task_values)), str(session_id)
-
-
-def _open_execution() -> Any:
-    return and_(
-        executions.c.task_id == bindparam("claim_task_id"),
-        executions.c.generation == bindparam("claim_generation"),
-        executions.c.outcome.is_(None),
-    )
-
-
-@cache
-def _claim_task() -> Update:
-    """The task half of a claim: queued → running, only while its execution row is open."""
-    return (
-        update(tasks)
-        .where(
-            tasks.c.task_id == bindparam("claim_task_id"),
-            tasks.c.generation == bindparam("claim_generation"),
-            on_the_row(tasks.c.status == "queued"),
-            exists().where(_open_execution()),
-        )
-        .values(status="running", updated_at=bindparam("claim_now", type_=tasks.c.updated_at.type))
-        .returning(*tasks.c)
-    )
-
-
-def _claim_execution(after: Any = None) -> Update:
-    """The execution half: the lease token, the worker and `started_at` go on the open row."""
-    where = [_open_execution()] if after is None else [_open_execution(), after]
-    return (
-        update(executions)
-        .where(*where)
-        .values(
-            lease_token=bindparam("claim_lease_token"),
-            worker=bindparam("claim_worker"),
-            celery_task_id=bindparam("claim_celery_task_id"),
-            worker_host=bindparam("claim_worker_host"),
-            worker_pid=bindparam("claim_worker_pid"),
-            worker_started=bindparam("claim_worker_started"),
-            started_at=bindparam("claim_now", type_=executions.c.started_at.type),
-            lease_expires_at=bindparam(
-                "claim_lease_expires_at", type_=executions.c.lease_expires_at.type
-            ),
-        )
-        .returning(executions.c.session_id)
-    )
-
-
-_TASK_COLUMNS = tuple(column.name for column in tasks.c)  # as `_claim_task` returns them
-_ACTION_COLUMNS = tuple(column.name for column in actions.c)  # as superseded ones come back
-
-
-@cache
-def _one_statement_claim() -> Select[Any]:
-    """Postgres: both halves in one statement; the execution half runs only if the task half
-    matched. Every writer that closes an execution row locks the task row first, so between
-    the two halves nothing can close the row the task half saw open."""
-    claimed_task = _claim_task().cte("claimed_task")
-    claimed_execution = _claim_execution(exists(select(claimed_task.c.task_id))).cte(
-        "claimed_execution"
-    )
-    return select(
-        claimed_task, claimed_execution.c.session_id.label("claimed_session_id")
-    ).select_from(claimed_task.join(claimed_execution, true()))
 
 
 def mirror_lease(
@@ -516,6 +315,7 @@ _END_SETTLE_AND_SUPERSEDE = (
     .add_cte(_ENDED_EXECUTION)
     .add_cte(_SETTLE_TASK.returning(tasks.c.task_id).cte("settled_task"))
 )
+_ACTION_COLUMNS = tuple(column.name for column in actions.c)  # as superseded ones come back
 
 
 def requeue_generation(

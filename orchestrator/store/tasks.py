@@ -7,9 +7,9 @@ it: a trigger whose wake-up went out costs no statement more.
 
 A task is created once per trigger id, queued at generation 1 with the session and execution row
 of that generation (`orchestrator.store.generations` makes those rows, and every later change of
-a generation's life). Every state change here is a compare-and-set on the row. Functions take a
-`Connection`; the service that calls them owns the transaction, so a check and the write it
-guards always commit together.
+a generation's life but its claim, `orchestrator.store.generation_claims`). Every state change
+here is a compare-and-set on the row. Functions take a `Connection`; the service that calls them
+owns the transaction, so a check and the write it guards always commit together.
 """
 
 from __future__ import annotations

@@ -279,7 +279,7 @@ def test_a_store_error_at_the_claim_gives_the_lease_back_and_asks_to_come_back(
         raise OperationalError("WITH claimed_task", {}, Exception("server closed the connection"))
 
     with monkeypatch.context() as patched:
-        patched.setattr(executions_module.generation_store, "claim_generation_alone", store_down)
+        patched.setattr(executions_module.claim_store, "claim_generation_alone", store_down)
         result = rt.executions.run(task_id, 1, worker="w")
     assert result.ran is False
     assert result.retry_after == rt.settings.lease_renew_seconds

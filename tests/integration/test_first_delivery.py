@@ -158,7 +158,7 @@ def test_an_unmarked_duplicate_that_takes_a_running_rounds_free_lease_does_not_s
         rt.leases, rt.db, Fence(task_id, 1, token), holder="first", ttl=30, renew_every=10
     )
     assert rt.leases.release(task_lease(task_id), token)  # as a wiped Redis would leave it
-    real_claim = executions_module.generation_store.claim_generation_alone
+    real_claim = executions_module.claim_store.claim_generation_alone
     held_by: list[str | None] = []
 
     def claim(*args: Any, **kwargs: Any) -> Any:
@@ -167,7 +167,7 @@ def test_an_unmarked_duplicate_that_takes_a_running_rounds_free_lease_does_not_s
         Heartbeat._beat([keeper])  # the round's heartbeat, while the duplicate claims
         return real_claim(*args, **kwargs)
 
-    monkeypatch.setattr(executions_module.generation_store, "claim_generation_alone", claim)
+    monkeypatch.setattr(executions_module.claim_store, "claim_generation_alone", claim)
     result = rt.executions.run(task_id, 1, worker="duplicate", first_delivery=True)
     monkeypatch.undo()
     assert held_by == ["duplicate"]  # the duplicate held the lease when the heartbeat came

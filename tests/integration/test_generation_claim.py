@@ -10,7 +10,7 @@ from sqlalchemy import event, update
 
 from orchestrator.store import driver
 from orchestrator.store import executions as execution_store
-from orchestrator.store import generations as generation_store
+from orchestrator.store import generation_claims as claim_store
 from orchestrator.store import tasks as task_store
 from orchestrator.store.db import Database
 from orchestrator.store.records import TaskRecord
@@ -34,7 +34,7 @@ def claim(
     db: Database, task_id: str, token: str, generation: int = 1
 ) -> tuple[TaskRecord, str] | None:
     # As the execution service claims: its own unit of work.
-    return generation_store.claim_generation_alone(
+    return claim_store.claim_generation_alone(
         db,
         task_id,
         generation,

@@ -27,6 +27,7 @@ from orchestrator.leases.process import ProcessIdentity, current_process, is_gon
 from orchestrator.runtime import Runtime
 from orchestrator.services.sweeper import SweepReport
 from orchestrator.services.tasks import Trigger
+from orchestrator.store import generation_claims as claim_store
 from orchestrator.store import generations as generation_store
 from orchestrator.store.types import utcnow
 from tests.executions_support import runtime_for
@@ -61,7 +62,7 @@ def claim(rt: Runtime, process: ProcessIdentity) -> tuple[str, str]:
     token = rt.leases.acquire(task_lease(task_id), "w", LEASE)
     assert token is not None
     with rt.db.transaction() as conn:
-        assert generation_store.claim_generation(
+        assert claim_store.claim_generation(
             conn,
             task_id,
             1,

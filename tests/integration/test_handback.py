@@ -20,6 +20,7 @@ from orchestrator.services import handback as handback_module
 from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.tasks import Trigger
 from orchestrator.store import executions as execution_store
+from orchestrator.store import generation_claims as claim_store
 from orchestrator.store import generations as generation_store
 from orchestrator.store.types import utcnow
 from orchestrator.tools.command import ExecuteCommand
@@ -194,7 +195,7 @@ def test_a_hand_back_leaves_a_generation_that_ended_or_another_token_alone(env: 
     task_id = rt.tasks.trigger(Trigger(task_type="simple", title="t")).task.task_id
     with rt.db.transaction() as conn:
         expires = utcnow() + timedelta(seconds=120)
-        assert generation_store.claim_generation(
+        assert claim_store.claim_generation(
             conn,
             task_id,
             1,
@@ -278,14 +279,14 @@ def test_a_claim_that_committed_with_its_answer_lost_is_handed_back(
     # handed back, so the next sweep requeues it, not a lease later.
     rt, dispatcher = env
     task_id = simple_task(rt, scripts)
-    real_claim = executions_module.generation_store.claim_generation_alone
+    real_claim = executions_module.claim_store.claim_generation_alone
 
     def committed_then_lost(*args: Any, **kwargs: Any) -> Any:
         real_claim(*args, **kwargs)
         _store_down()  # the claim committed; its answer never came back
 
     monkeypatch.setattr(
-        executions_module.generation_store, "claim_generation_alone", committed_then_lost
+        executions_module.claim_store, "claim_generation_alone", committed_then_lost
     )
     result = rt.executions.run(task_id, 1, worker="w1")
     assert (result.ran, result.retry_after) == (False, rt.settings.lease_renew_seconds)
@@ -305,7 +306,7 @@ def test_a_claim_that_did_not_commit_hands_nothing_back(
 ) -> None:
     rt, _ = env
     task_id = simple_task(rt, scripts)
-    monkeypatch.setattr(executions_module.generation_store, "claim_generation_alone", _store_down)
+    monkeypatch.setattr(executions_module.claim_store, "claim_generation_alone", _store_down)
     assert not rt.executions.run(task_id, 1, worker="w1").ran
     monkeypatch.undo()
     assert rt.sweeper.sweep().requeued == []

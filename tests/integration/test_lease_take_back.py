@@ -282,7 +282,7 @@ def test_a_duplicate_wake_up_stops_waiting_once_its_generation_is_claimed(
     held. It tried the lease every 10 ms for the whole 0.5 s, holding a worker thread, though
     the first had claimed the generation and keeps the lease for its round; now it reads the
     store again as it waits, and stops within a few tries of the claim."""
-    from orchestrator.store import generations as generation_store
+    from orchestrator.store import generation_claims as claim_store
 
     rt, _ = runtime_for(store_url, tmp_path)
     try:
@@ -309,7 +309,7 @@ def test_a_duplicate_wake_up_stops_waiting_once_its_generation_is_claimed(
         second.start()
         assert refused.wait(5), "the second wake-up did not meet the first's lease"
         with rt.db.transaction() as conn:  # the first claims, and keeps the lease
-            assert generation_store.claim_generation(
+            assert claim_store.claim_generation(
                 conn,
                 task_id,
                 1,

@@ -26,7 +26,7 @@ from orchestrator.services.actions import ActionService
 from orchestrator.services.lease_keeper import LeaseKeeper
 from orchestrator.services.task_records import TaskRecords
 from orchestrator.services.tasks import Trigger
-from orchestrator.store import generations as generation_store
+from orchestrator.store import generation_claims as claim_store
 from orchestrator.store import reports as report_store
 from orchestrator.store.tables import actions, evidence, plan_revisions, reports, tasks
 from orchestrator.store.types import utcnow
@@ -109,7 +109,7 @@ def claim(rt: Runtime, task_id: str, generation: int) -> Live:
     token = rt.leases.acquire(task_lease(task_id), "test-worker", LEASE)
     assert token is not None
     with rt.db.transaction() as conn:
-        claimed = generation_store.claim_generation(
+        claimed = claim_store.claim_generation(
             conn,
             task_id,
             generation,

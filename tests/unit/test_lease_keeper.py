@@ -20,7 +20,7 @@ from orchestrator.services.dispatch import RecordingDispatcher
 from orchestrator.services.lease_keeper import LeaseKeeper
 from orchestrator.services.tasks import TaskService, Trigger
 from orchestrator.store import executions as execution_store
-from orchestrator.store import generations as generation_store
+from orchestrator.store import generation_claims as claim_store
 from orchestrator.store.db import Database
 from orchestrator.store.types import utcnow
 
@@ -79,7 +79,7 @@ def claimed(sqlite_url: str) -> Iterator[Claimed]:
     service = TaskService(db, RecordingDispatcher())
     task = service.trigger(Trigger(task_type="keeper", title="Lease keeper")).task
     with db.transaction() as conn:
-        assert generation_store.claim_generation(
+        assert claim_store.claim_generation(
             conn,
             task.task_id,
             1,

@@ -16,7 +16,7 @@ from orchestrator.metrics import EXECUTIONS_ENDED, WORKER_READY, WORKER_SLOTS_BU
 from orchestrator.runtime import Runtime, build_runtime
 from orchestrator.services.cleanup import run_cleanup
 from orchestrator.settings import SettingsError, get_settings
-from orchestrator.tools.data_sources import DataSourceError, load_sources
+from orchestrator.tools.source_declarations import DataSourceError, load_sources
 from orchestrator.tools.toolsets import SpecError, check_gateway
 from workers import shutdown
 from workers.celery_app import CeleryDispatcher, app

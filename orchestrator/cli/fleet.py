@@ -83,7 +83,7 @@ def _worker(args: argparse.Namespace) -> int:
     # The agent's and its tools' checks: imported by this command alone.
     from orchestrator.agent.model import check_model_setting
     from orchestrator.logs import configure_logging
-    from orchestrator.tools.data_sources import DataSourceError, load_sources
+    from orchestrator.tools.source_declarations import DataSourceError, load_sources
     from orchestrator.tools.toolsets import SpecError, check_gateway
 
     if args.name:

@@ -56,9 +56,10 @@ from orchestrator.store.types import utcnow
 from orchestrator.tools.actions import ProposeAction
 from orchestrator.tools.base import Tool, ToolCancelled, ToolContext
 from orchestrator.tools.command import ExecuteCommand
-from orchestrator.tools.data_sources import QueryDataSource, load_sources
+from orchestrator.tools.data_sources import QueryDataSource
 from orchestrator.tools.plans import PublishExecutionPlan
 from orchestrator.tools.results import ResultCache
+from orchestrator.tools.source_declarations import load_sources
 from orchestrator.tools.tasks import ReadTaskContext, SaveReport
 from orchestrator.tools.toolsets import receipt_tools
 

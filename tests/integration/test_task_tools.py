@@ -32,8 +32,9 @@ from orchestrator.store.tables import actions, evidence, plan_revisions, reports
 from orchestrator.store.types import utcnow
 from orchestrator.tools.actions import ProposeAction
 from orchestrator.tools.base import Tool, ToolCall, ToolContext, ToolResult
-from orchestrator.tools.data_sources import QueryDataSource, load_sources
+from orchestrator.tools.data_sources import QueryDataSource
 from orchestrator.tools.plans import PublishExecutionPlan
+from orchestrator.tools.source_declarations import load_sources
 from orchestrator.tools.tasks import ReadTaskContext, SaveReport
 from tests.executions_support import (
     fenced_ctx,

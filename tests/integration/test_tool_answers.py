@@ -21,10 +21,11 @@ from orchestrator.agent.host import ToolHost
 from orchestrator.store import Database
 from orchestrator.store.receipts import ReceiptLedger
 from orchestrator.tools.base import ToolCall, ToolContext, ToolResult
-from orchestrator.tools.data_sources import QueryArgs, QueryDataSource, load_sources
+from orchestrator.tools.data_sources import QueryArgs, QueryDataSource
 from orchestrator.tools.gateway import CallApi
 from orchestrator.tools.openapi import parse_spec
 from orchestrator.tools.results import ResultCache
+from orchestrator.tools.source_declarations import load_sources
 from tests.integration.fake_backend import SPEC, Backend, running_backend
 from tests.integration.receipt_rows import chat_session
 

@@ -16,15 +16,10 @@ from orchestrator.domain.plan_authority import authority_problems, citation_prob
 from orchestrator.domain.plans import CODES
 from orchestrator.tools import scada_sim
 from orchestrator.tools.base import ToolResult
-from orchestrator.tools.data_sources import (
-    DataSourceError,
-    Limits,
-    QueryArgs,
-    QueryDataSource,
-    _envelope,
-    load_sources,
-)
+from orchestrator.tools.data_sources import QueryArgs, QueryDataSource
 from orchestrator.tools.gateway import holds_written
+from orchestrator.tools.source_declarations import DataSourceError, Limits, load_sources
+from orchestrator.tools.source_rows import envelope
 
 
 def n(node_id: str, status: str, actor: str = "agent", **extra: Any) -> dict[str, Any]:
@@ -341,12 +336,12 @@ def test_the_simulator_is_deterministic_and_shows_the_demo_story() -> None:
 def test_limits_cut_rows_and_characters_and_say_so() -> None:
     rows = [{"i": i, "text": "x" * 50} for i in range(100)]
     start = end = datetime(2026, 12, 3, tzinfo=UTC)
-    by_rows = _envelope("s", "synthetic", start, end, rows, 10, Limits()).payload
+    by_rows = envelope("s", "synthetic", start, end, rows, 10, Limits()).payload
     assert (by_rows["row_count"], by_rows["truncated"]) == (10, True)
-    by_chars = _envelope("s", "synthetic", start, end, rows, 100, Limits(max_chars=1000)).payload
+    by_chars = envelope("s", "synthetic", start, end, rows, 100, Limits(max_chars=1000)).payload
     assert by_chars["truncated"] is True
     assert len(json.dumps(by_chars["rows"])) <= 1000
-    whole = _envelope("s", "synthetic", start, end, rows[:5], 10, Limits()).payload
+    whole = envelope("s", "synthetic", start, end, rows[:5], 10, Limits()).payload
     assert whole["truncated"] is False
 
 

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from orchestrator.agent.host import ToolHost
-from orchestrator.tools import data_sources
+from orchestrator.tools import source_rows
 from orchestrator.tools.base import Tool, ToolArguments, ToolCall, ToolContext, ToolResult
+from orchestrator.tools.source_declarations import Limits
 
 CTX = ToolContext(owner="alice", session_id="s1", round_id="r1")
 
@@ -112,8 +113,8 @@ def test_a_data_source_answer_carries_its_payload_text(
     rows: list[Any], limit: int, max_chars: int
 ) -> None:
     start, end = datetime(2026, 12, 5, tzinfo=UTC), datetime(2026, 12, 6, tzinfo=UTC)
-    result = data_sources._envelope(
-        "scada_sim", "synthetic", start, end, rows, limit, data_sources.Limits(max_chars=max_chars)
+    result = source_rows.envelope(
+        "scada_sim", "synthetic", start, end, rows, limit, Limits(max_chars=max_chars)
     )
     text = result.written_payload()
     assert text == json.dumps(result.payload, ensure_ascii=False, default=str)
@@ -123,9 +124,7 @@ def test_a_data_source_answer_carries_its_payload_text(
 def test_a_data_source_answer_is_written_once_from_the_tool_to_the_model() -> None:
     written = Written()
     start, end = datetime(2026, 12, 5, tzinfo=UTC), datetime(2026, 12, 6, tzinfo=UTC)
-    answer = data_sources._envelope(
-        "s", "synthetic", start, end, [{"at": written}] * 3, 10, data_sources.Limits()
-    )
+    answer = source_rows.envelope("s", "synthetic", start, end, [{"at": written}] * 3, 10, Limits())
     assert written.times == 3  # the tool measured its rows
     shown = _shown(answer)
     assert json.loads(shown.message_text)["result"]["rows"] == [{"at": "written"}] * 3

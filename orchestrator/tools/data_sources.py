@@ -1,6 +1,7 @@
 """`query_data_source`: bounded, audited queries of declared data sources (seed 004).
 
-Sources are declared in a YAML or JSON file (`ORCH_DATA_SOURCES`): name, description, kind,
+Sources are declared in a YAML or JSON file (`ORCH_DATA_SOURCES`, read by
+`source_declarations`): name, description, kind,
 `origin` (`live`, `synthetic`, `peripheral_sample`, fixed per source), limits (rows, characters,
 time range) and timeout. Without the setting the bundled declaration is used: the simulated
 SCADA source (`scada_sim`, synthetic). A task triggered with `sample_input` also has the source
@@ -9,7 +10,8 @@ SCADA source (`scada_sim`, synthetic). A task triggered with `sample_input` also
 Kinds: `scada_sim` (the bundled simulator), `http_json` (a GET operation of an OpenAPI 3
 document, like the gateway: parameters validated against the operation) and, implicitly,
 `sample_input`. The host records every successful query as evidence; the origin and the
-truncation in that record come from here, never from the model's arguments.
+truncation in that record come from this tool (its rows fitted to the limits and the context
+window by `source_rows`), never from the model's arguments.
 """
 
 from __future__ import annotations

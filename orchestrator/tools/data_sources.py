@@ -1,11 +1,11 @@
 """`query_data_source`: bounded, audited queries of declared data sources (seed 004).
 
-Sources are declared in a YAML or JSON file (`ORCH_DATA_SOURCES`, read by
-`source_declarations`): name, description, kind,
-`origin` (`live`, `synthetic`, `peripheral_sample`, fixed per source), limits (rows, characters,
-time range) and timeout. Without the setting the bundled declaration is used: the simulated
-SCADA source (`scada_sim`, synthetic). A task triggered with `sample_input` also has the source
-`sample_input`, origin `peripheral_sample`: its own fixed input, never a live query.
+Sources are declared in a YAML or JSON file (`ORCH_DATA_SOURCES`, read by `source_declarations`):
+name, description, kind, `origin` (`live`, `synthetic`, `peripheral_sample`, fixed per source),
+limits (rows, characters, time range) and timeout. Without the setting the bundled declaration
+is used: the simulated SCADA source (`scada_sim`, synthetic). A task triggered with
+`sample_input` also has the source `sample_input`, origin `peripheral_sample`: its own fixed
+input, never a live query.
 
 Kinds: `scada_sim` (the bundled simulator), `http_json` (a GET operation of an OpenAPI 3
 document, like the gateway: parameters validated against the operation) and, implicitly,

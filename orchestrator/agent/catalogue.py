@@ -6,7 +6,8 @@ capabilities), the *initial selection* (at most `LLM_MAX_TOOLS` selected for the
 start of the round, always offered, like the resident tools) and the *extra* tools: the
 candidates `search_tools` found, most recent first. Every `call_api`
 operation is its own catalogue entry, so a large business API does not flood the prompt: the
-`call_api` definition a call gets lists only the enabled operations with their arguments.
+`call_api` definition a call gets lists only the enabled operations with their arguments. How well
+a search matches an entry is `search_scores`' part.
 
 The extra tools' definitions share min(4096 tokens, 10 % of the window); a search reports
 candidates and the next call reports which were enabled and which were not, and why. The state
@@ -17,7 +18,6 @@ what it may use, and the host refuses the rest anyway.
 from __future__ import annotations
 
 import json
-import re
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -26,6 +26,7 @@ from typing import Any, Final
 
 from pydantic import Field
 
+from orchestrator.agent import search_scores
 from orchestrator.agent.budget import (
     CANDIDATES_KEPT,
     SEARCH_LIMIT_DEFAULT,
@@ -37,7 +38,6 @@ from orchestrator.tools.base import Tool, ToolArguments, ToolContext, ToolResult
 from orchestrator.tools.gateway import CallApi, CallApiArgs
 
 __all__ = [
-    "ALIASES",
     "DISCOVERY",
     "INTERNAL_TOOLS",
     "RESIDENT_TOOLS",
@@ -68,53 +68,13 @@ RESIDENT_TOOLS: Final = (
 #: external tool protocol (seed 000). Use `external_tools` for anything offered outside.
 INTERNAL_TOOLS: Final = frozenset({"search_tools", "read_tool_result", "get_tool_execution"})
 
-#: The small zh/en capability alias table: a query word on the left also searches the right.
-ALIASES: Final[Mapping[str, tuple[str, ...]]] = {
-    "整理": ("transfer", "organize"),
-    "转移": ("transfer",),
-    "工单": ("work order", "work_order", "order", "ticket"),
-    "订单": ("order",),
-    "采样": ("sampling", "sample"),
-    "样本": ("sample",),
-    "水质": ("water quality", "quality"),
-    "压力": ("pressure",),
-    "流量": ("flow",),
-    "阀门": ("valve",),
-    "泵": ("pump",),
-    "传感器": ("sensor",),
-    "告警": ("alarm", "alert"),
-    "报警": ("alarm", "alert"),
-    "设置": ("setting", "settings", "config"),
-    "配置": ("config", "setting"),
-    "报告": ("report",),
-    "命令": ("command", "shell"),
-    "终端": ("command", "terminal"),
-    "日志": ("log", "logs"),
-    "下载": ("download",),
-    "任务": ("job", "task"),
-    "查询": ("get", "read", "query", "list"),
-    "删除": ("delete", "remove"),
-    "创建": ("create",),
-    "接口": ("api", "operation"),
-    "ticket": ("work order",),
-    "workorder": ("work order",),
-}
-
 #: Extra search words of the tools that are not API operations.
 _TOOL_TAGS: Final[Mapping[str, tuple[str, ...]]] = {
     "execute_command": ("command", "shell", "terminal", "process"),
     "describe_api_operation": ("api", "operation", "schema", "arguments"),
 }
 
-_STOPWORDS: Final = frozenset(
-    {"a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "how", "in", "is", "it"}
-    | {"of", "on", "or", "the", "to", "what", "with", "task", "condition", "tool", "tools"}
-)
-_WORD = re.compile(r"[a-z0-9]+")
-_CJK = re.compile(r"[\u3400-\u9fff]+")
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _COSTS_KEPT: Final = 1024
-_EXACT, _NAME, _TAG, _PHRASE, _DESCRIPTION, _CJK_TEXT = 1000, 10, 6, 6, 3, 4
 
 
 @dataclass(frozen=True)
@@ -168,9 +128,9 @@ def _entry(
         read_ok=read_ok,
         schema=schema,
         operation_id=operation_id,
-        _names=frozenset(_stems(_split_name(name))),
-        _words=frozenset(_stems(_WORD.findall(description.lower()))),
-        _tags=frozenset(_stems(_WORD.findall(tag_text))),
+        _names=frozenset(search_scores.stems(search_scores.split_name(name))),
+        _words=frozenset(search_scores.stems(search_scores.WORD.findall(description.lower()))),
+        _tags=frozenset(search_scores.stems(search_scores.WORD.findall(tag_text))),
         _text=f"{name} {description} {tag_text}".lower(),
     )
 
@@ -229,7 +189,7 @@ class Catalogue:
         scored = [
             (score, entry.name, entry)
             for entry in self.entries.values()
-            if (entry.read_ok or not readonly) and (score := _score(entry, query)) > 0
+            if (entry.read_ok or not readonly) and (score := search_scores.score(entry, query)) > 0
         ]
         scored.sort(key=lambda item: (-item[0], item[1]))
         return [entry for _, _, entry in scored]
@@ -489,55 +449,3 @@ def external_tools(tools: Sequence[Tool]) -> list[Tool]:
     """The tools that may be published outside the agent (the internal bridge, any external
     tool protocol): never the agent's internal capabilities."""
     return [tool for tool in tools if tool.name not in INTERNAL_TOOLS]
-
-
-# -- scoring -----------------------------------------------------------------------------------
-
-
-def _score(entry: Entry, query: str) -> int:
-    text = query.strip().lower()
-    if not text:
-        return 0
-    score = 0
-    if text == entry.name.lower() or (
-        entry.operation_id is not None and text == entry.operation_id.lower()
-    ):
-        score += _EXACT
-    words = [word for word in _WORD.findall(text) if word not in _STOPWORDS]
-    for word in words:
-        if word == entry.name.lower():
-            score += _EXACT
-    phrases: list[str] = []
-    for key, targets in ALIASES.items():
-        if key in text:
-            for target in targets:
-                (phrases if " " in target else words).append(target)
-    for stem in _stems(words):
-        if stem in entry._names:
-            score += _NAME
-        if stem in entry._tags:
-            score += _TAG
-        if stem in entry._words:
-            score += _DESCRIPTION
-    for phrase in phrases:
-        if phrase in entry._text:
-            score += _PHRASE
-    for run in _CJK.findall(text):
-        if run in entry._text:
-            score += _CJK_TEXT
-    return score
-
-
-def _split_name(name: str) -> list[str]:
-    return _WORD.findall(_CAMEL.sub(" ", name).lower())
-
-
-def _stems(words: Sequence[str]) -> list[str]:
-    return [_stem(word) for word in words if word not in _STOPWORDS]
-
-
-def _stem(word: str) -> str:
-    for suffix in ("ing", "es", "ed", "s"):
-        if len(word) > len(suffix) + 3 and word.endswith(suffix):
-            return word[: -len(suffix)]
-    return word

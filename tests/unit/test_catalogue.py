@@ -10,7 +10,6 @@ import pytest
 from orchestrator.agent.brief import task_brief, task_topic
 from orchestrator.agent.budget import ContextBudget, ContextOverflow, TokenCounter
 from orchestrator.agent.catalogue import (
-    ALIASES,
     DISCOVERY,
     INTERNAL_TOOLS,
     Catalogue,
@@ -20,6 +19,7 @@ from orchestrator.agent.catalogue import (
 )
 from orchestrator.agent.model import ScriptedModel
 from orchestrator.agent.request import AgentContext, RequestBuilder
+from orchestrator.agent.search_scores import ALIASES
 from orchestrator.agent.subagents import Delegate
 from orchestrator.api.app import INTERNAL_ROUTERS
 from orchestrator.tools.base import Tool, ToolContext

@@ -289,8 +289,8 @@ class TaskService:
         limit: int | None = None,
         cursor: str | None = None,
     ) -> dict[str, Any]:
-        """The durable transcript of a task (one generation, or all), oldest entry first: one
-        page of `limit` entries after `cursor`, or every entry when `limit` is None."""
+        """The durable transcript of a task, oldest entry first (`task_transcripts.transcript`,
+        imported at the first read)."""
         from orchestrator.services import task_transcripts
 
         return task_transcripts.transcript(self.db, task_id, generation, limit=limit, cursor=cursor)

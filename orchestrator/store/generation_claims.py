@@ -60,13 +60,7 @@ def claim_generation(
     params = _claim_params(
         task_id, generation, lease_token, worker, celery_task_id, lease_expires_at, process
     )
-    if conn.dialect.name == "postgresql":
-        return _claimed(driver.fetch(conn, _one_statement_claim(), params))
-    task_row = conn.execute(_claim_task(), params).one_or_none()
-    if task_row is None:
-        return None
-    session_id = conn.execute(_claim_execution(), params).scalar_one()
-    return TaskRecord.from_row(task_row), str(session_id)
+    return _claim(conn, params)
 
 
 def claim_generation_alone(
@@ -84,22 +78,24 @@ def claim_generation_alone(
     autocommit on `store.driver`'s kept connections (`driver.rows`): the same statement and
     round trip, without checking a pooled connection out, switching it to autocommit and back
     (about as much Python as the claim itself). Elsewhere one transaction."""
-    if db.dialect != "postgresql":
-        with db.transaction() as conn:
-            return claim_generation(
-                conn,
-                task_id,
-                generation,
-                lease_token=lease_token,
-                worker=worker,
-                celery_task_id=celery_task_id,
-                lease_expires_at=lease_expires_at,
-                process=process,
-            )
     params = _claim_params(
         task_id, generation, lease_token, worker, celery_task_id, lease_expires_at, process
     )
+    if db.dialect != "postgresql":
+        with db.transaction() as conn:
+            return _claim(conn, params)
     return _claimed(driver.rows(db.engine, _one_statement_claim(), params))
+
+
+def _claim(conn: Connection, params: dict[str, Any]) -> tuple[TaskRecord, str] | None:
+    """The claim of `params` (`_claim_params`) in `conn`'s transaction."""
+    if conn.dialect.name == "postgresql":
+        return _claimed(driver.fetch(conn, _one_statement_claim(), params))
+    task_row = conn.execute(_claim_task(), params).one_or_none()
+    if task_row is None:
+        return None
+    session_id = conn.execute(_claim_execution(), params).scalar_one()
+    return TaskRecord.from_row(task_row), str(session_id)
 
 
 def task_state_alone(db: Database, task_id: str) -> tuple[int, str] | None:
